@@ -1,0 +1,64 @@
+/* `autoaccel`: entry point and subcommand dispatch. */
+#include "cli.h"
+#include "common/aa.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+  const char *name;
+  int (*fn)(int, char **);
+  const char *summary;
+} commands[] = {
+    {"train", aa_cmd_train, "train a model (single process) from a model spec"},
+    {"data", aa_cmd_data, "build token shards from text, make the synthetic corpus, inspect shards"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: autoaccel <command> [options]\n\n"
+             "autoaccel finds the fastest way to train a transformer on your devices, by\n"
+             "measuring, and trains it that way.\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fprintf(f, "\nRun 'autoaccel <command> --help' for a command's options.\n"
+             "Exit codes: 0 success, 1 failure, 2 usage error.\n");
+}
+
+int aa_cli_fail(const char *cmd) {
+  fprintf(stderr, "autoaccel %s: %s\n", cmd, aa_last_error());
+  return AA_EXIT_FAIL;
+}
+
+long long aa_cli_parse_int(const char *cmd, const char *opt, const char *val, long long min, long long max) {
+  char *end;
+  errno = 0;
+  long long v = val ? strtoll(val, &end, 10) : 0;
+  if (!val || errno || end == val || *end || v < min || v > max) {
+    fprintf(stderr, "autoaccel %s: %s needs an integer in [%lld, %lld], got '%s'\n", cmd, opt, min, max,
+            val ? val : "");
+    return -1;
+  }
+  return v;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return AA_EXIT_USAGE;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return AA_EXIT_OK;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("autoaccel 0.1.0\n");
+    return AA_EXIT_OK;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "autoaccel: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return AA_EXIT_USAGE;
+}

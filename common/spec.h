@@ -1,0 +1,80 @@
+/* Model spec: the JSON file a user submits. It holds the architecture
+ * (which the canonical hash identifies) and the training settings.
+ * Lives in common/ because both the engine and the planner read it; the
+ * planner must never link the engine. Format: docs/model-spec.md. */
+#ifndef AA_SPEC_H
+#define AA_SPEC_H
+
+#include <stdint.h>
+
+#define AA_PATH_MAX 4096
+
+typedef struct aa_arch {
+  char family[16]; /* "gpt2" */
+  int n_layer;     /* 1..256 */
+  int n_head;      /* 1..256, divides d_model */
+  int d_model;     /* 1..65536 */
+  int d_ff;        /* 1..262144 */
+  int seq_len;     /* 1..65536: context length (position table size) */
+  int vocab_size;  /* 2..1048576 */
+} aa_arch_t;
+
+typedef enum { AA_SCHED_COSINE = 0, AA_SCHED_CONSTANT = 1 } aa_lr_schedule_t;
+
+typedef struct aa_train_cfg {
+  int global_batch;      /* sequences per optimizer step, >= 1 */
+  int steps;             /* optimizer steps, >= 1 */
+  float lr;              /* peak learning rate, > 0 */
+  float min_lr;          /* floor of the cosine decay, 0 <= min_lr <= lr; default lr/10 */
+  int warmup_steps;      /* linear warm-up, 0 <= warmup_steps <= steps; default 0 */
+  aa_lr_schedule_t schedule; /* "cosine" (default) or "constant" */
+  float weight_decay;    /* >= 0, default 0.1; applied to 2-D weights only */
+  float beta1, beta2;    /* in [0,1), defaults 0.9, 0.95 */
+  float eps;             /* > 0, default 1e-8 */
+  float grad_clip;       /* global-norm clip, 0 = off, default 1.0 */
+  uint64_t seed;         /* default 1234 */
+  int eval_every;        /* steps between validation passes, 0 = only at end; default 100 */
+  int eval_batches;      /* batches per validation pass, default 8 */
+  int checkpoint_every;  /* steps between checkpoints, 0 = none; default 0 */
+} aa_train_cfg_t;
+
+typedef struct aa_model_spec {
+  char name[128];            /* optional "name", default: file stem */
+  aa_arch_t arch;
+  aa_train_cfg_t train;
+  char train_data[AA_PATH_MAX]; /* resolved relative to the spec file's directory */
+  char val_data[AA_PATH_MAX];   /* may be empty: no validation */
+  char init_weights[AA_PATH_MAX]; /* optional checkpoint to start from; may be empty */
+} aa_model_spec_t;
+
+/* Parses and validates a spec from a JSON file. On failure returns a
+ * negative code and the last-error message names the file and either the
+ * line/column (syntax) or the field path and the rule that failed, e.g.
+ *   "model.json: model.n_head: must divide model.d_model (768 % 5 != 0)".
+ * *out is written only on success. */
+int aa_spec_load(aa_model_spec_t *out, const char *path);
+
+/* Same, from a NUL-terminated JSON string; relative data paths are resolved
+ * against base_dir (may be NULL = current directory); `origin` names the
+ * source in error messages. */
+int aa_spec_parse(aa_model_spec_t *out, const char *json, const char *base_dir, const char *origin);
+
+/* Validates an architecture alone (ranges, divisibility). */
+int aa_arch_validate(const aa_arch_t *a);
+
+/* Canonical hash of the architecture: FNV-1a 64 over the canonical text
+ * "family=gpt2;n_layer=..;n_head=..;d_model=..;d_ff=..;seq_len=..;vocab_size=.."
+ * written as 16 lowercase hex digits + NUL into out (17 bytes). The same
+ * architecture always gives the same hash whatever the JSON key order,
+ * spacing or training settings. */
+void aa_arch_hash(const aa_arch_t *a, char out[17]);
+
+/* Number of trainable parameters of the architecture. */
+uint64_t aa_arch_param_count(const aa_arch_t *a);
+
+/* Learning rate at step (0-based) under the spec's schedule:
+ * warm-up: lr*(step+1)/warmup for step < warmup; then cosine from lr down
+ * to min_lr over the remaining steps (or constant lr). */
+float aa_lr_at(const aa_train_cfg_t *t, int step);
+
+#endif

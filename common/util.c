@@ -1,0 +1,76 @@
+#include "aa.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+static aa_log_level_t log_level = AA_LOG_INFO;
+
+void aa_log_set_level(aa_log_level_t level) { log_level = level; }
+
+void aa_log(aa_log_level_t level, const char *fmt, ...) {
+  static const char *names[] = {"debug", "info", "warn", "error"};
+  if (level < log_level) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "[%s] ", names[level]);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+size_t aa_dtype_size(aa_dtype_t t) { return t == AA_F32 ? 4 : 2; }
+
+const char *aa_dtype_name(aa_dtype_t t) {
+  switch (t) {
+  case AA_F32: return "fp32";
+  case AA_BF16: return "bf16";
+  case AA_F16: return "fp16";
+  }
+  return "?";
+}
+
+double aa_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+uint64_t aa_fnv1a(uint64_t h, const void *data, size_t n) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+void aa_rng_seed(aa_rng_t *r, uint64_t seed) {
+  /* splitmix64 scramble so that small seeds give unrelated streams and the
+   * state is never zero (xorshift's fixed point). */
+  uint64_t z = seed + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  r->s = z ? z : 0x2545f4914f6cdd1dULL;
+}
+
+uint64_t aa_rng_u64(aa_rng_t *r) {
+  uint64_t x = r->s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  r->s = x;
+  return x * 0x2545f4914f6cdd1dULL;
+}
+
+float aa_rng_uniform(aa_rng_t *r) { return (float)(aa_rng_u64(r) >> 40) / 16777216.0f; }
+
+float aa_rng_normal(aa_rng_t *r) {
+  /* Box-Muller; one draw per call keeps the state a single word, which
+   * makes checkpointing the RNG trivial. */
+  float u1 = aa_rng_uniform(r), u2 = aa_rng_uniform(r);
+  if (u1 < 1e-7f) u1 = 1e-7f;
+  return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
+}

@@ -1,0 +1,102 @@
+/* The backend op table. The engine calls every tensor operation through an
+ * aa_ops_t so that model code is backend-agnostic: kernels/cpu provides the
+ * reference implementation (OpenBLAS + OpenMP), kernels/cuda provides the GPU
+ * one later, behind the same table.
+ *
+ * Conventions (after llm.c):
+ *  - Shapes are given in comments as (B,T,C) etc., row-major, float32.
+ *  - B = micro-batch, T = sequence length, C = d_model, NH = heads,
+ *    F = d_ff, V = vocab, N = B*T rows.
+ *  - Linear weights are stored (OC, C) like torch.nn.Linear: y = x W^T + b.
+ *  - Every *_backward ACCUMULATES (+=) into its gradient outputs (dinp,
+ *    dweight, dbias). The engine zeroes parameter gradients once per
+ *    optimizer step (so micro-batches accumulate) and activation gradients
+ *    before each backward pass.
+ *  - Pointers never alias unless a comment says they may.
+ *  - All kernels are deterministic for a fixed thread count: reductions use
+ *    a fixed partition and order, so reruns (and resumed runs) give
+ *    bit-identical results. */
+#ifndef AA_OPS_H
+#define AA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct aa_ops {
+  const char *name; /* "cpu", "cuda" */
+
+  /* Sets the number of worker threads (OpenMP and BLAS). n >= 1. */
+  void (*set_threads)(int n);
+
+  /* out(B,T,C) = wte[inp[b,t]] + wpe[t]. inp (B,T) token ids < V. */
+  void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T,
+                          int C);
+  /* dwte(V,C) += scatter of dout; dwpe(T,C) += sum over b of dout. */
+  void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C);
+
+  /* out(N,C) = (inp - mean) * rstd * weight + bias, eps = 1e-5 (as PyTorch).
+   * mean(N), rstd(N) are saved for backward. */
+  void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                            const float *bias, int N, int C);
+  void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                             const float *weight, const float *mean, const float *rstd, int N, int C);
+
+  /* out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be NULL.
+   * out is overwritten, not accumulated. */
+  void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
+                         int OC);
+  /* dinp(N,C) += dout @ weight; dweight(OC,C) += dout^T @ inp;
+   * dbias(OC) += column sums of dout (dbias may be NULL). */
+  void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                          const float *weight, int N, int C, int OC);
+
+  /* Causal multi-head self-attention.
+   * qkv(B,T,3C): per position [q(C) | k(C) | v(C)], head h uses columns
+   * h*hs .. h*hs+hs-1 of each part, hs = C/NH. Scores are scaled by
+   * 1/sqrt(hs). att(B,NH,T,T) receives the post-softmax probabilities (row t
+   * only meaningful for columns <= t; the rest is zero) and is kept for
+   * backward. out(B,T,C) = att @ v with heads concatenated. */
+  void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+  /* dqkv(B,T,3C) += gradient w.r.t. qkv. The backend may use internal
+   * scratch (per-thread rows of T floats). */
+  void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
+                             int C, int NH);
+
+  /* GELU, tanh approximation (GPT-2; torch approximate='tanh'). */
+  void (*gelu_forward)(float *out, const float *inp, size_t n);
+  /* dinp += gelu'(inp) * dout. */
+  void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+
+  /* out = a + b (out may alias a or b). */
+  void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+  /* y += x. */
+  void (*accumulate)(float *y, const float *x, size_t n);
+
+  /* Softmax cross-entropy over logits(N,V) with targets(N) < V.
+   * losses(N) = -log softmax(logits)[target]; probs(N,V) receives the
+   * softmax (probs may alias logits). Computed with max-subtraction. */
+  void (*crossentropy_forward)(float *losses, float *probs, const float *logits, const int32_t *targets, int N,
+                               int V);
+  /* dlogits(N,V) += dloss * (probs - onehot(target)), with one scalar dloss
+   * for every row (the engine passes 1/(N*accum) for a mean loss).
+   * dlogits may alias probs: then it is overwritten, not accumulated. */
+  void (*crossentropy_backward)(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N,
+                                int V);
+
+  /* AdamW on a flat slice, as torch.optim.AdamW:
+   *   p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+   *   p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
+   * t >= 1 is the step count; pass wd = 0 for slices without decay. */
+  void (*adamw_update)(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+                       float beta2, float eps, float weight_decay, int t);
+
+  /* Sum of squares in double (for the global gradient norm). */
+  double (*sum_squares)(const float *x, size_t n);
+  /* x *= s. */
+  void (*scale)(float *x, float s, size_t n);
+} aa_ops_t;
+
+/* The CPU backend. Always available. */
+const aa_ops_t *aa_ops_cpu(void);
+
+#endif
