@@ -1,0 +1,589 @@
+/* Model-spec parsing, validation, canonical hash, parameter count and the
+ * learning-rate schedule (common/spec.c). Fixtures live in tests/specs/ and
+ * are found through AA_SOURCE_DIR (set by ctest; "." when unset). */
+#include "common/aa.h"
+#include "common/spec.h"
+#include "tests/aa_test.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *src_dir(void) {
+  const char *d = getenv("AA_SOURCE_DIR");
+  return d && *d ? d : ".";
+}
+
+/* Path of a fixture; valid until the next call. */
+static const char *fixture(const char *name) {
+  static char buf[AA_PATH_MAX];
+  snprintf(buf, sizeof buf, "%s/tests/specs/%s", src_dir(), name);
+  return buf;
+}
+
+#define MODEL_OK "\"n_layer\": 2, \"n_head\": 4, \"d_model\": 128, \"seq_len\": 64, \"vocab_size\": 256"
+#define TRAIN_OK "\"global_batch\": 16, \"steps\": 300, \"lr\": 0.003"
+#define DATA_OK "\"train\": \"train.bin\""
+
+/* Builds a spec from the contents of its sections (NULL = a valid default)
+ * plus extra top-level members, and parses it as "model.json" in /specs. */
+static int parse_parts(aa_model_spec_t *out, const char *model, const char *train, const char *data,
+                       const char *extra) {
+  model = model ? model : MODEL_OK;
+  train = train ? train : TRAIN_OK;
+  data = data ? data : DATA_OK;
+  extra = extra ? extra : "";
+  size_t cap = strlen(model) + strlen(train) + strlen(data) + strlen(extra) + 128;
+  char *json = malloc(cap);
+  snprintf(json, cap, "{\"model\": {%s},\n \"train\": {%s},\n \"data\": {%s}%s%s}", model, train, data,
+           *extra ? ", " : "", extra);
+  int rc = aa_spec_parse(out, json, "/specs", "model.json");
+  free(json);
+  return rc;
+}
+
+/* Checks that rc is `code`, that *out was left untouched, and that the
+ * last-error message contains every needle (a NULL-terminated list). */
+static void check_error(int line, int rc, int code, const aa_model_spec_t *s, const char *const *needles) {
+  static unsigned char poison[sizeof(aa_model_spec_t)];
+  memset(poison, 0xAB, sizeof poison);
+  CHECK_MSG(rc == code, "line %d: rc %d, want %d (%s)", line, rc, code, aa_last_error());
+  if (s) CHECK_MSG(memcmp(s, poison, sizeof poison) == 0, "line %d: *out written on failure", line);
+  for (; *needles; needles++)
+    CHECK_MSG(strstr(aa_last_error(), *needles), "line %d: message \"%s\" lacks \"%s\"", line,
+              aa_last_error(), *needles);
+}
+
+static aa_model_spec_t *poisoned(void) {
+  static aa_model_spec_t s;
+  memset(&s, 0xAB, sizeof s);
+  return &s;
+}
+
+/* EXPECT_PARTS_ERROR(model, train, data, extra, code, needle...) */
+#define EXPECT_PARTS_ERROR(m, t, d, x, code, ...)                                                            \
+  do {                                                                                                       \
+    aa_model_spec_t *s_ = poisoned();                                                                        \
+    int rc_ = parse_parts(s_, m, t, d, x);                                                                   \
+    check_error(__LINE__, rc_, code, s_, (const char *const[]){__VA_ARGS__, NULL});                          \
+  } while (0)
+
+#define EXPECT_LOAD_ERROR(path, code, ...)                                                                   \
+  do {                                                                                                       \
+    aa_model_spec_t *s_ = poisoned();                                                                        \
+    int rc_ = aa_spec_load(s_, path);                                                                        \
+    check_error(__LINE__, rc_, code, s_, (const char *const[]){__VA_ARGS__, NULL});                          \
+  } while (0)
+
+/* --- parsing valid specs ------------------------------------------------- */
+
+AA_TEST(full_spec_parses_every_field_as_written) {
+  aa_model_spec_t s;
+  int rc = aa_spec_load(&s, fixture("full.json"));
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  CHECK(strcmp(s.name, "tiny-synth") == 0);
+  CHECK(strcmp(s.arch.family, "gpt2") == 0);
+  CHECK(s.arch.n_layer == 2 && s.arch.n_head == 4 && s.arch.d_model == 128);
+  CHECK(s.arch.d_ff == 384 && s.arch.seq_len == 64 && s.arch.vocab_size == 256);
+  CHECK(s.train.global_batch == 16 && s.train.steps == 300);
+  CHECK(s.train.lr == 3e-3f && s.train.min_lr == 1e-4f);
+  CHECK(s.train.warmup_steps == 20);
+  CHECK(s.train.schedule == AA_SCHED_CONSTANT);
+  CHECK(s.train.weight_decay == 0.05f && s.train.beta1 == 0.8f && s.train.beta2 == 0.99f);
+  CHECK(s.train.eps == 1e-6f && s.train.grad_clip == 0.5f);
+  CHECK(s.train.seed == UINT64_C(9223372036854775807));
+  CHECK(s.train.eval_every == 50 && s.train.eval_batches == 4 && s.train.checkpoint_every == 100);
+}
+
+AA_TEST(minimal_spec_gets_every_default) {
+  aa_model_spec_t s;
+  int rc = aa_spec_load(&s, fixture("minimal.json"));
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  CHECK(strcmp(s.name, "minimal") == 0); /* the file stem */
+  CHECK(strcmp(s.arch.family, "gpt2") == 0);
+  CHECK(s.arch.d_ff == 4 * 128);
+  CHECK(s.train.min_lr == 3e-3f / 10.0f);
+  CHECK(s.train.warmup_steps == 0);
+  CHECK(s.train.schedule == AA_SCHED_COSINE);
+  CHECK(s.train.weight_decay == 0.1f && s.train.beta1 == 0.9f && s.train.beta2 == 0.95f);
+  CHECK(s.train.eps == 1e-8f && s.train.grad_clip == 1.0f);
+  CHECK(s.train.seed == 1234);
+  CHECK(s.train.eval_every == 100 && s.train.eval_batches == 8 && s.train.checkpoint_every == 0);
+  CHECK(s.val_data[0] == '\0' && s.init_weights[0] == '\0');
+}
+
+AA_TEST(integer_json_values_are_accepted_for_float_fields) {
+  aa_model_spec_t s;
+  int rc = parse_parts(&s, NULL, "\"global_batch\": 1, \"steps\": 10, \"lr\": 1, \"min_lr\": 0, \"beta1\": 0",
+                       NULL, NULL);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  CHECK(s.train.lr == 1.0f && s.train.min_lr == 0.0f && s.train.beta1 == 0.0f);
+}
+
+AA_TEST(relative_paths_resolve_against_the_spec_directory) {
+  aa_model_spec_t s;
+  char want[AA_PATH_MAX * 2];
+  int rc = aa_spec_load(&s, fixture("full.json"));
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  snprintf(want, sizeof want, "%s/tests/specs/data/train.bin", src_dir());
+  CHECK_MSG(strcmp(s.train_data, want) == 0, "%s != %s", s.train_data, want);
+  snprintf(want, sizeof want, "%s/tests/specs/data/val.bin", src_dir());
+  CHECK_MSG(strcmp(s.val_data, want) == 0, "%s != %s", s.val_data, want);
+  snprintf(want, sizeof want, "%s/tests/specs/ckpt/start.ckpt", src_dir());
+  CHECK_MSG(strcmp(s.init_weights, want) == 0, "%s != %s", s.init_weights, want);
+
+  /* A base_dir with a trailing slash does not double it. */
+  rc = aa_spec_parse(
+      &s, "{\"model\": {" MODEL_OK "}, \"train\": {" TRAIN_OK "}, \"data\": {\"train\": \"t.bin\"}}", "/",
+      "x.json");
+  CHECK(rc == 0 && strcmp(s.train_data, "/t.bin") == 0);
+}
+
+AA_TEST(absolute_paths_are_kept) {
+  aa_model_spec_t s;
+  int rc = aa_spec_load(&s, fixture("absolute_paths.json"));
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  CHECK(strcmp(s.train_data, "/srv/data/train.bin") == 0);
+  CHECK(strcmp(s.val_data, "/srv/data/val.bin") == 0);
+  CHECK(strcmp(s.init_weights, "/srv/ckpt/start.ckpt") == 0);
+}
+
+AA_TEST(parse_without_base_dir_keeps_paths_relative_and_names_model) {
+  aa_model_spec_t s;
+  int rc = aa_spec_parse(
+      &s, "{\"model\": {" MODEL_OK "}, \"train\": {" TRAIN_OK "}, \"data\": {" DATA_OK "}}", NULL, NULL);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  CHECK(strcmp(s.train_data, "train.bin") == 0);
+  CHECK(strcmp(s.name, "model") == 0);
+}
+
+AA_TEST(name_defaults_to_origin_stem_and_is_bounded) {
+  aa_model_spec_t s;
+  int rc = parse_parts(&s, NULL, NULL, NULL, NULL);
+  CHECK(rc == 0 && strcmp(s.name, "model") == 0); /* stem of "model.json" */
+
+  char name[200], extra[256];
+  memset(name, 'n', 127);
+  name[127] = '\0';
+  snprintf(extra, sizeof extra, "\"name\": \"%s\"", name);
+  rc = parse_parts(&s, NULL, NULL, NULL, extra);
+  CHECK_MSG(rc == 0 && strlen(s.name) == 127, "%s", aa_last_error());
+
+  memset(name, 'n', 128);
+  name[128] = '\0';
+  snprintf(extra, sizeof extra, "\"name\": \"%s\"", name);
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, extra, AA_EINVAL, "model.json: name: must be at most 127 bytes long");
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"name\": \"\"", AA_EINVAL, "name: must not be empty");
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"name\": \"a\\tb\"", AA_EINVAL, "name: must not contain control");
+}
+
+/* --- syntax and file errors ---------------------------------------------- */
+
+AA_TEST(syntax_error_reports_file_line_and_column) {
+  aa_model_spec_t *s = poisoned();
+  char want[AA_PATH_MAX + 32];
+  int rc = aa_spec_load(s, fixture("bad_syntax.json"));
+  /* The '@' is line 3, column 24 of the fixture. */
+  snprintf(want, sizeof want, "%s:3:24: ", fixture("bad_syntax.json"));
+  check_error(__LINE__, rc, AA_EPARSE, s, (const char *const[]){"invalid token", NULL});
+  CHECK_MSG(strncmp(aa_last_error(), want, strlen(want)) == 0, "\"%s\" does not start with \"%s\"",
+            aa_last_error(), want);
+}
+
+AA_TEST(duplicate_key_is_a_syntax_error_naming_the_key) {
+  char want[AA_PATH_MAX + 32];
+  snprintf(want, sizeof want, "%s:2:", fixture("bad_duplicate_key.json"));
+  EXPECT_LOAD_ERROR(fixture("bad_duplicate_key.json"), AA_EPARSE, want, "duplicate object key", "n_head");
+}
+
+AA_TEST(empty_file_is_rejected_clearly) {
+  EXPECT_LOAD_ERROR(fixture("bad_empty.json"), AA_EPARSE, "bad_empty.json: empty (expected a JSON object)");
+  aa_model_spec_t *s = poisoned();
+  int rc = aa_spec_parse(s, " \n\t ", NULL, "blank.json");
+  check_error(__LINE__, rc, AA_EPARSE, s, (const char *const[]){"blank.json: empty", NULL});
+}
+
+AA_TEST(non_object_top_level_is_rejected) {
+  EXPECT_LOAD_ERROR(fixture("bad_top_level_array.json"), AA_EINVAL,
+                    "top level must be a JSON object (got array)");
+  aa_model_spec_t *s = poisoned();
+  int rc = aa_spec_parse(s, "42", NULL, "n.json");
+  check_error(__LINE__, rc, AA_EINVAL, s,
+              (const char *const[]){"n.json: top level must be a JSON object (got integer)", NULL});
+}
+
+AA_TEST(missing_file_is_enoent_naming_the_path) {
+  EXPECT_LOAD_ERROR(fixture("does_not_exist.json"), AA_ENOENT, "does_not_exist.json: No such file");
+}
+
+AA_TEST(directory_is_an_io_error) {
+  char dir[AA_PATH_MAX];
+  snprintf(dir, sizeof dir, "%s/tests/specs", src_dir());
+  EXPECT_LOAD_ERROR(dir, AA_EIO, "tests/specs: Is a directory");
+}
+
+AA_TEST(file_over_one_mib_is_rejected_before_parsing) {
+  char tmpl[] = "/tmp/aa_spec_XXXXXX";
+  int fd = mkstemp(tmpl);
+  CHECK(fd >= 0);
+  if (fd < 0) return;
+  /* Valid JSON padded with whitespace: only the size can reject it. */
+  static char pad[(1 << 20) + 2];
+  memset(pad, ' ', sizeof pad);
+  const char *body = "{\"model\": {" MODEL_OK "}, \"train\": {" TRAIN_OK "}, \"data\": {" DATA_OK "}}";
+  memcpy(pad, body, strlen(body));
+  CHECK(write(fd, pad, sizeof pad) == (ssize_t)sizeof pad);
+  close(fd);
+  EXPECT_LOAD_ERROR(tmpl, AA_EINVAL, "too large", "at most 1048576 bytes");
+
+  /* Exactly 1 MiB is still accepted. */
+  CHECK(truncate(tmpl, 1 << 20) == 0);
+  aa_model_spec_t s;
+  int rc = aa_spec_load(&s, tmpl);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  unlink(tmpl);
+}
+
+AA_TEST(nul_byte_in_file_is_rejected) {
+  char tmpl[] = "/tmp/aa_spec_XXXXXX";
+  int fd = mkstemp(tmpl);
+  CHECK(fd >= 0);
+  if (fd < 0) return;
+  const char body[] = "{\"model\": {}}\0{}";
+  CHECK(write(fd, body, sizeof body - 1) == (ssize_t)(sizeof body - 1));
+  close(fd);
+  EXPECT_LOAD_ERROR(tmpl, AA_EPARSE, "NUL byte at offset 13");
+  unlink(tmpl);
+}
+
+/* --- validation errors --------------------------------------------------- */
+
+AA_TEST(missing_required_field_is_named) {
+  EXPECT_PARTS_ERROR(NULL, "\"global_batch\": 16, \"steps\": 300", NULL, NULL, AA_EINVAL,
+                     "model.json: train.lr: required field is missing");
+  EXPECT_PARTS_ERROR("\"n_layer\": 2, \"n_head\": 4, \"d_model\": 128, \"seq_len\": 64", NULL, NULL, NULL,
+                     AA_EINVAL, "model.json: model.vocab_size: required field is missing");
+  EXPECT_PARTS_ERROR(NULL, NULL, "\"val\": \"v.bin\"", NULL, AA_EINVAL,
+                     "model.json: data.train: required field is missing");
+  aa_model_spec_t *s = poisoned();
+  int rc = aa_spec_parse(s, "{\"model\": {" MODEL_OK "}, \"data\": {" DATA_OK "}}", NULL, "model.json");
+  check_error(__LINE__, rc, AA_EINVAL, s,
+              (const char *const[]){"model.json: train: required field is missing", NULL});
+}
+
+AA_TEST(wrong_type_names_the_expected_type) {
+  EXPECT_PARTS_ERROR(
+      "\"n_layer\": 2.5, \"n_head\": 4, \"d_model\": 128, \"seq_len\": 64, \"vocab_size\": 256", NULL, NULL,
+      NULL, AA_EINVAL, "model.json: model.n_layer: must be an integer (got real number 2.5)");
+  EXPECT_PARTS_ERROR(
+      "\"n_layer\": 2.0, \"n_head\": 4, \"d_model\": 128, \"seq_len\": 64, \"vocab_size\": 256", NULL, NULL,
+      NULL, AA_EINVAL, "model.n_layer: must be an integer (got real number 2.0)");
+  EXPECT_PARTS_ERROR(
+      "\"n_layer\": \"2\", \"n_head\": 4, \"d_model\": 128, \"seq_len\": 64, \"vocab_size\": 256", NULL, NULL,
+      NULL, AA_EINVAL, "model.n_layer: must be an integer (got string)");
+  EXPECT_PARTS_ERROR(NULL, "\"global_batch\": 16, \"steps\": 300, \"lr\": \"0.1\"", NULL, NULL, AA_EINVAL,
+                     "train.lr: must be a number (got string)");
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"seed\": 1.5", NULL, NULL, AA_EINVAL,
+                     "train.seed: must be an integer (got real number 1.5)");
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"schedule\": true", NULL, NULL, AA_EINVAL,
+                     "train.schedule: must be a string (got boolean)");
+  EXPECT_PARTS_ERROR(NULL, NULL, "\"train\": null", NULL, AA_EINVAL,
+                     "data.train: must be a string (got null)");
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"init_weights\": 3", AA_EINVAL,
+                     "init_weights: must be a string (got integer)");
+  aa_model_spec_t *s = poisoned();
+  int rc = aa_spec_parse(s, "{\"model\": [], \"train\": {}, \"data\": {}}", NULL, "model.json");
+  check_error(__LINE__, rc, AA_EINVAL, s,
+              (const char *const[]){"model.json: model: must be an object (got array)", NULL});
+}
+
+AA_TEST(out_of_range_values_are_rejected_with_the_range) {
+  EXPECT_PARTS_ERROR("\"n_layer\": 0, \"n_head\": 4, \"d_model\": 128, \"seq_len\": 64, \"vocab_size\": 256",
+                     NULL, NULL, NULL, AA_EINVAL,
+                     "model.json: model.n_layer: must be between 1 and 256 (got 0)");
+  EXPECT_PARTS_ERROR("\"n_layer\": 2, \"n_head\": 4, \"d_model\": 128, \"seq_len\": 64, \"vocab_size\": 1",
+                     NULL, NULL, NULL, AA_EINVAL, "model.vocab_size: must be between 2 and 1048576 (got 1)");
+  EXPECT_PARTS_ERROR(MODEL_OK ", \"d_ff\": 262145", NULL, NULL, NULL, AA_EINVAL,
+                     "model.d_ff: must be between 1 and 262144 (got 262145)");
+  EXPECT_PARTS_ERROR(NULL, "\"global_batch\": 0, \"steps\": 300, \"lr\": 0.1", NULL, NULL, AA_EINVAL,
+                     "train.global_batch: must be >= 1 (got 0)");
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"eval_batches\": 0", NULL, NULL, AA_EINVAL,
+                     "train.eval_batches: must be >= 1 (got 0)");
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"eval_every\": -1", NULL, NULL, AA_EINVAL,
+                     "train.eval_every: must be >= 0 (got -1)");
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"checkpoint_every\": -5", NULL, NULL, AA_EINVAL,
+                     "train.checkpoint_every: must be >= 0 (got -5)");
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"seed\": -1", NULL, NULL, AA_EINVAL,
+                     "train.seed: must be >= 0 (got -1)");
+  EXPECT_PARTS_ERROR(NULL, "\"global_batch\": 16, \"steps\": 300, \"lr\": 0", NULL, NULL, AA_EINVAL,
+                     "train.lr: must be > 0 (got 0)");
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"min_lr\": -0.001", NULL, NULL, AA_EINVAL,
+                     "train.min_lr: must be >= 0");
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"beta1\": 1.0", NULL, NULL, AA_EINVAL,
+                     "train.beta1: must be in [0, 1) (got 1)");
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"beta2\": -0.5", NULL, NULL, AA_EINVAL,
+                     "train.beta2: must be in [0, 1)");
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"eps\": 0", NULL, NULL, AA_EINVAL, "train.eps: must be > 0 (got 0)");
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"weight_decay\": -0.1", NULL, NULL, AA_EINVAL,
+                     "train.weight_decay: must be >= 0");
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"grad_clip\": -1", NULL, NULL, AA_EINVAL,
+                     "train.grad_clip: must be >= 0");
+}
+
+AA_TEST(values_beyond_c_int_or_float_are_rejected_not_wrapped) {
+  /* 2^32 + 2 would become 2 if it were cast to int before the check. */
+  EXPECT_PARTS_ERROR(
+      "\"n_layer\": 4294967298, \"n_head\": 4, \"d_model\": 128, \"seq_len\": 64, \"vocab_size\": 256", NULL,
+      NULL, NULL, AA_EINVAL, "model.n_layer: must be between 1 and 256 (got 4294967298)");
+  EXPECT_PARTS_ERROR(NULL, "\"global_batch\": 16, \"steps\": 2147483648, \"lr\": 0.1", NULL, NULL, AA_EINVAL,
+                     "train.steps: must be <= 2147483647 (got 2147483648)");
+  EXPECT_PARTS_ERROR(NULL, "\"global_batch\": 16, \"steps\": 300, \"lr\": 1e39", NULL, NULL, AA_EINVAL,
+                     "train.lr: out of range of a 32-bit float (got 1e+39)");
+  /* Rounding to float would make these break their rule. */
+  EXPECT_PARTS_ERROR(
+      NULL, TRAIN_OK ", \"beta2\": 0.9999999999", NULL, NULL, AA_EINVAL,
+      "train.beta2: must be in [0, 1) (got 0.9999999999, which rounds to 1 as a 32-bit float)");
+  EXPECT_PARTS_ERROR(NULL, "\"global_batch\": 16, \"steps\": 300, \"lr\": 1e-50", NULL, NULL, AA_EINVAL,
+                     "train.lr: must be > 0 (got 1e-50, which rounds to 0 as a 32-bit float)");
+  /* Past 2^63-1 the JSON reader itself refuses the integer. */
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"seed\": 9223372036854775808", NULL, NULL, AA_EPARSE,
+                     "model.json:2:", "too big integer");
+}
+
+AA_TEST(n_head_must_divide_d_model) {
+  EXPECT_PARTS_ERROR("\"n_layer\": 2, \"n_head\": 5, \"d_model\": 768, \"seq_len\": 64, \"vocab_size\": 256",
+                     NULL, NULL, NULL, AA_EINVAL,
+                     "model.json: model.n_head: must divide model.d_model (768 % 5 != 0)");
+}
+
+AA_TEST(min_lr_above_lr_is_rejected) {
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"min_lr\": 0.01", NULL, NULL, AA_EINVAL,
+                     "model.json: train.min_lr: must be <= train.lr (0.01 > 0.003)");
+}
+
+AA_TEST(warmup_longer_than_steps_is_rejected) {
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"warmup_steps\": 301", NULL, NULL, AA_EINVAL,
+                     "model.json: train.warmup_steps: must be <= train.steps (301 > 300)");
+  aa_model_spec_t s;
+  CHECK(parse_parts(&s, NULL, TRAIN_OK ", \"warmup_steps\": 300", NULL, NULL) == 0);
+}
+
+AA_TEST(unknown_key_is_named_with_the_allowed_keys) {
+  EXPECT_PARTS_ERROR(
+      MODEL_OK ", \"n_heads\": 4", NULL, NULL, NULL, AA_EINVAL,
+      "model.json: model.n_heads: unknown key (allowed: family, n_layer, n_head, d_model, d_ff, "
+      "seq_len, vocab_size)");
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"learning_rate\": 0.1", NULL, NULL, AA_EINVAL,
+                     "train.learning_rate: unknown key (allowed: global_batch, steps, lr,");
+  EXPECT_PARTS_ERROR(NULL, NULL, DATA_OK ", \"test\": \"t.bin\"", NULL, AA_EINVAL,
+                     "data.test: unknown key (allowed: train, val)");
+  EXPECT_PARTS_ERROR(
+      NULL, NULL, NULL, "\"init_weight\": \"w.ckpt\"", AA_EINVAL,
+      "model.json: init_weight: unknown key (allowed: name, model, train, data, init_weights)");
+  /* A hostile key is escaped, not copied raw into the message. */
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"a\\u0001\\nb\": 1", AA_EINVAL, "a\\x01\\x0ab: unknown key");
+}
+
+AA_TEST(bad_enum_value_lists_the_choices) {
+  EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"schedule\": \"linear\"", NULL, NULL, AA_EINVAL,
+                     "model.json: train.schedule: must be one of: cosine, constant (got \"linear\")");
+  EXPECT_PARTS_ERROR(MODEL_OK ", \"family\": \"llama\"", NULL, NULL, NULL, AA_EINVAL,
+                     "model.family: must be one of: gpt2 (got \"llama\")");
+}
+
+AA_TEST(overlong_path_is_rejected) {
+  size_t n = AA_PATH_MAX + 10;
+  char *data = malloc(n + 32);
+  snprintf(data, n + 32, "\"train\": \"/%0*d\"", (int)n - 1, 0);
+  EXPECT_PARTS_ERROR(NULL, NULL, data, NULL, AA_EINVAL,
+                     "model.json: data.train: path too long (4106 bytes; max 4095)");
+
+  /* The limit applies to the resolved path: "/specs/" + 4089 bytes is over. */
+  snprintf(data, n + 32, "\"train\": \"%0*d\"", AA_PATH_MAX - 7, 0);
+  EXPECT_PARTS_ERROR(
+      NULL, NULL, data, NULL, AA_EINVAL,
+      "data.train: path too long (4096 bytes after resolving against the spec's directory; max 4095)");
+
+  /* The longest path that fits is accepted, whole. */
+  snprintf(data, n + 32, "\"train\": \"/%0*d\"", AA_PATH_MAX - 2, 0);
+  aa_model_spec_t s;
+  int rc = parse_parts(&s, NULL, NULL, data, NULL);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  CHECK(strlen(s.train_data) == AA_PATH_MAX - 1);
+  free(data);
+
+  EXPECT_PARTS_ERROR(NULL, NULL, "\"train\": \"\"", NULL, AA_EINVAL, "data.train: must not be empty");
+}
+
+/* --- architecture -------------------------------------------------------- */
+
+static aa_arch_t gpt2_124m(void) {
+  aa_arch_t a = {.family = "gpt2",
+                 .n_layer = 12,
+                 .n_head = 12,
+                 .d_model = 768,
+                 .d_ff = 3072,
+                 .seq_len = 1024,
+                 .vocab_size = 50257};
+  return a;
+}
+
+AA_TEST(arch_validate_checks_family_ranges_and_divisibility) {
+  aa_arch_t a = gpt2_124m();
+  CHECK(aa_arch_validate(&a) == 0);
+  a.n_head = 7;
+  CHECK(aa_arch_validate(&a) == AA_EINVAL);
+  CHECK(strcmp(aa_last_error(), "model.n_head: must divide model.d_model (768 % 7 != 0)") == 0);
+  a = gpt2_124m();
+  a.seq_len = 0;
+  CHECK(aa_arch_validate(&a) == AA_EINVAL &&
+        strstr(aa_last_error(), "model.seq_len: must be between 1 and 65536"));
+  a = gpt2_124m();
+  snprintf(a.family, sizeof a.family, "llama");
+  CHECK(aa_arch_validate(&a) == AA_EINVAL && strstr(aa_last_error(), "model.family"));
+}
+
+/* FNV-1a 64, written out here so the test does not trust aa_fnv1a. */
+static uint64_t local_fnv1a(const char *s) {
+  uint64_t h = 14695981039346656037ULL;
+  for (; *s; s++) {
+    h ^= (unsigned char)*s;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+AA_TEST(hash_is_fnv1a_of_the_canonical_text) {
+  aa_arch_t a = gpt2_124m();
+  char got[17], want[17];
+  aa_arch_hash(&a, got);
+  snprintf(want, sizeof want, "%016llx",
+           (unsigned long long)local_fnv1a(
+               "family=gpt2;n_layer=12;n_head=12;d_model=768;d_ff=3072;seq_len=1024;vocab_size=50257"));
+  CHECK_MSG(strcmp(got, want) == 0, "%s != %s", got, want);
+  /* Pinned: stored results are keyed by this value, so it must never drift. */
+  CHECK_MSG(strcmp(got, "ed69e0f1c48afce8") == 0, "got %s", got);
+  CHECK(strlen(got) == 16);
+  for (int i = 0; i < 16; i++)
+    CHECK((got[i] >= '0' && got[i] <= '9') || (got[i] >= 'a' && got[i] <= 'f'));
+}
+
+AA_TEST(hash_ignores_key_order_spacing_and_training_settings) {
+  aa_model_spec_t x, y;
+  int rc1 = aa_spec_load(&x, fixture("full.json"));
+  int rc2 = aa_spec_load(&y, fixture("reordered.json"));
+  CHECK_MSG(rc1 == 0 && rc2 == 0, "%s", aa_last_error());
+  if (rc1 || rc2) return;
+  CHECK(x.train.lr != y.train.lr && x.train.steps != y.train.steps); /* the settings do differ */
+  char hx[17], hy[17];
+  aa_arch_hash(&x.arch, hx);
+  aa_arch_hash(&y.arch, hy);
+  CHECK_MSG(strcmp(hx, hy) == 0, "%s != %s", hx, hy);
+}
+
+AA_TEST(hash_changes_with_every_architecture_field) {
+  aa_arch_t base = gpt2_124m();
+  char h0[17], h[17];
+  aa_arch_hash(&base, h0);
+  int *fields[] = {&base.n_layer, &base.n_head, &base.d_model, &base.d_ff, &base.seq_len, &base.vocab_size};
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+    *fields[i] += 1;
+    aa_arch_hash(&base, h);
+    CHECK_MSG(strcmp(h, h0) != 0, "field %zu", i);
+    *fields[i] -= 1;
+  }
+  snprintf(base.family, sizeof base.family, "gpt3");
+  aa_arch_hash(&base, h);
+  CHECK(strcmp(h, h0) != 0);
+}
+
+AA_TEST(param_count_matches_gpt2_124m) {
+  aa_arch_t a = gpt2_124m();
+  CHECK(aa_arch_param_count(&a) == UINT64_C(124439808));
+  /* Tiny shape by hand: L=1, C=4, F=8, T=3, V=5. Per layer 8 + 60 + 20 + 8 + 40 + 36 = 172;
+   * wte 20 + wpe 12 + lnf 8. */
+  aa_arch_t t = {
+      .family = "gpt2", .n_layer = 1, .n_head = 1, .d_model = 4, .d_ff = 8, .seq_len = 3, .vocab_size = 5};
+  CHECK(aa_arch_param_count(&t) == 172 + 20 + 12 + 8);
+}
+
+/* --- learning-rate schedule ---------------------------------------------- */
+
+static aa_train_cfg_t sched(aa_lr_schedule_t kind) {
+  aa_train_cfg_t t = {
+      .global_batch = 1, .steps = 100, .lr = 1e-3f, .min_lr = 1e-4f, .warmup_steps = 10, .schedule = kind};
+  return t;
+}
+
+AA_TEST(lr_warms_up_linearly_to_the_peak) {
+  aa_train_cfg_t t = sched(AA_SCHED_COSINE);
+  CHECK_NEAR(aa_lr_at(&t, 0), 1e-4, 1e-9);
+  CHECK_NEAR(aa_lr_at(&t, 4), 5e-4, 1e-9);
+  CHECK_NEAR(aa_lr_at(&t, 9), 1e-3, 1e-9); /* end of warm-up: the peak */
+  CHECK_NEAR(aa_lr_at(&t, 10), 1e-3, 1e-9);
+  t.warmup_steps = 0;
+  CHECK_NEAR(aa_lr_at(&t, 0), 1e-3, 1e-9);
+}
+
+AA_TEST(cosine_decays_monotonically_to_min_lr) {
+  aa_train_cfg_t t = sched(AA_SCHED_COSINE);
+  for (int s = 10; s < 100; s++)
+    CHECK_MSG(aa_lr_at(&t, s + 1) <= aa_lr_at(&t, s), "step %d", s);
+  CHECK_NEAR(aa_lr_at(&t, 55), (1e-3 + 1e-4) / 2, 1e-9); /* halfway through the decay */
+  CHECK_NEAR(aa_lr_at(&t, 100), 1e-4, 1e-9);
+  CHECK_NEAR(aa_lr_at(&t, 99), 1e-4, 1e-6);
+  CHECK(aa_lr_at(&t, 99) >= t.min_lr);
+  CHECK_NEAR(aa_lr_at(&t, 1000), 1e-4, 1e-9); /* past the end it stays at the floor */
+}
+
+AA_TEST(constant_schedule_holds_lr_after_warmup) {
+  aa_train_cfg_t t = sched(AA_SCHED_CONSTANT);
+  CHECK_NEAR(aa_lr_at(&t, 4), 5e-4, 1e-9);
+  for (int s = 10; s <= 100; s += 10)
+    CHECK(aa_lr_at(&t, s) == 1e-3f);
+}
+
+int main(void) {
+  RUN(full_spec_parses_every_field_as_written);
+  RUN(minimal_spec_gets_every_default);
+  RUN(integer_json_values_are_accepted_for_float_fields);
+  RUN(relative_paths_resolve_against_the_spec_directory);
+  RUN(absolute_paths_are_kept);
+  RUN(parse_without_base_dir_keeps_paths_relative_and_names_model);
+  RUN(name_defaults_to_origin_stem_and_is_bounded);
+  RUN(syntax_error_reports_file_line_and_column);
+  RUN(duplicate_key_is_a_syntax_error_naming_the_key);
+  RUN(empty_file_is_rejected_clearly);
+  RUN(non_object_top_level_is_rejected);
+  RUN(missing_file_is_enoent_naming_the_path);
+  RUN(directory_is_an_io_error);
+  RUN(file_over_one_mib_is_rejected_before_parsing);
+  RUN(nul_byte_in_file_is_rejected);
+  RUN(missing_required_field_is_named);
+  RUN(wrong_type_names_the_expected_type);
+  RUN(out_of_range_values_are_rejected_with_the_range);
+  RUN(values_beyond_c_int_or_float_are_rejected_not_wrapped);
+  RUN(n_head_must_divide_d_model);
+  RUN(min_lr_above_lr_is_rejected);
+  RUN(warmup_longer_than_steps_is_rejected);
+  RUN(unknown_key_is_named_with_the_allowed_keys);
+  RUN(bad_enum_value_lists_the_choices);
+  RUN(overlong_path_is_rejected);
+  RUN(arch_validate_checks_family_ranges_and_divisibility);
+  RUN(hash_is_fnv1a_of_the_canonical_text);
+  RUN(hash_ignores_key_order_spacing_and_training_settings);
+  RUN(hash_changes_with_every_architecture_field);
+  RUN(param_count_matches_gpt2_124m);
+  RUN(lr_warms_up_linearly_to_the_peak);
+  RUN(cosine_decays_monotonically_to_min_lr);
+  RUN(constant_schedule_holds_lr_after_warmup);
+  return aa_test_summary();
+}
