@@ -1,0 +1,160 @@
+/* Causal multi-head self-attention on top of single-threaded sgemm.
+ *
+ * Each (batch, head) is an independent problem on a (T,hs) slice of qkv whose
+ * rows are 3C apart, which sgemm reads in place through its leading
+ * dimension. The T queries are processed in blocks of ATT_ROW_BLOCK rows:
+ * block [r0,r1) only needs keys 0..r1-1, so the GEMMs skip the whole masked
+ * triangle except the diagonal block. OpenMP runs one head (or one block) per
+ * thread with OpenBLAS set to one thread for the duration: measured on
+ * T=256, C=512, NH=8, B=8 this is 4-9x faster than hand-vectorised loops and
+ * 2x faster than threading inside each small GEMM (see kernels/README.md).
+ *
+ * Determinism: every output element is produced by one thread with a fixed
+ * sequence of single-threaded GEMMs, so results do not depend on the thread
+ * count, and nothing uses float atomics. */
+#include "cpu_internal.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define ATT_ROW_BLOCK 64
+
+/* OpenBLAS (pthread build) has one global thread count; the per-head GEMMs
+ * run concurrently from OpenMP threads and must each stay single-threaded.
+ * Returns the previous count for att_blas_restore. The engine drives the op
+ * table from one thread, so nobody else calls BLAS meanwhile. */
+static int att_blas_single(void) {
+  int n = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+  return n;
+}
+
+static void att_blas_restore(int n) { openblas_set_num_threads(n); }
+
+/* Softmax of rows r0..r1-1 of one head's score matrix s(T,T) (already
+ * scaled), over columns 0..t for row t, max-subtracted; the columns after t
+ * are zeroed as the att contract requires. */
+static void att_softmax_rows(float *s, int r0, int r1, int T) {
+  for (int t = r0; t < r1; t++) {
+    float *row = s + (size_t)t * T; // (T)
+    float maxv = row[0];
+    for (int j = 1; j <= t; j++)
+      maxv = fmaxf(maxv, row[j]);
+    float sum = 0.0f;
+    for (int j = 0; j <= t; j++) {
+      float e = expf(row[j] - maxv);
+      row[j] = e;
+      sum += e;
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j <= t; j++)
+      row[j] *= inv;
+    for (int j = t + 1; j < T; j++)
+      row[j] = 0.0f;
+  }
+}
+
+/* Query rows r0..r1-1 of one head: att rows = softmax(q k^T / sqrt(hs)) with
+ * the causal mask, out rows = att @ v. q, k, v, out point at the head's first
+ * column with row strides 3C (qkv) and C (out). */
+static void att_block_forward(float *out, float *att, const float *q, const float *k, const float *v, int r0,
+                              int r1, int T, int C, int hs) {
+  int m = r1 - r0, C3 = 3 * C;
+  float scale = 1.0f / sqrtf((float)hs);
+  float *s = att + (size_t)r0 * T; // (m, r1) of (T,T)
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f,
+              s, T);
+  att_softmax_rows(att, r0, r1, T);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f, s, T, v, C3, 0.0f,
+              out + (size_t)r0 * C, C);
+}
+
+/* out(B,T,C), att(B,NH,T,T) from qkv(B,T,3C). Row blocks are independent, so
+ * the parallel loop covers (b, h, block), round-robin because later blocks
+ * see more keys. */
+void aa__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+  int hs = C / NH, nblk = (T + ATT_ROW_BLOCK - 1) / ATT_ROW_BLOCK;
+  size_t C3 = 3 * (size_t)C;
+  int blas_threads = att_blas_single();
+#pragma omp parallel for collapse(3) schedule(static, 1)
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      for (int blk = 0; blk < nblk; blk++) {
+        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs; // (T,hs) rows 3C apart
+        int r0 = blk * ATT_ROW_BLOCK, r1 = aa__cpu_min(r0 + ATT_ROW_BLOCK, T);
+        att_block_forward(out + (size_t)b * T * C + (size_t)h * hs, att + ((size_t)b * NH + h) * T * T, q,
+                          q + C, q + 2 * C, r0, r1, T, C, hs);
+      }
+    }
+  }
+  att_blas_restore(blas_threads);
+}
+
+/* Backward of one head, block by block. With P = att rows r0..r1-1 and dO
+ * their output gradients:
+ *   dP = dO v^T, dS = P * (dP - rowsum(P * dP)) / sqrt(hs) (softmax backward),
+ *   dq += dS k, dk += dS^T q, dv += P^T dO.
+ * dS lives in the scratch ds (ATT_ROW_BLOCK rows of T floats). The entries
+ * of P above the diagonal are zero by contract, so the diagonal block's GEMMs
+ * may read them. */
+static void att_head_backward(float *dq, const float *dout, const float *q, const float *att, float *ds,
+                              int T, int C, int hs) {
+  int C3 = 3 * C;
+  float scale = 1.0f / sqrtf((float)hs);
+  const float *k = q + C, *v = q + 2 * C;
+  float *dk = dq + C, *dv = dq + 2 * C;
+  for (int r0 = 0; r0 < T; r0 += ATT_ROW_BLOCK) {
+    int r1 = aa__cpu_min(r0 + ATT_ROW_BLOCK, T), m = r1 - r0;
+    const float *p = att + (size_t)r0 * T;   // (m, r1), row stride T
+    const float *dO = dout + (size_t)r0 * C; // (m, hs), row stride C
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, 1.0f, dO, C, v, C3, 0.0f, ds, r1);
+    for (int i = 0; i < m; i++) {
+      int t = r0 + i;
+      const float *pr = p + (size_t)i * T; // (r1)
+      float *d = ds + (size_t)i * r1;      // (r1)
+      float dot = 0.0f;
+      for (int j = 0; j <= t; j++)
+        dot += pr[j] * d[j];
+      for (int j = 0; j <= t; j++)
+        d[j] = pr[j] * (d[j] - dot) * scale;
+      for (int j = t + 1; j < r1; j++)
+        d[j] = 0.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f, ds, r1, k, C3, 1.0f,
+                dq + (size_t)r0 * C3, C3);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, ds, r1, q + (size_t)r0 * C3, C3,
+                1.0f, dk, C3);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, p, T, dO, C, 1.0f, dv, C3);
+  }
+}
+
+/* dqkv(B,T,3C) += gradient of attention_forward. A head's dk and dv rows
+ * collect contributions from every later query block, so the parallel loop
+ * is over (b, h) only: each thread owns its heads' columns of dqkv. */
+void aa__cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+                                int T, int C, int NH) {
+  int hs = C / NH;
+  size_t C3 = 3 * (size_t)C;
+  int blas_threads = att_blas_single();
+#pragma omp parallel
+  {
+    float *ds = malloc((size_t)ATT_ROW_BLOCK * T * sizeof(float));
+    if (!ds) {
+      /* The op table has no error path; wrong gradients would be worse. */
+      fprintf(stderr, "autoaccel: cannot allocate attention scratch (%d x %d floats)\n", ATT_ROW_BLOCK, T);
+      abort();
+    }
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+      for (int h = 0; h < NH; h++) {
+        size_t off = (size_t)b * T * C3 + (size_t)h * hs;
+        att_head_backward(dqkv + off, dout + (size_t)b * T * C + (size_t)h * hs, qkv + off,
+                          att + ((size_t)b * NH + h) * T * T, ds, T, C, hs);
+      }
+    }
+    free(ds);
+  }
+  att_blas_restore(blas_threads);
+}

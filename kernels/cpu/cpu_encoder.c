@@ -1,0 +1,41 @@
+/* Token + position embedding. */
+#include "cpu_internal.h"
+
+#include <stddef.h>
+
+/* out(B,T,C) = wte[inp[b,t]] + wpe[t]. Rows are independent. */
+void aa__cpu_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T,
+                             int C) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; bt++) {
+    float *o = out + (size_t)bt * C;              // (C)
+    const float *te = wte + (size_t)inp[bt] * C;  // (C)
+    const float *pe = wpe + (size_t)(bt % T) * C; // (C)
+    for (int c = 0; c < C; c++)
+      o[c] = te[c] + pe[c];
+  }
+}
+
+/* dwte(V,C) += scatter of dout(B,T,C) by token; dwpe(T,C) += sum over b.
+ * Several positions may hold the same token, so rows of dwte collide: each
+ * thread owns a block of columns instead and walks every position in order,
+ * which makes the sums race-free and independent of the thread count. */
+void aa__cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T,
+                              int C) {
+  int nblocks = (C + AA__CPU_COL_BLOCK - 1) / AA__CPU_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    int c0 = blk * AA__CPU_COL_BLOCK, c1 = aa__cpu_min(c0 + AA__CPU_COL_BLOCK, C);
+    for (int b = 0; b < B; b++) {
+      for (int t = 0; t < T; t++) {
+        const float *d = dout + ((size_t)b * T + t) * C; // (C)
+        float *dte = dwte + (size_t)inp[b * T + t] * C;  // (C)
+        float *dpe = dwpe + (size_t)t * C;               // (C)
+        for (int c = c0; c < c1; c++) {
+          dte[c] += d[c];
+          dpe[c] += d[c];
+        }
+      }
+    }
+  }
+}

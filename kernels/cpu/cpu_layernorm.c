@@ -1,0 +1,83 @@
+/* LayerNorm over the last dimension, eps = 1e-5 and the biased variance, as
+ * torch.nn.LayerNorm. */
+#include "cpu_internal.h"
+
+#include <math.h>
+#include <stddef.h>
+
+#define LN_EPS 1e-5
+
+/* out(N,C) = (inp - mean) * rstd * weight + bias; mean(N), rstd(N) are saved
+ * for backward. Row statistics are accumulated in double (two passes, so the
+ * variance does not suffer from cancellation); rows are independent. */
+void aa__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                               const float *bias, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *x = inp + (size_t)n * C; // (C)
+    float *o = out + (size_t)n * C;       // (C)
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int c = 0; c < C; c++)
+      sum += x[c];
+    double m = sum / C;
+    double var = 0.0;
+#pragma omp simd reduction(+ : var)
+    for (int c = 0; c < C; c++)
+      var += ((double)x[c] - m) * ((double)x[c] - m);
+    float s = (float)(1.0 / sqrt(var / C + LN_EPS));
+    float mf = (float)m;
+    for (int c = 0; c < C; c++)
+      o[c] = (x[c] - mf) * s * weight[c] + bias[c];
+    mean[n] = mf;
+    rstd[n] = s;
+  }
+}
+
+/* dinp(N,C) += dx; dweight(C) += sum_n dout*xhat; dbias(C) += sum_n dout,
+ * with xhat = (inp - mean) * rstd and g = dout * weight:
+ *   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)).
+ * dinp is a per-row pass; the parameter gradients are column sums, done in a
+ * second pass where each thread owns a block of columns, so there is no
+ * cross-thread reduction and the result is independent of the thread count. */
+void aa__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                const float *inp, const float *weight, const float *mean, const float *rstd,
+                                int N, int C) {
+  int nblocks = (C + AA__CPU_COL_BLOCK - 1) / AA__CPU_COL_BLOCK;
+#pragma omp parallel
+  {
+#pragma omp for schedule(static) nowait
+    for (int n = 0; n < N; n++) {
+      const float *x = inp + (size_t)n * C;  // (C)
+      const float *d = dout + (size_t)n * C; // (C)
+      float *dx = dinp + (size_t)n * C;      // (C)
+      float m = mean[n], s = rstd[n];
+      float gmean = 0.0f, gxmean = 0.0f;
+#pragma omp simd reduction(+ : gmean, gxmean)
+      for (int c = 0; c < C; c++) {
+        float g = d[c] * weight[c];
+        gmean += g;
+        gxmean += g * (x[c] - m) * s;
+      }
+      gmean /= C;
+      gxmean /= C;
+      for (int c = 0; c < C; c++) {
+        float xhat = (x[c] - m) * s;
+        dx[c] += s * (d[c] * weight[c] - gmean - xhat * gxmean);
+      }
+    }
+#pragma omp for schedule(static)
+    for (int blk = 0; blk < nblocks; blk++) {
+      int c0 = blk * AA__CPU_COL_BLOCK, c1 = aa__cpu_min(c0 + AA__CPU_COL_BLOCK, C);
+      for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;  // (C)
+        const float *d = dout + (size_t)n * C; // (C)
+        float m = mean[n], s = rstd[n];
+        for (int c = c0; c < c1; c++) {
+          dbias[c] += d[c];
+          dweight[c] += d[c] * (x[c] - m) * s;
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,37 @@
+/* The CPU op table: wires the kernels of this folder into an aa_ops_t. */
+#include "cpu_internal.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+/* Sets the OpenMP team size for parallel regions started from the calling
+ * thread (the engine's thread) and the OpenBLAS pool size. */
+static void cpu_set_threads(int n) {
+  if (n < 1) n = 1;
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+static const aa_ops_t cpu_ops = {
+    .name = "cpu",
+    .set_threads = cpu_set_threads,
+    .encoder_forward = aa__cpu_encoder_forward,
+    .encoder_backward = aa__cpu_encoder_backward,
+    .layernorm_forward = aa__cpu_layernorm_forward,
+    .layernorm_backward = aa__cpu_layernorm_backward,
+    .matmul_forward = aa__cpu_matmul_forward,
+    .matmul_backward = aa__cpu_matmul_backward,
+    .attention_forward = aa__cpu_attention_forward,
+    .attention_backward = aa__cpu_attention_backward,
+    .gelu_forward = aa__cpu_gelu_forward,
+    .gelu_backward = aa__cpu_gelu_backward,
+    .residual_forward = aa__cpu_residual_forward,
+    .accumulate = aa__cpu_accumulate,
+    .crossentropy_forward = aa__cpu_crossentropy_forward,
+    .crossentropy_backward = aa__cpu_crossentropy_backward,
+    .adamw_update = aa__cpu_adamw_update,
+    .sum_squares = aa__cpu_sum_squares,
+    .scale = aa__cpu_scale,
+};
+
+const aa_ops_t *aa_ops_cpu(void) { return &cpu_ops; }
