@@ -38,7 +38,9 @@ int aa_error_wrap(int code, const char *fmt, ...) {
   vsnprintf(prefix, sizeof prefix, fmt, ap);
   va_end(ap);
   memcpy(old, last_error, sizeof old);
-  snprintf(last_error, sizeof last_error, "%s: %s", prefix, old);
+  /* A message longer than the slot is cut; the prefix is kept. */
+  if (snprintf(last_error, sizeof last_error, "%s: %s", prefix, old) >= (int)sizeof last_error)
+    last_error[sizeof last_error - 1] = '\0';
   return code;
 }
 

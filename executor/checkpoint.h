@@ -1,0 +1,34 @@
+/* Checkpoints: one file holding the model's flat parameters and, for a
+ * training checkpoint, the AdamW moments plus everything needed to resume
+ * bit-identically (step, RNG state, data position). Format:
+ * docs/checkpoint-format.md. */
+#ifndef AA_CHECKPOINT_H
+#define AA_CHECKPOINT_H
+
+#include "model.h"
+#include "optim.h"
+
+#define AA_CKPT_MAGIC "AACKPT\0\0"
+#define AA_CKPT_VERSION 1
+#define AA_CKPT_HEADER_BYTES 256
+
+/* Training position saved beside the weights. */
+typedef struct aa_train_state {
+  int step;          /* completed optimizer steps */
+  uint64_t data_pos; /* train loader position */
+  aa_rng_t rng;      /* trainer RNG state */
+  uint64_t seed;     /* the run's seed (informational) */
+} aa_train_state_t;
+
+/* Writes m's parameters, opt's moments (opt may be NULL: weights only) and
+ * st (may be NULL) to path. Written to "path.tmp", fsynced, then renamed,
+ * so an interrupted save never leaves a torn file under path. */
+int aa_ckpt_save(const char *path, const aa_gpt_t *m, const aa_adamw_t *opt, const aa_train_state_t *st);
+
+/* Reads a checkpoint into m (whose architecture must match the file's; the
+ * error names the first differing field) and, when opt is non-NULL, the
+ * optimizer moments (error if the file has none) and st. Validates magic,
+ * version, sizes and the payload checksum before touching m. */
+int aa_ckpt_load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_train_state_t *st);
+
+#endif

@@ -1,0 +1,47 @@
+/* AdamW + global-norm clipping over flat buffers (see optim.h). */
+#include "optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int alloc_zero(aa_flatbuf_t *b, size_t n) {
+  b->dtype = AA_F32;
+  b->numel = n;
+  b->data = calloc(n ? n : 1, sizeof(float));
+  return b->data ? 0 : aa_error(AA_ENOMEM, "cannot allocate optimizer state for %zu parameters", n);
+}
+
+int aa_adamw_init(aa_adamw_t *o, size_t n) {
+  memset(o, 0, sizeof *o);
+  int rc = alloc_zero(&o->m, n);
+  if (!rc) rc = alloc_zero(&o->v, n);
+  if (rc) aa_adamw_free(o);
+  return rc;
+}
+
+void aa_adamw_free(aa_adamw_t *o) {
+  free(o->m.data);
+  free(o->v.data);
+  memset(o, 0, sizeof *o);
+}
+
+int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr, float *grad_norm) {
+  const aa_ops_t *op = m->ops;
+  float *g = m->grads.data;
+  double norm = sqrt(op->sum_squares(g, m->n_params));
+  if (grad_norm) *grad_norm = (float)norm;
+  if (!isfinite(norm)) return aa_error(AA_EINVAL, "gradient norm is not finite (%g); update skipped", norm);
+  if (cfg->grad_clip > 0 && norm > cfg->grad_clip) op->scale(g, (float)(cfg->grad_clip / (norm + 1e-6)), m->n_params);
+  /* One call per tensor so weight decay can differ; tensors are contiguous
+   * in the layout, so a whole-buffer update would differ only in decay. */
+  float *p = m->params.data, *mm = o->m.data, *vv = o->v.data;
+  int t = o->t + 1;
+  for (int i = 0; i < m->n_tensors; i++) {
+    const aa_tensor_desc_t *d = &m->tensors[i];
+    op->adamw_update(p + d->offset, g + d->offset, mm + d->offset, vv + d->offset, d->numel, lr, cfg->beta1,
+                     cfg->beta2, cfg->eps, d->decay ? cfg->weight_decay : 0.0f, t);
+  }
+  o->t = t;
+  return 0;
+}

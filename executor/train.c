@@ -1,0 +1,223 @@
+/* Single-process training loop (see train.h). */
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "data.h"
+#include "model.h"
+#include "optim.h"
+
+typedef struct {
+  const aa_model_spec_t *spec;
+  const aa_train_opts_t *opts;
+  FILE *log;
+  aa_gpt_t *model;
+  aa_adamw_t opt;
+  aa_shard_t train, val;
+  aa_loader_t loader;
+  aa_train_state_t state;
+  int32_t *inputs, *targets;
+  char out_dir[AA_PATH_MAX];
+  double *step_times;
+} trainer_t;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Creates dir and its parents (mkdir -p). */
+static int make_dirs(const char *dir) {
+  char buf[AA_PATH_MAX];
+  if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return aa_error(AA_EINVAL, "%s: path too long", dir);
+  for (char *p = buf + 1;; p++) {
+    char c = *p;
+    if (c == '/' || c == '\0') {
+      *p = '\0';
+      if (mkdir(buf, 0755) && errno != EEXIST) return aa_error(AA_EIO, "%s: cannot create: %s", buf, strerror(errno));
+      *p = c;
+    }
+    if (!c) return 0;
+  }
+}
+
+/* Mean loss over the first eval_batches batches of the validation shard
+ * (always the same batches, so successive figures are comparable). */
+static int evaluate(trainer_t *t, float *out) {
+  aa_loader_t l;
+  int rc = aa_loader_init(&l, &t->val, t->model->B, t->model->T);
+  if (rc) return aa_error_wrap(rc, "validation data");
+  double sum = 0;
+  int n = t->spec->train.eval_batches;
+  for (int i = 0; i < n; i++) {
+    float loss;
+    aa_loader_next(&l, t->inputs, t->targets);
+    if ((rc = aa_gpt_forward(t->model, t->inputs, t->targets, &loss))) return rc;
+    sum += loss;
+  }
+  *out = (float)(sum / n);
+  return 0;
+}
+
+static int save_checkpoint(trainer_t *t, const char *name) {
+  char path[AA_PATH_MAX + 64];
+  if (snprintf(path, sizeof path, "%s/%s", t->out_dir, name) >= (int)sizeof path)
+    return aa_error(AA_EINVAL, "checkpoint path too long");
+  t->state.data_pos = t->loader.pos;
+  int rc = aa_ckpt_save(path, t->model, &t->opt, &t->state);
+  if (!rc) fprintf(t->log, "checkpoint %s (step %d)\n", path, t->state.step);
+  return rc;
+}
+
+static int setup(trainer_t *t) {
+  const aa_model_spec_t *s = t->spec;
+  int rc, B = s->train.global_batch, T = s->arch.seq_len;
+  if ((rc = aa_shard_read(&t->train, s->train_data, s->arch.vocab_size))) return aa_error_wrap(rc, "training data");
+  if (s->val_data[0] && (rc = aa_shard_read(&t->val, s->val_data, s->arch.vocab_size)))
+    return aa_error_wrap(rc, "validation data");
+  if ((rc = aa_loader_init(&t->loader, &t->train, B, T))) return aa_error_wrap(rc, "training data");
+  if ((rc = aa_gpt_create(&t->model, &s->arch, aa_ops_cpu(), B, T))) return rc;
+  if ((rc = aa_adamw_init(&t->opt, t->model->n_params))) return rc;
+  t->inputs = malloc(sizeof(int32_t) * B * T);
+  t->targets = malloc(sizeof(int32_t) * B * T);
+  t->step_times = calloc(s->train.steps + 1, sizeof(double));
+  if (!t->inputs || !t->targets || !t->step_times) return aa_error(AA_ENOMEM, "out of memory");
+  t->state.seed = s->train.seed;
+  aa_rng_seed(&t->state.rng, s->train.seed);
+  if (t->opts->resume) {
+    if ((rc = aa_ckpt_load(t->opts->resume, t->model, &t->opt, &t->state))) return rc;
+    t->loader.pos = t->state.data_pos;
+    if (t->state.step > s->train.steps)
+      return aa_error(AA_EINVAL, "%s: checkpoint is at step %d, past the run's %d steps", t->opts->resume,
+                      t->state.step, s->train.steps);
+  } else if (s->init_weights[0]) {
+    if ((rc = aa_ckpt_load(s->init_weights, t->model, NULL, NULL))) return aa_error_wrap(rc, "init_weights");
+  } else {
+    /* Weight init consumes the trainer RNG, so its saved state continues
+     * the same stream after a resume. */
+    aa_gpt_init_weights(t->model, aa_rng_u64(&t->state.rng));
+  }
+  int n = t->opts->out_dir ? snprintf(t->out_dir, sizeof t->out_dir, "%s", t->opts->out_dir)
+                           : snprintf(t->out_dir, sizeof t->out_dir, "runs/%s", s->name);
+  if (n >= (int)sizeof t->out_dir) return aa_error(AA_EINVAL, "output directory path too long");
+  return make_dirs(t->out_dir);
+}
+
+static void trainer_free(trainer_t *t) {
+  aa_gpt_free(t->model);
+  aa_adamw_free(&t->opt);
+  aa_shard_free(&t->train);
+  aa_shard_free(&t->val);
+  free(t->inputs);
+  free(t->targets);
+  free(t->step_times);
+}
+
+static int write_summary(const trainer_t *t, const aa_train_result_t *r, int threads) {
+  FILE *f = fopen(t->opts->summary_json, "w");
+  if (!f) return aa_error(AA_EIO, "%s: cannot write: %s", t->opts->summary_json, strerror(errno));
+  char hash[17];
+  aa_arch_hash(&t->spec->arch, hash);
+  fprintf(f,
+          "{\"model\": \"%s\", \"model_hash\": \"%s\", \"params\": %zu, \"steps\": %d, \"batch\": %d, "
+          "\"seq_len\": %d, \"threads\": %d, \"tokens_per_s\": %.3f, \"step_ms_median\": %.4f, "
+          "\"final_loss\": %.6f, ",
+          t->spec->name, hash, t->model->n_params, r->steps_done, t->model->B, t->model->T, threads,
+          r->tokens_per_s, r->step_ms_median, r->final_loss);
+  if (isnan(r->val_loss)) fprintf(f, "\"val_loss\": null, ");
+  else fprintf(f, "\"val_loss\": %.6f, ", r->val_loss);
+  fprintf(f, "\"unigram_entropy\": %.6f, \"act_bytes\": %zu}\n", r->train_entropy, t->model->act_bytes);
+  return fclose(f) ? aa_error(AA_EIO, "%s: write failed", t->opts->summary_json) : 0;
+}
+
+int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_result_t *res) {
+  trainer_t t = {.spec = spec, .opts = opts, .log = opts->log ? opts->log : stdout};
+  aa_train_result_t r = {.val_loss = NAN};
+  FILE *losses = NULL;
+  int threads = opts->threads > 0 ? opts->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  aa_ops_cpu()->set_threads(threads);
+  aa_model_spec_t run_spec = *spec;
+  if (opts->steps > 0) {
+    run_spec.train.steps = opts->steps;
+    if (run_spec.train.warmup_steps > opts->steps) run_spec.train.warmup_steps = opts->steps;
+  }
+  if (opts->checkpoint_every >= 0) run_spec.train.checkpoint_every = opts->checkpoint_every;
+  t.spec = &run_spec;
+  const aa_train_cfg_t *cfg = &run_spec.train;
+  int rc = setup(&t);
+  if (rc) goto cleanup;
+  if (opts->losses_path && !(losses = fopen(opts->losses_path, opts->resume ? "a" : "w"))) {
+    rc = aa_error(AA_EIO, "%s: cannot write: %s", opts->losses_path, strerror(errno));
+    goto cleanup;
+  }
+  aa_gpt_t *m = t.model;
+  int B = m->B, T = m->T, log_every = opts->log_every > 0 ? opts->log_every : 1;
+  char hash[17];
+  aa_arch_hash(&spec->arch, hash);
+  r.train_entropy = aa_shard_unigram_entropy(&t.train);
+  fprintf(t.log, "model %s (%s): %zu parameters, %d layers, d_model %d, %d heads, seq_len %d, vocab %d\n",
+          spec->name, hash, m->n_params, spec->arch.n_layer, spec->arch.d_model, spec->arch.n_head, T,
+          spec->arch.vocab_size);
+  fprintf(t.log, "data: %zu train tokens, %zu val tokens; unigram entropy %.4f nats\n", t.train.n_tokens,
+          t.val.n_tokens, r.train_entropy);
+  fprintf(t.log, "batch %d x %d tokens, %d threads, %d steps%s\n", B, T, threads, cfg->steps,
+          t.state.step ? " (resumed)" : "");
+  int first = t.state.step, timed = 0;
+  for (int step = first; step < cfg->steps; step++) {
+    double t0 = aa_now();
+    float loss, norm, lr = aa_lr_at(cfg, step);
+    aa_gpt_zero_grad(m);
+    aa_loader_next(&t.loader, t.inputs, t.targets);
+    if ((rc = aa_gpt_forward(m, t.inputs, t.targets, &loss)) || (rc = aa_gpt_backward(m, 1.0f))) goto cleanup;
+    if ((rc = aa_adamw_step(&t.opt, m, cfg, lr, &norm))) {
+      rc = aa_error_wrap(rc, "step %d (loss %g): training diverged", step + 1, loss);
+      goto cleanup;
+    }
+    double dt = aa_now() - t0;
+    /* The first step of a process warms caches and thread pools; it is
+     * timed only when it is the only one. */
+    if (step > first || step + 1 == cfg->steps) t.step_times[timed++] = dt;
+    t.state.step = step + 1;
+    r.final_loss = loss;
+    r.steps_done++;
+    if (losses) fprintf(losses, "%d %.9g\n", step + 1, loss);
+    if (step == first || step + 1 == cfg->steps || (step + 1) % log_every == 0)
+      fprintf(t.log, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms\n", step + 1,
+              cfg->steps, loss, lr, norm, B * T / dt, dt * 1e3);
+    int last = step + 1 == cfg->steps;
+    if (t.val.n_tokens && (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0))) {
+      if ((rc = evaluate(&t, &r.val_loss))) goto cleanup;
+      fprintf(t.log, "val  %5d/%d | val loss %.4f | unigram entropy %.4f\n", step + 1, cfg->steps, r.val_loss,
+              r.train_entropy);
+    }
+    if (cfg->checkpoint_every && (step + 1) % cfg->checkpoint_every == 0 && !last) {
+      char name[64];
+      snprintf(name, sizeof name, "step_%06d.ckpt", step + 1);
+      if ((rc = save_checkpoint(&t, name))) goto cleanup;
+    }
+    fflush(t.log);
+  }
+  if (timed) {
+    qsort(t.step_times, timed, sizeof(double), cmp_double);
+    double med = timed % 2 ? t.step_times[timed / 2] : 0.5 * (t.step_times[timed / 2 - 1] + t.step_times[timed / 2]);
+    r.step_ms_median = med * 1e3;
+    r.tokens_per_s = B * T / med;
+  }
+  if ((rc = save_checkpoint(&t, "final.ckpt"))) goto cleanup;
+  fprintf(t.log, "done: %d steps, final loss %.4f", r.steps_done, r.final_loss);
+  if (!isnan(r.val_loss)) fprintf(t.log, ", val loss %.4f", r.val_loss);
+  fprintf(t.log, ", %.0f tok/s (median step %.1f ms)\n", r.tokens_per_s, r.step_ms_median);
+  if (opts->summary_json && (rc = write_summary(&t, &r, threads))) goto cleanup;
+  if (res) *res = r;
+cleanup:
+  if (losses && fclose(losses) && !rc) rc = aa_error(AA_EIO, "%s: write failed", opts->losses_path);
+  trainer_free(&t);
+  return rc;
+}
