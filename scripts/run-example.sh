@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The main job on the bundled example: sets up, builds, generates the
+# synthetic corpus (once), and trains examples/tiny/model.json.
+#
+#   scripts/run-example.sh [extra 'autoaccel train' options]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --build-dir build
+cmake --build build -j"$(nproc)" --target autoaccel
+if [ ! -f examples/tiny/data/train.bin ]; then
+  build/autoaccel data synth --out examples/tiny/data
+fi
+build/autoaccel train examples/tiny/model.json --out runs/tiny-synth "$@"

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# `autoaccel train` end to end: help, usage errors (exit 2), bad inputs
+# (exit 1 with a message naming the problem), and a short real run.
+set -u
+AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+
+# expect CODE PATTERN CMD...: runs CMD, checks its exit code and that
+# stderr+stdout contains PATTERN (grep -E).
+expect() {
+  local code=$1 pat=$2; shift 2
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" = "$code" ] && grep -Eiq -- "$pat" <<<"$out"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: $* -> exit $rc (want $code), output:"; echo "$out" | head -5; echo "  (wanted /$pat/)"
+  fi
+}
+
+"$AA" data synth --out "$tmp/data" --bytes 200000 >/dev/null || { echo "FAIL: data synth"; exit 1; }
+spec() { # spec FILE EXTRA_TRAIN_FIELDS
+  cat >"$1" <<JSON
+{"name": "cli", "model": {"n_layer": 1, "n_head": 2, "d_model": 16, "d_ff": 32, "seq_len": 8, "vocab_size": 256},
+ "train": {"global_batch": 2, "steps": 3, "lr": 0.001 $2},
+ "data": {"train": "data/train.bin", "val": "data/val.bin"}}
+JSON
+}
+spec "$tmp/ok.json" ""
+
+expect 0 "usage: autoaccel train" "$AA" train --help
+expect 2 "expected exactly one MODEL.json" "$AA" train
+expect 2 "unknown option" "$AA" train "$tmp/ok.json" --frobnicate
+expect 2 "--threads needs an integer" "$AA" train "$tmp/ok.json" --threads zero
+expect 2 "unknown command" "$AA" trian
+expect 1 "no such file" "$AA" train "$tmp/missing.json"
+
+printf '{"model": {"n_layer": 2,\n  "n_head": }\n}\n' >"$tmp/syntax.json"
+expect 1 "syntax.json:2:" "$AA" train "$tmp/syntax.json"
+spec "$tmp/range.json" ', "warmup_steps": 10'
+expect 1 "train.warmup_steps" "$AA" train "$tmp/range.json"
+sed 's/"n_head": 2/"n_head": 3/' "$tmp/ok.json" >"$tmp/div.json"
+expect 1 "model.n_head.*divide" "$AA" train "$tmp/div.json"
+sed 's/"lr": 0.001/"lr": 0.001, "lr_typo": 1/' "$tmp/ok.json" >"$tmp/unknown.json"
+expect 1 "lr_typo" "$AA" train "$tmp/unknown.json"
+
+# Foreign and truncated shards.
+mkdir -p "$tmp/bad/data"
+sed 's#data/train.bin#bad/data/train.bin#' "$tmp/ok.json" >"$tmp/badshard.json"
+printf 'this is not a token shard at all, just some text that is long enough for a header......\n' \
+  >"$tmp/bad/data/train.bin"
+expect 1 "training data.*bad magic" "$AA" train "$tmp/badshard.json"
+head -c 1000 "$tmp/data/train.bin" >"$tmp/bad/data/train.bin"
+expect 1 "training data.*truncated" "$AA" train "$tmp/badshard.json"
+
+# A real short run, then resume errors.
+expect 0 "done: 3 steps" "$AA" train "$tmp/ok.json" --threads 1 --out "$tmp/run" --summary-json "$tmp/s.json"
+grep -q '"tokens_per_s"' "$tmp/s.json" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: summary json"; }
+expect 1 "no such file" "$AA" train "$tmp/ok.json" --resume "$tmp/nope.ckpt" --out "$tmp/run2"
+head -c 300 "$tmp/run/final.ckpt" >"$tmp/trunc.ckpt"
+expect 1 "truncated" "$AA" train "$tmp/ok.json" --resume "$tmp/trunc.ckpt" --out "$tmp/run2"
+sed 's/"d_model": 16/"d_model": 32/' "$tmp/ok.json" >"$tmp/wide.json"
+expect 1 "d_model is 16 but the model has 32" "$AA" train "$tmp/wide.json" --resume "$tmp/run/final.ckpt" \
+  --out "$tmp/run3"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
