@@ -5,6 +5,7 @@
  * with 2 threads. */
 #include "aa_test.h"
 #include "common/aa.h"
+#include "kernels/cpu/cpu_internal.h"
 #include "kernels/ops.h"
 
 #include <math.h>
@@ -631,6 +632,28 @@ AA_TEST(crossentropy_backward_matches_finite_differences) {
       free(inplace);
 }
 
+/* ------------------------------------------------------------ math helpers */
+
+/* The backend's vectorisable exp and tanh (softmax, cross-entropy, GELU)
+ * against libm in double on a dense sweep of their useful range. */
+AA_TEST(cpu_expf_and_tanhf_are_accurate) {
+  double exp_rel = 0.0, tanh_abs = 0.0;
+  for (int i = 0; i <= 1000000; i++) {
+    float x = -87.0f + 175.0f * (float)i / 1000000.0f;
+    double ref = exp((double)x);
+    exp_rel = fmax(exp_rel, fabs(aa__cpu_expf(x) - ref) / ref);
+    float u = -10.0f + 20.0f * (float)i / 1000000.0f;
+    tanh_abs = fmax(tanh_abs, fabs(aa__cpu_tanhf(u) - tanh((double)u)));
+  }
+  fprintf(stderr, "  max rel err expf %.2e, max abs err tanhf %.2e\n", exp_rel, tanh_abs);
+  CHECK(exp_rel < 1.5e-7);
+  CHECK(tanh_abs < 3e-7);
+  CHECK(aa__cpu_expf(0.0f) == 1.0f);
+  CHECK(aa__cpu_expf(-1000.0f) >= 0.0f && aa__cpu_expf(-1000.0f) < 2e-38f);
+  CHECK(isnan(aa__cpu_expf(NAN)));
+  CHECK(aa__cpu_tanhf(50.0f) == 1.0f && aa__cpu_tanhf(-50.0f) == -1.0f);
+}
+
 /* ---------------------------------------------------------------- optimizer */
 
 /* One AdamW step against the torch.optim.AdamW formula in double, at a
@@ -710,6 +733,7 @@ static void run_all(int threads) {
   RUN(residual_forward_allows_aliasing);
   RUN(crossentropy_forward_matches_double_reference);
   RUN(crossentropy_backward_matches_finite_differences);
+  RUN(cpu_expf_and_tanhf_are_accurate);
   RUN(adamw_step_matches_torch_formula);
   RUN(sum_squares_and_scale_are_exact_enough);
   RUN(sum_squares_is_deterministic);

@@ -7,9 +7,10 @@
 /* losses(N) = -log softmax(logits(N,V))[target]; probs(N,V) = softmax.
  * probs may alias logits: each row reads logits[target] before the row is
  * overwritten, and the exp pass reads and writes the same index. The row max
- * is subtracted so exp never overflows; the normaliser is summed in double,
- * and the loss is log(sum) - (logit[target] - max), which stays finite even
- * when the target's probability underflows to zero. Rows are independent. */
+ * is subtracted so exp never overflows; the normaliser is summed in double
+ * (a simd reduction: fixed order, deterministic), and the loss is
+ * log(sum) - (logit[target] - max), which stays finite even when the
+ * target's probability underflows. Rows are independent. */
 void aa__cpu_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets,
                                   int N, int V) {
 #pragma omp parallel for schedule(static)
@@ -17,12 +18,14 @@ void aa__cpu_crossentropy_forward(float *losses, float *probs, const float *logi
     const float *x = logits + (size_t)n * V; // (V)
     float *p = probs + (size_t)n * V;        // (V)
     float maxv = x[0];
+#pragma omp simd reduction(max : maxv)
     for (int i = 1; i < V; i++)
-      maxv = fmaxf(maxv, x[i]);
+      maxv = x[i] > maxv ? x[i] : maxv;
     float target_logit = x[targets[n]];
     double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
     for (int i = 0; i < V; i++) {
-      float e = expf(x[i] - maxv);
+      float e = aa__cpu_expf(x[i] - maxv);
       p[i] = e;
       sum += e;
     }

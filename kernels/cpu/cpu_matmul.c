@@ -1,5 +1,5 @@
 /* Linear layer y = x W^T + b with weights stored (OC,C) like torch.nn.Linear.
- * The products go to OpenBLAS sgemm (threaded by its own pool); only the
+ * The products go to OpenBLAS sgemm (threaded inside OpenBLAS); only the
  * bias work is done here. */
 #include "cpu_internal.h"
 
@@ -9,12 +9,14 @@
 
 /* out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC); bias may be NULL. out is
  * overwritten: with a bias its rows are first set to the bias and sgemm
- * accumulates onto them (beta = 1), otherwise sgemm writes them (beta = 0). */
+ * accumulates onto them (beta = 1), otherwise sgemm writes them (beta = 0).
+ * The bias rows are copied on the calling thread: the copy is ~1% of the
+ * GEMM, and an OpenMP region here made the call 45% slower with OpenBLAS's
+ * pthread build, whose pool then fights our spinning workers for the cores. */
 void aa__cpu_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                             int C, int OC) {
   float beta = 0.0f;
   if (bias) {
-#pragma omp parallel for schedule(static) if ((size_t)N * OC >= AA__CPU_PAR_MIN)
     for (int n = 0; n < N; n++)
       memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
     beta = 1.0f;

@@ -5,7 +5,9 @@
 #include <omp.h>
 
 /* Sets the OpenMP team size for parallel regions started from the calling
- * thread (the engine's thread) and the OpenBLAS pool size. */
+ * thread (the engine's thread) and the OpenBLAS pool size. With OpenBLAS's
+ * OpenMP build the second call sets the same OpenMP count again; with the
+ * pthread build it sizes BLAS's own pool. */
 static void cpu_set_threads(int n) {
   if (n < 1) n = 1;
   omp_set_num_threads(n);
