@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Training throughput benchmark: tokens/s of `autoaccel train` against the
+# PyTorch peer (bench/torch_gpt.py) on the same models, batches, steps and
+# thread count, and model FLOP/s against OpenBLAS sgemm FLOP/s measured in
+# the same run. Prints a table; asserts nothing. See bench/README.md.
+#
+# usage: bench/run.sh [--threads N] [--steps N] [--rounds R] [--work DIR] [--keep]
+#   --threads N  worker threads for every contender (default: nproc)
+#   --steps N    optimizer steps per run for every model (default: per model,
+#                30 for the bundled example, 8 for gpt-6l-512)
+#   --rounds R   interleaved rounds; each figure is the best round (default 3)
+#   --work DIR   where data, specs, logs and results go (default: a temp dir,
+#                removed at the end unless --keep)
+# Environment: AUTOACCEL (the binary; default build-release/autoaccel, built
+# here), BUILD_DIR (default build-release), PYTHON (default /usr/bin/python3).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build-release}
+PYTHON=${PYTHON:-/usr/bin/python3}
+THREADS=$(nproc)
+STEPS=""
+ROUNDS=3
+WORK=""
+KEEP=0
+
+die() { echo "bench/run.sh: $*" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --threads) [ $# -ge 2 ] || die "--threads needs a value"; THREADS=$2; shift 2 ;;
+    --steps) [ $# -ge 2 ] || die "--steps needs a value"; STEPS=$2; shift 2 ;;
+    --rounds) [ $# -ge 2 ] || die "--rounds needs a value"; ROUNDS=$2; shift 2 ;;
+    --work) [ $# -ge 2 ] || die "--work needs a value"; WORK=$2; shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+done
+for v in "$THREADS" "$ROUNDS" ${STEPS:+"$STEPS"}; do
+  [[ $v =~ ^[1-9][0-9]*$ ]] || die "'$v' is not a positive integer"
+done
+
+if [ -z "$WORK" ]; then
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/aa-bench.XXXXXX")
+  [ "$KEEP" = 1 ] || trap 'rm -rf "$WORK"' EXIT
+fi
+mkdir -p "$WORK"/{specs,results,logs,runs}
+
+# --- build ------------------------------------------------------------------
+if [ -z "${AUTOACCEL:-}" ]; then
+  AUTOACCEL=$BUILD_DIR/autoaccel
+  echo "building $BUILD_DIR (Release, CPU) ..." >&2
+  if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+    cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DAUTOACCEL_CUDA=off >"$WORK/logs/build.log" 2>&1 ||
+      { cat "$WORK/logs/build.log" >&2; die "cmake configure failed"; }
+  fi
+  cmake --build "$BUILD_DIR" -j2 --target autoaccel >>"$WORK/logs/build.log" 2>&1 ||
+    { tail -30 "$WORK/logs/build.log" >&2; die "build failed"; }
+fi
+[ -x "$AUTOACCEL" ] || die "no autoaccel binary at $AUTOACCEL"
+# The sgemm probe and the PyTorch peer use the OpenBLAS build the engine
+# loads (Debian ships a pthread and an OpenMP build): the probe is compiled
+# against it with an RPATH, the peer finds it through LD_LIBRARY_PATH.
+BLAS_SO=$(ldd "$AUTOACCEL" | awk '/libopenblas/ {print $3; exit}')
+[ -n "$BLAS_SO" ] || die "$AUTOACCEL does not load libopenblas"
+BLAS_DIR=$(dirname "$(readlink -f "$BLAS_SO")")
+case $BLAS_DIR in
+  *openblas-pthread*)
+    [ -f "${BLAS_DIR/openblas-pthread/openblas-openmp}/pkgconfig/openblas.pc" ] &&
+      echo "bench/run.sh: warning: $AUTOACCEL links the pthread OpenBLAS although the OpenMP build is" \
+        "installed; a stale $BUILD_DIR/CMakeCache.txt? (see bench/README.md)" >&2 ;;
+esac
+BLAS_PC=${PKG_CONFIG_PATH:-}
+[ -f "$BLAS_DIR/pkgconfig/openblas.pc" ] && BLAS_PC=$BLAS_DIR/pkgconfig${BLAS_PC:+:$BLAS_PC}
+SGEMM=$BUILD_DIR/bench_sgemm
+mkdir -p "$BUILD_DIR"
+# shellcheck disable=SC2046  # pkg-config output is a list of flags
+cc -O3 -march=native -Wall -Wextra "$ROOT/bench/sgemm.c" -o "$SGEMM" \
+  $(PKG_CONFIG_PATH=$BLAS_PC pkg-config --cflags --libs openblas) -Wl,-rpath,"$BLAS_DIR"
+
+# --- data and specs ---------------------------------------------------------
+# Both contenders read the same synthetic byte-level shards. Each model's
+# spec is copied with its data paths pointed here, validation and
+# checkpoints reduced to the minimum (they are outside the timed steps
+# anyway), and the step count set.
+"$AUTOACCEL" data synth --out "$WORK/data" --bytes 2000000 --seed 1 >"$WORK/logs/data.log" 2>&1 ||
+  { cat "$WORK/logs/data.log" >&2; die "autoaccel data synth failed"; }
+
+MODELS=("$ROOT/examples/tiny/model.json:30" "$ROOT/bench/models/gpt-6l-512.json:8")
+NAMES=()
+for entry in "${MODELS[@]}"; do
+  src=${entry%:*}
+  steps=${STEPS:-${entry##*:}}
+  name=$(basename "$(dirname "$src")")
+  [ "$name" = models ] && name=$(basename "$src" .json)
+  "$PYTHON" - "$src" "$WORK/specs/$name.json" "$WORK/data" "$steps" <<'EOF'
+import json, sys
+src, dst, data, steps = sys.argv[1:]
+with open(src) as f:
+    js = json.load(f)
+js["data"] = {"train": data + "/train.bin", "val": data + "/val.bin"}
+t = js.setdefault("train", {})
+t.update(steps=int(steps), eval_every=0, eval_batches=1, checkpoint_every=0)
+t["warmup_steps"] = min(int(t.get("warmup_steps", 0)), int(steps))
+with open(dst, "w") as f:
+    json.dump(js, f, indent=1)
+EOF
+  NAMES+=("$name")
+done
+
+# GEMM problem of each model for the sgemm probe: rows = batch * seq_len.
+GPT_ARGS=()
+for name in "${NAMES[@]}"; do
+  dims=$("$PYTHON" -c 'import json,sys
+js = json.load(open(sys.argv[1])); m = js["model"]
+print("%d,%d,%d,%d,%d" % (js["train"]["global_batch"] * m["seq_len"], m["d_model"], m["d_ff"], m["vocab_size"], m["n_layer"]))' \
+    "$WORK/specs/$name.json")
+  GPT_ARGS+=(--gpt "$dims")
+done
+
+# --- measure ----------------------------------------------------------------
+# Contenders alternate within each round so that a noisy neighbour hurts
+# both alike; a failed run is logged and left out of the table.
+run_one() { # label logfile command...
+  local label=$1 log=$2
+  shift 2
+  echo "  $label" >&2
+  "$@" >"$log" 2>&1 || echo "    failed (exit $?), see $log" >&2
+}
+# Busy CPU time of the whole machine against our own children's, in clock
+# ticks: the difference is what other processes took while we measured.
+busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }
+own_ticks() { awk '{print $16 + $17}' "/proc/$$/stat"; }
+busy0=$(busy_ticks) own0=$(own_ticks) t0=$(date +%s.%N)
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >"$WORK/results/load.txt"
+printf '{"autoaccel": "%s", "openblas": "%s", "git": "%s"}\n' "$AUTOACCEL" "$(readlink -f "$BLAS_SO")" \
+  "$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)" >"$WORK/results/env.json"
+for r in $(seq 1 "$ROUNDS"); do
+  echo "round $r/$ROUNDS" >&2
+  for name in "${NAMES[@]}"; do
+    spec=$WORK/specs/$name.json
+    run_one "$name autoaccel" "$WORK/logs/aa-$name-$r.log" \
+      "$AUTOACCEL" train "$spec" --threads "$THREADS" --summary-json "$WORK/results/aa-$name-$r.json" \
+      --out "$WORK/runs/$name" --log-every 1000000
+    run_one "$name torch" "$WORK/logs/torch-$name-$r.log" \
+      env LD_LIBRARY_PATH="$BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      "$PYTHON" "$ROOT/bench/torch_gpt.py" "$spec" --threads "$THREADS"
+    grep '^{' "$WORK/logs/torch-$name-$r.log" >"$WORK/results/torch-$name-$r.json" || rm -f "$WORK/results/torch-$name-$r.json"
+  done
+  run_one "sgemm" "$WORK/results/sgemm-$r.json" "$SGEMM" --threads "$THREADS" --json "${GPT_ARGS[@]}"
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$WORK/results/load.txt"
+awk -v b="$(( $(busy_ticks) - busy0 ))" -v o="$(( $(own_ticks) - own0 ))" -v t0="$t0" -v t1="$(date +%s.%N)" \
+  -v n="$(nproc)" -v hz="$(getconf CLK_TCK)" \
+  'BEGIN { w = t1 - t0; f = (b - o) / (w * hz * n) * 100; if (f < 0) f = 0;
+           printf "other processes used %.0f%% of the %d CPUs during the %.0f s of measurement\n", f, n, w;
+           printf "{\"foreign_cpu_pct\": %.1f, \"seconds\": %.1f}\n", f, w > "/dev/stderr" }' \
+  >>"$WORK/results/load.txt" 2>"$WORK/results/noise.json"
+
+"$PYTHON" "$ROOT/bench/report.py" "$WORK" "${NAMES[@]}"
+[ "$KEEP" = 1 ] && echo "results kept in $WORK" >&2
+exit 0
