@@ -95,25 +95,6 @@ static double parse_fraction(const char *cmd, const char *opt, const char *val) 
   return v;
 }
 
-/* mkdir -p: creates dir and any missing parents. */
-static int make_dirs(const char *dir) {
-  char buf[PATH_MAX];
-  if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-    return aa_error(AA_EINVAL, "%s: path too long", dir);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-      return aa_error(AA_EIO, "cannot create directory %s: %s", buf, strerror(errno));
-    *p = '/';
-  }
-  if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-    return aa_error(AA_EIO, "cannot create directory %s: %s", buf, strerror(errno));
-  struct stat st;
-  if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) return aa_error(AA_EIO, "%s: not a directory", buf);
-  return 0;
-}
-
 static int join(char *out, size_t cap, const char *dir, const char *name) {
   size_t n = strlen(dir);
   const char *sep = n > 0 && dir[n - 1] == '/' ? "" : "/";
@@ -194,7 +175,7 @@ static int cmd_synth(int argc, char **argv) {
   if (!o.out) return usage_error("data synth", usage_synth, "--out DIR is required");
   char train[PATH_MAX], val[PATH_MAX];
   if (join(train, sizeof train, o.out, "train.bin") || join(val, sizeof val, o.out, "val.bin") ||
-      make_dirs(o.out) || aa_data_synth(train, val, (size_t)o.bytes, o.val_fraction, (uint64_t)o.seed) ||
+      aa_mkdirs(o.out) || aa_data_synth(train, val, (size_t)o.bytes, o.val_fraction, (uint64_t)o.seed) ||
       print_written(train, val))
     return aa_cli_fail("data synth");
   return AA_EXIT_OK;
@@ -213,7 +194,7 @@ static int cmd_build(int argc, char **argv) {
   char train[PATH_MAX], val[PATH_MAX];
   const char *const *inputs = (const char *const *)(argv + optind);
   if (join(train, sizeof train, o.out, "train.bin") || join(val, sizeof val, o.out, "val.bin") ||
-      make_dirs(o.out) || aa_data_build_text(inputs, argc - optind, train, val, o.val_fraction) ||
+      aa_mkdirs(o.out) || aa_data_build_text(inputs, argc - optind, train, val, o.val_fraction) ||
       print_written(train, val))
     return aa_cli_fail("data build");
   return AA_EXIT_OK;

@@ -54,6 +54,16 @@ typedef enum { AA_F32 = 0, AA_BF16 = 1, AA_F16 = 2 } aa_dtype_t;
 size_t aa_dtype_size(aa_dtype_t t);
 const char *aa_dtype_name(aa_dtype_t t);
 
+/* mkdir -p: creates dir and any missing parents (mode 0777 less umask);
+ * fails if the path exists and is not a directory. */
+int aa_mkdirs(const char *dir);
+
+/* Little-endian integer encoding for file headers. */
+uint32_t aa_get_le32(const unsigned char *p);
+uint64_t aa_get_le64(const unsigned char *p);
+void aa_put_le32(unsigned char *p, uint32_t v);
+void aa_put_le64(unsigned char *p, uint64_t v);
+
 /* Monotonic clock in seconds. */
 double aa_now(void);
 

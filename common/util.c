@@ -1,8 +1,12 @@
 #include "aa.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static aa_log_level_t log_level = AA_LOG_INFO;
@@ -73,4 +77,36 @@ float aa_rng_normal(aa_rng_t *r) {
   float u1 = aa_rng_uniform(r), u2 = aa_rng_uniform(r);
   if (u1 < 1e-7f) u1 = 1e-7f;
   return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
+}
+
+int aa_mkdirs(const char *dir) {
+  char buf[PATH_MAX];
+  if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return aa_error(AA_EINVAL, "%s: path too long", dir);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+      return aa_error(AA_EIO, "cannot create directory %s: %s", buf, strerror(errno));
+    *p = '/';
+  }
+  if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+    return aa_error(AA_EIO, "cannot create directory %s: %s", buf, strerror(errno));
+  struct stat st;
+  if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) return aa_error(AA_EIO, "%s: not a directory", buf);
+  return 0;
+}
+
+uint32_t aa_get_le32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+uint64_t aa_get_le64(const unsigned char *p) { return (uint64_t)aa_get_le32(p) | (uint64_t)aa_get_le32(p + 4) << 32; }
+
+void aa_put_le32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+void aa_put_le64(unsigned char *p, uint64_t v) {
+  aa_put_le32(p, (uint32_t)v);
+  aa_put_le32(p + 4, (uint32_t)(v >> 32));
 }

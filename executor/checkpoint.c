@@ -26,23 +26,22 @@ typedef struct {
 
 static const char *arch_names[6] = {"n_layer", "n_head", "d_model", "d_ff", "seq_len", "vocab_size"};
 
+/* Cursor forms of the common little-endian helpers: each advances *p. */
 static void put32(unsigned char **p, uint32_t v) {
-  for (int i = 0; i < 4; i++) *(*p)++ = (unsigned char)(v >> (8 * i));
+  aa_put_le32(*p, v);
+  *p += 4;
 }
 static void put64(unsigned char **p, uint64_t v) {
-  for (int i = 0; i < 8; i++) *(*p)++ = (unsigned char)(v >> (8 * i));
+  aa_put_le64(*p, v);
+  *p += 8;
 }
 static uint32_t get32(const unsigned char **p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= (uint32_t)(*p)[i] << (8 * i);
   *p += 4;
-  return v;
+  return aa_get_le32(*p - 4);
 }
 static uint64_t get64(const unsigned char **p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)(*p)[i] << (8 * i);
   *p += 8;
-  return v;
+  return aa_get_le64(*p - 8);
 }
 
 static void encode_header(unsigned char out[AA_CKPT_HEADER_BYTES], const header_t *h) {

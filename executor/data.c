@@ -21,24 +21,6 @@
 /* Above this many distinct ids, entropy counts by sorting instead of a table. */
 #define ENTROPY_TABLE_MAX ((size_t)1 << 22)
 
-static uint32_t get_u32(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_u64(const unsigned char *p) {
-  return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
-}
-
-static void put_u32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v) {
-  put_u32(p, (uint32_t)v);
-  put_u32(p + 4, (uint32_t)(v >> 32));
-}
-
 /* What a header says about the payload that follows it. */
 typedef struct {
   size_t header_bytes;
@@ -125,8 +107,8 @@ static int parse_aa_header(layout_t *l, const unsigned char *h, uint64_t size, c
   if (size < AA_SHARD_HEADER_BYTES)
     return aa_error(AA_EFORMAT, "%s: truncated header: file has %llu bytes, an autoaccel shard header is %d",
                     path, (unsigned long long)size, AA_SHARD_HEADER_BYTES);
-  uint32_t version = get_u32(h + 8), width = get_u32(h + 12), vocab = get_u32(h + 16);
-  uint32_t reserved = get_u32(h + 20);
+  uint32_t version = aa_get_le32(h + 8), width = aa_get_le32(h + 12), vocab = aa_get_le32(h + 16);
+  uint32_t reserved = aa_get_le32(h + 20);
   if (version != AA_SHARD_VERSION)
     return aa_error(AA_EFORMAT, "%s: unsupported autoaccel shard version %u (this build reads version %d)",
                     path, version, AA_SHARD_VERSION);
@@ -142,9 +124,9 @@ static int parse_aa_header(layout_t *l, const unsigned char *h, uint64_t size, c
   l->header_bytes = AA_SHARD_HEADER_BYTES;
   l->width = width;
   l->vocab_size = (int)vocab;
-  l->n_tokens = get_u64(h + 24);
+  l->n_tokens = aa_get_le64(h + 24);
   l->has_checksum = 1;
-  l->checksum = get_u64(h + 32);
+  l->checksum = aa_get_le64(h + 32);
   return check_size(l, size, path);
 }
 
@@ -152,7 +134,7 @@ static int parse_llmc_header(layout_t *l, const unsigned char *h, uint64_t size,
   if (size < LLMC_HEADER_BYTES)
     return aa_error(AA_EFORMAT, "%s: truncated header: file has %llu bytes, an llm.c shard header is %d",
                     path, (unsigned long long)size, LLMC_HEADER_BYTES);
-  int32_t version = (int32_t)get_u32(h + 4), n = (int32_t)get_u32(h + 8);
+  int32_t version = (int32_t)aa_get_le32(h + 4), n = (int32_t)aa_get_le32(h + 8);
   if (version != LLMC_VERSION)
     return aa_error(AA_EFORMAT,
                     "%s: unsupported llm.c shard version %d (only version 1, uint16 tokens, is read)", path,
@@ -172,7 +154,7 @@ static int parse_llmc_header(layout_t *l, const unsigned char *h, uint64_t size,
  * magic, so an empty or cut-off shard gets the more useful message. */
 static int parse_header(layout_t *l, const unsigned char *h, size_t have, uint64_t size, const char *path) {
   unsigned char llmc[4];
-  put_u32(llmc, AA_LLMC_MAGIC);
+  aa_put_le32(llmc, AA_LLMC_MAGIC);
   size_t aa_n = have < 8 ? have : 8, llmc_n = have < 4 ? have : 4;
   if (memcmp(h, AA_SHARD_MAGIC, aa_n) == 0) return parse_aa_header(l, h, size, path);
   if (memcmp(h, llmc, llmc_n) == 0) return parse_llmc_header(l, h, size, path);
@@ -207,7 +189,7 @@ static int read_payload(int32_t *tokens, FILE *f, const layout_t *l, int max_voc
     h = aa_fnv1a(h, buf, n * l->width);
     for (size_t i = 0; i < n; i++) {
       uint32_t id =
-          l->width == 2 ? (uint32_t)buf[2 * i] | (uint32_t)buf[2 * i + 1] << 8 : get_u32(buf + 4 * i);
+          l->width == 2 ? (uint32_t)buf[2 * i] | (uint32_t)buf[2 * i + 1] << 8 : aa_get_le32(buf + 4 * i);
       if ((int64_t)id >= bound && bad_at == SIZE_MAX) {
         bad_at = done + i;
         bad_id = id;
@@ -280,7 +262,7 @@ static void encode(unsigned char *buf, const int32_t *tokens, size_t n, uint32_t
       buf[2 * i] = (unsigned char)v;
       buf[2 * i + 1] = (unsigned char)(v >> 8);
     } else {
-      put_u32(buf + 4 * i, v);
+      aa_put_le32(buf + 4 * i, v);
     }
   }
 }
@@ -314,11 +296,11 @@ int aa_shard_write(const char *path, const int32_t *tokens, size_t n, int vocab_
   }
   unsigned char head[AA_SHARD_HEADER_BYTES] = {0};
   memcpy(head, AA_SHARD_MAGIC, 8);
-  put_u32(head + 8, AA_SHARD_VERSION);
-  put_u32(head + 12, width);
-  put_u32(head + 16, (uint32_t)vocab_size);
-  put_u64(head + 24, (uint64_t)n);
-  put_u64(head + 32, h);
+  aa_put_le32(head + 8, AA_SHARD_VERSION);
+  aa_put_le32(head + 12, width);
+  aa_put_le32(head + 16, (uint32_t)vocab_size);
+  aa_put_le64(head + 24, (uint64_t)n);
+  aa_put_le64(head + 32, h);
 
   f = fopen(tmp, "wb");
   if (!f) {

@@ -122,7 +122,7 @@ static size_t carve_acts(aa_acts_t *a, float *base, const aa_arch_t *ar, int B, 
   return off * sizeof(float);
 }
 
-static int alloc_flat(aa_flatbuf_t *b, size_t n) {
+int aa_flatbuf_alloc(aa_flatbuf_t *b, size_t n) {
   b->dtype = AA_F32;
   b->numel = n;
   b->data = aligned_alloc(64, ((n * sizeof(float)) + 63) & ~(size_t)63);
@@ -150,7 +150,7 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   m->acts->targets = malloc(sizeof(int32_t) * B * T);
   if (!m->acts->blocks || !m->acts->inputs || !m->acts->targets) goto nomem;
   build_tensor_table(m);
-  if ((rc = alloc_flat(&m->params, m->n_params)) || (rc = alloc_flat(&m->grads, m->n_params))) goto fail;
+  if ((rc = aa_flatbuf_alloc(&m->params, m->n_params)) || (rc = aa_flatbuf_alloc(&m->grads, m->n_params))) goto fail;
   m->act_bytes = carve_acts(m->acts, NULL, arch, B, T);
   m->acts->base = aligned_alloc(64, m->act_bytes);
   if (!m->acts->base) {

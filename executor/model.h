@@ -39,6 +39,10 @@ typedef struct aa_flatbuf {
   void *data;
 } aa_flatbuf_t;
 
+/* Allocates a zeroed, 64-byte-aligned fp32 buffer of n elements into *b
+ * (owned by b; release with free(b->data)). */
+int aa_flatbuf_alloc(aa_flatbuf_t *b, size_t n);
+
 /* Named views into the activation buffer (one allocation). */
 typedef struct aa_acts aa_acts_t;
 

@@ -5,17 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int alloc_zero(aa_flatbuf_t *b, size_t n) {
-  b->dtype = AA_F32;
-  b->numel = n;
-  b->data = calloc(n ? n : 1, sizeof(float));
-  return b->data ? 0 : aa_error(AA_ENOMEM, "cannot allocate optimizer state for %zu parameters", n);
-}
-
 int aa_adamw_init(aa_adamw_t *o, size_t n) {
   memset(o, 0, sizeof *o);
-  int rc = alloc_zero(&o->m, n);
-  if (!rc) rc = alloc_zero(&o->v, n);
+  int rc = aa_flatbuf_alloc(&o->m, n);
+  if (!rc) rc = aa_flatbuf_alloc(&o->v, n);
   if (rc) aa_adamw_free(o);
   return rc;
 }

@@ -33,21 +33,6 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Creates dir and its parents (mkdir -p). */
-static int make_dirs(const char *dir) {
-  char buf[AA_PATH_MAX];
-  if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) return aa_error(AA_EINVAL, "%s: path too long", dir);
-  for (char *p = buf + 1;; p++) {
-    char c = *p;
-    if (c == '/' || c == '\0') {
-      *p = '\0';
-      if (mkdir(buf, 0755) && errno != EEXIST) return aa_error(AA_EIO, "%s: cannot create: %s", buf, strerror(errno));
-      *p = c;
-    }
-    if (!c) return 0;
-  }
-}
-
 /* Mean loss over the first eval_batches batches of the validation shard
  * (always the same batches, so successive figures are comparable). */
 static int evaluate(trainer_t *t, float *out) {
@@ -107,7 +92,7 @@ static int setup(trainer_t *t) {
   int n = t->opts->out_dir ? snprintf(t->out_dir, sizeof t->out_dir, "%s", t->opts->out_dir)
                            : snprintf(t->out_dir, sizeof t->out_dir, "runs/%s", s->name);
   if (n >= (int)sizeof t->out_dir) return aa_error(AA_EINVAL, "output directory path too long");
-  return make_dirs(t->out_dir);
+  return aa_mkdirs(t->out_dir);
 }
 
 static void trainer_free(trainer_t *t) {
