@@ -118,6 +118,9 @@ static int job_check(const void *st, const char *path) {
 
 static int progress_check(const void *st, const char *path) {
   const aa_msg_progress_t *p = st;
+  if (p->index > p->count)
+    return aa_error(AA_EFORMAT, "%s: index %llu is past count %llu", path, (unsigned long long)p->index,
+                    (unsigned long long)p->count);
   if (p->step > p->total)
     return aa_error(AA_EFORMAT, "%s: step %llu is past total %llu", path, (unsigned long long)p->step,
                     (unsigned long long)p->total);
@@ -166,6 +169,8 @@ static const field_t submit_f[] = {
     F_INT(aa_msg_submit_t, time_limit_s, false, 0, AA_PROTO_TIME_LIMIT_MAX),
     F_LIST(aa_msg_submit_t, exclude, AA_PROTO_EXCLUDE_MAX, AA_PROTO_METHOD_MAX),
     F_INT(aa_msg_submit_t, max_dryruns, false, 0, 1000000),
+    F_BOOL(aa_msg_submit_t, exhaustive),
+    F_STR(aa_msg_submit_t, out_dir, false, 1, AA_PROTO_PATH_MAX),
 };
 static const field_t ack_f[] = {F_U64(aa_msg_ack_t, job, false, 1, ID_HI)};
 static const field_t job_f[] = {
@@ -182,6 +187,7 @@ static const field_t job_f[] = {
     F_INT(aa_msg_job_t, rank, true, 0, AA_PROTO_WORLD_MAX - 1),
     F_INT(aa_msg_job_t, world, true, 1, AA_PROTO_WORLD_MAX),
     F_STR(aa_msg_job_t, rendezvous, false, 1, AA_PROTO_NAME_MAX),
+    F_STR(aa_msg_job_t, out_dir, false, 1, AA_PROTO_PATH_MAX),
 };
 static const field_t progress_f[] = {
     F_U64(aa_msg_progress_t, job, true, 1, ID_HI),
@@ -191,6 +197,9 @@ static const field_t progress_f[] = {
     F_F64(aa_msg_progress_t, tokens_per_s, true, 0, 1e12),
     F_F64(aa_msg_progress_t, loss, true, -DBL_MAX, DBL_MAX),
     F_STR(aa_msg_progress_t, phase, true, 1, AA_PROTO_PHASE_MAX),
+    F_STR(aa_msg_progress_t, key, false, 1, AA_PROTO_KEY_MAX),
+    F_U64(aa_msg_progress_t, index, false, 0, AA_PROTO_STEPS_MAX),
+    F_U64(aa_msg_progress_t, count, false, 0, AA_PROTO_STEPS_MAX),
 };
 static const field_t result_f[] = {
     F_U64(aa_msg_result_t, job, true, 1, ID_HI),
@@ -202,6 +211,7 @@ static const field_t result_f[] = {
     F_MAP(aa_msg_result_t, peak, &peak_t),
     F_F64_HAS(aa_msg_result_t, final_loss, has_final_loss, -DBL_MAX, DBL_MAX),
     F_STR(aa_msg_result_t, error, false, 0, AA_PROTO_TEXT_MAX),
+    F_STR(aa_msg_result_t, key, false, 1, AA_PROTO_KEY_MAX),
 };
 static const field_t cancel_f[] = {F_U64(aa_msg_cancel_t, job, true, 1, ID_HI)};
 static const field_t abort_f[] = {

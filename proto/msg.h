@@ -26,6 +26,8 @@
 #define AA_PROTO_PHASE_MAX 64          /* progress phase */
 #define AA_PROTO_TEXT_MAX 4096         /* error message, error text, reasons */
 #define AA_PROTO_JSON_MAX AA_FRAME_MAX /* model spec, strategy, query args, reply */
+#define AA_PROTO_PATH_MAX 4096         /* submit.out_dir, job.out_dir */
+#define AA_PROTO_KEY_MAX 127           /* strategy key (progress.key, result.key) */
 #define AA_PROTO_EXCLUDE_MAX 64        /* submit.exclude entries */
 #define AA_PROTO_METHOD_MAX 64         /* bytes per submit.exclude entry */
 #define AA_PROTO_ID_MAX INT64_MAX      /* ids are 1..2^63-1 so they fit an SQLite integer */
@@ -119,6 +121,8 @@ typedef struct aa_msg_submit {
   int time_limit_s;         /* search time limit, 0 = none, <= AA_PROTO_TIME_LIMIT_MAX */
   aa_msg_strlist_t exclude; /* methods not to search, <= 64 entries of 1..64 bytes */
   int max_dryruns;          /* 0 = no limit, <= 1000000 */
+  bool exhaustive;          /* measure every valid strategy, no search shortcuts */
+  char *out_dir;            /* optional absolute directory for the strategy file and training outputs */
 } aa_msg_submit_t;
 
 typedef struct aa_msg_ack {
@@ -137,6 +141,7 @@ typedef struct aa_msg_job {
   uint64_t seed;            /* any */
   int rank, world;          /* this executor's rank in the gang, 0..world-1; world 1..4096 */
   char *rendezvous;         /* optional, <= 255 bytes: where the gang meets (world > 1) */
+  char *out_dir;            /* optional, <= 4096 bytes: train jobs write checkpoints and logs here */
 } aa_msg_job_t;
 
 typedef struct aa_msg_progress {
@@ -145,6 +150,9 @@ typedef struct aa_msg_progress {
   double tokens_per_s;  /* 0..1e12 */
   double loss;          /* finite */
   char *phase;          /* 1..64 bytes: "warmup", "measure", "train", ... */
+  /* Filled by the planner when it relays progress to a client: */
+  char *key;             /* optional, <= 127 bytes: the strategy key of the run */
+  uint64_t index, count; /* optional: dry run `index` (1-based) of `count`; 0 = absent */
 } aa_msg_progress_t;
 
 typedef struct aa_msg_peak {
@@ -161,6 +169,7 @@ typedef struct aa_msg_result {
   bool has_final_loss;
   double final_loss; /* finite, present when a step completed */
   char *error;       /* optional, <= 4096 bytes */
+  char *key;         /* optional, <= 127 bytes: the strategy key (set when relayed to a client) */
 } aa_msg_result_t;
 
 typedef struct aa_msg_cancel {

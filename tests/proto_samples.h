@@ -40,7 +40,9 @@ static void aa_sample_msg(aa_msg_type_t t, aa_msg_t *m) {
                                   .refresh = true,
                                   .time_limit_s = 600,
                                   .exclude = {.v = aa_sample_exclude, .n = 2},
-                                  .max_dryruns = 12};
+                                  .max_dryruns = 12,
+                                  .exhaustive = true,
+                                  .out_dir = "/home/user/runs/tiny"};
     break;
   case AA_MSG_ACK: m->ack.job = 56; break;
   case AA_MSG_JOB:
@@ -56,7 +58,8 @@ static void aa_sample_msg(aa_msg_type_t t, aa_msg_t *m) {
                             .seed = UINT64_MAX - 5,
                             .rank = 1,
                             .world = 4,
-                            .rendezvous = "/aa-gang-9001"};
+                            .rendezvous = "/aa-gang-9001",
+                            .out_dir = "/home/user/runs/tiny"};
     break;
   case AA_MSG_PROGRESS:
     m->progress = (aa_msg_progress_t){.job = 56,
@@ -65,7 +68,10 @@ static void aa_sample_msg(aa_msg_type_t t, aa_msg_t *m) {
                                       .total = 13,
                                       .tokens_per_s = 123456.5,
                                       .loss = 3.25,
-                                      .phase = "measure"};
+                                      .phase = "measure",
+                                      .key = "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4",
+                                      .index = 3,
+                                      .count = 45};
     break;
   case AA_MSG_RESULT:
     m->result = (aa_msg_result_t){
@@ -78,7 +84,8 @@ static void aa_sample_msg(aa_msg_type_t t, aa_msg_t *m) {
         .peak = {.params = 1, .grads = 2, .optim = 3, .acts = 4, .workspace = 5, .total = 15},
         .has_final_loss = true,
         .final_loss = 2.5,
-        .error = "out of memory: acts"};
+        .error = "out of memory: acts",
+        .key = "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4"};
     break;
   case AA_MSG_CANCEL: m->cancel.job = 56; break;
   case AA_MSG_ABORT: m->abort = (aa_msg_abort_t){.job = 56, .run = 9001, .reason = "rank 2 crashed"}; break;

@@ -202,8 +202,8 @@ AA_TEST(every_message_round_trips_byte_for_byte) {
   /* Keys per type with every field set: v, t, id + the type's fields. */
   static const size_t want_keys[AA_MSG_TYPE_COUNT] = {
       [AA_MSG_HELLO] = 3 + 3,  [AA_MSG_WELCOME] = 3 + 2,  [AA_MSG_HEARTBEAT] = 3 + 1,
-      [AA_MSG_BYE] = 3 + 1,    [AA_MSG_SUBMIT] = 3 + 7,   [AA_MSG_ACK] = 3 + 1,
-      [AA_MSG_JOB] = 3 + 13,   [AA_MSG_PROGRESS] = 3 + 7, [AA_MSG_RESULT] = 3 + 9,
+      [AA_MSG_BYE] = 3 + 1,    [AA_MSG_SUBMIT] = 3 + 9,   [AA_MSG_ACK] = 3 + 1,
+      [AA_MSG_JOB] = 3 + 14,   [AA_MSG_PROGRESS] = 3 + 10, [AA_MSG_RESULT] = 3 + 10,
       [AA_MSG_CANCEL] = 3 + 1, [AA_MSG_ABORT] = 3 + 3,    [AA_MSG_STATUS] = 3 + 1,
       [AA_MSG_QUERY] = 3 + 2,  [AA_MSG_REPLY] = 3 + 1,    [AA_MSG_ERROR] = 3 + 2,
   };
@@ -258,6 +258,11 @@ AA_TEST(job_and_result_fields_decode_as_sent) {
   CHECK(d.job.warmup_steps == 3 && d.job.measured_steps == 10 && d.job.time_limit_s == 120);
   CHECK(d.job.memory_limit == 8ULL << 30 && d.job.seed == UINT64_MAX - 5);
   CHECK(d.job.rank == 1 && d.job.world == 4 && strcmp(d.job.rendezvous, "/aa-gang-9001") == 0);
+  CHECK(strcmp(d.job.out_dir, "/home/user/runs/tiny") == 0);
+  aa_msg_free(&d);
+  CHECK(decode_sample(AA_MSG_PROGRESS, &d) == 0);
+  CHECK(d.progress.index == 3 && d.progress.count == 45 &&
+        strcmp(d.progress.key, "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4") == 0);
   aa_msg_free(&d);
   CHECK(decode_sample(AA_MSG_RESULT, &d) == 0);
   CHECK(d.result.status == AA_PROTO_RUN_OOM && d.result.tokens_per_s == 98765.25);
@@ -265,11 +270,13 @@ AA_TEST(job_and_result_fields_decode_as_sent) {
   CHECK(d.result.peak.params == 1 && d.result.peak.workspace == 5 && d.result.peak.total == 15);
   CHECK(d.result.has_final_loss && d.result.final_loss == 2.5);
   CHECK(strcmp(d.result.error, "out of memory: acts") == 0);
+  CHECK(strcmp(d.result.key, "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4") == 0);
   aa_msg_free(&d);
   CHECK(decode_sample(AA_MSG_SUBMIT, &d) == 0);
   CHECK(d.submit.wait && d.submit.train && d.submit.refresh && d.submit.time_limit_s == 600);
   CHECK(d.submit.exclude.n == 2 && strcmp(d.submit.exclude.v[1], "pipeline") == 0 &&
         d.submit.max_dryruns == 12);
+  CHECK(d.submit.exhaustive && strcmp(d.submit.out_dir, "/home/user/runs/tiny") == 0);
   aa_msg_free(&d);
 }
 
@@ -410,6 +417,7 @@ AA_TEST(out_of_range_values_are_rejected) {
                 "job.time_limit_s: -5 is outside 0..31622400");
   EXPECT_REJECT(AA_MSG_JOB, "id", VU(0), AA_EFORMAT, "job.id: 0 is outside 1..");
   EXPECT_REJECT(AA_MSG_PROGRESS, "step", VU(14), AA_EFORMAT, "progress: step 14 is past total 13");
+  EXPECT_REJECT(AA_MSG_PROGRESS, "index", VU(46), AA_EFORMAT, "progress: index 46 is past count 45");
   EXPECT_REJECT(AA_MSG_PROGRESS, "loss", VD(NAN), AA_EFORMAT, "progress.loss: must be a finite number");
   EXPECT_REJECT(AA_MSG_PROGRESS, "loss", VF32(INFINITY), AA_EFORMAT,
                 "progress.loss: must be a finite number");
