@@ -23,6 +23,10 @@ enum {
   AA_EOOM = -8,     /* an accounted allocation exceeded the memory limit */
   AA_EUNSUPPORTED = -9,
   AA_EINTERNAL = -10,
+  AA_EPERM = -11,      /* refused: wrong or missing token, unsafe file permissions */
+  AA_ETIMEOUT = -12,   /* a deadline passed (connect, reply, dry-run time limit) */
+  AA_ECANCELLED = -13, /* stopped on request (cancel, abort, signal) */
+  AA_ECONN = -14,      /* a connection could not be made or was lost */
 };
 
 /* Name of an error code ("invalid input", ...). Never NULL. */

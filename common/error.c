@@ -19,6 +19,10 @@ const char *aa_strerror(int code) {
   case AA_EOOM: return "out of memory (limit)";
   case AA_EUNSUPPORTED: return "unsupported";
   case AA_EINTERNAL: return "internal error";
+  case AA_EPERM: return "permission denied";
+  case AA_ETIMEOUT: return "timed out";
+  case AA_ECANCELLED: return "cancelled";
+  case AA_ECONN: return "connection failed";
   default: return "unknown error";
   }
 }

@@ -3,6 +3,7 @@
  * sample message (tests/proto_samples.h), change one thing with msgpack-c,
  * and check the error code and that the message names the field and rule. */
 #include "common/aa.h"
+#include "proto/addr.h"
 #include "proto/frame.h"
 #include "proto/msg.h"
 #include "tests/aa_test.h"
@@ -13,6 +14,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* --- helpers ------------------------------------------------------------- */
 
@@ -760,6 +763,50 @@ AA_TEST(frame_reader_holds_at_most_one_frame_and_releases_large_buffers) {
   CHECK(aa_frame_encode(&out, &olen, "", (size_t)AA_FRAME_MAX + 1) == AA_EINVAL && out == (char *)0x1);
 }
 
+AA_TEST(addresses_parse_and_bad_ones_say_why) {
+  aa_addr_t a;
+  char buf[300];
+  CHECK(aa_addr_parse(&a, "unix:/tmp/x/planner.sock") == 0 && !a.tcp && strcmp(a.path, "/tmp/x/planner.sock") == 0);
+  CHECK(aa_addr_parse(&a, "./planner.sock") == 0 && !a.tcp && strcmp(a.path, "./planner.sock") == 0);
+  CHECK(aa_addr_parse(&a, "tcp:127.0.0.1:7070") == 0 && a.tcp && strcmp(a.host, "127.0.0.1") == 0 && a.port == 7070);
+  CHECK(aa_addr_parse(&a, "node-7:80") == 0 && a.tcp && strcmp(a.host, "node-7") == 0 && a.port == 80);
+  CHECK(aa_addr_parse(&a, "tcp:[::1]:9") == 0 && a.tcp && strcmp(a.host, "::1") == 0 && a.port == 9);
+  aa_addr_format(&a, buf, sizeof buf);
+  CHECK(strcmp(buf, "tcp:[::1]:9") == 0);
+  CHECK(aa_addr_parse(&a, "tcp:host") == AA_EINVAL && strstr(aa_last_error(), "HOST:PORT"));
+  CHECK(aa_addr_parse(&a, "tcp:host:0") == AA_EINVAL && strstr(aa_last_error(), "1..65535"));
+  CHECK(aa_addr_parse(&a, "tcp:host:70000") == AA_EINVAL);
+  CHECK(aa_addr_parse(&a, "tcp:::1:80") == AA_EINVAL && strstr(aa_last_error(), "brackets"));
+  CHECK(aa_addr_parse(&a, "") == AA_EINVAL);
+  memset(buf, 'a', 200);
+  memcpy(buf, "unix:/", 6);
+  buf[200] = 0;
+  CHECK(aa_addr_parse(&a, buf) == AA_EINVAL && strstr(aa_last_error(), "longer than 107"));
+  CHECK(aa_addr_is_loopback("127.0.0.1") && aa_addr_is_loopback("::1") && aa_addr_is_loopback("localhost"));
+  CHECK(!aa_addr_is_loopback("0.0.0.0") && !aa_addr_is_loopback("10.0.0.1"));
+}
+
+AA_TEST(token_files_must_be_private_and_hold_one_line) {
+  char dir[] = "/tmp/aa-token-XXXXXX", path[64], tok[AA_TOKEN_MAX + 1];
+  size_t n;
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/token", dir);
+  FILE *f = fopen(path, "w");
+  fputs("s3cret\nsecond line ignored\n", f);
+  fclose(f);
+  chmod(path, 0644);
+  CHECK(aa_token_load(path, tok, &n) == AA_EPERM && strstr(aa_last_error(), "chmod 600"));
+  chmod(path, 0600);
+  CHECK(aa_token_load(path, tok, &n) == 0 && n == 6 && strcmp(tok, "s3cret") == 0);
+  f = fopen(path, "w");
+  fputs("\n", f);
+  fclose(f);
+  CHECK(aa_token_load(path, tok, &n) == AA_EINVAL);
+  remove(path);
+  CHECK(aa_token_load(path, tok, &n) == AA_ENOENT);
+  rmdir(dir);
+}
+
 int main(void) {
   RUN(every_message_round_trips_byte_for_byte);
   RUN(hello_device_fields_decode_as_sent);
@@ -781,5 +828,7 @@ int main(void) {
   RUN(frame_reader_reassembles_any_chunking);
   RUN(frame_reader_rejects_bad_lengths_before_allocating);
   RUN(frame_reader_holds_at_most_one_frame_and_releases_large_buffers);
+  RUN(addresses_parse_and_bad_ones_say_why);
+  RUN(token_files_must_be_private_and_hold_one_line);
   return aa_test_summary();
 }
