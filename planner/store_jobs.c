@@ -327,7 +327,7 @@ int aa_store_jobs_list(aa_store_t *st, const aa_store_job_filter_t *f, aa_store_
   if (err) return err;
   if (f->limit < 0) return aa_error(AA_EINVAL, "job filter: negative limit");
   unsigned shape = (f->model_hash ? 1u : 0) | (f->hardware ? 2u : 0) | (f->statuses ? 4u : 0);
-  sqlite3_stmt *s;
+  sqlite3_stmt *s = NULL;
   if ((err = jobq_stmt(st, shape, &s))) return err;
   sqlite3_bind_int(s, sqlite3_bind_parameter_index(s, ":limit"), f->limit > 0 ? f->limit : -1);
   if (f->model_hash) aa__store_bind_text(s, sqlite3_bind_parameter_index(s, ":model"), f->model_hash);

@@ -289,7 +289,7 @@ int aa_store_runs_query(aa_store_t *st, const aa_store_run_filter_t *f, aa_store
   unsigned shape = (f->job_id ? Q_JOB : 0) | (f->model_hash ? Q_MODEL : 0) | (f->hardware ? Q_HW : 0) |
                    (f->statuses ? Q_STATUS : 0) | (f->kinds ? Q_KIND : 0) | (f->key_prefix ? Q_PREFIX : 0) |
                    (f->order == AA_STORE_ORDER_BEST ? Q_BEST : 0);
-  sqlite3_stmt *s;
+  sqlite3_stmt *s = NULL;
   if ((err = runq_stmt(st, shape, &s))) return err;
   sqlite3_bind_int(s, sqlite3_bind_parameter_index(s, ":limit"), f->limit > 0 ? f->limit : -1);
   if (shape & Q_JOB) sqlite3_bind_int64(s, sqlite3_bind_parameter_index(s, ":job"), f->job_id);
