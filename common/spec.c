@@ -536,3 +536,68 @@ float aa_lr_at(const aa_train_cfg_t *t, int step) {
   double lo = t->min_lr, hi = t->lr;
   return (float)(lo + 0.5 * (hi - lo) * (1.0 + cos(3.14159265358979323846 * p)));
 }
+
+/* Writes one table's fields of the struct at base into obj. Paths are made
+ * absolute against the current directory, so the text means the same thing
+ * to a process started elsewhere (a planner, an executor's runner). */
+static int fields_to_json(json_t *obj, const field_t *t, size_t n, const void *base) {
+  for (size_t i = 0; i < n; i++) {
+    const field_t *f = &t[i];
+    const char *p = (const char *)base + f->off;
+    json_t *v = NULL;
+    switch (f->kind) {
+    case K_INT: v = json_integer(*(const int *)p); break;
+    case K_SEED: v = json_integer((json_int_t) * (const uint64_t *)p); break;
+    case K_FLOAT: v = json_real(*(const float *)p); break;
+    case K_FAMILY: v = json_stringn(p, strnlen(p, sizeof(((aa_arch_t *)0)->family))); break;
+    case K_SCHED: v = json_string(f->choices[*(const aa_lr_schedule_t *)p]); break;
+    case K_NAME: v = json_string(p); break;
+    case K_PATH: {
+      if (!p[0]) continue; /* optional path left out */
+      if (p[0] == '/') {
+        v = json_string(p);
+        break;
+      }
+      char cwd[AA_PATH_MAX];
+      if (!getcwd(cwd, sizeof cwd)) return aa_error(AA_EIO, "spec: current directory: %s", strerror(errno));
+      char abs[2 * AA_PATH_MAX + 2];
+      snprintf(abs, sizeof abs, "%s/%s", cwd, p);
+      if (strlen(abs) >= AA_PATH_MAX)
+        return aa_error(AA_EINVAL, "spec: %s: the absolute path is longer than %d bytes", f->key, AA_PATH_MAX - 1);
+      v = json_string(abs);
+      break;
+    }
+    case K_SECTION: continue; /* the caller writes sections */
+    }
+    if (!v || json_object_set_new(obj, f->key, v)) return aa_error(AA_ENOMEM, "spec: out of memory");
+  }
+  return 0;
+}
+
+int aa_spec_to_json(const aa_model_spec_t *s, char **out) {
+  json_t *root = json_object(), *model = json_object(), *train = json_object(), *data = json_object();
+  int rc = AA_ENOMEM;
+  if (!root || !model || !train || !data) goto cleanup;
+  if ((rc = fields_to_json(root, top_fields, NFIELDS(top_fields), s)) ||
+      (rc = fields_to_json(model, model_fields, NFIELDS(model_fields), &s->arch)) ||
+      (rc = fields_to_json(train, train_fields, NFIELDS(train_fields), &s->train)) ||
+      (rc = fields_to_json(data, data_fields, NFIELDS(data_fields), s)))
+    goto cleanup;
+  rc = AA_ENOMEM;
+  if (json_object_set(root, "model", model) || json_object_set(root, "train", train) ||
+      json_object_set(root, "data", data))
+    goto cleanup;
+  /* jansson writes a real with 17 significant digits, so each float32
+   * field, widened to double, reads back as the same float. */
+  char *text = json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT);
+  if (!text) goto cleanup;
+  *out = text;
+  rc = 0;
+cleanup:
+  if (rc == AA_ENOMEM) aa_error(AA_ENOMEM, "spec: out of memory");
+  json_decref(model);
+  json_decref(train);
+  json_decref(data);
+  json_decref(root);
+  return rc;
+}

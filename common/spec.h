@@ -59,6 +59,14 @@ int aa_spec_load(aa_model_spec_t *out, const char *path);
  * source in error messages. */
 int aa_spec_parse(aa_model_spec_t *out, const char *json, const char *base_dir, const char *origin);
 
+/* Writes a parsed spec back as JSON text with every field present (defaults
+ * filled in) and the data and init paths made absolute against the current
+ * directory, so that another process (the planner, an executor's runner)
+ * reads the same model and data from the text alone: parsing the text gives
+ * back *s, up to those paths. *out is malloc'd and transferred to the caller
+ * (free with free()); set only on success. */
+int aa_spec_to_json(const aa_model_spec_t *s, char **out);
+
 /* Validates an architecture alone (ranges, divisibility). */
 int aa_arch_validate(const aa_arch_t *a);
 
