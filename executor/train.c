@@ -85,7 +85,8 @@ static int setup(trainer_t *t) {
   aa_mem_init(&t->mem, t->opts->memory_limit);
   aa_loss_scaler_init(&t->scaler, &t->strat.loss_scale);
   if ((rc = aa_shard_read(&t->train, s->train_data, s->arch.vocab_size))) return aa_error_wrap(rc, "training data");
-  if (s->val_data[0] && (rc = aa_shard_read(&t->val, s->val_data, s->arch.vocab_size)))
+  /* A dry run never validates, so it does not pay for reading the shard. */
+  if (s->val_data[0] && !t->opts->dryrun && (rc = aa_shard_read(&t->val, s->val_data, s->arch.vocab_size)))
     return aa_error_wrap(rc, "validation data");
   if ((rc = aa_loader_init(&t->loader, &t->train, B, T))) return aa_error_wrap(rc, "training data");
   aa_gpt_opts_t mo = {
@@ -121,7 +122,7 @@ static int setup(trainer_t *t) {
   int n = t->opts->out_dir ? snprintf(t->out_dir, sizeof t->out_dir, "%s", t->opts->out_dir)
                            : snprintf(t->out_dir, sizeof t->out_dir, "runs/%s", s->name);
   if (n >= (int)sizeof t->out_dir) return aa_error(AA_EINVAL, "output directory path too long");
-  return aa_mkdirs(t->out_dir);
+  return t->opts->dryrun ? 0 : aa_mkdirs(t->out_dir);
 }
 
 static void trainer_free(trainer_t *t) {
@@ -222,7 +223,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   fprintf(t.log, "strategy %s: batch %d x %d tokens as %d micro-batch%s of %d, %d threads, %d steps%s\n", r.key,
           cfg->global_batch, T, t.accum, t.accum == 1 ? "" : "es", B, threads, cfg->steps,
           t.state.step ? " (resumed)" : "");
-  int first = t.state.step, timed = 0;
+  int first = t.state.step, timed = 0, untimed = opts->dryrun ? opts->untimed_steps : 1;
   for (int step = first; step < cfg->steps; step++) {
     double t0 = aa_now(), scale_before = t.scaler.scale;
     float loss, norm, lr = aa_lr_at(cfg, step);
@@ -233,8 +234,9 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
     }
     double dt = aa_now() - t0;
     /* The first step of a process warms caches and thread pools; it is
-     * timed only when it is the only one. */
-    if (step > first || step + 1 == cfg->steps) t.step_times[timed++] = dt;
+     * timed only when it is the only one. A dry run says how many to skip. */
+    int warm = step - first < untimed;
+    if (!warm || (!opts->dryrun && step + 1 == cfg->steps)) t.step_times[timed++] = dt;
     t.state.step = step + 1;
     r.final_loss = loss;
     r.steps_done++;
@@ -254,23 +256,30 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
       fprintf(t.log, "val  %5d/%d | val loss %.4f | unigram entropy %.4f\n", step + 1, cfg->steps, r.val_loss,
               r.train_entropy);
     }
-    if (cfg->checkpoint_every && (step + 1) % cfg->checkpoint_every == 0 && !last) {
+    if (!opts->dryrun && cfg->checkpoint_every && (step + 1) % cfg->checkpoint_every == 0 && !last) {
       char name[64];
       snprintf(name, sizeof name, "step_%06d.ckpt", step + 1);
       if ((rc = save_checkpoint(&t, name))) goto cleanup;
     }
     fflush(t.log);
+    if (opts->on_step) {
+      aa_train_step_info_t info = {.step = step + 1, .total = cfg->steps, .loss = loss,
+                                   .tokens_per_s = (double)B * T * t.accum / dt, .step_ms = dt * 1e3,
+                                   .phase = !opts->dryrun ? "train" : warm ? "warmup" : "measure"};
+      opts->on_step(&info, opts->step_data);
+    }
   }
   if (timed) {
     qsort(t.step_times, timed, sizeof(double), cmp_double);
     double med = timed % 2 ? t.step_times[timed / 2] : 0.5 * (t.step_times[timed / 2 - 1] + t.step_times[timed / 2]);
     r.step_ms_median = med * 1e3;
+    r.step_ms_spread = (t.step_times[timed - 1] - t.step_times[0]) * 1e3;
     r.tokens_per_s = (double)B * T * t.accum / med;
   }
   r.skipped_steps = t.scaler.skipped;
   r.loss_scale = t.strat.amp == AA_F16 ? t.scaler.scale : 0;
   r.mem = t.mem;
-  if ((rc = save_checkpoint(&t, "final.ckpt"))) goto cleanup;
+  if (!opts->dryrun && (rc = save_checkpoint(&t, "final.ckpt"))) goto cleanup;
   fprintf(t.log, "done: %d steps, final loss %.4f", r.steps_done, r.final_loss);
   if (!isnan(r.val_loss)) fprintf(t.log, ", val loss %.4f", r.val_loss);
   fprintf(t.log, ", %.0f tok/s (median step %.1f ms)", r.tokens_per_s, r.step_ms_median);

@@ -9,6 +9,17 @@
 #include "../common/spec.h"
 #include "../strategies/strategy.h"
 
+/* What the step callback is told after every optimizer step. */
+typedef struct aa_train_step_info {
+  int step, total;     /* 1-based step just done, of the run's total */
+  float loss;          /* mean loss of the step */
+  double tokens_per_s; /* of this step alone */
+  double step_ms;
+  const char *phase; /* "train"; dry runs: "warmup" (untimed) or "measure" */
+} aa_train_step_info_t;
+
+typedef void (*aa_train_step_fn)(const aa_train_step_info_t *info, void *data);
+
 typedef struct aa_train_opts {
   int threads;              /* worker threads; 0 = all online cores */
   int steps;                /* 0 = the spec's train.steps */
@@ -21,6 +32,14 @@ typedef struct aa_train_opts {
   FILE *log;                /* progress lines; NULL = stdout */
   const aa_strategy_t *strategy; /* how to train (borrowed); NULL = the default strategy */
   size_t memory_limit;      /* bytes; 0 = none. Allocation past it fails with AA_EOOM */
+  aa_train_step_fn on_step; /* if set, called after every step (progress of jobs and dry runs) */
+  void *step_data;          /* passed to on_step */
+  /* Dry-run mode (dryrun/): a measurement, not a run to keep. No validation
+   * data is read, no directory is made, no checkpoint is written; the first
+   * untimed_steps steps are warm-up (not timed) and every later one is timed.
+   * Outside it only the first step is untimed, unless it is the only one. */
+  int dryrun;
+  int untimed_steps;
 } aa_train_opts_t;
 
 typedef struct aa_train_result {
@@ -29,6 +48,7 @@ typedef struct aa_train_result {
   float val_loss;        /* last validation loss, NaN if no validation data */
   double tokens_per_s;   /* tokens per step / median step time (first step excluded) */
   double step_ms_median;
+  double step_ms_spread; /* max - min of the timed step times */
   double train_entropy;  /* unigram entropy of the training data, nats */
   int64_t skipped_steps; /* optimizer steps skipped for non-finite gradients (whole run, resumes included) */
   double loss_scale;     /* final fp16 loss scale, 0 without loss scaling */

@@ -1,0 +1,52 @@
+/* Dry runs: measure how fast one strategy trains one model on this device,
+ * by running a few real optimizer steps of the engine's training loop
+ * (aa_train in dry-run mode): warm-up steps that are not timed, then timed
+ * steps whose median gives the throughput. Nothing is written to disk.
+ * Depends on the engine only (executor/train.h). */
+#ifndef AA_DRYRUN_H
+#define AA_DRYRUN_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "../common/mem.h"
+#include "../common/spec.h"
+#include "../executor/train.h"
+#include "../strategies/strategy.h"
+
+#define AA_DRYRUN_WARMUP_DEFAULT 1
+#define AA_DRYRUN_MEASURED_DEFAULT 4
+
+typedef struct aa_dryrun_opts {
+  int threads;          /* worker threads; 0 = all online cores */
+  int warmup_steps;     /* untimed steps first; < 0 = AA_DRYRUN_WARMUP_DEFAULT */
+  int measured_steps;   /* timed steps; 0 = AA_DRYRUN_MEASURED_DEFAULT */
+  size_t memory_limit;  /* bytes; 0 = none. Past it the dry run fails with AA_EOOM */
+  aa_train_step_fn on_step; /* if set, called after every step, phase "warmup" or "measure" */
+  void *step_data;          /* passed to on_step */
+  FILE *log;                /* the engine's model/strategy/step lines; NULL = none */
+} aa_dryrun_opts_t;
+
+typedef struct aa_dryrun_result {
+  double tokens_per_s;   /* tokens per optimizer step / median measured step time */
+  double step_ms_median; /* of the measured steps */
+  double step_ms_spread; /* max - min of the measured steps */
+  aa_mem_t mem;          /* accounted peak bytes by kind (mem.peak, mem.peak_total) */
+  bool has_loss;
+  double final_loss; /* loss of the last step, when has_loss */
+  int steps_done;    /* warm-up + measured */
+  char key[AA_STRATEGY_KEY_MAX]; /* the strategy that ran, resolved */
+} aa_dryrun_result_t;
+
+/* Dry-runs strategy s (borrowed; NULL = the default strategy) on spec
+ * (borrowed) with options o (borrowed; NULL = defaults). The spec's step
+ * count is replaced by warm-up + measured steps; its data must be readable.
+ * Returns 0 and fills *res, or a negative code with the last-error message:
+ * AA_EINVAL (a strategy the engine refuses for the model, bad options),
+ * AA_EOOM (an accounted allocation past memory_limit, message kept from the
+ * accountant), AA_EIO/AA_EFORMAT (data), or what a failing step returned.
+ * *res is written only on success. */
+int aa_dryrun(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_dryrun_opts_t *o,
+              aa_dryrun_result_t *res);
+
+#endif
