@@ -1,0 +1,121 @@
+/* The CLI's side of the planner protocol: a small blocking client on plain
+ * POSIX sockets (no event loop), and the pieces the client commands share
+ * (submit, status, cancel, query, auto). Behaviour of the planner and the
+ * JSON of its replies: docs/service.md; the frames: docs/protocol.md.
+ *
+ * Every function returns 0 or a negative AA_E* code with an aa_error()
+ * message fit to print after "autoaccel <cmd>: ". */
+#ifndef AA_CLI_CLIENT_H
+#define AA_CLI_CLIENT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "proto/msg.h"
+
+/* How long a connect, the hello and a plain request may take. */
+#define AA_CLIENT_CONNECT_MS 5000
+#define AA_CLIENT_REQUEST_MS 30000
+
+typedef struct aa_client aa_client_t;
+
+/* Connects to the planner at `addr` (aa_addr_parse forms; NULL = the
+ * default unix:<state dir>/planner.sock), sends hello as a client with the
+ * token of token_file (NULL = none) and waits for welcome. A refused or
+ * missing socket is AA_ECONN "no planner at ADDR: is `autoaccel planner`
+ * running?"; a planner that wants a token is AA_EPERM. *out is transferred
+ * (aa_client_close) and set only on success; strings are borrowed. */
+int aa_client_connect(aa_client_t **out, const char *addr, const char *token_file);
+
+/* The address connected to, as text ("unix:/x/planner.sock"); valid while c is. */
+const char *aa_client_address(const aa_client_t *c);
+
+/* Sends m, giving it the next request id when m->id is 0 (m->id is then
+ * set). m's strings are borrowed. */
+int aa_client_send(aa_client_t *c, aa_msg_t *m);
+
+/* Reads the next frame other than a heartbeat, waiting at most timeout_ms
+ * (< 0 = no limit; heartbeats are sent meanwhile so the planner does not
+ * take a waiting client for dead). *out owns its strings (aa_msg_free).
+ * An `error` frame is returned as a message, not as a failure. Errors:
+ * AA_ETIMEOUT, AA_ECONN (the planner closed the connection), AA_ECANCELLED
+ * (SIGINT or SIGTERM caught after aa_client_catch_signals), decode errors. */
+int aa_client_recv(aa_client_t *c, aa_msg_t *out, int timeout_ms);
+
+/* Sends req (a fresh id) and reads until the frame that answers it (`ack`,
+ * `reply` or `error` with its id, or an error with id 0). An `error` answer
+ * becomes its code and message. *reply owns its strings on success. */
+int aa_client_request(aa_client_t *c, aa_msg_t *req, aa_msg_t *reply);
+
+/* Sends `bye` (best effort), closes the socket and frees c. NULL is a no-op. */
+void aa_client_close(aa_client_t *c);
+
+/* Makes SIGINT and SIGTERM set a flag (instead of killing the process) that
+ * aa_client_recv and aa_client_interrupted report, so a command can clean
+ * up. Installed without SA_RESTART, so blocking calls return EINTR. */
+void aa_client_catch_signals(void);
+
+/* The signal caught since aa_client_catch_signals, or 0. */
+int aa_client_interrupted(void);
+
+/* --- shared by the commands ---------------------------------------------- */
+
+/* Sends one query (`what` with args JSON text, NULL = none) or status (job 0
+ * = the planner) and returns the reply's JSON text in *json (malloc'd,
+ * transferred). */
+int aa_client_query(aa_client_t *c, const char *what, const char *args, char **json);
+int aa_client_status(aa_client_t *c, uint64_t job, char **json);
+
+/* What `submit` (and `auto`) send and how they wait. Strings borrowed. */
+typedef struct aa_submit_opts {
+  const char *model_path; /* spec file, loaded and validated here first */
+  bool wait, train, refresh, exhaustive;
+  const char *exclude; /* "m1,m2" or NULL */
+  int max_dryruns;     /* 0 = no limit */
+  int time_limit_s;    /* 0 = none */
+  const char *out_dir; /* NULL = the planner's default; made absolute here */
+  bool json;           /* print the final reply JSON instead of the summary */
+  bool runs_table;     /* print every run of the job as a table before the summary (auto) */
+  bool embedded;       /* the planner lives in this process (auto): a signal ends the job with it */
+  /* Called about twice a second while waiting; a non-zero return (an AA_E*
+   * code with an aa_error message) stops the wait with that error. */
+  int (*tick)(void *data);
+  void *tick_data;
+} aa_submit_opts_t;
+
+/* Validates the spec locally, submits it and, with wait, relays progress
+ * and results to stdout until the job ends, then prints the summary (or the
+ * reply JSON). *job receives the job id when one was created (may be NULL);
+ * *reply the final reply JSON when waited (malloc'd, transferred; may be
+ * NULL). Returns the process exit code (0 done, 1 failed; errors printed as
+ * "autoaccel <cmd>: ..."). */
+int aa_client_submit(aa_client_t *c, const char *cmd, const aa_submit_opts_t *o, uint64_t *job, char **reply);
+
+/* Splits "a,b,c" into at most AA_PROTO_EXCLUDE_MAX entries of
+ * 1..AA_PROTO_METHOD_MAX bytes; AA_EINVAL names a bad one. out->v and the
+ * strings are malloc'd (aa_client_strlist_free). */
+int aa_client_split_list(const char *text, const char *opt, aa_msg_strlist_t *out);
+void aa_client_strlist_free(aa_msg_strlist_t *l);
+
+/* Resolves a --model value: a spec file (its architecture's hash) or a
+ * 16-hex-digit hash, written lowercase into hash. A value that is neither a
+ * path (contains '/' or ends in .json) nor a hash is AA_EINVAL; a bad spec
+ * file is its load error. */
+int aa_client_model_hash(const char *value, char hash[17]);
+
+/* Absolute form of path (cwd-joined when relative) into out. */
+int aa_client_abspath(const char *path, char *out, size_t n);
+
+/* Prints RUN objects (docs/service.md) as an aligned table: kind, strategy
+ * key, status, tokens/s, step ms (median±spread), peak memory, note (error,
+ * prune reason or final loss); with_job adds the run and job ids. runs is
+ * borrowed. Defined in cmd_query.c. */
+void aa_client_print_runs(FILE *f, const json_t *runs, bool with_job);
+
+/* Helpers for tables: tokens/s ("23378"), bytes ("51.6 MiB"), "-" for null. */
+const char *aa_client_fmt_rate(char buf[32], double v, bool present);
+const char *aa_client_fmt_bytes(char buf[32], double v, bool present);
+
+#endif

@@ -1,0 +1,392 @@
+/* `autoaccel submit MODEL.json`: send a model to the planner to search (and
+ * train), and with --wait relay the job's progress until it ends. The
+ * submit-and-wait path is shared with `autoaccel auto` (aa_client_submit). */
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "client.h"
+#include "common/aa.h"
+#include "common/spec.h"
+
+/* Progress display: a live line redrawn with \r on a terminal, otherwise
+ * plain lines (one per result, a progress line now and then). */
+typedef struct relay {
+  FILE *f;
+  bool live;        /* f is a terminal */
+  bool line_drawn;  /* a live line is on screen and must be cleared first */
+  uint64_t run;     /* run of the last progress frame */
+  bool run_train;   /* that run is the training run */
+  double run_t0;    /* when its first progress frame came */
+  uint64_t step0;   /* and at which step */
+  double last_line; /* when the last plain progress line was printed */
+  int results;      /* result frames seen */
+} relay_t;
+
+static void relay_clear(relay_t *r) {
+  if (r->line_drawn) fprintf(r->f, "\r\033[K");
+  r->line_drawn = false;
+}
+
+static void fmt_eta(char buf[32], double s) {
+  if (!(s >= 0) || s > 1e7) snprintf(buf, 32, "?");
+  else if (s < 60) snprintf(buf, 32, "%.0fs", s);
+  else if (s < 3600) snprintf(buf, 32, "%dm%02ds", (int)s / 60, (int)s % 60);
+  else snprintf(buf, 32, "%dh%02dm", (int)s / 3600, (int)s / 60 % 60);
+}
+
+static void relay_progress(relay_t *r, const aa_msg_progress_t *p) {
+  double now = aa_now();
+  bool new_run = p->run != r->run;
+  if (new_run) {
+    r->run = p->run;
+    r->run_t0 = now;
+    r->step0 = p->step;
+    r->run_train = p->phase && !strcmp(p->phase, "train");
+  }
+  char eta[32] = "?", rate[32], head[64];
+  if (p->step > r->step0 && now > r->run_t0)
+    fmt_eta(eta, (now - r->run_t0) / (double)(p->step - r->step0) * (double)(p->total - p->step));
+  aa_client_fmt_rate(rate, p->tokens_per_s, true);
+  if (r->run_train) snprintf(head, sizeof head, "training");
+  else if (p->count) snprintf(head, sizeof head, "dry run %llu of %llu", (unsigned long long)p->index,
+                              (unsigned long long)p->count);
+  else snprintf(head, sizeof head, "run %llu", (unsigned long long)p->run);
+  char loss[48] = "";
+  if (r->run_train) snprintf(loss, sizeof loss, "  loss %.4f", p->loss);
+  char line[512];
+  snprintf(line, sizeof line, "%s  %s  %s %llu/%llu%s  %s tok/s  ETA %s", head, p->key ? p->key : "",
+           p->phase ? p->phase : "step", (unsigned long long)p->step, (unsigned long long)p->total, loss, rate, eta);
+  if (r->live) {
+    /* A line wider than the terminal would wrap, and \r could not redraw it. */
+    struct winsize ws;
+    if (!ioctl(fileno(r->f), TIOCGWINSZ, &ws) && ws.ws_col > 1 && ws.ws_col <= sizeof line) line[ws.ws_col - 1] = '\0';
+    fprintf(r->f, "\r\033[K%s", line);
+    r->line_drawn = true;
+  } else if (new_run || now - r->last_line >= 10) {
+    fprintf(r->f, "%s\n", line);
+    r->last_line = now;
+  }
+  fflush(r->f);
+}
+
+static const char *run_status_name(aa_proto_run_status_t s) {
+  static const char *names[] = {"ok", "oom", "error", "timeout", "crashed", "cancelled"};
+  return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
+}
+
+static void relay_result(relay_t *r, const aa_msg_result_t *res) {
+  relay_clear(r);
+  char rate[32], peak[32];
+  bool train = res->run == r->run && r->run_train;
+  fprintf(r->f, "%s %-9s %-40s", train ? "train " : "dryrun", run_status_name(res->status), res->key ? res->key : "");
+  if (res->status == AA_PROTO_RUN_OK) {
+    fprintf(r->f, " %10s tok/s  peak %s", aa_client_fmt_rate(rate, res->tokens_per_s, true),
+            aa_client_fmt_bytes(peak, (double)res->peak.total, true));
+    if (train && res->has_final_loss) fprintf(r->f, "  final loss %.4f", res->final_loss);
+  } else if (res->error && *res->error) {
+    fprintf(r->f, " %s", res->error);
+  }
+  fprintf(r->f, "\n");
+  fflush(r->f);
+  r->results++;
+}
+
+static const char *jstr(const json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
+
+static double jnum(const json_t *o, const char *k, bool *present) {
+  json_t *v = json_object_get(o, k);
+  if (present) *present = json_is_number(v);
+  return json_is_number(v) ? json_number_value(v) : 0;
+}
+
+/* Prints the end of a waited job from the reply JSON; returns the exit code. */
+static int print_outcome(aa_client_t *c, const char *cmd, const char *reply, const char *out_dir) {
+  json_error_t jerr;
+  json_t *root = json_loads(reply, 0, &jerr), *job = NULL, *status_root = NULL;
+  if (!json_is_object(root)) {
+    json_decref(root);
+    fprintf(stderr, "autoaccel %s: the planner's reply is not a JSON object: %s\n", cmd, jerr.text);
+    return AA_EXIT_FAIL;
+  }
+  job = json_object_get(root, "job");
+  if (json_is_integer(job)) { /* a planner that names the job only: ask for it */
+    char *text;
+    if (!aa_client_status(c, (uint64_t)json_integer_value(job), &text)) {
+      status_root = json_loads(text, 0, NULL);
+      free(text);
+      job = json_object_get(status_root, "job");
+    }
+  }
+  const char *status = jstr(job, "status");
+  long long id = (long long)jnum(job, "id", NULL);
+  json_t *best = json_object_get(root, "best"), *train = json_object_get(root, "train");
+  char rate[32], peak[32];
+  bool has;
+  if (json_is_true(json_object_get(job, "from_store"))) printf("answered from the store (no dry run)\n");
+  json_t *runs = json_object_get(job, "runs");
+  if (json_is_object(runs) && !json_is_true(json_object_get(job, "from_store"))) {
+    printf("job %lld: %lld runs:", id, (long long)jnum(runs, "total", NULL));
+    const char *keys[] = {"ok", "oom", "error", "timeout", "crashed", "pruned", "cancelled"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+      long long n = (long long)jnum(runs, keys[i], NULL);
+      if (n) printf(" %lld %s", n, keys[i]);
+    }
+    printf("\n");
+  }
+  if (json_is_object(best)) {
+    double tps = jnum(best, "tokens_per_s", &has);
+    aa_client_fmt_rate(rate, tps, has);
+    double pk = jnum(best, "peak_bytes", &has);
+    printf("best: %s  %s tok/s  peak %s\n", jstr(best, "key") ? jstr(best, "key") : "?", rate,
+           aa_client_fmt_bytes(peak, pk, has));
+  }
+  const char *sfile = jstr(root, "strategy_file");
+  if (!sfile) sfile = jstr(job, "strategy_file");
+  if (sfile) printf("strategy saved to %s\n", sfile);
+  if (out_dir && json_is_object(best)) {
+    char p[AA_PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/strategy.json", out_dir);
+    if ((!sfile || strcmp(p, sfile)) && !access(p, F_OK)) printf("strategy saved to %s\n", p);
+  }
+  if (json_is_object(train)) {
+    const char *ts = jstr(train, "status");
+    double loss = jnum(train, "final_loss", &has);
+    const char *dir = jstr(json_object_get(job, "options"), "out_dir");
+    if (ts && !strcmp(ts, "ok")) {
+      printf("trained: %s tok/s", aa_client_fmt_rate(rate, jnum(train, "tokens_per_s", NULL), true));
+      if (has) printf(", final loss %.4f", loss);
+      printf("%s%s\n", dir ? ", outputs in " : "", dir ? dir : "");
+    } else {
+      printf("training %s: %s\n", ts ? ts : "?", jstr(train, "error") ? jstr(train, "error") : "no message");
+    }
+  }
+  int code;
+  if (status && !strcmp(status, "done")) {
+    printf("job %lld done\n", id);
+    code = AA_EXIT_OK;
+  } else {
+    const char *err = jstr(job, "error");
+    fprintf(stderr, "autoaccel %s: job %lld %s: %s\n", cmd, id, status ? status : "ended",
+            err ? err : "no strategy could run");
+    code = AA_EXIT_FAIL;
+  }
+  json_decref(status_root);
+  json_decref(root);
+  return code;
+}
+
+/* Prints every run of the job (a query for its runs); a failing query is
+ * reported and skipped, since the outcome still follows. */
+static void print_runs_table(aa_client_t *c, uint64_t job) {
+  char args[64], *text;
+  snprintf(args, sizeof args, "{\"job\": %llu}", (unsigned long long)job);
+  if (aa_client_query(c, "runs", args, &text)) {
+    fprintf(stderr, "autoaccel: could not list the runs of job %llu: %s\n", (unsigned long long)job,
+            aa_last_error());
+    return;
+  }
+  json_t *root = json_loads(text, 0, NULL);
+  free(text);
+  json_t *runs = json_object_get(root, "runs");
+  printf("\nruns of job %llu:\n", (unsigned long long)job);
+  if (json_array_size(runs)) aa_client_print_runs(stdout, runs, false);
+  else printf("none (answered from the store)\n");
+  printf("\n");
+  json_decref(root);
+}
+
+/* Reads the frames of a waited submit until its reply; *reply receives the
+ * JSON text (transferred). */
+static int wait_job(aa_client_t *c, const aa_submit_opts_t *o, uint64_t id, relay_t *r, char **reply) {
+  for (;;) {
+    aa_msg_t m;
+    int rc = aa_client_recv(c, &m, 500);
+    if (rc == AA_ETIMEOUT) {
+      if (o->tick && (rc = o->tick(o->tick_data))) return rc;
+      continue;
+    }
+    if (rc) return rc;
+    switch (m.type) {
+    case AA_MSG_PROGRESS: relay_progress(r, &m.progress); break;
+    case AA_MSG_RESULT: relay_result(r, &m.result); break;
+    case AA_MSG_REPLY:
+      if (m.id == id) {
+        *reply = m.reply.json;
+        m.reply.json = NULL;
+        aa_msg_free(&m);
+        return 0;
+      }
+      break;
+    case AA_MSG_ERROR:
+      rc = aa_error(m.error.code < 0 && m.error.code >= -1000 ? m.error.code : AA_EINTERNAL, "%s",
+                    m.error.message ? m.error.message : "error");
+      aa_msg_free(&m);
+      return rc;
+    case AA_MSG_BYE:
+      aa_msg_free(&m);
+      return aa_error(AA_ECONN, "the planner at %s shut down before the job ended", aa_client_address(c));
+    default: break;
+    }
+    aa_msg_free(&m);
+  }
+}
+
+int aa_client_submit(aa_client_t *c, const char *cmd, const aa_submit_opts_t *o, uint64_t *job_out, char **reply_out) {
+  aa_model_spec_t spec;
+  char *model = NULL, out_dir[AA_PATH_MAX], *reply = NULL;
+  aa_msg_strlist_t exclude = {0};
+  int code = AA_EXIT_FAIL, rc;
+  if (aa_spec_load(&spec, o->model_path) || aa_spec_to_json(&spec, &model) ||
+      (o->exclude && aa_client_split_list(o->exclude, "--exclude", &exclude)) ||
+      (o->out_dir && aa_client_abspath(o->out_dir, out_dir, sizeof out_dir))) {
+    free(model);
+    return aa_cli_fail(cmd);
+  }
+  aa_msg_t req = {.type = AA_MSG_SUBMIT,
+                  .submit = {.model = model, .wait = o->wait, .train = o->train, .refresh = o->refresh,
+                             .time_limit_s = o->time_limit_s, .exclude = exclude, .max_dryruns = o->max_dryruns,
+                             .exhaustive = o->exhaustive, .out_dir = o->out_dir ? out_dir : NULL}};
+  aa_msg_t ack;
+  rc = aa_client_request(c, &req, &ack);
+  free(model);
+  aa_client_strlist_free(&exclude);
+  if (rc) return aa_cli_fail(cmd);
+  uint64_t job = ack.type == AA_MSG_ACK ? ack.ack.job : 0;
+  aa_msg_free(&ack);
+  if (job_out) *job_out = job;
+  if (!o->wait) {
+    if (o->json) printf("{\"job\": %llu}\n", (unsigned long long)job);
+    else printf("submitted job %llu\n", (unsigned long long)job);
+    return AA_EXIT_OK;
+  }
+  relay_t r = {.f = o->json ? stderr : stdout};
+  r.live = isatty(fileno(r.f));
+  fprintf(r.f, "job %llu: %s submitted to %s\n", (unsigned long long)job, spec.name, aa_client_address(c));
+  fflush(r.f);
+  rc = wait_job(c, o, req.id, &r, &reply);
+  relay_clear(&r);
+  fflush(r.f);
+  if (rc == AA_ECANCELLED && aa_client_interrupted() && o->embedded) {
+    fprintf(stderr, "autoaccel %s: interrupted: stopping job %llu\n", cmd, (unsigned long long)job);
+    return AA_EXIT_FAIL;
+  }
+  if (rc == AA_ECANCELLED && aa_client_interrupted()) {
+    fprintf(stderr, "autoaccel %s: interrupted; job %llu goes on in the planner (autoaccel cancel %llu stops it)\n",
+            cmd, (unsigned long long)job, (unsigned long long)job);
+    return AA_EXIT_FAIL;
+  }
+  if (rc) return aa_cli_fail(cmd);
+  if (o->json) {
+    printf("%s\n", reply);
+    json_t *root = json_loads(reply, 0, NULL);
+    const char *st = json_string_value(json_object_get(json_object_get(root, "job"), "status"));
+    code = !st || !strcmp(st, "done") ? AA_EXIT_OK : AA_EXIT_FAIL;
+    json_decref(root);
+  } else {
+    if (o->runs_table) print_runs_table(c, job);
+    code = print_outcome(c, cmd, reply, o->out_dir ? out_dir : NULL);
+  }
+  if (reply_out) *reply_out = reply;
+  else free(reply);
+  return code;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: autoaccel submit MODEL.json [--wait] [--train] [options]\n\n"
+          "Validates MODEL.json here, then sends it to the planner, which dry-runs the training\n"
+          "strategies on its executors, records every run in its store and saves the fastest as a\n"
+          "strategy file (and trains with it when --train is given).\n\n"
+          "options:\n"
+          "  --wait              stay until the job ends: show its progress, each finished run, the\n"
+          "                      best strategy and the training result\n"
+          "  --train             train with the best strategy after the search\n"
+          "  --refresh           measure again even if the store has results for this model\n"
+          "  --exhaustive        dry-run every valid strategy (no search shortcuts)\n"
+          "  --exclude M1,M2     methods not to search (e.g. fp16,checkpoint,zero3)\n"
+          "  --max-dryruns N     stop the search after N dry runs (0 = no limit)\n"
+          "  --time-limit S      stop the search after S seconds (0 = none)\n"
+          "  --out DIR           write strategy.json and the training outputs to DIR\n"
+          "  --planner ADDR      unix:PATH or tcp:HOST:PORT (default unix:<state dir>/planner.sock)\n"
+          "  --token-file FILE   the planner's token (a mode 0600 file)\n"
+          "  --json              print the planner's reply as JSON ({\"job\": N} without --wait)\n"
+          "  -h, --help          this help\n\n"
+          "Without --wait prints \"submitted job N\". The state directory is $AUTOACCEL_HOME, else\n"
+          "~/.autoaccel. Exit codes: 0 submitted (with --wait: the job is done), 1 failure (bad spec,\n"
+          "no planner, the job failed), 2 usage.\n");
+}
+
+int aa_cmd_submit(int argc, char **argv) {
+  static const struct option longopts[] = {
+      {"wait", no_argument, 0, 'w'},         {"train", no_argument, 0, 'T'},
+      {"refresh", no_argument, 0, 'r'},      {"exhaustive", no_argument, 0, 'x'},
+      {"exclude", required_argument, 0, 'e'}, {"max-dryruns", required_argument, 0, 'm'},
+      {"time-limit", required_argument, 0, 'l'}, {"out", required_argument, 0, 'o'},
+      {"planner", required_argument, 0, 'p'}, {"token-file", required_argument, 0, 'k'},
+      {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  aa_submit_opts_t o = {0};
+  const char *planner = NULL, *token_file = NULL;
+  long long v;
+  int c;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'w': o.wait = true; break;
+    case 'T': o.train = true; break;
+    case 'r': o.refresh = true; break;
+    case 'x': o.exhaustive = true; break;
+    case 'e': o.exclude = optarg; break;
+    case 'm':
+      if ((v = aa_cli_parse_int("submit", "--max-dryruns", optarg, 0, 1000000)) < 0) return AA_EXIT_USAGE;
+      o.max_dryruns = (int)v;
+      break;
+    case 'l':
+      if ((v = aa_cli_parse_int("submit", "--time-limit", optarg, 0, AA_PROTO_TIME_LIMIT_MAX)) < 0)
+        return AA_EXIT_USAGE;
+      o.time_limit_s = (int)v;
+      break;
+    case 'o': o.out_dir = optarg; break;
+    case 'p': planner = optarg; break;
+    case 'k': token_file = optarg; break;
+    case 'j': o.json = true; break;
+    case 'h': usage(stdout); return AA_EXIT_OK;
+    default:
+      fprintf(stderr, "autoaccel submit: unknown option or missing value: '%s'\n", argv[optind - 1]);
+      usage(stderr);
+      return AA_EXIT_USAGE;
+    }
+  }
+  if (optind != argc - 1) {
+    fprintf(stderr, "autoaccel submit: expected exactly one MODEL.json\n");
+    usage(stderr);
+    return AA_EXIT_USAGE;
+  }
+  o.model_path = argv[optind];
+  if (o.exclude) { /* a usage error, before any file or socket is touched */
+    aa_msg_strlist_t l;
+    if (aa_client_split_list(o.exclude, "--exclude", &l)) {
+      fprintf(stderr, "autoaccel submit: %s\n", aa_last_error());
+      return AA_EXIT_USAGE;
+    }
+    aa_client_strlist_free(&l);
+  }
+  /* The spec is checked before connecting, so a bad file says so even when
+   * no planner runs. */
+  aa_model_spec_t spec;
+  if (aa_spec_load(&spec, o.model_path)) return aa_cli_fail("submit");
+  aa_client_t *cl;
+  if (aa_client_connect(&cl, planner, token_file)) return aa_cli_fail("submit");
+  if (o.wait) aa_client_catch_signals();
+  int code = aa_client_submit(cl, "submit", &o, NULL, NULL);
+  aa_client_close(cl);
+  return code;
+}
