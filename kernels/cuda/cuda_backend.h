@@ -1,18 +1,92 @@
 /* CUDA backend entry points callable from C. Built only when nvcc is found
- * (AA_HAVE_CUDA); the kernels of the op table arrive with the CUDA backend
- * issue. The executor parent never calls these: CUDA is initialised only in
- * runner children. */
+ * (AA_HAVE_CUDA). The executor parent never calls these: CUDA is
+ * initialised only in runner children.
+ *
+ * The op table aa_ops_cuda() implements kernels/ops.h on DEVICE pointers:
+ * every float/int32/uint16 pointer passed to its ops must come from
+ * aa_cuda_alloc (or cudaMalloc on the backend's device). Ops are enqueued on
+ * the backend's one stream and return before the GPU has finished, except
+ * sum_squares, which returns a host double and so waits for its result.
+ *
+ * Errors: the table's ops return void, so the backend keeps a sticky error.
+ * The first failure (a CUDA or cuBLAS call, a launch, an allocation of
+ * scratch) stores its code and message, with file and line, and later
+ * failures do not overwrite it; ops keep running (they may then produce
+ * garbage). Callers check aa_cuda_last_error() at a step boundary, normally
+ * through aa_cuda_sync(), which also surfaces asynchronous kernel faults.
+ * The message also goes to the failing thread's aa_last_error(). */
 #ifndef AA_CUDA_BACKEND_H
 #define AA_CUDA_BACKEND_H
+
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* Inside the extern "C" block: ops.h and common/aa.h declare C functions. */
+#include "kernels/ops.h"
+
 /* Number of usable CUDA devices in *out. Returns 0, or AA_EUNSUPPORTED with
  * the CUDA runtime's reason in the last-error message (no driver, no
  * device). */
 int aa_cuda_device_count(int *out);
+
+typedef struct aa_cuda_device_info {
+  char name[256];
+  size_t total_mem;     /* bytes */
+  int sm_count;         /* streaming multiprocessors */
+  int cc_major;         /* compute capability */
+  int cc_minor;
+  int clock_khz;        /* peak SM clock the driver reports */
+  double peak_bf16_flops; /* dense bf16 tensor FLOP/s estimate; 0 when unknown */
+} aa_cuda_device_info_t;
+
+/* Fills *out for device `index` (out is written only on success).
+ * peak_bf16_flops = sm_count * clock * dense bf16 FLOP per SM per clock,
+ * the last being 2048 on sm_80 (A100: 1024 FMA/clk/SM, 312 TFLOP/s at
+ * 1410 MHz) and 4096 on sm_90 (H100: 2048 FMA/clk/SM, 989 TFLOP/s at
+ * 1830 MHz); other architectures report 0. The clock is the maximum the
+ * driver reports, so this is an upper bound for MFU: sustained clocks
+ * under tensor load are often lower. Returns 0, AA_EINVAL for a bad index,
+ * AA_EUNSUPPORTED when CUDA cannot answer. */
+int aa_cuda_device_info(int index, aa_cuda_device_info_t *out);
+
+/* Makes `device` current and creates the backend's stream, cuBLAS and
+ * cuBLASLt handles and workspace. Ops initialise on the current device by
+ * themselves if this was not called. Returns 0 or a negative AA_E* code. */
+int aa_cuda_init(int device);
+/* Releases everything aa_cuda_init (or an op) created, after waiting for the
+ * stream. Safe to call when nothing was created. */
+void aa_cuda_shutdown(void);
+
+/* The CUDA op table (device pointers; see the top of this file). */
+const aa_ops_t *aa_ops_cuda(void);
+
+/* TF32 tensor-core math for the fp32 GEMMs (matmul and attention). Off by
+ * default so results stay within fp32 rounding of the CPU backend; with it
+ * on, products carry ~1e-3 relative error. */
+void aa_cuda_set_tf32(int enabled);
+
+/* The sticky error: 0 or the first negative AA_E* code since the last
+ * aa_cuda_clear_error(), and its message ("" when none). */
+int aa_cuda_last_error(void);
+const char *aa_cuda_last_error_message(void);
+void aa_cuda_clear_error(void);
+
+/* Waits for the backend's stream; returns the sticky error (0 when all ops
+ * so far succeeded). */
+int aa_cuda_sync(void);
+
+/* Device memory. aa_cuda_alloc stores a device pointer in *out (owned by the
+ * caller, released with aa_cuda_free) or returns AA_EOOM / AA_EUNSUPPORTED.
+ * The copies are synchronous with respect to the backend's stream (they
+ * wait for enqueued ops) and return 0 or a negative code. */
+int aa_cuda_alloc(void **out, size_t bytes);
+void aa_cuda_free(void *dev);
+int aa_cuda_upload(void *dev_dst, const void *host_src, size_t bytes);
+int aa_cuda_download(void *host_dst, const void *dev_src, size_t bytes);
+int aa_cuda_memset0(void *dev, size_t bytes);
 
 #ifdef __cplusplus
 }

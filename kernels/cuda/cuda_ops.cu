@@ -1,0 +1,101 @@
+/* The CUDA op table: wires the launchers of this folder into an aa_ops_t.
+ * The launchers return an AA_E* code that is already recorded as the
+ * backend's sticky error (cuda_backend.h), so the void slots drop it. */
+#include "cuda_common.cuh"
+
+#include <math.h>
+
+/* The GPU has no host thread pool to size. */
+static void cuda_set_threads(int n) { (void)n; }
+
+static void encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T, int C) {
+  (void)aa__cuda_encoder_forward(out, inp, wte, wpe, B, T, C);
+}
+static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T, int C) {
+  (void)aa__cuda_encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+}
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                              const float *bias, int N, int C) {
+  (void)aa__cuda_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+}
+static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                               const float *weight, const float *mean, const float *rstd, int N, int C) {
+  (void)aa__cuda_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+static void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
+                           int OC) {
+  (void)aa__cuda_matmul_forward(out, inp, weight, bias, N, C, OC);
+}
+static void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const float *weight, int N, int C, int OC) {
+  (void)aa__cuda_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+  (void)aa__cuda_attention_forward(out, att, qkv, B, T, C, NH);
+}
+static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
+                               int C, int NH) {
+  (void)aa__cuda_attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+}
+static void gelu_forward(float *out, const float *inp, size_t n) { (void)aa__cuda_gelu_forward(out, inp, n); }
+static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+  (void)aa__cuda_gelu_backward(dinp, inp, dout, n);
+}
+static void residual_forward(float *out, const float *a, const float *b, size_t n) {
+  (void)aa__cuda_residual_forward(out, a, b, n);
+}
+static void accumulate(float *y, const float *x, size_t n) { (void)aa__cuda_accumulate(y, x, n); }
+static void crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets, int N,
+                                 int V) {
+  (void)aa__cuda_crossentropy_forward(losses, probs, logits, targets, N, V);
+}
+static void crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N,
+                                  int V) {
+  (void)aa__cuda_crossentropy_backward(dlogits, probs, targets, dloss, N, V);
+}
+static void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, int t) {
+  (void)aa__cuda_adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+}
+/* NaN on failure, so that a gradient-norm clip cannot silently pass. */
+static double sum_squares(const float *x, size_t n) {
+  double out = NAN;
+  return aa__cuda_sum_squares(&out, x, n) ? NAN : out;
+}
+static void scale(float *x, float s, size_t n) { (void)aa__cuda_scale(x, s, n); }
+static void cast_from_f32(void *dst, aa_dtype_t dtype, const float *src, size_t n) {
+  (void)aa__cuda_cast_from_f32(dst, dtype, src, n);
+}
+static void cast_to_f32(float *dst, const void *src, aa_dtype_t dtype, size_t n) {
+  (void)aa__cuda_cast_to_f32(dst, src, dtype, n);
+}
+static void round_store(void *dst, float *x, aa_dtype_t dtype, size_t n) {
+  (void)aa__cuda_round_store(dst, x, dtype, n);
+}
+
+static const aa_ops_t cuda_ops = {
+    "cuda",
+    cuda_set_threads,
+    encoder_forward,
+    encoder_backward,
+    layernorm_forward,
+    layernorm_backward,
+    matmul_forward,
+    matmul_backward,
+    attention_forward,
+    attention_backward,
+    gelu_forward,
+    gelu_backward,
+    residual_forward,
+    accumulate,
+    crossentropy_forward,
+    crossentropy_backward,
+    adamw_update,
+    sum_squares,
+    scale,
+    cast_from_f32,
+    cast_to_f32,
+    round_store,
+};
+
+extern "C" const aa_ops_t *aa_ops_cuda(void) { return &cuda_ops; }
