@@ -1,0 +1,760 @@
+/* The CUDA op table (kernels/cuda) against the CPU reference backend: every
+ * op runs on the same random inputs on both (odd sizes: B=2, T=7 and 33,
+ * C=48, NH=3, V=67), the GPU results are copied back and compared, and each
+ * CUDA op is run twice on identical inputs to check bit-for-bit determinism.
+ *
+ * Tolerances, and why:
+ *  - exact: encoder forward (one add), encoder backward (the GPU walks
+ *    positions in the CPU's order), residual/accumulate/scale (one IEEE op),
+ *    the 16-bit casts (the same integer algorithm);
+ *  - 1e-5 per element relative (with a floor of 1e-6 * max|ref| for values
+ *    near 0): LayerNorm forward, softmax CE. These are a few fp32 ops per
+ *    element; the GPU may fuse a multiply-add and its expf differs from the
+ *    CPU's polynomial by an ulp or two;
+ *  - GELU: 1e-5 relative plus an absolute term for the cancellation in
+ *    1 + tanh (see the test);
+ *  - AdamW over 10 steps: 1e-6 relative to max|x| (m cancels when the
+ *    gradient's sign flips, so per-element relative error is meaningless);
+ *  - 1e-4 relative to max|ref|: GEMM-based ops (matmul, attention) and
+ *    reductions over rows (LayerNorm backward): the sums run in a different
+ *    order, so each output carries ~sqrt(K) ulps of the largest terms;
+ *  - 1e-12 relative: sum_squares (double accumulation in fixed slices).
+ * Measured maxima are printed for each check.
+ *
+ * Without a CUDA build or a GPU every test reports "skipped: no GPU: ..." and
+ * the executable exits 0: the build alone proves the CUDA code compiles. */
+#include "aa_test.h"
+#include "common/aa.h"
+#include "kernels/ops.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef AA_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+#ifndef AA_HAVE_CUDA
+
+AA_TEST(cuda_ops_match_cpu) { SKIP("no GPU: built without CUDA (AUTOACCEL_CUDA=off or no nvcc)"); }
+
+int main(void) {
+  RUN(cuda_ops_match_cpu);
+  return aa_test_summary();
+}
+
+#else
+
+#define TOL_ELEM 1e-5
+#define TOL_GEMM 1e-4
+
+static const aa_ops_t *cpu, *gpu;
+static aa_rng_t rng;
+static int gpu_ok;
+static char gpu_reason[512];
+
+#define NEED_GPU()                                                                                          \
+  do {                                                                                                      \
+    if (!gpu_ok) SKIP("no GPU: %s", gpu_reason);                                                            \
+  } while (0)
+
+/* ------------------------------------------------------------------ helpers */
+
+static void *xmalloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) abort();
+  return p;
+}
+
+static float *frand(size_t n, float lo, float hi) {
+  float *p = xmalloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++)
+    p[i] = lo + (hi - lo) * aa_rng_uniform(&rng);
+  return p;
+}
+
+static int32_t *irand(size_t n, int bound) {
+  int32_t *p = xmalloc(n * sizeof(int32_t));
+  for (size_t i = 0; i < n; i++)
+    p[i] = (int32_t)(aa_rng_u64(&rng) % (uint64_t)bound);
+  return p;
+}
+
+static float *fdup(const float *x, size_t n) {
+  float *p = xmalloc(n * sizeof(float));
+  memcpy(p, x, n * sizeof(float));
+  return p;
+}
+
+/* Device copy of a host buffer (aborts the process on failure: a test with
+ * no device memory can check nothing). */
+static void *dput(const void *h, size_t bytes) {
+  void *d = NULL;
+  if (aa_cuda_alloc(&d, bytes) || aa_cuda_upload(d, h, bytes)) {
+    fprintf(stderr, "  device copy failed: %s\n", aa_last_error());
+    abort();
+  }
+  return d;
+}
+
+static void dget(void *h, const void *d, size_t bytes) {
+  if (aa_cuda_sync() || aa_cuda_download(h, d, bytes)) {
+    fprintf(stderr, "  device read failed: %s\n", aa_cuda_last_error_message());
+    abort();
+  }
+}
+
+static void dset(void *d, const void *h, size_t bytes) {
+  if (aa_cuda_upload(d, h, bytes)) abort();
+}
+
+static float *dgetf(const float *d, size_t n) {
+  float *h = xmalloc(n * sizeof(float));
+  dget(h, d, n * sizeof(float));
+  return h;
+}
+
+static double max_abs(const float *x, size_t n) {
+  double m = 0.0;
+  for (size_t i = 0; i < n; i++)
+    m = fmax(m, fabs(x[i]));
+  return m;
+}
+
+/* Max over elements of |got - ref| / (|ref| + 1e-6 max|ref|); NaN counts as
+ * infinitely wrong. */
+static double err_elem(const float *got, const float *ref, size_t n) {
+  double floor = 1e-6 * max_abs(ref, n) + 1e-30, e = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - ref[i]) / (fabs(ref[i]) + floor);
+    e = d == d ? fmax(e, d) : INFINITY;
+  }
+  return e;
+}
+
+/* max |got - ref| / max|ref|. */
+static double err_max(const float *got, const float *ref, size_t n) {
+  double e = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)got[i] - ref[i]);
+    e = d == d ? fmax(e, d) : INFINITY;
+  }
+  return e / (max_abs(ref, n) + 1e-30);
+}
+
+#define CHECK_ELEM(name, got, ref, n)                                                                       \
+  do {                                                                                                      \
+    double e_ = err_elem(got, ref, n);                                                                      \
+    fprintf(stderr, "  %-24s max rel err %.3g (tol %g)\n", name, e_, TOL_ELEM);                             \
+    CHECK_MSG(e_ <= TOL_ELEM, "%s: %g", name, e_);                                                          \
+  } while (0)
+
+#define CHECK_GEMM(name, got, ref, n)                                                                       \
+  do {                                                                                                      \
+    double e_ = err_max(got, ref, n);                                                                       \
+    fprintf(stderr, "  %-24s max err / max|ref| %.3g (tol %g)\n", name, e_, TOL_GEMM);                      \
+    CHECK_MSG(e_ <= TOL_GEMM, "%s: %g", name, e_);                                                          \
+  } while (0)
+
+#define TOL_ADAM 1e-6
+#define CHECK_ADAM(name, got, ref, n)                                                                       \
+  do {                                                                                                      \
+    double e_ = err_max(got, ref, n);                                                                       \
+    fprintf(stderr, "  %-24s max err / max|ref| %.3g (tol %g)\n", name, e_, TOL_ADAM);                      \
+    CHECK_MSG(e_ <= TOL_ADAM, "%s: %g", name, e_);                                                          \
+  } while (0)
+
+#define CHECK_EXACT(name, got, ref, bytes)                                                                  \
+  do {                                                                                                      \
+    int same_ = memcmp(got, ref, bytes) == 0;                                                               \
+    fprintf(stderr, "  %-24s %s\n", name, same_ ? "bit-identical" : "DIFFERS");                             \
+    CHECK_MSG(same_, "%s differs from the CPU", name);                                                      \
+  } while (0)
+
+/* Runs the statement in the variadic part (which writes the device buffer dout of `bytes`) twice from the
+ * same initial contents `init` and checks the two results are identical. */
+#define CHECK_DETERMINISTIC(name, dout, init, bytes, ...)                                                  \
+  do {                                                                                                      \
+    void *r1_ = xmalloc(bytes), *r2_ = xmalloc(bytes);                                                      \
+    dset(dout, init, bytes);                                                                                \
+    __VA_ARGS__;                                                                                            \
+    dget(r1_, dout, bytes);                                                                                 \
+    dset(dout, init, bytes);                                                                                \
+    __VA_ARGS__;                                                                                            \
+    dget(r2_, dout, bytes);                                                                                 \
+    CHECK_MSG(memcmp(r1_, r2_, bytes) == 0, "%s: two runs differ", name);                                   \
+    free(r1_);                                                                                              \
+    free(r2_);                                                                                              \
+  } while (0)
+
+/* -------------------------------------------------------------------- tests */
+
+AA_TEST(device_info_reports_the_gpu) {
+  NEED_GPU();
+  aa_cuda_device_info_t info;
+  CHECK(aa_cuda_device_info(0, &info) == 0);
+  fprintf(stderr, "  %s: %d SMs, cc %d.%d, %.1f GiB, %d MHz, est. peak bf16 %.0f TFLOP/s\n", info.name,
+          info.sm_count, info.cc_major, info.cc_minor, info.total_mem / 1073741824.0, info.clock_khz / 1000,
+          info.peak_bf16_flops / 1e12);
+  CHECK(info.sm_count > 0 && info.total_mem > 0 && info.clock_khz > 0);
+  if ((info.cc_major == 9 || info.cc_major == 8) && info.cc_minor == 0) CHECK(info.peak_bf16_flops > 1e14);
+  aa_cuda_device_info_t untouched = info;
+  CHECK(aa_cuda_device_info(-1, &untouched) == AA_EINVAL);
+  CHECK(memcmp(&untouched, &info, sizeof info) == 0);
+}
+
+AA_TEST(errors_are_sticky_until_cleared) {
+  NEED_GPU();
+  void *p = NULL;
+  CHECK(aa_cuda_last_error() == 0);
+  CHECK(aa_cuda_alloc(&p, (size_t)1 << 60) == AA_EOOM);
+  CHECK(p == NULL);
+  CHECK(aa_cuda_last_error() == AA_EOOM);
+  CHECK(strstr(aa_cuda_last_error_message(), "cuda_context.cu") != NULL);
+  /* Later successful ops neither clear nor replace it. */
+  float h = 1.0f;
+  float *d = dput(&h, sizeof h);
+  gpu->scale(d, 2.0f, 1);
+  CHECK(aa_cuda_sync() == AA_EOOM);
+  CHECK(aa_cuda_download(&h, d, sizeof h) == 0);
+  CHECK(h == 2.0f);
+  aa_cuda_clear_error();
+  CHECK(aa_cuda_sync() == 0);
+  CHECK(aa_cuda_last_error_message()[0] == '\0');
+  aa_cuda_free(d);
+}
+
+AA_TEST(encoder_matches_cpu_exactly) {
+  NEED_GPU();
+  const int B = 2, V = 67, C = 48;
+  for (int T = 7; T <= 33; T += 26) {
+    size_t N = (size_t)B * T;
+    /* Few distinct tokens, so rows of dwte collect several positions. */
+    int32_t *inp = irand(N, 5);
+    inp[3] = 66;
+    float *wte = frand((size_t)V * C, -1, 1), *wpe = frand((size_t)T * C, -1, 1);
+    float *dout = frand(N * C, -1, 1), *dwte = frand((size_t)V * C, -1, 1), *dwpe = frand((size_t)T * C, -1, 1);
+    float *out = xmalloc(N * C * sizeof(float));
+    int32_t *d_inp = dput(inp, N * sizeof(int32_t));
+    float *d_wte = dput(wte, (size_t)V * C * 4), *d_wpe = dput(wpe, (size_t)T * C * 4);
+    float *d_out = dput(out, N * C * 4), *d_dout = dput(dout, N * C * 4);
+    float *d_dwte = dput(dwte, (size_t)V * C * 4), *d_dwpe = dput(dwpe, (size_t)T * C * 4);
+
+    cpu->encoder_forward(out, inp, wte, wpe, B, T, C);
+    gpu->encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C);
+    float *g = dgetf(d_out, N * C);
+    CHECK_EXACT("encoder_forward", g, out, N * C * 4);
+    free(g);
+
+    float *dwte0 = fdup(dwte, (size_t)V * C), *dwpe0 = fdup(dwpe, (size_t)T * C);
+    cpu->encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    gpu->encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
+    float *gte = dgetf(d_dwte, (size_t)V * C), *gpe = dgetf(d_dwpe, (size_t)T * C);
+    CHECK_EXACT("encoder_backward dwte", gte, dwte, (size_t)V * C * 4);
+    CHECK_EXACT("encoder_backward dwpe", gpe, dwpe, (size_t)T * C * 4);
+    CHECK_DETERMINISTIC("encoder_backward", d_dwte, dwte0, (size_t)V * C * 4,
+                        gpu->encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C));
+    free(gte), free(gpe), free(dwte0), free(dwpe0);
+    free(inp), free(wte), free(wpe), free(dout), free(dwte), free(dwpe), free(out);
+    aa_cuda_free(d_inp), aa_cuda_free(d_wte), aa_cuda_free(d_wpe), aa_cuda_free(d_out), aa_cuda_free(d_dout);
+    aa_cuda_free(d_dwte), aa_cuda_free(d_dwpe);
+  }
+}
+
+AA_TEST(layernorm_matches_cpu) {
+  NEED_GPU();
+  const int N = 66, C = 48;
+  size_t nc = (size_t)N * C;
+  float *inp = frand(nc, -2, 3), *w = frand(C, 0.5f, 1.5f), *b = frand(C, -0.5f, 0.5f);
+  float *out = xmalloc(nc * 4), *mean = xmalloc(N * 4), *rstd = xmalloc(N * 4);
+  float *dout = frand(nc, -1, 1), *dinp = frand(nc, -1, 1), *dw = frand(C, -1, 1), *db = frand(C, -1, 1);
+  float *d_inp = dput(inp, nc * 4), *d_w = dput(w, C * 4), *d_b = dput(b, C * 4);
+  float *d_out = dput(out, nc * 4), *d_mean = dput(mean, N * 4), *d_rstd = dput(rstd, N * 4);
+  float *d_dout = dput(dout, nc * 4), *d_dinp = dput(dinp, nc * 4), *d_dw = dput(dw, C * 4), *d_db = dput(db, C * 4);
+  float *dinp0 = fdup(dinp, nc);
+
+  cpu->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+  gpu->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+  float *g = dgetf(d_out, nc), *gm = dgetf(d_mean, N), *gr = dgetf(d_rstd, N);
+  CHECK_ELEM("layernorm_forward out", g, out, nc);
+  CHECK_ELEM("layernorm_forward mean", gm, mean, N);
+  CHECK_ELEM("layernorm_forward rstd", gr, rstd, N);
+  /* Backward reads the CPU's statistics on both sides. */
+  dset(d_mean, mean, N * 4);
+  dset(d_rstd, rstd, N * 4);
+  cpu->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  gpu->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+  float *gdi = dgetf(d_dinp, nc), *gdw = dgetf(d_dw, C), *gdb = dgetf(d_db, C);
+  CHECK_GEMM("layernorm_backward dinp", gdi, dinp, nc);
+  CHECK_GEMM("layernorm_backward dweight", gdw, dw, C);
+  CHECK_GEMM("layernorm_backward dbias", gdb, db, C);
+  CHECK_DETERMINISTIC("layernorm_forward", d_out, out, nc * 4,
+                      gpu->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C));
+  CHECK_DETERMINISTIC("layernorm_backward", d_dinp, dinp0, nc * 4,
+                      gpu->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C));
+  free(g), free(gm), free(gr), free(gdi), free(gdw), free(gdb), free(dinp0);
+  free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(dout), free(dinp), free(dw), free(db);
+  aa_cuda_free(d_inp), aa_cuda_free(d_w), aa_cuda_free(d_b), aa_cuda_free(d_out), aa_cuda_free(d_mean);
+  aa_cuda_free(d_rstd), aa_cuda_free(d_dout), aa_cuda_free(d_dinp), aa_cuda_free(d_dw), aa_cuda_free(d_db);
+}
+
+/* One matmul shape, with and without bias. `shift` offsets every device
+ * pointer by that many floats, as tensors carved out of one arena are. */
+static void matmul_case(int N, int C, int OC, int with_bias, int shift) {
+  size_t nc = (size_t)N * C, no = (size_t)N * OC, oc = (size_t)OC * C;
+  float *inp = frand(nc, -1, 1), *w = frand(oc, -1, 1), *bias = with_bias ? frand(OC, -1, 1) : NULL;
+  float *out = xmalloc(no * 4), *dout = frand(no, -1, 1);
+  float *dinp = frand(nc, -1, 1), *dw = frand(oc, -1, 1), *db = frand(OC, -1, 1);
+  float *dinp0 = fdup(dinp, nc), *dw0 = fdup(dw, oc);
+  size_t total = nc + oc + OC + no + no + nc + oc + OC + 8 * (size_t)shift;
+  float *arena;
+  if (aa_cuda_alloc((void **)&arena, total * 4)) abort();
+  float *p = arena + shift;
+  float *d_inp = p;
+  float *d_w = (p += nc) + shift;
+  float *d_b = (p = d_w + oc) + shift;
+  float *d_out = (p = d_b + OC) + shift;
+  float *d_dout = (p = d_out + no) + shift;
+  float *d_dinp = (p = d_dout + no) + shift;
+  float *d_dw = (p = d_dinp + nc) + shift;
+  float *d_db = (p = d_dw + oc) + shift;
+  dset(d_inp, inp, nc * 4), dset(d_w, w, oc * 4), dset(d_dout, dout, no * 4);
+  dset(d_dinp, dinp, nc * 4), dset(d_dw, dw, oc * 4), dset(d_db, db, OC * 4);
+  if (bias) dset(d_b, bias, OC * 4);
+
+  char name[64];
+  cpu->matmul_forward(out, inp, w, bias, N, C, OC);
+  gpu->matmul_forward(d_out, d_inp, d_w, bias ? d_b : NULL, N, C, OC);
+  float *g = dgetf(d_out, no);
+  snprintf(name, sizeof name, "matmul_fwd %dx%dx%d%s", N, C, OC, bias ? "+b" : "");
+  CHECK_GEMM(name, g, out, no);
+  cpu->matmul_backward(dinp, dw, bias ? db : NULL, dout, inp, w, N, C, OC);
+  gpu->matmul_backward(d_dinp, d_dw, bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC);
+  float *gdi = dgetf(d_dinp, nc), *gdw = dgetf(d_dw, oc), *gdb = dgetf(d_db, OC);
+  snprintf(name, sizeof name, "matmul_bwd dinp %dx%d", N, C);
+  CHECK_GEMM(name, gdi, dinp, nc);
+  snprintf(name, sizeof name, "matmul_bwd dweight %dx%d", OC, C);
+  CHECK_GEMM(name, gdw, dw, oc);
+  if (bias) CHECK_GEMM("matmul_bwd dbias", gdb, db, OC);
+  CHECK_DETERMINISTIC("matmul_forward", d_out, out, no * 4,
+                      gpu->matmul_forward(d_out, d_inp, d_w, bias ? d_b : NULL, N, C, OC));
+  CHECK_DETERMINISTIC("matmul_backward", d_dw, dw0, oc * 4, {
+    dset(d_dinp, dinp0, nc * 4);
+    gpu->matmul_backward(d_dinp, d_dw, bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC);
+  });
+  free(g), free(gdi), free(gdw), free(gdb), free(dinp0), free(dw0);
+  free(inp), free(w), free(bias), free(out), free(dout), free(dinp), free(dw), free(db);
+  aa_cuda_free(arena);
+}
+
+AA_TEST(matmul_matches_cpu) {
+  NEED_GPU();
+  matmul_case(14, 48, 67, 1, 0);
+  matmul_case(66, 48, 144, 1, 0);
+  matmul_case(66, 48, 192, 0, 0);
+  matmul_case(66, 192, 48, 1, 1); /* 4-byte aligned operands */
+  matmul_case(257, 96, 203, 1, 3);
+}
+
+AA_TEST(attention_matches_cpu) {
+  NEED_GPU();
+  const int B = 2, C = 48, NH = 3;
+  for (int T = 7; T <= 33; T += 26) {
+    size_t btc = (size_t)B * T * C, att_n = (size_t)B * NH * T * T;
+    float *qkv = frand(3 * btc, -2, 2), *out = xmalloc(btc * 4), *att = xmalloc(att_n * 4);
+    float *dout = frand(btc, -1, 1), *dqkv = frand(3 * btc, -1, 1), *dqkv0 = fdup(dqkv, 3 * btc);
+    float *poison = frand(att_n, 5, 6); /* every element of att must be written */
+    float *d_qkv = dput(qkv, 3 * btc * 4), *d_out = dput(out, btc * 4), *d_att = dput(poison, att_n * 4);
+    free(poison);
+    float *d_dout = dput(dout, btc * 4), *d_dqkv = dput(dqkv, 3 * btc * 4);
+    cpu->attention_forward(out, att, qkv, B, T, C, NH);
+    gpu->attention_forward(d_out, d_att, d_qkv, B, T, C, NH);
+    float *g = dgetf(d_out, btc), *ga = dgetf(d_att, att_n);
+    CHECK_GEMM("attention_forward out", g, out, btc);
+    CHECK_GEMM("attention_forward att", ga, att, att_n);
+    /* Backward from the CPU's probabilities on both sides. */
+    dset(d_att, att, att_n * 4);
+    cpu->attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+    gpu->attention_backward(d_dqkv, d_dout, d_qkv, d_att, B, T, C, NH);
+    float *gd = dgetf(d_dqkv, 3 * btc);
+    CHECK_GEMM("attention_backward dqkv", gd, dqkv, 3 * btc);
+    CHECK_DETERMINISTIC("attention_forward", d_out, out, btc * 4,
+                        gpu->attention_forward(d_out, d_att, d_qkv, B, T, C, NH));
+    dset(d_att, att, att_n * 4);
+    CHECK_DETERMINISTIC("attention_backward", d_dqkv, dqkv0, 3 * btc * 4,
+                        gpu->attention_backward(d_dqkv, d_dout, d_qkv, d_att, B, T, C, NH));
+    free(g), free(ga), free(gd), free(qkv), free(out), free(att), free(dout), free(dqkv), free(dqkv0);
+    aa_cuda_free(d_qkv), aa_cuda_free(d_out), aa_cuda_free(d_att), aa_cuda_free(d_dout), aa_cuda_free(d_dqkv);
+  }
+}
+
+AA_TEST(elementwise_ops_match_cpu) {
+  NEED_GPU();
+  const size_t n = 10007;
+  float *x = frand(n, -5, 5), *y = frand(n, -3, 3), *dout = frand(n, -1, 1), *acc = frand(n, -1, 1);
+  float *d_x = dput(x, n * 4), *d_y = dput(y, n * 4), *d_dout = dput(dout, n * 4), *d_acc = dput(acc, n * 4);
+  float *out = xmalloc(n * 4), *d_out = dput(x, n * 4);
+  float *acc0 = fdup(acc, n);
+
+  cpu->gelu_forward(out, x, n);
+  gpu->gelu_forward(d_out, d_x, n);
+  float *g = dgetf(d_out, n);
+  /* GELU's 1 + tanh(u) cancels in the negative tail: both backends' tanh is
+   * good to ~1e-7 absolute, which becomes 0.5|x| * 1e-7 in out and, through
+   * 0.5 x (1 - th^2) du, ~2|x|^3 * 1e-7 * |dout| in the gradient. The bound
+   * is 1e-5 relative plus those absolute terms with a 2x margin (measured on
+   * an H100: 0.44 and 0.12 of the bounds). */
+  double worst_f = 0.0, worst_b = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double ax = fabs(x[i]);
+    worst_f = fmax(worst_f, fabs(g[i] - out[i]) / (TOL_ELEM * fabs(out[i]) + 2e-7 * ax + 1e-30));
+  }
+  fprintf(stderr, "  %-24s max err / bound %.3g (bound 1e-5|ref| + 2e-7|x|)\n", "gelu_forward", worst_f);
+  CHECK(worst_f <= 1.0);
+  free(g);
+  cpu->gelu_backward(acc, x, dout, n);
+  gpu->gelu_backward(d_acc, d_x, d_dout, n);
+  g = dgetf(d_acc, n);
+  for (size_t i = 0; i < n; i++) {
+    double ax = fabs(x[i]);
+    double bound = TOL_ELEM * fabs(acc[i]) + 4e-7 * (1.0 + ax * ax * ax) * fabs(dout[i]) + 1e-30;
+    worst_b = fmax(worst_b, fabs(g[i] - acc[i]) / bound);
+  }
+  fprintf(stderr, "  %-24s max err / bound %.3g (bound 1e-5|ref| + 4e-7(1+|x|^3)|dout|)\n", "gelu_backward",
+          worst_b);
+  CHECK(worst_b <= 1.0);
+  free(g);
+  CHECK_DETERMINISTIC("gelu_backward", d_acc, acc0, n * 4, gpu->gelu_backward(d_acc, d_x, d_dout, n));
+
+  cpu->residual_forward(out, x, y, n);
+  gpu->residual_forward(d_out, d_x, d_y, n);
+  g = dgetf(d_out, n);
+  CHECK_EXACT("residual_forward", g, out, n * 4);
+  free(g);
+  /* In place: out aliases a. */
+  float *xc = fdup(x, n);
+  cpu->residual_forward(xc, xc, y, n);
+  float *d_xc = dput(x, n * 4);
+  gpu->residual_forward(d_xc, d_xc, d_y, n);
+  g = dgetf(d_xc, n);
+  CHECK_EXACT("residual_forward in place", g, xc, n * 4);
+  free(g);
+  dset(d_acc, acc0, n * 4);
+  memcpy(acc, acc0, n * 4);
+  cpu->accumulate(acc, x, n);
+  gpu->accumulate(d_acc, d_x, n);
+  g = dgetf(d_acc, n);
+  CHECK_EXACT("accumulate", g, acc, n * 4);
+  free(g);
+  cpu->scale(acc, 0.37f, n);
+  gpu->scale(d_acc, 0.37f, n);
+  g = dgetf(d_acc, n);
+  CHECK_EXACT("scale", g, acc, n * 4);
+  free(g);
+
+  double s_cpu = cpu->sum_squares(x, n), s_gpu = gpu->sum_squares(d_x, n), s_gpu2 = gpu->sum_squares(d_x, n);
+  fprintf(stderr, "  %-24s rel err %.3g (tol 1e-12)\n", "sum_squares", fabs(s_gpu - s_cpu) / s_cpu);
+  CHECK(fabs(s_gpu - s_cpu) <= 1e-12 * s_cpu);
+  CHECK(memcmp(&s_gpu, &s_gpu2, sizeof s_gpu) == 0);
+  CHECK(gpu->sum_squares(d_x, 0) == 0.0);
+  CHECK(gpu->sum_squares(d_x, 3) == cpu->sum_squares(x, 3));
+  free(x), free(y), free(dout), free(acc), free(out), free(acc0), free(xc);
+  aa_cuda_free(d_x), aa_cuda_free(d_y), aa_cuda_free(d_dout), aa_cuda_free(d_acc), aa_cuda_free(d_out);
+  aa_cuda_free(d_xc);
+}
+
+AA_TEST(crossentropy_matches_cpu) {
+  NEED_GPU();
+  const int N = 66, V = 67;
+  size_t nv = (size_t)N * V;
+  float *logits = frand(nv, -8, 8), *probs = xmalloc(nv * 4), *losses = xmalloc(N * 4);
+  int32_t *tgt = irand(N, V);
+  float *dlog = frand(nv, -1, 1), *dlog0 = fdup(dlog, nv);
+  float *d_logits = dput(logits, nv * 4), *d_probs = dput(logits, nv * 4), *d_losses = dput(losses, N * 4);
+  int32_t *d_tgt = dput(tgt, N * 4);
+  float *d_dlog = dput(dlog, nv * 4);
+  const float dloss = 1.0f / N;
+
+  cpu->crossentropy_forward(losses, probs, logits, tgt, N, V);
+  gpu->crossentropy_forward(d_losses, d_probs, d_logits, d_tgt, N, V);
+  float *gl = dgetf(d_losses, N), *gp = dgetf(d_probs, nv);
+  CHECK_ELEM("crossentropy_fwd losses", gl, losses, N);
+  CHECK_ELEM("crossentropy_fwd probs", gp, probs, nv);
+  dset(d_probs, probs, nv * 4);
+  cpu->crossentropy_backward(dlog, probs, tgt, dloss, N, V);
+  gpu->crossentropy_backward(d_dlog, d_probs, d_tgt, dloss, N, V);
+  float *gd = dgetf(d_dlog, nv);
+  CHECK_ELEM("crossentropy_bwd", gd, dlog, nv);
+  free(gl), free(gp), free(gd);
+
+  /* In place, as the engine runs it: probs over logits, dlogits over probs. */
+  float *inplace = fdup(logits, nv);
+  cpu->crossentropy_forward(losses, inplace, inplace, tgt, N, V);
+  cpu->crossentropy_backward(inplace, inplace, tgt, dloss, N, V);
+  dset(d_probs, logits, nv * 4);
+  gpu->crossentropy_forward(d_losses, d_probs, d_probs, d_tgt, N, V);
+  gpu->crossentropy_backward(d_probs, d_probs, d_tgt, dloss, N, V);
+  gl = dgetf(d_losses, N);
+  gd = dgetf(d_probs, nv);
+  CHECK_ELEM("crossentropy in place loss", gl, losses, N);
+  CHECK_ELEM("crossentropy in place grad", gd, inplace, nv);
+  CHECK_DETERMINISTIC("crossentropy_forward", d_probs, logits, nv * 4,
+                      gpu->crossentropy_forward(d_losses, d_probs, d_probs, d_tgt, N, V));
+  free(gl), free(gd), free(inplace);
+  free(logits), free(probs), free(losses), free(tgt), free(dlog), free(dlog0);
+  aa_cuda_free(d_logits), aa_cuda_free(d_probs), aa_cuda_free(d_losses), aa_cuda_free(d_tgt);
+  aa_cuda_free(d_dlog);
+}
+
+AA_TEST(adamw_matches_cpu_over_steps) {
+  NEED_GPU();
+  const size_t n = 4099;
+  float *p = frand(n, -1, 1), *m = xmalloc(n * 4), *v = xmalloc(n * 4);
+  memset(m, 0, n * 4), memset(v, 0, n * 4);
+  float *d_p = dput(p, n * 4), *d_m = dput(m, n * 4), *d_v = dput(v, n * 4);
+  float *d_g = NULL;
+  if (aa_cuda_alloc((void **)&d_g, n * 4)) abort();
+  for (int t = 1; t <= 10; t++) {
+    float *g = frand(n, -0.1f, 0.1f);
+    dset(d_g, g, n * 4);
+    float wd = t % 2 ? 0.1f : 0.0f;
+    cpu->adamw_update(p, g, m, v, n, 3e-3f, 0.9f, 0.95f, 1e-8f, wd, t);
+    gpu->adamw_update(d_p, d_g, d_m, d_v, n, 3e-3f, 0.9f, 0.95f, 1e-8f, wd, t);
+    free(g);
+  }
+  float *gp = dgetf(d_p, n), *gm = dgetf(d_m, n), *gv = dgetf(d_v, n);
+  /* m = b1 m + (1-b1) g cancels when the gradient's sign flips, and small
+   * parameters carry the rounding of the larger update, so the state is
+   * compared relative to its largest element: a few fp32 ulps of it. */
+  CHECK_ADAM("adamw 10 steps params", gp, p, n);
+  CHECK_ADAM("adamw 10 steps m", gm, m, n);
+  CHECK_ADAM("adamw 10 steps v", gv, v, n);
+  float *g = frand(n, -0.1f, 0.1f);
+  dset(d_g, g, n * 4);
+  CHECK_DETERMINISTIC("adamw_update", d_p, gp, n * 4, {
+    dset(d_m, gm, n * 4);
+    dset(d_v, gv, n * 4);
+    gpu->adamw_update(d_p, d_g, d_m, d_v, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 11);
+  });
+  free(g), free(gp), free(gm), free(gv), free(p), free(m), free(v);
+  aa_cuda_free(d_p), aa_cuda_free(d_m), aa_cuda_free(d_v), aa_cuda_free(d_g);
+}
+
+/* Bit patterns that exercise every rounding path: random bits, ties at both
+ * 16-bit spacings, fp16 overflow and subnormals, infinities, NaN payloads. */
+static float *cast_inputs(size_t n) {
+  float *x = xmalloc(n * sizeof(float));
+  static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                     0xff812345u, 0x7f800001u, 0x477fe000u, 0x477ff000u, 0x477fefffu,
+                                     0x47800000u, 0x33800000u, 0x33000000u, 0x33000001u, 0x387fc000u,
+                                     0x38800000u, 0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x00000001u};
+  size_t ns = sizeof special / sizeof special[0];
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    if (i < ns) {
+      u = special[i];
+    } else if (i % 3 == 0) {
+      u = (uint32_t)aa_rng_u64(&rng);
+    } else {
+      /* Near the fp16 range, with low bits set to hit the halfway cases. */
+      u = (uint32_t)((aa_rng_u64(&rng) % 0x10000000u) + 0x30000000u);
+      if (i % 3 == 1) u = (u & ~0x1fffu) | 0x1000u;
+    }
+    memcpy(&x[i], &u, sizeof u);
+  }
+  return x;
+}
+
+AA_TEST(casts_match_cpu_bit_for_bit) {
+  NEED_GPU();
+  const size_t n = 100003;
+  float *x = cast_inputs(n);
+  float *d_x = dput(x, n * 4);
+  uint16_t *h = xmalloc(n * 2), *gh = xmalloc(n * 2);
+  float *w = xmalloc(n * 4), *d_w;
+  uint16_t *d_h;
+  if (aa_cuda_alloc((void **)&d_h, n * 2) || aa_cuda_alloc((void **)&d_w, n * 4)) abort();
+  static const aa_dtype_t dts[] = {AA_BF16, AA_F16};
+  for (int k = 0; k < 2; k++) {
+    aa_dtype_t dt = dts[k];
+    char name[64];
+    cpu->cast_from_f32(h, dt, x, n);
+    gpu->cast_from_f32(d_h, dt, d_x, n);
+    dget(gh, d_h, n * 2);
+    snprintf(name, sizeof name, "cast_from_f32 %s", aa_dtype_name(dt));
+    CHECK_EXACT(name, gh, h, n * 2);
+    cpu->cast_to_f32(w, h, dt, n);
+    gpu->cast_to_f32(d_w, d_h, dt, n);
+    float *gw = dgetf(d_w, n);
+    snprintf(name, sizeof name, "cast_to_f32 %s", aa_dtype_name(dt));
+    CHECK_EXACT(name, gw, w, n * 4);
+    free(gw);
+    /* round_store with and without the 16-bit copy. */
+    float *xr = fdup(x, n);
+    cpu->round_store(h, xr, dt, n);
+    dset(d_w, x, n * 4);
+    gpu->round_store(d_h, d_w, dt, n);
+    gw = dgetf(d_w, n);
+    dget(gh, d_h, n * 2);
+    snprintf(name, sizeof name, "round_store %s", aa_dtype_name(dt));
+    CHECK_EXACT(name, gw, xr, n * 4);
+    CHECK_EXACT(name, gh, h, n * 2);
+    dset(d_w, x, n * 4);
+    gpu->round_store(NULL, d_w, dt, n);
+    free(gw);
+    gw = dgetf(d_w, n);
+    CHECK_EXACT("round_store no dst", gw, xr, n * 4);
+    free(gw), free(xr);
+  }
+  /* AA_F32 is the identity. */
+  gpu->cast_from_f32(d_w, AA_F32, d_x, n);
+  float *gw = dgetf(d_w, n);
+  CHECK_EXACT("cast_from_f32 f32", gw, x, n * 4);
+  free(gw), free(x), free(h), free(gh), free(w);
+  aa_cuda_free(d_x), aa_cuda_free(d_h), aa_cuda_free(d_w);
+}
+
+/* ------------------------------------------- one transformer block, chained */
+
+enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPW, P_FCPB, NP };
+enum {
+  A_X, A_LN1, A_LN1M, A_LN1R, A_QKV, A_ATTY, A_ATT, A_PROJ, A_RES1, A_LN2, A_LN2M, A_LN2R, A_FCH, A_FCG, A_FCP,
+  A_OUT, A_DOUT, A_DRES1, A_DFCG, A_DFCH, A_DLN2, A_DATTY, A_DQKV, A_DLN1, A_DX, NA
+};
+
+typedef struct {
+  size_t off[NP * 2 + NA]; /* params, their grads, activations */
+  size_t size[NP * 2 + NA];
+  size_t total;
+} block_layout_t;
+
+static void block_layout(block_layout_t *L, int B, int T, int C, int NH) {
+  size_t N = (size_t)B * T, c = (size_t)C;
+  size_t ps[NP] = {c, c, 3 * c * c, 3 * c, c * c, c, c, c, 4 * c * c, 4 * c, 4 * c * c, c};
+  size_t as[NA] = {N * c, N * c, N, N, 3 * N * c, N * c, (size_t)B * NH * T * T, N * c, N * c, N * c, N, N,
+                   4 * N * c, 4 * N * c, N * c, N * c, N * c, N * c, 4 * N * c, 4 * N * c, N * c, N * c,
+                   3 * N * c, N * c, N * c};
+  size_t o = 0;
+  for (int i = 0; i < NP * 2 + NA; i++) {
+    L->size[i] = i < NP ? ps[i] : i < 2 * NP ? ps[i - NP] : as[i - 2 * NP];
+    L->off[i] = o;
+    o += L->size[i];
+  }
+  L->total = o;
+}
+
+#define PAR(i) (m + L->off[i])
+#define GRAD(i) (m + L->off[NP + (i)])
+#define ACT(i) (m + L->off[2 * NP + (i)])
+
+/* Forward and backward of a GPT-2 block on the arena m (host or device, to
+ * match ops), as the engine chains them; grads and activation gradients
+ * must be zero on entry. */
+static void block_run(const aa_ops_t *ops, float *m, const block_layout_t *L, int B, int T, int C, int NH) {
+  int N = B * T;
+  size_t nc = (size_t)N * C;
+  ops->layernorm_forward(ACT(A_LN1), ACT(A_LN1M), ACT(A_LN1R), ACT(A_X), PAR(P_LN1W), PAR(P_LN1B), N, C);
+  ops->matmul_forward(ACT(A_QKV), ACT(A_LN1), PAR(P_QKVW), PAR(P_QKVB), N, C, 3 * C);
+  ops->attention_forward(ACT(A_ATTY), ACT(A_ATT), ACT(A_QKV), B, T, C, NH);
+  ops->matmul_forward(ACT(A_PROJ), ACT(A_ATTY), PAR(P_PROJW), PAR(P_PROJB), N, C, C);
+  ops->residual_forward(ACT(A_RES1), ACT(A_X), ACT(A_PROJ), nc);
+  ops->layernorm_forward(ACT(A_LN2), ACT(A_LN2M), ACT(A_LN2R), ACT(A_RES1), PAR(P_LN2W), PAR(P_LN2B), N, C);
+  ops->matmul_forward(ACT(A_FCH), ACT(A_LN2), PAR(P_FCW), PAR(P_FCB), N, C, 4 * C);
+  ops->gelu_forward(ACT(A_FCG), ACT(A_FCH), 4 * nc);
+  ops->matmul_forward(ACT(A_FCP), ACT(A_FCG), PAR(P_FCPW), PAR(P_FCPB), N, 4 * C, C);
+  ops->residual_forward(ACT(A_OUT), ACT(A_RES1), ACT(A_FCP), nc);
+
+  ops->accumulate(ACT(A_DRES1), ACT(A_DOUT), nc);
+  ops->matmul_backward(ACT(A_DFCG), GRAD(P_FCPW), GRAD(P_FCPB), ACT(A_DOUT), ACT(A_FCG), PAR(P_FCPW), N, 4 * C, C);
+  ops->gelu_backward(ACT(A_DFCH), ACT(A_FCH), ACT(A_DFCG), 4 * nc);
+  ops->matmul_backward(ACT(A_DLN2), GRAD(P_FCW), GRAD(P_FCB), ACT(A_DFCH), ACT(A_LN2), PAR(P_FCW), N, C, 4 * C);
+  ops->layernorm_backward(ACT(A_DRES1), GRAD(P_LN2W), GRAD(P_LN2B), ACT(A_DLN2), ACT(A_RES1), PAR(P_LN2W),
+                          ACT(A_LN2M), ACT(A_LN2R), N, C);
+  ops->accumulate(ACT(A_DX), ACT(A_DRES1), nc);
+  ops->matmul_backward(ACT(A_DATTY), GRAD(P_PROJW), GRAD(P_PROJB), ACT(A_DRES1), ACT(A_ATTY), PAR(P_PROJW), N, C,
+                       C);
+  ops->attention_backward(ACT(A_DQKV), ACT(A_DATTY), ACT(A_QKV), ACT(A_ATT), B, T, C, NH);
+  ops->matmul_backward(ACT(A_DLN1), GRAD(P_QKVW), GRAD(P_QKVB), ACT(A_DQKV), ACT(A_LN1), PAR(P_QKVW), N, C, 3 * C);
+  ops->layernorm_backward(ACT(A_DX), GRAD(P_LN1W), GRAD(P_LN1B), ACT(A_DLN1), ACT(A_X), PAR(P_LN1W), ACT(A_LN1M),
+                          ACT(A_LN1R), N, C);
+}
+
+AA_TEST(transformer_block_forward_backward_matches_cpu) {
+  NEED_GPU();
+  const int B = 2, T = 33, C = 48, NH = 3;
+  block_layout_t layout, *L = &layout;
+  block_layout(L, B, T, C, NH);
+  float *m = calloc(L->total, sizeof(float));
+  if (!m) abort();
+  for (int i = 0; i < NP; i++) {
+    float *p = PAR(i);
+    int is_ln_w = i == P_LN1W || i == P_LN2W, is_ln_b = i == P_LN1B || i == P_LN2B;
+    for (size_t k = 0; k < L->size[i]; k++)
+      p[k] = is_ln_w ? 1.0f + 0.1f * aa_rng_normal(&rng) : (is_ln_b ? 0.1f : 0.02f) * aa_rng_normal(&rng);
+  }
+  for (size_t k = 0; k < L->size[2 * NP + A_X]; k++)
+    ACT(A_X)[k] = aa_rng_normal(&rng);
+  for (size_t k = 0; k < L->size[2 * NP + A_DOUT]; k++)
+    ACT(A_DOUT)[k] = aa_rng_normal(&rng) * 0.01f;
+  float *dm = dput(m, L->total * 4);
+  block_run(cpu, m, L, B, T, C, NH);
+  block_run(gpu, dm, L, B, T, C, NH);
+  CHECK(aa_cuda_sync() == 0);
+  float *g = dgetf(dm, L->total);
+  static const char *pn[NP] = {"ln1.w", "ln1.b", "qkv.w", "qkv.b", "proj.w", "proj.b",
+                               "ln2.w", "ln2.b", "fc.w",  "fc.b",  "fcproj.w", "fcproj.b"};
+  char name[64];
+  CHECK_GEMM("block out", g + L->off[2 * NP + A_OUT], ACT(A_OUT), L->size[2 * NP + A_OUT]);
+  CHECK_GEMM("block att", g + L->off[2 * NP + A_ATT], ACT(A_ATT), L->size[2 * NP + A_ATT]);
+  CHECK_GEMM("block dx", g + L->off[2 * NP + A_DX], ACT(A_DX), L->size[2 * NP + A_DX]);
+  for (int i = 0; i < NP; i++) {
+    snprintf(name, sizeof name, "block d%s", pn[i]);
+    CHECK_GEMM(name, g + L->off[NP + i], GRAD(i), L->size[NP + i]);
+  }
+  /* Determinism of the whole chain: rerun from the same arena. */
+  float *m0 = calloc(L->total, sizeof(float));
+  if (!m0) abort();
+  memcpy(m0, m, L->total * 4);
+  for (int i = NP; i < 2 * NP; i++)
+    memset(m0 + L->off[i], 0, L->size[i] * 4);
+  for (int i = A_DRES1; i < NA; i++)
+    memset(m0 + L->off[2 * NP + i], 0, L->size[2 * NP + i] * 4);
+  CHECK_DETERMINISTIC("transformer block", dm, m0, L->total * 4, block_run(gpu, dm, L, B, T, C, NH));
+  free(g), free(m), free(m0);
+  aa_cuda_free(dm);
+}
+
+int main(void) {
+  aa_rng_seed(&rng, 20240611);
+  cpu = aa_ops_cpu();
+  gpu = aa_ops_cuda();
+  int n = 0;
+  if (aa_cuda_device_count(&n)) {
+    snprintf(gpu_reason, sizeof gpu_reason, "%s", aa_last_error());
+  } else if (n < 1) {
+    snprintf(gpu_reason, sizeof gpu_reason, "the CUDA runtime reports no device");
+  } else if (aa_cuda_init(0)) {
+    snprintf(gpu_reason, sizeof gpu_reason, "%s", aa_last_error());
+  } else {
+    gpu_ok = 1;
+  }
+  RUN(device_info_reports_the_gpu);
+  RUN(errors_are_sticky_until_cleared);
+  RUN(encoder_matches_cpu_exactly);
+  RUN(layernorm_matches_cpu);
+  RUN(matmul_matches_cpu);
+  RUN(attention_matches_cpu);
+  RUN(elementwise_ops_match_cpu);
+  RUN(crossentropy_matches_cpu);
+  RUN(adamw_matches_cpu_over_steps);
+  RUN(casts_match_cpu_bit_for_bit);
+  RUN(transformer_block_forward_backward_matches_cpu);
+  if (gpu_ok) {
+    CHECK(aa_cuda_sync() == 0);
+    aa_cuda_shutdown();
+  }
+  return aa_test_summary();
+}
+
+#endif
