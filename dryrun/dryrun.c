@@ -10,11 +10,13 @@ int aa_dryrun(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_dryr
   int warmup = d.warmup_steps < 0 ? AA_DRYRUN_WARMUP_DEFAULT : d.warmup_steps;
   int measured = d.measured_steps ? d.measured_steps : AA_DRYRUN_MEASURED_DEFAULT;
   if (measured < 0 || d.threads < 0) return aa_error(AA_EINVAL, "dry run: negative step or thread count");
-  if (warmup > (1 << 30) - measured) return aa_error(AA_EINVAL, "dry run: %d + %d steps is too many", warmup, measured);
+  if (warmup > (1 << 30) - measured)
+    return aa_error(AA_EINVAL, "dry run: %d + %d steps is too many", warmup, measured);
   /* aa_train logs to stdout when given no stream; a dry run is quiet unless
    * asked, and /dev/null keeps the training loop free of a special case. */
   FILE *devnull = NULL;
-  if (!d.log && !(devnull = fopen("/dev/null", "w"))) return aa_error(AA_EIO, "dry run: cannot open /dev/null");
+  if (!d.log && !(devnull = fopen("/dev/null", "w")))
+    return aa_error(AA_EIO, "dry run: cannot open /dev/null");
   aa_train_opts_t t = {.threads = d.threads,
                        .steps = warmup + measured,
                        .checkpoint_every = 0,

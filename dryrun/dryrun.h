@@ -18,10 +18,10 @@
 #define AA_DRYRUN_MEASURED_DEFAULT 4
 
 typedef struct aa_dryrun_opts {
-  int threads;          /* worker threads; 0 = all online cores */
-  int warmup_steps;     /* untimed steps first; < 0 = AA_DRYRUN_WARMUP_DEFAULT */
-  int measured_steps;   /* timed steps; 0 = AA_DRYRUN_MEASURED_DEFAULT */
-  size_t memory_limit;  /* bytes; 0 = none. Past it the dry run fails with AA_EOOM */
+  int threads;              /* worker threads; 0 = all online cores */
+  int warmup_steps;         /* untimed steps first; < 0 = AA_DRYRUN_WARMUP_DEFAULT */
+  int measured_steps;       /* timed steps; 0 = AA_DRYRUN_MEASURED_DEFAULT */
+  size_t memory_limit;      /* bytes; 0 = none. Past it the dry run fails with AA_EOOM */
   aa_train_step_fn on_step; /* if set, called after every step, phase "warmup" or "measure" */
   void *step_data;          /* passed to on_step */
   FILE *log;                /* the engine's model/strategy/step lines; NULL = none */
@@ -33,8 +33,8 @@ typedef struct aa_dryrun_result {
   double step_ms_spread; /* max - min of the measured steps */
   aa_mem_t mem;          /* accounted peak bytes by kind (mem.peak, mem.peak_total) */
   bool has_loss;
-  double final_loss; /* loss of the last step, when has_loss */
-  int steps_done;    /* warm-up + measured */
+  double final_loss;             /* loss of the last step, when has_loss */
+  int steps_done;                /* warm-up + measured */
   char key[AA_STRATEGY_KEY_MAX]; /* the strategy that ran, resolved */
 } aa_dryrun_result_t;
 

@@ -18,12 +18,13 @@ static char train_bin[512], val_bin[512];
 /* Global batch 4 of 16 tokens: 64 tokens per optimizer step. */
 static int small_spec(aa_model_spec_t *s) {
   char json[2048];
-  snprintf(json, sizeof json,
-           "{\"name\": \"d\", \"model\": {\"n_layer\": 2, \"n_head\": 2, \"d_model\": 32, \"d_ff\": 64, "
-           "\"seq_len\": 16, \"vocab_size\": 256}, \"train\": {\"global_batch\": 4, \"steps\": 50, \"lr\": 0.003, "
-           "\"warmup_steps\": 3, \"eval_every\": 0, \"eval_batches\": 2, \"checkpoint_every\": 5, \"seed\": 7}, "
-           "\"data\": {\"train\": \"%s\", \"val\": \"%s\"}}",
-           train_bin, val_bin);
+  snprintf(
+      json, sizeof json,
+      "{\"name\": \"d\", \"model\": {\"n_layer\": 2, \"n_head\": 2, \"d_model\": 32, \"d_ff\": 64, "
+      "\"seq_len\": 16, \"vocab_size\": 256}, \"train\": {\"global_batch\": 4, \"steps\": 50, \"lr\": 0.003, "
+      "\"warmup_steps\": 3, \"eval_every\": 0, \"eval_batches\": 2, \"checkpoint_every\": 5, \"seed\": 7}, "
+      "\"data\": {\"train\": \"%s\", \"val\": \"%s\"}}",
+      train_bin, val_bin);
   int rc = aa_spec_parse(s, json, NULL, "test");
   if (rc) fprintf(stderr, "spec: %s\n", aa_last_error());
   CHECK(rc == 0);
@@ -72,19 +73,26 @@ AA_TEST(measured_figures_are_sane_and_peaks_match_training) {
   CHECK_NEAR(r.tokens_per_s, 64.0 / (r.step_ms_median / 1e3), 1e-6 * r.tokens_per_s);
   CHECK(r.has_loss && r.final_loss > 0);
   CHECK(!strcmp(r.key, "dp1.tp1.pp1.z0.fp32.ckpt-none.mb2"));
-  for (int k = 0; k < AA_MEM_NKINDS; k++) CHECK_MSG(r.mem.peak[k] > 0, "%s", aa_mem_kind_name(k));
+  for (int k = 0; k < AA_MEM_NKINDS; k++)
+    CHECK_MSG(r.mem.peak[k] > 0, "%s", aa_mem_kind_name(k));
   CHECK(r.mem.peak_total > 0);
 
   /* The same strategy trained for real accounts the same peaks. */
   char dir[512];
   snprintf(dir, sizeof dir, "%s/train", tmpdir);
   FILE *log = fopen("/dev/null", "w");
-  aa_train_opts_t to = {.threads = 1, .steps = 2, .checkpoint_every = -1, .log_every = 100, .out_dir = dir,
-                        .log = log, .strategy = &st};
+  aa_train_opts_t to = {.threads = 1,
+                        .steps = 2,
+                        .checkpoint_every = -1,
+                        .log_every = 100,
+                        .out_dir = dir,
+                        .log = log,
+                        .strategy = &st};
   aa_train_result_t tr;
   CHECK(aa_train(&s, &to, &tr) == 0);
   fclose(log);
-  for (int k = 0; k < AA_MEM_NKINDS; k++) CHECK(r.mem.peak[k] == tr.mem.peak[k]);
+  for (int k = 0; k < AA_MEM_NKINDS; k++)
+    CHECK(r.mem.peak[k] == tr.mem.peak[k]);
   CHECK(r.mem.peak_total == tr.mem.peak_total);
 }
 
@@ -92,7 +100,8 @@ AA_TEST(warmup_steps_are_not_timed_and_progress_fires_every_step) {
   aa_model_spec_t s;
   if (small_spec(&s)) return;
   calls_t c = {0};
-  aa_dryrun_opts_t o = {.threads = 1, .warmup_steps = 2, .measured_steps = 3, .on_step = record, .step_data = &c};
+  aa_dryrun_opts_t o = {
+      .threads = 1, .warmup_steps = 2, .measured_steps = 3, .on_step = record, .step_data = &c};
   aa_dryrun_result_t r;
   CHECK(aa_dryrun(&s, NULL, &o, &r) == 0);
   CHECK(c.n == 5);
@@ -115,7 +124,8 @@ AA_TEST(zero_warmup_times_every_step) {
   aa_model_spec_t s;
   if (small_spec(&s)) return;
   calls_t c = {0};
-  aa_dryrun_opts_t o = {.threads = 1, .warmup_steps = 0, .measured_steps = 1, .on_step = record, .step_data = &c};
+  aa_dryrun_opts_t o = {
+      .threads = 1, .warmup_steps = 0, .measured_steps = 1, .on_step = record, .step_data = &c};
   aa_dryrun_result_t r;
   CHECK(aa_dryrun(&s, NULL, &o, &r) == 0);
   CHECK(c.n == 1 && !strcmp(c.phase[0], "measure"));

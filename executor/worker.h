@@ -1,0 +1,56 @@
+/* The executor process: serves one device to a planner. It connects (unix
+ * socket or TCP), says hello with its device, sends heartbeats, and runs each
+ * `job` frame in a forked runner child that streams progress and one result
+ * back over a pipe; the parent relays them. The parent never runs the model,
+ * so a runner that crashes, runs out of memory or is killed cannot take the
+ * executor down. A lost planner is reconnected with exponential backoff
+ * (0.1 s doubling to 5 s, forever). Behaviour: docs/service.md. */
+#ifndef AA_WORKER_H
+#define AA_WORKER_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "../common/aa.h"
+
+#define AA_WORKER_BACKOFF_MIN_MS 100
+#define AA_WORKER_BACKOFF_MAX_MS 5000
+#define AA_WORKER_DEAD_BEATS 10 /* a planner silent this many heartbeats is lost */
+
+typedef struct aa_worker aa_worker_t;
+
+typedef struct aa_worker_opts {
+  const char *planner;    /* planner address (aa_addr_parse forms); NULL = aa_default_planner_addr */
+  const char *token_file; /* token to present in hello (aa_token_load); NULL = none */
+  const char *device;     /* "cpu" (NULL = "cpu"); "cuda:N" is refused until the engine has CUDA */
+  int threads;            /* runner threads; 0 = all online cores */
+  size_t memory_limit;    /* bytes; 0 = none. Reported as the device memory and applied to every run */
+  const char *name;       /* device name to report; NULL = the CPU model + " (N threads)" */
+  FILE *log;              /* one line per event; NULL = stderr */
+} aa_worker_opts_t;
+
+/* Checks the options (address, device, token file) and prepares the loop;
+ * nothing connects until aa_worker_run. Strings in opts are copied. *out is
+ * transferred (aa_worker_destroy) and set only on success. */
+int aa_worker_create(aa_worker_t **out, const aa_worker_opts_t *opts);
+
+/* Serves until aa_worker_stop (or SIGINT/SIGTERM after
+ * aa_worker_handle_signals): sends `bye`, kills a running runner and closes
+ * every handle. Returns 0 after such a stop, or AA_EPERM when the planner
+ * refused the token (the message says so): retrying cannot help. */
+int aa_worker_run(aa_worker_t *w);
+
+/* Makes aa_worker_run stop soon; safe from any thread. */
+void aa_worker_stop(aa_worker_t *w);
+
+/* Let aa_worker_run stop on SIGINT and SIGTERM (the `executor` command;
+ * not a worker embedded in a process that handles signals itself). */
+void aa_worker_handle_signals(aa_worker_t *w);
+
+/* The device name the worker reports (after create); valid while w is. */
+const char *aa_worker_device_name(const aa_worker_t *w);
+
+/* Frees w; call after aa_worker_run has returned, or instead of it. NULL is a no-op. */
+void aa_worker_destroy(aa_worker_t *w);
+
+#endif

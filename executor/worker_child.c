@@ -1,0 +1,192 @@
+/* The runner child: one job in a process of its own (see worker_internal.h).
+ * It owns nothing of the parent's loop: it closes every inherited descriptor
+ * but stdio and its pipe, restores default signal handling, runs the job on
+ * the engine, and writes progress and result frames to the pipe. */
+#define _GNU_SOURCE /* close_range */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "../common/spec.h"
+#include "../dryrun/dryrun.h"
+#include "../strategies/strategy.h"
+#include "train.h"
+#include "worker_internal.h"
+
+/* At most this many progress frames per second, besides the first and the last step. */
+#define PROGRESS_PER_S 5
+
+typedef struct {
+  int fd;
+  uint64_t job, run;
+  double last_sent;
+} child_t;
+
+/* A parent that is gone cannot receive anything: exiting is all that is left. */
+static void write_frame(child_t *c, const aa_msg_t *m) {
+  char *buf;
+  size_t len;
+  if (aa_msg_encode(m, &buf, &len)) _exit(3);
+  for (size_t off = 0; off < len;) {
+    ssize_t n = write(c->fd, buf + off, len - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) _exit(4);
+    off += (size_t)n;
+  }
+  free(buf);
+}
+
+static double clamp(double x, double hi) { return isfinite(x) && x > 0 ? (x < hi ? x : hi) : 0; }
+
+static void on_step(const aa_train_step_info_t *info, void *data) {
+  child_t *c = data;
+  double now = aa_now();
+  int edge = info->step == 1 || info->step == info->total;
+  if (!edge && now - c->last_sent < 1.0 / PROGRESS_PER_S) return;
+  if (!isfinite(info->loss)) return; /* the frame requires a finite loss */
+  c->last_sent = now;
+  aa_msg_t m = {.type = AA_MSG_PROGRESS};
+  m.progress = (aa_msg_progress_t){.job = c->job,
+                                   .run = c->run,
+                                   .step = (uint64_t)info->step,
+                                   .total = (uint64_t)info->total,
+                                   .tokens_per_s = clamp(info->tokens_per_s, 1e12),
+                                   .loss = info->loss,
+                                   .phase = (char *)info->phase};
+  write_frame(c, &m);
+}
+
+static void send_result(child_t *c, aa_proto_run_status_t status, const char *error, double tokens_per_s,
+                        double median, double spread, const aa_mem_t *mem, bool has_loss, double loss) {
+  aa_msg_t m = {.type = AA_MSG_RESULT};
+  aa_msg_result_t *r = &m.result;
+  r->job = c->job;
+  r->run = c->run;
+  r->status = status;
+  r->tokens_per_s = clamp(tokens_per_s, 1e12);
+  r->step_ms_median = clamp(median, 1e9);
+  r->step_ms_spread = clamp(spread, 1e9);
+  if (mem)
+    r->peak = (aa_msg_peak_t){.params = mem->peak[AA_MEM_PARAMS],
+                              .grads = mem->peak[AA_MEM_GRADS],
+                              .optim = mem->peak[AA_MEM_OPTIM],
+                              .acts = mem->peak[AA_MEM_ACTS],
+                              .workspace = mem->peak[AA_MEM_WORKSPACE],
+                              .total = mem->peak_total};
+  r->has_final_loss = has_loss && isfinite(loss);
+  r->final_loss = r->has_final_loss ? loss : 0;
+  char text[AA_PROTO_TEXT_MAX + 1];
+  if (error) {
+    /* The message goes through the error encoder's rules on the other side
+     * too, but a result must encode here: cut it to the limit. */
+    snprintf(text, sizeof text, "%s", error[0] ? error : aa_strerror(AA_EINTERNAL));
+    r->error = text;
+  }
+  write_frame(c, &m);
+}
+
+static void send_failure(child_t *c, int rc) {
+  send_result(c, rc == AA_EOOM ? AA_PROTO_RUN_OOM : AA_PROTO_RUN_ERROR, aa_last_error(), 0, 0, 0, NULL, false,
+              0);
+}
+
+/* A training job: the outputs `autoaccel train` would write, under out_dir. */
+static int run_train(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t *spec,
+                     const aa_strategy_t *st, int threads, size_t limit) {
+  if (!job->out_dir)
+    return aa_error(AA_EINVAL, "job %llu: a train job needs out_dir", (unsigned long long)job->job);
+  if (job->measured_steps > (uint64_t)1 << 30)
+    return aa_error(AA_EINVAL, "job %llu: %llu training steps is too many", (unsigned long long)job->job,
+                    (unsigned long long)job->measured_steps);
+  int rc = aa_mkdirs(job->out_dir);
+  if (rc) return rc;
+  char log_path[AA_PATH_MAX + 32], losses[AA_PATH_MAX + 32], summary[AA_PATH_MAX + 32];
+  snprintf(log_path, sizeof log_path, "%s/train.log", job->out_dir);
+  snprintf(losses, sizeof losses, "%s/losses.txt", job->out_dir);
+  snprintf(summary, sizeof summary, "%s/summary.json", job->out_dir);
+  FILE *log = fopen(log_path, "w");
+  if (!log) return aa_error(AA_EIO, "%s: cannot write: %s", log_path, strerror(errno));
+  aa_train_opts_t o = {.threads = threads,
+                       .steps = (int)job->measured_steps,
+                       .checkpoint_every = -1,
+                       .log_every = 10,
+                       .out_dir = job->out_dir,
+                       .losses_path = losses,
+                       .summary_json = summary,
+                       .log = log,
+                       .strategy = st,
+                       .memory_limit = limit,
+                       .on_step = on_step,
+                       .step_data = c};
+  aa_train_result_t r;
+  rc = aa_train(spec, &o, &r);
+  if (fclose(log) && !rc) rc = aa_error(AA_EIO, "%s: write failed", log_path);
+  if (rc) return rc;
+  send_result(c, AA_PROTO_RUN_OK, NULL, r.tokens_per_s, r.step_ms_median, r.step_ms_spread, &r.mem,
+              r.steps_done > 0, r.final_loss);
+  return 0;
+}
+
+static int run_dryrun(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t *spec,
+                      const aa_strategy_t *st, int threads, size_t limit) {
+  if (job->warmup_steps > 1000000 || job->measured_steps > 1000000)
+    return aa_error(AA_EINVAL, "job %llu: %llu + %llu dry-run steps is too many",
+                    (unsigned long long)job->job, (unsigned long long)job->warmup_steps,
+                    (unsigned long long)job->measured_steps);
+  aa_dryrun_opts_t o = {.threads = threads,
+                        .warmup_steps = (int)job->warmup_steps,
+                        .measured_steps = (int)job->measured_steps,
+                        .memory_limit = limit,
+                        .on_step = on_step,
+                        .step_data = c};
+  aa_dryrun_result_t r;
+  int rc = aa_dryrun(spec, st, &o, &r);
+  if (rc) return rc;
+  send_result(c, AA_PROTO_RUN_OK, NULL, r.tokens_per_s, r.step_ms_median, r.step_ms_spread, &r.mem,
+              r.has_loss, r.final_loss);
+  return 0;
+}
+
+void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, size_t memory_limit) {
+  /* Die with the executor: a runner nobody waits for only burns the cores. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  sigset_t all;
+  sigemptyset(&all);
+  sigprocmask(SIG_SETMASK, &all, NULL);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGCHLD, SIG_DFL);
+  signal(SIGPIPE, SIG_IGN); /* a closed pipe is a failed write, handled there */
+  /* The planner socket and the loop's descriptors stay with the parent: the
+   * planner must see the connection close when the executor goes, whatever
+   * the runner is doing. */
+  if (fd != 3) {
+    if (dup2(fd, 3) < 0) _exit(5);
+    fd = 3;
+  }
+  close_range(4, ~0u, 0);
+  child_t c = {.fd = fd, .job = job->job, .run = job->run};
+  char origin[64];
+  snprintf(origin, sizeof origin, "job %llu model", (unsigned long long)job->job);
+  aa_model_spec_t spec;
+  aa_strategy_t st;
+  int rc = aa_spec_parse(&spec, job->model, NULL, origin);
+  if (!rc) {
+    snprintf(origin, sizeof origin, "job %llu strategy", (unsigned long long)job->job);
+    rc = aa_strategy_parse(&st, job->strategy, origin);
+  }
+  if (!rc && job->kind == AA_PROTO_JOB_TRAIN) {
+    /* The planner sends the seed to train with (the spec's, unless it chose another). */
+    spec.train.seed = job->seed;
+    rc = run_train(&c, job, &spec, &st, threads, memory_limit);
+  } else if (!rc) {
+    rc = run_dryrun(&c, job, &spec, &st, threads, memory_limit);
+  }
+  if (rc) send_failure(&c, rc);
+  _exit(0);
+}

@@ -1,0 +1,81 @@
+/* Shared by the executor's files (worker.c: planner connection;
+ * worker_runner.c: the runner child seen from the parent; worker_child.c:
+ * the child itself). Not a public interface. */
+#ifndef AA_WORKER_INTERNAL_H
+#define AA_WORKER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "../proto/addr.h"
+#include "../proto/frame.h"
+#include "../proto/msg.h"
+#include "worker.h"
+
+/* The parent's view of one runner child. Active from fork until its pipe
+ * handle is closed; the executor is busy while it is. */
+typedef struct aa_runner {
+  bool active;
+  pid_t pid;                        /* 0 once reaped */
+  int wstatus;                      /* waitpid status, valid once reaped */
+  bool reaped, eof;                 /* both are needed before the run is over */
+  bool orphaned;                    /* the planner that sent it is gone: nobody gets its result */
+  aa_proto_run_status_t killed_for; /* TIMEOUT or CANCELLED when we killed it; OK = not killed */
+  uint64_t job, run;
+  uv_pipe_t pipe;
+  uv_timer_t timer; /* time limit */
+  aa_frame_reader_t reader;
+  bool have_result;
+  aa_msg_t result; /* the child's result frame, decoded (owned) */
+  char read_buf[65536];
+} aa_runner_t;
+
+typedef struct aa_conn aa_conn_t;
+
+struct aa_worker {
+  uv_loop_t loop;
+  aa_addr_t addr;
+  char addr_text[AA_ADDR_PATH_MAX + 16];
+  char token[AA_TOKEN_MAX + 1];
+  size_t token_len;
+  char name[AA_PROTO_NAME_MAX + 1];
+  char host[AA_PROTO_NAME_MAX + 1];
+  int threads;
+  size_t memory_limit;
+  uint64_t memory; /* reported device memory */
+  FILE *log;
+  uv_timer_t retry; /* reconnect backoff */
+  int backoff_ms;
+  uv_signal_t sigchld, sigint, sigterm;
+  bool signals;
+  uv_async_t wake; /* aa_worker_stop */
+  volatile int stop_requested;
+  bool stopping;
+  int fatal; /* AA_EPERM once the planner refused us */
+  char fatal_msg[AA_PROTO_TEXT_MAX + 128];
+  aa_conn_t *conn; /* the live connection, or NULL */
+  aa_runner_t runner;
+};
+
+/* Log one line (prefixed "executor: ") to the worker's log. */
+void aa_worker__log(aa_worker_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Sends m to the planner if connected and welcomed; otherwise drops it
+ * (a result nobody can receive). m is borrowed. */
+void aa_worker__send(aa_worker_t *w, const aa_msg_t *m);
+
+/* Runner, parent side (worker_runner.c). */
+int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job);
+void aa_worker__runner_kill(aa_worker_t *w, aa_proto_run_status_t why);
+void aa_worker__runner_sigchld(aa_worker_t *w);
+/* Kills and reaps synchronously and closes the pipe (shutdown). */
+void aa_worker__runner_shutdown(aa_worker_t *w);
+
+/* Runner, child side (worker_child.c): runs the job and writes progress and
+ * result frames to fd, then exits the process. Never returns. */
+void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, size_t memory_limit)
+    __attribute__((noreturn));
+
+#endif

@@ -1,0 +1,237 @@
+/* The runner child seen from the executor parent: fork, the pipe it reports
+ * on, the time limit, kill, reap, and the one result that always follows.
+ *
+ * Why fork and not uv_spawn of /proc/self/exe: the job is already decoded in
+ * memory, so the child runs it directly, with nothing to serialise again or
+ * parse from a command line. libuv's uv_process cannot watch a forked pid,
+ * so the parent reaps the child itself: a SIGCHLD uv_signal_t calls
+ * waitpid(pid, WNOHANG) for the runner's pid only (never -1, so a host
+ * process's other children are left to their owners). The parent has never
+ * touched OpenMP or BLAS, whose thread pools would not survive a fork. */
+#define _GNU_SOURCE /* pipe2 */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "worker_internal.h"
+
+static size_t min_nonzero(size_t a, size_t b) { return !a ? b : !b ? a : a < b ? a : b; }
+
+/* Sends the run's one result: the child's own if it sent one, otherwise
+ * what its end says (killed on purpose, died by a signal, exited silent). */
+static void send_final(aa_worker_t *w) {
+  aa_runner_t *r = &w->runner;
+  if (r->orphaned) return;
+  if (r->have_result) {
+    aa_worker__send(w, &r->result);
+    return;
+  }
+  char text[256];
+  aa_msg_t m = {.type = AA_MSG_RESULT};
+  m.result.job = r->job;
+  m.result.run = r->run;
+  m.result.error = text;
+  if (r->killed_for == AA_PROTO_RUN_TIMEOUT) {
+    m.result.status = AA_PROTO_RUN_TIMEOUT;
+    snprintf(text, sizeof text, "runner still running at the time limit; killed");
+  } else if (r->killed_for == AA_PROTO_RUN_CANCELLED) {
+    m.result.status = AA_PROTO_RUN_CANCELLED;
+    snprintf(text, sizeof text, "cancelled");
+  } else if (WIFSIGNALED(r->wstatus)) {
+    int sig = WTERMSIG(r->wstatus);
+    m.result.status = AA_PROTO_RUN_CRASHED;
+    snprintf(text, sizeof text, "runner killed by signal %d (%s)", sig, strsignal(sig));
+  } else {
+    m.result.status = AA_PROTO_RUN_CRASHED;
+    snprintf(text, sizeof text, "runner exited with status %d without a result",
+             WIFEXITED(r->wstatus) ? WEXITSTATUS(r->wstatus) : -1);
+  }
+  aa_worker__log(w, "job %llu run %llu: %s", (unsigned long long)r->job, (unsigned long long)r->run, text);
+  aa_worker__send(w, &m);
+}
+
+static void on_pipe_closed(uv_handle_t *h) {
+  aa_worker_t *w = h->data;
+  aa_runner_t *r = &w->runner;
+  aa_frame_reader_free(&r->reader);
+  aa_msg_free(&r->result);
+  r->have_result = false;
+  r->active = false;
+}
+
+static void on_timer_closed(uv_handle_t *h) { (void)h; }
+
+/* The run is over once the child is reaped and its pipe has ended (every
+ * frame it wrote has been read). */
+static void maybe_finish(aa_worker_t *w) {
+  aa_runner_t *r = &w->runner;
+  if (!r->reaped || !r->eof || uv_is_closing((uv_handle_t *)&r->pipe)) return;
+  uv_timer_stop(&r->timer);
+  send_final(w);
+  uv_close((uv_handle_t *)&r->timer, on_timer_closed);
+  uv_close((uv_handle_t *)&r->pipe, on_pipe_closed);
+}
+
+static void try_reap(aa_worker_t *w) {
+  aa_runner_t *r = &w->runner;
+  if (!r->active || r->reaped) return;
+  pid_t p;
+  do
+    p = waitpid(r->pid, &r->wstatus, WNOHANG);
+  while (p < 0 && errno == EINTR);
+  if (p == r->pid || (p < 0 && errno == ECHILD)) {
+    if (p < 0) r->wstatus = 0; /* someone else reaped it; its status is lost */
+    r->reaped = true;
+    r->pid = 0;
+    maybe_finish(w);
+  }
+}
+
+void aa_worker__runner_sigchld(aa_worker_t *w) { try_reap(w); }
+
+/* A frame from our own child: progress is relayed at once, the result is
+ * kept until the child is gone. A frame that does not decode means the
+ * child is broken: it is killed and reported crashed. */
+static void on_child_frame(aa_worker_t *w, const void *payload, size_t len) {
+  aa_runner_t *r = &w->runner;
+  aa_msg_t m;
+  if (aa_msg_decode(payload, len, &m)) {
+    aa_worker__log(w, "job %llu: bad frame from the runner: %s", (unsigned long long)r->job, aa_last_error());
+    aa_worker__runner_kill(w, AA_PROTO_RUN_OK);
+    return;
+  }
+  if (m.type == AA_MSG_PROGRESS) {
+    if (!r->orphaned) aa_worker__send(w, &m);
+    aa_msg_free(&m);
+  } else if (m.type == AA_MSG_RESULT && !r->have_result) {
+    r->result = m;
+    r->have_result = true;
+    if (m.result.status != AA_PROTO_RUN_OK)
+      aa_worker__log(w, "job %llu run %llu: %s%s%s", (unsigned long long)r->job, (unsigned long long)r->run,
+                     m.result.status == AA_PROTO_RUN_OOM ? "oom" : "error", m.result.error ? ": " : "",
+                     m.result.error ? m.result.error : "");
+  } else {
+    aa_msg_free(&m);
+  }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  aa_worker_t *w = h->data;
+  *buf = uv_buf_init(w->runner.read_buf, sizeof w->runner.read_buf);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  aa_worker_t *w = s->data;
+  aa_runner_t *r = &w->runner;
+  if (nread < 0) {
+    uv_read_stop(s);
+    r->eof = true;
+    try_reap(w);
+    maybe_finish(w);
+    return;
+  }
+  const char *p = buf->base;
+  size_t left = (size_t)nread;
+  while (left && !r->eof) {
+    size_t used;
+    const void *payload;
+    size_t plen;
+    int rc = aa_frame_reader_feed(&r->reader, p, left, &used, &payload, &plen);
+    if (rc < 0) {
+      aa_worker__log(w, "job %llu: bad frame from the runner: %s", (unsigned long long)r->job,
+                     aa_last_error());
+      aa_worker__runner_kill(w, AA_PROTO_RUN_OK);
+      uv_read_stop(s);
+      r->eof = true;
+      maybe_finish(w);
+      return;
+    }
+    p += used;
+    left -= used;
+    if (rc == 1) on_child_frame(w, payload, plen);
+  }
+}
+
+static void on_time_limit(uv_timer_t *t) {
+  aa_worker_t *w = t->data;
+  aa_worker__log(w, "job %llu run %llu: time limit reached, killing the runner",
+                 (unsigned long long)w->runner.job, (unsigned long long)w->runner.run);
+  aa_worker__runner_kill(w, AA_PROTO_RUN_TIMEOUT);
+}
+
+void aa_worker__runner_kill(aa_worker_t *w, aa_proto_run_status_t why) {
+  aa_runner_t *r = &w->runner;
+  if (!r->active || r->reaped) return;
+  if (r->killed_for == AA_PROTO_RUN_OK) r->killed_for = why;
+  kill(r->pid, SIGKILL);
+}
+
+int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job) {
+  aa_runner_t *r = &w->runner;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC)) return aa_error(AA_EIO, "pipe: %s", strerror(errno));
+  /* Buffered log lines would be written twice, once by each process. */
+  fflush(w->log);
+  size_t limit = min_nonzero(w->memory_limit, (size_t)job->memory_limit);
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(fds[0]);
+    close(fds[1]);
+    return aa_error(AA_EIO, "fork: %s", strerror(e));
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    aa_worker__child_main(job, fds[1], w->threads, limit);
+  }
+  close(fds[1]);
+  memset(r, 0, sizeof *r);
+  r->active = true;
+  r->pid = pid;
+  r->job = job->job;
+  r->run = job->run;
+  aa_frame_reader_init(&r->reader, 0);
+  uv_pipe_init(&w->loop, &r->pipe, 0);
+  uv_timer_init(&w->loop, &r->timer);
+  r->pipe.data = r->timer.data = w;
+  int rc = uv_pipe_open(&r->pipe, fds[0]);
+  if (rc)
+    close(fds[0]);
+  else
+    rc = uv_read_start((uv_stream_t *)&r->pipe, on_alloc, on_read);
+  if (rc) {
+    /* Without the pipe the run cannot report; it ends as crashed once reaped. */
+    aa_worker__log(w, "job %llu: runner pipe: %s", (unsigned long long)job->job, uv_strerror(rc));
+    r->eof = true;
+    aa_worker__runner_kill(w, AA_PROTO_RUN_OK);
+  }
+  if (job->time_limit_s > 0) uv_timer_start(&r->timer, on_time_limit, (uint64_t)job->time_limit_s * 1000, 0);
+  aa_worker__log(w, "job %llu run %llu: %s in runner %d (memory limit %zu bytes, 0 = none)",
+                 (unsigned long long)job->job, (unsigned long long)job->run,
+                 job->kind == AA_PROTO_JOB_TRAIN ? "training" : "dry run", (int)pid, limit);
+  try_reap(w);
+  return 0;
+}
+
+void aa_worker__runner_shutdown(aa_worker_t *w) {
+  aa_runner_t *r = &w->runner;
+  if (!r->active) return;
+  r->orphaned = true;
+  if (!r->reaped) {
+    kill(r->pid, SIGKILL);
+    while (waitpid(r->pid, &r->wstatus, 0) < 0 && errno == EINTR) {
+    }
+    r->reaped = true;
+    r->pid = 0;
+  }
+  r->eof = true;
+  if (!uv_is_closing((uv_handle_t *)&r->pipe)) {
+    uv_close((uv_handle_t *)&r->timer, on_timer_closed);
+    uv_close((uv_handle_t *)&r->pipe, on_pipe_closed);
+  }
+}

@@ -1,0 +1,473 @@
+/* The executor process (executor/worker*.c) against a planner played by
+ * this test on a unix socket: hello, heartbeats, every way a run can end,
+ * busy, a bad frame, a lost planner, SIGTERM and a refused token. The
+ * executor runs as a real child process and forks real runners. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "aa_test.h"
+#include "common/aa.h"
+#include "common/spec.h"
+#include "executor/data.h"
+#include "executor/worker.h"
+#include "proto/msg.h"
+#include "strategies/strategy.h"
+
+static char tmpdir[256], sock_path[300], model_json_path[300];
+static char *model_json, *strategy_json;
+
+static int listen_unix(void) {
+  unlink(sock_path);
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  if (strlen(sock_path) >= sizeof a.sun_path) return -1;
+  memcpy(a.sun_path, sock_path, strlen(sock_path) + 1);
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 4)) {
+    perror("listen");
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static int accept_within(int lfd, int ms) {
+  struct pollfd p = {.fd = lfd, .events = POLLIN};
+  if (poll(&p, 1, ms) != 1) return -1;
+  return accept(lfd, NULL, NULL);
+}
+
+/* The executor under test, in a child process; exits 1 when run fails. */
+static pid_t start_worker(const char *token_file, size_t memory_limit) {
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid) return pid;
+  char addr[320];
+  snprintf(addr, sizeof addr, "unix:%s", sock_path);
+  FILE *log = fopen("/dev/null", "w");
+  aa_worker_opts_t o = {.planner = addr,
+                        .threads = 1,
+                        .token_file = token_file,
+                        .memory_limit = memory_limit,
+                        .log = getenv("AA_TEST_VERBOSE") ? stderr : log};
+  aa_worker_t *w;
+  int rc = aa_worker_create(&w, &o);
+  if (!rc) {
+    aa_worker_handle_signals(w);
+    rc = aa_worker_run(w);
+    aa_worker_destroy(w);
+  }
+  fclose(log);
+  /* exit, not _exit: under the sanitizers the leak check runs on the executor too. */
+  exit(rc ? 1 : 0);
+}
+
+typedef struct {
+  int fd;
+  aa_frame_reader_t r;
+  char buf[65536];
+  size_t off, len;
+} peer_t;
+
+static void peer_init(peer_t *p, int fd) {
+  memset(p, 0, sizeof *p);
+  p->fd = fd;
+  aa_frame_reader_init(&p->r, 0);
+}
+
+static void peer_close(peer_t *p) {
+  if (p->fd >= 0) close(p->fd);
+  p->fd = -1;
+  aa_frame_reader_free(&p->r);
+}
+
+/* Next message within ms: 1, or 0 on timeout, -1 on EOF or a bad frame. */
+static int recv_msg(peer_t *p, aa_msg_t *m, int ms) {
+  double end = aa_now() + ms / 1e3;
+  for (;;) {
+    while (p->off < p->len) {
+      size_t used, plen;
+      const void *payload;
+      int rc = aa_frame_reader_feed(&p->r, p->buf + p->off, p->len - p->off, &used, &payload, &plen);
+      if (rc < 0) return -1;
+      p->off += used;
+      if (rc == 1) return aa_msg_decode(payload, plen, m) ? -1 : 1;
+    }
+    int left = (int)((end - aa_now()) * 1e3);
+    if (left <= 0) return 0;
+    struct pollfd pf = {.fd = p->fd, .events = POLLIN};
+    if (poll(&pf, 1, left) != 1) return 0;
+    ssize_t n = read(p->fd, p->buf, sizeof p->buf);
+    if (n <= 0) return -1;
+    p->off = 0;
+    p->len = (size_t)n;
+  }
+}
+
+/* Next message that is not a heartbeat; *job_beats counts heartbeats naming a job. */
+static int recv_non_beat(peer_t *p, aa_msg_t *m, int ms, int *job_beats) {
+  for (;;) {
+    int rc = recv_msg(p, m, ms);
+    if (rc != 1 || m->type != AA_MSG_HEARTBEAT) return rc;
+    if (job_beats && m->heartbeat.job) (*job_beats)++;
+    aa_msg_free(m);
+  }
+}
+
+static void send_msg(peer_t *p, const aa_msg_t *m) {
+  char *buf;
+  size_t len;
+  if (aa_msg_encode(m, &buf, &len)) {
+    fprintf(stderr, "encode: %s\n", aa_last_error());
+    return;
+  }
+  CHECK(write(p->fd, buf, len) == (ssize_t)len);
+  free(buf);
+}
+
+/* Accepts the executor, checks its hello, welcomes it (heartbeat 100 ms). */
+static int welcome(int lfd, peer_t *p, pid_t worker, int ms) {
+  int fd = accept_within(lfd, ms);
+  CHECK(fd >= 0);
+  if (fd < 0) return -1;
+  peer_init(p, fd);
+  aa_msg_t m;
+  CHECK(recv_msg(p, &m, 5000) == 1);
+  CHECK(m.type == AA_MSG_HELLO);
+  if (m.type != AA_MSG_HELLO) return -1;
+  CHECK(m.hello.role == AA_PROTO_ROLE_EXECUTOR && m.hello.has_device);
+  CHECK(m.hello.device.kind == AA_PROTO_DEV_CPU && m.hello.device.index == 0);
+  CHECK_MSG(strstr(m.hello.device.name, " (1 threads)") != NULL, "%s", m.hello.device.name);
+  CHECK(m.hello.device.memory > 0 && m.hello.device.pid == worker && m.hello.device.host[0]);
+  aa_msg_free(&m);
+  aa_msg_t w = {.type = AA_MSG_WELCOME};
+  w.welcome.peer_id = 1;
+  w.welcome.heartbeat_ms = 100;
+  send_msg(p, &w);
+  return 0;
+}
+
+static uint64_t next_run = 1;
+
+static void send_job(peer_t *p, uint64_t job, int kind, const char *model, const char *strategy,
+                     uint64_t measured, int time_limit, uint64_t memory_limit, const char *out_dir) {
+  aa_msg_t m = {.type = AA_MSG_JOB, .id = job};
+  m.job = (aa_msg_job_t){.job = job,
+                         .run = next_run++,
+                         .kind = kind,
+                         .model = (char *)model,
+                         .strategy = (char *)strategy,
+                         .warmup_steps = 1,
+                         .measured_steps = measured,
+                         .time_limit_s = time_limit,
+                         .memory_limit = memory_limit,
+                         .seed = 7,
+                         .world = 1,
+                         .out_dir = (char *)out_dir};
+  send_msg(p, &m);
+}
+
+/* Waits for the result of job (progress frames counted into *progress). */
+static int wait_result(peer_t *p, uint64_t job, aa_msg_t *res, int *progress, int ms) {
+  for (;;) {
+    aa_msg_t m;
+    int rc = recv_non_beat(p, &m, ms, NULL);
+    CHECK(rc == 1);
+    if (rc != 1) return -1;
+    if (m.type == AA_MSG_PROGRESS) {
+      CHECK(m.progress.job == job && m.progress.step <= m.progress.total);
+      if (progress) (*progress)++;
+      aa_msg_free(&m);
+      continue;
+    }
+    CHECK_MSG(m.type == AA_MSG_RESULT, "got %s", aa_msg_type_name(m.type));
+    CHECK(m.result.job == job);
+    *res = m;
+    return m.type == AA_MSG_RESULT ? 0 : -1;
+  }
+}
+
+/* The runner child of the executor (the one child it has while a job runs). */
+static pid_t runner_of(pid_t worker) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)worker, (int)worker);
+  for (int i = 0; i < 100; i++) {
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+    if (f) {
+      if (fscanf(f, "%d", &pid) != 1) pid = 0;
+      fclose(f);
+    }
+    if (pid > 0) return pid;
+    usleep(20000);
+  }
+  return 0;
+}
+
+static void wait_first_progress(peer_t *p) {
+  aa_msg_t m;
+  CHECK(recv_non_beat(p, &m, 20000, NULL) == 1);
+  CHECK(m.type == AA_MSG_PROGRESS && m.progress.step == 1 && !strcmp(m.progress.phase, "warmup"));
+  aa_msg_free(&m);
+}
+
+AA_TEST(every_way_a_run_ends_is_reported_and_the_executor_survives) {
+  int lfd = listen_unix();
+  pid_t w = start_worker(NULL, 0);
+  peer_t p;
+  if (welcome(lfd, &p, w, 10000)) goto out;
+  aa_msg_t m, res;
+  CHECK(recv_msg(&p, &m, 2000) == 1);
+  CHECK(m.type == AA_MSG_HEARTBEAT && m.heartbeat.job == 0);
+  aa_msg_free(&m);
+
+  /* ok: progress for the first and last step, heartbeats naming the job. */
+  send_job(&p, 1, AA_PROTO_JOB_DRYRUN, model_json, strategy_json, 3, 0, 0, NULL);
+  int progress = 0, first = 0, last = 0, beats = 0;
+  for (;;) {
+    CHECK(recv_non_beat(&p, &m, 30000, &beats) == 1);
+    if (m.type != AA_MSG_PROGRESS) break;
+    first += m.progress.step == 1 && !strcmp(m.progress.phase, "warmup");
+    last += m.progress.step == 4 && m.progress.total == 4 && !strcmp(m.progress.phase, "measure");
+    progress++;
+    aa_msg_free(&m);
+  }
+  CHECK(first == 1 && last == 1);
+  CHECK(m.type == AA_MSG_RESULT && m.result.job == 1 && m.result.status == AA_PROTO_RUN_OK);
+  CHECK(m.result.tokens_per_s > 0 && m.result.step_ms_median > 0 && m.result.peak.total > 0);
+  CHECK(m.result.peak.acts > 0 && m.result.has_final_loss && !m.result.error);
+  aa_msg_free(&m);
+
+  /* busy, then cancelled */
+  send_job(&p, 2, AA_PROTO_JOB_DRYRUN, model_json, strategy_json, 100000, 0, 0, NULL);
+  wait_first_progress(&p);
+  send_job(&p, 3, AA_PROTO_JOB_DRYRUN, model_json, strategy_json, 3, 0, 0, NULL);
+  CHECK(recv_non_beat(&p, &m, 5000, NULL) == 1);
+  while (m.type == AA_MSG_PROGRESS) {
+    aa_msg_free(&m);
+    CHECK(recv_non_beat(&p, &m, 5000, NULL) == 1);
+  }
+  CHECK(m.type == AA_MSG_ERROR && m.id == 3 && m.error.code == AA_EINVAL);
+  CHECK_MSG(m.type == AA_MSG_ERROR && strstr(m.error.message, "executor busy with job 2"), "%s",
+            m.type == AA_MSG_ERROR ? m.error.message : "");
+  aa_msg_free(&m);
+  aa_msg_t cancel = {.type = AA_MSG_CANCEL};
+  cancel.cancel.job = 2;
+  send_msg(&p, &cancel);
+  if (!wait_result(&p, 2, &res, NULL, 10000)) {
+    CHECK(res.result.status == AA_PROTO_RUN_CANCELLED);
+    aa_msg_free(&res);
+  }
+
+  /* crashed: kill -9 of the runner */
+  send_job(&p, 4, AA_PROTO_JOB_DRYRUN, model_json, strategy_json, 100000, 0, 0, NULL);
+  wait_first_progress(&p);
+  pid_t r = runner_of(w);
+  CHECK(r > 0);
+  if (r > 0) kill(r, SIGKILL);
+  if (!wait_result(&p, 4, &res, NULL, 10000)) {
+    CHECK(res.result.status == AA_PROTO_RUN_CRASHED);
+    CHECK_MSG(res.result.error && !strcmp(res.result.error, "runner killed by signal 9 (Killed)"), "%s",
+              res.result.error ? res.result.error : "(none)");
+    aa_msg_free(&res);
+  }
+
+  /* timeout */
+  send_job(&p, 5, AA_PROTO_JOB_DRYRUN, model_json, strategy_json, 100000, 1, 0, NULL);
+  if (!wait_result(&p, 5, &res, NULL, 10000)) {
+    CHECK(res.result.status == AA_PROTO_RUN_TIMEOUT);
+    aa_msg_free(&res);
+  }
+
+  /* oom, with the accountant's message */
+  send_job(&p, 6, AA_PROTO_JOB_DRYRUN, model_json, strategy_json, 2, 0, 65536, NULL);
+  if (!wait_result(&p, 6, &res, NULL, 10000)) {
+    CHECK(res.result.status == AA_PROTO_RUN_OOM);
+    CHECK_MSG(res.result.error && strstr(res.result.error, "out of memory"), "%s",
+              res.result.error ? res.result.error : "(none)");
+    aa_msg_free(&res);
+  }
+
+  /* error: a strategy the engine refuses, a model that does not parse */
+  aa_strategy_t st;
+  aa_strategy_default(&st);
+  st.micro_batch = 3;
+  char *bad_strategy;
+  CHECK(aa_strategy_to_json(&st, &bad_strategy) == 0);
+  send_job(&p, 7, AA_PROTO_JOB_DRYRUN, model_json, bad_strategy, 2, 0, 0, NULL);
+  free(bad_strategy);
+  if (!wait_result(&p, 7, &res, NULL, 10000)) {
+    CHECK(res.result.status == AA_PROTO_RUN_ERROR);
+    CHECK(res.result.error && strstr(res.result.error, "micro_batch"));
+    aa_msg_free(&res);
+  }
+  send_job(&p, 8, AA_PROTO_JOB_DRYRUN, "{\"name\": 5}", strategy_json, 2, 0, 0, NULL);
+  if (!wait_result(&p, 8, &res, NULL, 10000)) {
+    CHECK(res.result.status == AA_PROTO_RUN_ERROR);
+    CHECK_MSG(res.result.error && strstr(res.result.error, "job 8 model"), "%s",
+              res.result.error ? res.result.error : "(none)");
+    aa_msg_free(&res);
+  }
+
+  /* train: the outputs of `autoaccel train` under out_dir */
+  char out[400], path[500];
+  snprintf(out, sizeof out, "%s/train9", tmpdir);
+  send_job(&p, 9, AA_PROTO_JOB_TRAIN, model_json, strategy_json, 3, 0, 0, out);
+  if (!wait_result(&p, 9, &res, NULL, 30000)) {
+    CHECK_MSG(res.result.status == AA_PROTO_RUN_OK, "%s", res.result.error ? res.result.error : "");
+    CHECK(res.result.has_final_loss);
+    aa_msg_free(&res);
+  }
+  const char *files[] = {"train.log", "losses.txt", "summary.json", "final.ckpt"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(path, sizeof path, "%s/%s", out, files[i]);
+    CHECK_MSG(access(path, F_OK) == 0, "%s", path);
+  }
+  snprintf(path, sizeof path, "%s/losses.txt", out);
+  FILE *f = fopen(path, "r");
+  int lines = 0;
+  for (int ch; f && (ch = fgetc(f)) != EOF;)
+    lines += ch == '\n';
+  if (f) fclose(f);
+  CHECK(lines == 3);
+
+  /* a frame that does not decode: an error reply, then a new connection */
+  unsigned char junk[] = {0, 0, 0, 1, 0xc1};
+  CHECK(write(p.fd, junk, sizeof junk) == (ssize_t)sizeof junk);
+  CHECK(recv_non_beat(&p, &m, 5000, NULL) == 1);
+  CHECK(m.type == AA_MSG_ERROR && m.error.code == AA_EPARSE);
+  aa_msg_free(&m);
+  CHECK(recv_non_beat(&p, &m, 5000, NULL) == -1);
+  peer_close(&p);
+  if (welcome(lfd, &p, w, 10000)) goto out;
+
+  /* planner lost while a run goes on: the runner is stopped, the executor comes back */
+  send_job(&p, 10, AA_PROTO_JOB_DRYRUN, model_json, strategy_json, 100000, 0, 0, NULL);
+  wait_first_progress(&p);
+  r = runner_of(w);
+  peer_close(&p);
+  if (welcome(lfd, &p, w, 10000)) goto out;
+  CHECK(r > 0 && kill(r, 0) != 0);
+
+  /* SIGTERM: bye, exit 0 */
+  kill(w, SIGTERM);
+  CHECK(recv_non_beat(&p, &m, 5000, NULL) == 1);
+  CHECK(m.type == AA_MSG_BYE);
+  aa_msg_free(&m);
+  int status;
+  CHECK(waitpid(w, &status, 0) == w);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  w = 0;
+out:
+  if (w) {
+    kill(w, SIGKILL);
+    waitpid(w, NULL, 0);
+  }
+  peer_close(&p);
+  close(lfd);
+}
+
+AA_TEST(executor_waits_for_a_planner_that_is_not_up_yet) {
+  unlink(sock_path);
+  pid_t w = start_worker(NULL, 0);
+  usleep(500000);
+  int lfd = listen_unix();
+  peer_t p = {.fd = -1};
+  /* The backoff is at most 0.8 s after half a second of refusals. */
+  CHECK(welcome(lfd, &p, w, 3000) == 0);
+  kill(w, SIGINT);
+  int status;
+  CHECK(waitpid(w, &status, 0) == w);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  peer_close(&p);
+  close(lfd);
+}
+
+AA_TEST(a_refused_token_stops_the_executor_with_status_1) {
+  char token[400];
+  snprintf(token, sizeof token, "%s/token", tmpdir);
+  FILE *f = fopen(token, "w");
+  fputs("wrong-token\n", f);
+  fclose(f);
+  chmod(token, 0600);
+  int lfd = listen_unix();
+  pid_t w = start_worker(token, 1 << 30);
+  int fd = accept_within(lfd, 5000);
+  CHECK(fd >= 0);
+  peer_t p;
+  peer_init(&p, fd);
+  aa_msg_t m;
+  CHECK(recv_msg(&p, &m, 5000) == 1);
+  CHECK(m.type == AA_MSG_HELLO && m.hello.token && !strcmp(m.hello.token, "wrong-token"));
+  CHECK(m.hello.device.memory == 1 << 30);
+  aa_msg_free(&m);
+  char *buf;
+  size_t len;
+  CHECK(aa_msg_encode_error(&buf, &len, 0, AA_EPERM, "permission denied: wrong token") == 0);
+  CHECK(write(fd, buf, len) == (ssize_t)len);
+  free(buf);
+  int status;
+  CHECK(waitpid(w, &status, 0) == w);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  peer_close(&p);
+  close(lfd);
+}
+
+AA_TEST(cuda_devices_are_refused_for_now) {
+  aa_worker_opts_t o = {.device = "cuda:0"};
+  aa_worker_t *w = NULL;
+  CHECK(aa_worker_create(&w, &o) == AA_EUNSUPPORTED);
+  CHECK(strstr(aa_last_error(), "CUDA backend is not built") != NULL);
+  o.device = "tpu";
+  CHECK(aa_worker_create(&w, &o) == AA_EINVAL);
+  CHECK(w == NULL);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/aa_test_worker_XXXXXX");
+  if (!mkdtemp(tmpdir)) return 1;
+  snprintf(sock_path, sizeof sock_path, "%s/planner.sock", tmpdir);
+  char train_bin[300], val_bin[300];
+  snprintf(train_bin, sizeof train_bin, "%s/train.bin", tmpdir);
+  snprintf(val_bin, sizeof val_bin, "%s/val.bin", tmpdir);
+  snprintf(model_json_path, sizeof model_json_path, "%s/model.json", tmpdir);
+  if (aa_data_synth(train_bin, val_bin, 100000, 0.1, 42)) {
+    fprintf(stderr, "synth: %s\n", aa_last_error());
+    return 1;
+  }
+  char json[2048];
+  snprintf(
+      json, sizeof json,
+      "{\"name\": \"w\", \"model\": {\"n_layer\": 2, \"n_head\": 2, \"d_model\": 32, \"d_ff\": 64, "
+      "\"seq_len\": 16, \"vocab_size\": 256}, \"train\": {\"global_batch\": 4, \"steps\": 10, \"lr\": 0.003, "
+      "\"eval_every\": 0, \"eval_batches\": 2, \"seed\": 7}, \"data\": {\"train\": \"%s\", \"val\": \"%s\"}}",
+      train_bin, val_bin);
+  aa_model_spec_t spec;
+  aa_strategy_t st;
+  aa_strategy_default(&st);
+  st.micro_batch = 2;
+  if (aa_spec_parse(&spec, json, NULL, "test") || aa_spec_to_json(&spec, &model_json) ||
+      aa_strategy_to_json(&st, &strategy_json)) {
+    fprintf(stderr, "setup: %s\n", aa_last_error());
+    return 1;
+  }
+  RUN(every_way_a_run_ends_is_reported_and_the_executor_survives);
+  RUN(executor_waits_for_a_planner_that_is_not_up_yet);
+  RUN(a_refused_token_stops_the_executor_with_status_1);
+  RUN(cuda_devices_are_refused_for_now);
+  free(model_json);
+  free(strategy_json);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  if (system(cmd)) fprintf(stderr, "cleanup of %s failed\n", tmpdir);
+  return aa_test_summary();
+}
