@@ -29,7 +29,8 @@ struct aa_conn {
   uv_connect_t connect_req;
   uv_getaddrinfo_t gai;
   uv_shutdown_t shutdown_req;
-  int refs; /* open handles + pending getaddrinfo; freed at 0 */
+  int refs;       /* open handles + pending getaddrinfo; freed at 0 */
+  bool resolving; /* gai is pending */
   conn_state_t state;
   int heartbeat_ms;
   uint64_t last_rx; /* uv_now of the last frame (or of the connect attempt) */
@@ -83,7 +84,7 @@ static void conn_close(aa_conn_t *c) {
     w->runner.orphaned = true;
     aa_worker__runner_kill(w, AA_PROTO_RUN_OK);
   }
-  uv_cancel((uv_req_t *)&c->gai);
+  if (c->resolving) uv_cancel((uv_req_t *)&c->gai);
   if (!uv_is_closing((uv_handle_t *)&c->tick)) uv_close((uv_handle_t *)&c->tick, on_conn_handle_closed);
   if (!uv_is_closing(&c->h.handle)) uv_close(&c->h.handle, on_conn_handle_closed);
 }
@@ -347,6 +348,7 @@ static void on_connect(uv_connect_t *req, int status) {
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res) {
   aa_conn_t *c = req->data;
   aa_worker_t *w = c->w;
+  c->resolving = false;
   if (c->state == CONN_CLOSING || status < 0) {
     if (status < 0 && c->state != CONN_CLOSING) {
       aa_worker__log(w, "cannot resolve %s: %s; retrying in %.1f s", w->addr.host, uv_strerror(status),
@@ -395,6 +397,7 @@ static void start_connect(aa_worker_t *w) {
       return;
     }
     c->refs++;
+    c->resolving = true;
   } else {
     uv_pipe_init(&w->loop, &c->h.pipe, 0);
     uv_pipe_connect(&c->connect_req, &c->h.pipe, w->addr.path, on_connect);
