@@ -205,13 +205,19 @@ static void print_runs_table(aa_client_t *c, uint64_t job) {
 /* Reads the frames of a waited submit until its reply; *reply receives the
  * JSON text (transferred). */
 static int wait_job(aa_client_t *c, const aa_submit_opts_t *o, uint64_t id, relay_t *r, char **reply) {
+  double next_tick = aa_now() + 0.5;
   for (;;) {
     aa_msg_t m;
     int rc = aa_client_recv(c, &m, 500);
-    if (rc == AA_ETIMEOUT) {
-      if (o->tick && (rc = o->tick(o->tick_data))) return rc;
-      continue;
+    if (o->tick && aa_now() >= next_tick) {
+      next_tick = aa_now() + 0.5;
+      int trc = o->tick(o->tick_data);
+      if (trc) {
+        if (!rc) aa_msg_free(&m);
+        return trc;
+      }
     }
+    if (rc == AA_ETIMEOUT) continue;
     if (rc) return rc;
     switch (m.type) {
     case AA_MSG_PROGRESS: relay_progress(r, &m.progress); break;
