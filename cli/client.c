@@ -214,8 +214,7 @@ int aa_client_recv(aa_client_t *c, aa_msg_t *out, int timeout_ms) {
   }
 }
 
-/* Turns an `error` frame into its code and message (consumes m). */
-static int error_of(aa_msg_t *m) {
+int aa_client_error(aa_msg_t *m) {
   int code = m->error.code;
   if (code >= 0 || code < -1000) code = AA_EINTERNAL;
   int rc = aa_error(code, "%s", m->error.message ? m->error.message : aa_strerror(code));
@@ -231,7 +230,7 @@ int aa_client_request(aa_client_t *c, aa_msg_t *req, aa_msg_t *reply) {
     aa_msg_t m;
     if ((rc = aa_client_recv(c, &m, AA_CLIENT_REQUEST_MS))) return rc;
     bool answer = m.type == AA_MSG_ACK || m.type == AA_MSG_REPLY || m.type == AA_MSG_ERROR;
-    if (m.type == AA_MSG_ERROR && (m.id == req->id || m.id == 0)) return error_of(&m);
+    if (m.type == AA_MSG_ERROR && (m.id == req->id || m.id == 0)) return aa_client_error(&m);
     if (m.type == AA_MSG_BYE) {
       aa_msg_free(&m);
       return aa_error(AA_ECONN, "the planner at %s is shutting down", c->addr);
@@ -278,7 +277,7 @@ int aa_client_connect(aa_client_t **out, const char *addr, const char *token_fil
                                  token_file)
                       : aa_error(AA_EPERM, "permission denied: the planner wants a token (--token-file)");
     } else {
-      rc = aa_error_wrap(error_of(&m), "the planner at %s refused the connection", c->addr);
+      rc = aa_error_wrap(aa_client_error(&m), "the planner at %s refused the connection", c->addr);
     }
     goto fail;
   }

@@ -49,6 +49,10 @@ int aa_client_recv(aa_client_t *c, aa_msg_t *out, int timeout_ms);
  * becomes its code and message. *reply owns its strings on success. */
 int aa_client_request(aa_client_t *c, aa_msg_t *req, aa_msg_t *reply);
 
+/* Turns a received `error` frame into its code (AA_EINTERNAL when out of
+ * range) and its message in the last-error slot; frees m's strings. */
+int aa_client_error(aa_msg_t *m);
+
 /* Sends `bye` (best effort), closes the socket and frees c. NULL is a no-op. */
 void aa_client_close(aa_client_t *c);
 

@@ -107,7 +107,7 @@ static double jnum(const json_t *o, const char *k, bool *present) {
 }
 
 /* Prints the end of a waited job from the reply JSON; returns the exit code. */
-static int print_outcome(aa_client_t *c, const char *cmd, const char *reply, const char *out_dir) {
+static int print_outcome(aa_client_t *c, const char *cmd, uint64_t job_id, const char *reply, const char *out_dir) {
   json_error_t jerr;
   json_t *root = json_loads(reply, 0, &jerr), *job = NULL, *status_root = NULL;
   if (!json_is_object(root)) {
@@ -125,7 +125,7 @@ static int print_outcome(aa_client_t *c, const char *cmd, const char *reply, con
     }
   }
   const char *status = jstr(job, "status");
-  long long id = (long long)jnum(job, "id", NULL);
+  long long id = (long long)job_id;
   json_t *best = json_object_get(root, "best"), *train = json_object_get(root, "train");
   char rate[32], peak[32];
   bool has;
@@ -202,6 +202,37 @@ static void print_runs_table(aa_client_t *c, uint64_t job) {
   json_decref(root);
 }
 
+/* Waits for the ack of submit `id`. The planner creates a job (and acks it)
+ * only once an executor is connected, so this waits without a deadline,
+ * saying so after a few seconds, and runs the tick meanwhile. */
+static int await_ack(aa_client_t *c, const aa_submit_opts_t *o, uint64_t id, uint64_t *job) {
+  double start = aa_now(), next_tick = start + 0.5;
+  bool noted = false;
+  for (;;) {
+    aa_msg_t m;
+    int rc = aa_client_recv(c, &m, 500);
+    if (rc && rc != AA_ETIMEOUT) return rc;
+    if (!rc) {
+      if (m.type == AA_MSG_ERROR && (m.id == id || m.id == 0)) return aa_client_error(&m);
+      bool done = m.type == AA_MSG_ACK && m.id == id;
+      if (done) *job = m.ack.job;
+      bool bye = m.type == AA_MSG_BYE;
+      aa_msg_free(&m);
+      if (done) return 0;
+      if (bye) return aa_error(AA_ECONN, "the planner at %s is shutting down", aa_client_address(c));
+    }
+    double now = aa_now();
+    if (o->tick && now >= next_tick) {
+      next_tick = now + 0.5;
+      if ((rc = o->tick(o->tick_data))) return rc;
+    }
+    if (!noted && now - start >= 3) {
+      fprintf(stderr, "waiting for the planner to accept the job (is an executor connected?)\n");
+      noted = true;
+    }
+  }
+}
+
 /* Reads the frames of a waited submit until its reply; *reply receives the
  * JSON text (transferred). */
 static int wait_job(aa_client_t *c, const aa_submit_opts_t *o, uint64_t id, relay_t *r, char **reply) {
@@ -259,13 +290,16 @@ int aa_client_submit(aa_client_t *c, const char *cmd, const aa_submit_opts_t *o,
                   .submit = {.model = model, .wait = o->wait, .train = o->train, .refresh = o->refresh,
                              .time_limit_s = o->time_limit_s, .exclude = exclude, .max_dryruns = o->max_dryruns,
                              .exhaustive = o->exhaustive, .out_dir = o->out_dir ? out_dir : NULL}};
-  aa_msg_t ack;
-  rc = aa_client_request(c, &req, &ack);
+  uint64_t job = 0;
+  rc = aa_client_send(c, &req);
   free(model);
   aa_client_strlist_free(&exclude);
+  if (!rc) rc = await_ack(c, o, req.id, &job);
+  if (rc == AA_ECANCELLED && aa_client_interrupted()) {
+    fprintf(stderr, "autoaccel %s: interrupted before the planner accepted the job\n", cmd);
+    return AA_EXIT_FAIL;
+  }
   if (rc) return aa_cli_fail(cmd);
-  uint64_t job = ack.type == AA_MSG_ACK ? ack.ack.job : 0;
-  aa_msg_free(&ack);
   if (job_out) *job_out = job;
   if (!o->wait) {
     if (o->json) printf("{\"job\": %llu}\n", (unsigned long long)job);
@@ -297,7 +331,7 @@ int aa_client_submit(aa_client_t *c, const char *cmd, const aa_submit_opts_t *o,
     json_decref(root);
   } else {
     if (o->runs_table) print_runs_table(c, job);
-    code = print_outcome(c, cmd, reply, o->out_dir ? out_dir : NULL);
+    code = print_outcome(c, cmd, job, reply, o->out_dir ? out_dir : NULL);
   }
   if (reply_out) *reply_out = reply;
   else free(reply);
