@@ -1,0 +1,847 @@
+/* Jobs: submits, the FIFO queue, the life of the one running job (answer
+ * from the store, search, dry runs, best strategy, training), results and
+ * progress from executors, cancel, and the clients waiting for a job
+ * (docs/service.md "Jobs" and "Waiting clients").
+ *
+ * The store is the record: every decision is written there in its own
+ * short transaction as it is made, so a planner killed at any point leaves
+ * a history aa_store_recover can close. */
+#include "planner_internal.h"
+
+#include "../common/json.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef enum { PHASE_SEARCH = 0, PHASE_TRAIN } phase_t;
+
+struct aa_planner_job {
+  int64_t id;
+  aa_model_spec_t spec;
+  char *model_json; /* the spec as sent to executors (aa_spec_to_json) */
+  char hash[AA_STORE_HASH_MAX];
+  char hardware[AA_STORE_HW_MAX];
+  bool train, refresh, exhaustive;
+  int time_limit_s, max_dryruns;
+  unsigned exclude;
+  char out_dir[AA_PATH_MAX]; /* "" = none given */
+  phase_t phase;
+  aa_search_t search;
+  int cand;          /* the candidate being dry-run */
+  int64_t run_id;    /* the run being executed, 0 = none */
+  char run_key[AA_STRATEGY_KEY_MAX];
+  int run_index;     /* dry run index (1-based) of the running one */
+  int64_t best_run;
+  bool from_store;
+  aa_strategy_t best; /* with provenance, for training */
+  bool waiting_logged;
+};
+
+/* --- small helpers ----------------------------------------------------------------- */
+
+static aa_store_run_status_t store_status(aa_proto_run_status_t s) {
+  switch (s) {
+  case AA_PROTO_RUN_OK: return AA_STORE_RUN_OK;
+  case AA_PROTO_RUN_OOM: return AA_STORE_RUN_OOM;
+  case AA_PROTO_RUN_ERROR: return AA_STORE_RUN_ERROR;
+  case AA_PROTO_RUN_TIMEOUT: return AA_STORE_RUN_TIMEOUT;
+  case AA_PROTO_RUN_CRASHED: return AA_STORE_RUN_CRASHED;
+  case AA_PROTO_RUN_CANCELLED: return AA_STORE_RUN_CANCELLED;
+  }
+  return AA_STORE_RUN_ERROR;
+}
+
+static aa_proto_run_status_t proto_status(aa_store_run_status_t s) {
+  switch (s) {
+  case AA_STORE_RUN_OK: return AA_PROTO_RUN_OK;
+  case AA_STORE_RUN_OOM: return AA_PROTO_RUN_OOM;
+  case AA_STORE_RUN_TIMEOUT: return AA_PROTO_RUN_TIMEOUT;
+  case AA_STORE_RUN_CRASHED: return AA_PROTO_RUN_CRASHED;
+  case AA_STORE_RUN_CANCELLED: return AA_PROTO_RUN_CANCELLED;
+  default: return AA_PROTO_RUN_ERROR;
+  }
+}
+
+int64_t aa__jobs_current_id(const aa_planner_t *p) { return p->cur ? p->cur->id : 0; }
+
+static void job_free(aa_planner_job_t *j) {
+  if (!j) return;
+  aa__search_free(&j->search);
+  free(j->model_json);
+  free(j);
+}
+
+static void queue_remove(aa_planner_t *p, size_t i) {
+  memmove(p->queue + i, p->queue + i + 1, (p->queue_n - i - 1) * sizeof *p->queue);
+  p->queue_n--;
+}
+
+static int queue_push(aa_planner_t *p, int64_t id) {
+  if (p->queue_n == p->queue_cap) {
+    size_t cap = p->queue_cap ? 2 * p->queue_cap : 16;
+    int64_t *q = realloc(p->queue, cap * sizeof *q);
+    if (!q) return aa_error(AA_ENOMEM, "planner: no memory for the job queue");
+    p->queue = q;
+    p->queue_cap = cap;
+  }
+  p->queue[p->queue_n++] = id;
+  return 0;
+}
+
+/* --- waiting clients ----------------------------------------------------------------- */
+
+static void relay(aa_planner_t *p, int64_t job, const aa_msg_t *m) {
+  for (aa_waiter_t *w = p->waiters; w; w = w->next)
+    if (w->job == job) aa__conn_send(w->conn, m);
+}
+
+/* The train run of a job as RUN, or null. */
+static int find_train(const aa_store_run_t *r, void *data) {
+  *(int64_t *)data = r->id;
+  return 0;
+}
+
+/* The final reply to every client waiting for job `id`:
+ * {"job": JOB, "best": RUN|null, "train": RUN|null, "strategy_file": ...}. */
+static void reply_waiters(aa_planner_t *p, int64_t id) {
+  bool any = false;
+  for (aa_waiter_t *w = p->waiters; w; w = w->next) any = any || w->job == id;
+  if (!any) return;
+  json_t *job = NULL;
+  char *text = NULL;
+  int rc = aa__report_job(p->store, p->home, id, &job);
+  if (!rc) {
+    int64_t train = 0;
+    aa_store_run_filter_t f = {.job_id = id, .kinds = AA_STORE_BIT(AA_STORE_RUN_TRAIN)};
+    aa_store_runs_query(p->store, &f, find_train, &train);
+    json_t *best = json_object_get(job, "best_run");
+    json_t *sf = json_object_get(job, "strategy_file");
+    json_t *o = json_object();
+    json_object_set_new(o, "best", aa__report_run_or_null(p->store, json_is_integer(best) ? json_integer_value(best) : 0));
+    json_object_set_new(o, "train", aa__report_run_or_null(p->store, train));
+    json_object_set(o, "strategy_file", sf ? sf : json_null());
+    json_object_set(o, "job", job);
+    text = aa__report_dump(o);
+    json_decref(o);
+    json_decref(job);
+    if (!text) rc = aa_error(AA_ENOMEM, "job %lld: no memory for the reply", (long long)id);
+  }
+  aa_waiter_t **pw = &p->waiters;
+  while (*pw) {
+    aa_waiter_t *w = *pw;
+    if (w->job != id) {
+      pw = &w->next;
+      continue;
+    }
+    if (rc) {
+      aa__conn_send_error(w->conn, w->req_id, rc, aa_last_error());
+    } else {
+      aa_msg_t r = {.type = AA_MSG_REPLY, .id = w->req_id, .reply.json = text};
+      aa__conn_send(w->conn, &r);
+    }
+    *pw = w->next;
+    free(w);
+  }
+  free(text);
+}
+
+void aa__jobs_client_gone(aa_conn_t *c) {
+  aa_planner_t *p = c->p;
+  for (aa_waiter_t **pw = &p->waiters; *pw;) {
+    aa_waiter_t *w = *pw;
+    if (w->conn == c) {
+      *pw = w->next;
+      free(w);
+    } else {
+      pw = &w->next;
+    }
+  }
+  for (aa_pending_submit_t **pp = &p->pending; *pp;) {
+    aa_pending_submit_t *s = *pp;
+    if (s->conn == c) {
+      aa__planner_log(p, "client %llu left before an executor came: its submit is dropped", (unsigned long long)c->id);
+      *pp = s->next;
+      aa_msg_free(&s->msg);
+      free(s);
+    } else {
+      pp = &s->next;
+    }
+  }
+}
+
+/* --- submit ---------------------------------------------------------------------------- */
+
+/* The options stored with the job: the submit's options and the spec, so
+ * a restarted planner can run a queued job from the store alone. */
+static char *options_json(const aa_msg_submit_t *s, const char *spec_json) {
+  json_t *spec = json_loads(spec_json, 0, NULL);
+  json_t *ex = json_array();
+  for (size_t i = 0; i < s->exclude.n; i++) json_array_append_new(ex, json_string(s->exclude.v[i]));
+  json_t *o = json_pack("{s:b, s:b, s:b, s:i, s:i, s:o, s:s?, s:o}", "train", s->train, "refresh", s->refresh,
+                        "exhaustive", s->exhaustive, "time_limit_s", s->time_limit_s, "max_dryruns", s->max_dryruns,
+                        "exclude", ex, "out_dir", s->out_dir, "spec", spec ? spec : json_null());
+  char *text = o ? aa__report_dump(o) : NULL;
+  json_decref(o);
+  return text;
+}
+
+/* Records the model, the hardware and the job of a validated submit on
+ * executor e's hardware, answers `ack` and queues the job. */
+static void create_job(aa_planner_t *p, aa_conn_t *c, const aa_msg_t *m, aa_conn_t *e) {
+  const aa_msg_submit_t *s = &m->submit;
+  aa_model_spec_t spec;
+  char hash[17], *spec_json = NULL, *opts = NULL, *hw = NULL;
+  int64_t id = 0;
+  int rc = aa_spec_parse(&spec, s->model, NULL, "submitted model");
+  if (!rc) rc = aa_spec_to_json(&spec, &spec_json);
+  if (!rc) {
+    aa_arch_hash(&spec.arch, hash);
+    opts = options_json(s, spec_json);
+    hw = aa__planner_hw_description(&e->dev, 1);
+    if (!opts || !hw) rc = aa_error(AA_ENOMEM, "planner: no memory for the job");
+  }
+  if (!rc) rc = aa_store_put_model(p->store, hash, spec.name, spec_json, (int64_t)aa_arch_param_count(&spec.arch));
+  if (!rc) rc = aa_store_put_hardware(p->store, e->fingerprint, hw);
+  if (!rc) rc = aa_store_job_create(p->store, hash, e->fingerprint, opts, &id);
+  if (!rc) rc = queue_push(p, id);
+  free(spec_json);
+  free(opts);
+  free(hw);
+  if (rc) {
+    aa__planner_log(p, "submit from client %llu: %s", (unsigned long long)c->id, aa_last_error());
+    aa__conn_send_error(c, m->id, rc, aa_last_error());
+    return;
+  }
+  if (s->wait) {
+    aa_waiter_t *w = calloc(1, sizeof *w);
+    if (w) {
+      *w = (aa_waiter_t){.conn = c, .req_id = m->id, .job = id, .next = NULL};
+      aa_waiter_t **pw = &p->waiters;
+      while (*pw) pw = &(*pw)->next;
+      *pw = w;
+    }
+  }
+  aa_msg_t ack = {.type = AA_MSG_ACK, .id = m->id, .ack.job = (uint64_t)id};
+  aa__conn_send(c, &ack);
+  aa__planner_log(p, "job %lld submitted by client %llu: model %s (%s) on %s%s%s", (long long)id,
+                  (unsigned long long)c->id, spec.name, hash, e->fingerprint, s->train ? ", train" : "",
+                  s->refresh ? ", refresh" : "");
+  aa__planner_kick(p);
+}
+
+/* The executor a new job will run on: an idle one, else the first. */
+static aa_conn_t *target_executor(aa_planner_t *p) {
+  aa_conn_t *e = aa__registry_idle(p, NULL);
+  if (e) return e;
+  for (aa_conn_t *c = p->conns; c; c = c->next)
+    if (c->role == AA_CONN_EXECUTOR && !c->dropped) e = c; /* the oldest: the list is newest first */
+  return e;
+}
+
+void aa__jobs_on_submit(aa_conn_t *c, aa_msg_t *m) {
+  aa_planner_t *p = c->p;
+  const aa_msg_submit_t *s = &m->submit;
+  aa_model_spec_t spec;
+  unsigned mask;
+  int rc = aa_spec_parse(&spec, s->model, NULL, "submitted model");
+  if (!rc) rc = aa__search_exclude_mask((const char *const *)s->exclude.v, s->exclude.n, &mask);
+  if (!rc && s->out_dir && s->out_dir[0] != '/')
+    rc = aa_error(AA_EINVAL, "submit: out_dir must be an absolute directory");
+  if (rc) {
+    aa__planner_log(p, "submit from client %llu refused: %s", (unsigned long long)c->id, aa_last_error());
+    aa__conn_send_error(c, m->id, rc, aa_last_error());
+    return;
+  }
+  aa_conn_t *e = target_executor(p);
+  if (e) {
+    create_job(p, c, m, e);
+    return;
+  }
+  /* The job's hardware is that of the executor that will run it, and the
+   * store records it with the job: the job is created when one comes. */
+  aa_pending_submit_t *ps = calloc(1, sizeof *ps);
+  if (!ps) {
+    aa__conn_send_error(c, m->id, AA_ENOMEM, "planner: no memory for the submit");
+    return;
+  }
+  ps->conn = c;
+  ps->msg = *m;
+  memset(m, 0, sizeof *m); /* the strings now belong to ps */
+  aa_pending_submit_t **pp = &p->pending;
+  while (*pp) pp = &(*pp)->next;
+  *pp = ps;
+  aa__planner_log(p, "submit from client %llu waits for an executor to connect", (unsigned long long)c->id);
+}
+
+void aa__jobs_executor_arrived(aa_planner_t *p) {
+  while (p->pending) {
+    aa_pending_submit_t *ps = p->pending;
+    aa_conn_t *e = target_executor(p);
+    if (!e) return;
+    p->pending = ps->next;
+    create_job(p, ps->conn, &ps->msg, e);
+    aa_msg_free(&ps->msg);
+    free(ps);
+  }
+}
+
+typedef struct {
+  int64_t *ids;
+  size_t n, cap;
+} ids_t;
+
+/* Collects job ids (the walk may not call the store itself). */
+static int collect_id(const aa_store_job_t *j, void *data) {
+  ids_t *ids = data;
+  if (ids->n == ids->cap) {
+    size_t cap = ids->cap ? 2 * ids->cap : 16;
+    int64_t *v = realloc(ids->ids, cap * sizeof *v);
+    if (!v) return aa_error(AA_ENOMEM, "planner: no memory for the queued jobs");
+    ids->ids = v;
+    ids->cap = cap;
+  }
+  ids->ids[ids->n++] = j->id;
+  return 0;
+}
+
+int aa__jobs_load_queue(aa_planner_t *p) {
+  /* The store lists newest first; the queue runs oldest first. */
+  ids_t ids = {0};
+  aa_store_job_filter_t f = {.statuses = AA_STORE_BIT(AA_STORE_JOB_QUEUED)};
+  int rc = aa_store_jobs_list(p->store, &f, collect_id, &ids);
+  for (size_t i = ids.n; rc >= 0 && i > 0; i--) rc = queue_push(p, ids.ids[i - 1]);
+  free(ids.ids);
+  if (rc < 0) return rc;
+  if (p->queue_n) aa__planner_log(p, "%zu queued jobs from the store", p->queue_n);
+  return 0;
+}
+
+/* --- the end of a job ------------------------------------------------------------------- */
+
+/* Finishes the current job in the store (unless the store did already),
+ * answers its waiting clients and makes room for the next one. */
+static void job_end(aa_planner_t *p, aa_store_job_status_t status, const char *error, bool recorded) {
+  aa_planner_job_t *j = p->cur;
+  if (!recorded && aa_store_job_finish(p->store, j->id, status, status == AA_STORE_JOB_DONE ? j->best_run : 0,
+                                       j->from_store, error))
+    aa__planner_log(p, "job %lld: cannot record its end: %s", (long long)j->id, aa_last_error());
+  if (status == AA_STORE_JOB_DONE) {
+    char key[AA_STRATEGY_KEY_MAX];
+    aa_strategy_key(&j->best, key);
+    aa__planner_log(p, "job %lld done%s: best %s, %.1f tokens/s", (long long)j->id,
+                    j->from_store ? " from the store" : "", key, j->best.tokens_per_s);
+  } else {
+    aa__planner_log(p, "job %lld %s: %s", (long long)j->id, aa_store_job_status_name(status), error ? error : "");
+  }
+  p->cur = NULL;
+  reply_waiters(p, j->id);
+  job_free(j);
+  aa__planner_kick(p);
+}
+
+/* "no strategy could run: 3 oom, 1 timeout" from the job's dry runs. */
+static void why_none(const aa_planner_job_t *j, char *out, size_t n) {
+  int counts[AA_STORE_RUN_NSTATUS] = {0}, ran = 0, pruned = 0;
+  for (size_t i = 0; i < j->search.n; i++) {
+    const aa_cand_t *c = &j->search.c[i];
+    if (c->state == AA_CAND_DONE) {
+      counts[c->status]++;
+      ran++;
+    } else if (c->state == AA_CAND_PRUNED) {
+      pruned++;
+    }
+  }
+  if (!ran) {
+    snprintf(out, n, "no strategy could run: all %d were pruned", pruned);
+    return;
+  }
+  size_t o = (size_t)snprintf(out, n, "no strategy could run:");
+  const char *sep = " ";
+  for (int s = 0; s < AA_STORE_RUN_NSTATUS && o < n; s++) {
+    if (!counts[s]) continue;
+    o += (size_t)snprintf(out + o, n - o, "%s%d %s", sep, counts[s], aa_store_run_status_name(s));
+    sep = ", ";
+  }
+}
+
+/* Writes the best run's strategy with provenance to the state directory
+ * and the submit's out_dir; j->best keeps it for training. */
+static int write_strategy(aa_planner_t *p, aa_planner_job_t *j, const aa_store_run_t *r) {
+  aa_strategy_t s;
+  int rc = aa_strategy_parse(&s, r->strategy_json, "the best run's strategy");
+  if (rc) return rc;
+  snprintf(s.model_hash, sizeof s.model_hash, "%.16s", j->hash);
+  snprintf(s.model_name, sizeof s.model_name, "%s", j->spec.name);
+  snprintf(s.hardware, sizeof s.hardware, "%s", j->hardware);
+  s.tokens_per_s = r->tokens_per_s;
+  s.peak_bytes = (double)r->peak_bytes;
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(s.date, sizeof s.date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  char path[AA_PATH_MAX + 256];
+  aa__report_strategy_path(p->home, j->spec.name, j->hash, path, sizeof path);
+  if ((rc = aa_strategy_save(&s, path))) return rc;
+  if (j->out_dir[0]) {
+    snprintf(path, sizeof path, "%s/strategy.json", j->out_dir);
+    if ((rc = aa_mkdirs(j->out_dir)) || (rc = aa_strategy_save(&s, path))) return rc;
+  }
+  j->best = s;
+  return 0;
+}
+
+/* The best run `id` becomes the job's answer: strategy files written. */
+static int take_best(aa_planner_t *p, aa_planner_job_t *j, int64_t id) {
+  aa_store_run_t r;
+  int rc = aa_store_run_get(p->store, id, &r);
+  if (rc) return rc;
+  rc = write_strategy(p, j, &r);
+  aa_store_run_clear(&r);
+  if (!rc) j->best_run = id;
+  return rc;
+}
+
+static int first_run(const aa_store_run_t *r, void *data) {
+  *(int64_t *)data = r->id;
+  return 1;
+}
+
+/* --- dispatch ------------------------------------------------------------------------------ */
+
+/* Inserts a running run and sends its job frame to executor e. */
+static int dispatch(aa_planner_t *p, aa_planner_job_t *j, aa_conn_t *e, const aa_strategy_t *s,
+                    aa_store_run_kind_t kind) {
+  aa_store_run_new_t nr = {.job_id = j->id, .kind = kind, .strategy = s, .status = AA_STORE_RUN_RUNNING};
+  int64_t run = 0;
+  char *strategy = NULL, dir[AA_PATH_MAX + 64];
+  int rc = aa_store_run_insert(p->store, &nr, &run);
+  if (!rc) rc = aa_strategy_to_json(s, &strategy);
+  if (rc) return rc;
+  aa_msg_t m = {.type = AA_MSG_JOB, .id = (uint64_t)run};
+  m.job = (aa_msg_job_t){.job = (uint64_t)j->id, .run = (uint64_t)run, .model = j->model_json,
+                         .strategy = strategy, .seed = j->spec.train.seed, .rank = 0, .world = 1};
+  if (kind == AA_STORE_RUN_DRYRUN) {
+    m.job.kind = AA_PROTO_JOB_DRYRUN;
+    m.job.warmup_steps = (uint64_t)p->warmup_steps;
+    m.job.measured_steps = (uint64_t)p->measured_steps;
+    m.job.time_limit_s = p->dryrun_time_limit_s;
+    if (j->search.deadline > 0) { /* no dry run outlives the search's time limit by much */
+      int left = (int)(j->search.deadline - aa_now()) + 1;
+      if (left < m.job.time_limit_s) m.job.time_limit_s = left < 1 ? 1 : left;
+    }
+  } else {
+    m.job.kind = AA_PROTO_JOB_TRAIN;
+    m.job.measured_steps = (uint64_t)j->spec.train.steps;
+    if (j->out_dir[0]) snprintf(dir, sizeof dir, "%s", j->out_dir);
+    else snprintf(dir, sizeof dir, "%.4000s/runs/job-%lld", p->home, (long long)j->id);
+    m.job.out_dir = dir;
+  }
+  rc = aa__conn_send(e, &m);
+  free(strategy);
+  if (rc) return rc;
+  e->busy_job = j->id;
+  e->busy_run = run;
+  j->run_id = run;
+  aa_strategy_key(s, j->run_key);
+  if (kind == AA_STORE_RUN_DRYRUN)
+    aa__planner_log(p, "job %lld: dry run %d/%d %s on executor %llu (run %lld)", (long long)j->id, j->run_index,
+                    j->search.valid, j->run_key, (unsigned long long)e->id, (long long)run);
+  else
+    aa__planner_log(p, "job %lld: training %s for %d steps on executor %llu (run %lld) into %s", (long long)j->id,
+                    j->run_key, j->spec.train.steps, (unsigned long long)e->id, (long long)run, dir);
+  return 0;
+}
+
+/* Records the candidates the search dropped since the last call. */
+static int record_pruned(aa_planner_t *p, aa_planner_job_t *j) {
+  for (size_t i = 0; i < j->search.n; i++) {
+    aa_cand_t *c = &j->search.c[i];
+    if (c->state != AA_CAND_PRUNED || c->recorded) continue;
+    aa_store_run_new_t nr = {.job_id = j->id, .kind = AA_STORE_RUN_DRYRUN, .strategy = &c->s,
+                             .status = AA_STORE_RUN_PRUNED, .error = c->reason};
+    int rc = aa_store_run_insert(p->store, &nr, &c->run_id);
+    if (rc) return rc;
+    c->recorded = true;
+  }
+  return 0;
+}
+
+/* An idle executor of the job's hardware, or NULL (logged once). */
+static aa_conn_t *executor_for(aa_planner_t *p, aa_planner_job_t *j) {
+  aa_conn_t *e = aa__registry_idle(p, j->hardware);
+  if (!e && !j->waiting_logged) {
+    j->waiting_logged = true;
+    aa__planner_log(p, "job %lld waits for an idle executor of %s", (long long)j->id, j->hardware);
+  }
+  if (e) j->waiting_logged = false;
+  return e;
+}
+
+/* Moves the current job on as far as it can go now. */
+static void advance(aa_planner_t *p) {
+  aa_planner_job_t *j = p->cur;
+  char why[512];
+  if (j->run_id) return; /* a run is out: its result moves the job on */
+  if (j->phase == PHASE_SEARCH) {
+    int i = aa__search_next(&j->search, aa_now());
+    if (record_pruned(p, j)) {
+      snprintf(why, sizeof why, "cannot record a pruned run: %s", aa_last_error());
+      job_end(p, AA_STORE_JOB_FAILED, why, false);
+      return;
+    }
+    if (i >= 0) {
+      aa_conn_t *e = executor_for(p, j);
+      if (!e) return;
+      j->cand = i;
+      j->run_index = j->search.dispatched + 1;
+      if (dispatch(p, j, e, &j->search.c[i].s, AA_STORE_RUN_DRYRUN)) {
+        snprintf(why, sizeof why, "cannot start a dry run: %s", aa_last_error());
+        job_end(p, AA_STORE_JOB_FAILED, why, false);
+        return;
+      }
+      j->search.c[i].state = AA_CAND_RUNNING;
+      j->search.c[i].run_id = j->run_id;
+      j->search.dispatched++;
+      return;
+    }
+    int64_t best = 0;
+    aa_store_run_filter_t f = {.job_id = j->id, .statuses = AA_STORE_BIT(AA_STORE_RUN_OK),
+                               .kinds = AA_STORE_BIT(AA_STORE_RUN_DRYRUN), .order = AA_STORE_ORDER_BEST, .limit = 1};
+    aa_store_runs_query(p->store, &f, first_run, &best);
+    if (!best) {
+      why_none(j, why, sizeof why);
+      job_end(p, AA_STORE_JOB_FAILED, why, false);
+      return;
+    }
+    if (take_best(p, j, best)) {
+      snprintf(why, sizeof why, "cannot write the strategy file: %s", aa_last_error());
+      job_end(p, AA_STORE_JOB_FAILED, why, false);
+      return;
+    }
+    if (!j->train) {
+      job_end(p, AA_STORE_JOB_DONE, NULL, false);
+      return;
+    }
+    j->phase = PHASE_TRAIN;
+  }
+  aa_conn_t *e = executor_for(p, j);
+  if (!e) return;
+  if (dispatch(p, j, e, &j->best, AA_STORE_RUN_TRAIN)) {
+    snprintf(why, sizeof why, "cannot start training: %s", aa_last_error());
+    job_end(p, AA_STORE_JOB_FAILED, why, false);
+  }
+}
+
+/* --- the start of a job --------------------------------------------------------------------- */
+
+/* Reads the job's stored options and spec into j. */
+static int load_options(aa_planner_job_t *j, const char *options) {
+  json_error_t err;
+  json_t *o = json_loads(options, 0, &err);
+  int rc = 0;
+  if (!json_is_object(o)) {
+    json_decref(o);
+    return aa_error(AA_ECORRUPT, "job %lld: its stored options are not a JSON object", (long long)j->id);
+  }
+  j->train = json_is_true(json_object_get(o, "train"));
+  j->refresh = json_is_true(json_object_get(o, "refresh"));
+  j->exhaustive = json_is_true(json_object_get(o, "exhaustive"));
+  j->time_limit_s = (int)json_integer_value(json_object_get(o, "time_limit_s"));
+  j->max_dryruns = (int)json_integer_value(json_object_get(o, "max_dryruns"));
+  const char *dir = json_string_value(json_object_get(o, "out_dir"));
+  snprintf(j->out_dir, sizeof j->out_dir, "%s", dir ? dir : "");
+  json_t *ex = json_object_get(o, "exclude");
+  const char *names[AA_PROTO_EXCLUDE_MAX];
+  size_t n = 0, i;
+  json_t *v;
+  json_array_foreach(ex, i, v) if (n < AA_PROTO_EXCLUDE_MAX && json_is_string(v)) names[n++] = json_string_value(v);
+  rc = aa__search_exclude_mask(names, n, &j->exclude);
+  char *spec = rc ? NULL : json_dumps(json_object_get(o, "spec"), JSON_COMPACT);
+  if (!rc && !spec) rc = aa_error(AA_ECORRUPT, "job %lld: no model spec in its stored options", (long long)j->id);
+  char origin[64];
+  snprintf(origin, sizeof origin, "job %lld model", (long long)j->id);
+  if (!rc) rc = aa_spec_parse(&j->spec, spec, NULL, origin);
+  if (!rc) rc = aa_spec_to_json(&j->spec, &j->model_json);
+  free(spec);
+  json_decref(o);
+  return rc;
+}
+
+/* Takes the queued job `row` onto executor e's hardware: answers it from
+ * the store, or enumerates its search. */
+static void job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e) {
+  aa_planner_job_t *j = calloc(1, sizeof *j);
+  char why[512];
+  if (!j) {
+    aa__planner_log(p, "job %lld: no memory to start it", (long long)row->id);
+    return;
+  }
+  j->id = row->id;
+  snprintf(j->hash, sizeof j->hash, "%s", row->model_hash);
+  snprintf(j->hardware, sizeof j->hardware, "%s", row->hardware);
+  p->cur = j;
+  int rc = load_options(j, row->options_json);
+  if (rc) {
+    snprintf(why, sizeof why, "%s", aa_last_error());
+    job_end(p, AA_STORE_JOB_FAILED, why, false);
+    return;
+  }
+  if (!j->refresh && !j->train) {
+    int64_t best = 0;
+    if ((rc = aa_store_job_answer_from_store(p->store, j->id, &best))) {
+      snprintf(why, sizeof why, "%s", aa_last_error());
+      job_end(p, AA_STORE_JOB_FAILED, why, false);
+      return;
+    }
+    if (best) {
+      j->from_store = true;
+      if (take_best(p, j, best))
+        aa__planner_log(p, "job %lld: cannot write the strategy file: %s", (long long)j->id, aa_last_error());
+      j->best_run = best;
+      job_end(p, AA_STORE_JOB_DONE, NULL, true);
+      return;
+    }
+  }
+  if ((rc = aa_store_job_start(p->store, j->id))) {
+    snprintf(why, sizeof why, "%s", aa_last_error());
+    job_end(p, AA_STORE_JOB_FAILED, why, false);
+    return;
+  }
+  aa__planner_log(p, "job %lld started: %s (%s) on %s", (long long)j->id, j->spec.name, j->hash, j->hardware);
+  if (!j->refresh) { /* train: the stored best is trained without a search */
+    aa_store_run_t r;
+    if (!aa_store_best_run(p->store, j->hash, j->hardware, &r)) {
+      int64_t id = r.id;
+      aa_store_run_clear(&r);
+      j->from_store = true;
+      if (take_best(p, j, id)) {
+        snprintf(why, sizeof why, "cannot write the strategy file: %s", aa_last_error());
+        job_end(p, AA_STORE_JOB_FAILED, why, false);
+        return;
+      }
+      j->phase = PHASE_TRAIN;
+      advance(p);
+      return;
+    }
+  }
+  if ((rc = aa__search_enumerate(&j->search, &j->spec, 1, e->dev.kind, j->exclude))) {
+    snprintf(why, sizeof why, "%s", aa_last_error());
+    job_end(p, AA_STORE_JOB_FAILED, why, false);
+    return;
+  }
+  j->search.exhaustive = j->exhaustive;
+  j->search.max_dryruns = j->max_dryruns;
+  j->search.time_limit_s = j->time_limit_s;
+  if (j->time_limit_s > 0) j->search.deadline = aa_now() + j->time_limit_s;
+  aa__planner_log(p, "job %lld: %zu strategies, %d valid", (long long)j->id, j->search.n, j->search.valid);
+  advance(p);
+}
+
+void aa__jobs_schedule(aa_planner_t *p) {
+  if (p->stopping) return;
+  if (p->cur) {
+    advance(p);
+    return;
+  }
+  while (!p->cur && p->queue_n) {
+    aa_store_job_t row;
+    int64_t id = p->queue[0];
+    if (aa_store_job_get(p->store, id, &row)) {
+      aa__planner_log(p, "job %lld: %s; dropped from the queue", (long long)id, aa_last_error());
+      queue_remove(p, 0);
+      continue;
+    }
+    if (row.status != AA_STORE_JOB_QUEUED) {
+      queue_remove(p, 0);
+      aa_store_job_clear(&row);
+      continue;
+    }
+    aa_conn_t *e = aa__registry_idle(p, row.hardware);
+    if (!e) {
+      if (p->waiting_logged != id) {
+        p->waiting_logged = id;
+        aa__planner_log(p, "job %lld waits for an idle executor of %s", (long long)id, row.hardware);
+      }
+      aa_store_job_clear(&row);
+      return;
+    }
+    queue_remove(p, 0);
+    job_begin(p, &row, e);
+    aa_store_job_clear(&row);
+  }
+}
+
+/* --- frames from executors ---------------------------------------------------------------------- */
+
+/* Records the outcome of the current job's running run and moves on. */
+static void run_finished(aa_planner_t *p, const aa_msg_result_t *r) {
+  aa_planner_job_t *j = p->cur;
+  aa_store_run_result_t res = {.status = store_status(r->status), .tokens_per_s = r->tokens_per_s,
+                               .step_ms_median = r->step_ms_median, .step_ms_spread = r->step_ms_spread,
+                               .peak_bytes = (int64_t)r->peak.total, .error = r->error,
+                               .final_loss = r->has_final_loss ? r->final_loss : 0};
+  if (res.status == AA_STORE_RUN_OK && !(res.tokens_per_s > 0)) {
+    res.status = AA_STORE_RUN_ERROR;
+    res.error = "the executor reported ok without a throughput";
+  }
+  char *peak = NULL;
+  if (r->peak.total) {
+    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "params", (json_int_t)r->peak.params, "grads",
+                          (json_int_t)r->peak.grads, "optim", (json_int_t)r->peak.optim, "acts",
+                          (json_int_t)r->peak.acts, "workspace", (json_int_t)r->peak.workspace, "total",
+                          (json_int_t)r->peak.total);
+    peak = o ? aa__report_dump(o) : NULL;
+    json_decref(o);
+  }
+  res.peak_json = peak;
+  if (aa_store_run_finish(p->store, j->run_id, &res))
+    aa__planner_log(p, "job %lld: cannot record run %lld: %s", (long long)j->id, (long long)j->run_id, aa_last_error());
+  free(peak);
+  aa__planner_log(p, "job %lld: run %lld %s %s%s%s", (long long)j->id, (long long)j->run_id, j->run_key,
+                  aa_store_run_status_name(res.status), res.error && *res.error ? ": " : "",
+                  res.error ? res.error : "");
+  aa_msg_t m = {.type = AA_MSG_RESULT, .result = *r};
+  m.result.status = proto_status(res.status);
+  m.result.error = (char *)res.error;
+  m.result.key = j->run_key;
+  relay(p, j->id, &m);
+  j->run_id = 0;
+  if (j->phase == PHASE_SEARCH) {
+    aa__search_done(&j->search, j->cand, res.status, res.tokens_per_s);
+  } else if (res.status == AA_STORE_RUN_OK) {
+    job_end(p, AA_STORE_JOB_DONE, NULL, false);
+    return;
+  } else {
+    char why[AA_PROTO_TEXT_MAX + 64];
+    snprintf(why, sizeof why, "training %s%s%s", aa_store_run_status_name(res.status), res.error ? ": " : "",
+             res.error ? res.error : "");
+    job_end(p, AA_STORE_JOB_FAILED, why, false);
+    return;
+  }
+  aa__planner_kick(p);
+}
+
+/* A result from executor c: it is idle again; the current job takes it if
+ * it is the run it waits for (a cancelled run's late result is dropped). */
+static void executor_result(aa_conn_t *c, const aa_msg_result_t *r) {
+  aa_planner_t *p = c->p;
+  if (!c->busy_run || (int64_t)r->run != c->busy_run) {
+    aa__planner_log(p, "executor %llu: result for run %llu, which it was not running: ignored",
+                    (unsigned long long)c->id, (unsigned long long)r->run);
+    return;
+  }
+  c->busy_run = c->busy_job = 0;
+  aa__planner_kick(p);
+  if (p->cur && p->cur->run_id == (int64_t)r->run) run_finished(p, r);
+}
+
+void aa__jobs_on_result(aa_conn_t *c, const aa_msg_t *m) { executor_result(c, &m->result); }
+
+void aa__jobs_on_executor_error(aa_conn_t *c, const aa_msg_t *m) {
+  aa__planner_log(c->p, "executor %llu: error %d: %s", (unsigned long long)c->id, m->error.code, m->error.message);
+  if (!m->id || (int64_t)m->id != c->busy_run) return;
+  /* It refused the job frame (id = run id): the run ends as an error. */
+  aa_msg_result_t r = {.job = (uint64_t)c->busy_job, .run = (uint64_t)c->busy_run, .status = AA_PROTO_RUN_ERROR,
+                       .error = m->error.message};
+  executor_result(c, &r);
+}
+
+void aa__jobs_on_progress(aa_conn_t *c, const aa_msg_t *m) {
+  aa_planner_t *p = c->p;
+  aa_planner_job_t *j = p->cur;
+  if (!j || !j->run_id || (int64_t)m->progress.run != j->run_id || c->busy_run != j->run_id) return;
+  aa_msg_t r = *m;
+  r.id = 0;
+  r.progress.key = j->run_key;
+  if (j->phase == PHASE_SEARCH) {
+    r.progress.index = (uint64_t)j->run_index;
+    r.progress.count = (uint64_t)(j->search.valid > j->run_index ? j->search.valid : j->run_index);
+  }
+  relay(p, j->id, &r);
+}
+
+void aa__jobs_run_lost(aa_planner_t *p, int64_t run, const char *why) {
+  aa_planner_job_t *j = p->cur;
+  if (!j || j->run_id != run) return;
+  aa_msg_result_t r = {.job = (uint64_t)j->id, .run = (uint64_t)run, .status = AA_PROTO_RUN_CRASHED, .error = (char *)why};
+  run_finished(p, &r);
+}
+
+/* --- cancel, stop ------------------------------------------------------------------------------------ */
+
+/* Ends the current job's running run as `status` with `why` and tells its
+ * executor to stop it; the executor stays busy until it reports. */
+static void stop_running_run(aa_planner_t *p, aa_store_run_status_t status, const char *why) {
+  aa_planner_job_t *j = p->cur;
+  if (!j->run_id) return;
+  aa_store_run_result_t res = {.status = status, .error = why};
+  if (aa_store_run_finish(p->store, j->run_id, &res))
+    aa__planner_log(p, "job %lld: cannot record run %lld: %s", (long long)j->id, (long long)j->run_id, aa_last_error());
+  for (aa_conn_t *c = p->conns; c; c = c->next) {
+    if (c->role != AA_CONN_EXECUTOR || c->dropped || c->busy_run != j->run_id) continue;
+    aa_msg_t m = {.type = AA_MSG_CANCEL, .cancel.job = (uint64_t)j->id};
+    aa__conn_send(c, &m);
+  }
+  j->run_id = 0;
+}
+
+void aa__jobs_on_cancel(aa_conn_t *c, const aa_msg_t *m) {
+  aa_planner_t *p = c->p;
+  int64_t id = (int64_t)m->cancel.job;
+  aa_msg_t ack = {.type = AA_MSG_ACK, .id = m->id, .ack.job = m->cancel.job};
+  if (p->cur && p->cur->id == id) {
+    aa__planner_log(p, "job %lld: cancelled by client %llu", (long long)id, (unsigned long long)c->id);
+    stop_running_run(p, AA_STORE_RUN_CANCELLED, "cancelled by a client");
+    job_end(p, AA_STORE_JOB_CANCELLED, "cancelled by a client", false);
+    aa__conn_send(c, &ack);
+    return;
+  }
+  for (size_t i = 0; i < p->queue_n; i++) {
+    if (p->queue[i] != id) continue;
+    if (aa_store_job_finish(p->store, id, AA_STORE_JOB_CANCELLED, 0, 0, "cancelled by a client")) {
+      aa__conn_send_error(c, m->id, AA_EIO, aa_last_error());
+      return;
+    }
+    queue_remove(p, i);
+    aa__planner_log(p, "job %lld: cancelled by client %llu while queued", (long long)id, (unsigned long long)c->id);
+    reply_waiters(p, id);
+    aa__conn_send(c, &ack);
+    return;
+  }
+  aa_store_job_t row;
+  int rc = aa_store_job_get(p->store, id, &row);
+  if (rc) {
+    aa__conn_send_error(c, m->id, rc, aa_last_error());
+    return;
+  }
+  char msg[128];
+  snprintf(msg, sizeof msg, "job %lld is already over (%s)", (long long)id, aa_store_job_status_name(row.status));
+  aa_store_job_clear(&row);
+  aa__conn_send_error(c, m->id, AA_EINVAL, msg);
+}
+
+void aa__jobs_interrupt(aa_planner_t *p) {
+  if (!p->cur) return;
+  stop_running_run(p, AA_STORE_RUN_CANCELLED, "the planner stopped");
+  job_end(p, AA_STORE_JOB_INTERRUPTED, "the planner stopped while the job ran", false);
+}
+
+void aa__jobs_free(aa_planner_t *p) {
+  job_free(p->cur);
+  p->cur = NULL;
+  free(p->queue);
+  p->queue = NULL;
+  p->queue_n = p->queue_cap = 0;
+  while (p->pending) {
+    aa_pending_submit_t *s = p->pending;
+    p->pending = s->next;
+    aa_msg_free(&s->msg);
+    free(s);
+  }
+  while (p->waiters) {
+    aa_waiter_t *w = p->waiters;
+    p->waiters = w->next;
+    free(w);
+  }
+}

@@ -1,0 +1,427 @@
+/* The JSON of the planner's replies: RUN, JOB, the planner-wide status and
+ * the `query` answers, shaped exactly as docs/service.md "Replies" says.
+ * Reads the store (short single statements) and the planner's registry;
+ * writes nothing. */
+#include "planner_internal.h"
+
+#include "../common/json.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+char *aa__report_dump(const json_t *v) { return json_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII); }
+
+/* A number, or null when it was not recorded (the store's 0). */
+static json_t *num0(double v) { return v != 0 ? json_real(v) : json_null(); }
+static json_t *int0(int64_t v) { return v != 0 ? json_integer(v) : json_null(); }
+static json_t *str0(const char *s) { return s && *s ? json_string(s) : json_null(); }
+
+/* Parses JSON text the planner itself stored; null when empty or unreadable. */
+static json_t *stored_json(const char *text) {
+  if (!text || !*text) return json_null();
+  json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+  return v ? v : json_null();
+}
+
+json_t *aa__report_run(const aa_store_run_t *r) {
+  json_t *o = json_object();
+  if (!o) return NULL;
+  json_object_set_new(o, "id", json_integer(r->id));
+  json_object_set_new(o, "job", json_integer(r->job_id));
+  json_object_set_new(o, "kind", json_string(aa_store_run_kind_name(r->kind)));
+  json_object_set_new(o, "key", json_string(r->strategy_key));
+  json_object_set_new(o, "status", json_string(aa_store_run_status_name(r->status)));
+  json_object_set_new(o, "tokens_per_s", num0(r->tokens_per_s));
+  json_object_set_new(o, "step_ms_median", num0(r->step_ms_median));
+  json_object_set_new(o, "step_ms_spread", num0(r->step_ms_spread));
+  json_object_set_new(o, "peak_bytes", int0(r->peak_bytes));
+  json_object_set_new(o, "peak", stored_json(r->peak_json));
+  json_object_set_new(o, "predicted_tokens_per_s", num0(r->predicted_tokens_per_s));
+  json_object_set_new(o, "final_loss", num0(r->final_loss));
+  json_object_set_new(o, "error", str0(r->error));
+  json_object_set_new(o, "started_at", int0(r->started_at));
+  json_object_set_new(o, "finished_at", int0(r->finished_at));
+  json_object_set_new(o, "strategy", stored_json(r->strategy_json));
+  return o;
+}
+
+json_t *aa__report_run_or_null(aa_store_t *st, int64_t run_id) {
+  aa_store_run_t r;
+  if (run_id <= 0 || aa_store_run_get(st, run_id, &r)) return json_null();
+  json_t *o = aa__report_run(&r);
+  aa_store_run_clear(&r);
+  return o ? o : json_null();
+}
+
+void aa__report_strategy_path(const char *home, const char *name, const char *hash, char *out, size_t n) {
+  char clean[AA_STORE_NAME_MAX];
+  size_t k = 0;
+  for (const char *s = name ? name : ""; *s && k + 1 < sizeof clean; s++) {
+    char ch = *s;
+    int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+             ch == '_' || ch == '-';
+    clean[k++] = ok ? ch : '_';
+  }
+  clean[k] = 0;
+  if (!k || clean[0] == '.') snprintf(clean, sizeof clean, "model");
+  snprintf(out, n, "%s/strategies/%s-%s.json", home, clean, hash);
+}
+
+static int count_run(const aa_store_run_t *r, void *data) {
+  int *counts = data;
+  if ((unsigned)r->status < AA_STORE_RUN_NSTATUS) counts[r->status]++;
+  counts[AA_STORE_RUN_NSTATUS]++;
+  return 0;
+}
+
+/* The documented submit options from the stored options JSON. */
+static json_t *job_options(const json_t *stored, const char *home, int64_t id) {
+  json_t *o = json_object();
+  static const char *const flags[] = {"train", "refresh", "exhaustive"};
+  for (size_t i = 0; i < 3; i++)
+    json_object_set_new(o, flags[i], json_boolean(json_is_true(json_object_get(stored, flags[i]))));
+  static const char *const ints[] = {"time_limit_s", "max_dryruns"};
+  for (size_t i = 0; i < 2; i++) {
+    json_t *v = json_object_get(stored, ints[i]);
+    json_object_set_new(o, ints[i], json_integer(json_is_integer(v) ? json_integer_value(v) : 0));
+  }
+  json_t *ex = json_object_get(stored, "exclude");
+  json_object_set_new(o, "exclude", json_is_array(ex) ? json_deep_copy(ex) : json_array());
+  const char *out_dir = json_string_value(json_object_get(stored, "out_dir"));
+  if (out_dir) {
+    json_object_set_new(o, "out_dir", json_string(out_dir));
+  } else if (json_is_true(json_object_get(stored, "train"))) {
+    char dir[AA_PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s/runs/job-%lld", home, (long long)id);
+    json_object_set_new(o, "out_dir", json_string(dir));
+  } else {
+    json_object_set_new(o, "out_dir", json_null());
+  }
+  return o;
+}
+
+int aa__report_job(aa_store_t *st, const char *home, int64_t id, json_t **out) {
+  aa_store_job_t j;
+  int rc = aa_store_job_get(st, id, &j);
+  if (rc) return rc;
+  int counts[AA_STORE_RUN_NSTATUS + 1] = {0};
+  rc = aa_store_runs_of_job(st, id, count_run, counts);
+  if (rc) {
+    aa_store_job_clear(&j);
+    return rc;
+  }
+  json_t *stored = stored_json(j.options_json);
+  const char *name = json_string_value(json_object_get(json_object_get(stored, "spec"), "name"));
+  aa_store_model_t m = {0};
+  int have_model = !name && aa_store_model_get(st, j.model_hash, &m) == 0;
+  if (have_model) name = m.name;
+
+  json_t *o = json_object();
+  json_object_set_new(o, "id", json_integer(j.id));
+  json_object_set_new(o, "model", json_pack("{s:s?, s:s}", "name", name, "hash", j.model_hash));
+  json_object_set_new(o, "hardware", str0(j.hardware));
+  json_object_set_new(o, "status", json_string(aa_store_job_status_name(j.status)));
+  json_object_set_new(o, "from_store", json_boolean(j.from_store));
+  json_object_set_new(o, "submitted_at", int0(j.submitted_at));
+  json_object_set_new(o, "started_at", int0(j.started_at));
+  json_object_set_new(o, "finished_at", int0(j.finished_at));
+  json_object_set_new(o, "options", job_options(stored, home, j.id));
+  json_t *runs = json_object();
+  json_object_set_new(runs, "total", json_integer(counts[AA_STORE_RUN_NSTATUS]));
+  static const aa_store_run_status_t order[] = {AA_STORE_RUN_QUEUED, AA_STORE_RUN_RUNNING, AA_STORE_RUN_OK,
+                                                AA_STORE_RUN_OOM,    AA_STORE_RUN_ERROR,   AA_STORE_RUN_TIMEOUT,
+                                                AA_STORE_RUN_CRASHED, AA_STORE_RUN_PRUNED, AA_STORE_RUN_CANCELLED};
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+    json_object_set_new(runs, aa_store_run_status_name(order[i]), json_integer(counts[order[i]]));
+  json_object_set_new(o, "runs", runs);
+  json_object_set_new(o, "best_run", int0(j.best_run_id));
+  if (j.status == AA_STORE_JOB_DONE && j.best_run_id) {
+    char path[AA_PATH_MAX + 256];
+    aa__report_strategy_path(home, name, j.model_hash, path, sizeof path);
+    json_object_set_new(o, "strategy_file", json_string(path));
+  } else {
+    json_object_set_new(o, "strategy_file", json_null());
+  }
+  json_object_set_new(o, "error", str0(j.error));
+  if (have_model) aa_store_model_clear(&m);
+  json_decref(stored);
+  aa_store_job_clear(&j);
+  *out = o;
+  return 0;
+}
+
+/* --- query ---------------------------------------------------------------- */
+
+typedef struct {
+  json_t *list;
+  int64_t *ids; /* jobs: ids collected first (callbacks may not call the store) */
+  size_t n, cap;
+  char seen_hw[64][AA_STORE_HW_MAX]; /* best: one run per hardware */
+  size_t nhw;
+  int per_hardware;
+} collect_t;
+
+static int collect_run(const aa_store_run_t *r, void *data) {
+  collect_t *c = data;
+  if (c->per_hardware) {
+    for (size_t i = 0; i < c->nhw; i++)
+      if (!strcmp(c->seen_hw[i], r->hardware)) return 0;
+    if (c->nhw == 64) return 1;
+    snprintf(c->seen_hw[c->nhw++], AA_STORE_HW_MAX, "%s", r->hardware);
+  }
+  json_t *o = aa__report_run(r);
+  if (!o || json_array_append_new(c->list, o)) return AA_ENOMEM;
+  return 0;
+}
+
+static int collect_job(const aa_store_job_t *j, void *data) {
+  collect_t *c = data;
+  if (c->n == c->cap) {
+    size_t cap = c->cap ? 2 * c->cap : 32;
+    int64_t *ids = realloc(c->ids, cap * sizeof *ids);
+    if (!ids) return AA_ENOMEM;
+    c->ids = ids;
+    c->cap = cap;
+  }
+  c->ids[c->n++] = j->id;
+  return 0;
+}
+
+/* Checks every key of args against `allowed` (NULL-terminated). */
+static int check_keys(const char *what, const json_t *args, const char *const *allowed) {
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)args, key, v) {
+    size_t i = 0;
+    while (allowed[i] && strcmp(allowed[i], key)) i++;
+    if (!allowed[i]) {
+      char got[64], list[256];
+      size_t o = 0;
+      for (size_t k = 0; allowed[k]; k++) o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", k ? ", " : "", allowed[k]);
+      aa_json_sanitize(got, sizeof got, key);
+      return aa_error(AA_EINVAL, "query %s: unknown argument \"%s\" (accepted: %s)", what, got, list);
+    }
+  }
+  return 0;
+}
+
+static int wrong_type(const char *what, const char *arg, const char *want, const json_t *v) {
+  return aa_error(AA_EINVAL, "query %s: \"%s\" must be %s (got %s)", what, arg, want, aa_json_type_name(v));
+}
+
+static int get_str(const char *what, const json_t *args, const char *arg, const char **out) {
+  json_t *v = json_object_get(args, arg);
+  *out = NULL;
+  if (!v) return 0;
+  if (!json_is_string(v) || !*json_string_value(v)) return wrong_type(what, arg, "a non-empty string", v);
+  *out = json_string_value(v);
+  return 0;
+}
+
+static int get_int(const char *what, const json_t *args, const char *arg, long long min, long long max,
+                   long long *out) {
+  json_t *v = json_object_get(args, arg);
+  *out = 0;
+  if (!v) return 0;
+  if (!json_is_integer(v)) return wrong_type(what, arg, "an integer", v);
+  long long x = json_integer_value(v);
+  if (x < min || x > max)
+    return aa_error(AA_EINVAL, "query %s: \"%s\" must be in %lld..%lld (got %lld)", what, arg, min, max, x);
+  *out = x;
+  return 0;
+}
+
+/* A list of status names as a bit set; job statuses when jobs is set. */
+static int get_statuses(const char *what, const json_t *args, int jobs, unsigned *out) {
+  json_t *v = json_object_get(args, "status");
+  *out = 0;
+  if (!v) return 0;
+  if (!json_is_array(v)) return wrong_type(what, "status", "an array of status names", v);
+  size_t i;
+  json_t *e;
+  json_array_foreach(v, i, e) {
+    if (!json_is_string(e)) return wrong_type(what, "status", "an array of status names", e);
+    int rc;
+    if (jobs) {
+      aa_store_job_status_t s;
+      if ((rc = aa_store_job_status_parse(&s, json_string_value(e))))
+        return aa_error_wrap(rc, "query %s: \"status\"", what);
+      *out |= AA_STORE_BIT(s);
+    } else {
+      aa_store_run_status_t s;
+      if ((rc = aa_store_run_status_parse(&s, json_string_value(e))))
+        return aa_error_wrap(rc, "query %s: \"status\"", what);
+      *out |= AA_STORE_BIT(s);
+    }
+  }
+  return 0;
+}
+
+static int query_best(aa_store_t *st, const json_t *args, json_t *out) {
+  static const char *const allowed[] = {"model", "hardware", NULL};
+  const char *model, *hw;
+  int rc = check_keys("best", args, allowed);
+  if (!rc) rc = get_str("best", args, "model", &model);
+  if (!rc) rc = get_str("best", args, "hardware", &hw);
+  if (rc) return rc;
+  if (!model) return aa_error(AA_EINVAL, "query best: \"model\" (a model hash) is required");
+  collect_t c = {.list = json_array(), .per_hardware = 1};
+  aa_store_run_filter_t f = {.model_hash = model, .hardware = hw, .statuses = AA_STORE_BIT(AA_STORE_RUN_OK),
+                             .kinds = AA_STORE_BIT(AA_STORE_RUN_DRYRUN), .order = AA_STORE_ORDER_BEST};
+  rc = aa_store_runs_query(st, &f, collect_run, &c);
+  if (rc < 0) {
+    json_decref(c.list);
+    return rc == AA_ENOMEM ? aa_error(rc, "query best: no memory") : rc;
+  }
+  json_object_set_new(out, "best", c.list);
+  return 0;
+}
+
+static int query_runs(aa_store_t *st, const json_t *args, json_t *out) {
+  static const char *const allowed[] = {"job", "model", "hardware", "status", "kind", "key_prefix", "order", "limit", NULL};
+  aa_store_run_filter_t f = {0};
+  long long job, limit;
+  const char *kind, *order;
+  int rc = check_keys("runs", args, allowed);
+  if (!rc) rc = get_int("runs", args, "job", 1, INT64_MAX, &job);
+  if (!rc) rc = get_str("runs", args, "model", &f.model_hash);
+  if (!rc) rc = get_str("runs", args, "hardware", &f.hardware);
+  if (!rc) rc = get_statuses("runs", args, 0, &f.statuses);
+  if (!rc) rc = get_str("runs", args, "kind", &kind);
+  if (!rc) rc = get_str("runs", args, "key_prefix", &f.key_prefix);
+  if (!rc) rc = get_str("runs", args, "order", &order);
+  if (!rc) rc = get_int("runs", args, "limit", 0, 1000000, &limit);
+  if (rc) return rc;
+  f.job_id = job;
+  f.limit = (int)limit;
+  if (kind) {
+    if (!strcmp(kind, "dryrun")) f.kinds = AA_STORE_BIT(AA_STORE_RUN_DRYRUN);
+    else if (!strcmp(kind, "train")) f.kinds = AA_STORE_BIT(AA_STORE_RUN_TRAIN);
+    else return aa_error(AA_EINVAL, "query runs: \"kind\" must be \"dryrun\" or \"train\"");
+  }
+  if (order) {
+    if (!strcmp(order, "id")) f.order = AA_STORE_ORDER_ID;
+    else if (!strcmp(order, "best")) f.order = AA_STORE_ORDER_BEST;
+    else return aa_error(AA_EINVAL, "query runs: \"order\" must be \"id\" or \"best\"");
+  }
+  collect_t c = {.list = json_array()};
+  rc = aa_store_runs_query(st, &f, collect_run, &c);
+  if (rc < 0) {
+    json_decref(c.list);
+    return rc == AA_ENOMEM ? aa_error(rc, "query runs: no memory") : rc;
+  }
+  json_object_set_new(out, "runs", c.list);
+  return 0;
+}
+
+/* JOB objects for the ids in c (the jobs walk is over, so the store may be
+ * called again), appended to list. */
+static int jobs_to_list(aa_store_t *st, const char *home, const collect_t *c, json_t *list) {
+  for (size_t i = 0; i < c->n; i++) {
+    json_t *j;
+    int rc = aa__report_job(st, home, c->ids[i], &j);
+    if (rc) return rc;
+    json_array_append_new(list, j);
+  }
+  return 0;
+}
+
+static int query_jobs(aa_store_t *st, const char *home, const json_t *args, json_t *out) {
+  static const char *const allowed[] = {"model", "status", "limit", NULL};
+  aa_store_job_filter_t f = {0};
+  long long limit;
+  int rc = check_keys("jobs", args, allowed);
+  if (!rc) rc = get_str("jobs", args, "model", &f.model_hash);
+  if (!rc) rc = get_statuses("jobs", args, 1, &f.statuses);
+  if (!rc) rc = get_int("jobs", args, "limit", 0, 1000000, &limit);
+  if (rc) return rc;
+  f.limit = (int)limit;
+  collect_t c = {0};
+  rc = aa_store_jobs_list(st, &f, collect_job, &c);
+  json_t *list = json_array();
+  if (rc >= 0) rc = jobs_to_list(st, home, &c, list);
+  free(c.ids);
+  if (rc < 0) {
+    json_decref(list);
+    return rc == AA_ENOMEM ? aa_error(rc, "query jobs: no memory") : rc;
+  }
+  json_object_set_new(out, "jobs", list);
+  return 0;
+}
+
+int aa__report_query(aa_store_t *st, const char *home, const char *what, const char *args, char **out) {
+  json_t *a = NULL;
+  char origin[300];
+  char w[64];
+  aa_json_sanitize(w, sizeof w, what);
+  snprintf(origin, sizeof origin, "query %s: args", w);
+  if (args) {
+    int rc = aa_json_parse_text(args, strlen(args), AA_PROTO_JSON_MAX, origin, "query arguments", "a JSON object", &a);
+    if (rc) return rc;
+    if (!json_is_object(a)) {
+      int e = aa_error(AA_EINVAL, "%s: must be a JSON object (got %s)", origin, aa_json_type_name(a));
+      json_decref(a);
+      return e;
+    }
+  } else {
+    a = json_object();
+  }
+  json_t *o = json_object();
+  int rc;
+  if (!strcmp(what, "best")) rc = query_best(st, a, o);
+  else if (!strcmp(what, "runs")) rc = query_runs(st, a, o);
+  else if (!strcmp(what, "jobs")) rc = query_jobs(st, home, a, o);
+  else rc = aa_error(AA_EINVAL, "unknown query \"%s\" (accepted: best, runs, jobs)", w);
+  json_decref(a);
+  if (!rc && !(*out = aa__report_dump(o))) rc = aa_error(AA_ENOMEM, "query %s: no memory for the reply", w);
+  json_decref(o);
+  return rc;
+}
+
+/* --- planner status ----------------------------------------------------------- */
+
+static json_t *executor_json(const aa_conn_t *c) {
+  const aa_msg_device_t *d = &c->dev;
+  json_t *o = json_object();
+  json_object_set_new(o, "id", json_integer((json_int_t)c->id));
+  json_object_set_new(o, "kind", json_string(d->kind == AA_PROTO_DEV_CUDA ? "cuda" : "cpu"));
+  json_object_set_new(o, "name", json_string(d->name));
+  json_object_set_new(o, "index", json_integer(d->index));
+  json_object_set_new(o, "memory", json_integer((json_int_t)d->memory));
+  json_object_set_new(o, "host", json_string(d->host));
+  json_object_set_new(o, "pid", json_integer(d->pid));
+  json_object_set_new(o, "hardware", json_string(c->fingerprint));
+  json_object_set_new(o, "state", json_string(c->busy_run ? "busy" : "idle"));
+  json_object_set_new(o, "job", int0(c->busy_job));
+  json_object_set_new(o, "run", int0(c->busy_run));
+  return o;
+}
+
+int aa__report_status(aa_planner_t *p, char **out) {
+  json_t *root = json_object(), *pl = json_object(), *ex = json_array(), *q = json_array(), *jobs = json_array();
+  json_object_set_new(pl, "version", json_string(AA_PLANNER_VERSION));
+  json_object_set_new(pl, "pid", json_integer(getpid()));
+  json_object_set_new(pl, "address", json_string(p->address));
+  if (p->tcp_address[0]) json_object_set_new(pl, "tcp", json_string(p->tcp_address));
+  json_object_set_new(pl, "store", json_string(p->store_path));
+  json_object_set_new(pl, "uptime_s", json_integer((json_int_t)(aa_now() - p->started)));
+  json_object_set_new(root, "planner", pl);
+  for (aa_conn_t *c = p->conns; c; c = c->next)
+    if (c->role == AA_CONN_EXECUTOR && !c->dropped) json_array_append_new(ex, executor_json(c));
+  json_object_set_new(root, "executors", ex);
+  for (size_t i = 0; i < p->queue_n; i++) json_array_append_new(q, json_integer(p->queue[i]));
+  json_object_set_new(root, "queue", q);
+  json_object_set_new(root, "running", int0(aa__jobs_current_id(p)));
+  aa_store_job_filter_t f = {.limit = AA_PLANNER_STATUS_JOBS};
+  collect_t c = {0};
+  int rc = aa_store_jobs_list(p->store, &f, collect_job, &c);
+  if (rc >= 0) rc = jobs_to_list(p->store, p->home, &c, jobs);
+  free(c.ids);
+  json_object_set_new(root, "jobs", jobs);
+  if (rc >= 0 && !(*out = aa__report_dump(root))) rc = aa_error(AA_ENOMEM, "status: no memory for the reply");
+  if (rc == AA_ENOMEM && !*aa_last_error()) aa_error(rc, "status: no memory");
+  json_decref(root);
+  return rc < 0 ? rc : 0;
+}

@@ -1,0 +1,194 @@
+/* The search: which strategies a job dry-runs and in what order, and when
+ * it stops early (docs/service.md "Jobs", steps 3 and 4). Pure: no store,
+ * no sockets; jobs.c records what it decides. */
+#include "planner_internal.h"
+
+#include "../common/json.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+  const char *name;
+  unsigned bits;
+} methods[] = {
+    {"amp", AA_EX_BF16 | AA_EX_FP16},
+    {"amp_native", AA_EX_BF16 | AA_EX_FP16}, /* ATorch's name */
+    {"bf16", AA_EX_BF16},
+    {"fp16", AA_EX_FP16},
+    {"fp32", AA_EX_FP32},
+    {"checkpoint", AA_EX_SELECTIVE | AA_EX_FULL}, /* also ATorch's name */
+    {"selective", AA_EX_SELECTIVE},
+    {"full", AA_EX_FULL},
+    {"zero", AA_EX_ZERO1 | AA_EX_ZERO2 | AA_EX_ZERO3},
+    {"zero1", AA_EX_ZERO1},
+    {"zero2", AA_EX_ZERO2},
+    {"zero3", AA_EX_ZERO3},
+    {"fsdp", AA_EX_ZERO3}, /* ATorch's name for ZeRO-3 */
+    {"tensor_parallel", AA_EX_TP},
+    {"pipeline_parallel", AA_EX_PP},
+};
+#define NMETHODS (sizeof methods / sizeof methods[0])
+
+const char *aa__search_exclude_names(void) {
+  static char names[512];
+  if (!names[0]) {
+    size_t o = 0;
+    for (size_t i = 0; i < NMETHODS; i++)
+      o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "", methods[i].name);
+  }
+  return names;
+}
+
+int aa__search_exclude_mask(const char *const *names, size_t n, unsigned *out) {
+  unsigned mask = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t k = 0;
+    while (k < NMETHODS && strcmp(names[i], methods[k].name) != 0) k++;
+    if (k == NMETHODS) {
+      char got[64];
+      aa_json_sanitize(got, sizeof got, names[i]);
+      return aa_error(AA_EINVAL, "exclude: unknown method \"%s\" (accepted: %s)", got, aa__search_exclude_names());
+    }
+    mask |= methods[k].bits;
+  }
+  *out = mask;
+  return 0;
+}
+
+/* One (dp, tp, pp, zero, amp, checkpoint) setting; micro-batches vary
+ * inside it. */
+typedef struct {
+  int dp, tp, pp, zero;
+  aa_dtype_t amp;
+  aa_ckpt_mode_t ckpt;
+} setting_t;
+
+/* The settings in the order most likely to be fast first. Parallel degrees
+ * and ZeRO: only dp = tp = pp = 1, zero 0 until the engine runs more than
+ * one device (issue [4/5]); extend the loops below then. Precision: a GPU
+ * is fastest in bf16 (then fp16, which adds loss scaling), a CPU computes
+ * in fp32 and pays for the conversions of 16-bit storage. Checkpointing:
+ * none, then selective, then full (more recompute each). */
+static size_t settings(setting_t *out, size_t cap, int world, aa_proto_dev_kind_t kind, unsigned exclude) {
+  static const aa_dtype_t gpu_amp[] = {AA_BF16, AA_F16, AA_F32};
+  static const aa_dtype_t cpu_amp[] = {AA_F32, AA_BF16, AA_F16};
+  static const aa_ckpt_mode_t ckpts[] = {AA_CKPT_NONE, AA_CKPT_SELECTIVE, AA_CKPT_FULL};
+  const aa_dtype_t *amps = kind == AA_PROTO_DEV_CUDA ? gpu_amp : cpu_amp;
+  size_t n = 0;
+  for (int dp = 1; dp <= world; dp++) {
+    if (world % dp || dp != world) continue; /* tp = pp = 1 today: dp takes the whole world */
+    for (int zero = 0; zero <= 0; zero++) {
+      for (int a = 0; a < 3; a++) {
+        unsigned bit = amps[a] == AA_BF16 ? AA_EX_BF16 : amps[a] == AA_F16 ? AA_EX_FP16 : AA_EX_FP32;
+        if (exclude & bit) continue;
+        for (int k = 0; k < 3; k++) {
+          if ((exclude & AA_EX_SELECTIVE) && ckpts[k] == AA_CKPT_SELECTIVE) continue;
+          if ((exclude & AA_EX_FULL) && ckpts[k] == AA_CKPT_FULL) continue;
+          if (n < cap) out[n] = (setting_t){dp, 1, 1, zero, amps[a], ckpts[k]};
+          n++;
+        }
+      }
+    }
+  }
+  return n;
+}
+
+void aa__search_free(aa_search_t *s) {
+  free(s->c);
+  free(s->setting_best);
+  free(s->setting_mb);
+  free(s->setting_stop);
+  memset(s, 0, sizeof *s);
+}
+
+int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int world, aa_proto_dev_kind_t dev_kind,
+                         unsigned exclude) {
+  memset(s, 0, sizeof *s);
+  if (world < 1) return aa_error(AA_EINVAL, "search: world size %d must be >= 1", world);
+  setting_t set[64];
+  size_t ns = settings(set, 64, world, dev_kind, exclude);
+  if (ns > 64) return aa_error(AA_EINTERNAL, "search: %zu settings, more than 64", ns);
+  if (ns == 0) return aa_error(AA_EINVAL, "search: every strategy is excluded");
+  /* Micro-batches: the divisors of global_batch / dp, larger first. A
+   * setting whose dp does not divide the batch still gets its per-rank
+   * batch as a candidate, so resolve records why it cannot run. */
+  size_t cap = 0;
+  for (size_t i = 0; i < ns; i++) {
+    int per = spec->train.global_batch / set[i].dp;
+    cap += per > 0 ? (size_t)per : 1;
+  }
+  s->c = calloc(cap, sizeof *s->c);
+  s->setting_best = calloc(ns, sizeof *s->setting_best);
+  s->setting_mb = calloc(ns, sizeof *s->setting_mb);
+  s->setting_stop = calloc(ns, sizeof *s->setting_stop);
+  if (!s->c || !s->setting_best || !s->setting_mb || !s->setting_stop) {
+    aa__search_free(s);
+    return aa_error(AA_ENOMEM, "search: no memory for %zu candidates", cap);
+  }
+  s->nsettings = (int)ns;
+  for (size_t i = 0; i < ns; i++) {
+    int per = spec->train.global_batch / set[i].dp;
+    if (per < 1) per = 1;
+    for (int mb = per; mb >= 1; mb--) {
+      if (per % mb) continue;
+      aa_cand_t *c = &s->c[s->n++];
+      aa_strategy_default(&c->s);
+      c->s.dp = set[i].dp;
+      c->s.tp = set[i].tp;
+      c->s.pp = set[i].pp;
+      c->s.zero = set[i].zero;
+      c->s.amp = set[i].amp;
+      c->s.ckpt = set[i].ckpt;
+      c->s.micro_batch = mb;
+      c->setting = (int)i;
+      if (aa_strategy_resolve(&c->s, spec, world)) {
+        c->state = AA_CAND_PRUNED;
+        snprintf(c->reason, sizeof c->reason, "%s", aa_last_error());
+      } else {
+        s->valid++;
+      }
+      aa_strategy_key(&c->s, c->key);
+    }
+  }
+  return 0;
+}
+
+int aa__search_next(aa_search_t *s, double now) {
+  for (size_t i = 0; i < s->n; i++) {
+    aa_cand_t *c = &s->c[i];
+    if (c->state != AA_CAND_PENDING) continue;
+    if (s->max_dryruns > 0 && s->dispatched >= s->max_dryruns) {
+      snprintf(c->reason, sizeof c->reason, "not measured: max_dryruns %d reached", s->max_dryruns);
+      c->state = AA_CAND_PRUNED;
+    } else if (s->deadline > 0 && now >= s->deadline) {
+      snprintf(c->reason, sizeof c->reason, "not measured: the search time limit of %d s was reached",
+               s->time_limit_s);
+      c->state = AA_CAND_PRUNED;
+    } else if (!s->exhaustive && s->setting_stop[c->setting][0]) {
+      snprintf(c->reason, sizeof c->reason, "%s", s->setting_stop[c->setting]);
+      c->state = AA_CAND_PRUNED;
+    } else {
+      return (int)i;
+    }
+  }
+  return -1;
+}
+
+void aa__search_done(aa_search_t *s, int i, aa_store_run_status_t status, double tokens_per_s) {
+  aa_cand_t *c = &s->c[i];
+  c->state = AA_CAND_DONE;
+  c->status = status;
+  c->tokens_per_s = tokens_per_s;
+  if (status != AA_STORE_RUN_OK) return; /* an oom at a larger micro-batch says nothing of smaller ones */
+  int k = c->setting;
+  if (s->setting_best[k] > 0 && tokens_per_s < s->setting_best[k]) {
+    snprintf(s->setting_stop[k], sizeof s->setting_stop[k],
+             "skipped: micro_batch %d measured slower than micro_batch %d (%.0f < %.0f tokens/s)",
+             c->s.micro_batch, s->setting_mb[k], tokens_per_s, s->setting_best[k]);
+    return;
+  }
+  s->setting_best[k] = tokens_per_s;
+  s->setting_mb[k] = c->s.micro_batch;
+}
