@@ -1,0 +1,548 @@
+/* The planner daemon without executor processes: the search's enumeration
+ * (counts, order, exclusions, unknown methods), its pruning reasons, the
+ * hardware fingerprint, the JSON of status and query replies from a store
+ * filled here, and a planner served on a thread of this process that is
+ * sent bad frames over a raw socket (error reply, then close), still
+ * answers a good client, and stops with no handle left. */
+#include "common/aa.h"
+#include "planner/planner.h"
+#include "planner/planner_internal.h"
+#include "planner/store.h"
+#include "tests/aa_test.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static char tmp_dir[256];
+
+static aa_model_spec_t spec_with_batch(int global_batch) {
+  char json[512];
+  snprintf(json, sizeof json,
+           "{\"name\": \"t\", \"model\": {\"n_layer\": 2, \"n_head\": 2, \"d_model\": 32, \"d_ff\": 64, \"seq_len\": 16,"
+           " \"vocab_size\": 256}, \"train\": {\"global_batch\": %d, \"steps\": 3, \"lr\": 0.001},"
+           " \"data\": {\"train\": \"/nonexistent/train.bin\"}}",
+           global_batch);
+  aa_model_spec_t s;
+  int rc = aa_spec_parse(&s, json, NULL, "test spec");
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  return s;
+}
+
+/* --- search -------------------------------------------------------------------------- */
+
+AA_TEST(enumeration_is_amp_by_checkpoint_by_micro_batch_larger_first) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  aa_search_t s;
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0) == 0);
+  CHECK(s.n == 27); /* 3 amp x 3 checkpoint x micro-batches 4, 2, 1 */
+  CHECK(s.valid == 27);
+  CHECK(s.nsettings == 9);
+  CHECK(!strcmp(s.c[0].key, "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4"));
+  CHECK(!strcmp(s.c[1].key, "dp1.tp1.pp1.z0.fp32.ckpt-none.mb2"));
+  CHECK(!strcmp(s.c[2].key, "dp1.tp1.pp1.z0.fp32.ckpt-none.mb1"));
+  CHECK(!strcmp(s.c[3].key, "dp1.tp1.pp1.z0.fp32.ckpt-sel.mb4"));
+  CHECK(!strcmp(s.c[6].key, "dp1.tp1.pp1.z0.fp32.ckpt-full.mb4"));
+  CHECK(!strcmp(s.c[9].key, "dp1.tp1.pp1.z0.bf16.ckpt-none.mb4"));
+  for (size_t i = 0; i < s.n; i++) CHECK(s.c[i].setting == (int)(i / 3));
+  aa__search_free(&s);
+
+  /* A GPU tries bf16 first; 12 has the divisors 12, 6, 4, 3, 2, 1. */
+  spec = spec_with_batch(12);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CUDA, 0) == 0);
+  CHECK(s.n == 54);
+  CHECK(!strcmp(s.c[0].key, "dp1.tp1.pp1.z0.bf16.ckpt-none.mb12"));
+  CHECK(!strcmp(s.c[3].key, "dp1.tp1.pp1.z0.bf16.ckpt-none.mb3"));
+  CHECK(!strcmp(s.c[18].key, "dp1.tp1.pp1.z0.fp16.ckpt-none.mb12"));
+  aa__search_free(&s);
+}
+
+AA_TEST(exclude_names_leave_out_methods) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  unsigned mask = 0;
+  const char *a[] = {"fp16", "checkpoint"};
+  CHECK(aa__search_exclude_mask(a, 2, &mask) == 0);
+  aa_search_t s;
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, mask) == 0);
+  CHECK(s.n == 6); /* fp32, bf16 x none x 4, 2, 1: the service test's count */
+  for (size_t i = 0; i < s.n; i++) CHECK(strstr(s.c[i].key, "fp16") == NULL && strstr(s.c[i].key, "ckpt-none"));
+  aa__search_free(&s);
+
+  const char *b[] = {"amp", "selective"};
+  CHECK(aa__search_exclude_mask(b, 2, &mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, mask) == 0);
+  CHECK(s.n == 6); /* fp32 x none, full */
+  aa__search_free(&s);
+
+  const char *atorch[] = {"amp_native", "zero2", "fsdp", "tensor_parallel", "pipeline_parallel"};
+  CHECK(aa__search_exclude_mask(atorch, 5, &mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, mask) == 0);
+  CHECK(s.n == 9);
+  aa__search_free(&s);
+
+  const char *all[] = {"fp32", "amp"};
+  CHECK(aa__search_exclude_mask(all, 2, &mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, mask) == AA_EINVAL);
+}
+
+AA_TEST(unknown_exclude_method_is_named_with_the_accepted_ones) {
+  const char *a[] = {"bf16", "zero9"};
+  unsigned mask = 123;
+  CHECK(aa__search_exclude_mask(a, 2, &mask) == AA_EINVAL);
+  CHECK(mask == 123);
+  CHECK(strstr(aa_last_error(), "\"zero9\""));
+  CHECK(strstr(aa_last_error(), "accepted: amp, amp_native, bf16"));
+}
+
+AA_TEST(search_stops_a_setting_once_a_smaller_micro_batch_is_slower) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  aa_search_t s;
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0) == 0);
+  CHECK(aa__search_next(&s, 0) == 0);
+  aa__search_done(&s, 0, AA_STORE_RUN_OK, 100);
+  CHECK(aa__search_next(&s, 0) == 1);
+  aa__search_done(&s, 1, AA_STORE_RUN_OK, 60); /* mb2 slower than mb4: mb1 is skipped */
+  CHECK(aa__search_next(&s, 0) == 3);
+  CHECK(s.c[2].state == AA_CAND_PRUNED);
+  CHECK_MSG(strstr(s.c[2].reason, "micro_batch 2 measured slower than micro_batch 4"), "%s", s.c[2].reason);
+  /* An oom at a larger micro-batch says nothing about smaller ones. */
+  aa__search_done(&s, 3, AA_STORE_RUN_OOM, 0);
+  CHECK(aa__search_next(&s, 0) == 4);
+  aa__search_free(&s);
+
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0) == 0);
+  s.exhaustive = true;
+  aa__search_done(&s, 0, AA_STORE_RUN_OK, 100);
+  aa__search_done(&s, 1, AA_STORE_RUN_OK, 60);
+  CHECK(aa__search_next(&s, 0) == 2);
+  aa__search_free(&s);
+}
+
+AA_TEST(search_limits_prune_what_was_not_measured) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  aa_search_t s;
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0) == 0);
+  s.max_dryruns = 2;
+  s.dispatched = 2;
+  CHECK(aa__search_next(&s, 0) == -1);
+  for (size_t i = 0; i < s.n; i++) CHECK(s.c[i].state == AA_CAND_PRUNED);
+  CHECK(strstr(s.c[0].reason, "max_dryruns 2 reached"));
+  aa__search_free(&s);
+
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0) == 0);
+  s.time_limit_s = 5;
+  s.deadline = 100;
+  CHECK(aa__search_next(&s, 50) == 0);
+  CHECK(aa__search_next(&s, 100) == -1);
+  CHECK(strstr(s.c[5].reason, "time limit of 5 s"));
+  aa__search_free(&s);
+}
+
+AA_TEST(invalid_strategies_are_pruned_with_the_rule) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  aa_search_t s;
+  /* Two devices: dp 2 is not an engine feature yet, so resolve refuses. */
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0) == 0);
+  CHECK(s.n > 0 && s.valid == 0);
+  CHECK_MSG(strstr(s.c[0].reason, "data parallel degree 2"), "%s", s.c[0].reason);
+  CHECK(aa__search_next(&s, 0) == -1);
+  aa__search_free(&s);
+}
+
+/* --- fingerprints ------------------------------------------------------------------------ */
+
+AA_TEST(hardware_fingerprint_is_kind_name_memory_world) {
+  aa_msg_device_t d = {.kind = AA_PROTO_DEV_CPU, .name = "AMD EPYC 7B13 (2 threads)", .memory = 24000ull << 20};
+  char fp[AA_STORE_HW_MAX];
+  aa__planner_fingerprint(&d, 1, fp);
+  CHECK(!strcmp(fp, "cpu:AMD EPYC 7B13 (2 threads):24000MiBx1"));
+  d.kind = AA_PROTO_DEV_CUDA;
+  d.name = "NVIDIA H200";
+  d.memory = 150ull << 30;
+  aa__planner_fingerprint(&d, 8, fp);
+  CHECK(!strcmp(fp, "cuda:NVIDIA H200:153600MiBx8"));
+  /* A long name is cut so the fingerprint fits, never inside a character. */
+  char name[256];
+  memset(name, 'x', 120);
+  strcpy(name + 120, "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9");
+  d.name = name;
+  aa__planner_fingerprint(&d, 1, fp);
+  CHECK(strlen(fp) <= AA_STORE_HW_MAX - 1);
+  CHECK(strstr(fp, ":153600MiBx1"));
+  const char *tail = strstr(fp, ":153600MiBx1");
+  CHECK(tail > fp && ((unsigned char)tail[-1] & 0xC0) != 0xC0); /* no lead byte left without its continuation */
+}
+
+/* --- replies -------------------------------------------------------------------------------- */
+
+#define HASH "f75588f44838cacd"
+#define HW "cpu:Test CPU:1024MiBx1"
+
+static aa_store_t *filled_store(int64_t *job_out, int64_t *best_out) {
+  static int n;
+  char path[512];
+  snprintf(path, sizeof path, "%s/report%d.db", tmp_dir, ++n);
+  aa_store_t *st = NULL;
+  CHECK(aa_store_open(&st, path, 0) == 0);
+  CHECK(aa_store_put_model(st, HASH, "tiny", "{}", 1000) == 0);
+  CHECK(aa_store_put_hardware(st, HW, "{}") == 0);
+  int64_t job = 0;
+  CHECK(aa_store_job_create(st, HASH, HW,
+                            "{\"train\": false, \"refresh\": true, \"exclude\": [\"fp16\"], \"spec\": {\"name\": \"svc\"}}",
+                            &job) == 0);
+  CHECK(aa_store_job_start(st, job) == 0);
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  int64_t ids[3];
+  for (int i = 0; i < 3; i++) {
+    s.micro_batch = 4 >> i;
+    aa_store_run_new_t nr = {.job_id = job, .kind = AA_STORE_RUN_DRYRUN, .strategy = &s,
+                             .status = i == 2 ? AA_STORE_RUN_PRUNED : AA_STORE_RUN_RUNNING,
+                             .error = i == 2 ? "skipped: slower" : NULL};
+    CHECK(aa_store_run_insert(st, &nr, &ids[i]) == 0);
+  }
+  aa_store_run_result_t ok = {.status = AA_STORE_RUN_OK, .tokens_per_s = 500, .step_ms_median = 10,
+                              .step_ms_spread = 1, .peak_bytes = 4096,
+                              .peak_json = "{\"params\": 1, \"grads\": 1, \"optim\": 1, \"acts\": 1, \"workspace\": 1, \"total\": 4096}",
+                              .final_loss = 5.5};
+  CHECK(aa_store_run_finish(st, ids[0], &ok) == 0);
+  aa_store_run_result_t oom = {.status = AA_STORE_RUN_OOM, .error = "out of memory"};
+  CHECK(aa_store_run_finish(st, ids[1], &oom) == 0);
+  CHECK(aa_store_job_finish(st, job, AA_STORE_JOB_DONE, ids[0], 0, NULL) == 0);
+  *job_out = job;
+  *best_out = ids[0];
+  return st;
+}
+
+AA_TEST(job_json_has_the_documented_shape) {
+  int64_t job, best;
+  aa_store_t *st = filled_store(&job, &best);
+  json_t *j = NULL;
+  CHECK(aa__report_job(st, "/h", job, &j) == 0);
+  static const char *keys[] = {"id", "model", "hardware", "status", "from_store", "submitted_at", "started_at",
+                               "finished_at", "options", "runs", "best_run", "strategy_file", "error"};
+  CHECK(json_object_size(j) == sizeof keys / sizeof keys[0]);
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) CHECK_MSG(json_object_get(j, keys[i]), "%s", keys[i]);
+  CHECK(!strcmp(json_string_value(json_object_get(json_object_get(j, "model"), "name")), "svc"));
+  CHECK(!strcmp(json_string_value(json_object_get(json_object_get(j, "model"), "hash")), HASH));
+  CHECK(!strcmp(json_string_value(json_object_get(j, "status")), "done"));
+  CHECK(json_is_false(json_object_get(j, "from_store")));
+  CHECK(json_is_null(json_object_get(j, "error")));
+  CHECK(json_integer_value(json_object_get(j, "best_run")) == best);
+  CHECK(!strcmp(json_string_value(json_object_get(j, "strategy_file")), "/h/strategies/svc-" HASH ".json"));
+  json_t *runs = json_object_get(j, "runs");
+  CHECK(json_object_size(runs) == 10);
+  CHECK(json_integer_value(json_object_get(runs, "total")) == 3);
+  CHECK(json_integer_value(json_object_get(runs, "ok")) == 1);
+  CHECK(json_integer_value(json_object_get(runs, "oom")) == 1);
+  CHECK(json_integer_value(json_object_get(runs, "pruned")) == 1);
+  json_t *o = json_object_get(j, "options");
+  CHECK(json_object_size(o) == 7);
+  CHECK(json_is_true(json_object_get(o, "refresh")));
+  CHECK(json_array_size(json_object_get(o, "exclude")) == 1);
+  CHECK(json_is_null(json_object_get(o, "out_dir")));
+  json_decref(j);
+  CHECK(aa__report_job(st, "/h", 999, &j) == AA_ENOENT);
+  aa_store_close(st);
+}
+
+AA_TEST(query_replies_have_the_documented_shape) {
+  int64_t job, best;
+  aa_store_t *st = filled_store(&job, &best);
+  char *text = NULL, args[128];
+  snprintf(args, sizeof args, "{\"job\": %lld}", (long long)job);
+  CHECK(aa__report_query(st, "/h", "runs", args, &text) == 0);
+  json_t *root = json_loads(text, 0, NULL);
+  free(text);
+  json_t *runs = json_object_get(root, "runs");
+  CHECK(json_array_size(runs) == 3);
+  json_t *r = json_array_get(runs, 0);
+  static const char *keys[] = {"id", "job", "kind", "key", "status", "tokens_per_s", "step_ms_median",
+                               "step_ms_spread", "peak_bytes", "peak", "predicted_tokens_per_s", "final_loss",
+                               "error", "started_at", "finished_at", "strategy"};
+  CHECK(json_object_size(r) == sizeof keys / sizeof keys[0]);
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) CHECK_MSG(json_object_get(r, keys[i]), "%s", keys[i]);
+  CHECK(!strcmp(json_string_value(json_object_get(r, "key")), "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4"));
+  CHECK(json_real_value(json_object_get(r, "tokens_per_s")) == 500);
+  CHECK(json_integer_value(json_object_get(json_object_get(r, "peak"), "total")) == 4096);
+  CHECK(json_is_null(json_object_get(r, "predicted_tokens_per_s")));
+  CHECK(json_is_object(json_object_get(r, "strategy")));
+  CHECK(!strcmp(json_string_value(json_object_get(json_array_get(runs, 2), "error")), "skipped: slower"));
+  json_decref(root);
+
+  CHECK(aa__report_query(st, "/h", "runs", "{\"status\": [\"oom\"], \"kind\": \"dryrun\", \"limit\": 5}", &text) == 0);
+  root = json_loads(text, 0, NULL);
+  free(text);
+  CHECK(json_array_size(json_object_get(root, "runs")) == 1);
+  json_decref(root);
+
+  CHECK(aa__report_query(st, "/h", "best", "{\"model\": \"" HASH "\"}", &text) == 0);
+  root = json_loads(text, 0, NULL);
+  free(text);
+  CHECK(json_array_size(json_object_get(root, "best")) == 1);
+  CHECK(json_integer_value(json_object_get(json_array_get(json_object_get(root, "best"), 0), "id")) == best);
+  json_decref(root);
+
+  CHECK(aa__report_query(st, "/h", "jobs", NULL, &text) == 0);
+  root = json_loads(text, 0, NULL);
+  free(text);
+  CHECK(json_array_size(json_object_get(root, "jobs")) == 1);
+  json_decref(root);
+
+  CHECK(aa__report_query(st, "/h", "nope", NULL, &text) == AA_EINVAL);
+  CHECK(strstr(aa_last_error(), "unknown query \"nope\""));
+  CHECK(aa__report_query(st, "/h", "runs", "{\"colour\": 1}", &text) == AA_EINVAL);
+  CHECK(strstr(aa_last_error(), "unknown argument \"colour\""));
+  CHECK(aa__report_query(st, "/h", "runs", "{\"limit\": \"5\"}", &text) == AA_EINVAL);
+  CHECK(strstr(aa_last_error(), "\"limit\" must be an integer (got string)"));
+  CHECK(aa__report_query(st, "/h", "runs", "{\"status\": [\"fine\"]}", &text) == AA_EINVAL);
+  CHECK(strstr(aa_last_error(), "unknown run status"));
+  CHECK(aa__report_query(st, "/h", "best", "{}", &text) == AA_EINVAL);
+  CHECK(aa__report_query(st, "/h", "runs", "[1]", &text) == AA_EINVAL);
+  aa_store_close(st);
+}
+
+AA_TEST(strategy_file_names_are_reduced_to_safe_characters) {
+  char path[512];
+  aa__report_strategy_path("/h", "../x y", "ab", path, sizeof path);
+  CHECK(!strcmp(path, "/h/strategies/model-ab.json")); /* no hidden file, no way out of strategies/ */
+  aa__report_strategy_path("/h", "gpt-2.small", "ab", path, sizeof path);
+  CHECK(!strcmp(path, "/h/strategies/gpt-2.small-ab.json"));
+  aa__report_strategy_path("/h", "a/b", "ab", path, sizeof path);
+  CHECK(!strcmp(path, "/h/strategies/a_b-ab.json"));
+}
+
+/* --- the planner in this process --------------------------------------------------------------- */
+
+static void *serve(void *data) {
+  aa_planner_t *p = data;
+  intptr_t rc = aa_planner_run(p);
+  return (void *)rc;
+}
+
+static int connect_unix(const char *path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  struct timeval tv = {.tv_sec = 10};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Reads until EOF (or 64 KiB, or the 10 s timeout); returns the bytes read
+ * and sets *eof. */
+static size_t read_all(int fd, char *buf, size_t cap, int *eof) {
+  size_t n = 0;
+  *eof = 0;
+  while (n < cap) {
+    ssize_t k = read(fd, buf + n, cap - n);
+    if (k == 0) {
+      *eof = 1;
+      break;
+    }
+    if (k < 0) break;
+    n += (size_t)k;
+  }
+  return n;
+}
+
+/* Sends raw bytes, then checks the answer is one error frame with `code`
+ * whose message contains `text`, followed by the close. */
+static void bad_frame(const char *sock, const void *bytes, size_t n, int code, const char *text) {
+  int fd = connect_unix(sock);
+  CHECK(fd >= 0);
+  if (fd < 0) return;
+  CHECK(write(fd, bytes, n) == (ssize_t)n);
+  char buf[65536];
+  int eof;
+  size_t got = read_all(fd, buf, sizeof buf, &eof);
+  close(fd);
+  CHECK_MSG(eof, "the planner left the connection open after: %s", text);
+  CHECK(got > 4);
+  if (got <= 4) return;
+  size_t len = ((size_t)(unsigned char)buf[0] << 24) | ((size_t)(unsigned char)buf[1] << 16) |
+               ((size_t)(unsigned char)buf[2] << 8) | (unsigned char)buf[3];
+  CHECK(len + 4 == got); /* exactly one frame */
+  aa_msg_t m;
+  CHECK(aa_msg_decode(buf + 4, len, &m) == 0);
+  CHECK(m.type == AA_MSG_ERROR);
+  CHECK_MSG(m.type == AA_MSG_ERROR && m.error.code == code, "code %d, want %d", m.error.code, code);
+  CHECK_MSG(m.type == AA_MSG_ERROR && strstr(m.error.message, text), "%s", m.error.message);
+  aa_msg_free(&m);
+}
+
+static int send_msg(int fd, const aa_msg_t *m) {
+  char *buf;
+  size_t len;
+  if (aa_msg_encode(m, &buf, &len)) return -1;
+  int ok = write(fd, buf, len) == (ssize_t)len;
+  free(buf);
+  return ok ? 0 : -1;
+}
+
+/* Reads one frame (blocking, 10 s timeout). */
+static int recv_msg(int fd, aa_msg_t *out) {
+  unsigned char hdr[4];
+  size_t n = 0;
+  while (n < 4) {
+    ssize_t k = read(fd, hdr + n, 4 - n);
+    if (k <= 0) return -1;
+    n += (size_t)k;
+  }
+  size_t len = ((size_t)hdr[0] << 24) | ((size_t)hdr[1] << 16) | ((size_t)hdr[2] << 8) | hdr[3];
+  char *buf = malloc(len);
+  for (n = 0; n < len;) {
+    ssize_t k = read(fd, buf + n, len - n);
+    if (k <= 0) {
+      free(buf);
+      return -1;
+    }
+    n += (size_t)k;
+  }
+  int rc = aa_msg_decode(buf, len, out);
+  free(buf);
+  return rc;
+}
+
+AA_TEST(bad_frames_get_an_error_and_a_close_and_the_planner_serves_on) {
+  char home[512], sock[600];
+  snprintf(home, sizeof home, "%s/home", tmp_dir);
+  snprintf(sock, sizeof sock, "%s/p.sock", tmp_dir);
+  FILE *log = fopen("/dev/null", "w");
+  aa_planner_opts_t o = {.home = home, .socket_path = sock, .log = log};
+  aa_planner_t *p = NULL;
+  int rc = aa_planner_create(&p, &o);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) {
+    fclose(log);
+    return;
+  }
+  struct stat sb;
+  CHECK(stat(sock, &sb) == 0 && (sb.st_mode & 0777) == 0600);
+  /* A second planner on the same path is refused while the first lives. */
+  aa_planner_t *p2 = NULL;
+  CHECK(aa_planner_create(&p2, &o) == AA_EIO);
+  CHECK(strstr(aa_last_error(), "another planner is listening"));
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, serve, p) == 0);
+
+  bad_frame(sock, "\0\0\0\3\xc1\xc1\xc1", 7, AA_EPARSE, "connection closed");
+  bad_frame(sock, "\x04\0\0\0\x80", 5, AA_EFORMAT, "above the maximum");
+  bad_frame(sock, "\0\0\0\0", 4, AA_EFORMAT, "length 0");
+  /* {"v": 2, "t": "hello", "role": "client"} */
+  static const char v2[] = "\0\0\0\x18\x83\xa1v\x02\xa1t\xa5hello\xa4role\xa6" "client";
+  bad_frame(sock, v2, sizeof v2 - 1, AA_EUNSUPPORTED, "version 2");
+  /* {"v": 1, "t": "status"} before hello */
+  static const char early[] = "\0\0\0\x0d\x82\xa1v\x01\xa1t\xa6status";
+  bad_frame(sock, early, sizeof early - 1, AA_EFORMAT, "hello");
+
+  /* A good client still gets its status. */
+  int fd = connect_unix(sock);
+  CHECK(fd >= 0);
+  aa_msg_t hello = {.type = AA_MSG_HELLO, .hello.role = AA_PROTO_ROLE_CLIENT}, m;
+  CHECK(send_msg(fd, &hello) == 0);
+  CHECK(recv_msg(fd, &m) == 0 && m.type == AA_MSG_WELCOME && m.welcome.peer_id >= 1);
+  aa_msg_free(&m);
+  aa_msg_t st = {.type = AA_MSG_STATUS, .id = 7};
+  CHECK(send_msg(fd, &st) == 0);
+  CHECK(recv_msg(fd, &m) == 0 && m.type == AA_MSG_REPLY && m.id == 7);
+  if (m.type == AA_MSG_REPLY) {
+    json_t *root = json_loads(m.reply.json, 0, NULL);
+    CHECK(json_is_object(json_object_get(root, "planner")));
+    CHECK(json_is_array(json_object_get(root, "executors")));
+    CHECK(json_is_array(json_object_get(root, "queue")));
+    CHECK(json_is_null(json_object_get(root, "running")));
+    CHECK(json_is_array(json_object_get(root, "jobs")));
+    json_decref(root);
+  }
+  aa_msg_free(&m);
+  /* A request it cannot satisfy is an error, and the connection stays. */
+  aa_msg_t q = {.type = AA_MSG_QUERY, .id = 8, .query.what = "colours"};
+  CHECK(send_msg(fd, &q) == 0);
+  CHECK(recv_msg(fd, &m) == 0 && m.type == AA_MSG_ERROR && m.id == 8 && m.error.code == AA_EINVAL);
+  aa_msg_free(&m);
+  aa_msg_t sj = {.type = AA_MSG_STATUS, .id = 9, .status.job = 42};
+  CHECK(send_msg(fd, &sj) == 0);
+  CHECK(recv_msg(fd, &m) == 0 && m.type == AA_MSG_ERROR && m.id == 9 && m.error.code == AA_ENOENT);
+  aa_msg_free(&m);
+  aa_msg_t sub = {.type = AA_MSG_SUBMIT, .id = 10, .submit.model = "{\"model\": 1}"};
+  CHECK(send_msg(fd, &sub) == 0);
+  CHECK(recv_msg(fd, &m) == 0 && m.type == AA_MSG_ERROR && m.id == 10);
+  aa_msg_free(&m);
+
+  /* Stop: the client gets bye, run returns 0 (the loop closed with no handle left). */
+  aa_planner_stop(p);
+  CHECK(recv_msg(fd, &m) == 0 && m.type == AA_MSG_BYE);
+  aa_msg_free(&m);
+  close(fd);
+  void *ret;
+  pthread_join(t, &ret);
+  CHECK_MSG((intptr_t)ret == 0, "%s", aa_last_error());
+  aa_planner_destroy(p);
+  CHECK(access(sock, F_OK) != 0); /* the socket file is gone */
+  fclose(log);
+}
+
+AA_TEST(destroy_without_run_closes_everything) {
+  char home[512];
+  snprintf(home, sizeof home, "%s/home2", tmp_dir);
+  FILE *log = fopen("/dev/null", "w");
+  /* A free port: bind port 0, read it back, let it go. */
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t sl = sizeof sa;
+  CHECK(bind(s, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(s, (struct sockaddr *)&sa, &sl) == 0);
+  close(s);
+  char tcp[64];
+  snprintf(tcp, sizeof tcp, "127.0.0.1:%d", ntohs(sa.sin_port));
+  aa_planner_opts_t o = {.home = home, .log = log, .tcp = tcp};
+  aa_planner_t *p = NULL;
+  int rc = aa_planner_create(&p, &o);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (!rc) {
+    char sock[600];
+    snprintf(sock, sizeof sock, "%s/planner.sock", home);
+    CHECK(access(sock, F_OK) == 0);
+    CHECK(!strncmp(aa_planner_address(p), "unix:/", 6));
+    aa_planner_destroy(p);
+    CHECK(access(sock, F_OK) != 0);
+  }
+  /* Listening beyond loopback needs a token. */
+  aa_planner_opts_t o2 = {.home = home, .log = log, .tcp = "0.0.0.0:7070"};
+  CHECK(aa_planner_create(&p, &o2) == AA_EPERM);
+  fclose(log);
+}
+
+int main(void) {
+  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/aa_test_planner_XXXXXX");
+  if (!mkdtemp(tmp_dir)) return 1;
+  RUN(enumeration_is_amp_by_checkpoint_by_micro_batch_larger_first);
+  RUN(exclude_names_leave_out_methods);
+  RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
+  RUN(search_stops_a_setting_once_a_smaller_micro_batch_is_slower);
+  RUN(search_limits_prune_what_was_not_measured);
+  RUN(invalid_strategies_are_pruned_with_the_rule);
+  RUN(hardware_fingerprint_is_kind_name_memory_world);
+  RUN(job_json_has_the_documented_shape);
+  RUN(query_replies_have_the_documented_shape);
+  RUN(strategy_file_names_are_reduced_to_safe_characters);
+  RUN(bad_frames_get_an_error_and_a_close_and_the_planner_serves_on);
+  RUN(destroy_without_run_closes_everything);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmp_dir);
+  return aa_test_summary();
+}
