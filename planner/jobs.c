@@ -439,7 +439,13 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, aa_conn_t *e, const aa
   }
   rc = aa__conn_send(e, &m);
   free(strategy);
-  if (rc) return rc;
+  if (rc) { /* the run never left: close its record */
+    char why[AA_PROTO_TEXT_MAX];
+    snprintf(why, sizeof why, "the planner could not send it: %s", aa_last_error());
+    aa_store_run_result_t res = {.status = AA_STORE_RUN_ERROR, .error = why};
+    aa_store_run_finish(p->store, run, &res);
+    return aa_error(rc, "%s", why);
+  }
   e->busy_job = j->id;
   e->busy_run = run;
   j->run_id = run;
