@@ -115,6 +115,25 @@ static int write_all(FILE *f, const void *p, size_t n, const char *path) {
   return 0;
 }
 
+/* Host staging for backend buffers: 16 MiB at a time, so a save needs no
+ * host copy of the model whatever the backend. */
+#define STAGE_BYTES ((size_t)16 << 20)
+
+/* Writes the first `bytes` of backend buffer b to f through stage, chaining
+ * the FNV-1a checksum in *sum (byte-sequential, so chunking does not change
+ * it). */
+static int write_buf(FILE *f, const aa_flatbuf_t *b, size_t bytes, unsigned char *stage, uint64_t *sum,
+                     const char *path) {
+  for (size_t off = 0; off < bytes; off += STAGE_BYTES) {
+    size_t n = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
+    int rc = b->ops->download(stage, (const char *)b->data + off, n);
+    if (rc) return aa_error_wrap(rc, "%s: reading the model", path);
+    *sum = aa_fnv1a(*sum, stage, n);
+    if ((rc = write_all(f, stage, n, path))) return rc;
+  }
+  return 0;
+}
+
 int aa_ckpt_save(const char *path, const aa_gpt_t *m, const aa_adamw_t *opt, const aa_train_state_t *st) {
   header_t h = {0};
   h.version = AA_CKPT_VERSION;
@@ -139,24 +158,33 @@ int aa_ckpt_save(const char *path, const aa_gpt_t *m, const aa_adamw_t *opt, con
   aa_arch_hash(&m->arch, hash);
   memcpy(h.model_hash, hash, 16);
   size_t pbytes = m->n_params * aa_dtype_size(m->params.dtype);
-  uint64_t sum = aa_fnv1a(AA_FNV_INIT, m->params.data, pbytes);
-  if (opt) {
-    sum = aa_fnv1a(sum, opt->m.data, m->n_params * sizeof(float));
-    sum = aa_fnv1a(sum, opt->v.data, m->n_params * sizeof(float));
-  }
-  h.checksum = sum;
   unsigned char hdr[AA_CKPT_HEADER_BYTES];
-  encode_header(hdr, &h);
+  unsigned char *stage = malloc(STAGE_BYTES);
+  if (!stage) return aa_error(AA_ENOMEM, "%s: cannot allocate a staging buffer", path);
 
   char tmp[AA_PATH_MAX + 8];
   if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
     return aa_error(AA_EINVAL, "%s: path too long", path);
   FILE *f = fopen(tmp, "wb");
-  if (!f) return aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+  if (!f) {
+    free(stage);
+    return aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+  }
+  /* The payload is hashed as it streams out, so the header goes first with
+   * no checksum and is written again, complete, at the end. */
+  uint64_t sum = AA_FNV_INIT;
+  encode_header(hdr, &h);
   int rc = write_all(f, hdr, sizeof hdr, tmp);
-  if (!rc) rc = write_all(f, m->params.data, pbytes, tmp);
-  if (!rc && opt) rc = write_all(f, opt->m.data, m->n_params * sizeof(float), tmp);
-  if (!rc && opt) rc = write_all(f, opt->v.data, m->n_params * sizeof(float), tmp);
+  if (!rc) rc = write_buf(f, &m->params, pbytes, stage, &sum, tmp);
+  if (!rc && opt) rc = write_buf(f, &opt->m, m->n_params * sizeof(float), stage, &sum, tmp);
+  if (!rc && opt) rc = write_buf(f, &opt->v, m->n_params * sizeof(float), stage, &sum, tmp);
+  if (!rc) {
+    h.checksum = sum;
+    encode_header(hdr, &h);
+    if (fseek(f, 0, SEEK_SET)) rc = aa_error(AA_EIO, "%s: seek failed: %s", tmp, strerror(errno));
+    else rc = write_all(f, hdr, sizeof hdr, tmp);
+  }
+  free(stage);
   if (!rc && (fflush(f) || fsync(fileno(f)))) rc = aa_error(AA_EIO, "%s: sync failed: %s", tmp, strerror(errno));
   if (fclose(f) && !rc) rc = aa_error(AA_EIO, "%s: close failed: %s", tmp, strerror(errno));
   if (!rc && rename(tmp, path)) rc = aa_error(AA_EIO, "%s: rename failed: %s", path, strerror(errno));
@@ -233,11 +261,12 @@ int aa_ckpt_load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_train_state_
     rc = aa_error(AA_ECORRUPT, "%s: checksum mismatch: the checkpoint is corrupt", path);
     goto cleanup;
   }
-  memcpy(m->params.data, payload, pbytes);
+  if ((rc = m->params.ops->upload(m->params.data, payload, pbytes))) goto cleanup;
   aa_gpt_params_changed(m);
   if (opt) {
-    memcpy(opt->m.data, (char *)payload + pbytes, pbytes);
-    memcpy(opt->v.data, (char *)payload + 2 * pbytes, pbytes);
+    if ((rc = opt->m.ops->upload(opt->m.data, (char *)payload + pbytes, pbytes)) ||
+        (rc = opt->v.ops->upload(opt->v.data, (char *)payload + 2 * pbytes, pbytes)))
+      goto cleanup;
     opt->t = h.adam_t;
   }
   if (st) {

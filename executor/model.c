@@ -52,7 +52,8 @@ struct aa_acts {
   float *dqkv;             /* (B,T,3C) */
   float *datty;            /* (B,T,C) */
   float *dfch, *dfch_gelu; /* (B,T,F) */
-  int32_t *inputs, *targets; /* (B,T) copies of the last batch */
+  int32_t *inputs, *targets; /* (B,T) copies of the last batch, backend memory */
+  float *host_losses;        /* (B,T) host copy of losses */
   int have_targets;
 };
 
@@ -181,19 +182,61 @@ static void layout(aa_acts_t *a, carver_t *st, carver_t *ws, const aa_arch_t *ar
   a->dfch_gelu = takef(ws, N * F);
 }
 
-int aa_flatbuf_alloc(aa_flatbuf_t *b, aa_mem_t *mem, aa_mem_kind_t kind, aa_dtype_t dtype, size_t n) {
+/* Accounts `bytes` of kind in mem and takes them from the backend: the
+ * accountant counts, the backend provides. The limit is checked first and
+ * refused by aa_mem_alloc itself, which checks before it allocates, so the
+ * message is the accountant's. A backend failure names the kind. */
+static int backend_alloc(const aa_ops_t *ops, aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes, void **out) {
+  if ((unsigned)kind >= AA_MEM_NKINDS) return aa_error(AA_EINVAL, "invalid memory kind %d", (int)kind);
+  if (bytes == 0) {
+    *out = NULL;
+    return 0;
+  }
+  if (mem && mem->limit && (bytes > mem->limit || mem->total > mem->limit - bytes)) {
+    void *unused;
+    return aa_mem_alloc(mem, kind, bytes, &unused);
+  }
+  void *p = NULL;
+  int rc = ops->alloc(&p, bytes);
+  if (rc) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", aa_last_error());
+    return aa_error(rc, "%s for %s", msg, aa_mem_kind_name(kind));
+  }
+  if (mem) {
+    mem->cur[kind] += bytes;
+    mem->total += bytes;
+    if (mem->cur[kind] > mem->peak[kind]) mem->peak[kind] = mem->cur[kind];
+    if (mem->total > mem->peak_total) mem->peak_total = mem->total;
+  }
+  *out = p;
+  return 0;
+}
+
+static void backend_free(const aa_ops_t *ops, aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes, void *p) {
+  if (!p) return;
+  ops->free(p);
+  if (mem) {
+    mem->cur[kind] -= bytes;
+    mem->total -= bytes;
+  }
+}
+
+int aa_flatbuf_alloc(aa_flatbuf_t *b, const aa_ops_t *ops, aa_mem_t *mem, aa_mem_kind_t kind, aa_dtype_t dtype,
+                     size_t n) {
   void *p;
-  int rc = aa_mem_alloc(mem, kind, n * aa_dtype_size(dtype), &p);
+  int rc = backend_alloc(ops, mem, kind, n * aa_dtype_size(dtype), &p);
   if (rc) return rc;
   b->dtype = dtype;
   b->kind = kind;
   b->numel = n;
   b->data = p;
+  b->ops = ops;
   return 0;
 }
 
 void aa_flatbuf_free(aa_flatbuf_t *b, aa_mem_t *mem) {
-  if (b->data) aa_mem_free(mem, b->kind, b->numel * aa_dtype_size(b->dtype), b->data);
+  if (b->data) backend_free(b->ops, mem, b->kind, b->numel * aa_dtype_size(b->dtype), b->data);
   b->data = NULL;
   b->numel = 0;
 }
@@ -239,24 +282,28 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   if (!m->tensors || !m->acts) goto nomem;
   aa_acts_t *a = m->acts;
   a->blocks = calloc(arch->n_layer, sizeof *a->blocks);
-  a->inputs = malloc(sizeof(int32_t) * B * T);
-  a->targets = malloc(sizeof(int32_t) * B * T);
-  if (!a->blocks || !a->inputs || !a->targets) goto nomem;
+  a->host_losses = malloc(sizeof(float) * B * T);
+  if (!a->blocks || !a->host_losses) goto nomem;
+  /* The token copies are not accounted (they never were): a few bytes per
+   * token, next to the activations' kilobytes. */
+  if ((rc = ops->alloc((void **)&a->inputs, sizeof(int32_t) * B * T)) ||
+      (rc = ops->alloc((void **)&a->targets, sizeof(int32_t) * B * T)))
+    goto fail;
   build_tensor_table(m);
   /* Under amp the fp32 parameters are the master weights, which the ZeRO
    * accounting counts with the optimizer state; the 16-bit copy is what the
    * model computes with. */
   int amp = opts->amp != AA_F32;
-  if ((rc = aa_flatbuf_alloc(&m->params, mem, amp ? AA_MEM_OPTIM : AA_MEM_PARAMS, AA_F32, m->n_params)) ||
-      (rc = aa_flatbuf_alloc(&m->grads, mem, AA_MEM_GRADS, AA_F32, m->n_params)) ||
-      (amp && (rc = aa_flatbuf_alloc(&m->params16, mem, AA_MEM_PARAMS, opts->amp, m->n_params))))
+  if ((rc = aa_flatbuf_alloc(&m->params, ops, mem, amp ? AA_MEM_OPTIM : AA_MEM_PARAMS, AA_F32, m->n_params)) ||
+      (rc = aa_flatbuf_alloc(&m->grads, ops, mem, AA_MEM_GRADS, AA_F32, m->n_params)) ||
+      (amp && (rc = aa_flatbuf_alloc(&m->params16, ops, mem, AA_MEM_PARAMS, opts->amp, m->n_params))))
     goto fail;
   m->params16_stale = 1;
   carver_t st = {0}, ws = {0};
   layout(a, &st, &ws, arch, B, T, opts);
-  if ((rc = aa_mem_alloc(mem, AA_MEM_ACTS, st.off, &a->store))) goto fail;
+  if ((rc = backend_alloc(ops, mem, AA_MEM_ACTS, st.off, &a->store))) goto fail;
   a->store_bytes = st.off;
-  if ((rc = aa_mem_alloc(mem, AA_MEM_WORKSPACE, ws.off, &a->ws))) goto fail;
+  if ((rc = backend_alloc(ops, mem, AA_MEM_WORKSPACE, ws.off, &a->ws))) goto fail;
   a->ws_bytes = ws.off;
   st = (carver_t){.base = a->store};
   ws = (carver_t){.base = a->ws};
@@ -275,11 +322,12 @@ void aa_gpt_free(aa_gpt_t *m) {
   if (!m) return;
   aa_mem_t *mem = m->opts.mem;
   if (m->acts) {
-    if (m->acts->store) aa_mem_free(mem, AA_MEM_ACTS, m->acts->store_bytes, m->acts->store);
-    if (m->acts->ws) aa_mem_free(mem, AA_MEM_WORKSPACE, m->acts->ws_bytes, m->acts->ws);
+    backend_free(m->ops, mem, AA_MEM_ACTS, m->acts->store_bytes, m->acts->store);
+    backend_free(m->ops, mem, AA_MEM_WORKSPACE, m->acts->ws_bytes, m->acts->ws);
+    if (m->acts->inputs) m->ops->free(m->acts->inputs);
+    if (m->acts->targets) m->ops->free(m->acts->targets);
     free(m->acts->blocks);
-    free(m->acts->inputs);
-    free(m->acts->targets);
+    free(m->acts->host_losses);
     free(m->acts);
   }
   aa_flatbuf_free(&m->params, mem);
@@ -291,13 +339,20 @@ void aa_gpt_free(aa_gpt_t *m) {
 
 void aa_gpt_params_changed(aa_gpt_t *m) { m->params16_stale = 1; }
 
-void aa_gpt_init_weights(aa_gpt_t *m, uint64_t seed) {
+int aa_gpt_init_weights(aa_gpt_t *m, uint64_t seed) {
   aa_rng_t rng;
   aa_rng_seed(&rng, seed);
   float resid_std = 0.02f / sqrtf(2.0f * (float)m->arch.n_layer);
-  for (int i = 0; i < m->n_tensors; i++) {
+  size_t most = 0;
+  for (int i = 0; i < m->n_tensors; i++)
+    if (m->tensors[i].numel > most) most = m->tensors[i].numel;
+  /* One tensor at a time through a host buffer: the same draws in the same
+   * order whatever the backend. */
+  float *p = malloc(most * sizeof(float));
+  if (!p) return aa_error(AA_ENOMEM, "out of memory initialising the weights");
+  int rc = 0;
+  for (int i = 0; i < m->n_tensors && !rc; i++) {
     const aa_tensor_desc_t *t = &m->tensors[i];
-    float *p = tp(m, &m->params, i);
     const char *kind = strchr(t->name, '.') ? strchr(t->name, '.') + 1 : t->name;
     if (t->ndim == 2) {
       float std = (!strcmp(kind, "proj.w") || !strcmp(kind, "fcproj.w")) ? resid_std : 0.02f;
@@ -307,8 +362,11 @@ void aa_gpt_init_weights(aa_gpt_t *m, uint64_t seed) {
       float v = (!strcmp(kind, "ln1.w") || !strcmp(kind, "ln2.w") || !strcmp(t->name, "lnf.w")) ? 1.0f : 0.0f;
       for (size_t j = 0; j < t->numel; j++) p[j] = v;
     }
+    rc = m->ops->upload(tp(m, &m->params, i), p, t->numel * sizeof(float));
   }
+  free(p);
   aa_gpt_params_changed(m);
+  return rc;
 }
 
 /* Rounds x to the amp dtype in place (and stores the 16-bit bits in dst
@@ -439,13 +497,15 @@ static void block_restore(aa_gpt_t *m, int l, const float *x, const float *w, bl
 int aa_gpt_forward(aa_gpt_t *m, const int32_t *inputs, const int32_t *targets, float *loss) {
   const aa_ops_t *op = m->ops;
   aa_acts_t *a = m->acts;
-  int B = m->B, T = m->T, C = m->arch.d_model, V = m->arch.vocab_size, N = B * T;
+  int B = m->B, T = m->T, C = m->arch.d_model, V = m->arch.vocab_size, N = B * T, rc;
   size_t NC = (size_t)N * C;
   for (int i = 0; i < N; i++) {
     if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
       return aa_error(AA_EINVAL, "token id out of range [0, %d) at position %d", V, i);
   }
-  memcpy(a->inputs, inputs, sizeof(int32_t) * N);
+  if ((rc = op->upload(a->inputs, inputs, sizeof(int32_t) * N)) ||
+      (targets && (rc = op->upload(a->targets, targets, sizeof(int32_t) * N))))
+    return rc;
   int amp = m->opts.amp != AA_F32, refreshed = amp && m->params16_stale;
   if (refreshed) {
     op->cast_from_f32(m->params16.data, m->opts.amp, m->params.data, m->n_params);
@@ -453,7 +513,7 @@ int aa_gpt_forward(aa_gpt_t *m, const int32_t *inputs, const int32_t *targets, f
   }
   outer_weights_t ow = outer_weights(m, refreshed);
   float *x = amp ? a->ws_res[1] : (float *)a->encoded;
-  op->encoder_forward(x, inputs, ow.wte, ow.wpe, B, T, C);
+  op->encoder_forward(x, a->inputs, ow.wte, ow.wpe, B, T, C);
   rnd(m, a->encoded, x, NC);
   for (int l = 0; l < m->arch.n_layer; l++) {
     block_view_t v;
@@ -465,12 +525,13 @@ int aa_gpt_forward(aa_gpt_t *m, const int32_t *inputs, const int32_t *targets, f
   op->layernorm_forward(a->lnf, a->lnf_stats, a->lnf_stats + N, x, ow.lnfw, ow.lnfb, N, C);
   rnd(m, NULL, a->lnf, NC);
   op->matmul_forward(a->logits, a->lnf, ow.wte, NULL, N, C, V);
-  a->have_targets = targets != NULL;
-  if (!targets) return 0;
-  memcpy(a->targets, targets, sizeof(int32_t) * N);
-  op->crossentropy_forward(a->losses, a->logits, a->logits, targets, N, V);
+  a->have_targets = 0;
+  if (!targets) return op->sync();
+  op->crossentropy_forward(a->losses, a->logits, a->logits, a->targets, N, V);
+  if ((rc = op->download(a->host_losses, a->losses, sizeof(float) * N)) || (rc = op->sync())) return rc;
+  a->have_targets = 1;
   double sum = 0;
-  for (int i = 0; i < N; i++) sum += a->losses[i];
+  for (int i = 0; i < N; i++) sum += a->host_losses[i];
   m->loss = (float)(sum / N);
   if (loss) *loss = m->loss;
   return 0;
@@ -491,11 +552,11 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
   op->crossentropy_backward(a->logits, a->logits, a->targets, grad_scale / (float)N, N, V);
   rnd(m, NULL, a->logits, (size_t)N * V);
   a->have_targets = 0; /* the probabilities are gone now */
-  memset(a->dln, 0, NC * sizeof(float));
+  op->memset0(a->dln, NC * sizeof(float));
   op->matmul_backward(a->dln, g_wte, NULL, a->logits, a->lnf, ow.wte, N, C, V);
   rnd(m, NULL, a->dln, NC);
   int lnf = m->n_tensors - 2;
-  memset(a->dres, 0, NC * sizeof(float));
+  op->memset0(a->dres, NC * sizeof(float));
   op->layernorm_backward(a->dres, tp(m, &m->grads, lnf), tp(m, &m->grads, lnf + 1), a->dln, block_input(m, L),
                          ow.lnfw, a->lnf_stats, a->lnf_stats + N, N, C);
   rnd(m, NULL, a->dres, NC);
@@ -508,25 +569,25 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
 #define G(k) tp(m, &m->grads, lt(l, k))
     /* dres holds d(block output); the residual passes it through unchanged
      * to res2, and each branch's input gradient is accumulated onto it. */
-    memset(a->dfch_gelu, 0, NF_ * sizeof(float));
+    op->memset0(a->dfch_gelu, NF_ * sizeof(float));
     op->matmul_backward(a->dfch_gelu, G(FCPROJW), G(FCPROJB), a->dres, f[F_FCHG], WK(FCPROJW), N, F, C);
     rnd(m, NULL, a->dfch_gelu, NF_);
-    memset(a->dfch, 0, NF_ * sizeof(float));
+    op->memset0(a->dfch, NF_ * sizeof(float));
     op->gelu_backward(a->dfch, f[F_FCH], a->dfch_gelu, NF_);
     rnd(m, NULL, a->dfch, NF_);
-    memset(a->dln, 0, NC * sizeof(float));
+    op->memset0(a->dln, NC * sizeof(float));
     op->matmul_backward(a->dln, G(FCW), G(FCB), a->dfch, f[F_LN2], WK(FCW), N, C, F);
     rnd(m, NULL, a->dln, NC);
     op->layernorm_backward(a->dres, G(LN2W), G(LN2B), a->dln, f[F_RES2], WK(LN2W), st + S_LN2M * N,
                            st + S_LN2R * N, N, C);
     rnd(m, NULL, a->dres, NC);
-    memset(a->datty, 0, NC * sizeof(float));
+    op->memset0(a->datty, NC * sizeof(float));
     op->matmul_backward(a->datty, G(PROJW), G(PROJB), a->dres, f[F_ATTY], WK(PROJW), N, C, C);
     rnd(m, NULL, a->datty, NC);
-    memset(a->dqkv, 0, NC * 3 * sizeof(float));
+    op->memset0(a->dqkv, NC * 3 * sizeof(float));
     op->attention_backward(a->dqkv, a->datty, f[F_QKV], f[F_ATT], B, T, C, NH);
     rnd(m, NULL, a->dqkv, 3 * NC);
-    memset(a->dln, 0, NC * sizeof(float));
+    op->memset0(a->dln, NC * sizeof(float));
     op->matmul_backward(a->dln, G(QKVW), G(QKVB), a->dqkv, f[F_LN1], WK(QKVW), N, C, 3 * C);
     rnd(m, NULL, a->dln, NC);
     op->layernorm_backward(a->dres, G(LN1W), G(LN1B), a->dln, x, WK(LN1W), st + S_LN1M * N, st + S_LN1R * N, N,
@@ -535,10 +596,10 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
 #undef G
   }
   op->encoder_backward(g_wte, tp(m, &m->grads, 1), a->dres, a->inputs, B, T, C);
-  return 0;
+  return op->sync();
 }
 
-void aa_gpt_zero_grad(aa_gpt_t *m) { memset(m->grads.data, 0, m->grads.numel * aa_dtype_size(m->grads.dtype)); }
+void aa_gpt_zero_grad(aa_gpt_t *m) { m->ops->memset0(m->grads.data, m->grads.numel * aa_dtype_size(m->grads.dtype)); }
 
 const float *aa_gpt_logits(const aa_gpt_t *m) { return m->acts->logits; }
 

@@ -22,6 +22,16 @@
  * gradients accumulate in fp32. LayerNorm statistics, the final LayerNorm
  * output and the logits stay fp32 (the loss needs them).
  *
+ * Backends: every buffer (parameters, gradients, optimizer state, the
+ * 16-bit copy, activations, workspace, the token copies) is backend memory,
+ * allocated through the op table's alloc: host memory on the CPU, device
+ * memory on CUDA. The host reaches it only through the table's memset0,
+ * upload, download and sync, so this file is one code path for both; on the
+ * CPU those are memset/memcpy and results are what they always were. The
+ * functions below take and return host values (token ids, the loss) and
+ * report a backend failure (a CUDA fault, an allocation that failed) as an
+ * error code.
+ *
  * Activation checkpointing (opts.ckpt) decides what a block keeps:
  *   none       every intermediate;
  *   selective  all but the attention probabilities (B,NH,T,T) and the GELU
@@ -51,19 +61,23 @@ typedef struct aa_tensor_desc {
   int decay;     /* 1 if AdamW weight decay applies (2-D weights) */
 } aa_tensor_desc_t;
 
-/* Flat buffer of one element type, allocated through a memory accountant
- * under one kind. */
+/* Flat buffer of one element type in one backend's memory, accounted in a
+ * memory accountant under one kind. */
 typedef struct aa_flatbuf {
   aa_dtype_t dtype;
   aa_mem_kind_t kind;
   size_t numel;
-  void *data;
+  void *data;              /* backend memory */
+  const aa_ops_t *ops;     /* the backend that allocated data (borrowed) */
 } aa_flatbuf_t;
 
-/* Allocates a zeroed, 64-byte-aligned buffer of n elements of dtype into
- * *b, accounted to kind in mem (may be NULL). Owned by b; release with
- * aa_flatbuf_free and the same mem. Fails with AA_EOOM past mem's limit. */
-int aa_flatbuf_alloc(aa_flatbuf_t *b, aa_mem_t *mem, aa_mem_kind_t kind, aa_dtype_t dtype, size_t n);
+/* Allocates a zeroed, 64-byte-aligned buffer of n elements of dtype from
+ * ops' memory into *b, accounted to kind in mem (may be NULL). Owned by b;
+ * release with aa_flatbuf_free and the same mem. Fails with AA_EOOM past
+ * mem's limit or when the backend is out of memory ("out of memory on
+ * cuda:0: ..."); *b is untouched on failure. */
+int aa_flatbuf_alloc(aa_flatbuf_t *b, const aa_ops_t *ops, aa_mem_t *mem, aa_mem_kind_t kind, aa_dtype_t dtype,
+                     size_t n);
 void aa_flatbuf_free(aa_flatbuf_t *b, aa_mem_t *mem);
 
 /* How the model is built: the single-device knobs of a strategy. */
@@ -97,7 +111,7 @@ typedef struct aa_gpt {
   aa_acts_t *acts;            /* owned */
 
   /* Last forward pass. */
-  int32_t *targets; /* copy of the targets (B,T) */
+  int32_t *targets; /* copy of the targets (B,T), backend memory */
   float loss;       /* mean loss of the last forward with targets */
 } aa_gpt_t;
 
@@ -112,19 +126,25 @@ void aa_gpt_free(aa_gpt_t *m);
 
 /* GPT-2 initialisation from seed: weights N(0, 0.02), the two residual
  * projections (proj.w, fcproj.w) N(0, 0.02/sqrt(2*n_layer)), biases 0,
- * LayerNorm weights 1. */
-void aa_gpt_init_weights(aa_gpt_t *m, uint64_t seed);
+ * LayerNorm weights 1. The values are drawn on the host and uploaded, so
+ * every backend starts from the same bits. Returns 0 or a negative code
+ * (host memory, the upload). */
+int aa_gpt_init_weights(aa_gpt_t *m, uint64_t seed);
 
-/* Forward pass on inputs(B,T). With targets (B,T) computes the mean loss
- * into m->loss and returns it via *loss (if non-NULL); with targets NULL
- * only logits are computed. */
+/* Forward pass on inputs(B,T) (host memory, borrowed for the call). With
+ * targets (B,T, host) computes the mean loss into m->loss and returns it via
+ * *loss (if non-NULL); with targets NULL only logits are computed. Waits for
+ * the backend and returns its error, if any. */
 int aa_gpt_forward(aa_gpt_t *m, const int32_t *inputs, const int32_t *targets, float *loss);
 
 /* Backward pass of the last forward (which must have had targets).
  * Accumulates into m->grads scaled by grad_scale (1/accumulation steps for
- * micro-batching, 1 otherwise). */
+ * micro-batching, 1 otherwise). Waits for the backend and returns its
+ * error, if any. */
 int aa_gpt_backward(aa_gpt_t *m, float grad_scale);
 
+/* Zeroes m->grads (enqueued on the backend; a failure surfaces at the next
+ * forward, backward or sync). */
 void aa_gpt_zero_grad(aa_gpt_t *m);
 
 /* Must be called after anything writes m->params (init, load, optimizer)
@@ -137,7 +157,8 @@ void aa_gpt_params_changed(aa_gpt_t *m);
 void aa_gpt_act_bytes(const aa_arch_t *arch, int B, int T, const aa_gpt_opts_t *opts, size_t *acts,
                       size_t *workspace);
 
-/* Logits (B,T,V) of the last forward without targets; borrowed, valid until
+/* Logits (B,T,V) of the last forward without targets, in backend memory
+ * (read them with ops->download on a non-CPU backend); borrowed, valid until
  * the next forward. (After a forward with targets the buffer holds
  * probabilities instead.) */
 const float *aa_gpt_logits(const aa_gpt_t *m);

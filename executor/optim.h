@@ -12,9 +12,12 @@ typedef struct aa_adamw {
   int t;             /* completed steps (bias correction uses t+1) */
 } aa_adamw_t;
 
-/* Allocates zeroed moments for n parameters, accounted as AA_MEM_OPTIM in
- * mem (may be NULL). */
+/* Allocates zeroed moments for n parameters in host (CPU backend) memory,
+ * accounted as AA_MEM_OPTIM in mem (may be NULL). */
 int aa_adamw_init(aa_adamw_t *o, size_t n, aa_mem_t *mem);
+/* The same in ops' memory: the moments must live with the model's
+ * parameters, so pass the model's m->ops. */
+int aa_adamw_init_on(aa_adamw_t *o, const aa_ops_t *ops, size_t n, aa_mem_t *mem);
 void aa_adamw_free(aa_adamw_t *o);
 
 /* One optimizer step on m->params from m->grads, which hold the gradient
@@ -28,7 +31,8 @@ void aa_adamw_free(aa_adamw_t *o);
  *     (torch.nn.utils.clip_grad_norm_), in one pass;
  *  4. AdamW with lr, cfg->beta1/beta2/eps, and cfg->weight_decay applied
  *     only to tensors whose descriptor has decay = 1.
- * Returns 0 after an update. */
+ * Returns 0 after an update, or the backend's error (the moments' backend
+ * must be m's, else AA_EINVAL). */
 int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr, double grad_scale,
                   int skip_nonfinite, float *grad_norm);
 

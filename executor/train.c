@@ -1,6 +1,7 @@
 /* Single-process training loop (see train.h). */
 #include "train.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -16,6 +17,10 @@
 #include "loss_scale.h"
 #include "model.h"
 #include "optim.h"
+
+#ifdef AA_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 typedef struct {
   const aa_model_spec_t *spec;
@@ -33,6 +38,10 @@ typedef struct {
   int32_t *inputs, *targets;
   char out_dir[AA_PATH_MAX];
   double *step_times;
+  const aa_ops_t *ops; /* the backend the model lives on */
+  int cuda_device;     /* -1 on the CPU */
+  char device_line[400];
+  double peak_flops;   /* CUDA: dense bf16 FLOP/s estimate, 0 unknown */
 } trainer_t;
 
 static int cmp_double(const void *a, const void *b) {
@@ -74,6 +83,41 @@ static int save_checkpoint(trainer_t *t, const char *name) {
   return rc;
 }
 
+/* Picks the backend opts->device names and initialises it. */
+static int open_device(trainer_t *t) {
+  const char *d = t->opts->device;
+  t->ops = aa_ops_cpu();
+  t->cuda_device = -1;
+  if (!d || !strcmp(d, "cpu")) return 0;
+  char *end = NULL;
+  long n = -1;
+  if (!strcmp(d, "cuda")) n = 0;
+  else if (!strncmp(d, "cuda:", 5) && isdigit((unsigned char)d[5])) n = strtol(d + 5, &end, 10);
+  if (n < 0 || n > 4096 || (end && *end))
+    return aa_error(AA_EINVAL, "unknown device '%s' (expected cpu or cuda:N)", d);
+#ifdef AA_HAVE_CUDA
+  aa_cuda_device_info_t info;
+  int rc = aa_cuda_device_info((int)n, &info);
+  if (rc) return aa_error_wrap(rc, "device %s", d);
+  /* A failure left over from an earlier run in this process is not ours. */
+  aa_cuda_clear_error();
+  if ((rc = aa_cuda_init((int)n))) return aa_error_wrap(rc, "device %s", d);
+  aa_cuda_set_tf32(t->opts->tf32);
+  t->ops = aa_ops_cuda();
+  t->cuda_device = (int)n;
+  t->peak_flops = info.peak_bf16_flops;
+  char mem[32];
+  snprintf(t->device_line, sizeof t->device_line,
+           "device cuda:%d: %s, %s, %d SMs, sm_%d%d, peak bf16 %.1f TFLOP/s, %s GEMMs\n", (int)n, info.name,
+           aa_mem_fmt(mem, info.total_mem), info.sm_count, info.cc_major, info.cc_minor, info.peak_bf16_flops / 1e12,
+           t->opts->tf32 ? "TF32" : "fp32");
+  return 0;
+#else
+  return aa_error(AA_EUNSUPPORTED, "device %s: this build has no CUDA backend (nvcc was not found at configure time)",
+                  d);
+#endif
+}
+
 static int setup(trainer_t *t) {
   const aa_model_spec_t *s = t->spec;
   int rc, T = s->arch.seq_len;
@@ -84,6 +128,7 @@ static int setup(trainer_t *t) {
   int B = t->strat.micro_batch;
   aa_mem_init(&t->mem, t->opts->memory_limit);
   aa_loss_scaler_init(&t->scaler, &t->strat.loss_scale);
+  if ((rc = open_device(t))) return rc;
   if ((rc = aa_shard_read(&t->train, s->train_data, s->arch.vocab_size))) return aa_error_wrap(rc, "training data");
   /* A dry run never validates, so it does not pay for reading the shard. */
   if (s->val_data[0] && !t->opts->dryrun && (rc = aa_shard_read(&t->val, s->val_data, s->arch.vocab_size)))
@@ -91,8 +136,8 @@ static int setup(trainer_t *t) {
   if ((rc = aa_loader_init(&t->loader, &t->train, B, T))) return aa_error_wrap(rc, "training data");
   aa_gpt_opts_t mo = {
       .amp = t->strat.amp, .ckpt = t->strat.ckpt, .ckpt_layers = t->strat.ckpt_layers, .mem = &t->mem};
-  if ((rc = aa_gpt_create(&t->model, &s->arch, aa_ops_cpu(), B, T, &mo))) return rc;
-  if ((rc = aa_adamw_init(&t->opt, t->model->n_params, &t->mem))) return rc;
+  if ((rc = aa_gpt_create(&t->model, &s->arch, t->ops, B, T, &mo))) return rc;
+  if ((rc = aa_adamw_init_on(&t->opt, t->ops, t->model->n_params, &t->mem))) return rc;
   t->inputs = malloc(sizeof(int32_t) * B * T);
   t->targets = malloc(sizeof(int32_t) * B * T);
   t->step_times = calloc(s->train.steps + 1, sizeof(double));
@@ -117,7 +162,7 @@ static int setup(trainer_t *t) {
   } else {
     /* Weight init consumes the trainer RNG, so its saved state continues
      * the same stream after a resume. */
-    aa_gpt_init_weights(t->model, aa_rng_u64(&t->state.rng));
+    if ((rc = aa_gpt_init_weights(t->model, aa_rng_u64(&t->state.rng)))) return rc;
   }
   int n = t->opts->out_dir ? snprintf(t->out_dir, sizeof t->out_dir, "%s", t->opts->out_dir)
                            : snprintf(t->out_dir, sizeof t->out_dir, "runs/%s", s->name);
@@ -133,6 +178,18 @@ static void trainer_free(trainer_t *t) {
   free(t->inputs);
   free(t->targets);
   free(t->step_times);
+#ifdef AA_HAVE_CUDA
+  if (t->cuda_device >= 0) aa_cuda_shutdown();
+#endif
+}
+
+/* Training FLOPs per token for MFU, as llm.c estimates them: 6N for the
+ * weight GEMMs, forward and backward (N = all parameters), plus 6*L*C*T for
+ * attention's scores and weighted sums (PaLM's 12*L*C*T halved: a causal
+ * mask leaves half the products to do). */
+static double flops_per_token(const trainer_t *t) {
+  const aa_arch_t *a = &t->spec->arch;
+  return 6.0 * (double)t->model->n_params + 6.0 * a->n_layer * (double)a->d_model * t->model->T;
 }
 
 static int write_summary(const trainer_t *t, const aa_train_result_t *r, int threads) {
@@ -153,7 +210,13 @@ static int write_summary(const trainer_t *t, const aa_train_result_t *r, int thr
   for (int k = 0; k < AA_MEM_NKINDS; k++) fprintf(f, "\"%s\": %zu, ", aa_mem_kind_name(k), r->mem.peak[k]);
   struct rusage ru;
   long maxrss = getrusage(RUSAGE_SELF, &ru) ? 0 : ru.ru_maxrss;
-  fprintf(f, "\"total\": %zu}, \"max_rss_bytes\": %lld}\n", r->mem.peak_total, (long long)maxrss * 1024);
+  fprintf(f, "\"total\": %zu}, \"max_rss_bytes\": %lld", r->mem.peak_total, (long long)maxrss * 1024);
+  /* Device fields only off the CPU, so CPU summaries stay as they were. */
+  if (t->cuda_device >= 0)
+    fprintf(f, ", \"device\": \"cuda:%d\", \"tf32\": %s, \"flops_per_token\": %.6g, \"peak_flops\": %.6g, \"mfu\": %.6f",
+            t->cuda_device, t->opts->tf32 ? "true" : "false", flops_per_token(t), t->peak_flops,
+            t->peak_flops > 0 ? r->tokens_per_s * flops_per_token(t) / t->peak_flops : 0.0);
+  fprintf(f, "}\n");
   return fclose(f) ? aa_error(AA_EIO, "%s: write failed", t->opts->summary_json) : 0;
 }
 
@@ -219,6 +282,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
           spec->arch.vocab_size);
   fprintf(t.log, "data: %zu train tokens, %zu val tokens; unigram entropy %.4f nats\n", t.train.n_tokens,
           t.val.n_tokens, r.train_entropy);
+  if (t.cuda_device >= 0) fputs(t.device_line, t.log);
   aa_strategy_key(&t.strat, r.key);
   fprintf(t.log, "strategy %s: batch %d x %d tokens as %d micro-batch%s of %d, %d threads, %d steps%s\n", r.key,
           cfg->global_batch, T, t.accum, t.accum == 1 ? "" : "es", B, threads, cfg->steps,
@@ -279,12 +343,17 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   r.skipped_steps = t.scaler.skipped;
   r.loss_scale = t.strat.amp == AA_F16 ? t.scaler.scale : 0;
   r.mem = t.mem;
+  r.peak_flops = t.peak_flops;
   if (!opts->dryrun && (rc = save_checkpoint(&t, "final.ckpt"))) goto cleanup;
   fprintf(t.log, "done: %d steps, final loss %.4f", r.steps_done, r.final_loss);
   if (!isnan(r.val_loss)) fprintf(t.log, ", val loss %.4f", r.val_loss);
   fprintf(t.log, ", %.0f tok/s (median step %.1f ms)", r.tokens_per_s, r.step_ms_median);
   if (r.skipped_steps) fprintf(t.log, ", %lld skipped steps", (long long)r.skipped_steps);
   fprintf(t.log, "\n");
+  if (t.cuda_device >= 0 && t.peak_flops > 0)
+    fprintf(t.log, "mfu %.2f%% (%.3g FLOP/token x %.0f tok/s of %.1f TFLOP/s peak bf16)\n",
+            100.0 * r.tokens_per_s * flops_per_token(&t) / t.peak_flops, flops_per_token(&t), r.tokens_per_s,
+            t.peak_flops / 1e12);
   if (opts->summary_json && (rc = write_summary(&t, &r, threads))) goto cleanup;
   if (res) *res = r;
 cleanup:

@@ -40,6 +40,12 @@ typedef struct aa_train_opts {
    * Outside it only the first step is untimed, unless it is the only one. */
   int dryrun;
   int untimed_steps;
+  /* Where the model trains: NULL or "cpu" (the default), or "cuda:N" for
+   * CUDA device N. A CUDA device in a build without the CUDA backend, or on
+   * a machine without that device, fails with AA_EUNSUPPORTED and a message
+   * that says which. */
+  const char *device;
+  int tf32; /* CUDA: TF32 tensor-core math for the fp32 GEMMs (faster, ~1e-3 relative error per product) */
 } aa_train_opts_t;
 
 typedef struct aa_train_result {
@@ -52,6 +58,7 @@ typedef struct aa_train_result {
   double train_entropy;  /* unigram entropy of the training data, nats */
   int64_t skipped_steps; /* optimizer steps skipped for non-finite gradients (whole run, resumes included) */
   double loss_scale;     /* final fp16 loss scale, 0 without loss scaling */
+  double peak_flops;     /* CUDA: the device's dense bf16 FLOP/s estimate (aa_cuda_device_info); 0 on CPU */
   aa_mem_t mem;          /* memory accounting: peak bytes by kind */
   char key[AA_STRATEGY_KEY_MAX]; /* the strategy that ran */
 } aa_train_result_t;

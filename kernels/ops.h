@@ -1,7 +1,7 @@
 /* The backend op table. The engine calls every tensor operation through an
  * aa_ops_t so that model code is backend-agnostic: kernels/cpu provides the
- * reference implementation (OpenBLAS + OpenMP), kernels/cuda provides the GPU
- * one later, behind the same table.
+ * reference implementation (OpenBLAS + OpenMP), kernels/cuda the GPU one
+ * (cuda_backend.h), behind the same table.
  *
  * Conventions (after llm.c):
  *  - Shapes are given in comments as (B,T,C) etc., row-major, float32.
@@ -108,6 +108,32 @@ typedef struct aa_ops {
   /* x(n) = widen(round(x)) in place, i.e. the value a 16-bit tensor would
    * hold; when dst is non-NULL the 16-bit bits are also written there. */
   void (*round_store)(void *dst, float *x, aa_dtype_t dtype, size_t n);
+
+  /* Memory of this backend ("backend memory": host memory on the CPU,
+   * device memory on CUDA). Every pointer the ops above take is backend
+   * memory; the engine reaches it from the host only through these entries,
+   * so model code is one code path. Accounting stays with aa_mem_t: the
+   * caller counts the bytes, the backend provides them.
+   *
+   * alloc stores in *out `bytes` zeroed bytes, 64-byte aligned (owned by the
+   * caller, released with free). bytes == 0 gives *out = NULL. Fails with
+   * AA_EOOM ("out of memory on cuda:0: ...") or AA_ENOMEM (host) and a
+   * message; *out is untouched on failure. Not sticky: a failed alloc does
+   * not poison later ops. */
+  int (*alloc)(void **out, size_t bytes);
+  /* Releases alloc's memory after the ops that use it have finished; NULL
+   * is a no-op. */
+  void (*free)(void *p);
+  /* p(bytes) = 0, ordered with the ops (enqueued on CUDA). */
+  void (*memset0)(void *p, size_t bytes);
+  /* Host <-> backend copies; they wait for the ops enqueued before them and
+   * return 0 or a negative AA_E* code. */
+  int (*upload)(void *dst, const void *host_src, size_t bytes);
+  int (*download)(void *host_dst, const void *src, size_t bytes);
+  /* Waits for every enqueued op; returns 0 or the backend's first failure
+   * since it was last cleared (the CUDA backend's sticky error, with its
+   * message in aa_last_error()). Always 0 on the CPU. */
+  int (*sync)(void);
 } aa_ops_t;
 
 /* The CPU backend. Always available. */

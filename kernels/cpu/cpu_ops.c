@@ -14,6 +14,13 @@ static void cpu_set_threads(int n) {
   openblas_set_num_threads(n);
 }
 
+/* The memory entries, in cpu_memory.c. */
+int aa__cpu_alloc(void **out, size_t bytes);
+void aa__cpu_free(void *p);
+void aa__cpu_memset0(void *p, size_t bytes);
+int aa__cpu_copy(void *dst, const void *src, size_t bytes);
+int aa__cpu_sync(void);
+
 static const aa_ops_t cpu_ops = {
     .name = "cpu",
     .set_threads = cpu_set_threads,
@@ -37,6 +44,12 @@ static const aa_ops_t cpu_ops = {
     .cast_from_f32 = aa__cpu_cast_from_f32,
     .cast_to_f32 = aa__cpu_cast_to_f32,
     .round_store = aa__cpu_round_store,
+    .alloc = aa__cpu_alloc,
+    .free = aa__cpu_free,
+    .memset0 = aa__cpu_memset0,
+    .upload = aa__cpu_copy,
+    .download = aa__cpu_copy,
+    .sync = aa__cpu_sync,
 };
 
 const aa_ops_t *aa_ops_cpu(void) { return &cpu_ops; }

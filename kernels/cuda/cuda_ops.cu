@@ -5,6 +5,10 @@
 
 #include <math.h>
 
+extern "C" {
+#include "common/mem.h"
+}
+
 /* The GPU has no host thread pool to size. */
 static void cuda_set_threads(int n) { (void)n; }
 
@@ -73,6 +77,55 @@ static void round_store(void *dst, float *x, aa_dtype_t dtype, size_t n) {
   (void)aa__cuda_round_store(dst, x, dtype, n);
 }
 
+/* Memory entries (kernels/ops.h). cudaMalloc is called directly rather than
+ * through AA_CUDA_TRY so that running out of memory is returned, not made
+ * the sticky error: the engine reports it and the backend stays usable. */
+static int mem_alloc(void **out, size_t bytes) {
+  if (bytes == 0) {
+    *out = NULL;
+    return 0;
+  }
+  aa__cuda_ctx_t *c = aa__cuda_ctx();
+  if (!c) return aa_cuda_last_error();
+  void *p = NULL;
+  cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    char b[32], f[32];
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
+    if (err == cudaErrorMemoryAllocation)
+      return aa_error(AA_EOOM, "out of memory on cuda:%d: cannot allocate %s (%s free)", c->device,
+                      aa_mem_fmt(b, bytes), aa_mem_fmt(f, free_b));
+    return aa_error(AA_EINTERNAL, "cuda:%d: cudaMalloc of %s failed: %s (%s)", c->device, aa_mem_fmt(b, bytes),
+                    cudaGetErrorString(err), cudaGetErrorName(err));
+  }
+  /* cudaMalloc does not zero; the memset is ordered before every later op
+   * and copy on the stream. */
+  int rc = aa_cuda_memset0(p, bytes);
+  if (rc) {
+    cudaFree(p);
+    return rc;
+  }
+  *out = p;
+  return 0;
+}
+static void mem_free(void *p) { aa_cuda_free(p); }
+static void mem_zero(void *p, size_t bytes) {
+  if (bytes) (void)aa_cuda_memset0(p, bytes);
+}
+static int mem_upload(void *dst, const void *src, size_t bytes) {
+  return bytes ? aa_cuda_upload(dst, src, bytes) : 0;
+}
+static int mem_download(void *dst, const void *src, size_t bytes) {
+  return bytes ? aa_cuda_download(dst, src, bytes) : 0;
+}
+static int mem_sync(void) {
+  int rc = aa_cuda_sync();
+  if (rc) return aa_error(rc, "cuda backend: %s", aa_cuda_last_error_message());
+  return 0;
+}
+
 static const aa_ops_t cuda_ops = {
     "cuda",
     cuda_set_threads,
@@ -96,6 +149,12 @@ static const aa_ops_t cuda_ops = {
     cast_from_f32,
     cast_to_f32,
     round_store,
+    mem_alloc,
+    mem_free,
+    mem_zero,
+    mem_upload,
+    mem_download,
+    mem_sync,
 };
 
 extern "C" const aa_ops_t *aa_ops_cuda(void) { return &cuda_ops; }

@@ -1,0 +1,235 @@
+/* Training on the CUDA backend against the CPU backend: the same spec, seed
+ * and data through aa_train with device "cpu" and "cuda:0". Without a GPU
+ * (no CUDA build, no driver, no device) every test reports
+ * "skipped: no GPU: <reason>" and the program exits 0.
+ *
+ * Tolerances. fp32: both backends compute the same math in fp32 but sum
+ * GEMMs and reductions in different orders (OpenBLAS blocks vs cuBLAS
+ * tiles, thread partitions vs warp trees), so each op differs by a few fp32
+ * ulps (test_cuda_ops bounds GEMMs at 1e-4 relative, elementwise at 1e-5).
+ * Over a handful of AdamW steps those differences move the weights by about
+ * lr * 1e-6 and the loss by far less than 1e-4 relative, which is the bound
+ * (TOL_F32). bf16 storage: every activation is rounded to bf16 (8-bit
+ * mantissa, ulp 2^-8 = 3.9e-3 relative); an fp32 difference of 1e-6 flips
+ * the rounding of a few elements by one ulp, and the mean loss over B*T
+ * tokens averages those flips, so losses agree to a fraction of one ulp:
+ * the bound is 2e-3 relative (TOL_BF16, half a bf16 ulp). The CUDA kernels
+ * are deterministic (fixed reduction order, no atomics in the engine's
+ * ops), so two CUDA runs must give bit-identical losses. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "aa_test.h"
+#include "common/aa.h"
+#include "common/spec.h"
+#include "executor/checkpoint.h"
+#include "executor/data.h"
+#include "executor/model.h"
+#include "executor/train.h"
+#include "strategies/strategy.h"
+
+#ifdef AA_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+#define STEPS 8
+#define TOL_F32 1e-4
+#define TOL_BF16 2e-3
+
+static char tmpdir[256];
+static char train_bin[512], val_bin[512];
+static int gpu_ok;
+static char gpu_reason[512];
+
+#define NEED_GPU()                                                                                          \
+  do {                                                                                                      \
+    if (!gpu_ok) SKIP("no GPU: %s", gpu_reason);                                                            \
+  } while (0)
+
+/* A small model whose GEMMs are still large enough to tile on the GPU. */
+static void small_spec(aa_model_spec_t *s) {
+  char json[2048];
+  snprintf(json, sizeof json,
+           "{\"name\": \"t\", \"model\": {\"n_layer\": 2, \"n_head\": 4, \"d_model\": 64, \"d_ff\": 256, "
+           "\"seq_len\": 64, \"vocab_size\": 256}, \"train\": {\"global_batch\": 4, \"steps\": %d, \"lr\": 0.003, "
+           "\"warmup_steps\": 2, \"eval_every\": 0, \"eval_batches\": 2, \"checkpoint_every\": 0, \"seed\": 7}, "
+           "\"data\": {\"train\": \"%s\", \"val\": \"%s\"}}",
+           STEPS, train_bin, val_bin);
+  int rc = aa_spec_parse(s, json, NULL, "test");
+  if (rc) fprintf(stderr, "spec: %s\n", aa_last_error());
+  CHECK(rc == 0);
+}
+
+/* Trains on device into tmpdir/<tag>, reading the per-step losses back
+ * into losses[STEPS]. Returns aa_train's code. */
+static int run(const char *device, aa_dtype_t amp, const char *tag, int ckpt_every, const char *resume,
+               float *losses, aa_train_result_t *res) {
+  aa_model_spec_t s;
+  small_spec(&s);
+  aa_strategy_t st;
+  aa_strategy_default(&st);
+  st.amp = amp;
+  char dir[512], lpath[600];
+  snprintf(dir, sizeof dir, "%s/%s", tmpdir, tag);
+  snprintf(lpath, sizeof lpath, "%s/%s.losses", tmpdir, tag);
+  FILE *log = fopen("/dev/null", "w");
+  aa_train_opts_t o = {.threads = 2, .checkpoint_every = ckpt_every, .log_every = 100, .out_dir = dir,
+                       .losses_path = lpath, .log = log, .strategy = &st, .device = device, .resume = resume};
+  int rc = aa_train(&s, &o, res);
+  fclose(log);
+  if (rc) {
+    fprintf(stderr, "  %s on %s: %s\n", tag, device, aa_last_error());
+    return rc;
+  }
+  FILE *f = fopen(lpath, "r");
+  if (!f) return AA_EIO;
+  int step;
+  float l;
+  while (fscanf(f, "%d %f", &step, &l) == 2)
+    if (step >= 1 && step <= STEPS) losses[step - 1] = l;
+  fclose(f);
+  return 0;
+}
+
+/* The worst relative loss difference, printed with every step's pair. */
+static double compare(const char *what, const float *cpu, const float *gpu) {
+  double worst = 0;
+  for (int i = 0; i < STEPS; i++) {
+    double rel = fabs((double)cpu[i] - gpu[i]) / fabs((double)cpu[i]);
+    if (rel > worst) worst = rel;
+  }
+  fprintf(stderr, "  %s: cpu %.7f -> %.7f, cuda %.7f -> %.7f, max relative difference %.3g\n", what, cpu[0],
+          cpu[STEPS - 1], gpu[0], gpu[STEPS - 1], worst);
+  return worst;
+}
+
+static void matches_cpu(aa_dtype_t amp, double tol, const char *name) {
+  float cpu[STEPS] = {0}, gpu[STEPS] = {0}, again[STEPS] = {0};
+  char a[64], b[64], c[64];
+  snprintf(a, sizeof a, "%s_cpu", name);
+  snprintf(b, sizeof b, "%s_cuda", name);
+  snprintf(c, sizeof c, "%s_cuda2", name);
+  aa_train_result_t rc_, rg;
+  CHECK(run("cpu", amp, a, 0, NULL, cpu, &rc_) == 0);
+  CHECK(run("cuda:0", amp, b, 0, NULL, gpu, &rg) == 0);
+  CHECK(run("cuda:0", amp, c, 0, NULL, again, NULL) == 0);
+  double worst = compare(name, cpu, gpu);
+  CHECK_MSG(worst <= tol, "%s: losses differ by %.3g relative (tolerance %.1g)", name, worst, tol);
+  CHECK_MSG(fabs(rc_.val_loss - rg.val_loss) <= tol * fabs(rc_.val_loss), "%s: val loss cpu %.7f cuda %.7f", name,
+            rc_.val_loss, rg.val_loss);
+  CHECK_MSG(!memcmp(gpu, again, sizeof gpu), "%s: two CUDA runs gave different losses", name);
+  /* The accountant sees the same bytes whichever backend provides them. */
+  CHECK(rc_.mem.peak_total == rg.mem.peak_total);
+}
+
+AA_TEST(fp32_training_matches_cpu_and_is_deterministic) {
+  NEED_GPU();
+  matches_cpu(AA_F32, TOL_F32, "fp32");
+}
+
+AA_TEST(bf16_training_matches_cpu_and_is_deterministic) {
+  NEED_GPU();
+  matches_cpu(AA_BF16, TOL_BF16, "bf16");
+}
+
+/* A CUDA checkpoint (downloaded in chunks) resumes on CUDA bit-identically
+ * and loads on the CPU. */
+AA_TEST(cuda_checkpoint_resumes_bit_identically_and_loads_on_cpu) {
+  NEED_GPU();
+  float full[STEPS] = {0}, resumed[STEPS] = {0};
+  CHECK(run("cuda:0", AA_F32, "ck_full", 4, NULL, full, NULL) == 0);
+  char ckpt[600];
+  snprintf(ckpt, sizeof ckpt, "%s/ck_full/step_000004.ckpt", tmpdir);
+  CHECK(run("cuda:0", AA_F32, "ck_resumed", 0, ckpt, resumed, NULL) == 0);
+  CHECK_MSG(!memcmp(full + 4, resumed + 4, sizeof(float) * (STEPS - 4)), "resumed losses differ");
+  aa_model_spec_t s;
+  small_spec(&s);
+  aa_gpt_t *m = NULL;
+  aa_adamw_t opt;
+  aa_train_state_t st;
+  CHECK(aa_gpt_create(&m, &s.arch, aa_ops_cpu(), 1, 8, NULL) == 0);
+  CHECK(aa_adamw_init(&opt, m->n_params, NULL) == 0);
+  CHECK_MSG(aa_ckpt_load(ckpt, m, &opt, &st) == 0, "%s", aa_last_error());
+  CHECK(st.step == 4);
+  aa_adamw_free(&opt);
+  aa_gpt_free(m);
+}
+
+#ifdef AA_HAVE_CUDA
+/* cudaMalloc failing is AA_EOOM with a message, not an abort, and leaves
+ * the backend usable. */
+AA_TEST(cuda_out_of_memory_is_an_error) {
+  NEED_GPU();
+  /* 38.7G parameters: 155 GB of fp32 weights, more than any one GPU. */
+  aa_model_spec_t s;
+  small_spec(&s);
+  s.arch.n_layer = 48;
+  s.arch.n_head = 64;
+  s.arch.d_model = 8192;
+  s.arch.d_ff = 32768;
+  s.arch.seq_len = 1024;
+  s.arch.vocab_size = 50304;
+  CHECK(aa_cuda_init(0) == 0);
+  aa_gpt_t *m = NULL;
+  int rc = aa_gpt_create(&m, &s.arch, aa_ops_cuda(), 1, 1024, NULL);
+  CHECK_MSG(rc == AA_EOOM && strstr(aa_last_error(), "out of memory on cuda:0"), "rc %d: %s", rc,
+            aa_last_error());
+  fprintf(stderr, "  %s\n", aa_last_error());
+  CHECK(m == NULL);
+  CHECK(aa_cuda_sync() == 0);
+  aa_cuda_shutdown();
+  float l[STEPS];
+  CHECK(run("cuda:0", AA_F32, "after_oom", 0, NULL, l, NULL) == 0);
+}
+#endif
+
+/* Asking for a GPU this process cannot use fails with a message. */
+AA_TEST(unusable_device_fails_cleanly) {
+  aa_model_spec_t s;
+  small_spec(&s);
+  FILE *log = fopen("/dev/null", "w");
+  aa_train_opts_t o = {.threads = 1, .checkpoint_every = -1, .log_every = 100, .out_dir = tmpdir, .log = log,
+                       .device = "cuda:999"};
+  int rc = aa_train(&s, &o, NULL);
+  fclose(log);
+  CHECK(rc < 0 && strstr(aa_last_error(), "cuda:999"));
+  fprintf(stderr, "  %s\n", aa_last_error());
+  o.device = "tpu";
+  log = fopen("/dev/null", "w");
+  o.log = log;
+  CHECK(aa_train(&s, &o, NULL) == AA_EINVAL && strstr(aa_last_error(), "unknown device"));
+  fclose(log);
+}
+
+int main(void) {
+#ifdef AA_HAVE_CUDA
+  int n = 0;
+  if (aa_cuda_device_count(&n)) snprintf(gpu_reason, sizeof gpu_reason, "%s", aa_last_error());
+  else if (n < 1) snprintf(gpu_reason, sizeof gpu_reason, "no CUDA device found");
+  else gpu_ok = 1;
+#else
+  snprintf(gpu_reason, sizeof gpu_reason, "built without CUDA (AUTOACCEL_CUDA=off or no nvcc)");
+#endif
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/aa_test_cuda_train_XXXXXX");
+  if (!mkdtemp(tmpdir)) return 1;
+  snprintf(train_bin, sizeof train_bin, "%s/train.bin", tmpdir);
+  snprintf(val_bin, sizeof val_bin, "%s/val.bin", tmpdir);
+  if (aa_data_synth(train_bin, val_bin, 200000, 0.1, 42)) {
+    fprintf(stderr, "synth: %s\n", aa_last_error());
+    return 1;
+  }
+  RUN(fp32_training_matches_cpu_and_is_deterministic);
+  RUN(bf16_training_matches_cpu_and_is_deterministic);
+  RUN(cuda_checkpoint_resumes_bit_identically_and_loads_on_cpu);
+#ifdef AA_HAVE_CUDA
+  RUN(cuda_out_of_memory_is_an_error);
+#endif
+  RUN(unusable_device_fails_cleanly);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  if (system(cmd)) fprintf(stderr, "cleanup of %s failed\n", tmpdir);
+  return aa_test_summary();
+}
