@@ -1,0 +1,61 @@
+/* The planner daemon: one libuv loop that listens for executors and clients,
+ * keeps the executor registry and the job queue, runs the search for each
+ * job, dispatches dry runs and training runs, and records everything in the
+ * store. Behaviour on the wire and the JSON of its replies: docs/service.md.
+ *
+ * `autoaccel planner` runs one in the foreground; `autoaccel auto` embeds
+ * one on a thread of its own. Depends on common/, proto/, strategies/ and the
+ * store; never on the engine. */
+#ifndef AA_PLANNER_H
+#define AA_PLANNER_H
+
+#include <stdio.h>
+
+#include "../common/aa.h"
+
+typedef struct aa_planner aa_planner_t;
+
+typedef struct aa_planner_opts {
+  const char *home;        /* state directory (created 0700 if missing); NULL = aa_home_dir() */
+  const char *socket_path; /* unix socket; NULL = <home>/planner.sock. Created with mode 0600 */
+  const char *tcp;         /* "HOST:PORT" to listen on TCP as well, or NULL. A host that is not
+                            * loopback needs token_file (AA_EPERM otherwise). */
+  const char *token_file;  /* NULL = no token; else every hello must carry it (aa_token_load) */
+  const char *store_path;  /* NULL = <home>/store.db */
+  int heartbeat_ms;        /* executors send a heartbeat this often; 0 = 1000 */
+  int dead_after_ms;       /* a peer silent this long is dead; 0 = 10 * heartbeat_ms */
+  int warmup_steps;        /* per dry run; < 0 = default 1 */
+  int measured_steps;      /* per dry run; 0 = default 4 */
+  int dryrun_time_limit_s; /* per dry run; 0 = default 300 */
+  FILE *log;               /* one line per event (connections, jobs, runs); NULL = stderr */
+} aa_planner_opts_t;
+
+/* Opens the store (running aa_store_recover on it), binds the listening
+ * sockets and prepares the loop; nothing is served until aa_planner_run.
+ * Refuses a unix socket path where a live planner answers (AA_EIO "another
+ * planner is listening on PATH") and removes a stale socket file. *out is
+ * transferred (aa_planner_destroy) and set only on success. */
+int aa_planner_create(aa_planner_t **out, const aa_planner_opts_t *opts);
+
+/* Serves until aa_planner_stop is called (or SIGINT/SIGTERM when
+ * handle_signals was set by aa_planner_handle_signals). Returns 0 after an
+ * orderly stop: connections closed with `bye`, running jobs marked
+ * interrupted, the loop closed with no handle left. */
+int aa_planner_run(aa_planner_t *p);
+
+/* Makes aa_planner_run stop soon; safe from any thread and from a signal
+ * handler context of the caller's own (it only wakes the loop). */
+void aa_planner_stop(aa_planner_t *p);
+
+/* Let aa_planner_run stop on SIGINT and SIGTERM (the daemon; not the
+ * embedded planner of `auto`, whose host process handles signals). */
+void aa_planner_handle_signals(aa_planner_t *p);
+
+/* The address peers should use ("unix:/path/planner.sock"), valid while p is. */
+const char *aa_planner_address(const aa_planner_t *p);
+
+/* Closes the sockets (removing the socket file) and the store and frees p.
+ * Call after aa_planner_run has returned, or instead of it. NULL is a no-op. */
+void aa_planner_destroy(aa_planner_t *p);
+
+#endif
