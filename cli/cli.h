@@ -15,6 +15,13 @@
 int aa_cmd_train(int argc, char **argv);
 int aa_cmd_data(int argc, char **argv);
 int aa_cmd_strategy(int argc, char **argv);
+int aa_cmd_planner(int argc, char **argv);  /* cli/cmd_planner.c */
+int aa_cmd_executor(int argc, char **argv); /* cli/cmd_executor.c */
+int aa_cmd_submit(int argc, char **argv);   /* cli/cmd_submit.c */
+int aa_cmd_status(int argc, char **argv);   /* cli/cmd_status.c */
+int aa_cmd_cancel(int argc, char **argv);   /* cli/cmd_status.c */
+int aa_cmd_query(int argc, char **argv);    /* cli/cmd_query.c */
+int aa_cmd_auto(int argc, char **argv);     /* cli/cmd_auto.c */
 
 /* Prints "autoaccel <cmd>: <last error>" to stderr and returns AA_EXIT_FAIL. */
 int aa_cli_fail(const char *cmd);

@@ -12,7 +12,14 @@ static const struct {
   int (*fn)(int, char **);
   const char *summary;
 } commands[] = {
-    {"train", aa_cmd_train, "train a model (single process) from a model spec"},
+    {"auto", aa_cmd_auto, "search the fastest strategy on local devices, save it, and train with it"},
+    {"train", aa_cmd_train, "train a model (single process) from a model spec, optionally with --strategy"},
+    {"planner", aa_cmd_planner, "run the planner daemon"},
+    {"executor", aa_cmd_executor, "run an executor for one device, serving a planner"},
+    {"submit", aa_cmd_submit, "submit a model to the planner to search (and train)"},
+    {"status", aa_cmd_status, "show the planner, its executors and jobs, or one job"},
+    {"cancel", aa_cmd_cancel, "cancel a job"},
+    {"query", aa_cmd_query, "query the strategy store: best strategy, runs, jobs"},
     {"data", aa_cmd_data, "build token shards from text, make the synthetic corpus, inspect shards"},
     {"strategy", aa_cmd_strategy, "show a strategy file, or check it against a model and a world size"},
 };

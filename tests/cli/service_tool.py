@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+"""Helpers for tests/cli/test_service.sh: raw frames for a live planner and
+JSON field checks, written without autoaccel's own code (the frames are
+encoded here by hand, so a bug in proto/ cannot hide itself).
+
+  service_tool.py frame ADDR KIND [TOKEN]   send one bad or special frame, print
+                                            what the planner answered
+  service_tool.py json EXPR < FILE.json     print the Python expression EXPR
+                                            evaluated with `d` = the parsed JSON
+  service_tool.py children PID              print the child pids of PID
+  service_tool.py free-port                 print a free TCP port on 127.0.0.1
+"""
+import json
+import os
+import socket
+import struct
+import sys
+
+
+def pack(v):
+    """A minimal msgpack encoder: dict, str, bool, non-negative int."""
+    if isinstance(v, bool):
+        return b"\xc3" if v else b"\xc2"
+    if isinstance(v, int):
+        if 0 <= v < 128:
+            return bytes([v])
+        return b"\xcf" + struct.pack(">Q", v)
+    if isinstance(v, str):
+        b = v.encode()
+        assert len(b) < 256
+        return (bytes([0xA0 | len(b)]) if len(b) < 32 else b"\xd9" + bytes([len(b)])) + b
+    if isinstance(v, dict):
+        assert len(v) < 16
+        return bytes([0x80 | len(v)]) + b"".join(pack(k) + pack(x) for k, x in v.items())
+    raise TypeError(v)
+
+
+def frame(payload):
+    return struct.pack(">I", len(payload)) + payload
+
+
+def unpack_error(data):
+    """Finds the error code and message in a reply frame without a full
+    decoder: the planner's error frame is a map of v, t, code, message."""
+    if len(data) < 4:
+        return "no reply"
+    n = struct.unpack(">I", data[:4])[0]
+    body = data[4 : 4 + n]
+    text = body.decode("utf-8", "replace")
+    kind = "error" if b"\xa5error" in body else "other"
+    code = None
+    i = body.find(b"\xa4code")
+    if i >= 0:
+        c = body[i + 5]
+        code = c - 256 if c >= 0xE0 else (struct.unpack(">b", body[i + 6 : i + 7])[0] if c == 0xD0 else c)
+    return "%s code=%s text=%s" % (kind, code, "".join(ch if ch.isprintable() else "." for ch in text))
+
+
+def connect(addr):
+    if addr.startswith("unix:"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(addr[5:])
+    else:
+        host, port = addr[4:].rsplit(":", 1) if addr.startswith("tcp:") else addr.rsplit(":", 1)
+        s = socket.create_connection((host, int(port)))
+    s.settimeout(10)
+    return s
+
+
+def read_all(s):
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+    except socket.timeout:
+        out += b"<timeout: connection left open>"
+    return out
+
+
+def hello(token=None):
+    m = {"v": 1, "t": "hello", "role": "client"}
+    if token:
+        m["token"] = token
+    return frame(pack(m))
+
+
+def cmd_frame(addr, kind, token=None):
+    s = connect(addr)
+    if kind == "malformed":  # a reserved msgpack byte
+        s.sendall(frame(b"\xc1\xc1\xc1"))
+    elif kind == "oversized":  # declares 64 MiB
+        s.sendall(struct.pack(">I", 64 << 20) + b"\x80")
+    elif kind == "truncated":  # declares 100 bytes, sends 10, then half-closes
+        s.sendall(struct.pack(">I", 100) + b"\x83" + b"\xa1v\x01" * 3)
+        s.shutdown(socket.SHUT_WR)
+    elif kind == "version":
+        s.sendall(frame(pack({"v": 2, "t": "hello", "role": "client"})))
+    elif kind == "before-hello":
+        s.sendall(frame(pack({"v": 1, "t": "status"})))
+    elif kind == "token":
+        s.sendall(hello(token))
+    elif kind == "no-token":
+        s.sendall(hello())
+    elif kind == "zero-length":
+        s.sendall(b"\0\0\0\0")
+    else:
+        raise SystemExit("unknown frame kind " + kind)
+    data = read_all(s)
+    print(unpack_error(data))
+    print("closed" if not data.endswith(b"left open>") else "open")
+
+
+def cmd_children(pid):
+    kids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+        except OSError:
+            continue
+        fields = st[st.rfind(")") + 2 :].split()
+        if fields[1] == str(pid):
+            kids.append(d)
+    print(" ".join(kids))
+
+
+def main():
+    a = sys.argv[1:]
+    if a[0] == "frame":
+        cmd_frame(a[1], a[2], a[3] if len(a) > 3 else None)
+    elif a[0] == "json":
+        d = json.load(sys.stdin)
+        print(eval(a[1], {"d": d, "len": len, "sum": sum, "set": set, "sorted": sorted}))
+    elif a[0] == "children":
+        cmd_children(a[1])
+    elif a[0] == "free-port":
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        print(s.getsockname()[1])
+        s.close()
+    else:
+        raise SystemExit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# The service end to end, with real processes on temporary sockets: a
+# planner daemon, executors, and the CLI. Nothing of ours is mocked; the raw
+# frames of the bad-client cases are built by tests/cli/service_tool.py.
+#
+#  1. submit --wait --train: dry runs, best strategy saved, training; the
+#     store holds every run.
+#  2. the same submit again is answered from the store with zero dry runs.
+#  3. replay: `train --strategy` with the saved file gives the same losses.
+#  4. kill -9 of a runner during a dry run: recorded crashed, the job goes on.
+#  5. kill -9 of the planner and a restart: earlier jobs and runs queryable.
+#  6. a dry run past its time limit is recorded timeout; past the executor's
+#     memory limit, oom.
+#  7. malformed, oversized, truncated frames, wrong version, wrong token:
+#     error replies, and the daemon serves the next client.
+#  8. `auto`: search, table, strategy saved, training; its replay matches.
+set -u
+AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
+SRC=${AA_SOURCE_DIR:?set AA_SOURCE_DIR to the source tree}
+TOOL="/usr/bin/python3 $SRC/tests/cli/service_tool.py"
+# shellcheck source=tests/cli/expect.sh
+source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+check() { # check DESCRIPTION COMMAND...: the command must succeed
+  if "${@:2}"; then pass=$((pass + 1)); else
+    fail=$((fail + 1))
+    echo "FAIL: $1"
+  fi
+}
+jq_() { $TOOL json "$1"; } # jq_ EXPR < FILE
+
+# wait_for SECONDS COMMAND...: polls until the command succeeds.
+wait_for() {
+  local end=$((SECONDS + $1)); shift
+  until "$@" 2>/dev/null; do
+    [ $SECONDS -ge $end ] && return 1
+    sleep 0.1
+  done
+}
+
+"$AA" data synth --out "$tmp/data" --bytes 200000 >/dev/null || { echo "FAIL: data synth"; exit 1; }
+# A small model: global batch 4 gives micro-batches 4, 2, 1.
+cat >"$tmp/model.json" <<'JSON'
+{"name": "svc", "model": {"n_layer": 2, "n_head": 2, "d_model": 32, "d_ff": 64, "seq_len": 16, "vocab_size": 256},
+ "train": {"global_batch": 4, "steps": 12, "lr": 0.003, "seed": 7, "eval_every": 0, "eval_batches": 2},
+ "data": {"train": "data/train.bin", "val": "data/val.bin"}}
+JSON
+
+home="$tmp/home"
+sock="$home/planner.sock"
+P="--planner unix:$sock"
+start_planner() { # start_planner EXTRA...
+  "$AA" planner --home "$home" --heartbeat-ms 100 --dead-after-ms 1500 --warmup-steps 1 --measured-steps 2 \
+    "$@" >>"$tmp/planner.log" 2>&1 &
+  planner=$!
+  pids+=("$planner")
+  wait_for 20 "$AA" status $P >/dev/null || { echo "FAIL: planner did not come up"; cat "$tmp/planner.log"; exit 1; }
+}
+start_executor() { # start_executor EXTRA...
+  "$AA" executor $P --threads 1 "$@" >>"$tmp/executor.log" 2>&1 &
+  executor=$!
+  pids+=("$executor")
+}
+executors_up() { [ "$("$AA" status $P --json | jq_ "len(d['executors'])")" -ge "$1" ]; }
+
+# --- 1. submit -> dry runs -> best -> training --------------------------------
+start_planner
+start_executor
+check "an executor registers" wait_for 20 executors_up 1
+expect 0 "best" timeout 300 "$AA" submit "$tmp/model.json" $P --wait --train --out "$tmp/out1" \
+  --exclude fp16,checkpoint
+"$AA" query runs --job 1 $P --json >"$tmp/runs1.json"
+# fp32 and bf16 x micro-batch 4, 2, 1 = 6 dry runs, plus the training run.
+check "the store holds the dry runs" [ "$(jq_ "len([r for r in d['runs'] if r['kind'] == 'dryrun'])" <"$tmp/runs1.json")" -ge 2 ]
+check "every measured dry run is ok" [ "$(jq_ "all(r['status'] in ('ok', 'pruned') for r in d['runs'])" <"$tmp/runs1.json")" = True ]
+check "the training run is recorded ok" \
+  [ "$(jq_ "[r['status'] for r in d['runs'] if r['kind'] == 'train']" <"$tmp/runs1.json")" = "['ok']" ]
+check "the strategy file is written" [ -s "$tmp/out1/strategy.json" ]
+expect 0 "dp1.tp1.pp1.z0" "$AA" strategy show "$tmp/out1/strategy.json"
+check "training wrote one loss per step" [ "$(wc -l <"$tmp/out1/losses.txt")" = 12 ]
+best_key=$("$AA" query best --model "$tmp/model.json" $P --json | jq_ "d['best'][0]['key']")
+check "query best names the strategy saved" grep -q "\"$best_key\"" "$tmp/out1/strategy.json"
+
+# --- 2. the same submit is answered from the store -----------------------------
+expect 0 "from the store|from_store" timeout 60 "$AA" submit "$tmp/model.json" $P --wait --exclude fp16,checkpoint
+"$AA" status 2 $P --json >"$tmp/job2.json"
+check "job 2 answered from the store" [ "$(jq_ "d['job']['from_store']" <"$tmp/job2.json")" = True ]
+check "job 2 ran no dry run" [ "$("$AA" query runs --job 2 $P --json | jq_ "len(d['runs'])")" = 0 ]
+
+# --- 3. replay reproduces the loss curve ----------------------------------------
+expect 0 "done" "$AA" train "$tmp/model.json" --strategy "$tmp/out1/strategy.json" --threads 1 \
+  --out "$tmp/replay1" --losses "$tmp/replay1.txt"
+check "replay gives the same losses as the planner's training" cmp -s "$tmp/out1/losses.txt" "$tmp/replay1.txt"
+
+# --- 4. kill -9 of a runner during a dry run -----------------------------------
+kill "$planner" "$executor"; wait "$planner" "$executor" 2>/dev/null
+start_planner --measured-steps 100000 --dryrun-time-limit 120
+start_executor
+wait_for 20 executors_up 1
+"$AA" submit "$tmp/model.json" $P --refresh --exclude bf16,fp16,checkpoint --max-dryruns 2 >"$tmp/submit3.txt"
+job3=$(grep -Eo '[0-9]+' "$tmp/submit3.txt" | head -1)
+runner_of() { r=$($TOOL children "$executor"); [ -n "$r" ]; }
+check "a runner child starts" wait_for 30 runner_of
+kill -9 $r
+job_over() { "$AA" status "$job3" $P --json | jq_ "d['job']['status']" | grep -Eq 'done|failed'; }
+# The second dry run (100000 steps) is killed too when it has started, so the job ends soon.
+sleep 1
+r2=$($TOOL children "$executor"); [ -n "$r2" ] && kill -9 $r2
+check "the job ends after its runners were killed" wait_for 60 job_over
+"$AA" query runs --job "$job3" $P --json >"$tmp/runs3.json"
+check "the killed run is recorded crashed" \
+  [ "$(jq_ "sum(r['status'] == 'crashed' for r in d['runs'])" <"$tmp/runs3.json")" -ge 1 ]
+check "the crash says which signal" grep -q "signal 9" "$tmp/runs3.json"
+check "the executor survived its runner" kill -0 "$executor"
+
+# --- 5. kill -9 of the planner; restart; history queryable ---------------------
+kill -9 "$planner"; wait "$planner" 2>/dev/null
+start_planner
+check "job 1 is still queryable after kill -9" \
+  [ "$("$AA" status 1 $P --json | jq_ "d['job']['status']")" = done ]
+check "job 1's runs are still queryable" \
+  [ "$("$AA" query runs --job 1 $P --json | jq_ "len(d['runs'])")" = "$(jq_ "len(d['runs'])" <"$tmp/runs1.json")" ]
+check "the executor reconnected" wait_for 20 executors_up 1
+
+# --- 6. timeout and oom ---------------------------------------------------------
+kill "$planner" "$executor"; wait "$planner" "$executor" 2>/dev/null
+start_planner --measured-steps 100000 --dryrun-time-limit 1
+start_executor
+wait_for 20 executors_up 1
+expect 1 "" timeout 60 "$AA" submit "$tmp/model.json" $P --wait --refresh --exclude bf16,fp16,checkpoint --max-dryruns 1
+check "a dry run past its time limit is recorded timeout" \
+  [ "$("$AA" query runs --status timeout $P --json | jq_ "len(d['runs'])")" -ge 1 ]
+kill "$planner" "$executor"; wait "$planner" "$executor" 2>/dev/null
+start_planner
+start_executor --memory-limit 64K
+wait_for 20 executors_up 1
+expect 1 "no strategy|oom|out of memory" timeout 120 "$AA" submit "$tmp/model.json" $P --wait \
+  --exclude bf16,fp16,checkpoint
+check "a dry run past the memory limit is recorded oom" \
+  [ "$("$AA" query runs --status oom $P --json | jq_ "len(d['runs'])")" -ge 1 ]
+
+# --- 7. bad clients -------------------------------------------------------------
+kill "$planner" "$executor"; wait "$planner" "$executor" 2>/dev/null
+port=$($TOOL free-port)
+printf 's3cret-token\n' >"$tmp/token"; chmod 600 "$tmp/token"
+start_planner --listen "127.0.0.1:$port" --token-file "$tmp/token"
+U="unix:$sock" T="tcp:127.0.0.1:$port"
+expect 0 "error code=-4 .*closed" $TOOL frame "$U" malformed
+expect 0 "error code=-5 .*closed" $TOOL frame "$U" oversized
+expect 0 "closed" $TOOL frame "$U" truncated
+expect 0 "error code=-5 .*closed" $TOOL frame "$U" zero-length
+expect 0 "error code=-9 .*version 2.*closed" $TOOL frame "$U" version
+expect 0 "error .*hello.*closed" $TOOL frame "$U" before-hello
+expect 0 "error code=-11 .*closed" $TOOL frame "$T" token wrong-token
+expect 0 "error code=-11 .*closed" $TOOL frame "$T" no-token
+expect 0 "executors" "$AA" status --planner "$T" --token-file "$tmp/token"
+expect 1 "permission denied|token" "$AA" status --planner "$T"
+check "the planner logged the wrong token" grep -qi "token" "$tmp/planner.log"
+check "the planner is still alive after the bad clients" kill -0 "$planner"
+expect 0 "executors" "$AA" status $P --json
+kill "$planner"; wait "$planner" 2>/dev/null
+
+# --- 8. auto --------------------------------------------------------------------
+expect 0 "best" timeout 300 "$AA" auto "$tmp/model.json" --home "$tmp/home-auto" --threads 1 \
+  --out "$tmp/auto" --exclude fp16,checkpoint --measured-steps 2
+check "auto saved the strategy" [ -s "$tmp/auto/strategy.json" ]
+expect 0 "done" "$AA" train "$tmp/model.json" --strategy "$tmp/auto/strategy.json" --threads 1 \
+  --out "$tmp/replay2" --losses "$tmp/replay2.txt"
+check "replay of auto's strategy gives auto's loss curve" cmp -s "$tmp/auto/losses.txt" "$tmp/replay2.txt"
+check "auto left no socket behind" [ -z "$(find /tmp -maxdepth 2 -name planner.sock -newer "$tmp/model.json" 2>/dev/null | grep -v "$tmp")" ]
+
+echo "service: $pass passed, $fail failed"
+[ "$fail" = 0 ]
