@@ -107,6 +107,23 @@ static double jnum(const json_t *o, const char *k, bool *present) {
 }
 
 /* Prints the end of a waited job from the reply JSON; returns the exit code. */
+
+/* When the training outputs are on this machine (always so for `auto`), the
+ * validation loss beside the data's unigram entropy says whether the model
+ * learned anything; summary.json written by the runner holds both. */
+static void print_validation(const char *dir) {
+  if (!dir) return;
+  char p[AA_PATH_MAX + 32];
+  snprintf(p, sizeof p, "%s/summary.json", dir);
+  json_t *s = json_load_file(p, 0, NULL);
+  if (!s) return;
+  json_t *val = json_object_get(s, "val_loss"), *ent = json_object_get(s, "unigram_entropy");
+  if (json_is_number(val) && json_is_number(ent))
+    printf("validation loss %.4f (unigram entropy of the data: %.4f nats)\n", json_number_value(val),
+           json_number_value(ent));
+  json_decref(s);
+}
+
 static int print_outcome(aa_client_t *c, const char *cmd, uint64_t job_id, const char *reply, const char *out_dir) {
   json_error_t jerr;
   json_t *root = json_loads(reply, 0, &jerr), *job = NULL, *status_root = NULL;
@@ -163,6 +180,7 @@ static int print_outcome(aa_client_t *c, const char *cmd, uint64_t job_id, const
       printf("trained: %s tok/s", aa_client_fmt_rate(rate, jnum(train, "tokens_per_s", NULL), true));
       if (has) printf(", final loss %.4f", loss);
       printf("%s%s\n", dir ? ", outputs in " : "", dir ? dir : "");
+      print_validation(dir);
     } else {
       printf("training %s: %s\n", ts ? ts : "?", jstr(train, "error") ? jstr(train, "error") : "no message");
     }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the bundled example: sets up, builds, generates the
-# synthetic corpus (once), and trains examples/tiny/model.json.
+# synthetic corpus (once), then `autoaccel auto`: searches the fastest
+# strategy on this machine by dry runs, saves it, and trains with it.
 #
-#   scripts/run-example.sh [extra 'autoaccel train' options]
+#   scripts/run-example.sh [extra 'autoaccel auto' options]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --build-dir build
@@ -10,4 +11,4 @@ cmake --build build -j"$(nproc)" --target autoaccel
 if [ ! -f examples/tiny/data/train.bin ]; then
   build/autoaccel data synth --out examples/tiny/data
 fi
-build/autoaccel train examples/tiny/model.json --out runs/tiny-synth "$@"
+build/autoaccel auto examples/tiny/model.json --out runs/tiny-synth "$@"
