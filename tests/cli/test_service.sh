@@ -7,7 +7,8 @@
 #     store holds every run.
 #  2. the same submit again is answered from the store with zero dry runs.
 #  3. replay: `train --strategy` with the saved file gives the same losses.
-#  4. kill -9 of a runner during a dry run: recorded crashed, the job goes on.
+#  4. kill -9 of a runner during a dry run: recorded crashed, the job goes on;
+#     kill -9 of an executor during a dry run: its run crashed, planner serves on.
 #  5. kill -9 of the planner and a restart: earlier jobs and runs queryable.
 #  6. a dry run past its time limit is recorded timeout; past the executor's
 #     memory limit, oom.
@@ -120,6 +121,21 @@ check "the killed run is recorded crashed" \
   [ "$(jq_ "sum(r['status'] == 'crashed' for r in d['runs'])" <"$tmp/runs3.json")" -ge 1 ]
 check "the crash says which signal" grep -q "signal 9" "$tmp/runs3.json"
 check "the executor survived its runner" kill -0 "$executor"
+
+# --- 4b. kill -9 of an executor during a dry run: its run is crashed ------------
+"$AA" submit "$tmp/model.json" $P --refresh --exclude bf16,fp16,checkpoint --max-dryruns 1 >"$tmp/submit4.txt"
+job4=$(grep -Eo '[0-9]+' "$tmp/submit4.txt" | head -1)
+check "a runner starts for the next job" wait_for 30 runner_of
+kill -9 "$executor"; wait "$executor" 2>/dev/null
+job4_over() { "$AA" status "$job4" $P --json | jq_ "d['job']['status']" | grep -Eq 'done|failed'; }
+check "the job ends when its only executor died" wait_for 30 job4_over
+"$AA" query runs --job "$job4" $P --json >"$tmp/runs4.json"
+check "the dead executor's run is recorded crashed, naming the executor" \
+  [ "$(jq_ "sum(r['status'] == 'crashed' and 'executor' in (r['error'] or '') for r in d['runs'])" <"$tmp/runs4.json")" = 1 ]
+gone() { ! kill -0 "$1" 2>/dev/null || grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+check "the dead executor's runner did not outlive it" wait_for 10 gone "$r"
+check "the planner survived the dead executor" kill -0 "$planner"
+start_executor
 
 # --- 5. kill -9 of the planner; restart; history queryable ---------------------
 kill -9 "$planner"; wait "$planner" 2>/dev/null
