@@ -3,6 +3,7 @@
  * poll() timeouts, heartbeats while a reply is awaited. */
 #define _GNU_SOURCE
 #include "client.h"
+#include "cli.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -425,4 +426,22 @@ const char *aa_client_fmt_bytes(char buf[32], double v, bool present) {
     return buf;
   }
   return aa_mem_fmt(buf, (size_t)v);
+}
+
+int aa_client_reply_json(const char *cmd, char *text, bool raw, json_t **root) {
+  if (raw) {
+    printf("%s\n", text);
+    free(text);
+    return AA_EXIT_OK;
+  }
+  json_error_t jerr;
+  json_t *r = json_loads(text, 0, &jerr);
+  free(text);
+  if (!json_is_object(r)) {
+    json_decref(r);
+    fprintf(stderr, "autoaccel %s: the planner's reply is not a JSON object: %s\n", cmd, jerr.text);
+    return AA_EXIT_FAIL;
+  }
+  *root = r;
+  return -1;
 }

@@ -118,6 +118,13 @@ int aa_client_abspath(const char *path, char *out, size_t n);
  * borrowed. Defined in cmd_query.c. */
 void aa_client_print_runs(FILE *f, const json_t *runs, bool with_job);
 
+/* The common end of `status` and `query`: with raw, prints the planner's
+ * reply text as it came (for scripts) and returns AA_EXIT_OK; otherwise
+ * parses it into *root (transferred; json_decref) and returns -1 so the
+ * caller prints it, or prints why it is not a JSON object and returns
+ * AA_EXIT_FAIL. text is consumed (freed) in every case. */
+int aa_client_reply_json(const char *cmd, char *text, bool raw, json_t **root);
+
 /* Helpers for tables: tokens/s ("23378"), bytes ("51.6 MiB"), "-" for null. */
 const char *aa_client_fmt_rate(char buf[32], double v, bool present);
 const char *aa_client_fmt_bytes(char buf[32], double v, bool present);

@@ -212,19 +212,9 @@ int aa_cmd_query(int argc, char **argv) {
   }
   free(args_text);
   if (rc) return aa_cli_fail("query");
-  if (json) {
-    printf("%s\n", text);
-    free(text);
-    return AA_EXIT_OK;
-  }
-  json_error_t jerr;
-  json_t *root = json_loads(text, 0, &jerr);
-  free(text);
-  if (!json_is_object(root)) {
-    json_decref(root);
-    fprintf(stderr, "autoaccel query: the planner's reply is not a JSON object: %s\n", jerr.text);
-    return AA_EXIT_FAIL;
-  }
+  json_t *root;
+  int code = aa_client_reply_json("query", text, json, &root);
+  if (code >= 0) return code;
   json_t *list = json_object_get(root, !strcmp(what, "jobs") ? "jobs" : !strcmp(what, "best") ? "best" : "runs");
   if (!json_array_size(list)) printf("no %s\n", !strcmp(what, "jobs") ? "jobs" : "runs");
   else if (!strcmp(what, "jobs")) print_jobs(list);

@@ -190,19 +190,9 @@ int aa_cmd_status(int argc, char **argv) {
   int rc = aa_client_status(c, job, &text);
   aa_client_close(c);
   if (rc) return aa_cli_fail("status");
-  if (json) {
-    printf("%s\n", text);
-    free(text);
-    return AA_EXIT_OK;
-  }
-  json_error_t jerr;
-  json_t *root = json_loads(text, 0, &jerr);
-  free(text);
-  if (!json_is_object(root)) {
-    json_decref(root);
-    fprintf(stderr, "autoaccel status: the planner's reply is not a JSON object: %s\n", jerr.text);
-    return AA_EXIT_FAIL;
-  }
+  json_t *root;
+  code = aa_client_reply_json("status", text, json, &root);
+  if (code >= 0) return code;
   if (job) print_job(json_object_get(root, "job"));
   else print_planner(root);
   json_decref(root);
