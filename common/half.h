@@ -21,13 +21,21 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t aa__f32_bits(float f) {
+/* The same functions serve the CUDA kernels (kernels/cuda/cuda_convert.cu),
+ * so the GPU rounds bit for bit as the CPU does. */
+#ifdef __CUDACC__
+#define AA_HALF_FN static inline __host__ __device__
+#else
+#define AA_HALF_FN static inline
+#endif
+
+AA_HALF_FN uint32_t aa__f32_bits(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);
   return u;
 }
 
-static inline float aa__f32_from_bits(uint32_t u) {
+AA_HALF_FN float aa__f32_from_bits(uint32_t u) {
   float f;
   memcpy(&f, &u, sizeof f);
   return f;
@@ -37,14 +45,14 @@ static inline float aa__f32_from_bits(uint32_t u) {
  * so exact halves round towards an even result, and truncate. A carry out
  * of the mantissa bumps the exponent, which is the right answer, up to
  * +-inf. */
-static inline uint16_t aa_f32_to_bf16(float f) {
+AA_HALF_FN uint16_t aa_f32_to_bf16(float f) {
   uint32_t u = aa__f32_bits(f);
   uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   uint32_t qnan = (u >> 16) | 0x0040u;
   return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? qnan : rounded);
 }
 
-static inline float aa_bf16_to_f32(uint16_t h) { return aa__f32_from_bits((uint32_t)h << 16); }
+AA_HALF_FN float aa_bf16_to_f32(uint16_t h) { return aa__f32_from_bits((uint32_t)h << 16); }
 
 /* fp32 -> fp16 on the magnitude a, sign put back at the end:
  *  - a >= 2^-14 (fp16 normal range): rebias the exponent (127 -> 15) and
@@ -57,7 +65,7 @@ static inline float aa_bf16_to_f32(uint16_t h) { return aa__f32_from_bits((uint3
  *    more; everything that small rounds to 0 anyway) and floored at 14 so
  *    that it is defined for the inputs whose result is not used;
  *  - a >= 2^16 (and inf): inf; NaN: quiet NaN with the top payload bits. */
-static inline uint16_t aa_f32_to_f16(float f) {
+AA_HALF_FN uint16_t aa_f32_to_f16(float f) {
   uint32_t u = aa__f32_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t a = u & 0x7fffffffu;
@@ -84,7 +92,7 @@ static inline uint16_t aa_f32_to_f16(float f) {
  * are their 10-bit count times 2^-24, which fp32 holds exactly (the int to
  * float conversion and the power-of-two product are both exact); exponent
  * 31 maps to fp32's inf/NaN with the quiet bit set for NaN. */
-static inline float aa_f16_to_f32(uint16_t h) {
+AA_HALF_FN float aa_f16_to_f32(uint16_t h) {
   uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
   uint32_t em = (uint32_t)h & 0x7fffu;
   uint32_t normal = (em << 13) + 0x38000000u;
