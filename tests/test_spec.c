@@ -2,6 +2,7 @@
  * learning-rate schedule (common/spec.c). Fixtures live in tests/specs/ and
  * are found through AA_SOURCE_DIR (set by ctest; "." when unset). */
 #include "common/aa.h"
+#include "common/rendezvous.h"
 #include "common/spec.h"
 #include "tests/aa_test.h"
 
@@ -583,6 +584,27 @@ AA_TEST(constant_schedule_holds_lr_after_warmup) {
     CHECK(aa_lr_at(&t, s) == 1e-3f);
 }
 
+/* A rendezvous names a shm segment: readable tag, unique nonce, and the
+ * parser gives back what the maker wrote and refuses anything else. */
+AA_TEST(rendezvous_is_unique_clean_and_parses_back) {
+  char a[AA_RENDEZVOUS_MAX], b[AA_RENDEZVOUS_MAX];
+  CHECK(aa_rendezvous_new(a, sizeof a, "shm", "job3 run/7") == 0);
+  CHECK(aa_rendezvous_new(b, sizeof b, "shm", "job3 run/7") == 0);
+  CHECK(strcmp(a, b) != 0);
+  CHECK(strncmp(a, "shm:/aa-job3_run_7-", 19) == 0);
+  const char *backend = NULL, *name = NULL;
+  CHECK(aa_rendezvous_parse(a, &backend, &name) == 0);
+  CHECK(backend && strcmp(backend, "shm") == 0);
+  CHECK(name == a + 4);
+  CHECK(aa_rendezvous_new(b, sizeof b, "nccl", "x") == 0);
+  CHECK(aa_rendezvous_parse(b, &backend, &name) == 0 && strcmp(backend, "nccl") == 0);
+  CHECK(aa_rendezvous_new(b, sizeof b, "tcp", "x") == AA_EINVAL);
+  CHECK(aa_rendezvous_new(b, 12, "shm", "x") == AA_EINVAL);
+  CHECK(aa_rendezvous_parse("shm:/a/b", &backend, &name) == AA_EINVAL);
+  CHECK(aa_rendezvous_parse("shm:noslash", &backend, &name) == AA_EINVAL);
+  CHECK(aa_rendezvous_parse("gloo:/x", &backend, &name) == AA_EINVAL);
+}
+
 int main(void) {
   RUN(full_spec_parses_every_field_as_written);
   RUN(minimal_spec_gets_every_default);
@@ -618,5 +640,6 @@ int main(void) {
   RUN(lr_warms_up_linearly_to_the_peak);
   RUN(cosine_decays_monotonically_to_min_lr);
   RUN(constant_schedule_holds_lr_after_warmup);
+  RUN(rendezvous_is_unique_clean_and_parses_back);
   return aa_test_summary();
 }
