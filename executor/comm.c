@@ -1,0 +1,159 @@
+/* Process groups (comm.h): the checks every backend shares, then dispatch to
+ * comm_shm.c or comm_nccl.c. Arguments are checked here so both backends
+ * reject the same calls with the same messages; the group's failed state is
+ * checked first, so a call after an abort returns AA_ECANCELLED at once. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+
+#define DEFAULT_TIMEOUT_MS 30000
+
+static int bad(const aa_comm_t *c, const char *what, const char *why) {
+  return aa_error(AA_EINVAL, "%s: rank %d of %d: %s", what, c->rank, c->world, why);
+}
+
+/* The checks of a data-moving call: the group is usable, the dtype and op
+ * are known, `per_rank` elements times `mult` fit in size_t bytes, and the
+ * buffers that will be touched are not NULL. */
+static int check(aa_comm_t *c, const char *what, aa_dtype_t dt, int op, size_t count, size_t mult,
+                 const void *a, const void *b) {
+  if (!c) return aa_error(AA_EINVAL, "%s: the group is NULL", what);
+  int rc = aa__shm_check(c->shm, what, 0);
+  if (rc) return rc;
+  if (dt != AA_F32 && dt != AA_BF16 && dt != AA_F16) return bad(c, what, "unknown dtype");
+  if (op != AA_COMM_SUM && op != AA_COMM_AVG) return bad(c, what, "unknown reduction op");
+  if (count > SIZE_MAX / aa_dtype_size(dt) / mult)
+    return bad(c, what, "the element count overflows the byte size");
+  if (count && (!a || !b)) return bad(c, what, "a buffer is NULL");
+  return 0;
+}
+
+int aa_comm_init(aa_comm_t **out, const char *rendezvous, int rank, int world, const aa_comm_opts_t *opts) {
+  if (!out || !rendezvous) return aa_error(AA_EINVAL, "aa_comm_init: NULL argument");
+  const char *backend, *name;
+  int rc = aa_rendezvous_parse(rendezvous, &backend, &name);
+  if (rc) return aa_error_wrap(rc, "aa_comm_init");
+  if (world < 1 || rank < 0 || rank >= world)
+    return aa_error(AA_EINVAL, "aa_comm_init: rank %d of a group of %d is out of range", rank, world);
+  int timeout_ms = opts && opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
+  if (timeout_ms < 0) return aa_error(AA_EINVAL, "aa_comm_init: timeout_ms %d is negative", timeout_ms);
+  int nccl = !strcmp(backend, "nccl");
+  if (nccl) {
+    /* Refuse before anyone creates a segment that the others would wait on. */
+    rc = aa__nccl_supported();
+    if (rc) return aa_error_wrap(rc, "aa_comm_init");
+  }
+  aa_comm_t *c = calloc(1, sizeof *c);
+  if (!c) return aa_error(AA_ENOMEM, "aa_comm_init: out of memory");
+  c->rank = rank;
+  c->world = world;
+  rc = aa__shm_init(&c->shm, name, rank, world, timeout_ms);
+  if (!rc && nccl && (rc = aa__nccl_init(c))) aa__shm_abort(c->shm, AA__ABORT_ERROR);
+  if (rc) {
+    if (c->nccl) aa__nccl_destroy(c);
+    aa__shm_destroy(c->shm);
+    free(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+int aa_comm_split(aa_comm_t *parent, int color, int key, aa_comm_t **out) {
+  if (!parent || !out) return aa_error(AA_EINVAL, "aa_comm_split: NULL argument");
+  int rc = aa__shm_check(parent->shm, "aa_comm_split", 0);
+  if (rc) return rc;
+  aa_comm_t *c = calloc(1, sizeof *c);
+  if (!c) return aa_error(AA_ENOMEM, "aa_comm_split: out of memory");
+  rc = aa__shm_split(parent->shm, color < 0 ? -1 : color, key, &c->shm);
+  if (!rc && parent->nccl) rc = aa__nccl_split(parent, color, key, c);
+  if (rc || !c->shm) {
+    if (c->nccl) aa__nccl_destroy(c);
+    aa__shm_destroy(c->shm);
+    free(c);
+    if (!rc) *out = NULL;
+    return rc;
+  }
+  c->rank = aa__shm_rank(c->shm);
+  c->world = aa__shm_world(c->shm);
+  *out = c;
+  return 0;
+}
+
+int aa_comm_rank(const aa_comm_t *c) { return c ? c->rank : -1; }
+int aa_comm_world(const aa_comm_t *c) { return c ? c->world : -1; }
+const char *aa_comm_backend(const aa_comm_t *c) { return !c ? "" : c->nccl ? "nccl" : "shm"; }
+
+int aa_comm_all_reduce(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype,
+                       aa_comm_op_t op) {
+  int rc = check(c, "all_reduce", dtype, op, count, 1, send, recv);
+  if (rc || !count) return rc;
+  if (c->nccl) return aa__nccl_all_reduce(c, send, recv, count, dtype, op);
+  return aa__shm_all_reduce(c->shm, send, recv, count, dtype, op);
+}
+
+int aa_comm_reduce_scatter(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype,
+                           aa_comm_op_t op) {
+  int rc = check(c, "reduce_scatter", dtype, op, count, c ? (size_t)c->world : 1, send, recv);
+  if (rc || !count) return rc;
+  if (c->nccl) return aa__nccl_reduce_scatter(c, send, recv, count, dtype, op);
+  return aa__shm_reduce_scatter(c->shm, send, recv, count, dtype, op);
+}
+
+int aa_comm_all_gather(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype) {
+  int rc = check(c, "all_gather", dtype, AA_COMM_SUM, count, c ? (size_t)c->world : 1, send, recv);
+  if (rc || !count) return rc;
+  if (c->nccl) return aa__nccl_all_gather(c, send, recv, count, dtype);
+  return aa__shm_all_gather(c->shm, send, recv, count * aa_dtype_size(dtype), "all_gather");
+}
+
+int aa_comm_broadcast(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype, int root) {
+  int rc = check(c, "broadcast", dtype, AA_COMM_SUM, count, 1, recv, recv);
+  if (rc) return rc;
+  if (root < 0 || root >= c->world) return bad(c, "broadcast", "the root is not a rank of the group");
+  if (count && c->rank == root && !send) return bad(c, "broadcast", "the root's send buffer is NULL");
+  if (!count) return 0;
+  if (c->nccl) return aa__nccl_broadcast(c, send, recv, count, dtype, root);
+  return aa__shm_broadcast(c->shm, send, recv, count * aa_dtype_size(dtype), root, "broadcast");
+}
+
+int aa_comm_send(aa_comm_t *c, const void *buf, size_t count, aa_dtype_t dtype, int peer) {
+  int rc = check(c, "send", dtype, AA_COMM_SUM, count, 1, buf, buf);
+  if (rc) return rc;
+  if (peer < 0 || peer >= c->world || peer == c->rank)
+    return bad(c, "send", "the peer is not another rank of the group");
+  if (!count) return 0;
+  if (c->nccl) return aa__nccl_send(c, buf, count, dtype, peer);
+  return aa__shm_send(c->shm, buf, count * aa_dtype_size(dtype), peer);
+}
+
+int aa_comm_recv(aa_comm_t *c, void *buf, size_t count, aa_dtype_t dtype, int peer) {
+  int rc = check(c, "recv", dtype, AA_COMM_SUM, count, 1, buf, buf);
+  if (rc) return rc;
+  if (peer < 0 || peer >= c->world || peer == c->rank)
+    return bad(c, "recv", "the peer is not another rank of the group");
+  if (!count) return 0;
+  if (c->nccl) return aa__nccl_recv(c, buf, count, dtype, peer);
+  return aa__shm_recv(c->shm, buf, count * aa_dtype_size(dtype), peer);
+}
+
+int aa_comm_barrier(aa_comm_t *c) {
+  if (!c) return aa_error(AA_EINVAL, "barrier: the group is NULL");
+  int rc = aa__shm_check(c->shm, "barrier", 0);
+  if (rc) return rc;
+  if (c->nccl) return aa__nccl_barrier(c);
+  return aa__shm_barrier(c->shm, "barrier");
+}
+
+void aa_comm_abort(aa_comm_t *c) {
+  if (c) aa__shm_abort(c->shm, AA__ABORT_CALLED);
+}
+
+void aa_comm_destroy(aa_comm_t *c) {
+  if (!c) return;
+  if (c->nccl) aa__nccl_destroy(c);
+  aa__shm_destroy(c->shm);
+  free(c);
+}

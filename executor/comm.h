@@ -1,0 +1,125 @@
+/* Process groups: the collectives that data parallelism and ZeRO need, with
+ * one NCCL-shaped API over two backends:
+ *
+ *   shm   CPU ranks on one host. The group meets in a POSIX shared-memory
+ *         segment named by the rendezvous; ranks wait on process-shared
+ *         futexes: they sleep rather than spin (a waiter looks for up to
+ *         200 us, yielding the CPU between looks, before it sleeps), so 4
+ *         ranks on 2 cores still make progress.
+ *   nccl  CUDA devices (built when the CUDA toolkit and NCCL are found).
+ *         The ranks meet in a shm segment as above, rank 0 makes the NCCL
+ *         unique id and hands it to the others there, then all call
+ *         ncclCommInitRank. Ranks on one host only (a cross-host bootstrap
+ *         would relay the id through the planner).
+ *
+ * The rendezvous text (common/rendezvous.h: "shm:/aa-<tag>-<nonce>" or
+ * "nccl:/aa-<tag>-<nonce>") is made by the planner and travels to every rank
+ * in its job message. The engine knows nothing of sockets: a runner builds
+ * the group from the text alone.
+ *
+ * Semantics follow NCCL: every rank of a group calls the same collectives in
+ * the same order with the same counts and dtype. Buffers are host memory for
+ * shm and device memory for nccl (the device work that produces a send
+ * buffer must be finished, e.g. synchronised, before the call; the result is
+ * complete when the call returns). send and recv may be the same pointer
+ * (in place) for all_reduce and broadcast, for all_gather when send is
+ * recv's own slice (recv + rank * count) and for reduce_scatter when recv is
+ * send's own slice (send + rank * count), as NCCL allows. A count of 0 is a
+ * no-op. Every call blocks until its result is in recv.
+ *
+ * Families: the group made by aa_comm_init and every group split from it,
+ * directly or not, form one family. They share one shm segment, so an
+ * abort, a timeout or a dead rank in any of them fails all of them (a
+ * training job with a broken group is broken). A process uses a family
+ * from the thread that called aa_comm_init, or from threads that take turns
+ * with it; that thread must outlive the family's last aa_comm_destroy
+ * (shm: the rank's liveness is a robust mutex that thread holds).
+ *
+ * Results are deterministic and identical on every rank: a sum is taken in
+ * rank order 0..world-1 in fp32 (16-bit inputs are widened, summed in fp32
+ * and rounded once), whatever the arrival order.
+ *
+ * Failure: a call that waits longer than the group's timeout for its peers
+ * (opts->timeout_ms, measured per wait, so a long transfer that makes
+ * progress does not time out) returns AA_ETIMEOUT and fails the family;
+ * once any rank has called aa_comm_abort, timed out, or died while a peer
+ * waited for it (noticed within about 100 ms, also while it is an unreaped
+ * zombie), every pending and later call on every rank of the family returns
+ * AA_ECANCELLED within about 100 ms. The group is then unusable; destroy
+ * it. Errors carry an aa_error() message naming the collective, the rank
+ * and the peer(s) that did not arrive or the rank that died. Details:
+ * docs/comm.md. */
+#ifndef AA_COMM_H
+#define AA_COMM_H
+
+#include <stddef.h>
+
+#include "../common/aa.h"
+#include "../common/rendezvous.h"
+
+typedef struct aa_comm aa_comm_t;
+
+typedef enum { AA_COMM_SUM = 0, AA_COMM_AVG = 1 } aa_comm_op_t;
+
+typedef struct aa_comm_opts {
+  int timeout_ms; /* longest wait for peers (join, each collective); 0 = 30000 */
+} aa_comm_opts_t;
+
+/* Joins the group described by rendezvous as `rank` of `world`. Blocks until
+ * every rank has joined or the timeout passes (AA_ETIMEOUT naming the ranks
+ * that did not come). Ranks may arrive in any order: rank 0 creates the shm
+ * segment, the others retry opening it until the timeout; the segment is
+ * unlinked once all have joined (or by every rank whose join failed), so
+ * nothing is left in /dev/shm even if every rank is killed later. opts may
+ * be NULL. AA_EUNSUPPORTED for "nccl:" in a build without CUDA/NCCL;
+ * AA_EINVAL for a bad rendezvous, rank or world (shm: at most 256 ranks) or
+ * a segment made for another world. *out is transferred (aa_comm_destroy)
+ * and set only on success. */
+int aa_comm_init(aa_comm_t **out, const char *rendezvous, int rank, int world, const aa_comm_opts_t *opts);
+
+/* A sub-group of the ranks of parent with the same color, ordered by key
+ * then parent rank (as ncclCommSplit / MPI_Comm_split). Every rank of the
+ * parent must call it; color < 0 means "in no group" and gives *out = NULL.
+ * Data/tensor/pipeline groups are built this way from the strategy's rank
+ * order. The sub-group belongs to parent's family and has its timeout; it
+ * may outlive parent. shm: a family holds at most 2 * world + 2 live groups
+ * (AA_EUNSUPPORTED past that); a destroyed group's room is reused. *out is
+ * transferred (aa_comm_destroy) and set only on success. */
+int aa_comm_split(aa_comm_t *parent, int color, int key, aa_comm_t **out);
+
+int aa_comm_rank(const aa_comm_t *c);
+int aa_comm_world(const aa_comm_t *c);
+const char *aa_comm_backend(const aa_comm_t *c); /* "shm", "nccl" */
+
+/* recv(count) = op over ranks of send(count). */
+int aa_comm_all_reduce(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype, aa_comm_op_t op);
+/* recv(count) = rank's slice [rank*count, (rank+1)*count) of op over ranks of
+ * send(world*count). */
+int aa_comm_reduce_scatter(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype,
+                           aa_comm_op_t op);
+/* recv(world*count): slice r = send(count) of rank r. */
+int aa_comm_all_gather(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype);
+/* recv(count) = send(count) of root (send is read on root only). */
+int aa_comm_broadcast(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype, int root);
+/* Point to point (pipeline stages): matched send/recv pairs with the same
+ * count and dtype, delivered in the order they were sent. send may return
+ * before the peer has received (shm buffers up to two chunks of the
+ * message), but in general it blocks until the peer receives: two ranks
+ * that both send a large message to each other before receiving deadlock
+ * (and time out), as with NCCL outside a group. peer != own rank. */
+int aa_comm_send(aa_comm_t *c, const void *buf, size_t count, aa_dtype_t dtype, int peer);
+int aa_comm_recv(aa_comm_t *c, void *buf, size_t count, aa_dtype_t dtype, int peer);
+int aa_comm_barrier(aa_comm_t *c);
+
+/* Marks the group's family failed for every rank (safe from a signal
+ * handler and from another thread: an atomic store and futex wakes): their
+ * pending and later calls return AA_ECANCELLED. */
+void aa_comm_abort(aa_comm_t *c);
+
+/* Leaves the group and frees c; never waits for peers, so it returns even
+ * when they are dead. The last handle of a family in a process leaves the
+ * family (nccl: ncclCommAbort if the group failed, else finalize and
+ * destroy). NULL is a no-op. */
+void aa_comm_destroy(aa_comm_t *c);
+
+#endif

@@ -1,0 +1,348 @@
+/* The nccl backend of comm.h: CUDA ranks on one host.
+ *
+ * The ranks first form a shm group (comm_shm.c) under the same name; rank 0
+ * makes the NCCL unique id and broadcasts it there, then every rank calls
+ * ncclCommInitRank on its current CUDA device (the runner chose it with
+ * cudaSetDevice). The shm group stays beside the NCCL communicator: its
+ * abort word and its rank mutexes are how aa_comm_abort (which must be
+ * async-signal-safe, so cannot call NCCL) and a dead rank reach a rank that
+ * waits on the GPU.
+ *
+ * The communicators are non-blocking (config.blocking = 0), so no NCCL call
+ * blocks: each call is followed by a poll of ncclCommGetAsyncError and, for
+ * collectives, cudaStreamQuery on our stream, with short sleeps, the group's
+ * deadline and a liveness probe every 100 ms. A deadline, an abort or a dead
+ * peer ends in ncclCommAbort instead of a hang. Buffers are device memory.
+ * Every call returns when its result is in the receive buffer.
+ *
+ * Unverified on a GPU (see docs/comm.md): this file is compiled with
+ * -Wall -Wextra -Werror but has not run. */
+#include "comm_internal.h"
+
+#if defined(AA_HAVE_CUDA) && defined(AA_HAVE_NCCL)
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PROBE_MS 100
+#define SPIN_S 50e-6 /* poll without sleeping this long: most collectives end within it */
+#define MAX_SLEEP_US 1000
+
+struct aa__nccl {
+  ncclComm_t comm;     /* NULL once aborted */
+  cudaStream_t stream; /* blocking: ordered after work on the legacy default stream */
+  float *scratch;      /* device: the barrier's one element */
+  int broken;          /* aborted: every later call fails */
+};
+
+/* Gives the communicator up: ncclCommAbort, and the shm abort word so the
+ * other ranks stop too. */
+static void nccl_abort(aa_comm_t *c, int cause) {
+  aa__nccl_t *n = c->nccl;
+  if (n && n->comm) ncclCommAbort(n->comm);
+  if (n) {
+    n->comm = NULL;
+    n->broken = 1;
+  }
+  aa__shm_abort(c->shm, cause);
+}
+
+static int nccl_code(ncclResult_t r) {
+  switch (r) {
+  case ncclInvalidArgument:
+  case ncclInvalidUsage: return AA_EINVAL;
+  case ncclRemoteError:
+  case ncclSystemError: return AA_ECONN;
+  default: return AA_EINTERNAL;
+  }
+}
+
+/* Translates an NCCL failure at file:line, like nccl-tests' NCCLCHECK, and
+ * aborts the group: after an NCCL error the communicator is unusable. */
+static int nccl_fail(aa_comm_t *c, ncclComm_t comm, const char *what, const char *call, ncclResult_t r,
+                     const char *file, int line) {
+  const char *last = comm ? ncclGetLastError(comm) : NULL;
+  int code = aa_error(nccl_code(r), "%s: rank %d of %d: %s failed: %s%s%s (%s:%d)", what, c->rank, c->world,
+                      call, ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "", file, line);
+  nccl_abort(c, AA__ABORT_ERROR);
+  return code;
+}
+
+static int cuda_fail(aa_comm_t *c, const char *what, const char *call, cudaError_t e, const char *file,
+                     int line) {
+  int code = aa_error(e == cudaErrorMemoryAllocation ? AA_EOOM : AA_EINTERNAL,
+                      "%s: rank %d of %d: %s failed: %s (%s:%d)", what, c->rank, c->world, call,
+                      cudaGetErrorString(e), file, line);
+  nccl_abort(c, AA__ABORT_ERROR);
+  return code;
+}
+
+#define NCCL_TRY(c, comm, what, call)                                                                        \
+  do {                                                                                                       \
+    ncclResult_t r_ = (call);                                                                                \
+    if (r_ != ncclSuccess && r_ != ncclInProgress)                                                           \
+      return nccl_fail(c, comm, what, #call, r_, __FILE__, __LINE__);                                        \
+  } while (0)
+
+#define CUDA_TRY(c, what, call)                                                                              \
+  do {                                                                                                       \
+    cudaError_t e_ = (call);                                                                                 \
+    if (e_ != cudaSuccess) return cuda_fail(c, what, #call, e_, __FILE__, __LINE__);                         \
+  } while (0)
+
+static void sleep_us(long us) {
+  struct timespec ts = {0, us * 1000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Polls until comm is no longer in progress and, with stream, our stream
+ * has drained; the shm group is probed every PROBE_MS and the deadline is
+ * the group's timeout. */
+static int nccl_wait(aa_comm_t *c, ncclComm_t comm, cudaStream_t stream, const char *what) {
+  int timeout_ms = aa__shm_timeout_ms(c->shm);
+  double t0 = aa_now(), deadline = t0 + timeout_ms * 1e-3, next_probe = t0 + PROBE_MS * 1e-3;
+  long nap = 10;
+  for (;;) {
+    ncclResult_t st = ncclSuccess;
+    NCCL_TRY(c, comm, what, ncclCommGetAsyncError(comm, &st));
+    if (st != ncclSuccess && st != ncclInProgress)
+      return nccl_fail(c, comm, what, "the communicator", st, __FILE__, __LINE__);
+    if (st == ncclSuccess) {
+      if (!stream) return 0;
+      cudaError_t e = cudaStreamQuery(stream);
+      if (e == cudaSuccess) return 0;
+      if (e != cudaErrorNotReady) return cuda_fail(c, what, "cudaStreamQuery", e, __FILE__, __LINE__);
+    }
+    double t = aa_now();
+    if (t >= next_probe) {
+      int rc = aa__shm_check(c->shm, what, 1);
+      if (rc) {
+        nccl_abort(c, AA__ABORT_ERROR);
+        return rc;
+      }
+      next_probe = t + PROBE_MS * 1e-3;
+    }
+    if (t >= deadline) {
+      nccl_abort(c, AA__ABORT_TIMEOUT);
+      return aa_error(AA_ETIMEOUT,
+                      "%s: rank %d of %d: did not complete within %d ms (a peer did not take part); "
+                      "the communicator was aborted",
+                      what, c->rank, c->world, timeout_ms);
+    }
+    if (t - t0 >= SPIN_S) {
+      sleep_us(nap);
+      nap = nap * 2 < MAX_SLEEP_US ? nap * 2 : MAX_SLEEP_US;
+    }
+  }
+}
+
+static ncclDataType_t nccl_type(aa_dtype_t dt) {
+  return dt == AA_BF16 ? ncclBfloat16 : dt == AA_F16 ? ncclFloat16 : ncclFloat32;
+}
+
+/* The usable communicator, or AA_ECANCELLED. */
+static int usable(aa_comm_t *c, const char *what) {
+  if (c->nccl->broken || !c->nccl->comm)
+    return aa_error(AA_ECANCELLED, "%s: rank %d of %d: the NCCL communicator was aborted", what, c->rank,
+                    c->world);
+  return 0;
+}
+
+static int nccl_new(aa_comm_t *c, const char *what) {
+  c->nccl = calloc(1, sizeof *c->nccl);
+  if (!c->nccl) return aa_error(AA_ENOMEM, "%s: out of memory", what);
+  CUDA_TRY(c, what, cudaStreamCreate(&c->nccl->stream));
+  CUDA_TRY(c, what, cudaMalloc((void **)&c->nccl->scratch, sizeof(float)));
+  CUDA_TRY(c, what, cudaMemset(c->nccl->scratch, 0, sizeof(float)));
+  return 0;
+}
+
+int aa__nccl_supported(void) { return 0; }
+
+int aa__nccl_init(aa_comm_t *c) {
+  const char *what = "aa_comm_init";
+  struct {
+    int32_t rc;
+    ncclUniqueId id;
+  } boot;
+  memset(&boot, 0, sizeof boot);
+  if (c->rank == 0) boot.rc = (int32_t)ncclGetUniqueId(&boot.id);
+  int rc = aa__shm_broadcast(c->shm, &boot, &boot, sizeof boot, 0, what);
+  if (rc) return rc;
+  if (boot.rc != ncclSuccess)
+    return aa_error(nccl_code((ncclResult_t)boot.rc),
+                    "%s: rank %d of %d: rank 0 could not make the NCCL unique id: %s", what, c->rank,
+                    c->world, ncclGetErrorString((ncclResult_t)boot.rc));
+  if ((rc = nccl_new(c, what))) return rc;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  NCCL_TRY(c, NULL, what, ncclCommInitRankConfig(&c->nccl->comm, c->world, boot.id, c->rank, &cfg));
+  return nccl_wait(c, c->nccl->comm, NULL, what);
+}
+
+int aa__nccl_split(aa_comm_t *parent, int color, int key, aa_comm_t *child) {
+  const char *what = "aa_comm_split";
+  int rc = usable(parent, what);
+  if (rc) return rc;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t nc = NULL;
+  ncclComm_t pc = parent->nccl->comm;
+  NCCL_TRY(parent, pc, what, ncclCommSplit(pc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nc, &cfg));
+  if ((rc = nccl_wait(parent, pc, NULL, what))) return rc;
+  if (!child->shm) {
+    if (nc) ncclCommDestroy(nc);
+    return 0;
+  }
+  if (!nc)
+    return aa_error(AA_EINTERNAL, "%s: rank %d of %d: ncclCommSplit gave no communicator", what, parent->rank,
+                    parent->world);
+  child->rank = aa__shm_rank(child->shm);
+  child->world = aa__shm_world(child->shm);
+  if ((rc = nccl_new(child, what))) {
+    ncclCommAbort(nc);
+    return rc;
+  }
+  child->nccl->comm = nc;
+  return nccl_wait(child, nc, NULL, what);
+}
+
+int aa__nccl_all_reduce(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dt,
+                        aa_comm_op_t op) {
+  int rc = usable(c, "all_reduce");
+  if (rc) return rc;
+  aa__nccl_t *n = c->nccl;
+  NCCL_TRY(c, n->comm, "all_reduce",
+           ncclAllReduce(send, recv, count, nccl_type(dt), op == AA_COMM_AVG ? ncclAvg : ncclSum, n->comm,
+                         n->stream));
+  return nccl_wait(c, n->comm, n->stream, "all_reduce");
+}
+
+int aa__nccl_reduce_scatter(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dt,
+                            aa_comm_op_t op) {
+  int rc = usable(c, "reduce_scatter");
+  if (rc) return rc;
+  aa__nccl_t *n = c->nccl;
+  NCCL_TRY(c, n->comm, "reduce_scatter",
+           ncclReduceScatter(send, recv, count, nccl_type(dt), op == AA_COMM_AVG ? ncclAvg : ncclSum, n->comm,
+                             n->stream));
+  return nccl_wait(c, n->comm, n->stream, "reduce_scatter");
+}
+
+int aa__nccl_all_gather(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dt) {
+  int rc = usable(c, "all_gather");
+  if (rc) return rc;
+  aa__nccl_t *n = c->nccl;
+  NCCL_TRY(c, n->comm, "all_gather", ncclAllGather(send, recv, count, nccl_type(dt), n->comm, n->stream));
+  return nccl_wait(c, n->comm, n->stream, "all_gather");
+}
+
+int aa__nccl_broadcast(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dt, int root) {
+  int rc = usable(c, "broadcast");
+  if (rc) return rc;
+  aa__nccl_t *n = c->nccl;
+  NCCL_TRY(c, n->comm, "broadcast",
+           ncclBroadcast(send, recv, count, nccl_type(dt), root, n->comm, n->stream));
+  return nccl_wait(c, n->comm, n->stream, "broadcast");
+}
+
+int aa__nccl_send(aa_comm_t *c, const void *buf, size_t count, aa_dtype_t dt, int peer) {
+  int rc = usable(c, "send");
+  if (rc) return rc;
+  aa__nccl_t *n = c->nccl;
+  NCCL_TRY(c, n->comm, "send", ncclSend(buf, count, nccl_type(dt), peer, n->comm, n->stream));
+  return nccl_wait(c, n->comm, n->stream, "send");
+}
+
+int aa__nccl_recv(aa_comm_t *c, void *buf, size_t count, aa_dtype_t dt, int peer) {
+  int rc = usable(c, "recv");
+  if (rc) return rc;
+  aa__nccl_t *n = c->nccl;
+  NCCL_TRY(c, n->comm, "recv", ncclRecv(buf, count, nccl_type(dt), peer, n->comm, n->stream));
+  return nccl_wait(c, n->comm, n->stream, "recv");
+}
+
+int aa__nccl_barrier(aa_comm_t *c) {
+  int rc = usable(c, "barrier");
+  if (rc) return rc;
+  aa__nccl_t *n = c->nccl;
+  NCCL_TRY(c, n->comm, "barrier",
+           ncclAllReduce(n->scratch, n->scratch, 1, ncclFloat32, ncclSum, n->comm, n->stream));
+  return nccl_wait(c, n->comm, n->stream, "barrier");
+}
+
+/* A healthy communicator is finalized (flushed) and destroyed; a failed one,
+ * or one whose finalize does not complete, is aborted, which never waits
+ * for peers. */
+void aa__nccl_destroy(aa_comm_t *c) {
+  aa__nccl_t *n = c->nccl;
+  if (!n) return;
+  if (n->comm) {
+    if (n->broken || aa__shm_check(c->shm, "aa_comm_destroy", 0)) {
+      ncclCommAbort(n->comm);
+    } else {
+      ncclResult_t r = ncclCommFinalize(n->comm);
+      if ((r == ncclSuccess || r == ncclInProgress) && !nccl_wait(c, n->comm, NULL, "aa_comm_destroy"))
+        ncclCommDestroy(n->comm);
+      else if (n->comm)
+        ncclCommAbort(n->comm);
+    }
+  }
+  if (n->scratch) cudaFree(n->scratch);
+  if (n->stream) cudaStreamDestroy(n->stream);
+  free(n);
+  c->nccl = NULL;
+}
+
+#else /* built without CUDA or NCCL */
+
+static int unsupported(void) {
+  return aa_error(AA_EUNSUPPORTED, "the nccl backend: built without CUDA/NCCL");
+}
+
+int aa__nccl_supported(void) { return unsupported(); }
+int aa__nccl_init(aa_comm_t *c) {
+  (void)c;
+  return unsupported();
+}
+int aa__nccl_split(aa_comm_t *parent, int color, int key, aa_comm_t *child) {
+  (void)parent, (void)color, (void)key, (void)child;
+  return unsupported();
+}
+int aa__nccl_all_reduce(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dt,
+                        aa_comm_op_t op) {
+  (void)c, (void)send, (void)recv, (void)count, (void)dt, (void)op;
+  return unsupported();
+}
+int aa__nccl_reduce_scatter(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dt,
+                            aa_comm_op_t op) {
+  (void)c, (void)send, (void)recv, (void)count, (void)dt, (void)op;
+  return unsupported();
+}
+int aa__nccl_all_gather(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dt) {
+  (void)c, (void)send, (void)recv, (void)count, (void)dt;
+  return unsupported();
+}
+int aa__nccl_broadcast(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dt, int root) {
+  (void)c, (void)send, (void)recv, (void)count, (void)dt, (void)root;
+  return unsupported();
+}
+int aa__nccl_send(aa_comm_t *c, const void *buf, size_t count, aa_dtype_t dt, int peer) {
+  (void)c, (void)buf, (void)count, (void)dt, (void)peer;
+  return unsupported();
+}
+int aa__nccl_recv(aa_comm_t *c, void *buf, size_t count, aa_dtype_t dt, int peer) {
+  (void)c, (void)buf, (void)count, (void)dt, (void)peer;
+  return unsupported();
+}
+int aa__nccl_barrier(aa_comm_t *c) {
+  (void)c;
+  return unsupported();
+}
+void aa__nccl_destroy(aa_comm_t *c) { (void)c; }
+
+#endif
