@@ -34,8 +34,28 @@ int aa_ckpt_save(const char *path, const aa_gpt_t *m, const aa_adamw_t *opt, con
 
 /* Reads a checkpoint into m (whose architecture must match the file's; the
  * error names the first differing field) and, when opt is non-NULL, the
- * optimizer moments (error if the file has none) and st. Validates magic,
- * version, sizes and the payload checksum before touching m. */
+ * optimizer moments (error if the file has none) and st. path is a
+ * single-file checkpoint or the manifest of a sharded one (any world size),
+ * which is gathered back into the full buffers. Validates magic, version,
+ * sizes and the payload checksum of every file before touching m. */
 int aa_ckpt_load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_train_state_t *st);
+
+/* Checkpoint of a data-parallel run: every rank of z's group calls it with
+ * the same path and state, and every rank gets the same result (an error
+ * on one rank is an error on all, so none goes on believing the save
+ * succeeded). ZeRO stage 0: every rank holds the same state and rank 0
+ * writes the single-file format to path. Stages 1-3: each rank writes its
+ * chunks of the parameters and moments (the replicated state in the
+ * header) to "path.rank<r>of<world>"; once all have, rank 0 writes the JSON
+ * manifest to path, naming each rank file with its checksum, so a manifest
+ * only ever describes a complete save (docs/checkpoint-format.md). */
+int aa_ckpt_save_zero(const char *path, const aa_gpt_t *m, aa_zero_t *z, const aa_train_state_t *st);
+
+/* aa_ckpt_load into what this rank of z holds: path is a single-file
+ * checkpoint or a manifest written at any world size and stage; only the
+ * slices the rank needs are read (every file read from is checksummed whole
+ * first, and nothing changes unless every check passes). With st NULL only
+ * the parameters are read (init_weights). */
+int aa_ckpt_load_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_train_state_t *st);
 
 #endif

@@ -364,6 +364,14 @@ void aa_loader_next(aa_loader_t *l, int32_t *inputs, int32_t *targets) {
   }
 }
 
+void aa_loader_skip(aa_loader_t *l, uint64_t n) {
+  uint64_t last_start = (uint64_t)l->shard->n_tokens - (uint64_t)l->T - 1;
+  for (uint64_t i = 0; i < n; i++) {
+    if (l->pos > last_start) l->pos = 0;
+    l->pos += (uint64_t)l->T;
+  }
+}
+
 static int cmp_i32(const void *a, const void *b) {
   int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
   return (x > y) - (x < y);

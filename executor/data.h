@@ -47,6 +47,10 @@ typedef struct aa_loader {
 int aa_loader_init(aa_loader_t *l, const aa_shard_t *shard, int B, int T);
 /* Fills inputs(B,T) and targets(B,T) and advances. */
 void aa_loader_next(aa_loader_t *l, int32_t *inputs, int32_t *targets);
+/* Advances past n sequences as aa_loader_next does when it takes them
+ * (the same wrap rule), reading nothing: a data-parallel rank skips the
+ * other ranks' part of each global batch this way. */
+void aa_loader_skip(aa_loader_t *l, uint64_t n);
 
 /* Byte-level tokenizer: each byte of text is one token (vocab 256). */
 #define AA_BYTE_VOCAB 256

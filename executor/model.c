@@ -91,10 +91,6 @@ static void build_tensor_table(aa_gpt_t *m) {
   add_tensor(m, "lnf.b", -1, C, 0);
 }
 
-/* Pointer to tensor i of a flat fp32 buffer. */
-static float *tp(const aa_gpt_t *m, const aa_flatbuf_t *buf, int i) {
-  return (float *)buf->data + m->tensors[i].offset;
-}
 /* Index of tensor k (0..11) of layer l. */
 static int lt(int l, int k) { return 2 + l * AA_TENSORS_PER_LAYER + k; }
 enum { LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB };
@@ -294,9 +290,20 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
    * accounting counts with the optimizer state; the 16-bit copy is what the
    * model computes with. */
   int amp = opts->amp != AA_F32;
-  if ((rc = aa_flatbuf_alloc(&m->params, ops, mem, amp ? AA_MEM_OPTIM : AA_MEM_PARAMS, AA_F32, m->n_params)) ||
-      (rc = aa_flatbuf_alloc(&m->grads, ops, mem, AA_MEM_GRADS, AA_F32, m->n_params)) ||
-      (amp && (rc = aa_flatbuf_alloc(&m->params16, ops, mem, AA_MEM_PARAMS, opts->amp, m->n_params))))
+  if (opts->zero < 0 || opts->zero > 3) {
+    rc = aa_error(AA_EINVAL, "ZeRO stage %d must be 0..3", opts->zero);
+    goto fail;
+  }
+  /* Under ZeRO the trainer keeps shards outside the model, which then
+   * reaches them through its hooks: from stage 1 under amp the fp32 master
+   * weights (the model keeps the full 16-bit copy), from 2 the gradients,
+   * from 3 the parameters (and under amp no 16-bit copy either). */
+  int full_fp32 = amp ? opts->zero == 0 : opts->zero < 3;
+  if ((full_fp32 &&
+       (rc = aa_flatbuf_alloc(&m->params, ops, mem, amp ? AA_MEM_OPTIM : AA_MEM_PARAMS, AA_F32, m->n_params))) ||
+      (opts->zero < 2 && (rc = aa_flatbuf_alloc(&m->grads, ops, mem, AA_MEM_GRADS, AA_F32, m->n_params))) ||
+      (amp && opts->zero < 3 &&
+       (rc = aa_flatbuf_alloc(&m->params16, ops, mem, AA_MEM_PARAMS, opts->amp, m->n_params))))
     goto fail;
   m->params16_stale = 1;
   carver_t st = {0}, ws = {0};
@@ -339,7 +346,29 @@ void aa_gpt_free(aa_gpt_t *m) {
 
 void aa_gpt_params_changed(aa_gpt_t *m) { m->params16_stale = 1; }
 
+int aa_gpt_n_units(const aa_gpt_t *m) { return m->arch.n_layer + 2; }
+
+void aa_gpt_unit(const aa_gpt_t *m, int u, size_t *offset, size_t *numel) {
+  int L = m->arch.n_layer;
+  size_t a = u == 0 ? 0 : u <= L ? m->tensors[lt(u - 1, 0)].offset : m->tensors[m->n_tensors - 2].offset;
+  size_t b = u == 0 ? m->tensors[2].offset : u < L ? m->tensors[lt(u, 0)].offset
+             : u == L ? m->tensors[m->n_tensors - 2].offset : m->n_params;
+  *offset = a;
+  *numel = b - a;
+}
+
+static int put_params(size_t offset, const float *src, size_t n, void *data) {
+  aa_gpt_t *m = data;
+  return m->ops->upload((float *)m->params.data + offset, src, n * sizeof(float));
+}
+
 int aa_gpt_init_weights(aa_gpt_t *m, uint64_t seed) {
+  int rc = aa_gpt_init_weights_to(m, seed, put_params, m);
+  aa_gpt_params_changed(m);
+  return rc;
+}
+
+int aa_gpt_init_weights_to(const aa_gpt_t *m, uint64_t seed, aa_gpt_put_fn put, void *data) {
   aa_rng_t rng;
   aa_rng_seed(&rng, seed);
   float resid_std = 0.02f / sqrtf(2.0f * (float)m->arch.n_layer);
@@ -362,10 +391,9 @@ int aa_gpt_init_weights(aa_gpt_t *m, uint64_t seed) {
       float v = (!strcmp(kind, "ln1.w") || !strcmp(kind, "ln2.w") || !strcmp(t->name, "lnf.w")) ? 1.0f : 0.0f;
       for (size_t j = 0; j < t->numel; j++) p[j] = v;
     }
-    rc = m->ops->upload(tp(m, &m->params, i), p, t->numel * sizeof(float));
+    rc = put(t->offset, p, t->numel, data);
   }
   free(p);
-  aa_gpt_params_changed(m);
   return rc;
 }
 
@@ -375,14 +403,39 @@ static void rnd(const aa_gpt_t *m, void *dst, float *x, size_t n) {
   if (m->opts.amp != AA_F32) m->ops->round_store(dst, x, m->opts.amp, n);
 }
 
-/* fp32 weights of block l (tensor k at WK(k)). Under amp they are widened
- * from the 16-bit copy into the workspace. */
-static float *block_weights(aa_gpt_t *m, int l) {
+/* fp32 parameters of unit u: the flat buffer's, or where the hooks put
+ * them. */
+static int unit_params(aa_gpt_t *m, int u, float **out) {
+  if (m->hooks && m->hooks->params) return m->hooks->params(m, u, out, m->hooks->data);
+  size_t off, n;
+  aa_gpt_unit(m, u, &off, &n);
+  *out = (float *)m->params.data + off;
+  return 0;
+}
+
+/* Where the backward accumulates unit u's gradient (unit-relative). */
+static int unit_grads(aa_gpt_t *m, int u, float **out) {
+  if (m->hooks && m->hooks->grads) return m->hooks->grads(m, u, out, m->hooks->data);
+  size_t off, n;
+  aa_gpt_unit(m, u, &off, &n);
+  *out = (float *)m->grads.data + off;
+  return 0;
+}
+
+static int grads_done(aa_gpt_t *m, int u) {
+  return m->hooks && m->hooks->grads_done ? m->hooks->grads_done(m, u, m->hooks->data) : 0;
+}
+
+/* fp32 weights of block l (tensor k at WK(k)) into *w. Under amp they are
+ * widened from the 16-bit copy into the workspace, unless the hooks
+ * provide them. */
+static int block_weights(aa_gpt_t *m, int l, float **w) {
   const aa_tensor_desc_t *t0 = &m->tensors[lt(l, 0)], *t1 = &m->tensors[lt(l, AA_TENSORS_PER_LAYER - 1)];
-  if (m->opts.amp == AA_F32) return (float *)m->params.data + t0->offset;
+  if (m->opts.amp == AA_F32 || (m->hooks && m->hooks->params)) return unit_params(m, AA_GPT_UNIT_BLOCK(l), w);
   m->ops->cast_to_f32(m->acts->wblock, (const uint16_t *)m->params16.data + t0->offset, m->opts.amp,
                       t1->offset + t1->numel - t0->offset);
-  return m->acts->wblock;
+  *w = m->acts->wblock;
+  return 0;
 }
 #define WK(k) (w + (m->tensors[lt(l, k)].offset - m->tensors[lt(l, 0)].offset))
 
@@ -394,17 +447,23 @@ typedef struct {
   float *wte, *wpe, *lnfw, *lnfb;
 } outer_weights_t;
 
-static outer_weights_t outer_weights(aa_gpt_t *m, int widen) {
-  int lnf = m->n_tensors - 2;
+static int outer_weights(aa_gpt_t *m, int widen, outer_weights_t *ow) {
+  int lnf = m->n_tensors - 2, rc;
   size_t pre = m->tensors[2].offset, post = m->tensors[lnf].offset;
-  float *p = m->params.data, *a = m->acts->wpre, *b = m->acts->wpost;
-  if (m->opts.amp == AA_F32) return (outer_weights_t){p, p + m->tensors[1].offset, p + post, p + post + m->arch.d_model};
+  float *a = m->acts->wpre, *b = m->acts->wpost;
+  if (m->opts.amp == AA_F32 || (m->hooks && m->hooks->params)) {
+    if ((rc = unit_params(m, 0, &a)) || (rc = unit_params(m, m->arch.n_layer + 1, &b)))
+      return rc;
+    *ow = (outer_weights_t){a, a + m->tensors[1].offset, b, b + m->arch.d_model};
+    return 0;
+  }
   if (widen) {
     const uint16_t *h = m->params16.data;
     m->ops->cast_to_f32(a, h, m->opts.amp, pre);
     m->ops->cast_to_f32(b, h + post, m->opts.amp, m->n_params - post);
   }
-  return (outer_weights_t){a, a + m->tensors[1].offset, b, b + m->arch.d_model};
+  *ow = (outer_weights_t){a, a + m->tensors[1].offset, b, b + m->arch.d_model};
+  return 0;
 }
 
 /* Where block l computes: kept fp32 fields in place in the store, all else
@@ -506,18 +565,20 @@ int aa_gpt_forward(aa_gpt_t *m, const int32_t *inputs, const int32_t *targets, f
   if ((rc = op->upload(a->inputs, inputs, sizeof(int32_t) * N)) ||
       (targets && (rc = op->upload(a->targets, targets, sizeof(int32_t) * N))))
     return rc;
+  /* Under ZeRO >= 1 with amp the trainer writes the 16-bit copy itself
+   * (there are no full fp32 weights here to round). */
   int amp = m->opts.amp != AA_F32, refreshed = amp && m->params16_stale;
-  if (refreshed) {
-    op->cast_from_f32(m->params16.data, m->opts.amp, m->params.data, m->n_params);
-    m->params16_stale = 0;
-  }
-  outer_weights_t ow = outer_weights(m, refreshed);
+  if (refreshed && m->params.data) op->cast_from_f32(m->params16.data, m->opts.amp, m->params.data, m->n_params);
+  m->params16_stale = 0;
+  outer_weights_t ow;
+  if ((rc = outer_weights(m, refreshed, &ow))) return rc;
   float *x = amp ? a->ws_res[1] : (float *)a->encoded;
   op->encoder_forward(x, a->inputs, ow.wte, ow.wpe, B, T, C);
   rnd(m, a->encoded, x, NC);
   for (int l = 0; l < m->arch.n_layer; l++) {
     block_view_t v;
-    const float *w = block_weights(m, l);
+    float *w;
+    if ((rc = block_weights(m, l, &w))) return rc;
     block_view(m, l, &v);
     block_forward(m, l, x, w, &v, 1);
     x = v.f[F_RES3];
@@ -542,10 +603,12 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
   aa_acts_t *a = m->acts;
   if (!a->have_targets) return aa_error(AA_EINVAL, "backward needs a forward pass with targets");
   int B = m->B, T = m->T, C = m->arch.d_model, F = m->arch.d_ff, NH = m->arch.n_head, V = m->arch.vocab_size;
-  int N = B * T, L = m->arch.n_layer;
+  int N = B * T, L = m->arch.n_layer, rc;
   size_t NC = (size_t)N * C, NF_ = (size_t)N * F;
-  outer_weights_t ow = outer_weights(m, 0);
-  float *g_wte = tp(m, &m->grads, 0);
+  outer_weights_t ow;
+  float *g_wte, *g_lnf;
+  if ((rc = outer_weights(m, 0, &ow)) || (rc = unit_grads(m, 0, &g_wte)) || (rc = unit_grads(m, L + 1, &g_lnf)))
+    return rc;
   /* Mean loss over N tokens: every row's gradient carries 1/N. The
    * probabilities are turned into logit gradients in place. Under amp each
    * activation gradient is rounded like the activations (rnd). */
@@ -555,18 +618,19 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
   op->memset0(a->dln, NC * sizeof(float));
   op->matmul_backward(a->dln, g_wte, NULL, a->logits, a->lnf, ow.wte, N, C, V);
   rnd(m, NULL, a->dln, NC);
-  int lnf = m->n_tensors - 2;
   op->memset0(a->dres, NC * sizeof(float));
-  op->layernorm_backward(a->dres, tp(m, &m->grads, lnf), tp(m, &m->grads, lnf + 1), a->dln, block_input(m, L),
-                         ow.lnfw, a->lnf_stats, a->lnf_stats + N, N, C);
+  op->layernorm_backward(a->dres, g_lnf, g_lnf + C, a->dln, block_input(m, L), ow.lnfw, a->lnf_stats,
+                         a->lnf_stats + N, N, C);
   rnd(m, NULL, a->dres, NC);
+  if ((rc = grads_done(m, L + 1))) return rc;
   for (int l = L - 1; l >= 0; l--) {
     block_view_t v;
-    const float *w = block_weights(m, l);
+    float *w, *gb;
+    if ((rc = block_weights(m, l, &w)) || (rc = unit_grads(m, AA_GPT_UNIT_BLOCK(l), &gb))) return rc;
     const float *x = block_input(m, l);
     block_restore(m, l, x, w, &v);
     float **f = v.f, *st = v.stats;
-#define G(k) tp(m, &m->grads, lt(l, k))
+#define G(k) (gb + (m->tensors[lt(l, k)].offset - m->tensors[lt(l, 0)].offset))
     /* dres holds d(block output); the residual passes it through unchanged
      * to res2, and each branch's input gradient is accumulated onto it. */
     op->memset0(a->dfch_gelu, NF_ * sizeof(float));
@@ -594,12 +658,16 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
                            C);
     rnd(m, NULL, a->dres, NC);
 #undef G
+    if ((rc = grads_done(m, AA_GPT_UNIT_BLOCK(l)))) return rc;
   }
-  op->encoder_backward(g_wte, tp(m, &m->grads, 1), a->dres, a->inputs, B, T, C);
-  return op->sync();
+  op->encoder_backward(g_wte, g_wte + m->tensors[1].offset, a->dres, a->inputs, B, T, C);
+  if ((rc = op->sync())) return rc;
+  return grads_done(m, 0);
 }
 
-void aa_gpt_zero_grad(aa_gpt_t *m) { m->ops->memset0(m->grads.data, m->grads.numel * aa_dtype_size(m->grads.dtype)); }
+void aa_gpt_zero_grad(aa_gpt_t *m) {
+  if (m->grads.data) m->ops->memset0(m->grads.data, m->grads.numel * aa_dtype_size(m->grads.dtype));
+}
 
 const float *aa_gpt_logits(const aa_gpt_t *m) { return m->acts->logits; }
 

@@ -82,6 +82,10 @@ void aa_flatbuf_free(aa_flatbuf_t *b, aa_mem_t *mem);
 
 /* How the model is built: the single-device knobs of a strategy. */
 typedef struct aa_gpt_opts {
+  int zero;             /* ZeRO stage the trainer runs over a process group (executor/optim.h): the
+                           model allocates no full fp32 parameters from stage 1 under amp (the 16-bit
+                           copy stays) and from 3 in fp32, no gradients from 2, no 16-bit copy at 3;
+                           what it lacks, the trainer provides (hooks, or writing params16) */
   aa_dtype_t amp;       /* AA_F32, or AA_BF16/AA_F16: parameters and kept activations are stored in
                            16 bits; fp32 master weights (in the optimizer's kind) and fp32 math */
   aa_ckpt_mode_t ckpt;  /* activation checkpointing */
@@ -92,7 +96,40 @@ typedef struct aa_gpt_opts {
 /* Named views into the activation buffers. */
 typedef struct aa_acts aa_acts_t;
 
-typedef struct aa_gpt {
+typedef struct aa_gpt aa_gpt_t;
+
+/* Parameter units: the contiguous slices of the flat buffer that data
+ * parallelism reduces and ZeRO shards one at a time, in layout order:
+ * unit 0 = wte|wpe, unit 1+l = block l, unit n_layer+1 = lnf. */
+#define AA_GPT_UNIT_BLOCK(l) (1 + (l))
+int aa_gpt_n_units(const aa_gpt_t *m);
+/* First element (into the flat buffer) and element count of unit u. */
+void aa_gpt_unit(const aa_gpt_t *m, int u, size_t *offset, size_t *numel);
+
+/* How a data-parallel trainer takes part in the forward and backward (all
+ * optional; NULL hooks = the model's own full buffers). Each returns 0 or a
+ * negative code, which the forward or backward returns at once.
+ *   params      before the forward or the backward reads unit u's fp32
+ *               parameters: *out = where they are, laid out as in the flat
+ *               buffer from the unit's first element; valid until the next
+ *               params call for another unit of the same kind (the blocks
+ *               share one place; wte|wpe and lnf have their own). Under
+ *               amp these are the 16-bit values widened, and the model
+ *               then reads neither params nor params16.
+ *   grads       before the backward first adds into unit u's gradient:
+ *               *out = where to accumulate (unit-relative, as above).
+ *   grads_done  after the backward's last write into unit u's gradient for
+ *               this micro-batch. Units finish in backward order: n_layer+1
+ *               (lnf), blocks n_layer-1 .. 0, then 0 (wte|wpe, which the
+ *               tied head starts first and the embedding finishes last). */
+typedef struct aa_gpt_hooks {
+  int (*params)(aa_gpt_t *m, int unit, float **out, void *data);
+  int (*grads)(aa_gpt_t *m, int unit, float **out, void *data);
+  int (*grads_done)(aa_gpt_t *m, int unit, void *data);
+  void *data;
+} aa_gpt_hooks_t;
+
+struct aa_gpt {
   aa_arch_t arch;
   const aa_ops_t *ops; /* borrowed */
   aa_gpt_opts_t opts;
@@ -102,7 +139,8 @@ typedef struct aa_gpt {
   aa_tensor_desc_t *tensors; /* owned, n_tensors entries */
   size_t n_params;
 
-  /* fp32 parameters (the master weights under amp) and fp32 gradients. */
+  /* fp32 parameters (the master weights under amp) and fp32 gradients;
+   * either may be unallocated under ZeRO (opts.zero). */
   aa_flatbuf_t params, grads; /* owned */
   /* amp only: the 16-bit copy the forward and backward compute with,
    * refreshed from params by the first forward after aa_gpt_params_changed. */
@@ -113,7 +151,9 @@ typedef struct aa_gpt {
   /* Last forward pass. */
   int32_t *targets; /* copy of the targets (B,T), backend memory */
   float loss;       /* mean loss of the last forward with targets */
-} aa_gpt_t;
+
+  const aa_gpt_hooks_t *hooks; /* borrowed; NULL in a single process */
+};
 
 /* Builds the tensor table for arch and allocates parameters, gradients and
  * activations for micro-batch B and sequence length T (T <= seq_len) as
@@ -130,6 +170,12 @@ void aa_gpt_free(aa_gpt_t *m);
  * every backend starts from the same bits. Returns 0 or a negative code
  * (host memory, the upload). */
 int aa_gpt_init_weights(aa_gpt_t *m, uint64_t seed);
+
+/* The initialisation of aa_gpt_init_weights handed to put tensor by tensor
+ * (host values of n elements for the flat-buffer offset), for a trainer
+ * that keeps only a shard of the parameters. */
+typedef int (*aa_gpt_put_fn)(size_t offset, const float *src, size_t n, void *data);
+int aa_gpt_init_weights_to(const aa_gpt_t *m, uint64_t seed, aa_gpt_put_fn put, void *data);
 
 /* Forward pass on inputs(B,T) (host memory, borrowed for the call). With
  * targets (B,T, host) computes the mean loss into m->loss and returns it via
@@ -148,7 +194,9 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale);
 void aa_gpt_zero_grad(aa_gpt_t *m);
 
 /* Must be called after anything writes m->params (init, load, optimizer)
- * so that the 16-bit compute copy is refreshed. */
+ * so that the 16-bit compute copy is refreshed, or, in a model without
+ * fp32 parameters (ZeRO >= 1 under amp), after the trainer wrote
+ * m->params16, so that the next forward widens the weights it keeps. */
 void aa_gpt_params_changed(aa_gpt_t *m);
 
 /* Bytes the activations of one micro-batch keep for backward and the

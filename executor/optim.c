@@ -58,3 +58,302 @@ int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float l
   o->t = t;
   return 0;
 }
+
+/* --- data parallelism and ZeRO (see optim.h) ------------------------------------------- */
+
+/* Scratch slot of unit u: 0 = wte|wpe, 1 = the blocks (one at a time), 2 = lnf. */
+static int slot(const aa_zero_t *z, int u) { return u == 0 ? 0 : u == z->n_units - 1 ? 2 : 1; }
+
+/* dst(n) = src(n) in backend memory (the op table has no copy: zero, then add). */
+static void copy(const aa_ops_t *op, float *dst, const float *src, size_t n) {
+  op->memset0(dst, n * sizeof(float));
+  op->accumulate(dst, src, n);
+}
+
+/* Start of the rank's chunk of unit u in the flat buffer. */
+static size_t chunk_start(const aa_zero_t *z, int u) { return z->unit_off[u] + (size_t)z->rank * z->chunk[u]; }
+
+/* The rank's chunk (valid[u] elements) of unit u's reduced gradient and of
+ * its parameters (stages 1-3), wherever the stage keeps them. */
+static float *grad_chunk(const aa_zero_t *z, const aa_gpt_t *m, int u) {
+  return z->stage == 1 ? (float *)m->grads.data + chunk_start(z, u) : (float *)z->gshard.data + z->shard_off[u];
+}
+static float *param_chunk(const aa_zero_t *z, const aa_gpt_t *m, int u) {
+  if (z->amp != AA_F32 && z->stage >= 1) return (float *)z->master.data + z->shard_off[u];
+  return z->stage < 3 ? (float *)m->params.data + chunk_start(z, u) : (float *)z->pshard.data + z->shard_off[u];
+}
+
+/* Whether the rank's parameters (the fp32 master weights under amp) are a
+ * shard, not the model's full buffer. */
+static int sharded_params(const aa_zero_t *z) { return z->stage == 3 || (z->stage >= 1 && z->amp != AA_F32); }
+
+/* Stage 3, before the model reads unit u: its parameters gathered from
+ * every rank's chunk into the unit's slot (under amp in 16 bits, then
+ * widened), unless the slot still holds them (the parameters have not
+ * changed since): the forward's last block is the backward's first, and
+ * wte|wpe and lnf serve both passes. */
+static int zero_params(aa_gpt_t *m, int u, float **out, void *data) {
+  aa_zero_t *z = data;
+  int k = slot(z, u), rc = 0;
+  if (z->held[k] != u) {
+    size_t c = z->chunk[u], e = aa_dtype_size(z->amp);
+    const char *mine = (const char *)z->pshard.data + z->shard_off[u] * e;
+    z->held[k] = -1;
+    if (!(rc = m->ops->sync()))
+      rc = aa_comm_all_gather(z->comm, mine, z->amp == AA_F32 ? z->punit[k].data : z->punit16[k].data, c, z->amp);
+    if (rc) return aa_error_wrap(rc, "gathering the parameters of unit %d", u);
+    if (z->amp != AA_F32) m->ops->cast_to_f32(z->punit[k].data, z->punit16[k].data, z->amp, (size_t)z->world * c);
+    z->held[k] = u;
+  }
+  *out = z->punit[k].data;
+  return 0;
+}
+
+/* Stages 2-3: the backward accumulates unit u's gradient of this
+ * micro-batch into the unit's scratch, zeroed first (with its padded tail,
+ * which the reduce-scatter then adds as zeros). */
+static int zero_grads(aa_gpt_t *m, int u, float **out, void *data) {
+  aa_zero_t *z = data;
+  aa_flatbuf_t *b = &z->gunit[slot(z, u)];
+  m->ops->memset0(b->data, (size_t)z->world * z->chunk[u] * sizeof(float));
+  *out = b->data;
+  return 0;
+}
+
+/* The backward has finished unit u's gradient: reduce it over the group
+ * now, as one bucket (see optim.h for what each stage does). */
+static int zero_grads_done(aa_gpt_t *m, int u, void *data) {
+  aa_zero_t *z = data;
+  const aa_ops_t *op = m->ops;
+  size_t c = z->chunk[u], n = z->unit_n[u];
+  if (z->stage < 2 && !z->last_micro) return 0;
+  int rc = op->sync();
+  if (rc) return rc;
+  float *piece = z->piece.data;
+  if (z->stage == 0) {
+    float *g = (float *)m->grads.data + z->unit_off[u];
+    rc = aa_comm_all_reduce(z->comm, g, g, n, AA_F32, AA_COMM_AVG);
+  } else if (z->stage == 1) {
+    /* The unit padded with zeros to world * c elements, reduce-scattered;
+     * the rank's chunk goes back into the full buffer, where the step
+     * reads it. */
+    float *p = z->padded.data;
+    copy(op, p, (float *)m->grads.data + z->unit_off[u], n);
+    op->memset0(p + n, ((size_t)z->world * c - n) * sizeof(float));
+    rc = aa_comm_reduce_scatter(z->comm, p, piece, c, AA_F32, AA_COMM_AVG);
+    if (!rc && z->valid[u]) copy(op, grad_chunk(z, m, u), piece, z->valid[u]);
+  } else {
+    rc = aa_comm_reduce_scatter(z->comm, z->gunit[slot(z, u)].data, piece, c, AA_F32, AA_COMM_AVG);
+    if (!rc) op->accumulate((float *)z->gshard.data + z->shard_off[u], piece, c);
+  }
+  if (rc) return aa_error_wrap(rc, "reducing the gradient of unit %d", u);
+  return 0;
+}
+
+void aa_zero_free(aa_zero_t *z, aa_gpt_t *m) {
+  if (m && m->hooks == &z->hooks) m->hooks = NULL;
+  aa_adamw_free(&z->opt);
+  aa_flatbuf_free(&z->gshard, z->mem);
+  aa_flatbuf_free(&z->master, z->mem);
+  aa_flatbuf_free(&z->pshard, z->mem);
+  for (int k = 0; k < 3; k++) {
+    aa_flatbuf_free(&z->gunit[k], z->mem);
+    aa_flatbuf_free(&z->punit[k], z->mem);
+    aa_flatbuf_free(&z->punit16[k], z->mem);
+  }
+  aa_flatbuf_free(&z->padded, z->mem);
+  aa_flatbuf_free(&z->piece, z->mem);
+  aa_flatbuf_free(&z->scalars, z->mem);
+  free(z->unit_off);
+  memset(z, 0, sizeof *z);
+}
+
+int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t *mem) {
+  memset(z, 0, sizeof *z);
+  if (stage < 0 || stage > 3) return aa_error(AA_EINVAL, "ZeRO stage %d must be 0..3", stage);
+  if (m->opts.zero != stage)
+    return aa_error(AA_EINVAL, "the model was built for ZeRO stage %d, not %d", m->opts.zero, stage);
+  z->amp = m->opts.amp;
+  z->comm = comm;
+  z->rank = aa_comm_rank(comm);
+  z->world = aa_comm_world(comm);
+  z->stage = stage;
+  z->ops = m->ops;
+  z->mem = mem;
+  z->n_units = aa_gpt_n_units(m);
+  int U = z->n_units, rc;
+  for (int k = 0; k < 3; k++) z->held[k] = -1;
+  if (!(z->unit_off = calloc((size_t)U * 5, sizeof(size_t)))) return aa_error(AA_ENOMEM, "out of memory");
+  z->unit_n = z->unit_off + U;
+  z->chunk = z->unit_off + 2 * U;
+  z->valid = z->unit_off + 3 * U;
+  z->shard_off = z->unit_off + 4 * U;
+  size_t max_chunk = 0, padded[3] = {0}; /* largest world * c_u of each slot */
+  for (int u = 0; u < U; u++) {
+    aa_gpt_unit(m, u, &z->unit_off[u], &z->unit_n[u]);
+    size_t n = z->unit_n[u], c = (n + z->world - 1) / z->world, lo = (size_t)z->rank * c;
+    z->chunk[u] = c;
+    z->valid[u] = n > lo ? (n - lo < c ? n - lo : c) : 0;
+    z->shard_off[u] = z->shard_numel;
+    z->shard_numel += c;
+    if (c > max_chunk) max_chunk = c;
+    if ((size_t)z->world * c > padded[slot(z, u)]) padded[slot(z, u)] = (size_t)z->world * c;
+  }
+  size_t widest = padded[0] > padded[1] ? padded[0] : padded[1];
+  if (padded[2] > widest) widest = padded[2];
+  const aa_ops_t *op = m->ops;
+  if ((rc = aa_adamw_init_on(&z->opt, op, stage ? z->shard_numel : m->n_params, mem)) ||
+      (rc = aa_flatbuf_alloc(&z->scalars, op, mem, AA_MEM_WORKSPACE, AA_F32, 16)) ||
+      (stage >= 1 && (rc = aa_flatbuf_alloc(&z->piece, op, mem, AA_MEM_WORKSPACE, AA_F32, max_chunk))) ||
+      ((stage == 1 || stage == 2) && (rc = aa_flatbuf_alloc(&z->padded, op, mem, AA_MEM_WORKSPACE, AA_F32, widest))) ||
+      (stage >= 2 && (rc = aa_flatbuf_alloc(&z->gshard, op, mem, AA_MEM_GRADS, AA_F32, z->shard_numel))) ||
+      (sharded_params(z) && z->amp != AA_F32 &&
+       (rc = aa_flatbuf_alloc(&z->master, op, mem, AA_MEM_OPTIM, AA_F32, z->shard_numel))) ||
+      (stage == 3 && (rc = aa_flatbuf_alloc(&z->pshard, op, mem, AA_MEM_PARAMS, z->amp, z->shard_numel))))
+    goto fail;
+  for (int k = 0; k < 3; k++)
+    if ((stage >= 2 && (rc = aa_flatbuf_alloc(&z->gunit[k], op, mem, AA_MEM_WORKSPACE, AA_F32, padded[k]))) ||
+        (stage == 3 && (rc = aa_flatbuf_alloc(&z->punit[k], op, mem, AA_MEM_WORKSPACE, AA_F32, padded[k]))) ||
+        (stage == 3 && z->amp != AA_F32 &&
+         (rc = aa_flatbuf_alloc(&z->punit16[k], op, mem, AA_MEM_WORKSPACE, z->amp, padded[k]))))
+      goto fail;
+  z->hooks = (aa_gpt_hooks_t){.params = stage == 3 ? zero_params : NULL,
+                              .grads = stage >= 2 ? zero_grads : NULL,
+                              .grads_done = zero_grads_done,
+                              .data = z};
+  m->hooks = &z->hooks;
+  return 0;
+fail:
+  aa_zero_free(z, m);
+  return rc;
+}
+
+void aa_zero_zero_grad(aa_zero_t *z, aa_gpt_t *m) {
+  aa_gpt_zero_grad(m);
+  if (z->gshard.data) m->ops->memset0(z->gshard.data, z->shard_numel * sizeof(float));
+}
+
+void aa_zero_range(const aa_zero_t *z, const aa_gpt_t *m, int which, int u, aa_zero_range_t *out) {
+  int full = which == 0 ? !sharded_params(z) : z->stage == 0;
+  if (full) {
+    const aa_flatbuf_t *b = which == 0 ? &m->params : which == 1 ? &z->opt.m : &z->opt.v;
+    *out = (aa_zero_range_t){z->unit_off[u], z->unit_n[u], (float *)b->data + z->unit_off[u]};
+    return;
+  }
+  const aa_flatbuf_t *mom = which == 1 ? &z->opt.m : &z->opt.v;
+  float *p = which == 0 ? param_chunk(z, m, u) : (float *)mom->data + z->shard_off[u];
+  *out = (aa_zero_range_t){chunk_start(z, u), z->valid[u], p};
+}
+
+typedef struct {
+  aa_zero_t *z;
+  const aa_gpt_t *m;
+} put_ctx_t;
+
+/* Keeps the part of the values of [offset, offset + n) that the rank
+ * holds of the parameters. */
+static int put_shard(size_t offset, const float *src, size_t n, void *data) {
+  put_ctx_t *c = data;
+  for (int u = 0; u < c->z->n_units; u++) {
+    aa_zero_range_t r;
+    aa_zero_range(c->z, c->m, 0, u, &r);
+    size_t a = offset > r.offset ? offset : r.offset, b = offset + n < r.offset + r.n ? offset + n : r.offset + r.n;
+    if (a >= b) continue;
+    int rc = c->z->ops->upload(r.data + (a - r.offset), src + (a - offset), (b - a) * sizeof(float));
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+int aa_zero_init_weights(aa_zero_t *z, aa_gpt_t *m, uint64_t seed) {
+  if (!sharded_params(z)) return aa_gpt_init_weights(m, seed);
+  put_ctx_t c = {z, m};
+  int rc = aa_gpt_init_weights_to(m, seed, put_shard, &c);
+  return rc ? rc : aa_zero_publish(z, m);
+}
+
+int aa_zero_publish(aa_zero_t *z, aa_gpt_t *m) {
+  const aa_ops_t *op = m->ops;
+  int rc = 0;
+  z->held[0] = z->held[1] = z->held[2] = -1;
+  if (z->amp != AA_F32 && z->stage == 3) {
+    op->cast_from_f32(z->pshard.data, z->amp, z->master.data, z->shard_numel);
+  } else if (z->amp != AA_F32 && z->stage >= 1) {
+    /* Each unit's master chunks gathered (fp32, padded) and rounded into
+     * the model's 16-bit copy. */
+    float *pad = z->padded.data;
+    for (int u = 0; u < z->n_units && !rc; u++) {
+      if (!(rc = op->sync())) rc = aa_comm_all_gather(z->comm, param_chunk(z, m, u), pad, z->chunk[u], AA_F32);
+      if (!rc)
+        op->cast_from_f32((char *)m->params16.data + z->unit_off[u] * aa_dtype_size(z->amp), z->amp, pad,
+                          z->unit_n[u]);
+    }
+    if (rc) return aa_error_wrap(rc, "gathering the updated parameters");
+  }
+  aa_gpt_params_changed(m);
+  return op->sync();
+}
+
+int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr, double grad_scale,
+                 int skip_nonfinite, float *grad_norm) {
+  if (z->stage == 0) return aa_adamw_step(&z->opt, m, cfg, lr, grad_scale, skip_nonfinite, grad_norm);
+  const aa_ops_t *op = m->ops;
+  int U = z->n_units, rc;
+  double local = 0;
+  for (int u = 0; u < U; u++)
+    if (z->valid[u]) local += op->sum_squares(grad_chunk(z, m, u), z->valid[u]);
+  float sq = (float)local;
+  if ((rc = aa_zero_all_reduce_host(z, &sq, 1, AA_COMM_SUM))) return aa_error_wrap(rc, "reducing the gradient norm");
+  double norm = sqrt((double)sq) / grad_scale;
+  if (grad_norm) *grad_norm = (float)norm;
+  if (!isfinite(norm)) {
+    if ((rc = op->sync())) return rc;
+    if (skip_nonfinite) return 1;
+    return aa_error(AA_EINVAL, "gradient norm is not finite (%g); update skipped", norm);
+  }
+  double mult = 1.0 / grad_scale;
+  if (cfg->grad_clip > 0 && norm > cfg->grad_clip) mult *= cfg->grad_clip / (norm + 1e-6);
+  if (mult != 1.0)
+    for (int u = 0; u < U; u++)
+      if (z->valid[u]) op->scale(grad_chunk(z, m, u), (float)mult, z->valid[u]);
+  /* AdamW tensor by tensor (weight decay differs between them) on the part
+   * of each tensor inside the rank's chunk of its unit. */
+  int t = z->opt.t + 1;
+  float *mm = z->opt.m.data, *vv = z->opt.v.data;
+  for (int i = 0; i < m->n_tensors; i++) {
+    const aa_tensor_desc_t *d = &m->tensors[i];
+    int u = d->layer >= 0 ? AA_GPT_UNIT_BLOCK(d->layer) : i < 2 ? 0 : U - 1;
+    size_t lo = chunk_start(z, u), hi = lo + z->valid[u];
+    size_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel < hi ? d->offset + d->numel : hi;
+    if (a >= b) continue;
+    size_t k = a - lo;
+    op->adamw_update(param_chunk(z, m, u) + k, grad_chunk(z, m, u) + k, mm + z->shard_off[u] + k,
+                     vv + z->shard_off[u] + k, b - a, lr, cfg->beta1, cfg->beta2, cfg->eps,
+                     d->decay ? cfg->weight_decay : 0.0f, t);
+  }
+  if (!sharded_params(z)) {
+    /* Every rank needs the whole updated model: each unit gathered from
+     * the ranks' chunks (padded with zeros to c elements). */
+    float *piece = z->piece.data, *pad = z->padded.data;
+    for (int u = 0; u < U && !rc; u++) {
+      size_t c = z->chunk[u];
+      op->memset0(piece, c * sizeof(float));
+      if (z->valid[u]) op->accumulate(piece, param_chunk(z, m, u), z->valid[u]);
+      if (!(rc = op->sync())) rc = aa_comm_all_gather(z->comm, piece, pad, c, AA_F32);
+      if (!rc) copy(op, (float *)m->params.data + z->unit_off[u], pad, z->unit_n[u]);
+    }
+    if (rc) return aa_error_wrap(rc, "gathering the updated parameters");
+  }
+  if ((rc = aa_zero_publish(z, m))) return rc;
+  z->opt.t = t;
+  return 0;
+}
+
+int aa_zero_all_reduce_host(aa_zero_t *z, float *x, size_t n, aa_comm_op_t op) {
+  float *d = z->scalars.data;
+  if (n > 16) return aa_error(AA_EINVAL, "aa_zero_all_reduce_host: %zu values, at most 16", n);
+  int rc = z->ops->upload(d, x, n * sizeof(float));
+  if (!rc) rc = aa_comm_all_reduce(z->comm, d, d, n, AA_F32, op);
+  if (!rc) rc = z->ops->download(x, d, n * sizeof(float));
+  return rc;
+}

@@ -4,6 +4,7 @@
 #ifndef AA_OPTIM_H
 #define AA_OPTIM_H
 
+#include "comm.h"
 #include "model.h"
 
 typedef struct aa_adamw {
@@ -35,5 +36,129 @@ void aa_adamw_free(aa_adamw_t *o);
  * must be m's, else AA_EINVAL). */
 int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr, double grad_scale,
                   int skip_nonfinite, float *grad_norm);
+
+/* Data parallelism with ZeRO over a process group of `world` ranks
+ * (executor/comm.h), one aa_zero_t per rank.
+ *
+ * Units. The model's parameters split into units (aa_gpt_unit: wte|wpe,
+ * each block, lnf), contiguous slices of the flat buffer that are the
+ * granularity of everything here: a gradient bucket, a shard, a gather.
+ * Unit u of n_u elements is padded to world * c_u (c_u = ceil(n_u / world))
+ * and rank r owns the chunk [r c_u, (r + 1) c_u) of it, of which
+ * valid_u(r) = min(c_u, max(0, n_u - r c_u)) elements are real. Every
+ * collective on a unit then has the same count on every rank (what NCCL
+ * needs), and a rank's shard is its chunks back to back: S = sum of c_u
+ * elements (Psi / world plus at most world - 1 padding elements per unit).
+ *
+ *   stage 0  full state on every rank. After the last micro-batch of a
+ *            step, each unit's gradient is all-reduced (AVG) as soon as the
+ *            backward finishes it (backward order: lnf, blocks L-1..0,
+ *            wte|wpe), one collective per unit; every rank runs the full
+ *            AdamW.
+ *   stage 1  AdamW moments for the shard only. After the last
+ *            micro-batch, each finished unit is reduce-scattered (AVG) and
+ *            the rank's chunk lands in the full gradient buffer; the step
+ *            updates the rank's chunks and all-gathers each unit's
+ *            parameters.
+ *   stage 2  the gradient too: the backward writes a unit's gradient into
+ *            a unit-sized scratch that is reduce-scattered into the shard
+ *            accumulator as soon as it is finished, every micro-batch.
+ *   stage 3  the parameters too: each unit is all-gathered into a
+ *            unit-sized buffer before the forward reads it and again before
+ *            the backward does, unless still held (the blocks share one
+ *            buffer; wte|wpe and lnf have their own, since the forward's
+ *            head reads wte after the blocks).
+ * The gradient norm is the square root of the sum over ranks (all-reduce)
+ * of each rank's sum of squares over its chunks, so clipping and the
+ * non-finite skip are the same decision on every rank.
+ *
+ *
+ * Mixed precision (amp bf16/fp16): the fp32 master weights are optimizer
+ * state, so from stage 1 they are sharded with the moments. The step
+ * updates the rank's master chunks and the model's full 16-bit copy is
+ * rebuilt from them: stages 1-2 all-gather each unit's master chunks (fp32)
+ * and round them into it; at stage 3 each rank rounds its chunk into its
+ * 16-bit parameter shard, which the forward and backward gather (16-bit)
+ * and widen unit by unit.
+ *
+ * Per-rank accounted bytes for Psi parameters:
+ *            fp32                          amp
+ *   params   4Psi (stage 3: 4S)            2Psi (stage 3: 2S)
+ *   grads    4Psi (stages 2-3: 4S)         4Psi (stages 2-3: 4S)
+ *   optim    8Psi (stages 1-3: 8S)         12Psi (stages 1-3: 12S)
+ * Unit scratch and the collectives' staging are workspace. */
+typedef struct aa_zero {
+  aa_comm_t *comm; /* borrowed: the data-parallel group */
+  int rank, world, stage;
+  aa_dtype_t amp;      /* the model's: AA_F32, AA_BF16 or AA_F16 */
+  const aa_ops_t *ops; /* the model's backend (borrowed) */
+  aa_mem_t *mem;       /* accountant (borrowed; may be NULL) */
+  int n_units;
+  size_t *unit_off, *unit_n; /* the model's units (one allocation with the next three) */
+  size_t *chunk;             /* c_u */
+  size_t *valid;             /* valid_u(rank) */
+  size_t *shard_off;         /* where unit u's chunk starts in the shard buffers */
+  size_t shard_numel;        /* S */
+  aa_adamw_t opt;            /* moments: n_params elements (stage 0) or S */
+  aa_flatbuf_t gshard;       /* stages 2-3: gradient shard accumulator (grads), S */
+  aa_flatbuf_t master;       /* amp, stages 1-3: fp32 master weights of the shard (optim), S */
+  aa_flatbuf_t pshard;       /* stage 3: parameter shard (params), S, in the model's compute type */
+  aa_flatbuf_t gunit[3];     /* stages 2-3: padded unit gradient scratch (workspace): wte|wpe, a block, lnf */
+  aa_flatbuf_t punit[3];     /* stage 3: gathered padded units (workspace), the same three */
+  aa_flatbuf_t punit16[3];   /* amp, stage 3: the gathered 16-bit units before widening (workspace) */
+  int held[3];               /* stage 3: the unit each punit holds while the parameters stay unchanged, or -1 */
+  aa_flatbuf_t padded;       /* stages 1-2: one padded unit (workspace) */
+  aa_flatbuf_t piece;        /* stages 1-3: one chunk (workspace) */
+  aa_flatbuf_t scalars;      /* 16 floats (workspace): host values pass through it to the group */
+  /* Set by the trainer around each micro-batch: stages 0 and 1 reduce the
+   * accumulated gradient only during the last one of a step. */
+  int last_micro;
+  aa_gpt_hooks_t hooks;
+} aa_zero_t;
+
+/* Sets up ZeRO `stage` for model m (created with opts.zero = stage) over
+ * comm (borrowed; must outlive z): allocates the moments, shards and
+ * scratch from m's backend, accounted in mem, and installs its hooks in m.
+ * On failure everything is freed and m is as it was. */
+int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t *mem);
+/* Frees what aa_zero_init allocated and removes the hooks from m (may be
+ * NULL). A zeroed or already freed z is a no-op. */
+void aa_zero_free(aa_zero_t *z, aa_gpt_t *m);
+
+/* Zeroes the gradients for a new step (the model's, or the shard). */
+void aa_zero_zero_grad(aa_zero_t *z, aa_gpt_t *m);
+
+/* aa_gpt_init_weights, each rank keeping what its stage holds (the values
+ * are the same as in a single process). A collective. */
+int aa_zero_init_weights(aa_zero_t *z, aa_gpt_t *m, uint64_t seed);
+
+/* After the rank's parameters were written from outside (a checkpoint
+ * load): brings what the forward reads up to date, the 16-bit copy under
+ * amp included. A collective. */
+int aa_zero_publish(aa_zero_t *z, aa_gpt_t *m);
+
+/* aa_adamw_step over the group, after a backward whose gradients the hooks
+ * have reduced: same contract, with the norm of the averaged gradient, and
+ * the same parameters on every rank afterwards (stages 1-2 all-gather
+ * them; stage 3 gathers them when the next forward needs them). A
+ * collective: every rank calls it. */
+int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr, double grad_scale,
+                 int skip_nonfinite, float *grad_norm);
+
+/* Host floats x (n <= 16) replaced by op over the group's ranks
+ * (aa_comm_all_reduce through backend memory, as NCCL needs device
+ * buffers). A collective. */
+int aa_zero_all_reduce_host(aa_zero_t *z, float *x, size_t n, aa_comm_op_t op);
+
+/* What the rank holds of buffer `which` (0 parameters, the fp32 master
+ * weights under amp; 1 first moment; 2 second moment) for unit u: (flat
+ * offset of the first element, count, fp32 pointer in backend memory). The
+ * whole unit when the stage keeps the buffer full, else the rank's chunk
+ * (count = valid_u; it starts at unit_off[u] + rank * chunk[u]). */
+typedef struct aa_zero_range {
+  size_t offset, n;
+  float *data;
+} aa_zero_range_t;
+void aa_zero_range(const aa_zero_t *z, const aa_gpt_t *m, int which, int u, aa_zero_range_t *out);
 
 #endif

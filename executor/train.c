@@ -1,4 +1,4 @@
-/* Single-process training loop (see train.h). */
+/* Training loop, single-process or one data-parallel rank (see train.h). */
 #include "train.h"
 
 #include <ctype.h>
@@ -42,7 +42,29 @@ typedef struct {
   int cuda_device;     /* -1 on the CPU */
   char device_line[400];
   double peak_flops;   /* CUDA: dense bf16 FLOP/s estimate, 0 unknown */
+  /* Data parallelism: NULL comm = a single process (rank 0 of 1), which
+   * uses model and opt directly; otherwise zero holds the optimizer. */
+  aa_comm_t *comm;
+  int rank, world;
+  aa_zero_t zero;
+  FILE *devnull; /* the log of ranks other than 0 */
 } trainer_t;
+
+/* Moves the loader to this rank's part of the next global batch of
+ * accum * dp micro-batches (before = 1) or past the rest of it (before = 0).
+ * A no-op in a single process. */
+static void loader_slice(const trainer_t *t, aa_loader_t *l, int before) {
+  if (!t->comm) return;
+  uint64_t per_rank = (uint64_t)t->accum * (uint64_t)t->strat.micro_batch;
+  aa_loader_skip(l, per_rank * (uint64_t)(before ? t->rank : t->world - 1 - t->rank));
+}
+
+/* The mean over ranks of x (identical on every rank). */
+static int global_mean(trainer_t *t, float *x) {
+  if (!t->comm) return 0;
+  int rc = aa_zero_all_reduce_host(&t->zero, x, 1, AA_COMM_AVG);
+  return rc ? aa_error_wrap(rc, "averaging the loss over %d ranks", t->world) : 0;
+}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -60,12 +82,14 @@ static int evaluate(trainer_t *t, float *out) {
   int n = t->spec->train.eval_batches * t->accum;
   for (int i = 0; i < n; i++) {
     float loss;
+    if (i % t->accum == 0) loader_slice(t, &l, 1);
     aa_loader_next(&l, t->inputs, t->targets);
     if ((rc = aa_gpt_forward(t->model, t->inputs, t->targets, &loss))) return rc;
     sum += loss;
+    if (i % t->accum == t->accum - 1) loader_slice(t, &l, 0);
   }
   *out = (float)(sum / n);
-  return 0;
+  return global_mean(t, out);
 }
 
 static int save_checkpoint(trainer_t *t, const char *name) {
@@ -78,7 +102,8 @@ static int save_checkpoint(trainer_t *t, const char *name) {
   t->state.scaler_last_overflow = t->scaler.last_overflow;
   t->state.scaler_hysteresis_left = t->scaler.hysteresis_left;
   t->state.skipped_steps = t->scaler.skipped;
-  int rc = aa_ckpt_save(path, t->model, &t->opt, &t->state);
+  int rc = t->comm ? aa_ckpt_save_zero(path, t->model, &t->zero, &t->state)
+                   : aa_ckpt_save(path, t->model, &t->opt, &t->state);
   if (!rc) fprintf(t->log, "checkpoint %s (step %d)\n", path, t->state.step);
   return rc;
 }
@@ -123,7 +148,7 @@ static int setup(trainer_t *t) {
   int rc, T = s->arch.seq_len;
   if (t->opts->strategy) t->strat = *t->opts->strategy;
   else aa_strategy_default(&t->strat);
-  if ((rc = aa_strategy_resolve(&t->strat, s, 1))) return aa_error_wrap(rc, "strategy");
+  if ((rc = aa_strategy_resolve(&t->strat, s, t->world))) return aa_error_wrap(rc, "strategy");
   t->accum = aa_strategy_accum_steps(&t->strat, s);
   int B = t->strat.micro_batch;
   aa_mem_init(&t->mem, t->opts->memory_limit);
@@ -134,10 +159,14 @@ static int setup(trainer_t *t) {
   if (s->val_data[0] && !t->opts->dryrun && (rc = aa_shard_read(&t->val, s->val_data, s->arch.vocab_size)))
     return aa_error_wrap(rc, "validation data");
   if ((rc = aa_loader_init(&t->loader, &t->train, B, T))) return aa_error_wrap(rc, "training data");
-  aa_gpt_opts_t mo = {
-      .amp = t->strat.amp, .ckpt = t->strat.ckpt, .ckpt_layers = t->strat.ckpt_layers, .mem = &t->mem};
+  /* ZeRO over a group of one has nothing to shard: stage 0. */
+  int zero = t->world > 1 ? t->strat.zero : 0;
+  aa_gpt_opts_t mo = {.amp = t->strat.amp, .ckpt = t->strat.ckpt, .ckpt_layers = t->strat.ckpt_layers,
+                      .mem = &t->mem, .zero = zero};
   if ((rc = aa_gpt_create(&t->model, &s->arch, t->ops, B, T, &mo))) return rc;
-  if ((rc = aa_adamw_init_on(&t->opt, t->ops, t->model->n_params, &t->mem))) return rc;
+  if (t->comm) rc = aa_zero_init(&t->zero, t->model, t->comm, zero, &t->mem);
+  else rc = aa_adamw_init_on(&t->opt, t->ops, t->model->n_params, &t->mem);
+  if (rc) return rc;
   t->inputs = malloc(sizeof(int32_t) * B * T);
   t->targets = malloc(sizeof(int32_t) * B * T);
   t->step_times = calloc(s->train.steps + 1, sizeof(double));
@@ -145,7 +174,9 @@ static int setup(trainer_t *t) {
   t->state.seed = s->train.seed;
   aa_rng_seed(&t->state.rng, s->train.seed);
   if (t->opts->resume) {
-    if ((rc = aa_ckpt_load(t->opts->resume, t->model, &t->opt, &t->state))) return rc;
+    if (t->comm) rc = aa_ckpt_load_zero(t->opts->resume, t->model, &t->zero, &t->state);
+    else rc = aa_ckpt_load(t->opts->resume, t->model, &t->opt, &t->state);
+    if (rc || (t->comm && (rc = aa_zero_publish(&t->zero, t->model)))) return rc;
     t->loader.pos = t->state.data_pos;
     t->scaler.skipped = t->state.skipped_steps;
     if (t->strat.amp == AA_F16 && t->state.loss_scale > 0) {
@@ -158,11 +189,16 @@ static int setup(trainer_t *t) {
       return aa_error(AA_EINVAL, "%s: checkpoint is at step %d, past the run's %d steps", t->opts->resume,
                       t->state.step, s->train.steps);
   } else if (s->init_weights[0]) {
-    if ((rc = aa_ckpt_load(s->init_weights, t->model, NULL, NULL))) return aa_error_wrap(rc, "init_weights");
+    if (t->comm) rc = aa_ckpt_load_zero(s->init_weights, t->model, &t->zero, NULL);
+    else rc = aa_ckpt_load(s->init_weights, t->model, NULL, NULL);
+    if (rc) return aa_error_wrap(rc, "init_weights");
+    if (t->comm && (rc = aa_zero_publish(&t->zero, t->model))) return rc;
   } else {
     /* Weight init consumes the trainer RNG, so its saved state continues
      * the same stream after a resume. */
-    if ((rc = aa_gpt_init_weights(t->model, aa_rng_u64(&t->state.rng)))) return rc;
+    uint64_t seed = aa_rng_u64(&t->state.rng);
+    if ((rc = t->comm ? aa_zero_init_weights(&t->zero, t->model, seed) : aa_gpt_init_weights(t->model, seed)))
+      return rc;
   }
   int n = t->opts->out_dir ? snprintf(t->out_dir, sizeof t->out_dir, "%s", t->opts->out_dir)
                            : snprintf(t->out_dir, sizeof t->out_dir, "runs/%s", s->name);
@@ -171,8 +207,10 @@ static int setup(trainer_t *t) {
 }
 
 static void trainer_free(trainer_t *t) {
+  if (t->comm) aa_zero_free(&t->zero, t->model);
   aa_gpt_free(t->model);
   aa_adamw_free(&t->opt);
+  if (t->devnull) fclose(t->devnull);
   aa_shard_free(&t->train);
   aa_shard_free(&t->val);
   free(t->inputs);
@@ -235,16 +273,23 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
   aa_gpt_t *m = t->model;
   int fp16 = t->strat.amp == AA_F16, rc;
   double scale = fp16 ? t->scaler.scale : 1.0, sum = 0;
-  aa_gpt_zero_grad(m);
+  if (t->comm) aa_zero_zero_grad(&t->zero, m);
+  else aa_gpt_zero_grad(m);
+  loader_slice(t, &t->loader, 1);
   for (int k = 0; k < t->accum; k++) {
     float l;
+    t->zero.last_micro = k == t->accum - 1;
     aa_loader_next(&t->loader, t->inputs, t->targets);
     if ((rc = aa_gpt_forward(m, t->inputs, t->targets, &l)) || (rc = aa_gpt_backward(m, (float)(scale / t->accum))))
       return rc;
     sum += l;
   }
+  loader_slice(t, &t->loader, 0);
   *loss = (float)(sum / t->accum);
-  rc = aa_adamw_step(&t->opt, m, &t->spec->train, lr, scale, fp16 || t->strat.skip_if_nonfinite, norm);
+  if ((rc = global_mean(t, loss))) return rc;
+  int skip = fp16 || t->strat.skip_if_nonfinite;
+  if (t->comm) rc = aa_zero_step(&t->zero, m, &t->spec->train, lr, scale, skip, norm);
+  else rc = aa_adamw_step(&t->opt, m, &t->spec->train, lr, scale, skip, norm);
   if (rc < 0) return rc;
   *skipped = rc == 1;
   if (fp16) aa_loss_scaler_update(&t->scaler, *skipped);
@@ -253,9 +298,19 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
 }
 
 int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_result_t *res) {
-  trainer_t t = {.spec = spec, .opts = opts, .log = opts->log ? opts->log : stdout};
+  trainer_t t = {.spec = spec, .opts = opts, .log = opts->log ? opts->log : stdout, .comm = opts->comm, .world = 1};
   aa_train_result_t r = {.val_loss = NAN};
   FILE *losses = NULL;
+  int rc = 0;
+  if (t.comm) {
+    t.rank = aa_comm_rank(t.comm);
+    t.world = aa_comm_world(t.comm);
+    /* Only rank 0 speaks; the others compute the same figures silently. */
+    if (t.rank != 0 && !(t.log = t.devnull = fopen("/dev/null", "w"))) {
+      rc = aa_error(AA_EIO, "/dev/null: cannot open: %s", strerror(errno));
+      goto cleanup;
+    }
+  }
   int threads = opts->threads > 0 ? opts->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
   aa_ops_cpu()->set_threads(threads);
   aa_model_spec_t run_spec = *spec;
@@ -266,13 +321,14 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   if (opts->checkpoint_every >= 0) run_spec.train.checkpoint_every = opts->checkpoint_every;
   t.spec = &run_spec;
   const aa_train_cfg_t *cfg = &run_spec.train;
-  int rc = setup(&t);
-  if (rc) goto cleanup;
-  if (opts->losses_path && !(losses = fopen(opts->losses_path, opts->resume ? "a" : "w"))) {
+  if ((rc = setup(&t))) goto cleanup;
+  if (opts->losses_path && t.rank == 0 && !(losses = fopen(opts->losses_path, opts->resume ? "a" : "w"))) {
     rc = aa_error(AA_EIO, "%s: cannot write: %s", opts->losses_path, strerror(errno));
     goto cleanup;
   }
   aa_gpt_t *m = t.model;
+  /* Tokens per step of the whole group. */
+  double step_tokens = (double)m->B * m->T * t.accum * t.world;
   int B = m->B, T = m->T, log_every = opts->log_every > 0 ? opts->log_every : 1;
   char hash[17];
   aa_arch_hash(&spec->arch, hash);
@@ -287,13 +343,18 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   fprintf(t.log, "strategy %s: batch %d x %d tokens as %d micro-batch%s of %d, %d threads, %d steps%s\n", r.key,
           cfg->global_batch, T, t.accum, t.accum == 1 ? "" : "es", B, threads, cfg->steps,
           t.state.step ? " (resumed)" : "");
+  if (t.comm)
+    fprintf(t.log, "data parallel: %d ranks (%s), ZeRO stage %d, each rank %d micro-batch%s per step\n", t.world,
+            aa_comm_backend(t.comm), t.zero.stage, t.accum, t.accum == 1 ? "" : "es");
   int first = t.state.step, timed = 0, untimed = opts->dryrun ? opts->untimed_steps : 1;
   for (int step = first; step < cfg->steps; step++) {
     double t0 = aa_now(), scale_before = t.scaler.scale;
-    float loss, norm, lr = aa_lr_at(cfg, step);
+    float loss, norm = 0, lr = aa_lr_at(cfg, step);
     int skipped;
     if ((rc = train_step(&t, lr, &loss, &norm, &skipped))) {
-      rc = aa_error_wrap(rc, "step %d: training diverged", step + 1);
+      /* A failing peer or backend is not a divergence: only a non-finite
+       * gradient norm is. */
+      rc = aa_error_wrap(rc, "step %d%s", step + 1, isfinite(norm) ? "" : ": training diverged");
       goto cleanup;
     }
     double dt = aa_now() - t0;
@@ -313,7 +374,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
       fprintf(t.log, "loss scale %g -> %g\n", scale_before, t.scaler.scale);
     if (step == first || step + 1 == cfg->steps || (step + 1) % log_every == 0)
       fprintf(t.log, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms\n", step + 1,
-              cfg->steps, loss, lr, norm, (double)B * T * t.accum / dt, dt * 1e3);
+              cfg->steps, loss, lr, norm, step_tokens / dt, dt * 1e3);
     int last = step + 1 == cfg->steps;
     if (t.val.n_tokens && (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0))) {
       if ((rc = evaluate(&t, &r.val_loss))) goto cleanup;
@@ -328,7 +389,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
     fflush(t.log);
     if (opts->on_step) {
       aa_train_step_info_t info = {.step = step + 1, .total = cfg->steps, .loss = loss,
-                                   .tokens_per_s = (double)B * T * t.accum / dt, .step_ms = dt * 1e3,
+                                   .tokens_per_s = step_tokens / dt, .step_ms = dt * 1e3,
                                    .phase = !opts->dryrun ? "train" : warm ? "warmup" : "measure"};
       opts->on_step(&info, opts->step_data);
     }
@@ -338,7 +399,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
     double med = timed % 2 ? t.step_times[timed / 2] : 0.5 * (t.step_times[timed / 2 - 1] + t.step_times[timed / 2]);
     r.step_ms_median = med * 1e3;
     r.step_ms_spread = (t.step_times[timed - 1] - t.step_times[0]) * 1e3;
-    r.tokens_per_s = (double)B * T * t.accum / med;
+    r.tokens_per_s = step_tokens / med;
   }
   r.skipped_steps = t.scaler.skipped;
   r.loss_scale = t.strat.amp == AA_F16 ? t.scaler.scale : 0;
@@ -354,10 +415,12 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
     fprintf(t.log, "mfu %.2f%% (%.3g FLOP/token x %.0f tok/s of %.1f TFLOP/s peak bf16)\n",
             100.0 * r.tokens_per_s * flops_per_token(&t) / t.peak_flops, flops_per_token(&t), r.tokens_per_s,
             t.peak_flops / 1e12);
-  if (opts->summary_json && (rc = write_summary(&t, &r, threads))) goto cleanup;
+  if (opts->summary_json && t.rank == 0 && (rc = write_summary(&t, &r, threads))) goto cleanup;
   if (res) *res = r;
 cleanup:
   if (losses && fclose(losses) && !rc) rc = aa_error(AA_EIO, "%s: write failed", opts->losses_path);
+  /* A rank process may end with _exit, which flushes nothing. */
+  fflush(t.log);
   trainer_free(&t);
   return rc;
 }

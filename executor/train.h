@@ -1,5 +1,6 @@
-/* Single-process training driver: data, model, AdamW, schedule,
- * validation, checkpoints and progress output. */
+/* Training driver: data, model, AdamW, schedule, validation, checkpoints
+ * and progress output, in one process or as one rank of a data-parallel
+ * group (opts.comm). */
 #ifndef AA_TRAIN_H
 #define AA_TRAIN_H
 
@@ -8,6 +9,7 @@
 #include "../common/mem.h"
 #include "../common/spec.h"
 #include "../strategies/strategy.h"
+#include "comm.h"
 
 /* What the step callback is told after every optimizer step. */
 typedef struct aa_train_step_info {
@@ -46,6 +48,9 @@ typedef struct aa_train_opts {
    * that says which. */
   const char *device;
   int tf32; /* CUDA: TF32 tensor-core math for the fp32 GEMMs (faster, ~1e-3 relative error per product) */
+  /* Data parallelism: the world group this process is one rank of
+   * (borrowed; NULL = a single process). See aa_train. */
+  aa_comm_t *comm;
 } aa_train_opts_t;
 
 typedef struct aa_train_result {
@@ -67,7 +72,26 @@ typedef struct aa_train_result {
  * checkpointing, micro-batch with gradient accumulation, loss scaling).
  * Returns 0 or a negative code with the last-error message set (invalid
  * strategy, bad data, unreadable checkpoint, divergence, AA_EOOM past the
- * memory limit). res may be NULL. */
+ * memory limit). res may be NULL.
+ *
+ * Data-parallel runs (what a runner calls for a dp > 1 strategy): every rank
+ * of the group calls aa_train with the same spec, strategy and options and
+ * opts.comm = its handle on the world group (aa_comm_init from the job's
+ * rendezvous, rank r of world = dp; tp = pp = 1). The strategy's dp must
+ * equal the group's size and its zero stage (0-3, executor/optim.h) picks
+ * what is sharded (over a group of one the stage is 0). Rank r trains on
+ * sequences [r G/dp, (r+1) G/dp) of each global batch of G (the
+ * single-process run's batches, so losses match it to rounding), as
+ * G/(dp mb) micro-batches. Every rank gets the same losses in res (the
+ * global mean loss and validation loss) and tokens/s of the whole group as
+ * it timed them; res->mem is that rank's own memory. Only rank 0 writes the
+ * log (opts.log is not used on other ranks), the losses file and the
+ * summary; a checkpoint is one file by rank 0 at zero 0, else one file per
+ * rank plus a manifest (docs/checkpoint-format.md), and opts.resume reads
+ * either at any dp, and in a single process. A failed or vanished peer makes
+ * every rank return an error (AA_ECANCELLED or AA_ETIMEOUT from the group,
+ * with the step and the collective in the message) instead of hanging,
+ * after freeing everything; the caller then destroys the group. */
 int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_result_t *res);
 
 #endif

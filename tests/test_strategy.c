@@ -545,6 +545,17 @@ AA_TEST(resolve_fills_micro_batch_and_counts_accumulation) {
   s.ckpt = AA_CKPT_FULL;
   s.ckpt_layers = 4;
   CHECK_MSG(aa_strategy_resolve(&s, &spec, 1) == 0, "%s", aa_last_error());
+  /* Data parallelism at every ZeRO stage, with and without amp. */
+  for (int zero = 0; zero <= 3; zero++) {
+    for (int amp = AA_F32; amp <= AA_F16; amp++) {
+      aa_strategy_default(&s);
+      s.dp = 4;
+      s.zero = zero;
+      s.amp = (aa_dtype_t)amp;
+      CHECK_MSG(aa_strategy_resolve(&s, &spec, 4) == 0, "zero %d amp %d: %s", zero, amp, aa_last_error());
+      CHECK(s.micro_batch == 4 && aa_strategy_accum_steps(&s, &spec) == 1);
+    }
+  }
 }
 
 AA_TEST(every_resolve_rule_fires) {
@@ -572,8 +583,6 @@ AA_TEST(every_resolve_rule_fires) {
                        "tensor parallel degree 2 is not supported by this engine yet");
   expect_resolve_error(__LINE__, "\"parallel\": {\"pipeline\": 2}", 2,
                        "pipeline parallel degree 2 is not supported by this engine yet");
-  expect_resolve_error(__LINE__, "\"parallel\": {\"data\": 2}", 2,
-                       "data parallel degree 2 is not supported by this engine yet");
 }
 
 AA_TEST(resolve_refuses_an_out_of_range_struct) {

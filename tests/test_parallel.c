@@ -1,0 +1,561 @@
+/* Data parallelism and ZeRO on CPU: rank processes forked here meet in a
+ * shared-memory process group (executor/comm.h) and train the same tiny
+ * model as a single process does on the same global batches.
+ *
+ * The model (d_model 30) is chosen so that the transformer blocks (7,774
+ * parameters) do not divide by 4: ZeRO's per-unit padding is real and the
+ * memory test accounts for it exactly.
+ *
+ * Loss tolerance, relative 1e-5 per step (fp32): a dp run does the single
+ * process's arithmetic except for the order of fp32 sums. The gradient of
+ * the global batch is summed per rank and then across ranks (the group sums
+ * in fp32 in rank order and divides by dp) instead of in one pass over all
+ * sequences, and with ZeRO >= 1 the gradient norm's sum of squares is
+ * taken per shard and then summed. Each reordering moves a gradient by a few
+ * fp32 ulps (relative ~1e-7); AdamW normalises the update by sqrt(v), so
+ * over 6 steps at lr 3e-3 the parameters, and hence the losses, move by a
+ * similar relative amount. Measured: at most 9.5e-8 (printed by each test);
+ * 1e-5 leaves two orders of magnitude while still catching any real error
+ * (a wrong slice of the batch, a stale shard), which changes the loss in
+ * the third digit or earlier. The gradient norm of every step is compared
+ * too (to the 3 decimals the log prints), since a wrong gradient scale
+ * would hide from AdamW's losses.
+ *
+ * Under bf16/fp16, 1e-4: the same reorderings move the fp32 master weights
+ * by ~1e-7, which changes a 16-bit copy only where a weight sits that close
+ * to a rounding boundary, and then by one 16-bit ulp (2^-8 relative in
+ * bf16): a few weights per step, each a tiny part of the loss. Measured:
+ * at most 6.5e-7 (fp16, ASan build; 2.8e-7 without sanitizers). */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "aa_test.h"
+#include "common/aa.h"
+#include "common/rendezvous.h"
+#include "common/spec.h"
+#include "executor/checkpoint.h"
+#include "executor/comm.h"
+#include "executor/data.h"
+#include "executor/model.h"
+#include "executor/train.h"
+
+#define STEPS 6
+#define REL_TOL 1e-5
+#define REL_TOL_AMP 1e-4
+#define MAX_RANKS 4
+
+static char tmpdir[256], train_bin[512], val_bin[512];
+
+static void tiny_spec(aa_model_spec_t *s) {
+  char json[2048];
+  snprintf(json, sizeof json,
+           "{\"name\": \"dp\", \"model\": {\"n_layer\": 2, \"n_head\": 2, \"d_model\": 30, \"d_ff\": 64, "
+           "\"seq_len\": 16, \"vocab_size\": 256}, \"train\": {\"global_batch\": 8, \"steps\": %d, \"lr\": 0.003, "
+           "\"warmup_steps\": 2, \"eval_every\": 0, \"eval_batches\": 2, \"checkpoint_every\": 0, \"seed\": 7, "
+           "\"grad_clip\": 1.0}, \"data\": {\"train\": \"%s\", \"val\": \"%s\"}}",
+           STEPS, train_bin, val_bin);
+  int rc = aa_spec_parse(s, json, NULL, "test");
+  if (rc) fprintf(stderr, "spec: %s\n", aa_last_error());
+  CHECK(rc == 0);
+}
+
+/* One training run: dp ranks (dp 0 = a single process without a group). */
+typedef struct {
+  int dp, zero, micro_batch;
+  aa_dtype_t amp;
+  int checkpoint_every;
+  const char *resume;
+  const char *out;  /* subdirectory of tmpdir */
+  int kill_rank;    /* rank that kills itself after step 2, -1 none */
+  int oom_rank;     /* rank that trains under a 64 KiB memory limit (fails to build its model), 0 none */
+} cfg_t;
+
+/* What a run leaves: rank 0's losses, and each rank's exit status, peak
+ * bytes by kind and validation loss. */
+typedef struct {
+  double loss[STEPS + 1]; /* by step, 1-based; NaN if missing */
+  double norm[STEPS + 1]; /* gradient norm by step, from rank 0's log (3 decimals) */
+  double val_loss[MAX_RANKS];
+  size_t peak[MAX_RANKS][AA_MEM_NKINDS];
+  int status[MAX_RANKS];
+  double exit_time[MAX_RANKS]; /* aa_now() when the parent reaped the rank */
+} run_t;
+
+static void die_after_step_2(const aa_train_step_info_t *info, void *data) {
+  (void)data;
+  if (info->step == 2) raise(SIGKILL);
+}
+
+/* One rank (or the single process): trains and leaves its figures in
+ * DIR/res.RANK. Returns the exit status: 0, or TRAIN_FAILED when aa_train
+ * returned an error. The leak check at exit turns any status into 1 when
+ * something was not freed, so TRAIN_FAILED also says that a failing rank
+ * freed everything. */
+#define TRAIN_FAILED 3
+static int rank_main(const cfg_t *c, const char *rdv, int rank, const char *dir) {
+  aa_comm_t *comm = NULL;
+  int rc;
+  if (c->dp && (rc = aa_comm_init(&comm, rdv, rank, c->dp, NULL))) {
+    fprintf(stderr, "rank %d: %s\n", rank, aa_last_error());
+    return 2;
+  }
+  aa_model_spec_t s;
+  tiny_spec(&s);
+  aa_strategy_t st;
+  aa_strategy_default(&st);
+  st.dp = c->dp ? c->dp : 1;
+  st.zero = c->zero;
+  st.micro_batch = c->micro_batch;
+  st.amp = c->amp;
+  char losses[600];
+  snprintf(losses, sizeof losses, "%s/losses", dir);
+  char logpath[600];
+  snprintf(logpath, sizeof logpath, "%s/log.%d", dir, rank);
+  FILE *log = fopen(logpath, "w");
+  aa_train_opts_t o = {.threads = 1, .checkpoint_every = c->checkpoint_every, .log_every = 1, .out_dir = dir,
+                       .losses_path = losses, .log = log, .strategy = &st, .comm = comm, .resume = c->resume,
+                       .on_step = rank == c->kill_rank ? die_after_step_2 : NULL,
+                       .memory_limit = c->oom_rank && rank == c->oom_rank ? 64 << 10 : 0};
+  aa_train_result_t res;
+  rc = aa_train(&s, &o, &res);
+  if (rc) fprintf(stderr, "  rank %d: %s\n", rank, aa_last_error());
+  if (log) fclose(log);
+  aa_comm_destroy(comm);
+  char path[700];
+  snprintf(path, sizeof path, "%s/res.%d", dir, rank);
+  FILE *f = fopen(path, "w");
+  if (f && !rc) {
+    for (int k = 0; k < AA_MEM_NKINDS; k++) fprintf(f, "%zu\n", res.mem.peak[k]);
+    fprintf(f, "%.9g\n", res.val_loss);
+  }
+  if (f) fclose(f);
+  return rc ? TRAIN_FAILED : 0;
+}
+
+/* Forks the run's processes and reaps them, killing all after 120 s so a
+ * hang fails the test instead of stalling it. Ranks end with exit(), not
+ * _exit(), so the sanitizer's leak check runs in each. */
+static void run(const cfg_t *c, run_t *r) {
+  char dir[512], rdv[AA_RENDEZVOUS_MAX];
+  snprintf(dir, sizeof dir, "%s/%s", tmpdir, c->out);
+  CHECK(aa_mkdirs(dir) == 0);
+  memset(r, 0, sizeof *r);
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_parallel") == 0);
+  int n = c->dp ? c->dp : 1;
+  pid_t pids[MAX_RANKS];
+  fflush(NULL);
+  for (int i = 0; i < n; i++) {
+    pids[i] = fork();
+    if (pids[i] == 0) exit(rank_main(c, rdv, i, dir));
+  }
+  double deadline = aa_now() + 120;
+  for (int left = n; left > 0;) {
+    int st;
+    pid_t pid = waitpid(-1, &st, WNOHANG);
+    if (pid > 0) {
+      for (int i = 0; i < n; i++)
+        if (pids[i] == pid) {
+          r->status[i] = st;
+          r->exit_time[i] = aa_now();
+          left--;
+        }
+      continue;
+    }
+    if (aa_now() > deadline) {
+      CHECK_MSG(0, "%s: ranks still running after 120 s; killing them", c->out);
+      for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
+      deadline = INFINITY;
+    }
+    nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+  }
+  char path[700];
+  for (int i = 0; i <= STEPS; i++) r->loss[i] = r->norm[i] = NAN;
+  snprintf(path, sizeof path, "%s/log.0", dir);
+  FILE *f = fopen(path, "r");
+  char line[512];
+  int step;
+  double l;
+  while (f && fgets(line, sizeof line, f)) {
+    int total;
+    double lr, norm;
+    if (sscanf(line, "step %d/%d | loss %lf | lr %lf | norm %lf", &step, &total, &l, &lr, &norm) == 5 && step >= 1 &&
+        step <= STEPS)
+      r->norm[step] = norm;
+  }
+  if (f) fclose(f);
+  snprintf(path, sizeof path, "%s/losses", dir);
+  f = fopen(path, "r");
+  while (f && fscanf(f, "%d %lf", &step, &l) == 2)
+    if (step >= 1 && step <= STEPS) r->loss[step] = l;
+  if (f) fclose(f);
+  for (int i = 0; i < n; i++) {
+    r->val_loss[i] = NAN;
+    snprintf(path, sizeof path, "%s/res.%d", dir, i);
+    if (!(f = fopen(path, "r"))) continue;
+    for (int k = 0; k < AA_MEM_NKINDS; k++)
+      if (fscanf(f, "%zu", &r->peak[i][k]) != 1) r->peak[i][k] = 0;
+    if (fscanf(f, "%lf", &r->val_loss[i]) != 1) r->val_loss[i] = NAN;
+    fclose(f);
+  }
+}
+
+static int all_ok(const run_t *r, int n) {
+  for (int i = 0; i < n; i++)
+    if (!WIFEXITED(r->status[i]) || WEXITSTATUS(r->status[i])) return 0;
+  return 1;
+}
+
+/* Largest relative difference of steps [from, STEPS] of r's losses from
+ * ref's, each checked against tol. */
+static double compare(const char *what, const run_t *r, const run_t *ref, int from, double tol) {
+  double worst = 0;
+  for (int s = from; s <= STEPS; s++) {
+    double d = fabs(r->loss[s] - ref->loss[s]) / fabs(ref->loss[s]);
+    CHECK_MSG(d <= tol, "%s: step %d loss %.9g vs %.9g (relative %.3g)", what, s, r->loss[s], ref->loss[s], d);
+    /* AdamW is invariant to the gradient's scale, so a wrong factor (a sum
+     * over ranks instead of the mean) would hide from the losses; the norm
+     * shows it. The log prints it to 3 decimals. */
+    CHECK_MSG(fabs(r->norm[s] - ref->norm[s]) <= 1.5e-3, "%s: step %d gradient norm %.3f vs %.3f", what, s,
+              r->norm[s], ref->norm[s]);
+    if (!(d <= worst)) worst = d;
+  }
+  return worst;
+}
+
+static run_t single[3]; /* the single-process references, by amp */
+static run_t dp4[3][4];  /* dp 4 at each ZeRO stage, by amp, for the memory test */
+
+static const run_t *run_single(aa_dtype_t amp) {
+  run_t *r = &single[amp];
+  if (isnan(r->loss[1])) {
+    char out[32];
+    snprintf(out, sizeof out, "single.%s", aa_dtype_name(amp));
+    cfg_t c = {.dp = 0, .amp = amp, .out = out, .kill_rank = -1};
+    run(&c, r);
+    CHECK(all_ok(r, 1) && !isnan(r->loss[STEPS]) && !isnan(r->val_loss[0]));
+  }
+  return r;
+}
+
+/* dp ranks at each ZeRO stage against the single process: the loss of
+ * every step and every rank's validation loss (the mean over ranks). */
+static void equivalence(int dp, int micro_batch, aa_dtype_t amp, double tol) {
+  const run_t *ref = run_single(amp);
+  for (int zero = 0; zero <= 3; zero++) {
+    char out[32];
+    snprintf(out, sizeof out, "eq%d.z%d.%s", dp, zero, aa_dtype_name(amp));
+    cfg_t c = {.dp = dp, .zero = zero, .micro_batch = micro_batch, .amp = amp, .out = out, .kill_rank = -1};
+    run_t r;
+    run(&c, &r);
+    CHECK_MSG(all_ok(&r, dp), "%s: a rank failed", out);
+    double worst = compare(out, &r, ref, 1, tol), worst_val = 0;
+    for (int i = 0; i < dp; i++) {
+      double dv = fabs(r.val_loss[i] - ref->val_loss[0]) / ref->val_loss[0];
+      CHECK_MSG(dv <= tol, "%s rank %d: val loss %.9g vs %.9g", out, i, r.val_loss[i], ref->val_loss[0]);
+      if (!(dv <= worst_val)) worst_val = dv;
+    }
+    fprintf(stderr, "  %s dp %d zero %d (%d micro-batch%s per rank): max relative loss difference %.2e, val %.2e\n",
+            aa_dtype_name(amp), dp, zero, 8 / dp / micro_batch, 8 / dp / micro_batch == 1 ? "" : "es", worst,
+            worst_val);
+    if (dp == 4) dp4[amp][zero] = r;
+  }
+}
+
+AA_TEST(dp2_matches_single_process_losses_at_every_zero_stage) { equivalence(2, 1, AA_F32, REL_TOL); }
+AA_TEST(dp4_matches_single_process_losses_at_every_zero_stage) { equivalence(4, 2, AA_F32, REL_TOL); }
+AA_TEST(dp4_bf16_and_dp2_fp16_match_single_process_losses_at_every_zero_stage) {
+  equivalence(4, 1, AA_BF16, REL_TOL_AMP);
+  equivalence(2, 2, AA_F16, REL_TOL_AMP);
+}
+
+AA_TEST(per_rank_state_bytes_fall_by_the_zero_ratios) {
+  /* Psi parameters. Each unit u (wte|wpe, a block, lnf) of n_u elements is
+   * padded to dp * c_u, c_u = ceil(n_u / dp), and a rank keeps c_u of it,
+   * so a rank's shard is S = sum of c_u elements. Per rank (this engine
+   * keeps fp32 gradients, 4 bytes, also under amp, where the paper's are 2;
+   * under amp the fp32 master weights count as optimizer state):
+   *            fp32                  bf16
+   *   stage    params grads optim    params grads optim
+   *   0        4Psi   4Psi  8Psi     2Psi   4Psi  12Psi
+   *   1        4Psi   4Psi  8S       2Psi   4Psi  12S
+   *   2        4Psi   4S    8S       2Psi   4S    12S
+   *   3        4S     4S    8S       2S     4S    12S
+   * Each figure is checked to the byte. */
+  aa_model_spec_t s;
+  tiny_spec(&s);
+  aa_gpt_t *m;
+  CHECK(aa_gpt_create(&m, &s.arch, aa_ops_cpu(), 1, 16, NULL) == 0);
+  const int dp = 4;
+  size_t psi = m->n_params, S = 0;
+  for (int u = 0; u < aa_gpt_n_units(m); u++) {
+    size_t off, n;
+    aa_gpt_unit(m, u, &off, &n);
+    S += (n + dp - 1) / dp;
+  }
+  aa_gpt_free(m);
+  CHECK(S * dp > psi); /* the padding is real */
+  fprintf(stderr, "  Psi = %zu parameters, S = %zu = Psi/4 + %.2f padding elements per rank\n", psi, S,
+          (double)S - psi / 4.0);
+  const int kind[3] = {AA_MEM_PARAMS, AA_MEM_GRADS, AA_MEM_OPTIM};
+  for (aa_dtype_t amp = AA_F32; amp <= AA_BF16; amp++) {
+    size_t P = amp == AA_F32 ? 4 : 2, O = amp == AA_F32 ? 8 : 12; /* bytes per parameter */
+    size_t want[4][3] = {{P * psi, 4 * psi, O * psi}, {P * psi, 4 * psi, O * S}, {P * psi, 4 * S, O * S},
+                         {P * S, 4 * S, O * S}};
+    for (int zero = 0; zero <= 3; zero++) {
+      const run_t *r = &dp4[amp][zero];
+      if (!all_ok(r, dp)) {
+        CHECK_MSG(0, "the %s dp 4 zero %d run failed", aa_dtype_name(amp), zero);
+        continue;
+      }
+      for (int i = 0; i < dp; i++)
+        for (int k = 0; k < 3; k++)
+          CHECK_MSG(r->peak[i][kind[k]] == want[zero][k], "%s zero %d rank %d %s: %zu bytes, want %zu",
+                    aa_dtype_name(amp), zero, i, aa_mem_kind_name(kind[k]), r->peak[i][kind[k]], want[zero][k]);
+      const size_t *p = r->peak[0], *p0 = dp4[amp][0].peak[0];
+      fprintf(stderr,
+              "  %s zero %d: params %6zu grads %6zu optim %6zu bytes per rank; vs zero 0: params %.6f grads %.6f "
+              "optim %.6f, all three %.6f\n",
+              aa_dtype_name(amp), zero, p[AA_MEM_PARAMS], p[AA_MEM_GRADS], p[AA_MEM_OPTIM],
+              (double)p[AA_MEM_PARAMS] / p0[AA_MEM_PARAMS], (double)p[AA_MEM_GRADS] / p0[AA_MEM_GRADS],
+              (double)p[AA_MEM_OPTIM] / p0[AA_MEM_OPTIM],
+              (double)(p[AA_MEM_PARAMS] + p[AA_MEM_GRADS] + p[AA_MEM_OPTIM]) /
+                  (p0[AA_MEM_PARAMS] + p0[AA_MEM_GRADS] + p0[AA_MEM_OPTIM]));
+    }
+  }
+}
+
+/* An uninterrupted dp 4 run saves at step 3 (sharded at zero 2); runs that
+ * resume from it at dp 2 (zero 1 and 3), over a group of one, and in a
+ * single process continue with the uninterrupted run's losses. */
+AA_TEST(sharded_checkpoint_at_dp4_resumes_at_dp2_and_dp1) {
+  cfg_t a = {.dp = 4, .zero = 2, .micro_batch = 1, .checkpoint_every = 3, .out = "ck4", .kill_rank = -1};
+  run_t ra, rb;
+  run(&a, &ra);
+  CHECK(all_ok(&ra, 4));
+  char manifest[600];
+  snprintf(manifest, sizeof manifest, "%s/ck4/step_000003.ckpt", tmpdir);
+  CHECK(access(manifest, R_OK) == 0);
+  const cfg_t resumes[] = {
+      {.dp = 2, .zero = 1, .micro_batch = 2, .resume = manifest, .out = "ck4-dp2z1", .kill_rank = -1},
+      {.dp = 2, .zero = 3, .micro_batch = 1, .resume = manifest, .out = "ck4-dp2z3", .kill_rank = -1},
+      {.dp = 1, .zero = 0, .micro_batch = 8, .resume = manifest, .out = "ck4-dp1", .kill_rank = -1},
+      {.dp = 0, .resume = manifest, .out = "ck4-single", .kill_rank = -1},
+  };
+  for (size_t i = 0; i < sizeof resumes / sizeof resumes[0]; i++) {
+    const cfg_t *b = &resumes[i];
+    run(b, &rb);
+    CHECK_MSG(all_ok(&rb, b->dp ? b->dp : 1), "%s failed", b->out);
+    CHECK(isnan(rb.loss[3]) && !isnan(rb.loss[4]));
+    double worst = compare(b->out, &rb, &ra, 4, REL_TOL);
+    fprintf(stderr, "  dp 4 zero 2 -> %s: steps 4-6 within %.2e of the uninterrupted run\n", b->out, worst);
+  }
+}
+
+/* Under bf16 the shards hold the fp32 master weights: a dp 4 zero 3 save
+ * resumes at dp 2 zero 1 and in a single process, both bf16. */
+AA_TEST(sharded_bf16_checkpoint_at_dp4_zero3_resumes_at_dp2_and_in_one_process) {
+  cfg_t a = {.dp = 4, .zero = 3, .micro_batch = 1, .amp = AA_BF16, .checkpoint_every = 3, .out = "ck4bf",
+             .kill_rank = -1};
+  run_t ra, rb;
+  run(&a, &ra);
+  CHECK(all_ok(&ra, 4));
+  char manifest[600];
+  snprintf(manifest, sizeof manifest, "%s/ck4bf/step_000003.ckpt", tmpdir);
+  const cfg_t resumes[] = {
+      {.dp = 2, .zero = 1, .micro_batch = 2, .amp = AA_BF16, .resume = manifest, .out = "ck4bf-dp2z1",
+       .kill_rank = -1},
+      {.dp = 0, .amp = AA_BF16, .resume = manifest, .out = "ck4bf-single", .kill_rank = -1},
+  };
+  for (size_t i = 0; i < sizeof resumes / sizeof resumes[0]; i++) {
+    run(&resumes[i], &rb);
+    CHECK_MSG(all_ok(&rb, resumes[i].dp ? resumes[i].dp : 1), "%s failed", resumes[i].out);
+    double worst = compare(resumes[i].out, &rb, &ra, 4, REL_TOL_AMP);
+    fprintf(stderr, "  bf16 dp 4 zero 3 -> %s: steps 4-6 within %.2e of the uninterrupted run\n", resumes[i].out,
+            worst);
+  }
+}
+
+/* A zero 0 run saves one file (rank 0's); ranks at zero 3 load their
+ * shards from it. */
+AA_TEST(single_file_checkpoint_at_dp2_zero0_resumes_at_dp4_zero3) {
+  cfg_t a = {.dp = 2, .zero = 0, .micro_batch = 2, .checkpoint_every = 3, .out = "ck2", .kill_rank = -1};
+  run_t ra, rb;
+  run(&a, &ra);
+  CHECK(all_ok(&ra, 2));
+  char file[600];
+  snprintf(file, sizeof file, "%s/ck2/step_000003.ckpt", tmpdir);
+  cfg_t b = {.dp = 4, .zero = 3, .micro_batch = 1, .resume = file, .out = "ck2-dp4z3", .kill_rank = -1};
+  run(&b, &rb);
+  CHECK(all_ok(&rb, 4));
+  double worst = compare(b.out, &rb, &ra, 4, REL_TOL);
+  fprintf(stderr, "  dp 2 zero 0 -> dp 4 zero 3: steps 4-6 within %.2e of the uninterrupted run\n", worst);
+}
+
+/* Copies src to dst, optionally flipping one byte at offset flip (-1 none). */
+static int copy_file(const char *src, const char *dst, long flip) {
+  FILE *a = fopen(src, "rb"), *b = fopen(dst, "wb");
+  int c, ok = a && b;
+  for (long i = 0; ok && (c = fgetc(a)) != EOF; i++) fputc(i == flip ? c ^ 0x5a : c, b);
+  if (a) fclose(a);
+  if (b) fclose(b);
+  return ok ? 0 : -1;
+}
+
+AA_TEST(a_sharded_checkpoint_with_a_bad_or_foreign_rank_file_is_rejected) {
+  /* Files of the ck4 run: step 3 and the final save, 4 rank files each. */
+  char m3[600], bad[600], f3[700], fin[700];
+  snprintf(m3, sizeof m3, "%s/ck4/step_000003.ckpt", tmpdir);
+  snprintf(bad, sizeof bad, "%s/bad", tmpdir);
+  CHECK(aa_mkdirs(bad) == 0);
+  aa_model_spec_t s;
+  tiny_spec(&s);
+  aa_gpt_t *m;
+  CHECK(aa_gpt_create(&m, &s.arch, aa_ops_cpu(), 1, 16, NULL) == 0);
+  aa_adamw_t opt;
+  CHECK(aa_adamw_init(&opt, m->n_params, NULL) == 0);
+  aa_train_state_t st;
+  CHECK_MSG(aa_ckpt_load(m3, m, &opt, &st) == 0, "%s", aa_last_error());
+  CHECK(st.step == 3 && opt.t == 3);
+  /* A copy of the save in another directory: the manifest names its files
+   * relative to itself. */
+  char mb[700];
+  snprintf(mb, sizeof mb, "%s/step_000003.ckpt", bad);
+  CHECK(copy_file(m3, mb, -1) == 0);
+  for (int r = 0; r < 4; r++) {
+    snprintf(f3, sizeof f3, "%s.rank%dof4", m3, r);
+    snprintf(fin, sizeof fin, "%s/step_000003.ckpt.rank%dof4", bad, r);
+    CHECK(copy_file(f3, fin, -1) == 0);
+  }
+  CHECK_MSG(aa_ckpt_load(mb, m, &opt, &st) == 0, "%s", aa_last_error());
+  /* A flipped payload byte in rank 2's file. */
+  snprintf(f3, sizeof f3, "%s.rank2of4", m3);
+  snprintf(fin, sizeof fin, "%s/step_000003.ckpt.rank2of4", bad);
+  CHECK(copy_file(f3, fin, 300) == 0);
+  int rc = aa_ckpt_load(mb, m, &opt, &st);
+  CHECK_MSG(rc == AA_ECORRUPT && strstr(aa_last_error(), "rank2of4: checksum mismatch"), "%d %s", rc,
+            aa_last_error());
+  /* Rank 2's file of another save (the final one) in its place: intact
+   * by itself, but not the file the manifest names. */
+  snprintf(f3, sizeof f3, "%s/ck4/final.ckpt.rank2of4", tmpdir);
+  CHECK(copy_file(f3, fin, -1) == 0);
+  rc = aa_ckpt_load(mb, m, &opt, &st);
+  CHECK_MSG(rc == AA_ECORRUPT && strstr(aa_last_error(), "the file is from another save"), "%d %s", rc,
+            aa_last_error());
+  /* A missing rank file, a manifest cut short, one rank file alone. */
+  CHECK(unlink(fin) == 0);
+  CHECK(aa_ckpt_load(mb, m, &opt, &st) == AA_ENOENT && strstr(aa_last_error(), "rank2of4"));
+  snprintf(f3, sizeof f3, "%s/cut.ckpt", bad);
+  FILE *f = fopen(f3, "w");
+  fputs("{\"format\": \"autoaccel-sharded-checkpoint\", \"world\": ", f);
+  fclose(f);
+  CHECK(aa_ckpt_load(f3, m, &opt, &st) == AA_EPARSE);
+  snprintf(f3, sizeof f3, "%s.rank1of4", m3);
+  rc = aa_ckpt_load(f3, m, &opt, &st);
+  CHECK_MSG(rc == AA_EINVAL && strstr(aa_last_error(), "load its manifest"), "%s", aa_last_error());
+  aa_adamw_free(&opt);
+  aa_gpt_free(m);
+}
+
+/* A rank dies (SIGKILL) after step 2 while the others wait for it in a
+ * collective of step 3: at zero 0 in the first gradient all-reduce of the
+ * backward, at zero 3 in the first parameter gather of the forward. Every
+ * other rank must return an error, free everything (the leak check runs at
+ * its exit) and exit within 10 s, well inside the group's 30 s collective
+ * timeout, so it is the comm layer noticing the death, not a timeout. */
+static void kill_one(int dp, int zero, int victim) {
+  char out[32];
+  snprintf(out, sizeof out, "kill%d.z%d", dp, zero);
+  cfg_t c = {.dp = dp, .zero = zero, .micro_batch = 1, .out = out, .kill_rank = victim};
+  run_t r;
+  run(&c, &r);
+  CHECK(WIFSIGNALED(r.status[victim]) && WTERMSIG(r.status[victim]) == SIGKILL);
+  double slowest = 0;
+  for (int i = 0; i < dp; i++) {
+    if (i == victim) continue;
+    CHECK_MSG(WIFEXITED(r.status[i]) && WEXITSTATUS(r.status[i]) == TRAIN_FAILED, "%s rank %d: status %#x", out, i,
+              r.status[i]);
+    double dt = r.exit_time[i] - r.exit_time[victim];
+    if (dt > slowest) slowest = dt;
+  }
+  fprintf(stderr, "  dp %d zero %d: the last surviving rank exited %.2f s after rank %d died\n", dp, zero, slowest,
+          victim);
+  CHECK(slowest < 10);
+}
+
+AA_TEST(a_killed_rank_makes_every_other_rank_fail_within_10_s) {
+  kill_one(2, 0, 1);
+  kill_one(4, 3, 2);
+}
+
+/* A rank whose training fails (here out of memory before the first step)
+ * returns its error and leaves the group; the others, waiting for it in
+ * the first collective, fail too instead of waiting out the timeout. */
+AA_TEST(a_rank_that_fails_makes_every_other_rank_fail) {
+  cfg_t c = {.dp = 4, .zero = 1, .micro_batch = 1, .out = "oom", .kill_rank = -1, .oom_rank = 3};
+  run_t r;
+  run(&c, &r);
+  double first = INFINITY, last = 0;
+  for (int i = 0; i < 4; i++) {
+    CHECK_MSG(WIFEXITED(r.status[i]) && WEXITSTATUS(r.status[i]) == TRAIN_FAILED, "rank %d: status %#x", i,
+              r.status[i]);
+    if (r.exit_time[i] < first) first = r.exit_time[i];
+    if (r.exit_time[i] > last) last = r.exit_time[i];
+  }
+  fprintf(stderr, "  all 4 ranks exited within %.2f s of the first\n", last - first);
+  CHECK(last - first < 10);
+}
+
+/* Skipping sequences lands where reading them would, across the wrap at
+ * the end of the shard, so every rank's slice is the single process's. */
+AA_TEST(loader_skip_lands_where_reading_would_across_the_wrap) {
+  aa_shard_t sh = {0};
+  int32_t tok[103];
+  for (int i = 0; i < 103; i++) tok[i] = i;
+  sh.tokens = tok;
+  sh.n_tokens = 103;
+  aa_loader_t a, b;
+  int32_t in[3 * 10], tg[3 * 10];
+  CHECK(aa_loader_init(&a, &sh, 3, 10) == 0 && aa_loader_init(&b, &sh, 1, 10) == 0);
+  for (int k = 0; k < 25; k++) {
+    aa_loader_next(&a, in, tg); /* 3 sequences */
+    aa_loader_skip(&b, 3);
+    CHECK_MSG(a.pos == b.pos, "after %d batches: %llu vs %llu", k + 1, (unsigned long long)a.pos,
+              (unsigned long long)b.pos);
+  }
+}
+
+int main(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/aa_test_parallel_XXXXXX");
+  if (!mkdtemp(tmpdir)) return 1;
+  snprintf(train_bin, sizeof train_bin, "%s/train.bin", tmpdir);
+  snprintf(val_bin, sizeof val_bin, "%s/val.bin", tmpdir);
+  if (aa_data_synth(train_bin, val_bin, 200000, 0.1, 42)) {
+    fprintf(stderr, "synth: %s\n", aa_last_error());
+    return 1;
+  }
+  for (int a = 0; a < 3; a++)
+    for (int i = 0; i <= STEPS; i++) single[a].loss[i] = NAN;
+  RUN(loader_skip_lands_where_reading_would_across_the_wrap);
+  RUN(dp2_matches_single_process_losses_at_every_zero_stage);
+  RUN(dp4_matches_single_process_losses_at_every_zero_stage);
+  RUN(dp4_bf16_and_dp2_fp16_match_single_process_losses_at_every_zero_stage);
+  RUN(per_rank_state_bytes_fall_by_the_zero_ratios);
+  RUN(sharded_checkpoint_at_dp4_resumes_at_dp2_and_dp1);
+  RUN(sharded_bf16_checkpoint_at_dp4_zero3_resumes_at_dp2_and_in_one_process);
+  RUN(single_file_checkpoint_at_dp2_zero0_resumes_at_dp4_zero3);
+  RUN(a_sharded_checkpoint_with_a_bad_or_foreign_rank_file_is_rejected);
+  RUN(a_killed_rank_makes_every_other_rank_fail_within_10_s);
+  RUN(a_rank_that_fails_makes_every_other_rank_fail);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
+  return aa_test_summary();
+}
