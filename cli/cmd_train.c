@@ -1,12 +1,21 @@
-/* `autoaccel train MODEL`: single-process training from a model spec. */
+/* `autoaccel train MODEL`: training from a model spec, in this process or
+ * as N data-parallel rank processes on this host (--devices cpu:N). */
+#include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "common/aa.h"
 #include "common/spec.h"
 #include "common/mem.h"
+#include "common/rendezvous.h"
+#include "executor/comm.h"
 #include "executor/train.h"
 #include "strategies/strategy.h"
 
@@ -21,7 +30,12 @@ static void usage(FILE *f) {
           "                        fp32, no checkpointing, the whole batch as one micro-batch\n"
           "  --memory-limit BYTES  fail cleanly (out of memory) if the engine's accounted memory would\n"
           "                        exceed BYTES; suffixes K/M/G (KiB/MiB/GiB) and KB/MB/GB\n"
-          "  --threads N           worker threads (default: all cores)\n"
+          "  --threads N           worker threads (default: all cores; with cpu:N, split among the ranks)\n"
+          "  --devices cpu:N       train as N data-parallel rank processes on this host (a shared-memory\n"
+          "                        process group); the strategy's data degree is rescaled to N / (tp pp)\n"
+          "                        as ATorch's load_strategy does. Default: the strategy's own world size\n"
+          "                        (dp tp pp) on the CPU, so a saved dp2 strategy trains on 2 ranks;\n"
+          "                        without --strategy, or with --device cuda:K, one process\n"
           "  --steps N             override train.steps\n"
           "  --checkpoint-every N  save OUT/step_NNNNNN.ckpt every N steps (default: train.checkpoint_every)\n"
           "  --out DIR             output directory (default: runs/<model name>)\n"
@@ -38,7 +52,92 @@ static void usage(FILE *f) {
           "tokens/s and step time. Validation runs every train.eval_every steps and at the end.\n"
           "A memory line after the first step gives the accounted peak by kind (params, grads,\n"
           "optim, acts, workspace). fp16 steps with inf/nan gradients are skipped and logged.\n"
+          "With cpu:N, rank 0 prints and writes the outputs; a rank that fails or dies makes every\n"
+          "other rank stop within seconds, and the command exits 1 naming it.\n"
           "Exit codes: 0 success, 1 failure (bad spec, data or checkpoint; divergence), 2 usage.\n");
+}
+
+/* A saved strategy replayed on `world` ranks keeps its tensor and pipeline
+ * degrees and takes the rest as data parallelism (ATorch's load_strategy
+ * rule); ZeRO needs dp > 1, so it is dropped at dp 1. Says what changed. */
+static int rescale(aa_strategy_t *s, int world) {
+  int mp = s->tp * s->pp;
+  if (s->dp * mp == world) return 0;
+  if (world % mp)
+    return aa_error(AA_EINVAL, "strategy: tp * pp = %d does not divide the %d rank%s to train on", mp, world,
+                    world == 1 ? "" : "s");
+  int dp = world / mp;
+  fprintf(stderr, "autoaccel train: strategy dp%d rescaled to dp%d for %d rank%s%s\n", s->dp, dp, world,
+          world == 1 ? "" : "s", dp == 1 && s->zero ? " (ZeRO dropped: nothing to shard over)" : "");
+  s->dp = dp;
+  if (dp == 1) s->zero = 0;
+  return 0;
+}
+
+/* One rank of a local data-parallel run; the child's exit status. */
+static int run_rank(const aa_model_spec_t *spec, aa_train_opts_t o, const char *rendezvous, int rank, int world) {
+  aa_comm_t *comm = NULL;
+  if (aa_comm_init(&comm, rendezvous, rank, world, NULL)) {
+    fprintf(stderr, "autoaccel train: rank %d: %s\n", rank, aa_last_error());
+    return AA_EXIT_FAIL;
+  }
+  o.comm = comm;
+  int rc = aa_train(spec, &o, NULL);
+  if (rc) fprintf(stderr, "autoaccel train: rank %d: %s\n", rank, aa_last_error());
+  aa_comm_destroy(comm);
+  return rc ? AA_EXIT_FAIL : AA_EXIT_OK;
+}
+
+/* Forks `world` ranks and waits for all of them. When one fails, the others
+ * learn it from the group (a dead peer or a timeout) and stop by
+ * themselves; any still running 30 s later are killed. */
+static int train_ranks(const aa_model_spec_t *spec, const aa_train_opts_t *o, int world) {
+  char rdv[AA_RENDEZVOUS_MAX];
+  char tag[32];
+  snprintf(tag, sizeof tag, "train%d", (int)getpid());
+  if (aa_rendezvous_new(rdv, sizeof rdv, "shm", tag)) return aa_cli_fail("train");
+  pid_t *pids = calloc((size_t)world, sizeof *pids);
+  if (!pids) return aa_cli_fail("train");
+  fflush(NULL);
+  int started = 0, failed = 0;
+  for (; started < world; started++) {
+    pid_t pid = fork();
+    if (pid < 0) {
+      fprintf(stderr, "autoaccel train: fork of rank %d: %s\n", started, strerror(errno));
+      failed = 1;
+      break;
+    }
+    if (pid == 0) _exit(run_rank(spec, *o, rdv, started, world));
+    pids[started] = pid;
+  }
+  time_t first_failure = failed ? time(NULL) : 0;
+  for (int left = started; left > 0;) {
+    int st;
+    pid_t pid = waitpid(-1, &st, first_failure ? WNOHANG : 0);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid < 0) break;
+    if (pid == 0) {
+      if (time(NULL) - first_failure > 30)
+        for (int r = 0; r < started; r++)
+          if (pids[r] > 0) kill(pids[r], SIGKILL);
+      struct timespec ts = {0, 100 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    int r = 0;
+    while (r < started && pids[r] != pid) r++;
+    if (r == started) continue;
+    pids[r] = -1;
+    left--;
+    int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (!ok) {
+      if (WIFSIGNALED(st)) fprintf(stderr, "autoaccel train: rank %d died of signal %d\n", r, WTERMSIG(st));
+      failed = 1;
+      if (!first_failure) first_failure = time(NULL);
+    }
+  }
+  free(pids);
+  return failed ? AA_EXIT_FAIL : AA_EXIT_OK;
 }
 
 int aa_cmd_train(int argc, char **argv) {
@@ -49,11 +148,12 @@ int aa_cmd_train(int argc, char **argv) {
       {"losses", required_argument, 0, 'L'}, {"summary-json", required_argument, 0, 'j'},
       {"strategy", required_argument, 0, 'S'}, {"memory-limit", required_argument, 0, 'M'},
       {"device", required_argument, 0, 'D'}, {"tf32", no_argument, 0, 'F'},
+      {"devices", required_argument, 0, 'N'},
       {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   const char *strategy_path = NULL;
   aa_train_opts_t o = {.checkpoint_every = -1, .log_every = 10};
   long long v;
-  int c;
+  int c, world = 0;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -81,6 +181,15 @@ int aa_cmd_train(int argc, char **argv) {
     case 'S': strategy_path = optarg; break;
     case 'D': o.device = optarg; break;
     case 'F': o.tf32 = 1; break;
+    case 'N':
+      if (strncmp(optarg, "cpu:", 4)) {
+        fprintf(stderr, "autoaccel train: --devices: only cpu:N is supported (one GPU: --device cuda:K), not '%s'\n",
+                optarg);
+        return AA_EXIT_USAGE;
+      }
+      if ((v = aa_cli_parse_int("train", "--devices cpu:N", optarg + 4, 1, 256)) < 0) return AA_EXIT_USAGE;
+      world = (int)v;
+      break;
     case 'M':
       if (aa_mem_parse_bytes(optarg, &o.memory_limit) || o.memory_limit == 0) {
         fprintf(stderr, "autoaccel train: --memory-limit: expected a positive byte count such as 512M, got '%s'\n",
@@ -102,10 +211,26 @@ int aa_cmd_train(int argc, char **argv) {
   }
   aa_model_spec_t spec;
   if (aa_spec_load(&spec, argv[optind])) return aa_cli_fail("train");
+  int on_cpu = !o.device || !strcmp(o.device, "cpu");
+  if (world > 1 && !on_cpu) {
+    fprintf(stderr, "autoaccel train: --devices cpu:N trains on the CPU; it cannot be combined with --device %s\n",
+            o.device);
+    return AA_EXIT_USAGE;
+  }
   aa_strategy_t strategy;
-  if (strategy_path) {
-    if (aa_strategy_load(&strategy, strategy_path)) return aa_cli_fail("train");
-    o.strategy = &strategy;
+  aa_strategy_default(&strategy);
+  if (strategy_path && aa_strategy_load(&strategy, strategy_path)) return aa_cli_fail("train");
+  if (!world) world = on_cpu ? strategy.dp * strategy.tp * strategy.pp : 1;
+  if (rescale(&strategy, world)) return aa_cli_fail("train");
+  /* Checked here, once, before any rank starts: a rule that fails is said
+   * once instead of by every rank. */
+  if (aa_strategy_resolve(&strategy, &spec, world)) return aa_cli_fail("train");
+  o.strategy = &strategy;
+  if (world > 1) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = o.threads > 0 ? o.threads : cores > 0 ? (int)cores : 1;
+    o.threads = threads / world > 0 ? threads / world : 1;
+    return train_ranks(&spec, &o, world);
   }
   if (aa_train(&spec, &o, NULL)) return aa_cli_fail("train");
   return AA_EXIT_OK;

@@ -72,5 +72,34 @@ expect 1 "out of memory: .* would exceed the memory limit of 64.0 KiB" \
 expect 2 "--memory-limit: expected a positive byte count" "$AA" train "$tmp/ok.json" --memory-limit 12Q
 expect 0 "done: 3 steps" "$AA" train "$tmp/ok.json" --threads 1 --out "$tmp/run7" --memory-limit 64M
 
+# Data parallelism on this host: N rank processes in one shm process group.
+# The same global batch split over 2 ranks must give the single process's
+# losses. Tolerance 1e-5 relative: fp32 sums of the same terms in another
+# order (per-rank partial means, then the all-reduce) differ by a few ulp per
+# step (measured ~1e-7); a wrong slice or a missing average is off by >1e-2.
+spec "$tmp/dp.json" ""
+sed -i 's/"global_batch": 2, "steps": 3/"global_batch": 4, "steps": 6/' "$tmp/dp.json"
+expect 0 "done: 6 steps" "$AA" train "$tmp/dp.json" --threads 1 --out "$tmp/dp1" --losses "$tmp/l1.txt"
+expect 0 "done: 6 steps" "$AA" train "$tmp/dp.json" --devices cpu:2 --out "$tmp/dp2" --losses "$tmp/l2.txt"
+same_losses() { # same_losses A B: equal step count, every loss within 1e-5 relative
+  awk 'NR==FNR { a[$1] = $2; n++; next }
+       { m++; d = a[$1] - $2; if (d < 0) d = -d; s = a[$1] < 0 ? -a[$1] : a[$1]
+         if (!($1 in a) || d > 1e-5 * s) { print "FAIL: step " $1 ": " a[$1] " vs " $2; bad = 1 } }
+       END { if (n != m || n == 0) { print "FAIL: " n " vs " m " steps"; bad = 1 }; exit bad }' "$1" "$2"
+}
+same_losses "$tmp/l1.txt" "$tmp/l2.txt" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: dp2 losses"; }
+# A saved dp2 ZeRO-2 strategy trains on 2 ranks by itself, and rescales on 1.
+printf '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2}, "zero": 2}\n' >"$tmp/dp2z2.json"
+expect 0 "strategy dp2.tp1.pp1.z2.fp32" \
+  "$AA" train "$tmp/dp.json" --out "$tmp/dp3" --strategy "$tmp/dp2z2.json" --losses "$tmp/l3.txt"
+same_losses "$tmp/l1.txt" "$tmp/l3.txt" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: dp2 z2 losses"; }
+expect 0 "rescaled to dp1 for 1 rank .ZeRO dropped" \
+  "$AA" train "$tmp/dp.json" --devices cpu:1 --out "$tmp/dp4" --strategy "$tmp/dp2z2.json"
+expect 2 "only cpu:N is supported" "$AA" train "$tmp/dp.json" --devices gpu:2
+expect 2 "--devices cpu:N" "$AA" train "$tmp/dp.json" --devices cpu:0
+expect 1 "data parallel degree 3 must divide global_batch 4" "$AA" train "$tmp/dp.json" --devices cpu:3 --out "$tmp/dp5"
+# One rank failing (out of memory on its own slice) fails the whole run.
+expect 1 "rank 0: out of memory" "$AA" train "$tmp/dp.json" --devices cpu:2 --out "$tmp/dp6" --memory-limit 64K
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
