@@ -28,6 +28,7 @@
 
 #define AUTO_EXECUTORS_MAX 64
 #define AUTO_STOP_GRACE_S 5.0
+#define AUTO_REGISTER_S 60 /* for every executor to say hello */
 
 typedef struct auto_ctx {
   pid_t pids[AUTO_EXECUTORS_MAX]; /* executors; 0 once reaped */
@@ -69,29 +70,48 @@ static int spawn_executor(pid_t *out, char *const argv[], int log_fd) {
   return 0;
 }
 
-/* Called while the job runs: fails once every executor has exited, since
- * the job would otherwise wait for an executor forever. */
+/* Called while the job runs: fails once an executor has exited. They only
+ * exit when something went wrong, and the job would otherwise wait forever
+ * for it (a gang of N ranks needs all N). */
 static int check_executors(void *data) {
   auto_ctx_t *a = data;
-  int alive = 0, last = 0;
   for (int i = 0; i < a->n; i++) {
     if (!a->pids[i]) continue;
     int st;
-    pid_t r = waitpid(a->pids[i], &st, WNOHANG);
-    if (r == a->pids[i]) {
-      a->pids[i] = 0;
-      a->status[i] = st;
-      last = st;
-    } else {
-      alive++;
-    }
-  }
-  if (alive || !a->n) return 0;
-  if (WIFSIGNALED(last))
-    return aa_error(AA_ECONN, "the executors died (signal %d) before the job ended; see %s", WTERMSIG(last),
+    if (waitpid(a->pids[i], &st, WNOHANG) != a->pids[i]) continue;
+    a->pids[i] = 0;
+    a->status[i] = st;
+    if (WIFSIGNALED(st))
+      return aa_error(AA_ECONN, "an executor died (signal %d) before the job ended; see %s", WTERMSIG(st),
+                      a->log_path);
+    return aa_error(AA_ECONN, "an executor exited (status %d) before the job ended; see %s", WEXITSTATUS(st),
                     a->log_path);
-  return aa_error(AA_ECONN, "the executors exited (status %d) before the job ended; see %s", WEXITSTATUS(last),
-                  a->log_path);
+  }
+  return 0;
+}
+
+/* Waits until the planner has all n executors: a job's hardware is the
+ * pool connected when it is created, so submitting earlier would search
+ * fewer devices than asked for. */
+static int wait_for_executors(aa_client_t *client, auto_ctx_t *a, int n) {
+  double end = aa_now() + AUTO_REGISTER_S;
+  for (;;) {
+    char *text = NULL;
+    int rc = aa_client_status(client, 0, &text);
+    if (rc) return rc;
+    json_t *root = json_loads(text, 0, NULL);
+    free(text);
+    size_t have = json_array_size(json_object_get(root, "executors"));
+    json_decref(root);
+    if (have >= (size_t)n) return 0;
+    if ((rc = check_executors(a))) return rc;
+    if (aa_client_interrupted()) return aa_error(AA_ECANCELLED, "interrupted");
+    if (aa_now() >= end)
+      return aa_error(AA_ETIMEOUT, "only %zu of %d executors registered within %d s; see %s", have, n,
+                      AUTO_REGISTER_S, a->log_path);
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
 }
 
 /* SIGTERM to every executor, a grace period, then SIGKILL; all reaped. */
@@ -129,7 +149,8 @@ static void usage(FILE *f) {
           "strategies, prints every run, saves the best as OUT/strategy.json and trains with it.\n"
           "Everything is recorded in the state directory's store, so `autoaccel query` finds it later.\n\n"
           "options:\n"
-          "  --devices cpu:N       run N CPU executors (default cpu:1)\n"
+          "  --devices cpu:N       run N CPU executors (default cpu:1); the search tries data\n"
+          "                        parallelism (and ZeRO) over up to N of them\n"
           "  --threads N           worker threads per executor (default: the cores / N executors)\n"
           "  --home DIR            state directory (default $AUTOACCEL_HOME, else ~/.autoaccel)\n"
           "  --out DIR             strategy.json and the training outputs (default runs/<model name>)\n"
@@ -305,7 +326,7 @@ int aa_cmd_auto(int argc, char **argv) {
   printf("auto: planner at %s (state %s), %d cpu executor%s with %d thread%s; log %s\n", addr, home, n_exec,
          n_exec > 1 ? "s" : "", threads, threads > 1 ? "s" : "", log_path);
   fflush(stdout);
-  if (aa_client_connect(&client, addr, NULL)) {
+  if (aa_client_connect(&client, addr, NULL) || wait_for_executors(client, &ctx, n_exec)) {
     aa_cli_fail("auto");
     goto cleanup;
   }

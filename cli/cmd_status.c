@@ -87,12 +87,13 @@ static void print_planner(const json_t *root) {
          jstr(p, "address", "?"), jint(p, "uptime_s"), jstr(p, "store", "?"));
   printf("\nexecutors: %zu\n", json_array_size(ex));
   if (json_array_size(ex)) {
-    printf("  %4s  %-5s %-10s %-6s %-10s %-16s %7s  %s\n", "ID", "KIND", "MEMORY", "STATE", "JOB/RUN", "HOST", "PID",
-           "HARDWARE");
+    printf("  %4s  %-5s %-10s %-6s %-12s %-16s %7s  %s\n", "ID", "KIND", "MEMORY", "STATE", "JOB/RUN/RANK", "HOST",
+           "PID", "HARDWARE");
     json_array_foreach(ex, i, v) {
-      char jr[64];
-      snprintf(jr, sizeof jr, "%s/%s", fmt_id(b[1], json_object_get(v, "job")), fmt_id(b[2], json_object_get(v, "run")));
-      printf("  %4lld  %-5s %-10s %-6s %-10s %-16s %7lld  %s\n", jint(v, "id"), jstr(v, "kind", "?"),
+      char jr[100];
+      snprintf(jr, sizeof jr, "%s/%s/%s", fmt_id(b[1], json_object_get(v, "job")),
+               fmt_id(b[2], json_object_get(v, "run")), fmt_id(b[3], json_object_get(v, "rank")));
+      printf("  %4lld  %-5s %-10s %-6s %-12s %-16s %7lld  %s\n", jint(v, "id"), jstr(v, "kind", "?"),
              aa_client_fmt_bytes(b[0], (double)jint(v, "memory"), json_is_number(json_object_get(v, "memory"))),
              jstr(v, "state", "?"), json_is_number(json_object_get(v, "job")) ? jr : "-", jstr(v, "host", "?"),
              jint(v, "pid"), jstr(v, "hardware", jstr(v, "name", "?")));

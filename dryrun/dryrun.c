@@ -27,7 +27,8 @@ int aa_dryrun(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_dryr
                        .on_step = d.on_step,
                        .step_data = d.step_data,
                        .dryrun = 1,
-                       .untimed_steps = warmup};
+                       .untimed_steps = warmup,
+                       .comm = d.comm};
   aa_train_result_t r;
   int rc = aa_train(spec, &t, &r);
   if (devnull) fclose(devnull);

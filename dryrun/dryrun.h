@@ -25,6 +25,8 @@ typedef struct aa_dryrun_opts {
   aa_train_step_fn on_step; /* if set, called after every step, phase "warmup" or "measure" */
   void *step_data;          /* passed to on_step */
   FILE *log;                /* the engine's model/strategy/step lines; NULL = none */
+  aa_comm_t *comm;          /* data-parallel dry run: this rank's world group (borrowed; see aa_train);
+                             * NULL = one process */
 } aa_dryrun_opts_t;
 
 typedef struct aa_dryrun_result {
@@ -41,6 +43,10 @@ typedef struct aa_dryrun_result {
 /* Dry-runs strategy s (borrowed; NULL = the default strategy) on spec
  * (borrowed) with options o (borrowed; NULL = defaults). The spec's step
  * count is replaced by warm-up + measured steps; its data must be readable.
+ * With o->comm every rank of the group calls it with the same arguments;
+ * each gets the group's tokens per step over its own step times, the
+ * group's loss and its own peak memory, and a failed or vanished peer makes
+ * it fail (AA_ECANCELLED, AA_ETIMEOUT) instead of hanging.
  * Returns 0 and fills *res, or a negative code with the last-error message:
  * AA_EINVAL (a strategy the engine refuses for the model, bad options),
  * AA_EOOM (an accounted allocation past memory_limit, message kept from the

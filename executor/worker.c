@@ -225,11 +225,15 @@ static int on_message(aa_conn_t *c, const aa_msg_t *m) {
     }
     return 0;
   case AA_MSG_ABORT:
+    /* Another rank of the gang failed: the survivors' collectives would
+     * notice too, but only after a probe or a timeout. */
     if (w->runner.active && !w->runner.orphaned && w->runner.job == m->abort.job &&
         w->runner.run == m->abort.run) {
       aa_worker__log(w, "job %llu run %llu: aborted%s%s", (unsigned long long)m->abort.job,
                      (unsigned long long)m->abort.run, m->abort.reason ? ": " : "",
                      m->abort.reason ? m->abort.reason : "");
+      snprintf(w->runner.abort_reason, sizeof w->runner.abort_reason, "%s",
+               m->abort.reason && m->abort.reason[0] ? m->abort.reason : "another rank failed");
       aa_worker__runner_kill(w, AA_PROTO_RUN_CANCELLED);
     }
     return 0;

@@ -15,6 +15,7 @@
 #include "../common/spec.h"
 #include "../dryrun/dryrun.h"
 #include "../strategies/strategy.h"
+#include "comm.h"
 #include "train.h"
 #include "worker_internal.h"
 
@@ -95,9 +96,12 @@ static void send_failure(child_t *c, int rc) {
               0);
 }
 
-/* A training job: the outputs `autoaccel train` would write, under out_dir. */
+/* A training job: the outputs `autoaccel train` would write, under out_dir.
+ * Ranks of a gang share out_dir: rank 0 writes the log, the losses and the
+ * summary (the engine's rule), so the others log nowhere instead of
+ * truncating rank 0's train.log. */
 static int run_train(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t *spec,
-                     const aa_strategy_t *st, int threads, size_t limit) {
+                     const aa_strategy_t *st, int threads, size_t limit, aa_comm_t *comm) {
   if (!job->out_dir)
     return aa_error(AA_EINVAL, "job %llu: a train job needs out_dir", (unsigned long long)job->job);
   if (job->measured_steps > (uint64_t)1 << 30)
@@ -109,8 +113,9 @@ static int run_train(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t 
   snprintf(log_path, sizeof log_path, "%s/train.log", job->out_dir);
   snprintf(losses, sizeof losses, "%s/losses.txt", job->out_dir);
   snprintf(summary, sizeof summary, "%s/summary.json", job->out_dir);
-  FILE *log = fopen(log_path, "w");
-  if (!log) return aa_error(AA_EIO, "%s: cannot write: %s", log_path, strerror(errno));
+  const char *log_to = job->rank == 0 ? log_path : "/dev/null";
+  FILE *log = fopen(log_to, "w");
+  if (!log) return aa_error(AA_EIO, "%s: cannot write: %s", log_to, strerror(errno));
   aa_train_opts_t o = {.threads = threads,
                        .steps = (int)job->measured_steps,
                        .checkpoint_every = -1,
@@ -122,10 +127,11 @@ static int run_train(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t 
                        .strategy = st,
                        .memory_limit = limit,
                        .on_step = on_step,
-                       .step_data = c};
+                       .step_data = c,
+                       .comm = comm};
   aa_train_result_t r;
   rc = aa_train(spec, &o, &r);
-  if (fclose(log) && !rc) rc = aa_error(AA_EIO, "%s: write failed", log_path);
+  if (fclose(log) && !rc) rc = aa_error(AA_EIO, "%s: write failed", log_to);
   if (rc) return rc;
   send_result(c, AA_PROTO_RUN_OK, NULL, r.tokens_per_s, r.step_ms_median, r.step_ms_spread, &r.mem,
               r.steps_done > 0, r.final_loss);
@@ -133,7 +139,7 @@ static int run_train(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t 
 }
 
 static int run_dryrun(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t *spec,
-                      const aa_strategy_t *st, int threads, size_t limit) {
+                      const aa_strategy_t *st, int threads, size_t limit, aa_comm_t *comm) {
   if (job->warmup_steps > 1000000 || job->measured_steps > 1000000)
     return aa_error(AA_EINVAL, "job %llu: %llu + %llu dry-run steps is too many",
                     (unsigned long long)job->job, (unsigned long long)job->warmup_steps,
@@ -143,7 +149,8 @@ static int run_dryrun(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t
                         .measured_steps = (int)job->measured_steps,
                         .memory_limit = limit,
                         .on_step = on_step,
-                        .step_data = c};
+                        .step_data = c,
+                        .comm = comm};
   aa_dryrun_result_t r;
   int rc = aa_dryrun(spec, st, &o, &r);
   if (rc) return rc;
@@ -180,13 +187,24 @@ void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, size_t 
     snprintf(origin, sizeof origin, "job %llu strategy", (unsigned long long)job->job);
     rc = aa_strategy_parse(&st, job->strategy, origin);
   }
+  /* One rank of a gang: the group is built from the rendezvous before the
+   * model, so a rank that cannot join fails before it allocates anything. */
+  aa_comm_t *comm = NULL;
+  if (!rc && job->world > 1) {
+    rc = aa_comm_init(&comm, job->rendezvous, job->rank, job->world, NULL);
+    if (rc) aa_error_wrap(rc, "rank %d of %d", job->rank, job->world);
+  }
   if (!rc && job->kind == AA_PROTO_JOB_TRAIN) {
     /* The planner sends the seed to train with (the spec's, unless it chose another). */
     spec.train.seed = job->seed;
-    rc = run_train(&c, job, &spec, &st, threads, memory_limit);
+    rc = run_train(&c, job, &spec, &st, threads, memory_limit, comm);
   } else if (!rc) {
-    rc = run_dryrun(&c, job, &spec, &st, threads, memory_limit);
+    rc = run_dryrun(&c, job, &spec, &st, threads, memory_limit, comm);
   }
+  /* A rank that failed on its own (oom, a refused strategy) stops its
+   * peers now rather than at their collective's timeout. */
+  if (rc && comm) aa_comm_abort(comm);
   if (rc) send_failure(&c, rc);
+  aa_comm_destroy(comm);
   _exit(0);
 }

@@ -23,6 +23,8 @@ typedef struct aa_runner {
   bool reaped, eof;                 /* both are needed before the run is over */
   bool orphaned;                    /* the planner that sent it is gone: nobody gets its result */
   aa_proto_run_status_t killed_for; /* TIMEOUT or CANCELLED when we killed it; OK = not killed */
+  /* Why the planner aborted the run (another rank of its gang failed); empty if it did not. */
+  char abort_reason[AA_PROTO_TEXT_MAX + 1];
   uint64_t job, run;
   uv_pipe_t pipe;
   uv_timer_t timer; /* time limit */
@@ -68,6 +70,9 @@ void aa_worker__send(aa_worker_t *w, const aa_msg_t *m);
 
 /* Runner, parent side (worker_runner.c). */
 int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job);
+/* Kills the runner (SIGKILL) and reports the run as `why` (TIMEOUT or
+ * CANCELLED; OK = report how it died), unless it had already died on its
+ * own: a runner found dead is reported as it died. */
 void aa_worker__runner_kill(aa_worker_t *w, aa_proto_run_status_t why);
 void aa_worker__runner_sigchld(aa_worker_t *w);
 /* Kills and reaps synchronously and closes the pipe (shutdown). */

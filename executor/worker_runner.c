@@ -30,7 +30,7 @@ static void send_final(aa_worker_t *w) {
     aa_worker__send(w, &r->result);
     return;
   }
-  char text[256];
+  char text[AA_PROTO_TEXT_MAX + 1];
   aa_msg_t m = {.type = AA_MSG_RESULT};
   m.result.job = r->job;
   m.result.run = r->run;
@@ -40,7 +40,12 @@ static void send_final(aa_worker_t *w) {
     snprintf(text, sizeof text, "runner still running at the time limit; killed");
   } else if (r->killed_for == AA_PROTO_RUN_CANCELLED) {
     m.result.status = AA_PROTO_RUN_CANCELLED;
-    snprintf(text, sizeof text, "cancelled");
+    if (r->abort_reason[0]) {
+      if (snprintf(text, sizeof text, "aborted by the planner: %s", r->abort_reason) >= (int)sizeof text)
+        aa_proto_utf8_trim(text); /* cut to the frame's limit, maybe inside a character */
+    } else {
+      snprintf(text, sizeof text, "cancelled");
+    }
   } else if (WIFSIGNALED(r->wstatus)) {
     int sig = WTERMSIG(r->wstatus);
     m.result.status = AA_PROTO_RUN_CRASHED;
@@ -166,6 +171,9 @@ static void on_time_limit(uv_timer_t *t) {
 
 void aa_worker__runner_kill(aa_worker_t *w, aa_proto_run_status_t why) {
   aa_runner_t *r = &w->runner;
+  /* A rank of a gang that was killed from outside is often still unreaped
+   * when the planner's abort for it arrives: it is reported as it died. */
+  try_reap(w);
   if (!r->active || r->reaped) return;
   if (r->killed_for == AA_PROTO_RUN_OK) r->killed_for = why;
   kill(r->pid, SIGKILL);

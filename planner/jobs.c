@@ -9,12 +9,21 @@
 #include "planner_internal.h"
 
 #include "../common/json.h"
+#include "../common/rendezvous.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 typedef enum { PHASE_SEARCH = 0, PHASE_TRAIN } phase_t;
+
+/* One rank of the running run's gang. */
+typedef struct {
+  uint64_t executor;   /* the executor that runs it */
+  bool done;           /* its result came, or its executor died */
+  int order;           /* 1 for the first rank to end, 2 for the next, ... */
+  aa_msg_result_t res; /* its result; res.error owned, res.key unused */
+} gang_rank_t;
 
 struct aa_planner_job {
   int64_t id;
@@ -36,6 +45,13 @@ struct aa_planner_job {
   bool from_store;
   aa_strategy_t best; /* with provenance, for training */
   bool waiting_logged;
+  aa_proto_dev_kind_t dev_kind; /* of its executors: the rendezvous backend */
+  /* The running run's gang (world ranks, world 1 for one device): results
+   * are collected per rank and the run is finished by advance() once all
+   * are in, never inside the callback that brought the last one. */
+  gang_rank_t *ranks;
+  int world, ndone;
+  bool aborted; /* the ranks still running were told to stop */
 };
 
 /* --- small helpers ----------------------------------------------------------------- */
@@ -65,8 +81,17 @@ static aa_proto_run_status_t proto_status(aa_store_run_status_t s) {
 
 int64_t aa__jobs_current_id(const aa_planner_t *p) { return p->cur ? p->cur->id : 0; }
 
+static void gang_free(aa_planner_job_t *j) {
+  for (int r = 0; r < j->world; r++) free(j->ranks[r].res.error);
+  free(j->ranks);
+  j->ranks = NULL;
+  j->world = j->ndone = 0;
+  j->aborted = false;
+}
+
 static void job_free(aa_planner_job_t *j) {
   if (!j) return;
+  gang_free(j);
   aa__search_free(&j->search);
   free(j->model_json);
   free(j);
@@ -191,19 +216,23 @@ static char *options_json(const aa_msg_submit_t *s, const char *spec_json) {
 static void create_job(aa_planner_t *p, aa_conn_t *c, const aa_msg_t *m, aa_conn_t *e) {
   const aa_msg_submit_t *s = &m->submit;
   aa_model_spec_t spec;
-  char hash[17], *spec_json = NULL, *opts = NULL, *hw = NULL;
+  char hash[17], *spec_json = NULL, *opts = NULL, *hw = NULL, fp[AA_STORE_HW_MAX];
   int64_t id = 0;
+  /* The job's hardware is the pool its search may use: e's device times
+   * the executors with that device on e's host now. */
+  int pool = aa__registry_pool(p, e);
+  aa__planner_fingerprint(&e->dev, pool, fp);
   int rc = aa_spec_parse(&spec, s->model, NULL, "submitted model");
   if (!rc) rc = aa_spec_to_json(&spec, &spec_json);
   if (!rc) {
     aa_arch_hash(&spec.arch, hash);
     opts = options_json(s, spec_json);
-    hw = aa__planner_hw_description(&e->dev, 1);
+    hw = aa__planner_hw_description(&e->dev, pool);
     if (!opts || !hw) rc = aa_error(AA_ENOMEM, "planner: no memory for the job");
   }
   if (!rc) rc = aa_store_put_model(p->store, hash, spec.name, spec_json, (int64_t)aa_arch_param_count(&spec.arch));
-  if (!rc) rc = aa_store_put_hardware(p->store, e->fingerprint, hw);
-  if (!rc) rc = aa_store_job_create(p->store, hash, e->fingerprint, opts, &id);
+  if (!rc) rc = aa_store_put_hardware(p->store, fp, hw);
+  if (!rc) rc = aa_store_job_create(p->store, hash, fp, opts, &id);
   if (!rc) rc = queue_push(p, id);
   free(spec_json);
   free(opts);
@@ -225,7 +254,7 @@ static void create_job(aa_planner_t *p, aa_conn_t *c, const aa_msg_t *m, aa_conn
   aa_msg_t ack = {.type = AA_MSG_ACK, .id = m->id, .ack.job = (uint64_t)id};
   aa__conn_send(c, &ack);
   aa__planner_log(p, "job %lld submitted by client %llu: model %s (%s) on %s%s%s", (long long)id,
-                  (unsigned long long)c->id, spec.name, hash, e->fingerprint, s->train ? ", train" : "",
+                  (unsigned long long)c->id, spec.name, hash, fp, s->train ? ", train" : "",
                   s->refresh ? ", refresh" : "");
   aa__planner_kick(p);
 }
@@ -407,20 +436,152 @@ static int first_run(const aa_store_run_t *r, void *data) {
   return 1;
 }
 
+/* --- gangs ---------------------------------------------------------------------------------- */
+
+/* How telling a rank's status is about why its run failed: a crash or an
+ * out-of-memory is the cause; the errors and cancellations of the other
+ * ranks are usually its consequences (their group broke, or the planner
+ * aborted them). */
+static int severity(aa_proto_run_status_t s) {
+  switch (s) {
+  case AA_PROTO_RUN_OK: return 0;
+  case AA_PROTO_RUN_CANCELLED: return 1;
+  case AA_PROTO_RUN_ERROR: return 2;
+  case AA_PROTO_RUN_TIMEOUT: return 3;
+  case AA_PROTO_RUN_OOM: return 4;
+  case AA_PROTO_RUN_CRASHED: return 5;
+  }
+  return 2;
+}
+
+/* Tells the ranks of the running run that are still going to stop, once:
+ * rank `cause` failed. Their executors kill the runners (the group's own
+ * checks would stop them too, but only at a probe or a timeout). */
+static void gang_abort(aa_planner_t *p, aa_planner_job_t *j, int cause) {
+  if (j->aborted || j->world < 2) return;
+  j->aborted = true;
+  const gang_rank_t *g = &j->ranks[cause];
+  char reason[512];
+  snprintf(reason, sizeof reason, "rank %d (executor %llu) ended %s%s%.300s", cause,
+           (unsigned long long)g->executor, aa_store_run_status_name(store_status(g->res.status)),
+           g->res.error ? ": " : "", g->res.error ? g->res.error : "");
+  aa_proto_utf8_trim(reason);
+  aa__planner_log(p, "job %lld: run %lld: %s; aborting the other ranks", (long long)j->id, (long long)j->run_id,
+                  reason);
+  int64_t run = j->run_id;
+  for (int r = 0; r < j->world; r++) {
+    if (j->ranks[r].done) continue;
+    aa_conn_t *c = aa__registry_find(p, j->ranks[r].executor);
+    if (!c || c->busy_run != run) continue;
+    aa_msg_t m = {.type = AA_MSG_ABORT};
+    m.abort = (aa_msg_abort_t){.job = (uint64_t)j->id, .run = (uint64_t)run, .reason = reason};
+    aa__conn_send(c, &m);
+  }
+}
+
+/* Rank `rank` of the running run ended with r (borrowed). A failure makes
+ * the others stop; the run itself is finished by advance(). */
+static void rank_report(aa_planner_t *p, int rank, const aa_msg_result_t *r) {
+  aa_planner_job_t *j = p->cur;
+  if (rank < 0 || rank >= j->world || j->ranks[rank].done) return;
+  gang_rank_t *g = &j->ranks[rank];
+  g->done = true;
+  g->order = ++j->ndone;
+  g->res = *r;
+  g->res.key = NULL;
+  g->res.error = r->error ? strdup(r->error) : NULL;
+  if (j->world > 1)
+    aa__planner_log(p, "job %lld: run %lld: rank %d (executor %llu) %s (%d of %d ranks in)", (long long)j->id,
+                    (long long)j->run_id, rank, (unsigned long long)g->executor,
+                    aa_store_run_status_name(store_status(r->status)), j->ndone, j->world);
+  if (r->status != AA_PROTO_RUN_OK) gang_abort(p, j, rank);
+  aa__planner_kick(p);
+}
+
+static void run_finished(aa_planner_t *p, const aa_msg_result_t *r);
+
+/* Every rank of the running run is in: one result for the run. A gang's
+ * figures are those of the group as its slowest rank saw them: the lowest
+ * tokens/s (each rank reports the group's tokens per step over its own
+ * step time), the highest median step time and spread, the largest peak
+ * memory (with its breakdown) and rank 0's loss (the group's mean). Its
+ * status is the most telling rank's (severity), naming it; on a tie the
+ * rank that ended first. */
+static void gang_finish(aa_planner_t *p) {
+  aa_planner_job_t *j = p->cur;
+  char error[AA_PROTO_TEXT_MAX + 1] = "";
+  aa_msg_result_t out = {.job = (uint64_t)j->id, .run = (uint64_t)j->run_id};
+  int worst = 0, biggest = 0;
+  for (int r = 0; r < j->world; r++) {
+    const aa_msg_result_t *x = &j->ranks[r].res;
+    int a = severity(x->status), b = severity(j->ranks[worst].res.status);
+    if (a > b || (a == b && j->ranks[r].order < j->ranks[worst].order)) worst = r;
+    if (x->peak.total > j->ranks[biggest].res.peak.total) biggest = r;
+    out.tokens_per_s = r == 0 || x->tokens_per_s < out.tokens_per_s ? x->tokens_per_s : out.tokens_per_s;
+    if (x->step_ms_median > out.step_ms_median) out.step_ms_median = x->step_ms_median;
+    if (x->step_ms_spread > out.step_ms_spread) out.step_ms_spread = x->step_ms_spread;
+  }
+  const gang_rank_t *w = &j->ranks[worst];
+  out.status = w->res.status;
+  out.peak = j->ranks[biggest].res.peak;
+  out.has_final_loss = j->ranks[0].res.has_final_loss;
+  out.final_loss = j->ranks[0].res.final_loss;
+  if (j->world == 1) {
+    if (w->res.error) snprintf(error, sizeof error, "%s", w->res.error);
+  } else if (out.status != AA_PROTO_RUN_OK) {
+    snprintf(error, sizeof error, "rank %d (executor %llu): %.3900s", worst, (unsigned long long)w->executor,
+             w->res.error ? w->res.error : aa_store_run_status_name(store_status(w->res.status)));
+    aa_proto_utf8_trim(error);
+  }
+  out.error = error[0] ? error : NULL;
+  gang_free(j);
+  run_finished(p, &out);
+}
+
 /* --- dispatch ------------------------------------------------------------------------------ */
 
-/* Inserts a running run and sends its job frame to executor e. */
-static int dispatch(aa_planner_t *p, aa_planner_job_t *j, aa_conn_t *e, const aa_strategy_t *s,
-                    aa_store_run_kind_t kind) {
+/* Sends strategy s as one run of `kind` to a gang of dp * tp * pp idle
+ * executors of the job's hardware on one host: the run is inserted running,
+ * a group of more than one rank gets a fresh rendezvous, and rank r goes to
+ * the r-th executor. Returns 0 when sent, 1 when no host has enough idle
+ * executors now (nothing done; logged once), or an error (the run, if it
+ * was inserted, recorded error). */
+static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s, aa_store_run_kind_t kind) {
+  int world = s->dp * s->tp * s->pp;
+  if (world < 1 || world > AA_PROTO_WORLD_MAX)
+    return aa_error(AA_EINVAL, "strategy: %d ranks is outside 1..%d", world, AA_PROTO_WORLD_MAX);
+  aa_conn_t **gang = calloc((size_t)world, sizeof *gang);
+  if (!gang) return aa_error(AA_ENOMEM, "planner: no memory for a gang of %d", world);
+  if (!aa__registry_gang(p, j->hardware, world, gang)) {
+    if (!j->waiting_logged)
+      aa__planner_log(p, "job %lld waits for %d idle executor%s of %s on one host", (long long)j->id, world,
+                      world > 1 ? "s" : "", j->hardware);
+    j->waiting_logged = true;
+    free(gang);
+    return 1;
+  }
+  j->waiting_logged = false;
   aa_store_run_new_t nr = {.job_id = j->id, .kind = kind, .strategy = s, .status = AA_STORE_RUN_RUNNING};
   int64_t run = 0;
-  char *strategy = NULL, dir[AA_PATH_MAX + 64];
+  char *strategy = NULL, dir[AA_PATH_MAX + 64], rdv[AA_RENDEZVOUS_MAX] = "", why[AA_PROTO_TEXT_MAX];
+  gang_rank_t *ranks = NULL;
   int rc = aa_store_run_insert(p->store, &nr, &run);
-  if (!rc) rc = aa_strategy_to_json(s, &strategy);
-  if (rc) return rc;
+  if (rc) {
+    free(gang);
+    return rc;
+  }
+  rc = aa_strategy_to_json(s, &strategy);
+  if (!rc && !(ranks = calloc((size_t)world, sizeof *ranks)))
+    rc = aa_error(AA_ENOMEM, "planner: no memory for a gang of %d", world);
+  if (!rc && world > 1) {
+    char tag[64];
+    snprintf(tag, sizeof tag, "j%lldr%lld", (long long)j->id, (long long)run);
+    rc = aa_rendezvous_new(rdv, sizeof rdv, j->dev_kind == AA_PROTO_DEV_CUDA ? "nccl" : "shm", tag);
+  }
   aa_msg_t m = {.type = AA_MSG_JOB, .id = (uint64_t)run};
   m.job = (aa_msg_job_t){.job = (uint64_t)j->id, .run = (uint64_t)run, .model = j->model_json,
-                         .strategy = strategy, .seed = j->spec.train.seed, .rank = 0, .world = 1};
+                         .strategy = strategy, .seed = j->spec.train.seed, .world = world,
+                         .rendezvous = world > 1 ? rdv : NULL};
   if (kind == AA_STORE_RUN_DRYRUN) {
     m.job.kind = AA_PROTO_JOB_DRYRUN;
     m.job.warmup_steps = (uint64_t)p->warmup_steps;
@@ -437,25 +598,57 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, aa_conn_t *e, const aa
     else snprintf(dir, sizeof dir, "%.4000s/runs/job-%lld", p->home, (long long)j->id);
     m.job.out_dir = dir;
   }
-  rc = aa__conn_send(e, &m);
+  /* Every rank's frame is queued before any executor is marked busy: a
+   * connection that breaks while we write to it is torn down as an idle
+   * one, and its rank is recorded lost below. */
+  int sent = 0;
+  for (; !rc && sent < world; sent++) {
+    m.job.rank = sent;
+    if ((rc = aa__conn_send(gang[sent], &m))) break;
+  }
   free(strategy);
-  if (rc) { /* the run never left: close its record */
-    char why[AA_PROTO_TEXT_MAX];
-    snprintf(why, sizeof why, "the planner could not send it: %s", aa_last_error());
+  if (rc) snprintf(why, sizeof why, "the planner could not send it: %s", aa_last_error());
+  if (sent == 0) { /* the run never left: close its record */
     aa_store_run_result_t res = {.status = AA_STORE_RUN_ERROR, .error = why};
     aa_store_run_finish(p->store, run, &res);
+    free(ranks);
+    free(gang);
     return aa_error(rc, "%s", why);
   }
-  e->busy_job = j->id;
-  e->busy_run = run;
+  j->ranks = ranks;
+  j->world = world;
+  j->ndone = 0;
+  j->aborted = false;
   j->run_id = run;
   aa_strategy_key(s, j->run_key);
+  for (int r = 0; r < world; r++) {
+    ranks[r].executor = gang[r]->id;
+    if (r >= sent || gang[r]->dropped) continue;
+    gang[r]->busy_job = j->id;
+    gang[r]->busy_run = run;
+    gang[r]->busy_rank = r;
+  }
+  char who[256] = "";
+  for (int r = 0, o = 0; r < world && o < (int)sizeof who - 24; r++)
+    o += snprintf(who + o, sizeof who - (size_t)o, "%s%llu", r ? "," : "", (unsigned long long)gang[r]->id);
+  const char *ex = world > 1 ? "executors" : "executor";
   if (kind == AA_STORE_RUN_DRYRUN)
-    aa__planner_log(p, "job %lld: dry run %d/%d %s on executor %llu (run %lld)", (long long)j->id, j->run_index,
-                    j->search.valid, j->run_key, (unsigned long long)e->id, (long long)run);
+    aa__planner_log(p, "job %lld: dry run %d/%d %s on %s %s (run %lld)%s%s", (long long)j->id, j->run_index,
+                    j->search.valid, j->run_key, ex, who, (long long)run, world > 1 ? ", rendezvous " : "", rdv);
   else
-    aa__planner_log(p, "job %lld: training %s for %d steps on executor %llu (run %lld) into %s", (long long)j->id,
-                    j->run_key, j->spec.train.steps, (unsigned long long)e->id, (long long)run, dir);
+    aa__planner_log(p, "job %lld: training %s for %d steps on %s %s (run %lld) into %s", (long long)j->id,
+                    j->run_key, j->spec.train.steps, ex, who, (long long)run, dir);
+  /* Ranks that never got their frame are lost like a dead executor's. */
+  for (int r = 0; r < world; r++) {
+    if (r < sent && !gang[r]->dropped) continue;
+    char lost[AA_PROTO_TEXT_MAX + 64];
+    if (r < sent) snprintf(lost, sizeof lost, "executor %llu disconnected", (unsigned long long)gang[r]->id);
+    else snprintf(lost, sizeof lost, "%s", why);
+    aa_msg_result_t res = {.job = (uint64_t)j->id, .run = (uint64_t)run, .status = AA_PROTO_RUN_CRASHED,
+                           .error = lost};
+    rank_report(p, r, &res);
+  }
+  free(gang);
   return 0;
 }
 
@@ -473,39 +666,47 @@ static int record_pruned(aa_planner_t *p, aa_planner_job_t *j) {
   return 0;
 }
 
-/* An idle executor of the job's hardware, or NULL (logged once). */
-static aa_conn_t *executor_for(aa_planner_t *p, aa_planner_job_t *j) {
-  aa_conn_t *e = aa__registry_idle(p, j->hardware);
-  if (!e && !j->waiting_logged) {
-    j->waiting_logged = true;
-    aa__planner_log(p, "job %lld waits for an idle executor of %s", (long long)j->id, j->hardware);
-  }
-  if (e) j->waiting_logged = false;
-  return e;
+/* A candidate whose gang is larger than the most executors of the job's
+ * hardware that any host has now cannot run: it is pruned rather than
+ * waited for (an executor may be gone for good). One rank alone waits, as
+ * a job does for its first executor. */
+static bool gang_too_big(aa_planner_t *p, aa_planner_job_t *j, aa_cand_t *c) {
+  int world = c->s.dp * c->s.tp * c->s.pp, have = aa__registry_most_on_one_host(p, j->hardware);
+  if (world <= 1 || world <= have) return false;
+  snprintf(c->reason, sizeof c->reason,
+           "not measured: it needs %d executors of the job's hardware on one host, %d %s connected", world, have,
+           have == 1 ? "is" : "are");
+  c->state = AA_CAND_PRUNED;
+  return true;
 }
 
 /* Moves the current job on as far as it can go now. */
 static void advance(aa_planner_t *p) {
   aa_planner_job_t *j = p->cur;
   char why[512];
-  if (j->run_id) return; /* a run is out: its result moves the job on */
+  if (j->run_id) { /* a run is out: it ends once every rank is in */
+    if (j->ndone == j->world) gang_finish(p);
+    return;
+  }
   if (j->phase == PHASE_SEARCH) {
-    int i = aa__search_next(&j->search, aa_now());
+    int i;
+    while ((i = aa__search_next(&j->search, aa_now())) >= 0 && gang_too_big(p, j, &j->search.c[i])) {
+    }
     if (record_pruned(p, j)) {
       snprintf(why, sizeof why, "cannot record a pruned run: %s", aa_last_error());
       job_end(p, AA_STORE_JOB_FAILED, why, false);
       return;
     }
     if (i >= 0) {
-      aa_conn_t *e = executor_for(p, j);
-      if (!e) return;
-      j->cand = i;
       j->run_index = j->search.dispatched + 1;
-      if (dispatch(p, j, e, &j->search.c[i].s, AA_STORE_RUN_DRYRUN)) {
+      int rc = dispatch(p, j, &j->search.c[i].s, AA_STORE_RUN_DRYRUN);
+      if (rc == 1) return; /* waits for idle executors */
+      if (rc) {
         snprintf(why, sizeof why, "cannot start a dry run: %s", aa_last_error());
         job_end(p, AA_STORE_JOB_FAILED, why, false);
         return;
       }
+      j->cand = i;
       j->search.c[i].state = AA_CAND_RUNNING;
       j->search.c[i].run_id = j->run_id;
       j->search.dispatched++;
@@ -531,9 +732,9 @@ static void advance(aa_planner_t *p) {
     }
     j->phase = PHASE_TRAIN;
   }
-  aa_conn_t *e = executor_for(p, j);
-  if (!e) return;
-  if (dispatch(p, j, e, &j->best, AA_STORE_RUN_TRAIN)) {
+  /* Training with a dp > 1 strategy is a gang too; it waits for its
+   * executors however long that takes, as a job waits for its first. */
+  if (dispatch(p, j, &j->best, AA_STORE_RUN_TRAIN) < 0) {
     snprintf(why, sizeof why, "cannot start training: %s", aa_last_error());
     job_end(p, AA_STORE_JOB_FAILED, why, false);
   }
@@ -586,6 +787,7 @@ static void job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e) 
   j->id = row->id;
   snprintf(j->hash, sizeof j->hash, "%s", row->model_hash);
   snprintf(j->hardware, sizeof j->hardware, "%s", row->hardware);
+  j->dev_kind = e->dev.kind;
   p->cur = j;
   int rc = load_options(j, row->options_json);
   if (rc) {
@@ -631,7 +833,8 @@ static void job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e) 
       return;
     }
   }
-  if ((rc = aa__search_enumerate(&j->search, &j->spec, 1, e->dev.kind, j->exclude))) {
+  if ((rc = aa__search_enumerate(&j->search, &j->spec, aa__planner_hw_world(j->hardware), e->dev.kind,
+                                 j->exclude))) {
     snprintf(why, sizeof why, "%s", aa_last_error());
     job_end(p, AA_STORE_JOB_FAILED, why, false);
     return;
@@ -728,8 +931,9 @@ static void run_finished(aa_planner_t *p, const aa_msg_result_t *r) {
   aa__planner_kick(p);
 }
 
-/* A result from executor c: it is idle again; the current job takes it if
- * it is the run it waits for (a cancelled run's late result is dropped). */
+/* A result from executor c: it is idle again; the current job takes it as
+ * its rank's if it is the run it waits for (a cancelled run's late result
+ * is dropped). */
 static void executor_result(aa_conn_t *c, const aa_msg_result_t *r) {
   aa_planner_t *p = c->p;
   if (!c->busy_run || (int64_t)r->run != c->busy_run) {
@@ -737,9 +941,11 @@ static void executor_result(aa_conn_t *c, const aa_msg_result_t *r) {
                     (unsigned long long)c->id, (unsigned long long)r->run);
     return;
   }
+  int rank = c->busy_rank;
   c->busy_run = c->busy_job = 0;
+  c->busy_rank = 0;
   aa__planner_kick(p);
-  if (p->cur && p->cur->run_id == (int64_t)r->run) run_finished(p, r);
+  if (p->cur && p->cur->run_id == (int64_t)r->run) rank_report(p, rank, r);
 }
 
 void aa__jobs_on_result(aa_conn_t *c, const aa_msg_t *m) { executor_result(c, &m->result); }
@@ -756,7 +962,9 @@ void aa__jobs_on_executor_error(aa_conn_t *c, const aa_msg_t *m) {
 void aa__jobs_on_progress(aa_conn_t *c, const aa_msg_t *m) {
   aa_planner_t *p = c->p;
   aa_planner_job_t *j = p->cur;
-  if (!j || !j->run_id || (int64_t)m->progress.run != j->run_id || c->busy_run != j->run_id) return;
+  /* Rank 0 speaks for a gang: its ranks step together. */
+  if (!j || !j->run_id || (int64_t)m->progress.run != j->run_id || c->busy_run != j->run_id || c->busy_rank != 0)
+    return;
   aa_msg_t r = *m;
   r.id = 0;
   r.progress.key = j->run_key;
@@ -767,11 +975,11 @@ void aa__jobs_on_progress(aa_conn_t *c, const aa_msg_t *m) {
   relay(p, j->id, &r);
 }
 
-void aa__jobs_run_lost(aa_planner_t *p, int64_t run, const char *why) {
+void aa__jobs_rank_lost(aa_planner_t *p, int64_t run, int rank, const char *why) {
   aa_planner_job_t *j = p->cur;
   if (!j || j->run_id != run) return;
   aa_msg_result_t r = {.job = (uint64_t)j->id, .run = (uint64_t)run, .status = AA_PROTO_RUN_CRASHED, .error = (char *)why};
-  run_finished(p, &r);
+  rank_report(p, rank, &r);
 }
 
 /* --- cancel, stop ------------------------------------------------------------------------------------ */
@@ -780,16 +988,20 @@ void aa__jobs_run_lost(aa_planner_t *p, int64_t run, const char *why) {
  * executor to stop it; the executor stays busy until it reports. */
 static void stop_running_run(aa_planner_t *p, aa_store_run_status_t status, const char *why) {
   aa_planner_job_t *j = p->cur;
-  if (!j->run_id) return;
+  int64_t run = j->run_id;
+  if (!run) return;
   aa_store_run_result_t res = {.status = status, .error = why};
-  if (aa_store_run_finish(p->store, j->run_id, &res))
-    aa__planner_log(p, "job %lld: cannot record run %lld: %s", (long long)j->id, (long long)j->run_id, aa_last_error());
+  if (aa_store_run_finish(p->store, run, &res))
+    aa__planner_log(p, "job %lld: cannot record run %lld: %s", (long long)j->id, (long long)run, aa_last_error());
+  /* The run is over for the job before any frame goes out: an executor
+   * lost while we write to it no longer counts for it. */
+  j->run_id = 0;
+  gang_free(j);
   for (aa_conn_t *c = p->conns; c; c = c->next) {
-    if (c->role != AA_CONN_EXECUTOR || c->dropped || c->busy_run != j->run_id) continue;
+    if (c->role != AA_CONN_EXECUTOR || c->dropped || c->busy_run != run) continue;
     aa_msg_t m = {.type = AA_MSG_CANCEL, .cancel.job = (uint64_t)j->id};
     aa__conn_send(c, &m);
   }
-  j->run_id = 0;
 }
 
 void aa__jobs_on_cancel(aa_conn_t *c, const aa_msg_t *m) {

@@ -60,8 +60,9 @@ typedef struct aa_conn {
   struct aa_conn *close_next;
   /* Executors: */
   aa_msg_device_t dev; /* name and host owned (strdup) */
-  char fingerprint[AA_STORE_HW_MAX];
+  char fingerprint[AA_STORE_HW_MAX]; /* of its device alone (x1) */
   int64_t busy_job, busy_run; /* the run it executes, 0 = idle */
+  int busy_rank;              /* its rank in that run's gang */
   char rbuf[AA_PLANNER_READ_BUF];
 } aa_conn_t;
 
@@ -143,8 +144,12 @@ void aa__planner_kick(aa_planner_t *p);
 /* --- registry.c -------------------------------------------------------------- */
 
 /* The hardware fingerprint KIND:NAME:MEMORY_MiBxWORLD of a device, the name
- * cut (at a character boundary) so the whole fits AA_STORE_HW_MAX - 1. */
+ * cut (at a character boundary) so the whole fits AA_STORE_HW_MAX - 1. A
+ * job's hardware is its executors' device with WORLD = how many of them
+ * one host has (the pool its search may use). */
 void aa__planner_fingerprint(const aa_msg_device_t *d, int world, char out[AA_STORE_HW_MAX]);
+/* The WORLD of a fingerprint (1 if it names none). */
+int aa__planner_hw_world(const char *hardware);
 /* The store's hardware description (JSON text, malloc'd, transferred). */
 char *aa__planner_hw_description(const aa_msg_device_t *d, int world);
 /* hello on a new connection. */
@@ -154,8 +159,17 @@ void aa__registry_hello(aa_conn_t *c, const aa_msg_t *m);
 void aa__registry_executor_gone(aa_conn_t *c, const char *why);
 /* Heartbeats to executors and the dead-peer check; called by the tick. */
 void aa__registry_tick(aa_planner_t *p);
-/* An idle executor with this fingerprint (NULL: any), NULL if none. */
-aa_conn_t *aa__registry_idle(aa_planner_t *p, const char *fingerprint);
+/* An idle executor of this hardware (a job's fingerprint; NULL: any), NULL
+ * if none. */
+aa_conn_t *aa__registry_idle(aa_planner_t *p, const char *hardware);
+/* Live executors with e's device on e's host, e included: a new job's pool. */
+int aa__registry_pool(aa_planner_t *p, const aa_conn_t *e);
+/* The most live executors of this hardware that one host has. */
+int aa__registry_most_on_one_host(aa_planner_t *p, const char *hardware);
+/* A gang: `world` idle executors of this hardware on one host, in out[0..world)
+ * by rank (lowest executor id first). false (out untouched) if no host has
+ * that many idle now. */
+bool aa__registry_gang(aa_planner_t *p, const char *hardware, int world, aa_conn_t **out);
 /* The executor with this id, NULL if gone. */
 aa_conn_t *aa__registry_find(aa_planner_t *p, uint64_t id);
 
@@ -167,8 +181,9 @@ void aa__jobs_on_progress(aa_conn_t *c, const aa_msg_t *m);
 void aa__jobs_on_result(aa_conn_t *c, const aa_msg_t *m);
 /* An executor answered a job frame (id = run id) with an error. */
 void aa__jobs_on_executor_error(aa_conn_t *c, const aa_msg_t *m);
-/* The run `run` of executor c ended without a result (c died): crashed. */
-void aa__jobs_run_lost(aa_planner_t *p, int64_t run, const char *why);
+/* Rank `rank` of run `run` ended without a result (its executor died):
+ * crashed with `why`; the other ranks of the gang are aborted. */
+void aa__jobs_rank_lost(aa_planner_t *p, int64_t run, int rank, const char *why);
 /* A client connection going away: its waits and pending submits end. */
 void aa__jobs_client_gone(aa_conn_t *c);
 /* A new executor: submits that waited for one are created now. */
@@ -193,10 +208,10 @@ enum {
   AA_EX_SELECTIVE = 1u << 2,
   AA_EX_FULL = 1u << 3,
   AA_EX_FP32 = 1u << 4,
-  AA_EX_ZERO1 = 1u << 5, /* ZeRO and the parallel degrees: accepted, nothing to leave out today */
+  AA_EX_ZERO1 = 1u << 5,
   AA_EX_ZERO2 = 1u << 6,
   AA_EX_ZERO3 = 1u << 7,
-  AA_EX_TP = 1u << 8,
+  AA_EX_TP = 1u << 8, /* tensor and pipeline parallelism: accepted, nothing to leave out today */
   AA_EX_PP = 1u << 9,
 };
 
@@ -240,10 +255,14 @@ typedef struct aa_search {
   int time_limit_s;
 } aa_search_t;
 
-/* Enumerates the strategies for the spec on `world` devices of kind
- * `dev_kind` in dry-run order, leaving out the `exclude` bits; invalid ones
- * (aa_strategy_resolve fails) come back AA_CAND_PRUNED with the rule. */
-int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int world, aa_proto_dev_kind_t dev_kind,
+/* Enumerates the strategies for the spec on a pool of `devices` executors
+ * of kind `dev_kind` (on one host) in dry-run order, leaving out the
+ * `exclude` bits. Data parallelism takes every degree up to `devices` that
+ * divides the global batch, ZeRO 0-3 at dp > 1 (stages 1-3 in fp32 only:
+ * the engine shards fp32 training alone), a candidate's world being its
+ * dp. Invalid ones (aa_strategy_resolve fails) come back AA_CAND_PRUNED
+ * with the rule. */
+int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int devices, aa_proto_dev_kind_t dev_kind,
                          unsigned exclude);
 void aa__search_free(aa_search_t *s);
 /* The next candidate to dry-run, or -1 when the search is over. Pending

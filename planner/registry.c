@@ -36,12 +36,79 @@ char *aa__planner_hw_description(const aa_msg_device_t *d, int world) {
   return text;
 }
 
-aa_conn_t *aa__registry_idle(aa_planner_t *p, const char *fingerprint) {
+int aa__planner_hw_world(const char *hardware) {
+  const char *x = strrchr(hardware, 'x');
+  if (!x || !x[1]) return 1;
+  long n = 0;
+  for (const char *d = x + 1; *d; d++) {
+    if (*d < '0' || *d > '9' || n > AA_PROTO_WORLD_MAX) return 1;
+    n = n * 10 + (*d - '0');
+  }
+  return n >= 1 && n <= AA_PROTO_WORLD_MAX ? (int)n : 1;
+}
+
+/* Whether c is a live executor of `hardware`: its device, with the pool
+ * size the fingerprint names, gives that very fingerprint (the device name
+ * is cut to fit, so comparing the whole text is exact). */
+static bool serves(const aa_conn_t *c, const char *hardware) {
+  if (c->role != AA_CONN_EXECUTOR || c->dropped) return false;
+  if (!hardware) return true;
+  char fp[AA_STORE_HW_MAX];
+  aa__planner_fingerprint(&c->dev, aa__planner_hw_world(hardware), fp);
+  return !strcmp(fp, hardware);
+}
+
+aa_conn_t *aa__registry_idle(aa_planner_t *p, const char *hardware) {
   for (aa_conn_t *c = p->conns; c; c = c->next)
-    if (c->role == AA_CONN_EXECUTOR && !c->dropped && !c->busy_run &&
-        (!fingerprint || !strcmp(c->fingerprint, fingerprint)))
-      return c;
+    if (serves(c, hardware) && !c->busy_run) return c;
   return NULL;
+}
+
+int aa__registry_pool(aa_planner_t *p, const aa_conn_t *e) {
+  int n = 0;
+  for (aa_conn_t *c = p->conns; c; c = c->next)
+    if (c->role == AA_CONN_EXECUTOR && !c->dropped && !strcmp(c->fingerprint, e->fingerprint) &&
+        !strcmp(c->dev.host, e->dev.host))
+      n++;
+  return n;
+}
+
+/* Executors of `hardware` on c's host; idle ones only with idle_only. */
+static int on_host(aa_planner_t *p, const char *hardware, const aa_conn_t *c, bool idle_only) {
+  int n = 0;
+  for (aa_conn_t *o = p->conns; o; o = o->next)
+    if (serves(o, hardware) && (!idle_only || !o->busy_run) && !strcmp(o->dev.host, c->dev.host)) n++;
+  return n;
+}
+
+int aa__registry_most_on_one_host(aa_planner_t *p, const char *hardware) {
+  int best = 0;
+  for (aa_conn_t *c = p->conns; c; c = c->next) {
+    if (!serves(c, hardware)) continue;
+    int n = on_host(p, hardware, c, false);
+    if (n > best) best = n;
+  }
+  return best;
+}
+
+bool aa__registry_gang(aa_planner_t *p, const char *hardware, int world, aa_conn_t **out) {
+  for (aa_conn_t *c = p->conns; c; c = c->next) {
+    if (!serves(c, hardware) || c->busy_run || on_host(p, hardware, c, true) < world) continue;
+    /* This host has enough: its idle executors take the ranks oldest first
+     * (lowest id), so a gang's rank order does not depend on the list. */
+    uint64_t after = 0;
+    for (int k = 0; k < world; k++) {
+      aa_conn_t *pick = NULL;
+      for (aa_conn_t *o = p->conns; o; o = o->next)
+        if (serves(o, hardware) && !o->busy_run && !strcmp(o->dev.host, c->dev.host) && o->id > after &&
+            (!pick || o->id < pick->id))
+          pick = o;
+      out[k] = pick;
+      after = pick->id;
+    }
+    return true;
+  }
+  return false;
 }
 
 aa_conn_t *aa__registry_find(aa_planner_t *p, uint64_t id) {
@@ -101,8 +168,10 @@ void aa__registry_executor_gone(aa_conn_t *c, const char *why) {
     char reason[128];
     snprintf(reason, sizeof reason, "executor %llu %s", (unsigned long long)c->id, why);
     int64_t run = c->busy_run;
+    int rank = c->busy_rank;
     c->busy_run = c->busy_job = 0;
-    aa__jobs_run_lost(p, run, reason);
+    c->busy_rank = 0;
+    aa__jobs_rank_lost(p, run, rank, reason);
   }
   aa__planner_kick(p);
 }

@@ -396,6 +396,7 @@ static json_t *executor_json(const aa_conn_t *c) {
   json_object_set_new(o, "state", json_string(c->busy_run ? "busy" : "idle"));
   json_object_set_new(o, "job", int0(c->busy_job));
   json_object_set_new(o, "run", int0(c->busy_run));
+  json_object_set_new(o, "rank", c->busy_run ? json_integer(c->busy_rank) : json_null());
   return o;
 }
 

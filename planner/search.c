@@ -65,24 +65,33 @@ typedef struct {
   aa_ckpt_mode_t ckpt;
 } setting_t;
 
-/* The settings in the order most likely to be fast first. Parallel degrees
- * and ZeRO: only dp = tp = pp = 1, zero 0 until the engine runs more than
- * one device (issue [4/5]); extend the loops below then. Precision: a GPU
- * is fastest in bf16 (then fp16, which adds loss scaling), a CPU computes
- * in fp32 and pays for the conversions of 16-bit storage. Checkpointing:
- * none, then selective, then full (more recompute each). */
-static size_t settings(setting_t *out, size_t cap, int world, aa_proto_dev_kind_t kind, unsigned exclude) {
+/* The settings in the order most likely to be fast first, written to out
+ * (room for cap) and counted. Data parallelism: the degrees up to the
+ * pool's size that divide the global batch (another would leave ranks with
+ * unequal shares, so it is not a strategy at all, just as micro-batches are
+ * the divisors of the per-rank batch), largest first: more devices, more
+ * throughput. ZeRO: at dp 1 there is nothing to shard, so only stage 0;
+ * at dp > 1 stages 0-3, least communication first, stages 1-3 in fp32
+ * only (the engine shards fp32 training alone; strategies/strategy.c
+ * engine_supports). Precision: a GPU is fastest in bf16 (then fp16, which
+ * adds loss scaling), a CPU computes in fp32 and pays for the conversions
+ * of 16-bit storage. Checkpointing: none, then selective, then full (more
+ * recompute each). tp = pp = 1 until the engine has them. */
+static size_t settings(setting_t *out, size_t cap, int devices, int global_batch, aa_proto_dev_kind_t kind,
+                       unsigned exclude) {
   static const aa_dtype_t gpu_amp[] = {AA_BF16, AA_F16, AA_F32};
   static const aa_dtype_t cpu_amp[] = {AA_F32, AA_BF16, AA_F16};
   static const aa_ckpt_mode_t ckpts[] = {AA_CKPT_NONE, AA_CKPT_SELECTIVE, AA_CKPT_FULL};
+  static const unsigned zero_bit[] = {0, AA_EX_ZERO1, AA_EX_ZERO2, AA_EX_ZERO3};
   const aa_dtype_t *amps = kind == AA_PROTO_DEV_CUDA ? gpu_amp : cpu_amp;
   size_t n = 0;
-  for (int dp = 1; dp <= world; dp++) {
-    if (world % dp || dp != world) continue; /* tp = pp = 1 today: dp takes the whole world */
-    for (int zero = 0; zero <= 0; zero++) {
+  for (int dp = devices; dp >= 1; dp--) {
+    if (global_batch % dp) continue;
+    for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
+      if (exclude & zero_bit[zero]) continue;
       for (int a = 0; a < 3; a++) {
         unsigned bit = amps[a] == AA_BF16 ? AA_EX_BF16 : amps[a] == AA_F16 ? AA_EX_FP16 : AA_EX_FP32;
-        if (exclude & bit) continue;
+        if ((exclude & bit) || (zero > 0 && amps[a] != AA_F32)) continue;
         for (int k = 0; k < 3; k++) {
           if ((exclude & AA_EX_SELECTIVE) && ckpts[k] == AA_CKPT_SELECTIVE) continue;
           if ((exclude & AA_EX_FULL) && ckpts[k] == AA_CKPT_FULL) continue;
@@ -103,34 +112,32 @@ void aa__search_free(aa_search_t *s) {
   memset(s, 0, sizeof *s);
 }
 
-int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int world, aa_proto_dev_kind_t dev_kind,
+int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int devices, aa_proto_dev_kind_t dev_kind,
                          unsigned exclude) {
   memset(s, 0, sizeof *s);
-  if (world < 1) return aa_error(AA_EINVAL, "search: world size %d must be >= 1", world);
-  setting_t set[64];
-  size_t ns = settings(set, 64, world, dev_kind, exclude);
-  if (ns > 64) return aa_error(AA_EINTERNAL, "search: %zu settings, more than 64", ns);
+  if (devices < 1 || devices > AA_PROTO_WORLD_MAX)
+    return aa_error(AA_EINVAL, "search: %d devices is outside 1..%d", devices, AA_PROTO_WORLD_MAX);
+  const int gb = spec->train.global_batch;
+  size_t ns = settings(NULL, 0, devices, gb, dev_kind, exclude);
   if (ns == 0) return aa_error(AA_EINVAL, "search: every strategy is excluded");
-  /* Micro-batches: the divisors of global_batch / dp, larger first. A
-   * setting whose dp does not divide the batch still gets its per-rank
-   * batch as a candidate, so resolve records why it cannot run. */
+  setting_t *set = calloc(ns, sizeof *set);
+  if (!set) return aa_error(AA_ENOMEM, "search: no memory for %zu settings", ns);
+  settings(set, ns, devices, gb, dev_kind, exclude);
+  /* Micro-batches: the divisors of global_batch / dp, larger first. */
   size_t cap = 0;
-  for (size_t i = 0; i < ns; i++) {
-    int per = spec->train.global_batch / set[i].dp;
-    cap += per > 0 ? (size_t)per : 1;
-  }
+  for (size_t i = 0; i < ns; i++) cap += (size_t)(gb / set[i].dp);
   s->c = calloc(cap, sizeof *s->c);
   s->setting_best = calloc(ns, sizeof *s->setting_best);
   s->setting_mb = calloc(ns, sizeof *s->setting_mb);
   s->setting_stop = calloc(ns, sizeof *s->setting_stop);
   if (!s->c || !s->setting_best || !s->setting_mb || !s->setting_stop) {
+    free(set);
     aa__search_free(s);
     return aa_error(AA_ENOMEM, "search: no memory for %zu candidates", cap);
   }
   s->nsettings = (int)ns;
   for (size_t i = 0; i < ns; i++) {
-    int per = spec->train.global_batch / set[i].dp;
-    if (per < 1) per = 1;
+    int per = gb / set[i].dp;
     for (int mb = per; mb >= 1; mb--) {
       if (per % mb) continue;
       aa_cand_t *c = &s->c[s->n++];
@@ -143,7 +150,7 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int world,
       c->s.ckpt = set[i].ckpt;
       c->s.micro_batch = mb;
       c->setting = (int)i;
-      if (aa_strategy_resolve(&c->s, spec, world)) {
+      if (aa_strategy_resolve(&c->s, spec, c->s.dp * c->s.tp * c->s.pp)) {
         c->state = AA_CAND_PRUNED;
         snprintf(c->reason, sizeof c->reason, "%s", aa_last_error());
       } else {
@@ -152,6 +159,7 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int world,
       aa_strategy_key(&c->s, c->key);
     }
   }
+  free(set);
   return 0;
 }
 

@@ -113,6 +113,9 @@ static int job_check(const void *st, const char *path) {
   const aa_msg_job_t *j = st;
   if (j->rank >= j->world)
     return aa_error(AA_EFORMAT, "%s: rank %d must be below world %d", path, j->rank, j->world);
+  /* The ranks of a gang build their process group from the rendezvous alone. */
+  if (j->world > 1 && !j->rendezvous)
+    return aa_error(AA_EFORMAT, "%s: world %d needs a rendezvous", path, j->world);
   return 0;
 }
 
@@ -744,4 +747,14 @@ int aa_msg_encode_error(char **out, size_t *out_len, uint64_t id, int code, cons
   m.error.code = code;
   m.error.message = text;
   return aa_msg_encode(&m, out, out_len);
+}
+
+void aa_proto_utf8_trim(char *s) {
+  size_t n = strlen(s), i = n;
+  while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
+    i--;
+  if (i == 0) return;
+  unsigned char lead = (unsigned char)s[i - 1];
+  size_t want = lead < 0x80 ? 1 : (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : 4;
+  if (n - (i - 1) < want) s[i - 1] = '\0';
 }

@@ -140,7 +140,7 @@ typedef struct aa_msg_job {
   uint64_t memory_limit;    /* bytes, 0 = none */
   uint64_t seed;            /* any */
   int rank, world;          /* this executor's rank in the gang, 0..world-1; world 1..4096 */
-  char *rendezvous;         /* optional, <= 255 bytes: where the gang meets (world > 1) */
+  char *rendezvous;         /* <= 255 bytes: where the gang meets; required when world > 1 */
   char *out_dir;            /* optional, <= 4096 bytes: train jobs write checkpoints and logs here */
 } aa_msg_job_t;
 
@@ -252,6 +252,11 @@ const char *aa_msg_type_name(aa_msg_type_t t);
  * empty message becomes aa_strerror(code). code outside -1000..-1 becomes
  * AA_EINTERNAL. *out is transferred as for aa_msg_encode. */
 int aa_msg_encode_error(char **out, size_t *out_len, uint64_t id, int code, const char *message);
+
+/* Drops a trailing UTF-8 sequence that is incomplete, as snprintf leaves
+ * one when it cuts a longer text to a buffer, so a text made of valid
+ * UTF-8 pieces and cut to fit stays fit for a frame. */
+void aa_proto_utf8_trim(char *s);
 
 /* Compares a presented token (a, alen bytes) with the expected one (b,
  * blen bytes) in time that depends only on blen, never on where they

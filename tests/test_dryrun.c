@@ -1,14 +1,19 @@
 /* Dry runs (dryrun/): figures, warm-up, progress and the memory limit, on a
- * small model over the synthetic corpus in a temporary directory. */
+ * small model over the synthetic corpus in a temporary directory; and a
+ * data-parallel dry run by two rank processes in one shm group. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "aa_test.h"
 #include "common/aa.h"
+#include "common/rendezvous.h"
 #include "common/spec.h"
 #include "dryrun/dryrun.h"
+#include "executor/comm.h"
 #include "executor/data.h"
 #include "executor/train.h"
 
@@ -96,6 +101,73 @@ AA_TEST(measured_figures_are_sane_and_peaks_match_training) {
   CHECK(r.mem.peak_total == tr.mem.peak_total);
 }
 
+/* One rank of a dp 2 dry run at ZeRO `zero`: its figures go to
+ * tmpdir/dp.<zero>.<rank> as "tokens_per_s params_peak total_peak loss". */
+static int dp_rank(const char *rdv, int rank, int zero) {
+  aa_model_spec_t s;
+  if (small_spec(&s)) return 1;
+  aa_strategy_t st;
+  strategy_mb(&st, 1);
+  st.dp = 2;
+  st.zero = zero;
+  aa_comm_t *comm = NULL;
+  aa_dryrun_result_t r;
+  int rc = aa_comm_init(&comm, rdv, rank, 2, NULL);
+  aa_dryrun_opts_t o = {.threads = 1, .warmup_steps = 1, .measured_steps = 2, .comm = comm};
+  if (!rc) rc = aa_dryrun(&s, &st, &o, &r);
+  if (rc) fprintf(stderr, "rank %d: %s\n", rank, aa_last_error());
+  aa_comm_destroy(comm);
+  char path[600];
+  snprintf(path, sizeof path, "%s/dp.%d.%d", tmpdir, zero, rank);
+  FILE *f = rc ? NULL : fopen(path, "w");
+  if (f) {
+    fprintf(f, "%.17g %zu %zu %.9g\n", r.tokens_per_s, r.mem.peak[AA_MEM_PARAMS], r.mem.peak_total,
+            r.final_loss);
+    fclose(f);
+  }
+  return rc ? 1 : 0;
+}
+
+/* Runs before anything else in this process touches the engine: the ranks
+ * are forked, and an OpenMP thread pool does not survive a fork. */
+AA_TEST(a_data_parallel_dry_run_measures_the_group_on_every_rank) {
+  double tokens[4][2], loss[4][2];
+  size_t params[4][2], total[4][2];
+  for (int zero = 0; zero <= 3; zero += 3) {
+    char rdv[AA_RENDEZVOUS_MAX];
+    CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_dryrun") == 0);
+    pid_t pid[2];
+    fflush(NULL);
+    for (int r = 0; r < 2; r++)
+      if ((pid[r] = fork()) == 0) exit(dp_rank(rdv, r, zero)); /* exit: the sanitizers' leak check runs */
+    for (int r = 0; r < 2; r++) {
+      int st = 0;
+      for (int i = 0; i < 6000 && waitpid(pid[r], &st, WNOHANG) == 0; i++)
+        usleep(10000);
+      if (waitpid(pid[r], &st, WNOHANG) == 0) {
+        kill(pid[r], SIGKILL);
+        waitpid(pid[r], &st, 0);
+      }
+      CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "zero %d rank %d ended with status %d", zero, r, st);
+      char path[600];
+      snprintf(path, sizeof path, "%s/dp.%d.%d", tmpdir, zero, r);
+      FILE *f = fopen(path, "r");
+      CHECK(f && fscanf(f, "%lf %zu %zu %lf", &tokens[zero][r], &params[zero][r], &total[zero][r],
+                        &loss[zero][r]) == 4);
+      if (f) fclose(f);
+      if (!f) return;
+    }
+    for (int r = 0; r < 2; r++)
+      CHECK(tokens[zero][r] > 0 && total[zero][r] > 0);
+    CHECK(loss[zero][0] == loss[zero][1]); /* the group's mean loss on every rank */
+  }
+  /* ZeRO 3 keeps half the parameters on each rank (plus shard padding). */
+  for (int r = 0; r < 2; r++) {
+    CHECK_MSG(params[3][r] < params[0][r] * 6 / 10, "rank %d: %zu vs %zu", r, params[3][r], params[0][r]);
+    CHECK(total[3][r] < total[0][r]);
+  }
+}
+
 AA_TEST(warmup_steps_are_not_timed_and_progress_fires_every_step) {
   aa_model_spec_t s;
   if (small_spec(&s)) return;
@@ -180,6 +252,7 @@ int main(void) {
     fprintf(stderr, "synth: %s\n", aa_last_error());
     return 1;
   }
+  RUN(a_data_parallel_dry_run_measures_the_group_on_every_rank);
   RUN(measured_figures_are_sane_and_peaks_match_training);
   RUN(warmup_steps_are_not_timed_and_progress_fires_every_step);
   RUN(zero_warmup_times_every_step);

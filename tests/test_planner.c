@@ -147,15 +147,56 @@ AA_TEST(search_limits_prune_what_was_not_measured) {
   aa__search_free(&s);
 }
 
-AA_TEST(invalid_strategies_are_pruned_with_the_rule) {
+AA_TEST(data_parallel_takes_the_batch_divisors_up_to_the_pool_largest_first) {
   aa_model_spec_t spec = spec_with_batch(4);
   aa_search_t s;
-  /* Two devices: dp 2 is not an engine feature yet, so resolve refuses. */
+  /* Two executors: dp 2 x (zero 0 x 3 amp + zero 1-3 x fp32) x 3 checkpoint
+   * x micro-batches 2, 1, then the 27 of dp 1. */
   CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0) == 0);
-  CHECK(s.n > 0 && s.valid == 0);
-  CHECK_MSG(strstr(s.c[0].reason, "data parallel degree 2"), "%s", s.c[0].reason);
-  CHECK(aa__search_next(&s, 0) == -1);
+  CHECK_MSG(s.n == 36 + 27, "%zu", s.n);
+  CHECK(s.valid == (int)s.n);
+  CHECK(s.nsettings == 18 + 9);
+  CHECK(!strcmp(s.c[0].key, "dp2.tp1.pp1.z0.fp32.ckpt-none.mb2"));
+  CHECK(!strcmp(s.c[1].key, "dp2.tp1.pp1.z0.fp32.ckpt-none.mb1"));
+  CHECK(!strcmp(s.c[18].key, "dp2.tp1.pp1.z1.fp32.ckpt-none.mb2"));
+  CHECK(!strcmp(s.c[36].key, "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4"));
+  int zero_stages[4] = {0};
+  for (size_t i = 0; i < s.n; i++) {
+    const aa_strategy_t *c = &s.c[i].s;
+    CHECK(c->tp == 1 && c->pp == 1);
+    if (c->zero > 0) CHECK_MSG(c->dp > 1 && c->amp == AA_F32, "%s", s.c[i].key); /* the engine shards fp32 only */
+    if (c->dp == 2) zero_stages[c->zero]++;
+  }
+  for (int z = 0; z < 4; z++) CHECK(zero_stages[z] > 0);
   aa__search_free(&s);
+
+  /* Three executors and a batch of 4: dp 3 would split it unevenly. */
+  CHECK(aa__search_enumerate(&s, &spec, 3, AA_PROTO_DEV_CPU, 0) == 0);
+  CHECK(s.n == 36 + 27);
+  for (size_t i = 0; i < s.n; i++) CHECK(strncmp(s.c[i].key, "dp3.", 4) != 0);
+  aa__search_free(&s);
+  /* Four: dp 4 leaves one sequence per rank, micro-batch 1. */
+  CHECK(aa__search_enumerate(&s, &spec, 4, AA_PROTO_DEV_CPU, 0) == 0);
+  CHECK(s.n == 18 + 36 + 27);
+  CHECK(!strcmp(s.c[0].key, "dp4.tp1.pp1.z0.fp32.ckpt-none.mb1"));
+  aa__search_free(&s);
+
+  /* ZeRO's exclude names: "zero" leaves stage 0 alone, "fsdp" is stage 3. */
+  unsigned mask = 0;
+  const char *zero[] = {"zero"};
+  CHECK(aa__search_exclude_mask(zero, 1, &mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, mask) == 0);
+  CHECK(s.n == 18 + 27);
+  for (size_t i = 0; i < s.n; i++) CHECK(s.c[i].s.zero == 0);
+  aa__search_free(&s);
+  const char *some[] = {"zero2", "fsdp", "amp", "checkpoint"};
+  CHECK(aa__search_exclude_mask(some, 4, &mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, mask) == 0);
+  CHECK(s.n == 2 * 2 + 3); /* dp 2 at zero 0 and 1 x mb 2, 1; dp 1 x mb 4, 2, 1 */
+  CHECK(!strcmp(s.c[2].key, "dp2.tp1.pp1.z1.fp32.ckpt-none.mb2"));
+  aa__search_free(&s);
+
+  CHECK(aa__search_enumerate(&s, &spec, 0, AA_PROTO_DEV_CPU, 0) == AA_EINVAL);
 }
 
 /* --- fingerprints ------------------------------------------------------------------------ */
@@ -180,6 +221,12 @@ AA_TEST(hardware_fingerprint_is_kind_name_memory_world) {
   CHECK(strstr(fp, ":153600MiBx1"));
   const char *tail = strstr(fp, ":153600MiBx1");
   CHECK(tail > fp && ((unsigned char)tail[-1] & 0xC0) != 0xC0); /* no lead byte left without its continuation */
+  /* A job's hardware names its pool: the world is read back from it. */
+  CHECK(aa__planner_hw_world("cuda:NVIDIA H200:153600MiBx8") == 8);
+  CHECK(aa__planner_hw_world("cpu:Xeon (2 threads):1024MiBx12") == 12);
+  CHECK(aa__planner_hw_world("cpu:Xeon x86:1024MiB") == 1);
+  CHECK(aa__planner_hw_world("cpu:x99999") == 1);
+  CHECK(aa__planner_hw_world("") == 1);
 }
 
 /* --- replies -------------------------------------------------------------------------------- */
@@ -534,7 +581,7 @@ int main(void) {
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
   RUN(search_stops_a_setting_once_a_smaller_micro_batch_is_slower);
   RUN(search_limits_prune_what_was_not_measured);
-  RUN(invalid_strategies_are_pruned_with_the_rule);
+  RUN(data_parallel_takes_the_batch_divisors_up_to_the_pool_largest_first);
   RUN(hardware_fingerprint_is_kind_name_memory_world);
   RUN(job_json_has_the_documented_shape);
   RUN(query_replies_have_the_documented_shape);

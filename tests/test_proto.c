@@ -446,6 +446,54 @@ AA_TEST(rules_between_fields_are_checked) {
                 "hello.device: a cuda device needs sm_count, cc_major and peak_bf16_flops");
   EXPECT_REJECT(AA_MSG_HELLO, "device.kind", VS("cpu"), AA_EFORMAT,
                 "hello.device: a cpu device must not carry");
+  /* A gang's ranks meet at the rendezvous; one rank alone needs none. */
+  EXPECT_REJECT(AA_MSG_JOB, "rendezvous", DROP, AA_EFORMAT, "job: world 4 needs a rendezvous");
+  aa_msg_t m, d;
+  size_t len;
+  aa_sample_msg(AA_MSG_JOB, &m);
+  m.job.rank = 0;
+  m.job.world = 1;
+  m.job.rendezvous = NULL;
+  char *f = encode_ok(&m, &len);
+  CHECK(f && aa_msg_decode(f + 4, len - 4, &d) == 0 && d.job.world == 1 && !d.job.rendezvous);
+  aa_msg_free(&d);
+  free(f);
+  m.job.world = 2;
+  m.job.rendezvous = NULL;
+  CHECK(aa_msg_encode(&m, &f, &len) == AA_EINVAL);
+  CHECK_MSG(strstr(aa_last_error(), "world 2 needs a rendezvous"), "%s", aa_last_error());
+}
+
+AA_TEST(a_text_cut_inside_a_character_is_trimmed_to_valid_utf8) {
+  char s[16];
+  snprintf(s, sizeof s, "%s", "abc\xc3\xa9");
+  aa_proto_utf8_trim(s);
+  CHECK(!strcmp(s, "abc\xc3\xa9")); /* whole: kept */
+  snprintf(s, sizeof s, "%s", "abc\xc3");
+  aa_proto_utf8_trim(s);
+  CHECK(!strcmp(s, "abc"));
+  memcpy(s, "abcd\xe2\x82\xac", 6); /* the euro sign cut after 2 of its 3 bytes */
+  s[6] = '\0';
+  aa_proto_utf8_trim(s);
+  CHECK(!strcmp(s, "abcd"));
+  snprintf(s, sizeof s, "%s", "\xf0\x9f\x98");
+  aa_proto_utf8_trim(s);
+  CHECK(!strcmp(s, ""));
+  s[0] = '\0';
+  aa_proto_utf8_trim(s);
+  CHECK(!strcmp(s, ""));
+}
+
+AA_TEST(abort_names_the_run_of_the_gang) {
+  aa_msg_t d;
+  CHECK(decode_sample(AA_MSG_ABORT, &d) == 0);
+  CHECK(d.abort.job == 56 && d.abort.run == 9001 && strcmp(d.abort.reason, "rank 2 crashed") == 0);
+  aa_msg_free(&d);
+  CHECK(decode_modified(AA_MSG_ABORT, "reason", DROP, &d) == 0 && !d.abort.reason);
+  aa_msg_free(&d);
+  EXPECT_REJECT(AA_MSG_ABORT, "run", DROP, AA_EFORMAT, "abort: missing required field \"run\"");
+  EXPECT_REJECT(AA_MSG_ABORT, "job", VU(0), AA_EFORMAT, "abort.job: 0 is outside 1..");
+  EXPECT_REJECT(AA_MSG_ABORT, "reason", VREP(4097), AA_EFORMAT, "abort.reason");
 }
 
 AA_TEST(oversized_and_malformed_strings_are_rejected) {
@@ -819,6 +867,8 @@ int main(void) {
   RUN(unknown_and_duplicate_keys_are_rejected);
   RUN(out_of_range_values_are_rejected);
   RUN(rules_between_fields_are_checked);
+  RUN(abort_names_the_run_of_the_gang);
+  RUN(a_text_cut_inside_a_character_is_trimmed_to_valid_utf8);
   RUN(oversized_and_malformed_strings_are_rejected);
   RUN(non_map_truncated_and_trailing_payloads_are_rejected);
   RUN(declared_counts_and_nesting_are_bounded_before_allocation);

@@ -1,7 +1,9 @@
 /* The executor process (executor/worker*.c) against a planner played by
  * this test on a unix socket: hello, heartbeats, every way a run can end,
- * busy, a bad frame, a lost planner, SIGTERM and a refused token. The
- * executor runs as a real child process and forks real runners. */
+ * busy, a bad frame, a lost planner, SIGTERM and a refused token; and two
+ * executors as one gang (a data-parallel run whose ranks meet at a
+ * rendezvous, an abort, a killed rank). The executors run as real child
+ * processes and fork real runners. */
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,6 +18,7 @@
 
 #include "aa_test.h"
 #include "common/aa.h"
+#include "common/rendezvous.h"
 #include "common/spec.h"
 #include "executor/data.h"
 #include "executor/worker.h"
@@ -133,7 +136,7 @@ static void send_msg(peer_t *p, const aa_msg_t *m) {
   free(buf);
 }
 
-/* Accepts the executor, checks its hello, welcomes it (heartbeat 100 ms). */
+/* Accepts the executor, checks its hello (from pid `worker`; 0 = any), welcomes it (heartbeat 100 ms). */
 static int welcome(int lfd, peer_t *p, pid_t worker, int ms) {
   int fd = accept_within(lfd, ms);
   CHECK(fd >= 0);
@@ -146,7 +149,7 @@ static int welcome(int lfd, peer_t *p, pid_t worker, int ms) {
   CHECK(m.hello.role == AA_PROTO_ROLE_EXECUTOR && m.hello.has_device);
   CHECK(m.hello.device.kind == AA_PROTO_DEV_CPU && m.hello.device.index == 0);
   CHECK_MSG(strstr(m.hello.device.name, " (1 threads)") != NULL, "%s", m.hello.device.name);
-  CHECK(m.hello.device.memory > 0 && m.hello.device.pid == worker && m.hello.device.host[0]);
+  CHECK(m.hello.device.memory > 0 && (!worker || m.hello.device.pid == worker) && m.hello.device.host[0]);
   aa_msg_free(&m);
   aa_msg_t w = {.type = AA_MSG_WELCOME};
   w.welcome.peer_id = 1;
@@ -375,6 +378,110 @@ out:
   close(lfd);
 }
 
+/* Rank `rank` of a world-2 dry run of `measured` steps, run `run` of job `job`. */
+static void send_rank(peer_t *p, uint64_t job, uint64_t run, const char *strategy, int rank, const char *rdv,
+                      uint64_t measured) {
+  aa_msg_t m = {.type = AA_MSG_JOB, .id = run};
+  m.job = (aa_msg_job_t){.job = job,
+                         .run = run,
+                         .kind = AA_PROTO_JOB_DRYRUN,
+                         .model = model_json,
+                         .strategy = (char *)strategy,
+                         .warmup_steps = 1,
+                         .measured_steps = measured,
+                         .seed = 7,
+                         .rank = rank,
+                         .world = 2,
+                         .rendezvous = (char *)rdv};
+  send_msg(p, &m);
+}
+
+AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_other) {
+  int lfd = listen_unix();
+  pid_t w[2] = {start_worker(NULL, 0), start_worker(NULL, 0)};
+  peer_t p[2] = {{.fd = -1}, {.fd = -1}};
+  aa_msg_t res[2];
+  char rdv[AA_RENDEZVOUS_MAX];
+  if (welcome(lfd, &p[0], 0, 10000) || welcome(lfd, &p[1], 0, 10000)) goto out;
+  aa_strategy_t st;
+  aa_strategy_default(&st);
+  st.dp = 2;
+  st.zero = 1;
+  st.micro_batch = 1;
+  char *dp2;
+  CHECK(aa_strategy_to_json(&st, &dp2) == 0);
+
+  /* ok: both ranks report the group's throughput and their own peak. */
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_worker") == 0);
+  for (int r = 0; r < 2; r++)
+    send_rank(&p[r], 20, 200, dp2, r, rdv, 3);
+  for (int r = 0; r < 2; r++) {
+    if (wait_result(&p[r], 20, &res[r], NULL, 30000)) goto out_free;
+    CHECK_MSG(res[r].result.status == AA_PROTO_RUN_OK, "rank %d: %s", r,
+              res[r].result.error ? res[r].result.error : "");
+    CHECK(res[r].result.run == 200 && res[r].result.tokens_per_s > 0 && res[r].result.peak.total > 0);
+  }
+  /* Each rank times its own steps, so the throughputs differ a little;
+   * the loss is the group's mean on every rank. */
+  CHECK(res[0].result.has_final_loss && res[0].result.final_loss == res[1].result.final_loss);
+  for (int r = 0; r < 2; r++)
+    aa_msg_free(&res[r]);
+
+  /* abort: the executor kills its rank and says why; the other rank's
+   * group notices the dead peer and fails on its own. */
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_worker") == 0);
+  for (int r = 0; r < 2; r++)
+    send_rank(&p[r], 21, 201, dp2, r, rdv, 100000);
+  wait_first_progress(&p[0]);
+  aa_msg_t abort = {.type = AA_MSG_ABORT};
+  abort.abort = (aa_msg_abort_t){.job = 21, .run = 201, .reason = "rank 0 (executor 1) ended oom"};
+  send_msg(&p[1], &abort);
+  if (!wait_result(&p[1], 21, &res[1], NULL, 10000)) {
+    CHECK(res[1].result.status == AA_PROTO_RUN_CANCELLED);
+    CHECK_MSG(res[1].result.error &&
+                  !strcmp(res[1].result.error, "aborted by the planner: rank 0 (executor 1) ended oom"),
+              "%s", res[1].result.error ? res[1].result.error : "(none)");
+    aa_msg_free(&res[1]);
+  }
+  if (!wait_result(&p[0], 21, &res[0], NULL, 10000)) {
+    CHECK(res[0].result.status == AA_PROTO_RUN_ERROR);
+    aa_msg_free(&res[0]);
+  }
+
+  /* kill -9 of one rank's runner: the other rank ends with an error within
+   * 10 s without any word from the planner (its group's timeout and probes). */
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_worker") == 0);
+  for (int r = 0; r < 2; r++)
+    send_rank(&p[r], 22, 202, dp2, r, rdv, 100000);
+  wait_first_progress(&p[0]);
+  pid_t victim = runner_of(w[1]);
+  CHECK(victim > 0);
+  double t0 = aa_now();
+  if (victim > 0) kill(victim, SIGKILL);
+  if (!wait_result(&p[0], 22, &res[0], NULL, 10000)) {
+    double dt = aa_now() - t0;
+    CHECK_MSG(dt < 10, "the surviving rank took %.1f s", dt);
+    CHECK(res[0].result.status == AA_PROTO_RUN_ERROR && res[0].result.error);
+    fprintf(stderr, "  the surviving rank failed %.2f s after the kill: %s\n", dt,
+            res[0].result.error ? res[0].result.error : "");
+    aa_msg_free(&res[0]);
+  }
+  if (!wait_result(&p[1], 22, &res[1], NULL, 10000)) {
+    CHECK(res[1].result.status == AA_PROTO_RUN_CRASHED);
+    aa_msg_free(&res[1]);
+  }
+  CHECK(kill(w[0], 0) == 0 && kill(w[1], 0) == 0);
+out_free:
+  free(dp2);
+out:
+  for (int i = 0; i < 2; i++) {
+    kill(w[i], SIGTERM);
+    waitpid(w[i], NULL, 0);
+    peer_close(&p[i]);
+  }
+  close(lfd);
+}
+
 AA_TEST(executor_waits_for_a_planner_that_is_not_up_yet) {
   unlink(sock_path);
   pid_t w = start_worker(NULL, 0);
@@ -461,6 +568,7 @@ int main(void) {
     return 1;
   }
   RUN(every_way_a_run_ends_is_reported_and_the_executor_survives);
+  RUN(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_other);
   RUN(executor_waits_for_a_planner_that_is_not_up_yet);
   RUN(a_refused_token_stops_the_executor_with_status_1);
   RUN(cuda_devices_are_refused_for_now);

@@ -9,6 +9,8 @@ encoded here by hand, so a bug in proto/ cannot hide itself).
                                             evaluated with `d` = the parsed JSON
   service_tool.py children PID              print the child pids of PID
   service_tool.py free-port                 print a free TCP port on 127.0.0.1
+  service_tool.py losses-close A B TOL      compare two `step loss` files: same steps,
+                                            every loss within relative TOL (exit 1 if not)
 """
 import json
 import os
@@ -129,6 +131,21 @@ def cmd_children(pid):
     print(" ".join(kids))
 
 
+def cmd_losses_close(a, b, tol):
+    def load(path):
+        with open(path) as f:
+            return [(int(x), float(y)) for x, y in (line.split() for line in f if line.strip())]
+
+    la, lb = load(a), load(b)
+    if [s for s, _ in la] != [s for s, _ in lb] or not la:
+        print("the files have different steps (%d and %d lines)" % (len(la), len(lb)))
+        raise SystemExit(1)
+    worst = max(abs(x - y) / abs(y) for (_, x), (_, y) in zip(la, lb))
+    print("largest relative difference %.3g" % worst)
+    if worst > tol:
+        raise SystemExit(1)
+
+
 def main():
     a = sys.argv[1:]
     if a[0] == "frame":
@@ -138,6 +155,8 @@ def main():
         print(eval(a[1], {"d": d, "len": len, "sum": sum, "set": set, "sorted": sorted}))
     elif a[0] == "children":
         cmd_children(a[1])
+    elif a[0] == "losses-close":
+        cmd_losses_close(a[1], a[2], float(a[3]))
     elif a[0] == "free-port":
         s = socket.socket()
         s.bind(("127.0.0.1", 0))

@@ -15,6 +15,16 @@
 #  7. malformed, oversized, truncated frames, wrong version, wrong token:
 #     error replies, and the daemon serves the next client.
 #  8. `auto`: search, table, strategy saved, training; its replay matches.
+#  9. two executors: the search measures dp 2 at ZeRO 0-3 (gangs of both)
+#     next to dp 1, on hardware "x2".
+# 10. kill -9 of one rank's runner during a dp 2 dry run: the other rank is
+#     gone within 10 s, the run is recorded crashed naming the rank, the
+#     planner and the executors serve on and the job goes on; kill -9 of a
+#     rank's executor: the same, and the dp 2 strategies left are pruned
+#     while dp 1 goes on on the survivor (then cancel).
+# 11. `auto --devices cpu:2` with a memory limit that only ZeRO over both
+#     ranks fits: the best is dp 2 and training runs as a gang, with the
+#     single process's losses.
 set -u
 AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
 SRC=${AA_SOURCE_DIR:?set AA_SOURCE_DIR to the source tree}
@@ -192,6 +202,98 @@ expect 0 "done" "$AA" train "$tmp/model.json" --strategy "$tmp/auto/strategy.jso
   --out "$tmp/replay2" --losses "$tmp/replay2.txt"
 check "replay of auto's strategy gives auto's loss curve" cmp -s "$tmp/auto/losses.txt" "$tmp/replay2.txt"
 check "auto left no socket behind" [ -z "$(find /tmp -maxdepth 2 -name planner.sock -newer "$tmp/model.json" 2>/dev/null | grep -v "$tmp")" ]
+
+# --- 9. two executors: dp 2 and ZeRO next to dp 1 -------------------------------
+home="$tmp/home-gang"
+sock="$home/planner.sock"
+P="--planner unix:$sock"
+start_planner
+start_executor; e1=$executor
+start_executor; e2=$executor
+check "two executors register" wait_for 20 executors_up 2
+expect 0 "job 1 done" timeout 300 "$AA" submit "$tmp/model.json" $P --wait --exhaustive --exclude bf16,fp16,checkpoint
+"$AA" query runs --job 1 $P --json >"$tmp/runs9.json"
+"$AA" status 1 $P --json >"$tmp/job9.json"
+check "the job's hardware is the pool of two" [ "$(jq_ "d['job']['hardware'].endswith('x2')" <"$tmp/job9.json")" = True ]
+for z in 0 1 2 3; do
+  check "dp 2 at ZeRO $z is measured ok with its figures" [ "$(jq_ "any(r['key'].startswith('dp2.tp1.pp1.z$z.') and \
+    r['status'] == 'ok' and r['tokens_per_s'] > 0 and r['step_ms_median'] > 0 and r['peak_bytes'] > 0 \
+    and r['peak']['optim'] > 0 for r in d['runs'])" <"$tmp/runs9.json")" = True ]
+done
+check "dp 1 is measured next to them" \
+  [ "$(jq_ "sum(r['key'].startswith('dp1.') and r['status'] == 'ok' for r in d['runs'])" <"$tmp/runs9.json")" = 3 ]
+check "every run of the gang search is ok" [ "$(jq_ "all(r['status'] == 'ok' for r in d['runs'])" <"$tmp/runs9.json")" = True ]
+check "ZeRO 3 holds less per rank than ZeRO 0" [ "$(jq_ "min(r['peak']['params'] for r in d['runs'] \
+  if r['key'].startswith('dp2.tp1.pp1.z3.')) < min(r['peak']['params'] for r in d['runs'] \
+  if r['key'].startswith('dp2.tp1.pp1.z0.'))" <"$tmp/runs9.json")" = True ]
+
+# --- 10. kill -9 of one rank of a gang -----------------------------------------
+kill "$planner"; wait "$planner" 2>/dev/null
+start_planner --measured-steps 100000 --dryrun-time-limit 120
+check "both executors reconnect" wait_for 20 executors_up 2
+"$AA" submit "$tmp/model.json" $P --refresh --exclude bf16,fp16,checkpoint --max-dryruns 3 >"$tmp/submit10.txt"
+job10=$(grep -Eo '[0-9]+' "$tmp/submit10.txt" | head -1)
+pid_of_rank() { "$AA" status $P --json | jq_ "[e['pid'] for e in d['executors'] if e['rank'] == $1 and e['job'] == $job10][0]"; }
+gang_runs() { r0=$($TOOL children "$(pid_of_rank 0)"); r1=$($TOOL children "$(pid_of_rank 1)"); [ -n "$r0" ] && [ -n "$r1" ]; }
+check "both ranks of the first dry run start" wait_for 30 gang_runs
+sleep 1 # into the measured steps
+t0=$(date +%s.%N)
+kill -9 $r1
+gone() { ! kill -0 "$1" 2>/dev/null || grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+wait_for 30 gone "$r0"
+secs=$(python3 -c "print('%.2f' % ($(date +%s.%N) - $t0))")
+echo "service: the surviving rank exited ${secs} s after the other was killed"
+check "the surviving rank exits within 10 s (took ${secs} s)" python3 -c "import sys; sys.exit(not $secs < 10)"
+run10_over() { "$AA" query runs --job "$job10" $P --json | jq_ "d['runs'][0]['status']" | grep -q crashed; }
+check "the gang's run is recorded crashed" wait_for 10 run10_over
+"$AA" query runs --job "$job10" $P --json >"$tmp/runs10.json"
+check "the crash names the killed rank and its signal" \
+  [ "$(jq_ "d['runs'][0]['error'].startswith('rank 1 (executor ') and 'signal 9' in d['runs'][0]['error']" <"$tmp/runs10.json")" = True ]
+check "the job goes on with the next dry run on both ranks" wait_for 30 gang_runs
+check "both executors survived their runners" kill -0 "$e1" "$e2"
+# kill -9 of rank 1's executor: its rank is lost, rank 0 is aborted; the
+# remaining dp 2 strategies cannot run on one executor and are pruned, and
+# the search goes on with dp 1 on the survivor.
+x1=$(pid_of_rank 1)
+kill -9 "$x1"; wait "$x1" 2>/dev/null
+check "the survivor of the dead executor's gang is gone within 10 s" wait_for 10 gone "$r0"
+runs10() { "$AA" query runs --job "$job10" $P --json >"$tmp/runs10.json"; }
+dp1_runs() { runs10 && [ "$(jq_ "d['runs'][-1]['key'].startswith('dp1.') and d['runs'][-1]['status'] == 'running'" \
+  <"$tmp/runs10.json")" = True ]; }
+check "the job goes on with dp 1 on the surviving executor" wait_for 30 dp1_runs
+check "the dead executor's gang run is recorded crashed, naming the rank and the executor" [ "$(jq_ "\
+  d['runs'][1]['status'] == 'crashed' and d['runs'][1]['error'].startswith('rank 1 (executor ') and \
+  'disconnected' in d['runs'][1]['error']" <"$tmp/runs10.json")" = True ]
+check "dp 2 strategies are pruned while one executor is left" [ "$(jq_ "sum(r['status'] == 'pruned' and \
+  'needs 2 executors' in r['error'] for r in d['runs'])" <"$tmp/runs10.json")" = 6 ]
+expect 0 "cancelled job $job10" "$AA" cancel "$job10" $P
+run10_cancelled() { runs10 && [ "$(jq_ "d['runs'][-1]['status']" <"$tmp/runs10.json")" = cancelled ]; }
+check "the running run is recorded cancelled" wait_for 10 run10_cancelled
+check "the planner survived the gang's crashes" kill -0 "$planner"
+survivor=$e1; [ "$x1" = "$e1" ] && survivor=$e2
+check "the surviving executor serves on" kill -0 "$survivor"
+kill "$planner" "$e1" "$e2" 2>/dev/null; wait "$planner" "$e1" "$e2" 2>/dev/null
+
+# --- 11. auto --devices cpu:2: a dp 2 best trains as a gang ---------------------
+# A limit between the smallest dp 1 peak and the smallest ZeRO-3 one of
+# section 9 leaves only dp 2 runs that fit.
+limit=$(jq_ "(min(r['peak_bytes'] for r in d['runs'] if r['key'].startswith('dp1.')) + \
+  min(r['peak_bytes'] for r in d['runs'] if r['key'].startswith('dp2.tp1.pp1.z3.'))) // 2" <"$tmp/runs9.json")
+check "ZeRO 3 over two ranks needs less memory per rank than one process" \
+  [ "$(jq_ "min(r['peak_bytes'] for r in d['runs'] if r['key'].startswith('dp2.tp1.pp1.z3.')) < \
+  min(r['peak_bytes'] for r in d['runs'] if r['key'].startswith('dp1.'))" <"$tmp/runs9.json")" = True ]
+timeout 300 "$AA" auto "$tmp/model.json" --devices cpu:2 --home "$tmp/home-auto2" --out "$tmp/auto2" \
+  --exclude bf16,fp16,checkpoint --measured-steps 2 --memory-limit "$limit" >"$tmp/auto2.out" 2>&1
+rc=$?
+check "auto --devices cpu:2 runs to the end" [ "$rc" = 0 ]
+[ "$rc" = 0 ] || tail -20 "$tmp/auto2.out"
+check "its best is a dp 2 strategy" grep -q "^best: dp2\." "$tmp/auto2.out"
+check "training ran with it, as a gang" grep -Eq "^train +dp2\..* ok " "$tmp/auto2.out"
+expect 0 "dp2\.tp1\.pp1" "$AA" strategy show "$tmp/auto2/strategy.json"
+check "the gang's training wrote one loss per step" [ "$(wc -l <"$tmp/auto2/losses.txt")" = 12 ]
+"$AA" train "$tmp/model.json" --threads 1 --out "$tmp/single" --losses "$tmp/single.txt" >/dev/null 2>&1
+check "dp 2 training gives the single process's losses (relative 1e-4)" \
+  $TOOL losses-close "$tmp/auto2/losses.txt" "$tmp/single.txt" 1e-4
 
 echo "service: $pass passed, $fail failed"
 [ "$fail" = 0 ]
