@@ -46,23 +46,11 @@ done
 [[ $ZERO =~ ^[0-3]$ ]] || die "--zero must be 0..3"
 [ "$STEPS" -ge 2 ] || die "--steps must be at least 2 (the first step is not timed)"
 
-if [ -z "$WORK" ]; then
-  WORK=$(mktemp -d "${TMPDIR:-/tmp}/aa-bench-dp.XXXXXX")
-  [ "$KEEP" = 1 ] || trap 'rm -rf "$WORK"' EXIT
-fi
-mkdir -p "$WORK"/{results,logs,runs}
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+bench_work_dir aa-bench-dp results runs
 
-if [ -z "${AUTOACCEL:-}" ]; then
-  AUTOACCEL=$BUILD_DIR/autoaccel
-  echo "building $BUILD_DIR (Release, CPU) ..." >&2
-  if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-    cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DAUTOACCEL_CUDA=off >"$WORK/logs/build.log" 2>&1 ||
-      { cat "$WORK/logs/build.log" >&2; die "cmake configure failed"; }
-  fi
-  cmake --build "$BUILD_DIR" -j2 --target autoaccel >>"$WORK/logs/build.log" 2>&1 ||
-    { tail -30 "$WORK/logs/build.log" >&2; die "build failed"; }
-fi
-[ -x "$AUTOACCEL" ] || die "no autoaccel binary at $AUTOACCEL"
+bench_build
 "$AUTOACCEL" train --help 2>&1 | grep -q -- "--devices" || die "$AUTOACCEL has no 'train --devices cpu:N'"
 
 "$AUTOACCEL" data synth --out "$WORK/data" --bytes 2000000 >"$WORK/logs/data.log" 2>&1 ||

@@ -40,24 +40,12 @@ for v in "$THREADS" "$ROUNDS" ${STEPS:+"$STEPS"}; do
   [[ $v =~ ^[1-9][0-9]*$ ]] || die "'$v' is not a positive integer"
 done
 
-if [ -z "$WORK" ]; then
-  WORK=$(mktemp -d "${TMPDIR:-/tmp}/aa-bench.XXXXXX")
-  [ "$KEEP" = 1 ] || trap 'rm -rf "$WORK"' EXIT
-fi
-mkdir -p "$WORK"/{specs,results,logs,runs}
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+bench_work_dir aa-bench specs results runs
 
 # --- build ------------------------------------------------------------------
-if [ -z "${AUTOACCEL:-}" ]; then
-  AUTOACCEL=$BUILD_DIR/autoaccel
-  echo "building $BUILD_DIR (Release, CPU) ..." >&2
-  if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-    cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DAUTOACCEL_CUDA=off >"$WORK/logs/build.log" 2>&1 ||
-      { cat "$WORK/logs/build.log" >&2; die "cmake configure failed"; }
-  fi
-  cmake --build "$BUILD_DIR" -j2 --target autoaccel >>"$WORK/logs/build.log" 2>&1 ||
-    { tail -30 "$WORK/logs/build.log" >&2; die "build failed"; }
-fi
-[ -x "$AUTOACCEL" ] || die "no autoaccel binary at $AUTOACCEL"
+bench_build
 # The sgemm probe and the PyTorch peer use the OpenBLAS build the engine
 # loads (Debian ships a pthread and an OpenMP build): the probe is compiled
 # against it with an RPATH, the peer finds it through LD_LIBRARY_PATH.

@@ -43,23 +43,11 @@ for v in "$THREADS" "$ROUNDS" "$STEPS"; do
 done
 [[ $MB =~ ^[0-9]+$ ]] || die "'$MB' is not a micro-batch size"
 
-if [ -z "$WORK" ]; then
-  WORK=$(mktemp -d "${TMPDIR:-/tmp}/aa-bench-strat.XXXXXX")
-  [ "$KEEP" = 1 ] || trap 'rm -rf "$WORK"' EXIT
-fi
-mkdir -p "$WORK"/{strategies,results,logs,runs}
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+bench_work_dir aa-bench-strat strategies results runs
 
-if [ -z "${AUTOACCEL:-}" ]; then
-  AUTOACCEL=$BUILD_DIR/autoaccel
-  echo "building $BUILD_DIR (Release, CPU) ..." >&2
-  if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-    cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DAUTOACCEL_CUDA=off >"$WORK/logs/build.log" 2>&1 ||
-      { cat "$WORK/logs/build.log" >&2; die "cmake configure failed"; }
-  fi
-  cmake --build "$BUILD_DIR" -j2 --target autoaccel >>"$WORK/logs/build.log" 2>&1 ||
-    { tail -30 "$WORK/logs/build.log" >&2; die "build failed"; }
-fi
-[ -x "$AUTOACCEL" ] || die "no autoaccel binary at $AUTOACCEL"
+bench_build
 
 "$AUTOACCEL" data synth --out "$WORK/data" --bytes 2000000 >"$WORK/logs/data.log" 2>&1 ||
   { cat "$WORK/logs/data.log" >&2; die "data synth failed"; }

@@ -1,0 +1,31 @@
+# Shared by the bench scripts (sourced, not run). The caller defines die()
+# and sets ROOT, BUILD_DIR, WORK (may be empty) and KEEP first.
+
+# bench_work_dir PREFIX SUBDIR...: a fresh temp dir in WORK unless --work gave
+# one (removed on exit unless --keep), with the subdirectories made.
+bench_work_dir() {
+  local prefix=$1; shift
+  if [ -z "$WORK" ]; then
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/$prefix.XXXXXX")
+    [ "$KEEP" = 1 ] || trap 'rm -rf "$WORK"' EXIT
+  fi
+  local d
+  for d in "$@" logs; do mkdir -p "$WORK/$d"; done
+}
+
+# bench_build: AUTOACCEL is the binary to measure; unless the environment
+# named one, a Release CPU build in BUILD_DIR is configured and brought up to
+# date (log in WORK/logs/build.log).
+bench_build() {
+  if [ -z "${AUTOACCEL:-}" ]; then
+    AUTOACCEL=$BUILD_DIR/autoaccel
+    echo "building $BUILD_DIR (Release, CPU) ..." >&2
+    if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+      cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DAUTOACCEL_CUDA=off >"$WORK/logs/build.log" 2>&1 ||
+        { cat "$WORK/logs/build.log" >&2; die "cmake configure failed"; }
+    fi
+    cmake --build "$BUILD_DIR" -j2 --target autoaccel >>"$WORK/logs/build.log" 2>&1 ||
+      { tail -30 "$WORK/logs/build.log" >&2; die "build failed"; }
+  fi
+  [ -x "$AUTOACCEL" ] || die "no autoaccel binary at $AUTOACCEL"
+}
