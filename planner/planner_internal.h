@@ -258,9 +258,8 @@ typedef struct aa_search {
 /* Enumerates the strategies for the spec on a pool of `devices` executors
  * of kind `dev_kind` (on one host) in dry-run order, leaving out the
  * `exclude` bits. Data parallelism takes every degree up to `devices` that
- * divides the global batch, ZeRO 0-3 at dp > 1 (stages 1-3 in fp32 only:
- * the engine shards fp32 training alone), a candidate's world being its
- * dp. Invalid ones (aa_strategy_resolve fails) come back AA_CAND_PRUNED
+ * divides the global batch, ZeRO 0-3 at dp > 1 with every precision, a
+ * candidate's world being its dp. Invalid ones (aa_strategy_resolve fails) come back AA_CAND_PRUNED
  * with the rule. */
 int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int devices, aa_proto_dev_kind_t dev_kind,
                          unsigned exclude);

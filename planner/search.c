@@ -71,9 +71,9 @@ typedef struct {
  * unequal shares, so it is not a strategy at all, just as micro-batches are
  * the divisors of the per-rank batch), largest first: more devices, more
  * throughput. ZeRO: at dp 1 there is nothing to shard, so only stage 0;
- * at dp > 1 stages 0-3, least communication first, stages 1-3 in fp32
- * only (the engine shards fp32 training alone; strategies/strategy.c
- * engine_supports). Precision: a GPU is fastest in bf16 (then fp16, which
+ * at dp > 1 stages 0-3, least communication first, with every precision
+ * (the engine shards 16-bit parameters with their fp32 master copies).
+ * Precision: a GPU is fastest in bf16 (then fp16, which
  * adds loss scaling), a CPU computes in fp32 and pays for the conversions
  * of 16-bit storage. Checkpointing: none, then selective, then full (more
  * recompute each). tp = pp = 1 until the engine has them. */
@@ -91,7 +91,7 @@ static size_t settings(setting_t *out, size_t cap, int devices, int global_batch
       if (exclude & zero_bit[zero]) continue;
       for (int a = 0; a < 3; a++) {
         unsigned bit = amps[a] == AA_BF16 ? AA_EX_BF16 : amps[a] == AA_F16 ? AA_EX_FP16 : AA_EX_FP32;
-        if ((exclude & bit) || (zero > 0 && amps[a] != AA_F32)) continue;
+        if (exclude & bit) continue;
         for (int k = 0; k < 3; k++) {
           if ((exclude & AA_EX_SELECTIVE) && ckpts[k] == AA_CKPT_SELECTIVE) continue;
           if ((exclude & AA_EX_FULL) && ckpts[k] == AA_CKPT_FULL) continue;

@@ -150,21 +150,23 @@ AA_TEST(search_limits_prune_what_was_not_measured) {
 AA_TEST(data_parallel_takes_the_batch_divisors_up_to_the_pool_largest_first) {
   aa_model_spec_t spec = spec_with_batch(4);
   aa_search_t s;
-  /* Two executors: dp 2 x (zero 0 x 3 amp + zero 1-3 x fp32) x 3 checkpoint
-   * x micro-batches 2, 1, then the 27 of dp 1. */
+  /* Two executors: dp 2 x zero 0-3 x 3 amp x 3 checkpoint x micro-batches
+   * 2, 1, then the 27 of dp 1. */
   CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0) == 0);
-  CHECK_MSG(s.n == 36 + 27, "%zu", s.n);
+  CHECK_MSG(s.n == 72 + 27, "%zu", s.n);
   CHECK(s.valid == (int)s.n);
-  CHECK(s.nsettings == 18 + 9);
+  CHECK(s.nsettings == 36 + 9);
   CHECK(!strcmp(s.c[0].key, "dp2.tp1.pp1.z0.fp32.ckpt-none.mb2"));
   CHECK(!strcmp(s.c[1].key, "dp2.tp1.pp1.z0.fp32.ckpt-none.mb1"));
   CHECK(!strcmp(s.c[18].key, "dp2.tp1.pp1.z1.fp32.ckpt-none.mb2"));
-  CHECK(!strcmp(s.c[36].key, "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4"));
+  CHECK(!strcmp(s.c[20].key, "dp2.tp1.pp1.z1.fp32.ckpt-sel.mb2"));
+  CHECK(!strcmp(s.c[24].key, "dp2.tp1.pp1.z1.bf16.ckpt-none.mb2")); /* ZeRO in 16 bits too */
+  CHECK(!strcmp(s.c[72].key, "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4"));
   int zero_stages[4] = {0};
   for (size_t i = 0; i < s.n; i++) {
     const aa_strategy_t *c = &s.c[i].s;
     CHECK(c->tp == 1 && c->pp == 1);
-    if (c->zero > 0) CHECK_MSG(c->dp > 1 && c->amp == AA_F32, "%s", s.c[i].key); /* the engine shards fp32 only */
+    if (c->zero > 0) CHECK_MSG(c->dp > 1, "%s", s.c[i].key); /* nothing to shard at dp 1 */
     if (c->dp == 2) zero_stages[c->zero]++;
   }
   for (int z = 0; z < 4; z++) CHECK(zero_stages[z] > 0);
@@ -172,12 +174,12 @@ AA_TEST(data_parallel_takes_the_batch_divisors_up_to_the_pool_largest_first) {
 
   /* Three executors and a batch of 4: dp 3 would split it unevenly. */
   CHECK(aa__search_enumerate(&s, &spec, 3, AA_PROTO_DEV_CPU, 0) == 0);
-  CHECK(s.n == 36 + 27);
+  CHECK(s.n == 72 + 27);
   for (size_t i = 0; i < s.n; i++) CHECK(strncmp(s.c[i].key, "dp3.", 4) != 0);
   aa__search_free(&s);
   /* Four: dp 4 leaves one sequence per rank, micro-batch 1. */
   CHECK(aa__search_enumerate(&s, &spec, 4, AA_PROTO_DEV_CPU, 0) == 0);
-  CHECK(s.n == 18 + 36 + 27);
+  CHECK(s.n == 36 + 72 + 27);
   CHECK(!strcmp(s.c[0].key, "dp4.tp1.pp1.z0.fp32.ckpt-none.mb1"));
   aa__search_free(&s);
 
