@@ -23,6 +23,7 @@
 #include "common/aa.h"
 #include "common/mem.h"
 #include "common/spec.h"
+#include "executor/worker.h"
 #include "planner/planner.h"
 #include "proto/addr.h"
 
@@ -36,6 +37,58 @@ typedef struct auto_ctx {
   int n;
   const char *log_path;
 } auto_ctx_t;
+
+/* The executors --devices asks for: n of them, on the CPU (cuda[i] = -1)
+ * or on the CUDA ordinals in cuda[]; all_cuda: every visible GPU, counted
+ * later (a probe, not a parse). */
+typedef struct auto_devices {
+  int n;
+  int cuda[AUTO_EXECUTORS_MAX];
+  bool all_cuda;
+} auto_devices_t;
+
+/* "cpu", "cpu:N", "cuda" or "cuda:I,J,...". 0, or -1 with the message in
+ * aa_last_error(). */
+static int parse_devices(const char *arg, auto_devices_t *d) {
+  memset(d, 0, sizeof *d);
+  if (!strcmp(arg, "cpu")) {
+    d->n = 1;
+    d->cuda[0] = -1;
+    return 0;
+  }
+  if (!strncmp(arg, "cpu:", 4)) {
+    char *end;
+    errno = 0;
+    long n = strtol(arg + 4, &end, 10);
+    if (arg[4] < '0' || arg[4] > '9' || *end || errno || n < 1 || n > AUTO_EXECUTORS_MAX)
+      return aa_error(AA_EINVAL, "--devices cpu:N: N must be an executor count from 1 to %d, got '%s'",
+                      AUTO_EXECUTORS_MAX, arg + 4);
+    d->n = (int)n;
+    for (int i = 0; i < d->n; i++) d->cuda[i] = -1;
+    return 0;
+  }
+  if (!strcmp(arg, "cuda")) {
+    d->all_cuda = true;
+    return 0;
+  }
+  if (strncmp(arg, "cuda:", 5) || !arg[5])
+    return aa_error(AA_EINVAL, "--devices: expected cpu, cpu:N, cuda or cuda:I,J,..., got '%s'", arg);
+  const char *p = arg + 5;
+  for (;;) {
+    size_t len = strcspn(p, ",");
+    char one[32];
+    if (!len || len > 16) return aa_error(AA_EINVAL, "--devices %s: expected CUDA ordinals such as cuda:0,1", arg);
+    snprintf(one, sizeof one, "cuda:%.*s", (int)len, p);
+    int k;
+    if (aa_worker_parse_device(one, &k)) return -1;
+    for (int i = 0; i < d->n; i++)
+      if (d->cuda[i] == k) return aa_error(AA_EINVAL, "--devices %s: cuda:%d is named twice", arg, k);
+    if (d->n == AUTO_EXECUTORS_MAX) return aa_error(AA_EINVAL, "--devices: at most %d devices", AUTO_EXECUTORS_MAX);
+    d->cuda[d->n++] = k;
+    if (!p[len]) return 0;
+    p += len + 1;
+  }
+}
 
 static void *planner_thread(void *p) {
   aa_planner_run(p);
@@ -151,7 +204,9 @@ static void usage(FILE *f) {
           "options:\n"
           "  --devices cpu:N       run N CPU executors (default cpu:1); the search tries data\n"
           "                        parallelism (and ZeRO) over up to N of them\n"
-          "  --threads N           worker threads per executor (default: the cores / N executors)\n"
+          "  --devices cuda        one executor per visible GPU (CUDA_VISIBLE_DEVICES applies)\n"
+          "  --devices cuda:I,J    one executor on each of these CUDA ordinals\n"
+          "  --threads N           CPU threads per executor (default: the cores / executors)\n"
           "  --home DIR            state directory (default $AUTOACCEL_HOME, else ~/.autoaccel)\n"
           "  --out DIR             strategy.json and the training outputs (default runs/<model name>)\n"
           "  --exclude M1,M2       methods not to search (e.g. fp16,checkpoint)\n"
@@ -189,18 +244,17 @@ int aa_cmd_auto(int argc, char **argv) {
       {0, 0, 0, 0}};
   aa_submit_opts_t so = {.wait = true, .train = true, .runs_table = true, .embedded = true};
   const char *home_opt = NULL, *memory_limit = NULL;
-  int n_exec = 1, threads = 0, warmup = -1, measured = 0, c;
+  auto_devices_t devs = {.n = 1, .cuda = {-1}};
+  const char *devices_arg = "cpu:1";
+  int threads = 0, warmup = -1, measured = 0, c;
   long long v;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     switch (c) {
     case 'd':
-      if (!strcmp(optarg, "cpu")) n_exec = 1;
-      else if (strncmp(optarg, "cpu:", 4)) return usage_error("--devices: only cpu:N is supported, not '%s'", optarg);
-      else if ((v = aa_cli_parse_int("auto", "--devices cpu:N", optarg + 4, 1, AUTO_EXECUTORS_MAX)) < 0)
-        return AA_EXIT_USAGE;
-      else n_exec = (int)v;
+      if (parse_devices(optarg, &devs)) return usage_error("%s", aa_last_error());
+      devices_arg = optarg;
       break;
     case 't':
       if ((v = aa_cli_parse_int("auto", "--threads", optarg, 1, 1024)) < 0) return AA_EXIT_USAGE;
@@ -246,6 +300,28 @@ int aa_cmd_auto(int argc, char **argv) {
     if (aa_client_split_list(so.exclude, "--exclude", &l)) return usage_error("%s", aa_last_error());
     aa_client_strlist_free(&l);
   }
+
+  if (devs.all_cuda || devs.cuda[0] >= 0) {
+    /* Counted up front: a missing GPU is one clear line here rather than an
+     * executor that exits and a pointer to the log. */
+    int count;
+    if (aa_worker_cuda_devices(&count)) {
+      fprintf(stderr, "autoaccel auto: --devices %s: %s\n", devices_arg, aa_last_error());
+      return AA_EXIT_FAIL;
+    }
+    if (devs.all_cuda) {
+      devs.n = count < AUTO_EXECUTORS_MAX ? count : AUTO_EXECUTORS_MAX;
+      for (int i = 0; i < devs.n; i++) devs.cuda[i] = i;
+    }
+    for (int i = 0; i < devs.n; i++)
+      if (devs.cuda[i] >= count) {
+        fprintf(stderr, "autoaccel auto: --devices: cuda:%d does not exist: %d CUDA device%s visible (cuda:0..cuda:%d)\n",
+                devs.cuda[i], count, count > 1 ? "s are" : " is", count - 1);
+        return AA_EXIT_FAIL;
+      }
+  }
+  const int n_exec = devs.n;
+  const bool on_cuda = devs.cuda[0] >= 0;
 
   aa_model_spec_t spec;
   char home[AA_PATH_MAX], out_dir[AA_PATH_MAX], sock[AA_PATH_MAX], addr[AA_PATH_MAX + 8], log_path[AA_PATH_MAX + 32];
@@ -314,17 +390,19 @@ int aa_cmd_auto(int argc, char **argv) {
 
   char threads_s[16];
   snprintf(threads_s, sizeof threads_s, "%d", threads);
-  char *eargv[] = {"autoaccel", "executor", "--planner", addr, "--threads", threads_s,
+  char device_s[32] = "cpu";
+  char *eargv[] = {"autoaccel", "executor", "--planner", addr, "--threads", threads_s, "--device", device_s,
                    memory_limit ? "--memory-limit" : NULL, (char *)memory_limit, NULL};
   for (int i = 0; i < n_exec; i++) {
+    if (on_cuda) snprintf(device_s, sizeof device_s, "cuda:%d", devs.cuda[i]);
     if (spawn_executor(&ctx.pids[i], eargv, log_fd)) {
       aa_cli_fail("auto");
       goto cleanup;
     }
     ctx.n++;
   }
-  printf("auto: planner at %s (state %s), %d cpu executor%s with %d thread%s; log %s\n", addr, home, n_exec,
-         n_exec > 1 ? "s" : "", threads, threads > 1 ? "s" : "", log_path);
+  printf("auto: planner at %s (state %s), %d %s executor%s with %d thread%s; log %s\n", addr, home, n_exec,
+         on_cuda ? "cuda" : "cpu", n_exec > 1 ? "s" : "", threads, threads > 1 ? "s" : "", log_path);
   fflush(stdout);
   if (aa_client_connect(&client, addr, NULL) || wait_for_executors(client, &ctx, n_exec)) {
     aa_cli_fail("auto");

@@ -18,13 +18,16 @@ static void usage(FILE *f) {
              "  --planner ADDR        unix:PATH, PATH, tcp:HOST:PORT or HOST:PORT\n"
              "                        (default: unix:<state dir>/planner.sock; the state dir is\n"
              "                        $AUTOACCEL_HOME, else ~/.autoaccel)\n"
-             "  --device DEV          cpu (default); cuda:N is not available yet\n"
+             "  --device DEV          cpu (default) or cuda:N, the CUDA runtime's device N (counted after\n"
+             "                        CUDA_VISIBLE_DEVICES); hello reports its name,\n"
+             "                        memory, SM count, compute capability and peak bf16 FLOP/s\n"
              "  --threads N           threads per run (default: all cores)\n"
              "  --memory-limit BYTES  report BYTES as the device memory and fail runs that would exceed it\n"
              "                        (out of memory); suffixes K/M/G (KiB/MiB/GiB) and KB/MB/GB.\n"
-             "                        Default: the physical memory, no limit of its own\n"
+             "                        Default: the physical memory (a GPU's memory with cuda:N), no limit\n"
              "  --token-file FILE     present the token in FILE (first line, mode 0600) to the planner\n"
-             "  --name NAME           device name to report (default: the CPU model and thread count)\n"
+             "  --name NAME           device name to report (default: the GPU's name, or the CPU model and\n"
+             "                        thread count)\n"
              "  -h, --help            this help\n\n"
              "Exit codes: 0 stopped by a signal, 1 failure (the planner refused the token, bad token\n"
              "file, unsupported device), 2 usage.\n");
@@ -47,7 +50,15 @@ int aa_cmd_executor(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     switch (c) {
     case 'p': o.planner = optarg; break;
-    case 'd': o.device = optarg; break;
+    case 'd': {
+      int cuda;
+      if (aa_worker_parse_device(optarg, &cuda)) {
+        fprintf(stderr, "autoaccel executor: %s\n", aa_last_error());
+        return AA_EXIT_USAGE;
+      }
+      o.device = optarg;
+      break;
+    }
     case 't':
       if ((v = aa_cli_parse_int("executor", "--threads", optarg, 1, 1024)) < 0) return AA_EXIT_USAGE;
       o.threads = (int)v;

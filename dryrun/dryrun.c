@@ -18,6 +18,7 @@ int aa_dryrun(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_dryr
   if (!d.log && !(devnull = fopen("/dev/null", "w")))
     return aa_error(AA_EIO, "dry run: cannot open /dev/null");
   aa_train_opts_t t = {.threads = d.threads,
+                       .device = d.device,
                        .steps = warmup + measured,
                        .checkpoint_every = 0,
                        .log_every = warmup + measured,

@@ -19,6 +19,7 @@
 
 typedef struct aa_dryrun_opts {
   int threads;              /* worker threads; 0 = all online cores */
+  const char *device;       /* "cpu" (NULL) or "cuda:N", as aa_train_opts_t.device */
   int warmup_steps;         /* untimed steps first; < 0 = AA_DRYRUN_WARMUP_DEFAULT */
   int measured_steps;       /* timed steps; 0 = AA_DRYRUN_MEASURED_DEFAULT */
   size_t memory_limit;      /* bytes; 0 = none. Past it the dry run fails with AA_EOOM */

@@ -154,6 +154,12 @@ static int setup(trainer_t *t) {
   aa_mem_init(&t->mem, t->opts->memory_limit);
   aa_loss_scaler_init(&t->scaler, &t->strat.loss_scale);
   if ((rc = open_device(t))) return rc;
+  /* Collectives read and write the model's buffers where they live: host
+   * memory through shm, device memory through NCCL. */
+  if (t->comm && (t->cuda_device >= 0) != !strcmp(aa_comm_backend(t->comm), "nccl"))
+    return aa_error(AA_EINVAL, "a %s process group cannot serve ranks on %s (%s ranks meet in %s groups)",
+                    aa_comm_backend(t->comm), t->cuda_device >= 0 ? "a CUDA device" : "the CPU",
+                    t->cuda_device >= 0 ? "CUDA" : "CPU", t->cuda_device >= 0 ? "nccl" : "shm");
   if ((rc = aa_shard_read(&t->train, s->train_data, s->arch.vocab_size))) return aa_error_wrap(rc, "training data");
   /* A dry run never validates, so it does not pay for reading the shard. */
   if (s->val_data[0] && !t->opts->dryrun && (rc = aa_shard_read(&t->val, s->val_data, s->arch.vocab_size)))

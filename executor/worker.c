@@ -318,12 +318,19 @@ static void send_hello(aa_conn_t *c) {
   aa_msg_t m = {.type = AA_MSG_HELLO};
   m.hello.role = AA_PROTO_ROLE_EXECUTOR;
   m.hello.has_device = true;
-  m.hello.device = (aa_msg_device_t){.kind = AA_PROTO_DEV_CPU,
+  const aa_worker_device_t *d = &w->dev;
+  m.hello.device = (aa_msg_device_t){.kind = d->cuda >= 0 ? AA_PROTO_DEV_CUDA : AA_PROTO_DEV_CPU,
                                      .name = w->name,
-                                     .index = 0,
+                                     .index = d->cuda >= 0 ? d->cuda : 0,
                                      .memory = w->memory,
                                      .host = w->host,
                                      .pid = (int)getpid()};
+  if (d->cuda >= 0) {
+    m.hello.device.sm_count = d->sm_count;
+    m.hello.device.cc_major = d->cc_major;
+    m.hello.device.cc_minor = d->cc_minor;
+    m.hello.device.peak_bf16_flops = d->peak_bf16_flops;
+  }
   m.hello.token = w->token_len ? w->token : NULL;
   conn_send(c, &m);
 }
@@ -492,16 +499,15 @@ static void cut_utf8(char *s, size_t max) {
 }
 
 int aa_worker_create(aa_worker_t **out, const aa_worker_opts_t *o) {
-  const char *device = o->device ? o->device : "cpu";
-  if (!strncmp(device, "cuda", 4))
-    return aa_error(AA_EUNSUPPORTED, "--device %s: the CUDA backend is not built into the engine yet",
-                    device);
-  if (strcmp(device, "cpu")) return aa_error(AA_EINVAL, "--device: expected cpu or cuda:N, got '%s'", device);
+  int cuda, rc;
+  if ((rc = aa_worker_parse_device(o->device, &cuda))) return rc;
   if (o->threads < 0) return aa_error(AA_EINVAL, "threads must be >= 0");
+  aa_worker_device_t dev;
+  if ((rc = aa_worker__probe_device(cuda, &dev))) return rc;
   aa_worker_t *w = calloc(1, sizeof *w);
   if (!w) return aa_error(AA_ENOMEM, "out of memory");
+  w->dev = dev;
   char text[AA_ADDR_PATH_MAX + 16];
-  int rc = 0;
   if (!o->planner)
     rc = aa_default_planner_addr(text, sizeof text);
   else
@@ -516,6 +522,8 @@ int aa_worker_create(aa_worker_t **out, const aa_worker_opts_t *o) {
       goto fail;
     }
     snprintf(w->name, sizeof w->name, "%s", o->name);
+  } else if (cuda >= 0) {
+    snprintf(w->name, sizeof w->name, "%s", dev.name);
   } else {
     char model[400];
     cpu_model(model, sizeof model);
@@ -524,8 +532,9 @@ int aa_worker_create(aa_worker_t **out, const aa_worker_opts_t *o) {
   cut_utf8(w->name, AA_PROTO_NAME_MAX);
   if (gethostname(w->host, sizeof w->host - 1) || !w->host[0]) snprintf(w->host, sizeof w->host, "localhost");
   w->memory_limit = o->memory_limit;
-  w->memory =
-      o->memory_limit ? o->memory_limit : (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+  w->memory = o->memory_limit ? o->memory_limit
+              : cuda >= 0     ? dev.memory
+                              : (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
   if (!w->memory) w->memory = 1;
   w->log = o->log ? o->log : stderr;
   w->backoff_ms = AA_WORKER_BACKOFF_MIN_MS;
@@ -560,7 +569,14 @@ void aa_worker_handle_signals(aa_worker_t *w) {
 
 int aa_worker_run(aa_worker_t *w) {
   if (w->stopping) return aa_error(AA_EINVAL, "the worker has already run");
-  aa_worker__log(w, "%s, %d threads, memory %llu bytes%s; planner %s", w->name, w->threads,
+  const aa_worker_device_t *d = &w->dev;
+  char gpu[160] = "";
+  if (d->cuda >= 0) {
+    char peak[48] = "peak bf16 unknown";
+    if (d->peak_bf16_flops > 0) snprintf(peak, sizeof peak, "peak bf16 %.0f TFLOP/s", d->peak_bf16_flops / 1e12);
+    snprintf(gpu, sizeof gpu, "cuda:%d, sm_%d%d, %d SMs, %s, ", d->cuda, d->cc_major, d->cc_minor, d->sm_count, peak);
+  }
+  aa_worker__log(w, "%s, %s%d threads, memory %llu bytes%s; planner %s", w->name, gpu, w->threads,
                  (unsigned long long)w->memory, w->memory_limit ? " (limit)" : "", w->addr_text);
   if (w->stop_requested)
     begin_stop(w);

@@ -22,15 +22,28 @@ typedef struct aa_worker aa_worker_t;
 typedef struct aa_worker_opts {
   const char *planner;    /* planner address (aa_addr_parse forms); NULL = aa_default_planner_addr */
   const char *token_file; /* token to present in hello (aa_token_load); NULL = none */
-  const char *device;     /* "cpu" (NULL = "cpu"); "cuda:N" is refused until the engine has CUDA */
+  const char *device;     /* "cpu" (NULL = "cpu") or "cuda:N" (aa_worker_parse_device) */
   int threads;            /* runner threads; 0 = all online cores */
   size_t memory_limit;    /* bytes; 0 = none. Reported as the device memory and applied to every run */
   const char *name;       /* device name to report; NULL = the CPU model + " (N threads)" */
   FILE *log;              /* one line per event; NULL = stderr */
 } aa_worker_opts_t;
 
+/* "cpu" (or NULL) gives *cuda = -1, "cuda:N" gives N (0..1023); anything
+ * else is AA_EINVAL naming the forms. */
+int aa_worker_parse_device(const char *device, int *cuda);
+
+/* How many CUDA devices this process could use (CUDA_VISIBLE_DEVICES
+ * applies), asked in a probe child so this process stays CUDA-free.
+ * AA_EUNSUPPORTED with the reason when there is none (no CUDA build, no
+ * driver, no device). */
+int aa_worker_cuda_devices(int *count);
+
 /* Checks the options (address, device, token file) and prepares the loop;
- * nothing connects until aa_worker_run. Strings in opts are copied. *out is
+ * nothing connects until aa_worker_run. A CUDA device is queried in a probe
+ * child process (this process never initialises CUDA: it forks the runners)
+ * and must exist: AA_EUNSUPPORTED without a CUDA build, driver or device,
+ * AA_EINVAL for an ordinal past the last device. Strings in opts are copied. *out is
  * transferred (aa_worker_destroy) and set only on success. */
 int aa_worker_create(aa_worker_t **out, const aa_worker_opts_t *opts);
 

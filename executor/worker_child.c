@@ -16,6 +16,9 @@
 #include "../dryrun/dryrun.h"
 #include "../strategies/strategy.h"
 #include "comm.h"
+#ifdef AA_HAVE_CUDA
+#include "../kernels/cuda/cuda_backend.h"
+#endif
 #include "train.h"
 #include "worker_internal.h"
 
@@ -101,7 +104,7 @@ static void send_failure(child_t *c, int rc) {
  * summary (the engine's rule), so the others log nowhere instead of
  * truncating rank 0's train.log. */
 static int run_train(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t *spec,
-                     const aa_strategy_t *st, int threads, size_t limit, aa_comm_t *comm) {
+                     const aa_strategy_t *st, int threads, const char *device, size_t limit, aa_comm_t *comm) {
   if (!job->out_dir)
     return aa_error(AA_EINVAL, "job %llu: a train job needs out_dir", (unsigned long long)job->job);
   if (job->measured_steps > (uint64_t)1 << 30)
@@ -117,6 +120,7 @@ static int run_train(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t 
   FILE *log = fopen(log_to, "w");
   if (!log) return aa_error(AA_EIO, "%s: cannot write: %s", log_to, strerror(errno));
   aa_train_opts_t o = {.threads = threads,
+                       .device = device,
                        .steps = (int)job->measured_steps,
                        .checkpoint_every = -1,
                        .log_every = 10,
@@ -139,12 +143,13 @@ static int run_train(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t 
 }
 
 static int run_dryrun(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t *spec,
-                      const aa_strategy_t *st, int threads, size_t limit, aa_comm_t *comm) {
+                      const aa_strategy_t *st, int threads, const char *device, size_t limit, aa_comm_t *comm) {
   if (job->warmup_steps > 1000000 || job->measured_steps > 1000000)
     return aa_error(AA_EINVAL, "job %llu: %llu + %llu dry-run steps is too many",
                     (unsigned long long)job->job, (unsigned long long)job->warmup_steps,
                     (unsigned long long)job->measured_steps);
   aa_dryrun_opts_t o = {.threads = threads,
+                        .device = device,
                         .warmup_steps = (int)job->warmup_steps,
                         .measured_steps = (int)job->measured_steps,
                         .memory_limit = limit,
@@ -159,7 +164,7 @@ static int run_dryrun(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t
   return 0;
 }
 
-void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, size_t memory_limit) {
+void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cuda, size_t memory_limit) {
   /* Die with the executor: a runner nobody waits for only burns the cores. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   sigset_t all;
@@ -187,6 +192,13 @@ void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, size_t 
     snprintf(origin, sizeof origin, "job %llu strategy", (unsigned long long)job->job);
     rc = aa_strategy_parse(&st, job->strategy, origin);
   }
+  char device[32] = "cpu";
+  if (cuda >= 0) snprintf(device, sizeof device, "cuda:%d", cuda);
+#ifdef AA_HAVE_CUDA
+  /* An nccl group joins on the current device, so the device comes first;
+   * the engine finds it initialised. */
+  if (!rc && cuda >= 0 && job->world > 1 && (rc = aa_cuda_init(cuda))) aa_error_wrap(rc, "device %s", device);
+#endif
   /* One rank of a gang: the group is built from the rendezvous before the
    * model, so a rank that cannot join fails before it allocates anything. */
   aa_comm_t *comm = NULL;
@@ -197,9 +209,9 @@ void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, size_t 
   if (!rc && job->kind == AA_PROTO_JOB_TRAIN) {
     /* The planner sends the seed to train with (the spec's, unless it chose another). */
     spec.train.seed = job->seed;
-    rc = run_train(&c, job, &spec, &st, threads, memory_limit, comm);
+    rc = run_train(&c, job, &spec, &st, threads, device, memory_limit, comm);
   } else if (!rc) {
-    rc = run_dryrun(&c, job, &spec, &st, threads, memory_limit, comm);
+    rc = run_dryrun(&c, job, &spec, &st, threads, device, memory_limit, comm);
   }
   /* A rank that failed on its own (oom, a refused strategy) stops its
    * peers now rather than at their collective's timeout. */

@@ -36,6 +36,23 @@ typedef struct aa_runner {
 
 typedef struct aa_conn aa_conn_t;
 
+/* The device an executor serves (worker_device.c). */
+typedef struct aa_worker_device {
+  int cuda; /* the CUDA ordinal, or -1 for the CPU */
+  /* CUDA only, from the probe: */
+  char name[256];
+  uint64_t memory; /* bytes */
+  int sm_count, cc_major, cc_minor;
+  double peak_bf16_flops; /* 0 = unknown architecture */
+} aa_worker_device_t;
+
+/* Fills *out for the device: for CUDA, asks the driver in a probe child
+ * process so this process never initialises CUDA (it forks the runners).
+ * AA_EUNSUPPORTED without a CUDA build or device, AA_EINVAL for an ordinal
+ * that does not exist, AA_ETIMEOUT if the driver does not answer in 60 s;
+ * the message names the device. */
+int aa_worker__probe_device(int cuda, aa_worker_device_t *out);
+
 struct aa_worker {
   uv_loop_t loop;
   aa_addr_t addr;
@@ -45,6 +62,7 @@ struct aa_worker {
   char name[AA_PROTO_NAME_MAX + 1];
   char host[AA_PROTO_NAME_MAX + 1];
   int threads;
+  aa_worker_device_t dev;
   size_t memory_limit;
   uint64_t memory; /* reported device memory */
   FILE *log;
@@ -78,9 +96,10 @@ void aa_worker__runner_sigchld(aa_worker_t *w);
 /* Kills and reaps synchronously and closes the pipe (shutdown). */
 void aa_worker__runner_shutdown(aa_worker_t *w);
 
-/* Runner, child side (worker_child.c): runs the job and writes progress and
- * result frames to fd, then exits the process. Never returns. */
-void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, size_t memory_limit)
+/* Runner, child side (worker_child.c): runs the job on the CPU (cuda < 0)
+ * or on CUDA device `cuda`, writes progress and result frames to fd, then
+ * exits the process. Never returns. */
+void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cuda, size_t memory_limit)
     __attribute__((noreturn));
 
 #endif

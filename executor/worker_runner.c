@@ -195,7 +195,7 @@ int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job) {
   }
   if (pid == 0) {
     close(fds[0]);
-    aa_worker__child_main(job, fds[1], w->threads, limit);
+    aa_worker__child_main(job, fds[1], w->threads, w->dev.cuda, limit);
   }
   close(fds[1]);
   memset(r, 0, sizeof *r);

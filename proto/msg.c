@@ -92,8 +92,8 @@ static int bad(const char *path, const char *key, const char *fmt, ...) {
 static int device_check(const void *st, const char *path) {
   const aa_msg_device_t *d = st;
   int any = d->sm_count || d->cc_major || d->cc_minor || d->peak_bf16_flops != 0;
-  if (d->kind == AA_PROTO_DEV_CUDA && !(d->sm_count && d->cc_major && d->peak_bf16_flops != 0))
-    return aa_error(AA_EFORMAT, "%s: a cuda device needs sm_count, cc_major and peak_bf16_flops", path);
+  if (d->kind == AA_PROTO_DEV_CUDA && !(d->sm_count && d->cc_major))
+    return aa_error(AA_EFORMAT, "%s: a cuda device needs sm_count and cc_major", path);
   if (d->kind == AA_PROTO_DEV_CPU && any)
     return aa_error(AA_EFORMAT,
                     "%s: a cpu device must not carry sm_count, cc_major, cc_minor or peak_bf16_flops", path);
@@ -135,7 +135,7 @@ static int progress_check(const void *st, const char *path) {
 static const field_t device_f[] = {
     F_ENUM(aa_msg_device_t, kind, dev_names),
     F_STR(aa_msg_device_t, name, true, 1, AA_PROTO_NAME_MAX),
-    F_INT(aa_msg_device_t, index, true, 0, 1023),
+    F_INT(aa_msg_device_t, index, true, 0, AA_PROTO_DEVICE_INDEX_MAX),
     F_U64(aa_msg_device_t, memory, true, 1, (uint64_t)AA_PROTO_BYTES_MAX),
     F_STR(aa_msg_device_t, host, true, 1, AA_PROTO_NAME_MAX),
     F_INT(aa_msg_device_t, pid, true, 1, INT32_MAX),

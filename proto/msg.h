@@ -35,6 +35,7 @@
 #define AA_PROTO_STEPS_MAX (UINT64_C(1) << 40)
 #define AA_PROTO_TIME_LIMIT_MAX (366 * 24 * 3600) /* seconds */
 #define AA_PROTO_WORLD_MAX 4096
+#define AA_PROTO_DEVICE_INDEX_MAX 1023 /* device.index: the CUDA ordinal */
 #define AA_PROTO_DEPTH_MAX 4    /* nesting of maps/arrays, the top map is depth 1 */
 #define AA_PROTO_ITEMS_MAX 1024 /* values in one message (keys, values, list entries) */
 
@@ -90,7 +91,7 @@ typedef struct aa_msg_device {
   /* cuda only: required for cuda, absent for cpu */
   int sm_count;           /* 1..65535 */
   int cc_major, cc_minor; /* compute capability, 1..99 and 0..99 */
-  double peak_bf16_flops; /* 1..1e20 */
+  double peak_bf16_flops; /* 1..1e20; 0 = absent: the executor does not know the architecture's rate */
 } aa_msg_device_t;
 
 typedef struct aa_msg_hello {

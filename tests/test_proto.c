@@ -251,6 +251,10 @@ AA_TEST(hello_device_fields_decode_as_sent) {
   CHECK(d.hello.device.peak_bf16_flops == 989.4e12);
   CHECK(strcmp(d.hello.token, "s3cret-token") == 0);
   aa_msg_free(&d);
+  /* A GPU whose bf16 rate the executor does not know says nothing rather than guess. */
+  CHECK(decode_modified(AA_MSG_HELLO, "device.peak_bf16_flops", DROP, &d) == 0);
+  CHECK(d.hello.device.kind == AA_PROTO_DEV_CUDA && d.hello.device.peak_bf16_flops == 0);
+  aa_msg_free(&d);
 }
 
 AA_TEST(job_and_result_fields_decode_as_sent) {
@@ -443,7 +447,7 @@ AA_TEST(rules_between_fields_are_checked) {
   EXPECT_REJECT(AA_MSG_HELLO, "device", DROP, AA_EFORMAT, "hello: an executor must describe its device");
   EXPECT_REJECT(AA_MSG_HELLO, "role", VS("client"), AA_EFORMAT, "hello: a client has no device");
   EXPECT_REJECT(AA_MSG_HELLO, "device.sm_count", DROP, AA_EFORMAT,
-                "hello.device: a cuda device needs sm_count, cc_major and peak_bf16_flops");
+                "hello.device: a cuda device needs sm_count and cc_major");
   EXPECT_REJECT(AA_MSG_HELLO, "device.kind", VS("cpu"), AA_EFORMAT,
                 "hello.device: a cpu device must not carry");
   /* A gang's ranks meet at the rendezvous; one rank alone needs none. */

@@ -528,14 +528,37 @@ AA_TEST(a_refused_token_stops_the_executor_with_status_1) {
   close(lfd);
 }
 
-AA_TEST(cuda_devices_are_refused_for_now) {
-  aa_worker_opts_t o = {.device = "cuda:0"};
+AA_TEST(device_names_parse_strictly) {
+  int k = 7;
+  CHECK(aa_worker_parse_device(NULL, &k) == 0 && k == -1);
+  CHECK(aa_worker_parse_device("cpu", &k) == 0 && k == -1);
+  CHECK(aa_worker_parse_device("cuda:0", &k) == 0 && k == 0);
+  CHECK(aa_worker_parse_device("cuda:1023", &k) == 0 && k == 1023);
+  const char *bad[] = {"cuda", "cuda:", "cuda:-1", "cuda:+1", "cuda:1024", "cuda:1x", "cuda:0,1", "gpu:0", "CPU", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    k = 7;
+    CHECK_MSG(aa_worker_parse_device(bad[i], &k) == AA_EINVAL, "'%s' was accepted", bad[i]);
+    CHECK_MSG(strstr(aa_last_error(), "expected cpu or cuda:N") != NULL, "%s", aa_last_error());
+  }
+}
+
+/* Ordinal 1023 exists on no machine: without a GPU (or a CUDA build) the
+ * probe says why CUDA cannot be used, with a GPU it names the bad ordinal.
+ * Either way the executor is not created and the message names the device. */
+AA_TEST(a_cuda_device_that_cannot_be_used_is_refused_with_the_reason) {
+  aa_worker_opts_t o = {.device = "cuda:1023"};
   aa_worker_t *w = NULL;
-  CHECK(aa_worker_create(&w, &o) == AA_EUNSUPPORTED);
-  CHECK(strstr(aa_last_error(), "CUDA backend is not built") != NULL);
+  int rc = aa_worker_create(&w, &o);
+  CHECK_MSG(rc == AA_EUNSUPPORTED || rc == AA_EINVAL, "rc %d", rc);
+  CHECK(w == NULL);
+  CHECK_MSG(strstr(aa_last_error(), "--device cuda:1023: ") != NULL, "%s", aa_last_error());
   o.device = "tpu";
   CHECK(aa_worker_create(&w, &o) == AA_EINVAL);
   CHECK(w == NULL);
+  /* The count is asked the same way; a machine without a GPU says so. */
+  int n = -1;
+  rc = aa_worker_cuda_devices(&n);
+  CHECK_MSG(rc == 0 ? n > 0 : rc == AA_EUNSUPPORTED && n == 0 && aa_last_error()[0], "rc %d n %d", rc, n);
 }
 
 int main(void) {
@@ -571,7 +594,8 @@ int main(void) {
   RUN(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_other);
   RUN(executor_waits_for_a_planner_that_is_not_up_yet);
   RUN(a_refused_token_stops_the_executor_with_status_1);
-  RUN(cuda_devices_are_refused_for_now);
+  RUN(device_names_parse_strictly);
+  RUN(a_cuda_device_that_cannot_be_used_is_refused_with_the_reason);
   free(model_json);
   free(strategy_json);
   char cmd[300];

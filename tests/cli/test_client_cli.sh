@@ -46,8 +46,20 @@ expect 2 "--order is id or best" "$AA" query runs --order fast
 expect 2 "--limit needs an integer" "$AA" query runs --limit 0
 expect 2 "takes only the options" "$AA" query jobs --job 3
 expect 2 "expected exactly one MODEL.json" "$AA" auto
-expect 2 "only cpu:N" "$AA" auto "$tmp/ok.json" --devices tpu:0
-expect 2 "--devices cpu:N needs an integer" "$AA" auto "$tmp/ok.json" --devices cpu:0
+expect 2 "expected cpu, cpu:N, cuda or cuda:I,J" "$AA" auto "$tmp/ok.json" --devices tpu:0
+expect 2 "N must be an executor count from 1 to 64, got '0'" "$AA" auto "$tmp/ok.json" --devices cpu:0
+expect 2 "cuda:1 is named twice" "$AA" auto "$tmp/ok.json" --devices cuda:1,0,1
+expect 2 "expected cpu or cuda:N" "$AA" auto "$tmp/ok.json" --devices cuda:0,x
+expect 2 "expected CUDA ordinals" "$AA" auto "$tmp/ok.json" --devices cuda:0,,1
+expect 2 "expected cpu or cuda:N" "$AA" executor --device cuda:x
+expect 2 "expected cpu or cuda:N" "$AA" executor --device cuda:99999
+
+# --- CUDA devices that cannot be used: the reason, exit 1 -------------------------
+# CUDA_VISIBLE_DEVICES=-1 hides every GPU, so this holds on a GPU machine too;
+# the reason is the driver's, or "no CUDA backend" in a build without nvcc.
+expect 1 "--device cuda:0: .*(CUDA|cuda)" env CUDA_VISIBLE_DEVICES=-1 "$AA" executor --device cuda:0 $NOP
+expect 1 "--devices cuda: .*(CUDA|cuda)" env CUDA_VISIBLE_DEVICES=-1 "$AA" auto "$tmp/ok.json" --devices cuda
+expect 1 "--devices cuda:0,1: .*(CUDA|cuda)" env CUDA_VISIBLE_DEVICES=-1 "$AA" auto "$tmp/ok.json" --devices cuda:0,1
 expect 2 "--memory-limit" "$AA" auto "$tmp/ok.json" --memory-limit lots
 expect 2 "--measured-steps needs an integer" "$AA" auto "$tmp/ok.json" --measured-steps 0
 
