@@ -8,18 +8,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Per-block activation fields, all (B,T,*) except ATT (B,NH,T,T):
- * ln1 out (C), qkv (3C), attention output (C), attention probabilities,
- * residual after attention (C), ln2 out (C), fc out = GELU input (F),
- * GELU out (F), block output (C). */
-enum { F_LN1, F_QKV, F_ATTY, F_ATT, F_RES2, F_LN2, F_FCH, F_FCHG, F_RES3, NF };
-/* LayerNorm statistics of a block, each (B,T) fp32: ln1 mean/rstd, ln2 mean/rstd. */
+/* Per-block activation fields, all (B,T,*): ln1 out (C), qkv (3C),
+ * attention output (C), residual after attention (C), ln2 out (C), fc out
+ * = GELU input (F), GELU out (F), block output (C). The attention
+ * probabilities are never stored (ops.h: the backward recomputes them from
+ * the per-row logsumexp, which lives with the statistics). */
+enum { F_LN1, F_QKV, F_ATTY, F_RES2, F_LN2, F_FCH, F_FCHG, F_RES3, NF };
+/* Statistics of a block, fp32, kept whenever the block keeps anything but
+ * its output: ln1 mean/rstd, ln2 mean/rstd, each (B,T), then the attention
+ * logsumexp (B,NH,T). */
 enum { S_LN1M, S_LN1R, S_LN2M, S_LN2R, NS };
+#define STATS_NUMEL(N, NH) (((size_t)NS + (size_t)(NH)) * (size_t)(N))
+#define LSE(st, N) ((st) + (size_t)NS * (N))
 
 /* What a block keeps for backward, in the storage dtype; NULL = not kept. */
 typedef struct {
   void *f[NF];
-  float *stats; /* NS*(B,T), fp32 */
+  float *stats; /* STATS_NUMEL, fp32 */
 } block_store_t;
 
 /* fp32 views of one block's activations while computing it. */
@@ -44,7 +49,6 @@ struct aa_acts {
   float *wsf[NF];     /* one block's fp32 fields: staging under amp, recompute targets */
   float *ws_res[2];   /* amp: fp32 residual stream, by block parity; ws_res[1] holds the encoder output */
   float *ws_stats;    /* statistics of a recomputed block */
-  float *att_out;     /* (B,T,C): attention output thrown away when only probabilities are recomputed */
   float *wblock, *wpre, *wpost; /* amp: fp32 weights of one block, of wte+wpe, of lnf */
   /* Activation gradients, reused by every block (consumed as soon as produced). */
   float *dres;             /* (B,T,C) gradient of the residual stream */
@@ -103,7 +107,7 @@ static int block_full(const aa_gpt_opts_t *o, int l) {
  * keeps only its output, which is the next block's input. */
 static int kept(const aa_gpt_opts_t *o, int l, int f) {
   if (block_full(o, l)) return f == F_RES3;
-  if (o->ckpt == AA_CKPT_SELECTIVE) return f != F_ATT && f != F_FCHG;
+  if (o->ckpt == AA_CKPT_SELECTIVE) return f != F_FCHG;
   return 1;
 }
 
@@ -111,7 +115,6 @@ static size_t field_numel(const aa_arch_t *a, int B, int T, int f) {
   size_t N = (size_t)B * T, C = a->d_model, F = a->d_ff;
   switch (f) {
   case F_QKV: return 3 * N * C;
-  case F_ATT: return (size_t)B * a->n_head * T * T;
   case F_FCH:
   case F_FCHG: return N * F;
   default: return N * C;
@@ -148,7 +151,7 @@ static void layout(aa_acts_t *a, carver_t *st, carver_t *ws, const aa_arch_t *ar
       else need[f] = 1;
     }
     if (block_full(o, l)) any_full = 1;
-    else b->stats = takef(st, NS * N);
+    else b->stats = takef(st, STATS_NUMEL(N, ar->n_head));
   }
   a->lnf = takef(st, N * C);
   a->lnf_stats = takef(st, 2 * N);
@@ -168,8 +171,7 @@ static void layout(aa_acts_t *a, carver_t *st, carver_t *ws, const aa_arch_t *ar
     a->wpre = takef(ws, (V + (size_t)ar->seq_len) * C);
     a->wpost = takef(ws, 2 * C);
   }
-  if (any_full) a->ws_stats = takef(ws, NS * N);
-  if (o->ckpt == AA_CKPT_SELECTIVE) a->att_out = takef(ws, N * C);
+  if (any_full) a->ws_stats = takef(ws, STATS_NUMEL(N, ar->n_head));
   a->dres = takef(ws, N * C);
   a->dln = takef(ws, N * C);
   a->dqkv = takef(ws, 3 * N * C);
@@ -495,8 +497,7 @@ static void block_forward(aa_gpt_t *m, int l, const float *x, const float *w, bl
   OUT(F_LN1, NC);
   op->matmul_forward(f[F_QKV], f[F_LN1], WK(QKVW), WK(QKVB), N, C, 3 * C);
   OUT(F_QKV, 3 * NC);
-  op->attention_forward(f[F_ATTY], f[F_ATT], f[F_QKV], B, T, C, NH);
-  OUT(F_ATT, field_numel(&m->arch, B, T, F_ATT));
+  op->attention_forward(f[F_ATTY], LSE(st, N), f[F_QKV], B, T, C, NH);
   OUT(F_ATTY, NC);
   /* The projection output goes straight into res2, then x is added. */
   op->matmul_forward(f[F_RES2], f[F_ATTY], WK(PROJW), WK(PROJB), N, C, C);
@@ -533,7 +534,7 @@ static void block_restore(aa_gpt_t *m, int l, const float *x, const float *w, bl
   const aa_ops_t *op = m->ops;
   aa_acts_t *a = m->acts;
   const block_store_t *s = &a->blocks[l];
-  int B = m->B, T = m->T, C = m->arch.d_model, NH = m->arch.n_head;
+  int B = m->B, T = m->T;
   block_view(m, l, v);
   if (block_full(&m->opts, l)) {
     block_forward(m, l, x, w, v, 0);
@@ -542,10 +543,6 @@ static void block_restore(aa_gpt_t *m, int l, const float *x, const float *w, bl
   if (m->opts.amp != AA_F32)
     for (int f = 0; f < NF; f++)
       if (f != F_RES3 && s->f[f]) op->cast_to_f32(v->f[f], s->f[f], m->opts.amp, field_numel(&m->arch, B, T, f));
-  if (!s->f[F_ATT]) {
-    op->attention_forward(a->att_out, v->f[F_ATT], v->f[F_QKV], B, T, C, NH);
-    rnd(m, NULL, v->f[F_ATT], field_numel(&m->arch, B, T, F_ATT));
-  }
   if (!s->f[F_FCHG]) {
     size_t n = field_numel(&m->arch, B, T, F_FCHG);
     op->gelu_forward(v->f[F_FCHG], v->f[F_FCH], n);
@@ -649,7 +646,7 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
     op->matmul_backward(a->datty, G(PROJW), G(PROJB), a->dres, f[F_ATTY], WK(PROJW), N, C, C);
     rnd(m, NULL, a->datty, NC);
     op->memset0(a->dqkv, NC * 3 * sizeof(float));
-    op->attention_backward(a->dqkv, a->datty, f[F_QKV], f[F_ATT], B, T, C, NH);
+    op->attention_backward(a->dqkv, a->datty, f[F_QKV], LSE(st, N), B, T, C, NH);
     rnd(m, NULL, a->dqkv, 3 * NC);
     op->memset0(a->dln, NC * sizeof(float));
     op->matmul_backward(a->dln, G(QKVW), G(QKVB), a->dqkv, f[F_LN1], WK(QKVW), N, C, 3 * C);

@@ -52,16 +52,19 @@ typedef struct aa_ops {
   void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                           const float *weight, int N, int C, int OC);
 
-  /* Causal multi-head self-attention.
+  /* Causal multi-head self-attention, flash-attention style: the T x T
+   * probabilities are never kept.
    * qkv(B,T,3C): per position [q(C) | k(C) | v(C)], head h uses columns
-   * h*hs .. h*hs+hs-1 of each part, hs = C/NH. Scores are scaled by
-   * 1/sqrt(hs). att(B,NH,T,T) receives the post-softmax probabilities (row t
-   * only meaningful for columns <= t; the rest is zero) and is kept for
-   * backward. out(B,T,C) = att @ v with heads concatenated. */
-  void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-  /* dqkv(B,T,3C) += gradient w.r.t. qkv. The backend may use internal
-   * scratch (per-thread rows of T floats). */
-  void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
+   * h*hs .. h*hs+hs-1 of each part, hs = C/NH. Scores s(t,u) = q_t . k_u /
+   * sqrt(hs) for u <= t (causal), P = softmax over u of each row.
+   * out(B,T,C) = P @ v with heads concatenated. lse(B,NH,T) receives each
+   * row's logsumexp of its scores, log(sum_u exp(s(t,u))), kept for
+   * backward, so that P(t,u) = exp(s(t,u) - lse(b,h,t)). */
+  void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+  /* dqkv(B,T,3C) += gradient w.r.t. qkv, given the forward's lse; the
+   * probabilities are recomputed from q, k and lse. The backend may use
+   * internal scratch. */
+  void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *lse, int B, int T,
                              int C, int NH);
 
   /* GELU, tanh approximation (GPT-2; torch approximate='tanh'). */

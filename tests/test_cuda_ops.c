@@ -357,35 +357,40 @@ AA_TEST(matmul_matches_cpu) {
   matmul_case(257, 96, 203, 1, 3);
 }
 
+/* Shapes: T = 7 (one partial tile), 33 and 100 (several 16-row and
+ * 32-key tiles, the last partial); hs = 16 (lanes past hs idle) and hs = 80
+ * (three head dimensions per lane, the last partial). */
 AA_TEST(attention_matches_cpu) {
   NEED_GPU();
-  const int B = 2, C = 48, NH = 3;
-  for (int T = 7; T <= 33; T += 26) {
-    size_t btc = (size_t)B * T * C, att_n = (size_t)B * NH * T * T;
-    float *qkv = frand(3 * btc, -2, 2), *out = xmalloc(btc * 4), *att = xmalloc(att_n * 4);
+  const int B = 2, shapes[][3] = {{7, 48, 3}, {33, 48, 3}, {100, 48, 3}, {33, 160, 2}};
+  for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+    int T = shapes[si][0], C = shapes[si][1], NH = shapes[si][2];
+    size_t btc = (size_t)B * T * C, lse_n = (size_t)B * NH * T;
+    float *qkv = frand(3 * btc, -2, 2), *out = xmalloc(btc * 4), *lse = xmalloc(lse_n * 4);
     float *dout = frand(btc, -1, 1), *dqkv = frand(3 * btc, -1, 1), *dqkv0 = fdup(dqkv, 3 * btc);
-    float *poison = frand(att_n, 5, 6); /* every element of att must be written */
-    float *d_qkv = dput(qkv, 3 * btc * 4), *d_out = dput(out, btc * 4), *d_att = dput(poison, att_n * 4);
+    float *poison = frand(lse_n, 5, 6); /* every element of lse must be written */
+    float *d_qkv = dput(qkv, 3 * btc * 4), *d_out = dput(out, btc * 4), *d_lse = dput(poison, lse_n * 4);
     free(poison);
     float *d_dout = dput(dout, btc * 4), *d_dqkv = dput(dqkv, 3 * btc * 4);
-    cpu->attention_forward(out, att, qkv, B, T, C, NH);
-    gpu->attention_forward(d_out, d_att, d_qkv, B, T, C, NH);
-    float *g = dgetf(d_out, btc), *ga = dgetf(d_att, att_n);
+    cpu->attention_forward(out, lse, qkv, B, T, C, NH);
+    gpu->attention_forward(d_out, d_lse, d_qkv, B, T, C, NH);
+    float *g = dgetf(d_out, btc), *gl = dgetf(d_lse, lse_n);
+    fprintf(stderr, "  T=%d C=%d NH=%d\n", T, C, NH);
     CHECK_GEMM("attention_forward out", g, out, btc);
-    CHECK_GEMM("attention_forward att", ga, att, att_n);
-    /* Backward from the CPU's probabilities on both sides. */
-    dset(d_att, att, att_n * 4);
-    cpu->attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
-    gpu->attention_backward(d_dqkv, d_dout, d_qkv, d_att, B, T, C, NH);
+    CHECK_GEMM("attention_forward lse", gl, lse, lse_n);
+    /* Backward from the CPU's logsumexp on both sides. */
+    dset(d_lse, lse, lse_n * 4);
+    cpu->attention_backward(dqkv, dout, qkv, lse, B, T, C, NH);
+    gpu->attention_backward(d_dqkv, d_dout, d_qkv, d_lse, B, T, C, NH);
     float *gd = dgetf(d_dqkv, 3 * btc);
     CHECK_GEMM("attention_backward dqkv", gd, dqkv, 3 * btc);
     CHECK_DETERMINISTIC("attention_forward", d_out, out, btc * 4,
-                        gpu->attention_forward(d_out, d_att, d_qkv, B, T, C, NH));
-    dset(d_att, att, att_n * 4);
+                        gpu->attention_forward(d_out, d_lse, d_qkv, B, T, C, NH));
+    dset(d_lse, lse, lse_n * 4);
     CHECK_DETERMINISTIC("attention_backward", d_dqkv, dqkv0, 3 * btc * 4,
-                        gpu->attention_backward(d_dqkv, d_dout, d_qkv, d_att, B, T, C, NH));
-    free(g), free(ga), free(gd), free(qkv), free(out), free(att), free(dout), free(dqkv), free(dqkv0);
-    aa_cuda_free(d_qkv), aa_cuda_free(d_out), aa_cuda_free(d_att), aa_cuda_free(d_dout), aa_cuda_free(d_dqkv);
+                        gpu->attention_backward(d_dqkv, d_dout, d_qkv, d_lse, B, T, C, NH));
+    free(g), free(gl), free(gd), free(qkv), free(out), free(lse), free(dout), free(dqkv), free(dqkv0);
+    aa_cuda_free(d_qkv), aa_cuda_free(d_out), aa_cuda_free(d_lse), aa_cuda_free(d_dout), aa_cuda_free(d_dqkv);
   }
 }
 
@@ -619,7 +624,7 @@ AA_TEST(casts_match_cpu_bit_for_bit) {
 
 enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPW, P_FCPB, NP };
 enum {
-  A_X, A_LN1, A_LN1M, A_LN1R, A_QKV, A_ATTY, A_ATT, A_PROJ, A_RES1, A_LN2, A_LN2M, A_LN2R, A_FCH, A_FCG, A_FCP,
+  A_X, A_LN1, A_LN1M, A_LN1R, A_QKV, A_ATTY, A_LSE, A_PROJ, A_RES1, A_LN2, A_LN2M, A_LN2R, A_FCH, A_FCG, A_FCP,
   A_OUT, A_DOUT, A_DRES1, A_DFCG, A_DFCH, A_DLN2, A_DATTY, A_DQKV, A_DLN1, A_DX, NA
 };
 
@@ -632,7 +637,7 @@ typedef struct {
 static void block_layout(block_layout_t *L, int B, int T, int C, int NH) {
   size_t N = (size_t)B * T, c = (size_t)C;
   size_t ps[NP] = {c, c, 3 * c * c, 3 * c, c * c, c, c, c, 4 * c * c, 4 * c, 4 * c * c, c};
-  size_t as[NA] = {N * c, N * c, N, N, 3 * N * c, N * c, (size_t)B * NH * T * T, N * c, N * c, N * c, N, N,
+  size_t as[NA] = {N * c, N * c, N, N, 3 * N * c, N * c, (size_t)B * NH * T, N * c, N * c, N * c, N, N,
                    4 * N * c, 4 * N * c, N * c, N * c, N * c, N * c, 4 * N * c, 4 * N * c, N * c, N * c,
                    3 * N * c, N * c, N * c};
   size_t o = 0;
@@ -656,7 +661,7 @@ static void block_run(const aa_ops_t *ops, float *m, const block_layout_t *L, in
   size_t nc = (size_t)N * C;
   ops->layernorm_forward(ACT(A_LN1), ACT(A_LN1M), ACT(A_LN1R), ACT(A_X), PAR(P_LN1W), PAR(P_LN1B), N, C);
   ops->matmul_forward(ACT(A_QKV), ACT(A_LN1), PAR(P_QKVW), PAR(P_QKVB), N, C, 3 * C);
-  ops->attention_forward(ACT(A_ATTY), ACT(A_ATT), ACT(A_QKV), B, T, C, NH);
+  ops->attention_forward(ACT(A_ATTY), ACT(A_LSE), ACT(A_QKV), B, T, C, NH);
   ops->matmul_forward(ACT(A_PROJ), ACT(A_ATTY), PAR(P_PROJW), PAR(P_PROJB), N, C, C);
   ops->residual_forward(ACT(A_RES1), ACT(A_X), ACT(A_PROJ), nc);
   ops->layernorm_forward(ACT(A_LN2), ACT(A_LN2M), ACT(A_LN2R), ACT(A_RES1), PAR(P_LN2W), PAR(P_LN2B), N, C);
@@ -674,7 +679,7 @@ static void block_run(const aa_ops_t *ops, float *m, const block_layout_t *L, in
   ops->accumulate(ACT(A_DX), ACT(A_DRES1), nc);
   ops->matmul_backward(ACT(A_DATTY), GRAD(P_PROJW), GRAD(P_PROJB), ACT(A_DRES1), ACT(A_ATTY), PAR(P_PROJW), N, C,
                        C);
-  ops->attention_backward(ACT(A_DQKV), ACT(A_DATTY), ACT(A_QKV), ACT(A_ATT), B, T, C, NH);
+  ops->attention_backward(ACT(A_DQKV), ACT(A_DATTY), ACT(A_QKV), ACT(A_LSE), B, T, C, NH);
   ops->matmul_backward(ACT(A_DLN1), GRAD(P_QKVW), GRAD(P_QKVB), ACT(A_DQKV), ACT(A_LN1), PAR(P_QKVW), N, C, 3 * C);
   ops->layernorm_backward(ACT(A_DX), GRAD(P_LN1W), GRAD(P_LN1B), ACT(A_DLN1), ACT(A_X), PAR(P_LN1W), ACT(A_LN1M),
                           ACT(A_LN1R), N, C);
@@ -706,7 +711,7 @@ AA_TEST(transformer_block_forward_backward_matches_cpu) {
                                "ln2.w", "ln2.b", "fc.w",  "fc.b",  "fcproj.w", "fcproj.b"};
   char name[64];
   CHECK_GEMM("block out", g + L->off[2 * NP + A_OUT], ACT(A_OUT), L->size[2 * NP + A_OUT]);
-  CHECK_GEMM("block att", g + L->off[2 * NP + A_ATT], ACT(A_ATT), L->size[2 * NP + A_ATT]);
+  CHECK_GEMM("block lse", g + L->off[2 * NP + A_LSE], ACT(A_LSE), L->size[2 * NP + A_LSE]);
   CHECK_GEMM("block dx", g + L->off[2 * NP + A_DX], ACT(A_DX), L->size[2 * NP + A_DX]);
   for (int i = 0; i < NP; i++) {
     snprintf(name, sizeof name, "block d%s", pn[i]);

@@ -74,8 +74,8 @@ void aa__cpu_matmul_forward(float *out, const float *inp, const float *weight, c
 void aa__cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                              const float *weight, int N, int C, int OC);
 
-void aa__cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-void aa__cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+void aa__cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+void aa__cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
                                 int T, int C, int NH);
 
 void aa__cpu_gelu_forward(float *out, const float *inp, size_t n);

@@ -1,188 +1,317 @@
-/* Causal multi-head self-attention with the att(B,NH,T,T) probabilities
- * kept for backward, as the contract in kernels/ops.h asks (after llm.c's
- * attention_forward/backward on cuBLAS). q, k, v are first permuted to
- * (B,NH,T,hs) so that every head is one strided batch of cuBLAS; the T x T
- * products include the masked triangle (the softmax overwrites it with
- * zeros), which costs 2x the causal minimum. A flash-style kernel that never
- * stores att would be both faster and O(T) in memory but needs a contract
- * change (att becomes a per-row logsumexp); see kernels/README.md.
+/* Causal multi-head self-attention, flash-attention style (the contract in
+ * kernels/ops.h): nothing T x T ever reaches global memory. The forward
+ * keeps one logsumexp per query row; the backward recomputes the
+ * probabilities from q, k and it.
  *
- * Scratch (context, per call): forward 4*B*T*C floats; backward
- * 7*B*T*C + B*NH*T*T floats. Softmax rows are warp reductions of fixed shape,
- * cuBLAS is reproducible, and nothing uses atomics: deterministic. */
+ * q, k and v are read in place from qkv(B,T,3C) (no permuted copies). A
+ * block owns one (batch, head) and a tile of rows; K/V (or Q/dO) tiles are
+ * staged in shared memory, one warp works on one row at a time and its 32
+ * lanes take 32 keys (scores: each lane one dot product) or 32 head
+ * dimensions (outputs: lane d, d+32, ...), so hs <= ATT_MAX_HS.
+ *
+ *   forward   grid (T/16, B*NH): online softmax over key tiles of 32
+ *             (running max m, sum l, output accumulator rescaled by
+ *             exp(m_old - m_new)); out = acc / l, lse = m + log l.
+ *   backward  two kernels, no atomics (deterministic):
+ *     dq      grid (T/16, B*NH), per query row t: pass 1 over its keys
+ *             gives D_t = sum_u P(t,u) dP(t,u) with dP = dO_t . v_u; pass 2
+ *             gives dS = P (dP - D_t) / sqrt(hs) and dq_t += sum_u dS k_u.
+ *             D goes to scratch for the second kernel.
+ *     dk, dv  grid (T/16, B*NH), per key u, over the query tiles t >= u:
+ *             dv_u += sum_t P dO_t, dk_u += sum_t dS q_t.
+ *
+ * The math is fp32 on CUDA cores: the point here is the memory contract
+ * (O(T) per head kept, O(tile) scratch) and exactness against the CPU
+ * backend; tensor-core (bf16 mma) tiles are the next step for speed
+ * (kernels/README.md). Every sum runs in a fixed order: deterministic. */
 #include "cuda_common.cuh"
 
 #include <math.h>
 
-#define ATT_THREADS 256
-#define SM_WARPS 8 /* softmax rows per block */
+#define ATT_WARPS 4
+#define ATT_ROWS_PER_WARP 4
+#define ATT_ROWS (ATT_WARPS * ATT_ROWS_PER_WARP) /* query (or key) rows per block */
+#define ATT_TILE 32                              /* keys (or queries) per shared-memory tile */
+#define ATT_MAX_SLOTS 8                          /* head dims per lane */
+#define ATT_MAX_HS (32 * ATT_MAX_SLOTS)
 
-// q,k,v(B,NH,T,hs) from qkv(B,T,3C)
-__global__ void attention_permute_kernel(float *q, float *k, float *v, const float *qkv, int B, int T, int C,
-                                         int NH) {
-  int hs = C / NH;
-  size_t n = (size_t)B * T * C;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    int d = (int)(i % hs);
-    size_t r = i / hs;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH);
-    int b = (int)(r / NH);
-    const float *src = qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
-    q[i] = src[0];
-    k[i] = src[C];
-    v[i] = src[2 * C];
-  }
-}
-
-// to_heads = 0: dst(B,T,C) = src(B,NH,T,hs) with heads concatenated;
-// to_heads = 1: dst(B,NH,T,hs) = src(B,T,C) split into heads
-__global__ void attention_relayout_kernel(float *dst, const float *src, int B, int T, int C, int NH, int to_heads) {
-  int hs = C / NH;
-  size_t n = (size_t)B * T * C;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    int d = (int)(i % hs);
-    size_t r = i / hs;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH);
-    int b = (int)(r / NH);
-    size_t o = ((size_t)b * T + t) * C + (size_t)h * hs + d;
-    if (to_heads)
-      dst[i] = src[o];
-    else
-      dst[o] = src[i];
-  }
-}
-
-// dqkv(B,T,3C) += dq,dk,dv(B,NH,T,hs)
-__global__ void attention_unpermute_add_kernel(float *dqkv, const float *dq, const float *dk, const float *dv,
-                                               int B, int T, int C, int NH) {
-  int hs = C / NH;
-  size_t n = (size_t)B * T * C;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    int d = (int)(i % hs);
-    size_t r = i / hs;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH);
-    int b = (int)(r / NH);
-    float *dst = dqkv + ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
-    dst[0] += dq[i];
-    dst[C] += dk[i];
-    dst[2 * C] += dv[i];
-  }
-}
-
-// att(B*NH*T rows, T): causal softmax of each row in place; row t keeps
-// columns 0..t, the rest become 0
-__global__ void attention_softmax_kernel(float *att, int T, size_t rows) {
-  int lane = threadIdx.x % 32;
-  size_t row = (size_t)blockIdx.x * SM_WARPS + threadIdx.x / 32;
-  if (row >= rows) return;
-  int t = (int)(row % T);
-  float *x = att + row * T;
-  float maxv = -INFINITY;
-  for (int j = lane; j <= t; j += 32)
-    maxv = fmaxf(maxv, x[j]);
+__device__ __forceinline__ float warp_max(float x) {
   for (int o = 16; o > 0; o >>= 1)
-    maxv = fmaxf(maxv, __shfl_xor_sync(0xffffffffu, maxv, o));
-  float sum = 0.0f;
-  for (int j = lane; j <= t; j += 32) {
-    float e = expf(x[j] - maxv);
-    x[j] = e;
-    sum += e;
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1)
+    x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+/* Rows r0..r0+n-1 of part `part` (0 q, 1 k, 2 v) of head h, batch b, into
+ * dst (n rows of stride ld); rows at or past T are zero. */
+__device__ __forceinline__ void load_rows(float *dst, int ld, const float *qkv, int b, int h, int part, int r0,
+                                          int n, int T, int C, int hs) {
+  for (int i = threadIdx.x; i < n * hs; i += blockDim.x) {
+    int r = i / hs, d = i % hs, t = r0 + r;
+    dst[r * ld + d] = t < T ? qkv[((size_t)b * T + t) * 3 * C + (size_t)part * C + (size_t)h * hs + d] : 0.0f;
   }
-  for (int o = 16; o > 0; o >>= 1)
-    sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  float inv = 1.0f / sum;
-  for (int j = lane; j < T; j += 32)
-    x[j] = j <= t ? x[j] * inv : 0.0f;
 }
 
-// datt(rows, T) = att * (datt - rowsum(att * datt)) * scale in place, causal
-__global__ void attention_softmax_backward_kernel(float *datt, const float *att, int T, size_t rows, float scale) {
-  int lane = threadIdx.x % 32;
-  size_t row = (size_t)blockIdx.x * SM_WARPS + threadIdx.x / 32;
-  if (row >= rows) return;
-  int t = (int)(row % T);
-  float *d = datt + row * T;
-  const float *p = att + row * T;
-  float dot = 0.0f;
-  for (int j = lane; j <= t; j += 32)
-    dot += p[j] * d[j];
-  for (int o = 16; o > 0; o >>= 1)
-    dot += __shfl_xor_sync(0xffffffffu, dot, o);
-  for (int j = lane; j < T; j += 32)
-    d[j] = j <= t ? p[j] * (d[j] - dot) * scale : 0.0f;
+/* Rows r0..r0+n-1 of head h of a (B,T,C) tensor into dst (stride ld). */
+__device__ __forceinline__ void load_head_rows(float *dst, int ld, const float *x, int b, int h, int r0, int n,
+                                               int T, int C, int hs) {
+  for (int i = threadIdx.x; i < n * hs; i += blockDim.x) {
+    int r = i / hs, d = i % hs, t = r0 + r;
+    dst[r * ld + d] = t < T ? x[((size_t)b * T + t) * C + (size_t)h * hs + d] : 0.0f;
+  }
 }
 
-int aa__cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+__device__ __forceinline__ float row_dot(const float *a, const float *b, int hs) {
+  float s = 0.0f;
+  for (int d = 0; d < hs; d++)
+    s += a[d] * b[d];
+  return s;
+}
+
+// shared: Qs[ATT_ROWS][hs], Ks[ATT_TILE][hs+1], Vs[ATT_TILE][hs+1]
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    flash_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale) {
+  extern __shared__ float smem[];
+  int hs = C / NH, ld = hs + 1;
+  float *Qs = smem, *Ks = Qs + ATT_ROWS * hs, *Vs = Ks + ATT_TILE * ld;
+  int b = blockIdx.y / NH, h = blockIdx.y % NH, t0 = blockIdx.x * ATT_ROWS;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  load_rows(Qs, hs, qkv, b, h, 0, t0, ATT_ROWS, T, C, hs);
+  float m[ATT_ROWS_PER_WARP], l[ATT_ROWS_PER_WARP], acc[ATT_ROWS_PER_WARP][ATT_MAX_SLOTS];
+  for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+    for (int k = 0; k < ATT_MAX_SLOTS; k++)
+      acc[r][k] = 0.0f;
+  }
+  int t_last = min(t0 + ATT_ROWS, T) - 1;
+  for (int s0 = 0; s0 <= t_last; s0 += ATT_TILE) {
+    __syncthreads(); /* the previous tile is consumed (and Qs loaded) */
+    load_rows(Ks, ld, qkv, b, h, 1, s0, ATT_TILE, T, C, hs);
+    load_rows(Vs, ld, qkv, b, h, 2, s0, ATT_TILE, T, C, hs);
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+      int i = warp * ATT_ROWS_PER_WARP + r, t = t0 + i, s = s0 + lane;
+      if (t >= T) continue; /* warp-uniform */
+      float score = s <= t ? row_dot(Qs + i * hs, Ks + lane * ld, hs) * scale : -INFINITY;
+      float tile_max = warp_max(score);
+      if (tile_max == -INFINITY) continue; /* every key of the tile is in t's future */
+      float m_new = fmaxf(m[r], tile_max);
+      float p = s <= t ? expf(score - m_new) : 0.0f;
+      float corr = expf(m[r] - m_new); /* 0 on the first tile: m = -inf */
+      l[r] = l[r] * corr + warp_sum(p);
+      m[r] = m_new;
+#pragma unroll
+      for (int k = 0; k < ATT_MAX_SLOTS; k++)
+        acc[r][k] *= corr;
+      for (int j = 0; j < ATT_TILE; j++) {
+        float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+        for (int k = 0; k < ATT_MAX_SLOTS; k++) {
+          int d = lane + 32 * k;
+          if (d < hs) acc[r][k] += pj * Vs[j * ld + d];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+    int t = t0 + warp * ATT_ROWS_PER_WARP + r;
+    if (t >= T) continue;
+    float inv = 1.0f / l[r];
+#pragma unroll
+    for (int k = 0; k < ATT_MAX_SLOTS; k++) {
+      int d = lane + 32 * k;
+      if (d < hs) out[((size_t)b * T + t) * C + (size_t)h * hs + d] = acc[r][k] * inv;
+    }
+    if (lane == 0) lse[(size_t)blockIdx.y * T + t] = m[r] + logf(l[r]);
+  }
+}
+
+// shared: Qs[ATT_ROWS][hs], dOs[ATT_ROWS][hs], Ks[ATT_TILE][hs+1], Vs[ATT_TILE][hs+1]
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    flash_backward_dq_kernel(float *dqkv, float *Dbuf, const float *dout, const float *qkv, const float *lse, int T,
+                             int C, int NH, float scale) {
+  extern __shared__ float smem[];
+  int hs = C / NH, ld = hs + 1;
+  float *Qs = smem, *dOs = Qs + ATT_ROWS * hs, *Ks = dOs + ATT_ROWS * hs, *Vs = Ks + ATT_TILE * ld;
+  int b = blockIdx.y / NH, h = blockIdx.y % NH, t0 = blockIdx.x * ATT_ROWS;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  load_rows(Qs, hs, qkv, b, h, 0, t0, ATT_ROWS, T, C, hs);
+  load_head_rows(dOs, hs, dout, b, h, t0, ATT_ROWS, T, C, hs);
+  float L[ATT_ROWS_PER_WARP], D[ATT_ROWS_PER_WARP], dq[ATT_ROWS_PER_WARP][ATT_MAX_SLOTS];
+  for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+    int t = t0 + warp * ATT_ROWS_PER_WARP + r;
+    L[r] = t < T ? lse[(size_t)blockIdx.y * T + t] : 0.0f;
+    D[r] = 0.0f;
+    for (int k = 0; k < ATT_MAX_SLOTS; k++)
+      dq[r][k] = 0.0f;
+  }
+  int t_last = min(t0 + ATT_ROWS, T) - 1;
+  for (int pass = 0; pass < 2; pass++) {
+    for (int s0 = 0; s0 <= t_last; s0 += ATT_TILE) {
+      __syncthreads();
+      load_rows(Ks, ld, qkv, b, h, 1, s0, ATT_TILE, T, C, hs);
+      load_rows(Vs, ld, qkv, b, h, 2, s0, ATT_TILE, T, C, hs);
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+        int i = warp * ATT_ROWS_PER_WARP + r, t = t0 + i, s = s0 + lane;
+        if (t >= T || s0 > t) continue; /* warp-uniform */
+        float p = 0.0f, dp = 0.0f;
+        if (s <= t) {
+          p = expf(row_dot(Qs + i * hs, Ks + lane * ld, hs) * scale - L[r]);
+          dp = row_dot(dOs + i * hs, Vs + lane * ld, hs);
+        }
+        if (pass == 0) {
+          D[r] += warp_sum(p * dp);
+          continue;
+        }
+        float ds = p * (dp - D[r]) * scale;
+        for (int j = 0; j < ATT_TILE; j++) {
+          float dsj = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+          for (int k = 0; k < ATT_MAX_SLOTS; k++) {
+            int d = lane + 32 * k;
+            if (d < hs) dq[r][k] += dsj * Ks[j * ld + d];
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+    int t = t0 + warp * ATT_ROWS_PER_WARP + r;
+    if (t >= T) continue;
+#pragma unroll
+    for (int k = 0; k < ATT_MAX_SLOTS; k++) {
+      int d = lane + 32 * k;
+      if (d < hs) dqkv[((size_t)b * T + t) * 3 * C + (size_t)h * hs + d] += dq[r][k];
+    }
+    if (lane == 0) Dbuf[(size_t)blockIdx.y * T + t] = D[r];
+  }
+}
+
+// shared: Kb[ATT_ROWS][hs], Vb[ATT_ROWS][hs], Qs[ATT_TILE][hs+1], dOs[ATT_TILE][hs+1], Ls[ATT_TILE], Ds[ATT_TILE]
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    flash_backward_dkv_kernel(float *dqkv, const float *Dbuf, const float *dout, const float *qkv, const float *lse,
+                              int T, int C, int NH, float scale) {
+  extern __shared__ float smem[];
+  int hs = C / NH, ld = hs + 1;
+  float *Kb = smem, *Vb = Kb + ATT_ROWS * hs, *Qs = Vb + ATT_ROWS * hs, *dOs = Qs + ATT_TILE * ld;
+  float *Ls = dOs + ATT_TILE * ld, *Ds = Ls + ATT_TILE;
+  int b = blockIdx.y / NH, h = blockIdx.y % NH, s0 = blockIdx.x * ATT_ROWS;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  load_rows(Kb, hs, qkv, b, h, 1, s0, ATT_ROWS, T, C, hs);
+  load_rows(Vb, hs, qkv, b, h, 2, s0, ATT_ROWS, T, C, hs);
+  float dk[ATT_ROWS_PER_WARP][ATT_MAX_SLOTS], dv[ATT_ROWS_PER_WARP][ATT_MAX_SLOTS];
+  for (int r = 0; r < ATT_ROWS_PER_WARP; r++)
+    for (int k = 0; k < ATT_MAX_SLOTS; k++)
+      dk[r][k] = dv[r][k] = 0.0f;
+  /* Queries before s0 see none of these keys. */
+  for (int q0 = s0; q0 < T; q0 += ATT_TILE) {
+    __syncthreads();
+    load_rows(Qs, ld, qkv, b, h, 0, q0, ATT_TILE, T, C, hs);
+    load_head_rows(dOs, ld, dout, b, h, q0, ATT_TILE, T, C, hs);
+    for (int i = threadIdx.x; i < ATT_TILE; i += blockDim.x) {
+      int t = q0 + i;
+      Ls[i] = t < T ? lse[(size_t)blockIdx.y * T + t] : 0.0f;
+      Ds[i] = t < T ? Dbuf[(size_t)blockIdx.y * T + t] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+      int i = warp * ATT_ROWS_PER_WARP + r, s = s0 + i, t = q0 + lane;
+      if (s >= T) continue; /* warp-uniform */
+      float p = 0.0f, ds = 0.0f;
+      if (t < T && t >= s) {
+        p = expf(row_dot(Qs + lane * ld, Kb + i * hs, hs) * scale - Ls[lane]);
+        float dp = row_dot(dOs + lane * ld, Vb + i * hs, hs);
+        ds = p * (dp - Ds[lane]) * scale;
+      }
+      for (int j = 0; j < ATT_TILE; j++) {
+        float pj = __shfl_sync(0xffffffffu, p, j), dsj = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+        for (int k = 0; k < ATT_MAX_SLOTS; k++) {
+          int d = lane + 32 * k;
+          if (d < hs) {
+            dv[r][k] += pj * dOs[j * ld + d];
+            dk[r][k] += dsj * Qs[j * ld + d];
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+    int s = s0 + warp * ATT_ROWS_PER_WARP + r;
+    if (s >= T) continue;
+    float *dst = dqkv + ((size_t)b * T + s) * 3 * C + (size_t)h * hs;
+#pragma unroll
+    for (int k = 0; k < ATT_MAX_SLOTS; k++) {
+      int d = lane + 32 * k;
+      if (d < hs) {
+        dst[C + d] += dk[r][k];
+        dst[2 * C + d] += dv[r][k];
+      }
+    }
+  }
+}
+
+/* Shared bytes of the three kernels for head size hs. */
+static size_t fwd_smem(int hs) { return sizeof(float) * ((size_t)ATT_ROWS * hs + 2 * (size_t)ATT_TILE * (hs + 1)); }
+static size_t dq_smem(int hs) { return sizeof(float) * (2 * (size_t)ATT_ROWS * hs + 2 * (size_t)ATT_TILE * (hs + 1)); }
+static size_t dkv_smem(int hs) {
+  return sizeof(float) * (2 * (size_t)ATT_ROWS * hs + 2 * (size_t)ATT_TILE * (hs + 1) + 2 * ATT_TILE);
+}
+
+/* Checks the shape and lets `kernel` use `bytes` of shared memory (past
+ * 48 KiB a kernel must opt in). */
+static int att_prepare(const void *kernel, size_t bytes, int hs) {
+  if (hs > ATT_MAX_HS)
+    return aa__cuda_fail(AA_EUNSUPPORTED, __FILE__, __LINE__,
+                         "attention: head size %d is larger than the CUDA kernel's limit of %d", hs, ATT_MAX_HS);
+  if (bytes > 48 * 1024)
+    AA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+  return 0;
+}
+
+int aa__cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
   AA_CUDA_CTX(ctx);
   if (B <= 0 || T <= 0 || C <= 0) return 0;
-  int hs = C / NH;
-  size_t btc = (size_t)B * T * C;
-  float *buf;
-  int rc = aa__cuda_scratch(ctx, 4 * btc * sizeof(float), (void **)&buf);
-  if (rc) return rc;
-  float *q = buf, *k = buf + btc, *v = buf + 2 * btc, *y = buf + 3 * btc;
-  unsigned grid = aa__cuda_grid(btc, ATT_THREADS);
-  attention_permute_kernel<<<grid, ATT_THREADS, 0, ctx->stream>>>(q, k, v, qkv, B, T, C, NH);
-  AA_CUDA_LAUNCHED();
-  const float scale = 1.0f / sqrtf((float)hs), one = 1.0f, zero = 0.0f;
-  long long sqk = (long long)T * hs, satt = (long long)T * T;
-  int batch = B * NH;
-  // att(t,s) = scale * q_t . k_s: column-major (T_s, T_t) = k^T q
-  AA_CUBLAS_TRY(cublasSgemmStridedBatched(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &scale, k, hs, sqk, q, hs,
-                                          sqk, &zero, att, T, satt, batch));
-  size_t rows = (size_t)batch * T;
-  attention_softmax_kernel<<<aa__cuda_blocks(rows, SM_WARPS), SM_WARPS * 32, 0, ctx->stream>>>(att, T, rows);
-  AA_CUDA_LAUNCHED();
-  // y(t,:) = sum_s att(t,s) v(s,:): column-major (hs, T) = v (hs,T_s) @ att (T_s,T_t)
-  AA_CUBLAS_TRY(cublasSgemmStridedBatched(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &one, v, hs, sqk, att, T,
-                                          satt, &zero, y, hs, sqk, batch));
-  attention_relayout_kernel<<<grid, ATT_THREADS, 0, ctx->stream>>>(out, y, B, T, C, NH, 0);
+  int hs = C / NH, rc;
+  size_t sm = fwd_smem(hs);
+  if ((rc = att_prepare((const void *)flash_forward_kernel, sm, hs))) return rc;
+  dim3 grid((unsigned)((T + ATT_ROWS - 1) / ATT_ROWS), (unsigned)(B * NH));
+  flash_forward_kernel<<<grid, ATT_WARPS * 32, sm, ctx->stream>>>(out, lse, qkv, T, C, NH, 1.0f / sqrtf((float)hs));
   AA_CUDA_LAUNCHED();
   return 0;
 }
 
-int aa__cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
+int aa__cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B, int T,
                                 int C, int NH) {
   AA_CUDA_CTX(ctx);
   if (B <= 0 || T <= 0 || C <= 0) return 0;
-  int hs = C / NH;
-  size_t btc = (size_t)B * T * C;
-  int batch = B * NH;
-  size_t rows = (size_t)batch * T;
-  float *buf;
-  int rc = aa__cuda_scratch(ctx, (7 * btc + rows * T) * sizeof(float), (void **)&buf);
-  if (rc) return rc;
-  float *q = buf, *k = buf + btc, *v = buf + 2 * btc, *dy = buf + 3 * btc;
-  float *dq = buf + 4 * btc, *dk = buf + 5 * btc, *dv = buf + 6 * btc, *datt = buf + 7 * btc;
-  unsigned grid = aa__cuda_grid(btc, ATT_THREADS);
-  attention_permute_kernel<<<grid, ATT_THREADS, 0, ctx->stream>>>(q, k, v, qkv, B, T, C, NH);
+  int hs = C / NH, rc;
+  float *Dbuf;
+  if ((rc = aa__cuda_scratch(ctx, (size_t)B * NH * T * sizeof(float), (void **)&Dbuf))) return rc;
+  size_t sm_dq = dq_smem(hs), sm_dkv = dkv_smem(hs);
+  if ((rc = att_prepare((const void *)flash_backward_dq_kernel, sm_dq, hs)) ||
+      (rc = att_prepare((const void *)flash_backward_dkv_kernel, sm_dkv, hs)))
+    return rc;
+  dim3 grid((unsigned)((T + ATT_ROWS - 1) / ATT_ROWS), (unsigned)(B * NH));
+  float scale = 1.0f / sqrtf((float)hs);
+  flash_backward_dq_kernel<<<grid, ATT_WARPS * 32, sm_dq, ctx->stream>>>(dqkv, Dbuf, dout, qkv, lse, T, C, NH,
+                                                                         scale);
   AA_CUDA_LAUNCHED();
-  attention_relayout_kernel<<<grid, ATT_THREADS, 0, ctx->stream>>>(dy, dout, B, T, C, NH, 1);
-  AA_CUDA_LAUNCHED();
-  const float scale = 1.0f / sqrtf((float)hs), one = 1.0f, zero = 0.0f;
-  long long sqk = (long long)T * hs, satt = (long long)T * T;
-  // datt(t,s) = dy_t . v_s
-  AA_CUBLAS_TRY(cublasSgemmStridedBatched(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &one, v, hs, sqk, dy, hs,
-                                          sqk, &zero, datt, T, satt, batch));
-  // dv(s,:) = sum_t att(t,s) dy(t,:)
-  AA_CUBLAS_TRY(cublasSgemmStridedBatched(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &one, dy, hs, sqk, att, T,
-                                          satt, &zero, dv, hs, sqk, batch));
-  attention_softmax_backward_kernel<<<aa__cuda_blocks(rows, SM_WARPS), SM_WARPS * 32, 0, ctx->stream>>>(
-      datt, att, T, rows, scale);
-  AA_CUDA_LAUNCHED();
-  // dq(t,:) = sum_s dpre(t,s) k(s,:)
-  AA_CUBLAS_TRY(cublasSgemmStridedBatched(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &one, k, hs, sqk, datt, T,
-                                          satt, &zero, dq, hs, sqk, batch));
-  // dk(s,:) = sum_t dpre(t,s) q(t,:)
-  AA_CUBLAS_TRY(cublasSgemmStridedBatched(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &one, q, hs, sqk, datt, T,
-                                          satt, &zero, dk, hs, sqk, batch));
-  attention_unpermute_add_kernel<<<grid, ATT_THREADS, 0, ctx->stream>>>(dqkv, dq, dk, dv, B, T, C, NH);
+  flash_backward_dkv_kernel<<<grid, ATT_WARPS * 32, sm_dkv, ctx->stream>>>(dqkv, Dbuf, dout, qkv, lse, T, C, NH,
+                                                                           scale);
   AA_CUDA_LAUNCHED();
   return 0;
 }

@@ -100,8 +100,8 @@ int aa__cuda_matmul_forward(float *out, const float *inp, const float *weight, c
                             int OC);
 int aa__cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                              const float *weight, int N, int C, int OC);
-int aa__cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-int aa__cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+int aa__cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+int aa__cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
                                 int T, int C, int NH);
 int aa__cuda_gelu_forward(float *out, const float *inp, size_t n);
 int aa__cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);

@@ -34,12 +34,12 @@ static void matmul_backward(float *dinp, float *dweight, float *dbias, const flo
                             const float *weight, int N, int C, int OC) {
   (void)aa__cuda_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-  (void)aa__cuda_attention_forward(out, att, qkv, B, T, C, NH);
+static void attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+  (void)aa__cuda_attention_forward(out, lse, qkv, B, T, C, NH);
 }
-static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
+static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B, int T,
                                int C, int NH) {
-  (void)aa__cuda_attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+  (void)aa__cuda_attention_backward(dqkv, dout, qkv, lse, B, T, C, NH);
 }
 static void gelu_forward(float *out, const float *inp, size_t n) { (void)aa__cuda_gelu_forward(out, inp, n); }
 static void gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
