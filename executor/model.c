@@ -559,6 +559,9 @@ int aa_gpt_forward(aa_gpt_t *m, const int32_t *inputs, const int32_t *targets, f
     if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
       return aa_error(AA_EINVAL, "token id out of range [0, %d) at position %d", V, i);
   }
+  /* Under amp every GEMM operand is a rounded 16-bit value (rnd), which
+   * lets the backend multiply in 16 bits (ops.h). */
+  op->set_gemm_inputs(m->opts.amp);
   if ((rc = op->upload(a->inputs, inputs, sizeof(int32_t) * N)) ||
       (targets && (rc = op->upload(a->targets, targets, sizeof(int32_t) * N))))
     return rc;
@@ -599,6 +602,7 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
   const aa_ops_t *op = m->ops;
   aa_acts_t *a = m->acts;
   if (!a->have_targets) return aa_error(AA_EINVAL, "backward needs a forward pass with targets");
+  op->set_gemm_inputs(m->opts.amp);
   int B = m->B, T = m->T, C = m->arch.d_model, F = m->arch.d_ff, NH = m->arch.n_head, V = m->arch.vocab_size;
   int N = B * T, L = m->arch.n_layer, rc;
   size_t NC = (size_t)N * C, NF_ = (size_t)N * F;

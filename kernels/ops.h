@@ -29,6 +29,14 @@ typedef struct aa_ops {
 
   /* Sets the number of worker threads (OpenMP and BLAS). n >= 1. */
   void (*set_threads)(int n);
+  /* A promise about the operands of the matmul ops that follow (inp,
+   * weight, dout): AA_BF16 or AA_F16 = every value is exactly representable
+   * in that type (the engine's amp path rounds each of them), so a backend
+   * may run the GEMMs on 16-bit inputs with fp32 accumulation and an fp32
+   * result: the same products, summed in another order. AA_F32 (the
+   * default) promises nothing. The CUDA backend narrows the operands and
+   * uses bf16/fp16 tensor cores; the CPU backend ignores it. */
+  void (*set_gemm_inputs)(aa_dtype_t dtype);
 
   /* out(B,T,C) = wte[inp[b,t]] + wpe[t]. inp (B,T) token ids < V. */
   void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T,

@@ -301,12 +301,23 @@ AA_TEST(layernorm_matches_cpu) {
 
 /* One matmul shape, with and without bias. `shift` offsets every device
  * pointer by that many floats, as tensors carved out of one arena are. */
-static void matmul_case(int N, int C, int OC, int with_bias, int shift) {
+/* in16 = AA_BF16 / AA_F16: the inputs are rounded to that type first, as
+ * the engine's amp path does, and the GPU is told so (set_gemm_inputs), so
+ * it multiplies on 16-bit tensor cores; the CPU reference stays fp32. The
+ * products are then exact in fp32 on both sides and only the summation
+ * order differs: the same GEMM tolerance holds. */
+static void matmul_case16(int N, int C, int OC, int with_bias, int shift, aa_dtype_t in16) {
   size_t nc = (size_t)N * C, no = (size_t)N * OC, oc = (size_t)OC * C;
   float *inp = frand(nc, -1, 1), *w = frand(oc, -1, 1), *bias = with_bias ? frand(OC, -1, 1) : NULL;
   float *out = xmalloc(no * 4), *dout = frand(no, -1, 1);
   float *dinp = frand(nc, -1, 1), *dw = frand(oc, -1, 1), *db = frand(OC, -1, 1);
   float *dinp0 = fdup(dinp, nc), *dw0 = fdup(dw, oc);
+  if (in16 != AA_F32) {
+    cpu->round_store(NULL, inp, in16, nc);
+    cpu->round_store(NULL, w, in16, oc);
+    cpu->round_store(NULL, dout, in16, no);
+  }
+  gpu->set_gemm_inputs(in16);
   size_t total = nc + oc + OC + no + no + nc + oc + OC + 8 * (size_t)shift;
   float *arena;
   if (aa_cuda_alloc((void **)&arena, total * 4)) abort();
@@ -327,14 +338,15 @@ static void matmul_case(int N, int C, int OC, int with_bias, int shift) {
   cpu->matmul_forward(out, inp, w, bias, N, C, OC);
   gpu->matmul_forward(d_out, d_inp, d_w, bias ? d_b : NULL, N, C, OC);
   float *g = dgetf(d_out, no);
-  snprintf(name, sizeof name, "matmul_fwd %dx%dx%d%s", N, C, OC, bias ? "+b" : "");
+  const char *ty = in16 == AA_BF16 ? " bf16" : in16 == AA_F16 ? " fp16" : "";
+  snprintf(name, sizeof name, "matmul_fwd%s %dx%dx%d%s", ty, N, C, OC, bias ? "+b" : "");
   CHECK_GEMM(name, g, out, no);
   cpu->matmul_backward(dinp, dw, bias ? db : NULL, dout, inp, w, N, C, OC);
   gpu->matmul_backward(d_dinp, d_dw, bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC);
   float *gdi = dgetf(d_dinp, nc), *gdw = dgetf(d_dw, oc), *gdb = dgetf(d_db, OC);
-  snprintf(name, sizeof name, "matmul_bwd dinp %dx%d", N, C);
+  snprintf(name, sizeof name, "matmul_bwd%s dinp %dx%d", ty, N, C);
   CHECK_GEMM(name, gdi, dinp, nc);
-  snprintf(name, sizeof name, "matmul_bwd dweight %dx%d", OC, C);
+  snprintf(name, sizeof name, "matmul_bwd%s dweight %dx%d", ty, OC, C);
   CHECK_GEMM(name, gdw, dw, oc);
   if (bias) CHECK_GEMM("matmul_bwd dbias", gdb, db, OC);
   CHECK_DETERMINISTIC("matmul_forward", d_out, out, no * 4,
@@ -343,9 +355,14 @@ static void matmul_case(int N, int C, int OC, int with_bias, int shift) {
     dset(d_dinp, dinp0, nc * 4);
     gpu->matmul_backward(d_dinp, d_dw, bias ? d_db : NULL, d_dout, d_inp, d_w, N, C, OC);
   });
+  gpu->set_gemm_inputs(AA_F32);
   free(g), free(gdi), free(gdw), free(gdb), free(dinp0), free(dw0);
   free(inp), free(w), free(bias), free(out), free(dout), free(dinp), free(dw), free(db);
   aa_cuda_free(arena);
+}
+
+static void matmul_case(int N, int C, int OC, int with_bias, int shift) {
+  matmul_case16(N, C, OC, with_bias, shift, AA_F32);
 }
 
 AA_TEST(matmul_matches_cpu) {
@@ -355,6 +372,15 @@ AA_TEST(matmul_matches_cpu) {
   matmul_case(66, 48, 192, 0, 0);
   matmul_case(66, 192, 48, 1, 1); /* 4-byte aligned operands */
   matmul_case(257, 96, 203, 1, 3);
+}
+
+AA_TEST(matmul_on_16bit_inputs_matches_cpu) {
+  NEED_GPU();
+  for (aa_dtype_t t = AA_BF16; t <= AA_F16; t = (aa_dtype_t)(t + 1)) {
+    matmul_case16(66, 48, 144, 1, 0, t);
+    matmul_case16(66, 192, 48, 1, 1, t); /* 4-byte aligned fp32 operands and output */
+    matmul_case16(257, 96, 203, 0, 3, t);
+  }
 }
 
 /* Shapes: T = 7 (one partial tile), 33 and 100 (several 16-row and
@@ -749,6 +775,7 @@ int main(void) {
   RUN(encoder_matches_cpu_exactly);
   RUN(layernorm_matches_cpu);
   RUN(matmul_matches_cpu);
+  RUN(matmul_on_16bit_inputs_matches_cpu);
   RUN(attention_matches_cpu);
   RUN(elementwise_ops_match_cpu);
   RUN(crossentropy_matches_cpu);

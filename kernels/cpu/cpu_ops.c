@@ -21,9 +21,13 @@ void aa__cpu_memset0(void *p, size_t bytes);
 int aa__cpu_copy(void *dst, const void *src, size_t bytes);
 int aa__cpu_sync(void);
 
+/* OpenBLAS 0.3.21 has no 16-bit GEMM (no cblas_sbgemm): fp32 it is. */
+static void cpu_set_gemm_inputs(aa_dtype_t dtype) { (void)dtype; }
+
 static const aa_ops_t cpu_ops = {
     .name = "cpu",
     .set_threads = cpu_set_threads,
+    .set_gemm_inputs = cpu_set_gemm_inputs,
     .encoder_forward = aa__cpu_encoder_forward,
     .encoder_backward = aa__cpu_encoder_backward,
     .layernorm_forward = aa__cpu_layernorm_forward,

@@ -31,8 +31,12 @@ typedef struct aa__cuda_ctx {
   double *sumsq; /* device partials of sum_squares + the result */
   double *sumsq_host; /* pinned host slot for the result */
   int tf32;
+  aa_dtype_t gemm_inputs; /* set_gemm_inputs (ops.h): AA_F32 = fp32 GEMMs */
   int sm_count;
 } aa__cuda_ctx_t;
+
+/* The op table's set_gemm_inputs; like TF32 it outlives aa_cuda_shutdown. */
+void aa__cuda_set_gemm_inputs(aa_dtype_t dtype);
 
 /* The context, created on the current device on first use. NULL when that
  * failed (the sticky error says why). */

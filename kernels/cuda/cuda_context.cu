@@ -101,8 +101,10 @@ extern "C" void aa_cuda_shutdown(void) {
   if (c->sumsq_host) cudaFreeHost(c->sumsq_host);
   if (c->stream) cudaStreamDestroy(c->stream);
   int tf32 = c->tf32;
+  aa_dtype_t gemm_inputs = c->gemm_inputs;
   memset(c, 0, sizeof *c);
   c->tf32 = tf32;
+  c->gemm_inputs = gemm_inputs;
   g_ready = 0;
 }
 
@@ -122,6 +124,8 @@ extern "C" void aa_cuda_set_tf32(int enabled) {
   if (g_ready)
     cublasSetMathMode(g_ctx.blas, g_ctx.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH);
 }
+
+void aa__cuda_set_gemm_inputs(aa_dtype_t dtype) { g_ctx.gemm_inputs = dtype; }
 
 int aa__cuda_scratch(aa__cuda_ctx_t *ctx, size_t bytes, void **out) {
   if (bytes > ctx->scratch_size) {

@@ -129,6 +129,7 @@ static int mem_sync(void) {
 static const aa_ops_t cuda_ops = {
     "cuda",
     cuda_set_threads,
+    aa__cuda_set_gemm_inputs,
     encoder_forward,
     encoder_backward,
     layernorm_forward,
