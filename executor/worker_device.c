@@ -93,23 +93,12 @@ static int probe_read(int fd, probe_reply_t *r) {
 /* Runs probe_child(index) in a child process and returns its reply: 0 with
  * *r filled (r->rc is the CUDA call's own code), or the probe's failure. */
 static int probe(int index, probe_reply_t *r) {
-  int fds[2];
-  if (pipe(fds)) return aa_error(AA_EIO, "pipe: %s", strerror(errno));
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid < 0) {
-    int e = errno;
-    close(fds[0]);
-    close(fds[1]);
-    return aa_error(AA_EIO, "fork: %s", strerror(e));
-  }
-  if (pid == 0) {
-    close(fds[0]);
-    probe_child(fds[1], index);
-  }
-  close(fds[1]);
-  int rc = probe_read(fds[0], r);
-  close(fds[0]);
+  pid_t pid;
+  int fd, rc;
+  if ((rc = aa_worker__fork_pipe(&pid, &fd))) return rc;
+  if (pid == 0) probe_child(fd, index);
+  rc = probe_read(fd, r);
+  close(fd);
   if (rc) kill(pid, SIGKILL);
   while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
   }

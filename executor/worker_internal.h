@@ -53,6 +53,12 @@ typedef struct aa_worker_device {
  * the message names the device. */
 int aa_worker__probe_device(int cuda, aa_worker_device_t *out);
 
+/* pipe + fork for a child that reports to this process: *pid = the child
+ * (0 in the child itself), *fd = the read end in the parent, the write end
+ * in the child (the other end closed in each; both close-on-exec). stdio is
+ * flushed first. 0, or AA_EIO with no child. */
+int aa_worker__fork_pipe(pid_t *pid, int *fd);
+
 struct aa_worker {
   uv_loop_t loop;
   aa_addr_t addr;

@@ -179,25 +179,30 @@ void aa_worker__runner_kill(aa_worker_t *w, aa_proto_run_status_t why) {
   kill(r->pid, SIGKILL);
 }
 
-int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job) {
-  aa_runner_t *r = &w->runner;
+int aa_worker__fork_pipe(pid_t *pid, int *fd) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC)) return aa_error(AA_EIO, "pipe: %s", strerror(errno));
-  /* Buffered log lines would be written twice, once by each process. */
-  fflush(w->log);
-  size_t limit = min_nonzero(w->memory_limit, (size_t)job->memory_limit);
-  pid_t pid = fork();
-  if (pid < 0) {
+  /* Buffered output would be written twice, once by each process. */
+  fflush(NULL);
+  *pid = fork();
+  if (*pid < 0) {
     int e = errno;
     close(fds[0]);
     close(fds[1]);
     return aa_error(AA_EIO, "fork: %s", strerror(e));
   }
-  if (pid == 0) {
-    close(fds[0]);
-    aa_worker__child_main(job, fds[1], w->threads, w->dev.cuda, limit);
-  }
-  close(fds[1]);
+  close(fds[*pid == 0 ? 0 : 1]);
+  *fd = fds[*pid == 0 ? 1 : 0];
+  return 0;
+}
+
+int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job) {
+  aa_runner_t *r = &w->runner;
+  size_t limit = min_nonzero(w->memory_limit, (size_t)job->memory_limit);
+  pid_t pid;
+  int fd, rc;
+  if ((rc = aa_worker__fork_pipe(&pid, &fd))) return rc;
+  if (pid == 0) aa_worker__child_main(job, fd, w->threads, w->dev.cuda, limit);
   memset(r, 0, sizeof *r);
   r->active = true;
   r->pid = pid;
@@ -207,9 +212,9 @@ int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job) {
   uv_pipe_init(&w->loop, &r->pipe, 0);
   uv_timer_init(&w->loop, &r->timer);
   r->pipe.data = r->timer.data = w;
-  int rc = uv_pipe_open(&r->pipe, fds[0]);
+  rc = uv_pipe_open(&r->pipe, fd);
   if (rc)
-    close(fds[0]);
+    close(fd);
   else
     rc = uv_read_start((uv_stream_t *)&r->pipe, on_alloc, on_read);
   if (rc) {

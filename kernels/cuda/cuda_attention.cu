@@ -73,6 +73,21 @@ __device__ __forceinline__ float row_dot(const float *a, const float *b, int hs)
   return s;
 }
 
+/* acc[k] += sum over the tile's rows j of w_j X(j, lane + 32k), w_j being
+ * lane j's w: a (1 x 32) @ (32 x hs) product with the result spread over
+ * the lanes as the accumulators are. */
+__device__ __forceinline__ void tile_axpy(float acc[ATT_MAX_SLOTS], float w, const float *X, int ld, int lane,
+                                          int hs) {
+  for (int j = 0; j < ATT_TILE; j++) {
+    float wj = __shfl_sync(0xffffffffu, w, j);
+#pragma unroll
+    for (int k = 0; k < ATT_MAX_SLOTS; k++) {
+      int d = lane + 32 * k;
+      if (d < hs) acc[k] += wj * X[j * ld + d];
+    }
+  }
+}
+
 // shared: Qs[ATT_ROWS][hs], Ks[ATT_TILE][hs+1], Vs[ATT_TILE][hs+1]
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     flash_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale) {
@@ -110,14 +125,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 #pragma unroll
       for (int k = 0; k < ATT_MAX_SLOTS; k++)
         acc[r][k] *= corr;
-      for (int j = 0; j < ATT_TILE; j++) {
-        float pj = __shfl_sync(0xffffffffu, p, j);
-#pragma unroll
-        for (int k = 0; k < ATT_MAX_SLOTS; k++) {
-          int d = lane + 32 * k;
-          if (d < hs) acc[r][k] += pj * Vs[j * ld + d];
-        }
-      }
+      tile_axpy(acc[r], p, Vs, ld, lane, hs);
     }
   }
 #pragma unroll
@@ -174,14 +182,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
           continue;
         }
         float ds = p * (dp - D[r]) * scale;
-        for (int j = 0; j < ATT_TILE; j++) {
-          float dsj = __shfl_sync(0xffffffffu, ds, j);
-#pragma unroll
-          for (int k = 0; k < ATT_MAX_SLOTS; k++) {
-            int d = lane + 32 * k;
-            if (d < hs) dq[r][k] += dsj * Ks[j * ld + d];
-          }
-        }
+        tile_axpy(dq[r], ds, Ks, ld, lane, hs);
       }
     }
   }
@@ -235,17 +236,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
         float dp = row_dot(dOs + lane * ld, Vb + i * hs, hs);
         ds = p * (dp - Ds[lane]) * scale;
       }
-      for (int j = 0; j < ATT_TILE; j++) {
-        float pj = __shfl_sync(0xffffffffu, p, j), dsj = __shfl_sync(0xffffffffu, ds, j);
-#pragma unroll
-        for (int k = 0; k < ATT_MAX_SLOTS; k++) {
-          int d = lane + 32 * k;
-          if (d < hs) {
-            dv[r][k] += pj * dOs[j * ld + d];
-            dk[r][k] += dsj * Qs[j * ld + d];
-          }
-        }
-      }
+      tile_axpy(dv[r], p, dOs, ld, lane, hs);
+      tile_axpy(dk[r], ds, Qs, ld, lane, hs);
     }
   }
 #pragma unroll
