@@ -9,8 +9,9 @@
  * 4*N*C*OC (dbias excluded); attention counts the causal minimum of its
  * products as FlashAttention's papers do: forward 2*B*NH*T*T*hs (q k^T and
  * P v, half of each), backward 2.5x that (five products; recomputing the
- * scores is not counted). The attention kernels are fp32 whatever the TF32
- * setting. Inputs are uniform random, never zeros; the backward runs on the
+ * scores is not counted). Both attention implementations are timed
+ * (att-gemm: cuBLAS, TF32 when set; att-flash: fp32 kernels whatever the
+ * TF32 setting). Inputs are uniform random, never zeros; the backward runs on the
  * logsumexp the forward just wrote. */
 #include "common/aa.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -128,19 +129,24 @@ int main(int argc, char **argv) {
       for (int k = 0; k < 6; k++)
         aa_cuda_free(bufs[k]);
     }
-    size_t btc = (size_t)B * T * C, lse = (size_t)B * NH * T;
-    job_t j = {ops, 2, dev_random(3 * btc), NULL, dev_random(btc), dev_random(lse), dev_random(3 * btc), NULL,
-               0, C, 0, B, T, NH};
-    float fwd = time_job(&j, iters);
-    j.kind = 3;
-    float bwd = time_job(&j, iters);
-    double fl = 2.0 * B * NH * (double)T * T * (C / NH);
-    printf("%-10s %-5s %6d %6d %6d | %9.3f %8.1f | %9.3f %8.1f   (B=%d NH=%d T=%d)\n", "attention",
-           tf32 ? "tf32" : "fp32", N, C, T, fwd, fl / fwd / 1e9, bwd, 2.5 * fl / bwd / 1e9, B, NH, T);
-    aa_cuda_free(j.a);
-    aa_cuda_free(j.c);
-    aa_cuda_free(j.d);
-    aa_cuda_free(j.e);
+    for (int flash = 0; flash <= 1; flash++) {
+      aa_cuda_set_attention(flash ? AA_CUDA_ATT_FLASH : AA_CUDA_ATT_GEMM);
+      size_t btc = (size_t)B * T * C, lse = (size_t)B * NH * T;
+      job_t j = {ops, 2, dev_random(3 * btc), NULL, dev_random(btc), dev_random(lse), dev_random(3 * btc), NULL,
+                 0, C, 0, B, T, NH};
+      float fwd = time_job(&j, iters);
+      j.kind = 3;
+      float bwd = time_job(&j, iters);
+      double fl = 2.0 * B * NH * (double)T * T * (C / NH);
+      printf("%-10s %-5s %6d %6d %6d | %9.3f %8.1f | %9.3f %8.1f   (B=%d NH=%d T=%d)\n",
+             flash ? "att-flash" : "att-gemm", tf32 ? "tf32" : "fp32", N, C, T, fwd, fl / fwd / 1e9, bwd,
+             2.5 * fl / bwd / 1e9, B, NH, T);
+      aa_cuda_free(j.a);
+      aa_cuda_free(j.c);
+      aa_cuda_free(j.d);
+      aa_cuda_free(j.e);
+    }
+    aa_cuda_set_attention(AA_CUDA_ATT_AUTO);
   }
   int rc = aa_cuda_sync();
   if (rc) {

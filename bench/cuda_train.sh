@@ -3,7 +3,9 @@
 # seq_len 1024, vocab 50304; random init) on the synthetic byte corpus with
 # `autoaccel train --device cuda:N` and prints tokens/s and MFU for three
 # settings: fp32 GEMMs, TF32 GEMMs, and amp bf16 (bf16 storage and bf16
-# tensor-core GEMMs; the remaining fp32 ops, e.g. attention, in fp32).
+# tensor-core GEMMs; the remaining fp32 ops, e.g. attention, in fp32), the
+# last once more with the flash attention kernels instead of the cuBLAS ones
+# (AUTOACCEL_CUDA_ATTENTION=flash; kernels/README.md).
 #
 #   bench/cuda_train.sh [OUTDIR]      (env: AUTOACCEL, DEVICE=cuda:0, STEPS=20, BATCH=16)
 #
@@ -49,4 +51,5 @@ PY
 run fp32
 run tf32 --tf32
 run bf16 --strategy "$out/bf16.json"
+AUTOACCEL_CUDA_ATTENTION=flash run bf16_flash --strategy "$out/bf16.json"
 grep -h RESULT "$out"/*.log 2>/dev/null || true

@@ -383,14 +383,17 @@ AA_TEST(matmul_on_16bit_inputs_matches_cpu) {
   }
 }
 
-/* Shapes: T = 7 (one partial tile), 33 and 100 (several 16-row and
- * 32-key tiles, the last partial); hs = 16 (lanes past hs idle) and hs = 80
- * (three head dimensions per lane, the last partial). */
+/* Both implementations (cuBLAS GEMMs, flash kernels) on the shapes: T = 7
+ * (one partial tile), 33 and 100 (several 16-row and 32-key tiles, the last
+ * partial); hs = 16 (lanes past hs idle) and hs = 80 (three head dimensions
+ * per lane, the last partial). */
 AA_TEST(attention_matches_cpu) {
   NEED_GPU();
   const int B = 2, shapes[][3] = {{7, 48, 3}, {33, 48, 3}, {100, 48, 3}, {33, 160, 2}};
-  for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
-    int T = shapes[si][0], C = shapes[si][1], NH = shapes[si][2];
+  for (size_t si = 0; si < 2 * sizeof shapes / sizeof *shapes; si++) {
+    int flash = si % 2;
+    aa_cuda_set_attention(flash ? AA_CUDA_ATT_FLASH : AA_CUDA_ATT_GEMM);
+    int T = shapes[si / 2][0], C = shapes[si / 2][1], NH = shapes[si / 2][2];
     size_t btc = (size_t)B * T * C, lse_n = (size_t)B * NH * T;
     float *qkv = frand(3 * btc, -2, 2), *out = xmalloc(btc * 4), *lse = xmalloc(lse_n * 4);
     float *dout = frand(btc, -1, 1), *dqkv = frand(3 * btc, -1, 1), *dqkv0 = fdup(dqkv, 3 * btc);
@@ -401,7 +404,7 @@ AA_TEST(attention_matches_cpu) {
     cpu->attention_forward(out, lse, qkv, B, T, C, NH);
     gpu->attention_forward(d_out, d_lse, d_qkv, B, T, C, NH);
     float *g = dgetf(d_out, btc), *gl = dgetf(d_lse, lse_n);
-    fprintf(stderr, "  T=%d C=%d NH=%d\n", T, C, NH);
+    fprintf(stderr, "  %s T=%d C=%d NH=%d\n", flash ? "flash" : "gemm", T, C, NH);
     CHECK_GEMM("attention_forward out", g, out, btc);
     CHECK_GEMM("attention_forward lse", gl, lse, lse_n);
     /* Backward from the CPU's logsumexp on both sides. */
@@ -418,6 +421,7 @@ AA_TEST(attention_matches_cpu) {
     free(g), free(gl), free(gd), free(qkv), free(out), free(lse), free(dout), free(dqkv), free(dqkv0);
     aa_cuda_free(d_qkv), aa_cuda_free(d_out), aa_cuda_free(d_lse), aa_cuda_free(d_dout), aa_cuda_free(d_dqkv);
   }
+  aa_cuda_set_attention(AA_CUDA_ATT_AUTO);
 }
 
 AA_TEST(elementwise_ops_match_cpu) {

@@ -23,10 +23,15 @@
  * The math is fp32 on CUDA cores: the point here is the memory contract
  * (O(T) per head kept, O(tile) scratch) and exactness against the CPU
  * backend; tensor-core (bf16 mma) tiles are the next step for speed
- * (kernels/README.md). Every sum runs in a fixed order: deterministic. */
+ * (kernels/README.md). Every sum runs in a fixed order: deterministic.
+ *
+ * The op table's attention entries choose between these kernels and the
+ * cuBLAS path of cuda_attention_gemm.cu (see use_flash below). */
 #include "cuda_common.cuh"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define ATT_WARPS 4
 #define ATT_ROWS_PER_WARP 4
@@ -274,7 +279,7 @@ static int att_prepare(const void *kernel, size_t bytes, int hs) {
   return 0;
 }
 
-int aa__cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+static int flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
   AA_CUDA_CTX(ctx);
   if (B <= 0 || T <= 0 || C <= 0) return 0;
   int hs = C / NH, rc;
@@ -286,8 +291,8 @@ int aa__cuda_attention_forward(float *out, float *lse, const float *qkv, int B, 
   return 0;
 }
 
-int aa__cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B, int T,
-                                int C, int NH) {
+static int flash_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B, int T, int C,
+                          int NH) {
   AA_CUDA_CTX(ctx);
   if (B <= 0 || T <= 0 || C <= 0) return 0;
   int hs = C / NH, rc;
@@ -306,4 +311,43 @@ int aa__cuda_attention_backward(float *dqkv, const float *dout, const float *qkv
                                                                            scale);
   AA_CUDA_LAUNCHED();
   return 0;
+}
+
+/* --- choice of implementation ------------------------------------------------ */
+
+/* The cuBLAS path runs on tensor cores (TF32) but needs B*NH*T*T floats of
+ * transient scratch (two such buffers in the backward); past this many bytes
+ * for one of them the flash kernels take over. GPT-2 124M at B = 16,
+ * T = 1024 needs 768 MiB. */
+#define ATT_GEMM_SCRATCH_MAX ((size_t)1 << 30)
+
+static aa_cuda_attention_t g_attention = AA_CUDA_ATT_AUTO;
+
+extern "C" void aa_cuda_set_attention(aa_cuda_attention_t mode) { g_attention = mode; }
+
+/* The mode in force: aa_cuda_set_attention's, else AUTOACCEL_CUDA_ATTENTION
+ * (gemm or flash), else auto. */
+static aa_cuda_attention_t attention_mode(void) {
+  if (g_attention != AA_CUDA_ATT_AUTO) return g_attention;
+  const char *e = getenv("AUTOACCEL_CUDA_ATTENTION");
+  if (e && !strcmp(e, "gemm")) return AA_CUDA_ATT_GEMM;
+  if (e && !strcmp(e, "flash")) return AA_CUDA_ATT_FLASH;
+  return AA_CUDA_ATT_AUTO;
+}
+
+static int use_flash(int B, int T, int NH) {
+  aa_cuda_attention_t m = attention_mode();
+  if (m != AA_CUDA_ATT_AUTO) return m == AA_CUDA_ATT_FLASH;
+  return (size_t)B * NH * T * T * sizeof(float) > ATT_GEMM_SCRATCH_MAX;
+}
+
+int aa__cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+  if (use_flash(B, T, NH)) return flash_forward(out, lse, qkv, B, T, C, NH);
+  return aa__cuda_attention_forward_gemm(out, lse, qkv, B, T, C, NH);
+}
+
+int aa__cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B, int T,
+                                int C, int NH) {
+  if (use_flash(B, T, NH)) return flash_backward(dqkv, dout, qkv, lse, B, T, C, NH);
+  return aa__cuda_attention_backward_gemm(dqkv, dout, qkv, lse, B, T, C, NH);
 }

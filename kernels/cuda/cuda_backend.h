@@ -68,6 +68,16 @@ const aa_ops_t *aa_ops_cuda(void);
  * on, products carry ~1e-3 relative error. */
 void aa_cuda_set_tf32(int enabled);
 
+/* Which attention kernels the op table runs (kernels/README.md): GEMM =
+ * cuBLAS strided-batched products over the full T x T in transient scratch
+ * (tensor cores under TF32); FLASH = the flash-style kernels (no T x T
+ * anywhere, fp32 CUDA cores); AUTO (the default) = the variable
+ * AUTOACCEL_CUDA_ATTENTION (gemm or flash) if set, else GEMM while one
+ * B*NH*T*T fp32 buffer fits in 1 GiB, FLASH past that. Both keep the same
+ * logsumexp, so a forward of one and a backward of the other agree. */
+typedef enum { AA_CUDA_ATT_AUTO = 0, AA_CUDA_ATT_GEMM = 1, AA_CUDA_ATT_FLASH = 2 } aa_cuda_attention_t;
+void aa_cuda_set_attention(aa_cuda_attention_t mode);
+
 /* The sticky error: 0 or the first negative AA_E* code since the last
  * aa_cuda_clear_error(), and its message ("" when none). */
 int aa_cuda_last_error(void);

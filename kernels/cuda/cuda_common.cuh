@@ -107,6 +107,10 @@ int aa__cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const fl
 int aa__cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 int aa__cuda_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
                                 int T, int C, int NH);
+/* The two implementations behind them (cuda_attention_gemm.cu). */
+int aa__cuda_attention_forward_gemm(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+int aa__cuda_attention_backward_gemm(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
+                                     int T, int C, int NH);
 int aa__cuda_gelu_forward(float *out, const float *inp, size_t n);
 int aa__cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 int aa__cuda_residual_forward(float *out, const float *a, const float *b, size_t n);
