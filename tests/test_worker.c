@@ -115,13 +115,25 @@ static int recv_msg(peer_t *p, aa_msg_t *m, int ms) {
   }
 }
 
-/* Next message that is not a heartbeat; *job_beats counts heartbeats naming a job. */
+/* Next message that is not a heartbeat; *job_beats counts heartbeats naming
+ * a job. Each heartbeat is answered with one, as a planner's own beats would
+ * keep the executor from taking this side for dead (10 silent beats) while
+ * a test waits on a long run. The echo's write is not checked: the executor
+ * may close right after its beat. */
 static int recv_non_beat(peer_t *p, aa_msg_t *m, int ms, int *job_beats) {
   for (;;) {
     int rc = recv_msg(p, m, ms);
     if (rc != 1 || m->type != AA_MSG_HEARTBEAT) return rc;
     if (job_beats && m->heartbeat.job) (*job_beats)++;
     aa_msg_free(m);
+    aa_msg_t beat = {.type = AA_MSG_HEARTBEAT};
+    char *buf;
+    size_t len;
+    if (!aa_msg_encode(&beat, &buf, &len)) {
+      ssize_t unused = write(p->fd, buf, len);
+      (void)unused;
+      free(buf);
+    }
   }
 }
 
