@@ -21,19 +21,25 @@
 #define ATT_THREADS 256
 #define SM_WARPS 8 /* softmax rows per block */
 
+/* Element i of a (B,NH,T,hs) tensor: its offset in a row-major (B,T,ld)
+ * tensor whose row holds the heads side by side from column 0. */
+__device__ __forceinline__ size_t head_elem_to_row(size_t i, int T, int NH, int hs, size_t ld) {
+  int d = (int)(i % hs);
+  size_t r = i / hs;
+  int t = (int)(r % T);
+  r /= T;
+  int h = (int)(r % NH);
+  size_t b = r / NH;
+  return (b * T + t) * ld + (size_t)h * hs + d;
+}
+
 // q,k,v(B,NH,T,hs) from qkv(B,T,3C)
 __global__ void attention_permute_kernel(float *q, float *k, float *v, const float *qkv, int B, int T, int C,
                                          int NH) {
   int hs = C / NH;
   size_t n = (size_t)B * T * C;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    int d = (int)(i % hs);
-    size_t r = i / hs;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH);
-    int b = (int)(r / NH);
-    const float *src = qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
+    const float *src = qkv + head_elem_to_row(i, T, NH, hs, 3 * (size_t)C);
     q[i] = src[0];
     k[i] = src[C];
     v[i] = src[2 * C];
@@ -46,13 +52,7 @@ __global__ void attention_relayout_kernel(float *dst, const float *src, int B, i
   int hs = C / NH;
   size_t n = (size_t)B * T * C;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    int d = (int)(i % hs);
-    size_t r = i / hs;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH);
-    int b = (int)(r / NH);
-    size_t o = ((size_t)b * T + t) * C + (size_t)h * hs + d;
+    size_t o = head_elem_to_row(i, T, NH, hs, C);
     if (to_heads)
       dst[i] = src[o];
     else
@@ -66,13 +66,7 @@ __global__ void attention_unpermute_add_kernel(float *dqkv, const float *dq, con
   int hs = C / NH;
   size_t n = (size_t)B * T * C;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    int d = (int)(i % hs);
-    size_t r = i / hs;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH);
-    int b = (int)(r / NH);
-    float *dst = dqkv + ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
+    float *dst = dqkv + head_elem_to_row(i, T, NH, hs, 3 * (size_t)C);
     dst[0] += dq[i];
     dst[C] += dk[i];
     dst[2 * C] += dv[i];
