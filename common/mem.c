@@ -26,10 +26,40 @@ const char *aa_mem_kind_name(aa_mem_kind_t kind) {
   return (unsigned)kind < AA_MEM_NKINDS ? kind_names[kind] : "?";
 }
 
+int aa_mem_check(const aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes) {
+  if ((unsigned)kind >= AA_MEM_NKINDS) return aa_error(AA_EINVAL, "invalid memory kind %d", (int)kind);
+  char req[32], lim[32], used[32];
+  /* total + bytes <= limit, written without overflow. */
+  if (mem && bytes && mem->limit && (bytes > mem->limit || mem->total > mem->limit - bytes))
+    return aa_error(AA_EOOM, "out of memory: %s of %s would exceed the memory limit of %s (in use: %s)",
+                    aa_mem_fmt(req, bytes), kind_nouns[kind], aa_mem_fmt(lim, mem->limit),
+                    aa_mem_fmt(used, mem->total));
+  return 0;
+}
+
+int aa_mem_charge(aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes) {
+  int rc = aa_mem_check(mem, kind, bytes);
+  if (rc || !mem) return rc;
+  mem->cur[kind] += bytes;
+  mem->total += bytes;
+  if (mem->cur[kind] > mem->peak[kind]) mem->peak[kind] = mem->cur[kind];
+  if (mem->total > mem->peak_total) mem->peak_total = mem->total;
+  return 0;
+}
+
+/* Releasing more than was charged is a caller bug (wrong size or kind),
+ * hence asserts rather than errors. */
+void aa_mem_uncharge(aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes) {
+  if (!mem) return;
+  assert((unsigned)kind < AA_MEM_NKINDS);
+  assert(mem->cur[kind] >= bytes && mem->total >= bytes);
+  mem->cur[kind] -= bytes;
+  mem->total -= bytes;
+}
+
 /* Refuses before allocating: the limit is checked on the requested bytes
- * (the accounted size), as `total + bytes <= limit` written without
- * overflow. The allocation itself is rounded up to a multiple of the
- * alignment, which C11's aligned_alloc requires. */
+ * (the accounted size). The allocation itself is rounded up to a multiple
+ * of the alignment, which C11's aligned_alloc requires. */
 int aa_mem_alloc(aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes, void **out) {
   if ((unsigned)kind >= AA_MEM_NKINDS)
     return aa_error(AA_EINVAL, "aa_mem_alloc: invalid memory kind %d", (int)kind);
@@ -37,39 +67,27 @@ int aa_mem_alloc(aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes, void **out) {
     *out = NULL;
     return 0;
   }
-  char req[32], lim[32], used[32];
-  if (mem && mem->limit && (bytes > mem->limit || mem->total > mem->limit - bytes))
-    return aa_error(AA_EOOM, "out of memory: %s of %s would exceed the memory limit of %s (in use: %s)",
-                    aa_mem_fmt(req, bytes), kind_nouns[kind], aa_mem_fmt(lim, mem->limit),
-                    aa_mem_fmt(used, mem->total));
+  int rc = aa_mem_check(mem, kind, bytes);
+  if (rc) return rc;
   void *p = NULL;
   if (bytes <= SIZE_MAX - (MEM_ALIGN - 1)) {
     size_t rounded = (bytes + MEM_ALIGN - 1) / MEM_ALIGN * MEM_ALIGN;
     p = aligned_alloc(MEM_ALIGN, rounded);
     if (p) memset(p, 0, rounded);
   }
-  if (!p)
+  if (!p) {
+    char req[32];
     return aa_error(AA_ENOMEM, "out of host memory: could not allocate %s of %s", aa_mem_fmt(req, bytes),
                     kind_nouns[kind]);
-  if (mem) {
-    mem->cur[kind] += bytes;
-    mem->total += bytes;
-    if (mem->cur[kind] > mem->peak[kind]) mem->peak[kind] = mem->cur[kind];
-    if (mem->total > mem->peak_total) mem->peak_total = mem->total;
   }
+  aa_mem_charge(mem, kind, bytes); /* within the limit: checked above */
   *out = p;
   return 0;
 }
 
-/* Releasing more than was accounted is a caller bug (wrong size or kind),
- * hence asserts rather than errors. */
 void aa_mem_free(aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes, void *p) {
   free(p);
-  if (!mem || !p) return;
-  assert((unsigned)kind < AA_MEM_NKINDS);
-  assert(mem->cur[kind] >= bytes && mem->total >= bytes);
-  mem->cur[kind] -= bytes;
-  mem->total -= bytes;
+  if (p) aa_mem_uncharge(mem, kind, bytes);
 }
 
 /* Whole bytes below 1 KiB, else one decimal in the largest binary unit

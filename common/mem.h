@@ -37,6 +37,16 @@ void aa_mem_init(aa_mem_t *mem, size_t limit);
  *    of 8.0 MiB (in use: 3.1 MiB)". *out is untouched on failure.
  * mem may be NULL: plain allocation, no accounting. */
 int aa_mem_alloc(aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes, void **out);
+
+/* Accounting without allocating, for memory that someone else provides (a
+ * backend's alloc, a backend's own scratch). check: would `bytes` more of
+ * kind stay within the limit (0, or AA_EOOM with aa_mem_alloc's message)?
+ * charge: check, then count them (current and peaks); uncharge gives them
+ * back. A NULL mem or 0 bytes passes and counts nothing. Check before
+ * allocating and charge after, so a failed allocation leaves no peak. */
+int aa_mem_check(const aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes);
+int aa_mem_charge(aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes);
+void aa_mem_uncharge(aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes);
 void aa_mem_free(aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes, void *p);
 
 const char *aa_mem_kind_name(aa_mem_kind_t kind); /* "params", "grads", "optim", "acts", "workspace" */

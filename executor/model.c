@@ -181,32 +181,24 @@ static void layout(aa_acts_t *a, carver_t *st, carver_t *ws, const aa_arch_t *ar
 }
 
 /* Accounts `bytes` of kind in mem and takes them from the backend: the
- * accountant counts, the backend provides. The limit is checked first and
- * refused by aa_mem_alloc itself, which checks before it allocates, so the
- * message is the accountant's. A backend failure names the kind. */
+ * accountant counts, the backend provides. The limit is checked before
+ * allocating (the accountant's message), the bytes counted after; a
+ * backend failure names the kind. */
 static int backend_alloc(const aa_ops_t *ops, aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes, void **out) {
   if ((unsigned)kind >= AA_MEM_NKINDS) return aa_error(AA_EINVAL, "invalid memory kind %d", (int)kind);
   if (bytes == 0) {
     *out = NULL;
     return 0;
   }
-  if (mem && mem->limit && (bytes > mem->limit || mem->total > mem->limit - bytes)) {
-    void *unused;
-    return aa_mem_alloc(mem, kind, bytes, &unused);
-  }
+  int rc = aa_mem_check(mem, kind, bytes);
+  if (rc) return rc;
   void *p = NULL;
-  int rc = ops->alloc(&p, bytes);
-  if (rc) {
+  if ((rc = ops->alloc(&p, bytes))) {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", aa_last_error());
     return aa_error(rc, "%s for %s", msg, aa_mem_kind_name(kind));
   }
-  if (mem) {
-    mem->cur[kind] += bytes;
-    mem->total += bytes;
-    if (mem->cur[kind] > mem->peak[kind]) mem->peak[kind] = mem->cur[kind];
-    if (mem->total > mem->peak_total) mem->peak_total = mem->total;
-  }
+  aa_mem_charge(mem, kind, bytes); /* within the limit: checked above */
   *out = p;
   return 0;
 }
@@ -214,10 +206,7 @@ static int backend_alloc(const aa_ops_t *ops, aa_mem_t *mem, aa_mem_kind_t kind,
 static void backend_free(const aa_ops_t *ops, aa_mem_t *mem, aa_mem_kind_t kind, size_t bytes, void *p) {
   if (!p) return;
   ops->free(p);
-  if (mem) {
-    mem->cur[kind] -= bytes;
-    mem->total -= bytes;
-  }
+  aa_mem_uncharge(mem, kind, bytes);
 }
 
 int aa_flatbuf_alloc(aa_flatbuf_t *b, const aa_ops_t *ops, aa_mem_t *mem, aa_mem_kind_t kind, aa_dtype_t dtype,
@@ -330,6 +319,7 @@ fail:
 void aa_gpt_free(aa_gpt_t *m) {
   if (!m) return;
   aa_mem_t *mem = m->opts.mem;
+  aa_mem_uncharge(mem, AA_MEM_WORKSPACE, m->scratch_charged);
   if (m->acts) {
     backend_free(m->ops, mem, AA_MEM_ACTS, m->acts->store_bytes, m->acts->store);
     backend_free(m->ops, mem, AA_MEM_WORKSPACE, m->acts->ws_bytes, m->acts->ws);
@@ -347,6 +337,18 @@ void aa_gpt_free(aa_gpt_t *m) {
 }
 
 void aa_gpt_params_changed(aa_gpt_t *m) { m->params16_stale = 1; }
+
+/* Counts the backend's own scratch (ops.h scratch_bytes) as workspace, as
+ * far as it grew since the last call: after a pass, when the ops that grow
+ * it have run. Past the memory limit that is an out-of-memory of the pass. */
+static int charge_scratch(aa_gpt_t *m) {
+  size_t now = m->ops->scratch_bytes();
+  if (now <= m->scratch_charged) return 0;
+  int rc = aa_mem_charge(m->opts.mem, AA_MEM_WORKSPACE, now - m->scratch_charged);
+  if (rc) return aa_error_wrap(rc, "the %s backend's scratch", m->ops->name);
+  m->scratch_charged = now;
+  return 0;
+}
 
 int aa_gpt_n_units(const aa_gpt_t *m) { return m->arch.n_layer + 2; }
 
@@ -587,9 +589,11 @@ int aa_gpt_forward(aa_gpt_t *m, const int32_t *inputs, const int32_t *targets, f
   rnd(m, NULL, a->lnf, NC);
   op->matmul_forward(a->logits, a->lnf, ow.wte, NULL, N, C, V);
   a->have_targets = 0;
-  if (!targets) return op->sync();
+  if (!targets) return (rc = op->sync()) ? rc : charge_scratch(m);
   op->crossentropy_forward(a->losses, a->logits, a->logits, a->targets, N, V);
-  if ((rc = op->download(a->host_losses, a->losses, sizeof(float) * N)) || (rc = op->sync())) return rc;
+  if ((rc = op->download(a->host_losses, a->losses, sizeof(float) * N)) || (rc = op->sync()) ||
+      (rc = charge_scratch(m)))
+    return rc;
   a->have_targets = 1;
   double sum = 0;
   for (int i = 0; i < N; i++) sum += a->host_losses[i];
@@ -662,7 +666,7 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
     if ((rc = grads_done(m, AA_GPT_UNIT_BLOCK(l)))) return rc;
   }
   op->encoder_backward(g_wte, g_wte + m->tensors[1].offset, a->dres, a->inputs, B, T, C);
-  if ((rc = op->sync())) return rc;
+  if ((rc = op->sync()) || (rc = charge_scratch(m))) return rc;
   return grads_done(m, 0);
 }
 

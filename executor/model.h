@@ -153,6 +153,7 @@ struct aa_gpt {
   float loss;       /* mean loss of the last forward with targets */
 
   const aa_gpt_hooks_t *hooks; /* borrowed; NULL in a single process */
+  size_t scratch_charged;      /* the backend's scratch counted as workspace so far (ops.h) */
 };
 
 /* Builds the tensor table for arch and allocates parameters, gradients and

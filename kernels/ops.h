@@ -145,6 +145,12 @@ typedef struct aa_ops {
    * since it was last cleared (the CUDA backend's sticky error, with its
    * message in aa_last_error()). Always 0 on the CPU. */
   int (*sync)(void);
+  /* Bytes of device memory the backend holds for itself now, beyond what
+   * alloc handed out: scratch its ops grow on demand, library workspaces.
+   * It only grows while the backend lives; the engine counts it as
+   * workspace. 0 on the CPU (per-call scratch there is a few KiB per
+   * thread, malloc'd and freed inside the op). */
+  size_t (*scratch_bytes)(void);
 } aa_ops_t;
 
 /* The CPU backend. Always available. */

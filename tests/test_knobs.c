@@ -378,6 +378,60 @@ AA_TEST(invalid_strategy_is_refused_with_the_rule) {
   CHECK_MSG(strstr(aa_last_error(), "micro_batch 3") != NULL, "%s", aa_last_error());
 }
 
+/* A backend's own scratch (ops.h scratch_bytes; CUDA's attention and GEMM
+ * scratch) is workspace: counted once as it grows, given back with the
+ * model, and held to the memory limit. The CPU backend reports none, so a
+ * CPU table with a scratch_bytes of the test's choosing stands in. */
+static size_t fake_scratch;
+static size_t fake_scratch_bytes(void) { return fake_scratch; }
+
+AA_TEST(backend_scratch_is_accounted_as_workspace) {
+  aa_ops_t ops = *aa_ops_cpu();
+  ops.scratch_bytes = fake_scratch_bytes;
+  aa_mem_t mem;
+  aa_mem_init(&mem, 0);
+  aa_gpt_opts_t o = {.amp = AA_F32, .mem = &mem};
+  aa_gpt_t *m = NULL;
+  fake_scratch = 0;
+  CHECK(aa_gpt_create(&m, &arch, &ops, TB, TT, &o) == 0);
+  if (!m) return;
+  aa_gpt_init_weights(m, 5);
+  float loss;
+  CHECK(aa_gpt_forward(m, inputs, targets, &loss) == 0 && aa_gpt_backward(m, 1.0f) == 0);
+  size_t ws = mem.cur[AA_MEM_WORKSPACE], total = mem.total, peak = mem.peak_total;
+  fake_scratch = 3 << 20; /* grown by the next pass */
+  CHECK(aa_gpt_forward(m, inputs, targets, &loss) == 0);
+  CHECK(mem.cur[AA_MEM_WORKSPACE] == ws + (3 << 20) && mem.total == total + (3 << 20));
+  CHECK(mem.peak_total == peak + (3 << 20));
+  CHECK(aa_gpt_backward(m, 1.0f) == 0); /* not grown: not counted again */
+  CHECK(mem.cur[AA_MEM_WORKSPACE] == ws + (3 << 20));
+  fake_scratch = 5 << 20; /* grows again: only the growth is added */
+  CHECK(aa_gpt_forward(m, inputs, targets, &loss) == 0);
+  CHECK(mem.cur[AA_MEM_WORKSPACE] == ws + (5 << 20));
+  aa_gpt_free(m);
+  CHECK_MSG(mem.total == 0, "%zu bytes still accounted", mem.total);
+
+  /* Past the limit: the pass fails as out of memory, naming the scratch. */
+  aa_mem_init(&mem, 0);
+  fake_scratch = 0;
+  m = NULL;
+  CHECK(aa_gpt_create(&m, &arch, &ops, TB, TT, &o) == 0);
+  if (!m) return;
+  aa_gpt_init_weights(m, 5);
+  mem.limit = mem.total + (1 << 20);
+  fake_scratch = (1 << 20) + 1;
+  int rc = aa_gpt_forward(m, inputs, targets, &loss);
+  CHECK(rc == AA_EOOM);
+  CHECK_MSG(strstr(aa_last_error(), "cpu backend's scratch: out of memory: 1.0 MiB of workspace") != NULL, "%s",
+            aa_last_error());
+  fake_scratch = 1 << 20; /* exactly at the limit fits */
+  CHECK(aa_gpt_forward(m, inputs, targets, &loss) == 0);
+  CHECK(mem.total == mem.limit);
+  aa_gpt_free(m);
+  CHECK(mem.total == 0);
+  fake_scratch = 0;
+}
+
 int main(void) {
   make_tokens();
   snprintf(tmpdir, sizeof tmpdir, "/tmp/aa_test_knobs_XXXXXX");
@@ -399,6 +453,7 @@ int main(void) {
   RUN(fp16_resume_with_micro_batches_is_bit_identical);
   RUN(nonfinite_gradients_skip_or_fail_without_touching_parameters);
   RUN(memory_limit_fails_cleanly_one_byte_below_the_peak);
+  RUN(backend_scratch_is_accounted_as_workspace);
   RUN(invalid_strategy_is_refused_with_the_rule);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

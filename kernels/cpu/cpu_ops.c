@@ -21,6 +21,8 @@ void aa__cpu_memset0(void *p, size_t bytes);
 int aa__cpu_copy(void *dst, const void *src, size_t bytes);
 int aa__cpu_sync(void);
 
+static size_t cpu_scratch_bytes(void) { return 0; }
+
 /* OpenBLAS 0.3.21 has no 16-bit GEMM (no cblas_sbgemm): fp32 it is. */
 static void cpu_set_gemm_inputs(aa_dtype_t dtype) { (void)dtype; }
 
@@ -54,6 +56,7 @@ static const aa_ops_t cpu_ops = {
     .upload = aa__cpu_copy,
     .download = aa__cpu_copy,
     .sync = aa__cpu_sync,
+    .scratch_bytes = cpu_scratch_bytes,
 };
 
 const aa_ops_t *aa_ops_cpu(void) { return &cpu_ops; }

@@ -35,6 +35,10 @@ typedef struct aa__cuda_ctx {
   int sm_count;
 } aa__cuda_ctx_t;
 
+/* The op table's scratch_bytes: the scratch, the cuBLAS workspace and the
+ * sum_squares slots of the context; 0 before it exists. */
+size_t aa__cuda_scratch_bytes(void);
+
 /* The op table's set_gemm_inputs; like TF32 it outlives aa_cuda_shutdown. */
 void aa__cuda_set_gemm_inputs(aa_dtype_t dtype);
 

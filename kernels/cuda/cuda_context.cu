@@ -127,6 +127,10 @@ extern "C" void aa_cuda_set_tf32(int enabled) {
 
 void aa__cuda_set_gemm_inputs(aa_dtype_t dtype) { g_ctx.gemm_inputs = dtype; }
 
+size_t aa__cuda_scratch_bytes(void) {
+  return g_ready ? g_ctx.scratch_size + g_ctx.workspace_size + 257 * sizeof(double) : 0;
+}
+
 int aa__cuda_scratch(aa__cuda_ctx_t *ctx, size_t bytes, void **out) {
   if (bytes > ctx->scratch_size) {
     /* cudaFree waits for the device, so no enqueued op still reads it. */

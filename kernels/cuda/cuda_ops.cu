@@ -156,6 +156,7 @@ static const aa_ops_t cuda_ops = {
     mem_upload,
     mem_download,
     mem_sync,
+    aa__cuda_scratch_bytes,
 };
 
 extern "C" const aa_ops_t *aa_ops_cuda(void) { return &cuda_ops; }
