@@ -8,7 +8,9 @@
 #  2. the same submit again is answered from the store with zero dry runs.
 #  3. replay: `train --strategy` with the saved file gives the same losses.
 #  4. kill -9 of a runner during a dry run: recorded crashed, the job goes on;
-#     kill -9 of an executor during a dry run: its run crashed, planner serves on.
+#     kill -9 of an executor during a dry run: its run crashed, planner serves on;
+#     an executor stopped (SIGSTOP) during a dry run: crashed, "stopped
+#     responding"; continued, it stops its runner and registers again.
 #  5. kill -9 of the planner and a restart: earlier jobs and runs queryable.
 #  6. a dry run past its time limit is recorded timeout; past the executor's
 #     memory limit, oom.
@@ -146,6 +148,24 @@ gone() { ! kill -0 "$1" 2>/dev/null || grep -q '^State:.*Z' "/proc/$1/status" 2>
 check "the dead executor's runner did not outlive it" wait_for 10 gone "$r"
 check "the planner survived the dead executor" kill -0 "$planner"
 start_executor
+
+# --- 4c. an executor that stops responding (SIGSTOP) during a dry run ------------
+# The planner (heartbeat 100 ms, dead after 1.5 s) drops it and records its
+# run crashed; once it runs again it finds the connection closed, stops its
+# runner and registers anew.
+check "the new executor registers" wait_for 20 executors_up 1
+"$AA" submit "$tmp/model.json" $P --refresh --exclude bf16,fp16,checkpoint --max-dryruns 1 >"$tmp/submit4c.txt"
+job4c=$(grep -Eo '[0-9]+' "$tmp/submit4c.txt" | head -1)
+check "a runner starts on it" wait_for 30 runner_of
+kill -STOP "$executor"
+job4c_over() { "$AA" status "$job4c" $P --json | jq_ "d['job']['status']" | grep -Eq 'done|failed'; }
+check "the job ends when its executor stops responding" wait_for 30 job4c_over
+"$AA" query runs --job "$job4c" $P --json >"$tmp/runs4c.json"
+check "the silent executor's run is recorded crashed: stopped responding" \
+  [ "$(jq_ "sum(r['status'] == 'crashed' and 'stopped responding' in (r['error'] or '') for r in d['runs'])" <"$tmp/runs4c.json")" = 1 ]
+kill -CONT "$executor"
+check "its runner is stopped once the executor runs again" wait_for 10 gone "$r"
+check "the executor registers again" wait_for 20 executors_up 1
 
 # --- 5. kill -9 of the planner; restart; history queryable ---------------------
 kill -9 "$planner"; wait "$planner" 2>/dev/null
