@@ -61,7 +61,11 @@ int main(int argc, char **argv) {
     return AA_EXIT_OK;
   }
   if (!strcmp(argv[1], "--version")) {
-    printf("autoaccel 0.1.0\n");
+#ifdef AA_HAVE_CUDA
+    printf("autoaccel %s (CUDA backend built)\n", AA_VERSION);
+#else
+    printf("autoaccel %s (no CUDA backend: nvcc was not found at configure time)\n", AA_VERSION);
+#endif
     return AA_EXIT_OK;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

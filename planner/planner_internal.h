@@ -27,7 +27,7 @@
 #include "planner.h"
 #include "store.h"
 
-#define AA_PLANNER_VERSION "0.1.0"
+#define AA_PLANNER_VERSION AA_VERSION /* CMakeLists.txt: project(VERSION) */
 #define AA_PLANNER_READ_BUF 65536
 #define AA_PLANNER_STOP_GRACE_MS 2000 /* how long a stop waits for peers to take their bye */
 #define AA_PLANNER_STATUS_JOBS 20     /* jobs in a planner-wide status */

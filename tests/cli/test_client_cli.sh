@@ -20,6 +20,7 @@ printf '{"model": {"n_layer": 2,\n  "n_head": }\n}\n' >"$tmp/syntax.json"
 sed 's/"n_head": 2/"n_head": 3/' "$tmp/ok.json" >"$tmp/div.json"
 
 # --- help ------------------------------------------------------------------------
+expect 0 "^autoaccel [0-9]+\.[0-9]+\.[0-9]+ \((CUDA backend built|no CUDA backend)" "$AA" --version
 expect 0 "usage: autoaccel submit" "$AA" submit --help
 expect 0 "usage: autoaccel status" "$AA" status --help
 expect 0 "usage: autoaccel cancel" "$AA" cancel --help
