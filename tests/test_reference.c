@@ -6,11 +6,22 @@
  * tensor, the largest absolute and relative error and the largest ratio
  * error/tolerance (the "headroom" left). Tolerances are stated where they are
  * used, with the reasoning; the reference is exact math on the float32
- * parameters, so every tolerance bounds float32 rounding in the engine only. */
+ * parameters, so every tolerance bounds float32 rounding in the engine only.
+ *
+ *   test_reference          the CPU backend
+ *   test_reference cuda     the CUDA backend (device 0, fp32 GEMMs without
+ *                           TF32), with the same tolerances: the whole-model
+ *                           fixture check on the GPU. Skipped with the reason
+ *                           where there is no CUDA build or GPU.
+ * The model's buffers are reached through its op table (upload/download),
+ * so one test body serves both. */
 #include "aa_test.h"
 
 #include "executor/model.h"
 #include "executor/optim.h"
+#ifdef AA_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 #include <stdint.h>
 #include <string.h>
@@ -31,6 +42,21 @@ typedef struct {
 } fixture_t;
 
 static fixture_t fx; /* loaded by main before any test runs */
+static const aa_ops_t *ops; /* the backend under test, chosen by main */
+static char skip_reason[400]; /* non-empty: every test is skipped with it */
+
+#define NEED_BACKEND()                                                                                      \
+  do {                                                                                                      \
+    if (skip_reason[0]) SKIP("%s", skip_reason);                                                            \
+  } while (0)
+
+/* n floats of backend memory src, copied to the host (caller frees). */
+static float *to_host(const float *src, size_t n) {
+  float *h = malloc(n * sizeof *h);
+  if (!h) abort();
+  CHECK_MSG(ops->download(h, src, n * sizeof *h) == 0, "download: %s", aa_last_error());
+  return h;
+}
 
 /* Reads n bytes at *pos of buf (size len) into out; 0 if they are not all
  * there. */
@@ -171,7 +197,7 @@ static void cmp_report(const char *what, const char *name, const cmp_t *c) {
 /* A model holding the fixture's parameters. */
 static aa_gpt_t *model_from_fixture(void) {
   aa_gpt_t *m = NULL;
-  int rc = aa_gpt_create(&m, &fx.arch, aa_ops_cpu(), fx.B, fx.T, NULL);
+  int rc = aa_gpt_create(&m, &fx.arch, ops, fx.B, fx.T, NULL);
   CHECK_MSG(rc == 0, "aa_gpt_create: %s", aa_last_error());
   if (rc) return NULL;
   CHECK(m->n_params == fx.n_params);
@@ -179,7 +205,8 @@ static aa_gpt_t *model_from_fixture(void) {
     aa_gpt_free(m);
     return NULL;
   }
-  memcpy(m->params.data, fx.params, fx.n_params * sizeof(float));
+  CHECK(ops->upload(m->params.data, fx.params, fx.n_params * sizeof(float)) == 0);
+  aa_gpt_params_changed(m);
   return m;
 }
 
@@ -235,6 +262,7 @@ AA_TEST(tensor_table_matches_fixture_layout) {
  * ulps. For scale, computing GELU with erf instead of tanh moves this loss by
  * 4e-6 and LayerNorm eps 1e-6 instead of 1e-5 by 4e-5. */
 AA_TEST(loss_matches_pytorch) {
+  NEED_BACKEND();
   aa_gpt_t *m = model_from_fixture();
   if (!m) return;
   float loss = 0;
@@ -257,18 +285,20 @@ AA_TEST(loss_matches_pytorch) {
  * headroom, while GELU with erf instead of tanh moves the logits by 5e-5
  * (20x the tolerance) and LayerNorm eps 1e-6 instead of 1e-5 by 2e-3. */
 AA_TEST(logits_match_pytorch) {
+  NEED_BACKEND();
   aa_gpt_t *m = model_from_fixture();
   if (!m) return;
   int rc = aa_gpt_forward(m, fx.inputs, NULL, NULL);
   CHECK_MSG(rc == 0, "forward: %s", aa_last_error());
-  const float *logits = aa_gpt_logits(m);
   size_t n = (size_t)fx.B * fx.T * fx.arch.vocab_size;
+  float *logits = to_host(aa_gpt_logits(m), n);
   cmp_t c = {0};
   for (size_t i = 0; i < n; i++)
     cmp_add(&c, i, logits[i], fx.logits[i], 1e-6, 1e-4);
   cmp_report("logits", "", &c);
   CHECK_MSG(c.n_bad == 0, "%zu of %zu logits differ; worst at %zu: %.9g vs %.9g", c.n_bad, n, c.worst_i,
             logits[c.worst_i], fx.logits[c.worst_i]);
+  free(logits);
   aa_gpt_free(m);
 }
 
@@ -283,6 +313,7 @@ AA_TEST(logits_match_pytorch) {
  * elements. The key bias (qkv.b rows C..2C-1) has an exactly zero gradient
  * (softmax ignores a constant added to all scores) and only tests atol. */
 AA_TEST(grads_match_pytorch) {
+  NEED_BACKEND();
   aa_gpt_t *m = model_from_fixture();
   if (!m) return;
   aa_gpt_zero_grad(m);
@@ -290,7 +321,7 @@ AA_TEST(grads_match_pytorch) {
   CHECK_MSG(rc == 0, "forward: %s", aa_last_error());
   rc = aa_gpt_backward(m, 1.0f);
   CHECK_MSG(rc == 0, "backward: %s", aa_last_error());
-  const float *g = m->grads.data;
+  float *g = to_host(m->grads.data, m->n_params);
   for (int t = 0; t < m->n_tensors; t++) {
     const aa_tensor_desc_t *d = &m->tensors[t];
     const float *want = fx.grads + d->offset, *got = g + d->offset;
@@ -302,6 +333,7 @@ AA_TEST(grads_match_pytorch) {
     CHECK_MSG(c.n_bad == 0, "%s: %zu of %zu elements differ; worst [%zu]: %.9g vs %.9g", d->name, c.n_bad,
               d->numel, c.worst_i, got[c.worst_i], want[c.worst_i]);
   }
+  free(g);
   aa_gpt_free(m);
 }
 
@@ -331,6 +363,7 @@ AA_TEST(grads_match_pytorch) {
  * printed. A missing clip, decay on every tensor, or Adam eps 1e-6 each
  * exceed this allowance by 2-100x. */
 AA_TEST(adamw_steps_match_pytorch) {
+  NEED_BACKEND();
   aa_gpt_t *m = model_from_fixture();
   if (!m) return;
   aa_adamw_t opt;
@@ -351,7 +384,10 @@ AA_TEST(adamw_steps_match_pytorch) {
   cfg.weight_decay = fx.weight_decay;
   cfg.grad_clip = fx.grad_clip;
 
-  double ref_norm = sqrt(m->ops->sum_squares(fx.grads, fx.n_params));
+  double ref_norm = 0; /* on the host: fx.grads is host memory */
+  for (size_t j = 0; j < fx.n_params; j++)
+    ref_norm += (double)fx.grads[j] * fx.grads[j];
+  ref_norm = sqrt(ref_norm);
   cmp_t cl = {0};
   for (int k = 0; k < fx.n_steps; k++) {
     float loss = 0, norm = 0;
@@ -375,7 +411,7 @@ AA_TEST(adamw_steps_match_pytorch) {
   CHECK_MSG(cl.n_bad == 0, "step %zu loss differs", cl.worst_i);
   CHECK(opt.t == fx.n_steps);
 
-  const float *p = m->params.data;
+  float *p = to_host(m->params.data, m->n_params);
   size_t n_loose = 0;
   for (int t = 0; t < m->n_tensors; t++) {
     const aa_tensor_desc_t *d = &m->tensors[t];
@@ -395,11 +431,27 @@ AA_TEST(adamw_steps_match_pytorch) {
   }
   fprintf(stderr, "  %zu of %zu parameters have small first-step gradients and a tolerance > 1e-3\n", n_loose,
           fx.n_params);
+  free(p);
   aa_adamw_free(&opt);
   aa_gpt_free(m);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  ops = aa_ops_cpu();
+  if (argc > 1 && !strcmp(argv[1], "cuda")) {
+#ifdef AA_HAVE_CUDA
+    int n = 0;
+    if (aa_cuda_device_count(&n) || n < 1 || aa_cuda_init(0))
+      snprintf(skip_reason, sizeof skip_reason, "no GPU: %s", aa_last_error());
+    else
+      ops = aa_ops_cuda();
+#else
+    snprintf(skip_reason, sizeof skip_reason, "no GPU: built without CUDA (AUTOACCEL_CUDA=off or no nvcc)");
+#endif
+  } else if (argc > 1) {
+    fprintf(stderr, "usage: test_reference [cuda]\n");
+    return 2;
+  }
   const char *dir = getenv("AA_SOURCE_DIR");
   char path[AA_PATH_MAX];
   snprintf(path, sizeof path, "%s/tests/reference/gpt_tiny.fixture", dir && *dir ? dir : ".");
@@ -414,5 +466,8 @@ int main(void) {
   RUN(grads_match_pytorch);
   RUN(adamw_steps_match_pytorch);
   free(fx.blob);
+#ifdef AA_HAVE_CUDA
+  if (ops != aa_ops_cpu()) aa_cuda_shutdown();
+#endif
   return aa_test_summary();
 }
