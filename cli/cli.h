@@ -12,6 +12,8 @@
 #define AA_EXIT_FAIL 1
 #define AA_EXIT_USAGE 2
 
+#include <stdbool.h>
+
 int aa_cmd_train(int argc, char **argv);
 int aa_cmd_data(int argc, char **argv);
 int aa_cmd_strategy(int argc, char **argv);
@@ -29,5 +31,23 @@ int aa_cli_fail(const char *cmd);
 /* Parses a non-negative integer option value; prints a usage error naming
  * the option and returns -1 if it is not one. */
 long long aa_cli_parse_int(const char *cmd, const char *opt, const char *val, long long min, long long max);
+
+/* --devices of `auto` and `train` (cli/devices.c): n devices, CPU
+ * (cuda[i] = -1) or the CUDA ordinals cuda[i]; all_cuda = "cuda", every
+ * visible GPU, counted by aa_cli_resolve_devices. */
+#define AA_CLI_DEVICES_MAX 64
+typedef struct aa_cli_devices {
+  int n;
+  int cuda[AA_CLI_DEVICES_MAX];
+  bool all_cuda;
+} aa_cli_devices_t;
+
+/* "cpu", "cpu:N", "cuda" or "cuda:I,J,..." (each ordinal once). 0, or
+ * AA_EINVAL with the message (a usage error). */
+int aa_cli_parse_devices(const char *arg, aa_cli_devices_t *d);
+/* For CUDA devices: counts the visible GPUs in a probe child, expands
+ * "cuda" and checks every ordinal exists. 0 (nothing to do on the CPU), or
+ * the reason, prefixed with "--devices ARG" (a failure, exit 1). */
+int aa_cli_resolve_devices(aa_cli_devices_t *d, const char *arg);
 
 #endif

@@ -27,7 +27,7 @@
 #include "planner/planner.h"
 #include "proto/addr.h"
 
-#define AUTO_EXECUTORS_MAX 64
+#define AUTO_EXECUTORS_MAX AA_CLI_DEVICES_MAX
 #define AUTO_STOP_GRACE_S 5.0
 #define AUTO_REGISTER_S 60 /* for every executor to say hello */
 
@@ -37,58 +37,6 @@ typedef struct auto_ctx {
   int n;
   const char *log_path;
 } auto_ctx_t;
-
-/* The executors --devices asks for: n of them, on the CPU (cuda[i] = -1)
- * or on the CUDA ordinals in cuda[]; all_cuda: every visible GPU, counted
- * later (a probe, not a parse). */
-typedef struct auto_devices {
-  int n;
-  int cuda[AUTO_EXECUTORS_MAX];
-  bool all_cuda;
-} auto_devices_t;
-
-/* "cpu", "cpu:N", "cuda" or "cuda:I,J,...". 0, or -1 with the message in
- * aa_last_error(). */
-static int parse_devices(const char *arg, auto_devices_t *d) {
-  memset(d, 0, sizeof *d);
-  if (!strcmp(arg, "cpu")) {
-    d->n = 1;
-    d->cuda[0] = -1;
-    return 0;
-  }
-  if (!strncmp(arg, "cpu:", 4)) {
-    char *end;
-    errno = 0;
-    long n = strtol(arg + 4, &end, 10);
-    if (arg[4] < '0' || arg[4] > '9' || *end || errno || n < 1 || n > AUTO_EXECUTORS_MAX)
-      return aa_error(AA_EINVAL, "--devices cpu:N: N must be an executor count from 1 to %d, got '%s'",
-                      AUTO_EXECUTORS_MAX, arg + 4);
-    d->n = (int)n;
-    for (int i = 0; i < d->n; i++) d->cuda[i] = -1;
-    return 0;
-  }
-  if (!strcmp(arg, "cuda")) {
-    d->all_cuda = true;
-    return 0;
-  }
-  if (strncmp(arg, "cuda:", 5) || !arg[5])
-    return aa_error(AA_EINVAL, "--devices: expected cpu, cpu:N, cuda or cuda:I,J,..., got '%s'", arg);
-  const char *p = arg + 5;
-  for (;;) {
-    size_t len = strcspn(p, ",");
-    char one[32];
-    if (!len || len > 16) return aa_error(AA_EINVAL, "--devices %s: expected CUDA ordinals such as cuda:0,1", arg);
-    snprintf(one, sizeof one, "cuda:%.*s", (int)len, p);
-    int k;
-    if (aa_worker_parse_device(one, &k)) return -1;
-    for (int i = 0; i < d->n; i++)
-      if (d->cuda[i] == k) return aa_error(AA_EINVAL, "--devices %s: cuda:%d is named twice", arg, k);
-    if (d->n == AUTO_EXECUTORS_MAX) return aa_error(AA_EINVAL, "--devices: at most %d devices", AUTO_EXECUTORS_MAX);
-    d->cuda[d->n++] = k;
-    if (!p[len]) return 0;
-    p += len + 1;
-  }
-}
 
 static void *planner_thread(void *p) {
   aa_planner_run(p);
@@ -244,7 +192,7 @@ int aa_cmd_auto(int argc, char **argv) {
       {0, 0, 0, 0}};
   aa_submit_opts_t so = {.wait = true, .train = true, .runs_table = true, .embedded = true};
   const char *home_opt = NULL, *memory_limit = NULL;
-  auto_devices_t devs = {.n = 1, .cuda = {-1}};
+  aa_cli_devices_t devs = {.n = 1, .cuda = {-1}};
   const char *devices_arg = "cpu:1";
   int threads = 0, warmup = -1, measured = 0, c;
   long long v;
@@ -253,7 +201,7 @@ int aa_cmd_auto(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     switch (c) {
     case 'd':
-      if (parse_devices(optarg, &devs)) return usage_error("%s", aa_last_error());
+      if (aa_cli_parse_devices(optarg, &devs)) return usage_error("%s", aa_last_error());
       devices_arg = optarg;
       break;
     case 't':
@@ -301,25 +249,7 @@ int aa_cmd_auto(int argc, char **argv) {
     aa_client_strlist_free(&l);
   }
 
-  if (devs.all_cuda || devs.cuda[0] >= 0) {
-    /* Counted up front: a missing GPU is one clear line here rather than an
-     * executor that exits and a pointer to the log. */
-    int count;
-    if (aa_worker_cuda_devices(&count)) {
-      fprintf(stderr, "autoaccel auto: --devices %s: %s\n", devices_arg, aa_last_error());
-      return AA_EXIT_FAIL;
-    }
-    if (devs.all_cuda) {
-      devs.n = count < AUTO_EXECUTORS_MAX ? count : AUTO_EXECUTORS_MAX;
-      for (int i = 0; i < devs.n; i++) devs.cuda[i] = i;
-    }
-    for (int i = 0; i < devs.n; i++)
-      if (devs.cuda[i] >= count) {
-        fprintf(stderr, "autoaccel auto: --devices: cuda:%d does not exist: %d CUDA device%s visible (cuda:0..cuda:%d)\n",
-                devs.cuda[i], count, count > 1 ? "s are" : " is", count - 1);
-        return AA_EXIT_FAIL;
-      }
-  }
+  if (aa_cli_resolve_devices(&devs, devices_arg)) return aa_cli_fail("auto");
   const int n_exec = devs.n;
   const bool on_cuda = devs.cuda[0] >= 0;
 

@@ -1,5 +1,6 @@
 /* `autoaccel train MODEL`: training from a model spec, in this process or
- * as N data-parallel rank processes on this host (--devices cpu:N). */
+ * as N data-parallel rank processes on this host (--devices cpu:N, or one
+ * rank per GPU with --devices cuda:I,J). */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -18,6 +19,9 @@
 #include "executor/comm.h"
 #include "executor/train.h"
 #include "strategies/strategy.h"
+#ifdef AA_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -36,6 +40,8 @@ static void usage(FILE *f) {
           "                        as ATorch's load_strategy does. Default: the strategy's own world size\n"
           "                        (dp tp pp) on the CPU, so a saved dp2 strategy trains on 2 ranks;\n"
           "                        without --strategy, or with --device cuda:K, one process\n"
+          "  --devices cuda:I,J    one rank per listed GPU (an NCCL process group), rescaled likewise;\n"
+          "                        --devices cuda: every visible GPU (CUDA_VISIBLE_DEVICES applies)\n"
           "  --steps N             override train.steps\n"
           "  --checkpoint-every N  save OUT/step_NNNNNN.ckpt every N steps (default: train.checkpoint_every)\n"
           "  --out DIR             output directory (default: runs/<model name>)\n"
@@ -74,8 +80,22 @@ static int rescale(aa_strategy_t *s, int world) {
   return 0;
 }
 
-/* One rank of a local data-parallel run; the child's exit status. */
-static int run_rank(const aa_model_spec_t *spec, aa_train_opts_t o, const char *rendezvous, int rank, int world) {
+/* One rank of a local data-parallel run; the child's exit status. A rank
+ * on a GPU selects it before joining: an NCCL group joins on the current
+ * device. */
+static int run_rank(const aa_model_spec_t *spec, aa_train_opts_t o, const char *rendezvous, int rank, int world,
+                    int cuda) {
+  char device[32];
+  if (cuda >= 0) {
+    snprintf(device, sizeof device, "cuda:%d", cuda);
+    o.device = device;
+#ifdef AA_HAVE_CUDA
+    if (aa_cuda_init(cuda)) {
+      fprintf(stderr, "autoaccel train: rank %d: device %s: %s\n", rank, device, aa_last_error());
+      return AA_EXIT_FAIL;
+    }
+#endif
+  }
   aa_comm_t *comm = NULL;
   if (aa_comm_init(&comm, rendezvous, rank, world, NULL)) {
     fprintf(stderr, "autoaccel train: rank %d: %s\n", rank, aa_last_error());
@@ -91,11 +111,12 @@ static int run_rank(const aa_model_spec_t *spec, aa_train_opts_t o, const char *
 /* Forks `world` ranks and waits for all of them. When one fails, the others
  * learn it from the group (a dead peer or a timeout) and stop by
  * themselves; any still running 30 s later are killed. */
-static int train_ranks(const aa_model_spec_t *spec, const aa_train_opts_t *o, int world) {
+static int train_ranks(const aa_model_spec_t *spec, const aa_train_opts_t *o, const aa_cli_devices_t *devs) {
+  int world = devs->n, on_cuda = devs->cuda[0] >= 0;
   char rdv[AA_RENDEZVOUS_MAX];
   char tag[32];
   snprintf(tag, sizeof tag, "train%d", (int)getpid());
-  if (aa_rendezvous_new(rdv, sizeof rdv, "shm", tag)) return aa_cli_fail("train");
+  if (aa_rendezvous_new(rdv, sizeof rdv, on_cuda ? "nccl" : "shm", tag)) return aa_cli_fail("train");
   pid_t *pids = calloc((size_t)world, sizeof *pids);
   if (!pids) return aa_cli_fail("train");
   fflush(NULL);
@@ -107,7 +128,7 @@ static int train_ranks(const aa_model_spec_t *spec, const aa_train_opts_t *o, in
       failed = 1;
       break;
     }
-    if (pid == 0) _exit(run_rank(spec, *o, rdv, started, world));
+    if (pid == 0) _exit(run_rank(spec, *o, rdv, started, world, devs->cuda[started]));
     pids[started] = pid;
   }
   time_t first_failure = failed ? time(NULL) : 0;
@@ -154,6 +175,9 @@ int aa_cmd_train(int argc, char **argv) {
   aa_train_opts_t o = {.checkpoint_every = -1, .log_every = 10};
   long long v;
   int c, world = 0;
+  aa_cli_devices_t devs = {0};
+  char one_device[32];
+  const char *devices_arg = NULL;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -182,13 +206,11 @@ int aa_cmd_train(int argc, char **argv) {
     case 'D': o.device = optarg; break;
     case 'F': o.tf32 = 1; break;
     case 'N':
-      if (strncmp(optarg, "cpu:", 4)) {
-        fprintf(stderr, "autoaccel train: --devices: only cpu:N is supported (one GPU: --device cuda:K), not '%s'\n",
-                optarg);
+      if (aa_cli_parse_devices(optarg, &devs)) {
+        fprintf(stderr, "autoaccel train: %s\n", aa_last_error());
         return AA_EXIT_USAGE;
       }
-      if ((v = aa_cli_parse_int("train", "--devices cpu:N", optarg + 4, 1, 256)) < 0) return AA_EXIT_USAGE;
-      world = (int)v;
+      devices_arg = optarg;
       break;
     case 'M':
       if (aa_mem_parse_bytes(optarg, &o.memory_limit) || o.memory_limit == 0) {
@@ -212,10 +234,20 @@ int aa_cmd_train(int argc, char **argv) {
   aa_model_spec_t spec;
   if (aa_spec_load(&spec, argv[optind])) return aa_cli_fail("train");
   int on_cpu = !o.device || !strcmp(o.device, "cpu");
-  if (world > 1 && !on_cpu) {
-    fprintf(stderr, "autoaccel train: --devices cpu:N trains on the CPU; it cannot be combined with --device %s\n",
-            o.device);
+  if (devices_arg && !on_cpu) {
+    fprintf(stderr, "autoaccel train: --devices and --device %s do not combine: --devices names every device "
+                    "(e.g. cuda:0,1)\n", o.device);
     return AA_EXIT_USAGE;
+  }
+  if (devices_arg) {
+    if (aa_cli_resolve_devices(&devs, devices_arg)) return aa_cli_fail("train");
+    world = devs.n;
+    if (devs.cuda[0] >= 0 && world == 1) {
+      /* One GPU: this process trains on it, as --device cuda:K does. */
+      snprintf(one_device, sizeof one_device, "cuda:%d", devs.cuda[0]);
+      o.device = one_device;
+      on_cpu = 0;
+    }
   }
   aa_strategy_t strategy;
   aa_strategy_default(&strategy);
@@ -230,7 +262,11 @@ int aa_cmd_train(int argc, char **argv) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = o.threads > 0 ? o.threads : cores > 0 ? (int)cores : 1;
     o.threads = threads / world > 0 ? threads / world : 1;
-    return train_ranks(&spec, &o, world);
+    if (!devices_arg) { /* a saved strategy's own world size, on the CPU */
+      devs.n = world;
+      for (int r = 0; r < world; r++) devs.cuda[r] = -1;
+    }
+    return train_ranks(&spec, &o, &devs);
   }
   if (aa_train(&spec, &o, NULL)) return aa_cli_fail("train");
   return AA_EXIT_OK;

@@ -48,7 +48,7 @@ expect 2 "--limit needs an integer" "$AA" query runs --limit 0
 expect 2 "takes only the options" "$AA" query jobs --job 3
 expect 2 "expected exactly one MODEL.json" "$AA" auto
 expect 2 "expected cpu, cpu:N, cuda or cuda:I,J" "$AA" auto "$tmp/ok.json" --devices tpu:0
-expect 2 "N must be an executor count from 1 to 64, got '0'" "$AA" auto "$tmp/ok.json" --devices cpu:0
+expect 2 "N must be a count from 1 to 64, got '0'" "$AA" auto "$tmp/ok.json" --devices cpu:0
 expect 2 "cuda:1 is named twice" "$AA" auto "$tmp/ok.json" --devices cuda:1,0,1
 expect 2 "expected cpu or cuda:N" "$AA" auto "$tmp/ok.json" --devices cuda:0,x
 expect 2 "expected CUDA ordinals" "$AA" auto "$tmp/ok.json" --devices cuda:0,,1

@@ -95,7 +95,12 @@ expect 0 "strategy dp2.tp1.pp1.z2.fp32" \
 same_losses "$tmp/l1.txt" "$tmp/l3.txt" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: dp2 z2 losses"; }
 expect 0 "rescaled to dp1 for 1 rank .ZeRO dropped" \
   "$AA" train "$tmp/dp.json" --devices cpu:1 --out "$tmp/dp4" --strategy "$tmp/dp2z2.json"
-expect 2 "only cpu:N is supported" "$AA" train "$tmp/dp.json" --devices gpu:2
+expect 2 "expected cpu, cpu:N, cuda or cuda:I,J" "$AA" train "$tmp/dp.json" --devices gpu:2
+expect 2 "cuda:0 is named twice" "$AA" train "$tmp/dp.json" --devices cuda:0,0
+expect 2 "do not combine" "$AA" train "$tmp/dp.json" --devices cuda:0,1 --device cuda:0
+# CUDA_VISIBLE_DEVICES=-1 hides every GPU (a GPU machine too): the driver's reason, exit 1.
+expect 1 "--devices cuda:0,1: .*(CUDA|cuda)" env CUDA_VISIBLE_DEVICES=-1 "$AA" train "$tmp/dp.json" --devices cuda:0,1
+expect 1 "--devices cuda: .*(CUDA|cuda)" env CUDA_VISIBLE_DEVICES=-1 "$AA" train "$tmp/dp.json" --devices cuda
 expect 2 "--devices cpu:N" "$AA" train "$tmp/dp.json" --devices cpu:0
 expect 1 "data parallel degree 3 must divide global_batch 4" "$AA" train "$tmp/dp.json" --devices cpu:3 --out "$tmp/dp5"
 # One rank failing (out of memory on its own slice) fails the whole run.
