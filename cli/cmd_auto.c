@@ -23,7 +23,6 @@
 #include "common/aa.h"
 #include "common/mem.h"
 #include "common/spec.h"
-#include "executor/worker.h"
 #include "planner/planner.h"
 #include "proto/addr.h"
 

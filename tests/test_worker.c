@@ -115,6 +115,19 @@ static int recv_msg(peer_t *p, aa_msg_t *m, int ms) {
   }
 }
 
+/* Encodes m and writes it whole: 1, or 0 (an encode failure is printed). */
+static int write_msg(peer_t *p, const aa_msg_t *m) {
+  char *buf;
+  size_t len;
+  if (aa_msg_encode(m, &buf, &len)) {
+    fprintf(stderr, "encode: %s\n", aa_last_error());
+    return 0;
+  }
+  int ok = write(p->fd, buf, len) == (ssize_t)len;
+  free(buf);
+  return ok;
+}
+
 /* Next message that is not a heartbeat; *job_beats counts heartbeats naming
  * a job. Each heartbeat is answered with one, as a planner's own beats would
  * keep the executor from taking this side for dead (10 silent beats) while
@@ -127,26 +140,11 @@ static int recv_non_beat(peer_t *p, aa_msg_t *m, int ms, int *job_beats) {
     if (job_beats && m->heartbeat.job) (*job_beats)++;
     aa_msg_free(m);
     aa_msg_t beat = {.type = AA_MSG_HEARTBEAT};
-    char *buf;
-    size_t len;
-    if (!aa_msg_encode(&beat, &buf, &len)) {
-      ssize_t unused = write(p->fd, buf, len);
-      (void)unused;
-      free(buf);
-    }
+    (void)write_msg(p, &beat);
   }
 }
 
-static void send_msg(peer_t *p, const aa_msg_t *m) {
-  char *buf;
-  size_t len;
-  if (aa_msg_encode(m, &buf, &len)) {
-    fprintf(stderr, "encode: %s\n", aa_last_error());
-    return;
-  }
-  CHECK(write(p->fd, buf, len) == (ssize_t)len);
-  free(buf);
-}
+static void send_msg(peer_t *p, const aa_msg_t *m) { CHECK(write_msg(p, m)); }
 
 /* Accepts the executor, checks its hello (from pid `worker`; 0 = any), welcomes it (heartbeat 100 ms). */
 static int welcome(int lfd, peer_t *p, pid_t worker, int ms) {

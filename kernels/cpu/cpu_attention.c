@@ -77,6 +77,15 @@ static void att_softmax_rows(float *s, float *lse, int r0, int m, int ld) {
   }
 }
 
+/* The scaled scores of query rows r0..r1-1 of one head against keys
+ * 0..r1-1, q k^T / sqrt(hs), into p (m x r1, stride r1). q and k point at
+ * the head's first column, rows 3C apart. */
+static void att_block_scores(float *p, const float *q, const float *k, int r0, int r1, int C, int hs) {
+  int C3 = 3 * C;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f / sqrtf((float)hs),
+              q + (size_t)r0 * C3, C3, k, C3, 0.0f, p, r1);
+}
+
 /* Query rows r0..r1-1 of one head: P = softmax(q k^T / sqrt(hs)) with the
  * causal mask into the scratch p (m x r1), their logsumexp into lse, and the
  * output rows P @ v. q, k, v, out point at the head's first column with row
@@ -84,9 +93,7 @@ static void att_softmax_rows(float *s, float *lse, int r0, int m, int ld) {
 static void att_block_forward(float *out, float *lse, float *p, const float *q, const float *k, const float *v,
                               int r0, int r1, int C, int hs) {
   int m = r1 - r0, C3 = 3 * C;
-  float scale = 1.0f / sqrtf((float)hs);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f,
-              p, r1);
+  att_block_scores(p, q, k, r0, r1, C, hs);
   att_softmax_rows(p, lse + r0, r0, m, r1);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f, p, r1, v, C3, 0.0f,
               out + (size_t)r0 * C, C);
@@ -97,10 +104,8 @@ static void att_block_forward(float *out, float *lse, float *p, const float *q, 
  * The forward's normalised exp and this one differ by rounding only. */
 static void att_block_probs(float *p, const float *lse, const float *q, const float *k, int r0, int r1, int C,
                             int hs) {
-  int m = r1 - r0, C3 = 3 * C;
-  float scale = 1.0f / sqrtf((float)hs);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f,
-              p, r1);
+  int m = r1 - r0;
+  att_block_scores(p, q, k, r0, r1, C, hs);
   for (int i = 0; i < m; i++) {
     int t = r0 + i;
     float *row = p + (size_t)i * r1, l = lse[t];

@@ -71,6 +71,18 @@ __device__ __forceinline__ void load_head_rows(float *dst, int ld, const float *
   }
 }
 
+/* Keys and values s0..s0+ATT_TILE-1 of head h into Ks and Vs (stride ld),
+ * between two barriers: the previous tile is consumed before it is
+ * overwritten (and whatever the block loaded before is visible), and the
+ * new one is complete before anyone reads it. */
+__device__ __forceinline__ void stage_kv_tile(float *Ks, float *Vs, int ld, const float *qkv, int b, int h, int s0,
+                                              int T, int C, int hs) {
+  __syncthreads();
+  load_rows(Ks, ld, qkv, b, h, 1, s0, ATT_TILE, T, C, hs);
+  load_rows(Vs, ld, qkv, b, h, 2, s0, ATT_TILE, T, C, hs);
+  __syncthreads();
+}
+
 __device__ __forceinline__ float row_dot(const float *a, const float *b, int hs) {
   float s = 0.0f;
   for (int d = 0; d < hs; d++)
@@ -111,10 +123,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
   }
   int t_last = min(t0 + ATT_ROWS, T) - 1;
   for (int s0 = 0; s0 <= t_last; s0 += ATT_TILE) {
-    __syncthreads(); /* the previous tile is consumed (and Qs loaded) */
-    load_rows(Ks, ld, qkv, b, h, 1, s0, ATT_TILE, T, C, hs);
-    load_rows(Vs, ld, qkv, b, h, 2, s0, ATT_TILE, T, C, hs);
-    __syncthreads();
+    stage_kv_tile(Ks, Vs, ld, qkv, b, h, s0, T, C, hs);
 #pragma unroll
     for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
       int i = warp * ATT_ROWS_PER_WARP + r, t = t0 + i, s = s0 + lane;
@@ -169,10 +178,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
   int t_last = min(t0 + ATT_ROWS, T) - 1;
   for (int pass = 0; pass < 2; pass++) {
     for (int s0 = 0; s0 <= t_last; s0 += ATT_TILE) {
-      __syncthreads();
-      load_rows(Ks, ld, qkv, b, h, 1, s0, ATT_TILE, T, C, hs);
-      load_rows(Vs, ld, qkv, b, h, 2, s0, ATT_TILE, T, C, hs);
-      __syncthreads();
+      stage_kv_tile(Ks, Vs, ld, qkv, b, h, s0, T, C, hs);
 #pragma unroll
       for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
         int i = warp * ATT_ROWS_PER_WARP + r, t = t0 + i, s = s0 + lane;
