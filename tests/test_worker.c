@@ -408,11 +408,17 @@ static void send_rank(peer_t *p, uint64_t job, uint64_t run, const char *strateg
 
 AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_other) {
   int lfd = listen_unix();
-  pid_t w[2] = {start_worker(NULL, 0), start_worker(NULL, 0)};
+  pid_t w[2] = {0, 0};
   peer_t p[2] = {{.fd = -1}, {.fd = -1}};
   aa_msg_t res[2];
   char rdv[AA_RENDEZVOUS_MAX];
-  if (welcome(lfd, &p[0], 0, 10000) || welcome(lfd, &p[1], 0, 10000)) goto out;
+  /* One at a time, so that p[i] is w[i]'s connection: the kill below picks
+   * a runner by its executor's pid, and two executors started together
+   * may connect in either order. */
+  for (int i = 0; i < 2; i++) {
+    w[i] = start_worker(NULL, 0);
+    if (welcome(lfd, &p[i], w[i], 10000)) goto out;
+  }
   aa_strategy_t st;
   aa_strategy_default(&st);
   st.dp = 2;
@@ -485,8 +491,10 @@ out_free:
   free(dp2);
 out:
   for (int i = 0; i < 2; i++) {
-    kill(w[i], SIGTERM);
-    waitpid(w[i], NULL, 0);
+    if (w[i] > 0) {
+      kill(w[i], SIGTERM);
+      waitpid(w[i], NULL, 0);
+    }
     peer_close(&p[i]);
   }
   close(lfd);
