@@ -46,6 +46,7 @@
 #include "executor/data.h"
 #include "executor/model.h"
 #include "executor/train.h"
+#include "strategies/cost.h"
 
 #define STEPS 6
 #define REL_TOL 1e-5
@@ -87,6 +88,7 @@ typedef struct {
   size_t peak[MAX_RANKS][AA_MEM_NKINDS];
   int status[MAX_RANKS];
   double exit_time[MAX_RANKS]; /* aa_now() when the parent reaped the rank */
+  int micro_batch;             /* resolved */
 } run_t;
 
 static void die_after_step_2(const aa_train_step_info_t *info, void *data) {
@@ -150,6 +152,7 @@ static void run(const cfg_t *c, run_t *r) {
   memset(r, 0, sizeof *r);
   CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_parallel") == 0);
   int n = c->dp ? c->dp : 1;
+  r->micro_batch = c->micro_batch ? c->micro_batch : 8 / n; /* the tiny spec's global batch is 8 */
   pid_t pids[MAX_RANKS];
   fflush(NULL);
   for (int i = 0; i < n; i++) {
@@ -330,6 +333,36 @@ AA_TEST(per_rank_state_bytes_fall_by_the_zero_ratios) {
                   (p0[AA_MEM_PARAMS] + p0[AA_MEM_GRADS] + p0[AA_MEM_OPTIM]));
     }
   }
+}
+
+/* The planner's cost model (strategies/cost.h) on the same dp 4 runs:
+ * parameters, gradients, optimizer state and activations to the byte;
+ * the workspace it predicts is the model's, without the optimizer's unit
+ * buffers, so at most what a rank accounts. */
+AA_TEST(the_cost_model_predicts_every_ranks_bytes_at_every_zero_stage) {
+  aa_model_spec_t s;
+  tiny_spec(&s);
+  for (aa_dtype_t amp = AA_F32; amp <= AA_BF16; amp++)
+    for (int zero = 0; zero <= 3; zero++) {
+      const run_t *r = &dp4[amp][zero];
+      if (!all_ok(r, 4)) {
+        CHECK_MSG(0, "the %s dp 4 zero %d run failed", aa_dtype_name(amp), zero);
+        continue;
+      }
+      aa_strategy_t st;
+      aa_strategy_default(&st);
+      st.dp = 4;
+      st.zero = zero;
+      st.amp = amp;
+      st.micro_batch = r->micro_batch;
+      aa_cost_mem_t c;
+      aa_cost_memory(&s.arch, &st, &c);
+      for (int i = 0; i < 4; i++)
+        for (int k = 0; k < AA_MEM_NKINDS; k++)
+          CHECK_MSG(k == AA_MEM_WORKSPACE ? c.bytes[k] <= r->peak[i][k] : c.bytes[k] == r->peak[i][k],
+                    "%s zero %d rank %d %s: predicted %zu, accounted %zu", aa_dtype_name(amp), zero, i,
+                    aa_mem_kind_name(k), c.bytes[k], r->peak[i][k]);
+    }
 }
 
 /* An uninterrupted dp 4 run saves at step 3 (sharded at zero 2); runs that
@@ -548,6 +581,7 @@ int main(void) {
   RUN(dp4_matches_single_process_losses_at_every_zero_stage);
   RUN(dp4_bf16_and_dp2_fp16_match_single_process_losses_at_every_zero_stage);
   RUN(per_rank_state_bytes_fall_by_the_zero_ratios);
+  RUN(the_cost_model_predicts_every_ranks_bytes_at_every_zero_stage);
   RUN(sharded_checkpoint_at_dp4_resumes_at_dp2_and_dp1);
   RUN(sharded_bf16_checkpoint_at_dp4_zero3_resumes_at_dp2_and_in_one_process);
   RUN(single_file_checkpoint_at_dp2_zero0_resumes_at_dp4_zero3);

@@ -1,0 +1,54 @@
+/* What a strategy costs before it runs: the memory each rank must hold and
+ * the work it does per token. Pure arithmetic on the architecture and the
+ * strategy, so the planner (which must not link the engine) can prune and
+ * compare candidates; tests/test_cost.c holds it to the engine's own
+ * accounting, so the two cannot drift apart unnoticed.
+ * Rules and their justification: docs/service.md "Jobs", step 3. */
+#ifndef AA_COST_H
+#define AA_COST_H
+
+#include "../common/mem.h"
+#include "strategy.h"
+
+/* Bytes one rank of a resolved strategy allocates, by memory kind, on a
+ * model with sequences of seq_len tokens. params, grads, optim and acts are
+ * exactly what the engine allocates (ZeRO shards included); workspace is
+ * the model's workspace only, without the optimizer's per-unit buffers or
+ * a backend's scratch (a CUDA context's cuBLAS workspace and attention
+ * scratch), so the total is a lower bound of the run's peak: a strategy
+ * whose total is over a device's memory cannot run on it. */
+typedef struct aa_cost_mem {
+  size_t bytes[AA_MEM_NKINDS];
+  size_t total;
+} aa_cost_mem_t;
+
+void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, aa_cost_mem_t *out);
+
+/* The model's activation store and workspace for a micro-batch of B
+ * sequences of T tokens under amp dtype `amp` and checkpointing ckpt /
+ * ckpt_layers (0 = every block), with the engine's 64-byte slices. */
+void aa_cost_act_bytes(const aa_arch_t *arch, int B, int T, aa_dtype_t amp, aa_ckpt_mode_t ckpt, int ckpt_layers,
+                       size_t *acts, size_t *workspace);
+
+/* Floating-point operations per trained token: 6 per parameter for the
+ * forward and backward GEMMs plus 12·L·C·T for attention (the usual
+ * 6N + 12LCT, with N counting the embedding, which the tied output layer
+ * multiplies by), and the forward a checkpointing mode runs again: full
+ * recomputes each checkpointed block (2 per block parameter + 4·C·T for
+ * attention), selective only the GELU (counted as 0: no GEMM). */
+double aa_cost_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s);
+
+/* Whether strategy a does at least the work of b and can therefore not be
+ * faster, for b measured on the same device kind (cuda: 1 for a CUDA pool,
+ * 0 for CPUs): same parallel degrees and micro-batch, and each knob of a at
+ * b's or a costlier one, at least one costlier: checkpointing (none <
+ * selective < full: more recompute, the same everything else), ZeRO 3 over
+ * ZeRO 2 (the same compute and optimizer shard plus the parameter
+ * all-gathers of forward and backward) and, on CPUs only, bf16/fp16 over
+ * fp32 (the CPU computes in fp32 either way and converts 16-bit storage on
+ * top). On GPUs 16-bit is faster and ZeRO 0/1/2 trade communication for
+ * optimizer work, so neither order holds there or between those stages.
+ * On a non-zero return, why (naming the costlier knobs) is written to why. */
+int aa_cost_dominated(const aa_strategy_t *a, const aa_strategy_t *b, int cuda, char *why, size_t why_len);
+
+#endif

@@ -1,0 +1,151 @@
+/* The planner's cost model (strategies/cost.h) against the engine it
+ * predicts: the activation layout on a grid of shapes and options, a
+ * single process's accounted bytes by kind (tests/test_parallel.c does the
+ * same for dp 4 at every ZeRO stage), FLOPs per token against figures
+ * worked out by hand, and the dominance rule. */
+#include <stdio.h>
+#include <string.h>
+
+#include "aa_test.h"
+#include "common/mem.h"
+#include "executor/model.h"
+#include "executor/optim.h"
+#include "strategies/cost.h"
+
+static const aa_arch_t archs[] = {
+    {.family = "gpt2", .n_layer = 3, .n_head = 4, .d_model = 32, .d_ff = 64, .seq_len = 16, .vocab_size = 64},
+    /* odd sizes: no slice is a multiple of 64 bytes by accident */
+    {.family = "gpt2", .n_layer = 2, .n_head = 3, .d_model = 27, .d_ff = 50, .seq_len = 7, .vocab_size = 11},
+};
+static const aa_dtype_t amps[] = {AA_F32, AA_BF16, AA_F16};
+static const struct {
+  aa_ckpt_mode_t ckpt;
+  int layers;
+} ckpts[] = {{AA_CKPT_NONE, 0}, {AA_CKPT_SELECTIVE, 0}, {AA_CKPT_FULL, 0}, {AA_CKPT_FULL, 1}};
+
+AA_TEST(activation_layout_is_the_engines_on_a_grid) {
+  int n = 0;
+  for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
+    for (int B = 1; B <= 3; B += 2)
+      for (int T = 1; T <= archs[a].seq_len; T += archs[a].seq_len - 1)
+        for (int p = 0; p < 3; p++)
+          for (int k = 0; k < 4; k++) {
+            aa_gpt_opts_t o = {.amp = amps[p], .ckpt = ckpts[k].ckpt, .ckpt_layers = ckpts[k].layers};
+            size_t ea, ew, ca, cw;
+            aa_gpt_act_bytes(&archs[a], B, T, &o, &ea, &ew);
+            aa_cost_act_bytes(&archs[a], B, T, o.amp, o.ckpt, o.ckpt_layers, &ca, &cw);
+            CHECK_MSG(ca == ea && cw == ew, "arch %zu B %d T %d %s %s/%d: cost model %zu/%zu, engine %zu/%zu", a, B,
+                      T, aa_dtype_name(o.amp), aa_ckpt_mode_name(o.ckpt), o.ckpt_layers, ca, cw, ea, ew);
+            n++;
+          }
+  fprintf(stderr, "  %d layouts agree\n", n);
+}
+
+/* What one process allocates for a strategy: the model and AdamW, as
+ * aa_train builds them for a single rank. */
+AA_TEST(a_single_rank_accounts_exactly_the_predicted_bytes) {
+  for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
+    for (int p = 0; p < 3; p++)
+      for (int k = 0; k < 4; k++) {
+        aa_strategy_t s;
+        aa_strategy_default(&s);
+        s.amp = amps[p];
+        s.ckpt = ckpts[k].ckpt;
+        s.ckpt_layers = ckpts[k].layers;
+        s.micro_batch = 2;
+        aa_mem_t mem;
+        aa_mem_init(&mem, 0);
+        aa_gpt_opts_t o = {.amp = s.amp, .ckpt = s.ckpt, .ckpt_layers = s.ckpt_layers, .mem = &mem};
+        aa_gpt_t *m = NULL;
+        aa_adamw_t opt = {0};
+        int rc = aa_gpt_create(&m, &archs[a], aa_ops_cpu(), s.micro_batch, archs[a].seq_len, &o);
+        if (!rc) rc = aa_adamw_init_on(&opt, aa_ops_cpu(), m->n_params, &mem);
+        CHECK_MSG(rc == 0, "%s", aa_last_error());
+        aa_cost_mem_t c;
+        aa_cost_memory(&archs[a], &s, &c);
+        for (int kind = 0; kind < AA_MEM_NKINDS; kind++)
+          CHECK_MSG(c.bytes[kind] == mem.peak[kind], "arch %zu %s %s/%d %s: predicted %zu, accounted %zu", a,
+                    aa_dtype_name(s.amp), aa_ckpt_mode_name(s.ckpt), s.ckpt_layers, aa_mem_kind_name(kind),
+                    c.bytes[kind], mem.peak[kind]);
+        CHECK(c.total == mem.peak_total);
+        aa_adamw_free(&opt);
+        aa_gpt_free(m);
+      }
+}
+
+/* GPT-2 124M with the padded vocabulary: N = 124,475,904 parameters
+ * (wte 50304x768, wpe 1024x768, 12 blocks of 7,087,872, lnf 1,536).
+ * 6N = 746,855,424 and 12·L·C·T = 12·12·768·1024 = 113,246,208. A fully
+ * checkpointed block runs its forward again: 2·7,087,872 + 4·768·1024 =
+ * 17,321,472 per block, 207,857,664 for 12, or 6 of them for the first 6. */
+AA_TEST(flops_per_token_are_6n_plus_12lct_plus_the_recomputed_forward) {
+  const aa_arch_t gpt2 = {
+      .family = "gpt2", .n_layer = 12, .n_head = 12, .d_model = 768, .d_ff = 3072, .seq_len = 1024, .vocab_size = 50304};
+  CHECK(aa_arch_param_count(&gpt2) == 124475904u);
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  CHECK(aa_cost_flops_per_token(&gpt2, &s) == 860101632.0);
+  s.ckpt = AA_CKPT_SELECTIVE;
+  CHECK(aa_cost_flops_per_token(&gpt2, &s) == 860101632.0);
+  s.ckpt = AA_CKPT_FULL;
+  CHECK(aa_cost_flops_per_token(&gpt2, &s) == 860101632.0 + 207857664.0);
+  s.ckpt_layers = 6;
+  CHECK(aa_cost_flops_per_token(&gpt2, &s) == 860101632.0 + 6 * 17321472.0);
+}
+
+static aa_strategy_t strat(int dp, int zero, aa_dtype_t amp, aa_ckpt_mode_t ckpt, int mb) {
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.dp = dp;
+  s.zero = zero;
+  s.amp = amp;
+  s.ckpt = ckpt;
+  s.micro_batch = mb;
+  return s;
+}
+
+AA_TEST(a_strategy_with_more_work_than_a_measured_one_is_dominated) {
+  char why[256];
+  aa_strategy_t base = strat(2, 2, AA_F32, AA_CKPT_NONE, 4);
+  struct {
+    aa_strategy_t s;
+    int cpu, cuda;      /* dominated by base on a CPU pool, on a GPU pool */
+    const char *why;    /* on a CPU pool */
+  } cases[] = {
+      {strat(2, 2, AA_F32, AA_CKPT_SELECTIVE, 4), 1, 1, "selective checkpointing instead of none"},
+      {strat(2, 2, AA_F32, AA_CKPT_FULL, 4), 1, 1, "full checkpointing instead of none"},
+      {strat(2, 3, AA_F32, AA_CKPT_NONE, 4), 1, 1, "ZeRO 3 instead of 2"},
+      {strat(2, 2, AA_BF16, AA_CKPT_NONE, 4), 1, 0, "bf16 storage on a CPU instead of fp32"},
+      {strat(2, 3, AA_F16, AA_CKPT_FULL, 4), 1, 0,
+       "full checkpointing instead of none, ZeRO 3 instead of 2, fp16 storage on a CPU instead of fp32"},
+      {strat(2, 3, AA_BF16, AA_CKPT_FULL, 4), 1, 0, NULL}, /* on a GPU: the amp is not comparable */
+      {base, 0, 0, NULL},                                  /* the same strategy does not beat itself */
+      {strat(2, 1, AA_F32, AA_CKPT_FULL, 4), 0, 0, NULL},  /* ZeRO 1 vs 2: not ordered */
+      {strat(2, 2, AA_F32, AA_CKPT_FULL, 2), 0, 0, NULL},  /* another micro-batch */
+      {strat(1, 0, AA_F32, AA_CKPT_FULL, 4), 0, 0, NULL},  /* another dp */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char key[AA_STRATEGY_KEY_MAX];
+    aa_strategy_key(&cases[i].s, key);
+    CHECK_MSG(aa_cost_dominated(&cases[i].s, &base, 0, why, sizeof why) == cases[i].cpu, "%s on a CPU", key);
+    CHECK_MSG(aa_cost_dominated(&cases[i].s, &base, 1, NULL, 0) == cases[i].cuda, "%s on a GPU", key);
+    if (cases[i].cpu && cases[i].why) CHECK_MSG(!strcmp(why, cases[i].why), "%s: \"%s\"", key, why);
+    /* Nothing cheaper is ever dominated by something costlier. */
+    if (cases[i].cpu) CHECK(!aa_cost_dominated(&base, &cases[i].s, 0, NULL, 0));
+  }
+  /* Full checkpointing of different block counts is not ordered here. */
+  aa_strategy_t f1 = strat(1, 0, AA_F32, AA_CKPT_FULL, 4), f2 = f1;
+  f1.ckpt_layers = 1;
+  CHECK(!aa_cost_dominated(&f2, &f1, 0, NULL, 0) && !aa_cost_dominated(&f1, &f2, 0, NULL, 0));
+  /* A truncated reason stays a terminated string. */
+  char small[12];
+  CHECK(aa_cost_dominated(&cases[4].s, &base, 0, small, sizeof small) && strlen(small) == sizeof small - 1);
+}
+
+int main(void) {
+  RUN(activation_layout_is_the_engines_on_a_grid);
+  RUN(a_single_rank_accounts_exactly_the_predicted_bytes);
+  RUN(flops_per_token_are_6n_plus_12lct_plus_the_recomputed_forward);
+  RUN(a_strategy_with_more_work_than_a_measured_one_is_dominated);
+  return aa_test_summary();
+}
