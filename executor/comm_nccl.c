@@ -34,7 +34,7 @@
 
 struct aa__nccl {
   ncclComm_t comm;     /* NULL once aborted */
-  cudaStream_t stream; /* blocking: ordered after work on the legacy default stream */
+  cudaStream_t stream; /* blocking, but not ordered after the backend's own stream: callers sync it first (comm.h) */
   float *scratch;      /* device: the barrier's one element */
   int broken;          /* aborted: every later call fails */
 };
@@ -193,7 +193,11 @@ int aa__nccl_split(aa_comm_t *parent, int color, int key, aa_comm_t *child) {
   ncclComm_t nc = NULL;
   ncclComm_t pc = parent->nccl->comm;
   NCCL_TRY(parent, pc, what, ncclCommSplit(pc, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nc, &cfg));
-  if ((rc = nccl_wait(parent, pc, NULL, what))) return rc;
+  if ((rc = nccl_wait(parent, pc, NULL, what))) {
+    /* Non-blocking: nc is already a handle, owned by nobody else yet. */
+    if (nc) ncclCommAbort(nc);
+    return rc;
+  }
   if (!child->shm) {
     if (nc) ncclCommDestroy(nc);
     return 0;

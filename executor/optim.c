@@ -140,7 +140,9 @@ static int zero_grads_done(aa_gpt_t *m, int u, void *data) {
     float *p = z->padded.data;
     copy(op, p, (float *)m->grads.data + z->unit_off[u], n);
     op->memset0(p + n, ((size_t)z->world * c - n) * sizeof(float));
-    rc = aa_comm_reduce_scatter(z->comm, p, piece, c, AA_F32, AA_COMM_AVG);
+    /* The group reads p on its own stream (NCCL's): the backend's writes
+     * must have landed first (comm.h). */
+    if (!(rc = op->sync())) rc = aa_comm_reduce_scatter(z->comm, p, piece, c, AA_F32, AA_COMM_AVG);
     if (!rc && z->valid[u]) copy(op, grad_chunk(z, m, u), piece, z->valid[u]);
   } else {
     rc = aa_comm_reduce_scatter(z->comm, z->gunit[slot(z, u)].data, piece, c, AA_F32, AA_COMM_AVG);
