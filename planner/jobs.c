@@ -9,6 +9,7 @@
 #include "planner_internal.h"
 
 #include "../common/json.h"
+#include "../common/mem.h"
 #include "../common/rendezvous.h"
 
 #include <stdlib.h>
@@ -372,6 +373,7 @@ static void job_end(aa_planner_t *p, aa_store_job_status_t status, const char *e
 /* "no strategy could run: 3 oom, 1 timeout" from the job's dry runs. */
 static void why_none(const aa_planner_job_t *j, char *out, size_t n) {
   int counts[AA_STORE_RUN_NSTATUS] = {0}, ran = 0, pruned = 0;
+  uint64_t least = 0; /* the smallest of the predicted-oom ones */
   for (size_t i = 0; i < j->search.n; i++) {
     const aa_cand_t *c = &j->search.c[i];
     if (c->state == AA_CAND_DONE) {
@@ -379,7 +381,16 @@ static void why_none(const aa_planner_job_t *j, char *out, size_t n) {
       ran++;
     } else if (c->state == AA_CAND_PRUNED) {
       pruned++;
+      if (j->search.memory && c->bytes > j->search.memory && (!least || c->bytes < least)) least = c->bytes;
     }
+  }
+  if (!ran && least) {
+    char need[32], have[32];
+    snprintf(out, n,
+             "no strategy could run: all %d were pruned, %d of them predicted out of memory (the smallest needs at "
+             "least %s per rank, a device has %s)",
+             pruned, j->search.predicted_oom, aa_mem_fmt(need, least), aa_mem_fmt(have, j->search.memory));
+    return;
   }
   if (!ran) {
     snprintf(out, n, "no strategy could run: all %d were pruned", pruned);
@@ -834,7 +845,7 @@ static void job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e) 
     }
   }
   if ((rc = aa__search_enumerate(&j->search, &j->spec, aa__planner_hw_world(j->hardware), e->dev.kind,
-                                 j->exclude))) {
+                                 e->dev.memory, j->exclude))) {
     snprintf(why, sizeof why, "%s", aa_last_error());
     job_end(p, AA_STORE_JOB_FAILED, why, false);
     return;
@@ -843,7 +854,8 @@ static void job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e) 
   j->search.max_dryruns = j->max_dryruns;
   j->search.time_limit_s = j->time_limit_s;
   if (j->time_limit_s > 0) j->search.deadline = aa_now() + j->time_limit_s;
-  aa__planner_log(p, "job %lld: %zu strategies, %d valid", (long long)j->id, j->search.n, j->search.valid);
+  aa__planner_log(p, "job %lld: %zu strategies, %d valid, %d of them predicted out of memory", (long long)j->id,
+                  j->search.n, j->search.valid, j->search.predicted_oom);
   advance(p);
 }
 

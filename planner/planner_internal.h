@@ -233,7 +233,9 @@ typedef struct aa_cand {
   char key[AA_STRATEGY_KEY_MAX];
   int setting; /* index of its (parallel, zero, amp, checkpoint) setting */
   aa_cand_state_t state;
-  char reason[256]; /* pruned: the rule or the search's reason */
+  char reason[512]; /* pruned: the rule or the search's reason */
+  bool skipped;     /* pruned by its setting's micro-batch stop */
+  uint64_t bytes;   /* valid: the bytes a rank needs at least (strategies/cost.h) */
   bool recorded;    /* its pruned run is in the store */
   int64_t run_id;
   aa_store_run_status_t status;
@@ -249,6 +251,9 @@ typedef struct aa_search {
   char (*setting_stop)[256]; /* non-empty: the setting stopped, why */
   int dispatched;       /* dry runs sent */
   int valid;            /* candidates that passed resolve */
+  int predicted_oom;    /* of them, pruned for memory before any run */
+  uint64_t memory;      /* bytes per device, 0 = unknown */
+  bool cuda;            /* the pool's devices are GPUs (the dominance rule) */
   bool exhaustive;
   int max_dryruns;      /* 0 = no limit */
   double deadline;      /* aa_now() seconds, 0 = none */
@@ -256,17 +261,21 @@ typedef struct aa_search {
 } aa_search_t;
 
 /* Enumerates the strategies for the spec on a pool of `devices` executors
- * of kind `dev_kind` (on one host) in dry-run order, leaving out the
- * `exclude` bits. Data parallelism takes every degree up to `devices` that
- * divides the global batch, ZeRO 0-3 at dp > 1 with every precision, a
- * candidate's world being its dp. Invalid ones (aa_strategy_resolve fails) come back AA_CAND_PRUNED
- * with the rule. */
+ * of kind `dev_kind` (on one host) with `memory` bytes each (0 = unknown)
+ * in dry-run order, leaving out the `exclude` bits. Data parallelism takes
+ * every degree up to `devices` that divides the global batch, ZeRO 0-3 at
+ * dp > 1 with every precision, a candidate's world being its dp. Invalid
+ * ones (aa_strategy_resolve fails) come back AA_CAND_PRUNED with the rule,
+ * and so do those whose predicted bytes per rank (strategies/cost.h, a
+ * lower bound) exceed `memory`, with the figures. */
 int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int devices, aa_proto_dev_kind_t dev_kind,
-                         unsigned exclude);
+                         uint64_t memory, unsigned exclude);
 void aa__search_free(aa_search_t *s);
 /* The next candidate to dry-run, or -1 when the search is over. Pending
- * ones the search drops on the way (early stop, max_dryruns, time limit)
- * become AA_CAND_PRUNED with the reason; the caller records them. */
+ * ones the search drops on the way (early stop, a strategy that does at
+ * least the work of one measured ok or skipped, max_dryruns, time limit)
+ * become AA_CAND_PRUNED with the reason; the caller records them.
+ * Unless exhaustive: then only the limits prune. */
 int aa__search_next(aa_search_t *s, double now);
 /* Records a finished dry run of candidate i (the early-stop rule). */
 void aa__search_done(aa_search_t *s, int i, aa_store_run_status_t status, double tokens_per_s);

@@ -4,6 +4,7 @@
 #include "planner_internal.h"
 
 #include "../common/json.h"
+#include "../strategies/cost.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,9 +113,30 @@ void aa__search_free(aa_search_t *s) {
   memset(s, 0, sizeof *s);
 }
 
+/* Prunes a valid candidate that cannot fit: the bytes a rank must hold
+ * (strategies/cost.h) are a lower bound of its peak, so a total past the
+ * device's memory is an oom before any step. */
+static void prune_if_too_big(aa_search_t *s, aa_cand_t *c, const aa_arch_t *arch, uint64_t memory) {
+  aa_cost_mem_t m;
+  aa_cost_memory(arch, &c->s, &m);
+  c->bytes = m.total;
+  if (!memory || m.total <= memory) return;
+  char f[AA_MEM_NKINDS + 2][32];
+  for (int k = 0; k < AA_MEM_NKINDS; k++) aa_mem_fmt(f[k], m.bytes[k]);
+  snprintf(c->reason, sizeof c->reason,
+           "predicted out of memory: a rank needs at least %s (params %s, grads %s, optim %s, acts %s, "
+           "workspace %s), the device has %s",
+           aa_mem_fmt(f[AA_MEM_NKINDS], m.total), f[AA_MEM_PARAMS], f[AA_MEM_GRADS], f[AA_MEM_OPTIM],
+           f[AA_MEM_ACTS], f[AA_MEM_WORKSPACE], aa_mem_fmt(f[AA_MEM_NKINDS + 1], memory));
+  c->state = AA_CAND_PRUNED;
+  s->predicted_oom++;
+}
+
 int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int devices, aa_proto_dev_kind_t dev_kind,
-                         unsigned exclude) {
+                         uint64_t memory, unsigned exclude) {
   memset(s, 0, sizeof *s);
+  s->cuda = dev_kind == AA_PROTO_DEV_CUDA;
+  s->memory = memory;
   if (devices < 1 || devices > AA_PROTO_WORLD_MAX)
     return aa_error(AA_EINVAL, "search: %d devices is outside 1..%d", devices, AA_PROTO_WORLD_MAX);
   const int gb = spec->train.global_batch;
@@ -155,12 +177,34 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
         snprintf(c->reason, sizeof c->reason, "%s", aa_last_error());
       } else {
         s->valid++;
+        prune_if_too_big(s, c, &spec->arch, memory);
       }
       aa_strategy_key(&c->s, c->key);
     }
   }
   free(set);
   return 0;
+}
+
+/* A candidate that does at least the work of one measured ok (or skipped
+ * by its setting's micro-batch stop) cannot win: the enumeration puts the
+ * cheaper knob first (no checkpointing, ZeRO 2 before 3, on CPUs fp32),
+ * so that one has had its turn. Writes the reason into c. */
+static bool dominated(const aa_search_t *s, aa_cand_t *c) {
+  char why[160];
+  for (size_t k = 0; k < s->n; k++) {
+    const aa_cand_t *m = &s->c[k];
+    bool ok = m->state == AA_CAND_DONE && m->status == AA_STORE_RUN_OK;
+    if ((!ok && !m->skipped) || !aa_cost_dominated(&c->s, &m->s, s->cuda, why, sizeof why)) continue;
+    if (ok)
+      snprintf(c->reason, sizeof c->reason, "not measured: %s does at least the work of %s (%.0f tokens/s): %s",
+               c->key, m->key, m->tokens_per_s, why);
+    else
+      snprintf(c->reason, sizeof c->reason, "skipped: it does at least the work of %s, which was skipped: %s", m->key,
+               why);
+    return true;
+  }
+  return false;
 }
 
 int aa__search_next(aa_search_t *s, double now) {
@@ -176,6 +220,9 @@ int aa__search_next(aa_search_t *s, double now) {
       c->state = AA_CAND_PRUNED;
     } else if (!s->exhaustive && s->setting_stop[c->setting][0]) {
       snprintf(c->reason, sizeof c->reason, "%s", s->setting_stop[c->setting]);
+      c->state = AA_CAND_PRUNED;
+      c->skipped = true;
+    } else if (!s->exhaustive && dominated(s, c)) {
       c->state = AA_CAND_PRUNED;
     } else {
       return (int)i;

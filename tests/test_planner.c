@@ -8,6 +8,7 @@
 #include "planner/planner.h"
 #include "planner/planner_internal.h"
 #include "planner/store.h"
+#include "strategies/cost.h"
 #include "tests/aa_test.h"
 
 #include <jansson.h>
@@ -43,7 +44,7 @@ static aa_model_spec_t spec_with_batch(int global_batch) {
 AA_TEST(enumeration_is_amp_by_checkpoint_by_micro_batch_larger_first) {
   aa_model_spec_t spec = spec_with_batch(4);
   aa_search_t s;
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
   CHECK(s.n == 27); /* 3 amp x 3 checkpoint x micro-batches 4, 2, 1 */
   CHECK(s.valid == 27);
   CHECK(s.nsettings == 9);
@@ -58,7 +59,7 @@ AA_TEST(enumeration_is_amp_by_checkpoint_by_micro_batch_larger_first) {
 
   /* A GPU tries bf16 first; 12 has the divisors 12, 6, 4, 3, 2, 1. */
   spec = spec_with_batch(12);
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CUDA, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CUDA, 0, 0) == 0);
   CHECK(s.n == 54);
   CHECK(!strcmp(s.c[0].key, "dp1.tp1.pp1.z0.bf16.ckpt-none.mb12"));
   CHECK(!strcmp(s.c[3].key, "dp1.tp1.pp1.z0.bf16.ckpt-none.mb3"));
@@ -72,26 +73,26 @@ AA_TEST(exclude_names_leave_out_methods) {
   const char *a[] = {"fp16", "checkpoint"};
   CHECK(aa__search_exclude_mask(a, 2, &mask) == 0);
   aa_search_t s;
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask) == 0);
   CHECK(s.n == 6); /* fp32, bf16 x none x 4, 2, 1: the service test's count */
   for (size_t i = 0; i < s.n; i++) CHECK(strstr(s.c[i].key, "fp16") == NULL && strstr(s.c[i].key, "ckpt-none"));
   aa__search_free(&s);
 
   const char *b[] = {"amp", "selective"};
   CHECK(aa__search_exclude_mask(b, 2, &mask) == 0);
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask) == 0);
   CHECK(s.n == 6); /* fp32 x none, full */
   aa__search_free(&s);
 
   const char *atorch[] = {"amp_native", "zero2", "fsdp", "tensor_parallel", "pipeline_parallel"};
   CHECK(aa__search_exclude_mask(atorch, 5, &mask) == 0);
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask) == 0);
   CHECK(s.n == 9);
   aa__search_free(&s);
 
   const char *all[] = {"fp32", "amp"};
   CHECK(aa__search_exclude_mask(all, 2, &mask) == 0);
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, mask) == AA_EINVAL);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask) == AA_EINVAL);
 }
 
 AA_TEST(unknown_exclude_method_is_named_with_the_accepted_ones) {
@@ -106,31 +107,114 @@ AA_TEST(unknown_exclude_method_is_named_with_the_accepted_ones) {
 AA_TEST(search_stops_a_setting_once_a_smaller_micro_batch_is_slower) {
   aa_model_spec_t spec = spec_with_batch(4);
   aa_search_t s;
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0) == 0);
+  /* On a CPU: fp32 none mb 4, 2, 1 (0-2), selective (3-5), full (6-8), then
+   * bf16 (9-17) and fp16 (18-26). */
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
   CHECK(aa__search_next(&s, 0) == 0);
   aa__search_done(&s, 0, AA_STORE_RUN_OK, 100);
   CHECK(aa__search_next(&s, 0) == 1);
   aa__search_done(&s, 1, AA_STORE_RUN_OK, 60); /* mb2 slower than mb4: mb1 is skipped */
-  CHECK(aa__search_next(&s, 0) == 3);
-  CHECK(s.c[2].state == AA_CAND_PRUNED);
+  /* Everything else does at least the work of one of those three. */
+  CHECK(aa__search_next(&s, 0) == -1);
+  CHECK(s.c[2].state == AA_CAND_PRUNED && s.c[2].skipped);
   CHECK_MSG(strstr(s.c[2].reason, "micro_batch 2 measured slower than micro_batch 4"), "%s", s.c[2].reason);
-  /* An oom at a larger micro-batch says nothing about smaller ones. */
-  aa__search_done(&s, 3, AA_STORE_RUN_OOM, 0);
-  CHECK(aa__search_next(&s, 0) == 4);
+  for (size_t i = 3; i < s.n; i++) CHECK(s.c[i].state == AA_CAND_PRUNED && !s.c[i].skipped);
+  CHECK_MSG(!strcmp(s.c[3].reason, "not measured: dp1.tp1.pp1.z0.fp32.ckpt-sel.mb4 does at least the work of "
+                                   "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4 (100 tokens/s): selective checkpointing "
+                                   "instead of none"),
+            "%s", s.c[3].reason);
+  CHECK_MSG(strstr(s.c[8].reason, "skipped: it does at least the work of dp1.tp1.pp1.z0.fp32.ckpt-none.mb1, which "
+                                  "was skipped: full checkpointing instead of none"),
+            "%s", s.c[8].reason);
+  CHECK_MSG(strstr(s.c[9].reason, "(100 tokens/s): bf16 storage on a CPU instead of fp32"), "%s", s.c[9].reason);
+  CHECK_MSG(strstr(s.c[25].reason, "(60 tokens/s): full checkpointing instead of none, fp16 storage on a CPU"), "%s",
+            s.c[25].reason);
   aa__search_free(&s);
 
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0) == 0);
+  /* An oom at a larger micro-batch says nothing of smaller ones, and a
+   * strategy with more recompute may fit where one without did not. */
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(aa__search_next(&s, 0) == 0);
+  aa__search_done(&s, 0, AA_STORE_RUN_OOM, 0);
+  CHECK(aa__search_next(&s, 0) == 1);
+  aa__search_done(&s, 1, AA_STORE_RUN_OK, 60);
+  CHECK(aa__search_next(&s, 0) == 2);
+  aa__search_done(&s, 2, AA_STORE_RUN_OK, 30);
+  CHECK(aa__search_next(&s, 0) == 3); /* selective mb4: fp32 none mb4 ran out of memory */
+  aa__search_done(&s, 3, AA_STORE_RUN_OOM, 0);
+  CHECK(aa__search_next(&s, 0) == 6); /* selective mb2 and mb1 do more than none's */
+  CHECK(s.c[4].state == AA_CAND_PRUNED && s.c[5].state == AA_CAND_PRUNED);
+  aa__search_free(&s);
+
+  /* On a GPU 16-bit is faster: fp32 is not dominated by bf16 (0-8, then
+   * fp16 9-17, fp32 18-26), though its recompute still is by fp32's own. */
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CUDA, 0, 0) == 0);
+  for (int i = 0; i < 3; i++) aa__search_done(&s, i, AA_STORE_RUN_OK, 100 - i);
+  for (size_t i = 3; i < 18; i++)
+    if (i < 9 || i >= 12) s.c[i].state = AA_CAND_DONE;
+  CHECK(aa__search_next(&s, 0) == 9);
+  s.c[9].state = s.c[10].state = s.c[11].state = AA_CAND_DONE;
+  CHECK(aa__search_next(&s, 0) == 18);
+  aa__search_done(&s, 18, AA_STORE_RUN_OK, 50);
+  CHECK(aa__search_next(&s, 0) == 19);
+  s.c[19].state = s.c[20].state = AA_CAND_DONE;
+  CHECK(aa__search_next(&s, 0) == 22); /* fp32 selective mb2: 21 (mb4) does more than 18 */
+  CHECK(s.c[21].state == AA_CAND_PRUNED);
+  aa__search_free(&s);
+
+  /* Exhaustive: only the limits prune. */
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
   s.exhaustive = true;
   aa__search_done(&s, 0, AA_STORE_RUN_OK, 100);
   aa__search_done(&s, 1, AA_STORE_RUN_OK, 60);
   CHECK(aa__search_next(&s, 0) == 2);
+  s.c[2].state = AA_CAND_DONE;
+  CHECK(aa__search_next(&s, 0) == 3);
+  aa__search_free(&s);
+}
+
+/* A strategy whose bytes per rank (a lower bound: strategies/cost.h) are
+ * more than the device has is pruned before any run, with the figures;
+ * the others stay, and 0 bytes means the memory is not known. */
+AA_TEST(search_prunes_strategies_predicted_out_of_memory) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  aa_search_t s;
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(s.predicted_oom == 0);
+  aa__search_free(&s);
+  /* Limits between the mb 2 and the mb 4 bytes of fp32 without checkpointing. */
+  aa_strategy_t st;
+  aa_strategy_default(&st);
+  st.micro_batch = 4;
+  aa_cost_mem_t m4, m2;
+  aa_cost_memory(&spec.arch, &st, &m4);
+  st.micro_batch = 2;
+  aa_cost_memory(&spec.arch, &st, &m2);
+  CHECK(m2.total < m4.total);
+  uint64_t limit = (m2.total + m4.total) / 2;
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, limit, 0) == 0);
+  CHECK(s.valid == 27 && s.predicted_oom > 0 && s.predicted_oom < 27);
+  CHECK(s.c[0].state == AA_CAND_PRUNED && s.c[1].state == AA_CAND_PENDING && s.c[2].state == AA_CAND_PENDING);
+  CHECK_MSG(strstr(s.c[0].reason, "predicted out of memory: a rank needs at least ") &&
+                strstr(s.c[0].reason, "acts ") && strstr(s.c[0].reason, ", the device has "),
+            "%s", s.c[0].reason);
+  int pruned = 0;
+  for (size_t i = 0; i < s.n; i++) {
+    aa_cost_mem_t m;
+    aa_cost_memory(&spec.arch, &s.c[i].s, &m);
+    CHECK_MSG((s.c[i].state == AA_CAND_PRUNED) == (m.total > limit), "%s: %zu bytes, limit %llu", s.c[i].key,
+              m.total, (unsigned long long)limit);
+    pruned += s.c[i].state == AA_CAND_PRUNED;
+  }
+  CHECK(pruned == s.predicted_oom);
+  CHECK(aa__search_next(&s, 0) == 1);
   aa__search_free(&s);
 }
 
 AA_TEST(search_limits_prune_what_was_not_measured) {
   aa_model_spec_t spec = spec_with_batch(4);
   aa_search_t s;
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
   s.max_dryruns = 2;
   s.dispatched = 2;
   CHECK(aa__search_next(&s, 0) == -1);
@@ -138,7 +222,7 @@ AA_TEST(search_limits_prune_what_was_not_measured) {
   CHECK(strstr(s.c[0].reason, "max_dryruns 2 reached"));
   aa__search_free(&s);
 
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
   s.time_limit_s = 5;
   s.deadline = 100;
   CHECK(aa__search_next(&s, 50) == 0);
@@ -152,7 +236,7 @@ AA_TEST(data_parallel_takes_the_batch_divisors_up_to_the_pool_largest_first) {
   aa_search_t s;
   /* Two executors: dp 2 x zero 0-3 x 3 amp x 3 checkpoint x micro-batches
    * 2, 1, then the 27 of dp 1. */
-  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0) == 0);
   CHECK_MSG(s.n == 72 + 27, "%zu", s.n);
   CHECK(s.valid == (int)s.n);
   CHECK(s.nsettings == 36 + 9);
@@ -173,12 +257,12 @@ AA_TEST(data_parallel_takes_the_batch_divisors_up_to_the_pool_largest_first) {
   aa__search_free(&s);
 
   /* Three executors and a batch of 4: dp 3 would split it unevenly. */
-  CHECK(aa__search_enumerate(&s, &spec, 3, AA_PROTO_DEV_CPU, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 3, AA_PROTO_DEV_CPU, 0, 0) == 0);
   CHECK(s.n == 72 + 27);
   for (size_t i = 0; i < s.n; i++) CHECK(strncmp(s.c[i].key, "dp3.", 4) != 0);
   aa__search_free(&s);
   /* Four: dp 4 leaves one sequence per rank, micro-batch 1. */
-  CHECK(aa__search_enumerate(&s, &spec, 4, AA_PROTO_DEV_CPU, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 4, AA_PROTO_DEV_CPU, 0, 0) == 0);
   CHECK(s.n == 36 + 72 + 27);
   CHECK(!strcmp(s.c[0].key, "dp4.tp1.pp1.z0.fp32.ckpt-none.mb1"));
   aa__search_free(&s);
@@ -187,18 +271,18 @@ AA_TEST(data_parallel_takes_the_batch_divisors_up_to_the_pool_largest_first) {
   unsigned mask = 0;
   const char *zero[] = {"zero"};
   CHECK(aa__search_exclude_mask(zero, 1, &mask) == 0);
-  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask) == 0);
   CHECK(s.n == 18 + 27);
   for (size_t i = 0; i < s.n; i++) CHECK(s.c[i].s.zero == 0);
   aa__search_free(&s);
   const char *some[] = {"zero2", "fsdp", "amp", "checkpoint"};
   CHECK(aa__search_exclude_mask(some, 4, &mask) == 0);
-  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask) == 0);
   CHECK(s.n == 2 * 2 + 3); /* dp 2 at zero 0 and 1 x mb 2, 1; dp 1 x mb 4, 2, 1 */
   CHECK(!strcmp(s.c[2].key, "dp2.tp1.pp1.z1.fp32.ckpt-none.mb2"));
   aa__search_free(&s);
 
-  CHECK(aa__search_enumerate(&s, &spec, 0, AA_PROTO_DEV_CPU, 0) == AA_EINVAL);
+  CHECK(aa__search_enumerate(&s, &spec, 0, AA_PROTO_DEV_CPU, 0, 0) == AA_EINVAL);
 }
 
 /* --- fingerprints ------------------------------------------------------------------------ */
@@ -582,6 +666,7 @@ int main(void) {
   RUN(exclude_names_leave_out_methods);
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
   RUN(search_stops_a_setting_once_a_smaller_micro_batch_is_slower);
+  RUN(search_prunes_strategies_predicted_out_of_memory);
   RUN(search_limits_prune_what_was_not_measured);
   RUN(data_parallel_takes_the_batch_divisors_up_to_the_pool_largest_first);
   RUN(hardware_fingerprint_is_kind_name_memory_world);
