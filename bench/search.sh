@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# How close the fast search gets to the exhaustive one, and what it saves:
+# `autoaccel auto --no-train --refresh` on the bundled example, once with the
+# search's shortcuts and once --exhaustive, in fresh state directories,
+# interleaved for R rounds. Per run: dry runs measured, pruned, the search's
+# wall time, and the best strategy with its tokens/s; per round the ratios of
+# fast to exhaustive (wall time, and the fast pick's tokens/s as the
+# exhaustive run of the same round measured it, over the exhaustive best).
+# Prints a table; asserts nothing. See bench/README.md.
+#
+# usage: bench/search.sh [--devices cpu:N] [--rounds R] [--memory-limit B] [--work DIR] [--keep]
+#   --devices cpu:N    executors (default cpu:1)
+#   --rounds R         interleaved rounds (default 2)
+#   --memory-limit B   the executors' memory limit (e.g. 64M), for the oom pruning
+#   --work DIR         where data, state and logs go (default: a temp dir)
+#   --keep             keep the temp dir
+# Environment: AUTOACCEL (the binary; default build-release/autoaccel, built
+# here), BUILD_DIR (default build-release), PYTHON (default /usr/bin/python3).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build-release}
+PYTHON=${PYTHON:-/usr/bin/python3}
+DEVICES=cpu:1
+ROUNDS=2
+MEMLIMIT=""
+WORK=""
+KEEP=0
+
+die() { echo "bench/search.sh: $*" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --devices) [ $# -ge 2 ] || die "--devices needs a value"; DEVICES=$2; shift 2 ;;
+    --rounds) [ $# -ge 2 ] || die "--rounds needs a value"; ROUNDS=$2; shift 2 ;;
+    --memory-limit) [ $# -ge 2 ] || die "--memory-limit needs a value"; MEMLIMIT=$2; shift 2 ;;
+    --work) [ $# -ge 2 ] || die "--work needs a value"; WORK=$2; shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+done
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "'$ROUNDS' is not a positive integer"
+[[ $DEVICES =~ ^cpu:[1-9][0-9]*$ ]] || die "--devices takes cpu:N here, not '$DEVICES'"
+
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+bench_work_dir aa-bench-search state results
+
+bench_build
+
+"$AUTOACCEL" data synth --out "$WORK/data" --bytes 2000000 >"$WORK/logs/data.log" 2>&1 ||
+  { cat "$WORK/logs/data.log" >&2; die "data synth failed"; }
+"$PYTHON" - "$ROOT/examples/tiny/model.json" "$WORK/model.json" "$WORK/data" <<'PY'
+import json, sys
+src, dst, data = sys.argv[1:4]
+s = json.load(open(src))
+s["data"] = {"train": data + "/train.bin", "val": data + "/val.bin"}
+json.dump(s, open(dst, "w"), indent=1)
+PY
+
+extra=()
+[ -z "$MEMLIMIT" ] || extra+=(--memory-limit "$MEMLIMIT")
+for round in $(seq 1 "$ROUNDS"); do
+  for mode in fast exhaustive; do
+    name=$mode.r$round
+    flags=()
+    [ "$mode" = fast ] || flags+=(--exhaustive)
+    echo "round $round/$ROUNDS: $mode search" >&2
+    t0=$(date +%s.%N)
+    "$AUTOACCEL" auto "$WORK/model.json" --devices "$DEVICES" --home "$WORK/state/$name" --out "$WORK/out/$name" \
+      --no-train --refresh "${flags[@]}" "${extra[@]}" >"$WORK/logs/$name.log" 2>&1 ||
+      { tail -5 "$WORK/logs/$name.log" >&2; die "$mode search failed"; }
+    t1=$(date +%s.%N)
+    echo "$t0 $t1" >"$WORK/results/$name.time"
+  done
+done
+
+# The runs straight from each state directory's store (the planner that
+# `auto` embeds is gone by now).
+"$PYTHON" - "$WORK" "$ROUNDS" "$DEVICES" <<'PY'
+import sqlite3, sys
+work, rounds, devices = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+def load(name):
+    db = sqlite3.connect(f"{work}/state/{name}/store.db")
+    db.row_factory = sqlite3.Row
+    runs = [dict(r, key=r["strategy_key"]) for r in db.execute("SELECT * FROM runs WHERE kind = 'dryrun'")]
+    t0, t1 = map(float, open(f"{work}/results/{name}.time").read().split())
+    ok = [r for r in runs if r["status"] == "ok"]
+    best = max(ok, key=lambda r: r["tokens_per_s"])
+    return {"runs": runs, "ok": ok, "best": best, "wall": t1 - t0,
+            "measured": sum(r["status"] not in ("pruned",) for r in runs),
+            "pruned": sum(r["status"] == "pruned" for r in runs),
+            "predicted_oom": sum("predicted out of memory" in (r["error"] or "") for r in runs)}
+
+print(f"search on the bundled example, --devices {devices}, {rounds} interleaved rounds")
+print(f"{'run':<14} {'dry runs':>8} {'pruned':>7} {'pred. oom':>9} {'wall s':>7}  best (tokens/s)")
+for k in range(1, rounds + 1):
+    f, e = load(f"fast.r{k}"), load(f"exhaustive.r{k}")
+    for name, d in (("fast", f), ("exhaustive", e)):
+        print(f"{name + ' r' + str(k):<14} {d['measured']:>8} {d['pruned']:>7} {d['predicted_oom']:>9} "
+              f"{d['wall']:>7.1f}  {d['best']['key']} ({d['best']['tokens_per_s']:.0f})")
+    same = [r for r in e["ok"] if r["key"] == f["best"]["key"]]
+    pick = same[0]["tokens_per_s"] / e["best"]["tokens_per_s"] if same else float("nan")
+    print(f"  round {k}: fast/exhaustive wall time {f['wall'] / e['wall']:.2f}, dry runs "
+          f"{f['measured']}/{e['measured']}; the fast pick measured by the exhaustive run: "
+          f"{pick:.3f} of its best; fast best / exhaustive best as each measured it: "
+          f"{f['best']['tokens_per_s'] / e['best']['tokens_per_s']:.3f}")
+PY
