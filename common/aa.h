@@ -27,6 +27,7 @@ enum {
   AA_ETIMEOUT = -12,   /* a deadline passed (connect, reply, dry-run time limit) */
   AA_ECANCELLED = -13, /* stopped on request (cancel, abort, signal) */
   AA_ECONN = -14,      /* a connection could not be made or was lost */
+  AA_EINPUT = -15,     /* a run's inputs (its data, its initial weights) cannot be used, whatever the strategy */
 };
 
 /* Name of an error code ("invalid input", ...). Never NULL. */

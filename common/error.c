@@ -23,6 +23,7 @@ const char *aa_strerror(int code) {
   case AA_ETIMEOUT: return "timed out";
   case AA_ECANCELLED: return "cancelled";
   case AA_ECONN: return "connection failed";
+  case AA_EINPUT: return "unusable input";
   default: return "unknown error";
   }
 }

@@ -160,11 +160,14 @@ static int setup(trainer_t *t) {
     return aa_error(AA_EINVAL, "a %s process group cannot serve ranks on %s (%s ranks meet in %s groups)",
                     aa_comm_backend(t->comm), t->cuda_device >= 0 ? "a CUDA device" : "the CPU",
                     t->cuda_device >= 0 ? "CUDA" : "CPU", t->cuda_device >= 0 ? "nccl" : "shm");
-  if ((rc = aa_shard_read(&t->train, s->train_data, s->arch.vocab_size))) return aa_error_wrap(rc, "training data");
+  /* A failure to read the inputs is AA_EINPUT: no strategy would do
+   * better, so the planner stops a search on it (docs/service.md). */
+  if ((rc = aa_shard_read(&t->train, s->train_data, s->arch.vocab_size)))
+    return aa_error_wrap(AA_EINPUT, "training data");
   /* A dry run never validates, so it does not pay for reading the shard. */
   if (s->val_data[0] && !t->opts->dryrun && (rc = aa_shard_read(&t->val, s->val_data, s->arch.vocab_size)))
-    return aa_error_wrap(rc, "validation data");
-  if ((rc = aa_loader_init(&t->loader, &t->train, B, T))) return aa_error_wrap(rc, "training data");
+    return aa_error_wrap(AA_EINPUT, "validation data");
+  if ((rc = aa_loader_init(&t->loader, &t->train, B, T))) return aa_error_wrap(AA_EINPUT, "training data");
   /* ZeRO over a group of one has nothing to shard: stage 0. */
   int zero = t->world > 1 ? t->strat.zero : 0;
   aa_gpt_opts_t mo = {.amp = t->strat.amp, .ckpt = t->strat.ckpt, .ckpt_layers = t->strat.ckpt_layers,
@@ -197,7 +200,9 @@ static int setup(trainer_t *t) {
   } else if (s->init_weights[0]) {
     if (t->comm) rc = aa_ckpt_load_zero(s->init_weights, t->model, &t->zero, NULL);
     else rc = aa_ckpt_load(s->init_weights, t->model, NULL, NULL);
-    if (rc) return aa_error_wrap(rc, "init_weights");
+    /* The file's faults are the input's; a group's or the memory limit's stay theirs. */
+    int file = rc == AA_ENOENT || rc == AA_EIO || rc == AA_EFORMAT || rc == AA_ECORRUPT || rc == AA_EINVAL;
+    if (rc) return aa_error_wrap(file ? AA_EINPUT : rc, "init_weights");
     if (t->comm && (rc = aa_zero_publish(&t->zero, t->model))) return rc;
   } else {
     /* Weight init consumes the trainer RNG, so its saved state continues

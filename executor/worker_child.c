@@ -66,7 +66,7 @@ static void on_step(const aa_train_step_info_t *info, void *data) {
 }
 
 static void send_result(child_t *c, aa_proto_run_status_t status, const char *error, double tokens_per_s,
-                        double median, double spread, const aa_mem_t *mem, bool has_loss, double loss) {
+                        double median, double spread, const aa_mem_t *mem, bool has_loss, double loss, bool inputs) {
   aa_msg_t m = {.type = AA_MSG_RESULT};
   aa_msg_result_t *r = &m.result;
   r->job = c->job;
@@ -82,6 +82,7 @@ static void send_result(child_t *c, aa_proto_run_status_t status, const char *er
                               .acts = mem->peak[AA_MEM_ACTS],
                               .workspace = mem->peak[AA_MEM_WORKSPACE],
                               .total = mem->peak_total};
+  r->inputs = inputs;
   r->has_final_loss = has_loss && isfinite(loss);
   r->final_loss = r->has_final_loss ? loss : 0;
   char text[AA_PROTO_TEXT_MAX + 1];
@@ -96,7 +97,7 @@ static void send_result(child_t *c, aa_proto_run_status_t status, const char *er
 
 static void send_failure(child_t *c, int rc) {
   send_result(c, rc == AA_EOOM ? AA_PROTO_RUN_OOM : AA_PROTO_RUN_ERROR, aa_last_error(), 0, 0, 0, NULL, false,
-              0);
+              0, rc == AA_EINPUT);
 }
 
 /* A training job: the outputs `autoaccel train` would write, under out_dir.
@@ -138,7 +139,7 @@ static int run_train(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t 
   if (fclose(log) && !rc) rc = aa_error(AA_EIO, "%s: write failed", log_to);
   if (rc) return rc;
   send_result(c, AA_PROTO_RUN_OK, NULL, r.tokens_per_s, r.step_ms_median, r.step_ms_spread, &r.mem,
-              r.steps_done > 0, r.final_loss);
+              r.steps_done > 0, r.final_loss, false);
   return 0;
 }
 
@@ -160,7 +161,7 @@ static int run_dryrun(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t
   int rc = aa_dryrun(spec, st, &o, &r);
   if (rc) return rc;
   send_result(c, AA_PROTO_RUN_OK, NULL, r.tokens_per_s, r.step_ms_median, r.step_ms_spread, &r.mem,
-              r.has_loss, r.final_loss);
+              r.has_loss, r.final_loss, false);
   return 0;
 }
 

@@ -535,6 +535,7 @@ static void gang_finish(aa_planner_t *p) {
   const gang_rank_t *w = &j->ranks[worst];
   out.status = w->res.status;
   out.peak = j->ranks[biggest].res.peak;
+  out.inputs = w->res.inputs;
   out.has_final_loss = j->ranks[0].res.has_final_loss;
   out.final_loss = j->ranks[0].res.final_loss;
   if (j->world == 1) {
@@ -930,6 +931,16 @@ static void run_finished(aa_planner_t *p, const aa_msg_result_t *r) {
   j->run_id = 0;
   if (j->phase == PHASE_SEARCH) {
     aa__search_done(&j->search, j->cand, res.status, res.tokens_per_s);
+    if (res.status == AA_STORE_RUN_ERROR && r->inputs) {
+      /* The data or the initial weights: every other strategy would fail the same way. */
+      char why[AA_PROTO_TEXT_MAX + 64];
+      snprintf(why, sizeof why, "the model's data or initial weights cannot be used: %s", res.error ? res.error : "");
+      aa__search_stop(&j->search, "not measured: a dry run could not use the job's inputs, which no strategy changes");
+      if (record_pruned(p, j))
+        aa__planner_log(p, "job %lld: cannot record a pruned run: %s", (long long)j->id, aa_last_error());
+      job_end(p, AA_STORE_JOB_FAILED, why, false);
+      return;
+    }
   } else if (res.status == AA_STORE_RUN_OK) {
     job_end(p, AA_STORE_JOB_DONE, NULL, false);
     return;

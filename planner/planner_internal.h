@@ -277,6 +277,8 @@ void aa__search_free(aa_search_t *s);
  * become AA_CAND_PRUNED with the reason; the caller records them.
  * Unless exhaustive: then only the limits prune. */
 int aa__search_next(aa_search_t *s, double now);
+/* Prunes every pending candidate with `reason`: the search is over. */
+void aa__search_stop(aa_search_t *s, const char *reason);
 /* Records a finished dry run of candidate i (the early-stop rule). */
 void aa__search_done(aa_search_t *s, int i, aa_store_run_status_t status, double tokens_per_s);
 

@@ -231,6 +231,14 @@ int aa__search_next(aa_search_t *s, double now) {
   return -1;
 }
 
+void aa__search_stop(aa_search_t *s, const char *reason) {
+  for (size_t i = 0; i < s->n; i++)
+    if (s->c[i].state == AA_CAND_PENDING) {
+      snprintf(s->c[i].reason, sizeof s->c[i].reason, "%s", reason);
+      s->c[i].state = AA_CAND_PRUNED;
+    }
+}
+
 void aa__search_done(aa_search_t *s, int i, aa_store_run_status_t status, double tokens_per_s) {
   aa_cand_t *c = &s->c[i];
   c->state = AA_CAND_DONE;

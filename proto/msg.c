@@ -215,6 +215,7 @@ static const field_t result_f[] = {
     F_F64_HAS(aa_msg_result_t, final_loss, has_final_loss, -DBL_MAX, DBL_MAX),
     F_STR(aa_msg_result_t, error, false, 0, AA_PROTO_TEXT_MAX),
     F_STR(aa_msg_result_t, key, false, 1, AA_PROTO_KEY_MAX),
+    F_BOOL(aa_msg_result_t, inputs),
 };
 static const field_t cancel_f[] = {F_U64(aa_msg_cancel_t, job, true, 1, ID_HI)};
 static const field_t abort_f[] = {

@@ -171,6 +171,7 @@ typedef struct aa_msg_result {
   double final_loss; /* finite, present when a step completed */
   char *error;       /* optional, <= 4096 bytes */
   char *key;         /* optional, <= 127 bytes: the strategy key (set when relayed to a client) */
+  bool inputs;       /* error: the run's inputs (data, initial weights) cannot be used, whatever the strategy */
 } aa_msg_result_t;
 
 typedef struct aa_msg_cancel {

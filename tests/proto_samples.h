@@ -85,7 +85,8 @@ static void aa_sample_msg(aa_msg_type_t t, aa_msg_t *m) {
         .has_final_loss = true,
         .final_loss = 2.5,
         .error = "out of memory: acts",
-        .key = "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4"};
+        .key = "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4",
+        .inputs = true};
     break;
   case AA_MSG_CANCEL: m->cancel.job = 56; break;
   case AA_MSG_ABORT: m->abort = (aa_msg_abort_t){.job = 56, .run = 9001, .reason = "rank 2 crashed"}; break;

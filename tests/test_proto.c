@@ -206,7 +206,7 @@ AA_TEST(every_message_round_trips_byte_for_byte) {
   static const size_t want_keys[AA_MSG_TYPE_COUNT] = {
       [AA_MSG_HELLO] = 3 + 3,  [AA_MSG_WELCOME] = 3 + 2,  [AA_MSG_HEARTBEAT] = 3 + 1,
       [AA_MSG_BYE] = 3 + 1,    [AA_MSG_SUBMIT] = 3 + 9,   [AA_MSG_ACK] = 3 + 1,
-      [AA_MSG_JOB] = 3 + 14,   [AA_MSG_PROGRESS] = 3 + 10, [AA_MSG_RESULT] = 3 + 10,
+      [AA_MSG_JOB] = 3 + 14,   [AA_MSG_PROGRESS] = 3 + 10, [AA_MSG_RESULT] = 3 + 11,
       [AA_MSG_CANCEL] = 3 + 1, [AA_MSG_ABORT] = 3 + 3,    [AA_MSG_STATUS] = 3 + 1,
       [AA_MSG_QUERY] = 3 + 2,  [AA_MSG_REPLY] = 3 + 1,    [AA_MSG_ERROR] = 3 + 2,
   };
@@ -278,6 +278,7 @@ AA_TEST(job_and_result_fields_decode_as_sent) {
   CHECK(d.result.has_final_loss && d.result.final_loss == 2.5);
   CHECK(strcmp(d.result.error, "out of memory: acts") == 0);
   CHECK(strcmp(d.result.key, "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4") == 0);
+  CHECK(d.result.inputs);
   aa_msg_free(&d);
   CHECK(decode_sample(AA_MSG_SUBMIT, &d) == 0);
   CHECK(d.submit.wait && d.submit.train && d.submit.refresh && d.submit.time_limit_s == 600);
@@ -304,8 +305,10 @@ AA_TEST(optional_fields_may_be_absent) {
   m.result.final_loss = NAN; /* not looked at: absent */
   m.result.error = NULL;
   m.result.status = AA_PROTO_RUN_OK;
+  m.result.inputs = false;
   f = encode_ok(&m, &len);
-  CHECK(f && aa_msg_decode(f + 4, len - 4, &d) == 0 && !d.result.has_final_loss && !d.result.error);
+  CHECK(f && aa_msg_decode(f + 4, len - 4, &d) == 0 && !d.result.has_final_loss && !d.result.error &&
+        !d.result.inputs);
   aa_msg_free(&d);
   free(f);
 

@@ -179,9 +179,26 @@ AA_TEST(bad_training_data_fails_cleanly) {
   snprintf(s.train_data, sizeof s.train_data, "%s/missing.bin", tmpdir);
   FILE *log = quiet();
   aa_train_opts_t o = {.threads = 1, .checkpoint_every = -1, .log_every = 100, .out_dir = tmpdir, .log = log};
+  /* AA_EINPUT: no strategy would change it (the planner ends a search on it). */
   int rc = aa_train(&s, &o, NULL);
-  CHECK(rc == AA_ENOENT);
-  CHECK(strstr(aa_last_error(), "training data") && strstr(aa_last_error(), "missing.bin"));
+  CHECK(rc == AA_EINPUT);
+  CHECK_MSG(strstr(aa_last_error(), "training data: ") && strstr(aa_last_error(), "missing.bin: no such file"), "%s",
+            aa_last_error());
+  small_spec(&s, 2, 0);
+  snprintf(s.init_weights, sizeof s.init_weights, "%s/no-weights.ckpt", tmpdir);
+  CHECK(aa_train(&s, &o, NULL) == AA_EINPUT);
+  CHECK_MSG(strstr(aa_last_error(), "init_weights: ") && strstr(aa_last_error(), "no-weights.ckpt"), "%s",
+            aa_last_error());
+  small_spec(&s, 2, 0);
+  snprintf(s.val_data, sizeof s.val_data, "%s/bad-val.bin", tmpdir);
+  FILE *f = fopen(s.val_data, "w");
+  if (f) {
+    fputs("not a token file", f);
+    fclose(f);
+  }
+  CHECK(aa_train(&s, &o, NULL) == AA_EINPUT);
+  CHECK_MSG(strstr(aa_last_error(), "validation data: ") && strstr(aa_last_error(), "bad-val.bin"), "%s",
+            aa_last_error());
   fclose(log);
 }
 

@@ -320,6 +320,22 @@ AA_TEST(every_way_a_run_ends_is_reported_and_the_executor_survives) {
   if (!wait_result(&p, 7, &res, NULL, 10000)) {
     CHECK(res.result.status == AA_PROTO_RUN_ERROR);
     CHECK(res.result.error && strstr(res.result.error, "micro_batch"));
+    CHECK(!res.result.inputs); /* another strategy may run */
+    aa_msg_free(&res);
+  }
+  /* error on the inputs: the data is gone, which no strategy changes */
+  aa_model_spec_t gone;
+  char *gone_json = NULL;
+  CHECK(aa_spec_parse(&gone, model_json, NULL, "test") == 0);
+  snprintf(gone.train_data, sizeof gone.train_data, "%s/no-such-train.bin", tmpdir);
+  CHECK(aa_spec_to_json(&gone, &gone_json) == 0);
+  send_job(&p, 11, AA_PROTO_JOB_DRYRUN, gone_json, strategy_json, 2, 0, 0, NULL);
+  free(gone_json);
+  if (!wait_result(&p, 11, &res, NULL, 10000)) {
+    CHECK(res.result.status == AA_PROTO_RUN_ERROR && res.result.inputs);
+    CHECK_MSG(res.result.error && strstr(res.result.error, "training data: ") &&
+                  strstr(res.result.error, "no-such-train.bin"),
+              "%s", res.result.error ? res.result.error : "(none)");
     aa_msg_free(&res);
   }
   send_job(&p, 8, AA_PROTO_JOB_DRYRUN, "{\"name\": 5}", strategy_json, 2, 0, 0, NULL);

@@ -75,6 +75,11 @@ expect 1 "no such file" "$AA" submit "$tmp/missing.json" $NOP
 expect 1 "syntax.json:2:" "$AA" submit "$tmp/syntax.json" $NOP
 expect 1 "model.n_head.*divide" "$AA" submit "$tmp/div.json" $NOP
 expect 1 "syntax.json:2:" "$AA" auto "$tmp/syntax.json" --home "$tmp/auto-home"
+# ok.json's data does not exist: the first dry run says so, and the search
+# stops there instead of trying the other 17 strategies on the same data.
+expect 1 "job 1 failed: the model's data or initial weights cannot be used: training data: .*data/train.bin: no such file" \
+  "$AA" auto "$tmp/ok.json" --home "$tmp/auto-nodata" --no-train
+expect 1 "job 1: 18 runs: 1 error 17 pruned" "$AA" auto "$tmp/ok.json" --home "$tmp/auto-nodata2" --no-train
 
 # --- no planner ---------------------------------------------------------------------
 expect 1 "no planner at unix:$tmp/home/planner.sock: is .autoaccel planner. running" "$AA" status
