@@ -158,7 +158,7 @@ static void usage(FILE *f) {
           "  --out DIR             strategy.json and the training outputs (default runs/<model name>)\n"
           "  --exclude M1,M2       methods not to search (e.g. fp16,checkpoint)\n"
           "  --refresh             measure again even if the store has results for this model\n"
-          "  --exhaustive          dry-run every valid strategy (no search shortcuts)\n"
+          "  --exhaustive          dry-run every strategy that can fit (no search shortcuts)\n"
           "  --max-dryruns N       stop the search after N dry runs (0 = no limit)\n"
           "  --time-limit S        stop the search after S seconds (0 = none)\n"
           "  --warmup-steps N      untimed steps per dry run (default 1)\n"

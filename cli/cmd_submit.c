@@ -367,7 +367,7 @@ static void usage(FILE *f) {
           "                      best strategy and the training result\n"
           "  --train             train with the best strategy after the search\n"
           "  --refresh           measure again even if the store has results for this model\n"
-          "  --exhaustive        dry-run every valid strategy (no search shortcuts)\n"
+          "  --exhaustive        dry-run every strategy that can fit (no search shortcuts)\n"
           "  --exclude M1,M2     methods not to search (e.g. fp16,checkpoint,zero3)\n"
           "  --max-dryruns N     stop the search after N dry runs (0 = no limit)\n"
           "  --time-limit S      stop the search after S seconds (0 = none)\n"
