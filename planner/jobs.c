@@ -852,6 +852,7 @@ static void job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e) 
     return;
   }
   j->search.exhaustive = j->exhaustive;
+  j->search.peak_flops = e->dev.peak_bf16_flops;
   j->search.max_dryruns = j->max_dryruns;
   j->search.time_limit_s = j->time_limit_s;
   if (j->time_limit_s > 0) j->search.deadline = aa_now() + j->time_limit_s;

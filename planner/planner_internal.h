@@ -253,6 +253,9 @@ typedef struct aa_search {
   int valid;            /* candidates that passed resolve */
   int predicted_oom;    /* of them, pruned for memory before any run */
   uint64_t memory;      /* bytes per device, 0 = unknown */
+  double peak_flops;    /* per device (hello's peak bf16), 0 = unknown: the peak bound is off */
+  double best;          /* the highest ok tokens/s so far */
+  aa_arch_t arch;
   bool cuda;            /* the pool's devices are GPUs (the dominance rule) */
   bool exhaustive;
   int max_dryruns;      /* 0 = no limit */
@@ -273,7 +276,8 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
 void aa__search_free(aa_search_t *s);
 /* The next candidate to dry-run, or -1 when the search is over. Pending
  * ones the search drops on the way (early stop, a strategy that does at
- * least the work of one measured ok or skipped, max_dryruns, time limit)
+ * least the work of one measured ok or skipped, one that could not beat
+ * the best even at peak_flops, max_dryruns, time limit)
  * become AA_CAND_PRUNED with the reason; the caller records them.
  * Unless exhaustive: then only the limits prune. */
 int aa__search_next(aa_search_t *s, double now);

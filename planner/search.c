@@ -137,6 +137,7 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
   memset(s, 0, sizeof *s);
   s->cuda = dev_kind == AA_PROTO_DEV_CUDA;
   s->memory = memory;
+  s->arch = spec->arch;
   if (devices < 1 || devices > AA_PROTO_WORLD_MAX)
     return aa_error(AA_EINVAL, "search: %d devices is outside 1..%d", devices, AA_PROTO_WORLD_MAX);
   const int gb = spec->train.global_batch;
@@ -207,6 +208,20 @@ static bool dominated(const aa_search_t *s, aa_cand_t *c) {
   return false;
 }
 
+/* A candidate that could not beat the best measured run even at the
+ * devices' peak: dp * peak / (the FLOPs it must execute per token) is a
+ * bound no implementation passes (strategies/cost.h). */
+static bool beyond_peak(const aa_search_t *s, aa_cand_t *c) {
+  if (!(s->peak_flops > 0) || !(s->best > 0)) return false;
+  double bound = c->s.dp * c->s.tp * c->s.pp * s->peak_flops / aa_cost_min_flops_per_token(&s->arch, &c->s);
+  if (bound >= s->best) return false;
+  snprintf(c->reason, sizeof c->reason,
+           "not measured: at the devices' peak of %.0f TFLOP/s each it would reach at most %.0f tokens/s, and %.0f "
+           "were measured",
+           s->peak_flops / 1e12, bound, s->best);
+  return true;
+}
+
 int aa__search_next(aa_search_t *s, double now) {
   for (size_t i = 0; i < s->n; i++) {
     aa_cand_t *c = &s->c[i];
@@ -222,7 +237,7 @@ int aa__search_next(aa_search_t *s, double now) {
       snprintf(c->reason, sizeof c->reason, "%s", s->setting_stop[c->setting]);
       c->state = AA_CAND_PRUNED;
       c->skipped = true;
-    } else if (!s->exhaustive && dominated(s, c)) {
+    } else if (!s->exhaustive && (dominated(s, c) || beyond_peak(s, c))) {
       c->state = AA_CAND_PRUNED;
     } else {
       return (int)i;
@@ -245,6 +260,7 @@ void aa__search_done(aa_search_t *s, int i, aa_store_run_status_t status, double
   c->status = status;
   c->tokens_per_s = tokens_per_s;
   if (status != AA_STORE_RUN_OK) return; /* an oom at a larger micro-batch says nothing of smaller ones */
+  if (tokens_per_s > s->best) s->best = tokens_per_s;
   int k = c->setting;
   if (s->setting_best[k] > 0 && tokens_per_s < s->setting_best[k]) {
     snprintf(s->setting_stop[k], sizeof s->setting_stop[k],

@@ -96,6 +96,14 @@ double aa_cost_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {
   return flops;
 }
 
+double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {
+  const double C = arch->d_model, F = arch->d_ff, L = arch->n_layer, V = arch->vocab_size;
+  const double block = 4 * C * C + 2 * F * C; /* qkv 3C^2, proj C^2, fc and fcproj FC each */
+  double flops = 6.0 * (L * block + V * C);
+  if (s->ckpt == AA_CKPT_FULL) flops += 2.0 * block * (s->ckpt_layers > 0 && s->ckpt_layers < L ? s->ckpt_layers : L);
+  return flops;
+}
+
 int aa_cost_dominated(const aa_strategy_t *a, const aa_strategy_t *b, int cuda, char *why, size_t why_len) {
   if (a->dp != b->dp || a->tp != b->tp || a->pp != b->pp || a->micro_batch != b->micro_batch) return 0;
   if (a->ckpt == AA_CKPT_FULL && b->ckpt == AA_CKPT_FULL && a->ckpt_layers != b->ckpt_layers) return 0;

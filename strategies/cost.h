@@ -38,6 +38,15 @@ void aa_cost_act_bytes(const aa_arch_t *arch, int B, int T, aa_dtype_t amp, aa_c
  * attention), selective only the GELU (counted as 0: no GEMM). */
 double aa_cost_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s);
 
+/* A lower bound of the FLOPs any implementation executes per trained
+ * token: the weight matrices' GEMMs only (qkv, proj, fc, fcproj and the tied
+ * V x C output layer: 2 per element forward, 4 backward), plus the 2 per
+ * element of each block that full checkpointing runs forward again.
+ * Nothing for attention scores (a causal kernel may skip half of them),
+ * biases, LayerNorm or the position table (a lookup). So a strategy on dp
+ * devices of peak P FLOP/s cannot train faster than dp * P / this. */
+double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s);
+
 /* Whether strategy a does at least the work of b and can therefore not be
  * faster, for b measured on the same device kind (cuda: 1 for a CUDA pool,
  * 0 for CPUs): same parallel degrees and micro-batch, and each knob of a at

@@ -91,6 +91,20 @@ AA_TEST(flops_per_token_are_6n_plus_12lct_plus_the_recomputed_forward) {
   CHECK(aa_cost_flops_per_token(&gpt2, &s) == 860101632.0 + 207857664.0);
   s.ckpt_layers = 6;
   CHECK(aa_cost_flops_per_token(&gpt2, &s) == 860101632.0 + 6 * 17321472.0);
+  /* The lower bound: GEMM weights only, 12 blocks of 4·768² + 2·3072·768 =
+   * 7,077,888 and the 50304x768 output layer: 6 x 123,568,128; full
+   * checkpointing adds 2 x 7,077,888 per block. */
+  aa_strategy_default(&s);
+  CHECK(aa_cost_min_flops_per_token(&gpt2, &s) == 741408768.0);
+  s.ckpt = AA_CKPT_FULL;
+  CHECK(aa_cost_min_flops_per_token(&gpt2, &s) == 741408768.0 + 169869312.0);
+  /* Below the model FLOPs for every shape and mode here. */
+  for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
+    for (int k = 0; k < 4; k++) {
+      s.ckpt = ckpts[k].ckpt;
+      s.ckpt_layers = ckpts[k].layers;
+      CHECK(aa_cost_min_flops_per_token(&archs[a], &s) < aa_cost_flops_per_token(&archs[a], &s));
+    }
 }
 
 static aa_strategy_t strat(int dp, int zero, aa_dtype_t amp, aa_ckpt_mode_t ckpt, int mb) {

@@ -211,6 +211,38 @@ AA_TEST(search_prunes_strategies_predicted_out_of_memory) {
   aa__search_free(&s);
 }
 
+/* With the devices' peak FLOP/s known (a GPU's hello), a candidate that
+ * could not beat the best measured run even at that peak is not run: here
+ * one dp 2 run measured 1.5x what a single device could reach at its peak,
+ * so every dp 1 candidate goes, and no dp 2 one for that reason. */
+AA_TEST(search_skips_what_could_not_win_even_at_the_devices_peak) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  for (int known = 0; known <= 1; known++) {
+    aa_search_t s;
+    CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CUDA, 0, 0) == 0);
+    const double peak = 1e12;
+    aa_strategy_t none;
+    aa_strategy_default(&none);
+    const double one = peak / aa_cost_min_flops_per_token(&spec.arch, &none); /* one device, no recompute */
+    s.peak_flops = known ? peak : 0;
+    int i = aa__search_next(&s, 0), n = 0, beyond = 0;
+    CHECK(i == 0 && s.c[0].s.dp == 2);
+    aa__search_done(&s, 0, AA_STORE_RUN_OK, 1.5 * one);
+    while ((i = aa__search_next(&s, 0)) >= 0) {
+      aa__search_done(&s, i, AA_STORE_RUN_OOM, 0); /* nothing else to compare with */
+      n++;
+    }
+    for (size_t k = 0; k < s.n; k++) {
+      bool why = strstr(s.c[k].reason, "at the devices' peak of 1 TFLOP/s each it would reach at most") != NULL;
+      beyond += why;
+      if (known) CHECK_MSG(why == (s.c[k].s.dp == 1), "%s: %s", s.c[k].key, s.c[k].reason);
+    }
+    if (known) CHECK(beyond == 27 && n > 0); /* dp 1: 3 amps x 3 checkpoint modes x mb 4, 2, 1 */
+    else CHECK(beyond == 0);
+    aa__search_free(&s);
+  }
+}
+
 AA_TEST(search_limits_prune_what_was_not_measured) {
   aa_model_spec_t spec = spec_with_batch(4);
   aa_search_t s;
@@ -667,6 +699,7 @@ int main(void) {
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
   RUN(search_stops_a_setting_once_a_smaller_micro_batch_is_slower);
   RUN(search_prunes_strategies_predicted_out_of_memory);
+  RUN(search_skips_what_could_not_win_even_at_the_devices_peak);
   RUN(search_limits_prune_what_was_not_measured);
   RUN(data_parallel_takes_the_batch_divisors_up_to_the_pool_largest_first);
   RUN(hardware_fingerprint_is_kind_name_memory_world);
