@@ -3,7 +3,8 @@
 # `autoaccel auto --no-train --refresh` on the bundled example, once with the
 # search's shortcuts and once --exhaustive, in fresh state directories,
 # interleaved for R rounds. Per run: dry runs measured, pruned, the search's
-# wall time, and the best strategy with its tokens/s; per round the ratios of
+# wall time, the cost model's median relative error over the ok dry runs it
+# predicted (and how many), and the best strategy with its tokens/s; per round the ratios of
 # fast to exhaustive (wall time, and the fast pick's tokens/s as the
 # exhaustive run of the same round measured it, over the exhaustive best).
 # Prints a table; asserts nothing. See bench/README.md.
@@ -88,18 +89,21 @@ def load(name):
     t0, t1 = map(float, open(f"{work}/results/{name}.time").read().split())
     ok = [r for r in runs if r["status"] == "ok"]
     best = max(ok, key=lambda r: r["tokens_per_s"])
+    errs = sorted(abs(r["predicted_tokens_per_s"] / r["tokens_per_s"] - 1) for r in ok
+                  if r["predicted_tokens_per_s"])
     return {"runs": runs, "ok": ok, "best": best, "wall": t1 - t0,
+            "pred": f"{errs[len(errs) // 2]:.2f} ({len(errs)})" if errs else "-",
             "measured": sum(r["status"] not in ("pruned",) for r in runs),
             "pruned": sum(r["status"] == "pruned" for r in runs),
             "predicted_oom": sum("predicted out of memory" in (r["error"] or "") for r in runs)}
 
 print(f"search on the bundled example, --devices {devices}, {rounds} interleaved rounds")
-print(f"{'run':<14} {'dry runs':>8} {'pruned':>7} {'pred. oom':>9} {'wall s':>7}  best (tokens/s)")
+print(f"{'run':<14} {'dry runs':>8} {'pruned':>7} {'pred. oom':>9} {'wall s':>7} {'pred. err':>11}  best (tokens/s)")
 for k in range(1, rounds + 1):
     f, e = load(f"fast.r{k}"), load(f"exhaustive.r{k}")
     for name, d in (("fast", f), ("exhaustive", e)):
         print(f"{name + ' r' + str(k):<14} {d['measured']:>8} {d['pruned']:>7} {d['predicted_oom']:>9} "
-              f"{d['wall']:>7.1f}  {d['best']['key']} ({d['best']['tokens_per_s']:.0f})")
+              f"{d['wall']:>7.1f} {d['pred']:>11}  {d['best']['key']} ({d['best']['tokens_per_s']:.0f})")
     same = [r for r in e["ok"] if r["key"] == f["best"]["key"]]
     pick = same[0]["tokens_per_s"] / e["best"]["tokens_per_s"] if same else float("nan")
     print(f"  round {k}: fast/exhaustive wall time {f['wall'] / e['wall']:.2f}, dry runs "

@@ -558,7 +558,8 @@ static void gang_finish(aa_planner_t *p) {
  * the r-th executor. Returns 0 when sent, 1 when no host has enough idle
  * executors now (nothing done; logged once), or an error (the run, if it
  * was inserted, recorded error). */
-static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s, aa_store_run_kind_t kind) {
+static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s, aa_store_run_kind_t kind,
+                    double predicted) {
   int world = s->dp * s->tp * s->pp;
   if (world < 1 || world > AA_PROTO_WORLD_MAX)
     return aa_error(AA_EINVAL, "strategy: %d ranks is outside 1..%d", world, AA_PROTO_WORLD_MAX);
@@ -573,7 +574,8 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
     return 1;
   }
   j->waiting_logged = false;
-  aa_store_run_new_t nr = {.job_id = j->id, .kind = kind, .strategy = s, .status = AA_STORE_RUN_RUNNING};
+  aa_store_run_new_t nr = {
+      .job_id = j->id, .kind = kind, .strategy = s, .status = AA_STORE_RUN_RUNNING, .predicted_tokens_per_s = predicted};
   int64_t run = 0;
   char *strategy = NULL, dir[AA_PATH_MAX + 64], rdv[AA_RENDEZVOUS_MAX] = "", why[AA_PROTO_TEXT_MAX];
   gang_rank_t *ranks = NULL;
@@ -711,7 +713,7 @@ static void advance(aa_planner_t *p) {
     }
     if (i >= 0) {
       j->run_index = j->search.dispatched + 1;
-      int rc = dispatch(p, j, &j->search.c[i].s, AA_STORE_RUN_DRYRUN);
+      int rc = dispatch(p, j, &j->search.c[i].s, AA_STORE_RUN_DRYRUN, aa__search_predict(&j->search, i));
       if (rc == 1) return; /* waits for idle executors */
       if (rc) {
         snprintf(why, sizeof why, "cannot start a dry run: %s", aa_last_error());
@@ -746,7 +748,7 @@ static void advance(aa_planner_t *p) {
   }
   /* Training with a dp > 1 strategy is a gang too; it waits for its
    * executors however long that takes, as a job waits for its first. */
-  if (dispatch(p, j, &j->best, AA_STORE_RUN_TRAIN) < 0) {
+  if (dispatch(p, j, &j->best, AA_STORE_RUN_TRAIN, 0) < 0) {
     snprintf(why, sizeof why, "cannot start training: %s", aa_last_error());
     job_end(p, AA_STORE_JOB_FAILED, why, false);
   }

@@ -243,6 +243,40 @@ AA_TEST(search_skips_what_could_not_win_even_at_the_devices_peak) {
   }
 }
 
+/* The cost model's prediction: the per-device FLOP rate of the nearest
+ * run measured ok, carried to the candidate's devices and FLOPs per token. */
+AA_TEST(search_predicts_from_the_nearest_measured_run) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  aa_search_t s;
+  /* CPU, 2 devices: dp 2 (mb 2, 1) at ZeRO 0-3 x fp32/bf16/fp16 x 3 modes first, then dp 1. */
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  int dp1 = -1, dp1_full = -1, dp2_mb1 = -1, dp2_bf16 = -1;
+  for (size_t i = 0; i < s.n; i++) {
+    const aa_strategy_t *t = &s.c[i].s;
+    if (t->dp == 1 && t->amp == AA_F32 && t->micro_batch == 4 && t->ckpt == AA_CKPT_NONE) dp1 = (int)i;
+    if (t->dp == 1 && t->amp == AA_F32 && t->micro_batch == 4 && t->ckpt == AA_CKPT_FULL) dp1_full = (int)i;
+    if (t->dp == 2 && t->zero == 0 && t->amp == AA_F32 && t->micro_batch == 1 && !t->ckpt) dp2_mb1 = (int)i;
+    if (t->dp == 2 && t->zero == 0 && t->amp == AA_BF16 && t->micro_batch == 2 && !t->ckpt) dp2_bf16 = (int)i;
+  }
+  CHECK(dp1 >= 0 && dp1_full >= 0 && dp2_mb1 >= 0 && dp2_bf16 >= 0);
+  CHECK(s.c[0].s.dp == 2 && s.c[0].s.micro_batch == 2 && s.c[0].s.amp == AA_F32 && !s.c[0].s.ckpt);
+  CHECK(aa__search_predict(&s, 1) == 0); /* nothing measured yet */
+  aa__search_done(&s, 0, AA_STORE_RUN_OK, 1000);
+  aa_strategy_t none, full;
+  aa_strategy_default(&none);
+  full = none;
+  full.ckpt = AA_CKPT_FULL;
+  double ratio = aa_cost_flops_per_token(&spec.arch, &none) / aa_cost_flops_per_token(&spec.arch, &full);
+  CHECK_NEAR(aa__search_predict(&s, dp2_mb1), 1000, 1e-9);        /* the same work per token */
+  CHECK_NEAR(aa__search_predict(&s, dp1), 500, 1e-9);             /* half the devices */
+  CHECK_NEAR(aa__search_predict(&s, dp1_full), 500 * ratio, 1e-9); /* and the recompute */
+  /* A nearer measurement takes over: dp 1 measured, dp 1 full follows it. */
+  aa__search_done(&s, dp1, AA_STORE_RUN_OK, 800);
+  CHECK_NEAR(aa__search_predict(&s, dp1_full), 800 * ratio, 1e-9);
+  CHECK_NEAR(aa__search_predict(&s, dp2_bf16), 1000, 1e-9); /* precision differs from both: dp 2 is nearer */
+  aa__search_free(&s);
+}
+
 AA_TEST(search_limits_prune_what_was_not_measured) {
   aa_model_spec_t spec = spec_with_batch(4);
   aa_search_t s;
@@ -700,6 +734,7 @@ int main(void) {
   RUN(search_stops_a_setting_once_a_smaller_micro_batch_is_slower);
   RUN(search_prunes_strategies_predicted_out_of_memory);
   RUN(search_skips_what_could_not_win_even_at_the_devices_peak);
+  RUN(search_predicts_from_the_nearest_measured_run);
   RUN(search_limits_prune_what_was_not_measured);
   RUN(data_parallel_takes_the_batch_divisors_up_to_the_pool_largest_first);
   RUN(hardware_fingerprint_is_kind_name_memory_world);

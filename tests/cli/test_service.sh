@@ -91,9 +91,16 @@ check "an executor registers" wait_for 20 executors_up 1
 expect 0 "best" timeout 300 "$AA" submit "$tmp/model.json" $P --wait --train --out "$tmp/out1" \
   --exclude fp16,checkpoint
 "$AA" query runs --job 1 $P --json >"$tmp/runs1.json"
-# fp32 and bf16 x micro-batch 4, 2, 1 = 6 dry runs, plus the training run.
+# fp32 and bf16 x micro-batch 4, 2, 1: fp32 measured from mb 4 down (until
+# one is slower), bf16 skipped (on a CPU it does at least fp32's work); the training run.
 check "the store holds the dry runs" [ "$(jq_ "len([r for r in d['runs'] if r['kind'] == 'dryrun'])" <"$tmp/runs1.json")" -ge 2 ]
 check "every measured dry run is ok" [ "$(jq_ "all(r['status'] in ('ok', 'pruned') for r in d['runs'])" <"$tmp/runs1.json")" = True ]
+check "bf16 is skipped for the fp32 run that does less work" \
+  [ "$(jq_ "all(r['status'] == 'pruned' and 'bf16 storage on a CPU instead of fp32' in r['error'] for r in d['runs'] if '.bf16.' in r['key'])" <"$tmp/runs1.json")" = True ]
+# The cost model predicts each dry run from the ones before it: the first has
+# nothing to go on, the second (the same FLOPs per token) is predicted at the first's figure.
+check "dry runs carry the cost model's prediction" \
+  [ "$(jq_ "(lambda ok: ok[0]['predicted_tokens_per_s'] is None and abs(ok[1]['predicted_tokens_per_s'] / ok[0]['tokens_per_s'] - 1) < 1e-9)(sorted([r for r in d['runs'] if r['kind'] == 'dryrun' and r['status'] == 'ok'], key=lambda r: r['id']))" <"$tmp/runs1.json")" = True ]
 check "the training run is recorded ok" \
   [ "$(jq_ "[r['status'] for r in d['runs'] if r['kind'] == 'train']" <"$tmp/runs1.json")" = "['ok']" ]
 check "the strategy file is written" [ -s "$tmp/out1/strategy.json" ]
