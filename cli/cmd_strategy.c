@@ -8,7 +8,9 @@
 
 #include "cli.h"
 #include "common/aa.h"
+#include "common/mem.h"
 #include "common/spec.h"
+#include "strategies/cost.h"
 #include "strategies/strategy.h"
 
 #define MAX_WORLD 65536
@@ -37,15 +39,17 @@ static void usage_show(FILE *f) {
 }
 
 static void usage_check(FILE *f) {
-  fprintf(f, "usage: autoaccel strategy check FILE --model MODEL.json [--world N]\n\n"
+  fprintf(f, "usage: autoaccel strategy check FILE --model MODEL.json [--world N] [--memory BYTES]\n\n"
              "Checks that the strategy can train the model: degrees against heads, layers\n"
              "and batch, micro-batch against the per-rank batch, the world size, and what\n"
              "this engine supports. Prints \"ok: KEY is valid for MODEL (accumulation steps A)\"\n"
-             "or the rule that failed.\n\n"
+             "or the rule that failed, then what the search's cost model predicts: the bytes\n"
+             "a rank needs at least, by kind, and the FLOPs per trained token.\n\n"
              "options:\n"
              "  --model MODEL.json   the model spec (required)\n"
              "  --world N            number of ranks (devices) to check dp * tp * pp against\n"
              "                       (default: not checked)\n"
+             "  --memory BYTES       a device's memory (e.g. 80G): fail when a rank cannot fit\n"
              "  -h, --help           this help\n");
 }
 
@@ -96,7 +100,7 @@ static void print_words(const aa_strategy_t *s) {
   switch (s->ckpt) {
   case AA_CKPT_NONE: printf("checkpointing:     none: keep every activation for backward\n"); break;
   case AA_CKPT_SELECTIVE:
-    printf("checkpointing:     selective: recompute attention probabilities and GELU outputs in backward\n");
+    printf("checkpointing:     selective: recompute GELU outputs in backward (attention probabilities are never kept)\n");
     break;
   case AA_CKPT_FULL:
     if (s->ckpt_layers > 0)
@@ -165,10 +169,12 @@ static int cmd_show(int argc, char **argv) {
 static int cmd_check(int argc, char **argv) {
   static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                        {"world", required_argument, 0, 'w'},
+                                       {"memory", required_argument, 0, 'M'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   const char *model = NULL;
   long long world = 0;
+  size_t memory = 0;
   int c;
   optind = 1;
   opterr = 0;
@@ -178,6 +184,11 @@ static int cmd_check(int argc, char **argv) {
     case 'w':
       if ((world = aa_cli_parse_int("strategy check", "--world", optarg, 1, MAX_WORLD)) < 0)
         return AA_EXIT_USAGE;
+      break;
+    case 'M':
+      if (aa_mem_parse_bytes(optarg, &memory) || !memory)
+        return usage_error("strategy check", usage_check, "--memory: expected a positive byte count such as 80G, got",
+                           optarg);
       break;
     case 'h': usage_check(stdout); return AA_EXIT_OK;
     default:
@@ -204,6 +215,23 @@ static int cmd_check(int argc, char **argv) {
   /* Valid, but its measurements describe another model. */
   if (s.model_hash[0] && strcmp(s.model_hash, hash) != 0)
     printf("note: measured on another architecture (hash %s; %s has %s)\n", s.model_hash, spec.name, hash);
+  /* The cost model the search prunes with (strategies/cost.h). */
+  aa_cost_mem_t m;
+  aa_cost_memory(&spec.arch, &s, &m);
+  char b[AA_MEM_NKINDS + 2][32];
+  for (int k = 0; k < AA_MEM_NKINDS; k++) aa_mem_fmt(b[k], m.bytes[k]);
+  aa_mem_fmt(b[AA_MEM_NKINDS], m.total);
+  printf("memory: a rank needs at least %s (params %s, grads %s, optim %s, acts %s, workspace %s)", b[AA_MEM_NKINDS],
+         b[AA_MEM_PARAMS], b[AA_MEM_GRADS], b[AA_MEM_OPTIM], b[AA_MEM_ACTS], b[AA_MEM_WORKSPACE]);
+  if (memory) printf(", %s %s", m.total <= memory ? "fits in" : "more than", aa_mem_fmt(b[AA_MEM_NKINDS + 1], memory));
+  double flops = aa_cost_flops_per_token(&spec.arch, &s);
+  printf("\nwork: %.4g %s per token (6N + 12LCT%s)\n", flops >= 1e9 ? flops / 1e9 : flops / 1e6,
+         flops >= 1e9 ? "GFLOP" : "MFLOP", s.ckpt == AA_CKPT_FULL ? " and the recomputed forward" : "");
+  if (memory && m.total > memory) {
+    aa_error(AA_EOOM, "%s does not fit: a rank needs at least %s, the device has %s", key, b[AA_MEM_NKINDS],
+             b[AA_MEM_NKINDS + 1]);
+    return aa_cli_fail("strategy check");
+  }
   return AA_EXIT_OK;
 }
 

@@ -19,7 +19,7 @@
 
 typedef enum {
   AA_CKPT_NONE = 0,      /* keep every activation for backward */
-  AA_CKPT_SELECTIVE = 1, /* drop attention probabilities and GELU output; recompute them in backward */
+  AA_CKPT_SELECTIVE = 1, /* drop the GELU output; recompute it in backward (no mode keeps attention probabilities) */
   AA_CKPT_FULL = 2,      /* keep only each block's input; recompute the block in backward */
 } aa_ckpt_mode_t;
 

@@ -51,6 +51,19 @@ expect 1 "micro_batch 3 must divide global_batch / dp = 16 / 1" "$AA" strategy c
 echo '[["parallel_mode", {"tensor": 2}]]' >"$tmp/tp2.json"
 expect 1 "tensor parallel degree 2 is not supported by this engine yet" \
   "$AA" strategy check "$tmp/tp2.json" --model "$TINY"
+# The cost model's figures (strategies/cost.h; test_cost holds them to the
+# engine's accounting). Work: 6N + 12LCT = 6 x 834,304 + 12 x 4 x 128 x 64,
+# plus full checkpointing's second forward, 4 x (2 x 198,272 + 4 x 128 x 64):
+# 7,116,288 FLOP per token.
+expect 0 "^memory: a rank needs at least [0-9.]+ MiB \(params [0-9.]+ MiB, grads [0-9.]+ MiB, optim [0-9.]+ MiB, acts [0-9.]+ KiB, workspace [0-9.]+ MiB\)$" \
+  "$AA" strategy check "$EX/bf16-full.json" --model "$TINY"
+expect 0 "^work: 7.116 MFLOP per token \(6N \+ 12LCT and the recomputed forward\)$" \
+  "$AA" strategy check "$EX/bf16-full.json" --model "$TINY"
+expect 0 "workspace [0-9.]+ MiB\), fits in 1.0 GiB$" "$AA" strategy check "$EX/bf16-full.json" --model "$TINY" --memory 1G
+expect 1 "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4 does not fit: a rank needs at least [0-9.]+ MiB, the device has 8.0 MiB" \
+  "$AA" strategy check "$EX/bf16-full.json" --model "$TINY" --memory 8M
+expect 2 "--memory: expected a positive byte count such as 80G, got 'lots'" \
+  "$AA" strategy check "$EX/bf16-full.json" --model "$TINY" --memory lots
 sed 's/"n_head": 4/"n_head": 2/' "$TINY" >"$tmp/other.json"
 expect 0 "note: measured on another architecture" "$AA" strategy check "$EX/bf16-full.json" --model "$tmp/other.json"
 
