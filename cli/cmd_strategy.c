@@ -218,18 +218,16 @@ static int cmd_check(int argc, char **argv) {
   /* The cost model the search prunes with (strategies/cost.h). */
   aa_cost_mem_t m;
   aa_cost_memory(&spec.arch, &s, &m);
-  char b[AA_MEM_NKINDS + 2][32];
-  for (int k = 0; k < AA_MEM_NKINDS; k++) aa_mem_fmt(b[k], m.bytes[k]);
-  aa_mem_fmt(b[AA_MEM_NKINDS], m.total);
-  printf("memory: a rank needs at least %s (params %s, grads %s, optim %s, acts %s, workspace %s)", b[AA_MEM_NKINDS],
-         b[AA_MEM_PARAMS], b[AA_MEM_GRADS], b[AA_MEM_OPTIM], b[AA_MEM_ACTS], b[AA_MEM_WORKSPACE]);
-  if (memory) printf(", %s %s", m.total <= memory ? "fits in" : "more than", aa_mem_fmt(b[AA_MEM_NKINDS + 1], memory));
+  char need[256], total[32], have[32];
+  aa_cost_mem_describe(&m, need, sizeof need);
+  printf("memory: a rank needs at least %s", need);
+  if (memory) printf(", %s %s", m.total <= memory ? "fits in" : "more than", aa_mem_fmt(have, memory));
   double flops = aa_cost_flops_per_token(&spec.arch, &s);
   printf("\nwork: %.4g %s per token (6N + 12LCT%s)\n", flops >= 1e9 ? flops / 1e9 : flops / 1e6,
          flops >= 1e9 ? "GFLOP" : "MFLOP", s.ckpt == AA_CKPT_FULL ? " and the recomputed forward" : "");
   if (memory && m.total > memory) {
-    aa_error(AA_EOOM, "%s does not fit: a rank needs at least %s, the device has %s", key, b[AA_MEM_NKINDS],
-             b[AA_MEM_NKINDS + 1]);
+    aa_error(AA_EOOM, "%s does not fit: a rank needs at least %s, the device has %s", key,
+             aa_mem_fmt(total, m.total), have);
     return aa_cli_fail("strategy check");
   }
   return AA_EXIT_OK;

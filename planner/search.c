@@ -122,13 +122,10 @@ static void prune_if_too_big(aa_search_t *s, aa_cand_t *c, const aa_arch_t *arch
   aa_cost_memory(arch, &c->s, &m);
   c->bytes = m.total;
   if (!memory || m.total <= memory) return;
-  char f[AA_MEM_NKINDS + 2][32];
-  for (int k = 0; k < AA_MEM_NKINDS; k++) aa_mem_fmt(f[k], m.bytes[k]);
-  snprintf(c->reason, sizeof c->reason,
-           "predicted out of memory: a rank needs at least %s (params %s, grads %s, optim %s, acts %s, "
-           "workspace %s), the device has %s",
-           aa_mem_fmt(f[AA_MEM_NKINDS], m.total), f[AA_MEM_PARAMS], f[AA_MEM_GRADS], f[AA_MEM_OPTIM],
-           f[AA_MEM_ACTS], f[AA_MEM_WORKSPACE], aa_mem_fmt(f[AA_MEM_NKINDS + 1], memory));
+  char need[256], have[32];
+  aa_cost_mem_describe(&m, need, sizeof need);
+  snprintf(c->reason, sizeof c->reason, "predicted out of memory: a rank needs at least %s, the device has %s", need,
+           aa_mem_fmt(have, memory));
   c->state = AA_CAND_PRUNED;
   s->predicted_oom++;
 }

@@ -85,6 +85,13 @@ void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, aa_cost_mem_t
   for (int k = 0; k < AA_MEM_NKINDS; k++) out->total += b[k];
 }
 
+void aa_cost_mem_describe(const aa_cost_mem_t *m, char *out, size_t n) {
+  char b[AA_MEM_NKINDS + 1][32];
+  for (int k = 0; k < AA_MEM_NKINDS; k++) aa_mem_fmt(b[k], m->bytes[k]);
+  snprintf(out, n, "%s (params %s, grads %s, optim %s, acts %s, workspace %s)", aa_mem_fmt(b[AA_MEM_NKINDS], m->total),
+           b[AA_MEM_PARAMS], b[AA_MEM_GRADS], b[AA_MEM_OPTIM], b[AA_MEM_ACTS], b[AA_MEM_WORKSPACE]);
+}
+
 double aa_cost_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {
   const double C = arch->d_model, F = arch->d_ff, T = arch->seq_len, L = arch->n_layer;
   const double block = 4 * C * C + 2 * F * C + 9 * C + F;

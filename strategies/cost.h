@@ -24,6 +24,10 @@ typedef struct aa_cost_mem {
 
 void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, aa_cost_mem_t *out);
 
+/* "19.8 MiB (params 1.6 MiB, grads 3.2 MiB, optim 9.5 MiB, acts 707.0 KiB,
+ * workspace 4.8 MiB)" into out (n bytes, truncated to fit). */
+void aa_cost_mem_describe(const aa_cost_mem_t *m, char *out, size_t n);
+
 /* The model's activation store and workspace for a micro-batch of B
  * sequences of T tokens under amp dtype `amp` and checkpointing ckpt /
  * ckpt_layers (0 = every block), with the engine's 64-byte slices. */
