@@ -9,6 +9,14 @@
 /* The engine carves every buffer in 64-byte slices. */
 static size_t slice(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
+/* Parameters of one block: ln1 2C, qkv 3C^2 + 3C, proj C^2 + C, ln2 2C,
+ * fc FC + F, fcproj FC + C (the engine's unit of ZeRO sharding, and what
+ * amp widens into its workspace one block at a time). */
+static size_t block_numel(const aa_arch_t *a) {
+  const size_t C = a->d_model, F = a->d_ff;
+  return 4 * C * C + 2 * F * C + 9 * C + F;
+}
+
 static int block_full(aa_ckpt_mode_t ckpt, int ckpt_layers, int l) {
   return ckpt == AA_CKPT_FULL && (ckpt_layers == 0 || l < ckpt_layers);
 }
@@ -41,7 +49,7 @@ void aa_cost_act_bytes(const aa_arch_t *arch, int B, int T, aa_dtype_t amp, aa_c
   for (int f = 0; f < OUT; f++)
     if (amp != AA_F32 || need[f]) ws += slice(field[f] * f4);
   if (amp != AA_F32)
-    ws += 2 * slice(N * C * f4) + slice((4 * C * C + 2 * F * C + 9 * C + F) * f4) +
+    ws += 2 * slice(N * C * f4) + slice(block_numel(arch) * f4) +
           slice((V + (size_t)arch->seq_len) * C * f4) + slice(2 * C * f4);
   if (any_full) ws += slice(stats);
   ws += 3 * slice(N * C * f4) + slice(3 * N * C * f4) + 2 * slice(N * F * f4); /* activation gradients */
@@ -52,8 +60,8 @@ void aa_cost_act_bytes(const aa_arch_t *arch, int B, int T, aa_dtype_t amp, aa_c
 /* The elements of one rank's ZeRO shard: each unit (the embeddings, each
  * block, the final LayerNorm) is cut in `world` equal chunks, rounded up. */
 static size_t shard_numel(const aa_arch_t *a, int world) {
-  const size_t C = a->d_model, F = a->d_ff, w = (size_t)world;
-  const size_t pre = ((size_t)a->vocab_size + (size_t)a->seq_len) * C, block = 4 * C * C + 2 * F * C + 9 * C + F;
+  const size_t C = a->d_model, w = (size_t)world;
+  const size_t pre = ((size_t)a->vocab_size + (size_t)a->seq_len) * C, block = block_numel(a);
   return (pre + w - 1) / w + (size_t)a->n_layer * ((block + w - 1) / w) + (2 * C + w - 1) / w;
 }
 
@@ -92,23 +100,22 @@ void aa_cost_mem_describe(const aa_cost_mem_t *m, char *out, size_t n) {
            b[AA_MEM_PARAMS], b[AA_MEM_GRADS], b[AA_MEM_OPTIM], b[AA_MEM_ACTS], b[AA_MEM_WORKSPACE]);
 }
 
+/* The blocks whose forward full checkpointing runs again (0 otherwise). */
+static double recomputed_blocks(const aa_arch_t *arch, const aa_strategy_t *s) {
+  if (s->ckpt != AA_CKPT_FULL) return 0;
+  return s->ckpt_layers > 0 && s->ckpt_layers < arch->n_layer ? s->ckpt_layers : arch->n_layer;
+}
+
 double aa_cost_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {
-  const double C = arch->d_model, F = arch->d_ff, T = arch->seq_len, L = arch->n_layer;
-  const double block = 4 * C * C + 2 * F * C + 9 * C + F;
-  double flops = 6.0 * (double)aa_arch_param_count(arch) + 12.0 * L * C * T;
-  if (s->ckpt == AA_CKPT_FULL) {
-    double k = s->ckpt_layers > 0 && s->ckpt_layers < arch->n_layer ? s->ckpt_layers : L;
-    flops += k * (2.0 * block + 4.0 * C * T);
-  }
-  return flops;
+  const double C = arch->d_model, T = arch->seq_len, L = arch->n_layer;
+  return 6.0 * (double)aa_arch_param_count(arch) + 12.0 * L * C * T +
+         recomputed_blocks(arch, s) * (2.0 * (double)block_numel(arch) + 4.0 * C * T);
 }
 
 double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {
   const double C = arch->d_model, F = arch->d_ff, L = arch->n_layer, V = arch->vocab_size;
   const double block = 4 * C * C + 2 * F * C; /* qkv 3C^2, proj C^2, fc and fcproj FC each */
-  double flops = 6.0 * (L * block + V * C);
-  if (s->ckpt == AA_CKPT_FULL) flops += 2.0 * block * (s->ckpt_layers > 0 && s->ckpt_layers < L ? s->ckpt_layers : L);
-  return flops;
+  return 6.0 * (L * block + V * C) + 2.0 * block * recomputed_blocks(arch, s);
 }
 
 int aa_cost_dominated(const aa_strategy_t *a, const aa_strategy_t *b, int cuda, char *why, size_t why_len) {
