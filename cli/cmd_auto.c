@@ -292,7 +292,9 @@ int aa_cmd_auto(int argc, char **argv) {
   aa_client_catch_signals();
   /* The embedded planner writes to sockets whose peers may be gone. */
   signal(SIGPIPE, SIG_IGN);
-  log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+  /* O_NOFOLLOW: a symlink planted at the log's name in a shared home is
+   * refused, never written through. */
+  log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (log_fd < 0 || !(log = fdopen(dup(log_fd), "a"))) {
     fprintf(stderr, "autoaccel auto: cannot write the log %s: %s\n", log_path, strerror(errno));
     goto cleanup;

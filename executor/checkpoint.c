@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "common/json.h"
 
 enum { FLAG_OPTIMIZER = 1, FLAG_SHARD = 2 };
@@ -151,27 +152,27 @@ typedef struct {
 } seg_t;
 
 /* Writes header h and then the segments (backend memory of ops, in order)
- * to "path.tmp", fsyncs it and renames it to path, so a crash never leaves
- * a torn file under the real name. Sets h->checksum: FNV-1a 64 over the
- * payload, hashed as it streams out (byte-sequential, so the staging does
- * not change it); the header is written once without it and again at the
- * end. */
+ * to a fresh temporary, fsyncs it and renames it to path (common/file.h),
+ * so a crash never leaves a torn file under the real name and a symlink
+ * planted in the directory is never written through. Sets h->checksum:
+ * FNV-1a 64 over the payload, hashed as it streams out (byte-sequential, so
+ * the staging does not change it); the header is written once without it
+ * and again at the end. */
 static int write_file(const char *path, header_t *h, const aa_ops_t *ops, const seg_t *seg, int nseg) {
-  char tmp[AA_PATH_MAX + 80];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-    return aa_error(AA_EINVAL, "%s: path too long", path);
   unsigned char *stage = malloc(STAGE_BYTES);
   if (!stage) return aa_error(AA_ENOMEM, "%s: cannot allocate a staging buffer", path);
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
+  aa_wfile_t w;
+  int rc = aa_wfile_open(&w, path, 0666);
+  if (rc) {
     free(stage);
-    return aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    return rc;
   }
+  FILE *f = w.f;
   unsigned char hdr[AA_CKPT_HEADER_BYTES];
   uint64_t sum = AA_FNV_INIT;
   h->checksum = 0;
   encode_header(hdr, h);
-  int rc = write_all(f, hdr, sizeof hdr, tmp);
+  rc = write_all(f, hdr, sizeof hdr, path);
   for (int i = 0; i < nseg && !rc; i++) {
     for (size_t off = 0; off < seg[i].bytes && !rc; off += STAGE_BYTES) {
       size_t n = seg[i].bytes - off < STAGE_BYTES ? seg[i].bytes - off : STAGE_BYTES;
@@ -180,20 +181,18 @@ static int write_file(const char *path, header_t *h, const aa_ops_t *ops, const 
         break;
       }
       sum = aa_fnv1a(sum, stage, n);
-      rc = write_all(f, stage, n, tmp);
+      rc = write_all(f, stage, n, path);
     }
   }
   if (!rc) {
     h->checksum = sum;
     encode_header(hdr, h);
-    if (fseek(f, 0, SEEK_SET)) rc = aa_error(AA_EIO, "%s: seek failed: %s", tmp, strerror(errno));
-    else rc = write_all(f, hdr, sizeof hdr, tmp);
+    if (fseek(f, 0, SEEK_SET)) rc = aa_error(AA_EIO, "%s: seek failed: %s", path, strerror(errno));
+    else rc = write_all(f, hdr, sizeof hdr, path);
   }
   free(stage);
-  if (!rc && (fflush(f) || fsync(fileno(f)))) rc = aa_error(AA_EIO, "%s: sync failed: %s", tmp, strerror(errno));
-  if (fclose(f) && !rc) rc = aa_error(AA_EIO, "%s: close failed: %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, path)) rc = aa_error(AA_EIO, "%s: rename failed: %s", path, strerror(errno));
-  if (rc) unlink(tmp);
+  if (!rc) rc = aa_wfile_commit(&w);
+  aa_wfile_abort(&w);
   return rc;
 }
 
@@ -596,11 +595,11 @@ static int write_shard(const char *file, const aa_gpt_t *m, const aa_zero_t *z, 
  * with their checksums (read back from their headers), written atomically
  * as the files are. */
 static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *z, int step) {
-  char tmp[AA_PATH_MAX + 80], file[AA_PATH_MAX + 32];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-    return aa_error(AA_EINVAL, "%s: path too long", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) return aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+  char file[AA_PATH_MAX + 32];
+  aa_wfile_t w;
+  int rc = aa_wfile_open(&w, path, 0666);
+  if (rc) return rc;
+  FILE *f = w.f;
   char hash[17];
   aa_arch_hash(&m->arch, hash);
   fprintf(f,
@@ -610,7 +609,6 @@ static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *
   for (int u = 0; u < z->n_units; u++) fprintf(f, "%s[%zu, %zu]", u ? ", " : "", z->unit_off[u], z->unit_n[u]);
   fprintf(f, "],\n \"files\": [");
   const char *slash = strrchr(path, '/');
-  int rc = 0;
   for (int r = 0; r < z->world && !rc; r++) {
     unsigned char hdr[AA_CKPT_HEADER_BYTES];
     if ((rc = rank_file(file, sizeof file, path, r, z->world))) break;
@@ -628,11 +626,8 @@ static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *
             (unsigned long long)h.checksum);
   }
   fprintf(f, "]}\n");
-  if (!rc && (fflush(f) || ferror(f) || fsync(fileno(f))))
-    rc = aa_error(AA_EIO, "%s: write failed: %s", tmp, strerror(errno));
-  if (fclose(f) && !rc) rc = aa_error(AA_EIO, "%s: close failed: %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, path)) rc = aa_error(AA_EIO, "%s: rename failed: %s", path, strerror(errno));
-  if (rc) unlink(tmp);
+  if (!rc) rc = aa_wfile_commit(&w);
+  aa_wfile_abort(&w);
   return rc;
 }
 

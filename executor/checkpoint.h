@@ -28,8 +28,10 @@ typedef struct aa_train_state {
 } aa_train_state_t;
 
 /* Writes m's parameters, opt's moments (opt may be NULL: weights only) and
- * st (may be NULL) to path. Written to "path.tmp", fsynced, then renamed,
- * so an interrupted save never leaves a torn file under path. */
+ * st (may be NULL) to path. Written to a fresh temporary in path's
+ * directory, fsynced, then renamed over path (common/file.h), so an
+ * interrupted save never leaves a torn file under path and a symlink at
+ * path is replaced, never written through. */
 int aa_ckpt_save(const char *path, const aa_gpt_t *m, const aa_adamw_t *opt, const aa_train_state_t *st);
 
 /* Reads a checkpoint into m (whose architecture must match the file's; the

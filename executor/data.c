@@ -4,6 +4,7 @@
  * is checked against the file's real size before anything is allocated. */
 #include "executor/data.h"
 #include "common/aa.h"
+#include "common/file.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -267,8 +268,9 @@ static void encode(unsigned char *buf, const int32_t *tokens, size_t n, uint32_t
   }
 }
 
-/* The shard is written to "<path>.tmp.<pid>" and renamed into place, so a
- * failed write never leaves a half shard under the final name. */
+/* The shard is written to a fresh temporary and renamed into place
+ * (common/file.h), so a failed write never leaves a half shard under the
+ * final name and a symlink planted beside it is never written through. */
 int aa_shard_write(const char *path, const int32_t *tokens, size_t n, int vocab_size) {
   if (!path || (!tokens && n > 0)) return aa_error(AA_EINVAL, "aa_shard_write: NULL argument");
   if (vocab_size < 1) return aa_error(AA_EINVAL, "%s: vocab_size %d must be >= 1", path, vocab_size);
@@ -278,15 +280,7 @@ int aa_shard_write(const char *path, const int32_t *tokens, size_t n, int vocab_
                       i, vocab_size);
   uint32_t width = vocab_size <= 65536 ? 2 : 4;
   unsigned char *buf = malloc(CHUNK_TOKENS * width);
-  size_t tmp_cap = strlen(path) + 32;
-  char *tmp = malloc(tmp_cap);
-  FILE *f = NULL;
-  int rc = 0;
-  if (!buf || !tmp) {
-    rc = aa_error(AA_ENOMEM, "%s: out of memory", path);
-    goto cleanup;
-  }
-  snprintf(tmp, tmp_cap, "%s.tmp.%ld", path, (long)getpid());
+  if (!buf) return aa_error(AA_ENOMEM, "%s: out of memory", path);
 
   uint64_t h = AA_FNV_INIT;
   for (size_t done = 0; done < n; done += CHUNK_TOKENS) {
@@ -302,33 +296,18 @@ int aa_shard_write(const char *path, const int32_t *tokens, size_t n, int vocab_
   aa_put_le64(head + 24, (uint64_t)n);
   aa_put_le64(head + 32, h);
 
-  f = fopen(tmp, "wb");
-  if (!f) {
-    rc = aa_error(AA_EIO, "%s: cannot create: %s", path, strerror(errno));
-    goto cleanup;
-  }
-  int ok = fwrite(head, 1, sizeof head, f) == sizeof head;
+  aa_wfile_t w;
+  int rc = aa_wfile_open(&w, path, 0666);
+  if (rc == AA_ENOENT) rc = AA_EIO; /* data.h: any failure to write is an i/o error */
+  int ok = !rc && fwrite(head, 1, sizeof head, w.f) == sizeof head;
   for (size_t done = 0; ok && done < n; done += CHUNK_TOKENS) {
     size_t k = n - done < CHUNK_TOKENS ? n - done : CHUNK_TOKENS;
     encode(buf, tokens + done, k, width);
-    ok = fwrite(buf, width, k, f) == k;
+    ok = fwrite(buf, width, k, w.f) == k;
   }
-  if (!ok || fflush(f) != 0) {
-    rc = aa_error(AA_EIO, "%s: write failed: %s", path, strerror(errno));
-    goto cleanup;
-  }
-  int close_rc = fclose(f);
-  f = NULL;
-  if (close_rc != 0) {
-    rc = aa_error(AA_EIO, "%s: write failed: %s", path, strerror(errno));
-    goto cleanup;
-  }
-  if (rename(tmp, path) != 0)
-    rc = aa_error(AA_EIO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
-cleanup:
-  if (f) fclose(f);
-  if (rc && tmp) remove(tmp);
-  free(tmp);
+  if (!rc && !ok) rc = aa_error(AA_EIO, "%s: write failed: %s", path, strerror(errno));
+  if (!rc) rc = aa_wfile_commit(&w);
+  aa_wfile_abort(&w);
   free(buf);
   return rc;
 }

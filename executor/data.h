@@ -29,7 +29,10 @@ int aa_shard_read(aa_shard_t *out, const char *path, int max_vocab);
 void aa_shard_free(aa_shard_t *s);
 
 /* Writes an autoaccel shard; token width is 2 bytes if vocab_size <= 65536,
- * else 4. */
+ * else 4. Written to a fresh temporary and renamed over path
+ * (common/file.h): a symlink at path is replaced, never written through.
+ * An id outside [0, vocab_size) is AA_EINVAL; a file that cannot be written
+ * (a missing directory included) is AA_EIO. */
 int aa_shard_write(const char *path, const int32_t *tokens, size_t n, int vocab_size);
 
 /* Deterministic loader: batch i is B sequences of T+1 consecutive tokens

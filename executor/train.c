@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 
 #include "checkpoint.h"
+#include "common/file.h"
 #include "data.h"
 #include "loss_scale.h"
 #include "model.h"
@@ -73,23 +74,48 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Mean loss over the first eval_batches global batches of the validation
  * shard (always the same sequences whatever the micro-batch, so successive
- * figures and different strategies are comparable). */
+ * figures and different strategies are comparable). setup() has checked
+ * that the shard holds them all (check_eval_batches). */
 static int evaluate(trainer_t *t, float *out) {
   aa_loader_t l;
   int rc = aa_loader_init(&l, &t->val, t->model->B, t->model->T);
   if (rc) return aa_error_wrap(rc, "validation data");
   double sum = 0;
-  int n = t->spec->train.eval_batches * t->accum;
-  for (int i = 0; i < n; i++) {
+  uint64_t accum = (uint64_t)t->accum, n = (uint64_t)t->spec->train.eval_batches * accum;
+  for (uint64_t i = 0; i < n; i++) {
     float loss;
-    if (i % t->accum == 0) loader_slice(t, &l, 1);
+    if (i % accum == 0) loader_slice(t, &l, 1);
     aa_loader_next(&l, t->inputs, t->targets);
     if ((rc = aa_gpt_forward(t->model, t->inputs, t->targets, &loss))) return rc;
     sum += loss;
-    if (i % t->accum == t->accum - 1) loader_slice(t, &l, 0);
+    if (i % accum == accum - 1) loader_slice(t, &l, 0);
   }
-  *out = (float)(sum / n);
+  *out = (float)(sum / (double)n);
   return global_mean(t, out);
+}
+
+/* A validation pass reads eval_batches global batches of accum x world
+ * micro-batches of B sequences each. The loader takes sequence k at
+ * tokens [k*T, k*T + T] (one token of shift), so N sequences fit without
+ * wrapping back to the start in N*T + 1 tokens. More batches than that
+ * would only read the same sequences again, and an absurd count would run
+ * until killed, so a spec asking for more is refused before training. All
+ * products are 64-bit and checked: the spec's fields may each be INT_MAX. */
+static int check_eval_batches(const trainer_t *t, int B, int T) {
+  uint64_t seqs = (uint64_t)t->accum * (uint64_t)B * (uint64_t)t->world, per_batch, need;
+  uint64_t have = t->val.n_tokens, want = (uint64_t)t->spec->train.eval_batches;
+  int big = __builtin_mul_overflow(seqs, (uint64_t)T, &per_batch);
+  uint64_t room = big ? 0 : (have - 1) / per_batch;
+  if (want <= room) return 0;
+  char need_s[32];
+  if (big || __builtin_mul_overflow(per_batch, want, &need) || need == UINT64_MAX)
+    snprintf(need_s, sizeof need_s, "more than %llu", (unsigned long long)UINT64_MAX);
+  else snprintf(need_s, sizeof need_s, "%llu", (unsigned long long)need + 1);
+  return aa_error(AA_EINVAL,
+                  "train.eval_batches %d needs %s tokens of validation data; %s has %llu tokens (room for at most "
+                  "%llu batch%s)",
+                  t->spec->train.eval_batches, need_s, t->spec->val_data, (unsigned long long)have,
+                  (unsigned long long)room, room == 1 ? "" : "es");
 }
 
 static int save_checkpoint(trainer_t *t, const char *name) {
@@ -168,6 +194,8 @@ static int setup(trainer_t *t) {
   if (s->val_data[0] && !t->opts->dryrun && (rc = aa_shard_read(&t->val, s->val_data, s->arch.vocab_size)))
     return aa_error_wrap(AA_EINPUT, "validation data");
   if ((rc = aa_loader_init(&t->loader, &t->train, B, T))) return aa_error_wrap(AA_EINPUT, "training data");
+  /* An empty validation shard means no validation, as no shard does. */
+  if (t->val.n_tokens && (rc = check_eval_batches(t, B, T))) return rc;
   /* ZeRO over a group of one has nothing to shard: stage 0. */
   int zero = t->world > 1 ? t->strat.zero : 0;
   aa_gpt_opts_t mo = {.amp = t->strat.amp, .ckpt = t->strat.ckpt, .ckpt_layers = t->strat.ckpt_layers,
@@ -241,9 +269,14 @@ static double flops_per_token(const trainer_t *t) {
   return 6.0 * (double)t->model->n_params + 6.0 * a->n_layer * (double)a->d_model * t->model->T;
 }
 
+/* The summary replaces any earlier one whole, through a fresh temporary
+ * (common/file.h): the output directory may be shared, and a symlink
+ * planted at the summary's name is replaced, never written through. */
 static int write_summary(const trainer_t *t, const aa_train_result_t *r, int threads) {
-  FILE *f = fopen(t->opts->summary_json, "w");
-  if (!f) return aa_error(AA_EIO, "%s: cannot write: %s", t->opts->summary_json, strerror(errno));
+  aa_wfile_t w;
+  int rc = aa_wfile_open(&w, t->opts->summary_json, 0666);
+  if (rc) return rc;
+  FILE *f = w.f;
   char hash[17];
   aa_arch_hash(&t->spec->arch, hash);
   fprintf(f,
@@ -266,7 +299,7 @@ static int write_summary(const trainer_t *t, const aa_train_result_t *r, int thr
             t->cuda_device, t->opts->tf32 ? "true" : "false", flops_per_token(t), t->peak_flops,
             t->peak_flops > 0 ? r->tokens_per_s * flops_per_token(t) / t->peak_flops : 0.0);
   fprintf(f, "}\n");
-  return fclose(f) ? aa_error(AA_EIO, "%s: write failed", t->opts->summary_json) : 0;
+  return aa_wfile_commit(&w);
 }
 
 /* One line of accounted memory by kind. */
@@ -333,10 +366,11 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   t.spec = &run_spec;
   const aa_train_cfg_t *cfg = &run_spec.train;
   if ((rc = setup(&t))) goto cleanup;
-  if (opts->losses_path && t.rank == 0 && !(losses = fopen(opts->losses_path, opts->resume ? "a" : "w"))) {
-    rc = aa_error(AA_EIO, "%s: cannot write: %s", opts->losses_path, strerror(errno));
+  /* The losses file grows as training goes, so it cannot be swapped in by a
+   * rename; it is opened without following a symlink instead. */
+  if (opts->losses_path && t.rank == 0 &&
+      (rc = aa_file_open_write(opts->losses_path, opts->resume != NULL, 0666, &losses)))
     goto cleanup;
-  }
   aa_gpt_t *m = t.model;
   /* Tokens per step of the whole group. */
   double step_tokens = (double)m->B * m->T * t.accum * t.world;

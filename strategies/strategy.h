@@ -68,7 +68,8 @@ int aa_strategy_load(aa_strategy_t *out, const char *path);
 int aa_strategy_parse(aa_strategy_t *out, const char *json, const char *origin);
 
 /* Writes s as a v1 strategy file (pretty JSON, keys in a fixed order),
- * atomically (tmp + rename). */
+ * atomically: a fresh temporary renamed over path (common/file.h), so a
+ * symlink at path is replaced, never written through. */
 int aa_strategy_save(const aa_strategy_t *s, const char *path);
 /* Same into a malloc'd NUL-terminated string (*out transferred to the
  * caller, free with free()). */

@@ -11,6 +11,7 @@
 
 #include "strategy_internal.h"
 
+#include "../common/file.h"
 #include "../common/json.h"
 
 #include <ctype.h>
@@ -483,26 +484,16 @@ int aa_strategy_save(const aa_strategy_t *s, const char *path) {
   char *text;
   int rc = aa_strategy_to_json(s, &text);
   if (rc) return rc;
-  char tmp[AA_PATH_MAX + 8];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-    free(text);
-    return aa_error(AA_EINVAL, "%s: path too long", path);
+  /* A fresh temporary + fsync + rename (common/file.h): a reader sees the
+   * old file or the new one, never half of one, even across a crash; and a
+   * symlink planted in the directory is never written through. */
+  aa_wfile_t w;
+  if (!(rc = aa_wfile_open(&w, path, 0666))) {
+    size_t n = strlen(text);
+    if (fwrite(text, 1, n, w.f) != n) rc = aa_error(AA_EIO, "%s: write failed: %s", path, strerror(errno));
+    else rc = aa_wfile_commit(&w);
   }
-  /* tmp + fsync + rename: a reader sees the old file or the new one, never
-   * half of one, even across a crash. */
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    rc = aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-    free(text);
-    return rc;
-  }
-  size_t n = strlen(text);
-  if (fwrite(text, 1, n, f) != n) rc = aa_error(AA_EIO, "%s: write failed: %s", tmp, strerror(errno));
-  if (!rc && (fflush(f) || fsync(fileno(f))))
-    rc = aa_error(AA_EIO, "%s: sync failed: %s", tmp, strerror(errno));
-  if (fclose(f) && !rc) rc = aa_error(AA_EIO, "%s: close failed: %s", tmp, strerror(errno));
-  if (!rc && rename(tmp, path)) rc = aa_error(AA_EIO, "%s: rename failed: %s", path, strerror(errno));
-  if (rc) unlink(tmp);
+  aa_wfile_abort(&w);
   free(text);
   return rc;
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char tmpdir[64];
@@ -176,6 +177,36 @@ AA_TEST(shard_write_rejects_bad_ids_and_leaves_no_file) {
   CHECK(aa_shard_write(path, tok, 3, 0) == AA_EINVAL);
   CHECK(access(path, F_OK) != 0);
   CHECK(aa_shard_write(tmp_path(0, "no-such-dir/x.bin"), tok, 0, 256) == AA_EIO);
+}
+
+/* A symlink planted at a shard's name (or at the old "<name>.tmp.<pid>"
+ * temporary) is replaced or left alone, never written through, and the
+ * directory holds no temporary afterwards. */
+AA_TEST(shard_write_replaces_a_planted_symlink_without_touching_its_target) {
+  const char *victim = tmp_path(0, "victim"), *path = tmp_path(1, "linked.bin");
+  char old_tmp[300];
+  snprintf(old_tmp, sizeof old_tmp, "%s.tmp.%ld", path, (long)getpid());
+  write_bytes(victim, "secret", 6);
+  CHECK(symlink(victim, path) == 0 && symlink(victim, old_tmp) == 0);
+  int32_t tok[3] = {1, 2, 3};
+  CHECK_MSG(aa_shard_write(path, tok, 3, 256) == 0, "%s", aa_last_error());
+  size_t n = 0;
+  unsigned char *got = read_bytes(victim, &n);
+  CHECK(got && n == 6 && !memcmp(got, "secret", 6));
+  free(got);
+  struct stat st;
+  CHECK(lstat(path, &st) == 0 && S_ISREG(st.st_mode));
+  CHECK(lstat(old_tmp, &st) == 0 && S_ISLNK(st.st_mode));
+  aa_shard_t sh;
+  CHECK(aa_shard_read(&sh, path, 256) == 0 && sh.n_tokens == 3 && sh.tokens[2] == 3);
+  aa_shard_free(&sh);
+  DIR *d = opendir(tmpdir);
+  for (struct dirent *e; d && (e = readdir(d));)
+    CHECK_MSG(strncmp(e->d_name, ".linked.bin.", 12) != 0, "left behind: %s", e->d_name);
+  if (d) closedir(d);
+  unlink(old_tmp);
+  unlink(path);
+  unlink(victim);
 }
 
 AA_TEST(shard_read_rejects_missing_and_short_files) {
@@ -551,6 +582,7 @@ int main(void) {
   RUN(shard_roundtrip_uint32_for_vocab_above_65536);
   RUN(shard_empty_roundtrip);
   RUN(shard_write_rejects_bad_ids_and_leaves_no_file);
+  RUN(shard_write_replaces_a_planted_symlink_without_touching_its_target);
   RUN(shard_read_rejects_missing_and_short_files);
   RUN(shard_read_rejects_size_mismatch_without_trusting_the_count);
   RUN(shard_read_rejects_bad_header_fields);

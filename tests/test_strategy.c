@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *src_dir(void) {
@@ -365,6 +366,38 @@ AA_TEST(save_then_load_gives_the_same_strategy) {
   rmdir(dir);
 }
 
+/* A user who can write the directory plants symlinks to a file only the
+ * saver may write, at the final name and at the old fixed temporary name:
+ * the save replaces the first and never writes through either. */
+AA_TEST(save_never_writes_through_a_planted_symlink) {
+  char dir[] = "/tmp/aa_strategy_XXXXXX", victim[64], path[64], tmp[80], got[32] = {0};
+  if (!mkdtemp(dir)) SKIP("mkdtemp failed");
+  snprintf(victim, sizeof victim, "%s/victim", dir);
+  snprintf(path, sizeof path, "%s/s.json", dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(victim, "w");
+  if (f) {
+    fputs("secret\n", f);
+    fclose(f);
+  }
+  CHECK(symlink(victim, path) == 0 && symlink(victim, tmp) == 0);
+  aa_strategy_t s = odd_strategy(), back;
+  CHECK_MSG(aa_strategy_save(&s, path) == 0, "%s", aa_last_error());
+  if ((f = fopen(victim, "r"))) {
+    CHECK(fread(got, 1, sizeof got - 1, f) == 7);
+    fclose(f);
+  }
+  CHECK(!strcmp(got, "secret\n"));
+  struct stat st;
+  CHECK(lstat(path, &st) == 0 && S_ISREG(st.st_mode));
+  CHECK(lstat(tmp, &st) == 0 && S_ISLNK(st.st_mode));
+  CHECK_MSG(aa_strategy_load(&back, path) == 0 && same(&s, &back), "%s", aa_last_error());
+  unlink(tmp);
+  unlink(path);
+  unlink(victim);
+  rmdir(dir);
+}
+
 AA_TEST(save_refuses_what_load_would_refuse) {
   aa_strategy_t s;
   char *text = NULL;
@@ -611,6 +644,7 @@ int main(void) {
   RUN(syntax_errors_name_line_and_column);
   RUN(to_json_round_trips_every_field_in_fixed_order);
   RUN(save_then_load_gives_the_same_strategy);
+  RUN(save_never_writes_through_a_planted_symlink);
   RUN(save_refuses_what_load_would_refuse);
   RUN(load_reports_missing_and_oversized_files);
   RUN(example_files_load);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "aa_test.h"
@@ -202,6 +203,96 @@ AA_TEST(bad_training_data_fails_cleanly) {
   fclose(log);
 }
 
+/* The losses file, the summary and the checkpoints go into an output
+ * directory others may write: a symlink planted there to a file only the
+ * trainer may write is refused (losses, streamed) or replaced (summary and
+ * checkpoint, renamed into place), and its target is never touched. */
+AA_TEST(outputs_never_write_through_planted_symlinks) {
+  aa_model_spec_t s;
+  small_spec(&s, 1, 0);
+  char dir[512], victim[600], losses[600], summary[600], ckpt[600];
+  snprintf(dir, sizeof dir, "%s/linked", tmpdir);
+  snprintf(victim, sizeof victim, "%s/victim", tmpdir);
+  snprintf(losses, sizeof losses, "%s/losses.txt", dir);
+  snprintf(summary, sizeof summary, "%s/summary.json", dir);
+  snprintf(ckpt, sizeof ckpt, "%s/final.ckpt", dir);
+  CHECK(aa_mkdirs(dir) == 0);
+  FILE *f = fopen(victim, "w");
+  if (f) {
+    fputs("secret\n", f);
+    fclose(f);
+  }
+  CHECK(symlink(victim, losses) == 0);
+  FILE *log = quiet();
+  aa_train_opts_t o = {.threads = 1, .checkpoint_every = -1, .log_every = 100, .out_dir = dir,
+                       .losses_path = losses, .summary_json = summary, .log = log};
+  CHECK(aa_train(&s, &o, NULL) == AA_EIO);
+  CHECK_MSG(strstr(aa_last_error(), "losses.txt is a symbolic link; refusing to write through it"), "%s",
+            aa_last_error());
+  /* With the losses file out of the way, the summary and the final
+   * checkpoint are renamed over their symlinks. */
+  unlink(losses);
+  CHECK(symlink(victim, summary) == 0 && symlink(victim, ckpt) == 0);
+  CHECK_MSG(aa_train(&s, &o, NULL) == 0, "%s", aa_last_error());
+  fclose(log);
+  char *v = slurp(victim), *sum = slurp(summary);
+  CHECK(v && !strcmp(v, "secret\n"));
+  CHECK(sum && strstr(sum, "\"model\": \"t\""));
+  struct stat st;
+  CHECK(lstat(summary, &st) == 0 && S_ISREG(st.st_mode));
+  CHECK(lstat(ckpt, &st) == 0 && S_ISREG(st.st_mode));
+  free(v);
+  free(sum);
+}
+
+/* eval_batches is bounded by the validation shard: a pass of N global
+ * batches of B x T tokens reads N*B*T + 1 tokens (one of shift). A spec
+ * asking for more fails before training, with the arithmetic in the
+ * message, instead of running (INT_MAX batches ran until killed). */
+AA_TEST(eval_batches_past_the_validation_shard_fail_at_once) {
+  char val[600], want[1200];
+  snprintf(val, sizeof val, "%s/small-val.bin", tmpdir);
+  int32_t tok[129];
+  for (int i = 0; i < 129; i++) tok[i] = i % 256;
+  /* Two batches of 4 x 16 tokens fit exactly in 2*64 + 1 tokens. */
+  CHECK(aa_shard_write(val, tok, 129, 256) == 0);
+  aa_model_spec_t s;
+  small_spec(&s, 1, 0);
+  snprintf(s.val_data, sizeof s.val_data, "%s", val);
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/eval", tmpdir);
+  FILE *log = quiet();
+  aa_train_opts_t o = {.threads = 1, .checkpoint_every = -1, .log_every = 100, .out_dir = dir, .log = log};
+  aa_train_result_t r;
+  CHECK_MSG(aa_train(&s, &o, &r) == 0 && !isnan(r.val_loss), "%s", aa_last_error());
+  s.train.eval_batches = 3;
+  CHECK(aa_train(&s, &o, NULL) == AA_EINVAL);
+  snprintf(want, sizeof want,
+           "train.eval_batches 3 needs 193 tokens of validation data; %s has 129 tokens (room for at most 2 batches)",
+           val);
+  CHECK_MSG(!strcmp(aa_last_error(), want), "%s", aa_last_error());
+  CHECK(aa_shard_write(val, tok, 128, 256) == 0);
+  s.train.eval_batches = 2;
+  CHECK(aa_train(&s, &o, NULL) == AA_EINVAL);
+  CHECK_MSG(strstr(aa_last_error(), "needs 129 tokens") && strstr(aa_last_error(), "(room for at most 1 batch)"), "%s",
+            aa_last_error());
+  /* The largest count the spec allows fails as fast, its token count in 64 bits. */
+  snprintf(s.val_data, sizeof s.val_data, "%s", val_bin);
+  s.train.eval_batches = 2147483647;
+  aa_shard_t v;
+  CHECK(aa_shard_read(&v, val_bin, 256) == 0);
+  double t0 = aa_now();
+  CHECK(aa_train(&s, &o, NULL) == AA_EINVAL);
+  CHECK(aa_now() - t0 < 10);
+  snprintf(want, sizeof want,
+           "train.eval_batches 2147483647 needs 137438953409 tokens of validation data; %s has %zu tokens (room for "
+           "at most %zu batches)",
+           val_bin, v.n_tokens, (v.n_tokens - 1) / 64);
+  CHECK_MSG(!strcmp(aa_last_error(), want), "%s", aa_last_error());
+  aa_shard_free(&v);
+  fclose(log);
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/aa_test_train_XXXXXX");
   if (!mkdtemp(tmpdir)) return 1;
@@ -214,6 +305,8 @@ int main(void) {
   RUN(resume_from_checkpoint_gives_bit_identical_losses);
   RUN(corrupt_and_mismatched_checkpoints_are_rejected);
   RUN(bad_training_data_fails_cleanly);
+  RUN(outputs_never_write_through_planted_symlinks);
+  RUN(eval_batches_past_the_validation_shard_fail_at_once);
   RUN(bundled_example_learns_below_unigram_entropy);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
