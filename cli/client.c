@@ -254,6 +254,8 @@ int aa_client_connect(aa_client_t **out, const char *addr, const char *token_fil
   }
   aa_addr_t a;
   if ((rc = aa_addr_parse(&a, addr))) return rc;
+  char def_token[4096 + 16];
+  if (a.tcp && !token_file && aa_default_token_file(def_token, sizeof def_token) == 1) token_file = def_token;
   if (token_file && (rc = aa_token_load(token_file, token, &token_len))) return rc;
   aa_client_t *c = calloc(1, sizeof *c);
   if (!c || !(c->in = malloc(CLIENT_READ_CHUNK))) {
@@ -332,6 +334,57 @@ static int reply_json(aa_client_t *c, aa_msg_t *req, char **json) {
 int aa_client_query(aa_client_t *c, const char *what, const char *args, char **json) {
   aa_msg_t q = {.type = AA_MSG_QUERY, .query = {.what = (char *)what, .args = (char *)args}};
   return reply_json(c, &q, json);
+}
+
+/* Appends every element of array `from` (borrowed) to `to`. */
+static void append_all(json_t *to, json_t *from) {
+  size_t i;
+  json_t *v;
+  json_array_foreach(from, i, v) json_array_append(to, v);
+}
+
+int aa_client_query_pages(aa_client_t *c, const char *what, const json_t *args, long long limit, const char *list,
+                          json_t **out) {
+  json_t *all = json_object(), *rows = json_array(), *bad = json_array(), *a = json_deep_copy(args);
+  long long offset = 0;
+  int rc = all && rows && bad && a ? 0 : aa_error(AA_ENOMEM, "out of memory");
+  while (!rc) {
+    if (offset) json_object_set_new(a, "offset", json_integer(offset));
+    if (limit) json_object_set_new(a, "limit", json_integer(limit - (long long)json_array_size(rows)));
+    char *args_text = json_dumps(a, JSON_COMPACT), *text = NULL;
+    if (!args_text) rc = aa_error(AA_ENOMEM, "out of memory");
+    if (!rc) rc = aa_client_query(c, what, args_text, &text);
+    free(args_text);
+    if (rc) break;
+    json_error_t jerr;
+    json_t *page = json_loads(text, 0, &jerr);
+    free(text);
+    if (!json_is_object(page)) {
+      json_decref(page);
+      rc = aa_error(AA_EFORMAT, "the planner's reply is not a JSON object: %s", jerr.text);
+      break;
+    }
+    append_all(rows, json_object_get(page, list));
+    append_all(bad, json_object_get(page, "unreadable"));
+    json_t *next = json_object_get(page, "next_offset");
+    bool more = json_is_integer(next) && json_integer_value(next) > offset &&
+                (!limit || (long long)json_array_size(rows) < limit);
+    if (more) offset = json_integer_value(next);
+    json_decref(page);
+    if (!more) break;
+  }
+  json_decref(a);
+  if (rc) {
+    json_decref(all);
+    json_decref(rows);
+    json_decref(bad);
+    return rc;
+  }
+  json_object_set_new(all, list, rows);
+  if (json_array_size(bad)) json_object_set_new(all, "unreadable", bad);
+  else json_decref(bad);
+  *out = all;
+  return 0;
 }
 
 int aa_client_status(aa_client_t *c, uint64_t job, char **json) {

@@ -70,6 +70,14 @@ int aa_client_interrupted(void);
  * = the planner) and returns the reply's JSON text in *json (malloc'd,
  * transferred). */
 int aa_client_query(aa_client_t *c, const char *what, const char *args, char **json);
+/* A query whose answer comes in pages ("next_offset"): asks page after
+ * page with `args` (borrowed; "offset" from the second page and "limit"
+ * when one is given are set here) until the
+ * last page or `limit` rows (0 = all), and gives one object: the rows of
+ * every page under `list`, and every page's "unreadable" rows merged.
+ * *out is a new reference (json_decref). */
+int aa_client_query_pages(aa_client_t *c, const char *what, const json_t *args, long long limit, const char *list,
+                          json_t **out);
 int aa_client_status(aa_client_t *c, uint64_t job, char **json);
 
 /* What `submit` (and `auto`) send and how they wait. Strings borrowed. */

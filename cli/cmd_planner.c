@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "common/aa.h"
+#include "common/mem.h"
 #include "planner/planner.h"
 
 static void usage(FILE *f) {
@@ -13,18 +14,31 @@ static void usage(FILE *f) {
           "Runs the planner daemon in the foreground: it accepts executors and clients, runs the\n"
           "submitted jobs one at a time (search by dry runs, then training), and records every run in\n"
           "its store. One log line per event goes to stderr. SIGINT or SIGTERM stops it in order:\n"
-          "peers get bye, a running job is recorded interrupted, the socket file is removed.\n\n"
+          "peers get bye, a running job is recorded interrupted (it resumes at the next start), the\n"
+          "socket file is removed.\n\n"
           "options:\n"
-          "  --home DIR              state directory (default: $AUTOACCEL_HOME, else ~/.autoaccel)\n"
+          "  --home DIR              state directory, mode 0700 (default: $AUTOACCEL_HOME, else ~/.autoaccel)\n"
           "  --socket PATH           unix socket, mode 0600 (default: HOME/planner.sock)\n"
-          "  --listen HOST:PORT      listen on TCP as well; a host that is not loopback needs --token-file\n"
-          "  --token-file FILE       peers on TCP must present this token (first line; file mode 0600)\n"
-          "  --store PATH            SQLite store (default: HOME/store.db)\n"
+          "  --listen HOST:PORT      listen on TCP as well; every TCP peer must present the token\n"
+          "  --token-file FILE       the token TCP peers present (first line; mode 0600); default\n"
+          "                          HOME/token, made on first use\n"
+          "  --store PATH            SQLite store, mode 0600 (default: HOME/store.db)\n"
           "  --heartbeat-ms N        heartbeat period for executors and clients (default 1000)\n"
           "  --dead-after-ms N       a peer silent this long is closed (default 10 heartbeats)\n"
           "  --warmup-steps N        untimed steps per dry run (default 1)\n"
           "  --measured-steps N      timed steps per dry run (default 4)\n"
           "  --dryrun-time-limit S   a dry run still going after S seconds is killed (default 300)\n"
+          "  --placement-timeout S   a job whose executors are not connected fails after S seconds\n"
+          "                          of waiting for them (default 3600)\n"
+          "  --max-resumes N         times a job interrupted by a stop resumes at the next start\n"
+          "                          (default 3; 0 = never)\n"
+          "  --max-connections N     connections at most, 16 of them kept for the unix socket\n"
+          "                          (default 1024, less if the descriptor limit is lower)\n"
+          "  --max-unauthenticated N TCP connections that have not yet said hello (default 64)\n"
+          "  --hello-timeout-ms N    a connection that has not said hello by then is closed (default 10000)\n"
+          "  --frame-timeout-ms N    a frame not complete this long after its first byte closes its\n"
+          "                          connection (default 30000)\n"
+          "  --write-queue-max BYTES a peer that leaves more unread is closed (default 32M)\n"
           "  -h, --help              this help\n\n"
           "Exit codes: 0 stopped in order, 1 failure (socket in use, store unreadable), 2 usage.\n");
 }
@@ -36,6 +50,10 @@ int aa_cmd_planner(int argc, char **argv) {
       {"store", required_argument, 0, 'S'},         {"heartbeat-ms", required_argument, 0, 'b'},
       {"dead-after-ms", required_argument, 0, 'd'}, {"warmup-steps", required_argument, 0, 'w'},
       {"measured-steps", required_argument, 0, 'm'}, {"dryrun-time-limit", required_argument, 0, 'T'},
+      {"placement-timeout", required_argument, 0, 'P'}, {"max-resumes", required_argument, 0, 'R'},
+      {"max-connections", required_argument, 0, 'C'}, {"max-unauthenticated", required_argument, 0, 'U'},
+      {"hello-timeout-ms", required_argument, 0, 'E'}, {"frame-timeout-ms", required_argument, 0, 'F'},
+      {"write-queue-max", required_argument, 0, 'Q'},
       {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
   aa_planner_opts_t o = {.warmup_steps = -1};
   long long v;
@@ -69,6 +87,40 @@ int aa_cmd_planner(int argc, char **argv) {
       if ((v = aa_cli_parse_int("planner", "--dryrun-time-limit", optarg, 1, 31622400)) < 0) return AA_EXIT_USAGE;
       o.dryrun_time_limit_s = (int)v;
       break;
+    case 'P':
+      if ((v = aa_cli_parse_int("planner", "--placement-timeout", optarg, 1, 31622400)) < 0) return AA_EXIT_USAGE;
+      o.placement_timeout_s = (int)v;
+      break;
+    case 'R':
+      if ((v = aa_cli_parse_int("planner", "--max-resumes", optarg, 0, 1000)) < 0) return AA_EXIT_USAGE;
+      o.max_resumes = v ? (int)v : -1;
+      break;
+    case 'C':
+      if ((v = aa_cli_parse_int("planner", "--max-connections", optarg, 17, 1000000)) < 0) return AA_EXIT_USAGE;
+      o.max_connections = (int)v;
+      break;
+    case 'U':
+      if ((v = aa_cli_parse_int("planner", "--max-unauthenticated", optarg, 1, 1000000)) < 0) return AA_EXIT_USAGE;
+      o.max_unauthenticated = (int)v;
+      break;
+    case 'E':
+      if ((v = aa_cli_parse_int("planner", "--hello-timeout-ms", optarg, 100, 3600000)) < 0) return AA_EXIT_USAGE;
+      o.hello_timeout_ms = (int)v;
+      break;
+    case 'F':
+      if ((v = aa_cli_parse_int("planner", "--frame-timeout-ms", optarg, 100, 3600000)) < 0) return AA_EXIT_USAGE;
+      o.frame_timeout_ms = (int)v;
+      break;
+    case 'Q': {
+      size_t bytes;
+      if (aa_mem_parse_bytes(optarg, &bytes) || bytes < 4096 || bytes > (1ull << 40)) {
+        fprintf(stderr, "autoaccel planner: --write-queue-max: expected a byte count in 4K..1T such as 32M, got '%s'\n",
+                optarg);
+        return AA_EXIT_USAGE;
+      }
+      o.write_queue_max = (long long)bytes;
+      break;
+    }
     case 'h': usage(stdout); return AA_EXIT_OK;
     default:
       fprintf(stderr, "autoaccel planner: unknown option or missing value: '%s'\n", argv[optind - 1]);

@@ -200,25 +200,35 @@ int aa_cmd_query(int argc, char **argv) {
   if (kind) json_object_set_new(args, "kind", json_string(kind));
   if (prefix) json_object_set_new(args, "key_prefix", json_string(prefix));
   if (order) json_object_set_new(args, "order", json_string(order));
-  if (limit) json_object_set_new(args, "limit", json_integer(limit));
-  char *args_text = json_object_size(args) ? json_dumps(args, JSON_COMPACT) : NULL;
-  json_decref(args);
+  /* Long answers come in pages; every page is asked for and merged. */
+  const char *key = !strcmp(what, "jobs") ? "jobs" : !strcmp(what, "best") ? "best" : "runs";
   aa_client_t *cl;
-  char *text = NULL;
+  json_t *root = NULL;
   int rc = aa_client_connect(&cl, planner, token_file);
   if (!rc) {
-    rc = aa_client_query(cl, what, args_text, &text);
+    rc = aa_client_query_pages(cl, what, args, limit, key, &root);
     aa_client_close(cl);
   }
-  free(args_text);
+  json_decref(args);
   if (rc) return aa_cli_fail("query");
-  json_t *root;
-  int code = aa_client_reply_json("query", text, json, &root);
-  if (code >= 0) return code;
-  json_t *list = json_object_get(root, !strcmp(what, "jobs") ? "jobs" : !strcmp(what, "best") ? "best" : "runs");
+  if (json) {
+    if (json_dumpf(root, stdout, JSON_COMPACT | JSON_ENSURE_ASCII) || printf("\n") < 0) {
+      json_decref(root);
+      fprintf(stderr, "autoaccel query: cannot write the answer\n");
+      return AA_EXIT_FAIL;
+    }
+    json_decref(root);
+    return AA_EXIT_OK;
+  }
+  json_t *list = json_object_get(root, key);
   if (!json_array_size(list)) printf("no %s\n", !strcmp(what, "jobs") ? "jobs" : "runs");
   else if (!strcmp(what, "jobs")) print_jobs(list);
   else aa_client_print_runs(stdout, list, true);
+  size_t i;
+  json_t *v;
+  json_array_foreach(json_object_get(root, "unreadable"), i, v)
+    printf("run %lld cannot be read from the store: %s\n", (long long)json_integer_value(json_object_get(v, "id")),
+           json_string_value(json_object_get(v, "error")) ? json_string_value(json_object_get(v, "error")) : "?");
   json_decref(root);
   return AA_EXIT_OK;
 }

@@ -76,6 +76,9 @@ static void print_job(const json_t *job) {
   printf("\nbest run:  %s\n", fmt_id(b, json_object_get(job, "best_run")));
   if (jstr(job, "strategy_file", NULL)) printf("strategy:  %s\n", jstr(job, "strategy_file", ""));
   if (jstr(job, "error", NULL)) printf("error:     %s\n", jstr(job, "error", ""));
+  json_t *w = json_object_get(job, "waiting");
+  if (json_is_object(w))
+    printf("waiting:   %s since %s\n", jstr(w, "for", "?"), fmt_time(t[0], json_object_get(w, "since")));
 }
 
 static void print_planner(const json_t *root) {
@@ -102,11 +105,20 @@ static void print_planner(const json_t *root) {
   printf("\nrunning: %s  queue:", fmt_id(b[0], json_object_get(root, "running")));
   if (!json_array_size(queue)) printf(" empty");
   json_array_foreach(queue, i, v) printf(" %s", fmt_id(b[0], v));
-  printf("\n\njobs: %zu recent\n", json_array_size(jobs));
+  printf("\n");
+  json_array_foreach(json_object_get(root, "waiting"), i, v) {
+    if (!i) printf("waiting for executors:\n");
+    printf("  job %lld: %s since %s\n", jint(v, "job"), jstr(v, "for", "?"), fmt_time(b[0], json_object_get(v, "since")));
+  }
+  printf("\njobs: %zu recent\n", json_array_size(jobs));
   if (json_array_size(jobs)) {
     printf("  %4s  %-20s %-16s %-11s %-19s  %s\n", "ID", "MODEL", "HASH", "STATUS", "SUBMITTED", "RUNS");
     json_array_foreach(jobs, i, v) {
       json_t *m = json_object_get(v, "model");
+      if (!m) {
+        printf("  %4lld  (unreadable: %s)\n", jint(v, "id"), jstr(v, "error", "?"));
+        continue;
+      }
       printf("  %4lld  %-20s %-16s %-11s %-19s  ", jint(v, "id"), jstr(m, "name", "?"), jstr(m, "hash", "?"),
              jstr(v, "status", "?"), fmt_time(b[0], json_object_get(v, "submitted_at")));
       print_run_counts(stdout, json_object_get(v, "runs"));

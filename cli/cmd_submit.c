@@ -203,15 +203,14 @@ static int print_outcome(aa_client_t *c, const char *cmd, uint64_t job_id, const
 /* Prints every run of the job (a query for its runs); a failing query is
  * reported and skipped, since the outcome still follows. */
 static void print_runs_table(aa_client_t *c, uint64_t job) {
-  char args[64], *text;
-  snprintf(args, sizeof args, "{\"job\": %llu}", (unsigned long long)job);
-  if (aa_client_query(c, "runs", args, &text)) {
+  json_t *args = json_pack("{s:I}", "job", (json_int_t)job), *root = NULL;
+  int rc = aa_client_query_pages(c, "runs", args, 0, "runs", &root);
+  json_decref(args);
+  if (rc) {
     fprintf(stderr, "autoaccel: could not list the runs of job %llu: %s\n", (unsigned long long)job,
             aa_last_error());
     return;
   }
-  json_t *root = json_loads(text, 0, NULL);
-  free(text);
   json_t *runs = json_object_get(root, "runs");
   printf("\nruns of job %llu:\n", (unsigned long long)job);
   if (json_array_size(runs)) aa_client_print_runs(stdout, runs, false);

@@ -40,6 +40,7 @@ struct aa_conn {
 
 typedef struct {
   uv_write_t req;
+  aa_conn_t *conn;
   char *buf;
 } write_req_t;
 
@@ -113,10 +114,17 @@ static void conn_close_after_writes(aa_conn_t *c) {
 /* ---- writing ----------------------------------------------------------- */
 
 static void on_written(uv_write_t *req, int status) {
-  (void)status; /* a failed write shows up as a read error or silence */
   write_req_t *wr = (write_req_t *)req;
+  aa_conn_t *c = wr->conn;
   free(wr->buf);
   free(wr);
+  /* A planner that stopped reading (or went away) fails the write with
+   * EPIPE: reconnect now rather than after the silence check. The handle
+   * outlives its write callbacks, so c is still valid here. */
+  if (status < 0 && status != UV_ECANCELED && c->state != CONN_CLOSING) {
+    aa_worker__log(c->w, "lost the planner at %s: write failed: %s", c->w->addr_text, uv_strerror(status));
+    conn_close(c);
+  }
 }
 
 /* Takes ownership of buf. */
@@ -126,6 +134,7 @@ static void conn_write(aa_conn_t *c, char *buf, size_t len) {
     free(buf);
     return;
   }
+  wr->conn = c;
   wr->buf = buf;
   uv_buf_t b = uv_buf_init(buf, (unsigned)len);
   if (uv_write(&wr->req, &c->h.stream, &b, 1, on_written)) {
@@ -499,6 +508,9 @@ static void cut_utf8(char *s, size_t max) {
 }
 
 int aa_worker_create(aa_worker_t **out, const aa_worker_opts_t *o) {
+  /* A planner that closes while we write must be a failed write (then a
+   * reconnect), never a SIGPIPE that ends the executor. */
+  signal(SIGPIPE, SIG_IGN);
   int cuda, rc;
   if ((rc = aa_worker_parse_device(o->device, &cuda))) return rc;
   if (o->threads < 0) return aa_error(AA_EINVAL, "threads must be >= 0");
@@ -514,7 +526,10 @@ int aa_worker_create(aa_worker_t **out, const aa_worker_opts_t *o) {
     snprintf(text, sizeof text, "%s", o->planner);
   if (rc || (rc = aa_addr_parse(&w->addr, text))) goto fail;
   aa_addr_format(&w->addr, w->addr_text, sizeof w->addr_text);
-  if (o->token_file && (rc = aa_token_load(o->token_file, w->token, &w->token_len))) goto fail;
+  char def_token[4096 + 16];
+  const char *token_file = o->token_file;
+  if (w->addr.tcp && !token_file && aa_default_token_file(def_token, sizeof def_token) == 1) token_file = def_token;
+  if (token_file && (rc = aa_token_load(token_file, w->token, &w->token_len))) goto fail;
   w->threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (o->name) {
     if (!o->name[0]) {

@@ -44,7 +44,8 @@ int aa_worker_cuda_devices(int *count);
  * child process (this process never initialises CUDA: it forks the runners)
  * and must exist: AA_EUNSUPPORTED without a CUDA build, driver or device,
  * AA_EINVAL for an ordinal past the last device. Strings in opts are copied. *out is
- * transferred (aa_worker_destroy) and set only on success. */
+ * transferred (aa_worker_destroy) and set only on success. Ignores SIGPIPE
+ * for the whole process: a planner that goes away is a failed write. */
 int aa_worker_create(aa_worker_t **out, const aa_worker_opts_t *opts);
 
 /* Serves until aa_worker_stop (or SIGINT/SIGTERM after

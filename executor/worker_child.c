@@ -10,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/file.h"
 #include "../common/spec.h"
 #include "../dryrun/dryrun.h"
 #include "../strategies/strategy.h"
@@ -100,6 +102,25 @@ static void send_failure(child_t *c, int rc) {
               0, rc == AA_EINPUT);
 }
 
+/* The job's out_dir, made if missing, must belong to the user who
+ * submitted the job (the planner checked it then; it is checked again
+ * here, where the files are written, in case it changed hands). An
+ * executor running as root would otherwise write wherever a path led. */
+static int out_dir_ready(const aa_msg_job_t *job) {
+  struct stat st;
+  bool mine = !job->has_owner || job->owner == 0 || job->owner == (uint64_t)geteuid();
+  if (stat(job->out_dir, &st) && mine) {
+    int rc = aa_mkdirs(job->out_dir);
+    if (rc) return rc;
+  }
+  if (stat(job->out_dir, &st)) return aa_error(AA_EIO, "out_dir %s: %s", job->out_dir, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return aa_error(AA_EIO, "out_dir %s is not a directory", job->out_dir);
+  if (job->has_owner && job->owner != 0 && (uint64_t)st.st_uid != job->owner)
+    return aa_error(AA_EPERM, "out_dir %s belongs to uid %u, not to the job's user (uid %llu): not writing there",
+                    job->out_dir, (unsigned)st.st_uid, (unsigned long long)job->owner);
+  return 0;
+}
+
 /* A training job: the outputs `autoaccel train` would write, under out_dir.
  * Ranks of a gang share out_dir: rank 0 writes the log, the losses and the
  * summary (the engine's rule), so the others log nowhere instead of
@@ -111,15 +132,16 @@ static int run_train(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t 
   if (job->measured_steps > (uint64_t)1 << 30)
     return aa_error(AA_EINVAL, "job %llu: %llu training steps is too many", (unsigned long long)job->job,
                     (unsigned long long)job->measured_steps);
-  int rc = aa_mkdirs(job->out_dir);
+  int rc = out_dir_ready(job);
   if (rc) return rc;
   char log_path[AA_PATH_MAX + 32], losses[AA_PATH_MAX + 32], summary[AA_PATH_MAX + 32];
   snprintf(log_path, sizeof log_path, "%s/train.log", job->out_dir);
   snprintf(losses, sizeof losses, "%s/losses.txt", job->out_dir);
   snprintf(summary, sizeof summary, "%s/summary.json", job->out_dir);
   const char *log_to = job->rank == 0 ? log_path : "/dev/null";
-  FILE *log = fopen(log_to, "w");
-  if (!log) return aa_error(AA_EIO, "%s: cannot write: %s", log_to, strerror(errno));
+  /* out_dir may be writable by others: never write through a symlink there. */
+  FILE *log;
+  if ((rc = aa_file_open_write(log_to, false, 0666, &log))) return rc;
   aa_train_opts_t o = {.threads = threads,
                        .device = device,
                        .steps = (int)job->measured_steps,

@@ -1,102 +1,21 @@
-/* Jobs: submits, the FIFO queue, the life of the one running job (answer
- * from the store, search, dry runs, best strategy, training), results and
- * progress from executors, cancel, and the clients waiting for a job
- * (docs/service.md "Jobs" and "Waiting clients").
- *
- * The store is the record: every decision is written there in its own
- * short transaction as it is made, so a planner killed at any point leaves
- * a history aa_store_recover can close. */
+/* Jobs around the one being run: submits, the queue, placement (a job
+ * whose executors are not connected waits aside, visibly, and fails after
+ * placement_timeout_s, while later jobs run), cancel, the stop, the
+ * clients waiting for a job, and job ends the store could not take yet
+ * (docs/service.md "Jobs" and "Waiting clients"). One job's life is in
+ * job_run.c. */
 #include "planner_internal.h"
 
 #include "../common/json.h"
-#include "../common/mem.h"
-#include "../common/rendezvous.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-typedef enum { PHASE_SEARCH = 0, PHASE_TRAIN } phase_t;
-
-/* One rank of the running run's gang. */
-typedef struct {
-  uint64_t executor;   /* the executor that runs it */
-  bool done;           /* its result came, or its executor died */
-  int order;           /* 1 for the first rank to end, 2 for the next, ... */
-  aa_msg_result_t res; /* its result; res.error owned, res.key unused */
-} gang_rank_t;
-
-struct aa_planner_job {
-  int64_t id;
-  aa_model_spec_t spec;
-  char *model_json; /* the spec as sent to executors (aa_spec_to_json) */
-  char hash[AA_STORE_HASH_MAX];
-  char hardware[AA_STORE_HW_MAX];
-  bool train, refresh, exhaustive;
-  int time_limit_s, max_dryruns;
-  unsigned exclude;
-  char out_dir[AA_PATH_MAX]; /* "" = none given */
-  phase_t phase;
-  aa_search_t search;
-  int cand;          /* the candidate being dry-run */
-  int64_t run_id;    /* the run being executed, 0 = none */
-  char run_key[AA_STRATEGY_KEY_MAX];
-  int run_index;     /* dry run index (1-based) of the running one */
-  int64_t best_run;
-  bool from_store;
-  aa_strategy_t best; /* with provenance, for training */
-  bool waiting_logged;
-  aa_proto_dev_kind_t dev_kind; /* of its executors: the rendezvous backend */
-  /* The running run's gang (world ranks, world 1 for one device): results
-   * are collected per rank and the run is finished by advance() once all
-   * are in, never inside the callback that brought the last one. */
-  gang_rank_t *ranks;
-  int world, ndone;
-  bool aborted; /* the ranks still running were told to stop */
-};
-
-/* --- small helpers ----------------------------------------------------------------- */
-
-static aa_store_run_status_t store_status(aa_proto_run_status_t s) {
-  switch (s) {
-  case AA_PROTO_RUN_OK: return AA_STORE_RUN_OK;
-  case AA_PROTO_RUN_OOM: return AA_STORE_RUN_OOM;
-  case AA_PROTO_RUN_ERROR: return AA_STORE_RUN_ERROR;
-  case AA_PROTO_RUN_TIMEOUT: return AA_STORE_RUN_TIMEOUT;
-  case AA_PROTO_RUN_CRASHED: return AA_STORE_RUN_CRASHED;
-  case AA_PROTO_RUN_CANCELLED: return AA_STORE_RUN_CANCELLED;
-  }
-  return AA_STORE_RUN_ERROR;
-}
-
-static aa_proto_run_status_t proto_status(aa_store_run_status_t s) {
-  switch (s) {
-  case AA_STORE_RUN_OK: return AA_PROTO_RUN_OK;
-  case AA_STORE_RUN_OOM: return AA_PROTO_RUN_OOM;
-  case AA_STORE_RUN_TIMEOUT: return AA_PROTO_RUN_TIMEOUT;
-  case AA_STORE_RUN_CRASHED: return AA_PROTO_RUN_CRASHED;
-  case AA_STORE_RUN_CANCELLED: return AA_PROTO_RUN_CANCELLED;
-  default: return AA_PROTO_RUN_ERROR;
-  }
-}
+#include <unistd.h>
 
 int64_t aa__jobs_current_id(const aa_planner_t *p) { return p->cur ? p->cur->id : 0; }
 
-static void gang_free(aa_planner_job_t *j) {
-  for (int r = 0; r < j->world; r++) free(j->ranks[r].res.error);
-  free(j->ranks);
-  j->ranks = NULL;
-  j->world = j->ndone = 0;
-  j->aborted = false;
-}
-
-static void job_free(aa_planner_job_t *j) {
-  if (!j) return;
-  gang_free(j);
-  aa__search_free(&j->search);
-  free(j->model_json);
-  free(j);
-}
+/* --- the queue ------------------------------------------------------------------------- */
 
 static void queue_remove(aa_planner_t *p, size_t i) {
   memmove(p->queue + i, p->queue + i + 1, (p->queue_n - i - 1) * sizeof *p->queue);
@@ -106,18 +25,18 @@ static void queue_remove(aa_planner_t *p, size_t i) {
 static int queue_push(aa_planner_t *p, int64_t id) {
   if (p->queue_n == p->queue_cap) {
     size_t cap = p->queue_cap ? 2 * p->queue_cap : 16;
-    int64_t *q = realloc(p->queue, cap * sizeof *q);
+    aa_queued_t *q = realloc(p->queue, cap * sizeof *q);
     if (!q) return aa_error(AA_ENOMEM, "planner: no memory for the job queue");
     p->queue = q;
     p->queue_cap = cap;
   }
-  p->queue[p->queue_n++] = id;
+  p->queue[p->queue_n++] = (aa_queued_t){.id = id};
   return 0;
 }
 
 /* --- waiting clients ----------------------------------------------------------------- */
 
-static void relay(aa_planner_t *p, int64_t job, const aa_msg_t *m) {
+void aa__jobs_relay(aa_planner_t *p, int64_t job, const aa_msg_t *m) {
   for (aa_waiter_t *w = p->waiters; w; w = w->next)
     if (w->job == job) aa__conn_send(w->conn, m);
 }
@@ -132,19 +51,22 @@ static int find_train(const aa_store_run_t *r, void *data) {
  * {"job": JOB, "best": RUN|null, "train": RUN|null, "strategy_file": ...}. */
 static void reply_waiters(aa_planner_t *p, int64_t id) {
   bool any = false;
-  for (aa_waiter_t *w = p->waiters; w; w = w->next) any = any || w->job == id;
+  for (aa_waiter_t *w = p->waiters; w; w = w->next)
+    any = any || w->job == id;
   if (!any) return;
   json_t *job = NULL;
   char *text = NULL;
   int rc = aa__report_job(p->store, p->home, id, &job);
   if (!rc) {
+    aa__jobs_annotate(p, job);
     int64_t train = 0;
     aa_store_run_filter_t f = {.job_id = id, .kinds = AA_STORE_BIT(AA_STORE_RUN_TRAIN)};
     aa_store_runs_query(p->store, &f, find_train, &train);
     json_t *best = json_object_get(job, "best_run");
     json_t *sf = json_object_get(job, "strategy_file");
     json_t *o = json_object();
-    json_object_set_new(o, "best", aa__report_run_or_null(p->store, json_is_integer(best) ? json_integer_value(best) : 0));
+    json_object_set_new(
+        o, "best", aa__report_run_or_null(p->store, json_is_integer(best) ? json_integer_value(best) : 0));
     json_object_set_new(o, "train", aa__report_run_or_null(p->store, train));
     json_object_set(o, "strategy_file", sf ? sf : json_null());
     json_object_set(o, "job", job);
@@ -160,12 +82,10 @@ static void reply_waiters(aa_planner_t *p, int64_t id) {
       pw = &w->next;
       continue;
     }
-    if (rc) {
+    if (rc)
       aa__conn_send_error(w->conn, w->req_id, rc, aa_last_error());
-    } else {
-      aa_msg_t r = {.type = AA_MSG_REPLY, .id = w->req_id, .reply.json = text};
-      aa__conn_send(w->conn, &r);
-    }
+    else
+      aa__conn_reply(w->conn, w->req_id, text);
     *pw = w->next;
     free(w);
   }
@@ -186,7 +106,8 @@ void aa__jobs_client_gone(aa_conn_t *c) {
   for (aa_pending_submit_t **pp = &p->pending; *pp;) {
     aa_pending_submit_t *s = *pp;
     if (s->conn == c) {
-      aa__planner_log(p, "client %llu left before an executor came: its submit is dropped", (unsigned long long)c->id);
+      aa__planner_log(p, "client %llu left before an executor came: its submit is dropped",
+                      (unsigned long long)c->id);
       *pp = s->next;
       aa_msg_free(&s->msg);
       free(s);
@@ -196,21 +117,279 @@ void aa__jobs_client_gone(aa_conn_t *c) {
   }
 }
 
+/* --- job ends the store did not take -------------------------------------------------------- */
+
+static aa_unrecorded_t *find_unrecorded(aa_planner_t *p, int64_t job) {
+  for (aa_unrecorded_t *u = p->unrecorded; u; u = u->next)
+    if (u->job == job) return u;
+  return NULL;
+}
+
+void aa__jobs_unrecorded(aa_planner_t *p, int64_t job, aa_store_job_status_t status, int64_t best_run,
+                         bool from_store, const char *error, int64_t run, const aa_store_run_result_t *res) {
+  aa_unrecorded_t *u = find_unrecorded(p, job);
+  if (!u) {
+    if (!(u = calloc(1, sizeof *u))) {
+      aa__planner_log(p, "job %lld: no memory to keep its end for the store", (long long)job);
+      return;
+    }
+    u->job = job;
+    u->next = p->unrecorded;
+    p->unrecorded = u;
+  }
+  u->status = status;
+  u->best_run = best_run;
+  u->from_store = from_store;
+  snprintf(u->error, sizeof u->error, "%s", error ? error : "");
+  if (run && res) {
+    u->run = run;
+    u->run_result = *res;
+    snprintf(u->run_error, sizeof u->run_error, "%s", res->error ? res->error : "");
+    u->run_result.error = u->run_error[0] ? u->run_error : NULL;
+    u->run_result.peak_json = NULL;
+  }
+}
+
+/* Writes what the store refused before; an end it takes leaves the list. */
+static void retry_unrecorded(aa_planner_t *p) {
+  for (aa_unrecorded_t **pu = &p->unrecorded; *pu;) {
+    aa_unrecorded_t *u = *pu;
+    int rc = 0;
+    if (u->run) {
+      rc = aa_store_run_finish(p->store, u->run, &u->run_result);
+      if (rc == AA_EINVAL) rc = 0; /* it was recorded after all */
+      if (!rc) u->run = 0;
+    }
+    if (!rc)
+      rc = aa_store_job_finish(p->store, u->job, u->status, u->best_run, u->from_store,
+                               u->error[0] ? u->error : NULL);
+    if (rc == AA_EINVAL) rc = 0; /* already final */
+    if (rc) {
+      pu = &u->next;
+      continue;
+    }
+    aa__planner_log(p, "job %lld: its end (%s) is in the store now", (long long)u->job,
+                    aa_store_job_status_name(u->status));
+    *pu = u->next;
+    free(u);
+  }
+}
+
+/* --- the end of a job ------------------------------------------------------------------- */
+
+static void unpark(aa_planner_t *p, aa_planner_job_t *j) {
+  for (aa_planner_job_t **pj = &p->parked; *pj; pj = &(*pj)->next)
+    if (*pj == j) {
+      *pj = j->next;
+      j->next = NULL;
+      j->waiting_since = 0;
+      return;
+    }
+}
+
+void aa__jobs_end(aa_planner_t *p, aa_planner_job_t *j, aa_store_job_status_t status, const char *error,
+                  bool recorded) {
+  int64_t best = status == AA_STORE_JOB_DONE ? j->best_run : 0;
+  if (!recorded && aa_store_job_finish(p->store, j->id, status, best, j->from_store, error)) {
+    aa__planner_log(p, "job %lld: cannot record its end (%s) in the store: %s; the planner keeps trying",
+                    (long long)j->id, aa_store_job_status_name(status), aa_last_error());
+    aa__jobs_unrecorded(p, j->id, status, best, j->from_store, error, 0, NULL);
+  }
+  if (status == AA_STORE_JOB_DONE) {
+    char key[AA_STRATEGY_KEY_MAX];
+    aa_strategy_key(&j->best, key);
+    aa__planner_log(p, "job %lld done%s: best %s, %.1f tokens/s", (long long)j->id,
+                    j->from_store ? " from the store" : "", key, j->best.tokens_per_s);
+  } else {
+    aa__planner_log(p, "job %lld %s: %s", (long long)j->id, aa_store_job_status_name(status),
+                    error ? error : "");
+  }
+  if (p->cur == j)
+    p->cur = NULL;
+  else
+    unpark(p, j);
+  reply_waiters(p, j->id);
+  aa__job_free(j);
+  aa__planner_kick(p);
+}
+
+/* --- placement ---------------------------------------------------------------------------- */
+
+void aa__jobs_park(aa_planner_t *p, int world, int have) {
+  aa_planner_job_t *j = p->cur;
+  p->cur = NULL;
+  j->need_world = world;
+  j->waiting_since = aa_now();
+  j->waiting_since_wall = (int64_t)time(NULL);
+  snprintf(j->waiting_for, sizeof j->waiting_for, "%d executor%s of %s on one host (%d connected)", world,
+           world > 1 ? "s" : "", j->hardware, have);
+  j->next = NULL;
+  aa_planner_job_t **pj = &p->parked;
+  while (*pj)
+    pj = &(*pj)->next;
+  *pj = j;
+  aa__planner_log(p, "job %lld steps aside: it waits for %s, up to %d s; later jobs may run meanwhile",
+                  (long long)j->id, j->waiting_for, p->lim.placement_timeout_s);
+  aa__planner_kick(p);
+}
+
+/* Whether any executor of `hardware` is connected at all (busy or not). */
+static bool connected(aa_planner_t *p, const char *hardware) {
+  return aa__registry_most_on_one_host(p, hardware) > 0;
+}
+
+/* The oldest parked job whose executors are back takes the planner. */
+static bool resume_parked(aa_planner_t *p) {
+  for (aa_planner_job_t *j = p->parked; j; j = j->next) {
+    if (aa__registry_most_on_one_host(p, j->hardware) < j->need_world) continue;
+    unpark(p, j);
+    aa__planner_log(p, "job %lld: its executors are back; it goes on", (long long)j->id);
+    p->cur = j;
+    aa__job_advance(p);
+    return true;
+  }
+  return false;
+}
+
+/* Starts the oldest queued job that an idle executor can take. A job none
+ * can take because none of its hardware is connected is marked waiting
+ * (the tick fails it after placement_timeout_s); one whose executors are
+ * merely busy is not: its turn comes. */
+static void start_queued(aa_planner_t *p) {
+  for (size_t i = 0; !p->cur && i < p->queue_n;) {
+    aa_store_job_t row;
+    aa_queued_t *q = &p->queue[i];
+    if (aa_store_job_get(p->store, q->id, &row)) {
+      aa__planner_log(p, "job %lld: %s; dropped from the queue", (long long)q->id, aa_last_error());
+      queue_remove(p, i);
+      continue;
+    }
+    if (row.status != AA_STORE_JOB_QUEUED) {
+      queue_remove(p, i);
+      aa_store_job_clear(&row);
+      continue;
+    }
+    aa_conn_t *e = aa__registry_idle(p, row.hardware);
+    if (e) {
+      queue_remove(p, i);
+      aa__job_begin(p, &row, e);
+      aa_store_job_clear(&row);
+      continue;
+    }
+    if (!connected(p, row.hardware)) {
+      if (!q->waiting_since) {
+        q->waiting_since = aa_now();
+        q->waiting_since_wall = (int64_t)time(NULL);
+        snprintf(q->waiting_for, sizeof q->waiting_for, "an executor of %s (none connected)", row.hardware);
+        aa__planner_log(p, "job %lld waits for %s, up to %d s; later jobs may run meanwhile",
+                        (long long)q->id, q->waiting_for, p->lim.placement_timeout_s);
+      }
+    } else {
+      q->waiting_since = 0;
+    }
+    aa_store_job_clear(&row);
+    i++;
+  }
+}
+
+void aa__jobs_schedule(aa_planner_t *p) {
+  if (p->stopping) return;
+  if (p->cur) aa__job_advance(p);
+  if (!p->cur) resume_parked(p);
+  if (!p->cur) start_queued(p);
+}
+
+/* Fails a queued job that waited too long for its executors. */
+static void fail_queued(aa_planner_t *p, size_t i, const char *why) {
+  int64_t id = p->queue[i].id;
+  queue_remove(p, i);
+  if (aa_store_job_finish(p->store, id, AA_STORE_JOB_FAILED, 0, false, why))
+    aa__jobs_unrecorded(p, id, AA_STORE_JOB_FAILED, 0, false, why, 0, NULL);
+  aa__planner_log(p, "job %lld failed: %s", (long long)id, why);
+  reply_waiters(p, id);
+}
+
+void aa__jobs_tick(aa_planner_t *p) {
+  if (p->unrecorded) retry_unrecorded(p);
+  double now = aa_now(), limit = p->lim.placement_timeout_s;
+  char why[512];
+  for (size_t i = 0; i < p->queue_n;) {
+    aa_queued_t *q = &p->queue[i];
+    if (q->waiting_since > 0 && now - q->waiting_since >= limit) {
+      snprintf(why, sizeof why, "it waited %.0f s for %s, longer than the placement timeout of %d s",
+               now - q->waiting_since, q->waiting_for, p->lim.placement_timeout_s);
+      fail_queued(p, i, why);
+      continue;
+    }
+    i++;
+  }
+  for (aa_planner_job_t *j = p->parked, *next; j; j = next) {
+    next = j->next;
+    if (now - j->waiting_since < limit) continue;
+    snprintf(why, sizeof why, "it waited %.0f s for %s, longer than the placement timeout of %d s",
+             now - j->waiting_since, j->waiting_for, p->lim.placement_timeout_s);
+    aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+  }
+}
+
+static json_t *waiting_json(const char *what, int64_t since) {
+  return json_pack("{s:s, s:I}", "for", what, "since", (json_int_t)since);
+}
+
+void aa__jobs_annotate(aa_planner_t *p, json_t *job) {
+  int64_t id = json_integer_value(json_object_get(job, "id"));
+  json_t *w = json_null();
+  for (aa_planner_job_t *j = p->parked; j; j = j->next)
+    if (j->id == id) w = waiting_json(j->waiting_for, j->waiting_since_wall);
+  for (size_t i = 0; i < p->queue_n; i++)
+    if (p->queue[i].id == id && p->queue[i].waiting_since > 0)
+      w = waiting_json(p->queue[i].waiting_for, p->queue[i].waiting_since_wall);
+  json_object_set_new(job, "waiting", w);
+  const aa_unrecorded_t *u = find_unrecorded(p, id);
+  if (u) {
+    json_object_set_new(job, "status", json_string(aa_store_job_status_name(u->status)));
+    json_object_set_new(job, "error", u->error[0] ? json_string(u->error) : json_null());
+  }
+}
+
+json_t *aa__jobs_waiting(aa_planner_t *p) {
+  json_t *a = json_array();
+  for (aa_planner_job_t *j = p->parked; j; j = j->next) {
+    json_t *o = waiting_json(j->waiting_for, j->waiting_since_wall);
+    json_object_set_new(o, "job", json_integer(j->id));
+    json_array_append_new(a, o);
+  }
+  for (size_t i = 0; i < p->queue_n; i++) {
+    if (!(p->queue[i].waiting_since > 0)) continue;
+    json_t *o = waiting_json(p->queue[i].waiting_for, p->queue[i].waiting_since_wall);
+    json_object_set_new(o, "job", json_integer(p->queue[i].id));
+    json_array_append_new(a, o);
+  }
+  return a;
+}
+
 /* --- submit ---------------------------------------------------------------------------- */
 
-/* The options stored with the job: the submit's options and the spec, so
- * a restarted planner can run a queued job from the store alone. */
-static char *options_json(const aa_msg_submit_t *s, const char *spec_json) {
+/* The options stored with the job: the submit's options, the user who
+ * submitted it (the out_dir must stay theirs) and the spec, so a restarted
+ * planner can run a queued job from the store alone. */
+static char *options_json(const aa_msg_submit_t *s, const char *spec_json, uid_t owner) {
   json_t *spec = json_loads(spec_json, 0, NULL);
   json_t *ex = json_array();
-  for (size_t i = 0; i < s->exclude.n; i++) json_array_append_new(ex, json_string(s->exclude.v[i]));
-  json_t *o = json_pack("{s:b, s:b, s:b, s:i, s:i, s:o, s:s?, s:o}", "train", s->train, "refresh", s->refresh,
-                        "exhaustive", s->exhaustive, "time_limit_s", s->time_limit_s, "max_dryruns", s->max_dryruns,
-                        "exclude", ex, "out_dir", s->out_dir, "spec", spec ? spec : json_null());
+  for (size_t i = 0; i < s->exclude.n; i++)
+    json_array_append_new(ex, json_string(s->exclude.v[i]));
+  json_t *o = json_pack("{s:b, s:b, s:b, s:i, s:i, s:o, s:s?, s:I, s:o}", "train", s->train, "refresh",
+                        s->refresh, "exhaustive", s->exhaustive, "time_limit_s", s->time_limit_s,
+                        "max_dryruns", s->max_dryruns, "exclude", ex, "out_dir", s->out_dir, "owner_uid",
+                        (json_int_t)owner, "spec", spec ? spec : json_null());
   char *text = o ? aa__report_dump(o) : NULL;
   json_decref(o);
   return text;
 }
+
+/* The user a submit acts for: the kernel's word on the unix socket; on TCP
+ * the token's holder, who is the planner's own user. */
+static uid_t submitter(const aa_conn_t *c) { return c->has_uid ? c->uid : geteuid(); }
 
 /* Records the model, the hardware and the job of a validated submit on
  * executor e's hardware, answers `ack` and queues the job. */
@@ -227,11 +406,12 @@ static void create_job(aa_planner_t *p, aa_conn_t *c, const aa_msg_t *m, aa_conn
   if (!rc) rc = aa_spec_to_json(&spec, &spec_json);
   if (!rc) {
     aa_arch_hash(&spec.arch, hash);
-    opts = options_json(s, spec_json);
+    opts = options_json(s, spec_json, submitter(c));
     hw = aa__planner_hw_description(&e->dev, pool);
     if (!opts || !hw) rc = aa_error(AA_ENOMEM, "planner: no memory for the job");
   }
-  if (!rc) rc = aa_store_put_model(p->store, hash, spec.name, spec_json, (int64_t)aa_arch_param_count(&spec.arch));
+  if (!rc)
+    rc = aa_store_put_model(p->store, hash, spec.name, spec_json, (int64_t)aa_arch_param_count(&spec.arch));
   if (!rc) rc = aa_store_put_hardware(p->store, fp, hw);
   if (!rc) rc = aa_store_job_create(p->store, hash, fp, opts, &id);
   if (!rc) rc = queue_push(p, id);
@@ -248,7 +428,8 @@ static void create_job(aa_planner_t *p, aa_conn_t *c, const aa_msg_t *m, aa_conn
     if (w) {
       *w = (aa_waiter_t){.conn = c, .req_id = m->id, .job = id, .next = NULL};
       aa_waiter_t **pw = &p->waiters;
-      while (*pw) pw = &(*pw)->next;
+      while (*pw)
+        pw = &(*pw)->next;
       *pw = w;
     }
   }
@@ -278,6 +459,7 @@ void aa__jobs_on_submit(aa_conn_t *c, aa_msg_t *m) {
   if (!rc) rc = aa__search_exclude_mask((const char *const *)s->exclude.v, s->exclude.n, &mask);
   if (!rc && s->out_dir && s->out_dir[0] != '/')
     rc = aa_error(AA_EINVAL, "submit: out_dir must be an absolute directory");
+  if (!rc && s->out_dir) rc = aa__out_dir_check(s->out_dir, submitter(c));
   if (rc) {
     aa__planner_log(p, "submit from client %llu refused: %s", (unsigned long long)c->id, aa_last_error());
     aa__conn_send_error(c, m->id, rc, aa_last_error());
@@ -299,7 +481,8 @@ void aa__jobs_on_submit(aa_conn_t *c, aa_msg_t *m) {
   ps->msg = *m;
   memset(m, 0, sizeof *m); /* the strings now belong to ps */
   aa_pending_submit_t **pp = &p->pending;
-  while (*pp) pp = &(*pp)->next;
+  while (*pp)
+    pp = &(*pp)->next;
   *pp = ps;
   aa__planner_log(p, "submit from client %llu waits for an executor to connect", (unsigned long long)c->id);
 }
@@ -319,6 +502,7 @@ void aa__jobs_executor_arrived(aa_planner_t *p) {
 typedef struct {
   int64_t *ids;
   size_t n, cap;
+  aa_planner_t *p;
 } ids_t;
 
 /* Collects job ids (the walk may not call the store itself). */
@@ -335,700 +519,27 @@ static int collect_id(const aa_store_job_t *j, void *data) {
   return 0;
 }
 
+/* A queued job whose row cannot be read is left out, and the log says so. */
+static int skip_bad_job(int64_t id, const char *why, void *data) {
+  aa__planner_log(((ids_t *)data)->p, "job %lld cannot be read from the store and is not queued: %s",
+                  (long long)id, why);
+  return 0;
+}
+
 int aa__jobs_load_queue(aa_planner_t *p) {
   /* The store lists newest first; the queue runs oldest first. */
-  ids_t ids = {0};
-  aa_store_job_filter_t f = {.statuses = AA_STORE_BIT(AA_STORE_JOB_QUEUED)};
+  ids_t ids = {.p = p};
+  aa_store_job_filter_t f = {.statuses = AA_STORE_BIT(AA_STORE_JOB_QUEUED), .bad_row = skip_bad_job};
   int rc = aa_store_jobs_list(p->store, &f, collect_id, &ids);
-  for (size_t i = ids.n; rc >= 0 && i > 0; i--) rc = queue_push(p, ids.ids[i - 1]);
+  for (size_t i = ids.n; rc >= 0 && i > 0; i--)
+    rc = queue_push(p, ids.ids[i - 1]);
   free(ids.ids);
   if (rc < 0) return rc;
   if (p->queue_n) aa__planner_log(p, "%zu queued jobs from the store", p->queue_n);
   return 0;
 }
 
-/* --- the end of a job ------------------------------------------------------------------- */
-
-/* Finishes the current job in the store (unless the store did already),
- * answers its waiting clients and makes room for the next one. */
-static void job_end(aa_planner_t *p, aa_store_job_status_t status, const char *error, bool recorded) {
-  aa_planner_job_t *j = p->cur;
-  if (!recorded && aa_store_job_finish(p->store, j->id, status, status == AA_STORE_JOB_DONE ? j->best_run : 0,
-                                       j->from_store, error))
-    aa__planner_log(p, "job %lld: cannot record its end: %s", (long long)j->id, aa_last_error());
-  if (status == AA_STORE_JOB_DONE) {
-    char key[AA_STRATEGY_KEY_MAX];
-    aa_strategy_key(&j->best, key);
-    aa__planner_log(p, "job %lld done%s: best %s, %.1f tokens/s", (long long)j->id,
-                    j->from_store ? " from the store" : "", key, j->best.tokens_per_s);
-  } else {
-    aa__planner_log(p, "job %lld %s: %s", (long long)j->id, aa_store_job_status_name(status), error ? error : "");
-  }
-  p->cur = NULL;
-  reply_waiters(p, j->id);
-  job_free(j);
-  aa__planner_kick(p);
-}
-
-/* "no strategy could run: 3 oom, 1 timeout" from the job's dry runs. */
-static void why_none(const aa_planner_job_t *j, char *out, size_t n) {
-  int counts[AA_STORE_RUN_NSTATUS] = {0}, ran = 0, pruned = 0;
-  uint64_t least = 0; /* the smallest of the predicted-oom ones */
-  for (size_t i = 0; i < j->search.n; i++) {
-    const aa_cand_t *c = &j->search.c[i];
-    if (c->state == AA_CAND_DONE) {
-      counts[c->status]++;
-      ran++;
-    } else if (c->state == AA_CAND_PRUNED) {
-      pruned++;
-      if (j->search.memory && c->bytes > j->search.memory && (!least || c->bytes < least)) least = c->bytes;
-    }
-  }
-  if (!ran && least) {
-    char need[32], have[32];
-    snprintf(out, n,
-             "no strategy could run: all %d were pruned, %d of them predicted out of memory (the smallest needs at "
-             "least %s per rank, a device has %s)",
-             pruned, j->search.predicted_oom, aa_mem_fmt(need, least), aa_mem_fmt(have, j->search.memory));
-    return;
-  }
-  if (!ran) {
-    snprintf(out, n, "no strategy could run: all %d were pruned", pruned);
-    return;
-  }
-  size_t o = (size_t)snprintf(out, n, "no strategy could run:");
-  const char *sep = " ";
-  for (int s = 0; s < AA_STORE_RUN_NSTATUS && o < n; s++) {
-    if (!counts[s]) continue;
-    o += (size_t)snprintf(out + o, n - o, "%s%d %s", sep, counts[s], aa_store_run_status_name(s));
-    sep = ", ";
-  }
-}
-
-/* Writes the best run's strategy with provenance to the state directory
- * and the submit's out_dir; j->best keeps it for training. */
-static int write_strategy(aa_planner_t *p, aa_planner_job_t *j, const aa_store_run_t *r) {
-  aa_strategy_t s;
-  int rc = aa_strategy_parse(&s, r->strategy_json, "the best run's strategy");
-  if (rc) return rc;
-  snprintf(s.model_hash, sizeof s.model_hash, "%.16s", j->hash);
-  snprintf(s.model_name, sizeof s.model_name, "%s", j->spec.name);
-  snprintf(s.hardware, sizeof s.hardware, "%s", j->hardware);
-  s.tokens_per_s = r->tokens_per_s;
-  s.peak_bytes = (double)r->peak_bytes;
-  time_t t = time(NULL);
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  strftime(s.date, sizeof s.date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  char path[AA_PATH_MAX + 256];
-  aa__report_strategy_path(p->home, j->spec.name, j->hash, path, sizeof path);
-  if ((rc = aa_strategy_save(&s, path))) return rc;
-  if (j->out_dir[0]) {
-    snprintf(path, sizeof path, "%s/strategy.json", j->out_dir);
-    if ((rc = aa_mkdirs(j->out_dir)) || (rc = aa_strategy_save(&s, path))) return rc;
-  }
-  j->best = s;
-  return 0;
-}
-
-/* The best run `id` becomes the job's answer: strategy files written. */
-static int take_best(aa_planner_t *p, aa_planner_job_t *j, int64_t id) {
-  aa_store_run_t r;
-  int rc = aa_store_run_get(p->store, id, &r);
-  if (rc) return rc;
-  rc = write_strategy(p, j, &r);
-  aa_store_run_clear(&r);
-  if (!rc) j->best_run = id;
-  return rc;
-}
-
-static int first_run(const aa_store_run_t *r, void *data) {
-  *(int64_t *)data = r->id;
-  return 1;
-}
-
-/* --- gangs ---------------------------------------------------------------------------------- */
-
-/* How telling a rank's status is about why its run failed: a crash or an
- * out-of-memory is the cause; the errors and cancellations of the other
- * ranks are usually its consequences (their group broke, or the planner
- * aborted them). */
-static int severity(aa_proto_run_status_t s) {
-  switch (s) {
-  case AA_PROTO_RUN_OK: return 0;
-  case AA_PROTO_RUN_CANCELLED: return 1;
-  case AA_PROTO_RUN_ERROR: return 2;
-  case AA_PROTO_RUN_TIMEOUT: return 3;
-  case AA_PROTO_RUN_OOM: return 4;
-  case AA_PROTO_RUN_CRASHED: return 5;
-  }
-  return 2;
-}
-
-/* Tells the ranks of the running run that are still going to stop, once:
- * rank `cause` failed. Their executors kill the runners (the group's own
- * checks would stop them too, but only at a probe or a timeout). */
-static void gang_abort(aa_planner_t *p, aa_planner_job_t *j, int cause) {
-  if (j->aborted || j->world < 2) return;
-  j->aborted = true;
-  const gang_rank_t *g = &j->ranks[cause];
-  char reason[512];
-  snprintf(reason, sizeof reason, "rank %d (executor %llu) ended %s%s%.300s", cause,
-           (unsigned long long)g->executor, aa_store_run_status_name(store_status(g->res.status)),
-           g->res.error ? ": " : "", g->res.error ? g->res.error : "");
-  aa_proto_utf8_trim(reason);
-  aa__planner_log(p, "job %lld: run %lld: %s; aborting the other ranks", (long long)j->id, (long long)j->run_id,
-                  reason);
-  int64_t run = j->run_id;
-  for (int r = 0; r < j->world; r++) {
-    if (j->ranks[r].done) continue;
-    aa_conn_t *c = aa__registry_find(p, j->ranks[r].executor);
-    if (!c || c->busy_run != run) continue;
-    aa_msg_t m = {.type = AA_MSG_ABORT};
-    m.abort = (aa_msg_abort_t){.job = (uint64_t)j->id, .run = (uint64_t)run, .reason = reason};
-    aa__conn_send(c, &m);
-  }
-}
-
-/* Rank `rank` of the running run ended with r (borrowed). A failure makes
- * the others stop; the run itself is finished by advance(). */
-static void rank_report(aa_planner_t *p, int rank, const aa_msg_result_t *r) {
-  aa_planner_job_t *j = p->cur;
-  if (rank < 0 || rank >= j->world || j->ranks[rank].done) return;
-  gang_rank_t *g = &j->ranks[rank];
-  g->done = true;
-  g->order = ++j->ndone;
-  g->res = *r;
-  g->res.key = NULL;
-  g->res.error = r->error ? strdup(r->error) : NULL;
-  if (j->world > 1)
-    aa__planner_log(p, "job %lld: run %lld: rank %d (executor %llu) %s (%d of %d ranks in)", (long long)j->id,
-                    (long long)j->run_id, rank, (unsigned long long)g->executor,
-                    aa_store_run_status_name(store_status(r->status)), j->ndone, j->world);
-  if (r->status != AA_PROTO_RUN_OK) gang_abort(p, j, rank);
-  aa__planner_kick(p);
-}
-
-static void run_finished(aa_planner_t *p, const aa_msg_result_t *r);
-
-/* Every rank of the running run is in: one result for the run. A gang's
- * figures are those of the group as its slowest rank saw them: the lowest
- * tokens/s (each rank reports the group's tokens per step over its own
- * step time), the highest median step time and spread, the largest peak
- * memory (with its breakdown) and rank 0's loss (the group's mean). Its
- * status is the most telling rank's (severity), naming it; on a tie the
- * rank that ended first. */
-static void gang_finish(aa_planner_t *p) {
-  aa_planner_job_t *j = p->cur;
-  char error[AA_PROTO_TEXT_MAX + 1] = "";
-  aa_msg_result_t out = {.job = (uint64_t)j->id, .run = (uint64_t)j->run_id};
-  int worst = 0, biggest = 0;
-  for (int r = 0; r < j->world; r++) {
-    const aa_msg_result_t *x = &j->ranks[r].res;
-    int a = severity(x->status), b = severity(j->ranks[worst].res.status);
-    if (a > b || (a == b && j->ranks[r].order < j->ranks[worst].order)) worst = r;
-    if (x->peak.total > j->ranks[biggest].res.peak.total) biggest = r;
-    out.tokens_per_s = r == 0 || x->tokens_per_s < out.tokens_per_s ? x->tokens_per_s : out.tokens_per_s;
-    if (x->step_ms_median > out.step_ms_median) out.step_ms_median = x->step_ms_median;
-    if (x->step_ms_spread > out.step_ms_spread) out.step_ms_spread = x->step_ms_spread;
-  }
-  const gang_rank_t *w = &j->ranks[worst];
-  out.status = w->res.status;
-  out.peak = j->ranks[biggest].res.peak;
-  out.inputs = w->res.inputs;
-  out.has_final_loss = j->ranks[0].res.has_final_loss;
-  out.final_loss = j->ranks[0].res.final_loss;
-  if (j->world == 1) {
-    if (w->res.error) snprintf(error, sizeof error, "%s", w->res.error);
-  } else if (out.status != AA_PROTO_RUN_OK) {
-    snprintf(error, sizeof error, "rank %d (executor %llu): %.3900s", worst, (unsigned long long)w->executor,
-             w->res.error ? w->res.error : aa_store_run_status_name(store_status(w->res.status)));
-    aa_proto_utf8_trim(error);
-  }
-  out.error = error[0] ? error : NULL;
-  gang_free(j);
-  run_finished(p, &out);
-}
-
-/* --- dispatch ------------------------------------------------------------------------------ */
-
-/* Sends strategy s as one run of `kind` to a gang of dp * tp * pp idle
- * executors of the job's hardware on one host: the run is inserted running,
- * a group of more than one rank gets a fresh rendezvous, and rank r goes to
- * the r-th executor. Returns 0 when sent, 1 when no host has enough idle
- * executors now (nothing done; logged once), or an error (the run, if it
- * was inserted, recorded error). */
-static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s, aa_store_run_kind_t kind,
-                    double predicted) {
-  int world = s->dp * s->tp * s->pp;
-  if (world < 1 || world > AA_PROTO_WORLD_MAX)
-    return aa_error(AA_EINVAL, "strategy: %d ranks is outside 1..%d", world, AA_PROTO_WORLD_MAX);
-  aa_conn_t **gang = calloc((size_t)world, sizeof *gang);
-  if (!gang) return aa_error(AA_ENOMEM, "planner: no memory for a gang of %d", world);
-  if (!aa__registry_gang(p, j->hardware, world, gang)) {
-    if (!j->waiting_logged)
-      aa__planner_log(p, "job %lld waits for %d idle executor%s of %s on one host", (long long)j->id, world,
-                      world > 1 ? "s" : "", j->hardware);
-    j->waiting_logged = true;
-    free(gang);
-    return 1;
-  }
-  j->waiting_logged = false;
-  aa_store_run_new_t nr = {
-      .job_id = j->id, .kind = kind, .strategy = s, .status = AA_STORE_RUN_RUNNING, .predicted_tokens_per_s = predicted};
-  int64_t run = 0;
-  char *strategy = NULL, dir[AA_PATH_MAX + 64], rdv[AA_RENDEZVOUS_MAX] = "", why[AA_PROTO_TEXT_MAX];
-  gang_rank_t *ranks = NULL;
-  int rc = aa_store_run_insert(p->store, &nr, &run);
-  if (rc) {
-    free(gang);
-    return rc;
-  }
-  rc = aa_strategy_to_json(s, &strategy);
-  if (!rc && !(ranks = calloc((size_t)world, sizeof *ranks)))
-    rc = aa_error(AA_ENOMEM, "planner: no memory for a gang of %d", world);
-  if (!rc && world > 1) {
-    char tag[64];
-    snprintf(tag, sizeof tag, "j%lldr%lld", (long long)j->id, (long long)run);
-    rc = aa_rendezvous_new(rdv, sizeof rdv, j->dev_kind == AA_PROTO_DEV_CUDA ? "nccl" : "shm", tag);
-  }
-  aa_msg_t m = {.type = AA_MSG_JOB, .id = (uint64_t)run};
-  m.job = (aa_msg_job_t){.job = (uint64_t)j->id, .run = (uint64_t)run, .model = j->model_json,
-                         .strategy = strategy, .seed = j->spec.train.seed, .world = world,
-                         .rendezvous = world > 1 ? rdv : NULL};
-  if (kind == AA_STORE_RUN_DRYRUN) {
-    m.job.kind = AA_PROTO_JOB_DRYRUN;
-    m.job.warmup_steps = (uint64_t)p->warmup_steps;
-    m.job.measured_steps = (uint64_t)p->measured_steps;
-    m.job.time_limit_s = p->dryrun_time_limit_s;
-    if (j->search.deadline > 0) { /* no dry run outlives the search's time limit by much */
-      int left = (int)(j->search.deadline - aa_now()) + 1;
-      if (left < m.job.time_limit_s) m.job.time_limit_s = left < 1 ? 1 : left;
-    }
-  } else {
-    m.job.kind = AA_PROTO_JOB_TRAIN;
-    m.job.measured_steps = (uint64_t)j->spec.train.steps;
-    if (j->out_dir[0]) snprintf(dir, sizeof dir, "%s", j->out_dir);
-    else snprintf(dir, sizeof dir, "%.4000s/runs/job-%lld", p->home, (long long)j->id);
-    m.job.out_dir = dir;
-  }
-  /* Every rank's frame is queued before any executor is marked busy: a
-   * connection that breaks while we write to it is torn down as an idle
-   * one, and its rank is recorded lost below. */
-  int sent = 0;
-  for (; !rc && sent < world; sent++) {
-    m.job.rank = sent;
-    if ((rc = aa__conn_send(gang[sent], &m))) break;
-  }
-  free(strategy);
-  if (rc) snprintf(why, sizeof why, "the planner could not send it: %s", aa_last_error());
-  if (sent == 0) { /* the run never left: close its record */
-    aa_store_run_result_t res = {.status = AA_STORE_RUN_ERROR, .error = why};
-    aa_store_run_finish(p->store, run, &res);
-    free(ranks);
-    free(gang);
-    return aa_error(rc, "%s", why);
-  }
-  j->ranks = ranks;
-  j->world = world;
-  j->ndone = 0;
-  j->aborted = false;
-  j->run_id = run;
-  aa_strategy_key(s, j->run_key);
-  for (int r = 0; r < world; r++) {
-    ranks[r].executor = gang[r]->id;
-    if (r >= sent || gang[r]->dropped) continue;
-    gang[r]->busy_job = j->id;
-    gang[r]->busy_run = run;
-    gang[r]->busy_rank = r;
-  }
-  char who[256] = "";
-  for (int r = 0, o = 0; r < world && o < (int)sizeof who - 24; r++)
-    o += snprintf(who + o, sizeof who - (size_t)o, "%s%llu", r ? "," : "", (unsigned long long)gang[r]->id);
-  const char *ex = world > 1 ? "executors" : "executor";
-  if (kind == AA_STORE_RUN_DRYRUN)
-    aa__planner_log(p, "job %lld: dry run %d/%d %s on %s %s (run %lld)%s%s", (long long)j->id, j->run_index,
-                    j->search.valid, j->run_key, ex, who, (long long)run, world > 1 ? ", rendezvous " : "", rdv);
-  else
-    aa__planner_log(p, "job %lld: training %s for %d steps on %s %s (run %lld) into %s", (long long)j->id,
-                    j->run_key, j->spec.train.steps, ex, who, (long long)run, dir);
-  /* Ranks that never got their frame are lost like a dead executor's. */
-  for (int r = 0; r < world; r++) {
-    if (r < sent && !gang[r]->dropped) continue;
-    char lost[AA_PROTO_TEXT_MAX + 64];
-    if (r < sent) snprintf(lost, sizeof lost, "executor %llu disconnected", (unsigned long long)gang[r]->id);
-    else snprintf(lost, sizeof lost, "%s", why);
-    aa_msg_result_t res = {.job = (uint64_t)j->id, .run = (uint64_t)run, .status = AA_PROTO_RUN_CRASHED,
-                           .error = lost};
-    rank_report(p, r, &res);
-  }
-  free(gang);
-  return 0;
-}
-
-/* Records the candidates the search dropped since the last call. */
-static int record_pruned(aa_planner_t *p, aa_planner_job_t *j) {
-  for (size_t i = 0; i < j->search.n; i++) {
-    aa_cand_t *c = &j->search.c[i];
-    if (c->state != AA_CAND_PRUNED || c->recorded) continue;
-    aa_store_run_new_t nr = {.job_id = j->id, .kind = AA_STORE_RUN_DRYRUN, .strategy = &c->s,
-                             .status = AA_STORE_RUN_PRUNED, .error = c->reason};
-    int rc = aa_store_run_insert(p->store, &nr, &c->run_id);
-    if (rc) return rc;
-    c->recorded = true;
-  }
-  return 0;
-}
-
-/* A candidate whose gang is larger than the most executors of the job's
- * hardware that any host has now cannot run: it is pruned rather than
- * waited for (an executor may be gone for good). One rank alone waits, as
- * a job does for its first executor. */
-static bool gang_too_big(aa_planner_t *p, aa_planner_job_t *j, aa_cand_t *c) {
-  int world = c->s.dp * c->s.tp * c->s.pp, have = aa__registry_most_on_one_host(p, j->hardware);
-  if (world <= 1 || world <= have) return false;
-  snprintf(c->reason, sizeof c->reason,
-           "not measured: it needs %d executors of the job's hardware on one host, %d %s connected", world, have,
-           have == 1 ? "is" : "are");
-  c->state = AA_CAND_PRUNED;
-  return true;
-}
-
-/* Moves the current job on as far as it can go now. */
-static void advance(aa_planner_t *p) {
-  aa_planner_job_t *j = p->cur;
-  char why[512];
-  if (j->run_id) { /* a run is out: it ends once every rank is in */
-    if (j->ndone == j->world) gang_finish(p);
-    return;
-  }
-  if (j->phase == PHASE_SEARCH) {
-    int i;
-    while ((i = aa__search_next(&j->search, aa_now())) >= 0 && gang_too_big(p, j, &j->search.c[i])) {
-    }
-    if (record_pruned(p, j)) {
-      snprintf(why, sizeof why, "cannot record a pruned run: %s", aa_last_error());
-      job_end(p, AA_STORE_JOB_FAILED, why, false);
-      return;
-    }
-    if (i >= 0) {
-      j->run_index = j->search.dispatched + 1;
-      int rc = dispatch(p, j, &j->search.c[i].s, AA_STORE_RUN_DRYRUN, aa__search_predict(&j->search, i));
-      if (rc == 1) return; /* waits for idle executors */
-      if (rc) {
-        snprintf(why, sizeof why, "cannot start a dry run: %s", aa_last_error());
-        job_end(p, AA_STORE_JOB_FAILED, why, false);
-        return;
-      }
-      j->cand = i;
-      j->search.c[i].state = AA_CAND_RUNNING;
-      j->search.c[i].run_id = j->run_id;
-      j->search.dispatched++;
-      return;
-    }
-    int64_t best = 0;
-    aa_store_run_filter_t f = {.job_id = j->id, .statuses = AA_STORE_BIT(AA_STORE_RUN_OK),
-                               .kinds = AA_STORE_BIT(AA_STORE_RUN_DRYRUN), .order = AA_STORE_ORDER_BEST, .limit = 1};
-    aa_store_runs_query(p->store, &f, first_run, &best);
-    if (!best) {
-      why_none(j, why, sizeof why);
-      job_end(p, AA_STORE_JOB_FAILED, why, false);
-      return;
-    }
-    if (take_best(p, j, best)) {
-      snprintf(why, sizeof why, "cannot write the strategy file: %s", aa_last_error());
-      job_end(p, AA_STORE_JOB_FAILED, why, false);
-      return;
-    }
-    if (!j->train) {
-      job_end(p, AA_STORE_JOB_DONE, NULL, false);
-      return;
-    }
-    j->phase = PHASE_TRAIN;
-  }
-  /* Training with a dp > 1 strategy is a gang too; it waits for its
-   * executors however long that takes, as a job waits for its first. */
-  if (dispatch(p, j, &j->best, AA_STORE_RUN_TRAIN, 0) < 0) {
-    snprintf(why, sizeof why, "cannot start training: %s", aa_last_error());
-    job_end(p, AA_STORE_JOB_FAILED, why, false);
-  }
-}
-
-/* --- the start of a job --------------------------------------------------------------------- */
-
-/* Reads the job's stored options and spec into j. */
-static int load_options(aa_planner_job_t *j, const char *options) {
-  json_error_t err;
-  json_t *o = json_loads(options, 0, &err);
-  int rc = 0;
-  if (!json_is_object(o)) {
-    json_decref(o);
-    return aa_error(AA_ECORRUPT, "job %lld: its stored options are not a JSON object", (long long)j->id);
-  }
-  j->train = json_is_true(json_object_get(o, "train"));
-  j->refresh = json_is_true(json_object_get(o, "refresh"));
-  j->exhaustive = json_is_true(json_object_get(o, "exhaustive"));
-  j->time_limit_s = (int)json_integer_value(json_object_get(o, "time_limit_s"));
-  j->max_dryruns = (int)json_integer_value(json_object_get(o, "max_dryruns"));
-  const char *dir = json_string_value(json_object_get(o, "out_dir"));
-  snprintf(j->out_dir, sizeof j->out_dir, "%s", dir ? dir : "");
-  json_t *ex = json_object_get(o, "exclude");
-  const char *names[AA_PROTO_EXCLUDE_MAX];
-  size_t n = 0, i;
-  json_t *v;
-  json_array_foreach(ex, i, v) if (n < AA_PROTO_EXCLUDE_MAX && json_is_string(v)) names[n++] = json_string_value(v);
-  rc = aa__search_exclude_mask(names, n, &j->exclude);
-  char *spec = rc ? NULL : json_dumps(json_object_get(o, "spec"), JSON_COMPACT);
-  if (!rc && !spec) rc = aa_error(AA_ECORRUPT, "job %lld: no model spec in its stored options", (long long)j->id);
-  char origin[64];
-  snprintf(origin, sizeof origin, "job %lld model", (long long)j->id);
-  if (!rc) rc = aa_spec_parse(&j->spec, spec, NULL, origin);
-  if (!rc) rc = aa_spec_to_json(&j->spec, &j->model_json);
-  free(spec);
-  json_decref(o);
-  return rc;
-}
-
-/* Takes the queued job `row` onto executor e's hardware: answers it from
- * the store, or enumerates its search. */
-static void job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e) {
-  aa_planner_job_t *j = calloc(1, sizeof *j);
-  char why[512];
-  if (!j) {
-    aa__planner_log(p, "job %lld: no memory to start it", (long long)row->id);
-    return;
-  }
-  j->id = row->id;
-  snprintf(j->hash, sizeof j->hash, "%s", row->model_hash);
-  snprintf(j->hardware, sizeof j->hardware, "%s", row->hardware);
-  j->dev_kind = e->dev.kind;
-  p->cur = j;
-  int rc = load_options(j, row->options_json);
-  if (rc) {
-    snprintf(why, sizeof why, "%s", aa_last_error());
-    job_end(p, AA_STORE_JOB_FAILED, why, false);
-    return;
-  }
-  if (!j->refresh && !j->train) {
-    int64_t best = 0;
-    if ((rc = aa_store_job_answer_from_store(p->store, j->id, &best))) {
-      snprintf(why, sizeof why, "%s", aa_last_error());
-      job_end(p, AA_STORE_JOB_FAILED, why, false);
-      return;
-    }
-    if (best) {
-      j->from_store = true;
-      if (take_best(p, j, best))
-        aa__planner_log(p, "job %lld: cannot write the strategy file: %s", (long long)j->id, aa_last_error());
-      j->best_run = best;
-      job_end(p, AA_STORE_JOB_DONE, NULL, true);
-      return;
-    }
-  }
-  if ((rc = aa_store_job_start(p->store, j->id))) {
-    snprintf(why, sizeof why, "%s", aa_last_error());
-    job_end(p, AA_STORE_JOB_FAILED, why, false);
-    return;
-  }
-  aa__planner_log(p, "job %lld started: %s (%s) on %s", (long long)j->id, j->spec.name, j->hash, j->hardware);
-  if (!j->refresh) { /* train: the stored best is trained without a search */
-    aa_store_run_t r;
-    if (!aa_store_best_run(p->store, j->hash, j->hardware, &r)) {
-      int64_t id = r.id;
-      aa_store_run_clear(&r);
-      j->from_store = true;
-      if (take_best(p, j, id)) {
-        snprintf(why, sizeof why, "cannot write the strategy file: %s", aa_last_error());
-        job_end(p, AA_STORE_JOB_FAILED, why, false);
-        return;
-      }
-      j->phase = PHASE_TRAIN;
-      advance(p);
-      return;
-    }
-  }
-  if ((rc = aa__search_enumerate(&j->search, &j->spec, aa__planner_hw_world(j->hardware), e->dev.kind,
-                                 e->dev.memory, j->exclude))) {
-    snprintf(why, sizeof why, "%s", aa_last_error());
-    job_end(p, AA_STORE_JOB_FAILED, why, false);
-    return;
-  }
-  j->search.exhaustive = j->exhaustive;
-  j->search.peak_flops = e->dev.peak_bf16_flops;
-  j->search.max_dryruns = j->max_dryruns;
-  j->search.time_limit_s = j->time_limit_s;
-  if (j->time_limit_s > 0) j->search.deadline = aa_now() + j->time_limit_s;
-  aa__planner_log(p, "job %lld: %zu strategies, %d valid, %d of them predicted out of memory", (long long)j->id,
-                  j->search.n, j->search.valid, j->search.predicted_oom);
-  advance(p);
-}
-
-void aa__jobs_schedule(aa_planner_t *p) {
-  if (p->stopping) return;
-  if (p->cur) {
-    advance(p);
-    return;
-  }
-  while (!p->cur && p->queue_n) {
-    aa_store_job_t row;
-    int64_t id = p->queue[0];
-    if (aa_store_job_get(p->store, id, &row)) {
-      aa__planner_log(p, "job %lld: %s; dropped from the queue", (long long)id, aa_last_error());
-      queue_remove(p, 0);
-      continue;
-    }
-    if (row.status != AA_STORE_JOB_QUEUED) {
-      queue_remove(p, 0);
-      aa_store_job_clear(&row);
-      continue;
-    }
-    aa_conn_t *e = aa__registry_idle(p, row.hardware);
-    if (!e) {
-      if (p->waiting_logged != id) {
-        p->waiting_logged = id;
-        aa__planner_log(p, "job %lld waits for an idle executor of %s", (long long)id, row.hardware);
-      }
-      aa_store_job_clear(&row);
-      return;
-    }
-    queue_remove(p, 0);
-    job_begin(p, &row, e);
-    aa_store_job_clear(&row);
-  }
-}
-
-/* --- frames from executors ---------------------------------------------------------------------- */
-
-/* Records the outcome of the current job's running run and moves on. */
-static void run_finished(aa_planner_t *p, const aa_msg_result_t *r) {
-  aa_planner_job_t *j = p->cur;
-  aa_store_run_result_t res = {.status = store_status(r->status), .tokens_per_s = r->tokens_per_s,
-                               .step_ms_median = r->step_ms_median, .step_ms_spread = r->step_ms_spread,
-                               .peak_bytes = (int64_t)r->peak.total, .error = r->error,
-                               .final_loss = r->has_final_loss ? r->final_loss : 0};
-  if (res.status == AA_STORE_RUN_OK && !(res.tokens_per_s > 0)) {
-    res.status = AA_STORE_RUN_ERROR;
-    res.error = "the executor reported ok without a throughput";
-  }
-  char *peak = NULL;
-  if (r->peak.total) {
-    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "params", (json_int_t)r->peak.params, "grads",
-                          (json_int_t)r->peak.grads, "optim", (json_int_t)r->peak.optim, "acts",
-                          (json_int_t)r->peak.acts, "workspace", (json_int_t)r->peak.workspace, "total",
-                          (json_int_t)r->peak.total);
-    peak = o ? aa__report_dump(o) : NULL;
-    json_decref(o);
-  }
-  res.peak_json = peak;
-  if (aa_store_run_finish(p->store, j->run_id, &res))
-    aa__planner_log(p, "job %lld: cannot record run %lld: %s", (long long)j->id, (long long)j->run_id, aa_last_error());
-  free(peak);
-  aa__planner_log(p, "job %lld: run %lld %s %s%s%s", (long long)j->id, (long long)j->run_id, j->run_key,
-                  aa_store_run_status_name(res.status), res.error && *res.error ? ": " : "",
-                  res.error ? res.error : "");
-  aa_msg_t m = {.type = AA_MSG_RESULT, .result = *r};
-  m.result.status = proto_status(res.status);
-  m.result.error = (char *)res.error;
-  m.result.key = j->run_key;
-  relay(p, j->id, &m);
-  j->run_id = 0;
-  if (j->phase == PHASE_SEARCH) {
-    aa__search_done(&j->search, j->cand, res.status, res.tokens_per_s);
-    if (res.status == AA_STORE_RUN_ERROR && r->inputs) {
-      /* The data or the initial weights: every other strategy would fail the same way. */
-      char why[AA_PROTO_TEXT_MAX + 64];
-      snprintf(why, sizeof why, "the model's data or initial weights cannot be used: %s", res.error ? res.error : "");
-      aa__search_stop(&j->search, "not measured: a dry run could not use the job's inputs, which no strategy changes");
-      if (record_pruned(p, j))
-        aa__planner_log(p, "job %lld: cannot record a pruned run: %s", (long long)j->id, aa_last_error());
-      job_end(p, AA_STORE_JOB_FAILED, why, false);
-      return;
-    }
-  } else if (res.status == AA_STORE_RUN_OK) {
-    job_end(p, AA_STORE_JOB_DONE, NULL, false);
-    return;
-  } else {
-    char why[AA_PROTO_TEXT_MAX + 64];
-    snprintf(why, sizeof why, "training %s%s%s", aa_store_run_status_name(res.status), res.error ? ": " : "",
-             res.error ? res.error : "");
-    job_end(p, AA_STORE_JOB_FAILED, why, false);
-    return;
-  }
-  aa__planner_kick(p);
-}
-
-/* A result from executor c: it is idle again; the current job takes it as
- * its rank's if it is the run it waits for (a cancelled run's late result
- * is dropped). */
-static void executor_result(aa_conn_t *c, const aa_msg_result_t *r) {
-  aa_planner_t *p = c->p;
-  if (!c->busy_run || (int64_t)r->run != c->busy_run) {
-    aa__planner_log(p, "executor %llu: result for run %llu, which it was not running: ignored",
-                    (unsigned long long)c->id, (unsigned long long)r->run);
-    return;
-  }
-  int rank = c->busy_rank;
-  c->busy_run = c->busy_job = 0;
-  c->busy_rank = 0;
-  aa__planner_kick(p);
-  if (p->cur && p->cur->run_id == (int64_t)r->run) rank_report(p, rank, r);
-}
-
-void aa__jobs_on_result(aa_conn_t *c, const aa_msg_t *m) { executor_result(c, &m->result); }
-
-void aa__jobs_on_executor_error(aa_conn_t *c, const aa_msg_t *m) {
-  aa__planner_log(c->p, "executor %llu: error %d: %s", (unsigned long long)c->id, m->error.code, m->error.message);
-  if (!m->id || (int64_t)m->id != c->busy_run) return;
-  /* It refused the job frame (id = run id): the run ends as an error. */
-  aa_msg_result_t r = {.job = (uint64_t)c->busy_job, .run = (uint64_t)c->busy_run, .status = AA_PROTO_RUN_ERROR,
-                       .error = m->error.message};
-  executor_result(c, &r);
-}
-
-void aa__jobs_on_progress(aa_conn_t *c, const aa_msg_t *m) {
-  aa_planner_t *p = c->p;
-  aa_planner_job_t *j = p->cur;
-  /* Rank 0 speaks for a gang: its ranks step together. */
-  if (!j || !j->run_id || (int64_t)m->progress.run != j->run_id || c->busy_run != j->run_id || c->busy_rank != 0)
-    return;
-  aa_msg_t r = *m;
-  r.id = 0;
-  r.progress.key = j->run_key;
-  if (j->phase == PHASE_SEARCH) {
-    r.progress.index = (uint64_t)j->run_index;
-    r.progress.count = (uint64_t)(j->search.valid > j->run_index ? j->search.valid : j->run_index);
-  }
-  relay(p, j->id, &r);
-}
-
-void aa__jobs_rank_lost(aa_planner_t *p, int64_t run, int rank, const char *why) {
-  aa_planner_job_t *j = p->cur;
-  if (!j || j->run_id != run) return;
-  aa_msg_result_t r = {.job = (uint64_t)j->id, .run = (uint64_t)run, .status = AA_PROTO_RUN_CRASHED, .error = (char *)why};
-  rank_report(p, rank, &r);
-}
-
 /* --- cancel, stop ------------------------------------------------------------------------------------ */
-
-/* Ends the current job's running run as `status` with `why` and tells its
- * executor to stop it; the executor stays busy until it reports. */
-static void stop_running_run(aa_planner_t *p, aa_store_run_status_t status, const char *why) {
-  aa_planner_job_t *j = p->cur;
-  int64_t run = j->run_id;
-  if (!run) return;
-  aa_store_run_result_t res = {.status = status, .error = why};
-  if (aa_store_run_finish(p->store, run, &res))
-    aa__planner_log(p, "job %lld: cannot record run %lld: %s", (long long)j->id, (long long)run, aa_last_error());
-  /* The run is over for the job before any frame goes out: an executor
-   * lost while we write to it no longer counts for it. */
-  j->run_id = 0;
-  gang_free(j);
-  for (aa_conn_t *c = p->conns; c; c = c->next) {
-    if (c->role != AA_CONN_EXECUTOR || c->dropped || c->busy_run != run) continue;
-    aa_msg_t m = {.type = AA_MSG_CANCEL, .cancel.job = (uint64_t)j->id};
-    aa__conn_send(c, &m);
-  }
-}
 
 void aa__jobs_on_cancel(aa_conn_t *c, const aa_msg_t *m) {
   aa_planner_t *p = c->p;
@@ -1036,19 +547,28 @@ void aa__jobs_on_cancel(aa_conn_t *c, const aa_msg_t *m) {
   aa_msg_t ack = {.type = AA_MSG_ACK, .id = m->id, .ack.job = m->cancel.job};
   if (p->cur && p->cur->id == id) {
     aa__planner_log(p, "job %lld: cancelled by client %llu", (long long)id, (unsigned long long)c->id);
-    stop_running_run(p, AA_STORE_RUN_CANCELLED, "cancelled by a client");
-    job_end(p, AA_STORE_JOB_CANCELLED, "cancelled by a client", false);
+    aa__job_stop_run(p, AA_STORE_RUN_CANCELLED, "cancelled by a client");
+    aa__jobs_end(p, p->cur, AA_STORE_JOB_CANCELLED, "cancelled by a client", false);
+    aa__conn_send(c, &ack);
+    return;
+  }
+  for (aa_planner_job_t *j = p->parked; j; j = j->next) {
+    if (j->id != id) continue;
+    aa__planner_log(p, "job %lld: cancelled by client %llu while it waited", (long long)id,
+                    (unsigned long long)c->id);
+    aa__jobs_end(p, j, AA_STORE_JOB_CANCELLED, "cancelled by a client", false);
     aa__conn_send(c, &ack);
     return;
   }
   for (size_t i = 0; i < p->queue_n; i++) {
-    if (p->queue[i] != id) continue;
+    if (p->queue[i].id != id) continue;
     if (aa_store_job_finish(p->store, id, AA_STORE_JOB_CANCELLED, 0, 0, "cancelled by a client")) {
       aa__conn_send_error(c, m->id, AA_EIO, aa_last_error());
       return;
     }
     queue_remove(p, i);
-    aa__planner_log(p, "job %lld: cancelled by client %llu while queued", (long long)id, (unsigned long long)c->id);
+    aa__planner_log(p, "job %lld: cancelled by client %llu while queued", (long long)id,
+                    (unsigned long long)c->id);
     reply_waiters(p, id);
     aa__conn_send(c, &ack);
     return;
@@ -1060,20 +580,30 @@ void aa__jobs_on_cancel(aa_conn_t *c, const aa_msg_t *m) {
     return;
   }
   char msg[128];
-  snprintf(msg, sizeof msg, "job %lld is already over (%s)", (long long)id, aa_store_job_status_name(row.status));
+  snprintf(msg, sizeof msg, "job %lld is already over (%s)", (long long)id,
+           aa_store_job_status_name(row.status));
   aa_store_job_clear(&row);
   aa__conn_send_error(c, m->id, AA_EINVAL, msg);
 }
 
 void aa__jobs_interrupt(aa_planner_t *p) {
-  if (!p->cur) return;
-  stop_running_run(p, AA_STORE_RUN_CANCELLED, "the planner stopped");
-  job_end(p, AA_STORE_JOB_INTERRUPTED, "the planner stopped while the job ran", false);
+  if (p->cur) {
+    aa__job_stop_run(p, AA_STORE_RUN_CANCELLED, "the planner stopped");
+    aa__jobs_end(p, p->cur, AA_STORE_JOB_INTERRUPTED, "the planner stopped while the job ran", false);
+  }
+  while (p->parked)
+    aa__jobs_end(p, p->parked, AA_STORE_JOB_INTERRUPTED,
+                 "the planner stopped while the job waited for executors", false);
 }
 
 void aa__jobs_free(aa_planner_t *p) {
-  job_free(p->cur);
+  aa__job_free(p->cur);
   p->cur = NULL;
+  while (p->parked) {
+    aa_planner_job_t *j = p->parked;
+    p->parked = j->next;
+    aa__job_free(j);
+  }
   free(p->queue);
   p->queue = NULL;
   p->queue_n = p->queue_cap = 0;
@@ -1087,5 +617,10 @@ void aa__jobs_free(aa_planner_t *p) {
     aa_waiter_t *w = p->waiters;
     p->waiters = w->next;
     free(w);
+  }
+  while (p->unrecorded) {
+    aa_unrecorded_t *u = p->unrecorded;
+    p->unrecorded = u->next;
+    free(u);
   }
 }

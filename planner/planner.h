@@ -18,20 +18,32 @@ typedef struct aa_planner aa_planner_t;
 typedef struct aa_planner_opts {
   const char *home;        /* state directory (created 0700 if missing); NULL = aa_home_dir() */
   const char *socket_path; /* unix socket; NULL = <home>/planner.sock. Created with mode 0600 */
-  const char *tcp;         /* "HOST:PORT" to listen on TCP as well, or NULL. A host that is not
-                            * loopback needs token_file (AA_EPERM otherwise). */
-  const char *token_file;  /* NULL = no token; else every hello must carry it (aa_token_load) */
+  const char *tcp;         /* "HOST:PORT" to listen on TCP as well, or NULL. Every TCP peer
+                            * must present the token; a name must resolve to what it says
+                            * (a name that resolves to a wildcard address is refused). */
+  const char *token_file;  /* the token TCP peers present (aa_token_load); NULL = <home>/token,
+                            * created (mode 0600, random) when TCP is asked for and it is missing */
   const char *store_path;  /* NULL = <home>/store.db */
   int heartbeat_ms;        /* executors send a heartbeat this often; 0 = 1000 */
   int dead_after_ms;       /* a peer silent this long is dead; 0 = 10 * heartbeat_ms */
   int warmup_steps;        /* per dry run; < 0 = default 1 */
   int measured_steps;      /* per dry run; 0 = default 4 */
   int dryrun_time_limit_s; /* per dry run; 0 = default 300 */
-  FILE *log;               /* one line per event (connections, jobs, runs); NULL = stderr */
+  /* Limits (docs/service.md "Limits"); 0 = the default. */
+  int max_connections;       /* default 1024, and never more than RLIMIT_NOFILE allows */
+  int max_unauthenticated;   /* TCP connections that have not said hello; default 64 */
+  int hello_timeout_ms;      /* a connection says hello within this; default 10000 */
+  int frame_timeout_ms;      /* a frame arrives whole within this of its first byte; default 30000 */
+  long long write_queue_max; /* bytes queued to one peer and not read; default 32 MiB */
+  int placement_timeout_s;   /* a job waits this long for executors not connected; default 3600 */
+  int max_resumes;           /* resumes of a job interrupted by a stop; default 3, < 0 = never */
+  FILE *log;                 /* one line per event (connections, jobs, runs); NULL = stderr */
 } aa_planner_opts_t;
 
 /* Opens the store (running aa_store_recover on it), binds the listening
  * sockets and prepares the loop; nothing is served until aa_planner_run.
+ * Ignores SIGPIPE for the whole process: a peer that closes its end makes
+ * a write fail, never a signal that kills the daemon.
  * Refuses a unix socket path where a live planner answers (AA_EIO "another
  * planner is listening on PATH") and removes a stale socket file. *out is
  * transferred (aa_planner_destroy) and set only on success. */

@@ -3,11 +3,13 @@
  * aa__ prefix are internal but not static, so tests/test_planner.c can
  * reach the pure parts (search, fingerprints, reports) without a socket.
  *
- * Files: server.c (create/run/stop, listeners, connections, frames, the
- * close queue, the tick), registry.c (hello, executors, heartbeats, dead
- * peers), jobs.c (submits, the queue, one job's life, results, cancel,
- * waiting clients), search.c (enumeration, exclusions, order, early stop),
- * report.c (the JSON of status and query replies). */
+ * Files: server.c (create/run/stop, the limits, listeners, the tick, the
+ * dispatch of decoded messages), conn.c (accepting within the caps,
+ * frames, deadlines, bounded writes, the close queue), registry.c (hello,
+ * executors, heartbeats, dead peers), jobs.c (submits, the queue, one job's
+ * life, results, cancel, waiting clients), search.c (enumeration,
+ * exclusions, order, early stop), report.c (the JSON of status and query
+ * replies). */
 #ifndef AA_PLANNER_INTERNAL_H
 #define AA_PLANNER_INTERNAL_H
 
@@ -31,8 +33,45 @@
 #define AA_PLANNER_READ_BUF 65536
 #define AA_PLANNER_STOP_GRACE_MS 2000 /* how long a stop waits for peers to take their bye */
 #define AA_PLANNER_STATUS_JOBS 20     /* jobs in a planner-wide status */
+#define AA_PLANNER_PAGE_RUNS 1000     /* runs in one answer to `query runs` (then next_offset) */
+#define AA_PLANNER_PAGE_JOBS 100      /* jobs in one answer to `query jobs` */
+/* The largest frame a peer may send before its hello is accepted. A hello
+ * holds three strings of at most 255 bytes and a few numbers. */
+#define AA_PLANNER_HELLO_FRAME_MAX 4096
+/* Connections only the unix socket (mode 0600: the owner) may use, so
+ * strangers on TCP cannot lock the owner out. */
+#define AA_PLANNER_UNIX_RESERVE 16
+/* Descriptors kept for the store, the log, the loop and a moment's accept
+ * beyond the connection cap, when the cap is derived from RLIMIT_NOFILE. */
+#define AA_PLANNER_FD_RESERVE 32
+#define AA_PLANNER_REFUSALS_LOGGED 10 /* refusals logged one by one per second */
+/* Frames one connection has acted on before the loop turns to others. */
+#define AA_PLANNER_FRAMES_PER_TURN 16
+
+/* The planner's limits, from aa_planner_opts_t after defaults and the
+ * descriptor limit (server.c's table; docs/service.md "Limits"). */
+typedef struct aa_planner_limits {
+  int max_connections;     /* every connection, the close queue's too */
+  int max_unauthenticated; /* TCP connections that have not said hello */
+  int hello_timeout_ms;    /* from accept to an accepted hello */
+  int frame_timeout_ms;    /* from a frame's first byte to its last */
+  size_t write_queue_max;  /* bytes queued to one peer and not yet written */
+  int placement_timeout_s; /* how long a job may wait for executors that are not connected */
+  int max_resumes;         /* how often a job interrupted by a stop resumes */
+} aa_planner_limits_t;
 
 typedef struct aa_planner_job aa_planner_job_t;
+typedef struct aa_unrecorded aa_unrecorded_t;
+
+/* A queued job, oldest first. A job that cannot be placed (no executor of
+ * its hardware connected) does not hold the queue: the ones behind it go
+ * first, and it fails once it has waited placement_timeout_s. */
+typedef struct aa_queued {
+  int64_t id;
+  double waiting_since;       /* aa_now() since it could not be placed, 0 = it could be */
+  int64_t waiting_since_wall; /* the same as unix seconds, for status */
+  char waiting_for[AA_STORE_HW_MAX + 96]; /* what it waits for, for status and the failure */
+} aa_queued_t;
 
 typedef enum { AA_CONN_HELLO = 0, AA_CONN_CLIENT, AA_CONN_EXECUTOR } aa_conn_role_t;
 
@@ -46,12 +85,21 @@ typedef struct aa_conn {
     uv_tcp_t tcp;
   } h;
   aa_planner_t *p;
-  int tcp;                 /* arrived on the TCP listener (a token is required there if one is set) */
-  char peer[80];           /* "unix" or "HOST:PORT", for the log */
+  int tcp;                 /* arrived on the TCP listener (a token is required there) */
+  char peer[80];           /* "unix socket" or "tcp HOST:PORT", for the log */
   aa_frame_reader_t reader;
   aa_conn_role_t role;
   uint64_t id; /* executor or client id after hello, 0 before */
-  double last_seen;
+  double accepted_at, last_seen;
+  double frame_started;  /* aa_now() of the first byte of a frame still incomplete, 0 = none */
+  bool has_uid;          /* unix socket: the kernel told the peer's user */
+  uid_t uid;
+  bool counted_tcp, counted_hello; /* counted in ntcp / ntcp_hello */
+  /* Bytes of a read that its turn's budget did not reach (conn.c defer):
+   * reading stops until the planner's turn handle has used them. */
+  char *stash;
+  size_t stash_n, stash_off;
+  struct aa_conn *turn_next; /* on the planner's list of deferred connections */
   bool dropped;     /* torn down: no more frames in or out, waiting to be closed */
   bool queued;      /* on the close queue */
   bool shutting;    /* a shutdown (flush, then close) is under way */
@@ -63,7 +111,6 @@ typedef struct aa_conn {
   char fingerprint[AA_STORE_HW_MAX]; /* of its device alone (x1) */
   int64_t busy_job, busy_run; /* the run it executes, 0 = idle */
   int busy_rank;              /* its rank in that run's gang */
-  char rbuf[AA_PLANNER_READ_BUF];
 } aa_conn_t;
 
 /* A submit that arrived while no executor was connected: its hardware is
@@ -91,6 +138,8 @@ struct aa_planner {
   uv_timer_t kick; /* runs the scheduler soon, outside the callback that asked */
   uv_async_t wake; /* aa_planner_stop from any thread */
   uv_idle_t reaper; /* drains the close queue */
+  uv_idle_t turn;   /* gives deferred connections their next turn */
+  aa_conn_t *turns; /* connections with deferred bytes */
   uv_signal_t sig_int, sig_term;
   bool unix_open, tcp_open, signals_wanted, signals_open, loop_ready, handles_closed;
   aa_store_t *store;
@@ -105,18 +154,25 @@ struct aa_planner {
   ino_t sock_ino;
   bool sock_created;
   int heartbeat_ms, dead_after_ms, warmup_steps, measured_steps, dryrun_time_limit_s;
+  aa_planner_limits_t lim;
   FILE *log;
   double started; /* aa_now() at create */
   uint64_t next_executor_id, next_client_id;
   aa_conn_t *conns;   /* every connection until its close callback (dropped ones too) */
   aa_conn_t *close_q; /* connections waiting to be closed */
   int nconns;         /* allocated connections (live, closing or queued) */
-  int64_t *queue;     /* queued job ids, oldest first */
+  int ntcp;           /* live TCP connections */
+  int ntcp_hello;     /* of them, those that have not said hello */
+  double refusal_window; /* log_refusal's rate limit: start of this second */
+  int refusals_logged, refusals_unlogged;
+  char rbuf[AA_PLANNER_READ_BUF]; /* every connection reads into it (conn.c on_alloc) */
+  aa_queued_t *queue; /* queued jobs, oldest first */
   size_t queue_n, queue_cap;
-  aa_planner_job_t *cur; /* the job being run, NULL = none */
+  aa_planner_job_t *cur;     /* the job being run, NULL = none */
+  aa_planner_job_t *parked;  /* started jobs waiting for executors that are gone, oldest first */
+  aa_unrecorded_t *unrecorded; /* job ends the store could not take yet (retried by the tick) */
   aa_pending_submit_t *pending;
   aa_waiter_t *waiters;
-  int64_t waiting_logged; /* the job whose wait for an executor was logged */
   volatile int stop_requested;
   bool stopping;
   double stop_started;
@@ -126,20 +182,48 @@ struct aa_planner {
 
 /* One line to the planner's log: "2026-01-02T03:04:05Z planner: ...". */
 void aa__planner_log(aa_planner_t *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Runs the scheduler from the loop soon (not inside the caller). */
+void aa__planner_kick(aa_planner_t *p);
+/* Acts on one decoded message from c (payload: its bytes, for the log). */
+void aa__planner_dispatch(aa_conn_t *c, aa_msg_t *m, const void *payload, size_t n);
+/* The stop is over once every connection is closed: closes the planner's
+ * own handles then. */
+void aa__planner_maybe_finish_stop(aa_planner_t *p);
 
+/* --- conn.c ------------------------------------------------------------------ */
+
+/* The listeners' connection callback: accepts within the caps (a peer over
+ * a cap gets an error frame and is closed, and the log says why). */
+void aa__conn_on_connection(uv_stream_t *server, int status);
+/* Closes peers past the hello or frame deadline; called by the tick. */
+void aa__conn_check_deadlines(aa_planner_t *p, double now);
 /* Encodes and queues m on c (strings borrowed); dropped when c is going
- * away. An encode failure is logged. Returns 0 or the encode error. */
+ * away. An encode failure is logged. Returns 0 or the encode error. A peer
+ * whose unread bytes would pass write_queue_max is closed instead. */
 int aa__conn_send(aa_conn_t *c, const aa_msg_t *m);
 /* Queues an error frame answering request `id` (0 = unknown). */
 void aa__conn_send_error(aa_conn_t *c, uint64_t id, int code, const char *message);
+/* Answers request `id` with a reply carrying json (borrowed); an answer
+ * that cannot be sent (too large for a frame) becomes an error reply. */
+void aa__conn_reply(aa_conn_t *c, uint64_t id, const char *json);
 /* Protocol error: one error frame, a sanitized log line, close after the
  * write. `sample` (may be NULL) is logged as hex. */
 void aa__conn_fail(aa_conn_t *c, uint64_t id, int code, const char *message, const void *sample, size_t n);
 /* Tears c down now (role-specific cleanup with `why` for the log and the
  * record) and puts it on the close queue. */
 void aa__conn_drop(aa_conn_t *c, const char *why);
-/* Runs the scheduler from the loop soon (not inside the caller). */
-void aa__planner_kick(aa_planner_t *p);
+/* The same, closing only once the frames queued on c are written (the
+ * error reply of a protocol error, the bye of a stop). */
+void aa__conn_drop_after_writes(aa_conn_t *c, const char *why);
+/* Puts c on the close queue (no teardown). */
+void aa__conn_enqueue_close(aa_conn_t *c);
+/* The turn handle's callback: each deferred connection acts on its next
+ * AA_PLANNER_FRAMES_PER_TURN frames, and reads again once it has none left. */
+void aa__conn_on_turn(uv_idle_t *h);
+/* c said an accepted hello: full-size frames from now on. */
+void aa__conn_admitted(aa_conn_t *c);
+/* "client 3 (unix socket)" for the log, into buf. */
+const char *aa__conn_name(const aa_conn_t *c, char *buf, size_t n);
 
 /* --- registry.c -------------------------------------------------------------- */
 
@@ -173,8 +257,11 @@ bool aa__registry_gang(aa_planner_t *p, const char *hardware, int world, aa_conn
 /* The executor with this id, NULL if gone. */
 aa_conn_t *aa__registry_find(aa_planner_t *p, uint64_t id);
 
-/* --- jobs.c --------------------------------------------------------------------- */
+/* --- jobs.c and job_run.c ---------------------------------------------------------- */
 
+typedef enum { AA_PHASE_SEARCH = 0, AA_PHASE_TRAIN } aa_job_phase_t;
+
+/* jobs.c: the queue, submits, cancel, waiting clients, placement. */
 void aa__jobs_on_submit(aa_conn_t *c, aa_msg_t *m); /* may take m's strings (m is then zeroed) */
 void aa__jobs_on_cancel(aa_conn_t *c, const aa_msg_t *m);
 void aa__jobs_on_progress(aa_conn_t *c, const aa_msg_t *m);
@@ -188,16 +275,64 @@ void aa__jobs_rank_lost(aa_planner_t *p, int64_t run, int rank, const char *why)
 void aa__jobs_client_gone(aa_conn_t *c);
 /* A new executor: submits that waited for one are created now. */
 void aa__jobs_executor_arrived(aa_planner_t *p);
-/* Starts or advances jobs as executors allow. */
+/* Starts or advances jobs as executors allow: the current job first, then
+ * a parked one whose executors are back, then the oldest queued job that
+ * can be placed. */
 void aa__jobs_schedule(aa_planner_t *p);
+/* Fails jobs that waited past placement_timeout_s and writes job ends the
+ * store did not take before; called by the tick. */
+void aa__jobs_tick(aa_planner_t *p);
 /* Loads queued jobs from the store at start-up. */
 int aa__jobs_load_queue(aa_planner_t *p);
-/* Stop: the running job is interrupted (its run cancelled). */
+/* Stop: the running job is interrupted (its run cancelled), and so are
+ * parked ones; they resume at the next start (aa_store_recover). */
 void aa__jobs_interrupt(aa_planner_t *p);
 /* The running job's id, 0 = none. */
 int64_t aa__jobs_current_id(const aa_planner_t *p);
-/* Frees the queue, the current job, pending submits and waiters. */
+/* Adds what the planner knows beyond the store to a JOB object (borrowed,
+ * modified): "waiting" {"for", "since"} while it waits for executors, and
+ * the status and error of an end the store has not taken yet. */
+void aa__jobs_annotate(aa_planner_t *p, json_t *job);
+/* The jobs waiting for executors, as [{"job", "for", "since"}] (new reference). */
+json_t *aa__jobs_waiting(aa_planner_t *p);
+/* Frees the queue, the current and parked jobs, pending submits, waiters
+ * and unrecorded ends. */
 void aa__jobs_free(aa_planner_t *p);
+/* Ends job j (the current or a parked one): records `status` in the store
+ * unless `recorded`, answers its waiting clients, frees j. A store that
+ * cannot take the end keeps it in p->unrecorded. */
+void aa__jobs_end(aa_planner_t *p, aa_planner_job_t *j, aa_store_job_status_t status, const char *error,
+                  bool recorded);
+/* Keeps an end (and a run result, may be NULL) the store refused. */
+void aa__jobs_unrecorded(aa_planner_t *p, int64_t job, aa_store_job_status_t status, int64_t best_run,
+                         bool from_store, const char *error, int64_t run, const aa_store_run_result_t *res);
+/* Sends m to every client waiting for job `job`. */
+void aa__jobs_relay(aa_planner_t *p, int64_t job, const aa_msg_t *m);
+/* Sets the current job aside: its next run needs `world` executors of its
+ * hardware on one host and fewer are connected. */
+void aa__jobs_park(aa_planner_t *p, int world, int have);
+
+/* outdir.c: a submit's out_dir. */
+/* Whether a job of user `owner` may name `dir` as its out_dir: an existing
+ * directory must belong to owner (any is fine for root); a missing one is
+ * fine when the planner, which then makes it, runs as owner or owner is
+ * root. AA_EPERM says whose it is. */
+int aa__out_dir_check(const char *dir, uid_t owner);
+/* Writes s as <out_dir>/strategy.json through a descriptor of the job's
+ * out_dir checked to belong to the job's user, never following a symlink. */
+int aa__out_dir_write_strategy(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s);
+
+/* job_run.c: one job's life. */
+/* Takes the queued job `row` onto executor e's hardware as p->cur: answers
+ * it from the store, or resumes or enumerates its search, and advances it. */
+void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e);
+/* Moves the current job on as far as it can go now. */
+void aa__job_advance(aa_planner_t *p);
+/* Ends the current job's running run as `status` with `why` and tells its
+ * executors to stop it; they stay busy until they report. */
+void aa__job_stop_run(aa_planner_t *p, aa_store_run_status_t status, const char *why);
+/* Frees a job object. */
+void aa__job_free(aa_planner_job_t *j);
 
 /* --- search.c -------------------------------------------------------------------- */
 
@@ -240,6 +375,7 @@ typedef struct aa_cand {
   int64_t run_id;
   aa_store_run_status_t status;
   double tokens_per_s;
+  int retries; /* dry runs tried again after their executor vanished */
 } aa_cand_t;
 
 typedef struct aa_search {
@@ -303,8 +439,12 @@ int aa__report_job(aa_store_t *st, const char *home, int64_t id, json_t **out);
 /* The best run of a job as RUN or json_null(). */
 json_t *aa__report_run_or_null(aa_store_t *st, int64_t run_id);
 /* The answer to a `query` as JSON text (malloc'd, transferred). AA_EINVAL
- * naming an unknown what, argument or a wrong type. */
-int aa__report_query(aa_store_t *st, const char *home, const char *what, const char *args, char **out);
+ * naming an unknown what, argument or a wrong type. Lists come in pages
+ * (AA_PLANNER_PAGE_RUNS, _JOBS rows at most, "next_offset" to go on); rows
+ * the store cannot read are named under "unreadable" (runs) or as JOB
+ * {"id", "error"} (jobs). p (may be NULL) annotates JOB objects. */
+int aa__report_query(aa_store_t *st, const char *home, const char *what, const char *args, char **out,
+                     aa_planner_t *p);
 /* The planner-wide status (text, malloc'd, transferred). */
 int aa__report_status(aa_planner_t *p, char **out);
 /* The path of a model's strategy file under home: <home>/strategies/<name>-<hash>.json,
@@ -312,5 +452,69 @@ int aa__report_status(aa_planner_t *p, char **out);
 void aa__report_strategy_path(const char *home, const char *name, const char *hash, char *out, size_t n);
 /* Dumps a JSON value compactly (malloc'd, transferred; NULL on no memory). */
 char *aa__report_dump(const json_t *v);
+
+/* --- the jobs' state (after aa_search_t, which a job holds) ----------------------------------- */
+
+/* One rank of the running run's gang. */
+typedef struct {
+  uint64_t executor;   /* the executor that runs it */
+  bool done;           /* its result came, or its executor died */
+  int order;           /* 1 for the first rank to end, 2 for the next, ... */
+  aa_msg_result_t res; /* its result; res.error owned, res.key unused */
+} aa_gang_rank_t;
+
+/* A job the planner has started: the current one, or a parked one. */
+struct aa_planner_job {
+  int64_t id;
+  aa_model_spec_t spec;
+  char *model_json; /* the spec as sent to executors (aa_spec_to_json) */
+  char hash[AA_STORE_HASH_MAX];
+  char hardware[AA_STORE_HW_MAX];
+  bool train, refresh, exhaustive;
+  int time_limit_s, max_dryruns;
+  unsigned exclude;
+  char out_dir[AA_PATH_MAX]; /* "" = none given */
+  bool has_owner;            /* the submitting user is known (out_dir belongs to them) */
+  uid_t owner;
+  aa_job_phase_t phase;
+  aa_search_t search;
+  int cand;          /* the candidate being dry-run */
+  int64_t run_id;    /* the run being executed, 0 = none */
+  char run_key[AA_STRATEGY_KEY_MAX];
+  int run_index;     /* dry run index (1-based) of the running one */
+  int64_t best_run;
+  bool from_store;
+  aa_strategy_t best; /* with provenance, for training */
+  bool waiting_logged;
+  aa_proto_dev_kind_t dev_kind; /* of its executors: the rendezvous backend */
+  /* The running run's gang (world ranks, world 1 for one device): results
+   * are collected per rank and the run is finished by advance() once all
+   * are in, never inside the callback that brought the last one. */
+  aa_gang_rank_t *ranks;
+  int world, ndone;
+  bool aborted;        /* the ranks still running were told to stop */
+  bool lost_executor;  /* a rank ended because its executor vanished, not the strategy */
+  bool train_retried;  /* its training run was tried again once already */
+  /* Parked: its next run needs executors that are not connected. */
+  double waiting_since;       /* aa_now(), 0 = not parked */
+  int64_t waiting_since_wall; /* unix seconds */
+  int need_world;             /* executors of its hardware one host must have */
+  char waiting_for[AA_STORE_HW_MAX + 96];
+  aa_planner_job_t *next; /* on p->parked */
+};
+
+/* A job's end that the store has not taken (a full disk): kept, reported
+ * as the truth to clients, and written when the store takes it. */
+struct aa_unrecorded {
+  int64_t job;
+  aa_store_job_status_t status;
+  int64_t best_run;
+  bool from_store;
+  char error[AA_PROTO_TEXT_MAX + 256];
+  int64_t run; /* a run whose result was not recorded either, 0 = none */
+  aa_store_run_result_t run_result; /* its figures; error and peak_json point into run_error / NULL */
+  char run_error[AA_PROTO_TEXT_MAX + 1];
+  aa_unrecorded_t *next;
+};
 
 #endif

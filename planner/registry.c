@@ -117,16 +117,17 @@ aa_conn_t *aa__registry_find(aa_planner_t *p, uint64_t id) {
   return NULL;
 }
 
-/* A token is required on TCP connections when one is configured; the unix
- * socket is protected by its mode (0600) instead. */
+/* Every TCP connection presents the token (a planner listening on TCP
+ * always has one); the unix socket is protected by its mode (0600). */
 static int check_token(aa_conn_t *c, const aa_msg_hello_t *h, uint64_t req) {
   aa_planner_t *p = c->p;
-  if (!c->tcp || !p->token_len) return 0;
+  if (!c->tcp) return 0;
   if (h->token && aa_proto_token_equal(h->token, strlen(h->token), p->token, p->token_len)) return 0;
   const char *what = h->token ? "wrong token" : "missing token";
   aa__planner_log(p, "%s from %s: connection refused", what, c->peer);
-  char msg[96];
-  snprintf(msg, sizeof msg, "%s: %s (give the planner's --token-file)", aa_strerror(AA_EPERM), what);
+  char msg[160];
+  snprintf(msg, sizeof msg, "%s: %s (present the planner's token: --token-file FILE, by default <state dir>/token)",
+           aa_strerror(AA_EPERM), what);
   aa__conn_fail(c, req, AA_EPERM, msg, NULL, 0);
   return -1;
 }
@@ -135,6 +136,7 @@ void aa__registry_hello(aa_conn_t *c, const aa_msg_t *m) {
   aa_planner_t *p = c->p;
   const aa_msg_hello_t *h = &m->hello;
   if (check_token(c, h, m->id)) return;
+  aa__conn_admitted(c);
   aa_msg_t w = {.type = AA_MSG_WELCOME, .id = m->id};
   if (h->role == AA_PROTO_ROLE_CLIENT) {
     c->role = AA_CONN_CLIENT;

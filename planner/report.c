@@ -69,12 +69,6 @@ void aa__report_strategy_path(const char *home, const char *name, const char *ha
   snprintf(out, n, "%s/strategies/%s-%s.json", home, clean, hash);
 }
 
-static int count_run(const aa_store_run_t *r, void *data) {
-  int *counts = data;
-  if ((unsigned)r->status < AA_STORE_RUN_NSTATUS) counts[r->status]++;
-  counts[AA_STORE_RUN_NSTATUS]++;
-  return 0;
-}
 
 /* The documented submit options from the stored options JSON. */
 static json_t *job_options(const json_t *stored, const char *home, int64_t id) {
@@ -106,8 +100,11 @@ int aa__report_job(aa_store_t *st, const char *home, int64_t id, json_t **out) {
   aa_store_job_t j;
   int rc = aa_store_job_get(st, id, &j);
   if (rc) return rc;
-  int counts[AA_STORE_RUN_NSTATUS + 1] = {0};
-  rc = aa_store_runs_of_job(st, id, count_run, counts);
+  int counts[AA_STORE_RUN_NSTATUS + 2] = {0}, unreadable = 0;
+  rc = aa_store_job_run_counts(st, id, counts, &unreadable);
+  for (int k = 0; k < AA_STORE_RUN_NSTATUS; k++) counts[AA_STORE_RUN_NSTATUS] += counts[k];
+  counts[AA_STORE_RUN_NSTATUS] += unreadable;
+  counts[AA_STORE_RUN_NSTATUS + 1] = unreadable;
   if (rc) {
     aa_store_job_clear(&j);
     return rc;
@@ -135,6 +132,8 @@ int aa__report_job(aa_store_t *st, const char *home, int64_t id, json_t **out) {
                                                 AA_STORE_RUN_CRASHED, AA_STORE_RUN_PRUNED, AA_STORE_RUN_CANCELLED};
   for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
     json_object_set_new(runs, aa_store_run_status_name(order[i]), json_integer(counts[order[i]]));
+  if (counts[AA_STORE_RUN_NSTATUS + 1])
+    json_object_set_new(runs, "unreadable", json_integer(counts[AA_STORE_RUN_NSTATUS + 1]));
   json_object_set_new(o, "runs", runs);
   json_object_set_new(o, "best_run", int0(j.best_run_id));
   if (j.status == AA_STORE_JOB_DONE && j.best_run_id) {
@@ -156,12 +155,27 @@ int aa__report_job(aa_store_t *st, const char *home, int64_t id, json_t **out) {
 
 typedef struct {
   json_t *list;
+  json_t *unreadable; /* [{"id", "error"}] of rows the store could not read */
   int64_t *ids; /* jobs: ids collected first (callbacks may not call the store) */
   size_t n, cap;
   char seen_hw[64][AA_STORE_HW_MAX]; /* best: one run per hardware */
   size_t nhw;
   int per_hardware;
 } collect_t;
+
+/* A row that cannot be read is named in the answer, and the rest served. */
+static int collect_bad(int64_t id, const char *why, void *data) {
+  collect_t *c = data;
+  if (!c->unreadable) c->unreadable = json_array();
+  json_array_append_new(c->unreadable, json_pack("{s:I, s:s}", "id", (json_int_t)id, "error", why));
+  return 0;
+}
+
+/* Puts "unreadable" into out when some rows could not be read. */
+static void put_unreadable(json_t *out, collect_t *c) {
+  if (c->unreadable) json_object_set_new(out, "unreadable", c->unreadable);
+  c->unreadable = NULL;
+}
 
 static int collect_run(const aa_store_run_t *r, void *data) {
   collect_t *c = data;
@@ -269,20 +283,40 @@ static int query_best(aa_store_t *st, const json_t *args, json_t *out) {
   if (!model) return aa_error(AA_EINVAL, "query best: \"model\" (a model hash) is required");
   collect_t c = {.list = json_array(), .per_hardware = 1};
   aa_store_run_filter_t f = {.model_hash = model, .hardware = hw, .statuses = AA_STORE_BIT(AA_STORE_RUN_OK),
-                             .kinds = AA_STORE_BIT(AA_STORE_RUN_DRYRUN), .order = AA_STORE_ORDER_BEST};
+                             .kinds = AA_STORE_BIT(AA_STORE_RUN_DRYRUN), .order = AA_STORE_ORDER_BEST,
+                             .bad_row = collect_bad};
   rc = aa_store_runs_query(st, &f, collect_run, &c);
   if (rc < 0) {
     json_decref(c.list);
+    json_decref(c.unreadable);
     return rc == AA_ENOMEM ? aa_error(rc, "query best: no memory") : rc;
   }
   json_object_set_new(out, "best", c.list);
+  put_unreadable(out, &c);
   return 0;
 }
 
+/* Pages: an answer holds at most `page` rows; "next_offset" says where the
+ * next page starts (null after the last), so every answer fits a frame
+ * however large the store grows. The row past the page is read to tell. */
+static int set_page(const char *what, const json_t *args, long long page, long long *limit, long long *offset) {
+  int rc = get_int(what, args, "limit", 0, 1000000, limit);
+  if (!rc) rc = get_int(what, args, "offset", 0, INT64_MAX, offset);
+  if (!rc && (*limit == 0 || *limit > page)) *limit = page;
+  return rc;
+}
+
+static void put_next(json_t *out, json_t *list, long long limit, long long offset) {
+  bool more = (long long)json_array_size(list) > limit;
+  if (more) json_array_remove(list, json_array_size(list) - 1);
+  json_object_set_new(out, "next_offset", more ? json_integer(offset + limit) : json_null());
+}
+
 static int query_runs(aa_store_t *st, const json_t *args, json_t *out) {
-  static const char *const allowed[] = {"job", "model", "hardware", "status", "kind", "key_prefix", "order", "limit", NULL};
-  aa_store_run_filter_t f = {0};
-  long long job, limit;
+  static const char *const allowed[] = {"job",   "model", "hardware", "status", "kind", "key_prefix",
+                                        "order", "limit", "offset",   NULL};
+  aa_store_run_filter_t f = {.bad_row = collect_bad};
+  long long job, limit, offset;
   const char *kind, *order;
   int rc = check_keys("runs", args, allowed);
   if (!rc) rc = get_int("runs", args, "job", 1, INT64_MAX, &job);
@@ -292,10 +326,11 @@ static int query_runs(aa_store_t *st, const json_t *args, json_t *out) {
   if (!rc) rc = get_str("runs", args, "kind", &kind);
   if (!rc) rc = get_str("runs", args, "key_prefix", &f.key_prefix);
   if (!rc) rc = get_str("runs", args, "order", &order);
-  if (!rc) rc = get_int("runs", args, "limit", 0, 1000000, &limit);
+  if (!rc) rc = set_page("runs", args, AA_PLANNER_PAGE_RUNS, &limit, &offset);
   if (rc) return rc;
   f.job_id = job;
-  f.limit = (int)limit;
+  f.limit = (int)limit + 1;
+  f.offset = offset;
   if (kind) {
     if (!strcmp(kind, "dryrun")) f.kinds = AA_STORE_BIT(AA_STORE_RUN_DRYRUN);
     else if (!strcmp(kind, "train")) f.kinds = AA_STORE_BIT(AA_STORE_RUN_TRAIN);
@@ -310,48 +345,64 @@ static int query_runs(aa_store_t *st, const json_t *args, json_t *out) {
   rc = aa_store_runs_query(st, &f, collect_run, &c);
   if (rc < 0) {
     json_decref(c.list);
+    json_decref(c.unreadable);
     return rc == AA_ENOMEM ? aa_error(rc, "query runs: no memory") : rc;
   }
+  put_next(out, c.list, limit, offset);
   json_object_set_new(out, "runs", c.list);
+  put_unreadable(out, &c);
   return 0;
 }
 
 /* JOB objects for the ids in c (the jobs walk is over, so the store may be
- * called again), appended to list. */
-static int jobs_to_list(aa_store_t *st, const char *home, const collect_t *c, json_t *list) {
+ * called again), appended to list; p (may be NULL) annotates them. A job
+ * the store cannot read is listed as {"id", "error"}: one bad row does not
+ * hide the others. */
+static int jobs_to_list(aa_store_t *st, const char *home, const collect_t *c, json_t *list, aa_planner_t *p) {
   for (size_t i = 0; i < c->n; i++) {
     json_t *j;
     int rc = aa__report_job(st, home, c->ids[i], &j);
-    if (rc) return rc;
+    if (rc == AA_ENOMEM) return rc;
+    if (rc) j = json_pack("{s:I, s:s}", "id", (json_int_t)c->ids[i], "error", aa_last_error());
+    else if (p) aa__jobs_annotate(p, j);
     json_array_append_new(list, j);
   }
   return 0;
 }
 
-static int query_jobs(aa_store_t *st, const char *home, const json_t *args, json_t *out) {
-  static const char *const allowed[] = {"model", "status", "limit", NULL};
-  aa_store_job_filter_t f = {0};
-  long long limit;
+/* The ids of unreadable job rows go into the list too, as errors. */
+static int collect_bad_job(int64_t id, const char *why, void *data) {
+  (void)why;
+  return collect_job(&(aa_store_job_t){.id = id}, data);
+}
+
+static int query_jobs(aa_store_t *st, const char *home, const json_t *args, json_t *out, aa_planner_t *p) {
+  static const char *const allowed[] = {"model", "status", "limit", "offset", NULL};
+  aa_store_job_filter_t f = {.bad_row = collect_bad_job};
+  long long limit, offset;
   int rc = check_keys("jobs", args, allowed);
   if (!rc) rc = get_str("jobs", args, "model", &f.model_hash);
   if (!rc) rc = get_statuses("jobs", args, 1, &f.statuses);
-  if (!rc) rc = get_int("jobs", args, "limit", 0, 1000000, &limit);
+  if (!rc) rc = set_page("jobs", args, AA_PLANNER_PAGE_JOBS, &limit, &offset);
   if (rc) return rc;
-  f.limit = (int)limit;
+  f.limit = (int)limit + 1;
+  f.offset = offset;
   collect_t c = {0};
   rc = aa_store_jobs_list(st, &f, collect_job, &c);
   json_t *list = json_array();
-  if (rc >= 0) rc = jobs_to_list(st, home, &c, list);
+  if (rc >= 0) rc = jobs_to_list(st, home, &c, list, p);
   free(c.ids);
   if (rc < 0) {
     json_decref(list);
     return rc == AA_ENOMEM ? aa_error(rc, "query jobs: no memory") : rc;
   }
+  put_next(out, list, limit, offset);
   json_object_set_new(out, "jobs", list);
   return 0;
 }
 
-int aa__report_query(aa_store_t *st, const char *home, const char *what, const char *args, char **out) {
+int aa__report_query(aa_store_t *st, const char *home, const char *what, const char *args, char **out,
+                     aa_planner_t *p) {
   json_t *a = NULL;
   char origin[300];
   char w[64];
@@ -372,7 +423,7 @@ int aa__report_query(aa_store_t *st, const char *home, const char *what, const c
   int rc;
   if (!strcmp(what, "best")) rc = query_best(st, a, o);
   else if (!strcmp(what, "runs")) rc = query_runs(st, a, o);
-  else if (!strcmp(what, "jobs")) rc = query_jobs(st, home, a, o);
+  else if (!strcmp(what, "jobs")) rc = query_jobs(st, home, a, o, p);
   else rc = aa_error(AA_EINVAL, "unknown query \"%s\" (accepted: best, runs, jobs)", w);
   json_decref(a);
   if (!rc && !(*out = aa__report_dump(o))) rc = aa_error(AA_ENOMEM, "query %s: no memory for the reply", w);
@@ -412,13 +463,14 @@ int aa__report_status(aa_planner_t *p, char **out) {
   for (aa_conn_t *c = p->conns; c; c = c->next)
     if (c->role == AA_CONN_EXECUTOR && !c->dropped) json_array_append_new(ex, executor_json(c));
   json_object_set_new(root, "executors", ex);
-  for (size_t i = 0; i < p->queue_n; i++) json_array_append_new(q, json_integer(p->queue[i]));
+  for (size_t i = 0; i < p->queue_n; i++) json_array_append_new(q, json_integer(p->queue[i].id));
   json_object_set_new(root, "queue", q);
   json_object_set_new(root, "running", int0(aa__jobs_current_id(p)));
-  aa_store_job_filter_t f = {.limit = AA_PLANNER_STATUS_JOBS};
+  json_object_set_new(root, "waiting", aa__jobs_waiting(p));
+  aa_store_job_filter_t f = {.limit = AA_PLANNER_STATUS_JOBS, .bad_row = collect_bad_job};
   collect_t c = {0};
   int rc = aa_store_jobs_list(p->store, &f, collect_job, &c);
-  if (rc >= 0) rc = jobs_to_list(p->store, p->home, &c, jobs);
+  if (rc >= 0) rc = jobs_to_list(p->store, p->home, &c, jobs, p);
   free(c.ids);
   json_object_set_new(root, "jobs", jobs);
   if (rc >= 0 && !(*out = aa__report_dump(root))) rc = aa_error(AA_ENOMEM, "status: no memory for the reply");

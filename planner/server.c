@@ -1,12 +1,7 @@
-/* The planner's loop: the listening sockets (unix, optional TCP), one
- * connection per peer with its frame reader, the close queue, the tick
- * (heartbeats, dead peers) and the orderly stop.
- *
- * Connections follow Redis's rules: a peer's declared frame length is
- * checked before anything is buffered; a bad frame gets one error reply, a
- * sanitized log sample and a close after the reply is written; a
- * connection is never freed inside its own callback but put on a close
- * queue that an idle handle drains; nothing a peer sends stops the loop. */
+/* The planner's loop: its limits, the listening sockets (unix, TCP with a
+ * token), what each decoded message does, the tick (heartbeats, dead
+ * peers, deadlines) and the orderly stop. The connections themselves are
+ * in conn.c. */
 #include "planner_internal.h"
 
 #include "../common/json.h"
@@ -18,6 +13,11 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stddef.h>
+#include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -42,157 +42,9 @@ void aa__planner_log(aa_planner_t *p, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* --- the close queue ------------------------------------------------------------ */
+/* --- messages -------------------------------------------------------------------- */
 
-static void maybe_finish_stop(aa_planner_t *p);
-
-static void unlink_conn(aa_conn_t *c) {
-  aa_planner_t *p = c->p;
-  if (c->prev) c->prev->next = c->next;
-  else if (p->conns == c) p->conns = c->next;
-  if (c->next) c->next->prev = c->prev;
-  c->next = c->prev = NULL;
-}
-
-
-static void on_conn_closed(uv_handle_t *h) {
-  aa_conn_t *c = h->data;
-  aa_planner_t *p = c->p;
-  unlink_conn(c);
-  aa_frame_reader_free(&c->reader);
-  free(c->dev.name);
-  free(c->dev.host);
-  free(c);
-  p->nconns--;
-  maybe_finish_stop(p);
-}
-
-static void on_reap(uv_idle_t *h) {
-  aa_planner_t *p = h->data;
-  while (p->close_q) {
-    aa_conn_t *c = p->close_q;
-    p->close_q = c->close_next;
-    uv_close(&c->h.handle, on_conn_closed);
-  }
-  uv_idle_stop(h);
-}
-
-static void enqueue_close(aa_conn_t *c) {
-  if (c->queued) return;
-  c->queued = true;
-  c->close_next = c->p->close_q;
-  c->p->close_q = c;
-  uv_idle_start(&c->p->reaper, on_reap);
-}
-
-/* Role-specific teardown, once: an executor's run is lost, a client's
- * waits end. */
-static void teardown(aa_conn_t *c, const char *why) {
-  if (c->dropped) return;
-  c->dropped = true;
-  uv_read_stop(&c->h.stream);
-  if (c->role == AA_CONN_EXECUTOR) aa__registry_executor_gone(c, why);
-  else if (c->role == AA_CONN_CLIENT) aa__jobs_client_gone(c);
-}
-
-void aa__conn_drop(aa_conn_t *c, const char *why) {
-  teardown(c, why);
-  enqueue_close(c);
-}
-
-static void on_shutdown(uv_shutdown_t *req, int status) {
-  (void)status;
-  enqueue_close(req->data);
-}
-
-/* Closes c once the frames queued on it are written (the error reply of a
- * protocol error, the bye of a stop). */
-static void drop_after_writes(aa_conn_t *c, const char *why) {
-  teardown(c, why);
-  if (c->shutting || c->queued) return;
-  c->shutting = true;
-  c->shutdown_req.data = c;
-  if (uv_shutdown(&c->shutdown_req, &c->h.stream, on_shutdown)) enqueue_close(c);
-}
-
-/* --- writing ---------------------------------------------------------------------- */
-
-typedef struct {
-  uv_write_t req;
-  char *buf;
-} wreq_t;
-
-static void on_written(uv_write_t *req, int status) {
-  wreq_t *w = (wreq_t *)req;
-  aa_conn_t *c = req->data;
-  free(w->buf);
-  free(w);
-  if (status < 0 && !c->dropped) aa__conn_drop(c, "disconnected");
-}
-
-/* Queues buf (transferred) on c. */
-static void conn_write(aa_conn_t *c, char *buf, size_t len) {
-  if (c->dropped) {
-    free(buf);
-    return;
-  }
-  wreq_t *w = malloc(sizeof *w);
-  if (!w) {
-    free(buf);
-    aa__conn_drop(c, "disconnected (no memory for a write)");
-    return;
-  }
-  w->buf = buf;
-  w->req.data = c;
-  uv_buf_t b = uv_buf_init(buf, (unsigned)len);
-  if (uv_write(&w->req, &c->h.stream, &b, 1, on_written)) {
-    free(buf);
-    free(w);
-    aa__conn_drop(c, "disconnected");
-  }
-}
-
-int aa__conn_send(aa_conn_t *c, const aa_msg_t *m) {
-  if (c->dropped) return 0;
-  char *buf;
-  size_t len;
-  int rc = aa_msg_encode(m, &buf, &len);
-  if (rc) {
-    aa__planner_log(c->p, "cannot encode %s for %s: %s", aa_msg_type_name(m->type), c->peer, aa_last_error());
-    return rc;
-  }
-  conn_write(c, buf, len);
-  return 0;
-}
-
-void aa__conn_send_error(aa_conn_t *c, uint64_t id, int code, const char *message) {
-  if (c->dropped) return;
-  char *buf;
-  size_t len;
-  if (!aa_msg_encode_error(&buf, &len, id, code, message)) conn_write(c, buf, len);
-}
-
-void aa__conn_fail(aa_conn_t *c, uint64_t id, int code, const char *message, const void *sample, size_t n) {
-  if (c->dropped) return;
-  char hex[3 * 24 + 8] = "";
-  const unsigned char *b = sample;
-  size_t k = n < 24 ? n : 24, o = 0;
-  for (size_t i = 0; i < k; i++) o += (size_t)snprintf(hex + o, sizeof hex - o, "%s%02x", i ? " " : "", b[i]);
-  if (n > k) snprintf(hex + o, sizeof hex - o, " ...");
-  char safe[160];
-  aa_json_sanitize(safe, sizeof safe, message);
-  aa__planner_log(c->p, "protocol error from %s: %s (code %d)%s%s%s; closing", c->peer, safe, code,
-                  sample ? ", first bytes [" : "", sample ? hex : "", sample ? "]" : "");
-  /* The peer learns that the close is deliberate, not a crash. */
-  char full[AA_PROTO_TEXT_MAX];
-  snprintf(full, sizeof full, "%.4000s; connection closed", message);
-  aa__conn_send_error(c, id, code, full);
-  drop_after_writes(c, "closed after a protocol error");
-}
-
-/* --- reading --------------------------------------------------------------------- */
-
-static void dispatch(aa_conn_t *c, aa_msg_t *m, const void *payload, size_t n) {
+void aa__planner_dispatch(aa_conn_t *c, aa_msg_t *m, const void *payload, size_t n) {
   if (c->role == AA_CONN_HELLO) {
     if (m->type != AA_MSG_HELLO) {
       char msg[128];
@@ -219,6 +71,7 @@ static void dispatch(aa_conn_t *c, aa_msg_t *m, const void *payload, size_t n) {
         json_t *j;
         rc = aa__report_job(c->p->store, c->p->home, (int64_t)m->status.job, &j);
         if (!rc) {
+          aa__jobs_annotate(c->p, j);
           json_t *o = json_pack("{s:o}", "job", j);
           if (!(text = aa__report_dump(o))) rc = aa_error(AA_ENOMEM, "status: no memory");
           json_decref(o);
@@ -230,20 +83,18 @@ static void dispatch(aa_conn_t *c, aa_msg_t *m, const void *payload, size_t n) {
         aa__conn_send_error(c, m->id, rc, aa_last_error());
         return;
       }
-      aa_msg_t r = {.type = AA_MSG_REPLY, .id = m->id, .reply.json = text};
-      aa__conn_send(c, &r);
+      aa__conn_reply(c, m->id, text);
       free(text);
       return;
     }
     case AA_MSG_QUERY: {
       char *text = NULL;
-      int rc = aa__report_query(c->p->store, c->p->home, m->query.what, m->query.args, &text);
+      int rc = aa__report_query(c->p->store, c->p->home, m->query.what, m->query.args, &text, c->p);
       if (rc) {
         aa__conn_send_error(c, m->id, rc, aa_last_error());
         return;
       }
-      aa_msg_t r = {.type = AA_MSG_REPLY, .id = m->id, .reply.json = text};
-      aa__conn_send(c, &r);
+      aa__conn_reply(c, m->id, text);
       free(text);
       return;
     }
@@ -261,109 +112,6 @@ static void dispatch(aa_conn_t *c, aa_msg_t *m, const void *payload, size_t n) {
   snprintf(msg, sizeof msg, "%s: not accepted from %s", aa_msg_type_name(m->type),
            c->role == AA_CONN_CLIENT ? "a client" : "an executor");
   aa__conn_fail(c, m->id, AA_EFORMAT, msg, payload, n);
-}
-
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  (void)suggested;
-  aa_conn_t *c = h->data;
-  *buf = uv_buf_init(c->rbuf, sizeof c->rbuf);
-}
-
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  aa_conn_t *c = s->data;
-  if (c->dropped) return;
-  if (nread < 0) {
-    if (c->reader.hdr_n || c->reader.need) {
-      aa__planner_log(c->p, "%s closed the connection in the middle of a frame", c->peer);
-      aa__conn_send_error(c, 0, AA_EPARSE, "truncated frame: the connection ended inside it");
-      drop_after_writes(c, "disconnected");
-      return;
-    }
-    if (c->role == AA_CONN_CLIENT && nread != UV_EOF)
-      aa__planner_log(c->p, "client %llu: %s", (unsigned long long)c->id, uv_strerror((int)nread));
-    aa__conn_drop(c, "disconnected");
-    return;
-  }
-  c->last_seen = aa_now();
-  const char *data = buf->base;
-  size_t left = (size_t)nread;
-  while (left > 0 && !c->dropped) {
-    size_t used = 0, n = 0;
-    const void *payload = NULL;
-    int rc = aa_frame_reader_feed(&c->reader, data, left, &used, &payload, &n);
-    if (rc < 0) {
-      aa__conn_fail(c, 0, rc, aa_last_error(), data, left);
-      return;
-    }
-    data += used;
-    left -= used;
-    if (rc == 0) break;
-    aa_msg_t m;
-    if ((rc = aa_msg_decode(payload, n, &m))) {
-      aa__conn_fail(c, 0, rc, aa_last_error(), payload, n);
-      return;
-    }
-    dispatch(c, &m, payload, n);
-    aa_msg_free(&m);
-  }
-}
-
-/* --- accepting -------------------------------------------------------------------- */
-
-static void peer_name(aa_conn_t *c) {
-  if (!c->tcp) {
-    snprintf(c->peer, sizeof c->peer, "unix socket");
-    return;
-  }
-  struct sockaddr_storage ss;
-  int len = sizeof ss;
-  char host[64] = "?";
-  int port = 0;
-  if (!uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len)) {
-    if (ss.ss_family == AF_INET) {
-      uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof host);
-      port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    } else if (ss.ss_family == AF_INET6) {
-      uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof host);
-      port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    }
-  }
-  snprintf(c->peer, sizeof c->peer, "tcp %s:%d", host, port);
-}
-
-static void on_connection(uv_stream_t *server, int status) {
-  aa_planner_t *p = server->data;
-  if (status < 0) {
-    aa__planner_log(p, "accept: %s", uv_strerror(status));
-    return;
-  }
-  aa_conn_t *c = calloc(1, sizeof *c);
-  if (!c) {
-    aa__planner_log(p, "accept: no memory for a connection");
-    return;
-  }
-  c->p = p;
-  c->tcp = server == (uv_stream_t *)&p->tcp_srv;
-  int rc = c->tcp ? uv_tcp_init(&p->loop, &c->h.tcp) : uv_pipe_init(&p->loop, &c->h.pipe, 0);
-  if (rc) {
-    free(c);
-    aa__planner_log(p, "accept: %s", uv_strerror(rc));
-    return;
-  }
-  c->h.handle.data = c;
-  p->nconns++;
-  aa_frame_reader_init(&c->reader, 0);
-  c->last_seen = aa_now();
-  c->next = p->conns; /* on the list from now until its close callback */
-  if (p->conns) p->conns->prev = c;
-  p->conns = c;
-  if ((rc = uv_accept(server, &c->h.stream)) || (rc = uv_read_start(&c->h.stream, on_alloc, on_read))) {
-    aa__planner_log(p, "accept: %s", uv_strerror(rc));
-    c->dropped = true;
-    enqueue_close(c);
-    return;
-  }
-  peer_name(c);
 }
 
 /* --- the unix socket ---------------------------------------------------------------- */
@@ -402,24 +150,78 @@ static int listen_unix(aa_planner_t *p) {
   p->sock_created = true;
   p->sock_dev = sb.st_dev;
   p->sock_ino = sb.st_ino;
-  if ((rc = uv_listen((uv_stream_t *)&p->unix_srv, 64, on_connection)))
+  if ((rc = uv_listen((uv_stream_t *)&p->unix_srv, 64, aa__conn_on_connection)))
     return aa_error(AA_EIO, "cannot listen on %s: %s", p->socket_path, uv_strerror(rc));
   return 0;
 }
 
-static int listen_tcp(aa_planner_t *p, const char *text) {
+/* Whether a resolved address is a wildcard (every interface). */
+static bool is_wildcard(const struct sockaddr *sa) {
+  if (sa->sa_family == AF_INET) return ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
+  if (sa->sa_family == AF_INET6) return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+  return false;
+}
+
+/* The numeric form of a socket address, "127.0.0.1" or "::1". */
+static void numeric_host(const struct sockaddr *sa, char *out, size_t n) {
+  snprintf(out, n, "?");
+  if (sa->sa_family == AF_INET) uv_ip4_name((const struct sockaddr_in *)sa, out, n);
+  else if (sa->sa_family == AF_INET6) uv_ip6_name((const struct sockaddr_in6 *)sa, out, n);
+}
+
+/* Every TCP peer presents a token: --token-file's, else <home>/token, made
+ * here (mode 0600, 32 random bytes in hex) the first time TCP is asked
+ * for. The unix socket's mode protects only the unix socket: on loopback
+ * TCP any local user could connect. */
+static int load_or_make_token(aa_planner_t *p) {
+  char path[AA_PATH_MAX + 16];
+  snprintf(path, sizeof path, "%.4080s/token", p->home);
+  int rc = aa_token_load(path, p->token, &p->token_len);
+  if (rc != AA_ENOENT) return rc;
+  unsigned char raw[32];
+  if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
+    return aa_error(AA_EIO, "cannot make a token for %s: getrandom: %s", path, strerror(errno));
+  char hex[2 * sizeof raw + 2];
+  for (size_t i = 0; i < sizeof raw; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return aa_error(AA_EIO, "cannot create the token file %s: %s", path, strerror(errno));
+  size_t len = strlen(hex);
+  hex[len] = '\n';
+  ssize_t w = write(fd, hex, len + 1);
+  if (close(fd) || w != (ssize_t)len + 1) {
+    unlink(path);
+    return aa_error(AA_EIO, "cannot write the token file %s", path);
+  }
+  aa__planner_log(p, "made a token for TCP peers in %s (mode 0600): give it to executors and clients with --token-file",
+                  path);
+  return aa_token_load(path, p->token, &p->token_len);
+}
+
+/* Listens on TCP at the address `text` resolves to. The address decides,
+ * not the text: a name that resolves to a wildcard address would listen
+ * on every interface while the user believed otherwise, so only a literal
+ * wildcard (0.0.0.0, [::]) may do that. */
+static int listen_tcp(aa_planner_t *p, const char *text, const char *token_file) {
   aa_addr_t a;
   char full[AA_ADDR_HOST_MAX + 16];
   snprintf(full, sizeof full, "tcp:%s", strncmp(text, "tcp:", 4) ? text : text + 4);
   int rc = aa_addr_parse(&a, full);
   if (rc) return aa_error_wrap(rc, "--listen");
-  if (!aa_addr_is_loopback(a.host) && !p->token_len)
-    return aa_error(AA_EPERM, "--listen %s: a host that is not loopback needs --token-file", text);
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res;
-  char port[16];
+  if (!token_file && (rc = load_or_make_token(p))) return rc;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+  char port[16], host[64];
   snprintf(port, sizeof port, "%d", a.port);
   int g = getaddrinfo(a.host, port, &hints, &res);
   if (g) return aa_error(AA_EINVAL, "--listen %s: %s", text, gai_strerror(g));
+  numeric_host(res->ai_addr, host, sizeof host);
+  bool literal_any = !strcmp(a.host, "0.0.0.0") || !strcmp(a.host, "::");
+  if (is_wildcard(res->ai_addr) && !literal_any) {
+    freeaddrinfo(res);
+    return aa_error(AA_EINVAL,
+                    "--listen %s: %s resolves to %s, which listens on every interface; write %s:%d if that is "
+                    "what you mean",
+                    text, a.host, host, strchr(host, ':') ? "[::]" : "0.0.0.0", a.port);
+  }
   if ((rc = uv_tcp_init(&p->loop, &p->tcp_srv))) {
     freeaddrinfo(res);
     return aa_error(AA_EIO, "tcp: %s", uv_strerror(rc));
@@ -428,9 +230,13 @@ static int listen_tcp(aa_planner_t *p, const char *text) {
   p->tcp_srv.data = p;
   rc = uv_tcp_bind(&p->tcp_srv, res->ai_addr, 0);
   freeaddrinfo(res);
-  if (!rc) rc = uv_listen((uv_stream_t *)&p->tcp_srv, 64, on_connection);
+  if (!rc) rc = uv_listen((uv_stream_t *)&p->tcp_srv, 64, aa__conn_on_connection);
   if (rc) return aa_error(AA_EIO, "cannot listen on %s: %s", text, uv_strerror(rc));
-  aa_addr_format(&a, p->tcp_address, sizeof p->tcp_address);
+  struct sockaddr_storage ss;
+  int len = sizeof ss;
+  if (!uv_tcp_getsockname(&p->tcp_srv, (struct sockaddr *)&ss, &len)) numeric_host((struct sockaddr *)&ss, host, sizeof host);
+  if (strchr(host, ':')) snprintf(p->tcp_address, sizeof p->tcp_address, "tcp:[%s]:%d", host, a.port);
+  else snprintf(p->tcp_address, sizeof p->tcp_address, "tcp:%s:%d", host, a.port);
   return 0;
 }
 
@@ -442,13 +248,14 @@ static void close_handle(uv_handle_t *h) {
 
 /* The stop is over when every connection is closed: then the planner's own
  * handles go, and uv_run returns. */
-static void maybe_finish_stop(aa_planner_t *p) {
+void aa__planner_maybe_finish_stop(aa_planner_t *p) {
   if (!p->stopping || p->nconns > 0 || p->handles_closed) return;
   p->handles_closed = true;
   close_handle((uv_handle_t *)&p->tick);
   close_handle((uv_handle_t *)&p->kick);
   close_handle((uv_handle_t *)&p->wake);
   close_handle((uv_handle_t *)&p->reaper);
+  close_handle((uv_handle_t *)&p->turn);
   if (p->signals_open) {
     close_handle((uv_handle_t *)&p->sig_int);
     close_handle((uv_handle_t *)&p->sig_term);
@@ -467,22 +274,24 @@ static void begin_stop(aa_planner_t *p, const char *why) {
   for (aa_conn_t *c = p->conns; c; c = c->next) {
     if (c->dropped) continue;
     if (c->role != AA_CONN_HELLO) aa__conn_send(c, &bye);
-    drop_after_writes(c, "closed: the planner is stopping");
+    aa__conn_drop_after_writes(c, "closed: the planner is stopping");
   }
   uv_timer_stop(&p->kick);
-  maybe_finish_stop(p);
+  aa__planner_maybe_finish_stop(p);
 }
 
 static void on_tick(uv_timer_t *t) {
   aa_planner_t *p = t->data;
   if (!p->stopping) {
+    aa__conn_check_deadlines(p, aa_now());
     aa__registry_tick(p);
+    aa__jobs_tick(p);
     aa__planner_kick(p); /* the search time limit, executors that came back */
     return;
   }
   /* A peer that does not read its bye does not hold the stop up. */
   if ((aa_now() - p->stop_started) * 1000 >= AA_PLANNER_STOP_GRACE_MS)
-    for (aa_conn_t *c = p->conns; c; c = c->next) enqueue_close(c);
+    for (aa_conn_t *c = p->conns; c; c = c->next) aa__conn_enqueue_close(c);
 }
 
 static void on_kick(uv_timer_t *t) {
@@ -506,15 +315,74 @@ static void on_signal(uv_signal_t *s, int signum) {
 
 /* --- the public API ------------------------------------------------------------------ */
 
-static int make_home(const char *home) {
+/* The state directory holds the store, the socket and the token: only
+ * its owner may enter it. A directory made earlier with a wider mode is
+ * narrowed (and the log says so); one owned by somebody else is refused. */
+static int make_home(aa_planner_t *p, const char *home) {
   struct stat sb;
-  if (!stat(home, &sb)) {
-    if (!S_ISDIR(sb.st_mode)) return aa_error(AA_EIO, "%s is not a directory", home);
+  if (stat(home, &sb)) {
+    int rc = aa_mkdirs(home);
+    if (rc) return rc;
+    if (chmod(home, 0700)) return aa_error(AA_EIO, "%s: %s", home, strerror(errno));
     return 0;
   }
-  int rc = aa_mkdirs(home);
-  if (rc) return rc;
-  if (chmod(home, 0700)) return aa_error(AA_EIO, "%s: %s", home, strerror(errno));
+  if (!S_ISDIR(sb.st_mode)) return aa_error(AA_EIO, "%s is not a directory", home);
+  if (sb.st_uid != geteuid())
+    return aa_error(AA_EPERM, "state directory %s belongs to uid %u, not to this user (uid %u)", home,
+                    (unsigned)sb.st_uid, (unsigned)geteuid());
+  if (sb.st_mode & (S_IRWXG | S_IRWXO)) {
+    if (chmod(home, 0700)) return aa_error(AA_EIO, "%s: %s", home, strerror(errno));
+    aa__planner_log(p, "state directory %s was mode %03o; now 0700", home, (unsigned)(sb.st_mode & 0777));
+  }
+  return 0;
+}
+
+/* The limits: one table gives each its name, range and default
+ * (docs/service.md "Limits"; Redis's config table). Options are ints
+ * except write_queue_max. 0 in the options means the default. */
+typedef struct {
+  const char *name;
+  size_t opt, lim; /* offsetof in aa_planner_opts_t and aa_planner_limits_t */
+  bool bytes;      /* long long option, size_t limit */
+  long long min, max, def;
+} limit_t;
+
+#define LIMIT(n, mn, mx, d) \
+  {#n, offsetof(aa_planner_opts_t, n), offsetof(aa_planner_limits_t, n), false, mn, mx, d}
+static const limit_t limits[] = {
+    LIMIT(max_connections, AA_PLANNER_UNIX_RESERVE + 1, 1000000, 1024),
+    LIMIT(max_unauthenticated, 1, 1000000, 64),
+    LIMIT(hello_timeout_ms, 100, 3600000, 10000),
+    LIMIT(frame_timeout_ms, 100, 3600000, 30000),
+    {"write_queue_max", offsetof(aa_planner_opts_t, write_queue_max), offsetof(aa_planner_limits_t, write_queue_max),
+     true, 4096, 1LL << 40, 32LL << 20},
+    LIMIT(placement_timeout_s, 1, AA_PROTO_TIME_LIMIT_MAX, 3600),
+};
+#undef LIMIT
+
+/* Fills p->lim from the options. The connection cap never exceeds what the
+ * descriptor limit allows, so the planner refuses peers itself rather than
+ * failing accept() for its owner too. */
+static int set_limits(aa_planner_t *p, const aa_planner_opts_t *o) {
+  for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+    const limit_t *l = &limits[i];
+    const char *ob = (const char *)o;
+    char *lb = (char *)&p->lim;
+    long long v = l->bytes ? *(const long long *)(ob + l->opt) : *(const int *)(ob + l->opt);
+    if (v == 0) v = l->def;
+    if (v < l->min || v > l->max)
+      return aa_error(AA_EINVAL, "planner: %s %lld must be in %lld..%lld", l->name, v, l->min, l->max);
+    if (l->bytes) *(size_t *)(lb + l->lim) = (size_t)v;
+    else *(int *)(lb + l->lim) = (int)v;
+  }
+  p->lim.max_resumes = o->max_resumes < 0 ? 0 : o->max_resumes > 0 ? o->max_resumes : 3;
+  if (p->lim.max_resumes > 1000) return aa_error(AA_EINVAL, "planner: max_resumes %d must be in 0..1000", o->max_resumes);
+  struct rlimit rl;
+  if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY) {
+    long long room = (long long)rl.rlim_cur - AA_PLANNER_FD_RESERVE;
+    if (room < AA_PLANNER_UNIX_RESERVE + 1) room = AA_PLANNER_UNIX_RESERVE + 1;
+    if (room < p->lim.max_connections) p->lim.max_connections = (int)room;
+  }
   return 0;
 }
 
@@ -522,7 +390,8 @@ static int setup(aa_planner_t *p, const aa_planner_opts_t *o) {
   int rc;
   if (o->home) snprintf(p->home, sizeof p->home, "%s", o->home);
   else if ((rc = aa_home_dir(p->home, sizeof p->home))) return rc;
-  if ((rc = make_home(p->home))) return rc;
+  p->log = o->log;
+  if ((rc = make_home(p, p->home))) return rc;
   const char *sock = o->socket_path;
   char def[AA_PATH_MAX + 32];
   if (!sock) {
@@ -537,6 +406,7 @@ static int setup(aa_planner_t *p, const aa_planner_opts_t *o) {
   if (o->store_path) snprintf(p->store_path, sizeof p->store_path, "%s", o->store_path);
   else snprintf(p->store_path, sizeof p->store_path, "%.4080s/store.db", p->home);
   if (o->token_file && (rc = aa_token_load(o->token_file, p->token, &p->token_len))) return rc;
+  if ((rc = set_limits(p, o))) return rc;
   if (o->heartbeat_ms < 0 || o->heartbeat_ms > 3600000 || (o->heartbeat_ms && o->heartbeat_ms < 100))
     return aa_error(AA_EINVAL, "heartbeat_ms %d must be in 100..3600000", o->heartbeat_ms);
   p->heartbeat_ms = o->heartbeat_ms ? o->heartbeat_ms : 1000;
@@ -549,14 +419,14 @@ static int setup(aa_planner_t *p, const aa_planner_opts_t *o) {
     return aa_error(AA_EINVAL, "dry-run time limit %d s must be in 0..%d", o->dryrun_time_limit_s,
                     AA_PROTO_TIME_LIMIT_MAX);
   p->dryrun_time_limit_s = o->dryrun_time_limit_s > 0 ? o->dryrun_time_limit_s : 300;
-  p->log = o->log;
   p->started = aa_now();
 
-  int jobs_interrupted = 0, runs_crashed = 0;
+  aa_store_recovery_t rec = {0};
   if ((rc = aa_store_open(&p->store, p->store_path, 0))) return rc;
-  if ((rc = aa_store_recover(p->store, &jobs_interrupted, &runs_crashed))) return rc;
-  if (jobs_interrupted || runs_crashed)
-    aa__planner_log(p, "recovered the store: %d jobs interrupted, %d runs crashed", jobs_interrupted, runs_crashed);
+  if ((rc = aa_store_recover(p->store, p->lim.max_resumes, &rec))) return rc;
+  if (rec.jobs_requeued || rec.jobs_interrupted || rec.runs_crashed)
+    aa__planner_log(p, "recovered the store: %d interrupted jobs queued again to resume, %d left interrupted, %d runs crashed",
+                    rec.jobs_requeued, rec.jobs_interrupted, rec.runs_crashed);
   char dir[AA_PATH_MAX + 32];
   snprintf(dir, sizeof dir, "%.4080s/strategies", p->home);
   if ((rc = aa_mkdirs(dir))) return rc;
@@ -567,14 +437,18 @@ static int setup(aa_planner_t *p, const aa_planner_opts_t *o) {
   uv_timer_init(&p->loop, &p->tick);
   uv_timer_init(&p->loop, &p->kick);
   uv_idle_init(&p->loop, &p->reaper);
+  uv_idle_init(&p->loop, &p->turn);
   if ((rc = uv_async_init(&p->loop, &p->wake, on_wake))) return aa_error(AA_EIO, "uv_async_init: %s", uv_strerror(rc));
-  p->tick.data = p->kick.data = p->reaper.data = p->wake.data = p;
+  p->tick.data = p->kick.data = p->reaper.data = p->turn.data = p->wake.data = p;
   if ((rc = listen_unix(p))) return rc;
-  if (o->tcp && (rc = listen_tcp(p, o->tcp))) return rc;
+  if (o->tcp && (rc = listen_tcp(p, o->tcp, o->token_file))) return rc;
   return 0;
 }
 
 int aa_planner_create(aa_planner_t **out, const aa_planner_opts_t *opts) {
+  /* libuv writes with write(2): a peer gone mid-reply would raise SIGPIPE,
+   * whose default action ends the process (Redis ignores it likewise). */
+  signal(SIGPIPE, SIG_IGN);
   aa_planner_opts_t none = {0};
   aa_planner_t *p = calloc(1, sizeof *p);
   if (!p) return aa_error(AA_ENOMEM, "planner: no memory");
@@ -587,6 +461,11 @@ int aa_planner_create(aa_planner_t **out, const aa_planner_opts_t *opts) {
   }
   aa__planner_log(p, "listening on %s%s%s; store %s; heartbeat %d ms, dead after %d ms", p->address,
                   p->tcp_address[0] ? " and " : "", p->tcp_address, p->store_path, p->heartbeat_ms, p->dead_after_ms);
+  aa__planner_log(p,
+                  "limits: %d connections (%d kept for the unix socket), %d TCP peers before hello, hello within %d ms, "
+                  "a frame within %d ms, %zu bytes queued per peer, placement wait %d s",
+                  p->lim.max_connections, AA_PLANNER_UNIX_RESERVE, p->lim.max_unauthenticated, p->lim.hello_timeout_ms,
+                  p->lim.frame_timeout_ms, p->lim.write_queue_max, p->lim.placement_timeout_s);
   *out = p;
   return 0;
 }
@@ -626,10 +505,10 @@ void aa_planner_destroy(aa_planner_t *p) {
   if (p->loop_ready) {
     /* Never run, or run returned early: close what create opened. */
     if (!p->stopping) begin_stop(p, "destroyed");
-    else maybe_finish_stop(p);
+    else aa__planner_maybe_finish_stop(p);
     if (!p->handles_closed) {
       p->stopping = true;
-      maybe_finish_stop(p);
+      aa__planner_maybe_finish_stop(p);
     }
     uv_run(&p->loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&p->loop)) aa__planner_log(p, "handles left open at destroy");

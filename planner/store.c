@@ -1,16 +1,21 @@
-/* The store's connection: opening (file checks, pragmas, migrations),
- * the prepared statements, SQLite error translation, transactions and
- * recovery after a planner crash. Models, hardware and jobs are in
- * store_jobs.c, runs in store_runs.c. Schema and rules: docs/store.md. */
+/* The store's connection: opening (file permissions, file checks, pragmas,
+ * migrations), the prepared statements, SQLite error translation,
+ * transactions and recovery after a planner crash. Models, hardware and
+ * jobs are in store_jobs.c, runs in store_runs.c. Schema and rules:
+ * docs/store.md. */
 #include "store_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* PRAGMA application_id of an autoaccel store: "AAST". */
 #define AA__STORE_APP_ID 0x41415354
@@ -143,6 +148,16 @@ void aa__store_rollback(aa_store_t *st) {
   }
 }
 
+int aa__store_bad_row(aa_store_t *st, aa_store_bad_row_cb bad_row, int64_t id, const char *why, void *data) {
+  if (!bad_row) return aa_error(AA_ECORRUPT, "store %s: %s", st->path, why);
+  return bad_row(id, why, data);
+}
+
+void aa__store_bind_page(sqlite3_stmt *s, int limit, int64_t offset) {
+  sqlite3_bind_int(s, sqlite3_bind_parameter_index(s, ":limit"), limit > 0 ? limit : -1);
+  sqlite3_bind_int64(s, sqlite3_bind_parameter_index(s, ":offset"), offset);
+}
+
 int aa__store_bind_text(sqlite3_stmt *s, int i, const char *v) {
   return v ? sqlite3_bind_text(s, i, v, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(s, i);
 }
@@ -239,7 +254,17 @@ static const char *const migrations[AA_STORE_SCHEMA_VERSION] = {
     "CREATE INDEX runs_by_model_hardware_status ON runs(model_hash, hardware, status);"
     "CREATE INDEX runs_by_job ON runs(job_id);"
     "CREATE INDEX jobs_by_model_hardware ON jobs(model_hash, hardware);",
+    /* 1 -> 2: how many times aa_store_recover queued a job again. */
+    "ALTER TABLE jobs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0"
+    "  CONSTRAINT job_resumes_not_negative CHECK (resumes >= 0);",
 };
+
+/* The runs that can answer a job: measured dry runs of a job that ran its
+ * own search to the end. An interrupted or failed search may have missed
+ * the best strategy, and a live one has not finished looking. */
+#define AA__ANSWERING_RUN                                                                                    \
+  "status = 'ok' AND kind = 'dryrun' AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = runs.job_id"             \
+  " AND jobs.status = 'done' AND jobs.from_store = 0)"
 
 /* The statements prepared at open, indexed by AA__ST_*. */
 static const char *const stmt_sql[AA__ST_N] = {
@@ -256,8 +281,8 @@ static const char *const stmt_sql[AA__ST_N] = {
     [AA__ST_GET_HW] = "SELECT fingerprint, description, created_at FROM hardware WHERE fingerprint = ?1",
     [AA__ST_JOB_CREATE] = "INSERT INTO jobs (model_hash, hardware, status, options_json, submitted_at)"
                           " VALUES (?1, ?2, 'queued', ?3, ?4)",
-    [AA__ST_JOB_START] =
-        "UPDATE jobs SET status = 'running', started_at = ?2 WHERE id = ?1 AND status = 'queued'",
+    [AA__ST_JOB_START] = "UPDATE jobs SET status = 'running', started_at = coalesce(started_at, ?2)"
+                         " WHERE id = ?1 AND status = 'queued'",
     [AA__ST_JOB_FINISH] = "UPDATE jobs SET status = ?2, best_run_id = ?3, from_store = ?4, error = ?5,"
                           " finished_at = ?6 WHERE id = ?1 AND status IN ('queued', 'running')",
     [AA__ST_JOB_GET] = "SELECT " AA__JOB_COLS " FROM jobs WHERE id = ?1",
@@ -276,17 +301,25 @@ static const char *const stmt_sql[AA__ST_N] = {
         " WHERE id = ?1 AND status IN ('queued', 'running')",
     [AA__ST_RUN_GET] = "SELECT " AA__RUN_COLS " FROM runs WHERE id = ?1",
     [AA__ST_RUN_STATUS] = "SELECT status FROM runs WHERE id = ?1",
-    [AA__ST_BEST] = "SELECT " AA__RUN_COLS " FROM runs"
-                    " WHERE model_hash = ?1 AND hardware = ?2 AND status = 'ok' AND kind = 'dryrun'"
-                    " ORDER BY tokens_per_s DESC, peak_bytes IS NULL, peak_bytes, id LIMIT 1",
-    [AA__ST_COUNT] = "SELECT count(*) FROM runs"
-                     " WHERE model_hash = ?1 AND hardware = ?2 AND status = 'ok' AND kind = 'dryrun'",
-    [AA__ST_RECOVER_JOBS] = "UPDATE jobs SET status = 'interrupted', finished_at = ?1,"
-                            " error = coalesce(error, 'the planner stopped while the job was running')"
-                            " WHERE status = 'running'",
+    [AA__ST_BEST] =
+        "SELECT " AA__RUN_COLS " FROM runs WHERE model_hash = ?1 AND hardware = ?2"
+        " AND " AA__ANSWERING_RUN " ORDER BY tokens_per_s DESC, peak_bytes IS NULL, peak_bytes, id LIMIT 1",
+    [AA__ST_COUNT] =
+        "SELECT count(*) FROM runs WHERE model_hash = ?1 AND hardware = ?2 AND " AA__ANSWERING_RUN,
+    [AA__ST_JOB_COUNTS] = "SELECT status, count(*) FROM runs WHERE job_id = ?1 GROUP BY status",
     [AA__ST_RECOVER_RUNS] = "UPDATE runs SET status = 'crashed', finished_at = ?1,"
                             " error = coalesce(error, 'the planner stopped while the run was in flight')"
                             " WHERE status = 'running'",
+    [AA__ST_RECOVER_REQUEUE] = "UPDATE jobs SET status = 'queued', resumes = resumes + 1, finished_at = NULL,"
+                               " best_run_id = NULL, error = NULL"
+                               " WHERE status IN ('running', 'interrupted') AND resumes < ?1",
+    [AA__ST_RECOVER_JOBS] =
+        "UPDATE jobs SET status = 'interrupted', finished_at = ?1,"
+        " error = coalesce(error, 'the planner stopped while the job was running')"
+        " || CASE WHEN resumes = 0 THEN ''"
+        " ELSE ' (resumed ' || resumes || CASE WHEN resumes = 1 THEN ' time' ELSE ' times' END"
+        " || ' already: not resumed again)' END"
+        " WHERE status = 'running'",
     [AA__ST_RECOVER_QUEUED] =
         "UPDATE runs SET status = 'cancelled', finished_at = ?1 WHERE status = 'queued'"
         " AND job_id IN (SELECT id FROM jobs WHERE status NOT IN ('queued', 'running'))",
@@ -389,6 +422,108 @@ static int set_pragmas(aa_store_t *st) {
   return err;
 }
 
+/* --- file permissions (read-write opens) ------------------------------------------ */
+
+/* Writes "alice (uid 1000)", or "uid 1000" for a user without a name. */
+static const char *owner_name(uid_t uid, char *buf, size_t cap) {
+  struct passwd pw, *found = NULL;
+  char tmp[1024];
+  if (getpwuid_r(uid, &pw, tmp, sizeof tmp, &found) == 0 && found)
+    snprintf(buf, cap, "%s (uid %u)", found->pw_name, (unsigned)uid);
+  else
+    snprintf(buf, cap, "uid %u", (unsigned)uid);
+  return buf;
+}
+
+/* Creates the database file with mode 0600 unless it exists, so the store
+ * is never readable by others, not even for the moment a chmod after
+ * SQLite's creation would leave; SQLite then creates the -wal and -shm
+ * files with the database file's mode. O_NOFOLLOW|O_EXCL: an existing
+ * path, a symbolic link included, is left to SQLite. */
+static int create_private(const aa_store_t *st) {
+  int fd = open(st->path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    close(fd);
+    return 0;
+  }
+  if (errno == EEXIST) return 0;
+  return aa_error(errno == ENOENT || errno == ENOTDIR ? AA_ENOENT : AA_EIO, "store %s: cannot create it: %s",
+                  st->path, strerror(errno));
+}
+
+/* Refuses a journal file (PATH-wal or PATH-shm) that SQLite could not
+ * write, such as a 0444 one a failed start left: SQLite would open it
+ * read-only and every write would fail with "attempt to write a readonly
+ * database", naming no file. The mode is checked as well as access():
+ * root passes access() for a 0444 file. A missing file is fine. */
+static int check_journal(const aa_store_t *st, const char *file, int is_wal) {
+  struct stat sb;
+  if (lstat(file, &sb) != 0)
+    return errno == ENOENT ? 0 : aa_error(AA_EIO, "store %s: %s: %s", st->path, file, strerror(errno));
+  if (!S_ISREG(sb.st_mode))
+    return aa_error(AA_EIO,
+                    "store %s: %s is not a regular file; SQLite cannot use it: move it out of the way",
+                    st->path, file);
+  if ((sb.st_mode & S_IWUSR) && access(file, W_OK) == 0) return 0;
+  char owner[160];
+  owner_name(sb.st_uid, owner, sizeof owner);
+  if (is_wal)
+    return aa_error(AA_EIO,
+                    "store %s: %s is not writable (mode %04o, owner %s); run chmod 600 %s "
+                    "(do not remove it: it may hold commits not yet copied into the database)",
+                    st->path, file, (unsigned)(sb.st_mode & 07777), owner, file);
+  return aa_error(AA_EIO,
+                  "store %s: %s is not writable (mode %04o, owner %s); if no planner is running, "
+                  "remove it (SQLite recreates it) or run chmod 600 %s",
+                  st->path, file, (unsigned)(sb.st_mode & 07777), owner, file);
+}
+
+/* Takes group and other access away from a store file this process owns
+ * (0644 -> 0600: the owner's bits are kept, never added to). A file of
+ * another user that others may read is refused: the process cannot fix
+ * it, and the store must not stay readable. A missing file is fine. */
+static int tighten(const aa_store_t *st, const char *file) {
+  struct stat sb;
+  if (lstat(file, &sb) != 0)
+    return errno == ENOENT ? 0 : aa_error(AA_EIO, "store %s: %s: %s", st->path, file, strerror(errno));
+  if (!S_ISREG(sb.st_mode) || (sb.st_mode & (S_IRWXG | S_IRWXO)) == 0) return 0;
+  unsigned mode = (unsigned)(sb.st_mode & 07777);
+  if (sb.st_uid != geteuid()) {
+    char owner[160];
+    return aa_error(AA_EPERM,
+                    "store %s: %s is open to group or others (mode %04o) and belongs to %s, not to this "
+                    "process (uid %u); its owner should run chmod 600 %s",
+                    st->path, file, mode, owner_name(sb.st_uid, owner, sizeof owner), (unsigned)geteuid(),
+                    file);
+  }
+  if (chmod(file, sb.st_mode & (S_IRUSR | S_IWUSR)) != 0)
+    return aa_error(AA_EIO, "store %s: chmod %s (mode %04o): %s", st->path, file, mode, strerror(errno));
+  return 0;
+}
+
+/* Before a read-write open: the database file created 0600, its journal
+ * files checked, and all three tightened (the contract in store.h). The
+ * journal names follow SQLite's: the database path with symbolic links
+ * resolved, then "-wal" or "-shm". */
+static int prepare_files(const aa_store_t *st) {
+  int err = create_private(st);
+  if (err) return err;
+  char *real = realpath(st->path, NULL);
+  if (!real) return aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "store %s: %s", st->path, strerror(errno));
+  char wal[PATH_MAX + 8], shm[PATH_MAX + 8];
+  snprintf(wal, sizeof wal, "%s-wal", real);
+  snprintf(shm, sizeof shm, "%s-shm", real);
+  err = check_journal(st, wal, 1);
+  if (!err) err = check_journal(st, shm, 0);
+  if (!err) err = tighten(st, real);
+  if (!err) err = tighten(st, wal);
+  if (!err) err = tighten(st, shm);
+  free(real);
+  return err;
+}
+
+/* --- open, close, recover ----------------------------------------------------------- */
+
 int aa_store_open(aa_store_t **out, const char *path, int flags) {
   if (!path || !*path) return aa_error(AA_EINVAL, "store: empty path");
   aa_store_t *st = calloc(1, sizeof *st);
@@ -403,6 +538,7 @@ int aa_store_open(aa_store_t **out, const char *path, int flags) {
     err = aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "store %s: %s", path, strerror(errno));
     goto cleanup;
   }
+  if (!st->readonly && (err = prepare_files(st))) goto cleanup;
   int oflags = st->readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   int rc = sqlite3_open_v2(path, &st->db, oflags, NULL);
   if (rc != SQLITE_OK) {
@@ -450,28 +586,34 @@ void aa_store_close(aa_store_t *st) {
 
 int aa_store_schema_version(const aa_store_t *st) { return st->version; }
 
-int aa_store_recover(aa_store_t *st, int *jobs_interrupted, int *runs_crashed) {
+/* Runs one recovery UPDATE with ?1 bound to v; *changed (may be NULL)
+ * gets the number of rows it changed. */
+static int recover_step(aa_store_t *st, int which, int64_t v, const char *what, int *changed) {
+  sqlite3_stmt *s = st->st[which];
+  sqlite3_bind_int64(s, 1, v);
+  int err = aa__store_exec(st, s, what);
+  if (!err && changed) *changed = sqlite3_changes(st->db);
+  return err;
+}
+
+int aa_store_recover(aa_store_t *st, int max_resumes, aa_store_recovery_t *out) {
+  if (max_resumes < 0)
+    return aa_error(AA_EINVAL, "store %s: recover: negative max_resumes %d", st->path, max_resumes);
+  aa_store_recovery_t n = {0};
   int64_t now = aa__store_now();
   int err = aa__store_begin(st);
   if (err) return err;
-  sqlite3_bind_int64(st->st[AA__ST_RECOVER_JOBS], 1, now);
-  err = aa__store_exec(st, st->st[AA__ST_RECOVER_JOBS], "recover jobs");
-  int jobs = sqlite3_changes(st->db);
-  if (!err) {
-    sqlite3_bind_int64(st->st[AA__ST_RECOVER_RUNS], 1, now);
-    err = aa__store_exec(st, st->st[AA__ST_RECOVER_RUNS], "recover runs");
-  }
-  int runs = sqlite3_changes(st->db);
-  if (!err) {
-    sqlite3_bind_int64(st->st[AA__ST_RECOVER_QUEUED], 1, now);
-    err = aa__store_exec(st, st->st[AA__ST_RECOVER_QUEUED], "cancel orphaned runs");
-  }
+  /* Runs first, so a re-queued job finds its in-flight runs crashed; the
+   * orphaned queued runs last, once the jobs' statuses are final. */
+  err = recover_step(st, AA__ST_RECOVER_RUNS, now, "crash running runs", &n.runs_crashed);
+  if (!err) err = recover_step(st, AA__ST_RECOVER_REQUEUE, max_resumes, "queue jobs again", &n.jobs_requeued);
+  if (!err) err = recover_step(st, AA__ST_RECOVER_JOBS, now, "interrupt running jobs", &n.jobs_interrupted);
+  if (!err) err = recover_step(st, AA__ST_RECOVER_QUEUED, now, "cancel orphaned runs", NULL);
   if (!err) err = aa__store_commit(st);
   if (err) {
     aa__store_rollback(st);
     return err;
   }
-  if (jobs_interrupted) *jobs_interrupted = jobs;
-  if (runs_crashed) *runs_crashed = runs;
+  if (out) *out = n;
   return 0;
 }

@@ -28,7 +28,7 @@
 #include "../common/aa.h"
 #include "../strategies/strategy.h"
 
-#define AA_STORE_SCHEMA_VERSION 1 /* the newest schema this build writes */
+#define AA_STORE_SCHEMA_VERSION 2 /* the newest schema this build writes */
 #define AA_STORE_BUSY_MS 2000     /* longest wait for another connection's write lock */
 #define AA_STORE_HASH_MAX 65      /* model hash: 1..64 characters + NUL */
 #define AA_STORE_HW_MAX 128       /* hardware fingerprint: 1..127 characters + NUL */
@@ -78,7 +78,25 @@ int aa_store_run_status_parse(aa_store_run_status_t *out, const char *name);
 /* Opens (creating it unless AA_STORE_READONLY) the store at `path`, sets WAL
  * mode, synchronous=NORMAL, foreign keys and the busy timeout, then brings
  * the schema up to AA_STORE_SCHEMA_VERSION, one transaction per migration
- * step. Refuses, leaving the file untouched:
+ * step.
+ *
+ * Read-write, before SQLite opens the file (the store holds every model
+ * spec and measurement, so only its owner may read it):
+ *   a missing file is created with mode 0600 (SQLite gives the -wal and
+ *   -shm files the database file's mode); the directory must exist
+ *   (AA_ENOENT otherwise);
+ *   PATH-wal or PATH-shm that is not a regular file or lacks the owner's
+ *   write bit fails with AA_EIO naming the file, its mode and the fix
+ *   (the state a failed start can leave; SQLite's own message would name
+ *   no file);
+ *   PATH, PATH-wal and PATH-shm that group or others may read or write are
+ *   tightened to the owner's bits (0644 -> 0600) when this process's
+ *   effective uid owns them, and fail with AA_EPERM naming the file and
+ *   its owner when it does not.
+ * The journal names are those of the database file with symbolic links
+ * resolved, as SQLite forms them. Read-only opens change no file.
+ *
+ * Refuses, leaving the file's contents untouched:
  *   a file that is not SQLite (AA_EFORMAT),
  *   a SQLite file of another application (AA_EFORMAT),
  *   a schema newer than this build (AA_EUNSUPPORTED),
@@ -94,13 +112,34 @@ void aa_store_close(aa_store_t *st);
  * read-write). */
 int aa_store_schema_version(const aa_store_t *st);
 
+/* What aa_store_recover changed. */
+typedef struct aa_store_recovery {
+  int jobs_requeued;    /* running or interrupted jobs queued again to resume their search */
+  int jobs_interrupted; /* running jobs past the resume limit, now interrupted */
+  int runs_crashed;     /* running runs, now crashed */
+} aa_store_recovery_t;
+
 /* For the planner at start-up, never for a reader such as `autoaccel query`
- * (a live planner's running jobs would be marked dead): in one transaction
- * marks every running job interrupted, every running run crashed, and every
- * queued run of a job that is no longer queued or running cancelled. The
- * counts of jobs interrupted and runs crashed go to the out params (each may
- * be NULL). Queued jobs stay queued for the planner to pick up again. */
-int aa_store_recover(aa_store_t *st, int *jobs_interrupted, int *runs_crashed);
+ * (a live planner's running jobs would be marked dead). In one transaction:
+ *   every running run becomes crashed (error: "the planner stopped while
+ *   the run was in flight" unless it had one);
+ *   every running or interrupted job with resumes < max_resumes becomes
+ *   queued again with resumes + 1, finished_at, best_run_id and error
+ *   cleared, started_at kept;
+ *   every running job left (resumes >= max_resumes) becomes interrupted,
+ *   its error saying the planner stopped and, once it has been resumed,
+ *   how many times and that it is not resumed again; interrupted jobs at
+ *   the limit stay as they are;
+ *   every queued run of a job that is no longer queued or running becomes
+ *   cancelled.
+ * max_resumes 0 never re-queues (a running job becomes interrupted);
+ * negative is AA_EINVAL. Queued jobs stay queued for the planner to pick up
+ * again. A re-queued job keeps its earlier runs (ok, failed, crashed, and
+ * queued ones still queued): the planner reads them with
+ * aa_store_runs_query (job_id set) to resume the search where it stopped,
+ * then takes the job through aa_store_job_start as any queued job.
+ * *out (may be NULL) is written only on success. */
+int aa_store_recover(aa_store_t *st, int max_resumes, aa_store_recovery_t *out);
 
 /* --- models and hardware ------------------------------------------------ */
 
@@ -143,8 +182,9 @@ typedef struct aa_store_job {
   int64_t best_run_id;                           /* 0 = none */
   int from_store;                                /* 1: answered from earlier runs, no dry run */
   int64_t submitted_at, started_at, finished_at; /* unix seconds, 0 = not yet */
-  const char *options_json;                      /* "" if none; ownership: see the top of this file */
-  const char *error;                             /* "" if none */
+  int resumes;              /* times aa_store_recover queued it again after the planner stopped */
+  const char *options_json; /* "" if none; ownership: see the top of this file */
+  const char *error;        /* "" if none */
 } aa_store_job_t;
 
 /* Creates a queued job for a model and hardware already put in the store
@@ -153,7 +193,9 @@ typedef struct aa_store_job {
 int aa_store_job_create(aa_store_t *st, const char *model_hash, const char *hardware,
                         const char *options_json, int64_t *job_id);
 
-/* queued -> running; sets started_at. AA_EINVAL if the job is not queued. */
+/* queued -> running; sets started_at unless it is already set (a job
+ * re-queued by aa_store_recover keeps its first start). AA_EINVAL if the
+ * job is not queued; AA_ENOENT if there is no such job. */
 int aa_store_job_start(aa_store_t *st, int64_t job_id);
 
 /* queued or running -> status (done, failed, cancelled or interrupted); sets
@@ -165,11 +207,14 @@ int aa_store_job_finish(aa_store_t *st, int64_t job_id, aa_store_job_status_t st
                         int from_store, const char *error);
 
 /* The answer-from-store rule in one transaction: if the job's (model,
- * hardware) has at least one measured dry run (status ok) from an earlier
- * job, finishes the queued job as done, from_store = 1, best_run_id = the
- * best such run (see aa_store_best_run), and sets *best_run_id to it;
- * otherwise leaves the job queued and sets *best_run_id = 0. The planner
- * skips this call when the user asked for --refresh. */
+ * hardware) has at least one measured dry run of a completed search (see
+ * aa_store_count_measured), finishes the queued job as done, from_store =
+ * 1, best_run_id = the best such run (see aa_store_best_run), and sets
+ * *best_run_id to it; otherwise leaves the job queued and sets *best_run_id
+ * = 0. The runs of a search that was interrupted, failed or is still going
+ * never answer: they may have missed the best strategy. AA_EINVAL if the
+ * job is not queued, AA_ENOENT if there is none. The planner skips this
+ * call when the user asked for --refresh. */
 int aa_store_job_answer_from_store(aa_store_t *st, int64_t job_id, int64_t *best_run_id);
 
 /* Fills *out (strings owned: aa_store_job_clear). AA_ENOENT if none. */
@@ -180,20 +225,37 @@ void aa_store_job_clear(aa_store_job_t *j);
  * | AA_STORE_BIT(AA_STORE_RUN_OOM); 0 = any. */
 #define AA_STORE_BIT(x) (1u << (unsigned)(x))
 
+/* Called by a walk (aa_store_jobs_list, aa_store_runs_query) for a row it
+ * cannot read (an unknown status or kind: a manual edit with
+ * ignore_check_constraints, or corruption), with the row's id, a message
+ * such as "run 5 has an unknown status 'bogus'" (borrowed until it
+ * returns) and the walk's `data`. It must not call into the same store.
+ * Returns 0 to go on with the next row, non-zero to stop the walk with
+ * that value. */
+typedef int (*aa_store_bad_row_cb)(int64_t id, const char *why, void *data);
+
 /* Filters; a zeroed filter matches everything. */
 typedef struct aa_store_job_filter {
   const char *model_hash; /* NULL = any */
   const char *hardware;   /* NULL = any */
   unsigned statuses;      /* AA_STORE_BIT(aa_store_job_status_t) set; 0 = any */
   int limit;              /* 0 = no limit */
+  int64_t offset;         /* rows to skip after ordering, before the limit; 0 = none */
+  /* NULL: a row that cannot be read fails the walk with AA_ECORRUPT.
+   * Set: it is reported here and the walk goes on. */
+  aa_store_bad_row_cb bad_row;
 } aa_store_job_filter_t;
 
 /* Called per row; strings borrowed until it returns. It must not call into
  * the same store. Returns 0 to go on, non-zero to stop. */
 typedef int (*aa_store_job_cb)(const aa_store_job_t *job, void *data);
 
-/* Jobs matching the filter (NULL = all), newest first. Returns 0, a store
- * error, or the callback's non-zero value if it stopped the walk. */
+/* Jobs matching the filter (NULL = all), newest first, skipping `offset`
+ * of them and then stopping after `limit` (pages: offset 0, n, 2n, ...
+ * with limit n). AA_EINVAL for a negative limit or offset or a status set
+ * with unknown bits. Returns 0, a store error, AA_ECORRUPT for an
+ * unreadable row when the filter has no bad_row, or the non-zero value of
+ * cb or bad_row that stopped the walk. */
 int aa_store_jobs_list(aa_store_t *st, const aa_store_job_filter_t *f, aa_store_job_cb cb, void *data);
 
 /* --- runs --------------------------------------------------------------- */
@@ -256,14 +318,23 @@ int aa_store_run_finish(aa_store_t *st, int64_t run_id, const aa_store_run_resul
 int aa_store_run_get(aa_store_t *st, int64_t run_id, aa_store_run_t *out);
 void aa_store_run_clear(aa_store_run_t *r);
 
-/* The best measured run of a model on a hardware: kind dryrun, status ok,
+/* The best measured run of a model on a hardware among those
+ * aa_store_count_measured counts (dry runs, ok, of a completed search):
  * highest tokens/s; ties go to the lower peak_bytes, then the lower id.
  * Fills *out (owned: aa_store_run_clear); AA_ENOENT if there is none. */
 int aa_store_best_run(aa_store_t *st, const char *model_hash, const char *hardware, aa_store_run_t *out);
 
-/* Number of measured runs (kind dryrun, status ok) of a model on a
- * hardware: what the answer-from-store decision looks at. */
+/* Number of measured runs of a model on a hardware that can answer a job:
+ * kind dryrun, status ok, of a job that ran its own search to the end
+ * (status done, from_store 0). What the answer-from-store decision looks
+ * at; the runs of interrupted, failed, cancelled or live jobs do not
+ * count. *n is written only on success. */
 int aa_store_count_measured(aa_store_t *st, const char *model_hash, const char *hardware, int *n);
+
+/* The runs of one job counted by status in one query (what status
+ * replies show); rows whose status the store does not know are counted in
+ * *unreadable (may be NULL). Outputs are written only on success. */
+int aa_store_job_run_counts(aa_store_t *st, int64_t job_id, int counts[AA_STORE_RUN_NSTATUS], int *unreadable);
 
 typedef enum {
   AA_STORE_ORDER_ID = 0, /* oldest first */
@@ -279,18 +350,29 @@ typedef struct aa_store_run_filter {
   unsigned kinds;         /* AA_STORE_BIT(aa_store_run_kind_t) set; 0 = any */
   const char *key_prefix; /* strategy keys starting with this; NULL = any */
   aa_store_order_t order;
-  int limit; /* 0 = no limit */
+  int limit;      /* 0 = no limit */
+  int64_t offset; /* rows to skip after ordering, before the limit; 0 = none */
+  /* NULL: a row that cannot be read fails the walk with AA_ECORRUPT.
+   * Set: it is reported here and the walk goes on. */
+  aa_store_bad_row_cb bad_row;
 } aa_store_run_filter_t;
 
 /* Called per row; strings borrowed until it returns. It must not call into
  * the same store. Returns 0 to go on, non-zero to stop. */
 typedef int (*aa_store_run_cb)(const aa_store_run_t *run, void *data);
 
-/* Runs matching the filter (NULL = all, oldest first). Returns 0, a store
- * error, or the callback's non-zero value if it stopped the walk. */
+/* Runs matching the filter (NULL = all, oldest first), in its order,
+ * skipping `offset` of them and then stopping after `limit` (pages: offset
+ * 0, n, 2n, ... with limit n). AA_EINVAL for a negative limit, offset or
+ * job id, an invalid order or a set with unknown bits. Returns 0, a store
+ * error, AA_ECORRUPT for an unreadable row when the filter has no bad_row,
+ * or the non-zero value of cb or bad_row that stopped the walk. */
 int aa_store_runs_query(aa_store_t *st, const aa_store_run_filter_t *f, aa_store_run_cb cb, void *data);
 
-/* The runs of one job, oldest first: aa_store_runs_query with job_id. */
+/* The runs of one job, oldest first: aa_store_runs_query with job_id and
+ * nothing else, so an unreadable row fails it with AA_ECORRUPT. A caller
+ * that must go past such rows, or page, calls aa_store_runs_query with
+ * .job_id and .bad_row (or .offset) set. AA_EINVAL for job_id <= 0. */
 int aa_store_runs_of_job(aa_store_t *st, int64_t job_id, aa_store_run_cb cb, void *data);
 
 #endif

@@ -28,8 +28,10 @@ enum {
   AA__ST_RUN_STATUS,
   AA__ST_BEST,
   AA__ST_COUNT,
-  AA__ST_RECOVER_JOBS,
+  AA__ST_JOB_COUNTS,
   AA__ST_RECOVER_RUNS,
+  AA__ST_RECOVER_REQUEUE,
+  AA__ST_RECOVER_JOBS,
   AA__ST_RECOVER_QUEUED,
   AA__ST_N
 };
@@ -53,7 +55,7 @@ struct aa_store {
 /* Column lists shared by the statements that read whole rows. */
 #define AA__JOB_COLS                                                                                         \
   "id, model_hash, hardware, status, options_json, best_run_id, from_store, error, submitted_at, "           \
-  "started_at, finished_at"
+  "started_at, finished_at, resumes"
 #define AA__RUN_COLS                                                                                         \
   "id, job_id, model_hash, hardware, kind, strategy_key, strategy_json, status, tokens_per_s, "              \
   "step_ms_median, step_ms_spread, peak_bytes, peak_json, predicted_tokens_per_s, final_loss, error, "       \
@@ -74,6 +76,14 @@ void aa__store_rollback(aa_store_t *st);
 /* Steps a statement that returns no row (or whose rows are ignored), then
  * resets it and clears its bindings. Returns 0 or a translated error. */
 int aa__store_exec(aa_store_t *st, sqlite3_stmt *s, const char *what);
+
+/* A row a walk could not read (why: "run 5 has an unknown status 'x'"):
+ * reported through bad_row, whose value is returned (0 goes on), or, when
+ * bad_row is NULL, AA_ECORRUPT with "store PATH: WHY" as the message. */
+int aa__store_bad_row(aa_store_t *st, aa_store_bad_row_cb bad_row, int64_t id, const char *why, void *data);
+
+/* Binds the LIMIT and OFFSET of a list query (limit 0 = none). */
+void aa__store_bind_page(sqlite3_stmt *s, int limit, int64_t offset);
 
 /* Binds text, or NULL when v is NULL. */
 int aa__store_bind_text(sqlite3_stmt *s, int i, const char *v);

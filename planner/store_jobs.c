@@ -250,15 +250,20 @@ int aa_store_job_answer_from_store(aa_store_t *st, int64_t job_id, int64_t *best
 }
 
 /* Reads the current row of a statement selecting AA__JOB_COLS; strings
- * borrowed from the statement. */
-static int job_from_row(aa_store_t *st, sqlite3_stmt *s, aa_store_job_t *j) {
+ * borrowed from the statement. A row that cannot be read (an unknown
+ * status) returns -1 with the reason in why (cap bytes), setting no
+ * last-error message: the caller decides whether it fails. */
+static int job_from_row(sqlite3_stmt *s, aa_store_job_t *j, char *why, size_t cap) {
   memset(j, 0, sizeof *j);
   j->id = sqlite3_column_int64(s, 0);
   aa__store_col_copy(s, 1, j->model_hash, sizeof j->model_hash);
   aa__store_col_copy(s, 2, j->hardware, sizeof j->hardware);
-  int v = aa__store_job_status_of(aa__store_col_text(s, 3));
-  if (v < 0)
-    return aa_error(AA_ECORRUPT, "store %s: job %lld has an unknown status", st->path, (long long)j->id);
+  const char *status = aa__store_col_text(s, 3);
+  int v = aa__store_job_status_of(status);
+  if (v < 0) {
+    snprintf(why, cap, "job %lld has an unknown status '%.40s'", (long long)j->id, status);
+    return -1;
+  }
   j->status = (aa_store_job_status_t)v;
   j->options_json = aa__store_col_text(s, 4);
   j->best_run_id = sqlite3_column_int64(s, 5);
@@ -267,6 +272,7 @@ static int job_from_row(aa_store_t *st, sqlite3_stmt *s, aa_store_job_t *j) {
   j->submitted_at = sqlite3_column_int64(s, 8);
   j->started_at = sqlite3_column_int64(s, 9);
   j->finished_at = sqlite3_column_int64(s, 10);
+  j->resumes = sqlite3_column_int(s, 11);
   return 0;
 }
 
@@ -278,8 +284,8 @@ int aa_store_job_get(aa_store_t *st, int64_t job_id, aa_store_job_t *out) {
   int err = step_row(st, s, what);
   if (err) return err;
   aa_store_job_t j;
-  char *opts = NULL, *error = NULL;
-  err = job_from_row(st, s, &j);
+  char *opts = NULL, *error = NULL, why[128];
+  if (job_from_row(s, &j, why, sizeof why)) err = aa_error(AA_ECORRUPT, "store %s: %s", st->path, why);
   if (!err) err = dup_text(j.options_json, &opts);
   if (!err) err = dup_text(j.error, &error);
   aa__store_done(s);
@@ -309,13 +315,33 @@ static int jobq_stmt(aa_store_t *st, unsigned shape, sqlite3_stmt **out) {
     return 0;
   }
   char sql[512];
-  snprintf(sql, sizeof sql, "SELECT " AA__JOB_COLS " FROM jobs WHERE 1%s%s%s ORDER BY id DESC LIMIT :limit",
+  snprintf(sql, sizeof sql,
+           "SELECT " AA__JOB_COLS " FROM jobs WHERE 1%s%s%s ORDER BY id DESC LIMIT :limit OFFSET :offset",
            shape & 1 ? " AND model_hash = :model" : "", shape & 2 ? " AND hardware = :hw" : "",
            shape & 4 ? " AND status IN (SELECT value FROM json_each(:statuses))" : "");
   int rc = sqlite3_prepare_v3(st->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st->jobq[shape], NULL);
   if (rc != SQLITE_OK) return aa__store_fail(st, rc, "prepare job list");
   *out = st->jobq[shape];
   return 0;
+}
+
+/* Walks the rows of a bound job list statement: each readable row to cb,
+ * each unreadable one to aa__store_bad_row. Returns 0, the first non-zero
+ * value of either, or a store error; leaves the statement to the caller to
+ * reset. */
+static int jobs_walk(aa_store_t *st, sqlite3_stmt *s, const aa_store_job_filter_t *f, aa_store_job_cb cb,
+                     void *data) {
+  int rc = SQLITE_DONE, err = 0;
+  while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    aa_store_job_t j;
+    char why[128];
+    if (job_from_row(s, &j, why, sizeof why))
+      err = aa__store_bad_row(st, f->bad_row, j.id, why, data);
+    else
+      err = cb(&j, data);
+  }
+  if (!err && rc != SQLITE_DONE) err = aa__store_fail(st, rc, "list jobs");
+  return err;
 }
 
 int aa_store_jobs_list(aa_store_t *st, const aa_store_job_filter_t *f, aa_store_job_cb cb, void *data) {
@@ -325,20 +351,15 @@ int aa_store_jobs_list(aa_store_t *st, const aa_store_job_filter_t *f, aa_store_
   int err = aa__store_set_json(f->statuses, aa__store_job_status_names, AA_STORE_JOB_NSTATUS, "job status",
                                statuses, sizeof statuses);
   if (err) return err;
-  if (f->limit < 0) return aa_error(AA_EINVAL, "job filter: negative limit");
+  if (f->limit < 0 || f->offset < 0) return aa_error(AA_EINVAL, "job filter: negative limit or offset");
   unsigned shape = (f->model_hash ? 1u : 0) | (f->hardware ? 2u : 0) | (f->statuses ? 4u : 0);
   sqlite3_stmt *s = NULL;
   if ((err = jobq_stmt(st, shape, &s))) return err;
-  sqlite3_bind_int(s, sqlite3_bind_parameter_index(s, ":limit"), f->limit > 0 ? f->limit : -1);
+  aa__store_bind_page(s, f->limit, f->offset);
   if (f->model_hash) aa__store_bind_text(s, sqlite3_bind_parameter_index(s, ":model"), f->model_hash);
   if (f->hardware) aa__store_bind_text(s, sqlite3_bind_parameter_index(s, ":hw"), f->hardware);
   if (f->statuses) aa__store_bind_text(s, sqlite3_bind_parameter_index(s, ":statuses"), statuses);
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    aa_store_job_t j;
-    if ((err = job_from_row(st, s, &j)) || (err = cb(&j, data))) break;
-  }
-  if (!err && rc != SQLITE_DONE) err = aa__store_fail(st, rc, "list jobs");
+  err = jobs_walk(st, s, f, cb, data);
   aa__store_done(s);
   return err;
 }

@@ -8,20 +8,27 @@
 #include <string.h>
 
 /* Reads the current row of a statement selecting AA__RUN_COLS; strings
- * borrowed from the statement. */
-static int run_from_row(aa_store_t *st, sqlite3_stmt *s, aa_store_run_t *r) {
+ * borrowed from the statement. A row that cannot be read (an unknown kind
+ * or status) returns -1 with the reason in why (cap bytes), setting no
+ * last-error message: the caller decides whether it fails. */
+static int run_from_row(sqlite3_stmt *s, aa_store_run_t *r, char *why, size_t cap) {
   memset(r, 0, sizeof *r);
   r->id = sqlite3_column_int64(s, 0);
   r->job_id = sqlite3_column_int64(s, 1);
   aa__store_col_copy(s, 2, r->model_hash, sizeof r->model_hash);
   aa__store_col_copy(s, 3, r->hardware, sizeof r->hardware);
   int kind = aa__store_run_kind_of(aa__store_col_text(s, 4));
+  if (kind < 0) {
+    snprintf(why, cap, "run %lld has an unknown kind '%.40s'", (long long)r->id, aa__store_col_text(s, 4));
+    return -1;
+  }
+  int status = aa__store_run_status_of(aa__store_col_text(s, 7));
+  if (status < 0) {
+    snprintf(why, cap, "run %lld has an unknown status '%.40s'", (long long)r->id, aa__store_col_text(s, 7));
+    return -1;
+  }
   aa__store_col_copy(s, 5, r->strategy_key, sizeof r->strategy_key);
   r->strategy_json = aa__store_col_text(s, 6);
-  int status = aa__store_run_status_of(aa__store_col_text(s, 7));
-  if (kind < 0 || status < 0)
-    return aa_error(AA_ECORRUPT, "store %s: run %lld has an unknown kind or status", st->path,
-                    (long long)r->id);
   r->kind = (aa_store_run_kind_t)kind;
   r->status = (aa_store_run_status_t)status;
   r->tokens_per_s = sqlite3_column_double(s, 8);
@@ -66,8 +73,9 @@ static int run_one(aa_store_t *st, sqlite3_stmt *s, const char *what, aa_store_r
   int rc = sqlite3_step(s);
   int err;
   aa_store_run_t r;
+  char why[128];
   if (rc == SQLITE_ROW) {
-    err = run_from_row(st, s, &r);
+    err = run_from_row(s, &r, why, sizeof why) ? aa_error(AA_ECORRUPT, "store %s: %s", st->path, why) : 0;
     if (!err) err = run_own(&r);
   } else if (rc == SQLITE_DONE) {
     err = aa_error(AA_ENOENT, "store %s: %s: not found", st->path, what);
@@ -111,6 +119,23 @@ int aa_store_count_measured(aa_store_t *st, const char *model_hash, const char *
   aa__store_done(s);
   if (!err) *n = count;
   return err;
+}
+
+int aa_store_job_run_counts(aa_store_t *st, int64_t job_id, int counts[AA_STORE_RUN_NSTATUS], int *unreadable) {
+  int c[AA_STORE_RUN_NSTATUS] = {0}, bad = 0, rc, err = 0;
+  sqlite3_stmt *s = st->st[AA__ST_JOB_COUNTS];
+  sqlite3_bind_int64(s, 1, job_id);
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    int k = aa__store_run_status_of(aa__store_col_text(s, 0));
+    if (k < 0) bad += sqlite3_column_int(s, 1);
+    else c[k] = sqlite3_column_int(s, 1);
+  }
+  if (rc != SQLITE_DONE) err = aa__store_fail(st, rc, "count the runs of job %lld", (long long)job_id);
+  aa__store_done(s);
+  if (err) return err;
+  memcpy(counts, c, sizeof c);
+  if (unreadable) *unreadable = bad;
+  return 0;
 }
 
 /* After an UPDATE guarded by the run's current status changed no row:
@@ -258,7 +283,7 @@ static int runq_stmt(aa_store_t *st, unsigned shape, sqlite3_stmt **out) {
   if (!st->runq[shape]) {
     char sql[1024];
     snprintf(sql, sizeof sql,
-             "SELECT " AA__RUN_COLS " FROM runs WHERE 1%s%s%s%s%s%s ORDER BY %s LIMIT :limit",
+             "SELECT " AA__RUN_COLS " FROM runs WHERE 1%s%s%s%s%s%s ORDER BY %s LIMIT :limit OFFSET :offset",
              shape & Q_JOB ? " AND job_id = :job" : "", shape & Q_MODEL ? " AND model_hash = :model" : "",
              shape & Q_HW ? " AND hardware = :hw" : "",
              shape & Q_STATUS ? " AND status IN (SELECT value FROM json_each(:statuses))" : "",
@@ -273,6 +298,25 @@ static int runq_stmt(aa_store_t *st, unsigned shape, sqlite3_stmt **out) {
   return 0;
 }
 
+/* Walks the rows of a bound run query: each readable row to cb, each
+ * unreadable one to aa__store_bad_row. Returns 0, the first non-zero value
+ * of either, or a store error; leaves the statement to the caller to
+ * reset. */
+static int runs_walk(aa_store_t *st, sqlite3_stmt *s, const aa_store_run_filter_t *f, aa_store_run_cb cb,
+                     void *data) {
+  int rc = SQLITE_DONE, err = 0;
+  while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    aa_store_run_t r;
+    char why[128];
+    if (run_from_row(s, &r, why, sizeof why))
+      err = aa__store_bad_row(st, f->bad_row, r.id, why, data);
+    else
+      err = cb(&r, data);
+  }
+  if (!err && rc != SQLITE_DONE) err = aa__store_fail(st, rc, "query runs");
+  return err;
+}
+
 int aa_store_runs_query(aa_store_t *st, const aa_store_run_filter_t *f, aa_store_run_cb cb, void *data) {
   aa_store_run_filter_t all = {0};
   if (!f) f = &all;
@@ -285,25 +329,21 @@ int aa_store_runs_query(aa_store_t *st, const aa_store_run_filter_t *f, aa_store
   if (err) return err;
   if (f->order != AA_STORE_ORDER_ID && f->order != AA_STORE_ORDER_BEST)
     return aa_error(AA_EINVAL, "run filter: invalid order %d", (int)f->order);
-  if (f->limit < 0 || f->job_id < 0) return aa_error(AA_EINVAL, "run filter: negative limit or job id");
+  if (f->limit < 0 || f->offset < 0 || f->job_id < 0)
+    return aa_error(AA_EINVAL, "run filter: negative limit, offset or job id");
   unsigned shape = (f->job_id ? Q_JOB : 0) | (f->model_hash ? Q_MODEL : 0) | (f->hardware ? Q_HW : 0) |
                    (f->statuses ? Q_STATUS : 0) | (f->kinds ? Q_KIND : 0) | (f->key_prefix ? Q_PREFIX : 0) |
                    (f->order == AA_STORE_ORDER_BEST ? Q_BEST : 0);
   sqlite3_stmt *s = NULL;
   if ((err = runq_stmt(st, shape, &s))) return err;
-  sqlite3_bind_int(s, sqlite3_bind_parameter_index(s, ":limit"), f->limit > 0 ? f->limit : -1);
+  aa__store_bind_page(s, f->limit, f->offset);
   if (shape & Q_JOB) sqlite3_bind_int64(s, sqlite3_bind_parameter_index(s, ":job"), f->job_id);
   if (shape & Q_MODEL) aa__store_bind_text(s, sqlite3_bind_parameter_index(s, ":model"), f->model_hash);
   if (shape & Q_HW) aa__store_bind_text(s, sqlite3_bind_parameter_index(s, ":hw"), f->hardware);
   if (shape & Q_STATUS) aa__store_bind_text(s, sqlite3_bind_parameter_index(s, ":statuses"), statuses);
   if (shape & Q_KIND) aa__store_bind_text(s, sqlite3_bind_parameter_index(s, ":kinds"), kinds);
   if (shape & Q_PREFIX) aa__store_bind_text(s, sqlite3_bind_parameter_index(s, ":prefix"), f->key_prefix);
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    aa_store_run_t r;
-    if ((err = run_from_row(st, s, &r)) || (err = cb(&r, data))) break;
-  }
-  if (!err && rc != SQLITE_DONE) err = aa__store_fail(st, rc, "query runs");
+  err = runs_walk(st, s, f, cb, data);
   aa__store_done(s);
   return err;
 }

@@ -96,6 +96,18 @@ int aa_default_planner_addr(char *out, size_t n) {
   return 0;
 }
 
+int aa_default_token_file(char *out, size_t n) {
+  char home[4096];
+  int rc = aa_home_dir(home, sizeof home);
+  if (rc) return rc;
+  char path[4096 + 16];
+  snprintf(path, sizeof path, "%.4080s/token", home);
+  struct stat st;
+  if (lstat(path, &st)) return 0;
+  if ((size_t)snprintf(out, n, "%s", path) >= n) return aa_error(AA_EINVAL, "token path %s is too long", path);
+  return 1;
+}
+
 int aa_token_load(const char *path, char out[AA_TOKEN_MAX + 1], size_t *len) {
   struct stat st;
   if (stat(path, &st))

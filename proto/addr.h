@@ -44,6 +44,12 @@ int aa_home_dir(char *out, size_t n);
 /* The default planner address: unix:<home>/planner.sock. */
 int aa_default_planner_addr(char *out, size_t n);
 
+/* The token file a TCP peer presents when it is given none: <home>/token,
+ * where a planner with the same state directory keeps its token. Writes
+ * the path when that file exists (returns 1), returns 0 when it does not
+ * (out untouched), or an error if the state directory is unusable. */
+int aa_default_token_file(char *out, size_t n);
+
 /* Reads a token file: the first line, without its line ending, must be
  * 1..AA_TOKEN_MAX bytes with no NUL. The file must not be readable or
  * writable by group or others (AA_EPERM says so and shows chmod 600).

@@ -41,6 +41,16 @@ void aa_frame_reader_free(aa_frame_reader_t *r) {
   r->buf_n = r->buf_cap = 0;
 }
 
+int aa_frame_reader_set_max(aa_frame_reader_t *r, size_t max) {
+  if (max > AA_FRAME_MAX)
+    return aa_error(AA_EINVAL, "frame limit %zu exceeds the protocol maximum %u", max, AA_FRAME_MAX);
+  if (aa_frame_reader_mid_frame(r)) return aa_error(AA_EINVAL, "frame limit: cannot change it inside a frame");
+  r->max = max ? max : AA_FRAME_MAX;
+  return 0;
+}
+
+int aa_frame_reader_mid_frame(const aa_frame_reader_t *r) { return r->hdr_n > 0 || r->need > 0; }
+
 size_t aa_frame_reader_held(const aa_frame_reader_t *r) { return r->buf_cap + r->hdr_n; }
 
 int aa_frame_reader_feed(aa_frame_reader_t *r, const void *data, size_t len, size_t *used,

@@ -57,6 +57,15 @@ int aa_frame_reader_init(aa_frame_reader_t *r, size_t max);
 int aa_frame_reader_feed(aa_frame_reader_t *r, const void *data, size_t len, size_t *used,
                          const void **payload, size_t *payload_len);
 
+/* Changes the payload limit (0 = AA_FRAME_MAX) between frames: the
+ * planner reads a small hello first and allows full frames after it.
+ * AA_EINVAL above AA_FRAME_MAX or while a frame is partly read. */
+int aa_frame_reader_set_max(aa_frame_reader_t *r, size_t max);
+
+/* Whether some bytes of a frame have arrived and the frame is not yet
+ * complete (for a deadline on slow senders). */
+int aa_frame_reader_mid_frame(const aa_frame_reader_t *r);
+
 /* Bytes of memory the reader holds now (buffer capacity + header); never
  * more than max + 4. */
 size_t aa_frame_reader_held(const aa_frame_reader_t *r);

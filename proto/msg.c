@@ -45,6 +45,8 @@ struct table {
 
 #define F_U64(st, m, req, lo, hi)                                                                            \
   { .key = #m, .kind = K_U64, .required = req, .off = offsetof(st, m), .has = -1, .umin = lo, .umax = hi }
+#define F_U64_HAS(st, m, hasm, lo, hi)                                                                       \
+  { .key = #m, .kind = K_U64, .off = offsetof(st, m), .has = offsetof(st, hasm), .umin = lo, .umax = hi }
 #define F_INT(st, m, req, lo, hi)                                                                            \
   { .key = #m, .kind = K_INT, .required = req, .off = offsetof(st, m), .has = -1, .imin = lo, .imax = hi }
 #define F_F64(st, m, req, lo, hi)                                                                            \
@@ -191,6 +193,7 @@ static const field_t job_f[] = {
     F_INT(aa_msg_job_t, world, true, 1, AA_PROTO_WORLD_MAX),
     F_STR(aa_msg_job_t, rendezvous, false, 1, AA_PROTO_NAME_MAX),
     F_STR(aa_msg_job_t, out_dir, false, 1, AA_PROTO_PATH_MAX),
+    F_U64_HAS(aa_msg_job_t, owner, has_owner, 0, UINT32_MAX - 1),
 };
 static const field_t progress_f[] = {
     F_U64(aa_msg_progress_t, job, true, 1, ID_HI),

@@ -143,6 +143,8 @@ typedef struct aa_msg_job {
   int rank, world;          /* this executor's rank in the gang, 0..world-1; world 1..4096 */
   char *rendezvous;         /* <= 255 bytes: where the gang meets; required when world > 1 */
   char *out_dir;            /* optional, <= 4096 bytes: train jobs write checkpoints and logs here */
+  bool has_owner;           /* owner is given */
+  uint64_t owner;           /* optional, 0..2^32-2: the uid that must own out_dir (the submitter) */
 } aa_msg_job_t;
 
 typedef struct aa_msg_progress {

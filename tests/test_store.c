@@ -1,8 +1,11 @@
 /* The planner's SQLite store (planner/store*.c): schema creation and
- * versioning, refusal of foreign files, models/hardware/jobs/runs, the best
- * run and answer-from-store rules, recovery after a crash, durability across
- * a SIGKILL, query filters and the schema's CHECK constraints. Every test
- * works in its own fresh file under one temporary directory. */
+ * versioning (with a migration from version 1), file permissions, refusal
+ * of foreign files and of journal files it cannot write,
+ * models/hardware/jobs/runs, the best run and answer-from-store rules,
+ * recovery and resumption after a crash, durability across a SIGKILL,
+ * query filters, paging, unreadable rows and the schema's CHECK
+ * constraints. Every test works in its own fresh file under one temporary
+ * directory. */
 #include "common/aa.h"
 #include "planner/store.h"
 #include "strategies/strategy.h"
@@ -14,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -117,20 +121,37 @@ static void raw_text(const char *path, const char *sql, char *out, size_t cap) {
     CHECK_MSG(strstr(aa_last_error(), (needle)), "message \"%s\" lacks \"%s\"", aa_last_error(), (needle));  \
   } while (0)
 
+/* Collects the ids of a walk (the first 32), stopping it with 42 after
+ * stop_after rows. */
+typedef struct {
+  int n;
+  int64_t ids[32];
+  int stop_after; /* 0 = never */
+} collected_t;
+
+static int collect_runs(const aa_store_run_t *r, void *data) {
+  collected_t *c = data;
+  if (c->n < 32) c->ids[c->n] = r->id;
+  c->n++;
+  return c->stop_after && c->n >= c->stop_after ? 42 : 0;
+}
+
 /* --- opening, versions, foreign files ---------------------------------------------------- */
 
-AA_TEST(open_creates_schema_version_1_in_wal_mode) {
+AA_TEST(open_creates_the_newest_schema_in_wal_mode) {
   const char *path = fresh_path();
   aa_store_t *st = NULL;
   int rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
   CHECK(aa_store_schema_version(st) == AA_STORE_SCHEMA_VERSION);
-  CHECK(AA_STORE_SCHEMA_VERSION == 1);
+  CHECK(AA_STORE_SCHEMA_VERSION == 2);
   char v[64];
   raw_text(path, "PRAGMA journal_mode", v, sizeof v);
   CHECK_MSG(strcmp(v, "wal") == 0, "journal_mode %s", v);
   raw_text(path, "PRAGMA user_version", v, sizeof v);
+  CHECK(strcmp(v, "2") == 0);
+  raw_text(path, "SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'resumes'", v, sizeof v);
   CHECK(strcmp(v, "1") == 0);
   raw_text(path, "PRAGMA application_id", v, sizeof v);
   CHECK_MSG(strcmp(v, "1094800212") == 0, "application_id %s", v);
@@ -192,10 +213,10 @@ AA_TEST(newer_schema_version_is_refused) {
   int rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   aa_store_close(st);
-  CHECK(raw_sql(path, "PRAGMA user_version = 2", NULL, 0) == SQLITE_OK);
+  CHECK(raw_sql(path, "PRAGMA user_version = 3", NULL, 0) == SQLITE_OK);
   st = (aa_store_t *)&rc; /* must stay untouched */
   CHECK_ERR(aa_store_open(&st, path, 0), AA_EUNSUPPORTED,
-            "schema version 2 is newer than this build supports (1)");
+            "schema version 3 is newer than this build supports (2)");
   CHECK(st == (aa_store_t *)&rc);
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "newer");
 }
@@ -239,10 +260,10 @@ AA_TEST(readonly_open_of_an_unmigrated_file_asks_for_a_migration) {
   CHECK(f != NULL);
   if (f) fclose(f);
   aa_store_t *st = NULL;
-  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "older than this build's (1)");
+  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "older than this build's (2)");
   CHECK(st == NULL);
   CHECK_MSG(aa_store_open(&st, path, 0) == 0, "%s", aa_last_error());
-  CHECK(st && aa_store_schema_version(st) == 1);
+  CHECK(st && aa_store_schema_version(st) == 2);
   aa_store_close(st);
 }
 
@@ -269,6 +290,230 @@ AA_TEST(a_held_write_lock_fails_a_write_after_the_busy_timeout_but_not_reads) {
   aa_store_hardware_t h;
   CHECK(aa_store_hardware_get(st, "held", &h) == 0);
   aa_store_hardware_clear(&h);
+  aa_store_close(st);
+}
+
+/* --- file permissions and journal files ------------------------------------------------ */
+
+/* The permission bits of a file; -1 if it cannot be stat'ed. */
+static int file_mode(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 ? (int)(sb.st_mode & 07777) : -1;
+}
+
+/* Creates an empty file with the given mode. */
+static void make_file(const char *path, mode_t mode) {
+  FILE *f = fopen(path, "wb");
+  CHECK(f != NULL);
+  if (f) fclose(f);
+  CHECK(chmod(path, mode) == 0);
+}
+
+/* The path of the latest fresh store and of its journal files. */
+static void store_files(char path[512], char wal[520], char shm[520]) {
+  snprintf(path, 512, "%s/store%d.db", tmp_dir, db_counter);
+  snprintf(wal, 520, "%s-wal", path);
+  snprintf(shm, 520, "%s-shm", path);
+}
+
+AA_TEST(a_new_store_and_its_journal_files_are_private) {
+  mode_t old = umask(022); /* the usual umask, under which SQLite alone creates 0644 files */
+  fresh_path();
+  char path[512], wal[520], shm[520];
+  store_files(path, wal, shm);
+  aa_store_t *st = NULL;
+  int rc = aa_store_open(&st, path, 0);
+  if (!rc) rc = aa_store_put_hardware(st, HW, "{}"); /* a write: the -wal and -shm files exist */
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  CHECK_MSG(file_mode(path) == 0600, "db mode %o", file_mode(path));
+  CHECK_MSG(file_mode(wal) == 0600, "wal mode %o", file_mode(wal));
+  CHECK_MSG(file_mode(shm) == 0600, "shm mode %o", file_mode(shm));
+  aa_store_close(st);
+  umask(old);
+}
+
+AA_TEST(open_tightens_store_files_that_group_or_others_can_read) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  char path[512], wal[520], shm[520];
+  store_files(path, wal, shm);
+  /* A second connection keeps the -wal and -shm files after the store closes. */
+  sqlite3 *other = NULL;
+  CHECK(sqlite3_open(path, &other) == SQLITE_OK);
+  CHECK(sqlite3_exec(other, "SELECT count(*) FROM jobs", NULL, NULL, NULL) == SQLITE_OK);
+  aa_store_close(st);
+  const char *files[] = {path, wal, shm};
+  for (int i = 0; i < 3; i++)
+    CHECK_MSG(chmod(files[i], 0644) == 0, "chmod %s", files[i]);
+
+  /* A reader changes nothing. */
+  int rc = aa_store_open(&st, path, AA_STORE_READONLY);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (!rc) aa_store_close(st);
+  for (int i = 0; i < 3; i++)
+    CHECK_MSG(file_mode(files[i]) == 0644, "%s: %o", files[i], file_mode(files[i]));
+
+  rc = aa_store_open(&st, path, 0);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (!rc) aa_store_close(st);
+  for (int i = 0; i < 3; i++)
+    CHECK_MSG(file_mode(files[i]) == 0600, "%s: %o", files[i], file_mode(files[i]));
+
+  /* Another user's file that others can read is refused and left as it is. */
+  if (geteuid() == 0) {
+    CHECK(chmod(path, 0644) == 0 && chown(path, 65534, 65534) == 0);
+    st = NULL;
+    CHECK_ERR(aa_store_open(&st, path, 0), AA_EPERM, "uid 65534");
+    char needle[64];
+    snprintf(needle, sizeof needle, "store%d.db is open to group or others (mode 0644)", db_counter);
+    CHECK_MSG(strstr(aa_last_error(), needle), "%s", aa_last_error());
+    CHECK(st == NULL && file_mode(path) == 0644);
+    CHECK(chown(path, 0, 0) == 0);
+  } else {
+    fprintf(stderr, "  (not root: the file of another user is not checked)\n");
+  }
+  sqlite3_close(other);
+}
+
+AA_TEST(a_journal_file_the_planner_cannot_write_is_named_with_the_fix) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  char path[512], wal[520], shm[520];
+  store_files(path, wal, shm);
+  aa_store_close(st); /* the last connection: SQLite removes the -wal and -shm files */
+  CHECK(file_mode(shm) == -1 && file_mode(wal) == -1);
+
+  /* What a failed start can leave behind. */
+  make_file(shm, 0444);
+  char needle[96];
+  snprintf(needle, sizeof needle, "store%d.db-shm is not writable (mode 0444", db_counter);
+  st = NULL;
+  CHECK_ERR(aa_store_open(&st, path, 0), AA_EIO, needle);
+  CHECK_MSG(strstr(aa_last_error(), "remove it (SQLite recreates it) or run chmod 600 "), "%s",
+            aa_last_error());
+  CHECK(st == NULL && file_mode(shm) == 0444);
+  CHECK(chmod(shm, 0600) == 0);
+  int rc = aa_store_open(&st, path, 0);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (!rc) aa_store_close(st);
+
+  /* A -wal file may hold commits: the advice is chmod, never remove. */
+  make_file(wal, 0444);
+  snprintf(needle, sizeof needle, "store%d.db-wal is not writable (mode 0444", db_counter);
+  CHECK_ERR(aa_store_open(&st, path, 0), AA_EIO, needle);
+  CHECK_MSG(strstr(aa_last_error(), "run chmod 600 ") && strstr(aa_last_error(), "do not remove it"), "%s",
+            aa_last_error());
+  CHECK(unlink(wal) == 0);
+
+  unlink(shm);
+  CHECK(mkdir(shm, 0700) == 0);
+  CHECK_ERR(aa_store_open(&st, path, 0), AA_EIO, "-shm is not a regular file");
+  CHECK(rmdir(shm) == 0);
+
+  rc = aa_store_open(&st, path, 0);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  aa_store_model_t m;
+  CHECK(aa_store_model_get(st, MODEL, &m) == 0);
+  aa_store_model_clear(&m);
+  aa_store_close(st);
+}
+
+/* Schema version 1 as it shipped (migrations[0] in planner/store.c), to
+ * build a store of the previous version by hand. */
+static const char schema_v1[] =
+    "PRAGMA application_id = 1094800212;"
+    "CREATE TABLE models ("
+    "  hash TEXT PRIMARY KEY CONSTRAINT model_hash_length CHECK (length(hash) BETWEEN 1 AND 64),"
+    "  name TEXT NOT NULL DEFAULT '',"
+    "  spec_json TEXT NOT NULL CONSTRAINT model_spec_is_json CHECK (json_valid(spec_json)),"
+    "  params INTEGER NOT NULL DEFAULT 0 CONSTRAINT model_params_not_negative CHECK (params >= 0),"
+    "  created_at INTEGER NOT NULL);"
+    "CREATE TABLE hardware ("
+    "  fingerprint TEXT PRIMARY KEY"
+    "    CONSTRAINT hardware_fingerprint_length CHECK (length(fingerprint) BETWEEN 1 AND 127),"
+    "  description TEXT NOT NULL CONSTRAINT hardware_description_is_json CHECK (json_valid(description)),"
+    "  created_at INTEGER NOT NULL);"
+    "CREATE TABLE jobs ("
+    "  id INTEGER PRIMARY KEY,"
+    "  model_hash TEXT NOT NULL REFERENCES models(hash),"
+    "  hardware TEXT NOT NULL REFERENCES hardware(fingerprint),"
+    "  status TEXT NOT NULL CONSTRAINT job_status_known CHECK (status IN"
+    "    ('queued', 'running', 'done', 'failed', 'cancelled', 'interrupted')),"
+    "  options_json TEXT"
+    "    CONSTRAINT job_options_is_json CHECK (options_json IS NULL OR json_valid(options_json)),"
+    "  best_run_id INTEGER REFERENCES runs(id),"
+    "  from_store INTEGER NOT NULL DEFAULT 0 CONSTRAINT job_from_store_bool CHECK (from_store IN (0, 1)),"
+    "  error TEXT,"
+    "  submitted_at INTEGER NOT NULL,"
+    "  started_at INTEGER,"
+    "  finished_at INTEGER);"
+    "CREATE TABLE runs ("
+    "  id INTEGER PRIMARY KEY,"
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id),"
+    "  model_hash TEXT NOT NULL REFERENCES models(hash),"
+    "  hardware TEXT NOT NULL REFERENCES hardware(fingerprint),"
+    "  kind TEXT NOT NULL CONSTRAINT run_kind_known CHECK (kind IN ('dryrun', 'train')),"
+    "  strategy_key TEXT NOT NULL CONSTRAINT run_key_not_empty CHECK (length(strategy_key) >= 1),"
+    "  strategy_json TEXT NOT NULL CONSTRAINT run_strategy_is_json CHECK (json_valid(strategy_json)),"
+    "  status TEXT NOT NULL CONSTRAINT run_status_known CHECK (status IN"
+    "    ('queued', 'running', 'ok', 'oom', 'error', 'timeout', 'crashed', 'pruned', 'cancelled')),"
+    "  tokens_per_s REAL,"
+    "  step_ms_median REAL,"
+    "  step_ms_spread REAL,"
+    "  peak_bytes INTEGER,"
+    "  peak_json TEXT CONSTRAINT run_peak_is_json CHECK (peak_json IS NULL OR json_valid(peak_json)),"
+    "  predicted_tokens_per_s REAL,"
+    "  final_loss REAL,"
+    "  error TEXT,"
+    "  started_at INTEGER,"
+    "  finished_at INTEGER,"
+    "  CONSTRAINT run_ok_has_throughput CHECK (status <> 'ok' OR tokens_per_s > 0));"
+    "CREATE INDEX runs_by_model_hardware_status ON runs(model_hash, hardware, status);"
+    "CREATE INDEX runs_by_job ON runs(job_id);"
+    "CREATE INDEX jobs_by_model_hardware ON jobs(model_hash, hardware);";
+
+AA_TEST(a_schema_version_1_store_migrates_to_2_and_keeps_its_rows) {
+  char path[512];
+  snprintf(path, sizeof path, "%s", fresh_path());
+  char msg[256];
+  int rc = raw_sql(path, schema_v1, msg, sizeof msg);
+  CHECK_MSG(rc == SQLITE_OK, "%s", msg);
+  rc =
+      raw_sql(path,
+              "INSERT INTO models VALUES ('" MODEL "', 'tiny', '{}', 1, 100);"
+              "INSERT INTO hardware VALUES ('" HW "', '{}', 100);"
+              "INSERT INTO jobs (id, model_hash, hardware, status, submitted_at, started_at)"
+              "  VALUES (1, '" MODEL "', '" HW "', 'running', 100, 101);"
+              "INSERT INTO runs (id, job_id, model_hash, hardware, kind, strategy_key, strategy_json, status,"
+              "  tokens_per_s) VALUES (1, 1, '" MODEL "', '" HW "', 'dryrun', 'k', '{}', 'ok', 10);"
+              "PRAGMA user_version = 1;",
+              msg, sizeof msg);
+  CHECK_MSG(rc == SQLITE_OK, "%s", msg);
+  aa_store_t *st = NULL;
+  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
+            "schema version 1 is older than this build's (2)");
+  rc = aa_store_open(&st, path, 0);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  CHECK(aa_store_schema_version(st) == 2);
+  char v[32];
+  raw_text(path, "PRAGMA user_version", v, sizeof v);
+  CHECK(strcmp(v, "2") == 0);
+  aa_store_job_t j;
+  CHECK(aa_store_job_get(st, 1, &j) == 0);
+  CHECK(j.status == AA_STORE_JOB_RUNNING && j.resumes == 0 && j.started_at == 101 && j.submitted_at == 100);
+  aa_store_job_clear(&j);
+  aa_store_run_t r;
+  CHECK(aa_store_run_get(st, 1, &r) == 0 && r.job_id == 1 && r.tokens_per_s == 10);
+  aa_store_run_clear(&r);
+  CHECK((raw_sql(path, "UPDATE jobs SET resumes = -1", msg, sizeof msg) & 0xff) == SQLITE_CONSTRAINT);
+  CHECK_MSG(strstr(msg, "job_resumes_not_negative"), "%s", msg);
+  /* The new column is in use at once: the job left running is resumed. */
+  aa_store_recovery_t rec;
+  CHECK(aa_store_recover(st, 1, &rec) == 0 && rec.jobs_requeued == 1);
+  CHECK(aa_store_job_get(st, 1, &j) == 0 && j.status == AA_STORE_JOB_QUEUED && j.resumes == 1);
+  aa_store_job_clear(&j);
   aa_store_close(st);
 }
 
@@ -466,7 +711,10 @@ AA_TEST(best_run_prefers_throughput_then_lower_peak_then_lower_id) {
   add_run(st, job, AA_STORE_RUN_DRYRUN, 5, AA_STORE_RUN_OOM, 0, 99);   /* failed: never best */
   add_run(st, job, AA_STORE_RUN_TRAIN, 6, AA_STORE_RUN_OK, 900, 10);   /* training, not a dry run */
   int64_t other = new_job(st, HW2);
-  add_run(st, other, AA_STORE_RUN_DRYRUN, 7, AA_STORE_RUN_OK, 999, 10); /* other hardware */
+  add_run(st, other, AA_STORE_RUN_DRYRUN, 7, AA_STORE_RUN_OK, 999, 10);    /* other hardware */
+  CHECK_ERR(aa_store_best_run(st, MODEL, HW, &r), AA_ENOENT, "not found"); /* searches not finished */
+  CHECK(aa_store_job_finish(st, job, AA_STORE_JOB_DONE, want, 0, NULL) == 0);
+  CHECK(aa_store_job_finish(st, other, AA_STORE_JOB_DONE, 0, 0, NULL) == 0);
   int rc = aa_store_best_run(st, MODEL, HW, &r);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) goto done;
@@ -492,6 +740,8 @@ AA_TEST(count_measured_ignores_failed_pruned_and_unfinished_runs) {
   add_run(st, job, AA_STORE_RUN_DRYRUN, 7, AA_STORE_RUN_QUEUED, 0, 0);
   add_run(st, job, AA_STORE_RUN_DRYRUN, 8, AA_STORE_RUN_RUNNING, 0, 0);
   add_run(st, job, AA_STORE_RUN_TRAIN, 9, AA_STORE_RUN_OK, 120, 1);
+  CHECK(aa_store_count_measured(st, MODEL, HW, &n) == 0 && n == 0); /* the search has not finished */
+  CHECK(aa_store_job_finish(st, job, AA_STORE_JOB_DONE, 0, 0, NULL) == 0);
   CHECK(aa_store_count_measured(st, MODEL, HW, &n) == 0 && n == 2);
   CHECK(aa_store_count_measured(st, MODEL, HW2, &n) == 0 && n == 0);
   aa_store_close(st);
@@ -525,7 +775,49 @@ AA_TEST(job_with_measured_runs_answers_from_the_store) {
   aa_store_close(st);
 }
 
-AA_TEST(recover_marks_running_jobs_interrupted_and_running_runs_crashed) {
+AA_TEST(only_runs_of_completed_searches_answer_from_the_store) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  int64_t stopped = new_job(st, HW); /* the planner stopped mid-search */
+  CHECK(aa_store_job_start(st, stopped) == 0);
+  add_run(st, stopped, AA_STORE_RUN_DRYRUN, 1, AA_STORE_RUN_OK, 500, 1);
+  CHECK(aa_store_job_finish(st, stopped, AA_STORE_JOB_INTERRUPTED, 0, 0, "planner stopped") == 0);
+  int64_t failed = new_job(st, HW);
+  CHECK(aa_store_job_start(st, failed) == 0);
+  add_run(st, failed, AA_STORE_RUN_DRYRUN, 2, AA_STORE_RUN_OK, 450, 1);
+  CHECK(aa_store_job_finish(st, failed, AA_STORE_JOB_FAILED, 0, 0, "executor lost") == 0);
+  int64_t copied = new_job(st, HW); /* done from the store: it did not search */
+  int64_t copied_run = add_run(st, copied, AA_STORE_RUN_DRYRUN, 3, AA_STORE_RUN_OK, 600, 1);
+  CHECK(aa_store_job_finish(st, copied, AA_STORE_JOB_DONE, copied_run, 1, NULL) == 0);
+  int64_t live = new_job(st, HW);
+  CHECK(aa_store_job_start(st, live) == 0);
+  int64_t best = add_run(st, live, AA_STORE_RUN_DRYRUN, 4, AA_STORE_RUN_OK, 400, 1);
+
+  int n = -1;
+  CHECK(aa_store_count_measured(st, MODEL, HW, &n) == 0 && n == 0);
+  aa_store_run_t r;
+  CHECK_ERR(aa_store_best_run(st, MODEL, HW, &r), AA_ENOENT, "not found");
+  int64_t asked = new_job(st, HW), got = -1;
+  CHECK_MSG(aa_store_job_answer_from_store(st, asked, &got) == 0, "%s", aa_last_error());
+  CHECK(got == 0);
+  aa_store_job_t j;
+  CHECK(aa_store_job_get(st, asked, &j) == 0 && j.status == AA_STORE_JOB_QUEUED);
+  aa_store_job_clear(&j);
+
+  /* The live search ends: its runs, and only its, answer. */
+  CHECK(aa_store_job_finish(st, live, AA_STORE_JOB_DONE, best, 0, NULL) == 0);
+  CHECK(aa_store_count_measured(st, MODEL, HW, &n) == 0 && n == 1);
+  CHECK(aa_store_best_run(st, MODEL, HW, &r) == 0 && r.id == best && r.tokens_per_s == 400);
+  aa_store_run_clear(&r);
+  CHECK_MSG(aa_store_job_answer_from_store(st, asked, &got) == 0, "%s", aa_last_error());
+  CHECK(got == best);
+  CHECK(aa_store_job_get(st, asked, &j) == 0);
+  CHECK(j.status == AA_STORE_JOB_DONE && j.from_store == 1 && j.best_run_id == best);
+  aa_store_job_clear(&j);
+  aa_store_close(st);
+}
+
+AA_TEST(recover_without_resumes_marks_running_jobs_interrupted_and_running_runs_crashed) {
   aa_store_t *st = fresh_store();
   if (!st) return;
   int64_t done = new_job(st, HW);
@@ -538,12 +830,14 @@ AA_TEST(recover_marks_running_jobs_interrupted_and_running_runs_crashed) {
   int64_t r2 = add_run(st, live, AA_STORE_RUN_DRYRUN, 4, AA_STORE_RUN_RUNNING, 0, 0);
   int64_t q = add_run(st, live, AA_STORE_RUN_DRYRUN, 5, AA_STORE_RUN_QUEUED, 0, 0);
   int64_t waiting = new_job(st, HW2);
-  int jobs = -1, runs = -1;
-  CHECK_MSG(aa_store_recover(st, &jobs, &runs) == 0, "%s", aa_last_error());
-  CHECK_MSG(jobs == 1 && runs == 2, "jobs %d runs %d", jobs, runs);
+  aa_store_recovery_t rec = {-1, -1, -1};
+  CHECK_MSG(aa_store_recover(st, 0, &rec) == 0, "%s", aa_last_error());
+  CHECK_MSG(rec.jobs_interrupted == 1 && rec.runs_crashed == 2 && rec.jobs_requeued == 0,
+            "jobs %d runs %d requeued %d", rec.jobs_interrupted, rec.runs_crashed, rec.jobs_requeued);
   aa_store_job_t j;
   CHECK(aa_store_job_get(st, live, &j) == 0);
-  CHECK(j.status == AA_STORE_JOB_INTERRUPTED && j.finished_at > 0 && strstr(j.error, "planner stopped"));
+  CHECK(j.status == AA_STORE_JOB_INTERRUPTED && j.finished_at > 0 && j.resumes == 0);
+  CHECK_MSG(strcmp(j.error, "the planner stopped while the job was running") == 0, "%s", j.error);
   aa_store_job_clear(&j);
   CHECK(aa_store_job_get(st, waiting, &j) == 0 && j.status == AA_STORE_JOB_QUEUED);
   aa_store_job_clear(&j);
@@ -558,7 +852,102 @@ AA_TEST(recover_marks_running_jobs_interrupted_and_running_runs_crashed) {
     CHECK_MSG(r.status == want[i], "run %d: %s", i, aa_store_run_status_name(r.status));
     aa_store_run_clear(&r);
   }
-  CHECK(aa_store_recover(st, &jobs, &runs) == 0 && jobs == 0 && runs == 0);
+  CHECK(aa_store_recover(st, 0, &rec) == 0);
+  CHECK(rec.jobs_interrupted == 0 && rec.runs_crashed == 0 && rec.jobs_requeued == 0);
+  CHECK(aa_store_recover(st, 0, NULL) == 0);
+  CHECK_ERR(aa_store_recover(st, -1, &rec), AA_EINVAL, "negative max_resumes");
+  aa_store_close(st);
+}
+
+/* The job's status and resumes, for short checks. */
+static aa_store_job_t job_of(aa_store_t *st, int64_t id) {
+  aa_store_job_t j = {0};
+  int rc = aa_store_job_get(st, id, &j);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  return j;
+}
+
+static aa_store_run_status_t run_status(aa_store_t *st, int64_t id) {
+  aa_store_run_t r;
+  if (aa_store_run_get(st, id, &r) != 0) return AA_STORE_RUN_NSTATUS;
+  aa_store_run_status_t s = r.status;
+  aa_store_run_clear(&r);
+  return s;
+}
+
+AA_TEST(recover_requeues_running_and_interrupted_jobs_until_max_resumes) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  char path[512];
+  snprintf(path, sizeof path, "%s/store%d.db", tmp_dir, db_counter);
+  int64_t live = new_job(st, HW);
+  CHECK(aa_store_job_start(st, live) == 0);
+  int64_t ok = add_run(st, live, AA_STORE_RUN_DRYRUN, 1, AA_STORE_RUN_OK, 10, 1);
+  int64_t flying = add_run(st, live, AA_STORE_RUN_DRYRUN, 2, AA_STORE_RUN_RUNNING, 0, 0);
+  int64_t next = add_run(st, live, AA_STORE_RUN_DRYRUN, 3, AA_STORE_RUN_QUEUED, 0, 0);
+  CHECK(raw_sql(path, "UPDATE jobs SET started_at = 1000", NULL, 0) == SQLITE_OK);
+  int64_t stopped = new_job(st, HW);
+  CHECK(aa_store_job_start(st, stopped) == 0);
+  int64_t stopped_run = add_run(st, stopped, AA_STORE_RUN_DRYRUN, 4, AA_STORE_RUN_OK, 10, 1);
+  CHECK(aa_store_job_finish(st, stopped, AA_STORE_JOB_INTERRUPTED, stopped_run, 0, "stopped") == 0);
+  int64_t waiting = new_job(st, HW2);
+
+  aa_store_recovery_t rec = {-1, -1, -1};
+  CHECK_MSG(aa_store_recover(st, 3, &rec) == 0, "%s", aa_last_error());
+  CHECK_MSG(rec.jobs_requeued == 2 && rec.jobs_interrupted == 0 && rec.runs_crashed == 1,
+            "requeued %d interrupted %d crashed %d", rec.jobs_requeued, rec.jobs_interrupted,
+            rec.runs_crashed);
+  aa_store_job_t j = job_of(st, live);
+  CHECK(j.status == AA_STORE_JOB_QUEUED && j.resumes == 1 && j.started_at == 1000 && j.finished_at == 0);
+  CHECK(strcmp(j.error, "") == 0 && j.best_run_id == 0);
+  aa_store_job_clear(&j);
+  j = job_of(st, stopped);
+  CHECK(j.status == AA_STORE_JOB_QUEUED && j.resumes == 1 && strcmp(j.error, "") == 0 && j.best_run_id == 0);
+  aa_store_job_clear(&j);
+  j = job_of(st, waiting);
+  CHECK(j.status == AA_STORE_JOB_QUEUED && j.resumes == 0);
+  aa_store_job_clear(&j);
+  /* The resumed search keeps its runs: measured, crashed in flight, and still queued. */
+  CHECK(run_status(st, ok) == AA_STORE_RUN_OK && run_status(st, flying) == AA_STORE_RUN_CRASHED);
+  CHECK(run_status(st, next) == AA_STORE_RUN_QUEUED);
+  collected_t got = {0};
+  aa_store_run_filter_t f = {.job_id = live};
+  CHECK(aa_store_runs_query(st, &f, collect_runs, &got) == 0 && got.n == 3);
+
+  /* Started again it keeps its first start; two more crashes reach the limit. */
+  for (int k = 2; k <= 3; k++) {
+    CHECK_MSG(aa_store_job_start(st, live) == 0, "%s", aa_last_error());
+    CHECK(aa_store_recover(st, 3, &rec) == 0 && rec.jobs_requeued == 1 && rec.jobs_interrupted == 0);
+    j = job_of(st, live);
+    CHECK_MSG(j.status == AA_STORE_JOB_QUEUED && j.resumes == k, "resumes %d", j.resumes);
+    CHECK(j.started_at == 1000);
+    aa_store_job_clear(&j);
+  }
+  CHECK(aa_store_job_start(st, live) == 0);
+  CHECK(aa_store_recover(st, 3, &rec) == 0 && rec.jobs_requeued == 0 && rec.jobs_interrupted == 1);
+  j = job_of(st, live);
+  CHECK(j.status == AA_STORE_JOB_INTERRUPTED && j.resumes == 3 && j.finished_at > 0);
+  CHECK_MSG(strcmp(j.error, "the planner stopped while the job was running (resumed 3 times already: not "
+                            "resumed again)") == 0,
+            "%s", j.error);
+  aa_store_job_clear(&j);
+  CHECK(run_status(st, next) == AA_STORE_RUN_CANCELLED); /* its job is over */
+  /* An interrupted job at the limit stays as it is. */
+  CHECK(aa_store_recover(st, 3, &rec) == 0 && rec.jobs_requeued == 0 && rec.jobs_interrupted == 0);
+  j = job_of(st, live);
+  CHECK(j.status == AA_STORE_JOB_INTERRUPTED && j.resumes == 3);
+  aa_store_job_clear(&j);
+
+  /* max_resumes 0: today's behaviour, the running job is interrupted. */
+  CHECK(aa_store_job_start(st, waiting) == 0);
+  CHECK(aa_store_recover(st, 0, &rec) == 0 && rec.jobs_requeued == 0 && rec.jobs_interrupted == 1);
+  j = job_of(st, waiting);
+  CHECK(j.status == AA_STORE_JOB_INTERRUPTED && j.resumes == 0);
+  CHECK(strcmp(j.error, "the planner stopped while the job was running") == 0);
+  aa_store_job_clear(&j);
+  j = job_of(st, stopped);
+  CHECK(j.status == AA_STORE_JOB_QUEUED && j.resumes == 1); /* queued jobs are left alone */
+  aa_store_job_clear(&j);
   aa_store_close(st);
 }
 
@@ -604,12 +993,14 @@ AA_TEST(commits_survive_sigkill_of_the_writer) {
   int rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  int n = -1, jobs = -1, runs = -1;
-  CHECK(aa_store_count_measured(st, MODEL, HW, &n) == 0 && n == 1);
   aa_store_run_t r;
-  CHECK(aa_store_best_run(st, MODEL, HW, &r) == 0 && r.tokens_per_s == 4321 && r.peak_bytes == 77);
+  CHECK(aa_store_run_get(st, 1, &r) == 0 && r.status == AA_STORE_RUN_OK && r.tokens_per_s == 4321 &&
+        r.peak_bytes == 77);
   aa_store_run_clear(&r);
-  CHECK(aa_store_recover(st, &jobs, &runs) == 0 && jobs == 1 && runs == 0);
+  int n = -1;
+  CHECK(aa_store_count_measured(st, MODEL, HW, &n) == 0 && n == 0); /* its search never finished */
+  aa_store_recovery_t rec;
+  CHECK(aa_store_recover(st, 0, &rec) == 0 && rec.jobs_interrupted == 1 && rec.runs_crashed == 0);
   aa_store_job_t j;
   CHECK(aa_store_job_get(st, 1, &j) == 0 && j.status == AA_STORE_JOB_INTERRUPTED);
   aa_store_job_clear(&j);
@@ -617,19 +1008,6 @@ AA_TEST(commits_survive_sigkill_of_the_writer) {
 }
 
 /* --- queries and constraints ---------------------------------------------------------------------- */
-
-typedef struct {
-  int n;
-  int64_t ids[32];
-  int stop_after; /* 0 = never */
-} collected_t;
-
-static int collect_runs(const aa_store_run_t *r, void *data) {
-  collected_t *c = data;
-  if (c->n < 32) c->ids[c->n] = r->id;
-  c->n++;
-  return c->stop_after && c->n >= c->stop_after ? 42 : 0;
-}
 
 AA_TEST(run_queries_filter_order_and_stop) {
   aa_store_t *st = fresh_store();
@@ -676,6 +1054,153 @@ AA_TEST(run_queries_filter_order_and_stop) {
   CHECK(aa_store_runs_query(st, &f, collect_runs, &got) == 0 && got.n == 3);
   f = (aa_store_run_filter_t){.statuses = AA_STORE_BIT(20)};
   CHECK_ERR(aa_store_runs_query(st, &f, collect_runs, &got), AA_EINVAL, "run status filter: unknown value");
+  aa_store_close(st);
+}
+
+/* A walk that keeps readable rows and unreadable ones apart. */
+typedef struct {
+  collected_t good;
+  int nbad;
+  int64_t bad[8];
+  char why[8][128];
+  int stop_with; /* what bad_row returns */
+} walk_t;
+
+static int walk_run(const aa_store_run_t *r, void *data) { return collect_runs(r, &((walk_t *)data)->good); }
+
+static int walk_job(const aa_store_job_t *j, void *data) {
+  collected_t *c = &((walk_t *)data)->good;
+  if (c->n < 32) c->ids[c->n] = j->id;
+  c->n++;
+  return 0;
+}
+
+static int walk_bad(int64_t id, const char *why, void *data) {
+  walk_t *w = data;
+  if (w->nbad < 8) {
+    w->bad[w->nbad] = id;
+    snprintf(w->why[w->nbad], sizeof w->why[0], "%s", why);
+  }
+  w->nbad++;
+  return w->stop_with;
+}
+
+/* Writes past the CHECK constraints, as a manual edit or corruption would. */
+static void force_sql(const char *path, const char *fmt, long long id) {
+  char sql[256], msg[256];
+  char stmt[160];
+  snprintf(stmt, sizeof stmt, fmt, id);
+  snprintf(sql, sizeof sql, "PRAGMA ignore_check_constraints = ON; %s", stmt);
+  int rc = raw_sql(path, sql, msg, sizeof msg);
+  CHECK_MSG(rc == SQLITE_OK, "%s: %s", stmt, msg);
+}
+
+AA_TEST(a_walk_reports_unreadable_rows_through_bad_row_and_goes_on) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  char path[512];
+  snprintf(path, sizeof path, "%s/store%d.db", tmp_dir, db_counter);
+  int64_t j1 = new_job(st, HW), j2 = new_job(st, HW), j3 = new_job(st, HW2);
+  int64_t a = add_run(st, j1, AA_STORE_RUN_DRYRUN, 1, AA_STORE_RUN_OK, 100, 1);
+  int64_t b = add_run(st, j1, AA_STORE_RUN_DRYRUN, 2, AA_STORE_RUN_OK, 200, 1);
+  int64_t c = add_run(st, j1, AA_STORE_RUN_DRYRUN, 3, AA_STORE_RUN_OK, 300, 1);
+  int64_t d = add_run(st, j2, AA_STORE_RUN_DRYRUN, 4, AA_STORE_RUN_OK, 400, 1);
+  force_sql(path, "UPDATE runs SET status = 'bogus' WHERE id = %lld", (long long)b);
+  char want[96];
+  snprintf(want, sizeof want, "run %lld has an unknown status 'bogus'", (long long)b);
+
+  walk_t w = {0};
+  aa_store_run_filter_t f = {.job_id = j1, .bad_row = walk_bad};
+  CHECK_MSG(aa_store_runs_query(st, &f, walk_run, &w) == 0, "%s", aa_last_error());
+  CHECK(w.good.n == 2 && w.good.ids[0] == a && w.good.ids[1] == c);
+  CHECK(w.nbad == 1 && w.bad[0] == b);
+  CHECK_MSG(strcmp(w.why[0], want) == 0, "%s", w.why[0]);
+
+  /* Without bad_row the walk fails as it always did. */
+  w = (walk_t){0};
+  f.bad_row = NULL;
+  CHECK_ERR(aa_store_runs_query(st, &f, walk_run, &w), AA_ECORRUPT, want);
+  CHECK(w.good.n == 1 && w.nbad == 0);
+  CHECK_ERR(aa_store_runs_of_job(st, j1, walk_run, &w), AA_ECORRUPT, want);
+  aa_store_run_t r;
+  CHECK_ERR(aa_store_run_get(st, b, &r), AA_ECORRUPT, want);
+
+  /* An unknown kind too, in the best order over every run. */
+  force_sql(path, "UPDATE runs SET kind = 'weird' WHERE id = %lld", (long long)d);
+  w = (walk_t){0};
+  f = (aa_store_run_filter_t){.order = AA_STORE_ORDER_BEST, .bad_row = walk_bad};
+  CHECK(aa_store_runs_query(st, &f, walk_run, &w) == 0);
+  CHECK(w.good.n == 2 && w.good.ids[0] == c && w.good.ids[1] == a && w.nbad == 2);
+  snprintf(want, sizeof want, "run %lld has an unknown kind 'weird'", (long long)d);
+  CHECK_MSG(w.bad[0] == d && strcmp(w.why[0], want) == 0, "%s", w.why[0]);
+
+  /* A non-zero value from bad_row stops the walk with it. */
+  w = (walk_t){.stop_with = 7};
+  f = (aa_store_run_filter_t){.bad_row = walk_bad};
+  CHECK(aa_store_runs_query(st, &f, walk_run, &w) == 7 && w.good.n == 1 && w.nbad == 1);
+
+  /* Jobs. */
+  force_sql(path, "UPDATE jobs SET status = 'paused' WHERE id = %lld", (long long)j2);
+  snprintf(want, sizeof want, "job %lld has an unknown status 'paused'", (long long)j2);
+  w = (walk_t){0};
+  aa_store_job_filter_t jf = {.bad_row = walk_bad};
+  CHECK_MSG(aa_store_jobs_list(st, &jf, walk_job, &w) == 0, "%s", aa_last_error());
+  CHECK(w.good.n == 2 && w.good.ids[0] == j3 && w.good.ids[1] == j1);
+  CHECK(w.nbad == 1 && w.bad[0] == j2);
+  CHECK_MSG(strcmp(w.why[0], want) == 0, "%s", w.why[0]);
+  w = (walk_t){0};
+  CHECK_ERR(aa_store_jobs_list(st, NULL, walk_job, &w), AA_ECORRUPT, want);
+  CHECK(w.good.n == 1);
+  aa_store_close(st);
+}
+
+AA_TEST(pages_give_every_row_once_in_order) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  int64_t job = new_job(st, HW);
+  for (int i = 0; i < 10; i++) /* (i * 7) % 10: distinct speeds, in an order unlike the ids' */
+    add_run(st, job, AA_STORE_RUN_DRYRUN, i + 1, AA_STORE_RUN_OK, 100 + (i * 7 % 10) * 10, 1);
+  const aa_store_order_t orders[] = {AA_STORE_ORDER_ID, AA_STORE_ORDER_BEST};
+  collected_t all[2] = {{0}, {0}};
+  for (int o = 0; o < 2; o++) {
+    aa_store_run_filter_t f = {.job_id = job, .order = orders[o]};
+    CHECK(aa_store_runs_query(st, &f, collect_runs, &all[o]) == 0 && all[o].n == 10);
+    collected_t paged = {0};
+    for (int off = 0; off < 10; off += 3) { /* 0, 3, 6, 9 */
+      f.offset = off;
+      f.limit = 3;
+      int before = paged.n;
+      CHECK_MSG(aa_store_runs_query(st, &f, collect_runs, &paged) == 0, "%s", aa_last_error());
+      CHECK_MSG(paged.n - before == (off < 9 ? 3 : 1), "order %d offset %d: %d rows", o, off,
+                paged.n - before);
+    }
+    CHECK(paged.n == 10 && memcmp(paged.ids, all[o].ids, 10 * sizeof paged.ids[0]) == 0);
+    /* A limit of 0 with an offset: the rest. */
+    collected_t rest = {0};
+    f.limit = 0;
+    f.offset = 4;
+    CHECK(aa_store_runs_query(st, &f, collect_runs, &rest) == 0);
+    CHECK(rest.n == 6 && memcmp(rest.ids, all[o].ids + 4, 6 * sizeof rest.ids[0]) == 0);
+    rest = (collected_t){0};
+    f.offset = 10;
+    CHECK(aa_store_runs_query(st, &f, collect_runs, &rest) == 0 && rest.n == 0);
+  }
+  CHECK(memcmp(all[0].ids, all[1].ids, 10 * sizeof all[0].ids[0]) != 0);
+  aa_store_run_filter_t bad = {.offset = -1};
+  collected_t none = {0};
+  CHECK_ERR(aa_store_runs_query(st, &bad, collect_runs, &none), AA_EINVAL, "negative limit, offset");
+
+  for (int i = 0; i < 4; i++)
+    new_job(st, HW);
+  int64_t ids[8] = {0}, paged[8] = {0};
+  CHECK(aa_store_jobs_list(st, NULL, collect_job_ids, ids) == 0 && ids[0] == 5);
+  for (int off = 0; off < 5; off += 2) {
+    aa_store_job_filter_t jf = {.limit = 2, .offset = off};
+    CHECK(aa_store_jobs_list(st, &jf, collect_job_ids, paged) == 0);
+  }
+  CHECK(paged[0] == 5 && memcmp(paged + 1, ids + 1, 5 * sizeof ids[0]) == 0);
+  aa_store_job_filter_t jbad = {.offset = -2};
+  CHECK_ERR(aa_store_jobs_list(st, &jbad, collect_job_ids, paged), AA_EINVAL, "negative limit or offset");
   aa_store_close(st);
 }
 
@@ -733,7 +1258,7 @@ int main(void) {
     perror("mkdtemp");
     return 1;
   }
-  RUN(open_creates_schema_version_1_in_wal_mode);
+  RUN(open_creates_the_newest_schema_in_wal_mode);
   RUN(reopen_keeps_data);
   RUN(newer_schema_version_is_refused);
   RUN(file_that_is_not_sqlite_is_refused_and_left_alone);
@@ -741,6 +1266,10 @@ int main(void) {
   RUN(readonly_open_of_a_missing_file_fails);
   RUN(readonly_open_of_an_unmigrated_file_asks_for_a_migration);
   RUN(a_held_write_lock_fails_a_write_after_the_busy_timeout_but_not_reads);
+  RUN(a_new_store_and_its_journal_files_are_private);
+  RUN(open_tightens_store_files_that_group_or_others_can_read);
+  RUN(a_journal_file_the_planner_cannot_write_is_named_with_the_fix);
+  RUN(a_schema_version_1_store_migrates_to_2_and_keeps_its_rows);
   RUN(model_and_hardware_upsert_keeps_created_at);
   RUN(job_lifecycle_sets_timestamps_and_refuses_bad_transitions);
   RUN(jobs_list_filters_newest_first);
@@ -748,9 +1277,13 @@ int main(void) {
   RUN(best_run_prefers_throughput_then_lower_peak_then_lower_id);
   RUN(count_measured_ignores_failed_pruned_and_unfinished_runs);
   RUN(job_with_measured_runs_answers_from_the_store);
-  RUN(recover_marks_running_jobs_interrupted_and_running_runs_crashed);
+  RUN(only_runs_of_completed_searches_answer_from_the_store);
+  RUN(recover_without_resumes_marks_running_jobs_interrupted_and_running_runs_crashed);
+  RUN(recover_requeues_running_and_interrupted_jobs_until_max_resumes);
   RUN(commits_survive_sigkill_of_the_writer);
   RUN(run_queries_filter_order_and_stop);
+  RUN(a_walk_reports_unreadable_rows_through_bad_row_and_goes_on);
+  RUN(pages_give_every_row_once_in_order);
   RUN(invalid_status_is_rejected_by_the_api_and_by_the_schema);
   remove_tmp_dir();
   return aa_test_summary();

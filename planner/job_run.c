@@ -1,0 +1,889 @@
+/* One job's life as the current job: its start (answer from the store,
+ * resume of a search a stop interrupted, or a new search), the dry runs
+ * and the training run dispatched as gangs, their results, and the best
+ * strategy (docs/service.md "Jobs"). The queue around it is in jobs.c.
+ *
+ * The store is the record: every decision is written there in its own
+ * short transaction as it is made, so a planner killed at any point leaves
+ * a history aa_store_recover can close and the job can resume from. */
+#include "planner_internal.h"
+
+#include "../common/json.h"
+#include "../common/mem.h"
+#include "../common/rendezvous.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* --- small helpers ----------------------------------------------------------------- */
+
+static aa_store_run_status_t store_status(aa_proto_run_status_t s) {
+  switch (s) {
+  case AA_PROTO_RUN_OK: return AA_STORE_RUN_OK;
+  case AA_PROTO_RUN_OOM: return AA_STORE_RUN_OOM;
+  case AA_PROTO_RUN_ERROR: return AA_STORE_RUN_ERROR;
+  case AA_PROTO_RUN_TIMEOUT: return AA_STORE_RUN_TIMEOUT;
+  case AA_PROTO_RUN_CRASHED: return AA_STORE_RUN_CRASHED;
+  case AA_PROTO_RUN_CANCELLED: return AA_STORE_RUN_CANCELLED;
+  }
+  return AA_STORE_RUN_ERROR;
+}
+
+static aa_proto_run_status_t proto_status(aa_store_run_status_t s) {
+  switch (s) {
+  case AA_STORE_RUN_OK: return AA_PROTO_RUN_OK;
+  case AA_STORE_RUN_OOM: return AA_PROTO_RUN_OOM;
+  case AA_STORE_RUN_TIMEOUT: return AA_PROTO_RUN_TIMEOUT;
+  case AA_STORE_RUN_CRASHED: return AA_PROTO_RUN_CRASHED;
+  case AA_STORE_RUN_CANCELLED: return AA_PROTO_RUN_CANCELLED;
+  default: return AA_PROTO_RUN_ERROR;
+  }
+}
+
+static void gang_free(aa_planner_job_t *j) {
+  for (int r = 0; r < j->world; r++)
+    free(j->ranks[r].res.error);
+  free(j->ranks);
+  j->ranks = NULL;
+  j->world = j->ndone = 0;
+  j->aborted = false;
+}
+
+void aa__job_free(aa_planner_job_t *j) {
+  if (!j) return;
+  gang_free(j);
+  aa__search_free(&j->search);
+  free(j->model_json);
+  free(j);
+}
+
+/* --- the best strategy ---------------------------------------------------------------- */
+
+/* "no strategy could run: 3 oom, 1 timeout" from the job's dry runs. */
+static void why_none(const aa_planner_job_t *j, char *out, size_t n) {
+  int counts[AA_STORE_RUN_NSTATUS] = {0}, ran = 0, pruned = 0;
+  uint64_t least = 0; /* the smallest of the predicted-oom ones */
+  for (size_t i = 0; i < j->search.n; i++) {
+    const aa_cand_t *c = &j->search.c[i];
+    if (c->state == AA_CAND_DONE) {
+      counts[c->status]++;
+      ran++;
+    } else if (c->state == AA_CAND_PRUNED) {
+      pruned++;
+      if (j->search.memory && c->bytes > j->search.memory && (!least || c->bytes < least)) least = c->bytes;
+    }
+  }
+  if (!ran && least) {
+    char need[32], have[32];
+    snprintf(out, n,
+             "no strategy could run: all %d were pruned, %d of them predicted out of memory (the smallest "
+             "needs at "
+             "least %s per rank, a device has %s)",
+             pruned, j->search.predicted_oom, aa_mem_fmt(need, least), aa_mem_fmt(have, j->search.memory));
+    return;
+  }
+  if (!ran) {
+    snprintf(out, n, "no strategy could run: all %d were pruned", pruned);
+    return;
+  }
+  size_t o = (size_t)snprintf(out, n, "no strategy could run:");
+  const char *sep = " ";
+  for (int s = 0; s < AA_STORE_RUN_NSTATUS && o < n; s++) {
+    if (!counts[s]) continue;
+    o += (size_t)snprintf(out + o, n - o, "%s%d %s", sep, counts[s], aa_store_run_status_name(s));
+    sep = ", ";
+  }
+}
+
+/* Writes the best run's strategy with provenance to the state directory
+ * and the submit's out_dir; j->best keeps it for training. */
+static int write_strategy(aa_planner_t *p, aa_planner_job_t *j, const aa_store_run_t *r) {
+  aa_strategy_t s;
+  int rc = aa_strategy_parse(&s, r->strategy_json, "the best run's strategy");
+  if (rc) return rc;
+  snprintf(s.model_hash, sizeof s.model_hash, "%.16s", j->hash);
+  snprintf(s.model_name, sizeof s.model_name, "%s", j->spec.name);
+  snprintf(s.hardware, sizeof s.hardware, "%s", j->hardware);
+  s.tokens_per_s = r->tokens_per_s;
+  s.peak_bytes = (double)r->peak_bytes;
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(s.date, sizeof s.date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  char path[AA_PATH_MAX + 256];
+  aa__report_strategy_path(p->home, j->spec.name, j->hash, path, sizeof path);
+  if ((rc = aa_strategy_save(&s, path))) return rc;
+  if (j->out_dir[0] && (rc = aa__out_dir_write_strategy(p, j, &s))) return rc;
+  j->best = s;
+  return 0;
+}
+
+/* The best run `id` becomes the job's answer: strategy files written. */
+static int take_best(aa_planner_t *p, aa_planner_job_t *j, int64_t id) {
+  aa_store_run_t r;
+  int rc = aa_store_run_get(p->store, id, &r);
+  if (rc) return rc;
+  rc = write_strategy(p, j, &r);
+  aa_store_run_clear(&r);
+  if (!rc) j->best_run = id;
+  return rc;
+}
+
+static int first_run(const aa_store_run_t *r, void *data) {
+  *(int64_t *)data = r->id;
+  return 1;
+}
+
+/* --- gangs ---------------------------------------------------------------------------------- */
+
+/* How telling a rank's status is about why its run failed: a crash or an
+ * out-of-memory is the cause; the errors and cancellations of the other
+ * ranks are usually its consequences (their group broke, or the planner
+ * aborted them). */
+static int severity(aa_proto_run_status_t s) {
+  switch (s) {
+  case AA_PROTO_RUN_OK: return 0;
+  case AA_PROTO_RUN_CANCELLED: return 1;
+  case AA_PROTO_RUN_ERROR: return 2;
+  case AA_PROTO_RUN_TIMEOUT: return 3;
+  case AA_PROTO_RUN_OOM: return 4;
+  case AA_PROTO_RUN_CRASHED: return 5;
+  }
+  return 2;
+}
+
+/* Tells the ranks of the running run that are still going to stop, once:
+ * rank `cause` failed. Their executors kill the runners (the group's own
+ * checks would stop them too, but only at a probe or a timeout). */
+static void gang_abort(aa_planner_t *p, aa_planner_job_t *j, int cause) {
+  if (j->aborted || j->world < 2) return;
+  j->aborted = true;
+  const aa_gang_rank_t *g = &j->ranks[cause];
+  char reason[512];
+  snprintf(reason, sizeof reason, "rank %d (executor %llu) ended %s%s%.300s", cause,
+           (unsigned long long)g->executor, aa_store_run_status_name(store_status(g->res.status)),
+           g->res.error ? ": " : "", g->res.error ? g->res.error : "");
+  aa_proto_utf8_trim(reason);
+  aa__planner_log(p, "job %lld: run %lld: %s; aborting the other ranks", (long long)j->id,
+                  (long long)j->run_id, reason);
+  int64_t run = j->run_id;
+  for (int r = 0; r < j->world; r++) {
+    if (j->ranks[r].done) continue;
+    aa_conn_t *c = aa__registry_find(p, j->ranks[r].executor);
+    if (!c || c->busy_run != run) continue;
+    aa_msg_t m = {.type = AA_MSG_ABORT};
+    m.abort = (aa_msg_abort_t){.job = (uint64_t)j->id, .run = (uint64_t)run, .reason = reason};
+    aa__conn_send(c, &m);
+  }
+}
+
+/* Rank `rank` of the running run ended with r (borrowed). A failure makes
+ * the others stop; the run itself is finished by advance(). */
+static void rank_report(aa_planner_t *p, int rank, const aa_msg_result_t *r) {
+  aa_planner_job_t *j = p->cur;
+  if (rank < 0 || rank >= j->world || j->ranks[rank].done) return;
+  aa_gang_rank_t *g = &j->ranks[rank];
+  g->done = true;
+  g->order = ++j->ndone;
+  g->res = *r;
+  g->res.key = NULL;
+  g->res.error = r->error ? strdup(r->error) : NULL;
+  if (j->world > 1)
+    aa__planner_log(p, "job %lld: run %lld: rank %d (executor %llu) %s (%d of %d ranks in)", (long long)j->id,
+                    (long long)j->run_id, rank, (unsigned long long)g->executor,
+                    aa_store_run_status_name(store_status(r->status)), j->ndone, j->world);
+  if (r->status != AA_PROTO_RUN_OK) gang_abort(p, j, rank);
+  aa__planner_kick(p);
+}
+
+static void run_finished(aa_planner_t *p, const aa_msg_result_t *r);
+
+/* Every rank of the running run is in: one result for the run. A gang's
+ * figures are those of the group as its slowest rank saw them: the lowest
+ * tokens/s (each rank reports the group's tokens per step over its own
+ * step time), the highest median step time and spread, the largest peak
+ * memory (with its breakdown) and rank 0's loss (the group's mean). Its
+ * status is the most telling rank's (severity), naming it; on a tie the
+ * rank that ended first. */
+static void gang_finish(aa_planner_t *p) {
+  aa_planner_job_t *j = p->cur;
+  char error[AA_PROTO_TEXT_MAX + 1] = "";
+  aa_msg_result_t out = {.job = (uint64_t)j->id, .run = (uint64_t)j->run_id};
+  int worst = 0, biggest = 0;
+  for (int r = 0; r < j->world; r++) {
+    const aa_msg_result_t *x = &j->ranks[r].res;
+    int a = severity(x->status), b = severity(j->ranks[worst].res.status);
+    if (a > b || (a == b && j->ranks[r].order < j->ranks[worst].order)) worst = r;
+    if (x->peak.total > j->ranks[biggest].res.peak.total) biggest = r;
+    out.tokens_per_s = r == 0 || x->tokens_per_s < out.tokens_per_s ? x->tokens_per_s : out.tokens_per_s;
+    if (x->step_ms_median > out.step_ms_median) out.step_ms_median = x->step_ms_median;
+    if (x->step_ms_spread > out.step_ms_spread) out.step_ms_spread = x->step_ms_spread;
+  }
+  const aa_gang_rank_t *w = &j->ranks[worst];
+  out.status = w->res.status;
+  out.peak = j->ranks[biggest].res.peak;
+  out.inputs = w->res.inputs;
+  out.has_final_loss = j->ranks[0].res.has_final_loss;
+  out.final_loss = j->ranks[0].res.final_loss;
+  if (j->world == 1) {
+    if (w->res.error) snprintf(error, sizeof error, "%s", w->res.error);
+  } else if (out.status != AA_PROTO_RUN_OK) {
+    snprintf(error, sizeof error, "rank %d (executor %llu): %.3900s", worst, (unsigned long long)w->executor,
+             w->res.error ? w->res.error : aa_store_run_status_name(store_status(w->res.status)));
+    aa_proto_utf8_trim(error);
+  }
+  out.error = error[0] ? error : NULL;
+  gang_free(j);
+  run_finished(p, &out);
+}
+
+/* --- dispatch ------------------------------------------------------------------------------ */
+
+/* Sends strategy s as one run of `kind` to a gang of dp * tp * pp idle
+ * executors of the job's hardware on one host: the run is inserted running,
+ * a group of more than one rank gets a fresh rendezvous, and rank r goes to
+ * the r-th executor. Returns 0 when sent, 1 when no host has enough idle
+ * executors now (nothing done; logged once), or an error (the run, if it
+ * was inserted, recorded error). */
+static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s, aa_store_run_kind_t kind,
+                    double predicted) {
+  int world = s->dp * s->tp * s->pp;
+  if (world < 1 || world > AA_PROTO_WORLD_MAX)
+    return aa_error(AA_EINVAL, "strategy: %d ranks is outside 1..%d", world, AA_PROTO_WORLD_MAX);
+  aa_conn_t **gang = calloc((size_t)world, sizeof *gang);
+  if (!gang) return aa_error(AA_ENOMEM, "planner: no memory for a gang of %d", world);
+  if (!aa__registry_gang(p, j->hardware, world, gang)) {
+    if (!j->waiting_logged)
+      aa__planner_log(p, "job %lld waits for %d idle executor%s of %s on one host", (long long)j->id, world,
+                      world > 1 ? "s" : "", j->hardware);
+    j->waiting_logged = true;
+    free(gang);
+    return 1;
+  }
+  j->waiting_logged = false;
+  aa_store_run_new_t nr = {.job_id = j->id,
+                           .kind = kind,
+                           .strategy = s,
+                           .status = AA_STORE_RUN_RUNNING,
+                           .predicted_tokens_per_s = predicted};
+  int64_t run = 0;
+  char *strategy = NULL, dir[AA_PATH_MAX + 64], rdv[AA_RENDEZVOUS_MAX] = "", why[AA_PROTO_TEXT_MAX];
+  aa_gang_rank_t *ranks = NULL;
+  int rc = aa_store_run_insert(p->store, &nr, &run);
+  if (rc) {
+    free(gang);
+    return rc;
+  }
+  rc = aa_strategy_to_json(s, &strategy);
+  if (!rc && !(ranks = calloc((size_t)world, sizeof *ranks)))
+    rc = aa_error(AA_ENOMEM, "planner: no memory for a gang of %d", world);
+  if (!rc && world > 1) {
+    char tag[64];
+    snprintf(tag, sizeof tag, "j%lldr%lld", (long long)j->id, (long long)run);
+    rc = aa_rendezvous_new(rdv, sizeof rdv, j->dev_kind == AA_PROTO_DEV_CUDA ? "nccl" : "shm", tag);
+  }
+  aa_msg_t m = {.type = AA_MSG_JOB, .id = (uint64_t)run};
+  m.job = (aa_msg_job_t){.job = (uint64_t)j->id,
+                         .run = (uint64_t)run,
+                         .model = j->model_json,
+                         .strategy = strategy,
+                         .seed = j->spec.train.seed,
+                         .world = world,
+                         .rendezvous = world > 1 ? rdv : NULL};
+  if (kind == AA_STORE_RUN_DRYRUN) {
+    m.job.kind = AA_PROTO_JOB_DRYRUN;
+    m.job.warmup_steps = (uint64_t)p->warmup_steps;
+    m.job.measured_steps = (uint64_t)p->measured_steps;
+    m.job.time_limit_s = p->dryrun_time_limit_s;
+    if (j->search.deadline > 0) { /* no dry run outlives the search's time limit by much */
+      int left = (int)(j->search.deadline - aa_now()) + 1;
+      if (left < m.job.time_limit_s) m.job.time_limit_s = left < 1 ? 1 : left;
+    }
+  } else {
+    m.job.kind = AA_PROTO_JOB_TRAIN;
+    m.job.measured_steps = (uint64_t)j->spec.train.steps;
+    if (j->out_dir[0])
+      snprintf(dir, sizeof dir, "%s", j->out_dir);
+    else
+      snprintf(dir, sizeof dir, "%.4000s/runs/job-%lld", p->home, (long long)j->id);
+    m.job.out_dir = dir;
+    if (j->out_dir[0] && j->has_owner) {
+      m.job.has_owner = true;
+      m.job.owner = (uint64_t)j->owner;
+    }
+  }
+  /* Every rank's frame is queued before any executor is marked busy: a
+   * connection that breaks while we write to it is torn down as an idle
+   * one, and its rank is recorded lost below. */
+  int sent = 0;
+  for (; !rc && sent < world; sent++) {
+    m.job.rank = sent;
+    if ((rc = aa__conn_send(gang[sent], &m))) break;
+  }
+  free(strategy);
+  if (rc) snprintf(why, sizeof why, "the planner could not send it: %s", aa_last_error());
+  if (sent == 0) { /* the run never left: close its record */
+    aa_store_run_result_t res = {.status = AA_STORE_RUN_ERROR, .error = why};
+    aa_store_run_finish(p->store, run, &res);
+    free(ranks);
+    free(gang);
+    return aa_error(rc, "%s", why);
+  }
+  j->ranks = ranks;
+  j->world = world;
+  j->ndone = 0;
+  j->aborted = false;
+  j->lost_executor = false;
+  j->run_id = run;
+  aa_strategy_key(s, j->run_key);
+  for (int r = 0; r < world; r++) {
+    ranks[r].executor = gang[r]->id;
+    if (r >= sent || gang[r]->dropped) continue;
+    gang[r]->busy_job = j->id;
+    gang[r]->busy_run = run;
+    gang[r]->busy_rank = r;
+  }
+  char who[256] = "";
+  for (int r = 0, o = 0; r < world && o < (int)sizeof who - 24; r++)
+    o += snprintf(who + o, sizeof who - (size_t)o, "%s%llu", r ? "," : "", (unsigned long long)gang[r]->id);
+  const char *ex = world > 1 ? "executors" : "executor";
+  if (kind == AA_STORE_RUN_DRYRUN)
+    aa__planner_log(p, "job %lld: dry run %d/%d %s on %s %s (run %lld)%s%s", (long long)j->id, j->run_index,
+                    j->search.valid, j->run_key, ex, who, (long long)run, world > 1 ? ", rendezvous " : "",
+                    rdv);
+  else
+    aa__planner_log(p, "job %lld: training %s for %d steps on %s %s (run %lld) into %s", (long long)j->id,
+                    j->run_key, j->spec.train.steps, ex, who, (long long)run, dir);
+  /* Ranks that never got their frame are lost like a dead executor's. */
+  for (int r = 0; r < world; r++) {
+    if (r < sent && !gang[r]->dropped) continue;
+    char lost[AA_PROTO_TEXT_MAX + 64];
+    if (r < sent)
+      snprintf(lost, sizeof lost, "executor %llu disconnected", (unsigned long long)gang[r]->id);
+    else
+      snprintf(lost, sizeof lost, "%s", why);
+    aa_msg_result_t res = {
+        .job = (uint64_t)j->id, .run = (uint64_t)run, .status = AA_PROTO_RUN_CRASHED, .error = lost};
+    j->lost_executor = j->lost_executor || r < sent;
+    rank_report(p, r, &res);
+  }
+  free(gang);
+  return 0;
+}
+
+/* Records the candidates the search dropped since the last call. */
+static int record_pruned(aa_planner_t *p, aa_planner_job_t *j) {
+  for (size_t i = 0; i < j->search.n; i++) {
+    aa_cand_t *c = &j->search.c[i];
+    if (c->state != AA_CAND_PRUNED || c->recorded) continue;
+    aa_store_run_new_t nr = {.job_id = j->id,
+                             .kind = AA_STORE_RUN_DRYRUN,
+                             .strategy = &c->s,
+                             .status = AA_STORE_RUN_PRUNED,
+                             .error = c->reason};
+    int rc = aa_store_run_insert(p->store, &nr, &c->run_id);
+    if (rc) return rc;
+    c->recorded = true;
+  }
+  return 0;
+}
+
+/* A candidate whose gang is larger than the most executors of the job's
+ * hardware that any host has now cannot run: it is pruned rather than
+ * waited for (an executor may be gone for good). One rank alone waits, as
+ * a job does for its first executor. */
+static bool gang_too_big(aa_planner_t *p, aa_planner_job_t *j, aa_cand_t *c) {
+  int world = c->s.dp * c->s.tp * c->s.pp, have = aa__registry_most_on_one_host(p, j->hardware);
+  if (world <= 1 || world <= have) return false;
+  snprintf(c->reason, sizeof c->reason,
+           "not measured: it needs %d executors of the job's hardware on one host, %d %s connected", world,
+           have, have == 1 ? "is" : "are");
+  c->state = AA_CAND_PRUNED;
+  return true;
+}
+
+/* dispatch() found no gang for a run of `world` ranks: if the executors
+ * are not merely busy but gone, the job steps aside (jobs.c parks it) so
+ * that jobs for the executors still connected may run. */
+static void no_gang(aa_planner_t *p, int world) {
+  int have = aa__registry_most_on_one_host(p, p->cur->hardware);
+  if (have < world) aa__jobs_park(p, world, have);
+}
+
+void aa__job_advance(aa_planner_t *p) {
+  aa_planner_job_t *j = p->cur;
+  char why[512];
+  if (j->run_id) { /* a run is out: it ends once every rank is in */
+    if (j->ndone == j->world) gang_finish(p);
+    return;
+  }
+  if (j->phase == AA_PHASE_SEARCH) {
+    int i;
+    while ((i = aa__search_next(&j->search, aa_now())) >= 0 && gang_too_big(p, j, &j->search.c[i])) {
+    }
+    if (record_pruned(p, j)) {
+      snprintf(why, sizeof why, "cannot record a pruned run: %s", aa_last_error());
+      aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+      return;
+    }
+    if (i >= 0) {
+      j->run_index = j->search.dispatched + 1;
+      int rc = dispatch(p, j, &j->search.c[i].s, AA_STORE_RUN_DRYRUN, aa__search_predict(&j->search, i));
+      if (rc == 1) {
+        no_gang(p, 1);
+        return;
+      }
+      if (rc) {
+        snprintf(why, sizeof why, "cannot start a dry run: %s", aa_last_error());
+        aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+        return;
+      }
+      j->cand = i;
+      j->search.c[i].state = AA_CAND_RUNNING;
+      j->search.c[i].run_id = j->run_id;
+      j->search.dispatched++;
+      return;
+    }
+    int64_t best = 0;
+    aa_store_run_filter_t f = {.job_id = j->id,
+                               .statuses = AA_STORE_BIT(AA_STORE_RUN_OK),
+                               .kinds = AA_STORE_BIT(AA_STORE_RUN_DRYRUN),
+                               .order = AA_STORE_ORDER_BEST,
+                               .limit = 1};
+    int rc = aa_store_runs_query(p->store, &f, first_run, &best);
+    if (rc < 0) {
+      snprintf(why, sizeof why, "cannot read the job's runs from the store: %s", aa_last_error());
+      aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+      return;
+    }
+    if (!best) {
+      why_none(j, why, sizeof why);
+      aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+      return;
+    }
+    if (take_best(p, j, best)) {
+      snprintf(why, sizeof why, "cannot write the strategy file: %s", aa_last_error());
+      aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+      return;
+    }
+    if (!j->train) {
+      aa__jobs_end(p, j, AA_STORE_JOB_DONE, NULL, false);
+      return;
+    }
+    j->phase = AA_PHASE_TRAIN;
+  }
+  /* Training with a dp > 1 strategy is a gang too: it waits while its
+   * executors are busy, and steps aside while they are not connected. */
+  int rc = dispatch(p, j, &j->best, AA_STORE_RUN_TRAIN, 0);
+  if (rc == 1) {
+    no_gang(p, j->best.dp * j->best.tp * j->best.pp);
+  } else if (rc < 0) {
+    snprintf(why, sizeof why, "cannot start training: %s", aa_last_error());
+    aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+  }
+}
+
+/* --- the start of a job --------------------------------------------------------------------- */
+
+/* Reads the job's stored options and spec into j. */
+static int load_options(aa_planner_job_t *j, const char *options) {
+  json_error_t err;
+  json_t *o = json_loads(options, 0, &err);
+  int rc = 0;
+  if (!json_is_object(o)) {
+    json_decref(o);
+    return aa_error(AA_ECORRUPT, "job %lld: its stored options are not a JSON object", (long long)j->id);
+  }
+  j->train = json_is_true(json_object_get(o, "train"));
+  j->refresh = json_is_true(json_object_get(o, "refresh"));
+  j->exhaustive = json_is_true(json_object_get(o, "exhaustive"));
+  j->time_limit_s = (int)json_integer_value(json_object_get(o, "time_limit_s"));
+  j->max_dryruns = (int)json_integer_value(json_object_get(o, "max_dryruns"));
+  const char *dir = json_string_value(json_object_get(o, "out_dir"));
+  snprintf(j->out_dir, sizeof j->out_dir, "%s", dir ? dir : "");
+  json_t *owner = json_object_get(o, "owner_uid");
+  if (json_is_integer(owner) && json_integer_value(owner) >= 0 && json_integer_value(owner) <= UINT32_MAX) {
+    j->has_owner = true;
+    j->owner = (uid_t)json_integer_value(owner);
+  }
+  json_t *ex = json_object_get(o, "exclude");
+  const char *names[AA_PROTO_EXCLUDE_MAX];
+  size_t n = 0, i;
+  json_t *v;
+  json_array_foreach(ex, i, v) if (n < AA_PROTO_EXCLUDE_MAX && json_is_string(v)) names[n++] =
+      json_string_value(v);
+  rc = aa__search_exclude_mask(names, n, &j->exclude);
+  char *spec = rc ? NULL : json_dumps(json_object_get(o, "spec"), JSON_COMPACT);
+  if (!rc && !spec)
+    rc = aa_error(AA_ECORRUPT, "job %lld: no model spec in its stored options", (long long)j->id);
+  char origin[64];
+  snprintf(origin, sizeof origin, "job %lld model", (long long)j->id);
+  if (!rc) rc = aa_spec_parse(&j->spec, spec, NULL, origin);
+  if (!rc) rc = aa_spec_to_json(&j->spec, &j->model_json);
+  free(spec);
+  json_decref(o);
+  return rc;
+}
+
+/* A dry run of the job recorded before a stop, as resume() replays it. */
+typedef struct {
+  char key[AA_STRATEGY_KEY_MAX];
+  aa_store_run_status_t status;
+  aa_store_run_kind_t kind;
+  double tokens_per_s;
+  int64_t id;
+  char reason[512];
+} past_run_t;
+
+typedef struct {
+  past_run_t *v;
+  size_t n, cap;
+} past_t;
+
+static int collect_past(const aa_store_run_t *r, void *data) {
+  past_t *p = data;
+  if (p->n == p->cap) {
+    size_t cap = p->cap ? 2 * p->cap : 64;
+    past_run_t *v = realloc(p->v, cap * sizeof *v);
+    if (!v) return aa_error(AA_ENOMEM, "planner: no memory for the job's earlier runs");
+    p->v = v;
+    p->cap = cap;
+  }
+  past_run_t *x = &p->v[p->n++];
+  snprintf(x->key, sizeof x->key, "%s", r->strategy_key);
+  x->status = r->status;
+  x->kind = r->kind;
+  x->tokens_per_s = r->tokens_per_s;
+  x->id = r->id;
+  snprintf(x->reason, sizeof x->reason, "%s", r->error);
+  return 0;
+}
+
+static int cand_of(const aa_search_t *s, const char *key) {
+  for (size_t i = 0; i < s->n; i++)
+    if (!strcmp(s->c[i].key, key)) return (int)i;
+  return -1;
+}
+
+/* A job a stop interrupted and the store queued again: its search takes
+ * back what was measured before, in the order it was measured (so the
+ * search's rules decide as they did), and runs the rest. A dry run that
+ * crashed or was cancelled then (the stop ended it) runs again, once: a
+ * second crash is the strategy's. */
+static int resume(aa_planner_t *p, aa_planner_job_t *j) {
+  past_t past = {0};
+  aa_store_run_filter_t f = {.job_id = j->id, .kinds = AA_STORE_BIT(AA_STORE_RUN_DRYRUN)};
+  int rc = aa_store_runs_query(p->store, &f, collect_past, &past);
+  if (rc < 0) {
+    free(past.v);
+    return rc;
+  }
+  int kept = 0, again = 0;
+  for (size_t k = 0; k < past.n; k++) {
+    const past_run_t *x = &past.v[k];
+    int i = cand_of(&j->search, x->key);
+    if (i < 0) continue;
+    aa_cand_t *c = &j->search.c[i];
+    if (c->state == AA_CAND_DONE) continue;
+    switch (x->status) {
+    case AA_STORE_RUN_OK:
+    case AA_STORE_RUN_OOM:
+    case AA_STORE_RUN_ERROR:
+    case AA_STORE_RUN_TIMEOUT:
+      c->run_id = x->id;
+      aa__search_done(&j->search, i, x->status, x->tokens_per_s);
+      j->search.dispatched++;
+      kept++;
+      break;
+    case AA_STORE_RUN_PRUNED:
+      if (c->state == AA_CAND_PENDING) {
+        c->state = AA_CAND_PRUNED;
+        snprintf(c->reason, sizeof c->reason, "%s", x->reason);
+        c->skipped = !strncmp(x->reason, "skipped:", 8);
+      }
+      c->recorded = true;
+      break;
+    case AA_STORE_RUN_CRASHED:
+      if (c->retries++ >= 1) {
+        c->run_id = x->id;
+        aa__search_done(&j->search, i, x->status, 0);
+        j->search.dispatched++;
+        kept++;
+      } else {
+        again++;
+      }
+      break;
+    default: break; /* cancelled, queued, running: not measured */
+    }
+  }
+  free(past.v);
+  if (past.n)
+    aa__planner_log(
+        p, "job %lld resumed: %d dry runs measured before the stop are kept, %d interrupted ones run again",
+        (long long)j->id, kept, again);
+  return 0;
+}
+
+void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e) {
+  aa_planner_job_t *j = calloc(1, sizeof *j);
+  char why[512];
+  if (!j) {
+    aa__planner_log(p, "job %lld: no memory to start it", (long long)row->id);
+    return;
+  }
+  j->id = row->id;
+  snprintf(j->hash, sizeof j->hash, "%s", row->model_hash);
+  snprintf(j->hardware, sizeof j->hardware, "%s", row->hardware);
+  j->dev_kind = e->dev.kind;
+  p->cur = j;
+  int rc = load_options(j, row->options_json);
+  if (rc) {
+    snprintf(why, sizeof why, "%s", aa_last_error());
+    aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+    return;
+  }
+  if (!j->refresh && !j->train) {
+    int64_t best = 0;
+    if ((rc = aa_store_job_answer_from_store(p->store, j->id, &best))) {
+      snprintf(why, sizeof why, "%s", aa_last_error());
+      aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+      return;
+    }
+    if (best) {
+      j->from_store = true;
+      if (take_best(p, j, best))
+        aa__planner_log(p, "job %lld: cannot write the strategy file: %s", (long long)j->id, aa_last_error());
+      j->best_run = best;
+      aa__jobs_end(p, j, AA_STORE_JOB_DONE, NULL, true);
+      return;
+    }
+  }
+  if ((rc = aa_store_job_start(p->store, j->id))) {
+    snprintf(why, sizeof why, "%s", aa_last_error());
+    aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+    return;
+  }
+  aa__planner_log(p, "job %lld started: %s (%s) on %s%s", (long long)j->id, j->spec.name, j->hash,
+                  j->hardware, row->resumes ? " (resumed after a stop)" : "");
+  if (!j->refresh) { /* train: the stored best is trained without a search */
+    aa_store_run_t r;
+    if (!aa_store_best_run(p->store, j->hash, j->hardware, &r)) {
+      int64_t id = r.id;
+      aa_store_run_clear(&r);
+      j->from_store = true;
+      if (take_best(p, j, id)) {
+        snprintf(why, sizeof why, "cannot write the strategy file: %s", aa_last_error());
+        aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+        return;
+      }
+      j->phase = AA_PHASE_TRAIN;
+      aa__job_advance(p);
+      return;
+    }
+  }
+  if ((rc = aa__search_enumerate(&j->search, &j->spec, aa__planner_hw_world(j->hardware), e->dev.kind,
+                                 e->dev.memory, j->exclude)) ||
+      (row->resumes && (rc = resume(p, j)))) {
+    snprintf(why, sizeof why, "%s", aa_last_error());
+    aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+    return;
+  }
+  j->search.exhaustive = j->exhaustive;
+  j->search.peak_flops = e->dev.peak_bf16_flops;
+  j->search.max_dryruns = j->max_dryruns;
+  j->search.time_limit_s = j->time_limit_s;
+  if (j->time_limit_s > 0) j->search.deadline = aa_now() + j->time_limit_s;
+  aa__planner_log(p, "job %lld: %zu strategies, %d valid, %d of them predicted out of memory",
+                  (long long)j->id, j->search.n, j->search.valid, j->search.predicted_oom);
+  aa__job_advance(p);
+}
+
+/* --- frames from executors ---------------------------------------------------------------------- */
+
+/* A run whose executor vanished says nothing of its strategy: its
+ * candidate (or the training) gets one more run, on executors still
+ * connected. Returns whether it will. */
+static bool retry_lost(aa_planner_t *p, aa_planner_job_t *j) {
+  if (!j->lost_executor) return false;
+  if (j->phase == AA_PHASE_SEARCH) {
+    aa_cand_t *c = &j->search.c[j->cand];
+    if (c->retries >= 1) return false;
+    c->retries++;
+    c->state = AA_CAND_PENDING;
+    j->search.dispatched--;
+    aa__planner_log(p, "job %lld: run %lld lost its executor; %s runs again on another one", (long long)j->id,
+                    (long long)j->run_id, c->key);
+    return true;
+  }
+  if (j->train_retried) return false;
+  j->train_retried = true;
+  aa__planner_log(p, "job %lld: training run %lld lost its executor; it runs again on another one",
+                  (long long)j->id, (long long)j->run_id);
+  return true;
+}
+
+/* Records the outcome of the current job's running run and moves on. A
+ * store that cannot take the outcome (a full disk) ends the job with that
+ * cause: the search would otherwise decide from a record that is wrong. */
+static void run_finished(aa_planner_t *p, const aa_msg_result_t *r) {
+  aa_planner_job_t *j = p->cur;
+  aa_store_run_result_t res = {.status = store_status(r->status),
+                               .tokens_per_s = r->tokens_per_s,
+                               .step_ms_median = r->step_ms_median,
+                               .step_ms_spread = r->step_ms_spread,
+                               .peak_bytes = (int64_t)r->peak.total,
+                               .error = r->error,
+                               .final_loss = r->has_final_loss ? r->final_loss : 0};
+  if (res.status == AA_STORE_RUN_OK && !(res.tokens_per_s > 0)) {
+    res.status = AA_STORE_RUN_ERROR;
+    res.error = "the executor reported ok without a throughput";
+  }
+  bool again = res.status == AA_STORE_RUN_CRASHED && retry_lost(p, j);
+  char note[AA_PROTO_TEXT_MAX + 64];
+  if (again) {
+    snprintf(note, sizeof note, "%.4000s; run again on another executor",
+             res.error ? res.error : "its executor vanished");
+    res.error = note;
+  }
+  char *peak = NULL;
+  if (r->peak.total) {
+    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "params", (json_int_t)r->peak.params, "grads",
+                          (json_int_t)r->peak.grads, "optim", (json_int_t)r->peak.optim, "acts",
+                          (json_int_t)r->peak.acts, "workspace", (json_int_t)r->peak.workspace, "total",
+                          (json_int_t)r->peak.total);
+    peak = o ? aa__report_dump(o) : NULL;
+    json_decref(o);
+  }
+  res.peak_json = peak;
+  char stored[AA_PROTO_TEXT_MAX + 128] = "";
+  if (aa_store_run_finish(p->store, j->run_id, &res)) {
+    snprintf(stored, sizeof stored, "cannot record run %lld in the store: %s", (long long)j->run_id,
+             aa_last_error());
+    aa__planner_log(p, "job %lld: %s", (long long)j->id, stored);
+  }
+  free(peak);
+  res.peak_json = NULL;
+  aa__planner_log(p, "job %lld: run %lld %s %s%s%s", (long long)j->id, (long long)j->run_id, j->run_key,
+                  aa_store_run_status_name(res.status), res.error && *res.error ? ": " : "",
+                  res.error ? res.error : "");
+  aa_msg_t m = {.type = AA_MSG_RESULT, .result = *r};
+  m.result.status = proto_status(res.status);
+  m.result.error = (char *)res.error;
+  m.result.key = j->run_key;
+  aa__jobs_relay(p, j->id, &m);
+  int64_t run = j->run_id;
+  j->run_id = 0;
+  if (stored[0]) {
+    aa__jobs_unrecorded(p, j->id, AA_STORE_JOB_FAILED, 0, false, stored, run, &res);
+    aa__jobs_end(p, j, AA_STORE_JOB_FAILED, stored, false);
+    return;
+  }
+  if (again) {
+    aa__planner_kick(p);
+    return;
+  }
+  if (j->phase == AA_PHASE_SEARCH) {
+    aa__search_done(&j->search, j->cand, res.status, res.tokens_per_s);
+    if (res.status == AA_STORE_RUN_ERROR && r->inputs) {
+      /* The data or the initial weights: every other strategy would fail the same way. */
+      char why[AA_PROTO_TEXT_MAX + 64];
+      snprintf(why, sizeof why, "the model's data or initial weights cannot be used: %s",
+               res.error ? res.error : "");
+      aa__search_stop(&j->search,
+                      "not measured: a dry run could not use the job's inputs, which no strategy changes");
+      if (record_pruned(p, j))
+        aa__planner_log(p, "job %lld: cannot record a pruned run: %s", (long long)j->id, aa_last_error());
+      aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+      return;
+    }
+  } else if (res.status == AA_STORE_RUN_OK) {
+    aa__jobs_end(p, j, AA_STORE_JOB_DONE, NULL, false);
+    return;
+  } else {
+    char why[AA_PROTO_TEXT_MAX + 64];
+    snprintf(why, sizeof why, "training %s%s%s", aa_store_run_status_name(res.status), res.error ? ": " : "",
+             res.error ? res.error : "");
+    aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+    return;
+  }
+  aa__planner_kick(p);
+}
+
+/* A result from executor c: it is idle again; the current job takes it as
+ * its rank's if it is the run it waits for (a cancelled run's late result
+ * is dropped). */
+static void executor_result(aa_conn_t *c, const aa_msg_result_t *r) {
+  aa_planner_t *p = c->p;
+  if (!c->busy_run || (int64_t)r->run != c->busy_run) {
+    aa__planner_log(p, "executor %llu: result for run %llu, which it was not running: ignored",
+                    (unsigned long long)c->id, (unsigned long long)r->run);
+    return;
+  }
+  int rank = c->busy_rank;
+  c->busy_run = c->busy_job = 0;
+  c->busy_rank = 0;
+  aa__planner_kick(p);
+  if (p->cur && p->cur->run_id == (int64_t)r->run) rank_report(p, rank, r);
+}
+
+void aa__jobs_on_result(aa_conn_t *c, const aa_msg_t *m) { executor_result(c, &m->result); }
+
+void aa__jobs_on_executor_error(aa_conn_t *c, const aa_msg_t *m) {
+  aa__planner_log(c->p, "executor %llu: error %d: %s", (unsigned long long)c->id, m->error.code,
+                  m->error.message);
+  if (!m->id || (int64_t)m->id != c->busy_run) return;
+  /* It refused the job frame (id = run id): the run ends as an error. */
+  aa_msg_result_t r = {.job = (uint64_t)c->busy_job,
+                       .run = (uint64_t)c->busy_run,
+                       .status = AA_PROTO_RUN_ERROR,
+                       .error = m->error.message};
+  executor_result(c, &r);
+}
+
+void aa__jobs_on_progress(aa_conn_t *c, const aa_msg_t *m) {
+  aa_planner_t *p = c->p;
+  aa_planner_job_t *j = p->cur;
+  /* Rank 0 speaks for a gang: its ranks step together. */
+  if (!j || !j->run_id || (int64_t)m->progress.run != j->run_id || c->busy_run != j->run_id ||
+      c->busy_rank != 0)
+    return;
+  aa_msg_t r = *m;
+  r.id = 0;
+  r.progress.key = j->run_key;
+  if (j->phase == AA_PHASE_SEARCH) {
+    r.progress.index = (uint64_t)j->run_index;
+    r.progress.count = (uint64_t)(j->search.valid > j->run_index ? j->search.valid : j->run_index);
+  }
+  aa__jobs_relay(p, j->id, &r);
+}
+
+void aa__jobs_rank_lost(aa_planner_t *p, int64_t run, int rank, const char *why) {
+  aa_planner_job_t *j = p->cur;
+  if (!j || j->run_id != run) return;
+  j->lost_executor = true;
+  aa_msg_result_t r = {
+      .job = (uint64_t)j->id, .run = (uint64_t)run, .status = AA_PROTO_RUN_CRASHED, .error = (char *)why};
+  rank_report(p, rank, &r);
+}
+
+/* --- stopping a run ------------------------------------------------------------------------------------ */
+
+void aa__job_stop_run(aa_planner_t *p, aa_store_run_status_t status, const char *why) {
+  aa_planner_job_t *j = p->cur;
+  int64_t run = j->run_id;
+  if (!run) return;
+  aa_store_run_result_t res = {.status = status, .error = why};
+  if (aa_store_run_finish(p->store, run, &res))
+    aa__planner_log(p, "job %lld: cannot record run %lld: %s", (long long)j->id, (long long)run,
+                    aa_last_error());
+  /* The run is over for the job before any frame goes out: an executor
+   * lost while we write to it no longer counts for it. */
+  j->run_id = 0;
+  gang_free(j);
+  for (aa_conn_t *c = p->conns; c; c = c->next) {
+    if (c->role != AA_CONN_EXECUTOR || c->dropped || c->busy_run != run) continue;
+    aa_msg_t m = {.type = AA_MSG_CANCEL, .cancel.job = (uint64_t)j->id};
+    aa__conn_send(c, &m);
+  }
+}

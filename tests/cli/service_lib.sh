@@ -1,0 +1,35 @@
+# Shared by the service tests (sourced after expect.sh, not run): checks,
+# JSON field reads, polling, and the processes a test starts, killed on exit.
+# Needs AA (the binary) and SRC (the source tree) set.
+TOOL="/usr/bin/python3 $SRC/tests/cli/service_tool.py"
+PEER="/usr/bin/python3 $SRC/tests/cli/peer_tool.py"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+check() { # check DESCRIPTION COMMAND...: the command must succeed
+  if "${@:2}"; then pass=$((pass + 1)); else
+    fail=$((fail + 1))
+    echo "FAIL: $1"
+  fi
+}
+jq_() { $TOOL json "$1"; } # jq_ EXPR < FILE
+
+# wait_for SECONDS COMMAND...: polls until the command succeeds.
+wait_for() {
+  local end=$((SECONDS + $1)); shift
+  until "$@" 2>/dev/null; do
+    [ $SECONDS -ge $end ] && return 1
+    sleep 0.1
+  done
+}
+
+# rss_kb PID: resident memory of a process in KiB.
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# gone PID: the process has exited (or is a zombie).
+gone() { ! kill -0 "$1" 2>/dev/null || grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }

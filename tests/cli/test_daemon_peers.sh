@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# What a peer can do to a live planner (and a planner to an executor), with
+# real processes and raw sockets (tests/cli/peer_tool.py); docs/service.md
+# "Limits". The planner runs with a descriptor limit of 100, small limits,
+# and a TCP listener.
+#
+#  1. Peers that close without reading (one request, pipelined requests and
+#     a reset, a shut read side) raise no SIGPIPE: the planner lives, and the
+#     job it was running goes on. An executor whose planner stops reading
+#     reconnects.
+#  2. A client that pipelines requests and never reads is closed once its
+#     unread replies pass --write-queue-max; the planner's memory stays put.
+#  3. Before hello a frame may be 4 KiB: 40 peers declaring 16 MiB are
+#     refused before anything is buffered; a hello trickled a byte at a time
+#     is cut at --hello-timeout-ms, a frame trickled after hello at
+#     --frame-timeout-ms; 150 silent TCP connections against a descriptor
+#     limit of 100 are capped (each refusal logged) and the owner still gets
+#     in on the unix socket.
+#  4. TCP needs a token, on loopback too: one is made in the state directory
+#     (mode 0600); the CLI finds it there; a hello without it is refused.
+#     --listen decides on the resolved address: "0" (0.0.0.0) is refused, and
+#     status shows the address listened on.
+set -u
+AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
+SRC=${AA_SOURCE_DIR:?set AA_SOURCE_DIR to the source tree}
+# shellcheck source=tests/cli/expect.sh
+source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
+# shellcheck source=tests/cli/service_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/service_lib.sh"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# Freed memory goes back for reuse at once, so RSS shows what is held.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=4"
+
+"$AA" data synth --out "$tmp/data" --bytes 100000 >/dev/null || { echo "FAIL: data synth"; exit 1; }
+cat >"$tmp/model.json" <<'JSON'
+{"name": "peers", "model": {"n_layer": 1, "n_head": 2, "d_model": 32, "d_ff": 64, "seq_len": 16, "vocab_size": 256},
+ "train": {"global_batch": 2, "steps": 3, "lr": 0.003, "seed": 7, "eval_every": 0},
+ "data": {"train": "data/train.bin", "val": "data/val.bin"}}
+JSON
+
+home="$tmp/home"
+export AUTOACCEL_HOME="$home"
+sock="$home/planner.sock"
+P="--planner unix:$sock"
+port=$($TOOL free-port)
+T="tcp:127.0.0.1:$port"
+log="$tmp/planner.log"
+(ulimit -n 100 && exec "$AA" planner --home "$home" --listen "127.0.0.1:$port" --heartbeat-ms 100 \
+  --hello-timeout-ms 1000 --frame-timeout-ms 1500 --write-queue-max 1M --measured-steps 100000 >"$log" 2>&1) &
+planner=$!
+pids+=("$planner")
+wait_for 20 "$AA" status $P >/dev/null || { echo "FAIL: planner did not come up"; cat "$log"; exit 1; }
+"$AA" executor $P --threads 1 >"$tmp/executor.log" 2>&1 &
+executor=$!
+pids+=("$executor")
+executors_up() { [ "$("$AA" status $P --json | jq_ "len(d['executors'])")" -ge 1 ]; }
+check "an executor registers" wait_for 20 executors_up
+
+# --- 4 first: the token, made for TCP ------------------------------------------------
+st=$(stat -c %a "$home/token" 2>/dev/null)
+check "the planner made a TCP token in its state directory, mode 0600 (got '$st')" [ "$st" = 600 ]
+check "the state directory is mode 0700" [ "$(stat -c %a "$home")" = 700 ]
+expect 0 "error code=-11 .*missing token" $TOOL frame "$T" no-token
+expect 0 "planner" "$AA" status --planner "$T"
+expect 1 "permission denied" env AUTOACCEL_HOME="$tmp/elsewhere" "$AA" status --planner "$T"
+check "status shows the TCP address listened on" \
+  [ "$("$AA" status $P --json | jq_ "d['planner']['tcp']")" = "$T" ]
+expect 1 "resolves to 0.0.0.0, which listens on every interface" \
+  "$AA" planner --home "$tmp/home0" --listen "0:$($TOOL free-port)"
+
+# --- 1. no SIGPIPE ------------------------------------------------------------------
+"$AA" submit "$tmp/model.json" $P --refresh --exclude bf16,fp16,checkpoint --max-dryruns 1 >"$tmp/submit.txt"
+job=$(grep -Eo '[0-9]+' "$tmp/submit.txt" | head -1)
+job_running() { [ "$("$AA" status "$job" $P --json | jq_ "d['job']['status']")" = running ]; }
+check "a job runs" wait_for 30 job_running
+expect 0 "sigpipe: done" $PEER sigpipe "unix:$sock"
+expect 0 "sigpipe: done" $PEER sigpipe "$T" "$(head -1 "$home/token")"
+check "the planner survives peers that close without reading" kill -0 "$planner"
+check "its job was not interrupted" job_running
+expect 0 "cancelled job $job" "$AA" cancel "$job" $P
+
+fake="$tmp/fake.sock"
+$PEER fake-planner "$fake" 20 >"$tmp/fake.out" 2>&1 &
+fp=$!
+wait_for 10 test -S "$fake"
+"$AA" executor --planner "unix:$fake" --threads 1 >"$tmp/executor2.log" 2>&1 &
+ex2=$!
+pids+=("$ex2")
+wait "$fp"
+check "an executor whose planner stops reading reconnects" grep -q "reconnected" "$tmp/fake.out"
+check "and is alive" kill -0 "$ex2"
+kill "$ex2" 2>/dev/null
+
+# --- 2. the write-queue bound ---------------------------------------------------------
+before=$(rss_kb "$planner")
+expect 0 "no-read: closed by the planner" $PEER no-read "unix:$sock" 30
+after=$(rss_kb "$planner")
+echo "peers: planner RSS $before KiB before the client that never reads, $after KiB after"
+check "the planner grew by less than 48 MiB ($before -> $after KiB)" [ $((after - before)) -lt 49152 ]
+check "the log names the peer that did not read" grep -q "does not read its replies" "$log"
+
+# --- 3. before hello, and deadlines -----------------------------------------------------
+before=$(rss_kb "$planner")
+expect 0 "big-hello: 40 of 40 refused" $PEER big-hello "$T" 40
+after=$(rss_kb "$planner")
+check "40 peers declaring 16 MiB cost less than 16 MiB ($before -> $after KiB)" [ $((after - before)) -lt 16384 ]
+expect 0 "trickle: closed after [0-9.]+ s: error code=-12 .*no hello in time" $PEER trickle "$T" 0.3
+check "the log says who sent no hello" grep -q "sent no hello within 1000 ms" "$log"
+expect 0 "trickle: closed after [0-9.]+ s: error code=-12 .*took too long" $PEER trickle "unix:$sock" 0.3 after-hello
+check "the log says whose frame took too long" grep -q "has not finished it (limit 1500 ms)" "$log"
+
+check "the planner is alive after all of it" kill -0 "$planner"
+
+# The connection cap, on a planner of its own with the default hello deadline
+# (10 s), so silent connections stay: 100 descriptors leave it 68 connections,
+# 52 of them for TCP.
+home2="$tmp/home2"
+port2=$($TOOL free-port)
+log2="$tmp/planner2.log"
+(ulimit -n 100 && exec "$AA" planner --home "$home2" --listen "127.0.0.1:$port2" >"$log2" 2>&1) &
+planner2=$!
+pids+=("$planner2")
+P2="--planner unix:$home2/planner.sock"
+wait_for 20 "$AA" status $P2 >/dev/null || { echo "FAIL: planner 2 did not come up"; cat "$log2"; exit 1; }
+$PEER hold "tcp:127.0.0.1:$port2" 150 8 >"$tmp/hold.out" 2>&1 &
+hold=$!
+pids+=("$hold")
+held() { grep -q "^hold:" "$tmp/hold.out"; }
+check "150 silent TCP connections were opened" wait_for 20 held
+cat "$tmp/hold.out"
+check "52 of the 150 were admitted" grep -q "^hold: 52 admitted, 98 refused" "$tmp/hold.out"
+expect 0 "planner" "$AA" status $P2
+check "the owner gets in on the unix socket meanwhile" [ "$("$AA" status $P2 --json | jq_ "d['planner']['tcp']")" = "tcp:127.0.0.1:$port2" ]
+check "each refusal is logged with its reason" \
+  grep -q "refused a connection from tcp 127.0.0.1:[0-9]*: TCP connections are at their maximum" "$log2"
+counted() { grep -q "refused [0-9]* more connections in the last second" "$log2"; }
+check "a flood of refusals is logged as a count" wait_for 5 counted
+kill "$hold" 2>/dev/null
+check "the planner is alive after all of it" kill -0 "$planner2"
+
+echo "peers: $pass passed, $fail failed"
+[ "$fail" = 0 ]
