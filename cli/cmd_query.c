@@ -86,7 +86,8 @@ static void usage(FILE *f) {
           "  --hardware FP       a hardware fingerprint such as 'cpu:NAME:24000MiBx1'\n"
           "  --json              print the planner's reply JSON verbatim\n"
           "  --planner ADDR      unix:PATH or tcp:HOST:PORT (default unix:<state dir>/planner.sock)\n"
-          "  --token-file FILE   the planner's token (a mode 0600 file)\n"
+          "  --token-file FILE   the planner's token (a mode 0600 file; on TCP the default is\n"
+             "                      <state dir>/token, where a planner of that state dir keeps it)\n"
           "  -h, --help          this help\n\n"
           "Exit codes: 0 success, 1 failure (no planner, bad model file, refused query), 2 usage.\n");
 }

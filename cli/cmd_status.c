@@ -130,13 +130,15 @@ static void print_planner(const json_t *root) {
 
 static void status_usage(FILE *f) {
   fprintf(f, "usage: autoaccel status [JOB] [--json] [--planner ADDR] [--token-file FILE]\n\n"
-             "Without JOB: the planner (version, pid, address, store), its executors, the queue and\n"
-             "the 20 newest jobs. With JOB: that job's model, hardware, status, times, options, run\n"
-             "counts by status, best run and strategy file.\n\n"
+             "Without JOB: the planner (version, pid, address, store), its executors, the queue, the\n"
+             "jobs waiting for executors (what for, since when) and the 20 newest jobs. With JOB: that\n"
+             "job's model, hardware, status, times, options, run counts by status, best run, strategy\n"
+             "file and, while it waits for executors, what for.\n\n"
              "options:\n"
              "  --json              print the planner's reply JSON (docs/service.md)\n"
              "  --planner ADDR      unix:PATH or tcp:HOST:PORT (default unix:<state dir>/planner.sock)\n"
-             "  --token-file FILE   the planner's token (a mode 0600 file)\n"
+             "  --token-file FILE   the planner's token (a mode 0600 file; on TCP the default is\n"
+             "                      <state dir>/token, where a planner of that state dir keeps it)\n"
              "  -h, --help          this help\n\n"
              "Exit codes: 0 success, 1 failure (no planner, unknown job), 2 usage.\n");
 }
@@ -146,7 +148,8 @@ static void cancel_usage(FILE *f) {
              "Cancels a queued or running job: its running run is stopped and recorded cancelled.\n\n"
              "options:\n"
              "  --planner ADDR      unix:PATH or tcp:HOST:PORT (default unix:<state dir>/planner.sock)\n"
-             "  --token-file FILE   the planner's token (a mode 0600 file)\n"
+             "  --token-file FILE   the planner's token (a mode 0600 file; on TCP the default is\n"
+             "                      <state dir>/token, where a planner of that state dir keeps it)\n"
              "  -h, --help          this help\n\n"
              "Exit codes: 0 cancelled, 1 failure (no planner, unknown job, job already over), 2 usage.\n");
 }

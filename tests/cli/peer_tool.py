@@ -14,6 +14,8 @@ one line saying what happened.
   peer_tool.py hold ADDR N SECONDS         open N connections, say nothing, hold them
   peer_tool.py fake-planner PATH SECONDS   accept an executor, welcome it, stop reading
                                            from it; print whether it reconnects
+  peer_tool.py soak UNIX TCP TOKEN SECONDS every abuse above and malformed frames, round
+                                           after round
 """
 import os
 import select
@@ -196,6 +198,41 @@ def cmd_fake_planner(path, seconds):
     c.close()
 
 
+def soak_round(unix, tcp, token, k):
+    """One round of every abuse, short versions; k varies the choice."""
+    import io
+    import contextlib
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet):
+        cmd_sigpipe(unix) if k % 2 == 0 else cmd_sigpipe(tcp, token)
+        cmd_no_read(unix, 1.5)
+        cmd_big_hello(tcp, 10)
+        cmd_trickle(tcp, 0.2)
+        cmd_trickle(unix, 0.2, True)
+        cmd_hold(tcp, 30, 0.5)
+    for kind in ("malformed", "oversized", "truncated", "version", "before-hello", "zero-length", "no-token"):
+        s = connect(tcp if kind == "no-token" else unix)
+        try:
+            s.sendall({"malformed": frame(b"\xc1\xc1\xc1"), "oversized": struct.pack(">I", 64 << 20) + b"\x80",
+                       "truncated": struct.pack(">I", 100) + b"\x83", "version": frame(pack({"v": 2, "t": "hello"})),
+                       "before-hello": frame(pack({"v": 1, "t": "status"})), "zero-length": b"\0\0\0\0",
+                       "no-token": hello()}[kind])
+            if kind == "truncated":
+                s.shutdown(socket.SHUT_WR)
+            read_frame(s, 5)
+        except (OSError, socket.timeout):
+            pass
+        s.close()
+
+
+def cmd_soak(unix, tcp, token, seconds):
+    end, rounds = time.time() + seconds, 0
+    while time.time() < end:
+        soak_round(unix, tcp, token, rounds)
+        rounds += 1
+    print("soak: %d rounds of every abuse in %.0f s" % (rounds, seconds))
+
+
 def main():
     a = sys.argv[1:]
     tok = lambda i: a[i] if len(a) > i else None  # noqa: E731
@@ -211,6 +248,8 @@ def main():
         cmd_trickle(a[1], float(a[2]), tok(3) == "after-hello", tok(4))
     elif a[0] == "hold":
         cmd_hold(a[1], int(a[2]), float(a[3]))
+    elif a[0] == "soak":
+        cmd_soak(a[1], a[2], a[3], float(a[4]))
     elif a[0] == "fake-planner":
         cmd_fake_planner(a[1], float(a[2]))
     else:
