@@ -280,6 +280,7 @@ static void start_queued(aa_planner_t *p) {
       if (!q->waiting_since) {
         q->waiting_since = aa_now();
         q->waiting_since_wall = (int64_t)time(NULL);
+        snprintf(q->hardware, sizeof q->hardware, "%s", row.hardware);
         snprintf(q->waiting_for, sizeof q->waiting_for, "an executor of %s (none connected)", row.hardware);
         aa__planner_log(p, "job %lld waits for %s, up to %d s; later jobs may run meanwhile",
                         (long long)q->id, q->waiting_for, p->lim.placement_timeout_s);
@@ -313,9 +314,14 @@ void aa__jobs_tick(aa_planner_t *p) {
   if (p->unrecorded) retry_unrecorded(p);
   double now = aa_now(), limit = p->lim.placement_timeout_s;
   char why[512];
+  /* The timeout counts while the executors are missing: a job whose
+   * executors came back while another job ran is waiting its turn, and
+   * its clock starts again should they go once more. */
   for (size_t i = 0; i < p->queue_n;) {
     aa_queued_t *q = &p->queue[i];
-    if (q->waiting_since > 0 && now - q->waiting_since >= limit) {
+    if (q->waiting_since > 0 && connected(p, q->hardware)) {
+      q->waiting_since = 0;
+    } else if (q->waiting_since > 0 && now - q->waiting_since >= limit) {
       snprintf(why, sizeof why, "it waited %.0f s for %s, longer than the placement timeout of %d s",
                now - q->waiting_since, q->waiting_for, p->lim.placement_timeout_s);
       fail_queued(p, i, why);
@@ -325,6 +331,10 @@ void aa__jobs_tick(aa_planner_t *p) {
   }
   for (aa_planner_job_t *j = p->parked, *next; j; j = next) {
     next = j->next;
+    if (aa__registry_most_on_one_host(p, j->hardware) >= j->need_world) {
+      j->waiting_since = now;
+      continue;
+    }
     if (now - j->waiting_since < limit) continue;
     snprintf(why, sizeof why, "it waited %.0f s for %s, longer than the placement timeout of %d s",
              now - j->waiting_since, j->waiting_for, p->lim.placement_timeout_s);

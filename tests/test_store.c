@@ -747,6 +747,31 @@ AA_TEST(count_measured_ignores_failed_pruned_and_unfinished_runs) {
   aa_store_close(st);
 }
 
+static void force_sql(const char *path, const char *fmt, long long id);
+
+AA_TEST(job_run_counts_count_each_status_in_one_query) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  char path[512];
+  snprintf(path, sizeof path, "%s/store%d.db", tmp_dir, db_counter);
+  int64_t job = new_job(st, HW), other = new_job(st, HW);
+  add_run(st, job, AA_STORE_RUN_DRYRUN, 1, AA_STORE_RUN_OK, 100, 1);
+  add_run(st, job, AA_STORE_RUN_DRYRUN, 2, AA_STORE_RUN_OK, 150, 1);
+  add_run(st, job, AA_STORE_RUN_DRYRUN, 3, AA_STORE_RUN_OOM, 0, 1);
+  int64_t bad = add_run(st, job, AA_STORE_RUN_DRYRUN, 4, AA_STORE_RUN_PRUNED, 0, 0);
+  add_run(st, other, AA_STORE_RUN_DRYRUN, 5, AA_STORE_RUN_OK, 100, 1);
+  force_sql(path, "UPDATE runs SET status = 'bogus' WHERE id = %lld", (long long)bad);
+  int counts[AA_STORE_RUN_NSTATUS], unreadable = -1;
+  CHECK_MSG(aa_store_job_run_counts(st, job, counts, &unreadable) == 0, "%s", aa_last_error());
+  CHECK(counts[AA_STORE_RUN_OK] == 2 && counts[AA_STORE_RUN_OOM] == 1 && counts[AA_STORE_RUN_PRUNED] == 0);
+  CHECK(unreadable == 1);
+  int total = 0;
+  for (int k = 0; k < AA_STORE_RUN_NSTATUS; k++) total += counts[k];
+  CHECK(total == 3);
+  CHECK(aa_store_job_run_counts(st, 999, counts, NULL) == 0 && counts[AA_STORE_RUN_OK] == 0);
+  aa_store_close(st);
+}
+
 AA_TEST(job_with_measured_runs_answers_from_the_store) {
   aa_store_t *st = fresh_store();
   if (!st) return;
@@ -1276,6 +1301,7 @@ int main(void) {
   RUN(run_insert_and_finish_round_trip);
   RUN(best_run_prefers_throughput_then_lower_peak_then_lower_id);
   RUN(count_measured_ignores_failed_pruned_and_unfinished_runs);
+  RUN(job_run_counts_count_each_status_in_one_query);
   RUN(job_with_measured_runs_answers_from_the_store);
   RUN(only_runs_of_completed_searches_answer_from_the_store);
   RUN(recover_without_resumes_marks_running_jobs_interrupted_and_running_runs_crashed);

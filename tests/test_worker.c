@@ -368,6 +368,27 @@ AA_TEST(every_way_a_run_ends_is_reported_and_the_executor_survives) {
   if (f) fclose(f);
   CHECK(lines == 3);
 
+  /* train into a directory that belongs to someone else than the job's
+   * user: the runner refuses it before writing anything there */
+  snprintf(out, sizeof out, "%s/train10", tmpdir);
+  CHECK(mkdir(out, 0777) == 0);
+  uid_t other = geteuid() == 65534 ? 65533 : 65534;
+  aa_msg_t j10 = {.type = AA_MSG_JOB, .id = 10};
+  j10.job = (aa_msg_job_t){.job = 10, .run = next_run++, .kind = AA_PROTO_JOB_TRAIN, .model = (char *)model_json,
+                           .strategy = (char *)strategy_json, .warmup_steps = 1, .measured_steps = 3, .seed = 7,
+                           .world = 1, .out_dir = out, .has_owner = true, .owner = other};
+  send_msg(&p, &j10);
+  if (!wait_result(&p, 10, &res, NULL, 30000)) {
+    char want[128];
+    snprintf(want, sizeof want, "belongs to uid %u, not to the job's user (uid %u)", (unsigned)geteuid(),
+             (unsigned)other);
+    CHECK(res.result.status == AA_PROTO_RUN_ERROR);
+    CHECK_MSG(res.result.error && strstr(res.result.error, want), "%s", res.result.error ? res.result.error : "");
+    aa_msg_free(&res);
+  }
+  snprintf(path, sizeof path, "%s/train.log", out);
+  CHECK(access(path, F_OK) != 0);
+
   /* a frame that does not decode: an error reply, then a new connection */
   unsigned char junk[] = {0, 0, 0, 1, 0xc1};
   CHECK(write(p.fd, junk, sizeof junk) == (ssize_t)sizeof junk);
