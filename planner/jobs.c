@@ -109,6 +109,7 @@ void aa__jobs_client_gone(aa_conn_t *c) {
       aa__planner_log(p, "client %llu left before an executor came: its submit is dropped",
                       (unsigned long long)c->id);
       *pp = s->next;
+      p->npending--;
       aa_msg_free(&s->msg);
       free(s);
     } else {
@@ -470,6 +471,8 @@ void aa__jobs_on_submit(aa_conn_t *c, aa_msg_t *m) {
   if (!rc && s->out_dir && s->out_dir[0] != '/')
     rc = aa_error(AA_EINVAL, "submit: out_dir must be an absolute directory");
   if (!rc && s->out_dir) rc = aa__out_dir_check(s->out_dir, submitter(c));
+  if (!rc && p->queue_n >= AA_PLANNER_QUEUE_MAX)
+    rc = aa_error(AA_EINVAL, "submit: the queue is full (%d jobs); try again when some have run", AA_PLANNER_QUEUE_MAX);
   if (rc) {
     aa__planner_log(p, "submit from client %llu refused: %s", (unsigned long long)c->id, aa_last_error());
     aa__conn_send_error(c, m->id, rc, aa_last_error());
@@ -482,6 +485,11 @@ void aa__jobs_on_submit(aa_conn_t *c, aa_msg_t *m) {
   }
   /* The job's hardware is that of the executor that will run it, and the
    * store records it with the job: the job is created when one comes. */
+  if (p->npending >= AA_PLANNER_PENDING_MAX) {
+    aa__conn_send_error(c, m->id, AA_EINVAL,
+                        "submit: no executor is connected and enough submits already wait for one; start an executor");
+    return;
+  }
   aa_pending_submit_t *ps = calloc(1, sizeof *ps);
   if (!ps) {
     aa__conn_send_error(c, m->id, AA_ENOMEM, "planner: no memory for the submit");
@@ -494,6 +502,7 @@ void aa__jobs_on_submit(aa_conn_t *c, aa_msg_t *m) {
   while (*pp)
     pp = &(*pp)->next;
   *pp = ps;
+  p->npending++;
   aa__planner_log(p, "submit from client %llu waits for an executor to connect", (unsigned long long)c->id);
 }
 
@@ -503,6 +512,7 @@ void aa__jobs_executor_arrived(aa_planner_t *p) {
     aa_conn_t *e = target_executor(p);
     if (!e) return;
     p->pending = ps->next;
+    p->npending--;
     create_job(p, ps->conn, &ps->msg, e);
     aa_msg_free(&ps->msg);
     free(ps);

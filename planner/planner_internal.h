@@ -45,6 +45,11 @@
  * beyond the connection cap, when the cap is derived from RLIMIT_NOFILE. */
 #define AA_PLANNER_FD_RESERVE 32
 #define AA_PLANNER_REFUSALS_LOGGED 10 /* refusals logged one by one per second */
+/* Jobs the queue holds at most, and submits that may wait for a first
+ * executor (each holds its model spec in memory): past them a submit is
+ * refused, so no client can grow the planner without bound. */
+#define AA_PLANNER_QUEUE_MAX 10000
+#define AA_PLANNER_PENDING_MAX 64
 /* Frames one connection has acted on before the loop turns to others. */
 #define AA_PLANNER_FRAMES_PER_TURN 16
 
@@ -173,6 +178,7 @@ struct aa_planner {
   aa_planner_job_t *parked;  /* started jobs waiting for executors that are gone, oldest first */
   aa_unrecorded_t *unrecorded; /* job ends the store could not take yet (retried by the tick) */
   aa_pending_submit_t *pending;
+  int npending;
   aa_waiter_t *waiters;
   volatile int stop_requested;
   bool stopping;

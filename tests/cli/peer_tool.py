@@ -14,6 +14,7 @@ one line saying what happened.
   peer_tool.py hold ADDR N SECONDS         open N connections, say nothing, hold them
   peer_tool.py fake-planner PATH SECONDS   accept an executor, welcome it, stop reading
                                            from it; print whether it reconnects
+  peer_tool.py pending ADDR N MODEL.json   N submits with no executor connected
   peer_tool.py soak UNIX TCP TOKEN SECONDS every abuse above and malformed frames, round
                                            after round
 """
@@ -198,6 +199,28 @@ def cmd_fake_planner(path, seconds):
     c.close()
 
 
+def cmd_pending(addr, n, model_path):
+    """n submits on one connection to a planner with no executor: each
+    would wait in memory for one; past the cap they are refused."""
+    with open(model_path) as f:
+        model = f.read()
+    s = welcomed(addr)
+    for i in range(n):
+        s.sendall(frame(pack({"v": 1, "t": "submit", "id": i + 1, "model": model})))
+    refused = 0
+    try:
+        while True:
+            f = read_frame(s, 2)
+            if f is None:
+                break
+            if b"enough submits already wait" in f:
+                refused += 1
+    except socket.timeout:
+        pass
+    print("pending: %d of %d submits refused" % (refused, n))
+    s.close()
+
+
 def soak_round(unix, tcp, token, k):
     """One round of every abuse, short versions; k varies the choice."""
     import io
@@ -248,6 +271,8 @@ def main():
         cmd_trickle(a[1], float(a[2]), tok(3) == "after-hello", tok(4))
     elif a[0] == "hold":
         cmd_hold(a[1], int(a[2]), float(a[3]))
+    elif a[0] == "pending":
+        cmd_pending(a[1], int(a[2]), a[3])
     elif a[0] == "soak":
         cmd_soak(a[1], a[2], a[3], float(a[4]))
     elif a[0] == "fake-planner":

@@ -29,8 +29,11 @@ def pack(v):
         return b"\xcf" + struct.pack(">Q", v)
     if isinstance(v, str):
         b = v.encode()
-        assert len(b) < 256
-        return (bytes([0xA0 | len(b)]) if len(b) < 32 else b"\xd9" + bytes([len(b)])) + b
+        if len(b) < 32:
+            return bytes([0xA0 | len(b)]) + b
+        if len(b) < 256:
+            return b"\xd9" + bytes([len(b)]) + b
+        return (b"\xda" + struct.pack(">H", len(b)) if len(b) < 65536 else b"\xdb" + struct.pack(">I", len(b))) + b
     if isinstance(v, dict):
         assert len(v) < 16
         return bytes([0x80 | len(v)]) + b"".join(pack(k) + pack(x) for k, x in v.items())

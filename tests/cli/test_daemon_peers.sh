@@ -15,7 +15,7 @@
 #     is cut at --hello-timeout-ms, a frame trickled after hello at
 #     --frame-timeout-ms; 150 silent TCP connections against a descriptor
 #     limit of 100 are capped (each refusal logged) and the owner still gets
-#     in on the unix socket.
+#     in on the unix socket; at most 64 submits wait for a first executor.
 #  4. TCP needs a token, on loopback too: one is made in the state directory
 #     (mode 0600); the CLI finds it there; a hello without it is refused.
 #     --listen decides on the resolved address: "0" (0.0.0.0) is refused, and
@@ -136,6 +136,10 @@ check "each refusal is logged with its reason" \
 counted() { grep -q "refused [0-9]* more connections in the last second" "$log2"; }
 check "a flood of refusals is logged as a count" wait_for 5 counted
 kill "$hold" 2>/dev/null
+# Submits wait in memory for a first executor; at most 64 of them.
+/usr/bin/python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['data']={'train': sys.argv[2]}; print(json.dumps(d))" \
+  "$tmp/model.json" "$tmp/data/train.bin" >"$tmp/abs.json"
+expect 0 "pending: 6 of 70 submits refused" $PEER pending "unix:$home2/planner.sock" 70 "$tmp/abs.json"
 check "the planner is alive after all of it" kill -0 "$planner2"
 
 echo "peers: $pass passed, $fail failed"
