@@ -130,9 +130,15 @@ typedef struct {
   char *buf;
 } wreq_t;
 
+/* What one queued write costs beyond its bytes (the request, the
+ * allocator's bookkeeping): counted against the bound too, so that many
+ * small frames cannot hold more than the bound says. */
+#define WRITE_OVERHEAD (sizeof(wreq_t) + 64)
+
 static void on_written(uv_write_t *req, int status) {
   wreq_t *w = (wreq_t *)req;
   aa_conn_t *c = req->data;
+  c->writes--;
   free(w->buf);
   free(w);
   if (status < 0 && !c->dropped) aa__conn_drop(c, "disconnected");
@@ -146,8 +152,8 @@ static void conn_write(aa_conn_t *c, char *buf, size_t len) {
     free(buf);
     return;
   }
-  size_t queued = uv_stream_get_write_queue_size(&c->h.stream);
-  if (queued + len > c->p->lim.write_queue_max) {
+  size_t queued = uv_stream_get_write_queue_size(&c->h.stream) + c->writes * WRITE_OVERHEAD;
+  if (queued + len + WRITE_OVERHEAD > c->p->lim.write_queue_max) {
     char who[128];
     aa__planner_log(
         c->p, "%s does not read its replies: %zu bytes queued, %zu more would pass the bound of %zu; closing",
@@ -169,7 +175,9 @@ static void conn_write(aa_conn_t *c, char *buf, size_t len) {
     free(buf);
     free(w);
     aa__conn_drop(c, "disconnected");
+    return;
   }
+  c->writes++;
 }
 
 int aa__conn_send(aa_conn_t *c, const aa_msg_t *m) {

@@ -101,6 +101,7 @@ typedef struct aa_conn {
   bool has_uid;          /* unix socket: the kernel told the peer's user */
   uid_t uid;
   bool counted_tcp, counted_hello; /* counted in ntcp / ntcp_hello */
+  size_t writes;                   /* write requests queued and not yet completed */
   /* Bytes of a read that its turn's budget did not reach (conn.c defer):
    * reading stops until the planner's turn handle has used them. */
   char *stash;

@@ -426,7 +426,12 @@ int aa_msg_encode(const aa_msg_t *m, char **out, size_t *out_len) {
   }
   aa_frame_put_header((unsigned char *)sb.data, (uint32_t)payload);
   *out_len = sb.size;
-  *out = msgpack_sbuffer_release(&sb);
+  /* The buffer grew in steps from 8 KiB: give back what the frame does not
+   * use, since a sender may hold many frames queued (a 200-byte reply kept
+   * 8 KiB, so a peer that did not read made the planner hold 40 times more
+   * than its queue bound counted). */
+  char *data = msgpack_sbuffer_release(&sb), *fit = realloc(data, *out_len);
+  *out = fit ? fit : data;
 cleanup:
   msgpack_sbuffer_destroy(&sb);
   return rc;

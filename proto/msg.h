@@ -226,9 +226,9 @@ typedef struct aa_msg {
 } aa_msg_t;
 
 /* Encodes m as one complete frame (header + payload) after checking it by
- * the decoder's rules. *out is malloc'd and transferred (free with free());
- * m is borrowed. Returns AA_EINVAL naming the field and the rule, or
- * AA_ENOMEM. Outputs are set only on success. */
+ * the decoder's rules. *out is malloc'd to the frame's size and transferred
+ * (free with free()); m is borrowed. Returns AA_EINVAL naming the field and
+ * the rule, or AA_ENOMEM. Outputs are set only on success. */
 int aa_msg_encode(const aa_msg_t *m, char **out, size_t *out_len);
 
 /* Decodes one payload (the bytes after a frame header) strictly. On success

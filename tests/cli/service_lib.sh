@@ -1,6 +1,11 @@
-# Shared by the service tests (sourced after expect.sh, not run): checks,
-# JSON field reads, polling, and the processes a test starts, killed on exit.
-# Needs AA (the binary) and SRC (the source tree) set.
+# Shared by the service tests (sourced, not run): the binary and the source
+# tree from the environment ctest gives, expect.sh, checks, JSON field reads,
+# polling, and the processes a test starts, killed on exit.
+AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
+SRC=${AA_SOURCE_DIR:?set AA_SOURCE_DIR to the source tree}
+# shellcheck source=tests/cli/expect.sh
+source "$SRC/tests/cli/expect.sh"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 TOOL="/usr/bin/python3 $SRC/tests/cli/service_tool.py"
 PEER="/usr/bin/python3 $SRC/tests/cli/peer_tool.py"
 pids=()

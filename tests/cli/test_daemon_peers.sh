@@ -21,13 +21,8 @@
 #     --listen decides on the resolved address: "0" (0.0.0.0) is refused, and
 #     status shows the address listened on.
 set -u
-AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
-SRC=${AA_SOURCE_DIR:?set AA_SOURCE_DIR to the source tree}
-# shellcheck source=tests/cli/expect.sh
-source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 # shellcheck source=tests/cli/service_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/service_lib.sh"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # Freed memory goes back for reuse at once, so RSS shows what is held.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=4"
 
@@ -96,7 +91,9 @@ before=$(rss_kb "$planner")
 expect 0 "no-read: closed by the planner" $PEER no-read "unix:$sock" 30
 after=$(rss_kb "$planner")
 echo "peers: planner RSS $before KiB before the client that never reads, $after KiB after"
-check "the planner grew by less than 48 MiB ($before -> $after KiB)" [ $((after - before)) -lt 49152 ]
+# The bound is 1 MiB; 8 MiB leaves room for the allocator's own slack (a
+# queued 200-byte reply used to hold an 8 KiB buffer: 40 MiB here).
+check "the planner grew by less than 8 MiB ($before -> $after KiB)" [ $((after - before)) -lt 8192 ]
 check "the log names the peer that did not read" grep -q "does not read its replies" "$log"
 
 # --- 3. before hello, and deadlines -----------------------------------------------------

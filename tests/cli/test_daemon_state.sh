@@ -23,13 +23,8 @@
 #     wider; a read-only store.db-shm is named with the fix; an unreadable
 #     run or job row is named and the rest served.
 set -u
-AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
-SRC=${AA_SOURCE_DIR:?set AA_SOURCE_DIR to the source tree}
-# shellcheck source=tests/cli/expect.sh
-source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 # shellcheck source=tests/cli/service_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/service_lib.sh"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 chmod 0755 "$tmp" # section 6 runs processes as nobody under it
 
 "$AA" data synth --out "$tmp/data" --bytes 100000 >/dev/null || { echo "FAIL: data synth"; exit 1; }

@@ -30,13 +30,8 @@
 #     ranks fits: the best is dp 2 and training runs as a gang, with the
 #     single process's losses.
 set -u
-AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
-SRC=${AA_SOURCE_DIR:?set AA_SOURCE_DIR to the source tree}
-# shellcheck source=tests/cli/expect.sh
-source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 # shellcheck source=tests/cli/service_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/service_lib.sh"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 "$AA" data synth --out "$tmp/data" --bytes 200000 >/dev/null || { echo "FAIL: data synth"; exit 1; }
 # A small model: global batch 4 gives micro-batches 4, 2, 1.

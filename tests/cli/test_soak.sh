@@ -6,13 +6,8 @@
 # memory is under 200 MiB (ASan build), every good job ended done, and no job
 # is left running, queued or waiting.
 set -u
-AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
-SRC=${AA_SOURCE_DIR:?set AA_SOURCE_DIR to the source tree}
-# shellcheck source=tests/cli/expect.sh
-source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 # shellcheck source=tests/cli/service_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/service_lib.sh"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=4"
 
 "$AA" data synth --out "$tmp/data" --bytes 100000 >/dev/null || { echo "FAIL: data synth"; exit 1; }
