@@ -161,11 +161,25 @@ typedef struct {
   char seen_hw[64][AA_STORE_HW_MAX]; /* best: one run per hardware */
   size_t nhw;
   int per_hardware;
+  long long page; /* rows a page holds (0 = no pages): the walk stops at the row after */
+  long long rows; /* rows the walk gave, readable or not */
+  bool more;      /* there is a row past the page */
 } collect_t;
+
+/* Counts a row against the page: false (and more set) for the row past it. */
+static bool in_page(collect_t *c) {
+  if (c->page && c->rows == c->page) {
+    c->more = true;
+    return false;
+  }
+  c->rows++;
+  return true;
+}
 
 /* A row that cannot be read is named in the answer, and the rest served. */
 static int collect_bad(int64_t id, const char *why, void *data) {
   collect_t *c = data;
+  if (!in_page(c)) return 1;
   if (!c->unreadable) c->unreadable = json_array();
   json_array_append_new(c->unreadable, json_pack("{s:I, s:s}", "id", (json_int_t)id, "error", why));
   return 0;
@@ -179,6 +193,7 @@ static void put_unreadable(json_t *out, collect_t *c) {
 
 static int collect_run(const aa_store_run_t *r, void *data) {
   collect_t *c = data;
+  if (!in_page(c)) return 1;
   if (c->per_hardware) {
     for (size_t i = 0; i < c->nhw; i++)
       if (!strcmp(c->seen_hw[i], r->hardware)) return 0;
@@ -192,6 +207,7 @@ static int collect_run(const aa_store_run_t *r, void *data) {
 
 static int collect_job(const aa_store_job_t *j, void *data) {
   collect_t *c = data;
+  if (!in_page(c)) return 1;
   if (c->n == c->cap) {
     size_t cap = c->cap ? 2 * c->cap : 32;
     int64_t *ids = realloc(c->ids, cap * sizeof *ids);
@@ -306,10 +322,8 @@ static int set_page(const char *what, const json_t *args, long long page, long l
   return rc;
 }
 
-static void put_next(json_t *out, json_t *list, long long limit, long long offset) {
-  bool more = (long long)json_array_size(list) > limit;
-  if (more) json_array_remove(list, json_array_size(list) - 1);
-  json_object_set_new(out, "next_offset", more ? json_integer(offset + limit) : json_null());
+static void put_next(json_t *out, const collect_t *c, long long offset) {
+  json_object_set_new(out, "next_offset", c->more ? json_integer(offset + c->page) : json_null());
 }
 
 static int query_runs(aa_store_t *st, const json_t *args, json_t *out) {
@@ -329,7 +343,7 @@ static int query_runs(aa_store_t *st, const json_t *args, json_t *out) {
   if (!rc) rc = set_page("runs", args, AA_PLANNER_PAGE_RUNS, &limit, &offset);
   if (rc) return rc;
   f.job_id = job;
-  f.limit = (int)limit + 1;
+  f.limit = (int)limit + 1; /* the row past the page says whether there is a next one */
   f.offset = offset;
   if (kind) {
     if (!strcmp(kind, "dryrun")) f.kinds = AA_STORE_BIT(AA_STORE_RUN_DRYRUN);
@@ -341,14 +355,14 @@ static int query_runs(aa_store_t *st, const json_t *args, json_t *out) {
     else if (!strcmp(order, "best")) f.order = AA_STORE_ORDER_BEST;
     else return aa_error(AA_EINVAL, "query runs: \"order\" must be \"id\" or \"best\"");
   }
-  collect_t c = {.list = json_array()};
+  collect_t c = {.list = json_array(), .page = limit};
   rc = aa_store_runs_query(st, &f, collect_run, &c);
   if (rc < 0) {
     json_decref(c.list);
     json_decref(c.unreadable);
     return rc == AA_ENOMEM ? aa_error(rc, "query runs: no memory") : rc;
   }
-  put_next(out, c.list, limit, offset);
+  put_next(out, &c, offset);
   json_object_set_new(out, "runs", c.list);
   put_unreadable(out, &c);
   return 0;
@@ -387,7 +401,7 @@ static int query_jobs(aa_store_t *st, const char *home, const json_t *args, json
   if (rc) return rc;
   f.limit = (int)limit + 1;
   f.offset = offset;
-  collect_t c = {0};
+  collect_t c = {.page = limit};
   rc = aa_store_jobs_list(st, &f, collect_job, &c);
   json_t *list = json_array();
   if (rc >= 0) rc = jobs_to_list(st, home, &c, list, p);
@@ -396,7 +410,7 @@ static int query_jobs(aa_store_t *st, const char *home, const json_t *args, json
     json_decref(list);
     return rc == AA_ENOMEM ? aa_error(rc, "query jobs: no memory") : rc;
   }
-  put_next(out, list, limit, offset);
+  put_next(out, &c, offset);
   json_object_set_new(out, "jobs", list);
   return 0;
 }
