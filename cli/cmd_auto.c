@@ -300,8 +300,11 @@ int aa_cmd_auto(int argc, char **argv) {
     goto cleanup;
   }
   setvbuf(log, NULL, _IOLBF, 0);
+  /* The embedded planner lives for this one model: it does not resume
+   * jobs an earlier stop interrupted (the daemon does), which would make
+   * this command wait for another model's search. */
   aa_planner_opts_t po = {.home = home, .socket_path = sock, .warmup_steps = warmup, .measured_steps = measured,
-                          .log = log};
+                          .max_resumes = -1, .log = log};
   if (aa_planner_create(&planner, &po)) {
     aa_cli_fail("auto");
     goto cleanup;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Soak (bounded): a planner with two executors serves good submits while a
 # client runs every abuse of tests/cli/test_daemon_peers.sh (and malformed
-# frames) round after round for 40 s, on the unix socket and on TCP. At the
+# frames) round after round for 30 s, on the unix socket and on TCP. At the
 # end: the planner and both executors are alive, the planner's resident
 # memory is under 200 MiB (ASan build), every good job ended done, and no job
 # is left running, queued or waiting.
@@ -36,12 +36,12 @@ done
 executors_up() { [ "$("$AA" status $P --json | jq_ "len(d['executors'])")" = 2 ]; }
 check "two executors register" wait_for 20 executors_up
 
-$PEER soak "unix:$home/planner.sock" "tcp:127.0.0.1:$port" "$(head -1 "$home/token")" 40 >"$tmp/soak.out" 2>&1 &
+$PEER soak "unix:$home/planner.sock" "tcp:127.0.0.1:$port" "$(head -1 "$home/token")" 30 >"$tmp/soak.out" 2>&1 &
 soak=$!
 pids+=("$soak")
 good=0 ok=0
 t0=$SECONDS
-while [ $((SECONDS - t0)) -lt 36 ]; do
+while [ $((SECONDS - t0)) -lt 26 ]; do
   for d in 32 48 64; do
     extra=(); [ $((good % 3)) = 0 ] && extra=(--refresh); [ $((good % 4)) = 1 ] && extra+=(--train)
     if timeout 120 "$AA" submit "$tmp/m$d.json" $P --wait --exclude fp16,checkpoint "${extra[@]}" >"$tmp/good$good.out" 2>&1; then
