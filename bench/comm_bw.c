@@ -1,4 +1,4 @@
-/* Bus bandwidth of the shm process group (executor/comm.h): all_reduce,
+/* Bus bandwidth of the shm process group (comm/comm.h): all_reduce,
  * reduce_scatter and all_gather over message sizes, for each world size,
  * beside the memcpy bandwidth of the same machine in the same run.
  *
@@ -20,7 +20,7 @@
 
 #include "common/aa.h"
 #include "common/rendezvous.h"
-#include "executor/comm.h"
+#include "comm/comm.h"
 
 enum { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, NCOLL };
 static const char *NAMES[NCOLL] = {"all_reduce", "reduce_scatter", "all_gather"};

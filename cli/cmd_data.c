@@ -12,7 +12,7 @@
 
 #include "cli.h"
 #include "common/aa.h"
-#include "executor/data.h"
+#include "engine/data.h"
 
 #define DEFAULT_SYNTH_BYTES 2000000
 #define DEFAULT_VAL_FRACTION 0.1

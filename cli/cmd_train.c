@@ -16,8 +16,8 @@
 #include "common/spec.h"
 #include "common/mem.h"
 #include "common/rendezvous.h"
-#include "executor/comm.h"
-#include "executor/train.h"
+#include "comm/comm.h"
+#include "engine/train.h"
 #include "strategies/strategy.h"
 #ifdef AA_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"

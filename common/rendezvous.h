@@ -1,4 +1,4 @@
-/* Rendezvous text of a process group (executor/comm.h): the planner makes
+/* Rendezvous text of a process group (comm/comm.h): the planner makes
  * one per parallel run and sends it to every rank in its job message; the
  * ranks build the group from the text alone. It lives in common/ because
  * the planner mints it and never links the engine.

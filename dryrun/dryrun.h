@@ -2,7 +2,7 @@
  * by running a few real optimizer steps of the engine's training loop
  * (aa_train in dry-run mode): warm-up steps that are not timed, then timed
  * steps whose median gives the throughput. Nothing is written to disk.
- * Depends on the engine only (executor/train.h). */
+ * Depends on the engine only (engine/train.h). */
 #ifndef AA_DRYRUN_H
 #define AA_DRYRUN_H
 
@@ -11,7 +11,7 @@
 
 #include "../common/mem.h"
 #include "../common/spec.h"
-#include "../executor/train.h"
+#include "../engine/train.h"
 #include "../strategies/strategy.h"
 
 #define AA_DRYRUN_WARMUP_DEFAULT 1

@@ -17,11 +17,11 @@
 #include "../common/spec.h"
 #include "../dryrun/dryrun.h"
 #include "../strategies/strategy.h"
-#include "comm.h"
+#include "../comm/comm.h"
 #ifdef AA_HAVE_CUDA
 #include "../kernels/cuda/cuda_backend.h"
 #endif
-#include "train.h"
+#include "../engine/train.h"
 #include "worker_internal.h"
 
 /* At most this many progress frames per second, besides the first and the last step. */

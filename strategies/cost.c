@@ -1,5 +1,5 @@
 /* The cost model's arithmetic (cost.h). The activation layout mirrors
- * executor/model.c's layout(): tests/test_cost.c compares the two on a grid
+ * engine/model.c's layout(): tests/test_cost.c compares the two on a grid
  * of shapes and options, and a dry run's accounting against the total. */
 #include "cost.h"
 
@@ -73,14 +73,14 @@ void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, aa_cost_mem_t
   const size_t shard = world > 1 ? shard_numel(arch, world) : n;
   size_t *b = out->bytes;
   /* Flat buffers are allocated whole, not in slices. The model
-   * (executor/model.c aa_gpt_create): fp32 parameters (the master copy
+   * (engine/model.c aa_gpt_create): fp32 parameters (the master copy
    * under amp, counted as optimizer state) unless sharded, gradients below
    * stage 2, the 16-bit copy under amp below stage 3. */
   const size_t e16 = aa_dtype_size(s->amp);
   if (amp ? zero == 0 : zero < 3) b[amp ? AA_MEM_OPTIM : AA_MEM_PARAMS] += n * f4;
   if (zero < 2) b[AA_MEM_GRADS] += n * f4;
   if (amp && zero < 3) b[AA_MEM_PARAMS] += n * e16;
-  /* The optimizer (executor/optim.c): AdamW's two moments over the shard
+  /* The optimizer (engine/optim.c): AdamW's two moments over the shard
    * (everything at stage 0), the gradient shard from stage 2, the fp32
    * master shard under amp from stage 1 (in fp32 the fp32 parameter shard
    * at stage 3), the 16-bit parameter shard at stage 3 under amp. */

@@ -1,4 +1,4 @@
-/* Process groups (executor/comm.h), shm backend: N rank processes forked
+/* Process groups (comm/comm.h), shm backend: N rank processes forked
  * here (N = 2, 3, 4) meet in a fresh rendezvous and run every collective on
  * odd sizes, against a naive reference computed from the known per-rank
  * inputs: a sum in rank order in fp32, rounded once to the dtype, so the
@@ -26,7 +26,7 @@
 #include "common/aa.h"
 #include "common/half.h"
 #include "common/rendezvous.h"
-#include "executor/comm.h"
+#include "comm/comm.h"
 
 #ifdef AA_HAVE_CUDA
 #include <cuda_runtime.h>

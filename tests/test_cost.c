@@ -8,8 +8,8 @@
 
 #include "aa_test.h"
 #include "common/mem.h"
-#include "executor/model.h"
-#include "executor/optim.h"
+#include "engine/model.h"
+#include "engine/optim.h"
 #include "strategies/cost.h"
 
 static const aa_arch_t archs[] = {

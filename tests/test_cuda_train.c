@@ -25,10 +25,10 @@
 #include "aa_test.h"
 #include "common/aa.h"
 #include "common/spec.h"
-#include "executor/checkpoint.h"
-#include "executor/data.h"
-#include "executor/model.h"
-#include "executor/train.h"
+#include "engine/checkpoint.h"
+#include "engine/data.h"
+#include "engine/model.h"
+#include "engine/train.h"
 #include "strategies/strategy.h"
 
 #ifdef AA_HAVE_CUDA

@@ -3,7 +3,7 @@
  * of the writer, so the on-disk layout itself is under test. */
 #include "aa_test.h"
 #include "common/aa.h"
-#include "executor/data.h"
+#include "engine/data.h"
 
 #include <dirent.h>
 #include <stdint.h>

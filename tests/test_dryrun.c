@@ -13,9 +13,9 @@
 #include "common/rendezvous.h"
 #include "common/spec.h"
 #include "dryrun/dryrun.h"
-#include "executor/comm.h"
-#include "executor/data.h"
-#include "executor/train.h"
+#include "comm/comm.h"
+#include "engine/data.h"
+#include "engine/train.h"
 
 static char tmpdir[256];
 static char train_bin[512], val_bin[512];

@@ -13,10 +13,10 @@
 #include "common/aa.h"
 #include "common/mem.h"
 #include "common/spec.h"
-#include "executor/data.h"
-#include "executor/model.h"
-#include "executor/optim.h"
-#include "executor/train.h"
+#include "engine/data.h"
+#include "engine/model.h"
+#include "engine/optim.h"
+#include "engine/train.h"
 #include "strategies/strategy.h"
 
 static char tmpdir[256];

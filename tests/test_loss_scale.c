@@ -1,4 +1,4 @@
-/* The loss scaler (executor/loss_scale.h) against DeepSpeed's
+/* The loss scaler (engine/loss_scale.h) against DeepSpeed's
  * DynamicLossScaler.update_scale (deepspeed/runtime/fp16/loss_scaler.py,
  * scale_factor 2, delayed_shift = hysteresis, consecutive_hysteresis
  * False): a hand-derived table for a scripted overflow pattern, a literal
@@ -7,7 +7,7 @@
  * skip count. */
 #include "aa_test.h"
 #include "common/aa.h"
-#include "executor/loss_scale.h"
+#include "engine/loss_scale.h"
 
 #include <math.h>
 #include <stdint.h>

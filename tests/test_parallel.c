@@ -1,5 +1,5 @@
 /* Data parallelism and ZeRO on CPU: rank processes forked here meet in a
- * shared-memory process group (executor/comm.h) and train the same tiny
+ * shared-memory process group (comm/comm.h) and train the same tiny
  * model as a single process does on the same global batches.
  *
  * The model (d_model 30) is chosen so that the transformer blocks (7,774
@@ -41,11 +41,11 @@
 #include "common/aa.h"
 #include "common/rendezvous.h"
 #include "common/spec.h"
-#include "executor/checkpoint.h"
-#include "executor/comm.h"
-#include "executor/data.h"
-#include "executor/model.h"
-#include "executor/train.h"
+#include "engine/checkpoint.h"
+#include "comm/comm.h"
+#include "engine/data.h"
+#include "engine/model.h"
+#include "engine/train.h"
 #include "strategies/cost.h"
 
 #define STEPS 6

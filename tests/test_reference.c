@@ -17,8 +17,8 @@
  * so one test body serves both. */
 #include "aa_test.h"
 
-#include "executor/model.h"
-#include "executor/optim.h"
+#include "engine/model.h"
+#include "engine/optim.h"
 #ifdef AA_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif

@@ -10,9 +10,9 @@
 #include "aa_test.h"
 #include "common/aa.h"
 #include "common/spec.h"
-#include "executor/checkpoint.h"
-#include "executor/data.h"
-#include "executor/train.h"
+#include "engine/checkpoint.h"
+#include "engine/data.h"
+#include "engine/train.h"
 
 static char tmpdir[256];
 static char train_bin[512], val_bin[512];

@@ -20,7 +20,7 @@
 #include "common/aa.h"
 #include "common/rendezvous.h"
 #include "common/spec.h"
-#include "executor/data.h"
+#include "engine/data.h"
 #include "executor/worker.h"
 #include "proto/msg.h"
 #include "strategies/strategy.h"

@@ -15,7 +15,7 @@ Fixture format (little-endian, no padding):
     float32 lr, beta1, beta2, eps, weight_decay, grad_clip
     int32   n_steps
     int32   inputs[B*T], targets[B*T]
-    float32 params[n_params]        engine layout (executor/model.h)
+    float32 params[n_params]        engine layout (engine/model.h)
     float32 logits[B*T*vocab]       forward on inputs
     float32 loss                    mean cross-entropy
     float32 grads[n_params]         d loss / d params, same layout

@@ -2,7 +2,7 @@
  * synthetic English-like corpus the bundled example trains on.
  * docs/data-format.md describes the grammar and the split. */
 #include "common/aa.h"
-#include "executor/data.h"
+#include "engine/data.h"
 
 #include <errno.h>
 #include <math.h>

@@ -2,7 +2,7 @@
  * format, read only), the deterministic batch loader and shard statistics.
  * The byte layouts are in docs/data-format.md. Every count a file declares
  * is checked against the file's real size before anything is allocated. */
-#include "executor/data.h"
+#include "engine/data.h"
 #include "common/aa.h"
 #include "common/file.h"
 

@@ -4,7 +4,7 @@
 #ifndef AA_OPTIM_H
 #define AA_OPTIM_H
 
-#include "comm.h"
+#include "../comm/comm.h"
 #include "model.h"
 
 typedef struct aa_adamw {
@@ -38,7 +38,7 @@ int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float l
                   int skip_nonfinite, float *grad_norm);
 
 /* Data parallelism with ZeRO over a process group of `world` ranks
- * (executor/comm.h), one aa_zero_t per rank.
+ * (comm/comm.h), one aa_zero_t per rank.
  *
  * Units. The model's parameters split into units (aa_gpt_unit: wte|wpe,
  * each block, lnf), contiguous slices of the flat buffer that are the

@@ -9,7 +9,7 @@
 #include "../common/mem.h"
 #include "../common/spec.h"
 #include "../strategies/strategy.h"
-#include "comm.h"
+#include "../comm/comm.h"
 
 /* What the step callback is told after every optimizer step. */
 typedef struct aa_train_step_info {
@@ -78,7 +78,7 @@ typedef struct aa_train_result {
  * of the group calls aa_train with the same spec, strategy and options and
  * opts.comm = its handle on the world group (aa_comm_init from the job's
  * rendezvous, rank r of world = dp; tp = pp = 1). The strategy's dp must
- * equal the group's size and its zero stage (0-3, executor/optim.h) picks
+ * equal the group's size and its zero stage (0-3, engine/optim.h) picks
  * what is sharded (over a group of one the stage is 0). Rank r trains on
  * sequences [r G/dp, (r+1) G/dp) of each global batch of G (the
  * single-process run's batches, so losses match it to rounding), as

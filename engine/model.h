@@ -82,7 +82,7 @@ void aa_flatbuf_free(aa_flatbuf_t *b, aa_mem_t *mem);
 
 /* How the model is built: the single-device knobs of a strategy. */
 typedef struct aa_gpt_opts {
-  int zero;             /* ZeRO stage the trainer runs over a process group (executor/optim.h): the
+  int zero;             /* ZeRO stage the trainer runs over a process group (engine/optim.h): the
                            model allocates no full fp32 parameters from stage 1 under amp (the 16-bit
                            copy stays) and from 3 in fp32, no gradients from 2, no 16-bit copy at 3;
                            what it lacks, the trainer provides (hooks, or writing params16) */

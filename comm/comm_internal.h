@@ -1,5 +1,5 @@
 /* Inside the process groups of comm.h: the handle comm.c dispatches from and
- * the two backends behind it. Only executor/comm*.c include this.
+ * the two backends behind it. Only comm/comm*.c include this.
  *
  * comm.c checks the arguments (ranges, NULL buffers, sizes that overflow)
  * and the group's failed state, then calls the backend. comm_shm.c is the
