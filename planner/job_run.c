@@ -625,6 +625,71 @@ static int resume(aa_planner_t *p, aa_planner_job_t *j) {
   return 0;
 }
 
+/* What a stored answer is checked against, and what the walk found. */
+typedef struct {
+  const aa_planner_job_t *j;
+  int64_t run;       /* the best stored run that fits the job, 0 = none */
+  int passed;        /* stored runs that did not fit */
+  char why[512];     /* why the best of them did not */
+} answer_t;
+
+/* Whether a stored run (measured under the options `measured`) answers job
+ * j as well as a search of its own would: its strategy uses no method the
+ * submit excluded, it was measured at the job's global batch (the batch
+ * sets how many micro-batches a step accumulates, so the throughput), and
+ * it is valid for the job's spec on its pool. Else why, into why. */
+static bool fits(const aa_planner_job_t *j, const aa_store_run_t *r, const char *measured, char *why, size_t n) {
+  aa_strategy_t s;
+  if (aa_strategy_parse(&s, r->strategy_json, "stored run")) {
+    snprintf(why, n, "its strategy cannot be read: %s", aa_last_error());
+    return false;
+  }
+  unsigned excluded = aa__search_methods_of(&s) & j->exclude;
+  if (excluded) {
+    snprintf(why, n, "it uses a method the submit excludes (%s)", aa__search_method_names(excluded));
+    return false;
+  }
+  json_t *o = json_loads(measured, 0, NULL);
+  json_t *gb = json_object_get(json_object_get(json_object_get(o, "spec"), "train"), "global_batch");
+  long long batch = json_is_integer(gb) ? json_integer_value(gb) : 0;
+  json_decref(o);
+  if (batch != j->spec.train.global_batch) {
+    snprintf(why, n, "it was measured at global batch %lld, and the job's is %d", batch, j->spec.train.global_batch);
+    return false;
+  }
+  int world = s.dp * s.tp * s.pp;
+  if (world > aa__planner_hw_world(j->hardware) || aa_strategy_resolve(&s, &j->spec, world)) {
+    snprintf(why, n, "it does not fit the job: %s", world > aa__planner_hw_world(j->hardware) ? "too many ranks" : aa_last_error());
+    return false;
+  }
+  return true;
+}
+
+static int take_fitting(const aa_store_run_t *r, const char *measured, void *data) {
+  answer_t *a = data;
+  char why[400];
+  if (fits(a->j, r, measured, why, sizeof why)) {
+    a->run = r->id;
+    return 1;
+  }
+  if (!a->passed++) snprintf(a->why, sizeof a->why, "%s: %s", r->strategy_key, why);
+  return 0;
+}
+
+/* The best stored run that answers job j (0 = none, then it searches). A
+ * store that only has runs which do not fit says so in the log. */
+static int stored_answer(aa_planner_t *p, const aa_planner_job_t *j, int64_t *run) {
+  answer_t a = {.j = j};
+  int rc = aa_store_answers(p->store, j->hash, j->hardware, take_fitting, &a);
+  if (rc < 0) return rc;
+  *run = a.run;
+  if (a.passed)
+    aa__planner_log(p, "job %lld: %d stored run%s do%s not fit it (the best: %s)%s", (long long)j->id, a.passed,
+                    a.passed == 1 ? "" : "s", a.passed == 1 ? "es" : "", a.why,
+                    a.run ? "; a later one does" : "; it searches");
+  return 0;
+}
+
 void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e) {
   aa_planner_job_t *j = calloc(1, sizeof *j);
   char why[512];
@@ -643,21 +708,19 @@ void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e) {
     aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
     return;
   }
-  if (!j->refresh && !j->train) {
-    int64_t best = 0;
-    if ((rc = aa_store_job_answer_from_store(p->store, j->id, &best))) {
-      snprintf(why, sizeof why, "%s", aa_last_error());
-      aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
-      return;
-    }
-    if (best) {
-      j->from_store = true;
-      if (take_best(p, j, best))
-        aa__planner_log(p, "job %lld: cannot write the strategy file: %s", (long long)j->id, aa_last_error());
-      j->best_run = best;
-      aa__jobs_end(p, j, AA_STORE_JOB_DONE, NULL, true);
-      return;
-    }
+  int64_t stored = 0;
+  if (!j->refresh && (rc = stored_answer(p, j, &stored))) {
+    snprintf(why, sizeof why, "%s", aa_last_error());
+    aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+    return;
+  }
+  if (stored && !j->train) {
+    j->from_store = true;
+    if (take_best(p, j, stored))
+      aa__planner_log(p, "job %lld: cannot write the strategy file: %s", (long long)j->id, aa_last_error());
+    j->best_run = stored;
+    aa__jobs_end(p, j, AA_STORE_JOB_DONE, NULL, false);
+    return;
   }
   if ((rc = aa_store_job_start(p->store, j->id))) {
     snprintf(why, sizeof why, "%s", aa_last_error());
@@ -666,21 +729,16 @@ void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e) {
   }
   aa__planner_log(p, "job %lld started: %s (%s) on %s%s", (long long)j->id, j->spec.name, j->hash,
                   j->hardware, row->resumes ? " (resumed after a stop)" : "");
-  if (!j->refresh) { /* train: the stored best is trained without a search */
-    aa_store_run_t r;
-    if (!aa_store_best_run(p->store, j->hash, j->hardware, &r)) {
-      int64_t id = r.id;
-      aa_store_run_clear(&r);
-      j->from_store = true;
-      if (take_best(p, j, id)) {
-        snprintf(why, sizeof why, "cannot write the strategy file: %s", aa_last_error());
-        aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
-        return;
-      }
-      j->phase = AA_PHASE_TRAIN;
-      aa__job_advance(p);
+  if (stored) { /* train: the stored best is trained without a search */
+    j->from_store = true;
+    if (take_best(p, j, stored)) {
+      snprintf(why, sizeof why, "cannot write the strategy file: %s", aa_last_error());
+      aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
       return;
     }
+    j->phase = AA_PHASE_TRAIN;
+    aa__job_advance(p);
+    return;
   }
   if ((rc = aa__search_enumerate(&j->search, &j->spec, aa__planner_hw_world(j->hardware), e->dev.kind,
                                  e->dev.memory, j->exclude)) ||

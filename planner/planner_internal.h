@@ -363,6 +363,12 @@ enum {
 int aa__search_exclude_mask(const char *const *names, size_t n, unsigned *out);
 /* The accepted names, comma-separated (static). */
 const char *aa__search_exclude_names(void);
+/* The methods strategy s uses, as exclude bits (a stored answer must use
+ * none the submit excludes). */
+unsigned aa__search_methods_of(const aa_strategy_t *s);
+/* The names of the single methods in bits, comma-separated (static
+ * buffer, valid until the next call). */
+const char *aa__search_method_names(unsigned bits);
 
 typedef enum {
   AA_CAND_PENDING = 0, /* valid, not yet dry-run */

@@ -59,6 +59,32 @@ int aa__search_exclude_mask(const char *const *names, size_t n, unsigned *out) {
   return 0;
 }
 
+unsigned aa__search_methods_of(const aa_strategy_t *s) {
+  static const unsigned zero_bit[] = {0, AA_EX_ZERO1, AA_EX_ZERO2, AA_EX_ZERO3};
+  unsigned m = s->amp == AA_BF16 ? AA_EX_BF16 : s->amp == AA_F16 ? AA_EX_FP16 : AA_EX_FP32;
+  if (s->ckpt == AA_CKPT_SELECTIVE) m |= AA_EX_SELECTIVE;
+  if (s->ckpt == AA_CKPT_FULL) m |= AA_EX_FULL;
+  if (s->zero >= 1 && s->zero <= 3) m |= zero_bit[s->zero];
+  if (s->tp > 1) m |= AA_EX_TP;
+  if (s->pp > 1) m |= AA_EX_PP;
+  return m;
+}
+
+const char *aa__search_method_names(unsigned bits) {
+  static const struct {
+    unsigned bit;
+    const char *name;
+  } one[] = {{AA_EX_BF16, "bf16"},   {AA_EX_FP16, "fp16"},   {AA_EX_FP32, "fp32"},   {AA_EX_SELECTIVE, "selective"},
+             {AA_EX_FULL, "full"},   {AA_EX_ZERO1, "zero1"}, {AA_EX_ZERO2, "zero2"}, {AA_EX_ZERO3, "zero3"},
+             {AA_EX_TP, "tensor_parallel"}, {AA_EX_PP, "pipeline_parallel"}};
+  static char out[160];
+  size_t o = 0;
+  out[0] = 0;
+  for (size_t i = 0; i < sizeof one / sizeof one[0] && o < sizeof out; i++)
+    if (bits & one[i].bit) o += (size_t)snprintf(out + o, sizeof out - o, "%s%s", o ? ", " : "", one[i].name);
+  return out;
+}
+
 /* One (dp, tp, pp, zero, amp, checkpoint) setting; micro-batches vary
  * inside it. */
 typedef struct {

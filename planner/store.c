@@ -301,11 +301,10 @@ static const char *const stmt_sql[AA__ST_N] = {
         " WHERE id = ?1 AND status IN ('queued', 'running')",
     [AA__ST_RUN_GET] = "SELECT " AA__RUN_COLS " FROM runs WHERE id = ?1",
     [AA__ST_RUN_STATUS] = "SELECT status FROM runs WHERE id = ?1",
-    [AA__ST_BEST] =
-        "SELECT " AA__RUN_COLS " FROM runs WHERE model_hash = ?1 AND hardware = ?2"
-        " AND " AA__ANSWERING_RUN " ORDER BY tokens_per_s DESC, peak_bytes IS NULL, peak_bytes, id LIMIT 1",
-    [AA__ST_COUNT] =
-        "SELECT count(*) FROM runs WHERE model_hash = ?1 AND hardware = ?2 AND " AA__ANSWERING_RUN,
+    [AA__ST_ANSWERS] =
+        "SELECT " AA__RUN_COLS ", (SELECT options_json FROM jobs WHERE jobs.id = runs.job_id) FROM runs"
+        " WHERE model_hash = ?1 AND hardware = ?2 AND " AA__ANSWERING_RUN
+        " ORDER BY tokens_per_s DESC, peak_bytes IS NULL, peak_bytes, id",
     [AA__ST_JOB_COUNTS] = "SELECT status, count(*) FROM runs WHERE job_id = ?1 GROUP BY status",
     [AA__ST_RECOVER_RUNS] = "UPDATE runs SET status = 'crashed', finished_at = ?1,"
                             " error = coalesce(error, 'the planner stopped while the run was in flight')"

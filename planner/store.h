@@ -15,8 +15,8 @@
  * A missing job or run is AA_ENOENT. Out parameters are written only on
  * success.
  *
- * Strings in returned structs: in a struct filled by a *_get or
- * aa_store_best_run call they are heap copies owned by the struct, released
+ * Strings in returned structs: in a struct filled by a *_get call they are
+ * heap copies owned by the struct, released
  * by the matching *_clear; in a struct passed to a callback they are borrowed
  * from the store and valid only until the callback returns. Absent text
  * columns read as "" (never NULL). */
@@ -206,17 +206,6 @@ int aa_store_job_start(aa_store_t *st, int64_t job_id);
 int aa_store_job_finish(aa_store_t *st, int64_t job_id, aa_store_job_status_t status, int64_t best_run_id,
                         int from_store, const char *error);
 
-/* The answer-from-store rule in one transaction: if the job's (model,
- * hardware) has at least one measured dry run of a completed search (see
- * aa_store_count_measured), finishes the queued job as done, from_store =
- * 1, best_run_id = the best such run (see aa_store_best_run), and sets
- * *best_run_id to it; otherwise leaves the job queued and sets *best_run_id
- * = 0. The runs of a search that was interrupted, failed or is still going
- * never answer: they may have missed the best strategy. AA_EINVAL if the
- * job is not queued, AA_ENOENT if there is none. The planner skips this
- * call when the user asked for --refresh. */
-int aa_store_job_answer_from_store(aa_store_t *st, int64_t job_id, int64_t *best_run_id);
-
 /* Fills *out (strings owned: aa_store_job_clear). AA_ENOENT if none. */
 int aa_store_job_get(aa_store_t *st, int64_t job_id, aa_store_job_t *out);
 void aa_store_job_clear(aa_store_job_t *j);
@@ -318,18 +307,24 @@ int aa_store_run_finish(aa_store_t *st, int64_t run_id, const aa_store_run_resul
 int aa_store_run_get(aa_store_t *st, int64_t run_id, aa_store_run_t *out);
 void aa_store_run_clear(aa_store_run_t *r);
 
-/* The best measured run of a model on a hardware among those
- * aa_store_count_measured counts (dry runs, ok, of a completed search):
- * highest tokens/s; ties go to the lower peak_bytes, then the lower id.
- * Fills *out (owned: aa_store_run_clear); AA_ENOENT if there is none. */
-int aa_store_best_run(aa_store_t *st, const char *model_hash, const char *hardware, aa_store_run_t *out);
+/* A measured run that may answer a new job of the same model and
+ * hardware, and the stored options of the job that measured it (its submit
+ * options and its model spec: the training settings it ran under). Both
+ * are borrowed until the callback returns; it must not call the store.
+ * Non-zero stops the walk. */
+typedef int (*aa_store_answer_cb)(const aa_store_run_t *run, const char *measured_options_json, void *data);
 
-/* Number of measured runs of a model on a hardware that can answer a job:
+/* The runs that may answer a job of (model, hardware) from the store, best
+ * first (highest tokens/s, then the lower peak_bytes, then the lower id):
  * kind dryrun, status ok, of a job that ran its own search to the end
- * (status done, from_store 0). What the answer-from-store decision looks
- * at; the runs of interrupted, failed, cancelled or live jobs do not
- * count. *n is written only on success. */
-int aa_store_count_measured(aa_store_t *st, const char *model_hash, const char *hardware, int *n);
+ * (status done, from_store 0). The runs of an interrupted, failed,
+ * cancelled or live search never answer: they may have missed the best
+ * strategy. The caller decides which run fits its job (its exclusions,
+ * global batch, pool) and finishes the job with aa_store_job_finish (done,
+ * from_store 1). Rows that cannot be read are passed over. Returns 0, a
+ * store error, or the callback's non-zero value. */
+int aa_store_answers(aa_store_t *st, const char *model_hash, const char *hardware, aa_store_answer_cb cb,
+                     void *data);
 
 /* The runs of one job counted by status in one query (what status
  * replies show); rows whose status the store does not know are counted in
@@ -338,7 +333,7 @@ int aa_store_job_run_counts(aa_store_t *st, int64_t job_id, int counts[AA_STORE_
 
 typedef enum {
   AA_STORE_ORDER_ID = 0, /* oldest first */
-  AA_STORE_ORDER_BEST,   /* tokens/s descending, then peak_bytes, then id (as aa_store_best_run) */
+  AA_STORE_ORDER_BEST,   /* tokens/s descending, then peak_bytes, then id (as aa_store_answers) */
 } aa_store_order_t;
 
 /* A zeroed filter matches every run, oldest first. */

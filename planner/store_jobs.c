@@ -218,37 +218,6 @@ int aa_store_job_finish(aa_store_t *st, int64_t job_id, aa_store_job_status_t st
   return err;
 }
 
-int aa_store_job_answer_from_store(aa_store_t *st, int64_t job_id, int64_t *best_run_id) {
-  char model[AA_STORE_HASH_MAX], hw[AA_STORE_HW_MAX];
-  aa_store_job_status_t cur;
-  int64_t best = 0;
-  int err = aa__store_begin(st);
-  if (err) return err;
-  err = job_status(st, job_id, &cur, model, hw);
-  if (!err && cur != AA_STORE_JOB_QUEUED)
-    err = aa_error(AA_EINVAL, "store %s: job %lld is %s, not queued", st->path, (long long)job_id,
-                   aa_store_job_status_name(cur));
-  if (!err) {
-    sqlite3_stmt *s = st->st[AA__ST_BEST];
-    sqlite3_bind_text(s, 1, model, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(s, 2, hw, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW)
-      best = sqlite3_column_int64(s, 0);
-    else if (rc != SQLITE_DONE)
-      err = aa__store_fail(st, rc, "best run of model %s on %s", model, hw);
-    aa__store_done(s);
-  }
-  if (!err && best > 0) err = job_finish_tx(st, job_id, AA_STORE_JOB_DONE, best, 1, NULL);
-  if (!err) err = aa__store_commit(st);
-  if (err) {
-    aa__store_rollback(st);
-    return err;
-  }
-  *best_run_id = best;
-  return 0;
-}
-
 /* Reads the current row of a statement selecting AA__JOB_COLS; strings
  * borrowed from the statement. A row that cannot be read (an unknown
  * status) returns -1 with the reason in why (cap bytes), setting no

@@ -94,31 +94,24 @@ int aa_store_run_get(aa_store_t *st, int64_t run_id, aa_store_run_t *out) {
   return run_one(st, st->st[AA__ST_RUN_GET], what, out);
 }
 
-int aa_store_best_run(aa_store_t *st, const char *model_hash, const char *hardware, aa_store_run_t *out) {
+int aa_store_answers(aa_store_t *st, const char *model_hash, const char *hardware, aa_store_answer_cb cb,
+                     void *data) {
   int err = aa__store_check_key(model_hash, AA_STORE_HASH_MAX, "model hash");
   if (!err) err = aa__store_check_key(hardware, AA_STORE_HW_MAX, "hardware fingerprint");
   if (err) return err;
-  sqlite3_stmt *s = st->st[AA__ST_BEST];
+  sqlite3_stmt *s = st->st[AA__ST_ANSWERS];
   sqlite3_bind_text(s, 1, model_hash, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(s, 2, hardware, -1, SQLITE_TRANSIENT);
-  char what[256];
-  snprintf(what, sizeof what, "best measured run of model %s on %s", model_hash, hardware);
-  return run_one(st, s, what, out);
-}
-
-int aa_store_count_measured(aa_store_t *st, const char *model_hash, const char *hardware, int *n) {
-  int err = aa__store_check_key(model_hash, AA_STORE_HASH_MAX, "model hash");
-  if (!err) err = aa__store_check_key(hardware, AA_STORE_HW_MAX, "hardware fingerprint");
-  if (err) return err;
-  sqlite3_stmt *s = st->st[AA__ST_COUNT];
-  sqlite3_bind_text(s, 1, model_hash, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(s, 2, hardware, -1, SQLITE_TRANSIENT);
-  int rc = sqlite3_step(s);
-  int count = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : 0;
-  err = rc == SQLITE_ROW ? 0 : aa__store_fail(st, rc, "count measured runs");
+  int rc, stop = 0;
+  while (!stop && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    aa_store_run_t r;
+    char why[128];
+    if (run_from_row(s, &r, why, sizeof why)) continue; /* a row that cannot be read answers nothing */
+    stop = cb(&r, aa__store_col_text(s, 18), data);
+  }
+  if (!stop && rc != SQLITE_DONE) err = aa__store_fail(st, rc, "runs that answer model %s on %s", model_hash, hardware);
   aa__store_done(s);
-  if (!err) *n = count;
-  return err;
+  return err ? err : stop;
 }
 
 int aa_store_job_run_counts(aa_store_t *st, int64_t job_id, int counts[AA_STORE_RUN_NSTATUS], int *unreadable) {

@@ -67,6 +67,29 @@ static int64_t new_job(aa_store_t *st, const char *hw) {
   return id;
 }
 
+/* The runs that may answer a job of (MODEL, hw), best first: their ids (the
+ * first 32), how many, and the options of the job that measured the best. */
+typedef struct {
+  int n;
+  int64_t ids[32];
+  char options[256];
+} answers_t;
+
+static int collect_answer(const aa_store_run_t *r, const char *options, void *data) {
+  answers_t *a = data;
+  if (a->n == 0) snprintf(a->options, sizeof a->options, "%s", options);
+  if (a->n < 32) a->ids[a->n] = r->id;
+  a->n++;
+  return 0;
+}
+
+static answers_t answers(aa_store_t *st, const char *hw) {
+  answers_t a = {0};
+  int rc = aa_store_answers(st, MODEL, hw, collect_answer, &a);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  return a;
+}
+
 /* Inserts a run of job_id and finishes it with status and measurements
  * (status queued/running/pruned: inserted only). Returns its id. */
 static int64_t add_run(aa_store_t *st, int64_t job_id, aa_store_run_kind_t kind, int mb,
@@ -280,9 +303,8 @@ AA_TEST(a_held_write_lock_fails_a_write_after_the_busy_timeout_but_not_reads) {
   CHECK_ERR(aa_store_put_hardware(st, "blocked", "{}"), AA_EIO, "write lock for over 2000 ms");
   double waited = aa_now() - t0;
   CHECK_MSG(waited >= 1.5 && waited < 10, "waited %.2f s", waited);
-  int n = -1;
   t0 = aa_now();
-  CHECK(aa_store_count_measured(st, MODEL, HW, &n) == 0 && n == 0); /* WAL: readers do not wait */
+  CHECK(answers(st, HW).n == 0); /* WAL: readers do not wait */
   CHECK(aa_now() - t0 < 0.5);
   CHECK(sqlite3_exec(other, "COMMIT", NULL, NULL, NULL) == SQLITE_OK);
   sqlite3_close(other);
@@ -698,39 +720,34 @@ AA_TEST(run_insert_and_finish_round_trip) {
   aa_store_close(st);
 }
 
-AA_TEST(best_run_prefers_throughput_then_lower_peak_then_lower_id) {
+AA_TEST(answers_come_best_first_throughput_then_lower_peak_then_lower_id) {
   aa_store_t *st = fresh_store();
   if (!st) return;
   int64_t job = new_job(st, HW);
-  aa_store_run_t r;
-  CHECK_ERR(aa_store_best_run(st, MODEL, HW, &r), AA_ENOENT, "not found");
-  add_run(st, job, AA_STORE_RUN_DRYRUN, 1, AA_STORE_RUN_OK, 100, 500);
-  add_run(st, job, AA_STORE_RUN_DRYRUN, 2, AA_STORE_RUN_OK, 200, 900);
+  CHECK(answers(st, HW).n == 0);
+  int64_t slow = add_run(st, job, AA_STORE_RUN_DRYRUN, 1, AA_STORE_RUN_OK, 100, 500);
+  int64_t big = add_run(st, job, AA_STORE_RUN_DRYRUN, 2, AA_STORE_RUN_OK, 200, 900);
   int64_t want = add_run(st, job, AA_STORE_RUN_DRYRUN, 3, AA_STORE_RUN_OK, 200, 300);
-  add_run(st, job, AA_STORE_RUN_DRYRUN, 4, AA_STORE_RUN_OK, 200, 300); /* same: the older id wins */
-  add_run(st, job, AA_STORE_RUN_DRYRUN, 5, AA_STORE_RUN_OOM, 0, 99);   /* failed: never best */
-  add_run(st, job, AA_STORE_RUN_TRAIN, 6, AA_STORE_RUN_OK, 900, 10);   /* training, not a dry run */
+  int64_t twin = add_run(st, job, AA_STORE_RUN_DRYRUN, 4, AA_STORE_RUN_OK, 200, 300); /* same: the older id first */
+  add_run(st, job, AA_STORE_RUN_DRYRUN, 5, AA_STORE_RUN_OOM, 0, 99);                  /* failed: never answers */
+  add_run(st, job, AA_STORE_RUN_TRAIN, 6, AA_STORE_RUN_OK, 900, 10);                  /* training, not a dry run */
   int64_t other = new_job(st, HW2);
-  add_run(st, other, AA_STORE_RUN_DRYRUN, 7, AA_STORE_RUN_OK, 999, 10);    /* other hardware */
-  CHECK_ERR(aa_store_best_run(st, MODEL, HW, &r), AA_ENOENT, "not found"); /* searches not finished */
+  add_run(st, other, AA_STORE_RUN_DRYRUN, 7, AA_STORE_RUN_OK, 999, 10); /* other hardware */
+  CHECK(answers(st, HW).n == 0);                                        /* searches not finished */
   CHECK(aa_store_job_finish(st, job, AA_STORE_JOB_DONE, want, 0, NULL) == 0);
   CHECK(aa_store_job_finish(st, other, AA_STORE_JOB_DONE, 0, 0, NULL) == 0);
-  int rc = aa_store_best_run(st, MODEL, HW, &r);
-  CHECK_MSG(rc == 0, "%s", aa_last_error());
-  if (rc) goto done;
-  CHECK_MSG(r.id == want, "best %lld, want %lld", (long long)r.id, (long long)want);
-  CHECK(r.tokens_per_s == 200 && r.peak_bytes == 300 && strstr(r.strategy_key, ".mb3"));
-  aa_store_run_clear(&r);
-done:
+  answers_t a = answers(st, HW);
+  CHECK_MSG(a.n == 4 && a.ids[0] == want && a.ids[1] == twin && a.ids[2] == big && a.ids[3] == slow,
+            "%d answers, first %lld, want %lld", a.n, (long long)a.ids[0], (long long)want);
+  CHECK_MSG(!strcmp(a.options, "{\"refresh\": false}"), "the measuring job's options: %s", a.options);
+  CHECK(answers(st, HW2).n == 1);
   aa_store_close(st);
 }
 
-AA_TEST(count_measured_ignores_failed_pruned_and_unfinished_runs) {
+AA_TEST(answers_leave_out_failed_pruned_and_unfinished_runs) {
   aa_store_t *st = fresh_store();
   if (!st) return;
   int64_t job = new_job(st, HW);
-  int n = -1;
-  CHECK(aa_store_count_measured(st, MODEL, HW, &n) == 0 && n == 0);
   add_run(st, job, AA_STORE_RUN_DRYRUN, 1, AA_STORE_RUN_OK, 100, 1);
   add_run(st, job, AA_STORE_RUN_DRYRUN, 2, AA_STORE_RUN_OK, 150, 1);
   add_run(st, job, AA_STORE_RUN_DRYRUN, 3, AA_STORE_RUN_OOM, 0, 1);
@@ -740,10 +757,10 @@ AA_TEST(count_measured_ignores_failed_pruned_and_unfinished_runs) {
   add_run(st, job, AA_STORE_RUN_DRYRUN, 7, AA_STORE_RUN_QUEUED, 0, 0);
   add_run(st, job, AA_STORE_RUN_DRYRUN, 8, AA_STORE_RUN_RUNNING, 0, 0);
   add_run(st, job, AA_STORE_RUN_TRAIN, 9, AA_STORE_RUN_OK, 120, 1);
-  CHECK(aa_store_count_measured(st, MODEL, HW, &n) == 0 && n == 0); /* the search has not finished */
+  CHECK(answers(st, HW).n == 0); /* the search has not finished */
   CHECK(aa_store_job_finish(st, job, AA_STORE_JOB_DONE, 0, 0, NULL) == 0);
-  CHECK(aa_store_count_measured(st, MODEL, HW, &n) == 0 && n == 2);
-  CHECK(aa_store_count_measured(st, MODEL, HW2, &n) == 0 && n == 0);
+  CHECK(answers(st, HW).n == 2);
+  CHECK(answers(st, HW2).n == 0);
   aa_store_close(st);
 }
 
@@ -772,7 +789,7 @@ AA_TEST(job_run_counts_count_each_status_in_one_query) {
   aa_store_close(st);
 }
 
-AA_TEST(job_with_measured_runs_answers_from_the_store) {
+AA_TEST(a_queued_job_answered_from_the_store_is_done_with_from_store) {
   aa_store_t *st = fresh_store();
   if (!st) return;
   int64_t first = new_job(st, HW);
@@ -781,22 +798,15 @@ AA_TEST(job_with_measured_runs_answers_from_the_store) {
   int64_t best = add_run(st, first, AA_STORE_RUN_DRYRUN, 2, AA_STORE_RUN_OK, 300, 1);
   CHECK(aa_store_job_finish(st, first, AA_STORE_JOB_DONE, best, 0, NULL) == 0);
 
-  int64_t again = new_job(st, HW), got = -1;
-  CHECK_MSG(aa_store_job_answer_from_store(st, again, &got) == 0, "%s", aa_last_error());
-  CHECK(got == best);
+  int64_t again = new_job(st, HW);
+  CHECK(answers(st, HW).ids[0] == best);
+  CHECK_MSG(aa_store_job_finish(st, again, AA_STORE_JOB_DONE, best, 1, NULL) == 0, "%s", aa_last_error());
   aa_store_job_t j;
   CHECK(aa_store_job_get(st, again, &j) == 0);
   CHECK(j.status == AA_STORE_JOB_DONE && j.from_store == 1 && j.best_run_id == best && j.finished_at > 0);
   aa_store_job_clear(&j);
-  CHECK_ERR(aa_store_job_answer_from_store(st, again, &got), AA_EINVAL, "not queued");
-
-  /* Nothing measured on the other hardware: the job stays queued for a search. */
-  int64_t fresh = new_job(st, HW2);
-  got = -1;
-  CHECK(aa_store_job_answer_from_store(st, fresh, &got) == 0 && got == 0);
-  CHECK(aa_store_job_get(st, fresh, &j) == 0);
-  CHECK(j.status == AA_STORE_JOB_QUEUED && j.from_store == 0);
-  aa_store_job_clear(&j);
+  /* A job answered from the store did not search: it adds no answers of its own. */
+  CHECK(answers(st, HW).n == 2);
   aa_store_close(st);
 }
 
@@ -817,28 +827,12 @@ AA_TEST(only_runs_of_completed_searches_answer_from_the_store) {
   int64_t live = new_job(st, HW);
   CHECK(aa_store_job_start(st, live) == 0);
   int64_t best = add_run(st, live, AA_STORE_RUN_DRYRUN, 4, AA_STORE_RUN_OK, 400, 1);
-
-  int n = -1;
-  CHECK(aa_store_count_measured(st, MODEL, HW, &n) == 0 && n == 0);
-  aa_store_run_t r;
-  CHECK_ERR(aa_store_best_run(st, MODEL, HW, &r), AA_ENOENT, "not found");
-  int64_t asked = new_job(st, HW), got = -1;
-  CHECK_MSG(aa_store_job_answer_from_store(st, asked, &got) == 0, "%s", aa_last_error());
-  CHECK(got == 0);
-  aa_store_job_t j;
-  CHECK(aa_store_job_get(st, asked, &j) == 0 && j.status == AA_STORE_JOB_QUEUED);
-  aa_store_job_clear(&j);
+  CHECK(answers(st, HW).n == 0);
 
   /* The live search ends: its runs, and only its, answer. */
   CHECK(aa_store_job_finish(st, live, AA_STORE_JOB_DONE, best, 0, NULL) == 0);
-  CHECK(aa_store_count_measured(st, MODEL, HW, &n) == 0 && n == 1);
-  CHECK(aa_store_best_run(st, MODEL, HW, &r) == 0 && r.id == best && r.tokens_per_s == 400);
-  aa_store_run_clear(&r);
-  CHECK_MSG(aa_store_job_answer_from_store(st, asked, &got) == 0, "%s", aa_last_error());
-  CHECK(got == best);
-  CHECK(aa_store_job_get(st, asked, &j) == 0);
-  CHECK(j.status == AA_STORE_JOB_DONE && j.from_store == 1 && j.best_run_id == best);
-  aa_store_job_clear(&j);
+  answers_t a = answers(st, HW);
+  CHECK(a.n == 1 && a.ids[0] == best);
   aa_store_close(st);
 }
 
@@ -1022,8 +1016,7 @@ AA_TEST(commits_survive_sigkill_of_the_writer) {
   CHECK(aa_store_run_get(st, 1, &r) == 0 && r.status == AA_STORE_RUN_OK && r.tokens_per_s == 4321 &&
         r.peak_bytes == 77);
   aa_store_run_clear(&r);
-  int n = -1;
-  CHECK(aa_store_count_measured(st, MODEL, HW, &n) == 0 && n == 0); /* its search never finished */
+  CHECK(answers(st, HW).n == 0); /* its search never finished */
   aa_store_recovery_t rec;
   CHECK(aa_store_recover(st, 0, &rec) == 0 && rec.jobs_interrupted == 1 && rec.runs_crashed == 0);
   aa_store_job_t j;
@@ -1299,10 +1292,10 @@ int main(void) {
   RUN(job_lifecycle_sets_timestamps_and_refuses_bad_transitions);
   RUN(jobs_list_filters_newest_first);
   RUN(run_insert_and_finish_round_trip);
-  RUN(best_run_prefers_throughput_then_lower_peak_then_lower_id);
-  RUN(count_measured_ignores_failed_pruned_and_unfinished_runs);
+  RUN(answers_come_best_first_throughput_then_lower_peak_then_lower_id);
+  RUN(answers_leave_out_failed_pruned_and_unfinished_runs);
   RUN(job_run_counts_count_each_status_in_one_query);
-  RUN(job_with_measured_runs_answers_from_the_store);
+  RUN(a_queued_job_answered_from_the_store_is_done_with_from_store);
   RUN(only_runs_of_completed_searches_answer_from_the_store);
   RUN(recover_without_resumes_marks_running_jobs_interrupted_and_running_runs_crashed);
   RUN(recover_requeues_running_and_interrupted_jobs_until_max_resumes);

@@ -5,7 +5,9 @@
 #
 #  1. submit --wait --train: dry runs, best strategy saved, training; the
 #     store holds every run.
-#  2. the same submit again is answered from the store with zero dry runs.
+#  2. the same submit again is answered from the store with zero dry runs;
+#     one that excludes the stored best's method, or has another global
+#     batch, is not (it searches).
 #  3. replay: `train --strategy` with the saved file gives the same losses.
 #  4. kill -9 of a runner during a dry run: recorded crashed, the job goes on;
 #     kill -9 of an executor during a dry run: its run crashed, planner serves
@@ -88,6 +90,17 @@ expect 0 "from the store|from_store" timeout 60 "$AA" submit "$tmp/model.json" $
 "$AA" status 2 $P --json >"$tmp/job2.json"
 check "job 2 answered from the store" [ "$(jq_ "d['job']['from_store']" <"$tmp/job2.json")" = True ]
 check "job 2 ran no dry run" [ "$("$AA" query runs --job 2 $P --json | jq_ "len(d['runs'])")" = 0 ]
+# A stored answer must fit the new submit: not a method it excludes, and the
+# same global batch (the model hash covers the architecture only).
+"$AA" submit "$tmp/model.json" $P --wait --exclude fp32,fp16,checkpoint --json >"$tmp/nofp32.json" 2>/dev/null
+check "a submit that excludes fp32 is not answered with the stored fp32 strategy" \
+  [ "$(jq_ "d['job']['from_store'] is False and '.fp32.' not in d['best']['key']" <"$tmp/nofp32.json")" = True ]
+check "the log says why the stored answer did not fit" grep -q "uses a method the submit excludes (fp32)" "$tmp/planner.log"
+sed 's/"global_batch": 4/"global_batch": 2/' "$tmp/model.json" >"$tmp/batch2.json"
+"$AA" submit "$tmp/batch2.json" $P --wait --exclude fp16,checkpoint --json >"$tmp/batch2.out" 2>/dev/null
+check "a spec with another global batch is not answered from runs measured at 4" \
+  [ "$(jq_ "d['job']['from_store'] is False and d['best'] is not None" <"$tmp/batch2.out")" = True ]
+check "the log says so" grep -q "it was measured at global batch 4, and the job's is 2" "$tmp/planner.log"
 
 # --- 3. replay reproduces the loss curve ----------------------------------------
 expect 0 "done" "$AA" train "$tmp/model.json" --strategy "$tmp/out1/strategy.json" --threads 1 \
