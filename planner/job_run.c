@@ -532,6 +532,7 @@ typedef struct {
   aa_store_run_status_t status;
   aa_store_run_kind_t kind;
   double tokens_per_s;
+  double spread; /* relative step-time spread */
   int64_t id;
   char reason[512];
 } past_run_t;
@@ -555,6 +556,7 @@ static int collect_past(const aa_store_run_t *r, void *data) {
   x->status = r->status;
   x->kind = r->kind;
   x->tokens_per_s = r->tokens_per_s;
+  x->spread = r->step_ms_median > 0 ? r->step_ms_spread / r->step_ms_median : 0;
   x->id = r->id;
   snprintf(x->reason, sizeof x->reason, "%s", r->error);
   return 0;
@@ -592,7 +594,7 @@ static int resume(aa_planner_t *p, aa_planner_job_t *j) {
     case AA_STORE_RUN_ERROR:
     case AA_STORE_RUN_TIMEOUT:
       c->run_id = x->id;
-      aa__search_done(&j->search, i, x->status, x->tokens_per_s);
+      aa__search_done(&j->search, i, x->status, x->tokens_per_s, x->spread);
       j->search.dispatched++;
       kept++;
       break;
@@ -607,7 +609,7 @@ static int resume(aa_planner_t *p, aa_planner_job_t *j) {
     case AA_STORE_RUN_CRASHED:
       if (c->retries++ >= 1) {
         c->run_id = x->id;
-        aa__search_done(&j->search, i, x->status, 0);
+        aa__search_done(&j->search, i, x->status, 0, 0);
         j->search.dispatched++;
         kept++;
       } else {
@@ -842,7 +844,8 @@ static void run_finished(aa_planner_t *p, const aa_msg_result_t *r) {
     return;
   }
   if (j->phase == AA_PHASE_SEARCH) {
-    aa__search_done(&j->search, j->cand, res.status, res.tokens_per_s);
+    aa__search_done(&j->search, j->cand, res.status, res.tokens_per_s,
+                    res.step_ms_median > 0 ? res.step_ms_spread / res.step_ms_median : 0);
     if (res.status == AA_STORE_RUN_ERROR && r->inputs) {
       /* The data or the initial weights: every other strategy would fail the same way. */
       char why[AA_PROTO_TEXT_MAX + 64];

@@ -396,7 +396,8 @@ typedef struct aa_search {
   aa_cand_t *c;
   size_t n;
   int nsettings;
-  double *setting_best; /* the last ok tokens/s of each setting (early stop) */
+  double *setting_best; /* the best ok tokens/s of each setting so far (early stop) */
+  double *setting_spread; /* that run's relative step-time spread */
   int *setting_mb;      /* its micro-batch */
   char (*setting_stop)[256]; /* non-empty: the setting stopped, why */
   int dispatched;       /* dry runs sent */
@@ -440,8 +441,12 @@ int aa__search_next(aa_search_t *s, double now);
 double aa__search_predict(const aa_search_t *s, int i);
 /* Prunes every pending candidate with `reason`: the search is over. */
 void aa__search_stop(aa_search_t *s, const char *reason);
-/* Records a finished dry run of candidate i (the early-stop rule). */
-void aa__search_done(aa_search_t *s, int i, aa_store_run_status_t status, double tokens_per_s);
+/* Records a finished dry run of candidate i (the early-stop rule): a
+ * smaller micro-batch that measured slower than the best of its setting
+ * stops the setting, but only when it is slower by more than the larger of
+ * the two runs' relative step-time spreads ((max - min) / median of the
+ * measured steps; 0 = unknown), and the reason says by how much. */
+void aa__search_done(aa_search_t *s, int i, aa_store_run_status_t status, double tokens_per_s, double spread);
 
 /* --- report.c --------------------------------------------------------------------- */
 

@@ -135,6 +135,7 @@ static size_t settings(setting_t *out, size_t cap, int devices, int global_batch
 void aa__search_free(aa_search_t *s) {
   free(s->c);
   free(s->setting_best);
+  free(s->setting_spread);
   free(s->setting_mb);
   free(s->setting_stop);
   memset(s, 0, sizeof *s);
@@ -175,9 +176,10 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
   for (size_t i = 0; i < ns; i++) cap += (size_t)(gb / set[i].dp);
   s->c = calloc(cap, sizeof *s->c);
   s->setting_best = calloc(ns, sizeof *s->setting_best);
+  s->setting_spread = calloc(ns, sizeof *s->setting_spread);
   s->setting_mb = calloc(ns, sizeof *s->setting_mb);
   s->setting_stop = calloc(ns, sizeof *s->setting_stop);
-  if (!s->c || !s->setting_best || !s->setting_mb || !s->setting_stop) {
+  if (!s->c || !s->setting_best || !s->setting_spread || !s->setting_mb || !s->setting_stop) {
     free(set);
     aa__search_free(s);
     return aa_error(AA_ENOMEM, "search: no memory for %zu candidates", cap);
@@ -299,7 +301,7 @@ void aa__search_stop(aa_search_t *s, const char *reason) {
     }
 }
 
-void aa__search_done(aa_search_t *s, int i, aa_store_run_status_t status, double tokens_per_s) {
+void aa__search_done(aa_search_t *s, int i, aa_store_run_status_t status, double tokens_per_s, double spread) {
   aa_cand_t *c = &s->c[i];
   c->state = AA_CAND_DONE;
   c->status = status;
@@ -307,12 +309,19 @@ void aa__search_done(aa_search_t *s, int i, aa_store_run_status_t status, double
   if (status != AA_STORE_RUN_OK) return; /* an oom at a larger micro-batch says nothing of smaller ones */
   if (tokens_per_s > s->best) s->best = tokens_per_s;
   int k = c->setting;
-  if (s->setting_best[k] > 0 && tokens_per_s < s->setting_best[k]) {
-    snprintf(s->setting_stop[k], sizeof s->setting_stop[k],
-             "skipped: micro_batch %d measured slower than micro_batch %d (%.0f < %.0f tokens/s)",
-             c->s.micro_batch, s->setting_mb[k], tokens_per_s, s->setting_best[k]);
+  double best = s->setting_best[k];
+  if (best > 0 && tokens_per_s < best) {
+    /* Slower only beyond what the two runs' own step times spread by: a
+     * 0.06 % difference between runs that each vary by 5 % decides nothing. */
+    double lower = 1 - tokens_per_s / best, allow = spread > s->setting_spread[k] ? spread : s->setting_spread[k];
+    if (lower > allow)
+      snprintf(s->setting_stop[k], sizeof s->setting_stop[k],
+               "skipped: micro_batch %d measured slower than micro_batch %d (%.0f < %.0f tokens/s: %.1f %% lower, beyond "
+               "the runs' step-time spread of %.1f %%)",
+               c->s.micro_batch, s->setting_mb[k], tokens_per_s, best, 100 * lower, 100 * allow);
     return;
   }
   s->setting_best[k] = tokens_per_s;
+  s->setting_spread[k] = spread;
   s->setting_mb[k] = c->s.micro_batch;
 }

@@ -111,13 +111,15 @@ AA_TEST(search_stops_a_setting_once_a_smaller_micro_batch_is_slower) {
    * bf16 (9-17) and fp16 (18-26). */
   CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
   CHECK(aa__search_next(&s, 0) == 0);
-  aa__search_done(&s, 0, AA_STORE_RUN_OK, 100);
+  aa__search_done(&s, 0, AA_STORE_RUN_OK, 100, 0);
   CHECK(aa__search_next(&s, 0) == 1);
-  aa__search_done(&s, 1, AA_STORE_RUN_OK, 60); /* mb2 slower than mb4: mb1 is skipped */
+  aa__search_done(&s, 1, AA_STORE_RUN_OK, 60, 0); /* mb2 slower than mb4: mb1 is skipped */
   /* Everything else does at least the work of one of those three. */
   CHECK(aa__search_next(&s, 0) == -1);
   CHECK(s.c[2].state == AA_CAND_PRUNED && s.c[2].skipped);
-  CHECK_MSG(strstr(s.c[2].reason, "micro_batch 2 measured slower than micro_batch 4"), "%s", s.c[2].reason);
+  CHECK_MSG(strstr(s.c[2].reason, "micro_batch 2 measured slower than micro_batch 4 (60 < 100 tokens/s: 40.0 % "
+                                  "lower, beyond the runs' step-time spread of 0.0 %)"),
+            "%s", s.c[2].reason);
   for (size_t i = 3; i < s.n; i++) CHECK(s.c[i].state == AA_CAND_PRUNED && !s.c[i].skipped);
   CHECK_MSG(!strcmp(s.c[3].reason, "not measured: dp1.tp1.pp1.z0.fp32.ckpt-sel.mb4 does at least the work of "
                                    "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4 (100 tokens/s): selective checkpointing "
@@ -131,17 +133,32 @@ AA_TEST(search_stops_a_setting_once_a_smaller_micro_batch_is_slower) {
             s.c[25].reason);
   aa__search_free(&s);
 
+  /* Slower by less than the runs' own spread is not slower: 9408 against
+   * 9414 tokens/s between runs that vary by 5 % goes on to mb1; 8000 is
+   * beyond it and stops the setting. */
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(aa__search_next(&s, 0) == 0);
+  aa__search_done(&s, 0, AA_STORE_RUN_OK, 9414, 0.05);
+  CHECK(aa__search_next(&s, 0) == 1);
+  aa__search_done(&s, 1, AA_STORE_RUN_OK, 9408, 0.04);
+  CHECK(!s.setting_stop[0][0]);
+  CHECK(aa__search_next(&s, 0) == 2);
+  aa__search_done(&s, 2, AA_STORE_RUN_OK, 8000, 0.04);
+  CHECK_MSG(strstr(s.setting_stop[0], "(8000 < 9414 tokens/s: 15.0 % lower, beyond the runs' step-time spread of 5.0 %)"),
+            "%s", s.setting_stop[0]);
+  aa__search_free(&s);
+
   /* An oom at a larger micro-batch says nothing of smaller ones, and a
    * strategy with more recompute may fit where one without did not. */
   CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
   CHECK(aa__search_next(&s, 0) == 0);
-  aa__search_done(&s, 0, AA_STORE_RUN_OOM, 0);
+  aa__search_done(&s, 0, AA_STORE_RUN_OOM, 0, 0);
   CHECK(aa__search_next(&s, 0) == 1);
-  aa__search_done(&s, 1, AA_STORE_RUN_OK, 60);
+  aa__search_done(&s, 1, AA_STORE_RUN_OK, 60, 0);
   CHECK(aa__search_next(&s, 0) == 2);
-  aa__search_done(&s, 2, AA_STORE_RUN_OK, 30);
+  aa__search_done(&s, 2, AA_STORE_RUN_OK, 30, 0);
   CHECK(aa__search_next(&s, 0) == 3); /* selective mb4: fp32 none mb4 ran out of memory */
-  aa__search_done(&s, 3, AA_STORE_RUN_OOM, 0);
+  aa__search_done(&s, 3, AA_STORE_RUN_OOM, 0, 0);
   CHECK(aa__search_next(&s, 0) == 6); /* selective mb2 and mb1 do more than none's */
   CHECK(s.c[4].state == AA_CAND_PRUNED && s.c[5].state == AA_CAND_PRUNED);
   aa__search_free(&s);
@@ -149,13 +166,13 @@ AA_TEST(search_stops_a_setting_once_a_smaller_micro_batch_is_slower) {
   /* On a GPU 16-bit is faster: fp32 is not dominated by bf16 (0-8, then
    * fp16 9-17, fp32 18-26), though its recompute still is by fp32's own. */
   CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CUDA, 0, 0) == 0);
-  for (int i = 0; i < 3; i++) aa__search_done(&s, i, AA_STORE_RUN_OK, 100 - i);
+  for (int i = 0; i < 3; i++) aa__search_done(&s, i, AA_STORE_RUN_OK, 100 - i, 0);
   for (size_t i = 3; i < 18; i++)
     if (i < 9 || i >= 12) s.c[i].state = AA_CAND_DONE;
   CHECK(aa__search_next(&s, 0) == 9);
   s.c[9].state = s.c[10].state = s.c[11].state = AA_CAND_DONE;
   CHECK(aa__search_next(&s, 0) == 18);
-  aa__search_done(&s, 18, AA_STORE_RUN_OK, 50);
+  aa__search_done(&s, 18, AA_STORE_RUN_OK, 50, 0);
   CHECK(aa__search_next(&s, 0) == 19);
   s.c[19].state = s.c[20].state = AA_CAND_DONE;
   CHECK(aa__search_next(&s, 0) == 22); /* fp32 selective mb2: 21 (mb4) does more than 18 */
@@ -165,8 +182,8 @@ AA_TEST(search_stops_a_setting_once_a_smaller_micro_batch_is_slower) {
   /* Exhaustive: only the limits prune. */
   CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
   s.exhaustive = true;
-  aa__search_done(&s, 0, AA_STORE_RUN_OK, 100);
-  aa__search_done(&s, 1, AA_STORE_RUN_OK, 60);
+  aa__search_done(&s, 0, AA_STORE_RUN_OK, 100, 0);
+  aa__search_done(&s, 1, AA_STORE_RUN_OK, 60, 0);
   CHECK(aa__search_next(&s, 0) == 2);
   s.c[2].state = AA_CAND_DONE;
   CHECK(aa__search_next(&s, 0) == 3);
@@ -227,9 +244,9 @@ AA_TEST(search_skips_what_could_not_win_even_at_the_devices_peak) {
     s.peak_flops = known ? peak : 0;
     int i = aa__search_next(&s, 0), n = 0, beyond = 0;
     CHECK(i == 0 && s.c[0].s.dp == 2);
-    aa__search_done(&s, 0, AA_STORE_RUN_OK, 1.5 * one);
+    aa__search_done(&s, 0, AA_STORE_RUN_OK, 1.5 * one, 0);
     while ((i = aa__search_next(&s, 0)) >= 0) {
-      aa__search_done(&s, i, AA_STORE_RUN_OOM, 0); /* nothing else to compare with */
+      aa__search_done(&s, i, AA_STORE_RUN_OOM, 0, 0); /* nothing else to compare with */
       n++;
     }
     for (size_t k = 0; k < s.n; k++) {
@@ -261,7 +278,7 @@ AA_TEST(search_predicts_from_the_nearest_measured_run) {
   CHECK(dp1 >= 0 && dp1_full >= 0 && dp2_mb1 >= 0 && dp2_bf16 >= 0);
   CHECK(s.c[0].s.dp == 2 && s.c[0].s.micro_batch == 2 && s.c[0].s.amp == AA_F32 && !s.c[0].s.ckpt);
   CHECK(aa__search_predict(&s, 1) == 0); /* nothing measured yet */
-  aa__search_done(&s, 0, AA_STORE_RUN_OK, 1000);
+  aa__search_done(&s, 0, AA_STORE_RUN_OK, 1000, 0);
   aa_strategy_t none, full;
   aa_strategy_default(&none);
   full = none;
@@ -271,7 +288,7 @@ AA_TEST(search_predicts_from_the_nearest_measured_run) {
   CHECK_NEAR(aa__search_predict(&s, dp1), 500, 1e-9);             /* half the devices */
   CHECK_NEAR(aa__search_predict(&s, dp1_full), 500 * ratio, 1e-9); /* and the recompute */
   /* A nearer measurement takes over: dp 1 measured, dp 1 full follows it. */
-  aa__search_done(&s, dp1, AA_STORE_RUN_OK, 800);
+  aa__search_done(&s, dp1, AA_STORE_RUN_OK, 800, 0);
   CHECK_NEAR(aa__search_predict(&s, dp1_full), 800 * ratio, 1e-9);
   CHECK_NEAR(aa__search_predict(&s, dp2_bf16), 1000, 1e-9); /* precision differs from both: dp 2 is nearer */
   aa__search_free(&s);
