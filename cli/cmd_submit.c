@@ -200,8 +200,54 @@ static int print_outcome(aa_client_t *c, const char *cmd, uint64_t job_id, const
   return code;
 }
 
-/* Prints every run of the job (a query for its runs); a failing query is
- * reported and skipped, since the outcome still follows. */
+/* The rule a pruning reason applies, without the strategy's own key and
+ * figures, so that auto can say once why 40 strategies were not run. */
+static void reason_class(const char *reason, char *out, size_t n) {
+  if (strstr(reason, "predicted out of memory")) {
+    snprintf(out, n, "predicted out of memory: a rank needs more than the device has");
+  } else if (strstr(reason, "does at least the work of")) {
+    snprintf(out, n, "does at least the work of one measured or skipped (more recompute, a higher ZeRO stage, or "
+                     "16-bit storage on a CPU)");
+  } else if (!strncmp(reason, "skipped: micro_batch ", 21)) {
+    snprintf(out, n, "a larger micro-batch of the same setting measured faster, beyond the runs' spread");
+  } else if (strstr(reason, "at the devices' peak")) {
+    snprintf(out, n, "could not beat the best measured run even at the devices' peak");
+  } else {
+    snprintf(out, n, "%s", !strncmp(reason, "not measured: ", 14) ? reason + 14 : reason);
+  }
+}
+
+/* Prints the pruned runs as one line per reason with how many it pruned,
+ * most first. */
+static void print_pruned(const json_t *runs) {
+  json_t *counts = json_object();
+  size_t i, total = 0;
+  json_t *r;
+  json_array_foreach(runs, i, r) {
+    if (strcmp(json_string_value(json_object_get(r, "status")) ?: "", "pruned")) continue;
+    char cls[512];
+    reason_class(json_string_value(json_object_get(r, "error")) ?: "no reason recorded", cls, sizeof cls);
+    json_object_set_new(counts, cls, json_integer(json_integer_value(json_object_get(counts, cls)) + 1));
+    total++;
+  }
+  if (total) printf("not run (%zu strategies), by reason:\n", total);
+  while (json_object_size(counts)) {
+    const char *key, *top = NULL;
+    json_t *v;
+    json_int_t most = 0;
+    json_object_foreach(counts, key, v) if (json_integer_value(v) > most) {
+      most = json_integer_value(v);
+      top = key;
+    }
+    printf("  %4lld  %s\n", (long long)most, top);
+    json_object_del(counts, top);
+  }
+  json_decref(counts);
+}
+
+/* Prints the runs the job measured as a table, then the strategies it did
+ * not run grouped by reason (`query runs --job N` lists each); a failing
+ * query is reported and skipped, since the outcome still follows. */
 static void print_runs_table(aa_client_t *c, uint64_t job) {
   json_t *args = json_pack("{s:I}", "job", (json_int_t)job), *root = NULL;
   int rc = aa_client_query_pages(c, "runs", args, 0, "runs", &root);
@@ -211,11 +257,19 @@ static void print_runs_table(aa_client_t *c, uint64_t job) {
             aa_last_error());
     return;
   }
-  json_t *runs = json_object_get(root, "runs");
+  json_t *runs = json_object_get(root, "runs"), *measured = json_array(), *r;
+  size_t i;
+  json_array_foreach(runs, i, r) if (strcmp(json_string_value(json_object_get(r, "status")) ?: "", "pruned"))
+      json_array_append(measured, r);
   printf("\nruns of job %llu:\n", (unsigned long long)job);
-  if (json_array_size(runs)) aa_client_print_runs(stdout, runs, false);
-  else printf("none (answered from the store)\n");
+  if (json_array_size(measured)) aa_client_print_runs(stdout, measured, false);
+  else if (!json_array_size(runs)) printf("none (answered from the store)\n");
+  print_pruned(runs);
+  if (json_array_size(runs) > json_array_size(measured))
+    printf("(each with its reason: autoaccel query runs --job %llu, with a planner on this state directory)\n",
+           (unsigned long long)job);
   printf("\n");
+  json_decref(measured);
   json_decref(root);
 }
 

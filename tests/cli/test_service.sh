@@ -20,7 +20,8 @@
 #     memory limit, oom.
 #  7. malformed, oversized, truncated frames, wrong version, wrong token:
 #     error replies, and the daemon serves the next client.
-#  8. `auto`: search, table, strategy saved, training; its replay matches.
+#  8. `auto`: search, table (measured runs, then one line per pruning reason),
+#     strategy saved, training; its replay matches.
 #  9. two executors: the search measures dp 2 at ZeRO 0-3 (gangs of both)
 #     next to dp 1, on hardware "x2".
 # 10. kill -9 of one rank's runner during a dp 2 dry run: the other rank is
@@ -222,9 +223,13 @@ expect 0 "executors" "$AA" status $P --json
 kill "$planner"; wait "$planner" 2>/dev/null
 
 # --- 8. auto --------------------------------------------------------------------
-expect 0 "best" timeout 300 "$AA" auto "$tmp/model.json" --home "$tmp/home-auto" --threads 1 \
-  --out "$tmp/auto" --exclude fp16,checkpoint --measured-steps 2
+timeout 300 "$AA" auto "$tmp/model.json" --home "$tmp/home-auto" --threads 1 \
+  --out "$tmp/auto" --exclude fp16,checkpoint --measured-steps 2 >"$tmp/auto.out" 2>&1
+check "auto ends well" grep -q "^best: " "$tmp/auto.out"
 check "auto saved the strategy" [ -s "$tmp/auto/strategy.json" ]
+# The table lists the measured runs; the strategies not run are counted by reason.
+check "auto's table has no row per pruned strategy" bash -c "! grep -q '^dryrun .* pruned ' '$tmp/auto.out'"
+check "it counts them by reason instead" grep -Eq "^ +[0-9]+  does at least the work of one measured or skipped" "$tmp/auto.out"
 expect 0 "done" "$AA" train "$tmp/model.json" --strategy "$tmp/auto/strategy.json" --threads 1 \
   --out "$tmp/replay2" --losses "$tmp/replay2.txt"
 check "replay of auto's strategy gives auto's loss curve" cmp -s "$tmp/auto/losses.txt" "$tmp/replay2.txt"
