@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/spec.h"
 #include "proto/msg.h"
 
 /* How long a connect, the hello and a plain request may take. */
@@ -82,7 +83,7 @@ int aa_client_status(aa_client_t *c, uint64_t job, char **json);
 
 /* What `submit` (and `auto`) send and how they wait. Strings borrowed. */
 typedef struct aa_submit_opts {
-  const char *model_path; /* spec file, loaded and validated here first */
+  const aa_model_spec_t *spec; /* the model, loaded once by the caller (aa_spec_load) */
   bool wait, train, refresh, exhaustive;
   const char *exclude; /* "m1,m2" or NULL */
   int max_dryruns;     /* 0 = no limit */

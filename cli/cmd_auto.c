@@ -242,7 +242,7 @@ int aa_cmd_auto(int argc, char **argv) {
     }
   }
   if (optind != argc - 1) return usage_error("expected exactly one MODEL.json%s", "");
-  so.model_path = argv[optind];
+  const char *model_path = argv[optind];
   if (so.exclude) {
     aa_msg_strlist_t l;
     if (aa_client_split_list(so.exclude, "--exclude", &l)) return usage_error("%s", aa_last_error());
@@ -255,7 +255,8 @@ int aa_cmd_auto(int argc, char **argv) {
 
   aa_model_spec_t spec;
   char home[AA_PATH_MAX], out_dir[AA_PATH_MAX], sock[AA_PATH_MAX], addr[AA_PATH_MAX + 8], log_path[AA_PATH_MAX + 32];
-  if (aa_spec_load(&spec, so.model_path)) return aa_cli_fail("auto");
+  if (aa_spec_load(&spec, model_path)) return aa_cli_fail("auto");
+  so.spec = &spec;
   char rel_out[AA_PATH_MAX];
   if (so.out_dir) snprintf(rel_out, sizeof rel_out, "%s", so.out_dir);
   else snprintf(rel_out, sizeof rel_out, "runs/%s", spec.name);

@@ -347,11 +347,10 @@ static int wait_job(aa_client_t *c, const aa_submit_opts_t *o, uint64_t id, rela
 }
 
 int aa_client_submit(aa_client_t *c, const char *cmd, const aa_submit_opts_t *o, uint64_t *job_out, char **reply_out) {
-  aa_model_spec_t spec;
   char *model = NULL, out_dir[AA_PATH_MAX], *reply = NULL;
   aa_msg_strlist_t exclude = {0};
   int code = AA_EXIT_FAIL, rc;
-  if (aa_spec_load(&spec, o->model_path) || aa_spec_to_json(&spec, &model) ||
+  if (aa_spec_to_json(o->spec, &model) ||
       (o->exclude && aa_client_split_list(o->exclude, "--exclude", &exclude)) ||
       (o->out_dir && aa_client_abspath(o->out_dir, out_dir, sizeof out_dir))) {
     free(model);
@@ -379,7 +378,7 @@ int aa_client_submit(aa_client_t *c, const char *cmd, const aa_submit_opts_t *o,
   }
   relay_t r = {.f = o->json ? stderr : stdout};
   r.live = isatty(fileno(r.f));
-  fprintf(r.f, "job %llu: %s submitted to %s\n", (unsigned long long)job, spec.name, aa_client_address(c));
+  fprintf(r.f, "job %llu: %s submitted to %s\n", (unsigned long long)job, o->spec->name, aa_client_address(c));
   fflush(r.f);
   rc = wait_job(c, o, req.id, &r, &reply);
   relay_clear(&r);
@@ -482,7 +481,7 @@ int aa_cmd_submit(int argc, char **argv) {
     usage(stderr);
     return AA_EXIT_USAGE;
   }
-  o.model_path = argv[optind];
+  const char *model_path = argv[optind];
   if (o.exclude) { /* a usage error, before any file or socket is touched */
     aa_msg_strlist_t l;
     if (aa_client_split_list(o.exclude, "--exclude", &l)) {
@@ -494,7 +493,8 @@ int aa_cmd_submit(int argc, char **argv) {
   /* The spec is checked before connecting, so a bad file says so even when
    * no planner runs. */
   aa_model_spec_t spec;
-  if (aa_spec_load(&spec, o.model_path)) return aa_cli_fail("submit");
+  if (aa_spec_load(&spec, model_path)) return aa_cli_fail("submit");
+  o.spec = &spec;
   aa_client_t *cl;
   if (aa_client_connect(&cl, planner, token_file)) return aa_cli_fail("submit");
   if (o.wait) aa_client_catch_signals();

@@ -230,8 +230,6 @@ void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cud
     if (rc) aa_error_wrap(rc, "rank %d of %d", job->rank, job->world);
   }
   if (!rc && job->kind == AA_PROTO_JOB_TRAIN) {
-    /* The planner sends the seed to train with (the spec's, unless it chose another). */
-    spec.train.seed = job->seed;
     rc = run_train(&c, job, &spec, &st, threads, device, memory_limit, comm);
   } else if (!rc) {
     rc = run_dryrun(&c, job, &spec, &st, threads, device, memory_limit, comm);

@@ -288,7 +288,6 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
                          .run = (uint64_t)run,
                          .model = j->model_json,
                          .strategy = strategy,
-                         .seed = j->spec.train.seed,
                          .world = world,
                          .rendezvous = world > 1 ? rdv : NULL};
   if (kind == AA_STORE_RUN_DRYRUN) {
@@ -486,13 +485,18 @@ void aa__job_advance(aa_planner_t *p) {
 
 /* --- the start of a job --------------------------------------------------------------------- */
 
-/* Reads the job's stored options and spec into j. */
-static int load_options(aa_planner_job_t *j, const char *options) {
+/* Reads the job's stored options into j, and its spec unless the submit's
+ * parse is at hand (spec, spec_json: transferred, may be NULL). A spec
+ * read from the store is parsed once; its text there is already the
+ * canonical one the executors get. */
+static int load_options(aa_planner_job_t *j, const char *options, aa_model_spec_t *spec, char *spec_json) {
   json_error_t err;
   json_t *o = json_loads(options, 0, &err);
   int rc = 0;
   if (!json_is_object(o)) {
     json_decref(o);
+    free(spec);
+    free(spec_json);
     return aa_error(AA_ECORRUPT, "job %lld: its stored options are not a JSON object", (long long)j->id);
   }
   j->train = json_is_true(json_object_get(o, "train"));
@@ -514,14 +518,19 @@ static int load_options(aa_planner_job_t *j, const char *options) {
   json_array_foreach(ex, i, v) if (n < AA_PROTO_EXCLUDE_MAX && json_is_string(v)) names[n++] =
       json_string_value(v);
   rc = aa__search_exclude_mask(names, n, &j->exclude);
-  char *spec = rc ? NULL : json_dumps(json_object_get(o, "spec"), JSON_COMPACT);
-  if (!rc && !spec)
-    rc = aa_error(AA_ECORRUPT, "job %lld: no model spec in its stored options", (long long)j->id);
-  char origin[64];
-  snprintf(origin, sizeof origin, "job %lld model", (long long)j->id);
-  if (!rc) rc = aa_spec_parse(&j->spec, spec, NULL, origin);
-  if (!rc) rc = aa_spec_to_json(&j->spec, &j->model_json);
+  if (!rc && spec && spec_json) {
+    j->spec = *spec;
+    j->model_json = spec_json;
+    spec_json = NULL;
+  } else if (!rc) {
+    j->model_json = json_dumps(json_object_get(o, "spec"), JSON_COMPACT);
+    if (!j->model_json) rc = aa_error(AA_ECORRUPT, "job %lld: no model spec in its stored options", (long long)j->id);
+    char origin[64];
+    snprintf(origin, sizeof origin, "job %lld model", (long long)j->id);
+    if (!rc) rc = aa_spec_parse(&j->spec, j->model_json, NULL, origin);
+  }
   free(spec);
+  free(spec_json);
   json_decref(o);
   return rc;
 }
@@ -692,10 +701,13 @@ static int stored_answer(aa_planner_t *p, const aa_planner_job_t *j, int64_t *ru
   return 0;
 }
 
-void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e) {
+void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e, aa_model_spec_t *spec,
+                   char *spec_json) {
   aa_planner_job_t *j = calloc(1, sizeof *j);
   char why[512];
   if (!j) {
+    free(spec);
+    free(spec_json);
     aa__planner_log(p, "job %lld: no memory to start it", (long long)row->id);
     return;
   }
@@ -704,7 +716,7 @@ void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e) {
   snprintf(j->hardware, sizeof j->hardware, "%s", row->hardware);
   j->dev_kind = e->dev.kind;
   p->cur = j;
-  int rc = load_options(j, row->options_json);
+  int rc = load_options(j, row->options_json, spec, spec_json);
   if (rc) {
     snprintf(why, sizeof why, "%s", aa_last_error());
     aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);

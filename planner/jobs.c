@@ -18,11 +18,15 @@ int64_t aa__jobs_current_id(const aa_planner_t *p) { return p->cur ? p->cur->id 
 /* --- the queue ------------------------------------------------------------------------- */
 
 static void queue_remove(aa_planner_t *p, size_t i) {
+  free(p->queue[i].spec);
+  free(p->queue[i].spec_json);
   memmove(p->queue + i, p->queue + i + 1, (p->queue_n - i - 1) * sizeof *p->queue);
   p->queue_n--;
 }
 
-static int queue_push(aa_planner_t *p, int64_t id) {
+/* Queues job id; spec and spec_json (may be NULL) are transferred on
+ * success only. */
+static int queue_push(aa_planner_t *p, int64_t id, aa_model_spec_t *spec, char *spec_json) {
   if (p->queue_n == p->queue_cap) {
     size_t cap = p->queue_cap ? 2 * p->queue_cap : 16;
     aa_queued_t *q = realloc(p->queue, cap * sizeof *q);
@@ -30,7 +34,7 @@ static int queue_push(aa_planner_t *p, int64_t id) {
     p->queue = q;
     p->queue_cap = cap;
   }
-  p->queue[p->queue_n++] = (aa_queued_t){.id = id};
+  p->queue[p->queue_n++] = (aa_queued_t){.id = id, .spec = spec, .spec_json = spec_json};
   return 0;
 }
 
@@ -111,6 +115,8 @@ void aa__jobs_client_gone(aa_conn_t *c) {
       *pp = s->next;
       p->npending--;
       aa_msg_free(&s->msg);
+      free(s->spec);
+      free(s->spec_json);
       free(s);
     } else {
       pp = &s->next;
@@ -272,8 +278,12 @@ static void start_queued(aa_planner_t *p) {
     }
     aa_conn_t *e = aa__registry_idle(p, row.hardware);
     if (e) {
+      aa_model_spec_t *spec = q->spec;
+      char *spec_json = q->spec_json;
+      q->spec = NULL;
+      q->spec_json = NULL;
       queue_remove(p, i);
-      aa__job_begin(p, &row, e);
+      aa__job_begin(p, &row, e, spec, spec_json);
       aa_store_job_clear(&row);
       continue;
     }
@@ -402,33 +412,49 @@ static char *options_json(const aa_msg_submit_t *s, const char *spec_json, uid_t
  * the token's holder, who is the planner's own user. */
 static uid_t submitter(const aa_conn_t *c) { return c->has_uid ? c->uid : geteuid(); }
 
+/* The model row of the store: its architecture (what its hash names).
+ * The spec as a whole, training settings included, is stored once, with
+ * the job that submitted it. */
+static char *arch_json(const aa_arch_t *a) {
+  json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i}", "family", a->family, "n_layer", a->n_layer, "n_head",
+                        a->n_head, "d_model", a->d_model, "d_ff", a->d_ff, "seq_len", a->seq_len, "vocab_size",
+                        a->vocab_size);
+  char *text = o ? aa__report_dump(o) : NULL;
+  json_decref(o);
+  return text;
+}
+
 /* Records the model, the hardware and the job of a validated submit on
- * executor e's hardware, answers `ack` and queues the job. */
-static void create_job(aa_planner_t *p, aa_conn_t *c, const aa_msg_t *m, aa_conn_t *e) {
+ * executor e's hardware, answers `ack` and queues the job. spec and
+ * spec_json (transferred) are the submit's model as parsed and written
+ * back once; the queued job keeps them until it starts. */
+static void create_job(aa_planner_t *p, aa_conn_t *c, const aa_msg_t *m, aa_conn_t *e, aa_model_spec_t *spec,
+                       char *spec_json) {
   const aa_msg_submit_t *s = &m->submit;
-  aa_model_spec_t spec;
-  char hash[17], *spec_json = NULL, *opts = NULL, *hw = NULL, fp[AA_STORE_HW_MAX];
+  char hash[17], *opts = NULL, *hw = NULL, *arch = NULL, fp[AA_STORE_HW_MAX];
   int64_t id = 0;
   /* The job's hardware is the pool its search may use: e's device times
    * the executors with that device on e's host now. */
   int pool = aa__registry_pool(p, e);
   aa__planner_fingerprint(&e->dev, pool, fp);
-  int rc = aa_spec_parse(&spec, s->model, NULL, "submitted model");
-  if (!rc) rc = aa_spec_to_json(&spec, &spec_json);
-  if (!rc) {
-    aa_arch_hash(&spec.arch, hash);
-    opts = options_json(s, spec_json, submitter(c));
-    hw = aa__planner_hw_description(&e->dev, pool);
-    if (!opts || !hw) rc = aa_error(AA_ENOMEM, "planner: no memory for the job");
-  }
-  if (!rc)
-    rc = aa_store_put_model(p->store, hash, spec.name, spec_json, (int64_t)aa_arch_param_count(&spec.arch));
+  aa_arch_hash(&spec->arch, hash);
+  opts = options_json(s, spec_json, submitter(c));
+  hw = aa__planner_hw_description(&e->dev, pool);
+  arch = arch_json(&spec->arch);
+  int rc = opts && hw && arch ? 0 : aa_error(AA_ENOMEM, "planner: no memory for the job");
+  if (!rc) rc = aa_store_put_model(p->store, hash, spec->name, arch, (int64_t)aa_arch_param_count(&spec->arch));
   if (!rc) rc = aa_store_put_hardware(p->store, fp, hw);
   if (!rc) rc = aa_store_job_create(p->store, hash, fp, opts, &id);
-  if (!rc) rc = queue_push(p, id);
-  free(spec_json);
+  char name[sizeof spec->name];
+  snprintf(name, sizeof name, "%s", spec->name);
+  if (!rc) rc = queue_push(p, id, spec, spec_json);
+  if (rc) {
+    free(spec);
+    free(spec_json);
+  }
   free(opts);
   free(hw);
+  free(arch);
   if (rc) {
     aa__planner_log(p, "submit from client %llu: %s", (unsigned long long)c->id, aa_last_error());
     aa__conn_send_error(c, m->id, rc, aa_last_error());
@@ -447,7 +473,7 @@ static void create_job(aa_planner_t *p, aa_conn_t *c, const aa_msg_t *m, aa_conn
   aa_msg_t ack = {.type = AA_MSG_ACK, .id = m->id, .ack.job = (uint64_t)id};
   aa__conn_send(c, &ack);
   aa__planner_log(p, "job %lld submitted by client %llu: model %s (%s) on %s%s%s", (long long)id,
-                  (unsigned long long)c->id, spec.name, hash, fp, s->train ? ", train" : "",
+                  (unsigned long long)c->id, name, hash, fp, s->train ? ", train" : "",
                   s->refresh ? ", refresh" : "");
   aa__planner_kick(p);
 }
@@ -464,9 +490,12 @@ static aa_conn_t *target_executor(aa_planner_t *p) {
 void aa__jobs_on_submit(aa_conn_t *c, aa_msg_t *m) {
   aa_planner_t *p = c->p;
   const aa_msg_submit_t *s = &m->submit;
-  aa_model_spec_t spec;
+  aa_model_spec_t *spec = malloc(sizeof *spec);
+  char *spec_json = NULL;
   unsigned mask;
-  int rc = aa_spec_parse(&spec, s->model, NULL, "submitted model");
+  /* The one parse of the model in this process, and its one canonical text. */
+  int rc = spec ? aa_spec_parse(spec, s->model, NULL, "submitted model") : aa_error(AA_ENOMEM, "planner: no memory");
+  if (!rc) rc = aa_spec_to_json(spec, &spec_json);
   if (!rc) rc = aa__search_exclude_mask((const char *const *)s->exclude.v, s->exclude.n, &mask);
   if (!rc && s->out_dir && s->out_dir[0] != '/')
     rc = aa_error(AA_EINVAL, "submit: out_dir must be an absolute directory");
@@ -476,26 +505,31 @@ void aa__jobs_on_submit(aa_conn_t *c, aa_msg_t *m) {
   if (rc) {
     aa__planner_log(p, "submit from client %llu refused: %s", (unsigned long long)c->id, aa_last_error());
     aa__conn_send_error(c, m->id, rc, aa_last_error());
+    free(spec);
+    free(spec_json);
     return;
   }
   aa_conn_t *e = target_executor(p);
   if (e) {
-    create_job(p, c, m, e);
+    create_job(p, c, m, e, spec, spec_json);
     return;
   }
   /* The job's hardware is that of the executor that will run it, and the
    * store records it with the job: the job is created when one comes. */
-  if (p->npending >= AA_PLANNER_PENDING_MAX) {
-    aa__conn_send_error(c, m->id, AA_EINVAL,
-                        "submit: no executor is connected and enough submits already wait for one; start an executor");
-    return;
-  }
-  aa_pending_submit_t *ps = calloc(1, sizeof *ps);
+  aa_pending_submit_t *ps = p->npending < AA_PLANNER_PENDING_MAX ? calloc(1, sizeof *ps) : NULL;
   if (!ps) {
-    aa__conn_send_error(c, m->id, AA_ENOMEM, "planner: no memory for the submit");
+    aa__conn_send_error(c, m->id, AA_EINVAL,
+                        p->npending < AA_PLANNER_PENDING_MAX
+                            ? "planner: no memory for the submit"
+                            : "submit: no executor is connected and enough submits already wait for one; start an "
+                              "executor");
+    free(spec);
+    free(spec_json);
     return;
   }
   ps->conn = c;
+  ps->spec = spec;
+  ps->spec_json = spec_json;
   ps->msg = *m;
   memset(m, 0, sizeof *m); /* the strings now belong to ps */
   aa_pending_submit_t **pp = &p->pending;
@@ -513,7 +547,7 @@ void aa__jobs_executor_arrived(aa_planner_t *p) {
     if (!e) return;
     p->pending = ps->next;
     p->npending--;
-    create_job(p, ps->conn, &ps->msg, e);
+    create_job(p, ps->conn, &ps->msg, e, ps->spec, ps->spec_json);
     aa_msg_free(&ps->msg);
     free(ps);
   }
@@ -552,7 +586,7 @@ int aa__jobs_load_queue(aa_planner_t *p) {
   aa_store_job_filter_t f = {.statuses = AA_STORE_BIT(AA_STORE_JOB_QUEUED), .bad_row = skip_bad_job};
   int rc = aa_store_jobs_list(p->store, &f, collect_id, &ids);
   for (size_t i = ids.n; rc >= 0 && i > 0; i--)
-    rc = queue_push(p, ids.ids[i - 1]);
+    rc = queue_push(p, ids.ids[i - 1], NULL, NULL);
   free(ids.ids);
   if (rc < 0) return rc;
   if (p->queue_n) aa__planner_log(p, "%zu queued jobs from the store", p->queue_n);
@@ -624,6 +658,10 @@ void aa__jobs_free(aa_planner_t *p) {
     p->parked = j->next;
     aa__job_free(j);
   }
+  for (size_t i = 0; i < p->queue_n; i++) {
+    free(p->queue[i].spec);
+    free(p->queue[i].spec_json);
+  }
   free(p->queue);
   p->queue = NULL;
   p->queue_n = p->queue_cap = 0;
@@ -631,6 +669,8 @@ void aa__jobs_free(aa_planner_t *p) {
     aa_pending_submit_t *s = p->pending;
     p->pending = s->next;
     aa_msg_free(&s->msg);
+    free(s->spec);
+    free(s->spec_json);
     free(s);
   }
   while (p->waiters) {

@@ -73,6 +73,11 @@ typedef struct aa_unrecorded aa_unrecorded_t;
  * first, and it fails once it has waited placement_timeout_s. */
 typedef struct aa_queued {
   int64_t id;
+  /* A job submitted to this planner process keeps its model as parsed and
+   * written at submit, so it is parsed once per process; NULL for a job
+   * loaded from the store (parsed when it starts). Owned. */
+  aa_model_spec_t *spec;
+  char *spec_json;
   double waiting_since;       /* aa_now() since it could not be placed, 0 = it could be */
   int64_t waiting_since_wall; /* the same as unix seconds, for status */
   char waiting_for[AA_STORE_HW_MAX + 96]; /* what it waits for, for status and the failure */
@@ -125,7 +130,9 @@ typedef struct aa_conn {
  * created (and acked) when an executor says hello. */
 typedef struct aa_pending_submit {
   aa_conn_t *conn;
-  aa_msg_t msg; /* the decoded submit, owned */
+  aa_msg_t msg;          /* the decoded submit, owned */
+  aa_model_spec_t *spec; /* its model, parsed (owned) */
+  char *spec_json;       /* and written back in canonical form (owned) */
   struct aa_pending_submit *next;
 } aa_pending_submit_t;
 
@@ -332,8 +339,11 @@ int aa__out_dir_write_strategy(aa_planner_t *p, aa_planner_job_t *j, const aa_st
 
 /* job_run.c: one job's life. */
 /* Takes the queued job `row` onto executor e's hardware as p->cur: answers
- * it from the store, or resumes or enumerates its search, and advances it. */
-void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e);
+ * it from the store, or resumes or enumerates its search, and advances it.
+ * spec and spec_json (both transferred, may be NULL: then the job's stored
+ * options are parsed) are its model as parsed at submit. */
+void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e, aa_model_spec_t *spec,
+                   char *spec_json);
 /* Moves the current job on as far as it can go now. */
 void aa__job_advance(aa_planner_t *p);
 /* Ends the current job's running run as `status` with `why` and tells its

@@ -188,7 +188,6 @@ static const field_t job_f[] = {
     F_U64(aa_msg_job_t, measured_steps, true, 1, AA_PROTO_STEPS_MAX),
     F_INT(aa_msg_job_t, time_limit_s, true, 0, AA_PROTO_TIME_LIMIT_MAX),
     F_U64(aa_msg_job_t, memory_limit, true, 0, BYTES_HI),
-    F_U64(aa_msg_job_t, seed, true, 0, UINT64_MAX),
     F_INT(aa_msg_job_t, rank, true, 0, AA_PROTO_WORLD_MAX - 1),
     F_INT(aa_msg_job_t, world, true, 1, AA_PROTO_WORLD_MAX),
     F_STR(aa_msg_job_t, rendezvous, false, 1, AA_PROTO_NAME_MAX),

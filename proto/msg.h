@@ -139,7 +139,6 @@ typedef struct aa_msg_job {
   uint64_t measured_steps;  /* 1..2^40 (train: the training steps) */
   int time_limit_s;         /* 0 = none */
   uint64_t memory_limit;    /* bytes, 0 = none */
-  uint64_t seed;            /* any */
   int rank, world;          /* this executor's rank in the gang, 0..world-1; world 1..4096 */
   char *rendezvous;         /* <= 255 bytes: where the gang meets; required when world > 1 */
   char *out_dir;            /* optional, <= 4096 bytes: train jobs write checkpoints and logs here */

@@ -55,11 +55,12 @@ static void aa_sample_msg(aa_msg_type_t t, aa_msg_t *m) {
                             .measured_steps = 10,
                             .time_limit_s = 120,
                             .memory_limit = 8ULL << 30,
-                            .seed = UINT64_MAX - 5,
                             .rank = 1,
                             .world = 4,
                             .rendezvous = "/aa-gang-9001",
-                            .out_dir = "/home/user/runs/tiny"};
+                            .out_dir = "/home/user/runs/tiny",
+                            .has_owner = true,
+                            .owner = 0}; /* root: a value that "0 = absent" would lose */
     break;
   case AA_MSG_PROGRESS:
     m->progress = (aa_msg_progress_t){.job = 56,

@@ -263,7 +263,7 @@ AA_TEST(job_and_result_fields_decode_as_sent) {
   CHECK(d.job.job == 56 && d.job.run == 9001 && d.job.kind == AA_PROTO_JOB_TRAIN);
   CHECK(strcmp(d.job.strategy, "{\"format\": \"autoaccel-strategy\"}") == 0);
   CHECK(d.job.warmup_steps == 3 && d.job.measured_steps == 10 && d.job.time_limit_s == 120);
-  CHECK(d.job.memory_limit == 8ULL << 30 && d.job.seed == UINT64_MAX - 5);
+  CHECK(d.job.memory_limit == 8ULL << 30 && d.job.has_owner && d.job.owner == 0);
   CHECK(d.job.rank == 1 && d.job.world == 4 && strcmp(d.job.rendezvous, "/aa-gang-9001") == 0);
   CHECK(strcmp(d.job.out_dir, "/home/user/runs/tiny") == 0);
   aa_msg_free(&d);

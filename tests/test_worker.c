@@ -182,7 +182,6 @@ static void send_job(peer_t *p, uint64_t job, int kind, const char *model, const
                          .measured_steps = measured,
                          .time_limit_s = time_limit,
                          .memory_limit = memory_limit,
-                         .seed = 7,
                          .world = 1,
                          .out_dir = (char *)out_dir};
   send_msg(p, &m);
@@ -375,7 +374,7 @@ AA_TEST(every_way_a_run_ends_is_reported_and_the_executor_survives) {
   uid_t other = geteuid() == 65534 ? 65533 : 65534;
   aa_msg_t j10 = {.type = AA_MSG_JOB, .id = 10};
   j10.job = (aa_msg_job_t){.job = 10, .run = next_run++, .kind = AA_PROTO_JOB_TRAIN, .model = (char *)model_json,
-                           .strategy = (char *)strategy_json, .warmup_steps = 1, .measured_steps = 3, .seed = 7,
+                           .strategy = (char *)strategy_json, .warmup_steps = 1, .measured_steps = 3,
                            .world = 1, .out_dir = out, .has_owner = true, .owner = other};
   send_msg(&p, &j10);
   if (!wait_result(&p, 10, &res, NULL, 30000)) {
@@ -436,7 +435,6 @@ static void send_rank(peer_t *p, uint64_t job, uint64_t run, const char *strateg
                          .strategy = (char *)strategy,
                          .warmup_steps = 1,
                          .measured_steps = measured,
-                         .seed = 7,
                          .rank = rank,
                          .world = 2,
                          .rendezvous = (char *)rdv};
