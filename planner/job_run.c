@@ -8,6 +8,8 @@
  * a history aa_store_recover can close and the job can resume from. */
 #include "planner_internal.h"
 
+#include "../strategies/space.h"
+
 #include "../common/json.h"
 #include "../common/mem.h"
 #include "../common/rendezvous.h"
@@ -517,7 +519,7 @@ static int load_options(aa_planner_job_t *j, const char *options, aa_model_spec_
   json_t *v;
   json_array_foreach(ex, i, v) if (n < AA_PROTO_EXCLUDE_MAX && json_is_string(v)) names[n++] =
       json_string_value(v);
-  rc = aa__search_exclude_mask(names, n, &j->exclude);
+  rc = aa_space_exclude_mask(names, n, &j->exclude);
   if (!rc && spec && spec_json) {
     j->spec = *spec;
     j->model_json = spec_json;
@@ -655,9 +657,10 @@ static bool fits(const aa_planner_job_t *j, const aa_store_run_t *r, const char 
     snprintf(why, n, "its strategy cannot be read: %s", aa_last_error());
     return false;
   }
-  unsigned excluded = aa__search_methods_of(&s) & j->exclude;
+  unsigned excluded = aa_space_methods_of(&s) & j->exclude;
   if (excluded) {
-    snprintf(why, n, "it uses a method the submit excludes (%s)", aa__search_method_names(excluded));
+    char names[160];
+    snprintf(why, n, "it uses a method the submit excludes (%s)", aa_space_method_names(names, sizeof names, excluded));
     return false;
   }
   json_t *o = json_loads(measured, 0, NULL);

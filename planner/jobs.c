@@ -6,6 +6,8 @@
  * job_run.c. */
 #include "planner_internal.h"
 
+#include "../strategies/space.h"
+
 #include "../common/json.h"
 
 #include <stdlib.h>
@@ -496,7 +498,7 @@ void aa__jobs_on_submit(aa_conn_t *c, aa_msg_t *m) {
   /* The one parse of the model in this process, and its one canonical text. */
   int rc = spec ? aa_spec_parse(spec, s->model, NULL, "submitted model") : aa_error(AA_ENOMEM, "planner: no memory");
   if (!rc) rc = aa_spec_to_json(spec, &spec_json);
-  if (!rc) rc = aa__search_exclude_mask((const char *const *)s->exclude.v, s->exclude.n, &mask);
+  if (!rc) rc = aa_space_exclude_mask((const char *const *)s->exclude.v, s->exclude.n, &mask);
   if (!rc && s->out_dir && s->out_dir[0] != '/')
     rc = aa_error(AA_EINVAL, "submit: out_dir must be an absolute directory");
   if (!rc && s->out_dir) rc = aa__out_dir_check(s->out_dir, submitter(c));

@@ -354,32 +354,6 @@ void aa__job_free(aa_planner_job_t *j);
 
 /* --- search.c -------------------------------------------------------------------- */
 
-/* The methods `exclude` accepts, as a bit set. */
-enum {
-  AA_EX_BF16 = 1u << 0,
-  AA_EX_FP16 = 1u << 1,
-  AA_EX_SELECTIVE = 1u << 2,
-  AA_EX_FULL = 1u << 3,
-  AA_EX_FP32 = 1u << 4,
-  AA_EX_ZERO1 = 1u << 5,
-  AA_EX_ZERO2 = 1u << 6,
-  AA_EX_ZERO3 = 1u << 7,
-  AA_EX_TP = 1u << 8, /* tensor and pipeline parallelism: accepted, nothing to leave out today */
-  AA_EX_PP = 1u << 9,
-};
-
-/* Maps `exclude` names to a bit set. AA_EINVAL naming the unknown method
- * and the accepted names. */
-int aa__search_exclude_mask(const char *const *names, size_t n, unsigned *out);
-/* The accepted names, comma-separated (static). */
-const char *aa__search_exclude_names(void);
-/* The methods strategy s uses, as exclude bits (a stored answer must use
- * none the submit excludes). */
-unsigned aa__search_methods_of(const aa_strategy_t *s);
-/* The names of the single methods in bits, comma-separated (static
- * buffer, valid until the next call). */
-const char *aa__search_method_names(unsigned bits);
-
 typedef enum {
   AA_CAND_PENDING = 0, /* valid, not yet dry-run */
   AA_CAND_PRUNED,      /* invalid or dropped by the search (reason set) */

@@ -3,134 +3,13 @@
  * no sockets; jobs.c records what it decides. */
 #include "planner_internal.h"
 
-#include "../common/json.h"
 #include "../strategies/cost.h"
+#include "../strategies/space.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const struct {
-  const char *name;
-  unsigned bits;
-} methods[] = {
-    {"amp", AA_EX_BF16 | AA_EX_FP16},
-    {"amp_native", AA_EX_BF16 | AA_EX_FP16}, /* ATorch's name */
-    {"bf16", AA_EX_BF16},
-    {"fp16", AA_EX_FP16},
-    {"fp32", AA_EX_FP32},
-    {"checkpoint", AA_EX_SELECTIVE | AA_EX_FULL}, /* also ATorch's name */
-    {"selective", AA_EX_SELECTIVE},
-    {"full", AA_EX_FULL},
-    {"zero", AA_EX_ZERO1 | AA_EX_ZERO2 | AA_EX_ZERO3},
-    {"zero1", AA_EX_ZERO1},
-    {"zero2", AA_EX_ZERO2},
-    {"zero3", AA_EX_ZERO3},
-    {"fsdp", AA_EX_ZERO3}, /* ATorch's name for ZeRO-3 */
-    {"tensor_parallel", AA_EX_TP},
-    {"pipeline_parallel", AA_EX_PP},
-};
-#define NMETHODS (sizeof methods / sizeof methods[0])
-
-const char *aa__search_exclude_names(void) {
-  static char names[512];
-  if (!names[0]) {
-    size_t o = 0;
-    for (size_t i = 0; i < NMETHODS; i++)
-      o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "", methods[i].name);
-  }
-  return names;
-}
-
-int aa__search_exclude_mask(const char *const *names, size_t n, unsigned *out) {
-  unsigned mask = 0;
-  for (size_t i = 0; i < n; i++) {
-    size_t k = 0;
-    while (k < NMETHODS && strcmp(names[i], methods[k].name) != 0) k++;
-    if (k == NMETHODS) {
-      char got[64];
-      aa_json_sanitize(got, sizeof got, names[i]);
-      return aa_error(AA_EINVAL, "exclude: unknown method \"%s\" (accepted: %s)", got, aa__search_exclude_names());
-    }
-    mask |= methods[k].bits;
-  }
-  *out = mask;
-  return 0;
-}
-
-unsigned aa__search_methods_of(const aa_strategy_t *s) {
-  static const unsigned zero_bit[] = {0, AA_EX_ZERO1, AA_EX_ZERO2, AA_EX_ZERO3};
-  unsigned m = s->amp == AA_BF16 ? AA_EX_BF16 : s->amp == AA_F16 ? AA_EX_FP16 : AA_EX_FP32;
-  if (s->ckpt == AA_CKPT_SELECTIVE) m |= AA_EX_SELECTIVE;
-  if (s->ckpt == AA_CKPT_FULL) m |= AA_EX_FULL;
-  if (s->zero >= 1 && s->zero <= 3) m |= zero_bit[s->zero];
-  if (s->tp > 1) m |= AA_EX_TP;
-  if (s->pp > 1) m |= AA_EX_PP;
-  return m;
-}
-
-const char *aa__search_method_names(unsigned bits) {
-  static const struct {
-    unsigned bit;
-    const char *name;
-  } one[] = {{AA_EX_BF16, "bf16"},   {AA_EX_FP16, "fp16"},   {AA_EX_FP32, "fp32"},   {AA_EX_SELECTIVE, "selective"},
-             {AA_EX_FULL, "full"},   {AA_EX_ZERO1, "zero1"}, {AA_EX_ZERO2, "zero2"}, {AA_EX_ZERO3, "zero3"},
-             {AA_EX_TP, "tensor_parallel"}, {AA_EX_PP, "pipeline_parallel"}};
-  static char out[160];
-  size_t o = 0;
-  out[0] = 0;
-  for (size_t i = 0; i < sizeof one / sizeof one[0] && o < sizeof out; i++)
-    if (bits & one[i].bit) o += (size_t)snprintf(out + o, sizeof out - o, "%s%s", o ? ", " : "", one[i].name);
-  return out;
-}
-
-/* One (dp, tp, pp, zero, amp, checkpoint) setting; micro-batches vary
- * inside it. */
-typedef struct {
-  int dp, tp, pp, zero;
-  aa_dtype_t amp;
-  aa_ckpt_mode_t ckpt;
-} setting_t;
-
-/* The settings in the order most likely to be fast first, written to out
- * (room for cap) and counted. Data parallelism: the degrees up to the
- * pool's size that divide the global batch (another would leave ranks with
- * unequal shares, so it is not a strategy at all, just as micro-batches are
- * the divisors of the per-rank batch), largest first: more devices, more
- * throughput. ZeRO: at dp 1 there is nothing to shard, so only stage 0;
- * at dp > 1 stages 0-3, least communication first, with every precision
- * (the engine shards 16-bit parameters with their fp32 master copies).
- * Precision: a GPU is fastest in bf16 (then fp16, which
- * adds loss scaling), a CPU computes in fp32 and pays for the conversions
- * of 16-bit storage. Checkpointing: none, then selective, then full (more
- * recompute each). tp = pp = 1 until the engine has them. */
-static size_t settings(setting_t *out, size_t cap, int devices, int global_batch, aa_proto_dev_kind_t kind,
-                       unsigned exclude) {
-  static const aa_dtype_t gpu_amp[] = {AA_BF16, AA_F16, AA_F32};
-  static const aa_dtype_t cpu_amp[] = {AA_F32, AA_BF16, AA_F16};
-  static const aa_ckpt_mode_t ckpts[] = {AA_CKPT_NONE, AA_CKPT_SELECTIVE, AA_CKPT_FULL};
-  static const unsigned zero_bit[] = {0, AA_EX_ZERO1, AA_EX_ZERO2, AA_EX_ZERO3};
-  const aa_dtype_t *amps = kind == AA_PROTO_DEV_CUDA ? gpu_amp : cpu_amp;
-  size_t n = 0;
-  for (int dp = devices; dp >= 1; dp--) {
-    if (global_batch % dp) continue;
-    for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
-      if (exclude & zero_bit[zero]) continue;
-      for (int a = 0; a < 3; a++) {
-        unsigned bit = amps[a] == AA_BF16 ? AA_EX_BF16 : amps[a] == AA_F16 ? AA_EX_FP16 : AA_EX_FP32;
-        if (exclude & bit) continue;
-        for (int k = 0; k < 3; k++) {
-          if ((exclude & AA_EX_SELECTIVE) && ckpts[k] == AA_CKPT_SELECTIVE) continue;
-          if ((exclude & AA_EX_FULL) && ckpts[k] == AA_CKPT_FULL) continue;
-          if (n < cap) out[n] = (setting_t){dp, 1, 1, zero, amps[a], ckpts[k]};
-          n++;
-        }
-      }
-    }
-  }
-  return n;
-}
 
 void aa__search_free(aa_search_t *s) {
   free(s->c);
@@ -165,51 +44,43 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
   s->arch = spec->arch;
   if (devices < 1 || devices > AA_PROTO_WORLD_MAX)
     return aa_error(AA_EINVAL, "search: %d devices is outside 1..%d", devices, AA_PROTO_WORLD_MAX);
-  const int gb = spec->train.global_batch;
-  size_t ns = settings(NULL, 0, devices, gb, dev_kind, exclude);
-  if (ns == 0) return aa_error(AA_EINVAL, "search: every strategy is excluded");
-  setting_t *set = calloc(ns, sizeof *set);
-  if (!set) return aa_error(AA_ENOMEM, "search: no memory for %zu settings", ns);
-  settings(set, ns, devices, gb, dev_kind, exclude);
-  /* Micro-batches: the divisors of global_batch / dp, larger first. */
-  size_t cap = 0;
-  for (size_t i = 0; i < ns; i++) cap += (size_t)(gb / set[i].dp);
-  s->c = calloc(cap, sizeof *s->c);
+  /* What exists, in the order to try it: strategies/space.h. */
+  const aa_space_pool_t pool = {
+      .devices = devices, .global_batch = spec->train.global_batch, .cuda = s->cuda, .exclude = exclude};
+  size_t n = aa_space_enumerate(NULL, NULL, 0, &pool);
+  if (n == 0) return aa_error(AA_EINVAL, "search: every strategy is excluded");
+  aa_strategy_t *strat = calloc(n, sizeof *strat);
+  int *setting = calloc(n, sizeof *setting);
+  if (strat && setting) aa_space_enumerate(strat, setting, n, &pool);
+  size_t ns = strat && setting ? (size_t)setting[n - 1] + 1 : 1;
+  s->c = calloc(n, sizeof *s->c);
   s->setting_best = calloc(ns, sizeof *s->setting_best);
   s->setting_spread = calloc(ns, sizeof *s->setting_spread);
   s->setting_mb = calloc(ns, sizeof *s->setting_mb);
   s->setting_stop = calloc(ns, sizeof *s->setting_stop);
-  if (!s->c || !s->setting_best || !s->setting_spread || !s->setting_mb || !s->setting_stop) {
-    free(set);
+  if (!strat || !setting || !s->c || !s->setting_best || !s->setting_spread || !s->setting_mb ||
+      !s->setting_stop) {
+    free(strat);
+    free(setting);
     aa__search_free(s);
-    return aa_error(AA_ENOMEM, "search: no memory for %zu candidates", cap);
+    return aa_error(AA_ENOMEM, "search: no memory for %zu candidates", n);
   }
   s->nsettings = (int)ns;
-  for (size_t i = 0; i < ns; i++) {
-    int per = gb / set[i].dp;
-    for (int mb = per; mb >= 1; mb--) {
-      if (per % mb) continue;
-      aa_cand_t *c = &s->c[s->n++];
-      aa_strategy_default(&c->s);
-      c->s.dp = set[i].dp;
-      c->s.tp = set[i].tp;
-      c->s.pp = set[i].pp;
-      c->s.zero = set[i].zero;
-      c->s.amp = set[i].amp;
-      c->s.ckpt = set[i].ckpt;
-      c->s.micro_batch = mb;
-      c->setting = (int)i;
-      if (aa_strategy_resolve(&c->s, spec, c->s.dp * c->s.tp * c->s.pp)) {
-        c->state = AA_CAND_PRUNED;
-        snprintf(c->reason, sizeof c->reason, "%s", aa_last_error());
-      } else {
-        s->valid++;
-        prune_if_too_big(s, c, &spec->arch, memory);
-      }
-      aa_strategy_key(&c->s, c->key);
+  for (size_t i = 0; i < n; i++) {
+    aa_cand_t *c = &s->c[s->n++];
+    c->s = strat[i];
+    c->setting = setting[i];
+    if (aa_strategy_resolve(&c->s, spec, c->s.dp * c->s.tp * c->s.pp)) {
+      c->state = AA_CAND_PRUNED;
+      snprintf(c->reason, sizeof c->reason, "%s", aa_last_error());
+    } else {
+      s->valid++;
+      prune_if_too_big(s, c, &spec->arch, memory);
     }
+    aa_strategy_key(&c->s, c->key);
   }
-  free(set);
+  free(strat);
+  free(setting);
   return 0;
 }
 

@@ -6,6 +6,8 @@
 
 #include "strategy_internal.h"
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,6 +31,25 @@ const char *aa_ckpt_mode_name(aa_ckpt_mode_t m) {
   return "?";
 }
 
+/* No rank order, or one that maps every position to itself. */
+static bool identity(const aa_strategy_t *s) {
+  for (int i = 0; i < s->nranks && i < AA_STRATEGY_WORLD_MAX; i++)
+    if (s->rank_order[i] != i) return false;
+  return true;
+}
+
+/* FNV-1a 64 of the rank order written in decimal, comma-separated
+ * ("1,0,3,2"), so that the key's digits can be recomputed by hand. */
+static uint64_t rank_order_hash(const aa_strategy_t *s) {
+  uint64_t h = AA_FNV_INIT;
+  for (int i = 0; i < s->nranks && i < AA_STRATEGY_WORLD_MAX; i++) {
+    char num[16];
+    int n = snprintf(num, sizeof num, "%s%d", i ? "," : "", s->rank_order[i]);
+    h = aa_fnv1a(h, num, (size_t)n);
+  }
+  return h;
+}
+
 /* The key names exactly what changes the computation or its speed, so
  * that a store can use it as the identity of a measured configuration. */
 void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]) {
@@ -47,8 +68,14 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]) {
   const char *sched = "";
   if (s->pp > 1)
     sched = s->schedule == AA_SCHEDULE_GPIPE ? ".gpipe" : s->schedule == AA_SCHEDULE_1F1B ? ".1f1b" : ".?";
-  snprintf(out, AA_STRATEGY_KEY_MAX, "dp%d.tp%d.pp%d.z%d.%s.ckpt-%s.mb%d%s", s->dp, s->tp, s->pp, s->zero,
-           aa_dtype_name(s->amp), ckpt, s->micro_batch, sched);
+  /* The mesh's numbering changes which ranks talk to which, so it changes
+   * the speed; it shows only where it differs from the default's. */
+  char order[16] = "", ranks[32] = "";
+  aa_axis_order_t o = aa__strategy_effective_order(s);
+  if (o != AA_ORDER_TDP) snprintf(order, sizeof order, ".order-%s", aa_axis_order_name(o));
+  if (!identity(s)) snprintf(ranks, sizeof ranks, ".ranks-%016llx", (unsigned long long)rank_order_hash(s));
+  snprintf(out, AA_STRATEGY_KEY_MAX, "dp%d.tp%d.pp%d.z%d.%s.ckpt-%s.mb%d%s%s%s", s->dp, s->tp, s->pp, s->zero,
+           aa_dtype_name(s->amp), ckpt, s->micro_batch, sched, order, ranks);
 }
 
 /* ---- What this engine can run today ------------------------------------

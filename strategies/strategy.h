@@ -10,12 +10,35 @@
 #define AA_STRATEGY_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../common/aa.h"
 #include "../common/spec.h"
 
 #define AA_STRATEGY_VERSION 1
 #define AA_STRATEGY_KEY_MAX 96
+/* The most ranks an explicit rank order lists (the protocol's world bound). */
+#define AA_STRATEGY_WORLD_MAX 4096
+
+/* The axes of the device mesh, named as ATorch's parallel_mode groups. */
+typedef enum { AA_AXIS_DATA = 0, AA_AXIS_TENSOR = 1, AA_AXIS_PIPELINE = 2 } aa_axis_t;
+#define AA_AXES 3
+
+/* How the mesh numbers its positions: the axes from the fastest-varying
+ * to the slowest (ATorch's parallel_mode lists them in this order), so that
+ * positions 0, 1, 2, ... step along the first axis. The zero value is the
+ * default, Megatron's: tensor fastest, then data, pipeline slowest (tensor
+ * groups take neighbouring ranks, which share a host). The letters name
+ * the axes fastest first. */
+typedef enum {
+  AA_ORDER_TDP = 0, /* tensor, data, pipeline: the default */
+  AA_ORDER_TPD,     /* tensor, pipeline, data: ATorch's parallel_mode example */
+  AA_ORDER_DTP,
+  AA_ORDER_DPT,
+  AA_ORDER_PTD,
+  AA_ORDER_PDT,
+} aa_axis_order_t;
+#define AA_ORDERS 6
 
 typedef enum {
   AA_CKPT_NONE = 0,      /* keep every activation for backward */
@@ -36,6 +59,13 @@ typedef struct aa_loss_scale_cfg {
 
 typedef struct aa_strategy {
   int dp, tp, pp;          /* data / tensor / pipeline parallel degrees, >= 1 */
+  aa_axis_order_t order;   /* the mesh's axis order, fastest first; AA_ORDER_TDP by default */
+  /* ATorch's rank_order: position i of the mesh (numbered by `order`) is
+   * global rank rank_order[i]. nranks = 0: none, position i is rank i;
+   * else nranks = dp * tp * pp and rank_order is a permutation of
+   * 0..nranks-1. Layout arithmetic: strategies/layout.h. */
+  int nranks;
+  uint16_t rank_order[AA_STRATEGY_WORLD_MAX];
   int zero;                /* ZeRO stage 0..3 */
   aa_dtype_t amp;          /* AA_F32 (no amp), AA_BF16, AA_F16 */
   aa_ckpt_mode_t ckpt;     /* activation checkpointing mode */
@@ -56,7 +86,8 @@ typedef struct aa_strategy {
 
 /* The default strategy: everything 1, zero 0, fp32, no checkpointing,
  * micro_batch 0 (= "the whole per-rank batch", resolved by
- * aa_strategy_resolve), schedule 1f1b, loss-scale defaults as above. */
+ * aa_strategy_resolve), schedule 1f1b, loss-scale defaults as above, the
+ * default axis order and no rank order. */
 void aa_strategy_default(aa_strategy_t *s);
 
 /* Parses a strategy file: either the v1 object form or ATorch's list form
@@ -78,12 +109,15 @@ int aa_strategy_to_json(const aa_strategy_t *s, char **out);
 /* Canonical one-line key, e.g. "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4";
  * see docs/strategy-format.md for the grammar. Two strategies with the same
  * key run the same computation at the same speed (loss-scaling settings and
- * provenance are not part of it). */
+ * provenance are not part of it). An axis order shows (".order-tpd") only
+ * when it groups ranks differently from the default for these degrees, a
+ * rank order (".ranks-<16 hex digits>") only when it is not the identity. */
 void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]);
 
 /* Checks s against a model and a world size (world = 0: do not check the
- * world size). Fills micro_batch when it is 0. Returns AA_EINVAL with a
- * message naming the rule that failed, e.g.
+ * world size; a rank order must still list dp * tp * pp ranks). Fills
+ * micro_batch when it is 0. Returns AA_EINVAL with a message naming the
+ * rule that failed, e.g.
  *   "micro_batch 3 must divide global_batch / dp = 16 / 1"
  *   "tensor parallel degree 2 is not supported by this engine yet". */
 int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world);
@@ -93,5 +127,15 @@ int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world
 int aa_strategy_accum_steps(const aa_strategy_t *s, const aa_model_spec_t *spec);
 
 const char *aa_ckpt_mode_name(aa_ckpt_mode_t m); /* "none", "selective", "full" */
+
+/* "data", "tensor", "pipeline"; "?" for another value. */
+const char *aa_axis_name(aa_axis_t a);
+/* The degree of axis a in s (dp, tp or pp); 0 for another value. */
+int aa_strategy_degree(const aa_strategy_t *s, aa_axis_t a);
+/* The axes of order o, fastest first, into out. o must be one of the
+ * AA_ORDER_* values (else out gets the default's). */
+void aa_axis_order_axes(aa_axis_order_t o, aa_axis_t out[AA_AXES]);
+/* "tdp", "tpd", ...: the axes' initials fastest first; "?" for another value. */
+const char *aa_axis_order_name(aa_axis_order_t o);
 
 #endif

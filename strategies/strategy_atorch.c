@@ -1,8 +1,10 @@
 /* ATorch's strategy list, the value auto_accelerate(load_strategy=...) takes,
  * written as JSON: an array whose items are a method name, [name, config] or
  * [name, config, tunable]. Each supported method maps onto the same
- * aa_strategy_t as the v1 form; any other method is refused by name, since
- * silently dropping one would train something other than what was asked.
+ * aa_strategy_t as the v1 form. Nothing is dropped in silence: a method
+ * autoaccel does not have, and every option of a method's config that it
+ * cannot honour exactly, is refused with its name and the item's position,
+ * since dropping it would train something other than what the list asks.
  * Mapping table: docs/strategy-format.md. */
 #include "strategy.h"
 
@@ -23,7 +25,8 @@ typedef struct {
   const char *origin;
   size_t pos; /* 1-based */
   const char *name;
-  int tp_from; /* item that set the tensor degree, 0 = none yet */
+  int tp_from;   /* item that set the tensor degree, 0 = none yet */
+  int rank_from; /* item that gave a rank order, 0 = none */
 } ctx_t;
 
 __attribute__((format(printf, 3, 4))) static int fail(const ctx_t *c, int code, const char *fmt, ...) {
@@ -34,6 +37,34 @@ __attribute__((format(printf, 3, 4))) static int fail(const ctx_t *c, int code, 
   va_end(ap);
   if (c->name) return aa_error(code, "%s: item %zu (%s): %s", c->origin, c->pos, c->name, rule);
   return aa_error(code, "%s: item %zu: %s", c->origin, c->pos, rule);
+}
+
+/* A JSON value as a message shows it: true, 8, "text" (sanitized), or its type. */
+static const char *show(char *dst, size_t cap, const json_t *v) {
+  char safe[256];
+  if (json_is_boolean(v)) snprintf(dst, cap, "%s", json_is_true(v) ? "true" : "false");
+  else if (json_is_integer(v)) snprintf(dst, cap, "%lld", (long long)json_integer_value(v));
+  else if (json_is_null(v)) snprintf(dst, cap, "null");
+  else if (json_is_string(v)) {
+    aa_json_sanitize(safe, sizeof safe, json_string_value(v));
+    snprintf(dst, cap, "\"%s\"", safe);
+  } else {
+    const char *t = aa_json_type_name(v);
+    snprintf(dst, cap, "%s %s", strchr("aeiou", t[0]) ? "an" : "a", t);
+  }
+  return dst;
+}
+
+/* A value of an option that autoaccel cannot train as asked. */
+static int refuse_value(const ctx_t *c, const char *opt, const json_t *v, const char *why, const char *honoured) {
+  char got[300];
+  return fail(c, AA_EUNSUPPORTED, "option \"%s\": %s is not supported by autoaccel (%s); honoured: %s", opt,
+              show(got, sizeof got, v), why, honoured);
+}
+
+static int need_bool(const ctx_t *c, const char *opt, const json_t *v) {
+  if (json_is_boolean(v)) return 0;
+  return fail(c, AA_EINVAL, "%s: must be true or false (got %s)", opt, aa_json_type_name(v));
 }
 
 static int degree(const ctx_t *c, const char *what, const json_t *v, int *out) {
@@ -57,47 +88,58 @@ static int set_tp(ctx_t *c, aa_strategy_t *s, int tp) {
   return 0;
 }
 
-static int set_group(ctx_t *c, aa_strategy_t *s, const char *group, const json_t *size, unsigned *seen) {
-  static const char *const groups[] = {"data", "tensor", "pipeline"};
-  for (unsigned g = 0; g < 3; g++) {
-    if (strcmp(group, groups[g]) != 0) continue;
-    if (*seen & (1u << g)) return fail(c, AA_EINVAL, "parallel group \"%s\" is given twice", group);
-    *seen |= 1u << g;
+/* ---- parallel_mode --------------------------------------------------------- */
+
+/* One (group, size); the group's axis is appended to listed[*n]. */
+static int set_group(ctx_t *c, aa_strategy_t *s, const char *group, const json_t *size, aa_axis_t *listed,
+                     int *n) {
+  for (int a = 0; a < AA_AXES; a++) {
+    if (strcmp(group, aa_axis_name((aa_axis_t)a)) != 0) continue;
+    for (int k = 0; k < *n; k++)
+      if (listed[k] == (aa_axis_t)a) return fail(c, AA_EINVAL, "parallel group \"%s\" is given twice", group);
+    listed[(*n)++] = (aa_axis_t)a;
     int d = 0, rc = degree(c, group, size, &d);
     if (rc) return rc;
-    if (g == 0) s->dp = d;
-    if (g == 2) s->pp = d;
-    return g == 1 ? set_tp(c, s, d) : 0;
+    if (a == AA_AXIS_DATA) s->dp = d;
+    if (a == AA_AXIS_PIPELINE) s->pp = d;
+    return a == AA_AXIS_TENSOR ? set_tp(c, s, d) : 0;
   }
   char got[256];
   aa_json_sanitize(got, sizeof got, group);
   return fail(c, AA_EINVAL, "unknown parallel group \"%s\" (allowed: data, tensor, pipeline)", got);
 }
 
-/* [["data", 2], ["tensor", 1]] */
-static int parse_pairs(ctx_t *c, aa_strategy_t *s, const json_t *pairs, unsigned *seen) {
+/* [["tensor", 4], ["pipeline", 2], ["data", 2]]: the degrees, and the
+ * axis order (the first pair varies fastest; groups not listed follow in
+ * the default's order). */
+static int parse_pairs(ctx_t *c, aa_strategy_t *s, const json_t *pairs) {
+  aa_axis_t listed[AA_AXES];
+  int n = 0;
   size_t i;
   const json_t *p;
   json_array_foreach(pairs, i, p) {
     if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_string(json_array_get(p, 0)))
       return fail(c, AA_EINVAL, "parallel group %zu: must be a [name, size] pair", i + 1);
-    int rc = set_group(c, s, json_string_value(json_array_get(p, 0)), json_array_get(p, 1), seen);
+    int rc = set_group(c, s, json_string_value(json_array_get(p, 0)), json_array_get(p, 1), listed, &n);
     if (rc) return rc;
   }
+  s->order = aa__axis_order_from(listed, n);
   return 0;
 }
 
 /* No config: data parallel over the whole world, which the engine infers;
- * dp stays at its default. Otherwise {"data": 2, ...}, a list of pairs, or
- * ATorch's own tuple ([pairs], rank_order) with rank_order null. */
+ * dp stays at its default. Otherwise {"data": 2, ...} (no order: a JSON
+ * object's keys have none), a list of pairs, or ATorch's own tuple
+ * ([pairs], rank_order[, support_multi_parallel_instance]). */
 static int apply_parallel_mode(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
-  unsigned seen = 0;
   if (!cfg || json_is_null(cfg)) return 0;
   if (json_is_object(cfg)) {
+    aa_axis_t listed[AA_AXES];
+    int n = 0;
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)cfg, key, v) {
-      int rc = set_group(c, s, key, v, &seen);
+      int rc = set_group(c, s, key, v, listed, &n);
       if (rc) return rc;
     }
     return 0;
@@ -109,117 +151,362 @@ static int apply_parallel_mode(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
   const json_t *first = json_array_get(cfg, 0);
   bool tuple =
       json_is_array(first) && (json_array_size(first) == 0 || json_is_array(json_array_get(first, 0)));
-  if (!tuple) return parse_pairs(c, s, cfg, &seen);
+  if (!tuple) return parse_pairs(c, s, cfg);
   if (json_array_size(cfg) > 3) return fail(c, AA_EINVAL, "config must be [[pairs], rank_order]");
+  const json_t *multi = json_array_get(cfg, 2);
+  if (multi && !json_is_null(multi)) {
+    int rc = need_bool(c, "support_multi_parallel_instance (third element)", multi);
+    if (rc) return rc;
+    if (json_is_true(multi))
+      return fail(c, AA_EUNSUPPORTED,
+                  "support_multi_parallel_instance: true is not supported by autoaccel (it would run several "
+                  "copies of the mesh side by side; the degrees' product must be the world); honoured: false");
+  }
+  int rc = parse_pairs(c, s, first);
+  if (rc) return rc;
   const json_t *order = json_array_get(cfg, 1);
-  if (order && !json_is_null(order))
-    return fail(c, AA_EUNSUPPORTED, "a custom rank order is not supported (give null)");
-  return parse_pairs(c, s, first, &seen);
+  if (!order || json_is_null(order)) return 0;
+  char rule[256];
+  if ((rc = aa__rank_order_read(s, order, rule, sizeof rule))) return fail(c, rc, "rank_order: %s", rule);
+  c->rank_from = (int)c->pos;
+  return 0;
 }
 
-static int apply_amp_native(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
+/* ---- method options ------------------------------------------------------ */
+
+/* One option of a method's config object: honours its value or refuses it. */
+typedef struct {
+  const char *name;
+  int (*apply)(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v);
+} option_t;
+
+/* Options ATorch knows that autoaccel refuses whatever their value, with the reason. */
+typedef struct {
+  const char *name, *why;
+} refusal_t;
+
+static int opt_dtype(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
   static const struct {
     const char *name;
     aa_dtype_t dtype;
   } dtypes[] = {{"bf16", AA_BF16}, {"bfloat16", AA_BF16}, {"torch.bfloat16", AA_BF16},
                 {"fp16", AA_F16},  {"float16", AA_F16},   {"torch.float16", AA_F16}};
-  s->amp = AA_F16; /* ATorch's default dtype */
-  if (!cfg || json_is_null(cfg)) return 0;
-  if (!json_is_object(cfg))
-    return fail(c, AA_EINVAL, "config must be an object (got %s)", aa_json_type_name(cfg));
-  const char *key;
-  json_t *v;
-  json_object_foreach((json_t *)cfg, key, v) {
-    if (strcmp(key, "skip_if_nonfinite") == 0) {
-      if (!json_is_boolean(v))
-        return fail(c, AA_EINVAL, "skip_if_nonfinite: must be true or false (got %s)", aa_json_type_name(v));
-      s->skip_if_nonfinite = json_is_true(v);
-    } else if (strcmp(key, "dtype") == 0) {
-      size_t i = 0, n = sizeof dtypes / sizeof dtypes[0];
-      while (i < n && !(json_is_string(v) && strcmp(json_string_value(v), dtypes[i].name) == 0))
-        i++;
-      if (i == n) {
-        char got[256];
-        aa_json_sanitize(got, sizeof got, json_is_string(v) ? json_string_value(v) : aa_json_type_name(v));
-        return fail(c, AA_EINVAL,
-                    "dtype: must be one of: bf16, bfloat16, torch.bfloat16, fp16, float16, torch.float16 "
-                    "(got %s%s%s)",
-                    json_is_string(v) ? "\"" : "", got, json_is_string(v) ? "\"" : "");
-      }
-      s->amp = dtypes[i].dtype;
-    } else {
-      char got[256];
-      aa_json_sanitize(got, sizeof got, key);
-      return fail(c, AA_EINVAL, "config: unknown key \"%s\" (allowed: dtype, skip_if_nonfinite)", got);
-    }
+  (void)opt;
+  size_t i = 0, n = sizeof dtypes / sizeof dtypes[0];
+  while (i < n && !(json_is_string(v) && strcmp(json_string_value(v), dtypes[i].name) == 0))
+    i++;
+  if (i == n) {
+    char got[256];
+    aa_json_sanitize(got, sizeof got, json_is_string(v) ? json_string_value(v) : aa_json_type_name(v));
+    return fail(c, AA_EINVAL,
+                "dtype: must be one of: bf16, bfloat16, torch.bfloat16, fp16, float16, torch.float16 (got %s%s%s)",
+                json_is_string(v) ? "\"" : "", got, json_is_string(v) ? "\"" : "");
+  }
+  s->amp = dtypes[i].dtype;
+  return 0;
+}
+
+static int opt_skip_nonfinite(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  int rc = need_bool(c, opt, v);
+  if (!rc) s->skip_if_nonfinite = json_is_true(v);
+  return rc;
+}
+
+/* autocast's own switch: ATorch's default config has it true. */
+static int opt_enabled(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  (void)s;
+  int rc = need_bool(c, opt, v);
+  if (rc || json_is_true(v)) return rc;
+  return refuse_value(c, opt, v, "amp_native that is not enabled trains in fp32; leave amp_native out instead",
+                      "true");
+}
+
+/* A choice between two libraries that shard the same state the same way
+ * (fairscale or DeepSpeed for ZeRO-1, FSDP or fairscale for ZeRO-2):
+ * autoaccel's own ZeRO does what either does, so both values are honoured. */
+static int opt_library(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  (void)s;
+  return need_bool(c, opt, v);
+}
+
+/* Settings that change nothing of what autoaccel trains, honoured
+ * whatever their value: sync_module_states (every rank starts from the
+ * same weights, drawn from the spec's seed), use_orig_params (how PyTorch
+ * exposes the parameters), limit_all_gathers (autoaccel has at most one
+ * all-gather in flight). */
+static int opt_no_effect(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  (void)s;
+  return need_bool(c, opt, v);
+}
+
+static int opt_sharding_strategy(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  static const struct {
+    const char *name;
+    int zero;
+  } stages[] = {{"FULL_SHARD", 3}, {"SHARD_GRAD_OP", 2}, {"NO_SHARD", 0}};
+  if (!json_is_string(v)) return fail(c, AA_EINVAL, "%s: must be a string (got %s)", opt, aa_json_type_name(v));
+  const char *name = json_string_value(v);
+  if (strncmp(name, "ShardingStrategy.", 17) == 0) name += 17;
+  bool zero2 = strcmp(c->name, "zero2") == 0;
+  for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++) {
+    if (strcmp(name, stages[i].name) != 0) continue;
+    if (zero2 && stages[i].zero != 2)
+      return refuse_value(c, opt, v, "zero2 shards gradients and optimizer states; give fsdp for another stage",
+                          "SHARD_GRAD_OP");
+    s->zero = stages[i].zero;
+    return 0;
+  }
+  if (strstr(name, "HYBRID"))
+    return refuse_value(c, opt, v,
+                        "it shards within a host and replicates across hosts; autoaccel shards over the whole "
+                        "data-parallel group",
+                        zero2 ? "SHARD_GRAD_OP" : "FULL_SHARD (ZeRO-3), SHARD_GRAD_OP (ZeRO-2), NO_SHARD (ZeRO-0)");
+  char got[300];
+  return fail(c, AA_EINVAL, "%s: must be one of: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (got %s)", opt,
+              show(got, sizeof got, v));
+}
+
+static int opt_cpu_offload(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  (void)s;
+  int rc = need_bool(c, opt, v);
+  if (rc || json_is_false(v)) return rc;
+  return refuse_value(c, opt, v, "it would train without offload: autoaccel keeps every state on the device",
+                      "false");
+}
+
+static int opt_forward_prefetch(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  (void)s;
+  int rc = need_bool(c, opt, v);
+  if (rc || json_is_false(v)) return rc;
+  return refuse_value(c, opt, v,
+                      "autoaccel gathers a block's parameters when the forward reaches it, without prefetching "
+                      "the next",
+                      "false");
+}
+
+static int opt_backward_prefetch(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  (void)s;
+  if (json_is_null(v)) return 0;
+  return refuse_value(c, opt, v,
+                      "autoaccel gathers a block's parameters when the backward reaches it, without prefetching",
+                      "null");
+}
+
+/* The transformer block's class in the model families autoaccel trains:
+ * Hugging Face's GPT-2 and nanoGPT / llm.c. */
+static bool block_class(const char *name) { return strcmp(name, "GPT2Block") == 0 || strcmp(name, "Block") == 0; }
+
+/* Module classes, as ATorch takes them (one name or a list), of which every
+ * one must be the block; label is what the message calls them. */
+static int block_classes(ctx_t *c, const char *label, const json_t *v, const char *why_other) {
+  bool list = json_is_array(v);
+  size_t n = list ? json_array_size(v) : 1;
+  if ((!list && !json_is_string(v)) || n == 0)
+    return fail(c, AA_EINVAL, "%s must be a module name or a list of module names", label);
+  for (size_t i = 0; i < n; i++) {
+    const json_t *x = list ? json_array_get(v, i) : v;
+    if (!json_is_string(x)) return fail(c, AA_EINVAL, "%s must be a module name or a list of module names", label);
+    if (block_class(json_string_value(x))) continue;
+    const char *name = json_string_value(x), *why = why_other;
+    if (strstr(name, "Attention"))
+      why = "autoaccel cannot checkpoint or shard attention alone; it never keeps the attention probabilities";
+    else if (strstr(name, "MLP"))
+      why = "checkpointing the MLP recomputes fc, GELU and proj; autoaccel's selective mode keeps the fc output "
+            "and recomputes only the GELU output (v1 form: \"checkpoint\": \"selective\")";
+    char got[256];
+    aa_json_sanitize(got, sizeof got, name);
+    return fail(c, AA_EUNSUPPORTED, "%s: module class \"%s\" is not supported by autoaccel (%s); honoured: "
+                "GPT2Block, Block (the transformer block)", label, got, why);
   }
   return 0;
 }
 
-/* Every block is checkpointed. ATorch's config says which module classes to
- * wrap; in a GPT that is the block, so it is accepted and not used. */
-static int apply_checkpoint(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
-  bool ok = !cfg || json_is_null(cfg) || json_is_string(cfg) || json_is_object(cfg) || json_is_array(cfg);
-  size_t i;
-  const json_t *v;
-  if (cfg && json_is_array(cfg)) json_array_foreach(cfg, i, v) ok = ok && json_is_string(v);
-  if (!ok) return fail(c, AA_EINVAL, "config must be a module name or a list of module names");
-  s->ckpt = AA_CKPT_FULL;
-  s->ckpt_layers = 0;
+static int opt_wrap_class(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  char label[64];
+  snprintf(label, sizeof label, "option \"%s\"", opt);
+  int rc = block_classes(c, label, v, "not the transformer block; autoaccel checkpoints whole blocks");
+  if (!rc) {
+    s->ckpt = AA_CKPT_FULL;
+    s->ckpt_layers = 0;
+  }
+  return rc;
+}
+
+/* ZeRO-3 gathers one transformer block at a time (engine/optim.h units),
+ * which is what wrapping the block class asks of FSDP. */
+static int opt_atorch_wrap_cls(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  (void)s;
+  char label[64];
+  snprintf(label, sizeof label, "option \"%s\"", opt);
+  return block_classes(c, label, v,
+                       "autoaccel's ZeRO units are the transformer blocks, the embeddings and the final norm");
+}
+
+static int opt_degree(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  int tp = 0, rc = degree(c, opt, v, &tp);
+  return rc ? rc : set_tp(c, s, tp);
+}
+
+/* One micro-batch per step is micro_batch 0 (the whole per-rank batch);
+ * another count depends on the global batch, which a list does not know. */
+static int opt_chunks(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  int chunks = 0, rc = degree(c, opt, v, &chunks);
+  if (rc || chunks == 1) return rc;
+  (void)s;
+  return refuse_value(c, opt, v,
+                      "the micro-batch count follows from micro_batch, which an ATorch list cannot give: write the "
+                      "v1 form with \"micro_batch\": global_batch / (data * chunks)",
+                      "1 (the whole per-rank batch at once)");
+}
+
+static int opt_schedule(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  const char *name = json_is_string(v) ? json_string_value(v) : "";
+  if (strcasecmp(name, "1f1b") == 0) s->schedule = AA_SCHEDULE_1F1B;
+  else if (strcasecmp(name, "gpipe") == 0) s->schedule = AA_SCHEDULE_GPIPE;
+  else if (strncasecmp(name, "interleaved", 11) == 0)
+    return refuse_value(c, opt, v, "interleaved virtual stages are not supported", "\"1F1B\", \"GPipe\"");
+  else return fail(c, AA_EINVAL, "%s: must be \"1f1b\" or \"gpipe\"", opt);
   return 0;
 }
 
-/* ZeRO's config (wrap policies, offload flags of FSDP) has no counterpart
- * here; the stage is what matters. */
-static int apply_zero(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
-  (void)cfg;
-  s->zero = strcmp(c->name, "zero1") == 0 ? 1 : strcmp(c->name, "zero2") == 0 ? 2 : 3;
+#define END {NULL, NULL}
+
+static const option_t amp_options[] = {
+    {"dtype", opt_dtype}, {"skip_if_nonfinite", opt_skip_nonfinite}, {"enabled", opt_enabled}, END};
+
+static const option_t checkpoint_options[] = {{"wrap_class", opt_wrap_class}, END};
+
+static const option_t zero1_options[] = {{"use_ds_zero", opt_library}, END};
+
+/* zero2 is FSDP's SHARD_GRAD_OP unless another library is chosen, so it
+ * takes FSDP's options too. */
+#define FSDP_OPTIONS                                                                                         \
+  {"sharding_strategy", opt_sharding_strategy}, {"cpu_offload", opt_cpu_offload},                          \
+      {"atorch_wrap_cls", opt_atorch_wrap_cls}, {"sync_module_states", opt_no_effect},                     \
+      {"use_orig_params", opt_no_effect}, {"limit_all_gathers", opt_no_effect},                            \
+      {"forward_prefetch", opt_forward_prefetch}, {"backward_prefetch", opt_backward_prefetch}
+static const option_t zero2_options[] = {
+    {"use_ds_zero", opt_library}, {"not_use_fsdp", opt_library}, FSDP_OPTIONS, END};
+static const option_t fsdp_options[] = {FSDP_OPTIONS, END};
+
+static const option_t tp_options[] = {{"degree", opt_degree}, END};
+
+static const option_t pp_options[] = {
+    {"chunks", opt_chunks}, {"schedule", opt_schedule}, {"sche", opt_schedule}, {"pipe_schedule", opt_schedule},
+    END};
+
+static const refusal_t fsdp_refused[] = {
+    {"mixed_precision", "FSDP's own mixed precision; give amp_native for mixed precision"},
+    {"auto_wrap_policy", "a Python callable; autoaccel's ZeRO units are the transformer blocks (atorch_wrap_cls "
+                         "with the block class says so)"},
+    {"atorch_size_based_min_num_params", "it wraps modules by size; autoaccel's ZeRO units are the transformer "
+                                         "blocks"},
+    {"atorch_ignored_cls", "it would leave modules unsharded; autoaccel shards every parameter"},
+    {"ignored_modules", "it would leave modules unsharded; autoaccel shards every parameter"},
+    {"ignored_states", "it would leave parameters unsharded; autoaccel shards every parameter"},
+    {"wrap_trainable_outmost", "it wraps only the trainable parameters (LoRA); autoaccel trains every parameter"},
+    {"param_init_fn", "a Python callable; autoaccel draws the initial weights from the spec's seed"},
+    END};
+
+static const refusal_t tp_refused[] = {
+    {"shard_planner", "autoaccel splits attention and the MLP as Megatron does and takes no sharding plan"},
+    {"replacement_map", "autoaccel splits attention and the MLP as Megatron does and takes no sharding plan"},
+    {"tp_ranks", "the tensor groups follow from parallel_mode (its order and rank_order)"},
+    END};
+
+static const refusal_t pp_refused[] = {
+    {"nstages", "interleaved virtual stages are not supported: the stages are the pipeline degree of "
+                "parallel_mode"},
+    {"pipe_ranks", "the pipeline groups follow from parallel_mode (its order and rank_order)"},
+    {"insert_before_modules", "autoaccel splits the blocks evenly across the stages"},
+    {"shard_planner", "autoaccel splits the blocks evenly across the stages"},
+    END};
+
+/* Honours each member of an options object, or refuses the first that
+ * cannot be honoured, naming it. */
+static int apply_options(ctx_t *c, aa_strategy_t *s, const json_t *cfg, const option_t *opts,
+                         const refusal_t *refused) {
+  if (!cfg || json_is_null(cfg)) return 0;
+  if (!json_is_object(cfg))
+    return fail(c, AA_EINVAL, "config must be an object of options (got %s)", aa_json_type_name(cfg));
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)cfg, key, v) {
+    const option_t *o = opts;
+    while (o->name && strcmp(o->name, key) != 0)
+      o++;
+    if (o->name) {
+      int rc = o->apply(c, s, o->name, v);
+      if (rc) return rc;
+      continue;
+    }
+    const refusal_t *r = refused;
+    while (r && r->name && strcmp(r->name, key) != 0)
+      r++;
+    char got[256], list[512];
+    size_t n = 0;
+    list[0] = '\0';
+    for (o = opts; o->name && n < sizeof list; o++)
+      n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", o == opts ? "" : ", ", o->name);
+    aa_json_sanitize(got, sizeof got, key);
+    if (r && r->name)
+      return fail(c, AA_EUNSUPPORTED, "option \"%s\" is not supported by autoaccel (%s); supported options: %s",
+                  got, r->why, list);
+    return fail(c, AA_EUNSUPPORTED, "option \"%s\" is not supported by autoaccel; supported options: %s", got,
+                list);
+  }
   return 0;
+}
+
+/* ---- methods ------------------------------------------------------------- */
+
+static int apply_amp_native(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
+  s->amp = AA_F16; /* ATorch's default dtype */
+  return apply_options(c, s, cfg, amp_options, NULL);
+}
+
+/* ATorch's config names the module classes to checkpoint: one name, a list,
+ * or (here) {"wrap_class": ...}. The block's class is checkpoint "full";
+ * no config checkpoints every block too. */
+static int apply_checkpoint(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
+  s->ckpt = AA_CKPT_FULL;
+  s->ckpt_layers = 0;
+  if (!cfg || json_is_null(cfg)) return 0;
+  if (json_is_object(cfg)) return apply_options(c, s, cfg, checkpoint_options, NULL);
+  return block_classes(c, "config", cfg, "not the transformer block; autoaccel checkpoints whole blocks");
+}
+
+static int apply_zero(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
+  if (strcmp(c->name, "zero1") == 0) {
+    s->zero = 1;
+    return apply_options(c, s, cfg, zero1_options, NULL);
+  }
+  if (strcmp(c->name, "zero2") == 0) {
+    s->zero = 2;
+    return apply_options(c, s, cfg, zero2_options, fsdp_refused);
+  }
+  s->zero = 3;
+  return apply_options(c, s, cfg, fsdp_options, fsdp_refused);
 }
 
 /* The degree, as an integer or {"degree": n}; no config keeps the one
  * parallel_mode gave. */
 static int apply_tensor_parallel(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
-  if (!cfg || json_is_null(cfg)) return 0;
-  const json_t *d = cfg;
-  if (json_is_object(cfg)) {
-    if (json_object_size(cfg) != 1 || !(d = json_object_get(cfg, "degree")))
-      return fail(c, AA_EINVAL, "config must be a degree or {\"degree\": n}");
-  }
-  int tp = 0, rc = degree(c, "degree", d, &tp);
-  return rc ? rc : set_tp(c, s, tp);
+  if (cfg && json_is_integer(cfg)) return opt_degree(c, s, "degree", cfg);
+  return apply_options(c, s, cfg, tp_options, tp_refused);
 }
 
-/* The pipeline degree comes from parallel_mode; chunks (the micro-batch
- * count) is settled by resolve from micro_batch, so only the schedule is
- * kept. */
+/* The pipeline degree comes from parallel_mode; the options give the
+ * schedule (one of three spellings) and the micro-batch count. */
 static int apply_pipeline_parallel(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
-  if (!cfg || json_is_null(cfg)) return 0;
-  if (!json_is_object(cfg))
-    return fail(c, AA_EINVAL, "config must be an object (got %s)", aa_json_type_name(cfg));
-  if (json_object_get(cfg, "schedule") && json_object_get(cfg, "sche"))
-    return fail(c, AA_EINVAL, "config gives both schedule and sche; give one");
-  const char *key;
-  json_t *v;
-  json_object_foreach((json_t *)cfg, key, v) {
-    if (strcmp(key, "chunks") == 0) {
-      int chunks = 0, rc = degree(c, "chunks", v, &chunks);
-      if (rc) return rc;
-    } else if (strcmp(key, "schedule") == 0 || strcmp(key, "sche") == 0) {
-      const char *name = json_is_string(v) ? json_string_value(v) : "";
-      if (strcasecmp(name, "1f1b") == 0)
-        s->schedule = AA_SCHEDULE_1F1B;
-      else if (strcasecmp(name, "gpipe") == 0)
-        s->schedule = AA_SCHEDULE_GPIPE;
-      else
-        return fail(c, AA_EINVAL, "%s: must be \"1f1b\" or \"gpipe\"", key);
-    } else {
-      char got[256];
-      aa_json_sanitize(got, sizeof got, key);
-      return fail(c, AA_EINVAL, "config: unknown key \"%s\" (allowed: chunks, schedule, sche)", got);
-    }
+  static const char *const spellings[] = {"schedule", "sche", "pipe_schedule"};
+  const char *given = NULL;
+  for (size_t i = 0; cfg && json_is_object(cfg) && i < 3; i++) {
+    if (!json_object_get(cfg, spellings[i])) continue;
+    if (given) return fail(c, AA_EINVAL, "config gives both %s and %s; give one", given, spellings[i]);
+    given = spellings[i];
   }
-  return 0;
+  return apply_options(c, s, cfg, pp_options, pp_refused);
 }
 
 /* Methods of one group set the same knob, so two of them conflict. */
@@ -240,6 +527,17 @@ static const struct {
     {"pipeline_parallel", G_PP, apply_pipeline_parallel},
 };
 #define NMETHODS (sizeof methods / sizeof methods[0])
+
+/* What only the whole list settles: a rank order lists the ranks of the
+ * degrees that every item together gave. */
+static int check_list(ctx_t *c, const aa_strategy_t *s) {
+  char rule[256];
+  int rc = aa__rank_order_check(s, rule, sizeof rule);
+  if (!rc) return 0;
+  c->pos = (size_t)c->rank_from;
+  c->name = "parallel_mode";
+  return fail(c, rc, "rank_order: %s", rule);
+}
 
 int aa__strategy_from_atorch(aa_strategy_t *out, const json_t *list, const char *origin) {
   aa_strategy_t s;
@@ -287,6 +585,8 @@ int aa__strategy_from_atorch(aa_strategy_t *out, const json_t *list, const char 
     int rc = methods[m].apply(&c, &s, cfg);
     if (rc) return rc;
   }
+  int rc = check_list(&c, &s);
+  if (rc) return rc;
   *out = s;
   return 0;
 }

@@ -9,6 +9,7 @@
 #include "planner/planner_internal.h"
 #include "planner/store.h"
 #include "strategies/cost.h"
+#include "strategies/space.h"
 #include "tests/aa_test.h"
 
 #include <jansson.h>
@@ -71,7 +72,7 @@ AA_TEST(exclude_names_leave_out_methods) {
   aa_model_spec_t spec = spec_with_batch(4);
   unsigned mask = 0;
   const char *a[] = {"fp16", "checkpoint"};
-  CHECK(aa__search_exclude_mask(a, 2, &mask) == 0);
+  CHECK(aa_space_exclude_mask(a, 2, &mask) == 0);
   aa_search_t s;
   CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask) == 0);
   CHECK(s.n == 6); /* fp32, bf16 x none x 4, 2, 1: the service test's count */
@@ -79,26 +80,26 @@ AA_TEST(exclude_names_leave_out_methods) {
   aa__search_free(&s);
 
   const char *b[] = {"amp", "selective"};
-  CHECK(aa__search_exclude_mask(b, 2, &mask) == 0);
+  CHECK(aa_space_exclude_mask(b, 2, &mask) == 0);
   CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask) == 0);
   CHECK(s.n == 6); /* fp32 x none, full */
   aa__search_free(&s);
 
   const char *atorch[] = {"amp_native", "zero2", "fsdp", "tensor_parallel", "pipeline_parallel"};
-  CHECK(aa__search_exclude_mask(atorch, 5, &mask) == 0);
+  CHECK(aa_space_exclude_mask(atorch, 5, &mask) == 0);
   CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask) == 0);
   CHECK(s.n == 9);
   aa__search_free(&s);
 
   const char *all[] = {"fp32", "amp"};
-  CHECK(aa__search_exclude_mask(all, 2, &mask) == 0);
+  CHECK(aa_space_exclude_mask(all, 2, &mask) == 0);
   CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask) == AA_EINVAL);
 }
 
 AA_TEST(unknown_exclude_method_is_named_with_the_accepted_ones) {
   const char *a[] = {"bf16", "zero9"};
   unsigned mask = 123;
-  CHECK(aa__search_exclude_mask(a, 2, &mask) == AA_EINVAL);
+  CHECK(aa_space_exclude_mask(a, 2, &mask) == AA_EINVAL);
   CHECK(mask == 123);
   CHECK(strstr(aa_last_error(), "\"zero9\""));
   CHECK(strstr(aa_last_error(), "accepted: amp, amp_native, bf16"));
@@ -353,13 +354,13 @@ AA_TEST(data_parallel_takes_the_batch_divisors_up_to_the_pool_largest_first) {
   /* ZeRO's exclude names: "zero" leaves stage 0 alone, "fsdp" is stage 3. */
   unsigned mask = 0;
   const char *zero[] = {"zero"};
-  CHECK(aa__search_exclude_mask(zero, 1, &mask) == 0);
+  CHECK(aa_space_exclude_mask(zero, 1, &mask) == 0);
   CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask) == 0);
   CHECK(s.n == 18 + 27);
   for (size_t i = 0; i < s.n; i++) CHECK(s.c[i].s.zero == 0);
   aa__search_free(&s);
   const char *some[] = {"zero2", "fsdp", "amp", "checkpoint"};
-  CHECK(aa__search_exclude_mask(some, 4, &mask) == 0);
+  CHECK(aa_space_exclude_mask(some, 4, &mask) == 0);
   CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask) == 0);
   CHECK(s.n == 2 * 2 + 3); /* dp 2 at zero 0 and 1 x mb 2, 1; dp 1 x mb 4, 2, 1 */
   CHECK(!strcmp(s.c[2].key, "dp2.tp1.pp1.z1.fp32.ckpt-none.mb2"));

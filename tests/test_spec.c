@@ -1,12 +1,17 @@
 /* Model-spec parsing, validation, canonical hash, parameter count and the
- * learning-rate schedule (common/spec.c). Fixtures live in tests/specs/ and
+ * learning-rate schedule (common/spec.c), and the table-driven field reader
+ * it shares with the strategy file (common/json.h). Fixtures live in tests/specs/ and
  * are found through AA_SOURCE_DIR (set by ctest; "." when unset). */
 #include "common/aa.h"
+#include "common/json.h"
 #include "common/rendezvous.h"
 #include "common/spec.h"
 #include "tests/aa_test.h"
 
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -605,6 +610,104 @@ AA_TEST(rendezvous_is_unique_clean_and_parses_back) {
   CHECK(aa_rendezvous_parse("gloo:/x", &backend, &name) == AA_EINVAL);
 }
 
+/* --- the shared field reader (common/json.h), which the strategy file uses too --- */
+
+typedef struct {
+  int n;
+  int64_t big;
+  double d;
+  float f;
+  int flag, pick;
+  char text[8];
+  struct {
+    int depth;
+  } inner;
+  int custom;
+} reader_demo_t;
+
+static const char *no_x(const char *s, size_t len) { return memchr(s, 'x', len) ? "must not contain x" : NULL; }
+
+static int read_twice(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
+  if (!json_is_integer(v)) return aa_json_fail_type(c, path, "an integer", v);
+  *(int *)dst = 2 * (int)json_integer_value(v);
+  return 0;
+}
+
+#define DEMO(m) .off = offsetof(reader_demo_t, m), .size = sizeof(((reader_demo_t *)0)->m)
+static const char *const demo_names[] = {"a", "b", NULL};
+static const aa_json_field_t demo_inner[] = {
+    {.key = "depth", .kind = AA_JSON_INT, .imin = 0, .imax = 9, DEMO(inner.depth)},
+};
+static const aa_json_field_t demo_fields[] = {
+    {.key = "n", .kind = AA_JSON_INT, .required = true, .imin = 1, .imax = INT_MAX, .idef = 5, DEMO(n)},
+    {.key = "big", .kind = AA_JSON_INT, .imin = 0, .imax = LLONG_MAX, .idef = 7, DEMO(big)},
+    {.key = "d", .kind = AA_JSON_NUMBER, .fmin = 0, .fmax = INFINITY, .fdef = 0.5, DEMO(d)},
+    {.key = "f", .kind = AA_JSON_NUMBER, .fmin = 0, .fmax = 1, .fmax_open = true, DEMO(f)},
+    {.key = "flag", .kind = AA_JSON_BOOL, DEMO(flag)},
+    {.key = "pick", .kind = AA_JSON_ENUM, .names = demo_names, DEMO(pick)},
+    {.key = "text", .kind = AA_JSON_STRING, .check = no_x, DEMO(text)},
+    {.key = "inner", .kind = AA_JSON_OBJECT, .sub = demo_inner, .nsub = 1},
+    {.key = "custom", .kind = AA_JSON_CUSTOM, .parse = read_twice, DEMO(custom)},
+    {.key = "skip", .kind = AA_JSON_KEY},
+};
+#define NDEMO (sizeof demo_fields / sizeof demo_fields[0])
+
+/* Reads json with the demo table; the message on failure. */
+static int read_demo(const char *json, reader_demo_t *out, unsigned *present) {
+  json_error_t e;
+  json_t *root = json_loads(json, 0, &e);
+  if (!root) return AA_EPARSE;
+  aa_json_ctx_t c = {.origin = "demo.json"};
+  int rc = aa_json_read_fields(&c, root, "", demo_fields, NDEMO, out, present);
+  json_decref(root);
+  return rc;
+}
+
+AA_TEST(shared_field_reader_reads_every_kind) {
+  reader_demo_t d;
+  memset(&d, 0, sizeof d);
+  aa_json_fields_default(demo_fields, NDEMO, &d);
+  CHECK(d.n == 5 && d.big == 7 && d.d == 0.5 && d.f == 0.0f && d.pick == 0);
+  unsigned present = 0;
+  CHECK_MSG(read_demo("{\"n\": 3, \"big\": 9007199254740993, \"f\": 0.25, \"flag\": true, \"pick\": \"b\", "
+                      "\"text\": \"abc\", \"inner\": {\"depth\": 4}, \"custom\": 21, \"skip\": [1]}",
+                      &d, &present) == 0,
+            "%s", aa_last_error());
+  CHECK(d.n == 3 && d.big == 9007199254740993LL && d.d == 0.5 && d.f == 0.25f && d.flag == 1 && d.pick == 1);
+  CHECK(!strcmp(d.text, "abc") && d.inner.depth == 4 && d.custom == 42);
+  CHECK(present == (1u << NDEMO) - 1 - (1u << 2)); /* every field but d */
+  static const struct {
+    const char *json, *message;
+  } bad[] = {
+      {"{\"n\": 1, \"zz\": 1}", "demo.json: zz: unknown key (allowed: n, big, d, f, flag, pick, text, inner, "
+                                "custom, skip)"},
+      {"{}", "demo.json: n: required field is missing"},
+      {"{\"n\": 2.0}", "demo.json: n: must be an integer (got real number 2.0)"},
+      {"{\"n\": 0}", "demo.json: n: must be >= 1 (got 0)"},
+      {"{\"n\": 2147483648}", "demo.json: n: must be <= 2147483647 (got 2147483648)"},
+      {"{\"n\": 1, \"f\": 0.99999999999}",
+       "demo.json: f: must be in [0, 1) (got 0.99999999999, which rounds to 1 as a 32-bit float)"},
+      {"{\"n\": 1, \"d\": -0.1}", "demo.json: d: must be >= 0 (got -0.1)"},
+      {"{\"n\": 1, \"flag\": 1}", "demo.json: flag: must be true or false (got integer)"},
+      {"{\"n\": 1, \"pick\": \"c\"}", "demo.json: pick: must be one of: a, b (got \"c\")"},
+      {"{\"n\": 1, \"text\": \"axb\"}", "demo.json: text: must not contain x"},
+      {"{\"n\": 1, \"text\": \"abcdefgh\"}", "demo.json: text: must be at most 7 bytes long"},
+      {"{\"n\": 1, \"inner\": {\"depth\": 10}}", "demo.json: inner.depth: must be between 0 and 9 (got 10)"},
+      {"{\"n\": 1, \"inner\": {\"deep\": 1}}", "demo.json: inner.deep: unknown key (allowed: depth)"},
+      {"{\"n\": 1, \"inner\": 3}", "demo.json: inner: must be an object (got integer)"},
+      {"{\"n\": 1, \"custom\": \"x\"}", "demo.json: custom: must be an integer (got string)"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    CHECK_MSG(read_demo(bad[i].json, &d, NULL) == AA_EINVAL, "%s", bad[i].json);
+    CHECK_MSG(!strcmp(aa_last_error(), bad[i].message), "%s: \"%s\", want \"%s\"", bad[i].json, aa_last_error(),
+              bad[i].message);
+  }
+  /* Without an origin, messages start at the path. */
+  aa_json_ctx_t bare = {.origin = NULL};
+  CHECK(aa_json_check_int(&bare, "model.n_layer", &demo_fields[0], 0) == AA_EINVAL);
+  CHECK(!strcmp(aa_last_error(), "model.n_layer: must be >= 1 (got 0)"));
+}
+
 int main(void) {
   RUN(full_spec_parses_every_field_as_written);
   RUN(minimal_spec_gets_every_default);
@@ -641,5 +744,6 @@ int main(void) {
   RUN(cosine_decays_monotonically_to_min_lr);
   RUN(constant_schedule_holds_lr_after_warmup);
   RUN(rendezvous_is_unique_clean_and_parses_back);
+  RUN(shared_field_reader_reads_every_kind);
   return aa_test_summary();
 }

@@ -1,6 +1,7 @@
 /* Strategies (strategies/): defaults, the v1 file (parse, validate, save,
- * round trip), the canonical key, ATorch's list form, and the rules of
- * aa_strategy_resolve against a model spec. Example files live in
+ * round trip), the canonical key, the mesh's axis order and rank order,
+ * ATorch's list form (every option honoured or refused by name), and the
+ * rules of aa_strategy_resolve against a model spec. Example files live in
  * examples/strategies/ and are found through AA_SOURCE_DIR. */
 #include "common/aa.h"
 #include "common/spec.h"
@@ -29,7 +30,11 @@ static const char *example(const char *name) {
 #define V1 "\"format\": \"autoaccel-strategy\", \"version\": 1"
 
 static int same(const aa_strategy_t *a, const aa_strategy_t *b) {
-  return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->zero == b->zero && a->amp == b->amp &&
+  if (a->nranks != b->nranks || (a->nranks > 0 && a->nranks <= AA_STRATEGY_WORLD_MAX &&
+                                 memcmp(a->rank_order, b->rank_order, sizeof a->rank_order[0] * a->nranks)))
+    return 0;
+  return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->order == b->order && a->zero == b->zero &&
+         a->amp == b->amp &&
          a->ckpt == b->ckpt && a->ckpt_layers == b->ckpt_layers && a->micro_batch == b->micro_batch &&
          a->schedule == b->schedule && a->loss_scale.loss_scale == b->loss_scale.loss_scale &&
          a->loss_scale.initial_scale_power == b->loss_scale.initial_scale_power &&
@@ -186,7 +191,7 @@ AA_TEST(every_field_rule_fires) {
   } cases[] = {
       {"\"parallel\": {\"data\": 0}", "parallel.data: must be between 1 and 65536 (got 0)"},
       {"\"parallel\": {\"tensor\": 65537}", "parallel.tensor: must be between 1 and 65536 (got 65537)"},
-      {"\"parallel\": {\"pipeline\": 2.0}", "parallel.pipeline: must be an integer (got real number)"},
+      {"\"parallel\": {\"pipeline\": 2.0}", "parallel.pipeline: must be an integer (got real number 2.0)"},
       {"\"parallel\": 2", "parallel: must be an object (got integer)"},
       {"\"zero\": 4", "zero: must be between 0 and 3 (got 4)"},
       {"\"zero\": -1", "zero: must be between 0 and 3 (got -1)"},
@@ -198,7 +203,7 @@ AA_TEST(every_field_rule_fires) {
        "checkpoint_layers: only applies to checkpoint \"full\" (got 2 with checkpoint \"selective\""},
       {"\"checkpoint_layers\": 1", "only applies to checkpoint \"full\" (got 1 with checkpoint \"none\""},
       {"\"micro_batch\": -4", "micro_batch: must be >= 0 (got -4)"},
-      {"\"micro_batch\": 4294967296", "micro_batch: must be >= 0 (got 4294967296)"},
+      {"\"micro_batch\": 4294967296", "micro_batch: must be <= 2147483647 (got 4294967296)"},
       {"\"schedule\": \"interleaved\"", "schedule: must be one of: 1f1b, gpipe (got \"interleaved\")"},
       {"\"skip_if_nonfinite\": 1", "skip_if_nonfinite: must be true or false (got integer)"},
       {"\"loss_scaling\": {\"loss_scale\": -1}", "loss_scaling.loss_scale: must be >= 0 (got -1)"},
@@ -252,7 +257,7 @@ AA_TEST(unknown_keys_are_named_with_the_allowed_ones) {
       "version, parallel, zero, amp, loss_scaling, skip_if_nonfinite, checkpoint, checkpoint_layers, "
       "micro_batch, schedule, key, provenance)");
   EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"dp\": 2}}", AA_EINVAL,
-                     "s.json: parallel.dp: unknown key (allowed: data, tensor, pipeline)");
+                     "s.json: parallel.dp: unknown key (allowed: data, tensor, pipeline, order, rank_order)");
   EXPECT_PARSE_ERROR("{" V1 ", \"loss_scaling\": {\"window\": 2}}", AA_EINVAL,
                      "loss_scaling.window: unknown key", "loss_scale_window");
   EXPECT_PARSE_ERROR("{" V1 ", \"provenance\": {\"host\": \"a\"}}", AA_EINVAL,
@@ -468,7 +473,10 @@ AA_TEST(atorch_methods_map_onto_the_knobs) {
       {"[[\"amp_native\", {\"dtype\": \"float16\"}]]", "dp1.tp1.pp1.z0.fp16.ckpt-none.mb0"},
       {"[[\"parallel_mode\", {\"data\": 2, \"tensor\": 1, \"pipeline\": 1}]]",
        "dp2.tp1.pp1.z0.fp32.ckpt-none.mb0"},
+      /* Pairs give the axis order too: data varies fastest here. */
       {"[[\"parallel_mode\", [[\"data\", 2], [\"tensor\", 2]]], \"zero2\"]",
+       "dp2.tp2.pp1.z2.fp32.ckpt-none.mb0.order-dtp"},
+      {"[[\"parallel_mode\", [[\"tensor\", 2], [\"data\", 2]]], \"zero2\"]",
        "dp2.tp2.pp1.z2.fp32.ckpt-none.mb0"},
       /* ATorch's own tuple: ([(group, size), ...], rank_order). */
       {"[[\"parallel_mode\", [[[\"data\", 4]], null], true]]", "dp4.tp1.pp1.z0.fp32.ckpt-none.mb0"},
@@ -478,7 +486,7 @@ AA_TEST(atorch_methods_map_onto_the_knobs) {
       {"[[\"tensor_parallel\", {\"degree\": 4}]]", "dp1.tp4.pp1.z0.fp32.ckpt-none.mb0"},
       {"[[\"parallel_mode\", {\"tensor\": 2}], [\"tensor_parallel\", 2]]",
        "dp1.tp2.pp1.z0.fp32.ckpt-none.mb0"},
-      {"[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"chunks\": 8, \"sche\": "
+      {"[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"chunks\": 1, \"sche\": "
        "\"GPipe\"}]]",
        "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.gpipe"},
   };
@@ -524,15 +532,17 @@ AA_TEST(atorch_bad_items_and_conflicts_are_refused) {
                      "\"data\" is given twice");
   EXPECT_PARSE_ERROR("[[\"parallel_mode\", {\"data\": 0}]]", AA_EINVAL,
                      "data: must be between 1 and 65536 (got 0)");
-  EXPECT_PARSE_ERROR("[[\"parallel_mode\", [[[\"data\", 2]], [1, 0]]]]", AA_EUNSUPPORTED,
-                     "custom rank order");
   EXPECT_PARSE_ERROR("[[\"parallel_mode\", 4]]", AA_EINVAL, "config must be an object of group sizes");
   EXPECT_PARSE_ERROR("[[\"amp_native\", {\"dtype\": \"int8\"}]]", AA_EINVAL,
                      "item 1 (amp_native): dtype: must be one of", "(got \"int8\")");
-  EXPECT_PARSE_ERROR("[[\"amp_native\", {\"opt_level\": \"O1\"}]]", AA_EINVAL, "unknown key \"opt_level\"");
+  EXPECT_PARSE_ERROR("[[\"amp_native\", {\"opt_level\": \"O1\"}]]", AA_EUNSUPPORTED,
+                     "item 1 (amp_native): option \"opt_level\" is not supported by autoaccel; supported options: "
+                     "dtype, skip_if_nonfinite, enabled");
   EXPECT_PARSE_ERROR("[[\"checkpoint\", [1, 2]]]", AA_EINVAL, "list of module names");
-  EXPECT_PARSE_ERROR("[[\"tensor_parallel\", {\"size\": 2}]]", AA_EINVAL, "config must be a degree");
-  EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"sche\": \"interleaved\"}]]", AA_EINVAL,
+  EXPECT_PARSE_ERROR("[[\"tensor_parallel\", {\"size\": 2}]]", AA_EUNSUPPORTED,
+                     "option \"size\" is not supported by autoaccel; supported options: degree");
+  EXPECT_PARSE_ERROR("[[\"tensor_parallel\", \"2\"]]", AA_EINVAL, "config must be an object of options (got string)");
+  EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"sche\": \"fast\"}]]", AA_EINVAL,
                      "sche: must be \"1f1b\" or \"gpipe\"");
   EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"schedule\": \"1f1b\", \"sche\": \"gpipe\"}]]", AA_EINVAL,
                      "both schedule and sche");
@@ -542,6 +552,260 @@ AA_TEST(atorch_bad_items_and_conflicts_are_refused) {
   EXPECT_PARSE_ERROR("[[\"zero1\", null, true, 4]]", AA_EINVAL, "item 1: must be a method name");
   EXPECT_PARSE_ERROR("[[\"zero1\", null, \"yes\"]]", AA_EINVAL,
                      "tunable (third element) must be true or false");
+}
+
+/* --- the mesh's numbering: axis order and rank order ------------------------ */
+
+/* A file without them is the default order and no rank order, and a saved
+ * default strategy says nothing of either: today's files round-trip byte
+ * for byte. */
+AA_TEST(files_without_an_order_round_trip_byte_for_byte) {
+  char *buf = NULL, *text = NULL;
+  size_t len = 0;
+  aa_strategy_t s;
+  CHECK_MSG(aa_read_file(example("bf16-full.json"), 1 << 20, "a strategy", &buf, &len) == 0, "%s", aa_last_error());
+  if (!buf) return;
+  if (parse_ok(&s, buf) == 0) {
+    CHECK(s.order == AA_ORDER_TDP && s.nranks == 0);
+    CHECK(aa_strategy_to_json(&s, &text) == 0);
+    if (text) CHECK_MSG(!strcmp(text, buf), "wrote\n%s\nread\n%s", text, buf);
+  }
+  free(text);
+  free(buf);
+}
+
+AA_TEST(order_and_rank_order_parse_write_and_read_back) {
+  aa_strategy_t s, back;
+  if (parse_ok(&s, "{" V1 ", \"parallel\": {\"data\": 2, \"tensor\": 4, \"pipeline\": 2, \"order\": [\"tensor\", "
+                   "\"pipeline\", \"data\"], \"rank_order\": [15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, "
+                   "0]}}"))
+    return;
+  CHECK(s.order == AA_ORDER_TPD && s.nranks == 16 && s.rank_order[0] == 15 && s.rank_order[15] == 0);
+  char *text = NULL;
+  CHECK_MSG(aa_strategy_to_json(&s, &text) == 0, "%s", aa_last_error());
+  if (!text) return;
+  CHECK(strstr(text, "\"order\": [\n      \"tensor\",\n      \"pipeline\",\n      \"data\"\n    ]"));
+  CHECK(strstr(text, "\"rank_order\": [\n      15,"));
+  if (parse_ok(&back, text) == 0) CHECK(same(&s, &back));
+  free(text);
+  /* An order given in full that is the default's is not written back. */
+  if (parse_ok(&s, "{" V1 ", \"parallel\": {\"order\": [\"tensor\", \"data\", \"pipeline\"]}}")) return;
+  CHECK(s.order == AA_ORDER_TDP);
+  CHECK(aa_strategy_to_json(&s, &text) == 0);
+  if (text) CHECK(!strstr(text, "order"));
+  free(text);
+}
+
+AA_TEST(key_shows_an_order_only_where_it_changes_the_groups) {
+  static const struct {
+    const char *parallel, *key;
+  } cases[] = {
+      /* One parallel axis: every order groups alike. */
+      {"\"data\": 4, \"order\": [\"data\", \"pipeline\", \"tensor\"]", "dp4.tp1.pp1.z0.fp32.ckpt-none.mb0"},
+      /* Data before pipeline in both: the default's grouping. */
+      {"\"data\": 2, \"pipeline\": 2, \"order\": [\"data\", \"tensor\", \"pipeline\"]",
+       "dp2.tp1.pp2.z0.fp32.ckpt-none.mb0.1f1b"},
+      {"\"data\": 2, \"pipeline\": 2, \"order\": [\"pipeline\", \"data\", \"tensor\"]",
+       "dp2.tp1.pp2.z0.fp32.ckpt-none.mb0.1f1b.order-pdt"},
+      {"\"data\": 2, \"tensor\": 4, \"pipeline\": 2, \"order\": [\"tensor\", \"pipeline\", \"data\"]",
+       "dp2.tp4.pp2.z0.fp32.ckpt-none.mb0.1f1b.order-tpd"},
+      /* The identity is no rank order; FNV-1a 64 of "1,0" names another. */
+      {"\"data\": 2, \"rank_order\": [0, 1]", "dp2.tp1.pp1.z0.fp32.ckpt-none.mb0"},
+      {"\"data\": 2, \"rank_order\": [1, 0]", "dp2.tp1.pp1.z0.fp32.ckpt-none.mb0.ranks-45762f181827e9c0"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char json[512];
+    aa_strategy_t s;
+    snprintf(json, sizeof json, "{" V1 ", \"parallel\": {%s}}", cases[i].parallel);
+    if (parse_ok(&s, json)) continue;
+    CHECK_MSG(!strcmp(key_of(&s), cases[i].key), "%s: key %s, want %s", cases[i].parallel, key_of(&s),
+              cases[i].key);
+  }
+}
+
+AA_TEST(bad_orders_and_rank_orders_are_refused_with_the_rule) {
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"order\": [\"tensor\", \"data\"]}}", AA_EINVAL,
+                     "s.json: parallel.order: must list the three axes \"data\", \"tensor\", \"pipeline\" once each");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"order\": [\"tensor\", \"data\", \"seq\"]}}", AA_EINVAL,
+                     "parallel.order: unknown axis \"seq\" (allowed: data, tensor, pipeline)");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"order\": [\"tensor\", \"data\", \"data\"]}}", AA_EINVAL,
+                     "parallel.order: axis \"data\" is given twice");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"rank_order\": {}}}", AA_EINVAL,
+                     "parallel.rank_order: must be a list of ranks (got object)");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"rank_order\": []}}", AA_EINVAL,
+                     "parallel.rank_order: must list 1 to 4096 ranks (got 0)");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"data\": 3, \"rank_order\": [0, 2, 0]}}", AA_EINVAL,
+                     "parallel.rank_order: rank 0 is given twice (positions 0 and 2); a rank order is a "
+                     "permutation of 0..2");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"data\": 2, \"rank_order\": [0, 2]}}", AA_EINVAL,
+                     "parallel.rank_order: rank 2 at position 1 is outside 0..1");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"data\": 2, \"rank_order\": [0, \"1\"]}}", AA_EINVAL,
+                     "parallel.rank_order: position 1: must be an integer rank (got string)");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"data\": 2, \"pipeline\": 2, \"rank_order\": [2, 0, 1]}}",
+                     AA_EINVAL, "parallel.rank_order: lists 3 ranks, but data * tensor * pipeline = 2 * 1 * 2 = 4");
+  /* What the reader refuses, the writer refuses too. */
+  aa_strategy_t s;
+  char *text = NULL;
+  aa_strategy_default(&s);
+  s.order = (aa_axis_order_t)9;
+  CHECK(aa_strategy_to_json(&s, &text) == AA_EINVAL && !text);
+  CHECK(strstr(aa_last_error(), "parallel.order: must list the three axes"));
+  aa_strategy_default(&s);
+  s.dp = 2;
+  s.nranks = 2;
+  s.rank_order[0] = s.rank_order[1] = 1;
+  CHECK(aa_strategy_to_json(&s, &text) == AA_EINVAL && !text);
+  CHECK(strstr(aa_last_error(), "parallel.rank_order: rank 1 is given twice"));
+}
+
+/* A rank order lists the world's ranks, so a strategy rescaled to another
+ * world (autoaccel train's rule) no longer resolves. */
+AA_TEST(resolve_holds_a_rank_order_to_the_world) {
+  aa_model_spec_t spec = tiny_spec();
+  aa_strategy_t s;
+  if (parse_ok(&s, "{" V1 ", \"parallel\": {\"data\": 2, \"rank_order\": [1, 0]}}")) return;
+  CHECK_MSG(aa_strategy_resolve(&s, &spec, 2) == 0, "%s", aa_last_error());
+  s.dp = 4;
+  CHECK(aa_strategy_resolve(&s, &spec, 4) == AA_EINVAL);
+  CHECK_MSG(strstr(aa_last_error(), "parallel.rank_order: lists 2 ranks, but data * tensor * pipeline = 4 * 1 * 1 = 4"),
+            "%s", aa_last_error());
+}
+
+/* --- ATorch options: each honoured or refused by name -------------------- */
+
+AA_TEST(atorch_options_that_map_exactly_are_honoured) {
+  static const struct {
+    const char *json, *key;
+  } cases[] = {
+      {"[[\"amp_native\", {\"dtype\": \"bf16\", \"enabled\": true}]]", "dp1.tp1.pp1.z0.bf16.ckpt-none.mb0"},
+      {"[[\"checkpoint\", \"GPT2Block\"]]", "dp1.tp1.pp1.z0.fp32.ckpt-full.mb0"},
+      {"[[\"checkpoint\", [\"Block\", \"GPT2Block\"]]]", "dp1.tp1.pp1.z0.fp32.ckpt-full.mb0"},
+      {"[[\"checkpoint\", {\"wrap_class\": [\"GPT2Block\"]}]]", "dp1.tp1.pp1.z0.fp32.ckpt-full.mb0"},
+      {"[[\"zero1\", {\"use_ds_zero\": true}]]", "dp1.tp1.pp1.z1.fp32.ckpt-none.mb0"},
+      {"[[\"zero2\", {\"not_use_fsdp\": true, \"use_ds_zero\": false}]]", "dp1.tp1.pp1.z2.fp32.ckpt-none.mb0"},
+      {"[[\"zero2\", {\"sharding_strategy\": \"SHARD_GRAD_OP\", \"cpu_offload\": false}]]",
+       "dp1.tp1.pp1.z2.fp32.ckpt-none.mb0"},
+      {"[[\"fsdp\", {\"sharding_strategy\": \"ShardingStrategy.SHARD_GRAD_OP\"}]]",
+       "dp1.tp1.pp1.z2.fp32.ckpt-none.mb0"},
+      {"[[\"fsdp\", {\"sharding_strategy\": \"NO_SHARD\"}]]", "dp1.tp1.pp1.z0.fp32.ckpt-none.mb0"},
+      {"[[\"fsdp\", {\"sharding_strategy\": \"FULL_SHARD\", \"cpu_offload\": false, \"atorch_wrap_cls\": "
+       "\"GPT2Block\", \"sync_module_states\": true, \"use_orig_params\": true, \"limit_all_gathers\": true, "
+       "\"forward_prefetch\": false, \"backward_prefetch\": null}]]",
+       "dp1.tp1.pp1.z3.fp32.ckpt-none.mb0"},
+      {"[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"pipe_schedule\": \"GPipe\"}]]",
+       "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.gpipe"},
+      {"[[\"parallel_mode\", [[[\"data\", 2]], null, false]]]", "dp2.tp1.pp1.z0.fp32.ckpt-none.mb0"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    aa_strategy_t s;
+    if (parse_ok(&s, cases[i].json)) continue;
+    CHECK_MSG(!strcmp(key_of(&s), cases[i].key), "%s: key %s, want %s", cases[i].json, key_of(&s),
+              cases[i].key);
+  }
+}
+
+AA_TEST(atorch_options_autoaccel_cannot_honour_are_refused_by_name) {
+  static const struct {
+    const char *json, *needle;
+  } cases[] = {
+      {"[[\"fsdp\", {\"cpu_offload\": true}]]",
+       "s.json: item 1 (fsdp): option \"cpu_offload\": true is not supported by autoaccel (it would train without "
+       "offload: autoaccel keeps every state on the device); honoured: false"},
+      {"[\"zero1\", [\"checkpoint\", {\"wrap_class\": [\"GPT2Attention\"]}]]",
+       "s.json: item 2 (checkpoint): option \"wrap_class\": module class \"GPT2Attention\" is not supported by "
+       "autoaccel (autoaccel cannot checkpoint or shard attention alone"},
+      {"[[\"checkpoint\", [\"GPT2Block\", \"GPT2MLP\"]]]",
+       "item 1 (checkpoint): config: module class \"GPT2MLP\" is not supported by autoaccel (checkpointing the MLP "
+       "recomputes fc, GELU and proj"},
+      {"[[\"checkpoint\", \"Linear\"]]",
+       "config: module class \"Linear\" is not supported by autoaccel (not the transformer block; autoaccel "
+       "checkpoints whole blocks); honoured: GPT2Block, Block (the transformer block)"},
+      {"[[\"checkpoint\", {\"use_reentrant\": false}]]",
+       "item 1 (checkpoint): option \"use_reentrant\" is not supported by autoaccel; supported options: wrap_class"},
+      {"[[\"amp_native\", {\"enabled\": false}]]",
+       "item 1 (amp_native): option \"enabled\": false is not supported by autoaccel (amp_native that is not "
+       "enabled trains in fp32; leave amp_native out instead); honoured: true"},
+      {"[[\"zero1\", {\"overlap_comm\": true}]]",
+       "item 1 (zero1): option \"overlap_comm\" is not supported by autoaccel; supported options: use_ds_zero"},
+      {"[[\"zero2\", {\"sharding_strategy\": \"FULL_SHARD\"}]]",
+       "item 1 (zero2): option \"sharding_strategy\": \"FULL_SHARD\" is not supported by autoaccel (zero2 shards "
+       "gradients and optimizer states; give fsdp for another stage); honoured: SHARD_GRAD_OP"},
+      {"[[\"fsdp\", {\"sharding_strategy\": \"HYBRID_SHARD\"}]]",
+       "option \"sharding_strategy\": \"HYBRID_SHARD\" is not supported by autoaccel (it shards within a host"},
+      {"[[\"fsdp\", {\"atorch_wrap_cls\": [\"GPT2Block\", \"Embedding\"]}]]",
+       "item 1 (fsdp): option \"atorch_wrap_cls\": module class \"Embedding\" is not supported by autoaccel "
+       "(autoaccel's ZeRO units are the transformer blocks, the embeddings and the final norm)"},
+      {"[[\"fsdp\", {\"forward_prefetch\": true}]]",
+       "option \"forward_prefetch\": true is not supported by autoaccel (autoaccel gathers a block's parameters "
+       "when the forward reaches it, without prefetching the next); honoured: false"},
+      {"[[\"fsdp\", {\"backward_prefetch\": \"BACKWARD_PRE\"}]]",
+       "option \"backward_prefetch\": \"BACKWARD_PRE\" is not supported by autoaccel"},
+      {"[[\"fsdp\", {\"mixed_precision\": {}}]]",
+       "item 1 (fsdp): option \"mixed_precision\" is not supported by autoaccel (FSDP's own mixed precision; give "
+       "amp_native for mixed precision); supported options: sharding_strategy, cpu_offload, atorch_wrap_cls, "
+       "sync_module_states, use_orig_params, limit_all_gathers, forward_prefetch, backward_prefetch"},
+      {"[[\"fsdp\", {\"atorch_size_based_min_num_params\": 100000}]]",
+       "option \"atorch_size_based_min_num_params\" is not supported by autoaccel (it wraps modules by size"},
+      {"[[\"zero2\", {\"wrap_trainable_outmost\": true}]]",
+       "item 1 (zero2): option \"wrap_trainable_outmost\" is not supported by autoaccel (it wraps only the "
+       "trainable parameters"},
+      {"[[\"tensor_parallel\", {\"shard_planner\": \"mip\"}]]",
+       "item 1 (tensor_parallel): option \"shard_planner\" is not supported by autoaccel (autoaccel splits attention "
+       "and the MLP as Megatron does and takes no sharding plan); supported options: degree"},
+      {"[[\"pipeline_parallel\", {\"chunks\": 8}]]",
+       "item 1 (pipeline_parallel): option \"chunks\": 8 is not supported by autoaccel (the micro-batch count "
+       "follows from micro_batch"},
+      {"[[\"pipeline_parallel\", {\"pipe_schedule\": \"Interleaved1F1B\"}]]",
+       "option \"pipe_schedule\": \"Interleaved1F1B\" is not supported by autoaccel (interleaved virtual stages are "
+       "not supported); honoured: \"1F1B\", \"GPipe\""},
+      {"[[\"pipeline_parallel\", {\"nstages\": 4}]]",
+       "option \"nstages\" is not supported by autoaccel (interleaved virtual stages are not supported"},
+      {"[[\"parallel_mode\", [[[\"data\", 2]], null, true]]]",
+       "item 1 (parallel_mode): support_multi_parallel_instance: true is not supported by autoaccel"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    aa_strategy_t *s = poisoned();
+    int rc = aa_strategy_parse(s, cases[i].json, "s.json");
+    check_error(__LINE__, rc, AA_EUNSUPPORTED, s, (const char *const[]){cases[i].needle, NULL});
+  }
+  /* A value of the wrong type is invalid input, not an unsupported option. */
+  EXPECT_PARSE_ERROR("[[\"fsdp\", {\"cpu_offload\": \"no\"}]]", AA_EINVAL,
+                     "item 1 (fsdp): cpu_offload: must be true or false (got string)");
+  EXPECT_PARSE_ERROR("[[\"fsdp\", {\"sharding_strategy\": \"HALF\"}]]", AA_EINVAL,
+                     "sharding_strategy: must be one of: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD (got \"HALF\")");
+  EXPECT_PARSE_ERROR("[[\"zero1\", [\"x\"]]]", AA_EINVAL, "item 1 (zero1): config must be an object of options");
+  EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"sche\": \"1f1b\", \"pipe_schedule\": \"1F1B\"}]]", AA_EINVAL,
+                     "config gives both sche and pipe_schedule; give one");
+}
+
+/* ATorch's ([("tensor", 4), ("pipeline", 2), ("data", 2)], rank_order):
+ * the pairs give the axis order, fastest first, and the rank order is
+ * taken when it is a permutation of the degrees' world. */
+AA_TEST(atorch_parallel_mode_takes_the_order_and_rank_order) {
+  aa_strategy_t s;
+  if (parse_ok(&s, "[[\"parallel_mode\", [[[\"tensor\", 4], [\"pipeline\", 2], [\"data\", 2]], null]]]")) return;
+  CHECK(s.tp == 4 && s.pp == 2 && s.dp == 2 && s.order == AA_ORDER_TPD && s.nranks == 0);
+  if (parse_ok(&s, "[[\"parallel_mode\", [[[\"pipeline\", 2], [\"data\", 2]], [3, 2, 1, 0]]]]")) return;
+  CHECK(s.order == AA_ORDER_PDT && s.nranks == 4 && s.rank_order[0] == 3 && s.rank_order[3] == 0);
+  /* The object form has no order. */
+  if (parse_ok(&s, "[[\"parallel_mode\", {\"pipeline\": 2, \"data\": 2}]]")) return;
+  CHECK(s.order == AA_ORDER_TDP);
+  /* A degree given by a later item counts in the world. */
+  if (parse_ok(&s, "[[\"parallel_mode\", [[[\"data\", 2], [\"tensor\", 2]], [0, 2, 1, 3]]], "
+                   "[\"tensor_parallel\", 2]]"))
+    return;
+  CHECK(s.nranks == 4 && s.order == AA_ORDER_DTP);
+  EXPECT_PARSE_ERROR("[[\"parallel_mode\", [[[\"data\", 2]], [1, 1]]]]", AA_EINVAL,
+                     "s.json: item 1 (parallel_mode): rank_order: rank 1 is given twice (positions 0 and 1); a "
+                     "rank order is a permutation of 0..1");
+  EXPECT_PARSE_ERROR("[[\"parallel_mode\", [[[\"data\", 2]], [0, 5]]]]", AA_EINVAL,
+                     "item 1 (parallel_mode): rank_order: rank 5 at position 1 is outside 0..1");
+  EXPECT_PARSE_ERROR("[[\"parallel_mode\", [[[\"data\", 2]], \"0,1\"]]]", AA_EINVAL,
+                     "rank_order: must be a list of ranks (got string)");
+  EXPECT_PARSE_ERROR("[[\"parallel_mode\", [[[\"data\", 2]], [0, 1, 2]]]]", AA_EINVAL,
+                     "item 1 (parallel_mode): rank_order: lists 3 ranks, but data * tensor * pipeline = 2 * 1 * 1 = 2");
+  EXPECT_PARSE_ERROR("[[\"parallel_mode\", [[[\"data\", 2]], [0, 1]]], [\"tensor_parallel\", 2]]", AA_EINVAL,
+                     "item 1 (parallel_mode): rank_order: lists 2 ranks, but data * tensor * pipeline = 2 * 2 * 1 = 4");
 }
 
 /* --- resolve ------------------------------------------------------------------ */
@@ -652,6 +916,14 @@ int main(void) {
   RUN(atorch_methods_map_onto_the_knobs);
   RUN(atorch_unsupported_methods_are_named_with_position);
   RUN(atorch_bad_items_and_conflicts_are_refused);
+  RUN(files_without_an_order_round_trip_byte_for_byte);
+  RUN(order_and_rank_order_parse_write_and_read_back);
+  RUN(key_shows_an_order_only_where_it_changes_the_groups);
+  RUN(bad_orders_and_rank_orders_are_refused_with_the_rule);
+  RUN(resolve_holds_a_rank_order_to_the_world);
+  RUN(atorch_options_that_map_exactly_are_honoured);
+  RUN(atorch_options_autoaccel_cannot_honour_are_refused_by_name);
+  RUN(atorch_parallel_mode_takes_the_order_and_rank_order);
   RUN(resolve_fills_micro_batch_and_counts_accumulation);
   RUN(every_resolve_rule_fires);
   RUN(resolve_refuses_an_out_of_range_struct);

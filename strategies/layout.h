@@ -1,0 +1,53 @@
+/* The per-rank layout of a strategy's device mesh: which position of the
+ * mesh a global rank holds, its coordinates along the data, tensor and
+ * pipeline axes, and for each axis the (color, key) that a split call
+ * (ncclCommSplit, MPI_Comm_split: ranks passing the same color form a
+ * group, ordered by key) needs to build that axis's groups from the world.
+ *
+ * Semantics are ATorch's parallel_mode: the axes are numbered in the
+ * strategy's order, fastest first (position p has coordinate
+ * (p / stride_a) % degree_a on axis a, stride_a being the product of the
+ * degrees of the axes before a), and position p is global rank
+ * rank_order[p] (p itself without a rank order). A group of axis a holds the
+ * positions that differ only in their a coordinate, in that coordinate's
+ * order. So ([("tensor", 4), ("pipeline", 2), ("data", 2)], None) on 16
+ * ranks has tensor groups [0..3], [4..7], ..., pipeline groups [0, 4],
+ * [1, 5], ..., data groups [0, 8], [1, 9], ...
+ *
+ * Pure arithmetic on the strategy: no process group, no I/O. The engine's
+ * mesh (engine/) splits the world with these numbers. */
+#ifndef AA_LAYOUT_H
+#define AA_LAYOUT_H
+
+#include <stddef.h>
+
+#include "strategy.h"
+
+typedef struct aa_layout {
+  int world;          /* dp * tp * pp */
+  int rank;           /* the global rank described */
+  int pos;            /* its position in the mesh: rank_order[pos] == rank (pos == rank without one) */
+  int size[AA_AXES];  /* by aa_axis_t: each axis's degree, the size of its groups */
+  int coord[AA_AXES]; /* by aa_axis_t: the rank's index along each axis, 0..size-1 */
+  /* By aa_axis_t: what to pass to the split call that builds the axis's
+   * groups. color numbers the groups 0..world/size-1 in the order ATorch
+   * lists them (by their first position); key is the coordinate, so the
+   * rank's index in its group is coord. */
+  int color[AA_AXES];
+  int key[AA_AXES];
+} aa_layout_t;
+
+/* The layout of global rank `rank` under s into *out (written only on
+ * success). s needs valid degrees (1..65536, dp * tp * pp <=
+ * AA_STRATEGY_WORLD_MAX), a valid order, and a rank order that is none or
+ * a permutation of 0..world-1 (as aa_strategy_resolve leaves it); else
+ * AA_EINVAL naming the rule, as for a rank outside 0..world-1. */
+int aa_layout_of(aa_layout_t *out, const aa_strategy_t *s, int rank);
+
+/* The global ranks of the group of axis `axis` that holds `rank`, in
+ * group order (by coordinate), into members (room for cap). Returns the
+ * group's size (the axis's degree) or AA_EINVAL (as aa_layout_of, or cap
+ * smaller than the group, or an unknown axis). For tests and logs. */
+int aa_layout_group(int *members, size_t cap, const aa_strategy_t *s, int rank, aa_axis_t axis);
+
+#endif

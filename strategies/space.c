@@ -1,0 +1,174 @@
+/* The search space (see space.h): the method names of `exclude` and what
+ * exists for a pool, in the order the search tries it. */
+#include "space.h"
+
+#include "../common/json.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ATorch's names where they mean the same (amp_native, checkpoint, zero1,
+ * zero2, fsdp, tensor_parallel, pipeline_parallel: the methods of its list,
+ * strategy_atorch.c), and autoaccel's own for the finer choices. One list
+ * makes both the table and the joined names, at compile time. */
+#define METHODS(X)                                                                                           \
+  X("amp", AA_SPACE_EX_BF16 | AA_SPACE_EX_FP16)                                                              \
+  X("amp_native", AA_SPACE_EX_BF16 | AA_SPACE_EX_FP16)                                                       \
+  X("bf16", AA_SPACE_EX_BF16)                                                                                \
+  X("fp16", AA_SPACE_EX_FP16)                                                                                \
+  X("fp32", AA_SPACE_EX_FP32)                                                                                \
+  X("checkpoint", AA_SPACE_EX_SELECTIVE | AA_SPACE_EX_FULL)                                                  \
+  X("selective", AA_SPACE_EX_SELECTIVE)                                                                      \
+  X("full", AA_SPACE_EX_FULL)                                                                                \
+  X("zero", AA_SPACE_EX_ZERO1 | AA_SPACE_EX_ZERO2 | AA_SPACE_EX_ZERO3)                                       \
+  X("zero1", AA_SPACE_EX_ZERO1)                                                                              \
+  X("zero2", AA_SPACE_EX_ZERO2)                                                                              \
+  X("zero3", AA_SPACE_EX_ZERO3)                                                                              \
+  X("fsdp", AA_SPACE_EX_ZERO3)                                                                               \
+  X("tensor_parallel", AA_SPACE_EX_TP)                                                                       \
+  X("pipeline_parallel", AA_SPACE_EX_PP)
+
+#define ENTRY(name_, bits_) {name_, bits_},
+#define JOINED(name_, bits_) ", " name_
+
+static const struct {
+  const char *name;
+  unsigned bits;
+} methods[] = {METHODS(ENTRY)};
+#define NMETHODS (sizeof methods / sizeof methods[0])
+
+/* ", amp, amp_native, ...": the names start after the first ", ". */
+static const char joined[] = METHODS(JOINED);
+
+const char *aa_space_exclude_names(void) { return joined + 2; }
+
+int aa_space_exclude_mask(const char *const *names, size_t n, unsigned *out) {
+  unsigned mask = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t k = 0;
+    while (k < NMETHODS && strcmp(names[i], methods[k].name) != 0)
+      k++;
+    if (k == NMETHODS) {
+      char got[64];
+      aa_json_sanitize(got, sizeof got, names[i]);
+      return aa_error(AA_EINVAL, "exclude: unknown method \"%s\" (accepted: %s)", got,
+                      aa_space_exclude_names());
+    }
+    mask |= methods[k].bits;
+  }
+  *out = mask;
+  return 0;
+}
+
+unsigned aa_space_methods_of(const aa_strategy_t *s) {
+  static const unsigned zero_bit[] = {0, AA_SPACE_EX_ZERO1, AA_SPACE_EX_ZERO2, AA_SPACE_EX_ZERO3};
+  unsigned m = s->amp == AA_BF16 ? AA_SPACE_EX_BF16 : s->amp == AA_F16 ? AA_SPACE_EX_FP16 : AA_SPACE_EX_FP32;
+  if (s->ckpt == AA_CKPT_SELECTIVE) m |= AA_SPACE_EX_SELECTIVE;
+  if (s->ckpt == AA_CKPT_FULL) m |= AA_SPACE_EX_FULL;
+  if (s->zero >= 1 && s->zero <= 3) m |= zero_bit[s->zero];
+  if (s->tp > 1) m |= AA_SPACE_EX_TP;
+  if (s->pp > 1) m |= AA_SPACE_EX_PP;
+  return m;
+}
+
+const char *aa_space_method_names(char *buf, size_t cap, unsigned bits) {
+  static const struct {
+    unsigned bit;
+    const char *name;
+  } one[] = {{AA_SPACE_EX_BF16, "bf16"},          {AA_SPACE_EX_FP16, "fp16"},
+             {AA_SPACE_EX_FP32, "fp32"},          {AA_SPACE_EX_SELECTIVE, "selective"},
+             {AA_SPACE_EX_FULL, "full"},          {AA_SPACE_EX_ZERO1, "zero1"},
+             {AA_SPACE_EX_ZERO2, "zero2"},        {AA_SPACE_EX_ZERO3, "zero3"},
+             {AA_SPACE_EX_TP, "tensor_parallel"}, {AA_SPACE_EX_PP, "pipeline_parallel"}};
+  size_t o = 0;
+  if (cap == 0) return buf;
+  buf[0] = '\0';
+  for (size_t i = 0; i < sizeof one / sizeof one[0] && o < cap; i++)
+    if (bits & one[i].bit) o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", one[i].name);
+  return buf;
+}
+
+/* Appends x to out when there is room; counts it either way. */
+#define PUT(out, cap, n, x)                                                                                  \
+  do {                                                                                                       \
+    if ((n) < (cap)) (out)[n] = (x);                                                                         \
+    (n)++;                                                                                                   \
+  } while (0)
+
+size_t aa_space_dp_degrees(int *out, size_t cap, int devices, int global_batch) {
+  size_t n = 0;
+  if (global_batch < 1) return 0;
+  for (int dp = devices; dp >= 1; dp--)
+    if (global_batch % dp == 0) PUT(out, cap, n, dp);
+  return n;
+}
+
+size_t aa_space_zero_stages(int *out, size_t cap, int dp, unsigned exclude) {
+  static const unsigned bit[] = {0, AA_SPACE_EX_ZERO1, AA_SPACE_EX_ZERO2, AA_SPACE_EX_ZERO3};
+  size_t n = 0;
+  for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
+    if (!(exclude & bit[zero])) PUT(out, cap, n, zero);
+  return n;
+}
+
+static unsigned precision_bit(aa_dtype_t t) {
+  return t == AA_BF16 ? AA_SPACE_EX_BF16 : t == AA_F16 ? AA_SPACE_EX_FP16 : AA_SPACE_EX_FP32;
+}
+
+size_t aa_space_precisions(aa_dtype_t *out, size_t cap, bool cuda, unsigned exclude) {
+  static const aa_dtype_t gpu[] = {AA_BF16, AA_F16, AA_F32};
+  static const aa_dtype_t cpu[] = {AA_F32, AA_BF16, AA_F16};
+  const aa_dtype_t *order = cuda ? gpu : cpu;
+  size_t n = 0;
+  for (int i = 0; i < 3; i++)
+    if (!(exclude & precision_bit(order[i]))) PUT(out, cap, n, order[i]);
+  return n;
+}
+
+size_t aa_space_ckpt_modes(aa_ckpt_mode_t *out, size_t cap, unsigned exclude) {
+  size_t n = 0;
+  PUT(out, cap, n, AA_CKPT_NONE);
+  if (!(exclude & AA_SPACE_EX_SELECTIVE)) PUT(out, cap, n, AA_CKPT_SELECTIVE);
+  if (!(exclude & AA_SPACE_EX_FULL)) PUT(out, cap, n, AA_CKPT_FULL);
+  return n;
+}
+
+size_t aa_space_micro_batches(int *out, size_t cap, int per_rank) {
+  size_t n = 0;
+  for (int mb = per_rank; mb >= 1; mb--)
+    if (per_rank % mb == 0) PUT(out, cap, n, mb);
+  return n;
+}
+
+size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa_space_pool_t *pool) {
+  if (pool->devices < 1 || pool->global_batch < 1) return 0;
+  int zeros[4];
+  aa_dtype_t amps[3];
+  aa_ckpt_mode_t ckpts[3];
+  size_t n = 0, nsettings = 0;
+  size_t nckpt = aa_space_ckpt_modes(ckpts, 3, pool->exclude);
+  size_t namp = aa_space_precisions(amps, 3, pool->cuda, pool->exclude);
+  for (int dp = pool->devices; dp >= 1; dp--) {
+    if (pool->global_batch % dp) continue;
+    const int per_rank = pool->global_batch / dp;
+    size_t nzero = aa_space_zero_stages(zeros, 4, dp, pool->exclude);
+    for (size_t z = 0; z < nzero; z++)
+      for (size_t a = 0; a < namp; a++)
+        for (size_t k = 0; k < nckpt; k++, nsettings++)
+          for (int mb = per_rank; mb >= 1; mb--) {
+            if (per_rank % mb) continue;
+            if (n < cap) {
+              aa_strategy_t *s = &out[n];
+              aa_strategy_default(s);
+              s->dp = dp;
+              s->zero = zeros[z];
+              s->amp = amps[a];
+              s->ckpt = ckpts[k];
+              s->micro_batch = mb;
+              if (setting) setting[n] = (int)nsettings;
+            }
+            n++;
+          }
+  }
+  return n;
+}

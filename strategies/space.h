@@ -1,0 +1,95 @@
+/* The search space: which strategies exist for a pool of devices, and the
+ * method names a user may leave out of it (`--exclude`, the same names as
+ * ATorch's list where they mean the same). Declared once, here; the
+ * planner's search (planner/search.c) only orders, prunes and stops.
+ *
+ * Pure: no I/O, no allocation, nothing of the planner. */
+#ifndef AA_SPACE_H
+#define AA_SPACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "strategy.h"
+
+/* The methods a search may leave out, as a bit set. The values are the
+ * planner's former AA_EX_* bits. */
+enum {
+  AA_SPACE_EX_BF16 = 1u << 0,
+  AA_SPACE_EX_FP16 = 1u << 1,
+  AA_SPACE_EX_SELECTIVE = 1u << 2,
+  AA_SPACE_EX_FULL = 1u << 3,
+  AA_SPACE_EX_FP32 = 1u << 4,
+  AA_SPACE_EX_ZERO1 = 1u << 5,
+  AA_SPACE_EX_ZERO2 = 1u << 6,
+  AA_SPACE_EX_ZERO3 = 1u << 7,
+  AA_SPACE_EX_TP = 1u << 8, /* tensor and pipeline parallelism: accepted; the space has neither yet */
+  AA_SPACE_EX_PP = 1u << 9,
+};
+
+/* The accepted method names, comma-separated, in table order:
+ * "amp, amp_native, bf16, fp16, fp32, checkpoint, selective, full, zero,
+ * zero1, zero2, zero3, fsdp, tensor_parallel, pipeline_parallel".
+ * Static storage; never NULL. */
+const char *aa_space_exclude_names(void);
+
+/* Maps n method names to their bits, OR-ed into *out (which is written
+ * only on success). Names are borrowed. AA_EINVAL naming the first unknown
+ * one and the accepted ones:
+ *   exclude: unknown method "zero9" (accepted: amp, amp_native, ...). */
+int aa_space_exclude_mask(const char *const *names, size_t n, unsigned *out);
+
+/* The methods strategy s uses, as AA_SPACE_EX_* bits: its precision's, its
+ * checkpoint mode's (none has no bit), its ZeRO stage's (0 has none),
+ * AA_SPACE_EX_TP when tp > 1 and AA_SPACE_EX_PP when pp > 1. A stored
+ * strategy answers a search only if (bits & exclude) == 0. */
+unsigned aa_space_methods_of(const aa_strategy_t *s);
+
+/* The single-method names of bits ("bf16", "fp16", "fp32", "selective",
+ * "full", "zero1", "zero2", "zero3", "tensor_parallel",
+ * "pipeline_parallel"), comma-separated, into buf (cap bytes, always
+ * NUL-terminated; cut when short). Returns buf. */
+const char *aa_space_method_names(char *buf, size_t cap, unsigned bits);
+
+/* What exists. Each function writes at most cap values (fewer when the
+ * space has fewer) into out, in the order the search should try them, and
+ * returns how many exist, so that (NULL, 0) counts. */
+
+/* The data-parallel degrees of a pool: every d in 1..devices that divides
+ * global_batch (another would give ranks unequal shares), larger first. */
+size_t aa_space_dp_degrees(int *out, size_t cap, int devices, int global_batch);
+/* The ZeRO stages at data-parallel degree dp, least communication first:
+ * 0..3 when dp > 1, only 0 at dp 1 (nothing to shard), less the excluded. */
+size_t aa_space_zero_stages(int *out, size_t cap, int dp, unsigned exclude);
+/* The precisions, fastest first: on GPUs bf16, fp16 (which adds loss
+ * scaling), fp32; on CPUs fp32 (16-bit storage only adds conversions),
+ * bf16, fp16. Less the excluded. */
+size_t aa_space_precisions(aa_dtype_t *out, size_t cap, bool cuda, unsigned exclude);
+/* The checkpoint modes, least recompute first: none, selective, full;
+ * less the excluded. */
+size_t aa_space_ckpt_modes(aa_ckpt_mode_t *out, size_t cap, unsigned exclude);
+/* The micro-batches of a per-rank batch: its divisors, larger first. */
+size_t aa_space_micro_batches(int *out, size_t cap, int per_rank);
+
+/* A pool to search. */
+typedef struct aa_space_pool {
+  int devices;      /* >= 1 */
+  int global_batch; /* >= 1, the model spec's train.global_batch */
+  bool cuda;        /* GPUs (bf16 first) or CPUs (fp32 first) */
+  unsigned exclude; /* AA_SPACE_EX_* bits */
+} aa_space_pool_t;
+
+/* The candidate strategies of a pool, in the order the search tries them:
+ * for each data-parallel degree (larger first), ZeRO stage, precision and
+ * checkpoint mode (each as above, nested in that order) a "setting", and
+ * within a setting every micro-batch (larger first). Each is
+ * aa_strategy_default with dp, zero, amp, ckpt and micro_batch set
+ * (tp = pp = 1), not resolved against a model. Writes at most cap
+ * strategies into out and, when setting is not NULL, each one's setting
+ * index (0, 1, ...; consecutive candidates of one setting share it) into
+ * setting; returns how many exist, so that (NULL, NULL, 0, pool) counts.
+ * 0 when every strategy is excluded or the pool is empty (devices or
+ * global_batch < 1). */
+size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa_space_pool_t *pool);
+
+#endif

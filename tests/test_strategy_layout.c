@@ -1,0 +1,204 @@
+/* The mesh arithmetic (strategies/layout.h) without starting a process:
+ * ATorch's parallel_mode example on 16 ranks gives exactly the groups its
+ * documentation lists, two other axis orders and an explicit rank order
+ * permute them as the same rule says, a single process is a 1x1x1 mesh,
+ * the split arguments (color, key) form the same groups, and invalid rank
+ * orders are refused with the rule. */
+#include "common/aa.h"
+#include "strategies/layout.h"
+#include "strategies/strategy.h"
+#include "tests/aa_test.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define WORLD 16
+
+static aa_strategy_t mesh(const char *json) {
+  aa_strategy_t s;
+  if (aa_strategy_parse(&s, json, "mesh.json")) {
+    fprintf(stderr, "%s: %s\n", json, aa_last_error());
+    aa_strategy_default(&s);
+  }
+  return s;
+}
+
+/* Checks that the groups of `axis` over every rank are exactly want
+ * (ngroups lists of size ranks, in ATorch's listing order = color order):
+ * each rank's group (aa_layout_group) is the listed one holding it, in
+ * that order; its color is the list's index and its key its index in it. */
+static void expect_groups(int line, const aa_strategy_t *s, aa_axis_t axis, int ngroups, int size,
+                          const int *want) {
+  for (int r = 0; r < WORLD; r++) {
+    int g = -1, k = -1;
+    for (int i = 0; i < ngroups * size && g < 0; i++)
+      if (want[i] == r) g = i / size, k = i % size;
+    CHECK_MSG(g >= 0, "line %d: rank %d is in no %s group", line, r, aa_axis_name(axis));
+    if (g < 0) continue;
+    int members[WORLD];
+    int n = aa_layout_group(members, WORLD, s, r, axis);
+    CHECK_MSG(n == size, "line %d: rank %d: %s group of %d, want %d (%s)", line, r, aa_axis_name(axis), n,
+              size, aa_last_error());
+    if (n == size)
+      CHECK_MSG(!memcmp(members, want + g * size, sizeof(int) * (size_t)size),
+                "line %d: rank %d: %s group [%d, %d, ...]", line, r, aa_axis_name(axis), members[0],
+                members[1]);
+    aa_layout_t l;
+    CHECK(aa_layout_of(&l, s, r) == 0);
+    CHECK_MSG(l.color[axis] == g && l.key[axis] == k && l.coord[axis] == k && l.size[axis] == size,
+              "line %d: rank %d %s: color %d key %d, want %d %d", line, r, aa_axis_name(axis), l.color[axis],
+              l.key[axis], g, k);
+  }
+}
+
+/* The document's example: ([("tensor", 4), ("pipeline", 2), ("data", 2)], None). */
+AA_TEST(atorch_example_gives_the_documented_groups) {
+  aa_strategy_t s =
+      mesh("[[\"parallel_mode\", [[[\"tensor\", 4], [\"pipeline\", 2], [\"data\", 2]], null]]]");
+  CHECK(s.order == AA_ORDER_TPD);
+  static const int tensor[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  static const int pipeline[] = {0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15};
+  static const int data[] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+  expect_groups(__LINE__, &s, AA_AXIS_TENSOR, 4, 4, tensor);
+  expect_groups(__LINE__, &s, AA_AXIS_PIPELINE, 8, 2, pipeline);
+  expect_groups(__LINE__, &s, AA_AXIS_DATA, 8, 2, data);
+  aa_layout_t l;
+  CHECK(aa_layout_of(&l, &s, 13) == 0);
+  CHECK(l.world == 16 && l.pos == 13 && l.coord[AA_AXIS_TENSOR] == 1 && l.coord[AA_AXIS_PIPELINE] == 1 &&
+        l.coord[AA_AXIS_DATA] == 1);
+}
+
+/* Data fastest, then tensor, pipeline slowest. */
+AA_TEST(data_tensor_pipeline_order_permutes_the_groups) {
+  aa_strategy_t s =
+      mesh("[[\"parallel_mode\", [[[\"data\", 2], [\"tensor\", 4], [\"pipeline\", 2]], null]]]");
+  static const int data[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  static const int tensor[] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+  static const int pipeline[] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+  expect_groups(__LINE__, &s, AA_AXIS_DATA, 8, 2, data);
+  expect_groups(__LINE__, &s, AA_AXIS_TENSOR, 4, 4, tensor);
+  expect_groups(__LINE__, &s, AA_AXIS_PIPELINE, 8, 2, pipeline);
+}
+
+/* Pipeline fastest, then data, tensor slowest; written as a v1 file. */
+AA_TEST(pipeline_data_tensor_order_permutes_the_groups) {
+  aa_strategy_t s = mesh("{\"format\": \"autoaccel-strategy\", \"version\": 1, \"parallel\": {\"data\": 2, "
+                         "\"tensor\": 4, \"pipeline\": 2, \"order\": [\"pipeline\", \"data\", \"tensor\"]}}");
+  CHECK(s.order == AA_ORDER_PDT);
+  static const int pipeline[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  static const int data[] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
+  static const int tensor[] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+  expect_groups(__LINE__, &s, AA_AXIS_PIPELINE, 8, 2, pipeline);
+  expect_groups(__LINE__, &s, AA_AXIS_DATA, 8, 2, data);
+  expect_groups(__LINE__, &s, AA_AXIS_TENSOR, 4, 4, tensor);
+}
+
+/* The default order (no order given) is Megatron's: tensor, data, pipeline. */
+AA_TEST(default_order_is_tensor_data_pipeline) {
+  aa_strategy_t s = mesh("{\"format\": \"autoaccel-strategy\", \"version\": 1, \"parallel\": {\"data\": 2, "
+                         "\"tensor\": 4, \"pipeline\": 2}}");
+  static const int tensor[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  static const int data[] = {0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15};
+  static const int pipeline[] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+  expect_groups(__LINE__, &s, AA_AXIS_TENSOR, 4, 4, tensor);
+  expect_groups(__LINE__, &s, AA_AXIS_DATA, 8, 2, data);
+  expect_groups(__LINE__, &s, AA_AXIS_PIPELINE, 8, 2, pipeline);
+}
+
+/* ATorch's rank_order: position p of the mesh is rank rank_order[p], so
+ * each group of the example lists rank_order of its positions. */
+AA_TEST(explicit_rank_order_maps_positions_to_ranks) {
+  aa_strategy_t s = mesh("[[\"parallel_mode\", [[[\"tensor\", 4], [\"pipeline\", 2], [\"data\", 2]], "
+                         "[15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0]]]]");
+  CHECK(s.nranks == 16);
+  static const int tensor[] = {15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
+  static const int pipeline[] = {15, 11, 14, 10, 13, 9, 12, 8, 7, 3, 6, 2, 5, 1, 4, 0};
+  static const int data[] = {15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0};
+  expect_groups(__LINE__, &s, AA_AXIS_TENSOR, 4, 4, tensor);
+  expect_groups(__LINE__, &s, AA_AXIS_PIPELINE, 8, 2, pipeline);
+  expect_groups(__LINE__, &s, AA_AXIS_DATA, 8, 2, data);
+  aa_layout_t l;
+  CHECK(aa_layout_of(&l, &s, 15) == 0 && l.pos == 0 && l.coord[AA_AXIS_TENSOR] == 0 &&
+        l.coord[AA_AXIS_PIPELINE] == 0 && l.coord[AA_AXIS_DATA] == 0);
+  /* Another permutation: the two halves of the world swapped. */
+  s = mesh("[[\"parallel_mode\", [[[\"tensor\", 4], [\"pipeline\", 2], [\"data\", 2]], "
+           "[8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7]]]]");
+  static const int tensor2[] = {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7};
+  static const int data2[] = {8, 0, 9, 1, 10, 2, 11, 3, 12, 4, 13, 5, 14, 6, 15, 7};
+  expect_groups(__LINE__, &s, AA_AXIS_TENSOR, 4, 4, tensor2);
+  expect_groups(__LINE__, &s, AA_AXIS_DATA, 8, 2, data2);
+}
+
+/* One process: a 1x1x1 mesh whose every group is itself; and today's
+ * data-parallel strategies: rank r is data coordinate r of one group. */
+AA_TEST(single_process_and_data_parallel_meshes) {
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  aa_layout_t l;
+  CHECK(aa_layout_of(&l, &s, 0) == 0);
+  CHECK(l.world == 1 && l.pos == 0);
+  for (int a = 0; a < AA_AXES; a++)
+    CHECK(l.size[a] == 1 && l.coord[a] == 0 && l.color[a] == 0 && l.key[a] == 0);
+  int m[4];
+  for (int a = 0; a < AA_AXES; a++)
+    CHECK(aa_layout_group(m, 4, &s, 0, (aa_axis_t)a) == 1 && m[0] == 0);
+  s.dp = 4;
+  for (int r = 0; r < 4; r++) {
+    CHECK(aa_layout_of(&l, &s, r) == 0);
+    CHECK(l.coord[AA_AXIS_DATA] == r && l.color[AA_AXIS_DATA] == 0 && l.color[AA_AXIS_TENSOR] == r);
+  }
+  CHECK(aa_layout_group(m, 4, &s, 2, AA_AXIS_DATA) == 4 && m[0] == 0 && m[3] == 3);
+}
+
+AA_TEST(invalid_meshes_and_rank_orders_are_refused_with_the_rule) {
+  aa_strategy_t s;
+  aa_layout_t l;
+  int m[4];
+  aa_strategy_default(&s);
+  s.dp = 2;
+  CHECK(aa_layout_of(&l, &s, 2) == AA_EINVAL && strstr(aa_last_error(), "rank 2 is outside 0..1"));
+  CHECK(aa_layout_of(&l, &s, -1) == AA_EINVAL);
+  CHECK(aa_layout_group(m, 1, &s, 0, AA_AXIS_DATA) == AA_EINVAL &&
+        strstr(aa_last_error(), "a data group has 2 ranks, room for 1"));
+  CHECK(aa_layout_group(m, 4, &s, 0, (aa_axis_t)3) == AA_EINVAL);
+  s.nranks = 2;
+  s.rank_order[0] = s.rank_order[1] = 0;
+  CHECK(aa_layout_of(&l, &s, 0) == AA_EINVAL);
+  CHECK_MSG(strstr(aa_last_error(), "rank_order: rank 0 is given twice (positions 0 and 1)"), "%s",
+            aa_last_error());
+  s.nranks = 3;
+  s.rank_order[1] = 1;
+  s.rank_order[2] = 2;
+  CHECK(aa_layout_of(&l, &s, 0) == AA_EINVAL &&
+        strstr(aa_last_error(), "rank_order: lists 3 ranks, but data * tensor * pipeline = 2 * 1 * 1 = 2"));
+  aa_strategy_default(&s);
+  s.dp = 4096;
+  s.tp = 2;
+  CHECK(aa_layout_of(&l, &s, 0) == AA_EINVAL && strstr(aa_last_error(), "must be between 1 and 4096 ranks"));
+  aa_strategy_default(&s);
+  s.order = (aa_axis_order_t)6;
+  CHECK(aa_layout_of(&l, &s, 0) == AA_EINVAL && strstr(aa_last_error(), "unknown axis order 6"));
+  /* The readers refuse what is not a permutation of the degrees' world. */
+  static const char *const bad[] = {
+      "[[\"parallel_mode\", [[[\"tensor\", 2], [\"data\", 2]], [0, 1, 2, 2]]]]",
+      "[[\"parallel_mode\", [[[\"tensor\", 2], [\"data\", 2]], [0, 1, 2, 4]]]]",
+      "[[\"parallel_mode\", [[[\"tensor\", 2], [\"data\", 2]], [0, 1, 2]]]]",
+      "[[\"parallel_mode\", [[[\"tensor\", 2], [\"data\", 2]], [0, 1, 2, -3]]]]",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    CHECK(aa_strategy_parse(&s, bad[i], "mesh.json") == AA_EINVAL);
+    CHECK_MSG(strstr(aa_last_error(), "mesh.json: item 1 (parallel_mode): rank_order: "), "%s",
+              aa_last_error());
+  }
+}
+
+int main(void) {
+  RUN(atorch_example_gives_the_documented_groups);
+  RUN(data_tensor_pipeline_order_permutes_the_groups);
+  RUN(pipeline_data_tensor_order_permutes_the_groups);
+  RUN(default_order_is_tensor_data_pipeline);
+  RUN(explicit_rank_order_maps_positions_to_ranks);
+  RUN(single_process_and_data_parallel_meshes);
+  RUN(invalid_meshes_and_rank_orders_are_refused_with_the_rule);
+  return aa_test_summary();
+}

@@ -1,0 +1,192 @@
+/* The search space (strategies/space.h): what exists for a pool, in the
+ * order the planner's search tries it (the counts and first keys its
+ * enumeration tests pin, tests/test_planner.c), and the method names
+ * `exclude` accepts. */
+#include "common/aa.h"
+#include "strategies/space.h"
+#include "strategies/strategy.h"
+#include "tests/aa_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The candidates of a pool (malloc'd, free with free()) and their count;
+ * *setting (malloc'd too) their setting indices. */
+static aa_strategy_t *enumerate(int devices, int global_batch, bool cuda, unsigned exclude, size_t *n,
+                                int **setting) {
+  aa_space_pool_t pool = {.devices = devices, .global_batch = global_batch, .cuda = cuda, .exclude = exclude};
+  *n = aa_space_enumerate(NULL, NULL, 0, &pool);
+  aa_strategy_t *s = calloc(*n ? *n : 1, sizeof *s);
+  *setting = calloc(*n ? *n : 1, sizeof **setting);
+  if (!s || !*setting) abort();
+  CHECK(aa_space_enumerate(s, *setting, *n, &pool) == *n);
+  return s;
+}
+
+static const char *key_of(const aa_strategy_t *s) {
+  static char k[AA_STRATEGY_KEY_MAX];
+  aa_strategy_key(s, k);
+  return k;
+}
+
+AA_TEST(one_cpu_device_gives_amp_by_checkpoint_by_micro_batch_larger_first) {
+  size_t n;
+  int *setting;
+  aa_strategy_t *s = enumerate(1, 4, false, 0, &n, &setting);
+  CHECK(n == 27); /* 3 amp x 3 checkpoint x micro-batches 4, 2, 1 */
+  CHECK(!strcmp(key_of(&s[0]), "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4"));
+  CHECK(!strcmp(key_of(&s[1]), "dp1.tp1.pp1.z0.fp32.ckpt-none.mb2"));
+  CHECK(!strcmp(key_of(&s[2]), "dp1.tp1.pp1.z0.fp32.ckpt-none.mb1"));
+  CHECK(!strcmp(key_of(&s[3]), "dp1.tp1.pp1.z0.fp32.ckpt-sel.mb4"));
+  CHECK(!strcmp(key_of(&s[6]), "dp1.tp1.pp1.z0.fp32.ckpt-full.mb4"));
+  CHECK(!strcmp(key_of(&s[9]), "dp1.tp1.pp1.z0.bf16.ckpt-none.mb4"));
+  for (size_t i = 0; i < n; i++)
+    CHECK(setting[i] == (int)(i / 3));
+  for (size_t i = 0; i < n; i++)
+    CHECK(s[i].tp == 1 && s[i].pp == 1 && s[i].order == AA_ORDER_TDP && s[i].nranks == 0 &&
+          s[i].loss_scale.window == 1000);
+  free(s);
+  free(setting);
+
+  /* A GPU tries bf16 first; 12 has the divisors 12, 6, 4, 3, 2, 1. */
+  s = enumerate(1, 12, true, 0, &n, &setting);
+  CHECK(n == 54);
+  CHECK(!strcmp(key_of(&s[0]), "dp1.tp1.pp1.z0.bf16.ckpt-none.mb12"));
+  CHECK(!strcmp(key_of(&s[3]), "dp1.tp1.pp1.z0.bf16.ckpt-none.mb3"));
+  CHECK(!strcmp(key_of(&s[18]), "dp1.tp1.pp1.z0.fp16.ckpt-none.mb12"));
+  CHECK(setting[53] == 8);
+  free(s);
+  free(setting);
+}
+
+/* Data parallelism: the degrees up to the pool that divide the global
+ * batch, larger first; ZeRO 0-3 at dp > 1 only. */
+AA_TEST(a_pool_gives_larger_data_parallel_degrees_first) {
+  size_t n;
+  int *setting;
+  aa_strategy_t *s = enumerate(4, 4, false, 0, &n, &setting);
+  CHECK(n == 36 + 72 + 27); /* dp4: 4 zero x 9 x mb 1; dp2: 36 x mb 2, 1; dp1: 9 x mb 4, 2, 1 */
+  CHECK(!strcmp(key_of(&s[0]), "dp4.tp1.pp1.z0.fp32.ckpt-none.mb1"));
+  CHECK(!strcmp(key_of(&s[9]), "dp4.tp1.pp1.z1.fp32.ckpt-none.mb1"));
+  CHECK(!strcmp(key_of(&s[36]), "dp2.tp1.pp1.z0.fp32.ckpt-none.mb2"));
+  CHECK(!strcmp(key_of(&s[108]), "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4"));
+  CHECK(setting[35] == 35 && setting[36] == 36 && setting[37] == 36 && setting[n - 1] == 36 + 36 + 8);
+  free(s);
+  free(setting);
+  /* 3 does not divide 4: no dp 3. */
+  s = enumerate(3, 4, false, 0, &n, &setting);
+  CHECK(n == 72 + 27 && s[0].dp == 2);
+  free(s);
+  free(setting);
+  aa_space_pool_t empty = {.devices = 0, .global_batch = 4};
+  CHECK(aa_space_enumerate(NULL, NULL, 0, &empty) == 0);
+}
+
+AA_TEST(what_exists_comes_in_search_order) {
+  int v[16];
+  CHECK(aa_space_dp_degrees(v, 16, 8, 12) == 5 && v[0] == 6 && v[1] == 4 && v[2] == 3 && v[4] == 1);
+  CHECK(aa_space_dp_degrees(NULL, 0, 8, 12) == 5);
+  CHECK(aa_space_micro_batches(v, 16, 12) == 6 && v[0] == 12 && v[1] == 6 && v[5] == 1);
+  CHECK(aa_space_micro_batches(v, 2, 12) == 6 && v[0] == 12 && v[1] == 6); /* counts past cap */
+  CHECK(aa_space_zero_stages(v, 16, 1, 0) == 1 && v[0] == 0);
+  CHECK(aa_space_zero_stages(v, 16, 2, AA_SPACE_EX_ZERO2) == 3 && v[0] == 0 && v[1] == 1 && v[2] == 3);
+  aa_dtype_t t[3];
+  CHECK(aa_space_precisions(t, 3, true, 0) == 3 && t[0] == AA_BF16 && t[1] == AA_F16 && t[2] == AA_F32);
+  CHECK(aa_space_precisions(t, 3, false, AA_SPACE_EX_BF16) == 2 && t[0] == AA_F32 && t[1] == AA_F16);
+  aa_ckpt_mode_t m[3];
+  CHECK(aa_space_ckpt_modes(m, 3, 0) == 3 && m[0] == AA_CKPT_NONE && m[1] == AA_CKPT_SELECTIVE &&
+        m[2] == AA_CKPT_FULL);
+  CHECK(aa_space_ckpt_modes(m, 3, AA_SPACE_EX_SELECTIVE | AA_SPACE_EX_FULL) == 1 && m[0] == AA_CKPT_NONE);
+}
+
+AA_TEST(exclude_names_leave_out_methods) {
+  unsigned mask = 0;
+  size_t n;
+  int *setting;
+  const char *a[] = {"fp16", "checkpoint"};
+  CHECK(aa_space_exclude_mask(a, 2, &mask) == 0);
+  CHECK(mask == (AA_SPACE_EX_FP16 | AA_SPACE_EX_SELECTIVE | AA_SPACE_EX_FULL));
+  aa_strategy_t *s = enumerate(1, 4, false, mask, &n, &setting);
+  CHECK(n == 6); /* fp32, bf16 x none x 4, 2, 1 */
+  for (size_t i = 0; i < n; i++)
+    CHECK(s[i].amp != AA_F16 && s[i].ckpt == AA_CKPT_NONE);
+  free(s);
+  free(setting);
+
+  const char *b[] = {"amp", "selective"};
+  CHECK(aa_space_exclude_mask(b, 2, &mask) == 0);
+  s = enumerate(1, 4, false, mask, &n, &setting);
+  CHECK(n == 6); /* fp32 x none, full */
+  free(s);
+  free(setting);
+
+  /* ATorch's names for the same methods. */
+  const char *atorch[] = {"amp_native", "zero2", "fsdp", "tensor_parallel", "pipeline_parallel"};
+  CHECK(aa_space_exclude_mask(atorch, 5, &mask) == 0);
+  CHECK(mask == (AA_SPACE_EX_BF16 | AA_SPACE_EX_FP16 | AA_SPACE_EX_ZERO2 | AA_SPACE_EX_ZERO3 |
+                 AA_SPACE_EX_TP | AA_SPACE_EX_PP));
+  s = enumerate(1, 4, false, mask, &n, &setting);
+  CHECK(n == 9);
+  free(s);
+  free(setting);
+  s = enumerate(2, 4, false, mask, &n, &setting);
+  CHECK(n == 2 * 3 * 2 + 9 && s[3].zero == 0 && s[6].zero == 1); /* dp2: ZeRO 0 and 1 only */
+  free(s);
+  free(setting);
+
+  const char *all[] = {"fp32", "amp"};
+  CHECK(aa_space_exclude_mask(all, 2, &mask) == 0);
+  aa_space_pool_t pool = {.devices = 1, .global_batch = 4, .exclude = mask};
+  CHECK(aa_space_enumerate(NULL, NULL, 0, &pool) == 0);
+}
+
+AA_TEST(unknown_exclude_method_is_named_with_the_accepted_ones) {
+  const char *a[] = {"bf16", "zero9"};
+  unsigned mask = 123;
+  CHECK(aa_space_exclude_mask(a, 2, &mask) == AA_EINVAL);
+  CHECK(mask == 123);
+  CHECK(!strcmp(aa_last_error(),
+                "exclude: unknown method \"zero9\" (accepted: amp, amp_native, bf16, fp16, fp32, "
+                "checkpoint, selective, full, zero, zero1, zero2, zero3, fsdp, tensor_parallel, "
+                "pipeline_parallel)"));
+  CHECK(!strcmp(aa_space_exclude_names(),
+                "amp, amp_native, bf16, fp16, fp32, checkpoint, selective, full, zero, "
+                "zero1, zero2, zero3, fsdp, tensor_parallel, pipeline_parallel"));
+  const char *hostile[] = {"a\nb"};
+  CHECK(aa_space_exclude_mask(hostile, 1, &mask) == AA_EINVAL && strstr(aa_last_error(), "\"a\\x0ab\""));
+}
+
+/* A stored strategy answers a search only if it uses no excluded method. */
+AA_TEST(methods_of_a_strategy_are_named_as_exclude_names_them) {
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  CHECK(aa_space_methods_of(&s) == AA_SPACE_EX_FP32);
+  s.amp = AA_BF16;
+  s.ckpt = AA_CKPT_FULL;
+  s.zero = 2;
+  s.tp = 2;
+  unsigned m = aa_space_methods_of(&s);
+  CHECK(m == (AA_SPACE_EX_BF16 | AA_SPACE_EX_FULL | AA_SPACE_EX_ZERO2 | AA_SPACE_EX_TP));
+  char buf[160];
+  CHECK(!strcmp(aa_space_method_names(buf, sizeof buf, m), "bf16, full, zero2, tensor_parallel"));
+  const char *ex[] = {"amp", "zero"};
+  unsigned mask = 0;
+  CHECK(aa_space_exclude_mask(ex, 2, &mask) == 0);
+  CHECK(!strcmp(aa_space_method_names(buf, sizeof buf, m & mask), "bf16, zero2"));
+  s.ckpt = AA_CKPT_SELECTIVE;
+  s.pp = 2;
+  s.amp = AA_F16;
+  CHECK(!strcmp(aa_space_method_names(buf, sizeof buf, aa_space_methods_of(&s)),
+                "fp16, selective, zero2, tensor_parallel, pipeline_parallel"));
+  CHECK(!strcmp(aa_space_method_names(buf, 8, aa_space_methods_of(&s)), "fp16, s")); /* cut, terminated */
+}
+
+int main(void) {
+  RUN(one_cpu_device_gives_amp_by_checkpoint_by_micro_batch_larger_first);
+  RUN(a_pool_gives_larger_data_parallel_degrees_first);
+  RUN(what_exists_comes_in_search_order);
+  RUN(exclude_names_leave_out_methods);
+  RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
+  RUN(methods_of_a_strategy_are_named_as_exclude_names_them);
+  return aa_test_summary();
+}
