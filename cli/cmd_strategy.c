@@ -82,6 +82,15 @@ static void print_words(const aa_strategy_t *s) {
   long long ranks = (long long)s->dp * s->tp * s->pp;
   printf("parallel:          data %d x tensor %d x pipeline %d = %lld rank%s\n", s->dp, s->tp, s->pp, ranks,
          ranks == 1 ? "" : "s");
+  aa_axis_t axes[AA_AXES];
+  aa_axis_order_axes(s->order, axes);
+  printf("axis order:        %s fastest, then %s, then %s\n", aa_axis_name(axes[0]), aa_axis_name(axes[1]),
+         aa_axis_name(axes[2]));
+  if (s->nranks) {
+    printf("rank order:        mesh position i runs on rank");
+    for (int i = 0; i < s->nranks && i < 32; i++) printf(" %d", s->rank_order[i]);
+    printf("%s\n", s->nranks > 32 ? " ..." : "");
+  }
   printf("zero:              stage %d: %s%s\n", s->zero, zero_words[s->zero],
          s->zero > 0 && s->dp == 1 ? " (a group of 1: nothing to shard)" : "");
   if (s->amp == AA_F32)

@@ -83,5 +83,10 @@ expect 1 "fp8.json: item 2: method \"fp8\" is not supported \(supported: paralle
   "$AA" strategy show "$tmp/fp8.json"
 expect 1 "check: .*model.json|no such file" "$AA" strategy check "$EX/bf16-full.json" --model "$tmp/nomodel.json"
 
+# ATorch's parallel_mode order and rank order show in words.
+printf '[["parallel_mode", [[["data", 2], ["tensor", 2]], [3, 2, 1, 0]]]]\n' >"$tmp/order.json"
+expect 0 "axis order: +data fastest, then tensor, then pipeline" "$AA" strategy show "$tmp/order.json"
+expect 0 "rank order: +mesh position i runs on rank 3 2 1 0" "$AA" strategy show "$tmp/order.json"
+expect 0 "key: +dp2\.tp2\.pp1\..*\.order-dt" "$AA" strategy show "$tmp/order.json"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
