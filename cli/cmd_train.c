@@ -16,12 +16,8 @@
 #include "common/spec.h"
 #include "common/mem.h"
 #include "common/rendezvous.h"
-#include "comm/comm.h"
-#include "engine/train.h"
+#include "engine/launch.h"
 #include "strategies/strategy.h"
-#ifdef AA_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#endif
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -80,32 +76,14 @@ static int rescale(aa_strategy_t *s, int world) {
   return 0;
 }
 
-/* One rank of a local data-parallel run; the child's exit status. A rank
- * on a GPU selects it before joining: an NCCL group joins on the current
- * device. */
-static int run_rank(const aa_model_spec_t *spec, aa_train_opts_t o, const char *rendezvous, int rank, int world,
-                    int cuda) {
-  char device[32];
-  if (cuda >= 0) {
-    snprintf(device, sizeof device, "cuda:%d", cuda);
-    o.device = device;
-#ifdef AA_HAVE_CUDA
-    if (aa_cuda_init(cuda)) {
-      fprintf(stderr, "autoaccel train: rank %d: device %s: %s\n", rank, device, aa_last_error());
-      return AA_EXIT_FAIL;
-    }
-#endif
-  }
-  aa_comm_t *comm = NULL;
-  if (aa_comm_init(&comm, rendezvous, rank, world, NULL)) {
-    fprintf(stderr, "autoaccel train: rank %d: %s\n", rank, aa_last_error());
-    return AA_EXIT_FAIL;
-  }
-  o.comm = comm;
-  int rc = aa_train(spec, &o, NULL);
-  if (rc) fprintf(stderr, "autoaccel train: rank %d: %s\n", rank, aa_last_error());
-  aa_comm_destroy(comm);
-  return rc ? AA_EXIT_FAIL : AA_EXIT_OK;
+/* One rank of a local data-parallel run, started as an executor's runner
+ * starts one (engine/launch.h); the child's exit status. */
+static int run_rank(const aa_model_spec_t *spec, const aa_train_opts_t *o, const char *rendezvous, int rank,
+                    int world, int cuda) {
+  aa_launch_t l = {.spec = spec, .rank = rank, .world = world, .rendezvous = rendezvous, .cuda = cuda, .opts = *o};
+  if (!aa_launch_rank(&l, NULL)) return AA_EXIT_OK;
+  fprintf(stderr, "autoaccel train: rank %d: %s\n", rank, aa_last_error());
+  return AA_EXIT_FAIL;
 }
 
 /* Forks `world` ranks and waits for all of them. When one fails, the others
@@ -128,7 +106,7 @@ static int train_ranks(const aa_model_spec_t *spec, const aa_train_opts_t *o, co
       failed = 1;
       break;
     }
-    if (pid == 0) _exit(run_rank(spec, *o, rdv, started, world, devs->cuda[started]));
+    if (pid == 0) _exit(run_rank(spec, o, rdv, started, world, devs->cuda[started]));
     pids[started] = pid;
   }
   time_t first_failure = failed ? time(NULL) : 0;
@@ -268,6 +246,8 @@ int aa_cmd_train(int argc, char **argv) {
     }
     return train_ranks(&spec, &o, &devs);
   }
-  if (aa_train(&spec, &o, NULL)) return aa_cli_fail("train");
+  /* This process is the only rank: the device is the one --device names. */
+  aa_launch_t l = {.spec = &spec, .rank = 0, .world = 1, .cuda = -1, .opts = o};
+  if (aa_launch_rank(&l, NULL)) return aa_cli_fail("train");
   return AA_EXIT_OK;
 }

@@ -1,7 +1,8 @@
 /* Process groups (comm.h): the checks every backend shares, then dispatch to
- * comm_shm.c or comm_nccl.c. Arguments are checked here so both backends
- * reject the same calls with the same messages; the group's failed state is
- * checked first, so a call after an abort returns AA_ECANCELLED at once. */
+ * comm_shm.c, comm_nccl.c or comm_self.c. Arguments are checked here so
+ * every backend rejects the same calls with the same messages; the group's
+ * failed state is checked first, so a call after an abort returns
+ * AA_ECANCELLED at once. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,13 +15,18 @@ static int bad(const aa_comm_t *c, const char *what, const char *why) {
   return aa_error(AA_EINVAL, "%s: rank %d of %d: %s", what, c->rank, c->world, why);
 }
 
+/* 0 while the group's family is usable, else AA_ECANCELLED. */
+static int usable(aa_comm_t *c, const char *what) {
+  return c->self ? aa__self_check(c->self, what) : aa__shm_check(c->shm, what, 0);
+}
+
 /* The checks of a data-moving call: the group is usable, the dtype and op
  * are known, `per_rank` elements times `mult` fit in size_t bytes, and the
  * buffers that will be touched are not NULL. */
 static int check(aa_comm_t *c, const char *what, aa_dtype_t dt, int op, size_t count, size_t mult,
                  const void *a, const void *b) {
   if (!c) return aa_error(AA_EINVAL, "%s: the group is NULL", what);
-  int rc = aa__shm_check(c->shm, what, 0);
+  int rc = usable(c, what);
   if (rc) return rc;
   if (dt != AA_F32 && dt != AA_BF16 && dt != AA_F16) return bad(c, what, "unknown dtype");
   if (op != AA_COMM_SUM && op != AA_COMM_AVG) return bad(c, what, "unknown reduction op");
@@ -63,8 +69,9 @@ int aa_comm_init(aa_comm_t **out, const char *rendezvous, int rank, int world, c
 
 int aa_comm_split(aa_comm_t *parent, int color, int key, aa_comm_t **out) {
   if (!parent || !out) return aa_error(AA_EINVAL, "aa_comm_split: NULL argument");
-  int rc = aa__shm_check(parent->shm, "aa_comm_split", 0);
+  int rc = usable(parent, "aa_comm_split");
   if (rc) return rc;
+  if (parent->self) return aa__self_split(parent, color, out);
   aa_comm_t *c = calloc(1, sizeof *c);
   if (!c) return aa_error(AA_ENOMEM, "aa_comm_split: out of memory");
   rc = aa__shm_split(parent->shm, color < 0 ? -1 : color, key, &c->shm);
@@ -84,12 +91,18 @@ int aa_comm_split(aa_comm_t *parent, int color, int key, aa_comm_t **out) {
 
 int aa_comm_rank(const aa_comm_t *c) { return c ? c->rank : -1; }
 int aa_comm_world(const aa_comm_t *c) { return c ? c->world : -1; }
-const char *aa_comm_backend(const aa_comm_t *c) { return !c ? "" : c->nccl ? "nccl" : "shm"; }
+const char *aa_comm_backend(const aa_comm_t *c) {
+  return !c ? "" : c->self ? "self" : c->nccl ? "nccl" : "shm";
+}
 
 int aa_comm_all_reduce(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype,
                        aa_comm_op_t op) {
   int rc = check(c, "all_reduce", dtype, op, count, 1, send, recv);
   if (rc || !count) return rc;
+  if (c->self) {
+    aa__self_copy(send, recv, count * aa_dtype_size(dtype));
+    return 0;
+  }
   if (c->nccl) return aa__nccl_all_reduce(c, send, recv, count, dtype, op);
   return aa__shm_all_reduce(c->shm, send, recv, count, dtype, op);
 }
@@ -98,6 +111,10 @@ int aa_comm_reduce_scatter(aa_comm_t *c, const void *send, void *recv, size_t co
                            aa_comm_op_t op) {
   int rc = check(c, "reduce_scatter", dtype, op, count, c ? (size_t)c->world : 1, send, recv);
   if (rc || !count) return rc;
+  if (c->self) {
+    aa__self_copy(send, recv, count * aa_dtype_size(dtype));
+    return 0;
+  }
   if (c->nccl) return aa__nccl_reduce_scatter(c, send, recv, count, dtype, op);
   return aa__shm_reduce_scatter(c->shm, send, recv, count, dtype, op);
 }
@@ -105,6 +122,10 @@ int aa_comm_reduce_scatter(aa_comm_t *c, const void *send, void *recv, size_t co
 int aa_comm_all_gather(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype) {
   int rc = check(c, "all_gather", dtype, AA_COMM_SUM, count, c ? (size_t)c->world : 1, send, recv);
   if (rc || !count) return rc;
+  if (c->self) {
+    aa__self_copy(send, recv, count * aa_dtype_size(dtype));
+    return 0;
+  }
   if (c->nccl) return aa__nccl_all_gather(c, send, recv, count, dtype);
   return aa__shm_all_gather(c->shm, send, recv, count * aa_dtype_size(dtype), "all_gather");
 }
@@ -115,6 +136,10 @@ int aa_comm_broadcast(aa_comm_t *c, const void *send, void *recv, size_t count, 
   if (root < 0 || root >= c->world) return bad(c, "broadcast", "the root is not a rank of the group");
   if (count && c->rank == root && !send) return bad(c, "broadcast", "the root's send buffer is NULL");
   if (!count) return 0;
+  if (c->self) {
+    aa__self_copy(send, recv, count * aa_dtype_size(dtype));
+    return 0;
+  }
   if (c->nccl) return aa__nccl_broadcast(c, send, recv, count, dtype, root);
   return aa__shm_broadcast(c->shm, send, recv, count * aa_dtype_size(dtype), root, "broadcast");
 }
@@ -141,18 +166,20 @@ int aa_comm_recv(aa_comm_t *c, void *buf, size_t count, aa_dtype_t dtype, int pe
 
 int aa_comm_barrier(aa_comm_t *c) {
   if (!c) return aa_error(AA_EINVAL, "barrier: the group is NULL");
-  int rc = aa__shm_check(c->shm, "barrier", 0);
-  if (rc) return rc;
+  int rc = usable(c, "barrier");
+  if (rc || c->self) return rc;
   if (c->nccl) return aa__nccl_barrier(c);
   return aa__shm_barrier(c->shm, "barrier");
 }
 
 void aa_comm_abort(aa_comm_t *c) {
-  if (c) aa__shm_abort(c->shm, AA__ABORT_CALLED);
+  if (c && c->self) aa__self_abort(c->self);
+  else if (c) aa__shm_abort(c->shm, AA__ABORT_CALLED);
 }
 
 void aa_comm_destroy(aa_comm_t *c) {
   if (!c) return;
+  if (c->self) aa__self_release(c->self);
   if (c->nccl) aa__nccl_destroy(c);
   aa__shm_destroy(c->shm);
   free(c);

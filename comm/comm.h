@@ -1,5 +1,5 @@
 /* Process groups: the collectives that data parallelism and ZeRO need, with
- * one NCCL-shaped API over two backends:
+ * one NCCL-shaped API over three backends:
  *
  *   shm   CPU ranks on one host. The group meets in a POSIX shared-memory
  *         segment named by the rendezvous; ranks wait on process-shared
@@ -11,6 +11,10 @@
  *         unique id and hands it to the others there, then all call
  *         ncclCommInitRank. Ranks on one host only (a cross-host bootstrap
  *         would relay the id through the planner).
+ *   self   the group of one a single process trains over (aa_comm_self):
+ *         every collective is the identity, a copy or nothing, and never
+ *         waits; no rendezvous. In-place calls serve any memory (nothing is
+ *         touched); out-of-place ones copy with memcpy, so host memory.
  *
  * The rendezvous text (common/rendezvous.h: "shm:/aa-<tag>-<nonce>" or
  * "nccl:/aa-<tag>-<nonce>") is made by the planner and travels to every rank
@@ -77,6 +81,13 @@ typedef struct aa_comm_opts {
  * and set only on success. */
 int aa_comm_init(aa_comm_t **out, const char *rendezvous, int rank, int world, const aa_comm_opts_t *opts);
 
+/* A group of one (rank 0 of 1, backend "self"), made without a rendezvous:
+ * a single process is a group of one, so the engine runs the same code over
+ * it as over a gang. Its splits are groups of one of the same family;
+ * aa_comm_abort fails the family as for any group. *out is transferred
+ * (aa_comm_destroy) and set only on success (AA_ENOMEM otherwise). */
+int aa_comm_self(aa_comm_t **out);
+
 /* A sub-group of the ranks of parent with the same color, ordered by key
  * then parent rank (as ncclCommSplit / MPI_Comm_split). Every rank of the
  * parent must call it; color < 0 means "in no group" and gives *out = NULL.
@@ -89,7 +100,7 @@ int aa_comm_split(aa_comm_t *parent, int color, int key, aa_comm_t **out);
 
 int aa_comm_rank(const aa_comm_t *c);
 int aa_comm_world(const aa_comm_t *c);
-const char *aa_comm_backend(const aa_comm_t *c); /* "shm", "nccl" */
+const char *aa_comm_backend(const aa_comm_t *c); /* "shm", "nccl", "self" */
 
 /* recv(count) = op over ranks of send(count). */
 int aa_comm_all_reduce(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype, aa_comm_op_t op);

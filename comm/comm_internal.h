@@ -1,12 +1,13 @@
 /* Inside the process groups of comm.h: the handle comm.c dispatches from and
- * the two backends behind it. Only comm/comm*.c include this.
+ * the three backends behind it. Only comm/comm*.c include this.
  *
  * comm.c checks the arguments (ranges, NULL buffers, sizes that overflow)
  * and the group's failed state, then calls the backend. comm_shm.c is the
  * shared-memory group; comm_nccl.c drives NCCL and keeps a shm group of the
  * same ranks beside it, which bootstraps NCCL and carries the abort word and
  * the liveness of the ranks (so a dead rank or aa_comm_abort stops an NCCL
- * wait too). The aa__ names are internal; they are not part of the API. */
+ * wait too); comm_self.c is the group of one, which has neither. The aa__
+ * names are internal; they are not part of the API. */
 #ifndef AA_COMM_INTERNAL_H
 #define AA_COMM_INTERNAL_H
 
@@ -14,12 +15,29 @@
 
 typedef struct aa__shm aa__shm_t;
 typedef struct aa__nccl aa__nccl_t;
+typedef struct aa__self aa__self_t;
 
+/* Exactly one of shm and self is set: self for a group of one made by
+ * aa_comm_self (or split from one), shm otherwise. */
 struct aa_comm {
   int rank, world;
   aa__shm_t *shm;   /* owned: the group in shared memory (nccl: its bootstrap and liveness) */
-  aa__nccl_t *nccl; /* owned: NULL for the shm backend */
+  aa__nccl_t *nccl; /* owned: NULL for the shm and self backends */
+  aa__self_t *self; /* one reference to the family of a group of one */
 };
+
+/* --- comm_self.c ---------------------------------------------------------------------- */
+
+/* A group of one in parent's family (parent->self); *out = NULL for color < 0. */
+int aa__self_split(aa_comm_t *parent, int color, aa_comm_t **out);
+/* 0, or AA_ECANCELLED naming `what` once the family was aborted. */
+int aa__self_check(const aa__self_t *f, const char *what);
+/* Marks the family aborted (async-signal-safe: one store). */
+void aa__self_abort(aa__self_t *f);
+/* Every collective of a group of one: recv = send, nothing done in place. */
+void aa__self_copy(const void *send, void *recv, size_t bytes);
+/* Drops one reference to the family; the last frees it. */
+void aa__self_release(aa__self_t *f);
 
 /* --- comm_shm.c ---------------------------------------------------------------------- */
 

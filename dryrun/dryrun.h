@@ -57,4 +57,13 @@ typedef struct aa_dryrun_result {
 int aa_dryrun(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_dryrun_opts_t *o,
               aa_dryrun_result_t *res);
 
+/* The two halves of aa_dryrun around its aa_train call, for a caller that
+ * starts the rank itself (engine/launch.h, which also joins the group):
+ * the training options of a dry run of s with options o (both borrowed by
+ * *out, which is written only on success; o->comm is not copied: the
+ * launcher sets it), AA_EINVAL for bad options; and the dry-run figures of
+ * what that training returned. */
+int aa_dryrun_train_opts(const aa_strategy_t *s, const aa_dryrun_opts_t *o, aa_train_opts_t *out);
+void aa_dryrun_result_of(const aa_train_result_t *r, aa_dryrun_result_t *out);
+
 #endif

@@ -8,23 +8,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Per-block activation fields, all (B,T,*): ln1 out (C), qkv (3C),
- * attention output (C), residual after attention (C), ln2 out (C), fc out
- * = GELU input (F), GELU out (F), block output (C). The attention
+#include "strategies/sizes.h"
+
+/* Per-block activation fields (strategies/sizes.h, which lays them out),
+ * by the short names the wiring below uses on every line. The attention
  * probabilities are never stored (ops.h: the backward recomputes them from
  * the per-row logsumexp, which lives with the statistics). */
-enum { F_LN1, F_QKV, F_ATTY, F_RES2, F_LN2, F_FCH, F_FCHG, F_RES3, NF };
+enum {
+  F_LN1 = AA_ACT_LN1,
+  F_QKV = AA_ACT_QKV,
+  F_ATTY = AA_ACT_ATTY,
+  F_RES2 = AA_ACT_RES2,
+  F_LN2 = AA_ACT_LN2,
+  F_FCH = AA_ACT_FCH,
+  F_FCHG = AA_ACT_FCHG,
+  F_RES3 = AA_ACT_RES3,
+  NF = AA_ACT_FIELDS
+};
 /* Statistics of a block, fp32, kept whenever the block keeps anything but
  * its output: ln1 mean/rstd, ln2 mean/rstd, each (B,T), then the attention
- * logsumexp (B,NH,T). */
+ * logsumexp (B,NH,T) (the slice sizes.h sizes). */
 enum { S_LN1M, S_LN1R, S_LN2M, S_LN2R, NS };
-#define STATS_NUMEL(N, NH) (((size_t)NS + (size_t)(NH)) * (size_t)(N))
 #define LSE(st, N) ((st) + (size_t)NS * (N))
 
 /* What a block keeps for backward, in the storage dtype; NULL = not kept. */
 typedef struct {
   void *f[NF];
-  float *stats; /* STATS_NUMEL, fp32 */
+  float *stats; /* fp32 */
 } block_store_t;
 
 /* fp32 views of one block's activations while computing it. */
@@ -99,85 +109,41 @@ static void build_tensor_table(aa_gpt_t *m) {
 static int lt(int l, int k) { return 2 + l * AA_TENSORS_PER_LAYER + k; }
 enum { LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB };
 
-static int block_full(const aa_gpt_opts_t *o, int l) {
-  return o->ckpt == AA_CKPT_FULL && (o->ckpt_layers == 0 || l < o->ckpt_layers);
-}
+static int block_full(const aa_gpt_opts_t *o, int l) { return aa_sizes_block_full(o->ckpt, o->ckpt_layers, l); }
 
-/* Whether block l keeps field f for backward. A fully checkpointed block
- * keeps only its output, which is the next block's input. */
-static int kept(const aa_gpt_opts_t *o, int l, int f) {
-  if (block_full(o, l)) return f == F_RES3;
-  if (o->ckpt == AA_CKPT_SELECTIVE) return f != F_FCHG;
-  return 1;
-}
+static size_t field_numel(const aa_arch_t *a, int B, int T, int f) { return aa_sizes_field_numel(a, B, T, f); }
 
-static size_t field_numel(const aa_arch_t *a, int B, int T, int f) {
-  size_t N = (size_t)B * T, C = a->d_model, F = a->d_ff;
-  switch (f) {
-  case F_QKV: return 3 * N * C;
-  case F_FCH:
-  case F_FCHG: return N * F;
-  default: return N * C;
+/* base + off, or NULL for a buffer the layout does not have. */
+static void *at(void *base, size_t off) { return off == AA_SIZES_NONE ? NULL : (char *)base + off; }
+
+/* Points the activation views into the store and the workspace, laid out
+ * as strategies/sizes.h says (the layout the allocation was sized by, so
+ * the accounting, the cost model and the carving cannot disagree). blocks
+ * holds the per-block offsets of that layout. */
+static void carve(aa_acts_t *a, const aa_act_layout_t *l, const aa_act_block_t *blocks, int n_layer) {
+  void *st = a->store, *ws = a->ws;
+  a->encoded = at(st, l->encoded);
+  for (int b = 0; b < n_layer; b++) {
+    for (int f = 0; f < NF; f++) a->blocks[b].f[f] = at(st, blocks[b].field[f]);
+    a->blocks[b].stats = at(st, blocks[b].stats);
   }
-}
-
-/* Bump allocator over one buffer; with base NULL it only measures. */
-typedef struct {
-  char *base;
-  size_t off;
-} carver_t;
-
-static void *take(carver_t *c, size_t bytes) {
-  void *p = c->base ? c->base + c->off : NULL;
-  c->off += (bytes + 63) & ~(size_t)63; /* 64-byte aligned slices */
-  return p;
-}
-static float *takef(carver_t *c, size_t n) { return take(c, n * sizeof(float)); }
-
-/* Lays out the kept activations in st and the workspace in ws (both carvers
- * measure when their base is NULL). The same function sizes and carves, so
- * the accounting and the allocation cannot disagree. */
-static void layout(aa_acts_t *a, carver_t *st, carver_t *ws, const aa_arch_t *ar, int B, int T,
-                   const aa_gpt_opts_t *o) {
-  size_t C = ar->d_model, V = ar->vocab_size, N = (size_t)B * T, F = ar->d_ff;
-  int amp = o->amp != AA_F32, L = ar->n_layer;
-  size_t es = aa_dtype_size(o->amp);
-  int any_full = 0, need[NF] = {0};
-  a->encoded = take(st, N * C * es);
-  for (int l = 0; l < L; l++) {
-    block_store_t *b = &a->blocks[l];
-    for (int f = 0; f < NF; f++) {
-      if (kept(o, l, f)) b->f[f] = take(st, field_numel(ar, B, T, f) * es);
-      else need[f] = 1;
-    }
-    if (block_full(o, l)) any_full = 1;
-    else b->stats = takef(st, STATS_NUMEL(N, ar->n_head));
-  }
-  a->lnf = takef(st, N * C);
-  a->lnf_stats = takef(st, 2 * N);
-  a->logits = takef(st, N * V);
-  a->losses = takef(st, N);
-
-  /* Under amp every field is computed in fp32 staging; in fp32 only the
-   * fields some block does not keep need a place to be computed in. The
-   * block output is always kept, and under amp lives in ws_res. */
-  for (int f = 0; f < NF; f++)
-    if (f != F_RES3 && (amp || need[f])) a->wsf[f] = takef(ws, field_numel(ar, B, T, f));
-  if (amp) {
-    a->ws_res[0] = takef(ws, N * C);
-    a->ws_res[1] = takef(ws, N * C);
-    /* One block's tensors: 4C (LayerNorms) + 3C^2 + 3C + C^2 + C + 2FC + F + C. */
-    a->wblock = takef(ws, 4 * C * C + 2 * F * C + 9 * C + F);
-    a->wpre = takef(ws, (V + (size_t)ar->seq_len) * C);
-    a->wpost = takef(ws, 2 * C);
-  }
-  if (any_full) a->ws_stats = takef(ws, STATS_NUMEL(N, ar->n_head));
-  a->dres = takef(ws, N * C);
-  a->dln = takef(ws, N * C);
-  a->dqkv = takef(ws, 3 * N * C);
-  a->datty = takef(ws, N * C);
-  a->dfch = takef(ws, N * F);
-  a->dfch_gelu = takef(ws, N * F);
+  a->lnf = at(st, l->lnf);
+  a->lnf_stats = at(st, l->lnf_stats);
+  a->logits = at(st, l->logits);
+  a->losses = at(st, l->losses);
+  for (int f = 0; f < NF; f++) a->wsf[f] = at(ws, l->ws_field[f]);
+  a->ws_res[0] = at(ws, l->ws_res[0]);
+  a->ws_res[1] = at(ws, l->ws_res[1]);
+  a->ws_stats = at(ws, l->ws_stats);
+  a->wblock = at(ws, l->wblock);
+  a->wpre = at(ws, l->wpre);
+  a->wpost = at(ws, l->wpost);
+  a->dres = at(ws, l->dres);
+  a->dln = at(ws, l->dln);
+  a->dqkv = at(ws, l->dqkv);
+  a->datty = at(ws, l->datty);
+  a->dfch = at(ws, l->dfch);
+  a->dfch_gelu = at(ws, l->dfch_gelu);
 }
 
 /* Accounts `bytes` of kind in mem and takes them from the backend: the
@@ -232,16 +198,11 @@ static const aa_gpt_opts_t default_opts = {.amp = AA_F32, .ckpt = AA_CKPT_NONE};
 
 void aa_gpt_act_bytes(const aa_arch_t *arch, int B, int T, const aa_gpt_opts_t *opts, size_t *acts,
                       size_t *workspace) {
-  aa_acts_t a = {0};
-  block_store_t *blocks = calloc(arch->n_layer, sizeof *blocks);
-  carver_t st = {0}, ws = {0};
-  if (blocks) {
-    a.blocks = blocks;
-    layout(&a, &st, &ws, arch, B, T, opts ? opts : &default_opts);
-  }
-  free(blocks);
-  *acts = st.off;
-  *workspace = ws.off;
+  if (!opts) opts = &default_opts;
+  aa_act_layout_t l;
+  aa_sizes_acts(arch, B, T, opts->amp, opts->ckpt, opts->ckpt_layers, &l, NULL);
+  *acts = l.acts;
+  *workspace = l.workspace;
 }
 
 int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, int B, int T,
@@ -277,10 +238,6 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
       (rc = ops->alloc((void **)&a->targets, sizeof(int32_t) * B * T)))
     goto fail;
   build_tensor_table(m);
-  /* Under amp the fp32 parameters are the master weights, which the ZeRO
-   * accounting counts with the optimizer state; the 16-bit copy is what the
-   * model computes with. */
-  int amp = opts->amp != AA_F32;
   if (opts->zero < 0 || opts->zero > 3) {
     rc = aa_error(AA_EINVAL, "ZeRO stage %d must be 0..3", opts->zero);
     goto fail;
@@ -288,24 +245,30 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   /* Under ZeRO the trainer keeps shards outside the model, which then
    * reaches them through its hooks: from stage 1 under amp the fp32 master
    * weights (the model keeps the full 16-bit copy), from 2 the gradients,
-   * from 3 the parameters (and under amp no 16-bit copy either). */
-  int full_fp32 = amp ? opts->zero == 0 : opts->zero < 3;
-  if ((full_fp32 &&
-       (rc = aa_flatbuf_alloc(&m->params, ops, mem, amp ? AA_MEM_OPTIM : AA_MEM_PARAMS, AA_F32, m->n_params))) ||
-      (opts->zero < 2 && (rc = aa_flatbuf_alloc(&m->grads, ops, mem, AA_MEM_GRADS, AA_F32, m->n_params))) ||
-      (amp && opts->zero < 3 &&
-       (rc = aa_flatbuf_alloc(&m->params16, ops, mem, AA_MEM_PARAMS, opts->amp, m->n_params))))
-    goto fail;
+   * from 3 the parameters (and under amp no 16-bit copy either). What is
+   * allocated is sizes.h's, which the cost model predicts from. */
+  aa_model_sizes_t sz;
+  aa_sizes_model(arch, opts->amp, opts->zero, &sz);
+  const struct {
+    aa_flatbuf_t *b;
+    const aa_buf_size_t *s;
+  } bufs[] = {{&m->params, &sz.params}, {&m->grads, &sz.grads}, {&m->params16, &sz.params16}};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    if (bufs[i].s->numel &&
+        (rc = aa_flatbuf_alloc(bufs[i].b, ops, mem, bufs[i].s->kind, bufs[i].s->dtype, bufs[i].s->numel)))
+      goto fail;
   m->params16_stale = 1;
-  carver_t st = {0}, ws = {0};
-  layout(a, &st, &ws, arch, B, T, opts);
-  if ((rc = backend_alloc(ops, mem, AA_MEM_ACTS, st.off, &a->store))) goto fail;
-  a->store_bytes = st.off;
-  if ((rc = backend_alloc(ops, mem, AA_MEM_WORKSPACE, ws.off, &a->ws))) goto fail;
-  a->ws_bytes = ws.off;
-  st = (carver_t){.base = a->store};
-  ws = (carver_t){.base = a->ws};
-  layout(a, &st, &ws, arch, B, T, opts);
+  aa_act_layout_t l;
+  aa_act_block_t *blocks = calloc(arch->n_layer, sizeof *blocks);
+  if (!blocks) goto nomem;
+  aa_sizes_acts(arch, B, T, opts->amp, opts->ckpt, opts->ckpt_layers, &l, blocks);
+  if (!(rc = backend_alloc(ops, mem, AA_MEM_ACTS, l.acts, &a->store))) {
+    a->store_bytes = l.acts;
+    if (!(rc = backend_alloc(ops, mem, AA_MEM_WORKSPACE, l.workspace, &a->ws))) a->ws_bytes = l.workspace;
+  }
+  if (!rc) carve(a, &l, blocks, arch->n_layer);
+  free(blocks);
+  if (rc) goto fail;
   m->targets = a->targets;
   *out = m;
   return 0;

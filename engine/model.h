@@ -202,7 +202,8 @@ void aa_gpt_params_changed(aa_gpt_t *m);
 
 /* Bytes the activations of one micro-batch keep for backward and the
  * workspace the model needs, for these options (what aa_gpt_create
- * allocates under AA_MEM_ACTS and AA_MEM_WORKSPACE). */
+ * allocates under AA_MEM_ACTS and AA_MEM_WORKSPACE: the layout of
+ * strategies/sizes.h, which it carves). */
 void aa_gpt_act_bytes(const aa_arch_t *arch, int B, int T, const aa_gpt_opts_t *opts, size_t *acts,
                       size_t *workspace);
 

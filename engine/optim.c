@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strategies/sizes.h"
+
 int aa_adamw_init(aa_adamw_t *o, size_t n, aa_mem_t *mem) { return aa_adamw_init_on(o, aa_ops_cpu(), n, mem); }
 
 int aa_adamw_init_on(aa_adamw_t *o, const aa_ops_t *ops, size_t n, aa_mem_t *mem) {
@@ -62,7 +64,7 @@ int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float l
 /* --- data parallelism and ZeRO (see optim.h) ------------------------------------------- */
 
 /* Scratch slot of unit u: 0 = wte|wpe, 1 = the blocks (one at a time), 2 = lnf. */
-static int slot(const aa_zero_t *z, int u) { return u == 0 ? 0 : u == z->n_units - 1 ? 2 : 1; }
+static int slot(const aa_gpt_t *m, int u) { return aa_sizes_slot(&m->arch, u); }
 
 /* dst(n) = src(n) in backend memory (the op table has no copy: zero, then add). */
 static void copy(const aa_ops_t *op, float *dst, const float *src, size_t n) {
@@ -94,7 +96,7 @@ static int sharded_params(const aa_zero_t *z) { return z->stage == 3 || (z->stag
  * wte|wpe and lnf serve both passes. */
 static int zero_params(aa_gpt_t *m, int u, float **out, void *data) {
   aa_zero_t *z = data;
-  int k = slot(z, u), rc = 0;
+  int k = slot(m, u), rc = 0;
   if (z->held[k] != u) {
     size_t c = z->chunk[u], e = aa_dtype_size(z->amp);
     const char *mine = (const char *)z->pshard.data + z->shard_off[u] * e;
@@ -114,7 +116,7 @@ static int zero_params(aa_gpt_t *m, int u, float **out, void *data) {
  * which the reduce-scatter then adds as zeros). */
 static int zero_grads(aa_gpt_t *m, int u, float **out, void *data) {
   aa_zero_t *z = data;
-  aa_flatbuf_t *b = &z->gunit[slot(z, u)];
+  aa_flatbuf_t *b = &z->gunit[slot(m, u)];
   m->ops->memset0(b->data, (size_t)z->world * z->chunk[u] * sizeof(float));
   *out = b->data;
   return 0;
@@ -145,7 +147,7 @@ static int zero_grads_done(aa_gpt_t *m, int u, void *data) {
     if (!(rc = op->sync())) rc = aa_comm_reduce_scatter(z->comm, p, piece, c, AA_F32, AA_COMM_AVG);
     if (!rc && z->valid[u]) copy(op, grad_chunk(z, m, u), piece, z->valid[u]);
   } else {
-    rc = aa_comm_reduce_scatter(z->comm, z->gunit[slot(z, u)].data, piece, c, AA_F32, AA_COMM_AVG);
+    rc = aa_comm_reduce_scatter(z->comm, z->gunit[slot(m, u)].data, piece, c, AA_F32, AA_COMM_AVG);
     if (!rc) op->accumulate((float *)z->gshard.data + z->shard_off[u], piece, c);
   }
   if (rc) return aa_error_wrap(rc, "reducing the gradient of unit %d", u);
@@ -170,6 +172,11 @@ void aa_zero_free(aa_zero_t *z, aa_gpt_t *m) {
   memset(z, 0, sizeof *z);
 }
 
+/* A buffer as sizes.h sizes it: not allocated when its count is 0. */
+static int alloc_as(aa_flatbuf_t *b, const aa_ops_t *op, aa_mem_t *mem, const aa_buf_size_t *s) {
+  return s->numel ? aa_flatbuf_alloc(b, op, mem, s->kind, s->dtype, s->numel) : 0;
+}
+
 int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t *mem) {
   memset(z, 0, sizeof *z);
   if (stage < 0 || stage > 3) return aa_error(AA_EINVAL, "ZeRO stage %d must be 0..3", stage);
@@ -183,42 +190,41 @@ int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t
   z->ops = m->ops;
   z->mem = mem;
   z->n_units = aa_gpt_n_units(m);
-  int U = z->n_units, rc;
+  int U = z->n_units, rc = 0;
   for (int k = 0; k < 3; k++) z->held[k] = -1;
   if (!(z->unit_off = calloc((size_t)U * 5, sizeof(size_t)))) return aa_error(AA_ENOMEM, "out of memory");
   z->unit_n = z->unit_off + U;
   z->chunk = z->unit_off + 2 * U;
   z->valid = z->unit_off + 3 * U;
   z->shard_off = z->unit_off + 4 * U;
-  size_t max_chunk = 0, padded[3] = {0}; /* largest world * c_u of each slot */
   for (int u = 0; u < U; u++) {
     aa_gpt_unit(m, u, &z->unit_off[u], &z->unit_n[u]);
-    size_t n = z->unit_n[u], c = (n + z->world - 1) / z->world, lo = (size_t)z->rank * c;
+    size_t n = z->unit_n[u], c = aa_sizes_chunk(n, z->world), lo = (size_t)z->rank * c;
     z->chunk[u] = c;
     z->valid[u] = n > lo ? (n - lo < c ? n - lo : c) : 0;
     z->shard_off[u] = z->shard_numel;
     z->shard_numel += c;
-    if (c > max_chunk) max_chunk = c;
-    if ((size_t)z->world * c > padded[slot(z, u)]) padded[slot(z, u)] = (size_t)z->world * c;
   }
-  size_t widest = padded[0] > padded[1] ? padded[0] : padded[1];
-  if (padded[2] > widest) widest = padded[2];
-  const aa_ops_t *op = m->ops;
-  if ((rc = aa_adamw_init_on(&z->opt, op, stage ? z->shard_numel : m->n_params, mem)) ||
-      (rc = aa_flatbuf_alloc(&z->scalars, op, mem, AA_MEM_WORKSPACE, AA_F32, 16)) ||
-      (stage >= 1 && (rc = aa_flatbuf_alloc(&z->piece, op, mem, AA_MEM_WORKSPACE, AA_F32, max_chunk))) ||
-      ((stage == 1 || stage == 2) && (rc = aa_flatbuf_alloc(&z->padded, op, mem, AA_MEM_WORKSPACE, AA_F32, widest))) ||
-      (stage >= 2 && (rc = aa_flatbuf_alloc(&z->gshard, op, mem, AA_MEM_GRADS, AA_F32, z->shard_numel))) ||
-      (sharded_params(z) && z->amp != AA_F32 &&
-       (rc = aa_flatbuf_alloc(&z->master, op, mem, AA_MEM_OPTIM, AA_F32, z->shard_numel))) ||
-      (stage == 3 && (rc = aa_flatbuf_alloc(&z->pshard, op, mem, AA_MEM_PARAMS, z->amp, z->shard_numel))))
+  /* Every buffer is the size strategies/sizes.h gives, which the cost model
+   * predicts from; its units are the model's by construction. */
+  aa_zero_sizes_t sz;
+  aa_sizes_zero(&m->arch, z->amp, stage, z->world, &sz);
+  if (sz.shard != z->shard_numel) {
+    rc = aa_error(AA_EINTERNAL, "ZeRO shard of %zu elements, sizes.h says %zu", z->shard_numel, sz.shard);
     goto fail;
-  for (int k = 0; k < 3; k++)
-    if ((stage >= 2 && (rc = aa_flatbuf_alloc(&z->gunit[k], op, mem, AA_MEM_WORKSPACE, AA_F32, padded[k]))) ||
-        (stage == 3 && (rc = aa_flatbuf_alloc(&z->punit[k], op, mem, AA_MEM_WORKSPACE, AA_F32, padded[k]))) ||
-        (stage == 3 && z->amp != AA_F32 &&
-         (rc = aa_flatbuf_alloc(&z->punit16[k], op, mem, AA_MEM_WORKSPACE, z->amp, padded[k]))))
-      goto fail;
+  }
+  aa_flatbuf_t *bufs[] = {&z->opt.m, &z->opt.v, &z->scalars, &z->piece, &z->padded, &z->gshard, &z->master,
+                          &z->pshard};
+  const aa_buf_size_t *sizes[] = {&sz.moment, &sz.moment, &sz.scalars, &sz.piece, &sz.padded, &sz.gshard,
+                                  &sz.master, &sz.pshard};
+  z->opt.mem = mem;
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && !rc; i++)
+    rc = alloc_as(bufs[i], m->ops, mem, sizes[i]);
+  for (int k = 0; k < 3 && !rc; k++)
+    if (!(rc = alloc_as(&z->gunit[k], m->ops, mem, &sz.gunit[k])) &&
+        !(rc = alloc_as(&z->punit[k], m->ops, mem, &sz.punit[k])))
+      rc = alloc_as(&z->punit16[k], m->ops, mem, &sz.punit16[k]);
+  if (rc) goto fail;
   z->hooks = (aa_gpt_hooks_t){.params = stage == 3 ? zero_params : NULL,
                               .grads = stage >= 2 ? zero_grads : NULL,
                               .grads_done = zero_grads_done,
@@ -354,6 +360,9 @@ int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr,
 int aa_zero_all_reduce_host(aa_zero_t *z, float *x, size_t n, aa_comm_op_t op) {
   float *d = z->scalars.data;
   if (n > 16) return aa_error(AA_EINVAL, "aa_zero_all_reduce_host: %zu values, at most 16", n);
+  /* Over a group of one the result is x itself: there is nothing to move
+   * (and sizes.h gives no scalars to stage it in). */
+  if (z->world == 1) return 0;
   int rc = z->ops->upload(d, x, n * sizeof(float));
   if (!rc) rc = aa_comm_all_reduce(z->comm, d, d, n, AA_F32, op);
   if (!rc) rc = z->ops->download(x, d, n * sizeof(float));

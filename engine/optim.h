@@ -37,8 +37,10 @@ void aa_adamw_free(aa_adamw_t *o);
 int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr, double grad_scale,
                   int skip_nonfinite, float *grad_norm);
 
-/* Data parallelism with ZeRO over a process group of `world` ranks
- * (comm/comm.h), one aa_zero_t per rank.
+/* Data parallelism with ZeRO over the data group of the rank's mesh
+ * (engine/mesh.h), `world` ranks (comm/comm.h), one aa_zero_t per rank. A
+ * single process runs it too, over a group of one at stage 0: that is
+ * plain AdamW (aa_adamw_step), its collectives in-place no-ops.
  *
  * Units. The model's parameters split into units (aa_gpt_unit: wte|wpe,
  * each block, lnf), contiguous slices of the flat buffer that are the
@@ -86,7 +88,9 @@ int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float l
  *   params   4Psi (stage 3: 4S)            2Psi (stage 3: 2S)
  *   grads    4Psi (stages 2-3: 4S)         4Psi (stages 2-3: 4S)
  *   optim    8Psi (stages 1-3: 8S)         12Psi (stages 1-3: 12S)
- * Unit scratch and the collectives' staging are workspace. */
+ * Unit scratch and the collectives' staging are workspace. Every buffer's
+ * size is strategies/sizes.h's (aa_sizes_zero), which the cost model
+ * predicts from. */
 typedef struct aa_zero {
   aa_comm_t *comm; /* borrowed: the data-parallel group */
   int rank, world, stage;
@@ -147,7 +151,8 @@ int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr,
 
 /* Host floats x (n <= 16) replaced by op over the group's ranks
  * (aa_comm_all_reduce through backend memory, as NCCL needs device
- * buffers). A collective. */
+ * buffers). A collective. Over a group of one x is the result as it is:
+ * nothing is staged or moved. */
 int aa_zero_all_reduce_host(aa_zero_t *z, float *x, size_t n, aa_comm_op_t op);
 
 /* What the rank holds of buffer `which` (0 parameters, the fp32 master

@@ -1,4 +1,5 @@
-/* Training loop, single-process or one data-parallel rank (see train.h). */
+/* Training loop, one rank of a mesh (see train.h): a single process is a
+ * 1x1x1 mesh over a group of one, so there is one path. */
 #include "train.h"
 
 #include <ctype.h>
@@ -16,6 +17,7 @@
 #include "common/file.h"
 #include "data.h"
 #include "loss_scale.h"
+#include "mesh.h"
 #include "model.h"
 #include "optim.h"
 
@@ -28,7 +30,6 @@ typedef struct {
   const aa_train_opts_t *opts;
   FILE *log;
   aa_gpt_t *model;
-  aa_adamw_t opt;
   aa_shard_t train, val;
   aa_loader_t loader;
   aa_train_state_t state;
@@ -43,26 +44,28 @@ typedef struct {
   int cuda_device;     /* -1 on the CPU */
   char device_line[400];
   double peak_flops;   /* CUDA: dense bf16 FLOP/s estimate, 0 unknown */
-  /* Data parallelism: NULL comm = a single process (rank 0 of 1), which
-   * uses model and opt directly; otherwise zero holds the optimizer. */
+  /* The mesh, built over world_group: the caller's group or, in a single
+   * process, self (a group of one, owned). ZeRO (zero, which holds the
+   * optimizer) runs over comm, the mesh's data group, in which this
+   * process is rank `rank` of `world`. */
+  aa_comm_t *world_group, *self;
+  aa_mesh_t mesh;
   aa_comm_t *comm;
   int rank, world;
   aa_zero_t zero;
-  FILE *devnull; /* the log of ranks other than 0 */
+  FILE *devnull; /* the log of ranks other than 0, and of a dry run given none */
 } trainer_t;
 
 /* Moves the loader to this rank's part of the next global batch of
- * accum * dp micro-batches (before = 1) or past the rest of it (before = 0).
- * A no-op in a single process. */
+ * accum * dp micro-batches (before = 1) or past the rest of it (before = 0):
+ * over a group of one, nothing to skip. */
 static void loader_slice(const trainer_t *t, aa_loader_t *l, int before) {
-  if (!t->comm) return;
   uint64_t per_rank = (uint64_t)t->accum * (uint64_t)t->strat.micro_batch;
   aa_loader_skip(l, per_rank * (uint64_t)(before ? t->rank : t->world - 1 - t->rank));
 }
 
-/* The mean over ranks of x (identical on every rank). */
+/* The mean over the data group of x (identical on every rank). */
 static int global_mean(trainer_t *t, float *x) {
-  if (!t->comm) return 0;
   int rc = aa_zero_all_reduce_host(&t->zero, x, 1, AA_COMM_AVG);
   return rc ? aa_error_wrap(rc, "averaging the loss over %d ranks", t->world) : 0;
 }
@@ -128,8 +131,7 @@ static int save_checkpoint(trainer_t *t, const char *name) {
   t->state.scaler_last_overflow = t->scaler.last_overflow;
   t->state.scaler_hysteresis_left = t->scaler.hysteresis_left;
   t->state.skipped_steps = t->scaler.skipped;
-  int rc = t->comm ? aa_ckpt_save_zero(path, t->model, &t->zero, &t->state)
-                   : aa_ckpt_save(path, t->model, &t->opt, &t->state);
+  int rc = aa_ckpt_save_zero(path, t->model, &t->zero, &t->state);
   if (!rc) fprintf(t->log, "checkpoint %s (step %d)\n", path, t->state.step);
   return rc;
 }
@@ -174,18 +176,26 @@ static int setup(trainer_t *t) {
   int rc, T = s->arch.seq_len;
   if (t->opts->strategy) t->strat = *t->opts->strategy;
   else aa_strategy_default(&t->strat);
-  if ((rc = aa_strategy_resolve(&t->strat, s, t->world))) return aa_error_wrap(rc, "strategy");
+  if ((rc = aa_strategy_resolve(&t->strat, s, aa_comm_world(t->world_group))))
+    return aa_error_wrap(rc, "strategy");
   t->accum = aa_strategy_accum_steps(&t->strat, s);
   int B = t->strat.micro_batch;
   aa_mem_init(&t->mem, t->opts->memory_limit);
   aa_loss_scaler_init(&t->scaler, &t->strat.loss_scale);
   if ((rc = open_device(t))) return rc;
   /* Collectives read and write the model's buffers where they live: host
-   * memory through shm, device memory through NCCL. */
-  if (t->comm && (t->cuda_device >= 0) != !strcmp(aa_comm_backend(t->comm), "nccl"))
-    return aa_error(AA_EINVAL, "a %s process group cannot serve ranks on %s (%s ranks meet in %s groups)",
-                    aa_comm_backend(t->comm), t->cuda_device >= 0 ? "a CUDA device" : "the CPU",
-                    t->cuda_device >= 0 ? "CUDA" : "CPU", t->cuda_device >= 0 ? "nccl" : "shm");
+   * memory through shm, device memory through NCCL. A group of one moves
+   * nothing, so it serves either. */
+  const char *backend = aa_comm_backend(t->world_group);
+  if (strcmp(backend, "self") && (t->cuda_device >= 0) != !strcmp(backend, "nccl"))
+    return aa_error(AA_EINVAL, "a %s process group cannot serve ranks on %s (%s ranks meet in %s groups)", backend,
+                    t->cuda_device >= 0 ? "a CUDA device" : "the CPU", t->cuda_device >= 0 ? "CUDA" : "CPU",
+                    t->cuda_device >= 0 ? "nccl" : "shm");
+  /* ZeRO shards over the data group only. */
+  if ((rc = aa_mesh_init(&t->mesh, &t->strat, t->world_group))) return rc;
+  t->comm = t->mesh.group[AA_AXIS_DATA];
+  t->rank = aa_comm_rank(t->comm);
+  t->world = aa_comm_world(t->comm);
   /* A failure to read the inputs is AA_EINPUT: no strategy would do
    * better, so the planner stops a search on it (docs/service.md). */
   if ((rc = aa_shard_read(&t->train, s->train_data, s->arch.vocab_size)))
@@ -200,10 +210,9 @@ static int setup(trainer_t *t) {
   int zero = t->world > 1 ? t->strat.zero : 0;
   aa_gpt_opts_t mo = {.amp = t->strat.amp, .ckpt = t->strat.ckpt, .ckpt_layers = t->strat.ckpt_layers,
                       .mem = &t->mem, .zero = zero};
-  if ((rc = aa_gpt_create(&t->model, &s->arch, t->ops, B, T, &mo))) return rc;
-  if (t->comm) rc = aa_zero_init(&t->zero, t->model, t->comm, zero, &t->mem);
-  else rc = aa_adamw_init_on(&t->opt, t->ops, t->model->n_params, &t->mem);
-  if (rc) return rc;
+  if ((rc = aa_gpt_create(&t->model, &s->arch, t->ops, B, T, &mo)) ||
+      (rc = aa_zero_init(&t->zero, t->model, t->comm, zero, &t->mem)))
+    return rc;
   t->inputs = malloc(sizeof(int32_t) * B * T);
   t->targets = malloc(sizeof(int32_t) * B * T);
   t->step_times = calloc(s->train.steps + 1, sizeof(double));
@@ -211,9 +220,9 @@ static int setup(trainer_t *t) {
   t->state.seed = s->train.seed;
   aa_rng_seed(&t->state.rng, s->train.seed);
   if (t->opts->resume) {
-    if (t->comm) rc = aa_ckpt_load_zero(t->opts->resume, t->model, &t->zero, &t->state);
-    else rc = aa_ckpt_load(t->opts->resume, t->model, &t->opt, &t->state);
-    if (rc || (t->comm && (rc = aa_zero_publish(&t->zero, t->model)))) return rc;
+    if ((rc = aa_ckpt_load_zero(t->opts->resume, t->model, &t->zero, &t->state)) ||
+        (rc = aa_zero_publish(&t->zero, t->model)))
+      return rc;
     t->loader.pos = t->state.data_pos;
     t->scaler.skipped = t->state.skipped_steps;
     if (t->strat.amp == AA_F16 && t->state.loss_scale > 0) {
@@ -226,18 +235,16 @@ static int setup(trainer_t *t) {
       return aa_error(AA_EINVAL, "%s: checkpoint is at step %d, past the run's %d steps", t->opts->resume,
                       t->state.step, s->train.steps);
   } else if (s->init_weights[0]) {
-    if (t->comm) rc = aa_ckpt_load_zero(s->init_weights, t->model, &t->zero, NULL);
-    else rc = aa_ckpt_load(s->init_weights, t->model, NULL, NULL);
+    rc = aa_ckpt_load_zero(s->init_weights, t->model, &t->zero, NULL);
     /* The file's faults are the input's; a group's or the memory limit's stay theirs. */
     int file = rc == AA_ENOENT || rc == AA_EIO || rc == AA_EFORMAT || rc == AA_ECORRUPT || rc == AA_EINVAL;
     if (rc) return aa_error_wrap(file ? AA_EINPUT : rc, "init_weights");
-    if (t->comm && (rc = aa_zero_publish(&t->zero, t->model))) return rc;
+    if ((rc = aa_zero_publish(&t->zero, t->model))) return rc;
   } else {
     /* Weight init consumes the trainer RNG, so its saved state continues
      * the same stream after a resume. */
     uint64_t seed = aa_rng_u64(&t->state.rng);
-    if ((rc = t->comm ? aa_zero_init_weights(&t->zero, t->model, seed) : aa_gpt_init_weights(t->model, seed)))
-      return rc;
+    if ((rc = aa_zero_init_weights(&t->zero, t->model, seed))) return rc;
   }
   int n = t->opts->out_dir ? snprintf(t->out_dir, sizeof t->out_dir, "%s", t->opts->out_dir)
                            : snprintf(t->out_dir, sizeof t->out_dir, "runs/%s", s->name);
@@ -246,9 +253,10 @@ static int setup(trainer_t *t) {
 }
 
 static void trainer_free(trainer_t *t) {
-  if (t->comm) aa_zero_free(&t->zero, t->model);
+  aa_zero_free(&t->zero, t->model);
   aa_gpt_free(t->model);
-  aa_adamw_free(&t->opt);
+  aa_mesh_free(&t->mesh);
+  aa_comm_destroy(t->self);
   if (t->devnull) fclose(t->devnull);
   aa_shard_free(&t->train);
   aa_shard_free(&t->val);
@@ -317,8 +325,7 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
   aa_gpt_t *m = t->model;
   int fp16 = t->strat.amp == AA_F16, rc;
   double scale = fp16 ? t->scaler.scale : 1.0, sum = 0;
-  if (t->comm) aa_zero_zero_grad(&t->zero, m);
-  else aa_gpt_zero_grad(m);
+  aa_zero_zero_grad(&t->zero, m);
   loader_slice(t, &t->loader, 1);
   for (int k = 0; k < t->accum; k++) {
     float l;
@@ -332,9 +339,7 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
   *loss = (float)(sum / t->accum);
   if ((rc = global_mean(t, loss))) return rc;
   int skip = fp16 || t->strat.skip_if_nonfinite;
-  if (t->comm) rc = aa_zero_step(&t->zero, m, &t->spec->train, lr, scale, skip, norm);
-  else rc = aa_adamw_step(&t->opt, m, &t->spec->train, lr, scale, skip, norm);
-  if (rc < 0) return rc;
+  if ((rc = aa_zero_step(&t->zero, m, &t->spec->train, lr, scale, skip, norm)) < 0) return rc;
   *skipped = rc == 1;
   if (fp16) aa_loss_scaler_update(&t->scaler, *skipped);
   else t->scaler.skipped += *skipped;
@@ -342,18 +347,20 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
 }
 
 int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_result_t *res) {
-  trainer_t t = {.spec = spec, .opts = opts, .log = opts->log ? opts->log : stdout, .comm = opts->comm, .world = 1};
+  trainer_t t = {.spec = spec, .opts = opts, .log = opts->log ? opts->log : stdout, .world = 1};
   aa_train_result_t r = {.val_loss = NAN};
   FILE *losses = NULL;
-  int rc = 0;
-  if (t.comm) {
-    t.rank = aa_comm_rank(t.comm);
-    t.world = aa_comm_world(t.comm);
-    /* Only rank 0 speaks; the others compute the same figures silently. */
-    if (t.rank != 0 && !(t.log = t.devnull = fopen("/dev/null", "w"))) {
-      rc = aa_error(AA_EIO, "/dev/null: cannot open: %s", strerror(errno));
-      goto cleanup;
-    }
+  /* A single process is a group of one: everything below runs it as it
+   * runs a rank of a gang. */
+  int rc = opts->comm ? 0 : aa_comm_self(&t.self);
+  if (rc) goto cleanup;
+  t.world_group = opts->comm ? opts->comm : t.self;
+  /* Only rank 0 speaks; the others compute the same figures silently. A
+   * dry run speaks only when given a log. */
+  if ((aa_comm_rank(t.world_group) != 0 || (opts->dryrun && !opts->log)) &&
+      !(t.log = t.devnull = fopen("/dev/null", "w"))) {
+    rc = aa_error(AA_EIO, "/dev/null: cannot open: %s", strerror(errno));
+    goto cleanup;
   }
   int threads = opts->threads > 0 ? opts->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
   aa_ops_cpu()->set_threads(threads);
@@ -368,7 +375,8 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   if ((rc = setup(&t))) goto cleanup;
   /* The losses file grows as training goes, so it cannot be swapped in by a
    * rename; it is opened without following a symlink instead. */
-  if (opts->losses_path && t.rank == 0 &&
+  int speaks = aa_comm_rank(t.world_group) == 0;
+  if (opts->losses_path && speaks &&
       (rc = aa_file_open_write(opts->losses_path, opts->resume != NULL, 0666, &losses)))
     goto cleanup;
   aa_gpt_t *m = t.model;
@@ -388,7 +396,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   fprintf(t.log, "strategy %s: batch %d x %d tokens as %d micro-batch%s of %d, %d threads, %d steps%s\n", r.key,
           cfg->global_batch, T, t.accum, t.accum == 1 ? "" : "es", B, threads, cfg->steps,
           t.state.step ? " (resumed)" : "");
-  if (t.comm)
+  if (t.world > 1)
     fprintf(t.log, "data parallel: %d ranks (%s), ZeRO stage %d, each rank %d micro-batch%s per step\n", t.world,
             aa_comm_backend(t.comm), t.zero.stage, t.accum, t.accum == 1 ? "" : "es");
   int first = t.state.step, timed = 0, untimed = opts->dryrun ? opts->untimed_steps : 1;
@@ -460,7 +468,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
     fprintf(t.log, "mfu %.2f%% (%.3g FLOP/token x %.0f tok/s of %.1f TFLOP/s peak bf16)\n",
             100.0 * r.tokens_per_s * flops_per_token(&t) / t.peak_flops, flops_per_token(&t), r.tokens_per_s,
             t.peak_flops / 1e12);
-  if (opts->summary_json && t.rank == 0 && (rc = write_summary(&t, &r, threads))) goto cleanup;
+  if (opts->summary_json && speaks && (rc = write_summary(&t, &r, threads))) goto cleanup;
   if (res) *res = r;
 cleanup:
   if (losses && fclose(losses) && !rc) rc = aa_error(AA_EIO, "%s: write failed", opts->losses_path);

@@ -1,6 +1,7 @@
 /* Training driver: data, model, AdamW, schedule, validation, checkpoints
- * and progress output, in one process or as one rank of a data-parallel
- * group (opts.comm). */
+ * and progress output, as one rank of a device mesh (engine/mesh.h) built
+ * from the world group opts.comm; a single process is a 1x1x1 mesh over a
+ * group of one, and runs the same code. */
 #ifndef AA_TRAIN_H
 #define AA_TRAIN_H
 
@@ -31,7 +32,7 @@ typedef struct aa_train_opts {
   const char *resume;       /* training checkpoint to resume from, or NULL */
   const char *losses_path;  /* if set, every step's loss is written here ("step loss", %.9g) */
   const char *summary_json; /* if set, the final summary is written here as JSON */
-  FILE *log;                /* progress lines; NULL = stdout */
+  FILE *log;                /* progress lines; NULL = stdout (a dry run: nowhere) */
   const aa_strategy_t *strategy; /* how to train (borrowed); NULL = the default strategy */
   size_t memory_limit;      /* bytes; 0 = none. Allocation past it fails with AA_EOOM */
   aa_train_step_fn on_step; /* if set, called after every step (progress of jobs and dry runs) */
@@ -48,8 +49,9 @@ typedef struct aa_train_opts {
    * that says which. */
   const char *device;
   int tf32; /* CUDA: TF32 tensor-core math for the fp32 GEMMs (faster, ~1e-3 relative error per product) */
-  /* Data parallelism: the world group this process is one rank of
-   * (borrowed; NULL = a single process). See aa_train. */
+  /* The world group this process is one rank of (borrowed; NULL = a
+   * single process, which trains over a group of one, comm.h
+   * aa_comm_self). See aa_train. */
   aa_comm_t *comm;
 } aa_train_opts_t;
 
@@ -74,12 +76,14 @@ typedef struct aa_train_result {
  * strategy, bad data, unreadable checkpoint, divergence, AA_EOOM past the
  * memory limit). res may be NULL.
  *
- * Data-parallel runs (what a runner calls for a dp > 1 strategy): every rank
- * of the group calls aa_train with the same spec, strategy and options and
- * opts.comm = its handle on the world group (aa_comm_init from the job's
- * rendezvous, rank r of world = dp; tp = pp = 1). The strategy's dp must
- * equal the group's size and its zero stage (0-3, engine/optim.h) picks
- * what is sharded (over a group of one the stage is 0). Rank r trains on
+ * Data-parallel runs (what a runner calls for a dp > 1 strategy, through
+ * engine/launch.h): every rank of the group calls aa_train with the same
+ * spec, strategy and options and opts.comm = its handle on the world group
+ * (aa_comm_init from the job's rendezvous, rank r of world = dp; tp = pp =
+ * 1). The strategy's dp * tp * pp must equal the group's size; aa_train
+ * builds the rank's mesh from it (engine/mesh.h) and runs ZeRO over the
+ * mesh's data group only, at the strategy's stage (0-3, engine/optim.h;
+ * over a data group of one the stage is 0: plain AdamW). Rank r trains on
  * sequences [r G/dp, (r+1) G/dp) of each global batch of G (the
  * single-process run's batches, so losses match it to rounding), as
  * G/(dp mb) micro-batches. Every rank gets the same losses in res (the

@@ -16,12 +16,8 @@
 #include "../common/file.h"
 #include "../common/spec.h"
 #include "../dryrun/dryrun.h"
+#include "../engine/launch.h"
 #include "../strategies/strategy.h"
-#include "../comm/comm.h"
-#ifdef AA_HAVE_CUDA
-#include "../kernels/cuda/cuda_backend.h"
-#endif
-#include "../engine/train.h"
 #include "worker_internal.h"
 
 /* At most this many progress frames per second, besides the first and the last step. */
@@ -124,9 +120,8 @@ static int out_dir_ready(const aa_msg_job_t *job) {
 /* A training job: the outputs `autoaccel train` would write, under out_dir.
  * Ranks of a gang share out_dir: rank 0 writes the log, the losses and the
  * summary (the engine's rule), so the others log nowhere instead of
- * truncating rank 0's train.log. */
-static int run_train(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t *spec,
-                     const aa_strategy_t *st, int threads, const char *device, size_t limit, aa_comm_t *comm) {
+ * truncating rank 0's train.log. l holds the rank; its run is set here. */
+static int run_train(child_t *c, const aa_msg_job_t *job, aa_launch_t *l) {
   if (!job->out_dir)
     return aa_error(AA_EINVAL, "job %llu: a train job needs out_dir", (unsigned long long)job->job);
   if (job->measured_steps > (uint64_t)1 << 30)
@@ -142,22 +137,20 @@ static int run_train(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t 
   /* out_dir may be writable by others: never write through a symlink there. */
   FILE *log;
   if ((rc = aa_file_open_write(log_to, false, 0666, &log))) return rc;
-  aa_train_opts_t o = {.threads = threads,
-                       .device = device,
-                       .steps = (int)job->measured_steps,
-                       .checkpoint_every = -1,
-                       .log_every = 10,
-                       .out_dir = job->out_dir,
-                       .losses_path = losses,
-                       .summary_json = summary,
-                       .log = log,
-                       .strategy = st,
-                       .memory_limit = limit,
-                       .on_step = on_step,
-                       .step_data = c,
-                       .comm = comm};
+  l->opts = (aa_train_opts_t){.threads = l->opts.threads,
+                              .steps = (int)job->measured_steps,
+                              .checkpoint_every = -1,
+                              .log_every = 10,
+                              .out_dir = job->out_dir,
+                              .losses_path = losses,
+                              .summary_json = summary,
+                              .log = log,
+                              .strategy = l->opts.strategy,
+                              .memory_limit = l->opts.memory_limit,
+                              .on_step = on_step,
+                              .step_data = c};
   aa_train_result_t r;
-  rc = aa_train(spec, &o, &r);
+  rc = aa_launch_rank(l, &r);
   if (fclose(log) && !rc) rc = aa_error(AA_EIO, "%s: write failed", log_to);
   if (rc) return rc;
   send_result(c, AA_PROTO_RUN_OK, NULL, r.tokens_per_s, r.step_ms_median, r.step_ms_spread, &r.mem,
@@ -165,23 +158,22 @@ static int run_train(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t 
   return 0;
 }
 
-static int run_dryrun(child_t *c, const aa_msg_job_t *job, const aa_model_spec_t *spec,
-                      const aa_strategy_t *st, int threads, const char *device, size_t limit, aa_comm_t *comm) {
+static int run_dryrun(child_t *c, const aa_msg_job_t *job, aa_launch_t *l) {
   if (job->warmup_steps > 1000000 || job->measured_steps > 1000000)
     return aa_error(AA_EINVAL, "job %llu: %llu + %llu dry-run steps is too many",
                     (unsigned long long)job->job, (unsigned long long)job->warmup_steps,
                     (unsigned long long)job->measured_steps);
-  aa_dryrun_opts_t o = {.threads = threads,
-                        .device = device,
+  aa_dryrun_opts_t o = {.threads = l->opts.threads,
                         .warmup_steps = (int)job->warmup_steps,
                         .measured_steps = (int)job->measured_steps,
-                        .memory_limit = limit,
+                        .memory_limit = l->opts.memory_limit,
                         .on_step = on_step,
-                        .step_data = c,
-                        .comm = comm};
+                        .step_data = c};
+  aa_train_result_t t;
   aa_dryrun_result_t r;
-  int rc = aa_dryrun(spec, st, &o, &r);
-  if (rc) return rc;
+  int rc = aa_dryrun_train_opts(l->opts.strategy, &o, &l->opts);
+  if (rc || (rc = aa_launch_rank(l, &t))) return rc;
+  aa_dryrun_result_of(&t, &r);
   send_result(c, AA_PROTO_RUN_OK, NULL, r.tokens_per_s, r.step_ms_median, r.step_ms_spread, &r.mem,
               r.has_loss, r.final_loss, false);
   return 0;
@@ -215,29 +207,17 @@ void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cud
     snprintf(origin, sizeof origin, "job %llu strategy", (unsigned long long)job->job);
     rc = aa_strategy_parse(&st, job->strategy, origin);
   }
-  char device[32] = "cpu";
-  if (cuda >= 0) snprintf(device, sizeof device, "cuda:%d", cuda);
-#ifdef AA_HAVE_CUDA
-  /* An nccl group joins on the current device, so the device comes first;
-   * the engine finds it initialised. */
-  if (!rc && cuda >= 0 && job->world > 1 && (rc = aa_cuda_init(cuda))) aa_error_wrap(rc, "device %s", device);
-#endif
-  /* One rank of a gang: the group is built from the rendezvous before the
-   * model, so a rank that cannot join fails before it allocates anything. */
-  aa_comm_t *comm = NULL;
-  if (!rc && job->world > 1) {
-    rc = aa_comm_init(&comm, job->rendezvous, job->rank, job->world, NULL);
-    if (rc) aa_error_wrap(rc, "rank %d of %d", job->rank, job->world);
-  }
-  if (!rc && job->kind == AA_PROTO_JOB_TRAIN) {
-    rc = run_train(&c, job, &spec, &st, threads, device, memory_limit, comm);
-  } else if (!rc) {
-    rc = run_dryrun(&c, job, &spec, &st, threads, device, memory_limit, comm);
-  }
-  /* A rank that failed on its own (oom, a refused strategy) stops its
-   * peers now rather than at their collective's timeout. */
-  if (rc && comm) aa_comm_abort(comm);
+  /* The rank starts as every rank does (engine/launch.h): its device, its
+   * group from the rendezvous, the run, the abort that stops its peers if
+   * it fails. */
+  aa_launch_t l = {.spec = &spec,
+                   .rank = job->rank,
+                   .world = job->world,
+                   .rendezvous = job->rendezvous,
+                   .cuda = cuda,
+                   .opts = {.threads = threads, .strategy = &st, .memory_limit = memory_limit}};
+  if (!rc && job->kind == AA_PROTO_JOB_TRAIN) rc = run_train(&c, job, &l);
+  else if (!rc) rc = run_dryrun(&c, job, &l);
   if (rc) send_failure(&c, rc);
-  aa_comm_destroy(comm);
   _exit(0);
 }

@@ -163,7 +163,7 @@ static int job_status(aa_store_t *st, int64_t job_id, aa_store_job_status_t *sta
 /* After an UPDATE guarded by the job's current status changed no row:
  * says whether the job is missing or in the wrong state. */
 static int job_not_changed(aa_store_t *st, int64_t job_id, const char *want) {
-  aa_store_job_status_t cur;
+  aa_store_job_status_t cur = AA_STORE_JOB_QUEUED; /* set by job_status on success; this quiets -O2's doubt */
   int err = job_status(st, job_id, &cur, NULL, NULL);
   if (err) return err;
   return aa_error(AA_EINVAL, "store %s: job %lld is %s, not %s", st->path, (long long)job_id,

@@ -1,96 +1,16 @@
-/* The cost model's arithmetic (cost.h). The activation layout mirrors
- * engine/model.c's layout(): tests/test_cost.c compares the two on a grid
- * of shapes and options, and a dry run's accounting against the total. */
+/* The cost model's arithmetic (cost.h). What a rank holds is sizes.h's,
+ * the same figures the engine allocates by. */
 #include "cost.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* The engine carves every buffer in 64-byte slices. */
-static size_t slice(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
-
-/* Parameters of one block: ln1 2C, qkv 3C^2 + 3C, proj C^2 + C, ln2 2C,
- * fc FC + F, fcproj FC + C (the engine's unit of ZeRO sharding, and what
- * amp widens into its workspace one block at a time). */
-static size_t block_numel(const aa_arch_t *a) {
-  const size_t C = a->d_model, F = a->d_ff;
-  return 4 * C * C + 2 * F * C + 9 * C + F;
-}
-
-static int block_full(aa_ckpt_mode_t ckpt, int ckpt_layers, int l) {
-  return ckpt == AA_CKPT_FULL && (ckpt_layers == 0 || l < ckpt_layers);
-}
-
-void aa_cost_act_bytes(const aa_arch_t *arch, int B, int T, aa_dtype_t amp, aa_ckpt_mode_t ckpt, int ckpt_layers,
-                       size_t *acts, size_t *workspace) {
-  const size_t C = arch->d_model, V = arch->vocab_size, F = arch->d_ff, N = (size_t)B * T, NH = arch->n_head;
-  const size_t es = aa_dtype_size(amp), f4 = sizeof(float);
-  const size_t stats = (4 + NH) * N * f4; /* ln1/ln2 mean and rstd, the attention logsumexp */
-  /* A block's fields: ln1, qkv, attention out, residual, ln2, fc, GELU,
-   * block output; a checkpointed block keeps only its output, a
-   * selective one all but the GELU output. */
-  const size_t field[8] = {N * C, 3 * N * C, N * C, N * C, N * C, N * F, N * F, N * C};
-  enum { GELU = 6, OUT = 7 };
-  size_t st = slice(N * C * es), ws = 0;
-  int any_full = 0, need[8] = {0};
-  for (int l = 0; l < arch->n_layer; l++) {
-    int full = block_full(ckpt, ckpt_layers, l);
-    for (int f = 0; f < 8; f++) {
-      int kept = full ? f == OUT : ckpt == AA_CKPT_SELECTIVE ? f != GELU : 1;
-      if (kept) st += slice(field[f] * es);
-      else need[f] = 1;
-    }
-    if (full) any_full = 1;
-    else st += slice(stats);
-  }
-  st += slice(N * C * f4) + slice(2 * N * f4) + slice(N * V * f4) + slice(N * f4); /* lnf, its stats, logits, losses */
-  /* fp32 staging for every field under amp, else for those some block does
-   * not keep; the block output always has its place. */
-  for (int f = 0; f < OUT; f++)
-    if (amp != AA_F32 || need[f]) ws += slice(field[f] * f4);
-  if (amp != AA_F32)
-    ws += 2 * slice(N * C * f4) + slice(block_numel(arch) * f4) +
-          slice((V + (size_t)arch->seq_len) * C * f4) + slice(2 * C * f4);
-  if (any_full) ws += slice(stats);
-  ws += 3 * slice(N * C * f4) + slice(3 * N * C * f4) + 2 * slice(N * F * f4); /* activation gradients */
-  *acts = st;
-  *workspace = ws;
-}
-
-/* The elements of one rank's ZeRO shard: each unit (the embeddings, each
- * block, the final LayerNorm) is cut in `world` equal chunks, rounded up. */
-static size_t shard_numel(const aa_arch_t *a, int world) {
-  const size_t C = a->d_model, w = (size_t)world;
-  const size_t pre = ((size_t)a->vocab_size + (size_t)a->seq_len) * C, block = block_numel(a);
-  return (pre + w - 1) / w + (size_t)a->n_layer * ((block + w - 1) / w) + (2 * C + w - 1) / w;
-}
+#include "sizes.h"
 
 void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, aa_cost_mem_t *out) {
   memset(out, 0, sizeof *out);
-  const size_t n = (size_t)aa_arch_param_count(arch), f4 = sizeof(float);
-  const int world = s->dp * s->tp * s->pp, zero = world > 1 ? s->zero : 0; /* one rank has nothing to shard */
-  const int amp = s->amp != AA_F32;
-  const size_t shard = world > 1 ? shard_numel(arch, world) : n;
-  size_t *b = out->bytes;
-  /* Flat buffers are allocated whole, not in slices. The model
-   * (engine/model.c aa_gpt_create): fp32 parameters (the master copy
-   * under amp, counted as optimizer state) unless sharded, gradients below
-   * stage 2, the 16-bit copy under amp below stage 3. */
-  const size_t e16 = aa_dtype_size(s->amp);
-  if (amp ? zero == 0 : zero < 3) b[amp ? AA_MEM_OPTIM : AA_MEM_PARAMS] += n * f4;
-  if (zero < 2) b[AA_MEM_GRADS] += n * f4;
-  if (amp && zero < 3) b[AA_MEM_PARAMS] += n * e16;
-  /* The optimizer (engine/optim.c): AdamW's two moments over the shard
-   * (everything at stage 0), the gradient shard from stage 2, the fp32
-   * master shard under amp from stage 1 (in fp32 the fp32 parameter shard
-   * at stage 3), the 16-bit parameter shard at stage 3 under amp. */
-  b[AA_MEM_OPTIM] += 2 * (zero ? shard : n) * f4;
-  if (zero >= 2) b[AA_MEM_GRADS] += shard * f4;
-  if (zero == 3 || (zero >= 1 && amp)) b[amp ? AA_MEM_OPTIM : AA_MEM_PARAMS] += shard * f4;
-  if (zero == 3 && amp) b[AA_MEM_PARAMS] += shard * e16;
-  aa_cost_act_bytes(arch, s->micro_batch, arch->seq_len, s->amp, s->ckpt, s->ckpt_layers, &b[AA_MEM_ACTS],
-                    &b[AA_MEM_WORKSPACE]);
-  for (int k = 0; k < AA_MEM_NKINDS; k++) out->total += b[k];
+  aa_sizes_rank(arch, s, out->bytes);
+  for (int k = 0; k < AA_MEM_NKINDS; k++) out->total += out->bytes[k];
 }
 
 void aa_cost_mem_describe(const aa_cost_mem_t *m, char *out, size_t n) {
@@ -109,7 +29,7 @@ static double recomputed_blocks(const aa_arch_t *arch, const aa_strategy_t *s) {
 double aa_cost_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {
   const double C = arch->d_model, T = arch->seq_len, L = arch->n_layer;
   return 6.0 * (double)aa_arch_param_count(arch) + 12.0 * L * C * T +
-         recomputed_blocks(arch, s) * (2.0 * (double)block_numel(arch) + 4.0 * C * T);
+         recomputed_blocks(arch, s) * (2.0 * (double)aa_sizes_unit_numel(arch, 1) + 4.0 * C * T);
 }
 
 double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {

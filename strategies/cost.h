@@ -11,12 +11,13 @@
 #include "strategy.h"
 
 /* Bytes one rank of a resolved strategy allocates, by memory kind, on a
- * model with sequences of seq_len tokens. params, grads, optim and acts are
- * exactly what the engine allocates (ZeRO shards included); workspace is
- * the model's workspace only, without the optimizer's per-unit buffers or
- * a backend's scratch (a CUDA context's cuBLAS workspace and attention
- * scratch), so the total is a lower bound of the run's peak: a strategy
- * whose total is over a device's memory cannot run on it. */
+ * model with sequences of seq_len tokens: exactly what the engine
+ * allocates for the model, ZeRO over the data group (its shards and
+ * scratch included), the activations and the workspace, as
+ * strategies/sizes.h computes them for both. Not counted: a backend's own
+ * scratch (a CUDA context's cuBLAS workspace and attention scratch; none on
+ * the CPU), so on a GPU the total is a lower bound of the run's peak: a
+ * strategy whose total is over a device's memory cannot run on it. */
 typedef struct aa_cost_mem {
   size_t bytes[AA_MEM_NKINDS];
   size_t total;
@@ -27,12 +28,6 @@ void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, aa_cost_mem_t
 /* "19.8 MiB (params 1.6 MiB, grads 3.2 MiB, optim 9.5 MiB, acts 707.0 KiB,
  * workspace 4.8 MiB)" into out (n bytes, truncated to fit). */
 void aa_cost_mem_describe(const aa_cost_mem_t *m, char *out, size_t n);
-
-/* The model's activation store and workspace for a micro-batch of B
- * sequences of T tokens under amp dtype `amp` and checkpointing ckpt /
- * ckpt_layers (0 = every block), with the engine's 64-byte slices. */
-void aa_cost_act_bytes(const aa_arch_t *arch, int B, int T, aa_dtype_t amp, aa_ckpt_mode_t ckpt, int ckpt_layers,
-                       size_t *acts, size_t *workspace);
 
 /* Floating-point operations per trained token: 6 per parameter for the
  * forward and backward GEMMs plus 12·L·C·T for attention (the usual

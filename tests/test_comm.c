@@ -9,6 +9,7 @@
  * deadline, so a hang is a failure, not a hung ctest. After every group no
  * /dev/shm entry of its rendezvous may remain.
  *
+ * The self backend (a group of one, no rendezvous) runs in this process.
  * The nccl backend needs a GPU; its test reports "skipped: no GPU"
  * elsewhere. */
 #include <errno.h>
@@ -632,6 +633,42 @@ AA_TEST(bad_arguments_are_refused) {
   CHECK(access(path, F_OK) != 0);
 }
 
+/* A group of one: every collective is the identity (a copy out of place,
+ * nothing in place: a buffer nothing may write stays as it was), there is
+ * no peer to send to, splits are groups of one of the same family, and an
+ * abort of any of them fails them all; a split may outlive its parent. */
+AA_TEST(a_group_of_one_copies_and_never_waits) {
+  aa_comm_t *c = NULL, *sub = NULL, *none = (aa_comm_t *)1;
+  CHECK(aa_comm_self(&c) == 0 && c);
+  if (!c) return;
+  CHECK(aa_comm_rank(c) == 0 && aa_comm_world(c) == 1 && !strcmp(aa_comm_backend(c), "self"));
+  float a[3] = {1, -2, 3.5f}, b[3] = {0};
+  CHECK(aa_comm_all_reduce(c, a, b, 3, AA_F32, AA_COMM_SUM) == 0 && !memcmp(a, b, sizeof a));
+  memset(b, 0, sizeof b);
+  CHECK(aa_comm_all_reduce(c, a, b, 3, AA_F32, AA_COMM_AVG) == 0 && !memcmp(a, b, sizeof a));
+  memset(b, 0, sizeof b);
+  CHECK(aa_comm_reduce_scatter(c, a, b, 3, AA_F32, AA_COMM_AVG) == 0 && !memcmp(a, b, sizeof a));
+  memset(b, 0, sizeof b);
+  CHECK(aa_comm_all_gather(c, a, b, 3, AA_F32) == 0 && !memcmp(a, b, sizeof a));
+  memset(b, 0, sizeof b);
+  CHECK(aa_comm_broadcast(c, a, b, 3, AA_F32, 0) == 0 && !memcmp(a, b, sizeof a));
+  uint16_t h[2] = {0x3f80, 0x7fc1}, h0[2] = {0x3f80, 0x7fc1}; /* bf16 1.0 and a NaN with a payload */
+  CHECK(aa_comm_all_reduce(c, h, h, 2, AA_BF16, AA_COMM_AVG) == 0 && !memcmp(h, h0, sizeof h));
+  CHECK(aa_comm_barrier(c) == 0);
+  CHECK(aa_comm_broadcast(c, a, b, 3, AA_F32, 1) == AA_EINVAL);
+  CHECK(aa_comm_send(c, a, 3, AA_F32, 0) == AA_EINVAL && aa_comm_recv(c, a, 3, AA_F32, 1) == AA_EINVAL);
+  CHECK(aa_comm_all_reduce(c, NULL, b, 3, AA_F32, AA_COMM_SUM) == AA_EINVAL);
+  CHECK(aa_comm_split(c, -1, 0, &none) == 0 && none == NULL);
+  CHECK(aa_comm_split(c, 5, 9, &sub) == 0 && sub && aa_comm_world(sub) == 1 && aa_comm_rank(sub) == 0);
+  aa_comm_abort(c);
+  CHECK(aa_comm_barrier(sub) == AA_ECANCELLED && strstr(aa_last_error(), "aborted"));
+  CHECK(aa_comm_all_reduce(c, a, b, 3, AA_F32, AA_COMM_SUM) == AA_ECANCELLED);
+  aa_comm_destroy(c);
+  CHECK(aa_comm_all_gather(sub, a, b, 3, AA_F32) == AA_ECANCELLED); /* the family outlives the parent */
+  aa_comm_destroy(sub);
+  CHECK(aa_comm_self(NULL) == AA_EINVAL);
+}
+
 /* The nccl backend: one rank per GPU, buffers in device memory. Only a
  * GPU machine runs it; a single GPU gives a group of one. */
 AA_TEST(nccl_backend_on_the_gpus) {
@@ -671,6 +708,7 @@ AA_TEST(nccl_backend_on_the_gpus) {
 
 int main(void) {
   RUN(bad_arguments_are_refused);
+  RUN(a_group_of_one_copies_and_never_waits);
   RUN(collectives_on_2_ranks_match_the_reference_bit_for_bit);
   RUN(collectives_on_3_ranks_match_the_reference_bit_for_bit);
   RUN(collectives_on_4_ranks_match_the_reference_bit_for_bit);

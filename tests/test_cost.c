@@ -1,8 +1,12 @@
 /* The planner's cost model (strategies/cost.h) against the engine it
- * predicts: the activation layout on a grid of shapes and options, a
- * single process's accounted bytes by kind (tests/test_parallel.c does the
- * same for dp 4 at every ZeRO stage), FLOPs per token against figures
- * worked out by hand, and the dominance rule. */
+ * predicts: the bytes the model allocates for its activations and
+ * workspace on a grid of shapes and options, a single process's accounted
+ * bytes by kind (tests/test_parallel.c does the same for dp 4 at every
+ * ZeRO stage), ZeRO's shards over the data group only (figures worked out
+ * by hand), FLOPs per token against figures worked out by hand, and the
+ * dominance rule. The model and the cost model both size from
+ * strategies/sizes.h; these tests hold the engine to allocating exactly
+ * that, and the figures to what they should be. */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,6 +15,7 @@
 #include "engine/model.h"
 #include "engine/optim.h"
 #include "strategies/cost.h"
+#include "strategies/sizes.h"
 
 static const aa_arch_t archs[] = {
     {.family = "gpt2", .n_layer = 3, .n_head = 4, .d_model = 32, .d_ff = 64, .seq_len = 16, .vocab_size = 64},
@@ -23,26 +28,50 @@ static const struct {
   int layers;
 } ckpts[] = {{AA_CKPT_NONE, 0}, {AA_CKPT_SELECTIVE, 0}, {AA_CKPT_FULL, 0}, {AA_CKPT_FULL, 1}};
 
-AA_TEST(activation_layout_is_the_engines_on_a_grid) {
+static aa_strategy_t strat(int dp, int zero, aa_dtype_t amp, aa_ckpt_mode_t ckpt, int mb) {
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.dp = dp;
+  s.zero = zero;
+  s.amp = amp;
+  s.ckpt = ckpt;
+  s.micro_batch = mb;
+  return s;
+}
+
+/* What the model allocates for a micro-batch is the layout's bytes, no
+ * more: the accountant's activations and workspace after aa_gpt_create. */
+AA_TEST(the_model_allocates_the_activation_layout_on_a_grid) {
   int n = 0;
   for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
     for (int B = 1; B <= 3; B += 2)
       for (int T = 1; T <= archs[a].seq_len; T += archs[a].seq_len - 1)
         for (int p = 0; p < 3; p++)
           for (int k = 0; k < 4; k++) {
-            aa_gpt_opts_t o = {.amp = amps[p], .ckpt = ckpts[k].ckpt, .ckpt_layers = ckpts[k].layers};
-            size_t ea, ew, ca, cw;
+            aa_mem_t mem;
+            aa_mem_init(&mem, 0);
+            aa_gpt_opts_t o = {.amp = amps[p], .ckpt = ckpts[k].ckpt, .ckpt_layers = ckpts[k].layers, .mem = &mem};
+            aa_gpt_t *m = NULL;
+            int rc = aa_gpt_create(&m, &archs[a], aa_ops_cpu(), B, T, &o);
+            CHECK_MSG(rc == 0, "%s", aa_last_error());
+            size_t ea, ew;
             aa_gpt_act_bytes(&archs[a], B, T, &o, &ea, &ew);
-            aa_cost_act_bytes(&archs[a], B, T, o.amp, o.ckpt, o.ckpt_layers, &ca, &cw);
-            CHECK_MSG(ca == ea && cw == ew, "arch %zu B %d T %d %s %s/%d: cost model %zu/%zu, engine %zu/%zu", a, B,
-                      T, aa_dtype_name(o.amp), aa_ckpt_mode_name(o.ckpt), o.ckpt_layers, ca, cw, ea, ew);
+            aa_act_layout_t l;
+            aa_sizes_acts(&archs[a], B, T, o.amp, o.ckpt, o.ckpt_layers, &l, NULL);
+            CHECK_MSG(mem.peak[AA_MEM_ACTS] == l.acts && mem.peak[AA_MEM_WORKSPACE] == l.workspace && ea == l.acts &&
+                          ew == l.workspace,
+                      "arch %zu B %d T %d %s %s/%d: layout %zu/%zu, allocated %zu/%zu", a, B, T,
+                      aa_dtype_name(o.amp), aa_ckpt_mode_name(o.ckpt), o.ckpt_layers, l.acts, l.workspace,
+                      mem.peak[AA_MEM_ACTS], mem.peak[AA_MEM_WORKSPACE]);
+            aa_gpt_free(m);
             n++;
           }
-  fprintf(stderr, "  %d layouts agree\n", n);
+  fprintf(stderr, "  %d layouts allocated exactly\n", n);
 }
 
-/* What one process allocates for a strategy: the model and AdamW, as
- * aa_train builds them for a single rank. */
+/* What one process allocates for a strategy: the model and ZeRO stage 0
+ * over a group of one (plain AdamW), as aa_train builds them for a single
+ * process. */
 AA_TEST(a_single_rank_accounts_exactly_the_predicted_bytes) {
   for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
     for (int p = 0; p < 3; p++)
@@ -57,9 +86,11 @@ AA_TEST(a_single_rank_accounts_exactly_the_predicted_bytes) {
         aa_mem_init(&mem, 0);
         aa_gpt_opts_t o = {.amp = s.amp, .ckpt = s.ckpt, .ckpt_layers = s.ckpt_layers, .mem = &mem};
         aa_gpt_t *m = NULL;
-        aa_adamw_t opt = {0};
+        aa_comm_t *self = NULL;
+        aa_zero_t z = {0};
         int rc = aa_gpt_create(&m, &archs[a], aa_ops_cpu(), s.micro_batch, archs[a].seq_len, &o);
-        if (!rc) rc = aa_adamw_init_on(&opt, aa_ops_cpu(), m->n_params, &mem);
+        if (!rc) rc = aa_comm_self(&self);
+        if (!rc) rc = aa_zero_init(&z, m, self, 0, &mem);
         CHECK_MSG(rc == 0, "%s", aa_last_error());
         aa_cost_mem_t c;
         aa_cost_memory(&archs[a], &s, &c);
@@ -68,9 +99,52 @@ AA_TEST(a_single_rank_accounts_exactly_the_predicted_bytes) {
                     aa_dtype_name(s.amp), aa_ckpt_mode_name(s.ckpt), s.ckpt_layers, aa_mem_kind_name(kind),
                     c.bytes[kind], mem.peak[kind]);
         CHECK(c.total == mem.peak_total);
-        aa_adamw_free(&opt);
+        aa_zero_free(&z, m);
         aa_gpt_free(m);
+        aa_comm_destroy(self);
       }
+}
+
+/* ZeRO shards over the data group only. archs[1] has units wte|wpe
+ * (11 + 7) x 27 = 486, two blocks of 4*27^2 + 2*50*27 + 9*27 + 50 = 5,909
+ * and lnf 54: 12,358 parameters. Over dp 2 a rank's shard is
+ * S = 243 + 2 * 2,955 + 27 = 6,180 elements; over dp·tp·pp = 4 it would
+ * be 122 + 2 * 1,478 + 14 = 3,092 (the old rule). tp and pp do not shard
+ * anything in this engine yet, so dp 2 tp 2, dp 2 pp 2 and dp 2 hold the
+ * same; dp 1 tp 2 shards nothing. The strategies are not resolved (the
+ * engine refuses tp, pp > 1): these are the sizes alone. */
+AA_TEST(zero_shards_over_the_data_group_only) {
+  const aa_arch_t *a = &archs[1];
+  const size_t n = 12358, S = 6180;
+  CHECK(aa_arch_param_count(a) == n);
+  aa_zero_sizes_t z;
+  aa_sizes_zero(a, AA_F32, 3, 2, &z);
+  CHECK_MSG(z.shard == S, "shard %zu", z.shard);
+  size_t acts, ws;
+  aa_gpt_opts_t o = {.amp = AA_F32};
+  aa_gpt_act_bytes(a, 2, a->seq_len, &o, &acts, &ws);
+  const int degrees[][3] = {{2, 2, 1}, {2, 1, 2}, {2, 1, 1}};
+  for (int i = 0; i < 3; i++) {
+    aa_strategy_t s = strat(degrees[i][0], 3, AA_F32, AA_CKPT_NONE, 2);
+    s.tp = degrees[i][1];
+    s.pp = degrees[i][2];
+    aa_cost_mem_t c;
+    aa_cost_memory(a, &s, &c);
+    /* Stage 3 fp32: parameters, gradients and the two moments of the
+     * shard; the workspace adds one chunk (the largest, 2,955), the
+     * gradient and parameter scratch of each padded unit (486 + 5,910 +
+     * 54, twice) and 16 scalars. */
+    const size_t want[AA_MEM_NKINDS] = {4 * S, 4 * S, 8 * S, acts, ws + 4 * (2955 + 2 * (486 + 5910 + 54) + 16)};
+    for (int k = 0; k < AA_MEM_NKINDS; k++)
+      CHECK_MSG(c.bytes[k] == want[k], "dp %d tp %d pp %d %s: %zu bytes, want %zu", s.dp, s.tp, s.pp,
+                aa_mem_kind_name(k), c.bytes[k], want[k]);
+  }
+  aa_strategy_t s = strat(1, 1, AA_F32, AA_CKPT_NONE, 2);
+  s.tp = 2;
+  aa_cost_mem_t c;
+  aa_cost_memory(a, &s, &c);
+  CHECK(c.bytes[AA_MEM_PARAMS] == 4 * n && c.bytes[AA_MEM_GRADS] == 4 * n && c.bytes[AA_MEM_OPTIM] == 8 * n &&
+        c.bytes[AA_MEM_WORKSPACE] == ws);
 }
 
 /* GPT-2 124M with the padded vocabulary: N = 124,475,904 parameters
@@ -105,17 +179,6 @@ AA_TEST(flops_per_token_are_6n_plus_12lct_plus_the_recomputed_forward) {
       s.ckpt_layers = ckpts[k].layers;
       CHECK(aa_cost_min_flops_per_token(&archs[a], &s) < aa_cost_flops_per_token(&archs[a], &s));
     }
-}
-
-static aa_strategy_t strat(int dp, int zero, aa_dtype_t amp, aa_ckpt_mode_t ckpt, int mb) {
-  aa_strategy_t s;
-  aa_strategy_default(&s);
-  s.dp = dp;
-  s.zero = zero;
-  s.amp = amp;
-  s.ckpt = ckpt;
-  s.micro_batch = mb;
-  return s;
 }
 
 AA_TEST(a_strategy_with_more_work_than_a_measured_one_is_dominated) {
@@ -157,8 +220,9 @@ AA_TEST(a_strategy_with_more_work_than_a_measured_one_is_dominated) {
 }
 
 int main(void) {
-  RUN(activation_layout_is_the_engines_on_a_grid);
+  RUN(the_model_allocates_the_activation_layout_on_a_grid);
   RUN(a_single_rank_accounts_exactly_the_predicted_bytes);
+  RUN(zero_shards_over_the_data_group_only);
   RUN(flops_per_token_are_6n_plus_12lct_plus_the_recomputed_forward);
   RUN(a_strategy_with_more_work_than_a_measured_one_is_dominated);
   return aa_test_summary();

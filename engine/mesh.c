@@ -1,0 +1,53 @@
+/* A rank's device mesh (mesh.h): layout.h's arithmetic turned into groups. */
+#include "mesh.h"
+
+#include <string.h>
+
+/* Whether axis a's groups are the world group as it is: the axis spans the
+ * whole world and no rank order moves a rank off its own position (then
+ * its coordinate is its world rank). The same answer on every rank, so
+ * every rank makes the same split calls. */
+static int is_world(const aa_strategy_t *s, const aa_layout_t *at, int a) {
+  if (at->size[a] != at->world) return 0;
+  for (int p = 0; p < s->nranks; p++)
+    if (s->rank_order[p] != p) return 0;
+  return 1;
+}
+
+int aa_mesh_init(aa_mesh_t *m, const aa_strategy_t *s, aa_comm_t *world) {
+  memset(m, 0, sizeof *m);
+  int n = aa_comm_world(world), rc;
+  long long want = (long long)s->dp * s->tp * s->pp;
+  if (!world || want != n)
+    return aa_error(AA_EINVAL, "mesh: the strategy's dp %d x tp %d x pp %d = %lld ranks, the world group %d",
+                    s->dp, s->tp, s->pp, want, n);
+  if ((rc = aa_layout_of(&m->at, s, aa_comm_rank(world)))) return aa_error_wrap(rc, "mesh");
+  m->world = world;
+  for (int a = 0; a < AA_AXES && !rc; a++) {
+    if (is_world(s, &m->at, a)) {
+      m->group[a] = world;
+      continue;
+    }
+    if (m->at.size[a] == 1) rc = aa_comm_self(&m->group[a]);
+    else rc = aa_comm_split(world, m->at.color[a], m->at.key[a], &m->group[a]);
+    if (rc) {
+      aa_error_wrap(rc, "mesh: the %s groups", aa_axis_name((aa_axis_t)a));
+      break;
+    }
+    m->owned |= 1u << a;
+    /* The split orders a group by key, the coordinate: the rank's place in
+     * its group is its coordinate, or the arithmetic and the groups differ. */
+    if (aa_comm_rank(m->group[a]) != m->at.coord[a] || aa_comm_world(m->group[a]) != m->at.size[a])
+      rc = aa_error(AA_EINTERNAL, "mesh: %s group: rank %d of %d, the layout says %d of %d",
+                    aa_axis_name((aa_axis_t)a), aa_comm_rank(m->group[a]), aa_comm_world(m->group[a]),
+                    m->at.coord[a], m->at.size[a]);
+  }
+  if (rc) aa_mesh_free(m);
+  return rc;
+}
+
+void aa_mesh_free(aa_mesh_t *m) {
+  for (int a = 0; a < AA_AXES; a++)
+    if (m->owned & 1u << a) aa_comm_destroy(m->group[a]);
+  memset(m, 0, sizeof *m);
+}

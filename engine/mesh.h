@@ -1,0 +1,45 @@
+/* The device mesh of one rank: its coordinates along the data, tensor and
+ * pipeline axes and the process group of each axis, built once per rank
+ * from the strategy and the world group. A single process is a 1x1x1 mesh
+ * over a group of one (comm.h aa_comm_self), so the training loop has one
+ * path. ZeRO shards over the data group; the tensor and pipeline groups
+ * are there for the layers and schedules that will use them (tp = pp = 1
+ * in this engine today).
+ *
+ * The arithmetic (which rank sits where, the split colors and keys: ATorch's
+ * parallel_mode semantics with the strategy's axis order and rank order) is
+ * strategies/layout.h's; this file only turns it into groups. */
+#ifndef AA_MESH_H
+#define AA_MESH_H
+
+#include "../comm/comm.h"
+#include "../strategies/layout.h"
+#include "../strategies/strategy.h"
+
+typedef struct aa_mesh {
+  aa_layout_t at;            /* this rank's place: coordinates, degrees (layout.h) */
+  aa_comm_t *world;          /* borrowed: the world group the mesh was built from */
+  aa_comm_t *group[AA_AXES]; /* by aa_axis_t: the rank's data, tensor and pipeline groups */
+  unsigned owned;            /* bit a set: the mesh made group[a] and destroys it */
+} aa_mesh_t;
+
+/* Builds this rank's mesh for strategy s (borrowed for the call) over
+ * world (borrowed; must outlive the mesh), whose size must be
+ * s->dp * s->tp * s->pp (else AA_EINVAL saying both). The rank's place is
+ * aa_layout_of(s, rank in world), and group[a] holds the ranks whose place
+ * differs only along axis a, ranked by their coordinate on it:
+ *   - an axis of degree 1 is a group of one (aa_comm_self): it never
+ *     waits, so it needs no share in the world's family;
+ *   - an axis that spans the whole world in rank order is the world group
+ *     itself (not a copy: no second shm region or NCCL communicator);
+ *   - any other is split from the world (aa_comm_split), in the world's
+ *     family, so a failure anywhere fails it too.
+ * A collective over world: every rank calls it with the same strategy.
+ * On failure nothing is left allocated and *m is zeroed. */
+int aa_mesh_init(aa_mesh_t *m, const aa_strategy_t *s, aa_comm_t *world);
+
+/* Destroys the groups the mesh made (never the world). A zeroed or freed
+ * mesh is a no-op. */
+void aa_mesh_free(aa_mesh_t *m);
+
+#endif

@@ -1,0 +1,153 @@
+/* What one rank allocates, computed in one place: the element counts of the
+ * parameters, gradients and optimizer state (ZeRO shards over the data
+ * group only), and where every activation and workspace buffer of a
+ * micro-batch lies. The engine allocates and carves exactly these
+ * (engine/model.c, engine/optim.c) and the cost model predicts from them
+ * (cost.h), so the two cannot disagree. Pure arithmetic on the
+ * architecture and the strategy's knobs: the planner uses it without the
+ * engine.
+ *
+ * Today every rank of a strategy allocates the same: tensor and pipeline
+ * parallelism are not in the engine yet (tp = pp = 1), and a ZeRO shard is
+ * the same size on every data rank (the last rank's padding is allocated
+ * too). A mesh coordinate joins the arguments when a stage or a tensor
+ * slice makes ranks differ. */
+#ifndef AA_SIZES_H
+#define AA_SIZES_H
+
+#include <stddef.h>
+
+#include "../common/aa.h"
+#include "../common/mem.h"
+#include "../common/spec.h"
+#include "strategy.h"
+
+/* --- parameter units ----------------------------------------------------------------- */
+
+/* The parameters split into units, contiguous slices of the model's
+ * layer-major flat buffer (engine/model.h) that data parallelism reduces
+ * and ZeRO shards one at a time: unit 0 = wte|wpe ((V + T) C elements),
+ * unit 1 + l = block l (4C^2 + 2FC + 9C + F), unit n_layer + 1 = lnf (2C). */
+int aa_sizes_units(const aa_arch_t *a);
+size_t aa_sizes_unit_numel(const aa_arch_t *a, int u);
+
+/* ZeRO over dp ranks pads a unit of n elements to dp * c and gives each
+ * rank one chunk of c = ceil(n / dp) elements. */
+size_t aa_sizes_chunk(size_t n, int dp);
+
+/* --- state: parameters, gradients, optimizer ---------------------------------------------- */
+
+/* One flat buffer: numel elements of dtype, accounted under kind; numel 0
+ * means the buffer is not allocated. */
+typedef struct aa_buf_size {
+  size_t numel;
+  aa_dtype_t dtype;
+  aa_mem_kind_t kind;
+} aa_buf_size_t;
+
+/* The model's own flat buffers (aa_gpt_create) under amp (AA_F32, AA_BF16
+ * or AA_F16) for a trainer at ZeRO stage `zero` (0 over a group of one):
+ * the fp32 parameters (under amp the master weights, optimizer state)
+ * unless the trainer shards them (from stage 1 under amp, 3 in fp32), the
+ * fp32 gradients below stage 2, and under amp the 16-bit copy below
+ * stage 3. */
+typedef struct aa_model_sizes {
+  aa_buf_size_t params, grads, params16;
+} aa_model_sizes_t;
+void aa_sizes_model(const aa_arch_t *a, aa_dtype_t amp, int zero, aa_model_sizes_t *out);
+
+/* What ZeRO stage `zero` over a data group of dp ranks adds (aa_zero_init;
+ * see engine/optim.h for what each buffer is for). shard is S, the sum of
+ * the units' chunks. moment is each of AdamW's two moments: the whole
+ * model at stage 0, S from stage 1. Scratch slots (gunit, punit, punit16)
+ * are indexed 0 = wte|wpe, 1 = a block, 2 = lnf, each sized for its
+ * largest padded unit; scalars carry host values through the group and
+ * exist only when there is a group to reduce over (dp > 1). */
+typedef struct aa_zero_sizes {
+  size_t shard;
+  aa_buf_size_t moment, gshard, master, pshard;
+  aa_buf_size_t piece, padded, scalars;
+  aa_buf_size_t gunit[3], punit[3], punit16[3];
+} aa_zero_sizes_t;
+void aa_sizes_zero(const aa_arch_t *a, aa_dtype_t amp, int zero, int dp, aa_zero_sizes_t *out);
+
+/* The scratch slot of unit u (0 wte|wpe, 1 the blocks, 2 lnf). */
+int aa_sizes_slot(const aa_arch_t *a, int u);
+
+/* --- activations and workspace -------------------------------------------------------- */
+
+/* A block's activation fields, all (B,T,*): ln1 out (C), qkv (3C),
+ * attention output (C), residual after attention (C), ln2 out (C), fc out
+ * = GELU input (F), GELU out (F), block output (C). */
+typedef enum {
+  AA_ACT_LN1,
+  AA_ACT_QKV,
+  AA_ACT_ATTY,
+  AA_ACT_RES2,
+  AA_ACT_LN2,
+  AA_ACT_FCH,
+  AA_ACT_FCHG,
+  AA_ACT_RES3,
+  AA_ACT_FIELDS
+} aa_act_field_t;
+
+/* The offset of a buffer the options do not need. */
+#define AA_SIZES_NONE ((size_t)-1)
+
+/* Byte offsets of block l's kept buffers in the activation store: each
+ * kept field in the storage dtype (the amp type, or fp32), and the block's
+ * fp32 statistics, (4 + n_head) B T floats: ln1 mean and rstd, ln2 mean
+ * and rstd, each (B,T), then the attention logsumexp (B,n_head,T). What
+ * the checkpointing mode drops is AA_SIZES_NONE: a fully checkpointed
+ * block keeps only its output (and no statistics), a selective one all but
+ * the GELU output. */
+typedef struct aa_act_block {
+  size_t field[AA_ACT_FIELDS];
+  size_t stats;
+} aa_act_block_t;
+
+/* The two allocations of a micro-batch and the byte offset of each buffer
+ * in them (AA_SIZES_NONE when the options do not need it). Every buffer
+ * starts on a 64-byte boundary and takes a whole number of 64-byte slices.
+ *   store      encoded (B,T,C) storage dtype; the blocks (aa_act_block_t);
+ *              lnf (B,T,C), lnf_stats 2 (B,T), logits (B,T,V), losses
+ *              (B,T), fp32.
+ *   workspace  fp32: ws_field, where a field is computed when it is not
+ *              kept in place (every field but the block output under amp,
+ *              else those some block does not keep); under amp ws_res (2
+ *              (B,T,C), the residual stream by block parity) and the
+ *              widened weights of one block (wblock), of wte|wpe (wpre)
+ *              and of lnf (wpost); ws_stats for a recomputed block (full
+ *              checkpointing); the activation gradients dres, dln, datty
+ *              (B,T,C), dqkv (B,T,3C), dfch, dfch_gelu (B,T,F). */
+typedef struct aa_act_layout {
+  size_t acts, workspace; /* bytes of the activation store and of the workspace */
+  size_t encoded, lnf, lnf_stats, logits, losses;
+  size_t ws_field[AA_ACT_FIELDS], ws_res[2], ws_stats, wblock, wpre, wpost;
+  size_t dres, dln, dqkv, datty, dfch, dfch_gelu;
+} aa_act_layout_t;
+
+/* The layout of a micro-batch of B sequences of T tokens under amp and
+ * checkpointing ckpt (ckpt_layers: AA_CKPT_FULL for the first k blocks
+ * only, 0 = all) into *out, and each block's part into blocks[0..n_layer)
+ * when blocks is not NULL. */
+void aa_sizes_acts(const aa_arch_t *a, int B, int T, aa_dtype_t amp, aa_ckpt_mode_t ckpt, int ckpt_layers,
+                   aa_act_layout_t *out, aa_act_block_t *blocks);
+
+/* Elements of field f of one block for B x T tokens. */
+size_t aa_sizes_field_numel(const aa_arch_t *a, int B, int T, aa_act_field_t f);
+
+/* Whether checkpointing recomputes block l whole (keeping only its output). */
+int aa_sizes_block_full(aa_ckpt_mode_t ckpt, int ckpt_layers, int l);
+
+/* --- one rank -------------------------------------------------------------------------- */
+
+/* Bytes one rank of resolved strategy s allocates by memory kind, for
+ * sequences of a->seq_len tokens: the model's buffers, ZeRO over the data
+ * group (s->zero over s->dp ranks; a group of one runs stage 0), and the
+ * activations and workspace of one micro-batch. Not counted: a backend's
+ * own scratch (a CUDA context's cuBLAS workspace and attention scratch;
+ * none on the CPU) and the token copies. */
+void aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, size_t bytes[AA_MEM_NKINDS]);
+
+#endif

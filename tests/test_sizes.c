@@ -1,0 +1,136 @@
+/* The per-rank sizes (strategies/sizes.h) by themselves: the units add up
+ * to the model, chunks round up, the activation layout is a packing of
+ * 64-byte slices with every buffer in its allocation and none overlapping,
+ * and what each checkpointing mode and amp keep. That the engine allocates
+ * exactly these sizes is tests/test_cost.c's and tests/test_parallel.c's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aa_test.h"
+#include "strategies/sizes.h"
+
+static const aa_arch_t archs[] = {
+    {.family = "gpt2", .n_layer = 3, .n_head = 4, .d_model = 32, .d_ff = 64, .seq_len = 16, .vocab_size = 64},
+    {.family = "gpt2", .n_layer = 2, .n_head = 3, .d_model = 27, .d_ff = 50, .seq_len = 7, .vocab_size = 11},
+};
+
+AA_TEST(units_add_up_to_the_model_and_chunks_round_up) {
+  for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+    size_t sum = 0;
+    for (int u = 0; u < aa_sizes_units(&archs[a]); u++) sum += aa_sizes_unit_numel(&archs[a], u);
+    CHECK(aa_sizes_units(&archs[a]) == archs[a].n_layer + 2 && sum == aa_arch_param_count(&archs[a]));
+    CHECK(aa_sizes_slot(&archs[a], 0) == 0 && aa_sizes_slot(&archs[a], 1) == 1 &&
+          aa_sizes_slot(&archs[a], archs[a].n_layer + 1) == 2);
+  }
+  for (size_t n = 1; n < 50; n++)
+    for (int dp = 1; dp <= 8; dp++) {
+      size_t c = aa_sizes_chunk(n, dp);
+      CHECK_MSG(c * (size_t)dp >= n && (c - 1) * (size_t)dp < n, "n %zu dp %d: chunk %zu", n, dp, c);
+    }
+  /* A group of one stages nothing: the scalars come with a group to reduce over. */
+  aa_zero_sizes_t z1, z2;
+  aa_sizes_zero(&archs[0], AA_F32, 0, 1, &z1);
+  aa_sizes_zero(&archs[0], AA_F32, 0, 2, &z2);
+  CHECK(z1.scalars.numel == 0 && z2.scalars.numel == 16);
+  CHECK(z1.moment.numel == aa_arch_param_count(&archs[0]) && z2.moment.numel == z1.moment.numel);
+}
+
+typedef struct {
+  size_t off, bytes;
+  const char *what;
+} span_t;
+
+static int by_offset(const void *a, const void *b) {
+  size_t x = ((const span_t *)a)->off, y = ((const span_t *)b)->off;
+  return (x > y) - (x < y);
+}
+
+/* The spans of one allocation, sorted, tile [0, total) in 64-byte slices:
+ * aligned, each at least its bytes, none overlapping, no gap, no excess. */
+static void check_tiling(span_t *s, int n, size_t total, const char *where) {
+  qsort(s, (size_t)n, sizeof *s, by_offset);
+  size_t end = 0;
+  for (int i = 0; i < n; i++) {
+    CHECK_MSG(s[i].off == end && s[i].off % 64 == 0, "%s: %s at %zu, expected %zu", where, s[i].what, s[i].off,
+              end);
+    end = s[i].off + ((s[i].bytes + 63) & ~(size_t)63);
+  }
+  CHECK_MSG(end == total, "%s: buffers end at %zu, the allocation has %zu", where, end, total);
+}
+
+AA_TEST(the_activation_layout_tiles_its_allocations_by_mode) {
+  const aa_dtype_t amps[] = {AA_F32, AA_BF16, AA_F16};
+  const struct {
+    aa_ckpt_mode_t ckpt;
+    int layers;
+  } modes[] = {{AA_CKPT_NONE, 0}, {AA_CKPT_SELECTIVE, 0}, {AA_CKPT_FULL, 0}, {AA_CKPT_FULL, 1}};
+  int n = 0;
+  for (size_t ai = 0; ai < sizeof archs / sizeof archs[0]; ai++)
+    for (int B = 1; B <= 3; B += 2)
+      for (int p = 0; p < 3; p++)
+        for (int k = 0; k < 4; k++) {
+          const aa_arch_t *a = &archs[ai];
+          const int T = a->seq_len, L = a->n_layer;
+          const size_t N = (size_t)B * T, C = a->d_model, F = a->d_ff, V = a->vocab_size, f4 = 4;
+          const size_t es = aa_dtype_size(amps[p]), stats = (4 + (size_t)a->n_head) * N * f4;
+          aa_act_layout_t l;
+          aa_act_block_t blocks[3];
+          aa_sizes_acts(a, B, T, amps[p], modes[k].ckpt, modes[k].layers, &l, blocks);
+          char where[96];
+          snprintf(where, sizeof where, "arch %zu B %d %s %s/%d", ai, B, aa_dtype_name(amps[p]),
+                   aa_ckpt_mode_name(modes[k].ckpt), modes[k].layers);
+          span_t st[64], ws[64];
+          int ns = 0, nw = 0;
+          st[ns++] = (span_t){l.encoded, N * C * es, "encoded"};
+          for (int b = 0; b < L; b++) {
+            int full = aa_sizes_block_full(modes[k].ckpt, modes[k].layers, b);
+            for (int f = 0; f < AA_ACT_FIELDS; f++) {
+              int keep = full ? f == AA_ACT_RES3 : modes[k].ckpt != AA_CKPT_SELECTIVE || f != AA_ACT_FCHG;
+              CHECK_MSG((blocks[b].field[f] != AA_SIZES_NONE) == keep, "%s: block %d field %d", where, b, f);
+              if (keep) st[ns++] = (span_t){blocks[b].field[f], aa_sizes_field_numel(a, B, T, f) * es, "field"};
+            }
+            CHECK_MSG((blocks[b].stats == AA_SIZES_NONE) == full, "%s: block %d stats", where, b);
+            if (!full) st[ns++] = (span_t){blocks[b].stats, stats, "stats"};
+          }
+          st[ns++] = (span_t){l.lnf, N * C * f4, "lnf"};
+          st[ns++] = (span_t){l.lnf_stats, 2 * N * f4, "lnf_stats"};
+          st[ns++] = (span_t){l.logits, N * V * f4, "logits"};
+          st[ns++] = (span_t){l.losses, N * f4, "losses"};
+          check_tiling(st, ns, l.acts, where);
+          int mixed = amps[p] != AA_F32, any_full = modes[k].ckpt == AA_CKPT_FULL;
+          for (int f = 0; f < AA_ACT_FIELDS; f++) {
+            /* Staging: under amp every field but the block output; in fp32
+             * exactly those some block drops. */
+            int dropped = any_full ? f != AA_ACT_RES3 : modes[k].ckpt == AA_CKPT_SELECTIVE && f == AA_ACT_FCHG;
+            int want = f != AA_ACT_RES3 && (mixed || dropped);
+            CHECK_MSG((l.ws_field[f] != AA_SIZES_NONE) == want, "%s: staging of field %d", where, f);
+            if (want) ws[nw++] = (span_t){l.ws_field[f], aa_sizes_field_numel(a, B, T, f) * f4, "staging"};
+          }
+          CHECK((l.ws_res[0] != AA_SIZES_NONE) == mixed && (l.wblock != AA_SIZES_NONE) == mixed);
+          if (mixed) {
+            ws[nw++] = (span_t){l.ws_res[0], N * C * f4, "ws_res0"};
+            ws[nw++] = (span_t){l.ws_res[1], N * C * f4, "ws_res1"};
+            ws[nw++] = (span_t){l.wblock, aa_sizes_unit_numel(a, 1) * f4, "wblock"};
+            ws[nw++] = (span_t){l.wpre, aa_sizes_unit_numel(a, 0) * f4, "wpre"};
+            ws[nw++] = (span_t){l.wpost, 2 * C * f4, "wpost"};
+          }
+          CHECK((l.ws_stats != AA_SIZES_NONE) == any_full);
+          if (any_full) ws[nw++] = (span_t){l.ws_stats, stats, "ws_stats"};
+          ws[nw++] = (span_t){l.dres, N * C * f4, "dres"};
+          ws[nw++] = (span_t){l.dln, N * C * f4, "dln"};
+          ws[nw++] = (span_t){l.dqkv, 3 * N * C * f4, "dqkv"};
+          ws[nw++] = (span_t){l.datty, N * C * f4, "datty"};
+          ws[nw++] = (span_t){l.dfch, N * F * f4, "dfch"};
+          ws[nw++] = (span_t){l.dfch_gelu, N * F * f4, "dfch_gelu"};
+          check_tiling(ws, nw, l.workspace, where);
+          n++;
+        }
+  fprintf(stderr, "  %d layouts tile their allocations\n", n);
+}
+
+int main(void) {
+  RUN(units_add_up_to_the_model_and_chunks_round_up);
+  RUN(the_activation_layout_tiles_its_allocations_by_mode);
+  return aa_test_summary();
+}
