@@ -152,7 +152,7 @@ struct aa_gpt {
   int32_t *targets; /* copy of the targets (B,T), backend memory */
   float loss;       /* mean loss of the last forward with targets */
 
-  const aa_gpt_hooks_t *hooks; /* borrowed; NULL in a single process */
+  const aa_gpt_hooks_t *hooks; /* borrowed; NULL = none */
   size_t scratch_charged;      /* the backend's scratch counted as workspace so far (ops.h) */
 };
 

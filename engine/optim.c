@@ -225,9 +225,11 @@ int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t
         !(rc = alloc_as(&z->punit[k], m->ops, mem, &sz.punit[k])))
       rc = alloc_as(&z->punit16[k], m->ops, mem, &sz.punit16[k]);
   if (rc) goto fail;
+  /* Over a group of one at stage 0 the reduction is the identity: no hook,
+   * so a single process does not wait for the backend once per unit. */
   z->hooks = (aa_gpt_hooks_t){.params = stage == 3 ? zero_params : NULL,
                               .grads = stage >= 2 ? zero_grads : NULL,
-                              .grads_done = zero_grads_done,
+                              .grads_done = stage || z->world > 1 ? zero_grads_done : NULL,
                               .data = z};
   m->hooks = &z->hooks;
   return 0;

@@ -40,7 +40,8 @@ int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float l
 /* Data parallelism with ZeRO over the data group of the rank's mesh
  * (engine/mesh.h), `world` ranks (comm/comm.h), one aa_zero_t per rank. A
  * single process runs it too, over a group of one at stage 0: that is
- * plain AdamW (aa_adamw_step), its collectives in-place no-ops.
+ * plain AdamW (aa_adamw_step) with no gradient hook in the model, its
+ * other collectives in-place no-ops.
  *
  * Units. The model's parameters split into units (aa_gpt_unit: wte|wpe,
  * each block, lnf), contiguous slices of the flat buffer that are the
