@@ -4,6 +4,7 @@
 
 #include "../common/json.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -140,23 +141,29 @@ size_t aa_space_micro_batches(int *out, size_t cap, int per_rank) {
   return n;
 }
 
+/* No int has more divisors than 2095133040 (1600; the next number with
+ * more exceeds INT_MAX), so any pool's degrees and micro-batches fit. */
+#define MAX_DIVISORS 1600
+
 size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa_space_pool_t *pool) {
   if (pool->devices < 1 || pool->global_batch < 1) return 0;
-  int zeros[4];
+  int dps[MAX_DIVISORS], mbs[MAX_DIVISORS], zeros[4];
   aa_dtype_t amps[3];
   aa_ckpt_mode_t ckpts[3];
   size_t n = 0, nsettings = 0;
   size_t nckpt = aa_space_ckpt_modes(ckpts, 3, pool->exclude);
   size_t namp = aa_space_precisions(amps, 3, pool->cuda, pool->exclude);
-  for (int dp = pool->devices; dp >= 1; dp--) {
-    if (pool->global_batch % dp) continue;
-    const int per_rank = pool->global_batch / dp;
+  size_t ndp = aa_space_dp_degrees(dps, MAX_DIVISORS, pool->devices, pool->global_batch);
+  assert(ndp <= MAX_DIVISORS);
+  for (size_t d = 0; d < ndp; d++) {
+    const int dp = dps[d];
+    size_t nmb = aa_space_micro_batches(mbs, MAX_DIVISORS, pool->global_batch / dp);
+    assert(nmb <= MAX_DIVISORS);
     size_t nzero = aa_space_zero_stages(zeros, 4, dp, pool->exclude);
     for (size_t z = 0; z < nzero; z++)
       for (size_t a = 0; a < namp; a++)
         for (size_t k = 0; k < nckpt; k++, nsettings++)
-          for (int mb = per_rank; mb >= 1; mb--) {
-            if (per_rank % mb) continue;
+          for (size_t b = 0; b < nmb; b++) {
             if (n < cap) {
               aa_strategy_t *s = &out[n];
               aa_strategy_default(s);
@@ -164,7 +171,7 @@ size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa
               s->zero = zeros[z];
               s->amp = amps[a];
               s->ckpt = ckpts[k];
-              s->micro_batch = mb;
+              s->micro_batch = mbs[b];
               if (setting) setting[n] = (int)nsettings;
             }
             n++;
