@@ -61,9 +61,15 @@ int aa_space_exclude_mask(const char *const *names, size_t n, unsigned *out) {
   return 0;
 }
 
+/* The bit of each ZeRO stage (0 has none) and of each precision. */
+static const unsigned zero_bit[] = {0, AA_SPACE_EX_ZERO1, AA_SPACE_EX_ZERO2, AA_SPACE_EX_ZERO3};
+
+static unsigned precision_bit(aa_dtype_t t) {
+  return t == AA_BF16 ? AA_SPACE_EX_BF16 : t == AA_F16 ? AA_SPACE_EX_FP16 : AA_SPACE_EX_FP32;
+}
+
 unsigned aa_space_methods_of(const aa_strategy_t *s) {
-  static const unsigned zero_bit[] = {0, AA_SPACE_EX_ZERO1, AA_SPACE_EX_ZERO2, AA_SPACE_EX_ZERO3};
-  unsigned m = s->amp == AA_BF16 ? AA_SPACE_EX_BF16 : s->amp == AA_F16 ? AA_SPACE_EX_FP16 : AA_SPACE_EX_FP32;
+  unsigned m = precision_bit(s->amp);
   if (s->ckpt == AA_CKPT_SELECTIVE) m |= AA_SPACE_EX_SELECTIVE;
   if (s->ckpt == AA_CKPT_FULL) m |= AA_SPACE_EX_FULL;
   if (s->zero >= 1 && s->zero <= 3) m |= zero_bit[s->zero];
@@ -72,20 +78,19 @@ unsigned aa_space_methods_of(const aa_strategy_t *s) {
   return m;
 }
 
+/* Each bit by the first name of the table that means it alone (so zero3,
+ * not fsdp), in table order. */
 const char *aa_space_method_names(char *buf, size_t cap, unsigned bits) {
-  static const struct {
-    unsigned bit;
-    const char *name;
-  } one[] = {{AA_SPACE_EX_BF16, "bf16"},          {AA_SPACE_EX_FP16, "fp16"},
-             {AA_SPACE_EX_FP32, "fp32"},          {AA_SPACE_EX_SELECTIVE, "selective"},
-             {AA_SPACE_EX_FULL, "full"},          {AA_SPACE_EX_ZERO1, "zero1"},
-             {AA_SPACE_EX_ZERO2, "zero2"},        {AA_SPACE_EX_ZERO3, "zero3"},
-             {AA_SPACE_EX_TP, "tensor_parallel"}, {AA_SPACE_EX_PP, "pipeline_parallel"}};
+  unsigned done = 0;
   size_t o = 0;
   if (cap == 0) return buf;
   buf[0] = '\0';
-  for (size_t i = 0; i < sizeof one / sizeof one[0] && o < cap; i++)
-    if (bits & one[i].bit) o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", one[i].name);
+  for (size_t i = 0; i < NMETHODS && o < cap; i++) {
+    unsigned b = methods[i].bits;
+    if ((b & (b - 1)) || !(bits & b) || (done & b)) continue; /* several bits, not asked, or named */
+    done |= b;
+    o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", methods[i].name);
+  }
   return buf;
 }
 
@@ -105,15 +110,10 @@ size_t aa_space_dp_degrees(int *out, size_t cap, int devices, int global_batch) 
 }
 
 size_t aa_space_zero_stages(int *out, size_t cap, int dp, unsigned exclude) {
-  static const unsigned bit[] = {0, AA_SPACE_EX_ZERO1, AA_SPACE_EX_ZERO2, AA_SPACE_EX_ZERO3};
   size_t n = 0;
   for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
-    if (!(exclude & bit[zero])) PUT(out, cap, n, zero);
+    if (!(exclude & zero_bit[zero])) PUT(out, cap, n, zero);
   return n;
-}
-
-static unsigned precision_bit(aa_dtype_t t) {
-  return t == AA_BF16 ? AA_SPACE_EX_BF16 : t == AA_F16 ? AA_SPACE_EX_FP16 : AA_SPACE_EX_FP32;
 }
 
 size_t aa_space_precisions(aa_dtype_t *out, size_t cap, bool cuda, unsigned exclude) {
