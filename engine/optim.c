@@ -213,11 +213,9 @@ int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t
     rc = aa_error(AA_EINTERNAL, "ZeRO shard of %zu elements, sizes.h says %zu", z->shard_numel, sz.shard);
     goto fail;
   }
-  aa_flatbuf_t *bufs[] = {&z->opt.m, &z->opt.v, &z->scalars, &z->piece, &z->padded, &z->gshard, &z->master,
-                          &z->pshard};
-  const aa_buf_size_t *sizes[] = {&sz.moment, &sz.moment, &sz.scalars, &sz.piece, &sz.padded, &sz.gshard,
-                                  &sz.master, &sz.pshard};
-  z->opt.mem = mem;
+  aa_flatbuf_t *bufs[] = {&z->scalars, &z->piece, &z->padded, &z->gshard, &z->master, &z->pshard};
+  const aa_buf_size_t *sizes[] = {&sz.scalars, &sz.piece, &sz.padded, &sz.gshard, &sz.master, &sz.pshard};
+  rc = aa_adamw_init_on(&z->opt, m->ops, sz.moment.numel, mem);
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && !rc; i++)
     rc = alloc_as(bufs[i], m->ops, mem, sizes[i]);
   for (int k = 0; k < 3 && !rc; k++)
