@@ -188,6 +188,10 @@ int aa_flatbuf_alloc(aa_flatbuf_t *b, const aa_ops_t *ops, aa_mem_t *mem, aa_mem
   return 0;
 }
 
+int aa_flatbuf_alloc_as(aa_flatbuf_t *b, const aa_ops_t *ops, aa_mem_t *mem, const aa_buf_size_t *s) {
+  return s->numel ? aa_flatbuf_alloc(b, ops, mem, s->kind, s->dtype, s->numel) : 0;
+}
+
 void aa_flatbuf_free(aa_flatbuf_t *b, aa_mem_t *mem) {
   if (b->data) backend_free(b->ops, mem, b->kind, b->numel * aa_dtype_size(b->dtype), b->data);
   b->data = NULL;
@@ -249,14 +253,10 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
    * allocated is sizes.h's, which the cost model predicts from. */
   aa_model_sizes_t sz;
   aa_sizes_model(arch, opts->amp, opts->zero, &sz);
-  const struct {
-    aa_flatbuf_t *b;
-    const aa_buf_size_t *s;
-  } bufs[] = {{&m->params, &sz.params}, {&m->grads, &sz.grads}, {&m->params16, &sz.params16}};
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-    if (bufs[i].s->numel &&
-        (rc = aa_flatbuf_alloc(bufs[i].b, ops, mem, bufs[i].s->kind, bufs[i].s->dtype, bufs[i].s->numel)))
-      goto fail;
+  if ((rc = aa_flatbuf_alloc_as(&m->params, ops, mem, &sz.params)) ||
+      (rc = aa_flatbuf_alloc_as(&m->grads, ops, mem, &sz.grads)) ||
+      (rc = aa_flatbuf_alloc_as(&m->params16, ops, mem, &sz.params16)))
+    goto fail;
   m->params16_stale = 1;
   aa_act_layout_t l;
   aa_act_block_t *blocks = calloc(arch->n_layer, sizeof *blocks);

@@ -47,6 +47,7 @@
 #include "../common/mem.h"
 #include "../common/spec.h"
 #include "../kernels/ops.h"
+#include "../strategies/sizes.h"
 #include "../strategies/strategy.h"
 
 #define AA_TENSORS_PER_LAYER 12
@@ -78,6 +79,9 @@ typedef struct aa_flatbuf {
  * cuda:0: ..."); *b is untouched on failure. */
 int aa_flatbuf_alloc(aa_flatbuf_t *b, const aa_ops_t *ops, aa_mem_t *mem, aa_mem_kind_t kind, aa_dtype_t dtype,
                      size_t n);
+/* aa_flatbuf_alloc of the buffer strategies/sizes.h sizes in *s: nothing
+ * is allocated (and 0 returned) when its count is 0. */
+int aa_flatbuf_alloc_as(aa_flatbuf_t *b, const aa_ops_t *ops, aa_mem_t *mem, const aa_buf_size_t *s);
 void aa_flatbuf_free(aa_flatbuf_t *b, aa_mem_t *mem);
 
 /* How the model is built: the single-device knobs of a strategy. */

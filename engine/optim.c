@@ -172,11 +172,6 @@ void aa_zero_free(aa_zero_t *z, aa_gpt_t *m) {
   memset(z, 0, sizeof *z);
 }
 
-/* A buffer as sizes.h sizes it: not allocated when its count is 0. */
-static int alloc_as(aa_flatbuf_t *b, const aa_ops_t *op, aa_mem_t *mem, const aa_buf_size_t *s) {
-  return s->numel ? aa_flatbuf_alloc(b, op, mem, s->kind, s->dtype, s->numel) : 0;
-}
-
 int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t *mem) {
   memset(z, 0, sizeof *z);
   if (stage < 0 || stage > 3) return aa_error(AA_EINVAL, "ZeRO stage %d must be 0..3", stage);
@@ -217,11 +212,11 @@ int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t
   const aa_buf_size_t *sizes[] = {&sz.scalars, &sz.piece, &sz.padded, &sz.gshard, &sz.master, &sz.pshard};
   rc = aa_adamw_init_on(&z->opt, m->ops, sz.moment.numel, mem);
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && !rc; i++)
-    rc = alloc_as(bufs[i], m->ops, mem, sizes[i]);
+    rc = aa_flatbuf_alloc_as(bufs[i], m->ops, mem, sizes[i]);
   for (int k = 0; k < 3 && !rc; k++)
-    if (!(rc = alloc_as(&z->gunit[k], m->ops, mem, &sz.gunit[k])) &&
-        !(rc = alloc_as(&z->punit[k], m->ops, mem, &sz.punit[k])))
-      rc = alloc_as(&z->punit16[k], m->ops, mem, &sz.punit16[k]);
+    if (!(rc = aa_flatbuf_alloc_as(&z->gunit[k], m->ops, mem, &sz.gunit[k])) &&
+        !(rc = aa_flatbuf_alloc_as(&z->punit[k], m->ops, mem, &sz.punit[k])))
+      rc = aa_flatbuf_alloc_as(&z->punit16[k], m->ops, mem, &sz.punit16[k]);
   if (rc) goto fail;
   /* Over a group of one at stage 0 the reduction is the identity: no hook,
    * so a single process does not wait for the backend once per unit. */
