@@ -313,7 +313,7 @@ static int charge_scratch(aa_gpt_t *m) {
   return 0;
 }
 
-int aa_gpt_n_units(const aa_gpt_t *m) { return m->arch.n_layer + 2; }
+int aa_gpt_n_units(const aa_gpt_t *m) { return aa_sizes_units(&m->arch); }
 
 void aa_gpt_unit(const aa_gpt_t *m, int u, size_t *offset, size_t *numel) {
   int L = m->arch.n_layer;

@@ -20,6 +20,7 @@
 #include "mesh.h"
 #include "model.h"
 #include "optim.h"
+#include "strategies/sizes.h"
 
 #ifdef AA_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
@@ -206,8 +207,7 @@ static int setup(trainer_t *t) {
   if ((rc = aa_loader_init(&t->loader, &t->train, B, T))) return aa_error_wrap(AA_EINPUT, "training data");
   /* An empty validation shard means no validation, as no shard does. */
   if (t->val.n_tokens && (rc = check_eval_batches(t, B, T))) return rc;
-  /* ZeRO over a group of one has nothing to shard: stage 0. */
-  int zero = t->world > 1 ? t->strat.zero : 0;
+  int zero = aa_sizes_zero_stage(t->strat.zero, t->world);
   aa_gpt_opts_t mo = {.amp = t->strat.amp, .ckpt = t->strat.ckpt, .ckpt_layers = t->strat.ckpt_layers,
                       .mem = &t->mem, .zero = zero};
   if ((rc = aa_gpt_create(&t->model, &s->arch, t->ops, B, T, &mo)) ||

@@ -20,6 +20,8 @@ size_t aa_sizes_unit_numel(const aa_arch_t *a, int u) {
   return u <= a->n_layer ? block_numel(a) : 2 * C;
 }
 
+int aa_sizes_zero_stage(int zero, int dp) { return dp > 1 ? zero : 0; }
+
 size_t aa_sizes_chunk(size_t n, int dp) { return (n + (size_t)dp - 1) / (size_t)dp; }
 
 int aa_sizes_slot(const aa_arch_t *a, int u) { return u == 0 ? 0 : u == aa_sizes_units(a) - 1 ? 2 : 1; }
@@ -160,9 +162,8 @@ static void add(size_t bytes[AA_MEM_NKINDS], const aa_buf_size_t *b) {
 
 void aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, size_t bytes[AA_MEM_NKINDS]) {
   memset(bytes, 0, AA_MEM_NKINDS * sizeof bytes[0]);
-  /* ZeRO shards over the data group only; over a group of one there is
-   * nothing to shard. */
-  const int zero = s->dp > 1 ? s->zero : 0;
+  /* ZeRO shards over the data group only. */
+  const int zero = aa_sizes_zero_stage(s->zero, s->dp);
   aa_model_sizes_t m;
   aa_sizes_model(a, s->amp, zero, &m);
   add(bytes, &m.params);

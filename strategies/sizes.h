@@ -31,6 +31,10 @@
 int aa_sizes_units(const aa_arch_t *a);
 size_t aa_sizes_unit_numel(const aa_arch_t *a, int u);
 
+/* The ZeRO stage a data group of dp ranks runs for a strategy's stage
+ * `zero`: over a group of one there is nothing to shard, so stage 0. */
+int aa_sizes_zero_stage(int zero, int dp);
+
 /* ZeRO over dp ranks pads a unit of n elements to dp * c and gives each
  * rank one chunk of c = ceil(n / dp) elements. */
 size_t aa_sizes_chunk(size_t n, int dp);
