@@ -215,7 +215,7 @@ int aa_json_read_value(const aa_json_ctx_t *c, const char *path, const aa_json_f
   case AA_JSON_STRING: return read_string(c, path, f, v, dst);
   case AA_JSON_OBJECT:
     if (!json_is_object(v)) return aa_json_fail_type(c, path, "an object", v);
-    return f->sub ? aa_json_read_fields(c, v, path, f->sub, f->nsub, base, NULL) : 0;
+    return f->sub ? aa_json_read_fields(c, v, path, f->sub, f->nsub, base) : 0;
   case AA_JSON_CUSTOM: return f->parse(c, path, v, dst);
   case AA_JSON_KEY: return 0;
   }
@@ -223,11 +223,10 @@ int aa_json_read_value(const aa_json_ctx_t *c, const char *path, const aa_json_f
 }
 
 int aa_json_read_fields(const aa_json_ctx_t *c, const json_t *obj, const char *section,
-                        const aa_json_field_t *t, size_t n, void *base, unsigned *present) {
+                        const aa_json_field_t *t, size_t n, void *base) {
   char path[160];
   const char *key;
   json_t *v;
-  if (present) *present = 0;
   json_object_foreach((json_t *)obj, key, v) {
     bool known = false;
     for (size_t i = 0; i < n && !known; i++)
@@ -248,7 +247,6 @@ int aa_json_read_fields(const aa_json_ctx_t *c, const json_t *obj, const char *s
     }
     int rc = aa_json_read_value(c, path, f, v, base);
     if (rc) return rc;
-    if (present && i < 32) *present |= 1u << i;
   }
   return 0;
 }

@@ -86,12 +86,11 @@ struct aa_json_field {
  * a later field is bad: "<path>: unknown key (allowed: a, b, c)". Then
  * each field in table order: a missing required one, a wrong type ("must
  * be an integer (got real number 2.0)"), a value out of range. Nested
- * objects are read in place (depth first). When present is not NULL, bit i
- * is set for each field i given (n <= 32). Fields not given keep what base
+ * objects are read in place (depth first). Fields not given keep what base
  * holds. Returns 0 or the first failure's code (AA_EINVAL, or a custom
  * parser's); base may be partly written on failure. */
 int aa_json_read_fields(const aa_json_ctx_t *c, const json_t *obj, const char *section,
-                        const aa_json_field_t *t, size_t n, void *base, unsigned *present);
+                        const aa_json_field_t *t, size_t n, void *base);
 
 /* Reads one present value v of field f into base + f->off, with the
  * checks and messages of aa_json_read_fields; for custom parsers that

@@ -149,13 +149,6 @@ static const aa_json_field_t data_fields[] = {
 _Static_assert(sizeof(aa_lr_schedule_t) == sizeof(int), "an enum field is read as an int");
 _Static_assert(sizeof(((aa_train_cfg_t *)0)->seed) == sizeof(int64_t), "seed is read as a 64-bit integer");
 
-static size_t field_index(const aa_json_field_t *t, size_t n, const char *key) {
-  size_t i = 0;
-  while (i < n && strcmp(t[i].key, key) != 0)
-    i++;
-  return i;
-}
-
 /* Architecture rules beyond a single field's range. */
 static int check_arch(const aa_json_ctx_t *c, const aa_arch_t *a) {
   if (a->d_model % a->n_head != 0)
@@ -165,22 +158,19 @@ static int check_arch(const aa_json_ctx_t *c, const aa_arch_t *a) {
 }
 
 static int parse_model(const ctx_t *c, const json_t *obj, aa_arch_t *a) {
-  unsigned present;
   aa_json_fields_default(model_fields, NFIELDS(model_fields), a);
   snprintf(a->family, sizeof a->family, "%s", family_choices[0]);
-  int rc = aa_json_read_fields(&c->json, obj, "model", model_fields, NFIELDS(model_fields), a, &present);
+  int rc = aa_json_read_fields(&c->json, obj, "model", model_fields, NFIELDS(model_fields), a);
   if (rc) return rc;
-  if (!(present & (1u << field_index(model_fields, NFIELDS(model_fields), "d_ff")))) a->d_ff = 4 * a->d_model;
+  if (!json_object_get(obj, "d_ff")) a->d_ff = 4 * a->d_model;
   return check_arch(&c->json, a);
 }
 
 static int parse_train(const ctx_t *c, const json_t *obj, aa_train_cfg_t *t) {
-  unsigned present;
   aa_json_fields_default(train_fields, NFIELDS(train_fields), t);
-  int rc = aa_json_read_fields(&c->json, obj, "train", train_fields, NFIELDS(train_fields), t, &present);
+  int rc = aa_json_read_fields(&c->json, obj, "train", train_fields, NFIELDS(train_fields), t);
   if (rc) return rc;
-  if (!(present & (1u << field_index(train_fields, NFIELDS(train_fields), "min_lr"))))
-    t->min_lr = t->lr / 10.0f;
+  if (!json_object_get(obj, "min_lr")) t->min_lr = t->lr / 10.0f;
   if (t->min_lr > t->lr) {
     char a[32], b[32];
     return aa_json_fail(&c->json, AA_EINVAL, "train.min_lr", "must be <= train.lr (%s > %s)",
@@ -218,7 +208,6 @@ static int parse_buffer(aa_model_spec_t *out, const char *buf, size_t len, ctx_t
   /* Parsed into a local so *out stays untouched on any failure. */
   aa_model_spec_t *s = calloc(1, sizeof *s);
   int rc = 0;
-  unsigned present;
   if (!s) {
     rc = aa_error(AA_ENOMEM, "%s: out of memory", origin);
     goto cleanup;
@@ -227,12 +216,11 @@ static int parse_buffer(aa_model_spec_t *out, const char *buf, size_t len, ctx_t
     rc = aa_error(AA_EINVAL, "%s: top level must be a JSON object (got %s)", origin, aa_json_type_name(root));
     goto cleanup;
   }
-  if ((rc = aa_json_read_fields(&c->json, root, "", top_fields, NFIELDS(top_fields), s, &present)))
-    goto cleanup;
+  if ((rc = aa_json_read_fields(&c->json, root, "", top_fields, NFIELDS(top_fields), s))) goto cleanup;
   if ((rc = parse_model(c, json_object_get(root, "model"), &s->arch))) goto cleanup;
   if ((rc = parse_train(c, json_object_get(root, "train"), &s->train))) goto cleanup;
   if ((rc = aa_json_read_fields(&c->json, json_object_get(root, "data"), "data", data_fields,
-                                 NFIELDS(data_fields), s, &present)))
+                                NFIELDS(data_fields), s)))
     goto cleanup;
   if (!s->name[0] && (rc = default_name(c, s->name))) goto cleanup;
   *out = *s;

@@ -198,7 +198,7 @@ static int parse_object(aa_strategy_t *out, const json_t *root, const char *orig
   aa_strategy_t s;
   aa_strategy_default(&s);
   char rule[256];
-  int rc = aa_json_read_fields(c, root, "", top_fields, NFIELDS(top_fields), &s, NULL);
+  int rc = aa_json_read_fields(c, root, "", top_fields, NFIELDS(top_fields), &s);
   if (rc) return rc;
   if (s.ckpt_layers > 0 && s.ckpt != AA_CKPT_FULL)
     return aa_json_fail(
