@@ -100,11 +100,11 @@ static int read_order(const aa_json_ctx_t *c, const char *path, const json_t *v,
   return 0;
 }
 
-/* The field lands on nranks; rank_order is the member after it. */
+/* Fills nranks and rank_order of the strategy being read (c->data). */
 static int read_rank_order(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
-  aa_strategy_t *s = (aa_strategy_t *)((char *)dst - offsetof(aa_strategy_t, nranks));
+  (void)dst;
   char rule[256];
-  int rc = aa__rank_order_read(s, v, rule, sizeof rule);
+  int rc = aa__rank_order_read(c->data, v, rule, sizeof rule);
   return rc ? aa_json_fail(c, rc, path, "%s", rule) : 0;
 }
 
@@ -175,7 +175,8 @@ static const aa_json_field_t top_fields[] = {
  * format and version are checked before anything else, so that a newer
  * file is reported as newer, not as unknown keys. */
 static int parse_object(aa_strategy_t *out, const json_t *root, const char *origin) {
-  const aa_json_ctx_t ctx = {.origin = origin}, *c = &ctx;
+  aa_strategy_t s;
+  const aa_json_ctx_t ctx = {.origin = origin, .data = &s}, *c = &ctx;
   const json_t *format = json_object_get(root, "format"), *version = json_object_get(root, "version");
   if (!format)
     return aa_json_fail(c, AA_EINVAL, "format",
@@ -195,7 +196,6 @@ static int parse_object(aa_strategy_t *out, const json_t *root, const char *orig
                         "strategy format version %lld is newer than this autoaccel (%d)", ver, AA_STRATEGY_VERSION);
   if (ver < 1) return aa_json_fail(c, AA_EINVAL, "version", "must be >= 1 (got %lld)", ver);
 
-  aa_strategy_t s;
   aa_strategy_default(&s);
   char rule[256];
   int rc = aa_json_read_fields(c, root, "", top_fields, NFIELDS(top_fields), &s);
