@@ -120,7 +120,8 @@ static int out_dir_ready(const aa_msg_job_t *job) {
 /* A training job: the outputs `autoaccel train` would write, under out_dir.
  * Ranks of a gang share out_dir: rank 0 writes the log, the losses and the
  * summary (the engine's rule), so the others log nowhere instead of
- * truncating rank 0's train.log. l holds the rank; its run is set here. */
+ * truncating rank 0's train.log. l holds the rank and the run's threads,
+ * strategy and memory limit; the rest of its run is set here. */
 static int run_train(child_t *c, const aa_msg_job_t *job, aa_launch_t *l) {
   if (!job->out_dir)
     return aa_error(AA_EINVAL, "job %llu: a train job needs out_dir", (unsigned long long)job->job);
@@ -137,18 +138,16 @@ static int run_train(child_t *c, const aa_msg_job_t *job, aa_launch_t *l) {
   /* out_dir may be writable by others: never write through a symlink there. */
   FILE *log;
   if ((rc = aa_file_open_write(log_to, false, 0666, &log))) return rc;
-  l->opts = (aa_train_opts_t){.threads = l->opts.threads,
-                              .steps = (int)job->measured_steps,
-                              .checkpoint_every = -1,
-                              .log_every = 10,
-                              .out_dir = job->out_dir,
-                              .losses_path = losses,
-                              .summary_json = summary,
-                              .log = log,
-                              .strategy = l->opts.strategy,
-                              .memory_limit = l->opts.memory_limit,
-                              .on_step = on_step,
-                              .step_data = c};
+  aa_train_opts_t *o = &l->opts;
+  o->steps = (int)job->measured_steps;
+  o->checkpoint_every = -1;
+  o->log_every = 10;
+  o->out_dir = job->out_dir;
+  o->losses_path = losses;
+  o->summary_json = summary;
+  o->log = log;
+  o->on_step = on_step;
+  o->step_data = c;
   aa_train_result_t r;
   rc = aa_launch_rank(l, &r);
   if (fclose(log) && !rc) rc = aa_error(AA_EIO, "%s: write failed", log_to);
