@@ -99,10 +99,7 @@ int aa_comm_all_reduce(aa_comm_t *c, const void *send, void *recv, size_t count,
                        aa_comm_op_t op) {
   int rc = check(c, "all_reduce", dtype, op, count, 1, send, recv);
   if (rc || !count) return rc;
-  if (c->self) {
-    aa__self_copy(send, recv, count * aa_dtype_size(dtype));
-    return 0;
-  }
+  if (c->self) return aa__self_copy(send, recv, count * aa_dtype_size(dtype));
   if (c->nccl) return aa__nccl_all_reduce(c, send, recv, count, dtype, op);
   return aa__shm_all_reduce(c->shm, send, recv, count, dtype, op);
 }
@@ -111,10 +108,7 @@ int aa_comm_reduce_scatter(aa_comm_t *c, const void *send, void *recv, size_t co
                            aa_comm_op_t op) {
   int rc = check(c, "reduce_scatter", dtype, op, count, c ? (size_t)c->world : 1, send, recv);
   if (rc || !count) return rc;
-  if (c->self) {
-    aa__self_copy(send, recv, count * aa_dtype_size(dtype));
-    return 0;
-  }
+  if (c->self) return aa__self_copy(send, recv, count * aa_dtype_size(dtype));
   if (c->nccl) return aa__nccl_reduce_scatter(c, send, recv, count, dtype, op);
   return aa__shm_reduce_scatter(c->shm, send, recv, count, dtype, op);
 }
@@ -122,10 +116,7 @@ int aa_comm_reduce_scatter(aa_comm_t *c, const void *send, void *recv, size_t co
 int aa_comm_all_gather(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype) {
   int rc = check(c, "all_gather", dtype, AA_COMM_SUM, count, c ? (size_t)c->world : 1, send, recv);
   if (rc || !count) return rc;
-  if (c->self) {
-    aa__self_copy(send, recv, count * aa_dtype_size(dtype));
-    return 0;
-  }
+  if (c->self) return aa__self_copy(send, recv, count * aa_dtype_size(dtype));
   if (c->nccl) return aa__nccl_all_gather(c, send, recv, count, dtype);
   return aa__shm_all_gather(c->shm, send, recv, count * aa_dtype_size(dtype), "all_gather");
 }
@@ -136,10 +127,7 @@ int aa_comm_broadcast(aa_comm_t *c, const void *send, void *recv, size_t count, 
   if (root < 0 || root >= c->world) return bad(c, "broadcast", "the root is not a rank of the group");
   if (count && c->rank == root && !send) return bad(c, "broadcast", "the root's send buffer is NULL");
   if (!count) return 0;
-  if (c->self) {
-    aa__self_copy(send, recv, count * aa_dtype_size(dtype));
-    return 0;
-  }
+  if (c->self) return aa__self_copy(send, recv, count * aa_dtype_size(dtype));
   if (c->nccl) return aa__nccl_broadcast(c, send, recv, count, dtype, root);
   return aa__shm_broadcast(c->shm, send, recv, count * aa_dtype_size(dtype), root, "broadcast");
 }

@@ -34,8 +34,9 @@ int aa__self_split(aa_comm_t *parent, int color, aa_comm_t **out);
 int aa__self_check(const aa__self_t *f, const char *what);
 /* Marks the family aborted (async-signal-safe: one store). */
 void aa__self_abort(aa__self_t *f);
-/* Every collective of a group of one: recv = send, nothing done in place. */
-void aa__self_copy(const void *send, void *recv, size_t bytes);
+/* Every collective of a group of one: recv = send, nothing done in place.
+ * Returns 0, the collective's result. */
+int aa__self_copy(const void *send, void *recv, size_t bytes);
 /* Drops one reference to the family; the last frees it. */
 void aa__self_release(aa__self_t *f);
 

@@ -63,8 +63,9 @@ int aa__self_check(const aa__self_t *f, const char *what) {
 
 void aa__self_abort(aa__self_t *f) { atomic_store(&f->aborted, 1); }
 
-void aa__self_copy(const void *send, void *recv, size_t bytes) {
+int aa__self_copy(const void *send, void *recv, size_t bytes) {
   if (send != recv) memcpy(recv, send, bytes);
+  return 0;
 }
 
 void aa__self_release(aa__self_t *f) {
