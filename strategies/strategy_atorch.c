@@ -93,20 +93,20 @@ static int set_tp(ctx_t *c, aa_strategy_t *s, int tp) {
 /* One (group, size); the group's axis is appended to listed[*n]. */
 static int set_group(ctx_t *c, aa_strategy_t *s, const char *group, const json_t *size, aa_axis_t *listed,
                      int *n) {
-  for (int a = 0; a < AA_AXES; a++) {
-    if (strcmp(group, aa_axis_name((aa_axis_t)a)) != 0) continue;
-    for (int k = 0; k < *n; k++)
-      if (listed[k] == (aa_axis_t)a) return fail(c, AA_EINVAL, "parallel group \"%s\" is given twice", group);
-    listed[(*n)++] = (aa_axis_t)a;
-    int d = 0, rc = degree(c, group, size, &d);
-    if (rc) return rc;
-    if (a == AA_AXIS_DATA) s->dp = d;
-    if (a == AA_AXIS_PIPELINE) s->pp = d;
-    return a == AA_AXIS_TENSOR ? set_tp(c, s, d) : 0;
+  int a = aa__axis_from_name(group);
+  if (a < 0) {
+    char got[256];
+    aa_json_sanitize(got, sizeof got, group);
+    return fail(c, AA_EINVAL, "unknown parallel group \"%s\" (allowed: data, tensor, pipeline)", got);
   }
-  char got[256];
-  aa_json_sanitize(got, sizeof got, group);
-  return fail(c, AA_EINVAL, "unknown parallel group \"%s\" (allowed: data, tensor, pipeline)", got);
+  for (int k = 0; k < *n; k++)
+    if (listed[k] == (aa_axis_t)a) return fail(c, AA_EINVAL, "parallel group \"%s\" is given twice", group);
+  listed[(*n)++] = (aa_axis_t)a;
+  int d = 0, rc = degree(c, group, size, &d);
+  if (rc) return rc;
+  if (a == AA_AXIS_DATA) s->dp = d;
+  if (a == AA_AXIS_PIPELINE) s->pp = d;
+  return a == AA_AXIS_TENSOR ? set_tp(c, s, d) : 0;
 }
 
 /* [["tensor", 4], ["pipeline", 2], ["data", 2]]: the degrees, and the

@@ -82,10 +82,8 @@ static int read_order(const aa_json_ctx_t *c, const char *path, const json_t *v,
     return aa_json_fail(c, AA_EINVAL, path,
                         "must list the three axes \"data\", \"tensor\", \"pipeline\" once each, fastest first");
   json_array_foreach(v, i, x) {
-    int a = 0;
-    while (a < AA_AXES && !(json_is_string(x) && strcmp(json_string_value(x), aa_axis_name((aa_axis_t)a)) == 0))
-      a++;
-    if (a == AA_AXES) {
+    int a = json_is_string(x) ? aa__axis_from_name(json_string_value(x)) : -1;
+    if (a < 0) {
       char got[256];
       aa_json_sanitize(got, sizeof got, json_is_string(x) ? json_string_value(x) : aa_json_type_name(x));
       return aa_json_fail(c, AA_EINVAL, path, "unknown axis %s%s%s (allowed: data, tensor, pipeline)",

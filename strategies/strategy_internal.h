@@ -27,6 +27,9 @@ int aa__strategy_validate(const aa_strategy_t *s);
  * by the others. The key shows this order, not s->order. */
 aa_axis_order_t aa__strategy_effective_order(const aa_strategy_t *s);
 
+/* The axis aa_axis_name calls name ("data", "tensor", "pipeline"), or -1. */
+int aa__axis_from_name(const char *name);
+
 /* The order whose axes, fastest first, are the n listed ones (distinct)
  * followed by the others in the default's relative order. */
 aa_axis_order_t aa__axis_order_from(const aa_axis_t *listed, int n);

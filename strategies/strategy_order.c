@@ -41,6 +41,12 @@ int aa_strategy_degree(const aa_strategy_t *s, aa_axis_t a) {
   return 0;
 }
 
+int aa__axis_from_name(const char *name) {
+  for (int a = 0; a < AA_AXES; a++)
+    if (strcmp(name, aa_axis_name((aa_axis_t)a)) == 0) return a;
+  return -1;
+}
+
 static bool valid_order(aa_axis_order_t o) { return (unsigned)o < AA_ORDERS; }
 
 void aa_axis_order_axes(aa_axis_order_t o, aa_axis_t out[AA_AXES]) {
