@@ -357,8 +357,8 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   t.world_group = opts->comm ? opts->comm : t.self;
   /* Only rank 0 speaks; the others compute the same figures silently. A
    * dry run speaks only when given a log. */
-  if ((aa_comm_rank(t.world_group) != 0 || (opts->dryrun && !opts->log)) &&
-      !(t.log = t.devnull = fopen("/dev/null", "w"))) {
+  int speaks = aa_comm_rank(t.world_group) == 0;
+  if ((!speaks || (opts->dryrun && !opts->log)) && !(t.log = t.devnull = fopen("/dev/null", "w"))) {
     rc = aa_error(AA_EIO, "/dev/null: cannot open: %s", strerror(errno));
     goto cleanup;
   }
@@ -375,7 +375,6 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   if ((rc = setup(&t))) goto cleanup;
   /* The losses file grows as training goes, so it cannot be swapped in by a
    * rename; it is opened without following a symlink instead. */
-  int speaks = aa_comm_rank(t.world_group) == 0;
   if (opts->losses_path && speaks &&
       (rc = aa_file_open_write(opts->losses_path, opts->resume != NULL, 0666, &losses)))
     goto cleanup;
