@@ -1,18 +1,8 @@
 /* A rank's device mesh (mesh.h): layout.h's arithmetic turned into groups. */
 #include "mesh.h"
 
+#include <stdbool.h>
 #include <string.h>
-
-/* Whether axis a's groups are the world group as it is: the axis spans the
- * whole world and no rank order moves a rank off its own position (then
- * its coordinate is its world rank). The same answer on every rank, so
- * every rank makes the same split calls. */
-static int is_world(const aa_strategy_t *s, const aa_layout_t *at, int a) {
-  if (at->size[a] != at->world) return 0;
-  for (int p = 0; p < s->nranks; p++)
-    if (s->rank_order[p] != p) return 0;
-  return 1;
-}
 
 int aa_mesh_init(aa_mesh_t *m, const aa_strategy_t *s, aa_comm_t *world) {
   memset(m, 0, sizeof *m);
@@ -22,9 +12,13 @@ int aa_mesh_init(aa_mesh_t *m, const aa_strategy_t *s, aa_comm_t *world) {
     return aa_error(AA_EINVAL, "mesh: the strategy's dp %d x tp %d x pp %d = %lld ranks, the world group %d",
                     s->dp, s->tp, s->pp, want, n);
   if ((rc = aa_layout_of(&m->at, s, aa_comm_rank(world)))) return aa_error_wrap(rc, "mesh");
-  m->world = world;
+  /* An axis's groups are the world group as it is when the axis spans the
+   * whole world and no rank order moves a rank off its own position (then
+   * its coordinate is its world rank). The same answer on every rank, so
+   * every rank makes the same split calls. */
+  const bool in_order = aa_strategy_rank_order_is_identity(s);
   for (int a = 0; a < AA_AXES && !rc; a++) {
-    if (is_world(s, &m->at, a)) {
+    if (in_order && m->at.size[a] == m->at.world) {
       m->group[a] = world;
       continue;
     }

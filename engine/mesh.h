@@ -18,7 +18,6 @@
 
 typedef struct aa_mesh {
   aa_layout_t at;            /* this rank's place: coordinates, degrees (layout.h) */
-  aa_comm_t *world;          /* borrowed: the world group the mesh was built from */
   aa_comm_t *group[AA_AXES]; /* by aa_axis_t: the rank's data, tensor and pipeline groups */
   unsigned owned;            /* bit a set: the mesh made group[a] and destroys it */
 } aa_mesh_t;

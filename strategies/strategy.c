@@ -6,7 +6,6 @@
 
 #include "strategy_internal.h"
 
-#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,13 +28,6 @@ const char *aa_ckpt_mode_name(aa_ckpt_mode_t m) {
   case AA_CKPT_FULL: return "full";
   }
   return "?";
-}
-
-/* No rank order, or one that maps every position to itself. */
-static bool identity(const aa_strategy_t *s) {
-  for (int i = 0; i < s->nranks && i < AA_STRATEGY_WORLD_MAX; i++)
-    if (s->rank_order[i] != i) return false;
-  return true;
 }
 
 /* FNV-1a 64 of the rank order written in decimal, comma-separated
@@ -73,7 +65,8 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]) {
   char order[16] = "", ranks[32] = "";
   aa_axis_order_t o = aa__strategy_effective_order(s);
   if (o != AA_ORDER_TDP) snprintf(order, sizeof order, ".order-%s", aa_axis_order_name(o));
-  if (!identity(s)) snprintf(ranks, sizeof ranks, ".ranks-%016llx", (unsigned long long)rank_order_hash(s));
+  if (!aa_strategy_rank_order_is_identity(s))
+    snprintf(ranks, sizeof ranks, ".ranks-%016llx", (unsigned long long)rank_order_hash(s));
   snprintf(out, AA_STRATEGY_KEY_MAX, "dp%d.tp%d.pp%d.z%d.%s.ckpt-%s.mb%d%s%s%s", s->dp, s->tp, s->pp, s->zero,
            aa_dtype_name(s->amp), ckpt, s->micro_batch, sched, order, ranks);
 }

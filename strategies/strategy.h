@@ -9,6 +9,7 @@
 #ifndef AA_STRATEGY_H
 #define AA_STRATEGY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -132,6 +133,9 @@ const char *aa_ckpt_mode_name(aa_ckpt_mode_t m); /* "none", "selective", "full" 
 const char *aa_axis_name(aa_axis_t a);
 /* The degree of axis a in s (dp, tp or pp); 0 for another value. */
 int aa_strategy_degree(const aa_strategy_t *s, aa_axis_t a);
+/* Whether s has no rank order or one that maps every position to itself
+ * (then position i of the mesh is global rank i). */
+bool aa_strategy_rank_order_is_identity(const aa_strategy_t *s);
 /* The axes of order o, fastest first, into out. o must be one of the
  * AA_ORDER_* values (else out gets the default's). */
 void aa_axis_order_axes(aa_axis_order_t o, aa_axis_t out[AA_AXES]);

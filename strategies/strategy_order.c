@@ -47,6 +47,12 @@ int aa__axis_from_name(const char *name) {
   return -1;
 }
 
+bool aa_strategy_rank_order_is_identity(const aa_strategy_t *s) {
+  for (int i = 0; i < s->nranks && i < AA_STRATEGY_WORLD_MAX; i++)
+    if (s->rank_order[i] != i) return false;
+  return true;
+}
+
 static bool valid_order(aa_axis_order_t o) { return (unsigned)o < AA_ORDERS; }
 
 void aa_axis_order_axes(aa_axis_order_t o, aa_axis_t out[AA_AXES]) {
