@@ -23,7 +23,7 @@ int aa_mesh_init(aa_mesh_t *m, const aa_strategy_t *s, aa_comm_t *world) {
       continue;
     }
     if (m->at.size[a] == 1) rc = aa_comm_self(&m->group[a]);
-    else rc = aa_comm_split(world, m->at.color[a], m->at.key[a], &m->group[a]);
+    else rc = aa_comm_split(world, m->at.color[a], m->at.coord[a], &m->group[a]);
     if (rc) {
       aa_error_wrap(rc, "mesh: the %s groups", aa_axis_name((aa_axis_t)a));
       break;

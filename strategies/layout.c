@@ -49,7 +49,6 @@ static int locate(aa_layout_t *l, int stride[AA_AXES], const aa_strategy_t *s, i
      * this axis's groups: those below it with coordinate 0 on the axis. */
     int first = l->pos - l->coord[a] * stride[a];
     l->color[a] = first % stride[a] + first / (stride[a] * size) * stride[a];
-    l->key[a] = l->coord[a];
   }
   return 0;
 }

@@ -29,12 +29,11 @@ typedef struct aa_layout {
   int pos;            /* its position in the mesh: rank_order[pos] == rank (pos == rank without one) */
   int size[AA_AXES];  /* by aa_axis_t: each axis's degree, the size of its groups */
   int coord[AA_AXES]; /* by aa_axis_t: the rank's index along each axis, 0..size-1 */
-  /* By aa_axis_t: what to pass to the split call that builds the axis's
-   * groups. color numbers the groups 0..world/size-1 in the order ATorch
-   * lists them (by their first position); key is the coordinate, so the
+  /* By aa_axis_t: the color to pass to the split call that builds the
+   * axis's groups, numbering them 0..world/size-1 in the order ATorch
+   * lists them (by their first position). The split's key is coord, so the
    * rank's index in its group is coord. */
   int color[AA_AXES];
-  int key[AA_AXES];
 } aa_layout_t;
 
 /* The layout of global rank `rank` under s into *out (written only on

@@ -26,7 +26,8 @@ static aa_strategy_t mesh(const char *json) {
 /* Checks that the groups of `axis` over every rank are exactly want
  * (ngroups lists of size ranks, in ATorch's listing order = color order):
  * each rank's group (aa_layout_group) is the listed one holding it, in
- * that order; its color is the list's index and its key its index in it. */
+ * that order; its color is the list's index and its coordinate (the
+ * split's key) its index in it. */
 static void expect_groups(int line, const aa_strategy_t *s, aa_axis_t axis, int ngroups, int size,
                           const int *want) {
   for (int r = 0; r < WORLD; r++) {
@@ -45,9 +46,9 @@ static void expect_groups(int line, const aa_strategy_t *s, aa_axis_t axis, int 
                 members[1]);
     aa_layout_t l;
     CHECK(aa_layout_of(&l, s, r) == 0);
-    CHECK_MSG(l.color[axis] == g && l.key[axis] == k && l.coord[axis] == k && l.size[axis] == size,
-              "line %d: rank %d %s: color %d key %d, want %d %d", line, r, aa_axis_name(axis), l.color[axis],
-              l.key[axis], g, k);
+    CHECK_MSG(l.color[axis] == g && l.coord[axis] == k && l.size[axis] == size,
+              "line %d: rank %d %s: color %d coord %d, want %d %d", line, r, aa_axis_name(axis),
+              l.color[axis], l.coord[axis], g, k);
   }
 }
 
@@ -138,7 +139,7 @@ AA_TEST(single_process_and_data_parallel_meshes) {
   CHECK(aa_layout_of(&l, &s, 0) == 0);
   CHECK(l.world == 1 && l.pos == 0);
   for (int a = 0; a < AA_AXES; a++)
-    CHECK(l.size[a] == 1 && l.coord[a] == 0 && l.color[a] == 0 && l.key[a] == 0);
+    CHECK(l.size[a] == 1 && l.coord[a] == 0 && l.color[a] == 0);
   int m[4];
   for (int a = 0; a < AA_AXES; a++)
     CHECK(aa_layout_group(m, 4, &s, 0, (aa_axis_t)a) == 1 && m[0] == 0);
