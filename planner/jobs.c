@@ -26,9 +26,10 @@ static void queue_remove(aa_planner_t *p, size_t i) {
   p->queue_n--;
 }
 
-/* Queues job id; spec and spec_json (may be NULL) are transferred on
- * success only. */
-static int queue_push(aa_planner_t *p, int64_t id, aa_model_spec_t *spec, char *spec_json) {
+/* Queues job id of `hardware` (its fingerprint in the store); spec and
+ * spec_json (may be NULL) are transferred on success only. */
+static int queue_push(aa_planner_t *p, int64_t id, const char *hardware, aa_model_spec_t *spec,
+                      char *spec_json) {
   if (p->queue_n == p->queue_cap) {
     size_t cap = p->queue_cap ? 2 * p->queue_cap : 16;
     aa_queued_t *q = realloc(p->queue, cap * sizeof *q);
@@ -36,7 +37,9 @@ static int queue_push(aa_planner_t *p, int64_t id, aa_model_spec_t *spec, char *
     p->queue = q;
     p->queue_cap = cap;
   }
-  p->queue[p->queue_n++] = (aa_queued_t){.id = id, .spec = spec, .spec_json = spec_json};
+  aa_queued_t *q = &p->queue[p->queue_n++];
+  *q = (aa_queued_t){.id = id, .spec = spec, .spec_json = spec_json};
+  snprintf(q->hardware, sizeof q->hardware, "%s", hardware);
   return 0;
 }
 
@@ -263,45 +266,43 @@ static bool resume_parked(aa_planner_t *p) {
 /* Starts the oldest queued job that an idle executor can take. A job none
  * can take because none of its hardware is connected is marked waiting
  * (the tick fails it after placement_timeout_s); one whose executors are
- * merely busy is not: its turn comes. */
+ * merely busy is not: its turn comes. The queue holds each job's hardware,
+ * so only the job that starts is read from the store. */
 static void start_queued(aa_planner_t *p) {
   for (size_t i = 0; !p->cur && i < p->queue_n;) {
-    aa_store_job_t row;
     aa_queued_t *q = &p->queue[i];
-    if (aa_store_job_get(p->store, q->id, &row)) {
-      aa__planner_log(p, "job %lld: %s; dropped from the queue", (long long)q->id, aa_last_error());
-      queue_remove(p, i);
-      continue;
-    }
-    if (row.status != AA_STORE_JOB_QUEUED) {
-      queue_remove(p, i);
-      aa_store_job_clear(&row);
-      continue;
-    }
-    aa_conn_t *e = aa__registry_idle(p, row.hardware);
+    aa_conn_t *e = aa__registry_idle(p, q->hardware);
     if (e) {
-      aa_model_spec_t *spec = q->spec;
-      char *spec_json = q->spec_json;
-      q->spec = NULL;
-      q->spec_json = NULL;
-      queue_remove(p, i);
-      aa__job_begin(p, &row, e, spec, spec_json);
+      aa_store_job_t row;
+      if (aa_store_job_get(p->store, q->id, &row)) {
+        aa__planner_log(p, "job %lld: %s; dropped from the queue", (long long)q->id, aa_last_error());
+        queue_remove(p, i);
+        continue;
+      }
+      if (row.status == AA_STORE_JOB_QUEUED) {
+        aa_model_spec_t *spec = q->spec;
+        char *spec_json = q->spec_json;
+        q->spec = NULL;
+        q->spec_json = NULL;
+        queue_remove(p, i);
+        aa__job_begin(p, &row, e, spec, spec_json);
+      } else {
+        queue_remove(p, i);
+      }
       aa_store_job_clear(&row);
       continue;
     }
-    if (!connected(p, row.hardware)) {
+    if (!connected(p, q->hardware)) {
       if (!q->waiting_since) {
         q->waiting_since = aa_now();
         q->waiting_since_wall = (int64_t)time(NULL);
-        snprintf(q->hardware, sizeof q->hardware, "%s", row.hardware);
-        snprintf(q->waiting_for, sizeof q->waiting_for, "an executor of %s (none connected)", row.hardware);
+        snprintf(q->waiting_for, sizeof q->waiting_for, "an executor of %s (none connected)", q->hardware);
         aa__planner_log(p, "job %lld waits for %s, up to %d s; later jobs may run meanwhile",
                         (long long)q->id, q->waiting_for, p->lim.placement_timeout_s);
       }
     } else {
       q->waiting_since = 0;
     }
-    aa_store_job_clear(&row);
     i++;
   }
 }
@@ -449,7 +450,7 @@ static void create_job(aa_planner_t *p, aa_conn_t *c, const aa_msg_t *m, aa_conn
   if (!rc) rc = aa_store_job_create(p->store, hash, fp, opts, &id);
   char name[sizeof spec->name];
   snprintf(name, sizeof name, "%s", spec->name);
-  if (!rc) rc = queue_push(p, id, spec, spec_json);
+  if (!rc) rc = queue_push(p, id, fp, spec, spec_json);
   if (rc) {
     free(spec);
     free(spec_json);
@@ -555,42 +556,28 @@ void aa__jobs_executor_arrived(aa_planner_t *p) {
   }
 }
 
-typedef struct {
-  int64_t *ids;
-  size_t n, cap;
-  aa_planner_t *p;
-} ids_t;
-
-/* Collects job ids (the walk may not call the store itself). */
-static int collect_id(const aa_store_job_t *j, void *data) {
-  ids_t *ids = data;
-  if (ids->n == ids->cap) {
-    size_t cap = ids->cap ? 2 * ids->cap : 16;
-    int64_t *v = realloc(ids->ids, cap * sizeof *v);
-    if (!v) return aa_error(AA_ENOMEM, "planner: no memory for the queued jobs");
-    ids->ids = v;
-    ids->cap = cap;
-  }
-  ids->ids[ids->n++] = j->id;
-  return 0;
+/* Queues a job the store lists (the walk may not call the store itself). */
+static int queue_stored(const aa_store_job_t *j, void *data) {
+  return queue_push(data, j->id, j->hardware, NULL, NULL);
 }
 
 /* A queued job whose row cannot be read is left out, and the log says so. */
 static int skip_bad_job(int64_t id, const char *why, void *data) {
-  aa__planner_log(((ids_t *)data)->p, "job %lld cannot be read from the store and is not queued: %s",
-                  (long long)id, why);
+  aa__planner_log(data, "job %lld cannot be read from the store and is not queued: %s", (long long)id, why);
   return 0;
 }
 
 int aa__jobs_load_queue(aa_planner_t *p) {
-  /* The store lists newest first; the queue runs oldest first. */
-  ids_t ids = {.p = p};
   aa_store_job_filter_t f = {.statuses = AA_STORE_BIT(AA_STORE_JOB_QUEUED), .bad_row = skip_bad_job};
-  int rc = aa_store_jobs_list(p->store, &f, collect_id, &ids);
-  for (size_t i = ids.n; rc >= 0 && i > 0; i--)
-    rc = queue_push(p, ids.ids[i - 1], NULL, NULL);
-  free(ids.ids);
+  size_t first = p->queue_n;
+  int rc = aa_store_jobs_list(p->store, &f, queue_stored, p);
   if (rc < 0) return rc;
+  /* The store lists newest first; the queue runs oldest first. */
+  for (size_t i = first, k = p->queue_n; i + 1 < k; i++, k--) {
+    aa_queued_t t = p->queue[i];
+    p->queue[i] = p->queue[k - 1];
+    p->queue[k - 1] = t;
+  }
   if (p->queue_n) aa__planner_log(p, "%zu queued jobs from the store", p->queue_n);
   return 0;
 }

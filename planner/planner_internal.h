@@ -81,7 +81,7 @@ typedef struct aa_queued {
   double waiting_since;       /* aa_now() since it could not be placed, 0 = it could be */
   int64_t waiting_since_wall; /* the same as unix seconds, for status */
   char waiting_for[AA_STORE_HW_MAX + 96]; /* what it waits for, for status and the failure */
-  char hardware[AA_STORE_HW_MAX];         /* its hardware, while it waits */
+  char hardware[AA_STORE_HW_MAX];         /* its hardware fingerprint, as in the store */
 } aa_queued_t;
 
 typedef enum { AA_CONN_HELLO = 0, AA_CONN_CLIENT, AA_CONN_EXECUTOR } aa_conn_role_t;
