@@ -45,7 +45,9 @@ void aa_sizes_model(const aa_arch_t *a, aa_dtype_t amp, int zero, aa_model_sizes
 
 void aa_sizes_zero(const aa_arch_t *a, aa_dtype_t amp, int zero, int dp, aa_zero_sizes_t *out) {
   memset(out, 0, sizeof *out);
-  size_t max_chunk = 0, padded[3] = {0}; /* the largest dp * c of each slot */
+  /* The largest chunk c, and the largest padded unit (dp * c) of each slot;
+   * dp times the largest chunk is the widest padded unit of all. */
+  size_t max_chunk = 0, padded[3] = {0};
   for (int u = 0; u < aa_sizes_units(a); u++) {
     size_t c = aa_sizes_chunk(aa_sizes_unit_numel(a, u), dp);
     int k = aa_sizes_slot(a, u);
@@ -53,8 +55,6 @@ void aa_sizes_zero(const aa_arch_t *a, aa_dtype_t amp, int zero, int dp, aa_zero
     if (c > max_chunk) max_chunk = c;
     if ((size_t)dp * c > padded[k]) padded[k] = (size_t)dp * c;
   }
-  size_t widest = padded[0] > padded[1] ? padded[0] : padded[1];
-  if (padded[2] > widest) widest = padded[2];
   const int mixed = amp != AA_F32;
   const size_t S = out->shard;
   out->moment = buf(1, zero ? S : (size_t)aa_arch_param_count(a), AA_F32, AA_MEM_OPTIM);
@@ -62,7 +62,7 @@ void aa_sizes_zero(const aa_arch_t *a, aa_dtype_t amp, int zero, int dp, aa_zero
   out->master = buf(zero >= 1 && mixed, S, AA_F32, AA_MEM_OPTIM);
   out->pshard = buf(zero == 3, S, amp, AA_MEM_PARAMS);
   out->piece = buf(zero >= 1, max_chunk, AA_F32, AA_MEM_WORKSPACE);
-  out->padded = buf(zero == 1 || zero == 2, widest, AA_F32, AA_MEM_WORKSPACE);
+  out->padded = buf(zero == 1 || zero == 2, (size_t)dp * max_chunk, AA_F32, AA_MEM_WORKSPACE);
   out->scalars = buf(dp > 1, 16, AA_F32, AA_MEM_WORKSPACE);
   for (int k = 0; k < 3; k++) {
     out->gunit[k] = buf(zero >= 2, padded[k], AA_F32, AA_MEM_WORKSPACE);
