@@ -199,14 +199,20 @@ static void unpark(aa_planner_t *p, aa_planner_job_t *j) {
     }
 }
 
+/* Writes the end of job `id` to the store; one the store refuses is kept
+ * in p->unrecorded for the tick to write later, and the log says so. */
+static void record_end(aa_planner_t *p, int64_t id, aa_store_job_status_t status, int64_t best,
+                       bool from_store, const char *error) {
+  if (!aa_store_job_finish(p->store, id, status, best, from_store, error)) return;
+  aa__planner_log(p, "job %lld: cannot record its end (%s) in the store: %s; the planner keeps trying",
+                  (long long)id, aa_store_job_status_name(status), aa_last_error());
+  aa__jobs_unrecorded(p, id, status, best, from_store, error, 0, NULL);
+}
+
 void aa__jobs_end(aa_planner_t *p, aa_planner_job_t *j, aa_store_job_status_t status, const char *error,
                   bool recorded) {
-  int64_t best = status == AA_STORE_JOB_DONE ? j->best_run : 0;
-  if (!recorded && aa_store_job_finish(p->store, j->id, status, best, j->from_store, error)) {
-    aa__planner_log(p, "job %lld: cannot record its end (%s) in the store: %s; the planner keeps trying",
-                    (long long)j->id, aa_store_job_status_name(status), aa_last_error());
-    aa__jobs_unrecorded(p, j->id, status, best, j->from_store, error, 0, NULL);
-  }
+  if (!recorded)
+    record_end(p, j->id, status, status == AA_STORE_JOB_DONE ? j->best_run : 0, j->from_store, error);
   if (status == AA_STORE_JOB_DONE) {
     char key[AA_STRATEGY_KEY_MAX];
     aa_strategy_key(&j->best, key);
@@ -318,8 +324,7 @@ void aa__jobs_schedule(aa_planner_t *p) {
 static void fail_queued(aa_planner_t *p, size_t i, const char *why) {
   int64_t id = p->queue[i].id;
   queue_remove(p, i);
-  if (aa_store_job_finish(p->store, id, AA_STORE_JOB_FAILED, 0, false, why))
-    aa__jobs_unrecorded(p, id, AA_STORE_JOB_FAILED, 0, false, why, 0, NULL);
+  record_end(p, id, AA_STORE_JOB_FAILED, 0, false, why);
   aa__planner_log(p, "job %lld failed: %s", (long long)id, why);
   reply_waiters(p, id);
 }
