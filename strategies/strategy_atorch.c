@@ -221,20 +221,15 @@ static int opt_enabled(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t
                       "true");
 }
 
-/* A choice between two libraries that shard the same state the same way
- * (fairscale or DeepSpeed for ZeRO-1, FSDP or fairscale for ZeRO-2):
- * autoaccel's own ZeRO does what either does, so both values are honoured. */
-static int opt_library(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
-  (void)s;
-  return need_bool(c, opt, v);
-}
-
-/* Settings that change nothing of what autoaccel trains, honoured
- * whatever their value: sync_module_states (every rank starts from the
+/* Switches honoured whatever their value. A choice between two libraries
+ * that shard the same state the same way (use_ds_zero, not_use_fsdp:
+ * fairscale or DeepSpeed for ZeRO-1, FSDP or fairscale for ZeRO-2):
+ * autoaccel's own ZeRO does what either does. Settings that change nothing
+ * of what autoaccel trains: sync_module_states (every rank starts from the
  * same weights, drawn from the spec's seed), use_orig_params (how PyTorch
  * exposes the parameters), limit_all_gathers (autoaccel has at most one
  * all-gather in flight). */
-static int opt_no_effect(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+static int opt_any_bool(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
   (void)s;
   return need_bool(c, opt, v);
 }
@@ -376,17 +371,17 @@ static const option_t amp_options[] = {
 
 static const option_t checkpoint_options[] = {{"wrap_class", opt_wrap_class}, END};
 
-static const option_t zero1_options[] = {{"use_ds_zero", opt_library}, END};
+static const option_t zero1_options[] = {{"use_ds_zero", opt_any_bool}, END};
 
 /* zero2 is FSDP's SHARD_GRAD_OP unless another library is chosen, so it
  * takes FSDP's options too. */
 #define FSDP_OPTIONS                                                                                         \
   {"sharding_strategy", opt_sharding_strategy}, {"cpu_offload", opt_cpu_offload},                          \
-      {"atorch_wrap_cls", opt_atorch_wrap_cls}, {"sync_module_states", opt_no_effect},                     \
-      {"use_orig_params", opt_no_effect}, {"limit_all_gathers", opt_no_effect},                            \
+      {"atorch_wrap_cls", opt_atorch_wrap_cls}, {"sync_module_states", opt_any_bool},                      \
+      {"use_orig_params", opt_any_bool}, {"limit_all_gathers", opt_any_bool},                              \
       {"forward_prefetch", opt_forward_prefetch}, {"backward_prefetch", opt_backward_prefetch}
 static const option_t zero2_options[] = {
-    {"use_ds_zero", opt_library}, {"not_use_fsdp", opt_library}, FSDP_OPTIONS, END};
+    {"use_ds_zero", opt_any_bool}, {"not_use_fsdp", opt_any_bool}, FSDP_OPTIONS, END};
 static const option_t fsdp_options[] = {FSDP_OPTIONS, END};
 
 static const option_t tp_options[] = {{"degree", opt_degree}, END};
