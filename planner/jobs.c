@@ -10,6 +10,7 @@
 
 #include "../common/json.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -194,7 +195,7 @@ static void unpark(aa_planner_t *p, aa_planner_job_t *j) {
     if (*pj == j) {
       *pj = j->next;
       j->next = NULL;
-      j->waiting_since = 0;
+      j->waiting.since = 0;
       return;
     }
 }
@@ -233,21 +234,30 @@ void aa__jobs_end(aa_planner_t *p, aa_planner_job_t *j, aa_store_job_status_t st
 
 /* --- placement ---------------------------------------------------------------------------- */
 
+/* A wait for executors starts now; `fmt` says what it waits for. */
+static void wait_start(aa_waiting_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void wait_start(aa_waiting_t *w, const char *fmt, ...) {
+  w->since = aa_now();
+  w->since_wall = (int64_t)time(NULL);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->what, sizeof w->what, fmt, ap);
+  va_end(ap);
+}
+
 void aa__jobs_park(aa_planner_t *p, int world, int have) {
   aa_planner_job_t *j = p->cur;
   p->cur = NULL;
   j->need_world = world;
-  j->waiting_since = aa_now();
-  j->waiting_since_wall = (int64_t)time(NULL);
-  snprintf(j->waiting_for, sizeof j->waiting_for, "%d executor%s of %s on one host (%d connected)", world,
-           world > 1 ? "s" : "", j->hardware, have);
+  wait_start(&j->waiting, "%d executor%s of %s on one host (%d connected)", world, world > 1 ? "s" : "",
+             j->hardware, have);
   j->next = NULL;
   aa_planner_job_t **pj = &p->parked;
   while (*pj)
     pj = &(*pj)->next;
   *pj = j;
   aa__planner_log(p, "job %lld steps aside: it waits for %s, up to %d s; later jobs may run meanwhile",
-                  (long long)j->id, j->waiting_for, p->lim.placement_timeout_s);
+                  (long long)j->id, j->waiting.what, p->lim.placement_timeout_s);
   aa__planner_kick(p);
 }
 
@@ -299,15 +309,13 @@ static void start_queued(aa_planner_t *p) {
       continue;
     }
     if (!connected(p, q->hardware)) {
-      if (!q->waiting_since) {
-        q->waiting_since = aa_now();
-        q->waiting_since_wall = (int64_t)time(NULL);
-        snprintf(q->waiting_for, sizeof q->waiting_for, "an executor of %s (none connected)", q->hardware);
+      if (!q->waiting.since) {
+        wait_start(&q->waiting, "an executor of %s (none connected)", q->hardware);
         aa__planner_log(p, "job %lld waits for %s, up to %d s; later jobs may run meanwhile",
-                        (long long)q->id, q->waiting_for, p->lim.placement_timeout_s);
+                        (long long)q->id, q->waiting.what, p->lim.placement_timeout_s);
       }
     } else {
-      q->waiting_since = 0;
+      q->waiting.since = 0;
     }
     i++;
   }
@@ -329,20 +337,26 @@ static void fail_queued(aa_planner_t *p, size_t i, const char *why) {
   reply_waiters(p, id);
 }
 
+/* Whether wait w has passed the placement timeout at `now`; why says so. */
+static bool waited_too_long(const aa_planner_t *p, const aa_waiting_t *w, double now, char *why, size_t n) {
+  if (now - w->since < p->lim.placement_timeout_s) return false;
+  snprintf(why, n, "it waited %.0f s for %s, longer than the placement timeout of %d s", now - w->since,
+           w->what, p->lim.placement_timeout_s);
+  return true;
+}
+
 void aa__jobs_tick(aa_planner_t *p) {
   if (p->unrecorded) retry_unrecorded(p);
-  double now = aa_now(), limit = p->lim.placement_timeout_s;
+  double now = aa_now();
   char why[512];
   /* The timeout counts while the executors are missing: a job whose
    * executors came back while another job ran is waiting its turn, and
    * its clock starts again should they go once more. */
   for (size_t i = 0; i < p->queue_n;) {
     aa_queued_t *q = &p->queue[i];
-    if (q->waiting_since > 0 && connected(p, q->hardware)) {
-      q->waiting_since = 0;
-    } else if (q->waiting_since > 0 && now - q->waiting_since >= limit) {
-      snprintf(why, sizeof why, "it waited %.0f s for %s, longer than the placement timeout of %d s",
-               now - q->waiting_since, q->waiting_for, p->lim.placement_timeout_s);
+    if (q->waiting.since > 0 && connected(p, q->hardware)) {
+      q->waiting.since = 0;
+    } else if (q->waiting.since > 0 && waited_too_long(p, &q->waiting, now, why, sizeof why)) {
       fail_queued(p, i, why);
       continue;
     }
@@ -350,30 +364,31 @@ void aa__jobs_tick(aa_planner_t *p) {
   }
   for (aa_planner_job_t *j = p->parked, *next; j; j = next) {
     next = j->next;
-    if (aa__registry_most_on_one_host(p, j->hardware) >= j->need_world) {
-      j->waiting_since = now;
-      continue;
-    }
-    if (now - j->waiting_since < limit) continue;
-    snprintf(why, sizeof why, "it waited %.0f s for %s, longer than the placement timeout of %d s",
-             now - j->waiting_since, j->waiting_for, p->lim.placement_timeout_s);
-    aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
+    if (aa__registry_most_on_one_host(p, j->hardware) >= j->need_world)
+      j->waiting.since = now;
+    else if (waited_too_long(p, &j->waiting, now, why, sizeof why))
+      aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
   }
 }
 
-static json_t *waiting_json(const char *what, int64_t since) {
-  return json_pack("{s:s, s:I}", "for", what, "since", (json_int_t)since);
+/* {"for": WHAT, "since": UNIX_SECONDS} of a wait (new reference). */
+static json_t *waiting_json(const aa_waiting_t *w) {
+  return json_pack("{s:s, s:I}", "for", w->what, "since", (json_int_t)w->since_wall);
+}
+
+/* The wait of job `id`, NULL when it does not wait for executors. */
+static const aa_waiting_t *waiting_of(const aa_planner_t *p, int64_t id) {
+  for (const aa_planner_job_t *j = p->parked; j; j = j->next)
+    if (j->id == id) return &j->waiting;
+  for (size_t i = 0; i < p->queue_n; i++)
+    if (p->queue[i].id == id) return p->queue[i].waiting.since > 0 ? &p->queue[i].waiting : NULL;
+  return NULL;
 }
 
 void aa__jobs_annotate(aa_planner_t *p, json_t *job) {
   int64_t id = json_integer_value(json_object_get(job, "id"));
-  json_t *w = json_null();
-  for (aa_planner_job_t *j = p->parked; j; j = j->next)
-    if (j->id == id) w = waiting_json(j->waiting_for, j->waiting_since_wall);
-  for (size_t i = 0; i < p->queue_n; i++)
-    if (p->queue[i].id == id && p->queue[i].waiting_since > 0)
-      w = waiting_json(p->queue[i].waiting_for, p->queue[i].waiting_since_wall);
-  json_object_set_new(job, "waiting", w);
+  const aa_waiting_t *w = waiting_of(p, id);
+  json_object_set_new(job, "waiting", w ? waiting_json(w) : json_null());
   const aa_unrecorded_t *u = find_unrecorded(p, id);
   if (u) {
     json_object_set_new(job, "status", json_string(aa_store_job_status_name(u->status)));
@@ -381,19 +396,19 @@ void aa__jobs_annotate(aa_planner_t *p, json_t *job) {
   }
 }
 
+/* Appends {"job": id, "for", "since"} of wait w to array a. */
+static void append_waiting(json_t *a, int64_t id, const aa_waiting_t *w) {
+  json_t *o = waiting_json(w);
+  json_object_set_new(o, "job", json_integer(id));
+  json_array_append_new(a, o);
+}
+
 json_t *aa__jobs_waiting(aa_planner_t *p) {
   json_t *a = json_array();
-  for (aa_planner_job_t *j = p->parked; j; j = j->next) {
-    json_t *o = waiting_json(j->waiting_for, j->waiting_since_wall);
-    json_object_set_new(o, "job", json_integer(j->id));
-    json_array_append_new(a, o);
-  }
-  for (size_t i = 0; i < p->queue_n; i++) {
-    if (!(p->queue[i].waiting_since > 0)) continue;
-    json_t *o = waiting_json(p->queue[i].waiting_for, p->queue[i].waiting_since_wall);
-    json_object_set_new(o, "job", json_integer(p->queue[i].id));
-    json_array_append_new(a, o);
-  }
+  for (aa_planner_job_t *j = p->parked; j; j = j->next)
+    append_waiting(a, j->id, &j->waiting);
+  for (size_t i = 0; i < p->queue_n; i++)
+    if (p->queue[i].waiting.since > 0) append_waiting(a, p->queue[i].id, &p->queue[i].waiting);
   return a;
 }
 

@@ -68,6 +68,15 @@ typedef struct aa_planner_limits {
 typedef struct aa_planner_job aa_planner_job_t;
 typedef struct aa_unrecorded aa_unrecorded_t;
 
+/* A job's wait for executors that are not connected (a queued job none can
+ * take, or a started one parked): shown by status, failed by the tick after
+ * placement_timeout_s. */
+typedef struct aa_waiting {
+  double since;                    /* aa_now() since it waits, 0 = it does not */
+  int64_t since_wall;              /* the same as unix seconds, for status */
+  char what[AA_STORE_HW_MAX + 96]; /* what it waits for, for status and the failure */
+} aa_waiting_t;
+
 /* A queued job, oldest first. A job that cannot be placed (no executor of
  * its hardware connected) does not hold the queue: the ones behind it go
  * first, and it fails once it has waited placement_timeout_s. */
@@ -78,9 +87,7 @@ typedef struct aa_queued {
    * loaded from the store (parsed when it starts). Owned. */
   aa_model_spec_t *spec;
   char *spec_json;
-  double waiting_since;       /* aa_now() since it could not be placed, 0 = it could be */
-  int64_t waiting_since_wall; /* the same as unix seconds, for status */
-  char waiting_for[AA_STORE_HW_MAX + 96]; /* what it waits for, for status and the failure */
+  aa_waiting_t waiting;                   /* since it could not be placed (since 0: it could be) */
   char hardware[AA_STORE_HW_MAX];         /* its hardware fingerprint, as in the store */
 } aa_queued_t;
 
@@ -499,10 +506,8 @@ struct aa_planner_job {
   bool lost_executor;  /* a rank ended because its executor vanished, not the strategy */
   bool train_retried;  /* its training run was tried again once already */
   /* Parked: its next run needs executors that are not connected. */
-  double waiting_since;       /* aa_now(), 0 = not parked */
-  int64_t waiting_since_wall; /* unix seconds */
-  int need_world;             /* executors of its hardware one host must have */
-  char waiting_for[AA_STORE_HW_MAX + 96];
+  aa_waiting_t waiting;   /* since 0 = not parked; while its executors are back, since is the last tick */
+  int need_world;         /* executors of its hardware one host must have */
   aa_planner_job_t *next; /* on p->parked */
 };
 
