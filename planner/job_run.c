@@ -20,6 +20,12 @@
 
 /* --- small helpers ----------------------------------------------------------------- */
 
+/* A run's step-time spread relative to its median step (what the search's
+ * early stop compares); 0 when unknown. */
+static double relative_spread(double step_ms_median, double step_ms_spread) {
+  return step_ms_median > 0 ? step_ms_spread / step_ms_median : 0;
+}
+
 static aa_store_run_status_t store_status(aa_proto_run_status_t s) {
   switch (s) {
   case AA_PROTO_RUN_OK: return AA_STORE_RUN_OK;
@@ -537,46 +543,59 @@ static int load_options(aa_planner_job_t *j, const char *options, aa_model_spec_
   return rc;
 }
 
-/* A dry run of the job recorded before a stop, as resume() replays it. */
-typedef struct {
-  char key[AA_STRATEGY_KEY_MAX];
-  aa_store_run_status_t status;
-  aa_store_run_kind_t kind;
-  double tokens_per_s;
-  double spread; /* relative step-time spread */
-  int64_t id;
-  char reason[512];
-} past_run_t;
-
-typedef struct {
-  past_run_t *v;
-  size_t n, cap;
-} past_t;
-
-static int collect_past(const aa_store_run_t *r, void *data) {
-  past_t *p = data;
-  if (p->n == p->cap) {
-    size_t cap = p->cap ? 2 * p->cap : 64;
-    past_run_t *v = realloc(p->v, cap * sizeof *v);
-    if (!v) return aa_error(AA_ENOMEM, "planner: no memory for the job's earlier runs");
-    p->v = v;
-    p->cap = cap;
-  }
-  past_run_t *x = &p->v[p->n++];
-  snprintf(x->key, sizeof x->key, "%s", r->strategy_key);
-  x->status = r->status;
-  x->kind = r->kind;
-  x->tokens_per_s = r->tokens_per_s;
-  x->spread = r->step_ms_median > 0 ? r->step_ms_spread / r->step_ms_median : 0;
-  x->id = r->id;
-  snprintf(x->reason, sizeof x->reason, "%s", r->error);
-  return 0;
-}
-
 static int cand_of(const aa_search_t *s, const char *key) {
   for (size_t i = 0; i < s->n; i++)
     if (!strcmp(s->c[i].key, key)) return (int)i;
   return -1;
+}
+
+/* What resume() has taken back so far. */
+typedef struct {
+  aa_planner_job_t *j;
+  int seen, kept, again;
+} resumed_t;
+
+/* Takes back one dry run recorded before the stop (the walk comes in id
+ * order: the order they were measured in). */
+static int resume_run(const aa_store_run_t *r, void *data) {
+  resumed_t *x = data;
+  aa_search_t *s = &x->j->search;
+  x->seen++;
+  int i = cand_of(s, r->strategy_key);
+  if (i < 0) return 0;
+  aa_cand_t *c = &s->c[i];
+  if (c->state == AA_CAND_DONE) return 0;
+  switch (r->status) {
+  case AA_STORE_RUN_OK:
+  case AA_STORE_RUN_OOM:
+  case AA_STORE_RUN_ERROR:
+  case AA_STORE_RUN_TIMEOUT:
+    c->run_id = r->id;
+    aa__search_done(s, i, r->status, r->tokens_per_s, relative_spread(r->step_ms_median, r->step_ms_spread));
+    s->dispatched++;
+    x->kept++;
+    break;
+  case AA_STORE_RUN_PRUNED:
+    if (c->state == AA_CAND_PENDING) {
+      c->state = AA_CAND_PRUNED;
+      snprintf(c->reason, sizeof c->reason, "%s", r->error);
+      c->skipped = !strncmp(r->error, "skipped:", 8);
+    }
+    c->recorded = true;
+    break;
+  case AA_STORE_RUN_CRASHED:
+    if (c->retries++ >= 1) {
+      c->run_id = r->id;
+      aa__search_done(s, i, r->status, 0, 0);
+      s->dispatched++;
+      x->kept++;
+    } else {
+      x->again++;
+    }
+    break;
+  default: break; /* cancelled, queued, running: not measured */
+  }
+  return 0;
 }
 
 /* A job a stop interrupted and the store queued again: its search takes
@@ -585,56 +604,14 @@ static int cand_of(const aa_search_t *s, const char *key) {
  * crashed or was cancelled then (the stop ended it) runs again, once: a
  * second crash is the strategy's. */
 static int resume(aa_planner_t *p, aa_planner_job_t *j) {
-  past_t past = {0};
+  resumed_t x = {.j = j};
   aa_store_run_filter_t f = {.job_id = j->id, .kinds = AA_STORE_BIT(AA_STORE_RUN_DRYRUN)};
-  int rc = aa_store_runs_query(p->store, &f, collect_past, &past);
-  if (rc < 0) {
-    free(past.v);
-    return rc;
-  }
-  int kept = 0, again = 0;
-  for (size_t k = 0; k < past.n; k++) {
-    const past_run_t *x = &past.v[k];
-    int i = cand_of(&j->search, x->key);
-    if (i < 0) continue;
-    aa_cand_t *c = &j->search.c[i];
-    if (c->state == AA_CAND_DONE) continue;
-    switch (x->status) {
-    case AA_STORE_RUN_OK:
-    case AA_STORE_RUN_OOM:
-    case AA_STORE_RUN_ERROR:
-    case AA_STORE_RUN_TIMEOUT:
-      c->run_id = x->id;
-      aa__search_done(&j->search, i, x->status, x->tokens_per_s, x->spread);
-      j->search.dispatched++;
-      kept++;
-      break;
-    case AA_STORE_RUN_PRUNED:
-      if (c->state == AA_CAND_PENDING) {
-        c->state = AA_CAND_PRUNED;
-        snprintf(c->reason, sizeof c->reason, "%s", x->reason);
-        c->skipped = !strncmp(x->reason, "skipped:", 8);
-      }
-      c->recorded = true;
-      break;
-    case AA_STORE_RUN_CRASHED:
-      if (c->retries++ >= 1) {
-        c->run_id = x->id;
-        aa__search_done(&j->search, i, x->status, 0, 0);
-        j->search.dispatched++;
-        kept++;
-      } else {
-        again++;
-      }
-      break;
-    default: break; /* cancelled, queued, running: not measured */
-    }
-  }
-  free(past.v);
-  if (past.n)
+  int rc = aa_store_runs_query(p->store, &f, resume_run, &x);
+  if (rc < 0) return rc;
+  if (x.seen)
     aa__planner_log(
         p, "job %lld resumed: %d dry runs measured before the stop are kept, %d interrupted ones run again",
-        (long long)j->id, kept, again);
+        (long long)j->id, x.kept, x.again);
   return 0;
 }
 
@@ -860,7 +837,7 @@ static void run_finished(aa_planner_t *p, const aa_msg_result_t *r) {
   }
   if (j->phase == AA_PHASE_SEARCH) {
     aa__search_done(&j->search, j->cand, res.status, res.tokens_per_s,
-                    res.step_ms_median > 0 ? res.step_ms_spread / res.step_ms_median : 0);
+                    relative_spread(res.step_ms_median, res.step_ms_spread));
     if (res.status == AA_STORE_RUN_ERROR && r->inputs) {
       /* The data or the initial weights: every other strategy would fail the same way. */
       char why[AA_PROTO_TEXT_MAX + 64];
