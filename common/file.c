@@ -172,3 +172,35 @@ int aa_file_open_write(const char *path, bool append, int mode, FILE **out) {
   *out = f;
   return 0;
 }
+
+int aa_dir_open_owned(int *fd, uid_t *uid, const char *what, const char *path, uid_t owner, bool create) {
+  int d = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  /* A directory this process makes is its own user's: owner's if that is
+   * owner, or any for root. */
+  if (d < 0 && errno == ENOENT && create && (owner == 0 || owner == geteuid())) {
+    int rc = aa_mkdirs(path);
+    if (rc) return rc;
+    d = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  }
+  if (d < 0) {
+    int e = errno;
+    return aa_error(e == ENOENT ? AA_ENOENT : AA_EINVAL, "%s %s: %s", what, path, strerror(e));
+  }
+  struct stat st;
+  if (fstat(d, &st)) {
+    int e = errno;
+    close(d);
+    return aa_error(AA_EIO, "%s %s: %s", what, path, strerror(e));
+  }
+  *uid = st.st_uid;
+  if (owner != 0 && st.st_uid != owner) {
+    close(d);
+    return aa_error(AA_EPERM, "%s %s belongs to uid %u, not to uid %u", what, path, (unsigned)st.st_uid,
+                    (unsigned)owner);
+  }
+  if (fd)
+    *fd = d;
+  else
+    close(d);
+  return 0;
+}

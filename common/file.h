@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 /* A file being written under a temporary name. Fields other than f are the
  * writer's own; the caller writes through f and never closes it. */
@@ -64,5 +65,23 @@ void aa_wfile_abort(aa_wfile_t *w);
  * *out is a stream the caller owns and closes with fclose; on failure *out
  * is untouched. A missing directory is AA_ENOENT; other failures are AA_EIO. */
 int aa_file_open_write(const char *path, bool append, int mode, FILE **out);
+
+/* Opens the directory `path` that a job of user `owner` writes into (a
+ * submit's out_dir, which a planner or an executor running as root or as
+ * another user writes on that user's behalf). When it is missing and
+ * `create` is set it is made first (aa_mkdirs), but only where it would be
+ * owner's: this process runs as owner, or owner is root. It is then opened
+ * with O_DIRECTORY (following symbolic links, as any path would) and its
+ * owner is read from that descriptor, so the check and the writes through
+ * the descriptor concern the same directory. It is owner's when it belongs
+ * to owner; for root (owner 0) any directory is, since root could write
+ * there anyway. Returns 0 with *uid its owner and, when fd is not NULL,
+ * *fd open (the caller closes it); AA_EPERM when another user owns it
+ * (*uid says who); AA_ENOENT when it is missing and was not made;
+ * aa_mkdirs's error; AA_EINVAL when `path` cannot be opened as a
+ * directory; AA_EIO when it cannot be examined. Nothing stays open on
+ * failure. Messages: "<what> <path>: <reason>", or "<what> <path> belongs
+ * to uid U, not to uid O"; callers may say it in their own words. */
+int aa_dir_open_owned(int *fd, uid_t *uid, const char *what, const char *path, uid_t owner, bool create);
 
 #endif

@@ -103,18 +103,14 @@ static void send_failure(child_t *c, int rc) {
  * here, where the files are written, in case it changed hands). An
  * executor running as root would otherwise write wherever a path led. */
 static int out_dir_ready(const aa_msg_job_t *job) {
-  struct stat st;
-  bool mine = !job->has_owner || job->owner == 0 || job->owner == (uint64_t)geteuid();
-  if (stat(job->out_dir, &st) && mine) {
-    int rc = aa_mkdirs(job->out_dir);
-    if (rc) return rc;
-  }
-  if (stat(job->out_dir, &st)) return aa_error(AA_EIO, "out_dir %s: %s", job->out_dir, strerror(errno));
-  if (!S_ISDIR(st.st_mode)) return aa_error(AA_EIO, "out_dir %s is not a directory", job->out_dir);
-  if (job->has_owner && job->owner != 0 && (uint64_t)st.st_uid != job->owner)
-    return aa_error(AA_EPERM, "out_dir %s belongs to uid %u, not to the job's user (uid %llu): not writing there",
-                    job->out_dir, (unsigned)st.st_uid, (unsigned long long)job->owner);
-  return 0;
+  uid_t uid; /* the protocol bounds owner below UINT32_MAX */
+  int rc =
+      aa_dir_open_owned(NULL, &uid, "out_dir", job->out_dir, job->has_owner ? (uid_t)job->owner : 0, true);
+  if (rc == AA_EPERM)
+    return aa_error(AA_EPERM,
+                    "out_dir %s belongs to uid %u, not to the job's user (uid %llu): not writing there",
+                    job->out_dir, (unsigned)uid, (unsigned long long)job->owner);
+  return rc;
 }
 
 /* A training job: the outputs `autoaccel train` would write, under out_dir.

@@ -122,7 +122,7 @@ static int write_strategy(aa_planner_t *p, aa_planner_job_t *j, const aa_store_r
   char path[AA_PATH_MAX + 256];
   aa__report_strategy_path(p->home, j->spec.name, j->hash, path, sizeof path);
   if ((rc = aa_strategy_save(&s, path))) return rc;
-  if (j->out_dir[0] && (rc = aa__out_dir_write_strategy(p, j, &s))) return rc;
+  if (j->out_dir[0] && (rc = aa__out_dir_write_strategy(j, &s))) return rc;
   j->best = s;
   return 0;
 }

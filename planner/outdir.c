@@ -10,79 +10,35 @@
 
 #include "../common/file.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-/* Whether a directory owned by `uid` may take a job of `owner`: its own,
- * or any for root (who could write there anyway). */
-static bool owned_by(uid_t uid, uid_t owner) { return owner == 0 || uid == owner; }
-
 int aa__out_dir_check(const char *dir, uid_t owner) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT && owned_by(geteuid(), owner)) return 0; /* made by the planner, as that user */
-    if (errno == ENOENT)
-      return aa_error(AA_EPERM,
-                      "out_dir %s does not exist: create it first (the planner creates it only for its "
-                      "own user, uid %u, and you are uid %u)",
-                      dir, (unsigned)geteuid(), (unsigned)owner);
-    return aa_error(AA_EINVAL, "out_dir %s: %s", dir, strerror(errno));
-  }
-  struct stat st;
-  int rc = fstat(fd, &st) ? aa_error(AA_EIO, "out_dir %s: %s", dir, strerror(errno)) : 0;
-  close(fd);
-  if (!rc && !owned_by(st.st_uid, owner))
-    rc = aa_error(AA_EPERM, "out_dir %s belongs to uid %u, not to the submitting user (uid %u)", dir,
-                  (unsigned)st.st_uid, (unsigned)owner);
+  uid_t uid;
+  int rc = aa_dir_open_owned(NULL, &uid, "out_dir", dir, owner, false);
+  if (rc == AA_ENOENT && (owner == 0 || owner == geteuid())) return 0; /* made by the planner, as that user */
+  if (rc == AA_ENOENT)
+    return aa_error(AA_EPERM,
+                    "out_dir %s does not exist: create it first (the planner creates it only for its "
+                    "own user, uid %u, and you are uid %u)",
+                    dir, (unsigned)geteuid(), (unsigned)owner);
+  if (rc == AA_EPERM)
+    return aa_error(AA_EPERM, "out_dir %s belongs to uid %u, not to the submitting user (uid %u)", dir,
+                    (unsigned)uid, (unsigned)owner);
   return rc;
 }
 
-/* Opens the job's out_dir (making it when it is missing and the job's
- * user is the planner's) and checks, on the open descriptor, that it
- * still belongs to the job's user. *fd is the caller's to close. */
-static int open_out_dir(const aa_planner_job_t *j, int *fd) {
-  int d = open(j->out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (d < 0 && errno == ENOENT && (!j->has_owner || owned_by(geteuid(), j->owner))) {
-    int rc = aa_mkdirs(j->out_dir);
-    if (rc) return rc;
-    d = open(j->out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  }
-  if (d < 0) return aa_error(AA_EIO, "out_dir %s: %s", j->out_dir, strerror(errno));
-  struct stat st;
-  if (fstat(d, &st)) {
-    close(d);
-    return aa_error(AA_EIO, "out_dir %s: %s", j->out_dir, strerror(errno));
-  }
-  if (j->has_owner && !owned_by(st.st_uid, j->owner)) {
-    close(d);
+int aa__out_dir_write_strategy(const aa_planner_job_t *j, const aa_strategy_t *s) {
+  /* The job's out_dir, made when it is missing and the job's user is the
+   * planner's, and checked on the open descriptor to belong to that user
+   * still. */
+  uid_t uid;
+  int dir = -1, rc = aa_dir_open_owned(&dir, &uid, "out_dir", j->out_dir, j->has_owner ? j->owner : 0, true);
+  if (rc == AA_EPERM)
     return aa_error(AA_EPERM,
                     "out_dir %s belongs to uid %u now, not to the job's user (uid %u): not writing there",
-                    j->out_dir, (unsigned)st.st_uid, (unsigned)j->owner);
-  }
-  *fd = d;
-  return 0;
-}
-
-int aa__out_dir_write_strategy(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s) {
-  (void)p;
-  char *text = NULL;
-  int dir = -1, rc = aa_strategy_to_json(s, &text);
-  if (!rc) rc = open_out_dir(j, &dir);
-  aa_wfile_t w;
-  if (!rc) rc = aa_wfile_openat(&w, dir, "strategy.json", 0644);
-  if (!rc) {
-    size_t n = strlen(text);
-    if (fwrite(text, 1, n, w.f) != n)
-      rc = aa_error(AA_EIO, "%s/strategy.json: write failed", j->out_dir);
-    else if ((rc = aa_wfile_commit(&w)))
-      aa_error_wrap(rc, "out_dir %s", j->out_dir);
-    aa_wfile_abort(&w);
-  }
-  if (dir >= 0) close(dir);
-  free(text);
+                    j->out_dir, (unsigned)uid, (unsigned)j->owner);
+  if (rc) return rc;
+  if ((rc = aa_strategy_save_at(s, dir, "strategy.json", 0644))) aa_error_wrap(rc, "out_dir %s", j->out_dir);
+  close(dir);
   return rc;
 }

@@ -342,7 +342,7 @@ void aa__jobs_park(aa_planner_t *p, int world, int have);
 int aa__out_dir_check(const char *dir, uid_t owner);
 /* Writes s as <out_dir>/strategy.json through a descriptor of the job's
  * out_dir checked to belong to the job's user, never following a symlink. */
-int aa__out_dir_write_strategy(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s);
+int aa__out_dir_write_strategy(const aa_planner_job_t *j, const aa_strategy_t *s);
 
 /* job_run.c: one job's life. */
 /* Takes the queued job `row` onto executor e's hardware as p->cur: answers

@@ -103,6 +103,10 @@ int aa_strategy_parse(aa_strategy_t *out, const char *json, const char *origin);
  * atomically: a fresh temporary renamed over path (common/file.h), so a
  * symlink at path is replaced, never written through. */
 int aa_strategy_save(const aa_strategy_t *s, const char *path);
+/* Same as `name` (one path component) in the directory open as dirfd
+ * (borrowed), created with `mode` less the umask: for a directory checked
+ * on that descriptor, so no path is resolved again. Messages name `name`. */
+int aa_strategy_save_at(const aa_strategy_t *s, int dirfd, const char *name, int mode);
 /* Same into a malloc'd NUL-terminated string (*out transferred to the
  * caller, free with free()). */
 int aa_strategy_to_json(const aa_strategy_t *s, char **out);

@@ -402,7 +402,9 @@ int aa_strategy_to_json(const aa_strategy_t *s, char **out) {
   return 0;
 }
 
-int aa_strategy_save(const aa_strategy_t *s, const char *path) {
+/* The one writer of strategy files: s as JSON to `path`, or to `name` in
+ * the directory open as dirfd when path is NULL. */
+static int save(const aa_strategy_t *s, const char *path, int dirfd, const char *name, int mode) {
   char *text;
   int rc = aa_strategy_to_json(s, &text);
   if (rc) return rc;
@@ -410,12 +412,19 @@ int aa_strategy_save(const aa_strategy_t *s, const char *path) {
    * old file or the new one, never half of one, even across a crash; and a
    * symlink planted in the directory is never written through. */
   aa_wfile_t w;
-  if (!(rc = aa_wfile_open(&w, path, 0666))) {
+  if (!(rc = path ? aa_wfile_open(&w, path, mode) : aa_wfile_openat(&w, dirfd, name, mode))) {
     size_t n = strlen(text);
-    if (fwrite(text, 1, n, w.f) != n) rc = aa_error(AA_EIO, "%s: write failed: %s", path, strerror(errno));
+    if (fwrite(text, 1, n, w.f) != n)
+      rc = aa_error(AA_EIO, "%s: write failed: %s", w.path, strerror(errno));
     else rc = aa_wfile_commit(&w);
   }
   aa_wfile_abort(&w);
   free(text);
   return rc;
+}
+
+int aa_strategy_save(const aa_strategy_t *s, const char *path) { return save(s, path, -1, NULL, 0666); }
+
+int aa_strategy_save_at(const aa_strategy_t *s, int dirfd, const char *name, int mode) {
+  return save(s, NULL, dirfd, name, mode);
 }

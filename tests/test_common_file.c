@@ -273,6 +273,38 @@ AA_TEST(open_write_allows_dev_null_and_refuses_other_non_files) {
   teardown();
 }
 
+AA_TEST(dir_open_owned_makes_only_the_owners_directory_and_checks_its_owner) {
+  if (setup()) SKIP("mkdtemp failed");
+  uid_t me = geteuid(), other = me == 65534 ? 65533 : 65534, uid = 0;
+  int fd = -1;
+  /* The owner's directory: open, its owner read from the descriptor. */
+  CHECK_MSG(aa_dir_open_owned(&fd, &uid, "out_dir", dir, me, false) == 0, "%s", aa_last_error());
+  CHECK(fd >= 0 && uid == me && fcntl(fd, F_GETFD) >= 0);
+  if (fd >= 0) close(fd);
+  /* Root may use any directory; another user may not, and is told whose it is. */
+  CHECK(aa_dir_open_owned(NULL, &uid, "out_dir", dir, 0, false) == 0);
+  uid = 0;
+  CHECK(aa_dir_open_owned(NULL, &uid, "out_dir", dir, other, false) == AA_EPERM && uid == me);
+  char want[600];
+  snprintf(want, sizeof want, "out_dir %s belongs to uid %u, not to uid %u", dir, (unsigned)me,
+           (unsigned)other);
+  CHECK_MSG(strstr(aa_last_error(), want), "%s", aa_last_error());
+  /* A missing one is made only when asked, and only when it would be the owner's. */
+  const char *sub = in_dir(1, "a/b");
+  CHECK(aa_dir_open_owned(NULL, &uid, "out_dir", sub, me, false) == AA_ENOENT);
+  CHECK(aa_dir_open_owned(NULL, &uid, "out_dir", sub, other, true) == AA_ENOENT);
+  CHECK(access(in_dir(2, "a"), F_OK) != 0);
+  fd = -1;
+  CHECK_MSG(aa_dir_open_owned(&fd, &uid, "out_dir", sub, me, true) == 0, "%s", aa_last_error());
+  CHECK(fd >= 0 && uid == me);
+  if (fd >= 0) close(fd);
+  CHECK(rmdir(sub) == 0 && rmdir(in_dir(2, "a")) == 0);
+  /* A file is not a directory. */
+  CHECK(aa_dir_open_owned(NULL, &uid, "out_dir", in_dir(1, "victim"), me, true) == AA_EINVAL);
+  CHECK(!strcmp(read_text(in_dir(1, "victim")), VICTIM_TEXT));
+  teardown();
+}
+
 int main(void) {
   RUN(commit_replaces_a_symlink_at_the_final_name_not_its_target);
   RUN(planted_temporary_names_are_never_touched);
@@ -283,5 +315,6 @@ int main(void) {
   RUN(open_write_refuses_a_symlink_and_leaves_its_target);
   RUN(open_write_truncates_and_appends_regular_files);
   RUN(open_write_allows_dev_null_and_refuses_other_non_files);
+  RUN(dir_open_owned_makes_only_the_owners_directory_and_checks_its_owner);
   return aa_test_summary();
 }

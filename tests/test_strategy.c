@@ -8,6 +8,7 @@
 #include "strategies/strategy.h"
 #include "tests/aa_test.h"
 
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,6 +368,14 @@ AA_TEST(save_then_load_gives_the_same_strategy) {
   aa_strategy_default(&s);
   CHECK(aa_strategy_save(&s, path) == 0);
   CHECK(aa_strategy_load(&back, path) == 0 && same(&s, &back));
+  /* The same through a directory descriptor, with the caller's mode. */
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  s = odd_strategy();
+  CHECK_MSG(aa_strategy_save_at(&s, dfd, "s.json", 0600) == 0, "%s", aa_last_error());
+  CHECK(aa_strategy_load(&back, path) == 0 && same(&s, &back));
+  struct stat st;
+  CHECK(stat(path, &st) == 0 && (st.st_mode & 0077) == 0);
+  if (dfd >= 0) close(dfd);
   unlink(path);
   rmdir(dir);
 }
