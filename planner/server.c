@@ -201,13 +201,13 @@ static int load_or_make_token(aa_planner_t *p) {
  * not the text: a name that resolves to a wildcard address would listen
  * on every interface while the user believed otherwise, so only a literal
  * wildcard (0.0.0.0, [::]) may do that. */
-static int listen_tcp(aa_planner_t *p, const char *text, const char *token_file) {
+static int listen_tcp(aa_planner_t *p, const char *text) {
   aa_addr_t a;
   char full[AA_ADDR_HOST_MAX + 16];
   snprintf(full, sizeof full, "tcp:%s", strncmp(text, "tcp:", 4) ? text : text + 4);
   int rc = aa_addr_parse(&a, full);
   if (rc) return aa_error_wrap(rc, "--listen");
-  if (!token_file && (rc = load_or_make_token(p))) return rc;
+  if (!p->token_len && (rc = load_or_make_token(p))) return rc; /* none from --token-file */
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
   char port[16], host[64];
   snprintf(port, sizeof port, "%d", a.port);
@@ -232,11 +232,8 @@ static int listen_tcp(aa_planner_t *p, const char *text, const char *token_file)
   freeaddrinfo(res);
   if (!rc) rc = uv_listen((uv_stream_t *)&p->tcp_srv, 64, aa__conn_on_connection);
   if (rc) return aa_error(AA_EIO, "cannot listen on %s: %s", text, uv_strerror(rc));
-  struct sockaddr_storage ss;
-  int len = sizeof ss;
-  if (!uv_tcp_getsockname(&p->tcp_srv, (struct sockaddr *)&ss, &len)) numeric_host((struct sockaddr *)&ss, host, sizeof host);
-  if (strchr(host, ':')) snprintf(p->tcp_address, sizeof p->tcp_address, "tcp:[%s]:%d", host, a.port);
-  else snprintf(p->tcp_address, sizeof p->tcp_address, "tcp:%s:%d", host, a.port);
+  snprintf(a.host, sizeof a.host, "%s", host); /* the address it resolved to and is bound to */
+  aa_addr_format(&a, p->tcp_address, sizeof p->tcp_address);
   return 0;
 }
 
@@ -441,7 +438,7 @@ static int setup(aa_planner_t *p, const aa_planner_opts_t *o) {
   if ((rc = uv_async_init(&p->loop, &p->wake, on_wake))) return aa_error(AA_EIO, "uv_async_init: %s", uv_strerror(rc));
   p->tick.data = p->kick.data = p->reaper.data = p->turn.data = p->wake.data = p;
   if ((rc = listen_unix(p))) return rc;
-  if (o->tcp && (rc = listen_tcp(p, o->tcp, o->token_file))) return rc;
+  if (o->tcp && (rc = listen_tcp(p, o->tcp))) return rc;
   return 0;
 }
 
