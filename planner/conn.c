@@ -34,17 +34,21 @@ static void unlink_conn(aa_conn_t *c) {
   c->next = c->prev = NULL;
 }
 
-/* A connection stops counting against its caps when it is torn down, and
- * a TCP one against the hello cap once it has said hello or gone. */
-static void uncount(aa_conn_t *c) {
-  aa_planner_t *p = c->p;
+/* A TCP connection stops counting against the hello cap once it has said
+ * hello or gone. */
+static void uncount_hello(aa_conn_t *c) {
   if (c->counted_hello) {
     c->counted_hello = false;
-    p->ntcp_hello--;
+    c->p->ntcp_hello--;
   }
+}
+
+/* A connection stops counting against its caps when it is torn down. */
+static void uncount(aa_conn_t *c) {
+  uncount_hello(c);
   if (c->counted_tcp) {
     c->counted_tcp = false;
-    p->ntcp--;
+    c->p->ntcp--;
   }
 }
 
@@ -241,10 +245,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
  * no longer counts against the cap on TCP connections waiting for hello. */
 void aa__conn_admitted(aa_conn_t *c) {
   aa_frame_reader_set_max(&c->reader, 0);
-  if (c->counted_hello) {
-    c->counted_hello = false;
-    c->p->ntcp_hello--;
-  }
+  uncount_hello(c);
 }
 
 /* Decodes and acts on the frames in data[0..len), at most
@@ -406,15 +407,8 @@ static void peer_name(aa_conn_t *c) {
   int len = sizeof ss;
   char host[64] = "?";
   int port = 0;
-  if (!uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len)) {
-    if (ss.ss_family == AF_INET) {
-      uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof host);
-      port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    } else if (ss.ss_family == AF_INET6) {
-      uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof host);
-      port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    }
-  }
+  if (!uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len))
+    port = aa__planner_numeric_host((struct sockaddr *)&ss, host, sizeof host);
   snprintf(c->peer, sizeof c->peer, "tcp %s:%d", host, port);
 }
 
@@ -466,24 +460,35 @@ static void log_refusal(aa_planner_t *p, const char *peer, const char *why) {
   }
 }
 
-/* Accepts the pending connection and closes it at once with an error
- * frame that says why: the peer learns it was refused, not dropped. */
-static void refuse(aa_planner_t *p, uv_stream_t *server, const char *why) {
+/* A connection for the next peer of a listener (tcp: the TCP one), its
+ * handle initialised and on p->conns, counted in nconns, from now until its
+ * close callback. Returns 0, UV_ENOMEM, or the handle's init error (nothing
+ * is left allocated then). */
+static int conn_new(aa_planner_t *p, bool tcp, aa_conn_t **out) {
   aa_conn_t *c = calloc(1, sizeof *c);
-  if (!c) return;
+  if (!c) return UV_ENOMEM;
   c->p = p;
-  c->tcp = server == (uv_stream_t *)&p->tcp_srv;
-  int rc = c->tcp ? uv_tcp_init(&p->loop, &c->h.tcp) : uv_pipe_init(&p->loop, &c->h.pipe, 0);
+  c->tcp = tcp;
+  int rc = tcp ? uv_tcp_init(&p->loop, &c->h.tcp) : uv_pipe_init(&p->loop, &c->h.pipe, 0);
   if (rc) {
     free(c);
-    return;
+    return rc;
   }
   c->h.handle.data = c;
   p->nconns++;
-  c->dropped = true;
   c->next = p->conns;
   if (p->conns) p->conns->prev = c;
   p->conns = c;
+  *out = c;
+  return 0;
+}
+
+/* Accepts the pending connection and closes it at once with an error
+ * frame that says why: the peer learns it was refused, not dropped. */
+static void refuse(aa_planner_t *p, uv_stream_t *server, const char *why) {
+  aa_conn_t *c;
+  if (conn_new(p, server == (uv_stream_t *)&p->tcp_srv, &c)) return;
+  c->dropped = true;
   if (!uv_accept(server, &c->h.stream)) {
     peer_name(c);
     log_refusal(p, c->peer, why);
@@ -514,21 +519,12 @@ void aa__conn_on_connection(uv_stream_t *server, int status) {
     refuse(p, server, why);
     return;
   }
-  aa_conn_t *c = calloc(1, sizeof *c);
-  if (!c) {
-    aa__planner_log(p, "accept: no memory for a connection");
-    return;
-  }
-  c->p = p;
-  c->tcp = tcp;
-  int rc = c->tcp ? uv_tcp_init(&p->loop, &c->h.tcp) : uv_pipe_init(&p->loop, &c->h.pipe, 0);
+  aa_conn_t *c;
+  int rc = conn_new(p, tcp, &c);
   if (rc) {
-    free(c);
-    aa__planner_log(p, "accept: %s", uv_strerror(rc));
+    aa__planner_log(p, "accept: %s", rc == UV_ENOMEM ? "no memory for a connection" : uv_strerror(rc));
     return;
   }
-  c->h.handle.data = c;
-  p->nconns++;
   if (tcp) {
     p->ntcp++;
     p->ntcp_hello++;
@@ -536,9 +532,6 @@ void aa__conn_on_connection(uv_stream_t *server, int status) {
   }
   aa_frame_reader_init(&c->reader, AA_PLANNER_HELLO_FRAME_MAX);
   c->accepted_at = c->last_seen = aa_now();
-  c->next = p->conns; /* on the list from now until its close callback */
-  if (p->conns) p->conns->prev = c;
-  p->conns = c;
   if ((rc = uv_accept(server, &c->h.stream)) || (rc = uv_read_start(&c->h.stream, on_alloc, on_read))) {
     aa__planner_log(p, "accept: %s", uv_strerror(rc));
     teardown(c, "accept failed");

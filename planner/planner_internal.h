@@ -211,6 +211,10 @@ void aa__planner_dispatch(aa_conn_t *c, aa_msg_t *m, const void *payload, size_t
 /* The stop is over once every connection is closed: closes the planner's
  * own handles then. */
 void aa__planner_maybe_finish_stop(aa_planner_t *p);
+/* The numeric host of an IPv4 or IPv6 socket address ("127.0.0.1",
+ * "::1"; "?" for another family) into out, and its port (0 for another
+ * family). */
+int aa__planner_numeric_host(const struct sockaddr *sa, char *out, size_t n);
 
 /* --- conn.c ------------------------------------------------------------------ */
 

@@ -162,11 +162,17 @@ static bool is_wildcard(const struct sockaddr *sa) {
   return false;
 }
 
-/* The numeric form of a socket address, "127.0.0.1" or "::1". */
-static void numeric_host(const struct sockaddr *sa, char *out, size_t n) {
+int aa__planner_numeric_host(const struct sockaddr *sa, char *out, size_t n) {
   snprintf(out, n, "?");
-  if (sa->sa_family == AF_INET) uv_ip4_name((const struct sockaddr_in *)sa, out, n);
-  else if (sa->sa_family == AF_INET6) uv_ip6_name((const struct sockaddr_in6 *)sa, out, n);
+  if (sa->sa_family == AF_INET) {
+    uv_ip4_name((const struct sockaddr_in *)sa, out, n);
+    return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+  }
+  if (sa->sa_family == AF_INET6) {
+    uv_ip6_name((const struct sockaddr_in6 *)sa, out, n);
+    return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+  }
+  return 0;
 }
 
 /* Every TCP peer presents a token: --token-file's, else <home>/token, made
@@ -213,7 +219,7 @@ static int listen_tcp(aa_planner_t *p, const char *text) {
   snprintf(port, sizeof port, "%d", a.port);
   int g = getaddrinfo(a.host, port, &hints, &res);
   if (g) return aa_error(AA_EINVAL, "--listen %s: %s", text, gai_strerror(g));
-  numeric_host(res->ai_addr, host, sizeof host);
+  aa__planner_numeric_host(res->ai_addr, host, sizeof host);
   bool literal_any = !strcmp(a.host, "0.0.0.0") || !strcmp(a.host, "::");
   if (is_wildcard(res->ai_addr) && !literal_any) {
     freeaddrinfo(res);
