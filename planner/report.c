@@ -100,15 +100,15 @@ int aa__report_job(aa_store_t *st, const char *home, int64_t id, json_t **out) {
   aa_store_job_t j;
   int rc = aa_store_job_get(st, id, &j);
   if (rc) return rc;
-  int counts[AA_STORE_RUN_NSTATUS + 2] = {0}, unreadable = 0;
+  int counts[AA_STORE_RUN_NSTATUS] = {0}, unreadable = 0;
   rc = aa_store_job_run_counts(st, id, counts, &unreadable);
-  for (int k = 0; k < AA_STORE_RUN_NSTATUS; k++) counts[AA_STORE_RUN_NSTATUS] += counts[k];
-  counts[AA_STORE_RUN_NSTATUS] += unreadable;
-  counts[AA_STORE_RUN_NSTATUS + 1] = unreadable;
   if (rc) {
     aa_store_job_clear(&j);
     return rc;
   }
+  int total = unreadable;
+  for (int k = 0; k < AA_STORE_RUN_NSTATUS; k++)
+    total += counts[k];
   json_t *stored = stored_json(j.options_json);
   const char *name = json_string_value(json_object_get(json_object_get(stored, "spec"), "name"));
   aa_store_model_t m = {0};
@@ -126,14 +126,13 @@ int aa__report_job(aa_store_t *st, const char *home, int64_t id, json_t **out) {
   json_object_set_new(o, "finished_at", int0(j.finished_at));
   json_object_set_new(o, "options", job_options(stored, home, j.id));
   json_t *runs = json_object();
-  json_object_set_new(runs, "total", json_integer(counts[AA_STORE_RUN_NSTATUS]));
+  json_object_set_new(runs, "total", json_integer(total));
   static const aa_store_run_status_t order[] = {AA_STORE_RUN_QUEUED, AA_STORE_RUN_RUNNING, AA_STORE_RUN_OK,
                                                 AA_STORE_RUN_OOM,    AA_STORE_RUN_ERROR,   AA_STORE_RUN_TIMEOUT,
                                                 AA_STORE_RUN_CRASHED, AA_STORE_RUN_PRUNED, AA_STORE_RUN_CANCELLED};
   for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
     json_object_set_new(runs, aa_store_run_status_name(order[i]), json_integer(counts[order[i]]));
-  if (counts[AA_STORE_RUN_NSTATUS + 1])
-    json_object_set_new(runs, "unreadable", json_integer(counts[AA_STORE_RUN_NSTATUS + 1]));
+  if (unreadable) json_object_set_new(runs, "unreadable", json_integer(unreadable));
   json_object_set_new(o, "runs", runs);
   json_object_set_new(o, "best_run", int0(j.best_run_id));
   if (j.status == AA_STORE_JOB_DONE && j.best_run_id) {

@@ -286,7 +286,7 @@ static const char *const stmt_sql[AA__ST_N] = {
     [AA__ST_JOB_FINISH] = "UPDATE jobs SET status = ?2, best_run_id = ?3, from_store = ?4, error = ?5,"
                           " finished_at = ?6 WHERE id = ?1 AND status IN ('queued', 'running')",
     [AA__ST_JOB_GET] = "SELECT " AA__JOB_COLS " FROM jobs WHERE id = ?1",
-    [AA__ST_JOB_STATUS] = "SELECT status, model_hash, hardware FROM jobs WHERE id = ?1",
+    [AA__ST_JOB_STATUS] = "SELECT status FROM jobs WHERE id = ?1",
     [AA__ST_RUN_INSERT] =
         "INSERT INTO runs (job_id, model_hash, hardware, kind, strategy_key, strategy_json, status,"
         " predicted_tokens_per_s, error, started_at, finished_at)"

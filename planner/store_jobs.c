@@ -140,10 +140,8 @@ int aa_store_job_create(aa_store_t *st, const char *model_hash, const char *hard
   return 0;
 }
 
-/* Reads a job's status (and model and hardware when the buffers are
- * non-NULL). AA_ENOENT "job N: not found" when there is none. */
-static int job_status(aa_store_t *st, int64_t job_id, aa_store_job_status_t *status, char *model_hash,
-                      char *hardware) {
+/* Reads a job's status. AA_ENOENT "job N: not found" when there is none. */
+static int job_status(aa_store_t *st, int64_t job_id, aa_store_job_status_t *status) {
   sqlite3_stmt *s = st->st[AA__ST_JOB_STATUS];
   sqlite3_bind_int64(s, 1, job_id);
   char what[48];
@@ -151,8 +149,6 @@ static int job_status(aa_store_t *st, int64_t job_id, aa_store_job_status_t *sta
   int err = step_row(st, s, what);
   if (err) return err;
   int v = aa__store_job_status_of(aa__store_col_text(s, 0));
-  if (model_hash) aa__store_col_copy(s, 1, model_hash, AA_STORE_HASH_MAX);
-  if (hardware) aa__store_col_copy(s, 2, hardware, AA_STORE_HW_MAX);
   aa__store_done(s);
   if (v < 0)
     return aa_error(AA_ECORRUPT, "store %s: job %lld has an unknown status", st->path, (long long)job_id);
@@ -164,7 +160,7 @@ static int job_status(aa_store_t *st, int64_t job_id, aa_store_job_status_t *sta
  * says whether the job is missing or in the wrong state. */
 static int job_not_changed(aa_store_t *st, int64_t job_id, const char *want) {
   aa_store_job_status_t cur = AA_STORE_JOB_QUEUED; /* set by job_status on success; this quiets -O2's doubt */
-  int err = job_status(st, job_id, &cur, NULL, NULL);
+  int err = job_status(st, job_id, &cur);
   if (err) return err;
   return aa_error(AA_EINVAL, "store %s: job %lld is %s, not %s", st->path, (long long)job_id,
                   aa_store_job_status_name(cur), want);
