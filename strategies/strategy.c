@@ -67,8 +67,8 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]) {
   if (o != AA_ORDER_TDP) snprintf(order, sizeof order, ".order-%s", aa_axis_order_name(o));
   if (!aa_strategy_rank_order_is_identity(s))
     snprintf(ranks, sizeof ranks, ".ranks-%016llx", (unsigned long long)rank_order_hash(s));
-  snprintf(out, AA_STRATEGY_KEY_MAX, "dp%d.tp%d.pp%d.z%d.%s.ckpt-%s.mb%d%s%s%s", s->dp, s->tp, s->pp, s->zero,
-           aa_dtype_name(s->amp), ckpt, s->micro_batch, sched, order, ranks);
+  snprintf(out, AA_STRATEGY_KEY_MAX, "dp%d.tp%d.pp%d%s.z%d.%s.ckpt-%s.mb%d%s%s%s", s->dp, s->tp, s->pp,
+           s->sp ? ".sp" : "", s->zero, aa_dtype_name(s->amp), ckpt, s->micro_batch, sched, order, ranks);
 }
 
 /* ---- What this engine can run today ------------------------------------
@@ -99,6 +99,13 @@ int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world
     return aa_error(AA_EINVAL,
                     "tensor parallel degree %d must divide n_head %d (each rank holds n_head / tp heads)",
                     r.tp, a->n_head);
+  if (a->d_ff % r.tp)
+    return aa_error(AA_EINVAL,
+                    "tensor parallel degree %d must divide d_ff %d (each rank holds d_ff / tp columns of the MLP)",
+                    r.tp, a->d_ff);
+  if (r.sp && r.tp < 2)
+    return aa_error(AA_EINVAL, "sequence_parallel needs tensor parallelism (tp %d): it splits the sequence "
+                               "between the tensor ranks", r.tp);
   if (a->n_layer % r.pp)
     return aa_error(
         AA_EINVAL,
@@ -116,6 +123,11 @@ int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world
   if (per_rank % r.micro_batch)
     return aa_error(AA_EINVAL, "micro_batch %d must divide global_batch / dp = %d / %d", r.micro_batch, gb,
                     r.dp);
+  if (r.sp && ((long long)r.micro_batch * a->seq_len) % r.tp)
+    return aa_error(AA_EINVAL,
+                    "sequence_parallel splits a micro-batch's micro_batch x seq_len = %d x %d tokens between the "
+                    "%d tensor ranks: tp must divide %lld",
+                    r.micro_batch, a->seq_len, r.tp, (long long)r.micro_batch * a->seq_len);
   if (r.ckpt_layers > a->n_layer)
     return aa_error(AA_EINVAL, "checkpoint_layers %d must be <= n_layer %d", r.ckpt_layers, a->n_layer);
   if ((rc = engine_supports(&r))) return rc;

@@ -60,6 +60,8 @@ typedef struct aa_loss_scale_cfg {
 
 typedef struct aa_strategy {
   int dp, tp, pp;          /* data / tensor / pipeline parallel degrees, >= 1 */
+  int sp;                  /* sequence parallelism over the tensor group (Megatron's sequence_parallel):
+                              0 or 1, 1 only with tp > 1 */
   aa_axis_order_t order;   /* the mesh's axis order, fastest first; AA_ORDER_TDP by default */
   /* ATorch's rank_order: position i of the mesh (numbered by `order`) is
    * global rank rank_order[i]. nranks = 0: none, position i is rank i;
@@ -124,7 +126,7 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]);
  * micro_batch when it is 0. Returns AA_EINVAL with a message naming the
  * rule that failed, e.g.
  *   "micro_batch 3 must divide global_batch / dp = 16 / 1"
- *   "tensor parallel degree 2 is not supported by this engine yet". */
+ *   "tensor parallel degree 4 must divide d_ff 6". */
 int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world);
 
 /* Gradient-accumulation steps of a resolved strategy:
