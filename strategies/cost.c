@@ -29,7 +29,7 @@ static double recomputed_blocks(const aa_arch_t *arch, const aa_strategy_t *s) {
 double aa_cost_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {
   const double C = arch->d_model, T = arch->seq_len, L = arch->n_layer;
   return 6.0 * (double)aa_arch_param_count(arch) + 12.0 * L * C * T +
-         recomputed_blocks(arch, s) * (2.0 * (double)aa_sizes_unit_numel(arch, 1) + 4.0 * C * T);
+         recomputed_blocks(arch, s) * (2.0 * (double)aa_sizes_unit_numel(arch, 1, 1) + 4.0 * C * T);
 }
 
 double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {

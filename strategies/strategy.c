@@ -73,12 +73,10 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]) {
 
 /* ---- What this engine can run today ------------------------------------
  * Every other rule in this file holds for any engine. These hold only until
- * the engine learns the feature (data parallelism with ZeRO 0-3 it has);
+ * the engine learns the feature (data and tensor parallelism with ZeRO 0-3 it has);
  * keep them here, together, and delete each one with the change that lifts
  * it. */
 static int engine_supports(const aa_strategy_t *s) {
-  if (s->tp != 1)
-    return aa_error(AA_EINVAL, "tensor parallel degree %d is not supported by this engine yet", s->tp);
   if (s->pp != 1)
     return aa_error(AA_EINVAL, "pipeline parallel degree %d is not supported by this engine yet", s->pp);
   return 0;

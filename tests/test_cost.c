@@ -57,7 +57,8 @@ AA_TEST(the_model_allocates_the_activation_layout_on_a_grid) {
             size_t ea, ew;
             aa_gpt_act_bytes(&archs[a], B, T, &o, &ea, &ew);
             aa_act_layout_t l;
-            aa_sizes_acts(&archs[a], B, T, o.amp, o.ckpt, o.ckpt_layers, &l, NULL);
+            const aa_act_shape_t sh = {.B = B, .T = T, .tp = 1, .amp = o.amp, .ckpt = o.ckpt, .ckpt_layers = o.ckpt_layers};
+            aa_sizes_acts(&archs[a], &sh, &l, NULL);
             CHECK_MSG(mem.peak[AA_MEM_ACTS] == l.acts && mem.peak[AA_MEM_WORKSPACE] == l.workspace && ea == l.acts &&
                           ew == l.workspace,
                       "arch %zu B %d T %d %s %s/%d: layout %zu/%zu, allocated %zu/%zu", a, B, T,
@@ -118,7 +119,7 @@ AA_TEST(zero_shards_over_the_data_group_only) {
   const size_t n = 12358, S = 6180;
   CHECK(aa_arch_param_count(a) == n);
   aa_zero_sizes_t z;
-  aa_sizes_zero(a, AA_F32, 3, 2, &z);
+  aa_sizes_zero(a, 1, AA_F32, 3, 2, &z);
   CHECK_MSG(z.shard == S, "shard %zu", z.shard);
   size_t acts, ws;
   aa_gpt_opts_t o = {.amp = AA_F32};

@@ -18,7 +18,7 @@ static const aa_arch_t archs[] = {
 AA_TEST(units_add_up_to_the_model_and_chunks_round_up) {
   for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
     size_t sum = 0;
-    for (int u = 0; u < aa_sizes_units(&archs[a]); u++) sum += aa_sizes_unit_numel(&archs[a], u);
+    for (int u = 0; u < aa_sizes_units(&archs[a]); u++) sum += aa_sizes_unit_numel(&archs[a], 1, u);
     CHECK(aa_sizes_units(&archs[a]) == archs[a].n_layer + 2 && sum == aa_arch_param_count(&archs[a]));
     CHECK(aa_sizes_slot(&archs[a], 0) == 0 && aa_sizes_slot(&archs[a], 1) == 1 &&
           aa_sizes_slot(&archs[a], archs[a].n_layer + 1) == 2);
@@ -30,8 +30,8 @@ AA_TEST(units_add_up_to_the_model_and_chunks_round_up) {
     }
   /* A group of one stages nothing: the scalars come with a group to reduce over. */
   aa_zero_sizes_t z1, z2;
-  aa_sizes_zero(&archs[0], AA_F32, 0, 1, &z1);
-  aa_sizes_zero(&archs[0], AA_F32, 0, 2, &z2);
+  aa_sizes_zero(&archs[0], 1, AA_F32, 0, 1, &z1);
+  aa_sizes_zero(&archs[0], 1, AA_F32, 0, 2, &z2);
   CHECK(z1.scalars.numel == 0 && z2.scalars.numel == 16);
   CHECK(z1.moment.numel == aa_arch_param_count(&archs[0]) && z2.moment.numel == z1.moment.numel);
 }
@@ -76,7 +76,8 @@ AA_TEST(the_activation_layout_tiles_its_allocations_by_mode) {
           const size_t es = aa_dtype_size(amps[p]), stats = (4 + (size_t)a->n_head) * N * f4;
           aa_act_layout_t l;
           aa_act_block_t blocks[3];
-          aa_sizes_acts(a, B, T, amps[p], modes[k].ckpt, modes[k].layers, &l, blocks);
+          const aa_act_shape_t sh = {.B = B, .T = T, .tp = 1, .amp = amps[p], .ckpt = modes[k].ckpt, .ckpt_layers = modes[k].layers};
+          aa_sizes_acts(a, &sh, &l, blocks);
           char where[96];
           snprintf(where, sizeof where, "arch %zu B %d %s %s/%d", ai, B, aa_dtype_name(amps[p]),
                    aa_ckpt_mode_name(modes[k].ckpt), modes[k].layers);
@@ -88,7 +89,7 @@ AA_TEST(the_activation_layout_tiles_its_allocations_by_mode) {
             for (int f = 0; f < AA_ACT_FIELDS; f++) {
               int keep = full ? f == AA_ACT_RES3 : modes[k].ckpt != AA_CKPT_SELECTIVE || f != AA_ACT_FCHG;
               CHECK_MSG((blocks[b].field[f] != AA_SIZES_NONE) == keep, "%s: block %d field %d", where, b, f);
-              if (keep) st[ns++] = (span_t){blocks[b].field[f], aa_sizes_field_numel(a, B, T, f) * es, "field"};
+              if (keep) st[ns++] = (span_t){blocks[b].field[f], aa_sizes_field_numel(a, &sh, f) * es, "field"};
             }
             CHECK_MSG((blocks[b].stats == AA_SIZES_NONE) == full, "%s: block %d stats", where, b);
             if (!full) st[ns++] = (span_t){blocks[b].stats, stats, "stats"};
@@ -105,14 +106,14 @@ AA_TEST(the_activation_layout_tiles_its_allocations_by_mode) {
             int dropped = any_full ? f != AA_ACT_RES3 : modes[k].ckpt == AA_CKPT_SELECTIVE && f == AA_ACT_FCHG;
             int want = f != AA_ACT_RES3 && (mixed || dropped);
             CHECK_MSG((l.ws_field[f] != AA_SIZES_NONE) == want, "%s: staging of field %d", where, f);
-            if (want) ws[nw++] = (span_t){l.ws_field[f], aa_sizes_field_numel(a, B, T, f) * f4, "staging"};
+            if (want) ws[nw++] = (span_t){l.ws_field[f], aa_sizes_field_numel(a, &sh, f) * f4, "staging"};
           }
           CHECK((l.ws_res[0] != AA_SIZES_NONE) == mixed && (l.wblock != AA_SIZES_NONE) == mixed);
           if (mixed) {
             ws[nw++] = (span_t){l.ws_res[0], N * C * f4, "ws_res0"};
             ws[nw++] = (span_t){l.ws_res[1], N * C * f4, "ws_res1"};
-            ws[nw++] = (span_t){l.wblock, aa_sizes_unit_numel(a, 1) * f4, "wblock"};
-            ws[nw++] = (span_t){l.wpre, aa_sizes_unit_numel(a, 0) * f4, "wpre"};
+            ws[nw++] = (span_t){l.wblock, aa_sizes_unit_numel(a, 1, 1) * f4, "wblock"};
+            ws[nw++] = (span_t){l.wpre, aa_sizes_unit_numel(a, 1, 0) * f4, "wpre"};
             ws[nw++] = (span_t){l.wpost, 2 * C * f4, "wpost"};
           }
           CHECK((l.ws_stats != AA_SIZES_NONE) == any_full);
