@@ -477,7 +477,7 @@ static int tp_step_rank(const char *rdv, int rank, int tp, int sp, const char *d
   int rc = tp > 1 ? aa_comm_init(&group, rdv, rank, tp, NULL) : 0;
   if (!rc) rc = aa_comm_self(&self);
   aa_model_spec_t s;
-  model_spec(&s, TP_MODEL, 1);
+  model_spec(&s, TP_MODEL, 2);
   aa_gpt_opts_t o = {.amp = AA_F32, .tensor = group, .sp = sp};
   aa_gpt_t *m = NULL;
   aa_zero_t z = {0};
@@ -539,7 +539,7 @@ static int tp_step(int tp, int sp, tp_step_t *out) {
   CHECK_MSG(ok, "tp %d sp %d: a rank failed", tp, sp);
   if (!ok) return 0;
   aa_model_spec_t s;
-  model_spec(&s, TP_MODEL, 1);
+  model_spec(&s, TP_MODEL, 2);
   int nt = aa_gpt_n_tensors(&s.arch);
   aa_tensor_desc_t *tab = calloc((size_t)nt, sizeof *tab);
   size_t whole = (size_t)aa_arch_param_count(&s.arch);
@@ -596,14 +596,18 @@ static int tp_step(int tp, int sp, tp_step_t *out) {
  * LayerNorm gradients over each rank's tokens, then summed), which moves
  * it by a few fp32 ulps of the largest terms (~1e-7 relative), while a
  * wrong slice, a missing reduction or a double-counted bias is off by
- * O(1). Parameters after AdamW within 1e-6 absolute: an update of lr 1e-2
- * whose m / sqrt(v) ratio is +-1 for any gradient not near 0, so only the
- * rounding of the update shows. */
+ * O(1). Parameters after the step within 1e-6, where the gradient is not
+ * near 0: AdamW's first step moves a parameter by lr g / (|g| + eps) (plus
+ * the decay, the same on both sides), which is +-lr for any gradient well
+ * above eps and changes only by rounding. Where the gradient is within
+ * 1e-3 of its tensor's largest, a relative change of 1e-7 in it is a
+ * larger one of g / (|g| + eps) (measured: up to 5.6e-5 at lr 1e-2), so
+ * there the bound is the step itself, 2 lr, and the test counts them. */
 AA_TEST(after_one_step_every_gathered_gradient_and_parameter_matches_the_single_process) {
   tp_step_t ref = {0};
   if (!tp_step(1, 0, &ref)) return;
   aa_model_spec_t s;
-  model_spec(&s, TP_MODEL, 1);
+  model_spec(&s, TP_MODEL, 2);
   int nt = aa_gpt_n_tensors(&s.arch);
   aa_tensor_desc_t *tab = calloc((size_t)nt, sizeof *tab);
   aa_gpt_tensor_table(&s.arch, 1, 0, tab);
@@ -616,14 +620,21 @@ AA_TEST(after_one_step_every_gathered_gradient_and_parameter_matches_the_single_
       CHECK_MSG(fabsf(got.norm - ref.norm) <= 1e-5f * ref.norm, "tp %d sp %d: norm %.9g vs %.9g", tp, sp, got.norm,
                 ref.norm);
       double worst_g = 0, worst_p = 0;
+      size_t small = 0;
       for (int i = 0; i < nt; i++) {
         const aa_tensor_desc_t *t = &tab[i];
         double big = 0, dg = 0, dp = 0;
+        for (size_t j = 0; j < t->numel; j++) big = fmax(big, fabs(ref.grad[t->offset + j]));
         for (size_t j = 0; j < t->numel; j++) {
           size_t e = t->offset + j;
-          big = fmax(big, fabs(ref.grad[e]));
           dg = fmax(dg, fabs((double)got.grad[e] - ref.grad[e]));
-          dp = fmax(dp, fabs((double)got.param[e] - ref.param[e]));
+          double d = fabs((double)got.param[e] - ref.param[e]);
+          if (fabs(ref.grad[e]) < 1e-3 * big) {
+            small++;
+            CHECK_MSG(d <= 2 * 1e-2, "tp %d sp %d: %s[%zu] moved %.3g, more than the step", tp, sp, t->name, j, d);
+          } else {
+            dp = fmax(dp, d);
+          }
         }
         double rg = big > 0 ? dg / big : dg;
         CHECK_MSG(rg <= 1e-5, "tp %d sp %d: %s gradient off by %.3g of its largest (%.3g)", tp, sp, t->name, rg, big);
@@ -632,7 +643,8 @@ AA_TEST(after_one_step_every_gathered_gradient_and_parameter_matches_the_single_
         worst_p = fmax(worst_p, dp);
       }
       fprintf(stderr, "  tp %d%s: loss %.9g (one process %.9g), gradients within %.2e of their largest, "
-              "parameters within %.2e\n", tp, sp ? " sp" : "", got.loss, ref.loss, worst_g, worst_p);
+              "parameters within %.2e (%zu of %zu with a gradient near 0 left to the step bound)\n", tp,
+              sp ? " sp" : "", got.loss, ref.loss, worst_g, worst_p, small, (size_t)aa_arch_param_count(&s.arch));
       free(got.grad);
       free(got.param);
     }
