@@ -82,6 +82,11 @@ static void print_words(const aa_strategy_t *s) {
   long long ranks = (long long)s->dp * s->tp * s->pp;
   printf("parallel:          data %d x tensor %d x pipeline %d = %lld rank%s\n", s->dp, s->tp, s->pp, ranks,
          ranks == 1 ? "" : "s");
+  if (s->sp)
+    printf("sequence parallel: on: LayerNorm and the residual stream split along the sequence over the "
+           "tensor group\n");
+  else
+    printf("sequence parallel: off\n");
   aa_axis_t axes[AA_AXES];
   aa_axis_order_axes(s->order, axes);
   printf("axis order:        %s fastest, then %s, then %s\n", aa_axis_name(axes[0]), aa_axis_name(axes[1]),

@@ -101,9 +101,6 @@ int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world
     return aa_error(AA_EINVAL,
                     "tensor parallel degree %d must divide d_ff %d (each rank holds d_ff / tp columns of the MLP)",
                     r.tp, a->d_ff);
-  if (r.sp && r.tp < 2)
-    return aa_error(AA_EINVAL, "sequence_parallel needs tensor parallelism (tp %d): it splits the sequence "
-                               "between the tensor ranks", r.tp);
   if (a->n_layer % r.pp)
     return aa_error(
         AA_EINVAL,
