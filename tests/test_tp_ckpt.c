@@ -305,6 +305,7 @@ static const hop_t hops[] = {
     {"D", "C", 2, 1, 2, AA_F32},    /* tp 4 -> dp 2 at stage 2, no tensor parallelism (a version 1 manifest) */
     {"E", "D", 2, 2, 1, AA_BF16},   /* -> dp 2 x tp 2 at stage 1 under bf16 (the shards hold the master weights) */
     {"F", "E", 1, 4, 0, AA_BF16},   /* -> tp 4 under bf16 (full masters) */
+    {"G", "F", 2, 2, 0, AA_F32},    /* -> dp 2 x tp 2 at stage 0 (data rank 0 of each tensor rank writes) */
 };
 
 AA_TEST(checkpoints_reshard_exactly_between_tensor_degrees_data_degrees_and_stages) {
@@ -323,7 +324,8 @@ AA_TEST(checkpoints_reshard_exactly_between_tensor_degrees_data_degrees_and_stag
   }
   /* The files each layout leaves. */
   const char *expect[] = {"A.ckpt.tp0of2.rank0of1", "A.ckpt.tp1of2.rank0of1", "B.ckpt.tp1of2.rank1of2",
-                          "C.ckpt.tp3of4.rank0of1", "D.ckpt.rank1of2",        "E.ckpt.tp1of2.rank1of2"};
+                          "C.ckpt.tp3of4.rank0of1", "D.ckpt.rank1of2",        "E.ckpt.tp1of2.rank1of2",
+                          "G.ckpt.tp1of2.rank0of1"};
   for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++) {
     char path[700];
     snprintf(path, sizeof path, "%s/%s", tmpdir, expect[i]);
@@ -344,6 +346,59 @@ AA_TEST(checkpoints_reshard_exactly_between_tensor_degrees_data_degrees_and_stag
   CHECK(root && json_integer_value(json_object_get(root, "version")) == 1 &&
         json_integer_value(json_object_get(root, "world")) == 2 && !json_object_get(root, "tp"));
   json_decref(root);
+}
+
+/* A rank of a dp 2 x tp 2 gang at stage 1 that saves to tmpdir/fail.ckpt,
+ * where the file of data rank 1 of tensor rank 1 cannot be written (a
+ * directory has its name). Exit status 0 when the save failed on this
+ * rank too, naming the failure. */
+static int failing_save_rank(const char *rdv, int rank, const void *data) {
+  (void)data;
+  int bad = 0;
+  aa_comm_t *world = NULL;
+  aa_gpt_t *m = NULL;
+  aa_zero_t z = {0};
+  aa_mesh_t mesh = {0};
+  aa_model_spec_t s;
+  tiny_spec(&s, 6);
+  aa_strategy_t strat;
+  aa_strategy_default(&strat);
+  strat.dp = 2;
+  strat.tp = 2;
+  int rc = aa_comm_init(&world, rdv, rank, 4, NULL);
+  if (!rc) rc = aa_mesh_init(&mesh, &strat, world);
+  aa_gpt_opts_t mo = {.zero = 1, .tensor = mesh.group[AA_AXIS_TENSOR]};
+  if (!rc) rc = aa_gpt_create(&m, &s.arch, aa_ops_cpu(), 1, 16, &mo);
+  if (!rc) rc = aa_zero_init(&z, m, mesh.group[AA_AXIS_DATA], 1, NULL);
+  if (rc) {
+    fprintf(stderr, "  rank %d: %s\n", rank, aa_last_error());
+    bad = 1;
+  } else {
+    char path[700];
+    snprintf(path, sizeof path, "%s/fail.ckpt", tmpdir);
+    int failing = z.rank == 1 && m->tp_rank == 1;
+    rc = aa_ckpt_save_zero(path, m, &z, &orig_state);
+    const char *want = failing ? "fail.ckpt.tp1of2.rank1of2" : "1 of 4 ranks could not write their part";
+    if (!rc || !strstr(aa_last_error(), want)) {
+      fprintf(stderr, "  rank %d: save returned %d (%s), expected an error naming '%s'\n", rank, rc,
+              rc ? aa_last_error() : "success", want);
+      bad = 1;
+    }
+  }
+  aa_zero_free(&z, m);
+  aa_gpt_free(m);
+  aa_mesh_free(&mesh);
+  aa_comm_destroy(world);
+  return bad;
+}
+
+AA_TEST(a_save_that_fails_on_one_rank_fails_on_every_rank_of_the_gang_and_writes_no_manifest) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/fail.ckpt.tp1of2.rank1of2", tmpdir);
+  CHECK(mkdir(path, 0700) == 0);
+  CHECK(gang(4, failing_save_rank, NULL, "failing save"));
+  snprintf(path, sizeof path, "%s/fail.ckpt", tmpdir);
+  CHECK(access(path, F_OK) != 0 && errno == ENOENT);
 }
 
 /* Writes the JSON root to path. */
@@ -615,6 +670,7 @@ int main(void) {
   }
   RUN(checkpoints_reshard_exactly_between_tensor_degrees_data_degrees_and_stages);
   RUN(a_tensor_parallel_checkpoint_with_a_bad_foreign_misplaced_or_missing_file_is_rejected);
+  RUN(a_save_that_fails_on_one_rank_fails_on_every_rank_of_the_gang_and_writes_no_manifest);
   RUN(a_tp2_checkpoint_resumes_at_tp1_tp4_and_dp2_x_tp2_and_bit_identically_at_tp2);
   RUN(a_dp2_x_tp2_zero3_checkpoint_resumes_at_tp1_and_tp2_and_bit_identically_at_its_layout);
   RUN(a_tp1_checkpoint_resumes_at_tp2_and_at_tp4_with_sequence_parallelism);
