@@ -411,10 +411,12 @@ typedef struct aa_search {
 
 /* Enumerates the strategies for the spec on a pool of `devices` executors
  * of kind `dev_kind` (on one host) with `memory` bytes each (0 = unknown)
- * in dry-run order, leaving out the `exclude` bits. Data parallelism takes
- * every degree up to `devices` that divides the global batch, ZeRO 0-3 at
- * dp > 1 with every precision, a candidate's world being its dp. Invalid
- * ones (aa_strategy_resolve fails) come back AA_CAND_PRUNED with the rule,
+ * in dry-run order, leaving out the `exclude` bits: the space of
+ * strategies/space.h, every gang of dp x tp ranks up to `devices` (dp
+ * dividing the global batch, sequence parallelism off and on at tp > 1),
+ * ZeRO 0-3 at dp > 1 with every precision. Invalid ones
+ * (aa_strategy_resolve fails, e.g. a tp that does not divide n_head, or one
+ * this engine does not run yet) come back AA_CAND_PRUNED with the rule,
  * and so do those whose predicted bytes per rank (strategies/cost.h, a
  * lower bound) exceed `memory`, with the figures. */
 int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int devices, aa_proto_dev_kind_t dev_kind,
