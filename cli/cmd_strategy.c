@@ -40,8 +40,9 @@ static void usage_show(FILE *f) {
 
 static void usage_check(FILE *f) {
   fprintf(f, "usage: autoaccel strategy check FILE --model MODEL.json [--world N] [--memory BYTES]\n\n"
-             "Checks that the strategy can train the model: degrees against heads, layers\n"
-             "and batch, micro-batch against the per-rank batch, the world size, and what\n"
+             "Checks that the strategy can train the model: degrees against heads, MLP\n"
+             "width, layers and batch, micro-batch against the per-rank batch, sequence\n"
+             "parallelism against the tokens of a micro-batch, the world size, and what\n"
              "this engine supports. Prints \"ok: KEY is valid for MODEL (accumulation steps A)\"\n"
              "or the rule that failed, then what the search's cost model predicts: the bytes\n"
              "a rank needs at least, by kind, and the FLOPs per trained token.\n\n"
@@ -237,8 +238,9 @@ static int cmd_check(int argc, char **argv) {
   printf("memory: a rank needs at least %s", need);
   if (memory) printf(", %s %s", m.total <= memory ? "fits in" : "more than", aa_mem_fmt(have, memory));
   double flops = aa_cost_flops_per_token(&spec.arch, &s);
-  printf("\nwork: %.4g %s per token (6N + 12LCT%s)\n", flops >= 1e9 ? flops / 1e9 : flops / 1e6,
-         flops >= 1e9 ? "GFLOP" : "MFLOP", s.ckpt == AA_CKPT_FULL ? " and the recomputed forward" : "");
+  printf("\nwork: %.4g %s per token%s (6N + 12LCT%s)\n", flops >= 1e9 ? flops / 1e9 : flops / 1e6,
+         flops >= 1e9 ? "GFLOP" : "MFLOP", s.tp > 1 ? " on each tensor rank" : "",
+         s.ckpt == AA_CKPT_FULL ? " and the recomputed forward" : "");
   if (memory && m.total > memory) {
     aa_error(AA_EOOM, "%s does not fit: a rank needs at least %s, the device has %s", key,
              aa_mem_fmt(total, m.total), have);

@@ -430,11 +430,13 @@ void aa__search_free(aa_search_t *s);
  * Unless exhaustive: then only the limits prune. */
 int aa__search_next(aa_search_t *s, double now);
 /* The cost model's tokens/s for candidate i, refitted to what was measured:
- * the per-device FLOP rate (tokens/s x aa_cost_flops_per_token / devices)
- * of the most similar run measured ok so far (distance: another precision 4,
- * another dp 2, another ZeRO stage or checkpointing mode 1 each, plus
- * |log2| of the dp and micro-batch ratios; the later of equals), times
- * i's devices over i's FLOPs per token. 0 before any ok run. */
+ * the per-device FLOP rate (tokens/s x aa_cost_flops_per_token / dp, that
+ * function counting a rank's FLOPs per token of its replica) of the most
+ * similar run measured ok so far (distance: another precision 4, another dp
+ * or tp 2 each, another ZeRO stage, checkpointing mode or sequence
+ * parallelism 1 each, plus |log2| of the dp, tp and micro-batch ratios; the
+ * later of equals), times i's dp over i's FLOPs per token. 0 before any ok
+ * run. */
 double aa__search_predict(const aa_search_t *s, int i);
 /* Prunes every pending candidate with `reason`: the search is over. */
 void aa__search_stop(aa_search_t *s, const char *reason);

@@ -7,6 +7,14 @@
 
 #include "sizes.h"
 
+/* Elements of unit u on one rank of s, its tensor slice included: the one
+ * call to aa_sizes_unit_numel here, which gains the tensor degree when the
+ * engine learns tensor parallelism (issue 17). */
+static size_t rank_unit_numel(const aa_arch_t *a, const aa_strategy_t *s, int u) {
+  (void)s;
+  return aa_sizes_unit_numel(a, u);
+}
+
 void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, aa_cost_mem_t *out) {
   memset(out, 0, sizeof *out);
   aa_sizes_rank(arch, s, out->bytes);
@@ -27,19 +35,23 @@ static double recomputed_blocks(const aa_arch_t *arch, const aa_strategy_t *s) {
 }
 
 double aa_cost_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {
-  const double C = arch->d_model, T = arch->seq_len, L = arch->n_layer;
-  return 6.0 * (double)aa_arch_param_count(arch) + 12.0 * L * C * T +
-         recomputed_blocks(arch, s) * (2.0 * (double)aa_sizes_unit_numel(arch, 1) + 4.0 * C * T);
+  const double C = arch->d_model, T = arch->seq_len, L = arch->n_layer, tp = s->tp;
+  double params = 0;
+  for (int u = 0; u < aa_sizes_units(arch); u++)
+    params += (double)rank_unit_numel(arch, s, u);
+  return 6.0 * params + 12.0 * L * C * T / tp +
+         recomputed_blocks(arch, s) * (2.0 * (double)rank_unit_numel(arch, s, 1) + 4.0 * C * T / tp);
 }
 
 double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {
   const double C = arch->d_model, F = arch->d_ff, L = arch->n_layer, V = arch->vocab_size;
   const double block = 4 * C * C + 2 * F * C; /* qkv 3C^2, proj C^2, fc and fcproj FC each */
-  return 6.0 * (L * block + V * C) + 2.0 * block * recomputed_blocks(arch, s);
+  return (6.0 * (L * block + V * C) + 2.0 * block * recomputed_blocks(arch, s)) / s->tp;
 }
 
 int aa_cost_dominated(const aa_strategy_t *a, const aa_strategy_t *b, int cuda, char *why, size_t why_len) {
-  if (a->dp != b->dp || a->tp != b->tp || a->pp != b->pp || a->micro_batch != b->micro_batch) return 0;
+  if (a->dp != b->dp || a->tp != b->tp || a->pp != b->pp || a->sp != b->sp || a->micro_batch != b->micro_batch)
+    return 0;
   if (a->ckpt == AA_CKPT_FULL && b->ckpt == AA_CKPT_FULL && a->ckpt_layers != b->ckpt_layers) return 0;
   /* Each knob: 0 = the same, 1 = a costlier, -1 = not comparable or cheaper. */
   int ckpt = a->ckpt == b->ckpt ? 0 : a->ckpt > b->ckpt ? 1 : -1;

@@ -29,27 +29,35 @@ void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, aa_cost_mem_t
  * workspace 4.8 MiB)" into out (n bytes, truncated to fit). */
 void aa_cost_mem_describe(const aa_cost_mem_t *m, char *out, size_t n);
 
-/* Floating-point operations per trained token: 6 per parameter for the
- * forward and backward GEMMs plus 12·L·C·T for attention (the usual
- * 6N + 12LCT, with N counting the embedding, which the tied output layer
- * multiplies by), and the forward a checkpointing mode runs again: full
- * recomputes each checkpointed block (2 per block parameter + 4·C·T for
- * attention), selective only the GELU (counted as 0: no GEMM). */
+/* Floating-point operations one rank executes per token its tensor group
+ * trains (the tokens of one data-parallel replica; every rank of a tensor
+ * group works on the same tokens): 6 per parameter the rank holds for the
+ * forward and backward GEMMs plus 12·L·C·T / tp for attention (its n_head /
+ * tp heads): the usual 6N + 12LCT of the whole model at tp = 1, with N
+ * counting the embedding, which the tied output layer multiplies by. Plus
+ * the forward a checkpointing mode runs again: full recomputes each
+ * checkpointed block (2 per block parameter the rank holds + 4·C·T / tp
+ * for attention), selective only the GELU (counted as 0: no GEMM). A rank
+ * of a strategy that trains r tokens/s runs at r / dp × this FLOP/s. */
 double aa_cost_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s);
 
-/* A lower bound of the FLOPs any implementation executes per trained
- * token: the weight matrices' GEMMs only (qkv, proj, fc, fcproj and the tied
- * V x C output layer: 2 per element forward, 4 backward), plus the 2 per
- * element of each block that full checkpointing runs forward again.
- * Nothing for attention scores (a causal kernel may skip half of them),
- * biases, LayerNorm or the position table (a lookup). So a strategy on dp
- * devices of peak P FLOP/s cannot train faster than dp * P / this. */
+/* A lower bound of the FLOPs one rank executes per token its tensor group
+ * trains, whatever the implementation: the weight matrices' GEMMs only
+ * (qkv, proj, fc, fcproj and the tied V x C output layer: 2 per element
+ * forward, 4 backward), plus the 2 per element of each block that full
+ * checkpointing runs forward again, the tp ranks of a tensor group sharing
+ * them evenly (a padded vocabulary only adds work). Nothing for attention
+ * scores (a causal kernel may skip half of them), biases, LayerNorm or the
+ * position table (a lookup). So a strategy of dp replicas on dp × tp
+ * devices of peak P FLOP/s cannot train faster than dp × P / this
+ * (= dp × tp × P / the whole model's GEMM FLOPs per token). */
 double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s);
 
 /* Whether strategy a does at least the work of b and can therefore not be
  * faster, for b measured on the same device kind (cuda: 1 for a CUDA pool,
- * 0 for CPUs): same parallel degrees and micro-batch, and each knob of a at
- * b's or a costlier one, at least one costlier: checkpointing (none <
+ * 0 for CPUs): same parallel degrees, sequence parallelism (which trades
+ * activation memory for other collectives) and micro-batch, and each knob
+ * of a at b's or a costlier one, at least one costlier: checkpointing (none <
  * selective < full: more recompute, the same everything else), ZeRO 3 over
  * ZeRO 2 (the same compute and optimizer shard plus the parameter
  * all-gathers of forward and backward) and, on CPUs only, bf16/fp16 over

@@ -210,6 +210,13 @@ AA_TEST(a_strategy_with_more_work_than_a_measured_one_is_dominated) {
     /* Nothing cheaper is ever dominated by something costlier. */
     if (cases[i].cpu) CHECK(!aa_cost_dominated(&base, &cases[i].s, 0, NULL, 0));
   }
+  /* Sequence parallelism trades memory for other collectives: not ordered
+   * against tensor parallelism without it, whatever the other knobs. */
+  aa_strategy_t tp = strat(2, 2, AA_F32, AA_CKPT_NONE, 4), sp = strat(2, 2, AA_F32, AA_CKPT_FULL, 4);
+  tp.tp = sp.tp = 2;
+  CHECK(aa_cost_dominated(&sp, &tp, 0, NULL, 0));
+  sp.sp = 1;
+  CHECK(!aa_cost_dominated(&sp, &tp, 0, NULL, 0) && !aa_cost_dominated(&tp, &sp, 0, NULL, 0));
   /* Full checkpointing of different block counts is not ordered here. */
   aa_strategy_t f1 = strat(1, 0, AA_F32, AA_CKPT_FULL, 4), f2 = f1;
   f1.ckpt_layers = 1;
@@ -219,11 +226,42 @@ AA_TEST(a_strategy_with_more_work_than_a_measured_one_is_dominated) {
   CHECK(aa_cost_dominated(&cases[4].s, &base, 0, small, sizeof small) && strlen(small) == sizeof small - 1);
 }
 
+/* Per-rank FLOPs: a tensor rank does 1/tp of the weight GEMMs (the lower
+ * bound splits evenly: 741,408,768 / 2 for GPT-2 124M at tp 2) and of
+ * attention. The exact per-rank figure at tp > 1 follows the rank's own
+ * parameter count (strategies/sizes.h), so it is held here only to the
+ * bound and to tp 1. */
+AA_TEST(flops_are_per_rank_and_split_over_the_tensor_group) {
+  const aa_arch_t gpt2 = {.family = "gpt2",
+                          .n_layer = 12,
+                          .n_head = 12,
+                          .d_model = 768,
+                          .d_ff = 3072,
+                          .seq_len = 1024,
+                          .vocab_size = 50304};
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.tp = 2;
+  CHECK(aa_cost_min_flops_per_token(&gpt2, &s) == 741408768.0 / 2);
+  s.sp = 1; /* sequence parallelism moves LayerNorm work, not GEMMs */
+  CHECK(aa_cost_min_flops_per_token(&gpt2, &s) == 741408768.0 / 2);
+  s.tp = 4;
+  s.ckpt = AA_CKPT_FULL;
+  CHECK(aa_cost_min_flops_per_token(&gpt2, &s) == (741408768.0 + 169869312.0) / 4);
+  CHECK(aa_cost_min_flops_per_token(&gpt2, &s) < aa_cost_flops_per_token(&gpt2, &s));
+  /* dp does not change a rank's work per token of its replica. */
+  s.dp = 8;
+  s.tp = 1;
+  s.sp = 0;
+  CHECK(aa_cost_flops_per_token(&gpt2, &s) == 860101632.0 + 207857664.0);
+}
+
 int main(void) {
   RUN(the_model_allocates_the_activation_layout_on_a_grid);
   RUN(a_single_rank_accounts_exactly_the_predicted_bytes);
   RUN(zero_shards_over_the_data_group_only);
   RUN(flops_per_token_are_6n_plus_12lct_plus_the_recomputed_forward);
   RUN(a_strategy_with_more_work_than_a_measured_one_is_dominated);
+  RUN(flops_are_per_rank_and_split_over_the_tensor_group);
   return aa_test_summary();
 }

@@ -299,6 +299,16 @@ AA_TEST(search_predicts_from_the_nearest_measured_run) {
   aa__search_done(&s, dp1, AA_STORE_RUN_OK, 800, 0);
   CHECK_NEAR(aa__search_predict(&s, dp1_full), 800 * ratio, 1e-9);
   CHECK_NEAR(aa__search_predict(&s, dp2_bf16), 1000, 1e-9); /* precision differs from both: dp 2 is nearer */
+  /* dp 1 x tp 2 (measured here as it will be once the engine runs it) is
+   * nearest dp 1 x tp 1: another tp, 2 + |log2 2| = 3, against 7 for dp 2
+   * at mb 2 (another dp and tp, 3 each, another micro-batch 1). Its ranks
+   * each run at the measured run's per-device rate: the replica trains
+   * 800 x (the dp 1 run's FLOPs per token) / (a tensor rank's). */
+  double per_rank =
+      aa_cost_flops_per_token(&spec.arch, &s.c[dp1].s) / aa_cost_flops_per_token(&spec.arch, &s.c[tp2].s);
+  CHECK_NEAR(aa__search_predict(&s, tp2), 800 * per_rank, 1e-9);
+  aa__search_done(&s, tp2, AA_STORE_RUN_OK, 900, 0);
+  CHECK_NEAR(aa__search_predict(&s, tp2_sp), 900, 1e-9); /* the same FLOPs per rank: nearest is tp 2 */
   aa__search_free(&s);
 }
 
