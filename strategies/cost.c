@@ -7,9 +7,7 @@
 
 #include "sizes.h"
 
-/* Elements of unit u on one rank of s, its tensor slice included: the one
- * call to aa_sizes_unit_numel here, which gains the tensor degree when the
- * engine learns tensor parallelism (issue 17). */
+/* Elements of unit u on one rank of s, its tensor slice included. */
 static size_t rank_unit_numel(const aa_arch_t *a, const aa_strategy_t *s, int u) {
   return aa_sizes_unit_numel(a, s->tp, u);
 }
