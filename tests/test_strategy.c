@@ -950,6 +950,16 @@ static void expect_resolve_error_on(int line, const aa_model_spec_t *spec, const
   CHECK_MSG(same(&s, &before), "line %d: strategy changed on failure", line);
 }
 
+/* The strategy with these members resolves against spec on world ranks. */
+static void expect_resolve_ok_on(int line, const aa_model_spec_t *spec, const char *members, int world) {
+  char json[512];
+  aa_strategy_t s;
+  snprintf(json, sizeof json, "{" V1 "%s%s}", *members ? ", " : "", members);
+  if (parse_ok(&s, json)) return;
+  int rc = aa_strategy_resolve(&s, spec, world);
+  CHECK_MSG(rc == 0, "line %d: %s: %s", line, members, aa_last_error());
+}
+
 /* The same against the tiny model. */
 static void expect_resolve_error(int line, const char *members, int world, const char *needle) {
   aa_model_spec_t spec = tiny_spec();
@@ -1017,15 +1027,14 @@ AA_TEST(every_resolve_rule_fires) {
       __LINE__, &odd, "\"parallel\": {\"tensor\": 2, \"sequence_parallel\": true}, \"micro_batch\": 1", 0,
       "sequence_parallel splits a micro-batch's micro_batch x seq_len = 1 x 63 tokens between the "
       "2 tensor ranks: tp must divide 63");
-  /* The whole per-rank batch (micro_batch 0 resolves to 16) has 16 x 63 tokens. */
-  expect_resolve_error_on(__LINE__, &odd, "\"parallel\": {\"tensor\": 2, \"sequence_parallel\": true}", 0,
-                          "tensor parallel degree 2 is not supported by this engine yet");
+  /* The whole per-rank batch (micro_batch 0 resolves to 16) has 16 x 63 tokens: valid. */
+  expect_resolve_ok_on(__LINE__, &odd, "\"parallel\": {\"tensor\": 2, \"sequence_parallel\": true}", 2);
+  /* Tensor parallelism is in the engine: tp 2, also with sequence parallelism, is valid. */
+  aa_model_spec_t tiny = tiny_spec();
+  expect_resolve_ok_on(__LINE__, &tiny, "\"parallel\": {\"tensor\": 2}", 2);
+  expect_resolve_ok_on(__LINE__, &tiny, "\"parallel\": {\"tensor\": 2, \"sequence_parallel\": true}, \"micro_batch\": 1",
+                       2);
   /* The rules of this engine, after the general ones. */
-  expect_resolve_error(__LINE__, "\"parallel\": {\"tensor\": 2}", 0,
-                       "tensor parallel degree 2 is not supported by this engine yet");
-  expect_resolve_error(__LINE__,
-                       "\"parallel\": {\"tensor\": 2, \"sequence_parallel\": true}, \"micro_batch\": 1", 0,
-                       "tensor parallel degree 2 is not supported by this engine yet");
   expect_resolve_error(__LINE__, "\"parallel\": {\"pipeline\": 2}", 2,
                        "pipeline parallel degree 2 is not supported by this engine yet");
 }
