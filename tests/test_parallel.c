@@ -93,6 +93,13 @@ typedef struct {
   int micro_batch;             /* resolved */
 } run_t;
 
+/* What a forked rank is given: the run's configuration (NULL where there
+ * is none), the group's rendezvous and the directory it writes in. */
+typedef struct {
+  const cfg_t *c;
+  const char *rdv, *dir;
+} gang_t;
+
 static void die_after_step_2(const aa_train_step_info_t *info, void *data) {
   (void)data;
   if (info->step == 2) raise(SIGKILL);
@@ -104,10 +111,12 @@ static void die_after_step_2(const aa_train_step_info_t *info, void *data) {
  * something was not freed, so TRAIN_FAILED also says that a failing rank
  * freed everything. */
 #define TRAIN_FAILED 3
-static int rank_main(const cfg_t *c, const char *rdv, int rank, const char *dir) {
+static int rank_main(const gang_t *g, int rank) {
+  const cfg_t *c = g->c;
+  const char *dir = g->dir;
   aa_comm_t *comm = NULL;
   int rc;
-  if (c->dp && (rc = aa_comm_init(&comm, rdv, rank, c->dp, NULL))) {
+  if (c->dp && (rc = aa_comm_init(&comm, g->rdv, rank, c->dp, NULL))) {
     fprintf(stderr, "rank %d: %s\n", rank, aa_last_error());
     return 2;
   }
@@ -144,22 +153,19 @@ static int rank_main(const cfg_t *c, const char *rdv, int rank, const char *dir)
   return rc ? TRAIN_FAILED : 0;
 }
 
-/* Forks the run's processes and reaps them, killing all after 120 s so a
- * hang fails the test instead of stalling it. Ranks end with exit(), not
- * _exit(), so the sanitizer's leak check runs in each. */
-static void run(const cfg_t *c, run_t *r) {
-  char dir[512], rdv[AA_RENDEZVOUS_MAX];
-  snprintf(dir, sizeof dir, "%s/%s", tmpdir, c->out);
-  CHECK(aa_mkdirs(dir) == 0);
-  memset(r, 0, sizeof *r);
-  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_parallel") == 0);
-  int n = c->dp ? c->dp : 1;
-  r->micro_batch = c->micro_batch ? c->micro_batch : 8 / n; /* the tiny spec's global batch is 8 */
+/* Forks n ranks, each exiting with rank_fn(g, rank), and reaps them into
+ * status[rank] and exit_time[rank] (aa_now() when reaped; a rank never
+ * reaped keeps status -1, which is no exit), killing all after 120 s so a
+ * hang fails the test, named by what, instead of stalling it. Ranks end
+ * with exit(), not _exit(), so the sanitizer's leak check runs in each. */
+static void fork_ranks(const char *what, int n, int (*rank_fn)(const gang_t *, int), const gang_t *g,
+                       int *status, double *exit_time) {
   pid_t pids[MAX_RANKS];
   fflush(NULL);
   for (int i = 0; i < n; i++) {
+    status[i] = -1;
     pids[i] = fork();
-    if (pids[i] == 0) exit(rank_main(c, rdv, i, dir));
+    if (pids[i] == 0) exit(rank_fn(g, i));
   }
   double deadline = aa_now() + 120;
   for (int left = n; left > 0;) {
@@ -168,19 +174,35 @@ static void run(const cfg_t *c, run_t *r) {
     if (pid > 0) {
       for (int i = 0; i < n; i++)
         if (pids[i] == pid) {
-          r->status[i] = st;
-          r->exit_time[i] = aa_now();
+          status[i] = st;
+          exit_time[i] = aa_now();
           left--;
         }
       continue;
     }
+    if (pid < 0 && errno != EINTR) {
+      CHECK_MSG(0, "%s: waitpid: %s", what, strerror(errno));
+      break;
+    }
     if (aa_now() > deadline) {
-      CHECK_MSG(0, "%s: ranks still running after 120 s; killing them", c->out);
+      CHECK_MSG(0, "%s: ranks still running after 120 s; killing them", what);
       for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
       deadline = INFINITY;
     }
     nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
   }
+}
+
+/* Runs c's processes (fork_ranks) and reads what they left. */
+static void run(const cfg_t *c, run_t *r) {
+  char dir[512], rdv[AA_RENDEZVOUS_MAX];
+  snprintf(dir, sizeof dir, "%s/%s", tmpdir, c->out);
+  CHECK(aa_mkdirs(dir) == 0);
+  memset(r, 0, sizeof *r);
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_parallel") == 0);
+  int n = c->dp ? c->dp : 1;
+  r->micro_batch = c->micro_batch ? c->micro_batch : 8 / n; /* the tiny spec's global batch is 8 */
+  fork_ranks(c->out, n, rank_main, &(gang_t){.c = c, .rdv = rdv, .dir = dir}, r->status, r->exit_time);
   char path[700];
   for (int i = 0; i <= STEPS; i++) r->loss[i] = r->norm[i] = NAN;
   snprintf(path, sizeof path, "%s/log.0", dir);
@@ -551,9 +573,9 @@ AA_TEST(a_rank_that_fails_makes_every_other_rank_fail) {
  * dp 2 tp 2 (the default axis order, tensor fastest) the tensor groups are
  * {0,1}, {2,3} and the data groups {0,2}, {1,3}, which an all-reduce of
  * the world ranks over each group shows. Exit status 0 when all holds. */
-static int mesh_rank(const char *rdv, int rank) {
+static int mesh_rank(const gang_t *g, int rank) {
   aa_comm_t *world = NULL;
-  if (aa_comm_init(&world, rdv, rank, 4, NULL)) return 2;
+  if (aa_comm_init(&world, g->rdv, rank, 4, NULL)) return 2;
   int bad = 0;
   aa_strategy_t s;
   aa_strategy_default(&s);
@@ -591,15 +613,11 @@ static int mesh_rank(const char *rdv, int rank) {
 AA_TEST(the_mesh_of_a_dp4_strategy_has_the_world_as_its_data_group) {
   char rdv[AA_RENDEZVOUS_MAX];
   CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_mesh") == 0);
-  pid_t pids[4];
-  fflush(NULL);
+  int st[4];
+  double exit_time[4];
+  fork_ranks("mesh", 4, mesh_rank, &(gang_t){.rdv = rdv}, st, exit_time);
   for (int i = 0; i < 4; i++)
-    if ((pids[i] = fork()) == 0) exit(mesh_rank(rdv, i));
-  for (int i = 0; i < 4; i++) {
-    int st;
-    CHECK(waitpid(pids[i], &st, 0) == pids[i]);
-    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d: status %#x", i, st);
-  }
+    CHECK_MSG(WIFEXITED(st[i]) && WEXITSTATUS(st[i]) == 0, "rank %d: status %#x", i, st[i]);
   /* A single process: a 1x1x1 mesh whose every group is its group of one. */
   aa_comm_t *self = NULL;
   aa_strategy_t s;
@@ -616,7 +634,7 @@ AA_TEST(the_mesh_of_a_dp4_strategy_has_the_world_as_its_data_group) {
  * limit and fails before its first collective; the launcher aborts the
  * group, so rank 0 fails at once with the abort's cause, not at a
  * timeout. Each rank's message goes to DIR/launch.RANK. */
-static int launch_main(const char *rdv, int rank, const char *dir) {
+static int launch_main(const gang_t *g, int rank) {
   aa_model_spec_t s;
   tiny_spec(&s);
   aa_strategy_t st;
@@ -626,13 +644,13 @@ static int launch_main(const char *rdv, int rank, const char *dir) {
   aa_launch_t l = {.spec = &s,
                    .rank = rank,
                    .world = 2,
-                   .rendezvous = rdv,
+                   .rendezvous = g->rdv,
                    .cuda = -1,
-                   .opts = {.threads = 1, .log = log, .out_dir = dir, .strategy = &st, .checkpoint_every = -1,
+                   .opts = {.threads = 1, .log = log, .out_dir = g->dir, .strategy = &st, .checkpoint_every = -1,
                             .log_every = 1, .memory_limit = rank == 1 ? 64 << 10 : 0}};
   int rc = aa_launch_rank(&l, NULL);
   char path[600];
-  snprintf(path, sizeof path, "%s/launch.%d", dir, rank);
+  snprintf(path, sizeof path, "%s/launch.%d", g->dir, rank);
   FILE *f = fopen(path, "w");
   if (f) fprintf(f, "%s\n", rc ? aa_last_error() : "ok");
   if (f) fclose(f);
@@ -652,16 +670,12 @@ AA_TEST(a_launched_rank_that_fails_aborts_its_gang) {
   snprintf(dir, sizeof dir, "%s/launch", tmpdir);
   CHECK(aa_mkdirs(dir) == 0);
   CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_launch") == 0);
-  pid_t pids[2];
-  fflush(NULL);
+  int st[2];
+  double exit_time[2];
   double t0 = aa_now();
+  fork_ranks("launch", 2, launch_main, &(gang_t){.rdv = rdv, .dir = dir}, st, exit_time);
   for (int i = 0; i < 2; i++)
-    if ((pids[i] = fork()) == 0) exit(launch_main(rdv, i, dir));
-  for (int i = 0; i < 2; i++) {
-    int st;
-    CHECK(waitpid(pids[i], &st, 0) == pids[i]);
-    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == TRAIN_FAILED, "rank %d: status %#x", i, st);
-  }
+    CHECK_MSG(WIFEXITED(st[i]) && WEXITSTATUS(st[i]) == TRAIN_FAILED, "rank %d: status %#x", i, st[i]);
   double dt = aa_now() - t0;
   char path[600], msg[2][512] = {"", ""};
   for (int i = 0; i < 2; i++) {
