@@ -109,6 +109,13 @@ typedef struct {
   int micro_batch;             /* resolved */
 } run_t;
 
+/* What a forked rank is given: the run's configuration (NULL where there
+ * is none), the group's rendezvous and the directory it writes in. */
+typedef struct {
+  const cfg_t *c;
+  const char *rdv, *dir;
+} gang_t;
+
 static void die_after_step_2(const aa_train_step_info_t *info, void *data) {
   (void)data;
   if (info->step == 2) raise(SIGKILL);
@@ -120,11 +127,13 @@ static void die_after_step_2(const aa_train_step_info_t *info, void *data) {
  * something was not freed, so TRAIN_FAILED also says that a failing rank
  * freed everything. */
 #define TRAIN_FAILED 3
-static int rank_main(const cfg_t *c, const char *rdv, int rank, const char *dir) {
+static int rank_main(const gang_t *g, int rank) {
+  const cfg_t *c = g->c;
+  const char *dir = g->dir;
   aa_comm_t *comm = NULL;
   int rc;
   int world = c->dp ? c->dp * (c->tp ? c->tp : 1) : 1;
-  if (c->dp && (rc = aa_comm_init(&comm, rdv, rank, world, NULL))) {
+  if (c->dp && (rc = aa_comm_init(&comm, g->rdv, rank, world, NULL))) {
     fprintf(stderr, "rank %d: %s\n", rank, aa_last_error());
     return 2;
   }
@@ -164,9 +173,47 @@ static int rank_main(const cfg_t *c, const char *rdv, int rank, const char *dir)
   return rc ? TRAIN_FAILED : 0;
 }
 
-/* Forks the run's processes and reaps them, killing all after 120 s so a
- * hang fails the test instead of stalling it. Ranks end with exit(), not
- * _exit(), so the sanitizer's leak check runs in each. */
+/* Forks n ranks, each exiting with rank_fn(g, rank), and reaps them into
+ * status[rank] and exit_time[rank] (aa_now() when reaped; a rank never
+ * reaped keeps status -1, which is no exit), killing all after 120 s so a
+ * hang fails the test, named by what, instead of stalling it. Ranks end
+ * with exit(), not _exit(), so the sanitizer's leak check runs in each. */
+static void fork_ranks(const char *what, int n, int (*rank_fn)(const gang_t *, int), const gang_t *g,
+                       int *status, double *exit_time) {
+  pid_t pids[MAX_RANKS];
+  fflush(NULL);
+  for (int i = 0; i < n; i++) {
+    status[i] = -1;
+    pids[i] = fork();
+    if (pids[i] == 0) exit(rank_fn(g, i));
+  }
+  double deadline = aa_now() + 120;
+  for (int left = n; left > 0;) {
+    int st;
+    pid_t pid = waitpid(-1, &st, WNOHANG);
+    if (pid > 0) {
+      for (int i = 0; i < n; i++)
+        if (pids[i] == pid) {
+          status[i] = st;
+          exit_time[i] = aa_now();
+          left--;
+        }
+      continue;
+    }
+    if (pid < 0 && errno != EINTR) {
+      CHECK_MSG(0, "%s: waitpid: %s", what, strerror(errno));
+      break;
+    }
+    if (aa_now() > deadline) {
+      CHECK_MSG(0, "%s: ranks still running after 120 s; killing them", what);
+      for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
+      deadline = INFINITY;
+    }
+    nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+  }
+}
+
+/* Runs c's processes (fork_ranks) and reads what they left. */
 static void run(const cfg_t *c, run_t *r) {
   char dir[512], rdv[AA_RENDEZVOUS_MAX];
   snprintf(dir, sizeof dir, "%s/%s", tmpdir, c->out);
@@ -176,32 +223,7 @@ static void run(const cfg_t *c, run_t *r) {
   int n = c->dp ? c->dp * (c->tp ? c->tp : 1) : 1;
   r->steps = c->steps ? c->steps : STEPS;
   r->micro_batch = c->micro_batch ? c->micro_batch : 8 / (c->dp ? c->dp : 1); /* the specs' global batch is 8 */
-  pid_t pids[MAX_RANKS];
-  fflush(NULL);
-  for (int i = 0; i < n; i++) {
-    pids[i] = fork();
-    if (pids[i] == 0) exit(rank_main(c, rdv, i, dir));
-  }
-  double deadline = aa_now() + 120;
-  for (int left = n; left > 0;) {
-    int st;
-    pid_t pid = waitpid(-1, &st, WNOHANG);
-    if (pid > 0) {
-      for (int i = 0; i < n; i++)
-        if (pids[i] == pid) {
-          r->status[i] = st;
-          r->exit_time[i] = aa_now();
-          left--;
-        }
-      continue;
-    }
-    if (aa_now() > deadline) {
-      CHECK_MSG(0, "%s: ranks still running after 120 s; killing them", c->out);
-      for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
-      deadline = INFINITY;
-    }
-    nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
-  }
+  fork_ranks(c->out, n, rank_main, &(gang_t){.c = c, .rdv = rdv, .dir = dir}, r->status, r->exit_time);
   char path[700];
   for (int i = 0; i <= MAX_STEPS; i++) r->loss[i] = r->norm[i] = NAN;
   snprintf(path, sizeof path, "%s/log.0", dir);
@@ -472,9 +494,11 @@ AA_TEST(tp2_in_bf16_and_fp16_and_with_full_checkpointing_matches_the_single_proc
  * fixed batch, as rank `rank` of tp (tp 1: one process): writes the loss
  * and the gradient norm, then the rank's flat gradient and its parameters
  * after the step, to DIR/step.RANK. */
-static int tp_step_rank(const char *rdv, int rank, int tp, int sp, const char *dir) {
+static int tp_step_rank(const gang_t *gang, int rank) {
+  const int tp = gang->c->tp, sp = gang->c->sp;
+  const char *dir = gang->dir;
   aa_comm_t *group = NULL, *self = NULL;
-  int rc = tp > 1 ? aa_comm_init(&group, rdv, rank, tp, NULL) : 0;
+  int rc = tp > 1 ? aa_comm_init(&group, gang->rdv, rank, tp, NULL) : 0;
   if (!rc) rc = aa_comm_self(&self);
   aa_model_spec_t s;
   model_spec(&s, TP_MODEL, 2);
@@ -527,15 +551,11 @@ static int tp_step(int tp, int sp, tp_step_t *out) {
   snprintf(dir, sizeof dir, "%s/tpstep.%d.%d", tmpdir, tp, sp);
   CHECK(aa_mkdirs(dir) == 0);
   CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_parallel") == 0);
-  pid_t pids[MAX_RANKS];
-  fflush(NULL);
-  for (int r = 0; r < tp; r++)
-    if ((pids[r] = fork()) == 0) exit(tp_step_rank(rdv, r, tp, sp, dir));
-  int ok = 1;
-  for (int r = 0; r < tp; r++) {
-    int st;
-    ok &= waitpid(pids[r], &st, 0) == pids[r] && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-  }
+  int status[MAX_RANKS], ok = 1;
+  double exit_time[MAX_RANKS];
+  const cfg_t c = {.tp = tp, .sp = sp};
+  fork_ranks(dir, tp, tp_step_rank, &(gang_t){.c = &c, .rdv = rdv, .dir = dir}, status, exit_time);
+  for (int r = 0; r < tp; r++) ok &= status[r] != -1 && WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0;
   CHECK_MSG(ok, "tp %d sp %d: a rank failed", tp, sp);
   if (!ok) return 0;
   aa_model_spec_t s;
@@ -839,9 +859,9 @@ AA_TEST(a_rank_that_fails_makes_every_other_rank_fail) {
  * dp 2 tp 2 (the default axis order, tensor fastest) the tensor groups are
  * {0,1}, {2,3} and the data groups {0,2}, {1,3}, which an all-reduce of
  * the world ranks over each group shows. Exit status 0 when all holds. */
-static int mesh_rank(const char *rdv, int rank) {
+static int mesh_rank(const gang_t *g, int rank) {
   aa_comm_t *world = NULL;
-  if (aa_comm_init(&world, rdv, rank, 4, NULL)) return 2;
+  if (aa_comm_init(&world, g->rdv, rank, 4, NULL)) return 2;
   int bad = 0;
   aa_strategy_t s;
   aa_strategy_default(&s);
@@ -879,15 +899,11 @@ static int mesh_rank(const char *rdv, int rank) {
 AA_TEST(the_mesh_of_a_dp4_strategy_has_the_world_as_its_data_group) {
   char rdv[AA_RENDEZVOUS_MAX];
   CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_mesh") == 0);
-  pid_t pids[4];
-  fflush(NULL);
+  int st[4];
+  double exit_time[4];
+  fork_ranks("mesh", 4, mesh_rank, &(gang_t){.rdv = rdv}, st, exit_time);
   for (int i = 0; i < 4; i++)
-    if ((pids[i] = fork()) == 0) exit(mesh_rank(rdv, i));
-  for (int i = 0; i < 4; i++) {
-    int st;
-    CHECK(waitpid(pids[i], &st, 0) == pids[i]);
-    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d: status %#x", i, st);
-  }
+    CHECK_MSG(WIFEXITED(st[i]) && WEXITSTATUS(st[i]) == 0, "rank %d: status %#x", i, st[i]);
   /* A single process: a 1x1x1 mesh whose every group is its group of one. */
   aa_comm_t *self = NULL;
   aa_strategy_t s;
@@ -904,7 +920,7 @@ AA_TEST(the_mesh_of_a_dp4_strategy_has_the_world_as_its_data_group) {
  * limit and fails before its first collective; the launcher aborts the
  * group, so rank 0 fails at once with the abort's cause, not at a
  * timeout. Each rank's message goes to DIR/launch.RANK. */
-static int launch_main(const char *rdv, int rank, const char *dir) {
+static int launch_main(const gang_t *g, int rank) {
   aa_model_spec_t s;
   tiny_spec(&s);
   aa_strategy_t st;
@@ -914,13 +930,13 @@ static int launch_main(const char *rdv, int rank, const char *dir) {
   aa_launch_t l = {.spec = &s,
                    .rank = rank,
                    .world = 2,
-                   .rendezvous = rdv,
+                   .rendezvous = g->rdv,
                    .cuda = -1,
-                   .opts = {.threads = 1, .log = log, .out_dir = dir, .strategy = &st, .checkpoint_every = -1,
+                   .opts = {.threads = 1, .log = log, .out_dir = g->dir, .strategy = &st, .checkpoint_every = -1,
                             .log_every = 1, .memory_limit = rank == 1 ? 64 << 10 : 0}};
   int rc = aa_launch_rank(&l, NULL);
   char path[600];
-  snprintf(path, sizeof path, "%s/launch.%d", dir, rank);
+  snprintf(path, sizeof path, "%s/launch.%d", g->dir, rank);
   FILE *f = fopen(path, "w");
   if (f) fprintf(f, "%s\n", rc ? aa_last_error() : "ok");
   if (f) fclose(f);
@@ -940,16 +956,12 @@ AA_TEST(a_launched_rank_that_fails_aborts_its_gang) {
   snprintf(dir, sizeof dir, "%s/launch", tmpdir);
   CHECK(aa_mkdirs(dir) == 0);
   CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_launch") == 0);
-  pid_t pids[2];
-  fflush(NULL);
+  int st[2];
+  double exit_time[2];
   double t0 = aa_now();
+  fork_ranks("launch", 2, launch_main, &(gang_t){.rdv = rdv, .dir = dir}, st, exit_time);
   for (int i = 0; i < 2; i++)
-    if ((pids[i] = fork()) == 0) exit(launch_main(rdv, i, dir));
-  for (int i = 0; i < 2; i++) {
-    int st;
-    CHECK(waitpid(pids[i], &st, 0) == pids[i]);
-    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == TRAIN_FAILED, "rank %d: status %#x", i, st);
-  }
+    CHECK_MSG(WIFEXITED(st[i]) && WEXITSTATUS(st[i]) == TRAIN_FAILED, "rank %d: status %#x", i, st[i]);
   double dt = aa_now() - t0;
   char path[600], msg[2][512] = {"", ""};
   for (int i = 0; i < 2; i++) {

@@ -29,11 +29,15 @@
 static char tmp_dir[256];
 static int db_counter;
 
+/* The path of the latest fresh database (fresh_path, fresh_store). */
+static void cur_path(char out[512]) { snprintf(out, 512, "%s/store%d.db", tmp_dir, db_counter); }
+
 /* A fresh database path in the temporary directory; valid until the next
  * call. */
 static const char *fresh_path(void) {
   static char buf[512];
-  snprintf(buf, sizeof buf, "%s/store%d.db", tmp_dir, ++db_counter);
+  ++db_counter;
+  cur_path(buf);
   return buf;
 }
 
@@ -123,6 +127,16 @@ static int raw_sql(const char *path, const char *sql, char *msg, size_t cap) {
   if (msg) snprintf(msg, cap, "%s", sqlite3_errmsg(db));
   sqlite3_close(db);
   return rc;
+}
+
+/* Writes past the CHECK constraints, as a manual edit or corruption would. */
+static void force_sql(const char *path, const char *fmt, long long id) {
+  char sql[256], msg[256];
+  char stmt[160];
+  snprintf(stmt, sizeof stmt, fmt, id);
+  snprintf(sql, sizeof sql, "PRAGMA ignore_check_constraints = ON; %s", stmt);
+  int rc = raw_sql(path, sql, msg, sizeof msg);
+  CHECK_MSG(rc == SQLITE_OK, "%s: %s", stmt, msg);
 }
 
 /* One text value of a query on the file, through a separate connection. */
@@ -294,7 +308,7 @@ AA_TEST(a_held_write_lock_fails_a_write_after_the_busy_timeout_but_not_reads) {
   aa_store_t *st = fresh_store();
   if (!st) return;
   char path[512];
-  snprintf(path, sizeof path, "%s/store%d.db", tmp_dir, db_counter);
+  cur_path(path);
   sqlite3 *other = NULL;
   CHECK(sqlite3_open(path, &other) == SQLITE_OK);
   CHECK(sqlite3_exec(other, "BEGIN IMMEDIATE; INSERT INTO hardware VALUES ('held', '{}', 0)", NULL, NULL,
@@ -333,7 +347,7 @@ static void make_file(const char *path, mode_t mode) {
 
 /* The path of the latest fresh store and of its journal files. */
 static void store_files(char path[512], char wal[520], char shm[520]) {
-  snprintf(path, 512, "%s/store%d.db", tmp_dir, db_counter);
+  cur_path(path);
   snprintf(wal, 520, "%s-wal", path);
   snprintf(shm, 520, "%s-shm", path);
 }
@@ -764,13 +778,11 @@ AA_TEST(answers_leave_out_failed_pruned_and_unfinished_runs) {
   aa_store_close(st);
 }
 
-static void force_sql(const char *path, const char *fmt, long long id);
-
 AA_TEST(job_run_counts_count_each_status_in_one_query) {
   aa_store_t *st = fresh_store();
   if (!st) return;
   char path[512];
-  snprintf(path, sizeof path, "%s/store%d.db", tmp_dir, db_counter);
+  cur_path(path);
   int64_t job = new_job(st, HW), other = new_job(st, HW);
   add_run(st, job, AA_STORE_RUN_DRYRUN, 1, AA_STORE_RUN_OK, 100, 1);
   add_run(st, job, AA_STORE_RUN_DRYRUN, 2, AA_STORE_RUN_OK, 150, 1);
@@ -898,7 +910,7 @@ AA_TEST(recover_requeues_running_and_interrupted_jobs_until_max_resumes) {
   aa_store_t *st = fresh_store();
   if (!st) return;
   char path[512];
-  snprintf(path, sizeof path, "%s/store%d.db", tmp_dir, db_counter);
+  cur_path(path);
   int64_t live = new_job(st, HW);
   CHECK(aa_store_job_start(st, live) == 0);
   int64_t ok = add_run(st, live, AA_STORE_RUN_DRYRUN, 1, AA_STORE_RUN_OK, 10, 1);
@@ -1103,21 +1115,11 @@ static int walk_bad(int64_t id, const char *why, void *data) {
   return w->stop_with;
 }
 
-/* Writes past the CHECK constraints, as a manual edit or corruption would. */
-static void force_sql(const char *path, const char *fmt, long long id) {
-  char sql[256], msg[256];
-  char stmt[160];
-  snprintf(stmt, sizeof stmt, fmt, id);
-  snprintf(sql, sizeof sql, "PRAGMA ignore_check_constraints = ON; %s", stmt);
-  int rc = raw_sql(path, sql, msg, sizeof msg);
-  CHECK_MSG(rc == SQLITE_OK, "%s: %s", stmt, msg);
-}
-
 AA_TEST(a_walk_reports_unreadable_rows_through_bad_row_and_goes_on) {
   aa_store_t *st = fresh_store();
   if (!st) return;
   char path[512];
-  snprintf(path, sizeof path, "%s/store%d.db", tmp_dir, db_counter);
+  cur_path(path);
   int64_t j1 = new_job(st, HW), j2 = new_job(st, HW), j3 = new_job(st, HW2);
   int64_t a = add_run(st, j1, AA_STORE_RUN_DRYRUN, 1, AA_STORE_RUN_OK, 100, 1);
   int64_t b = add_run(st, j1, AA_STORE_RUN_DRYRUN, 2, AA_STORE_RUN_OK, 200, 1);

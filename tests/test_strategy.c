@@ -85,6 +85,13 @@ static int parse_ok(aa_strategy_t *s, const char *json) {
   return rc;
 }
 
+/* Checks that json parses and that its strategy's key is want. */
+static void expect_key(const char *json, const char *want) {
+  aa_strategy_t s;
+  if (parse_ok(&s, json)) return;
+  CHECK_MSG(!strcmp(key_of(&s), want), "%s: key %s, want %s", json, key_of(&s), want);
+}
+
 /* The model of examples/tiny: 4 layers, 4 heads, global_batch 16. */
 static aa_model_spec_t tiny_spec(void) {
   aa_model_spec_t spec;
@@ -171,11 +178,8 @@ AA_TEST(key_follows_the_grammar) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char json[512];
-    aa_strategy_t s;
     snprintf(json, sizeof json, "{" V1 ", %s}", cases[i].json);
-    if (parse_ok(&s, json)) continue;
-    CHECK_MSG(!strcmp(key_of(&s), cases[i].key), "%s: key %s, want %s", cases[i].json, key_of(&s),
-              cases[i].key);
+    expect_key(json, cases[i].key);
   }
 }
 
@@ -391,7 +395,8 @@ AA_TEST(save_then_load_gives_the_same_strategy) {
  * saver may write, at the final name and at the old fixed temporary name:
  * the save replaces the first and never writes through either. */
 AA_TEST(save_never_writes_through_a_planted_symlink) {
-  char dir[] = "/tmp/aa_strategy_XXXXXX", victim[64], path[64], tmp[80], got[32] = {0};
+  char dir[] = "/tmp/aa_strategy_XXXXXX", victim[64], path[64], tmp[80], *got = NULL;
+  size_t got_len = 0;
   if (!mkdtemp(dir)) SKIP("mkdtemp failed");
   snprintf(victim, sizeof victim, "%s/victim", dir);
   snprintf(path, sizeof path, "%s/s.json", dir);
@@ -404,11 +409,9 @@ AA_TEST(save_never_writes_through_a_planted_symlink) {
   CHECK(symlink(victim, path) == 0 && symlink(victim, tmp) == 0);
   aa_strategy_t s = odd_strategy(), back;
   CHECK_MSG(aa_strategy_save(&s, path) == 0, "%s", aa_last_error());
-  if ((f = fopen(victim, "r"))) {
-    CHECK(fread(got, 1, sizeof got - 1, f) == 7);
-    fclose(f);
-  }
-  CHECK(!strcmp(got, "secret\n"));
+  CHECK_MSG(aa_read_file(victim, 1 << 10, "the victim", &got, &got_len) == 0, "%s", aa_last_error());
+  CHECK(got_len == 7 && got && !strcmp(got, "secret\n"));
+  free(got);
   struct stat st;
   CHECK(lstat(path, &st) == 0 && S_ISREG(st.st_mode));
   CHECK(lstat(tmp, &st) == 0 && S_ISLNK(st.st_mode));
@@ -515,10 +518,7 @@ AA_TEST(atorch_methods_map_onto_the_knobs) {
        "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.gpipe"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    aa_strategy_t s;
-    if (parse_ok(&s, cases[i].json)) continue;
-    CHECK_MSG(!strcmp(key_of(&s), cases[i].key), "%s: key %s, want %s", cases[i].json, key_of(&s),
-              cases[i].key);
+    expect_key(cases[i].json, cases[i].key);
   }
   aa_strategy_t s;
   if (parse_ok(&s, "[[\"amp_native\", {\"dtype\": \"bf16\", \"skip_if_nonfinite\": true}]]") == 0)
@@ -655,11 +655,8 @@ AA_TEST(key_shows_an_order_only_where_it_changes_the_groups) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char json[512];
-    aa_strategy_t s;
     snprintf(json, sizeof json, "{" V1 ", \"parallel\": {%s}}", cases[i].parallel);
-    if (parse_ok(&s, json)) continue;
-    CHECK_MSG(!strcmp(key_of(&s), cases[i].key), "%s: key %s, want %s", cases[i].parallel, key_of(&s),
-              cases[i].key);
+    expect_key(json, cases[i].key);
   }
 }
 
@@ -821,10 +818,7 @@ AA_TEST(atorch_options_that_map_exactly_are_honoured) {
       {"[[\"parallel_mode\", [[[\"data\", 2]], null, false]]]", "dp2.tp1.pp1.z0.fp32.ckpt-none.mb0"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    aa_strategy_t s;
-    if (parse_ok(&s, cases[i].json)) continue;
-    CHECK_MSG(!strcmp(key_of(&s), cases[i].key), "%s: key %s, want %s", cases[i].json, key_of(&s),
-              cases[i].key);
+    expect_key(cases[i].json, cases[i].key);
   }
 }
 

@@ -43,6 +43,15 @@ static char *slurp(const char *path) {
   return buf;
 }
 
+/* Writes text to path, replacing what was there. */
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+}
+
 static FILE *quiet(void) { return fopen("/dev/null", "w"); }
 
 AA_TEST(resume_from_checkpoint_gives_bit_identical_losses) {
@@ -192,11 +201,7 @@ AA_TEST(bad_training_data_fails_cleanly) {
             aa_last_error());
   small_spec(&s, 2, 0);
   snprintf(s.val_data, sizeof s.val_data, "%s/bad-val.bin", tmpdir);
-  FILE *f = fopen(s.val_data, "w");
-  if (f) {
-    fputs("not a token file", f);
-    fclose(f);
-  }
+  write_text(s.val_data, "not a token file");
   CHECK(aa_train(&s, &o, NULL) == AA_EINPUT);
   CHECK_MSG(strstr(aa_last_error(), "validation data: ") && strstr(aa_last_error(), "bad-val.bin"), "%s",
             aa_last_error());
@@ -217,11 +222,7 @@ AA_TEST(outputs_never_write_through_planted_symlinks) {
   snprintf(summary, sizeof summary, "%s/summary.json", dir);
   snprintf(ckpt, sizeof ckpt, "%s/final.ckpt", dir);
   CHECK(aa_mkdirs(dir) == 0);
-  FILE *f = fopen(victim, "w");
-  if (f) {
-    fputs("secret\n", f);
-    fclose(f);
-  }
+  write_text(victim, "secret\n");
   CHECK(symlink(victim, losses) == 0);
   FILE *log = quiet();
   aa_train_opts_t o = {.threads = 1, .checkpoint_every = -1, .log_every = 100, .out_dir = dir,

@@ -170,8 +170,9 @@ static int welcome(int lfd, peer_t *p, pid_t worker, int ms) {
 
 static uint64_t next_run = 1;
 
-static void send_job(peer_t *p, uint64_t job, int kind, const char *model, const char *strategy,
-                     uint64_t measured, int time_limit, uint64_t memory_limit, const char *out_dir) {
+/* A job message of one rank, the next run; its strings are borrowed. */
+static aa_msg_t job_msg(uint64_t job, int kind, const char *model, const char *strategy, uint64_t measured,
+                        int time_limit, uint64_t memory_limit, const char *out_dir) {
   aa_msg_t m = {.type = AA_MSG_JOB, .id = job};
   m.job = (aa_msg_job_t){.job = job,
                          .run = next_run++,
@@ -184,6 +185,12 @@ static void send_job(peer_t *p, uint64_t job, int kind, const char *model, const
                          .memory_limit = memory_limit,
                          .world = 1,
                          .out_dir = (char *)out_dir};
+  return m;
+}
+
+static void send_job(peer_t *p, uint64_t job, int kind, const char *model, const char *strategy,
+                     uint64_t measured, int time_limit, uint64_t memory_limit, const char *out_dir) {
+  aa_msg_t m = job_msg(job, kind, model, strategy, measured, time_limit, memory_limit, out_dir);
   send_msg(p, &m);
 }
 
@@ -372,10 +379,9 @@ AA_TEST(every_way_a_run_ends_is_reported_and_the_executor_survives) {
   snprintf(out, sizeof out, "%s/train10", tmpdir);
   CHECK(mkdir(out, 0777) == 0);
   uid_t other = geteuid() == 65534 ? 65533 : 65534;
-  aa_msg_t j10 = {.type = AA_MSG_JOB, .id = 10};
-  j10.job = (aa_msg_job_t){.job = 10, .run = next_run++, .kind = AA_PROTO_JOB_TRAIN, .model = (char *)model_json,
-                           .strategy = (char *)strategy_json, .warmup_steps = 1, .measured_steps = 3,
-                           .world = 1, .out_dir = out, .has_owner = true, .owner = other};
+  aa_msg_t j10 = job_msg(10, AA_PROTO_JOB_TRAIN, model_json, strategy_json, 3, 0, 0, out);
+  j10.job.has_owner = true;
+  j10.job.owner = other;
   send_msg(&p, &j10);
   if (!wait_result(&p, 10, &res, NULL, 30000)) {
     char want[128];

@@ -26,7 +26,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from service_tool import connect, frame, hello, pack, unpack_error  # noqa: E402
+from service_tool import connect, frame, hello, pack, send_bad_frame, unpack_error  # noqa: E402
 
 STATUS = frame(pack({"v": 1, "t": "status", "id": 7}))
 
@@ -236,12 +236,7 @@ def soak_round(unix, tcp, token, k):
     for kind in ("malformed", "oversized", "truncated", "version", "before-hello", "zero-length", "no-token"):
         s = connect(tcp if kind == "no-token" else unix)
         try:
-            s.sendall({"malformed": frame(b"\xc1\xc1\xc1"), "oversized": struct.pack(">I", 64 << 20) + b"\x80",
-                       "truncated": struct.pack(">I", 100) + b"\x83", "version": frame(pack({"v": 2, "t": "hello"})),
-                       "before-hello": frame(pack({"v": 1, "t": "status"})), "zero-length": b"\0\0\0\0",
-                       "no-token": hello()}[kind])
-            if kind == "truncated":
-                s.shutdown(socket.SHUT_WR)
+            send_bad_frame(s, kind)
             read_frame(s, 5)
         except (OSError, socket.timeout):
             pass

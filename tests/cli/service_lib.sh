@@ -38,3 +38,24 @@ rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
 # gone PID: the process has exited (or is a zombie).
 gone() { ! kill -0 "$1" 2>/dev/null || grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+
+# planner_up LOG [NAME [PLANNER]]: waits up to 20 s for the planner PLANNER
+# names (default $P, "--planner ADDRESS") to answer status; one that does
+# not fails the test, showing its LOG.
+planner_up() {
+  wait_for 20 "$AA" status ${3:-$P} >/dev/null || { echo "FAIL: ${2:-planner} did not come up"; cat "$1"; exit 1; }
+}
+
+# start_executor THREADS [ARGS...]: an executor of $P, its log in
+# $tmp/executor.log; sets $executor.
+start_executor() {
+  "$AA" executor $P --threads "$1" "${@:2}" >>"$tmp/executor.log" 2>&1 &
+  executor=$!
+  pids+=("$executor")
+}
+
+# executors_up N: at least N executors are registered with $P.
+executors_up() { [ "$("$AA" status $P --json | jq_ "len(d['executors'])")" -ge "$1" ]; }
+
+# runner_of PID: the executor PID has a runner child; sets $r to it.
+runner_of() { r=$($TOOL children "$1"); [ -n "$r" ]; }

@@ -92,27 +92,29 @@ def hello(token=None):
     return frame(pack(m))
 
 
+def send_bad_frame(s, kind, token=None):
+    """Sends one bad or special frame on socket s: a KIND of the frame
+    subcommand (peer_tool.py's soak sends them too)."""
+    frames = {
+        "malformed": frame(b"\xc1\xc1\xc1"),  # a reserved msgpack byte
+        "oversized": struct.pack(">I", 64 << 20) + b"\x80",  # declares 64 MiB
+        "truncated": struct.pack(">I", 100) + b"\x83" + b"\xa1v\x01" * 3,  # declares 100 bytes, sends 10
+        "version": frame(pack({"v": 2, "t": "hello", "role": "client"})),
+        "before-hello": frame(pack({"v": 1, "t": "status"})),
+        "token": hello(token),
+        "no-token": hello(),
+        "zero-length": b"\0\0\0\0",
+    }
+    if kind not in frames:
+        raise SystemExit("unknown frame kind " + kind)
+    s.sendall(frames[kind])
+    if kind == "truncated":  # then half-closes
+        s.shutdown(socket.SHUT_WR)
+
+
 def cmd_frame(addr, kind, token=None):
     s = connect(addr)
-    if kind == "malformed":  # a reserved msgpack byte
-        s.sendall(frame(b"\xc1\xc1\xc1"))
-    elif kind == "oversized":  # declares 64 MiB
-        s.sendall(struct.pack(">I", 64 << 20) + b"\x80")
-    elif kind == "truncated":  # declares 100 bytes, sends 10, then half-closes
-        s.sendall(struct.pack(">I", 100) + b"\x83" + b"\xa1v\x01" * 3)
-        s.shutdown(socket.SHUT_WR)
-    elif kind == "version":
-        s.sendall(frame(pack({"v": 2, "t": "hello", "role": "client"})))
-    elif kind == "before-hello":
-        s.sendall(frame(pack({"v": 1, "t": "status"})))
-    elif kind == "token":
-        s.sendall(hello(token))
-    elif kind == "no-token":
-        s.sendall(hello())
-    elif kind == "zero-length":
-        s.sendall(b"\0\0\0\0")
-    else:
-        raise SystemExit("unknown frame kind " + kind)
+    send_bad_frame(s, kind, token)
     data = read_all(s)
     print(unpack_error(data))
     print("closed" if not data.endswith(b"left open>") else "open")

@@ -44,12 +44,9 @@ log="$tmp/planner.log"
   --hello-timeout-ms 1000 --frame-timeout-ms 1500 --write-queue-max 1M --measured-steps 100000 >"$log" 2>&1) &
 planner=$!
 pids+=("$planner")
-wait_for 20 "$AA" status $P >/dev/null || { echo "FAIL: planner did not come up"; cat "$log"; exit 1; }
-"$AA" executor $P --threads 1 >"$tmp/executor.log" 2>&1 &
-executor=$!
-pids+=("$executor")
-executors_up() { [ "$("$AA" status $P --json | jq_ "len(d['executors'])")" -ge 1 ]; }
-check "an executor registers" wait_for 20 executors_up
+planner_up "$log"
+start_executor 1
+check "an executor registers" wait_for 20 executors_up 1
 
 # --- 4 first: the token, made for TCP ------------------------------------------------
 st=$(stat -c %a "$home/token" 2>/dev/null)
@@ -118,7 +115,7 @@ log2="$tmp/planner2.log"
 planner2=$!
 pids+=("$planner2")
 P2="--planner unix:$home2/planner.sock"
-wait_for 20 "$AA" status $P2 >/dev/null || { echo "FAIL: planner 2 did not come up"; cat "$log2"; exit 1; }
+planner_up "$log2" "planner 2" "$P2"
 $PEER hold "tcp:127.0.0.1:$port2" 150 8 >"$tmp/hold.out" 2>&1 &
 hold=$!
 pids+=("$hold")

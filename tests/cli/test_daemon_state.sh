@@ -51,21 +51,14 @@ start_planner() { # start_planner EXTRA...: a planner on $home, its log in $home
   "$AA" planner --home "$home" --heartbeat-ms 100 --dead-after-ms 1500 "$@" >>"$home.log" 2>&1 &
   planner=$!
   pids+=("$planner")
-  wait_for 20 "$AA" status $P >/dev/null || { echo "FAIL: planner did not come up"; tail "$home.log"; exit 1; }
+  planner_up "$home.log"
 }
 # second_dry_run LOG JOB: the job's first dry run ended and its second started
 # (read from the log: polling it costs no process start, so a short window is seen).
 second_dry_run() { grep -q "job $2: dry run 2/" "$1"; }
-start_executor() { # start_executor THREADS: sets $executor
-  "$AA" executor $P --threads "$1" >>"$tmp/executor.log" 2>&1 &
-  executor=$!
-  pids+=("$executor")
-}
-executors_up() { [ "$("$AA" status $P --json | jq_ "len(d['executors'])")" -ge "$1" ]; }
 job_field() { "$AA" status "$1" $P --json | jq_ "d['job']$2"; } # job_field JOB "['status']"
 status_is() { [ "$(job_field "$1" "['status']")" = "$2" ]; }
 submit() { "$AA" submit "$@" $P | grep -Eo '[0-9]+' | head -1; } # submit ARGS...: the job id
-runner_of() { r=$($TOOL children "$1"); [ -n "$r" ]; } # sets $r
 
 # --- 1. a job whose executors are gone does not hold the queue --------------------------
 start_planner --measured-steps 100000 --dryrun-time-limit 60 --placement-timeout 6

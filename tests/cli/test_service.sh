@@ -53,18 +53,12 @@ start_planner() { # start_planner EXTRA...
     "$@" >>"$tmp/planner.log" 2>&1 &
   planner=$!
   pids+=("$planner")
-  wait_for 20 "$AA" status $P >/dev/null || { echo "FAIL: planner did not come up"; cat "$tmp/planner.log"; exit 1; }
+  planner_up "$tmp/planner.log"
 }
-start_executor() { # start_executor EXTRA...
-  "$AA" executor $P --threads 1 "$@" >>"$tmp/executor.log" 2>&1 &
-  executor=$!
-  pids+=("$executor")
-}
-executors_up() { [ "$("$AA" status $P --json | jq_ "len(d['executors'])")" -ge "$1" ]; }
 
 # --- 1. submit -> dry runs -> best -> training --------------------------------
 start_planner
-start_executor
+start_executor 1
 check "an executor registers" wait_for 20 executors_up 1
 expect 0 "best" timeout 300 "$AA" submit "$tmp/model.json" $P --wait --train --out "$tmp/out1" \
   --exclude fp16,checkpoint
@@ -112,12 +106,11 @@ check "replay gives the same losses as the planner's training" cmp -s "$tmp/out1
 # --- 4. kill -9 of a runner during a dry run -----------------------------------
 kill "$planner" "$executor"; wait "$planner" "$executor" 2>/dev/null
 start_planner --measured-steps 100000 --dryrun-time-limit 120
-start_executor
+start_executor 1
 wait_for 20 executors_up 1
 "$AA" submit "$tmp/model.json" $P --refresh --exclude bf16,fp16,checkpoint --max-dryruns 2 >"$tmp/submit3.txt"
 job3=$(grep -Eo '[0-9]+' "$tmp/submit3.txt" | head -1)
-runner_of() { r=$($TOOL children "$executor"); [ -n "$r" ]; }
-check "a runner child starts" wait_for 30 runner_of
+check "a runner child starts" wait_for 30 runner_of "$executor"
 kill -9 $r
 job_over() { "$AA" status "$job3" $P --json | jq_ "d['job']['status']" | grep -Eq 'done|failed'; }
 # The second dry run (100000 steps) is killed too when it has started, so the job ends soon.
@@ -136,7 +129,7 @@ check "the executor survived its runner" kill -0 "$executor"
 # for; a new executor takes the run again.
 "$AA" submit "$tmp/model.json" $P --refresh --exclude bf16,fp16,checkpoint --max-dryruns 1 >"$tmp/submit4.txt"
 job4=$(grep -Eo '[0-9]+' "$tmp/submit4.txt" | head -1)
-check "a runner starts for the next job" wait_for 30 runner_of
+check "a runner starts for the next job" wait_for 30 runner_of "$executor"
 kill -9 "$executor"; wait "$executor" 2>/dev/null
 job4_waits() { "$AA" status "$job4" $P --json | jq_ "d['job']['waiting']['for']" | grep -q "1 executor of .* (0 connected)"; }
 check "the job waits, visibly, when its only executor died" wait_for 30 job4_waits
@@ -147,8 +140,8 @@ check "the dead executor's run is recorded crashed, naming the executor, and run
   for r in d['runs'])" <"$tmp/runs4.json")" = 1 ]
 check "the dead executor's runner did not outlive it" wait_for 10 gone "$r"
 check "the planner survived the dead executor" kill -0 "$planner"
-start_executor
-check "a new executor takes the run again" wait_for 30 runner_of
+start_executor 1
+check "a new executor takes the run again" wait_for 30 runner_of "$executor"
 expect 0 "cancelled job $job4" "$AA" cancel "$job4" $P
 
 # --- 4c. an executor that stops responding (SIGSTOP) during a dry run ------------
@@ -159,7 +152,7 @@ check "the new executor registers" wait_for 20 executors_up 1
 check "the cancelled run's runner is stopped" wait_for 10 gone "$r"
 "$AA" submit "$tmp/model.json" $P --refresh --exclude bf16,fp16,checkpoint --max-dryruns 1 >"$tmp/submit4c.txt"
 job4c=$(grep -Eo '[0-9]+' "$tmp/submit4c.txt" | head -1)
-check "a runner starts on it" wait_for 30 runner_of
+check "a runner starts on it" wait_for 30 runner_of "$executor"
 kill -STOP "$executor"
 job4c_waits() { "$AA" status "$job4c" $P --json | jq_ "d['job']['waiting'] is not None"; }
 job4c_waits_() { [ "$(job4c_waits)" = True ]; }
@@ -170,7 +163,7 @@ check "the silent executor's run is recorded crashed: stopped responding" \
 kill -CONT "$executor"
 check "its runner is stopped once the executor runs again" wait_for 10 gone "$r"
 check "the executor registers again" wait_for 20 executors_up 1
-check "the registered executor takes the run again" wait_for 30 runner_of
+check "the registered executor takes the run again" wait_for 30 runner_of "$executor"
 expect 0 "cancelled job $job4c" "$AA" cancel "$job4c" $P
 
 # --- 5. kill -9 of the planner; restart; history queryable ---------------------
@@ -185,14 +178,14 @@ check "the executor reconnected" wait_for 20 executors_up 1
 # --- 6. timeout and oom ---------------------------------------------------------
 kill "$planner" "$executor"; wait "$planner" "$executor" 2>/dev/null
 start_planner --measured-steps 100000 --dryrun-time-limit 1
-start_executor
+start_executor 1
 wait_for 20 executors_up 1
 expect 1 "" timeout 60 "$AA" submit "$tmp/model.json" $P --wait --refresh --exclude bf16,fp16,checkpoint --max-dryruns 1
 check "a dry run past its time limit is recorded timeout" \
   [ "$("$AA" query runs --status timeout $P --json | jq_ "len(d['runs'])")" -ge 1 ]
 kill "$planner" "$executor"; wait "$planner" "$executor" 2>/dev/null
 start_planner
-start_executor --memory-limit 64K
+start_executor 1 --memory-limit 64K
 wait_for 20 executors_up 1
 # The search knows the bytes a rank needs at least (strategies/cost.h): no
 # strategy fits in 64 KiB, so none is dry-run, and the job says so.
@@ -241,8 +234,8 @@ home="$tmp/home-gang"
 sock="$home/planner.sock"
 P="--planner unix:$sock"
 start_planner
-start_executor; e1=$executor
-start_executor; e2=$executor
+start_executor 1; e1=$executor
+start_executor 1; e2=$executor
 check "two executors register" wait_for 20 executors_up 2
 expect 0 "job 1 done" timeout 300 "$AA" submit "$tmp/model.json" $P --wait --exhaustive --exclude bf16,fp16,checkpoint
 "$AA" query runs --job 1 $P --json >"$tmp/runs9.json"

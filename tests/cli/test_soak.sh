@@ -27,14 +27,14 @@ port=$($TOOL free-port)
   --hello-timeout-ms 1000 --frame-timeout-ms 1500 --write-queue-max 1M >"$tmp/planner.log" 2>&1 &
 planner=$!
 pids+=("$planner")
-wait_for 20 "$AA" status $P >/dev/null || { echo "FAIL: planner did not come up"; cat "$tmp/planner.log"; exit 1; }
+planner_up "$tmp/planner.log"
 for i in 1 2; do
-  "$AA" executor $P --threads 1 >>"$tmp/executor.log" 2>&1 &
-  ex[$i]=$!
-  pids+=("${ex[$i]}")
+  start_executor 1
+  ex[$i]=$executor
 done
-executors_up() { [ "$("$AA" status $P --json | jq_ "len(d['executors'])")" = 2 ]; }
-check "two executors register" wait_for 20 executors_up
+# Exactly two: an executor counted twice (one that registered again) fails here.
+two_executors() { [ "$("$AA" status $P --json | jq_ "len(d['executors'])")" = 2 ]; }
+check "two executors register" wait_for 20 two_executors
 
 $PEER soak "unix:$home/planner.sock" "tcp:127.0.0.1:$port" "$(head -1 "$home/token")" 30 >"$tmp/soak.out" 2>&1 &
 soak=$!
