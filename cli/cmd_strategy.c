@@ -40,11 +40,13 @@ static void usage_show(FILE *f) {
 
 static void usage_check(FILE *f) {
   fprintf(f, "usage: autoaccel strategy check FILE --model MODEL.json [--world N] [--memory BYTES]\n\n"
-             "Checks that the strategy can train the model: degrees against heads, layers\n"
-             "and batch, micro-batch against the per-rank batch, the world size, and what\n"
+             "Checks that the strategy can train the model: degrees against heads, MLP\n"
+             "width, layers and batch, micro-batch against the per-rank batch, sequence\n"
+             "parallelism against the tokens of a micro-batch, the world size, and what\n"
              "this engine supports. Prints \"ok: KEY is valid for MODEL (accumulation steps A)\"\n"
              "or the rule that failed, then what the search's cost model predicts: the bytes\n"
-             "a rank needs at least, by kind, and the FLOPs per trained token.\n\n"
+             "a rank needs at least, by kind, the FLOPs per trained token, and what the\n"
+             "collectives of each process group move per optimizer step.\n\n"
              "options:\n"
              "  --model MODEL.json   the model spec (required)\n"
              "  --world N            number of ranks (devices) to check dp * tp * pp against\n"
@@ -82,6 +84,11 @@ static void print_words(const aa_strategy_t *s) {
   long long ranks = (long long)s->dp * s->tp * s->pp;
   printf("parallel:          data %d x tensor %d x pipeline %d = %lld rank%s\n", s->dp, s->tp, s->pp, ranks,
          ranks == 1 ? "" : "s");
+  if (s->sp)
+    printf("sequence parallel: on: LayerNorm and the residual stream split along the sequence over the "
+           "tensor group\n");
+  else
+    printf("sequence parallel: off\n");
   aa_axis_t axes[AA_AXES];
   aa_axis_order_axes(s->order, axes);
   printf("axis order:        %s fastest, then %s, then %s\n", aa_axis_name(axes[0]), aa_axis_name(axes[1]),
@@ -232,8 +239,20 @@ static int cmd_check(int argc, char **argv) {
   printf("memory: a rank needs at least %s", need);
   if (memory) printf(", %s %s", m.total <= memory ? "fits in" : "more than", aa_mem_fmt(have, memory));
   double flops = aa_cost_flops_per_token(&spec.arch, &s);
-  printf("\nwork: %.4g %s per token (6N + 12LCT%s)\n", flops >= 1e9 ? flops / 1e9 : flops / 1e6,
-         flops >= 1e9 ? "GFLOP" : "MFLOP", s.ckpt == AA_CKPT_FULL ? " and the recomputed forward" : "");
+  printf("\nwork: %.4g %s per token%s (6N + 12LCT%s)\n", flops >= 1e9 ? flops / 1e9 : flops / 1e6,
+         flops >= 1e9 ? "GFLOP" : "MFLOP", s.tp > 1 ? " on each tensor rank" : "",
+         s.ckpt == AA_CKPT_FULL ? " and the recomputed forward" : "");
+  aa_cost_comm_t cc;
+  aa_cost_comm(&spec.arch, &s, aa_strategy_accum_steps(&s, &spec), &cc);
+  const aa_cost_group_t *groups[] = {&cc.data, &cc.tensor};
+  static const char *const group_names[] = {"data", "tensor"};
+  for (int g = 0; g < 2; g++) {
+    if (groups[g]->ranks < 2) continue;
+    char calls[256], ring[32];
+    aa_cost_group_describe(groups[g], calls, sizeof calls);
+    printf("comm: %s group of %d, per step: %s; a ring sends %s per rank\n", group_names[g], groups[g]->ranks,
+           calls, aa_mem_fmt(ring, (size_t)aa_cost_comm_ring_bytes(groups[g])));
+  }
   if (memory && m.total > memory) {
     aa_error(AA_EOOM, "%s does not fit: a rank needs at least %s, the device has %s", key,
              aa_mem_fmt(total, m.total), have);

@@ -29,6 +29,10 @@ typedef struct {
   int64_t scaler_iter, scaler_last_overflow;
   int32_t scaler_hysteresis_left;
   int64_t skipped_steps;
+  /* A tensor-parallel rank file's place (all 0 in every other file): the
+   * tensor degree and rank, the data shards of the rank's state and which
+   * one the file holds. */
+  uint32_t tp, tp_rank, shards, shard;
 } header_t;
 
 static const char *arch_names[6] = {"n_layer", "n_head", "d_model", "d_ff", "seq_len", "vocab_size"};
@@ -77,6 +81,10 @@ static void encode_header(unsigned char out[AA_CKPT_HEADER_BYTES], const header_
   put32(&p, (uint32_t)h->scaler_hysteresis_left);
   put32(&p, 0);
   put64(&p, (uint64_t)h->skipped_steps);
+  put32(&p, h->tp);
+  put32(&p, h->tp_rank);
+  put32(&p, h->shards);
+  put32(&p, h->shard);
 }
 
 static void decode_header(header_t *h, const unsigned char in[AA_CKPT_HEADER_BYTES]) {
@@ -102,6 +110,10 @@ static void decode_header(header_t *h, const unsigned char in[AA_CKPT_HEADER_BYT
   h->scaler_hysteresis_left = (int32_t)get32(&p);
   (void)get32(&p);
   h->skipped_steps = (int64_t)get64(&p);
+  h->tp = get32(&p);
+  h->tp_rank = get32(&p);
+  h->shards = get32(&p);
+  h->shard = get32(&p);
 }
 
 static void arch_fields(const aa_arch_t *a, int32_t out[6]) {
@@ -197,6 +209,9 @@ static int write_file(const char *path, header_t *h, const aa_ops_t *ops, const 
 }
 
 int aa_ckpt_save(const char *path, const aa_gpt_t *m, const aa_adamw_t *opt, const aa_train_state_t *st) {
+  if (m->tp > 1)
+    return aa_error(AA_EINVAL, "%s: tensor rank %d of %d holds a slice of the model (its group saves together)",
+                    path, m->tp_rank, m->tp);
   header_t h;
   state_header(&h, m, st);
   h.flags = opt ? FLAG_OPTIMIZER : 0;
@@ -311,40 +326,104 @@ static void chunk_of(size_t n, int world, int r, size_t *lo, size_t *len) {
   *len = n > a ? (n - a < c ? n - a : c) : 0;
 }
 
-/* Name of rank r's file of the sharded checkpoint at path. */
-static int rank_file(char *out, size_t cap, const char *path, int r, int world) {
-  if (snprintf(out, cap, "%s.rank%dof%d", path, r, world) >= (int)cap)
-    return aa_error(AA_EINVAL, "%s: path too long", path);
+/* Name of the file that holds data shard r of `shards` of tensor rank t's
+ * state in the sharded checkpoint at path: "path.rank<r>of<shards>" at
+ * tensor degree 1 (as before tensor parallelism), else
+ * "path.tp<t>of<tp>.rank<r>of<shards>". */
+static int rank_file(char *out, size_t cap, const char *path, int tp, int t, int r, int shards) {
+  int n = tp == 1 ? snprintf(out, cap, "%s.rank%dof%d", path, r, shards)
+                  : snprintf(out, cap, "%s.tp%dof%d.rank%dof%d", path, t, tp, r, shards);
+  if (n >= (int)cap) return aa_error(AA_EINVAL, "%s: path too long", path);
   return 0;
 }
 
+/* --- tensor-parallel layouts --------------------------------------------------------- */
+
+/* Every tensor rank's table at one tensor degree (model.h), from which a
+ * checkpoint saved at one degree is read at another: each tensor's slice
+ * on each rank and where it lies in the whole model. The units (wte|wpe,
+ * each block, lnf) are the same size on every tensor rank. */
+typedef struct {
+  int tp, n_tensors, n_units;
+  aa_tensor_desc_t *tab;     /* tp * n_tensors: rank t's table from tab + t * n_tensors */
+  size_t *unit_off, *unit_n; /* a rank's units in its flat buffer */
+  size_t n_local;            /* a rank's elements */
+  size_t n_global;           /* the whole model's */
+} layout_t;
+
+/* The unit tensor i of a table belongs to (d = its entry). */
+static int tensor_unit(const aa_arch_t *a, const aa_tensor_desc_t *d, int i) {
+  return d->layer >= 0 ? AA_GPT_UNIT_BLOCK(d->layer) : i < 2 ? 0 : a->n_layer + 1;
+}
+
+static void layout_free(layout_t *l) {
+  free(l->tab);
+  free(l->unit_off);
+  memset(l, 0, sizeof *l);
+}
+
+/* The layout of architecture a at tensor degree tp, which must divide
+ * n_head and d_ff (else AA_EFORMAT naming path, whose checkpoint claims
+ * it). */
+static int layout_init(layout_t *l, const aa_arch_t *a, int tp, const char *path) {
+  memset(l, 0, sizeof *l);
+  if (tp < 1 || tp > MAX_WORLD || a->n_head % tp || a->d_ff % tp)
+    return aa_error(AA_EFORMAT, "%s: tensor degree %d, which does not divide this model's n_head %d and d_ff %d",
+                    path, tp, a->n_head, a->d_ff);
+  l->tp = tp;
+  l->n_tensors = aa_gpt_n_tensors(a);
+  l->n_units = aa_sizes_units(a);
+  l->tab = calloc((size_t)tp * (size_t)l->n_tensors, sizeof *l->tab);
+  l->unit_off = calloc(2 * (size_t)l->n_units, sizeof *l->unit_off);
+  if (!l->tab || !l->unit_off) {
+    layout_free(l);
+    return aa_error(AA_ENOMEM, "out of memory");
+  }
+  l->unit_n = l->unit_off + l->n_units;
+  for (int t = 0; t < tp; t++) aa_gpt_tensor_table(a, tp, t, l->tab + (size_t)t * l->n_tensors);
+  for (int i = 0, prev = -1; i < l->n_tensors; i++) {
+    const aa_tensor_desc_t *d = &l->tab[i];
+    int u = tensor_unit(a, d, i);
+    if (u != prev) l->unit_off[u] = d->offset;
+    l->unit_n[u] += d->numel;
+    prev = u;
+  }
+  const aa_tensor_desc_t *last = &l->tab[l->n_tensors - 1];
+  l->n_local = last->offset + last->numel;
+  l->n_global = last->goffset + last->gnumel;
+  return 0;
+}
+
+/* --- reading checkpoints ------------------------------------------------------------- */
+
 /* Where a checkpoint's elements are read from: one whole-model file
- * (world 0), or the world rank files of a manifest, in each of which
+ * (shards = 0), or the files of a manifest, tp * shards of them: file t *
+ * shards + r holds data shard r of tensor rank t's state, and in it
  * section s (0 parameters, 1 first moment, 2 second moment) holds the
- * rank's chunk of every unit in unit order. */
+ * shard's chunk of every unit in unit order. */
 typedef struct {
   const aa_gpt_t *m;
-  int world, n_units;
-  FILE **f;       /* world files (one when world = 0) */
-  size_t *E;      /* elements per section of rank r's file */
-  size_t *prefix; /* [r * n_units + u]: elements of rank r's section before its chunk of unit u */
-  header_t h;     /* the replicated state: the (first) file's header */
+  layout_t lay;   /* the layout the checkpoint was saved in */
+  int shards, n_files;
+  FILE **f;       /* n_files files */
+  size_t *E;      /* elements per section of each file */
+  size_t *prefix; /* [file * n_units + u]: elements of the file's section before its chunk of unit u */
+  header_t h;     /* the replicated state: the first file's header */
 } source_t;
 
 static void source_close(source_t *s) {
-  for (int i = 0; s->f && i < (s->world ? s->world : 1); i++)
+  for (int i = 0; s->f && i < s->n_files; i++)
     if (s->f[i]) fclose(s->f[i]);
   free(s->f);
   free(s->E);
   free(s->prefix);
+  layout_free(&s->lay);
   memset(s, 0, sizeof *s);
 }
 
-/* Reads and checks the manifest at path, then opens and checks every rank
- * file it names (open_file, so each is checksummed whole), and that each
- * file is the one the manifest names (its checksum) and all hold the same
- * training state. */
-static int open_manifest(source_t *s, const char *path, const aa_gpt_t *m) {
+/* The manifest at path as JSON (*out transferred), at most MANIFEST_MAX
+ * bytes. */
+static int read_manifest(const char *path, json_t **out) {
   FILE *f = fopen(path, "rb");
   if (!f) return aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "%s: cannot open: %s", path, strerror(errno));
   struct stat sb;
@@ -359,60 +438,98 @@ static int open_manifest(source_t *s, const char *path, const aa_gpt_t *m) {
   else if ((len = fread(text, 1, (size_t)sb.st_size, f)) != (size_t)sb.st_size)
     rc = aa_error(AA_EIO, "%s: read failed", path);
   fclose(f);
-  json_t *root = NULL;
-  if (!rc) rc = aa_json_parse_text(text, len, MANIFEST_MAX, path, "a checkpoint manifest", "a JSON object", &root);
+  if (!rc) rc = aa_json_parse_text(text, len, MANIFEST_MAX, path, "a checkpoint manifest", "a JSON object", out);
   free(text);
+  return rc;
+}
+
+/* Integer member key of o, or -1 when it is missing or not an integer
+ * in [0, max]. */
+static int json_count(const json_t *o, const char *key, int max) {
+  json_t *v = json_object_get(o, key);
+  json_int_t x = json_is_integer(v) ? json_integer_value(v) : -1;
+  return x >= 0 && x <= max ? (int)x : -1;
+}
+
+/* Reads and checks the manifest at path, then opens and checks every rank
+ * file it names (open_file, so each is checksummed whole), and that each
+ * file is the one the manifest names (its checksum), sits where the
+ * manifest puts it (a tensor-parallel file's header says where), and all
+ * hold the same training state. Version 1: the files of a run without
+ * tensor parallelism, one per data rank ("world"); version 2: the layout
+ * (dp, tp, zero) and one file per tensor rank and data shard. */
+static int open_manifest(source_t *s, const char *path, const aa_gpt_t *m) {
+  json_t *root = NULL;
+  int rc = read_manifest(path, &root);
   if (rc) return rc;
   const char *fmt = json_string_value(json_object_get(root, "format"));
-  json_t *jw = json_object_get(root, "world"), *units = json_object_get(root, "units");
-  json_t *files = json_object_get(root, "files");
-  json_int_t world = json_is_integer(jw) ? json_integer_value(jw) : 0;
-  int U = aa_gpt_n_units(m);
-  if (!fmt || strcmp(fmt, MANIFEST_FORMAT) || json_integer_value(json_object_get(root, "version")) != 1) {
-    rc = aa_error(AA_EFORMAT, "%s: not an autoaccel checkpoint (neither a checkpoint file nor a version 1 manifest)",
-                  path);
-  } else if (world < 1 || world > MAX_WORLD || !json_is_array(files) || json_array_size(files) != (size_t)world) {
-    rc = aa_error(AA_EFORMAT, "%s: world must be 1..%d with one entry in files per rank", path, MAX_WORLD);
-  } else if (json_integer_value(json_object_get(root, "n_params")) != (json_int_t)m->n_params ||
-             !json_is_array(units) || json_array_size(units) != (size_t)U) {
-    rc = aa_error(AA_EINVAL, "%s: the checkpoint is of a model with other parameters (n_params, units)", path);
+  json_t *units = json_object_get(root, "units"), *files = json_object_get(root, "files");
+  json_t *jv = json_object_get(root, "version");
+  int version = json_is_integer(jv) ? (int)json_integer_value(jv) : 0, tp = 1, shards = 0;
+  if (!fmt || strcmp(fmt, MANIFEST_FORMAT) || (version != 1 && version != 2)) {
+    rc = aa_error(AA_EFORMAT,
+                  "%s: not an autoaccel checkpoint (neither a checkpoint file nor a version 1 or 2 manifest)", path);
+  } else if (version == 1) {
+    shards = json_count(root, "world", MAX_WORLD);
+    if (shards < 1 || !json_is_array(files) || json_array_size(files) != (size_t)shards)
+      rc = aa_error(AA_EFORMAT, "%s: world must be 1..%d with one entry in files per rank", path, MAX_WORLD);
+  } else {
+    int dp = json_count(root, "dp", MAX_WORLD), zero = json_count(root, "zero", 3);
+    tp = json_count(root, "tp", MAX_WORLD);
+    shards = zero > 0 ? dp : 1;
+    if (dp < 1 || tp < 1 || zero < 0 || (long long)dp * tp > MAX_WORLD)
+      rc = aa_error(AA_EFORMAT, "%s: dp and tp must be at least 1, dp x tp at most %d, and zero 0..3", path,
+                    MAX_WORLD);
+    else if (!json_is_array(files) || json_array_size(files) != (size_t)tp * (size_t)shards)
+      rc = aa_error(AA_EFORMAT, "%s: files must have tp x %s = %d entries", path, zero ? "dp" : "1", tp * shards);
   }
+  if (!rc) rc = layout_init(&s->lay, &m->arch, tp, path);
+  const int U = s->lay.n_units;
+  if (!rc && (json_integer_value(json_object_get(root, "n_params")) != (json_int_t)s->lay.n_global ||
+              !json_is_array(units) || json_array_size(units) != (size_t)U))
+    rc = aa_error(AA_EINVAL, "%s: the checkpoint is of a model with other parameters (n_params, units)", path);
   for (int u = 0; u < U && !rc; u++) {
-    size_t off, n;
-    aa_gpt_unit(m, u, &off, &n);
+    size_t off = s->lay.unit_off[u], n = s->lay.unit_n[u];
     json_t *e = json_array_get(units, u);
     if (json_array_size(e) != 2 || json_integer_value(json_array_get(e, 0)) != (json_int_t)off ||
         json_integer_value(json_array_get(e, 1)) != (json_int_t)n)
       rc = aa_error(AA_EINVAL, "%s: unit %d is not [%zu, %zu] as in this model", path, u, off, n);
   }
   if (!rc) {
-    s->world = (int)world;
-    s->n_units = U;
-    s->f = calloc((size_t)world, sizeof *s->f);
-    s->E = calloc((size_t)world, sizeof *s->E);
-    s->prefix = calloc((size_t)world * (size_t)U, sizeof *s->prefix);
+    s->shards = shards;
+    s->n_files = tp * shards;
+    s->f = calloc((size_t)s->n_files, sizeof *s->f);
+    s->E = calloc((size_t)s->n_files, sizeof *s->E);
+    s->prefix = calloc((size_t)s->n_files * (size_t)U, sizeof *s->prefix);
     if (!s->f || !s->E || !s->prefix) rc = aa_error(AA_ENOMEM, "out of memory");
   }
   const char *slash = strrchr(path, '/');
   int dir_len = slash ? (int)(slash - path + 1) : 0;
-  for (int r = 0; r < world && !rc; r++) {
-    json_t *e = json_array_get(files, r);
+  for (int i = 0; i < s->n_files && !rc; i++) {
+    int t = i / shards, r = i % shards;
+    json_t *e = json_array_get(files, (size_t)i);
     const char *name = json_string_value(json_object_get(e, "file"));
     const char *want = json_string_value(json_object_get(e, "checksum"));
-    if (json_integer_value(json_object_get(e, "rank")) != r || !name || !*name || strchr(name, '/') ||
-        strlen(name) > 255 || !want || strlen(want) != 16) {
-      rc = aa_error(AA_EFORMAT,
-                    "%s: files[%d] must be {\"rank\": %d, \"file\": a plain file name, \"checksum\": 16 hex "
-                    "digits}",
-                    path, r, r);
+    if (json_integer_value(json_object_get(e, "rank")) != r ||
+        (version == 2 && json_integer_value(json_object_get(e, "tensor")) != t) || !name || !*name ||
+        strchr(name, '/') || strlen(name) > 255 || !want || strlen(want) != 16) {
+      if (version == 1)
+        rc = aa_error(AA_EFORMAT,
+                      "%s: files[%d] must be {\"rank\": %d, \"file\": a plain file name, \"checksum\": 16 hex "
+                      "digits}",
+                      path, i, r);
+      else
+        rc = aa_error(AA_EFORMAT,
+                      "%s: files[%d] must be {\"tensor\": %d, \"rank\": %d, \"file\": a plain file name, "
+                      "\"checksum\": 16 hex digits}",
+                      path, i, t, r);
       break;
     }
     for (int u = 0; u < U; u++) {
-      size_t off, n, lo, len;
-      aa_gpt_unit(m, u, &off, &n);
-      chunk_of(n, (int)world, r, &lo, &len);
-      s->prefix[(size_t)r * U + u] = s->E[r];
-      s->E[r] += len;
+      size_t lo, len;
+      chunk_of(s->lay.unit_n[u], shards, r, &lo, &len);
+      s->prefix[(size_t)i * U + u] = s->E[i];
+      s->E[i] += len;
     }
     char file[AA_PATH_MAX + 300];
     if (snprintf(file, sizeof file, "%.*s%s", dir_len, path, name) >= (int)sizeof file) {
@@ -420,17 +537,26 @@ static int open_manifest(source_t *s, const char *path, const aa_gpt_t *m) {
       break;
     }
     header_t h;
-    if ((rc = open_file(file, m, 1, s->E[r], 1, &s->f[r], &h))) break;
+    if ((rc = open_file(file, m, 1, s->E[i], 1, &s->f[i], &h))) break;
     char got[17];
     snprintf(got, sizeof got, "%016llx", (unsigned long long)h.checksum);
+    /* Files written at tensor degree 1 have zeros where a tensor rank's
+     * file says where it belongs. */
+    uint32_t place[4] = {version == 2 ? (uint32_t)tp : 0, version == 2 ? (uint32_t)t : 0,
+                         version == 2 ? (uint32_t)shards : 0, version == 2 ? (uint32_t)r : 0};
     if (strcmp(got, want)) {
       rc = aa_error(AA_ECORRUPT, "%s: checksum %s, but the manifest %s names %s: the file is from another save", file,
                     got, path, want);
-    } else if (r == 0) {
+    } else if (h.tp != place[0] || h.tp_rank != place[1] || h.shards != place[2] || h.shard != place[3]) {
+      rc = aa_error(AA_ECORRUPT,
+                    "%s: holds shard %u of %u of tensor rank %u of %u, but the manifest %s lists it as shard %d of "
+                    "%d of tensor rank %d of %d",
+                    file, h.shard, h.shards, h.tp_rank, h.tp, path, r, shards, t, tp);
+    } else if (i == 0) {
       s->h = h;
     } else if (h.step != s->h.step || h.adam_t != s->h.adam_t || h.rng != s->h.rng || h.data_pos != s->h.data_pos) {
-      rc = aa_error(AA_ECORRUPT, "%s: the training state (step %d) differs from rank 0's (step %d)", file, h.step,
-                    s->h.step);
+      rc = aa_error(AA_ECORRUPT, "%s: the training state (step %d) differs from the first file's (step %d)", file,
+                    h.step, s->h.step);
     }
   }
   json_decref(root);
@@ -449,34 +575,37 @@ static int source_open(source_t *s, const char *path, const aa_gpt_t *m, int wan
   int rc;
   if (c == '{') {
     rc = open_manifest(s, path, m);
-  } else if (!(s->f = calloc(1, sizeof *s->f))) {
-    rc = aa_error(AA_ENOMEM, "out of memory");
-  } else {
-    rc = open_file(path, m, 0, m->n_params, want_opt, &s->f[0], &s->h);
+  } else if (!(rc = layout_init(&s->lay, &m->arch, 1, path))) {
+    /* One file: the whole model, in the layout of tensor degree 1. */
+    if (!(s->f = calloc(1, sizeof *s->f))) {
+      rc = aa_error(AA_ENOMEM, "out of memory");
+    } else {
+      s->n_files = 1;
+      rc = open_file(path, m, 0, s->lay.n_local, want_opt, &s->f[0], &s->h);
+    }
   }
   if (rc) source_close(s);
   return rc;
 }
 
-/* Reads elements [a, a + n) of section sec, all inside unit u, into dst
- * (host). */
-static int source_read(source_t *s, int sec, int u, size_t a, size_t n, float *dst) {
-  if (!s->world) {
-    off_t pos = (off_t)(AA_CKPT_HEADER_BYTES + ((size_t)sec * s->m->n_params + a) * sizeof(float));
+/* Reads elements [a, a + n) of section sec of tensor rank t's state, in
+ * the saved layout and all inside unit u, into dst (host). */
+static int source_read(source_t *s, int sec, int t, int u, size_t a, size_t n, float *dst) {
+  if (!s->shards) {
+    off_t pos = (off_t)(AA_CKPT_HEADER_BYTES + ((size_t)sec * s->lay.n_local + a) * sizeof(float));
     if (fseeko(s->f[0], pos, SEEK_SET) || fread(dst, sizeof(float), n, s->f[0]) != n)
       return aa_error(AA_EIO, "checkpoint: read failed");
     return 0;
   }
-  size_t uoff, un;
-  aa_gpt_unit(s->m, u, &uoff, &un);
-  size_t c = (un + (size_t)s->world - 1) / (size_t)s->world;
+  size_t uoff = s->lay.unit_off[u], un = s->lay.unit_n[u];
+  size_t c = (un + (size_t)s->shards - 1) / (size_t)s->shards;
   while (n) {
-    int r = (int)((a - uoff) / c);
+    int r = (int)((a - uoff) / c), i = t * s->shards + r;
     size_t lo = uoff + (size_t)r * c, take = lo + c - a < n ? lo + c - a : n;
-    size_t el = (size_t)sec * s->E[r] + s->prefix[(size_t)r * s->n_units + u] + (a - lo);
-    if (fseeko(s->f[r], (off_t)(AA_CKPT_HEADER_BYTES + el * sizeof(float)), SEEK_SET) ||
-        fread(dst, sizeof(float), take, s->f[r]) != take)
-      return aa_error(AA_EIO, "checkpoint: read of rank %d's file failed", r);
+    size_t el = (size_t)sec * s->E[i] + s->prefix[(size_t)i * s->lay.n_units + u] + (a - lo);
+    if (fseeko(s->f[i], (off_t)(AA_CKPT_HEADER_BYTES + el * sizeof(float)), SEEK_SET) ||
+        fread(dst, sizeof(float), take, s->f[i]) != take)
+      return aa_error(AA_EIO, "checkpoint: read of file %d (tensor rank %d, shard %d) failed", i, t, r);
     a += take;
     dst += take;
     n -= take;
@@ -484,15 +613,65 @@ static int source_read(source_t *s, int sec, int u, size_t a, size_t n, float *d
   return 0;
 }
 
+/* Reads whole-model elements [x, x + n) of tensor i (all inside it), of
+ * section sec, into dst: from the saved tensor ranks whose slices hold
+ * them, the lowest such rank for elements several hold (a replicated
+ * tensor: the same on every rank). */
+static int read_whole(source_t *s, int sec, int i, size_t x, size_t n, float *dst) {
+  const int nt = s->lay.n_tensors, u = tensor_unit(&s->m->arch, &s->lay.tab[i], i);
+  while (n) {
+    int t = 0;
+    for (; t < s->lay.tp; t++) {
+      const aa_tensor_desc_t *d = &s->lay.tab[(size_t)t * nt + i];
+      if (!d->runs || x < d->run_global) continue;
+      size_t rel = x - d->run_global, k = d->run_gstride ? rel / d->run_gstride : 0, off = rel - k * d->run_gstride;
+      if (k >= (size_t)d->runs || off >= d->run_n) continue;
+      size_t take = d->run_n - off < n ? d->run_n - off : n;
+      int rc = source_read(s, sec, t, u, d->offset + k * d->run_lstride + off, take, dst);
+      if (rc) return rc;
+      x += take;
+      dst += take;
+      n -= take;
+      break;
+    }
+    if (t == s->lay.tp)
+      return aa_error(AA_EINTERNAL, "checkpoint: element %zu of %s lies in no saved tensor rank's slice",
+                      x - s->lay.tab[i].goffset, s->lay.tab[i].name);
+  }
+  return 0;
+}
+
+/* The model's elements [a, a + n) of section sec, all inside its unit u,
+ * into dst, from a checkpoint saved at another tensor degree: each run of
+ * each of the model's tensors (its slice's place in the whole model) read
+ * through read_whole. Elements no run covers (the padding rows of a
+ * vocabulary slice) are 0. */
+static int read_resharded(source_t *s, const aa_gpt_t *m, int sec, size_t a, size_t n, float *dst) {
+  memset(dst, 0, n * sizeof(float));
+  for (int i = 0; i < m->n_tensors; i++) {
+    const aa_tensor_desc_t *d = &m->tensors[i];
+    if (d->offset >= a + n || d->offset + d->numel <= a) continue;
+    for (int k = 0; k < d->runs; k++) {
+      size_t l = d->offset + (size_t)k * d->run_lstride;
+      size_t lo = l > a ? l : a, hi = l + d->run_n < a + n ? l + d->run_n : a + n;
+      if (lo >= hi) continue;
+      int rc = read_whole(s, sec, i, d->run_global + (size_t)k * d->run_gstride + (lo - l), hi - lo, dst + (lo - a));
+      if (rc) return rc;
+    }
+  }
+  return 0;
+}
+
 /* The load behind aa_ckpt_load (z NULL: the full buffers of m and opt) and
  * aa_ckpt_load_zero (what z holds). Every file is checked before anything
- * is written. */
+ * is written. A checkpoint of m's tensor degree is read slice for slice
+ * (the rank's own files); one of another degree through both layouts. */
 static int load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_zero_t *z, aa_train_state_t *st) {
   int want_opt = z ? st != NULL : opt != NULL;
   source_t s;
   int rc = source_open(&s, path, m, want_opt);
   if (rc) return rc;
-  int U = aa_gpt_n_units(m);
+  const int U = aa_gpt_n_units(m), same = s.lay.tp == m->tp;
   size_t most = 0;
   for (int u = 0; u < U; u++) {
     size_t off, n;
@@ -512,8 +691,9 @@ static int load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_zero_t *z, aa
         r.data = (float *)b->data + r.offset;
       }
       if (!r.n) continue;
-      if (!(rc = source_read(&s, which, u, r.offset, r.n, buf)))
-        rc = m->ops->upload(r.data, buf, r.n * sizeof(float));
+      rc = same ? source_read(&s, which, m->tp_rank, u, r.offset, r.n, buf)
+                : read_resharded(&s, m, which, r.offset, r.n, buf);
+      if (!rc) rc = m->ops->upload(r.data, buf, r.n * sizeof(float));
     }
   }
   free(buf);
@@ -548,27 +728,32 @@ int aa_ckpt_load_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_train_stat
   return load(path, m, NULL, z, st);
 }
 
-/* --- data-parallel saves ------------------------------------------------------------- */
+/* --- collective saves ---------------------------------------------------------------- */
 
 /* Makes each rank's outcome of one part of a collective save everyone's:
  * the failing rank gets its own error back, the others an error naming the
- * save, and 0 only when every rank succeeded. A collective: every rank
- * calls it, whatever happened before. */
-static int agree(aa_zero_t *z, int rc, const char *path) {
+ * save, and 0 only when every rank of the gang succeeded. The failures are
+ * summed over the data group, then over the tensor group, which every rank
+ * joins even when the first sum failed, so that no tensor peer is left
+ * waiting. A collective: every rank calls it, whatever happened before. */
+static int agree(aa_gpt_t *m, aa_zero_t *z, int rc, const char *path) {
   char msg[512] = "";
   if (rc) snprintf(msg, sizeof msg, "%s", aa_last_error());
   float failed = rc ? 1.0f : 0.0f;
   int crc = aa_zero_all_reduce_host(z, &failed, 1, AA_COMM_SUM);
+  int trc = aa_gpt_tensor_sum(m, &failed, 1);
   if (rc) return aa_error(rc, "%s", msg);
-  if (crc) return aa_error_wrap(crc, "%s: checkpoint", path);
+  if (crc || trc) return aa_error_wrap(crc ? crc : trc, "%s: checkpoint", path);
   if (failed > 0)
     return aa_error(AA_EIO, "%s: %d of %d ranks could not write their part of the checkpoint", path, (int)failed,
-                    z->world);
+                    z->world * m->tp);
   return 0;
 }
 
-/* This rank's file: its chunk of every unit, in the three sections. */
-static int write_shard(const char *file, const aa_gpt_t *m, const aa_zero_t *z, const aa_train_state_t *st) {
+/* This rank's file: shard r of `shards` of the rank's state (r 0 of 1:
+ * all of it), its chunk of every unit in the three sections. */
+static int write_shard(const char *file, const aa_gpt_t *m, const aa_zero_t *z, const aa_train_state_t *st,
+                       int shards, int r) {
   int U = z->n_units;
   seg_t *seg = calloc(3 * (size_t)U, sizeof *seg);
   if (!seg) return aa_error(AA_ENOMEM, "out of memory");
@@ -576,14 +761,22 @@ static int write_shard(const char *file, const aa_gpt_t *m, const aa_zero_t *z, 
   state_header(&h, m, st);
   h.flags = FLAG_OPTIMIZER | FLAG_SHARD;
   h.adam_t = z->opt.t;
+  if (m->tp > 1) {
+    h.tp = (uint32_t)m->tp;
+    h.tp_rank = (uint32_t)m->tp_rank;
+    h.shards = (uint32_t)shards;
+    h.shard = (uint32_t)r;
+  }
   int k = 0;
   for (int which = 0; which < 3; which++) {
     for (int u = 0; u < U; u++) {
-      aa_zero_range_t r;
-      aa_zero_range(z, m, which, u, &r);
-      size_t lo = z->unit_off[u] + (size_t)z->rank * z->chunk[u];
-      if (which == 0) h.n_params += z->valid[u];
-      if (z->valid[u]) seg[k++] = (seg_t){r.data + (lo - r.offset), z->valid[u] * sizeof(float)};
+      aa_zero_range_t held;
+      aa_zero_range(z, m, which, u, &held);
+      size_t lo, len;
+      chunk_of(z->unit_n[u], shards, r, &lo, &len);
+      lo += z->unit_off[u];
+      if (which == 0) h.n_params += len;
+      if (len) seg[k++] = (seg_t){held.data + (lo - held.offset), len * sizeof(float)};
     }
   }
   int rc = write_file(file, &h, m->ops, seg, k);
@@ -591,27 +784,36 @@ static int write_shard(const char *file, const aa_gpt_t *m, const aa_zero_t *z, 
   return rc;
 }
 
-/* Rank 0, once every rank file is in place: the manifest that names them
- * with their checksums (read back from their headers), written atomically
- * as the files are. */
-static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *z, int step) {
-  char file[AA_PATH_MAX + 32];
+/* Data rank 0 of tensor rank 0, once every rank file is in place: the
+ * manifest that names them with their checksums (read back from their
+ * headers), written atomically as the files are. Version 1 at tensor
+ * degree 1 (as before tensor parallelism), else version 2 with the layout
+ * and each file's place. */
+static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *z, int step, int shards) {
+  char file[AA_PATH_MAX + 64];
   aa_wfile_t w;
   int rc = aa_wfile_open(&w, path, 0666);
   if (rc) return rc;
   FILE *f = w.f;
   char hash[17];
   aa_arch_hash(&m->arch, hash);
-  fprintf(f,
-          "{\"format\": \"" MANIFEST_FORMAT "\", \"version\": 1, \"world\": %d, \"zero\": %d, \"step\": %d, "
-          "\"n_params\": %zu, \"model_hash\": \"%s\",\n \"units\": [",
-          z->world, z->stage, step, m->n_params, hash);
+  if (m->tp == 1)
+    fprintf(f,
+            "{\"format\": \"" MANIFEST_FORMAT "\", \"version\": 1, \"world\": %d, \"zero\": %d, \"step\": %d, "
+            "\"n_params\": %zu, \"model_hash\": \"%s\",\n \"units\": [",
+            z->world, z->stage, step, m->n_params, hash);
+  else
+    fprintf(f,
+            "{\"format\": \"" MANIFEST_FORMAT "\", \"version\": 2, \"dp\": %d, \"tp\": %d, \"zero\": %d, "
+            "\"step\": %d, \"n_params\": %zu, \"model_hash\": \"%s\",\n \"units\": [",
+            z->world, m->tp, z->stage, step, m->n_global, hash);
   for (int u = 0; u < z->n_units; u++) fprintf(f, "%s[%zu, %zu]", u ? ", " : "", z->unit_off[u], z->unit_n[u]);
   fprintf(f, "],\n \"files\": [");
   const char *slash = strrchr(path, '/');
-  for (int r = 0; r < z->world && !rc; r++) {
+  for (int i = 0; i < m->tp * shards && !rc; i++) {
+    int t = i / shards, r = i % shards;
     unsigned char hdr[AA_CKPT_HEADER_BYTES];
-    if ((rc = rank_file(file, sizeof file, path, r, z->world))) break;
+    if ((rc = rank_file(file, sizeof file, path, m->tp, t, r, shards))) break;
     FILE *rf = fopen(file, "rb");
     size_t got = rf ? fread(hdr, 1, sizeof hdr, rf) : 0;
     if (rf) fclose(rf);
@@ -621,9 +823,10 @@ static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *
     }
     header_t h;
     decode_header(&h, hdr);
-    fprintf(f, "%s\n  {\"rank\": %d, \"file\": \"%s\", \"elements\": %llu, \"checksum\": \"%016llx\"}", r ? "," : "",
-            r, slash ? strrchr(file, '/') + 1 : file, (unsigned long long)h.n_params,
-            (unsigned long long)h.checksum);
+    fprintf(f, "%s\n  {", i ? "," : "");
+    if (m->tp > 1) fprintf(f, "\"tensor\": %d, ", t);
+    fprintf(f, "\"rank\": %d, \"file\": \"%s\", \"elements\": %llu, \"checksum\": \"%016llx\"}", r,
+            slash ? strrchr(file, '/') + 1 : file, (unsigned long long)h.n_params, (unsigned long long)h.checksum);
   }
   fprintf(f, "]}\n");
   if (!rc) rc = aa_wfile_commit(&w);
@@ -631,11 +834,18 @@ static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *
   return rc;
 }
 
-int aa_ckpt_save_zero(const char *path, const aa_gpt_t *m, aa_zero_t *z, const aa_train_state_t *st) {
-  if (z->stage == 0) return agree(z, z->rank == 0 ? aa_ckpt_save(path, m, &z->opt, st) : 0, path);
-  char file[AA_PATH_MAX + 32];
-  int rc = rank_file(file, sizeof file, path, z->rank, z->world);
-  if (!rc) rc = write_shard(file, m, z, st);
-  if ((rc = agree(z, rc, path))) return rc;
-  return agree(z, z->rank == 0 ? write_manifest(path, m, z, st ? st->step : 0) : 0, path);
+int aa_ckpt_save_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, const aa_train_state_t *st) {
+  if (z->stage == 0 && m->tp == 1) return agree(m, z, z->rank == 0 ? aa_ckpt_save(path, m, &z->opt, st) : 0, path);
+  /* At stage 0 the data ranks hold the same state: data rank 0 of each
+   * tensor rank writes all of its own. */
+  int shards = z->stage ? z->world : 1, rc = 0;
+  if (z->stage || z->rank == 0) {
+    char file[AA_PATH_MAX + 64];
+    int r = z->stage ? z->rank : 0;
+    if (!(rc = rank_file(file, sizeof file, path, m->tp, m->tp_rank, r, shards)))
+      rc = write_shard(file, m, z, st, shards, r);
+  }
+  if ((rc = agree(m, z, rc, path))) return rc;
+  return agree(m, z, z->rank == 0 && m->tp_rank == 0 ? write_manifest(path, m, z, st ? st->step : 0, shards) : 0,
+               path);
 }

@@ -28,7 +28,7 @@ typedef struct aa_train_state {
 } aa_train_state_t;
 
 /* Writes m's parameters, opt's moments (opt may be NULL: weights only) and
- * st (may be NULL) to path. Written to a fresh temporary in path's
+ * st (may be NULL) to path; m must hold the whole model (tensor degree 1). Written to a fresh temporary in path's
  * directory, fsynced, then renamed over path (common/file.h), so an
  * interrupted save never leaves a torn file under path and a symlink at
  * path is replaced, never written through. */
@@ -37,27 +37,38 @@ int aa_ckpt_save(const char *path, const aa_gpt_t *m, const aa_adamw_t *opt, con
 /* Reads a checkpoint into m (whose architecture must match the file's; the
  * error names the first differing field) and, when opt is non-NULL, the
  * optimizer moments (error if the file has none) and st. path is a
- * single-file checkpoint or the manifest of a sharded one (any world size),
- * which is gathered back into the full buffers. Validates magic, version,
+ * single-file checkpoint or the manifest of a sharded one (any data and
+ * tensor degree), which is gathered back into m's full buffers (a tensor
+ * rank's model: its slice). Validates magic, version,
  * sizes and the payload checksum of every file before touching m. */
 int aa_ckpt_load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_train_state_t *st);
 
-/* Checkpoint of a data-parallel run: every rank of z's group calls it with
+/* Checkpoint of a data- and tensor-parallel run: every rank of the gang
+ * (z's data group times m's tensor group, m->opts.tensor) calls it with
  * the same path and state, and every rank gets the same result (an error
  * on one rank is an error on all, so none goes on believing the save
- * succeeded). ZeRO stage 0: every rank holds the same state and rank 0
- * writes the single-file format to path. Stages 1-3: each rank writes its
- * chunks of the parameters and moments (the replicated state in the
- * header) to "path.rank<r>of<world>"; once all have, rank 0 writes the JSON
- * manifest to path, naming each rank file with its checksum, so a manifest
- * only ever describes a complete save (docs/checkpoint-format.md). */
-int aa_ckpt_save_zero(const char *path, const aa_gpt_t *m, aa_zero_t *z, const aa_train_state_t *st);
+ * succeeded). Without tensor parallelism: at ZeRO stage 0 every rank holds
+ * the same state and rank 0 writes the single-file format to path; at
+ * stages 1-3 each rank writes its chunks of the parameters and moments
+ * (the replicated state in the header) to "path.rank<r>of<world>". With
+ * it, each tensor rank's state is its slice of the model in its own
+ * layout (model.h), written as above to "path.tp<t>of<tp>.rank<r>of<n>":
+ * at stage 0 by data rank 0 alone (n = 1), else by every data rank (n =
+ * the data group's size). Once all files are in place, rank 0 of both
+ * groups writes the JSON manifest to path, naming each file with its
+ * checksum (and its tensor rank), so a manifest only ever describes a
+ * complete save (docs/checkpoint-format.md). m is not changed; it is not
+ * const because the tensor group's agreement passes through its
+ * workspace. */
+int aa_ckpt_save_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, const aa_train_state_t *st);
 
 /* aa_ckpt_load into what this rank of z holds: path is a single-file
- * checkpoint or a manifest written at any world size and stage; only the
- * slices the rank needs are read (every file read from is checksummed whole
- * first, and nothing changes unless every check passes). With st NULL only
- * the parameters are read (init_weights). */
+ * checkpoint or a manifest written at any data and tensor degree and
+ * stage; only the slices the rank needs are read, re-sharded through the
+ * saved layout's tensor tables and m's when the tensor degrees differ
+ * (every file read from is checksummed whole first, and nothing changes
+ * unless every check passes). With st NULL only the parameters are read
+ * (init_weights). */
 int aa_ckpt_load_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_train_state_t *st);
 
 #endif

@@ -66,43 +66,108 @@ struct aa_acts {
   float *dqkv;             /* (B,T,3C) */
   float *datty;            /* (B,T,C) */
   float *dfch, *dfch_gelu; /* (B,T,F) */
+  /* Tensor parallelism (NULL without): the cross-entropy's parts, this
+   * rank's (N,3) then every rank's (tp,N,3); host values on their way
+   * through the group; and with sequence parallelism a whole (N,C) gathered
+   * from the ranks' tokens, a (N,C) partial sum on its way to the
+   * reduce-scatter, and a block's LayerNorm gradients (4C) on their way to
+   * the all-reduce. */
+  float *xent, *scalars, *full, *partial, *lngrad;
   int32_t *inputs, *targets; /* (B,T) copies of the last batch, backend memory */
   float *host_losses;        /* (B,T) host copy of losses */
   int have_targets;
 };
 
-static void add_tensor(aa_gpt_t *m, const char *name, int layer, int d0, int d1) {
-  aa_tensor_desc_t *t = &m->tensors[m->n_tensors++];
+/* How a rank's tensor is cut from the whole one (model.h): kept whole,
+ * a block of rows (rows_lo.. of the whole), q/k/v's head blocks, or a block
+ * of columns in every row. */
+typedef enum { WHOLE, ROWS, HEADS, COLS } split_t;
+
+/* Appends tensor `name` of the rank's shape (d0, d1) (d1 = 0: 1-D) cut
+ * from the whole (g0, g1) as split says; *g is the whole model's element
+ * count so far. ROWS takes `rows` rows from row `lo`; HEADS three blocks of
+ * d0 / 3 rows from lo, C + lo and 2C + lo (C = g0 / 3); COLS d1 columns
+ * from column lo of each of the d0 rows. */
+typedef struct {
+  aa_tensor_desc_t *out;
+  int n;         /* tensors so far */
+  size_t local;  /* the rank's elements so far */
+  size_t global; /* the whole model's */
+} table_t;
+
+static void add_tensor(table_t *tb, const char *name, int layer, int d0, int d1, int g0, int g1, split_t split,
+                       int lo, int rows) {
+  aa_tensor_desc_t *t = &tb->out[tb->n++];
+  size_t *g = &tb->global;
   snprintf(t->name, sizeof t->name, "%s", name);
-  t->offset = m->n_params;
+  t->offset = tb->local;
   t->ndim = d1 ? 2 : 1;
   t->shape[0] = d0;
   t->shape[1] = d1;
   t->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
   t->layer = layer;
   t->decay = t->ndim == 2;
-  m->n_params += t->numel;
+  const size_t w = (size_t)(g1 ? g1 : 1); /* elements in a whole row */
+  t->goffset = *g;
+  t->gnumel = (size_t)g0 * w;
+  t->replicated = split == WHOLE;
+  t->runs = 1;
+  t->run_n = t->numel;
+  t->run_global = *g;
+  t->run_lstride = t->run_gstride = 0;
+  if (split == ROWS) {
+    t->runs = rows > 0;
+    t->run_n = (size_t)rows * w;
+    t->run_global = *g + (size_t)lo * w;
+  } else if (split == HEADS) {
+    t->runs = 3;
+    t->run_n = t->run_lstride = (size_t)(d0 / 3) * w;
+    t->run_gstride = (size_t)(g0 / 3) * w;
+    t->run_global = *g + (size_t)lo * w;
+  } else if (split == COLS) {
+    t->runs = d0;
+    t->run_n = t->run_lstride = (size_t)d1;
+    t->run_gstride = (size_t)g1;
+    t->run_global = *g + (size_t)lo;
+  }
+  tb->local += t->numel;
+  *g += t->gnumel;
 }
 
-/* Fills the tensor table in the documented layer-major order. */
-static void build_tensor_table(aa_gpt_t *m) {
-  const aa_arch_t *a = &m->arch;
-  int C = a->d_model, F = a->d_ff;
+int aa_gpt_n_tensors(const aa_arch_t *a) { return 2 + a->n_layer * AA_TENSORS_PER_LAYER + 2; }
+
+void aa_gpt_tensor_table(const aa_arch_t *a, int tp, int r, aa_tensor_desc_t *out) {
+  aa_tp_dims_t dims, *d = &dims;
+  aa_sizes_tp(a, tp, d);
+  int vlo, vvalid;
+  aa_sizes_vocab_rows(a, tp, r, &vlo, &vvalid);
+  const int C = d->C, Cl = d->Cl, F = d->F, GF = a->d_ff;
+  table_t tb = {.out = out};
   char n[32];
-  add_tensor(m, "wte", -1, a->vocab_size, C);
-  add_tensor(m, "wpe", -1, a->seq_len, C);
+  add_tensor(&tb, "wte", -1, d->Vl, C, a->vocab_size, C, ROWS, vlo, vvalid);
+  add_tensor(&tb, "wpe", -1, a->seq_len, C, a->seq_len, C, WHOLE, 0, 0);
   for (int l = 0; l < a->n_layer; l++) {
     static const char *names[AA_TENSORS_PER_LAYER] = {"ln1.w", "ln1.b", "qkv.w", "qkv.b", "proj.w", "proj.b",
                                                       "ln2.w", "ln2.b", "fc.w", "fc.b", "fcproj.w", "fcproj.b"};
-    const int shapes[AA_TENSORS_PER_LAYER][2] = {{C, 0}, {C, 0}, {3 * C, C}, {3 * C, 0}, {C, C}, {C, 0},
-                                                 {C, 0}, {C, 0}, {F, C},     {F, 0},     {C, F}, {C, 0}};
+    /* The rank's shape, the whole one, and how it is cut. */
+    const struct {
+      int d0, d1, g0, g1;
+      split_t split;
+      int lo, rows;
+    } t[AA_TENSORS_PER_LAYER] = {
+        {C, 0, C, 0, WHOLE, 0, 0},        {C, 0, C, 0, WHOLE, 0, 0},
+        {3 * Cl, C, 3 * C, C, HEADS, r * Cl, 0}, {3 * Cl, 0, 3 * C, 0, HEADS, r * Cl, 0},
+        {C, Cl, C, C, COLS, r * Cl, 0},   {C, 0, C, 0, WHOLE, 0, 0},
+        {C, 0, C, 0, WHOLE, 0, 0},        {C, 0, C, 0, WHOLE, 0, 0},
+        {F, C, GF, C, ROWS, r * F, F},    {F, 0, GF, 0, ROWS, r * F, F},
+        {C, F, C, GF, COLS, r * F, 0},    {C, 0, C, 0, WHOLE, 0, 0}};
     for (int i = 0; i < AA_TENSORS_PER_LAYER; i++) {
       snprintf(n, sizeof n, "h%d.%s", l, names[i]);
-      add_tensor(m, n, l, shapes[i][0], shapes[i][1]);
+      add_tensor(&tb, n, l, t[i].d0, t[i].d1, t[i].g0, t[i].g1, t[i].split, t[i].lo, t[i].rows);
     }
   }
-  add_tensor(m, "lnf.w", -1, C, 0);
-  add_tensor(m, "lnf.b", -1, C, 0);
+  add_tensor(&tb, "lnf.w", -1, C, 0, C, 0, WHOLE, 0, 0);
+  add_tensor(&tb, "lnf.b", -1, C, 0, C, 0, WHOLE, 0, 0);
 }
 
 /* Index of tensor k (0..11) of layer l. */
@@ -111,7 +176,17 @@ enum { LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPR
 
 static int block_full(const aa_gpt_opts_t *o, int l) { return aa_sizes_block_full(o->ckpt, o->ckpt_layers, l); }
 
-static size_t field_numel(const aa_arch_t *a, int B, int T, int f) { return aa_sizes_field_numel(a, B, T, f); }
+/* The shape sizes.h lays a micro-batch of B x T out for under these options. */
+static aa_act_shape_t act_shape(const aa_gpt_opts_t *o, int B, int T) {
+  int tp = o->tensor ? aa_comm_world(o->tensor) : 1;
+  return (aa_act_shape_t){.B = B, .T = T, .tp = tp, .sp = tp > 1 && o->sp, .amp = o->amp, .ckpt = o->ckpt,
+                          .ckpt_layers = o->ckpt_layers};
+}
+
+static size_t field_numel(const aa_gpt_t *m, int f) {
+  aa_act_shape_t sh = act_shape(&m->opts, m->B, m->T);
+  return aa_sizes_field_numel(&m->arch, &sh, f);
+}
 
 /* base + off, or NULL for a buffer the layout does not have. */
 static void *at(void *base, size_t off) { return off == AA_SIZES_NONE ? NULL : (char *)base + off; }
@@ -144,6 +219,11 @@ static void carve(aa_acts_t *a, const aa_act_layout_t *l, const aa_act_block_t *
   a->datty = at(ws, l->datty);
   a->dfch = at(ws, l->dfch);
   a->dfch_gelu = at(ws, l->dfch_gelu);
+  a->xent = at(ws, l->xent);
+  a->scalars = at(ws, l->scalars);
+  a->full = at(ws, l->full);
+  a->partial = at(ws, l->partial);
+  a->lngrad = at(ws, l->lngrad);
 }
 
 /* Accounts `bytes` of kind in mem and takes them from the backend: the
@@ -204,7 +284,8 @@ void aa_gpt_act_bytes(const aa_arch_t *arch, int B, int T, const aa_gpt_opts_t *
                       size_t *workspace) {
   if (!opts) opts = &default_opts;
   aa_act_layout_t l;
-  aa_sizes_acts(arch, B, T, opts->amp, opts->ckpt, opts->ckpt_layers, &l, NULL);
+  aa_act_shape_t sh = act_shape(opts, B, T);
+  aa_sizes_acts(arch, &sh, &l, NULL);
   *acts = l.acts;
   *workspace = l.workspace;
 }
@@ -218,6 +299,13 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
     return aa_error(AA_EINVAL, "batch %d x sequence %d does not fit the model (seq_len %d)", B, T, arch->seq_len);
   if (opts->amp != AA_F32 && opts->amp != AA_BF16 && opts->amp != AA_F16)
     return aa_error(AA_EINVAL, "unknown amp dtype %d", (int)opts->amp);
+  int tp = opts->tensor ? aa_comm_world(opts->tensor) : 1;
+  if (arch->n_head % tp || arch->d_ff % tp)
+    return aa_error(AA_EINVAL, "tensor parallel degree %d must divide n_head %d and d_ff %d", tp, arch->n_head,
+                    arch->d_ff);
+  if (opts->sp && tp > 1 && ((long long)B * T) % tp)
+    return aa_error(AA_EINVAL, "sequence parallelism splits %d x %d tokens between %d tensor ranks: %d must divide %lld",
+                    B, T, tp, tp, (long long)B * T);
   if (opts->ckpt_layers < 0 || opts->ckpt_layers > arch->n_layer)
     return aa_error(AA_EINVAL, "checkpoint_layers %d must be in [0, n_layer = %d]", opts->ckpt_layers,
                     arch->n_layer);
@@ -228,8 +316,14 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   m->opts = *opts;
   m->B = B;
   m->T = T;
+  m->tp = opts->tensor ? aa_comm_world(opts->tensor) : 1;
+  m->tp_rank = opts->tensor ? aa_comm_rank(opts->tensor) : 0;
+  m->sp = m->tp > 1 && opts->sp;
+  aa_sizes_tp(arch, m->tp, &m->d);
+  aa_sizes_vocab_rows(arch, m->tp, m->tp_rank, &m->vocab_lo, &m->vocab_valid);
   aa_mem_t *mem = opts->mem;
-  m->tensors = calloc(2 + (size_t)arch->n_layer * AA_TENSORS_PER_LAYER + 2, sizeof *m->tensors);
+  m->n_tensors = aa_gpt_n_tensors(arch);
+  m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
   m->acts = calloc(1, sizeof *m->acts);
   if (!m->tensors || !m->acts) goto nomem;
   aa_acts_t *a = m->acts;
@@ -241,7 +335,10 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   if ((rc = ops->alloc((void **)&a->inputs, sizeof(int32_t) * B * T)) ||
       (rc = ops->alloc((void **)&a->targets, sizeof(int32_t) * B * T)))
     goto fail;
-  build_tensor_table(m);
+  aa_gpt_tensor_table(arch, m->tp, m->tp_rank, m->tensors);
+  const aa_tensor_desc_t *last = &m->tensors[m->n_tensors - 1];
+  m->n_params = last->offset + last->numel;
+  m->n_global = last->goffset + last->gnumel;
   if (opts->zero < 0 || opts->zero > 3) {
     rc = aa_error(AA_EINVAL, "ZeRO stage %d must be 0..3", opts->zero);
     goto fail;
@@ -252,7 +349,7 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
    * from 3 the parameters (and under amp no 16-bit copy either). What is
    * allocated is sizes.h's, which the cost model predicts from. */
   aa_model_sizes_t sz;
-  aa_sizes_model(arch, opts->amp, opts->zero, &sz);
+  aa_sizes_model(arch, m->tp, opts->amp, opts->zero, &sz);
   if ((rc = aa_flatbuf_alloc_as(&m->params, ops, mem, &sz.params)) ||
       (rc = aa_flatbuf_alloc_as(&m->grads, ops, mem, &sz.grads)) ||
       (rc = aa_flatbuf_alloc_as(&m->params16, ops, mem, &sz.params16)))
@@ -261,7 +358,8 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   aa_act_layout_t l;
   aa_act_block_t *blocks = calloc(arch->n_layer, sizeof *blocks);
   if (!blocks) goto nomem;
-  aa_sizes_acts(arch, B, T, opts->amp, opts->ckpt, opts->ckpt_layers, &l, blocks);
+  aa_act_shape_t sh = act_shape(opts, B, T);
+  aa_sizes_acts(arch, &sh, &l, blocks);
   if (!(rc = backend_alloc(ops, mem, AA_MEM_ACTS, l.acts, &a->store))) {
     a->store_bytes = l.acts;
     if (!(rc = backend_alloc(ops, mem, AA_MEM_WORKSPACE, l.workspace, &a->ws))) a->ws_bytes = l.workspace;
@@ -341,9 +439,10 @@ int aa_gpt_init_weights_to(const aa_gpt_t *m, uint64_t seed, aa_gpt_put_fn put, 
   float resid_std = 0.02f / sqrtf(2.0f * (float)m->arch.n_layer);
   size_t most = 0;
   for (int i = 0; i < m->n_tensors; i++)
-    if (m->tensors[i].numel > most) most = m->tensors[i].numel;
-  /* One tensor at a time through a host buffer: the same draws in the same
-   * order whatever the backend. */
+    if (m->tensors[i].gnumel > most) most = m->tensors[i].gnumel;
+  /* One whole tensor at a time through a host buffer: the same draws in the
+   * same order whatever the backend and the tensor rank, which keeps its
+   * slice. */
   float *p = malloc(most * sizeof(float));
   if (!p) return aa_error(AA_ENOMEM, "out of memory initialising the weights");
   int rc = 0;
@@ -352,13 +451,15 @@ int aa_gpt_init_weights_to(const aa_gpt_t *m, uint64_t seed, aa_gpt_put_fn put, 
     const char *kind = strchr(t->name, '.') ? strchr(t->name, '.') + 1 : t->name;
     if (t->ndim == 2) {
       float std = (!strcmp(kind, "proj.w") || !strcmp(kind, "fcproj.w")) ? resid_std : 0.02f;
-      for (size_t j = 0; j < t->numel; j++) p[j] = std * aa_rng_normal(&rng);
+      for (size_t j = 0; j < t->gnumel; j++) p[j] = std * aa_rng_normal(&rng);
     } else {
       /* LayerNorm gains start at 1; biases (including LayerNorm's) at 0. */
       float v = (!strcmp(kind, "ln1.w") || !strcmp(kind, "ln2.w") || !strcmp(t->name, "lnf.w")) ? 1.0f : 0.0f;
-      for (size_t j = 0; j < t->numel; j++) p[j] = v;
+      for (size_t j = 0; j < t->gnumel; j++) p[j] = v;
     }
-    rc = put(t->offset, p, t->numel, data);
+    for (int k = 0; k < t->runs && !rc; k++)
+      rc = put(t->offset + (size_t)k * t->run_lstride, p + (t->run_global - t->goffset) + (size_t)k * t->run_gstride,
+               t->run_n, data);
   }
   free(p);
   return rc;
@@ -447,39 +548,112 @@ static void block_view(const aa_gpt_t *m, int l, block_view_t *v) {
   v->stats = s->stats ? s->stats : a->ws_stats;
 }
 
-/* Block l's forward from x (B,T,C) with weights w into the view v. Under
- * amp every output is rounded before use; with keep set the kept fields
- * also go to the block's 16-bit store (in fp32 the view already is the
- * store). A recompute passes keep = 0 and reproduces the same values. */
-static void block_forward(aa_gpt_t *m, int l, const float *x, const float *w, block_view_t *v, int keep) {
+/* --- the tensor group's collectives (model.h) ----------------------------------------- */
+
+/* Tokens of the residual stream this rank holds: B T, or its share under
+ * sequence parallelism (which then starts at token tp_rank * Ns). */
+static int stream_tokens(const aa_gpt_t *m) { return m->sp ? m->B * m->T / m->tp : m->B * m->T; }
+
+/* The group reads what the backend wrote: the backend's work is finished
+ * first (comm.h). */
+static int tp_all_reduce(aa_gpt_t *m, float *x, size_t n) {
+  int rc = m->ops->sync();
+  return rc ? rc : aa_comm_all_reduce(m->opts.tensor, x, x, n, AA_F32, AA_COMM_SUM);
+}
+
+/* Sequence parallelism: the whole (N,C) from every rank's (Ns,C) tokens,
+ * and the rank's (Ns,C) tokens of the sum over ranks of a whole (N,C). */
+static int sp_gather(aa_gpt_t *m, float *whole, const float *mine) {
+  int rc = m->ops->sync();
+  return rc ? rc
+            : aa_comm_all_gather(m->opts.tensor, mine, whole, (size_t)stream_tokens(m) * m->d.C, AA_F32);
+}
+static int sp_scatter(aa_gpt_t *m, float *mine, const float *whole) {
+  int rc = m->ops->sync();
+  return rc ? rc
+            : aa_comm_reduce_scatter(m->opts.tensor, whole, mine, (size_t)stream_tokens(m) * m->d.C, AA_F32,
+                                     AA_COMM_SUM);
+}
+
+/* The input of a column-parallel layer (or the head) from the rank's
+ * tokens x: x itself, or under sequence parallelism every rank's gathered
+ * into acts->full. */
+static int column_input(aa_gpt_t *m, const float *x, const float **out) {
+  *out = x;
+  if (!m->sp) return 0;
+  *out = m->acts->full;
+  return sp_gather(m, m->acts->full, x);
+}
+
+/* Where a row-parallel layer (or the embedding) writes its (N,C) output
+ * before the group sums it into out (the rank's tokens): out itself, or
+ * under sequence parallelism acts->partial. A column-parallel layer's
+ * input gradient goes the same way. */
+static float *row_output(aa_gpt_t *m, float *out) { return m->sp ? m->acts->partial : out; }
+
+/* The sum over the tensor ranks of what row_output(m, out) holds, into
+ * out: an all-reduce, or under sequence parallelism a reduce-scatter of
+ * the rank's tokens. Nothing at tp 1. */
+static int row_reduce(aa_gpt_t *m, float *out) {
+  if (m->tp == 1) return 0;
+  return m->sp ? sp_scatter(m, out, m->acts->partial) : tp_all_reduce(m, out, (size_t)m->B * m->T * m->d.C);
+}
+
+int aa_gpt_tensor_sum(aa_gpt_t *m, float *x, int n) {
+  if (m->tp == 1) return 0;
+  if (n > 16) return aa_error(AA_EINVAL, "aa_gpt_tensor_sum: %d values, at most 16", n);
+  float *d = m->acts->scalars;
+  int rc = m->ops->upload(d, x, (size_t)n * sizeof(float));
+  if (!rc) rc = aa_comm_all_reduce(m->opts.tensor, d, d, (size_t)n, AA_F32, AA_COMM_SUM);
+  if (!rc) rc = m->ops->download(x, d, (size_t)n * sizeof(float));
+  return rc ? aa_error_wrap(rc, "summing over the tensor group") : 0;
+}
+
+/* --- forward and backward ---------------------------------------------------------------- */
+
+/* Block l's forward from x (the rank's Ns tokens of the residual stream)
+ * with weights w into the view v. Under amp every output is rounded before
+ * use; with keep set the kept fields also go to the block's 16-bit store
+ * (in fp32 the view already is the store). A recompute passes keep = 0 and
+ * reproduces the same values (and runs the same collectives). The
+ * row-parallel layers' bias enters once, through rank 0's partial sum. */
+static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, block_view_t *v, int keep) {
   const aa_ops_t *op = m->ops;
   const block_store_t *s = &m->acts->blocks[l];
-  int B = m->B, T = m->T, C = m->arch.d_model, F = m->arch.d_ff, NH = m->arch.n_head, N = B * T;
-  size_t NC = (size_t)N * C, NF_ = (size_t)N * F;
+  const int B = m->B, T = m->T, C = m->d.C, Cl = m->d.Cl, F = m->d.F, NH = m->d.NH, N = B * T;
+  const int Ns = stream_tokens(m), bias = m->tp_rank == 0;
+  const size_t NsC = (size_t)Ns * C, NCl = (size_t)N * Cl, NF_ = (size_t)N * F;
   float **f = v->f, *st = v->stats;
+  const float *in;
+  int rc;
 #define OUT(k, n) rnd(m, keep ? s->f[k] : NULL, f[k], (n))
-  op->layernorm_forward(f[F_LN1], st + S_LN1M * N, st + S_LN1R * N, x, WK(LN1W), WK(LN1B), N, C);
-  OUT(F_LN1, NC);
-  op->matmul_forward(f[F_QKV], f[F_LN1], WK(QKVW), WK(QKVB), N, C, 3 * C);
-  OUT(F_QKV, 3 * NC);
-  op->attention_forward(f[F_ATTY], LSE(st, N), f[F_QKV], B, T, C, NH);
-  OUT(F_ATTY, NC);
+  op->layernorm_forward(f[F_LN1], st + S_LN1M * Ns, st + S_LN1R * Ns, x, WK(LN1W), WK(LN1B), Ns, C);
+  OUT(F_LN1, NsC);
+  if ((rc = column_input(m, f[F_LN1], &in))) return rc;
+  op->matmul_forward(f[F_QKV], in, WK(QKVW), WK(QKVB), N, C, 3 * Cl);
+  OUT(F_QKV, 3 * NCl);
+  op->attention_forward(f[F_ATTY], LSE(st, Ns), f[F_QKV], B, T, Cl, NH);
+  OUT(F_ATTY, NCl);
   /* The projection output goes straight into res2, then x is added. */
-  op->matmul_forward(f[F_RES2], f[F_ATTY], WK(PROJW), WK(PROJB), N, C, C);
-  rnd(m, NULL, f[F_RES2], NC);
-  op->residual_forward(f[F_RES2], f[F_RES2], x, NC);
-  OUT(F_RES2, NC);
-  op->layernorm_forward(f[F_LN2], st + S_LN2M * N, st + S_LN2R * N, f[F_RES2], WK(LN2W), WK(LN2B), N, C);
-  OUT(F_LN2, NC);
-  op->matmul_forward(f[F_FCH], f[F_LN2], WK(FCW), WK(FCB), N, C, F);
+  op->matmul_forward(row_output(m, f[F_RES2]), f[F_ATTY], WK(PROJW), bias ? WK(PROJB) : NULL, N, Cl, C);
+  if ((rc = row_reduce(m, f[F_RES2]))) return rc;
+  rnd(m, NULL, f[F_RES2], NsC);
+  op->residual_forward(f[F_RES2], f[F_RES2], x, NsC);
+  OUT(F_RES2, NsC);
+  op->layernorm_forward(f[F_LN2], st + S_LN2M * Ns, st + S_LN2R * Ns, f[F_RES2], WK(LN2W), WK(LN2B), Ns, C);
+  OUT(F_LN2, NsC);
+  if ((rc = column_input(m, f[F_LN2], &in))) return rc;
+  op->matmul_forward(f[F_FCH], in, WK(FCW), WK(FCB), N, C, F);
   OUT(F_FCH, NF_);
   op->gelu_forward(f[F_FCHG], f[F_FCH], NF_);
   OUT(F_FCHG, NF_);
-  op->matmul_forward(f[F_RES3], f[F_FCHG], WK(FCPROJW), WK(FCPROJB), N, F, C);
-  rnd(m, NULL, f[F_RES3], NC);
-  op->residual_forward(f[F_RES3], f[F_RES3], f[F_RES2], NC);
-  OUT(F_RES3, NC);
+  op->matmul_forward(row_output(m, f[F_RES3]), f[F_FCHG], WK(FCPROJW), bias ? WK(FCPROJB) : NULL, N, F, C);
+  if ((rc = row_reduce(m, f[F_RES3]))) return rc;
+  rnd(m, NULL, f[F_RES3], NsC);
+  op->residual_forward(f[F_RES3], f[F_RES3], f[F_RES2], NsC);
+  OUT(F_RES3, NsC);
 #undef OUT
+  return 0;
 }
 
 /* fp32 input of block l (l = n_layer: the final LayerNorm's input): the
@@ -489,37 +663,53 @@ static const float *block_input(aa_gpt_t *m, int l) {
   void *src = l ? a->blocks[l - 1].f[F_RES3] : a->encoded;
   if (m->opts.amp == AA_F32) return src;
   float *dst = a->ws_res[(l + 1) & 1];
-  m->ops->cast_to_f32(dst, src, m->opts.amp, (size_t)m->B * m->T * m->arch.d_model);
+  m->ops->cast_to_f32(dst, src, m->opts.amp, (size_t)stream_tokens(m) * m->d.C);
   return dst;
 }
 
 /* Brings back everything block l's backward reads: kept fields (widened
  * under amp), then what the checkpoint mode dropped, recomputed. */
-static void block_restore(aa_gpt_t *m, int l, const float *x, const float *w, block_view_t *v) {
+static int block_restore(aa_gpt_t *m, int l, const float *x, const float *w, block_view_t *v) {
   const aa_ops_t *op = m->ops;
   aa_acts_t *a = m->acts;
   const block_store_t *s = &a->blocks[l];
-  int B = m->B, T = m->T;
   block_view(m, l, v);
-  if (block_full(&m->opts, l)) {
-    block_forward(m, l, x, w, v, 0);
-    return;
-  }
+  if (block_full(&m->opts, l)) return block_forward(m, l, x, w, v, 0);
   if (m->opts.amp != AA_F32)
     for (int f = 0; f < NF; f++)
-      if (f != F_RES3 && s->f[f]) op->cast_to_f32(v->f[f], s->f[f], m->opts.amp, field_numel(&m->arch, B, T, f));
+      if (f != F_RES3 && s->f[f]) op->cast_to_f32(v->f[f], s->f[f], m->opts.amp, field_numel(m, f));
   if (!s->f[F_FCHG]) {
-    size_t n = field_numel(&m->arch, B, T, F_FCHG);
+    size_t n = field_numel(m, F_FCHG);
     op->gelu_forward(v->f[F_FCHG], v->f[F_FCH], n);
     rnd(m, NULL, v->f[F_FCHG], n);
   }
+  return 0;
+}
+
+/* The mean loss's per-token losses from the logits (the rank's vocabulary
+ * slice under tensor parallelism), the logits turned into probabilities. */
+static int loss_forward(aa_gpt_t *m) {
+  const aa_ops_t *op = m->ops;
+  aa_acts_t *a = m->acts;
+  const int N = m->B * m->T, Vl = m->d.Vl;
+  if (m->tp == 1) {
+    op->crossentropy_forward(a->losses, a->logits, a->logits, a->targets, N, Vl);
+    return 0;
+  }
+  float *mine = a->xent, *all = a->xent + (size_t)3 * N;
+  op->xent_vocab_partial(mine, a->logits, a->targets, m->vocab_lo, m->vocab_valid, N, Vl);
+  int rc = op->sync();
+  if (!rc) rc = aa_comm_all_gather(m->opts.tensor, mine, all, (size_t)3 * N, AA_F32);
+  if (rc) return aa_error_wrap(rc, "the cross-entropy over the tensor group");
+  op->xent_vocab_forward(a->losses, a->logits, a->logits, all, m->tp, m->vocab_valid, N, Vl);
+  return 0;
 }
 
 int aa_gpt_forward(aa_gpt_t *m, const int32_t *inputs, const int32_t *targets, float *loss) {
   const aa_ops_t *op = m->ops;
   aa_acts_t *a = m->acts;
-  int B = m->B, T = m->T, C = m->arch.d_model, V = m->arch.vocab_size, N = B * T, rc;
-  size_t NC = (size_t)N * C;
+  int B = m->B, T = m->T, C = m->d.C, V = m->arch.vocab_size, N = B * T, Ns = stream_tokens(m), rc;
+  size_t NsC = (size_t)Ns * C;
   for (int i = 0; i < N; i++) {
     if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
       return aa_error(AA_EINVAL, "token id out of range [0, %d) at position %d", V, i);
@@ -538,24 +728,33 @@ int aa_gpt_forward(aa_gpt_t *m, const int32_t *inputs, const int32_t *targets, f
   outer_weights_t ow;
   if ((rc = outer_weights(m, refreshed, &ow))) return rc;
   float *x = amp ? a->ws_res[1] : (float *)a->encoded;
-  op->encoder_forward(x, a->inputs, ow.wte, ow.wpe, B, T, C);
-  rnd(m, a->encoded, x, NC);
+  if (m->tp == 1) {
+    op->encoder_forward(x, a->inputs, ow.wte, ow.wpe, B, T, C);
+  } else {
+    /* Each rank embeds the tokens of its vocabulary slice (the positions
+     * through rank 0); the group sums them. */
+    op->encoder_forward_vocab(row_output(m, x), a->inputs, ow.wte, m->tp_rank == 0 ? ow.wpe : NULL, m->vocab_lo,
+                              m->vocab_valid, B, T, C);
+    if ((rc = row_reduce(m, x))) return rc;
+  }
+  rnd(m, a->encoded, x, NsC);
   for (int l = 0; l < m->arch.n_layer; l++) {
     block_view_t v;
     float *w;
     if ((rc = block_weights(m, l, &w))) return rc;
     block_view(m, l, &v);
-    block_forward(m, l, x, w, &v, 1);
+    if ((rc = block_forward(m, l, x, w, &v, 1))) return rc;
     x = v.f[F_RES3];
   }
-  op->layernorm_forward(a->lnf, a->lnf_stats, a->lnf_stats + N, x, ow.lnfw, ow.lnfb, N, C);
-  rnd(m, NULL, a->lnf, NC);
-  op->matmul_forward(a->logits, a->lnf, ow.wte, NULL, N, C, V);
+  op->layernorm_forward(a->lnf, a->lnf_stats, a->lnf_stats + Ns, x, ow.lnfw, ow.lnfb, Ns, C);
+  rnd(m, NULL, a->lnf, NsC);
+  const float *in;
+  if ((rc = column_input(m, a->lnf, &in))) return rc;
+  op->matmul_forward(a->logits, in, ow.wte, NULL, N, C, m->d.Vl);
   a->have_targets = 0;
   if (!targets) return (rc = op->sync()) ? rc : charge_scratch(m);
-  op->crossentropy_forward(a->losses, a->logits, a->logits, a->targets, N, V);
-  if ((rc = op->download(a->host_losses, a->losses, sizeof(float) * N)) || (rc = op->sync()) ||
-      (rc = charge_scratch(m)))
+  if ((rc = loss_forward(m)) || (rc = op->download(a->host_losses, a->losses, sizeof(float) * N)) ||
+      (rc = op->sync()) || (rc = charge_scratch(m)))
     return rc;
   a->have_targets = 1;
   double sum = 0;
@@ -565,70 +764,123 @@ int aa_gpt_forward(aa_gpt_t *m, const int32_t *inputs, const int32_t *targets, f
   return 0;
 }
 
+/* The gradient of a column-parallel layer's (or the head's) input: each
+ * rank's partial, from its slice of the layer, is in row_output(m,
+ * acts->dln); the group's sum lands in acts->dln (the rank's tokens),
+ * rounded under amp. */
+static int column_input_grad(aa_gpt_t *m) {
+  int rc = row_reduce(m, m->acts->dln);
+  if (!rc) rnd(m, NULL, m->acts->dln, (size_t)stream_tokens(m) * m->d.C);
+  return rc;
+}
+
+/* Where a LayerNorm's weight and bias gradients go: the unit's gradient
+ * (g), or under sequence parallelism (each rank saw only its tokens)
+ * acts->lngrad + at, zeroed, to be summed over the group by
+ * sum_ln_grads. */
+static float *ln_grads(aa_gpt_t *m, float *g, int at) {
+  if (!m->sp) return g;
+  float *d = m->acts->lngrad + at;
+  m->ops->memset0(d, 2 * (size_t)m->d.C * sizeof(float));
+  return d;
+}
+
+/* Sequence parallelism: the n LayerNorm gradients in acts->lngrad summed
+ * over the group and added to g[k] (2C elements each). */
+static int sum_ln_grads(aa_gpt_t *m, float *g[], int n) {
+  if (!m->sp) return 0;
+  size_t C2 = 2 * (size_t)m->d.C;
+  int rc = tp_all_reduce(m, m->acts->lngrad, (size_t)n * C2);
+  if (rc) return aa_error_wrap(rc, "summing the LayerNorm gradients");
+  for (int k = 0; k < n; k++) m->ops->accumulate(g[k], m->acts->lngrad + k * C2, C2);
+  return 0;
+}
+
 int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
   const aa_ops_t *op = m->ops;
   aa_acts_t *a = m->acts;
   if (!a->have_targets) return aa_error(AA_EINVAL, "backward needs a forward pass with targets");
   op->set_gemm_inputs(m->opts.amp);
-  int B = m->B, T = m->T, C = m->arch.d_model, F = m->arch.d_ff, NH = m->arch.n_head, V = m->arch.vocab_size;
-  int N = B * T, L = m->arch.n_layer, rc;
-  size_t NC = (size_t)N * C, NF_ = (size_t)N * F;
+  const int B = m->B, T = m->T, C = m->d.C, Cl = m->d.Cl, F = m->d.F, NH = m->d.NH, Vl = m->d.Vl;
+  const int N = B * T, Ns = stream_tokens(m), L = m->arch.n_layer;
+  const size_t NC = (size_t)N * C, NsC = (size_t)Ns * C, NCl = (size_t)N * Cl, NF_ = (size_t)N * F;
+  int rc;
   outer_weights_t ow;
   float *g_wte, *g_lnf;
+  const float *in, *dout;
   if ((rc = outer_weights(m, 0, &ow)) || (rc = unit_grads(m, 0, &g_wte)) || (rc = unit_grads(m, L + 1, &g_lnf)))
     return rc;
   /* Mean loss over N tokens: every row's gradient carries 1/N. The
    * probabilities are turned into logit gradients in place. Under amp each
    * activation gradient is rounded like the activations (rnd). */
-  op->crossentropy_backward(a->logits, a->logits, a->targets, grad_scale / (float)N, N, V);
-  rnd(m, NULL, a->logits, (size_t)N * V);
+  if (m->tp == 1) op->crossentropy_backward(a->logits, a->logits, a->targets, grad_scale / (float)N, N, Vl);
+  else
+    op->xent_vocab_backward(a->logits, a->logits, a->targets, m->vocab_lo, m->vocab_valid, grad_scale / (float)N,
+                            N, Vl);
+  rnd(m, NULL, a->logits, (size_t)N * Vl);
   a->have_targets = 0; /* the probabilities are gone now */
-  op->memset0(a->dln, NC * sizeof(float));
-  op->matmul_backward(a->dln, g_wte, NULL, a->logits, a->lnf, ow.wte, N, C, V);
-  rnd(m, NULL, a->dln, NC);
-  op->memset0(a->dres, NC * sizeof(float));
-  op->layernorm_backward(a->dres, g_lnf, g_lnf + C, a->dln, block_input(m, L), ow.lnfw, a->lnf_stats,
-                         a->lnf_stats + N, N, C);
-  rnd(m, NULL, a->dres, NC);
-  if ((rc = grads_done(m, L + 1))) return rc;
+  if ((rc = column_input(m, a->lnf, &in))) return rc;
+  op->memset0(row_output(m, a->dln), NC * sizeof(float));
+  op->matmul_backward(row_output(m, a->dln), g_wte, NULL, a->logits, in, ow.wte, N, C, Vl);
+  if ((rc = column_input_grad(m))) return rc;
+  op->memset0(a->dres, NsC * sizeof(float));
+  float *glnf = ln_grads(m, g_lnf, 0);
+  op->layernorm_backward(a->dres, glnf, glnf + C, a->dln, block_input(m, L), ow.lnfw, a->lnf_stats,
+                         a->lnf_stats + Ns, Ns, C);
+  rnd(m, NULL, a->dres, NsC);
+  if ((rc = sum_ln_grads(m, (float *[]){g_lnf}, 1)) || (rc = grads_done(m, L + 1))) return rc;
   for (int l = L - 1; l >= 0; l--) {
     block_view_t v;
     float *w, *gb;
     if ((rc = block_weights(m, l, &w)) || (rc = unit_grads(m, AA_GPT_UNIT_BLOCK(l), &gb))) return rc;
     const float *x = block_input(m, l);
-    block_restore(m, l, x, w, &v);
+    if ((rc = block_restore(m, l, x, w, &v))) return rc;
     float **f = v.f, *st = v.stats;
 #define G(k) (gb + (m->tensors[lt(l, k)].offset - m->tensors[lt(l, 0)].offset))
     /* dres holds d(block output); the residual passes it through unchanged
-     * to res2, and each branch's input gradient is accumulated onto it. */
+     * to res2, and each branch's input gradient is accumulated onto it. A
+     * row-parallel layer reads the whole output gradient. */
+    if ((rc = column_input(m, a->dres, &dout))) return rc;
     op->memset0(a->dfch_gelu, NF_ * sizeof(float));
-    op->matmul_backward(a->dfch_gelu, G(FCPROJW), G(FCPROJB), a->dres, f[F_FCHG], WK(FCPROJW), N, F, C);
+    op->matmul_backward(a->dfch_gelu, G(FCPROJW), G(FCPROJB), dout, f[F_FCHG], WK(FCPROJW), N, F, C);
     rnd(m, NULL, a->dfch_gelu, NF_);
     op->memset0(a->dfch, NF_ * sizeof(float));
     op->gelu_backward(a->dfch, f[F_FCH], a->dfch_gelu, NF_);
     rnd(m, NULL, a->dfch, NF_);
-    op->memset0(a->dln, NC * sizeof(float));
-    op->matmul_backward(a->dln, G(FCW), G(FCB), a->dfch, f[F_LN2], WK(FCW), N, C, F);
-    rnd(m, NULL, a->dln, NC);
-    op->layernorm_backward(a->dres, G(LN2W), G(LN2B), a->dln, f[F_RES2], WK(LN2W), st + S_LN2M * N,
-                           st + S_LN2R * N, N, C);
-    rnd(m, NULL, a->dres, NC);
-    op->memset0(a->datty, NC * sizeof(float));
-    op->matmul_backward(a->datty, G(PROJW), G(PROJB), a->dres, f[F_ATTY], WK(PROJW), N, C, C);
-    rnd(m, NULL, a->datty, NC);
-    op->memset0(a->dqkv, NC * 3 * sizeof(float));
-    op->attention_backward(a->dqkv, a->datty, f[F_QKV], LSE(st, N), B, T, C, NH);
-    rnd(m, NULL, a->dqkv, 3 * NC);
-    op->memset0(a->dln, NC * sizeof(float));
-    op->matmul_backward(a->dln, G(QKVW), G(QKVB), a->dqkv, f[F_LN1], WK(QKVW), N, C, 3 * C);
-    rnd(m, NULL, a->dln, NC);
-    op->layernorm_backward(a->dres, G(LN1W), G(LN1B), a->dln, x, WK(LN1W), st + S_LN1M * N, st + S_LN1R * N, N,
+    if ((rc = column_input(m, f[F_LN2], &in))) return rc;
+    op->memset0(row_output(m, a->dln), NC * sizeof(float));
+    op->matmul_backward(row_output(m, a->dln), G(FCW), G(FCB), a->dfch, in, WK(FCW), N, C, F);
+    if ((rc = column_input_grad(m))) return rc;
+    float *gln2 = ln_grads(m, G(LN2W), 0);
+    op->layernorm_backward(a->dres, gln2, gln2 + C, a->dln, f[F_RES2], WK(LN2W), st + S_LN2M * Ns,
+                           st + S_LN2R * Ns, Ns, C);
+    rnd(m, NULL, a->dres, NsC);
+    if ((rc = column_input(m, a->dres, &dout))) return rc;
+    op->memset0(a->datty, NCl * sizeof(float));
+    op->matmul_backward(a->datty, G(PROJW), G(PROJB), dout, f[F_ATTY], WK(PROJW), N, Cl, C);
+    rnd(m, NULL, a->datty, NCl);
+    op->memset0(a->dqkv, NCl * 3 * sizeof(float));
+    op->attention_backward(a->dqkv, a->datty, f[F_QKV], LSE(st, Ns), B, T, Cl, NH);
+    rnd(m, NULL, a->dqkv, 3 * NCl);
+    if ((rc = column_input(m, f[F_LN1], &in))) return rc;
+    op->memset0(row_output(m, a->dln), NC * sizeof(float));
+    op->matmul_backward(row_output(m, a->dln), G(QKVW), G(QKVB), a->dqkv, in, WK(QKVW), N, C, 3 * Cl);
+    if ((rc = column_input_grad(m))) return rc;
+    float *gln1 = ln_grads(m, G(LN1W), 2 * C);
+    op->layernorm_backward(a->dres, gln1, gln1 + C, a->dln, x, WK(LN1W), st + S_LN1M * Ns, st + S_LN1R * Ns, Ns,
                            C);
-    rnd(m, NULL, a->dres, NC);
+    rnd(m, NULL, a->dres, NsC);
+    if ((rc = sum_ln_grads(m, (float *[]){G(LN2W), G(LN1W)}, 2))) return rc;
 #undef G
     if ((rc = grads_done(m, AA_GPT_UNIT_BLOCK(l)))) return rc;
   }
-  op->encoder_backward(g_wte, g_wte + m->tensors[1].offset, a->dres, a->inputs, B, T, C);
+  /* The embedding's gradient from the whole residual gradient: the rank's
+   * vocabulary rows, and the positions (the same on every rank). */
+  if ((rc = column_input(m, a->dres, &dout))) return rc;
+  if (m->tp == 1) op->encoder_backward(g_wte, g_wte + m->tensors[1].offset, dout, a->inputs, B, T, C);
+  else
+    op->encoder_backward_vocab(g_wte, g_wte + m->tensors[1].offset, dout, a->inputs, m->vocab_lo, m->vocab_valid, B,
+                               T, C);
   if ((rc = op->sync()) || (rc = charge_scratch(m))) return rc;
   return grads_done(m, 0);
 }

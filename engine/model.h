@@ -32,6 +32,33 @@
  * report a backend failure (a CUDA fault, an allocation that failed) as an
  * error code.
  *
+ * Tensor parallelism (opts.tensor, a group of t ranks; Megatron's layers):
+ * each rank holds n_head / t heads of qkv and d_ff / t columns of fc
+ * (column-parallel: their rows and biases split), the matching columns of
+ * proj and fcproj (row-parallel: each rank's output is a partial sum, the
+ * bias enters once, through rank 0's), and ceil(V / t) rows of wte
+ * (vocabulary-parallel embedding and tied head; the last ranks' slices end
+ * in padding rows that stay zero and that no token or loss reaches).
+ * LayerNorms, the position table and the row-parallel biases are whole on
+ * every rank. The collectives are the conjugate pairs: the input of a
+ * column-parallel layer is the same on every rank (identity forward) and
+ * its input gradient is all-reduced (backward); a row-parallel layer's
+ * output is all-reduced (forward) and its output gradient is the same on
+ * every rank (identity backward); the embedding is all-reduced as well.
+ * The cross-entropy never gathers the (B,T,V) logits: each rank sends,
+ * per token, the max and sum-exp of its slice and its target logit (an
+ * all-gather of 3 floats a token), and every rank derives the same loss.
+ * With sequence parallelism (opts.sp) the residual stream and the
+ * LayerNorms hold only the rank's B T / t tokens: the all-reduces become
+ * an all-gather before each column-parallel layer (and the head) and a
+ * reduce-scatter after each row-parallel one (and the embedding), the
+ * backward their conjugates, and the LayerNorms' gradients, computed from
+ * the rank's tokens only, are summed over the group. Every collective is
+ * fp32, so a tensor-parallel run differs from one process only in the
+ * order of its sums. The tensor table describes the rank's slice; each
+ * tensor also says where its slice lies in the whole model's layout (the
+ * one process's, which checkpoints and initialisation use).
+ *
  * Activation checkpointing (opts.ckpt) decides what a block keeps:
  *   none       every intermediate;
  *   selective  all but the attention probabilities (B,NH,T,T) and the GELU
@@ -43,6 +70,7 @@
 #ifndef AA_MODEL_H
 #define AA_MODEL_H
 
+#include "../comm/comm.h"
 #include "../common/aa.h"
 #include "../common/mem.h"
 #include "../common/spec.h"
@@ -57,10 +85,30 @@ typedef struct aa_tensor_desc {
   size_t offset; /* in elements, into the flat buffer */
   size_t numel;
   int ndim;      /* 1 or 2 */
-  int shape[2];
+  int shape[2];  /* the rank's slice */
   int layer;     /* block index, -1 for wte/wpe/lnf */
   int decay;     /* 1 if AdamW weight decay applies (2-D weights) */
+  /* Where the slice lies in the whole model's flat buffer (tp 1): runs
+   * runs of run_n elements; run k is local elements [offset + k *
+   * run_lstride, + run_n) and whole-model elements [run_global + k *
+   * run_gstride, + run_n). The whole tensor (gnumel elements) starts at
+   * goffset there. One run for a whole or row-split tensor (none for a
+   * vocabulary slice of padding only), three for qkv (its q, k and v
+   * heads), one per row for a column split. */
+  size_t goffset, gnumel;
+  int runs;
+  size_t run_n, run_lstride, run_global, run_gstride;
+  int replicated; /* the same on every tensor rank (whole): its gradient too */
 } aa_tensor_desc_t;
+
+/* The tensor table of tensor rank r of tp (tp 1: the whole model) for
+ * architecture a into out (aa_gpt_n_tensors(a) entries), in the
+ * documented order: each tensor's slice, its offset in the rank's flat
+ * buffer, and where the slice lies in the whole model's (the runs). Pure
+ * arithmetic: a checkpoint saved at one tensor degree is read at another
+ * through the tables of both. */
+int aa_gpt_n_tensors(const aa_arch_t *a);
+void aa_gpt_tensor_table(const aa_arch_t *a, int tp, int r, aa_tensor_desc_t *out);
 
 /* Flat buffer of one element type in one backend's memory, accounted in a
  * memory accountant under one kind. */
@@ -95,6 +143,8 @@ typedef struct aa_gpt_opts {
   aa_ckpt_mode_t ckpt;  /* activation checkpointing */
   int ckpt_layers;      /* AA_CKPT_FULL: first k blocks only; 0 = all */
   aa_mem_t *mem;        /* accountant for every model buffer (borrowed; may be NULL) */
+  aa_comm_t *tensor;    /* the tensor-parallel group (borrowed; outlives the model); NULL = tp 1 */
+  int sp;               /* sequence parallelism over it (tp > 1, tp dividing B T) */
 } aa_gpt_opts_t;
 
 /* Named views into the activation buffers. */
@@ -134,14 +184,19 @@ typedef struct aa_gpt_hooks {
 } aa_gpt_hooks_t;
 
 struct aa_gpt {
-  aa_arch_t arch;
+  aa_arch_t arch;      /* the whole model's */
   const aa_ops_t *ops; /* borrowed */
   aa_gpt_opts_t opts;
   int B, T;            /* micro-batch and sequence length the activations fit */
+  int tp, tp_rank;     /* the tensor group's size and this rank's place in it (1, 0 without) */
+  int sp;              /* sequence parallelism (tp > 1 only) */
+  aa_tp_dims_t d;      /* this rank's dimensions */
+  int vocab_lo, vocab_valid; /* the vocabulary rows this rank holds (sizes.h aa_sizes_vocab_rows) */
 
   int n_tensors;
   aa_tensor_desc_t *tensors; /* owned, n_tensors entries */
-  size_t n_params;
+  size_t n_params;           /* this rank's */
+  size_t n_global;           /* the whole model's (aa_arch_param_count) */
 
   /* fp32 parameters (the master weights under amp) and fp32 gradients;
    * either may be unallocated under ZeRO (opts.zero). */
@@ -182,6 +237,10 @@ int aa_gpt_init_weights(aa_gpt_t *m, uint64_t seed);
 typedef int (*aa_gpt_put_fn)(size_t offset, const float *src, size_t n, void *data);
 int aa_gpt_init_weights_to(const aa_gpt_t *m, uint64_t seed, aa_gpt_put_fn put, void *data);
 
+/* Host floats x (n <= 16) summed over the tensor group (in place; nothing
+ * to do at tp 1). A collective over that group. */
+int aa_gpt_tensor_sum(aa_gpt_t *m, float *x, int n);
+
 /* Forward pass on inputs(B,T) (host memory, borrowed for the call). With
  * targets (B,T, host) computes the mean loss into m->loss and returns it via
  * *loss (if non-NULL); with targets NULL only logits are computed. Waits for
@@ -205,13 +264,15 @@ void aa_gpt_zero_grad(aa_gpt_t *m);
 void aa_gpt_params_changed(aa_gpt_t *m);
 
 /* Bytes the activations of one micro-batch keep for backward and the
- * workspace the model needs, for these options (what aa_gpt_create
+ * workspace the model needs, for these options (the tensor group's size
+ * and sp from opts->tensor and opts->sp) (what aa_gpt_create
  * allocates under AA_MEM_ACTS and AA_MEM_WORKSPACE: the layout of
  * strategies/sizes.h, which it carves). */
 void aa_gpt_act_bytes(const aa_arch_t *arch, int B, int T, const aa_gpt_opts_t *opts, size_t *acts,
                       size_t *workspace);
 
-/* Logits (B,T,V) of the last forward without targets, in backend memory
+/* Logits (B,T,V) of the last forward without targets (tensor parallel:
+ * this rank's vocabulary slice, (B,T,Vl)), in backend memory
  * (read them with ops->download on a non-CPU backend); borrowed, valid until
  * the next forward. (After a forward with targets the buffer holds
  * probabilities instead.) */

@@ -24,6 +24,34 @@ void aa_adamw_free(aa_adamw_t *o) {
   memset(o, 0, sizeof *o);
 }
 
+/* The sum of squares of the gradient g of the flat buffer's elements [lo,
+ * lo + n) into *split (tensor-parallel slices: different on every tensor
+ * rank) and *whole (tensors every tensor rank holds whole, with the same
+ * gradient), so that the norm counts every parameter once. At tp 1 it is
+ * all *split, one call. */
+static void squares(const aa_gpt_t *m, const float *g, size_t lo, size_t n, double *split, double *whole) {
+  const aa_ops_t *op = m->ops;
+  if (m->tp == 1) {
+    *split += op->sum_squares(g, n);
+    return;
+  }
+  for (int i = 0; i < m->n_tensors; i++) {
+    const aa_tensor_desc_t *d = &m->tensors[i];
+    size_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel < lo + n ? d->offset + d->numel : lo + n;
+    if (a < b) *(d->replicated ? whole : split) += op->sum_squares(g + (a - lo), b - a);
+  }
+}
+
+/* The squared norm over the tensor group of a gradient whose squares are
+ * split (summed over the group) and whole (the same on every rank). */
+static int tensor_squares(aa_gpt_t *m, double split, double whole, double *out) {
+  float x = (float)split;
+  int rc = aa_gpt_tensor_sum(m, &x, 1);
+  if (rc) return aa_error_wrap(rc, "the gradient norm");
+  *out = m->tp == 1 ? split : (double)x + whole;
+  return 0;
+}
+
 int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr, double grad_scale,
                   int skip_nonfinite, float *grad_norm) {
   const aa_ops_t *op = m->ops;
@@ -31,12 +59,15 @@ int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float l
     return aa_error(AA_EINVAL, "optimizer state is on the %s backend but the model is on %s", o->m.ops->name,
                     op->name);
   float *g = m->grads.data;
-  double norm = sqrt(op->sum_squares(g, m->n_params)) / grad_scale;
+  double split = 0, whole = 0, sq;
+  squares(m, g, 0, m->n_params, &split, &whole);
+  int rc = tensor_squares(m, split, whole, &sq);
+  if (rc) return rc;
+  double norm = sqrt(sq) / grad_scale;
   if (grad_norm) *grad_norm = (float)norm;
   if (!isfinite(norm)) {
     /* A backend failure also reads as NaN; it is an error, not a skip. */
-    int rc = op->sync();
-    if (rc) return rc;
+    if ((rc = op->sync())) return rc;
     if (skip_nonfinite) return 1;
     return aa_error(AA_EINVAL, "gradient norm is not finite (%g); update skipped", norm);
   }
@@ -55,8 +86,7 @@ int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float l
                      cfg->beta2, cfg->eps, d->decay ? cfg->weight_decay : 0.0f, t);
   }
   aa_gpt_params_changed(m);
-  int rc = op->sync();
-  if (rc) return rc;
+  if ((rc = op->sync())) return rc;
   o->t = t;
   return 0;
 }
@@ -203,7 +233,7 @@ int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t
   /* Every buffer is the size strategies/sizes.h gives, which the cost model
    * predicts from; its units are the model's by construction. */
   aa_zero_sizes_t sz;
-  aa_sizes_zero(&m->arch, z->amp, stage, z->world, &sz);
+  aa_sizes_zero(&m->arch, m->tp, z->amp, stage, z->world, &sz);
   if (sz.shard != z->shard_numel) {
     rc = aa_error(AA_EINTERNAL, "ZeRO shard of %zu elements, sizes.h says %zu", z->shard_numel, sz.shard);
     goto fail;
@@ -302,12 +332,16 @@ int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr,
   if (z->stage == 0) return aa_adamw_step(&z->opt, m, cfg, lr, grad_scale, skip_nonfinite, grad_norm);
   const aa_ops_t *op = m->ops;
   int U = z->n_units, rc;
-  double local = 0;
+  double split = 0, whole = 0, sq;
   for (int u = 0; u < U; u++)
-    if (z->valid[u]) local += op->sum_squares(grad_chunk(z, m, u), z->valid[u]);
-  float sq = (float)local;
-  if ((rc = aa_zero_all_reduce_host(z, &sq, 1, AA_COMM_SUM))) return aa_error_wrap(rc, "reducing the gradient norm");
-  double norm = sqrt((double)sq) / grad_scale;
+    if (z->valid[u]) squares(m, grad_chunk(z, m, u), chunk_start(z, u), z->valid[u], &split, &whole);
+  /* Over the data group, then the tensor group (each data rank's chunks
+   * of the tensor slices differ between tensor ranks, its chunks of the
+   * whole tensors do not). */
+  float sqs[2] = {(float)split, (float)whole};
+  if ((rc = aa_zero_all_reduce_host(z, sqs, 2, AA_COMM_SUM)) || (rc = tensor_squares(m, sqs[0], sqs[1], &sq)))
+    return aa_error_wrap(rc, "reducing the gradient norm");
+  double norm = sqrt(sq) / grad_scale;
   if (grad_norm) *grad_norm = (float)norm;
   if (!isfinite(norm)) {
     if ((rc = op->sync())) return rc;

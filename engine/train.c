@@ -209,7 +209,7 @@ static int setup(trainer_t *t) {
   if (t->val.n_tokens && (rc = check_eval_batches(t, B, T))) return rc;
   int zero = aa_sizes_zero_stage(t->strat.zero, t->world);
   aa_gpt_opts_t mo = {.amp = t->strat.amp, .ckpt = t->strat.ckpt, .ckpt_layers = t->strat.ckpt_layers,
-                      .mem = &t->mem, .zero = zero};
+                      .mem = &t->mem, .zero = zero, .tensor = t->mesh.group[AA_AXIS_TENSOR], .sp = t->strat.sp};
   if ((rc = aa_gpt_create(&t->model, &s->arch, t->ops, B, T, &mo)) ||
       (rc = aa_zero_init(&t->zero, t->model, t->comm, zero, &t->mem)))
     return rc;
@@ -398,6 +398,10 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   if (t.world > 1)
     fprintf(t.log, "data parallel: %d ranks (%s), ZeRO stage %d, each rank %d micro-batch%s per step\n", t.world,
             aa_comm_backend(t.comm), t.zero.stage, t.accum, t.accum == 1 ? "" : "es");
+  if (m->tp > 1)
+    fprintf(t.log, "tensor parallel: %d ranks (%s), each %d of %d heads, %d of %d MLP columns, %d of %d vocabulary rows%s\n",
+            m->tp, aa_comm_backend(t.mesh.group[AA_AXIS_TENSOR]), m->d.NH, spec->arch.n_head, m->d.F, spec->arch.d_ff,
+            m->d.Vl, spec->arch.vocab_size, m->sp ? "; sequence parallel" : "");
   int first = t.state.step, timed = 0, untimed = opts->dryrun ? opts->untimed_steps : 1;
   for (int step = first; step < cfg->steps; step++) {
     double t0 = aa_now(), scale_before = t.scaler.scale;

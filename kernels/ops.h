@@ -96,6 +96,50 @@ typedef struct aa_ops {
   void (*crossentropy_backward)(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N,
                                 int V);
 
+  /* Tensor parallelism splits the vocabulary between the tensor ranks
+   * (Megatron's vocab-parallel embedding and cross-entropy): a rank holds
+   * the rows [lo, lo + valid) of the vocabulary as rows 0..valid-1 of its
+   * wte slice, whose rows past valid (up to V) are padding that no token
+   * reaches and no loss sees. valid may be 0 (a rank with padding only).
+   *
+   * out(B,T,C) = (lo <= inp < lo + valid ? wte[inp - lo] : 0)
+   *              + (wpe ? wpe[t] : 0). */
+  void (*encoder_forward_vocab)(float *out, const int32_t *inp, const float *wte, const float *wpe, int lo,
+                                int valid, int B, int T, int C);
+  /* dwte += dout scattered to row inp - lo for the tokens in [lo, lo +
+   * valid) (the others add nothing; the padding rows are never touched);
+   * dwpe(T,C) += sum over b of dout when dwpe is not NULL. Each row gets the
+   * additions of encoder_backward in its order, so the ranks' rows are
+   * bit-identical to the unsplit gradient's. */
+  void (*encoder_backward_vocab)(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int lo,
+                                 int valid, int B, int T, int C);
+  /* What this rank knows of each row i of its logits(N,V) slice (columns
+   * past valid are padding and ignored), into part(N,3): the maximum over
+   * the valid columns m (-INFINITY when valid is 0), the sum over them of
+   * exp(x - m) (0 when valid is 0), and the logit of targets[i] when lo <=
+   * targets[i] < lo + valid, else 0. */
+  void (*xent_vocab_partial)(float *part, const float *logits, const int32_t *targets, int lo, int valid, int N,
+                             int V);
+  /* The cross-entropy from every rank's parts (R,N,3), rank-major (as an
+   * all-gather of part leaves them): with M the largest m_r of row i,
+   * lse_i = M + log(sum_r s_r exp(m_r - M)) and losses(N) = lse_i - sum_r
+   * of the target logits (one of them is the target's, the rest are 0);
+   * probs(N,V) = exp(logits - lse_i) on the valid columns and 0 on the
+   * padding (probs may alias logits). logits and valid are this rank's; at
+   * least one rank has valid > 0. Every rank gets bit-identical losses from
+   * the same parts. With R = 1, lo = 0, valid = V this is
+   * crossentropy_forward up to rounding (the part carries the sum of exps as
+   * a float: the loss may differ in its last ulp, a probability by an ulp or
+   * two). */
+  void (*xent_vocab_forward)(float *losses, float *probs, const float *logits, const float *parts, int R,
+                             int valid, int N, int V);
+  /* dlogits(N,V) += dloss * (probs - onehot(targets - lo)), the one-hot only
+   * where lo <= target < lo + valid; dlogits may alias probs (then it is
+   * overwritten), as crossentropy_backward. On the padding columns that adds
+   * dloss * 0 (xent_vocab_forward's probs are 0 there). */
+  void (*xent_vocab_backward)(float *dlogits, const float *probs, const int32_t *targets, int lo, int valid,
+                              float dloss, int N, int V);
+
   /* AdamW on a flat slice, as torch.optim.AdamW:
    *   p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
    *   p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)

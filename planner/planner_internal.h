@@ -411,10 +411,12 @@ typedef struct aa_search {
 
 /* Enumerates the strategies for the spec on a pool of `devices` executors
  * of kind `dev_kind` (on one host) with `memory` bytes each (0 = unknown)
- * in dry-run order, leaving out the `exclude` bits. Data parallelism takes
- * every degree up to `devices` that divides the global batch, ZeRO 0-3 at
- * dp > 1 with every precision, a candidate's world being its dp. Invalid
- * ones (aa_strategy_resolve fails) come back AA_CAND_PRUNED with the rule,
+ * in dry-run order, leaving out the `exclude` bits: the space of
+ * strategies/space.h, every gang of dp x tp ranks up to `devices` (dp
+ * dividing the global batch, sequence parallelism off and on at tp > 1),
+ * ZeRO 0-3 at dp > 1 with every precision. Invalid ones
+ * (aa_strategy_resolve fails, e.g. a tp that does not divide n_head, or one
+ * this engine does not run yet) come back AA_CAND_PRUNED with the rule,
  * and so do those whose predicted bytes per rank (strategies/cost.h, a
  * lower bound) exceed `memory`, with the figures. */
 int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int devices, aa_proto_dev_kind_t dev_kind,
@@ -428,11 +430,13 @@ void aa__search_free(aa_search_t *s);
  * Unless exhaustive: then only the limits prune. */
 int aa__search_next(aa_search_t *s, double now);
 /* The cost model's tokens/s for candidate i, refitted to what was measured:
- * the per-device FLOP rate (tokens/s x aa_cost_flops_per_token / devices)
- * of the most similar run measured ok so far (distance: another precision 4,
- * another dp 2, another ZeRO stage or checkpointing mode 1 each, plus
- * |log2| of the dp and micro-batch ratios; the later of equals), times
- * i's devices over i's FLOPs per token. 0 before any ok run. */
+ * the per-device FLOP rate (tokens/s x aa_cost_flops_per_token / dp, that
+ * function counting a rank's FLOPs per token of its replica) of the most
+ * similar run measured ok so far (distance: another precision 4, another dp
+ * or tp 2 each, another ZeRO stage, checkpointing mode or sequence
+ * parallelism 1 each, plus |log2| of the dp, tp and micro-batch ratios; the
+ * later of equals), times i's dp over i's FLOPs per token. 0 before any ok
+ * run. */
 double aa__search_predict(const aa_search_t *s, int i);
 /* Prunes every pending candidate with `reason`: the search is over. */
 void aa__search_stop(aa_search_t *s, const char *reason);

@@ -105,14 +105,12 @@ static bool dominated(const aa_search_t *s, aa_cand_t *c) {
   return false;
 }
 
-static double world(const aa_strategy_t *s) { return (double)s->dp * s->tp * s->pp; }
-
 /* A candidate that could not beat the best measured run even at the
- * devices' peak: dp * peak / (the FLOPs it must execute per token) is a
- * bound no implementation passes (strategies/cost.h). */
+ * devices' peak: dp * peak / (the FLOPs a rank must execute per token of
+ * its replica) is a bound no implementation passes (strategies/cost.h). */
 static bool beyond_peak(const aa_search_t *s, aa_cand_t *c) {
   if (!(s->peak_flops > 0) || !(s->best > 0)) return false;
-  double bound = world(&c->s) * s->peak_flops / aa_cost_min_flops_per_token(&s->arch, &c->s);
+  double bound = c->s.dp * s->peak_flops / aa_cost_min_flops_per_token(&s->arch, &c->s);
   if (bound >= s->best) return false;
   snprintf(c->reason, sizeof c->reason,
            "not measured: at the devices' peak of %.0f TFLOP/s each it would reach at most %.0f tokens/s, and %.0f "
@@ -151,8 +149,9 @@ double aa__search_predict(const aa_search_t *s, int i) {
   for (size_t k = 0; k < s->n; k++) {
     const aa_cand_t *m = &s->c[k];
     if (m->state != AA_CAND_DONE || m->status != AA_STORE_RUN_OK || !(m->tokens_per_s > 0)) continue;
-    double d = 4.0 * (m->s.amp != c->s.amp) + 2.0 * (m->s.dp != c->s.dp) + (m->s.zero != c->s.zero) +
-               (m->s.ckpt != c->s.ckpt) + fabs(log2((double)m->s.dp / c->s.dp)) +
+    double d = 4.0 * (m->s.amp != c->s.amp) + 2.0 * (m->s.dp != c->s.dp) + 2.0 * (m->s.tp != c->s.tp) +
+               (m->s.sp != c->s.sp) + (m->s.zero != c->s.zero) + (m->s.ckpt != c->s.ckpt) +
+               fabs(log2((double)m->s.dp / c->s.dp)) + fabs(log2((double)m->s.tp / c->s.tp)) +
                fabs(log2((double)m->s.micro_batch / c->s.micro_batch));
     if (d <= best) {
       best = d;
@@ -160,8 +159,10 @@ double aa__search_predict(const aa_search_t *s, int i) {
     }
   }
   if (!near) return 0;
-  double rate = near->tokens_per_s * aa_cost_flops_per_token(&s->arch, &near->s) / world(&near->s);
-  return world(&c->s) * rate / aa_cost_flops_per_token(&s->arch, &c->s);
+  /* A rank of a strategy training r tokens/s runs r / dp x (its FLOPs per
+   * token of its replica) FLOP/s (strategies/cost.h). */
+  double rate = near->tokens_per_s * aa_cost_flops_per_token(&s->arch, &near->s) / near->s.dp;
+  return c->s.dp * rate / aa_cost_flops_per_token(&s->arch, &c->s);
 }
 
 void aa__search_stop(aa_search_t *s, const char *reason) {

@@ -6,18 +6,42 @@
 
 /* --- parameter units ----------------------------------------------------------------- */
 
-int aa_sizes_units(const aa_arch_t *a) { return a->n_layer + 2; }
-
-/* ln1 2C, qkv 3C^2 + 3C, proj C^2 + C, ln2 2C, fc FC + F, fcproj FC + C. */
-static size_t block_numel(const aa_arch_t *a) {
-  const size_t C = (size_t)a->d_model, F = (size_t)a->d_ff;
-  return 4 * C * C + 2 * F * C + 9 * C + F;
+void aa_sizes_tp(const aa_arch_t *a, int tp, aa_tp_dims_t *d) {
+  if (tp < 1) tp = 1;
+  *d = (aa_tp_dims_t){.tp = tp, .C = a->d_model, .NH = a->n_head / tp, .Cl = a->d_model / tp,
+                      .F = a->d_ff / tp, .V = a->vocab_size, .Vl = (a->vocab_size + tp - 1) / tp};
 }
 
-size_t aa_sizes_unit_numel(const aa_arch_t *a, int u) {
-  const size_t C = (size_t)a->d_model;
-  if (u == 0) return ((size_t)a->vocab_size + (size_t)a->seq_len) * C;
-  return u <= a->n_layer ? block_numel(a) : 2 * C;
+void aa_sizes_vocab_rows(const aa_arch_t *a, int tp, int r, int *lo, int *valid) {
+  aa_tp_dims_t d;
+  aa_sizes_tp(a, tp, &d);
+  int from = r * d.Vl, left = d.V - from;
+  *lo = from;
+  *valid = left < 0 ? 0 : left < d.Vl ? left : d.Vl;
+}
+
+int aa_sizes_units(const aa_arch_t *a) { return a->n_layer + 2; }
+
+/* ln1 2C, qkv 3 Cl C + 3 Cl, proj C Cl + C, ln2 2C, fc F C + F, fcproj C F
+ * + C: the column-parallel layers (qkv, fc) split their rows and biases,
+ * the row-parallel ones (proj, fcproj) their columns, and keep their
+ * biases whole. */
+static size_t block_numel(const aa_tp_dims_t *d) {
+  const size_t C = (size_t)d->C, Cl = (size_t)d->Cl, F = (size_t)d->F;
+  return 4 * C * Cl + 2 * F * C + 6 * C + 3 * Cl + F;
+}
+
+size_t aa_sizes_unit_numel(const aa_arch_t *a, int tp, int u) {
+  aa_tp_dims_t d;
+  aa_sizes_tp(a, tp, &d);
+  if (u == 0) return ((size_t)d.Vl + (size_t)a->seq_len) * (size_t)d.C;
+  return u <= a->n_layer ? block_numel(&d) : 2 * (size_t)d.C;
+}
+
+size_t aa_sizes_params(const aa_arch_t *a, int tp) {
+  size_t n = 0;
+  for (int u = 0; u < aa_sizes_units(a); u++) n += aa_sizes_unit_numel(a, tp, u);
+  return n;
 }
 
 int aa_sizes_zero_stage(int zero, int dp) { return dp > 1 ? zero : 0; }
@@ -32,8 +56,8 @@ static aa_buf_size_t buf(int allocated, size_t numel, aa_dtype_t dtype, aa_mem_k
   return (aa_buf_size_t){allocated ? numel : 0, dtype, kind};
 }
 
-void aa_sizes_model(const aa_arch_t *a, aa_dtype_t amp, int zero, aa_model_sizes_t *out) {
-  const size_t n = (size_t)aa_arch_param_count(a);
+void aa_sizes_model(const aa_arch_t *a, int tp, aa_dtype_t amp, int zero, aa_model_sizes_t *out) {
+  const size_t n = aa_sizes_params(a, tp);
   const int mixed = amp != AA_F32;
   /* Under amp the fp32 parameters are the master weights, which the ZeRO
    * accounting counts with the optimizer state; the 16-bit copy is what
@@ -43,13 +67,13 @@ void aa_sizes_model(const aa_arch_t *a, aa_dtype_t amp, int zero, aa_model_sizes
   out->params16 = buf(mixed && zero < 3, n, amp, AA_MEM_PARAMS);
 }
 
-void aa_sizes_zero(const aa_arch_t *a, aa_dtype_t amp, int zero, int dp, aa_zero_sizes_t *out) {
+void aa_sizes_zero(const aa_arch_t *a, int tp, aa_dtype_t amp, int zero, int dp, aa_zero_sizes_t *out) {
   memset(out, 0, sizeof *out);
   /* The largest chunk c, and the largest padded unit (dp * c) of each slot;
    * dp times the largest chunk is the widest padded unit of all. */
   size_t max_chunk = 0, padded[3] = {0};
   for (int u = 0; u < aa_sizes_units(a); u++) {
-    size_t c = aa_sizes_chunk(aa_sizes_unit_numel(a, u), dp);
+    size_t c = aa_sizes_chunk(aa_sizes_unit_numel(a, tp, u), dp);
     int k = aa_sizes_slot(a, u);
     out->shard += c;
     if (c > max_chunk) max_chunk = c;
@@ -57,7 +81,7 @@ void aa_sizes_zero(const aa_arch_t *a, aa_dtype_t amp, int zero, int dp, aa_zero
   }
   const int mixed = amp != AA_F32;
   const size_t S = out->shard;
-  out->moment = buf(1, zero ? S : (size_t)aa_arch_param_count(a), AA_F32, AA_MEM_OPTIM);
+  out->moment = buf(1, zero ? S : aa_sizes_params(a, tp), AA_F32, AA_MEM_OPTIM);
   out->gshard = buf(zero >= 2, S, AA_F32, AA_MEM_GRADS);
   out->master = buf(zero >= 1 && mixed, S, AA_F32, AA_MEM_OPTIM);
   out->pshard = buf(zero == 3, S, amp, AA_MEM_PARAMS);
@@ -73,13 +97,23 @@ void aa_sizes_zero(const aa_arch_t *a, aa_dtype_t amp, int zero, int dp, aa_zero
 
 /* --- activations and workspace -------------------------------------------------------- */
 
-size_t aa_sizes_field_numel(const aa_arch_t *a, int B, int T, aa_act_field_t f) {
-  const size_t N = (size_t)B * (size_t)T, C = (size_t)a->d_model, F = (size_t)a->d_ff;
+/* The rank's tokens of the residual stream: all B T, or its share under
+ * sequence parallelism. */
+static size_t stream_tokens(const aa_act_shape_t *sh) {
+  const size_t N = (size_t)sh->B * (size_t)sh->T;
+  return sh->sp && sh->tp > 1 ? N / (size_t)sh->tp : N;
+}
+
+size_t aa_sizes_field_numel(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_field_t f) {
+  aa_tp_dims_t d;
+  aa_sizes_tp(a, sh->tp, &d);
+  const size_t N = (size_t)sh->B * (size_t)sh->T, Ns = stream_tokens(sh);
   switch (f) {
-  case AA_ACT_QKV: return 3 * N * C;
+  case AA_ACT_QKV: return 3 * N * (size_t)d.Cl;
+  case AA_ACT_ATTY: return N * (size_t)d.Cl;
   case AA_ACT_FCH:
-  case AA_ACT_FCHG: return N * F;
-  default: return N * C;
+  case AA_ACT_FCHG: return N * (size_t)d.F;
+  default: return Ns * (size_t)d.C;
   }
 }
 
@@ -103,21 +137,24 @@ static size_t take(size_t *size, size_t bytes) {
   return at;
 }
 
-void aa_sizes_acts(const aa_arch_t *a, int B, int T, aa_dtype_t amp, aa_ckpt_mode_t ckpt, int ckpt_layers,
-                   aa_act_layout_t *o, aa_act_block_t *blocks) {
-  const size_t C = (size_t)a->d_model, V = (size_t)a->vocab_size, F = (size_t)a->d_ff;
-  const size_t N = (size_t)B * (size_t)T, es = aa_dtype_size(amp), f4 = sizeof(float);
-  const size_t stats = (4 + (size_t)a->n_head) * N * f4;
-  const int mixed = amp != AA_F32;
+void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t *o, aa_act_block_t *blocks) {
+  aa_tp_dims_t d;
+  aa_sizes_tp(a, sh->tp, &d);
+  const aa_ckpt_mode_t ckpt = sh->ckpt;
+  const int ckpt_layers = sh->ckpt_layers;
+  const size_t C = (size_t)d.C, Cl = (size_t)d.Cl, Vl = (size_t)d.Vl, F = (size_t)d.F;
+  const size_t N = (size_t)sh->B * (size_t)sh->T, Ns = stream_tokens(sh), es = aa_dtype_size(sh->amp);
+  const size_t f4 = sizeof(float), stats = (4 * Ns + (size_t)d.NH * N) * f4;
+  const int mixed = sh->amp != AA_F32, tp = d.tp > 1, sp = tp && sh->sp;
   int any_full = 0, need[AA_ACT_FIELDS] = {0};
   size_t st = 0, ws = 0;
   memset(o, 0xff, sizeof *o); /* every offset AA_SIZES_NONE (all bits set) until taken */
-  o->encoded = take(&st, N * C * es);
+  o->encoded = take(&st, Ns * C * es);
   for (int l = 0; l < a->n_layer; l++) {
     aa_act_block_t b;
     for (int f = 0; f < AA_ACT_FIELDS; f++) {
       b.field[f] = AA_SIZES_NONE;
-      if (kept(ckpt, ckpt_layers, l, f)) b.field[f] = take(&st, aa_sizes_field_numel(a, B, T, f) * es);
+      if (kept(ckpt, ckpt_layers, l, f)) b.field[f] = take(&st, aa_sizes_field_numel(a, sh, f) * es);
       else need[f] = 1;
     }
     b.stats = AA_SIZES_NONE;
@@ -125,31 +162,39 @@ void aa_sizes_acts(const aa_arch_t *a, int B, int T, aa_dtype_t amp, aa_ckpt_mod
     else b.stats = take(&st, stats);
     if (blocks) blocks[l] = b;
   }
-  o->lnf = take(&st, N * C * f4);
-  o->lnf_stats = take(&st, 2 * N * f4);
-  o->logits = take(&st, N * V * f4);
+  o->lnf = take(&st, Ns * C * f4);
+  o->lnf_stats = take(&st, 2 * Ns * f4);
+  o->logits = take(&st, N * Vl * f4);
   o->losses = take(&st, N * f4);
 
   /* Under amp every field is computed in fp32 staging; in fp32 only the
    * fields some block does not keep need a place to be computed in. The
    * block output always has its place: the store, or under amp ws_res. */
   for (int f = 0; f < AA_ACT_FIELDS; f++)
-    if (f != AA_ACT_RES3 && (mixed || need[f]))
-      o->ws_field[f] = take(&ws, aa_sizes_field_numel(a, B, T, f) * f4);
+    if (f != AA_ACT_RES3 && (mixed || need[f])) o->ws_field[f] = take(&ws, aa_sizes_field_numel(a, sh, f) * f4);
   if (mixed) {
-    o->ws_res[0] = take(&ws, N * C * f4);
-    o->ws_res[1] = take(&ws, N * C * f4);
-    o->wblock = take(&ws, block_numel(a) * f4);
-    o->wpre = take(&ws, aa_sizes_unit_numel(a, 0) * f4);
+    o->ws_res[0] = take(&ws, Ns * C * f4);
+    o->ws_res[1] = take(&ws, Ns * C * f4);
+    o->wblock = take(&ws, block_numel(&d) * f4);
+    o->wpre = take(&ws, aa_sizes_unit_numel(a, d.tp, 0) * f4);
     o->wpost = take(&ws, 2 * C * f4);
   }
   if (any_full) o->ws_stats = take(&ws, stats);
-  o->dres = take(&ws, N * C * f4);
-  o->dln = take(&ws, N * C * f4);
-  o->dqkv = take(&ws, 3 * N * C * f4);
-  o->datty = take(&ws, N * C * f4);
+  o->dres = take(&ws, Ns * C * f4);
+  o->dln = take(&ws, (sp ? Ns : N) * C * f4);
+  o->dqkv = take(&ws, 3 * N * Cl * f4);
+  o->datty = take(&ws, N * Cl * f4);
   o->dfch = take(&ws, N * F * f4);
   o->dfch_gelu = take(&ws, N * F * f4);
+  if (tp) {
+    o->xent = take(&ws, ((size_t)d.tp + 1) * 3 * N * f4);
+    o->scalars = take(&ws, 16 * f4);
+  }
+  if (sp) {
+    o->full = take(&ws, N * C * f4);
+    o->partial = take(&ws, N * C * f4);
+    o->lngrad = take(&ws, 4 * C * f4);
+  }
   o->acts = st;
   o->workspace = ws;
 }
@@ -165,12 +210,12 @@ void aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, size_t bytes[AA_M
   /* ZeRO shards over the data group only. */
   const int zero = aa_sizes_zero_stage(s->zero, s->dp);
   aa_model_sizes_t m;
-  aa_sizes_model(a, s->amp, zero, &m);
+  aa_sizes_model(a, s->tp, s->amp, zero, &m);
   add(bytes, &m.params);
   add(bytes, &m.grads);
   add(bytes, &m.params16);
   aa_zero_sizes_t z;
-  aa_sizes_zero(a, s->amp, zero, s->dp, &z);
+  aa_sizes_zero(a, s->tp, s->amp, zero, s->dp, &z);
   const aa_buf_size_t *each[] = {&z.moment, &z.moment, &z.gshard, &z.master, &z.pshard, &z.piece, &z.padded,
                                  &z.scalars};
   for (size_t i = 0; i < sizeof each / sizeof each[0]; i++) add(bytes, each[i]);
@@ -180,7 +225,9 @@ void aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, size_t bytes[AA_M
     add(bytes, &z.punit16[k]);
   }
   aa_act_layout_t l;
-  aa_sizes_acts(a, s->micro_batch, a->seq_len, s->amp, s->ckpt, s->ckpt_layers, &l, NULL);
+  const aa_act_shape_t sh = {.B = s->micro_batch, .T = a->seq_len, .tp = s->tp, .sp = s->sp, .amp = s->amp,
+                             .ckpt = s->ckpt, .ckpt_layers = s->ckpt_layers};
+  aa_sizes_acts(a, &sh, &l, NULL);
   bytes[AA_MEM_ACTS] += l.acts;
   bytes[AA_MEM_WORKSPACE] += l.workspace;
 }

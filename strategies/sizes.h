@@ -7,11 +7,15 @@
  * architecture and the strategy's knobs: the planner uses it without the
  * engine.
  *
- * Today every rank of a strategy allocates the same: tensor and pipeline
- * parallelism are not in the engine yet (tp = pp = 1), and a ZeRO shard is
- * the same size on every data rank (the last rank's padding is allocated
- * too). A mesh coordinate joins the arguments when a stage or a tensor
- * slice makes ranks differ. */
+ * Tensor parallelism over t ranks (Megatron's split, engine/model.h) gives
+ * every rank of the tensor group the same shapes: n_head / t heads, d_ff /
+ * t MLP columns and ceil(V / t) vocabulary rows (the tail of the last ranks'
+ * slices is padding); LayerNorms, biases of the row-parallel layers and
+ * the position table are whole on every rank. Sequence parallelism splits
+ * the residual stream's B x T tokens between them. So a rank's sizes
+ * depend on t and sp, not on its coordinate; a ZeRO shard is the same size
+ * on every data rank (the last rank's padding is allocated too). Pipeline
+ * parallelism is not in the engine yet (pp = 1). */
 #ifndef AA_SIZES_H
 #define AA_SIZES_H
 
@@ -24,12 +28,31 @@
 
 /* --- parameter units ----------------------------------------------------------------- */
 
+/* A tensor rank's dimensions among t (t = 1: the whole model). */
+typedef struct aa_tp_dims {
+  int tp;      /* ranks in the tensor group */
+  int C;       /* d_model, whole on every rank */
+  int NH, Cl;  /* the rank's heads and their total width: n_head / t, d_model / t */
+  int F;       /* the rank's MLP columns: d_ff / t */
+  int V;       /* the whole vocabulary */
+  int Vl;      /* rows of each rank's vocabulary slice: ceil(V / t) */
+} aa_tp_dims_t;
+/* a's dimensions on one of tp tensor ranks (tp must divide n_head and
+ * d_ff, as aa_strategy_resolve checks). */
+void aa_sizes_tp(const aa_arch_t *a, int tp, aa_tp_dims_t *d);
+/* The vocabulary rows [*lo, *lo + *valid) tensor rank r of tp holds, as
+ * rows 0..valid-1 of its slice of Vl rows (valid may be 0). */
+void aa_sizes_vocab_rows(const aa_arch_t *a, int tp, int r, int *lo, int *valid);
+
 /* The parameters split into units, contiguous slices of the model's
  * layer-major flat buffer (engine/model.h) that data parallelism reduces
- * and ZeRO shards one at a time: unit 0 = wte|wpe ((V + T) C elements),
- * unit 1 + l = block l (4C^2 + 2FC + 9C + F), unit n_layer + 1 = lnf (2C). */
+ * and ZeRO shards one at a time: unit 0 = wte|wpe ((Vl + T) C elements),
+ * unit 1 + l = block l (4 C Cl + 2 F C + 6C + 3Cl + F, with the rank's Cl
+ * and F of tp; at tp 1 4C^2 + 2FC + 9C + F), unit n_layer + 1 = lnf (2C). */
 int aa_sizes_units(const aa_arch_t *a);
-size_t aa_sizes_unit_numel(const aa_arch_t *a, int u);
+size_t aa_sizes_unit_numel(const aa_arch_t *a, int tp, int u);
+/* The parameters one of tp tensor ranks holds: the sum of its units. */
+size_t aa_sizes_params(const aa_arch_t *a, int tp);
 
 /* The ZeRO stage a data group of dp ranks runs for a strategy's stage
  * `zero`: over a group of one there is nothing to shard, so stage 0. */
@@ -58,9 +81,10 @@ typedef struct aa_buf_size {
 typedef struct aa_model_sizes {
   aa_buf_size_t params, grads, params16;
 } aa_model_sizes_t;
-void aa_sizes_model(const aa_arch_t *a, aa_dtype_t amp, int zero, aa_model_sizes_t *out);
+void aa_sizes_model(const aa_arch_t *a, int tp, aa_dtype_t amp, int zero, aa_model_sizes_t *out);
 
-/* What ZeRO stage `zero` over a data group of dp ranks adds (aa_zero_init;
+/* What ZeRO stage `zero` over a data group of dp ranks adds to one of tp
+ * tensor ranks (aa_zero_init;
  * see engine/optim.h for what each buffer is for). shard is S, the sum of
  * the units' chunks. moment is each of AdamW's two moments: the whole
  * model at stage 0, S from stage 1. Scratch slots (gunit, punit, punit16)
@@ -73,16 +97,19 @@ typedef struct aa_zero_sizes {
   aa_buf_size_t piece, padded, scalars;
   aa_buf_size_t gunit[3], punit[3], punit16[3];
 } aa_zero_sizes_t;
-void aa_sizes_zero(const aa_arch_t *a, aa_dtype_t amp, int zero, int dp, aa_zero_sizes_t *out);
+void aa_sizes_zero(const aa_arch_t *a, int tp, aa_dtype_t amp, int zero, int dp, aa_zero_sizes_t *out);
 
 /* The scratch slot of unit u (0 wte|wpe, 1 the blocks, 2 lnf). */
 int aa_sizes_slot(const aa_arch_t *a, int u);
 
 /* --- activations and workspace -------------------------------------------------------- */
 
-/* A block's activation fields, all (B,T,*): ln1 out (C), qkv (3C),
- * attention output (C), residual after attention (C), ln2 out (C), fc out
- * = GELU input (F), GELU out (F), block output (C). */
+/* A block's activation fields on a rank, (tokens, width): ln1 out (C),
+ * qkv (3Cl), attention output (Cl), residual after attention (C), ln2 out
+ * (C), fc out = GELU input (F), GELU out (F), block output (C), with the
+ * rank's Cl and F (aa_tp_dims_t). The four of width C (the residual stream
+ * and the LayerNorm outputs) hold the rank's B T / tp tokens under
+ * sequence parallelism, all B T tokens otherwise; the others always all. */
 typedef enum {
   AA_ACT_LN1,
   AA_ACT_QKV,
@@ -100,8 +127,9 @@ typedef enum {
 
 /* Byte offsets of block l's kept buffers in the activation store: each
  * kept field in the storage dtype (the amp type, or fp32), and the block's
- * fp32 statistics, (4 + n_head) B T floats: ln1 mean and rstd, ln2 mean
- * and rstd, each (B,T), then the attention logsumexp (B,n_head,T). What
+ * fp32 statistics, 4 Ns + NH N floats (N = B T tokens, Ns the rank's share
+ * of the residual stream, NH its heads): ln1 mean and rstd, ln2 mean and
+ * rstd, each (Ns), then the attention logsumexp (B,NH,T). What
  * the checkpointing mode drops is AA_SIZES_NONE: a fully checkpointed
  * block keeps only its output (and no statistics), a selective one all but
  * the GELU output. */
@@ -113,33 +141,52 @@ typedef struct aa_act_block {
 /* The two allocations of a micro-batch and the byte offset of each buffer
  * in them (AA_SIZES_NONE when the options do not need it). Every buffer
  * starts on a 64-byte boundary and takes a whole number of 64-byte slices.
- *   store      encoded (B,T,C) storage dtype; the blocks (aa_act_block_t);
- *              lnf (B,T,C), lnf_stats 2 (B,T), logits (B,T,V), losses
- *              (B,T), fp32.
+ * N = B T tokens; Ns = N / tp under sequence parallelism, else N; C, Cl,
+ * F, Vl the rank's (aa_tp_dims_t).
+ *   store      encoded (Ns,C) storage dtype; the blocks (aa_act_block_t);
+ *              lnf (Ns,C), lnf_stats 2 (Ns), logits (N,Vl), losses (N),
+ *              fp32.
  *   workspace  fp32: ws_field, where a field is computed when it is not
  *              kept in place (every field but the block output under amp,
  *              else those some block does not keep); under amp ws_res (2
  *              (B,T,C), the residual stream by block parity) and the
  *              widened weights of one block (wblock), of wte|wpe (wpre)
  *              and of lnf (wpost); ws_stats for a recomputed block (full
- *              checkpointing); the activation gradients dres, dln, datty
- *              (B,T,C), dqkv (B,T,3C), dfch, dfch_gelu (B,T,F). */
+ *              checkpointing); the activation gradients dres, dln (Ns,C),
+ *              datty (N,Cl), dqkv (N,3Cl), dfch, dfch_gelu (N,F).
+ *              Tensor parallelism (tp > 1) adds xent ((tp + 1) 3N: the
+ *              rank's cross-entropy parts and every rank's, gathered) and
+ *              scalars (16); sequence parallelism full and partial (N,C:
+ *              a gathered LayerNorm output or residual gradient, and a
+ *              row-parallel layer's output or a column-parallel layer's
+ *              input gradient before the reduce-scatter) and lngrad (4C:
+ *              a block's LayerNorm gradients before they are summed over
+ *              the tensor group). */
 typedef struct aa_act_layout {
   size_t acts, workspace; /* bytes of the activation store and of the workspace */
   size_t encoded, lnf, lnf_stats, logits, losses;
   size_t ws_field[AA_ACT_FIELDS], ws_res[2], ws_stats, wblock, wpre, wpost;
   size_t dres, dln, dqkv, datty, dfch, dfch_gelu;
+  size_t xent, scalars, full, partial, lngrad;
 } aa_act_layout_t;
 
-/* The layout of a micro-batch of B sequences of T tokens under amp and
- * checkpointing ckpt (ckpt_layers: AA_CKPT_FULL for the first k blocks
- * only, 0 = all) into *out, and each block's part into blocks[0..n_layer)
- * when blocks is not NULL. */
-void aa_sizes_acts(const aa_arch_t *a, int B, int T, aa_dtype_t amp, aa_ckpt_mode_t ckpt, int ckpt_layers,
-                   aa_act_layout_t *out, aa_act_block_t *blocks);
+/* How a micro-batch is laid out on a rank: B sequences of T tokens on one
+ * of tp tensor ranks (sp: with sequence parallelism, tp dividing B T),
+ * under amp and checkpointing ckpt (ckpt_layers: AA_CKPT_FULL for the
+ * first k blocks only, 0 = all). */
+typedef struct aa_act_shape {
+  int B, T, tp, sp;
+  aa_dtype_t amp;
+  aa_ckpt_mode_t ckpt;
+  int ckpt_layers;
+} aa_act_shape_t;
 
-/* Elements of field f of one block for B x T tokens. */
-size_t aa_sizes_field_numel(const aa_arch_t *a, int B, int T, aa_act_field_t f);
+/* The layout of a micro-batch of shape *sh into *out, and each block's
+ * part into blocks[0..n_layer) when blocks is not NULL. */
+void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t *out, aa_act_block_t *blocks);
+
+/* Elements of field f of one block on a rank of shape *sh. */
+size_t aa_sizes_field_numel(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_field_t f);
 
 /* Whether checkpointing recomputes block l whole (keeping only its output). */
 int aa_sizes_block_full(aa_ckpt_mode_t ckpt, int ckpt_layers, int l);
@@ -147,9 +194,10 @@ int aa_sizes_block_full(aa_ckpt_mode_t ckpt, int ckpt_layers, int l);
 /* --- one rank -------------------------------------------------------------------------- */
 
 /* Bytes one rank of resolved strategy s allocates by memory kind, for
- * sequences of a->seq_len tokens: the model's buffers, ZeRO over the data
- * group (s->zero over s->dp ranks; a group of one runs stage 0), and the
- * activations and workspace of one micro-batch. Not counted: a backend's
+ * sequences of a->seq_len tokens: the model's buffers (its tensor slice of
+ * s->tp), ZeRO over the data group (s->zero over s->dp ranks; a group of
+ * one runs stage 0), and the activations and workspace of one
+ * micro-batch (s->sp splitting the residual stream). Not counted: a backend's
  * own scratch (a CUDA context's cuBLAS workspace and attention scratch;
  * none on the CPU) and the token copies. */
 void aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, size_t bytes[AA_MEM_NKINDS]);

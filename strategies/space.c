@@ -10,8 +10,10 @@
 
 /* ATorch's names where they mean the same (amp_native, checkpoint, zero1,
  * zero2, fsdp, tensor_parallel, pipeline_parallel: the methods of its list,
- * strategy_atorch.c), and autoaccel's own for the finer choices. One list
- * makes both the table and the joined names, at compile time. */
+ * strategy_atorch.c), Megatron's sequence_parallel (ATorch's method of that
+ * name is another scheme, which autoaccel does not have), and autoaccel's
+ * own for the finer choices. One list makes both the table and the joined
+ * names, at compile time. */
 #define METHODS(X)                                                                                           \
   X("amp", AA_SPACE_EX_BF16 | AA_SPACE_EX_FP16)                                                              \
   X("amp_native", AA_SPACE_EX_BF16 | AA_SPACE_EX_FP16)                                                       \
@@ -27,6 +29,7 @@
   X("zero3", AA_SPACE_EX_ZERO3)                                                                              \
   X("fsdp", AA_SPACE_EX_ZERO3)                                                                               \
   X("tensor_parallel", AA_SPACE_EX_TP)                                                                       \
+  X("sequence_parallel", AA_SPACE_EX_SP)                                                                     \
   X("pipeline_parallel", AA_SPACE_EX_PP)
 
 #define ENTRY(name_, bits_) {name_, bits_},
@@ -74,6 +77,7 @@ unsigned aa_space_methods_of(const aa_strategy_t *s) {
   if (s->ckpt == AA_CKPT_FULL) m |= AA_SPACE_EX_FULL;
   if (s->zero >= 1 && s->zero <= 3) m |= zero_bit[s->zero];
   if (s->tp > 1) m |= AA_SPACE_EX_TP;
+  if (s->sp) m |= AA_SPACE_EX_SP;
   if (s->pp > 1) m |= AA_SPACE_EX_PP;
   return m;
 }
@@ -101,11 +105,40 @@ const char *aa_space_method_names(char *buf, size_t cap, unsigned bits) {
     (n)++;                                                                                                   \
   } while (0)
 
-size_t aa_space_dp_degrees(int *out, size_t cap, int devices, int global_batch) {
+/* Where layout_next is: the world, the tensor degree (0 before the first
+ * layout) and sp. */
+typedef struct {
+  int world, tp, sp;
+} cursor_t;
+
+/* Steps c to the next layout of the pool in the order of aa_space_layouts
+ * and writes it to *out; false when there is none left. The walk is
+ * quadratic in the devices, which the protocol bounds (AA_PROTO_WORLD_MAX). */
+static bool layout_next(cursor_t *c, const aa_space_pool_t *p, aa_space_layout_t *out) {
+  if (p->global_batch < 1) return false;
+  for (;;) {
+    if (c->sp == 0 && c->tp > 1 && !(p->exclude & AA_SPACE_EX_SP)) {
+      c->sp = 1;
+    } else {
+      c->sp = 0;
+      /* With tensor parallelism excluded, a world has its tp = 1 layout only. */
+      if (++c->tp > c->world || (c->tp > 1 && (p->exclude & AA_SPACE_EX_TP))) {
+        c->tp = 1;
+        if (--c->world < 1) return false;
+      }
+    }
+    if (c->world % c->tp || p->global_batch % (c->world / c->tp)) continue;
+    *out = (aa_space_layout_t){.dp = c->world / c->tp, .tp = c->tp, .sp = c->sp};
+    return true;
+  }
+}
+
+size_t aa_space_layouts(aa_space_layout_t *out, size_t cap, const aa_space_pool_t *pool) {
+  cursor_t c = {.world = pool->devices};
+  aa_space_layout_t l;
   size_t n = 0;
-  if (global_batch < 1) return 0;
-  for (int dp = devices; dp >= 1; dp--)
-    if (global_batch % dp == 0) PUT(out, cap, n, dp);
+  while (layout_next(&c, pool, &l))
+    PUT(out, cap, n, l);
   return n;
 }
 
@@ -142,21 +175,21 @@ size_t aa_space_micro_batches(int *out, size_t cap, int per_rank) {
 }
 
 /* No int has more divisors than 2095133040 (1600; the next number with
- * more exceeds INT_MAX), so any pool's degrees and micro-batches fit. */
+ * more exceeds INT_MAX), so any per-rank batch's micro-batches fit. */
 #define MAX_DIVISORS 1600
 
 size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa_space_pool_t *pool) {
   if (pool->devices < 1 || pool->global_batch < 1) return 0;
-  int dps[MAX_DIVISORS], mbs[MAX_DIVISORS], zeros[4];
+  int mbs[MAX_DIVISORS], zeros[4];
   aa_dtype_t amps[3];
   aa_ckpt_mode_t ckpts[3];
   size_t n = 0, nsettings = 0;
   size_t nckpt = aa_space_ckpt_modes(ckpts, 3, pool->exclude);
   size_t namp = aa_space_precisions(amps, 3, pool->cuda, pool->exclude);
-  size_t ndp = aa_space_dp_degrees(dps, MAX_DIVISORS, pool->devices, pool->global_batch);
-  assert(ndp <= MAX_DIVISORS);
-  for (size_t d = 0; d < ndp; d++) {
-    const int dp = dps[d];
+  cursor_t cur = {.world = pool->devices};
+  aa_space_layout_t l;
+  while (layout_next(&cur, pool, &l)) {
+    const int dp = l.dp;
     size_t nmb = aa_space_micro_batches(mbs, MAX_DIVISORS, pool->global_batch / dp);
     assert(nmb <= MAX_DIVISORS);
     size_t nzero = aa_space_zero_stages(zeros, 4, dp, pool->exclude);
@@ -168,6 +201,8 @@ size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa
               aa_strategy_t *s = &out[n];
               aa_strategy_default(s);
               s->dp = dp;
+              s->tp = l.tp;
+              s->sp = l.sp;
               s->zero = zeros[z];
               s->amp = amps[a];
               s->ckpt = ckpts[k];

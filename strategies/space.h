@@ -23,13 +23,15 @@ enum {
   AA_SPACE_EX_ZERO1 = 1u << 5,
   AA_SPACE_EX_ZERO2 = 1u << 6,
   AA_SPACE_EX_ZERO3 = 1u << 7,
-  AA_SPACE_EX_TP = 1u << 8, /* tensor and pipeline parallelism: accepted; the space has neither yet */
-  AA_SPACE_EX_PP = 1u << 9,
+  AA_SPACE_EX_TP = 1u << 8,  /* tensor parallelism (tp > 1), with or without sequence parallelism */
+  AA_SPACE_EX_PP = 1u << 9,  /* pipeline parallelism: accepted; the space has none yet */
+  AA_SPACE_EX_SP = 1u << 10, /* sequence parallelism (tp > 1 with sp): tensor parallelism without it stays */
 };
 
 /* The accepted method names, comma-separated, in table order:
  * "amp, amp_native, bf16, fp16, fp32, checkpoint, selective, full, zero,
- * zero1, zero2, zero3, fsdp, tensor_parallel, pipeline_parallel".
+ * zero1, zero2, zero3, fsdp, tensor_parallel, sequence_parallel,
+ * pipeline_parallel".
  * Static storage; never NULL. */
 const char *aa_space_exclude_names(void);
 
@@ -41,23 +43,45 @@ int aa_space_exclude_mask(const char *const *names, size_t n, unsigned *out);
 
 /* The methods strategy s uses, as AA_SPACE_EX_* bits: its precision's, its
  * checkpoint mode's (none has no bit), its ZeRO stage's (0 has none),
- * AA_SPACE_EX_TP when tp > 1 and AA_SPACE_EX_PP when pp > 1. A stored
- * strategy answers a search only if (bits & exclude) == 0. */
+ * AA_SPACE_EX_TP when tp > 1, AA_SPACE_EX_SP with sequence parallelism and
+ * AA_SPACE_EX_PP when pp > 1. A stored strategy answers a search only if
+ * (bits & exclude) == 0. */
 unsigned aa_space_methods_of(const aa_strategy_t *s);
 
 /* The single-method names of bits ("bf16", "fp16", "fp32", "selective",
  * "full", "zero1", "zero2", "zero3", "tensor_parallel",
- * "pipeline_parallel"), comma-separated, into buf (cap bytes, always
- * NUL-terminated; cut when short). Returns buf. */
+ * "sequence_parallel", "pipeline_parallel"), comma-separated, into buf (cap
+ * bytes, always NUL-terminated; cut when short). Returns buf. */
 const char *aa_space_method_names(char *buf, size_t cap, unsigned bits);
+
+/* A pool to search. */
+typedef struct aa_space_pool {
+  int devices;      /* >= 1 */
+  int global_batch; /* >= 1, the model spec's train.global_batch */
+  bool cuda;        /* GPUs (bf16 first) or CPUs (fp32 first) */
+  unsigned exclude; /* AA_SPACE_EX_* bits */
+} aa_space_pool_t;
 
 /* What exists. Each function writes at most cap values (fewer when the
  * space has fewer) into out, in the order the search should try them, and
  * returns how many exist, so that (NULL, 0) counts. */
 
-/* The data-parallel degrees of a pool: every d in 1..devices that divides
- * global_batch (another would give ranks unequal shares), larger first. */
-size_t aa_space_dp_degrees(int *out, size_t cap, int devices, int global_batch);
+/* How a gang of dp * tp ranks splits the work (pp = 1 until the engine has
+ * pipelines): data-parallel degree, tensor-parallel degree, and sequence
+ * parallelism over the tensor group (only at tp > 1). */
+typedef struct aa_space_layout {
+  int dp, tp, sp;
+} aa_space_layout_t;
+
+/* The layouts of a pool: for each world W (ranks of a gang) from devices
+ * down to 1, every tensor degree tp that divides W, smaller first, with
+ * dp = W / tp, which must divide global_batch (another dp would give the
+ * data ranks unequal shares); at tp > 1 sequence parallelism off, then on.
+ * Larger gangs first (more devices), and within one the least tensor
+ * communication first. AA_SPACE_EX_TP leaves out every tp > 1,
+ * AA_SPACE_EX_SP the sequence-parallel ones. Whether a model allows a tp
+ * (it must divide n_head and d_ff) is aa_strategy_resolve's to say. */
+size_t aa_space_layouts(aa_space_layout_t *out, size_t cap, const aa_space_pool_t *pool);
 /* The ZeRO stages at data-parallel degree dp, least communication first:
  * 0..3 when dp > 1, only 0 at dp 1 (nothing to shard), less the excluded. */
 size_t aa_space_zero_stages(int *out, size_t cap, int dp, unsigned exclude);
@@ -71,20 +95,13 @@ size_t aa_space_ckpt_modes(aa_ckpt_mode_t *out, size_t cap, unsigned exclude);
 /* The micro-batches of a per-rank batch: its divisors, larger first. */
 size_t aa_space_micro_batches(int *out, size_t cap, int per_rank);
 
-/* A pool to search. */
-typedef struct aa_space_pool {
-  int devices;      /* >= 1 */
-  int global_batch; /* >= 1, the model spec's train.global_batch */
-  bool cuda;        /* GPUs (bf16 first) or CPUs (fp32 first) */
-  unsigned exclude; /* AA_SPACE_EX_* bits */
-} aa_space_pool_t;
-
 /* The candidate strategies of a pool, in the order the search tries them:
- * for each data-parallel degree (larger first), ZeRO stage, precision and
+ * for each layout, ZeRO stage (over the layout's dp), precision and
  * checkpoint mode (each as above, nested in that order) a "setting", and
- * within a setting every micro-batch (larger first). Each is
- * aa_strategy_default with dp, zero, amp, ckpt and micro_batch set
- * (tp = pp = 1), not resolved against a model. Writes at most cap
+ * within a setting every micro-batch (divisors of global_batch / dp, larger
+ * first). Each is aa_strategy_default with dp, tp, sp, zero, amp, ckpt and
+ * micro_batch set (pp = 1), not resolved against a model: the planner
+ * drops what the model does not allow, with the rule. Writes at most cap
  * strategies into out and, when setting is not NULL, each one's setting
  * index (0, 1, ...; consecutive candidates of one setting share it) into
  * setting; returns how many exist, so that (NULL, NULL, 0, pool) counts.

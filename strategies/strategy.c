@@ -73,12 +73,10 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]) {
 
 /* ---- What this engine can run today ------------------------------------
  * Every other rule in this file holds for any engine. These hold only until
- * the engine learns the feature (data parallelism with ZeRO 0-3 it has);
+ * the engine learns the feature (data and tensor parallelism with ZeRO 0-3 it has);
  * keep them here, together, and delete each one with the change that lifts
  * it. */
 static int engine_supports(const aa_strategy_t *s) {
-  if (s->tp != 1)
-    return aa_error(AA_EINVAL, "tensor parallel degree %d is not supported by this engine yet", s->tp);
   if (s->pp != 1)
     return aa_error(AA_EINVAL, "pipeline parallel degree %d is not supported by this engine yet", s->pp);
   return 0;
@@ -103,9 +101,6 @@ int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world
     return aa_error(AA_EINVAL,
                     "tensor parallel degree %d must divide d_ff %d (each rank holds d_ff / tp columns of the MLP)",
                     r.tp, a->d_ff);
-  if (r.sp && r.tp < 2)
-    return aa_error(AA_EINVAL, "sequence_parallel needs tensor parallelism (tp %d): it splits the sequence "
-                               "between the tensor ranks", r.tp);
   if (a->n_layer % r.pp)
     return aa_error(
         AA_EINVAL,

@@ -26,6 +26,7 @@ typedef struct {
   size_t pos; /* 1-based */
   const char *name;
   int tp_from;   /* item that set the tensor degree, 0 = none yet */
+  int sp_from;   /* item that turned sequence parallelism on, 0 = none */
   int rank_from; /* item that gave a rank order, 0 = none */
 } ctx_t;
 
@@ -342,6 +343,17 @@ static int opt_degree(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t 
   return rc ? rc : set_tp(c, s, tp);
 }
 
+/* Megatron's sequence_parallel switch, which ATorch's tensor_parallel
+ * lacks: without it a list could not say what a v1 file can. Whether the
+ * tensor degree allows it is settled once the whole list is read. */
+static int opt_sequence_parallel(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  int rc = need_bool(c, opt, v);
+  if (rc) return rc;
+  s->sp = json_is_true(v);
+  c->sp_from = s->sp ? (int)c->pos : 0;
+  return 0;
+}
+
 /* One micro-batch per step is micro_batch 0 (the whole per-rank batch);
  * another count depends on the global batch, which a list does not know. */
 static int opt_chunks(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
@@ -384,7 +396,8 @@ static const option_t zero2_options[] = {
     {"use_ds_zero", opt_any_bool}, {"not_use_fsdp", opt_any_bool}, FSDP_OPTIONS, END};
 static const option_t fsdp_options[] = {FSDP_OPTIONS, END};
 
-static const option_t tp_options[] = {{"degree", opt_degree}, END};
+static const option_t tp_options[] = {
+    {"degree", opt_degree}, {"sequence_parallel", opt_sequence_parallel}, END};
 
 static const option_t pp_options[] = {
     {"chunks", opt_chunks}, {"schedule", opt_schedule}, {"sche", opt_schedule}, {"pipe_schedule", opt_schedule},
@@ -484,8 +497,8 @@ static int apply_zero(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
   return apply_options(c, s, cfg, fsdp_options, fsdp_refused);
 }
 
-/* The degree, as an integer or {"degree": n}; no config keeps the one
- * parallel_mode gave. */
+/* The degree, as an integer or {"degree": n} (with Megatron's
+ * "sequence_parallel" switch); no degree keeps the one parallel_mode gave. */
 static int apply_tensor_parallel(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
   if (cfg && json_is_integer(cfg)) return opt_degree(c, s, "degree", cfg);
   return apply_options(c, s, cfg, tp_options, tp_refused);
@@ -523,9 +536,28 @@ static const struct {
 };
 #define NMETHODS (sizeof methods / sizeof methods[0])
 
-/* What only the whole list settles: a rank order lists the ranks of the
- * degrees that every item together gave. */
+/* ATorch methods whose name suggests one of autoaccel's that they are not:
+ * refused with what to give instead. */
+static const refusal_t methods_refused[] = {
+    {"sequence_parallel",
+     "ATorch's sequence_parallel is DeepSpeed-Ulysses style: attention split by heads over "
+     "its own group, the rest data parallel over the sequence; Megatron's sequence "
+     "parallelism, which autoaccel has, is [\"tensor_parallel\", {\"sequence_parallel\": true}]"},
+    END};
+
+/* What only the whole list settles: sequence parallelism needs a tensor
+ * degree, which parallel_mode may give before or after; a rank order lists
+ * the ranks of the degrees that every item together gave. */
 static int check_list(ctx_t *c, const aa_strategy_t *s) {
+  if (s->sp && s->tp < 2) {
+    c->pos = (size_t)c->sp_from;
+    c->name = "tensor_parallel";
+    return fail(
+        c, AA_EINVAL,
+        "sequence_parallel: needs tensor parallelism (the tensor degree is %d): it splits the sequence "
+        "between the tensor ranks; give a degree > 1 here or (\"tensor\", n) in parallel_mode",
+        s->tp);
+  }
   char rule[256];
   int rc = aa__rank_order_check(s, rule, sizeof rule);
   if (!rc) return 0;
@@ -565,7 +597,11 @@ int aa__strategy_from_atorch(aa_strategy_t *out, const json_t *list, const char 
       for (size_t k = 0; k < NMETHODS; k++)
         o += (size_t)snprintf(supported + o, sizeof supported - o, "%s%s", k ? ", " : "", methods[k].name);
       aa_json_sanitize(got, sizeof got, json_string_value(name));
-      return fail(&c, AA_EUNSUPPORTED, "method \"%s\" is not supported (supported: %s)", got, supported);
+      const refusal_t *r = methods_refused;
+      while (r->name && strcmp(r->name, json_string_value(name)) != 0)
+        r++;
+      return fail(&c, AA_EUNSUPPORTED, "method \"%s\" is not supported%s%s%s (supported: %s)", got,
+                  r->name ? " (" : "", r->name ? r->why : "", r->name ? ")" : "", supported);
     }
     c.name = methods[m].name;
     size_t prev = group_item[methods[m].group];

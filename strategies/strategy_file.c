@@ -98,6 +98,13 @@ static int read_order(const aa_json_ctx_t *c, const char *path, const json_t *v,
   return 0;
 }
 
+/* sequence_parallel: strictly true or false, as every boolean field. A
+ * custom field only so that the writer can leave it out when false. */
+static int read_sequence_parallel(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
+  static const aa_json_field_t flag = {.kind = AA_JSON_BOOL, .size = sizeof(int)};
+  return aa_json_read_value(c, path, &flag, v, dst);
+}
+
 /* Fills nranks and rank_order of the strategy being read (c->data). */
 static int read_rank_order(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
   (void)dst;
@@ -130,6 +137,7 @@ static const aa_json_field_t parallel_fields[] = {
     INT_F("data", 1, MAX_DEGREE, dp),
     INT_F("tensor", 1, MAX_DEGREE, tp),
     INT_F("pipeline", 1, MAX_DEGREE, pp),
+    CUSTOM_F("sequence_parallel", read_sequence_parallel, sp),
     CUSTOM_F("order", read_order, order),
     CUSTOM_F("rank_order", read_rank_order, nranks),
 };
@@ -203,6 +211,11 @@ static int parse_object(aa_strategy_t *out, const json_t *root, const char *orig
         c, AA_EINVAL, "checkpoint_layers",
         "only applies to checkpoint \"full\" (got %d with checkpoint \"%s\"; leave it out or set it to 0)",
         s.ckpt_layers, aa_ckpt_mode_name(s.ckpt));
+  if (s.sp && s.tp < 2)
+    return aa_json_fail(c, AA_EINVAL, "parallel.sequence_parallel",
+                        "needs tensor parallelism (got tensor %d): it splits the sequence between the tensor "
+                        "ranks; set tensor > 1, or leave it out or set it to false",
+                        s.tp);
   if ((rc = aa__rank_order_check(&s, rule, sizeof rule)))
     return aa_json_fail(c, rc, "parallel.rank_order", "%s", rule);
   const json_t *key = json_object_get(root, "key");
@@ -271,13 +284,17 @@ static json_t *fixed_value(const char *key, const aa_strategy_t *s) {
   return json_string(k);
 }
 
-/* parallel.order and parallel.rank_order, written only when they are not
- * the defaults, so that files without them round-trip byte for byte. A
- * value out of range becomes text the reader refuses, so the message names
- * the field. Sets *v to NULL with 0 to leave the field out. */
+/* parallel.sequence_parallel, parallel.order and parallel.rank_order,
+ * written only when they are not the defaults, so that files without them
+ * round-trip byte for byte. A value out of range becomes text the reader
+ * refuses, so the message names the field. Sets *v to NULL with 0 to leave
+ * the field out. */
 static int emit_custom(const aa_json_field_t *f, const aa_strategy_t *s, json_t **v) {
   *v = NULL;
-  if (f->parse == read_order) {
+  if (f->parse == read_sequence_parallel) {
+    if (s->sp == 0) return 0;
+    *v = s->sp == 1 ? json_true() : json_sprintf("<%d>", s->sp);
+  } else if (f->parse == read_order) {
     if (s->order == AA_ORDER_TDP) return 0;
     if ((unsigned)s->order >= AA_ORDERS) {
       *v = json_sprintf("<%d>", (int)s->order);

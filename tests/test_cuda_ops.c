@@ -542,6 +542,125 @@ AA_TEST(crossentropy_matches_cpu) {
   aa_cuda_free(d_dlog);
 }
 
+/* The vocab-parallel ops for each rank of V = 67 split three ways (23, 23
+ * and 21 valid rows or columns of 23, the padding NaN on input) and for a
+ * rank with none (lo = V, valid = 0), on the same inputs as the CPU. The
+ * embedding is exact as above; the partial's max and target logit are exact
+ * and its sum of exps within TOL_ELEM (CUDA's expf against the CPU's); the
+ * forward, fed the CPU's parts, and the backward (a fused multiply-add on the
+ * GPU) within TOL_ELEM. */
+AA_TEST(vocab_ops_match_cpu) {
+  NEED_GPU();
+  const int B = 2, T = 33, C = 48, V = 67, R = 3, Vl = (V + R - 1) / R, N = B * T;
+  const float dloss = 1.0f / N;
+  size_t nc = (size_t)N * C, nv = (size_t)N * Vl;
+  int32_t *inp = irand(N, V);
+  for (int r = 0; r < R; r++)
+    inp[r] = r * Vl, inp[R + r] = r * Vl - 1 < 0 ? V - 1 : r * Vl - 1; /* both sides of each boundary */
+  float *wte = frand((size_t)Vl * C, -1, 1), *wpe = frand((size_t)T * C, -1, 1), *dout = frand(nc, -1, 1);
+  float *logits0 = frand(nv, -8, 8), *logits = fdup(logits0, nv), *dlog0 = frand(nv, -1, 1);
+  float *out = xmalloc(nc * 4), *dwte = xmalloc((size_t)Vl * C * 4), *dwpe = xmalloc((size_t)T * C * 4);
+  float *parts = xmalloc((size_t)(R + 1) * N * 3 * 4), *losses = xmalloc(N * 4), *probs = xmalloc(nv * 4);
+  float *dlog = xmalloc(nv * 4);
+  int32_t *d_inp = dput(inp, N * 4);
+  float *d_wte = dput(wte, (size_t)Vl * C * 4), *d_wpe = dput(wpe, (size_t)T * C * 4),
+        *d_dout = dput(dout, nc * 4);
+  float *d_out = dput(out, nc * 4), *d_dwte = dput(wte, (size_t)Vl * C * 4),
+        *d_dwpe = dput(wpe, (size_t)T * C * 4);
+  float *d_logits = dput(logits, nv * 4), *d_parts = dput(parts, (size_t)(R + 1) * N * 3 * 4);
+  float *d_losses = dput(losses, N * 4), *d_probs = dput(logits, nv * 4), *d_dlog = dput(dlog0, nv * 4);
+  float *dwte0 = frand((size_t)Vl * C, -1, 1), *dwpe0 = frand((size_t)T * C, -1, 1);
+  for (int r = 0; r <= R; r++) {
+    /* r == R: a rank past the vocabulary. */
+    int lo = r * Vl, valid = V - lo < 0 ? 0 : V - lo > Vl ? Vl : V - lo;
+    const float *pe = r == 0 ? wpe : NULL;
+    for (size_t i = (size_t)valid * C; i < (size_t)Vl * C; i++)
+      wte[i] = NAN;
+    dset(d_wte, wte, (size_t)Vl * C * 4);
+    cpu->encoder_forward_vocab(out, inp, wte, pe, lo, valid, B, T, C);
+    gpu->encoder_forward_vocab(d_out, d_inp, d_wte, r == 0 ? d_wpe : NULL, lo, valid, B, T, C);
+    float *g = dgetf(d_out, nc);
+    CHECK_EXACT("encoder_forward_vocab", g, out, nc * 4);
+    free(g);
+
+    memcpy(dwte, dwte0, (size_t)Vl * C * 4), memcpy(dwpe, dwpe0, (size_t)T * C * 4);
+    dset(d_dwte, dwte0, (size_t)Vl * C * 4), dset(d_dwpe, dwpe0, (size_t)T * C * 4);
+    cpu->encoder_backward_vocab(dwte, r == 0 ? dwpe : NULL, dout, inp, lo, valid, B, T, C);
+    gpu->encoder_backward_vocab(d_dwte, r == 0 ? d_dwpe : NULL, d_dout, d_inp, lo, valid, B, T, C);
+    float *gte = dgetf(d_dwte, (size_t)Vl * C), *gpe = dgetf(d_dwpe, (size_t)T * C);
+    CHECK_EXACT("encoder_backward_vocab dwte", gte, dwte, (size_t)Vl * C * 4);
+    CHECK_EXACT("encoder_backward_vocab dwpe", gpe, dwpe, (size_t)T * C * 4);
+    CHECK_DETERMINISTIC("encoder_backward_vocab", d_dwte, dwte0, (size_t)Vl * C * 4,
+                        gpu->encoder_backward_vocab(d_dwte, NULL, d_dout, d_inp, lo, valid, B, T, C));
+    free(gte), free(gpe);
+
+    for (size_t i = 0; i < nv; i++)
+      logits[i] = (int)(i % Vl) < valid ? logits0[i] : NAN;
+    dset(d_logits, logits, nv * 4);
+    float *part = parts + (size_t)r * N * 3;
+    cpu->xent_vocab_partial(part, logits, inp, lo, valid, N, Vl);
+    gpu->xent_vocab_partial(d_parts + (size_t)r * N * 3, d_logits, d_inp, lo, valid, N, Vl);
+    float *gp = dgetf(d_parts + (size_t)r * N * 3, (size_t)N * 3);
+    int exact = 0;
+    for (int n = 0; n < N; n++)
+      exact += gp[n * 3] == part[n * 3] && gp[n * 3 + 2] == part[n * 3 + 2];
+    CHECK_MSG(exact == N, "xent_vocab_partial: %d of %d rows' max and target logit differ", N - exact, N);
+    if (valid) {
+      float *s_cpu = xmalloc(N * 4), *s_gpu = xmalloc(N * 4);
+      for (int n = 0; n < N; n++)
+        s_cpu[n] = part[n * 3 + 1], s_gpu[n] = gp[n * 3 + 1];
+      CHECK_ELEM("xent_vocab_partial sums", s_gpu, s_cpu, N);
+      free(s_cpu), free(s_gpu);
+    } else {
+      CHECK_EXACT("xent_vocab_partial empty", gp, part, (size_t)N * 3 * 4);
+    }
+    free(gp);
+  }
+  /* The forward and backward of rank 1 (valid = Vl) and of the last rank
+   * with columns (valid = 21), from the CPU's parts of all four. */
+  dset(d_parts, parts, (size_t)(R + 1) * N * 3 * 4);
+  for (int r = 1; r < R; r++) {
+    int lo = r * Vl, valid = V - lo > Vl ? Vl : V - lo;
+    for (size_t i = 0; i < nv; i++)
+      logits[i] = (int)(i % Vl) < valid ? logits0[i] : NAN;
+    dset(d_logits, logits, nv * 4);
+    cpu->xent_vocab_forward(losses, probs, logits, parts, R + 1, valid, N, Vl);
+    gpu->xent_vocab_forward(d_losses, d_probs, d_logits, d_parts, R + 1, valid, N, Vl);
+    float *gl = dgetf(d_losses, N), *gpr = dgetf(d_probs, nv);
+    CHECK_ELEM("xent_vocab_fwd losses", gl, losses, N);
+    CHECK_ELEM("xent_vocab_fwd probs", gpr, probs, nv);
+    free(gl), free(gpr);
+    dset(d_probs, probs, nv * 4);
+    memcpy(dlog, dlog0, nv * 4);
+    dset(d_dlog, dlog0, nv * 4);
+    cpu->xent_vocab_backward(dlog, probs, inp, lo, valid, dloss, N, Vl);
+    gpu->xent_vocab_backward(d_dlog, d_probs, d_inp, lo, valid, dloss, N, Vl);
+    float *gd = dgetf(d_dlog, nv);
+    CHECK_ELEM("xent_vocab_bwd", gd, dlog, nv);
+    free(gd);
+    /* In place, as the engine runs it. */
+    float *inplace = fdup(logits, nv);
+    cpu->xent_vocab_forward(losses, inplace, inplace, parts, R + 1, valid, N, Vl);
+    cpu->xent_vocab_backward(inplace, inplace, inp, lo, valid, dloss, N, Vl);
+    dset(d_probs, logits, nv * 4);
+    gpu->xent_vocab_forward(d_losses, d_probs, d_probs, d_parts, R + 1, valid, N, Vl);
+    gpu->xent_vocab_backward(d_probs, d_probs, d_inp, lo, valid, dloss, N, Vl);
+    gl = dgetf(d_losses, N);
+    gd = dgetf(d_probs, nv);
+    CHECK_ELEM("xent_vocab in place loss", gl, losses, N);
+    CHECK_ELEM("xent_vocab in place grad", gd, inplace, nv);
+    CHECK_DETERMINISTIC("xent_vocab_forward", d_probs, logits, nv * 4,
+                        gpu->xent_vocab_forward(d_losses, d_probs, d_probs, d_parts, R + 1, valid, N, Vl));
+    free(gl), free(gd), free(inplace);
+  }
+  free(inp), free(wte), free(wpe), free(dout), free(logits0), free(logits), free(dlog0), free(out),
+      free(dwte), free(dwpe);
+  free(parts), free(losses), free(probs), free(dlog), free(dwte0), free(dwpe0);
+  aa_cuda_free(d_inp), aa_cuda_free(d_wte), aa_cuda_free(d_wpe), aa_cuda_free(d_dout), aa_cuda_free(d_out);
+  aa_cuda_free(d_dwte), aa_cuda_free(d_dwpe), aa_cuda_free(d_logits), aa_cuda_free(d_parts);
+  aa_cuda_free(d_losses), aa_cuda_free(d_probs), aa_cuda_free(d_dlog);
+}
+
 AA_TEST(adamw_matches_cpu_over_steps) {
   NEED_GPU();
   const size_t n = 4099;
@@ -783,6 +902,7 @@ int main(void) {
   RUN(attention_matches_cpu);
   RUN(elementwise_ops_match_cpu);
   RUN(crossentropy_matches_cpu);
+  RUN(vocab_ops_match_cpu);
   RUN(adamw_matches_cpu_over_steps);
   RUN(casts_match_cpu_bit_for_bit);
   RUN(transformer_block_forward_backward_matches_cpu);

@@ -47,32 +47,47 @@
 #include "engine/launch.h"
 #include "engine/mesh.h"
 #include "engine/model.h"
+#include "engine/optim.h"
 #include "engine/train.h"
 #include "strategies/cost.h"
 
-#define STEPS 6
+#define STEPS 6       /* steps of a run unless it says otherwise */
+#define MAX_STEPS 10
 #define REL_TOL 1e-5
 #define REL_TOL_AMP 1e-4
 #define MAX_RANKS 4
+/* The model of the tensor-parallel tests: 4 heads and 64 MLP columns for
+ * up to 4 tensor ranks, and a vocabulary of 251 that neither 2 nor 4
+ * divides, so the last rank's slice ends in a padding row. */
+#define TP_MODEL 1
 
 static char tmpdir[256], train_bin[512], val_bin[512];
 
-static void tiny_spec(aa_model_spec_t *s) {
+/* The tiny model (model 0), or the tensor-parallel tests' (TP_MODEL),
+ * trained for `steps` steps (0: STEPS). */
+static void model_spec(aa_model_spec_t *s, int model, int steps) {
   char json[2048];
   snprintf(json, sizeof json,
-           "{\"name\": \"dp\", \"model\": {\"n_layer\": 2, \"n_head\": 2, \"d_model\": 30, \"d_ff\": 64, "
-           "\"seq_len\": 16, \"vocab_size\": 256}, \"train\": {\"global_batch\": 8, \"steps\": %d, \"lr\": 0.003, "
+           "{\"name\": \"dp\", \"model\": {\"n_layer\": 2, \"n_head\": %d, \"d_model\": %d, \"d_ff\": 64, "
+           "\"seq_len\": 16, \"vocab_size\": %d}, \"train\": {\"global_batch\": 8, \"steps\": %d, \"lr\": 0.003, "
            "\"warmup_steps\": 2, \"eval_every\": 0, \"eval_batches\": 2, \"checkpoint_every\": 0, \"seed\": 7, "
            "\"grad_clip\": 1.0}, \"data\": {\"train\": \"%s\", \"val\": \"%s\"}}",
-           STEPS, train_bin, val_bin);
+           model == TP_MODEL ? 4 : 2, model == TP_MODEL ? 32 : 30, model == TP_MODEL ? 251 : 256,
+           steps ? steps : STEPS, train_bin, val_bin);
   int rc = aa_spec_parse(s, json, NULL, "test");
   if (rc) fprintf(stderr, "spec: %s\n", aa_last_error());
   CHECK(rc == 0);
 }
 
-/* One training run: dp ranks (dp 0 = a single process without a group). */
+static void tiny_spec(aa_model_spec_t *s) { model_spec(s, 0, 0); }
+
+/* One training run: dp x tp ranks (dp 0 = a single process without a
+ * group; tp 0 = 1). */
 typedef struct {
   int dp, zero, micro_batch;
+  int tp, sp;             /* tensor parallel degree and sequence parallelism */
+  aa_ckpt_mode_t ckpt;    /* activation checkpointing */
+  int model, steps;       /* model_spec's */
   aa_dtype_t amp;
   int checkpoint_every;
   const char *resume;
@@ -84,8 +99,9 @@ typedef struct {
 /* What a run leaves: rank 0's losses, and each rank's exit status, peak
  * bytes by kind and validation loss. */
 typedef struct {
-  double loss[STEPS + 1]; /* by step, 1-based; NaN if missing */
-  double norm[STEPS + 1]; /* gradient norm by step, from rank 0's log (3 decimals) */
+  int steps;
+  double loss[MAX_STEPS + 1]; /* by step, 1-based; NaN if missing */
+  double norm[MAX_STEPS + 1]; /* gradient norm by step, from rank 0's log (3 decimals) */
   double val_loss[MAX_RANKS];
   size_t peak[MAX_RANKS][AA_MEM_NKINDS];
   int status[MAX_RANKS];
@@ -116,15 +132,19 @@ static int rank_main(const gang_t *g, int rank) {
   const char *dir = g->dir;
   aa_comm_t *comm = NULL;
   int rc;
-  if (c->dp && (rc = aa_comm_init(&comm, g->rdv, rank, c->dp, NULL))) {
+  int world = c->dp ? c->dp * (c->tp ? c->tp : 1) : 1;
+  if (c->dp && (rc = aa_comm_init(&comm, g->rdv, rank, world, NULL))) {
     fprintf(stderr, "rank %d: %s\n", rank, aa_last_error());
     return 2;
   }
   aa_model_spec_t s;
-  tiny_spec(&s);
+  model_spec(&s, c->model, c->steps);
   aa_strategy_t st;
   aa_strategy_default(&st);
   st.dp = c->dp ? c->dp : 1;
+  st.tp = c->tp ? c->tp : 1;
+  st.sp = c->sp;
+  st.ckpt = c->ckpt;
   st.zero = c->zero;
   st.micro_batch = c->micro_batch;
   st.amp = c->amp;
@@ -200,11 +220,12 @@ static void run(const cfg_t *c, run_t *r) {
   CHECK(aa_mkdirs(dir) == 0);
   memset(r, 0, sizeof *r);
   CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_parallel") == 0);
-  int n = c->dp ? c->dp : 1;
-  r->micro_batch = c->micro_batch ? c->micro_batch : 8 / n; /* the tiny spec's global batch is 8 */
+  int n = c->dp ? c->dp * (c->tp ? c->tp : 1) : 1;
+  r->steps = c->steps ? c->steps : STEPS;
+  r->micro_batch = c->micro_batch ? c->micro_batch : 8 / (c->dp ? c->dp : 1); /* the specs' global batch is 8 */
   fork_ranks(c->out, n, rank_main, &(gang_t){.c = c, .rdv = rdv, .dir = dir}, r->status, r->exit_time);
   char path[700];
-  for (int i = 0; i <= STEPS; i++) r->loss[i] = r->norm[i] = NAN;
+  for (int i = 0; i <= MAX_STEPS; i++) r->loss[i] = r->norm[i] = NAN;
   snprintf(path, sizeof path, "%s/log.0", dir);
   FILE *f = fopen(path, "r");
   char line[512];
@@ -214,14 +235,14 @@ static void run(const cfg_t *c, run_t *r) {
     int total;
     double lr, norm;
     if (sscanf(line, "step %d/%d | loss %lf | lr %lf | norm %lf", &step, &total, &l, &lr, &norm) == 5 && step >= 1 &&
-        step <= STEPS)
+        step <= r->steps)
       r->norm[step] = norm;
   }
   if (f) fclose(f);
   snprintf(path, sizeof path, "%s/losses", dir);
   f = fopen(path, "r");
   while (f && fscanf(f, "%d %lf", &step, &l) == 2)
-    if (step >= 1 && step <= STEPS) r->loss[step] = l;
+    if (step >= 1 && step <= r->steps) r->loss[step] = l;
   if (f) fclose(f);
   for (int i = 0; i < n; i++) {
     r->val_loss[i] = NAN;
@@ -244,7 +265,8 @@ static int all_ok(const run_t *r, int n) {
  * ref's, each checked against tol. */
 static double compare(const char *what, const run_t *r, const run_t *ref, int from, double tol) {
   double worst = 0;
-  for (int s = from; s <= STEPS; s++) {
+  CHECK_MSG(r->steps == ref->steps, "%s: %d steps, the reference %d", what, r->steps, ref->steps);
+  for (int s = from; s <= ref->steps; s++) {
     double d = fabs(r->loss[s] - ref->loss[s]) / fabs(ref->loss[s]);
     CHECK_MSG(d <= tol, "%s: step %d loss %.9g vs %.9g (relative %.3g)", what, s, r->loss[s], ref->loss[s], d);
     /* AdamW is invariant to the gradient's scale, so a wrong factor (a sum
@@ -385,6 +407,270 @@ AA_TEST(the_cost_model_predicts_every_ranks_bytes_at_every_zero_stage) {
           CHECK_MSG(c.bytes[k] == r->peak[i][k], "%s zero %d rank %d %s: predicted %zu, accounted %zu",
                     aa_dtype_name(amp), zero, i, aa_mem_kind_name(k), c.bytes[k], r->peak[i][k]);
     }
+}
+
+/* --- tensor parallelism ------------------------------------------------------------- */
+
+#define TP_STEPS 10
+static run_t tp_single[3]; /* the single-process references on the tensor-parallel tests' model, by amp */
+
+static const run_t *run_tp_single(aa_dtype_t amp) {
+  run_t *r = &tp_single[amp];
+  if (isnan(r->loss[1])) {
+    char out[32];
+    snprintf(out, sizeof out, "tp-single.%s", aa_dtype_name(amp));
+    cfg_t c = {.dp = 0, .model = TP_MODEL, .steps = TP_STEPS, .amp = amp, .out = out, .kill_rank = -1};
+    run(&c, r);
+    CHECK(all_ok(r, 1) && !isnan(r->loss[TP_STEPS]) && !isnan(r->val_loss[0]));
+  }
+  return r;
+}
+
+/* A dp x tp run of the tensor-parallel model against the single process:
+ * the loss and gradient norm of each of 10 steps, every rank's validation
+ * loss, and every rank's accounted bytes against the cost model's
+ * prediction for the strategy (to the byte: the tensor slice and the
+ * sequence split change what a rank holds, and sizes.h must say so). */
+static void tp_equivalence(cfg_t c, double tol) {
+  const run_t *ref = run_tp_single(c.amp);
+  char out[64];
+  snprintf(out, sizeof out, "tp.dp%d.tp%d%s.z%d.%s.ckpt-%s", c.dp, c.tp, c.sp ? ".sp" : "", c.zero,
+           aa_dtype_name(c.amp), aa_ckpt_mode_name(c.ckpt));
+  c.model = TP_MODEL;
+  c.steps = TP_STEPS;
+  c.out = out;
+  c.kill_rank = -1;
+  run_t r;
+  run(&c, &r);
+  int n = c.dp * c.tp;
+  CHECK_MSG(all_ok(&r, n), "%s: a rank failed", out);
+  double worst = compare(out, &r, ref, 1, tol), worst_val = 0;
+  for (int i = 0; i < n; i++) {
+    double dv = fabs(r.val_loss[i] - ref->val_loss[0]) / ref->val_loss[0];
+    CHECK_MSG(dv <= tol, "%s rank %d: val loss %.9g vs %.9g", out, i, r.val_loss[i], ref->val_loss[0]);
+    if (!(dv <= worst_val)) worst_val = dv;
+  }
+  aa_model_spec_t s;
+  model_spec(&s, TP_MODEL, TP_STEPS);
+  aa_strategy_t st;
+  aa_strategy_default(&st);
+  st.dp = c.dp;
+  st.tp = c.tp;
+  st.sp = c.sp;
+  st.zero = c.zero;
+  st.amp = c.amp;
+  st.ckpt = c.ckpt;
+  st.micro_batch = r.micro_batch;
+  aa_cost_mem_t cost;
+  aa_cost_memory(&s.arch, &st, &cost);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < AA_MEM_NKINDS; k++)
+      CHECK_MSG(cost.bytes[k] == r.peak[i][k], "%s rank %d %s: predicted %zu, accounted %zu", out, i,
+                aa_mem_kind_name(k), cost.bytes[k], r.peak[i][k]);
+  size_t one = 0;
+  for (int k = 0; k < AA_MEM_NKINDS; k++) one += ref->peak[0][k];
+  fprintf(stderr, "  %s: max relative loss difference %.2e, val %.2e; %zu bytes a rank, %.2f of one process's\n",
+          out, worst, worst_val, cost.total, (double)cost.total / (double)one);
+}
+
+AA_TEST(tp2_and_tp4_match_the_single_process_with_and_without_sequence_parallelism) {
+  for (int tp = 2; tp <= 4; tp += 2)
+    for (int sp = 0; sp <= 1; sp++) tp_equivalence((cfg_t){.dp = 1, .tp = tp, .sp = sp}, REL_TOL);
+}
+
+AA_TEST(dp2_tp2_matches_the_single_process_with_zero_1_and_zero_3) {
+  tp_equivalence((cfg_t){.dp = 2, .tp = 2, .zero = 1, .micro_batch = 2}, REL_TOL);
+  tp_equivalence((cfg_t){.dp = 2, .tp = 2, .sp = 1, .zero = 3, .micro_batch = 4}, REL_TOL);
+}
+
+AA_TEST(tp2_in_bf16_and_fp16_and_with_full_checkpointing_matches_the_single_process) {
+  tp_equivalence((cfg_t){.dp = 1, .tp = 2, .amp = AA_BF16}, REL_TOL_AMP);
+  tp_equivalence((cfg_t){.dp = 1, .tp = 2, .sp = 1, .amp = AA_F16}, REL_TOL_AMP);
+  tp_equivalence((cfg_t){.dp = 1, .tp = 2, .ckpt = AA_CKPT_FULL}, REL_TOL);
+  tp_equivalence((cfg_t){.dp = 1, .tp = 2, .sp = 1, .ckpt = AA_CKPT_SELECTIVE, .micro_batch = 4}, REL_TOL);
+}
+
+/* One forward, backward and AdamW step of the tensor-parallel model on a
+ * fixed batch, as rank `rank` of tp (tp 1: one process): writes the loss
+ * and the gradient norm, then the rank's flat gradient and its parameters
+ * after the step, to DIR/step.RANK. */
+static int tp_step_rank(const gang_t *gang, int rank) {
+  const int tp = gang->c->tp, sp = gang->c->sp;
+  const char *dir = gang->dir;
+  aa_comm_t *group = NULL, *self = NULL;
+  int rc = tp > 1 ? aa_comm_init(&group, gang->rdv, rank, tp, NULL) : 0;
+  if (!rc) rc = aa_comm_self(&self);
+  aa_model_spec_t s;
+  model_spec(&s, TP_MODEL, 2);
+  aa_gpt_opts_t o = {.amp = AA_F32, .tensor = group, .sp = sp};
+  aa_gpt_t *m = NULL;
+  aa_zero_t z = {0};
+  enum { B = 2, T = 16 };
+  int32_t in[B * T], tg[B * T];
+  for (int i = 0; i < B * T; i++) {
+    in[i] = (i * 37 + 11) % 251; /* every rank's vocabulary slice, its last row included */
+    tg[i] = (i * 53 + 250) % 251;
+  }
+  float loss = 0, norm = 0, *g = NULL, *p = NULL;
+  if (!rc) rc = aa_gpt_create(&m, &s.arch, aa_ops_cpu(), B, T, &o);
+  if (!rc) rc = aa_zero_init(&z, m, self, 0, NULL);
+  if (!rc) rc = aa_gpt_init_weights(m, 1234);
+  if (!rc) rc = aa_gpt_forward(m, in, tg, &loss);
+  if (!rc) rc = aa_gpt_backward(m, 1.0f);
+  if (!rc && (g = malloc(m->n_params * sizeof *g))) memcpy(g, m->grads.data, m->n_params * sizeof *g);
+  if (!rc) rc = aa_zero_step(&z, m, &s.train, 1e-2f, 1.0, 0, &norm);
+  char path[600];
+  snprintf(path, sizeof path, "%s/step.%d", dir, rank);
+  FILE *f = fopen(path, "wb");
+  if (!rc && f && g) {
+    p = m->params.data;
+    size_t n = m->n_params;
+    rc = fwrite(&loss, sizeof loss, 1, f) != 1 || fwrite(&norm, sizeof norm, 1, f) != 1 ||
+         fwrite(&n, sizeof n, 1, f) != 1 || fwrite(g, sizeof *g, n, f) != n || fwrite(p, sizeof *p, n, f) != n;
+  }
+  if (rc) fprintf(stderr, "  tp rank %d: %s\n", rank, aa_last_error());
+  if (f) fclose(f);
+  free(g);
+  aa_zero_free(&z, m);
+  aa_gpt_free(m);
+  aa_comm_destroy(self);
+  aa_comm_destroy(group);
+  return rc ? TRAIN_FAILED : 0;
+}
+
+/* What a one-step run left, put back into the whole model's layout: loss,
+ * norm, gradient and parameters (n_global each); 0 when something is
+ * missing. Replicated tensors must be equal on every rank. */
+typedef struct {
+  float loss, norm;
+  float *grad, *param;
+} tp_step_t;
+
+static int tp_step(int tp, int sp, tp_step_t *out) {
+  char dir[512], rdv[AA_RENDEZVOUS_MAX];
+  snprintf(dir, sizeof dir, "%s/tpstep.%d.%d", tmpdir, tp, sp);
+  CHECK(aa_mkdirs(dir) == 0);
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_parallel") == 0);
+  int status[MAX_RANKS], ok = 1;
+  double exit_time[MAX_RANKS];
+  const cfg_t c = {.tp = tp, .sp = sp};
+  fork_ranks(dir, tp, tp_step_rank, &(gang_t){.c = &c, .rdv = rdv, .dir = dir}, status, exit_time);
+  for (int r = 0; r < tp; r++) ok &= status[r] != -1 && WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0;
+  CHECK_MSG(ok, "tp %d sp %d: a rank failed", tp, sp);
+  if (!ok) return 0;
+  aa_model_spec_t s;
+  model_spec(&s, TP_MODEL, 2);
+  int nt = aa_gpt_n_tensors(&s.arch);
+  aa_tensor_desc_t *tab = calloc((size_t)nt, sizeof *tab);
+  size_t whole = (size_t)aa_arch_param_count(&s.arch);
+  out->grad = calloc(whole, sizeof(float));
+  out->param = calloc(whole, sizeof(float));
+  for (int r = 0; r < tp && ok; r++) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/step.%d", dir, r);
+    FILE *f = fopen(path, "rb");
+    size_t n = 0;
+    float loss, norm;
+    ok = f && fread(&loss, sizeof loss, 1, f) == 1 && fread(&norm, sizeof norm, 1, f) == 1 &&
+         fread(&n, sizeof n, 1, f) == 1;
+    float *buf = ok ? malloc(2 * n * sizeof(float)) : NULL;
+    ok = ok && buf && fread(buf, sizeof(float), 2 * n, f) == 2 * n;
+    if (f) fclose(f);
+    if (ok && r == 0) *out = (tp_step_t){loss, norm, out->grad, out->param};
+    CHECK_MSG(!ok || (loss == out->loss && norm == out->norm), "tp %d sp %d rank %d: loss %.9g norm %.9g, rank 0 %.9g %.9g",
+              tp, sp, r, loss, norm, out->loss, out->norm);
+    aa_gpt_tensor_table(&s.arch, tp, r, tab);
+    for (int i = 0; ok && i < nt; i++) {
+      const aa_tensor_desc_t *t = &tab[i];
+      for (int k = 0; k < t->runs; k++) {
+        const float *lg = buf + t->offset + (size_t)k * t->run_lstride, *lp = lg + n;
+        float *gg = out->grad + t->run_global + (size_t)k * t->run_gstride;
+        float *gp = out->param + t->run_global + (size_t)k * t->run_gstride;
+        if (t->replicated && r > 0) {
+          CHECK_MSG(!memcmp(gg, lg, t->run_n * sizeof(float)) && !memcmp(gp, lp, t->run_n * sizeof(float)),
+                    "tp %d sp %d: %s differs between rank 0 and rank %d", tp, sp, t->name, r);
+          continue;
+        }
+        memcpy(gg, lg, t->run_n * sizeof(float));
+        memcpy(gp, lp, t->run_n * sizeof(float));
+      }
+      /* Padding rows of a vocabulary slice stay zero, gradient and all. */
+      size_t real = t->runs ? (size_t)t->runs * t->run_n : 0;
+      for (size_t j = real; t->runs <= 1 && j < t->numel; j++)
+        CHECK_MSG(buf[t->offset + j] == 0 && buf[n + t->offset + j] == 0, "tp %d: %s padding element %zu not 0",
+                  tp, t->name, j);
+    }
+    free(buf);
+  }
+  CHECK_MSG(ok, "tp %d sp %d: cannot read a rank's results", tp, sp);
+  free(tab);
+  return ok;
+}
+
+/* After one step at tp 2 and 4, with and without sequence parallelism,
+ * every gradient and every parameter, gathered into the whole model's
+ * layout, is the single process's. Gradients within 1e-5 of the largest
+ * gradient of their tensor: each is the single process's sum of products
+ * taken in another order (a row-parallel GEMM's partial sums over a
+ * rank's columns, then summed over ranks; under sequence parallelism the
+ * LayerNorm gradients over each rank's tokens, then summed), which moves
+ * it by a few fp32 ulps of the largest terms (~1e-7 relative), while a
+ * wrong slice, a missing reduction or a double-counted bias is off by
+ * O(1). Parameters after the step within 1e-6, where the gradient is not
+ * near 0: AdamW's first step moves a parameter by lr g / (|g| + eps) (plus
+ * the decay, the same on both sides), which is +-lr for any gradient well
+ * above eps and changes only by rounding. Where the gradient is within
+ * 1e-3 of its tensor's largest, a relative change of 1e-7 in it is a
+ * larger one of g / (|g| + eps) (measured: up to 5.6e-5 at lr 1e-2), so
+ * there the bound is the step itself, 2 lr, and the test counts them. */
+AA_TEST(after_one_step_every_gathered_gradient_and_parameter_matches_the_single_process) {
+  tp_step_t ref = {0};
+  if (!tp_step(1, 0, &ref)) return;
+  aa_model_spec_t s;
+  model_spec(&s, TP_MODEL, 2);
+  int nt = aa_gpt_n_tensors(&s.arch);
+  aa_tensor_desc_t *tab = calloc((size_t)nt, sizeof *tab);
+  aa_gpt_tensor_table(&s.arch, 1, 0, tab);
+  for (int tp = 2; tp <= 4; tp += 2)
+    for (int sp = 0; sp <= 1; sp++) {
+      tp_step_t got = {0};
+      if (!tp_step(tp, sp, &got)) continue;
+      CHECK_MSG(fabsf(got.loss - ref.loss) <= 1e-6f * ref.loss, "tp %d sp %d: loss %.9g vs %.9g", tp, sp, got.loss,
+                ref.loss);
+      CHECK_MSG(fabsf(got.norm - ref.norm) <= 1e-5f * ref.norm, "tp %d sp %d: norm %.9g vs %.9g", tp, sp, got.norm,
+                ref.norm);
+      double worst_g = 0, worst_p = 0;
+      size_t small = 0;
+      for (int i = 0; i < nt; i++) {
+        const aa_tensor_desc_t *t = &tab[i];
+        double big = 0, dg = 0, dp = 0;
+        for (size_t j = 0; j < t->numel; j++) big = fmax(big, fabs(ref.grad[t->offset + j]));
+        for (size_t j = 0; j < t->numel; j++) {
+          size_t e = t->offset + j;
+          dg = fmax(dg, fabs((double)got.grad[e] - ref.grad[e]));
+          double d = fabs((double)got.param[e] - ref.param[e]);
+          if (fabs(ref.grad[e]) < 1e-3 * big) {
+            small++;
+            CHECK_MSG(d <= 2 * 1e-2, "tp %d sp %d: %s[%zu] moved %.3g, more than the step", tp, sp, t->name, j, d);
+          } else {
+            dp = fmax(dp, d);
+          }
+        }
+        double rg = big > 0 ? dg / big : dg;
+        CHECK_MSG(rg <= 1e-5, "tp %d sp %d: %s gradient off by %.3g of its largest (%.3g)", tp, sp, t->name, rg, big);
+        CHECK_MSG(dp <= 1e-6, "tp %d sp %d: %s parameter off by %.3g", tp, sp, t->name, dp);
+        worst_g = fmax(worst_g, rg);
+        worst_p = fmax(worst_p, dp);
+      }
+      fprintf(stderr, "  tp %d%s: loss %.9g (one process %.9g), gradients within %.2e of their largest, "
+              "parameters within %.2e (%zu of %zu with a gradient near 0 left to the step bound)\n", tp,
+              sp ? " sp" : "", got.loss, ref.loss, worst_g, worst_p, small, (size_t)aa_arch_param_count(&s.arch));
+      free(got.grad);
+      free(got.param);
+    }
+  free(tab);
+  free(ref.grad);
+  free(ref.param);
 }
 
 /* An uninterrupted dp 4 run saves at step 3 (sharded at zero 2); runs that
@@ -720,7 +1006,7 @@ int main(void) {
     return 1;
   }
   for (int a = 0; a < 3; a++)
-    for (int i = 0; i <= STEPS; i++) single[a].loss[i] = NAN;
+    for (int i = 0; i <= MAX_STEPS; i++) single[a].loss[i] = tp_single[a].loss[i] = NAN;
   RUN(loader_skip_lands_where_reading_would_across_the_wrap);
   RUN(the_mesh_of_a_dp4_strategy_has_the_world_as_its_data_group);
   RUN(dp2_matches_single_process_losses_at_every_zero_stage);
@@ -728,6 +1014,10 @@ int main(void) {
   RUN(dp4_bf16_and_dp2_fp16_match_single_process_losses_at_every_zero_stage);
   RUN(per_rank_state_bytes_fall_by_the_zero_ratios);
   RUN(the_cost_model_predicts_every_ranks_bytes_at_every_zero_stage);
+  RUN(after_one_step_every_gathered_gradient_and_parameter_matches_the_single_process);
+  RUN(tp2_and_tp4_match_the_single_process_with_and_without_sequence_parallelism);
+  RUN(dp2_tp2_matches_the_single_process_with_zero_1_and_zero_3);
+  RUN(tp2_in_bf16_and_fp16_and_with_full_checkpointing_matches_the_single_process);
   RUN(sharded_checkpoint_at_dp4_resumes_at_dp2_and_dp1);
   RUN(sharded_bf16_checkpoint_at_dp4_zero3_resumes_at_dp2_and_in_one_process);
   RUN(single_file_checkpoint_at_dp2_zero0_resumes_at_dp4_zero3);

@@ -232,7 +232,9 @@ AA_TEST(search_prunes_strategies_predicted_out_of_memory) {
 /* With the devices' peak FLOP/s known (a GPU's hello), a candidate that
  * could not beat the best measured run even at that peak is not run: here
  * one dp 2 run measured 1.5x what a single device could reach at its peak,
- * so every dp 1 candidate goes, and no dp 2 one for that reason. */
+ * so every candidate on one device goes, and none on two for that reason
+ * (dp 1 x tp 2 could reach twice the single device's bound; this engine
+ * refuses it for now anyway). */
 AA_TEST(search_skips_what_could_not_win_even_at_the_devices_peak) {
   aa_model_spec_t spec = spec_with_batch(4);
   for (int known = 0; known <= 1; known++) {
@@ -253,9 +255,10 @@ AA_TEST(search_skips_what_could_not_win_even_at_the_devices_peak) {
     for (size_t k = 0; k < s.n; k++) {
       bool why = strstr(s.c[k].reason, "at the devices' peak of 1 TFLOP/s each it would reach at most") != NULL;
       beyond += why;
-      if (known) CHECK_MSG(why == (s.c[k].s.dp == 1), "%s: %s", s.c[k].key, s.c[k].reason);
+      if (known) CHECK_MSG(why == (s.c[k].s.dp * s.c[k].s.tp == 1), "%s: %s", s.c[k].key, s.c[k].reason);
     }
-    if (known) CHECK(beyond == 27 && n > 0); /* dp 1: 3 amps x 3 checkpoint modes x mb 4, 2, 1 */
+    if (known)
+      CHECK(beyond == 27 && n > 0); /* one device: 3 amps x 3 checkpoint modes x mb 4, 2, 1 */
     else CHECK(beyond == 0);
     aa__search_free(&s);
   }
@@ -266,16 +269,20 @@ AA_TEST(search_skips_what_could_not_win_even_at_the_devices_peak) {
 AA_TEST(search_predicts_from_the_nearest_measured_run) {
   aa_model_spec_t spec = spec_with_batch(4);
   aa_search_t s;
-  /* CPU, 2 devices: dp 2 (mb 2, 1) at ZeRO 0-3 x fp32/bf16/fp16 x 3 modes first, then dp 1. */
+  /* CPU, 2 devices: dp 2 (mb 2, 1) at ZeRO 0-3 x fp32/bf16/fp16 x 3 modes first, then dp 1 x tp 2, then dp 1.
+   */
   CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0) == 0);
-  int dp1 = -1, dp1_full = -1, dp2_mb1 = -1, dp2_bf16 = -1;
+  int dp1 = -1, dp1_full = -1, dp2_mb1 = -1, dp2_bf16 = -1, tp2 = -1, tp2_sp = -1;
   for (size_t i = 0; i < s.n; i++) {
     const aa_strategy_t *t = &s.c[i].s;
-    if (t->dp == 1 && t->amp == AA_F32 && t->micro_batch == 4 && t->ckpt == AA_CKPT_NONE) dp1 = (int)i;
-    if (t->dp == 1 && t->amp == AA_F32 && t->micro_batch == 4 && t->ckpt == AA_CKPT_FULL) dp1_full = (int)i;
+    bool f32_mb4 = t->amp == AA_F32 && t->micro_batch == 4;
+    if (t->dp == 1 && t->tp == 1 && f32_mb4 && t->ckpt == AA_CKPT_NONE) dp1 = (int)i;
+    if (t->dp == 1 && t->tp == 1 && f32_mb4 && t->ckpt == AA_CKPT_FULL) dp1_full = (int)i;
+    if (t->tp == 2 && f32_mb4 && t->ckpt == AA_CKPT_NONE) *(t->sp ? &tp2_sp : &tp2) = (int)i;
     if (t->dp == 2 && t->zero == 0 && t->amp == AA_F32 && t->micro_batch == 1 && !t->ckpt) dp2_mb1 = (int)i;
     if (t->dp == 2 && t->zero == 0 && t->amp == AA_BF16 && t->micro_batch == 2 && !t->ckpt) dp2_bf16 = (int)i;
   }
+  CHECK(tp2 >= 0 && tp2_sp >= 0);
   CHECK(dp1 >= 0 && dp1_full >= 0 && dp2_mb1 >= 0 && dp2_bf16 >= 0);
   CHECK(s.c[0].s.dp == 2 && s.c[0].s.micro_batch == 2 && s.c[0].s.amp == AA_F32 && !s.c[0].s.ckpt);
   CHECK(aa__search_predict(&s, 1) == 0); /* nothing measured yet */
@@ -292,6 +299,16 @@ AA_TEST(search_predicts_from_the_nearest_measured_run) {
   aa__search_done(&s, dp1, AA_STORE_RUN_OK, 800, 0);
   CHECK_NEAR(aa__search_predict(&s, dp1_full), 800 * ratio, 1e-9);
   CHECK_NEAR(aa__search_predict(&s, dp2_bf16), 1000, 1e-9); /* precision differs from both: dp 2 is nearer */
+  /* dp 1 x tp 2 (measured here as it will be once the engine runs it) is
+   * nearest dp 1 x tp 1: another tp, 2 + |log2 2| = 3, against 7 for dp 2
+   * at mb 2 (another dp and tp, 3 each, another micro-batch 1). Its ranks
+   * each run at the measured run's per-device rate: the replica trains
+   * 800 x (the dp 1 run's FLOPs per token) / (a tensor rank's). */
+  double per_rank =
+      aa_cost_flops_per_token(&spec.arch, &s.c[dp1].s) / aa_cost_flops_per_token(&spec.arch, &s.c[tp2].s);
+  CHECK_NEAR(aa__search_predict(&s, tp2), 800 * per_rank, 1e-9);
+  aa__search_done(&s, tp2, AA_STORE_RUN_OK, 900, 0);
+  CHECK_NEAR(aa__search_predict(&s, tp2_sp), 900, 1e-9); /* the same FLOPs per rank: nearest is tp 2 */
   aa__search_free(&s);
 }
 
@@ -315,40 +332,55 @@ AA_TEST(search_limits_prune_what_was_not_measured) {
   aa__search_free(&s);
 }
 
-AA_TEST(data_parallel_takes_the_batch_divisors_up_to_the_pool_largest_first) {
+AA_TEST(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees) {
   aa_model_spec_t spec = spec_with_batch(4);
   aa_search_t s;
   /* Two executors: dp 2 x zero 0-3 x 3 amp x 3 checkpoint x micro-batches
-   * 2, 1, then the 27 of dp 1. */
+   * 2, 1; then dp 1 x tp 2 without and with sequence parallelism, 27 each;
+   * then the 27 of dp 1. */
   CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0) == 0);
-  CHECK_MSG(s.n == 72 + 27, "%zu", s.n);
-  CHECK(s.valid == (int)s.n);
-  CHECK(s.nsettings == 36 + 9);
+  CHECK_MSG(s.n == 72 + 54 + 27, "%zu", s.n);
+  CHECK(s.nsettings == 36 + 18 + 9);
   CHECK(!strcmp(s.c[0].key, "dp2.tp1.pp1.z0.fp32.ckpt-none.mb2"));
   CHECK(!strcmp(s.c[1].key, "dp2.tp1.pp1.z0.fp32.ckpt-none.mb1"));
   CHECK(!strcmp(s.c[18].key, "dp2.tp1.pp1.z1.fp32.ckpt-none.mb2"));
   CHECK(!strcmp(s.c[20].key, "dp2.tp1.pp1.z1.fp32.ckpt-sel.mb2"));
   CHECK(!strcmp(s.c[24].key, "dp2.tp1.pp1.z1.bf16.ckpt-none.mb2")); /* ZeRO in 16 bits too */
-  CHECK(!strcmp(s.c[72].key, "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4"));
-  int zero_stages[4] = {0};
+  CHECK(!strcmp(s.c[72].key, "dp1.tp2.pp1.z0.fp32.ckpt-none.mb4"));
+  CHECK(!strcmp(s.c[99].key, "dp1.tp2.pp1.sp.z0.fp32.ckpt-none.mb4"));
+  CHECK(!strcmp(s.c[126].key, "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4"));
+  int zero_stages[4] = {0}, tp2 = 0;
   for (size_t i = 0; i < s.n; i++) {
     const aa_strategy_t *c = &s.c[i].s;
-    CHECK(c->tp == 1 && c->pp == 1);
+    CHECK(c->pp == 1 && c->dp * c->tp <= 2);
     if (c->zero > 0) CHECK_MSG(c->dp > 1, "%s", s.c[i].key); /* nothing to shard at dp 1 */
     if (c->dp == 2) zero_stages[c->zero]++;
+    /* Tensor-parallel gangs of two are candidates like any other. */
+    if (c->tp == 2) {
+      tp2++;
+      CHECK_MSG(s.c[i].state != AA_CAND_PRUNED || !strstr(s.c[i].reason, "not supported by this engine"), "%s: %s",
+                s.c[i].key, s.c[i].reason);
+    }
   }
   for (int z = 0; z < 4; z++) CHECK(zero_stages[z] > 0);
+  CHECK_MSG(tp2 == 54, "%d tp2 candidates", tp2);
   aa__search_free(&s);
 
-  /* Three executors and a batch of 4: dp 3 would split it unevenly. */
+  /* Three executors and a batch of 4: dp 3 would split it unevenly, but
+   * tp 3 (dp 1) is a gang of three, which n_head 2 does not allow. */
   CHECK(aa__search_enumerate(&s, &spec, 3, AA_PROTO_DEV_CPU, 0, 0) == 0);
-  CHECK(s.n == 72 + 27);
-  for (size_t i = 0; i < s.n; i++) CHECK(strncmp(s.c[i].key, "dp3.", 4) != 0);
+  CHECK_MSG(s.n == 54 + 72 + 54 + 27, "%zu", s.n);
+  for (size_t i = 0; i < s.n; i++) {
+    CHECK(strncmp(s.c[i].key, "dp3.", 4) != 0);
+    if (s.c[i].s.tp == 3)
+      CHECK_MSG(strstr(s.c[i].reason, "tensor parallel degree 3 must divide n_head 2"), "%s", s.c[i].reason);
+  }
   aa__search_free(&s);
   /* Four: dp 4 leaves one sequence per rank, micro-batch 1. */
   CHECK(aa__search_enumerate(&s, &spec, 4, AA_PROTO_DEV_CPU, 0, 0) == 0);
-  CHECK(s.n == 36 + 72 + 27);
+  CHECK_MSG(s.n == 36 + 144 + 54 + 54 + 72 + 54 + 27, "%zu", s.n);
   CHECK(!strcmp(s.c[0].key, "dp4.tp1.pp1.z0.fp32.ckpt-none.mb1"));
+  CHECK(!strcmp(s.c[36].key, "dp2.tp2.pp1.z0.fp32.ckpt-none.mb2"));
   aa__search_free(&s);
 
   /* ZeRO's exclude names: "zero" leaves stage 0 alone, "fsdp" is stage 3. */
@@ -356,14 +388,21 @@ AA_TEST(data_parallel_takes_the_batch_divisors_up_to_the_pool_largest_first) {
   const char *zero[] = {"zero"};
   CHECK(aa_space_exclude_mask(zero, 1, &mask) == 0);
   CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask) == 0);
-  CHECK(s.n == 18 + 27);
+  CHECK(s.n == 18 + 54 + 27);
   for (size_t i = 0; i < s.n; i++) CHECK(s.c[i].s.zero == 0);
   aa__search_free(&s);
   const char *some[] = {"zero2", "fsdp", "amp", "checkpoint"};
   CHECK(aa_space_exclude_mask(some, 4, &mask) == 0);
   CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask) == 0);
-  CHECK(s.n == 2 * 2 + 3); /* dp 2 at zero 0 and 1 x mb 2, 1; dp 1 x mb 4, 2, 1 */
+  CHECK(s.n == 2 * 2 + 2 * 3 +
+                   3); /* dp 2 at zero 0 and 1 x mb 2, 1; dp 1 x tp 2 (sp off, on) and dp 1 x mb 4, 2, 1 */
   CHECK(!strcmp(s.c[2].key, "dp2.tp1.pp1.z1.fp32.ckpt-none.mb2"));
+  aa__search_free(&s);
+  /* tensor_parallel leaves the pool of two with its data-parallel gangs. */
+  const char *tp[] = {"tensor_parallel"};
+  CHECK(aa_space_exclude_mask(tp, 1, &mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask) == 0);
+  CHECK(s.n == 72 + 27 && s.valid == (int)s.n);
   aa__search_free(&s);
 
   CHECK(aa__search_enumerate(&s, &spec, 0, AA_PROTO_DEV_CPU, 0, 0) == AA_EINVAL);
@@ -761,7 +800,7 @@ int main(void) {
   RUN(search_skips_what_could_not_win_even_at_the_devices_peak);
   RUN(search_predicts_from_the_nearest_measured_run);
   RUN(search_limits_prune_what_was_not_measured);
-  RUN(data_parallel_takes_the_batch_divisors_up_to_the_pool_largest_first);
+  RUN(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees);
   RUN(hardware_fingerprint_is_kind_name_memory_world);
   RUN(job_json_has_the_documented_shape);
   RUN(query_replies_have_the_documented_shape);

@@ -18,7 +18,7 @@ static const aa_arch_t archs[] = {
 AA_TEST(units_add_up_to_the_model_and_chunks_round_up) {
   for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
     size_t sum = 0;
-    for (int u = 0; u < aa_sizes_units(&archs[a]); u++) sum += aa_sizes_unit_numel(&archs[a], u);
+    for (int u = 0; u < aa_sizes_units(&archs[a]); u++) sum += aa_sizes_unit_numel(&archs[a], 1, u);
     CHECK(aa_sizes_units(&archs[a]) == archs[a].n_layer + 2 && sum == aa_arch_param_count(&archs[a]));
     CHECK(aa_sizes_slot(&archs[a], 0) == 0 && aa_sizes_slot(&archs[a], 1) == 1 &&
           aa_sizes_slot(&archs[a], archs[a].n_layer + 1) == 2);
@@ -30,8 +30,8 @@ AA_TEST(units_add_up_to_the_model_and_chunks_round_up) {
     }
   /* A group of one stages nothing: the scalars come with a group to reduce over. */
   aa_zero_sizes_t z1, z2;
-  aa_sizes_zero(&archs[0], AA_F32, 0, 1, &z1);
-  aa_sizes_zero(&archs[0], AA_F32, 0, 2, &z2);
+  aa_sizes_zero(&archs[0], 1, AA_F32, 0, 1, &z1);
+  aa_sizes_zero(&archs[0], 1, AA_F32, 0, 2, &z2);
   CHECK(z1.scalars.numel == 0 && z2.scalars.numel == 16);
   CHECK(z1.moment.numel == aa_arch_param_count(&archs[0]) && z2.moment.numel == z1.moment.numel);
 }
@@ -59,6 +59,9 @@ static void check_tiling(span_t *s, int n, size_t total, const char *where) {
   CHECK_MSG(end == total, "%s: buffers end at %zu, the allocation has %zu", where, end, total);
 }
 
+/* Every arch x micro-batch x amp x checkpointing mode x tensor split
+ * (tp 1; tp 2 and 3 where they divide n_head and d_ff, with and without
+ * sequence parallelism where tp divides B T). */
 AA_TEST(the_activation_layout_tiles_its_allocations_by_mode) {
   const aa_dtype_t amps[] = {AA_F32, AA_BF16, AA_F16};
   const struct {
@@ -68,69 +71,114 @@ AA_TEST(the_activation_layout_tiles_its_allocations_by_mode) {
   int n = 0;
   for (size_t ai = 0; ai < sizeof archs / sizeof archs[0]; ai++)
     for (int B = 1; B <= 3; B += 2)
-      for (int p = 0; p < 3; p++)
-        for (int k = 0; k < 4; k++) {
-          const aa_arch_t *a = &archs[ai];
-          const int T = a->seq_len, L = a->n_layer;
-          const size_t N = (size_t)B * T, C = a->d_model, F = a->d_ff, V = a->vocab_size, f4 = 4;
-          const size_t es = aa_dtype_size(amps[p]), stats = (4 + (size_t)a->n_head) * N * f4;
-          aa_act_layout_t l;
-          aa_act_block_t blocks[3];
-          aa_sizes_acts(a, B, T, amps[p], modes[k].ckpt, modes[k].layers, &l, blocks);
-          char where[96];
-          snprintf(where, sizeof where, "arch %zu B %d %s %s/%d", ai, B, aa_dtype_name(amps[p]),
-                   aa_ckpt_mode_name(modes[k].ckpt), modes[k].layers);
-          span_t st[64], ws[64];
-          int ns = 0, nw = 0;
-          st[ns++] = (span_t){l.encoded, N * C * es, "encoded"};
-          for (int b = 0; b < L; b++) {
-            int full = aa_sizes_block_full(modes[k].ckpt, modes[k].layers, b);
-            for (int f = 0; f < AA_ACT_FIELDS; f++) {
-              int keep = full ? f == AA_ACT_RES3 : modes[k].ckpt != AA_CKPT_SELECTIVE || f != AA_ACT_FCHG;
-              CHECK_MSG((blocks[b].field[f] != AA_SIZES_NONE) == keep, "%s: block %d field %d", where, b, f);
-              if (keep) st[ns++] = (span_t){blocks[b].field[f], aa_sizes_field_numel(a, B, T, f) * es, "field"};
+      for (int tp = 1; tp <= 3; tp++)
+        for (int sp = 0; sp <= (tp > 1); sp++)
+          for (int p = 0; p < 3; p++)
+            for (int k = 0; k < 4; k++) {
+              const aa_arch_t *a = &archs[ai];
+              const int T = a->seq_len, L = a->n_layer;
+              if (a->n_head % tp || a->d_ff % tp || (sp && (B * T) % tp)) continue;
+              /* The rank's dimensions, written out here rather than taken
+               * from aa_sizes_tp, which this checks. */
+              const size_t N = (size_t)B * T, Ns = sp ? N / tp : N, C = a->d_model, Cl = C / tp;
+              const size_t F = (size_t)a->d_ff / tp, V = ((size_t)a->vocab_size + tp - 1) / tp, f4 = 4;
+              const size_t es = aa_dtype_size(amps[p]), NH = (size_t)a->n_head / tp;
+              const size_t stats = (4 * Ns + NH * N) * f4;
+              const size_t wblock = 4 * C * Cl + 2 * F * C + 6 * C + 3 * Cl + F;
+              aa_tp_dims_t d;
+              aa_sizes_tp(a, tp, &d);
+              CHECK(d.Cl == (int)Cl && d.F == (int)F && d.Vl == (int)V && d.NH == (int)NH && d.C == (int)C);
+              CHECK(aa_sizes_unit_numel(a, tp, 1) == wblock && aa_sizes_unit_numel(a, tp, 0) == (V + T) * C);
+              aa_act_layout_t l;
+              aa_act_block_t blocks[3];
+              const aa_act_shape_t sh = {.B = B, .T = T, .tp = tp, .sp = sp, .amp = amps[p], .ckpt = modes[k].ckpt,
+                                         .ckpt_layers = modes[k].layers};
+              aa_sizes_acts(a, &sh, &l, blocks);
+              char where[128];
+              snprintf(where, sizeof where, "arch %zu B %d tp %d%s %s %s/%d", ai, B, tp, sp ? " sp" : "",
+                       aa_dtype_name(amps[p]), aa_ckpt_mode_name(modes[k].ckpt), modes[k].layers);
+              const size_t width[AA_ACT_FIELDS] = {Ns * C, 3 * N * Cl, N * Cl, Ns * C, Ns * C, N * F, N * F, Ns * C};
+              span_t st[64], ws[64];
+              int ns = 0, nw = 0;
+              st[ns++] = (span_t){l.encoded, Ns * C * es, "encoded"};
+              for (int b = 0; b < L; b++) {
+                int full = aa_sizes_block_full(modes[k].ckpt, modes[k].layers, b);
+                for (int f = 0; f < AA_ACT_FIELDS; f++) {
+                  int keep = full ? f == AA_ACT_RES3 : modes[k].ckpt != AA_CKPT_SELECTIVE || f != AA_ACT_FCHG;
+                  CHECK_MSG((blocks[b].field[f] != AA_SIZES_NONE) == keep, "%s: block %d field %d", where, b, f);
+                  CHECK_MSG(aa_sizes_field_numel(a, &sh, f) == width[f], "%s: field %d", where, f);
+                  if (keep) st[ns++] = (span_t){blocks[b].field[f], width[f] * es, "field"};
+                }
+                CHECK_MSG((blocks[b].stats == AA_SIZES_NONE) == full, "%s: block %d stats", where, b);
+                if (!full) st[ns++] = (span_t){blocks[b].stats, stats, "stats"};
+              }
+              st[ns++] = (span_t){l.lnf, Ns * C * f4, "lnf"};
+              st[ns++] = (span_t){l.lnf_stats, 2 * Ns * f4, "lnf_stats"};
+              st[ns++] = (span_t){l.logits, N * V * f4, "logits"};
+              st[ns++] = (span_t){l.losses, N * f4, "losses"};
+              check_tiling(st, ns, l.acts, where);
+              int mixed = amps[p] != AA_F32, any_full = modes[k].ckpt == AA_CKPT_FULL;
+              for (int f = 0; f < AA_ACT_FIELDS; f++) {
+                /* Staging: under amp every field but the block output; in
+                 * fp32 exactly those some block drops. */
+                int dropped = any_full ? f != AA_ACT_RES3 : modes[k].ckpt == AA_CKPT_SELECTIVE && f == AA_ACT_FCHG;
+                int want = f != AA_ACT_RES3 && (mixed || dropped);
+                CHECK_MSG((l.ws_field[f] != AA_SIZES_NONE) == want, "%s: staging of field %d", where, f);
+                if (want) ws[nw++] = (span_t){l.ws_field[f], width[f] * f4, "staging"};
+              }
+              CHECK((l.ws_res[0] != AA_SIZES_NONE) == mixed && (l.wblock != AA_SIZES_NONE) == mixed);
+              if (mixed) {
+                ws[nw++] = (span_t){l.ws_res[0], Ns * C * f4, "ws_res0"};
+                ws[nw++] = (span_t){l.ws_res[1], Ns * C * f4, "ws_res1"};
+                ws[nw++] = (span_t){l.wblock, wblock * f4, "wblock"};
+                ws[nw++] = (span_t){l.wpre, (V + T) * C * f4, "wpre"};
+                ws[nw++] = (span_t){l.wpost, 2 * C * f4, "wpost"};
+              }
+              CHECK((l.ws_stats != AA_SIZES_NONE) == any_full);
+              if (any_full) ws[nw++] = (span_t){l.ws_stats, stats, "ws_stats"};
+              ws[nw++] = (span_t){l.dres, Ns * C * f4, "dres"};
+              ws[nw++] = (span_t){l.dln, (sp ? Ns : N) * C * f4, "dln"};
+              ws[nw++] = (span_t){l.dqkv, 3 * N * Cl * f4, "dqkv"};
+              ws[nw++] = (span_t){l.datty, N * Cl * f4, "datty"};
+              ws[nw++] = (span_t){l.dfch, N * F * f4, "dfch"};
+              ws[nw++] = (span_t){l.dfch_gelu, N * F * f4, "dfch_gelu"};
+              /* What the tensor group's collectives need. */
+              CHECK((l.xent != AA_SIZES_NONE) == (tp > 1) && (l.full != AA_SIZES_NONE) == (sp == 1));
+              if (tp > 1) {
+                ws[nw++] = (span_t){l.xent, (tp + 1) * 3 * N * f4, "xent"};
+                ws[nw++] = (span_t){l.scalars, 16 * f4, "scalars"};
+              }
+              if (sp) {
+                ws[nw++] = (span_t){l.full, N * C * f4, "full"};
+                ws[nw++] = (span_t){l.partial, N * C * f4, "partial"};
+                ws[nw++] = (span_t){l.lngrad, 4 * C * f4, "lngrad"};
+              }
+              check_tiling(ws, nw, l.workspace, where);
+              n++;
             }
-            CHECK_MSG((blocks[b].stats == AA_SIZES_NONE) == full, "%s: block %d stats", where, b);
-            if (!full) st[ns++] = (span_t){blocks[b].stats, stats, "stats"};
-          }
-          st[ns++] = (span_t){l.lnf, N * C * f4, "lnf"};
-          st[ns++] = (span_t){l.lnf_stats, 2 * N * f4, "lnf_stats"};
-          st[ns++] = (span_t){l.logits, N * V * f4, "logits"};
-          st[ns++] = (span_t){l.losses, N * f4, "losses"};
-          check_tiling(st, ns, l.acts, where);
-          int mixed = amps[p] != AA_F32, any_full = modes[k].ckpt == AA_CKPT_FULL;
-          for (int f = 0; f < AA_ACT_FIELDS; f++) {
-            /* Staging: under amp every field but the block output; in fp32
-             * exactly those some block drops. */
-            int dropped = any_full ? f != AA_ACT_RES3 : modes[k].ckpt == AA_CKPT_SELECTIVE && f == AA_ACT_FCHG;
-            int want = f != AA_ACT_RES3 && (mixed || dropped);
-            CHECK_MSG((l.ws_field[f] != AA_SIZES_NONE) == want, "%s: staging of field %d", where, f);
-            if (want) ws[nw++] = (span_t){l.ws_field[f], aa_sizes_field_numel(a, B, T, f) * f4, "staging"};
-          }
-          CHECK((l.ws_res[0] != AA_SIZES_NONE) == mixed && (l.wblock != AA_SIZES_NONE) == mixed);
-          if (mixed) {
-            ws[nw++] = (span_t){l.ws_res[0], N * C * f4, "ws_res0"};
-            ws[nw++] = (span_t){l.ws_res[1], N * C * f4, "ws_res1"};
-            ws[nw++] = (span_t){l.wblock, aa_sizes_unit_numel(a, 1) * f4, "wblock"};
-            ws[nw++] = (span_t){l.wpre, aa_sizes_unit_numel(a, 0) * f4, "wpre"};
-            ws[nw++] = (span_t){l.wpost, 2 * C * f4, "wpost"};
-          }
-          CHECK((l.ws_stats != AA_SIZES_NONE) == any_full);
-          if (any_full) ws[nw++] = (span_t){l.ws_stats, stats, "ws_stats"};
-          ws[nw++] = (span_t){l.dres, N * C * f4, "dres"};
-          ws[nw++] = (span_t){l.dln, N * C * f4, "dln"};
-          ws[nw++] = (span_t){l.dqkv, 3 * N * C * f4, "dqkv"};
-          ws[nw++] = (span_t){l.datty, N * C * f4, "datty"};
-          ws[nw++] = (span_t){l.dfch, N * F * f4, "dfch"};
-          ws[nw++] = (span_t){l.dfch_gelu, N * F * f4, "dfch_gelu"};
-          check_tiling(ws, nw, l.workspace, where);
-          n++;
-        }
   fprintf(stderr, "  %d layouts tile their allocations\n", n);
+}
+
+/* A tensor rank's vocabulary rows: consecutive slices of ceil(V / tp)
+ * rows, the last ones cut at V (a rank may hold none). */
+AA_TEST(vocabulary_slices_cover_the_vocabulary_once) {
+  const aa_arch_t *a = &archs[1]; /* V = 11 */
+  for (int tp = 1; tp <= 12; tp++) {
+    int next = 0, rows = (11 + tp - 1) / tp;
+    for (int r = 0; r < tp; r++) {
+      int lo, valid;
+      aa_sizes_vocab_rows(a, tp, r, &lo, &valid);
+      CHECK_MSG(lo == r * rows && valid >= 0 && valid <= rows, "tp %d rank %d: rows [%d, +%d)", tp, r, lo, valid);
+      if (valid) CHECK_MSG(lo == next, "tp %d rank %d starts at %d, not %d", tp, r, lo, next);
+      next += valid;
+    }
+    CHECK_MSG(next == 11, "tp %d: the slices hold %d rows of 11", tp, next);
+  }
 }
 
 int main(void) {
   RUN(units_add_up_to_the_model_and_chunks_round_up);
   RUN(the_activation_layout_tiles_its_allocations_by_mode);
+  RUN(vocabulary_slices_cover_the_vocabulary_once);
   return aa_test_summary();
 }

@@ -34,10 +34,10 @@ static int same(const aa_strategy_t *a, const aa_strategy_t *b) {
   if (a->nranks != b->nranks || (a->nranks > 0 && a->nranks <= AA_STRATEGY_WORLD_MAX &&
                                  memcmp(a->rank_order, b->rank_order, sizeof a->rank_order[0] * a->nranks)))
     return 0;
-  return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->order == b->order && a->zero == b->zero &&
-         a->amp == b->amp &&
-         a->ckpt == b->ckpt && a->ckpt_layers == b->ckpt_layers && a->micro_batch == b->micro_batch &&
-         a->schedule == b->schedule && a->loss_scale.loss_scale == b->loss_scale.loss_scale &&
+  return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->sp == b->sp && a->order == b->order &&
+         a->zero == b->zero && a->amp == b->amp && a->ckpt == b->ckpt && a->ckpt_layers == b->ckpt_layers &&
+         a->micro_batch == b->micro_batch && a->schedule == b->schedule &&
+         a->loss_scale.loss_scale == b->loss_scale.loss_scale &&
          a->loss_scale.initial_scale_power == b->loss_scale.initial_scale_power &&
          a->loss_scale.window == b->loss_scale.window &&
          a->loss_scale.hysteresis == b->loss_scale.hysteresis &&
@@ -165,6 +165,11 @@ AA_TEST(key_follows_the_grammar) {
       {"\"parallel\": {\"pipeline\": 2}, \"micro_batch\": 1", "dp1.tp1.pp2.z0.fp32.ckpt-none.mb1.1f1b"},
       {"\"parallel\": {\"tensor\": 2, \"pipeline\": 4}, \"schedule\": \"gpipe\"",
        "dp1.tp2.pp4.z0.fp32.ckpt-none.mb0.gpipe"},
+      /* Sequence parallelism shows after the degrees. */
+      {"\"parallel\": {\"data\": 2, \"tensor\": 2, \"sequence_parallel\": true}, \"zero\": 1, "
+       "\"micro_batch\": 4",
+       "dp2.tp2.pp1.sp.z1.fp32.ckpt-none.mb4"},
+      {"\"parallel\": {\"tensor\": 4, \"sequence_parallel\": false}", "dp1.tp4.pp1.z0.fp32.ckpt-none.mb0"},
       /* The schedule means nothing without a pipeline, so it is not in the key. */
       {"\"schedule\": \"gpipe\"", "dp1.tp1.pp1.z0.fp32.ckpt-none.mb0"},
       /* Loss-scaling settings and provenance are not part of the key. */
@@ -261,8 +266,10 @@ AA_TEST(unknown_keys_are_named_with_the_allowed_ones) {
       "s.json: zero_stage: unknown key (allowed: format, "
       "version, parallel, zero, amp, loss_scaling, skip_if_nonfinite, checkpoint, checkpoint_layers, "
       "micro_batch, schedule, key, provenance)");
-  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"dp\": 2}}", AA_EINVAL,
-                     "s.json: parallel.dp: unknown key (allowed: data, tensor, pipeline, order, rank_order)");
+  EXPECT_PARSE_ERROR(
+      "{" V1 ", \"parallel\": {\"dp\": 2}}", AA_EINVAL,
+      "s.json: parallel.dp: unknown key (allowed: data, tensor, pipeline, sequence_parallel, order, "
+      "rank_order)");
   EXPECT_PARSE_ERROR("{" V1 ", \"loss_scaling\": {\"window\": 2}}", AA_EINVAL,
                      "loss_scaling.window: unknown key", "loss_scale_window");
   EXPECT_PARSE_ERROR("{" V1 ", \"provenance\": {\"host\": \"a\"}}", AA_EINVAL,
@@ -496,6 +503,14 @@ AA_TEST(atorch_methods_map_onto_the_knobs) {
       {"[[\"checkpoint\", [\"GPT2Block\"]]]", "dp1.tp1.pp1.z0.fp32.ckpt-full.mb0"},
       {"[[\"tensor_parallel\", 2]]", "dp1.tp2.pp1.z0.fp32.ckpt-none.mb0"},
       {"[[\"tensor_parallel\", {\"degree\": 4}]]", "dp1.tp4.pp1.z0.fp32.ckpt-none.mb0"},
+      /* Megatron's sequence_parallel switch, which ATorch's tensor_parallel lacks. */
+      {"[[\"tensor_parallel\", {\"degree\": 2, \"sequence_parallel\": true}]]",
+       "dp1.tp2.pp1.sp.z0.fp32.ckpt-none.mb0"},
+      {"[[\"tensor_parallel\", {\"sequence_parallel\": true}], [\"parallel_mode\", [[\"tensor\", 4], "
+       "[\"data\", 2]]]]",
+       "dp2.tp4.pp1.sp.z0.fp32.ckpt-none.mb0"},
+      {"[[\"parallel_mode\", {\"tensor\": 2}], [\"tensor_parallel\", {\"sequence_parallel\": false}]]",
+       "dp1.tp2.pp1.z0.fp32.ckpt-none.mb0"},
       {"[[\"parallel_mode\", {\"tensor\": 2}], [\"tensor_parallel\", 2]]",
        "dp1.tp2.pp1.z0.fp32.ckpt-none.mb0"},
       {"[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"chunks\": 1, \"sche\": "
@@ -551,6 +566,22 @@ AA_TEST(atorch_bad_items_and_conflicts_are_refused) {
   EXPECT_PARSE_ERROR("[[\"tensor_parallel\", {\"size\": 2}]]", AA_EUNSUPPORTED,
                      "option \"size\" is not supported by autoaccel; supported options: degree");
   EXPECT_PARSE_ERROR("[[\"tensor_parallel\", \"2\"]]", AA_EINVAL, "config must be an object of options (got string)");
+  EXPECT_PARSE_ERROR("[[\"tensor_parallel\", {\"degree\": 2, \"sequence_parallel\": 1}]]", AA_EINVAL,
+                     "item 1 (tensor_parallel): sequence_parallel: must be true or false (got integer)");
+  /* Sequence parallelism needs the tensor degree, from this item or parallel_mode. */
+  EXPECT_PARSE_ERROR(
+      "[\"zero1\", [\"tensor_parallel\", {\"sequence_parallel\": true}]]", AA_EINVAL,
+      "s.json: item 2 (tensor_parallel): sequence_parallel: needs tensor parallelism (the tensor "
+      "degree is 1)");
+  EXPECT_PARSE_ERROR(
+      "[[\"tensor_parallel\", {\"degree\": 1, \"sequence_parallel\": true}], [\"parallel_mode\", "
+      "{\"data\": 2}]]",
+      AA_EINVAL, "item 1 (tensor_parallel): sequence_parallel: needs tensor parallelism");
+  /* ATorch's own sequence_parallel method is another scheme: refused with the way to Megatron's. */
+  EXPECT_PARSE_ERROR("[[\"sequence_parallel\", {\"sp_size\": 2}]]", AA_EUNSUPPORTED,
+                     "item 1: method \"sequence_parallel\" is not supported (ATorch's sequence_parallel is "
+                     "DeepSpeed-Ulysses style",
+                     "[\"tensor_parallel\", {\"sequence_parallel\": true}]) (supported: parallel_mode");
   EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"sche\": \"fast\"}]]", AA_EINVAL,
                      "sche: must be \"1f1b\" or \"gpipe\"");
   EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"schedule\": \"1f1b\", \"sche\": \"gpipe\"}]]", AA_EINVAL,
@@ -662,6 +693,90 @@ AA_TEST(bad_orders_and_rank_orders_are_refused_with_the_rule) {
   s.rank_order[0] = s.rank_order[1] = 1;
   CHECK(aa_strategy_to_json(&s, &text) == AA_EINVAL && !text);
   CHECK(strstr(aa_last_error(), "parallel.rank_order: rank 1 is given twice"));
+}
+
+/* --- sequence parallelism ----------------------------------------------------- */
+
+/* parallel.sequence_parallel: a boolean, read strictly, written only when
+ * true (so every file without it round-trips byte for byte), and only with
+ * a tensor degree to split the sequence over. */
+AA_TEST(sequence_parallel_parses_writes_and_reads_back) {
+  aa_strategy_t s, back;
+  if (parse_ok(&s, "{" V1 ", \"parallel\": {\"data\": 2, \"tensor\": 2, \"sequence_parallel\": true}, "
+                   "\"key\": \"dp2.tp2.pp1.sp.z0.fp32.ckpt-none.mb0\"}"))
+    return;
+  CHECK(s.sp == 1 && s.tp == 2 && s.dp == 2);
+  char *text = NULL;
+  CHECK_MSG(aa_strategy_to_json(&s, &text) == 0, "%s", aa_last_error());
+  if (!text) return;
+  /* In the parallel object, after the degrees, as in the key. */
+  CHECK_MSG(strstr(text, "\"parallel\": {\n    \"data\": 2,\n    \"tensor\": 2,\n    \"pipeline\": 1,\n"
+                         "    \"sequence_parallel\": true\n  },"),
+            "%s", text);
+  CHECK(strstr(text, "\"key\": \"dp2.tp2.pp1.sp.z0.fp32.ckpt-none.mb0\""));
+  if (parse_ok(&back, text) == 0) CHECK(same(&s, &back));
+  free(text);
+  text = NULL;
+  /* Written before an order, which follows it in the table. */
+  s.order = AA_ORDER_DTP;
+  CHECK(aa_strategy_to_json(&s, &text) == 0);
+  if (text) CHECK(strstr(text, "\"sequence_parallel\": true,\n    \"order\": ["));
+  free(text);
+  text = NULL;
+  /* false is the default and is not written. */
+  if (parse_ok(&s, "{" V1 ", \"parallel\": {\"tensor\": 2, \"sequence_parallel\": false}}")) return;
+  CHECK(s.sp == 0);
+  CHECK(aa_strategy_to_json(&s, &text) == 0);
+  if (text) CHECK(!strstr(text, "sequence_parallel"));
+  free(text);
+  text = NULL;
+  /* Saved and loaded through a file. */
+  char dir[] = "/tmp/aa_strategy_XXXXXX", path[128];
+  if (!mkdtemp(dir)) SKIP("mkdtemp failed");
+  snprintf(path, sizeof path, "%s/sp.json", dir);
+  aa_strategy_default(&s);
+  s.tp = 4;
+  s.sp = 1;
+  s.micro_batch = 2;
+  CHECK_MSG(aa_strategy_save(&s, path) == 0, "%s", aa_last_error());
+  CHECK_MSG(aa_strategy_load(&back, path) == 0, "%s", aa_last_error());
+  CHECK(same(&s, &back) && !strcmp(key_of(&back), "dp1.tp4.pp1.sp.z0.fp32.ckpt-none.mb2"));
+  unlink(path);
+  rmdir(dir);
+}
+
+AA_TEST(sequence_parallel_rules_are_refused_with_the_rule) {
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"tensor\": 2, \"sequence_parallel\": 1}}", AA_EINVAL,
+                     "s.json: parallel.sequence_parallel: must be true or false (got integer)");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"tensor\": 2, \"sequence_parallel\": \"true\"}}", AA_EINVAL,
+                     "parallel.sequence_parallel: must be true or false (got string)");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"tensor\": 2, \"sequence_parallel\": null}}", AA_EINVAL,
+                     "parallel.sequence_parallel: must be true or false (got null)");
+  EXPECT_PARSE_ERROR(
+      "{" V1 ", \"parallel\": {\"sequence_parallel\": true}}", AA_EINVAL,
+      "s.json: parallel.sequence_parallel: needs tensor parallelism (got tensor 1): it splits the "
+      "sequence between the tensor ranks");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"data\": 4, \"tensor\": 1, \"sequence_parallel\": true}}",
+                     AA_EINVAL, "parallel.sequence_parallel: needs tensor parallelism (got tensor 1)");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"tensor\": 2, \"sequence_parallel\": true}, "
+                     "\"key\": \"dp1.tp2.pp1.z0.fp32.ckpt-none.mb0\"}",
+                     AA_EINVAL, "key: \"dp1.tp2.pp1.z0.fp32.ckpt-none.mb0\" does not match the fields",
+                     "which give \"dp1.tp2.pp1.sp.z0.fp32.ckpt-none.mb0\"");
+  /* What the reader refuses, the writer and resolve refuse too. */
+  aa_strategy_t s;
+  char *text = NULL;
+  aa_strategy_default(&s);
+  s.sp = 1;
+  CHECK(aa_strategy_to_json(&s, &text) == AA_EINVAL && !text);
+  CHECK(strstr(aa_last_error(), "parallel.sequence_parallel: needs tensor parallelism (got tensor 1)"));
+  aa_model_spec_t spec = tiny_spec();
+  CHECK(aa_strategy_resolve(&s, &spec, 0) == AA_EINVAL);
+  CHECK(strstr(aa_last_error(),
+               "strategy: parallel.sequence_parallel: needs tensor parallelism (got tensor 1)"));
+  s.tp = 2;
+  s.sp = 2;
+  CHECK(aa_strategy_to_json(&s, &text) == AA_EINVAL && !text);
+  CHECK(strstr(aa_last_error(), "parallel.sequence_parallel: must be true or false (got string)"));
 }
 
 /* A rank order lists the world's ranks, so a strategy rescaled to another
@@ -813,20 +928,36 @@ AA_TEST(atorch_parallel_mode_takes_the_order_and_rank_order) {
 
 /* --- resolve ------------------------------------------------------------------ */
 
-/* Parses members into a v1 strategy, resolves it against the tiny model and
- * world, and checks the failure message. */
-static void expect_resolve_error(int line, const char *members, int world, const char *needle) {
+/* Parses members into a v1 strategy, resolves it against spec and world,
+ * and checks the failure message. */
+static void expect_resolve_error_on(int line, const aa_model_spec_t *spec, const char *members, int world,
+                                    const char *needle) {
   char json[512];
   aa_strategy_t s, before;
-  aa_model_spec_t spec = tiny_spec();
   snprintf(json, sizeof json, "{" V1 "%s%s}", *members ? ", " : "", members);
   if (parse_ok(&s, json)) return;
   before = s;
-  int rc = aa_strategy_resolve(&s, &spec, world);
+  int rc = aa_strategy_resolve(&s, spec, world);
   CHECK_MSG(rc == AA_EINVAL, "line %d: %s: rc %d (%s)", line, members, rc, aa_last_error());
   CHECK_MSG(strstr(aa_last_error(), needle), "line %d: message \"%s\" lacks \"%s\"", line, aa_last_error(),
             needle);
   CHECK_MSG(same(&s, &before), "line %d: strategy changed on failure", line);
+}
+
+/* The strategy with these members resolves against spec on world ranks. */
+static void expect_resolve_ok_on(int line, const aa_model_spec_t *spec, const char *members, int world) {
+  char json[512];
+  aa_strategy_t s;
+  snprintf(json, sizeof json, "{" V1 "%s%s}", *members ? ", " : "", members);
+  if (parse_ok(&s, json)) return;
+  int rc = aa_strategy_resolve(&s, spec, world);
+  CHECK_MSG(rc == 0, "line %d: %s: %s", line, members, aa_last_error());
+}
+
+/* The same against the tiny model. */
+static void expect_resolve_error(int line, const char *members, int world, const char *needle) {
+  aa_model_spec_t spec = tiny_spec();
+  expect_resolve_error_on(line, &spec, members, world, needle);
 }
 
 AA_TEST(resolve_fills_micro_batch_and_counts_accumulation) {
@@ -878,9 +1009,26 @@ AA_TEST(every_resolve_rule_fires) {
                        "micro_batch 16 must be <= global_batch / dp = 16 / 2");
   expect_resolve_error(__LINE__, "\"checkpoint\": \"full\", \"checkpoint_layers\": 5", 0,
                        "checkpoint_layers 5 must be <= n_layer 4");
+  /* Tensor parallelism splits the MLP's columns, and sequence parallelism
+   * a micro-batch's tokens: a model with d_ff 510 and sequences of 63. */
+  aa_model_spec_t odd = tiny_spec();
+  odd.arch.d_ff = 510;
+  odd.arch.seq_len = 63;
+  expect_resolve_error_on(
+      __LINE__, &odd, "\"parallel\": {\"tensor\": 4}", 0,
+      "tensor parallel degree 4 must divide d_ff 510 (each rank holds d_ff / tp columns of the MLP)");
+  expect_resolve_error_on(
+      __LINE__, &odd, "\"parallel\": {\"tensor\": 2, \"sequence_parallel\": true}, \"micro_batch\": 1", 0,
+      "sequence_parallel splits a micro-batch's micro_batch x seq_len = 1 x 63 tokens between the "
+      "2 tensor ranks: tp must divide 63");
+  /* The whole per-rank batch (micro_batch 0 resolves to 16) has 16 x 63 tokens: valid. */
+  expect_resolve_ok_on(__LINE__, &odd, "\"parallel\": {\"tensor\": 2, \"sequence_parallel\": true}", 2);
+  /* Tensor parallelism is in the engine: tp 2, also with sequence parallelism, is valid. */
+  aa_model_spec_t tiny = tiny_spec();
+  expect_resolve_ok_on(__LINE__, &tiny, "\"parallel\": {\"tensor\": 2}", 2);
+  expect_resolve_ok_on(__LINE__, &tiny, "\"parallel\": {\"tensor\": 2, \"sequence_parallel\": true}, \"micro_batch\": 1",
+                       2);
   /* The rules of this engine, after the general ones. */
-  expect_resolve_error(__LINE__, "\"parallel\": {\"tensor\": 2}", 0,
-                       "tensor parallel degree 2 is not supported by this engine yet");
   expect_resolve_error(__LINE__, "\"parallel\": {\"pipeline\": 2}", 2,
                        "pipeline parallel degree 2 is not supported by this engine yet");
 }
@@ -923,6 +1071,8 @@ int main(void) {
   RUN(order_and_rank_order_parse_write_and_read_back);
   RUN(key_shows_an_order_only_where_it_changes_the_groups);
   RUN(bad_orders_and_rank_orders_are_refused_with_the_rule);
+  RUN(sequence_parallel_parses_writes_and_reads_back);
+  RUN(sequence_parallel_rules_are_refused_with_the_rule);
   RUN(resolve_holds_a_rank_order_to_the_world);
   RUN(atorch_options_that_map_exactly_are_honoured);
   RUN(atorch_options_autoaccel_cannot_honour_are_refused_by_name);

@@ -1,5 +1,6 @@
-/* The search space (strategies/space.h): what exists for a pool, in the
- * order the planner's search tries it (the counts and first keys its
+/* The search space (strategies/space.h): what exists for a pool (gangs of
+ * data x tensor ranks, sequence parallelism, ZeRO, precision,
+ * checkpointing, micro-batch), in the order the planner's search tries it (the counts and first keys its
  * enumeration tests pin, tests/test_planner.c), and the method names
  * `exclude` accepts. */
 #include "common/aa.h"
@@ -59,33 +60,104 @@ AA_TEST(one_cpu_device_gives_amp_by_checkpoint_by_micro_batch_larger_first) {
   free(setting);
 }
 
-/* Data parallelism: the degrees up to the pool that divide the global
- * batch, larger first; ZeRO 0-3 at dp > 1 only. */
-AA_TEST(a_pool_gives_larger_data_parallel_degrees_first) {
+/* The gangs of a pool: every world up to the pool, larger first; within
+ * one every tensor degree that divides it, smaller first, with a data
+ * degree that divides the global batch; sequence parallelism off, then on,
+ * at tp > 1. ZeRO 0-3 at dp > 1 only. */
+AA_TEST(a_pool_gives_larger_gangs_first_and_smaller_tensor_degrees_within_one) {
+  static const aa_space_layout_t want[] = {
+      {4, 1, 0}, {2, 2, 0}, {2, 2, 1}, {1, 4, 0}, {1, 4, 1}, /* world 4 */
+      {1, 3, 0}, {1, 3, 1},                                  /* world 3: dp 3 does not divide 4 */
+      {2, 1, 0}, {1, 2, 0}, {1, 2, 1},                       /* world 2 */
+      {1, 1, 0},
+  };
+  const size_t nwant = sizeof want / sizeof want[0];
+  aa_space_layout_t l[16];
+  aa_space_pool_t pool = {.devices = 4, .global_batch = 4};
+  CHECK(aa_space_layouts(l, 16, &pool) == nwant);
+  for (size_t i = 0; i < nwant; i++)
+    CHECK_MSG(l[i].dp == want[i].dp && l[i].tp == want[i].tp && l[i].sp == want[i].sp, "layout %zu: %d %d %d",
+              i, l[i].dp, l[i].tp, l[i].sp);
+  CHECK(aa_space_layouts(NULL, 0, &pool) == nwant);
+
   size_t n;
   int *setting;
   aa_strategy_t *s = enumerate(4, 4, false, 0, &n, &setting);
-  CHECK(n == 36 + 72 + 27); /* dp4: 4 zero x 9 x mb 1; dp2: 36 x mb 2, 1; dp1: 9 x mb 4, 2, 1 */
+  /* Settings of 9 (amp x checkpoint), 4 ZeRO stages at dp > 1, times the
+   * micro-batches of 4 / dp: dp4 36; dp2 tp2 72 twice; dp1 tp4 27 twice;
+   * dp1 tp3 27 twice; dp2 72; dp1 tp2 27 twice; dp1 27. */
+  CHECK_MSG(n == 36 + 144 + 54 + 54 + 72 + 54 + 27, "%zu", n);
   CHECK(!strcmp(key_of(&s[0]), "dp4.tp1.pp1.z0.fp32.ckpt-none.mb1"));
   CHECK(!strcmp(key_of(&s[9]), "dp4.tp1.pp1.z1.fp32.ckpt-none.mb1"));
-  CHECK(!strcmp(key_of(&s[36]), "dp2.tp1.pp1.z0.fp32.ckpt-none.mb2"));
-  CHECK(!strcmp(key_of(&s[108]), "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4"));
-  CHECK(setting[35] == 35 && setting[36] == 36 && setting[37] == 36 && setting[n - 1] == 36 + 36 + 8);
+  CHECK(!strcmp(key_of(&s[36]), "dp2.tp2.pp1.z0.fp32.ckpt-none.mb2"));
+  CHECK(!strcmp(key_of(&s[37]), "dp2.tp2.pp1.z0.fp32.ckpt-none.mb1"));
+  CHECK(!strcmp(key_of(&s[108]), "dp2.tp2.pp1.sp.z0.fp32.ckpt-none.mb2"));
+  CHECK(!strcmp(key_of(&s[180]), "dp1.tp4.pp1.z0.fp32.ckpt-none.mb4"));
+  CHECK(!strcmp(key_of(&s[234]), "dp1.tp3.pp1.z0.fp32.ckpt-none.mb4"));
+  CHECK(!strcmp(key_of(&s[288]), "dp2.tp1.pp1.z0.fp32.ckpt-none.mb2"));
+  CHECK(!strcmp(key_of(&s[n - 27]), "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4"));
+  CHECK(setting[35] == 35 && setting[36] == 36 && setting[37] == 36 && setting[108] == 72);
+  CHECK(setting[n - 1] == 36 + 36 + 36 + 9 + 9 + 9 + 9 + 36 + 9 + 9 + 8);
+  for (size_t i = 0; i < n; i++) {
+    CHECK(s[i].pp == 1 && (s[i].tp > 1 || !s[i].sp) && s[i].dp * s[i].tp <= 4 && 4 % s[i].dp == 0);
+    if (s[i].zero > 0) CHECK(s[i].dp > 1);
+  }
   free(s);
   free(setting);
-  /* 3 does not divide 4: no dp 3. */
+  /* 3 does not divide 4: no dp 3, but tp 3 over dp 1. */
   s = enumerate(3, 4, false, 0, &n, &setting);
-  CHECK(n == 72 + 27 && s[0].dp == 2);
+  CHECK(n == 54 + 72 + 54 + 27 && s[0].dp == 1 && s[0].tp == 3);
   free(s);
   free(setting);
   aa_space_pool_t empty = {.devices = 0, .global_batch = 4};
-  CHECK(aa_space_enumerate(NULL, NULL, 0, &empty) == 0);
+  CHECK(aa_space_enumerate(NULL, NULL, 0, &empty) == 0 && aa_space_layouts(NULL, 0, &empty) == 0);
+  empty = (aa_space_pool_t){.devices = 4, .global_batch = 0};
+  CHECK(aa_space_enumerate(NULL, NULL, 0, &empty) == 0 && aa_space_layouts(NULL, 0, &empty) == 0);
+}
+
+/* tensor_parallel leaves out every tp > 1, sequence_parallel only the
+ * layouts with it; tensor parallelism without it stays. */
+AA_TEST(tensor_and_sequence_parallel_can_be_excluded) {
+  aa_space_layout_t l[8];
+  aa_space_pool_t pool = {.devices = 2, .global_batch = 4};
+  CHECK(aa_space_layouts(l, 8, &pool) == 4);
+  CHECK(l[0].dp == 2 && l[1].tp == 2 && !l[1].sp && l[2].tp == 2 && l[2].sp && l[3].dp == 1 && l[3].tp == 1);
+  const char *sp[] = {"sequence_parallel"};
+  CHECK(aa_space_exclude_mask(sp, 1, &pool.exclude) == 0 && pool.exclude == AA_SPACE_EX_SP);
+  CHECK(aa_space_layouts(l, 8, &pool) == 3);
+  CHECK(l[0].dp == 2 && l[1].tp == 2 && !l[1].sp && l[2].tp == 1);
+  size_t n;
+  int *setting;
+  aa_strategy_t *s = enumerate(2, 4, false, pool.exclude, &n, &setting);
+  CHECK(n == 72 + 27 + 27);
+  for (size_t i = 0; i < n; i++)
+    CHECK(!s[i].sp);
+  free(s);
+  free(setting);
+  const char *tp[] = {"tensor_parallel"};
+  CHECK(aa_space_exclude_mask(tp, 1, &pool.exclude) == 0 && pool.exclude == AA_SPACE_EX_TP);
+  CHECK(aa_space_layouts(l, 8, &pool) == 2 && l[0].dp == 2 && l[1].dp == 1 && l[1].tp == 1);
+  s = enumerate(2, 4, false, pool.exclude, &n, &setting);
+  CHECK(n == 72 + 27);
+  for (size_t i = 0; i < n; i++)
+    CHECK(s[i].tp == 1 && !s[i].sp);
+  free(s);
+  free(setting);
+  /* A pool of one has no tensor parallelism to leave out. */
+  s = enumerate(1, 4, false, 0, &n, &setting);
+  CHECK(n == 27);
+  free(s);
+  free(setting);
 }
 
 AA_TEST(what_exists_comes_in_search_order) {
   int v[16];
-  CHECK(aa_space_dp_degrees(v, 16, 8, 12) == 5 && v[0] == 6 && v[1] == 4 && v[2] == 3 && v[4] == 1);
-  CHECK(aa_space_dp_degrees(NULL, 0, 8, 12) == 5);
+  /* 8 devices, a batch of 12: world 8 has no dp 8, but dp 4 x tp 2, dp 2 x
+   * tp 4 and dp 1 x tp 8; 29 layouts in all. */
+  aa_space_layout_t l[4];
+  aa_space_pool_t pool = {.devices = 8, .global_batch = 12};
+  CHECK(aa_space_layouts(l, 4, &pool) == 29); /* counts past cap */
+  CHECK(l[0].dp == 4 && l[0].tp == 2 && !l[0].sp && l[1].dp == 4 && l[1].sp && l[2].dp == 2 && l[2].tp == 4);
   CHECK(aa_space_micro_batches(v, 16, 12) == 6 && v[0] == 12 && v[1] == 6 && v[5] == 1);
   CHECK(aa_space_micro_batches(v, 2, 12) == 6 && v[0] == 12 && v[1] == 6); /* counts past cap */
   CHECK(aa_space_zero_stages(v, 16, 1, 0) == 1 && v[0] == 0);
@@ -148,10 +220,10 @@ AA_TEST(unknown_exclude_method_is_named_with_the_accepted_ones) {
   CHECK(!strcmp(aa_last_error(),
                 "exclude: unknown method \"zero9\" (accepted: amp, amp_native, bf16, fp16, fp32, "
                 "checkpoint, selective, full, zero, zero1, zero2, zero3, fsdp, tensor_parallel, "
-                "pipeline_parallel)"));
+                "sequence_parallel, pipeline_parallel)"));
   CHECK(!strcmp(aa_space_exclude_names(),
                 "amp, amp_native, bf16, fp16, fp32, checkpoint, selective, full, zero, "
-                "zero1, zero2, zero3, fsdp, tensor_parallel, pipeline_parallel"));
+                "zero1, zero2, zero3, fsdp, tensor_parallel, sequence_parallel, pipeline_parallel"));
   const char *hostile[] = {"a\nb"};
   CHECK(aa_space_exclude_mask(hostile, 1, &mask) == AA_EINVAL && strstr(aa_last_error(), "\"a\\x0ab\""));
 }
@@ -178,12 +250,19 @@ AA_TEST(methods_of_a_strategy_are_named_as_exclude_names_them) {
   s.amp = AA_F16;
   CHECK(!strcmp(aa_space_method_names(buf, sizeof buf, aa_space_methods_of(&s)),
                 "fp16, selective, zero2, tensor_parallel, pipeline_parallel"));
+  s.sp = 1;
+  CHECK(aa_space_methods_of(&s) & AA_SPACE_EX_SP);
+  CHECK(!strcmp(aa_space_method_names(buf, sizeof buf, aa_space_methods_of(&s)),
+                "fp16, selective, zero2, tensor_parallel, sequence_parallel, pipeline_parallel"));
+  const char *sp[] = {"sequence_parallel"};
+  CHECK(aa_space_exclude_mask(sp, 1, &mask) == 0 && (aa_space_methods_of(&s) & mask));
   CHECK(!strcmp(aa_space_method_names(buf, 8, aa_space_methods_of(&s)), "fp16, s")); /* cut, terminated */
 }
 
 int main(void) {
   RUN(one_cpu_device_gives_amp_by_checkpoint_by_micro_batch_larger_first);
-  RUN(a_pool_gives_larger_data_parallel_degrees_first);
+  RUN(a_pool_gives_larger_gangs_first_and_smaller_tensor_degrees_within_one);
+  RUN(tensor_and_sequence_parallel_can_be_excluded);
   RUN(what_exists_comes_in_search_order);
   RUN(exclude_names_leave_out_methods);
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);

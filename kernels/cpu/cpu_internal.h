@@ -62,6 +62,10 @@ void aa__cpu_encoder_forward(float *out, const int32_t *inp, const float *wte, c
                              int C);
 void aa__cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T,
                               int C);
+void aa__cpu_encoder_forward_vocab(float *out, const int32_t *inp, const float *wte, const float *wpe, int lo,
+                                   int valid, int B, int T, int C);
+void aa__cpu_encoder_backward_vocab(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int lo,
+                                    int valid, int B, int T, int C);
 
 void aa__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                                const float *bias, int N, int C);
@@ -88,6 +92,12 @@ void aa__cpu_crossentropy_forward(float *losses, float *probs, const float *logi
                                   int N, int V);
 void aa__cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss,
                                    int N, int V);
+void aa__cpu_xent_vocab_partial(float *part, const float *logits, const int32_t *targets, int lo, int valid,
+                                int N, int V);
+void aa__cpu_xent_vocab_forward(float *losses, float *probs, const float *logits, const float *parts, int R,
+                                int valid, int N, int V);
+void aa__cpu_xent_vocab_backward(float *dlogits, const float *probs, const int32_t *targets, int lo,
+                                 int valid, float dloss, int N, int V);
 
 void aa__cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
                           float beta1, float beta2, float eps, float weight_decay, int t);

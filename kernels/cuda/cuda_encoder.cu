@@ -8,8 +8,14 @@
  * additions (dte += d for each position in turn), so the sums match it
  * bit for bit. Building the links compares every pair of positions, O(N^2)
  * integer reads (N = B*T): ~34M for N = 8192, well under the cost of the
- * GEMMs of a training step. */
+ * GEMMs of a training step.
+ *
+ * The vocab-parallel pair (ops.h) is the same with a window [lo, lo + valid)
+ * of the vocabulary: tokens outside it contribute nothing, and the plain
+ * encoder_backward is the window that holds every token. */
 #include "cuda_common.cuh"
+
+#include <limits.h>
 
 #define ENC_THREADS 256
 
@@ -21,6 +27,21 @@ __global__ void encoder_forward_kernel(float *out, const int32_t *inp, const flo
     int c = (int)(i % C);
     int t = (int)(bt % T);
     out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)t * C + c];
+  }
+}
+
+// out(B,T,C) = (inp in [lo, lo+valid) ? wte[inp-lo] : 0) + (wpe ? wpe[t] : 0),
+// the CPU's formula, so the two agree bit for bit
+__global__ void encoder_forward_vocab_kernel(float *out, const int32_t *inp, const float *wte,
+                                             const float *wpe, int lo, int valid, int T, int C, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    size_t bt = i / C;
+    int c = (int)(i % C);
+    int t = (int)(bt % T);
+    int row = inp[bt] - lo;
+    float te = row >= 0 && row < valid ? wte[(size_t)row * C + c] : 0.0f;
+    float pe = wpe ? wpe[(size_t)t * C + c] : 0.0f;
+    out[i] = te + pe;
   }
 }
 
@@ -48,13 +69,15 @@ __global__ void encoder_links_kernel(int *next, int *head, const int32_t *inp, i
   head[n] = h;
 }
 
-// dwte(V,C) += chain sums of dout(N,C); grid (N, column tiles)
+// dwte(valid,C) += chain sums of dout(N,C) into row inp - lo, for the
+// chains whose token is in [lo, lo + valid); grid (N, column tiles)
 __global__ void encoder_scatter_kernel(float *dwte, const float *dout, const int32_t *inp, const int *next,
-                                       const int *head, int C) {
+                                       const int *head, int lo, int valid, int C) {
   int n = blockIdx.x;
   int c = blockIdx.y * blockDim.x + threadIdx.x;
-  if (!head[n] || c >= C) return;
-  float *row = dwte + (size_t)inp[n] * C;
+  int r = inp[n] - lo;
+  if (!head[n] || r < 0 || r >= valid || c >= C) return;
+  float *row = dwte + (size_t)r * C;
   float acc = row[c];
   for (int m = n; m >= 0; m = next[m])
     acc += dout[(size_t)m * C + c];
@@ -82,8 +105,24 @@ int aa__cuda_encoder_forward(float *out, const int32_t *inp, const float *wte, c
   return 0;
 }
 
+int aa__cuda_encoder_forward_vocab(float *out, const int32_t *inp, const float *wte, const float *wpe, int lo,
+                                   int valid, int B, int T, int C) {
+  AA_CUDA_CTX(c);
+  size_t n = (size_t)B * T * C;
+  if (!n) return 0;
+  encoder_forward_vocab_kernel<<<aa__cuda_grid(n, ENC_THREADS), ENC_THREADS, 0, c->stream>>>(
+      out, inp, wte, wpe, lo, valid, T, C, n);
+  AA_CUDA_LAUNCHED();
+  return 0;
+}
+
 int aa__cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B, int T,
                               int C) {
+  return aa__cuda_encoder_backward_vocab(dwte, dwpe, dout, inp, 0, INT_MAX, B, T, C);
+}
+
+int aa__cuda_encoder_backward_vocab(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int lo,
+                                    int valid, int B, int T, int C) {
   AA_CUDA_CTX(c);
   int N = B * T;
   if (N <= 0 || C <= 0) return 0;
@@ -94,8 +133,9 @@ int aa__cuda_encoder_backward(float *dwte, float *dwpe, const float *dout, const
   AA_CUDA_LAUNCHED();
   int threads = C < 256 ? ((C + 31) / 32) * 32 : 256;
   dim3 grid(N, aa__cuda_blocks(C, threads));
-  encoder_scatter_kernel<<<grid, threads, 0, c->stream>>>(dwte, dout, inp, links, links + N, C);
+  encoder_scatter_kernel<<<grid, threads, 0, c->stream>>>(dwte, dout, inp, links, links + N, lo, valid, C);
   AA_CUDA_LAUNCHED();
+  if (!dwpe) return 0;
   size_t tc = (size_t)T * C;
   encoder_dwpe_kernel<<<aa__cuda_blocks(tc, ENC_THREADS), ENC_THREADS, 0, c->stream>>>(dwpe, dout, B, T, C);
   AA_CUDA_LAUNCHED();

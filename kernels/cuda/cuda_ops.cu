@@ -57,6 +57,26 @@ static void crossentropy_backward(float *dlogits, const float *probs, const int3
                                   int V) {
   (void)aa__cuda_crossentropy_backward(dlogits, probs, targets, dloss, N, V);
 }
+static void encoder_forward_vocab(float *out, const int32_t *inp, const float *wte, const float *wpe, int lo,
+                                  int valid, int B, int T, int C) {
+  (void)aa__cuda_encoder_forward_vocab(out, inp, wte, wpe, lo, valid, B, T, C);
+}
+static void encoder_backward_vocab(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int lo,
+                                   int valid, int B, int T, int C) {
+  (void)aa__cuda_encoder_backward_vocab(dwte, dwpe, dout, inp, lo, valid, B, T, C);
+}
+static void xent_vocab_partial(float *part, const float *logits, const int32_t *targets, int lo, int valid,
+                               int N, int V) {
+  (void)aa__cuda_xent_vocab_partial(part, logits, targets, lo, valid, N, V);
+}
+static void xent_vocab_forward(float *losses, float *probs, const float *logits, const float *parts, int R,
+                               int valid, int N, int V) {
+  (void)aa__cuda_xent_vocab_forward(losses, probs, logits, parts, R, valid, N, V);
+}
+static void xent_vocab_backward(float *dlogits, const float *probs, const int32_t *targets, int lo, int valid,
+                                float dloss, int N, int V) {
+  (void)aa__cuda_xent_vocab_backward(dlogits, probs, targets, lo, valid, dloss, N, V);
+}
 static void adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
                          float beta2, float eps, float weight_decay, int t) {
   (void)aa__cuda_adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
@@ -126,6 +146,9 @@ static int mem_sync(void) {
   return 0;
 }
 
+/* Positional, in the order of aa_ops_t's fields (nvcc's C++17 has no
+ * designated initializers): a field added to ops.h goes in here at the same
+ * place. */
 static const aa_ops_t cuda_ops = {
     "cuda",
     cuda_set_threads,
@@ -144,6 +167,11 @@ static const aa_ops_t cuda_ops = {
     accumulate,
     crossentropy_forward,
     crossentropy_backward,
+    encoder_forward_vocab,
+    encoder_backward_vocab,
+    xent_vocab_partial,
+    xent_vocab_forward,
+    xent_vocab_backward,
     adamw_update,
     sum_squares,
     scale,

@@ -49,8 +49,37 @@ expect 1 "is not valid for tiny-synth: dp \* tp \* pp = 1 \* 1 \* 1 = 1 must equ
 sed 's/"micro_batch": 4/"micro_batch": 3/; /"key"/d' "$EX/bf16-full.json" >"$tmp/mb3.json"
 expect 1 "micro_batch 3 must divide global_batch / dp = 16 / 1" "$AA" strategy check "$tmp/mb3.json" --model "$TINY"
 echo '[["parallel_mode", {"tensor": 2}]]' >"$tmp/tp2.json"
-expect 1 "tensor parallel degree 2 is not supported by this engine yet" \
-  "$AA" strategy check "$tmp/tp2.json" --model "$TINY"
+expect 0 "^ok: dp1.tp2.pp1.z0.fp32.ckpt-none.mb16 is valid for tiny-synth" \
+  "$AA" strategy check "$tmp/tp2.json" --model "$TINY" --world 2
+# Tensor and sequence parallelism: each refusal names its rule and numbers.
+# (An ATorch list with parallel_mode tensor 2 is valid on 2 devices, above.)
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 3}}' >"$tmp/tp3.json"
+expect 1 "tp3.json is not valid for tiny-synth: tensor parallel degree 3 must divide n_head 4 \(each rank holds n_head / tp heads\)" \
+  "$AA" strategy check "$tmp/tp3.json" --model "$TINY"
+sed 's/"d_ff": 512/"d_ff": 510/; s/"seq_len": 64/"seq_len": 63/' "$TINY" >"$tmp/odd.json"
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 4}}' >"$tmp/tp4.json"
+expect 1 "tensor parallel degree 4 must divide d_ff 510 \(each rank holds d_ff / tp columns of the MLP\)" \
+  "$AA" strategy check "$tmp/tp4.json" --model "$tmp/odd.json"
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 2, "sequence_parallel": true},
+ "micro_batch": 1}' >"$tmp/sp.json"
+expect 1 "sequence_parallel splits a micro-batch's micro_batch x seq_len = 1 x 63 tokens between the 2 tensor ranks: tp must divide 63" \
+  "$AA" strategy check "$tmp/sp.json" --model "$tmp/odd.json"
+expect 0 "^ok: dp1.tp2.pp1.sp.z0.fp32.ckpt-none.mb1 is valid for tiny-synth \(accumulation steps 16\)" \
+  "$AA" strategy check "$tmp/sp.json" --model "$TINY" --world 2
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2, "sequence_parallel": true}}' >"$tmp/sp1.json"
+expect 1 "sp1.json: parallel.sequence_parallel: needs tensor parallelism \(got tensor 1\): it splits the sequence between the tensor ranks" \
+  "$AA" strategy check "$tmp/sp1.json" --model "$TINY"
+expect 1 "parallel.sequence_parallel: needs tensor parallelism" "$AA" strategy show "$tmp/sp1.json"
+echo '["zero1", ["tensor_parallel", {"sequence_parallel": true}]]' >"$tmp/splist.json"
+expect 1 "item 2 \(tensor_parallel\): sequence_parallel: needs tensor parallelism \(the tensor degree is 1\)" \
+  "$AA" strategy show "$tmp/splist.json"
+expect 0 "key: +dp1\.tp2\.pp1\.sp\.z0\.fp32\.ckpt-none\.mb1$" "$AA" strategy show "$tmp/sp.json"
+expect 0 "sequence parallel: +on: LayerNorm and the residual stream split along the sequence" \
+  "$AA" strategy show "$tmp/sp.json"
+expect 0 "sequence parallel: +off" "$AA" strategy show "$EX/bf16-full.json"
+echo '[["parallel_mode", [["tensor", 2], ["data", 2]]], ["tensor_parallel", {"sequence_parallel": true}]]' >"$tmp/splist2.json"
+expect 0 "key: +dp2\.tp2\.pp1\.sp\.z0\.fp32\.ckpt-none\.mb0$" "$AA" strategy show "$tmp/splist2.json"
+expect 0 '"sequence_parallel": true' "$AA" strategy show --json "$tmp/splist2.json"
 # The cost model's figures (strategies/cost.h; test_cost holds them to the
 # engine's accounting). Work: 6N + 12LCT = 6 x 834,304 + 12 x 4 x 128 x 64,
 # plus full checkpointing's second forward, 4 x (2 x 198,272 + 4 x 128 x 64):
@@ -59,6 +88,11 @@ expect 0 "^memory: a rank needs at least [0-9.]+ MiB \(params [0-9.]+ MiB, grads
   "$AA" strategy check "$EX/bf16-full.json" --model "$TINY"
 expect 0 "^work: 7.116 MFLOP per token \(6N \+ 12LCT and the recomputed forward\)$" \
   "$AA" strategy check "$EX/bf16-full.json" --model "$TINY"
+# What the collectives move per step: for dp 2 at ZeRO 1, the loss and
+# the gradient norm, and each of the 6 units reduce-scattered and gathered.
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2}, "zero": 1, "micro_batch": 4}' >"$tmp/dp2.json"
+expect 0 "^comm: data group of 2, per step: 2 all-reduces \(8 B\), 6 all-gathers \(3\.2 MiB\), 6 reduce-scatters \(3\.2 MiB\); a ring sends 3\.2 MiB per rank$" \
+  "$AA" strategy check "$tmp/dp2.json" --model "$TINY" --world 2
 expect 0 "workspace [0-9.]+ MiB\), fits in 1.0 GiB$" "$AA" strategy check "$EX/bf16-full.json" --model "$TINY" --memory 1G
 expect 1 "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4 does not fit: a rank needs at least [0-9.]+ MiB, the device has 8.0 MiB" \
   "$AA" strategy check "$EX/bf16-full.json" --model "$TINY" --memory 8M

@@ -1,0 +1,682 @@
+/* Checkpoints of tensor-parallel runs (engine/checkpoint.h,
+ * docs/checkpoint-format.md): a checkpoint saved at one layout (data
+ * degree, tensor degree, ZeRO stage) loads at another, re-sharded through
+ * both layouts' tensor tables (engine/model.h).
+ *
+ * The model has 4 heads and d_ff 64, so tensor degrees 1, 2 and 4 are all
+ * valid, and a vocabulary of 250, which 4 does not divide: at tp 4 every
+ * rank holds 63 rows of wte and the last one 61 of them real, so the
+ * padding rows are real too (they are neither saved nor loaded, and stay
+ * zero).
+ *
+ * Ranks are forked processes that meet in a shared-memory group (as in
+ * test_parallel.c); the mesh (engine/mesh.h) gives each its data and
+ * tensor groups. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "aa_test.h"
+#include "comm/comm.h"
+#include "common/aa.h"
+#include "common/rendezvous.h"
+#include "common/spec.h"
+#include "engine/checkpoint.h"
+#include "engine/data.h"
+#include "engine/mesh.h"
+#include "engine/model.h"
+#include "engine/optim.h"
+#include "engine/train.h"
+
+#define MAX_RANKS 4
+#define STEPS 6
+#define REL_TOL 1e-5
+#define REL_TOL_AMP 1e-4
+
+static char tmpdir[256], train_bin[512], val_bin[512];
+
+static void tiny_spec(aa_model_spec_t *s, int steps) {
+  char json[2048];
+  snprintf(json, sizeof json,
+           "{\"name\": \"tp\", \"model\": {\"n_layer\": 2, \"n_head\": 4, \"d_model\": 32, \"d_ff\": 64, "
+           "\"seq_len\": 16, \"vocab_size\": 250}, \"train\": {\"global_batch\": 8, \"steps\": %d, \"lr\": 0.003, "
+           "\"warmup_steps\": 2, \"eval_every\": 0, \"eval_batches\": 2, \"checkpoint_every\": 0, \"seed\": 7, "
+           "\"grad_clip\": 1.0}, \"data\": {\"train\": \"%s\", \"val\": \"%s\"}}",
+           steps, train_bin, val_bin);
+  int rc = aa_spec_parse(s, json, NULL, "test");
+  if (rc) fprintf(stderr, "spec: %s\n", aa_last_error());
+  CHECK(rc == 0);
+}
+
+/* Copies src to dst, optionally flipping one byte at offset flip (-1 none). */
+static int copy_file(const char *src, const char *dst, long flip) {
+  FILE *a = fopen(src, "rb"), *b = fopen(dst, "wb");
+  int c, ok = a && b;
+  for (long i = 0; ok && (c = fgetc(a)) != EOF; i++) fputc(i == flip ? c ^ 0x5a : c, b);
+  if (a) fclose(a);
+  if (b) fclose(b);
+  return ok ? 0 : -1;
+}
+
+/* Forks n processes running fn(rdv, rank, data) over a fresh shm
+ * rendezvous and reaps them, killing all after 120 s so that a hang fails
+ * the test instead of stalling it. Ranks end with exit(), so the
+ * sanitizer's leak check runs in each. Returns 1 when every one exited
+ * with status 0. */
+static int gang(int n, int (*fn)(const char *rdv, int rank, const void *data), const void *data, const char *what) {
+  char rdv[AA_RENDEZVOUS_MAX];
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_tp_ckpt") == 0);
+  pid_t pids[MAX_RANKS];
+  int status[MAX_RANKS] = {0}, left = n, ok = 1;
+  fflush(NULL);
+  for (int i = 0; i < n; i++)
+    if ((pids[i] = fork()) == 0) exit(fn(rdv, i, data));
+  double deadline = aa_now() + 120;
+  while (left > 0) {
+    int st;
+    pid_t pid = waitpid(-1, &st, WNOHANG);
+    if (pid > 0) {
+      for (int i = 0; i < n; i++)
+        if (pids[i] == pid) {
+          status[i] = st;
+          left--;
+        }
+      continue;
+    }
+    if (aa_now() > deadline) {
+      CHECK_MSG(0, "%s: ranks still running after 120 s; killing them", what);
+      for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
+      deadline = INFINITY;
+    }
+    nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+  }
+  for (int i = 0; i < n; i++) {
+    int good = WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0;
+    CHECK_MSG(good, "%s: rank %d: status %#x", what, i, status[i]);
+    ok &= good;
+  }
+  return ok;
+}
+
+/* --- re-sharding, without training -------------------------------------------------- */
+
+/* The original: a tp 1 model with initialised weights and moments that
+ * name each element (m[i] = i + 0.5, v[i] = -i: exact in fp32 at this
+ * size, so a misplaced element cannot go unnoticed), saved in one file
+ * with a training state in which every field is set. */
+static const aa_train_state_t orig_state = {.step = 3,
+                                            .data_pos = 12345,
+                                            .rng = {0x0123456789abcdefull},
+                                            .seed = 7,
+                                            .loss_scale = 1024,
+                                            .scaler_iter = 3,
+                                            .scaler_last_overflow = 1,
+                                            .scaler_hysteresis_left = 2,
+                                            .skipped_steps = 1};
+#define ORIG_T 3
+
+static char orig_path[600];
+
+/* A tp 1 model and moments holding the original (loaded from orig_path
+ * when load is set, else made). Host memory: the CPU backend. */
+static int make_orig(aa_gpt_t **m, aa_adamw_t *opt, int load) {
+  aa_model_spec_t s;
+  tiny_spec(&s, 6);
+  int rc = aa_gpt_create(m, &s.arch, aa_ops_cpu(), 1, 16, NULL);
+  if (rc) return rc;
+  if ((rc = aa_adamw_init(opt, (*m)->n_params, NULL))) {
+    aa_gpt_free(*m);
+    return rc;
+  }
+  if (load) {
+    aa_train_state_t st;
+    rc = aa_ckpt_load(orig_path, *m, opt, &st);
+  } else if (!(rc = aa_gpt_init_weights(*m, 11))) {
+    float *mm = opt->m.data, *vv = opt->v.data;
+    for (size_t i = 0; i < (*m)->n_params; i++) {
+      mm[i] = (float)i + 0.5f;
+      vv[i] = -(float)i;
+    }
+    opt->t = ORIG_T;
+  }
+  if (rc) {
+    aa_adamw_free(opt);
+    aa_gpt_free(*m);
+  }
+  return rc;
+}
+
+/* One hop: a gang at a layout loads the previous checkpoint, checks what
+ * every rank holds against the original, and saves at its layout. */
+typedef struct {
+  const char *name; /* the checkpoint it saves: tmpdir/NAME.ckpt */
+  const char *from; /* the one it loads: tmpdir/FROM.ckpt */
+  int dp, tp, zero;
+  aa_dtype_t amp;
+} hop_t;
+
+/* What tensor rank r of m holds of whole-model buffer whole, in its local
+ * layout: each run of each tensor's slice, and zeros where no run lands
+ * (padding rows). exp has m->n_params elements. */
+static void local_view(const aa_gpt_t *m, const float *whole, float *exp) {
+  memset(exp, 0, m->n_params * sizeof(float));
+  for (int i = 0; i < m->n_tensors; i++) {
+    const aa_tensor_desc_t *d = &m->tensors[i];
+    for (int k = 0; k < d->runs; k++)
+      memcpy(exp + d->offset + (size_t)k * d->run_lstride, whole + d->run_global + (size_t)k * d->run_gstride,
+             d->run_n * sizeof(float));
+  }
+}
+
+/* Exit status bits of a hop's rank. */
+enum { HOP_SETUP = 1, HOP_LOAD = 2, HOP_VALUES = 4, HOP_STATE = 8, HOP_SAVE = 16, HOP_PADDING = 32 };
+
+static int hop_rank(const char *rdv, int rank, const void *data) {
+  const hop_t *h = data;
+  int bad = 0;
+  aa_comm_t *world = NULL;
+  aa_gpt_t *ref = NULL, *m = NULL;
+  aa_adamw_t ref_opt = {0};
+  aa_zero_t z = {0};
+  aa_mesh_t mesh = {0};
+  float *exp = NULL;
+  aa_model_spec_t s;
+  tiny_spec(&s, 6);
+  aa_strategy_t strat;
+  aa_strategy_default(&strat);
+  strat.dp = h->dp;
+  strat.tp = h->tp;
+  aa_gpt_opts_t mo = {.zero = h->zero, .amp = h->amp};
+  if (aa_comm_init(&world, rdv, rank, h->dp * h->tp, NULL) || aa_mesh_init(&mesh, &strat, world) ||
+      make_orig(&ref, &ref_opt, 1)) {
+    fprintf(stderr, "  %s rank %d: %s\n", h->name, rank, aa_last_error());
+    bad |= HOP_SETUP;
+    goto done;
+  }
+  mo.tensor = mesh.group[AA_AXIS_TENSOR];
+  if (aa_gpt_create(&m, &s.arch, aa_ops_cpu(), 1, 16, &mo) ||
+      aa_zero_init(&z, m, mesh.group[AA_AXIS_DATA], h->zero, NULL) || !(exp = malloc(m->n_params * sizeof(float)))) {
+    fprintf(stderr, "  %s rank %d: %s\n", h->name, rank, aa_last_error());
+    bad |= HOP_SETUP;
+    goto done;
+  }
+  char in[700], out[700];
+  snprintf(in, sizeof in, "%s/%s.ckpt", tmpdir, h->from);
+  snprintf(out, sizeof out, "%s/%s.ckpt", tmpdir, h->name);
+  aa_train_state_t st;
+  memset(&st, 0, sizeof st);
+  if (aa_ckpt_load_zero(in, m, &z, &st)) {
+    fprintf(stderr, "  %s rank %d: %s\n", h->name, rank, aa_last_error());
+    bad |= HOP_LOAD;
+    goto done;
+  }
+  /* Every element the rank holds of the three buffers, bit for bit. */
+  const float *whole[3] = {ref->params.data, ref_opt.m.data, ref_opt.v.data};
+  for (int which = 0; which < 3; which++) {
+    local_view(m, whole[which], exp);
+    for (int u = 0; u < z.n_units; u++) {
+      aa_zero_range_t r;
+      aa_zero_range(&z, m, which, u, &r);
+      if (r.n && memcmp(r.data, exp + r.offset, r.n * sizeof(float))) {
+        fprintf(stderr, "  %s rank %d (tensor %d): buffer %d unit %d differs from the original\n", h->name, rank,
+                m->tp_rank, which, u);
+        bad |= HOP_VALUES;
+      }
+    }
+  }
+  /* The padding rows of the last vocabulary slice are zero in the model's
+   * full buffer (stages 0-2 in fp32). */
+  if (m->params.data && m->vocab_valid < m->d.Vl) {
+    const float *p = m->params.data;
+    for (size_t i = (size_t)m->vocab_valid * m->d.C; i < (size_t)m->d.Vl * m->d.C; i++)
+      if (p[i] != 0) bad |= HOP_PADDING;
+  }
+  if (st.step != orig_state.step || st.data_pos != orig_state.data_pos || st.rng.s != orig_state.rng.s ||
+      st.seed != orig_state.seed || st.loss_scale != orig_state.loss_scale ||
+      st.scaler_iter != orig_state.scaler_iter || st.scaler_last_overflow != orig_state.scaler_last_overflow ||
+      st.scaler_hysteresis_left != orig_state.scaler_hysteresis_left ||
+      st.skipped_steps != orig_state.skipped_steps || z.opt.t != ORIG_T)
+    bad |= HOP_STATE;
+  if (aa_ckpt_save_zero(out, m, &z, &st)) {
+    fprintf(stderr, "  %s rank %d: %s\n", h->name, rank, aa_last_error());
+    bad |= HOP_SAVE;
+  }
+  /* A tensor rank holds a slice: it cannot write a whole-model file. */
+  if (m->tp > 1 && aa_ckpt_save(out, m, &z.opt, &st) != AA_EINVAL) bad |= HOP_SAVE;
+  /* A second save of other values under another name (for the test of a
+   * file from another save): every rank changes the first parameter it
+   * holds. */
+  snprintf(out, sizeof out, "%s/%s.other.ckpt", tmpdir, h->name);
+  aa_zero_range_t r;
+  aa_zero_range(&z, m, 0, 0, &r);
+  if (r.n) r.data[0] += 1.0f;
+  if (aa_ckpt_save_zero(out, m, &z, &st)) bad |= HOP_SAVE;
+done:
+  if (bad) fprintf(stderr, "  %s rank %d: failed checks %#x\n", h->name, rank, bad);
+  free(exp);
+  aa_zero_free(&z, m);
+  aa_gpt_free(m);
+  if (ref) {
+    aa_adamw_free(&ref_opt);
+    aa_gpt_free(ref);
+  }
+  aa_mesh_free(&mesh);
+  aa_comm_destroy(world);
+  return bad;
+}
+
+/* Loads tmpdir/NAME.ckpt in one process (tp 1) and compares everything
+ * with the original, bit for bit. */
+static void check_whole(const char *name) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/%s.ckpt", tmpdir, name);
+  aa_gpt_t *ref, *m;
+  aa_adamw_t ref_opt, opt;
+  CHECK(make_orig(&ref, &ref_opt, 1) == 0);
+  CHECK(make_orig(&m, &opt, 0) == 0);
+  memset(m->params.data, 0, m->n_params * sizeof(float));
+  aa_train_state_t st;
+  int rc = aa_ckpt_load(path, m, &opt, &st);
+  CHECK_MSG(rc == 0, "%s: %s", name, aa_last_error());
+  size_t bytes = m->n_params * sizeof(float);
+  CHECK_MSG(!memcmp(m->params.data, ref->params.data, bytes), "%s: the parameters differ", name);
+  CHECK_MSG(!memcmp(opt.m.data, ref_opt.m.data, bytes), "%s: the first moment differs", name);
+  CHECK_MSG(!memcmp(opt.v.data, ref_opt.v.data, bytes), "%s: the second moment differs", name);
+  CHECK(opt.t == ORIG_T && st.step == orig_state.step && st.data_pos == orig_state.data_pos &&
+        st.rng.s == orig_state.rng.s && st.loss_scale == orig_state.loss_scale);
+  aa_adamw_free(&opt);
+  aa_gpt_free(m);
+  aa_adamw_free(&ref_opt);
+  aa_gpt_free(ref);
+}
+
+static const hop_t hops[] = {
+    {"A", "orig", 1, 2, 0, AA_F32}, /* one file at tp 1 -> tp 2 (stage 0: one file per tensor rank) */
+    {"B", "A", 2, 2, 3, AA_F32},    /* tp 2 -> dp 2 x tp 2 at stage 3 (new data shards, same slices) */
+    {"C", "B", 1, 4, 0, AA_F32},    /* tp 2 over 2 data shards -> tp 4 */
+    {"D", "C", 2, 1, 2, AA_F32},    /* tp 4 -> dp 2 at stage 2, no tensor parallelism (a version 1 manifest) */
+    {"E", "D", 2, 2, 1, AA_BF16},   /* -> dp 2 x tp 2 at stage 1 under bf16 (the shards hold the master weights) */
+    {"F", "E", 1, 4, 0, AA_BF16},   /* -> tp 4 under bf16 (full masters) */
+    {"G", "F", 2, 2, 0, AA_F32},    /* -> dp 2 x tp 2 at stage 0 (data rank 0 of each tensor rank writes) */
+};
+
+AA_TEST(checkpoints_reshard_exactly_between_tensor_degrees_data_degrees_and_stages) {
+  aa_gpt_t *m;
+  aa_adamw_t opt;
+  CHECK(make_orig(&m, &opt, 0) == 0);
+  CHECK_MSG(aa_ckpt_save(orig_path, m, &opt, &orig_state) == 0, "%s", aa_last_error());
+  aa_adamw_free(&opt);
+  aa_gpt_free(m);
+  for (size_t i = 0; i < sizeof hops / sizeof hops[0]; i++) {
+    const hop_t *h = &hops[i];
+    int ok = gang(h->dp * h->tp, hop_rank, h, h->name);
+    fprintf(stderr, "  %s (dp %d x tp %d, zero %d, %s) from %s: %s\n", h->name, h->dp, h->tp, h->zero,
+            aa_dtype_name(h->amp), h->from, ok ? "every rank holds the original's values, bit for bit" : "FAILED");
+    check_whole(h->name);
+  }
+  /* The files each layout leaves. */
+  const char *expect[] = {"A.ckpt.tp0of2.rank0of1", "A.ckpt.tp1of2.rank0of1", "B.ckpt.tp1of2.rank1of2",
+                          "C.ckpt.tp3of4.rank0of1", "D.ckpt.rank1of2",        "E.ckpt.tp1of2.rank1of2",
+                          "G.ckpt.tp1of2.rank0of1"};
+  for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, expect[i]);
+    CHECK_MSG(access(path, R_OK) == 0, "%s is missing", expect[i]);
+  }
+  /* The manifest records the layout. */
+  char path[700];
+  snprintf(path, sizeof path, "%s/B.ckpt", tmpdir);
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  CHECK(root && json_integer_value(json_object_get(root, "version")) == 2 &&
+        json_integer_value(json_object_get(root, "dp")) == 2 && json_integer_value(json_object_get(root, "tp")) == 2 &&
+        json_integer_value(json_object_get(root, "zero")) == 3 &&
+        json_array_size(json_object_get(root, "files")) == 4);
+  json_decref(root);
+  snprintf(path, sizeof path, "%s/D.ckpt", tmpdir);
+  root = json_load_file(path, 0, &err);
+  CHECK(root && json_integer_value(json_object_get(root, "version")) == 1 &&
+        json_integer_value(json_object_get(root, "world")) == 2 && !json_object_get(root, "tp"));
+  json_decref(root);
+}
+
+/* A rank of a dp 2 x tp 2 gang at stage 1 that saves to tmpdir/fail.ckpt,
+ * where the file of data rank 1 of tensor rank 1 cannot be written (a
+ * directory has its name). Exit status 0 when the save failed on this
+ * rank too, naming the failure. */
+static int failing_save_rank(const char *rdv, int rank, const void *data) {
+  (void)data;
+  int bad = 0;
+  aa_comm_t *world = NULL;
+  aa_gpt_t *m = NULL;
+  aa_zero_t z = {0};
+  aa_mesh_t mesh = {0};
+  aa_model_spec_t s;
+  tiny_spec(&s, 6);
+  aa_strategy_t strat;
+  aa_strategy_default(&strat);
+  strat.dp = 2;
+  strat.tp = 2;
+  int rc = aa_comm_init(&world, rdv, rank, 4, NULL);
+  if (!rc) rc = aa_mesh_init(&mesh, &strat, world);
+  aa_gpt_opts_t mo = {.zero = 1, .tensor = mesh.group[AA_AXIS_TENSOR]};
+  if (!rc) rc = aa_gpt_create(&m, &s.arch, aa_ops_cpu(), 1, 16, &mo);
+  if (!rc) rc = aa_zero_init(&z, m, mesh.group[AA_AXIS_DATA], 1, NULL);
+  if (rc) {
+    fprintf(stderr, "  rank %d: %s\n", rank, aa_last_error());
+    bad = 1;
+  } else {
+    char path[700];
+    snprintf(path, sizeof path, "%s/fail.ckpt", tmpdir);
+    int failing = z.rank == 1 && m->tp_rank == 1;
+    rc = aa_ckpt_save_zero(path, m, &z, &orig_state);
+    const char *want = failing ? "fail.ckpt.tp1of2.rank1of2" : "1 of 4 ranks could not write their part";
+    if (!rc || !strstr(aa_last_error(), want)) {
+      fprintf(stderr, "  rank %d: save returned %d (%s), expected an error naming '%s'\n", rank, rc,
+              rc ? aa_last_error() : "success", want);
+      bad = 1;
+    }
+  }
+  aa_zero_free(&z, m);
+  aa_gpt_free(m);
+  aa_mesh_free(&mesh);
+  aa_comm_destroy(world);
+  return bad;
+}
+
+AA_TEST(a_save_that_fails_on_one_rank_fails_on_every_rank_of_the_gang_and_writes_no_manifest) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/fail.ckpt.tp1of2.rank1of2", tmpdir);
+  CHECK(mkdir(path, 0700) == 0);
+  CHECK(gang(4, failing_save_rank, NULL, "failing save"));
+  snprintf(path, sizeof path, "%s/fail.ckpt", tmpdir);
+  CHECK(access(path, F_OK) != 0 && errno == ENOENT);
+}
+
+/* Writes the JSON root to path. */
+static int dump(json_t *root, const char *path) { return json_dump_file(root, path, JSON_COMPACT); }
+
+AA_TEST(a_tensor_parallel_checkpoint_with_a_bad_foreign_misplaced_or_missing_file_is_rejected) {
+  /* A copy of B (dp 2 x tp 2, stage 3) in another directory. */
+  char dir[600], src[700], dst[700], mb[700];
+  snprintf(dir, sizeof dir, "%s/bad", tmpdir);
+  CHECK(aa_mkdirs(dir) == 0);
+  snprintf(src, sizeof src, "%s/B.ckpt", tmpdir);
+  snprintf(mb, sizeof mb, "%s/B.ckpt", dir);
+  CHECK(copy_file(src, mb, -1) == 0);
+  for (int t = 0; t < 2; t++)
+    for (int r = 0; r < 2; r++) {
+      snprintf(src, sizeof src, "%s/B.ckpt.tp%dof2.rank%dof2", tmpdir, t, r);
+      snprintf(dst, sizeof dst, "%s/B.ckpt.tp%dof2.rank%dof2", dir, t, r);
+      CHECK(copy_file(src, dst, -1) == 0);
+    }
+  aa_gpt_t *m;
+  aa_adamw_t opt;
+  aa_train_state_t st;
+  CHECK(make_orig(&m, &opt, 0) == 0);
+  CHECK_MSG(aa_ckpt_load(mb, m, &opt, &st) == 0, "%s", aa_last_error());
+  /* From here on every load fails, and none changes the model. */
+  float *p = m->params.data;
+  for (size_t i = 0; i < m->n_params; i++) p[i] = 42.0f;
+  /* A flipped payload byte in tensor rank 1's second shard. */
+  snprintf(src, sizeof src, "%s/B.ckpt.tp1of2.rank1of2", tmpdir);
+  snprintf(dst, sizeof dst, "%s/B.ckpt.tp1of2.rank1of2", dir);
+  CHECK(copy_file(src, dst, 300) == 0);
+  int rc = aa_ckpt_load(mb, m, &opt, &st);
+  CHECK_MSG(rc == AA_ECORRUPT && strstr(aa_last_error(), "tp1of2.rank1of2: checksum mismatch"), "%d %s", rc,
+            aa_last_error());
+  /* The same file of another save: intact, but not the one named. */
+  snprintf(src, sizeof src, "%s/B.other.ckpt.tp1of2.rank1of2", tmpdir);
+  CHECK(copy_file(src, dst, -1) == 0);
+  rc = aa_ckpt_load(mb, m, &opt, &st);
+  CHECK_MSG(rc == AA_ECORRUPT && strstr(aa_last_error(), "the file is from another save"), "%d %s", rc,
+            aa_last_error());
+  snprintf(src, sizeof src, "%s/B.ckpt.tp1of2.rank1of2", tmpdir);
+  CHECK(copy_file(src, dst, -1) == 0);
+  CHECK_MSG(aa_ckpt_load(mb, m, &opt, &st) == 0, "%s", aa_last_error());
+  for (size_t i = 0; i < m->n_params; i++) p[i] = 42.0f;
+  /* Two entries swapped (file and checksum): each file is intact and
+   * named with its own checksum, but its header says it is another tensor
+   * rank's. */
+  json_error_t err;
+  json_t *root = json_load_file(mb, 0, &err), *files = json_object_get(root, "files");
+  json_t *a = json_array_get(files, 0), *b = json_array_get(files, 2);
+  json_t *fa = json_incref(json_object_get(a, "file")), *ca = json_incref(json_object_get(a, "checksum"));
+  json_object_set(a, "file", json_object_get(b, "file"));
+  json_object_set(a, "checksum", json_object_get(b, "checksum"));
+  json_object_set_new(b, "file", fa);
+  json_object_set_new(b, "checksum", ca);
+  char swapped[700];
+  snprintf(swapped, sizeof swapped, "%s/swapped.ckpt", dir);
+  CHECK(dump(root, swapped) == 0);
+  json_decref(root);
+  rc = aa_ckpt_load(swapped, m, &opt, &st);
+  CHECK_MSG(rc == AA_ECORRUPT && strstr(aa_last_error(), "holds shard 0 of 2 of tensor rank 1 of 2, but the manifest"),
+            "%d %s", rc, aa_last_error());
+  /* A tensor degree that does not divide the model's heads. */
+  char odd[700];
+  snprintf(odd, sizeof odd, "%s/odd.ckpt", dir);
+  FILE *f = fopen(odd, "w");
+  fputs("{\"format\": \"autoaccel-sharded-checkpoint\", \"version\": 2, \"dp\": 1, \"tp\": 3, \"zero\": 0, "
+        "\"files\": [{}, {}, {}]}",
+        f);
+  fclose(f);
+  rc = aa_ckpt_load(odd, m, &opt, &st);
+  CHECK_MSG(rc == AA_EFORMAT && strstr(aa_last_error(), "tensor degree 3"), "%d %s", rc, aa_last_error());
+  /* A missing file; one rank file alone. */
+  CHECK(unlink(dst) == 0);
+  rc = aa_ckpt_load(mb, m, &opt, &st);
+  CHECK_MSG(rc == AA_ENOENT && strstr(aa_last_error(), "tp1of2.rank1of2"), "%d %s", rc, aa_last_error());
+  snprintf(src, sizeof src, "%s/B.ckpt.tp0of2.rank0of2", tmpdir);
+  rc = aa_ckpt_load(src, m, &opt, &st);
+  CHECK_MSG(rc == AA_EINVAL && strstr(aa_last_error(), "load its manifest"), "%s", aa_last_error());
+  int untouched = 1;
+  for (size_t i = 0; i < m->n_params; i++) untouched &= p[i] == 42.0f;
+  CHECK_MSG(untouched, "a failed load changed the model");
+  aa_adamw_free(&opt);
+  aa_gpt_free(m);
+}
+
+/* --- resuming training ------------------------------------------------------------- */
+
+/* One training run of STEPS steps: dp x tp ranks (dp 0: a single process
+ * without a group). */
+typedef struct {
+  int dp, tp, sp, zero, micro_batch;
+  aa_dtype_t amp;
+  int checkpoint_every;
+  const char *resume;
+  const char *out; /* subdirectory of tmpdir */
+} cfg_t;
+
+/* What a run leaves: rank 0's losses and gradient norms by step (1-based;
+ * NaN if missing), and whether every rank succeeded. */
+typedef struct {
+  double loss[STEPS + 1], norm[STEPS + 1];
+  int ok;
+} run_t;
+
+/* One rank (or the single process): trains, rank 0 logging to DIR/log.0
+ * and writing DIR/losses. Exit status 0 or 1. */
+static int rank_main(const char *rdv, int rank, const void *data) {
+  const cfg_t *c = data;
+  aa_comm_t *comm = NULL;
+  if (c->dp && aa_comm_init(&comm, rdv, rank, c->dp * c->tp, NULL)) {
+    fprintf(stderr, "  rank %d: %s\n", rank, aa_last_error());
+    return 1;
+  }
+  aa_model_spec_t s;
+  tiny_spec(&s, STEPS);
+  aa_strategy_t st;
+  aa_strategy_default(&st);
+  st.dp = c->dp ? c->dp : 1;
+  st.tp = c->dp ? c->tp : 1;
+  st.sp = c->sp;
+  st.zero = c->zero;
+  st.micro_batch = c->micro_batch;
+  st.amp = c->amp;
+  char dir[600], losses[700], logpath[700];
+  snprintf(dir, sizeof dir, "%s/%s", tmpdir, c->out);
+  snprintf(losses, sizeof losses, "%s/losses", dir);
+  snprintf(logpath, sizeof logpath, "%s/log.%d", dir, rank);
+  FILE *log = fopen(logpath, "w");
+  aa_train_opts_t o = {.threads = 1, .checkpoint_every = c->checkpoint_every, .log_every = 1, .out_dir = dir,
+                       .losses_path = losses, .log = log, .strategy = &st, .comm = comm, .resume = c->resume};
+  int rc = aa_train(&s, &o, NULL);
+  if (rc) fprintf(stderr, "  %s rank %d: %s\n", c->out, rank, aa_last_error());
+  if (log) fclose(log);
+  aa_comm_destroy(comm);
+  return rc ? 1 : 0;
+}
+
+static void run(const cfg_t *c, run_t *r) {
+  char dir[600], path[700], line[512];
+  snprintf(dir, sizeof dir, "%s/%s", tmpdir, c->out);
+  CHECK(aa_mkdirs(dir) == 0);
+  r->ok = gang(c->dp ? c->dp * c->tp : 1, rank_main, c, c->out);
+  for (int i = 0; i <= STEPS; i++) r->loss[i] = r->norm[i] = NAN;
+  snprintf(path, sizeof path, "%s/log.0", dir);
+  FILE *f = fopen(path, "r");
+  int step, total;
+  double l, lr, norm;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "step %d/%d | loss %lf | lr %lf | norm %lf", &step, &total, &l, &lr, &norm) == 5 && step >= 1 &&
+        step <= STEPS)
+      r->norm[step] = norm;
+  if (f) fclose(f);
+  snprintf(path, sizeof path, "%s/losses", dir);
+  f = fopen(path, "r");
+  while (f && fscanf(f, "%d %lf", &step, &l) == 2)
+    if (step >= 1 && step <= STEPS) r->loss[step] = l;
+  if (f) fclose(f);
+}
+
+/* Largest relative difference of the losses of steps 4..STEPS of r from
+ * ref's, each checked against tol, and the gradient norms (printed to 3
+ * decimals: within 1.5e-3, or equal when tol is 0). AdamW is invariant to
+ * the gradient's scale, so a wrong factor would hide from the losses; the
+ * norm shows it. */
+static double compare(const char *what, const run_t *r, const run_t *ref, double tol) {
+  double worst = 0;
+  CHECK_MSG(isnan(r->loss[3]) && !isnan(r->loss[4]), "%s: did not resume at step 4", what);
+  for (int s = 4; s <= STEPS; s++) {
+    double d = fabs(r->loss[s] - ref->loss[s]) / fabs(ref->loss[s]);
+    CHECK_MSG(d <= tol, "%s: step %d loss %.9g vs %.9g (relative %.3g)", what, s, r->loss[s], ref->loss[s], d);
+    CHECK_MSG(fabs(r->norm[s] - ref->norm[s]) <= (tol ? 1.5e-3 : 0), "%s: step %d gradient norm %.3f vs %.3f", what,
+              s, r->norm[s], ref->norm[s]);
+    if (!(d <= worst)) worst = d;
+  }
+  return worst;
+}
+
+/* Trains `saved` for STEPS steps, saving at step 3, then resumes each of
+ * `resumes` (n of them) from that checkpoint and compares its steps 4-6
+ * with the uninterrupted run's. Tolerances: a resume at the saved layout
+ * does the uninterrupted run's arithmetic in the same order from the same
+ * bits, so its losses and norms are equal exactly. A resume at another
+ * layout starts from the same values too (the re-sharding is a copy: the
+ * first test shows it is exact), and then differs only in the order of
+ * its fp32 sums (another data degree sums the batch's gradient in other
+ * groups; another tensor degree adds the row-parallel layers' partial sums,
+ * the vocabulary slices' soft-max parts and the gradient norm's squares in
+ * other groups), which test_parallel bounds for these models and steps:
+ * relative 1e-5 per step in fp32, 1e-4 under bf16, where a master weight
+ * moved by an ulp can flip the rounding of its 16-bit copy. Measured here:
+ * at most 9.8e-8 (a few fp32 ulps of the loss), while a moment or weight
+ * read from the wrong place moves the loss by percents. */
+static void resume_from(const cfg_t *saved, const cfg_t *resumes, size_t n, const char *saved_name) {
+  run_t ra, rb;
+  run(saved, &ra);
+  CHECK_MSG(ra.ok, "%s failed", saved->out);
+  if (!ra.ok) return;
+  char path[700];
+  snprintf(path, sizeof path, "%s/%s/step_000003.ckpt", tmpdir, saved->out);
+  CHECK(access(path, R_OK) == 0);
+  for (size_t i = 0; i < n; i++) {
+    cfg_t b = resumes[i];
+    b.resume = path;
+    b.amp = saved->amp;
+    run(&b, &rb);
+    CHECK_MSG(rb.ok, "%s failed", b.out);
+    int same = b.dp == saved->dp && b.tp == saved->tp && b.zero == saved->zero && b.sp == saved->sp &&
+               b.micro_batch == saved->micro_batch;
+    double tol = same ? 0 : saved->amp == AA_F32 ? REL_TOL : REL_TOL_AMP;
+    double worst = compare(b.out, &rb, &ra, tol);
+    if (!b.dp)
+      fprintf(stderr, "  %s -> one process: steps 4-6 within %.2e of the uninterrupted run%s\n", saved_name, worst,
+              same ? " (equal)" : "");
+    else
+      fprintf(stderr, "  %s -> dp %d x tp %d%s zero %d: steps 4-6 within %.2e of the uninterrupted run%s\n",
+              saved_name, b.dp, b.tp, b.sp ? " sp" : "", b.zero, worst, same ? " (equal)" : "");
+  }
+}
+
+AA_TEST(a_tp2_checkpoint_resumes_at_tp1_tp4_and_dp2_x_tp2_and_bit_identically_at_tp2) {
+  const cfg_t saved = {.dp = 1, .tp = 2, .checkpoint_every = 3, .out = "tp2"};
+  const cfg_t resumes[] = {
+      {.dp = 0, .out = "tp2-one"},
+      {.dp = 1, .tp = 4, .out = "tp2-tp4"},
+      {.dp = 2, .tp = 2, .zero = 1, .out = "tp2-dp2tp2z1"},
+      {.dp = 1, .tp = 2, .out = "tp2-tp2"},
+  };
+  resume_from(&saved, resumes, sizeof resumes / sizeof resumes[0], "tp 2");
+}
+
+AA_TEST(a_dp2_x_tp2_zero3_checkpoint_resumes_at_tp1_and_tp2_and_bit_identically_at_its_layout) {
+  const cfg_t saved = {.dp = 2, .tp = 2, .zero = 3, .checkpoint_every = 3, .out = "z3"};
+  const cfg_t resumes[] = {
+      {.dp = 0, .out = "z3-one"},
+      {.dp = 1, .tp = 2, .out = "z3-tp2"},
+      {.dp = 2, .tp = 2, .zero = 3, .out = "z3-z3"},
+  };
+  resume_from(&saved, resumes, sizeof resumes / sizeof resumes[0], "dp 2 x tp 2 zero 3");
+}
+
+AA_TEST(a_tp1_checkpoint_resumes_at_tp2_and_at_tp4_with_sequence_parallelism) {
+  const cfg_t saved = {.dp = 0, .checkpoint_every = 3, .out = "one"};
+  const cfg_t resumes[] = {
+      {.dp = 1, .tp = 2, .out = "one-tp2"},
+      {.dp = 1, .tp = 4, .sp = 1, .out = "one-tp4sp"},
+  };
+  resume_from(&saved, resumes, sizeof resumes / sizeof resumes[0], "one process");
+}
+
+AA_TEST(a_bf16_dp2_x_tp2_checkpoint_resumes_in_one_process_and_bit_identically_at_its_layout) {
+  const cfg_t saved = {.dp = 2, .tp = 2, .zero = 1, .amp = AA_BF16, .checkpoint_every = 3, .out = "bf16"};
+  const cfg_t resumes[] = {
+      {.dp = 0, .out = "bf16-one"},
+      {.dp = 2, .tp = 2, .zero = 1, .out = "bf16-same"},
+  };
+  resume_from(&saved, resumes, sizeof resumes / sizeof resumes[0], "bf16 dp 2 x tp 2 zero 1");
+}
+
+int main(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/aa_test_tp_ckpt_XXXXXX");
+  if (!mkdtemp(tmpdir)) return 1;
+  snprintf(train_bin, sizeof train_bin, "%s/train.bin", tmpdir);
+  snprintf(val_bin, sizeof val_bin, "%s/val.bin", tmpdir);
+  snprintf(orig_path, sizeof orig_path, "%s/orig.ckpt", tmpdir);
+  if (aa_data_synth(train_bin, val_bin, 200000, 0.1, 42)) {
+    fprintf(stderr, "synth: %s\n", aa_last_error());
+    return 1;
+  }
+  RUN(checkpoints_reshard_exactly_between_tensor_degrees_data_degrees_and_stages);
+  RUN(a_tensor_parallel_checkpoint_with_a_bad_foreign_misplaced_or_missing_file_is_rejected);
+  RUN(a_save_that_fails_on_one_rank_fails_on_every_rank_of_the_gang_and_writes_no_manifest);
+  RUN(a_tp2_checkpoint_resumes_at_tp1_tp4_and_dp2_x_tp2_and_bit_identically_at_tp2);
+  RUN(a_dp2_x_tp2_zero3_checkpoint_resumes_at_tp1_and_tp2_and_bit_identically_at_its_layout);
+  RUN(a_tp1_checkpoint_resumes_at_tp2_and_at_tp4_with_sequence_parallelism);
+  RUN(a_bf16_dp2_x_tp2_checkpoint_resumes_in_one_process_and_bit_identically_at_its_layout);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
+  return aa_test_summary();
+}
