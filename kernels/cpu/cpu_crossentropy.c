@@ -36,25 +36,12 @@ void aa__cpu_crossentropy_forward(float *losses, float *probs, const float *logi
   }
 }
 
-/* dlogits(N,V) += dloss * (probs - onehot(target)). When dlogits is probs
- * (the in-place form the engine uses to save a (N,V) buffer) the rows are
- * overwritten instead, since the old contents are the probabilities. */
+/* dlogits(N,V) += dloss * (probs - onehot(target)), overwritten when
+ * dlogits is probs (the in-place form the engine uses to save a (N,V)
+ * buffer): the vocab-parallel backward over the whole vocabulary. */
 void aa__cpu_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss,
                                    int N, int V) {
-  int overwrite = dlogits == probs;
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const float *p = probs + (size_t)n * V; // (V)
-    float *d = dlogits + (size_t)n * V;     // (V)
-    int target = targets[n];
-    if (overwrite) {
-      for (int i = 0; i < V; i++)
-        d[i] = dloss * (p[i] - (i == target ? 1.0f : 0.0f));
-    } else {
-      for (int i = 0; i < V; i++)
-        d[i] += dloss * (p[i] - (i == target ? 1.0f : 0.0f));
-    }
-  }
+  aa__cpu_xent_vocab_backward(dlogits, probs, targets, 0, V, dloss, N, V);
 }
 
 /* The vocab-parallel cross-entropy (ops.h): each rank reduces its own

@@ -72,17 +72,6 @@ __global__ void crossentropy_forward_kernel(float *losses, float *probs, const f
   if (threadIdx.x == 0) losses[n] = (float)(log(sum) - ((double)target_logit - maxv));
 }
 
-// dlogits(N,V) (+)= dloss * (probs - onehot(target)); overwrite when aliased
-__global__ void crossentropy_backward_kernel(float *dlogits, const float *probs, const int32_t *targets,
-                                             float dloss, int V, size_t n, int overwrite) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    size_t row = i / V;
-    int col = (int)(i % V);
-    float g = dloss * (probs[i] - (col == targets[row] ? 1.0f : 0.0f));
-    dlogits[i] = overwrite ? g : dlogits[i] + g;
-  }
-}
-
 // part(N,3) = (max, sum of exp(x - max), target logit or 0) over the valid
 // columns of logits(N,V); (-INFINITY, 0, 0) when valid is 0
 __global__ void xent_vocab_partial_kernel(float *part, const float *logits, const int32_t *targets, int lo,
@@ -153,15 +142,10 @@ int aa__cuda_crossentropy_forward(float *losses, float *probs, const float *logi
   return 0;
 }
 
+// the vocab-parallel backward over the whole vocabulary
 int aa__cuda_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss, int N,
                                    int V) {
-  AA_CUDA_CTX(c);
-  size_t n = (size_t)N * V;
-  if (!n) return 0;
-  crossentropy_backward_kernel<<<aa__cuda_grid(n, 256), 256, 0, c->stream>>>(dlogits, probs, targets, dloss, V, n,
-                                                                              dlogits == probs);
-  AA_CUDA_LAUNCHED();
-  return 0;
+  return aa__cuda_xent_vocab_backward(dlogits, probs, targets, 0, V, dloss, N, V);
 }
 
 int aa__cuda_xent_vocab_partial(float *part, const float *logits, const int32_t *targets, int lo, int valid,

@@ -19,17 +19,6 @@
 
 #define ENC_THREADS 256
 
-// out(B,T,C) = wte[inp[b,t]] + wpe[t]
-__global__ void encoder_forward_kernel(float *out, const int32_t *inp, const float *wte, const float *wpe, int T,
-                                       int C, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    size_t bt = i / C;
-    int c = (int)(i % C);
-    int t = (int)(bt % T);
-    out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)t * C + c];
-  }
-}
-
 // out(B,T,C) = (inp in [lo, lo+valid) ? wte[inp-lo] : 0) + (wpe ? wpe[t] : 0),
 // the CPU's formula, so the two agree bit for bit
 __global__ void encoder_forward_vocab_kernel(float *out, const int32_t *inp, const float *wte,
@@ -94,15 +83,11 @@ __global__ void encoder_dwpe_kernel(float *dwpe, const float *dout, int B, int T
   dwpe[i] = acc;
 }
 
+// out(B,T,C) = wte[inp[b,t]] + wpe[t]: the vocab-parallel forward over the
+// whole vocabulary, which adds the same two values
 int aa__cuda_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B, int T,
                              int C) {
-  AA_CUDA_CTX(c);
-  size_t n = (size_t)B * T * C;
-  if (!n) return 0;
-  encoder_forward_kernel<<<aa__cuda_grid(n, ENC_THREADS), ENC_THREADS, 0, c->stream>>>(out, inp, wte, wpe, T, C,
-                                                                                        n);
-  AA_CUDA_LAUNCHED();
-  return 0;
+  return aa__cuda_encoder_forward_vocab(out, inp, wte, wpe, 0, INT_MAX, B, T, C);
 }
 
 int aa__cuda_encoder_forward_vocab(float *out, const int32_t *inp, const float *wte, const float *wpe, int lo,
