@@ -272,6 +272,16 @@ int aa_flatbuf_alloc_as(aa_flatbuf_t *b, const aa_ops_t *ops, aa_mem_t *mem, con
   return s->numel ? aa_flatbuf_alloc(b, ops, mem, s->kind, s->dtype, s->numel) : 0;
 }
 
+int aa_all_reduce_host(aa_comm_t *c, const aa_ops_t *ops, float *staging, float *x, size_t n, aa_comm_op_t op) {
+  if (n > 16) return aa_error(AA_EINVAL, "aa_all_reduce_host: %zu values, at most 16", n);
+  /* Over a group of one the result is x itself: nothing to move. */
+  if (aa_comm_world(c) == 1) return 0;
+  int rc = ops->upload(staging, x, n * sizeof(float));
+  if (!rc) rc = aa_comm_all_reduce(c, staging, staging, n, AA_F32, op);
+  if (!rc) rc = ops->download(x, staging, n * sizeof(float));
+  return rc;
+}
+
 void aa_flatbuf_free(aa_flatbuf_t *b, aa_mem_t *mem) {
   if (b->data) backend_free(b->ops, mem, b->kind, b->numel * aa_dtype_size(b->dtype), b->data);
   b->data = NULL;
@@ -601,11 +611,7 @@ static int row_reduce(aa_gpt_t *m, float *out) {
 
 int aa_gpt_tensor_sum(aa_gpt_t *m, float *x, int n) {
   if (m->tp == 1) return 0;
-  if (n > 16) return aa_error(AA_EINVAL, "aa_gpt_tensor_sum: %d values, at most 16", n);
-  float *d = m->acts->scalars;
-  int rc = m->ops->upload(d, x, (size_t)n * sizeof(float));
-  if (!rc) rc = aa_comm_all_reduce(m->opts.tensor, d, d, (size_t)n, AA_F32, AA_COMM_SUM);
-  if (!rc) rc = m->ops->download(x, d, (size_t)n * sizeof(float));
+  int rc = aa_all_reduce_host(m->opts.tensor, m->ops, m->acts->scalars, x, (size_t)n, AA_COMM_SUM);
   return rc ? aa_error_wrap(rc, "summing over the tensor group") : 0;
 }
 
@@ -728,15 +734,11 @@ int aa_gpt_forward(aa_gpt_t *m, const int32_t *inputs, const int32_t *targets, f
   outer_weights_t ow;
   if ((rc = outer_weights(m, refreshed, &ow))) return rc;
   float *x = amp ? a->ws_res[1] : (float *)a->encoded;
-  if (m->tp == 1) {
-    op->encoder_forward(x, a->inputs, ow.wte, ow.wpe, B, T, C);
-  } else {
-    /* Each rank embeds the tokens of its vocabulary slice (the positions
-     * through rank 0); the group sums them. */
-    op->encoder_forward_vocab(row_output(m, x), a->inputs, ow.wte, m->tp_rank == 0 ? ow.wpe : NULL, m->vocab_lo,
-                              m->vocab_valid, B, T, C);
-    if ((rc = row_reduce(m, x))) return rc;
-  }
+  /* Each rank embeds the tokens of its vocabulary slice (the positions
+   * through rank 0); the group sums them. */
+  op->encoder_forward_vocab(row_output(m, x), a->inputs, ow.wte, m->tp_rank == 0 ? ow.wpe : NULL, m->vocab_lo,
+                            m->vocab_valid, B, T, C);
+  if ((rc = row_reduce(m, x))) return rc;
   rnd(m, a->encoded, x, NsC);
   for (int l = 0; l < m->arch.n_layer; l++) {
     block_view_t v;
@@ -813,10 +815,8 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
   /* Mean loss over N tokens: every row's gradient carries 1/N. The
    * probabilities are turned into logit gradients in place. Under amp each
    * activation gradient is rounded like the activations (rnd). */
-  if (m->tp == 1) op->crossentropy_backward(a->logits, a->logits, a->targets, grad_scale / (float)N, N, Vl);
-  else
-    op->xent_vocab_backward(a->logits, a->logits, a->targets, m->vocab_lo, m->vocab_valid, grad_scale / (float)N,
-                            N, Vl);
+  op->xent_vocab_backward(a->logits, a->logits, a->targets, m->vocab_lo, m->vocab_valid, grad_scale / (float)N, N,
+                          Vl);
   rnd(m, NULL, a->logits, (size_t)N * Vl);
   a->have_targets = 0; /* the probabilities are gone now */
   if ((rc = column_input(m, a->lnf, &in))) return rc;
@@ -877,10 +877,8 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
   /* The embedding's gradient from the whole residual gradient: the rank's
    * vocabulary rows, and the positions (the same on every rank). */
   if ((rc = column_input(m, a->dres, &dout))) return rc;
-  if (m->tp == 1) op->encoder_backward(g_wte, g_wte + m->tensors[1].offset, dout, a->inputs, B, T, C);
-  else
-    op->encoder_backward_vocab(g_wte, g_wte + m->tensors[1].offset, dout, a->inputs, m->vocab_lo, m->vocab_valid, B,
-                               T, C);
+  op->encoder_backward_vocab(g_wte, g_wte + m->tensors[1].offset, dout, a->inputs, m->vocab_lo, m->vocab_valid, B, T,
+                             C);
   if ((rc = op->sync()) || (rc = charge_scratch(m))) return rc;
   return grads_done(m, 0);
 }

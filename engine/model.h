@@ -132,6 +132,12 @@ int aa_flatbuf_alloc(aa_flatbuf_t *b, const aa_ops_t *ops, aa_mem_t *mem, aa_mem
 int aa_flatbuf_alloc_as(aa_flatbuf_t *b, const aa_ops_t *ops, aa_mem_t *mem, const aa_buf_size_t *s);
 void aa_flatbuf_free(aa_flatbuf_t *b, aa_mem_t *mem);
 
+/* Host floats x (n <= 16) replaced by op over the ranks of group c,
+ * through staging (16 floats of ops' memory: NCCL reduces device
+ * buffers). Over a group of one x is the result as it is and nothing is
+ * staged. A collective over c. */
+int aa_all_reduce_host(aa_comm_t *c, const aa_ops_t *ops, float *staging, float *x, size_t n, aa_comm_op_t op);
+
 /* How the model is built: the single-device knobs of a strategy. */
 typedef struct aa_gpt_opts {
   int zero;             /* ZeRO stage the trainer runs over a process group (engine/optim.h): the

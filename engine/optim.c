@@ -387,13 +387,6 @@ int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr,
 }
 
 int aa_zero_all_reduce_host(aa_zero_t *z, float *x, size_t n, aa_comm_op_t op) {
-  float *d = z->scalars.data;
-  if (n > 16) return aa_error(AA_EINVAL, "aa_zero_all_reduce_host: %zu values, at most 16", n);
-  /* Over a group of one the result is x itself: there is nothing to move
-   * (and sizes.h gives no scalars to stage it in). */
-  if (z->world == 1) return 0;
-  int rc = z->ops->upload(d, x, n * sizeof(float));
-  if (!rc) rc = aa_comm_all_reduce(z->comm, d, d, n, AA_F32, op);
-  if (!rc) rc = z->ops->download(x, d, n * sizeof(float));
-  return rc;
+  /* Over a group of one sizes.h gives no scalars: nothing is staged. */
+  return aa_all_reduce_host(z->comm, z->ops, z->scalars.data, x, n, op);
 }
