@@ -9,21 +9,19 @@
  * padding rows are real too (they are neither saved nor loaded, and stay
  * zero).
  *
- * Ranks are forked processes that meet in a shared-memory group (as in
- * test_parallel.c); the mesh (engine/mesh.h) gives each its data and
- * tensor groups. */
+ * Ranks are forked processes (aa_gang.h) that meet in a shared-memory
+ * group; the mesh (engine/mesh.h) gives each its data and tensor groups.
+ * Training runs that save at one layout and resume at another are in
+ * test_parallel.c, with its training harness. */
 #include <errno.h>
 #include <jansson.h>
-#include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "aa_gang.h"
 #include "aa_test.h"
 #include "comm/comm.h"
 #include "common/aa.h"
@@ -36,10 +34,6 @@
 #include "engine/optim.h"
 #include "engine/train.h"
 
-#define MAX_RANKS 4
-#define STEPS 6
-#define REL_TOL 1e-5
-#define REL_TOL_AMP 1e-4
 
 static char tmpdir[256], train_bin[512], val_bin[512];
 
@@ -56,50 +50,30 @@ static void tiny_spec(aa_model_spec_t *s, int steps) {
   CHECK(rc == 0);
 }
 
-/* Copies src to dst, optionally flipping one byte at offset flip (-1 none). */
-static int copy_file(const char *src, const char *dst, long flip) {
-  FILE *a = fopen(src, "rb"), *b = fopen(dst, "wb");
-  int c, ok = a && b;
-  for (long i = 0; ok && (c = fgetc(a)) != EOF; i++) fputc(i == flip ? c ^ 0x5a : c, b);
-  if (a) fclose(a);
-  if (b) fclose(b);
-  return ok ? 0 : -1;
+/* What gang() hands each forked rank: the rank's function and its data,
+ * and the gang's rendezvous. */
+typedef struct {
+  int (*fn)(const char *rdv, int rank, const void *data);
+  const char *rdv;
+  const void *data;
+} gang_call_t;
+
+static int gang_rank(const void *data, int rank) {
+  const gang_call_t *g = data;
+  return g->fn(g->rdv, rank, g->data);
 }
 
-/* Forks n processes running fn(rdv, rank, data) over a fresh shm
- * rendezvous and reaps them, killing all after 120 s so that a hang fails
- * the test instead of stalling it. Ranks end with exit(), so the
- * sanitizer's leak check runs in each. Returns 1 when every one exited
- * with status 0. */
+/* Runs fn(rdv, rank, data) in n forked ranks over a fresh shm rendezvous
+ * (aa_gang_fork: reaped, killed after 120 s). Returns 1 when every one
+ * exited with status 0. */
 static int gang(int n, int (*fn)(const char *rdv, int rank, const void *data), const void *data, const char *what) {
   char rdv[AA_RENDEZVOUS_MAX];
   CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_tp_ckpt") == 0);
-  pid_t pids[MAX_RANKS];
-  int status[MAX_RANKS] = {0}, left = n, ok = 1;
-  fflush(NULL);
-  for (int i = 0; i < n; i++)
-    if ((pids[i] = fork()) == 0) exit(fn(rdv, i, data));
-  double deadline = aa_now() + 120;
-  while (left > 0) {
-    int st;
-    pid_t pid = waitpid(-1, &st, WNOHANG);
-    if (pid > 0) {
-      for (int i = 0; i < n; i++)
-        if (pids[i] == pid) {
-          status[i] = st;
-          left--;
-        }
-      continue;
-    }
-    if (aa_now() > deadline) {
-      CHECK_MSG(0, "%s: ranks still running after 120 s; killing them", what);
-      for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
-      deadline = INFINITY;
-    }
-    nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
-  }
+  int status[AA_GANG_MAX], ok = 1;
+  double exit_time[AA_GANG_MAX];
+  aa_gang_fork(what, n, gang_rank, &(gang_call_t){fn, rdv, data}, status, exit_time);
   for (int i = 0; i < n; i++) {
-    int good = WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0;
+    int good = aa_gang_exited_ok(status[i]);
     CHECK_MSG(good, "%s: rank %d: status %#x", what, i, status[i]);
     ok &= good;
   }
@@ -411,12 +385,12 @@ AA_TEST(a_tensor_parallel_checkpoint_with_a_bad_foreign_misplaced_or_missing_fil
   CHECK(aa_mkdirs(dir) == 0);
   snprintf(src, sizeof src, "%s/B.ckpt", tmpdir);
   snprintf(mb, sizeof mb, "%s/B.ckpt", dir);
-  CHECK(copy_file(src, mb, -1) == 0);
+  CHECK(aa_gang_copy_file(src, mb, -1) == 0);
   for (int t = 0; t < 2; t++)
     for (int r = 0; r < 2; r++) {
       snprintf(src, sizeof src, "%s/B.ckpt.tp%dof2.rank%dof2", tmpdir, t, r);
       snprintf(dst, sizeof dst, "%s/B.ckpt.tp%dof2.rank%dof2", dir, t, r);
-      CHECK(copy_file(src, dst, -1) == 0);
+      CHECK(aa_gang_copy_file(src, dst, -1) == 0);
     }
   aa_gpt_t *m;
   aa_adamw_t opt;
@@ -429,18 +403,18 @@ AA_TEST(a_tensor_parallel_checkpoint_with_a_bad_foreign_misplaced_or_missing_fil
   /* A flipped payload byte in tensor rank 1's second shard. */
   snprintf(src, sizeof src, "%s/B.ckpt.tp1of2.rank1of2", tmpdir);
   snprintf(dst, sizeof dst, "%s/B.ckpt.tp1of2.rank1of2", dir);
-  CHECK(copy_file(src, dst, 300) == 0);
+  CHECK(aa_gang_copy_file(src, dst, 300) == 0);
   int rc = aa_ckpt_load(mb, m, &opt, &st);
   CHECK_MSG(rc == AA_ECORRUPT && strstr(aa_last_error(), "tp1of2.rank1of2: checksum mismatch"), "%d %s", rc,
             aa_last_error());
   /* The same file of another save: intact, but not the one named. */
   snprintf(src, sizeof src, "%s/B.other.ckpt.tp1of2.rank1of2", tmpdir);
-  CHECK(copy_file(src, dst, -1) == 0);
+  CHECK(aa_gang_copy_file(src, dst, -1) == 0);
   rc = aa_ckpt_load(mb, m, &opt, &st);
   CHECK_MSG(rc == AA_ECORRUPT && strstr(aa_last_error(), "the file is from another save"), "%d %s", rc,
             aa_last_error());
   snprintf(src, sizeof src, "%s/B.ckpt.tp1of2.rank1of2", tmpdir);
-  CHECK(copy_file(src, dst, -1) == 0);
+  CHECK(aa_gang_copy_file(src, dst, -1) == 0);
   CHECK_MSG(aa_ckpt_load(mb, m, &opt, &st) == 0, "%s", aa_last_error());
   for (size_t i = 0; i < m->n_params; i++) p[i] = 42.0f;
   /* Two entries swapped (file and checksum): each file is intact and
@@ -485,179 +459,6 @@ AA_TEST(a_tensor_parallel_checkpoint_with_a_bad_foreign_misplaced_or_missing_fil
   aa_gpt_free(m);
 }
 
-/* --- resuming training ------------------------------------------------------------- */
-
-/* One training run of STEPS steps: dp x tp ranks (dp 0: a single process
- * without a group). */
-typedef struct {
-  int dp, tp, sp, zero, micro_batch;
-  aa_dtype_t amp;
-  int checkpoint_every;
-  const char *resume;
-  const char *out; /* subdirectory of tmpdir */
-} cfg_t;
-
-/* What a run leaves: rank 0's losses and gradient norms by step (1-based;
- * NaN if missing), and whether every rank succeeded. */
-typedef struct {
-  double loss[STEPS + 1], norm[STEPS + 1];
-  int ok;
-} run_t;
-
-/* One rank (or the single process): trains, rank 0 logging to DIR/log.0
- * and writing DIR/losses. Exit status 0 or 1. */
-static int rank_main(const char *rdv, int rank, const void *data) {
-  const cfg_t *c = data;
-  aa_comm_t *comm = NULL;
-  if (c->dp && aa_comm_init(&comm, rdv, rank, c->dp * c->tp, NULL)) {
-    fprintf(stderr, "  rank %d: %s\n", rank, aa_last_error());
-    return 1;
-  }
-  aa_model_spec_t s;
-  tiny_spec(&s, STEPS);
-  aa_strategy_t st;
-  aa_strategy_default(&st);
-  st.dp = c->dp ? c->dp : 1;
-  st.tp = c->dp ? c->tp : 1;
-  st.sp = c->sp;
-  st.zero = c->zero;
-  st.micro_batch = c->micro_batch;
-  st.amp = c->amp;
-  char dir[600], losses[700], logpath[700];
-  snprintf(dir, sizeof dir, "%s/%s", tmpdir, c->out);
-  snprintf(losses, sizeof losses, "%s/losses", dir);
-  snprintf(logpath, sizeof logpath, "%s/log.%d", dir, rank);
-  FILE *log = fopen(logpath, "w");
-  aa_train_opts_t o = {.threads = 1, .checkpoint_every = c->checkpoint_every, .log_every = 1, .out_dir = dir,
-                       .losses_path = losses, .log = log, .strategy = &st, .comm = comm, .resume = c->resume};
-  int rc = aa_train(&s, &o, NULL);
-  if (rc) fprintf(stderr, "  %s rank %d: %s\n", c->out, rank, aa_last_error());
-  if (log) fclose(log);
-  aa_comm_destroy(comm);
-  return rc ? 1 : 0;
-}
-
-static void run(const cfg_t *c, run_t *r) {
-  char dir[600], path[700], line[512];
-  snprintf(dir, sizeof dir, "%s/%s", tmpdir, c->out);
-  CHECK(aa_mkdirs(dir) == 0);
-  r->ok = gang(c->dp ? c->dp * c->tp : 1, rank_main, c, c->out);
-  for (int i = 0; i <= STEPS; i++) r->loss[i] = r->norm[i] = NAN;
-  snprintf(path, sizeof path, "%s/log.0", dir);
-  FILE *f = fopen(path, "r");
-  int step, total;
-  double l, lr, norm;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "step %d/%d | loss %lf | lr %lf | norm %lf", &step, &total, &l, &lr, &norm) == 5 && step >= 1 &&
-        step <= STEPS)
-      r->norm[step] = norm;
-  if (f) fclose(f);
-  snprintf(path, sizeof path, "%s/losses", dir);
-  f = fopen(path, "r");
-  while (f && fscanf(f, "%d %lf", &step, &l) == 2)
-    if (step >= 1 && step <= STEPS) r->loss[step] = l;
-  if (f) fclose(f);
-}
-
-/* Largest relative difference of the losses of steps 4..STEPS of r from
- * ref's, each checked against tol, and the gradient norms (printed to 3
- * decimals: within 1.5e-3, or equal when tol is 0). AdamW is invariant to
- * the gradient's scale, so a wrong factor would hide from the losses; the
- * norm shows it. */
-static double compare(const char *what, const run_t *r, const run_t *ref, double tol) {
-  double worst = 0;
-  CHECK_MSG(isnan(r->loss[3]) && !isnan(r->loss[4]), "%s: did not resume at step 4", what);
-  for (int s = 4; s <= STEPS; s++) {
-    double d = fabs(r->loss[s] - ref->loss[s]) / fabs(ref->loss[s]);
-    CHECK_MSG(d <= tol, "%s: step %d loss %.9g vs %.9g (relative %.3g)", what, s, r->loss[s], ref->loss[s], d);
-    CHECK_MSG(fabs(r->norm[s] - ref->norm[s]) <= (tol ? 1.5e-3 : 0), "%s: step %d gradient norm %.3f vs %.3f", what,
-              s, r->norm[s], ref->norm[s]);
-    if (!(d <= worst)) worst = d;
-  }
-  return worst;
-}
-
-/* Trains `saved` for STEPS steps, saving at step 3, then resumes each of
- * `resumes` (n of them) from that checkpoint and compares its steps 4-6
- * with the uninterrupted run's. Tolerances: a resume at the saved layout
- * does the uninterrupted run's arithmetic in the same order from the same
- * bits, so its losses and norms are equal exactly. A resume at another
- * layout starts from the same values too (the re-sharding is a copy: the
- * first test shows it is exact), and then differs only in the order of
- * its fp32 sums (another data degree sums the batch's gradient in other
- * groups; another tensor degree adds the row-parallel layers' partial sums,
- * the vocabulary slices' soft-max parts and the gradient norm's squares in
- * other groups), which test_parallel bounds for these models and steps:
- * relative 1e-5 per step in fp32, 1e-4 under bf16, where a master weight
- * moved by an ulp can flip the rounding of its 16-bit copy. Measured here:
- * at most 9.8e-8 (a few fp32 ulps of the loss), while a moment or weight
- * read from the wrong place moves the loss by percents. */
-static void resume_from(const cfg_t *saved, const cfg_t *resumes, size_t n, const char *saved_name) {
-  run_t ra, rb;
-  run(saved, &ra);
-  CHECK_MSG(ra.ok, "%s failed", saved->out);
-  if (!ra.ok) return;
-  char path[700];
-  snprintf(path, sizeof path, "%s/%s/step_000003.ckpt", tmpdir, saved->out);
-  CHECK(access(path, R_OK) == 0);
-  for (size_t i = 0; i < n; i++) {
-    cfg_t b = resumes[i];
-    b.resume = path;
-    b.amp = saved->amp;
-    run(&b, &rb);
-    CHECK_MSG(rb.ok, "%s failed", b.out);
-    int same = b.dp == saved->dp && b.tp == saved->tp && b.zero == saved->zero && b.sp == saved->sp &&
-               b.micro_batch == saved->micro_batch;
-    double tol = same ? 0 : saved->amp == AA_F32 ? REL_TOL : REL_TOL_AMP;
-    double worst = compare(b.out, &rb, &ra, tol);
-    if (!b.dp)
-      fprintf(stderr, "  %s -> one process: steps 4-6 within %.2e of the uninterrupted run%s\n", saved_name, worst,
-              same ? " (equal)" : "");
-    else
-      fprintf(stderr, "  %s -> dp %d x tp %d%s zero %d: steps 4-6 within %.2e of the uninterrupted run%s\n",
-              saved_name, b.dp, b.tp, b.sp ? " sp" : "", b.zero, worst, same ? " (equal)" : "");
-  }
-}
-
-AA_TEST(a_tp2_checkpoint_resumes_at_tp1_tp4_and_dp2_x_tp2_and_bit_identically_at_tp2) {
-  const cfg_t saved = {.dp = 1, .tp = 2, .checkpoint_every = 3, .out = "tp2"};
-  const cfg_t resumes[] = {
-      {.dp = 0, .out = "tp2-one"},
-      {.dp = 1, .tp = 4, .out = "tp2-tp4"},
-      {.dp = 2, .tp = 2, .zero = 1, .out = "tp2-dp2tp2z1"},
-      {.dp = 1, .tp = 2, .out = "tp2-tp2"},
-  };
-  resume_from(&saved, resumes, sizeof resumes / sizeof resumes[0], "tp 2");
-}
-
-AA_TEST(a_dp2_x_tp2_zero3_checkpoint_resumes_at_tp1_and_tp2_and_bit_identically_at_its_layout) {
-  const cfg_t saved = {.dp = 2, .tp = 2, .zero = 3, .checkpoint_every = 3, .out = "z3"};
-  const cfg_t resumes[] = {
-      {.dp = 0, .out = "z3-one"},
-      {.dp = 1, .tp = 2, .out = "z3-tp2"},
-      {.dp = 2, .tp = 2, .zero = 3, .out = "z3-z3"},
-  };
-  resume_from(&saved, resumes, sizeof resumes / sizeof resumes[0], "dp 2 x tp 2 zero 3");
-}
-
-AA_TEST(a_tp1_checkpoint_resumes_at_tp2_and_at_tp4_with_sequence_parallelism) {
-  const cfg_t saved = {.dp = 0, .checkpoint_every = 3, .out = "one"};
-  const cfg_t resumes[] = {
-      {.dp = 1, .tp = 2, .out = "one-tp2"},
-      {.dp = 1, .tp = 4, .sp = 1, .out = "one-tp4sp"},
-  };
-  resume_from(&saved, resumes, sizeof resumes / sizeof resumes[0], "one process");
-}
-
-AA_TEST(a_bf16_dp2_x_tp2_checkpoint_resumes_in_one_process_and_bit_identically_at_its_layout) {
-  const cfg_t saved = {.dp = 2, .tp = 2, .zero = 1, .amp = AA_BF16, .checkpoint_every = 3, .out = "bf16"};
-  const cfg_t resumes[] = {
-      {.dp = 0, .out = "bf16-one"},
-      {.dp = 2, .tp = 2, .zero = 1, .out = "bf16-same"},
-  };
-  resume_from(&saved, resumes, sizeof resumes / sizeof resumes[0], "bf16 dp 2 x tp 2 zero 1");
-}
-
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/aa_test_tp_ckpt_XXXXXX");
   if (!mkdtemp(tmpdir)) return 1;
@@ -671,10 +472,6 @@ int main(void) {
   RUN(checkpoints_reshard_exactly_between_tensor_degrees_data_degrees_and_stages);
   RUN(a_tensor_parallel_checkpoint_with_a_bad_foreign_misplaced_or_missing_file_is_rejected);
   RUN(a_save_that_fails_on_one_rank_fails_on_every_rank_of_the_gang_and_writes_no_manifest);
-  RUN(a_tp2_checkpoint_resumes_at_tp1_tp4_and_dp2_x_tp2_and_bit_identically_at_tp2);
-  RUN(a_dp2_x_tp2_zero3_checkpoint_resumes_at_tp1_and_tp2_and_bit_identically_at_its_layout);
-  RUN(a_tp1_checkpoint_resumes_at_tp2_and_at_tp4_with_sequence_parallelism);
-  RUN(a_bf16_dp2_x_tp2_checkpoint_resumes_in_one_process_and_bit_identically_at_its_layout);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
