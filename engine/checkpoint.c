@@ -351,11 +351,6 @@ typedef struct {
   size_t n_global;           /* the whole model's */
 } layout_t;
 
-/* The unit tensor i of a table belongs to (d = its entry). */
-static int tensor_unit(const aa_arch_t *a, const aa_tensor_desc_t *d, int i) {
-  return d->layer >= 0 ? AA_GPT_UNIT_BLOCK(d->layer) : i < 2 ? 0 : a->n_layer + 1;
-}
-
 static void layout_free(layout_t *l) {
   free(l->tab);
   free(l->unit_off);
@@ -383,7 +378,7 @@ static int layout_init(layout_t *l, const aa_arch_t *a, int tp, const char *path
   for (int t = 0; t < tp; t++) aa_gpt_tensor_table(a, tp, t, l->tab + (size_t)t * l->n_tensors);
   for (int i = 0, prev = -1; i < l->n_tensors; i++) {
     const aa_tensor_desc_t *d = &l->tab[i];
-    int u = tensor_unit(a, d, i);
+    int u = d->unit;
     if (u != prev) l->unit_off[u] = d->offset;
     l->unit_n[u] += d->numel;
     prev = u;
@@ -618,7 +613,7 @@ static int source_read(source_t *s, int sec, int t, int u, size_t a, size_t n, f
  * them, the lowest such rank for elements several hold (a replicated
  * tensor: the same on every rank). */
 static int read_whole(source_t *s, int sec, int i, size_t x, size_t n, float *dst) {
-  const int nt = s->lay.n_tensors, u = tensor_unit(&s->m->arch, &s->lay.tab[i], i);
+  const int nt = s->lay.n_tensors, u = s->lay.tab[i].unit;
   while (n) {
     int t = 0;
     for (; t < s->lay.tp; t++) {

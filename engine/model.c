@@ -168,6 +168,8 @@ void aa_gpt_tensor_table(const aa_arch_t *a, int tp, int r, aa_tensor_desc_t *ou
   }
   add_tensor(&tb, "lnf.w", -1, C, 0, C, 0, WHOLE, 0, 0);
   add_tensor(&tb, "lnf.b", -1, C, 0, C, 0, WHOLE, 0, 0);
+  for (int i = 0; i < tb.n; i++)
+    out[i].unit = out[i].layer >= 0 ? AA_GPT_UNIT_BLOCK(out[i].layer) : i < 2 ? 0 : aa_sizes_units(a) - 1;
 }
 
 /* Index of tensor k (0..11) of layer l. */

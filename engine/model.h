@@ -87,6 +87,7 @@ typedef struct aa_tensor_desc {
   int ndim;      /* 1 or 2 */
   int shape[2];  /* the rank's slice */
   int layer;     /* block index, -1 for wte/wpe/lnf */
+  int unit;      /* the parameter unit it lies in (aa_gpt_unit): 0 wte|wpe, 1 + layer, n_layer + 1 lnf */
   int decay;     /* 1 if AdamW weight decay applies (2-D weights) */
   /* Where the slice lies in the whole model's flat buffer (tp 1): runs
    * runs of run_n elements; run k is local elements [offset + k *

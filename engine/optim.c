@@ -359,7 +359,7 @@ int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr,
   float *mm = z->opt.m.data, *vv = z->opt.v.data;
   for (int i = 0; i < m->n_tensors; i++) {
     const aa_tensor_desc_t *d = &m->tensors[i];
-    int u = d->layer >= 0 ? AA_GPT_UNIT_BLOCK(d->layer) : i < 2 ? 0 : U - 1;
+    int u = d->unit;
     size_t lo = chunk_start(z, u), hi = lo + z->valid[u];
     size_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel < hi ? d->offset + d->numel : hi;
     if (a >= b) continue;
