@@ -7,11 +7,6 @@
 
 #include "sizes.h"
 
-/* Elements of unit u on one rank of s, its tensor slice included. */
-static size_t rank_unit_numel(const aa_arch_t *a, const aa_strategy_t *s, int u) {
-  return aa_sizes_unit_numel(a, s->tp, u);
-}
-
 void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, aa_cost_mem_t *out) {
   memset(out, 0, sizeof *out);
   aa_sizes_rank(arch, s, out->bytes);
@@ -33,11 +28,8 @@ static double recomputed_blocks(const aa_arch_t *arch, const aa_strategy_t *s) {
 
 double aa_cost_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {
   const double C = arch->d_model, T = arch->seq_len, L = arch->n_layer, tp = s->tp;
-  double params = 0;
-  for (int u = 0; u < aa_sizes_units(arch); u++)
-    params += (double)rank_unit_numel(arch, s, u);
-  return 6.0 * params + 12.0 * L * C * T / tp +
-         recomputed_blocks(arch, s) * (2.0 * (double)rank_unit_numel(arch, s, 1) + 4.0 * C * T / tp);
+  return 6.0 * (double)aa_sizes_params(arch, s->tp) + 12.0 * L * C * T / tp +
+         recomputed_blocks(arch, s) * (2.0 * (double)aa_sizes_unit_numel(arch, s->tp, 1) + 4.0 * C * T / tp);
 }
 
 double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {
@@ -82,7 +74,7 @@ static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, uint64_t A, aa
   add(g, AA_COST_ALL_REDUCE, 1, 1, f4);                 /* the loss */
   if (stage >= 1) add(g, AA_COST_ALL_REDUCE, 1, 1, f4); /* the gradient norm */
   for (int u = 0; u < U; u++) {
-    const uint64_t n = rank_unit_numel(a, s, u), padded = (uint64_t)dp * aa_sizes_chunk(n, dp);
+    const uint64_t n = aa_sizes_unit_numel(a, s->tp, u), padded = (uint64_t)dp * aa_sizes_chunk(n, dp);
     if (stage == 0)
       add(g, AA_COST_ALL_REDUCE, 1, n, f4);
     else
@@ -95,10 +87,10 @@ static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, uint64_t A, aa
      * but one in every later forward and backward. */
     const size_t e = aa_dtype_size(s->amp);
     for (int u = 0; u < U; u++) {
-      const uint64_t n = rank_unit_numel(a, s, u);
+      const uint64_t n = aa_sizes_unit_numel(a, s->tp, u);
       add(g, AA_COST_ALL_GATHER, 1, (uint64_t)dp * aa_sizes_chunk(n, dp), e);
     }
-    const uint64_t nb = rank_unit_numel(a, s, 1), again = (L - 1) + 2 * (A - 1) * (L - 1);
+    const uint64_t nb = aa_sizes_unit_numel(a, s->tp, 1), again = (L - 1) + 2 * (A - 1) * (L - 1);
     add(g, AA_COST_ALL_GATHER, again, (uint64_t)dp * aa_sizes_chunk(nb, dp), e);
   }
 }
