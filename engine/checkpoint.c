@@ -801,7 +801,7 @@ static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *
     fprintf(f,
             "{\"format\": \"" MANIFEST_FORMAT "\", \"version\": 2, \"dp\": %d, \"tp\": %d, \"zero\": %d, "
             "\"step\": %d, \"n_params\": %zu, \"model_hash\": \"%s\",\n \"units\": [",
-            z->world, m->tp, z->stage, step, m->n_global, hash);
+            z->world, m->tp, z->stage, step, (size_t)aa_arch_param_count(&m->arch), hash);
   for (int u = 0; u < z->n_units; u++) fprintf(f, "%s[%zu, %zu]", u ? ", " : "", z->unit_off[u], z->unit_n[u]);
   fprintf(f, "],\n \"files\": [");
   const char *slash = strrchr(path, '/');

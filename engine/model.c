@@ -350,7 +350,6 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   aa_gpt_tensor_table(arch, m->tp, m->tp_rank, m->tensors);
   const aa_tensor_desc_t *last = &m->tensors[m->n_tensors - 1];
   m->n_params = last->offset + last->numel;
-  m->n_global = last->goffset + last->gnumel;
   if (opts->zero < 0 || opts->zero > 3) {
     rc = aa_error(AA_EINVAL, "ZeRO stage %d must be 0..3", opts->zero);
     goto fail;

@@ -202,8 +202,7 @@ struct aa_gpt {
 
   int n_tensors;
   aa_tensor_desc_t *tensors; /* owned, n_tensors entries */
-  size_t n_params;           /* this rank's */
-  size_t n_global;           /* the whole model's (aa_arch_param_count) */
+  size_t n_params;           /* this rank's (the whole model's: aa_arch_param_count) */
 
   /* fp32 parameters (the master weights under amp) and fp32 gradients;
    * either may be unallocated under ZeRO (opts.zero). */

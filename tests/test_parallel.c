@@ -503,7 +503,7 @@ static int tp_step_rank(const void *data, int rank) {
 }
 
 /* What a one-step run left, put back into the whole model's layout: loss,
- * norm, gradient and parameters (n_global each); 0 when something is
+ * norm, gradient and parameters (the whole model's count each); 0 when something is
  * missing. Replicated tensors must be equal on every rank. */
 typedef struct {
   float loss, norm;
