@@ -128,6 +128,20 @@ static void die_after_step_2(const aa_train_step_info_t *info, void *data) {
  * something was not freed, so TRAIN_FAILED also says that a failing rank
  * freed everything. */
 #define TRAIN_FAILED 3
+
+/* The strategy a run of c trains with, at this micro-batch (0: the whole
+ * per-rank batch). */
+static void strategy_of(const cfg_t *c, int micro_batch, aa_strategy_t *st) {
+  aa_strategy_default(st);
+  st->dp = c->dp ? c->dp : 1;
+  st->tp = c->tp ? c->tp : 1;
+  st->sp = c->sp;
+  st->ckpt = c->ckpt;
+  st->zero = c->zero;
+  st->micro_batch = micro_batch;
+  st->amp = c->amp;
+}
+
 static int rank_main(const void *data, int rank) {
   const gang_t *g = data;
   const cfg_t *c = g->c;
@@ -142,14 +156,7 @@ static int rank_main(const void *data, int rank) {
   aa_model_spec_t s;
   model_spec(&s, c->model, c->steps);
   aa_strategy_t st;
-  aa_strategy_default(&st);
-  st.dp = c->dp ? c->dp : 1;
-  st.tp = c->tp ? c->tp : 1;
-  st.sp = c->sp;
-  st.ckpt = c->ckpt;
-  st.zero = c->zero;
-  st.micro_batch = c->micro_batch;
-  st.amp = c->amp;
+  strategy_of(c, c->micro_batch, &st);
   char losses[600];
   snprintf(losses, sizeof losses, "%s/losses", dir);
   char logpath[600];
@@ -344,12 +351,25 @@ AA_TEST(per_rank_state_bytes_fall_by_the_zero_ratios) {
   }
 }
 
+/* Every one of the n ranks of run r (of c) accounted, kind by kind, the
+ * bytes the planner's cost model (strategies/cost.h) predicts for its
+ * strategy, to the byte; the prediction into *out. */
+static void check_predicted_bytes(const char *what, const cfg_t *c, const run_t *r, int n, aa_cost_mem_t *out) {
+  aa_model_spec_t s;
+  model_spec(&s, c->model, c->steps);
+  aa_strategy_t st;
+  strategy_of(c, r->micro_batch, &st);
+  aa_cost_memory(&s.arch, &st, out);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < AA_MEM_NKINDS; k++)
+      CHECK_MSG(out->bytes[k] == r->peak[i][k], "%s rank %d %s: predicted %zu, accounted %zu", what, i,
+                aa_mem_kind_name(k), out->bytes[k], r->peak[i][k]);
+}
+
 /* The planner's cost model (strategies/cost.h) on the same dp 4 runs:
  * every kind to the byte, ZeRO's shards and scratch included (the CPU
  * backend has no scratch of its own, the one thing the model leaves out). */
 AA_TEST(the_cost_model_predicts_every_ranks_bytes_at_every_zero_stage) {
-  aa_model_spec_t s;
-  tiny_spec(&s);
   for (aa_dtype_t amp = AA_F32; amp <= AA_BF16; amp++)
     for (int zero = 0; zero <= 3; zero++) {
       const run_t *r = &dp4[amp][zero];
@@ -357,18 +377,10 @@ AA_TEST(the_cost_model_predicts_every_ranks_bytes_at_every_zero_stage) {
         CHECK_MSG(0, "the %s dp 4 zero %d run failed", aa_dtype_name(amp), zero);
         continue;
       }
-      aa_strategy_t st;
-      aa_strategy_default(&st);
-      st.dp = 4;
-      st.zero = zero;
-      st.amp = amp;
-      st.micro_batch = r->micro_batch;
+      char what[32];
+      snprintf(what, sizeof what, "%s zero %d", aa_dtype_name(amp), zero);
       aa_cost_mem_t c;
-      aa_cost_memory(&s.arch, &st, &c);
-      for (int i = 0; i < 4; i++)
-        for (int k = 0; k < AA_MEM_NKINDS; k++)
-          CHECK_MSG(c.bytes[k] == r->peak[i][k], "%s zero %d rank %d %s: predicted %zu, accounted %zu",
-                    aa_dtype_name(amp), zero, i, aa_mem_kind_name(k), c.bytes[k], r->peak[i][k]);
+      check_predicted_bytes(what, &(cfg_t){.dp = 4, .zero = zero, .amp = amp}, r, 4, &c);
     }
 }
 
@@ -413,23 +425,8 @@ static void tp_equivalence(cfg_t c, double tol) {
     CHECK_MSG(dv <= tol, "%s rank %d: val loss %.9g vs %.9g", out, i, r.val_loss[i], ref->val_loss[0]);
     if (!(dv <= worst_val)) worst_val = dv;
   }
-  aa_model_spec_t s;
-  model_spec(&s, TP_MODEL, TP_STEPS);
-  aa_strategy_t st;
-  aa_strategy_default(&st);
-  st.dp = c.dp;
-  st.tp = c.tp;
-  st.sp = c.sp;
-  st.zero = c.zero;
-  st.amp = c.amp;
-  st.ckpt = c.ckpt;
-  st.micro_batch = r.micro_batch;
   aa_cost_mem_t cost;
-  aa_cost_memory(&s.arch, &st, &cost);
-  for (int i = 0; i < n; i++)
-    for (int k = 0; k < AA_MEM_NKINDS; k++)
-      CHECK_MSG(cost.bytes[k] == r.peak[i][k], "%s rank %d %s: predicted %zu, accounted %zu", out, i,
-                aa_mem_kind_name(k), cost.bytes[k], r.peak[i][k]);
+  check_predicted_bytes(out, &c, &r, n, &cost);
   size_t one = 0;
   for (int k = 0; k < AA_MEM_NKINDS; k++) one += ref->peak[0][k];
   fprintf(stderr, "  %s: max relative loss difference %.2e, val %.2e; %zu bytes a rank, %.2f of one process's\n",
