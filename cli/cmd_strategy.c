@@ -233,7 +233,7 @@ static int cmd_check(int argc, char **argv) {
     printf("note: measured on another architecture (hash %s; %s has %s)\n", s.model_hash, spec.name, hash);
   /* The cost model the search prunes with (strategies/cost.h). */
   aa_cost_mem_t m;
-  aa_cost_memory(&spec.arch, &s, &m);
+  aa_cost_memory(&spec.arch, &s, aa_strategy_accum_steps(&s, &spec), &m);
   char need[256], total[32], have[32];
   aa_cost_mem_describe(&m, need, sizeof need);
   printf("memory: a rank needs at least %s", need);

@@ -73,7 +73,18 @@ struct aa_acts {
    * reduce-scatter, and a block's LayerNorm gradients (4C) on their way to
    * the all-reduce. */
   float *xent, *scalars, *full, *partial, *lngrad;
-  int32_t *inputs, *targets; /* (B,T) copies of the last batch, backend memory */
+  /* Pipeline parallelism (sizes.h aa_act_layout_t): where each block's
+   * kept buffers lie in a slot, the chunks' slots, the input buffers
+   * (encoded points at the one in use), the gradient receive buffers, the
+   * send buffer and the last chunk's stash (of the slot in use). */
+  aa_act_block_t *off;
+  size_t chunk_base[AA_PP_CHUNKS_MAX], slot_bytes[AA_PP_CHUNKS_MAX], stash_off;
+  void *act_buf0;
+  float *grad_buf0, *stash;
+  void *send;
+  int32_t *inputs, *targets; /* (B,T) copies of the last batch, backend memory (inputs: of the input
+                                buffer in use; the first stage keeps one per input buffer) */
+  int32_t *inputs_all;
   float *host_losses;        /* (B,T) host copy of losses */
   int have_targets;
 };
@@ -137,6 +148,10 @@ static void add_tensor(table_t *tb, const char *name, int layer, int d0, int d1,
 int aa_gpt_n_tensors(const aa_arch_t *a) { return 2 + a->n_layer * AA_TENSORS_PER_LAYER + 2; }
 
 void aa_gpt_tensor_table(const aa_arch_t *a, int tp, int r, aa_tensor_desc_t *out) {
+  aa_gpt_tensor_table_pp(a, tp, r, NULL, out);
+}
+
+void aa_gpt_tensor_table_pp(const aa_arch_t *a, int tp, int r, const aa_pp_place_t *pp, aa_tensor_desc_t *out) {
   aa_tp_dims_t dims, *d = &dims;
   aa_sizes_tp(a, tp, d);
   int vlo, vvalid;
@@ -170,6 +185,19 @@ void aa_gpt_tensor_table(const aa_arch_t *a, int tp, int r, aa_tensor_desc_t *ou
   add_tensor(&tb, "lnf.b", -1, C, 0, C, 0, WHOLE, 0, 0);
   for (int i = 0; i < tb.n; i++)
     out[i].unit = out[i].layer >= 0 ? AA_GPT_UNIT_BLOCK(out[i].layer) : i < 2 ? 0 : aa_sizes_units(a) - 1;
+  /* A pipeline rank's buffer: only its units, back to back. */
+  size_t local = 0;
+  for (int i = 0; i < tb.n; i++) {
+    aa_tensor_desc_t *t = &out[i];
+    t->copy = t->unit == 0 && aa_pp_unit0_is_copy(pp);
+    if (!aa_pp_holds_unit(pp, a, t->unit)) {
+      t->numel = 0;
+      t->shape[0] = t->shape[1] = 0;
+      t->runs = 0;
+    }
+    t->offset = local;
+    local += t->numel;
+  }
 }
 
 /* Index of tensor k (0..11) of layer l. */
@@ -182,7 +210,7 @@ static int block_full(const aa_gpt_opts_t *o, int l) { return aa_sizes_block_ful
 static aa_act_shape_t act_shape(const aa_gpt_opts_t *o, int B, int T) {
   int tp = o->tensor ? aa_comm_world(o->tensor) : 1;
   return (aa_act_shape_t){.B = B, .T = T, .tp = tp, .sp = tp > 1 && o->sp, .amp = o->amp, .ckpt = o->ckpt,
-                          .ckpt_layers = o->ckpt_layers};
+                          .ckpt_layers = o->ckpt_layers, .pipe = o->pipe && o->pipe->pp > 1 ? o->pipe : NULL};
 }
 
 static size_t field_numel(const aa_gpt_t *m, int f) {
@@ -226,6 +254,13 @@ static void carve(aa_acts_t *a, const aa_act_layout_t *l, const aa_act_block_t *
   a->full = at(ws, l->full);
   a->partial = at(ws, l->partial);
   a->lngrad = at(ws, l->lngrad);
+  memcpy(a->off, blocks, (size_t)n_layer * sizeof *blocks);
+  memcpy(a->chunk_base, l->chunk_base, sizeof a->chunk_base);
+  memcpy(a->slot_bytes, l->slot_bytes, sizeof a->slot_bytes);
+  a->stash_off = l->stash;
+  a->act_buf0 = at(st, l->act_buf);
+  a->grad_buf0 = at(st, l->grad_buf);
+  a->send = at(ws, l->send);
 }
 
 /* Accounts `bytes` of kind in mem and takes them from the backend: the
@@ -331,6 +366,11 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   m->tp = opts->tensor ? aa_comm_world(opts->tensor) : 1;
   m->tp_rank = opts->tensor ? aa_comm_rank(opts->tensor) : 0;
   m->sp = m->tp > 1 && opts->sp;
+  m->pipe = (aa_pp_place_t){.pp = 1, .vpp = 1, .lo = {0}, .hi = {arch->n_layer}, .first = 1, .last = 1,
+                            .slots = {1}};
+  if (opts->pipe && opts->pipe->pp > 1) m->pipe = *opts->pipe;
+  m->pp = m->pipe.pp;
+  m->opts.pipe = &m->pipe;
   aa_sizes_tp(arch, m->tp, &m->d);
   aa_sizes_vocab_rows(arch, m->tp, m->tp_rank, &m->vocab_lo, &m->vocab_valid);
   aa_mem_t *mem = opts->mem;
@@ -340,14 +380,18 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   if (!m->tensors || !m->acts) goto nomem;
   aa_acts_t *a = m->acts;
   a->blocks = calloc(arch->n_layer, sizeof *a->blocks);
+  a->off = calloc(arch->n_layer, sizeof *a->off);
   a->host_losses = malloc(sizeof(float) * B * T);
-  if (!a->blocks || !a->host_losses) goto nomem;
+  if (!a->blocks || !a->off || !a->host_losses) goto nomem;
   /* The token copies are not accounted (they never were): a few bytes per
-   * token, next to the activations' kilobytes. */
-  if ((rc = ops->alloc((void **)&a->inputs, sizeof(int32_t) * B * T)) ||
+   * token, next to the activations' kilobytes. A first pipeline stage
+   * keeps each input buffer's tokens for the embedding's backward. */
+  int copies = m->pp > 1 && m->pipe.first && m->pipe.act_bufs > 1 ? m->pipe.act_bufs : 1;
+  if ((rc = ops->alloc((void **)&a->inputs_all, sizeof(int32_t) * B * T * copies)) ||
       (rc = ops->alloc((void **)&a->targets, sizeof(int32_t) * B * T)))
     goto fail;
-  aa_gpt_tensor_table(arch, m->tp, m->tp_rank, m->tensors);
+  a->inputs = a->inputs_all;
+  aa_gpt_tensor_table_pp(arch, m->tp, m->tp_rank, m->pp > 1 ? &m->pipe : NULL, m->tensors);
   const aa_tensor_desc_t *last = &m->tensors[m->n_tensors - 1];
   m->n_params = last->offset + last->numel;
   if (opts->zero < 0 || opts->zero > 3) {
@@ -360,7 +404,7 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
    * from 3 the parameters (and under amp no 16-bit copy either). What is
    * allocated is sizes.h's, which the cost model predicts from. */
   aa_model_sizes_t sz;
-  aa_sizes_model(arch, m->tp, opts->amp, opts->zero, &sz);
+  aa_sizes_model(arch, m->tp, m->pp > 1 ? &m->pipe : NULL, opts->amp, opts->zero, &sz);
   if ((rc = aa_flatbuf_alloc_as(&m->params, ops, mem, &sz.params)) ||
       (rc = aa_flatbuf_alloc_as(&m->grads, ops, mem, &sz.grads)) ||
       (rc = aa_flatbuf_alloc_as(&m->params16, ops, mem, &sz.params16)))
@@ -395,9 +439,10 @@ void aa_gpt_free(aa_gpt_t *m) {
   if (m->acts) {
     backend_free(m->ops, mem, AA_MEM_ACTS, m->acts->store_bytes, m->acts->store);
     backend_free(m->ops, mem, AA_MEM_WORKSPACE, m->acts->ws_bytes, m->acts->ws);
-    if (m->acts->inputs) m->ops->free(m->acts->inputs);
+    if (m->acts->inputs_all) m->ops->free(m->acts->inputs_all);
     if (m->acts->targets) m->ops->free(m->acts->targets);
     free(m->acts->blocks);
+    free(m->acts->off);
     free(m->acts->host_losses);
     free(m->acts);
   }
@@ -712,61 +757,6 @@ static int loss_forward(aa_gpt_t *m) {
   return 0;
 }
 
-int aa_gpt_forward(aa_gpt_t *m, const int32_t *inputs, const int32_t *targets, float *loss) {
-  const aa_ops_t *op = m->ops;
-  aa_acts_t *a = m->acts;
-  int B = m->B, T = m->T, C = m->d.C, V = m->arch.vocab_size, N = B * T, Ns = stream_tokens(m), rc;
-  size_t NsC = (size_t)Ns * C;
-  for (int i = 0; i < N; i++) {
-    if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
-      return aa_error(AA_EINVAL, "token id out of range [0, %d) at position %d", V, i);
-  }
-  /* Under amp every GEMM operand is a rounded 16-bit value (rnd), which
-   * lets the backend multiply in 16 bits (ops.h). */
-  op->set_gemm_inputs(m->opts.amp);
-  if ((rc = op->upload(a->inputs, inputs, sizeof(int32_t) * N)) ||
-      (targets && (rc = op->upload(a->targets, targets, sizeof(int32_t) * N))))
-    return rc;
-  /* Under ZeRO >= 1 with amp the trainer writes the 16-bit copy itself
-   * (there are no full fp32 weights here to round). */
-  int amp = m->opts.amp != AA_F32, refreshed = amp && m->params16_stale;
-  if (refreshed && m->params.data) op->cast_from_f32(m->params16.data, m->opts.amp, m->params.data, m->n_params);
-  m->params16_stale = 0;
-  outer_weights_t ow;
-  if ((rc = outer_weights(m, refreshed, &ow))) return rc;
-  float *x = amp ? a->ws_res[1] : (float *)a->encoded;
-  /* Each rank embeds the tokens of its vocabulary slice (the positions
-   * through rank 0); the group sums them. */
-  op->encoder_forward_vocab(row_output(m, x), a->inputs, ow.wte, m->tp_rank == 0 ? ow.wpe : NULL, m->vocab_lo,
-                            m->vocab_valid, B, T, C);
-  if ((rc = row_reduce(m, x))) return rc;
-  rnd(m, a->encoded, x, NsC);
-  for (int l = 0; l < m->arch.n_layer; l++) {
-    block_view_t v;
-    float *w;
-    if ((rc = block_weights(m, l, &w))) return rc;
-    block_view(m, l, &v);
-    if ((rc = block_forward(m, l, x, w, &v, 1))) return rc;
-    x = v.f[F_RES3];
-  }
-  op->layernorm_forward(a->lnf, a->lnf_stats, a->lnf_stats + Ns, x, ow.lnfw, ow.lnfb, Ns, C);
-  rnd(m, NULL, a->lnf, NsC);
-  const float *in;
-  if ((rc = column_input(m, a->lnf, &in))) return rc;
-  op->matmul_forward(a->logits, in, ow.wte, NULL, N, C, m->d.Vl);
-  a->have_targets = 0;
-  if (!targets) return (rc = op->sync()) ? rc : charge_scratch(m);
-  if ((rc = loss_forward(m)) || (rc = op->download(a->host_losses, a->losses, sizeof(float) * N)) ||
-      (rc = op->sync()) || (rc = charge_scratch(m)))
-    return rc;
-  a->have_targets = 1;
-  double sum = 0;
-  for (int i = 0; i < N; i++) sum += a->host_losses[i];
-  m->loss = (float)(sum / N);
-  if (loss) *loss = m->loss;
-  return 0;
-}
-
 /* The gradient of a column-parallel layer's (or the head's) input: each
  * rank's partial, from its slice of the layer, is in row_output(m,
  * acts->dln); the group's sum lands in acts->dln (the rank's tokens),
@@ -799,20 +789,115 @@ static int sum_ln_grads(aa_gpt_t *m, float *g[], int n) {
   return 0;
 }
 
-int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
+/* Checks the token ids of a micro-batch (targets may be NULL). */
+static int check_tokens(const aa_gpt_t *m, const int32_t *inputs, const int32_t *targets) {
+  const int V = m->arch.vocab_size, N = m->B * m->T;
+  for (int i = 0; i < N; i++) {
+    if ((inputs && (inputs[i] < 0 || inputs[i] >= V)) || (targets && (targets[i] < 0 || targets[i] >= V)))
+      return aa_error(AA_EINVAL, "token id out of range [0, %d) at position %d", V, i);
+  }
+  return 0;
+}
+
+/* The start of a pass: the 16-bit copy refreshed when stale (under amp)
+ * and the outer weights (wte|wpe, lnf) where the pass reads them. */
+static int pass_begin(aa_gpt_t *m, outer_weights_t *ow) {
+  const aa_ops_t *op = m->ops;
+  /* Under amp every GEMM operand is a rounded 16-bit value (rnd), which
+   * lets the backend multiply in 16 bits (ops.h). */
+  op->set_gemm_inputs(m->opts.amp);
+  /* Under ZeRO >= 1 with amp the trainer writes the 16-bit copy itself
+   * (there are no full fp32 weights here to round). */
+  int amp = m->opts.amp != AA_F32, refreshed = amp && m->params16_stale;
+  if (refreshed && m->params.data) op->cast_from_f32(m->params16.data, m->opts.amp, m->params.data, m->n_params);
+  m->params16_stale = 0;
+  return outer_weights(m, refreshed, ow);
+}
+
+/* The embedding of the tokens in acts->inputs into x (fp32; the group's
+ * sum of every rank's vocabulary slice, the positions through rank 0),
+ * stored rounded into acts->encoded. */
+static int embed_forward(aa_gpt_t *m, const outer_weights_t *ow, float *x) {
+  aa_acts_t *a = m->acts;
+  m->ops->encoder_forward_vocab(row_output(m, x), a->inputs, ow->wte, m->tp_rank == 0 ? ow->wpe : NULL, m->vocab_lo,
+                                m->vocab_valid, m->B, m->T, m->d.C);
+  int rc = row_reduce(m, x);
+  if (!rc) rnd(m, a->encoded, x, (size_t)stream_tokens(m) * m->d.C);
+  return rc;
+}
+
+/* Blocks [lo, hi) forward from x; *out = the last one's output (fp32). */
+static int blocks_forward(aa_gpt_t *m, int lo, int hi, float *x, float **out) {
+  int rc;
+  for (int l = lo; l < hi; l++) {
+    block_view_t v;
+    float *w;
+    if ((rc = block_weights(m, l, &w))) return rc;
+    block_view(m, l, &v);
+    if ((rc = block_forward(m, l, x, w, &v, 1))) return rc;
+    x = v.f[F_RES3];
+  }
+  *out = x;
+  return 0;
+}
+
+/* The final LayerNorm and the head from x (the last block's output), and
+ * with targets (uploaded to acts->targets) the per-token losses and their
+ * mean into m->loss. */
+static int head_forward(aa_gpt_t *m, const outer_weights_t *ow, const float *x, int targets) {
   const aa_ops_t *op = m->ops;
   aa_acts_t *a = m->acts;
-  if (!a->have_targets) return aa_error(AA_EINVAL, "backward needs a forward pass with targets");
-  op->set_gemm_inputs(m->opts.amp);
-  const int B = m->B, T = m->T, C = m->d.C, Cl = m->d.Cl, F = m->d.F, NH = m->d.NH, Vl = m->d.Vl;
-  const int N = B * T, Ns = stream_tokens(m), L = m->arch.n_layer;
-  const size_t NC = (size_t)N * C, NsC = (size_t)Ns * C, NCl = (size_t)N * Cl, NF_ = (size_t)N * F;
+  const int N = m->B * m->T, Ns = stream_tokens(m), C = m->d.C;
   int rc;
-  outer_weights_t ow;
-  float *g_wte, *g_lnf;
-  const float *in, *dout;
-  if ((rc = outer_weights(m, 0, &ow)) || (rc = unit_grads(m, 0, &g_wte)) || (rc = unit_grads(m, L + 1, &g_lnf)))
+  op->layernorm_forward(a->lnf, a->lnf_stats, a->lnf_stats + Ns, x, ow->lnfw, ow->lnfb, Ns, C);
+  rnd(m, NULL, a->lnf, (size_t)Ns * C);
+  const float *in;
+  if ((rc = column_input(m, a->lnf, &in))) return rc;
+  op->matmul_forward(a->logits, in, ow->wte, NULL, N, C, m->d.Vl);
+  a->have_targets = 0;
+  if (!targets) return (rc = op->sync()) ? rc : charge_scratch(m);
+  if ((rc = loss_forward(m)) || (rc = op->download(a->host_losses, a->losses, sizeof(float) * N)) ||
+      (rc = op->sync()) || (rc = charge_scratch(m)))
     return rc;
+  a->have_targets = 1;
+  double sum = 0;
+  for (int i = 0; i < N; i++) sum += a->host_losses[i];
+  m->loss = (float)(sum / N);
+  return 0;
+}
+
+int aa_gpt_forward(aa_gpt_t *m, const int32_t *inputs, const int32_t *targets, float *loss) {
+  const aa_ops_t *op = m->ops;
+  aa_acts_t *a = m->acts;
+  const int N = m->B * m->T;
+  int rc;
+  if (m->pp > 1) return aa_error(AA_EINVAL, "a pipeline stage runs aa_gpt_stage_forward, not the whole model");
+  if ((rc = check_tokens(m, inputs, targets))) return rc;
+  if ((rc = op->upload(a->inputs, inputs, sizeof(int32_t) * N)) ||
+      (targets && (rc = op->upload(a->targets, targets, sizeof(int32_t) * N))))
+    return rc;
+  outer_weights_t ow;
+  if ((rc = pass_begin(m, &ow))) return rc;
+  float *x = m->opts.amp != AA_F32 ? a->ws_res[1] : (float *)a->encoded;
+  if ((rc = embed_forward(m, &ow, x)) || (rc = blocks_forward(m, 0, m->arch.n_layer, x, &x)) ||
+      (rc = head_forward(m, &ow, x, targets != NULL)))
+    return rc;
+  if (targets && loss) *loss = m->loss;
+  return 0;
+}
+
+/* The head's and the final LayerNorm's backward from the probabilities of
+ * the last forward: their gradients, and the gradient of the last block's
+ * output into acts->dres. */
+static int head_backward(aa_gpt_t *m, const outer_weights_t *ow, float *g_wte, float grad_scale) {
+  const aa_ops_t *op = m->ops;
+  aa_acts_t *a = m->acts;
+  const int N = m->B * m->T, Ns = stream_tokens(m), C = m->d.C, Vl = m->d.Vl, L = m->arch.n_layer;
+  const size_t NC = (size_t)N * C, NsC = (size_t)Ns * C;
+  float *g_lnf;
+  const float *in;
+  int rc;
+  if ((rc = unit_grads(m, L + 1, &g_lnf))) return rc;
   /* Mean loss over N tokens: every row's gradient carries 1/N. The
    * probabilities are turned into logit gradients in place. Under amp each
    * activation gradient is rounded like the activations (rnd). */
@@ -822,15 +907,28 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
   a->have_targets = 0; /* the probabilities are gone now */
   if ((rc = column_input(m, a->lnf, &in))) return rc;
   op->memset0(row_output(m, a->dln), NC * sizeof(float));
-  op->matmul_backward(row_output(m, a->dln), g_wte, NULL, a->logits, in, ow.wte, N, C, Vl);
+  op->matmul_backward(row_output(m, a->dln), g_wte, NULL, a->logits, in, ow->wte, N, C, Vl);
   if ((rc = column_input_grad(m))) return rc;
   op->memset0(a->dres, NsC * sizeof(float));
   float *glnf = ln_grads(m, g_lnf, 0);
-  op->layernorm_backward(a->dres, glnf, glnf + C, a->dln, block_input(m, L), ow.lnfw, a->lnf_stats,
+  op->layernorm_backward(a->dres, glnf, glnf + C, a->dln, block_input(m, L), ow->lnfw, a->lnf_stats,
                          a->lnf_stats + Ns, Ns, C);
   rnd(m, NULL, a->dres, NsC);
-  if ((rc = sum_ln_grads(m, (float *[]){g_lnf}, 1)) || (rc = grads_done(m, L + 1))) return rc;
-  for (int l = L - 1; l >= 0; l--) {
+  if ((rc = sum_ln_grads(m, (float *[]){g_lnf}, 1))) return rc;
+  return grads_done(m, L + 1);
+}
+
+/* Blocks hi-1 down to lo backward, from d(block hi-1's output) in
+ * acts->dres to d(block lo's input) there. */
+static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
+  const aa_ops_t *op = m->ops;
+  aa_acts_t *a = m->acts;
+  const int B = m->B, T = m->T, C = m->d.C, Cl = m->d.Cl, F = m->d.F, NH = m->d.NH;
+  const int N = B * T, Ns = stream_tokens(m);
+  const size_t NC = (size_t)N * C, NsC = (size_t)Ns * C, NCl = (size_t)N * Cl, NF_ = (size_t)N * F;
+  const float *in, *dout;
+  int rc;
+  for (int l = hi - 1; l >= lo; l--) {
     block_view_t v;
     float *w, *gb;
     if ((rc = block_weights(m, l, &w)) || (rc = unit_grads(m, AA_GPT_UNIT_BLOCK(l), &gb))) return rc;
@@ -875,13 +973,35 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
 #undef G
     if ((rc = grads_done(m, AA_GPT_UNIT_BLOCK(l)))) return rc;
   }
-  /* The embedding's gradient from the whole residual gradient: the rank's
-   * vocabulary rows, and the positions (the same on every rank). */
+  return 0;
+}
+
+/* The embedding's gradient (into unit 0's, g_wte) from the whole residual
+ * gradient in acts->dres: the rank's vocabulary rows, and the positions
+ * (the same on every rank). */
+static int embed_backward(aa_gpt_t *m, float *g_wte) {
+  aa_acts_t *a = m->acts;
+  const float *dout;
+  int rc;
   if ((rc = column_input(m, a->dres, &dout))) return rc;
-  op->encoder_backward_vocab(g_wte, g_wte + m->tensors[1].offset, dout, a->inputs, m->vocab_lo, m->vocab_valid, B, T,
-                             C);
-  if ((rc = op->sync()) || (rc = charge_scratch(m))) return rc;
+  m->ops->encoder_backward_vocab(g_wte, g_wte + m->tensors[1].offset, dout, a->inputs, m->vocab_lo, m->vocab_valid,
+                                 m->B, m->T, m->d.C);
+  if ((rc = m->ops->sync()) || (rc = charge_scratch(m))) return rc;
   return grads_done(m, 0);
+}
+
+int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
+  aa_acts_t *a = m->acts;
+  if (m->pp > 1) return aa_error(AA_EINVAL, "a pipeline stage runs aa_gpt_stage_backward, not the whole model");
+  if (!a->have_targets) return aa_error(AA_EINVAL, "backward needs a forward pass with targets");
+  m->ops->set_gemm_inputs(m->opts.amp);
+  outer_weights_t ow;
+  float *g_wte; /* asked for once: the tied head starts unit 0's gradient, the embedding ends it */
+  int rc;
+  if ((rc = outer_weights(m, 0, &ow)) || (rc = unit_grads(m, 0, &g_wte)) ||
+      (rc = head_backward(m, &ow, g_wte, grad_scale)) || (rc = blocks_backward(m, 0, m->arch.n_layer)))
+    return rc;
+  return embed_backward(m, g_wte);
 }
 
 void aa_gpt_zero_grad(aa_gpt_t *m) {

@@ -75,6 +75,7 @@
 #include "../common/mem.h"
 #include "../common/spec.h"
 #include "../kernels/ops.h"
+#include "../strategies/pipeline.h"
 #include "../strategies/sizes.h"
 #include "../strategies/strategy.h"
 
@@ -100,6 +101,8 @@ typedef struct aa_tensor_desc {
   int runs;
   size_t run_n, run_lstride, run_global, run_gstride;
   int replicated; /* the same on every tensor rank (whole): its gradient too */
+  int copy;       /* the last pipeline stage's copy of wte|wpe for the tied head: the first stage's
+                     tensor, counted there (the gradient norm, a checkpoint) */
 } aa_tensor_desc_t;
 
 /* The tensor table of tensor rank r of tp (tp 1: the whole model) for
@@ -110,6 +113,11 @@ typedef struct aa_tensor_desc {
  * through the tables of both. */
 int aa_gpt_n_tensors(const aa_arch_t *a);
 void aa_gpt_tensor_table(const aa_arch_t *a, int tp, int r, aa_tensor_desc_t *out);
+/* The same on pipeline place pp (strategies/pipeline.h; NULL: the whole
+ * model): every tensor keeps its entry, and one the rank does not hold
+ * has no elements (numel 0, no runs), so the rank's flat buffer holds only
+ * its units, in layout order. The last stage's wte and wpe are copies. */
+void aa_gpt_tensor_table_pp(const aa_arch_t *a, int tp, int r, const aa_pp_place_t *pp, aa_tensor_desc_t *out);
 
 /* Flat buffer of one element type in one backend's memory, accounted in a
  * memory accountant under one kind. */
@@ -152,6 +160,7 @@ typedef struct aa_gpt_opts {
   aa_mem_t *mem;        /* accountant for every model buffer (borrowed; may be NULL) */
   aa_comm_t *tensor;    /* the tensor-parallel group (borrowed; outlives the model); NULL = tp 1 */
   int sp;               /* sequence parallelism over it (tp > 1, tp dividing B T) */
+  const aa_pp_place_t *pipe; /* the rank's pipeline place (copied); NULL or pp 1 = the whole model */
 } aa_gpt_opts_t;
 
 /* Named views into the activation buffers. */
@@ -199,6 +208,8 @@ struct aa_gpt {
   int sp;              /* sequence parallelism (tp > 1 only) */
   aa_tp_dims_t d;      /* this rank's dimensions */
   int vocab_lo, vocab_valid; /* the vocabulary rows this rank holds (sizes.h aa_sizes_vocab_rows) */
+  aa_pp_place_t pipe;        /* the pipeline place (pp 1: the whole model) */
+  int pp;                    /* pipe.pp */
 
   int n_tensors;
   aa_tensor_desc_t *tensors; /* owned, n_tensors entries */

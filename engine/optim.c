@@ -233,7 +233,7 @@ int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t
   /* Every buffer is the size strategies/sizes.h gives, which the cost model
    * predicts from; its units are the model's by construction. */
   aa_zero_sizes_t sz;
-  aa_sizes_zero(&m->arch, m->tp, z->amp, stage, z->world, &sz);
+  aa_sizes_zero(&m->arch, m->tp, m->pp > 1 ? &m->pipe : NULL, z->amp, stage, z->world, &sz);
   if (sz.shard != z->shard_numel) {
     rc = aa_error(AA_EINTERNAL, "ZeRO shard of %zu elements, sizes.h says %zu", z->shard_numel, sz.shard);
     goto fail;

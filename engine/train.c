@@ -57,6 +57,11 @@ typedef struct {
   FILE *devnull; /* the log of ranks other than 0, and of a dry run given none */
 } trainer_t;
 
+const char *aa_time_kind_name(aa_time_kind_t k) {
+  static const char *const names[AA_TIME_KINDS] = {"forward", "backward", "optimizer", "pipeline_comm", "bubble"};
+  return (unsigned)k < AA_TIME_KINDS ? names[k] : "?";
+}
+
 /* Moves the loader to this rank's part of the next global batch of
  * accum * dp micro-batches (before = 1) or past the rest of it (before = 0):
  * over a group of one, nothing to skip. */

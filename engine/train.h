@@ -12,6 +12,25 @@
 #include "../strategies/strategy.h"
 #include "../comm/comm.h"
 
+/* Where one rank's step time goes (Merak's wall_clock_breakdown), in
+ * milliseconds: its forward and backward passes (their tensor-group
+ * collectives included), the optimizer step (the data group's gradient
+ * reduction and the step's own collectives included), what the pipeline
+ * moved (point-to-point sends and receives, the embedding group's sum)
+ * and the pipeline's wait, the step's time spent in none of these
+ * (mostly waiting in a receive for a stage that is still computing:
+ * the bubble). forward + backward + optimizer + pipeline_comm + bubble is
+ * the step's time. */
+typedef enum {
+  AA_TIME_FORWARD,
+  AA_TIME_BACKWARD,
+  AA_TIME_OPTIMIZER,
+  AA_TIME_PIPELINE_COMM,
+  AA_TIME_BUBBLE,
+  AA_TIME_KINDS
+} aa_time_kind_t;
+const char *aa_time_kind_name(aa_time_kind_t k); /* "forward", "backward", "optimizer", "pipeline_comm", "bubble" */
+
 /* What the step callback is told after every optimizer step. */
 typedef struct aa_train_step_info {
   int step, total;     /* 1-based step just done, of the run's total */
@@ -19,6 +38,7 @@ typedef struct aa_train_step_info {
   double tokens_per_s; /* of this step alone */
   double step_ms;
   const char *phase; /* "train"; dry runs: "warmup" (untimed) or "measure" */
+  double time_ms[AA_TIME_KINDS]; /* this rank's breakdown of the step */
 } aa_train_step_info_t;
 
 typedef void (*aa_train_step_fn)(const aa_train_step_info_t *info, void *data);
@@ -68,6 +88,10 @@ typedef struct aa_train_result {
   double peak_flops;     /* CUDA: the device's dense bf16 FLOP/s estimate (aa_cuda_device_info); 0 on CPU */
   aa_mem_t mem;          /* memory accounting: peak bytes by kind */
   char key[AA_STRATEGY_KEY_MAX]; /* the strategy that ran */
+  /* This rank (its own figures, not the group's): its place in the mesh
+   * and the mean breakdown of its timed steps. */
+  int rank, dp_rank, tp_rank, pp_rank;
+  double time_ms[AA_TIME_KINDS];
 } aa_train_result_t;
 
 /* Trains spec as configured, with the strategy's knobs (amp, activation

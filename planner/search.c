@@ -23,9 +23,9 @@ void aa__search_free(aa_search_t *s) {
 /* Prunes a valid candidate that cannot fit: the bytes a rank must hold
  * (strategies/cost.h) are a lower bound of its peak, so a total past the
  * device's memory is an oom before any step. */
-static void prune_if_too_big(aa_search_t *s, aa_cand_t *c, const aa_arch_t *arch, uint64_t memory) {
+static void prune_if_too_big(aa_search_t *s, aa_cand_t *c, const aa_model_spec_t *spec, uint64_t memory) {
   aa_cost_mem_t m;
-  aa_cost_memory(arch, &c->s, &m);
+  aa_cost_memory(&spec->arch, &c->s, aa_strategy_accum_steps(&c->s, spec), &m);
   c->bytes = m.total;
   if (!memory || m.total <= memory) return;
   char need[256], have[32];
@@ -75,7 +75,7 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
       snprintf(c->reason, sizeof c->reason, "%s", aa_last_error());
     } else {
       s->valid++;
-      prune_if_too_big(s, c, &spec->arch, memory);
+      prune_if_too_big(s, c, spec, memory);
     }
     aa_strategy_key(&c->s, c->key);
   }

@@ -7,10 +7,19 @@
 
 #include "sizes.h"
 
-void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, aa_cost_mem_t *out) {
+void aa_cost_memory_stage(const aa_arch_t *arch, const aa_strategy_t *s, int m, int stage, aa_cost_mem_t *out) {
   memset(out, 0, sizeof *out);
-  aa_sizes_rank(arch, s, out->bytes);
+  if (aa_sizes_rank(arch, s, m, stage, out->bytes)) memset(out->bytes, 0, sizeof out->bytes);
   for (int k = 0; k < AA_MEM_NKINDS; k++) out->total += out->bytes[k];
+}
+
+void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, int m, aa_cost_mem_t *out) {
+  aa_cost_memory_stage(arch, s, m, 0, out);
+  for (int st = 1; st < s->pp; st++) {
+    aa_cost_mem_t c;
+    aa_cost_memory_stage(arch, s, m, st, &c);
+    if (c.total > out->total) *out = c;
+  }
 }
 
 void aa_cost_mem_describe(const aa_cost_mem_t *m, char *out, size_t n) {

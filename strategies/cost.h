@@ -26,7 +26,13 @@ typedef struct aa_cost_mem {
   size_t total;
 } aa_cost_mem_t;
 
-void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, aa_cost_mem_t *out);
+/* Under pipeline parallelism a rank's bytes depend on its stage and on
+ * the m micro-batches of a step (the activations its schedule keeps in
+ * flight): aa_cost_memory_stage gives pipeline rank `stage`'s, and
+ * aa_cost_memory the most any stage needs (both ignore m and stage at pp
+ * 1). A strategy the pipeline rules refuse gives zeros. */
+void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, int m, aa_cost_mem_t *out);
+void aa_cost_memory_stage(const aa_arch_t *arch, const aa_strategy_t *s, int m, int stage, aa_cost_mem_t *out);
 
 /* "19.8 MiB (params 1.6 MiB, grads 3.2 MiB, optim 9.5 MiB, acts 707.0 KiB,
  * workspace 4.8 MiB)" into out (n bytes, truncated to fit). */

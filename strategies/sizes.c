@@ -44,6 +44,16 @@ size_t aa_sizes_params(const aa_arch_t *a, int tp) {
   return n;
 }
 
+size_t aa_sizes_unit_held(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, int u) {
+  return aa_pp_holds_unit(pp, a, u) ? aa_sizes_unit_numel(a, tp, u) : 0;
+}
+
+size_t aa_sizes_params_held(const aa_arch_t *a, int tp, const aa_pp_place_t *pp) {
+  size_t n = 0;
+  for (int u = 0; u < aa_sizes_units(a); u++) n += aa_sizes_unit_held(a, tp, pp, u);
+  return n;
+}
+
 int aa_sizes_zero_stage(int zero, int dp) { return dp > 1 ? zero : 0; }
 
 size_t aa_sizes_chunk(size_t n, int dp) { return (n + (size_t)dp - 1) / (size_t)dp; }
@@ -56,8 +66,9 @@ static aa_buf_size_t buf(int allocated, size_t numel, aa_dtype_t dtype, aa_mem_k
   return (aa_buf_size_t){allocated ? numel : 0, dtype, kind};
 }
 
-void aa_sizes_model(const aa_arch_t *a, int tp, aa_dtype_t amp, int zero, aa_model_sizes_t *out) {
-  const size_t n = aa_sizes_params(a, tp);
+void aa_sizes_model(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero,
+                    aa_model_sizes_t *out) {
+  const size_t n = aa_sizes_params_held(a, tp, pp);
   const int mixed = amp != AA_F32;
   /* Under amp the fp32 parameters are the master weights, which the ZeRO
    * accounting counts with the optimizer state; the 16-bit copy is what
@@ -67,13 +78,14 @@ void aa_sizes_model(const aa_arch_t *a, int tp, aa_dtype_t amp, int zero, aa_mod
   out->params16 = buf(mixed && zero < 3, n, amp, AA_MEM_PARAMS);
 }
 
-void aa_sizes_zero(const aa_arch_t *a, int tp, aa_dtype_t amp, int zero, int dp, aa_zero_sizes_t *out) {
+void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero, int dp,
+                   aa_zero_sizes_t *out) {
   memset(out, 0, sizeof *out);
   /* The largest chunk c, and the largest padded unit (dp * c) of each slot;
    * dp times the largest chunk is the widest padded unit of all. */
   size_t max_chunk = 0, padded[3] = {0};
   for (int u = 0; u < aa_sizes_units(a); u++) {
-    size_t c = aa_sizes_chunk(aa_sizes_unit_numel(a, tp, u), dp);
+    size_t c = aa_sizes_chunk(aa_sizes_unit_held(a, tp, pp, u), dp);
     int k = aa_sizes_slot(a, u);
     out->shard += c;
     if (c > max_chunk) max_chunk = c;
@@ -81,7 +93,7 @@ void aa_sizes_zero(const aa_arch_t *a, int tp, aa_dtype_t amp, int zero, int dp,
   }
   const int mixed = amp != AA_F32;
   const size_t S = out->shard;
-  out->moment = buf(1, zero ? S : aa_sizes_params(a, tp), AA_F32, AA_MEM_OPTIM);
+  out->moment = buf(1, zero ? S : aa_sizes_params_held(a, tp, pp), AA_F32, AA_MEM_OPTIM);
   out->gshard = buf(zero >= 2, S, AA_F32, AA_MEM_GRADS);
   out->master = buf(zero >= 1 && mixed, S, AA_F32, AA_MEM_OPTIM);
   out->pshard = buf(zero == 3, S, amp, AA_MEM_PARAMS);
@@ -137,49 +149,92 @@ static size_t take(size_t *size, size_t bytes) {
   return at;
 }
 
+/* Block l's kept buffers, taken from *st (offsets from where *st counts
+ * from); need[f] is set for a field some block does not keep. A chunk's
+ * last block under pipeline parallelism (out_elsewhere) keeps its output
+ * in the send buffer instead. Returns whether the block is recomputed whole. */
+static int take_block(const aa_arch_t *a, const aa_act_shape_t *sh, int l, int out_elsewhere, size_t *st,
+                      size_t stats, int need[AA_ACT_FIELDS], aa_act_block_t *b) {
+  const size_t es = aa_dtype_size(sh->amp);
+  for (int f = 0; f < AA_ACT_FIELDS; f++) {
+    b->field[f] = AA_SIZES_NONE;
+    if (kept(sh->ckpt, sh->ckpt_layers, l, f) && !(f == AA_ACT_RES3 && out_elsewhere))
+      b->field[f] = take(st, aa_sizes_field_numel(a, sh, f) * es);
+    else if (f != AA_ACT_RES3 || !out_elsewhere) need[f] = 1;
+  }
+  b->stats = AA_SIZES_NONE;
+  if (aa_sizes_block_full(sh->ckpt, sh->ckpt_layers, l)) return 1;
+  b->stats = take(st, stats);
+  return 0;
+}
+
 void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t *o, aa_act_block_t *blocks) {
   aa_tp_dims_t d;
   aa_sizes_tp(a, sh->tp, &d);
-  const aa_ckpt_mode_t ckpt = sh->ckpt;
-  const int ckpt_layers = sh->ckpt_layers;
   const size_t C = (size_t)d.C, Cl = (size_t)d.Cl, Vl = (size_t)d.Vl, F = (size_t)d.F;
   const size_t N = (size_t)sh->B * (size_t)sh->T, Ns = stream_tokens(sh), es = aa_dtype_size(sh->amp);
   const size_t f4 = sizeof(float), stats = (4 * Ns + (size_t)d.NH * N) * f4;
   const int mixed = sh->amp != AA_F32, tp = d.tp > 1, sp = tp && sh->sp;
+  const aa_pp_place_t *pp = sh->pipe && sh->pipe->pp > 1 ? sh->pipe : NULL;
   int any_full = 0, need[AA_ACT_FIELDS] = {0};
   size_t st = 0, ws = 0;
   memset(o, 0xff, sizeof *o); /* every offset AA_SIZES_NONE (all bits set) until taken */
-  o->encoded = take(&st, Ns * C * es);
-  for (int l = 0; l < a->n_layer; l++) {
-    aa_act_block_t b;
-    for (int f = 0; f < AA_ACT_FIELDS; f++) {
-      b.field[f] = AA_SIZES_NONE;
-      if (kept(ckpt, ckpt_layers, l, f)) b.field[f] = take(&st, aa_sizes_field_numel(a, sh, f) * es);
-      else need[f] = 1;
+  if (blocks) memset(blocks, 0xff, (size_t)a->n_layer * sizeof *blocks); /* blocks not held: none */
+  if (!pp) {
+    o->chunk_base[0] = 0;
+    o->encoded = take(&st, Ns * C * es);
+    for (int l = 0; l < a->n_layer; l++) {
+      aa_act_block_t b;
+      any_full |= take_block(a, sh, l, 0, &st, stats, need, &b);
+      if (blocks) blocks[l] = b;
     }
-    b.stats = AA_SIZES_NONE;
-    if (aa_sizes_block_full(ckpt, ckpt_layers, l)) any_full = 1;
-    else b.stats = take(&st, stats);
-    if (blocks) blocks[l] = b;
+    o->lnf = take(&st, Ns * C * f4);
+    o->lnf_stats = take(&st, 2 * Ns * f4);
+    o->logits = take(&st, N * Vl * f4);
+    o->losses = take(&st, N * f4);
+    o->slot_bytes[0] = st;
+  } else {
+    /* One slot of each chunk laid out from 0, then the chunk's slots back
+     * to back. */
+    for (int c = 0; c < pp->vpp; c++) {
+      size_t slot = 0;
+      for (int l = pp->lo[c]; l < pp->hi[c]; l++) {
+        aa_act_block_t b;
+        any_full |= take_block(a, sh, l, l == pp->hi[c] - 1, &slot, stats, need, &b);
+        if (blocks) blocks[l] = b;
+      }
+      if (pp->last && c == pp->vpp - 1) o->stash = take(&slot, Ns * C * f4);
+      o->chunk_base[c] = st;
+      o->slot_bytes[c] = slot;
+      st += slot * (size_t)pp->slots[c];
+    }
+    if (pp->last) {
+      o->lnf = take(&st, Ns * C * f4);
+      o->lnf_stats = take(&st, 2 * Ns * f4);
+      o->logits = take(&st, N * Vl * f4);
+      o->losses = take(&st, N * f4);
+    }
+    o->act_buf = st;
+    for (int k = 0; k < pp->act_bufs; k++) take(&st, Ns * C * es);
+    o->grad_buf = st;
+    for (int k = 0; k < pp->grad_bufs; k++) take(&st, Ns * C * f4);
   }
-  o->lnf = take(&st, Ns * C * f4);
-  o->lnf_stats = take(&st, 2 * Ns * f4);
-  o->logits = take(&st, N * Vl * f4);
-  o->losses = take(&st, N * f4);
 
   /* Under amp every field is computed in fp32 staging; in fp32 only the
    * fields some block does not keep need a place to be computed in. The
-   * block output always has its place: the store, or under amp ws_res. */
+   * block output always has its place: the store or the send buffer, or
+   * under amp ws_res. */
   for (int f = 0; f < AA_ACT_FIELDS; f++)
     if (f != AA_ACT_RES3 && (mixed || need[f])) o->ws_field[f] = take(&ws, aa_sizes_field_numel(a, sh, f) * f4);
   if (mixed) {
     o->ws_res[0] = take(&ws, Ns * C * f4);
     o->ws_res[1] = take(&ws, Ns * C * f4);
     o->wblock = take(&ws, block_numel(&d) * f4);
-    o->wpre = take(&ws, aa_sizes_unit_numel(a, d.tp, 0) * f4);
-    o->wpost = take(&ws, 2 * C * f4);
+    if (aa_pp_holds_unit(pp, a, 0)) o->wpre = take(&ws, aa_sizes_unit_numel(a, d.tp, 0) * f4);
+    if (aa_pp_holds_unit(pp, a, a->n_layer + 1)) o->wpost = take(&ws, 2 * C * f4);
   }
   if (any_full) o->ws_stats = take(&ws, stats);
+  if (pp) o->send = take(&ws, Ns * C * es);
   o->dres = take(&ws, Ns * C * f4);
   o->dln = take(&ws, (sp ? Ns : N) * C * f4);
   o->dqkv = take(&ws, 3 * N * Cl * f4);
@@ -205,17 +260,23 @@ static void add(size_t bytes[AA_MEM_NKINDS], const aa_buf_size_t *b) {
   bytes[b->kind] += b->numel * aa_dtype_size(b->dtype);
 }
 
-void aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, size_t bytes[AA_MEM_NKINDS]) {
+int aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, size_t bytes[AA_MEM_NKINDS]) {
   memset(bytes, 0, AA_MEM_NKINDS * sizeof bytes[0]);
+  aa_pp_place_t place, *pp = NULL;
+  if (s->pp > 1) {
+    int rc = aa_pp_place(a, s, m, stage, &place);
+    if (rc) return rc;
+    pp = &place;
+  }
   /* ZeRO shards over the data group only. */
   const int zero = aa_sizes_zero_stage(s->zero, s->dp);
-  aa_model_sizes_t m;
-  aa_sizes_model(a, s->tp, s->amp, zero, &m);
-  add(bytes, &m.params);
-  add(bytes, &m.grads);
-  add(bytes, &m.params16);
+  aa_model_sizes_t ms;
+  aa_sizes_model(a, s->tp, pp, s->amp, zero, &ms);
+  add(bytes, &ms.params);
+  add(bytes, &ms.grads);
+  add(bytes, &ms.params16);
   aa_zero_sizes_t z;
-  aa_sizes_zero(a, s->tp, s->amp, zero, s->dp, &z);
+  aa_sizes_zero(a, s->tp, pp, s->amp, zero, s->dp, &z);
   const aa_buf_size_t *each[] = {&z.moment, &z.moment, &z.gshard, &z.master, &z.pshard, &z.piece, &z.padded,
                                  &z.scalars};
   for (size_t i = 0; i < sizeof each / sizeof each[0]; i++) add(bytes, each[i]);
@@ -226,8 +287,9 @@ void aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, size_t bytes[AA_M
   }
   aa_act_layout_t l;
   const aa_act_shape_t sh = {.B = s->micro_batch, .T = a->seq_len, .tp = s->tp, .sp = s->sp, .amp = s->amp,
-                             .ckpt = s->ckpt, .ckpt_layers = s->ckpt_layers};
+                             .ckpt = s->ckpt, .ckpt_layers = s->ckpt_layers, .pipe = pp};
   aa_sizes_acts(a, &sh, &l, NULL);
   bytes[AA_MEM_ACTS] += l.acts;
   bytes[AA_MEM_WORKSPACE] += l.workspace;
+  return 0;
 }

@@ -14,8 +14,13 @@
  * the position table are whole on every rank. Sequence parallelism splits
  * the residual stream's B x T tokens between them. So a rank's sizes
  * depend on t and sp, not on its coordinate; a ZeRO shard is the same size
- * on every data rank (the last rank's padding is allocated too). Pipeline
- * parallelism is not in the engine yet (pp = 1). */
+ * on every data rank (the last rank's padding is allocated too).
+ *
+ * Pipeline parallelism (a rank's place, strategies/pipeline.h; NULL or pp
+ * 1: the whole model) keeps only the units the rank holds: its blocks,
+ * wte|wpe on the first stage and on the last (the tied head's copy), lnf
+ * on the last. Units it does not hold have no elements. Its activations
+ * are kept per micro-batch in flight (aa_act_layout_t). */
 #ifndef AA_SIZES_H
 #define AA_SIZES_H
 
@@ -24,6 +29,7 @@
 #include "../common/aa.h"
 #include "../common/mem.h"
 #include "../common/spec.h"
+#include "pipeline.h"
 #include "strategy.h"
 
 /* --- parameter units ----------------------------------------------------------------- */
@@ -53,6 +59,10 @@ int aa_sizes_units(const aa_arch_t *a);
 size_t aa_sizes_unit_numel(const aa_arch_t *a, int tp, int u);
 /* The parameters one of tp tensor ranks holds: the sum of its units. */
 size_t aa_sizes_params(const aa_arch_t *a, int tp);
+/* The same on pipeline place pp (NULL: the whole model): unit u's
+ * elements if pp holds it, else 0, and their sum. */
+size_t aa_sizes_unit_held(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, int u);
+size_t aa_sizes_params_held(const aa_arch_t *a, int tp, const aa_pp_place_t *pp);
 
 /* The ZeRO stage a data group of dp ranks runs for a strategy's stage
  * `zero`: over a group of one there is nothing to shard, so stage 0. */
@@ -81,7 +91,8 @@ typedef struct aa_buf_size {
 typedef struct aa_model_sizes {
   aa_buf_size_t params, grads, params16;
 } aa_model_sizes_t;
-void aa_sizes_model(const aa_arch_t *a, int tp, aa_dtype_t amp, int zero, aa_model_sizes_t *out);
+void aa_sizes_model(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero,
+                    aa_model_sizes_t *out);
 
 /* What ZeRO stage `zero` over a data group of dp ranks adds to one of tp
  * tensor ranks (aa_zero_init;
@@ -97,7 +108,8 @@ typedef struct aa_zero_sizes {
   aa_buf_size_t piece, padded, scalars;
   aa_buf_size_t gunit[3], punit[3], punit16[3];
 } aa_zero_sizes_t;
-void aa_sizes_zero(const aa_arch_t *a, int tp, aa_dtype_t amp, int zero, int dp, aa_zero_sizes_t *out);
+void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero, int dp,
+                   aa_zero_sizes_t *out);
 
 /* The scratch slot of unit u (0 wte|wpe, 1 the blocks, 2 lnf). */
 int aa_sizes_slot(const aa_arch_t *a, int u);
@@ -161,10 +173,29 @@ typedef struct aa_act_block {
  *              row-parallel layer's output or a column-parallel layer's
  *              input gradient before the reduce-scatter) and lngrad (4C:
  *              a block's LayerNorm gradients before they are summed over
- *              the tensor group). */
+ *              the tensor group).
+ * Pipeline parallelism (pp > 1) keeps a micro-batch's activations in a
+ * slot of its chunk, from its forward to its backward: chunk c has
+ * pp->slots[c] slots of slot_bytes[c] from chunk_base[c], each holding
+ * its blocks' kept buffers (aa_act_block_t offsets are into the slot) and
+ * on the last virtual stage stash ((Ns,C) fp32: the gradient of the last
+ * block's output, which the head's backward computes right after the
+ * loss). A chunk's input (the embedding, or what the previous stage sent)
+ * is in an input buffer instead (encoded is none). The last block of every chunk
+ * keeps its output nowhere but in send ((Ns,C) storage dtype, workspace),
+ * from which it goes to the next stage (or into the final LayerNorm)
+ * before anything else runs: Megatron's deallocate_pipeline_outputs.
+ * lnf, lnf_stats, logits and losses are the last stage's, once. Then
+ * the act_bufs input buffers ((Ns,C) storage dtype each, from act_buf)
+ * and the grad_bufs receive buffers for output gradients ((Ns,C) fp32,
+ * from grad_buf).
+ * At pp 1 the store is one slot of chunk 0 (chunk_base 0) and the offsets
+ * are into it, as above. */
 typedef struct aa_act_layout {
   size_t acts, workspace; /* bytes of the activation store and of the workspace */
   size_t encoded, lnf, lnf_stats, logits, losses;
+  size_t chunk_base[AA_PP_CHUNKS_MAX], slot_bytes[AA_PP_CHUNKS_MAX];
+  size_t stash, act_buf, grad_buf, send;
   size_t ws_field[AA_ACT_FIELDS], ws_res[2], ws_stats, wblock, wpre, wpost;
   size_t dres, dln, dqkv, datty, dfch, dfch_gelu;
   size_t xent, scalars, full, partial, lngrad;
@@ -179,6 +210,7 @@ typedef struct aa_act_shape {
   aa_dtype_t amp;
   aa_ckpt_mode_t ckpt;
   int ckpt_layers;
+  const aa_pp_place_t *pipe; /* the rank's pipeline place (borrowed); NULL = the whole model */
 } aa_act_shape_t;
 
 /* The layout of a micro-batch of shape *sh into *out, and each block's
@@ -199,7 +231,10 @@ int aa_sizes_block_full(aa_ckpt_mode_t ckpt, int ckpt_layers, int l);
  * one runs stage 0), and the activations and workspace of one
  * micro-batch (s->sp splitting the residual stream). Not counted: a backend's
  * own scratch (a CUDA context's cuBLAS workspace and attention scratch;
- * none on the CPU) and the token copies. */
-void aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, size_t bytes[AA_MEM_NKINDS]);
+ * none on the CPU) and the token copies. Under pipeline parallelism the
+ * figures are those of pipeline rank `stage` with m micro-batches a step
+ * (both ignored at pp 1); AA_EINVAL for a strategy the pipeline rules
+ * refuse (pipeline.h), the figures then zero. */
+int aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, size_t bytes[AA_MEM_NKINDS]);
 
 #endif

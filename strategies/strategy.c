@@ -16,6 +16,7 @@ void aa_strategy_default(aa_strategy_t *s) {
   s->amp = AA_F32;
   s->ckpt = AA_CKPT_NONE;
   s->schedule = AA_SCHEDULE_1F1B;
+  s->vpp = 1;
   /* DeepSpeed's DynamicLossScaler defaults. */
   s->loss_scale = (aa_loss_scale_cfg_t){
       .loss_scale = 0.0f, .initial_scale_power = 16, .window = 1000, .hysteresis = 2, .min_scale = 1.0f};

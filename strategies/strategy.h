@@ -47,7 +47,20 @@ typedef enum {
   AA_CKPT_FULL = 2,      /* keep only each block's input; recompute the block in backward */
 } aa_ckpt_mode_t;
 
-typedef enum { AA_SCHEDULE_1F1B = 0, AA_SCHEDULE_GPIPE = 1 } aa_pp_schedule_t;
+/* Pipeline schedules (strategies/pipeline.h): 1F1B (PipeDream-flush,
+ * Megatron's default), GPipe (all forwards, then all backwards), and
+ * Megatron's interleaved 1F1B over vpp virtual stages per rank. */
+typedef enum { AA_SCHEDULE_1F1B = 0, AA_SCHEDULE_GPIPE = 1, AA_SCHEDULE_INTERLEAVED = 2 } aa_pp_schedule_t;
+
+/* How the blocks are cut into pipeline stages (Merak's partition_method):
+ * uniform (equal block counts, the remainder one each to the stages after
+ * the first), parameters (the cut that minimises the largest stage's
+ * parameter count, the embedding counted on the first stage and the tied
+ * head on the last), or custom boundaries (Merak's custom_partition). */
+typedef enum { AA_PARTITION_UNIFORM = 0, AA_PARTITION_PARAMETERS = 1, AA_PARTITION_CUSTOM = 2 } aa_pp_partition_t;
+
+/* The most virtual stages (pp * vpp) a strategy may cut a model into. */
+#define AA_STRATEGY_STAGES_MAX 256
 
 /* fp16 dynamic loss scaling (DeepSpeed's DynamicLossScaler semantics). */
 typedef struct aa_loss_scale_cfg {
@@ -75,6 +88,13 @@ typedef struct aa_strategy {
   int ckpt_layers;         /* AA_CKPT_FULL only: checkpoint the first k blocks; 0 = all blocks */
   int micro_batch;         /* sequences per rank per forward/backward, >= 1 */
   aa_pp_schedule_t schedule; /* pipeline schedule; meaningful when pp > 1 */
+  int vpp;                 /* virtual stages per pipeline rank (Megatron's virtual_pipeline_model_parallel_size):
+                              1, or >= 2 with the interleaved schedule; 0 is read as 1 */
+  aa_pp_partition_t partition; /* how the blocks are cut into the pp * vpp virtual stages */
+  int n_bounds;            /* AA_PARTITION_CUSTOM: pp * vpp + 1 block boundaries in bounds, 0 first,
+                              n_layer last, strictly increasing (virtual stage k holds blocks
+                              [bounds[k], bounds[k+1])); 0 otherwise */
+  int bounds[AA_STRATEGY_STAGES_MAX + 1];
   aa_loss_scale_cfg_t loss_scale; /* used when amp == AA_F16 */
   int skip_if_nonfinite;   /* bf16/fp32: skip (and count) a step with inf/nan gradients instead of failing */
 

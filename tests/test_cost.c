@@ -95,7 +95,7 @@ AA_TEST(a_single_rank_accounts_exactly_the_predicted_bytes) {
         if (!rc) rc = aa_zero_init(&z, m, self, 0, &mem);
         CHECK_MSG(rc == 0, "%s", aa_last_error());
         aa_cost_mem_t c;
-        aa_cost_memory(&archs[a], &s, &c);
+        aa_cost_memory(&archs[a], &s, 1, &c);
         for (int kind = 0; kind < AA_MEM_NKINDS; kind++)
           CHECK_MSG(c.bytes[kind] == mem.peak[kind], "arch %zu %s %s/%d %s: predicted %zu, accounted %zu", a,
                     aa_dtype_name(s.amp), aa_ckpt_mode_name(s.ckpt), s.ckpt_layers, aa_mem_kind_name(kind),
@@ -121,7 +121,7 @@ AA_TEST(zero_shards_over_the_data_group_only) {
   const size_t n = 12358, S = 6180;
   CHECK(aa_arch_param_count(a) == n);
   aa_zero_sizes_t z;
-  aa_sizes_zero(a, 1, AA_F32, 3, 2, &z);
+  aa_sizes_zero(a, 1, NULL, AA_F32, 3, 2, &z);
   CHECK_MSG(z.shard == S, "shard %zu", z.shard);
   size_t acts, ws;
   aa_gpt_opts_t o = {.amp = AA_F32};
@@ -132,7 +132,7 @@ AA_TEST(zero_shards_over_the_data_group_only) {
     s.tp = degrees[i][1];
     s.pp = degrees[i][2];
     aa_cost_mem_t c;
-    aa_cost_memory(a, &s, &c);
+    aa_cost_memory(a, &s, 1, &c);
     /* Stage 3 fp32: parameters, gradients and the two moments of the
      * shard; the workspace adds one chunk (the largest, 2,955), the
      * gradient and parameter scratch of each padded unit (486 + 5,910 +

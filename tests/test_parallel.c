@@ -359,7 +359,7 @@ static void check_predicted_bytes(const char *what, const cfg_t *c, const run_t 
   model_spec(&s, c->model, c->steps);
   aa_strategy_t st;
   strategy_of(c, r->micro_batch, &st);
-  aa_cost_memory(&s.arch, &st, out);
+  aa_cost_memory(&s.arch, &st, aa_strategy_accum_steps(&st, &s), out);
   for (int i = 0; i < n; i++)
     for (int k = 0; k < AA_MEM_NKINDS; k++)
       CHECK_MSG(out->bytes[k] == r->peak[i][k], "%s rank %d %s: predicted %zu, accounted %zu", what, i,

@@ -205,9 +205,9 @@ AA_TEST(search_prunes_strategies_predicted_out_of_memory) {
   aa_strategy_default(&st);
   st.micro_batch = 4;
   aa_cost_mem_t m4, m2;
-  aa_cost_memory(&spec.arch, &st, &m4);
+  aa_cost_memory(&spec.arch, &st, aa_strategy_accum_steps(&st, &spec), &m4);
   st.micro_batch = 2;
-  aa_cost_memory(&spec.arch, &st, &m2);
+  aa_cost_memory(&spec.arch, &st, aa_strategy_accum_steps(&st, &spec), &m2);
   CHECK(m2.total < m4.total);
   uint64_t limit = (m2.total + m4.total) / 2;
   CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, limit, 0) == 0);
@@ -219,7 +219,7 @@ AA_TEST(search_prunes_strategies_predicted_out_of_memory) {
   int pruned = 0;
   for (size_t i = 0; i < s.n; i++) {
     aa_cost_mem_t m;
-    aa_cost_memory(&spec.arch, &s.c[i].s, &m);
+    aa_cost_memory(&spec.arch, &s.c[i].s, aa_strategy_accum_steps(&s.c[i].s, &spec), &m);
     CHECK_MSG((s.c[i].state == AA_CAND_PRUNED) == (m.total > limit), "%s: %zu bytes, limit %llu", s.c[i].key,
               m.total, (unsigned long long)limit);
     pruned += s.c[i].state == AA_CAND_PRUNED;

@@ -30,8 +30,8 @@ AA_TEST(units_add_up_to_the_model_and_chunks_round_up) {
     }
   /* A group of one stages nothing: the scalars come with a group to reduce over. */
   aa_zero_sizes_t z1, z2;
-  aa_sizes_zero(&archs[0], 1, AA_F32, 0, 1, &z1);
-  aa_sizes_zero(&archs[0], 1, AA_F32, 0, 2, &z2);
+  aa_sizes_zero(&archs[0], 1, NULL, AA_F32, 0, 1, &z1);
+  aa_sizes_zero(&archs[0], 1, NULL, AA_F32, 0, 2, &z2);
   CHECK(z1.scalars.numel == 0 && z2.scalars.numel == 16);
   CHECK(z1.moment.numel == aa_arch_param_count(&archs[0]) && z2.moment.numel == z1.moment.numel);
 }

@@ -1,0 +1,372 @@
+/* Pipeline arithmetic (pipeline.h): partitions, a rank's place and the
+ * simulated plan of a schedule. */
+#include "pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "sizes.h"
+
+int aa_pp_stages(const aa_strategy_t *s) { return s->pp * (s->vpp > 1 ? s->vpp : 1); }
+
+const char *aa_pp_schedule_name(aa_pp_schedule_t s) {
+  switch (s) {
+  case AA_SCHEDULE_1F1B: return "1f1b";
+  case AA_SCHEDULE_GPIPE: return "gpipe";
+  case AA_SCHEDULE_INTERLEAVED: return "interleaved";
+  }
+  return "?";
+}
+
+const char *aa_pp_partition_name(aa_pp_partition_t p) {
+  switch (p) {
+  case AA_PARTITION_UNIFORM: return "uniform";
+  case AA_PARTITION_PARAMETERS: return "parameters";
+  case AA_PARTITION_CUSTOM: return "custom";
+  }
+  return "?";
+}
+
+/* The cut of L equal blocks of pb parameters into S stages that minimises
+ * the largest stage, stage 0 carrying e0 more and stage S - 1 eL more: the
+ * smallest bound M any cut meets (each stage then takes at most (M -
+ * extra) / pb blocks, at least one), then blocks taken one at a time from
+ * the heaviest stage until they add up to L. */
+static void balance(int L, int S, double pb, double e0, double eL, int *n) {
+  double best = -1;
+  for (int blocks = 1; blocks <= L; blocks++) {
+    for (int k = 0; k < 4; k++) {
+      double M = blocks * pb + (k & 1 ? e0 : 0) + (k & 2 ? eL : 0);
+      if (best >= 0 && M >= best) continue;
+      long total = 0;
+      int ok = 1;
+      for (int s = 0; s < S && ok; s++) {
+        double extra = (s == 0 ? e0 : 0) + (s == S - 1 ? eL : 0);
+        long cap = (long)((M - extra) / pb + 1e-9);
+        if (cap < 1) ok = 0;
+        total += cap > L ? L : cap;
+      }
+      if (ok && total >= L) best = M;
+    }
+  }
+  long total = 0;
+  for (int s = 0; s < S; s++) {
+    double extra = (s == 0 ? e0 : 0) + (s == S - 1 ? eL : 0);
+    long cap = (long)((best - extra) / pb + 1e-9);
+    n[s] = (int)(cap > L ? L : cap);
+    total += n[s];
+  }
+  for (; total > L; total--) {
+    int h = -1;
+    double most = -1;
+    for (int s = 0; s < S; s++) {
+      double load = n[s] * pb + (s == 0 ? e0 : 0) + (s == S - 1 ? eL : 0);
+      if (n[s] > 1 && load >= most) most = load, h = s;
+    }
+    n[h]--;
+  }
+}
+
+int aa_pp_bounds(const aa_arch_t *a, const aa_strategy_t *s, int bounds[AA_STRATEGY_STAGES_MAX + 1]) {
+  const int L = a->n_layer, v = s->vpp > 1 ? s->vpp : 1, S = aa_pp_stages(s);
+  if (s->pp < 1) return aa_error(AA_EINVAL, "pipeline parallel degree %d must be at least 1", s->pp);
+  if (v > AA_PP_CHUNKS_MAX)
+    return aa_error(AA_EINVAL, "virtual_stages %d: at most %d virtual stages per pipeline rank", v, AA_PP_CHUNKS_MAX);
+  if (v > 1 && s->schedule != AA_SCHEDULE_INTERLEAVED)
+    return aa_error(AA_EINVAL, "virtual_stages %d needs the interleaved schedule (schedule is %s)", v,
+                    aa_pp_schedule_name(s->schedule));
+  if (s->pp > 1 && v == 1 && s->schedule == AA_SCHEDULE_INTERLEAVED)
+    return aa_error(AA_EINVAL, "the interleaved schedule needs virtual_stages >= 2 (each rank holds several chunks)");
+  if (S > L || S > AA_STRATEGY_STAGES_MAX)
+    return aa_error(AA_EINVAL,
+                    "pipeline parallel degree %d x virtual_stages %d = %d stages: more than n_layer %d (every stage "
+                    "holds at least one block)",
+                    s->pp, v, S, L);
+  if (s->partition == AA_PARTITION_CUSTOM && s->pp > 1) {
+    if (s->n_bounds != S + 1)
+      return aa_error(AA_EINVAL, "custom partition lists %d boundaries; %d stages need %d (0, ..., n_layer %d)",
+                      s->n_bounds, S, S + 1, L);
+    if (s->bounds[0] != 0 || s->bounds[S] != L)
+      return aa_error(AA_EINVAL, "custom partition must start at 0 and end at n_layer %d (it runs from %d to %d)", L,
+                      s->bounds[0], s->bounds[S]);
+    for (int k = 0; k < S; k++)
+      if (s->bounds[k + 1] <= s->bounds[k])
+        return aa_error(AA_EINVAL,
+                        "custom partition boundaries must increase (stage %d would hold blocks [%d, %d): every "
+                        "stage holds at least one block)",
+                        k, s->bounds[k], s->bounds[k + 1]);
+    memcpy(bounds, s->bounds, (size_t)(S + 1) * sizeof *bounds);
+    return 0;
+  }
+  int n[AA_STRATEGY_STAGES_MAX];
+  if (s->partition == AA_PARTITION_PARAMETERS && S > 1) {
+    const double pb = (double)aa_sizes_unit_numel(a, s->tp, 1), u0 = (double)aa_sizes_unit_numel(a, s->tp, 0);
+    balance(L, S, pb, u0, u0 + 2.0 * a->d_model, n);
+  } else {
+    /* Uniform: the remainder one block each to the stages after the first,
+     * which alone also holds the embedding. */
+    for (int k = 0; k < S; k++) n[k] = L / S + (k >= 1 && k <= L % S);
+    if (S == 1) n[0] = L;
+  }
+  bounds[0] = 0;
+  for (int k = 0; k < S; k++) bounds[k + 1] = bounds[k] + n[k];
+  return 0;
+}
+
+int aa_pp_place(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, aa_pp_place_t *out) {
+  int bounds[AA_STRATEGY_STAGES_MAX + 1], rc = aa_pp_bounds(a, s, bounds);
+  if (rc) return rc;
+  const int v = s->vpp > 1 ? s->vpp : 1, S = aa_pp_stages(s);
+  if (stage < 0 || stage >= s->pp) return aa_error(AA_EINVAL, "pipeline stage %d outside 0..%d", stage, s->pp - 1);
+  memset(out, 0, sizeof *out);
+  out->pp = s->pp;
+  out->vpp = v;
+  out->stage = stage;
+  for (int c = 0; c < v; c++) {
+    out->lo[c] = bounds[c * s->pp + stage];
+    out->hi[c] = bounds[c * s->pp + stage + 1];
+    out->slots[c] = 1;
+  }
+  out->first = stage == 0;
+  out->last = stage == (S - 1) % s->pp;
+  if (s->pp == 1 || m <= 0) return 0;
+  aa_pp_plan_t p;
+  if ((rc = aa_pp_plan(s->schedule, s->pp, v, m, &p))) return rc;
+  for (int c = 0; c < v; c++) out->slots[c] = p.slots[stage][c];
+  out->act_bufs = p.act_bufs[stage];
+  out->grad_bufs = p.grad_bufs[stage];
+  aa_pp_plan_free(&p);
+  return 0;
+}
+
+int aa_pp_chunk_of(const aa_pp_place_t *p, int l) {
+  for (int c = 0; c < p->vpp; c++)
+    if (l >= p->lo[c] && l < p->hi[c]) return c;
+  return -1;
+}
+
+int aa_pp_holds_unit(const aa_pp_place_t *p, const aa_arch_t *a, int u) {
+  if (!p || p->pp <= 1) return 1;
+  if (u == 0) return p->first || p->last;
+  if (u == a->n_layer + 1) return p->last;
+  return aa_pp_chunk_of(p, u - 1) >= 0;
+}
+
+int aa_pp_unit0_is_copy(const aa_pp_place_t *p) { return p && p->pp > 1 && p->last && !p->first; }
+
+double aa_pp_bubble(aa_pp_schedule_t sched, int pp, int vpp, int m) {
+  if (pp <= 1 || m < 1) return 0;
+  double b = (double)(pp - 1) / (double)(m + pp - 1);
+  return sched == AA_SCHEDULE_INTERLEAVED && vpp > 1 ? b / vpp : b;
+}
+
+/* --- the plan ---------------------------------------------------------------------------- */
+
+typedef struct {
+  int fwd, chunk, mb;
+} step_t;
+
+/* Rank r's computations in the schedule's order (Megatron's
+ * forward_backward_pipelining_* and GPipe), into out (2 m vpp entries). */
+static void order(aa_pp_schedule_t sched, int pp, int v, int m, int r, step_t *out) {
+  int n = 0;
+  if (sched == AA_SCHEDULE_GPIPE) {
+    for (int i = 0; i < m; i++) out[n++] = (step_t){1, 0, i};
+    for (int i = 0; i < m; i++) out[n++] = (step_t){0, 0, i};
+    return;
+  }
+  /* Virtual micro-batch k of a rank: micro-batches go through the chunks
+   * in groups of pp (Megatron's get_model_chunk_id). */
+  const int total = m * v;
+  int warm = sched == AA_SCHEDULE_INTERLEAVED ? (pp - r - 1) * 2 + (v - 1) * pp : pp - r - 1;
+  if (warm > total) warm = total;
+#define VCHUNK(k) (((k) % (pp * v)) / pp)
+#define VMB(k) (((k) / (pp * v)) * pp + (k) % pp)
+  for (int k = 0; k < warm; k++) out[n++] = (step_t){1, VCHUNK(k), VMB(k)};
+  for (int i = 0; i < total - warm; i++) {
+    int f = warm + i;
+    out[n++] = (step_t){1, VCHUNK(f), VMB(f)};
+    out[n++] = (step_t){0, v - 1 - VCHUNK(i), VMB(i)};
+  }
+  for (int k = total - warm; k < total; k++) out[n++] = (step_t){0, v - 1 - VCHUNK(k), VMB(k)};
+#undef VCHUNK
+#undef VMB
+}
+
+/* One event of the simulation: a computation starting, or a transfer
+ * (one event on both ranks' lists). */
+typedef struct {
+  double t;
+  int cls;     /* 0 transfer, 1 computation: at equal times transfers go first */
+  long seq;    /* creation order */
+  int rank;    /* computation: its rank; transfer: the sender */
+  int to;      /* transfer: the receiver */
+  step_t what; /* the computation, or the one whose output moves */
+} event_t;
+
+static int cmp_event(const void *x, const void *y) {
+  const event_t *a = x, *b = y;
+  if (a->t != b->t) return a->t < b->t ? -1 : 1;
+  if (a->cls != b->cls) return a->cls - b->cls;
+  return (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+/* Lowest free index of used (which has one free), marked used; *most
+ * counts the indices ever used. */
+static int take_free(unsigned char *used, int *most) {
+  int i = 0;
+  while (used[i]) i++;
+  used[i] = 1;
+  if (i + 1 > *most) *most = i + 1;
+  return i;
+}
+
+int aa_pp_plan(aa_pp_schedule_t sched, int pp, int v, int m, aa_pp_plan_t *out) {
+  memset(out, 0, sizeof *out);
+  if (pp < 2 || m < 1 || v < 1 || v > AA_PP_CHUNKS_MAX)
+    return aa_error(AA_EINVAL, "pipeline plan: %d ranks, %d chunks, %d micro-batches", pp, v, m);
+  if ((sched == AA_SCHEDULE_INTERLEAVED) != (v > 1))
+    return aa_error(AA_EINVAL, "the %s schedule runs %s", aa_pp_schedule_name(sched),
+                    v > 1 ? "one chunk per rank (virtual_stages 1)" : "several chunks per rank (virtual_stages >= 2)");
+  if (sched == AA_SCHEDULE_INTERLEAVED && m % pp)
+    return aa_error(AA_EINVAL,
+                    "the interleaved schedule needs the micro-batches per step (%d) to be a multiple of the pipeline "
+                    "degree %d",
+                    m, pp);
+  const int S = pp * v, per = 2 * m * v;
+  step_t *steps = malloc(sizeof *steps * (size_t)pp * per);
+  double *act_t = malloc(sizeof(double) * (size_t)S * m * 2), *grad_t = act_t + (size_t)S * m;
+  event_t *ev = malloc(sizeof *ev * (size_t)pp * per * 2);
+  int *next = calloc((size_t)pp, sizeof *next);
+  double *clock = calloc((size_t)pp, sizeof *clock);
+  out->pp = pp, out->vpp = v, out->m = m;
+  out->n_ops = calloc((size_t)pp, sizeof *out->n_ops);
+  out->ops = calloc((size_t)pp, sizeof *out->ops);
+  out->slots = calloc((size_t)pp, sizeof *out->slots);
+  out->act_bufs = calloc((size_t)pp, sizeof(int));
+  out->grad_bufs = calloc((size_t)pp, sizeof(int));
+  out->busy = calloc((size_t)pp, sizeof(double));
+  unsigned char *used = malloc((size_t)per * 2 + 1);
+  int rc = 0;
+  if (!steps || !act_t || !ev || !next || !clock || !out->n_ops || !out->ops || !out->slots || !out->act_bufs ||
+      !out->grad_bufs || !out->busy || !used) {
+    rc = aa_error(AA_ENOMEM, "out of memory planning the pipeline");
+    goto done;
+  }
+  for (int r = 0; r < pp; r++) order(sched, pp, v, m, r, steps + (size_t)r * per);
+  for (size_t i = 0; i < (size_t)S * m * 2; i++) act_t[i] = -1;
+  /* Run the computations: each time, the one that can start earliest. */
+  long nev = 0;
+  for (int done = 0; done < pp * per; done++) {
+    int best = -1;
+    double start = 0;
+    for (int r = 0; r < pp; r++) {
+      if (next[r] == per) continue;
+      step_t s = steps[(size_t)r * per + next[r]];
+      int vs = s.chunk * pp + r;
+      double dep = 0;
+      if (s.fwd && vs > 0) dep = act_t[(size_t)(vs - 1) * m + s.mb];
+      if (!s.fwd) dep = vs < S - 1 ? grad_t[(size_t)(vs + 1) * m + s.mb] : act_t[(size_t)vs * m + s.mb];
+      if (dep < 0) continue;
+      double t = dep > clock[r] ? dep : clock[r];
+      if (best < 0 || t < start) best = r, start = t;
+    }
+    if (best < 0) {
+      rc = aa_error(AA_EINVAL, "pipeline plan: the %s schedule stalls (%d ranks, %d micro-batches)",
+                    aa_pp_schedule_name(sched), pp, m);
+      goto done;
+    }
+    step_t s = steps[(size_t)best * per + next[best]++];
+    int vs = s.chunk * pp + best;
+    double cost = s.fwd ? 1 : 2, end = start + cost;
+    clock[best] = end;
+    out->busy[best] += cost;
+    if (end > out->span) out->span = end;
+    (s.fwd ? act_t : grad_t)[(size_t)vs * m + s.mb] = end;
+    ev[nev] = (event_t){start, 1, nev, best, best, s};
+    nev++;
+    int dst = s.fwd ? vs + 1 : vs - 1;
+    if (dst >= 0 && dst < S) {
+      ev[nev] = (event_t){end, 0, nev, best, dst % pp, s};
+      nev++;
+    }
+  }
+  qsort(ev, (size_t)nev, sizeof *ev, cmp_event);
+  /* Each rank's list, in the one global order, with its buffers. */
+  for (int r = 0; r < pp; r++) {
+    aa_pp_op_t *ops = out->ops[r] = malloc(sizeof *ops * (size_t)per * 3); /* each computation, its send, its input's receive */
+    if (!ops) {
+      rc = aa_error(AA_ENOMEM, "out of memory planning the pipeline");
+      goto done;
+    }
+    /* Which buffer holds (chunk, mb)'s input (from its receive or its
+     * embedding to its backward) and output gradient (from its receive to
+     * its backward), and which slot its activations (forward to backward). */
+    int *abuf = malloc(sizeof(int) * (size_t)v * m * 3), *gbuf = abuf + v * m, *slot = gbuf + v * m;
+    unsigned char *sused = calloc((size_t)v * m, 1); /* chunk c's slots at sused + c m */
+    if (!abuf || !sused) {
+      free(abuf);
+      free(sused);
+      rc = aa_error(AA_ENOMEM, "out of memory planning the pipeline");
+      goto done;
+    }
+    unsigned char *aused = used, *gused = used + per;
+    memset(used, 0, (size_t)per * 2 + 1);
+    int n = 0;
+    for (long i = 0; i < nev; i++) {
+      const event_t *e = &ev[i];
+      const step_t s = e->what;
+      if (e->cls == 0 && e->rank == r) {
+        ops[n++] = (aa_pp_op_t){s.fwd ? AA_PP_SEND_ACT : AA_PP_SEND_GRAD, s.chunk, s.mb, -1, -1, -1, e->to};
+      } else if (e->cls == 0 && e->to == r) {
+        /* The receiving chunk: the next virtual stage's (forward) or the
+         * previous one's (backward). */
+        int vs = s.chunk * pp + e->rank + (s.fwd ? 1 : -1), c = vs / pp, k = c * m + s.mb;
+        int b = s.fwd ? (abuf[k] = take_free(aused, &out->act_bufs[r]))
+                      : (gbuf[k] = take_free(gused, &out->grad_bufs[r]));
+        ops[n++] = (aa_pp_op_t){s.fwd ? AA_PP_RECV_ACT : AA_PP_RECV_GRAD, c, s.mb, -1, s.fwd ? b : -1,
+                                s.fwd ? -1 : b, e->rank};
+      } else if (e->cls == 1 && e->rank == r) {
+        int k = s.chunk * m + s.mb, vs = s.chunk * pp + r;
+        if (s.fwd) {
+          /* The first virtual stage's input is the embedding, computed
+           * into a buffer of its own. At most m in flight per chunk (GPipe). */
+          if (vs == 0) abuf[k] = take_free(aused, &out->act_bufs[r]);
+          int sl = take_free(sused + s.chunk * m, &out->slots[r][s.chunk]);
+          slot[k] = sl;
+          ops[n++] = (aa_pp_op_t){AA_PP_FORWARD, s.chunk, s.mb, sl, abuf[k], -1, -1};
+        } else {
+          int g = vs < S - 1 ? gbuf[k] : -1;
+          if (g >= 0) gused[g] = 0;
+          aused[abuf[k]] = 0;
+          sused[s.chunk * m + slot[k]] = 0;
+          ops[n++] = (aa_pp_op_t){AA_PP_BACKWARD, s.chunk, s.mb, slot[k], abuf[k], g, -1};
+        }
+      }
+    }
+    free(abuf);
+    free(sused);
+    out->n_ops[r] = n;
+  }
+done:
+  free(steps);
+  free(act_t);
+  free(ev);
+  free(next);
+  free(clock);
+  free(used);
+  if (rc) aa_pp_plan_free(out);
+  return rc;
+}
+
+void aa_pp_plan_free(aa_pp_plan_t *p) {
+  if (p->ops)
+    for (int r = 0; r < p->pp; r++) free(p->ops[r]);
+  free(p->ops);
+  free(p->n_ops);
+  free(p->slots);
+  free(p->act_bufs);
+  free(p->grad_bufs);
+  free(p->busy);
+  memset(p, 0, sizeof *p);
+}
