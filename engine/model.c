@@ -61,7 +61,9 @@ struct aa_acts {
   float *ws_stats;    /* statistics of a recomputed block */
   float *wblock, *wpre, *wpost; /* amp: fp32 weights of one block, of wte+wpe, of lnf */
   /* Activation gradients, reused by every block (consumed as soon as produced). */
-  float *dres;             /* (B,T,C) gradient of the residual stream */
+  float *dres;             /* (B,T,C) gradient of the residual stream (a pipeline stage points it at a
+                              stash or a gradient buffer for a pass; dres_ws is its own) */
+  float *dres_ws;
   float *dln;              /* (B,T,C) */
   float *dqkv;             /* (B,T,3C) */
   float *datty;            /* (B,T,C) */
@@ -243,7 +245,7 @@ static void carve(aa_acts_t *a, const aa_act_layout_t *l, const aa_act_block_t *
   a->wblock = at(ws, l->wblock);
   a->wpre = at(ws, l->wpre);
   a->wpost = at(ws, l->wpost);
-  a->dres = at(ws, l->dres);
+  a->dres = a->dres_ws = at(ws, l->dres);
   a->dln = at(ws, l->dln);
   a->dqkv = at(ws, l->dqkv);
   a->datty = at(ws, l->datty);
@@ -583,8 +585,9 @@ static int outer_weights(aa_gpt_t *m, int widen, outer_weights_t *ow) {
   }
   if (widen) {
     const uint16_t *h = m->params16.data;
-    m->ops->cast_to_f32(a, h, m->opts.amp, pre);
-    m->ops->cast_to_f32(b, h + post, m->opts.amp, m->n_params - post);
+    /* A pipeline stage may hold neither (no kernel for nothing). */
+    if (pre) m->ops->cast_to_f32(a, h, m->opts.amp, pre);
+    if (m->n_params > post) m->ops->cast_to_f32(b, h + post, m->opts.amp, m->n_params - post);
   }
   *ow = (outer_weights_t){a, a + m->tensors[1].offset, b, b + m->arch.d_model};
   return 0;
@@ -655,6 +658,12 @@ static int row_reduce(aa_gpt_t *m, float *out) {
   return m->sp ? sp_scatter(m, out, m->acts->partial) : tp_all_reduce(m, out, (size_t)m->B * m->T * m->d.C);
 }
 
+int aa_gpt_pipeline_sum(aa_gpt_t *m, float *x, int n) {
+  if (m->pp == 1 || !m->opts.pipeline) return 0;
+  int rc = aa_all_reduce_host(m->opts.pipeline, m->ops, m->acts->scalars, x, (size_t)n, AA_COMM_SUM);
+  return rc ? aa_error_wrap(rc, "summing over the pipeline group") : 0;
+}
+
 int aa_gpt_tensor_sum(aa_gpt_t *m, float *x, int n) {
   if (m->tp == 1) return 0;
   int rc = aa_all_reduce_host(m->opts.tensor, m->ops, m->acts->scalars, x, (size_t)n, AA_COMM_SUM);
@@ -708,11 +717,19 @@ static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, blo
   return 0;
 }
 
+/* Whether block l is the first of one of the rank's chunks (its input is
+ * acts->encoded: the embedding, or what the previous stage sent). */
+static int chunk_start(const aa_gpt_t *m, int l) {
+  for (int c = 0; c < m->pipe.vpp; c++)
+    if (m->pipe.lo[c] == l) return 1;
+  return 0;
+}
+
 /* fp32 input of block l (l = n_layer: the final LayerNorm's input): the
- * previous block's output or the encoder output, widened under amp. */
+ * previous block's output or the chunk's input, widened under amp. */
 static const float *block_input(aa_gpt_t *m, int l) {
   aa_acts_t *a = m->acts;
-  void *src = l ? a->blocks[l - 1].f[F_RES3] : a->encoded;
+  void *src = chunk_start(m, l) ? a->encoded : a->blocks[l - 1].f[F_RES3];
   if (m->opts.amp == AA_F32) return src;
   float *dst = a->ws_res[(l + 1) & 1];
   m->ops->cast_to_f32(dst, src, m->opts.amp, (size_t)stream_tokens(m) * m->d.C);
@@ -1002,6 +1019,108 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
       (rc = head_backward(m, &ow, g_wte, grad_scale)) || (rc = blocks_backward(m, 0, m->arch.n_layer)))
     return rc;
   return embed_backward(m, g_wte);
+}
+
+/* --- pipeline stages (model.h) ----------------------------------------------------------- */
+
+static size_t slice64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+size_t aa_gpt_stream_numel(const aa_gpt_t *m) { return (size_t)stream_tokens(m) * m->d.C; }
+
+void *aa_gpt_stage_input(aa_gpt_t *m, int in) {
+  return (char *)m->acts->act_buf0 + (size_t)in * slice64(aa_gpt_stream_numel(m) * aa_dtype_size(m->opts.amp));
+}
+
+void *aa_gpt_send_buf(aa_gpt_t *m) { return m->acts->send; }
+
+float *aa_gpt_grad_buf(aa_gpt_t *m, int gin) {
+  return (float *)((char *)m->acts->grad_buf0 + (size_t)gin * slice64(aa_gpt_stream_numel(m) * sizeof(float)));
+}
+
+const float *aa_gpt_stage_dinput(const aa_gpt_t *m) { return m->acts->dres; }
+
+/* Points the views at micro-batch (slot, in) of chunk c: the chunk's
+ * blocks at the slot's kept buffers (the last block's output at the send
+ * buffer), the chunk's input at input buffer in (and, on the first stage,
+ * its tokens), the stash at the slot's, dres at the workspace's. */
+static void stage_select(aa_gpt_t *m, int c, int slot, int in) {
+  aa_acts_t *a = m->acts;
+  char *base = (char *)a->store + a->chunk_base[c] + (size_t)slot * a->slot_bytes[c];
+  for (int l = m->pipe.lo[c]; l < m->pipe.hi[c]; l++) {
+    for (int f = 0; f < NF; f++) a->blocks[l].f[f] = at(base, a->off[l].field[f]);
+    a->blocks[l].stats = at(base, a->off[l].stats);
+  }
+  a->blocks[m->pipe.hi[c] - 1].f[F_RES3] = a->send;
+  a->encoded = aa_gpt_stage_input(m, in);
+  a->inputs = a->inputs_all + (m->pipe.first && c == 0 ? (size_t)in * m->B * m->T : 0);
+  a->stash = m->pipe.last && c == m->pipe.vpp - 1 ? at(base, a->stash_off) : NULL;
+  a->dres = a->dres_ws;
+}
+
+static int stage_check(const aa_gpt_t *m, int c, int slot, int in) {
+  if (m->pp == 1) return aa_error(AA_EINVAL, "a stage pass needs a pipeline-parallel model");
+  if (c < 0 || c >= m->pipe.vpp || slot < 0 || slot >= m->pipe.slots[c] || in < 0 || in >= m->pipe.act_bufs)
+    return aa_error(AA_EINVAL, "stage pass: chunk %d slot %d input %d outside the rank's buffers", c, slot, in);
+  return 0;
+}
+
+int aa_gpt_stage_forward(aa_gpt_t *m, int c, int slot, int in, const int32_t *inputs, const int32_t *targets,
+                         int train, float grad_scale, float *loss) {
+  const aa_ops_t *op = m->ops;
+  aa_acts_t *a = m->acts;
+  const int N = m->B * m->T, first = c == 0 && m->pipe.first, last = c == m->pipe.vpp - 1 && m->pipe.last;
+  int rc = stage_check(m, c, slot, in);
+  if (rc || (rc = check_tokens(m, first ? inputs : NULL, last ? targets : NULL))) return rc;
+  if (last && train && !targets) return aa_error(AA_EINVAL, "the last stage trains on targets");
+  stage_select(m, c, slot, in);
+  if ((first && (rc = op->upload(a->inputs, inputs, sizeof(int32_t) * N))) ||
+      (last && targets && (rc = op->upload(a->targets, targets, sizeof(int32_t) * N))))
+    return rc;
+  outer_weights_t ow;
+  if ((rc = pass_begin(m, &ow))) return rc;
+  const int lo = m->pipe.lo[c];
+  float *x;
+  if (first) {
+    x = m->opts.amp != AA_F32 ? a->ws_res[(lo + 1) & 1] : (float *)a->encoded;
+    rc = embed_forward(m, &ow, x);
+  } else {
+    x = (float *)block_input(m, lo);
+  }
+  if (rc || (rc = blocks_forward(m, lo, m->pipe.hi[c], x, &x))) return rc;
+  if (!last) return (rc = op->sync()) ? rc : charge_scratch(m);
+  if ((rc = head_forward(m, &ow, x, targets != NULL))) return rc;
+  if (targets && loss) *loss = m->loss;
+  if (!train) return 0;
+  /* The head's backward now, into the slot's stash (the gradient of the
+   * last block's output), which the chunk's backward starts from. */
+  float *g_wte;
+  a->dres = a->stash;
+  rc = unit_grads(m, 0, &g_wte);
+  if (!rc) rc = head_backward(m, &ow, g_wte, grad_scale);
+  a->dres = a->dres_ws;
+  if (!rc) rc = op->sync();
+  return rc ? rc : charge_scratch(m);
+}
+
+int aa_gpt_stage_backward(aa_gpt_t *m, int c, int slot, int in, int gin) {
+  const aa_ops_t *op = m->ops;
+  aa_acts_t *a = m->acts;
+  const int first = c == 0 && m->pipe.first, last = c == m->pipe.vpp - 1 && m->pipe.last;
+  int rc = stage_check(m, c, slot, in);
+  if (rc) return rc;
+  if (!last && (gin < 0 || gin >= m->pipe.grad_bufs))
+    return aa_error(AA_EINVAL, "stage backward: gradient buffer %d outside 0..%d", gin, m->pipe.grad_bufs - 1);
+  stage_select(m, c, slot, in);
+  op->set_gemm_inputs(m->opts.amp);
+  /* The residual gradient runs in place in the buffer it arrived in. */
+  a->dres = last ? a->stash : aa_gpt_grad_buf(m, gin);
+  if ((rc = blocks_backward(m, m->pipe.lo[c], m->pipe.hi[c]))) return rc;
+  if (first) {
+    float *g_wte;
+    if ((rc = unit_grads(m, 0, &g_wte)) || (rc = embed_backward(m, g_wte))) return rc;
+  }
+  if ((rc = op->sync())) return rc;
+  return charge_scratch(m);
 }
 
 void aa_gpt_zero_grad(aa_gpt_t *m) {

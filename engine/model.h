@@ -161,6 +161,7 @@ typedef struct aa_gpt_opts {
   aa_comm_t *tensor;    /* the tensor-parallel group (borrowed; outlives the model); NULL = tp 1 */
   int sp;               /* sequence parallelism over it (tp > 1, tp dividing B T) */
   const aa_pp_place_t *pipe; /* the rank's pipeline place (copied); NULL or pp 1 = the whole model */
+  aa_comm_t *pipeline;  /* the pipeline group (borrowed; outlives the model); NULL = pp 1 */
 } aa_gpt_opts_t;
 
 /* Named views into the activation buffers. */
@@ -258,6 +259,10 @@ int aa_gpt_init_weights_to(const aa_gpt_t *m, uint64_t seed, aa_gpt_put_fn put, 
  * to do at tp 1). A collective over that group. */
 int aa_gpt_tensor_sum(aa_gpt_t *m, float *x, int n);
 
+/* Host floats x (n <= 16) summed over the pipeline group (in place;
+ * nothing to do at pp 1). A collective over that group. */
+int aa_gpt_pipeline_sum(aa_gpt_t *m, float *x, int n);
+
 /* Forward pass on inputs(B,T) (host memory, borrowed for the call). With
  * targets (B,T, host) computes the mean loss into m->loss and returns it via
  * *loss (if non-NULL); with targets NULL only logits are computed. Waits for
@@ -269,6 +274,37 @@ int aa_gpt_forward(aa_gpt_t *m, const int32_t *inputs, const int32_t *targets, f
  * micro-batching, 1 otherwise). Waits for the backend and returns its
  * error, if any. */
 int aa_gpt_backward(aa_gpt_t *m, float grad_scale);
+
+/* Pipeline stages (opts.pipe with pp > 1): the passes of one chunk for
+ * one micro-batch, as the plan's operations say (strategies/pipeline.h;
+ * engine/train.c runs the plan and moves the tensors between stages).
+ * The stage's input, its output and the gradients live in the model's
+ * buffers: stage_input(in) is input buffer `in` ((Ns,C) elements of the
+ * storage dtype: the amp type or fp32), where a receive puts what the
+ * previous stage sent; send_buf the chunk's output after its forward (the
+ * same dtype); grad_buf(gin) gradient receive buffer gin ((Ns,C) fp32);
+ * stage_dinput the gradient of the chunk's input after its backward
+ * ((Ns,C) fp32), valid until the next pass. Ns C = aa_gpt_stream_numel.
+ *
+ * stage_forward runs chunk c's forward for a micro-batch from input
+ * buffer `in` (the first virtual stage embeds inputs (B,T, host) into it),
+ * keeping its activations in `slot`. The last virtual stage computes the
+ * loss of targets (host) into *loss and, when train is set, the head's
+ * backward at once (with grad_scale as aa_gpt_backward), keeping the
+ * gradient of the last block's output in the slot: the logits never wait
+ * in memory for the backward. stage_backward runs chunk c's backward for
+ * the micro-batch in (slot, in), from gradient buffer gin (-1 on the last
+ * virtual stage: the slot's own); the first virtual stage ends with the
+ * embedding's gradient. Both wait for the backend (so the group may read
+ * what they wrote) and return its error, if any. */
+int aa_gpt_stage_forward(aa_gpt_t *m, int c, int slot, int in, const int32_t *inputs, const int32_t *targets,
+                         int train, float grad_scale, float *loss);
+int aa_gpt_stage_backward(aa_gpt_t *m, int c, int slot, int in, int gin);
+size_t aa_gpt_stream_numel(const aa_gpt_t *m);
+void *aa_gpt_stage_input(aa_gpt_t *m, int in);
+void *aa_gpt_send_buf(aa_gpt_t *m);
+float *aa_gpt_grad_buf(aa_gpt_t *m, int gin);
+const float *aa_gpt_stage_dinput(const aa_gpt_t *m);
 
 /* Zeroes m->grads (enqueued on the backend; a failure surfaces at the next
  * forward, backward or sync). */

@@ -27,28 +27,34 @@ void aa_adamw_free(aa_adamw_t *o) {
 /* The sum of squares of the gradient g of the flat buffer's elements [lo,
  * lo + n) into *split (tensor-parallel slices: different on every tensor
  * rank) and *whole (tensors every tensor rank holds whole, with the same
- * gradient), so that the norm counts every parameter once. At tp 1 it is
- * all *split, one call. */
+ * gradient), so that the norm counts every parameter once: the last
+ * pipeline stage's copy of wte|wpe is the first stage's, counted there.
+ * At tp 1 and pp 1 it is all *split, one call. */
 static void squares(const aa_gpt_t *m, const float *g, size_t lo, size_t n, double *split, double *whole) {
   const aa_ops_t *op = m->ops;
-  if (m->tp == 1) {
+  if (m->tp == 1 && m->pp == 1) {
     *split += op->sum_squares(g, n);
     return;
   }
   for (int i = 0; i < m->n_tensors; i++) {
     const aa_tensor_desc_t *d = &m->tensors[i];
     size_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel < lo + n ? d->offset + d->numel : lo + n;
-    if (a < b) *(d->replicated ? whole : split) += op->sum_squares(g + (a - lo), b - a);
+    if (a < b && !d->copy) *(d->replicated && m->tp > 1 ? whole : split) += op->sum_squares(g + (a - lo), b - a);
   }
 }
 
 /* The squared norm over the tensor group of a gradient whose squares are
- * split (summed over the group) and whole (the same on every rank). */
+ * split (summed over the group) and whole (the same on every rank), then
+ * over the pipeline group (whose stages hold different parameters). */
 static int tensor_squares(aa_gpt_t *m, double split, double whole, double *out) {
   float x = (float)split;
   int rc = aa_gpt_tensor_sum(m, &x, 1);
   if (rc) return aa_error_wrap(rc, "the gradient norm");
   *out = m->tp == 1 ? split : (double)x + whole;
+  if (m->pp == 1) return 0;
+  x = (float)*out;
+  if ((rc = aa_gpt_pipeline_sum(m, &x, 1))) return aa_error_wrap(rc, "the gradient norm");
+  *out = x;
   return 0;
 }
 
@@ -182,6 +188,16 @@ static int zero_grads_done(aa_gpt_t *m, int u, void *data) {
   }
   if (rc) return aa_error_wrap(rc, "reducing the gradient of unit %d", u);
   return 0;
+}
+
+int aa_zero_reduce_grads(aa_zero_t *z, aa_gpt_t *m) {
+  if (!z->hooks.grads_done) return 0;
+  int last = z->last_micro, rc = 0;
+  z->last_micro = 1;
+  for (int u = z->n_units - 1; u >= 0 && !rc; u--)
+    if (z->unit_n[u]) rc = zero_grads_done(m, u, z);
+  z->last_micro = last;
+  return rc;
 }
 
 void aa_zero_free(aa_zero_t *z, aa_gpt_t *m) {

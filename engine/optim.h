@@ -133,6 +133,13 @@ void aa_zero_free(aa_zero_t *z, aa_gpt_t *m);
 /* Zeroes the gradients for a new step (the model's, or the shard). */
 void aa_zero_zero_grad(aa_zero_t *z, aa_gpt_t *m);
 
+/* Pipeline parallelism (stages 0 and 1 only): the trainer runs its
+ * schedule with last_micro = 0, so that no gradient is reduced while
+ * micro-batches of different stages interleave, then calls this: every
+ * unit the rank holds reduced over the group, in backward order, as the
+ * hooks do during the last micro-batch's backward. A collective. */
+int aa_zero_reduce_grads(aa_zero_t *z, aa_gpt_t *m);
+
 /* aa_gpt_init_weights, each rank keeping what its stage holds (the values
  * are the same as in a single process). A collective. */
 int aa_zero_init_weights(aa_zero_t *z, aa_gpt_t *m, uint64_t seed);

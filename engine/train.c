@@ -55,6 +55,17 @@ typedef struct {
   int rank, world;
   aa_zero_t zero;
   FILE *devnull; /* the log of ranks other than 0, and of a dry run given none */
+  /* Pipeline parallelism (pp > 1): this rank's stage, place and plan, the
+   * embedding group (the first and last stage, which both hold wte|wpe
+   * for the tied head; NULL elsewhere), and a step's tokens, every
+   * micro-batch's, read before the schedule runs. */
+  int pp, stage;
+  aa_pp_place_t place;
+  aa_pp_plan_t plan;
+  aa_comm_t *embed;
+  int32_t *step_inputs, *step_targets;
+  /* Where the step's time went (train.h), and the sum over timed steps. */
+  double step_time[AA_TIME_KINDS], time_sum[AA_TIME_KINDS];
 } trainer_t;
 
 const char *aa_time_kind_name(aa_time_kind_t k) {
@@ -85,6 +96,28 @@ static int cmp_double(const void *a, const void *b) {
  * shard (always the same sequences whatever the micro-batch, so successive
  * figures and different strategies are comparable). setup() has checked
  * that the shard holds them all (check_eval_batches). */
+/* One validation micro-batch through the pipeline: each of the rank's
+ * chunks receives its input, runs forward and sends its output on, in
+ * micro-batch then virtual-stage order, the one order every rank's
+ * transfers follow. The loss is the last stage's (0 elsewhere). */
+static int pipeline_eval(trainer_t *t, float *loss) {
+  aa_gpt_t *m = t->model;
+  aa_comm_t *pg = t->mesh.group[AA_AXIS_PIPELINE];
+  const int pp = t->pp, S = pp * t->place.vpp;
+  const size_t n = aa_gpt_stream_numel(m);
+  int rc = 0;
+  *loss = 0;
+  for (int c = 0; c < t->place.vpp && !rc; c++) {
+    int vs = c * pp + t->stage;
+    float l = 0;
+    if (vs > 0 && (rc = aa_comm_recv(pg, aa_gpt_stage_input(m, 0), n, t->strat.amp, (vs - 1) % pp))) break;
+    if ((rc = aa_gpt_stage_forward(m, c, 0, 0, t->inputs, t->targets, 0, 0, &l))) break;
+    if (vs < S - 1) rc = aa_comm_send(pg, aa_gpt_send_buf(m), n, t->strat.amp, (vs + 1) % pp);
+    if (vs == S - 1) *loss = l;
+  }
+  return rc ? aa_error_wrap(rc, "validation through the pipeline") : 0;
+}
+
 static int evaluate(trainer_t *t, float *out) {
   aa_loader_t l;
   int rc = aa_loader_init(&l, &t->val, t->model->B, t->model->T);
@@ -95,11 +128,14 @@ static int evaluate(trainer_t *t, float *out) {
     float loss;
     if (i % accum == 0) loader_slice(t, &l, 1);
     aa_loader_next(&l, t->inputs, t->targets);
-    if ((rc = aa_gpt_forward(t->model, t->inputs, t->targets, &loss))) return rc;
+    if ((rc = t->pp > 1 ? pipeline_eval(t, &loss) : aa_gpt_forward(t->model, t->inputs, t->targets, &loss)))
+      return rc;
     sum += loss;
     if (i % accum == accum - 1) loader_slice(t, &l, 0);
   }
   *out = (float)(sum / (double)n);
+  /* Only the last pipeline stage saw the losses. */
+  if (t->pp > 1 && (rc = aa_gpt_pipeline_sum(t->model, out, 1))) return rc;
   return global_mean(t, out);
 }
 
@@ -202,6 +238,25 @@ static int setup(trainer_t *t) {
   t->comm = t->mesh.group[AA_AXIS_DATA];
   t->rank = aa_comm_rank(t->comm);
   t->world = aa_comm_world(t->comm);
+  aa_comm_t *pg = t->mesh.group[AA_AXIS_PIPELINE];
+  t->pp = aa_comm_world(pg);
+  t->stage = aa_comm_rank(pg);
+  if (t->pp > 1) {
+    /* ZeRO-2/3 reduce or gather every micro-batch, which a pipeline
+     * interleaves across stages (docs/strategy-format.md). */
+    if (aa_sizes_zero_stage(t->strat.zero, t->world) >= 2)
+      return aa_error(AA_EINVAL, "ZeRO stage %d with pipeline parallelism: use ZeRO 0 or 1", t->strat.zero);
+    if ((rc = aa_pp_place(&s->arch, &t->strat, t->accum, t->stage, &t->place)) ||
+        (rc = aa_pp_plan(t->strat.schedule, t->pp, t->place.vpp, t->accum, &t->plan)))
+      return rc;
+    /* Megatron's embedding group: the stages holding wte|wpe. */
+    int holds = t->stage == 0 || t->stage == t->pp - 1;
+    if ((rc = aa_comm_split(pg, holds ? 0 : -1, t->stage, &t->embed)))
+      return aa_error_wrap(rc, "the embedding group");
+    t->step_inputs = malloc(sizeof(int32_t) * B * T * t->accum);
+    t->step_targets = malloc(sizeof(int32_t) * B * T * t->accum);
+    if (!t->step_inputs || !t->step_targets) return aa_error(AA_ENOMEM, "out of memory");
+  }
   /* A failure to read the inputs is AA_EINPUT: no strategy would do
    * better, so the planner stops a search on it (docs/service.md). */
   if ((rc = aa_shard_read(&t->train, s->train_data, s->arch.vocab_size)))
@@ -214,7 +269,8 @@ static int setup(trainer_t *t) {
   if (t->val.n_tokens && (rc = check_eval_batches(t, B, T))) return rc;
   int zero = aa_sizes_zero_stage(t->strat.zero, t->world);
   aa_gpt_opts_t mo = {.amp = t->strat.amp, .ckpt = t->strat.ckpt, .ckpt_layers = t->strat.ckpt_layers,
-                      .mem = &t->mem, .zero = zero, .tensor = t->mesh.group[AA_AXIS_TENSOR], .sp = t->strat.sp};
+                      .mem = &t->mem, .zero = zero, .tensor = t->mesh.group[AA_AXIS_TENSOR], .sp = t->strat.sp,
+                      .pipe = t->pp > 1 ? &t->place : NULL, .pipeline = t->pp > 1 ? pg : NULL};
   if ((rc = aa_gpt_create(&t->model, &s->arch, t->ops, B, T, &mo)) ||
       (rc = aa_zero_init(&t->zero, t->model, t->comm, zero, &t->mem)))
     return rc;
@@ -260,6 +316,10 @@ static int setup(trainer_t *t) {
 static void trainer_free(trainer_t *t) {
   aa_zero_free(&t->zero, t->model);
   aa_gpt_free(t->model);
+  aa_comm_destroy(t->embed);
+  aa_pp_plan_free(&t->plan);
+  free(t->step_inputs);
+  free(t->step_targets);
   aa_mesh_free(&t->mesh);
   aa_comm_destroy(t->self);
   if (t->devnull) fclose(t->devnull);
@@ -282,10 +342,15 @@ static double flops_per_token(const trainer_t *t) {
   return 6.0 * (double)t->model->n_params + 6.0 * a->n_layer * (double)a->d_model * t->model->T;
 }
 
+/* What the summary lists of every rank of the group: its place, its time
+ * breakdown and its peak bytes. */
+enum { RF_RANK, RF_DP, RF_TP, RF_PP, RF_TIME, RF_PEAK = RF_TIME + AA_TIME_KINDS, RF_ACTS, RF_N };
+
 /* The summary replaces any earlier one whole, through a fresh temporary
  * (common/file.h): the output directory may be shared, and a symlink
  * planted at the summary's name is replaced, never written through. */
-static int write_summary(const trainer_t *t, const aa_train_result_t *r, int threads) {
+static int write_summary(const trainer_t *t, const aa_train_result_t *r, int threads, const double *ranks,
+                         int nranks) {
   aa_wfile_t w;
   int rc = aa_wfile_open(&w, t->opts->summary_json, 0666);
   if (rc) return rc;
@@ -306,6 +371,17 @@ static int write_summary(const trainer_t *t, const aa_train_result_t *r, int thr
   struct rusage ru;
   long maxrss = getrusage(RUSAGE_SELF, &ru) ? 0 : ru.ru_maxrss;
   fprintf(f, "\"total\": %zu}, \"max_rss_bytes\": %lld", r->mem.peak_total, (long long)maxrss * 1024);
+  /* Every rank's place, breakdown (ms a step) and peak bytes. */
+  fprintf(f, ", \"ranks\": [");
+  for (int i = 0; i < nranks; i++) {
+    const double *x = ranks + (size_t)i * RF_N;
+    fprintf(f, "%s{\"rank\": %d, \"dp_rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"time_ms\": {", i ? ", " : "",
+            (int)x[RF_RANK], (int)x[RF_DP], (int)x[RF_TP], (int)x[RF_PP]);
+    for (int k = 0; k < AA_TIME_KINDS; k++)
+      fprintf(f, "%s\"%s\": %.4f", k ? ", " : "", aa_time_kind_name(k), x[RF_TIME + k]);
+    fprintf(f, "}, \"peak_bytes\": %.0f, \"peak_acts_bytes\": %.0f}", x[RF_PEAK], x[RF_ACTS]);
+  }
+  fprintf(f, "]");
   /* Device fields only off the CPU, so CPU summaries stay as they were. */
   if (t->cuda_device >= 0)
     fprintf(f, ", \"device\": \"cuda:%d\", \"tf32\": %s, \"flops_per_token\": %.6g, \"peak_flops\": %.6g, \"mfu\": %.6f",
@@ -313,6 +389,32 @@ static int write_summary(const trainer_t *t, const aa_train_result_t *r, int thr
             t->peak_flops > 0 ? r->tokens_per_s * flops_per_token(t) / t->peak_flops : 0.0);
   fprintf(f, "}\n");
   return aa_wfile_commit(&w);
+}
+
+/* Every rank's figures (RF_N doubles each, world of them) into *out
+ * (malloc'd): an all-gather over the world group, the doubles moved as
+ * pairs of floats (a gather only copies). A collective. */
+static int gather_ranks(const trainer_t *t, const aa_train_result_t *r, double **out, int *n) {
+  aa_comm_t *w = t->world_group;
+  const int world = aa_comm_world(w);
+  double mine[RF_N] = {[RF_RANK] = r->rank, [RF_DP] = r->dp_rank, [RF_TP] = r->tp_rank, [RF_PP] = r->pp_rank,
+                       [RF_PEAK] = (double)r->mem.peak_total, [RF_ACTS] = (double)r->mem.peak[AA_MEM_ACTS]};
+  for (int k = 0; k < AA_TIME_KINDS; k++) mine[RF_TIME + k] = r->time_ms[k];
+  double *all = malloc(sizeof mine * world);
+  if (!all) return aa_error(AA_ENOMEM, "out of memory");
+  void *dev = NULL;
+  int rc = t->ops->alloc(&dev, sizeof mine * (world + 1));
+  if (!rc) rc = t->ops->upload(dev, mine, sizeof mine);
+  if (!rc) rc = aa_comm_all_gather(w, dev, (char *)dev + sizeof mine, RF_N * 2, AA_F32);
+  if (!rc) rc = t->ops->download(all, (char *)dev + sizeof mine, sizeof mine * world);
+  t->ops->free(dev);
+  if (rc) {
+    free(all);
+    return aa_error_wrap(rc, "gathering every rank's figures");
+  }
+  *out = all;
+  *n = world;
+  return 0;
 }
 
 /* One line of accounted memory by kind. */
@@ -323,28 +425,135 @@ static void print_memory(FILE *f, const aa_mem_t *mem) {
   fprintf(f, " peak total %s\n", aa_mem_fmt(b, mem->peak_total));
 }
 
+/* The pipeline's part of a step (pp > 1): the plan's operations in its
+ * order, micro-batch mb's tokens at step_inputs/step_targets + mb B T;
+ * then the tied embedding's two copies get the sum of their gradients,
+ * and every stage the mean loss, which only the last one computed. Time
+ * goes to the kinds of train.h: a receive's to the bubble (it waits for
+ * a stage still computing), a send's to the pipeline's communication. */
+static int pipeline_step(trainer_t *t, double scale, float *loss) {
+  aa_gpt_t *m = t->model;
+  aa_comm_t *pg = t->mesh.group[AA_AXIS_PIPELINE];
+  const int N = m->B * m->T, S = t->pp * t->place.vpp, nops = t->plan.n_ops[t->stage];
+  const aa_pp_op_t *ops = t->plan.ops[t->stage];
+  const size_t n = aa_gpt_stream_numel(m);
+  const float grad_scale = (float)(scale / t->accum);
+  double sum = 0;
+  int rc = 0, i;
+  static const aa_time_kind_t kind_of[] = {
+      [AA_PP_RECV_ACT] = AA_TIME_BUBBLE,  [AA_PP_FORWARD] = AA_TIME_FORWARD,   [AA_PP_SEND_ACT] = AA_TIME_PIPELINE_COMM,
+      [AA_PP_RECV_GRAD] = AA_TIME_BUBBLE, [AA_PP_BACKWARD] = AA_TIME_BACKWARD, [AA_PP_SEND_GRAD] = AA_TIME_PIPELINE_COMM};
+  for (i = 0; i < nops && !rc; i++) {
+    const aa_pp_op_t *o = &ops[i];
+    double t0 = aa_now();
+    float l = 0;
+    switch (o->kind) {
+    case AA_PP_RECV_ACT: rc = aa_comm_recv(pg, aa_gpt_stage_input(m, o->in), n, t->strat.amp, o->peer); break;
+    case AA_PP_FORWARD:
+      rc = aa_gpt_stage_forward(m, o->chunk, o->slot, o->in, t->step_inputs + (size_t)o->mb * N,
+                                t->step_targets + (size_t)o->mb * N, 1, grad_scale, &l);
+      if (o->chunk * t->pp + t->stage == S - 1) sum += l;
+      break;
+    case AA_PP_SEND_ACT: rc = aa_comm_send(pg, aa_gpt_send_buf(m), n, t->strat.amp, o->peer); break;
+    case AA_PP_RECV_GRAD: rc = aa_comm_recv(pg, aa_gpt_grad_buf(m, o->gin), n, AA_F32, o->peer); break;
+    case AA_PP_BACKWARD: rc = aa_gpt_stage_backward(m, o->chunk, o->slot, o->in, o->gin); break;
+    case AA_PP_SEND_GRAD: rc = aa_comm_send(pg, aa_gpt_stage_dinput(m), n, AA_F32, o->peer); break;
+    }
+    t->step_time[kind_of[o->kind]] += aa_now() - t0;
+  }
+  if (rc) {
+    static const char *const what[] = {"receiving the input", "forward", "sending the output",
+                                       "receiving the gradient", "backward", "sending the gradient"};
+    const aa_pp_op_t *o = &ops[i - 1];
+    return aa_error_wrap(rc, "pipeline stage %d: %s of micro-batch %d (chunk %d)", t->stage, what[o->kind], o->mb,
+                         o->chunk);
+  }
+  double t0 = aa_now();
+  if (t->embed && aa_comm_world(t->embed) > 1) {
+    size_t off, cnt;
+    aa_gpt_unit(m, 0, &off, &cnt);
+    float *g = (float *)m->grads.data + off;
+    if ((rc = m->ops->sync()) || (rc = aa_comm_all_reduce(t->embed, g, g, cnt, AA_F32, AA_COMM_SUM)))
+      return aa_error_wrap(rc, "summing the tied embedding's gradients of the first and last stage");
+  }
+  *loss = t->stage == (S - 1) % t->pp ? (float)(sum / t->accum) : 0;
+  rc = aa_gpt_pipeline_sum(m, loss, 1);
+  t->step_time[AA_TIME_PIPELINE_COMM] += aa_now() - t0;
+  return rc;
+}
+
+/* The first and last pipeline stage hold the tied wte|wpe each: they get
+ * the same gradients and updates, so they must be the same bits. Checked
+ * at the end of a run (a 64-bit hash of each copy, exchanged through the
+ * embedding group), so a drift is an error rather than a silent fork of
+ * the model. A collective over the embedding group; nothing elsewhere. */
+static int check_tied_copies(trainer_t *t) {
+  if (!t->embed || aa_comm_world(t->embed) < 2) return 0;
+  aa_gpt_t *m = t->model;
+  size_t off, n;
+  aa_gpt_unit(m, 0, &off, &n);
+  /* What the forward reads: the fp32 parameters, or under amp with
+   * sharded masters the 16-bit copy. */
+  const aa_flatbuf_t *b = m->params.data ? &m->params : &m->params16;
+  size_t es = aa_dtype_size(b->dtype), bytes = n * es;
+  unsigned char *host = malloc(bytes ? bytes : 1);
+  if (!host) return aa_error(AA_ENOMEM, "out of memory");
+  int rc = m->ops->download(host, (const char *)b->data + off * es, bytes);
+  uint64_t h = rc ? 0 : aa_fnv1a(AA_FNV_INIT, host, bytes), all[2] = {0, 0};
+  free(host);
+  void *dev = NULL;
+  if (!rc) rc = m->ops->alloc(&dev, 3 * sizeof h);
+  if (!rc) rc = m->ops->upload(dev, &h, sizeof h);
+  if (!rc) rc = aa_comm_all_gather(t->embed, dev, (char *)dev + sizeof h, sizeof h / sizeof(float), AA_F32);
+  if (!rc) rc = m->ops->download(all, (char *)dev + sizeof h, sizeof all);
+  m->ops->free(dev);
+  if (rc) return aa_error_wrap(rc, "comparing the tied embedding's copies");
+  if (all[0] != all[1])
+    return aa_error(AA_EINTERNAL, "the tied embedding's copies on the first and last pipeline stage differ (hashes "
+                                  "%016llx and %016llx)", (unsigned long long)all[0], (unsigned long long)all[1]);
+  fprintf(t->log, "tied embedding: the first and last stage's copies are identical (%zu parameters)\n", n);
+  return 0;
+}
+
 /* One optimizer step: accum micro-batches of forward + backward with
- * gradients accumulated in fp32, then the update. Sets *loss to the mean
- * micro-batch loss and *skipped when non-finite gradients skipped it. */
+ * gradients accumulated in fp32 (through the pipeline's schedule at pp >
+ * 1), then the update. Sets *loss to the mean micro-batch loss and
+ * *skipped when non-finite gradients skipped it. */
 static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *skipped) {
   aa_gpt_t *m = t->model;
   int fp16 = t->strat.amp == AA_F16, rc;
-  double scale = fp16 ? t->scaler.scale : 1.0, sum = 0;
+  double scale = fp16 ? t->scaler.scale : 1.0, sum = 0, *tm = t->step_time;
+  memset(t->step_time, 0, sizeof t->step_time);
   aa_zero_zero_grad(&t->zero, m);
   loader_slice(t, &t->loader, 1);
-  for (int k = 0; k < t->accum; k++) {
-    float l;
-    t->zero.last_micro = k == t->accum - 1;
-    aa_loader_next(&t->loader, t->inputs, t->targets);
-    if ((rc = aa_gpt_forward(m, t->inputs, t->targets, &l)) || (rc = aa_gpt_backward(m, (float)(scale / t->accum))))
-      return rc;
-    sum += l;
+  if (t->pp > 1) {
+    const size_t N = (size_t)m->B * m->T;
+    for (int k = 0; k < t->accum; k++) aa_loader_next(&t->loader, t->step_inputs + k * N, t->step_targets + k * N);
+    loader_slice(t, &t->loader, 0);
+    /* No gradient is reduced over the data group during the schedule. */
+    t->zero.last_micro = 0;
+    if ((rc = pipeline_step(t, scale, loss))) return rc;
+  } else {
+    for (int k = 0; k < t->accum; k++) {
+      float l;
+      t->zero.last_micro = k == t->accum - 1;
+      aa_loader_next(&t->loader, t->inputs, t->targets);
+      double t0 = aa_now();
+      if ((rc = aa_gpt_forward(m, t->inputs, t->targets, &l))) return rc;
+      double t1 = aa_now();
+      if ((rc = aa_gpt_backward(m, (float)(scale / t->accum)))) return rc;
+      tm[AA_TIME_FORWARD] += t1 - t0;
+      tm[AA_TIME_BACKWARD] += aa_now() - t1;
+      sum += l;
+    }
+    loader_slice(t, &t->loader, 0);
+    *loss = (float)(sum / t->accum);
   }
-  loader_slice(t, &t->loader, 0);
-  *loss = (float)(sum / t->accum);
-  if ((rc = global_mean(t, loss))) return rc;
+  double t0 = aa_now();
+  if ((t->pp > 1 && (rc = aa_zero_reduce_grads(&t->zero, m))) || (rc = global_mean(t, loss))) return rc;
   int skip = fp16 || t->strat.skip_if_nonfinite;
   if ((rc = aa_zero_step(&t->zero, m, &t->spec->train, lr, scale, skip, norm)) < 0) return rc;
+  tm[AA_TIME_OPTIMIZER] += aa_now() - t0;
   *skipped = rc == 1;
   if (fp16) aa_loss_scaler_update(&t->scaler, *skipped);
   else t->scaler.skipped += *skipped;
@@ -403,6 +612,15 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   if (t.world > 1)
     fprintf(t.log, "data parallel: %d ranks (%s), ZeRO stage %d, each rank %d micro-batch%s per step\n", t.world,
             aa_comm_backend(t.comm), t.zero.stage, t.accum, t.accum == 1 ? "" : "es");
+  if (t.pp > 1) {
+    fprintf(t.log, "pipeline parallel: %d stages (%s), %s schedule, %d micro-batch%s a step, predicted bubble %.1f%%; blocks",
+            t.pp, aa_comm_backend(t.mesh.group[AA_AXIS_PIPELINE]), aa_pp_schedule_name(t.strat.schedule), t.accum,
+            t.accum == 1 ? "" : "es", 100 * aa_pp_bubble(t.strat.schedule, t.pp, t.place.vpp, t.accum));
+    int bounds[AA_STRATEGY_STAGES_MAX + 1], S = aa_pp_stages(&t.strat);
+    if (!aa_pp_bounds(&spec->arch, &t.strat, bounds))
+      for (int k = 0; k < S; k++) fprintf(t.log, "%s [%d, %d)", k ? "," : "", bounds[k], bounds[k + 1]);
+    fprintf(t.log, "\n");
+  }
   if (m->tp > 1)
     fprintf(t.log, "tensor parallel: %d ranks (%s), each %d of %d heads, %d of %d MLP columns, %d of %d vocabulary rows%s\n",
             m->tp, aa_comm_backend(t.mesh.group[AA_AXIS_TENSOR]), m->d.NH, spec->arch.n_head, m->d.F, spec->arch.d_ff,
@@ -418,11 +636,19 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
       rc = aa_error_wrap(rc, "step %d%s", step + 1, isfinite(norm) ? "" : ": training diverged");
       goto cleanup;
     }
-    double dt = aa_now() - t0;
+    double dt = aa_now() - t0, *tm = t.step_time, busy = 0;
+    /* The bubble is the rest of the step: mostly receives waiting for a
+     * stage still computing. */
+    for (int k = 0; k < AA_TIME_KINDS; k++)
+      if (k != AA_TIME_BUBBLE) busy += tm[k];
+    tm[AA_TIME_BUBBLE] = dt > busy ? dt - busy : 0;
     /* The first step of a process warms caches and thread pools; it is
      * timed only when it is the only one. A dry run says how many to skip. */
     int warm = step - first < untimed;
-    if (!warm || (!opts->dryrun && step + 1 == cfg->steps)) t.step_times[timed++] = dt;
+    if (!warm || (!opts->dryrun && step + 1 == cfg->steps)) {
+      t.step_times[timed++] = dt;
+      for (int k = 0; k < AA_TIME_KINDS; k++) t.time_sum[k] += tm[k];
+    }
     t.state.step = step + 1;
     r.final_loss = loss;
     r.steps_done++;
@@ -434,8 +660,13 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
     if (skipped && t.strat.amp == AA_F16 && t.scaler.scale != scale_before)
       fprintf(t.log, "loss scale %g -> %g\n", scale_before, t.scaler.scale);
     if (step == first || step + 1 == cfg->steps || (step + 1) % log_every == 0)
+    {
       fprintf(t.log, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms\n", step + 1,
               cfg->steps, loss, lr, norm, step_tokens / dt, dt * 1e3);
+      fprintf(t.log, "time %5d/%d | rank 0: forward %.1f, backward %.1f, optimizer %.1f, pipeline comm %.1f, bubble %.1f ms\n",
+              step + 1, cfg->steps, tm[AA_TIME_FORWARD] * 1e3, tm[AA_TIME_BACKWARD] * 1e3,
+              tm[AA_TIME_OPTIMIZER] * 1e3, tm[AA_TIME_PIPELINE_COMM] * 1e3, tm[AA_TIME_BUBBLE] * 1e3);
+    }
     int last = step + 1 == cfg->steps;
     if (t.val.n_tokens && (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0))) {
       if ((rc = evaluate(&t, &r.val_loss))) goto cleanup;
@@ -452,6 +683,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
       aa_train_step_info_t info = {.step = step + 1, .total = cfg->steps, .loss = loss,
                                    .tokens_per_s = step_tokens / dt, .step_ms = dt * 1e3,
                                    .phase = !opts->dryrun ? "train" : warm ? "warmup" : "measure"};
+      for (int k = 0; k < AA_TIME_KINDS; k++) info.time_ms[k] = tm[k] * 1e3;
       opts->on_step(&info, opts->step_data);
     }
   }
@@ -461,11 +693,17 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
     r.step_ms_median = med * 1e3;
     r.step_ms_spread = (t.step_times[timed - 1] - t.step_times[0]) * 1e3;
     r.tokens_per_s = step_tokens / med;
+    for (int k = 0; k < AA_TIME_KINDS; k++) r.time_ms[k] = t.time_sum[k] / timed * 1e3;
   }
+  r.rank = aa_comm_rank(t.world_group);
+  r.dp_rank = t.rank;
+  r.tp_rank = m->tp_rank;
+  r.pp_rank = t.stage;
   r.skipped_steps = t.scaler.skipped;
   r.loss_scale = t.strat.amp == AA_F16 ? t.scaler.scale : 0;
   r.mem = t.mem;
   r.peak_flops = t.peak_flops;
+  if ((rc = check_tied_copies(&t))) goto cleanup;
   if (!opts->dryrun && (rc = save_checkpoint(&t, "final.ckpt"))) goto cleanup;
   fprintf(t.log, "done: %d steps, final loss %.4f", r.steps_done, r.final_loss);
   if (!isnan(r.val_loss)) fprintf(t.log, ", val loss %.4f", r.val_loss);
@@ -476,7 +714,15 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
     fprintf(t.log, "mfu %.2f%% (%.3g FLOP/token x %.0f tok/s of %.1f TFLOP/s peak bf16)\n",
             100.0 * r.tokens_per_s * flops_per_token(&t) / t.peak_flops, flops_per_token(&t), r.tokens_per_s,
             t.peak_flops / 1e12);
-  if (opts->summary_json && speaks && (rc = write_summary(&t, &r, threads))) goto cleanup;
+  if (opts->summary_json) {
+    /* Every rank takes part in the gather; rank 0 writes. */
+    double *ranks = NULL;
+    int nranks = 0;
+    if ((rc = gather_ranks(&t, &r, &ranks, &nranks))) goto cleanup;
+    if (speaks) rc = write_summary(&t, &r, threads, ranks, nranks);
+    free(ranks);
+    if (rc) goto cleanup;
+  }
   if (res) *res = r;
 cleanup:
   if (losses && fclose(losses) && !rc) rc = aa_error(AA_EIO, "%s: write failed", opts->losses_path);

@@ -241,10 +241,8 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
   o->datty = take(&ws, N * Cl * f4);
   o->dfch = take(&ws, N * F * f4);
   o->dfch_gelu = take(&ws, N * F * f4);
-  if (tp) {
-    o->xent = take(&ws, ((size_t)d.tp + 1) * 3 * N * f4);
-    o->scalars = take(&ws, 16 * f4);
-  }
+  if (tp) o->xent = take(&ws, ((size_t)d.tp + 1) * 3 * N * f4);
+  if (tp || pp) o->scalars = take(&ws, 16 * f4);
   if (sp) {
     o->full = take(&ws, N * C * f4);
     o->partial = take(&ws, N * C * f4);

@@ -168,7 +168,8 @@ typedef struct aa_act_block {
  *              datty (N,Cl), dqkv (N,3Cl), dfch, dfch_gelu (N,F).
  *              Tensor parallelism (tp > 1) adds xent ((tp + 1) 3N: the
  *              rank's cross-entropy parts and every rank's, gathered) and
- *              scalars (16); sequence parallelism full and partial (N,C:
+ *              scalars (16; also under pipeline parallelism: host values
+ *              on their way through the tensor or pipeline group); sequence parallelism full and partial (N,C:
  *              a gathered LayerNorm output or residual gradient, and a
  *              row-parallel layer's output or a column-parallel layer's
  *              input gradient before the reduce-scatter) and lngrad (4C:

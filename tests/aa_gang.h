@@ -21,7 +21,7 @@
 #include "aa_test.h"
 #include "common/aa.h"
 
-#define AA_GANG_MAX 4 /* ranks a gang of these tests has at most */
+#define AA_GANG_MAX 8 /* ranks a gang of these tests has at most (dp 2 x tp 2 x pp 2) */
 
 /* Forks n ranks (n <= AA_GANG_MAX), each exiting with rank_fn(data, rank),
  * and reaps them into status[rank] and exit_time[rank] (aa_now() when

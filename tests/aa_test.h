@@ -55,8 +55,12 @@ static int aa_test_skip_flag;
     return;                                                                                         \
   } while (0)
 
+/* AA_TEST_ONLY=text in the environment runs only the tests whose name
+ * holds text (for working on one; the suite sets nothing). */
 #define RUN(name)                                                                                   \
   do {                                                                                              \
+    const char *only_ = getenv("AA_TEST_ONLY");                                                     \
+    if (only_ && !strstr(#name, only_)) break;                                                      \
     int before_ = aa_test_failed_checks;                                                            \
     aa_test_skip_flag = 0;                                                                          \
     fprintf(stderr, "- %s\n", #name);                                                               \

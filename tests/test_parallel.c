@@ -51,6 +51,8 @@
 #include "engine/optim.h"
 #include "engine/train.h"
 #include "strategies/cost.h"
+#include "strategies/layout.h"
+#include "strategies/pipeline.h"
 
 #define STEPS 6       /* steps of a run unless it says otherwise */
 #define MAX_STEPS 10
@@ -61,6 +63,9 @@
  * up to 4 tensor ranks, and a vocabulary of 251 that neither 2 nor 4
  * divides, so the last rank's slice ends in a padding row. */
 #define TP_MODEL 1
+/* The pipeline tests' model: TP_MODEL with 4 blocks, for up to 4 stages
+ * (or 2 ranks of 2 chunks each) and tp 2 beside them. */
+#define PP_MODEL 2
 
 static char tmpdir[256], train_bin[512], val_bin[512];
 
@@ -69,11 +74,11 @@ static char tmpdir[256], train_bin[512], val_bin[512];
 static void model_spec(aa_model_spec_t *s, int model, int steps) {
   char json[2048];
   snprintf(json, sizeof json,
-           "{\"name\": \"dp\", \"model\": {\"n_layer\": 2, \"n_head\": %d, \"d_model\": %d, \"d_ff\": 64, "
+           "{\"name\": \"dp\", \"model\": {\"n_layer\": %d, \"n_head\": %d, \"d_model\": %d, \"d_ff\": 64, "
            "\"seq_len\": 16, \"vocab_size\": %d}, \"train\": {\"global_batch\": 8, \"steps\": %d, \"lr\": 0.003, "
            "\"warmup_steps\": 2, \"eval_every\": 0, \"eval_batches\": 2, \"checkpoint_every\": 0, \"seed\": 7, "
            "\"grad_clip\": 1.0}, \"data\": {\"train\": \"%s\", \"val\": \"%s\"}}",
-           model == TP_MODEL ? 4 : 2, model == TP_MODEL ? 32 : 30, model == TP_MODEL ? 251 : 256,
+           model == PP_MODEL ? 4 : 2, model ? 4 : 2, model ? 32 : 30, model ? 251 : 256,
            steps ? steps : STEPS, train_bin, val_bin);
   int rc = aa_spec_parse(s, json, NULL, "test");
   if (rc) fprintf(stderr, "spec: %s\n", aa_last_error());
@@ -95,6 +100,10 @@ typedef struct {
   const char *out;  /* subdirectory of tmpdir */
   int kill_rank;    /* rank that kills itself after step 2, -1 none */
   int oom_rank;     /* rank that trains under a 64 KiB memory limit (fails to build its model), 0 none */
+  int pp, vpp;      /* pipeline degree (0 = 1) and virtual stages per rank (0 = 1) */
+  aa_pp_schedule_t schedule;
+  aa_pp_partition_t partition;
+  int bounds[6];    /* custom partition: pp * vpp + 1 boundaries */
 } cfg_t;
 
 /* What a run leaves: rank 0's losses, and each rank's exit status, peak
@@ -140,7 +149,18 @@ static void strategy_of(const cfg_t *c, int micro_batch, aa_strategy_t *st) {
   st->zero = c->zero;
   st->micro_batch = micro_batch;
   st->amp = c->amp;
+  st->pp = c->pp ? c->pp : 1;
+  st->vpp = c->vpp ? c->vpp : 1;
+  st->schedule = c->schedule;
+  st->partition = c->partition;
+  if (c->partition == AA_PARTITION_CUSTOM) {
+    st->n_bounds = st->pp * st->vpp + 1;
+    memcpy(st->bounds, c->bounds, sizeof(int) * (size_t)st->n_bounds);
+  }
 }
+
+/* Ranks of a run of c: dp x tp x pp (dp 0: one process, no group). */
+static int world_of(const cfg_t *c) { return c->dp ? c->dp * (c->tp ? c->tp : 1) * (c->pp ? c->pp : 1) : 1; }
 
 static int rank_main(const void *data, int rank) {
   const gang_t *g = data;
@@ -148,7 +168,7 @@ static int rank_main(const void *data, int rank) {
   const char *dir = g->dir;
   aa_comm_t *comm = NULL;
   int rc;
-  int world = c->dp ? c->dp * (c->tp ? c->tp : 1) : 1;
+  int world = world_of(c);
   if (c->dp && (rc = aa_comm_init(&comm, g->rdv, rank, world, NULL))) {
     fprintf(stderr, "rank %d: %s\n", rank, aa_last_error());
     return 2;
@@ -189,7 +209,7 @@ static void run(const cfg_t *c, run_t *r) {
   CHECK(aa_mkdirs(dir) == 0);
   memset(r, 0, sizeof *r);
   CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_parallel") == 0);
-  int n = c->dp ? c->dp * (c->tp ? c->tp : 1) : 1;
+  int n = world_of(c);
   r->steps = c->steps ? c->steps : STEPS;
   r->micro_batch = c->micro_batch ? c->micro_batch : 8 / (c->dp ? c->dp : 1); /* the specs' global batch is 8 */
   aa_gang_fork(c->out, n, rank_main, &(gang_t){.c = c, .rdv = rdv, .dir = dir}, r->status, r->exit_time);
@@ -359,11 +379,18 @@ static void check_predicted_bytes(const char *what, const cfg_t *c, const run_t 
   model_spec(&s, c->model, c->steps);
   aa_strategy_t st;
   strategy_of(c, r->micro_batch, &st);
-  aa_cost_memory(&s.arch, &st, aa_strategy_accum_steps(&st, &s), out);
-  for (int i = 0; i < n; i++)
+  const int m = aa_strategy_accum_steps(&st, &s);
+  aa_cost_memory(&s.arch, &st, m, out);
+  for (int i = 0; i < n; i++) {
+    /* Under pipeline parallelism each stage holds its own. */
+    aa_layout_t l;
+    aa_cost_mem_t mine;
+    CHECK(aa_layout_of(&l, &st, i) == 0);
+    aa_cost_memory_stage(&s.arch, &st, m, l.coord[AA_AXIS_PIPELINE], &mine);
     for (int k = 0; k < AA_MEM_NKINDS; k++)
-      CHECK_MSG(out->bytes[k] == r->peak[i][k], "%s rank %d %s: predicted %zu, accounted %zu", what, i,
-                aa_mem_kind_name(k), out->bytes[k], r->peak[i][k]);
+      CHECK_MSG(mine.bytes[k] == r->peak[i][k], "%s rank %d %s: predicted %zu, accounted %zu", what, i,
+                aa_mem_kind_name(k), mine.bytes[k], r->peak[i][k]);
+  }
 }
 
 /* The planner's cost model (strategies/cost.h) on the same dp 4 runs:
@@ -845,6 +872,177 @@ AA_TEST(a_sharded_checkpoint_with_a_bad_or_foreign_rank_file_is_rejected) {
   aa_gpt_free(m);
 }
 
+/* --- pipeline parallelism --------------------------------------------------------------
+ *
+ * The pipeline model's 4 blocks over 2, 3 or 4 stages (or 2 ranks of 2
+ * chunks), 4 micro-batches of 2 sequences a step, against one process
+ * training the same micro-batches. A stage runs the single process's
+ * kernels on the same inputs in the same order; only where a gradient is
+ * summed can the order differ: the tied wte's two halves (the head's on
+ * the last stage, the embedding's on the first) meet in the embedding
+ * group's all-reduce instead of accumulating in one buffer, and the
+ * gradient norm's squares are summed per stage and then over stages.
+ * Both are fp32 reorderings of a few ulps, so the tolerance is the data
+ * tests' (REL_TOL, 1e-5, with their reasoning); measured: 0 in fp32 (the
+ * sums come out the same). A wrong hand-off (a stale slot, a gradient
+ * sent for another micro-batch, a missing embedding sum) changes the loss
+ * in the second digit. */
+
+#define PP_STEPS 10
+#define PP_MB 2 /* 8 / 2 = 4 micro-batches a step */
+static run_t pp_single[3];   /* the single-process references, by amp */
+static run_t pp_runs[2][2];  /* [gpipe, 1f1b] x [pp 2, pp 4], fp32: for the activation test */
+
+static const run_t *run_pp_single(aa_dtype_t amp) {
+  run_t *r = &pp_single[amp];
+  if (isnan(r->loss[1])) {
+    char out[32];
+    snprintf(out, sizeof out, "pp-single.%s", aa_dtype_name(amp));
+    cfg_t c = {.dp = 0, .model = PP_MODEL, .steps = PP_STEPS, .micro_batch = PP_MB, .amp = amp, .out = out,
+               .kill_rank = -1};
+    run(&c, r);
+    CHECK(all_ok(r, 1) && !isnan(r->loss[PP_STEPS]) && !isnan(r->val_loss[0]));
+  }
+  return r;
+}
+
+/* Whether file path holds the line text. */
+static int file_has(const char *path, const char *text) {
+  FILE *f = fopen(path, "r");
+  char line[512];
+  int found = 0;
+  while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, text) != NULL;
+  if (f) fclose(f);
+  return found;
+}
+
+/* A dp x tp x pp run of the pipeline model against the single process:
+ * losses and gradient norms of 10 steps, every rank's validation loss,
+ * every rank's bytes (its stage's) against the cost model, and the tied
+ * embedding's copies identical at the end (rank 0's log says so). */
+static void pp_equivalence(cfg_t c, double tol, run_t *keep) {
+  const run_t *ref = run_pp_single(c.amp);
+  char out[96];
+  const int pp = c.pp, v = c.vpp ? c.vpp : 1;
+  int o = snprintf(out, sizeof out, "pp.dp%d.tp%d%s.pp%d.%s", c.dp, c.tp ? c.tp : 1, c.sp ? ".sp" : "", pp,
+                   aa_pp_schedule_name(c.schedule));
+  if (v > 1) o += snprintf(out + o, sizeof out - o, "-v%d", v);
+  if (c.partition == AA_PARTITION_CUSTOM)
+    for (int k = 0; k <= pp * v; k++) o += snprintf(out + o, sizeof out - o, "%s%d", k ? "-" : ".part-", c.bounds[k]);
+  else if (c.partition == AA_PARTITION_PARAMETERS)
+    o += snprintf(out + o, sizeof out - o, ".part-params");
+  snprintf(out + o, sizeof out - o, ".z%d.%s.ckpt-%s", c.zero, aa_dtype_name(c.amp), aa_ckpt_mode_name(c.ckpt));
+  c.model = PP_MODEL;
+  c.steps = PP_STEPS;
+  c.micro_batch = PP_MB;
+  c.out = out;
+  c.kill_rank = -1;
+  run_t r;
+  run(&c, &r);
+  int n = world_of(&c);
+  CHECK_MSG(all_ok(&r, n), "%s: a rank failed", out);
+  double worst = compare(out, &r, ref, 1, tol), worst_val = 0;
+  for (int i = 0; i < n; i++) {
+    double dv = fabs(r.val_loss[i] - ref->val_loss[0]) / ref->val_loss[0];
+    CHECK_MSG(dv <= tol, "%s rank %d: val loss %.9g vs %.9g", out, i, r.val_loss[i], ref->val_loss[0]);
+    if (!(dv <= worst_val)) worst_val = dv;
+  }
+  aa_cost_mem_t cost;
+  check_predicted_bytes(out, &c, &r, n, &cost);
+  char log0[700];
+  snprintf(log0, sizeof log0, "%s/%s/log.0", tmpdir, out);
+  CHECK_MSG(file_has(log0, "the first and last stage's copies are identical"), "%s: no tied-copy check in %s", out,
+            log0);
+  /* Activations a stage keeps, first and last (ranks 0 and n - 1 in the
+   * default order, pipeline slowest). */
+  fprintf(stderr, "  %s: max relative loss difference %.2e, val %.2e; acts %zu bytes on the first stage, %zu on the last\n",
+          out, worst, worst_val, r.peak[0][AA_MEM_ACTS], r.peak[n - 1][AA_MEM_ACTS]);
+  if (keep) *keep = r;
+}
+
+AA_TEST(pp2_and_pp4_match_the_single_process_with_gpipe_1f1b_and_interleaved_schedules) {
+  for (int sched = 0; sched < 2; sched++)
+    for (int k = 0; k < 2; k++)
+      pp_equivalence((cfg_t){.dp = 1, .pp = 2 + 2 * k, .schedule = sched ? AA_SCHEDULE_1F1B : AA_SCHEDULE_GPIPE},
+                     REL_TOL, &pp_runs[sched][k]);
+  pp_equivalence((cfg_t){.dp = 1, .pp = 2, .vpp = 2, .schedule = AA_SCHEDULE_INTERLEAVED}, REL_TOL, NULL);
+}
+
+AA_TEST(uneven_and_parameter_balanced_partitions_match_the_single_process) {
+  pp_equivalence((cfg_t){.dp = 1, .pp = 2, .partition = AA_PARTITION_CUSTOM, .bounds = {0, 1, 4}}, REL_TOL, NULL);
+  pp_equivalence((cfg_t){.dp = 1, .pp = 3, .partition = AA_PARTITION_CUSTOM, .bounds = {0, 2, 3, 4}}, REL_TOL, NULL);
+  pp_equivalence((cfg_t){.dp = 1, .pp = 2, .partition = AA_PARTITION_PARAMETERS}, REL_TOL, NULL);
+}
+
+AA_TEST(pp2_with_amp_checkpointing_zero1_and_tensor_parallelism_matches_the_single_process) {
+  pp_equivalence((cfg_t){.dp = 1, .pp = 2, .amp = AA_BF16}, REL_TOL_AMP, NULL);
+  pp_equivalence((cfg_t){.dp = 1, .pp = 2, .amp = AA_F16, .schedule = AA_SCHEDULE_GPIPE}, REL_TOL_AMP, NULL);
+  pp_equivalence((cfg_t){.dp = 1, .pp = 2, .ckpt = AA_CKPT_FULL}, REL_TOL, NULL);
+  pp_equivalence((cfg_t){.dp = 1, .pp = 2, .vpp = 2, .schedule = AA_SCHEDULE_INTERLEAVED, .ckpt = AA_CKPT_SELECTIVE},
+                 REL_TOL, NULL);
+  pp_equivalence((cfg_t){.dp = 2, .pp = 2, .zero = 1}, REL_TOL, NULL);
+  pp_equivalence((cfg_t){.dp = 1, .tp = 2, .sp = 1, .pp = 2}, REL_TOL, NULL);
+}
+
+/* 3D: 8 ranks on this machine's 2 cores, the slowest run of the suite's
+ * pipeline tests. */
+AA_TEST(dp2_x_tp2_x_pp2_on_8_ranks_matches_the_single_process) {
+  pp_equivalence((cfg_t){.dp = 2, .tp = 2, .pp = 2, .zero = 1}, REL_TOL, NULL);
+}
+
+/* What each schedule keeps in flight, measured (every stage's accounted
+ * activations, already held to the cost model's prediction to the byte by
+ * pp_equivalence): GPipe keeps all 4 micro-batches on every stage, 1F1B at
+ * most pp - stage, so for m > pp its first stage keeps fewer. */
+AA_TEST(one_f_one_b_keeps_fewer_activations_than_gpipe) {
+  for (int k = 0; k < 2; k++) {
+    const run_t *g = &pp_runs[0][k], *f = &pp_runs[1][k];
+    const int pp = 2 + 2 * k;
+    if (!all_ok(g, pp) || !all_ok(f, pp)) {
+      CHECK_MSG(0, "the pp %d runs failed", pp);
+      continue;
+    }
+    for (int st = 0; st < pp; st++) {
+      CHECK_MSG(f->peak[st][AA_MEM_ACTS] <= g->peak[st][AA_MEM_ACTS], "pp %d stage %d: 1f1b %zu > gpipe %zu", pp, st,
+                f->peak[st][AA_MEM_ACTS], g->peak[st][AA_MEM_ACTS]);
+      fprintf(stderr, "  pp %d stage %d: activations gpipe %zu, 1f1b %zu bytes (%.2f)\n", pp, st,
+              g->peak[st][AA_MEM_ACTS], f->peak[st][AA_MEM_ACTS],
+              (double)f->peak[st][AA_MEM_ACTS] / (double)g->peak[st][AA_MEM_ACTS]);
+    }
+    CHECK(f->peak[0][AA_MEM_ACTS] < g->peak[0][AA_MEM_ACTS]);
+  }
+}
+
+/* A stage dies (SIGKILL) after step 2; its neighbours wait for it in a
+ * send or a receive of step 3. Every other rank must fail and exit within
+ * 10 s, well inside the group's 30 s timeout. */
+AA_TEST(a_killed_stage_makes_every_other_rank_fail_within_10_s) {
+  const struct {
+    int pp, victim;
+  } cases[] = {{2, 1}, {4, 2}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    char out[32];
+    snprintf(out, sizeof out, "ppkill%d", cases[k].pp);
+    cfg_t c = {.dp = 1, .pp = cases[k].pp, .model = PP_MODEL, .micro_batch = PP_MB, .out = out,
+               .kill_rank = cases[k].victim};
+    run_t r;
+    run(&c, &r);
+    int victim = cases[k].victim;
+    CHECK(WIFSIGNALED(r.status[victim]) && WTERMSIG(r.status[victim]) == SIGKILL);
+    double slowest = 0;
+    for (int i = 0; i < cases[k].pp; i++) {
+      if (i == victim) continue;
+      CHECK_MSG(WIFEXITED(r.status[i]) && WEXITSTATUS(r.status[i]) == TRAIN_FAILED, "%s rank %d: status %#x", out, i,
+                r.status[i]);
+      double dt = r.exit_time[i] - r.exit_time[victim];
+      if (dt > slowest) slowest = dt;
+    }
+    fprintf(stderr, "  pp %d: the last surviving stage exited %.2f s after stage %d died\n", cases[k].pp, slowest,
+            victim);
+    CHECK(slowest < 10);
+  }
+}
+
 /* A rank dies (SIGKILL) after step 2 while the others wait for it in a
  * collective of step 3: at zero 0 in the first gradient all-reduce of the
  * backward, at zero 3 in the first parameter gather of the forward. Every
@@ -1048,7 +1246,7 @@ int main(void) {
     return 1;
   }
   for (int a = 0; a < 3; a++)
-    for (int i = 0; i <= MAX_STEPS; i++) single[a].loss[i] = tp_single[a].loss[i] = NAN;
+    for (int i = 0; i <= MAX_STEPS; i++) single[a].loss[i] = tp_single[a].loss[i] = pp_single[a].loss[i] = NAN;
   RUN(loader_skip_lands_where_reading_would_across_the_wrap);
   RUN(the_mesh_of_a_dp4_strategy_has_the_world_as_its_data_group);
   RUN(dp2_matches_single_process_losses_at_every_zero_stage);
@@ -1068,6 +1266,12 @@ int main(void) {
   RUN(a_tp1_checkpoint_resumes_at_tp2_and_at_tp4_with_sequence_parallelism);
   RUN(a_bf16_dp2_x_tp2_checkpoint_resumes_in_one_process_and_bit_identically_at_its_layout);
   RUN(a_sharded_checkpoint_with_a_bad_or_foreign_rank_file_is_rejected);
+  RUN(pp2_and_pp4_match_the_single_process_with_gpipe_1f1b_and_interleaved_schedules);
+  RUN(one_f_one_b_keeps_fewer_activations_than_gpipe);
+  RUN(uneven_and_parameter_balanced_partitions_match_the_single_process);
+  RUN(pp2_with_amp_checkpointing_zero1_and_tensor_parallelism_matches_the_single_process);
+  RUN(dp2_x_tp2_x_pp2_on_8_ranks_matches_the_single_process);
+  RUN(a_killed_stage_makes_every_other_rank_fail_within_10_s);
   RUN(a_killed_rank_makes_every_other_rank_fail_within_10_s);
   RUN(a_rank_that_fails_makes_every_other_rank_fail);
   RUN(a_launched_rank_that_fails_aborts_its_gang);
