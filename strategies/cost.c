@@ -29,23 +29,70 @@ void aa_cost_mem_describe(const aa_cost_mem_t *m, char *out, size_t n) {
            b[AA_MEM_PARAMS], b[AA_MEM_GRADS], b[AA_MEM_OPTIM], b[AA_MEM_ACTS], b[AA_MEM_WORKSPACE]);
 }
 
-/* The blocks whose forward full checkpointing runs again (0 otherwise). */
-static double recomputed_blocks(const aa_arch_t *arch, const aa_strategy_t *s) {
-  if (s->ckpt != AA_CKPT_FULL) return 0;
-  return s->ckpt_layers > 0 && s->ckpt_layers < arch->n_layer ? s->ckpt_layers : arch->n_layer;
+/* What pipeline rank `stage` of s holds (its blocks; no plan), or -1 for
+ * a stage outside 0..pp-1 or a strategy the pipeline rules refuse. At pp 1
+ * the one rank holds everything, first and last. */
+static int place_of(const aa_arch_t *a, const aa_strategy_t *s, int stage, aa_pp_place_t *p) {
+  if (stage < 0 || stage >= (s->pp > 1 ? s->pp : 1)) return -1;
+  return aa_pp_place(a, s, 0, stage, p) ? -1 : 0;
+}
+
+/* The blocks p holds, and those of them whose forward full checkpointing
+ * runs again. */
+static void held_blocks(const aa_strategy_t *s, const aa_pp_place_t *p, int *blocks, int *recomputed) {
+  *blocks = *recomputed = 0;
+  for (int c = 0; c < p->vpp; c++)
+    for (int l = p->lo[c]; l < p->hi[c]; l++) {
+      ++*blocks;
+      *recomputed += aa_sizes_block_full(s->ckpt, s->ckpt_layers, l);
+    }
+}
+
+double aa_cost_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t *s, int stage) {
+  aa_pp_place_t p;
+  if (place_of(arch, s, stage, &p)) return 0;
+  int nb, nk;
+  held_blocks(s, &p, &nb, &nk);
+  const double C = arch->d_model, T = arch->seq_len, Lr = nb, tp = s->tp;
+  const double block = (double)aa_sizes_unit_numel(arch, s->tp, 1);
+  /* The head (tied to wte|wpe) and lnf on the last stage; the embedding
+   * on the first is a lookup. */
+  const double ends = p.last ? (double)(aa_sizes_unit_numel(arch, s->tp, 0) +
+                                        aa_sizes_unit_numel(arch, s->tp, arch->n_layer + 1))
+                             : 0;
+  return 6.0 * (Lr * block + ends) + 12.0 * Lr * C * T / tp + nk * (2.0 * block + 4.0 * C * T / tp);
+}
+
+double aa_cost_min_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t *s, int stage) {
+  aa_pp_place_t p;
+  if (place_of(arch, s, stage, &p)) return 0;
+  int nb, nk;
+  held_blocks(s, &p, &nb, &nk);
+  const double C = arch->d_model, F = arch->d_ff, V = arch->vocab_size;
+  const double block = 4 * C * C + 2 * F * C; /* qkv 3C^2, proj C^2, fc and fcproj FC each */
+  return (6.0 * (nb * block + (p.last ? V * C : 0)) + 2.0 * block * nk) / s->tp;
+}
+
+/* The most any pipeline stage of s executes by f. */
+static double most_loaded(double (*f)(const aa_arch_t *, const aa_strategy_t *, int), const aa_arch_t *arch,
+                          const aa_strategy_t *s) {
+  double most = 0;
+  for (int st = 0; st < (s->pp > 1 ? s->pp : 1); st++) {
+    double x = f(arch, s, st);
+    if (x > most) most = x;
+  }
+  return most;
 }
 
 double aa_cost_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {
-  const double C = arch->d_model, T = arch->seq_len, L = arch->n_layer, tp = s->tp;
-  return 6.0 * (double)aa_sizes_params(arch, s->tp) + 12.0 * L * C * T / tp +
-         recomputed_blocks(arch, s) * (2.0 * (double)aa_sizes_unit_numel(arch, s->tp, 1) + 4.0 * C * T / tp);
+  return most_loaded(aa_cost_flops_per_token_stage, arch, s);
 }
 
 double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s) {
-  const double C = arch->d_model, F = arch->d_ff, L = arch->n_layer, V = arch->vocab_size;
-  const double block = 4 * C * C + 2 * F * C; /* qkv 3C^2, proj C^2, fc and fcproj FC each */
-  return (6.0 * (L * block + V * C) + 2.0 * block * recomputed_blocks(arch, s)) / s->tp;
+  return most_loaded(aa_cost_min_flops_per_token_stage, arch, s);
 }
+
+double aa_cost_bubble(const aa_strategy_t *s, int m) { return aa_pp_bubble(s->schedule, s->pp, s->vpp, m); }
 
 /* --- collectives (cost.h) ------------------------------------------------------------------ */
 
@@ -57,33 +104,70 @@ static void add(aa_cost_group_t *g, aa_cost_collective_t k, uint64_t calls, uint
   g->bytes += calls * n * elem;
 }
 
-/* The tensor group's collectives per step (cost.h). */
-static void tensor_comm(const aa_arch_t *a, const aa_strategy_t *s, uint64_t A, aa_cost_group_t *g) {
+/* The tensor group's collectives per step (cost.h) on place p: its
+ * blocks, the embedding's calls on the first stage, the final
+ * LayerNorm's and the cross-entropy's on the last. */
+static void tensor_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
+                        aa_cost_group_t *g) {
   const uint64_t t = (uint64_t)s->tp, N = (uint64_t)s->micro_batch * (uint64_t)a->seq_len;
-  const uint64_t C = (uint64_t)a->d_model, L = (uint64_t)a->n_layer, NC = N * C;
-  const uint64_t k = (uint64_t)recomputed_blocks(a, s);
+  const uint64_t C = (uint64_t)a->d_model, NC = N * C, e = p->first ? 1 : 0, f = p->last ? 1 : 0;
+  int nb, nk;
+  held_blocks(s, p, &nb, &nk);
+  const uint64_t L = (uint64_t)nb, k = (uint64_t)nk;
   const size_t f4 = sizeof(float);
   if (!s->sp) {
-    add(g, AA_COST_ALL_REDUCE, A * (1 + 4 * L + 1 + 2 * k), NC, f4);
+    add(g, AA_COST_ALL_REDUCE, A * (e + 4 * L + f + 2 * k), NC, f4);
   } else {
-    add(g, AA_COST_REDUCE_SCATTER, A * (1 + 4 * L + 1 + 2 * k), NC, f4);
-    add(g, AA_COST_ALL_GATHER, A * (6 * L + 2 + 1 + 2 * k), NC, f4);
+    add(g, AA_COST_REDUCE_SCATTER, A * (e + 4 * L + f + 2 * k), NC, f4);
+    add(g, AA_COST_ALL_GATHER, A * (6 * L + 2 * f + e + 2 * k), NC, f4);
     add(g, AA_COST_ALL_REDUCE, A * L, 4 * C, f4);
-    add(g, AA_COST_ALL_REDUCE, A, 2 * C, f4);
+    add(g, AA_COST_ALL_REDUCE, A * f, 2 * C, f4);
   }
-  add(g, AA_COST_ALL_GATHER, A, 3 * N * t, f4); /* the cross-entropy's max, sum and target logit */
-  add(g, AA_COST_ALL_REDUCE, 1, 1, f4);         /* the gradient norm */
+  add(g, AA_COST_ALL_GATHER, A * f, 3 * N * t, f4); /* the cross-entropy's max, sum and target logit */
+  add(g, AA_COST_ALL_REDUCE, 1, 1, f4);             /* the gradient norm */
 }
 
-/* The data group's collectives per step (cost.h, engine/optim.h). */
-static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, uint64_t A, aa_cost_group_t *g) {
+/* Walks blocks [lo, hi) up or down with the one block slot of ZeRO stage
+ * 3, which holds block *held: a gather each time it must hold another. */
+static void walk(int lo, int hi, int up, int *held, uint64_t *gathers) {
+  for (int i = 0; i < hi - lo; i++) {
+    int l = up ? lo + i : hi - 1 - i;
+    if (l != *held) ++*gathers, *held = l;
+  }
+}
+
+/* The block gathers of ZeRO stage 3 on place p in a step: its passes in
+ * the order of plan's rank p->stage (NULL at pp 1: forward and backward
+ * of the whole model, A times). */
+static uint64_t block_gathers(const aa_pp_place_t *p, const aa_pp_plan_t *plan, uint64_t A) {
+  int held = -1;
+  uint64_t n = 0;
+  if (!plan) {
+    for (uint64_t i = 0; i < A; i++) {
+      walk(p->lo[0], p->hi[0], 1, &held, &n);
+      walk(p->lo[0], p->hi[0], 0, &held, &n);
+    }
+    return n;
+  }
+  for (int i = 0; i < plan->n_ops[p->stage]; i++) {
+    const aa_pp_op_t *op = &plan->ops[p->stage][i];
+    if (op->kind == AA_PP_FORWARD || op->kind == AA_PP_BACKWARD)
+      walk(p->lo[op->chunk], p->hi[op->chunk], op->kind == AA_PP_FORWARD, &held, &n);
+  }
+  return n;
+}
+
+/* The data group's collectives per step (cost.h, engine/optim.h) on place
+ * p: only the units it holds. */
+static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, const aa_pp_plan_t *plan,
+                      uint64_t A, aa_cost_group_t *g) {
   const int dp = s->dp, stage = aa_sizes_zero_stage(s->zero, dp), U = aa_sizes_units(a);
-  const uint64_t L = (uint64_t)a->n_layer;
   const size_t f4 = sizeof(float);
   add(g, AA_COST_ALL_REDUCE, 1, 1, f4);                 /* the loss */
   if (stage >= 1) add(g, AA_COST_ALL_REDUCE, 1, 1, f4); /* the gradient norm */
   for (int u = 0; u < U; u++) {
-    const uint64_t n = aa_sizes_unit_numel(a, s->tp, u), padded = (uint64_t)dp * aa_sizes_chunk(n, dp);
+    const uint64_t n = aa_sizes_unit_held(a, s->tp, p, u), padded = (uint64_t)dp * aa_sizes_chunk(n, dp);
+    if (!n) continue;
     if (stage == 0)
       add(g, AA_COST_ALL_REDUCE, 1, n, f4);
     else
@@ -91,37 +175,93 @@ static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, uint64_t A, aa
     if (stage == 1 || stage == 2) add(g, AA_COST_ALL_GATHER, 1, padded, f4);
   }
   if (stage == 3) {
-    /* Each unit once in the first forward; the blocks (one slot) again as
-     * the passes walk them: all but the last in the first backward, all
-     * but one in every later forward and backward. */
+    /* wte|wpe and lnf once a step where held; the blocks as the passes
+     * walk them through their one slot. */
     const size_t e = aa_dtype_size(s->amp);
-    for (int u = 0; u < U; u++) {
-      const uint64_t n = aa_sizes_unit_numel(a, s->tp, u);
-      add(g, AA_COST_ALL_GATHER, 1, (uint64_t)dp * aa_sizes_chunk(n, dp), e);
+    for (int u = 0; u < U; u += U - 1) {
+      const uint64_t n = aa_sizes_unit_held(a, s->tp, p, u);
+      if (n) add(g, AA_COST_ALL_GATHER, 1, (uint64_t)dp * aa_sizes_chunk(n, dp), e);
     }
-    const uint64_t nb = aa_sizes_unit_numel(a, s->tp, 1), again = (L - 1) + 2 * (A - 1) * (L - 1);
-    add(g, AA_COST_ALL_GATHER, again, (uint64_t)dp * aa_sizes_chunk(nb, dp), e);
+    const uint64_t nb = aa_sizes_unit_numel(a, s->tp, 1);
+    add(g, AA_COST_ALL_GATHER, block_gathers(p, plan, A), (uint64_t)dp * aa_sizes_chunk(nb, dp), e);
   }
 }
 
-void aa_cost_comm(const aa_arch_t *arch, const aa_strategy_t *s, int accum, aa_cost_comm_t *out) {
+/* The pipeline group's sends and receives per step (cost.h) on place p:
+ * per micro-batch and chunk, the activations forward across each
+ * boundary the chunk has in the storage dtype, their gradients back in
+ * fp32. */
+static void pipeline_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
+                          aa_cost_group_t *g) {
+  const uint64_t N = (uint64_t)s->micro_batch * (uint64_t)a->seq_len;
+  const uint64_t Ns = s->sp && s->tp > 1 ? N / (uint64_t)s->tp : N, n = Ns * (uint64_t)a->d_model;
+  const size_t es = aa_dtype_size(s->amp), f4 = sizeof(float);
+  const int S = p->pp * p->vpp;
+  for (int c = 0; c < p->vpp; c++) {
+    const int k = c * p->pp + p->stage;
+    if (k < S - 1) {
+      add(g, AA_COST_SEND, A, n, es);
+      add(g, AA_COST_RECV, A, n, f4);
+    }
+    if (k > 0) {
+      add(g, AA_COST_RECV, A, n, es);
+      add(g, AA_COST_SEND, A, n, f4);
+    }
+  }
+}
+
+void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum, int stage, aa_cost_comm_t *out) {
   memset(out, 0, sizeof *out);
   const uint64_t A = accum > 0 ? (uint64_t)accum : 1;
   out->data.ranks = s->dp;
   out->tensor.ranks = s->tp;
-  if (s->dp > 1) data_comm(arch, s, A, &out->data);
-  if (s->tp > 1) tensor_comm(arch, s, A, &out->tensor);
+  out->pipeline.ranks = s->pp;
+  out->embedding.ranks = 1;
+  aa_pp_place_t p;
+  aa_pp_plan_t plan, *pl = NULL;
+  if (place_of(arch, s, stage, &p)) return;
+  /* The plan checks that the schedule suits A micro-batches; ZeRO 3's
+   * gathers follow its order. */
+  if (s->pp > 1) {
+    if (aa_pp_plan(s->schedule, s->pp, p.vpp, (int)A, &plan)) return;
+    pl = &plan;
+  }
+  if (s->dp > 1) data_comm(arch, s, &p, pl, A, &out->data);
+  if (s->tp > 1) tensor_comm(arch, s, &p, A, &out->tensor);
+  if (s->pp > 1) {
+    pipeline_comm(arch, s, &p, A, &out->pipeline);
+    if (p.first || p.last) {
+      out->embedding.ranks = 2;
+      add(&out->embedding, AA_COST_ALL_REDUCE, 1, aa_sizes_unit_numel(arch, s->tp, 0), sizeof(float));
+    }
+    aa_pp_plan_free(pl);
+  }
+}
+
+static uint64_t comm_bytes(const aa_cost_comm_t *c) {
+  return c->data.bytes + c->tensor.bytes + c->pipeline.bytes + c->embedding.bytes;
+}
+
+void aa_cost_comm(const aa_arch_t *arch, const aa_strategy_t *s, int accum, aa_cost_comm_t *out) {
+  aa_cost_comm_stage(arch, s, accum, 0, out);
+  for (int st = 1; st < s->pp; st++) {
+    aa_cost_comm_t c;
+    aa_cost_comm_stage(arch, s, accum, st, &c);
+    if (comm_bytes(&c) > comm_bytes(out)) *out = c;
+  }
 }
 
 double aa_cost_comm_ring_bytes(const aa_cost_group_t *g) {
   if (g->ranks < 2) return 0;
   const double t = g->ranks, share = (t - 1) / t;
   return share * (2.0 * (double)g->kind[AA_COST_ALL_REDUCE].bytes +
-                  (double)g->kind[AA_COST_ALL_GATHER].bytes + (double)g->kind[AA_COST_REDUCE_SCATTER].bytes);
+                  (double)g->kind[AA_COST_ALL_GATHER].bytes + (double)g->kind[AA_COST_REDUCE_SCATTER].bytes) +
+         (double)g->kind[AA_COST_SEND].bytes;
 }
 
 void aa_cost_group_describe(const aa_cost_group_t *g, char *out, size_t n) {
-  static const char *const names[AA_COST_COLLECTIVES] = {"all-reduce", "all-gather", "reduce-scatter"};
+  static const char *const names[AA_COST_COLLECTIVES] = {"all-reduce", "all-gather", "reduce-scatter", "send",
+                                                         "receive"};
   size_t o = 0;
   if (n == 0) return;
   out[0] = '\0';

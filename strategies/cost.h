@@ -38,29 +38,54 @@ void aa_cost_memory_stage(const aa_arch_t *arch, const aa_strategy_t *s, int m, 
  * workspace 4.8 MiB)" into out (n bytes, truncated to fit). */
 void aa_cost_mem_describe(const aa_cost_mem_t *m, char *out, size_t n);
 
-/* Floating-point operations one rank executes per token its tensor group
- * trains (the tokens of one data-parallel replica; every rank of a tensor
- * group works on the same tokens): 6 per parameter the rank holds for the
- * forward and backward GEMMs plus 12·L·C·T / tp for attention (its n_head /
- * tp heads): the usual 6N + 12LCT of the whole model at tp = 1, with N
- * counting the embedding, which the tied output layer multiplies by. Plus
- * the forward a checkpointing mode runs again: full recomputes each
- * checkpointed block (2 per block parameter the rank holds + 4·C·T / tp
- * for attention), selective only the GELU (counted as 0: no GEMM). A rank
- * of a strategy that trains r tokens/s runs at r / dp × this FLOP/s. */
+/* Floating-point operations one rank executes per token its pipeline
+ * replica trains (the tokens of one data-parallel replica; every rank of
+ * a tensor group, and every stage of a pipeline, works on the same
+ * tokens). aa_cost_flops_per_token_stage: pipeline rank `stage`'s; 6 per
+ * parameter of the rank's blocks for the forward and backward GEMMs plus
+ * 12·C·T / tp per block for attention (its n_head / tp heads), and on the
+ * last stage 6 per element of wte|wpe (the tied head, which the 6N
+ * convention charges for the whole unit) and of lnf; the embedding on the
+ * first stage is a lookup (0). So the stages sum to the usual 6N + 12LCT
+ * of the whole model at tp = 1, N counting the embedding, which the tied
+ * output layer multiplies by. Plus the forward a checkpointing mode runs
+ * again: full recomputes each checkpointed block of the rank (2 per block
+ * parameter + 4·C·T / tp for attention), selective only the GELU (counted
+ * as 0: no GEMM). aa_cost_flops_per_token: the most any stage executes,
+ * the one a pipeline's pace follows (at pp = 1 the one rank's). A rank of
+ * a strategy that trains r tokens/s runs at r / dp × its stage's FLOP/s.
+ * 0 for a strategy the pipeline rules refuse (pipeline.h) or a stage
+ * outside 0..pp-1. */
 double aa_cost_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s);
+double aa_cost_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t *s, int stage);
 
-/* A lower bound of the FLOPs one rank executes per token its tensor group
- * trains, whatever the implementation: the weight matrices' GEMMs only
- * (qkv, proj, fc, fcproj and the tied V x C output layer: 2 per element
- * forward, 4 backward), plus the 2 per element of each block that full
- * checkpointing runs forward again, the tp ranks of a tensor group sharing
- * them evenly (a padded vocabulary only adds work). Nothing for attention
- * scores (a causal kernel may skip half of them), biases, LayerNorm or the
- * position table (a lookup). So a strategy of dp replicas on dp × tp
- * devices of peak P FLOP/s cannot train faster than dp × P / this
- * (= dp × tp × P / the whole model's GEMM FLOPs per token). */
+/* A lower bound of the FLOPs one rank executes per token its pipeline
+ * replica trains, whatever the implementation: the weight matrices' GEMMs
+ * only (qkv, proj, fc, fcproj of the rank's blocks and, on the last
+ * stage, the tied V x C output layer: 2 per element forward, 4 backward),
+ * plus the 2 per element of each of its blocks that full checkpointing
+ * runs forward again, the tp ranks of a tensor group sharing them evenly
+ * (a padded vocabulary only adds work). Nothing for attention scores (a
+ * causal kernel may skip half of them), biases, LayerNorm or the position
+ * table (a lookup). aa_cost_min_flops_per_token_stage: pipeline rank
+ * `stage`'s; aa_cost_min_flops_per_token: the most loaded stage's. Every
+ * stage works through every token of its replica, so a strategy of dp
+ * replicas on dp × tp × pp devices of peak P FLOP/s cannot train faster
+ * than dp × P / aa_cost_min_flops_per_token (at pp = 1: dp × tp × P / the
+ * whole model's GEMM FLOPs per token; the bubble only lowers it). 0 as
+ * above. */
 double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s);
+double aa_cost_min_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t *s, int stage);
+
+/* The share of a step a pipeline rank of s waits with m micro-batches a
+ * step (its bubble): (pp − 1) / (m + pp − 1), divided by vpp under the
+ * interleaved schedule, whose chunks are vpp times shorter (Narayanan et
+ * al. 2021, "Efficient Large-Scale Language Model Training on GPU
+ * Clusters Using Megatron-LM", sections 2.2.1-2.2.2; GPipe and 1F1B have
+ * the same bubble, 1F1B keeps fewer activations). Counts forward and
+ * backward alike; 0 at pp = 1. A rank busy for time t per step then takes
+ * t / (1 − bubble). aa_pp_bubble (pipeline.h) for s's schedule. */
+double aa_cost_bubble(const aa_strategy_t *s, int m);
 
 /* --- collectives --------------------------------------------------------------------------
  *
@@ -68,11 +93,20 @@ double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s
  * kind, as the engine schedules them. A call's size is its message as
  * nccl-tests counts it: an all-reduce's buffer (n elements), an
  * all-gather's gathered result and a reduce-scatter's input (each n·t for
- * n elements per rank over a group of t). A ring moves 2(t-1)/t of an
- * all-reduce's size through each rank's link and (t-1)/t of the others'
- * (nccl-tests' bus bandwidth factors; aa_cost_comm_ring_bytes). Every rank
- * of a group makes the same calls with the same sizes. A group of one moves
- * nothing: its figures are 0, whatever the engine calls in place.
+ * n elements per rank over a group of t), a send's or a receive's message.
+ * A ring moves 2(t-1)/t of an all-reduce's size through each rank's link
+ * and (t-1)/t of the other collectives' (nccl-tests' bus bandwidth
+ * factors; aa_cost_comm_ring_bytes); a send goes out whole. Every rank of
+ * the tensor and data groups makes the same calls with the same sizes; a
+ * pipeline rank's depend on its stage. A group of one moves nothing: its
+ * figures are 0, whatever the engine calls in place.
+ *
+ * Under pipeline parallelism (pp > 1) every figure is pipeline rank
+ * `stage`'s: its blocks (L_r of them, k_r of which full checkpointing
+ * recomputes) and units stand in for the model's below, the embedding's
+ * calls are the first stage's and the final LayerNorm's and the
+ * cross-entropy's the last's. At pp = 1 one rank holds everything (L_r =
+ * L, k_r = k, first and last).
  *
  * The tensor group (tp ranks; N = micro_batch × seq_len tokens, C =
  * d_model, L = n_layer, k = the blocks full checkpointing recomputes, fp32
@@ -97,9 +131,10 @@ double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s
  *     (L, 4·C each) and the final LayerNorm's (1, 2·C).
  *   per step: the gradient norm's all-reduce (1 float).
  * The data group (dp ranks; ZeRO stage aa_sizes_zero_stage(zero, dp), on
- * the rank's own units of U = n_layer + 2, its tensor slice of each:
- * n_u elements, chunks c_u = ceil(n_u / dp), engine/optim.h), per step of
- * A micro-batches:
+ * the units of U = n_layer + 2 the rank holds (under pipeline parallelism
+ * its blocks, wte|wpe on the first and last stage, lnf on the last:
+ * aa_sizes_unit_held), its tensor slice of each: n_u elements, chunks c_u =
+ * ceil(n_u / dp), engine/optim.h), per step of A micro-batches:
  *   always: the loss's all-reduce (1 float).
  *   stage 0: all-reduce of each unit's gradient (size n_u) once per step.
  *   stages 1-3: the gradient norm's all-reduce (1 float) and reduce-scatter
@@ -109,15 +144,35 @@ double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s
  *     dp·c_u) once per step.
  *   stage 3: all-gather of the parameters (size dp·c_u, in the amp type)
  *     before the forward or backward reads a unit its slot no longer holds
- *     (engine/optim.h): every unit in the first forward of a step, each
- *     block but the last in its backward, each block but the first in the
- *     forward and each but the last in the backward of every later
- *     micro-batch: 2L + 1 + 2(A - 1)(L - 1) gathers.
- * The pipeline group is not modelled (pp = 1 in this engine). */
+ *     (engine/optim.h): wte|wpe and lnf once a step where held, and a
+ *     block each time a pass reaches it while the one block slot holds
+ *     another. At pp = 1 the passes alternate forward (blocks up) and
+ *     backward (down): every unit in the first forward, each block but the
+ *     last in its backward, each block but the first in the forward and
+ *     each but the last in the backward of every later micro-batch, 2L + 1
+ *     + 2(A - 1)(L - 1) gathers. Under pipeline parallelism the passes are
+ *     the rank's forwards and backwards in its plan's order (pipeline.h),
+ *     each walking its chunk's blocks up or down.
+ * The pipeline group (pp ranks; each micro-batch's activations cross the
+ * boundary between virtual stages k and k + 1, S = pp × vpp of them, Ns·C
+ * elements with Ns = N / tp under sequence parallelism, else N), per
+ * micro-batch and chunk of the rank: a send of the chunk's output forward
+ * (in the storage dtype: the amp type, or fp32) unless it is the last
+ * virtual stage, and a receive of its input unless it is the first; in
+ * backward a send of the input's gradient (fp32) unless it is the first
+ * and a receive of the output's gradient unless it is the last. With
+ * micro-batches a step that is A·vpp sends each way on a middle rank.
+ * The embedding group (Megatron's: the first and the last pipeline rank,
+ * which hold the two copies of wte|wpe, tied to the head): one all-reduce
+ * of unit 0's gradient a step (size (ceil(V / tp) + T)·C, fp32) so the
+ * copies stay equal; 2 ranks on the first and last stage at pp > 1, else
+ * a group of one (nothing). */
 typedef enum {
   AA_COST_ALL_REDUCE,
   AA_COST_ALL_GATHER,
   AA_COST_REDUCE_SCATTER,
+  AA_COST_SEND, /* point-to-point, to one peer */
+  AA_COST_RECV, /* point-to-point, from one peer */
   AA_COST_COLLECTIVES
 } aa_cost_collective_t;
 
@@ -129,24 +184,30 @@ typedef struct aa_cost_calls {
 } aa_cost_calls_t;
 
 typedef struct aa_cost_group {
-  int ranks; /* the group's size (dp, tp) */
+  int ranks; /* the group's size (dp, tp, pp; 2 or 1 for the embedding group) */
   aa_cost_calls_t kind[AA_COST_COLLECTIVES];
-  uint64_t bytes; /* the kinds' bytes summed */
+  uint64_t bytes; /* the kinds' bytes summed (sends and receives both) */
 } aa_cost_group_t;
 
 typedef struct aa_cost_comm {
-  aa_cost_group_t data, tensor;
+  aa_cost_group_t data, tensor, pipeline, embedding;
 } aa_cost_comm_t;
 
-/* The collectives of one rank of resolved strategy s per optimizer step of
- * accum micro-batches (aa_strategy_accum_steps) into *out. */
+/* The collectives of pipeline rank `stage` of resolved strategy s (any
+ * stage at pp = 1) per optimizer step of accum micro-batches
+ * (aa_strategy_accum_steps; under pipeline parallelism the m of the
+ * schedule) into *out. A strategy the pipeline rules refuse, or a stage
+ * outside 0..pp-1, gives zeros (the groups' sizes still set).
+ * aa_cost_comm: the stage whose groups move the most bytes in all. */
 void aa_cost_comm(const aa_arch_t *arch, const aa_strategy_t *s, int accum, aa_cost_comm_t *out);
+void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum, int stage, aa_cost_comm_t *out);
 
-/* Bytes one rank of group g sends per step with ring algorithms:
- * 2(t-1)/t of the all-reduces' bytes plus (t-1)/t of the others'. */
+/* Bytes one rank of group g sends per step: with ring algorithms
+ * 2(t-1)/t of the all-reduces' bytes plus (t-1)/t of the other
+ * collectives', and its sends whole. */
 double aa_cost_comm_ring_bytes(const aa_cost_group_t *g);
 
-/* "6 all-reduces (1.5 MiB), 1 all-gather (12.0 KiB)": each kind with calls,
+/* "6 all-reduces (1.5 MiB), 1 all-gather (12.0 KiB), 4 sends (8.0 KiB)": each kind with calls,
  * its sizes summed, or "nothing", into out (n bytes, truncated to fit). */
 void aa_cost_group_describe(const aa_cost_group_t *g, char *out, size_t n);
 

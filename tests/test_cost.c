@@ -107,41 +107,71 @@ AA_TEST(a_single_rank_accounts_exactly_the_predicted_bytes) {
       }
 }
 
-/* ZeRO shards over the data group only. archs[1] has units wte|wpe
- * (11 + 7) x 27 = 486, two blocks of 4*27^2 + 2*50*27 + 9*27 + 50 = 5,909
- * and lnf 54: 12,358 parameters. Over dp 2 a rank's shard is
- * S = 243 + 2 * 2,955 + 27 = 6,180 elements; over dp·tp·pp = 4 it would
- * be 122 + 2 * 1,478 + 14 = 3,092 (the old rule). pp does not shard
- * anything in this engine yet, so dp 2 pp 2 and dp 2 hold the same. The
- * strategies are not resolved (the engine refuses pp > 1): these are the
- * sizes alone. (A tensor rank's slice: tests/test_sizes.c, and every rank
- * of the tensor-parallel runs of tests/test_parallel.c to the byte.) */
+/* ZeRO shards over the data group only, and under pipeline parallelism
+ * only the units the rank holds. archs[1] has units wte|wpe (11 + 7) x 27
+ * = 486, two blocks of 4*27^2 + 2*50*27 + 9*27 + 50 = 5,909 and lnf 54:
+ * 12,358 parameters. Over dp 2 a rank's shard is S = 243 + 2 * 2,955 + 27
+ * = 6,180 elements; over dp·tp·pp = 4 it would be 122 + 2 * 1,478 + 14 =
+ * 3,092 (the old rule). At pp 2 (uniform: one block a stage) stage 0 holds
+ * wte|wpe and block 0, S = 243 + 2,955 = 3,198; stage 1 block 1, lnf and
+ * the tied head's copy of wte|wpe, S = 243 + 2,955 + 27 = 3,225. The
+ * strategies are not resolved (the engine may refuse pp > 1): these are
+ * the sizes alone. (A tensor rank's slice: tests/test_sizes.c, and every
+ * rank of the tensor-parallel runs of tests/test_parallel.c to the byte.) */
 AA_TEST(zero_shards_over_the_data_group_only) {
   const aa_arch_t *a = &archs[1];
-  const size_t n = 12358, S = 6180;
+  const size_t n = 12358;
   CHECK(aa_arch_param_count(a) == n);
   aa_zero_sizes_t z;
   aa_sizes_zero(a, 1, NULL, AA_F32, 3, 2, &z);
-  CHECK_MSG(z.shard == S, "shard %zu", z.shard);
+  CHECK_MSG(z.shard == 6180, "shard %zu", z.shard);
+  /* {dp, tp, pp, stage}, the units the stage holds, its shard S and the
+   * padded unit of each scratch slot (wte|wpe, a block, lnf). */
+  const struct {
+    int dp, tp, pp, stage;
+    size_t held[4], S, padded[3];
+  } cases[] = {
+      {2, 1, 1, 0, {486, 5909, 5909, 54}, 6180, {486, 5910, 54}},
+      {2, 1, 2, 0, {486, 5909, 0, 0}, 3198, {486, 5910, 0}},
+      {2, 1, 2, 1, {486, 0, 5909, 54}, 3225, {486, 5910, 54}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    aa_strategy_t s = strat(cases[i].dp, 3, AA_F32, AA_CKPT_NONE, 2);
+    s.tp = cases[i].tp;
+    s.pp = cases[i].pp;
+    aa_pp_place_t place;
+    CHECK_MSG(aa_pp_place(a, &s, 1, cases[i].stage, &place) == 0, "%s", aa_last_error());
+    const aa_pp_place_t *pl = s.pp > 1 ? &place : NULL;
+    for (int u = 0; u < 4; u++)
+      CHECK_MSG(aa_sizes_unit_held(a, 1, pl, u) == cases[i].held[u], "pp %d stage %d unit %d: %zu elements",
+                s.pp, cases[i].stage, u, aa_sizes_unit_held(a, 1, pl, u));
+    const size_t S = cases[i].S;
+    aa_sizes_zero(a, 1, pl, AA_F32, 3, 2, &z);
+    CHECK_MSG(z.shard == S, "pp %d stage %d: shard %zu, want %zu", s.pp, cases[i].stage, z.shard, S);
+    aa_act_layout_t l;
+    const aa_act_shape_t sh = {.B = 2, .T = a->seq_len, .tp = 1, .amp = AA_F32, .ckpt = AA_CKPT_NONE, .pipe = pl};
+    aa_sizes_acts(a, &sh, &l, NULL);
+    aa_cost_mem_t c;
+    aa_cost_memory_stage(a, &s, 1, cases[i].stage, &c);
+    /* Stage 3 fp32: parameters, gradients and the two moments of the
+     * shard; the workspace adds one chunk (the largest, 2,955), the
+     * gradient and parameter scratch of each padded unit (twice) and 16
+     * scalars. */
+    const size_t *p = cases[i].padded;
+    const size_t want[AA_MEM_NKINDS] = {4 * S, 4 * S, 8 * S, l.acts,
+                                        l.workspace + 4 * (2955 + 2 * (p[0] + p[1] + p[2]) + 16)};
+    for (int k = 0; k < AA_MEM_NKINDS; k++)
+      CHECK_MSG(c.bytes[k] == want[k], "dp %d tp %d pp %d stage %d %s: %zu bytes, want %zu", s.dp, s.tp, s.pp,
+                cases[i].stage, aa_mem_kind_name(k), c.bytes[k], want[k]);
+  }
+  /* At pp 1 the activations are the model's own layout. */
   size_t acts, ws;
   aa_gpt_opts_t o = {.amp = AA_F32};
   aa_gpt_act_bytes(a, 2, a->seq_len, &o, &acts, &ws);
-  const int degrees[][3] = {{2, 1, 2}, {2, 1, 1}};
-  for (int i = 0; i < 2; i++) {
-    aa_strategy_t s = strat(degrees[i][0], 3, AA_F32, AA_CKPT_NONE, 2);
-    s.tp = degrees[i][1];
-    s.pp = degrees[i][2];
-    aa_cost_mem_t c;
-    aa_cost_memory(a, &s, 1, &c);
-    /* Stage 3 fp32: parameters, gradients and the two moments of the
-     * shard; the workspace adds one chunk (the largest, 2,955), the
-     * gradient and parameter scratch of each padded unit (486 + 5,910 +
-     * 54, twice) and 16 scalars. */
-    const size_t want[AA_MEM_NKINDS] = {4 * S, 4 * S, 8 * S, acts, ws + 4 * (2955 + 2 * (486 + 5910 + 54) + 16)};
-    for (int k = 0; k < AA_MEM_NKINDS; k++)
-      CHECK_MSG(c.bytes[k] == want[k], "dp %d tp %d pp %d %s: %zu bytes, want %zu", s.dp, s.tp, s.pp,
-                aa_mem_kind_name(k), c.bytes[k], want[k]);
-  }
+  aa_strategy_t s = strat(2, 3, AA_F32, AA_CKPT_NONE, 2);
+  aa_cost_mem_t c;
+  aa_cost_memory(a, &s, 1, &c);
+  CHECK(c.bytes[AA_MEM_ACTS] == acts && c.bytes[AA_MEM_WORKSPACE] == ws + 4 * (2955 + 2 * (486 + 5910 + 54) + 16));
 }
 
 /* GPT-2 124M with the padded vocabulary: N = 124,475,904 parameters
@@ -257,10 +287,12 @@ static aa_cost_calls_t calls(uint64_t n, uint64_t elems, uint64_t bytes) {
   return (aa_cost_calls_t){.calls = n, .elems = elems, .bytes = bytes};
 }
 
-static void check_group(int line, const aa_cost_group_t *g, int ranks, aa_cost_calls_t ar, aa_cost_calls_t ag,
-                        aa_cost_calls_t rs) {
-  const aa_cost_calls_t want[AA_COST_COLLECTIVES] = {ar, ag, rs};
-  static const char *const names[] = {"all-reduce", "all-gather", "reduce-scatter"};
+/* Group g's figures against the collectives wanted and no sends or
+ * receives (check_p2p for those). */
+static void check_p2p(int line, const aa_cost_group_t *g, int ranks, aa_cost_calls_t ar, aa_cost_calls_t ag,
+                      aa_cost_calls_t rs, aa_cost_calls_t send, aa_cost_calls_t recv) {
+  const aa_cost_calls_t want[AA_COST_COLLECTIVES] = {ar, ag, rs, send, recv};
+  static const char *const names[] = {"all-reduce", "all-gather", "reduce-scatter", "send", "receive"};
   CHECK_MSG(g->ranks == ranks, "line %d: %d ranks", line, g->ranks);
   for (int k = 0; k < AA_COST_COLLECTIVES; k++)
     CHECK_MSG(g->kind[k].calls == want[k].calls && g->kind[k].elems == want[k].elems &&
@@ -269,7 +301,12 @@ static void check_group(int line, const aa_cost_group_t *g, int ranks, aa_cost_c
               (unsigned long long)g->kind[k].calls, (unsigned long long)g->kind[k].elems,
               (unsigned long long)g->kind[k].bytes, (unsigned long long)want[k].calls,
               (unsigned long long)want[k].elems, (unsigned long long)want[k].bytes);
-  CHECK(g->bytes == ar.bytes + ag.bytes + rs.bytes);
+  CHECK(g->bytes == ar.bytes + ag.bytes + rs.bytes + send.bytes + recv.bytes);
+}
+
+static void check_group(int line, const aa_cost_group_t *g, int ranks, aa_cost_calls_t ar, aa_cost_calls_t ag,
+                        aa_cost_calls_t rs) {
+  check_p2p(line, g, ranks, ar, ag, rs, calls(0, 0, 0), calls(0, 0, 0));
 }
 
 /* The data group, on archs[0] (L 3, C 32, F 64, T 16, V 64): units wte|wpe
@@ -376,6 +413,195 @@ AA_TEST(the_tensor_group_moves_what_the_tensor_parallel_schedule_says) {
   CHECK(both.data.ranks == 2 && both.data.bytes > 0 && both.tensor.bytes == c.tensor.bytes);
 }
 
+/* Per pipeline stage, GPT-2 124M cut in two (6 blocks a stage): the first
+ * runs 6 blocks (6 x 7,087,872 x 6 + 12·6·768·1024 = 311,786,496), the
+ * last the same plus the tied head and lnf, 6 x ((50,304 + 1,024)·768 +
+ * 1,536) = 236,528,640: 548,315,136, the figure of the strategy (its most
+ * loaded stage). The stages add up to the whole model's 860,101,632. The
+ * lower bound: 6 x 6 x 7,077,888 = 254,803,968 a stage, and the last
+ * 6·50,304·768 = 231,800,832 more. */
+AA_TEST(flops_per_token_are_per_pipeline_stage_and_add_up_to_the_model) {
+  const aa_arch_t gpt2 = {
+      .family = "gpt2", .n_layer = 12, .n_head = 12, .d_model = 768, .d_ff = 3072, .seq_len = 1024, .vocab_size = 50304};
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.pp = 2;
+  CHECK(aa_cost_flops_per_token_stage(&gpt2, &s, 0) == 311786496.0);
+  CHECK(aa_cost_flops_per_token_stage(&gpt2, &s, 1) == 548315136.0);
+  CHECK(aa_cost_flops_per_token(&gpt2, &s) == 548315136.0);
+  CHECK(aa_cost_min_flops_per_token_stage(&gpt2, &s, 0) == 254803968.0);
+  CHECK(aa_cost_min_flops_per_token_stage(&gpt2, &s, 1) == 254803968.0 + 231800832.0);
+  CHECK(aa_cost_min_flops_per_token(&gpt2, &s) == 254803968.0 + 231800832.0);
+  /* Outside the pipeline, or a strategy its rules refuse: nothing. */
+  CHECK(aa_cost_flops_per_token_stage(&gpt2, &s, 2) == 0 && aa_cost_flops_per_token_stage(&gpt2, &s, -1) == 0);
+  s.vpp = 2; /* without the interleaved schedule */
+  CHECK(aa_cost_flops_per_token(&gpt2, &s) == 0 && aa_cost_min_flops_per_token(&gpt2, &s) == 0);
+  /* Every cut, schedule and checkpointing mode: the stages sum to pp 1's. */
+  const aa_arch_t deep = {.family = "gpt2", .n_layer = 6, .n_head = 4, .d_model = 32, .d_ff = 64, .seq_len = 16,
+                          .vocab_size = 64};
+  const int shapes[][3] = {{2, 1, 0}, {3, 1, 0}, {2, 1, 1}, {4, 1, 1}, {2, 2, 0}, {3, 2, 1}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+    for (int k = 0; k < 4; k++)
+      for (int tp = 1; tp <= 2; tp++) {
+        aa_strategy_default(&s);
+        s.tp = tp;
+        s.ckpt = ckpts[k].ckpt;
+        s.ckpt_layers = ckpts[k].layers;
+        const double whole = aa_cost_flops_per_token(&deep, &s), whole_min = aa_cost_min_flops_per_token(&deep, &s);
+        s.pp = shapes[i][0];
+        s.vpp = shapes[i][1];
+        s.schedule = s.vpp > 1 ? AA_SCHEDULE_INTERLEAVED : AA_SCHEDULE_1F1B;
+        s.partition = shapes[i][2] ? AA_PARTITION_PARAMETERS : AA_PARTITION_UNIFORM;
+        double sum = 0, sum_min = 0, most = 0;
+        for (int st = 0; st < s.pp; st++) {
+          const double f = aa_cost_flops_per_token_stage(&deep, &s, st);
+          CHECK(f > 0 && aa_cost_min_flops_per_token_stage(&deep, &s, st) < f);
+          sum += f;
+          sum_min += aa_cost_min_flops_per_token_stage(&deep, &s, st);
+          if (f > most) most = f;
+        }
+        CHECK_MSG(sum == whole && sum_min == whole_min, "pp %d vpp %d %s/%d tp %d: stages %.0f (%.0f), model %.0f "
+                  "(%.0f)", s.pp, s.vpp, aa_ckpt_mode_name(s.ckpt), s.ckpt_layers, tp, sum, sum_min, whole, whole_min);
+        CHECK(aa_cost_flops_per_token(&deep, &s) == most);
+      }
+}
+
+AA_TEST(the_bubble_is_megatrons) {
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  CHECK(aa_cost_bubble(&s, 8) == 0);
+  s.pp = 4;
+  CHECK_NEAR(aa_cost_bubble(&s, 8), 3.0 / 11, 1e-15);
+  s.schedule = AA_SCHEDULE_GPIPE;
+  CHECK_NEAR(aa_cost_bubble(&s, 8), 3.0 / 11, 1e-15);
+  s.schedule = AA_SCHEDULE_INTERLEAVED;
+  s.vpp = 2;
+  CHECK_NEAR(aa_cost_bubble(&s, 8), 3.0 / 22, 1e-15);
+}
+
+/* The pipeline group on archs[0] (L 3, C 32, T 16, V 64) cut in three, one
+ * block a stage, micro-batches of 2 sequences (N·C = 1,024 elements), 4
+ * a step: the first stage sends each micro-batch's activations forward
+ * and receives their gradient; the middle one also receives and sends
+ * back; the last only the latter. The embedding group: the first and last
+ * stage all-reduce wte|wpe's gradient, (64 + 16) x 32 = 2,560 floats. */
+AA_TEST(the_pipeline_group_moves_activations_and_their_gradients) {
+  const aa_arch_t *a = &archs[0];
+  aa_strategy_t s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
+  s.pp = 3;
+  aa_cost_comm_t c[3];
+  for (int st = 0; st < 3; st++) aa_cost_comm_stage(a, &s, 4, st, &c[st]);
+  const aa_cost_calls_t none = calls(0, 0, 0), four = calls(4, 4096, 16384), eight = calls(8, 8192, 32768);
+  check_p2p(__LINE__, &c[0].pipeline, 3, none, none, none, four, four);
+  check_p2p(__LINE__, &c[1].pipeline, 3, none, none, none, eight, eight);
+  check_p2p(__LINE__, &c[2].pipeline, 3, none, none, none, four, four);
+  check_group(__LINE__, &c[0].embedding, 2, calls(1, 2560, 10240), none, none);
+  check_group(__LINE__, &c[1].embedding, 1, none, none, none);
+  check_group(__LINE__, &c[2].embedding, 2, calls(1, 2560, 10240), none, none);
+  /* A send goes out whole; over the embedding group's 2 ranks an
+   * all-reduce's ring sends its size once. */
+  CHECK(aa_cost_comm_ring_bytes(&c[1].pipeline) == 32768.0 && aa_cost_comm_ring_bytes(&c[0].embedding) == 10240.0);
+  char d[160];
+  aa_cost_group_describe(&c[1].pipeline, d, sizeof d);
+  CHECK_MSG(!strcmp(d, "8 sends (32.0 KiB), 8 receives (32.0 KiB)"), "%s", d);
+  /* The strategy's figures are the rank that moves the most: the middle one. */
+  aa_cost_comm_t most;
+  aa_cost_comm(a, &s, 4, &most);
+  CHECK(most.pipeline.bytes == 65536 && most.embedding.bytes == 0);
+  /* Under bf16 the activations go in 16 bits, their gradients in fp32;
+   * sequence parallelism over tp 2 halves both. */
+  s.amp = AA_BF16;
+  aa_cost_comm_stage(a, &s, 4, 1, &c[1]);
+  check_p2p(__LINE__, &c[1].pipeline, 3, none, none, none, calls(8, 8192, 4 * 2048 + 4 * 4096),
+            calls(8, 8192, 4 * 2048 + 4 * 4096));
+  s.tp = 2;
+  s.sp = 1;
+  aa_cost_comm_stage(a, &s, 4, 1, &c[1]);
+  check_p2p(__LINE__, &c[1].pipeline, 3, none, none, none, calls(8, 4096, 4 * 1024 + 4 * 2048),
+            calls(8, 4096, 4 * 1024 + 4 * 2048));
+  /* Interleaved, 2 chunks on each of 2 ranks (virtual stages 0-3), on
+   * a 4-block model: rank 0 (stages 0 and 2) sends activations twice and
+   * a gradient once per micro-batch and receives the others. */
+  const aa_arch_t four_blocks = {.family = "gpt2", .n_layer = 4, .n_head = 4, .d_model = 32, .d_ff = 64,
+                                 .seq_len = 16, .vocab_size = 64};
+  s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
+  s.pp = 2;
+  s.vpp = 2;
+  s.schedule = AA_SCHEDULE_INTERLEAVED;
+  for (int st = 0; st < 2; st++) {
+    aa_cost_comm_stage(&four_blocks, &s, 4, st, &c[st]);
+    check_p2p(__LINE__, &c[st].pipeline, 2, none, none, none, calls(12, 12288, 49152), calls(12, 12288, 49152));
+    check_group(__LINE__, &c[st].embedding, 2, calls(1, 2560, 10240), none, none);
+  }
+  /* A step the schedule does not suit (3 micro-batches over 2 ranks) or
+   * a stage outside the pipeline: nothing. */
+  aa_cost_comm_stage(&four_blocks, &s, 3, 0, &c[0]);
+  CHECK(c[0].pipeline.ranks == 2 && c[0].pipeline.bytes == 0 && c[0].embedding.bytes == 0);
+  aa_cost_comm_stage(&four_blocks, &s, 4, 2, &c[0]);
+  CHECK(c[0].pipeline.bytes == 0 && c[0].data.bytes == 0);
+  /* At pp 1 the group is one rank and moves nothing. */
+  s = strat(2, 0, AA_F32, AA_CKPT_NONE, 2);
+  aa_cost_comm(a, &s, 4, &c[0]);
+  CHECK(c[0].pipeline.ranks == 1 && c[0].pipeline.bytes == 0 && c[0].embedding.ranks == 1 &&
+        c[0].embedding.bytes == 0);
+}
+
+/* Under pipeline parallelism each rank's data group reduces only the
+ * units it holds and its tensor group runs only its blocks' collectives.
+ * archs[0] over dp 3 at ZeRO 0 cut in three: the first stage reduces
+ * wte|wpe (2,560) and block 0 (8,544), the middle block 1, the last block
+ * 2, the head's copy of wte|wpe and lnf (64), plus the loss (1 float). */
+AA_TEST(the_data_and_tensor_groups_move_only_what_the_stage_holds) {
+  const aa_arch_t *a = &archs[0];
+  aa_strategy_t s = strat(3, 0, AA_F32, AA_CKPT_NONE, 2);
+  s.pp = 3;
+  aa_cost_comm_t c;
+  const aa_cost_calls_t none = calls(0, 0, 0);
+  aa_cost_comm_stage(a, &s, 2, 0, &c);
+  check_group(__LINE__, &c.data, 3, calls(3, 11105, 4 * 11105), none, none);
+  aa_cost_comm_stage(a, &s, 2, 1, &c);
+  check_group(__LINE__, &c.data, 3, calls(2, 8545, 4 * 8545), none, none);
+  aa_cost_comm_stage(a, &s, 2, 2, &c);
+  check_group(__LINE__, &c.data, 3, calls(4, 11169, 4 * 11169), none, none);
+  /* ZeRO 3 gathers a stage's one block once a step (its slot keeps it),
+   * and wte|wpe where held: padded units of 2,562 and 8,544. */
+  s.zero = 3;
+  aa_cost_comm_stage(a, &s, 2, 0, &c);
+  check_group(__LINE__, &c.data, 3, calls(2, 2, 8), calls(2, 2562 + 8544, 4 * (2562 + 8544)),
+              calls(4, 2 * (2562 + 8544), 8 * (2562 + 8544)));
+  aa_cost_comm_stage(a, &s, 2, 1, &c);
+  check_group(__LINE__, &c.data, 3, calls(2, 2, 8), calls(1, 8544, 4 * 8544), calls(2, 2 * 8544, 8 * 8544));
+  /* Two blocks a stage (4 blocks over pp 2, 2 micro-batches): the one
+   * slot follows the plan. GPipe's first stage runs F0 F1 B0 B1: blocks
+   * 0 1, 0 1, (1) 0, 1 0: 7 gathers. 1F1B's last runs F0 B0 F1 B1: 0 1,
+   * (1) 0, (0) 1, (1) 0: 5, as the pp 1 rule 2L + 1 + 2(A - 1)(L - 1)
+   * gives for L 2 and A 2 without the two ends' units. */
+  const aa_arch_t four_blocks = {.family = "gpt2", .n_layer = 4, .n_head = 4, .d_model = 32, .d_ff = 64,
+                                 .seq_len = 16, .vocab_size = 64};
+  s.pp = 2;
+  s.schedule = AA_SCHEDULE_GPIPE;
+  aa_cost_comm_stage(&four_blocks, &s, 2, 0, &c);
+  check_group(__LINE__, &c.data, 3, calls(2, 2, 8), calls(8, 2562 + 7 * 8544, 4 * (2562 + 7 * 8544)),
+              calls(6, 2 * (2562 + 2 * 8544), 8 * (2562 + 2 * 8544)));
+  s.schedule = AA_SCHEDULE_1F1B;
+  aa_cost_comm_stage(&four_blocks, &s, 2, 1, &c);
+  check_group(__LINE__, &c.data, 3, calls(2, 2, 8), calls(7, 2562 + 66 + 5 * 8544, 4 * (2562 + 66 + 5 * 8544)),
+              calls(8, 2 * (2562 + 2 * 8544 + 66), 8 * (2562 + 2 * 8544 + 66)));
+  /* The tensor group over tp 2 (N·C = 1,024), per micro-batch: the first
+   * stage the embedding's all-reduce and its block's 4, the middle its
+   * block's, the last its block's, lnf's and the cross-entropy's gather
+   * (size 192); the gradient norm once a step on each. */
+  s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
+  s.tp = 2;
+  s.pp = 3;
+  aa_cost_comm_stage(a, &s, 2, 0, &c);
+  check_group(__LINE__, &c.tensor, 2, calls(11, 10 * 1024 + 1, 4 * (10 * 1024 + 1)), none, none);
+  aa_cost_comm_stage(a, &s, 2, 1, &c);
+  check_group(__LINE__, &c.tensor, 2, calls(9, 8 * 1024 + 1, 4 * (8 * 1024 + 1)), none, none);
+  aa_cost_comm_stage(a, &s, 2, 2, &c);
+  check_group(__LINE__, &c.tensor, 2, calls(11, 10 * 1024 + 1, 4 * (10 * 1024 + 1)), calls(2, 384, 1536), none);
+}
+
 int main(void) {
   RUN(the_model_allocates_the_activation_layout_on_a_grid);
   RUN(a_single_rank_accounts_exactly_the_predicted_bytes);
@@ -385,5 +611,9 @@ int main(void) {
   RUN(flops_are_per_rank_and_split_over_the_tensor_group);
   RUN(the_data_group_moves_what_each_zero_stage_schedules);
   RUN(the_tensor_group_moves_what_the_tensor_parallel_schedule_says);
+  RUN(flops_per_token_are_per_pipeline_stage_and_add_up_to_the_model);
+  RUN(the_bubble_is_megatrons);
+  RUN(the_pipeline_group_moves_activations_and_their_gradients);
+  RUN(the_data_and_tensor_groups_move_only_what_the_stage_holds);
   return aa_test_summary();
 }

@@ -159,6 +159,98 @@ AA_TEST(the_activation_layout_tiles_its_allocations_by_mode) {
   fprintf(stderr, "  %d layouts tile their allocations\n", n);
 }
 
+/* Under pipeline parallelism a rank's activation store holds, for each of
+ * its chunks, that chunk's slots back to back (each slot its blocks' kept
+ * buffers, the last block's output excepted: it lives in the send buffer,
+ * and on the last stage the stash), then on the last stage lnf and the
+ * head's buffers, then the input and gradient receive buffers; blocks it
+ * does not hold have no buffers. On every schedule, amp and checkpointing
+ * mode, over pp 2 and 3 (and vpp 2 interleaved), 6 micro-batches a step. */
+AA_TEST(a_pipeline_stage_lays_out_its_slots_and_receive_buffers) {
+  const aa_arch_t a = {.family = "gpt2", .n_layer = 6, .n_head = 4, .d_model = 32, .d_ff = 64, .seq_len = 16,
+                       .vocab_size = 64};
+  const aa_dtype_t amps[] = {AA_F32, AA_BF16};
+  const struct {
+    aa_ckpt_mode_t ckpt;
+    int layers;
+  } modes[] = {{AA_CKPT_NONE, 0}, {AA_CKPT_SELECTIVE, 0}, {AA_CKPT_FULL, 0}, {AA_CKPT_FULL, 2}};
+  const struct {
+    int pp, vpp;
+    aa_pp_schedule_t sched;
+  } pipes[] = {{2, 1, AA_SCHEDULE_1F1B}, {3, 1, AA_SCHEDULE_GPIPE}, {3, 1, AA_SCHEDULE_1F1B},
+               {2, 2, AA_SCHEDULE_INTERLEAVED}, {3, 2, AA_SCHEDULE_INTERLEAVED}};
+  const int B = 2, T = a.seq_len, L = a.n_layer, m = 6;
+  int n = 0;
+  for (size_t pi = 0; pi < sizeof pipes / sizeof pipes[0]; pi++)
+    for (int p = 0; p < 2; p++)
+      for (int k = 0; k < 4; k++) {
+        aa_strategy_t s;
+        aa_strategy_default(&s);
+        s.pp = pipes[pi].pp;
+        s.vpp = pipes[pi].vpp;
+        s.schedule = pipes[pi].sched;
+        for (int st = 0; st < s.pp; st++) {
+          aa_pp_place_t pl;
+          CHECK_MSG(aa_pp_place(&a, &s, m, st, &pl) == 0, "%s", aa_last_error());
+          const aa_act_shape_t sh = {.B = B, .T = T, .tp = 1, .amp = amps[p], .ckpt = modes[k].ckpt,
+                                     .ckpt_layers = modes[k].layers, .pipe = &pl};
+          aa_act_layout_t l;
+          aa_act_block_t blocks[6];
+          aa_sizes_acts(&a, &sh, &l, blocks);
+          char where[128];
+          snprintf(where, sizeof where, "%s pp %d vpp %d stage %d %s %s/%d", aa_pp_schedule_name(s.schedule), s.pp,
+                   pl.vpp, st, aa_dtype_name(amps[p]), aa_ckpt_mode_name(modes[k].ckpt), modes[k].layers);
+          const size_t N = (size_t)B * T, C = (size_t)a.d_model, es = aa_dtype_size(amps[p]), f4 = 4;
+          const size_t stats = (4 * N + (size_t)a.n_head * N) * f4;
+          span_t st_spans[512];
+          int ns = 0;
+          CHECK_MSG(l.encoded == AA_SIZES_NONE, "%s: an input buffer replaces encoded", where);
+          for (int b = 0; b < L; b++) {
+            const int c = aa_pp_chunk_of(&pl, b);
+            const int full = aa_sizes_block_full(modes[k].ckpt, modes[k].layers, b);
+            for (int f = 0; f < AA_ACT_FIELDS; f++) {
+              int keep = full ? f == AA_ACT_RES3 : modes[k].ckpt != AA_CKPT_SELECTIVE || f != AA_ACT_FCHG;
+              if (c < 0 || (f == AA_ACT_RES3 && b == pl.hi[c] - 1)) keep = 0;
+              CHECK_MSG((blocks[b].field[f] != AA_SIZES_NONE) == keep, "%s: block %d field %d", where, b, f);
+              if (!keep) continue;
+              for (int j = 0; j < pl.slots[c]; j++)
+                st_spans[ns++] = (span_t){l.chunk_base[c] + (size_t)j * l.slot_bytes[c] + blocks[b].field[f],
+                                          aa_sizes_field_numel(&a, &sh, f) * es, "field"};
+            }
+            CHECK_MSG((blocks[b].stats != AA_SIZES_NONE) == (c >= 0 && !full), "%s: block %d stats", where, b);
+            if (c >= 0 && !full)
+              for (int j = 0; j < pl.slots[c]; j++)
+                st_spans[ns++] =
+                    (span_t){l.chunk_base[c] + (size_t)j * l.slot_bytes[c] + blocks[b].stats, stats, "stats"};
+          }
+          CHECK((l.stash != AA_SIZES_NONE) == pl.last && (l.logits != AA_SIZES_NONE) == pl.last);
+          if (pl.last) {
+            const int c = pl.vpp - 1;
+            for (int j = 0; j < pl.slots[c]; j++)
+              st_spans[ns++] = (span_t){l.chunk_base[c] + (size_t)j * l.slot_bytes[c] + l.stash, N * C * f4, "stash"};
+            st_spans[ns++] = (span_t){l.lnf, N * C * f4, "lnf"};
+            st_spans[ns++] = (span_t){l.lnf_stats, 2 * N * f4, "lnf_stats"};
+            st_spans[ns++] = (span_t){l.logits, N * (size_t)a.vocab_size * f4, "logits"};
+            st_spans[ns++] = (span_t){l.losses, N * f4, "losses"};
+          }
+          const size_t act = (N * C * es + 63) & ~(size_t)63;
+          for (int j = 0; j < pl.act_bufs; j++) st_spans[ns++] = (span_t){l.act_buf + j * act, N * C * es, "act_buf"};
+          for (int j = 0; j < pl.grad_bufs; j++)
+            st_spans[ns++] = (span_t){l.grad_buf + j * N * C * f4, N * C * f4, "grad_buf"};
+          check_tiling(st_spans, ns, l.acts, where);
+          /* The send buffer in the workspace; the widened embedding and lnf
+           * where the stage holds them (under amp). */
+          CHECK(l.send != AA_SIZES_NONE && l.send < l.workspace);
+          if (amps[p] != AA_F32)
+            CHECK_MSG((l.wpre != AA_SIZES_NONE) == (pl.first || pl.last) &&
+                          (l.wpost != AA_SIZES_NONE) == pl.last,
+                      "%s: wpre/wpost", where);
+          n++;
+        }
+      }
+  fprintf(stderr, "  %d pipeline layouts tile their stores\n", n);
+}
+
 /* A tensor rank's vocabulary rows: consecutive slices of ceil(V / tp)
  * rows, the last ones cut at V (a rank may hold none). */
 AA_TEST(vocabulary_slices_cover_the_vocabulary_once) {
@@ -179,6 +271,7 @@ AA_TEST(vocabulary_slices_cover_the_vocabulary_once) {
 int main(void) {
   RUN(units_add_up_to_the_model_and_chunks_round_up);
   RUN(the_activation_layout_tiles_its_allocations_by_mode);
+  RUN(a_pipeline_stage_lays_out_its_slots_and_receive_buffers);
   RUN(vocabulary_slices_cover_the_vocabulary_once);
   return aa_test_summary();
 }
