@@ -2,9 +2,9 @@
  * pipeline axes and the process group of each axis, built once per rank
  * from the strategy and the world group. A single process is a 1x1x1 mesh
  * over a group of one (comm.h aa_comm_self), so the training loop has one
- * path. ZeRO shards over the data group; the tensor and pipeline groups
- * are there for the layers and schedules that will use them (tp = pp = 1
- * in this engine today).
+ * path. ZeRO shards over the data group, the tensor group serves the
+ * tensor-parallel layers (model.h) and the pipeline group the stages'
+ * sends and receives (train.c).
  *
  * The arithmetic (which rank sits where, the split colors and keys: ATorch's
  * parallel_mode semantics with the strategy's axis order and rank order) is

@@ -76,11 +76,11 @@ struct aa_acts {
    * the all-reduce. */
   float *xent, *scalars, *full, *partial, *lngrad;
   /* Pipeline parallelism (sizes.h aa_act_layout_t): where each block's
-   * kept buffers lie in a slot, the chunks' slots, the input buffers
+   * kept buffers lie in a slot, the slots' size, the input buffers
    * (encoded points at the one in use), the gradient receive buffers, the
    * send buffer and the last chunk's stash (of the slot in use). */
   aa_act_block_t *off;
-  size_t chunk_base[AA_PP_CHUNKS_MAX], slot_bytes[AA_PP_CHUNKS_MAX], stash_off;
+  size_t slot_bytes, stash_off;
   void *act_buf0;
   float *grad_buf0, *stash;
   void *send;
@@ -257,8 +257,7 @@ static void carve(aa_acts_t *a, const aa_act_layout_t *l, const aa_act_block_t *
   a->partial = at(ws, l->partial);
   a->lngrad = at(ws, l->lngrad);
   memcpy(a->off, blocks, (size_t)n_layer * sizeof *blocks);
-  memcpy(a->chunk_base, l->chunk_base, sizeof a->chunk_base);
-  memcpy(a->slot_bytes, l->slot_bytes, sizeof a->slot_bytes);
+  a->slot_bytes = l->slot_bytes;
   a->stash_off = l->stash;
   a->act_buf0 = at(st, l->act_buf);
   a->grad_buf0 = at(st, l->grad_buf);
@@ -369,7 +368,7 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   m->tp_rank = opts->tensor ? aa_comm_rank(opts->tensor) : 0;
   m->sp = m->tp > 1 && opts->sp;
   m->pipe = (aa_pp_place_t){.pp = 1, .vpp = 1, .lo = {0}, .hi = {arch->n_layer}, .first = 1, .last = 1,
-                            .slots = {1}};
+                            .slots = 1};
   if (opts->pipe && opts->pipe->pp > 1) m->pipe = *opts->pipe;
   m->pp = m->pipe.pp;
   m->opts.pipe = &m->pipe;
@@ -1045,7 +1044,7 @@ const float *aa_gpt_stage_dinput(const aa_gpt_t *m) { return m->acts->dres; }
  * its tokens), the stash at the slot's, dres at the workspace's. */
 static void stage_select(aa_gpt_t *m, int c, int slot, int in) {
   aa_acts_t *a = m->acts;
-  char *base = (char *)a->store + a->chunk_base[c] + (size_t)slot * a->slot_bytes[c];
+  char *base = (char *)a->store + (size_t)slot * a->slot_bytes;
   for (int l = m->pipe.lo[c]; l < m->pipe.hi[c]; l++) {
     for (int f = 0; f < NF; f++) a->blocks[l].f[f] = at(base, a->off[l].field[f]);
     a->blocks[l].stats = at(base, a->off[l].stats);
@@ -1059,7 +1058,7 @@ static void stage_select(aa_gpt_t *m, int c, int slot, int in) {
 
 static int stage_check(const aa_gpt_t *m, int c, int slot, int in) {
   if (m->pp == 1) return aa_error(AA_EINVAL, "a stage pass needs a pipeline-parallel model");
-  if (c < 0 || c >= m->pipe.vpp || slot < 0 || slot >= m->pipe.slots[c] || in < 0 || in >= m->pipe.act_bufs)
+  if (c < 0 || c >= m->pipe.vpp || slot < 0 || slot >= m->pipe.slots || in < 0 || in >= m->pipe.act_bufs)
     return aa_error(AA_EINVAL, "stage pass: chunk %d slot %d input %d outside the rank's buffers", c, slot, in);
   return 0;
 }

@@ -59,6 +59,13 @@
  * tensor also says where its slice lies in the whole model's layout (the
  * one process's, which checkpoints and initialisation use).
  *
+ * Pipeline parallelism (opts.pipe, a rank's place of strategies/pipeline.h)
+ * keeps only the rank's units (its blocks; wte|wpe on the first and the
+ * last stage, which holds a copy for the tied head; lnf on the last); the
+ * trainer runs a chunk's passes through aa_gpt_stage_forward/backward,
+ * one micro-batch in a slot at a time, and moves activations and
+ * gradients between stages itself (engine/train.c).
+ *
  * Activation checkpointing (opts.ckpt) decides what a block keeps:
  *   none       every intermediate;
  *   selective  all but the attention probabilities (B,NH,T,T) and the GELU

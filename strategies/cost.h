@@ -78,8 +78,9 @@ double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s
 double aa_cost_min_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t *s, int stage);
 
 /* The share of a step a pipeline rank of s waits with m micro-batches a
- * step (its bubble): (pp − 1) / (m + pp − 1), divided by vpp under the
- * interleaved schedule, whose chunks are vpp times shorter (Narayanan et
+ * step (its bubble): (pp − 1) / (m + pp − 1); under the interleaved
+ * schedule, whose chunks are vpp times shorter, the bubble's time is
+ * divided by vpp, so its share is (pp − 1) / (vpp m + pp − 1) (Narayanan et
  * al. 2021, "Efficient Large-Scale Language Model Training on GPU
  * Clusters Using Megatron-LM", sections 2.2.1-2.2.2; GPipe and 1F1B have
  * the same bubble, 1F1B keeps fewer activations). Counts forward and

@@ -125,14 +125,14 @@ int aa_pp_place(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, aa
   for (int c = 0; c < v; c++) {
     out->lo[c] = bounds[c * s->pp + stage];
     out->hi[c] = bounds[c * s->pp + stage + 1];
-    out->slots[c] = 1;
   }
+  out->slots = 1;
   out->first = stage == 0;
   out->last = stage == (S - 1) % s->pp;
   if (s->pp == 1 || m <= 0) return 0;
   aa_pp_plan_t p;
   if ((rc = aa_pp_plan(s->schedule, s->pp, v, m, &p))) return rc;
-  for (int c = 0; c < v; c++) out->slots[c] = p.slots[stage][c];
+  out->slots = p.slots[stage];
   out->act_bufs = p.act_bufs[stage];
   out->grad_bufs = p.grad_bufs[stage];
   aa_pp_plan_free(&p);
@@ -156,8 +156,8 @@ int aa_pp_unit0_is_copy(const aa_pp_place_t *p) { return p && p->pp > 1 && p->la
 
 double aa_pp_bubble(aa_pp_schedule_t sched, int pp, int vpp, int m) {
   if (pp <= 1 || m < 1) return 0;
-  double b = (double)(pp - 1) / (double)(m + pp - 1);
-  return sched == AA_SCHEDULE_INTERLEAVED && vpp > 1 ? b / vpp : b;
+  const int v = sched == AA_SCHEDULE_INTERLEAVED && vpp > 1 ? vpp : 1;
+  return (double)(pp - 1) / (double)(v * m + pp - 1);
 }
 
 /* --- the plan ---------------------------------------------------------------------------- */
@@ -303,7 +303,7 @@ int aa_pp_plan(aa_pp_schedule_t sched, int pp, int v, int m, aa_pp_plan_t *out) 
      * embedding to its backward) and output gradient (from its receive to
      * its backward), and which slot its activations (forward to backward). */
     int *abuf = malloc(sizeof(int) * (size_t)v * m * 3), *gbuf = abuf + v * m, *slot = gbuf + v * m;
-    unsigned char *sused = calloc((size_t)v * m, 1); /* chunk c's slots at sused + c m */
+    unsigned char *sused = calloc((size_t)v * m + 1, 1); /* the rank's pool of slots */
     if (!abuf || !sused) {
       free(abuf);
       free(sused);
@@ -330,16 +330,16 @@ int aa_pp_plan(aa_pp_schedule_t sched, int pp, int v, int m, aa_pp_plan_t *out) 
         int k = s.chunk * m + s.mb, vs = s.chunk * pp + r;
         if (s.fwd) {
           /* The first virtual stage's input is the embedding, computed
-           * into a buffer of its own. At most m in flight per chunk (GPipe). */
+           * into a buffer of its own. At most m v in flight (GPipe: m). */
           if (vs == 0) abuf[k] = take_free(aused, &out->act_bufs[r]);
-          int sl = take_free(sused + s.chunk * m, &out->slots[r][s.chunk]);
+          int sl = take_free(sused, &out->slots[r]);
           slot[k] = sl;
           ops[n++] = (aa_pp_op_t){AA_PP_FORWARD, s.chunk, s.mb, sl, abuf[k], -1, -1};
         } else {
           int g = vs < S - 1 ? gbuf[k] : -1;
           if (g >= 0) gused[g] = 0;
           aused[abuf[k]] = 0;
-          sused[s.chunk * m + slot[k]] = 0;
+          sused[slot[k]] = 0;
           ops[n++] = (aa_pp_op_t){AA_PP_BACKWARD, s.chunk, s.mb, slot[k], abuf[k], g, -1};
         }
       }

@@ -49,7 +49,8 @@ typedef struct aa_pp_place {
   int pp, vpp, stage;
   int lo[AA_PP_CHUNKS_MAX], hi[AA_PP_CHUNKS_MAX]; /* chunk c's blocks [lo, hi): virtual stage c pp + stage */
   int first, last;   /* holds virtual stage 0 (the embedding) / S - 1 (final LayerNorm, head, wte copy) */
-  int slots[AA_PP_CHUNKS_MAX]; /* micro-batches chunk c keeps activations for at once (forward to backward) */
+  int slots;     /* micro-batches the rank keeps activations for at once (forward to backward), whatever
+                    their chunk: one pool of slots, each as large as the largest chunk needs */
   int act_bufs;  /* chunk inputs held at once (from their receive, or the embedding, to their backward) */
   int grad_bufs; /* output gradients held at once (from their receive to their backward) */
 } aa_pp_place_t;
@@ -98,7 +99,7 @@ typedef struct aa_pp_plan {
   int pp, vpp, m;
   int *n_ops;
   aa_pp_op_t **ops;
-  int (*slots)[AA_PP_CHUNKS_MAX]; /* [rank][chunk] */
+  int *slots;                     /* [rank] */
   int *act_bufs, *grad_bufs;      /* [rank] */
   double span;                    /* the step's simulated length */
   double *busy;                   /* [rank] computing time within it */
@@ -111,8 +112,10 @@ int aa_pp_plan(aa_pp_schedule_t sched, int pp, int vpp, int m, aa_pp_plan_t *out
 void aa_pp_plan_free(aa_pp_plan_t *p);
 
 /* The predicted bubble, the share of a step a pipeline rank waits:
- * (pp - 1) / (m + pp - 1), divided by vpp for the interleaved schedule
- * (Narayanan et al. 2021). 0 at pp = 1. */
+ * (pp - 1) / (m + pp - 1). The interleaved schedule divides the bubble's
+ * time by vpp (Narayanan et al. 2021, each chunk's forward and backward
+ * take 1/vpp of a stage's), so its share is (pp - 1) / (vpp m + pp - 1).
+ * 0 at pp = 1. */
 double aa_pp_bubble(aa_pp_schedule_t sched, int pp, int vpp, int m);
 
 /* "1f1b", "gpipe", "interleaved"; "?" for another value. */

@@ -181,7 +181,6 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
   memset(o, 0xff, sizeof *o); /* every offset AA_SIZES_NONE (all bits set) until taken */
   if (blocks) memset(blocks, 0xff, (size_t)a->n_layer * sizeof *blocks); /* blocks not held: none */
   if (!pp) {
-    o->chunk_base[0] = 0;
     o->encoded = take(&st, Ns * C * es);
     for (int l = 0; l < a->n_layer; l++) {
       aa_act_block_t b;
@@ -192,10 +191,11 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     o->lnf_stats = take(&st, 2 * Ns * f4);
     o->logits = take(&st, N * Vl * f4);
     o->losses = take(&st, N * f4);
-    o->slot_bytes[0] = st;
+    o->slot_bytes = st;
   } else {
-    /* One slot of each chunk laid out from 0, then the chunk's slots back
-     * to back. */
+    /* Each chunk's layout from the start of a slot; the slot as large as
+     * the largest, the pool's slots back to back. */
+    size_t most = 0;
     for (int c = 0; c < pp->vpp; c++) {
       size_t slot = 0;
       for (int l = pp->lo[c]; l < pp->hi[c]; l++) {
@@ -204,10 +204,10 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
         if (blocks) blocks[l] = b;
       }
       if (pp->last && c == pp->vpp - 1) o->stash = take(&slot, Ns * C * f4);
-      o->chunk_base[c] = st;
-      o->slot_bytes[c] = slot;
-      st += slot * (size_t)pp->slots[c];
+      if (slot > most) most = slot;
     }
+    o->slot_bytes = most;
+    st = most * (size_t)pp->slots;
     if (pp->last) {
       o->lnf = take(&st, Ns * C * f4);
       o->lnf_stats = take(&st, 2 * Ns * f4);

@@ -176,10 +176,11 @@ typedef struct aa_act_block {
  *              a block's LayerNorm gradients before they are summed over
  *              the tensor group).
  * Pipeline parallelism (pp > 1) keeps a micro-batch's activations in a
- * slot of its chunk, from its forward to its backward: chunk c has
- * pp->slots[c] slots of slot_bytes[c] from chunk_base[c], each holding
- * its blocks' kept buffers (aa_act_block_t offsets are into the slot) and
- * on the last virtual stage stash ((Ns,C) fp32: the gradient of the last
+ * slot from its forward to its backward: the rank's pp->slots slots of
+ * slot_bytes each lie back to back from offset 0, and a slot holds one
+ * micro-batch of any of its chunks: that chunk's blocks' kept buffers
+ * (aa_act_block_t offsets are into the slot; the chunks' layouts overlap,
+ * and slot_bytes is the largest one's) and on the last virtual stage stash ((Ns,C) fp32: the gradient of the last
  * block's output, which the head's backward computes right after the
  * loss). A chunk's input (the embedding, or what the previous stage sent)
  * is in an input buffer instead (encoded is none). The last block of every chunk
@@ -190,12 +191,12 @@ typedef struct aa_act_block {
  * the act_bufs input buffers ((Ns,C) storage dtype each, from act_buf)
  * and the grad_bufs receive buffers for output gradients ((Ns,C) fp32,
  * from grad_buf).
- * At pp 1 the store is one slot of chunk 0 (chunk_base 0) and the offsets
- * are into it, as above. */
+ * At pp 1 the offsets are into the store, which is one slot of the whole
+ * model and its head. */
 typedef struct aa_act_layout {
   size_t acts, workspace; /* bytes of the activation store and of the workspace */
   size_t encoded, lnf, lnf_stats, logits, losses;
-  size_t chunk_base[AA_PP_CHUNKS_MAX], slot_bytes[AA_PP_CHUNKS_MAX];
+  size_t slot_bytes;
   size_t stash, act_buf, grad_buf, send;
   size_t ws_field[AA_ACT_FIELDS], ws_res[2], ws_stats, wblock, wpre, wpost;
   size_t dres, dln, dqkv, datty, dfch, dfch_gelu;

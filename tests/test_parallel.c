@@ -66,6 +66,7 @@
 /* The pipeline tests' model: TP_MODEL with 4 blocks, for up to 4 stages
  * (or 2 ranks of 2 chunks each) and tp 2 beside them. */
 #define PP_MODEL 2
+#define PP_MB 2 /* its micro-batch: 8 / 2 = 4 micro-batches a step */
 
 static char tmpdir[256], train_bin[512], val_bin[512];
 
@@ -680,10 +681,10 @@ AA_TEST(after_one_step_every_gathered_gradient_and_parameter_matches_the_single_
  * read from the wrong place moves the loss by percents. */
 static void resume_from(cfg_t saved, const cfg_t *resumes, size_t n, const char *saved_name) {
   run_t ra, rb;
-  saved.model = TP_MODEL;
+  if (!saved.model) saved.model = TP_MODEL;
   saved.kill_rank = -1;
   run(&saved, &ra);
-  int ok = all_ok(&ra, saved.dp ? saved.dp * saved.tp : 1);
+  int ok = all_ok(&ra, world_of(&saved));
   CHECK_MSG(ok, "%s failed", saved.out);
   if (!ok) return;
   char path[700];
@@ -693,21 +694,22 @@ static void resume_from(cfg_t saved, const cfg_t *resumes, size_t n, const char 
     cfg_t b = resumes[i];
     b.resume = path;
     b.amp = saved.amp;
-    b.model = TP_MODEL;
+    b.model = saved.model;
     b.kill_rank = -1;
     run(&b, &rb);
-    CHECK_MSG(all_ok(&rb, b.dp ? b.dp * b.tp : 1), "%s failed", b.out);
+    CHECK_MSG(all_ok(&rb, world_of(&b)), "%s failed", b.out);
     CHECK_MSG(isnan(rb.loss[3]) && !isnan(rb.loss[4]), "%s: did not resume at step 4", b.out);
     int same = b.dp == saved.dp && b.tp == saved.tp && b.zero == saved.zero && b.sp == saved.sp &&
-               b.micro_batch == saved.micro_batch;
+               b.micro_batch == saved.micro_batch && b.pp == saved.pp && b.vpp == saved.vpp &&
+               b.schedule == saved.schedule && b.partition == saved.partition;
     double tol = same ? 0 : saved.amp == AA_F32 ? REL_TOL : REL_TOL_AMP;
     double worst = compare(b.out, &rb, &ra, 4, tol);
     if (!b.dp)
       fprintf(stderr, "  %s -> one process: steps 4-6 within %.2e of the uninterrupted run%s\n", saved_name, worst,
               same ? " (equal)" : "");
     else
-      fprintf(stderr, "  %s -> dp %d x tp %d%s zero %d: steps 4-6 within %.2e of the uninterrupted run%s\n",
-              saved_name, b.dp, b.tp, b.sp ? " sp" : "", b.zero, worst, same ? " (equal)" : "");
+      fprintf(stderr, "  %s -> dp %d x tp %d%s x pp %d zero %d: steps 4-6 within %.2e of the uninterrupted run%s\n",
+              saved_name, b.dp, b.tp, b.sp ? " sp" : "", b.pp ? b.pp : 1, b.zero, worst, same ? " (equal)" : "");
   }
 }
 
@@ -720,6 +722,32 @@ AA_TEST(a_tp2_checkpoint_resumes_at_tp1_tp4_and_dp2_x_tp2_and_bit_identically_at
       {.dp = 1, .tp = 2, .out = "tp2-tp2"},
   };
   resume_from(saved, resumes, sizeof resumes / sizeof resumes[0], "tp 2");
+}
+
+/* A pipeline checkpoint: each stage writes the units it holds (the last
+ * stage's copy of wte|wpe is the first stage's), and any layout reads
+ * them back through the tables of both. */
+AA_TEST(a_pp2_checkpoint_resumes_in_one_process_at_pp4_tp2_x_pp2_another_cut_and_bit_identically_at_pp2) {
+  const cfg_t saved = {.dp = 1, .pp = 2, .model = PP_MODEL, .micro_batch = PP_MB, .checkpoint_every = 3, .out = "pp2"};
+  const cfg_t resumes[] = {
+      {.dp = 0, .micro_batch = PP_MB, .out = "pp2-one"},
+      {.dp = 1, .pp = 4, .micro_batch = PP_MB, .out = "pp2-pp4"},
+      {.dp = 1, .tp = 2, .pp = 2, .micro_batch = PP_MB, .out = "pp2-tp2pp2"},
+      {.dp = 2, .pp = 2, .zero = 1, .micro_batch = PP_MB / 2, .out = "pp2-dp2pp2z1"},
+      {.dp = 1, .pp = 2, .micro_batch = PP_MB, .partition = AA_PARTITION_CUSTOM, .bounds = {0, 1, 4}, .out = "pp2-cut"},
+      {.dp = 1, .pp = 2, .micro_batch = PP_MB, .out = "pp2-pp2"},
+  };
+  resume_from(saved, resumes, sizeof resumes / sizeof resumes[0], "pp 2");
+}
+
+/* And the other way: one process's checkpoint read by pipeline stages. */
+AA_TEST(a_single_process_checkpoint_resumes_at_pp2_interleaved_and_at_dp2_x_pp2_zero1) {
+  const cfg_t saved = {.dp = 0, .model = PP_MODEL, .micro_batch = PP_MB, .checkpoint_every = 3, .out = "pp-one"};
+  const cfg_t resumes[] = {
+      {.dp = 1, .pp = 2, .vpp = 2, .schedule = AA_SCHEDULE_INTERLEAVED, .micro_batch = PP_MB, .out = "one-il"},
+      {.dp = 2, .pp = 2, .zero = 1, .micro_batch = PP_MB / 2, .out = "one-dp2pp2z1"},
+  };
+  resume_from(saved, resumes, sizeof resumes / sizeof resumes[0], "one process");
 }
 
 AA_TEST(a_dp2_x_tp2_zero3_checkpoint_resumes_at_tp1_and_tp2_and_bit_identically_at_its_layout) {
@@ -889,7 +917,6 @@ AA_TEST(a_sharded_checkpoint_with_a_bad_or_foreign_rank_file_is_rejected) {
  * in the second digit. */
 
 #define PP_STEPS 10
-#define PP_MB 2 /* 8 / 2 = 4 micro-batches a step */
 static run_t pp_single[3];   /* the single-process references, by amp */
 static run_t pp_runs[2][2];  /* [gpipe, 1f1b] x [pp 2, pp 4], fp32: for the activation test */
 
@@ -1262,6 +1289,8 @@ int main(void) {
   RUN(sharded_bf16_checkpoint_at_dp4_zero3_resumes_at_dp2_and_in_one_process);
   RUN(single_file_checkpoint_at_dp2_zero0_resumes_at_dp4_zero3);
   RUN(a_tp2_checkpoint_resumes_at_tp1_tp4_and_dp2_x_tp2_and_bit_identically_at_tp2);
+  RUN(a_pp2_checkpoint_resumes_in_one_process_at_pp4_tp2_x_pp2_another_cut_and_bit_identically_at_pp2);
+  RUN(a_single_process_checkpoint_resumes_at_pp2_interleaved_and_at_dp2_x_pp2_zero1);
   RUN(a_dp2_x_tp2_zero3_checkpoint_resumes_at_tp1_and_tp2_and_bit_identically_at_its_layout);
   RUN(a_tp1_checkpoint_resumes_at_tp2_and_at_tp4_with_sequence_parallelism);
   RUN(a_bf16_dp2_x_tp2_checkpoint_resumes_in_one_process_and_bit_identically_at_its_layout);

@@ -159,10 +159,11 @@ AA_TEST(the_activation_layout_tiles_its_allocations_by_mode) {
   fprintf(stderr, "  %d layouts tile their allocations\n", n);
 }
 
-/* Under pipeline parallelism a rank's activation store holds, for each of
- * its chunks, that chunk's slots back to back (each slot its blocks' kept
- * buffers, the last block's output excepted: it lives in the send buffer,
- * and on the last stage the stash), then on the last stage lnf and the
+/* Under pipeline parallelism a rank's activation store holds its pool of
+ * slots back to back, each as large as its largest chunk needs (a chunk's
+ * blocks' kept buffers tile the slot from its start, the last block's
+ * output excepted: it lives in the send buffer, and on the last stage the
+ * stash), then on the last stage lnf and the
  * head's buffers, then the input and gradient receive buffers; blocks it
  * does not hold have no buffers. On every schedule, amp and checkpointing
  * mode, over pp 2 and 3 (and vpp 2 interleaved), 6 micro-batches a step. */
@@ -202,9 +203,11 @@ AA_TEST(a_pipeline_stage_lays_out_its_slots_and_receive_buffers) {
                    pl.vpp, st, aa_dtype_name(amps[p]), aa_ckpt_mode_name(modes[k].ckpt), modes[k].layers);
           const size_t N = (size_t)B * T, C = (size_t)a.d_model, es = aa_dtype_size(amps[p]), f4 = 4;
           const size_t stats = (4 * N + (size_t)a.n_head * N) * f4;
-          span_t st_spans[512];
-          int ns = 0;
+          span_t st_spans[512], slot_spans[AA_PP_CHUNKS_MAX][64];
+          int ns = 0, nslot[AA_PP_CHUNKS_MAX] = {0};
           CHECK_MSG(l.encoded == AA_SIZES_NONE, "%s: an input buffer replaces encoded", where);
+          /* Each chunk's buffers within one slot (the chunks' layouts
+           * share the slot), then the slots and the rest of the store. */
           for (int b = 0; b < L; b++) {
             const int c = aa_pp_chunk_of(&pl, b);
             const int full = aa_sizes_block_full(modes[k].ckpt, modes[k].layers, b);
@@ -213,21 +216,27 @@ AA_TEST(a_pipeline_stage_lays_out_its_slots_and_receive_buffers) {
               if (c < 0 || (f == AA_ACT_RES3 && b == pl.hi[c] - 1)) keep = 0;
               CHECK_MSG((blocks[b].field[f] != AA_SIZES_NONE) == keep, "%s: block %d field %d", where, b, f);
               if (!keep) continue;
-              for (int j = 0; j < pl.slots[c]; j++)
-                st_spans[ns++] = (span_t){l.chunk_base[c] + (size_t)j * l.slot_bytes[c] + blocks[b].field[f],
-                                          aa_sizes_field_numel(&a, &sh, f) * es, "field"};
+              slot_spans[c][nslot[c]++] = (span_t){blocks[b].field[f], aa_sizes_field_numel(&a, &sh, f) * es, "field"};
             }
             CHECK_MSG((blocks[b].stats != AA_SIZES_NONE) == (c >= 0 && !full), "%s: block %d stats", where, b);
-            if (c >= 0 && !full)
-              for (int j = 0; j < pl.slots[c]; j++)
-                st_spans[ns++] =
-                    (span_t){l.chunk_base[c] + (size_t)j * l.slot_bytes[c] + blocks[b].stats, stats, "stats"};
+            if (c >= 0 && !full) slot_spans[c][nslot[c]++] = (span_t){blocks[b].stats, stats, "stats"};
           }
           CHECK((l.stash != AA_SIZES_NONE) == pl.last && (l.logits != AA_SIZES_NONE) == pl.last);
+          if (pl.last) slot_spans[pl.vpp - 1][nslot[pl.vpp - 1]++] = (span_t){l.stash, N * C * f4, "stash"};
+          size_t most = 0;
+          for (int c = 0; c < pl.vpp; c++) {
+            size_t end = 0;
+            for (int i = 0; i < nslot[c]; i++) {
+              size_t e = slot_spans[c][i].off + ((slot_spans[c][i].bytes + 63) & ~(size_t)63);
+              if (e > end) end = e;
+            }
+            check_tiling(slot_spans[c], nslot[c], end, where);
+            if (end > most) most = end;
+          }
+          CHECK_MSG(l.slot_bytes == most, "%s: slots of %zu bytes, the largest chunk needs %zu", where, l.slot_bytes,
+                    most);
+          for (int j = 0; j < pl.slots; j++) st_spans[ns++] = (span_t){(size_t)j * l.slot_bytes, l.slot_bytes, "slot"};
           if (pl.last) {
-            const int c = pl.vpp - 1;
-            for (int j = 0; j < pl.slots[c]; j++)
-              st_spans[ns++] = (span_t){l.chunk_base[c] + (size_t)j * l.slot_bytes[c] + l.stash, N * C * f4, "stash"};
             st_spans[ns++] = (span_t){l.lnf, N * C * f4, "lnf"};
             st_spans[ns++] = (span_t){l.lnf_stats, 2 * N * f4, "lnf_stats"};
             st_spans[ns++] = (span_t){l.logits, N * (size_t)a.vocab_size * f4, "logits"};
