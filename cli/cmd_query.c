@@ -1,5 +1,5 @@
-/* `autoaccel query best|runs|jobs`: the planner's store, as tables or as
- * the planner's JSON verbatim (--json). The runs table is shared with
+/* `autoaccel query best|runs|run|jobs`: the planner's store, as tables or
+ * as the planner's JSON verbatim (--json). The runs table is shared with
  * `autoaccel auto` (aa_client_print_runs). */
 #include <getopt.h>
 #include <jansson.h>
@@ -55,6 +55,42 @@ void aa_client_print_runs(FILE *f, const json_t *runs, bool with_job) {
   }
 }
 
+/* One run, then each rank's own figures: where its step time goes
+ * (forward, backward, optimizer, pipeline communication, pipeline wait). */
+static void print_run(const json_t *root) {
+  json_t *run = json_object_get(root, "run"), *ranks = json_object_get(root, "ranks"), *one = json_array();
+  json_array_append(one, run);
+  aa_client_print_runs(stdout, one, true);
+  json_decref(one);
+  if (!json_array_size(ranks)) {
+    printf("no per-rank figures (a run that has not finished, was pruned, or is older than them)\n");
+    return;
+  }
+  _Static_assert(AA_PROTO_TIME_KINDS == 5, "one column per time kind");
+  printf("\n%4s %3s %3s %3s  %-9s %8s %9s %9s %9s %9s %9s %10s\n", "RANK", "DP", "TP", "PP", "STATUS",
+         "STEP MS", "FORWARD", "BACKWARD", "OPTIMIZER", "PP COMM", "BUBBLE", "PEAK");
+  size_t i;
+  json_t *k;
+  json_array_foreach(ranks, i, k) {
+    char ms[32] = "-", t[AA_PROTO_TIME_KINDS][32], peak[32];
+    bool has;
+    double v = jnum(k, "step_ms_median", &has);
+    if (has) snprintf(ms, sizeof ms, "%.1f", v);
+    json_t *times = json_object_get(k, "times_ms");
+    for (int j = 0; j < AA_PROTO_TIME_KINDS; j++) {
+      v = jnum(times, aa_proto_time_kind_name((aa_proto_time_kind_t)j), &has);
+      if (has) snprintf(t[j], sizeof t[j], "%.2f", v);
+      else snprintf(t[j], sizeof t[j], "-");
+    }
+    v = jnum(k, "peak_bytes", &has);
+    aa_client_fmt_bytes(peak, v, has);
+    printf("%4.0f %3.0f %3.0f %3.0f  %-9s %8s %9s %9s %9s %9s %9s %10s\n", jnum(k, "rank", &has),
+           jnum(k, "dp_rank", &has), jnum(k, "tp_rank", &has), jnum(k, "pp_rank", &has),
+           jstr(k, "status", "?"), ms, t[0], t[1], t[2], t[3], t[4], peak);
+    if (jstr(k, "error", NULL)) printf("     error: %s\n", jstr(k, "error", ""));
+  }
+}
+
 static void print_jobs(const json_t *jobs) {
   size_t i;
   json_t *v;
@@ -75,11 +111,14 @@ static void usage(FILE *f) {
           "usage: autoaccel query best --model MODEL [--hardware FP]\n"
           "       autoaccel query runs [--job N] [--model MODEL] [--hardware FP] [--status S1,S2]\n"
           "                            [--kind dryrun|train] [--key-prefix P] [--order id|best] [--limit N]\n"
+          "       autoaccel query run RUN\n"
           "       autoaccel query jobs [--model MODEL] [--status S1,S2] [--limit N]\n\n"
           "Asks the planner's store:\n"
           "  best   the best measured dry run of a model on each hardware (or on --hardware FP)\n"
           "  runs   runs of a job, or runs matching the filters (status ok, oom, error, timeout,\n"
           "         crashed, pruned, cancelled, queued, running)\n"
+          "  run    one run and each rank's own figures: its mesh coordinates, step time by\n"
+          "         forward, backward, optimizer, pipeline communication and pipeline wait\n"
           "  jobs   jobs, newest first (status queued, running, done, failed, cancelled, interrupted)\n\n"
           "options:\n"
           "  --model MODEL       a model spec file (its architecture hash) or a 16-hex-digit hash\n"
@@ -131,13 +170,15 @@ int aa_cmd_query(int argc, char **argv) {
     usage(stdout);
     return AA_EXIT_OK;
   }
-  if (argc < 2 || argv[1][0] == '-') return bad_usage("expected what to query: best, runs or jobs%s", "");
+  if (argc < 2 || argv[1][0] == '-')
+    return bad_usage("expected what to query: best, runs, run or jobs%s", "");
   const char *what = argv[1];
   int allowed;
   if (!strcmp(what, "best")) allowed = OPT_MODEL | OPT_HW;
   else if (!strcmp(what, "runs")) allowed = OPT_JOB | OPT_MODEL | OPT_HW | OPT_STATUS | OPT_KIND | OPT_PREFIX | OPT_ORDER | OPT_LIMIT;
   else if (!strcmp(what, "jobs")) allowed = OPT_MODEL | OPT_STATUS | OPT_LIMIT;
-  else return bad_usage("unknown query '%s' (expected best, runs or jobs)", what);
+  else if (!strcmp(what, "run")) allowed = 0;
+  else return bad_usage("unknown query '%s' (expected best, runs, run or jobs)", what);
   argc--;
   argv++;
   optind = 1;
@@ -173,6 +214,11 @@ int aa_cmd_query(int argc, char **argv) {
     default: return bad_usage("unknown option or missing value: '%s'", argv[optind - 1]);
     }
   }
+  long long run = 0;
+  if (!strcmp(what, "run")) {
+    if (optind != argc - 1) return bad_usage("query run needs exactly one RUN id%s", "");
+    if ((run = aa_cli_parse_int("query", "RUN", argv[optind++], 1, INT64_MAX)) < 0) return AA_EXIT_USAGE;
+  }
   if (optind != argc) return bad_usage("unexpected argument '%s'", argv[optind]);
   if (seen & ~allowed) {
     fprintf(stderr, "autoaccel query: 'query %s' takes only the options its usage line shows\n", what);
@@ -190,6 +236,7 @@ int aa_cmd_query(int argc, char **argv) {
     if (rc) return aa_cli_fail("query");
   }
   json_t *args = json_object();
+  if (run) json_object_set_new(args, "id", json_integer(run));
   if (job) json_object_set_new(args, "job", json_integer(job));
   if (model) json_object_set_new(args, "model", json_string(hash));
   if (hardware) json_object_set_new(args, "hardware", json_string(hardware));
@@ -206,7 +253,15 @@ int aa_cmd_query(int argc, char **argv) {
   aa_client_t *cl;
   json_t *root = NULL;
   int rc = aa_client_connect(&cl, planner, token_file);
-  if (!rc) {
+  if (!rc && run) { /* one run: one answer, no pages */
+    char *a = json_dumps(args, JSON_COMPACT), *text = NULL;
+    rc = a ? aa_client_query(cl, what, a, &text) : aa_error(AA_ENOMEM, "query: no memory");
+    if (!rc && !(root = json_loads(text, 0, NULL)))
+      rc = aa_error(AA_EFORMAT, "query run: the planner's answer is not JSON");
+    free(a);
+    free(text);
+    aa_client_close(cl);
+  } else if (!rc) {
     rc = aa_client_query_pages(cl, what, args, limit, key, &root);
     aa_client_close(cl);
   }
@@ -218,6 +273,11 @@ int aa_cmd_query(int argc, char **argv) {
       fprintf(stderr, "autoaccel query: cannot write the answer\n");
       return AA_EXIT_FAIL;
     }
+    json_decref(root);
+    return AA_EXIT_OK;
+  }
+  if (run) {
+    print_run(root);
     json_decref(root);
     return AA_EXIT_OK;
   }

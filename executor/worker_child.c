@@ -17,6 +17,7 @@
 #include "../common/spec.h"
 #include "../dryrun/dryrun.h"
 #include "../engine/launch.h"
+#include "../strategies/layout.h"
 #include "../strategies/strategy.h"
 #include "worker_internal.h"
 
@@ -26,8 +27,22 @@
 typedef struct {
   int fd;
   uint64_t job, run;
+  /* This rank's place in the gang and, once the strategy parsed, in its
+   * mesh (by aa_axis_t): every result names them, a failed one too. */
+  int rank, coord[AA_AXES];
   double last_sent;
 } child_t;
+
+/* The protocol names the engine's time kinds for the planner, which never
+ * includes the engine: both lists must be the same, in the same order
+ * (tests/test_worker.c compares the names). */
+_Static_assert((int)AA_TIME_KINDS == (int)AA_PROTO_TIME_KINDS, "engine and protocol time kinds differ");
+_Static_assert((int)AA_TIME_FORWARD == (int)AA_PROTO_TIME_FORWARD &&
+                   (int)AA_TIME_BACKWARD == (int)AA_PROTO_TIME_BACKWARD &&
+                   (int)AA_TIME_OPTIMIZER == (int)AA_PROTO_TIME_OPTIMIZER &&
+                   (int)AA_TIME_PIPELINE_COMM == (int)AA_PROTO_TIME_PIPELINE_COMM &&
+                   (int)AA_TIME_BUBBLE == (int)AA_PROTO_TIME_BUBBLE,
+               "engine and protocol time kinds are in different orders");
 
 /* A parent that is gone cannot receive anything: exiting is all that is left. */
 static void write_frame(child_t *c, const aa_msg_t *m) {
@@ -63,12 +78,24 @@ static void on_step(const aa_train_step_info_t *info, void *data) {
   write_frame(c, &m);
 }
 
+/* Sends the run's result. t (may be NULL: the run failed before it
+ * trained) gives this rank's time breakdown. */
 static void send_result(child_t *c, aa_proto_run_status_t status, const char *error, double tokens_per_s,
-                        double median, double spread, const aa_mem_t *mem, bool has_loss, double loss, bool inputs) {
+                        double median, double spread, const aa_mem_t *mem, bool has_loss, double loss,
+                        bool inputs, const aa_train_result_t *t) {
   aa_msg_t m = {.type = AA_MSG_RESULT};
   aa_msg_result_t *r = &m.result;
   r->job = c->job;
   r->run = c->run;
+  r->rank = c->rank;
+  r->dp_rank = c->coord[AA_AXIS_DATA];
+  r->tp_rank = c->coord[AA_AXIS_TENSOR];
+  r->pp_rank = c->coord[AA_AXIS_PIPELINE];
+  if (t) {
+    r->has_times = true;
+    for (int k = 0; k < AA_PROTO_TIME_KINDS; k++)
+      r->times.ms[k] = clamp(t->time_ms[k], 1e9);
+  }
   r->status = status;
   r->tokens_per_s = clamp(tokens_per_s, 1e12);
   r->step_ms_median = clamp(median, 1e9);
@@ -95,7 +122,7 @@ static void send_result(child_t *c, aa_proto_run_status_t status, const char *er
 
 static void send_failure(child_t *c, int rc) {
   send_result(c, rc == AA_EOOM ? AA_PROTO_RUN_OOM : AA_PROTO_RUN_ERROR, aa_last_error(), 0, 0, 0, NULL, false,
-              0, rc == AA_EINPUT);
+              0, rc == AA_EINPUT, NULL);
 }
 
 /* The job's out_dir, made if missing, must belong to the user who
@@ -149,7 +176,7 @@ static int run_train(child_t *c, const aa_msg_job_t *job, aa_launch_t *l) {
   if (fclose(log) && !rc) rc = aa_error(AA_EIO, "%s: write failed", log_to);
   if (rc) return rc;
   send_result(c, AA_PROTO_RUN_OK, NULL, r.tokens_per_s, r.step_ms_median, r.step_ms_spread, &r.mem,
-              r.steps_done > 0, r.final_loss, false);
+              r.steps_done > 0, r.final_loss, false, &r);
   return 0;
 }
 
@@ -170,7 +197,7 @@ static int run_dryrun(child_t *c, const aa_msg_job_t *job, aa_launch_t *l) {
   if (rc || (rc = aa_launch_rank(l, &t))) return rc;
   aa_dryrun_result_of(&t, &r);
   send_result(c, AA_PROTO_RUN_OK, NULL, r.tokens_per_s, r.step_ms_median, r.step_ms_spread, &r.mem,
-              r.has_loss, r.final_loss, false);
+              r.has_loss, r.final_loss, false, &t);
   return 0;
 }
 
@@ -192,7 +219,7 @@ void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cud
     fd = 3;
   }
   close_range(4, ~0u, 0);
-  child_t c = {.fd = fd, .job = job->job, .run = job->run};
+  child_t c = {.fd = fd, .job = job->job, .run = job->run, .rank = job->rank};
   char origin[64];
   snprintf(origin, sizeof origin, "job %llu model", (unsigned long long)job->job);
   aa_model_spec_t spec;
@@ -202,6 +229,14 @@ void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cud
     snprintf(origin, sizeof origin, "job %llu strategy", (unsigned long long)job->job);
     rc = aa_strategy_parse(&st, job->strategy, origin);
   }
+  /* The coordinates are the layout's, the numbers the engine's mesh is
+   * split by (strategies/layout.h), so a rank that fails before its mesh
+   * exists still says where it was. A strategy whose layout does not hold
+   * fails in the engine with the reason; its result has coordinates 0. */
+  aa_layout_t lay;
+  if (!rc && aa_layout_of(&lay, &st, job->rank) == 0)
+    for (int a = 0; a < AA_AXES; a++)
+      c.coord[a] = lay.coord[a] < AA_PROTO_WORLD_MAX ? lay.coord[a] : 0;
   /* The rank starts as every rank does (engine/launch.h): its device, its
    * group from the rendezvous, the run, the abort that stops its peers if
    * it fails. */

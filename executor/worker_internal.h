@@ -26,6 +26,7 @@ typedef struct aa_runner {
   /* Why the planner aborted the run (another rank of its gang failed); empty if it did not. */
   char abort_reason[AA_PROTO_TEXT_MAX + 1];
   uint64_t job, run;
+  int rank; /* in the gang: the result the parent makes for a dead runner names it */
   uv_pipe_t pipe;
   uv_timer_t timer; /* time limit */
   aa_frame_reader_t reader;

@@ -34,6 +34,7 @@ static void send_final(aa_worker_t *w) {
   aa_msg_t m = {.type = AA_MSG_RESULT};
   m.result.job = r->job;
   m.result.run = r->run;
+  m.result.rank = r->rank;
   m.result.error = text;
   if (r->killed_for == AA_PROTO_RUN_TIMEOUT) {
     m.result.status = AA_PROTO_RUN_TIMEOUT;
@@ -208,6 +209,7 @@ int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job) {
   r->pid = pid;
   r->job = job->job;
   r->run = job->run;
+  r->rank = job->rank;
   aa_frame_reader_init(&r->reader, 0);
   uv_pipe_init(&w->loop, &r->pipe, 0);
   uv_timer_init(&w->loop, &r->timer);

@@ -197,6 +197,10 @@ static void rank_report(aa_planner_t *p, int rank, const aa_msg_result_t *r) {
   g->res = *r;
   g->res.key = NULL;
   g->res.error = r->error ? strdup(r->error) : NULL;
+  if (r->rank != rank && (r->rank || r->has_times))
+    aa__planner_log(
+        p, "job %lld: run %lld: rank %d (executor %llu) reported itself as rank %d; kept as rank %d",
+        (long long)j->id, (long long)j->run_id, rank, (unsigned long long)g->executor, r->rank, rank);
   if (j->world > 1)
     aa__planner_log(p, "job %lld: run %lld: rank %d (executor %llu) %s (%d of %d ranks in)", (long long)j->id,
                     (long long)j->run_id, rank, (unsigned long long)g->executor,
@@ -205,7 +209,39 @@ static void rank_report(aa_planner_t *p, int rank, const aa_msg_result_t *r) {
   aa__planner_kick(p);
 }
 
-static void run_finished(aa_planner_t *p, const aa_msg_result_t *r);
+static void run_finished(aa_planner_t *p, const aa_msg_result_t *r, const aa_store_run_rank_t *ranks,
+                         int n_ranks);
+
+/* A peak by kind as the JSON text the store keeps (malloc'd; NULL when
+ * nothing was measured or no memory: the column is then NULL). */
+static char *peak_text(const aa_msg_peak_t *k) {
+  if (!k->total) return NULL;
+  json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "params", (json_int_t)k->params, "grads",
+                        (json_int_t)k->grads, "optim", (json_int_t)k->optim, "acts", (json_int_t)k->acts,
+                        "workspace", (json_int_t)k->workspace, "total", (json_int_t)k->total);
+  char *text = o ? aa__report_dump(o) : NULL;
+  json_decref(o);
+  return text;
+}
+
+/* Rank `rank`'s own figures as the store keeps them; *peak (to free)
+ * holds the text rk->peak_json borrows. */
+static void rank_record(int rank, const aa_msg_result_t *x, aa_store_run_rank_t *rk, char **peak) {
+  *peak = peak_text(&x->peak);
+  *rk = (aa_store_run_rank_t){.rank = rank,
+                              .dp_rank = x->dp_rank,
+                              .tp_rank = x->tp_rank,
+                              .pp_rank = x->pp_rank,
+                              .status = store_status(x->status),
+                              .tokens_per_s = x->tokens_per_s,
+                              .step_ms_median = x->step_ms_median,
+                              .step_ms_spread = x->step_ms_spread,
+                              .has_times = x->has_times,
+                              .peak_bytes = (int64_t)x->peak.total,
+                              .peak_json = *peak,
+                              .error = x->error};
+  memcpy(rk->time_ms, x->times.ms, sizeof rk->time_ms);
+}
 
 /* Every rank of the running run is in: one result for the run. A gang's
  * figures are those of the group as its slowest rank saw them: the lowest
@@ -242,8 +278,26 @@ static void gang_finish(aa_planner_t *p) {
     aa_proto_utf8_trim(error);
   }
   out.error = error[0] ? error : NULL;
+  /* Every rank's own figures go to the store with the run's; if there is
+   * no memory for them the run is still recorded, without them. */
+  aa_store_run_rank_t *ranks = calloc((size_t)j->world, sizeof *ranks);
+  char **texts = calloc(2 * (size_t)j->world, sizeof *texts); /* each rank's peak JSON and error */
+  int n = ranks && texts ? j->world : 0;
+  if (!n)
+    aa__planner_log(p, "job %lld: run %lld: no memory to record its ranks", (long long)j->id,
+                    (long long)j->run_id);
+  for (int r = 0; r < n; r++) {
+    rank_record(r, &j->ranks[r].res, &ranks[r], &texts[2 * r]);
+    texts[2 * r + 1] = j->ranks[r].res.error; /* kept past gang_free */
+    j->ranks[r].res.error = NULL;
+  }
+  /* The gang is over before run_finished, which may start the next one. */
   gang_free(j);
-  run_finished(p, &out);
+  run_finished(p, &out, ranks, n);
+  for (int r = 0; r < 2 * n; r++)
+    free(texts[r]);
+  free(texts);
+  free(ranks);
 }
 
 /* --- dispatch ------------------------------------------------------------------------------ */
@@ -778,7 +832,8 @@ static bool retry_lost(aa_planner_t *p, aa_planner_job_t *j) {
 /* Records the outcome of the current job's running run and moves on. A
  * store that cannot take the outcome (a full disk) ends the job with that
  * cause: the search would otherwise decide from a record that is wrong. */
-static void run_finished(aa_planner_t *p, const aa_msg_result_t *r) {
+static void run_finished(aa_planner_t *p, const aa_msg_result_t *r, const aa_store_run_rank_t *ranks,
+                         int n_ranks) {
   aa_planner_job_t *j = p->cur;
   aa_store_run_result_t res = {.status = store_status(r->status),
                                .tokens_per_s = r->tokens_per_s,
@@ -786,7 +841,9 @@ static void run_finished(aa_planner_t *p, const aa_msg_result_t *r) {
                                .step_ms_spread = r->step_ms_spread,
                                .peak_bytes = (int64_t)r->peak.total,
                                .error = r->error,
-                               .final_loss = r->has_final_loss ? r->final_loss : 0};
+                               .final_loss = r->has_final_loss ? r->final_loss : 0,
+                               .ranks = ranks,
+                               .n_ranks = n_ranks};
   if (res.status == AA_STORE_RUN_OK && !(res.tokens_per_s > 0)) {
     res.status = AA_STORE_RUN_ERROR;
     res.error = "the executor reported ok without a throughput";
@@ -798,15 +855,7 @@ static void run_finished(aa_planner_t *p, const aa_msg_result_t *r) {
              res.error ? res.error : "its executor vanished");
     res.error = note;
   }
-  char *peak = NULL;
-  if (r->peak.total) {
-    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "params", (json_int_t)r->peak.params, "grads",
-                          (json_int_t)r->peak.grads, "optim", (json_int_t)r->peak.optim, "acts",
-                          (json_int_t)r->peak.acts, "workspace", (json_int_t)r->peak.workspace, "total",
-                          (json_int_t)r->peak.total);
-    peak = o ? aa__report_dump(o) : NULL;
-    json_decref(o);
-  }
+  char *peak = peak_text(&r->peak);
   res.peak_json = peak;
   char stored[AA_PROTO_TEXT_MAX + 128] = "";
   if (aa_store_run_finish(p->store, j->run_id, &res)) {

@@ -160,6 +160,10 @@ void aa__jobs_unrecorded(aa_planner_t *p, int64_t job, aa_store_job_status_t sta
     snprintf(u->run_error, sizeof u->run_error, "%s", res->error ? res->error : "");
     u->run_result.error = u->run_error[0] ? u->run_error : NULL;
     u->run_result.peak_json = NULL;
+    /* The ranks' figures are borrowed from the finished gang: kept only
+     * when the store takes them with the run the first time. */
+    u->run_result.ranks = NULL;
+    u->run_result.n_ranks = 0;
   }
 }
 

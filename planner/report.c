@@ -367,6 +367,53 @@ static int query_runs(aa_store_t *st, const json_t *args, json_t *out) {
   return 0;
 }
 
+/* A rank's own figures (docs/service.md "Replies": RANK). */
+static int collect_rank(const aa_store_run_rank_t *k, void *data) {
+  json_t *o = json_object(), *times = json_null();
+  if (!o) return AA_ENOMEM;
+  if (k->has_times) {
+    times = json_object();
+    for (int t = 0; t < AA_PROTO_TIME_KINDS; t++)
+      json_object_set_new(times, aa_proto_time_kind_name((aa_proto_time_kind_t)t), json_real(k->time_ms[t]));
+  }
+  json_object_set_new(o, "rank", json_integer(k->rank));
+  json_object_set_new(o, "dp_rank", json_integer(k->dp_rank));
+  json_object_set_new(o, "tp_rank", json_integer(k->tp_rank));
+  json_object_set_new(o, "pp_rank", json_integer(k->pp_rank));
+  json_object_set_new(o, "status", json_string(aa_store_run_status_name(k->status)));
+  json_object_set_new(o, "tokens_per_s", num0(k->tokens_per_s));
+  json_object_set_new(o, "step_ms_median", num0(k->step_ms_median));
+  json_object_set_new(o, "step_ms_spread", num0(k->step_ms_spread));
+  json_object_set_new(o, "times_ms", times);
+  json_object_set_new(o, "peak_bytes", int0(k->peak_bytes));
+  json_object_set_new(o, "peak", stored_json(k->peak_json));
+  json_object_set_new(o, "error", str0(k->error));
+  return json_array_append_new(data, o) ? AA_ENOMEM : 0;
+}
+
+/* One run with every rank's own figures: {"run": RUN, "ranks": [RANK]}. */
+static int query_run(aa_store_t *st, const json_t *args, json_t *out) {
+  static const char *const allowed[] = {"id", NULL};
+  long long id;
+  int rc = check_keys("run", args, allowed);
+  if (!rc) rc = get_int("run", args, "id", 1, INT64_MAX, &id);
+  if (rc) return rc;
+  if (!id) return aa_error(AA_EINVAL, "query run: \"id\" (a run id) is required");
+  aa_store_run_t r;
+  if ((rc = aa_store_run_get(st, id, &r))) return rc;
+  json_t *run = aa__report_run(&r), *ranks = json_array();
+  aa_store_run_clear(&r);
+  rc = run && ranks ? aa_store_run_ranks(st, id, collect_rank, ranks) : AA_ENOMEM;
+  if (rc) {
+    json_decref(run);
+    json_decref(ranks);
+    return rc == AA_ENOMEM ? aa_error(rc, "query run: no memory") : rc;
+  }
+  json_object_set_new(out, "run", run);
+  json_object_set_new(out, "ranks", ranks);
+  return 0;
+}
+
 /* JOB objects for the ids in c (the jobs walk is over, so the store may be
  * called again), appended to list; p (may be NULL) annotates them. A job
  * the store cannot read is listed as {"id", "error"}: one bad row does not
@@ -436,8 +483,9 @@ int aa__report_query(aa_store_t *st, const char *home, const char *what, const c
   int rc;
   if (!strcmp(what, "best")) rc = query_best(st, a, o);
   else if (!strcmp(what, "runs")) rc = query_runs(st, a, o);
+  else if (!strcmp(what, "run")) rc = query_run(st, a, o);
   else if (!strcmp(what, "jobs")) rc = query_jobs(st, home, a, o, p);
-  else rc = aa_error(AA_EINVAL, "unknown query \"%s\" (accepted: best, runs, jobs)", w);
+  else rc = aa_error(AA_EINVAL, "unknown query \"%s\" (accepted: best, runs, run, jobs)", w);
   json_decref(a);
   if (!rc && !(*out = aa__report_dump(o))) rc = aa_error(AA_ENOMEM, "query %s: no memory for the reply", w);
   json_decref(o);

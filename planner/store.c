@@ -257,6 +257,28 @@ static const char *const migrations[AA_STORE_SCHEMA_VERSION] = {
     /* 1 -> 2: how many times aa_store_recover queued a job again. */
     "ALTER TABLE jobs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0"
     "  CONSTRAINT job_resumes_not_negative CHECK (resumes >= 0);",
+    /* 2 -> 3: every rank's own figures, not only the gang's (issue 18). The
+     * time columns follow aa_proto_time_kind_t. */
+    "CREATE TABLE run_ranks ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id),"
+    "  rank INTEGER NOT NULL CONSTRAINT run_rank_in_world CHECK (rank BETWEEN 0 AND 4095),"
+    "  dp_rank INTEGER NOT NULL DEFAULT 0 CONSTRAINT run_rank_dp_in_world CHECK (dp_rank BETWEEN 0 AND 4095),"
+    "  tp_rank INTEGER NOT NULL DEFAULT 0 CONSTRAINT run_rank_tp_in_world CHECK (tp_rank BETWEEN 0 AND 4095),"
+    "  pp_rank INTEGER NOT NULL DEFAULT 0 CONSTRAINT run_rank_pp_in_world CHECK (pp_rank BETWEEN 0 AND 4095),"
+    "  status TEXT NOT NULL CONSTRAINT run_rank_status_known CHECK (status IN"
+    "    ('ok', 'oom', 'error', 'timeout', 'crashed', 'cancelled')),"
+    "  tokens_per_s REAL,"
+    "  step_ms_median REAL,"
+    "  step_ms_spread REAL,"
+    "  forward_ms REAL,"
+    "  backward_ms REAL,"
+    "  optimizer_ms REAL,"
+    "  pipeline_comm_ms REAL,"
+    "  bubble_ms REAL,"
+    "  peak_bytes INTEGER,"
+    "  peak_json TEXT CONSTRAINT run_rank_peak_is_json CHECK (peak_json IS NULL OR json_valid(peak_json)),"
+    "  error TEXT,"
+    "  PRIMARY KEY (run_id, rank)) WITHOUT ROWID;",
 };
 
 /* The runs that can answer a job: measured dry runs of a job that ran its
@@ -299,6 +321,13 @@ static const char *const stmt_sql[AA__ST_N] = {
         " step_ms_spread = ?5, peak_bytes = ?6, peak_json = ?7, final_loss = ?8, error = ?9,"
         " finished_at = ?10, started_at = coalesce(started_at, ?10)"
         " WHERE id = ?1 AND status IN ('queued', 'running')",
+    [AA__ST_RANK_INSERT] =
+        "INSERT INTO run_ranks (run_id, rank, dp_rank, tp_rank, pp_rank, status, tokens_per_s, "
+        "step_ms_median,"
+        " step_ms_spread, forward_ms, backward_ms, optimizer_ms, pipeline_comm_ms, bubble_ms, peak_bytes,"
+        " peak_json, error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+        "?17)",
+    [AA__ST_RANKS_OF_RUN] = "SELECT " AA__RANK_COLS " FROM run_ranks WHERE run_id = ?1 ORDER BY rank",
     [AA__ST_RUN_GET] = "SELECT " AA__RUN_COLS " FROM runs WHERE id = ?1",
     [AA__ST_RUN_STATUS] = "SELECT status FROM runs WHERE id = ?1",
     [AA__ST_ANSWERS] =

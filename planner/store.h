@@ -23,12 +23,14 @@
 #ifndef AA_STORE_H
 #define AA_STORE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../common/aa.h"
+#include "../proto/msg.h"
 #include "../strategies/strategy.h"
 
-#define AA_STORE_SCHEMA_VERSION 2 /* the newest schema this build writes */
+#define AA_STORE_SCHEMA_VERSION 3 /* the newest schema this build writes */
 #define AA_STORE_BUSY_MS 2000     /* longest wait for another connection's write lock */
 #define AA_STORE_HASH_MAX 65      /* model hash: 1..64 characters + NUL */
 #define AA_STORE_HW_MAX 128       /* hardware fingerprint: 1..127 characters + NUL */
@@ -278,6 +280,23 @@ typedef struct aa_store_run_new {
   const char *error;             /* borrowed, may be NULL: the reason a run was pruned */
 } aa_store_run_new_t;
 
+/* One rank's own figures in a run (table run_ranks): what its executor
+ * reported, kept besides the run's (the gang's as its slowest rank saw
+ * them). */
+typedef struct aa_store_run_rank {
+  int rank;                      /* 0..AA_PROTO_WORLD_MAX-1, its place in the gang */
+  int dp_rank, tp_rank, pp_rank; /* its mesh coordinates, 0..AA_PROTO_WORLD_MAX-1 */
+  aa_store_run_status_t status;  /* ok, oom, error, timeout, crashed or cancelled */
+  double tokens_per_s;           /* 0 = not recorded (NULL), as in runs */
+  double step_ms_median, step_ms_spread;
+  bool has_times;                      /* the rank timed steps: time_ms holds its breakdown (0 is a 0) */
+  double time_ms[AA_PROTO_TIME_KINDS]; /* mean ms per step by aa_proto_time_kind_t; stored NULL without
+                                          has_times */
+  int64_t peak_bytes;                  /* its own peak; 0 = not recorded */
+  const char *peak_json; /* bytes by kind, "" or NULL if none; ownership: see the top of this file */
+  const char *error;     /* "" or NULL if none */
+} aa_store_run_rank_t;
+
 /* The outcome an executor reports. */
 typedef struct aa_store_run_result {
   aa_store_run_status_t status; /* ok, oom, error, timeout, crashed or cancelled */
@@ -287,6 +306,10 @@ typedef struct aa_store_run_result {
   const char *peak_json; /* borrowed, may be NULL; valid JSON */
   double final_loss;
   const char *error; /* borrowed, may be NULL */
+  /* Every rank's own figures (borrowed; n_ranks 0 = none, as for a run
+   * stopped by the planner), distinct ranks. */
+  const aa_store_run_rank_t *ranks;
+  int n_ranks;
 } aa_store_run_result_t;
 
 /* Inserts a run of a queued or running job (AA_ENOENT if there is no such
@@ -297,11 +320,25 @@ int aa_store_run_insert(aa_store_t *st, const aa_store_run_new_t *r, int64_t *ru
 /* queued -> running; sets started_at. AA_EINVAL if the run is not queued. */
 int aa_store_run_start(aa_store_t *st, int64_t run_id);
 
-/* queued or running -> the result's status, with its measurements and
- * finished_at (started_at too if it was never set). AA_EINVAL if the run
- * already finished (a duplicate report) or the result is inconsistent;
- * AA_ENOENT if there is no such run. */
+/* queued or running -> the result's status, with its measurements,
+ * finished_at (started_at too if it was never set) and, in the same
+ * transaction, one run_ranks row per entry of res->ranks. AA_EINVAL if the
+ * run already finished (a duplicate report) or the result is inconsistent
+ * (a rank's status not a result status, a rank or coordinate outside
+ * 0..AA_PROTO_WORLD_MAX-1, a rank twice, a measurement negative or not
+ * finite); AA_ENOENT if there is no such run. Nothing is written on
+ * failure. */
 int aa_store_run_finish(aa_store_t *st, int64_t run_id, const aa_store_run_result_t *res);
+
+/* Called per rank of a run, in rank order; strings borrowed until it
+ * returns. It must not call into the same store. Non-zero stops the walk. */
+typedef int (*aa_store_rank_cb)(const aa_store_run_rank_t *rank, void *data);
+
+/* The per-rank figures of a run (none for a run that is not finished, was
+ * pruned, or was recorded before schema version 3). A row that cannot be
+ * read (an unknown status) fails the walk with AA_ECORRUPT. Returns 0, a
+ * store error, or the callback's non-zero value. */
+int aa_store_run_ranks(aa_store_t *st, int64_t run_id, aa_store_rank_cb cb, void *data);
 
 /* Fills *out (strings owned: aa_store_run_clear). AA_ENOENT if none. */
 int aa_store_run_get(aa_store_t *st, int64_t run_id, aa_store_run_t *out);

@@ -24,6 +24,8 @@ enum {
   AA__ST_RUN_INSERT,
   AA__ST_RUN_START,
   AA__ST_RUN_FINISH,
+  AA__ST_RANK_INSERT,
+  AA__ST_RANKS_OF_RUN,
   AA__ST_RUN_GET,
   AA__ST_RUN_STATUS,
   AA__ST_ANSWERS,
@@ -59,6 +61,10 @@ struct aa_store {
   "id, job_id, model_hash, hardware, kind, strategy_key, strategy_json, status, tokens_per_s, "              \
   "step_ms_median, step_ms_spread, peak_bytes, peak_json, predicted_tokens_per_s, final_loss, error, "       \
   "started_at, finished_at"
+
+#define AA__RANK_COLS                                                                                        \
+  "rank, dp_rank, tp_rank, pp_rank, status, tokens_per_s, step_ms_median, step_ms_spread, forward_ms, "      \
+  "backward_ms, optimizer_ms, pipeline_comm_ms, bubble_ms, peak_bytes, peak_json, error"
 
 /* Translates a SQLite status (rc, with sqlite3_errmsg of st's connection)
  * into an AA_E* code and sets the last-error message

@@ -227,6 +227,29 @@ int aa_store_run_start(aa_store_t *st, int64_t run_id) {
 /* A measurement: finite and >= 0 (0 = not recorded). */
 static int measure_ok(double v) { return v >= 0 && !isinf(v); }
 
+static int coord_ok(int v) { return v >= 0 && v < AA_PROTO_WORLD_MAX; }
+
+/* Checks one rank's figures before they are written (the table's
+ * constraints say the same, but the message here names the rank). */
+static int check_rank(int64_t run_id, const aa_store_run_rank_t *k) {
+  aa_store_run_status_t s = k->status;
+  if (!aa_store_run_status_name(s) || s == AA_STORE_RUN_QUEUED || s == AA_STORE_RUN_RUNNING ||
+      s == AA_STORE_RUN_PRUNED)
+    return aa_error(AA_EINVAL, "run %lld rank %d: status %d is not a result status", (long long)run_id,
+                    k->rank, (int)s);
+  if (!coord_ok(k->rank) || !coord_ok(k->dp_rank) || !coord_ok(k->tp_rank) || !coord_ok(k->pp_rank))
+    return aa_error(AA_EINVAL, "run %lld: rank %d (dp %d, tp %d, pp %d) is outside 0..%d", (long long)run_id,
+                    k->rank, k->dp_rank, k->tp_rank, k->pp_rank, AA_PROTO_WORLD_MAX - 1);
+  int ok = measure_ok(k->tokens_per_s) && measure_ok(k->step_ms_median) && measure_ok(k->step_ms_spread) &&
+           k->peak_bytes >= 0;
+  for (int t = 0; t < AA_PROTO_TIME_KINDS; t++)
+    ok = ok && (!k->has_times || measure_ok(k->time_ms[t]));
+  if (!ok)
+    return aa_error(AA_EINVAL, "run %lld rank %d: measurements must be finite and not negative",
+                    (long long)run_id, k->rank);
+  return 0;
+}
+
 /* Checks a reported result before it is written. */
 static int check_result(int64_t run_id, const aa_store_run_result_t *res) {
   aa_store_run_status_t s = res->status;
@@ -240,7 +263,43 @@ static int check_result(int64_t run_id, const aa_store_run_result_t *res) {
     return aa_error(AA_EINVAL, "run %lld: measurements must be finite and not negative", (long long)run_id);
   if (s == AA_STORE_RUN_OK && !(res->tokens_per_s > 0))
     return aa_error(AA_EINVAL, "run %lld: an ok run needs its tokens/s", (long long)run_id);
+  if (res->n_ranks < 0 || res->n_ranks > AA_PROTO_WORLD_MAX || (res->n_ranks && !res->ranks))
+    return aa_error(AA_EINVAL, "run %lld: %d ranks is outside 0..%d", (long long)run_id, res->n_ranks,
+                    AA_PROTO_WORLD_MAX);
+  for (int i = 0; i < res->n_ranks; i++) {
+    int err = check_rank(run_id, &res->ranks[i]);
+    if (err) return err;
+  }
   return 0;
+}
+
+_Static_assert(AA_PROTO_TIME_KINDS == 5, "run_ranks has one time column per kind, forward_ms .. bubble_ms");
+
+/* Writes one rank's row of a run being finished (inside its transaction).
+ * A rank given twice breaks the primary key: AA_EINVAL. */
+static int rank_insert(aa_store_t *st, int64_t run_id, const aa_store_run_rank_t *k) {
+  sqlite3_stmt *s = st->st[AA__ST_RANK_INSERT];
+  sqlite3_bind_int64(s, 1, run_id);
+  sqlite3_bind_int(s, 2, k->rank);
+  sqlite3_bind_int(s, 3, k->dp_rank);
+  sqlite3_bind_int(s, 4, k->tp_rank);
+  sqlite3_bind_int(s, 5, k->pp_rank);
+  sqlite3_bind_text(s, 6, aa_store_run_status_name(k->status), -1, SQLITE_STATIC);
+  aa__store_bind_real0(s, 7, k->tokens_per_s);
+  aa__store_bind_real0(s, 8, k->step_ms_median);
+  aa__store_bind_real0(s, 9, k->step_ms_spread);
+  for (int t = 0; t < AA_PROTO_TIME_KINDS; t++) {
+    if (k->has_times)
+      sqlite3_bind_double(s, 10 + t, k->time_ms[t]);
+    else
+      sqlite3_bind_null(s, 10 + t);
+  }
+  aa__store_bind_int0(s, 15, k->peak_bytes);
+  aa__store_bind_text(s, 16, k->peak_json && *k->peak_json ? k->peak_json : NULL);
+  aa__store_bind_text(s, 17, k->error && *k->error ? k->error : NULL);
+  char what[64];
+  snprintf(what, sizeof what, "record rank %d of run %lld", k->rank, (long long)run_id);
+  return aa__store_exec(st, s, what);
 }
 
 int aa_store_run_finish(aa_store_t *st, int64_t run_id, const aa_store_run_result_t *res) {
@@ -262,8 +321,42 @@ int aa_store_run_finish(aa_store_t *st, int64_t run_id, const aa_store_run_resul
   snprintf(what, sizeof what, "finish run %lld", (long long)run_id);
   err = aa__store_exec(st, s, what);
   if (!err && sqlite3_changes(st->db) == 0) err = run_not_changed(st, run_id, "queued or running");
+  for (int i = 0; !err && i < res->n_ranks; i++)
+    err = rank_insert(st, run_id, &res->ranks[i]);
   if (!err) err = aa__store_commit(st);
   if (err) aa__store_rollback(st);
+  return err;
+}
+
+int aa_store_run_ranks(aa_store_t *st, int64_t run_id, aa_store_rank_cb cb, void *data) {
+  sqlite3_stmt *s = st->st[AA__ST_RANKS_OF_RUN];
+  sqlite3_bind_int64(s, 1, run_id);
+  int rc = SQLITE_DONE, err = 0;
+  while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    aa_store_run_rank_t k = {.rank = sqlite3_column_int(s, 0),
+                             .dp_rank = sqlite3_column_int(s, 1),
+                             .tp_rank = sqlite3_column_int(s, 2),
+                             .pp_rank = sqlite3_column_int(s, 3),
+                             .tokens_per_s = sqlite3_column_double(s, 5),
+                             .step_ms_median = sqlite3_column_double(s, 6),
+                             .step_ms_spread = sqlite3_column_double(s, 7),
+                             .has_times = sqlite3_column_type(s, 8) != SQLITE_NULL,
+                             .peak_bytes = sqlite3_column_int64(s, 13),
+                             .peak_json = aa__store_col_text(s, 14),
+                             .error = aa__store_col_text(s, 15)};
+    for (int t = 0; t < AA_PROTO_TIME_KINDS; t++)
+      k.time_ms[t] = sqlite3_column_double(s, 8 + t);
+    int status = aa__store_run_status_of(aa__store_col_text(s, 4));
+    if (status < 0) {
+      err = aa_error(AA_ECORRUPT, "store %s: run %lld rank %d has an unknown status '%.40s'", st->path,
+                     (long long)run_id, k.rank, aa__store_col_text(s, 4));
+      break;
+    }
+    k.status = (aa_store_run_status_t)status;
+    err = cb(&k, data);
+  }
+  if (!err && rc != SQLITE_DONE) err = aa__store_fail(st, rc, "ranks of run %lld", (long long)run_id);
+  aa__store_done(s);
   return err;
 }
 

@@ -155,6 +155,23 @@ static const field_t peak_f[] = {
 };
 static const table_t peak_t = TABLE("peak", peak_f, NULL);
 
+/* Keys in aa_proto_time_kind_t order; aa_proto_time_kind_name reads them here. */
+#define F_TIME(name, k)                                                                                      \
+  {                                                                                                          \
+    .key = name, .kind = K_F64, .required = true,                                                            \
+    .off = offsetof(aa_msg_times_t, ms) + (size_t)(k) * sizeof(double), .has = -1, .dmin = 0, .dmax = 1e9    \
+  }
+static const field_t times_f[AA_PROTO_TIME_KINDS] = {
+    F_TIME("forward", AA_PROTO_TIME_FORWARD),     F_TIME("backward", AA_PROTO_TIME_BACKWARD),
+    F_TIME("optimizer", AA_PROTO_TIME_OPTIMIZER), F_TIME("pipeline_comm", AA_PROTO_TIME_PIPELINE_COMM),
+    F_TIME("bubble", AA_PROTO_TIME_BUBBLE),
+};
+static const table_t times_t = TABLE("times", times_f, NULL);
+
+const char *aa_proto_time_kind_name(aa_proto_time_kind_t k) {
+  return (unsigned)k < AA_PROTO_TIME_KINDS ? times_f[k].key : "?";
+}
+
 static const field_t hello_f[] = {
     F_ENUM(aa_msg_hello_t, role, role_names),
     F_MAP_HAS(aa_msg_hello_t, device, has_device, &device_t),
@@ -218,6 +235,11 @@ static const field_t result_f[] = {
     F_STR(aa_msg_result_t, error, false, 0, AA_PROTO_TEXT_MAX),
     F_STR(aa_msg_result_t, key, false, 1, AA_PROTO_KEY_MAX),
     F_BOOL(aa_msg_result_t, inputs),
+    F_INT(aa_msg_result_t, rank, false, 0, AA_PROTO_WORLD_MAX - 1),
+    F_INT(aa_msg_result_t, dp_rank, false, 0, AA_PROTO_WORLD_MAX - 1),
+    F_INT(aa_msg_result_t, tp_rank, false, 0, AA_PROTO_WORLD_MAX - 1),
+    F_INT(aa_msg_result_t, pp_rank, false, 0, AA_PROTO_WORLD_MAX - 1),
+    F_MAP_HAS(aa_msg_result_t, times, has_times, &times_t),
 };
 static const field_t cancel_f[] = {F_U64(aa_msg_cancel_t, job, true, 1, ID_HI)};
 static const field_t abort_f[] = {

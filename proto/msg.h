@@ -161,6 +161,27 @@ typedef struct aa_msg_peak {
   uint64_t params, grads, optim, acts, workspace, total; /* bytes, 0..2^63-1 */
 } aa_msg_peak_t;
 
+/* Where one rank's step time goes, in milliseconds (the engine's
+ * aa_time_kind_t, engine/train.h, in the same order; the planner, which
+ * never includes the engine, names them from here): forward, backward,
+ * optimizer, pipeline communication and pipeline wait (the bubble). */
+typedef enum {
+  AA_PROTO_TIME_FORWARD = 0,
+  AA_PROTO_TIME_BACKWARD,
+  AA_PROTO_TIME_OPTIMIZER,
+  AA_PROTO_TIME_PIPELINE_COMM,
+  AA_PROTO_TIME_BUBBLE,
+  AA_PROTO_TIME_KINDS
+} aa_proto_time_kind_t;
+
+/* The wire key of a kind ("forward", "backward", "optimizer",
+ * "pipeline_comm", "bubble"); "?" for a value outside the enum. */
+const char *aa_proto_time_kind_name(aa_proto_time_kind_t k);
+
+typedef struct aa_msg_times {
+  double ms[AA_PROTO_TIME_KINDS]; /* each 0..1e9: the rank's mean over its timed steps */
+} aa_msg_times_t;
+
 typedef struct aa_msg_result {
   uint64_t job, run;
   aa_proto_run_status_t status; /* ok|oom|error|timeout|crashed|cancelled */
@@ -173,6 +194,12 @@ typedef struct aa_msg_result {
   char *error;       /* optional, <= 4096 bytes */
   char *key;         /* optional, <= 127 bytes: the strategy key (set when relayed to a client) */
   bool inputs;       /* error: the run's inputs (data, initial weights) cannot be used, whatever the strategy */
+  /* The reporting rank: its place in the gang and in the mesh, each
+   * 0..AA_PROTO_WORLD_MAX-1 (0 may be omitted), and its own step time
+   * breakdown when it timed steps (has_times). */
+  int rank, dp_rank, tp_rank, pp_rank;
+  bool has_times;
+  aa_msg_times_t times;
 } aa_msg_result_t;
 
 typedef struct aa_msg_cancel {

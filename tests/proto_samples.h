@@ -87,7 +87,13 @@ static void aa_sample_msg(aa_msg_type_t t, aa_msg_t *m) {
         .final_loss = 2.5,
         .error = "out of memory: acts",
         .key = "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4",
-        .inputs = true};
+        .inputs = true,
+        .rank = 7,
+        .dp_rank = 1,
+        .tp_rank = 1,
+        .pp_rank = 1,
+        .has_times = true,
+        .times = {.ms = {12.5, 25.25, 3.0, 0.75, 0.0}}};
     break;
   case AA_MSG_CANCEL: m->cancel.job = 56; break;
   case AA_MSG_ABORT: m->abort = (aa_msg_abort_t){.job = 56, .run = 9001, .reason = "rank 2 crashed"}; break;

@@ -567,6 +567,71 @@ AA_TEST(query_replies_have_the_documented_shape) {
   aa_store_close(st);
 }
 
+/* `query run`: the run and every rank's own figures, by rank; a rank
+ * that timed nothing has times_ms null, a kind the engine timed as 0 is 0. */
+AA_TEST(query_run_lists_every_ranks_own_figures) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/ranks.db", tmp_dir);
+  aa_store_t *st = NULL;
+  CHECK(aa_store_open(&st, path, 0) == 0);
+  if (!st) return;
+  CHECK(aa_store_put_model(st, HASH, "tiny", "{}", 1000) == 0);
+  CHECK(aa_store_put_hardware(st, HW, "{}") == 0);
+  int64_t job = 0, run = 0, queued = 0;
+  CHECK(aa_store_job_create(st, HASH, HW, NULL, &job) == 0);
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.dp = 2;
+  aa_store_run_new_t nr = {.job_id = job, .kind = AA_STORE_RUN_DRYRUN, .strategy = &s,
+                           .status = AA_STORE_RUN_RUNNING};
+  CHECK(aa_store_run_insert(st, &nr, &run) == 0);
+  nr.status = AA_STORE_RUN_QUEUED;
+  CHECK(aa_store_run_insert(st, &nr, &queued) == 0);
+  aa_store_run_rank_t ranks[2] = {
+      {.rank = 1, .dp_rank = 1, .status = AA_STORE_RUN_CANCELLED, .error = "aborted by the planner"},
+      {.rank = 0, .status = AA_STORE_RUN_OOM, .step_ms_median = 40, .has_times = true,
+       .time_ms = {10, 20, 5, 0, 0.5}, .peak_bytes = 2048, .peak_json = "{\"total\": 2048}"}};
+  aa_store_run_result_t res = {.status = AA_STORE_RUN_OOM, .peak_bytes = 2048, .ranks = ranks, .n_ranks = 2};
+  CHECK(aa_store_run_finish(st, run, &res) == 0);
+  char *text = NULL, args[64];
+  snprintf(args, sizeof args, "{\"id\": %lld}", (long long)run);
+  CHECK_MSG(aa__report_query(st, "/h", "run", args, &text, NULL) == 0, "%s", aa_last_error());
+  json_t *root = json_loads(text, 0, NULL), *list = json_object_get(root, "ranks");
+  free(text);
+  CHECK(json_integer_value(json_object_get(json_object_get(root, "run"), "id")) == run);
+  CHECK(json_array_size(list) == 2);
+  json_t *r0 = json_array_get(list, 0), *r1 = json_array_get(list, 1);
+  static const char *keys[] = {"rank", "dp_rank", "tp_rank", "pp_rank", "status", "tokens_per_s", "step_ms_median",
+                               "step_ms_spread", "times_ms", "peak_bytes", "peak", "error"};
+  CHECK(json_object_size(r0) == sizeof keys / sizeof keys[0]);
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) CHECK_MSG(json_object_get(r0, keys[i]), "%s", keys[i]);
+  CHECK(json_integer_value(json_object_get(r0, "rank")) == 0 && json_integer_value(json_object_get(r1, "rank")) == 1);
+  CHECK(json_integer_value(json_object_get(r1, "dp_rank")) == 1);
+  CHECK(!strcmp(json_string_value(json_object_get(r0, "status")), "oom"));
+  json_t *t = json_object_get(r0, "times_ms");
+  CHECK(json_object_size(t) == 5 && json_real_value(json_object_get(t, "forward")) == 10 &&
+        json_real_value(json_object_get(t, "optimizer")) == 5 && json_real_value(json_object_get(t, "bubble")) == 0.5);
+  CHECK(json_is_real(json_object_get(t, "pipeline_comm")) && json_real_value(json_object_get(t, "pipeline_comm")) == 0);
+  CHECK(json_integer_value(json_object_get(json_object_get(r0, "peak"), "total")) == 2048);
+  CHECK(json_is_null(json_object_get(r1, "times_ms")) && json_is_null(json_object_get(r1, "peak")));
+  CHECK(!strcmp(json_string_value(json_object_get(r1, "error")), "aborted by the planner"));
+  json_decref(root);
+  /* A run not finished has no ranks yet; a missing run and bad arguments are errors. */
+  snprintf(args, sizeof args, "{\"id\": %lld}", (long long)queued);
+  CHECK(aa__report_query(st, "/h", "run", args, &text, NULL) == 0);
+  root = json_loads(text, 0, NULL);
+  free(text);
+  CHECK(json_array_size(json_object_get(root, "ranks")) == 0);
+  json_decref(root);
+  CHECK(aa__report_query(st, "/h", "run", "{\"id\": 999}", &text, NULL) == AA_ENOENT);
+  CHECK(aa__report_query(st, "/h", "run", "{}", &text, NULL) == AA_EINVAL);
+  CHECK(strstr(aa_last_error(), "\"id\" (a run id) is required"));
+  CHECK(aa__report_query(st, "/h", "run", "{\"id\": 0}", &text, NULL) == AA_EINVAL);
+  CHECK(aa__report_query(st, "/h", "run", "{\"id\": 1, \"rank\": 0}", &text, NULL) == AA_EINVAL);
+  CHECK(strstr(aa_last_error(), "unknown argument \"rank\""));
+  aa_store_close(st);
+}
+
 AA_TEST(strategy_file_names_are_reduced_to_safe_characters) {
   char path[512];
   aa__report_strategy_path("/h", "../x y", "ab", path, sizeof path);
@@ -804,6 +869,7 @@ int main(void) {
   RUN(hardware_fingerprint_is_kind_name_memory_world);
   RUN(job_json_has_the_documented_shape);
   RUN(query_replies_have_the_documented_shape);
+  RUN(query_run_lists_every_ranks_own_figures);
   RUN(strategy_file_names_are_reduced_to_safe_characters);
   RUN(bad_frames_get_an_error_and_a_close_and_the_planner_serves_on);
   RUN(destroy_without_run_closes_everything);

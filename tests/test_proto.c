@@ -204,11 +204,11 @@ static size_t top_map_size(const char *payload, size_t len) {
 AA_TEST(every_message_round_trips_byte_for_byte) {
   /* Keys per type with every field set: v, t, id + the type's fields. */
   static const size_t want_keys[AA_MSG_TYPE_COUNT] = {
-      [AA_MSG_HELLO] = 3 + 3,  [AA_MSG_WELCOME] = 3 + 2,  [AA_MSG_HEARTBEAT] = 3 + 1,
-      [AA_MSG_BYE] = 3 + 1,    [AA_MSG_SUBMIT] = 3 + 9,   [AA_MSG_ACK] = 3 + 1,
-      [AA_MSG_JOB] = 3 + 14,   [AA_MSG_PROGRESS] = 3 + 10, [AA_MSG_RESULT] = 3 + 11,
-      [AA_MSG_CANCEL] = 3 + 1, [AA_MSG_ABORT] = 3 + 3,    [AA_MSG_STATUS] = 3 + 1,
-      [AA_MSG_QUERY] = 3 + 2,  [AA_MSG_REPLY] = 3 + 1,    [AA_MSG_ERROR] = 3 + 2,
+      [AA_MSG_HELLO] = 3 + 3,  [AA_MSG_WELCOME] = 3 + 2,   [AA_MSG_HEARTBEAT] = 3 + 1,
+      [AA_MSG_BYE] = 3 + 1,    [AA_MSG_SUBMIT] = 3 + 9,    [AA_MSG_ACK] = 3 + 1,
+      [AA_MSG_JOB] = 3 + 14,   [AA_MSG_PROGRESS] = 3 + 10, [AA_MSG_RESULT] = 3 + 16,
+      [AA_MSG_CANCEL] = 3 + 1, [AA_MSG_ABORT] = 3 + 3,     [AA_MSG_STATUS] = 3 + 1,
+      [AA_MSG_QUERY] = 3 + 2,  [AA_MSG_REPLY] = 3 + 1,     [AA_MSG_ERROR] = 3 + 2,
   };
   for (int t = AA_MSG_NONE + 1; t < AA_MSG_TYPE_COUNT; t++) {
     aa_msg_t m, d;
@@ -279,6 +279,16 @@ AA_TEST(job_and_result_fields_decode_as_sent) {
   CHECK(strcmp(d.result.error, "out of memory: acts") == 0);
   CHECK(strcmp(d.result.key, "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4") == 0);
   CHECK(d.result.inputs);
+  CHECK(d.result.rank == 7 && d.result.dp_rank == 1 && d.result.tp_rank == 1 && d.result.pp_rank == 1);
+  CHECK(!strcmp(aa_proto_time_kind_name(AA_PROTO_TIME_FORWARD), "forward") &&
+        !strcmp(aa_proto_time_kind_name(AA_PROTO_TIME_PIPELINE_COMM), "pipeline_comm") &&
+        !strcmp(aa_proto_time_kind_name(AA_PROTO_TIME_BUBBLE), "bubble") &&
+        !strcmp(aa_proto_time_kind_name(AA_PROTO_TIME_KINDS), "?"));
+  CHECK(d.result.has_times && d.result.times.ms[AA_PROTO_TIME_FORWARD] == 12.5 &&
+        d.result.times.ms[AA_PROTO_TIME_BACKWARD] == 25.25 &&
+        d.result.times.ms[AA_PROTO_TIME_OPTIMIZER] == 3.0 &&
+        d.result.times.ms[AA_PROTO_TIME_PIPELINE_COMM] == 0.75 &&
+        d.result.times.ms[AA_PROTO_TIME_BUBBLE] == 0);
   aa_msg_free(&d);
   CHECK(decode_sample(AA_MSG_SUBMIT, &d) == 0);
   CHECK(d.submit.wait && d.submit.train && d.submit.refresh && d.submit.time_limit_s == 600);
@@ -309,6 +319,17 @@ AA_TEST(optional_fields_may_be_absent) {
   f = encode_ok(&m, &len);
   CHECK(f && aa_msg_decode(f + 4, len - 4, &d) == 0 && !d.result.has_final_loss && !d.result.error &&
         !d.result.inputs);
+  aa_msg_free(&d);
+  free(f);
+
+  /* A rank that timed nothing (it failed first) sends no breakdown; rank 0
+   * of a 1x1x1 mesh sends no coordinates, which read as 0. */
+  aa_sample_msg(AA_MSG_RESULT, &m);
+  m.result.has_times = false;
+  m.result.rank = m.result.dp_rank = m.result.tp_rank = m.result.pp_rank = 0;
+  f = encode_ok(&m, &len);
+  CHECK(f && aa_msg_decode(f + 4, len - 4, &d) == 0 && !d.result.has_times && d.result.rank == 0 &&
+        d.result.dp_rank == 0 && d.result.pp_rank == 0 && d.result.times.ms[AA_PROTO_TIME_FORWARD] == 0);
   aa_msg_free(&d);
   free(f);
 
@@ -382,11 +403,19 @@ AA_TEST(wrong_field_type_is_rejected) {
   EXPECT_REJECT(AA_MSG_RESULT, "status", VS("pruned"), AA_EFORMAT,
                 "result.status: \"pruned\" is not one of ok, oom, error, timeout, crashed, cancelled");
   EXPECT_REJECT(AA_MSG_RESULT, "peak", VTRUE, AA_EFORMAT, "result.peak: expected a map, got a boolean");
+  EXPECT_REJECT(AA_MSG_RESULT, "times", VU(3), AA_EFORMAT,
+                "result.times: expected a map, got an unsigned integer");
+  EXPECT_REJECT(AA_MSG_RESULT, "times.bubble", VS("1.5"), AA_EFORMAT,
+                "result.times.bubble: expected a number, got a string");
+  EXPECT_REJECT(AA_MSG_RESULT, "pp_rank", VD(1.0), AA_EFORMAT,
+                "result.pp_rank: expected an integer, got a float");
 }
 
 AA_TEST(missing_required_field_is_named) {
   EXPECT_REJECT(AA_MSG_JOB, "strategy", DROP, AA_EFORMAT, "job: missing required field \"strategy\"");
   EXPECT_REJECT(AA_MSG_RESULT, "peak.acts", DROP, AA_EFORMAT, "result.peak: missing required field \"acts\"");
+  EXPECT_REJECT(AA_MSG_RESULT, "times.pipeline_comm", DROP, AA_EFORMAT,
+                "result.times: missing required field \"pipeline_comm\"");
   EXPECT_REJECT(AA_MSG_HELLO, "device.host", DROP, AA_EFORMAT,
                 "hello.device: missing required field \"host\"");
   EXPECT_REJECT(AA_MSG_ERROR, "code", DROP, AA_EFORMAT, "error: missing required field \"code\"");
@@ -399,6 +428,9 @@ AA_TEST(unknown_and_duplicate_keys_are_rejected) {
   EXPECT_REJECT(
       AA_MSG_RESULT, "peak.kv_cache", VU(1), AA_EFORMAT,
       "result.peak: unknown key \"kv_cache\" (allowed: params, grads, optim, acts, workspace, total)");
+  EXPECT_REJECT(
+      AA_MSG_RESULT, "times.idle", VD(1), AA_EFORMAT,
+      "result.times: unknown key \"idle\" (allowed: forward, backward, optimizer, pipeline_comm, bubble)");
   /* Duplicates: a map with "job" twice, and "v" twice. */
   static const unsigned char dup_job[] = {0x84, 0xa1, 'v', 0x01, 0xa1, 't',  0xa6, 'c', 'a', 'n', 'c', 'e',
                                           'l',  0xa3, 'j', 'o',  'b',  0x05, 0xa3, 'j', 'o', 'b', 0x06};
@@ -437,6 +469,18 @@ AA_TEST(out_of_range_values_are_rejected) {
                 "result.step_ms_spread: -0.5 is outside");
   EXPECT_REJECT(AA_MSG_RESULT, "peak.total", VU(UINT64_MAX), AA_EFORMAT,
                 "result.peak.total: 18446744073709551615");
+  EXPECT_REJECT(AA_MSG_RESULT, "times.forward", VD(-0.25), AA_EFORMAT,
+                "result.times.forward: -0.25 is outside 0..1e+09");
+  EXPECT_REJECT(AA_MSG_RESULT, "times.backward", VD(2e9), AA_EFORMAT,
+                "result.times.backward: 2e+09 is outside 0..1e+09");
+  EXPECT_REJECT(AA_MSG_RESULT, "times.bubble", VD(NAN), AA_EFORMAT,
+                "result.times.bubble: must be a finite number");
+  EXPECT_REJECT(AA_MSG_RESULT, "times.optimizer", VF32(INFINITY), AA_EFORMAT,
+                "result.times.optimizer: must be a finite number");
+  EXPECT_REJECT(AA_MSG_RESULT, "rank", VU(4096), AA_EFORMAT, "result.rank: 4096 is outside 0..4095");
+  EXPECT_REJECT(AA_MSG_RESULT, "dp_rank", VI(-1), AA_EFORMAT, "result.dp_rank: -1 is outside 0..4095");
+  EXPECT_REJECT(AA_MSG_RESULT, "tp_rank", VU(UINT64_MAX), AA_EFORMAT,
+                "result.tp_rank: 18446744073709551615 is outside 0..4095");
   EXPECT_REJECT(AA_MSG_ERROR, "code", VI(0), AA_EFORMAT, "error.code: 0 is outside -1000..-1");
   EXPECT_REJECT(AA_MSG_WELCOME, "heartbeat_ms", VU(10), AA_EFORMAT,
                 "welcome.heartbeat_ms: 10 is outside 100..3600000");
@@ -602,6 +646,14 @@ AA_TEST(encoder_refuses_what_the_decoder_would_reject) {
   m.result.status = (aa_proto_run_status_t)17;
   CHECK(aa_msg_encode(&m, &out, &len) == AA_EINVAL &&
         strstr(aa_last_error(), "result.status: enum value 17"));
+  aa_sample_msg(AA_MSG_RESULT, &m);
+  m.result.times.ms[AA_PROTO_TIME_BUBBLE] = NAN;
+  CHECK(aa_msg_encode(&m, &out, &len) == AA_EINVAL &&
+        strstr(aa_last_error(), "result.times.bubble: must be a finite"));
+  aa_sample_msg(AA_MSG_RESULT, &m);
+  m.result.pp_rank = AA_PROTO_WORLD_MAX;
+  CHECK(aa_msg_encode(&m, &out, &len) == AA_EINVAL &&
+        strstr(aa_last_error(), "result.pp_rank: 4096 is outside"));
   aa_sample_msg(AA_MSG_SUBMIT, &m);
   m.submit.exclude.v[0] = "";
   CHECK(aa_msg_encode(&m, &out, &len) == AA_EINVAL &&

@@ -11,6 +11,7 @@
 #include "strategies/strategy.h"
 #include "tests/aa_test.h"
 
+#include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdint.h>
@@ -173,6 +174,37 @@ static int collect_runs(const aa_store_run_t *r, void *data) {
   return c->stop_after && c->n >= c->stop_after ? 42 : 0;
 }
 
+static int stop_at_first_rank(const aa_store_run_rank_t *k, void *data) {
+  (void)k;
+  (void)data;
+  return 7;
+}
+
+static int count_ranks(const aa_store_run_rank_t *k, void *data) {
+  (void)k;
+  ++*(int *)data;
+  return 0;
+}
+
+/* The ranks a walk gave, copied (the strings into fixed buffers). */
+typedef struct {
+  int n;
+  aa_store_run_rank_t k[8];
+  char peak[8][128], error[8][128];
+} ranks_t;
+
+static int collect_ranks(const aa_store_run_rank_t *k, void *data) {
+  ranks_t *c = data;
+  if (c->n == 8) return 1;
+  c->k[c->n] = *k;
+  snprintf(c->peak[c->n], sizeof c->peak[c->n], "%s", k->peak_json);
+  snprintf(c->error[c->n], sizeof c->error[c->n], "%s", k->error);
+  c->k[c->n].peak_json = c->peak[c->n];
+  c->k[c->n].error = c->error[c->n];
+  c->n++;
+  return 0;
+}
+
 /* --- opening, versions, foreign files ---------------------------------------------------- */
 
 AA_TEST(open_creates_the_newest_schema_in_wal_mode) {
@@ -182,12 +214,12 @@ AA_TEST(open_creates_the_newest_schema_in_wal_mode) {
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
   CHECK(aa_store_schema_version(st) == AA_STORE_SCHEMA_VERSION);
-  CHECK(AA_STORE_SCHEMA_VERSION == 2);
+  CHECK(AA_STORE_SCHEMA_VERSION == 3);
   char v[64];
   raw_text(path, "PRAGMA journal_mode", v, sizeof v);
   CHECK_MSG(strcmp(v, "wal") == 0, "journal_mode %s", v);
   raw_text(path, "PRAGMA user_version", v, sizeof v);
-  CHECK(strcmp(v, "2") == 0);
+  CHECK(strcmp(v, "3") == 0);
   raw_text(path, "SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'resumes'", v, sizeof v);
   CHECK(strcmp(v, "1") == 0);
   raw_text(path, "PRAGMA application_id", v, sizeof v);
@@ -196,7 +228,7 @@ AA_TEST(open_creates_the_newest_schema_in_wal_mode) {
            "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema WHERE type = 'table' "
            "ORDER BY name)",
            v, sizeof v);
-  CHECK_MSG(strcmp(v, "hardware,jobs,models,runs") == 0, "tables %s", v);
+  CHECK_MSG(strcmp(v, "hardware,jobs,models,run_ranks,runs") == 0, "tables %s", v);
   raw_text(path,
            "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name IN "
            "('runs_by_model_hardware_status', 'runs_by_job')",
@@ -250,10 +282,10 @@ AA_TEST(newer_schema_version_is_refused) {
   int rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   aa_store_close(st);
-  CHECK(raw_sql(path, "PRAGMA user_version = 3", NULL, 0) == SQLITE_OK);
+  CHECK(raw_sql(path, "PRAGMA user_version = 4", NULL, 0) == SQLITE_OK);
   st = (aa_store_t *)&rc; /* must stay untouched */
   CHECK_ERR(aa_store_open(&st, path, 0), AA_EUNSUPPORTED,
-            "schema version 3 is newer than this build supports (2)");
+            "schema version 4 is newer than this build supports (3)");
   CHECK(st == (aa_store_t *)&rc);
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "newer");
 }
@@ -297,10 +329,10 @@ AA_TEST(readonly_open_of_an_unmigrated_file_asks_for_a_migration) {
   CHECK(f != NULL);
   if (f) fclose(f);
   aa_store_t *st = NULL;
-  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "older than this build's (2)");
+  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "older than this build's (3)");
   CHECK(st == NULL);
   CHECK_MSG(aa_store_open(&st, path, 0) == 0, "%s", aa_last_error());
-  CHECK(st && aa_store_schema_version(st) == 2);
+  CHECK(st && aa_store_schema_version(st) == 3);
   aa_store_close(st);
 }
 
@@ -509,7 +541,7 @@ static const char schema_v1[] =
     "CREATE INDEX runs_by_job ON runs(job_id);"
     "CREATE INDEX jobs_by_model_hardware ON jobs(model_hash, hardware);";
 
-AA_TEST(a_schema_version_1_store_migrates_to_2_and_keeps_its_rows) {
+AA_TEST(a_schema_version_1_store_migrates_to_the_newest_and_keeps_its_rows) {
   char path[512];
   snprintf(path, sizeof path, "%s", fresh_path());
   char msg[256];
@@ -528,14 +560,14 @@ AA_TEST(a_schema_version_1_store_migrates_to_2_and_keeps_its_rows) {
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 1 is older than this build's (2)");
+            "schema version 1 is older than this build's (3)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 2);
+  CHECK(aa_store_schema_version(st) == 3);
   char v[32];
   raw_text(path, "PRAGMA user_version", v, sizeof v);
-  CHECK(strcmp(v, "2") == 0);
+  CHECK(strcmp(v, "3") == 0);
   aa_store_job_t j;
   CHECK(aa_store_job_get(st, 1, &j) == 0);
   CHECK(j.status == AA_STORE_JOB_RUNNING && j.resumes == 0 && j.started_at == 101 && j.submitted_at == 100);
@@ -550,6 +582,53 @@ AA_TEST(a_schema_version_1_store_migrates_to_2_and_keeps_its_rows) {
   CHECK(aa_store_recover(st, 1, &rec) == 0 && rec.jobs_requeued == 1);
   CHECK(aa_store_job_get(st, 1, &j) == 0 && j.status == AA_STORE_JOB_QUEUED && j.resumes == 1);
   aa_store_job_clear(&j);
+  aa_store_close(st);
+}
+
+/* A version 2 file: version 1 plus jobs.resumes, with one finished run. */
+AA_TEST(a_schema_version_2_store_migrates_to_3_and_its_runs_have_no_ranks) {
+  char path[512];
+  snprintf(path, sizeof path, "%s", fresh_path());
+  char msg[256];
+  int rc = raw_sql(path, schema_v1, msg, sizeof msg);
+  CHECK_MSG(rc == SQLITE_OK, "%s", msg);
+  rc =
+      raw_sql(path,
+              "ALTER TABLE jobs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0"
+              "  CONSTRAINT job_resumes_not_negative CHECK (resumes >= 0);"
+              "INSERT INTO models VALUES ('" MODEL "', 'tiny', '{}', 1, 100);"
+              "INSERT INTO hardware VALUES ('" HW "', '{}', 100);"
+              "INSERT INTO jobs (id, model_hash, hardware, status, submitted_at) VALUES (1, '" MODEL "', '" HW
+              "', 'running', 100);"
+              "INSERT INTO runs (id, job_id, model_hash, hardware, kind, strategy_key, strategy_json, status,"
+              "  tokens_per_s) VALUES (1, 1, '" MODEL "', '" HW "', 'dryrun', 'k', '{}', 'ok', 10);"
+              "PRAGMA user_version = 2;",
+              msg, sizeof msg);
+  CHECK_MSG(rc == SQLITE_OK, "%s", msg);
+  aa_store_t *st = NULL;
+  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
+            "schema version 2 is older than this build's (3)");
+  rc = aa_store_open(&st, path, 0);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  CHECK(aa_store_schema_version(st) == 3);
+  aa_store_run_t r;
+  CHECK(aa_store_run_get(st, 1, &r) == 0 && r.tokens_per_s == 10);
+  aa_store_run_clear(&r);
+  int n = 0;
+  CHECK(aa_store_run_ranks(st, 1, count_ranks, &n) == 0 && n == 0);
+  /* The new table takes rows at once, under its rules. */
+  CHECK(raw_sql(path, "INSERT INTO run_ranks (run_id, rank, status) VALUES (1, 0, 'ok')", msg, sizeof msg) ==
+        SQLITE_OK);
+  CHECK(
+      (raw_sql(path, "INSERT INTO run_ranks (run_id, rank, status) VALUES (1, 4096, 'ok')", msg, sizeof msg) &
+       0xff) == SQLITE_CONSTRAINT);
+  CHECK_MSG(strstr(msg, "run_rank_in_world"), "%s", msg);
+  CHECK((raw_sql(path, "INSERT INTO run_ranks (run_id, rank, status) VALUES (1, 1, 'pruned')", msg,
+                 sizeof msg) &
+         0xff) == SQLITE_CONSTRAINT);
+  CHECK_MSG(strstr(msg, "run_rank_status_known"), "%s", msg);
+  CHECK(aa_store_run_ranks(st, 1, count_ranks, &n) == 0 && n == 1);
   aa_store_close(st);
 }
 
@@ -731,6 +810,134 @@ AA_TEST(run_insert_and_finish_round_trip) {
   CHECK_ERR(aa_store_run_insert(st, &nr, &id), AA_EINVAL, "is done; runs can be added only");
   nr.job_id = 555;
   CHECK_ERR(aa_store_run_insert(st, &nr, &id), AA_ENOENT, "job 555: not found");
+  aa_store_close(st);
+}
+
+AA_TEST(every_rank_of_a_run_round_trips_with_its_breakdown) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  int64_t job = new_job(st, HW);
+  int64_t id = add_run(st, job, AA_STORE_RUN_DRYRUN, 4, AA_STORE_RUN_RUNNING, 0, 0);
+  /* A 2-stage pipeline of dp 2, given out of rank order: the store keeps
+   * every rank, read back by rank. Rank 3 failed before it timed a step. */
+  aa_store_run_rank_t ranks[4] = {
+      {.rank = 2,
+       .dp_rank = 1,
+       .pp_rank = 0,
+       .status = AA_STORE_RUN_OK,
+       .tokens_per_s = 900,
+       .step_ms_median = 40,
+       .step_ms_spread = 2,
+       .has_times = true,
+       .time_ms = {10.5, 20.25, 3, 0, 6.25},
+       .peak_bytes = 1000,
+       .peak_json = "{\"total\": 1000}"},
+      {.rank = 0,
+       .status = AA_STORE_RUN_OK,
+       .tokens_per_s = 1000,
+       .step_ms_median = 38,
+       .has_times = true,
+       .time_ms = {11, 21, 3.5, 1.25, 1.25},
+       .peak_bytes = 1200},
+      {.rank = 1,
+       .pp_rank = 1,
+       .status = AA_STORE_RUN_OK,
+       .tokens_per_s = 950,
+       .has_times = true,
+       .time_ms = {0, 0, 0, 0, 0}},
+      {.rank = 3,
+       .dp_rank = 1,
+       .pp_rank = 1,
+       .status = AA_STORE_RUN_CANCELLED,
+       .error = "aborted by the planner"},
+  };
+  aa_store_run_result_t res = {.status = AA_STORE_RUN_OK,
+                               .tokens_per_s = 900,
+                               .step_ms_median = 40,
+                               .peak_bytes = 1200,
+                               .ranks = ranks,
+                               .n_ranks = 4};
+  CHECK_MSG(aa_store_run_finish(st, id, &res) == 0, "%s", aa_last_error());
+  ranks_t c = {0};
+  CHECK_MSG(aa_store_run_ranks(st, id, collect_ranks, &c) == 0, "%s", aa_last_error());
+  CHECK(c.n == 4);
+  for (int i = 0; i < c.n; i++)
+    CHECK(c.k[i].rank == i);
+  const aa_store_run_rank_t *k = c.k;
+  CHECK(k[0].dp_rank == 0 && k[0].tp_rank == 0 && k[0].pp_rank == 0 && k[0].tokens_per_s == 1000);
+  CHECK(k[0].has_times && k[0].time_ms[AA_PROTO_TIME_FORWARD] == 11 &&
+        k[0].time_ms[AA_PROTO_TIME_BACKWARD] == 21 && k[0].time_ms[AA_PROTO_TIME_OPTIMIZER] == 3.5 &&
+        k[0].time_ms[AA_PROTO_TIME_PIPELINE_COMM] == 1.25 && k[0].time_ms[AA_PROTO_TIME_BUBBLE] == 1.25 &&
+        k[0].peak_bytes == 1200 && !strcmp(k[0].peak_json, ""));
+  /* Zeros measured are zeros, not "not recorded". */
+  CHECK(k[1].pp_rank == 1 && k[1].has_times && k[1].time_ms[AA_PROTO_TIME_BUBBLE] == 0 &&
+        k[1].step_ms_median == 0);
+  CHECK(k[2].dp_rank == 1 && k[2].pp_rank == 0 && k[2].status == AA_STORE_RUN_OK && k[2].step_ms_spread == 2);
+  CHECK(k[2].time_ms[AA_PROTO_TIME_FORWARD] == 10.5 && k[2].time_ms[AA_PROTO_TIME_BUBBLE] == 6.25);
+  CHECK(!strcmp(k[2].peak_json, "{\"total\": 1000}") && !strcmp(k[2].error, ""));
+  CHECK(k[3].status == AA_STORE_RUN_CANCELLED && !k[3].has_times && k[3].time_ms[AA_PROTO_TIME_FORWARD] == 0);
+  CHECK(!strcmp(k[3].error, "aborted by the planner") && k[3].dp_rank == 1 && k[3].pp_rank == 1);
+  char v[64], path[512];
+  cur_path(path);
+  raw_text(path, "SELECT count(*) FROM run_ranks WHERE forward_ms IS NULL", v, sizeof v);
+  CHECK_MSG(strcmp(v, "1") == 0, "%s", v);
+  /* A callback's non-zero value stops the walk and is returned. */
+  CHECK(aa_store_run_ranks(st, id, stop_at_first_rank, NULL) == 7);
+  /* Runs without ranks: a run stopped by the planner, an unknown run. */
+  int n = 0;
+  int64_t id2 = add_run(st, job, AA_STORE_RUN_DRYRUN, 2, AA_STORE_RUN_CANCELLED, 0, 0);
+  CHECK(aa_store_run_ranks(st, id2, count_ranks, &n) == 0 && n == 0);
+  CHECK(aa_store_run_ranks(st, 4242, count_ranks, &n) == 0 && n == 0);
+  aa_store_close(st);
+}
+
+AA_TEST(bad_rank_figures_are_refused_and_nothing_is_written) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  int64_t job = new_job(st, HW);
+  int64_t id = add_run(st, job, AA_STORE_RUN_DRYRUN, 4, AA_STORE_RUN_RUNNING, 0, 0);
+  aa_store_run_rank_t ranks[2] = {{.rank = 0, .status = AA_STORE_RUN_OK},
+                                  {.rank = 1, .status = AA_STORE_RUN_OK}};
+  aa_store_run_result_t res = {.status = AA_STORE_RUN_OK, .tokens_per_s = 10, .ranks = ranks, .n_ranks = 2};
+  ranks[1].status = AA_STORE_RUN_RUNNING;
+  CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL, "rank 1: status 1 is not a result status");
+  ranks[1].status = AA_STORE_RUN_OK;
+  ranks[1].pp_rank = AA_PROTO_WORLD_MAX;
+  CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL, "rank 1 (dp 0, tp 0, pp 4096) is outside 0..4095");
+  ranks[1].pp_rank = 0;
+  ranks[1].rank = -1;
+  CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL, "is outside 0..4095");
+  ranks[1].rank = 1;
+  ranks[1].has_times = true;
+  ranks[1].time_ms[AA_PROTO_TIME_BUBBLE] = -1;
+  CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL,
+            "rank 1: measurements must be finite and not negative");
+  ranks[1].time_ms[AA_PROTO_TIME_BUBBLE] = INFINITY;
+  CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL, "rank 1: measurements must be finite");
+  /* Without has_times the times are not looked at (they are stored NULL). */
+  ranks[1].has_times = false;
+  ranks[1].peak_bytes = -5;
+  CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL, "rank 1: measurements");
+  ranks[1].peak_bytes = 0;
+  res.n_ranks = -1;
+  CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL, "-1 ranks is outside");
+  /* A rank twice: the run's finish is rolled back with it. */
+  ranks[1].rank = 0;
+  res.n_ranks = 2;
+  CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL, "record rank 0 of run");
+  aa_store_run_t r;
+  CHECK(aa_store_run_get(st, id, &r) == 0 && r.status == AA_STORE_RUN_RUNNING);
+  aa_store_run_clear(&r);
+  int n = 0;
+  CHECK(aa_store_run_ranks(st, id, count_ranks, &n) == 0 && n == 0);
+  ranks[1].rank = 1;
+  CHECK_MSG(aa_store_run_finish(st, id, &res) == 0, "%s", aa_last_error());
+  CHECK(aa_store_run_ranks(st, id, count_ranks, &n) == 0 && n == 2);
+  /* A row the store cannot read fails the walk, naming it. */
+  char path[512];
+  cur_path(path);
+  force_sql(path, "UPDATE run_ranks SET status = 'bogus' WHERE run_id = %lld AND rank = 1", (long long)id);
+  CHECK_ERR(aa_store_run_ranks(st, id, count_ranks, &n), AA_ECORRUPT, "rank 1 has an unknown status 'bogus'");
   aa_store_close(st);
 }
 
@@ -1289,7 +1496,10 @@ int main(void) {
   RUN(a_new_store_and_its_journal_files_are_private);
   RUN(open_tightens_store_files_that_group_or_others_can_read);
   RUN(a_journal_file_the_planner_cannot_write_is_named_with_the_fix);
-  RUN(a_schema_version_1_store_migrates_to_2_and_keeps_its_rows);
+  RUN(a_schema_version_1_store_migrates_to_the_newest_and_keeps_its_rows);
+  RUN(a_schema_version_2_store_migrates_to_3_and_its_runs_have_no_ranks);
+  RUN(every_rank_of_a_run_round_trips_with_its_breakdown);
+  RUN(bad_rank_figures_are_refused_and_nothing_is_written);
   RUN(model_and_hardware_upsert_keeps_created_at);
   RUN(job_lifecycle_sets_timestamps_and_refuses_bad_transitions);
   RUN(jobs_list_filters_newest_first);

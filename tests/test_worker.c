@@ -21,6 +21,7 @@
 #include "common/rendezvous.h"
 #include "common/spec.h"
 #include "engine/data.h"
+#include "engine/train.h"
 #include "executor/worker.h"
 #include "proto/msg.h"
 #include "strategies/strategy.h"
@@ -263,6 +264,9 @@ AA_TEST(every_way_a_run_ends_is_reported_and_the_executor_survives) {
   CHECK(m.type == AA_MSG_RESULT && m.result.job == 1 && m.result.status == AA_PROTO_RUN_OK);
   CHECK(m.result.tokens_per_s > 0 && m.result.step_ms_median > 0 && m.result.peak.total > 0);
   CHECK(m.result.peak.acts > 0 && m.result.has_final_loss && !m.result.error);
+  /* A single process is rank 0 at (0, 0, 0) and sends its breakdown. */
+  CHECK(m.result.rank == 0 && m.result.dp_rank == 0 && m.result.tp_rank == 0 && m.result.pp_rank == 0);
+  CHECK(m.result.has_times);
   aa_msg_free(&m);
 
   /* busy, then cancelled */
@@ -296,6 +300,7 @@ AA_TEST(every_way_a_run_ends_is_reported_and_the_executor_survives) {
     CHECK(res.result.status == AA_PROTO_RUN_CRASHED);
     CHECK_MSG(res.result.error && !strcmp(res.result.error, "runner killed by signal 9 (Killed)"), "%s",
               res.result.error ? res.result.error : "(none)");
+    CHECK(!res.result.has_times); /* nothing timed reached the executor */
     aa_msg_free(&res);
   }
 
@@ -477,6 +482,14 @@ AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_ot
     CHECK_MSG(res[r].result.status == AA_PROTO_RUN_OK, "rank %d: %s", r,
               res[r].result.error ? res[r].result.error : "");
     CHECK(res[r].result.run == 200 && res[r].result.tokens_per_s > 0 && res[r].result.peak.total > 0);
+    /* Every rank reports its own place (dp = 2: rank r is data rank r) and
+     * its own breakdown; its figures may be 0 where the engine does not
+     * time a kind, so only their presence is checked. */
+    CHECK_MSG(res[r].result.rank == r && res[r].result.dp_rank == r && res[r].result.tp_rank == 0 &&
+                  res[r].result.pp_rank == 0,
+              "rank %d reported rank %d at dp %d tp %d pp %d", r, res[r].result.rank, res[r].result.dp_rank,
+              res[r].result.tp_rank, res[r].result.pp_rank);
+    CHECK(res[r].result.has_times);
   }
   /* Each rank times its own steps, so the throughputs differ a little;
    * the loss is the group's mean on every rank. */
@@ -525,6 +538,8 @@ AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_ot
   }
   if (!wait_result(&p[1], 22, &res[1], NULL, 10000)) {
     CHECK(res[1].result.status == AA_PROTO_RUN_CRASHED);
+    CHECK(res[1].result.rank == 1 &&
+          !res[1].result.has_times); /* the executor names its dead runner's rank */
     aa_msg_free(&res[1]);
   }
   CHECK(kill(w[0], 0) == 0 && kill(w[1], 0) == 0);
@@ -539,6 +554,15 @@ out:
     peer_close(&p[i]);
   }
   close(lfd);
+}
+
+/* The planner names the engine's time kinds from the protocol's list,
+ * which must be the engine's (the executor asserts their order). */
+AA_TEST(the_protocol_names_the_engines_time_kinds) {
+  for (int k = 0; k < AA_TIME_KINDS; k++)
+    CHECK_MSG(!strcmp(aa_time_kind_name((aa_time_kind_t)k), aa_proto_time_kind_name((aa_proto_time_kind_t)k)),
+              "kind %d: engine %s, protocol %s", k, aa_time_kind_name((aa_time_kind_t)k),
+              aa_proto_time_kind_name((aa_proto_time_kind_t)k));
 }
 
 AA_TEST(executor_waits_for_a_planner_that_is_not_up_yet) {
@@ -651,6 +675,7 @@ int main(void) {
   }
   RUN(every_way_a_run_ends_is_reported_and_the_executor_survives);
   RUN(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_other);
+  RUN(the_protocol_names_the_engines_time_kinds);
   RUN(executor_waits_for_a_planner_that_is_not_up_yet);
   RUN(a_refused_token_stops_the_executor_with_status_1);
   RUN(device_names_parse_strictly);
