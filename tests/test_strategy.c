@@ -691,7 +691,7 @@ AA_TEST(atorch_bad_items_and_conflicts_are_refused) {
                      "DeepSpeed-Ulysses style",
                      "[\"tensor_parallel\", {\"sequence_parallel\": true}]) (supported: parallel_mode");
   EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"sche\": \"fast\"}]]", AA_EINVAL,
-                     "sche: must be \"1f1b\" or \"gpipe\"");
+                     "sche: must be \"1F1B\", \"GPipe\" or \"Interleaved1F1B\"");
   EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"schedule\": \"1f1b\", \"sche\": \"gpipe\"}]]", AA_EINVAL,
                      "both schedule and sche");
   EXPECT_PARSE_ERROR("[3]", AA_EINVAL,
@@ -993,6 +993,24 @@ AA_TEST(atorch_options_that_map_exactly_are_honoured) {
        "dp1.tp1.pp1.z3.fp32.ckpt-none.mb0"},
       {"[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"pipe_schedule\": \"GPipe\"}]]",
        "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.gpipe"},
+      /* nstages counts the stages over every pipeline rank: 4 over pp 2 is
+       * 2 virtual stages each, which ATorch's default schedule runs
+       * interleaved; parallel_mode may come after. */
+      {"[[\"pipeline_parallel\", {\"nstages\": 4}], [\"parallel_mode\", {\"pipeline\": 2}]]",
+       "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.interleaved-v2"},
+      {"[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"nstages\": 8, \"sche\": "
+       "\"Interleaved1F1B\"}]]",
+       "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.interleaved-v4"},
+      /* One stage per rank is plain 1F1B, whatever nstages says it equals. */
+      {"[[\"parallel_mode\", {\"pipeline\": 4}], [\"pipeline_parallel\", {\"nstages\": 4, \"schedule\": "
+       "\"1F1B\"}]]",
+       "dp1.tp1.pp4.z0.fp32.ckpt-none.mb0.1f1b"},
+      /* ATorch's document example, its tuples as JSON lists. */
+      {"[[\"parallel_mode\", [[[\"tensor\", 8], [\"pipeline\", 2], [\"data\", 2]], null]], \"amp_native\"]",
+       "dp2.tp8.pp2.z0.fp16.ckpt-none.mb0.1f1b.order-tpd"},
+      {"[[\"parallel_mode\", [[\"tensor\", 8], [\"pipeline\", 2], [\"data\", 2]]], [\"pipeline_parallel\", "
+       "{\"chunks\": 1}]]",
+       "dp2.tp8.pp2.z0.fp32.ckpt-none.mb0.1f1b.order-tpd"},
       {"[[\"parallel_mode\", [[[\"data\", 2]], null, false]]]", "dp2.tp1.pp1.z0.fp32.ckpt-none.mb0"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1051,11 +1069,8 @@ AA_TEST(atorch_options_autoaccel_cannot_honour_are_refused_by_name) {
       {"[[\"pipeline_parallel\", {\"chunks\": 8}]]",
        "item 1 (pipeline_parallel): option \"chunks\": 8 is not supported by autoaccel (the micro-batch count "
        "follows from micro_batch"},
-      {"[[\"pipeline_parallel\", {\"pipe_schedule\": \"Interleaved1F1B\"}]]",
-       "option \"pipe_schedule\": \"Interleaved1F1B\" is not supported by autoaccel (interleaved virtual stages are "
-       "not supported); honoured: \"1F1B\", \"GPipe\""},
-      {"[[\"pipeline_parallel\", {\"nstages\": 4}]]",
-       "option \"nstages\" is not supported by autoaccel (interleaved virtual stages are not supported"},
+      {"[[\"pipeline_parallel\", {\"insert_before_modules\": [\"h.2\"]}]]",
+       "option \"insert_before_modules\" is not supported by autoaccel (autoaccel cuts between transformer blocks"},
       {"[[\"parallel_mode\", [[[\"data\", 2]], null, true]]]",
        "item 1 (parallel_mode): support_multi_parallel_instance: true is not supported by autoaccel"},
   };
@@ -1072,6 +1087,25 @@ AA_TEST(atorch_options_autoaccel_cannot_honour_are_refused_by_name) {
   EXPECT_PARSE_ERROR("[[\"zero1\", [\"x\"]]]", AA_EINVAL, "item 1 (zero1): config must be an object of options");
   EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"sche\": \"1f1b\", \"pipe_schedule\": \"1F1B\"}]]", AA_EINVAL,
                      "config gives both sche and pipe_schedule; give one");
+  /* nstages against the pipeline degree, and the schedule that runs it. */
+  EXPECT_PARSE_ERROR("[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"nstages\": 3}]]",
+                     AA_EINVAL,
+                     "item 2 (pipeline_parallel): nstages 3 must be a multiple of the pipeline degree 2 (each "
+                     "pipeline rank holds nstages / pp stages)");
+  EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"nstages\": 2}]]", AA_EINVAL,
+                     "item 1 (pipeline_parallel): nstages 2 needs pipeline parallelism");
+  EXPECT_PARSE_ERROR("[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"nstages\": 4, "
+                     "\"schedule\": \"GPipe\"}]]",
+                     AA_EINVAL,
+                     "nstages 4 gives each of the 2 pipeline ranks 2 stages, which only Interleaved1F1B runs "
+                     "(schedule is GPipe)");
+  EXPECT_PARSE_ERROR("[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"pipe_schedule\": "
+                     "\"Interleaved1F1B\"}]]",
+                     AA_EINVAL,
+                     "Interleaved1F1B needs several stages per pipeline rank: give nstages = k x the pipeline "
+                     "degree 2 with k >= 2 (nstages is 2), or the schedule 1F1B");
+  EXPECT_PARSE_ERROR("[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"nstages\": 34}]]",
+                     AA_EINVAL, "nstages 34 over pipeline degree 2 gives each rank 17 stages; at most 16");
 }
 
 /* ATorch's ([("tensor", 4), ("pipeline", 2), ("data", 2)], rank_order):

@@ -147,5 +147,9 @@ expect 1 "ZeRO stage 2 with pipeline parallel degree 2: .*use ZeRO-1 \(zero1\) w
 echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"pipeline": 8}}' >"$tmp/pp8.json"
 expect 1 "pipeline parallel degree 8 x virtual_stages 1 = 8 stages: more than n_layer 4" \
   "$AA" strategy check "$tmp/pp8.json" --model "$TINY"
+# ATorch's nstages counts every stage: 4 over pipeline 2 is 2 each, interleaved.
+echo '[["parallel_mode", [["tensor", 2], ["pipeline", 2]]], ["pipeline_parallel", {"nstages": 4}]]' >"$tmp/pplist.json"
+expect 0 "key: +dp1\.tp2\.pp2\.z0\.fp32\.ckpt-none\.mb0\.interleaved-v2$" "$AA" strategy show "$tmp/pplist.json"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
