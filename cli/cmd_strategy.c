@@ -134,15 +134,18 @@ static void print_words(const aa_strategy_t *s) {
   if (s->pp > 1) {
     if (s->schedule == AA_SCHEDULE_INTERLEAVED)
       printf("pipeline schedule: interleaved 1F1B, %d virtual stages per rank\n", s->vpp);
-    else printf("pipeline schedule: %s\n", aa_pp_schedule_name(s->schedule));
+    else
+      printf("pipeline schedule: %s\n", aa_pp_schedule_name(s->schedule));
     printf("pipeline cut:      ");
     if (s->partition == AA_PARTITION_CUSTOM) {
       printf("custom, blocks");
-      for (int k = 0; k + 1 < s->n_bounds; k++) printf(" [%d, %d)", s->bounds[k], s->bounds[k + 1]);
+      for (int k = 0; k + 1 < s->n_bounds; k++)
+        printf(" [%d, %d)", s->bounds[k], s->bounds[k + 1]);
       printf("\n");
     } else {
-      printf("%s\n", s->partition == AA_PARTITION_PARAMETERS ? "parameters: the largest stage as small as it can be"
-                                                             : "uniform: equal block counts");
+      printf("%s\n", s->partition == AA_PARTITION_PARAMETERS
+                         ? "parameters: the largest stage as small as it can be"
+                         : "uniform: equal block counts");
     }
   } else {
     printf("pipeline schedule: none (no pipeline)\n");
@@ -245,7 +248,8 @@ static int cmd_check(int argc, char **argv) {
   int bounds[AA_STRATEGY_STAGES_MAX + 1];
   if (s.pp > 1 && !aa_pp_bounds(&spec.arch, &s, bounds)) {
     printf("stages: %s, virtual stage k on pipeline rank k %% %d:", aa_pp_partition_name(s.partition), s.pp);
-    for (int k = 0; k < aa_pp_stages(&s); k++) printf(" [%d, %d)", bounds[k], bounds[k + 1]);
+    for (int k = 0; k < aa_pp_stages(&s); k++)
+      printf(" [%d, %d)", bounds[k], bounds[k + 1]);
     printf("\n");
   }
   /* Valid, but its measurements describe another model. */
@@ -261,7 +265,8 @@ static int cmd_check(int argc, char **argv) {
   double flops = aa_cost_flops_per_token(&spec.arch, &s);
   printf("\nwork: %.4g %s per token%s%s (6N + 12LCT%s)\n", flops >= 1e9 ? flops / 1e9 : flops / 1e6,
          flops >= 1e9 ? "GFLOP" : "MFLOP", s.tp > 1 ? " on each tensor rank" : "",
-         s.pp > 1 ? ", shared by the pipeline's stages" : "", s.ckpt == AA_CKPT_FULL ? " and the recomputed forward" : "");
+         s.pp > 1 ? ", shared by the pipeline's stages" : "",
+         s.ckpt == AA_CKPT_FULL ? " and the recomputed forward" : "");
   aa_cost_comm_t cc;
   aa_cost_comm(&spec.arch, &s, aa_strategy_accum_steps(&s, &spec), &cc);
   const aa_cost_group_t *groups[] = {&cc.data, &cc.tensor};

@@ -95,7 +95,8 @@ static bool same_pipeline(const aa_strategy_t *a, const aa_strategy_t *b) {
   if (a->pp != b->pp) return false;
   if (a->pp == 1) return true;
   return a->schedule == b->schedule && a->vpp == b->vpp && a->partition == b->partition &&
-         a->n_bounds == b->n_bounds && !memcmp(a->bounds, b->bounds, sizeof a->bounds[0] * (size_t)a->n_bounds);
+         a->n_bounds == b->n_bounds &&
+         !memcmp(a->bounds, b->bounds, sizeof a->bounds[0] * (size_t)a->n_bounds);
 }
 
 /* A candidate that does at least the work of one measured ok (or skipped

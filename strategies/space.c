@@ -196,7 +196,8 @@ size_t aa_space_micro_batches(int *out, size_t cap, int per_rank) {
 
 /* The pipeline shapes of layout l (see aa_space_enumerate) into out, as
  * strategies with the layout set; returns how many. */
-static size_t pipeline_shapes(aa_strategy_t out[MAX_SHAPES], const aa_space_layout_t *l, const aa_space_pool_t *p) {
+static size_t pipeline_shapes(aa_strategy_t out[MAX_SHAPES], const aa_space_layout_t *l,
+                              const aa_space_pool_t *p) {
   static const aa_pp_schedule_t schedules[] = {AA_SCHEDULE_1F1B, AA_SCHEDULE_INTERLEAVED, AA_SCHEDULE_GPIPE};
   aa_strategy_t s;
   aa_strategy_default(&s);

@@ -55,7 +55,8 @@ static void pipeline_key(const aa_strategy_t *s, char *out, size_t cap) {
   char sched[32], part[40] = "";
   if (s->schedule == AA_SCHEDULE_INTERLEAVED)
     snprintf(sched, sizeof sched, ".interleaved-v%d", s->vpp);
-  else snprintf(sched, sizeof sched, ".%s", aa_pp_schedule_name(s->schedule));
+  else
+    snprintf(sched, sizeof sched, ".%s", aa_pp_schedule_name(s->schedule));
   if (s->partition == AA_PARTITION_PARAMETERS) {
     snprintf(part, sizeof part, ".part-params");
   } else if (s->partition == AA_PARTITION_CUSTOM) {
@@ -66,10 +67,13 @@ static void pipeline_key(const aa_strategy_t *s, char *out, size_t cap) {
       char num[16];
       int n = snprintf(num, sizeof num, "%s%d", k ? "," : "", s->bounds[k]);
       h = aa_fnv1a(h, num, (size_t)n);
-      if (o < sizeof list) o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", k ? "-" : "", s->bounds[k]);
+      if (o < sizeof list)
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", k ? "-" : "", s->bounds[k]);
     }
-    if (o <= 24) snprintf(part, sizeof part, ".part-%s", list);
-    else snprintf(part, sizeof part, ".part-%016llx", (unsigned long long)h);
+    if (o <= 24)
+      snprintf(part, sizeof part, ".part-%s", list);
+    else
+      snprintf(part, sizeof part, ".part-%016llx", (unsigned long long)h);
   }
   snprintf(out, cap, "%s%s", sched, part);
 }
@@ -153,17 +157,19 @@ int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world
     return aa_error(AA_EINVAL, "checkpoint_layers %d must be <= n_layer %d", r.ckpt_layers, a->n_layer);
   const int accum = per_rank / r.micro_batch;
   if (r.pp > 1 && r.schedule == AA_SCHEDULE_INTERLEAVED && accum % r.pp)
-    return aa_error(AA_EINVAL,
-                    "the interleaved schedule runs micro-batches in groups of pp: the accumulation steps "
-                    "global_batch / (dp * micro_batch) = %d / (%d * %d) = %d must be a multiple of the pipeline "
-                    "degree %d",
-                    gb, r.dp, r.micro_batch, accum, r.pp);
+    return aa_error(
+        AA_EINVAL,
+        "the interleaved schedule runs micro-batches in groups of pp: the accumulation steps "
+        "global_batch / (dp * micro_batch) = %d / (%d * %d) = %d must be a multiple of the pipeline "
+        "degree %d",
+        gb, r.dp, r.micro_batch, accum, r.pp);
   if (r.pp > 1 && r.zero >= 2)
-    return aa_error(AA_EINVAL,
-                    "ZeRO stage %d with pipeline parallel degree %d: ZeRO-2/3 reduce-scatter or gather every "
-                    "micro-batch, and a pipeline runs many micro-batches interleaved across stages; DeepSpeed "
-                    "refuses the same combination; use ZeRO-1 (zero1) with pipeline parallelism",
-                    r.zero, r.pp);
+    return aa_error(
+        AA_EINVAL,
+        "ZeRO stage %d with pipeline parallel degree %d: ZeRO-2/3 reduce-scatter or gather every "
+        "micro-batch, and a pipeline runs many micro-batches interleaved across stages; DeepSpeed "
+        "refuses the same combination; use ZeRO-1 (zero1) with pipeline parallelism",
+        r.zero, r.pp);
   *s = r;
   return 0;
 }

@@ -375,8 +375,10 @@ static int opt_schedule(ctx_t *c, aa_strategy_t *s, const char *opt, const json_
   const char *name = json_is_string(v) ? json_string_value(v) : "";
   if (strcasecmp(name, "1f1b") == 0) s->schedule = AA_SCHEDULE_1F1B;
   else if (strcasecmp(name, "gpipe") == 0) s->schedule = AA_SCHEDULE_GPIPE;
-  else if (strcasecmp(name, "interleaved1f1b") == 0) s->schedule = AA_SCHEDULE_INTERLEAVED;
-  else return fail(c, AA_EINVAL, "%s: must be \"1F1B\", \"GPipe\" or \"Interleaved1F1B\"", opt);
+  else if (strcasecmp(name, "interleaved1f1b") == 0)
+    s->schedule = AA_SCHEDULE_INTERLEAVED;
+  else
+    return fail(c, AA_EINVAL, "%s: must be \"1F1B\", \"GPipe\" or \"Interleaved1F1B\"", opt);
   c->schedule_given = true;
   return 0;
 }
@@ -413,9 +415,9 @@ static const option_t fsdp_options[] = {FSDP_OPTIONS, END};
 static const option_t tp_options[] = {
     {"degree", opt_degree}, {"sequence_parallel", opt_sequence_parallel}, END};
 
-static const option_t pp_options[] = {
-    {"chunks", opt_chunks},          {"schedule", opt_schedule}, {"sche", opt_schedule},
-    {"pipe_schedule", opt_schedule}, {"nstages", opt_nstages},   END};
+static const option_t pp_options[] = {{"chunks", opt_chunks},   {"schedule", opt_schedule},
+                                      {"sche", opt_schedule},   {"pipe_schedule", opt_schedule},
+                                      {"nstages", opt_nstages}, END};
 
 static const refusal_t fsdp_refused[] = {
     {"mixed_precision", "FSDP's own mixed precision; give amp_native for mixed precision"},
@@ -438,8 +440,9 @@ static const refusal_t tp_refused[] = {
 
 static const refusal_t pp_refused[] = {
     {"pipe_ranks", "the pipeline groups follow from parallel_mode (its order and rank_order)"},
-    {"insert_before_modules", "autoaccel cuts between transformer blocks, evenly (the v1 form's \"partition\" "
-                              "gives another cut)"},
+    {"insert_before_modules",
+     "autoaccel cuts between transformer blocks, evenly (the v1 form's \"partition\" "
+     "gives another cut)"},
     {"shard_planner", "autoaccel cuts between transformer blocks, evenly (the v1 form's \"partition\" gives "
                       "another cut)"},
     END};
@@ -571,18 +574,20 @@ static int check_list(ctx_t *c, aa_strategy_t *s) {
     int v = 1;
     if (c->nstages) {
       if (c->nstages % s->pp)
-        return fail(c, AA_EINVAL,
-                    "nstages %d must be a multiple of the pipeline degree %d (each pipeline rank holds nstages / "
-                    "pp stages)",
-                    c->nstages, s->pp);
+        return fail(
+            c, AA_EINVAL,
+            "nstages %d must be a multiple of the pipeline degree %d (each pipeline rank holds nstages / "
+            "pp stages)",
+            c->nstages, s->pp);
       v = c->nstages / s->pp;
       if (v > 1 && s->pp == 1)
         return fail(c, AA_EINVAL,
-                    "nstages %d needs pipeline parallelism: give (\"pipeline\", n) in parallel_mode with n dividing it",
+                    "nstages %d needs pipeline parallelism: give (\"pipeline\", n) in parallel_mode with n "
+                    "dividing it",
                     c->nstages);
       if (v > AA_PP_CHUNKS_MAX)
-        return fail(c, AA_EINVAL, "nstages %d over pipeline degree %d gives each rank %d stages; at most %d", c->nstages,
-                    s->pp, v, AA_PP_CHUNKS_MAX);
+        return fail(c, AA_EINVAL, "nstages %d over pipeline degree %d gives each rank %d stages; at most %d",
+                    c->nstages, s->pp, v, AA_PP_CHUNKS_MAX);
     }
     /* ATorch's default schedule is Interleaved1F1B, the one that runs
      * several stages per rank; a rank with one stage runs 1F1B. */
@@ -593,10 +598,11 @@ static int check_list(ctx_t *c, aa_strategy_t *s) {
                   "(schedule is %s)",
                   c->nstages, s->pp, v, s->schedule == AA_SCHEDULE_GPIPE ? "GPipe" : "1F1B");
     if (v == 1 && s->pp > 1 && s->schedule == AA_SCHEDULE_INTERLEAVED)
-      return fail(c, AA_EINVAL,
-                  "Interleaved1F1B needs several stages per pipeline rank: give nstages = k x the pipeline degree %d "
-                  "with k >= 2 (nstages is %d), or the schedule 1F1B",
-                  s->pp, c->nstages ? c->nstages : s->pp);
+      return fail(
+          c, AA_EINVAL,
+          "Interleaved1F1B needs several stages per pipeline rank: give nstages = k x the pipeline degree %d "
+          "with k >= 2 (nstages is %d), or the schedule 1F1B",
+          s->pp, c->nstages ? c->nstages : s->pp);
     s->vpp = v;
   }
   if (s->sp && s->tp < 2) {

@@ -133,11 +133,14 @@ static const struct {
 static const struct {
   const char *name, *why;
 } schedule_refused[] = {
-    {"ds_default", "DeepSpeed's own TrainSchedule; autoaccel runs its own 1F1B (PipeDream-flush) order: give \"1f1b\""},
-    {"pre_recompute_1f1b", "Merak's 1F1B that recomputes ahead of the backward; autoaccel recomputes within the "
-                           "backward (\"checkpoint\"): give \"1f1b\""},
-    {"last_no_recompute_1f1b", "Merak's 1F1B that skips recomputation on the last stage; autoaccel checkpoints "
-                               "every stage alike: give \"1f1b\""},
+    {"ds_default",
+     "DeepSpeed's own TrainSchedule; autoaccel runs its own 1F1B (PipeDream-flush) order: give \"1f1b\""},
+    {"pre_recompute_1f1b",
+     "Merak's 1F1B that recomputes ahead of the backward; autoaccel recomputes within the "
+     "backward (\"checkpoint\"): give \"1f1b\""},
+    {"last_no_recompute_1f1b",
+     "Merak's 1F1B that skips recomputation on the last stage; autoaccel checkpoints "
+     "every stage alike: give \"1f1b\""},
     {"full_critical_path_1f1b", "Merak's critical-path 1F1B; give \"1f1b\""},
     {"shifted_critical_path", "Merak's shifted critical-path schedule; give \"1f1b\""},
 };
@@ -162,7 +165,8 @@ static int read_schedule(const aa_json_ctx_t *c, const char *path, const json_t 
 /* virtual_stages: 1..AA_PP_CHUNKS_MAX (pipeline.h). Custom only so that
  * the writer can leave the default out where there is no pipeline. */
 static int read_virtual_stages(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
-  static const aa_json_field_t count = {.kind = AA_JSON_INT, .imin = 1, .imax = AA_PP_CHUNKS_MAX, .size = sizeof(int)};
+  static const aa_json_field_t count = {
+      .kind = AA_JSON_INT, .imin = 1, .imax = AA_PP_CHUNKS_MAX, .size = sizeof(int)};
   return aa_json_read_value(c, path, &count, v, dst);
 }
 
@@ -182,14 +186,16 @@ static int read_partition(const aa_json_ctx_t *c, const char *path, const json_t
     char got[256];
     aa_json_sanitize(got, sizeof got, name);
     if (strncmp(name, "type:", 5) == 0)
-      return aa_json_fail(c, AA_EUNSUPPORTED, path,
-                          "\"%s\" is not supported by autoaccel (it balances the layers of a class; every block of "
-                          "autoaccel's model is the same class, so \"uniform\" gives that cut)",
-                          got);
-    return aa_json_fail(c, AA_EINVAL, path,
-                        "must be \"uniform\", \"parameters\" or a list of block boundaries such as [0, 3, 6, 8] "
-                        "(got \"%s\")",
-                        got);
+      return aa_json_fail(
+          c, AA_EUNSUPPORTED, path,
+          "\"%s\" is not supported by autoaccel (it balances the layers of a class; every block of "
+          "autoaccel's model is the same class, so \"uniform\" gives that cut)",
+          got);
+    return aa_json_fail(
+        c, AA_EINVAL, path,
+        "must be \"uniform\", \"parameters\" or a list of block boundaries such as [0, 3, 6, 8] "
+        "(got \"%s\")",
+        got);
   }
   if (!json_is_array(v))
     return aa_json_fail_type(c, path, "\"uniform\", \"parameters\" or a list of block boundaries", v);
@@ -200,10 +206,12 @@ static int read_partition(const aa_json_ctx_t *c, const char *path, const json_t
                         AA_STRATEGY_STAGES_MAX + 1, n);
   json_array_foreach(v, i, x) {
     if (!json_is_integer(x))
-      return aa_json_fail(c, AA_EINVAL, path, "boundary %zu must be an integer (got %s)", i, aa_json_type_name(x));
+      return aa_json_fail(c, AA_EINVAL, path, "boundary %zu must be an integer (got %s)", i,
+                          aa_json_type_name(x));
     if (json_integer_value(x) < 0 || json_integer_value(x) > INT_MAX)
-      return aa_json_fail(c, AA_EINVAL, path, "boundary %zu must be a block index between 0 and %d (got %lld)", i,
-                          INT_MAX, (long long)json_integer_value(x));
+      return aa_json_fail(c, AA_EINVAL, path,
+                          "boundary %zu must be a block index between 0 and %d (got %lld)", i, INT_MAX,
+                          (long long)json_integer_value(x));
     s->bounds[i] = (int)json_integer_value(x);
   }
   s->partition = AA_PARTITION_CUSTOM;
@@ -226,22 +234,25 @@ static int check_pipeline(const aa_json_ctx_t *c, const aa_strategy_t *s) {
                         "chunks per rank",
                         v, aa_pp_schedule_name(s->schedule));
   if (s->pp > 1 && v == 1 && s->schedule == AA_SCHEDULE_INTERLEAVED)
-    return aa_json_fail(c, AA_EINVAL, "schedule",
-                        "\"interleaved\" needs \"virtual_stages\" >= 2 (each pipeline rank holds several chunks)");
+    return aa_json_fail(
+        c, AA_EINVAL, "schedule",
+        "\"interleaved\" needs \"virtual_stages\" >= 2 (each pipeline rank holds several chunks)");
   if (s->partition != AA_PARTITION_CUSTOM) return 0;
   const int S = s->pp * v;
   if (s->n_bounds != S + 1)
-    return aa_json_fail(c, AA_EINVAL, "partition",
-                        "lists %d boundaries; pipeline %d x virtual_stages %d = %d stages need %d (0, ..., n_layer)",
-                        s->n_bounds, s->pp, v, S, S + 1);
+    return aa_json_fail(
+        c, AA_EINVAL, "partition",
+        "lists %d boundaries; pipeline %d x virtual_stages %d = %d stages need %d (0, ..., n_layer)",
+        s->n_bounds, s->pp, v, S, S + 1);
   if (s->bounds[0] != 0)
     return aa_json_fail(c, AA_EINVAL, "partition", "must start at block 0 (got %d)", s->bounds[0]);
   for (int k = 0; k < S; k++)
     if (s->bounds[k + 1] <= s->bounds[k])
-      return aa_json_fail(c, AA_EINVAL, "partition",
-                          "boundaries must increase (stage %d would hold blocks [%d, %d): every stage holds at "
-                          "least one block)",
-                          k, s->bounds[k], s->bounds[k + 1]);
+      return aa_json_fail(
+          c, AA_EINVAL, "partition",
+          "boundaries must increase (stage %d would hold blocks [%d, %d): every stage holds at "
+          "least one block)",
+          k, s->bounds[k], s->bounds[k + 1]);
   return 0;
 }
 
@@ -265,7 +276,8 @@ static int rename_aliases(const aa_json_ctx_t *c, const json_t *root, json_t **o
     if (json_object_get(r, key_aliases[i].key)) {
       const char *other = key_aliases[i].key;
       for (size_t k = 0; k < i; k++)
-        if (strcmp(key_aliases[k].key, key_aliases[i].key) == 0 && json_object_get(root, key_aliases[k].alias))
+        if (strcmp(key_aliases[k].key, key_aliases[i].key) == 0 &&
+            json_object_get(root, key_aliases[k].alias))
           other = key_aliases[k].alias;
       json_decref(r);
       return aa_json_fail(c, AA_EINVAL, key_aliases[i].alias, "gives %s again (as \"%s\"); give one of them",
@@ -469,7 +481,8 @@ static json_t *emit_pipeline(const aa_json_field_t *f, const aa_strategy_t *s) {
     const char *name = aa_pp_partition_name(s->partition);
     return strcmp(name, "?") ? json_string(name) : json_sprintf("<%d>", (int)s->partition);
   }
-  if (s->n_bounds < 0 || s->n_bounds > AA_STRATEGY_STAGES_MAX + 1) return json_sprintf("<%d bounds>", s->n_bounds);
+  if (s->n_bounds < 0 || s->n_bounds > AA_STRATEGY_STAGES_MAX + 1)
+    return json_sprintf("<%d bounds>", s->n_bounds);
   json_t *list = json_array();
   for (int k = 0; list && k < s->n_bounds; k++)
     if (json_array_append_new(list, json_integer(s->bounds[k]))) {

@@ -178,7 +178,8 @@ AA_TEST(key_follows_the_grammar) {
        "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.interleaved-v2"},
       {"\"parallel\": {\"pipeline\": 2}, \"partition\": \"parameters\"",
        "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.1f1b.part-params"},
-      {"\"parallel\": {\"pipeline\": 2}, \"partition\": \"uniform\"", "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.1f1b"},
+      {"\"parallel\": {\"pipeline\": 2}, \"partition\": \"uniform\"",
+       "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.1f1b"},
       {"\"parallel\": {\"pipeline\": 3}, \"schedule\": \"gpipe\", \"partition\": [0, 3, 6, 8]",
        "dp1.tp1.pp3.z0.fp32.ckpt-none.mb0.gpipe.part-0-3-6-8"},
       /* The schedule means nothing without a pipeline, so it is not in the key. */
@@ -260,8 +261,9 @@ AA_TEST(longest_key_fits) {
   s.vpp = 12;
   s.partition = AA_PARTITION_PARAMETERS;
   s.order = AA_ORDER_TPD;
-  CHECK_MSG(!strcmp(key_of(&s), "dp64.tp8.pp8.sp.z1.bf16.ckpt-full48.mb1024.interleaved-v12.part-params.order-tpd"),
-            "%s", key_of(&s));
+  CHECK_MSG(
+      !strcmp(key_of(&s), "dp64.tp8.pp8.sp.z1.bf16.ckpt-full48.mb1024.interleaved-v12.part-params.order-tpd"),
+      "%s", key_of(&s));
 }
 
 AA_TEST(key_field_must_match_the_fields) {
@@ -305,11 +307,14 @@ AA_TEST(every_field_rule_fires) {
        "virtual_stages: 2 needs the interleaved schedule (schedule is \"1f1b\")"},
       {"\"parallel\": {\"pipeline\": 2}, \"schedule\": \"interleaved\"",
        "schedule: \"interleaved\" needs \"virtual_stages\" >= 2"},
-      {"\"partition\": \"even\"", "partition: must be \"uniform\", \"parameters\" or a list of block boundaries"},
-      {"\"partition\": 3", "partition: must be \"uniform\", \"parameters\" or a list of block boundaries (got integer)"},
+      {"\"partition\": \"even\"",
+       "partition: must be \"uniform\", \"parameters\" or a list of block boundaries"},
+      {"\"partition\": 3",
+       "partition: must be \"uniform\", \"parameters\" or a list of block boundaries (got integer)"},
       {"\"parallel\": {\"pipeline\": 2}, \"partition\": [0, 4]",
        "partition: lists 2 boundaries; pipeline 2 x virtual_stages 1 = 2 stages need 3 (0, ..., n_layer)"},
-      {"\"parallel\": {\"pipeline\": 2}, \"partition\": [1, 2, 4]", "partition: must start at block 0 (got 1)"},
+      {"\"parallel\": {\"pipeline\": 2}, \"partition\": [1, 2, 4]",
+       "partition: must start at block 0 (got 1)"},
       {"\"parallel\": {\"pipeline\": 2}, \"partition\": [0, 2, 2]",
        "partition: boundaries must increase (stage 1 would hold blocks [2, 2)"},
       {"\"parallel\": {\"pipeline\": 2}, \"partition\": [0, -1, 4]",
@@ -711,14 +716,16 @@ AA_TEST(pipeline_fields_parse_write_and_read_back) {
   if (parse_ok(&s, "{" V1 ", \"parallel\": {\"data\": 2, \"pipeline\": 2}, \"zero\": 1, \"micro_batch\": 2, "
                    "\"schedule\": \"interleaved\", \"virtual_stages\": 2, \"partition\": [0, 1, 2, 3, 4]}"))
     return;
-  CHECK(s.pp == 2 && s.schedule == AA_SCHEDULE_INTERLEAVED && s.vpp == 2 && s.partition == AA_PARTITION_CUSTOM &&
-        s.n_bounds == 5 && s.bounds[4] == 4);
+  CHECK(s.pp == 2 && s.schedule == AA_SCHEDULE_INTERLEAVED && s.vpp == 2 &&
+        s.partition == AA_PARTITION_CUSTOM && s.n_bounds == 5 && s.bounds[4] == 4);
   char *text = NULL;
   CHECK_MSG(aa_strategy_to_json(&s, &text) == 0, "%s", aa_last_error());
   if (!text) return;
-  const char *sched = strstr(text, "\"schedule\": \"interleaved\""), *v = strstr(text, "\"virtual_stages\": 2,"),
+  const char *sched = strstr(text, "\"schedule\": \"interleaved\""),
+             *v = strstr(text, "\"virtual_stages\": 2,"),
              *part = strstr(text, "\"partition\": [\n    0,\n    1,"),
-             *key = strstr(text, "\"key\": \"dp2.tp1.pp2.z1.fp32.ckpt-none.mb2.interleaved-v2.part-0-1-2-3-4\"");
+             *key =
+                 strstr(text, "\"key\": \"dp2.tp1.pp2.z1.fp32.ckpt-none.mb2.interleaved-v2.part-0-1-2-3-4\"");
   CHECK_MSG(sched && v && part && key && sched < v && v < part && part < key, "%s", text);
   if (parse_ok(&back, text) == 0) CHECK(same(&s, &back));
   free(text);
@@ -747,7 +754,8 @@ AA_TEST(pipeline_aliases_mean_the_same) {
   } cases[] = {
       {"\"schedule\": \"1F1B\"", "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.1f1b"},
       {"\"schedule\": \"GPipe\"", "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.gpipe"},
-      {"\"schedule\": \"Interleaved1F1B\", \"virtual_stages\": 2", "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.interleaved-v2"},
+      {"\"schedule\": \"Interleaved1F1B\", \"virtual_stages\": 2",
+       "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.interleaved-v2"},
       {"\"schedule\": \"interleaved\", \"virtual_pipeline_model_parallel_size\": 2",
        "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.interleaved-v2"},
       {"\"partition_method\": \"parameters\"", "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.1f1b.part-params"},
@@ -761,15 +769,18 @@ AA_TEST(pipeline_aliases_mean_the_same) {
   }
   /* Merak's schedules that autoaccel does not run, and DeepSpeed's
    * layer-class cut, are refused with what they are. */
-  EXPECT_PARSE_ERROR("{" V1 ", \"schedule\": \"pre_recompute_1f1b\"}", AA_EUNSUPPORTED,
-                     "s.json: schedule: \"pre_recompute_1f1b\" is not supported by autoaccel (Merak's 1F1B that "
-                     "recomputes ahead of the backward");
-  EXPECT_PARSE_ERROR("{" V1 ", \"schedule\": \"ds_default\"}", AA_EUNSUPPORTED, "DeepSpeed's own TrainSchedule");
+  EXPECT_PARSE_ERROR(
+      "{" V1 ", \"schedule\": \"pre_recompute_1f1b\"}", AA_EUNSUPPORTED,
+      "s.json: schedule: \"pre_recompute_1f1b\" is not supported by autoaccel (Merak's 1F1B that "
+      "recomputes ahead of the backward");
+  EXPECT_PARSE_ERROR("{" V1 ", \"schedule\": \"ds_default\"}", AA_EUNSUPPORTED,
+                     "DeepSpeed's own TrainSchedule");
   EXPECT_PARSE_ERROR("{" V1 ", \"schedule\": \"shifted_critical_path\"}", AA_EUNSUPPORTED,
                      "Merak's shifted critical-path schedule");
-  EXPECT_PARSE_ERROR("{" V1 ", \"partition_method\": \"type:Block\"}", AA_EUNSUPPORTED,
-                     "s.json: partition: \"type:Block\" is not supported by autoaccel (it balances the layers of a "
-                     "class");
+  EXPECT_PARSE_ERROR(
+      "{" V1 ", \"partition_method\": \"type:Block\"}", AA_EUNSUPPORTED,
+      "s.json: partition: \"type:Block\" is not supported by autoaccel (it balances the layers of a "
+      "class");
 }
 
 /* --- the mesh's numbering: axis order and rank order ------------------------ */
@@ -981,7 +992,8 @@ AA_TEST(atorch_options_that_map_exactly_are_honoured) {
       {"[[\"checkpoint\", [\"Block\", \"GPT2Block\"]]]", "dp1.tp1.pp1.z0.fp32.ckpt-full.mb0"},
       {"[[\"checkpoint\", {\"wrap_class\": [\"GPT2Block\"]}]]", "dp1.tp1.pp1.z0.fp32.ckpt-full.mb0"},
       {"[[\"zero1\", {\"use_ds_zero\": true}]]", "dp1.tp1.pp1.z1.fp32.ckpt-none.mb0"},
-      {"[[\"zero2\", {\"not_use_fsdp\": true, \"use_ds_zero\": false}]]", "dp1.tp1.pp1.z2.fp32.ckpt-none.mb0"},
+      {"[[\"zero2\", {\"not_use_fsdp\": true, \"use_ds_zero\": false}]]",
+       "dp1.tp1.pp1.z2.fp32.ckpt-none.mb0"},
       {"[[\"zero2\", {\"sharding_strategy\": \"SHARD_GRAD_OP\", \"cpu_offload\": false}]]",
        "dp1.tp1.pp1.z2.fp32.ckpt-none.mb0"},
       {"[[\"fsdp\", {\"sharding_strategy\": \"ShardingStrategy.SHARD_GRAD_OP\"}]]",
@@ -1023,39 +1035,47 @@ AA_TEST(atorch_options_autoaccel_cannot_honour_are_refused_by_name) {
     const char *json, *needle;
   } cases[] = {
       {"[[\"fsdp\", {\"cpu_offload\": true}]]",
-       "s.json: item 1 (fsdp): option \"cpu_offload\": true is not supported by autoaccel (it would train without "
+       "s.json: item 1 (fsdp): option \"cpu_offload\": true is not supported by autoaccel (it would train "
+       "without "
        "offload: autoaccel keeps every state on the device); honoured: false"},
       {"[\"zero1\", [\"checkpoint\", {\"wrap_class\": [\"GPT2Attention\"]}]]",
-       "s.json: item 2 (checkpoint): option \"wrap_class\": module class \"GPT2Attention\" is not supported by "
+       "s.json: item 2 (checkpoint): option \"wrap_class\": module class \"GPT2Attention\" is not supported "
+       "by "
        "autoaccel (autoaccel cannot checkpoint or shard attention alone"},
       {"[[\"checkpoint\", [\"GPT2Block\", \"GPT2MLP\"]]]",
-       "item 1 (checkpoint): config: module class \"GPT2MLP\" is not supported by autoaccel (checkpointing the MLP "
+       "item 1 (checkpoint): config: module class \"GPT2MLP\" is not supported by autoaccel (checkpointing "
+       "the MLP "
        "recomputes fc, GELU and proj"},
       {"[[\"checkpoint\", \"Linear\"]]",
        "config: module class \"Linear\" is not supported by autoaccel (not the transformer block; autoaccel "
        "checkpoints whole blocks); honoured: GPT2Block, Block (the transformer block)"},
       {"[[\"checkpoint\", {\"use_reentrant\": false}]]",
-       "item 1 (checkpoint): option \"use_reentrant\" is not supported by autoaccel; supported options: wrap_class"},
+       "item 1 (checkpoint): option \"use_reentrant\" is not supported by autoaccel; supported options: "
+       "wrap_class"},
       {"[[\"amp_native\", {\"enabled\": false}]]",
        "item 1 (amp_native): option \"enabled\": false is not supported by autoaccel (amp_native that is not "
        "enabled trains in fp32; leave amp_native out instead); honoured: true"},
-      {"[[\"zero1\", {\"overlap_comm\": true}]]",
-       "item 1 (zero1): option \"overlap_comm\" is not supported by autoaccel; supported options: use_ds_zero"},
+      {"[[\"zero1\", {\"overlap_comm\": true}]]", "item 1 (zero1): option \"overlap_comm\" is not supported "
+                                                  "by autoaccel; supported options: use_ds_zero"},
       {"[[\"zero2\", {\"sharding_strategy\": \"FULL_SHARD\"}]]",
-       "item 1 (zero2): option \"sharding_strategy\": \"FULL_SHARD\" is not supported by autoaccel (zero2 shards "
+       "item 1 (zero2): option \"sharding_strategy\": \"FULL_SHARD\" is not supported by autoaccel (zero2 "
+       "shards "
        "gradients and optimizer states; give fsdp for another stage); honoured: SHARD_GRAD_OP"},
       {"[[\"fsdp\", {\"sharding_strategy\": \"HYBRID_SHARD\"}]]",
-       "option \"sharding_strategy\": \"HYBRID_SHARD\" is not supported by autoaccel (it shards within a host"},
+       "option \"sharding_strategy\": \"HYBRID_SHARD\" is not supported by autoaccel (it shards within a "
+       "host"},
       {"[[\"fsdp\", {\"atorch_wrap_cls\": [\"GPT2Block\", \"Embedding\"]}]]",
        "item 1 (fsdp): option \"atorch_wrap_cls\": module class \"Embedding\" is not supported by autoaccel "
        "(autoaccel's ZeRO units are the transformer blocks, the embeddings and the final norm)"},
       {"[[\"fsdp\", {\"forward_prefetch\": true}]]",
-       "option \"forward_prefetch\": true is not supported by autoaccel (autoaccel gathers a block's parameters "
+       "option \"forward_prefetch\": true is not supported by autoaccel (autoaccel gathers a block's "
+       "parameters "
        "when the forward reaches it, without prefetching the next); honoured: false"},
       {"[[\"fsdp\", {\"backward_prefetch\": \"BACKWARD_PRE\"}]]",
        "option \"backward_prefetch\": \"BACKWARD_PRE\" is not supported by autoaccel"},
       {"[[\"fsdp\", {\"mixed_precision\": {}}]]",
-       "item 1 (fsdp): option \"mixed_precision\" is not supported by autoaccel (FSDP's own mixed precision; give "
+       "item 1 (fsdp): option \"mixed_precision\" is not supported by autoaccel (FSDP's own mixed precision; "
+       "give "
        "amp_native for mixed precision); supported options: sharding_strategy, cpu_offload, atorch_wrap_cls, "
        "sync_module_states, use_orig_params, limit_all_gathers, forward_prefetch, backward_prefetch"},
       {"[[\"fsdp\", {\"atorch_size_based_min_num_params\": 100000}]]",
@@ -1064,13 +1084,15 @@ AA_TEST(atorch_options_autoaccel_cannot_honour_are_refused_by_name) {
        "item 1 (zero2): option \"wrap_trainable_outmost\" is not supported by autoaccel (it wraps only the "
        "trainable parameters"},
       {"[[\"tensor_parallel\", {\"shard_planner\": \"mip\"}]]",
-       "item 1 (tensor_parallel): option \"shard_planner\" is not supported by autoaccel (autoaccel splits attention "
+       "item 1 (tensor_parallel): option \"shard_planner\" is not supported by autoaccel (autoaccel splits "
+       "attention "
        "and the MLP as Megatron does and takes no sharding plan); supported options: degree"},
-      {"[[\"pipeline_parallel\", {\"chunks\": 8}]]",
-       "item 1 (pipeline_parallel): option \"chunks\": 8 is not supported by autoaccel (the micro-batch count "
-       "follows from micro_batch"},
+      {"[[\"pipeline_parallel\", {\"chunks\": 8}]]", "item 1 (pipeline_parallel): option \"chunks\": 8 is "
+                                                     "not supported by autoaccel (the micro-batch count "
+                                                     "follows from micro_batch"},
       {"[[\"pipeline_parallel\", {\"insert_before_modules\": [\"h.2\"]}]]",
-       "option \"insert_before_modules\" is not supported by autoaccel (autoaccel cuts between transformer blocks"},
+       "option \"insert_before_modules\" is not supported by autoaccel (autoaccel cuts between transformer "
+       "blocks"},
       {"[[\"parallel_mode\", [[[\"data\", 2]], null, true]]]",
        "item 1 (parallel_mode): support_multi_parallel_instance: true is not supported by autoaccel"},
   };
@@ -1088,10 +1110,10 @@ AA_TEST(atorch_options_autoaccel_cannot_honour_are_refused_by_name) {
   EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"sche\": \"1f1b\", \"pipe_schedule\": \"1F1B\"}]]", AA_EINVAL,
                      "config gives both sche and pipe_schedule; give one");
   /* nstages against the pipeline degree, and the schedule that runs it. */
-  EXPECT_PARSE_ERROR("[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"nstages\": 3}]]",
-                     AA_EINVAL,
-                     "item 2 (pipeline_parallel): nstages 3 must be a multiple of the pipeline degree 2 (each "
-                     "pipeline rank holds nstages / pp stages)");
+  EXPECT_PARSE_ERROR(
+      "[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"nstages\": 3}]]", AA_EINVAL,
+      "item 2 (pipeline_parallel): nstages 3 must be a multiple of the pipeline degree 2 (each "
+      "pipeline rank holds nstages / pp stages)");
   EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"nstages\": 2}]]", AA_EINVAL,
                      "item 1 (pipeline_parallel): nstages 2 needs pipeline parallelism");
   EXPECT_PARSE_ERROR("[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"nstages\": 4, "
@@ -1099,11 +1121,12 @@ AA_TEST(atorch_options_autoaccel_cannot_honour_are_refused_by_name) {
                      AA_EINVAL,
                      "nstages 4 gives each of the 2 pipeline ranks 2 stages, which only Interleaved1F1B runs "
                      "(schedule is GPipe)");
-  EXPECT_PARSE_ERROR("[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"pipe_schedule\": "
-                     "\"Interleaved1F1B\"}]]",
-                     AA_EINVAL,
-                     "Interleaved1F1B needs several stages per pipeline rank: give nstages = k x the pipeline "
-                     "degree 2 with k >= 2 (nstages is 2), or the schedule 1F1B");
+  EXPECT_PARSE_ERROR(
+      "[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"pipe_schedule\": "
+      "\"Interleaved1F1B\"}]]",
+      AA_EINVAL,
+      "Interleaved1F1B needs several stages per pipeline rank: give nstages = k x the pipeline "
+      "degree 2 with k >= 2 (nstages is 2), or the schedule 1F1B");
   EXPECT_PARSE_ERROR("[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"nstages\": 34}]]",
                      AA_EINVAL, "nstages 34 over pipeline degree 2 gives each rank 17 stages; at most 16");
 }
@@ -1210,9 +1233,9 @@ AA_TEST(every_resolve_rule_fires) {
   expect_resolve_error(__LINE__, "\"parallel\": {\"pipeline\": 8}", 0,
                        "pipeline parallel degree 8 x virtual_stages 1 = 8 stages: more than n_layer 4 (every "
                        "stage holds at least one block)");
-  expect_resolve_error(__LINE__,
-                       "\"parallel\": {\"pipeline\": 4}, \"schedule\": \"interleaved\", \"virtual_stages\": 2", 0,
-                       "pipeline parallel degree 4 x virtual_stages 2 = 8 stages: more than n_layer 4");
+  expect_resolve_error(
+      __LINE__, "\"parallel\": {\"pipeline\": 4}, \"schedule\": \"interleaved\", \"virtual_stages\": 2", 0,
+      "pipeline parallel degree 4 x virtual_stages 2 = 8 stages: more than n_layer 4");
   expect_resolve_error(__LINE__, "\"parallel\": {\"pipeline\": 2}, \"partition\": [0, 1, 5]", 0,
                        "custom partition must start at 0 and end at n_layer 4 (it runs from 0 to 5)");
   expect_resolve_error(__LINE__, "\"parallel\": {\"data\": 3}", 0,
@@ -1250,20 +1273,23 @@ AA_TEST(every_resolve_rule_fires) {
   expect_resolve_ok_on(__LINE__, &tiny, "\"parallel\": {\"pipeline\": 2}", 2);
   expect_resolve_ok_on(__LINE__, &tiny, "\"parallel\": {\"pipeline\": 3}, \"micro_batch\": 1", 3);
   expect_resolve_ok_on(__LINE__, &tiny, "\"parallel\": {\"data\": 2, \"pipeline\": 2}, \"zero\": 1", 4);
-  expect_resolve_ok_on(__LINE__, &tiny,
-                       "\"parallel\": {\"pipeline\": 2}, \"schedule\": \"interleaved\", \"virtual_stages\": 2, "
-                       "\"partition\": [0, 1, 2, 3, 4], \"micro_batch\": 8",
-                       2);
-  expect_resolve_error(__LINE__,
-                       "\"parallel\": {\"pipeline\": 2}, \"schedule\": \"interleaved\", \"virtual_stages\": 2", 2,
-                       "the interleaved schedule runs micro-batches in groups of pp: the accumulation steps "
-                       "global_batch / (dp * micro_batch) = 16 / (1 * 16) = 1 must be a multiple of the pipeline "
-                       "degree 2");
-  expect_resolve_error(__LINE__, "\"parallel\": {\"data\": 2, \"pipeline\": 2}, \"zero\": 2", 4,
-                       "ZeRO stage 2 with pipeline parallel degree 2: ZeRO-2/3 reduce-scatter or gather every "
-                       "micro-batch, and a pipeline runs many micro-batches interleaved across stages; DeepSpeed "
-                       "refuses the same combination; use ZeRO-1 (zero1) with pipeline parallelism");
-  expect_resolve_error(__LINE__, "\"parallel\": {\"pipeline\": 2}, \"zero\": 3", 2, "ZeRO stage 3 with pipeline");
+  expect_resolve_ok_on(
+      __LINE__, &tiny,
+      "\"parallel\": {\"pipeline\": 2}, \"schedule\": \"interleaved\", \"virtual_stages\": 2, "
+      "\"partition\": [0, 1, 2, 3, 4], \"micro_batch\": 8",
+      2);
+  expect_resolve_error(
+      __LINE__, "\"parallel\": {\"pipeline\": 2}, \"schedule\": \"interleaved\", \"virtual_stages\": 2", 2,
+      "the interleaved schedule runs micro-batches in groups of pp: the accumulation steps "
+      "global_batch / (dp * micro_batch) = 16 / (1 * 16) = 1 must be a multiple of the pipeline "
+      "degree 2");
+  expect_resolve_error(
+      __LINE__, "\"parallel\": {\"data\": 2, \"pipeline\": 2}, \"zero\": 2", 4,
+      "ZeRO stage 2 with pipeline parallel degree 2: ZeRO-2/3 reduce-scatter or gather every "
+      "micro-batch, and a pipeline runs many micro-batches interleaved across stages; DeepSpeed "
+      "refuses the same combination; use ZeRO-1 (zero1) with pipeline parallelism");
+  expect_resolve_error(__LINE__, "\"parallel\": {\"pipeline\": 2}, \"zero\": 3", 2,
+                       "ZeRO stage 3 with pipeline");
 }
 
 AA_TEST(resolve_refuses_an_out_of_range_struct) {

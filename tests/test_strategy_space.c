@@ -1,8 +1,7 @@
 /* The search space (strategies/space.h): what exists for a pool (gangs of
  * data x tensor x pipeline ranks, sequence parallelism, pipeline shapes,
- * ZeRO, precision, checkpointing, micro-batch), in the order the planner's search tries it (the counts and first keys its
- * enumeration tests pin, tests/test_planner.c), and the method names
- * `exclude` accepts. */
+ * ZeRO, precision, checkpointing, micro-batch), in the order the planner's search tries it (the counts and
+ * first keys its enumeration tests pin, tests/test_planner.c), and the method names `exclude` accepts. */
 #include "common/aa.h"
 #include "common/spec.h"
 #include "strategies/pipeline.h"
@@ -69,8 +68,8 @@ AA_TEST(one_cpu_device_gives_amp_by_checkpoint_by_micro_batch_larger_first) {
 AA_TEST(a_pool_gives_larger_gangs_first_and_smaller_tensor_degrees_within_one) {
   static const aa_space_layout_t want[] = {
       {4, 1, 0, 1}, {2, 2, 0, 1}, {2, 2, 1, 1}, {1, 4, 0, 1}, {1, 4, 1, 1}, /* world 4 */
-      {1, 3, 0, 1}, {1, 3, 1, 1},                                        /* world 3: dp 3 does not divide 4 */
-      {2, 1, 0, 1}, {1, 2, 0, 1}, {1, 2, 1, 1},                          /* world 2 */
+      {1, 3, 0, 1}, {1, 3, 1, 1},               /* world 3: dp 3 does not divide 4 */
+      {2, 1, 0, 1}, {1, 2, 0, 1}, {1, 2, 1, 1}, /* world 2 */
       {1, 1, 0, 1},
   };
   const size_t nwant = sizeof want / sizeof want[0];
@@ -241,7 +240,8 @@ AA_TEST(a_pool_with_a_model_has_pipelines) {
   /* Two devices: 108 pipeline candidates (pp 2: 1f1b, interleaved-v2 and
    * gpipe, 9 settings each, micro-batches 8, 4, 2, 1). */
   pool.devices = 2;
-  CHECK_MSG(aa_space_enumerate(NULL, NULL, 0, &pool) == 279 + 108, "%zu", aa_space_enumerate(NULL, NULL, 0, &pool));
+  CHECK_MSG(aa_space_enumerate(NULL, NULL, 0, &pool) == 279 + 108, "%zu",
+            aa_space_enumerate(NULL, NULL, 0, &pool));
 }
 
 /* The parameters cut is a candidate only where it cuts elsewhere than the
