@@ -11,6 +11,7 @@
 #include "common/mem.h"
 #include "common/spec.h"
 #include "strategies/cost.h"
+#include "strategies/pipeline.h"
 #include "strategies/strategy.h"
 
 #define MAX_WORLD 65536
@@ -130,10 +131,25 @@ static void print_words(const aa_strategy_t *s) {
     printf("micro batch:       %d sequences per rank per forward/backward\n", s->micro_batch);
   else
     printf("micro batch:       the whole per-rank batch (global_batch / dp)\n");
-  if (s->pp > 1)
-    printf("pipeline schedule: %s\n", s->schedule == AA_SCHEDULE_GPIPE ? "gpipe" : "1f1b");
-  else
+  if (s->pp > 1) {
+    if (s->schedule == AA_SCHEDULE_INTERLEAVED)
+      printf("pipeline schedule: interleaved 1F1B, %d virtual stages per rank\n", s->vpp);
+    else
+      printf("pipeline schedule: %s\n", aa_pp_schedule_name(s->schedule));
+    printf("pipeline cut:      ");
+    if (s->partition == AA_PARTITION_CUSTOM) {
+      printf("custom, blocks");
+      for (int k = 0; k + 1 < s->n_bounds; k++)
+        printf(" [%d, %d)", s->bounds[k], s->bounds[k + 1]);
+      printf("\n");
+    } else {
+      printf("%s\n", s->partition == AA_PARTITION_PARAMETERS
+                         ? "parameters: the largest stage as small as it can be"
+                         : "uniform: equal block counts");
+    }
+  } else {
     printf("pipeline schedule: none (no pipeline)\n");
+  }
 
   if (!s->model_name[0] && !s->model_hash[0] && !s->hardware[0] && !s->tokens_per_s && !s->peak_bytes &&
       !s->date[0]) {
@@ -228,6 +244,14 @@ static int cmd_check(int argc, char **argv) {
   aa_arch_hash(&spec.arch, hash);
   printf("ok: %s is valid for %s (accumulation steps %d)\n", key, spec.name,
          aa_strategy_accum_steps(&s, &spec));
+  /* Where the cut falls, which a uniform or parameters cut leaves to the model. */
+  int bounds[AA_STRATEGY_STAGES_MAX + 1];
+  if (s.pp > 1 && !aa_pp_bounds(&spec.arch, &s, bounds)) {
+    printf("stages: %s, virtual stage k on pipeline rank k %% %d:", aa_pp_partition_name(s.partition), s.pp);
+    for (int k = 0; k < aa_pp_stages(&s); k++)
+      printf(" [%d, %d)", bounds[k], bounds[k + 1]);
+    printf("\n");
+  }
   /* Valid, but its measurements describe another model. */
   if (s.model_hash[0] && strcmp(s.model_hash, hash) != 0)
     printf("note: measured on another architecture (hash %s; %s has %s)\n", s.model_hash, spec.name, hash);
@@ -239,8 +263,9 @@ static int cmd_check(int argc, char **argv) {
   printf("memory: a rank needs at least %s", need);
   if (memory) printf(", %s %s", m.total <= memory ? "fits in" : "more than", aa_mem_fmt(have, memory));
   double flops = aa_cost_flops_per_token(&spec.arch, &s);
-  printf("\nwork: %.4g %s per token%s (6N + 12LCT%s)\n", flops >= 1e9 ? flops / 1e9 : flops / 1e6,
+  printf("\nwork: %.4g %s per token%s%s (6N + 12LCT%s)\n", flops >= 1e9 ? flops / 1e9 : flops / 1e6,
          flops >= 1e9 ? "GFLOP" : "MFLOP", s.tp > 1 ? " on each tensor rank" : "",
+         s.pp > 1 ? ", shared by the pipeline's stages" : "",
          s.ckpt == AA_CKPT_FULL ? " and the recomputed forward" : "");
   aa_cost_comm_t cc;
   aa_cost_comm(&spec.arch, &s, aa_strategy_accum_steps(&s, &spec), &cc);

@@ -45,8 +45,11 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
   if (devices < 1 || devices > AA_PROTO_WORLD_MAX)
     return aa_error(AA_EINVAL, "search: %d devices is outside 1..%d", devices, AA_PROTO_WORLD_MAX);
   /* What exists, in the order to try it: strategies/space.h. */
-  const aa_space_pool_t pool = {
-      .devices = devices, .global_batch = spec->train.global_batch, .cuda = s->cuda, .exclude = exclude};
+  const aa_space_pool_t pool = {.devices = devices,
+                                .global_batch = spec->train.global_batch,
+                                .cuda = s->cuda,
+                                .exclude = exclude,
+                                .arch = &spec->arch};
   size_t n = aa_space_enumerate(NULL, NULL, 0, &pool);
   if (n == 0) return aa_error(AA_EINVAL, "search: every strategy is excluded");
   aa_strategy_t *strat = calloc(n, sizeof *strat);
@@ -84,6 +87,18 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
   return 0;
 }
 
+/* Whether a and b cut the model into the same pipeline stages and run
+ * them in the same schedule: aa_cost_dominated compares the degrees and
+ * the knobs of one rank's work, not the bubble a schedule leaves, so two
+ * shapes are never compared. */
+static bool same_pipeline(const aa_strategy_t *a, const aa_strategy_t *b) {
+  if (a->pp != b->pp) return false;
+  if (a->pp == 1) return true;
+  return a->schedule == b->schedule && a->vpp == b->vpp && a->partition == b->partition &&
+         a->n_bounds == b->n_bounds &&
+         !memcmp(a->bounds, b->bounds, sizeof a->bounds[0] * (size_t)a->n_bounds);
+}
+
 /* A candidate that does at least the work of one measured ok (or skipped
  * by its setting's micro-batch stop) cannot win: the enumeration puts the
  * cheaper knob first (no checkpointing, ZeRO 2 before 3, on CPUs fp32),
@@ -93,7 +108,9 @@ static bool dominated(const aa_search_t *s, aa_cand_t *c) {
   for (size_t k = 0; k < s->n; k++) {
     const aa_cand_t *m = &s->c[k];
     bool ok = m->state == AA_CAND_DONE && m->status == AA_STORE_RUN_OK;
-    if ((!ok && !m->skipped) || !aa_cost_dominated(&c->s, &m->s, s->cuda, why, sizeof why)) continue;
+    if ((!ok && !m->skipped) || !same_pipeline(&c->s, &m->s) ||
+        !aa_cost_dominated(&c->s, &m->s, s->cuda, why, sizeof why))
+      continue;
     if (ok)
       snprintf(c->reason, sizeof c->reason, "not measured: %s does at least the work of %s (%.0f tokens/s): %s",
                c->key, m->key, m->tokens_per_s, why);
@@ -106,11 +123,14 @@ static bool dominated(const aa_search_t *s, aa_cand_t *c) {
 }
 
 /* A candidate that could not beat the best measured run even at the
- * devices' peak: dp * peak / (the FLOPs a rank must execute per token of
- * its replica) is a bound no implementation passes (strategies/cost.h). */
+ * devices' peak: dp * pp * peak / (the FLOPs a tensor group must execute
+ * per token of its replica) is a bound no implementation passes
+ * (strategies/cost.h counts a tensor rank's FLOPs over the whole model;
+ * the pp stages of a replica share them, at best evenly and without a
+ * bubble). */
 static bool beyond_peak(const aa_search_t *s, aa_cand_t *c) {
   if (!(s->peak_flops > 0) || !(s->best > 0)) return false;
-  double bound = c->s.dp * s->peak_flops / aa_cost_min_flops_per_token(&s->arch, &c->s);
+  double bound = (double)c->s.dp * c->s.pp * s->peak_flops / aa_cost_min_flops_per_token(&s->arch, &c->s);
   if (bound >= s->best) return false;
   snprintf(c->reason, sizeof c->reason,
            "not measured: at the devices' peak of %.0f TFLOP/s each it would reach at most %.0f tokens/s, and %.0f "
@@ -150,8 +170,9 @@ double aa__search_predict(const aa_search_t *s, int i) {
     const aa_cand_t *m = &s->c[k];
     if (m->state != AA_CAND_DONE || m->status != AA_STORE_RUN_OK || !(m->tokens_per_s > 0)) continue;
     double d = 4.0 * (m->s.amp != c->s.amp) + 2.0 * (m->s.dp != c->s.dp) + 2.0 * (m->s.tp != c->s.tp) +
-               (m->s.sp != c->s.sp) + (m->s.zero != c->s.zero) + (m->s.ckpt != c->s.ckpt) +
-               fabs(log2((double)m->s.dp / c->s.dp)) + fabs(log2((double)m->s.tp / c->s.tp)) +
+               2.0 * (m->s.pp != c->s.pp) + !same_pipeline(&m->s, &c->s) + (m->s.sp != c->s.sp) +
+               (m->s.zero != c->s.zero) + (m->s.ckpt != c->s.ckpt) + fabs(log2((double)m->s.dp / c->s.dp)) +
+               fabs(log2((double)m->s.tp / c->s.tp)) + fabs(log2((double)m->s.pp / c->s.pp)) +
                fabs(log2((double)m->s.micro_batch / c->s.micro_batch));
     if (d <= best) {
       best = d;
@@ -159,10 +180,11 @@ double aa__search_predict(const aa_search_t *s, int i) {
     }
   }
   if (!near) return 0;
-  /* A rank of a strategy training r tokens/s runs r / dp x (its FLOPs per
-   * token of its replica) FLOP/s (strategies/cost.h). */
-  double rate = near->tokens_per_s * aa_cost_flops_per_token(&s->arch, &near->s) / near->s.dp;
-  return c->s.dp * rate / aa_cost_flops_per_token(&s->arch, &c->s);
+  /* A rank of a strategy training r tokens/s runs r / (dp * pp) x (its
+   * tensor group's FLOPs per token of its replica, which the pp stages
+   * share) FLOP/s (strategies/cost.h), the bubble aside. */
+  double rate = near->tokens_per_s * aa_cost_flops_per_token(&s->arch, &near->s) / (near->s.dp * near->s.pp);
+  return (double)c->s.dp * c->s.pp * rate / aa_cost_flops_per_token(&s->arch, &c->s);
 }
 
 void aa__search_stop(aa_search_t *s, const char *reason) {

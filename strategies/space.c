@@ -3,6 +3,7 @@
 #include "space.h"
 
 #include "../common/json.h"
+#include "pipeline.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -105,15 +106,23 @@ const char *aa_space_method_names(char *buf, size_t cap, unsigned bits) {
     (n)++;                                                                                                   \
   } while (0)
 
-/* Where layout_next is: the world, the tensor degree (0 before the first
- * layout) and sp. */
+/* Where layout_next is: the world, the pipeline and tensor degrees (tp 0
+ * before the first layout) and sp. */
 typedef struct {
-  int world, tp, sp;
+  int world, pp, tp, sp;
 } cursor_t;
 
+/* The largest pipeline degree of a world in the pool: 1 without the
+ * model or with pipelines excluded; else at most n_layer (a stage holds a
+ * block at least). */
+static int pp_max(const aa_space_pool_t *p, int world) {
+  if (!p->arch || (p->exclude & AA_SPACE_EX_PP)) return 1;
+  return world < p->arch->n_layer ? world : p->arch->n_layer;
+}
+
 /* Steps c to the next layout of the pool in the order of aa_space_layouts
- * and writes it to *out; false when there is none left. The walk is
- * quadratic in the devices, which the protocol bounds (AA_PROTO_WORLD_MAX). */
+ * and writes it to *out; false when there is none left. The walk is cubic
+ * in the devices at worst, which the protocol bounds (AA_PROTO_WORLD_MAX). */
 static bool layout_next(cursor_t *c, const aa_space_pool_t *p, aa_space_layout_t *out) {
   if (p->global_batch < 1) return false;
   for (;;) {
@@ -121,20 +130,25 @@ static bool layout_next(cursor_t *c, const aa_space_pool_t *p, aa_space_layout_t
       c->sp = 1;
     } else {
       c->sp = 0;
-      /* With tensor parallelism excluded, a world has its tp = 1 layout only. */
-      if (++c->tp > c->world || (c->tp > 1 && (p->exclude & AA_SPACE_EX_TP))) {
+      /* With tensor parallelism excluded, a world has its tp = 1 layouts only. */
+      if (++c->tp > c->world / c->pp || (c->tp > 1 && (p->exclude & AA_SPACE_EX_TP))) {
         c->tp = 1;
-        if (--c->world < 1) return false;
+        if (++c->pp > pp_max(p, c->world)) {
+          c->pp = 1;
+          if (--c->world < 1) return false;
+        }
       }
     }
-    if (c->world % c->tp || p->global_batch % (c->world / c->tp)) continue;
-    *out = (aa_space_layout_t){.dp = c->world / c->tp, .tp = c->tp, .sp = c->sp};
+    if (c->world % c->pp || (c->world / c->pp) % c->tp) continue;
+    const int dp = c->world / (c->pp * c->tp);
+    if (p->global_batch % dp) continue;
+    *out = (aa_space_layout_t){.dp = dp, .tp = c->tp, .sp = c->sp, .pp = c->pp};
     return true;
   }
 }
 
 size_t aa_space_layouts(aa_space_layout_t *out, size_t cap, const aa_space_pool_t *pool) {
-  cursor_t c = {.world = pool->devices};
+  cursor_t c = {.world = pool->devices, .pp = 1};
   aa_space_layout_t l;
   size_t n = 0;
   while (layout_next(&c, pool, &l))
@@ -177,40 +191,84 @@ size_t aa_space_micro_batches(int *out, size_t cap, int per_rank) {
 /* No int has more divisors than 2095133040 (1600; the next number with
  * more exceeds INT_MAX), so any per-rank batch's micro-batches fit. */
 #define MAX_DIVISORS 1600
+/* 1f1b, interleaved and gpipe, each uniform and by parameters. */
+#define MAX_SHAPES 6
+
+/* The pipeline shapes of layout l (see aa_space_enumerate) into out, as
+ * strategies with the layout set; returns how many. */
+static size_t pipeline_shapes(aa_strategy_t out[MAX_SHAPES], const aa_space_layout_t *l,
+                              const aa_space_pool_t *p) {
+  static const aa_pp_schedule_t schedules[] = {AA_SCHEDULE_1F1B, AA_SCHEDULE_INTERLEAVED, AA_SCHEDULE_GPIPE};
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.dp = l->dp;
+  s.tp = l->tp;
+  s.sp = l->sp;
+  s.pp = l->pp;
+  if (l->pp == 1) {
+    out[0] = s;
+    return 1;
+  }
+  size_t n = 0;
+  for (size_t k = 0; k < sizeof schedules / sizeof schedules[0]; k++) {
+    s.schedule = schedules[k];
+    s.vpp = s.schedule == AA_SCHEDULE_INTERLEAVED ? 2 : 1;
+    s.partition = AA_PARTITION_UNIFORM;
+    int uniform[AA_STRATEGY_STAGES_MAX + 1], params[AA_STRATEGY_STAGES_MAX + 1];
+    if (aa_pp_bounds(p->arch, &s, uniform)) continue; /* more stages than blocks */
+    out[n++] = s;
+    s.partition = AA_PARTITION_PARAMETERS;
+    if (!aa_pp_bounds(p->arch, &s, params) &&
+        memcmp(uniform, params, sizeof uniform[0] * (size_t)(aa_pp_stages(&s) + 1)) != 0)
+      out[n++] = s;
+  }
+  return n;
+}
 
 size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa_space_pool_t *pool) {
   if (pool->devices < 1 || pool->global_batch < 1) return 0;
-  int mbs[MAX_DIVISORS], zeros[4];
+  int divisors[MAX_DIVISORS], mbs[MAX_DIVISORS], zeros[4];
   aa_dtype_t amps[3];
   aa_ckpt_mode_t ckpts[3];
+  aa_strategy_t shapes[MAX_SHAPES];
   size_t n = 0, nsettings = 0;
   size_t nckpt = aa_space_ckpt_modes(ckpts, 3, pool->exclude);
   size_t namp = aa_space_precisions(amps, 3, pool->cuda, pool->exclude);
-  cursor_t cur = {.world = pool->devices};
+  cursor_t cur = {.world = pool->devices, .pp = 1};
   aa_space_layout_t l;
   while (layout_next(&cur, pool, &l)) {
-    const int dp = l.dp;
-    size_t nmb = aa_space_micro_batches(mbs, MAX_DIVISORS, pool->global_batch / dp);
-    assert(nmb <= MAX_DIVISORS);
+    const int dp = l.dp, per_rank = pool->global_batch / dp;
+    size_t ndiv = aa_space_micro_batches(divisors, MAX_DIVISORS, per_rank);
+    assert(ndiv <= MAX_DIVISORS);
     size_t nzero = aa_space_zero_stages(zeros, 4, dp, pool->exclude);
-    for (size_t z = 0; z < nzero; z++)
-      for (size_t a = 0; a < namp; a++)
-        for (size_t k = 0; k < nckpt; k++, nsettings++)
-          for (size_t b = 0; b < nmb; b++) {
-            if (n < cap) {
-              aa_strategy_t *s = &out[n];
-              aa_strategy_default(s);
-              s->dp = dp;
-              s->tp = l.tp;
-              s->sp = l.sp;
-              s->zero = zeros[z];
-              s->amp = amps[a];
-              s->ckpt = ckpts[k];
-              s->micro_batch = mbs[b];
-              if (setting) setting[n] = (int)nsettings;
+    if (l.pp > 1)
+      while (nzero > 0 && zeros[nzero - 1] >= 2)
+        nzero--;
+    size_t nshape = pipeline_shapes(shapes, &l, pool);
+    for (size_t h = 0; h < nshape; h++) {
+      const bool interleaved = shapes[h].schedule == AA_SCHEDULE_INTERLEAVED;
+      size_t nmb = 0;
+      for (size_t b = 0; b < ndiv; b++) {
+        const int m = per_rank / divisors[b];
+        if (l.pp == 1 || (m >= l.pp && (!interleaved || m % l.pp == 0))) mbs[nmb++] = divisors[b];
+      }
+      if (nmb == 0) continue;
+      for (size_t z = 0; z < nzero; z++)
+        for (size_t a = 0; a < namp; a++)
+          for (size_t k = 0; k < nckpt; k++, nsettings++)
+            for (size_t b = 0; b < nmb; b++) {
+              if (n < cap) {
+                aa_strategy_t *s = &out[n];
+                *s = shapes[h];
+                s->zero = zeros[z];
+                s->amp = amps[a];
+                s->ckpt = ckpts[k];
+                s->micro_batch = mbs[b];
+                if (setting) setting[n] = (int)nsettings;
+              }
+              n++;
             }
-            n++;
-          }
+    }
   }
   return n;
 }

@@ -24,7 +24,7 @@ enum {
   AA_SPACE_EX_ZERO2 = 1u << 6,
   AA_SPACE_EX_ZERO3 = 1u << 7,
   AA_SPACE_EX_TP = 1u << 8,  /* tensor parallelism (tp > 1), with or without sequence parallelism */
-  AA_SPACE_EX_PP = 1u << 9,  /* pipeline parallelism: accepted; the space has none yet */
+  AA_SPACE_EX_PP = 1u << 9,  /* pipeline parallelism (pp > 1) */
   AA_SPACE_EX_SP = 1u << 10, /* sequence parallelism (tp > 1 with sp): tensor parallelism without it stays */
 };
 
@@ -60,27 +60,33 @@ typedef struct aa_space_pool {
   int global_batch; /* >= 1, the model spec's train.global_batch */
   bool cuda;        /* GPUs (bf16 first) or CPUs (fp32 first) */
   unsigned exclude; /* AA_SPACE_EX_* bits */
+  /* The model (borrowed), which the pipelines' cuts need: with it the
+   * space has pipelines (pp > 1, pp * vpp <= n_layer); NULL: pp = 1 only. */
+  const aa_arch_t *arch;
 } aa_space_pool_t;
 
 /* What exists. Each function writes at most cap values (fewer when the
  * space has fewer) into out, in the order the search should try them, and
  * returns how many exist, so that (NULL, 0) counts. */
 
-/* How a gang of dp * tp ranks splits the work (pp = 1 until the engine has
- * pipelines): data-parallel degree, tensor-parallel degree, and sequence
- * parallelism over the tensor group (only at tp > 1). */
+/* How a gang of dp * tp * pp ranks splits the work: data-parallel degree,
+ * tensor-parallel degree, sequence parallelism over the tensor group
+ * (only at tp > 1), and pipeline degree. */
 typedef struct aa_space_layout {
-  int dp, tp, sp;
+  int dp, tp, sp, pp;
 } aa_space_layout_t;
 
 /* The layouts of a pool: for each world W (ranks of a gang) from devices
- * down to 1, every tensor degree tp that divides W, smaller first, with
- * dp = W / tp, which must divide global_batch (another dp would give the
- * data ranks unequal shares); at tp > 1 sequence parallelism off, then on.
- * Larger gangs first (more devices), and within one the least tensor
- * communication first. AA_SPACE_EX_TP leaves out every tp > 1,
- * AA_SPACE_EX_SP the sequence-parallel ones. Whether a model allows a tp
- * (it must divide n_head and d_ff) is aa_strategy_resolve's to say. */
+ * down to 1, every pipeline degree pp that divides W, smaller first (pp >
+ * 1 only with the pool's model, up to its n_layer), then every tensor
+ * degree tp that divides W / pp, smaller first, with dp = W / (tp * pp),
+ * which must divide global_batch (another dp would give the data ranks
+ * unequal shares); at tp > 1 sequence parallelism off, then on. Larger
+ * gangs first (more devices), and within one the least pipeline and
+ * tensor communication first. AA_SPACE_EX_TP leaves out every tp > 1,
+ * AA_SPACE_EX_SP the sequence-parallel ones, AA_SPACE_EX_PP every pp > 1.
+ * Whether a model allows a tp (it must divide n_head and d_ff) is
+ * aa_strategy_resolve's to say. */
 size_t aa_space_layouts(aa_space_layout_t *out, size_t cap, const aa_space_pool_t *pool);
 /* The ZeRO stages at data-parallel degree dp, least communication first:
  * 0..3 when dp > 1, only 0 at dp 1 (nothing to shard), less the excluded. */
@@ -96,17 +102,24 @@ size_t aa_space_ckpt_modes(aa_ckpt_mode_t *out, size_t cap, unsigned exclude);
 size_t aa_space_micro_batches(int *out, size_t cap, int per_rank);
 
 /* The candidate strategies of a pool, in the order the search tries them:
- * for each layout, ZeRO stage (over the layout's dp), precision and
- * checkpoint mode (each as above, nested in that order) a "setting", and
- * within a setting every micro-batch (divisors of global_batch / dp, larger
- * first). Each is aa_strategy_default with dp, tp, sp, zero, amp, ckpt and
- * micro_batch set (pp = 1), not resolved against a model: the planner
- * drops what the model does not allow, with the rule. Writes at most cap
- * strategies into out and, when setting is not NULL, each one's setting
- * index (0, 1, ...; consecutive candidates of one setting share it) into
- * setting; returns how many exist, so that (NULL, NULL, 0, pool) counts.
- * 0 when every strategy is excluded or the pool is empty (devices or
- * global_batch < 1). */
+ * for each layout, pipeline shape, ZeRO stage (over the layout's dp),
+ * precision and checkpoint mode (each as above, nested in that order) a
+ * "setting", and within a setting every micro-batch (divisors of
+ * global_batch / dp, larger first). The pipeline shapes at pp > 1: the
+ * schedules 1f1b, interleaved with 2 virtual stages (where pp * 2 <=
+ * n_layer) and gpipe, each with the uniform cut and then the parameters
+ * cut where that cut differs (a custom cut is the user's to give). A
+ * pipeline takes ZeRO 0 and 1 only (aa_strategy_resolve refuses 2 and 3
+ * with pipelines), micro-batches that give at least pp of them a step
+ * (fewer leave a stage idle for most of the step) and, interleaved, a
+ * multiple of pp. Each is aa_strategy_default with the layout, shape,
+ * zero, amp, ckpt and micro_batch set, not resolved against a model: the
+ * planner drops what the model does not allow, with the rule. Writes at
+ * most cap strategies into out and, when setting is not NULL, each one's
+ * setting index (0, 1, ...; consecutive candidates of one setting share
+ * it) into setting; returns how many exist, so that (NULL, NULL, 0, pool)
+ * counts. 0 when every strategy is excluded or the pool is empty (devices
+ * or global_batch < 1). */
 size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa_space_pool_t *pool);
 
 #endif

@@ -8,6 +8,7 @@
  * Mapping table: docs/strategy-format.md. */
 #include "strategy.h"
 
+#include "pipeline.h"
 #include "strategy_internal.h"
 
 #include "../common/json.h"
@@ -28,6 +29,9 @@ typedef struct {
   int tp_from;   /* item that set the tensor degree, 0 = none yet */
   int sp_from;   /* item that turned sequence parallelism on, 0 = none */
   int rank_from; /* item that gave a rank order, 0 = none */
+  int pp_from;   /* the pipeline_parallel item, 0 = none */
+  int nstages;   /* its nstages, 0 = not given */
+  bool schedule_given;
 } ctx_t;
 
 __attribute__((format(printf, 3, 4))) static int fail(const ctx_t *c, int code, const char *fmt, ...) {
@@ -366,14 +370,26 @@ static int opt_chunks(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t 
                       "1 (the whole per-rank batch at once)");
 }
 
+/* ATorch's schedule names (PyTorch pipelining's classes), any case. */
 static int opt_schedule(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
   const char *name = json_is_string(v) ? json_string_value(v) : "";
   if (strcasecmp(name, "1f1b") == 0) s->schedule = AA_SCHEDULE_1F1B;
   else if (strcasecmp(name, "gpipe") == 0) s->schedule = AA_SCHEDULE_GPIPE;
-  else if (strncasecmp(name, "interleaved", 11) == 0)
-    return refuse_value(c, opt, v, "interleaved virtual stages are not supported", "\"1F1B\", \"GPipe\"");
-  else return fail(c, AA_EINVAL, "%s: must be \"1f1b\" or \"gpipe\"", opt);
+  else if (strcasecmp(name, "interleaved1f1b") == 0)
+    s->schedule = AA_SCHEDULE_INTERLEAVED;
+  else
+    return fail(c, AA_EINVAL, "%s: must be \"1F1B\", \"GPipe\" or \"Interleaved1F1B\"", opt);
+  c->schedule_given = true;
   return 0;
+}
+
+/* ATorch's nstages: how many stages the model is cut into, over the
+ * pipeline ranks of parallel_mode (which may come later in the list); each
+ * rank holds nstages / pp of them, autoaccel's virtual_stages, settled in
+ * check_list. */
+static int opt_nstages(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
+  (void)s;
+  return degree(c, opt, v, &c->nstages);
 }
 
 #define END {NULL, NULL}
@@ -399,9 +415,9 @@ static const option_t fsdp_options[] = {FSDP_OPTIONS, END};
 static const option_t tp_options[] = {
     {"degree", opt_degree}, {"sequence_parallel", opt_sequence_parallel}, END};
 
-static const option_t pp_options[] = {
-    {"chunks", opt_chunks}, {"schedule", opt_schedule}, {"sche", opt_schedule}, {"pipe_schedule", opt_schedule},
-    END};
+static const option_t pp_options[] = {{"chunks", opt_chunks},   {"schedule", opt_schedule},
+                                      {"sche", opt_schedule},   {"pipe_schedule", opt_schedule},
+                                      {"nstages", opt_nstages}, END};
 
 static const refusal_t fsdp_refused[] = {
     {"mixed_precision", "FSDP's own mixed precision; give amp_native for mixed precision"},
@@ -423,11 +439,12 @@ static const refusal_t tp_refused[] = {
     END};
 
 static const refusal_t pp_refused[] = {
-    {"nstages", "interleaved virtual stages are not supported: the stages are the pipeline degree of "
-                "parallel_mode"},
     {"pipe_ranks", "the pipeline groups follow from parallel_mode (its order and rank_order)"},
-    {"insert_before_modules", "autoaccel splits the blocks evenly across the stages"},
-    {"shard_planner", "autoaccel splits the blocks evenly across the stages"},
+    {"insert_before_modules",
+     "autoaccel cuts between transformer blocks, evenly (the v1 form's \"partition\" "
+     "gives another cut)"},
+    {"shard_planner", "autoaccel cuts between transformer blocks, evenly (the v1 form's \"partition\" gives "
+                      "another cut)"},
     END};
 
 /* Honours each member of an options object, or refuses the first that
@@ -505,7 +522,8 @@ static int apply_tensor_parallel(ctx_t *c, aa_strategy_t *s, const json_t *cfg) 
 }
 
 /* The pipeline degree comes from parallel_mode; the options give the
- * schedule (one of three spellings) and the micro-batch count. */
+ * schedule (one of three spellings), the micro-batch count and nstages
+ * (the stages over all pipeline ranks). */
 static int apply_pipeline_parallel(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
   static const char *const spellings[] = {"schedule", "sche", "pipe_schedule"};
   const char *given = NULL;
@@ -514,6 +532,7 @@ static int apply_pipeline_parallel(ctx_t *c, aa_strategy_t *s, const json_t *cfg
     if (given) return fail(c, AA_EINVAL, "config gives both %s and %s; give one", given, spellings[i]);
     given = spellings[i];
   }
+  c->pp_from = (int)c->pos;
   return apply_options(c, s, cfg, pp_options, pp_refused);
 }
 
@@ -548,7 +567,44 @@ static const refusal_t methods_refused[] = {
 /* What only the whole list settles: sequence parallelism needs a tensor
  * degree, which parallel_mode may give before or after; a rank order lists
  * the ranks of the degrees that every item together gave. */
-static int check_list(ctx_t *c, const aa_strategy_t *s) {
+static int check_list(ctx_t *c, aa_strategy_t *s) {
+  if (c->pp_from) {
+    c->pos = (size_t)c->pp_from;
+    c->name = "pipeline_parallel";
+    int v = 1;
+    if (c->nstages) {
+      if (c->nstages % s->pp)
+        return fail(
+            c, AA_EINVAL,
+            "nstages %d must be a multiple of the pipeline degree %d (each pipeline rank holds nstages / "
+            "pp stages)",
+            c->nstages, s->pp);
+      v = c->nstages / s->pp;
+      if (v > 1 && s->pp == 1)
+        return fail(c, AA_EINVAL,
+                    "nstages %d needs pipeline parallelism: give (\"pipeline\", n) in parallel_mode with n "
+                    "dividing it",
+                    c->nstages);
+      if (v > AA_PP_CHUNKS_MAX)
+        return fail(c, AA_EINVAL, "nstages %d over pipeline degree %d gives each rank %d stages; at most %d",
+                    c->nstages, s->pp, v, AA_PP_CHUNKS_MAX);
+    }
+    /* ATorch's default schedule is Interleaved1F1B, the one that runs
+     * several stages per rank; a rank with one stage runs 1F1B. */
+    if (v > 1 && !c->schedule_given) s->schedule = AA_SCHEDULE_INTERLEAVED;
+    if (v > 1 && s->schedule != AA_SCHEDULE_INTERLEAVED)
+      return fail(c, AA_EINVAL,
+                  "nstages %d gives each of the %d pipeline ranks %d stages, which only Interleaved1F1B runs "
+                  "(schedule is %s)",
+                  c->nstages, s->pp, v, s->schedule == AA_SCHEDULE_GPIPE ? "GPipe" : "1F1B");
+    if (v == 1 && s->pp > 1 && s->schedule == AA_SCHEDULE_INTERLEAVED)
+      return fail(
+          c, AA_EINVAL,
+          "Interleaved1F1B needs several stages per pipeline rank: give nstages = k x the pipeline degree %d "
+          "with k >= 2 (nstages is %d), or the schedule 1F1B",
+          s->pp, c->nstages ? c->nstages : s->pp);
+    s->vpp = v;
+  }
   if (s->sp && s->tp < 2) {
     c->pos = (size_t)c->sp_from;
     c->name = "tensor_parallel";

@@ -9,6 +9,7 @@
  * wrote with the reader, so a saved file always loads back. */
 #include "strategy.h"
 
+#include "pipeline.h"
 #include "strategy_internal.h"
 
 #include "../common/file.h"
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* A strategy is under a kilobyte (a rank order of 4096 ranks, 30 KB); the
  * cap keeps a wrong file (a token shard, a checkpoint) from being read
@@ -33,12 +35,12 @@
 
 /* AA_JSON_ENUM reads enums as ints. */
 _Static_assert(sizeof(aa_dtype_t) == sizeof(int) && sizeof(aa_ckpt_mode_t) == sizeof(int) &&
-                   sizeof(aa_pp_schedule_t) == sizeof(int) && sizeof(aa_axis_order_t) == sizeof(int),
+                   sizeof(aa_pp_schedule_t) == sizeof(int) && sizeof(aa_axis_order_t) == sizeof(int) &&
+                   sizeof(aa_pp_partition_t) == sizeof(int),
                "enums must be int-sized");
 
 static const char *const amp_names[] = {"fp32", "bf16", "fp16", NULL};       /* = aa_dtype_t */
 static const char *const ckpt_names[] = {"none", "selective", "full", NULL}; /* = aa_ckpt_mode_t */
-static const char *const sched_names[] = {"1f1b", "gpipe", NULL};            /* = aa_pp_schedule_t */
 
 /* ---- provenance text: the rule a string breaks, or NULL ------------------ */
 
@@ -113,6 +115,183 @@ static int read_rank_order(const aa_json_ctx_t *c, const char *path, const json_
   return rc ? aa_json_fail(c, rc, path, "%s", rule) : 0;
 }
 
+/* ---- the pipeline: schedule, virtual_stages, partition ------------------ */
+
+/* The schedule's names: ours, then the spellings of PyTorch's pipelining
+ * (torchtitan, ATorch: "1F1B", "GPipe", "Interleaved1F1B"), all read
+ * case-insensitively. Merak's train_schedule "1f1b" is ours already. */
+static const struct {
+  const char *name;
+  aa_pp_schedule_t schedule;
+} schedule_names[] = {{"1f1b", AA_SCHEDULE_1F1B},
+                      {"gpipe", AA_SCHEDULE_GPIPE},
+                      {"interleaved", AA_SCHEDULE_INTERLEAVED},
+                      {"interleaved1f1b", AA_SCHEDULE_INTERLEAVED}};
+
+/* Merak's other train_schedule values: each is a schedule autoaccel does
+ * not run, refused with what it is rather than read as a near one. */
+static const struct {
+  const char *name, *why;
+} schedule_refused[] = {
+    {"ds_default",
+     "DeepSpeed's own TrainSchedule; autoaccel runs its own 1F1B (PipeDream-flush) order: give \"1f1b\""},
+    {"pre_recompute_1f1b",
+     "Merak's 1F1B that recomputes ahead of the backward; autoaccel recomputes within the "
+     "backward (\"checkpoint\"): give \"1f1b\""},
+    {"last_no_recompute_1f1b",
+     "Merak's 1F1B that skips recomputation on the last stage; autoaccel checkpoints "
+     "every stage alike: give \"1f1b\""},
+    {"full_critical_path_1f1b", "Merak's critical-path 1F1B; give \"1f1b\""},
+    {"shifted_critical_path", "Merak's shifted critical-path schedule; give \"1f1b\""},
+};
+
+static int read_schedule(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
+  if (!json_is_string(v)) return aa_json_fail_type(c, path, "a string", v);
+  const char *name = json_string_value(v);
+  for (size_t i = 0; i < sizeof schedule_names / sizeof schedule_names[0]; i++)
+    if (strcasecmp(name, schedule_names[i].name) == 0) {
+      *(aa_pp_schedule_t *)dst = schedule_names[i].schedule;
+      return 0;
+    }
+  char got[256];
+  aa_json_sanitize(got, sizeof got, name);
+  for (size_t i = 0; i < sizeof schedule_refused / sizeof schedule_refused[0]; i++)
+    if (strcmp(name, schedule_refused[i].name) == 0)
+      return aa_json_fail(c, AA_EUNSUPPORTED, path, "\"%s\" is not supported by autoaccel (%s)", got,
+                          schedule_refused[i].why);
+  return aa_json_fail(c, AA_EINVAL, path, "must be one of: 1f1b, gpipe, interleaved (got \"%s\")", got);
+}
+
+/* virtual_stages: 1..AA_PP_CHUNKS_MAX (pipeline.h). Custom only so that
+ * the writer can leave the default out where there is no pipeline. */
+static int read_virtual_stages(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
+  static const aa_json_field_t count = {
+      .kind = AA_JSON_INT, .imin = 1, .imax = AA_PP_CHUNKS_MAX, .size = sizeof(int)};
+  return aa_json_read_value(c, path, &count, v, dst);
+}
+
+/* "uniform", "parameters", or the custom cut as a list of block
+ * boundaries [0, 3, 6, 8] (Merak's custom_partition). The count and the
+ * ends are checked against the degrees once every field is read. */
+static int read_partition(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
+  aa_strategy_t *s = c->data;
+  (void)dst;
+  if (json_is_string(v)) {
+    const char *name = json_string_value(v);
+    if (strcmp(name, "uniform") == 0 || strcmp(name, "parameters") == 0) {
+      s->partition = name[0] == 'u' ? AA_PARTITION_UNIFORM : AA_PARTITION_PARAMETERS;
+      s->n_bounds = 0;
+      return 0;
+    }
+    char got[256];
+    aa_json_sanitize(got, sizeof got, name);
+    if (strncmp(name, "type:", 5) == 0)
+      return aa_json_fail(
+          c, AA_EUNSUPPORTED, path,
+          "\"%s\" is not supported by autoaccel (it balances the layers of a class; every block of "
+          "autoaccel's model is the same class, so \"uniform\" gives that cut)",
+          got);
+    return aa_json_fail(
+        c, AA_EINVAL, path,
+        "must be \"uniform\", \"parameters\" or a list of block boundaries such as [0, 3, 6, 8] "
+        "(got \"%s\")",
+        got);
+  }
+  if (!json_is_array(v))
+    return aa_json_fail_type(c, path, "\"uniform\", \"parameters\" or a list of block boundaries", v);
+  size_t n = json_array_size(v), i;
+  const json_t *x;
+  if (n < 2 || n > AA_STRATEGY_STAGES_MAX + 1)
+    return aa_json_fail(c, AA_EINVAL, path, "must list between 2 and %d block boundaries (got %zu)",
+                        AA_STRATEGY_STAGES_MAX + 1, n);
+  json_array_foreach(v, i, x) {
+    if (!json_is_integer(x))
+      return aa_json_fail(c, AA_EINVAL, path, "boundary %zu must be an integer (got %s)", i,
+                          aa_json_type_name(x));
+    if (json_integer_value(x) < 0 || json_integer_value(x) > INT_MAX)
+      return aa_json_fail(c, AA_EINVAL, path,
+                          "boundary %zu must be a block index between 0 and %d (got %lld)", i, INT_MAX,
+                          (long long)json_integer_value(x));
+    s->bounds[i] = (int)json_integer_value(x);
+  }
+  s->partition = AA_PARTITION_CUSTOM;
+  s->n_bounds = (int)n;
+  return 0;
+}
+
+/* The pipeline rules that need no model (aa_pp_bounds holds the rest
+ * against n_layer), so that a file never says what no model can run. */
+static int check_pipeline(const aa_json_ctx_t *c, const aa_strategy_t *s) {
+  const int v = s->vpp > 1 ? s->vpp : 1;
+  if (v > 1 && s->pp < 2)
+    return aa_json_fail(c, AA_EINVAL, "virtual_stages",
+                        "%d needs pipeline parallelism (got pipeline %d): the virtual stages are chunks of a "
+                        "pipeline rank's blocks",
+                        v, s->pp);
+  if (v > 1 && s->schedule != AA_SCHEDULE_INTERLEAVED)
+    return aa_json_fail(c, AA_EINVAL, "virtual_stages",
+                        "%d needs the interleaved schedule (schedule is \"%s\"), the one that runs several "
+                        "chunks per rank",
+                        v, aa_pp_schedule_name(s->schedule));
+  if (s->pp > 1 && v == 1 && s->schedule == AA_SCHEDULE_INTERLEAVED)
+    return aa_json_fail(
+        c, AA_EINVAL, "schedule",
+        "\"interleaved\" needs \"virtual_stages\" >= 2 (each pipeline rank holds several chunks)");
+  if (s->partition != AA_PARTITION_CUSTOM) return 0;
+  const int S = s->pp * v;
+  if (s->n_bounds != S + 1)
+    return aa_json_fail(
+        c, AA_EINVAL, "partition",
+        "lists %d boundaries; pipeline %d x virtual_stages %d = %d stages need %d (0, ..., n_layer)",
+        s->n_bounds, s->pp, v, S, S + 1);
+  if (s->bounds[0] != 0)
+    return aa_json_fail(c, AA_EINVAL, "partition", "must start at block 0 (got %d)", s->bounds[0]);
+  for (int k = 0; k < S; k++)
+    if (s->bounds[k + 1] <= s->bounds[k])
+      return aa_json_fail(
+          c, AA_EINVAL, "partition",
+          "boundaries must increase (stage %d would hold blocks [%d, %d): every stage holds at "
+          "least one block)",
+          k, s->bounds[k], s->bounds[k + 1]);
+  return 0;
+}
+
+/* Other projects' names for a v1 key, read as that key: Megatron's
+ * virtual_pipeline_model_parallel_size, Merak's partition_method and
+ * custom_partition. A file gives a key once, under one of its names. */
+static const struct {
+  const char *alias, *key;
+} key_aliases[] = {{"virtual_pipeline_model_parallel_size", "virtual_stages"},
+                   {"partition_method", "partition"},
+                   {"custom_partition", "partition"}};
+
+/* A copy of root with the aliases renamed (*out: a new reference), or
+ * AA_EINVAL naming both names when a key is given twice. */
+static int rename_aliases(const aa_json_ctx_t *c, const json_t *root, json_t **out) {
+  json_t *r = json_copy((json_t *)root);
+  if (!r) return aa_error(AA_ENOMEM, "strategy: out of memory");
+  for (size_t i = 0; i < sizeof key_aliases / sizeof key_aliases[0]; i++) {
+    json_t *v = json_object_get(r, key_aliases[i].alias);
+    if (!v) continue;
+    if (json_object_get(r, key_aliases[i].key)) {
+      const char *other = key_aliases[i].key;
+      for (size_t k = 0; k < i; k++)
+        if (strcmp(key_aliases[k].key, key_aliases[i].key) == 0 &&
+            json_object_get(root, key_aliases[k].alias))
+          other = key_aliases[k].alias;
+      json_decref(r);
+      return aa_json_fail(c, AA_EINVAL, key_aliases[i].alias, "gives %s again (as \"%s\"); give one of them",
+                          key_aliases[i].key, other);
+    }
+    if (json_object_set(r, key_aliases[i].key, v) || json_object_del(r, key_aliases[i].alias)) {
+      json_decref(r);
+      return aa_error(AA_ENOMEM, "strategy: out of memory");
+    }
+  }
+  *out = r;
+  return 0;
+}
+
 /* ---- the tables ---------------------------------------------------------- */
 
 #define AT(m) .off = offsetof(aa_strategy_t, m), .size = sizeof(((aa_strategy_t *)0)->m)
@@ -168,7 +347,9 @@ static const aa_json_field_t top_fields[] = {
     ENUM_F("checkpoint", ckpt_names, ckpt),
     INT_F("checkpoint_layers", 0, INT_MAX, ckpt_layers),
     INT_F("micro_batch", 0, INT_MAX, micro_batch),
-    ENUM_F("schedule", sched_names, schedule),
+    CUSTOM_F("schedule", read_schedule, schedule),
+    CUSTOM_F("virtual_stages", read_virtual_stages, vpp),
+    CUSTOM_F("partition", read_partition, partition),
     KEY_F("key"),
     SECTION_F("provenance", provenance_fields),
 };
@@ -204,8 +385,13 @@ static int parse_object(aa_strategy_t *out, const json_t *root, const char *orig
 
   aa_strategy_default(&s);
   char rule[256];
-  int rc = aa_json_read_fields(c, root, "", top_fields, NFIELDS(top_fields), &s);
+  json_t *fields;
+  int rc = rename_aliases(c, root, &fields);
   if (rc) return rc;
+  rc = aa_json_read_fields(c, fields, "", top_fields, NFIELDS(top_fields), &s);
+  json_decref(fields);
+  if (rc) return rc;
+  if ((rc = check_pipeline(c, &s))) return rc;
   if (s.ckpt_layers > 0 && s.ckpt != AA_CKPT_FULL)
     return aa_json_fail(
         c, AA_EINVAL, "checkpoint_layers",
@@ -284,14 +470,45 @@ static json_t *fixed_value(const char *key, const aa_strategy_t *s) {
   return json_string(k);
 }
 
-/* parallel.sequence_parallel, parallel.order and parallel.rank_order,
- * written only when they are not the defaults, so that files without them
+/* One of the pipeline's fields as written (NULL: out of memory). */
+static json_t *emit_pipeline(const aa_json_field_t *f, const aa_strategy_t *s) {
+  if (f->parse == read_schedule) {
+    const char *name = aa_pp_schedule_name(s->schedule);
+    return strcmp(name, "?") ? json_string(name) : json_sprintf("<%d>", (int)s->schedule);
+  }
+  if (f->parse == read_virtual_stages) return json_integer(s->vpp > 1 ? s->vpp : 1);
+  if (s->partition != AA_PARTITION_CUSTOM) {
+    const char *name = aa_pp_partition_name(s->partition);
+    return strcmp(name, "?") ? json_string(name) : json_sprintf("<%d>", (int)s->partition);
+  }
+  if (s->n_bounds < 0 || s->n_bounds > AA_STRATEGY_STAGES_MAX + 1)
+    return json_sprintf("<%d bounds>", s->n_bounds);
+  json_t *list = json_array();
+  for (int k = 0; list && k < s->n_bounds; k++)
+    if (json_array_append_new(list, json_integer(s->bounds[k]))) {
+      json_decref(list);
+      return NULL;
+    }
+  return list;
+}
+
+/* The schedule, virtual_stages and partition, and
+ * parallel.sequence_parallel, parallel.order and parallel.rank_order,
+ * these three written only when they are not the defaults, so that files without them
  * round-trip byte for byte. A value out of range becomes text the reader
  * refuses, so the message names the field. Sets *v to NULL with 0 to leave
  * the field out. */
 static int emit_custom(const aa_json_field_t *f, const aa_strategy_t *s, json_t **v) {
   *v = NULL;
-  if (f->parse == read_sequence_parallel) {
+  if (f->parse == read_schedule || f->parse == read_virtual_stages || f->parse == read_partition) {
+    /* The schedule always (as before pipelines existed); virtual_stages
+     * and partition where there is a pipeline or they are not the
+     * defaults, so that a pipeline's file states its cut and other files
+     * round-trip byte for byte. */
+    bool set = f->parse == read_virtual_stages ? s->vpp > 1 : s->partition != AA_PARTITION_UNIFORM;
+    if (f->parse != read_schedule && s->pp <= 1 && !set) return 0;
+    *v = emit_pipeline(f, s);
+  } else if (f->parse == read_sequence_parallel) {
     if (s->sp == 0) return 0;
     *v = s->sp == 1 ? json_true() : json_sprintf("<%d>", s->sp);
   } else if (f->parse == read_order) {

@@ -36,7 +36,9 @@ static int same(const aa_strategy_t *a, const aa_strategy_t *b) {
     return 0;
   return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->sp == b->sp && a->order == b->order &&
          a->zero == b->zero && a->amp == b->amp && a->ckpt == b->ckpt && a->ckpt_layers == b->ckpt_layers &&
-         a->micro_batch == b->micro_batch && a->schedule == b->schedule &&
+         a->micro_batch == b->micro_batch && a->schedule == b->schedule && a->vpp == b->vpp &&
+         a->partition == b->partition && a->n_bounds == b->n_bounds &&
+         !memcmp(a->bounds, b->bounds, sizeof a->bounds) &&
          a->loss_scale.loss_scale == b->loss_scale.loss_scale &&
          a->loss_scale.initial_scale_power == b->loss_scale.initial_scale_power &&
          a->loss_scale.window == b->loss_scale.window &&
@@ -170,6 +172,16 @@ AA_TEST(key_follows_the_grammar) {
        "\"micro_batch\": 4",
        "dp2.tp2.pp1.sp.z1.fp32.ckpt-none.mb4"},
       {"\"parallel\": {\"tensor\": 4, \"sequence_parallel\": false}", "dp1.tp4.pp1.z0.fp32.ckpt-none.mb0"},
+      /* A pipeline shows its schedule, the virtual stages of an interleaved
+       * one, and a cut that is not uniform. */
+      {"\"parallel\": {\"pipeline\": 2}, \"schedule\": \"interleaved\", \"virtual_stages\": 2",
+       "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.interleaved-v2"},
+      {"\"parallel\": {\"pipeline\": 2}, \"partition\": \"parameters\"",
+       "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.1f1b.part-params"},
+      {"\"parallel\": {\"pipeline\": 2}, \"partition\": \"uniform\"",
+       "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.1f1b"},
+      {"\"parallel\": {\"pipeline\": 3}, \"schedule\": \"gpipe\", \"partition\": [0, 3, 6, 8]",
+       "dp1.tp1.pp3.z0.fp32.ckpt-none.mb0.gpipe.part-0-3-6-8"},
       /* The schedule means nothing without a pipeline, so it is not in the key. */
       {"\"schedule\": \"gpipe\"", "dp1.tp1.pp1.z0.fp32.ckpt-none.mb0"},
       /* Loss-scaling settings and provenance are not part of the key. */
@@ -181,6 +193,77 @@ AA_TEST(key_follows_the_grammar) {
     snprintf(json, sizeof json, "{" V1 ", %s}", cases[i].json);
     expect_key(json, cases[i].key);
   }
+}
+
+/* A custom cut too long to spell out shows as the FNV-1a 64 of its
+ * boundaries written "0,1,...", which can be recomputed by hand. */
+AA_TEST(key_hashes_a_long_custom_cut) {
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.pp = 12;
+  s.partition = AA_PARTITION_CUSTOM;
+  s.n_bounds = 13;
+  char text[64];
+  size_t o = 0;
+  for (int k = 0; k <= 12; k++) {
+    s.bounds[k] = k;
+    o += (size_t)snprintf(text + o, sizeof text - o, "%s%d", k ? "," : "", k);
+  }
+  char want[AA_STRATEGY_KEY_MAX];
+  snprintf(want, sizeof want, "dp1.tp1.pp12.z0.fp32.ckpt-none.mb0.1f1b.part-%016llx",
+           (unsigned long long)aa_fnv1a(AA_FNV_INIT, text, o));
+  CHECK_MSG(!strcmp(key_of(&s), want), "%s, want %s", key_of(&s), want);
+  /* Eight stages still fit: "0-1-2-3-4-5-6-7-8". */
+  s.pp = 8;
+  s.n_bounds = 9;
+  CHECK(!strcmp(key_of(&s), "dp1.tp1.pp8.z0.fp32.ckpt-none.mb0.1f1b.part-0-1-2-3-4-5-6-7-8"));
+}
+
+/* Every part of the key at its longest passes AA_STRATEGY_KEY_MAX; the
+ * parts after the micro-batch then become one hash, so the key is never
+ * cut, and the head still reads as the degrees and knobs. A realistic
+ * interleaved pipeline on a reordered mesh fits whole. */
+AA_TEST(longest_key_fits) {
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.dp = s.tp = s.pp = 65536;
+  s.sp = 1;
+  s.zero = 3;
+  s.ckpt = AA_CKPT_FULL;
+  s.ckpt_layers = s.micro_batch = 2147483647;
+  s.schedule = AA_SCHEDULE_INTERLEAVED;
+  s.vpp = 16;
+  s.partition = AA_PARTITION_CUSTOM;
+  s.n_bounds = AA_STRATEGY_STAGES_MAX + 1;
+  for (int k = 0; k < s.n_bounds; k++)
+    s.bounds[k] = k;
+  s.order = AA_ORDER_PTD;
+  s.nranks = 2;
+  s.rank_order[0] = 1;
+  char a[AA_STRATEGY_KEY_MAX];
+  aa_strategy_key(&s, a);
+  const char *head = "dp65536.tp65536.pp65536.sp.z3.fp32.ckpt-full2147483647.mb2147483647.x-";
+  CHECK_MSG(strlen(a) == strlen(head) + 16 && !strncmp(a, head, strlen(head)), "%s", a);
+  s.vpp = 15;
+  CHECK(strcmp(key_of(&s), a) != 0); /* another tail, another hash */
+
+  aa_strategy_default(&s);
+  s.dp = 64;
+  s.tp = 8;
+  s.pp = 8;
+  s.sp = 1;
+  s.zero = 1;
+  s.amp = AA_BF16;
+  s.ckpt = AA_CKPT_FULL;
+  s.ckpt_layers = 48;
+  s.micro_batch = 1024;
+  s.schedule = AA_SCHEDULE_INTERLEAVED;
+  s.vpp = 12;
+  s.partition = AA_PARTITION_PARAMETERS;
+  s.order = AA_ORDER_TPD;
+  CHECK_MSG(
+      !strcmp(key_of(&s), "dp64.tp8.pp8.sp.z1.bf16.ckpt-full48.mb1024.interleaved-v12.part-params.order-tpd"),
+      "%s", key_of(&s));
 }
 
 AA_TEST(key_field_must_match_the_fields) {
@@ -214,7 +297,37 @@ AA_TEST(every_field_rule_fires) {
       {"\"checkpoint_layers\": 1", "only applies to checkpoint \"full\" (got 1 with checkpoint \"none\""},
       {"\"micro_batch\": -4", "micro_batch: must be >= 0 (got -4)"},
       {"\"micro_batch\": 4294967296", "micro_batch: must be <= 2147483647 (got 4294967296)"},
-      {"\"schedule\": \"interleaved\"", "schedule: must be one of: 1f1b, gpipe (got \"interleaved\")"},
+      {"\"schedule\": \"fast\"", "schedule: must be one of: 1f1b, gpipe, interleaved (got \"fast\")"},
+      {"\"schedule\": 1", "schedule: must be a string (got integer)"},
+      {"\"virtual_stages\": 0", "virtual_stages: must be between 1 and 16 (got 0)"},
+      {"\"virtual_stages\": 17", "virtual_stages: must be between 1 and 16 (got 17)"},
+      {"\"virtual_stages\": 2, \"schedule\": \"interleaved\"",
+       "virtual_stages: 2 needs pipeline parallelism (got pipeline 1)"},
+      {"\"parallel\": {\"pipeline\": 2}, \"virtual_stages\": 2",
+       "virtual_stages: 2 needs the interleaved schedule (schedule is \"1f1b\")"},
+      {"\"parallel\": {\"pipeline\": 2}, \"schedule\": \"interleaved\"",
+       "schedule: \"interleaved\" needs \"virtual_stages\" >= 2"},
+      {"\"partition\": \"even\"",
+       "partition: must be \"uniform\", \"parameters\" or a list of block boundaries"},
+      {"\"partition\": 3",
+       "partition: must be \"uniform\", \"parameters\" or a list of block boundaries (got integer)"},
+      {"\"parallel\": {\"pipeline\": 2}, \"partition\": [0, 4]",
+       "partition: lists 2 boundaries; pipeline 2 x virtual_stages 1 = 2 stages need 3 (0, ..., n_layer)"},
+      {"\"parallel\": {\"pipeline\": 2}, \"partition\": [1, 2, 4]",
+       "partition: must start at block 0 (got 1)"},
+      {"\"parallel\": {\"pipeline\": 2}, \"partition\": [0, 2, 2]",
+       "partition: boundaries must increase (stage 1 would hold blocks [2, 2)"},
+      {"\"parallel\": {\"pipeline\": 2}, \"partition\": [0, -1, 4]",
+       "partition: boundary 1 must be a block index between 0 and 2147483647 (got -1)"},
+      {"\"parallel\": {\"pipeline\": 2}, \"partition\": [0, 1.5, 4]",
+       "partition: boundary 1 must be an integer (got real"},
+      {"\"partition\": [0]", "partition: must list between 2 and 257 block boundaries (got 1)"},
+      {"\"partition_method\": \"uniform\", \"partition\": \"uniform\"",
+       "partition_method: gives partition again (as \"partition\"); give one of them"},
+      {"\"partition_method\": \"uniform\", \"custom_partition\": [0, 4]",
+       "custom_partition: gives partition again (as \"partition_method\"); give one of them"},
+      {"\"virtual_stages\": 2, \"virtual_pipeline_model_parallel_size\": 2",
+       "virtual_pipeline_model_parallel_size: gives virtual_stages again (as \"virtual_stages\")"},
       {"\"skip_if_nonfinite\": 1", "skip_if_nonfinite: must be true or false (got integer)"},
       {"\"loss_scaling\": {\"loss_scale\": -1}", "loss_scaling.loss_scale: must be >= 0 (got -1)"},
       {"\"loss_scaling\": {\"loss_scale\": 1e39}", "loss_scaling.loss_scale: out of range of a 32-bit float"},
@@ -265,7 +378,7 @@ AA_TEST(unknown_keys_are_named_with_the_allowed_ones) {
       "{" V1 ", \"zero_stage\": 1}", AA_EINVAL,
       "s.json: zero_stage: unknown key (allowed: format, "
       "version, parallel, zero, amp, loss_scaling, skip_if_nonfinite, checkpoint, checkpoint_layers, "
-      "micro_batch, schedule, key, provenance)");
+      "micro_batch, schedule, virtual_stages, partition, key, provenance)");
   EXPECT_PARSE_ERROR(
       "{" V1 ", \"parallel\": {\"dp\": 2}}", AA_EINVAL,
       "s.json: parallel.dp: unknown key (allowed: data, tensor, pipeline, sequence_parallel, order, "
@@ -583,7 +696,7 @@ AA_TEST(atorch_bad_items_and_conflicts_are_refused) {
                      "DeepSpeed-Ulysses style",
                      "[\"tensor_parallel\", {\"sequence_parallel\": true}]) (supported: parallel_mode");
   EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"sche\": \"fast\"}]]", AA_EINVAL,
-                     "sche: must be \"1f1b\" or \"gpipe\"");
+                     "sche: must be \"1F1B\", \"GPipe\" or \"Interleaved1F1B\"");
   EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"schedule\": \"1f1b\", \"sche\": \"gpipe\"}]]", AA_EINVAL,
                      "both schedule and sche");
   EXPECT_PARSE_ERROR("[3]", AA_EINVAL,
@@ -592,6 +705,82 @@ AA_TEST(atorch_bad_items_and_conflicts_are_refused) {
   EXPECT_PARSE_ERROR("[[\"zero1\", null, true, 4]]", AA_EINVAL, "item 1: must be a method name");
   EXPECT_PARSE_ERROR("[[\"zero1\", null, \"yes\"]]", AA_EINVAL,
                      "tunable (third element) must be true or false");
+}
+
+/* --- the pipeline: schedule, virtual stages, partition ---------------------- */
+
+/* A pipeline's file states its schedule, virtual stages and cut, after
+ * the schedule and before the key, and reads back the same. */
+AA_TEST(pipeline_fields_parse_write_and_read_back) {
+  aa_strategy_t s, back;
+  if (parse_ok(&s, "{" V1 ", \"parallel\": {\"data\": 2, \"pipeline\": 2}, \"zero\": 1, \"micro_batch\": 2, "
+                   "\"schedule\": \"interleaved\", \"virtual_stages\": 2, \"partition\": [0, 1, 2, 3, 4]}"))
+    return;
+  CHECK(s.pp == 2 && s.schedule == AA_SCHEDULE_INTERLEAVED && s.vpp == 2 &&
+        s.partition == AA_PARTITION_CUSTOM && s.n_bounds == 5 && s.bounds[4] == 4);
+  char *text = NULL;
+  CHECK_MSG(aa_strategy_to_json(&s, &text) == 0, "%s", aa_last_error());
+  if (!text) return;
+  const char *sched = strstr(text, "\"schedule\": \"interleaved\""),
+             *v = strstr(text, "\"virtual_stages\": 2,"),
+             *part = strstr(text, "\"partition\": [\n    0,\n    1,"),
+             *key =
+                 strstr(text, "\"key\": \"dp2.tp1.pp2.z1.fp32.ckpt-none.mb2.interleaved-v2.part-0-1-2-3-4\"");
+  CHECK_MSG(sched && v && part && key && sched < v && v < part && part < key, "%s", text);
+  if (parse_ok(&back, text) == 0) CHECK(same(&s, &back));
+  free(text);
+
+  /* A uniform pipeline writes its defaults too; no pipeline writes neither. */
+  aa_strategy_default(&s);
+  s.pp = 2;
+  CHECK(aa_strategy_to_json(&s, &text) == 0);
+  CHECK(text && strstr(text, "\"virtual_stages\": 1,") && strstr(text, "\"partition\": \"uniform\""));
+  free(text);
+  s.pp = 1;
+  CHECK(aa_strategy_to_json(&s, &text) == 0);
+  CHECK(text && !strstr(text, "virtual_stages") && !strstr(text, "partition"));
+  free(text);
+  s.partition = AA_PARTITION_PARAMETERS; /* meaningless at pp 1, but kept */
+  CHECK(aa_strategy_to_json(&s, &text) == 0);
+  if (text && parse_ok(&back, text) == 0) CHECK(same(&s, &back));
+  free(text);
+}
+
+/* Megatron's and Merak's names for the same settings, and PyTorch's
+ * spellings of the schedules. */
+AA_TEST(pipeline_aliases_mean_the_same) {
+  static const struct {
+    const char *json, *key;
+  } cases[] = {
+      {"\"schedule\": \"1F1B\"", "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.1f1b"},
+      {"\"schedule\": \"GPipe\"", "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.gpipe"},
+      {"\"schedule\": \"Interleaved1F1B\", \"virtual_stages\": 2",
+       "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.interleaved-v2"},
+      {"\"schedule\": \"interleaved\", \"virtual_pipeline_model_parallel_size\": 2",
+       "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.interleaved-v2"},
+      {"\"partition_method\": \"parameters\"", "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.1f1b.part-params"},
+      {"\"partition_method\": \"uniform\"", "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.1f1b"},
+      {"\"custom_partition\": [0, 3, 8]", "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.1f1b.part-0-3-8"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char json[512];
+    snprintf(json, sizeof json, "{" V1 ", \"parallel\": {\"pipeline\": 2}, %s}", cases[i].json);
+    expect_key(json, cases[i].key);
+  }
+  /* Merak's schedules that autoaccel does not run, and DeepSpeed's
+   * layer-class cut, are refused with what they are. */
+  EXPECT_PARSE_ERROR(
+      "{" V1 ", \"schedule\": \"pre_recompute_1f1b\"}", AA_EUNSUPPORTED,
+      "s.json: schedule: \"pre_recompute_1f1b\" is not supported by autoaccel (Merak's 1F1B that "
+      "recomputes ahead of the backward");
+  EXPECT_PARSE_ERROR("{" V1 ", \"schedule\": \"ds_default\"}", AA_EUNSUPPORTED,
+                     "DeepSpeed's own TrainSchedule");
+  EXPECT_PARSE_ERROR("{" V1 ", \"schedule\": \"shifted_critical_path\"}", AA_EUNSUPPORTED,
+                     "Merak's shifted critical-path schedule");
+  EXPECT_PARSE_ERROR(
+      "{" V1 ", \"partition_method\": \"type:Block\"}", AA_EUNSUPPORTED,
+      "s.json: partition: \"type:Block\" is not supported by autoaccel (it balances the layers of a "
+      "class");
 }
 
 /* --- the mesh's numbering: axis order and rank order ------------------------ */
@@ -803,7 +992,8 @@ AA_TEST(atorch_options_that_map_exactly_are_honoured) {
       {"[[\"checkpoint\", [\"Block\", \"GPT2Block\"]]]", "dp1.tp1.pp1.z0.fp32.ckpt-full.mb0"},
       {"[[\"checkpoint\", {\"wrap_class\": [\"GPT2Block\"]}]]", "dp1.tp1.pp1.z0.fp32.ckpt-full.mb0"},
       {"[[\"zero1\", {\"use_ds_zero\": true}]]", "dp1.tp1.pp1.z1.fp32.ckpt-none.mb0"},
-      {"[[\"zero2\", {\"not_use_fsdp\": true, \"use_ds_zero\": false}]]", "dp1.tp1.pp1.z2.fp32.ckpt-none.mb0"},
+      {"[[\"zero2\", {\"not_use_fsdp\": true, \"use_ds_zero\": false}]]",
+       "dp1.tp1.pp1.z2.fp32.ckpt-none.mb0"},
       {"[[\"zero2\", {\"sharding_strategy\": \"SHARD_GRAD_OP\", \"cpu_offload\": false}]]",
        "dp1.tp1.pp1.z2.fp32.ckpt-none.mb0"},
       {"[[\"fsdp\", {\"sharding_strategy\": \"ShardingStrategy.SHARD_GRAD_OP\"}]]",
@@ -815,6 +1005,24 @@ AA_TEST(atorch_options_that_map_exactly_are_honoured) {
        "dp1.tp1.pp1.z3.fp32.ckpt-none.mb0"},
       {"[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"pipe_schedule\": \"GPipe\"}]]",
        "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.gpipe"},
+      /* nstages counts the stages over every pipeline rank: 4 over pp 2 is
+       * 2 virtual stages each, which ATorch's default schedule runs
+       * interleaved; parallel_mode may come after. */
+      {"[[\"pipeline_parallel\", {\"nstages\": 4}], [\"parallel_mode\", {\"pipeline\": 2}]]",
+       "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.interleaved-v2"},
+      {"[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"nstages\": 8, \"sche\": "
+       "\"Interleaved1F1B\"}]]",
+       "dp1.tp1.pp2.z0.fp32.ckpt-none.mb0.interleaved-v4"},
+      /* One stage per rank is plain 1F1B, whatever nstages says it equals. */
+      {"[[\"parallel_mode\", {\"pipeline\": 4}], [\"pipeline_parallel\", {\"nstages\": 4, \"schedule\": "
+       "\"1F1B\"}]]",
+       "dp1.tp1.pp4.z0.fp32.ckpt-none.mb0.1f1b"},
+      /* ATorch's document example, its tuples as JSON lists. */
+      {"[[\"parallel_mode\", [[[\"tensor\", 8], [\"pipeline\", 2], [\"data\", 2]], null]], \"amp_native\"]",
+       "dp2.tp8.pp2.z0.fp16.ckpt-none.mb0.1f1b.order-tpd"},
+      {"[[\"parallel_mode\", [[\"tensor\", 8], [\"pipeline\", 2], [\"data\", 2]]], [\"pipeline_parallel\", "
+       "{\"chunks\": 1}]]",
+       "dp2.tp8.pp2.z0.fp32.ckpt-none.mb0.1f1b.order-tpd"},
       {"[[\"parallel_mode\", [[[\"data\", 2]], null, false]]]", "dp2.tp1.pp1.z0.fp32.ckpt-none.mb0"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -827,39 +1035,47 @@ AA_TEST(atorch_options_autoaccel_cannot_honour_are_refused_by_name) {
     const char *json, *needle;
   } cases[] = {
       {"[[\"fsdp\", {\"cpu_offload\": true}]]",
-       "s.json: item 1 (fsdp): option \"cpu_offload\": true is not supported by autoaccel (it would train without "
+       "s.json: item 1 (fsdp): option \"cpu_offload\": true is not supported by autoaccel (it would train "
+       "without "
        "offload: autoaccel keeps every state on the device); honoured: false"},
       {"[\"zero1\", [\"checkpoint\", {\"wrap_class\": [\"GPT2Attention\"]}]]",
-       "s.json: item 2 (checkpoint): option \"wrap_class\": module class \"GPT2Attention\" is not supported by "
+       "s.json: item 2 (checkpoint): option \"wrap_class\": module class \"GPT2Attention\" is not supported "
+       "by "
        "autoaccel (autoaccel cannot checkpoint or shard attention alone"},
       {"[[\"checkpoint\", [\"GPT2Block\", \"GPT2MLP\"]]]",
-       "item 1 (checkpoint): config: module class \"GPT2MLP\" is not supported by autoaccel (checkpointing the MLP "
+       "item 1 (checkpoint): config: module class \"GPT2MLP\" is not supported by autoaccel (checkpointing "
+       "the MLP "
        "recomputes fc, GELU and proj"},
       {"[[\"checkpoint\", \"Linear\"]]",
        "config: module class \"Linear\" is not supported by autoaccel (not the transformer block; autoaccel "
        "checkpoints whole blocks); honoured: GPT2Block, Block (the transformer block)"},
       {"[[\"checkpoint\", {\"use_reentrant\": false}]]",
-       "item 1 (checkpoint): option \"use_reentrant\" is not supported by autoaccel; supported options: wrap_class"},
+       "item 1 (checkpoint): option \"use_reentrant\" is not supported by autoaccel; supported options: "
+       "wrap_class"},
       {"[[\"amp_native\", {\"enabled\": false}]]",
        "item 1 (amp_native): option \"enabled\": false is not supported by autoaccel (amp_native that is not "
        "enabled trains in fp32; leave amp_native out instead); honoured: true"},
-      {"[[\"zero1\", {\"overlap_comm\": true}]]",
-       "item 1 (zero1): option \"overlap_comm\" is not supported by autoaccel; supported options: use_ds_zero"},
+      {"[[\"zero1\", {\"overlap_comm\": true}]]", "item 1 (zero1): option \"overlap_comm\" is not supported "
+                                                  "by autoaccel; supported options: use_ds_zero"},
       {"[[\"zero2\", {\"sharding_strategy\": \"FULL_SHARD\"}]]",
-       "item 1 (zero2): option \"sharding_strategy\": \"FULL_SHARD\" is not supported by autoaccel (zero2 shards "
+       "item 1 (zero2): option \"sharding_strategy\": \"FULL_SHARD\" is not supported by autoaccel (zero2 "
+       "shards "
        "gradients and optimizer states; give fsdp for another stage); honoured: SHARD_GRAD_OP"},
       {"[[\"fsdp\", {\"sharding_strategy\": \"HYBRID_SHARD\"}]]",
-       "option \"sharding_strategy\": \"HYBRID_SHARD\" is not supported by autoaccel (it shards within a host"},
+       "option \"sharding_strategy\": \"HYBRID_SHARD\" is not supported by autoaccel (it shards within a "
+       "host"},
       {"[[\"fsdp\", {\"atorch_wrap_cls\": [\"GPT2Block\", \"Embedding\"]}]]",
        "item 1 (fsdp): option \"atorch_wrap_cls\": module class \"Embedding\" is not supported by autoaccel "
        "(autoaccel's ZeRO units are the transformer blocks, the embeddings and the final norm)"},
       {"[[\"fsdp\", {\"forward_prefetch\": true}]]",
-       "option \"forward_prefetch\": true is not supported by autoaccel (autoaccel gathers a block's parameters "
+       "option \"forward_prefetch\": true is not supported by autoaccel (autoaccel gathers a block's "
+       "parameters "
        "when the forward reaches it, without prefetching the next); honoured: false"},
       {"[[\"fsdp\", {\"backward_prefetch\": \"BACKWARD_PRE\"}]]",
        "option \"backward_prefetch\": \"BACKWARD_PRE\" is not supported by autoaccel"},
       {"[[\"fsdp\", {\"mixed_precision\": {}}]]",
-       "item 1 (fsdp): option \"mixed_precision\" is not supported by autoaccel (FSDP's own mixed precision; give "
+       "item 1 (fsdp): option \"mixed_precision\" is not supported by autoaccel (FSDP's own mixed precision; "
+       "give "
        "amp_native for mixed precision); supported options: sharding_strategy, cpu_offload, atorch_wrap_cls, "
        "sync_module_states, use_orig_params, limit_all_gathers, forward_prefetch, backward_prefetch"},
       {"[[\"fsdp\", {\"atorch_size_based_min_num_params\": 100000}]]",
@@ -868,16 +1084,15 @@ AA_TEST(atorch_options_autoaccel_cannot_honour_are_refused_by_name) {
        "item 1 (zero2): option \"wrap_trainable_outmost\" is not supported by autoaccel (it wraps only the "
        "trainable parameters"},
       {"[[\"tensor_parallel\", {\"shard_planner\": \"mip\"}]]",
-       "item 1 (tensor_parallel): option \"shard_planner\" is not supported by autoaccel (autoaccel splits attention "
+       "item 1 (tensor_parallel): option \"shard_planner\" is not supported by autoaccel (autoaccel splits "
+       "attention "
        "and the MLP as Megatron does and takes no sharding plan); supported options: degree"},
-      {"[[\"pipeline_parallel\", {\"chunks\": 8}]]",
-       "item 1 (pipeline_parallel): option \"chunks\": 8 is not supported by autoaccel (the micro-batch count "
-       "follows from micro_batch"},
-      {"[[\"pipeline_parallel\", {\"pipe_schedule\": \"Interleaved1F1B\"}]]",
-       "option \"pipe_schedule\": \"Interleaved1F1B\" is not supported by autoaccel (interleaved virtual stages are "
-       "not supported); honoured: \"1F1B\", \"GPipe\""},
-      {"[[\"pipeline_parallel\", {\"nstages\": 4}]]",
-       "option \"nstages\" is not supported by autoaccel (interleaved virtual stages are not supported"},
+      {"[[\"pipeline_parallel\", {\"chunks\": 8}]]", "item 1 (pipeline_parallel): option \"chunks\": 8 is "
+                                                     "not supported by autoaccel (the micro-batch count "
+                                                     "follows from micro_batch"},
+      {"[[\"pipeline_parallel\", {\"insert_before_modules\": [\"h.2\"]}]]",
+       "option \"insert_before_modules\" is not supported by autoaccel (autoaccel cuts between transformer "
+       "blocks"},
       {"[[\"parallel_mode\", [[[\"data\", 2]], null, true]]]",
        "item 1 (parallel_mode): support_multi_parallel_instance: true is not supported by autoaccel"},
   };
@@ -894,6 +1109,26 @@ AA_TEST(atorch_options_autoaccel_cannot_honour_are_refused_by_name) {
   EXPECT_PARSE_ERROR("[[\"zero1\", [\"x\"]]]", AA_EINVAL, "item 1 (zero1): config must be an object of options");
   EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"sche\": \"1f1b\", \"pipe_schedule\": \"1F1B\"}]]", AA_EINVAL,
                      "config gives both sche and pipe_schedule; give one");
+  /* nstages against the pipeline degree, and the schedule that runs it. */
+  EXPECT_PARSE_ERROR(
+      "[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"nstages\": 3}]]", AA_EINVAL,
+      "item 2 (pipeline_parallel): nstages 3 must be a multiple of the pipeline degree 2 (each "
+      "pipeline rank holds nstages / pp stages)");
+  EXPECT_PARSE_ERROR("[[\"pipeline_parallel\", {\"nstages\": 2}]]", AA_EINVAL,
+                     "item 1 (pipeline_parallel): nstages 2 needs pipeline parallelism");
+  EXPECT_PARSE_ERROR("[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"nstages\": 4, "
+                     "\"schedule\": \"GPipe\"}]]",
+                     AA_EINVAL,
+                     "nstages 4 gives each of the 2 pipeline ranks 2 stages, which only Interleaved1F1B runs "
+                     "(schedule is GPipe)");
+  EXPECT_PARSE_ERROR(
+      "[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"pipe_schedule\": "
+      "\"Interleaved1F1B\"}]]",
+      AA_EINVAL,
+      "Interleaved1F1B needs several stages per pipeline rank: give nstages = k x the pipeline "
+      "degree 2 with k >= 2 (nstages is 2), or the schedule 1F1B");
+  EXPECT_PARSE_ERROR("[[\"parallel_mode\", {\"pipeline\": 2}], [\"pipeline_parallel\", {\"nstages\": 34}]]",
+                     AA_EINVAL, "nstages 34 over pipeline degree 2 gives each rank 17 stages; at most 16");
 }
 
 /* ATorch's ([("tensor", 4), ("pipeline", 2), ("data", 2)], rank_order):
@@ -995,10 +1230,14 @@ AA_TEST(every_resolve_rule_fires) {
   expect_resolve_error(__LINE__, "", 2, "dp * tp * pp = 1 * 1 * 1 = 1 must equal the world size 2");
   expect_resolve_error(__LINE__, "\"parallel\": {\"tensor\": 3}", 0,
                        "tensor parallel degree 3 must divide n_head 4");
-  expect_resolve_error(__LINE__, "\"parallel\": {\"pipeline\": 3}", 0,
-                       "pipeline parallel degree 3 must divide n_layer 4");
   expect_resolve_error(__LINE__, "\"parallel\": {\"pipeline\": 8}", 0,
-                       "pipeline parallel degree 8 must divide n_layer 4");
+                       "pipeline parallel degree 8 x virtual_stages 1 = 8 stages: more than n_layer 4 (every "
+                       "stage holds at least one block)");
+  expect_resolve_error(
+      __LINE__, "\"parallel\": {\"pipeline\": 4}, \"schedule\": \"interleaved\", \"virtual_stages\": 2", 0,
+      "pipeline parallel degree 4 x virtual_stages 2 = 8 stages: more than n_layer 4");
+  expect_resolve_error(__LINE__, "\"parallel\": {\"pipeline\": 2}, \"partition\": [0, 1, 5]", 0,
+                       "custom partition must start at 0 and end at n_layer 4 (it runs from 0 to 5)");
   expect_resolve_error(__LINE__, "\"parallel\": {\"data\": 3}", 0,
                        "data parallel degree 3 must divide global_batch 16");
   expect_resolve_error(__LINE__, "\"micro_batch\": 3", 0,
@@ -1028,9 +1267,29 @@ AA_TEST(every_resolve_rule_fires) {
   expect_resolve_ok_on(__LINE__, &tiny, "\"parallel\": {\"tensor\": 2}", 2);
   expect_resolve_ok_on(__LINE__, &tiny, "\"parallel\": {\"tensor\": 2, \"sequence_parallel\": true}, \"micro_batch\": 1",
                        2);
-  /* The rules of this engine, after the general ones. */
-  expect_resolve_error(__LINE__, "\"parallel\": {\"pipeline\": 2}", 2,
-                       "pipeline parallel degree 2 is not supported by this engine yet");
+  /* Pipelines: a stage holds whole blocks, not an equal count of them
+   * (pp 3 over 4 blocks is 1, 1, 2), ZeRO 0 and 1 only, and the
+   * interleaved schedule's micro-batches come in groups of pp. */
+  expect_resolve_ok_on(__LINE__, &tiny, "\"parallel\": {\"pipeline\": 2}", 2);
+  expect_resolve_ok_on(__LINE__, &tiny, "\"parallel\": {\"pipeline\": 3}, \"micro_batch\": 1", 3);
+  expect_resolve_ok_on(__LINE__, &tiny, "\"parallel\": {\"data\": 2, \"pipeline\": 2}, \"zero\": 1", 4);
+  expect_resolve_ok_on(
+      __LINE__, &tiny,
+      "\"parallel\": {\"pipeline\": 2}, \"schedule\": \"interleaved\", \"virtual_stages\": 2, "
+      "\"partition\": [0, 1, 2, 3, 4], \"micro_batch\": 8",
+      2);
+  expect_resolve_error(
+      __LINE__, "\"parallel\": {\"pipeline\": 2}, \"schedule\": \"interleaved\", \"virtual_stages\": 2", 2,
+      "the interleaved schedule runs micro-batches in groups of pp: the accumulation steps "
+      "global_batch / (dp * micro_batch) = 16 / (1 * 16) = 1 must be a multiple of the pipeline "
+      "degree 2");
+  expect_resolve_error(
+      __LINE__, "\"parallel\": {\"data\": 2, \"pipeline\": 2}, \"zero\": 2", 4,
+      "ZeRO stage 2 with pipeline parallel degree 2: ZeRO-2/3 reduce-scatter or gather every "
+      "micro-batch, and a pipeline runs many micro-batches interleaved across stages; DeepSpeed "
+      "refuses the same combination; use ZeRO-1 (zero1) with pipeline parallelism");
+  expect_resolve_error(__LINE__, "\"parallel\": {\"pipeline\": 2}, \"zero\": 3", 2,
+                       "ZeRO stage 3 with pipeline");
 }
 
 AA_TEST(resolve_refuses_an_out_of_range_struct) {
@@ -1051,6 +1310,8 @@ int main(void) {
   RUN(format_and_version_alone_give_the_defaults);
   RUN(every_field_parses_as_written);
   RUN(key_follows_the_grammar);
+  RUN(key_hashes_a_long_custom_cut);
+  RUN(longest_key_fits);
   RUN(key_field_must_match_the_fields);
   RUN(every_field_rule_fires);
   RUN(long_provenance_text_is_refused);
@@ -1067,6 +1328,8 @@ int main(void) {
   RUN(atorch_methods_map_onto_the_knobs);
   RUN(atorch_unsupported_methods_are_named_with_position);
   RUN(atorch_bad_items_and_conflicts_are_refused);
+  RUN(pipeline_fields_parse_write_and_read_back);
+  RUN(pipeline_aliases_mean_the_same);
   RUN(files_without_an_order_round_trip_byte_for_byte);
   RUN(order_and_rank_order_parse_write_and_read_back);
   RUN(key_shows_an_order_only_where_it_changes_the_groups);

@@ -1,9 +1,10 @@
 /* The search space (strategies/space.h): what exists for a pool (gangs of
- * data x tensor ranks, sequence parallelism, ZeRO, precision,
- * checkpointing, micro-batch), in the order the planner's search tries it (the counts and first keys its
- * enumeration tests pin, tests/test_planner.c), and the method names
- * `exclude` accepts. */
+ * data x tensor x pipeline ranks, sequence parallelism, pipeline shapes,
+ * ZeRO, precision, checkpointing, micro-batch), in the order the planner's search tries it (the counts and
+ * first keys its enumeration tests pin, tests/test_planner.c), and the method names `exclude` accepts. */
 #include "common/aa.h"
+#include "common/spec.h"
+#include "strategies/pipeline.h"
 #include "strategies/space.h"
 #include "strategies/strategy.h"
 #include "tests/aa_test.h"
@@ -66,18 +67,18 @@ AA_TEST(one_cpu_device_gives_amp_by_checkpoint_by_micro_batch_larger_first) {
  * at tp > 1. ZeRO 0-3 at dp > 1 only. */
 AA_TEST(a_pool_gives_larger_gangs_first_and_smaller_tensor_degrees_within_one) {
   static const aa_space_layout_t want[] = {
-      {4, 1, 0}, {2, 2, 0}, {2, 2, 1}, {1, 4, 0}, {1, 4, 1}, /* world 4 */
-      {1, 3, 0}, {1, 3, 1},                                  /* world 3: dp 3 does not divide 4 */
-      {2, 1, 0}, {1, 2, 0}, {1, 2, 1},                       /* world 2 */
-      {1, 1, 0},
+      {4, 1, 0, 1}, {2, 2, 0, 1}, {2, 2, 1, 1}, {1, 4, 0, 1}, {1, 4, 1, 1}, /* world 4 */
+      {1, 3, 0, 1}, {1, 3, 1, 1},               /* world 3: dp 3 does not divide 4 */
+      {2, 1, 0, 1}, {1, 2, 0, 1}, {1, 2, 1, 1}, /* world 2 */
+      {1, 1, 0, 1},
   };
   const size_t nwant = sizeof want / sizeof want[0];
   aa_space_layout_t l[16];
   aa_space_pool_t pool = {.devices = 4, .global_batch = 4};
   CHECK(aa_space_layouts(l, 16, &pool) == nwant);
   for (size_t i = 0; i < nwant; i++)
-    CHECK_MSG(l[i].dp == want[i].dp && l[i].tp == want[i].tp && l[i].sp == want[i].sp, "layout %zu: %d %d %d",
-              i, l[i].dp, l[i].tp, l[i].sp);
+    CHECK_MSG(l[i].dp == want[i].dp && l[i].tp == want[i].tp && l[i].sp == want[i].sp && l[i].pp == 1,
+              "layout %zu: %d %d %d %d", i, l[i].dp, l[i].tp, l[i].sp, l[i].pp);
   CHECK(aa_space_layouts(NULL, 0, &pool) == nwant);
 
   size_t n;
@@ -169,6 +170,103 @@ AA_TEST(what_exists_comes_in_search_order) {
   CHECK(aa_space_ckpt_modes(m, 3, 0) == 3 && m[0] == AA_CKPT_NONE && m[1] == AA_CKPT_SELECTIVE &&
         m[2] == AA_CKPT_FULL);
   CHECK(aa_space_ckpt_modes(m, 3, AA_SPACE_EX_SELECTIVE | AA_SPACE_EX_FULL) == 1 && m[0] == AA_CKPT_NONE);
+}
+
+/* The model of examples/tiny: 4 blocks of 128 wide, global_batch 16. */
+static aa_arch_t tiny_arch(void) {
+  aa_model_spec_t spec;
+  if (aa_spec_parse(&spec,
+                    "{\"name\": \"tiny\", \"model\": {\"n_layer\": 4, \"n_head\": 4, \"d_model\": 128, "
+                    "\"d_ff\": 512, \"seq_len\": 64, \"vocab_size\": 256}, \"train\": {\"global_batch\": 16, "
+                    "\"steps\": 10, \"lr\": 0.003}, \"data\": {\"train\": \"train.bin\"}}",
+                    NULL, "tiny.json")) {
+    fprintf(stderr, "tiny spec: %s\n", aa_last_error());
+    abort();
+  }
+  return spec.arch;
+}
+
+/* With the model, a pool has pipelines: after the pp = 1 layouts of a
+ * world, pp dividing it up to n_layer; each in the shapes 1f1b,
+ * interleaved with 2 virtual stages (where 2 pp <= n_layer) and gpipe;
+ * ZeRO 0 and 1; at least pp micro-batches a step, a multiple of pp when
+ * interleaved. Every candidate is one the model allows. */
+AA_TEST(a_pool_with_a_model_has_pipelines) {
+  aa_arch_t arch = tiny_arch();
+  aa_space_pool_t pool = {.devices = 4, .global_batch = 16, .arch = &arch};
+  aa_space_layout_t l[32];
+  size_t nl = aa_space_layouts(l, 32, &pool);
+  /* World 4: tp 1, 2 (sp off, on), 4 (off, on); pp 2 with tp 1, 2 (off,
+   * on); pp 4. World 3: tp 3 (off, on); pp 3. World 2: tp 1, 2 (off, on);
+   * pp 2. World 1. */
+  CHECK_MSG(nl == 9 + 3 + 4 + 1, "%zu layouts", nl);
+  CHECK(l[0].pp == 1 && l[0].dp == 4 && l[5].pp == 2 && l[5].dp == 2 && l[5].tp == 1 && l[6].tp == 2 &&
+        l[8].pp == 4 && l[8].dp == 1 && l[11].pp == 3 && l[15].pp == 2 && l[16].dp == 1 && l[16].pp == 1);
+  pool.exclude = AA_SPACE_EX_PP;
+  CHECK(aa_space_layouts(NULL, 0, &pool) == 5 + 2 + 3 + 1);
+  pool.exclude = 0;
+
+  size_t n = aa_space_enumerate(NULL, NULL, 0, &pool);
+  aa_strategy_t *s = calloc(n, sizeof *s);
+  int *setting = calloc(n, sizeof *setting);
+  if (!s || !setting) abort();
+  CHECK(aa_space_enumerate(s, setting, n, &pool) == n);
+  /* The bundled example on 4 CPUs: 855 candidates without pipelines, 594
+   * with them. */
+  CHECK_MSG(n == 855 + 594, "%zu candidates", n);
+  size_t pp = 0, interleaved = 0, gpipe = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i].pp == 1) continue;
+    pp++;
+    const int m = 16 / s[i].dp / s[i].micro_batch;
+    CHECK_MSG(s[i].zero <= 1 && m >= s[i].pp && s[i].partition == AA_PARTITION_UNIFORM, "%s", key_of(&s[i]));
+    if (s[i].schedule == AA_SCHEDULE_INTERLEAVED) {
+      interleaved++;
+      CHECK_MSG(s[i].vpp == 2 && m % s[i].pp == 0 && s[i].pp * 2 <= 4, "%s", key_of(&s[i]));
+    }
+    gpipe += s[i].schedule == AA_SCHEDULE_GPIPE;
+    if (i > 0) CHECK(setting[i] == setting[i - 1] || setting[i] == setting[i - 1] + 1);
+  }
+  CHECK(pp == 594 && interleaved > 0 && gpipe > 0);
+  /* The first pipeline of the largest gang comes after its pp = 1 layouts. */
+  size_t first = 0;
+  while (first < n && s[first].pp == 1)
+    first++;
+  CHECK_MSG(first < n && !strcmp(key_of(&s[first]), "dp2.tp1.pp2.z0.fp32.ckpt-none.mb4.1f1b"), "%s",
+            key_of(&s[first]));
+  free(s);
+  free(setting);
+
+  /* Two devices: 108 pipeline candidates (pp 2: 1f1b, interleaved-v2 and
+   * gpipe, 9 settings each, micro-batches 8, 4, 2, 1). */
+  pool.devices = 2;
+  CHECK_MSG(aa_space_enumerate(NULL, NULL, 0, &pool) == 279 + 108, "%zu",
+            aa_space_enumerate(NULL, NULL, 0, &pool));
+}
+
+/* The parameters cut is a candidate only where it cuts elsewhere than the
+ * uniform one: a wide vocabulary makes the first and last stages heavy. */
+AA_TEST(the_parameters_cut_is_tried_where_it_differs) {
+  aa_arch_t arch = tiny_arch();
+  arch.n_layer = 8;
+  arch.vocab_size = 8192; /* the embedding is 5 blocks' worth */
+  aa_space_pool_t pool = {.devices = 2, .global_batch = 4, .arch = &arch};
+  size_t n = aa_space_enumerate(NULL, NULL, 0, &pool);
+  aa_strategy_t *s = calloc(n, sizeof *s);
+  if (!s) abort();
+  aa_space_enumerate(s, NULL, n, &pool);
+  size_t params = 0;
+  for (size_t i = 0; i < n; i++)
+    if (s[i].partition == AA_PARTITION_PARAMETERS) {
+      params++;
+      int u[AA_STRATEGY_STAGES_MAX + 1], p[AA_STRATEGY_STAGES_MAX + 1];
+      aa_strategy_t uni = s[i];
+      uni.partition = AA_PARTITION_UNIFORM;
+      CHECK(aa_pp_bounds(&arch, &s[i], p) == 0 && aa_pp_bounds(&arch, &uni, u) == 0);
+      CHECK(memcmp(u, p, sizeof u[0] * (size_t)(aa_pp_stages(&uni) + 1)) != 0);
+    }
+  CHECK(params > 0);
+  free(s);
 }
 
 AA_TEST(exclude_names_leave_out_methods) {
@@ -264,6 +362,8 @@ int main(void) {
   RUN(a_pool_gives_larger_gangs_first_and_smaller_tensor_degrees_within_one);
   RUN(tensor_and_sequence_parallel_can_be_excluded);
   RUN(what_exists_comes_in_search_order);
+  RUN(a_pool_with_a_model_has_pipelines);
+  RUN(the_parameters_cut_is_tried_where_it_differs);
   RUN(exclude_names_leave_out_methods);
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
   RUN(methods_of_a_strategy_are_named_as_exclude_names_them);

@@ -122,5 +122,34 @@ printf '[["parallel_mode", [[["data", 2], ["tensor", 2]], [3, 2, 1, 0]]]]\n' >"$
 expect 0 "axis order: +data fastest, then tensor, then pipeline" "$AA" strategy show "$tmp/order.json"
 expect 0 "rank order: +mesh position i runs on rank 3 2 1 0" "$AA" strategy show "$tmp/order.json"
 expect 0 "key: +dp2\.tp2\.pp1\..*\.order-dt" "$AA" strategy show "$tmp/order.json"
+# Pipelines: the schedule and the cut in words, the stages a model gets,
+# and each refusal with its rule and numbers.
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"pipeline": 2}, "zero": 1, "micro_batch": 4,
+ "schedule": "interleaved", "virtual_stages": 2}' >"$tmp/pp.json"
+expect 0 "key: +dp1\.tp1\.pp2\.z1\.fp32\.ckpt-none\.mb4\.interleaved-v2$" "$AA" strategy show "$tmp/pp.json"
+expect 0 "pipeline schedule: +interleaved 1F1B, 2 virtual stages per rank" "$AA" strategy show "$tmp/pp.json"
+expect 0 "^ok: dp1\.tp1\.pp2\.z1\.fp32\.ckpt-none\.mb4\.interleaved-v2 is valid for tiny-synth \(accumulation steps 4\)" \
+  "$AA" strategy check "$tmp/pp.json" --model "$TINY" --world 2
+expect 0 "^stages: uniform, virtual stage k on pipeline rank k % 2: \[0, 1\) \[1, 2\) \[2, 3\) \[3, 4\)$" \
+  "$AA" strategy check "$tmp/pp.json" --model "$TINY" --world 2
+"$AA" strategy show --json "$tmp/pp.json" >"$tmp/pp-canon.json"
+expect 0 "key: +dp1\.tp1\.pp2\.z1\.fp32\.ckpt-none\.mb4\.interleaved-v2$" "$AA" strategy show "$tmp/pp-canon.json"
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"pipeline": 3}, "partition_method": "parameters",
+ "micro_batch": 1}' >"$tmp/pp3.json"
+expect 0 "^ok: dp1\.tp1\.pp3\.z0\.fp32\.ckpt-none\.mb1\.1f1b\.part-params is valid" \
+  "$AA" strategy check "$tmp/pp3.json" --model "$TINY" --world 3
+sed 's/"micro_batch": 4/"micro_batch": 16/' "$tmp/pp.json" >"$tmp/pp-m1.json"
+expect 1 "the interleaved schedule runs micro-batches in groups of pp: the accumulation steps global_batch / \(dp \* micro_batch\) = 16 / \(1 \* 16\) = 1 must be a multiple of the pipeline degree 2" \
+  "$AA" strategy check "$tmp/pp-m1.json" --model "$TINY"
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2, "pipeline": 2}, "zero": 2}' >"$tmp/ppz2.json"
+expect 1 "ZeRO stage 2 with pipeline parallel degree 2: .*use ZeRO-1 \(zero1\) with pipeline parallelism" \
+  "$AA" strategy check "$tmp/ppz2.json" --model "$TINY" --world 4
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"pipeline": 8}}' >"$tmp/pp8.json"
+expect 1 "pipeline parallel degree 8 x virtual_stages 1 = 8 stages: more than n_layer 4" \
+  "$AA" strategy check "$tmp/pp8.json" --model "$TINY"
+# ATorch's nstages counts every stage: 4 over pipeline 2 is 2 each, interleaved.
+echo '[["parallel_mode", [["tensor", 2], ["pipeline", 2]]], ["pipeline_parallel", {"nstages": 4}]]' >"$tmp/pplist.json"
+expect 0 "key: +dp1\.tp2\.pp2\.z0\.fp32\.ckpt-none\.mb0\.interleaved-v2$" "$AA" strategy show "$tmp/pplist.json"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
