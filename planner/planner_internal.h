@@ -402,6 +402,7 @@ typedef struct aa_search {
   double peak_flops;    /* per device (hello's peak bf16), 0 = unknown: the peak bound is off */
   double best;          /* the highest ok tokens/s so far */
   aa_arch_t arch;
+  int global_batch;     /* the spec's: a candidate's micro-batches a step, for its pipeline bubble */
   bool cuda;            /* the pool's devices are GPUs (the dominance rule) */
   bool exhaustive;
   int max_dryruns;      /* 0 = no limit */

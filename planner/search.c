@@ -42,6 +42,7 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
   s->cuda = dev_kind == AA_PROTO_DEV_CUDA;
   s->memory = memory;
   s->arch = spec->arch;
+  s->global_batch = spec->train.global_batch;
   if (devices < 1 || devices > AA_PROTO_WORLD_MAX)
     return aa_error(AA_EINVAL, "search: %d devices is outside 1..%d", devices, AA_PROTO_WORLD_MAX);
   /* What exists, in the order to try it: strategies/space.h. */
@@ -123,14 +124,12 @@ static bool dominated(const aa_search_t *s, aa_cand_t *c) {
 }
 
 /* A candidate that could not beat the best measured run even at the
- * devices' peak: dp * pp * peak / (the FLOPs a tensor group must execute
- * per token of its replica) is a bound no implementation passes
- * (strategies/cost.h counts a tensor rank's FLOPs over the whole model;
- * the pp stages of a replica share them, at best evenly and without a
- * bubble). */
+ * devices' peak: dp * peak / (the FLOPs its most loaded rank must execute
+ * per token of its replica: strategies/cost.h, per pipeline stage, every
+ * stage seeing every token) is a bound no implementation passes. */
 static bool beyond_peak(const aa_search_t *s, aa_cand_t *c) {
   if (!(s->peak_flops > 0) || !(s->best > 0)) return false;
-  double bound = (double)c->s.dp * c->s.pp * s->peak_flops / aa_cost_min_flops_per_token(&s->arch, &c->s);
+  double bound = (double)c->s.dp * s->peak_flops / aa_cost_min_flops_per_token(&s->arch, &c->s);
   if (bound >= s->best) return false;
   snprintf(c->reason, sizeof c->reason,
            "not measured: at the devices' peak of %.0f TFLOP/s each it would reach at most %.0f tokens/s, and %.0f "
@@ -163,6 +162,12 @@ int aa__search_next(aa_search_t *s, double now) {
   return -1;
 }
 
+/* The micro-batches a step of strategy st (resolved) runs on each rank. */
+static int micro_batches(const aa_search_t *s, const aa_strategy_t *st) {
+  int per = st->dp * st->micro_batch;
+  return per > 0 && s->global_batch > 0 ? s->global_batch / per : 1;
+}
+
 double aa__search_predict(const aa_search_t *s, int i) {
   const aa_cand_t *c = &s->c[i], *near = NULL;
   double best = INFINITY;
@@ -180,11 +185,13 @@ double aa__search_predict(const aa_search_t *s, int i) {
     }
   }
   if (!near) return 0;
-  /* A rank of a strategy training r tokens/s runs r / (dp * pp) x (its
-   * tensor group's FLOPs per token of its replica, which the pp stages
-   * share) FLOP/s (strategies/cost.h), the bubble aside. */
-  double rate = near->tokens_per_s * aa_cost_flops_per_token(&s->arch, &near->s) / (near->s.dp * near->s.pp);
-  return (double)c->s.dp * c->s.pp * rate / aa_cost_flops_per_token(&s->arch, &c->s);
+  /* The most loaded rank of a strategy training r tokens/s computes r / dp
+   * x (its FLOPs per token: strategies/cost.h, its stage's) FLOP/s for the
+   * part of the step outside the pipeline's bubble. */
+  double rate = near->tokens_per_s * aa_cost_flops_per_token(&s->arch, &near->s) / near->s.dp /
+                (1 - aa_cost_bubble(&near->s, micro_batches(s, &near->s)));
+  return (double)c->s.dp * rate * (1 - aa_cost_bubble(&c->s, micro_batches(s, &c->s))) /
+         aa_cost_flops_per_token(&s->arch, &c->s);
 }
 
 void aa__search_stop(aa_search_t *s, const char *reason) {

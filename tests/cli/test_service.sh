@@ -247,7 +247,14 @@ for z in 0 1 2 3; do
     and r['peak']['optim'] > 0 for r in d['runs'])" <"$tmp/runs9.json")" = True ]
 done
 check "dp 1 is measured next to them" \
-  [ "$(jq_ "sum(r['key'].startswith('dp1.tp1.') and r['status'] == 'ok' for r in d['runs'])" <"$tmp/runs9.json")" = 3 ]
+  [ "$(jq_ "sum(r['key'].startswith('dp1.tp1.pp1.') and r['status'] == 'ok' for r in d['runs'])" <"$tmp/runs9.json")" = 3 ]
+# pp 2 (the model's 2 blocks, one a stage) with 1f1b and gpipe at mb 2, 1.
+check "the pipeline gangs of two are measured ok" \
+  [ "$(jq_ "sum(r['key'].startswith('dp1.tp1.pp2.') and r['status'] == 'ok' for r in d['runs'])" <"$tmp/runs9.json")" = 4 ]
+pp_run=$(jq_ "[r['id'] for r in d['runs'] if r['key'].startswith('dp1.tp1.pp2.')][0]" <"$tmp/runs9.json")
+"$AA" query run "$pp_run" $P --json >"$tmp/run9pp.json"
+check "a pipeline run keeps both stages' own time breakdown" [ "$(jq_ "sorted(r['pp_rank'] for r in d['ranks']) == [0, 1] \
+  and all(r['times_ms']['forward'] > 0 and r['times_ms']['backward'] > 0 for r in d['ranks'])" <"$tmp/run9pp.json")" = True ]
 # dp 1 x tp 2, without and with sequence parallelism, at mb 4, 2, 1.
 check "the search lists the tensor-parallel gangs of two" \
   [ "$(jq_ "sum(r['key'].startswith('dp1.tp2.pp1.') for r in d['runs'])" <"$tmp/runs9.json")" = 6 ]
@@ -293,10 +300,10 @@ check "the job goes on with dp 1 on the surviving executor" wait_for 30 dp1_runs
 check "the dead executor's gang run is recorded crashed, naming the rank and the executor" [ "$(jq_ "\
   d['runs'][1]['status'] == 'crashed' and d['runs'][1]['error'].startswith('rank 1 (executor ') and \
   'disconnected' in d['runs'][1]['error']" <"$tmp/runs10.json")" = True ]
-# 7: the six dp 2 strategies not yet measured, and the one whose executor
-# vanished, which would have run again.
-check "dp 2 strategies are pruned while one executor is left" [ "$(jq_ "sum(r['status'] == 'pruned' and \
-  'needs 2 executors' in r['error'] for r in d['runs'])" <"$tmp/runs10.json")" = 7 ]
+# 11: the six dp 2 strategies not yet measured, the one whose executor
+# vanished, which would have run again, and the four pp 2 ones.
+check "gangs of two are pruned while one executor is left" [ "$(jq_ "sum(r['status'] == 'pruned' and \
+  'needs 2 executors' in r['error'] for r in d['runs'])" <"$tmp/runs10.json")" = 11 ]
 expect 0 "cancelled job $job10" "$AA" cancel "$job10" $P
 run10_cancelled() { runs10 && [ "$(jq_ "d['runs'][-1]['status']" <"$tmp/runs10.json")" = cancelled ]; }
 check "the running run is recorded cancelled" wait_for 10 run10_cancelled
