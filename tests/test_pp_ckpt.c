@@ -303,6 +303,10 @@ static const hop_t hops[] = {
     {"G", "F", 1, 4, 1, 1, 0, 0, {0}},
     /* -> tp 2 x pp 2 at ZeRO 1 over a data group of one, from a version 2 manifest. */
     {"H", "G", 1, 2, 2, 1, 1, 3, {0, 1, 4}},
+    /* -> the same layout (a resume: each rank reads its own files, the copy from the first stage's). */
+    {"I", "H", 1, 2, 2, 1, 1, 3, {0, 1, 4}},
+    /* E's pipeline layout over another data degree and stage (its own files, other shards). */
+    {"J", "E", 1, 1, 2, 2, 0, 0, {0}},
 };
 
 AA_TEST(pipeline_checkpoints_load_exactly_at_pp1_and_at_other_pipeline_tensor_and_data_layouts) {
