@@ -33,7 +33,15 @@ typedef struct {
    * tensor degree and rank, the data shards of the rank's state and which
    * one the file holds. */
   uint32_t tp, tp_rank, shards, shard;
+  /* A pipeline rank file's place (all 0 in every other file): the
+   * pipeline degree and rank, the rank's chunks (vpp) and the first block
+   * of each (the virtual stages' boundaries, which the manifest collects). */
+  uint32_t pp, pp_rank, vpp, chunk_lo[AA_PP_CHUNKS_MAX];
 } header_t;
+
+/* The pipeline place ends at byte 244 of the header. */
+_Static_assert(168 + 12 + 4 * AA_PP_CHUNKS_MAX <= AA_CKPT_HEADER_BYTES,
+               "the header has no room for the place");
 
 static const char *arch_names[6] = {"n_layer", "n_head", "d_model", "d_ff", "seq_len", "vocab_size"};
 
@@ -85,6 +93,10 @@ static void encode_header(unsigned char out[AA_CKPT_HEADER_BYTES], const header_
   put32(&p, h->tp_rank);
   put32(&p, h->shards);
   put32(&p, h->shard);
+  put32(&p, h->pp);
+  put32(&p, h->pp_rank);
+  put32(&p, h->vpp);
+  for (int c = 0; c < AA_PP_CHUNKS_MAX; c++) put32(&p, h->chunk_lo[c]);
 }
 
 static void decode_header(header_t *h, const unsigned char in[AA_CKPT_HEADER_BYTES]) {
@@ -114,6 +126,10 @@ static void decode_header(header_t *h, const unsigned char in[AA_CKPT_HEADER_BYT
   h->tp_rank = get32(&p);
   h->shards = get32(&p);
   h->shard = get32(&p);
+  h->pp = get32(&p);
+  h->pp_rank = get32(&p);
+  h->vpp = get32(&p);
+  for (int c = 0; c < AA_PP_CHUNKS_MAX; c++) h->chunk_lo[c] = get32(&p);
 }
 
 static void arch_fields(const aa_arch_t *a, int32_t out[6]) {
@@ -212,6 +228,10 @@ int aa_ckpt_save(const char *path, const aa_gpt_t *m, const aa_adamw_t *opt, con
   if (m->tp > 1)
     return aa_error(AA_EINVAL, "%s: tensor rank %d of %d holds a slice of the model (its group saves together)",
                     path, m->tp_rank, m->tp);
+  if (m->pp > 1)
+    return aa_error(AA_EINVAL,
+                    "%s: pipeline rank %d of %d holds part of the model (its group saves together)", path,
+                    m->pipe.stage, m->pp);
   header_t h;
   state_header(&h, m, st);
   h.flags = opt ? FLAG_OPTIMIZER : 0;
@@ -326,62 +346,108 @@ static void chunk_of(size_t n, int world, int r, size_t *lo, size_t *len) {
   *len = n > a ? (n - a < c ? n - a : c) : 0;
 }
 
-/* Name of the file that holds data shard r of `shards` of tensor rank t's
- * state in the sharded checkpoint at path: "path.rank<r>of<shards>" at
- * tensor degree 1 (as before tensor parallelism), else
- * "path.tp<t>of<tp>.rank<r>of<shards>". */
-static int rank_file(char *out, size_t cap, const char *path, int tp, int t, int r, int shards) {
-  int n = tp == 1 ? snprintf(out, cap, "%s.rank%dof%d", path, r, shards)
-                  : snprintf(out, cap, "%s.tp%dof%d.rank%dof%d", path, t, tp, r, shards);
+/* Name of the file that holds data shard r of `shards` of the state of
+ * pipeline rank p and tensor rank t in the sharded checkpoint at path:
+ * "path.rank<r>of<shards>" at tensor and pipeline degree 1 (as before
+ * either existed), "path.tp<t>of<tp>.rank<r>of<shards>" at pipeline degree
+ * 1, else "path.pp<p>of<pp>.tp<t>of<tp>.rank<r>of<shards>". */
+static int rank_file(char *out, size_t cap, const char *path, int pp, int p, int tp, int t, int r,
+                     int shards) {
+  int n = pp > 1    ? snprintf(out, cap, "%s.pp%dof%d.tp%dof%d.rank%dof%d", path, p, pp, t, tp, r, shards)
+          : tp == 1 ? snprintf(out, cap, "%s.rank%dof%d", path, r, shards)
+                    : snprintf(out, cap, "%s.tp%dof%d.rank%dof%d", path, t, tp, r, shards);
   if (n >= (int)cap) return aa_error(AA_EINVAL, "%s: path too long", path);
   return 0;
 }
 
-/* --- tensor-parallel layouts --------------------------------------------------------- */
+/* --- saved layouts ------------------------------------------------------------------ */
 
-/* Every tensor rank's table at one tensor degree (model.h), from which a
- * checkpoint saved at one degree is read at another: each tensor's slice
- * on each rank and where it lies in the whole model. The units (wte|wpe,
- * each block, lnf) are the same size on every tensor rank. */
+/* Every rank's table in one layout (tensor degree, pipeline place), from
+ * which a checkpoint saved in one layout is read in another: each tensor's
+ * slice on each rank and where it lies in the whole model. The units
+ * (wte|wpe, each block, lnf) are the same size on every tensor rank of one
+ * pipeline rank; a pipeline rank holds only some of them. */
 typedef struct {
-  int tp, n_tensors, n_units;
-  aa_tensor_desc_t *tab;     /* tp * n_tensors: rank t's table from tab + t * n_tensors */
-  size_t *unit_off, *unit_n; /* a rank's units in its flat buffer */
-  size_t n_local;            /* a rank's elements */
-  size_t n_global;           /* the whole model's */
+  int tp, pp, vpp, n_tensors, n_units;
+  aa_pp_place_t *place; /* pp places (what each pipeline rank holds) */
+  /* pp * tp tables: pipeline rank p's tensor rank t's at tab + (p * tp + t)
+   * * n_tensors. A copy of wte|wpe (the last stage's) has no runs: only its
+   * owner's is saved, and read. */
+  aa_tensor_desc_t *tab;
+  /* [p * n_units + u]: pipeline rank p's units in its buffer as its files
+   * hold them (0 elements for a unit it does not hold, or holds a copy of). */
+  size_t *unit_off, *unit_n;
+  size_t n_local;  /* the elements of the rank of table 0: the single-file layout's at tp = pp = 1 */
+  size_t n_global; /* the whole model's */
 } layout_t;
 
 static void layout_free(layout_t *l) {
   free(l->tab);
   free(l->unit_off);
+  free(l->place);
   memset(l, 0, sizeof *l);
 }
 
 /* The layout of architecture a at tensor degree tp, which must divide
- * n_head and d_ff (else AA_EFORMAT naming path, whose checkpoint claims
- * it). */
-static int layout_init(layout_t *l, const aa_arch_t *a, int tp, const char *path) {
+ * n_head and d_ff, and pipeline degree pp with vpp chunks a rank cut at
+ * bounds (pp * vpp + 1 boundaries; NULL at pp 1), which must obey the
+ * pipeline rules (strategies/pipeline.h); else AA_EFORMAT naming path,
+ * whose checkpoint claims the layout. */
+static int layout_init(layout_t *l, const aa_arch_t *a, int tp, int pp, int vpp, const int *bounds,
+                       const char *path) {
   memset(l, 0, sizeof *l);
   if (tp < 1 || tp > MAX_WORLD || a->n_head % tp || a->d_ff % tp)
     return aa_error(AA_EFORMAT, "%s: tensor degree %d, which does not divide this model's n_head %d and d_ff %d",
                     path, tp, a->n_head, a->d_ff);
+  if (pp < 1 || vpp < 1 || (pp > 1 && !bounds) || (long long)pp * vpp > AA_STRATEGY_STAGES_MAX ||
+      (pp == 1 && vpp != 1))
+    return aa_error(AA_EFORMAT, "%s: pipeline degree %d with %d virtual stages a rank is no layout", path, pp,
+                    vpp);
+  /* The pipeline rules are the strategy's: a custom partition at bounds. */
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.pp = pp;
+  s.vpp = vpp;
+  s.schedule = vpp > 1 ? AA_SCHEDULE_INTERLEAVED : AA_SCHEDULE_1F1B;
+  if (pp > 1) {
+    s.partition = AA_PARTITION_CUSTOM;
+    s.n_bounds = pp * vpp + 1;
+    memcpy(s.bounds, bounds, (size_t)s.n_bounds * sizeof *bounds);
+  }
   l->tp = tp;
+  l->pp = pp;
+  l->vpp = vpp;
   l->n_tensors = aa_gpt_n_tensors(a);
   l->n_units = aa_sizes_units(a);
-  l->tab = calloc((size_t)tp * (size_t)l->n_tensors, sizeof *l->tab);
-  l->unit_off = calloc(2 * (size_t)l->n_units, sizeof *l->unit_off);
-  if (!l->tab || !l->unit_off) {
+  l->place = calloc((size_t)pp, sizeof *l->place);
+  l->tab = calloc((size_t)pp * (size_t)tp * (size_t)l->n_tensors, sizeof *l->tab);
+  l->unit_off = calloc(2 * (size_t)pp * (size_t)l->n_units, sizeof *l->unit_off);
+  if (!l->place || !l->tab || !l->unit_off) {
     layout_free(l);
     return aa_error(AA_ENOMEM, "out of memory");
   }
-  l->unit_n = l->unit_off + l->n_units;
-  for (int t = 0; t < tp; t++) aa_gpt_tensor_table(a, tp, t, l->tab + (size_t)t * l->n_tensors);
-  for (int i = 0, prev = -1; i < l->n_tensors; i++) {
-    const aa_tensor_desc_t *d = &l->tab[i];
-    int u = d->unit;
-    if (u != prev) l->unit_off[u] = d->offset;
-    l->unit_n[u] += d->numel;
-    prev = u;
+  l->unit_n = l->unit_off + (size_t)pp * l->n_units;
+  for (int p = 0; p < pp; p++) {
+    if (aa_pp_place(a, &s, 0, p, &l->place[p])) {
+      char why[512];
+      snprintf(why, sizeof why, "%s", aa_last_error());
+      layout_free(l);
+      return aa_error(AA_EFORMAT, "%s: the saved pipeline layout is not one of this model: %s", path, why);
+    }
+    size_t *off = l->unit_off + (size_t)p * l->n_units, *n = l->unit_n + (size_t)p * l->n_units;
+    for (int t = 0; t < tp; t++) {
+      aa_tensor_desc_t *tab = l->tab + ((size_t)p * tp + t) * l->n_tensors;
+      aa_gpt_tensor_table_pp(a, tp, t, pp > 1 ? &l->place[p] : NULL, tab);
+      for (int i = 0, prev = -1; i < l->n_tensors; i++) {
+        aa_tensor_desc_t *d = &tab[i];
+        int u = d->unit;
+        if (d->copy) d->runs = 0;
+        if (t) continue;
+        if (u != prev) off[u] = d->offset;
+        if (!d->copy) n[u] += d->numel;
+        prev = u;
+      }
+    }
   }
   const aa_tensor_desc_t *last = &l->tab[l->n_tensors - 1];
   l->n_local = last->offset + last->numel;
@@ -389,13 +455,24 @@ static int layout_init(layout_t *l, const aa_arch_t *a, int tp, const char *path
   return 0;
 }
 
+/* Whether model m's own files would be the saved layout's: the same tensor
+ * degree and pipeline place. */
+static int layout_is_models(const layout_t *l, const aa_gpt_t *m) {
+  if (l->tp != m->tp || l->pp != m->pp) return 0;
+  if (m->pp == 1) return 1;
+  const aa_pp_place_t *p = &l->place[m->pipe.stage];
+  return p->vpp == m->pipe.vpp && !memcmp(p->lo, m->pipe.lo, (size_t)p->vpp * sizeof *p->lo) &&
+         !memcmp(p->hi, m->pipe.hi, (size_t)p->vpp * sizeof *p->hi);
+}
+
 /* --- reading checkpoints ------------------------------------------------------------- */
 
 /* Where a checkpoint's elements are read from: one whole-model file
- * (shards = 0), or the files of a manifest, tp * shards of them: file t *
- * shards + r holds data shard r of tensor rank t's state, and in it
- * section s (0 parameters, 1 first moment, 2 second moment) holds the
- * shard's chunk of every unit in unit order. */
+ * (shards = 0), or the files of a manifest, pp * tp * shards of them: file
+ * (p * tp + t) * shards + r holds data shard r of the state of pipeline
+ * rank p's tensor rank t (saved rank q = p * tp + t, its table q of the
+ * layout), and in it section s (0 parameters, 1 first moment, 2 second
+ * moment) holds the shard's chunk of every unit it saves, in unit order. */
 typedef struct {
   const aa_gpt_t *m;
   layout_t lay;   /* the layout the checkpoint was saved in */
@@ -446,53 +523,125 @@ static int json_count(const json_t *o, const char *key, int max) {
   return x >= 0 && x <= max ? (int)x : -1;
 }
 
+/* The manifest's layout fields: version 1 has only "world"; 2 adds the
+ * tensor degree; 3 the pipeline degree, the chunks a rank and every
+ * virtual stage's first block. */
+typedef struct {
+  int version, dp, tp, pp, vpp, zero, shards;
+  int bounds[AA_STRATEGY_STAGES_MAX + 1];
+} manifest_layout_t;
+
+/* Reads root's layout fields into *ml and checks their ranges (the
+ * pipeline rules are layout_init's). Every count is bounded before
+ * anything is sized from it. */
+static int manifest_layout(manifest_layout_t *ml, json_t *root, const aa_arch_t *a, const char *path) {
+  const char *fmt = json_string_value(json_object_get(root, "format"));
+  json_t *files = json_object_get(root, "files"), *jv = json_object_get(root, "version");
+  memset(ml, 0, sizeof *ml);
+  ml->version = json_is_integer(jv) ? (int)json_integer_value(jv) : 0;
+  ml->tp = ml->pp = ml->vpp = 1;
+  if (!fmt || strcmp(fmt, MANIFEST_FORMAT) || ml->version < 1 || ml->version > 3)
+    return aa_error(
+        AA_EFORMAT,
+        "%s: not an autoaccel checkpoint (neither a checkpoint file nor a version 1, 2 or 3 manifest)", path);
+  if (ml->version == 1) {
+    ml->dp = ml->shards = json_count(root, "world", MAX_WORLD);
+    if (ml->shards < 1 || !json_is_array(files) || json_array_size(files) != (size_t)ml->shards)
+      return aa_error(AA_EFORMAT, "%s: world must be 1..%d with one entry in files per rank", path,
+                      MAX_WORLD);
+    return 0;
+  }
+  ml->dp = json_count(root, "dp", MAX_WORLD);
+  ml->zero = json_count(root, "zero", 3);
+  ml->tp = json_count(root, "tp", MAX_WORLD);
+  if (ml->version == 3) {
+    ml->pp = json_count(root, "pp", MAX_WORLD);
+    ml->vpp = json_count(root, "vpp", AA_PP_CHUNKS_MAX);
+  }
+  ml->shards = ml->zero > 0 ? ml->dp : 1;
+  if (ml->dp < 1 || ml->tp < 1 || ml->pp < 1 || ml->vpp < 1 || ml->zero < 0 ||
+      (long long)ml->dp * ml->tp * ml->pp > MAX_WORLD)
+    return aa_error(AA_EFORMAT,
+                    "%s: dp, tp and pp must be at least 1, dp x tp x pp at most %d, vpp 1..%d and zero 0..3",
+                    path, MAX_WORLD, AA_PP_CHUNKS_MAX);
+  if (ml->version == 3) {
+    json_t *jb = json_object_get(root, "bounds");
+    int S = ml->pp * ml->vpp;
+    if (ml->pp < 2 || S > AA_STRATEGY_STAGES_MAX || !json_is_array(jb) ||
+        json_array_size(jb) != (size_t)S + 1)
+      return aa_error(AA_EFORMAT,
+                      "%s: a version 3 manifest has pp >= 2 and bounds: pp x vpp + 1 = %d block boundaries",
+                      path, S + 1);
+    for (int k = 0; k <= S; k++) {
+      json_t *e = json_array_get(jb, (size_t)k);
+      json_int_t x = json_is_integer(e) ? json_integer_value(e) : -1;
+      if (x < 0 || x > a->n_layer)
+        return aa_error(AA_EFORMAT, "%s: bounds[%d] must be a block boundary 0..n_layer %d", path, k,
+                        a->n_layer);
+      ml->bounds[k] = (int)x;
+    }
+  }
+  size_t want = (size_t)ml->pp * (size_t)ml->tp * (size_t)ml->shards;
+  if (!json_is_array(files) || json_array_size(files) != want)
+    return aa_error(AA_EFORMAT, "%s: files must have %stp x %s = %zu entries", path,
+                    ml->version == 3 ? "pp x " : "", ml->zero ? "dp" : "1", want);
+  return 0;
+}
+
+/* Whether the units entry e is pipeline rank p's units in layout l. */
+static int units_match(const json_t *e, const layout_t *l, int p, int *bad_unit) {
+  const int U = l->n_units;
+  if (!json_is_array(e) || json_array_size(e) != (size_t)U) return *bad_unit = -1, 0;
+  for (int u = 0; u < U; u++) {
+    json_t *x = json_array_get(e, (size_t)u);
+    size_t i = (size_t)p * U + u;
+    if (json_array_size(x) != 2 || json_integer_value(json_array_get(x, 0)) != (json_int_t)l->unit_off[i] ||
+        json_integer_value(json_array_get(x, 1)) != (json_int_t)l->unit_n[i])
+      return *bad_unit = u, 0;
+  }
+  return 1;
+}
+
 /* Reads and checks the manifest at path, then opens and checks every rank
  * file it names (open_file, so each is checksummed whole), and that each
  * file is the one the manifest names (its checksum), sits where the
- * manifest puts it (a tensor-parallel file's header says where), and all
- * hold the same training state. Version 1: the files of a run without
- * tensor parallelism, one per data rank ("world"); version 2: the layout
- * (dp, tp, zero) and one file per tensor rank and data shard. */
+ * manifest puts it (a tensor or pipeline rank's file header says where),
+ * and all hold the same training state. Version 1: the files of a run
+ * without tensor or pipeline parallelism, one per data rank ("world");
+ * version 2: the layout (dp, tp, zero) and one file per tensor rank and
+ * data shard; version 3: the pipeline layout too (pp, vpp, bounds), the
+ * units of each pipeline rank, and one file per pipeline rank, tensor rank
+ * and data shard. */
 static int open_manifest(source_t *s, const char *path, const aa_gpt_t *m) {
   json_t *root = NULL;
   int rc = read_manifest(path, &root);
   if (rc) return rc;
-  const char *fmt = json_string_value(json_object_get(root, "format"));
   json_t *units = json_object_get(root, "units"), *files = json_object_get(root, "files");
-  json_t *jv = json_object_get(root, "version");
-  int version = json_is_integer(jv) ? (int)json_integer_value(jv) : 0, tp = 1, shards = 0;
-  if (!fmt || strcmp(fmt, MANIFEST_FORMAT) || (version != 1 && version != 2)) {
-    rc = aa_error(AA_EFORMAT,
-                  "%s: not an autoaccel checkpoint (neither a checkpoint file nor a version 1 or 2 manifest)", path);
-  } else if (version == 1) {
-    shards = json_count(root, "world", MAX_WORLD);
-    if (shards < 1 || !json_is_array(files) || json_array_size(files) != (size_t)shards)
-      rc = aa_error(AA_EFORMAT, "%s: world must be 1..%d with one entry in files per rank", path, MAX_WORLD);
-  } else {
-    int dp = json_count(root, "dp", MAX_WORLD), zero = json_count(root, "zero", 3);
-    tp = json_count(root, "tp", MAX_WORLD);
-    shards = zero > 0 ? dp : 1;
-    if (dp < 1 || tp < 1 || zero < 0 || (long long)dp * tp > MAX_WORLD)
-      rc = aa_error(AA_EFORMAT, "%s: dp and tp must be at least 1, dp x tp at most %d, and zero 0..3", path,
-                    MAX_WORLD);
-    else if (!json_is_array(files) || json_array_size(files) != (size_t)tp * (size_t)shards)
-      rc = aa_error(AA_EFORMAT, "%s: files must have tp x %s = %d entries", path, zero ? "dp" : "1", tp * shards);
-  }
-  if (!rc) rc = layout_init(&s->lay, &m->arch, tp, path);
+  manifest_layout_t ml;
+  rc = manifest_layout(&ml, root, &m->arch, path);
+  const int version = ml.version, tp = ml.tp, pp = ml.pp, shards = ml.shards;
+  if (!rc) rc = layout_init(&s->lay, &m->arch, tp, pp, ml.vpp, pp > 1 ? ml.bounds : NULL, path);
   const int U = s->lay.n_units;
   if (!rc && (json_integer_value(json_object_get(root, "n_params")) != (json_int_t)s->lay.n_global ||
-              !json_is_array(units) || json_array_size(units) != (size_t)U))
-    rc = aa_error(AA_EINVAL, "%s: the checkpoint is of a model with other parameters (n_params, units)", path);
-  for (int u = 0; u < U && !rc; u++) {
-    size_t off = s->lay.unit_off[u], n = s->lay.unit_n[u];
-    json_t *e = json_array_get(units, u);
-    if (json_array_size(e) != 2 || json_integer_value(json_array_get(e, 0)) != (json_int_t)off ||
-        json_integer_value(json_array_get(e, 1)) != (json_int_t)n)
-      rc = aa_error(AA_EINVAL, "%s: unit %d is not [%zu, %zu] as in this model", path, u, off, n);
+              !json_is_array(units) || json_array_size(units) != (size_t)(version == 3 ? pp : U)))
+    rc =
+        aa_error(AA_EINVAL, "%s: the checkpoint is of a model with other parameters (n_params, units)", path);
+  /* Version 3 lists each pipeline rank's units, earlier ones the units of
+   * the one (tensor rank's) layout. */
+  for (int p = 0; p < (version == 3 ? pp : 1) && !rc; p++) {
+    int u;
+    if (!units_match(version == 3 ? json_array_get(units, (size_t)p) : units, &s->lay, p, &u))
+      rc = u < 0 ? aa_error(AA_EINVAL, "%s: units[%d] must list the %d units of pipeline rank %d", path, p, U,
+                            p)
+           : version == 3
+               ? aa_error(AA_EINVAL, "%s: unit %d of pipeline rank %d is not [%zu, %zu] as in its layout",
+                          path, u, p, s->lay.unit_off[(size_t)p * U + u], s->lay.unit_n[(size_t)p * U + u])
+               : aa_error(AA_EINVAL, "%s: unit %d is not [%zu, %zu] as in this model", path, u,
+                          s->lay.unit_off[u], s->lay.unit_n[u]);
   }
   if (!rc) {
     s->shards = shards;
-    s->n_files = tp * shards;
+    s->n_files = pp * tp * shards;
     s->f = calloc((size_t)s->n_files, sizeof *s->f);
     s->E = calloc((size_t)s->n_files, sizeof *s->E);
     s->prefix = calloc((size_t)s->n_files * (size_t)U, sizeof *s->prefix);
@@ -501,28 +650,36 @@ static int open_manifest(source_t *s, const char *path, const aa_gpt_t *m) {
   const char *slash = strrchr(path, '/');
   int dir_len = slash ? (int)(slash - path + 1) : 0;
   for (int i = 0; i < s->n_files && !rc; i++) {
-    int t = i / shards, r = i % shards;
+    int p = i / (tp * shards), t = i / shards % tp, r = i % shards;
     json_t *e = json_array_get(files, (size_t)i);
     const char *name = json_string_value(json_object_get(e, "file"));
     const char *want = json_string_value(json_object_get(e, "checksum"));
     if (json_integer_value(json_object_get(e, "rank")) != r ||
-        (version == 2 && json_integer_value(json_object_get(e, "tensor")) != t) || !name || !*name ||
+        (version >= 2 && json_integer_value(json_object_get(e, "tensor")) != t) ||
+        (version == 3 && json_integer_value(json_object_get(e, "pipe")) != p) || !name || !*name ||
         strchr(name, '/') || strlen(name) > 255 || !want || strlen(want) != 16) {
       if (version == 1)
-        rc = aa_error(AA_EFORMAT,
-                      "%s: files[%d] must be {\"rank\": %d, \"file\": a plain file name, \"checksum\": 16 hex "
-                      "digits}",
-                      path, i, r);
-      else
+        rc =
+            aa_error(AA_EFORMAT,
+                     "%s: files[%d] must be {\"rank\": %d, \"file\": a plain file name, \"checksum\": 16 hex "
+                     "digits}",
+                     path, i, r);
+      else if (version == 2)
         rc = aa_error(AA_EFORMAT,
                       "%s: files[%d] must be {\"tensor\": %d, \"rank\": %d, \"file\": a plain file name, "
                       "\"checksum\": 16 hex digits}",
                       path, i, t, r);
+      else
+        rc = aa_error(
+            AA_EFORMAT,
+            "%s: files[%d] must be {\"pipe\": %d, \"tensor\": %d, \"rank\": %d, \"file\": a plain file "
+            "name, \"checksum\": 16 hex digits}",
+            path, i, p, t, r);
       break;
     }
     for (int u = 0; u < U; u++) {
       size_t lo, len;
-      chunk_of(s->lay.unit_n[u], shards, r, &lo, &len);
+      chunk_of(s->lay.unit_n[(size_t)p * U + u], shards, r, &lo, &len);
       s->prefix[(size_t)i * U + u] = s->E[i];
       s->E[i] += len;
     }
@@ -536,17 +693,35 @@ static int open_manifest(source_t *s, const char *path, const aa_gpt_t *m) {
     char got[17];
     snprintf(got, sizeof got, "%016llx", (unsigned long long)h.checksum);
     /* Files written at tensor degree 1 have zeros where a tensor rank's
-     * file says where it belongs. */
-    uint32_t place[4] = {version == 2 ? (uint32_t)tp : 0, version == 2 ? (uint32_t)t : 0,
-                         version == 2 ? (uint32_t)shards : 0, version == 2 ? (uint32_t)r : 0};
+     * file says where it belongs, and files written at pipeline degree 1
+     * zeros where a pipeline rank's does. */
+    uint32_t place[4] = {version >= 2 ? (uint32_t)tp : 0, version >= 2 ? (uint32_t)t : 0,
+                         version >= 2 ? (uint32_t)shards : 0, version >= 2 ? (uint32_t)r : 0};
+    header_t pipe = {0};
+    if (version == 3) {
+      const aa_pp_place_t *pl = &s->lay.place[p];
+      pipe.pp = (uint32_t)pp;
+      pipe.pp_rank = (uint32_t)p;
+      pipe.vpp = (uint32_t)pl->vpp;
+      for (int c = 0; c < pl->vpp; c++)
+        pipe.chunk_lo[c] = (uint32_t)pl->lo[c];
+    }
     if (strcmp(got, want)) {
       rc = aa_error(AA_ECORRUPT, "%s: checksum %s, but the manifest %s names %s: the file is from another save", file,
                     got, path, want);
     } else if (h.tp != place[0] || h.tp_rank != place[1] || h.shards != place[2] || h.shard != place[3]) {
-      rc = aa_error(AA_ECORRUPT,
-                    "%s: holds shard %u of %u of tensor rank %u of %u, but the manifest %s lists it as shard %d of "
-                    "%d of tensor rank %d of %d",
-                    file, h.shard, h.shards, h.tp_rank, h.tp, path, r, shards, t, tp);
+      rc = aa_error(
+          AA_ECORRUPT,
+          "%s: holds shard %u of %u of tensor rank %u of %u, but the manifest %s lists it as shard %d of "
+          "%d of tensor rank %d of %d",
+          file, h.shard, h.shards, h.tp_rank, h.tp, path, r, shards, t, tp);
+    } else if (h.pp != pipe.pp || h.pp_rank != pipe.pp_rank || h.vpp != pipe.vpp ||
+               memcmp(h.chunk_lo, pipe.chunk_lo, sizeof h.chunk_lo)) {
+      rc = aa_error(
+          AA_ECORRUPT,
+          "%s: holds pipeline rank %u of %u (%u chunks from block %u), but the manifest %s lists it as "
+          "pipeline rank %d of %d (%u chunks from block %u)",
+          file, h.pp_rank, h.pp, h.vpp, h.chunk_lo[0], path, p, pp, pipe.vpp, pipe.chunk_lo[0]);
     } else if (i == 0) {
       s->h = h;
     } else if (h.step != s->h.step || h.adam_t != s->h.adam_t || h.rng != s->h.rng || h.data_pos != s->h.data_pos) {
@@ -570,8 +745,9 @@ static int source_open(source_t *s, const char *path, const aa_gpt_t *m, int wan
   int rc;
   if (c == '{') {
     rc = open_manifest(s, path, m);
-  } else if (!(rc = layout_init(&s->lay, &m->arch, 1, path))) {
-    /* One file: the whole model, in the layout of tensor degree 1. */
+  } else if (!(rc = layout_init(&s->lay, &m->arch, 1, 1, 1, NULL, path))) {
+    /* One file: the whole model, in the layout of tensor and pipeline
+     * degree 1. */
     if (!(s->f = calloc(1, sizeof *s->f))) {
       rc = aa_error(AA_ENOMEM, "out of memory");
     } else {
@@ -583,24 +759,30 @@ static int source_open(source_t *s, const char *path, const aa_gpt_t *m, int wan
   return rc;
 }
 
-/* Reads elements [a, a + n) of section sec of tensor rank t's state, in
- * the saved layout and all inside unit u, into dst (host). */
-static int source_read(source_t *s, int sec, int t, int u, size_t a, size_t n, float *dst) {
+/* Reads elements [a, a + n) of section sec of saved rank q's state (q =
+ * p * tp + t), in its layout and all inside unit u, into dst (host). */
+static int source_read(source_t *s, int sec, int q, int u, size_t a, size_t n, float *dst) {
   if (!s->shards) {
     off_t pos = (off_t)(AA_CKPT_HEADER_BYTES + ((size_t)sec * s->lay.n_local + a) * sizeof(float));
     if (fseeko(s->f[0], pos, SEEK_SET) || fread(dst, sizeof(float), n, s->f[0]) != n)
       return aa_error(AA_EIO, "checkpoint: read failed");
     return 0;
   }
-  size_t uoff = s->lay.unit_off[u], un = s->lay.unit_n[u];
+  const size_t pu = (size_t)(q / s->lay.tp) * s->lay.n_units + u;
+  size_t uoff = s->lay.unit_off[pu], un = s->lay.unit_n[pu];
+  if (a < uoff || a + n > uoff + un)
+    return aa_error(AA_EINTERNAL, "checkpoint: elements [%zu, %zu) lie outside saved rank %d's unit %d", a,
+                    a + n, q, u);
   size_t c = (un + (size_t)s->shards - 1) / (size_t)s->shards;
   while (n) {
-    int r = (int)((a - uoff) / c), i = t * s->shards + r;
+    int r = (int)((a - uoff) / c), i = q * s->shards + r;
     size_t lo = uoff + (size_t)r * c, take = lo + c - a < n ? lo + c - a : n;
     size_t el = (size_t)sec * s->E[i] + s->prefix[(size_t)i * s->lay.n_units + u] + (a - lo);
     if (fseeko(s->f[i], (off_t)(AA_CKPT_HEADER_BYTES + el * sizeof(float)), SEEK_SET) ||
         fread(dst, sizeof(float), take, s->f[i]) != take)
-      return aa_error(AA_EIO, "checkpoint: read of file %d (tensor rank %d, shard %d) failed", i, t, r);
+      return aa_error(AA_EIO,
+                      "checkpoint: read of file %d (pipeline rank %d, tensor rank %d, shard %d) failed", i,
+                      q / s->lay.tp, q % s->lay.tp, r);
     a += take;
     dst += take;
     n -= take;
@@ -609,14 +791,14 @@ static int source_read(source_t *s, int sec, int t, int u, size_t a, size_t n, f
 }
 
 /* Reads whole-model elements [x, x + n) of tensor i (all inside it), of
- * section sec, into dst: from the saved tensor ranks whose slices hold
- * them, the lowest such rank for elements several hold (a replicated
- * tensor: the same on every rank). */
+ * section sec, into dst: from the saved ranks whose slices hold them, the
+ * lowest such rank for elements several hold (a replicated tensor: the
+ * same on every tensor rank of the one pipeline rank that saved it). */
 static int read_whole(source_t *s, int sec, int i, size_t x, size_t n, float *dst) {
-  const int nt = s->lay.n_tensors, u = s->lay.tab[i].unit;
+  const int nt = s->lay.n_tensors, u = s->lay.tab[i].unit, ranks = s->lay.pp * s->lay.tp;
   while (n) {
     int t = 0;
-    for (; t < s->lay.tp; t++) {
+    for (; t < ranks; t++) {
       const aa_tensor_desc_t *d = &s->lay.tab[(size_t)t * nt + i];
       if (!d->runs || x < d->run_global) continue;
       size_t rel = x - d->run_global, k = d->run_gstride ? rel / d->run_gstride : 0, off = rel - k * d->run_gstride;
@@ -629,18 +811,18 @@ static int read_whole(source_t *s, int sec, int i, size_t x, size_t n, float *ds
       n -= take;
       break;
     }
-    if (t == s->lay.tp)
-      return aa_error(AA_EINTERNAL, "checkpoint: element %zu of %s lies in no saved tensor rank's slice",
+    if (t == ranks)
+      return aa_error(AA_EINTERNAL, "checkpoint: element %zu of %s lies in no saved rank's slice",
                       x - s->lay.tab[i].goffset, s->lay.tab[i].name);
   }
   return 0;
 }
 
 /* The model's elements [a, a + n) of section sec, all inside its unit u,
- * into dst, from a checkpoint saved at another tensor degree: each run of
- * each of the model's tensors (its slice's place in the whole model) read
- * through read_whole. Elements no run covers (the padding rows of a
- * vocabulary slice) are 0. */
+ * into dst, from a checkpoint saved in another layout: each run of each of
+ * the model's tensors (its slice's place in the whole model; a copy of
+ * wte|wpe's too) read through read_whole. Elements no run covers (the
+ * padding rows of a vocabulary slice) are 0. */
 static int read_resharded(source_t *s, const aa_gpt_t *m, int sec, size_t a, size_t n, float *dst) {
   memset(dst, 0, n * sizeof(float));
   for (int i = 0; i < m->n_tensors; i++) {
@@ -659,14 +841,18 @@ static int read_resharded(source_t *s, const aa_gpt_t *m, int sec, size_t a, siz
 
 /* The load behind aa_ckpt_load (z NULL: the full buffers of m and opt) and
  * aa_ckpt_load_zero (what z holds). Every file is checked before anything
- * is written. A checkpoint of m's tensor degree is read slice for slice
- * (the rank's own files); one of another degree through both layouts. */
+ * is written. A checkpoint of m's layout (tensor degree, pipeline place)
+ * is read slice for slice (the rank's own files); one of another layout,
+ * and a last stage's copy of wte|wpe (whose owner's files hold it),
+ * through both layouts' tables. */
 static int load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_zero_t *z, aa_train_state_t *st) {
   int want_opt = z ? st != NULL : opt != NULL;
   source_t s;
   int rc = source_open(&s, path, m, want_opt);
   if (rc) return rc;
-  const int U = aa_gpt_n_units(m), same = s.lay.tp == m->tp;
+  const int U = aa_gpt_n_units(m), same = layout_is_models(&s.lay, m);
+  const int q = (m->pp > 1 ? m->pipe.stage : 0) * m->tp + m->tp_rank;
+  const int copy = aa_pp_unit0_is_copy(m->pp > 1 ? &m->pipe : NULL);
   size_t most = 0;
   for (int u = 0; u < U; u++) {
     size_t off, n;
@@ -686,8 +872,8 @@ static int load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_zero_t *z, aa
         r.data = (float *)b->data + r.offset;
       }
       if (!r.n) continue;
-      rc = same ? source_read(&s, which, m->tp_rank, u, r.offset, r.n, buf)
-                : read_resharded(&s, m, which, r.offset, r.n, buf);
+      rc = same && !(u == 0 && copy) ? source_read(&s, which, q, u, r.offset, r.n, buf)
+                                     : read_resharded(&s, m, which, r.offset, r.n, buf);
       if (!rc) rc = m->ops->upload(r.data, buf, r.n * sizeof(float));
     }
   }
@@ -725,28 +911,41 @@ int aa_ckpt_load_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_train_stat
 
 /* --- collective saves ---------------------------------------------------------------- */
 
+/* A save's gang: the model, its data group (z) and pipeline group (pipe,
+ * NULL at pp 1) with 16 floats of the model's backend memory to stage the
+ * pipeline group's sums through (NULL over a group of one). */
+typedef struct {
+  aa_gpt_t *m;
+  aa_zero_t *z;
+  aa_comm_t *pipe;
+  float *staging;
+} gang_t;
+
 /* Makes each rank's outcome of one part of a collective save everyone's:
  * the failing rank gets its own error back, the others an error naming the
  * save, and 0 only when every rank of the gang succeeded. The failures are
- * summed over the data group, then over the tensor group, which every rank
- * joins even when the first sum failed, so that no tensor peer is left
- * waiting. A collective: every rank calls it, whatever happened before. */
-static int agree(aa_gpt_t *m, aa_zero_t *z, int rc, const char *path) {
+ * summed over the data group, then over the tensor group, then over the
+ * pipeline group, each of which every rank joins even when an earlier sum
+ * failed, so that no peer is left waiting. A collective: every rank calls
+ * it, whatever happened before. */
+static int agree(const gang_t *g, int rc, const char *path) {
   char msg[512] = "";
   if (rc) snprintf(msg, sizeof msg, "%s", aa_last_error());
   float failed = rc ? 1.0f : 0.0f;
-  int crc = aa_zero_all_reduce_host(z, &failed, 1, AA_COMM_SUM);
-  int trc = aa_gpt_tensor_sum(m, &failed, 1);
+  int crc = aa_zero_all_reduce_host(g->z, &failed, 1, AA_COMM_SUM);
+  int trc = aa_gpt_tensor_sum(g->m, &failed, 1);
+  int prc = g->pipe ? aa_all_reduce_host(g->pipe, g->m->ops, g->staging, &failed, 1, AA_COMM_SUM) : 0;
   if (rc) return aa_error(rc, "%s", msg);
-  if (crc || trc) return aa_error_wrap(crc ? crc : trc, "%s: checkpoint", path);
+  if (crc || trc || prc) return aa_error_wrap(crc ? crc : trc ? trc : prc, "%s: checkpoint", path);
   if (failed > 0)
-    return aa_error(AA_EIO, "%s: %d of %d ranks could not write their part of the checkpoint", path, (int)failed,
-                    z->world * m->tp);
+    return aa_error(AA_EIO, "%s: %d of %d ranks could not write their part of the checkpoint", path,
+                    (int)failed, g->z->world * g->m->tp * (g->pipe ? aa_comm_world(g->pipe) : 1));
   return 0;
 }
 
 /* This rank's file: shard r of `shards` of the rank's state (r 0 of 1:
- * all of it), its chunk of every unit in the three sections. */
+ * all of it), its chunk of every unit it holds in the three sections,
+ * except a copy of wte|wpe (its owner saves it). */
 static int write_shard(const char *file, const aa_gpt_t *m, const aa_zero_t *z, const aa_train_state_t *st,
                        int shards, int r) {
   int U = z->n_units;
@@ -756,15 +955,23 @@ static int write_shard(const char *file, const aa_gpt_t *m, const aa_zero_t *z, 
   state_header(&h, m, st);
   h.flags = FLAG_OPTIMIZER | FLAG_SHARD;
   h.adam_t = z->opt.t;
-  if (m->tp > 1) {
+  if (m->tp > 1 || m->pp > 1) {
     h.tp = (uint32_t)m->tp;
     h.tp_rank = (uint32_t)m->tp_rank;
     h.shards = (uint32_t)shards;
     h.shard = (uint32_t)r;
   }
+  if (m->pp > 1) {
+    h.pp = (uint32_t)m->pp;
+    h.pp_rank = (uint32_t)m->pipe.stage;
+    h.vpp = (uint32_t)m->pipe.vpp;
+    for (int c = 0; c < m->pipe.vpp; c++)
+      h.chunk_lo[c] = (uint32_t)m->pipe.lo[c];
+  }
+  const int copy = aa_pp_unit0_is_copy(m->pp > 1 ? &m->pipe : NULL);
   int k = 0;
   for (int which = 0; which < 3; which++) {
-    for (int u = 0; u < U; u++) {
+    for (int u = copy ? 1 : 0; u < U; u++) {
       aa_zero_range_t held;
       aa_zero_range(z, m, which, u, &held);
       size_t lo, len;
@@ -779,68 +986,159 @@ static int write_shard(const char *file, const aa_gpt_t *m, const aa_zero_t *z, 
   return rc;
 }
 
-/* Data rank 0 of tensor rank 0, once every rank file is in place: the
- * manifest that names them with their checksums (read back from their
- * headers), written atomically as the files are. Version 1 at tensor
- * degree 1 (as before tensor parallelism), else version 2 with the layout
- * and each file's place. */
+/* The pipeline layout of a save at pp > 1 from its files' headers h
+ * (file (p * tp + t) * shards + r at h[that]): each pipeline rank's file
+ * names the first block of each of its chunks, virtual stage c * pp + p,
+ * into bounds[0..pp * vpp]. AA_EIO when a file disagrees with the
+ * model's degree or chunks. */
+static int gather_bounds(const aa_gpt_t *m, const header_t *h, int shards, int *bounds, const char *path) {
+  const int pp = m->pp, vpp = m->pipe.vpp;
+  for (int p = 0; p < pp; p++) {
+    const header_t *x = &h[(size_t)p * m->tp * shards];
+    if (x->pp != (uint32_t)pp || x->pp_rank != (uint32_t)p || x->vpp != (uint32_t)vpp)
+      return aa_error(AA_EIO, "%s: the file of pipeline rank %d says pipeline rank %u of %u with %u chunks",
+                      path, p, x->pp_rank, x->pp, x->vpp);
+    for (int c = 0; c < vpp; c++)
+      bounds[c * pp + p] = (int)x->chunk_lo[c];
+  }
+  bounds[pp * vpp] = m->arch.n_layer;
+  return 0;
+}
+
+/* Rank 0 of the gang (data, tensor and pipeline rank 0), once every rank
+ * file is in place: the manifest that names them with their checksums
+ * (read back from their headers), written atomically as the files are.
+ * Version 1 at tensor and pipeline degree 1 (as before either existed),
+ * version 2 with the tensor layout and each file's place, version 3 (pp >
+ * 1) with the pipeline layout too, gathered from the files' headers, and
+ * each pipeline rank's units. */
 static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *z, int step, int shards) {
+  const int n_files = m->pp * m->tp * shards, version = m->pp > 1 ? 3 : m->tp > 1 ? 2 : 1;
   char file[AA_PATH_MAX + 64];
+  header_t *h = calloc((size_t)n_files, sizeof *h);
+  if (!h) return aa_error(AA_ENOMEM, "out of memory");
+  int rc = 0;
+  for (int i = 0; i < n_files && !rc; i++) {
+    int p = i / (m->tp * shards), t = i / shards % m->tp, r = i % shards;
+    unsigned char hdr[AA_CKPT_HEADER_BYTES];
+    if ((rc = rank_file(file, sizeof file, path, m->pp, p, m->tp, t, r, shards))) break;
+    FILE *rf = fopen(file, "rb");
+    size_t got = rf ? fread(hdr, 1, sizeof hdr, rf) : 0;
+    if (rf) fclose(rf);
+    if (got != sizeof hdr)
+      rc = aa_error(AA_EIO, "%s: cannot read back the header of rank %d's file", file, r);
+    else
+      decode_header(&h[i], hdr);
+  }
+  int bounds[AA_STRATEGY_STAGES_MAX + 1];
+  layout_t lay = {0};
+  if (!rc && version == 3 && !(rc = gather_bounds(m, h, shards, bounds, path)))
+    rc = layout_init(&lay, &m->arch, m->tp, m->pp, m->pipe.vpp, bounds, path);
   aa_wfile_t w;
-  int rc = aa_wfile_open(&w, path, 0666);
-  if (rc) return rc;
+  if (!rc) rc = aa_wfile_open(&w, path, 0666);
+  if (rc) {
+    layout_free(&lay);
+    free(h);
+    return rc;
+  }
   FILE *f = w.f;
   char hash[17];
   aa_arch_hash(&m->arch, hash);
-  if (m->tp == 1)
+  if (version == 1)
     fprintf(f,
             "{\"format\": \"" MANIFEST_FORMAT "\", \"version\": 1, \"world\": %d, \"zero\": %d, \"step\": %d, "
             "\"n_params\": %zu, \"model_hash\": \"%s\",\n \"units\": [",
             z->world, z->stage, step, m->n_params, hash);
-  else
+  else if (version == 2)
     fprintf(f,
             "{\"format\": \"" MANIFEST_FORMAT "\", \"version\": 2, \"dp\": %d, \"tp\": %d, \"zero\": %d, "
             "\"step\": %d, \"n_params\": %zu, \"model_hash\": \"%s\",\n \"units\": [",
             z->world, m->tp, z->stage, step, (size_t)aa_arch_param_count(&m->arch), hash);
-  for (int u = 0; u < z->n_units; u++) fprintf(f, "%s[%zu, %zu]", u ? ", " : "", z->unit_off[u], z->unit_n[u]);
+  else
+    fprintf(
+        f,
+        "{\"format\": \"" MANIFEST_FORMAT "\", \"version\": 3, \"dp\": %d, \"tp\": %d, \"pp\": %d, "
+        "\"vpp\": %d, \"zero\": %d, \"step\": %d, \"n_params\": %zu, \"model_hash\": \"%s\",\n \"bounds\": [",
+        z->world, m->tp, m->pp, m->pipe.vpp, z->stage, step, (size_t)aa_arch_param_count(&m->arch), hash);
+  if (version < 3) {
+    for (int u = 0; u < z->n_units; u++)
+      fprintf(f, "%s[%zu, %zu]", u ? ", " : "", z->unit_off[u], z->unit_n[u]);
+  } else {
+    for (int k = 0; k <= m->pp * m->pipe.vpp; k++)
+      fprintf(f, "%s%d", k ? ", " : "", bounds[k]);
+    fprintf(f, "],\n \"units\": [");
+    for (int p = 0; p < m->pp; p++) {
+      fprintf(f, "%s\n  [", p ? "," : "");
+      for (int u = 0; u < lay.n_units; u++) {
+        size_t i = (size_t)p * lay.n_units + u;
+        fprintf(f, "%s[%zu, %zu]", u ? ", " : "", lay.unit_off[i], lay.unit_n[i]);
+      }
+      fprintf(f, "]");
+    }
+  }
   fprintf(f, "],\n \"files\": [");
   const char *slash = strrchr(path, '/');
-  for (int i = 0; i < m->tp * shards && !rc; i++) {
-    int t = i / shards, r = i % shards;
-    unsigned char hdr[AA_CKPT_HEADER_BYTES];
-    if ((rc = rank_file(file, sizeof file, path, m->tp, t, r, shards))) break;
-    FILE *rf = fopen(file, "rb");
-    size_t got = rf ? fread(hdr, 1, sizeof hdr, rf) : 0;
-    if (rf) fclose(rf);
-    if (got != sizeof hdr) {
-      rc = aa_error(AA_EIO, "%s: cannot read back the header of rank %d's file", file, r);
-      break;
-    }
-    header_t h;
-    decode_header(&h, hdr);
+  for (int i = 0; i < n_files && !rc; i++) {
+    int p = i / (m->tp * shards), t = i / shards % m->tp, r = i % shards;
+    if ((rc = rank_file(file, sizeof file, path, m->pp, p, m->tp, t, r, shards))) break;
     fprintf(f, "%s\n  {", i ? "," : "");
-    if (m->tp > 1) fprintf(f, "\"tensor\": %d, ", t);
+    if (version == 3) fprintf(f, "\"pipe\": %d, ", p);
+    if (version >= 2) fprintf(f, "\"tensor\": %d, ", t);
     fprintf(f, "\"rank\": %d, \"file\": \"%s\", \"elements\": %llu, \"checksum\": \"%016llx\"}", r,
-            slash ? strrchr(file, '/') + 1 : file, (unsigned long long)h.n_params, (unsigned long long)h.checksum);
+            slash ? strrchr(file, '/') + 1 : file, (unsigned long long)h[i].n_params,
+            (unsigned long long)h[i].checksum);
   }
   fprintf(f, "]}\n");
   if (!rc) rc = aa_wfile_commit(&w);
   aa_wfile_abort(&w);
+  layout_free(&lay);
+  free(h);
   return rc;
 }
 
-int aa_ckpt_save_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, const aa_train_state_t *st) {
-  if (z->stage == 0 && m->tp == 1) return agree(m, z, z->rank == 0 ? aa_ckpt_save(path, m, &z->opt, st) : 0, path);
+/* The collective save of gang g (aa_ckpt_save_pipe's contract). */
+static int save_gang(const char *path, const gang_t *g, const aa_train_state_t *st) {
+  aa_gpt_t *m = g->m;
+  aa_zero_t *z = g->z;
+  if (z->stage == 0 && m->tp == 1 && m->pp == 1)
+    return agree(g, z->rank == 0 ? aa_ckpt_save(path, m, &z->opt, st) : 0, path);
   /* At stage 0 the data ranks hold the same state: data rank 0 of each
-   * tensor rank writes all of its own. */
+   * tensor and pipeline rank writes all of its own. */
+  const int p = m->pp > 1 ? m->pipe.stage : 0;
   int shards = z->stage ? z->world : 1, rc = 0;
   if (z->stage || z->rank == 0) {
     char file[AA_PATH_MAX + 64];
     int r = z->stage ? z->rank : 0;
-    if (!(rc = rank_file(file, sizeof file, path, m->tp, m->tp_rank, r, shards)))
+    if (!(rc = rank_file(file, sizeof file, path, m->pp, p, m->tp, m->tp_rank, r, shards)))
       rc = write_shard(file, m, z, st, shards, r);
   }
-  if ((rc = agree(m, z, rc, path))) return rc;
-  return agree(m, z, z->rank == 0 && m->tp_rank == 0 ? write_manifest(path, m, z, st ? st->step : 0, shards) : 0,
-               path);
+  if ((rc = agree(g, rc, path))) return rc;
+  return agree(
+      g,
+      z->rank == 0 && m->tp_rank == 0 && p == 0 ? write_manifest(path, m, z, st ? st->step : 0, shards) : 0,
+      path);
+}
+
+int aa_ckpt_save_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, const aa_train_state_t *st) {
+  return aa_ckpt_save_pipe(path, m, z, NULL, st);
+}
+
+int aa_ckpt_save_pipe(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_comm_t *pipe,
+                      const aa_train_state_t *st) {
+  if (m->pp > 1 && !pipe)
+    return aa_error(AA_EINVAL,
+                    "%s: pipeline rank %d of %d holds part of the model: save with its pipeline group", path,
+                    m->pipe.stage, m->pp);
+  gang_t g = {m, z, pipe && aa_comm_world(pipe) > 1 ? pipe : NULL, NULL};
+  aa_flatbuf_t staging = {0};
+  /* Allocated before the first collective: a rank that cannot stage its
+   * sums cannot take part in any. */
+  if (g.pipe) {
+    int rc = aa_flatbuf_alloc(&staging, m->ops, NULL, AA_MEM_WORKSPACE, AA_F32, 16);
+    if (rc) return aa_error_wrap(rc, "%s: checkpoint", path);
+    g.staging = staging.data;
+  }
+  int rc = save_gang(path, &g, st);
+  aa_flatbuf_free(&staging, NULL);
+  return rc;
 }

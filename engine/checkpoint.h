@@ -28,8 +28,9 @@ typedef struct aa_train_state {
 } aa_train_state_t;
 
 /* Writes m's parameters, opt's moments (opt may be NULL: weights only) and
- * st (may be NULL) to path; m must hold the whole model (tensor degree 1). Written to a fresh temporary in path's
- * directory, fsynced, then renamed over path (common/file.h), so an
+ * st (may be NULL) to path; m must hold the whole model (tensor and
+ * pipeline degree 1, else AA_EINVAL). Written to a fresh temporary in
+ * path's directory, fsynced, then renamed over path (common/file.h), so an
  * interrupted save never leaves a torn file under path and a symlink at
  * path is replaced, never written through. */
 int aa_ckpt_save(const char *path, const aa_gpt_t *m, const aa_adamw_t *opt, const aa_train_state_t *st);
@@ -37,10 +38,11 @@ int aa_ckpt_save(const char *path, const aa_gpt_t *m, const aa_adamw_t *opt, con
 /* Reads a checkpoint into m (whose architecture must match the file's; the
  * error names the first differing field) and, when opt is non-NULL, the
  * optimizer moments (error if the file has none) and st. path is a
- * single-file checkpoint or the manifest of a sharded one (any data and
- * tensor degree), which is gathered back into m's full buffers (a tensor
- * rank's model: its slice). Validates magic, version,
- * sizes and the payload checksum of every file before touching m. */
+ * single-file checkpoint or the manifest of a sharded one (any data,
+ * tensor and pipeline degree), which is gathered back into m's full
+ * buffers (a tensor or pipeline rank's model: what it holds). Validates
+ * magic, version, sizes and the payload checksum of every file before
+ * touching m. */
 int aa_ckpt_load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_train_state_t *st);
 
 /* Checkpoint of a data- and tensor-parallel run: every rank of the gang
@@ -59,16 +61,34 @@ int aa_ckpt_load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_train_state_
  * checksum (and its tensor rank), so a manifest only ever describes a
  * complete save (docs/checkpoint-format.md). m is not changed; it is not
  * const because the tensor group's agreement passes through its
- * workspace. */
+ * workspace. A pipeline rank's model (m->pp > 1) needs
+ * aa_ckpt_save_pipe (AA_EINVAL here). */
 int aa_ckpt_save_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, const aa_train_state_t *st);
 
+/* aa_ckpt_save_zero for a gang that may also be pipeline-parallel: pipe
+ * is the rank's pipeline group (borrowed; NULL allowed at pp 1), over
+ * which the ranks agree as over the other two. At pp > 1 every rank
+ * writes the units it holds, except the last stage's copy of wte|wpe (the
+ * first stage's is saved), to "path.pp<p>of<pp>.tp<t>of<tp>.rank<r>of<n>"
+ * (n as above), its pipeline place in the header, and rank 0 of all three
+ * groups (pipeline rank 0) writes a version 3 manifest with the pipeline
+ * layout, read back from the files' headers. A group of one serves a rank
+ * saved on its own (a test that builds every rank's model in one
+ * process): pipeline rank 0 must then save last, since its manifest names
+ * the files of every pipeline rank. Over a pipeline group of more than
+ * one rank the agreement stages its sums through 16 floats of m's backend
+ * memory, allocated and freed within the call. */
+int aa_ckpt_save_pipe(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_comm_t *pipe,
+                      const aa_train_state_t *st);
+
 /* aa_ckpt_load into what this rank of z holds: path is a single-file
- * checkpoint or a manifest written at any data and tensor degree and
- * stage; only the slices the rank needs are read, re-sharded through the
- * saved layout's tensor tables and m's when the tensor degrees differ
- * (every file read from is checksummed whole first, and nothing changes
- * unless every check passes). With st NULL only the parameters are read
- * (init_weights). */
+ * checkpoint or a manifest written at any data, tensor and pipeline degree
+ * and stage (m may be a pipeline rank's model: it reads the units it
+ * holds, its copy of wte|wpe from the saved first stage's); only the
+ * slices the rank needs are read, re-sharded through the saved layout's
+ * tensor tables and m's when the layouts differ (every file read from is
+ * checksummed whole first, and nothing changes unless every check
+ * passes). With st NULL only the parameters are read (init_weights). */
 int aa_ckpt_load_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_train_state_t *st);
 
 #endif

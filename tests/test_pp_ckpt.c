@@ -1,0 +1,514 @@
+/* Checkpoints of pipeline-parallel runs (engine/checkpoint.h,
+ * docs/checkpoint-format.md): a checkpoint saved by a pipeline gang (any
+ * tensor degree, data degree, ZeRO stage 0 or 1, uniform, custom or
+ * interleaved partition) loads in one process and in any other layout,
+ * and a single process's checkpoint loads at any pipeline layout.
+ *
+ * The model has 4 blocks (pipeline degrees 1, 2 and 4, two chunks a rank
+ * at pp 2), 4 heads and d_ff 64 (tensor degrees 1, 2 and 4) and a
+ * vocabulary of 250 (padding rows at tp 4). A gang has at most 4 ranks
+ * (aa_gang.h). The last pipeline stage holds
+ * a copy of wte|wpe for the tied head, which is neither saved nor read
+ * from its own files: it is loaded from the first stage's.
+ *
+ * Ranks are forked processes (aa_gang.h) that meet in a shared-memory
+ * group; the mesh (engine/mesh.h) gives each its data, tensor and
+ * pipeline groups. No rank trains: every rank's model is built with its
+ * pipeline place (strategies/pipeline.h) and filled by a load. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "aa_gang.h"
+#include "aa_test.h"
+#include "comm/comm.h"
+#include "common/aa.h"
+#include "common/file.h"
+#include "common/rendezvous.h"
+#include "common/spec.h"
+#include "engine/checkpoint.h"
+#include "engine/mesh.h"
+#include "engine/model.h"
+#include "engine/optim.h"
+#include "strategies/pipeline.h"
+
+static char tmpdir[256];
+
+static aa_arch_t tiny_arch(void) {
+  return (aa_arch_t){.family = "gpt2",
+                     .n_layer = 4,
+                     .n_head = 4,
+                     .d_model = 32,
+                     .d_ff = 64,
+                     .seq_len = 16,
+                     .vocab_size = 250};
+}
+
+typedef struct {
+  int (*fn)(const char *rdv, int rank, const void *data);
+  const char *rdv;
+  const void *data;
+} gang_call_t;
+
+static int gang_rank(const void *data, int rank) {
+  const gang_call_t *g = data;
+  return g->fn(g->rdv, rank, g->data);
+}
+
+/* Runs fn(rdv, rank, data) in n forked ranks over a fresh shm rendezvous
+ * (aa_gang_fork: reaped, killed after 120 s). Returns 1 when every one
+ * exited with status 0. */
+static int gang(int n, int (*fn)(const char *rdv, int rank, const void *data), const void *data,
+                const char *what) {
+  char rdv[AA_RENDEZVOUS_MAX];
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_pp_ckpt") == 0);
+  int status[AA_GANG_MAX], ok = 1;
+  double exit_time[AA_GANG_MAX];
+  aa_gang_fork(what, n, gang_rank, &(gang_call_t){fn, rdv, data}, status, exit_time);
+  for (int i = 0; i < n; i++) {
+    int good = aa_gang_exited_ok(status[i]);
+    CHECK_MSG(good, "%s: rank %d: status %#x", what, i, status[i]);
+    ok &= good;
+  }
+  return ok;
+}
+
+/* The original: a single process's model with initialised weights and
+ * moments that name each element (m[i] = i + 0.5, v[i] = -i: exact in
+ * fp32 at this size, so a misplaced element cannot go unnoticed), saved
+ * in one file with a training state in which every field is set. */
+static const aa_train_state_t orig_state = {.step = 5,
+                                            .data_pos = 54321,
+                                            .rng = {0xfedcba9876543210ull},
+                                            .seed = 9,
+                                            .loss_scale = 512,
+                                            .scaler_iter = 4,
+                                            .scaler_last_overflow = 2,
+                                            .scaler_hysteresis_left = 1,
+                                            .skipped_steps = 2};
+#define ORIG_T 5
+
+static char orig_path[600];
+
+/* A single process's model and moments holding the original (loaded from
+ * orig_path when load is set, else made). */
+static int make_orig(aa_gpt_t **m, aa_adamw_t *opt, int load) {
+  aa_arch_t a = tiny_arch();
+  int rc = aa_gpt_create(m, &a, aa_ops_cpu(), 1, 16, NULL);
+  if (rc) return rc;
+  if ((rc = aa_adamw_init(opt, (*m)->n_params, NULL))) {
+    aa_gpt_free(*m);
+    return rc;
+  }
+  if (load) {
+    aa_train_state_t st;
+    rc = aa_ckpt_load(orig_path, *m, opt, &st);
+  } else if (!(rc = aa_gpt_init_weights(*m, 11))) {
+    float *mm = opt->m.data, *vv = opt->v.data;
+    for (size_t i = 0; i < (*m)->n_params; i++) {
+      mm[i] = (float)i + 0.5f;
+      vv[i] = -(float)i;
+    }
+    opt->t = ORIG_T;
+  }
+  if (rc) {
+    aa_adamw_free(opt);
+    aa_gpt_free(*m);
+  }
+  return rc;
+}
+
+static int same_state(const aa_train_state_t *st) {
+  return st->step == orig_state.step && st->data_pos == orig_state.data_pos &&
+         st->rng.s == orig_state.rng.s && st->seed == orig_state.seed &&
+         st->loss_scale == orig_state.loss_scale && st->scaler_iter == orig_state.scaler_iter &&
+         st->scaler_last_overflow == orig_state.scaler_last_overflow &&
+         st->scaler_hysteresis_left == orig_state.scaler_hysteresis_left &&
+         st->skipped_steps == orig_state.skipped_steps;
+}
+
+/* One hop: a gang at a layout loads the previous checkpoint, checks what
+ * every rank holds against the original, and saves at its layout. */
+typedef struct {
+  const char *name; /* the checkpoint it saves: tmpdir/NAME.ckpt */
+  const char *from; /* the one it loads: tmpdir/FROM.ckpt */
+  int dp, tp, pp, vpp, zero;
+  int n_bounds, bounds[8]; /* a custom partition, or 0: uniform */
+} hop_t;
+
+static void hop_strategy(const hop_t *h, aa_strategy_t *s) {
+  aa_strategy_default(s);
+  s->dp = h->dp;
+  s->tp = h->tp;
+  s->pp = h->pp;
+  s->vpp = h->vpp;
+  s->schedule = h->vpp > 1 ? AA_SCHEDULE_INTERLEAVED : AA_SCHEDULE_1F1B;
+  if (h->n_bounds) {
+    s->partition = AA_PARTITION_CUSTOM;
+    s->n_bounds = h->n_bounds;
+    memcpy(s->bounds, h->bounds, (size_t)h->n_bounds * sizeof *h->bounds);
+  }
+}
+
+/* What m holds of whole-model buffer whole, in its local layout: each run
+ * of each tensor's slice (a copy of wte|wpe's too), zeros where no run
+ * lands (padding rows). exp has m->n_params elements. */
+static void local_view(const aa_gpt_t *m, const float *whole, float *exp) {
+  memset(exp, 0, m->n_params * sizeof(float));
+  for (int i = 0; i < m->n_tensors; i++) {
+    const aa_tensor_desc_t *d = &m->tensors[i];
+    for (int k = 0; k < d->runs; k++)
+      memcpy(exp + d->offset + (size_t)k * d->run_lstride, whole + d->run_global + (size_t)k * d->run_gstride,
+             d->run_n * sizeof(float));
+  }
+}
+
+/* Exit status bits of a hop's rank. */
+enum { HOP_SETUP = 1, HOP_LOAD = 2, HOP_VALUES = 4, HOP_STATE = 8, HOP_SAVE = 16, HOP_COPY = 32 };
+
+static int hop_rank(const char *rdv, int rank, const void *data) {
+  const hop_t *h = data;
+  int bad = 0;
+  aa_comm_t *world = NULL;
+  aa_gpt_t *ref = NULL, *m = NULL;
+  aa_adamw_t ref_opt = {0};
+  aa_zero_t z = {0};
+  aa_mesh_t mesh = {0};
+  aa_pp_place_t place;
+  float *exp = NULL;
+  aa_arch_t a = tiny_arch();
+  aa_strategy_t strat;
+  hop_strategy(h, &strat);
+  if (aa_comm_init(&world, rdv, rank, h->dp * h->tp * h->pp, NULL) || aa_mesh_init(&mesh, &strat, world) ||
+      aa_pp_place(&a, &strat, 0, aa_comm_rank(mesh.group[AA_AXIS_PIPELINE]), &place) ||
+      make_orig(&ref, &ref_opt, 1)) {
+    fprintf(stderr, "  %s rank %d: %s\n", h->name, rank, aa_last_error());
+    bad |= HOP_SETUP;
+    goto done;
+  }
+  aa_gpt_opts_t mo = {.zero = h->zero, .tensor = mesh.group[AA_AXIS_TENSOR], .pipe = &place};
+  if (aa_gpt_create(&m, &a, aa_ops_cpu(), 1, 16, &mo) ||
+      aa_zero_init(&z, m, mesh.group[AA_AXIS_DATA], h->zero, NULL) ||
+      !(exp = malloc(m->n_params * sizeof(float)))) {
+    fprintf(stderr, "  %s rank %d: %s\n", h->name, rank, aa_last_error());
+    bad |= HOP_SETUP;
+    goto done;
+  }
+  char in[700], out[700];
+  snprintf(in, sizeof in, "%s/%s.ckpt", tmpdir, h->from);
+  snprintf(out, sizeof out, "%s/%s.ckpt", tmpdir, h->name);
+  aa_train_state_t st;
+  memset(&st, 0, sizeof st);
+  if (aa_ckpt_load_zero(in, m, &z, &st)) {
+    fprintf(stderr, "  %s rank %d: %s\n", h->name, rank, aa_last_error());
+    bad |= HOP_LOAD;
+    goto done;
+  }
+  /* Every element the rank holds of the three buffers, bit for bit: a
+   * last stage's copy of wte|wpe equals the original's (the first
+   * stage's) as well. */
+  const float *whole[3] = {ref->params.data, ref_opt.m.data, ref_opt.v.data};
+  for (int which = 0; which < 3; which++) {
+    local_view(m, whole[which], exp);
+    for (int u = 0; u < z.n_units; u++) {
+      aa_zero_range_t r;
+      aa_zero_range(&z, m, which, u, &r);
+      if (r.n && memcmp(r.data, exp + r.offset, r.n * sizeof(float))) {
+        fprintf(stderr, "  %s rank %d (pipe %d, tensor %d): buffer %d unit %d differs from the original\n",
+                h->name, rank, m->pipe.stage, m->tp_rank, which, u);
+        bad |= u == 0 && aa_pp_unit0_is_copy(&place) ? HOP_COPY : HOP_VALUES;
+      }
+    }
+  }
+  if (!same_state(&st) || z.opt.t != ORIG_T) bad |= HOP_STATE;
+  /* A pipeline rank holds part of the model: it cannot write a
+   * whole-model file, nor save without its pipeline group. */
+  if (h->pp > 1 &&
+      (aa_ckpt_save(out, m, &z.opt, &st) != AA_EINVAL || aa_ckpt_save_zero(out, m, &z, &st) != AA_EINVAL))
+    bad |= HOP_SAVE;
+  if (aa_ckpt_save_pipe(out, m, &z, mesh.group[AA_AXIS_PIPELINE], &st)) {
+    fprintf(stderr, "  %s rank %d: %s\n", h->name, rank, aa_last_error());
+    bad |= HOP_SAVE;
+  }
+  /* A second save of other values under another name (for the test of a
+   * file from another save): every rank changes the first parameter of
+   * the last unit it holds. */
+  snprintf(out, sizeof out, "%s/%s.other.ckpt", tmpdir, h->name);
+  for (int u = z.n_units - 1; u >= 0; u--) {
+    aa_zero_range_t r;
+    aa_zero_range(&z, m, 0, u, &r);
+    if (r.n) {
+      r.data[0] += 1.0f;
+      break;
+    }
+  }
+  if (aa_ckpt_save_pipe(out, m, &z, mesh.group[AA_AXIS_PIPELINE], &st)) bad |= HOP_SAVE;
+done:
+  if (bad) fprintf(stderr, "  %s rank %d: failed checks %#x\n", h->name, rank, bad);
+  free(exp);
+  aa_zero_free(&z, m);
+  aa_gpt_free(m);
+  if (ref) {
+    aa_adamw_free(&ref_opt);
+    aa_gpt_free(ref);
+  }
+  aa_mesh_free(&mesh);
+  aa_comm_destroy(world);
+  return bad;
+}
+
+/* Loads tmpdir/NAME.ckpt in one process and compares everything with the
+ * original, bit for bit. */
+static void check_whole(const char *name) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/%s.ckpt", tmpdir, name);
+  aa_gpt_t *ref, *m;
+  aa_adamw_t ref_opt, opt;
+  CHECK(make_orig(&ref, &ref_opt, 1) == 0);
+  CHECK(make_orig(&m, &opt, 0) == 0);
+  memset(m->params.data, 0, m->n_params * sizeof(float));
+  memset(opt.m.data, 0, m->n_params * sizeof(float));
+  opt.t = 0;
+  aa_train_state_t st;
+  memset(&st, 0, sizeof st);
+  int rc = aa_ckpt_load(path, m, &opt, &st);
+  CHECK_MSG(rc == 0, "%s: %s", name, aa_last_error());
+  size_t bytes = m->n_params * sizeof(float);
+  CHECK_MSG(!memcmp(m->params.data, ref->params.data, bytes), "%s: the parameters differ", name);
+  CHECK_MSG(!memcmp(opt.m.data, ref_opt.m.data, bytes), "%s: the first moment differs", name);
+  CHECK_MSG(!memcmp(opt.v.data, ref_opt.v.data, bytes), "%s: the second moment differs", name);
+  CHECK_MSG(opt.t == ORIG_T && same_state(&st), "%s: the training state differs", name);
+  aa_adamw_free(&opt);
+  aa_gpt_free(m);
+  aa_adamw_free(&ref_opt);
+  aa_gpt_free(ref);
+}
+
+static const hop_t hops[] = {
+    /* One file -> pp 2 (the last stage holds the wte|wpe copy). */
+    {"A", "orig", 1, 1, 2, 1, 0, 0, {0}},
+    /* pp 2 -> pp 2 x tp 2. */
+    {"B", "A", 1, 2, 2, 1, 0, 0, {0}},
+    /* -> dp 2 x pp 2 at ZeRO 1 with an uneven custom partition. */
+    {"C", "B", 2, 1, 2, 1, 1, 3, {0, 1, 4}},
+    /* -> pp 4. */
+    {"D", "C", 1, 1, 4, 1, 0, 0, {0}},
+    /* -> dp 2 x pp 2 x 2 chunks a rank (interleaved) at ZeRO 1. */
+    {"E", "D", 2, 1, 2, 2, 1, 0, {0}},
+    /* -> pp 2 x tp 2 with another custom partition. */
+    {"F", "E", 1, 2, 2, 1, 0, 3, {0, 3, 4}},
+    /* -> tp 4 without pipeline parallelism (a version 2 manifest; vocabulary padding rows). */
+    {"G", "F", 1, 4, 1, 1, 0, 0, {0}},
+    /* -> tp 2 x pp 2 at ZeRO 1 over a data group of one, from a version 2 manifest. */
+    {"H", "G", 1, 2, 2, 1, 1, 3, {0, 1, 4}},
+    /* -> the same layout (a resume: each rank reads its own files, the copy from the first stage's). */
+    {"I", "H", 1, 2, 2, 1, 1, 3, {0, 1, 4}},
+    /* E's pipeline layout over another data degree and stage (its own files, other shards). */
+    {"J", "E", 1, 1, 2, 2, 0, 0, {0}},
+};
+
+AA_TEST(pipeline_checkpoints_load_exactly_at_pp1_and_at_other_pipeline_tensor_and_data_layouts) {
+  aa_gpt_t *m;
+  aa_adamw_t opt;
+  CHECK(make_orig(&m, &opt, 0) == 0);
+  CHECK_MSG(aa_ckpt_save(orig_path, m, &opt, &orig_state) == 0, "%s", aa_last_error());
+  aa_adamw_free(&opt);
+  aa_gpt_free(m);
+  for (size_t i = 0; i < sizeof hops / sizeof hops[0]; i++) {
+    const hop_t *h = &hops[i];
+    int ok = gang(h->dp * h->tp * h->pp, hop_rank, h, h->name);
+    fprintf(stderr, "  %s (dp %d x tp %d x pp %d, vpp %d, zero %d) from %s: %s\n", h->name, h->dp, h->tp,
+            h->pp, h->vpp, h->zero, h->from,
+            ok ? "every rank holds the original's values, bit for bit" : "FAILED");
+    check_whole(h->name);
+  }
+  /* The files each layout leaves: the copy of wte|wpe is not saved, so the
+   * last stage's file of A holds only its blocks and lnf. */
+  const char *expect[] = {"A.ckpt.pp0of2.tp0of1.rank0of1", "A.ckpt.pp1of2.tp0of1.rank0of1",
+                          "B.ckpt.pp1of2.tp1of2.rank0of1", "C.ckpt.pp1of2.tp0of1.rank1of2",
+                          "D.ckpt.pp3of4.tp0of1.rank0of1", "E.ckpt.pp1of2.tp0of1.rank1of2",
+                          "G.ckpt.tp3of4.rank0of1",        "H.ckpt.pp1of2.tp1of2.rank0of1"};
+  for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, expect[i]);
+    CHECK_MSG(access(path, R_OK) == 0, "%s is missing", expect[i]);
+  }
+  /* The manifest records the pipeline layout, and the last stage's units
+   * list no elements for its copy of wte|wpe. */
+  char path[700];
+  snprintf(path, sizeof path, "%s/E.ckpt", tmpdir);
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  json_t *b = json_object_get(root, "bounds"), *units = json_object_get(root, "units");
+  CHECK(root && json_integer_value(json_object_get(root, "version")) == 3 &&
+        json_integer_value(json_object_get(root, "pp")) == 2 &&
+        json_integer_value(json_object_get(root, "vpp")) == 2 &&
+        json_integer_value(json_object_get(root, "dp")) == 2 &&
+        json_integer_value(json_object_get(root, "zero")) == 1 && json_array_size(b) == 5 &&
+        json_integer_value(json_array_get(b, 2)) == 2 &&
+        json_array_size(json_object_get(root, "files")) == 4 && json_array_size(units) == 2);
+  json_t *last_unit0 = json_array_get(json_array_get(units, 1), 0);
+  CHECK(json_integer_value(json_array_get(last_unit0, 1)) == 0);
+  json_decref(root);
+  snprintf(path, sizeof path, "%s/C.ckpt", tmpdir);
+  root = json_load_file(path, 0, &err);
+  b = json_object_get(root, "bounds");
+  CHECK(root && json_array_size(b) == 3 && json_integer_value(json_array_get(b, 1)) == 1);
+  json_decref(root);
+  snprintf(path, sizeof path, "%s/G.ckpt", tmpdir);
+  root = json_load_file(path, 0, &err);
+  CHECK(root && json_integer_value(json_object_get(root, "version")) == 2 && !json_object_get(root, "pp"));
+  json_decref(root);
+}
+
+/* Writes the manifest at src, changed by edit, to dst. */
+static void edited(const char *src, const char *dst, void (*edit)(json_t *root)) {
+  json_error_t err;
+  json_t *root = json_load_file(src, 0, &err);
+  CHECK(root != NULL);
+  edit(root);
+  CHECK(json_dump_file(root, dst, JSON_COMPACT) == 0);
+  json_decref(root);
+}
+
+static void bounds_not_increasing(json_t *root) {
+  json_array_set_new(json_object_get(root, "bounds"), 1, json_integer(4));
+}
+static void bounds_too_few(json_t *root) { json_array_remove(json_object_get(root, "bounds"), 1); }
+static void other_bounds(json_t *root) {
+  json_array_set_new(json_object_get(root, "bounds"), 1, json_integer(1));
+}
+/* Entries 1 and 2 swapped (file and checksum): in D (pp 4) pipeline ranks
+ * 1 and 2 hold one block each, so each file is intact, of the size the
+ * entry expects and named with its own checksum, but its header says it
+ * is the other pipeline rank's. */
+static void pipes_swapped(json_t *root) {
+  json_t *files = json_object_get(root, "files");
+  json_t *a = json_array_get(files, 1), *b = json_array_get(files, 2);
+  json_t *fa = json_incref(json_object_get(a, "file")), *ca = json_incref(json_object_get(a, "checksum"));
+  json_object_set(a, "file", json_object_get(b, "file"));
+  json_object_set(a, "checksum", json_object_get(b, "checksum"));
+  json_object_set_new(b, "file", fa);
+  json_object_set_new(b, "checksum", ca);
+}
+static void no_pipe_field(json_t *root) {
+  json_object_del(json_array_get(json_object_get(root, "files"), 1), "pipe");
+}
+static void future_version(json_t *root) { json_object_set_new(root, "version", json_integer(4)); }
+
+AA_TEST(
+    a_pipeline_checkpoint_with_a_corrupt_or_mismatching_manifest_or_file_is_rejected_and_changes_nothing) {
+  /* A copy of A (pp 2) in another directory. */
+  char dir[600], src[700], dst[700], ma[700], bad[700];
+  snprintf(dir, sizeof dir, "%s/bad", tmpdir);
+  CHECK(aa_mkdirs(dir) == 0);
+  snprintf(src, sizeof src, "%s/A.ckpt", tmpdir);
+  snprintf(ma, sizeof ma, "%s/A.ckpt", dir);
+  CHECK(aa_gang_copy_file(src, ma, -1) == 0);
+  for (int p = 0; p < 2; p++) {
+    snprintf(src, sizeof src, "%s/A.ckpt.pp%dof2.tp0of1.rank0of1", tmpdir, p);
+    snprintf(dst, sizeof dst, "%s/A.ckpt.pp%dof2.tp0of1.rank0of1", dir, p);
+    CHECK(aa_gang_copy_file(src, dst, -1) == 0);
+  }
+  aa_gpt_t *m;
+  aa_adamw_t opt;
+  aa_train_state_t st;
+  CHECK(make_orig(&m, &opt, 0) == 0);
+  CHECK_MSG(aa_ckpt_load(ma, m, &opt, &st) == 0, "%s", aa_last_error());
+  float *p = m->params.data;
+  for (size_t i = 0; i < m->n_params; i++)
+    p[i] = 42.0f;
+  /* Edited manifests beside the files they name. */
+  const struct {
+    const char *from;
+    void (*edit)(json_t *root);
+    int rc;
+    const char *msg;
+  } cases[] = {
+      {"A", bounds_not_increasing, AA_EFORMAT, "custom partition boundaries must increase"},
+      {"A", bounds_too_few, AA_EFORMAT, "pp x vpp + 1 = 3 block boundaries"},
+      {"A", other_bounds, AA_EINVAL, "unit 2 of pipeline rank 0 is not ["},
+      {"D", pipes_swapped, AA_ECORRUPT,
+       "holds pipeline rank 2 of 4 (1 chunks from block 2), but the manifest"},
+      {"A", no_pipe_field, AA_EFORMAT, "files[1] must be {\"pipe\": 1"},
+      {"A", future_version, AA_EFORMAT, "version 1, 2 or 3 manifest"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(src, sizeof src, "%s/%s.ckpt", tmpdir, cases[i].from);
+    snprintf(bad, sizeof bad, "%s/edited%zu.ckpt", tmpdir, i);
+    edited(src, bad, cases[i].edit);
+    int rc = aa_ckpt_load(bad, m, &opt, &st);
+    CHECK_MSG(rc == cases[i].rc && strstr(aa_last_error(), cases[i].msg), "case %zu: %d %s", i, rc,
+              aa_last_error());
+  }
+  /* A flipped payload byte in the last stage's file; the same file of
+   * another save; a missing file. */
+  snprintf(dst, sizeof dst, "%s/A.ckpt.pp1of2.tp0of1.rank0of1", dir);
+  snprintf(src, sizeof src, "%s/A.ckpt.pp1of2.tp0of1.rank0of1", tmpdir);
+  CHECK(aa_gang_copy_file(src, dst, 300) == 0);
+  int rc = aa_ckpt_load(ma, m, &opt, &st);
+  CHECK_MSG(rc == AA_ECORRUPT && strstr(aa_last_error(), "pp1of2.tp0of1.rank0of1: checksum mismatch"),
+            "%d %s", rc, aa_last_error());
+  snprintf(src, sizeof src, "%s/A.other.ckpt.pp1of2.tp0of1.rank0of1", tmpdir);
+  CHECK(aa_gang_copy_file(src, dst, -1) == 0);
+  rc = aa_ckpt_load(ma, m, &opt, &st);
+  CHECK_MSG(rc == AA_ECORRUPT && strstr(aa_last_error(), "the file is from another save"), "%d %s", rc,
+            aa_last_error());
+  CHECK(unlink(dst) == 0);
+  rc = aa_ckpt_load(ma, m, &opt, &st);
+  CHECK_MSG(rc == AA_ENOENT && strstr(aa_last_error(), "pp1of2.tp0of1.rank0of1"), "%d %s", rc,
+            aa_last_error());
+  int untouched = 1;
+  for (size_t i = 0; i < m->n_params; i++)
+    untouched &= p[i] == 42.0f;
+  CHECK_MSG(untouched, "a failed load changed the model");
+  aa_adamw_free(&opt);
+  aa_gpt_free(m);
+}
+
+/* Each pipeline rank's model built in one process over groups of one, as
+ * a test or a tool may: the later stages save first, then stage 0, whose
+ * manifest names every file; the load into each stage's model from it
+ * and from the gang's checkpoint D (pp 4) gives the original. */
+AA_TEST(pipeline_ranks_saved_one_by_one_over_groups_of_one_make_a_checkpoint_of_the_whole_model) {
+  aa_arch_t a = tiny_arch();
+  aa_strategy_t s;
+  hop_strategy(&(hop_t){.dp = 1, .tp = 1, .pp = 2, .vpp = 1, .n_bounds = 3, .bounds = {0, 3, 4}}, &s);
+  aa_comm_t *self;
+  CHECK(aa_comm_self(&self) == 0);
+  char path[700], from[700];
+  snprintf(path, sizeof path, "%s/self.ckpt", tmpdir);
+  snprintf(from, sizeof from, "%s/D.ckpt", tmpdir);
+  aa_gpt_t *m[2] = {NULL, NULL};
+  aa_zero_t z[2] = {{0}};
+  aa_pp_place_t place[2];
+  for (int p = 1; p >= 0; p--) {
+    CHECK(aa_pp_place(&a, &s, 0, p, &place[p]) == 0);
+    CHECK(aa_gpt_create(&m[p], &a, aa_ops_cpu(), 1, 16, &(aa_gpt_opts_t){.pipe = &place[p]}) == 0);
+    CHECK(aa_zero_init(&z[p], m[p], self, 0, NULL) == 0);
+    aa_train_state_t st;
+    CHECK_MSG(aa_ckpt_load_zero(from, m[p], &z[p], &st) == 0, "%s", aa_last_error());
+    CHECK_MSG(aa_ckpt_save_pipe(path, m[p], &z[p], self, &st) == 0, "%s", aa_last_error());
+  }
+  check_whole("self");
+  for (int p = 0; p < 2; p++) {
+    aa_zero_free(&z[p], m[p]);
+    aa_gpt_free(m[p]);
+  }
+  aa_comm_destroy(self);
+}
+
+int main(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/aa_test_pp_ckpt_XXXXXX");
+  if (!mkdtemp(tmpdir)) return 1;
+  snprintf(orig_path, sizeof orig_path, "%s/orig.ckpt", tmpdir);
+  RUN(pipeline_checkpoints_load_exactly_at_pp1_and_at_other_pipeline_tensor_and_data_layouts);
+  RUN(a_pipeline_checkpoint_with_a_corrupt_or_mismatching_manifest_or_file_is_rejected_and_changes_nothing);
+  RUN(pipeline_ranks_saved_one_by_one_over_groups_of_one_make_a_checkpoint_of_the_whole_model);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
+  return aa_test_summary();
+}
