@@ -173,7 +173,7 @@ static int save_checkpoint(trainer_t *t, const char *name) {
   t->state.scaler_last_overflow = t->scaler.last_overflow;
   t->state.scaler_hysteresis_left = t->scaler.hysteresis_left;
   t->state.skipped_steps = t->scaler.skipped;
-  int rc = aa_ckpt_save_zero(path, t->model, &t->zero, &t->state);
+  int rc = aa_ckpt_save_pipe(path, t->model, &t->zero, t->mesh.group[AA_AXIS_PIPELINE], &t->state);
   if (!rc) fprintf(t->log, "checkpoint %s (step %d)\n", path, t->state.step);
   return rc;
 }

@@ -312,12 +312,21 @@ int aa_pp_plan(aa_pp_schedule_t sched, int pp, int v, int m, aa_pp_plan_t *out) 
     }
     unsigned char *aused = used, *gused = used + per;
     memset(used, 0, (size_t)per * 2 + 1);
-    int n = 0;
+    int n = 0, pend_g = -1, pend_slot = -1; /* what the last backward's send still reads */
     for (long i = 0; i < nev; i++) {
       const event_t *e = &ev[i];
       const step_t s = e->what;
       if (e->cls == 0 && e->rank == r) {
         ops[n++] = (aa_pp_op_t){s.fwd ? AA_PP_SEND_ACT : AA_PP_SEND_GRAD, s.chunk, s.mb, -1, -1, -1, e->to};
+        /* The backward's input gradient is sent from where it was
+         * computed: the gradient buffer it arrived in, or (on the last
+         * virtual stage) the slot's stash. Both stay taken until the send:
+         * a receive at the same moment must not land in them. */
+        if (!s.fwd) {
+          if (pend_g >= 0) gused[pend_g] = 0;
+          if (pend_slot >= 0) sused[pend_slot] = 0;
+          pend_g = pend_slot = -1;
+        }
       } else if (e->cls == 0 && e->to == r) {
         /* The receiving chunk: the next virtual stage's (forward) or the
          * previous one's (backward). */
@@ -337,9 +346,14 @@ int aa_pp_plan(aa_pp_schedule_t sched, int pp, int v, int m, aa_pp_plan_t *out) 
           ops[n++] = (aa_pp_op_t){AA_PP_FORWARD, s.chunk, s.mb, sl, abuf[k], -1, -1};
         } else {
           int g = vs < S - 1 ? gbuf[k] : -1;
-          if (g >= 0) gused[g] = 0;
           aused[abuf[k]] = 0;
-          sused[slot[k]] = 0;
+          if (vs > 0) {
+            pend_g = g;
+            pend_slot = slot[k];
+          } else {
+            if (g >= 0) gused[g] = 0;
+            sused[slot[k]] = 0;
+          }
           ops[n++] = (aa_pp_op_t){AA_PP_BACKWARD, s.chunk, s.mb, slot[k], abuf[k], g, -1};
         }
       }

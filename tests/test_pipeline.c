@@ -215,7 +215,8 @@ static void run(const aa_pp_plan_t *p, const char *where, run_t *out) {
     abuf[i] = -1;
   for (int i = 0; i < pp * v * m; i++)
     slot[i] = -1;
-  int left = total, moved = 1, live[8] = {0};
+  int left = total, moved = 1, live[8] = {0}, pend_slot[8], pend_gin[8];
+  for (int r = 0; r < 8; r++) pend_slot[r] = pend_gin[r] = -1;
   while (left && moved) {
     moved = 0;
     for (int r = 0; r < pp; r++) {
@@ -251,9 +252,18 @@ static void run(const aa_pp_plan_t *p, const char *where, run_t *out) {
             CHECK_MSG(o->gin >= 0 && o->gin < p->grad_bufs[r] && gb[o->gin] == key,
                       "%s: rank %d backward of mb %d chunk %d has no received gradient", where, r, o->mb,
                       o->chunk);
-          if (o->slot >= 0) sl[o->slot] = -1;
+          /* The input gradient is sent from the gradient buffer (or the
+           * slot's stash), which stay taken until the send. */
+          if (vs > 0) {
+            pend_slot[r] = o->slot;
+            pend_gin[r] = o->gin;
+            if (o->slot >= 0) sl[o->slot] = -2;
+            if (o->gin >= 0) gb[o->gin] = -2;
+          } else {
+            if (o->slot >= 0) sl[o->slot] = -1;
+            if (o->gin >= 0) gb[o->gin] = -1;
+          }
           if (o->in >= 0) ab[o->in] = -1;
-          if (o->gin >= 0) gb[o->gin] = -1;
           bdone[r * K + key] = 1;
           live[r]--;
           clock[r] += 2;
@@ -262,6 +272,11 @@ static void run(const aa_pp_plan_t *p, const char *where, run_t *out) {
           const int q = o->peer, fwd = o->kind == AA_PP_SEND_ACT;
           CHECK_MSG((fwd ? fdone : bdone)[r * K + key],
                     "%s: rank %d sends mb %d chunk %d before computing it", where, r, o->mb, o->chunk);
+          if (!fwd) {
+            CHECK_MSG((pend_slot[r] < 0 || sl[pend_slot[r]] == -2) && (pend_gin[r] < 0 || gb[pend_gin[r]] == -2),
+                      "%s: rank %d sends the gradient of mb %d chunk %d from a buffer taken since", where, r,
+                      o->mb, o->chunk);
+          }
           if (q < 0 || q >= pp || pc[q] >= p->n_ops[q] || !matches(p, r, o, &p->ops[q][pc[q]])) break;
           const aa_pp_op_t *y = &p->ops[q][pc[q]];
           const int ykey = y->chunk * m + y->mb;
@@ -282,6 +297,11 @@ static void run(const aa_pp_plan_t *p, const char *where, run_t *out) {
           out->n_transfers++;
           pc[q]++;
           left--;
+          if (!fwd) {
+            if (pend_slot[r] >= 0) sl[pend_slot[r]] = -1;
+            if (pend_gin[r] >= 0) gb[pend_gin[r]] = -1;
+            pend_slot[r] = pend_gin[r] = -1;
+          }
         } else {
           break; /* a receive: its sender completes it */
         }
