@@ -358,10 +358,10 @@ static int write_summary(const trainer_t *t, const aa_train_result_t *r, int thr
   char hash[17];
   aa_arch_hash(&t->spec->arch, hash);
   fprintf(f,
-          "{\"model\": \"%s\", \"model_hash\": \"%s\", \"params\": %zu, \"strategy\": \"%s\", \"steps\": %d, "
+          "{\"model\": \"%s\", \"model_hash\": \"%s\", \"params\": %zu, \"rank_params\": %zu, \"strategy\": \"%s\", \"steps\": %d, "
           "\"global_batch\": %d, \"micro_batch\": %d, \"accum_steps\": %d, \"seq_len\": %d, \"threads\": %d, "
           "\"tokens_per_s\": %.3f, \"step_ms_median\": %.4f, \"final_loss\": %.6f, ",
-          t->spec->name, hash, t->model->n_params, r->key, r->steps_done, t->spec->train.global_batch, t->model->B,
+          t->spec->name, hash, (size_t)aa_arch_param_count(&t->spec->arch), t->model->n_params, r->key, r->steps_done, t->spec->train.global_batch, t->model->B,
           t->accum, t->model->T, threads, r->tokens_per_s, r->step_ms_median, r->final_loss);
   if (isnan(r->val_loss)) fprintf(f, "\"val_loss\": null, ");
   else fprintf(f, "\"val_loss\": %.6f, ", r->val_loss);
@@ -599,9 +599,12 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   char hash[17];
   aa_arch_hash(&spec->arch, hash);
   r.train_entropy = aa_shard_unigram_entropy(&t.train);
-  fprintf(t.log, "model %s (%s): %zu parameters, %d layers, d_model %d, %d heads, seq_len %d, vocab %d\n",
-          spec->name, hash, m->n_params, spec->arch.n_layer, spec->arch.d_model, spec->arch.n_head, T,
-          spec->arch.vocab_size);
+  /* The whole model's count; a tensor or pipeline rank holds its part. */
+  const size_t whole = (size_t)aa_arch_param_count(&spec->arch);
+  fprintf(t.log, "model %s (%s): %zu parameters, %d layers, d_model %d, %d heads, seq_len %d, vocab %d", spec->name,
+          hash, whole, spec->arch.n_layer, spec->arch.d_model, spec->arch.n_head, T, spec->arch.vocab_size);
+  if (m->n_params != whole) fprintf(t.log, "; rank 0 holds %zu", m->n_params);
+  fprintf(t.log, "\n");
   fprintf(t.log, "data: %zu train tokens, %zu val tokens; unigram entropy %.4f nats\n", t.train.n_tokens,
           t.val.n_tokens, r.train_entropy);
   if (t.cuda_device >= 0) fputs(t.device_line, t.log);
