@@ -256,22 +256,33 @@ static int cmd_check(int argc, char **argv) {
   if (s.model_hash[0] && strcmp(s.model_hash, hash) != 0)
     printf("note: measured on another architecture (hash %s; %s has %s)\n", s.model_hash, spec.name, hash);
   /* The cost model the search prunes with (strategies/cost.h). */
+  const int accum = aa_strategy_accum_steps(&s, &spec);
   aa_cost_mem_t m;
-  aa_cost_memory(&spec.arch, &s, aa_strategy_accum_steps(&s, &spec), &m);
+  aa_cost_memory(&spec.arch, &s, accum, &m);
   char need[256], total[32], have[32];
   aa_cost_mem_describe(&m, need, sizeof need);
-  printf("memory: a rank needs at least %s", need);
+  printf("memory: %s needs at least %s", s.pp > 1 ? "the most loaded stage's rank" : "a rank", need);
   if (memory) printf(", %s %s", m.total <= memory ? "fits in" : "more than", aa_mem_fmt(have, memory));
   double flops = aa_cost_flops_per_token(&spec.arch, &s);
   printf("\nwork: %.4g %s per token%s%s (6N + 12LCT%s)\n", flops >= 1e9 ? flops / 1e9 : flops / 1e6,
          flops >= 1e9 ? "GFLOP" : "MFLOP", s.tp > 1 ? " on each tensor rank" : "",
-         s.pp > 1 ? ", shared by the pipeline's stages" : "",
-         s.ckpt == AA_CKPT_FULL ? " and the recomputed forward" : "");
+         s.pp > 1 ? " on the most loaded stage" : "", s.ckpt == AA_CKPT_FULL ? " and the recomputed forward" : "");
+  /* Each stage's own figures, and the schedule's bubble. */
+  for (int st = 0; s.pp > 1 && st < s.pp; st++) {
+    aa_cost_mem_t sm;
+    aa_cost_memory_stage(&spec.arch, &s, accum, st, &sm);
+    aa_cost_mem_describe(&sm, need, sizeof need);
+    double f = aa_cost_flops_per_token_stage(&spec.arch, &s, st);
+    printf("stage %d: %s; %.4g %s per token\n", st, need, f >= 1e9 ? f / 1e9 : f / 1e6, f >= 1e9 ? "GFLOP" : "MFLOP");
+  }
+  if (s.pp > 1)
+    printf("bubble: %.1f%% of a step predicted (%s, %d micro-batches a step)\n", 100 * aa_cost_bubble(&s, accum),
+           aa_pp_schedule_name(s.schedule), accum);
   aa_cost_comm_t cc;
-  aa_cost_comm(&spec.arch, &s, aa_strategy_accum_steps(&s, &spec), &cc);
-  const aa_cost_group_t *groups[] = {&cc.data, &cc.tensor};
-  static const char *const group_names[] = {"data", "tensor"};
-  for (int g = 0; g < 2; g++) {
+  aa_cost_comm(&spec.arch, &s, accum, &cc);
+  const aa_cost_group_t *groups[] = {&cc.data, &cc.tensor, &cc.pipeline, &cc.embedding};
+  static const char *const group_names[] = {"data", "tensor", "pipeline", "embedding"};
+  for (int g = 0; g < 4; g++) {
     if (groups[g]->ranks < 2) continue;
     char calls[256], ring[32];
     aa_cost_group_describe(groups[g], calls, sizeof calls);

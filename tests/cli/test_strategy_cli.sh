@@ -132,6 +132,13 @@ expect 0 "^ok: dp1\.tp1\.pp2\.z1\.fp32\.ckpt-none\.mb4\.interleaved-v2 is valid 
   "$AA" strategy check "$tmp/pp.json" --model "$TINY" --world 2
 expect 0 "^stages: uniform, virtual stage k on pipeline rank k % 2: \[0, 1\) \[1, 2\) \[2, 3\) \[3, 4\)$" \
   "$AA" strategy check "$tmp/pp.json" --model "$TINY" --world 2
+# Each stage's bytes and work, and the bubble: interleaved, 4 micro-batches
+# (16 / 4), (pp - 1) / (v m + pp - 1) = 1 / 9.
+expect 0 "^stage 1: [0-9.]+ MiB \(params .*\); [0-9.]+ MFLOP per token$" \
+  "$AA" strategy check "$tmp/pp.json" --model "$TINY" --world 2
+expect 0 "^bubble: 11\.1% of a step predicted \(interleaved, 4 micro-batches a step\)$" \
+  "$AA" strategy check "$tmp/pp.json" --model "$TINY" --world 2
+expect 0 "^comm: pipeline group of 2, per step: 12 sends" "$AA" strategy check "$tmp/pp.json" --model "$TINY" --world 2
 "$AA" strategy show --json "$tmp/pp.json" >"$tmp/pp-canon.json"
 expect 0 "key: +dp1\.tp1\.pp2\.z1\.fp32\.ckpt-none\.mb4\.interleaved-v2$" "$AA" strategy show "$tmp/pp-canon.json"
 echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"pipeline": 3}, "partition_method": "parameters",
