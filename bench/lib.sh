@@ -29,3 +29,27 @@ bench_build() {
   fi
   [ -x "$AUTOACCEL" ] || die "no autoaccel binary at $AUTOACCEL"
 }
+
+# bench_spec DST DATA STEPS [N_LAYER NAME]: the bundled example's spec
+# (examples/tiny/model.json) into DST with the data at DATA, STEPS steps,
+# warmup_steps capped at them, validation kept out of the timed steps
+# (eval_every 0, eval_batches 1), no checkpoints; N_LAYER and NAME, when
+# given, replace the model's depth and name.
+bench_spec() {
+  "$PYTHON" - "$ROOT/examples/tiny/model.json" "$@" <<'PY'
+import json, sys
+src, dst, data, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+s = json.load(open(src))
+if len(sys.argv) > 6:
+    s["model"]["n_layer"] = int(sys.argv[5])
+    s["name"] = sys.argv[6]
+s["data"] = {"train": data + "/train.bin", "val": data + "/val.bin"}
+t = s["train"]
+t["steps"] = steps
+t["warmup_steps"] = min(t.get("warmup_steps", 0), steps)
+t["eval_every"] = 0
+t["eval_batches"] = 1
+t["checkpoint_every"] = 0
+json.dump(s, open(dst, "w"), indent=1)
+PY
+}

@@ -56,21 +56,7 @@ bench_work_dir aa-bench-pipeline results runs
 bench_build
 "$AUTOACCEL" data synth --out "$WORK/data" --bytes 2000000 >"$WORK/logs/data.log" 2>&1 ||
   { cat "$WORK/logs/data.log" >&2; die "data synth failed"; }
-"$PYTHON" - "$ROOT/examples/tiny/model.json" "$WORK/model.json" "$WORK/data" "$STEPS" <<'PY'
-import json, sys
-src, dst, data, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-s = json.load(open(src))
-s["name"] = "tiny-8-blocks"
-s["model"]["n_layer"] = 8
-s["data"] = {"train": data + "/train.bin", "val": data + "/val.bin"}
-t = s["train"]
-t["steps"] = steps
-t["warmup_steps"] = min(t.get("warmup_steps", 0), steps)
-t["eval_every"] = 0
-t["eval_batches"] = 1
-t["checkpoint_every"] = 0
-json.dump(s, open(dst, "w"), indent=1)
-PY
+bench_spec "$WORK/model.json" "$WORK/data" "$STEPS" 8 tiny-8-blocks
 SCHEDULES="gpipe 1f1b interleaved"
 for pp in $PPS; do
   for sch in $SCHEDULES; do

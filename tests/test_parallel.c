@@ -434,6 +434,29 @@ static const run_t *run_tp_single(aa_dtype_t amp) {
  * loss, and every rank's accounted bytes against the cost model's
  * prediction for the strategy (to the byte: the tensor slice and the
  * sequence split change what a rank holds, and sizes.h must say so). */
+/* Run c (named out) against the single-process reference ref: every rank
+ * finished, the losses and gradient norms of every step (compare), every
+ * rank's validation loss, and every rank's accounted bytes against the
+ * cost model (its stage's under a pipeline); the worst relative loss and
+ * validation differences into *worst and *worst_val, the prediction into
+ * *cost, the run into *r. */
+static void equivalent_run(cfg_t *c, const char *out, const run_t *ref, double tol, run_t *r, double *worst,
+                           double *worst_val, aa_cost_mem_t *cost) {
+  c->out = out;
+  c->kill_rank = -1;
+  run(c, r);
+  int n = world_of(c);
+  CHECK_MSG(all_ok(r, n), "%s: a rank failed", out);
+  *worst = compare(out, r, ref, 1, tol);
+  *worst_val = 0;
+  for (int i = 0; i < n; i++) {
+    double dv = fabs(r->val_loss[i] - ref->val_loss[0]) / ref->val_loss[0];
+    CHECK_MSG(dv <= tol, "%s rank %d: val loss %.9g vs %.9g", out, i, r->val_loss[i], ref->val_loss[0]);
+    if (!(dv <= *worst_val)) *worst_val = dv;
+  }
+  check_predicted_bytes(out, c, r, n, cost);
+}
+
 static void tp_equivalence(cfg_t c, double tol) {
   const run_t *ref = run_tp_single(c.amp);
   char out[64];
@@ -441,20 +464,10 @@ static void tp_equivalence(cfg_t c, double tol) {
            aa_dtype_name(c.amp), aa_ckpt_mode_name(c.ckpt));
   c.model = TP_MODEL;
   c.steps = TP_STEPS;
-  c.out = out;
-  c.kill_rank = -1;
   run_t r;
-  run(&c, &r);
-  int n = c.dp * c.tp;
-  CHECK_MSG(all_ok(&r, n), "%s: a rank failed", out);
-  double worst = compare(out, &r, ref, 1, tol), worst_val = 0;
-  for (int i = 0; i < n; i++) {
-    double dv = fabs(r.val_loss[i] - ref->val_loss[0]) / ref->val_loss[0];
-    CHECK_MSG(dv <= tol, "%s rank %d: val loss %.9g vs %.9g", out, i, r.val_loss[i], ref->val_loss[0]);
-    if (!(dv <= worst_val)) worst_val = dv;
-  }
+  double worst, worst_val;
   aa_cost_mem_t cost;
-  check_predicted_bytes(out, &c, &r, n, &cost);
+  equivalent_run(&c, out, ref, tol, &r, &worst, &worst_val, &cost);
   size_t one = 0;
   for (int k = 0; k < AA_MEM_NKINDS; k++) one += ref->peak[0][k];
   fprintf(stderr, "  %s: max relative loss difference %.2e, val %.2e; %zu bytes a rank, %.2f of one process's\n",
@@ -962,20 +975,11 @@ static void pp_equivalence(cfg_t c, double tol, run_t *keep) {
   c.model = PP_MODEL;
   c.steps = PP_STEPS;
   c.micro_batch = PP_MB;
-  c.out = out;
-  c.kill_rank = -1;
   run_t r;
-  run(&c, &r);
-  int n = world_of(&c);
-  CHECK_MSG(all_ok(&r, n), "%s: a rank failed", out);
-  double worst = compare(out, &r, ref, 1, tol), worst_val = 0;
-  for (int i = 0; i < n; i++) {
-    double dv = fabs(r.val_loss[i] - ref->val_loss[0]) / ref->val_loss[0];
-    CHECK_MSG(dv <= tol, "%s rank %d: val loss %.9g vs %.9g", out, i, r.val_loss[i], ref->val_loss[0]);
-    if (!(dv <= worst_val)) worst_val = dv;
-  }
+  double worst, worst_val;
   aa_cost_mem_t cost;
-  check_predicted_bytes(out, &c, &r, n, &cost);
+  equivalent_run(&c, out, ref, tol, &r, &worst, &worst_val, &cost);
+  const int n = world_of(&c);
   char log0[700];
   snprintf(log0, sizeof log0, "%s/%s/log.0", tmpdir, out);
   CHECK_MSG(file_has(log0, "the first and last stage's copies are identical"), "%s: no tied-copy check in %s", out,
