@@ -27,6 +27,7 @@ typedef struct aa_runner {
   char abort_reason[AA_PROTO_TEXT_MAX + 1];
   uint64_t job, run;
   int rank; /* in the gang: the result the parent makes for a dead runner names it */
+  int coord[3]; /* and its place in the mesh (data, tensor, pipeline), from the job's strategy */
   uv_pipe_t pipe;
   uv_timer_t timer; /* time limit */
   aa_frame_reader_t reader;

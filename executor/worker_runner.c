@@ -19,6 +19,8 @@
 
 #include "worker_internal.h"
 
+#include "../strategies/layout.h"
+
 static size_t min_nonzero(size_t a, size_t b) { return !a ? b : !b ? a : a < b ? a : b; }
 
 /* Sends the run's one result: the child's own if it sent one, otherwise
@@ -35,6 +37,9 @@ static void send_final(aa_worker_t *w) {
   m.result.job = r->job;
   m.result.run = r->run;
   m.result.rank = r->rank;
+  m.result.dp_rank = r->coord[0];
+  m.result.tp_rank = r->coord[1];
+  m.result.pp_rank = r->coord[2];
   m.result.error = text;
   if (r->killed_for == AA_PROTO_RUN_TIMEOUT) {
     m.result.status = AA_PROTO_RUN_TIMEOUT;
@@ -210,6 +215,13 @@ int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job) {
   r->job = job->job;
   r->run = job->run;
   r->rank = job->rank;
+  /* The dead runner's place, for the result its parent then makes: the
+   * layout's numbers, as the child computes them (a strategy that does not
+   * parse or lay out leaves 0s; the child reports why). */
+  aa_strategy_t st;
+  aa_layout_t lay;
+  if (job->strategy && !aa_strategy_parse(&st, job->strategy, "job strategy") && !aa_layout_of(&lay, &st, job->rank))
+    for (int a = 0; a < 3; a++) r->coord[a] = lay.coord[a] < AA_PROTO_WORLD_MAX ? lay.coord[a] : 0;
   aa_frame_reader_init(&r->reader, 0);
   uv_pipe_init(&w->loop, &r->pipe, 0);
   uv_timer_init(&w->loop, &r->timer);

@@ -543,6 +543,53 @@ AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_ot
     aa_msg_free(&res[1]);
   }
   CHECK(kill(w[0], 0) == 0 && kill(w[1], 0) == 0);
+
+  /* A pipeline of two stages: each rank reports its stage and its own
+   * breakdown (the first stage waits for the second's gradients, so it
+   * has a bubble); a killed stage ends the other within seconds and is
+   * reported crashed, as a killed data rank is. */
+  aa_strategy_t ps;
+  aa_strategy_default(&ps);
+  ps.pp = 2;
+  ps.micro_batch = 1;
+  char *pp2;
+  CHECK(aa_strategy_to_json(&ps, &pp2) == 0);
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_worker") == 0);
+  for (int r = 0; r < 2; r++)
+    send_rank(&p[r], 23, 203, pp2, r, rdv, 3);
+  for (int r = 0; r < 2; r++) {
+    if (wait_result(&p[r], 23, &res[r], NULL, 30000)) continue;
+    CHECK_MSG(res[r].result.status == AA_PROTO_RUN_OK, "stage %d: %s", r,
+              res[r].result.error ? res[r].result.error : "");
+    CHECK_MSG(res[r].result.rank == r && res[r].result.dp_rank == 0 && res[r].result.pp_rank == r,
+              "stage %d reported rank %d at dp %d pp %d", r, res[r].result.rank, res[r].result.dp_rank,
+              res[r].result.pp_rank);
+    CHECK(res[r].result.has_times && res[r].result.times.ms[AA_PROTO_TIME_FORWARD] > 0 &&
+          res[r].result.times.ms[AA_PROTO_TIME_BACKWARD] > 0);
+    aa_msg_free(&res[r]);
+  }
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_worker") == 0);
+  for (int r = 0; r < 2; r++)
+    send_rank(&p[r], 24, 204, pp2, r, rdv, 100000);
+  wait_first_progress(&p[0]);
+  victim = runner_of(w[1]);
+  CHECK(victim > 0);
+  t0 = aa_now();
+  if (victim > 0) kill(victim, SIGKILL);
+  if (!wait_result(&p[0], 24, &res[0], NULL, 10000)) {
+    double dt = aa_now() - t0;
+    CHECK_MSG(dt < 10, "the surviving stage took %.1f s", dt);
+    CHECK(res[0].result.status == AA_PROTO_RUN_ERROR && res[0].result.error);
+    fprintf(stderr, "  the surviving stage failed %.2f s after the kill: %s\n", dt,
+            res[0].result.error ? res[0].result.error : "");
+    aa_msg_free(&res[0]);
+  }
+  if (!wait_result(&p[1], 24, &res[1], NULL, 10000)) {
+    CHECK(res[1].result.status == AA_PROTO_RUN_CRASHED && res[1].result.rank == 1 && res[1].result.pp_rank == 1);
+    aa_msg_free(&res[1]);
+  }
+  CHECK(kill(w[0], 0) == 0 && kill(w[1], 0) == 0);
+  free(pp2);
 out_free:
   free(dp2);
 out:
