@@ -11,10 +11,12 @@
 
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "aa_test.h"
+#include "common/aa.h"
 #include "common/spec.h"
 #include "engine/checkpoint.h"
 #include "engine/model.h"
@@ -111,14 +113,40 @@ static inline void aa_ckpt_test_local_view(const aa_gpt_t *m, const float *whole
   }
 }
 
-/* Whether unit u of buffer which (aa_zero_range) that a rank holds
- * through z differs, bit for bit, from exp, the rank's local view
- * (aa_ckpt_test_local_view) of the same buffer. */
-static inline int aa_ckpt_test_unit_differs(const aa_zero_t *z, const aa_gpt_t *m, int which, int u,
-                                            const float *exp) {
-  aa_zero_range_t r;
-  aa_zero_range(z, m, which, u, &r);
-  return r.n && memcmp(r.data, exp + r.offset, r.n * sizeof(float));
+/* What aa_ckpt_test_check_held found differing: unit 0 of a buffer (on a
+ * last pipeline stage, its copy of wte|wpe) or a later unit. */
+enum { AA_CKPT_HELD_UNIT0 = 1, AA_CKPT_HELD_LATER = 2 };
+
+/* Checks every element that a rank's model m holds through z of the three
+ * buffers (parameters, first and second moments) against the original of
+ * arch saved at orig_path, bit for bit, in m's local layout, naming each
+ * unit that differs under label. Returns 0 when all match, else the
+ * AA_CKPT_HELD_* bits of what differs, or a negative AA_E* code when the
+ * original cannot be loaded or scratch memory had. */
+static inline int aa_ckpt_test_check_held(const char *label, const aa_gpt_t *m, const aa_zero_t *z,
+                                          const aa_arch_t *arch, const char *orig_path) {
+  aa_gpt_t *ref;
+  aa_adamw_t ref_opt;
+  int rc = aa_ckpt_test_orig(&ref, &ref_opt, arch, 0, orig_path);
+  if (rc) return rc;
+  float *exp = malloc(m->n_params * sizeof(float));
+  const float *whole[3] = {ref->params.data, ref_opt.m.data, ref_opt.v.data};
+  for (int which = 0; exp && which < 3; which++) {
+    aa_ckpt_test_local_view(m, whole[which], exp);
+    for (int u = 0; u < z->n_units; u++) {
+      aa_zero_range_t r;
+      aa_zero_range(z, m, which, u, &r);
+      if (r.n && memcmp(r.data, exp + r.offset, r.n * sizeof(float))) {
+        fprintf(stderr, "  %s: buffer %d unit %d differs from the original\n", label, which, u);
+        rc |= u == 0 ? AA_CKPT_HELD_UNIT0 : AA_CKPT_HELD_LATER;
+      }
+    }
+  }
+  if (!exp) rc = AA_ENOMEM;
+  free(exp);
+  aa_adamw_free(&ref_opt);
+  aa_gpt_free(ref);
+  return rc;
 }
 
 /* Checks that each of the n files names[] is in directory dir. */
