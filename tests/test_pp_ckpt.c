@@ -21,12 +21,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "aa_ckpt_test.h"
 #include "aa_gang.h"
 #include "aa_test.h"
 #include "comm/comm.h"
 #include "common/aa.h"
 #include "common/file.h"
-#include "common/rendezvous.h"
 #include "common/spec.h"
 #include "engine/checkpoint.h"
 #include "engine/mesh.h"
@@ -46,39 +46,9 @@ static aa_arch_t tiny_arch(void) {
                      .vocab_size = 250};
 }
 
-typedef struct {
-  int (*fn)(const char *rdv, int rank, const void *data);
-  const char *rdv;
-  const void *data;
-} gang_call_t;
-
-static int gang_rank(const void *data, int rank) {
-  const gang_call_t *g = data;
-  return g->fn(g->rdv, rank, g->data);
-}
-
-/* Runs fn(rdv, rank, data) in n forked ranks over a fresh shm rendezvous
- * (aa_gang_fork: reaped, killed after 120 s). Returns 1 when every one
- * exited with status 0. */
-static int gang(int n, int (*fn)(const char *rdv, int rank, const void *data), const void *data,
-                const char *what) {
-  char rdv[AA_RENDEZVOUS_MAX];
-  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_pp_ckpt") == 0);
-  int status[AA_GANG_MAX], ok = 1;
-  double exit_time[AA_GANG_MAX];
-  aa_gang_fork(what, n, gang_rank, &(gang_call_t){fn, rdv, data}, status, exit_time);
-  for (int i = 0; i < n; i++) {
-    int good = aa_gang_exited_ok(status[i]);
-    CHECK_MSG(good, "%s: rank %d: status %#x", what, i, status[i]);
-    ok &= good;
-  }
-  return ok;
-}
-
 /* The original: a single process's model with initialised weights and
- * moments that name each element (m[i] = i + 0.5, v[i] = -i: exact in
- * fp32 at this size, so a misplaced element cannot go unnoticed), saved
- * in one file with a training state in which every field is set. */
+ * moments that name each element (aa_ckpt_test_orig), saved in one file
+ * with a training state in which every field is set. */
 static const aa_train_state_t orig_state = {.step = 5,
                                             .data_pos = 54321,
                                             .rng = {0xfedcba9876543210ull},
@@ -92,41 +62,10 @@ static const aa_train_state_t orig_state = {.step = 5,
 
 static char orig_path[600];
 
-/* A single process's model and moments holding the original (loaded from
- * orig_path when load is set, else made). */
-static int make_orig(aa_gpt_t **m, aa_adamw_t *opt, int load) {
+/* A single process's model and moments holding the original, made. */
+static int make_orig(aa_gpt_t **m, aa_adamw_t *opt) {
   aa_arch_t a = tiny_arch();
-  int rc = aa_gpt_create(m, &a, aa_ops_cpu(), 1, 16, NULL);
-  if (rc) return rc;
-  if ((rc = aa_adamw_init(opt, (*m)->n_params, NULL))) {
-    aa_gpt_free(*m);
-    return rc;
-  }
-  if (load) {
-    aa_train_state_t st;
-    rc = aa_ckpt_load(orig_path, *m, opt, &st);
-  } else if (!(rc = aa_gpt_init_weights(*m, 11))) {
-    float *mm = opt->m.data, *vv = opt->v.data;
-    for (size_t i = 0; i < (*m)->n_params; i++) {
-      mm[i] = (float)i + 0.5f;
-      vv[i] = -(float)i;
-    }
-    opt->t = ORIG_T;
-  }
-  if (rc) {
-    aa_adamw_free(opt);
-    aa_gpt_free(*m);
-  }
-  return rc;
-}
-
-static int same_state(const aa_train_state_t *st) {
-  return st->step == orig_state.step && st->data_pos == orig_state.data_pos &&
-         st->rng.s == orig_state.rng.s && st->seed == orig_state.seed &&
-         st->loss_scale == orig_state.loss_scale && st->scaler_iter == orig_state.scaler_iter &&
-         st->scaler_last_overflow == orig_state.scaler_last_overflow &&
-         st->scaler_hysteresis_left == orig_state.scaler_hysteresis_left &&
-         st->skipped_steps == orig_state.skipped_steps;
+  return aa_ckpt_test_orig(m, opt, &a, ORIG_T, NULL);
 }
 
 /* One hop: a gang at a layout loads the previous checkpoint, checks what
@@ -152,19 +91,6 @@ static void hop_strategy(const hop_t *h, aa_strategy_t *s) {
   }
 }
 
-/* What m holds of whole-model buffer whole, in its local layout: each run
- * of each tensor's slice (a copy of wte|wpe's too), zeros where no run
- * lands (padding rows). exp has m->n_params elements. */
-static void local_view(const aa_gpt_t *m, const float *whole, float *exp) {
-  memset(exp, 0, m->n_params * sizeof(float));
-  for (int i = 0; i < m->n_tensors; i++) {
-    const aa_tensor_desc_t *d = &m->tensors[i];
-    for (int k = 0; k < d->runs; k++)
-      memcpy(exp + d->offset + (size_t)k * d->run_lstride, whole + d->run_global + (size_t)k * d->run_gstride,
-             d->run_n * sizeof(float));
-  }
-}
-
 /* Exit status bits of a hop's rank. */
 enum { HOP_SETUP = 1, HOP_LOAD = 2, HOP_VALUES = 4, HOP_STATE = 8, HOP_SAVE = 16, HOP_COPY = 32 };
 
@@ -172,26 +98,22 @@ static int hop_rank(const char *rdv, int rank, const void *data) {
   const hop_t *h = data;
   int bad = 0;
   aa_comm_t *world = NULL;
-  aa_gpt_t *ref = NULL, *m = NULL;
-  aa_adamw_t ref_opt = {0};
+  aa_gpt_t *m = NULL;
   aa_zero_t z = {0};
   aa_mesh_t mesh = {0};
   aa_pp_place_t place;
-  float *exp = NULL;
   aa_arch_t a = tiny_arch();
   aa_strategy_t strat;
   hop_strategy(h, &strat);
   if (aa_comm_init(&world, rdv, rank, h->dp * h->tp * h->pp, NULL) || aa_mesh_init(&mesh, &strat, world) ||
-      aa_pp_place(&a, &strat, 0, aa_comm_rank(mesh.group[AA_AXIS_PIPELINE]), &place) ||
-      make_orig(&ref, &ref_opt, 1)) {
+      aa_pp_place(&a, &strat, 0, aa_comm_rank(mesh.group[AA_AXIS_PIPELINE]), &place)) {
     fprintf(stderr, "  %s rank %d: %s\n", h->name, rank, aa_last_error());
     bad |= HOP_SETUP;
     goto done;
   }
   aa_gpt_opts_t mo = {.zero = h->zero, .tensor = mesh.group[AA_AXIS_TENSOR], .pipe = &place};
   if (aa_gpt_create(&m, &a, aa_ops_cpu(), 1, 16, &mo) ||
-      aa_zero_init(&z, m, mesh.group[AA_AXIS_DATA], h->zero, NULL) ||
-      !(exp = malloc(m->n_params * sizeof(float)))) {
+      aa_zero_init(&z, m, mesh.group[AA_AXIS_DATA], h->zero, NULL)) {
     fprintf(stderr, "  %s rank %d: %s\n", h->name, rank, aa_last_error());
     bad |= HOP_SETUP;
     goto done;
@@ -209,20 +131,17 @@ static int hop_rank(const char *rdv, int rank, const void *data) {
   /* Every element the rank holds of the three buffers, bit for bit: a
    * last stage's copy of wte|wpe equals the original's (the first
    * stage's) as well. */
-  const float *whole[3] = {ref->params.data, ref_opt.m.data, ref_opt.v.data};
-  for (int which = 0; which < 3; which++) {
-    local_view(m, whole[which], exp);
-    for (int u = 0; u < z.n_units; u++) {
-      aa_zero_range_t r;
-      aa_zero_range(&z, m, which, u, &r);
-      if (r.n && memcmp(r.data, exp + r.offset, r.n * sizeof(float))) {
-        fprintf(stderr, "  %s rank %d (pipe %d, tensor %d): buffer %d unit %d differs from the original\n",
-                h->name, rank, m->pipe.stage, m->tp_rank, which, u);
-        bad |= u == 0 && aa_pp_unit0_is_copy(&place) ? HOP_COPY : HOP_VALUES;
-      }
-    }
+  char label[200];
+  snprintf(label, sizeof label, "%s rank %d (pipe %d, tensor %d)", h->name, rank, m->pipe.stage, m->tp_rank);
+  int held = aa_ckpt_test_check_held(label, m, &z, &a, orig_path);
+  if (held < 0) {
+    fprintf(stderr, "  %s: the original: %s\n", label, aa_last_error());
+    bad |= HOP_SETUP;
+  } else {
+    if (held & AA_CKPT_HELD_UNIT0) bad |= aa_pp_unit0_is_copy(&place) ? HOP_COPY : HOP_VALUES;
+    if (held & AA_CKPT_HELD_LATER) bad |= HOP_VALUES;
   }
-  if (!same_state(&st) || z.opt.t != ORIG_T) bad |= HOP_STATE;
+  if (!aa_ckpt_test_same_state(&st, &orig_state) || z.opt.t != ORIG_T) bad |= HOP_STATE;
   /* A pipeline rank holds part of the model: it cannot write a
    * whole-model file, nor save without its pipeline group. */
   if (h->pp > 1 &&
@@ -247,13 +166,8 @@ static int hop_rank(const char *rdv, int rank, const void *data) {
   if (aa_ckpt_save_pipe(out, m, &z, mesh.group[AA_AXIS_PIPELINE], &st)) bad |= HOP_SAVE;
 done:
   if (bad) fprintf(stderr, "  %s rank %d: failed checks %#x\n", h->name, rank, bad);
-  free(exp);
   aa_zero_free(&z, m);
   aa_gpt_free(m);
-  if (ref) {
-    aa_adamw_free(&ref_opt);
-    aa_gpt_free(ref);
-  }
   aa_mesh_free(&mesh);
   aa_comm_destroy(world);
   return bad;
@@ -264,26 +178,11 @@ done:
 static void check_whole(const char *name) {
   char path[700];
   snprintf(path, sizeof path, "%s/%s.ckpt", tmpdir, name);
-  aa_gpt_t *ref, *m;
-  aa_adamw_t ref_opt, opt;
-  CHECK(make_orig(&ref, &ref_opt, 1) == 0);
-  CHECK(make_orig(&m, &opt, 0) == 0);
-  memset(m->params.data, 0, m->n_params * sizeof(float));
-  memset(opt.m.data, 0, m->n_params * sizeof(float));
-  opt.t = 0;
+  aa_arch_t a = tiny_arch();
   aa_train_state_t st;
-  memset(&st, 0, sizeof st);
-  int rc = aa_ckpt_load(path, m, &opt, &st);
-  CHECK_MSG(rc == 0, "%s: %s", name, aa_last_error());
-  size_t bytes = m->n_params * sizeof(float);
-  CHECK_MSG(!memcmp(m->params.data, ref->params.data, bytes), "%s: the parameters differ", name);
-  CHECK_MSG(!memcmp(opt.m.data, ref_opt.m.data, bytes), "%s: the first moment differs", name);
-  CHECK_MSG(!memcmp(opt.v.data, ref_opt.v.data, bytes), "%s: the second moment differs", name);
-  CHECK_MSG(opt.t == ORIG_T && same_state(&st), "%s: the training state differs", name);
-  aa_adamw_free(&opt);
-  aa_gpt_free(m);
-  aa_adamw_free(&ref_opt);
-  aa_gpt_free(ref);
+  int t;
+  aa_ckpt_test_check_whole(name, path, &a, orig_path, &st, &t);
+  CHECK_MSG(t == ORIG_T && aa_ckpt_test_same_state(&st, &orig_state), "%s: the training state differs", name);
 }
 
 static const hop_t hops[] = {
@@ -312,13 +211,13 @@ static const hop_t hops[] = {
 AA_TEST(pipeline_checkpoints_load_exactly_at_pp1_and_at_other_pipeline_tensor_and_data_layouts) {
   aa_gpt_t *m;
   aa_adamw_t opt;
-  CHECK(make_orig(&m, &opt, 0) == 0);
+  CHECK(make_orig(&m, &opt) == 0);
   CHECK_MSG(aa_ckpt_save(orig_path, m, &opt, &orig_state) == 0, "%s", aa_last_error());
   aa_adamw_free(&opt);
   aa_gpt_free(m);
   for (size_t i = 0; i < sizeof hops / sizeof hops[0]; i++) {
     const hop_t *h = &hops[i];
-    int ok = gang(h->dp * h->tp * h->pp, hop_rank, h, h->name);
+    int ok = aa_gang_run("test_pp_ckpt", h->dp * h->tp * h->pp, hop_rank, h, h->name);
     fprintf(stderr, "  %s (dp %d x tp %d x pp %d, vpp %d, zero %d) from %s: %s\n", h->name, h->dp, h->tp,
             h->pp, h->vpp, h->zero, h->from,
             ok ? "every rank holds the original's values, bit for bit" : "FAILED");
@@ -330,11 +229,7 @@ AA_TEST(pipeline_checkpoints_load_exactly_at_pp1_and_at_other_pipeline_tensor_an
                           "B.ckpt.pp1of2.tp1of2.rank0of1", "C.ckpt.pp1of2.tp0of1.rank1of2",
                           "D.ckpt.pp3of4.tp0of1.rank0of1", "E.ckpt.pp1of2.tp0of1.rank1of2",
                           "G.ckpt.tp3of4.rank0of1",        "H.ckpt.pp1of2.tp1of2.rank0of1"};
-  for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++) {
-    char path[700];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, expect[i]);
-    CHECK_MSG(access(path, R_OK) == 0, "%s is missing", expect[i]);
-  }
+  aa_ckpt_test_expect_files(tmpdir, expect, sizeof expect / sizeof expect[0]);
   /* The manifest records the pipeline layout, and the last stage's units
    * list no elements for its copy of wte|wpe. */
   char path[700];
@@ -384,15 +279,7 @@ static void other_bounds(json_t *root) {
  * 1 and 2 hold one block each, so each file is intact, of the size the
  * entry expects and named with its own checksum, but its header says it
  * is the other pipeline rank's. */
-static void pipes_swapped(json_t *root) {
-  json_t *files = json_object_get(root, "files");
-  json_t *a = json_array_get(files, 1), *b = json_array_get(files, 2);
-  json_t *fa = json_incref(json_object_get(a, "file")), *ca = json_incref(json_object_get(a, "checksum"));
-  json_object_set(a, "file", json_object_get(b, "file"));
-  json_object_set(a, "checksum", json_object_get(b, "checksum"));
-  json_object_set_new(b, "file", fa);
-  json_object_set_new(b, "checksum", ca);
-}
+static void pipes_swapped(json_t *root) { aa_ckpt_test_swap_files(root, 1, 2); }
 static void no_pipe_field(json_t *root) {
   json_object_del(json_array_get(json_object_get(root, "files"), 1), "pipe");
 }
@@ -415,11 +302,9 @@ AA_TEST(
   aa_gpt_t *m;
   aa_adamw_t opt;
   aa_train_state_t st;
-  CHECK(make_orig(&m, &opt, 0) == 0);
+  CHECK(make_orig(&m, &opt) == 0);
   CHECK_MSG(aa_ckpt_load(ma, m, &opt, &st) == 0, "%s", aa_last_error());
-  float *p = m->params.data;
-  for (size_t i = 0; i < m->n_params; i++)
-    p[i] = 42.0f;
+  aa_ckpt_test_fill(m, 42.0f);
   /* Edited manifests beside the files they name. */
   const struct {
     const char *from;
@@ -460,10 +345,7 @@ AA_TEST(
   rc = aa_ckpt_load(ma, m, &opt, &st);
   CHECK_MSG(rc == AA_ENOENT && strstr(aa_last_error(), "pp1of2.tp0of1.rank0of1"), "%d %s", rc,
             aa_last_error());
-  int untouched = 1;
-  for (size_t i = 0; i < m->n_params; i++)
-    untouched &= p[i] == 42.0f;
-  CHECK_MSG(untouched, "a failed load changed the model");
+  CHECK_MSG(aa_ckpt_test_all(m, 42.0f), "a failed load changed the model");
   aa_adamw_free(&opt);
   aa_gpt_free(m);
 }

@@ -21,11 +21,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "aa_ckpt_test.h"
 #include "aa_gang.h"
 #include "aa_test.h"
 #include "comm/comm.h"
 #include "common/aa.h"
-#include "common/rendezvous.h"
 #include "common/spec.h"
 #include "engine/checkpoint.h"
 #include "engine/data.h"
@@ -50,42 +50,11 @@ static void tiny_spec(aa_model_spec_t *s, int steps) {
   CHECK(rc == 0);
 }
 
-/* What gang() hands each forked rank: the rank's function and its data,
- * and the gang's rendezvous. */
-typedef struct {
-  int (*fn)(const char *rdv, int rank, const void *data);
-  const char *rdv;
-  const void *data;
-} gang_call_t;
-
-static int gang_rank(const void *data, int rank) {
-  const gang_call_t *g = data;
-  return g->fn(g->rdv, rank, g->data);
-}
-
-/* Runs fn(rdv, rank, data) in n forked ranks over a fresh shm rendezvous
- * (aa_gang_fork: reaped, killed after 120 s). Returns 1 when every one
- * exited with status 0. */
-static int gang(int n, int (*fn)(const char *rdv, int rank, const void *data), const void *data, const char *what) {
-  char rdv[AA_RENDEZVOUS_MAX];
-  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_tp_ckpt") == 0);
-  int status[AA_GANG_MAX], ok = 1;
-  double exit_time[AA_GANG_MAX];
-  aa_gang_fork(what, n, gang_rank, &(gang_call_t){fn, rdv, data}, status, exit_time);
-  for (int i = 0; i < n; i++) {
-    int good = aa_gang_exited_ok(status[i]);
-    CHECK_MSG(good, "%s: rank %d: status %#x", what, i, status[i]);
-    ok &= good;
-  }
-  return ok;
-}
-
 /* --- re-sharding, without training -------------------------------------------------- */
 
 /* The original: a tp 1 model with initialised weights and moments that
- * name each element (m[i] = i + 0.5, v[i] = -i: exact in fp32 at this
- * size, so a misplaced element cannot go unnoticed), saved in one file
- * with a training state in which every field is set. */
+ * name each element (aa_ckpt_test_orig), saved in one file with a
+ * training state in which every field is set. */
 static const aa_train_state_t orig_state = {.step = 3,
                                             .data_pos = 12345,
                                             .rng = {0x0123456789abcdefull},
@@ -99,33 +68,12 @@ static const aa_train_state_t orig_state = {.step = 3,
 
 static char orig_path[600];
 
-/* A tp 1 model and moments holding the original (loaded from orig_path
- * when load is set, else made). Host memory: the CPU backend. */
-static int make_orig(aa_gpt_t **m, aa_adamw_t *opt, int load) {
+/* A tp 1 model and moments holding the original, made. Host memory: the
+ * CPU backend. */
+static int make_orig(aa_gpt_t **m, aa_adamw_t *opt) {
   aa_model_spec_t s;
   tiny_spec(&s, 6);
-  int rc = aa_gpt_create(m, &s.arch, aa_ops_cpu(), 1, 16, NULL);
-  if (rc) return rc;
-  if ((rc = aa_adamw_init(opt, (*m)->n_params, NULL))) {
-    aa_gpt_free(*m);
-    return rc;
-  }
-  if (load) {
-    aa_train_state_t st;
-    rc = aa_ckpt_load(orig_path, *m, opt, &st);
-  } else if (!(rc = aa_gpt_init_weights(*m, 11))) {
-    float *mm = opt->m.data, *vv = opt->v.data;
-    for (size_t i = 0; i < (*m)->n_params; i++) {
-      mm[i] = (float)i + 0.5f;
-      vv[i] = -(float)i;
-    }
-    opt->t = ORIG_T;
-  }
-  if (rc) {
-    aa_adamw_free(opt);
-    aa_gpt_free(*m);
-  }
-  return rc;
+  return aa_ckpt_test_orig(m, opt, &s.arch, ORIG_T, NULL);
 }
 
 /* One hop: a gang at a layout loads the previous checkpoint, checks what
@@ -137,19 +85,6 @@ typedef struct {
   aa_dtype_t amp;
 } hop_t;
 
-/* What tensor rank r of m holds of whole-model buffer whole, in its local
- * layout: each run of each tensor's slice, and zeros where no run lands
- * (padding rows). exp has m->n_params elements. */
-static void local_view(const aa_gpt_t *m, const float *whole, float *exp) {
-  memset(exp, 0, m->n_params * sizeof(float));
-  for (int i = 0; i < m->n_tensors; i++) {
-    const aa_tensor_desc_t *d = &m->tensors[i];
-    for (int k = 0; k < d->runs; k++)
-      memcpy(exp + d->offset + (size_t)k * d->run_lstride, whole + d->run_global + (size_t)k * d->run_gstride,
-             d->run_n * sizeof(float));
-  }
-}
-
 /* Exit status bits of a hop's rank. */
 enum { HOP_SETUP = 1, HOP_LOAD = 2, HOP_VALUES = 4, HOP_STATE = 8, HOP_SAVE = 16, HOP_PADDING = 32 };
 
@@ -157,11 +92,9 @@ static int hop_rank(const char *rdv, int rank, const void *data) {
   const hop_t *h = data;
   int bad = 0;
   aa_comm_t *world = NULL;
-  aa_gpt_t *ref = NULL, *m = NULL;
-  aa_adamw_t ref_opt = {0};
+  aa_gpt_t *m = NULL;
   aa_zero_t z = {0};
   aa_mesh_t mesh = {0};
-  float *exp = NULL;
   aa_model_spec_t s;
   tiny_spec(&s, 6);
   aa_strategy_t strat;
@@ -169,15 +102,14 @@ static int hop_rank(const char *rdv, int rank, const void *data) {
   strat.dp = h->dp;
   strat.tp = h->tp;
   aa_gpt_opts_t mo = {.zero = h->zero, .amp = h->amp};
-  if (aa_comm_init(&world, rdv, rank, h->dp * h->tp, NULL) || aa_mesh_init(&mesh, &strat, world) ||
-      make_orig(&ref, &ref_opt, 1)) {
+  if (aa_comm_init(&world, rdv, rank, h->dp * h->tp, NULL) || aa_mesh_init(&mesh, &strat, world)) {
     fprintf(stderr, "  %s rank %d: %s\n", h->name, rank, aa_last_error());
     bad |= HOP_SETUP;
     goto done;
   }
   mo.tensor = mesh.group[AA_AXIS_TENSOR];
   if (aa_gpt_create(&m, &s.arch, aa_ops_cpu(), 1, 16, &mo) ||
-      aa_zero_init(&z, m, mesh.group[AA_AXIS_DATA], h->zero, NULL) || !(exp = malloc(m->n_params * sizeof(float)))) {
+      aa_zero_init(&z, m, mesh.group[AA_AXIS_DATA], h->zero, NULL)) {
     fprintf(stderr, "  %s rank %d: %s\n", h->name, rank, aa_last_error());
     bad |= HOP_SETUP;
     goto done;
@@ -193,19 +125,11 @@ static int hop_rank(const char *rdv, int rank, const void *data) {
     goto done;
   }
   /* Every element the rank holds of the three buffers, bit for bit. */
-  const float *whole[3] = {ref->params.data, ref_opt.m.data, ref_opt.v.data};
-  for (int which = 0; which < 3; which++) {
-    local_view(m, whole[which], exp);
-    for (int u = 0; u < z.n_units; u++) {
-      aa_zero_range_t r;
-      aa_zero_range(&z, m, which, u, &r);
-      if (r.n && memcmp(r.data, exp + r.offset, r.n * sizeof(float))) {
-        fprintf(stderr, "  %s rank %d (tensor %d): buffer %d unit %d differs from the original\n", h->name, rank,
-                m->tp_rank, which, u);
-        bad |= HOP_VALUES;
-      }
-    }
-  }
+  char label[200];
+  snprintf(label, sizeof label, "%s rank %d (tensor %d)", h->name, rank, m->tp_rank);
+  int held = aa_ckpt_test_check_held(label, m, &z, &s.arch, orig_path);
+  if (held < 0) fprintf(stderr, "  %s: the original: %s\n", label, aa_last_error());
+  if (held) bad |= held < 0 ? HOP_SETUP : HOP_VALUES;
   /* The padding rows of the last vocabulary slice are zero in the model's
    * full buffer (stages 0-2 in fp32). */
   if (m->params.data && m->vocab_valid < m->d.Vl) {
@@ -213,12 +137,7 @@ static int hop_rank(const char *rdv, int rank, const void *data) {
     for (size_t i = (size_t)m->vocab_valid * m->d.C; i < (size_t)m->d.Vl * m->d.C; i++)
       if (p[i] != 0) bad |= HOP_PADDING;
   }
-  if (st.step != orig_state.step || st.data_pos != orig_state.data_pos || st.rng.s != orig_state.rng.s ||
-      st.seed != orig_state.seed || st.loss_scale != orig_state.loss_scale ||
-      st.scaler_iter != orig_state.scaler_iter || st.scaler_last_overflow != orig_state.scaler_last_overflow ||
-      st.scaler_hysteresis_left != orig_state.scaler_hysteresis_left ||
-      st.skipped_steps != orig_state.skipped_steps || z.opt.t != ORIG_T)
-    bad |= HOP_STATE;
+  if (!aa_ckpt_test_same_state(&st, &orig_state) || z.opt.t != ORIG_T) bad |= HOP_STATE;
   if (aa_ckpt_save_zero(out, m, &z, &st)) {
     fprintf(stderr, "  %s rank %d: %s\n", h->name, rank, aa_last_error());
     bad |= HOP_SAVE;
@@ -235,13 +154,8 @@ static int hop_rank(const char *rdv, int rank, const void *data) {
   if (aa_ckpt_save_zero(out, m, &z, &st)) bad |= HOP_SAVE;
 done:
   if (bad) fprintf(stderr, "  %s rank %d: failed checks %#x\n", h->name, rank, bad);
-  free(exp);
   aa_zero_free(&z, m);
   aa_gpt_free(m);
-  if (ref) {
-    aa_adamw_free(&ref_opt);
-    aa_gpt_free(ref);
-  }
   aa_mesh_free(&mesh);
   aa_comm_destroy(world);
   return bad;
@@ -252,24 +166,13 @@ done:
 static void check_whole(const char *name) {
   char path[700];
   snprintf(path, sizeof path, "%s/%s.ckpt", tmpdir, name);
-  aa_gpt_t *ref, *m;
-  aa_adamw_t ref_opt, opt;
-  CHECK(make_orig(&ref, &ref_opt, 1) == 0);
-  CHECK(make_orig(&m, &opt, 0) == 0);
-  memset(m->params.data, 0, m->n_params * sizeof(float));
+  aa_model_spec_t s;
+  tiny_spec(&s, 6);
   aa_train_state_t st;
-  int rc = aa_ckpt_load(path, m, &opt, &st);
-  CHECK_MSG(rc == 0, "%s: %s", name, aa_last_error());
-  size_t bytes = m->n_params * sizeof(float);
-  CHECK_MSG(!memcmp(m->params.data, ref->params.data, bytes), "%s: the parameters differ", name);
-  CHECK_MSG(!memcmp(opt.m.data, ref_opt.m.data, bytes), "%s: the first moment differs", name);
-  CHECK_MSG(!memcmp(opt.v.data, ref_opt.v.data, bytes), "%s: the second moment differs", name);
-  CHECK(opt.t == ORIG_T && st.step == orig_state.step && st.data_pos == orig_state.data_pos &&
+  int t;
+  aa_ckpt_test_check_whole(name, path, &s.arch, orig_path, &st, &t);
+  CHECK(t == ORIG_T && st.step == orig_state.step && st.data_pos == orig_state.data_pos &&
         st.rng.s == orig_state.rng.s && st.loss_scale == orig_state.loss_scale);
-  aa_adamw_free(&opt);
-  aa_gpt_free(m);
-  aa_adamw_free(&ref_opt);
-  aa_gpt_free(ref);
 }
 
 static const hop_t hops[] = {
@@ -285,13 +188,13 @@ static const hop_t hops[] = {
 AA_TEST(checkpoints_reshard_exactly_between_tensor_degrees_data_degrees_and_stages) {
   aa_gpt_t *m;
   aa_adamw_t opt;
-  CHECK(make_orig(&m, &opt, 0) == 0);
+  CHECK(make_orig(&m, &opt) == 0);
   CHECK_MSG(aa_ckpt_save(orig_path, m, &opt, &orig_state) == 0, "%s", aa_last_error());
   aa_adamw_free(&opt);
   aa_gpt_free(m);
   for (size_t i = 0; i < sizeof hops / sizeof hops[0]; i++) {
     const hop_t *h = &hops[i];
-    int ok = gang(h->dp * h->tp, hop_rank, h, h->name);
+    int ok = aa_gang_run("test_tp_ckpt", h->dp * h->tp, hop_rank, h, h->name);
     fprintf(stderr, "  %s (dp %d x tp %d, zero %d, %s) from %s: %s\n", h->name, h->dp, h->tp, h->zero,
             aa_dtype_name(h->amp), h->from, ok ? "every rank holds the original's values, bit for bit" : "FAILED");
     check_whole(h->name);
@@ -300,11 +203,7 @@ AA_TEST(checkpoints_reshard_exactly_between_tensor_degrees_data_degrees_and_stag
   const char *expect[] = {"A.ckpt.tp0of2.rank0of1", "A.ckpt.tp1of2.rank0of1", "B.ckpt.tp1of2.rank1of2",
                           "C.ckpt.tp3of4.rank0of1", "D.ckpt.rank1of2",        "E.ckpt.tp1of2.rank1of2",
                           "G.ckpt.tp1of2.rank0of1"};
-  for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++) {
-    char path[700];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, expect[i]);
-    CHECK_MSG(access(path, R_OK) == 0, "%s is missing", expect[i]);
-  }
+  aa_ckpt_test_expect_files(tmpdir, expect, sizeof expect / sizeof expect[0]);
   /* The manifest records the layout. */
   char path[700];
   snprintf(path, sizeof path, "%s/B.ckpt", tmpdir);
@@ -370,7 +269,7 @@ AA_TEST(a_save_that_fails_on_one_rank_fails_on_every_rank_of_the_gang_and_writes
   char path[700];
   snprintf(path, sizeof path, "%s/fail.ckpt.tp1of2.rank1of2", tmpdir);
   CHECK(mkdir(path, 0700) == 0);
-  CHECK(gang(4, failing_save_rank, NULL, "failing save"));
+  CHECK(aa_gang_run("test_tp_ckpt", 4, failing_save_rank, NULL, "failing save"));
   snprintf(path, sizeof path, "%s/fail.ckpt", tmpdir);
   CHECK(access(path, F_OK) != 0 && errno == ENOENT);
 }
@@ -395,11 +294,10 @@ AA_TEST(a_tensor_parallel_checkpoint_with_a_bad_foreign_misplaced_or_missing_fil
   aa_gpt_t *m;
   aa_adamw_t opt;
   aa_train_state_t st;
-  CHECK(make_orig(&m, &opt, 0) == 0);
+  CHECK(make_orig(&m, &opt) == 0);
   CHECK_MSG(aa_ckpt_load(mb, m, &opt, &st) == 0, "%s", aa_last_error());
   /* From here on every load fails, and none changes the model. */
-  float *p = m->params.data;
-  for (size_t i = 0; i < m->n_params; i++) p[i] = 42.0f;
+  aa_ckpt_test_fill(m, 42.0f);
   /* A flipped payload byte in tensor rank 1's second shard. */
   snprintf(src, sizeof src, "%s/B.ckpt.tp1of2.rank1of2", tmpdir);
   snprintf(dst, sizeof dst, "%s/B.ckpt.tp1of2.rank1of2", dir);
@@ -416,18 +314,13 @@ AA_TEST(a_tensor_parallel_checkpoint_with_a_bad_foreign_misplaced_or_missing_fil
   snprintf(src, sizeof src, "%s/B.ckpt.tp1of2.rank1of2", tmpdir);
   CHECK(aa_gang_copy_file(src, dst, -1) == 0);
   CHECK_MSG(aa_ckpt_load(mb, m, &opt, &st) == 0, "%s", aa_last_error());
-  for (size_t i = 0; i < m->n_params; i++) p[i] = 42.0f;
+  aa_ckpt_test_fill(m, 42.0f);
   /* Two entries swapped (file and checksum): each file is intact and
    * named with its own checksum, but its header says it is another tensor
    * rank's. */
   json_error_t err;
-  json_t *root = json_load_file(mb, 0, &err), *files = json_object_get(root, "files");
-  json_t *a = json_array_get(files, 0), *b = json_array_get(files, 2);
-  json_t *fa = json_incref(json_object_get(a, "file")), *ca = json_incref(json_object_get(a, "checksum"));
-  json_object_set(a, "file", json_object_get(b, "file"));
-  json_object_set(a, "checksum", json_object_get(b, "checksum"));
-  json_object_set_new(b, "file", fa);
-  json_object_set_new(b, "checksum", ca);
+  json_t *root = json_load_file(mb, 0, &err);
+  aa_ckpt_test_swap_files(root, 0, 2);
   char swapped[700];
   snprintf(swapped, sizeof swapped, "%s/swapped.ckpt", dir);
   CHECK(dump(root, swapped) == 0);
@@ -452,9 +345,7 @@ AA_TEST(a_tensor_parallel_checkpoint_with_a_bad_foreign_misplaced_or_missing_fil
   snprintf(src, sizeof src, "%s/B.ckpt.tp0of2.rank0of2", tmpdir);
   rc = aa_ckpt_load(src, m, &opt, &st);
   CHECK_MSG(rc == AA_EINVAL && strstr(aa_last_error(), "load its manifest"), "%s", aa_last_error());
-  int untouched = 1;
-  for (size_t i = 0; i < m->n_params; i++) untouched &= p[i] == 42.0f;
-  CHECK_MSG(untouched, "a failed load changed the model");
+  CHECK_MSG(aa_ckpt_test_all(m, 42.0f), "a failed load changed the model");
   aa_adamw_free(&opt);
   aa_gpt_free(m);
 }
