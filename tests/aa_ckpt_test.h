@@ -86,7 +86,9 @@ static inline void aa_ckpt_test_check_whole(const char *name, const char *path, 
   }
   size_t bytes = m->n_params * sizeof(float);
   memset(m->params.data, 0, bytes);
+  /* Everything the load must bring back starts as something else. */
   memset(opt.m.data, 0, bytes);
+  memset(opt.v.data, 0x7f, bytes);
   opt.t = 0;
   rc = aa_ckpt_load(path, m, &opt, st);
   CHECK_MSG(rc == 0, "%s: %s", name, aa_last_error());
