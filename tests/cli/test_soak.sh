@@ -3,8 +3,10 @@
 # client runs every abuse of tests/cli/test_daemon_peers.sh (and malformed
 # frames) round after round for 30 s, on the unix socket and on TCP. At the
 # end: the planner and both executors are alive, the planner's resident
-# memory is under 200 MiB (ASan build), every good job ended done, and no job
-# is left running, queued or waiting.
+# memory grew by less than 48 MiB over the run and is under 300 MiB (ASan
+# build: an idle planner is ~186 MiB, 62 of them the CUDA libraries' pages
+# and ~110 ASan's own), every good job ended done, and no job is left
+# running, queued or waiting.
 set -u
 # shellcheck source=tests/cli/service_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/service_lib.sh"
@@ -35,6 +37,7 @@ done
 # Exactly two: an executor counted twice (one that registered again) fails here.
 two_executors() { [ "$("$AA" status $P --json | jq_ "len(d['executors'])")" = 2 ]; }
 check "two executors register" wait_for 20 two_executors
+rss0=$(rss_kb "$planner")
 
 $PEER soak "unix:$home/planner.sock" "tcp:127.0.0.1:$port" "$(head -1 "$home/token")" 30 >"$tmp/soak.out" 2>&1 &
 soak=$!
@@ -60,8 +63,12 @@ check "the abuse ran for the whole time" grep -q "^soak: [1-9][0-9]* rounds" "$t
 check "the planner is alive" kill -0 "$planner"
 check "both executors are alive" kill -0 "${ex[1]}" "${ex[2]}"
 rss=$(rss_kb "$planner")
-echo "soak: planner RSS at the end: $rss KiB"
-check "the planner's resident memory is under 200 MiB ($rss KiB)" [ "$rss" -lt 204800 ]
+echo "soak: planner RSS at the end: $rss KiB ($rss0 KiB before the soak)"
+# Growth is what a leak or an unbounded per-peer buffer shows as; the
+# absolute figure includes the idle planner's pages, which move with the
+# libraries and ASan's allocator, not with what peers do.
+check "the planner's resident memory grew by less than 48 MiB ($((rss - rss0)) KiB)" [ $((rss - rss0)) -lt 49152 ]
+check "the planner's resident memory is under 300 MiB ($rss KiB)" [ "$rss" -lt 307200 ]
 "$AA" status $P --json >"$tmp/status.json"
 check "no job is left running, queued or waiting" \
   [ "$(jq_ "d['running'] is None and d['queue'] == [] and d['waiting'] == [] and all(j.get('status') in ('done',) for j in d['jobs'])" <"$tmp/status.json")" = True ]
