@@ -352,7 +352,7 @@ int aa_client_load_from(const char *path, const aa_model_spec_t *spec, char **js
   if (aa_strategy_load(&s, path)) return AA_EINVAL;
   r = s;
   if (aa_strategy_resolve(&r, spec, r.dp * r.tp * r.pp))
-    return aa_error(AA_EINVAL, "--from %s: the strategy does not fit model %s: %s", path, spec->name, aa_last_error());
+    return aa_error_wrap(AA_EINVAL, "--from %s: the strategy does not fit model %s", path, spec->name);
   return aa_strategy_to_json(&s, json);
 }
 

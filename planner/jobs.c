@@ -532,7 +532,7 @@ static int check_from(const char *json, const aa_model_spec_t *spec, unsigned ex
   char names[160];
   if (aa_strategy_parse(&st, json, "submit.from")) return AA_EINVAL;
   if (aa_strategy_resolve(&st, spec, st.dp * st.tp * st.pp))
-    return aa_error(AA_EINVAL, "submit: the strategy to start from does not fit the model: %s", aa_last_error());
+    return aa_error_wrap(AA_EINVAL, "submit: the strategy to start from does not fit the model");
   unsigned used = aa_space_methods_of(&st);
   if (used & exclude)
     return aa_error(AA_EINVAL, "submit: the strategy to start from uses excluded methods (%s)",
