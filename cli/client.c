@@ -24,6 +24,7 @@
 #include "common/mem.h"
 #include "common/spec.h"
 #include "proto/addr.h"
+#include "strategies/space.h"
 
 #define CLIENT_READ_CHUNK 65536
 
@@ -424,6 +425,18 @@ int aa_client_split_list(const char *text, const char *opt, aa_msg_strlist_t *ou
   }
   *out = l;
   return 0;
+}
+
+int aa_client_check_methods(const char *exclude, const char *include) {
+  aa_msg_strlist_t ex = {0}, in = {0};
+  unsigned mask = 0, set = 0;
+  int rc = exclude ? aa_client_split_list(exclude, "--exclude", &ex) : 0;
+  if (!rc && include) rc = aa_client_split_list(include, "--include", &in);
+  if (!rc) rc = aa_space_exclude_mask((const char *const *)ex.v, ex.n, &mask);
+  if (!rc) rc = aa_space_include_set((const char *const *)in.v, in.n, mask, &set);
+  aa_client_strlist_free(&ex);
+  aa_client_strlist_free(&in);
+  return rc;
 }
 
 static bool is_hash(const char *s) {

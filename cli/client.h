@@ -86,6 +86,8 @@ typedef struct aa_submit_opts {
   const aa_model_spec_t *spec; /* the model, loaded once by the caller (aa_spec_load) */
   bool wait, train, refresh, exhaustive;
   const char *exclude; /* "m1,m2" or NULL */
+  const char *include; /* "m1,m2" or NULL: methods every candidate must use */
+  const char *from;    /* a strategy file whose neighbourhood to search first, or NULL */
   int max_dryruns;     /* 0 = no limit */
   int time_limit_s;    /* 0 = none */
   const char *out_dir; /* NULL = the planner's default; made absolute here */
@@ -105,12 +107,21 @@ typedef struct aa_submit_opts {
  * NULL). Returns the process exit code (0 done, 1 failed; errors printed as
  * "autoaccel <cmd>: ..."). */
 int aa_client_submit(aa_client_t *c, const char *cmd, const aa_submit_opts_t *o, uint64_t *job, char **reply);
+/* Reads the strategy file `path` for --from and checks that it resolves
+ * against spec (borrowed), so a strategy that cannot run on the model is an
+ * error before anything is sent. *json (malloc'd, transferred; set only on
+ * success) is the file's strategy as aa_strategy_to_json writes it. */
+int aa_client_load_from(const char *path, const aa_model_spec_t *spec, char **json);
 
 /* Splits "a,b,c" into at most AA_PROTO_EXCLUDE_MAX entries of
  * 1..AA_PROTO_METHOD_MAX bytes; AA_EINVAL names a bad one. out->v and the
  * strings are malloc'd (aa_client_strlist_free). */
 int aa_client_split_list(const char *text, const char *opt, aa_msg_strlist_t *out);
 void aa_client_strlist_free(aa_msg_strlist_t *l);
+/* Checks --exclude and --include (either may be NULL) as the planner will:
+ * lists of known method names (strategies/space.h), no method both
+ * included and excluded. AA_EINVAL naming the first fault. */
+int aa_client_check_methods(const char *exclude, const char *include);
 
 /* Resolves a --model value: a spec file (its architecture's hash) or a
  * 16-hex-digit hash, written lowercase into hash. A value that is neither a

@@ -157,6 +157,9 @@ static void usage(FILE *f) {
           "  --home DIR            state directory (default $AUTOACCEL_HOME, else ~/.autoaccel)\n"
           "  --out DIR             strategy.json and the training outputs (default runs/<model name>)\n"
           "  --exclude M1,M2       methods not to search (e.g. fp16,checkpoint)\n"
+          "  --include M1,M2       methods every candidate must use (same names, e.g. zero1,amp)\n"
+          "  --from FILE           start from this strategy file: measure it first, then the\n"
+          "                        strategies that differ from it in at most 2 knobs, nearest first\n"
           "  --refresh             measure again even if the store has results for this model\n"
           "  --exhaustive          dry-run every strategy that can fit (no search shortcuts)\n"
           "  --max-dryruns N       stop the search after N dry runs (0 = no limit)\n"
@@ -189,6 +192,7 @@ int aa_cmd_auto(int argc, char **argv) {
       {"time-limit", required_argument, 0, 'l'},   {"warmup-steps", required_argument, 0, 'W'},
       {"measured-steps", required_argument, 0, 'S'}, {"memory-limit", required_argument, 0, 'M'},
       {"no-train", no_argument, 0, 'n'},           {"help", no_argument, 0, 'h'},
+      {"include", required_argument, 0, 'i'},      {"from", required_argument, 0, 'f'},
       {0, 0, 0, 0}};
   aa_submit_opts_t so = {.wait = true, .train = true, .runs_table = true, .embedded = true};
   const char *home_opt = NULL, *memory_limit = NULL;
@@ -211,6 +215,8 @@ int aa_cmd_auto(int argc, char **argv) {
     case 'H': home_opt = optarg; break;
     case 'o': so.out_dir = optarg; break;
     case 'e': so.exclude = optarg; break;
+    case 'i': so.include = optarg; break;
+    case 'f': so.from = optarg; break;
     case 'r': so.refresh = true; break;
     case 'x': so.exhaustive = true; break;
     case 'm':
@@ -243,11 +249,7 @@ int aa_cmd_auto(int argc, char **argv) {
   }
   if (optind != argc - 1) return usage_error("expected exactly one MODEL.json%s", "");
   const char *model_path = argv[optind];
-  if (so.exclude) {
-    aa_msg_strlist_t l;
-    if (aa_client_split_list(so.exclude, "--exclude", &l)) return usage_error("%s", aa_last_error());
-    aa_client_strlist_free(&l);
-  }
+  if (aa_client_check_methods(so.exclude, so.include)) return usage_error("%s", aa_last_error());
 
   if (aa_cli_resolve_devices(&devs, devices_arg)) return aa_cli_fail("auto");
   const int n_exec = devs.n;
@@ -257,6 +259,9 @@ int aa_cmd_auto(int argc, char **argv) {
   char home[AA_PATH_MAX], out_dir[AA_PATH_MAX], sock[AA_PATH_MAX], addr[AA_PATH_MAX + 8], log_path[AA_PATH_MAX + 32];
   if (aa_spec_load(&spec, model_path)) return aa_cli_fail("auto");
   so.spec = &spec;
+  char *from_json = NULL;
+  if (so.from && aa_client_load_from(so.from, &spec, &from_json)) return aa_cli_fail("auto");
+  free(from_json);
   char rel_out[AA_PATH_MAX];
   if (so.out_dir) snprintf(rel_out, sizeof rel_out, "%s", so.out_dir);
   else snprintf(rel_out, sizeof rel_out, "runs/%s", spec.name);

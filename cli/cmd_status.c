@@ -10,6 +10,21 @@
 #include "cli.h"
 #include "client.h"
 #include "common/aa.h"
+#include "strategies/strategy.h"
+
+/* ", from KEY" for the strategy a job's search started from, if any. */
+static void print_from(const json_t *from) {
+  if (!json_is_object(from)) return;
+  char *text = json_dumps(from, JSON_COMPACT), key[AA_STRATEGY_KEY_MAX];
+  aa_strategy_t s;
+  if (text && !aa_strategy_parse(&s, text, "the job's strategy to start from")) {
+    aa_strategy_key(&s, key);
+    printf(", from %s", key);
+  } else {
+    printf(", from a strategy that cannot be read");
+  }
+  free(text);
+}
 
 static const char *jstr(const json_t *o, const char *k, const char *dflt) {
   const char *s = json_string_value(json_object_get(o, k));
@@ -68,6 +83,9 @@ static void print_job(const json_t *job) {
     size_t i;
     json_t *e;
     json_array_foreach(ex, i, e) printf("%s%s", i ? "," : ", exclude ", json_string_value(e) ? json_string_value(e) : "?");
+    json_t *in = json_object_get(opts, "include");
+    json_array_foreach(in, i, e) printf("%s%s", i ? "," : ", include ", json_string_value(e) ? json_string_value(e) : "?");
+    print_from(json_object_get(opts, "from"));
     printf("\n");
     if (jstr(opts, "out_dir", NULL)) printf("out:       %s\n", jstr(opts, "out_dir", ""));
   }

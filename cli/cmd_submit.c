@@ -14,6 +14,7 @@
 #include "client.h"
 #include "common/aa.h"
 #include "common/spec.h"
+#include "strategies/strategy.h"
 
 /* Progress display: a live line redrawn with \r on a terminal, otherwise
  * plain lines (one per result, a progress line now and then). */
@@ -346,24 +347,41 @@ static int wait_job(aa_client_t *c, const aa_submit_opts_t *o, uint64_t id, rela
   }
 }
 
+int aa_client_load_from(const char *path, const aa_model_spec_t *spec, char **json) {
+  aa_strategy_t s, r;
+  if (aa_strategy_load(&s, path)) return AA_EINVAL;
+  r = s;
+  if (aa_strategy_resolve(&r, spec, r.dp * r.tp * r.pp))
+    return aa_error_wrap(AA_EINVAL, "--from %s: the strategy does not fit model %s", path, spec->name);
+  return aa_strategy_to_json(&s, json);
+}
+
 int aa_client_submit(aa_client_t *c, const char *cmd, const aa_submit_opts_t *o, uint64_t *job_out, char **reply_out) {
-  char *model = NULL, out_dir[AA_PATH_MAX], *reply = NULL;
-  aa_msg_strlist_t exclude = {0};
+  char *model = NULL, out_dir[AA_PATH_MAX], *reply = NULL, *from = NULL;
+  aa_msg_strlist_t exclude = {0}, include = {0};
   int code = AA_EXIT_FAIL, rc;
   if (aa_spec_to_json(o->spec, &model) ||
       (o->exclude && aa_client_split_list(o->exclude, "--exclude", &exclude)) ||
+      (o->include && aa_client_split_list(o->include, "--include", &include)) ||
+      (o->from && aa_client_load_from(o->from, o->spec, &from)) ||
       (o->out_dir && aa_client_abspath(o->out_dir, out_dir, sizeof out_dir))) {
     free(model);
+    aa_client_strlist_free(&exclude);
+    aa_client_strlist_free(&include);
+    free(from);
     return aa_cli_fail(cmd);
   }
   aa_msg_t req = {.type = AA_MSG_SUBMIT,
                   .submit = {.model = model, .wait = o->wait, .train = o->train, .refresh = o->refresh,
                              .time_limit_s = o->time_limit_s, .exclude = exclude, .max_dryruns = o->max_dryruns,
-                             .exhaustive = o->exhaustive, .out_dir = o->out_dir ? out_dir : NULL}};
+                             .exhaustive = o->exhaustive, .out_dir = o->out_dir ? out_dir : NULL,
+                             .include = include, .from = from}};
   uint64_t job = 0;
   rc = aa_client_send(c, &req);
   free(model);
+  free(from);
   aa_client_strlist_free(&exclude);
+  aa_client_strlist_free(&include);
   if (!rc) rc = await_ack(c, o, req.id, &job);
   if (rc == AA_ECANCELLED && aa_client_interrupted()) {
     fprintf(stderr, "autoaccel %s: interrupted before the planner accepted the job\n", cmd);
@@ -421,6 +439,9 @@ static void usage(FILE *f) {
           "  --refresh           measure again even if the store has results for this model\n"
           "  --exhaustive        dry-run every strategy that can fit (no search shortcuts)\n"
           "  --exclude M1,M2     methods not to search (e.g. fp16,checkpoint,zero3)\n"
+          "  --include M1,M2     methods every candidate must use (same names, e.g. zero1,amp)\n"
+          "  --from FILE         start from this strategy file: measure it first, then the\n"
+          "                      strategies that differ from it in at most 2 knobs, nearest first\n"
           "  --max-dryruns N     stop the search after N dry runs (0 = no limit)\n"
           "  --time-limit S      stop the search after S seconds (0 = none)\n"
           "  --out DIR           write strategy.json and the training outputs to DIR\n"
@@ -439,6 +460,7 @@ int aa_cmd_submit(int argc, char **argv) {
       {"wait", no_argument, 0, 'w'},         {"train", no_argument, 0, 'T'},
       {"refresh", no_argument, 0, 'r'},      {"exhaustive", no_argument, 0, 'x'},
       {"exclude", required_argument, 0, 'e'}, {"max-dryruns", required_argument, 0, 'm'},
+      {"include", required_argument, 0, 'i'}, {"from", required_argument, 0, 'f'},
       {"time-limit", required_argument, 0, 'l'}, {"out", required_argument, 0, 'o'},
       {"planner", required_argument, 0, 'p'}, {"token-file", required_argument, 0, 'k'},
       {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
@@ -456,6 +478,8 @@ int aa_cmd_submit(int argc, char **argv) {
     case 'r': o.refresh = true; break;
     case 'x': o.exhaustive = true; break;
     case 'e': o.exclude = optarg; break;
+    case 'i': o.include = optarg; break;
+    case 'f': o.from = optarg; break;
     case 'm':
       if ((v = aa_cli_parse_int("submit", "--max-dryruns", optarg, 0, 1000000)) < 0) return AA_EXIT_USAGE;
       o.max_dryruns = (int)v;
@@ -482,19 +506,18 @@ int aa_cmd_submit(int argc, char **argv) {
     return AA_EXIT_USAGE;
   }
   const char *model_path = argv[optind];
-  if (o.exclude) { /* a usage error, before any file or socket is touched */
-    aa_msg_strlist_t l;
-    if (aa_client_split_list(o.exclude, "--exclude", &l)) {
-      fprintf(stderr, "autoaccel submit: %s\n", aa_last_error());
-      return AA_EXIT_USAGE;
-    }
-    aa_client_strlist_free(&l);
+  if (aa_client_check_methods(o.exclude, o.include)) { /* a usage error, before any file or socket is touched */
+    fprintf(stderr, "autoaccel submit: %s\n", aa_last_error());
+    return AA_EXIT_USAGE;
   }
   /* The spec is checked before connecting, so a bad file says so even when
    * no planner runs. */
   aa_model_spec_t spec;
   if (aa_spec_load(&spec, model_path)) return aa_cli_fail("submit");
   o.spec = &spec;
+  char *from_json = NULL;
+  if (o.from && aa_client_load_from(o.from, &spec, &from_json)) return aa_cli_fail("submit");
+  free(from_json);
   aa_client_t *cl;
   if (aa_client_connect(&cl, planner, token_file)) return aa_cli_fail("submit");
   if (o.wait) aa_client_catch_signals();

@@ -580,6 +580,20 @@ static int load_options(aa_planner_job_t *j, const char *options, aa_model_spec_
   json_array_foreach(ex, i, v) if (n < AA_PROTO_EXCLUDE_MAX && json_is_string(v)) names[n++] =
       json_string_value(v);
   rc = aa_space_exclude_mask(names, n, &j->exclude);
+  json_t *in = json_object_get(o, "include");
+  n = 0;
+  json_array_foreach(in, i, v) if (n < AA_PROTO_EXCLUDE_MAX && json_is_string(v)) names[n++] =
+      json_string_value(v);
+  if (!rc) rc = aa_space_include_set(names, n, j->exclude, &j->include);
+  json_t *from = json_object_get(o, "from");
+  char *from_json = json_is_object(from) ? json_dumps(from, JSON_COMPACT) : NULL;
+  if (!rc && from_json) {
+    rc = aa_strategy_parse(&j->from, from_json, "the strategy to start from");
+    j->has_from = rc == 0;
+  } else if (!rc && from && !json_is_null(from)) {
+    rc = aa_error(AA_ECORRUPT, "job %lld: its stored strategy to start from is not a JSON object", (long long)j->id);
+  }
+  free(from_json);
   if (!rc && spec && spec_json) {
     j->spec = *spec;
     j->model_json = spec_json;
@@ -591,6 +605,8 @@ static int load_options(aa_planner_job_t *j, const char *options, aa_model_spec_
     snprintf(origin, sizeof origin, "job %lld model", (long long)j->id);
     if (!rc) rc = aa_spec_parse(&j->spec, j->model_json, NULL, origin);
   }
+  if (!rc && j->has_from)
+    rc = aa_strategy_resolve(&j->from, &j->spec, j->from.dp * j->from.tp * j->from.pp);
   free(spec);
   free(spec_json);
   json_decref(o);
@@ -694,6 +710,17 @@ static bool fits(const aa_planner_job_t *j, const aa_store_run_t *r, const char 
     snprintf(why, n, "it uses a method the submit excludes (%s)", aa_space_method_names(names, sizeof names, excluded));
     return false;
   }
+  unsigned unmet = aa_space_include_unmet(aa_space_methods_of(&s), j->include);
+  if (unmet) {
+    char names[160];
+    snprintf(why, n, "it does not use the included method(s) %s", aa_space_include_names(names, sizeof names, unmet));
+    return false;
+  }
+  if (j->has_from && aa_space_distance(&s, &j->from) > AA_SEARCH_FROM_RADIUS) {
+    snprintf(why, n, "it differs in %d knobs from the strategy to start from (at most %d)",
+             aa_space_distance(&s, &j->from), AA_SEARCH_FROM_RADIUS);
+    return false;
+  }
   json_t *o = json_loads(measured, 0, NULL);
   json_t *gb = json_object_get(json_object_get(json_object_get(o, "spec"), "train"), "global_batch");
   long long batch = json_is_integer(gb) ? json_integer_value(gb) : 0;
@@ -789,7 +816,7 @@ void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e, aa_
     return;
   }
   if ((rc = aa__search_enumerate(&j->search, &j->spec, aa__planner_hw_world(j->hardware), e->dev.kind,
-                                 e->dev.memory, j->exclude)) ||
+                                 e->dev.memory, j->exclude, j->include, j->has_from ? &j->from : NULL)) ||
       (row->resumes && (rc = resume(p, j)))) {
     snprintf(why, sizeof why, "%s", aa_last_error());
     aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);

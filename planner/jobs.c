@@ -424,12 +424,18 @@ json_t *aa__jobs_waiting(aa_planner_t *p) {
 static char *options_json(const aa_msg_submit_t *s, const char *spec_json, uid_t owner) {
   json_t *spec = json_loads(spec_json, 0, NULL);
   json_t *ex = json_array();
+  json_t *in = json_array();
   for (size_t i = 0; i < s->exclude.n; i++)
     json_array_append_new(ex, json_string(s->exclude.v[i]));
-  json_t *o = json_pack("{s:b, s:b, s:b, s:i, s:i, s:o, s:s?, s:I, s:o}", "train", s->train, "refresh",
+  for (size_t i = 0; i < s->include.n; i++)
+    json_array_append_new(in, json_string(s->include.v[i]));
+  /* The strategy to start from as the submit sent it, checked by then. */
+  json_t *from = s->from ? json_loads(s->from, 0, NULL) : NULL;
+  json_t *o = json_pack("{s:b, s:b, s:b, s:i, s:i, s:o, s:o, s:o, s:s?, s:I, s:o}", "train", s->train, "refresh",
                         s->refresh, "exhaustive", s->exhaustive, "time_limit_s", s->time_limit_s,
-                        "max_dryruns", s->max_dryruns, "exclude", ex, "out_dir", s->out_dir, "owner_uid",
-                        (json_int_t)owner, "spec", spec ? spec : json_null());
+                        "max_dryruns", s->max_dryruns, "exclude", ex, "include", in, "from",
+                        from ? from : json_null(), "out_dir", s->out_dir, "owner_uid", (json_int_t)owner, "spec",
+                        spec ? spec : json_null());
   char *text = o ? aa__report_dump(o) : NULL;
   json_decref(o);
   return text;
@@ -469,6 +475,10 @@ static void create_job(aa_planner_t *p, aa_conn_t *c, const aa_msg_t *m, aa_conn
   hw = aa__planner_hw_description(&e->dev, pool);
   arch = arch_json(&spec->arch);
   int rc = opts && hw && arch ? 0 : aa_error(AA_ENOMEM, "planner: no memory for the job");
+  aa_strategy_t from;
+  if (!rc && s->from && !aa_strategy_parse(&from, s->from, "submit.from") && from.dp * from.tp * from.pp > pool)
+    rc = aa_error(AA_EINVAL, "submit: the strategy to start from needs %d ranks, and the pool has %d devices",
+                  from.dp * from.tp * from.pp, pool);
   if (!rc) rc = aa_store_put_model(p->store, hash, spec->name, arch, (int64_t)aa_arch_param_count(&spec->arch));
   if (!rc) rc = aa_store_put_hardware(p->store, fp, hw);
   if (!rc) rc = aa_store_job_create(p->store, hash, fp, opts, &id);
@@ -514,16 +524,38 @@ static aa_conn_t *target_executor(aa_planner_t *p) {
   return e;
 }
 
+/* Whether the strategy to start from (JSON text, borrowed) can be: it
+ * parses, resolves against the submitted model, uses no excluded method
+ * and every included one. AA_EINVAL naming the rule. */
+static int check_from(const char *json, const aa_model_spec_t *spec, unsigned exclude, unsigned include) {
+  aa_strategy_t st;
+  char names[160];
+  if (aa_strategy_parse(&st, json, "submit.from")) return AA_EINVAL;
+  if (aa_strategy_resolve(&st, spec, st.dp * st.tp * st.pp))
+    return aa_error_wrap(AA_EINVAL, "submit: the strategy to start from does not fit the model");
+  unsigned used = aa_space_methods_of(&st);
+  if (used & exclude)
+    return aa_error(AA_EINVAL, "submit: the strategy to start from uses excluded methods (%s)",
+                    aa_space_method_names(names, sizeof names, used & exclude));
+  unsigned unmet = aa_space_include_unmet(used, include);
+  if (unmet)
+    return aa_error(AA_EINVAL, "submit: the strategy to start from does not use the included method(s) %s",
+                    aa_space_include_names(names, sizeof names, unmet));
+  return 0;
+}
+
 void aa__jobs_on_submit(aa_conn_t *c, aa_msg_t *m) {
   aa_planner_t *p = c->p;
   const aa_msg_submit_t *s = &m->submit;
   aa_model_spec_t *spec = malloc(sizeof *spec);
   char *spec_json = NULL;
-  unsigned mask;
+  unsigned mask = 0, include = 0;
   /* The one parse of the model in this process, and its one canonical text. */
   int rc = spec ? aa_spec_parse(spec, s->model, NULL, "submitted model") : aa_error(AA_ENOMEM, "planner: no memory");
   if (!rc) rc = aa_spec_to_json(spec, &spec_json);
   if (!rc) rc = aa_space_exclude_mask((const char *const *)s->exclude.v, s->exclude.n, &mask);
+  if (!rc) rc = aa_space_include_set((const char *const *)s->include.v, s->include.n, mask, &include);
+  if (!rc && s->from) rc = check_from(s->from, spec, mask, include);
   if (!rc && s->out_dir && s->out_dir[0] != '/')
     rc = aa_error(AA_EINVAL, "submit: out_dir must be an absolute directory");
   if (!rc && s->out_dir) rc = aa__out_dir_check(s->out_dir, submitter(c));

@@ -387,6 +387,10 @@ typedef struct aa_cand {
   int retries; /* dry runs tried again after their executor vanished */
 } aa_cand_t;
 
+/* --from: how many knobs a candidate may differ in from the strategy the
+ * search starts from. */
+#define AA_SEARCH_FROM_RADIUS 2
+
 typedef struct aa_search {
   aa_cand_t *c;
   size_t n;
@@ -419,9 +423,14 @@ typedef struct aa_search {
  * (aa_strategy_resolve fails, e.g. a tp that does not divide n_head, or one
  * this engine does not run yet) come back AA_CAND_PRUNED with the rule,
  * and so do those whose predicted bytes per rank (strategies/cost.h, a
- * lower bound) exceed `memory`, with the figures. */
+ * lower bound) exceed `memory`, with the figures. A setting that misses a
+ * method of the `include` set (strategies/space.h aa_space_include_set) is
+ * not enumerated, as the excluded ones are not. With `from` (borrowed, a
+ * strategy resolved against spec, NULL = none), the candidates are `from`
+ * first, then the others at most AA_SEARCH_FROM_RADIUS knobs from it
+ * (aa_space_distance), nearest first; the rest are not enumerated. */
 int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int devices, aa_proto_dev_kind_t dev_kind,
-                         uint64_t memory, unsigned exclude);
+                         uint64_t memory, unsigned exclude, unsigned include, const aa_strategy_t *from);
 void aa__search_free(aa_search_t *s);
 /* The next candidate to dry-run, or -1 when the search is over. Pending
  * ones the search drops on the way (early stop, a strategy that does at
@@ -492,6 +501,9 @@ struct aa_planner_job {
   bool train, refresh, exhaustive;
   int time_limit_s, max_dryruns;
   unsigned exclude;
+  unsigned include;          /* aa_space_include_set of the submit's include */
+  bool has_from;             /* the submit gave a strategy to start from: */
+  aa_strategy_t from;        /* it, resolved against spec */
   char out_dir[AA_PATH_MAX]; /* "" = none given */
   bool has_owner;            /* the submitting user is known (out_dir belongs to them) */
   uid_t owner;

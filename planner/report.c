@@ -83,6 +83,10 @@ static json_t *job_options(const json_t *stored, const char *home, int64_t id) {
   }
   json_t *ex = json_object_get(stored, "exclude");
   json_object_set_new(o, "exclude", json_is_array(ex) ? json_deep_copy(ex) : json_array());
+  json_t *in = json_object_get(stored, "include");
+  json_object_set_new(o, "include", json_is_array(in) ? json_deep_copy(in) : json_array());
+  json_t *from = json_object_get(stored, "from");
+  json_object_set_new(o, "from", json_is_object(from) ? json_deep_copy(from) : json_null());
   const char *out_dir = json_string_value(json_object_get(stored, "out_dir"));
   if (out_dir) {
     json_object_set_new(o, "out_dir", json_string(out_dir));

@@ -36,8 +36,49 @@ static void prune_if_too_big(aa_search_t *s, aa_cand_t *c, const aa_model_spec_t
   s->predicted_oom++;
 }
 
+/* Keeps, of the n strategies in strat (with their settings), those at most
+ * AA_SEARCH_FROM_RADIUS knobs from `from`, nearest first (the enumeration's
+ * order among equals), and puts `from` itself first: in place of the
+ * candidate at distance 0, which has its knobs, else ahead of all with a
+ * setting of its own (ns, then *nsettings grows). strat and setting have
+ * room for n + 1. Returns how many are kept. */
+static size_t order_from(aa_strategy_t *strat, int *setting, size_t n, const aa_strategy_t *from, size_t *nsettings) {
+  aa_strategy_t *ks = malloc((n + 1) * sizeof *ks);
+  int *kset = malloc((n + 1) * sizeof *kset), *dist = malloc((n + 1) * sizeof *dist);
+  size_t k = 0;
+  if (!ks || !kset || !dist) {
+    free(ks);
+    free(kset);
+    free(dist);
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++)
+    dist[i] = aa_space_distance(&strat[i], from);
+  if (n == 0 || dist[0] != 0) {
+    bool have = false;
+    for (size_t i = 0; i < n && !have; i++)
+      have = dist[i] == 0;
+    if (!have) {
+      ks[k] = *from;
+      kset[k++] = (int)(*nsettings)++;
+    }
+  }
+  for (int d = 0; d <= AA_SEARCH_FROM_RADIUS; d++)
+    for (size_t i = 0; i < n; i++)
+      if (dist[i] == d) {
+        ks[k] = d == 0 ? *from : strat[i];
+        kset[k++] = setting[i];
+      }
+  memcpy(strat, ks, k * sizeof *ks);
+  memcpy(setting, kset, k * sizeof *kset);
+  free(ks);
+  free(kset);
+  free(dist);
+  return k;
+}
+
 int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int devices, aa_proto_dev_kind_t dev_kind,
-                         uint64_t memory, unsigned exclude) {
+                         uint64_t memory, unsigned exclude, unsigned include, const aa_strategy_t *from) {
   memset(s, 0, sizeof *s);
   s->cuda = dev_kind == AA_PROTO_DEV_CUDA;
   s->memory = memory;
@@ -45,24 +86,34 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
   s->global_batch = spec->train.global_batch;
   if (devices < 1 || devices > AA_PROTO_WORLD_MAX)
     return aa_error(AA_EINVAL, "search: %d devices is outside 1..%d", devices, AA_PROTO_WORLD_MAX);
+  if (from && from->dp * from->tp * from->pp > devices)
+    return aa_error(AA_EINVAL, "search: the strategy to start from (%d ranks) needs more than the pool's %d devices",
+                    from->dp * from->tp * from->pp, devices);
   /* What exists, in the order to try it: strategies/space.h. */
   const aa_space_pool_t pool = {.devices = devices,
                                 .global_batch = spec->train.global_batch,
                                 .cuda = s->cuda,
                                 .exclude = exclude,
+                                .include = include,
                                 .arch = &spec->arch};
   size_t n = aa_space_enumerate(NULL, NULL, 0, &pool);
-  if (n == 0) return aa_error(AA_EINVAL, "search: every strategy is excluded");
-  aa_strategy_t *strat = calloc(n, sizeof *strat);
-  int *setting = calloc(n, sizeof *setting);
-  if (strat && setting) aa_space_enumerate(strat, setting, n, &pool);
-  size_t ns = strat && setting ? (size_t)setting[n - 1] + 1 : 1;
-  s->c = calloc(n, sizeof *s->c);
+  if (n == 0 && !from) return aa_error(AA_EINVAL, "search: every strategy is excluded or misses an included method");
+  /* One more for the strategy to start from, which may be outside the space. */
+  aa_strategy_t *strat = calloc(n + 1, sizeof *strat);
+  int *setting = calloc(n + 1, sizeof *setting);
+  size_t ns = 0;
+  if (strat && setting) {
+    aa_space_enumerate(strat, setting, n, &pool);
+    ns = n ? (size_t)setting[n - 1] + 1 : 0;
+    if (from) n = order_from(strat, setting, n, from, &ns);
+  }
+  if (ns == 0) ns = 1;
+  s->c = n ? calloc(n, sizeof *s->c) : NULL;
   s->setting_best = calloc(ns, sizeof *s->setting_best);
   s->setting_spread = calloc(ns, sizeof *s->setting_spread);
   s->setting_mb = calloc(ns, sizeof *s->setting_mb);
   s->setting_stop = calloc(ns, sizeof *s->setting_stop);
-  if (!strat || !setting || !s->c || !s->setting_best || !s->setting_spread || !s->setting_mb ||
+  if (!strat || !setting || n == 0 || !s->c || !s->setting_best || !s->setting_spread || !s->setting_mb ||
       !s->setting_stop) {
     free(strat);
     free(setting);

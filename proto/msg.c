@@ -193,6 +193,8 @@ static const field_t submit_f[] = {
     F_INT(aa_msg_submit_t, max_dryruns, false, 0, 1000000),
     F_BOOL(aa_msg_submit_t, exhaustive),
     F_STR(aa_msg_submit_t, out_dir, false, 1, AA_PROTO_PATH_MAX),
+    F_LIST(aa_msg_submit_t, include, AA_PROTO_EXCLUDE_MAX, AA_PROTO_METHOD_MAX),
+    F_STR(aa_msg_submit_t, from, false, 1, AA_PROTO_JSON_MAX),
 };
 static const field_t ack_f[] = {F_U64(aa_msg_ack_t, job, false, 1, ID_HI)};
 static const field_t job_f[] = {

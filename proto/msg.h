@@ -28,8 +28,8 @@
 #define AA_PROTO_JSON_MAX AA_FRAME_MAX /* model spec, strategy, query args, reply */
 #define AA_PROTO_PATH_MAX 4096         /* submit.out_dir, job.out_dir */
 #define AA_PROTO_KEY_MAX 127           /* strategy key (progress.key, result.key) */
-#define AA_PROTO_EXCLUDE_MAX 64        /* submit.exclude entries */
-#define AA_PROTO_METHOD_MAX 64         /* bytes per submit.exclude entry */
+#define AA_PROTO_EXCLUDE_MAX 64        /* submit.exclude and submit.include entries */
+#define AA_PROTO_METHOD_MAX 64         /* bytes per submit.exclude or submit.include entry */
 #define AA_PROTO_ID_MAX INT64_MAX      /* ids are 1..2^63-1 so they fit an SQLite integer */
 #define AA_PROTO_BYTES_MAX INT64_MAX
 #define AA_PROTO_STEPS_MAX (UINT64_C(1) << 40)
@@ -124,6 +124,9 @@ typedef struct aa_msg_submit {
   int max_dryruns;          /* 0 = no limit, <= 1000000 */
   bool exhaustive;          /* measure every valid strategy, no search shortcuts */
   char *out_dir;            /* optional absolute directory for the strategy file and training outputs */
+  aa_msg_strlist_t include; /* methods every candidate must use, <= 64 entries of 1..64 bytes */
+  char *from;               /* optional strategy JSON (aa_strategy_to_json) whose neighbourhood to search first,
+                               1..AA_PROTO_JSON_MAX bytes */
 } aa_msg_submit_t;
 
 typedef struct aa_msg_ack {

@@ -47,22 +47,64 @@ static const char joined[] = METHODS(JOINED);
 
 const char *aa_space_exclude_names(void) { return joined + 2; }
 
+/* The index of name in the table, or NMETHODS with the error, for the
+ * option `what` ("exclude", "include"), naming the accepted ones. */
+static size_t method_find(const char *what, const char *name) {
+  size_t k = 0;
+  while (k < NMETHODS && strcmp(name, methods[k].name) != 0)
+    k++;
+  if (k == NMETHODS) {
+    char got[64];
+    aa_json_sanitize(got, sizeof got, name);
+    aa_error(AA_EINVAL, "%s: unknown method \"%s\" (accepted: %s)", what, got, aa_space_exclude_names());
+  }
+  return k;
+}
+
 int aa_space_exclude_mask(const char *const *names, size_t n, unsigned *out) {
   unsigned mask = 0;
   for (size_t i = 0; i < n; i++) {
-    size_t k = 0;
-    while (k < NMETHODS && strcmp(names[i], methods[k].name) != 0)
-      k++;
-    if (k == NMETHODS) {
-      char got[64];
-      aa_json_sanitize(got, sizeof got, names[i]);
-      return aa_error(AA_EINVAL, "exclude: unknown method \"%s\" (accepted: %s)", got,
-                      aa_space_exclude_names());
-    }
+    size_t k = method_find("exclude", names[i]);
+    if (k == NMETHODS) return AA_EINVAL;
     mask |= methods[k].bits;
   }
   *out = mask;
   return 0;
+}
+
+/* The table has fewer entries than an unsigned has bits. */
+_Static_assert(NMETHODS <= 32, "an include set is one bit per method name");
+
+int aa_space_include_set(const char *const *names, size_t n, unsigned exclude, unsigned *out) {
+  unsigned set = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t k = method_find("include", names[i]);
+    if (k == NMETHODS) return AA_EINVAL;
+    if (!(methods[k].bits & ~exclude)) {
+      char ex[160];
+      return aa_error(AA_EINVAL, "include: method \"%s\" is also excluded (exclude leaves out %s)",
+                      methods[k].name, aa_space_method_names(ex, sizeof ex, exclude & methods[k].bits));
+    }
+    set |= 1u << k;
+  }
+  *out = set;
+  return 0;
+}
+
+unsigned aa_space_include_unmet(unsigned methods_used, unsigned include) {
+  unsigned unmet = 0;
+  for (size_t k = 0; k < NMETHODS; k++)
+    if ((include & (1u << k)) && !(methods_used & methods[k].bits)) unmet |= 1u << k;
+  return unmet;
+}
+
+const char *aa_space_include_names(char *buf, size_t cap, unsigned include) {
+  size_t o = 0;
+  if (cap == 0) return buf;
+  buf[0] = '\0';
+  for (size_t k = 0; k < NMETHODS && o < cap; k++)
+    if (include & (1u << k)) o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", methods[k].name);
+  return buf;
 }
 
 /* The bit of each ZeRO stage (0 has none) and of each precision. */
@@ -255,20 +297,40 @@ size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa
       if (nmb == 0) continue;
       for (size_t z = 0; z < nzero; z++)
         for (size_t a = 0; a < namp; a++)
-          for (size_t k = 0; k < nckpt; k++, nsettings++)
+          for (size_t k = 0; k < nckpt; k++) {
+            /* A setting decides every method, so one that misses an
+             * included method is left out whole, as an excluded one is. */
+            aa_strategy_t t = shapes[h];
+            t.zero = zeros[z];
+            t.amp = amps[a];
+            t.ckpt = ckpts[k];
+            if (aa_space_include_unmet(aa_space_methods_of(&t), pool->include)) continue;
             for (size_t b = 0; b < nmb; b++) {
               if (n < cap) {
-                aa_strategy_t *s = &out[n];
-                *s = shapes[h];
-                s->zero = zeros[z];
-                s->amp = amps[a];
-                s->ckpt = ckpts[k];
-                s->micro_batch = mbs[b];
+                out[n] = t;
+                out[n].micro_batch = mbs[b];
                 if (setting) setting[n] = (int)nsettings;
               }
               n++;
             }
+            nsettings++;
+          }
     }
   }
   return n;
+}
+
+/* Whether a and b cut the model into the same pipeline stages and run them
+ * in the same schedule (one knob: the pipeline's shape). */
+static bool same_shape(const aa_strategy_t *a, const aa_strategy_t *b) {
+  if (a->pp == 1 && b->pp == 1) return true;
+  const int va = a->vpp > 1 ? a->vpp : 1, vb = b->vpp > 1 ? b->vpp : 1;
+  return a->schedule == b->schedule && va == vb && a->partition == b->partition &&
+         a->n_bounds == b->n_bounds &&
+         !memcmp(a->bounds, b->bounds, sizeof a->bounds[0] * (size_t)a->n_bounds);
+}
+
+int aa_space_distance(const aa_strategy_t *a, const aa_strategy_t *b) {
+  return (a->dp != b->dp) + (a->tp != b->tp) + (a->sp != b->sp) + (a->pp != b->pp) + (a->zero != b->zero) +
+         (a->amp != b->amp) + (a->ckpt != b->ckpt) + (a->micro_batch != b->micro_batch) + !same_shape(a, b);
 }

@@ -1,6 +1,6 @@
 /* The search space: which strategies exist for a pool of devices, and the
- * method names a user may leave out of it (`--exclude`, the same names as
- * ATorch's list where they mean the same). Declared once, here; the
+ * method names a user may leave out of it (`--exclude`) or require of it
+ * (`--include`), the same names as ATorch's list where they mean the same. Declared once, here; the
  * planner's search (planner/search.c) only orders, prunes and stops.
  *
  * Pure: no I/O, no allocation, nothing of the planner. */
@@ -41,6 +41,25 @@ const char *aa_space_exclude_names(void);
  *   exclude: unknown method "zero9" (accepted: amp, amp_native, ...). */
 int aa_space_exclude_mask(const char *const *names, size_t n, unsigned *out);
 
+/* The methods a search must use (`--include`, the same names), as a set
+ * of the table's entries: bit k for the k-th name of
+ * aa_space_exclude_names(), so that "amp" (bf16 or fp16) stays one
+ * method. Maps n names (borrowed) into *out (written only on success).
+ * AA_EINVAL naming the first unknown one, as aa_space_exclude_mask does
+ * ("include: unknown method ..."), or the first one that `exclude` (AA_SPACE_EX_*
+ * bits) leaves no way to use:
+ *   include: method "zero1" is also excluded (exclude leaves out zero1). */
+int aa_space_include_set(const char *const *names, size_t n, unsigned exclude, unsigned *out);
+
+/* The entries of include (a set as aa_space_include_set makes) that a
+ * strategy using methods_used (aa_space_methods_of) does not use: 0 when
+ * it uses them all. */
+unsigned aa_space_include_unmet(unsigned methods_used, unsigned include);
+
+/* The names of an include set, comma-separated, into buf (cap bytes, always
+ * NUL-terminated; cut when short). Returns buf. */
+const char *aa_space_include_names(char *buf, size_t cap, unsigned include);
+
 /* The methods strategy s uses, as AA_SPACE_EX_* bits: its precision's, its
  * checkpoint mode's (none has no bit), its ZeRO stage's (0 has none),
  * AA_SPACE_EX_TP when tp > 1, AA_SPACE_EX_SP with sequence parallelism and
@@ -60,6 +79,7 @@ typedef struct aa_space_pool {
   int global_batch; /* >= 1, the model spec's train.global_batch */
   bool cuda;        /* GPUs (bf16 first) or CPUs (fp32 first) */
   unsigned exclude; /* AA_SPACE_EX_* bits */
+  unsigned include; /* an aa_space_include_set: methods every candidate uses, 0 = none */
   /* The model (borrowed), which the pipelines' cuts need: with it the
    * space has pipelines (pp > 1, pp * vpp <= n_layer); NULL: pp = 1 only. */
   const aa_arch_t *arch;
@@ -118,8 +138,16 @@ size_t aa_space_micro_batches(int *out, size_t cap, int per_rank);
  * most cap strategies into out and, when setting is not NULL, each one's
  * setting index (0, 1, ...; consecutive candidates of one setting share
  * it) into setting; returns how many exist, so that (NULL, NULL, 0, pool)
- * counts. 0 when every strategy is excluded or the pool is empty (devices
- * or global_batch < 1). */
+ * counts. A setting that misses a method of the pool's include set is left
+ * out whole (settings are numbered without it), as an excluded method's
+ * are. 0 when every strategy is excluded or the pool is empty (devices or
+ * global_batch < 1). */
 size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa_space_pool_t *pool);
+
+/* How far apart two strategies are for `--from`: the number of knobs in
+ * which they differ, out of dp, tp, sp, pp, zero, amp, ckpt, micro_batch
+ * and the pipeline's shape (schedule, virtual stages and cut, one knob;
+ * equal between two pp = 1 strategies). 0..9. */
+int aa_space_distance(const aa_strategy_t *a, const aa_strategy_t *b);
 
 #endif

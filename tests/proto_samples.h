@@ -9,6 +9,7 @@
 #include "proto/msg.h"
 
 static char *aa_sample_exclude[] = {"zero3", "pipeline"};
+static char *aa_sample_include[] = {"zero1"};
 
 static void aa_sample_msg(aa_msg_type_t t, aa_msg_t *m) {
   memset(m, 0, sizeof *m);
@@ -42,7 +43,9 @@ static void aa_sample_msg(aa_msg_type_t t, aa_msg_t *m) {
                                   .exclude = {.v = aa_sample_exclude, .n = 2},
                                   .max_dryruns = 12,
                                   .exhaustive = true,
-                                  .out_dir = "/home/user/runs/tiny"};
+                                  .out_dir = "/home/user/runs/tiny",
+                                  .include = {.v = aa_sample_include, .n = 1},
+                                  .from = "{\"format\": \"autoaccel-strategy\", \"dp\": 2}"};
     break;
   case AA_MSG_ACK: m->ack.job = 56; break;
   case AA_MSG_JOB:

@@ -45,7 +45,7 @@ static aa_model_spec_t spec_with_batch(int global_batch) {
 AA_TEST(enumeration_is_amp_by_checkpoint_by_micro_batch_larger_first) {
   aa_model_spec_t spec = spec_with_batch(4);
   aa_search_t s;
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
   CHECK(s.n == 27); /* 3 amp x 3 checkpoint x micro-batches 4, 2, 1 */
   CHECK(s.valid == 27);
   CHECK(s.nsettings == 9);
@@ -60,7 +60,7 @@ AA_TEST(enumeration_is_amp_by_checkpoint_by_micro_batch_larger_first) {
 
   /* A GPU tries bf16 first; 12 has the divisors 12, 6, 4, 3, 2, 1. */
   spec = spec_with_batch(12);
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CUDA, 0, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CUDA, 0, 0, 0, NULL) == 0);
   CHECK(s.n == 54);
   CHECK(!strcmp(s.c[0].key, "dp1.tp1.pp1.z0.bf16.ckpt-none.mb12"));
   CHECK(!strcmp(s.c[3].key, "dp1.tp1.pp1.z0.bf16.ckpt-none.mb3"));
@@ -74,26 +74,26 @@ AA_TEST(exclude_names_leave_out_methods) {
   const char *a[] = {"fp16", "checkpoint"};
   CHECK(aa_space_exclude_mask(a, 2, &mask) == 0);
   aa_search_t s;
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask, 0, NULL) == 0);
   CHECK(s.n == 6); /* fp32, bf16 x none x 4, 2, 1: the service test's count */
   for (size_t i = 0; i < s.n; i++) CHECK(strstr(s.c[i].key, "fp16") == NULL && strstr(s.c[i].key, "ckpt-none"));
   aa__search_free(&s);
 
   const char *b[] = {"amp", "selective"};
   CHECK(aa_space_exclude_mask(b, 2, &mask) == 0);
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask, 0, NULL) == 0);
   CHECK(s.n == 6); /* fp32 x none, full */
   aa__search_free(&s);
 
   const char *atorch[] = {"amp_native", "zero2", "fsdp", "tensor_parallel", "pipeline_parallel"};
   CHECK(aa_space_exclude_mask(atorch, 5, &mask) == 0);
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask, 0, NULL) == 0);
   CHECK(s.n == 9);
   aa__search_free(&s);
 
   const char *all[] = {"fp32", "amp"};
   CHECK(aa_space_exclude_mask(all, 2, &mask) == 0);
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask) == AA_EINVAL);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, mask, 0, NULL) == AA_EINVAL);
 }
 
 AA_TEST(unknown_exclude_method_is_named_with_the_accepted_ones) {
@@ -110,7 +110,7 @@ AA_TEST(search_stops_a_setting_once_a_smaller_micro_batch_is_slower) {
   aa_search_t s;
   /* On a CPU: fp32 none mb 4, 2, 1 (0-2), selective (3-5), full (6-8), then
    * bf16 (9-17) and fp16 (18-26). */
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
   CHECK(aa__search_next(&s, 0) == 0);
   aa__search_done(&s, 0, AA_STORE_RUN_OK, 100, 0);
   CHECK(aa__search_next(&s, 0) == 1);
@@ -137,7 +137,7 @@ AA_TEST(search_stops_a_setting_once_a_smaller_micro_batch_is_slower) {
   /* Slower by less than the runs' own spread is not slower: 9408 against
    * 9414 tokens/s between runs that vary by 5 % goes on to mb1; 8000 is
    * beyond it and stops the setting. */
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
   CHECK(aa__search_next(&s, 0) == 0);
   aa__search_done(&s, 0, AA_STORE_RUN_OK, 9414, 0.05);
   CHECK(aa__search_next(&s, 0) == 1);
@@ -151,7 +151,7 @@ AA_TEST(search_stops_a_setting_once_a_smaller_micro_batch_is_slower) {
 
   /* An oom at a larger micro-batch says nothing of smaller ones, and a
    * strategy with more recompute may fit where one without did not. */
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
   CHECK(aa__search_next(&s, 0) == 0);
   aa__search_done(&s, 0, AA_STORE_RUN_OOM, 0, 0);
   CHECK(aa__search_next(&s, 0) == 1);
@@ -166,7 +166,7 @@ AA_TEST(search_stops_a_setting_once_a_smaller_micro_batch_is_slower) {
 
   /* On a GPU 16-bit is faster: fp32 is not dominated by bf16 (0-8, then
    * fp16 9-17, fp32 18-26), though its recompute still is by fp32's own. */
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CUDA, 0, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CUDA, 0, 0, 0, NULL) == 0);
   for (int i = 0; i < 3; i++) aa__search_done(&s, i, AA_STORE_RUN_OK, 100 - i, 0);
   for (size_t i = 3; i < 18; i++)
     if (i < 9 || i >= 12) s.c[i].state = AA_CAND_DONE;
@@ -181,7 +181,7 @@ AA_TEST(search_stops_a_setting_once_a_smaller_micro_batch_is_slower) {
   aa__search_free(&s);
 
   /* Exhaustive: only the limits prune. */
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
   s.exhaustive = true;
   aa__search_done(&s, 0, AA_STORE_RUN_OK, 100, 0);
   aa__search_done(&s, 1, AA_STORE_RUN_OK, 60, 0);
@@ -197,7 +197,7 @@ AA_TEST(search_stops_a_setting_once_a_smaller_micro_batch_is_slower) {
 AA_TEST(search_prunes_strategies_predicted_out_of_memory) {
   aa_model_spec_t spec = spec_with_batch(4);
   aa_search_t s;
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
   CHECK(s.predicted_oom == 0);
   aa__search_free(&s);
   /* Limits between the mb 2 and the mb 4 bytes of fp32 without checkpointing. */
@@ -210,7 +210,7 @@ AA_TEST(search_prunes_strategies_predicted_out_of_memory) {
   aa_cost_memory(&spec.arch, &st, aa_strategy_accum_steps(&st, &spec), &m2);
   CHECK(m2.total < m4.total);
   uint64_t limit = (m2.total + m4.total) / 2;
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, limit, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, limit, 0, 0, NULL) == 0);
   CHECK(s.valid == 27 && s.predicted_oom > 0 && s.predicted_oom < 27);
   CHECK(s.c[0].state == AA_CAND_PRUNED && s.c[1].state == AA_CAND_PENDING && s.c[2].state == AA_CAND_PENDING);
   CHECK_MSG(strstr(s.c[0].reason, "predicted out of memory: a rank needs at least ") &&
@@ -241,7 +241,7 @@ AA_TEST(search_skips_what_could_not_win_even_at_the_devices_peak) {
   aa_model_spec_t spec = spec_with_batch(4);
   for (int known = 0; known <= 1; known++) {
     aa_search_t s;
-    CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CUDA, 0, 0) == 0);
+    CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CUDA, 0, 0, 0, NULL) == 0);
     const double peak = 1e12;
     aa_strategy_t none;
     aa_strategy_default(&none);
@@ -274,7 +274,7 @@ AA_TEST(search_predicts_from_the_nearest_measured_run) {
   aa_search_t s;
   /* CPU, 2 devices: dp 2 (mb 2, 1) at ZeRO 0-3 x fp32/bf16/fp16 x 3 modes first, then dp 1 x tp 2, then dp 1.
    */
-  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
   int dp1 = -1, dp1_full = -1, dp2_mb1 = -1, dp2_bf16 = -1, tp2 = -1, tp2_sp = -1;
   for (size_t i = 0; i < s.n; i++) {
     const aa_strategy_t *t = &s.c[i].s;
@@ -318,7 +318,7 @@ AA_TEST(search_predicts_from_the_nearest_measured_run) {
 AA_TEST(search_limits_prune_what_was_not_measured) {
   aa_model_spec_t spec = spec_with_batch(4);
   aa_search_t s;
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
   s.max_dryruns = 2;
   s.dispatched = 2;
   CHECK(aa__search_next(&s, 0) == -1);
@@ -326,7 +326,7 @@ AA_TEST(search_limits_prune_what_was_not_measured) {
   CHECK(strstr(s.c[0].reason, "max_dryruns 2 reached"));
   aa__search_free(&s);
 
-  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
   s.time_limit_s = 5;
   s.deadline = 100;
   CHECK(aa__search_next(&s, 50) == 0);
@@ -343,7 +343,7 @@ AA_TEST(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees) {
    * then pp 2 (2 blocks: no interleaving) with 1f1b and gpipe x 3 amp x 3
    * checkpoint x micro-batches 2, 1 (at least pp micro-batches a step);
    * then the 27 of dp 1. */
-  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
   CHECK_MSG(s.n == 72 + 54 + 36 + 27, "%zu", s.n);
   CHECK(s.nsettings == 81);
   CHECK(!strcmp(s.c[0].key, "dp2.tp1.pp1.z0.fp32.ckpt-none.mb2"));
@@ -374,7 +374,7 @@ AA_TEST(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees) {
 
   /* Three executors and a batch of 4: dp 3 would split it unevenly, but
    * tp 3 (dp 1) is a gang of three, which n_head 2 does not allow. */
-  CHECK(aa__search_enumerate(&s, &spec, 3, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 3, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
   CHECK_MSG(s.n == 243, "%zu", s.n);
   for (size_t i = 0; i < s.n; i++) {
     CHECK(strncmp(s.c[i].key, "dp3.", 4) != 0);
@@ -383,7 +383,7 @@ AA_TEST(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees) {
   }
   aa__search_free(&s);
   /* Four: dp 4 leaves one sequence per rank, micro-batch 1. */
-  CHECK(aa__search_enumerate(&s, &spec, 4, AA_PROTO_DEV_CPU, 0, 0) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 4, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
   CHECK_MSG(s.n == 585, "%zu", s.n);
   CHECK(!strcmp(s.c[0].key, "dp4.tp1.pp1.z0.fp32.ckpt-none.mb1"));
   CHECK(!strcmp(s.c[36].key, "dp2.tp2.pp1.z0.fp32.ckpt-none.mb2"));
@@ -393,13 +393,13 @@ AA_TEST(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees) {
   unsigned mask = 0;
   const char *zero[] = {"zero"};
   CHECK(aa_space_exclude_mask(zero, 1, &mask) == 0);
-  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask, 0, NULL) == 0);
   CHECK_MSG(s.n == 18 + 54 + 36 + 27, "%zu", s.n);
   for (size_t i = 0; i < s.n; i++) CHECK(s.c[i].s.zero == 0);
   aa__search_free(&s);
   const char *some[] = {"zero2", "fsdp", "amp", "checkpoint"};
   CHECK(aa_space_exclude_mask(some, 4, &mask) == 0);
-  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask, 0, NULL) == 0);
   /* dp 2 at zero 0 and 1 x mb 2, 1; dp 1 x tp 2 (sp off, on); pp 2 (1f1b, gpipe) x mb 2, 1; dp 1 x mb 4, 2, 1 */
   CHECK_MSG(s.n == 2 * 2 + 2 * 3 + 2 * 2 + 3, "%zu", s.n);
   CHECK(!strcmp(s.c[2].key, "dp2.tp1.pp1.z1.fp32.ckpt-none.mb2"));
@@ -407,11 +407,75 @@ AA_TEST(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees) {
   /* tensor_parallel leaves the pool of two with its data-parallel gangs. */
   const char *tp[] = {"tensor_parallel"};
   CHECK(aa_space_exclude_mask(tp, 1, &mask) == 0);
-  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask, 0, NULL) == 0);
   CHECK_MSG(s.n == 72 + 36 + 27 && s.valid == (int)s.n, "%zu", s.n);
   aa__search_free(&s);
 
-  CHECK(aa__search_enumerate(&s, &spec, 0, AA_PROTO_DEV_CPU, 0, 0) == AA_EINVAL);
+  CHECK(aa__search_enumerate(&s, &spec, 0, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == AA_EINVAL);
+}
+
+/* --include: the job's search holds only candidates that use the methods. */
+AA_TEST(search_enumerates_only_what_uses_the_included_methods) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  aa_search_t s;
+  unsigned in = 0;
+  const char *z1[] = {"zero1"};
+  CHECK(aa_space_include_set(z1, 1, 0, &in) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0, in, NULL) == 0);
+  CHECK_MSG(s.n == 18 && s.nsettings == 9, "%zu", s.n);
+  CHECK(!strcmp(s.c[0].key, "dp2.tp1.pp1.z1.fp32.ckpt-none.mb2"));
+  for (size_t i = 0; i < s.n; i++) CHECK(strstr(s.c[i].key, ".z1."));
+  aa__search_free(&s);
+  const char *pp[] = {"pipeline_parallel"};
+  CHECK(aa_space_include_set(pp, 1, 0, &in) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0, in, NULL) == 0);
+  CHECK(s.n > 0 && !strncmp(s.c[0].key, "dp1.tp1.pp2.", 12));
+  for (size_t i = 0; i < s.n; i++) CHECK(s.c[i].s.pp == 2);
+  aa__search_free(&s);
+  /* ZeRO needs dp > 1: one device has nothing that uses it. */
+  CHECK(aa_space_include_set(z1, 1, 0, &in) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, in, NULL) == AA_EINVAL);
+  CHECK(strstr(aa_last_error(), "misses an included method"));
+}
+
+/* --from: the strategy first, then its neighbours (at most 2 knobs away),
+ * nearest first, in the enumeration's order among equals. */
+AA_TEST(search_from_a_strategy_orders_its_neighbourhood_nearest_first) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  aa_strategy_t from;
+  aa_strategy_default(&from);
+  from.amp = AA_BF16;
+  from.ckpt = AA_CKPT_SELECTIVE;
+  from.micro_batch = 2;
+  from.loss_scale.window = 500; /* not a knob: the strategy itself is what runs first */
+  CHECK(aa_strategy_resolve(&from, &spec, 1) == 0);
+  aa_search_t s;
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, &from) == 0);
+  CHECK_MSG(s.n == 1 + 6 + 12, "%zu", s.n); /* of 27: 3 knobs (amp, ckpt, mb) with 3 values each */
+  CHECK(!strcmp(s.c[0].key, "dp1.tp1.pp1.z0.bf16.ckpt-sel.mb2") && s.c[0].s.loss_scale.window == 500);
+  CHECK(!strcmp(s.c[1].key, "dp1.tp1.pp1.z0.fp32.ckpt-sel.mb2"));
+  CHECK(!strcmp(s.c[7].key, "dp1.tp1.pp1.z0.fp32.ckpt-none.mb2"));
+  for (size_t i = 0; i < s.n; i++)
+    CHECK(aa_space_distance(&s.c[i].s, &from) == (i == 0 ? 0 : i <= 6 ? 1 : 2));
+  CHECK(s.nsettings == 9);
+  aa__search_free(&s);
+
+  /* A strategy outside the space (a custom cut) comes first with a setting of its own. */
+  aa_strategy_default(&from);
+  from.pp = 2;
+  from.partition = AA_PARTITION_CUSTOM;
+  from.n_bounds = 3;
+  from.bounds[0] = 0, from.bounds[1] = 1, from.bounds[2] = 2;
+  CHECK_MSG(aa_strategy_resolve(&from, &spec, 2) == 0, "%s", aa_last_error());
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0, 0, &from) == 0);
+  CHECK(s.c[0].s.partition == AA_PARTITION_CUSTOM && s.c[0].setting == s.nsettings - 1);
+  for (size_t i = 1; i < s.n; i++) CHECK(aa_space_distance(&s.c[i].s, &from) >= 1);
+  CHECK(aa_space_distance(&s.c[s.n - 1].s, &from) == 2);
+  aa__search_free(&s);
+
+  /* More ranks than the pool has. */
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, &from) == AA_EINVAL);
+  CHECK(strstr(aa_last_error(), "needs more than the pool's 1 devices"));
 }
 
 /* --- fingerprints ------------------------------------------------------------------------ */
@@ -508,9 +572,10 @@ AA_TEST(job_json_has_the_documented_shape) {
   CHECK(json_integer_value(json_object_get(runs, "oom")) == 1);
   CHECK(json_integer_value(json_object_get(runs, "pruned")) == 1);
   json_t *o = json_object_get(j, "options");
-  CHECK(json_object_size(o) == 7);
+  CHECK(json_object_size(o) == 9);
   CHECK(json_is_true(json_object_get(o, "refresh")));
   CHECK(json_array_size(json_object_get(o, "exclude")) == 1);
+  CHECK(json_array_size(json_object_get(o, "include")) == 0 && json_is_null(json_object_get(o, "from")));
   CHECK(json_is_null(json_object_get(o, "out_dir")));
   json_decref(j);
   CHECK(aa__report_job(st, "/h", 999, &j) == AA_ENOENT);
@@ -866,6 +931,8 @@ int main(void) {
   RUN(enumeration_is_amp_by_checkpoint_by_micro_batch_larger_first);
   RUN(exclude_names_leave_out_methods);
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
+  RUN(search_enumerates_only_what_uses_the_included_methods);
+  RUN(search_from_a_strategy_orders_its_neighbourhood_nearest_first);
   RUN(search_stops_a_setting_once_a_smaller_micro_batch_is_slower);
   RUN(search_prunes_strategies_predicted_out_of_memory);
   RUN(search_skips_what_could_not_win_even_at_the_devices_peak);

@@ -205,7 +205,7 @@ AA_TEST(every_message_round_trips_byte_for_byte) {
   /* Keys per type with every field set: v, t, id + the type's fields. */
   static const size_t want_keys[AA_MSG_TYPE_COUNT] = {
       [AA_MSG_HELLO] = 3 + 3,  [AA_MSG_WELCOME] = 3 + 2,   [AA_MSG_HEARTBEAT] = 3 + 1,
-      [AA_MSG_BYE] = 3 + 1,    [AA_MSG_SUBMIT] = 3 + 9,    [AA_MSG_ACK] = 3 + 1,
+      [AA_MSG_BYE] = 3 + 1,    [AA_MSG_SUBMIT] = 3 + 11,   [AA_MSG_ACK] = 3 + 1,
       [AA_MSG_JOB] = 3 + 14,   [AA_MSG_PROGRESS] = 3 + 10, [AA_MSG_RESULT] = 3 + 16,
       [AA_MSG_CANCEL] = 3 + 1, [AA_MSG_ABORT] = 3 + 3,     [AA_MSG_STATUS] = 3 + 1,
       [AA_MSG_QUERY] = 3 + 2,  [AA_MSG_REPLY] = 3 + 1,     [AA_MSG_ERROR] = 3 + 2,
@@ -295,6 +295,8 @@ AA_TEST(job_and_result_fields_decode_as_sent) {
   CHECK(d.submit.exclude.n == 2 && strcmp(d.submit.exclude.v[1], "pipeline") == 0 &&
         d.submit.max_dryruns == 12);
   CHECK(d.submit.exhaustive && strcmp(d.submit.out_dir, "/home/user/runs/tiny") == 0);
+  CHECK(d.submit.include.n == 1 && strcmp(d.submit.include.v[0], "zero1") == 0);
+  CHECK(d.submit.from && strstr(d.submit.from, "\"dp\": 2"));
   aa_msg_free(&d);
 }
 
@@ -394,6 +396,10 @@ AA_TEST(wrong_field_type_is_rejected) {
   EXPECT_REJECT(AA_MSG_SUBMIT, "model", VBIN, AA_EFORMAT, "submit.model: expected a string, got binary");
   EXPECT_REJECT(AA_MSG_SUBMIT, "exclude", VS("zero3"), AA_EFORMAT,
                 "submit.exclude: expected an array of strings");
+  EXPECT_REJECT(AA_MSG_SUBMIT, "include", VS("zero1"), AA_EFORMAT,
+                "submit.include: expected an array of strings");
+  EXPECT_REJECT(AA_MSG_SUBMIT, "from", VU(1), AA_EFORMAT, "submit.from: expected a string");
+  EXPECT_REJECT(AA_MSG_SUBMIT, "from", VS(""), AA_EFORMAT, "submit.from: must not be empty");
   EXPECT_REJECT(AA_MSG_HELLO, "device", VS("cuda"), AA_EFORMAT, "hello.device: expected a map, got a string");
   EXPECT_REJECT(AA_MSG_HELLO, "device.memory", VNIL, AA_EFORMAT,
                 "hello.device.memory: expected an unsigned integer, got nil");
@@ -567,6 +573,10 @@ AA_TEST(oversized_and_malformed_strings_are_rejected) {
   CHECK(decode_modified(AA_MSG_SUBMIT, "exclude", VARR(64), &d) == 0 &&
         d.submit.exclude.n == 64); /* at the limit */
   aa_msg_free(&d);
+  EXPECT_REJECT(AA_MSG_SUBMIT, "include", VARR(65), AA_EFORMAT,
+                "submit.include: 65 entries, more than the limit 64");
+  CHECK(decode_modified(AA_MSG_SUBMIT, "include", VARR(64), &d) == 0 && d.submit.include.n == 64);
+  aa_msg_free(&d);
   CHECK(decode_modified(AA_MSG_REPLY, "json", VS("{\"name\": \"caf\xc3\xa9 \xf0\x9f\x9a\x80\"}"), &d) == 0);
   aa_msg_free(&d);
 }
@@ -659,6 +669,11 @@ AA_TEST(encoder_refuses_what_the_decoder_would_reject) {
   CHECK(aa_msg_encode(&m, &out, &len) == AA_EINVAL &&
         strstr(aa_last_error(), "submit.exclude[0]: must not be empty"));
   aa_sample_exclude[0] = "zero3";
+  aa_sample_msg(AA_MSG_SUBMIT, &m);
+  m.submit.include.v[0] = "";
+  CHECK(aa_msg_encode(&m, &out, &len) == AA_EINVAL &&
+        strstr(aa_last_error(), "submit.include[0]: must not be empty"));
+  aa_sample_include[0] = "zero1";
   aa_sample_msg(AA_MSG_CANCEL, &m);
   m.id = UINT64_MAX;
   CHECK(aa_msg_encode(&m, &out, &len) == AA_EINVAL && strstr(aa_last_error(), "cancel.id"));

@@ -1,7 +1,8 @@
 /* The search space (strategies/space.h): what exists for a pool (gangs of
  * data x tensor x pipeline ranks, sequence parallelism, pipeline shapes,
  * ZeRO, precision, checkpointing, micro-batch), in the order the planner's search tries it (the counts and
- * first keys its enumeration tests pin, tests/test_planner.c), and the method names `exclude` accepts. */
+ * first keys its enumeration tests pin, tests/test_planner.c), the method names `exclude` and `include`
+ * accept, and the distance `--from` orders by. */
 #include "common/aa.h"
 #include "common/spec.h"
 #include "strategies/pipeline.h"
@@ -357,6 +358,113 @@ AA_TEST(methods_of_a_strategy_are_named_as_exclude_names_them) {
   CHECK(!strcmp(aa_space_method_names(buf, 8, aa_space_methods_of(&s)), "fp16, s")); /* cut, terminated */
 }
 
+/* The candidates of a pool that must use the methods `names`. */
+static aa_strategy_t *enumerate_including(int devices, const char *const *names, size_t nnames, size_t *n,
+                                          int **setting) {
+  aa_space_pool_t pool = {.devices = devices, .global_batch = 4};
+  CHECK_MSG(aa_space_include_set(names, nnames, 0, &pool.include) == 0, "%s", aa_last_error());
+  *n = aa_space_enumerate(NULL, NULL, 0, &pool);
+  aa_strategy_t *s = calloc(*n ? *n : 1, sizeof *s);
+  *setting = calloc(*n ? *n : 1, sizeof **setting);
+  if (!s || !*setting) abort();
+  CHECK(aa_space_enumerate(s, *setting, *n, &pool) == *n);
+  return s;
+}
+
+/* Every candidate uses each included method; settings stay numbered 0, 1, ... */
+AA_TEST(include_names_keep_only_candidates_that_use_them) {
+  size_t n;
+  int *setting;
+  const char *z1[] = {"zero1"};
+  aa_strategy_t *s = enumerate_including(2, z1, 1, &n, &setting);
+  CHECK_MSG(n == 18, "%zu", n); /* dp 2 only (ZeRO needs dp > 1) x 3 amp x 3 checkpoint x mb 2, 1 */
+  CHECK(!strcmp(key_of(&s[0]), "dp2.tp1.pp1.z1.fp32.ckpt-none.mb2"));
+  for (size_t i = 0; i < n; i++)
+    CHECK(s[i].zero == 1 && setting[i] == (int)(i / 2));
+  free(s);
+  free(setting);
+
+  const char *amp[] = {"amp"}; /* bf16 or fp16 */
+  s = enumerate_including(1, amp, 1, &n, &setting);
+  CHECK(n == 18 && !strcmp(key_of(&s[0]), "dp1.tp1.pp1.z0.bf16.ckpt-none.mb4"));
+  for (size_t i = 0; i < n; i++)
+    CHECK(s[i].amp == AA_BF16 || s[i].amp == AA_F16);
+  CHECK(setting[0] == 0 && setting[n - 1] == 5);
+  free(s);
+  free(setting);
+
+  const char *both[] = {"checkpoint", "tensor_parallel"};
+  s = enumerate_including(2, both, 2, &n, &setting);
+  CHECK_MSG(n == 36, "%zu", n); /* tp 2 (sp off, on) x 3 amp x selective, full x mb 4, 2, 1 */
+  CHECK(!strcmp(key_of(&s[0]), "dp1.tp2.pp1.z0.fp32.ckpt-sel.mb4"));
+  for (size_t i = 0; i < n; i++)
+    CHECK(s[i].tp == 2 && s[i].ckpt != AA_CKPT_NONE);
+  free(s);
+  free(setting);
+
+  /* Two ZeRO stages at once: nothing uses both. */
+  const char *two[] = {"zero1", "zero2"};
+  aa_space_pool_t pool = {.devices = 2, .global_batch = 4};
+  CHECK(aa_space_include_set(two, 2, 0, &pool.include) == 0);
+  CHECK(aa_space_enumerate(NULL, NULL, 0, &pool) == 0);
+}
+
+AA_TEST(a_method_both_included_and_excluded_is_refused) {
+  unsigned ex = 0, in = 77;
+  const char *zero[] = {"zero"}, *z1[] = {"zero1"}, *amp[] = {"amp"}, *bf16[] = {"bf16"}, *bad[] = {"dp"};
+  CHECK(aa_space_exclude_mask(zero, 1, &ex) == 0);
+  CHECK(aa_space_include_set(z1, 1, ex, &in) == AA_EINVAL && in == 77);
+  CHECK_MSG(!strcmp(aa_last_error(), "include: method \"zero1\" is also excluded (exclude leaves out zero1)"), "%s",
+            aa_last_error());
+  /* amp is bf16 or fp16: with bf16 excluded fp16 is left. */
+  CHECK(aa_space_exclude_mask(bf16, 1, &ex) == 0);
+  CHECK(aa_space_include_set(amp, 1, ex, &in) == 0);
+  CHECK(aa_space_exclude_mask(amp, 1, &ex) == 0);
+  CHECK(aa_space_include_set(amp, 1, ex, &in) == AA_EINVAL && strstr(aa_last_error(), "leaves out bf16, fp16"));
+  CHECK(aa_space_include_set(bad, 1, 0, &in) == AA_EINVAL &&
+        strstr(aa_last_error(), "include: unknown method \"dp\" (accepted: amp, "));
+}
+
+AA_TEST(unmet_included_methods_are_named) {
+  const char *names[] = {"amp", "zero1", "checkpoint"};
+  unsigned in = 0;
+  char buf[160];
+  CHECK(aa_space_include_set(names, 3, 0, &in) == 0);
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.ckpt = AA_CKPT_FULL;
+  unsigned unmet = aa_space_include_unmet(aa_space_methods_of(&s), in);
+  CHECK(!strcmp(aa_space_include_names(buf, sizeof buf, unmet), "amp, zero1"));
+  s.amp = AA_F16;
+  s.zero = 1;
+  CHECK(aa_space_include_unmet(aa_space_methods_of(&s), in) == 0);
+  CHECK(!strcmp(aa_space_include_names(buf, sizeof buf, in), "amp, checkpoint, zero1"));
+}
+
+/* The knobs --from counts: one each, the pipeline's shape as one. */
+AA_TEST(distance_counts_the_knobs_that_differ) {
+  aa_strategy_t a, b;
+  aa_strategy_default(&a);
+  a.micro_batch = 4;
+  b = a;
+  CHECK(aa_space_distance(&a, &b) == 0);
+  b.zero = 1;
+  b.micro_batch = 2;
+  CHECK(aa_space_distance(&a, &b) == 2);
+  b = a;
+  b.pp = 2; /* 1f1b, uniform: the degree alone */
+  CHECK(aa_space_distance(&a, &b) == 1);
+  b.schedule = AA_SCHEDULE_INTERLEAVED;
+  b.vpp = 2;
+  CHECK(aa_space_distance(&a, &b) == 2);
+  a.pp = 2;
+  CHECK(aa_space_distance(&a, &b) == 1);
+  b = a;
+  b.dp = 2, b.tp = 2, b.sp = 1, b.amp = AA_BF16, b.ckpt = AA_CKPT_FULL, b.zero = 3, b.micro_batch = 1;
+  b.pp = 4, b.partition = AA_PARTITION_PARAMETERS;
+  CHECK(aa_space_distance(&a, &b) == 9);
+}
+
 int main(void) {
   RUN(one_cpu_device_gives_amp_by_checkpoint_by_micro_batch_larger_first);
   RUN(a_pool_gives_larger_gangs_first_and_smaller_tensor_degrees_within_one);
@@ -367,5 +475,9 @@ int main(void) {
   RUN(exclude_names_leave_out_methods);
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
   RUN(methods_of_a_strategy_are_named_as_exclude_names_them);
+  RUN(include_names_keep_only_candidates_that_use_them);
+  RUN(a_method_both_included_and_excluded_is_refused);
+  RUN(unmet_included_methods_are_named);
+  RUN(distance_counts_the_knobs_that_differ);
   return aa_test_summary();
 }

@@ -34,6 +34,10 @@ expect 2 "unknown option" "$AA" submit "$tmp/ok.json" --frobnicate
 expect 2 "--max-dryruns needs an integer" "$AA" submit "$tmp/ok.json" --max-dryruns many
 expect 2 "--time-limit needs an integer" "$AA" submit "$tmp/ok.json" --time-limit -1
 expect 2 "--exclude.*1\.\.64 bytes" "$AA" submit "$tmp/ok.json" --exclude fp16,,ckpt
+expect 2 "include: unknown method \"dp\" \(accepted: amp," "$AA" submit "$tmp/ok.json" --include dp
+expect 2 "include: method \"zero1\" is also excluded \(exclude leaves out zero1\)" \
+  "$AA" submit "$tmp/ok.json" --include zero1 --exclude zero
+expect 2 "include: method \"amp\" is also excluded" "$AA" auto "$tmp/ok.json" --include amp --exclude bf16,fp16
 expect 2 "at most one JOB" "$AA" status 1 2
 expect 2 "JOB needs an integer" "$AA" status one
 expect 2 "unknown option" "$AA" status --frobnicate
@@ -74,6 +78,10 @@ expect 1 "syntax.json:2:" "$AA" query jobs --model "$tmp/syntax.json" $NOP
 expect 1 "no such file" "$AA" submit "$tmp/missing.json" $NOP
 expect 1 "syntax.json:2:" "$AA" submit "$tmp/syntax.json" $NOP
 expect 1 "model.n_head.*divide" "$AA" submit "$tmp/div.json" $NOP
+# --from: the strategy must run on the model before any planner is contacted.
+printf '{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 3}}\n' >"$tmp/tp3.json"
+expect 1 "--from .*tp3.json: the strategy does not fit model cli: .*tp" "$AA" submit "$tmp/ok.json" --from "$tmp/tp3.json" $NOP
+expect 1 "missing-strategy.json" "$AA" auto "$tmp/ok.json" --from "$tmp/missing-strategy.json" --home "$tmp/auto-home"
 expect 1 "syntax.json:2:" "$AA" auto "$tmp/syntax.json" --home "$tmp/auto-home"
 # ok.json's data does not exist: the first dry run says so, and the search
 # stops there instead of trying the other 17 strategies on the same data.

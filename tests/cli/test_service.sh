@@ -264,6 +264,23 @@ check "ZeRO 3 holds less per rank than ZeRO 0" [ "$(jq_ "min(r['peak']['params']
   if r['key'].startswith('dp2.tp1.pp1.z3.')) < min(r['peak']['params'] for r in d['runs'] \
   if r['key'].startswith('dp2.tp1.pp1.z0.'))" <"$tmp/runs9.json")" = True ]
 
+# --include zero1: ZeRO stage 1 only. --from: the strategy first, then the
+# strategies at most 2 knobs from it (dp 2 at every ZeRO stage and
+# micro-batch, and dp 1 at mb 1), none farther.
+expect 0 "job 2 done" timeout 300 "$AA" submit "$tmp/model.json" $P --wait --refresh --exhaustive \
+  --exclude bf16,fp16,checkpoint --include zero1
+"$AA" query runs --job 2 $P --json >"$tmp/runs9z1.json"
+check "--include zero1 runs ZeRO 1 only" [ "$(jq_ "sorted(r['key'] for r in d['runs']) == \
+  ['dp2.tp1.pp1.z1.fp32.ckpt-none.mb1', 'dp2.tp1.pp1.z1.fp32.ckpt-none.mb2']" <"$tmp/runs9z1.json")" = True ]
+printf '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2}, "zero": 1, "micro_batch": 1}\n' \
+  >"$tmp/from9.json"
+expect 0 "job 3 done" timeout 300 "$AA" submit "$tmp/model.json" $P --wait --refresh --exhaustive \
+  --exclude bf16,fp16,checkpoint --from "$tmp/from9.json"
+"$AA" query runs --job 3 $P --json >"$tmp/runs9from.json"
+check "--from measures the strategy first and its neighbourhood only" [ "$(jq_ "[r['key'] for r in \
+  sorted(d['runs'], key=lambda r: r['id'])][0] == 'dp2.tp1.pp1.z1.fp32.ckpt-none.mb1' and len(d['runs']) == 9 \
+  and sum(r['key'].startswith('dp1.') for r in d['runs']) == 1" <"$tmp/runs9from.json")" = True ]
+
 # --- 10. kill -9 of one rank of a gang -----------------------------------------
 kill "$planner"; wait "$planner" 2>/dev/null
 start_planner --measured-steps 100000 --dryrun-time-limit 120
