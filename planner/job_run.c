@@ -8,6 +8,8 @@
  * a history aa_store_recover can close and the job can resume from. */
 #include "planner_internal.h"
 
+#include "../strategies/cost.h"
+
 #include "../strategies/space.h"
 
 #include "../common/json.h"
@@ -324,11 +326,18 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
     return 1;
   }
   j->waiting_logged = false;
+  /* What the cost model expects of it, kept beside what it will measure:
+   * the most loaded rank's bytes and the pipeline's bubble. */
+  const int accum = aa_strategy_accum_steps(s, &j->spec);
+  aa_cost_mem_t cm;
+  aa_cost_memory(&j->spec.arch, s, accum, &cm);
   aa_store_run_new_t nr = {.job_id = j->id,
                            .kind = kind,
                            .strategy = s,
                            .status = AA_STORE_RUN_RUNNING,
-                           .predicted_tokens_per_s = predicted};
+                           .predicted_tokens_per_s = predicted,
+                           .predicted_peak_bytes = (int64_t)cm.total,
+                           .predicted_bubble = aa_cost_bubble(s, accum)};
   int64_t run = 0;
   char *strategy = NULL, dir[AA_PATH_MAX + 64], rdv[AA_RENDEZVOUS_MAX] = "", why[AA_PROTO_TEXT_MAX];
   aa_gang_rank_t *ranks = NULL;

@@ -39,6 +39,8 @@ json_t *aa__report_run(const aa_store_run_t *r) {
   json_object_set_new(o, "peak_bytes", int0(r->peak_bytes));
   json_object_set_new(o, "peak", stored_json(r->peak_json));
   json_object_set_new(o, "predicted_tokens_per_s", num0(r->predicted_tokens_per_s));
+  json_object_set_new(o, "predicted_peak_bytes", int0(r->predicted_peak_bytes));
+  json_object_set_new(o, "predicted_bubble", num0(r->predicted_bubble));
   json_object_set_new(o, "final_loss", num0(r->final_loss));
   json_object_set_new(o, "error", str0(r->error));
   json_object_set_new(o, "started_at", int0(r->started_at));

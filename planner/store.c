@@ -279,6 +279,14 @@ static const char *const migrations[AA_STORE_SCHEMA_VERSION] = {
     "  peak_json TEXT CONSTRAINT run_rank_peak_is_json CHECK (peak_json IS NULL OR json_valid(peak_json)),"
     "  error TEXT,"
     "  PRIMARY KEY (run_id, rank)) WITHOUT ROWID;",
+    /* 3 -> 4: the cost model's memory and pipeline bubble beside its
+     * tokens/s, so every run keeps what was predicted next to what was
+     * measured. */
+    "ALTER TABLE runs ADD COLUMN predicted_peak_bytes INTEGER"
+    "  CONSTRAINT run_predicted_peak_positive CHECK (predicted_peak_bytes IS NULL OR predicted_peak_bytes > 0);"
+    "ALTER TABLE runs ADD COLUMN predicted_bubble REAL"
+    "  CONSTRAINT run_predicted_bubble_share CHECK (predicted_bubble IS NULL OR"
+    "  (predicted_bubble > 0 AND predicted_bubble < 1));",
 };
 
 /* The runs that can answer a job: measured dry runs of a job that ran its
@@ -311,8 +319,8 @@ static const char *const stmt_sql[AA__ST_N] = {
     [AA__ST_JOB_STATUS] = "SELECT status FROM jobs WHERE id = ?1",
     [AA__ST_RUN_INSERT] =
         "INSERT INTO runs (job_id, model_hash, hardware, kind, strategy_key, strategy_json, status,"
-        " predicted_tokens_per_s, error, started_at, finished_at)"
-        " SELECT id, model_hash, hardware, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM jobs"
+        " predicted_tokens_per_s, error, started_at, finished_at, predicted_peak_bytes, predicted_bubble)"
+        " SELECT id, model_hash, hardware, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 FROM jobs"
         " WHERE id = ?1 AND status IN ('queued', 'running')",
     [AA__ST_RUN_START] =
         "UPDATE runs SET status = 'running', started_at = ?2 WHERE id = ?1 AND status = 'queued'",

@@ -30,7 +30,7 @@
 #include "../proto/msg.h"
 #include "../strategies/strategy.h"
 
-#define AA_STORE_SCHEMA_VERSION 3 /* the newest schema this build writes */
+#define AA_STORE_SCHEMA_VERSION 4 /* the newest schema this build writes */
 #define AA_STORE_BUSY_MS 2000     /* longest wait for another connection's write lock */
 #define AA_STORE_HASH_MAX 65      /* model hash: 1..64 characters + NUL */
 #define AA_STORE_HW_MAX 128       /* hardware fingerprint: 1..127 characters + NUL */
@@ -263,6 +263,8 @@ typedef struct aa_store_run {
   double step_ms_median, step_ms_spread; /* spread: (max - min) over the measured steps */
   int64_t peak_bytes;                    /* per rank, the largest over ranks */
   double predicted_tokens_per_s;         /* the cost model's prediction */
+  int64_t predicted_peak_bytes;          /* the cost model's bytes of its most loaded rank (schema 4) */
+  double predicted_bubble;               /* the cost model's pipeline bubble, a share of the step (schema 4) */
   double final_loss;
   int64_t started_at, finished_at; /* unix seconds, 0 = not yet */
   const char *strategy_json;       /* ownership: see the top of this file */
@@ -277,6 +279,8 @@ typedef struct aa_store_run_new {
   const aa_strategy_t *strategy; /* borrowed; the key and JSON are derived here */
   aa_store_run_status_t status;  /* queued, running (started now) or pruned (finished now) */
   double predicted_tokens_per_s; /* 0 = none */
+  int64_t predicted_peak_bytes;  /* 0 = none */
+  double predicted_bubble;       /* 0..1 (0 = none, or no pipeline) */
   const char *error;             /* borrowed, may be NULL: the reason a run was pruned */
 } aa_store_run_new_t;
 

@@ -60,7 +60,7 @@ struct aa_store {
 #define AA__RUN_COLS                                                                                         \
   "id, job_id, model_hash, hardware, kind, strategy_key, strategy_json, status, tokens_per_s, "              \
   "step_ms_median, step_ms_spread, peak_bytes, peak_json, predicted_tokens_per_s, final_loss, error, "       \
-  "started_at, finished_at"
+  "started_at, finished_at, predicted_peak_bytes, predicted_bubble"
 
 #define AA__RANK_COLS                                                                                        \
   "rank, dp_rank, tp_rank, pp_rank, status, tokens_per_s, step_ms_median, step_ms_spread, forward_ms, "      \

@@ -41,6 +41,8 @@ static int run_from_row(sqlite3_stmt *s, aa_store_run_t *r, char *why, size_t ca
   r->error = aa__store_col_text(s, 15);
   r->started_at = sqlite3_column_int64(s, 16);
   r->finished_at = sqlite3_column_int64(s, 17);
+  r->predicted_peak_bytes = sqlite3_column_int64(s, 18);
+  r->predicted_bubble = sqlite3_column_double(s, 19);
   return 0;
 }
 
@@ -107,7 +109,7 @@ int aa_store_answers(aa_store_t *st, const char *model_hash, const char *hardwar
     aa_store_run_t r;
     char why[128];
     if (run_from_row(s, &r, why, sizeof why)) continue; /* a row that cannot be read answers nothing */
-    stop = cb(&r, aa__store_col_text(s, 18), data);
+    stop = cb(&r, aa__store_col_text(s, 20), data);
   }
   if (!stop && rc != SQLITE_DONE) err = aa__store_fail(st, rc, "runs that answer model %s on %s", model_hash, hardware);
   aa__store_done(s);
@@ -176,6 +178,10 @@ int aa_store_run_insert(aa_store_t *st, const aa_store_run_new_t *r, int64_t *ru
   if (!(r->predicted_tokens_per_s >= 0) || isinf(r->predicted_tokens_per_s))
     return aa_error(AA_EINVAL, "run of job %lld: predicted tokens/s must be finite and >= 0",
                     (long long)r->job_id);
+  if (r->predicted_peak_bytes < 0)
+    return aa_error(AA_EINVAL, "run of job %lld: predicted peak bytes must be >= 0", (long long)r->job_id);
+  if (!(r->predicted_bubble >= 0 && r->predicted_bubble < 1))
+    return aa_error(AA_EINVAL, "run of job %lld: predicted bubble must be in [0, 1)", (long long)r->job_id);
   char key[AA_STRATEGY_KEY_MAX];
   aa_strategy_key(r->strategy, key);
   char *json = NULL;
@@ -196,6 +202,8 @@ int aa_store_run_insert(aa_store_t *st, const aa_store_run_new_t *r, int64_t *ru
   aa__store_bind_text(s, 7, r->error);
   aa__store_bind_int0(s, 8, r->status == AA_STORE_RUN_RUNNING ? now : 0);
   aa__store_bind_int0(s, 9, r->status == AA_STORE_RUN_PRUNED ? now : 0);
+  aa__store_bind_int0(s, 10, r->predicted_peak_bytes);
+  aa__store_bind_real0(s, 11, r->predicted_bubble);
   char what[64];
   snprintf(what, sizeof what, "insert run of job %lld", (long long)r->job_id);
   err = aa__store_exec(st, s, what);

@@ -214,12 +214,15 @@ AA_TEST(open_creates_the_newest_schema_in_wal_mode) {
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
   CHECK(aa_store_schema_version(st) == AA_STORE_SCHEMA_VERSION);
-  CHECK(AA_STORE_SCHEMA_VERSION == 3);
+  CHECK(AA_STORE_SCHEMA_VERSION == 4);
   char v[64];
   raw_text(path, "PRAGMA journal_mode", v, sizeof v);
   CHECK_MSG(strcmp(v, "wal") == 0, "journal_mode %s", v);
   raw_text(path, "PRAGMA user_version", v, sizeof v);
-  CHECK(strcmp(v, "3") == 0);
+  CHECK(strcmp(v, "4") == 0);
+  raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('predicted_peak_bytes', "
+           "'predicted_bubble')", v, sizeof v);
+  CHECK(strcmp(v, "2") == 0);
   raw_text(path, "SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'resumes'", v, sizeof v);
   CHECK(strcmp(v, "1") == 0);
   raw_text(path, "PRAGMA application_id", v, sizeof v);
@@ -282,10 +285,10 @@ AA_TEST(newer_schema_version_is_refused) {
   int rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   aa_store_close(st);
-  CHECK(raw_sql(path, "PRAGMA user_version = 4", NULL, 0) == SQLITE_OK);
+  CHECK(raw_sql(path, "PRAGMA user_version = 5", NULL, 0) == SQLITE_OK);
   st = (aa_store_t *)&rc; /* must stay untouched */
   CHECK_ERR(aa_store_open(&st, path, 0), AA_EUNSUPPORTED,
-            "schema version 4 is newer than this build supports (3)");
+            "schema version 5 is newer than this build supports (4)");
   CHECK(st == (aa_store_t *)&rc);
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "newer");
 }
@@ -329,10 +332,10 @@ AA_TEST(readonly_open_of_an_unmigrated_file_asks_for_a_migration) {
   CHECK(f != NULL);
   if (f) fclose(f);
   aa_store_t *st = NULL;
-  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "older than this build's (3)");
+  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "older than this build's (4)");
   CHECK(st == NULL);
   CHECK_MSG(aa_store_open(&st, path, 0) == 0, "%s", aa_last_error());
-  CHECK(st && aa_store_schema_version(st) == 3);
+  CHECK(st && aa_store_schema_version(st) == 4);
   aa_store_close(st);
 }
 
@@ -560,14 +563,17 @@ AA_TEST(a_schema_version_1_store_migrates_to_the_newest_and_keeps_its_rows) {
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 1 is older than this build's (3)");
+            "schema version 1 is older than this build's (4)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 3);
+  CHECK(aa_store_schema_version(st) == 4);
   char v[32];
   raw_text(path, "PRAGMA user_version", v, sizeof v);
-  CHECK(strcmp(v, "3") == 0);
+  CHECK(strcmp(v, "4") == 0);
+  raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('predicted_peak_bytes', "
+           "'predicted_bubble')", v, sizeof v);
+  CHECK(strcmp(v, "2") == 0);
   aa_store_job_t j;
   CHECK(aa_store_job_get(st, 1, &j) == 0);
   CHECK(j.status == AA_STORE_JOB_RUNNING && j.resumes == 0 && j.started_at == 101 && j.submitted_at == 100);
@@ -586,7 +592,7 @@ AA_TEST(a_schema_version_1_store_migrates_to_the_newest_and_keeps_its_rows) {
 }
 
 /* A version 2 file: version 1 plus jobs.resumes, with one finished run. */
-AA_TEST(a_schema_version_2_store_migrates_to_3_and_its_runs_have_no_ranks) {
+AA_TEST(a_schema_version_2_store_migrates_to_4_and_its_runs_have_no_ranks_or_predictions) {
   char path[512];
   snprintf(path, sizeof path, "%s", fresh_path());
   char msg[256];
@@ -607,11 +613,11 @@ AA_TEST(a_schema_version_2_store_migrates_to_3_and_its_runs_have_no_ranks) {
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 2 is older than this build's (3)");
+            "schema version 2 is older than this build's (4)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 3);
+  CHECK(aa_store_schema_version(st) == 4);
   aa_store_run_t r;
   CHECK(aa_store_run_get(st, 1, &r) == 0 && r.tokens_per_s == 10);
   aa_store_run_clear(&r);
@@ -629,6 +635,37 @@ AA_TEST(a_schema_version_2_store_migrates_to_3_and_its_runs_have_no_ranks) {
          0xff) == SQLITE_CONSTRAINT);
   CHECK_MSG(strstr(msg, "run_rank_status_known"), "%s", msg);
   CHECK(aa_store_run_ranks(st, 1, count_ranks, &n) == 0 && n == 1);
+  /* Version 4's predictions: none for the old run, and the rules hold. */
+  CHECK(aa_store_run_get(st, 1, &r) == 0 && r.predicted_peak_bytes == 0 && r.predicted_bubble == 0);
+  aa_store_run_clear(&r);
+  CHECK((raw_sql(path, "UPDATE runs SET predicted_bubble = 1.5", msg, sizeof msg) & 0xff) == SQLITE_CONSTRAINT);
+  CHECK_MSG(strstr(msg, "run_predicted_bubble_share"), "%s", msg);
+  CHECK((raw_sql(path, "UPDATE runs SET predicted_peak_bytes = -1", msg, sizeof msg) & 0xff) == SQLITE_CONSTRAINT);
+  CHECK_MSG(strstr(msg, "run_predicted_peak_positive"), "%s", msg);
+  aa_store_close(st);
+}
+
+/* A run keeps the cost model's memory and bubble beside its tokens/s;
+ * out-of-range predictions are refused before anything is written. */
+AA_TEST(a_run_keeps_its_predicted_memory_and_bubble) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  int64_t job = new_job(st, HW), run = 0;
+  aa_strategy_t s = strat(0, AA_F32, 2);
+  s.pp = 2;
+  aa_store_run_new_t nr = {.job_id = job, .kind = AA_STORE_RUN_DRYRUN, .strategy = &s,
+                           .status = AA_STORE_RUN_RUNNING, .predicted_tokens_per_s = 1000,
+                           .predicted_peak_bytes = 12345678, .predicted_bubble = 0.2};
+  CHECK_MSG(aa_store_run_insert(st, &nr, &run) == 0, "%s", aa_last_error());
+  aa_store_run_t r;
+  CHECK(aa_store_run_get(st, run, &r) == 0 && r.predicted_peak_bytes == 12345678 && r.predicted_bubble == 0.2 &&
+        r.predicted_tokens_per_s == 1000);
+  aa_store_run_clear(&r);
+  nr.predicted_bubble = 1;
+  CHECK_ERR(aa_store_run_insert(st, &nr, &run), AA_EINVAL, "predicted bubble must be in [0, 1)");
+  nr.predicted_bubble = 0;
+  nr.predicted_peak_bytes = -5;
+  CHECK_ERR(aa_store_run_insert(st, &nr, &run), AA_EINVAL, "predicted peak bytes must be >= 0");
   aa_store_close(st);
 }
 
@@ -1497,7 +1534,8 @@ int main(void) {
   RUN(open_tightens_store_files_that_group_or_others_can_read);
   RUN(a_journal_file_the_planner_cannot_write_is_named_with_the_fix);
   RUN(a_schema_version_1_store_migrates_to_the_newest_and_keeps_its_rows);
-  RUN(a_schema_version_2_store_migrates_to_3_and_its_runs_have_no_ranks);
+  RUN(a_schema_version_2_store_migrates_to_4_and_its_runs_have_no_ranks_or_predictions);
+  RUN(a_run_keeps_its_predicted_memory_and_bubble);
   RUN(every_rank_of_a_run_round_trips_with_its_breakdown);
   RUN(bad_rank_figures_are_refused_and_nothing_is_written);
   RUN(model_and_hardware_upsert_keeps_created_at);

@@ -249,6 +249,12 @@ done
 check "dp 1 is measured next to them" \
   [ "$(jq_ "sum(r['key'].startswith('dp1.tp1.pp1.') and r['status'] == 'ok' for r in d['runs'])" <"$tmp/runs9.json")" = 3 ]
 # pp 2 (the model's 2 blocks, one a stage) with 1f1b and gpipe at mb 2, 1.
+# The cost model's bytes are what a CPU rank accounts, to the byte, and a
+# pipeline run carries its predicted bubble beside the measured one.
+check "every ok dry run keeps its predicted bytes, equal to its measured peak" [ "$(jq_ "all(r['predicted_peak_bytes'] \
+  == r['peak_bytes'] for r in d['runs'] if r['status'] == 'ok' and r['kind'] == 'dryrun')" <"$tmp/runs9.json")" = True ]
+check "a pipeline run keeps its predicted bubble" [ "$(jq_ "all(0 < r['predicted_bubble'] < 1 for r in d['runs'] \
+  if r['key'].startswith('dp1.tp1.pp2.'))" <"$tmp/runs9.json")" = True ]
 check "the pipeline gangs of two are measured ok" \
   [ "$(jq_ "sum(r['key'].startswith('dp1.tp1.pp2.') and r['status'] == 'ok' for r in d['runs'])" <"$tmp/runs9.json")" = 4 ]
 pp_run=$(jq_ "[r['id'] for r in d['runs'] if r['key'].startswith('dp1.tp1.pp2.')][0]" <"$tmp/runs9.json")
