@@ -74,8 +74,6 @@ static int fetch(const char *planner, const char *token_file, long long id, json
     args = json_pack("{sI}", "job", (json_int_t)id);
     rc = args ? aa_client_query_pages(c, "runs", args, 0, "runs", &rs) : aa_error(AA_ENOMEM, "out of memory");
   }
-  if (!rc && !json_array_size(json_object_get(rs, "runs")))
-    rc = aa_error(AA_EINVAL, "job %lld has no runs yet: nothing to report", id);
   json_t *best_id = json_object_get(json_object_get(st, "job"), "best_run");
   if (!rc && json_is_integer(best_id)) {
     char q[64];
@@ -164,6 +162,9 @@ int aa_cmd_report(int argc, char **argv) {
   json_t *job = NULL, *runs = NULL, *best = NULL;
   char *html = NULL;
   int rc = from ? load(from, &job, &runs, &best) : fetch(planner, token_file, id, &job, &runs, &best);
+  if (!rc && json_is_array(runs) && !json_array_size(runs))
+    rc = aa_error(AA_EINVAL, "job %lld has no runs yet: nothing to report",
+                  (long long)json_integer_value(json_object_get(job, "id")));
   if (!rc) rc = aa_report_html(&html, job, runs, best);
   if (!rc) rc = write_html(html_path, html);
   if (!rc)

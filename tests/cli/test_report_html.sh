@@ -27,6 +27,10 @@ if [ "$(id -u)" != 0 ]; then # root writes anywhere
   expect 1 "$tmp/ro/r.html" "$AA" report --from-json "$fixture" --html "$tmp/ro/r.html"
 fi
 expect 1 "bad_syntax.json" "$AA" report --from-json "$SRC/tests/specs/bad_syntax.json" --html "$tmp/x.html"
+echo '{"job": {"id": 4, "model": {"name": "m"}}, "runs": []}' >"$tmp/empty.json"
+expect 1 "job 4 has no runs yet: nothing to report" "$AA" report --from-json "$tmp/empty.json" --html "$tmp/x.html"
+check_absent() { [ ! -e "$tmp/x.html" ]; }
+if check_absent; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: a failed report left a file"; fi
 # A symlink at the destination is replaced, not written through.
 echo keep >"$tmp/target" && ln -s "$tmp/target" "$tmp/link.html"
 expect 0 "wrote $tmp/link.html: job 7, 8 runs" "$AA" report --from-json "$fixture" --html "$tmp/link.html"
