@@ -24,6 +24,7 @@ int aa_cmd_status(int argc, char **argv);   /* cli/cmd_status.c */
 int aa_cmd_cancel(int argc, char **argv);   /* cli/cmd_status.c */
 int aa_cmd_query(int argc, char **argv);    /* cli/cmd_query.c */
 int aa_cmd_auto(int argc, char **argv);     /* cli/cmd_auto.c */
+int aa_cmd_report(int argc, char **argv);   /* cli/cmd_report.c */
 
 /* Prints "autoaccel <cmd>: <last error>" to stderr and returns AA_EXIT_FAIL. */
 int aa_cli_fail(const char *cmd);

@@ -5,7 +5,8 @@
 #   scripts/setup.sh [--build-dir DIR] [--bench] [-- extra cmake args]
 #
 # python3 (standard library only) serves the service tests, which build raw
-# frames by hand; procps gives them ps/kill.
+# frames by hand; procps gives them ps/kill. chromium renders the job
+# report in tests/cli/test_report_html.sh (headless; skipped without it).
 # --bench also installs PyTorch (python3-torch), used by bench/ and by
 # tests/reference/make_fixture.py; the test suite itself does not need it.
 # CUDA: if nvcc is on the machine (/usr/local/cuda), the CUDA backend is
@@ -21,13 +22,13 @@ while [ $# -gt 0 ]; do
     --build-dir) build_dir="$2"; shift 2 ;;
     --bench) bench=1; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 
 pkgs=(build-essential cmake pkg-config libuv1-dev libmsgpack-dev libsqlite3-dev libjansson-dev
-      libopenblas-dev libopenblas-openmp-dev clang libclang-rt-14-dev python3 procps)
+      libopenblas-dev libopenblas-openmp-dev clang libclang-rt-14-dev python3 procps chromium)
 [ "$bench" = 1 ] && pkgs+=(python3-torch python3-numpy)
 
 missing=()

@@ -269,6 +269,10 @@ check "every run of the gang search is ok, the tensor-parallel gangs included" \
 check "ZeRO 3 holds less per rank than ZeRO 0" [ "$(jq_ "min(r['peak']['params'] for r in d['runs'] \
   if r['key'].startswith('dp2.tp1.pp1.z3.')) < min(r['peak']['params'] for r in d['runs'] \
   if r['key'].startswith('dp2.tp1.pp1.z0.'))" <"$tmp/runs9.json")" = True ]
+expect 0 "wrote $tmp/report9.html: job 1" "$AA" report 1 $P --html "$tmp/report9.html"
+check "the job's report marks the best and breaks down its ranks" [ "$(grep -c \
+  -e 'id="best-point"' -e '<svg id="rank-breakdown"' -e '<g class="rank">' "$tmp/report9.html")" -ge 3 ]
+expect 1 "not found" "$AA" report 99 $P --html "$tmp/report99.html"
 
 # --include zero1: ZeRO stage 1 only. --from: the strategy first, then the
 # strategies at most 2 knobs from it (dp 2 at every ZeRO stage and
