@@ -335,6 +335,18 @@ expect 0 "cancelled job $job10" "$AA" cancel "$job10" $P
 run10_cancelled() { runs10 && [ "$(jq_ "d['runs'][-1]['status']" <"$tmp/runs10.json")" = cancelled ]; }
 check "the running run is recorded cancelled" wait_for 10 run10_cancelled
 check "the planner survived the gang's crashes" kill -0 "$planner"
+# --time-limit is a hard limit: every dry run here would take hours
+# (measured steps 100000), so the search ends at its limit, the running dry
+# run killed there and what was not measured pruned with that reason.
+t0=$(date +%s.%N)
+"$AA" submit "$tmp/model.json" $P --refresh --exclude bf16,fp16,checkpoint --time-limit 3 --wait >"$tmp/submit10t.txt" 2>&1
+secs=$(python3 -c "print('%.2f' % ($(date +%s.%N) - $t0))")
+echo "service: a search with --time-limit 3 ended after ${secs} s"
+check "the search ends within a second of its --time-limit (took ${secs} s)" python3 -c "import sys; sys.exit(not $secs < 4)"
+job10t=$(grep -Eo 'job [0-9]+' "$tmp/submit10t.txt" | head -1 | grep -Eo '[0-9]+')
+"$AA" query runs --job "$job10t" $P --json >"$tmp/runs10t.json"
+check "what the limit cut is recorded with the reason" [ "$(jq_ "any(r['status'] == 'pruned' and \
+  'time limit of 3 s' in r['error'] for r in d['runs'])" <"$tmp/runs10t.json")" = True ]
 survivor=$e1; [ "$x1" = "$e1" ] && survivor=$e2
 check "the surviving executor serves on" kill -0 "$survivor"
 kill "$planner" "$e1" "$e2" 2>/dev/null; wait "$planner" "$e1" "$e2" 2>/dev/null
