@@ -391,9 +391,23 @@ static int write_summary(const trainer_t *t, const aa_train_result_t *r, int thr
   return aa_wfile_commit(&w);
 }
 
+/* Every rank's `bytes` of host data mine, gathered in rank order into all
+ * (world x bytes, host), through the backend's memory (NCCL gathers device
+ * buffers). The payload moves as floats: a gather only copies, so any
+ * bytes (a multiple of 4) survive. A collective over c. */
+static int all_gather_host(aa_comm_t *c, const aa_ops_t *ops, const void *mine, void *all, size_t bytes) {
+  const size_t world = (size_t)aa_comm_world(c);
+  void *dev = NULL;
+  int rc = ops->alloc(&dev, bytes * (world + 1));
+  if (!rc) rc = ops->upload(dev, mine, bytes);
+  if (!rc) rc = aa_comm_all_gather(c, dev, (char *)dev + bytes, bytes / sizeof(float), AA_F32);
+  if (!rc) rc = ops->download(all, (char *)dev + bytes, bytes * world);
+  ops->free(dev);
+  return rc;
+}
+
 /* Every rank's figures (RF_N doubles each, world of them) into *out
- * (malloc'd): an all-gather over the world group, the doubles moved as
- * pairs of floats (a gather only copies). A collective. */
+ * (malloc'd): an all-gather over the world group. A collective. */
 static int gather_ranks(const trainer_t *t, const aa_train_result_t *r, double **out, int *n) {
   aa_comm_t *w = t->world_group;
   const int world = aa_comm_world(w);
@@ -402,12 +416,7 @@ static int gather_ranks(const trainer_t *t, const aa_train_result_t *r, double *
   for (int k = 0; k < AA_TIME_KINDS; k++) mine[RF_TIME + k] = r->time_ms[k];
   double *all = malloc(sizeof mine * world);
   if (!all) return aa_error(AA_ENOMEM, "out of memory");
-  void *dev = NULL;
-  int rc = t->ops->alloc(&dev, sizeof mine * (world + 1));
-  if (!rc) rc = t->ops->upload(dev, mine, sizeof mine);
-  if (!rc) rc = aa_comm_all_gather(w, dev, (char *)dev + sizeof mine, RF_N * 2, AA_F32);
-  if (!rc) rc = t->ops->download(all, (char *)dev + sizeof mine, sizeof mine * world);
-  t->ops->free(dev);
+  int rc = all_gather_host(w, t->ops, mine, all, sizeof mine);
   if (rc) {
     free(all);
     return aa_error_wrap(rc, "gathering every rank's figures");
@@ -429,8 +438,8 @@ static void print_memory(FILE *f, const aa_mem_t *mem) {
  * order, micro-batch mb's tokens at step_inputs/step_targets + mb B T;
  * then the tied embedding's two copies get the sum of their gradients,
  * and every stage the mean loss, which only the last one computed. Time
- * goes to the kinds of train.h: a receive's to the bubble (it waits for
- * a stage still computing), a send's to the pipeline's communication. */
+ * goes to the kinds of train.h: a send's to the pipeline's communication;
+ * a receive's is left to the bubble, the step's remainder. */
 static int pipeline_step(trainer_t *t, double scale, float *loss) {
   aa_gpt_t *m = t->model;
   aa_comm_t *pg = t->mesh.group[AA_AXIS_PIPELINE];
@@ -440,9 +449,11 @@ static int pipeline_step(trainer_t *t, double scale, float *loss) {
   const float grad_scale = (float)(scale / t->accum);
   double sum = 0;
   int rc = 0, i;
-  static const aa_time_kind_t kind_of[] = {
-      [AA_PP_RECV_ACT] = AA_TIME_BUBBLE,  [AA_PP_FORWARD] = AA_TIME_FORWARD,   [AA_PP_SEND_ACT] = AA_TIME_PIPELINE_COMM,
-      [AA_PP_RECV_GRAD] = AA_TIME_BUBBLE, [AA_PP_BACKWARD] = AA_TIME_BACKWARD, [AA_PP_SEND_GRAD] = AA_TIME_PIPELINE_COMM};
+  /* A receive's time is not counted here: the bubble is what the step
+   * spends in none of the kinds (aa_train), and it is mostly receives. */
+  static const int kind_of[] = {[AA_PP_RECV_ACT] = -1, [AA_PP_FORWARD] = AA_TIME_FORWARD,
+                                [AA_PP_SEND_ACT] = AA_TIME_PIPELINE_COMM, [AA_PP_RECV_GRAD] = -1,
+                                [AA_PP_BACKWARD] = AA_TIME_BACKWARD, [AA_PP_SEND_GRAD] = AA_TIME_PIPELINE_COMM};
   for (i = 0; i < nops && !rc; i++) {
     const aa_pp_op_t *o = &ops[i];
     double t0 = aa_now();
@@ -459,7 +470,7 @@ static int pipeline_step(trainer_t *t, double scale, float *loss) {
     case AA_PP_BACKWARD: rc = aa_gpt_stage_backward(m, o->chunk, o->slot, o->in, o->gin); break;
     case AA_PP_SEND_GRAD: rc = aa_comm_send(pg, aa_gpt_stage_dinput(m), n, AA_F32, o->peer); break;
     }
-    t->step_time[kind_of[o->kind]] += aa_now() - t0;
+    if (kind_of[o->kind] >= 0) t->step_time[kind_of[o->kind]] += aa_now() - t0;
   }
   if (rc) {
     static const char *const what[] = {"receiving the input", "forward", "sending the output",
@@ -501,12 +512,7 @@ static int check_tied_copies(trainer_t *t) {
   int rc = m->ops->download(host, (const char *)b->data + off * es, bytes);
   uint64_t h = rc ? 0 : aa_fnv1a(AA_FNV_INIT, host, bytes), all[2] = {0, 0};
   free(host);
-  void *dev = NULL;
-  if (!rc) rc = m->ops->alloc(&dev, 3 * sizeof h);
-  if (!rc) rc = m->ops->upload(dev, &h, sizeof h);
-  if (!rc) rc = aa_comm_all_gather(t->embed, dev, (char *)dev + sizeof h, sizeof h / sizeof(float), AA_F32);
-  if (!rc) rc = m->ops->download(all, (char *)dev + sizeof h, sizeof all);
-  m->ops->free(dev);
+  if (!rc) rc = all_gather_host(t->embed, m->ops, &h, all, sizeof h);
   if (rc) return aa_error_wrap(rc, "comparing the tied embedding's copies");
   if (all[0] != all[1])
     return aa_error(AA_EINTERNAL, "the tied embedding's copies on the first and last pipeline stage differ (hashes "
