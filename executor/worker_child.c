@@ -17,7 +17,6 @@
 #include "../common/spec.h"
 #include "../dryrun/dryrun.h"
 #include "../engine/launch.h"
-#include "../strategies/layout.h"
 #include "../strategies/strategy.h"
 #include "worker_internal.h"
 
@@ -229,14 +228,7 @@ void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cud
     snprintf(origin, sizeof origin, "job %llu strategy", (unsigned long long)job->job);
     rc = aa_strategy_parse(&st, job->strategy, origin);
   }
-  /* The coordinates are the layout's, the numbers the engine's mesh is
-   * split by (strategies/layout.h), so a rank that fails before its mesh
-   * exists still says where it was. A strategy whose layout does not hold
-   * fails in the engine with the reason; its result has coordinates 0. */
-  aa_layout_t lay;
-  if (!rc && aa_layout_of(&lay, &st, job->rank) == 0)
-    for (int a = 0; a < AA_AXES; a++)
-      c.coord[a] = lay.coord[a] < AA_PROTO_WORLD_MAX ? lay.coord[a] : 0;
+  aa_worker__coords(rc ? NULL : &st, job->rank, c.coord);
   /* The rank starts as every rank does (engine/launch.h): its device, its
    * group from the rendezvous, the run, the abort that stops its peers if
    * it fails. */

@@ -12,6 +12,7 @@
 #include "../proto/addr.h"
 #include "../proto/frame.h"
 #include "../proto/msg.h"
+#include "../strategies/strategy.h"
 #include "worker.h"
 
 /* The parent's view of one runner child. Active from fork until its pipe
@@ -27,7 +28,7 @@ typedef struct aa_runner {
   char abort_reason[AA_PROTO_TEXT_MAX + 1];
   uint64_t job, run;
   int rank; /* in the gang: the result the parent makes for a dead runner names it */
-  int coord[3]; /* and its place in the mesh (data, tensor, pipeline), from the job's strategy */
+  int coord[AA_AXES]; /* and its place in the mesh (aa_worker__coords of the job's strategy) */
   uv_pipe_t pipe;
   uv_timer_t timer; /* time limit */
   aa_frame_reader_t reader;
@@ -109,5 +110,12 @@ void aa_worker__runner_shutdown(aa_worker_t *w);
  * exits the process. Never returns. */
 void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cuda, size_t memory_limit)
     __attribute__((noreturn));
+
+/* Rank `rank`'s place in the mesh of strategy st (NULL: none) into coord
+ * (by aa_axis_t): the layout's numbers, the ones the engine's mesh is
+ * split by (strategies/layout.h), so a rank that fails before its mesh
+ * exists, or whose runner dies, still says where it was. 0s for a
+ * strategy that does not lay out (the engine then fails with the reason). */
+void aa_worker__coords(const aa_strategy_t *st, int rank, int coord[AA_AXES]);
 
 #endif

@@ -37,9 +37,9 @@ static void send_final(aa_worker_t *w) {
   m.result.job = r->job;
   m.result.run = r->run;
   m.result.rank = r->rank;
-  m.result.dp_rank = r->coord[0];
-  m.result.tp_rank = r->coord[1];
-  m.result.pp_rank = r->coord[2];
+  m.result.dp_rank = r->coord[AA_AXIS_DATA];
+  m.result.tp_rank = r->coord[AA_AXIS_TENSOR];
+  m.result.pp_rank = r->coord[AA_AXIS_PIPELINE];
   m.result.error = text;
   if (r->killed_for == AA_PROTO_RUN_TIMEOUT) {
     m.result.status = AA_PROTO_RUN_TIMEOUT;
@@ -63,6 +63,12 @@ static void send_final(aa_worker_t *w) {
   }
   aa_worker__log(w, "job %llu run %llu: %s", (unsigned long long)r->job, (unsigned long long)r->run, text);
   aa_worker__send(w, &m);
+}
+
+void aa_worker__coords(const aa_strategy_t *st, int rank, int coord[AA_AXES]) {
+  aa_layout_t lay;
+  int ok = st && aa_layout_of(&lay, st, rank) == 0;
+  for (int a = 0; a < AA_AXES; a++) coord[a] = ok && lay.coord[a] < AA_PROTO_WORLD_MAX ? lay.coord[a] : 0;
 }
 
 static void on_pipe_closed(uv_handle_t *h) {
@@ -215,13 +221,11 @@ int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job) {
   r->job = job->job;
   r->run = job->run;
   r->rank = job->rank;
-  /* The dead runner's place, for the result its parent then makes: the
-   * layout's numbers, as the child computes them (a strategy that does not
-   * parse or lay out leaves 0s; the child reports why). */
+  /* The dead runner's place, for the result its parent then makes (a
+   * strategy that does not parse leaves 0s; the child reports why). */
   aa_strategy_t st;
-  aa_layout_t lay;
-  if (job->strategy && !aa_strategy_parse(&st, job->strategy, "job strategy") && !aa_layout_of(&lay, &st, job->rank))
-    for (int a = 0; a < 3; a++) r->coord[a] = lay.coord[a] < AA_PROTO_WORLD_MAX ? lay.coord[a] : 0;
+  int parsed = job->strategy && !aa_strategy_parse(&st, job->strategy, "job strategy");
+  aa_worker__coords(parsed ? &st : NULL, job->rank, r->coord);
   aa_frame_reader_init(&r->reader, 0);
   uv_pipe_init(&w->loop, &r->pipe, 0);
   uv_timer_init(&w->loop, &r->timer);
