@@ -168,6 +168,16 @@ static int take_block(const aa_arch_t *a, const aa_act_shape_t *sh, int l, int o
   return 0;
 }
 
+/* The final LayerNorm's output and statistics, the logits and the losses
+ * (fp32), taken from *st: the whole model's, or the last stage's. */
+static void take_head(aa_act_layout_t *o, size_t *st, size_t N, size_t Ns, size_t C, size_t Vl) {
+  const size_t f4 = sizeof(float);
+  o->lnf = take(st, Ns * C * f4);
+  o->lnf_stats = take(st, 2 * Ns * f4);
+  o->logits = take(st, N * Vl * f4);
+  o->losses = take(st, N * f4);
+}
+
 void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t *o, aa_act_block_t *blocks) {
   aa_tp_dims_t d;
   aa_sizes_tp(a, sh->tp, &d);
@@ -187,10 +197,7 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
       any_full |= take_block(a, sh, l, 0, &st, stats, need, &b);
       if (blocks) blocks[l] = b;
     }
-    o->lnf = take(&st, Ns * C * f4);
-    o->lnf_stats = take(&st, 2 * Ns * f4);
-    o->logits = take(&st, N * Vl * f4);
-    o->losses = take(&st, N * f4);
+    take_head(o, &st, N, Ns, C, Vl);
     o->slot_bytes = st;
   } else {
     /* Each chunk's layout from the start of a slot; the slot as large as
@@ -208,12 +215,7 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     }
     o->slot_bytes = most;
     st = most * (size_t)pp->slots;
-    if (pp->last) {
-      o->lnf = take(&st, Ns * C * f4);
-      o->lnf_stats = take(&st, 2 * Ns * f4);
-      o->logits = take(&st, N * Vl * f4);
-      o->losses = take(&st, N * f4);
-    }
+    if (pp->last) take_head(o, &st, N, Ns, C, Vl);
     o->act_buf = st;
     for (int k = 0; k < pp->act_bufs; k++) take(&st, Ns * C * es);
     o->grad_buf = st;
