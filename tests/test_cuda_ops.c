@@ -23,6 +23,7 @@
  *
  * Without a CUDA build or a GPU every test reports "skipped: no GPU: ..." and
  * the executable exits 0: the build alone proves the CUDA code compiles. */
+#include "aa_ops_test.h"
 #include "aa_test.h"
 #include "common/aa.h"
 #include "kernels/ops.h"
@@ -51,6 +52,10 @@ int main(void) {
 
 static const aa_ops_t *cpu, *gpu;
 static aa_rng_t rng;
+
+/* This file's draws come from rng (tests/aa_ops_test.h). */
+#define frand(n, lo, hi) aa_test_frand(&rng, (n), (lo), (hi))
+#define irand(n, bound) aa_test_irand(&rng, (n), (bound))
 static int gpu_ok;
 static char gpu_reason[512];
 
@@ -67,19 +72,7 @@ static void *xmalloc(size_t bytes) {
   return p;
 }
 
-static float *frand(size_t n, float lo, float hi) {
-  float *p = xmalloc(n * sizeof(float));
-  for (size_t i = 0; i < n; i++)
-    p[i] = lo + (hi - lo) * aa_rng_uniform(&rng);
-  return p;
-}
 
-static int32_t *irand(size_t n, int bound) {
-  int32_t *p = xmalloc(n * sizeof(int32_t));
-  for (size_t i = 0; i < n; i++)
-    p[i] = (int32_t)(aa_rng_u64(&rng) % (uint64_t)bound);
-  return p;
-}
 
 static float *fdup(const float *x, size_t n) {
   float *p = xmalloc(n * sizeof(float));

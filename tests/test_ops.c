@@ -3,6 +3,7 @@
  * against central finite differences, the accumulate (+=) convention,
  * in-place forms, and run-to-run determinism. Every test runs with 1 and
  * with 2 threads. */
+#include "aa_ops_test.h"
 #include "aa_test.h"
 #include "common/aa.h"
 #include "kernels/cpu/cpu_internal.h"
@@ -16,13 +17,14 @@ static const aa_ops_t *ops;
 static int cur_threads = 1;
 static aa_rng_t rng;
 
+/* This file's draws come from rng (tests/aa_ops_test.h). */
+#define falloc(n) aa_test_falloc(n)
+#define frand(n, lo, hi) aa_test_frand(&rng, (n), (lo), (hi))
+#define irand(n, bound) aa_test_irand(&rng, (n), (bound))
+#define fcopy(x, n) aa_test_fcopy((x), (n))
+
 /* ------------------------------------------------------------------ helpers */
 
-static float *falloc(size_t n) {
-  float *p = calloc(n ? n : 1, sizeof(float));
-  if (!p) abort();
-  return p;
-}
 
 static double *dalloc(size_t n) {
   double *p = calloc(n ? n : 1, sizeof(double));
@@ -30,26 +32,8 @@ static double *dalloc(size_t n) {
   return p;
 }
 
-static float *frand(size_t n, float lo, float hi) {
-  float *p = falloc(n);
-  for (size_t i = 0; i < n; i++)
-    p[i] = lo + (hi - lo) * aa_rng_uniform(&rng);
-  return p;
-}
 
-static int32_t *irand(size_t n, int bound) {
-  int32_t *p = malloc((n ? n : 1) * sizeof(int32_t));
-  if (!p) abort();
-  for (size_t i = 0; i < n; i++)
-    p[i] = (int32_t)(aa_rng_u64(&rng) % (uint64_t)bound);
-  return p;
-}
 
-static float *fcopy(const float *x, size_t n) {
-  float *p = falloc(n);
-  memcpy(p, x, n * sizeof(float));
-  return p;
-}
 
 static double dot(const float *a, const float *b, size_t n) {
   double s = 0.0;

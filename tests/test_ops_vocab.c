@@ -29,6 +29,7 @@
  * Measured: losses within 1 ulp (0.3 of the tolerance), probs within 1.8e-7
  * relative, for every R. A wrong column, row or target shifts values by
  * far more than these (whole probabilities, or a NaN from the padding). */
+#include "aa_ops_test.h"
 #include "aa_test.h"
 #include "common/aa.h"
 #include "kernels/ops.h"
@@ -48,26 +49,15 @@ static const aa_ops_t *ops;
 static int cur_threads = 1;
 static aa_rng_t rng;
 
+/* This file's draws come from rng (tests/aa_ops_test.h). */
+#define falloc(n) aa_test_falloc(n)
+#define frand(n, lo, hi) aa_test_frand(&rng, (n), (lo), (hi))
+#define fcopy(x, n) aa_test_fcopy((x), (n))
+
 /* ------------------------------------------------------------------ helpers */
 
-static float *falloc(size_t n) {
-  float *p = calloc(n ? n : 1, sizeof(float));
-  if (!p) abort();
-  return p;
-}
 
-static float *frand(size_t n, float lo, float hi) {
-  float *p = falloc(n);
-  for (size_t i = 0; i < n; i++)
-    p[i] = lo + (hi - lo) * aa_rng_uniform(&rng);
-  return p;
-}
 
-static float *fcopy(const float *x, size_t n) {
-  float *p = falloc(n);
-  memcpy(p, x, n * sizeof(float));
-  return p;
-}
 
 /* One rank's share of the vocabulary. */
 typedef struct {
