@@ -1,0 +1,91 @@
+/* The step-time model: how long one optimizer step of a strategy takes on a
+ * pool, from a calibration (calib.h), and so its tokens/s. Pure
+ * arithmetic; the planner ranks candidates by it, `autoaccel plan` answers
+ * with it for pools not connected. Rules and their justification:
+ * docs/service.md "Calibration".
+ *
+ * For pipeline rank r (every rank at pp 1) of strategy s, with m
+ * micro-batches a step (aa_strategy_accum_steps):
+ *   compute_r   = m x (the forward and backward of the ops it runs on one
+ *                 micro-batch at the strategy's shapes, plus the forward a
+ *                 checkpointing mode runs again, plus casts of 16-bit
+ *                 storage on CPUs), each op's measured time;
+ *   tensor_r    = the tensor group's collectives (cost.h), each call
+ *                 latency + its ring bytes / bandwidth of that kind and
+ *                 group size: on the critical path, inside the schedule;
+ *   p2p_r       = the pipeline's sends, likewise;
+ *   busy_r      = compute_r + tensor_r + p2p_r, stretched by the bubble:
+ *                 busy_r / (1 - bubble) (cost.h's aa_cost_bubble);
+ *   after_r     = the optimizer (AdamW over the rank's shard) + the data
+ *                 group's and the embedding group's collectives (the
+ *                 engine runs them after the schedule: not overlapped);
+ *   step        = max over r of busy_r / (1 - bubble) + after_r.
+ * tokens/s = global_batch x seq_len / step.
+ *
+ * An op shape the calibration lacks takes the nearest measured shape of its
+ * kind and dtype (in log of each dimension) scaled by the work ratio
+ * (calib.h aa_op_work); a group size it lacks takes the nearest measured
+ * size of that kind, the latency scaled by (t - 1) / (t0 - 1) as a ring's
+ * steps are, the bandwidth kept; a kind it lacks takes the all-reduce's.
+ * Each such stand-in is counted in the result so callers can say so.
+ * CPU executors that share a host's cores compute at the measured rate
+ * times min(1, cores / (ranks x threads)) relative to the measuring
+ * gang's. */
+#ifndef AA_PREDICT_H
+#define AA_PREDICT_H
+
+#include "../common/spec.h"
+#include "calib.h"
+#include "cost.h"
+#include "strategy.h"
+
+/* The pool predicted for. */
+typedef struct aa_predict_pool {
+  int devices;    /* >= dp x tp x pp of the strategies asked about */
+  int host_cores; /* CPUs: cores of the one host the executors share; 0 = each device has its own
+                     (GPUs, or CPU executors on separate hosts) */
+  int threads;    /* CPUs: threads per executor; 0 = the calibration's */
+} aa_predict_pool_t;
+
+typedef struct aa_predict {
+  double step_s;          /* the slowest stage's step */
+  double tokens_per_s;    /* global_batch x seq_len / step_s */
+  int stage;              /* the slowest pipeline rank */
+  /* That stage's step by part, seconds; they add up to step_s: */
+  double forward_s;       /* forward ops, m micro-batches (recompute not included) */
+  double backward_s;      /* backward ops and the recomputed forwards */
+  double tensor_comm_s;   /* the tensor group's collectives */
+  double pipeline_comm_s; /* sends and receives */
+  double bubble_s;        /* the pipeline's idle share of the stretched schedule */
+  double optimizer_s;     /* AdamW over the shard, and casts of the parameters */
+  double data_comm_s;     /* the data group's and the embedding group's collectives */
+  double bubble;          /* aa_cost_bubble */
+  aa_cost_mem_t mem;      /* the most loaded rank's bytes (cost.h) */
+  int ops_estimated;      /* op shapes taken from a neighbour */
+  int links_estimated;    /* collectives taken from another group size or kind */
+} aa_predict_t;
+
+/* Predicts strategy s (resolved for spec) on pool from calibration c.
+ * AA_EINVAL for a strategy the pipeline rules refuse, a pool smaller than
+ * its gang, or a calibration without what it needs: no op of a kind the
+ * strategy runs, or no collective at all for a strategy with a group of
+ * two or more (the message says to calibrate on a pool of at least two).
+ * *out is written only on success. */
+int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_calib_t *c, const aa_predict_pool_t *pool,
+               aa_predict_t *out);
+
+/* The distinct op shapes one step of s runs on pipeline rank `stage`
+ * (every op of its forward, backward and optimizer, at most once per
+ * (shape, dtype)), into out (cap entries; fwd_s and bwd_s 0). Returns how
+ * many there are (more than cap: only cap written). */
+size_t aa_predict_ops(const aa_arch_t *arch, const aa_strategy_t *s, int stage, aa_calib_op_t *out, size_t cap);
+
+/* What a calibration for the model measures so that every strategy of a
+ * pool of up to max_devices (tensor degrees 1, 2, 4, 8 that divide the
+ * model, micro-batches the powers of two up to the global batch, the
+ * storage dtypes of the device kind: fp32 on CPUs, also bf16 and fp16 on
+ * GPUs) finds its shapes: the distinct op shapes of all of them, into out
+ * (cap entries). Returns how many (more than cap: only cap written). */
+size_t aa_predict_wanted(const aa_model_spec_t *spec, int max_devices, int cuda, aa_calib_op_t *out, size_t cap);
+
+#endif
