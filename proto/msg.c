@@ -76,7 +76,7 @@ struct table {
 
 static const char *const role_names[] = {"executor", "client"};
 static const char *const dev_names[] = {"cpu", "cuda"};
-static const char *const job_kind_names[] = {"dryrun", "train"};
+static const char *const job_kind_names[] = {"dryrun", "train", "calibrate"};
 static const char *const status_names[] = {"ok", "oom", "error", "timeout", "crashed", "cancelled"};
 
 static int bad(const char *path, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -242,6 +242,7 @@ static const field_t result_f[] = {
     F_INT(aa_msg_result_t, tp_rank, false, 0, AA_PROTO_WORLD_MAX - 1),
     F_INT(aa_msg_result_t, pp_rank, false, 0, AA_PROTO_WORLD_MAX - 1),
     F_MAP_HAS(aa_msg_result_t, times, has_times, &times_t),
+    F_STR(aa_msg_result_t, calib, false, 1, AA_PROTO_JSON_MAX),
 };
 static const field_t cancel_f[] = {F_U64(aa_msg_cancel_t, job, true, 1, ID_HI)};
 static const field_t abort_f[] = {

@@ -61,7 +61,9 @@ typedef enum {
 
 typedef enum { AA_PROTO_ROLE_EXECUTOR = 0, AA_PROTO_ROLE_CLIENT = 1 } aa_proto_role_t;
 typedef enum { AA_PROTO_DEV_CPU = 0, AA_PROTO_DEV_CUDA = 1 } aa_proto_dev_kind_t;
-typedef enum { AA_PROTO_JOB_DRYRUN = 0, AA_PROTO_JOB_TRAIN = 1 } aa_proto_job_kind_t;
+/* calibrate: time the model's ops and the gang's collectives (dryrun/calibrate.h);
+ * the job's strategy is the default one, its steps unused. */
+typedef enum { AA_PROTO_JOB_DRYRUN = 0, AA_PROTO_JOB_TRAIN = 1, AA_PROTO_JOB_CALIBRATE = 2 } aa_proto_job_kind_t;
 typedef enum {
   AA_PROTO_RUN_OK = 0,
   AA_PROTO_RUN_OOM,
@@ -135,7 +137,7 @@ typedef struct aa_msg_ack {
 
 typedef struct aa_msg_job {
   uint64_t job, run;        /* 1..2^63-1 */
-  aa_proto_job_kind_t kind; /* "dryrun" | "train" */
+  aa_proto_job_kind_t kind; /* "dryrun" | "train" | "calibrate" */
   char *model;              /* model spec JSON text */
   char *strategy;           /* strategy JSON text (aa_strategy_to_json / aa_strategy_parse) */
   uint64_t warmup_steps;    /* 0..2^40 */
@@ -203,6 +205,8 @@ typedef struct aa_msg_result {
   int rank, dp_rank, tp_rank, pp_rank;
   bool has_times;
   aa_msg_times_t times;
+  char *calib; /* optional, 1..AA_PROTO_JSON_MAX bytes: a calibrate job's measurements
+                  (strategies/calib.h aa_calib_to_json), sent by the gang's rank 0 */
 } aa_msg_result_t;
 
 typedef struct aa_msg_cancel {
