@@ -30,9 +30,9 @@ typedef struct aa_calibrate_opts {
   int max_devices;
   /* Seconds the calibration should take at most; 0 = AA_CALIBRATE_BUDGET_DEFAULT.
    * Past three quarters of it the remaining ops are timed with one call each,
-   * past all of it the remaining collective sizes are skipped (two are
-   * always measured, the fit needs them). A guide, not a deadline: the
-   * caller's time limit is that. */
+   * past all of it the remaining collective sizes are skipped (the smallest
+   * and the largest are always measured, the fit needs them). A guide, not
+   * a deadline: the caller's time limit is that. */
   double budget_s;
   /* The device fingerprint without the pool's count ("cpu:<name>:<MiB>MiB",
    * as the planner's hardware fingerprint without its trailing "x<N>";
@@ -75,7 +75,9 @@ typedef struct aa_calibrate_opts {
  * message), each the median of three samples, and a latency + bandwidth
  * line fitted on rank 0's block to the bytes each rank's link carries
  * (cost.h's ring convention: an all-reduce 2(t-1)/t of its message,
- * gathers and scatters (t-1)/t, a send all of it). Every rank returns
+ * gathers and scatters (t-1)/t, a send all of it); where noise defeats the
+ * fit (times that do not grow with the size), the smallest message's time
+ * is the latency and the largest's rate the bandwidth. Every rank returns
  * rank 0's lines.
  *
  * Returns 0, or a negative code with the last-error message: AA_EINVAL
