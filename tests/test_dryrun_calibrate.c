@@ -143,7 +143,7 @@ AA_TEST(a_rank_that_dies_makes_its_peer_fail_at_once) {
     char rdv[AA_RENDEZVOUS_MAX];
     CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_dryrun_calibrate") == 0);
     int status[2];
-    double exit_time[2];
+    double exit_time[2] = {0, 0};
     aa_gang_fork("a dying rank", 2, aa_gang_call, &(aa_gang_call_t){gang_rank, rdv, &cfg}, status, exit_time);
     CHECK_MSG(status[1] != -1 && WIFSIGNALED(status[1]) && WTERMSIG(status[1]) == SIGKILL, "rank 1: %#x",
               status[1]);
