@@ -697,7 +697,17 @@ static int calibrate(cal_t *c, const aa_calibrate_opts_t *o, aa_calib_t *out) {
   if ((rc = op_pass(c, out))) return rc;
   if (c->world > 1 && (rc = comm_pass(c, out))) return rc;
   const char *fp = o->fingerprint ? o->fingerprint : o->device ? o->device : "cpu";
-  snprintf(out->device, sizeof out->device, "%s", fp);
+  /* Cut to fit at a character boundary (JSON text is UTF-8); the
+   * calibration's readers refuse control characters in the name. */
+  size_t n = strlen(fp);
+  if (n >= sizeof out->device) {
+    n = sizeof out->device - 1;
+    while (n > 0 && ((unsigned char)fp[n] & 0xC0) == 0x80)
+      n--;
+  }
+  snprintf(out->device, sizeof out->device, "%.*s", (int)n, n ? fp : "?");
+  for (char *p = out->device; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
   snprintf(out->backend, sizeof out->backend, "%s", c->world > 1 ? backend : "self");
   out->cuda = c->cuda;
   out->threads = c->cuda ? 0 : threads;

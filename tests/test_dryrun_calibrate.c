@@ -237,7 +237,7 @@ AA_TEST(shapes_past_the_memory_limit_are_left_out) {
   free(c);
 }
 
-AA_TEST(bad_options_are_einval) {
+AA_TEST(bad_options_are_einval_and_a_long_fingerprint_is_cut_to_fit) {
   aa_model_spec_t s;
   if (tiny_spec(&s)) return;
   aa_calib_t *c = calloc(1, sizeof *c);
@@ -246,6 +246,21 @@ AA_TEST(bad_options_are_einval) {
   CHECK(aa_calibrate(&s, &(aa_calibrate_opts_t){.device = "tpu:0"}, c) == AA_EINVAL);
   CHECK(strstr(aa_last_error(), "tpu:0") != NULL);
   CHECK(c->n_op == -7); /* untouched on failure */
+  /* A fingerprint too long is cut at a character boundary, control
+   * characters replaced, so that the JSON form is valid and reads back. */
+  char fp[300] = "cpu:\x01";
+  while (strlen(fp) < 250)
+    strcat(fp, "\xc3\xa9"); /* é */
+  aa_model_spec_t small;
+  if (small_spec(&small)) return;
+  CHECK(aa_calibrate(&small, &(aa_calibrate_opts_t){.threads = 1, .budget_s = 0.01, .fingerprint = fp}, c) ==
+        0);
+  CHECK(strlen(c->device) <= 127 && !strncmp(c->device, "cpu:?\xc3\xa9", 7));
+  char *text = aa_calib_to_json(c);
+  aa_calib_t *back = calloc(1, sizeof *back);
+  CHECK(text && aa_calib_parse(back, text, "calibration") == 0 && !strcmp(back->device, c->device));
+  free(text);
+  free(back);
   free(c);
 }
 
@@ -256,7 +271,7 @@ int main(void) {
   RUN(a_rank_that_dies_makes_its_peer_fail_at_once);
   RUN(alone_every_wanted_op_is_timed_and_the_json_reads_back);
   RUN(shapes_past_the_memory_limit_are_left_out);
-  RUN(bad_options_are_einval);
+  RUN(bad_options_are_einval_and_a_long_fingerprint_is_cut_to_fit);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd)) fprintf(stderr, "cleanup of %s failed\n", tmpdir);
