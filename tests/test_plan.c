@@ -333,7 +333,7 @@ AA_TEST(bad_arguments_are_refused_naming_the_fault) {
   CHECK(plan(st, args_for("{\"kind\": \"cpu\", \"devices\": 64}", NULL), &rc) == NULL);
   CHECK_ERR(rc, AA_EINVAL,
             "a pool of 64 devices has 20322 candidate strategies for this model, more than one plan "
-            "predicts (10000); plan for fewer devices");
+            "predicts (20000); plan for fewer devices");
   CHECK(plan(st, args_for("{\"kind\": \"cpu\", \"devices\": 4}", ", \"top\": 0"), &rc) == NULL);
   CHECK_ERR(rc, AA_EINVAL, "\"top\" must be in 1..1000");
   CHECK(plan(st, args_for("{\"kind\": \"cpu\", \"devices\": 4}", ", \"speed\": 1"), &rc) == NULL);
