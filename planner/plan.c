@@ -2,8 +2,10 @@
  * of a pool that need not be connected, predicted from the stored
  * calibration of its kind of device with the step-time model
  * (strategies/predict.h). Nothing is dry-run: the answer says so, and
- * lists every assumption the prediction leaned on. Rules:
- * docs/service.md "Plan". */
+ * lists every assumption the prediction leaned on. The store is read on
+ * the loop (plan_prepare); the enumeration and predictions (plan_compute)
+ * run on libuv's thread pool for the planner's clients (aa__plan_start).
+ * Rules: docs/service.md "Plan". */
 #include "planner_internal.h"
 
 #include "../common/json.h"

@@ -84,5 +84,17 @@ expect 1 "a pool of 1024 devices has [0-9]+ candidate strategies for this model,
   "$AA" plan "$tmp/model.json" --pool cpu:1024 $P
 expect 0 "executors" "$AA" status $P
 
+# A planner asked to stop while a plan is being computed (12,465 candidates on 64 devices)
+# waits for it and stops cleanly; the client gets the answer or a clear error, never a hang.
+"$AA" plan "$tmp/model.json" --pool cpu:64 $P >"$tmp/plan64.txt" 2>&1 &
+client=$!
+sleep 0.3
+kill -TERM "$planner"
+wait "$planner"
+check "the planner stops cleanly with a plan in flight (exit $?)" [ $? = 0 ]
+check "the planner says it stopped" wait_for 5 grep -q "stopped" "$tmp/planner.log"
+wait "$client"
+check "the client got the plan or a clear error" grep -qE "^plan for cpu:64|autoaccel plan: " "$tmp/plan64.txt"
+
 echo "plan cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]
