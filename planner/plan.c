@@ -301,19 +301,23 @@ static json_t *assumptions(const plan_args_t *a, const aa_calib_t *c, uint64_t m
         "collective kinds the calibration did not measure take the all-reduce's line of the same group size");
   if (ops)
     add(out,
-        "%d op shape%s taken from neighbours (the nearest measured shape of the kind, scaled by its work)",
+        "up to %d op shape%s of a strategy taken from neighbours (the nearest measured shape of the kind, "
+        "scaled by its work)",
         ops, ops == 1 ? "" : "s");
-  if (!a->cuda && pool->host_cores)
+  if (a->cuda)
+    add(out, "each GPU computes at the rate measured with %d computing at once", c->ranks);
+  else if (pool->host_cores)
     add(out,
         "the %d CPU executors share the host the calibration ran on (%d cores, %d threads each): compute "
-        "runs at "
-        "the measured rate times min(1, cores / (executors x threads)) relative to the measuring gang of %d",
+        "runs "
+        "at the measured rate times min(1, cores / (executors x threads)) relative to the measuring gang of "
+        "%d",
         a->devices, c->host_cores, c->threads, c->ranks);
-  else if (!a->cuda)
+  else
     add(out,
-        "each CPU executor has cores of its own (separate hosts): compute runs at the rate measured with %d "
-        "executors at once",
-        c->ranks);
+        "each CPU executor has cores of its own (%s): compute runs at the rate measured with %d executors at "
+        "once",
+        a->separate_hosts ? "separate hosts" : "the calibration names no host cores", c->ranks);
   add(out, "collectives on the %s backend, as calibrated", c->backend);
   if (memory)
     add(out,

@@ -269,7 +269,7 @@ AA_TEST(op_shapes_taken_from_neighbours_are_counted_and_said) {
       most = n > most ? n : most;
     }
     char want[64];
-    snprintf(want, sizeof want, "%d op shapes taken from neighbours", most);
+    snprintf(want, sizeof want, "up to %d op shapes of a strategy taken from neighbours", most);
     CHECK_MSG(most > 0 && has_assumption(root, want), "most %d", most);
   }
   json_decref(root);
