@@ -9,7 +9,7 @@
  * executors, heartbeats, dead peers), jobs.c (submits, the queue, one job's
  * life, results, cancel, waiting clients), search.c (enumeration,
  * exclusions, order, early stop), report.c (the JSON of status and query
- * replies). */
+ * replies), plan.c (`query plan`: predictions from a stored calibration). */
 #ifndef AA_PLANNER_INTERNAL_H
 #define AA_PLANNER_INTERNAL_H
 
@@ -35,6 +35,7 @@
 #define AA_PLANNER_STATUS_JOBS 20     /* jobs in a planner-wide status */
 #define AA_PLANNER_PAGE_RUNS 1000     /* runs in one answer to `query runs` (then next_offset) */
 #define AA_PLANNER_PAGE_JOBS 100      /* jobs in one answer to `query jobs` */
+#define AA_PLANNER_PLANS 1            /* `query plan`s computed at once (plan.c: up to ~200 MiB each) */
 /* The largest frame a peer may send before its hello is accepted. A hello
  * holds three strings of at most 255 bytes and a few numbers. */
 #define AA_PLANNER_HELLO_FRAME_MAX 4096
@@ -198,6 +199,7 @@ struct aa_planner {
   volatile int stop_requested;
   bool stopping;
   double stop_started;
+  int plans; /* `query plan`s on the thread pool (plan.c); the loop runs until they are done */
 };
 
 /* --- server.c --------------------------------------------------------------- */
@@ -480,6 +482,47 @@ int aa__report_status(aa_planner_t *p, char **out);
 void aa__report_strategy_path(const char *home, const char *name, const char *hash, char *out, size_t n);
 /* Dumps a JSON value compactly (malloc'd, transferred; NULL on no memory). */
 char *aa__report_dump(const json_t *v);
+/* The argument checks of the query handlers (report.c, plan.c), each naming
+ * the query `what` in its AA_EINVAL message: every key of args is one of
+ * `allowed` (NULL-terminated); a string argument is absent (*out NULL) or
+ * non-empty; an integer one absent (*out 0) or in min..max. */
+int aa__query_check_keys(const char *what, const json_t *args, const char *const *allowed);
+int aa__query_get_str(const char *what, const json_t *args, const char *arg, const char **out);
+int aa__query_get_int(const char *what, const json_t *args, const char *arg, long long min, long long max,
+                      long long *out);
+
+/* --- plan.c ---------------------------------------------------------------------- */
+
+struct aa_predict;
+
+/* The answer to `query plan` (docs/service.md "Plan"): the best strategies
+ * of a pool that need not be connected, predicted from the stored
+ * calibration of its kind of device, with no dry run. args (borrowed):
+ * {"model": spec object or text, "pool": {"kind": "cpu"|"cuda", "devices":
+ * 1..4096}, "device": a device fingerprint (optional), "top": 1..1000
+ * (default 5), "separate_hosts": bool}. Fills out (borrowed) with
+ * "calibration", "pool", "assumptions", the counts and "strategies".
+ * AA_EINVAL for bad arguments, a model the spec rules refuse or a pool of
+ * more candidates than a plan predicts, AA_ENOENT when no calibration of
+ * the kind (or device) is stored, saying which job measures one. The
+ * synchronous form, on the calling thread (tests, aa__report_query); the
+ * planner's clients get aa__plan_start's. */
+int aa__plan_query(aa_store_t *st, const json_t *args, json_t *out);
+
+/* Answers client c's `query plan` (request req, args JSON text or NULL)
+ * without holding up the loop: the arguments and the calibration are read
+ * here, the enumeration and the predictions run on libuv's thread pool,
+ * and the reply or the error is sent from the loop when they are done, if
+ * the client is still connected (it is found again by its id). At most
+ * AA_PLANNER_PLANS plans at a time; another is refused at once. Never
+ * fails: every error is sent to the client. */
+void aa__plan_start(aa_conn_t *c, uint64_t req, const char *args);
+
+/* The step-time model's breakdown of one prediction, as runs.predicted_json
+ * holds it (docs/store.md): {"forward_ms", "backward_ms", "tensor_comm_ms",
+ * "pipeline_comm_ms", "bubble_ms", "optimizer_ms", "data_comm_ms",
+ * "ops_estimated", "links_estimated"}. A new reference, NULL on no memory. */
+json_t *aa__plan_breakdown(const struct aa_predict *p);
 
 /* --- the jobs' state (after aa_search_t, which a job holds) ----------------------------------- */
 
