@@ -658,7 +658,7 @@ static int find_env(const msgpack_object *map, const char *name, const msgpack_o
 int aa_msg_decode(const void *payload, size_t len, aa_msg_t *out) {
   aa_msg_t m;
   msgpack_unpacked up;
-  const msgpack_object *v, *t;
+  const msgpack_object *v = NULL, *t = NULL;
   size_t off = 0;
   int rc;
   memset(&m, 0, sizeof m);

@@ -201,7 +201,7 @@ static int read_name(const aa_json_ctx_t *c, const char *path, const json_t *v, 
 /* ["matmul",[N,C,OC,0],"fp32",fwd_s,bwd_s] */
 static int read_op(const aa_json_ctx_t *c, size_t i, const json_t *v, aa_calib_op_t *o) {
   char path[64];
-  int rc, k, dt;
+  int rc, k = 0, dt = 0;
   snprintf(path, sizeof path, "ops[%zu]", i);
   if (!json_is_array(v) || json_array_size(v) != 5)
     return aa_json_fail(c, AA_EINVAL, path, "must be [kind, [4 dimensions], dtype, fwd_s, bwd_s]");
@@ -240,7 +240,7 @@ static int read_op(const aa_json_ctx_t *c, size_t i, const json_t *v, aa_calib_o
 /* ["all_reduce",ranks,latency_s,bytes_per_s] */
 static int read_link(const aa_json_ctx_t *c, size_t i, const json_t *v, aa_calib_link_t *l) {
   char path[64];
-  int rc, k;
+  int rc, k = 0;
   snprintf(path, sizeof path, "links[%zu]", i);
   if (!json_is_array(v) || json_array_size(v) != 4)
     return aa_json_fail(c, AA_EINVAL, path, "must be [kind, ranks, latency_s, bytes_per_s]");
@@ -377,29 +377,38 @@ const aa_calib_link_t *aa_calib_find_link(const aa_calib_t *c, aa_cost_collectiv
 int aa_calib_fit_link(const double *bytes, const double *seconds, int n, double *latency_s,
                       double *bytes_per_s) {
   if (n < 2) return aa_error(AA_EINVAL, "link fit: needs at least 2 measurements (got %d)", n);
-  double mx = 0, mt = 0;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n; i++)
     if (!isfinite(bytes[i]) || bytes[i] < 0 || !isfinite(seconds[i]) || seconds[i] <= 0)
       return aa_error(AA_EINVAL,
                       "link fit: measurement %d (%g bytes, %g s) must have bytes >= 0 and seconds > 0", i,
                       bytes[i], seconds[i]);
-    mx += bytes[i];
-    mt += seconds[i];
+  /* Least squares on the relative error (weights 1/t^2): sizes spread over
+   * three decades, and an unweighted fit lets the largest message set the
+   * line alone, which puts a 5 us latency at 0 whenever that message runs
+   * a little slower per byte than the small ones. */
+  double sw = 0, mx = 0, mt = 0;
+  for (int i = 0; i < n; i++) {
+    const double w = 1 / (seconds[i] * seconds[i]);
+    sw += w;
+    mx += w * bytes[i];
+    mt += w * seconds[i];
   }
-  mx /= n;
-  mt /= n;
+  mx /= sw;
+  mt /= sw;
   double sxx = 0, sxt = 0;
   for (int i = 0; i < n; i++) {
-    sxx += (bytes[i] - mx) * (bytes[i] - mx);
-    sxt += (bytes[i] - mx) * (seconds[i] - mt);
+    const double w = 1 / (seconds[i] * seconds[i]);
+    sxx += w * (bytes[i] - mx) * (bytes[i] - mx);
+    sxt += w * (bytes[i] - mx) * (seconds[i] - mt);
   }
   if (!(sxx > 0)) return aa_error(AA_EINVAL, "link fit: needs at least two distinct message sizes");
   double b = sxt / sxx, a = mt - b * mx;
-  if (a < 0) {
+  if (a < 0) { /* the line through the origin, same weights */
     double xx = 0, xt = 0;
     for (int i = 0; i < n; i++) {
-      xx += bytes[i] * bytes[i];
-      xt += bytes[i] * seconds[i];
+      const double w = 1 / (seconds[i] * seconds[i]);
+      xx += w * bytes[i] * bytes[i];
+      xt += w * bytes[i] * seconds[i];
     }
     a = 0;
     b = xt / xx;

@@ -123,8 +123,10 @@ const aa_calib_op_t *aa_calib_find_op(const aa_calib_t *c, const aa_op_shape_t *
 const aa_calib_link_t *aa_calib_find_link(const aa_calib_t *c, aa_cost_collective_t kind, int ranks);
 
 /* Fits latency and bandwidth to n (bytes, seconds) measurements by least
- * squares on t = latency + bytes / bandwidth (latency clamped at >= 0,
- * bandwidth > 0). AA_EINVAL for n < 2 or no two distinct sizes. */
+ * squares on the relative error (weights 1/t^2) of t = latency + bytes /
+ * bandwidth; a negative latency refits the line through the origin.
+ * AA_EINVAL for n < 2, no two distinct sizes, or times that do not grow
+ * with the size. */
 int aa_calib_fit_link(const double *bytes, const double *seconds, int n, double *latency_s, double *bytes_per_s);
 
 #endif

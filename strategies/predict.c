@@ -54,13 +54,19 @@ typedef struct inventory {
   item_t it[ITEMS_MAX];
 } inventory_t;
 
+/* Field by field: aa_op_shape_t has padding after its enum, which memcmp
+ * would compare too. */
+static bool same_shape(const aa_op_shape_t *a, const aa_op_shape_t *b) {
+  return a->op == b->op && !memcmp(a->d, b->d, sizeof a->d);
+}
+
 static void add(inventory_t *v, aa_op_kind_t op, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
                 aa_dtype_t dtype, bool per_step, double ff, double bf, double fb, double bb) {
   aa_op_shape_t s = {op, {d0, d1, d2, d3}};
   if (ff == 0 && bf == 0 && fb == 0 && bb == 0) return;
   for (int i = 0; i < v->n; i++) {
     item_t *x = &v->it[i];
-    if (x->per_step == per_step && x->dtype == dtype && !memcmp(&x->shape, &s, sizeof s)) {
+    if (x->per_step == per_step && x->dtype == dtype && same_shape(&x->shape, &s)) {
       x->ff += ff;
       x->bf += bf;
       x->fb += fb;
@@ -188,7 +194,7 @@ size_t aa_predict_ops(const aa_arch_t *arch, const aa_strategy_t *s, int stage, 
   for (int i = 0; i < v.n; i++) {
     bool seen = false;
     for (int j = 0; j < i && !seen; j++)
-      seen = v.it[j].dtype == v.it[i].dtype && !memcmp(&v.it[j].shape, &v.it[i].shape, sizeof v.it[i].shape);
+      seen = v.it[j].dtype == v.it[i].dtype && same_shape(&v.it[j].shape, &v.it[i].shape);
     if (seen) continue;
     if (n < cap) out[n] = (aa_calib_op_t){.shape = v.it[i].shape, .dtype = v.it[i].dtype};
     n++;
@@ -275,7 +281,7 @@ static int group_time(const aa_calib_t *c, const aa_cost_group_t *g, double *out
     const aa_cost_calls_t *x = &g->kind[k];
     if (!x->calls) continue;
     bool p2p = k == AA_COST_SEND || k == AA_COST_RECV;
-    double lat, bw, share = p2p ? 1 : k == AA_COST_ALL_REDUCE ? 2 * (t - 1) / t : (t - 1) / t;
+    double lat = 0, bw = 1, share = p2p ? 1 : k == AA_COST_ALL_REDUCE ? 2 * (t - 1) / t : (t - 1) / t;
     int rc =
         link_line(c, p2p ? AA_COST_SEND : (aa_cost_collective_t)k, p2p ? 2 : g->ranks, &lat, &bw, estimated);
     if (rc) return rc;
@@ -301,7 +307,7 @@ static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int 
   double fwd_mb = 0, bwd_mb = 0, opt = 0;
   for (int i = 0; i < v.n; i++) {
     const item_t *x = &v.it[i];
-    double f, b;
+    double f = 0, b = 0;
     if ((rc = op_time(c, &x->shape, x->dtype, &f, &b, &p->ops_estimated))) return rc;
     if (x->per_step)
       opt += x->ff * f + x->bf * b;
@@ -390,7 +396,7 @@ static void set_put(shape_set_t *st, const aa_calib_op_t *o) {
   size_t i = shape_hash(o) & (st->cap - 1);
   for (; st->slot[i] >= 0; i = (i + 1) & (st->cap - 1)) {
     const aa_calib_op_t *x = &st->ops[st->slot[i]];
-    if (x->dtype == o->dtype && !memcmp(&x->shape, &o->shape, sizeof o->shape)) return;
+    if (x->dtype == o->dtype && same_shape(&x->shape, &o->shape)) return;
   }
   st->slot[i] = (int32_t)st->n;
   st->ops[st->n++] = *o;
