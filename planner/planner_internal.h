@@ -383,13 +383,35 @@ typedef struct aa_cand {
   bool recorded;    /* its pruned run is in the store */
   int64_t run_id;
   aa_store_run_status_t status;
-  double tokens_per_s;
+  double tokens_per_s; /* measured ok: the mean of its ok measurements */
   int retries; /* dry runs tried again after their executor vanished */
+  int tier;    /* --from: its distance from the start (which goes ahead of any prediction); else 0 */
+  double predicted;  /* the calibrated model's tokens/s before the refit (predict.h), 0 = none */
+  /* Its measurements (the first dry run and the re-measures in fresh processes): */
+  int measures;       /* dry runs of it that ended (ok or not) */
+  int oks;            /* of them ok */
+  double sum, lo, hi; /* ok tokens/s: sum, lowest, highest */
+  double spread;      /* the largest relative step-time spread of its ok runs */
+  int64_t best_run_id; /* the run of its highest ok measurement */
 } aa_cand_t;
 
 /* --from: how many knobs a candidate may differ in from the strategy the
  * search starts from. */
 #define AA_SEARCH_FROM_RADIUS 2
+/* The refit's error, as a share of the corrected prediction, is at least
+ * this: with two or more runs measured the spread of their ratios says how
+ * far the model is off, but a ratio spread below the step-time noise of one
+ * dry run (a few % on a shared CPU) is luck, not accuracy. */
+#define AA_SEARCH_ERROR_FLOOR 0.05
+/* With one run measured there is no spread of ratios at all: the correction
+ * of that one run is taken, and the bound allows 25 %, about the worst
+ * error the model showed across the bundled example's strategies once
+ * corrected (bench/search.sh), so one lucky run cannot stop the search. */
+#define AA_SEARCH_ERROR_FLOOR_ONE 0.25
+/* Re-measures in fresh processes of each leading candidate at most, and
+ * leaders (the best included) re-measured at most. */
+#define AA_SEARCH_REMEASURE 2
+#define AA_SEARCH_LEADERS_MAX 3
 
 typedef struct aa_search {
   aa_cand_t *c;
@@ -412,6 +434,11 @@ typedef struct aa_search {
   int max_dryruns;      /* 0 = no limit */
   double deadline;      /* aa_now() seconds, 0 = none */
   int time_limit_s;
+  bool calibrated;      /* candidates carry predictions (aa__search_set_prediction) */
+  int fitted;           /* ok candidates with a prediction: the refit's sample */
+  double correction;    /* median of measured / predicted over them (1 before any) */
+  double error;         /* max |measured / (predicted x correction) - 1| over them, floored */
+  int bound_pruned;     /* candidates the stop rule dropped */
 } aa_search_t;
 
 /* Enumerates the strategies for the spec on a pool of `devices` executors
@@ -448,6 +475,31 @@ int aa__search_next(aa_search_t *s, double now);
  * later of equals), times i's dp over i's FLOPs per token. 0 before any ok
  * run. */
 double aa__search_predict(const aa_search_t *s, int i);
+/* Gives candidate i the calibrated model's tokens/s (predict.h, > 0):
+ * from then on the search dry-runs the highest predicted first (after the
+ * --from tiers), refits the model after each ok run (correction and error
+ * above) and, unless exhaustive, stops once no pending candidate's
+ * optimistic bound predicted x correction x (1 + error) beats the best
+ * measured, pruning them with the figures. */
+void aa__search_set_prediction(aa_search_t *s, int i, double tokens_per_s);
+/* The candidate to measure again in a fresh process once the pass is over
+ * (aa__search_next returned -1), or -1 when the winner is decided or the
+ * budget (AA_SEARCH_REMEASURE each, max_dryruns, the time limit) is spent.
+ * The winner is the ok candidate of highest mean; another is a leader
+ * while the winner's mean is not above its mean by more than their noise
+ * (aa__search_noise of both, the larger); the winner is decided when no
+ * leader is left; exhaustive searches re-measure too. The re-measure is
+ * dispatched as a dry run and reported with aa__search_done, which adds
+ * the measurement to the candidate's mean. */
+int aa__search_remeasure_next(aa_search_t *s, double now);
+/* A candidate's noise: the larger of its runs' relative step-time spread
+ * and the range of its ok measurements over their mean. */
+double aa__search_noise(const aa_cand_t *c);
+/* The winner (highest mean of ok measurements; -1 = none) and, into out,
+ * how sure the search is of it: "best K: 1.07× the runner-up R (beyond
+ * the spread of 3 %)" or "best K, within the noise of R (1.01×, spread
+ * 4 %): kept the faster mean", or "best K, the only strategy measured ok". */
+int aa__search_verdict(const aa_search_t *s, char *out, size_t n);
 /* Prunes every pending candidate with `reason`: the search is over. */
 void aa__search_stop(aa_search_t *s, const char *reason);
 /* Records a finished dry run of candidate i (the early-stop rule): a
