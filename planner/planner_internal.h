@@ -532,6 +532,15 @@ int aa__report_status(aa_planner_t *p, char **out);
 void aa__report_strategy_path(const char *home, const char *name, const char *hash, char *out, size_t n);
 /* Dumps a JSON value compactly (malloc'd, transferred; NULL on no memory). */
 char *aa__report_dump(const json_t *v);
+/* The argument checks of the query handlers, each naming
+ * the query `what` in its AA_EINVAL message: every key of args is one of
+ * `allowed` (NULL-terminated); a string argument is absent (*out NULL) or
+ * non-empty; an integer one absent (*out 0) or in min..max. */
+int aa__query_check_keys(const char *what, const json_t *args, const char *const *allowed);
+int aa__query_get_str(const char *what, const json_t *args, const char *arg, const char **out);
+int aa__query_get_int(const char *what, const json_t *args, const char *arg, long long min, long long max,
+                      long long *out);
+
 
 /* --- the jobs' state (after aa_search_t, which a job holds) ----------------------------------- */
 

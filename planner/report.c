@@ -41,6 +41,7 @@ json_t *aa__report_run(const aa_store_run_t *r) {
   json_object_set_new(o, "predicted_tokens_per_s", num0(r->predicted_tokens_per_s));
   json_object_set_new(o, "predicted_peak_bytes", int0(r->predicted_peak_bytes));
   json_object_set_new(o, "predicted_bubble", num0(r->predicted_bubble));
+  json_object_set_new(o, "predicted", stored_json(r->predicted_json));
   json_object_set_new(o, "final_loss", num0(r->final_loss));
   json_object_set_new(o, "error", str0(r->error));
   json_object_set_new(o, "started_at", int0(r->started_at));
@@ -224,8 +225,7 @@ static int collect_job(const aa_store_job_t *j, void *data) {
   return 0;
 }
 
-/* Checks every key of args against `allowed` (NULL-terminated). */
-static int check_keys(const char *what, const json_t *args, const char *const *allowed) {
+int aa__query_check_keys(const char *what, const json_t *args, const char *const *allowed) {
   const char *key;
   json_t *v;
   json_object_foreach((json_t *)args, key, v) {
@@ -246,7 +246,7 @@ static int wrong_type(const char *what, const char *arg, const char *want, const
   return aa_error(AA_EINVAL, "query %s: \"%s\" must be %s (got %s)", what, arg, want, aa_json_type_name(v));
 }
 
-static int get_str(const char *what, const json_t *args, const char *arg, const char **out) {
+int aa__query_get_str(const char *what, const json_t *args, const char *arg, const char **out) {
   json_t *v = json_object_get(args, arg);
   *out = NULL;
   if (!v) return 0;
@@ -255,7 +255,7 @@ static int get_str(const char *what, const json_t *args, const char *arg, const 
   return 0;
 }
 
-static int get_int(const char *what, const json_t *args, const char *arg, long long min, long long max,
+int aa__query_get_int(const char *what, const json_t *args, const char *arg, long long min, long long max,
                    long long *out) {
   json_t *v = json_object_get(args, arg);
   *out = 0;
@@ -297,9 +297,9 @@ static int get_statuses(const char *what, const json_t *args, int jobs, unsigned
 static int query_best(aa_store_t *st, const json_t *args, json_t *out) {
   static const char *const allowed[] = {"model", "hardware", NULL};
   const char *model, *hw;
-  int rc = check_keys("best", args, allowed);
-  if (!rc) rc = get_str("best", args, "model", &model);
-  if (!rc) rc = get_str("best", args, "hardware", &hw);
+  int rc = aa__query_check_keys("best", args, allowed);
+  if (!rc) rc = aa__query_get_str("best", args, "model", &model);
+  if (!rc) rc = aa__query_get_str("best", args, "hardware", &hw);
   if (rc) return rc;
   if (!model) return aa_error(AA_EINVAL, "query best: \"model\" (a model hash) is required");
   collect_t c = {.list = json_array(), .per_hardware = 1};
@@ -321,8 +321,8 @@ static int query_best(aa_store_t *st, const json_t *args, json_t *out) {
  * next page starts (null after the last), so every answer fits a frame
  * however large the store grows. The row past the page is read to tell. */
 static int set_page(const char *what, const json_t *args, long long page, long long *limit, long long *offset) {
-  int rc = get_int(what, args, "limit", 0, 1000000, limit);
-  if (!rc) rc = get_int(what, args, "offset", 0, INT64_MAX, offset);
+  int rc = aa__query_get_int(what, args, "limit", 0, 1000000, limit);
+  if (!rc) rc = aa__query_get_int(what, args, "offset", 0, INT64_MAX, offset);
   if (!rc && (*limit == 0 || *limit > page)) *limit = page;
   return rc;
 }
@@ -337,14 +337,14 @@ static int query_runs(aa_store_t *st, const json_t *args, json_t *out) {
   aa_store_run_filter_t f = {.bad_row = collect_bad};
   long long job, limit, offset;
   const char *kind, *order;
-  int rc = check_keys("runs", args, allowed);
-  if (!rc) rc = get_int("runs", args, "job", 1, INT64_MAX, &job);
-  if (!rc) rc = get_str("runs", args, "model", &f.model_hash);
-  if (!rc) rc = get_str("runs", args, "hardware", &f.hardware);
+  int rc = aa__query_check_keys("runs", args, allowed);
+  if (!rc) rc = aa__query_get_int("runs", args, "job", 1, INT64_MAX, &job);
+  if (!rc) rc = aa__query_get_str("runs", args, "model", &f.model_hash);
+  if (!rc) rc = aa__query_get_str("runs", args, "hardware", &f.hardware);
   if (!rc) rc = get_statuses("runs", args, 0, &f.statuses);
-  if (!rc) rc = get_str("runs", args, "kind", &kind);
-  if (!rc) rc = get_str("runs", args, "key_prefix", &f.key_prefix);
-  if (!rc) rc = get_str("runs", args, "order", &order);
+  if (!rc) rc = aa__query_get_str("runs", args, "kind", &kind);
+  if (!rc) rc = aa__query_get_str("runs", args, "key_prefix", &f.key_prefix);
+  if (!rc) rc = aa__query_get_str("runs", args, "order", &order);
   if (!rc) rc = set_page("runs", args, AA_PLANNER_PAGE_RUNS, &limit, &offset);
   if (rc) return rc;
   f.job_id = job;
@@ -401,8 +401,8 @@ static int collect_rank(const aa_store_run_rank_t *k, void *data) {
 static int query_run(aa_store_t *st, const json_t *args, json_t *out) {
   static const char *const allowed[] = {"id", NULL};
   long long id;
-  int rc = check_keys("run", args, allowed);
-  if (!rc) rc = get_int("run", args, "id", 1, INT64_MAX, &id);
+  int rc = aa__query_check_keys("run", args, allowed);
+  if (!rc) rc = aa__query_get_int("run", args, "id", 1, INT64_MAX, &id);
   if (rc) return rc;
   if (!id) return aa_error(AA_EINVAL, "query run: \"id\" (a run id) is required");
   aa_store_run_t r;
@@ -446,8 +446,8 @@ static int query_jobs(aa_store_t *st, const char *home, const json_t *args, json
   static const char *const allowed[] = {"model", "status", "limit", "offset", NULL};
   aa_store_job_filter_t f = {.bad_row = collect_bad_job};
   long long limit, offset;
-  int rc = check_keys("jobs", args, allowed);
-  if (!rc) rc = get_str("jobs", args, "model", &f.model_hash);
+  int rc = aa__query_check_keys("jobs", args, allowed);
+  if (!rc) rc = aa__query_get_str("jobs", args, "model", &f.model_hash);
   if (!rc) rc = get_statuses("jobs", args, 1, &f.statuses);
   if (!rc) rc = set_page("jobs", args, AA_PLANNER_PAGE_JOBS, &limit, &offset);
   if (rc) return rc;

@@ -287,6 +287,20 @@ static const char *const migrations[AA_STORE_SCHEMA_VERSION] = {
     "ALTER TABLE runs ADD COLUMN predicted_bubble REAL"
     "  CONSTRAINT run_predicted_bubble_share CHECK (predicted_bubble IS NULL OR"
     "  (predicted_bubble > 0 AND predicted_bubble < 1));",
+    /* 4 -> 5: calibrations, the measurements the step-time model predicts
+     * from (strategies/calib.h), one per device and process-group backend;
+     * and the model's breakdown of each run's predicted step, so a run
+     * shows where the prediction it was dispatched on put the time. */
+    "CREATE TABLE calibrations ("
+    "  device TEXT NOT NULL CONSTRAINT calibration_device_length CHECK (length(device) BETWEEN 1 AND 127),"
+    "  backend TEXT NOT NULL CONSTRAINT calibration_backend_known CHECK (backend IN"
+    "    ('shm', 'nccl', 'gloo', 'self')),"
+    "  json TEXT NOT NULL CONSTRAINT calibration_is_json CHECK (json_valid(json)),"
+    "  measured_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL,"
+    "  PRIMARY KEY (device, backend));"
+    "ALTER TABLE runs ADD COLUMN predicted_json TEXT"
+    "  CONSTRAINT run_predicted_is_json CHECK (predicted_json IS NULL OR json_valid(predicted_json));",
 };
 
 /* The runs that can answer a job: measured dry runs of a job that ran its
@@ -319,8 +333,9 @@ static const char *const stmt_sql[AA__ST_N] = {
     [AA__ST_JOB_STATUS] = "SELECT status FROM jobs WHERE id = ?1",
     [AA__ST_RUN_INSERT] =
         "INSERT INTO runs (job_id, model_hash, hardware, kind, strategy_key, strategy_json, status,"
-        " predicted_tokens_per_s, error, started_at, finished_at, predicted_peak_bytes, predicted_bubble)"
-        " SELECT id, model_hash, hardware, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 FROM jobs"
+        " predicted_tokens_per_s, error, started_at, finished_at, predicted_peak_bytes, predicted_bubble,"
+        " predicted_json)"
+        " SELECT id, model_hash, hardware, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12 FROM jobs"
         " WHERE id = ?1 AND status IN ('queued', 'running')",
     [AA__ST_RUN_START] =
         "UPDATE runs SET status = 'running', started_at = ?2 WHERE id = ?1 AND status = 'queued'",
@@ -359,6 +374,14 @@ static const char *const stmt_sql[AA__ST_N] = {
     [AA__ST_RECOVER_QUEUED] =
         "UPDATE runs SET status = 'cancelled', finished_at = ?1 WHERE status = 'queued'"
         " AND job_id IN (SELECT id FROM jobs WHERE status NOT IN ('queued', 'running'))",
+    [AA__ST_CALIB_PUT] = "INSERT INTO calibrations (device, backend, json, measured_at, updated_at)"
+                         " VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (device, backend) DO UPDATE SET"
+                         " json = excluded.json, measured_at = excluded.measured_at,"
+                         " updated_at = excluded.updated_at",
+    [AA__ST_CALIB_GET] = "SELECT json FROM calibrations WHERE device = ?1 AND backend = ?2",
+    [AA__ST_CALIB_LIST] = "SELECT device, backend, json, measured_at, updated_at FROM calibrations"
+                          " WHERE ?1 IS NULL OR substr(device, 1, length(?1)) = ?1"
+                          " ORDER BY updated_at DESC, device, backend",
 };
 
 /* Runs a one-off statement that returns a single integer (a PRAGMA or a

@@ -30,7 +30,7 @@
 #include "../proto/msg.h"
 #include "../strategies/strategy.h"
 
-#define AA_STORE_SCHEMA_VERSION 4 /* the newest schema this build writes */
+#define AA_STORE_SCHEMA_VERSION 5 /* the newest schema this build writes */
 #define AA_STORE_BUSY_MS 2000     /* longest wait for another connection's write lock */
 #define AA_STORE_HASH_MAX 65      /* model hash: 1..64 characters + NUL */
 #define AA_STORE_HW_MAX 128       /* hardware fingerprint: 1..127 characters + NUL */
@@ -270,6 +270,7 @@ typedef struct aa_store_run {
   const char *strategy_json;       /* ownership: see the top of this file */
   const char *peak_json;           /* bytes by kind, "" if none */
   const char *error;               /* "" if none; for pruned: why */
+  const char *predicted_json;      /* the cost model's breakdown when dispatched (schema 5), "" if none */
 } aa_store_run_t;
 
 /* A run as the search creates it. */
@@ -282,6 +283,9 @@ typedef struct aa_store_run_new {
   int64_t predicted_peak_bytes;  /* 0 = none */
   double predicted_bubble;       /* 0..1 (0 = none, or no pipeline) */
   const char *error;             /* borrowed, may be NULL: the reason a run was pruned */
+  /* Borrowed, NULL = none: the calibrated model's breakdown of the
+   * predicted step (docs/store.md "runs.predicted_json"), valid JSON. */
+  const char *predicted_json;
 } aa_store_run_new_t;
 
 /* One rank's own figures in a run (table run_ranks): what its executor
@@ -410,5 +414,47 @@ int aa_store_runs_query(aa_store_t *st, const aa_store_run_filter_t *f, aa_store
  * that must go past such rows, or page, calls aa_store_runs_query with
  * .job_id and .bad_row (or .offset) set. AA_EINVAL for job_id <= 0. */
 int aa_store_runs_of_job(aa_store_t *st, int64_t job_id, aa_store_run_cb cb, void *data);
+
+/* --- calibrations ------------------------------------------------------------- */
+
+#define AA_STORE_BACKEND_MAX 8 /* "shm", "nccl", "gloo", "self" + NUL */
+
+/* The device fingerprint of a hardware fingerprint: KIND:NAME:MEMORY_MiBxN
+ * without its trailing "x<digits>" (the pool's count), so calibrations are
+ * shared by every pool of that device. A fingerprint without such a tail is
+ * copied whole. Written into device (cap n > 0 bytes), cut to fit. */
+void aa_store_device_of(const char *hardware, char *device, size_t n);
+
+/* One stored calibration; strings borrowed (see the top of this file). */
+typedef struct aa_store_calib {
+  char device[AA_STORE_HW_MAX];
+  char backend[AA_STORE_BACKEND_MAX];
+  const char *json;   /* strategies/calib.h's aa_calib_to_json text */
+  int64_t measured_at; /* unix seconds: the put that stored this JSON */
+  int64_t updated_at;  /* unix seconds: the latest put (today always measured_at) */
+} aa_store_calib_t;
+
+/* Stores the calibration of (device, backend), replacing the JSON of an
+ * earlier one; measured_at and updated_at become now on every put (a
+ * caller that merges a new measurement into the old one puts the merged
+ * JSON). device: 1..127 characters (aa_store_device_of); backend one of
+ * "shm", "nccl", "gloo", "self"; json (borrowed) valid JSON, not checked
+ * against calib.h here. AA_EINVAL otherwise, naming the rule. */
+int aa_store_calib_put(aa_store_t *st, const char *device, const char *backend, const char *json);
+
+/* The JSON of (device, backend): 0 and *json_out malloc'd (free() it), 1
+ * and *json_out NULL when none is stored, or a negative error (*json_out
+ * untouched). */
+int aa_store_calib_get(aa_store_t *st, const char *device, const char *backend, char **json_out);
+
+/* Called per calibration; strings borrowed until it returns. It must not
+ * call into the same store. Non-zero stops the walk. */
+typedef int (*aa_store_calib_cb)(const aa_store_calib_t *c, void *data);
+
+/* The calibrations whose device starts with device_prefix ("cpu:", "cuda:",
+ * a whole device; NULL or "" = all), the most recently updated first (then
+ * by device, then backend). Returns 0, a store error, or the callback's
+ * non-zero value. */
+int aa_store_calib_list(aa_store_t *st, const char *device_prefix, aa_store_calib_cb cb, void *data);
 
 #endif

@@ -34,6 +34,9 @@ enum {
   AA__ST_RECOVER_REQUEUE,
   AA__ST_RECOVER_JOBS,
   AA__ST_RECOVER_QUEUED,
+  AA__ST_CALIB_PUT,
+  AA__ST_CALIB_GET,
+  AA__ST_CALIB_LIST,
   AA__ST_N
 };
 
@@ -60,7 +63,10 @@ struct aa_store {
 #define AA__RUN_COLS                                                                                         \
   "id, job_id, model_hash, hardware, kind, strategy_key, strategy_json, status, tokens_per_s, "              \
   "step_ms_median, step_ms_spread, peak_bytes, peak_json, predicted_tokens_per_s, final_loss, error, "       \
-  "started_at, finished_at, predicted_peak_bytes, predicted_bubble"
+  "started_at, finished_at, predicted_peak_bytes, predicted_bubble, predicted_json"
+/* How many columns AA__RUN_COLS has: a statement that selects more puts
+ * them from this index on. */
+#define AA__RUN_NCOLS 21
 
 #define AA__RANK_COLS                                                                                        \
   "rank, dp_rank, tp_rank, pp_rank, status, tokens_per_s, step_ms_median, step_ms_spread, forward_ms, "      \

@@ -43,6 +43,7 @@ static int run_from_row(sqlite3_stmt *s, aa_store_run_t *r, char *why, size_t ca
   r->finished_at = sqlite3_column_int64(s, 17);
   r->predicted_peak_bytes = sqlite3_column_int64(s, 18);
   r->predicted_bubble = sqlite3_column_double(s, 19);
+  r->predicted_json = aa__store_col_text(s, 20);
   return 0;
 }
 
@@ -50,15 +51,18 @@ static int run_from_row(sqlite3_stmt *s, aa_store_run_t *r, char *why, size_t ca
  * strings are left borrowed and nothing is allocated. */
 static int run_own(aa_store_run_t *r) {
   char *sj = strdup(r->strategy_json), *pj = strdup(r->peak_json), *e = strdup(r->error);
-  if (!sj || !pj || !e) {
+  char *pr = strdup(r->predicted_json);
+  if (!sj || !pj || !e || !pr) {
     free(sj);
     free(pj);
     free(e);
+    free(pr);
     return aa_error(AA_ENOMEM, "store: out of memory");
   }
   r->strategy_json = sj;
   r->peak_json = pj;
   r->error = e;
+  r->predicted_json = pr;
   return 0;
 }
 
@@ -67,7 +71,8 @@ void aa_store_run_clear(aa_store_run_t *r) {
   free((char *)r->strategy_json);
   free((char *)r->peak_json);
   free((char *)r->error);
-  r->strategy_json = r->peak_json = r->error = NULL;
+  free((char *)r->predicted_json);
+  r->strategy_json = r->peak_json = r->error = r->predicted_json = NULL;
 }
 
 /* Steps a lookup of at most one run into *out (owned strings). */
@@ -109,7 +114,7 @@ int aa_store_answers(aa_store_t *st, const char *model_hash, const char *hardwar
     aa_store_run_t r;
     char why[128];
     if (run_from_row(s, &r, why, sizeof why)) continue; /* a row that cannot be read answers nothing */
-    stop = cb(&r, aa__store_col_text(s, 20), data);
+    stop = cb(&r, aa__store_col_text(s, AA__RUN_NCOLS), data);
   }
   if (!stop && rc != SQLITE_DONE) err = aa__store_fail(st, rc, "runs that answer model %s on %s", model_hash, hardware);
   aa__store_done(s);
@@ -204,6 +209,7 @@ int aa_store_run_insert(aa_store_t *st, const aa_store_run_new_t *r, int64_t *ru
   aa__store_bind_int0(s, 9, r->status == AA_STORE_RUN_PRUNED ? now : 0);
   aa__store_bind_int0(s, 10, r->predicted_peak_bytes);
   aa__store_bind_real0(s, 11, r->predicted_bubble);
+  aa__store_bind_text(s, 12, r->predicted_json && *r->predicted_json ? r->predicted_json : NULL);
   char what[64];
   snprintf(what, sizeof what, "insert run of job %lld", (long long)r->job_id);
   err = aa__store_exec(st, s, what);

@@ -214,15 +214,15 @@ AA_TEST(open_creates_the_newest_schema_in_wal_mode) {
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
   CHECK(aa_store_schema_version(st) == AA_STORE_SCHEMA_VERSION);
-  CHECK(AA_STORE_SCHEMA_VERSION == 4);
+  CHECK(AA_STORE_SCHEMA_VERSION == 5);
   char v[64];
   raw_text(path, "PRAGMA journal_mode", v, sizeof v);
   CHECK_MSG(strcmp(v, "wal") == 0, "journal_mode %s", v);
   raw_text(path, "PRAGMA user_version", v, sizeof v);
-  CHECK(strcmp(v, "4") == 0);
+  CHECK(strcmp(v, "5") == 0);
   raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('predicted_peak_bytes', "
-           "'predicted_bubble')", v, sizeof v);
-  CHECK(strcmp(v, "2") == 0);
+           "'predicted_bubble', 'predicted_json')", v, sizeof v);
+  CHECK(strcmp(v, "3") == 0);
   raw_text(path, "SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'resumes'", v, sizeof v);
   CHECK(strcmp(v, "1") == 0);
   raw_text(path, "PRAGMA application_id", v, sizeof v);
@@ -231,7 +231,7 @@ AA_TEST(open_creates_the_newest_schema_in_wal_mode) {
            "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema WHERE type = 'table' "
            "ORDER BY name)",
            v, sizeof v);
-  CHECK_MSG(strcmp(v, "hardware,jobs,models,run_ranks,runs") == 0, "tables %s", v);
+  CHECK_MSG(strcmp(v, "calibrations,hardware,jobs,models,run_ranks,runs") == 0, "tables %s", v);
   raw_text(path,
            "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name IN "
            "('runs_by_model_hardware_status', 'runs_by_job')",
@@ -285,10 +285,10 @@ AA_TEST(newer_schema_version_is_refused) {
   int rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   aa_store_close(st);
-  CHECK(raw_sql(path, "PRAGMA user_version = 5", NULL, 0) == SQLITE_OK);
+  CHECK(raw_sql(path, "PRAGMA user_version = 6", NULL, 0) == SQLITE_OK);
   st = (aa_store_t *)&rc; /* must stay untouched */
   CHECK_ERR(aa_store_open(&st, path, 0), AA_EUNSUPPORTED,
-            "schema version 5 is newer than this build supports (4)");
+            "schema version 6 is newer than this build supports (5)");
   CHECK(st == (aa_store_t *)&rc);
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "newer");
 }
@@ -332,10 +332,10 @@ AA_TEST(readonly_open_of_an_unmigrated_file_asks_for_a_migration) {
   CHECK(f != NULL);
   if (f) fclose(f);
   aa_store_t *st = NULL;
-  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "older than this build's (4)");
+  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "older than this build's (5)");
   CHECK(st == NULL);
   CHECK_MSG(aa_store_open(&st, path, 0) == 0, "%s", aa_last_error());
-  CHECK(st && aa_store_schema_version(st) == 4);
+  CHECK(st && aa_store_schema_version(st) == 5);
   aa_store_close(st);
 }
 
@@ -563,17 +563,17 @@ AA_TEST(a_schema_version_1_store_migrates_to_the_newest_and_keeps_its_rows) {
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 1 is older than this build's (4)");
+            "schema version 1 is older than this build's (5)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 4);
+  CHECK(aa_store_schema_version(st) == 5);
   char v[32];
   raw_text(path, "PRAGMA user_version", v, sizeof v);
-  CHECK(strcmp(v, "4") == 0);
+  CHECK(strcmp(v, "5") == 0);
   raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('predicted_peak_bytes', "
-           "'predicted_bubble')", v, sizeof v);
-  CHECK(strcmp(v, "2") == 0);
+           "'predicted_bubble', 'predicted_json')", v, sizeof v);
+  CHECK(strcmp(v, "3") == 0);
   aa_store_job_t j;
   CHECK(aa_store_job_get(st, 1, &j) == 0);
   CHECK(j.status == AA_STORE_JOB_RUNNING && j.resumes == 0 && j.started_at == 101 && j.submitted_at == 100);
@@ -592,7 +592,7 @@ AA_TEST(a_schema_version_1_store_migrates_to_the_newest_and_keeps_its_rows) {
 }
 
 /* A version 2 file: version 1 plus jobs.resumes, with one finished run. */
-AA_TEST(a_schema_version_2_store_migrates_to_4_and_its_runs_have_no_ranks_or_predictions) {
+AA_TEST(a_schema_version_2_store_migrates_to_the_newest_and_its_runs_have_no_ranks_or_predictions) {
   char path[512];
   snprintf(path, sizeof path, "%s", fresh_path());
   char msg[256];
@@ -613,11 +613,11 @@ AA_TEST(a_schema_version_2_store_migrates_to_4_and_its_runs_have_no_ranks_or_pre
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 2 is older than this build's (4)");
+            "schema version 2 is older than this build's (5)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 4);
+  CHECK(aa_store_schema_version(st) == 5);
   aa_store_run_t r;
   CHECK(aa_store_run_get(st, 1, &r) == 0 && r.tokens_per_s == 10);
   aa_store_run_clear(&r);
@@ -642,6 +642,228 @@ AA_TEST(a_schema_version_2_store_migrates_to_4_and_its_runs_have_no_ranks_or_pre
   CHECK_MSG(strstr(msg, "run_predicted_bubble_share"), "%s", msg);
   CHECK((raw_sql(path, "UPDATE runs SET predicted_peak_bytes = -1", msg, sizeof msg) & 0xff) == SQLITE_CONSTRAINT);
   CHECK_MSG(strstr(msg, "run_predicted_peak_positive"), "%s", msg);
+  aa_store_close(st);
+}
+
+/* Versions 2 to 4 as they shipped (migrations[1..3] in planner/store.c),
+ * applied to schema_v1 to build a version 4 store by hand. */
+static const char schema_v1_to_v4[] =
+    "ALTER TABLE jobs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0"
+    "  CONSTRAINT job_resumes_not_negative CHECK (resumes >= 0);"
+    "CREATE TABLE run_ranks ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id),"
+    "  rank INTEGER NOT NULL CONSTRAINT run_rank_in_world CHECK (rank BETWEEN 0 AND 4095),"
+    "  dp_rank INTEGER NOT NULL DEFAULT 0 CONSTRAINT run_rank_dp_in_world CHECK (dp_rank BETWEEN 0 AND 4095),"
+    "  tp_rank INTEGER NOT NULL DEFAULT 0 CONSTRAINT run_rank_tp_in_world CHECK (tp_rank BETWEEN 0 AND 4095),"
+    "  pp_rank INTEGER NOT NULL DEFAULT 0 CONSTRAINT run_rank_pp_in_world CHECK (pp_rank BETWEEN 0 AND 4095),"
+    "  status TEXT NOT NULL CONSTRAINT run_rank_status_known CHECK (status IN"
+    "    ('ok', 'oom', 'error', 'timeout', 'crashed', 'cancelled')),"
+    "  tokens_per_s REAL, step_ms_median REAL, step_ms_spread REAL, forward_ms REAL, backward_ms REAL,"
+    "  optimizer_ms REAL, pipeline_comm_ms REAL, bubble_ms REAL, peak_bytes INTEGER,"
+    "  peak_json TEXT CONSTRAINT run_rank_peak_is_json CHECK (peak_json IS NULL OR json_valid(peak_json)),"
+    "  error TEXT,"
+    "  PRIMARY KEY (run_id, rank)) WITHOUT ROWID;"
+    "ALTER TABLE runs ADD COLUMN predicted_peak_bytes INTEGER"
+    "  CONSTRAINT run_predicted_peak_positive CHECK (predicted_peak_bytes IS NULL OR predicted_peak_bytes > 0);"
+    "ALTER TABLE runs ADD COLUMN predicted_bubble REAL"
+    "  CONSTRAINT run_predicted_bubble_share CHECK (predicted_bubble IS NULL OR"
+    "  (predicted_bubble > 0 AND predicted_bubble < 1));";
+
+/* A version 4 file gains the calibrations table (empty) and
+ * runs.predicted_json (NULL for the runs it had), under their rules. */
+AA_TEST(a_schema_version_4_store_migrates_to_5_with_no_calibrations_and_no_predicted_breakdowns) {
+  char path[512];
+  snprintf(path, sizeof path, "%s", fresh_path());
+  char msg[256];
+  int rc = raw_sql(path, schema_v1, msg, sizeof msg);
+  if (rc == SQLITE_OK) rc = raw_sql(path, schema_v1_to_v4, msg, sizeof msg);
+  CHECK_MSG(rc == SQLITE_OK, "%s", msg);
+  rc = raw_sql(path,
+               "INSERT INTO models VALUES ('" MODEL "', 'tiny', '{}', 1, 100);"
+               "INSERT INTO hardware VALUES ('" HW "', '{}', 100);"
+               "INSERT INTO jobs (id, model_hash, hardware, status, submitted_at) VALUES (1, '" MODEL "', '" HW
+               "', 'done', 100);"
+               "INSERT INTO runs (id, job_id, model_hash, hardware, kind, strategy_key, strategy_json, status,"
+               "  tokens_per_s, predicted_peak_bytes) VALUES (1, 1, '" MODEL "', '" HW
+               "', 'dryrun', 'k', '{}', 'ok', 10, 99);"
+               "PRAGMA user_version = 4;",
+               msg, sizeof msg);
+  CHECK_MSG(rc == SQLITE_OK, "%s", msg);
+  aa_store_t *st = NULL;
+  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
+            "schema version 4 is older than this build's (5)");
+  rc = aa_store_open(&st, path, 0);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  CHECK(aa_store_schema_version(st) == 5);
+  aa_store_run_t r;
+  CHECK(aa_store_run_get(st, 1, &r) == 0 && r.tokens_per_s == 10 && r.predicted_peak_bytes == 99 &&
+        strcmp(r.predicted_json, "") == 0);
+  aa_store_run_clear(&r);
+  char *json = (char *)"untouched";
+  CHECK(aa_store_calib_get(st, "cpu:x:1MiB", "shm", &json) == 1 && json == NULL);
+  CHECK((raw_sql(path, "UPDATE runs SET predicted_json = '{bad'", msg, sizeof msg) & 0xff) == SQLITE_CONSTRAINT);
+  CHECK_MSG(strstr(msg, "run_predicted_is_json"), "%s", msg);
+  CHECK((raw_sql(path, "INSERT INTO calibrations VALUES ('cpu:x:1MiB', 'mpi', '{}', 1, 1)", msg, sizeof msg) &
+         0xff) == SQLITE_CONSTRAINT);
+  CHECK_MSG(strstr(msg, "calibration_backend_known"), "%s", msg);
+  CHECK(aa_store_calib_put(st, "cpu:x:1MiB", "shm", "{\"version\": 1}") == 0);
+  aa_store_close(st);
+}
+
+/* A run keeps the cost model's breakdown of its predicted step as it was
+ * given; "" is none, and text that is not JSON is refused. */
+AA_TEST(a_run_keeps_its_predicted_breakdown) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  int64_t job = new_job(st, HW), run = 0, bare = 0;
+  aa_strategy_t s = strat(0, AA_F32, 2);
+  const char *breakdown = "{\"forward_ms\":1.5,\"backward_ms\":3,\"ops_estimated\":2,\"links_estimated\":0}";
+  aa_store_run_new_t nr = {.job_id = job, .kind = AA_STORE_RUN_DRYRUN, .strategy = &s,
+                           .status = AA_STORE_RUN_QUEUED, .predicted_tokens_per_s = 100,
+                           .predicted_json = breakdown};
+  CHECK_MSG(aa_store_run_insert(st, &nr, &run) == 0, "%s", aa_last_error());
+  nr.predicted_json = "";
+  CHECK_MSG(aa_store_run_insert(st, &nr, &bare) == 0, "%s", aa_last_error());
+  aa_store_run_t r;
+  CHECK(aa_store_run_get(st, run, &r) == 0 && strcmp(r.predicted_json, breakdown) == 0);
+  aa_store_run_clear(&r);
+  CHECK(aa_store_run_get(st, bare, &r) == 0 && strcmp(r.predicted_json, "") == 0);
+  aa_store_run_clear(&r);
+  /* The walks read the column too, and the answers still get their job's options. */
+  aa_store_run_filter_t f = {.job_id = job, .limit = 1};
+  collected_t c = {0};
+  CHECK(aa_store_runs_query(st, &f, collect_runs, &c) == 0 && c.n == 1 && c.ids[0] == run);
+  nr.predicted_json = "{not json";
+  int64_t id = 0;
+  CHECK_ERR(aa_store_run_insert(st, &nr, &id), AA_EINVAL, "run_predicted_is_json");
+  aa_store_close(st);
+}
+
+/* The predicted breakdown of a walked run, copied. */
+static int copy_predicted(const aa_store_run_t *r, void *data) {
+  snprintf(data, 256, "%s", r->predicted_json);
+  return 0;
+}
+
+AA_TEST(answers_read_the_predicted_breakdown_and_the_job_options_after_it) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  int64_t job = new_job(st, HW), run = 0;
+  aa_strategy_t s = strat(0, AA_F32, 2);
+  aa_store_run_new_t nr = {.job_id = job, .kind = AA_STORE_RUN_DRYRUN, .strategy = &s,
+                           .status = AA_STORE_RUN_RUNNING, .predicted_json = "{\"bubble_ms\":0}"};
+  CHECK_MSG(aa_store_run_insert(st, &nr, &run) == 0, "%s", aa_last_error());
+  aa_store_run_result_t res = {.status = AA_STORE_RUN_OK, .tokens_per_s = 10};
+  CHECK(aa_store_run_finish(st, run, &res) == 0);
+  CHECK(aa_store_job_finish(st, job, AA_STORE_JOB_DONE, run, 0, NULL) == 0);
+  answers_t a = answers(st, HW);
+  CHECK(a.n == 1 && a.ids[0] == run && strcmp(a.options, "{\"refresh\": false}") == 0);
+  char pred[256] = "";
+  aa_store_run_filter_t f = {.job_id = job};
+  CHECK(aa_store_runs_query(st, &f, copy_predicted, pred) == 0 && strcmp(pred, "{\"bubble_ms\":0}") == 0);
+  aa_store_close(st);
+}
+
+/* --- calibrations ------------------------------------------------------------------ */
+
+AA_TEST(device_of_strips_the_pool_count_only) {
+  char d[AA_STORE_HW_MAX];
+  aa_store_device_of("cpu:AMD EPYC 7B13 (2 threads):24000MiBx2", d, sizeof d);
+  CHECK_MSG(strcmp(d, "cpu:AMD EPYC 7B13 (2 threads):24000MiB") == 0, "%s", d);
+  aa_store_device_of("cuda:NVIDIA H100 80GB HBM3:81559MiBx128", d, sizeof d);
+  CHECK_MSG(strcmp(d, "cuda:NVIDIA H100 80GB HBM3:81559MiB") == 0, "%s", d);
+  aa_store_device_of("cpu:Test:100MiB", d, sizeof d); /* already a device */
+  CHECK(strcmp(d, "cpu:Test:100MiB") == 0);
+  aa_store_device_of("cpu:box:100MiBx", d, sizeof d); /* no digits: no count */
+  CHECK(strcmp(d, "cpu:box:100MiBx") == 0);
+  aa_store_device_of("x12", d, sizeof d); /* nothing would be left */
+  CHECK(strcmp(d, "x12") == 0);
+  char small[8];
+  aa_store_device_of("cpu:long name:1MiBx4", small, sizeof small);
+  CHECK(strcmp(small, "cpu:lon") == 0);
+}
+
+/* The calibrations a walk gave: "device/backend/json" per row, in order. */
+typedef struct {
+  int n;
+  char row[8][160];
+  int64_t updated[8];
+} calibs_t;
+
+static int collect_calib(const aa_store_calib_t *c, void *data) {
+  calibs_t *l = data;
+  if (l->n == 8) return 1;
+  snprintf(l->row[l->n], sizeof l->row[l->n], "%s/%s/%s", c->device, c->backend, c->json);
+  l->updated[l->n] = c->updated_at;
+  CHECK(c->measured_at == c->updated_at && c->updated_at > 0);
+  l->n++;
+  return 0;
+}
+
+static int stop_calib(const aa_store_calib_t *c, void *data) {
+  (void)c;
+  (void)data;
+  return 9;
+}
+
+AA_TEST(calibrations_put_get_replace_and_list_newest_first) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  char *json = NULL;
+  CHECK(aa_store_calib_get(st, "cpu:A:1MiB", "shm", &json) == 1 && json == NULL);
+  CHECK_MSG(aa_store_calib_put(st, "cpu:A:1MiB", "shm", "{\"v\":1}") == 0, "%s", aa_last_error());
+  CHECK(aa_store_calib_put(st, "cuda:G:80MiB", "nccl", "{\"v\":2}") == 0);
+  CHECK(aa_store_calib_put(st, "cpu:B:2MiB", "gloo", "{\"v\":3}") == 0);
+  CHECK(aa_store_calib_get(st, "cpu:A:1MiB", "shm", &json) == 0 && json && strcmp(json, "{\"v\":1}") == 0);
+  free(json);
+  json = NULL;
+  CHECK(aa_store_calib_get(st, "cpu:A:1MiB", "gloo", &json) == 1 && json == NULL); /* other backend */
+  /* A put replaces the JSON of the same key. */
+  CHECK(aa_store_calib_put(st, "cpu:A:1MiB", "shm", "{\"v\":4}") == 0);
+  CHECK(aa_store_calib_get(st, "cpu:A:1MiB", "shm", &json) == 0 && strcmp(json, "{\"v\":4}") == 0);
+  free(json);
+  /* Newest first: make the times differ by hand (puts within one second tie). */
+  char path[512];
+  cur_path(path);
+  CHECK(raw_sql(path,
+                "UPDATE calibrations SET updated_at = 300, measured_at = 300 WHERE device = 'cpu:B:2MiB';"
+                "UPDATE calibrations SET updated_at = 200, measured_at = 200 WHERE device = 'cpu:A:1MiB';"
+                "UPDATE calibrations SET updated_at = 100, measured_at = 100 WHERE device = 'cuda:G:80MiB';",
+                NULL, 0) == SQLITE_OK);
+  calibs_t l = {0};
+  CHECK(aa_store_calib_list(st, "cpu:", collect_calib, &l) == 0 && l.n == 2);
+  CHECK_MSG(strcmp(l.row[0], "cpu:B:2MiB/gloo/{\"v\":3}") == 0, "%s", l.row[0]);
+  CHECK_MSG(strcmp(l.row[1], "cpu:A:1MiB/shm/{\"v\":4}") == 0, "%s", l.row[1]);
+  CHECK(l.updated[0] == 300 && l.updated[1] == 200);
+  memset(&l, 0, sizeof l);
+  CHECK(aa_store_calib_list(st, NULL, collect_calib, &l) == 0 && l.n == 3);
+  CHECK(strncmp(l.row[2], "cuda:G:80MiB/nccl/", 18) == 0);
+  memset(&l, 0, sizeof l);
+  CHECK(aa_store_calib_list(st, "rocm:", collect_calib, &l) == 0 && l.n == 0);
+  CHECK(aa_store_calib_list(st, "", stop_calib, NULL) == 9);
+  aa_store_close(st);
+}
+
+AA_TEST(a_calibration_with_bad_json_or_key_is_refused_and_nothing_is_written) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  CHECK_ERR(aa_store_calib_put(st, "cpu:A:1MiB", "shm", "{not json"), AA_EINVAL, "calibration_is_json");
+  CHECK_ERR(aa_store_calib_put(st, "cpu:A:1MiB", "shm", ""), AA_EINVAL, "calibration_is_json");
+  CHECK_ERR(aa_store_calib_put(st, "cpu:A:1MiB", "shm", NULL), AA_EINVAL, "no JSON");
+  CHECK_ERR(aa_store_calib_put(st, "cpu:A:1MiB", "mpi", "{}"), AA_EINVAL, "unknown backend 'mpi'");
+  CHECK_ERR(aa_store_calib_put(st, "", "shm", "{}"), AA_EINVAL, "calibration device must not be empty");
+  char long_dev[200];
+  memset(long_dev, 'd', sizeof long_dev - 1);
+  long_dev[sizeof long_dev - 1] = '\0';
+  CHECK_ERR(aa_store_calib_put(st, long_dev, "shm", "{}"), AA_EINVAL, "longer than 127");
+  char *json = NULL;
+  CHECK_ERR(aa_store_calib_get(st, "cpu:A:1MiB", NULL, &json), AA_EINVAL, "unknown backend");
+  CHECK(json == NULL);
+  calibs_t l = {0};
+  CHECK(aa_store_calib_list(st, NULL, collect_calib, &l) == 0 && l.n == 0);
+  /* A good put after the refused ones works: no transaction was left open. */
+  CHECK_MSG(aa_store_calib_put(st, "cpu:A:1MiB", "self", "{}") == 0, "%s", aa_last_error());
   aa_store_close(st);
 }
 
@@ -1534,8 +1756,14 @@ int main(void) {
   RUN(open_tightens_store_files_that_group_or_others_can_read);
   RUN(a_journal_file_the_planner_cannot_write_is_named_with_the_fix);
   RUN(a_schema_version_1_store_migrates_to_the_newest_and_keeps_its_rows);
-  RUN(a_schema_version_2_store_migrates_to_4_and_its_runs_have_no_ranks_or_predictions);
+  RUN(a_schema_version_2_store_migrates_to_the_newest_and_its_runs_have_no_ranks_or_predictions);
+  RUN(a_schema_version_4_store_migrates_to_5_with_no_calibrations_and_no_predicted_breakdowns);
   RUN(a_run_keeps_its_predicted_memory_and_bubble);
+  RUN(a_run_keeps_its_predicted_breakdown);
+  RUN(answers_read_the_predicted_breakdown_and_the_job_options_after_it);
+  RUN(device_of_strips_the_pool_count_only);
+  RUN(calibrations_put_get_replace_and_list_newest_first);
+  RUN(a_calibration_with_bad_json_or_key_is_refused_and_nothing_is_written);
   RUN(every_rank_of_a_run_round_trips_with_its_breakdown);
   RUN(bad_rank_figures_are_refused_and_nothing_is_written);
   RUN(model_and_hardware_upsert_keeps_created_at);
