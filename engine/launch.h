@@ -36,4 +36,13 @@ typedef struct aa_launch {
  * Returns 0 or the negative code with the last-error message set. */
 int aa_launch_rank(const aa_launch_t *l, aa_train_result_t *res);
 
+/* Steps 1 and 2 of aa_launch_rank alone, for a rank that runs something
+ * else than aa_train over its group (a calibration, dryrun/calibrate.h):
+ * with cuda >= 0 in a gang, makes the device current; with world > 1,
+ * joins the gang's group into *out (transferred: aa_comm_destroy; the
+ * caller aborts it first when its own work fails). *out = NULL for world
+ * 1. Errors and messages as aa_launch_rank's; *out is set only on
+ * success. */
+int aa_launch_join(const aa_launch_t *l, aa_comm_t **out);
+
 #endif

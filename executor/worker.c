@@ -609,6 +609,19 @@ void aa_worker_stop(aa_worker_t *w) {
 
 const char *aa_worker_device_name(const aa_worker_t *w) { return w->name; }
 
+void aa_worker__fingerprint(const aa_worker_t *w, char out[AA_CALIB_DEVICE_MAX]) {
+  const char *kind = w->dev.cuda >= 0 ? "cuda" : "cpu";
+  char tail[32];
+  snprintf(tail, sizeof tail, ":%lluMiB", (unsigned long long)(w->memory >> 20));
+  size_t room = AA_CALIB_DEVICE_MAX - 1 - strlen(kind) - 1 - strlen(tail), n = strlen(w->name);
+  if (n > room) {
+    n = room;
+    while (n > 0 && ((unsigned char)w->name[n] & 0xC0) == 0x80)
+      n--; /* do not split a UTF-8 character */
+  }
+  snprintf(out, AA_CALIB_DEVICE_MAX, "%s:%.*s%s", kind, (int)n, w->name, tail);
+}
+
 void aa_worker_destroy(aa_worker_t *w) {
   if (!w) return;
   if (!w->stopping) begin_stop(w);

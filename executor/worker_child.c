@@ -15,6 +15,7 @@
 
 #include "../common/file.h"
 #include "../common/spec.h"
+#include "../dryrun/calibrate.h"
 #include "../dryrun/dryrun.h"
 #include "../engine/launch.h"
 #include "../strategies/strategy.h"
@@ -200,7 +201,63 @@ static int run_dryrun(child_t *c, const aa_msg_job_t *job, aa_launch_t *l) {
   return 0;
 }
 
-void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cuda, size_t memory_limit) {
+/* A calibration's progress, as a training's: throttled, first and last always. */
+static void on_calibrate(int done, int total, void *data) {
+  child_t *c = data;
+  double now = aa_now();
+  if (done != 1 && done != total && now - c->last_sent < 1.0 / PROGRESS_PER_S) return;
+  c->last_sent = now;
+  aa_msg_t m = {.type = AA_MSG_PROGRESS};
+  m.progress = (aa_msg_progress_t){.job = c->job,
+                                   .run = c->run,
+                                   .step = (uint64_t)done,
+                                   .total = (uint64_t)total,
+                                   .phase = (char *)"calibrate"};
+  write_frame(c, &m);
+}
+
+/* A calibration job: the rank joins its gang as every rank does, times the
+ * model's ops and the gang's collectives, and rank 0 sends the
+ * measurements as the result's calib text (the others an ok without it,
+ * so that the planner hears from every rank). The job's time limit bounds
+ * the run; half of it is the calibration's budget. */
+static int run_calibrate(child_t *c, const aa_msg_job_t *job, aa_launch_t *l, const char *fingerprint) {
+  char device[32] = "cpu";
+  if (l->cuda >= 0) snprintf(device, sizeof device, "cuda:%d", l->cuda);
+  aa_calib_t *cal = malloc(sizeof *cal);
+  if (!cal) return aa_error(AA_ENOMEM, "out of memory");
+  aa_comm_t *comm = NULL;
+  int rc = aa_launch_join(l, &comm);
+  aa_calibrate_opts_t o = {.threads = l->opts.threads,
+                           .device = device,
+                           .comm = comm,
+                           .max_devices = job->world,
+                           .budget_s = job->time_limit_s > 0 ? job->time_limit_s / 2.0 : 0,
+                           .fingerprint = fingerprint,
+                           .on_progress = on_calibrate,
+                           .progress_data = c};
+  if (!rc) rc = aa_calibrate(l->spec, &o, cal);
+  if (rc && comm) aa_comm_abort(comm);
+  aa_comm_destroy(comm);
+  char *text = NULL;
+  if (!rc && job->rank == 0 && !(text = aa_calib_to_json(cal))) rc = AA_ENOMEM;
+  if (text && strlen(text) > AA_PROTO_JSON_MAX)
+    rc = aa_error(AA_EINVAL, "the calibration's %zu bytes of JSON do not fit a result frame", strlen(text));
+  free(cal);
+  if (rc) {
+    free(text);
+    return rc;
+  }
+  aa_msg_t m = {.type = AA_MSG_RESULT};
+  m.result = (aa_msg_result_t){
+      .job = c->job, .run = c->run, .rank = c->rank, .status = AA_PROTO_RUN_OK, .calib = text};
+  write_frame(c, &m);
+  free(text);
+  return 0;
+}
+
+void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cuda, size_t memory_limit,
+                           const char *fingerprint) {
   /* Die with the executor: a runner nobody waits for only burns the cores. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   sigset_t all;
@@ -238,8 +295,12 @@ void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cud
                    .rendezvous = job->rendezvous,
                    .cuda = cuda,
                    .opts = {.threads = threads, .strategy = &st, .memory_limit = memory_limit}};
-  if (!rc && job->kind == AA_PROTO_JOB_TRAIN) rc = run_train(&c, job, &l);
-  else if (!rc) rc = run_dryrun(&c, job, &l);
+  if (!rc && job->kind == AA_PROTO_JOB_TRAIN)
+    rc = run_train(&c, job, &l);
+  else if (!rc && job->kind == AA_PROTO_JOB_CALIBRATE)
+    rc = run_calibrate(&c, job, &l, fingerprint);
+  else if (!rc)
+    rc = run_dryrun(&c, job, &l);
   if (rc) send_failure(&c, rc);
   _exit(0);
 }

@@ -12,6 +12,7 @@
 #include "../proto/addr.h"
 #include "../proto/frame.h"
 #include "../proto/msg.h"
+#include "../strategies/calib.h"
 #include "../strategies/strategy.h"
 #include "worker.h"
 
@@ -107,9 +108,16 @@ void aa_worker__runner_shutdown(aa_worker_t *w);
 
 /* Runner, child side (worker_child.c): runs the job on the CPU (cuda < 0)
  * or on CUDA device `cuda`, writes progress and result frames to fd, then
- * exits the process. Never returns. */
-void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cuda, size_t memory_limit)
-    __attribute__((noreturn));
+ * exits the process. fingerprint (borrowed) names the device in a
+ * calibration's result: aa_worker__fingerprint's. Never returns. */
+void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cuda, size_t memory_limit,
+                           const char *fingerprint) __attribute__((noreturn));
+
+/* The executor's device fingerprint without the pool's count,
+ * "<kind>:<name>:<MiB>MiB" (the planner's hardware fingerprint, e.g.
+ * "cpu:AMD EPYC 7B13 (2 threads):24000MiBx2", without its "x<N>"; the
+ * name cut to fit 127 bytes at a character boundary), into out. */
+void aa_worker__fingerprint(const aa_worker_t *w, char out[AA_CALIB_DEVICE_MAX]);
 
 /* Rank `rank`'s place in the mesh of strategy st (NULL: none) into coord
  * (by aa_axis_t): the layout's numbers, the ones the engine's mesh is

@@ -214,7 +214,11 @@ int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job) {
   pid_t pid;
   int fd, rc;
   if ((rc = aa_worker__fork_pipe(&pid, &fd))) return rc;
-  if (pid == 0) aa_worker__child_main(job, fd, w->threads, w->dev.cuda, limit);
+  if (pid == 0) {
+    char fingerprint[AA_CALIB_DEVICE_MAX];
+    aa_worker__fingerprint(w, fingerprint);
+    aa_worker__child_main(job, fd, w->threads, w->dev.cuda, limit, fingerprint);
+  }
   memset(r, 0, sizeof *r);
   r->active = true;
   r->pid = pid;
@@ -244,7 +248,10 @@ int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job) {
   if (job->time_limit_s > 0) uv_timer_start(&r->timer, on_time_limit, (uint64_t)job->time_limit_s * 1000, 0);
   aa_worker__log(w, "job %llu run %llu: %s in runner %d (memory limit %zu bytes, 0 = none)",
                  (unsigned long long)job->job, (unsigned long long)job->run,
-                 job->kind == AA_PROTO_JOB_TRAIN ? "training" : "dry run", (int)pid, limit);
+                 job->kind == AA_PROTO_JOB_TRAIN       ? "training"
+                 : job->kind == AA_PROTO_JOB_CALIBRATE ? "calibration"
+                                                       : "dry run",
+                 (int)pid, limit);
   try_reap(w);
   return 0;
 }

@@ -24,6 +24,7 @@
 #include "engine/train.h"
 #include "executor/worker.h"
 #include "proto/msg.h"
+#include "strategies/calib.h"
 #include "strategies/strategy.h"
 
 static char tmpdir[256], sock_path[300], model_json_path[300];
@@ -452,6 +453,41 @@ static void send_rank(peer_t *p, uint64_t job, uint64_t run, const char *strateg
   send_msg(p, &m);
 }
 
+/* A calibrate job for rank `rank` of `world` (rdv: the gang's; NULL alone). */
+static void send_calibrate(peer_t *p, uint64_t job, uint64_t run, int rank, int world, const char *rdv) {
+  aa_msg_t m = {.type = AA_MSG_JOB, .id = run};
+  m.job = (aa_msg_job_t){.job = job,
+                         .run = run,
+                         .kind = AA_PROTO_JOB_CALIBRATE,
+                         .model = model_json,
+                         .strategy = strategy_json,
+                         .measured_steps = 1,
+                         .time_limit_s = 60,
+                         .rank = rank,
+                         .world = world,
+                         .rendezvous = (char *)rdv};
+  send_msg(p, &m);
+}
+
+/* Checks a calibrate job's result from rank 0 of `world`: ok, with a
+ * calibration of that many ranks that parses, named for the executor's
+ * device ("cpu:<name> (1 threads):<MiB>MiB"). */
+static void check_calib_result(const aa_msg_t *res, int world) {
+  CHECK_MSG(res->result.status == AA_PROTO_RUN_OK, "%s", res->result.error ? res->result.error : "");
+  CHECK(res->result.calib != NULL && res->result.tokens_per_s == 0);
+  if (!res->result.calib) return;
+  aa_calib_t *c = calloc(1, sizeof *c);
+  int rc = aa_calib_parse(c, res->result.calib, "result.calib");
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  size_t n = strlen(c->device);
+  CHECK_MSG(!strncmp(c->device, "cpu:", 4) && strstr(c->device, " (1 threads):") && n > 3 &&
+                !strcmp(c->device + n - 3, "MiB"),
+            "%s", c->device);
+  CHECK(c->ranks == world && c->threads == 1 && c->cuda == 0 && c->n_op > 0);
+  CHECK(!strcmp(c->backend, world > 1 ? "shm" : "self") && c->n_link == (world > 1 ? 4 : 0));
+  free(c);
+}
+
 AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_other) {
   int lfd = listen_unix();
   pid_t w[2] = {0, 0};
@@ -494,6 +530,25 @@ AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_ot
   /* Each rank times its own steps, so the throughputs differ a little;
    * the loss is the group's mean on every rank. */
   CHECK(res[0].result.has_final_loss && res[0].result.final_loss == res[1].result.final_loss);
+  for (int r = 0; r < 2; r++)
+    aa_msg_free(&res[r]);
+
+  /* calibrate, alone and as a gang: rank 0's result carries the
+   * calibration, the other rank's is an ok without one. */
+  send_calibrate(&p[0], 25, 205, 0, 1, NULL);
+  int progress = 0;
+  if (!wait_result(&p[0], 25, &res[0], &progress, 60000)) {
+    check_calib_result(&res[0], 1);
+    CHECK(progress >= 1);
+    aa_msg_free(&res[0]);
+  }
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_worker") == 0);
+  for (int r = 0; r < 2; r++)
+    send_calibrate(&p[r], 26, 206, r, 2, rdv);
+  for (int r = 0; r < 2; r++)
+    if (wait_result(&p[r], 26, &res[r], NULL, 60000)) goto out_free;
+  check_calib_result(&res[0], 2);
+  CHECK(res[1].result.status == AA_PROTO_RUN_OK && res[1].result.rank == 1 && !res[1].result.calib);
   for (int r = 0; r < 2; r++)
     aa_msg_free(&res[r]);
 

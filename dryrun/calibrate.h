@@ -1,0 +1,81 @@
+/* Calibrations, the measuring side: time the engine's ops at the shapes a
+ * model's strategies produce and the gang's collectives at several message
+ * sizes, into an aa_calib_t (strategies/calib.h) that the step-time model
+ * (strategies/predict.h) predicts from. What an executor's runner child
+ * runs for a "calibrate" job. Depends on the kernels (kernels/ops.h), the
+ * process groups (comm/comm.h) and the strategies' pure data only. */
+#ifndef AA_CALIBRATE_H
+#define AA_CALIBRATE_H
+
+#include "../comm/comm.h"
+#include "../common/spec.h"
+#include "../strategies/calib.h"
+
+#define AA_CALIBRATE_BUDGET_DEFAULT 60.0 /* seconds */
+#define AA_CALIBRATE_DEVICES_MIN 8       /* the pool covered at least: strategies of up to 8 devices */
+
+/* What a calibration has done so far: `done` of `total` items (op shapes,
+ * then collective measurements), phase "calibrate". */
+typedef void (*aa_calibrate_progress_fn)(int done, int total, void *data);
+
+typedef struct aa_calibrate_opts {
+  int threads;        /* CPU worker threads; 0 = all online cores */
+  const char *device; /* "cpu" (NULL) or "cuda:N" */
+  /* The gang's world group (borrowed), every rank calling aa_calibrate with
+   * the same spec and options; NULL = this process alone. */
+  aa_comm_t *comm;
+  /* The op shapes cover the strategies of pools of up to this many devices
+   * (aa_predict_wanted); the larger of it, the group's size and
+   * AA_CALIBRATE_DEVICES_MIN is used. */
+  int max_devices;
+  /* Seconds the calibration should take at most; 0 = AA_CALIBRATE_BUDGET_DEFAULT.
+   * Past three quarters of it the remaining ops are timed with one call each,
+   * past all of it the remaining collective sizes are skipped (two are
+   * always measured, the fit needs them). A guide, not a deadline: the
+   * caller's time limit is that. */
+  double budget_s;
+  /* The device fingerprint without the pool's count ("cpu:<name>:<MiB>MiB",
+   * as the planner's hardware fingerprint without its trailing "x<N>";
+   * 1..127 bytes, cut to fit). NULL = the device text ("cpu", "cuda:0"). */
+  const char *fingerprint;
+  aa_calibrate_progress_fn on_progress; /* optional, called from the calling thread */
+  void *progress_data;
+} aa_calibrate_opts_t;
+
+/* Calibrates on spec (borrowed; only its architecture and batch are read,
+ * no data) with options o (borrowed; NULL = defaults) into *out (caller's
+ * memory, written only on success).
+ *
+ * Ops: every shape of aa_predict_wanted(spec, max devices, cuda) (at most
+ * AA_CALIB_OPS_MAX of them) runs on buffers of its size filled with small
+ * random values: one untimed call, then three samples of as many calls as
+ * make a sample about a millisecond, each sample's time per call, the
+ * median kept; forward and backward alike (a backward's inputs are its
+ * forward's outputs). With a group, every rank times the same ops at the
+ * same time, one shape after another (a barrier between shapes, so a dead
+ * peer is noticed within the group's abort latency), and the figures kept
+ * are the ranks' mean (an all-reduce); out->ranks is the group's size.
+ *
+ * Collectives (a group of 2 or more ranks): for group sizes t = 2, 4, 8, ...
+ * up to the world, the world is split into blocks of t consecutive ranks
+ * (the ranks past the last whole block sit out), every block measuring at
+ * once; each kind (all-reduce, all-gather, reduce-scatter, and sends as
+ * ping-pongs of the ranks 2i <-> 2i+1 of a block, half a round trip each)
+ * is timed at up to four message sizes (4 KiB .. 4 MiB as cost.h counts a
+ * message), each the median of three samples, and a latency + bandwidth
+ * line fitted on rank 0's block to the bytes each rank's link carries
+ * (cost.h's ring convention: an all-reduce 2(t-1)/t of its message,
+ * gathers and scatters (t-1)/t, a send all of it). Every rank returns
+ * rank 0's lines.
+ *
+ * Returns 0, or a negative code with the last-error message: AA_EINVAL
+ * (bad options, a device the build cannot use, a spec whose shapes do not
+ * fit the kernels' int dimensions), AA_ENOMEM / AA_EOOM (buffers),
+ * AA_ECANCELLED / AA_ETIMEOUT (a peer failed, died or never came: the
+ * group's errors), AA_EUNSUPPORTED (a CUDA device in a build without CUDA),
+ * or the device's own failure. On any failure of a rank in a group of 2 or
+ * more, that rank aborts the group's family, so every peer fails at once
+ * (AA_ECANCELLED) instead of at its timeout. */
+int aa_calibrate(const aa_model_spec_t *spec, const aa_calibrate_opts_t *o, aa_calib_t *out);
+
+#endif
