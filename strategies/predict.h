@@ -48,9 +48,9 @@ typedef struct aa_predict_pool {
 } aa_predict_pool_t;
 
 typedef struct aa_predict {
-  double step_s;          /* the slowest stage's step */
-  double tokens_per_s;    /* global_batch x seq_len / step_s */
-  int stage;              /* the slowest pipeline rank */
+  double step_s;       /* the slowest stage's step */
+  double tokens_per_s; /* global_batch x seq_len / step_s */
+  int stage;           /* the slowest pipeline rank */
   /* That stage's step by part, seconds; they add up to step_s: */
   double forward_s;       /* forward ops, m micro-batches (recompute not included) */
   double backward_s;      /* backward ops and the recomputed forwards */
@@ -71,21 +71,30 @@ typedef struct aa_predict {
  * strategy runs, or no collective at all for a strategy with a group of
  * two or more (the message says to calibrate on a pool of at least two).
  * *out is written only on success. */
-int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_calib_t *c, const aa_predict_pool_t *pool,
-               aa_predict_t *out);
+int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_calib_t *c,
+               const aa_predict_pool_t *pool, aa_predict_t *out);
 
-/* The distinct op shapes one step of s runs on pipeline rank `stage`
- * (every op of its forward, backward and optimizer, at most once per
- * (shape, dtype)), into out (cap entries; fwd_s and bwd_s 0). Returns how
- * many there are (more than cap: only cap written). */
-size_t aa_predict_ops(const aa_arch_t *arch, const aa_strategy_t *s, int stage, aa_calib_op_t *out, size_t cap);
+/* The distinct op shapes one step of s (resolved) runs on pipeline rank
+ * `stage` on a device of kind cuda (1: GPU, 0: CPU; it decides the ops'
+ * dtype and whether 16-bit storage adds casts): every op of its forward,
+ * backward and optimizer, at most once per (shape, dtype), into out (cap
+ * entries; fwd_s and bwd_s 0). Returns how many there are (more than cap:
+ * only cap written); 0 for a strategy the pipeline rules refuse. */
+size_t aa_predict_ops(const aa_arch_t *arch, const aa_strategy_t *s, int stage, int cuda, aa_calib_op_t *out,
+                      size_t cap);
 
 /* What a calibration for the model measures so that every strategy of a
- * pool of up to max_devices (tensor degrees 1, 2, 4, 8 that divide the
- * model, micro-batches the powers of two up to the global batch, the
- * storage dtypes of the device kind: fp32 on CPUs, also bf16 and fp16 on
- * GPUs) finds its shapes: the distinct op shapes of all of them, into out
- * (cap entries). Returns how many (more than cap: only cap written). */
-size_t aa_predict_wanted(const aa_model_spec_t *spec, int max_devices, int cuda, aa_calib_op_t *out, size_t cap);
+ * pool of up to max_devices finds its shapes: the distinct op shapes of
+ * every pipeline rank of every strategy space.h enumerates for such a pool
+ * (its layouts of data, tensor, sequence and pipeline parallelism, each
+ * pipeline shape, ZeRO stage, precision, checkpoint mode and micro-batch:
+ * the divisors of the per-rank batch, so the powers of two up to the
+ * global batch when it is one) that the model allows
+ * (aa_strategy_resolve), at the device kind's dtypes (fp32 on CPUs, the
+ * run's amp on GPUs), into out (cap entries), in the space's order (larger
+ * gangs first). Returns how many (more than cap: only cap written); 0 when
+ * out of memory. */
+size_t aa_predict_wanted(const aa_model_spec_t *spec, int max_devices, int cuda, aa_calib_op_t *out,
+                         size_t cap);
 
 #endif

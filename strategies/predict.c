@@ -1,0 +1,459 @@
+/* The step-time model (predict.h): a rank's ops at the strategy's shapes,
+ * each timed by the calibration, plus its groups' collectives on the
+ * calibration's alpha-beta lines, composed the way the engine schedules
+ * them. Rules: docs/service.md "Calibration".
+ *
+ * The op inventory mirrors engine/model.c's passes over one micro-batch on
+ * a rank (N = micro_batch x seq_len tokens, Ns = N / tp under sequence
+ * parallelism, else N; C, Cl, F, NH and Vl the rank's, sizes.h):
+ *   per block, forward and backward: LayerNorm (Ns, C), the qkv GEMM (N,
+ *     C, 3Cl), attention (micro_batch, seq_len, Cl, NH), the projection (N,
+ *     Cl, C), the residual add (Ns·C), LayerNorm, the fc GEMM (N, C, F),
+ *     GELU (N·F), the fc projection (N, F, C), the residual add;
+ *   the first virtual stage: the embedding (N, C; the vocabulary-parallel
+ *     lookup at every tp);
+ *   the last: the final LayerNorm (Ns, C), the tied head (N, C, Vl) and the
+ *     cross-entropy (N, Vl);
+ *   recomputed in backward: the GELU of every block (selective), the whole
+ *     forward of each block full checkpointing drops;
+ *   per step: AdamW over the rank's parameters, or its ZeRO shard.
+ * On CPUs with 16-bit storage the engine also rounds each activation and
+ * activation gradient it keeps or sends (a CAST forward) and widens the
+ * weights and kept activations it reads (a CAST backward), and per step
+ * rounds the updated parameters; those casts are counted as block_forward,
+ * block_restore, blocks_backward and the head make them (ZeRO 3's widened
+ * gathers are counted as the block weights' widening they replace). */
+#include "predict.h"
+
+#include "pipeline.h"
+#include "sizes.h"
+#include "space.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One op shape of a rank's step and how often each of its kernels runs. */
+typedef struct item {
+  aa_op_shape_t shape;
+  aa_dtype_t dtype;
+  bool per_step; /* the optimizer's, once a step; else once per micro-batch */
+  /* Calls per micro-batch (or step): of the forward kernel in the forward
+   * pass, of the backward kernel in the forward pass (a widening cast),
+   * of the forward kernel in the backward pass (recompute, rounding), of
+   * the backward kernel in the backward pass. */
+  double ff, bf, fb, bb;
+} item_t;
+
+/* Enough for one rank's step: 11 block shapes, 3 outer ones, a dozen casts. */
+#define ITEMS_MAX 48
+
+typedef struct inventory {
+  int n;
+  item_t it[ITEMS_MAX];
+} inventory_t;
+
+static void add(inventory_t *v, aa_op_kind_t op, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
+                aa_dtype_t dtype, bool per_step, double ff, double bf, double fb, double bb) {
+  aa_op_shape_t s = {op, {d0, d1, d2, d3}};
+  if (ff == 0 && bf == 0 && fb == 0 && bb == 0) return;
+  for (int i = 0; i < v->n; i++) {
+    item_t *x = &v->it[i];
+    if (x->per_step == per_step && x->dtype == dtype && !memcmp(&x->shape, &s, sizeof s)) {
+      x->ff += ff;
+      x->bf += bf;
+      x->fb += fb;
+      x->bb += bb;
+      return;
+    }
+  }
+  if (v->n < ITEMS_MAX) v->it[v->n++] = (item_t){s, dtype, per_step, ff, bf, fb, bb};
+}
+
+/* A round (CAST forward) in the forward (pass 0) or backward pass (1). */
+static void round16(inventory_t *v, int64_t n, int pass, double calls) {
+  add(v, AA_OP_CAST, n, 0, 0, 0, AA_F32, false, pass ? 0 : calls, 0, pass ? calls : 0, 0);
+}
+static void widen16(inventory_t *v, int64_t n, int pass, double calls) {
+  add(v, AA_OP_CAST, n, 0, 0, 0, AA_F32, false, 0, pass ? 0 : calls, 0, pass ? calls : 0);
+}
+
+/* The ops of one block's forward, `ff` times in the forward pass and `fb`
+ * times in the backward pass (recompute); backward `bb` times. */
+static void block_ops(inventory_t *v, const aa_arch_t *a, const aa_strategy_t *s, const aa_tp_dims_t *d,
+                      aa_dtype_t dt, double ff, double fb, double bb) {
+  const int64_t B = s->micro_batch, T = a->seq_len, N = B * T, Ns = s->sp ? N / s->tp : N;
+  add(v, AA_OP_LAYERNORM, Ns, d->C, 0, 0, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
+  add(v, AA_OP_MATMUL, N, d->C, 3 * (int64_t)d->Cl, 0, dt, false, ff, 0, fb, bb);
+  add(v, AA_OP_ATTENTION, B, T, d->Cl, d->NH, dt, false, ff, 0, fb, bb);
+  add(v, AA_OP_MATMUL, N, d->Cl, d->C, 0, dt, false, ff, 0, fb, bb);
+  add(v, AA_OP_RESIDUAL, Ns * d->C, 0, 0, 0, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
+  add(v, AA_OP_MATMUL, N, d->C, d->F, 0, dt, false, ff, 0, fb, bb);
+  add(v, AA_OP_GELU, N * d->F, 0, 0, 0, dt, false, ff, 0, fb, bb);
+  add(v, AA_OP_MATMUL, N, d->F, d->C, 0, dt, false, ff, 0, fb, bb);
+}
+
+/* The rounds of one block's forward (block_forward) in pass `pass`. */
+static void block_rounds(inventory_t *v, int64_t NsC, int64_t NCl, int64_t NF, int pass, double calls) {
+  round16(v, NsC, pass, 6 * calls);
+  round16(v, 3 * NCl, pass, calls);
+  round16(v, NCl, pass, calls);
+  round16(v, NF, pass, 2 * calls);
+}
+
+/* The inventory of pipeline rank `stage` of resolved s; AA_EINVAL for a
+ * strategy the pipeline rules refuse. */
+static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int cuda, inventory_t *v) {
+  aa_pp_place_t pl;
+  int rc = aa_pp_place(a, s, 0, stage, &pl);
+  if (rc) return rc;
+  aa_tp_dims_t d;
+  aa_sizes_tp(a, s->tp, &d);
+  const aa_dtype_t dt = cuda ? s->amp : AA_F32;
+  const bool casts = !cuda && s->amp != AA_F32;
+  const int64_t B = s->micro_batch, T = a->seq_len, N = B * T, Ns = s->sp ? N / s->tp : N;
+  const int64_t NsC = Ns * d.C, NCl = N * d.Cl, NF = N * d.F;
+  const int zs = aa_sizes_zero_stage(s->zero, s->dp), L = a->n_layer;
+  int nb = 0, nfull = 0, starts = 0;
+  v->n = 0;
+  for (int c = 0; c < pl.vpp; c++) {
+    if (!(c == 0 && pl.first)) starts++; /* a chunk whose input arrives from the previous stage */
+    for (int l = pl.lo[c]; l < pl.hi[c]; l++) {
+      nb++;
+      nfull += aa_sizes_block_full(s->ckpt, s->ckpt_layers, l) != 0;
+    }
+  }
+  const int nkept = nb - nfull;
+  block_ops(v, a, s, &d, dt, nb, nfull, nb);
+  if (s->ckpt == AA_CKPT_SELECTIVE) add(v, AA_OP_GELU, NF, 0, 0, 0, dt, false, 0, 0, nb, 0);
+  if (pl.first) add(v, AA_OP_ENCODER, N, d.C, 0, 0, dt, false, 1, 0, 0, 1);
+  if (pl.last) {
+    add(v, AA_OP_LAYERNORM, Ns, d.C, 0, 0, dt, false, 1, 0, 0, 1);
+    add(v, AA_OP_MATMUL, N, d.C, d.Vl, 0, dt, false, 1, 0, 0, 1);
+    add(v, AA_OP_XENT, N, d.Vl, 0, 0, dt, false, 1, 0, 0, 1);
+  }
+  const size_t block_n = aa_sizes_unit_numel(a, s->tp, 1);
+  if (casts) {
+    /* Forward: each block's rounds and its weights widened; a received
+     * chunk input widened; the embedding's and the final LayerNorm's
+     * outputs rounded. */
+    block_rounds(v, NsC, NCl, NF, 0, nb);
+    widen16(v, (int64_t)block_n, 0, nb);
+    widen16(v, NsC, 0, starts);
+    round16(v, NsC, 0, pl.first + pl.last);
+    /* Backward: weights and input widened per block; kept fields widened
+     * or the dropped ones recomputed; the activation gradients rounded. */
+    widen16(v, (int64_t)block_n, 1, nb);
+    widen16(v, NsC, 1, nb);
+    block_rounds(v, NsC, NCl, NF, 1, nfull);
+    widen16(v, NsC, 1, 3 * nkept);
+    widen16(v, 3 * NCl, 1, nkept);
+    widen16(v, NCl, 1, nkept);
+    widen16(v, NF, 1, s->ckpt == AA_CKPT_SELECTIVE ? nkept : 2 * nkept);
+    round16(v, NF, 1, (s->ckpt == AA_CKPT_SELECTIVE ? nkept : 0) + 2 * nb);
+    round16(v, NsC, 1, 4 * nb);
+    round16(v, NCl, 1, nb);
+    round16(v, 3 * NCl, 1, nb);
+    if (pl.last) {
+      round16(v, N * d.Vl, 1, 1);
+      round16(v, NsC, 1, 2);
+      widen16(v, NsC, 1, 1);
+    }
+  }
+  /* The optimizer: AdamW over what the rank updates (in fp32 whatever the
+   * amp), then under 16-bit storage the updated parameters rounded and
+   * the outer weights widened once (pass_begin, aa_zero_publish). */
+  size_t upd = 0, held = aa_sizes_params_held(a, s->tp, &pl);
+  for (int u = 0; zs >= 1 && u < L + 2; u++) {
+    size_t n = aa_sizes_unit_held(a, s->tp, &pl, u);
+    if (n) upd += aa_sizes_chunk(n, s->dp);
+  }
+  if (zs == 0) upd = held;
+  add(v, AA_OP_ADAMW, (int64_t)upd, 0, 0, 0, AA_F32, true, 1, 0, 0, 0);
+  if (casts) {
+    add(v, AA_OP_CAST, (int64_t)(zs == 3 ? upd : held), 0, 0, 0, AA_F32, true, 1, 0, 0, 0);
+    size_t pre = aa_sizes_unit_held(a, s->tp, &pl, 0), post = aa_sizes_unit_held(a, s->tp, &pl, L + 1);
+    if (zs < 3 && pre) add(v, AA_OP_CAST, (int64_t)pre, 0, 0, 0, AA_F32, true, 0, 1, 0, 0);
+    if (zs < 3 && post) add(v, AA_OP_CAST, (int64_t)post, 0, 0, 0, AA_F32, true, 0, 1, 0, 0);
+  }
+  return 0;
+}
+
+size_t aa_predict_ops(const aa_arch_t *arch, const aa_strategy_t *s, int stage, int cuda, aa_calib_op_t *out,
+                      size_t cap) {
+  inventory_t v;
+  if (inventory(arch, s, stage, cuda, &v)) return 0;
+  size_t n = 0;
+  for (int i = 0; i < v.n; i++) {
+    bool seen = false;
+    for (int j = 0; j < i && !seen; j++)
+      seen = v.it[j].dtype == v.it[i].dtype && !memcmp(&v.it[j].shape, &v.it[i].shape, sizeof v.it[i].shape);
+    if (seen) continue;
+    if (n < cap) out[n] = (aa_calib_op_t){.shape = v.it[i].shape, .dtype = v.it[i].dtype};
+    n++;
+  }
+  return n;
+}
+
+/* ---- lookups with stand-ins ---------------------------------------------------- */
+
+/* The measured op for shape s, or the nearest of its kind and dtype (in
+ * the log of each dimension it uses) scaled by the work ratio into *fwd
+ * and *bwd; AA_EINVAL when the calibration has none of that kind. */
+static int op_time(const aa_calib_t *c, const aa_op_shape_t *s, aa_dtype_t dtype, double *fwd, double *bwd,
+                   int *estimated) {
+  const aa_calib_op_t *o = aa_calib_find_op(c, s, dtype), *best = NULL;
+  if (o) {
+    *fwd = o->fwd_s;
+    *bwd = o->bwd_s;
+    return 0;
+  }
+  double best_d = INFINITY;
+  for (int i = 0; i < c->n_op; i++) {
+    const aa_calib_op_t *x = &c->op[i];
+    if (x->shape.op != s->op || x->dtype != dtype) continue;
+    double dist = 0;
+    for (int k = 0; k < 4; k++)
+      if (s->d[k] > 0 && x->shape.d[k] > 0) {
+        double r = log((double)s->d[k] / (double)x->shape.d[k]);
+        dist += r * r;
+      }
+    if (dist < best_d) best_d = dist, best = x;
+  }
+  if (!best)
+    return aa_error(AA_EINVAL, "the calibration has no %s op in %s: calibrate the model on this device kind",
+                    aa_op_kind_name(s->op), aa_dtype_name(dtype));
+  double ratio = aa_op_work(s) / aa_op_work(&best->shape);
+  *fwd = best->fwd_s * ratio;
+  *bwd = best->bwd_s * ratio;
+  (*estimated)++;
+  return 0;
+}
+
+/* The line of kind k for groups of t ranks: measured, or the nearest
+ * measured size of that kind (else the all-reduce's, else any kind's),
+ * its latency scaled by (t - 1) / (t0 - 1). */
+static int link_line(const aa_calib_t *c, aa_cost_collective_t k, int t, double *lat, double *bw,
+                     int *estimated) {
+  const aa_calib_link_t *l = aa_calib_find_link(c, k, t);
+  if (l) {
+    *lat = l->latency_s;
+    *bw = l->bytes_per_s;
+    return 0;
+  }
+  const aa_cost_collective_t kinds[3] = {k, AA_COST_ALL_REDUCE, AA_COST_COLLECTIVES};
+  for (int pass = 0; pass < 3 && !l; pass++) {
+    double best = INFINITY;
+    for (int i = 0; i < c->n_link; i++) {
+      const aa_calib_link_t *x = &c->link[i];
+      if (kinds[pass] != AA_COST_COLLECTIVES && x->kind != kinds[pass]) continue;
+      double dist = fabs(log((double)x->ranks / t));
+      if (dist < best || (dist == best && x->ranks < l->ranks)) best = dist, l = x;
+    }
+  }
+  if (!l)
+    return aa_error(AA_EINVAL,
+                    "the calibration measured no collectives (it ran on one device): calibrate on a "
+                    "pool of at least two devices to predict strategies with process groups");
+  *lat = l->latency_s * (double)(t - 1) / (double)(l->ranks - 1);
+  *bw = l->bytes_per_s;
+  (*estimated)++;
+  return 0;
+}
+
+/* Seconds group g's collectives take on one rank: per kind, calls x
+ * latency + the bytes through its link (cost.h's ring convention: 2(t-1)/t
+ * of an all-reduce's, (t-1)/t of an all-gather's or reduce-scatter's, a
+ * point-to-point message whole) / bandwidth. A send and a receive are
+ * one transfer each between two ranks: the send line at 2 ranks. */
+static int group_time(const aa_calib_t *c, const aa_cost_group_t *g, double *out, int *estimated) {
+  *out = 0;
+  if (g->ranks < 2) return 0;
+  const double t = g->ranks;
+  for (int k = 0; k < AA_COST_COLLECTIVES; k++) {
+    const aa_cost_calls_t *x = &g->kind[k];
+    if (!x->calls) continue;
+    bool p2p = k == AA_COST_SEND || k == AA_COST_RECV;
+    double lat, bw, share = p2p ? 1 : k == AA_COST_ALL_REDUCE ? 2 * (t - 1) / t : (t - 1) / t;
+    int rc =
+        link_line(c, p2p ? AA_COST_SEND : (aa_cost_collective_t)k, p2p ? 2 : g->ranks, &lat, &bw, estimated);
+    if (rc) return rc;
+    *out += (double)x->calls * lat + share * (double)x->bytes / bw;
+  }
+  return 0;
+}
+
+/* CPU executors sharing a host's cores: the rate of one relative to an
+ * uncontended one, min(1, cores / (ranks x threads)); 1 on its own host. */
+static double share(int cores, int ranks, int threads) {
+  if (cores <= 0) return 1;
+  double want = (double)ranks * (threads > 0 ? threads : 1);
+  return want > cores ? cores / want : 1;
+}
+
+/* One pipeline rank's step by part (the fields of aa_predict_t). */
+static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, const aa_calib_t *c,
+                         double slow, aa_predict_t *p) {
+  inventory_t v;
+  int rc = inventory(a, s, stage, c->cuda, &v);
+  if (rc) return rc;
+  double fwd_mb = 0, bwd_mb = 0, opt = 0;
+  for (int i = 0; i < v.n; i++) {
+    const item_t *x = &v.it[i];
+    double f, b;
+    if ((rc = op_time(c, &x->shape, x->dtype, &f, &b, &p->ops_estimated))) return rc;
+    if (x->per_step)
+      opt += x->ff * f + x->bf * b;
+    else {
+      fwd_mb += x->ff * f + x->bf * b;
+      bwd_mb += x->fb * f + x->bb * b;
+    }
+  }
+  aa_cost_comm_t cc;
+  aa_cost_comm_stage(a, s, m, stage, &cc);
+  double emb;
+  if ((rc = group_time(c, &cc.tensor, &p->tensor_comm_s, &p->links_estimated)) ||
+      (rc = group_time(c, &cc.pipeline, &p->pipeline_comm_s, &p->links_estimated)) ||
+      (rc = group_time(c, &cc.data, &p->data_comm_s, &p->links_estimated)) ||
+      (rc = group_time(c, &cc.embedding, &emb, &p->links_estimated)))
+    return rc;
+  p->data_comm_s += emb;
+  p->forward_s = m * fwd_mb * slow;
+  p->backward_s = m * bwd_mb * slow;
+  p->optimizer_s = opt * slow;
+  p->bubble = aa_cost_bubble(s, m);
+  const double busy = p->forward_s + p->backward_s + p->tensor_comm_s + p->pipeline_comm_s;
+  p->bubble_s = busy / (1 - p->bubble) - busy;
+  p->step_s = busy + p->bubble_s + p->optimizer_s + p->data_comm_s;
+  return 0;
+}
+
+int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_calib_t *c,
+               const aa_predict_pool_t *pool, aa_predict_t *out) {
+  const aa_arch_t *a = &spec->arch;
+  const int ranks = s->dp * s->tp * s->pp, m = aa_strategy_accum_steps(s, spec);
+  if (pool->devices < ranks)
+    return aa_error(AA_EINVAL, "the pool's %d devices are fewer than the strategy's %d ranks", pool->devices,
+                    ranks);
+  if (s->micro_batch < 1 || m < 1)
+    return aa_error(AA_EINVAL, "the strategy is not resolved for the model (micro_batch %d)", s->micro_batch);
+  aa_pp_place_t pl;
+  int rc = aa_pp_place(a, s, m, 0, &pl);
+  if (rc) return rc;
+  /* Ops were timed with c->ranks executors computing at once on its host;
+   * the pool's run ranks executors on pool->host_cores. */
+  double slow = 1;
+  if (!c->cuda) {
+    int threads = pool->threads > 0 ? pool->threads : c->threads;
+    slow = share(c->host_cores, c->ranks, c->threads) / share(pool->host_cores, ranks, threads);
+  }
+  aa_predict_t best = {0}, p;
+  int ops_est = 0, links_est = 0;
+  for (int r = 0; r < s->pp; r++) {
+    memset(&p, 0, sizeof p);
+    if ((rc = predict_stage(a, s, m, r, c, slow, &p))) return rc;
+    ops_est += p.ops_estimated;
+    links_est += p.links_estimated;
+    if (r == 0 || p.step_s > best.step_s) {
+      best = p;
+      best.stage = r;
+    }
+  }
+  best.ops_estimated = ops_est;
+  best.links_estimated = links_est;
+  best.tokens_per_s = (double)spec->train.global_batch * a->seq_len / best.step_s;
+  aa_cost_memory(a, s, m, &best.mem);
+  *out = best;
+  return 0;
+}
+
+/* ---- what to measure ------------------------------------------------------------ */
+
+/* The distinct (shape, dtype) pairs seen, in an open-addressed hash set
+ * that keeps the order of arrival. */
+typedef struct shape_set {
+  size_t n, cap;      /* entries, and the table's slots (a power of two, twice the most entries) */
+  aa_calib_op_t *ops; /* [cap / 2] in order */
+  int32_t *slot;      /* [cap]: index into ops, -1 empty */
+} shape_set_t;
+
+static uint64_t shape_hash(const aa_calib_op_t *o) {
+  uint64_t h = AA_FNV_INIT;
+  h = aa_fnv1a(h, &o->shape.op, sizeof o->shape.op);
+  h = aa_fnv1a(h, o->shape.d, sizeof o->shape.d);
+  return aa_fnv1a(h, &o->dtype, sizeof o->dtype);
+}
+
+static void set_put(shape_set_t *st, const aa_calib_op_t *o) {
+  if (st->n >= st->cap / 2) return; /* full: more shapes than any model has; the count stops */
+  size_t i = shape_hash(o) & (st->cap - 1);
+  for (; st->slot[i] >= 0; i = (i + 1) & (st->cap - 1)) {
+    const aa_calib_op_t *x = &st->ops[st->slot[i]];
+    if (x->dtype == o->dtype && !memcmp(&x->shape, &o->shape, sizeof o->shape)) return;
+  }
+  st->slot[i] = (int32_t)st->n;
+  st->ops[st->n++] = *o;
+}
+
+size_t aa_predict_wanted(const aa_model_spec_t *spec, int max_devices, int cuda, aa_calib_op_t *out,
+                         size_t cap) {
+  static const struct {
+    aa_pp_schedule_t sched;
+    int vpp;
+    aa_pp_partition_t part;
+  } shapes[] = {{AA_SCHEDULE_1F1B, 1, AA_PARTITION_UNIFORM},
+                {AA_SCHEDULE_1F1B, 1, AA_PARTITION_PARAMETERS},
+                {AA_SCHEDULE_INTERLEAVED, 2, AA_PARTITION_UNIFORM},
+                {AA_SCHEDULE_INTERLEAVED, 2, AA_PARTITION_PARAMETERS}};
+  static const aa_ckpt_mode_t ckpts[] = {AA_CKPT_NONE, AA_CKPT_SELECTIVE, AA_CKPT_FULL};
+  const aa_space_pool_t pool = {.devices = max_devices,
+                                .global_batch = spec->train.global_batch,
+                                .cuda = cuda != 0,
+                                .arch = &spec->arch};
+  shape_set_t st = {.cap = 1u << 17};
+  st.ops = malloc(st.cap / 2 * sizeof *st.ops);
+  st.slot = malloc(st.cap * sizeof *st.slot);
+  size_t nl = aa_space_layouts(NULL, 0, &pool);
+  aa_space_layout_t *layouts = malloc((nl ? nl : 1) * sizeof *layouts);
+  aa_strategy_t *s = malloc(sizeof *s);
+  int *mbs = malloc(sizeof(int) * (size_t)(spec->train.global_batch > 0 ? spec->train.global_batch : 1));
+  size_t n = 0;
+  if (!st.ops || !st.slot || !layouts || !s || !mbs) goto cleanup;
+  memset(st.slot, 0xff, st.cap * sizeof *st.slot);
+  aa_space_layouts(layouts, nl, &pool);
+  aa_dtype_t amps[3];
+  size_t namp = aa_space_precisions(amps, 3, cuda != 0, 0);
+  for (size_t li = 0; li < nl; li++) {
+    const aa_space_layout_t *l = &layouts[li];
+    size_t nmb =
+        aa_space_micro_batches(mbs, (size_t)spec->train.global_batch, spec->train.global_batch / l->dp);
+    for (size_t h = 0; h < (l->pp > 1 ? sizeof shapes / sizeof shapes[0] : 1); h++)
+      for (int z = 0; z <= (l->dp > 1 ? 3 : 0); z++)
+        for (size_t ai = 0; ai < namp; ai++)
+          for (size_t k = 0; k < sizeof ckpts / sizeof ckpts[0]; k++)
+            for (size_t b = 0; b < nmb; b++) {
+              aa_strategy_default(s);
+              s->dp = l->dp, s->tp = l->tp, s->sp = l->sp, s->pp = l->pp;
+              s->schedule = shapes[h].sched, s->vpp = shapes[h].vpp, s->partition = shapes[h].part;
+              s->zero = z, s->amp = amps[ai], s->ckpt = ckpts[k], s->micro_batch = mbs[b];
+              if (aa_strategy_resolve(s, spec, 0)) continue;
+              for (int r = 0; r < s->pp; r++) {
+                aa_calib_op_t ops[ITEMS_MAX];
+                size_t no = aa_predict_ops(&spec->arch, s, r, cuda, ops, ITEMS_MAX);
+                for (size_t i = 0; i < no && i < ITEMS_MAX; i++)
+                  set_put(&st, &ops[i]);
+              }
+            }
+  }
+  n = st.n;
+  memcpy(out, st.ops, (n < cap ? n : cap) * sizeof *out);
+
+cleanup:
+  free(mbs);
+  free(s);
+  free(layouts);
+  free(st.slot);
+  free(st.ops);
+  return n;
+}

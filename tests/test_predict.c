@@ -1,0 +1,353 @@
+/* The step-time model (strategies/predict.h) on a synthetic calibration
+ * whose every op takes its work times a constant: a single rank's step
+ * worked out by hand, the data group's and the pipeline's additions as
+ * cost.h counts them, the stand-ins for missing shapes and group sizes,
+ * the contention of executors sharing a host, and the wanted list covering
+ * the whole search space. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aa_test.h"
+#include "strategies/calib.h"
+#include "strategies/cost.h"
+#include "strategies/predict.h"
+#include "strategies/space.h"
+
+#define K_OP 1e-9 /* seconds per unit of work, forward; backward twice that */
+#define K_ADAMW 3e-9
+#define LAT 1e-5
+#define BW 1e9
+
+static aa_model_spec_t model(void) {
+  aa_model_spec_t sp;
+  memset(&sp, 0, sizeof sp);
+  sp.arch = (aa_arch_t){.family = "gpt2",
+                        .n_layer = 4,
+                        .n_head = 4,
+                        .d_model = 32,
+                        .d_ff = 64,
+                        .seq_len = 16,
+                        .vocab_size = 64};
+  sp.train.global_batch = 8;
+  return sp;
+}
+
+static double op_fwd(const aa_op_shape_t *s) {
+  return (s->op == AA_OP_ADAMW ? K_ADAMW : K_OP) * aa_op_work(s);
+}
+static double op_bwd(const aa_op_shape_t *s) { return s->op == AA_OP_ADAMW ? 0 : 2 * K_OP * aa_op_work(s); }
+
+/* Every op the model's strategies on up to 8 devices run, timed as work x
+ * K; links of every kind at 2, 4 and 8 ranks when links is set. */
+static aa_calib_t *calib(const aa_model_spec_t *sp, int cuda, int links) {
+  aa_calib_t *c = calloc(1, sizeof *c);
+  c->version = AA_CALIB_VERSION;
+  snprintf(c->device, sizeof c->device, "test");
+  snprintf(c->backend, sizeof c->backend, cuda ? "nccl" : "shm");
+  c->cuda = cuda;
+  c->threads = cuda ? 0 : 1;
+  c->host_cores = cuda ? 0 : 8;
+  c->ranks = 2;
+  size_t n = aa_predict_wanted(sp, 8, cuda, c->op, AA_CALIB_OPS_MAX);
+  CHECK_MSG(n > 0 && n <= AA_CALIB_OPS_MAX, "%zu ops wanted", n);
+  c->n_op = (int)(n < AA_CALIB_OPS_MAX ? n : AA_CALIB_OPS_MAX);
+  for (int i = 0; i < c->n_op; i++) {
+    c->op[i].fwd_s = op_fwd(&c->op[i].shape);
+    c->op[i].bwd_s = op_bwd(&c->op[i].shape);
+  }
+  for (int k = 0; links && k < AA_COST_RECV; k++)
+    for (int t = 2; t <= 8; t *= 2)
+      c->link[c->n_link++] = (aa_calib_link_t){k, t, LAT * (k + 1), BW * t};
+  return c;
+}
+
+static aa_strategy_t strat(const aa_model_spec_t *sp, int dp, int tp, int pp, int mb) {
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.dp = dp, s.tp = tp, s.pp = pp, s.micro_batch = mb;
+  int rc = aa_strategy_resolve(&s, sp, 0);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  return s;
+}
+
+static int predict(const aa_model_spec_t *sp, const aa_strategy_t *s, const aa_calib_t *c, int host_cores,
+                   aa_predict_t *p) {
+  aa_predict_pool_t pool = {.devices = 8, .host_cores = host_cores};
+  int rc = aa_predict(sp, s, c, &pool, p);
+  if (rc == 0) {
+    double sum = p->forward_s + p->backward_s + p->tensor_comm_s + p->pipeline_comm_s + p->bubble_s +
+                 p->optimizer_s + p->data_comm_s;
+    CHECK_NEAR(sum / p->step_s, 1, 1e-12);
+    CHECK_NEAR(p->tokens_per_s * p->step_s, (double)sp->train.global_batch * sp->arch.seq_len, 1e-6);
+  }
+  return rc;
+}
+
+/* Seconds group g takes with every line at LAT x (kind + 1) and BW x t,
+ * latency scaled by lat_scale; send and receive on the send line at 2. */
+static double comm(const aa_cost_group_t *g, double lat_scale) {
+  double s = 0, t = g->ranks;
+  if (g->ranks < 2) return 0;
+  for (int k = 0; k < AA_COST_COLLECTIVES; k++) {
+    if (!g->kind[k].calls) continue;
+    int p2p = k >= AA_COST_SEND, kk = p2p ? AA_COST_SEND : k;
+    double share = p2p ? 1 : k == AA_COST_ALL_REDUCE ? 2 * (t - 1) / t : (t - 1) / t;
+    double bw = BW * (p2p ? 2 : t);
+    s += (double)g->kind[k].calls * LAT * (kk + 1) * lat_scale + share * (double)g->kind[k].bytes / bw;
+  }
+  return s;
+}
+
+AA_TEST(a_single_rank_step_is_its_ops_worked_out_by_hand) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 0);
+  aa_strategy_t s = strat(&sp, 1, 1, 1, 4); /* 2 micro-batches a step */
+  aa_predict_t p;
+  CHECK_MSG(predict(&sp, &s, c, 0, &p) == 0, "%s", aa_last_error());
+  const double B = 4, T = 16, N = B * T, C = 32, F = 64, V = 64, L = 4, m = 2;
+  const double block = 2 * N * C + 2 * N * C * 3 * C + B * T * T * C + 2 * N * C * C + 2 * N * C +
+                       2 * N * C * F + N * F + 2 * N * F * C;
+  const double work = L * block + N * C + N * C + 2 * N * C * V + N * V;
+  const double params = (V + T) * C + L * (4 * C * C + 2 * F * C + 9 * C + F) + 2 * C;
+  CHECK_NEAR(p.forward_s / (m * K_OP * work), 1, 1e-12);
+  CHECK_NEAR(p.backward_s / (m * 2 * K_OP * work), 1, 1e-12);
+  CHECK_NEAR(p.optimizer_s / (K_ADAMW * params), 1, 1e-12);
+  CHECK_NEAR(p.step_s / (3 * m * K_OP * work + K_ADAMW * params), 1, 1e-12);
+  CHECK(p.tensor_comm_s == 0 && p.data_comm_s == 0 && p.pipeline_comm_s == 0 && p.bubble_s == 0);
+  CHECK(p.ops_estimated == 0 && p.links_estimated == 0 && p.stage == 0);
+  aa_cost_mem_t mem;
+  aa_cost_memory(&sp.arch, &s, 2, &mem);
+  CHECK(mem.total == p.mem.total && mem.total > 0);
+  free(c);
+}
+
+AA_TEST(checkpointing_adds_the_recomputed_forward_to_the_backward) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 0);
+  aa_strategy_t s = strat(&sp, 1, 1, 1, 8);
+  aa_predict_t none, sel, full;
+  CHECK(predict(&sp, &s, c, 0, &none) == 0);
+  s.ckpt = AA_CKPT_SELECTIVE;
+  CHECK(predict(&sp, &s, c, 0, &sel) == 0);
+  s.ckpt = AA_CKPT_FULL;
+  CHECK(predict(&sp, &s, c, 0, &full) == 0);
+  const double B = 8, T = 16, N = B * T, C = 32, F = 64, L = 4;
+  const double block = 2 * N * C + 2 * N * C * 3 * C + B * T * T * C + 2 * N * C * C + 2 * N * C +
+                       2 * N * C * F + N * F + 2 * N * F * C;
+  CHECK(sel.forward_s == none.forward_s && full.forward_s == none.forward_s);
+  CHECK_NEAR((sel.backward_s - none.backward_s) / (L * N * F * K_OP), 1, 1e-9);
+  CHECK_NEAR((full.backward_s - none.backward_s) / (L * block * K_OP), 1, 1e-9);
+  free(c);
+}
+
+AA_TEST(data_parallelism_adds_the_data_groups_collectives) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 1);
+  aa_strategy_t s1 = strat(&sp, 1, 1, 1, 4), s2 = strat(&sp, 2, 1, 1, 4);
+  aa_predict_t p1, p2;
+  CHECK(predict(&sp, &s1, c, 0, &p1) == 0);
+  CHECK_MSG(predict(&sp, &s2, c, 0, &p2) == 0, "%s", aa_last_error());
+  aa_cost_comm_t cc;
+  aa_cost_comm_stage(&sp.arch, &s2, 1, 0, &cc);
+  CHECK(cc.data.ranks == 2 && cc.data.kind[AA_COST_ALL_REDUCE].calls > 0);
+  CHECK_NEAR(p2.data_comm_s / comm(&cc.data, 1), 1, 1e-12);
+  /* Half the micro-batches, the same optimizer (ZeRO 0): only the data group added. */
+  CHECK_NEAR(p2.forward_s * 2 / p1.forward_s, 1, 1e-12);
+  CHECK_NEAR(p2.step_s, p1.forward_s / 2 + p1.backward_s / 2 + p1.optimizer_s + comm(&cc.data, 1), 1e-15);
+  CHECK(p2.links_estimated == 0);
+  /* ZeRO 1 updates half the parameters (each unit's chunk of two). */
+  s2.zero = 1;
+  aa_predict_t z1;
+  CHECK(predict(&sp, &s2, c, 0, &z1) == 0);
+  CHECK(z1.optimizer_s < p2.optimizer_s * 0.51 && z1.optimizer_s > p2.optimizer_s * 0.49);
+  free(c);
+}
+
+AA_TEST(tensor_parallelism_adds_the_tensor_groups_collectives) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 1);
+  for (int sq = 0; sq <= 1; sq++) {
+    aa_strategy_t s = strat(&sp, 1, 2, 1, 4);
+    s.sp = sq;
+    aa_predict_t p;
+    CHECK_MSG(predict(&sp, &s, c, 0, &p) == 0, "%s", aa_last_error());
+    aa_cost_comm_t cc;
+    aa_cost_comm_stage(&sp.arch, &s, 2, 0, &cc);
+    CHECK_NEAR(p.tensor_comm_s / comm(&cc.tensor, 1), 1, 1e-12);
+    CHECK(p.ops_estimated == 0 && p.links_estimated == 0);
+  }
+  free(c);
+}
+
+AA_TEST(a_pipeline_stretches_its_busy_time_by_the_bubble) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 1);
+  aa_strategy_t s = strat(&sp, 1, 1, 2, 2); /* 4 micro-batches a step */
+  aa_predict_t p;
+  CHECK_MSG(predict(&sp, &s, c, 0, &p) == 0, "%s", aa_last_error());
+  CHECK_NEAR(p.bubble, aa_cost_bubble(&s, 4), 1e-15);
+  CHECK_NEAR(p.bubble, 1.0 / 5, 1e-15);
+  double busy = p.forward_s + p.backward_s + p.tensor_comm_s + p.pipeline_comm_s;
+  CHECK_NEAR(p.bubble_s / (busy * p.bubble / (1 - p.bubble)), 1, 1e-12);
+  aa_cost_comm_t cc;
+  aa_cost_comm_stage(&sp.arch, &s, 4, p.stage, &cc);
+  CHECK(p.pipeline_comm_s > 0);
+  CHECK_NEAR(p.pipeline_comm_s / comm(&cc.pipeline, 1), 1, 1e-12);
+  CHECK_NEAR(p.data_comm_s / (comm(&cc.data, 1) + comm(&cc.embedding, 1)), 1, 1e-12);
+  /* The last stage runs the head: it is the slower one here. */
+  CHECK(p.stage == 1);
+  free(c);
+}
+
+AA_TEST(missing_shapes_and_group_sizes_are_stood_in_for_and_counted) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 0);
+  /* All-reduces measured at 2 ranks only. */
+  c->link[c->n_link++] = (aa_calib_link_t){AA_COST_ALL_REDUCE, 2, LAT, BW * 2};
+  aa_strategy_t s = strat(&sp, 4, 1, 1, 2);
+  aa_predict_t p;
+  CHECK_MSG(predict(&sp, &s, c, 0, &p) == 0, "%s", aa_last_error());
+  CHECK(p.links_estimated == 1 && p.ops_estimated == 0);
+  aa_cost_comm_t cc;
+  aa_cost_comm_stage(&sp.arch, &s, 1, 0, &cc);
+  /* The ring's 3 steps instead of 1; the bandwidth of 2 ranks' (BW x 2, what comm() gives at t = 2). */
+  double t = 4, share = 2 * (t - 1) / t;
+  double want = (double)cc.data.kind[AA_COST_ALL_REDUCE].calls * LAT * 3 +
+                share * (double)cc.data.kind[AA_COST_ALL_REDUCE].bytes / (BW * 2);
+  CHECK_NEAR(p.data_comm_s / want, 1, 1e-12);
+  /* A kind not measured (ZeRO 1's all-gather) takes the all-reduce's line. */
+  s.zero = 1;
+  CHECK(predict(&sp, &s, c, 0, &p) == 0);
+  CHECK(p.links_estimated == 3); /* all-reduce, reduce-scatter, all-gather at 4 ranks */
+  /* An op shape not measured takes a neighbour's time scaled by the work:
+   * with times proportional to work, the same prediction. */
+  aa_predict_t exact, near;
+  s.zero = 0;
+  CHECK(predict(&sp, &s, c, 0, &exact) == 0);
+  int removed = 0;
+  for (int i = 0; i < c->n_op && !removed; i++)
+    if (c->op[i].shape.op == AA_OP_MATMUL && c->op[i].shape.d[0] == 2 * 16 && c->op[i].shape.d[2] == 96) {
+      c->op[i] = c->op[--c->n_op];
+      removed = 1;
+    }
+  CHECK(removed);
+  CHECK(predict(&sp, &s, c, 0, &near) == 0);
+  CHECK(near.ops_estimated == 1);
+  CHECK_NEAR(near.step_s / exact.step_s, 1, 1e-12);
+  free(c);
+}
+
+AA_TEST(a_calibration_without_collectives_cannot_predict_a_group) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 0);
+  aa_strategy_t s = strat(&sp, 2, 1, 1, 4);
+  aa_predict_t p;
+  p.step_s = -1;
+  CHECK(predict(&sp, &s, c, 0, &p) == AA_EINVAL);
+  CHECK_MSG(strstr(aa_last_error(), "calibrate on a pool of at least two devices") != NULL, "%s",
+            aa_last_error());
+  CHECK(p.step_s == -1);
+  /* An op kind never measured is refused, naming it. */
+  int n = 0;
+  for (int i = 0; i < c->n_op; i++)
+    if (c->op[i].shape.op != AA_OP_XENT) c->op[n++] = c->op[i];
+  c->n_op = n;
+  s = strat(&sp, 1, 1, 1, 4);
+  CHECK(predict(&sp, &s, c, 0, &p) == AA_EINVAL);
+  CHECK_MSG(strstr(aa_last_error(), "no xent op in fp32") != NULL, "%s", aa_last_error());
+  /* A pool smaller than the gang. */
+  aa_predict_pool_t small = {.devices = 1};
+  s = strat(&sp, 2, 1, 1, 4);
+  CHECK(aa_predict(&sp, &s, c, &small, &p) == AA_EINVAL);
+  free(c);
+}
+
+AA_TEST(executors_sharing_a_hosts_cores_compute_slower) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 1);
+  c->host_cores = 2; /* measured: 2 ranks of 1 thread on 2 cores, uncontended */
+  aa_strategy_t s = strat(&sp, 4, 1, 1, 2);
+  aa_predict_t own, shared;
+  CHECK(predict(&sp, &s, c, 0, &own) == 0);
+  CHECK(predict(&sp, &s, c, 2, &shared) == 0); /* 4 ranks on 2 cores */
+  CHECK_NEAR(shared.forward_s / own.forward_s, 2, 1e-12);
+  CHECK_NEAR(shared.optimizer_s / own.optimizer_s, 2, 1e-12);
+  CHECK(shared.data_comm_s == own.data_comm_s);
+  /* Measured contended (4 ranks on 2 cores), predicted on separate hosts: faster. */
+  c->ranks = 4;
+  aa_predict_t sep;
+  CHECK(predict(&sp, &s, c, 0, &sep) == 0);
+  CHECK_NEAR(sep.forward_s / own.forward_s, 0.5, 1e-12);
+  free(c);
+}
+
+AA_TEST(cpu_16bit_storage_adds_casts_and_gpus_time_ops_in_their_amp) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 0);
+  aa_strategy_t s = strat(&sp, 1, 1, 1, 4);
+  aa_predict_t f32, b16;
+  CHECK(predict(&sp, &s, c, 0, &f32) == 0);
+  s.amp = AA_BF16;
+  CHECK(predict(&sp, &s, c, 0, &b16) == 0);
+  CHECK(b16.forward_s > f32.forward_s && b16.backward_s > f32.backward_s &&
+        b16.optimizer_s > f32.optimizer_s);
+  aa_calib_op_t ops[64];
+  size_t n = aa_predict_ops(&sp.arch, &s, 0, 0, ops, 64), casts = 0;
+  for (size_t i = 0; i < n; i++) {
+    CHECK(ops[i].dtype == AA_F32);
+    casts += ops[i].shape.op == AA_OP_CAST;
+  }
+  CHECK(casts > 0);
+  n = aa_predict_ops(&sp.arch, &s, 0, 1, ops, 64);
+  for (size_t i = 0; i < n; i++) {
+    CHECK(ops[i].shape.op != AA_OP_CAST);
+    CHECK(ops[i].dtype == (ops[i].shape.op == AA_OP_ADAMW ? AA_F32 : AA_BF16));
+  }
+  free(c);
+}
+
+/* Every strategy the search space holds for pools of 1..8 devices finds
+ * every op measured, on CPUs and on GPUs. */
+AA_TEST(the_wanted_shapes_cover_every_strategy_of_the_space) {
+  aa_model_spec_t sp = model();
+  for (int cuda = 0; cuda <= 1; cuda++) {
+    aa_calib_t *c = calib(&sp, cuda, 1);
+    for (int d = 1; d <= 8; d++) {
+      aa_space_pool_t pool = {
+          .devices = d, .global_batch = sp.train.global_batch, .cuda = cuda, .arch = &sp.arch};
+      size_t n = aa_space_enumerate(NULL, NULL, 0, &pool), checked = 0;
+      aa_strategy_t *all = malloc(n * sizeof *all);
+      aa_space_enumerate(all, NULL, n, &pool);
+      for (size_t i = 0; i < n; i++) {
+        if (aa_strategy_resolve(&all[i], &sp, 0)) continue;
+        aa_predict_t p;
+        aa_predict_pool_t pp = {.devices = d};
+        int rc = aa_predict(&sp, &all[i], c, &pp, &p);
+        char key[AA_STRATEGY_KEY_MAX];
+        aa_strategy_key(&all[i], key);
+        CHECK_MSG(rc == 0, "%s: %s", key, aa_last_error());
+        CHECK_MSG(rc != 0 || p.ops_estimated == 0, "%s: %d ops estimated", key, p.ops_estimated);
+        checked++;
+      }
+      CHECK(checked > 0);
+      free(all);
+    }
+    free(c);
+  }
+}
+
+int main(void) {
+  RUN(a_single_rank_step_is_its_ops_worked_out_by_hand);
+  RUN(checkpointing_adds_the_recomputed_forward_to_the_backward);
+  RUN(data_parallelism_adds_the_data_groups_collectives);
+  RUN(tensor_parallelism_adds_the_tensor_groups_collectives);
+  RUN(a_pipeline_stretches_its_busy_time_by_the_bubble);
+  RUN(missing_shapes_and_group_sizes_are_stood_in_for_and_counted);
+  RUN(a_calibration_without_collectives_cannot_predict_a_group);
+  RUN(executors_sharing_a_hosts_cores_compute_slower);
+  RUN(cpu_16bit_storage_adds_casts_and_gpus_time_ops_in_their_amp);
+  RUN(the_wanted_shapes_cover_every_strategy_of_the_space);
+  return aa_test_summary();
+}
