@@ -549,7 +549,7 @@ typedef struct {
   uint64_t executor;   /* the executor that runs it */
   bool done;           /* its result came, or its executor died */
   int order;           /* 1 for the first rank to end, 2 for the next, ... */
-  aa_msg_result_t res; /* its result; res.error owned, res.key unused */
+  aa_msg_result_t res; /* its result; res.error and res.calib owned, res.key unused */
 } aa_gang_rank_t;
 
 /* A job the planner has started: the current one, or a parked one. */
@@ -587,6 +587,18 @@ struct aa_planner_job {
   bool aborted;        /* the ranks still running were told to stop */
   bool lost_executor;  /* a rank ended because its executor vanished, not the strategy */
   bool train_retried;  /* its training run was tried again once already */
+  /* The calibrate phase (docs/service.md "Jobs" step 4): before its first
+   * dry run the job looks up the calibration of its device and, when that
+   * lacks what the model or the pool needs, has its pool measure one. The
+   * measuring gang is no run of the store: while it is out, calibrating
+   * is set and run_id is calib_run_id (job_run.c). */
+  struct aa_calib *calib;  /* the calibration the predictions come from (owned), NULL = none */
+  bool calib_wanted;       /* the stored one is missing or lacks something: measure */
+  bool calib_over;         /* the phase is over (with a calibration or without) */
+  bool calibrating;        /* the running gang is the calibration */
+  char calib_what[160];    /* what it measures, for the log */
+  double calib_started;    /* aa_now() when it was sent */
+  char verdict[512];       /* aa__search_verdict of the search's pick */
   /* Parked: its next run needs executors that are not connected. */
   aa_waiting_t waiting;   /* since 0 = not parked; while its executors are back, since is the last tick */
   int need_world;         /* executors of its hardware one host must have */

@@ -8,7 +8,9 @@
 #include "planner/planner.h"
 #include "planner/planner_internal.h"
 #include "planner/store.h"
+#include "strategies/calib.h"
 #include "strategies/cost.h"
+#include "strategies/predict.h"
 #include "strategies/space.h"
 #include "tests/aa_test.h"
 
@@ -445,6 +447,61 @@ AA_TEST(search_remeasures_leaders_within_the_noise) {
   s.dispatched = 3;
   CHECK(aa__search_remeasure_next(&s, 0) == -1);
   aa__search_free(&s);
+}
+
+/* A calibration made up here: every op the model's strategies on `devices`
+ * CPUs run takes 1 ns per unit of work forward and 2 backward, every
+ * collective of two 10 us + bytes at 1 GB/s. */
+static aa_calib_t *synthetic_calib(const aa_model_spec_t *spec, int devices) {
+  aa_calib_t *c = calloc(1, sizeof *c);
+  CHECK(c != NULL);
+  c->version = AA_CALIB_VERSION;
+  snprintf(c->device, sizeof c->device, "cpu:test:1024MiB");
+  snprintf(c->backend, sizeof c->backend, "shm");
+  c->threads = 1;
+  c->host_cores = devices;
+  c->ranks = devices;
+  c->measured_s = 1;
+  size_t n = aa_predict_wanted(spec, devices, 0, c->op, AA_CALIB_OPS_MAX);
+  CHECK(n > 0 && n <= AA_CALIB_OPS_MAX);
+  c->n_op = (int)n;
+  for (int i = 0; i < c->n_op; i++) {
+    c->op[i].fwd_s = 1e-9 * aa_op_work(&c->op[i].shape);
+    c->op[i].bwd_s = c->op[i].shape.op == AA_OP_ADAMW ? 0 : 2 * c->op[i].fwd_s;
+  }
+  for (int k = 0; k < AA_COST_COLLECTIVES; k++)
+    c->link[c->n_link++] = (aa_calib_link_t){.kind = k, .ranks = 2, .latency_s = 1e-5, .bytes_per_s = 1e9};
+  return c;
+}
+
+/* The search on the step-time model's predictions from a calibration whose
+ * op times are known: every candidate of two CPUs is predicted, the dry
+ * runs come highest prediction first, and with every run measuring twice
+ * the prediction the refit finds the 2 and the stop still comes early. */
+AA_TEST(search_with_a_synthetic_calibration_measures_a_few_in_predicted_order) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  aa_calib_t *cal = synthetic_calib(&spec, 2);
+  aa_search_t s;
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
+  const aa_predict_pool_t pool = {.devices = 2, .host_cores = 2};
+  int predicted = 0, pending = 0;
+  for (size_t i = 0; i < s.n; i++) {
+    aa_predict_t pr;
+    if (s.c[i].state != AA_CAND_PENDING) continue;
+    pending++;
+    int rc = aa_predict(&spec, &s.c[i].s, cal, &pool, &pr);
+    CHECK_MSG(rc == 0, "%s: %s", s.c[i].key, aa_last_error());
+    if (rc) continue;
+    aa__search_set_prediction(&s, (int)i, pr.tokens_per_s);
+    predicted++;
+  }
+  CHECK(predicted == pending && predicted > 20);
+  int runs = run_biased(&s, 2);
+  CHECK_NEAR(s.correction, 2, 1e-9);
+  CHECK_MSG(runs >= 1 && runs < s.valid / 4, "%d dry runs of %d", runs, s.valid);
+  CHECK(s.bound_pruned > 0);
+  aa__search_free(&s);
+  free(cal);
 }
 
 AA_TEST(search_limits_prune_what_was_not_measured) {
@@ -1075,6 +1132,7 @@ int main(void) {
   RUN(search_orders_by_prediction_and_stops_below_the_bound);
   RUN(search_refit_takes_the_median_ratio_and_the_worst_miss);
   RUN(search_remeasures_leaders_within_the_noise);
+  RUN(search_with_a_synthetic_calibration_measures_a_few_in_predicted_order);
   RUN(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees);
   RUN(hardware_fingerprint_is_kind_name_memory_world);
   RUN(job_json_has_the_documented_shape);
