@@ -52,22 +52,26 @@ double aa_op_work(const aa_op_shape_t *s) {
 
 /* ---- writing ------------------------------------------------------------ */
 
-/* Appends v to arr, taking the reference; false when either is NULL. */
-static bool push(json_t *arr, json_t *v) { return arr && v && json_array_append_new(arr, v) == 0; }
+/* Appends v to arr, taking the reference whatever happens (jansson's
+ * append releases it on failure too); false when either is NULL or the
+ * append fails. */
+static bool push(json_t *arr, json_t *v) {
+  if (!arr || !v) {
+    json_decref(v);
+    return false;
+  }
+  return json_array_append_new(arr, v) == 0;
+}
 
 static json_t *op_json(const aa_calib_op_t *o) {
   json_t *dims = json_array(), *a = json_array();
-  bool ok = dims && a;
+  bool ok = dims != NULL;
   for (int i = 0; ok && i < 4; i++)
     ok = push(dims, json_integer(o->shape.d[i]));
-  ok = ok && push(a, json_string(aa_op_kind_name(o->shape.op)));
-  if (ok && push(a, dims))
-    dims = NULL;
-  else
-    ok = false;
+  ok = push(a, json_string(aa_op_kind_name(o->shape.op))) && ok;
+  ok = push(a, dims) && ok; /* dims is a's (or released) from here */
   ok = ok && (unsigned)o->dtype < 3 && push(a, json_string(dtype_names[o->dtype]));
   ok = ok && push(a, json_real(o->fwd_s)) && push(a, json_real(o->bwd_s));
-  json_decref(dims);
   if (!ok) json_decref(a);
   return ok ? a : NULL;
 }
@@ -97,14 +101,15 @@ char *aa_calib_to_json(const aa_calib_t *c) {
     ok = push(ops, op_json(&c->op[i]));
   for (int i = 0; ok && i < c->n_link && i < AA_CALIB_LINKS_MAX; i++)
     ok = push(links, link_json(&c->link[i]));
-  if (ok && !json_object_set_new(root, "ops", ops))
+  /* json_object_set_new takes the value's reference, on failure too. */
+  if (ok) {
+    ok = !json_object_set_new(root, "ops", ops);
     ops = NULL;
-  else
-    ok = false;
-  if (ok && !json_object_set_new(root, "links", links))
+  }
+  if (ok) {
+    ok = !json_object_set_new(root, "links", links);
     links = NULL;
-  else
-    ok = false;
+  }
   /* jansson writes reals with 17 significant digits: the text reads back
    * as the same doubles. */
   if (ok) text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);

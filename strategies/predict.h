@@ -61,8 +61,10 @@ typedef struct aa_predict {
   double data_comm_s;     /* the data group's and the embedding group's collectives */
   double bubble;          /* aa_cost_bubble */
   aa_cost_mem_t mem;      /* the most loaded rank's bytes (cost.h) */
-  int ops_estimated;      /* op shapes taken from a neighbour */
-  int links_estimated;    /* collectives taken from another group size or kind */
+  /* Stand-ins, summed over the pipeline ranks (each rank's distinct op
+   * shapes and each group's kinds, looked up once a rank): */
+  int ops_estimated;   /* op shapes taken from a neighbour */
+  int links_estimated; /* collectives taken from another group size or kind */
 } aa_predict_t;
 
 /* Predicts strategy s (resolved for spec) on pool from calibration c.
@@ -76,7 +78,8 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
 
 /* The distinct op shapes one step of s (resolved) runs on pipeline rank
  * `stage` on a device of kind cuda (1: GPU, 0: CPU; it decides the ops'
- * dtype and whether 16-bit storage adds casts): every op of its forward,
+ * dtype, fp32 on CPUs and s->amp on GPUs but fp32 for AdamW, and whether
+ * 16-bit storage adds casts, CPUs only): every op of its forward,
  * backward and optimizer, at most once per (shape, dtype), into out (cap
  * entries; fwd_s and bwd_s 0). Returns how many there are (more than cap:
  * only cap written); 0 for a strategy the pipeline rules refuse. */

@@ -123,6 +123,34 @@ AA_TEST(a_single_rank_step_is_its_ops_worked_out_by_hand) {
   free(c);
 }
 
+/* The GEMMs of the inventory are cost.h's lower bound of a rank's FLOPs:
+ * with only the GEMMs timed (2 N C OC work forward, twice that backward)
+ * the compute is min_flops_per_token x the micro-batches' tokens, whatever
+ * the tensor slice, sequence parallelism, stage or recompute. */
+AA_TEST(the_gemms_are_the_cost_models_flops) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 1);
+  for (int i = 0; i < c->n_op; i++)
+    if (c->op[i].shape.op != AA_OP_MATMUL) c->op[i].fwd_s = c->op[i].bwd_s = 0;
+  const int cfg[][4] = {{1, 1, 0, 1}, {2, 1, 0, 1}, {2, 1, 1, 1}, {4, 1, 1, 1}, {1, 2, 0, 1}, {2, 2, 1, 2}};
+  for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++)
+    for (int ck = 0; ck < 3; ck++) {
+      aa_strategy_t s = strat(&sp, 1, cfg[k][0], cfg[k][1], 2);
+      s.sp = cfg[k][2];
+      s.ckpt = (aa_ckpt_mode_t)ck;
+      s.ckpt_layers = ck == AA_CKPT_FULL ? cfg[k][3] : 0;
+      aa_predict_t p;
+      CHECK_MSG(predict(&sp, &s, c, 0, &p) == 0, "%s", aa_last_error());
+      const int m = aa_strategy_accum_steps(&s, &sp);
+      const double tokens = (double)m * s.micro_batch * sp.arch.seq_len;
+      double want = aa_cost_min_flops_per_token_stage(&sp.arch, &s, p.stage) * tokens * K_OP;
+      CHECK_MSG(fabs((p.forward_s + p.backward_s) / want - 1) < 1e-12,
+                "tp %d pp %d sp %d ckpt %d: %.9g vs %.9g", cfg[k][0], cfg[k][1], cfg[k][2], ck,
+                p.forward_s + p.backward_s, want);
+    }
+  free(c);
+}
+
 AA_TEST(checkpointing_adds_the_recomputed_forward_to_the_backward) {
   aa_model_spec_t sp = model();
   aa_calib_t *c = calib(&sp, 0, 0);
@@ -340,6 +368,7 @@ AA_TEST(the_wanted_shapes_cover_every_strategy_of_the_space) {
 
 int main(void) {
   RUN(a_single_rank_step_is_its_ops_worked_out_by_hand);
+  RUN(the_gemms_are_the_cost_models_flops);
   RUN(checkpointing_adds_the_recomputed_forward_to_the_backward);
   RUN(data_parallelism_adds_the_data_groups_collectives);
   RUN(tensor_parallelism_adds_the_tensor_groups_collectives);
