@@ -23,6 +23,9 @@
 #define REPS_MAX (1 << 20)
 #define MSG_SIZES 4
 #define BUFS_MAX 16
+/* The times of a shape that did not fit in memory: negative, also as the
+ * ranks' mean, so a shape any rank left out is left out. */
+#define SKIPPED (-1e30)
 
 static const size_t msg_bytes[MSG_SIZES] = {4 << 10, 64 << 10, 512 << 10, 4 << 20};
 static const aa_cost_collective_t link_kinds[] = {AA_COST_ALL_REDUCE, AA_COST_ALL_GATHER,
@@ -35,6 +38,7 @@ typedef struct {
   aa_comm_t *comm;
   int rank, world;
   double start, budget_s;
+  size_t mem_limit; /* bytes of one shape's buffers; 0 = as much as the backend gives */
   const aa_model_spec_t *spec;
   uint64_t rng;
   int done, total; /* progress items */
@@ -55,6 +59,7 @@ typedef struct {
   const aa_ops_t *ops;
   void *p[BUFS_MAX];
   int n;
+  size_t bytes, limit; /* taken so far, and at most (0 = no limit) */
 } bufs_t;
 
 static void bufs_free(bufs_t *b) {
@@ -77,10 +82,13 @@ enum { FILL_ZERO, FILL_RAND, FILL_TOKENS };
 static int take(cal_t *c, bufs_t *b, void **out, size_t n, int fill, int vocab) {
   if (n == 0) n = 1;
   if (b->n == BUFS_MAX) return aa_error(AA_EINTERNAL, "calibration: too many buffers for one op");
+  if (b->limit && (n > b->limit / 4 || b->bytes + n * 4 > b->limit))
+    return aa_error(AA_EOOM, "calibration: an op's buffers past %zu bytes", b->limit);
   void *p = NULL;
   int rc = b->ops->alloc(&p, n * 4);
   if (rc) return rc;
   b->p[b->n++] = p;
+  b->bytes += n * 4;
   if (fill != FILL_ZERO) {
     void *host = malloc(n * 4);
     if (!host) return aa_error(AA_ENOMEM, "calibration: out of host memory for %zu bytes", n * 4);
@@ -349,11 +357,17 @@ static int same_shape(const aa_op_shape_t *a, const aa_op_shape_t *b) {
          a->d[3] == b->d[3];
 }
 
-/* Times op shape w into its fwd_s and bwd_s. */
+/* Times op shape w into its fwd_s and bwd_s; both SKIPPED when its
+ * buffers do not fit in memory. */
 static int measure_op(cal_t *c, aa_calib_op_t *w) {
-  bufs_t b = {.ops = c->ops};
+  bufs_t b = {.ops = c->ops, .limit = c->mem_limit};
   shape_t s;
   int rc = setup(c, w, &s, &b);
+  if (rc == AA_EOOM || rc == AA_ENOMEM) {
+    bufs_free(&b);
+    w->fwd_s = w->bwd_s = SKIPPED;
+    return 0;
+  }
   if (!rc) rc = c->ops->sync();
   if (!rc && s.kind == AA_OP_MATMUL) c->ops->set_gemm_inputs(s.dtype);
   if (!rc) rc = time_calls(c, &s, 0, &w->fwd_s);
@@ -378,7 +392,8 @@ static int dev_buffer(cal_t *c, void **out, size_t bytes) {
   return rc ? aa_error_wrap(rc, "calibration: %zu bytes for the group", bytes) : 0;
 }
 
-/* x(n) = the ranks' mean of x, in fp32 (the group's sums are fp32). */
+/* x(n) = the ranks' mean of x, in fp32 (the group's sums are fp32; a
+ * SKIPPED value keeps the mean negative). */
 static int mean_over_ranks(cal_t *c, double *x, size_t n) {
   float *host = malloc(n * sizeof *host);
   void *dev = NULL;
@@ -390,7 +405,7 @@ static int mean_over_ranks(cal_t *c, double *x, size_t n) {
   if (!rc) rc = aa_comm_all_reduce(c->comm, dev, dev, n, AA_F32, AA_COMM_AVG);
   if (!rc) rc = c->ops->download(host, dev, n * sizeof *host);
   for (size_t i = 0; !rc && i < n; i++)
-    x[i] = host[i] > 0 ? host[i] : 1e-9;
+    x[i] = host[i];
   c->ops->free(dev);
   free(host);
   return rc;
@@ -426,18 +441,32 @@ static int op_pass(cal_t *c, aa_calib_t *out) {
     }
     progress(c);
   }
-  if (c->world < 2) return 0;
-  double *t = malloc((size_t)out->n_op * 2 * sizeof *t);
-  if (!t) return aa_error(AA_ENOMEM, "calibration: out of host memory");
-  for (int i = 0; i < out->n_op; i++)
-    t[2 * i] = out->op[i].fwd_s, t[2 * i + 1] = out->op[i].bwd_s;
-  int rc = mean_over_ranks(c, t, (size_t)out->n_op * 2);
-  for (int i = 0; !rc && i < out->n_op; i++) {
-    out->op[i].fwd_s = t[2 * i];
-    out->op[i].bwd_s = out->op[i].shape.op == AA_OP_ADAMW ? 0 : t[2 * i + 1];
+  if (c->world > 1) {
+    double *t = malloc((size_t)out->n_op * 2 * sizeof *t);
+    if (!t) return aa_error(AA_ENOMEM, "calibration: out of host memory");
+    for (int i = 0; i < out->n_op; i++)
+      t[2 * i] = out->op[i].fwd_s, t[2 * i + 1] = out->op[i].bwd_s;
+    int rc = mean_over_ranks(c, t, (size_t)out->n_op * 2);
+    for (int i = 0; !rc && i < out->n_op; i++)
+      out->op[i].fwd_s = t[2 * i], out->op[i].bwd_s = t[2 * i + 1];
+    free(t);
+    if (rc) return aa_error_wrap(rc, "calibration: the ranks' op times");
   }
-  free(t);
-  return rc ? aa_error_wrap(rc, "calibration: the ranks' op times") : 0;
+  /* The shapes that did not fit (on any rank) are left out: the model
+   * takes them from their measured neighbours. */
+  int kept = 0;
+  for (int i = 0; i < out->n_op; i++) {
+    aa_calib_op_t o = out->op[i];
+    if (o.fwd_s < 0) continue;
+    o.fwd_s = o.fwd_s > 1e-9 ? o.fwd_s : 1e-9;
+    o.bwd_s = o.shape.op == AA_OP_ADAMW ? 0 : o.bwd_s > 1e-9 ? o.bwd_s : 1e-9;
+    out->op[kept++] = o;
+  }
+  if (kept == 0)
+    return aa_error(AA_EOOM, "calibration: none of the model's %d op shapes fits in memory%s", out->n_op,
+                    c->mem_limit ? " (the limit)" : "");
+  out->n_op = kept;
+  return 0;
 }
 
 /* ---- the collective pass --------------------------------------------------------------- */
@@ -617,6 +646,12 @@ static int calibrate(cal_t *c, const aa_calibrate_opts_t *o, aa_calib_t *out) {
   int host_cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
   int threads = o->threads > 0 ? o->threads : host_cores;
   aa_ops_cpu()->set_threads(threads);
+  /* One shape's buffers take at most the limit; on the CPU, where an
+   * allocation rarely fails but touching it may end the process, half the
+   * host's memory shared by the ranks when there is no limit. */
+  c->mem_limit = o->memory_limit;
+  if (!c->mem_limit && !c->cuda)
+    c->mem_limit = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE) / 2 / (size_t)c->world;
   int devices = o->max_devices > c->world ? o->max_devices : c->world;
   if (devices < AA_CALIBRATE_DEVICES_MIN) devices = AA_CALIBRATE_DEVICES_MIN;
   memset(out, 0, sizeof *out);

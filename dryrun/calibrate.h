@@ -38,6 +38,11 @@ typedef struct aa_calibrate_opts {
    * as the planner's hardware fingerprint without its trailing "x<N>";
    * 1..127 bytes, cut to fit). NULL = the device text ("cpu", "cuda:0"). */
   const char *fingerprint;
+  /* Bytes one op shape's buffers may take; a shape past it, or one the
+   * device has no memory for, is left out of the calibration. 0 = on the
+   * CPU half the host's memory over the group's ranks, on a GPU what it
+   * gives. */
+  size_t memory_limit;
   aa_calibrate_progress_fn on_progress; /* optional, called from the calling thread */
   void *progress_data;
 } aa_calibrate_opts_t;
@@ -55,6 +60,11 @@ typedef struct aa_calibrate_opts {
  * same time, one shape after another (a barrier between shapes, so a dead
  * peer is noticed within the group's abort latency), and the figures kept
  * are the ranks' mean (an all-reduce); out->ranks is the group's size.
+ * A shape whose buffers do not fit (memory_limit, or the device's memory
+ * on any rank) is left out: the step-time model takes it from its
+ * measured neighbours; AA_EOOM only when none fits. Kernels that ignore
+ * the storage dtype (all but the GEMMs and the casts) are timed once per
+ * shape, their figures kept for each dtype wanted.
  *
  * Collectives (a group of 2 or more ranks): for group sizes t = 2, 4, 8, ...
  * up to the world, the world is split into blocks of t consecutive ranks
@@ -70,7 +80,8 @@ typedef struct aa_calibrate_opts {
  *
  * Returns 0, or a negative code with the last-error message: AA_EINVAL
  * (bad options, a device the build cannot use, a spec whose shapes do not
- * fit the kernels' int dimensions), AA_ENOMEM / AA_EOOM (buffers),
+ * fit the kernels' int dimensions), AA_EOOM (no op shape fits), AA_ENOMEM
+ * (the collectives' buffers),
  * AA_ECANCELLED / AA_ETIMEOUT (a peer failed, died or never came: the
  * group's errors), AA_EUNSUPPORTED (a CUDA device in a build without CUDA),
  * or the device's own failure. On any failure of a rank in a group of 2 or

@@ -233,6 +233,7 @@ static int run_calibrate(child_t *c, const aa_msg_job_t *job, aa_launch_t *l, co
                            .comm = comm,
                            .max_devices = job->world,
                            .budget_s = job->time_limit_s > 0 ? job->time_limit_s / 2.0 : 0,
+                           .memory_limit = l->opts.memory_limit,
                            .fingerprint = fingerprint,
                            .on_progress = on_calibrate,
                            .progress_data = c};

@@ -191,6 +191,25 @@ AA_TEST(alone_every_wanted_op_is_timed_and_the_json_reads_back) {
   free(back);
 }
 
+AA_TEST(shapes_past_the_memory_limit_are_left_out) {
+  aa_model_spec_t s;
+  if (tiny_spec(&s)) return;
+  aa_calib_t *c = calloc(1, sizeof *c);
+  static aa_calib_op_t wanted[AA_CALIB_OPS_MAX];
+  int n = (int)aa_predict_wanted(&s, AA_CALIBRATE_DEVICES_MIN, 0, wanted, AA_CALIB_OPS_MAX);
+  /* 256 KiB: the small shapes fit, the widest micro-batches' do not. */
+  aa_calibrate_opts_t o = {.threads = 1, .memory_limit = 256 << 10};
+  CHECK(aa_calibrate(&s, &o, c) == 0);
+  CHECK_MSG(c->n_op > 0 && c->n_op < n, "%d of %d shapes", c->n_op, n);
+  for (int i = 0; i < c->n_op; i++)
+    CHECK(c->op[i].fwd_s > 0);
+  o.memory_limit = 16;
+  c->n_op = -7;
+  CHECK(aa_calibrate(&s, &o, c) == AA_EOOM);
+  CHECK(c->n_op == -7);
+  free(c);
+}
+
 AA_TEST(bad_options_are_einval) {
   aa_model_spec_t s;
   if (tiny_spec(&s)) return;
@@ -209,6 +228,7 @@ int main(void) {
   RUN(a_gang_of_two_fits_every_collective_kind_for_pairs);
   RUN(a_rank_that_dies_makes_its_peer_fail_at_once);
   RUN(alone_every_wanted_op_is_timed_and_the_json_reads_back);
+  RUN(shapes_past_the_memory_limit_are_left_out);
   RUN(bad_options_are_einval);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

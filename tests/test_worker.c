@@ -469,6 +469,41 @@ static void send_calibrate(peer_t *p, uint64_t job, uint64_t run, int rank, int 
   send_msg(p, &m);
 }
 
+/* Waits for the results of job from the executors of p that want[r] says
+ * run it, answering both executors' heartbeats meanwhile (a planner that
+ * listened to one executor only would make the other take it for dead
+ * after 10 silent beats); progress frames are counted into progress[r].
+ * 0, or -1 when one did not come (no result is kept then). */
+static int wait_results(peer_t p[2], const int want[2], uint64_t job, aa_msg_t res[2], int progress[2],
+                        int ms) {
+  int got[2] = {!want[0], !want[1]}, bad = 0;
+  double end = aa_now() + ms / 1e3;
+  while ((!got[0] || !got[1]) && !bad && aa_now() < end) {
+    for (int r = 0; r < 2 && !bad; r++) {
+      aa_msg_t m;
+      int rc = want[r] && got[r] ? 0 : recv_non_beat(&p[r], &m, 20, NULL);
+      bad = rc < 0;
+      if (rc != 1) continue;
+      if (want[r] && m.type == AA_MSG_PROGRESS && m.progress.job == job) {
+        progress[r]++;
+        aa_msg_free(&m);
+      } else if (want[r] && m.type == AA_MSG_RESULT && m.result.job == job) {
+        res[r] = m;
+        got[r] = 1;
+      } else {
+        CHECK_MSG(0, "executor %d: unexpected %s", r, aa_msg_type_name(m.type));
+        aa_msg_free(&m);
+      }
+    }
+  }
+  CHECK_MSG(got[0] && got[1], "job %llu: result of rank 0 %s, of rank 1 %s", (unsigned long long)job,
+            got[0] ? "here" : "missing", got[1] ? "here" : "missing");
+  if (got[0] && got[1]) return 0;
+  for (int r = 0; r < 2; r++)
+    if (want[r] && got[r]) aa_msg_free(&res[r]);
+  return -1;
+}
+
 /* Checks a calibrate job's result from rank 0 of `world`: ok, with a
  * calibration of that many ranks that parses, named for the executor's
  * device ("cpu:<name> (1 threads):<MiB>MiB"). */
@@ -536,17 +571,16 @@ AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_ot
   /* calibrate, alone and as a gang: rank 0's result carries the
    * calibration, the other rank's is an ok without one. */
   send_calibrate(&p[0], 25, 205, 0, 1, NULL);
-  int progress = 0;
-  if (!wait_result(&p[0], 25, &res[0], &progress, 60000)) {
+  int progress[2] = {0, 0};
+  if (!wait_results(p, (const int[]){1, 0}, 25, res, progress, 60000)) {
     check_calib_result(&res[0], 1);
-    CHECK(progress >= 1);
+    CHECK_MSG(progress[0] >= 1, "%d progress frames", progress[0]);
     aa_msg_free(&res[0]);
   }
   CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_worker") == 0);
   for (int r = 0; r < 2; r++)
     send_calibrate(&p[r], 26, 206, r, 2, rdv);
-  for (int r = 0; r < 2; r++)
-    if (wait_result(&p[r], 26, &res[r], NULL, 60000)) goto out_free;
+  if (wait_results(p, (const int[]){1, 1}, 26, res, progress, 60000)) goto out_free;
   check_calib_result(&res[0], 2);
   CHECK(res[1].result.status == AA_PROTO_RUN_OK && res[1].result.rank == 1 && !res[1].result.calib);
   for (int r = 0; r < 2; r++)
