@@ -442,11 +442,12 @@ static int op_pass(cal_t *c, aa_calib_t *out) {
     progress(c);
   }
   if (c->world > 1) {
-    double *t = malloc((size_t)out->n_op * 2 * sizeof *t);
+    size_t n = 2 * (size_t)(out->n_op > 0 ? out->n_op : 0); /* n_op <= AA_CALIB_OPS_MAX */
+    double *t = malloc(n * sizeof *t + 1);
     if (!t) return aa_error(AA_ENOMEM, "calibration: out of host memory");
     for (int i = 0; i < out->n_op; i++)
       t[2 * i] = out->op[i].fwd_s, t[2 * i + 1] = out->op[i].bwd_s;
-    int rc = mean_over_ranks(c, t, (size_t)out->n_op * 2);
+    int rc = mean_over_ranks(c, t, n);
     for (int i = 0; !rc && i < out->n_op; i++)
       out->op[i].fwd_s = t[2 * i], out->op[i].bwd_s = t[2 * i + 1];
     free(t);
@@ -658,6 +659,16 @@ static int calibrate(cal_t *c, const aa_calibrate_opts_t *o, aa_calib_t *out) {
   out->version = AA_CALIB_VERSION;
   size_t wanted = aa_predict_wanted(c->spec, devices, c->cuda, out->op, AA_CALIB_OPS_MAX);
   out->n_op = wanted < AA_CALIB_OPS_MAX ? (int)wanted : AA_CALIB_OPS_MAX;
+  /* Each (shape, dtype) once, whatever the list repeats: a calibration
+   * that measured one twice would not parse. */
+  int distinct = 0;
+  for (int i = 0; i < out->n_op; i++) {
+    int seen = 0;
+    for (int j = 0; j < distinct && !seen; j++)
+      seen = out->op[j].dtype == out->op[i].dtype && same_shape(&out->op[j].shape, &out->op[i].shape);
+    if (!seen) out->op[distinct++] = out->op[i];
+  }
+  out->n_op = distinct;
   if (out->n_op == 0) return aa_error(AA_EINVAL, "calibration: the model has no op shapes to measure");
   int nt = 0;
   for (int t = 2; t <= c->world; t *= 2)

@@ -49,13 +49,14 @@ static char *slurp(const char *path) {
 }
 
 typedef struct {
-  int die_rank; /* this rank kills itself after die_after progress items; -1 = none */
-  int die_after;
+  int die_rank; /* this rank kills itself at progress item die_at; -1 = none */
+  int die_at;   /* > 0: that item; <= 0: that many items before the last */
+  double budget_s;
 } gang_cfg_t;
 
 static void maybe_die(int done, int total, void *data) {
-  (void)total;
-  if (done == *(const int *)data) kill(getpid(), SIGKILL);
+  int at = *(const int *)data;
+  if (done == (at > 0 ? at : total + at)) kill(getpid(), SIGKILL);
 }
 
 /* One rank of a gang calibration: writes its calibration's JSON to
@@ -67,10 +68,11 @@ static int gang_rank(const char *rdv, int rank, const void *data) {
   aa_comm_t *comm = NULL;
   aa_calib_t *cal = malloc(sizeof *cal);
   int rc = cal ? aa_comm_init(&comm, rdv, rank, 2, NULL) : AA_ENOMEM;
-  aa_calibrate_opts_t o = {.threads = 1, .comm = comm, .fingerprint = "cpu:test:1MiB"};
+  aa_calibrate_opts_t o = {
+      .threads = 1, .comm = comm, .fingerprint = "cpu:test:1MiB", .budget_s = cfg->budget_s};
   if (rank == cfg->die_rank) {
     o.on_progress = maybe_die;
-    o.progress_data = (void *)&cfg->die_after;
+    o.progress_data = (void *)&cfg->die_at;
   }
   if (!rc) rc = aa_calibrate(&s, &o, cal);
   if (rc) fprintf(stderr, "rank %d: %s\n", rank, aa_last_error());
@@ -133,14 +135,11 @@ AA_TEST(a_gang_of_two_fits_every_collective_kind_for_pairs) {
 
 AA_TEST(a_rank_that_dies_makes_its_peer_fail_at_once) {
   /* Rank 1 dies in the op pass (after 5 shapes), then, in a second gang,
-   * in the collectives (past every op shape). */
-  aa_model_spec_t s;
-  if (tiny_spec(&s)) return;
-  static aa_calib_op_t wanted[AA_CALIB_OPS_MAX];
-  int n_op = (int)aa_predict_wanted(&s, AA_CALIBRATE_DEVICES_MIN, 0, wanted, AA_CALIB_OPS_MAX);
-  int after[2] = {5, n_op + 3};
+   * in the collectives (8 measurements before the last). A budget of
+   * 10 ms times each op once and the collectives at two sizes: quick. */
+  int at[2] = {5, -8};
   for (int i = 0; i < 2; i++) {
-    gang_cfg_t cfg = {.die_rank = 1, .die_after = after[i]};
+    gang_cfg_t cfg = {.die_rank = 1, .die_at = at[i], .budget_s = 0.01};
     char rdv[AA_RENDEZVOUS_MAX];
     CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_dryrun_calibrate") == 0);
     int status[2];
@@ -151,7 +150,7 @@ AA_TEST(a_rank_that_dies_makes_its_peer_fail_at_once) {
     CHECK_MSG(status[0] != -1 && WIFEXITED(status[0]) && WEXITSTATUS(status[0]) == 2, "rank 0: %#x",
               status[0]);
     double lag = exit_time[0] - exit_time[1];
-    fprintf(stderr, "  rank 0 failed %.3f s after rank 1 died (after %d items)\n", lag, after[i]);
+    fprintf(stderr, "  rank 0 failed %.3f s after rank 1 died (at item %d)\n", lag, at[i]);
     CHECK_MSG(lag < 1.5, "%.3f s", lag);
   }
 }
@@ -171,7 +170,8 @@ AA_TEST(alone_every_wanted_op_is_timed_and_the_json_reads_back) {
   CHECK(rc == 0);
   fprintf(stderr, "  a calibration alone took %.2f s (%zu op shapes)\n", took, n);
   if (!rc) {
-    CHECK(c->n_op == (int)n && c->n_link == 0 && c->ranks == 1 && c->threads == 1 && c->cuda == 0);
+    CHECK(c->n_op >= 1 && c->n_op <= (int)n && c->n_link == 0 && c->ranks == 1 && c->threads == 1 &&
+          c->cuda == 0);
     CHECK(!strcmp(c->backend, "self") && !strcmp(c->device, "cpu"));
     CHECK(c->measured_s > 0 && c->measured_s <= took);
     for (size_t i = 0; i < n && i < AA_CALIB_OPS_MAX; i++) {
@@ -197,8 +197,9 @@ AA_TEST(shapes_past_the_memory_limit_are_left_out) {
   aa_calib_t *c = calloc(1, sizeof *c);
   static aa_calib_op_t wanted[AA_CALIB_OPS_MAX];
   int n = (int)aa_predict_wanted(&s, AA_CALIBRATE_DEVICES_MIN, 0, wanted, AA_CALIB_OPS_MAX);
-  /* 256 KiB: the small shapes fit, the widest micro-batches' do not. */
-  aa_calibrate_opts_t o = {.threads = 1, .memory_limit = 256 << 10};
+  /* 256 KiB: the small shapes fit, the widest micro-batches' do not (a
+   * budget of 10 ms: each op timed once, enough here). */
+  aa_calibrate_opts_t o = {.threads = 1, .memory_limit = 256 << 10, .budget_s = 0.01};
   CHECK(aa_calibrate(&s, &o, c) == 0);
   CHECK_MSG(c->n_op > 0 && c->n_op < n, "%d of %d shapes", c->n_op, n);
   for (int i = 0; i < c->n_op; i++)
