@@ -9,7 +9,7 @@
  * executors, heartbeats, dead peers), jobs.c (submits, the queue, one job's
  * life, results, cancel, waiting clients), search.c (enumeration,
  * exclusions, order, early stop), report.c (the JSON of status and query
- * replies). */
+ * replies), plan.c (`query plan`: predictions from a stored calibration). */
 #ifndef AA_PLANNER_INTERNAL_H
 #define AA_PLANNER_INTERNAL_H
 
@@ -532,7 +532,7 @@ int aa__report_status(aa_planner_t *p, char **out);
 void aa__report_strategy_path(const char *home, const char *name, const char *hash, char *out, size_t n);
 /* Dumps a JSON value compactly (malloc'd, transferred; NULL on no memory). */
 char *aa__report_dump(const json_t *v);
-/* The argument checks of the query handlers, each naming
+/* The argument checks of the query handlers (report.c, plan.c), each naming
  * the query `what` in its AA_EINVAL message: every key of args is one of
  * `allowed` (NULL-terminated); a string argument is absent (*out NULL) or
  * non-empty; an integer one absent (*out 0) or in min..max. */
@@ -541,6 +541,28 @@ int aa__query_get_str(const char *what, const json_t *args, const char *arg, con
 int aa__query_get_int(const char *what, const json_t *args, const char *arg, long long min, long long max,
                       long long *out);
 
+/* --- plan.c ---------------------------------------------------------------------- */
+
+struct aa_predict;
+
+/* The answer to `query plan` (docs/service.md "Plan"): the best strategies
+ * of a pool that need not be connected, predicted from the stored
+ * calibration of its kind of device, with no dry run. args (borrowed):
+ * {"model": spec object or text, "pool": {"kind": "cpu"|"cuda", "devices":
+ * 1..4096}, "device": a device fingerprint (optional), "top": 1..1000
+ * (default 5), "separate_hosts": bool}. Fills out (borrowed) with
+ * "calibration", "pool", "assumptions", the counts and "strategies".
+ * AA_EINVAL for bad arguments or a model the spec rules refuse, AA_ENOENT
+ * when no calibration of the kind (or device) is stored, saying which job
+ * measures one. Pure arithmetic after one store read: fast enough for the
+ * loop thread at the pool sizes the space enumerates (tests/test_plan.c). */
+int aa__plan_query(aa_store_t *st, const json_t *args, json_t *out);
+
+/* The step-time model's breakdown of one prediction, as runs.predicted_json
+ * holds it (docs/store.md): {"forward_ms", "backward_ms", "tensor_comm_ms",
+ * "pipeline_comm_ms", "bubble_ms", "optimizer_ms", "data_comm_ms",
+ * "ops_estimated", "links_estimated"}. A new reference, NULL on no memory. */
+json_t *aa__plan_breakdown(const struct aa_predict *p);
 
 /* --- the jobs' state (after aa_search_t, which a job holds) ----------------------------------- */
 

@@ -491,7 +491,8 @@ int aa__report_query(aa_store_t *st, const char *home, const char *what, const c
   else if (!strcmp(what, "runs")) rc = query_runs(st, a, o);
   else if (!strcmp(what, "run")) rc = query_run(st, a, o);
   else if (!strcmp(what, "jobs")) rc = query_jobs(st, home, a, o, p);
-  else rc = aa_error(AA_EINVAL, "unknown query \"%s\" (accepted: best, runs, run, jobs)", w);
+  else if (!strcmp(what, "plan")) rc = aa__plan_query(st, a, o);
+  else rc = aa_error(AA_EINVAL, "unknown query \"%s\" (accepted: best, runs, run, jobs, plan)", w);
   json_decref(a);
   if (!rc && !(*out = aa__report_dump(o))) rc = aa_error(AA_ENOMEM, "query %s: no memory for the reply", w);
   json_decref(o);

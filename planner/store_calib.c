@@ -33,8 +33,8 @@ static int check_calib_key(const char *device, const char *backend) {
   int err = aa__store_check_key(device, AA_STORE_HW_MAX, "calibration device");
   if (err) return err;
   if (!backend_ok(backend))
-    return aa_error(AA_EINVAL, "calibration of %s: unknown backend '%s' (one of: shm, nccl, gloo, self)", device,
-                    backend ? backend : "");
+    return aa_error(AA_EINVAL, "calibration of %s: unknown backend '%s' (one of: shm, nccl, gloo, self)",
+                    device, backend ? backend : "");
   return 0;
 }
 

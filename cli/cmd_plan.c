@@ -1,0 +1,173 @@
+/* `autoaccel plan MODEL --pool cuda:8`: the best strategies of a pool that
+ * need not be connected, predicted by the planner from a calibration it
+ * stored earlier (docs/service.md "Plan"). Nothing is dry-run. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "client.h"
+#include "common/aa.h"
+#include "common/spec.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: autoaccel plan MODEL --pool KIND:N [--device FINGERPRINT] [--top K] [--separate-hosts]\n"
+          "                      [--json] [--planner ADDR] [--token-file FILE]\n\n"
+          "Predicts the fastest strategies for MODEL (a model spec file) on a pool of N devices of\n"
+          "one kind, from the calibration the planner stored when it last ran a job on that kind of\n"
+          "device. Nothing is dry-run: the figures are predictions, and the assumptions they rest on\n"
+          "are listed under the table.\n\n"
+          "options:\n"
+          "  --pool KIND:N         the pool: cpu:N or cuda:N, N devices (1..4096)\n"
+          "  --device FINGERPRINT  the calibration of this device, such as\n"
+          "                        'cuda:NVIDIA H100 80GB HBM3:81559MiB' (default: the newest of the kind)\n"
+          "  --top K               strategies to show (1..1000, default 5)\n"
+          "  --separate-hosts      CPU pools: each executor has cores of its own (default: they share\n"
+          "                        the host the calibration ran on, and its cores)\n"
+          "  --json                print the planner's reply JSON verbatim\n"
+          "  --planner ADDR        unix:PATH or tcp:HOST:PORT (default unix:<state dir>/planner.sock)\n"
+          "  --token-file FILE     the planner's token (a mode 0600 file; on TCP the default is\n"
+          "                        <state dir>/token, where a planner of that state dir keeps it)\n"
+          "  -h, --help            this help\n\n"
+          "Exit codes: 0 success, 1 failure (no planner, bad model file, no calibration of the kind),\n"
+          "2 usage.\n");
+}
+
+static int bad_usage(const char *fmt, const char *arg) {
+  fprintf(stderr, "autoaccel plan: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n");
+  usage(stderr);
+  return AA_EXIT_USAGE;
+}
+
+/* "cpu:4" or "cuda:8" into kind ("cpu"/"cuda") and n; -1 (message
+ * printed) when it is neither. */
+static int parse_pool(const char *arg, const char **kind, int *n) {
+  const char *colon = strchr(arg, ':');
+  size_t k = colon ? (size_t)(colon - arg) : 0;
+  if (colon && k == 3 && !strncmp(arg, "cpu", 3))
+    *kind = "cpu";
+  else if (colon && k == 4 && !strncmp(arg, "cuda", 4))
+    *kind = "cuda";
+  else {
+    bad_usage("--pool is cpu:N or cuda:N, not '%s'", arg);
+    return -1;
+  }
+  long long v = aa_cli_parse_int("plan", "--pool's N", colon + 1, 1, AA_PROTO_WORLD_MAX);
+  if (v < 0) return -1;
+  *n = (int)v;
+  return 0;
+}
+
+static const char *jstr(const json_t *o, const char *k, const char *dflt) {
+  const char *s = json_string_value(json_object_get(o, k));
+  return s ? s : dflt;
+}
+
+static double jnum(const json_t *o, const char *k) { return json_number_value(json_object_get(o, k)); }
+
+/* The table of a plan reply (docs/service.md "Plan"). */
+static void print_plan(const json_t *root, const char *pool_arg) {
+  json_t *cal = json_object_get(root, "calibration"), *list = json_object_get(root, "strategies");
+  time_t at = (time_t)json_integer_value(json_object_get(cal, "updated_at"));
+  char when[32] = "?";
+  struct tm tm;
+  if (gmtime_r(&at, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
+  printf("plan for %s from the calibration of %s (%s, measured %s): %lld strategies, %lld predicted out of "
+         "memory\n\n",
+         pool_arg, jstr(cal, "device", "?"), jstr(cal, "backend", "?"), when,
+         (long long)json_integer_value(json_object_get(root, "valid")),
+         (long long)json_integer_value(json_object_get(root, "predicted_oom")));
+  size_t i, keyw = 8;
+  json_t *s;
+  json_array_foreach(list, i, s) {
+    size_t n = strlen(jstr(s, "key", "-"));
+    if (n > keyw) keyw = n;
+  }
+  if (!json_array_size(list))
+    printf("no strategy fits the pool\n");
+  else
+    printf("%4s  %-*s %12s %9s %10s\n", "RANK", (int)keyw, "STRATEGY", "PRED TOK/S", "STEP MS", "PEAK/RANK");
+  json_array_foreach(list, i, s) {
+    char rate[32], peak[32];
+    aa_client_fmt_rate(rate, jnum(s, "tokens_per_s"), true);
+    aa_client_fmt_bytes(peak, jnum(s, "peak_bytes"), true);
+    printf("%4zu  %-*s %12s %9.1f %10s\n", i + 1, (int)keyw, jstr(s, "key", "-"), rate, jnum(s, "step_ms"),
+           peak);
+  }
+  printf("\nassumptions:\n");
+  json_array_foreach(json_object_get(root, "assumptions"), i, s) printf("  - %s\n", json_string_value(s));
+}
+
+int aa_cmd_plan(int argc, char **argv) {
+  static const struct option longopts[] = {{"pool", required_argument, 0, 'P'},
+                                           {"device", required_argument, 0, 'd'},
+                                           {"top", required_argument, 0, 't'},
+                                           {"separate-hosts", no_argument, 0, 's'},
+                                           {"planner", required_argument, 0, 'p'},
+                                           {"token-file", required_argument, 0, 'k'},
+                                           {"json", no_argument, 0, 'j'},
+                                           {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
+  const char *planner = NULL, *token_file = NULL, *pool_arg = NULL, *device = NULL, *kind = NULL;
+  long long top = 5;
+  int devices = 0, c;
+  bool json = false, separate = false;
+  optind = 1;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'P':
+      if (parse_pool(optarg, &kind, &devices)) return AA_EXIT_USAGE;
+      pool_arg = optarg;
+      break;
+    case 'd': device = optarg; break;
+    case 't':
+      if ((top = aa_cli_parse_int("plan", "--top", optarg, 1, 1000)) < 0) return AA_EXIT_USAGE;
+      break;
+    case 's': separate = true; break;
+    case 'p': planner = optarg; break;
+    case 'k': token_file = optarg; break;
+    case 'j': json = true; break;
+    case 'h': usage(stdout); return AA_EXIT_OK;
+    default: return bad_usage("unknown option or missing value: '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind != argc - 1) return bad_usage("expected one MODEL spec file%s", "");
+  if (!pool_arg) return bad_usage("--pool KIND:N is required (e.g. --pool cuda:8)%s", "");
+  if (device && strncmp(device, kind, strlen(kind)))
+    return bad_usage("--device must be a device of the pool's kind, not '%s'", device);
+  aa_model_spec_t spec;
+  char *model = NULL;
+  if (aa_spec_load(&spec, argv[optind]) || aa_spec_to_json(&spec, &model)) return aa_cli_fail("plan");
+  json_t *args =
+      json_pack("{s:o, s:{s:s, s:i}, s:I, s:b}", "model", json_loads(model, 0, NULL), "pool", "kind", kind,
+                "devices", devices, "top", (json_int_t)top, "separate_hosts", separate);
+  free(model);
+  if (args && device) json_object_set_new(args, "device", json_string(device));
+  char *text = args ? json_dumps(args, JSON_COMPACT) : NULL, *reply = NULL;
+  json_decref(args);
+  if (!text) {
+    aa_error(AA_ENOMEM, "no memory");
+    return aa_cli_fail("plan");
+  }
+  aa_client_t *cl;
+  int rc = aa_client_connect(&cl, planner, token_file);
+  if (!rc) {
+    rc = aa_client_query(cl, "plan", text, &reply);
+    aa_client_close(cl);
+  }
+  free(text);
+  if (rc) return aa_cli_fail("plan");
+  json_t *root = NULL;
+  int code = aa_client_reply_json("plan", reply, json, &root);
+  if (code >= 0) return code;
+  print_plan(root, pool_arg);
+  json_decref(root);
+  return AA_EXIT_OK;
+}

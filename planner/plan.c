@@ -1,0 +1,408 @@
+/* `query plan` (`autoaccel plan MODEL --pool cpu:8`): the best strategies
+ * of a pool that need not be connected, predicted from the stored
+ * calibration of its kind of device with the step-time model
+ * (strategies/predict.h). Nothing is dry-run: the answer says so, and
+ * lists every assumption the prediction leaned on. Rules:
+ * docs/service.md "Plan". */
+#include "planner_internal.h"
+
+#include "../common/json.h"
+#include "../common/mem.h"
+#include "../strategies/calib.h"
+#include "../strategies/cost.h"
+#include "../strategies/predict.h"
+#include "../strategies/space.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define AA__PLAN_TOP_DEFAULT 5
+#define AA__PLAN_TOP_MAX 1000
+#define AA__PLAN_CANDIDATES_MAX 10000 /* enumerated strategies one plan predicts at most */
+
+json_t *aa__plan_breakdown(const aa_predict_t *p) {
+  return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}", "forward_ms", p->forward_s * 1e3,
+                   "backward_ms", p->backward_s * 1e3, "tensor_comm_ms", p->tensor_comm_s * 1e3,
+                   "pipeline_comm_ms", p->pipeline_comm_s * 1e3, "bubble_ms", p->bubble_s * 1e3,
+                   "optimizer_ms", p->optimizer_s * 1e3, "data_comm_ms", p->data_comm_s * 1e3,
+                   "ops_estimated", p->ops_estimated, "links_estimated", p->links_estimated);
+}
+
+/* The request, checked. */
+typedef struct {
+  aa_model_spec_t spec;
+  int cuda;
+  int devices;
+  const char *device; /* NULL = the newest calibration of the kind */
+  int top;
+  bool separate_hosts;
+} plan_args_t;
+
+static int parse_args(const json_t *args, plan_args_t *a) {
+  static const char *const allowed[] = {"model", "pool", "device", "top", "separate_hosts", NULL};
+  static const char *const pool_allowed[] = {"kind", "devices", NULL};
+  long long top = 0, devices = 0;
+  const char *kind = NULL;
+  int rc = aa__query_check_keys("plan", args, allowed);
+  if (!rc) rc = aa__query_get_str("plan", args, "device", &a->device);
+  if (!rc) rc = aa__query_get_int("plan", args, "top", 1, AA__PLAN_TOP_MAX, &top);
+  if (rc) return rc;
+  a->top = top ? (int)top : AA__PLAN_TOP_DEFAULT;
+  json_t *sep = json_object_get(args, "separate_hosts");
+  if (sep && !json_is_boolean(sep))
+    return aa_error(AA_EINVAL, "query plan: \"separate_hosts\" must be a boolean (got %s)",
+                    aa_json_type_name(sep));
+  a->separate_hosts = json_is_true(sep);
+  json_t *pool = json_object_get(args, "pool");
+  if (!json_is_object(pool))
+    return aa_error(AA_EINVAL,
+                    "query plan: \"pool\" ({\"kind\": \"cpu\" or \"cuda\", \"devices\": N}) is required");
+  rc = aa__query_check_keys("plan", pool, pool_allowed);
+  if (!rc) rc = aa__query_get_str("plan", pool, "kind", &kind);
+  if (!rc) rc = aa__query_get_int("plan", pool, "devices", 1, AA_PROTO_WORLD_MAX, &devices);
+  if (rc) return aa_error_wrap(rc, "\"pool\"");
+  if (!kind || (strcmp(kind, "cpu") && strcmp(kind, "cuda")))
+    return aa_error(AA_EINVAL, "query plan: \"pool\".\"kind\" must be \"cpu\" or \"cuda\"");
+  if (!devices)
+    return aa_error(AA_EINVAL, "query plan: \"pool\".\"devices\" (1..%d) is required", AA_PROTO_WORLD_MAX);
+  a->cuda = !strcmp(kind, "cuda");
+  a->devices = (int)devices;
+  if (a->device && strncmp(a->device, kind, strlen(kind)) != 0)
+    return aa_error(AA_EINVAL, "query plan: device \"%.127s\" is not a %s device", a->device, kind);
+  /* The model: the spec as an object (what `autoaccel plan` sends) or as text. */
+  json_t *model = json_object_get(args, "model");
+  char *text = json_is_object(model) ? json_dumps(model, JSON_COMPACT) : NULL;
+  if (!model) return aa_error(AA_EINVAL, "query plan: \"model\" (a model spec) is required");
+  if (!json_is_object(model) && !json_is_string(model))
+    return aa_error(AA_EINVAL, "query plan: \"model\" must be a model spec object or its text (got %s)",
+                    aa_json_type_name(model));
+  if (json_is_object(model) && !text) return aa_error(AA_ENOMEM, "query plan: no memory");
+  rc = aa_spec_parse(&a->spec, text ? text : json_string_value(model), NULL, "query plan: model");
+  free(text);
+  return rc;
+}
+
+/* The chosen calibration: the one of `want` when given, else the newest
+ * of the kind; and the others of the kind, named when `want` is none. */
+typedef struct {
+  const char *prefix, *want;
+  bool found;
+  aa_store_calib_t row;
+  char *json;
+  char others[512];
+} pick_t;
+
+static int pick_calib(const aa_store_calib_t *c, void *data) {
+  pick_t *p = data;
+  if (p->found || (p->want && strcmp(c->device, p->want))) {
+    size_t n = strlen(p->others);
+    snprintf(p->others + n, sizeof p->others - n, "%s%s (%s)", n ? ", " : "", c->device, c->backend);
+    return 0;
+  }
+  if (!(p->json = strdup(c->json))) return AA_ENOMEM;
+  p->row = *c;
+  p->row.json = NULL;
+  p->found = true;
+  return 0;
+}
+
+static int no_calibration(const plan_args_t *a, const pick_t *p) {
+  const char *kind = a->cuda ? "cuda" : "cpu";
+  if (a->device)
+    return aa_error(
+        AA_ENOENT,
+        "no calibration of device \"%.127s\" is stored (of %s devices: %s); leave out --device, or run "
+        "a job on that device first",
+        a->device, kind, p->others[0] ? p->others : "none");
+  return aa_error(
+      AA_ENOENT,
+      "no calibration of a %s device is stored: run a job on %s devices first (e.g. `autoaccel auto "
+      "--devices %s MODEL`), which measures one, then plan again",
+      kind, kind, a->cuda ? "cuda" : "cpu:2");
+}
+
+/* The device memory in a device fingerprint KIND:NAME:MEMORY_MiB; 0 when it
+ * names none. */
+static uint64_t device_memory(const char *device) {
+  const char *colon = strrchr(device, ':');
+  char *end;
+  if (!colon) return 0;
+  unsigned long long mib = strtoull(colon + 1, &end, 10);
+  if (end == colon + 1 || strcmp(end, "MiB") != 0) return 0;
+  return (uint64_t)mib << 20;
+}
+
+/* One predicted strategy. */
+typedef struct {
+  aa_strategy_t s;
+  aa_predict_t p;
+  size_t order; /* in the enumeration: the tie-break */
+} planned_t;
+
+/* Better first: the higher predicted tokens/s, then the fewer bytes, then
+ * the enumeration's order. */
+static bool better(const planned_t *a, const planned_t *b) {
+  if (a->p.tokens_per_s != b->p.tokens_per_s) return a->p.tokens_per_s > b->p.tokens_per_s;
+  if (a->p.mem.total != b->p.mem.total) return a->p.mem.total < b->p.mem.total;
+  return a->order < b->order;
+}
+
+/* What the enumeration gave: the best `top` predicted, best first, and
+ * the counts. */
+typedef struct {
+  planned_t *list;
+  size_t n, top;              /* kept (<= top) */
+  size_t candidates, invalid; /* enumerated; refused by the model's rules */
+  size_t predicted, predicted_oom, unpredicted;
+  char unpredicted_why[256]; /* the first strategy the model could not predict: why */
+} plan_t;
+
+/* Keeps t if it is among the best `top` so far (insertion into the sorted
+ * list: top is at most AA__PLAN_TOP_MAX). */
+static void keep(plan_t *plan, const planned_t *t) {
+  size_t i = plan->n < plan->top ? plan->n++ : plan->top;
+  if (i == plan->top && !better(t, &plan->list[plan->top - 1])) return;
+  if (i == plan->top) i--;
+  for (; i > 0 && better(t, &plan->list[i - 1]); i--)
+    plan->list[i] = plan->list[i - 1];
+  plan->list[i] = *t;
+}
+
+static int plan_pool(const plan_args_t *a, const aa_calib_t *c, uint64_t memory,
+                     const aa_predict_pool_t *pool, plan_t *out) {
+  const aa_space_pool_t sp = {.devices = a->devices,
+                              .global_batch = a->spec.train.global_batch,
+                              .cuda = a->cuda,
+                              .arch = &a->spec.arch};
+  size_t n = aa_space_enumerate(NULL, NULL, 0, &sp);
+  if (n == 0) return aa_error(AA_EINVAL, "query plan: the pool of %d devices has no strategy", a->devices);
+  /* The strategies are enumerated whole (a few KiB each) and predicted on
+   * the loop thread: bounded, so a plan stalls the planner a fraction of a
+   * second and never takes more than about 100 MiB. */
+  if (n > AA__PLAN_CANDIDATES_MAX)
+    return aa_error(
+        AA_EINVAL,
+        "query plan: a pool of %d devices has %zu candidate strategies for this model, more than one "
+        "plan predicts (%d); plan for fewer devices",
+        a->devices, n, AA__PLAN_CANDIDATES_MAX);
+  aa_strategy_t *all = calloc(n, sizeof *all);
+  out->top = (size_t)a->top;
+  out->list = calloc(out->top, sizeof *out->list);
+  if (!all || !out->list) {
+    free(all);
+    return aa_error(AA_ENOMEM, "query plan: no memory for %zu strategies", n);
+  }
+  aa_space_enumerate(all, NULL, n, &sp);
+  out->candidates = n;
+  for (size_t i = 0; i < n; i++) {
+    planned_t t = {.s = all[i], .order = i};
+    if (aa_strategy_resolve(&t.s, &a->spec, t.s.dp * t.s.tp * t.s.pp)) {
+      out->invalid++;
+      continue;
+    }
+    /* The bytes a rank must hold are a lower bound of its peak
+     * (strategies/cost.h): past the device's memory it is an oom. */
+    aa_cost_mem_t m;
+    aa_cost_memory(&a->spec.arch, &t.s, aa_strategy_accum_steps(&t.s, &a->spec), &m);
+    if (memory && m.total > memory) {
+      out->predicted_oom++;
+      continue;
+    }
+    if (aa_predict(&a->spec, &t.s, c, pool, &t.p)) {
+      if (!out->unpredicted++)
+        snprintf(out->unpredicted_why, sizeof out->unpredicted_why, "%s", aa_last_error());
+      continue;
+    }
+    out->predicted++;
+    keep(out, &t);
+  }
+  free(all);
+  return 0;
+}
+
+/* "2, 4" of the distinct group sizes the calibration measured, ascending. */
+static json_t *measured_sizes(const aa_calib_t *c) {
+  json_t *a = json_array();
+  for (int size = 2; size <= AA_PROTO_WORLD_MAX; size++)
+    for (int i = 0; i < c->n_link; i++)
+      if (c->link[i].ranks == size) {
+        json_array_append_new(a, json_integer(size));
+        break;
+      }
+  return a;
+}
+
+static bool size_measured(const aa_calib_t *c, int ranks) {
+  for (int i = 0; i < c->n_link; i++)
+    if (c->link[i].ranks == ranks) return true;
+  return false;
+}
+
+static void add(json_t *list, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(json_t *list, const char *fmt, ...) {
+  char text[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  json_array_append_new(list, json_string(text));
+}
+
+/* "2, 4 and 8" of the n sizes in v. */
+static const char *sizes_text(const int *v, int n, char *buf, size_t cap) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && used < cap; i++)
+    used += (size_t)snprintf(buf + used, cap - used, "%s%d", i == 0 ? "" : i == n - 1 ? " and " : ", ", v[i]);
+  return buf;
+}
+
+/* What the predictions of the shown strategies leaned on, in words. */
+static json_t *assumptions(const plan_args_t *a, const aa_calib_t *c, uint64_t memory,
+                           const aa_predict_pool_t *pool, const plan_t *plan, size_t shown) {
+  json_t *out = json_array();
+  char mem[32];
+  add(out, "no dry run: predictions only, from the calibration's op times and collective lines");
+  /* Group sizes the shown strategies use that the calibration did not
+   * measure: the model extrapolates them (strategies/predict.h). */
+  int missing[32], nmissing = 0, ops = 0, links = 0;
+  for (size_t i = 0; i < shown; i++) {
+    const aa_strategy_t *s = &plan->list[i].s;
+    int sizes[3] = {s->dp, s->tp, s->pp > 1 ? 2 : 1};
+    for (int k = 0; k < 3; k++) {
+      bool seen = sizes[k] < 2 || size_measured(c, sizes[k]);
+      for (int j = 0; j < nmissing && !seen; j++)
+        seen = missing[j] == sizes[k];
+      if (!seen && nmissing < 32) missing[nmissing++] = sizes[k];
+    }
+    if (plan->list[i].p.ops_estimated > ops) ops = plan->list[i].p.ops_estimated;
+    links += plan->list[i].p.links_estimated;
+  }
+  for (int i = 1; i < nmissing; i++) /* ascending, for the sentence */
+    for (int j = i; j > 0 && missing[j - 1] > missing[j]; j--) {
+      int t = missing[j];
+      missing[j] = missing[j - 1];
+      missing[j - 1] = t;
+    }
+  int measured[32], nmeasured = 0;
+  for (int size = 2; size <= AA_PROTO_WORLD_MAX && nmeasured < 32; size++)
+    if (size_measured(c, size)) measured[nmeasured++] = size;
+  char m1[160], m2[160];
+  if (nmissing && nmeasured)
+    add(out,
+        "collectives of %s ranks extrapolated from measured groups of %s (latency x (t-1)/(t0-1), bandwidth "
+        "kept)",
+        sizes_text(missing, nmissing, m1, sizeof m1), sizes_text(measured, nmeasured, m2, sizeof m2));
+  else if (links)
+    add(out,
+        "collective kinds the calibration did not measure take the all-reduce's line of the same group size");
+  if (ops)
+    add(out,
+        "%d op shape%s taken from neighbours (the nearest measured shape of the kind, scaled by its work)",
+        ops, ops == 1 ? "" : "s");
+  if (!a->cuda && pool->host_cores)
+    add(out,
+        "the %d CPU executors share the host the calibration ran on (%d cores, %d threads each): compute "
+        "runs at "
+        "the measured rate times min(1, cores / (executors x threads)) relative to the measuring gang of %d",
+        a->devices, c->host_cores, c->threads, c->ranks);
+  else if (!a->cuda)
+    add(out,
+        "each CPU executor has cores of its own (separate hosts): compute runs at the rate measured with %d "
+        "executors at once",
+        c->ranks);
+  add(out, "collectives on the %s backend, as calibrated", c->backend);
+  if (memory)
+    add(out,
+        "memory: a rank's predicted bytes (strategies/cost.h) against the device's %s; %zu strategies "
+        "predicted out of memory are left out",
+        aa_mem_fmt(mem, memory), plan->predicted_oom);
+  else
+    add(out, "memory: the device fingerprint names no memory, so no strategy was left out for it");
+  if (plan->unpredicted)
+    add(out, "%zu strategies could not be predicted: %s", plan->unpredicted, plan->unpredicted_why);
+  return out;
+}
+
+static json_t *calibration_json(const aa_store_calib_t *row, const aa_calib_t *c) {
+  return json_pack("{s:s, s:s, s:I, s:I, s:b, s:i, s:i, s:i, s:o}", "device", row->device, "backend",
+                   row->backend, "measured_at", (json_int_t)row->measured_at, "updated_at",
+                   (json_int_t)row->updated_at, "cuda", c->cuda, "ranks", c->ranks, "threads", c->threads,
+                   "host_cores", c->host_cores, "links_measured", measured_sizes(c));
+}
+
+static json_t *strategy_json(const planned_t *t) {
+  char *text = NULL, key[AA_STRATEGY_KEY_MAX];
+  aa_strategy_key(&t->s, key);
+  json_t *strategy = aa_strategy_to_json(&t->s, &text) ? NULL : json_loads(text, 0, NULL);
+  free(text);
+  if (!strategy) return NULL;
+  return json_pack("{s:s, s:o, s:f, s:f, s:o, s:I, s:f, s:i, s:i}", "key", key, "strategy", strategy,
+                   "tokens_per_s", t->p.tokens_per_s, "step_ms", t->p.step_s * 1e3, "breakdown",
+                   aa__plan_breakdown(&t->p), "peak_bytes", (json_int_t)t->p.mem.total, "bubble", t->p.bubble,
+                   "ops_estimated", t->p.ops_estimated, "links_estimated", t->p.links_estimated);
+}
+
+int aa__plan_query(aa_store_t *st, const json_t *args, json_t *out) {
+  plan_args_t a = {0};
+  int rc = parse_args(args, &a);
+  if (rc) return rc;
+  pick_t pick = {.prefix = a.cuda ? "cuda:" : "cpu:", .want = a.device};
+  rc = aa_store_calib_list(st, pick.prefix, pick_calib, &pick);
+  if (rc) {
+    free(pick.json);
+    return rc == AA_ENOMEM ? aa_error(rc, "query plan: no memory") : rc;
+  }
+  if (!pick.found) return no_calibration(&a, &pick);
+  aa_calib_t *c = malloc(sizeof *c);
+  plan_t plan = {0};
+  char origin[AA_STORE_HW_MAX + 64];
+  snprintf(origin, sizeof origin, "the stored calibration of %s (%s)", pick.row.device, pick.row.backend);
+  rc = c ? aa_calib_parse(c, pick.json, origin) : aa_error(AA_ENOMEM, "query plan: no memory");
+  free(pick.json);
+  uint64_t memory = device_memory(pick.row.device);
+  aa_predict_pool_t pool = {.devices = a.devices,
+                            .host_cores = a.cuda || a.separate_hosts ? 0
+                                          : c                        ? c->host_cores
+                                                                     : 0};
+  if (!rc) rc = plan_pool(&a, c, memory, &pool, &plan);
+  if (!rc && plan.predicted == 0 && plan.unpredicted)
+    rc = aa_error(AA_EINVAL, "query plan: no strategy could be predicted from %s: %s", origin,
+                  plan.unpredicted_why);
+  if (!rc) {
+    size_t shown = plan.n;
+    json_t *list = json_array();
+    for (size_t i = 0; i < shown && list; i++) {
+      json_t *o = strategy_json(&plan.list[i]);
+      if (!o || json_array_append_new(list, o)) {
+        json_decref(list);
+        list = NULL;
+      }
+    }
+    json_t *calib = calibration_json(&pick.row, c), *as = assumptions(&a, c, memory, &pool, &plan, shown);
+    json_t *pool_json = json_pack("{s:s, s:i, s:I, s:i, s:b}", "kind", a.cuda ? "cuda" : "cpu", "devices",
+                                  a.devices, "memory_bytes", (json_int_t)memory, "host_cores",
+                                  pool.host_cores, "separate_hosts", a.separate_hosts);
+    if (!list || !calib || !as || !pool_json) {
+      json_decref(list);
+      json_decref(calib);
+      json_decref(as);
+      json_decref(pool_json);
+      rc = aa_error(AA_ENOMEM, "query plan: no memory");
+    } else {
+      json_object_set_new(out, "calibration", calib);
+      json_object_set_new(out, "pool", pool_json);
+      json_object_set_new(out, "assumptions", as);
+      json_object_set_new(out, "candidates", json_integer((json_int_t)plan.candidates));
+      json_object_set_new(out, "valid", json_integer((json_int_t)(plan.candidates - plan.invalid)));
+      json_object_set_new(out, "predicted_oom", json_integer((json_int_t)plan.predicted_oom));
+      json_object_set_new(out, "predicted", json_integer((json_int_t)plan.predicted));
+      json_object_set_new(out, "strategies", list);
+    }
+  }
+  free(plan.list);
+  free(c);
+  return rc;
+}
