@@ -488,7 +488,8 @@ void aa__search_set_prediction(aa_search_t *s, int i, double tokens_per_s);
  * The winner is the ok candidate of highest mean; another is a leader
  * while the winner's mean is not above its mean by more than their noise
  * (aa__search_noise of both, the larger); the winner is decided when no
- * leader is left; exhaustive searches re-measure too. The re-measure is
+ * leader is left. An exhaustive search measures each candidate once and
+ * re-measures none (its verdict still weighs the noise). The re-measure is
  * dispatched as a dry run and reported with aa__search_done, which adds
  * the measurement to the candidate's mean. */
 int aa__search_remeasure_next(aa_search_t *s, double now);

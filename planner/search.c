@@ -420,7 +420,7 @@ static int leaders(const aa_search_t *s, int w, int *out) {
 
 int aa__search_remeasure_next(aa_search_t *s, double now) {
   int w = winner(s), lead[AA_SEARCH_LEADERS_MAX];
-  if (w < 0) return -1;
+  if (w < 0 || s->exhaustive) return -1; /* exhaustive: every candidate once, as measured */
   if ((s->max_dryruns > 0 && s->dispatched >= s->max_dryruns) || (s->deadline > 0 && now >= s->deadline)) return -1;
   int n = leaders(s, w, lead + 1);
   if (n == 0) return -1; /* decided */

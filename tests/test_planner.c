@@ -441,8 +441,12 @@ AA_TEST(search_remeasures_leaders_within_the_noise) {
   CHECK(aa__search_remeasure_next(&s, 0) == -1); /* 20 % apart, 3 % noise: decided */
   CHECK(aa__search_verdict(&s, v, sizeof v) == 1);
   CHECK_MSG(strstr(v, "1.25× the runner-up") && strstr(v, s.c[0].key) && strstr(v, "spread 3 %"), "%s", v);
-  /* max_dryruns ends the re-measures too. */
   aa__search_done(&s, 0, AA_STORE_RUN_OK, 990, 0.03); /* now within the noise */
+  s.exhaustive = true; /* measures each once */
+  CHECK(aa__search_remeasure_next(&s, 0) == -1);
+  s.exhaustive = false;
+  CHECK(aa__search_remeasure_next(&s, 0) >= 0);
+  /* max_dryruns ends the re-measures too. */
   s.max_dryruns = 3;
   s.dispatched = 3;
   CHECK(aa__search_remeasure_next(&s, 0) == -1);
