@@ -2,8 +2,10 @@
  * of a pool that need not be connected, predicted from the stored
  * calibration of its kind of device with the step-time model
  * (strategies/predict.h). Nothing is dry-run: the answer says so, and
- * lists every assumption the prediction leaned on. Rules:
- * docs/service.md "Plan". */
+ * lists every assumption the prediction leaned on. The store is read on
+ * the loop (plan_prepare); the enumeration and predictions (plan_compute)
+ * run on libuv's thread pool for the planner's clients (aa__plan_start).
+ * Rules: docs/service.md "Plan". */
 #include "planner_internal.h"
 
 #include "../common/json.h"
@@ -20,7 +22,7 @@
 
 #define AA__PLAN_TOP_DEFAULT 5
 #define AA__PLAN_TOP_MAX 1000
-#define AA__PLAN_CANDIDATES_MAX 10000 /* enumerated strategies one plan predicts at most */
+#define AA__PLAN_CANDIDATES_MAX 20000 /* enumerated strategies one plan predicts at most */
 
 json_t *aa__plan_breakdown(const aa_predict_t *p) {
   return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}", "forward_ms", p->forward_s * 1e3,
@@ -178,9 +180,8 @@ static int plan_pool(const plan_args_t *a, const aa_calib_t *c, uint64_t memory,
                               .arch = &a->spec.arch};
   size_t n = aa_space_enumerate(NULL, NULL, 0, &sp);
   if (n == 0) return aa_error(AA_EINVAL, "query plan: the pool of %d devices has no strategy", a->devices);
-  /* The strategies are enumerated whole (a few KiB each) and predicted on
-   * the loop thread: bounded, so a plan stalls the planner a fraction of a
-   * second and never takes more than about 100 MiB. */
+  /* The strategies are enumerated whole, a few KiB each: bounded, so one
+   * plan takes at most about 200 MiB (and a second on one core). */
   if (n > AA__PLAN_CANDIDATES_MAX)
     return aa_error(
         AA_EINVAL,
@@ -300,19 +301,23 @@ static json_t *assumptions(const plan_args_t *a, const aa_calib_t *c, uint64_t m
         "collective kinds the calibration did not measure take the all-reduce's line of the same group size");
   if (ops)
     add(out,
-        "%d op shape%s taken from neighbours (the nearest measured shape of the kind, scaled by its work)",
+        "up to %d op shape%s of a strategy taken from neighbours (the nearest measured shape of the kind, "
+        "scaled by its work)",
         ops, ops == 1 ? "" : "s");
-  if (!a->cuda && pool->host_cores)
+  if (a->cuda)
+    add(out, "each GPU computes at the rate measured with %d computing at once", c->ranks);
+  else if (pool->host_cores)
     add(out,
         "the %d CPU executors share the host the calibration ran on (%d cores, %d threads each): compute "
-        "runs at "
-        "the measured rate times min(1, cores / (executors x threads)) relative to the measuring gang of %d",
+        "runs "
+        "at the measured rate times min(1, cores / (executors x threads)) relative to the measuring gang of "
+        "%d",
         a->devices, c->host_cores, c->threads, c->ranks);
-  else if (!a->cuda)
+  else
     add(out,
-        "each CPU executor has cores of its own (separate hosts): compute runs at the rate measured with %d "
-        "executors at once",
-        c->ranks);
+        "each CPU executor has cores of its own (%s): compute runs at the rate measured with %d executors at "
+        "once",
+        a->separate_hosts ? "separate hosts" : "the calibration names no host cores", c->ranks);
   add(out, "collectives on the %s backend, as calibrated", c->backend);
   if (memory)
     add(out,
@@ -345,46 +350,77 @@ static json_t *strategy_json(const planned_t *t) {
                    "ops_estimated", t->p.ops_estimated, "links_estimated", t->p.links_estimated);
 }
 
-int aa__plan_query(aa_store_t *st, const json_t *args, json_t *out) {
-  plan_args_t a = {0};
-  int rc = parse_args(args, &a);
+/* What a plan needs once the store has been read: the request and the
+ * calibration, so the rest (plan_compute) touches neither the store nor
+ * the planner and may run on another thread. */
+typedef struct {
+  plan_args_t a;
+  aa_store_calib_t row; /* json NULL: parsed into c */
+  aa_calib_t *c;        /* owned (large: on the heap) */
+  uint64_t memory;      /* of the device, from its fingerprint; 0 = unknown */
+  aa_predict_pool_t pool;
+  char origin[AA_STORE_HW_MAX + 64]; /* names the calibration in messages */
+} plan_prep_t;
+
+/* Checks args and reads the calibration they pick (the store's thread).
+ * On success *pp holds it (plan_prep_free). */
+static int plan_prepare(aa_store_t *st, const json_t *args, plan_prep_t *pp) {
+  memset(pp, 0, sizeof *pp);
+  int rc = parse_args(args, &pp->a);
   if (rc) return rc;
-  pick_t pick = {.prefix = a.cuda ? "cuda:" : "cpu:", .want = a.device};
+  pick_t pick = {.prefix = pp->a.cuda ? "cuda:" : "cpu:", .want = pp->a.device};
   rc = aa_store_calib_list(st, pick.prefix, pick_calib, &pick);
   if (rc) {
     free(pick.json);
     return rc == AA_ENOMEM ? aa_error(rc, "query plan: no memory") : rc;
   }
-  if (!pick.found) return no_calibration(&a, &pick);
-  aa_calib_t *c = malloc(sizeof *c);
-  plan_t plan = {0};
-  char origin[AA_STORE_HW_MAX + 64];
-  snprintf(origin, sizeof origin, "the stored calibration of %s (%s)", pick.row.device, pick.row.backend);
-  rc = c ? aa_calib_parse(c, pick.json, origin) : aa_error(AA_ENOMEM, "query plan: no memory");
+  if (!pick.found) return no_calibration(&pp->a, &pick);
+  pp->a.device = NULL; /* borrowed from args: not needed past the pick */
+  pp->row = pick.row;
+  snprintf(pp->origin, sizeof pp->origin, "the stored calibration of %s (%s)", pick.row.device,
+           pick.row.backend);
+  pp->c = malloc(sizeof *pp->c);
+  rc = pp->c ? aa_calib_parse(pp->c, pick.json, pp->origin) : aa_error(AA_ENOMEM, "query plan: no memory");
   free(pick.json);
-  uint64_t memory = device_memory(pick.row.device);
-  aa_predict_pool_t pool = {.devices = a.devices,
-                            .host_cores = a.cuda || a.separate_hosts ? 0
-                                          : c                        ? c->host_cores
-                                                                     : 0};
-  if (!rc) rc = plan_pool(&a, c, memory, &pool, &plan);
+  if (rc) {
+    free(pp->c);
+    pp->c = NULL;
+    return rc;
+  }
+  pp->memory = device_memory(pick.row.device);
+  pp->pool = (aa_predict_pool_t){.devices = pp->a.devices,
+                                 .host_cores = pp->a.cuda || pp->a.separate_hosts ? 0 : pp->c->host_cores};
+  return 0;
+}
+
+static void plan_prep_free(plan_prep_t *pp) {
+  free(pp->c);
+  pp->c = NULL;
+}
+
+/* Enumerates, predicts and fills out (borrowed) from a prepared plan:
+ * pure, any thread. */
+static int plan_compute(const plan_prep_t *pp, json_t *out) {
+  const plan_args_t *a = &pp->a;
+  plan_t plan = {0};
+  int rc = plan_pool(a, pp->c, pp->memory, &pp->pool, &plan);
   if (!rc && plan.predicted == 0 && plan.unpredicted)
-    rc = aa_error(AA_EINVAL, "query plan: no strategy could be predicted from %s: %s", origin,
+    rc = aa_error(AA_EINVAL, "query plan: no strategy could be predicted from %s: %s", pp->origin,
                   plan.unpredicted_why);
   if (!rc) {
-    size_t shown = plan.n;
     json_t *list = json_array();
-    for (size_t i = 0; i < shown && list; i++) {
+    for (size_t i = 0; i < plan.n && list; i++) {
       json_t *o = strategy_json(&plan.list[i]);
       if (!o || json_array_append_new(list, o)) {
         json_decref(list);
         list = NULL;
       }
     }
-    json_t *calib = calibration_json(&pick.row, c), *as = assumptions(&a, c, memory, &pool, &plan, shown);
-    json_t *pool_json = json_pack("{s:s, s:i, s:I, s:i, s:b}", "kind", a.cuda ? "cuda" : "cpu", "devices",
-                                  a.devices, "memory_bytes", (json_int_t)memory, "host_cores",
-                                  pool.host_cores, "separate_hosts", a.separate_hosts);
+    json_t *calib = calibration_json(&pp->row, pp->c);
+    json_t *as = assumptions(a, pp->c, pp->memory, &pp->pool, &plan, plan.n);
+    json_t *pool_json = json_pack("{s:s, s:i, s:I, s:i, s:b}", "kind", a->cuda ? "cuda" : "cpu", "devices",
+                                  a->devices, "memory_bytes", (json_int_t)pp->memory, "host_cores",
+                                  pp->pool.host_cores, "separate_hosts", a->separate_hosts);
     if (!list || !calib || !as || !pool_json) {
       json_decref(list);
       json_decref(calib);
@@ -403,6 +439,87 @@ int aa__plan_query(aa_store_t *st, const json_t *args, json_t *out) {
     }
   }
   free(plan.list);
-  free(c);
   return rc;
+}
+
+int aa__plan_query(aa_store_t *st, const json_t *args, json_t *out) {
+  plan_prep_t pp;
+  int rc = plan_prepare(st, args, &pp);
+  if (rc) return rc;
+  rc = plan_compute(&pp, out);
+  plan_prep_free(&pp);
+  return rc;
+}
+
+/* --- off the loop ------------------------------------------------------------------ */
+
+/* One plan on libuv's thread pool: what the worker needs, and what it
+ * hands back to the loop. */
+typedef struct {
+  uv_work_t work;
+  aa_planner_t *p;
+  uint64_t client, req; /* the asking client (its id: it may be gone by the end) and its request */
+  plan_prep_t prep;
+  int rc;
+  char *text;                        /* the answer (malloc'd) when rc is 0 */
+  char error[AA_PROTO_TEXT_MAX + 1]; /* the worker's last error when rc is not 0 */
+} plan_job_t;
+
+static void plan_work(uv_work_t *w) {
+  plan_job_t *j = w->data;
+  json_t *o = json_object();
+  j->rc = o ? plan_compute(&j->prep, o) : aa_error(AA_ENOMEM, "query plan: no memory");
+  if (!j->rc && !(j->text = aa__report_dump(o)))
+    j->rc = aa_error(AA_ENOMEM, "query plan: no memory for the reply");
+  if (j->rc) snprintf(j->error, sizeof j->error, "%s", aa_last_error()); /* the message is this thread's */
+  json_decref(o);
+}
+
+static void plan_done(uv_work_t *w, int status) {
+  plan_job_t *j = w->data;
+  aa_planner_t *p = j->p;
+  p->plans--;
+  aa_conn_t *c = NULL;
+  for (aa_conn_t *o = p->conns; o && !c; o = o->next)
+    if (o->role == AA_CONN_CLIENT && !o->dropped && o->id == j->client) c = o;
+  if (c && status == 0 && !j->rc)
+    aa__conn_reply(c, j->req, j->text);
+  else if (c)
+    aa__conn_send_error(c, j->req, j->rc ? j->rc : AA_EINTERNAL, j->rc ? j->error : uv_strerror(status));
+  free(j->text);
+  plan_prep_free(&j->prep);
+  free(j);
+}
+
+void aa__plan_start(aa_conn_t *c, uint64_t req, const char *args) {
+  aa_planner_t *p = c->p;
+  json_t *a = NULL;
+  plan_job_t *j = NULL;
+  int rc = 0;
+  if (p->plans >= AA_PLANNER_PLANS)
+    rc = aa_error(AA_EUNSUPPORTED,
+                  "query plan: the planner is computing %d plan%s already; ask again when %s answered",
+                  p->plans, p->plans == 1 ? "" : "s", p->plans == 1 ? "it is" : "they are");
+  if (!rc && args)
+    rc = aa_json_parse_text(args, strlen(args), AA_PROTO_JSON_MAX, "query plan: args", "query arguments",
+                            "a JSON object", &a);
+  if (!rc && !a) a = json_object();
+  if (!rc && !json_is_object(a))
+    rc = aa_error(AA_EINVAL, "query plan: args: must be a JSON object (got %s)", aa_json_type_name(a));
+  if (!rc && !(j = calloc(1, sizeof *j))) rc = aa_error(AA_ENOMEM, "query plan: no memory");
+  if (!rc) rc = plan_prepare(p->store, a, &j->prep);
+  json_decref(a);
+  if (!rc) {
+    *j = (plan_job_t){.p = p, .client = c->id, .req = req, .prep = j->prep};
+    j->work.data = j;
+    int uv = uv_queue_work(&p->loop, &j->work, plan_work, plan_done);
+    if (!uv) {
+      p->plans++;
+      return;
+    }
+    rc = aa_error(AA_EINTERNAL, "query plan: cannot start the work: %s", uv_strerror(uv));
+    plan_prep_free(&j->prep);
+  }
+  free(j);
+  aa__conn_send_error(c, req, rc, aa_last_error());
 }

@@ -35,6 +35,7 @@
 #define AA_PLANNER_STATUS_JOBS 20     /* jobs in a planner-wide status */
 #define AA_PLANNER_PAGE_RUNS 1000     /* runs in one answer to `query runs` (then next_offset) */
 #define AA_PLANNER_PAGE_JOBS 100      /* jobs in one answer to `query jobs` */
+#define AA_PLANNER_PLANS 1            /* `query plan`s computed at once (plan.c: up to ~200 MiB each) */
 /* The largest frame a peer may send before its hello is accepted. A hello
  * holds three strings of at most 255 bytes and a few numbers. */
 #define AA_PLANNER_HELLO_FRAME_MAX 4096
@@ -198,6 +199,7 @@ struct aa_planner {
   volatile int stop_requested;
   bool stopping;
   double stop_started;
+  int plans; /* `query plan`s on the thread pool (plan.c); the loop runs until they are done */
 };
 
 /* --- server.c --------------------------------------------------------------- */
@@ -553,11 +555,21 @@ struct aa_predict;
  * 1..4096}, "device": a device fingerprint (optional), "top": 1..1000
  * (default 5), "separate_hosts": bool}. Fills out (borrowed) with
  * "calibration", "pool", "assumptions", the counts and "strategies".
- * AA_EINVAL for bad arguments or a model the spec rules refuse, AA_ENOENT
- * when no calibration of the kind (or device) is stored, saying which job
- * measures one. Pure arithmetic after one store read: fast enough for the
- * loop thread at the pool sizes the space enumerates (tests/test_plan.c). */
+ * AA_EINVAL for bad arguments, a model the spec rules refuse or a pool of
+ * more candidates than a plan predicts, AA_ENOENT when no calibration of
+ * the kind (or device) is stored, saying which job measures one. The
+ * synchronous form, on the calling thread (tests, aa__report_query); the
+ * planner's clients get aa__plan_start's. */
 int aa__plan_query(aa_store_t *st, const json_t *args, json_t *out);
+
+/* Answers client c's `query plan` (request req, args JSON text or NULL)
+ * without holding up the loop: the arguments and the calibration are read
+ * here, the enumeration and the predictions run on libuv's thread pool,
+ * and the reply or the error is sent from the loop when they are done, if
+ * the client is still connected (it is found again by its id). At most
+ * AA_PLANNER_PLANS plans at a time; another is refused at once. Never
+ * fails: every error is sent to the client. */
+void aa__plan_start(aa_conn_t *c, uint64_t req, const char *args);
 
 /* The step-time model's breakdown of one prediction, as runs.predicted_json
  * holds it (docs/store.md): {"forward_ms", "backward_ms", "tensor_comm_ms",

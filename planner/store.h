@@ -1,7 +1,7 @@
 /* The planner's store: one SQLite file (WAL mode) holding the models, the
- * hardware fingerprints, the jobs submitted to the planner and every run
- * (dry run or training) with its outcome. Schema, versioning and
- * durability: docs/store.md.
+ * hardware fingerprints, the jobs submitted to the planner, every run
+ * (dry run or training) with its outcome, and the calibrations of
+ * devices. Schema, versioning and durability: docs/store.md.
  *
  * Every call is one short transaction, so the daemon can make it from its
  * event-loop thread: writes take BEGIN IMMEDIATE and wait at most
@@ -283,7 +283,7 @@ typedef struct aa_store_run_new {
   int64_t predicted_peak_bytes;  /* 0 = none */
   double predicted_bubble;       /* 0..1 (0 = none, or no pipeline) */
   const char *error;             /* borrowed, may be NULL: the reason a run was pruned */
-  /* Borrowed, NULL = none: the calibrated model's breakdown of the
+  /* Borrowed, NULL or "" = none: the calibrated model's breakdown of the
    * predicted step (docs/store.md "runs.predicted_json"), valid JSON. */
   const char *predicted_json;
 } aa_store_run_new_t;

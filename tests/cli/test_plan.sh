@@ -49,5 +49,52 @@ expect 1 "no calibration of device \"cpu:X:1MiB\" is stored \(of cpu devices: no
 # A refused plan leaves the planner serving.
 expect 0 "executors" "$AA" status $P
 
+# --- a plan from a stored calibration ---------------------------------------------------
+# Real calibrations come from jobs on the pool (docs/service.md "Calibration"); here one is
+# written into the planner's store by hand, as the planner stores one: an op of each kind at
+# one shape (the others are taken from neighbours) and each collective on groups of 2.
+/usr/bin/python3 - "$home/store.db" <<'PY'
+import json, sqlite3, sys, time
+ops = [["matmul", [64, 32, 96, 0]], ["attention", [4, 16, 32, 2]], ["layernorm", [64, 32, 0, 0]],
+       ["gelu", [4096, 0, 0, 0]], ["residual", [2048, 0, 0, 0]], ["xent", [64, 256, 0, 0]],
+       ["encoder", [64, 32, 0, 0]], ["cast", [4096, 0, 0, 0]], ["adamw", [10000, 0, 0, 0]]]
+cal = {"version": 1, "device": "cpu:Synthetic CPU (1 threads):4096MiB", "backend": "shm", "cuda": 0,
+       "threads": 1, "host_cores": 2, "ranks": 2, "measured_s": 1.0,
+       "ops": [[k, d, "fp32", 1e-5, 0 if k == "adamw" else 2e-5] for k, d in ops],
+       "links": [[k, 2, 1e-5, 1e9] for k in ("all_reduce", "all_gather", "reduce_scatter", "send", "recv")]}
+db = sqlite3.connect(sys.argv[1])
+now = int(time.time())
+db.execute("INSERT INTO calibrations VALUES (?, 'shm', ?, ?, ?)", (cal["device"], json.dumps(cal), now, now))
+db.commit()
+PY
+expect 0 "plan for cpu:4 from the calibration of cpu:Synthetic CPU \(1 threads\):4096MiB \(shm, measured [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2} UTC\): [0-9]+ strategies, 0 predicted out of memory" \
+  "$AA" plan "$tmp/model.json" --pool cpu:4 $P
+"$AA" plan "$tmp/model.json" --pool cpu:4 $P >"$tmp/plan.txt" 2>&1
+check "the table has a header and five strategies" [ "$(grep -cE '^ +[1-5]  dp[0-9]' "$tmp/plan.txt")" = 5 ]
+check "the assumptions say no dry run" grep -q "no dry run: predictions only" "$tmp/plan.txt"
+check "the assumptions say shapes come from neighbours" grep -qE "up to [0-9]+ op shapes of a strategy taken from neighbours" "$tmp/plan.txt"
+check "the assumptions say the host's cores are shared" grep -q "share the host the calibration ran on (2 cores" "$tmp/plan.txt"
+"$AA" plan "$tmp/model.json" --pool cpu:4 --top 3 --json $P >"$tmp/plan.json"
+check "--json: three strategies, best predicted first" \
+  [ "$(jq_ "(lambda s: len(s) == 3 and s[0]['tokens_per_s'] >= s[1]['tokens_per_s'] >= s[2]['tokens_per_s'])(d['strategies'])" <"$tmp/plan.json")" = True ]
+check "--json: the calibration and the pool" \
+  [ "$(jq_ "d['calibration']['links_measured'] == [2] and d['pool']['devices'] == 4 and d['pool']['host_cores'] == 2" <"$tmp/plan.json")" = True ]
+expect 0 "each CPU executor has cores of its own" "$AA" plan "$tmp/model.json" --pool cpu:4 --separate-hosts $P
+expect 1 "a pool of 1024 devices has [0-9]+ candidate strategies for this model, more than one plan predicts" \
+  "$AA" plan "$tmp/model.json" --pool cpu:1024 $P
+expect 0 "executors" "$AA" status $P
+
+# A planner asked to stop while a plan is being computed (12,465 candidates on 64 devices)
+# waits for it and stops cleanly; the client gets the answer or a clear error, never a hang.
+"$AA" plan "$tmp/model.json" --pool cpu:64 $P >"$tmp/plan64.txt" 2>&1 &
+client=$!
+sleep 0.3
+kill -TERM "$planner"
+wait "$planner"
+check "the planner stops cleanly with a plan in flight (exit $?)" [ $? = 0 ]
+check "the planner says it stopped" wait_for 5 grep -q "stopped" "$tmp/planner.log"
+wait "$client"
+check "the client got the plan or a clear error" grep -qE "^plan for cpu:64|autoaccel plan: " "$tmp/plan64.txt"
+
 echo "plan cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]
