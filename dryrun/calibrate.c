@@ -27,7 +27,10 @@
  * ranks' mean, so a shape any rank left out is left out. */
 #define SKIPPED (-1e30)
 
-static const size_t msg_bytes[MSG_SIZES] = {4 << 10, 64 << 10, 512 << 10, 4 << 20};
+/* Smallest and largest first: past the budget only those two are
+ * measured, and their spread is what the fit needs most. */
+static const size_t msg_bytes[MSG_SIZES] = {4 << 10, 4 << 20, 64 << 10, 512 << 10};
+#define MSG_MOST (4 << 20)
 static const aa_cost_collective_t link_kinds[] = {AA_COST_ALL_REDUCE, AA_COST_ALL_GATHER,
                                                   AA_COST_REDUCE_SCATTER, AA_COST_SEND};
 #define LINK_KINDS ((int)(sizeof link_kinds / sizeof link_kinds[0]))
@@ -78,7 +81,10 @@ static uint64_t next_rand(uint64_t *s) {
 enum { FILL_ZERO, FILL_RAND, FILL_TOKENS };
 
 /* *out = a backend buffer of n 4-byte elements (at least one): zeros, small
- * random floats in (-0.1, 0.1), or token ids below `vocab`. */
+ * random floats in (-0.1, 0.1), or token ids below `vocab`. The random
+ * values are a block of FILL_BLOCK repeated: timing needs no more, and a
+ * large buffer fills at memcpy's speed. */
+#define FILL_BLOCK 4096
 static int take(cal_t *c, bufs_t *b, void **out, size_t n, int fill, int vocab) {
   if (n == 0) n = 1;
   if (b->n == BUFS_MAX) return aa_error(AA_EINTERNAL, "calibration: too many buffers for one op");
@@ -90,15 +96,19 @@ static int take(cal_t *c, bufs_t *b, void **out, size_t n, int fill, int vocab) 
   b->p[b->n++] = p;
   b->bytes += n * 4;
   if (fill != FILL_ZERO) {
-    void *host = malloc(n * 4);
+    size_t block = n < FILL_BLOCK ? n : FILL_BLOCK;
+    uint32_t *host = malloc(n * 4);
     if (!host) return aa_error(AA_ENOMEM, "calibration: out of host memory for %zu bytes", n * 4);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < block; i++) {
       uint64_t r = next_rand(&c->rng);
+      float x = (float)((double)(r >> 11) / 9007199254740992.0 - 0.5) * 0.2f;
       if (fill == FILL_TOKENS)
-        ((int32_t *)host)[i] = (int32_t)(r % (uint64_t)vocab);
+        host[i] = (uint32_t)(r % (uint64_t)vocab);
       else
-        ((float *)host)[i] = (float)((double)(r >> 11) / 9007199254740992.0 - 0.5) * 0.2f;
+        memcpy(&host[i], &x, 4);
     }
+    for (size_t i = block; i < n; i += block)
+      memcpy(host + i, host, (n - i < block ? n - i : block) * 4);
     rc = b->ops->upload(p, host, n * 4);
     free(host);
     if (rc) return rc;
@@ -559,8 +569,18 @@ static int measure_group(cal_t *c, aa_comm_t *g, void *a, void *b, aa_calib_t *o
     if (out->n_link >= AA_CALIB_LINKS_MAX)
       return aa_error(AA_EINVAL, "calibration: more than %d links", AA_CALIB_LINKS_MAX);
     aa_calib_link_t *l = &out->link[out->n_link];
-    if ((rc = aa_calib_fit_link(bytes, secs, n, &l->latency_s, &l->bytes_per_s)))
-      return aa_error_wrap(rc, "calibration: fitting %s on %d ranks", collective_name(k), t);
+    if (aa_calib_fit_link(bytes, secs, n, &l->latency_s, &l->bytes_per_s)) {
+      /* Noise (a loaded host) made the times not grow with the size: the
+       * smallest message's time stands for the latency and the largest's
+       * rate for the bandwidth, rather than no line at all. */
+      int lo = 0, hi = 0;
+      for (int i = 1; i < n; i++) {
+        if (bytes[i] < bytes[lo]) lo = i;
+        if (bytes[i] > bytes[hi]) hi = i;
+      }
+      l->latency_s = secs[lo];
+      l->bytes_per_s = bytes[hi] / (secs[hi] > 1e-9 ? secs[hi] : 1e-9);
+    }
     l->kind = k;
     l->ranks = t;
     out->n_link++;
@@ -573,7 +593,7 @@ static int measure_group(cal_t *c, aa_comm_t *g, void *a, void *b, aa_calib_t *o
  * 0's lines then go to every rank. */
 static int comm_pass(cal_t *c, aa_calib_t *out) {
   void *a = NULL, *b = NULL;
-  size_t most = msg_bytes[MSG_SIZES - 1];
+  size_t most = MSG_MOST;
   int rc = dev_buffer(c, &a, most);
   if (!rc) rc = dev_buffer(c, &b, most);
   for (int t = 2; !rc && t <= c->world; t *= 2) {
@@ -677,7 +697,17 @@ static int calibrate(cal_t *c, const aa_calibrate_opts_t *o, aa_calib_t *out) {
   if ((rc = op_pass(c, out))) return rc;
   if (c->world > 1 && (rc = comm_pass(c, out))) return rc;
   const char *fp = o->fingerprint ? o->fingerprint : o->device ? o->device : "cpu";
-  snprintf(out->device, sizeof out->device, "%s", fp);
+  /* Cut to fit at a character boundary (JSON text is UTF-8); the
+   * calibration's readers refuse control characters in the name. */
+  size_t n = strlen(fp);
+  if (n >= sizeof out->device) {
+    n = sizeof out->device - 1;
+    while (n > 0 && ((unsigned char)fp[n] & 0xC0) == 0x80)
+      n--;
+  }
+  snprintf(out->device, sizeof out->device, "%.*s", (int)n, n ? fp : "?");
+  for (char *p = out->device; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
   snprintf(out->backend, sizeof out->backend, "%s", c->world > 1 ? backend : "self");
   out->cuda = c->cuda;
   out->threads = c->cuda ? 0 : threads;

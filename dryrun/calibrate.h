@@ -30,9 +30,9 @@ typedef struct aa_calibrate_opts {
   int max_devices;
   /* Seconds the calibration should take at most; 0 = AA_CALIBRATE_BUDGET_DEFAULT.
    * Past three quarters of it the remaining ops are timed with one call each,
-   * past all of it the remaining collective sizes are skipped (two are
-   * always measured, the fit needs them). A guide, not a deadline: the
-   * caller's time limit is that. */
+   * past all of it the remaining collective sizes are skipped (the smallest
+   * and the largest are always measured, the fit needs them). A guide, not
+   * a deadline: the caller's time limit is that. */
   double budget_s;
   /* The device fingerprint without the pool's count ("cpu:<name>:<MiB>MiB",
    * as the planner's hardware fingerprint without its trailing "x<N>";
@@ -47,46 +47,57 @@ typedef struct aa_calibrate_opts {
   void *progress_data;
 } aa_calibrate_opts_t;
 
-/* Calibrates on spec (borrowed; only its architecture and batch are read,
- * no data) with options o (borrowed; NULL = defaults) into *out (caller's
+/* Calibrates on spec (borrowed; only its architecture and batch are read, no
+ * data) with options o (borrowed; NULL = defaults) into *out (caller's
  * memory, written only on success).
  *
  * Ops: every shape of aa_predict_wanted(spec, max devices, cuda) (at most
  * AA_CALIB_OPS_MAX of them) runs on buffers of its size filled with small
  * random values: one untimed call, then three samples of as many calls as
- * make a sample about a millisecond, each sample's time per call, the
- * median kept; forward and backward alike (a backward's inputs are its
- * forward's outputs). With a group, every rank times the same ops at the
- * same time, one shape after another (a barrier between shapes, so a dead
- * peer is noticed within the group's abort latency), and the figures kept
- * are the ranks' mean (an all-reduce); out->ranks is the group's size.
- * A shape whose buffers do not fit (memory_limit, or the device's memory
- * on any rank) is left out: the step-time model takes it from its
- * measured neighbours; AA_EOOM only when none fits. Kernels that ignore
- * the storage dtype (all but the GEMMs and the casts) are timed once per
- * shape, their figures kept for each dtype wanted.
+ * take about 0.4 ms (so at least a millisecond in all), each sample's time
+ * per call, the median kept; forward and backward alike (a backward's inputs
+ * are its forward's outputs). The kernels are the engine's for each kind: a
+ * GEMM with its bias and the 16-bit input promise of its dtype; the
+ * residual's backward two accumulates; a cross-entropy over the model's
+ * whole (padded) vocabulary crossentropy_forward, over a narrower slice (a
+ * tensor rank's) xent_vocab_partial + xent_vocab_forward with ceil(vocab /
+ * slice) parts (their all-gather is the collectives'), xent_vocab_backward
+ * either way; the embedding encoder_*_vocab over sequences of the model's
+ * length; a cast forward cast_from_f32 and backward cast_to_f32, to bf16
+ * when the shape's dtype is fp32 (a CPU's 16-bit storage); AdamW forward
+ * only. With a group, every rank times the same ops at the same time, one
+ * shape after another (a barrier between shapes, so a dead peer is noticed
+ * within the group's abort latency), and the figures kept are the ranks'
+ * mean (an all-reduce); out->ranks is the group's size. A shape whose
+ * buffers do not fit (memory_limit, or the device's memory on any rank) is
+ * left out: the step-time model takes it from its measured neighbours;
+ * AA_EOOM only when none fits. Kernels that ignore the storage dtype (all
+ * but the GEMMs and the casts) are timed once per shape, their figures kept
+ * for each dtype wanted.
  *
  * Collectives (a group of 2 or more ranks): for group sizes t = 2, 4, 8, ...
  * up to the world, the world is split into blocks of t consecutive ranks
  * (the ranks past the last whole block sit out), every block measuring at
  * once; each kind (all-reduce, all-gather, reduce-scatter, and sends as
- * ping-pongs of the ranks 2i <-> 2i+1 of a block, half a round trip each)
- * is timed at up to four message sizes (4 KiB .. 4 MiB as cost.h counts a
- * message), each the median of three samples, and a latency + bandwidth
- * line fitted on rank 0's block to the bytes each rank's link carries
- * (cost.h's ring convention: an all-reduce 2(t-1)/t of its message,
- * gathers and scatters (t-1)/t, a send all of it). Every rank returns
- * rank 0's lines.
+ * ping-pongs of the ranks 2i <-> 2i+1 of a block, half a round trip each) is
+ * timed at up to four message sizes (4 KiB .. 4 MiB as cost.h counts a
+ * message), each the median of three samples, and a latency + bandwidth line
+ * fitted on rank 0's block to the bytes each rank's link carries (cost.h's
+ * ring convention: an all-reduce 2(t-1)/t of its message, gathers and
+ * scatters (t-1)/t, a send all of it); where noise defeats the fit (times
+ * that do not grow with the size), the smallest message's time is the
+ * latency and the largest's rate the bandwidth. Every rank returns rank 0's
+ * lines.
  *
- * Returns 0, or a negative code with the last-error message: AA_EINVAL
- * (bad options, a device the build cannot use, a spec whose shapes do not
- * fit the kernels' int dimensions), AA_EOOM (no op shape fits), AA_ENOMEM
- * (the collectives' buffers),
- * AA_ECANCELLED / AA_ETIMEOUT (a peer failed, died or never came: the
- * group's errors), AA_EUNSUPPORTED (a CUDA device in a build without CUDA),
- * or the device's own failure. On any failure of a rank in a group of 2 or
- * more, that rank aborts the group's family, so every peer fails at once
- * (AA_ECANCELLED) instead of at its timeout. */
+ * Returns 0, or a negative code with the last-error message: AA_EINVAL (bad
+ * options, a device the build cannot use, a spec whose shapes do not fit the
+ * kernels' int dimensions), AA_EOOM (no op shape fits), AA_ENOMEM (host
+ * memory, the collectives' buffers), AA_ECANCELLED / AA_ETIMEOUT (a peer
+ * failed, died or never came: the group's errors), AA_EUNSUPPORTED (a CUDA
+ * device in a build without CUDA), or the device's own failure. On any
+ * failure of a rank in a group of 2 or more, that rank aborts the group's
+ * family, so every peer fails at once (AA_ECANCELLED) instead of at its
+ * timeout. */
 int aa_calibrate(const aa_model_spec_t *spec, const aa_calibrate_opts_t *o, aa_calib_t *out);
 
 #endif
