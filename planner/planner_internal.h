@@ -8,7 +8,8 @@
  * frames, deadlines, bounded writes, the close queue), registry.c (hello,
  * executors, heartbeats, dead peers), jobs.c (submits, the queue, one job's
  * life, results, cancel, waiting clients), search.c (enumeration,
- * exclusions, order, early stop), report.c (the JSON of status and query
+ * exclusions, order, early stop, the calibrated order and stop bound, the
+ * re-measures and the verdict), report.c (the JSON of status and query
  * replies), plan.c (`query plan`: predictions from a stored calibration). */
 #ifndef AA_PLANNER_INTERNAL_H
 #define AA_PLANNER_INTERNAL_H
