@@ -407,9 +407,10 @@ typedef struct aa_cand {
  * dry run (a few % on a shared CPU) is luck, not accuracy. */
 #define AA_SEARCH_ERROR_FLOOR 0.05
 /* With one run measured there is no spread of ratios at all: the correction
- * of that one run is taken, and the bound allows 25 %, about the worst
- * error the model showed across the bundled example's strategies once
- * corrected (bench/search.sh), so one lucky run cannot stop the search. */
+ * is that one run's ratio, which carries the run's own noise (two
+ * measurements of one strategy on the bundled example differ by a median
+ * 15 % on one CPU executor: docs/service.md "Jobs" step 4), so the bound
+ * allows 25 % and one lucky run cannot stop the search. */
 #define AA_SEARCH_ERROR_FLOOR_ONE 0.25
 /* Re-measures in fresh processes of each leading candidate at most, and
  * leaders (the best included) re-measured at most. */
