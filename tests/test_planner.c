@@ -651,6 +651,20 @@ AA_TEST(search_from_a_strategy_orders_its_neighbourhood_nearest_first) {
   for (size_t i = 0; i < s.n; i++)
     CHECK(aa_space_distance(&s.c[i].s, &from) == (i == 0 ? 0 : i <= 6 ? 1 : 2));
   CHECK(s.nsettings == 9);
+  /* Predictions that rank the farthest highest do not overtake the
+   * neighbourhood's order: the strategy itself, then distance 1, then 2,
+   * the prediction deciding within a distance. */
+  for (size_t i = 0; i < s.n; i++)
+    aa__search_set_prediction(&s, (int)i, 1000 + 10.0 * (double)i);
+  int i, last = -1, tier = -1;
+  while ((i = aa__search_next(&s, 0)) >= 0) {
+    CHECK(last >= 0 || i == 0);
+    CHECK_MSG(s.c[i].tier > tier || (s.c[i].tier == tier && i < last), "%d after %d", i, last);
+    tier = s.c[i].tier;
+    last = i;
+    aa__search_done(&s, i, AA_STORE_RUN_OOM, 0, 0); /* nothing to prune by */
+  }
+  CHECK(tier == 2);
   aa__search_free(&s);
 
   /* A strategy outside the space (a custom cut) comes first with a setting of its own. */
