@@ -886,7 +886,16 @@ static int resume_run(const aa_store_run_t *r, void *data) {
   int i = cand_of(s, r->strategy_key);
   if (i < 0) return 0;
   aa_cand_t *c = &s->c[i];
-  if (c->state == AA_CAND_DONE) return 0;
+  if (c->state == AA_CAND_DONE) {
+    /* A re-measure of a leader (in a fresh process): it adds to the mean. */
+    if (c->oks > 0 && r->status == AA_STORE_RUN_OK) {
+      c->run_id = r->id;
+      aa__search_done(s, i, r->status, r->tokens_per_s, relative_spread(r->step_ms_median, r->step_ms_spread));
+      s->dispatched++;
+      x->kept++;
+    }
+    return 0;
+  }
   switch (r->status) {
   case AA_STORE_RUN_OK:
   case AA_STORE_RUN_OOM:

@@ -335,6 +335,7 @@ void aa__search_set_prediction(aa_search_t *s, int i, double tokens_per_s) {
   if (!(tokens_per_s > 0)) return;
   s->c[i].predicted = tokens_per_s;
   s->calibrated = true;
+  if (s->c[i].oks > 0) refit(s); /* measured before the calibration came (a resumed search) */
 }
 
 void aa__search_done(aa_search_t *s, int i, aa_store_run_status_t status, double tokens_per_s, double spread) {

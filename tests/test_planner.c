@@ -403,6 +403,9 @@ AA_TEST(search_refit_takes_the_median_ratio_and_the_worst_miss) {
   CHECK(s.fitted == 3);
   aa__search_done(&s, 3, AA_STORE_RUN_OK, 5000, 0); /* no prediction: not in the fit */
   CHECK(s.fitted == 3);
+  aa__search_set_prediction(&s, 3, 4000); /* a prediction for a measured one (a resumed search): refitted */
+  CHECK(s.fitted == 4);
+  CHECK_NEAR(s.correction, (1.2 + 1.25) / 2, 1e-12);
   aa__search_free(&s);
 }
 
