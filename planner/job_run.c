@@ -124,7 +124,8 @@ static void why_none(const aa_planner_job_t *j, char *out, size_t n) {
  * and the submit's out_dir; j->best keeps it for training. tokens_per_s:
  * the figure it is saved with (the mean of its measurements), 0 = the
  * run's. */
-static int write_strategy(aa_planner_t *p, aa_planner_job_t *j, const aa_store_run_t *r, double tokens_per_s) {
+static int write_strategy(aa_planner_t *p, aa_planner_job_t *j, const aa_store_run_t *r,
+                          double tokens_per_s) {
   aa_strategy_t s;
   int rc = aa_strategy_parse(&s, r->strategy_json, "the best run's strategy");
   if (rc) return rc;
@@ -554,10 +555,12 @@ static void calib_apply(aa_planner_t *p, aa_planner_job_t *j) {
     done++;
     stand_ins += pr.ops_estimated || pr.links_estimated;
   }
-  aa__planner_log(p, "job %lld: %d candidates predicted from the calibration (%d with stand-ins for shapes or group "
-                  "sizes it lacks)%s%s%s",
-                  (long long)j->id, done, stand_ins, failed ? "; not predicted: " : "", failed ? first : "",
-                  failed > 1 ? " and others" : "");
+  aa__planner_log(
+      p,
+      "job %lld: %d candidates predicted from the calibration (%d with stand-ins for shapes or group "
+      "sizes it lacks)%s%s%s",
+      (long long)j->id, done, stand_ins, failed ? "; not predicted: " : "", failed ? first : "",
+      failed > 1 ? " and others" : "");
 }
 
 /* The predicted step of candidate c by part as the store keeps it
@@ -571,8 +574,8 @@ static char *predicted_json(const aa_planner_job_t *j, const aa_cand_t *c) {
   json_t *o = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}", "forward_ms", 1e3 * pr.forward_s,
                         "backward_ms", 1e3 * pr.backward_s, "tensor_comm_ms", 1e3 * pr.tensor_comm_s,
                         "pipeline_comm_ms", 1e3 * pr.pipeline_comm_s, "bubble_ms", 1e3 * pr.bubble_s,
-                        "optimizer_ms", 1e3 * pr.optimizer_s, "data_comm_ms", 1e3 * pr.data_comm_s, "ops_estimated",
-                        pr.ops_estimated, "links_estimated", pr.links_estimated);
+                        "optimizer_ms", 1e3 * pr.optimizer_s, "data_comm_ms", 1e3 * pr.data_comm_s,
+                        "ops_estimated", pr.ops_estimated, "links_estimated", pr.links_estimated);
   char *text = o ? aa__report_dump(o) : NULL;
   json_decref(o);
   return text;
@@ -625,8 +628,8 @@ static void calib_lookup(aa_planner_t *p, aa_planner_job_t *j) {
     if (c && !aa_calib_parse(c, json, "the stored calibration")) {
       j->calib = c;
     } else {
-      aa__planner_log(p, "job %lld: the stored calibration of %s cannot be used: %s", (long long)j->id, device,
-                      c ? aa_last_error() : "no memory");
+      aa__planner_log(p, "job %lld: the stored calibration of %s cannot be used: %s", (long long)j->id,
+                      device, c ? aa_last_error() : "no memory");
       free(c);
     }
   }
@@ -641,7 +644,8 @@ static void calib_lookup(aa_planner_t *p, aa_planner_job_t *j) {
     gmtime_r(&at, &tm);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
   }
-  aa__planner_log(p, "job %lld: using the stored calibration of %s (measured %s)", (long long)j->id, device, date);
+  aa__planner_log(p, "job %lld: using the stored calibration of %s (measured %s)", (long long)j->id, device,
+                  date);
   j->calib_over = true;
   calib_apply(p, j);
 }
@@ -656,7 +660,8 @@ static int calib_send(aa_planner_t *p, aa_planner_job_t *j) {
    * the model's strategies produce, whatever it is. */
   aa_strategy_t d;
   aa_strategy_default(&d);
-  if (aa_strategy_resolve(&d, &j->spec, 1)) return aa_error(AA_EINVAL, "no default strategy: %s", aa_last_error());
+  if (aa_strategy_resolve(&d, &j->spec, 1))
+    return aa_error(AA_EINVAL, "no default strategy: %s", aa_last_error());
   int rc = dispatch(p, j, &d, AA_STORE_RUN_DRYRUN, 0, NULL, true, world);
   if (rc == 0) j->calib_started = aa_now();
   return rc;
@@ -673,9 +678,9 @@ static void calib_finished(aa_planner_t *p) {
   for (int r = 0; r < j->world && !why[0]; r++) {
     const aa_gang_rank_t *g = &j->ranks[r];
     if (g->res.status != AA_PROTO_RUN_OK)
-      snprintf(why, sizeof why, "rank %d (executor %llu) ended %s%s%.3900s", r, (unsigned long long)g->executor,
-               aa_store_run_status_name(store_status(g->res.status)), g->res.error ? ": " : "",
-               g->res.error ? g->res.error : "");
+      snprintf(why, sizeof why, "rank %d (executor %llu) ended %s%s%.3900s", r,
+               (unsigned long long)g->executor, aa_store_run_status_name(store_status(g->res.status)),
+               g->res.error ? ": " : "", g->res.error ? g->res.error : "");
   }
   const char *text = j->world > 0 ? j->ranks[0].res.calib : NULL;
   if (!why[0] && !text) snprintf(why, sizeof why, "rank 0 sent no measurements");
@@ -692,16 +697,17 @@ static void calib_finished(aa_planner_t *p) {
     }
     char *json = aa_calib_to_json(j->calib);
     if (!json || aa_store_calib_put(p->store, device, calib_backend(j), json))
-      aa__planner_log(p, "job %lld: cannot store the calibration of %s: %s (this job uses it)", (long long)j->id,
-                      device, json ? aa_last_error() : "no memory");
+      aa__planner_log(p, "job %lld: cannot store the calibration of %s: %s (this job uses it)",
+                      (long long)j->id, device, json ? aa_last_error() : "no memory");
     else
-      aa__planner_log(p, "job %lld: calibration of %s stored (%d ops, %d links, %.1f s)", (long long)j->id, device,
-                      ops, links, aa_now() - j->calib_started);
+      aa__planner_log(p, "job %lld: calibration of %s stored (%d ops, %d links, %.1f s)", (long long)j->id,
+                      device, ops, links, aa_now() - j->calib_started);
     free(json);
   } else {
     aa_proto_utf8_trim(why);
     aa__planner_log(p, "job %lld: calibration failed: %s; the search goes on %s", (long long)j->id, why,
-                    j->calib ? "with the stored calibration" : "without one (predictions from the nearest measured run)");
+                    j->calib ? "with the stored calibration"
+                             : "without one (predictions from the nearest measured run)");
   }
   free(got);
   j->run_id = 0;
@@ -759,8 +765,9 @@ void aa__job_advance(aa_planner_t *p) {
         return;
       }
       if (again)
-        aa__planner_log(p, "job %lld: %s measured again in a fresh process (measurement %d): a leader within the noise",
-                        (long long)j->id, c->key, c->measures + 1);
+        aa__planner_log(
+            p, "job %lld: %s measured again in a fresh process (measurement %d): a leader within the noise",
+            (long long)j->id, c->key, c->measures + 1);
       j->cand = i;
       c->state = AA_CAND_RUNNING;
       c->run_id = j->run_id;
@@ -890,7 +897,8 @@ static int resume_run(const aa_store_run_t *r, void *data) {
     /* A re-measure of a leader (in a fresh process): it adds to the mean. */
     if (c->oks > 0 && r->status == AA_STORE_RUN_OK) {
       c->run_id = r->id;
-      aa__search_done(s, i, r->status, r->tokens_per_s, relative_spread(r->step_ms_median, r->step_ms_spread));
+      aa__search_done(s, i, r->status, r->tokens_per_s,
+                      relative_spread(r->step_ms_median, r->step_ms_spread));
       s->dispatched++;
       x->kept++;
     }
@@ -1266,7 +1274,8 @@ void aa__job_stop_run(aa_planner_t *p, aa_store_run_status_t status, const char 
   if (!run) return;
   aa_store_run_result_t res = {.status = status, .error = why};
   if (j->calibrating)
-    aa__planner_log(p, "job %lld: calibration %s: %s", (long long)j->id, aa_store_run_status_name(status), why);
+    aa__planner_log(p, "job %lld: calibration %s: %s", (long long)j->id, aa_store_run_status_name(status),
+                    why);
   else if (aa_store_run_finish(p->store, run, &res))
     aa__planner_log(p, "job %lld: cannot record run %lld: %s", (long long)j->id, (long long)run,
                     aa_last_error());

@@ -389,12 +389,12 @@ typedef struct aa_cand {
   double tokens_per_s; /* measured ok: the mean of its ok measurements */
   int retries; /* dry runs tried again after their executor vanished */
   int tier;    /* --from: its distance from the start (which goes ahead of any prediction); else 0 */
-  double predicted;  /* the calibrated model's tokens/s before the refit (predict.h), 0 = none */
+  double predicted; /* the calibrated model's tokens/s before the refit (predict.h), 0 = none */
   /* Its measurements (the first dry run and the re-measures in fresh processes): */
-  int measures;       /* dry runs of it that ended (ok or not) */
-  int oks;            /* of them ok */
-  double sum, lo, hi; /* ok tokens/s: sum, lowest, highest */
-  double spread;      /* the largest relative step-time spread of its ok runs */
+  int measures;        /* dry runs of it that ended (ok or not) */
+  int oks;             /* of them ok */
+  double sum, lo, hi;  /* ok tokens/s: sum, lowest, highest */
+  double spread;       /* the largest relative step-time spread of its ok runs */
   int64_t best_run_id; /* the run of its highest ok measurement */
 } aa_cand_t;
 
@@ -438,11 +438,11 @@ typedef struct aa_search {
   int max_dryruns;      /* 0 = no limit */
   double deadline;      /* aa_now() seconds, 0 = none */
   int time_limit_s;
-  bool calibrated;      /* candidates carry predictions (aa__search_set_prediction) */
-  int fitted;           /* ok candidates with a prediction: the refit's sample */
-  double correction;    /* median of measured / predicted over them (1 before any) */
-  double error;         /* max |measured / (predicted x correction) - 1| over them, floored */
-  int bound_pruned;     /* candidates the stop rule dropped */
+  bool calibrated;   /* candidates carry predictions (aa__search_set_prediction) */
+  int fitted;        /* ok candidates with a prediction: the refit's sample */
+  double correction; /* median of measured / predicted over them (1 before any) */
+  double error;      /* max |measured / (predicted x correction) - 1| over them, floored */
+  int bound_pruned;  /* candidates the stop rule dropped */
 } aa_search_t;
 
 /* Enumerates the strategies for the spec on a pool of `devices` executors
@@ -629,13 +629,13 @@ struct aa_planner_job {
    * lacks what the model or the pool needs, has its pool measure one. The
    * measuring gang is no run of the store: while it is out, calibrating
    * is set and run_id is calib_run_id (job_run.c). */
-  struct aa_calib *calib;  /* the calibration the predictions come from (owned), NULL = none */
-  bool calib_wanted;       /* the stored one is missing or lacks something: measure */
-  bool calib_over;         /* the phase is over (with a calibration or without) */
-  bool calibrating;        /* the running gang is the calibration */
-  char calib_what[160];    /* what it measures, for the log */
-  double calib_started;    /* aa_now() when it was sent */
-  char verdict[512];       /* aa__search_verdict of the search's pick */
+  struct aa_calib *calib; /* the calibration the predictions come from (owned), NULL = none */
+  bool calib_wanted;      /* the stored one is missing or lacks something: measure */
+  bool calib_over;        /* the phase is over (with a calibration or without) */
+  bool calibrating;       /* the running gang is the calibration */
+  char calib_what[160];   /* what it measures, for the log */
+  double calib_started;   /* aa_now() when it was sent */
+  char verdict[512];      /* aa__search_verdict of the search's pick */
   /* Parked: its next run needs executors that are not connected. */
   aa_waiting_t waiting;   /* since 0 = not parked; while its executors are back, since is the last tick */
   int need_world;         /* executors of its hardware one host must have */

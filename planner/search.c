@@ -209,8 +209,8 @@ static bool below_bound(aa_search_t *s, aa_cand_t *c) {
   double bound = c->predicted * s->correction * (1 + s->error);
   if (bound >= s->best) return false;
   snprintf(c->reason, sizeof c->reason,
-           "not measured: predicted at most %.0f tokens/s (%.0f predicted × %.2f correction, +%.0f %% error so far), "
-           "below the best measured %.0f",
+           "not measured: predicted at most %.0f tokens/s (%.0f predicted × %.2f correction, +%.0f %% "
+           "error so far), below the best measured %.0f",
            bound, c->predicted, s->correction, 100 * s->error, s->best);
   return true;
 }
@@ -422,7 +422,8 @@ static int leaders(const aa_search_t *s, int w, int *out) {
 int aa__search_remeasure_next(aa_search_t *s, double now) {
   int w = winner(s), lead[AA_SEARCH_LEADERS_MAX];
   if (w < 0 || s->exhaustive) return -1; /* exhaustive: every candidate once, as measured */
-  if ((s->max_dryruns > 0 && s->dispatched >= s->max_dryruns) || (s->deadline > 0 && now >= s->deadline)) return -1;
+  if ((s->max_dryruns > 0 && s->dispatched >= s->max_dryruns) || (s->deadline > 0 && now >= s->deadline))
+    return -1;
   int n = leaders(s, w, lead + 1);
   if (n == 0) return -1; /* decided */
   lead[0] = w;
@@ -445,17 +446,18 @@ int aa__search_verdict(const aa_search_t *s, char *out, size_t n) {
     if ((int)i != w && s->c[i].oks > 0 && (r < 0 || s->c[i].tokens_per_s > s->c[r].tokens_per_s)) r = (int)i;
   const aa_cand_t *a = &s->c[w];
   if (r < 0) {
-    snprintf(out, n, "best %s (%.0f tokens/s, %d run%s), the only strategy measured ok", a->key, a->tokens_per_s,
-             a->oks, a->oks == 1 ? "" : "s");
+    snprintf(out, n, "best %s (%.0f tokens/s, %d run%s), the only strategy measured ok", a->key,
+             a->tokens_per_s, a->oks, a->oks == 1 ? "" : "s");
     return w;
   }
   const aa_cand_t *b = &s->c[r];
   double ratio = a->tokens_per_s / b->tokens_per_s, spread = fmax(aa__search_noise(a), aa__search_noise(b));
   if (within_noise(s, w, r))
-    snprintf(out, n, "best %s, within the noise of %s (%.2f×, spread %.0f %%, %d and %d runs): kept the faster mean",
+    snprintf(out, n,
+             "best %s, within the noise of %s (%.2f×, spread %.0f %%, %d and %d runs): kept the faster mean",
              a->key, b->key, ratio, 100 * spread, a->oks, b->oks);
   else
-    snprintf(out, n, "best %s: %.2f× the runner-up %s, spread %.0f %% (%d and %d runs)", a->key, ratio, b->key,
-             100 * spread, a->oks, b->oks);
+    snprintf(out, n, "best %s: %.2f× the runner-up %s, spread %.0f %% (%d and %d runs)", a->key, ratio,
+             b->key, 100 * spread, a->oks, b->oks);
   return w;
 }

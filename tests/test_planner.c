@@ -398,8 +398,8 @@ AA_TEST(search_refit_takes_the_median_ratio_and_the_worst_miss) {
   CHECK_NEAR(aa__search_predict(&s, 1), 1500, 1e-9);
   aa__search_done(&s, 1, AA_STORE_RUN_OK, 1000, 0);
   aa__search_done(&s, 2, AA_STORE_RUN_OK, 1200, 0);
-  CHECK_NEAR(s.correction, 1.2, 1e-12);          /* the median of 1.5, 1.0, 1.2 */
-  CHECK_NEAR(s.error, 1.5 / 1.2 - 1, 1e-12);     /* the worst miss left: 25 % */
+  CHECK_NEAR(s.correction, 1.2, 1e-12);      /* the median of 1.5, 1.0, 1.2 */
+  CHECK_NEAR(s.error, 1.5 / 1.2 - 1, 1e-12); /* the worst miss left: 25 % */
   CHECK(s.fitted == 3);
   aa__search_done(&s, 3, AA_STORE_RUN_OK, 5000, 0); /* no prediction: not in the fit */
   CHECK(s.fitted == 3);
@@ -434,7 +434,8 @@ AA_TEST(search_remeasures_leaders_within_the_noise) {
   CHECK(s.c[1].measures == 1);
   int w = aa__search_verdict(&s, v, sizeof v);
   CHECK(w == 0 || w == 2);
-  CHECK_MSG(strstr(v, "within the noise of") && strstr(v, "kept the faster mean") && strstr(v, s.c[w].key), "%s", v);
+  CHECK_MSG(strstr(v, "within the noise of") && strstr(v, "kept the faster mean") && strstr(v, s.c[w].key),
+            "%s", v);
   CHECK(s.c[w].tokens_per_s >= s.c[2 - w].tokens_per_s);
   aa__search_free(&s);
 
@@ -445,7 +446,7 @@ AA_TEST(search_remeasures_leaders_within_the_noise) {
   CHECK(aa__search_verdict(&s, v, sizeof v) == 1);
   CHECK_MSG(strstr(v, "1.25× the runner-up") && strstr(v, s.c[0].key) && strstr(v, "spread 3 %"), "%s", v);
   aa__search_done(&s, 0, AA_STORE_RUN_OK, 990, 0.03); /* now within the noise */
-  s.exhaustive = true; /* measures each once */
+  s.exhaustive = true;                                /* measures each once */
   CHECK(aa__search_remeasure_next(&s, 0) == -1);
   s.exhaustive = false;
   CHECK(aa__search_remeasure_next(&s, 0) >= 0);
