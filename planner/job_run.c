@@ -8,8 +8,9 @@
  * a history aa_store_recover can close and the job can resume from. */
 #include "planner_internal.h"
 
+#include "../strategies/calib.h"
 #include "../strategies/cost.h"
-
+#include "../strategies/predict.h"
 #include "../strategies/space.h"
 
 #include "../common/json.h"
@@ -51,9 +52,21 @@ static aa_proto_run_status_t proto_status(aa_store_run_status_t s) {
   }
 }
 
+/* A calibration's gang has no run in the store; in frames its id is this,
+ * far above any row id the store will reach, so it never matches a run. */
+static int64_t calib_run_id(const aa_planner_job_t *j) { return ((int64_t)1 << 62) + j->id; }
+
+/* The process-group backend of the job's gangs, which its calibration's
+ * links are measured on. */
+static const char *calib_backend(const aa_planner_job_t *j) {
+  return j->dev_kind == AA_PROTO_DEV_CUDA ? "nccl" : "shm";
+}
+
 static void gang_free(aa_planner_job_t *j) {
-  for (int r = 0; r < j->world; r++)
+  for (int r = 0; r < j->world; r++) {
     free(j->ranks[r].res.error);
+    free(j->ranks[r].res.calib);
+  }
   free(j->ranks);
   j->ranks = NULL;
   j->world = j->ndone = 0;
@@ -64,6 +77,7 @@ void aa__job_free(aa_planner_job_t *j) {
   if (!j) return;
   gang_free(j);
   aa__search_free(&j->search);
+  free(j->calib);
   free(j->model_json);
   free(j);
 }
@@ -107,15 +121,18 @@ static void why_none(const aa_planner_job_t *j, char *out, size_t n) {
 }
 
 /* Writes the best run's strategy with provenance to the state directory
- * and the submit's out_dir; j->best keeps it for training. */
-static int write_strategy(aa_planner_t *p, aa_planner_job_t *j, const aa_store_run_t *r) {
+ * and the submit's out_dir; j->best keeps it for training. tokens_per_s:
+ * the figure it is saved with (the mean of its measurements), 0 = the
+ * run's. */
+static int write_strategy(aa_planner_t *p, aa_planner_job_t *j, const aa_store_run_t *r,
+                          double tokens_per_s) {
   aa_strategy_t s;
   int rc = aa_strategy_parse(&s, r->strategy_json, "the best run's strategy");
   if (rc) return rc;
   snprintf(s.model_hash, sizeof s.model_hash, "%.16s", j->hash);
   snprintf(s.model_name, sizeof s.model_name, "%s", j->spec.name);
   snprintf(s.hardware, sizeof s.hardware, "%s", j->hardware);
-  s.tokens_per_s = r->tokens_per_s;
+  s.tokens_per_s = tokens_per_s > 0 ? tokens_per_s : r->tokens_per_s;
   s.peak_bytes = (double)r->peak_bytes;
   time_t t = time(NULL);
   struct tm tm;
@@ -129,20 +146,16 @@ static int write_strategy(aa_planner_t *p, aa_planner_job_t *j, const aa_store_r
   return 0;
 }
 
-/* The best run `id` becomes the job's answer: strategy files written. */
-static int take_best(aa_planner_t *p, aa_planner_job_t *j, int64_t id) {
+/* The best run `id` becomes the job's answer: strategy files written, with
+ * tokens_per_s as write_strategy's. */
+static int take_best(aa_planner_t *p, aa_planner_job_t *j, int64_t id, double tokens_per_s) {
   aa_store_run_t r;
   int rc = aa_store_run_get(p->store, id, &r);
   if (rc) return rc;
-  rc = write_strategy(p, j, &r);
+  rc = write_strategy(p, j, &r, tokens_per_s);
   aa_store_run_clear(&r);
   if (!rc) j->best_run = id;
   return rc;
-}
-
-static int first_run(const aa_store_run_t *r, void *data) {
-  *(int64_t *)data = r->id;
-  return 1;
 }
 
 /* --- gangs ---------------------------------------------------------------------------------- */
@@ -199,6 +212,7 @@ static void rank_report(aa_planner_t *p, int rank, const aa_msg_result_t *r) {
   g->res = *r;
   g->res.key = NULL;
   g->res.error = r->error ? strdup(r->error) : NULL;
+  g->res.calib = r->calib ? strdup(r->calib) : NULL;
   if (r->rank != rank && (r->rank || r->has_times))
     aa__planner_log(
         p, "job %lld: run %lld: rank %d (executor %llu) reported itself as rank %d; kept as rank %d",
@@ -213,6 +227,7 @@ static void rank_report(aa_planner_t *p, int rank, const aa_msg_result_t *r) {
 
 static void run_finished(aa_planner_t *p, const aa_msg_result_t *r, const aa_store_run_rank_t *ranks,
                          int n_ranks);
+static void calib_finished(aa_planner_t *p);
 
 /* A peak by kind as the JSON text the store keeps (malloc'd; NULL when
  * nothing was measured or no memory: the column is then NULL). */
@@ -254,6 +269,10 @@ static void rank_record(int rank, const aa_msg_result_t *x, aa_store_run_rank_t 
  * rank that ended first. */
 static void gang_finish(aa_planner_t *p) {
   aa_planner_job_t *j = p->cur;
+  if (j->calibrating) {
+    calib_finished(p);
+    return;
+  }
   char error[AA_PROTO_TEXT_MAX + 1] = "";
   aa_msg_result_t out = {.job = (uint64_t)j->id, .run = (uint64_t)j->run_id};
   int worst = 0, biggest = 0;
@@ -305,14 +324,18 @@ static void gang_finish(aa_planner_t *p) {
 /* --- dispatch ------------------------------------------------------------------------------ */
 
 /* Sends strategy s as one run of `kind` to a gang of dp * tp * pp idle
- * executors of the job's hardware on one host: the run is inserted running,
- * a group of more than one rank gets a fresh rendezvous, and rank r goes to
- * the r-th executor. Returns 0 when sent, 1 when no host has enough idle
- * executors now (nothing done; logged once), or an error (the run, if it
- * was inserted, recorded error). */
+ * executors of the job's hardware on one host: the run is inserted running
+ * (with the predictions: tokens/s, and predicted_json, borrowed, may be
+ * NULL), a group of more than one rank gets a fresh rendezvous, and rank r
+ * goes to the r-th executor. A calibration (calibrate: the job's
+ * calibrate phase; kind is then ignored) is sent the same way to a gang of
+ * `world` ranks with s as its default strategy, but is no run of the
+ * store: its id is calib_run_id(j). Returns 0 when sent, 1 when no host
+ * has enough idle executors now (nothing done; logged once), or an error
+ * (the run, if it was inserted, recorded error). */
 static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s, aa_store_run_kind_t kind,
-                    double predicted) {
-  int world = s->dp * s->tp * s->pp;
+                    double predicted, const char *predicted_json, bool calibrate, int calib_world) {
+  int world = calibrate ? calib_world : s->dp * s->tp * s->pp;
   if (world < 1 || world > AA_PROTO_WORLD_MAX)
     return aa_error(AA_EINVAL, "strategy: %d ranks is outside 1..%d", world, AA_PROTO_WORLD_MAX);
   aa_conn_t **gang = calloc((size_t)world, sizeof *gang);
@@ -337,15 +360,17 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
                            .status = AA_STORE_RUN_RUNNING,
                            .predicted_tokens_per_s = predicted,
                            .predicted_peak_bytes = (int64_t)cm.total,
-                           .predicted_bubble = aa_cost_bubble(s, accum)};
+                           .predicted_bubble = aa_cost_bubble(s, accum),
+                           .predicted_json = predicted_json};
   int64_t run = 0;
   char *strategy = NULL, dir[AA_PATH_MAX + 64], rdv[AA_RENDEZVOUS_MAX] = "", why[AA_PROTO_TEXT_MAX];
   aa_gang_rank_t *ranks = NULL;
-  int rc = aa_store_run_insert(p->store, &nr, &run);
+  int rc = calibrate ? 0 : aa_store_run_insert(p->store, &nr, &run);
   if (rc) {
     free(gang);
     return rc;
   }
+  if (calibrate) run = calib_run_id(j);
   rc = aa_strategy_to_json(s, &strategy);
   if (!rc && !(ranks = calloc((size_t)world, sizeof *ranks)))
     rc = aa_error(AA_ENOMEM, "planner: no memory for a gang of %d", world);
@@ -361,8 +386,8 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
                          .strategy = strategy,
                          .world = world,
                          .rendezvous = world > 1 ? rdv : NULL};
-  if (kind == AA_STORE_RUN_DRYRUN) {
-    m.job.kind = AA_PROTO_JOB_DRYRUN;
+  if (calibrate || kind == AA_STORE_RUN_DRYRUN) {
+    m.job.kind = calibrate ? AA_PROTO_JOB_CALIBRATE : AA_PROTO_JOB_DRYRUN;
     m.job.warmup_steps = (uint64_t)p->warmup_steps;
     m.job.measured_steps = (uint64_t)p->measured_steps;
     m.job.time_limit_s = p->dryrun_time_limit_s;
@@ -395,7 +420,7 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
   if (rc) snprintf(why, sizeof why, "the planner could not send it: %s", aa_last_error());
   if (sent == 0) { /* the run never left: close its record */
     aa_store_run_result_t res = {.status = AA_STORE_RUN_ERROR, .error = why};
-    aa_store_run_finish(p->store, run, &res);
+    if (!calibrate) aa_store_run_finish(p->store, run, &res);
     free(ranks);
     free(gang);
     return aa_error(rc, "%s", why);
@@ -406,7 +431,11 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
   j->aborted = false;
   j->lost_executor = false;
   j->run_id = run;
-  aa_strategy_key(s, j->run_key);
+  j->calibrating = calibrate;
+  if (calibrate)
+    snprintf(j->run_key, sizeof j->run_key, "calibrate");
+  else
+    aa_strategy_key(s, j->run_key);
   for (int r = 0; r < world; r++) {
     ranks[r].executor = gang[r]->id;
     if (r >= sent || gang[r]->dropped) continue;
@@ -418,7 +447,10 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
   for (int r = 0, o = 0; r < world && o < (int)sizeof who - 24; r++)
     o += snprintf(who + o, sizeof who - (size_t)o, "%s%llu", r ? "," : "", (unsigned long long)gang[r]->id);
   const char *ex = world > 1 ? "executors" : "executor";
-  if (kind == AA_STORE_RUN_DRYRUN)
+  if (calibrate)
+    aa__planner_log(p, "job %lld: calibrating on %d %s (%s): %s%s%s", (long long)j->id, world, ex,
+                    j->calib_what, who, world > 1 ? ", rendezvous " : "", rdv);
+  else if (kind == AA_STORE_RUN_DRYRUN)
     aa__planner_log(p, "job %lld: dry run %d/%d %s on %s %s (run %lld)%s%s", (long long)j->id, j->run_index,
                     j->search.valid, j->run_key, ex, who, (long long)run, world > 1 ? ", rendezvous " : "",
                     rdv);
@@ -481,12 +513,229 @@ static void no_gang(aa_planner_t *p, int world) {
   if (have < world) aa__jobs_park(p, world, have);
 }
 
+/* --- the calibrate phase --------------------------------------------------------------- */
+
+/* Whether j->calib lacks an op shape the model's strategies on a pool of
+ * `world` run (predict.h aa_predict_wanted). */
+static bool calib_lacks_ops(const aa_planner_job_t *j, int world) {
+  aa_calib_op_t *want = malloc(AA_CALIB_OPS_MAX * sizeof *want);
+  if (!want) return true;
+  size_t n = aa_predict_wanted(&j->spec, world, j->dev_kind == AA_PROTO_DEV_CUDA, want, AA_CALIB_OPS_MAX);
+  bool lacks = n == 0;
+  for (size_t i = 0; i < n && i < AA_CALIB_OPS_MAX && !lacks; i++)
+    lacks = !aa_calib_find_op(j->calib, &want[i].shape, want[i].dtype);
+  free(want);
+  return lacks;
+}
+
+/* The pool the job's candidates are predicted on: its executors, which on
+ * a CPU share the cores of one host. */
+static aa_predict_pool_t calib_pool(const aa_planner_job_t *j) {
+  return (aa_predict_pool_t){.devices = aa__planner_hw_world(j->hardware),
+                             .host_cores = j->dev_kind == AA_PROTO_DEV_CUDA ? 0 : j->calib->host_cores};
+}
+
+/* Gives every candidate not pruned its calibrated prediction (the search
+ * then orders, refits and stops by them); one the model cannot predict
+ * keeps none and comes after the predicted ones. */
+static void calib_apply(aa_planner_t *p, aa_planner_job_t *j) {
+  if (!j->calib) return;
+  const aa_predict_pool_t pool = calib_pool(j);
+  int done = 0, failed = 0, stand_ins = 0;
+  char first[300] = "";
+  for (size_t i = 0; i < j->search.n; i++) {
+    aa_cand_t *c = &j->search.c[i];
+    aa_predict_t pr;
+    if (c->state == AA_CAND_PRUNED) continue;
+    if (aa_predict(&j->spec, &c->s, j->calib, &pool, &pr) || !(pr.tokens_per_s > 0)) {
+      if (!failed++) snprintf(first, sizeof first, "%s: %.200s", c->key, aa_last_error());
+      continue;
+    }
+    aa__search_set_prediction(&j->search, (int)i, pr.tokens_per_s);
+    done++;
+    stand_ins += pr.ops_estimated || pr.links_estimated;
+  }
+  aa__planner_log(
+      p,
+      "job %lld: %d candidates predicted from the calibration (%d with stand-ins for shapes or group "
+      "sizes it lacks)%s%s%s",
+      (long long)j->id, done, stand_ins, failed ? "; not predicted: " : "", failed ? first : "",
+      failed > 1 ? " and others" : "");
+}
+
+/* The predicted step of candidate c by part as the store keeps it
+ * (runs.predicted_json, docs/store.md), malloc'd; NULL without a
+ * calibrated prediction. */
+static char *predicted_json(const aa_planner_job_t *j, const aa_cand_t *c) {
+  if (!j->calib || !(c->predicted > 0)) return NULL;
+  const aa_predict_pool_t pool = calib_pool(j);
+  aa_predict_t pr;
+  if (aa_predict(&j->spec, &c->s, j->calib, &pool, &pr)) return NULL;
+  json_t *o = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}", "forward_ms", 1e3 * pr.forward_s,
+                        "backward_ms", 1e3 * pr.backward_s, "tensor_comm_ms", 1e3 * pr.tensor_comm_s,
+                        "pipeline_comm_ms", 1e3 * pr.pipeline_comm_s, "bubble_ms", 1e3 * pr.bubble_s,
+                        "optimizer_ms", 1e3 * pr.optimizer_s, "data_comm_ms", 1e3 * pr.data_comm_s,
+                        "ops_estimated", pr.ops_estimated, "links_estimated", pr.links_estimated);
+  char *text = o ? aa__report_dump(o) : NULL;
+  json_decref(o);
+  return text;
+}
+
+/* Whether calibration j->calib (NULL = none) lacks what the job needs: the
+ * all-reduce of every group size its pool can form (2 .. world in powers
+ * of two) and the op shapes of the model's strategies. What is missing
+ * goes into j->calib_what ("ops of the model, collectives of 2, 4"). */
+static bool calib_missing(aa_planner_job_t *j, int world) {
+  bool ops = !j->calib || calib_lacks_ops(j, world);
+  size_t o = (size_t)snprintf(j->calib_what, sizeof j->calib_what, "%s", ops ? "ops of the model" : "");
+  const char *sep = ops ? ", collectives of " : "collectives of ";
+  bool links = false;
+  for (int t = 2; t <= world && o < sizeof j->calib_what; t *= 2) {
+    if (j->calib && aa_calib_find_link(j->calib, AA_COST_ALL_REDUCE, t)) continue;
+    o += (size_t)snprintf(j->calib_what + o, sizeof j->calib_what - o, "%s%d", sep, t);
+    sep = ", ";
+    links = true;
+  }
+  return ops || links;
+}
+
+/* The walk of aa_store_calib_list for one (device, backend): its date. */
+typedef struct {
+  const char *backend;
+  int64_t measured_at;
+} calib_date_t;
+
+static int calib_date(const aa_store_calib_t *c, void *data) {
+  calib_date_t *d = data;
+  if (strcmp(c->backend, d->backend)) return 0;
+  d->measured_at = c->measured_at;
+  return 1;
+}
+
+/* The start of the calibrate phase: the stored calibration of the job's
+ * device and backend becomes j->calib; when there is none, or it lacks
+ * what the job needs, calib_wanted sends the pool to measure (advance).
+ * A calibration the store cannot give is logged and measured again. */
+static void calib_lookup(aa_planner_t *p, aa_planner_job_t *j) {
+  char device[AA_STORE_HW_MAX], *json = NULL;
+  aa_store_device_of(j->hardware, device, sizeof device);
+  int rc = aa_store_calib_get(p->store, device, calib_backend(j), &json);
+  if (rc < 0)
+    aa__planner_log(p, "job %lld: cannot read the stored calibration of %s: %s", (long long)j->id, device,
+                    aa_last_error());
+  if (rc == 0) {
+    aa_calib_t *c = malloc(sizeof *c);
+    if (c && !aa_calib_parse(c, json, "the stored calibration")) {
+      j->calib = c;
+    } else {
+      aa__planner_log(p, "job %lld: the stored calibration of %s cannot be used: %s", (long long)j->id,
+                      device, c ? aa_last_error() : "no memory");
+      free(c);
+    }
+  }
+  free(json);
+  j->calib_wanted = calib_missing(j, aa__planner_hw_world(j->hardware));
+  if (j->calib_wanted) return;
+  calib_date_t d = {.backend = calib_backend(j)};
+  char date[32] = "at an unknown date";
+  if (aa_store_calib_list(p->store, device, calib_date, &d) >= 0 && d.measured_at > 0) {
+    time_t at = (time_t)d.measured_at;
+    struct tm tm;
+    gmtime_r(&at, &tm);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  }
+  aa__planner_log(p, "job %lld: using the stored calibration of %s (measured %s)", (long long)j->id, device,
+                  date);
+  j->calib_over = true;
+  calib_apply(p, j);
+}
+
+/* Sends the job's pool (its hardware's executors on one host, as many as
+ * are connected) to measure what calib_missing found missing. Returns
+ * like dispatch(): 0 sent, 1 waiting for executors, < 0 not sent. */
+static int calib_send(aa_planner_t *p, aa_planner_job_t *j) {
+  int world = aa__planner_hw_world(j->hardware), have = aa__registry_most_on_one_host(p, j->hardware);
+  if (have >= 1 && have < world) world = have;
+  /* The job frame needs a strategy; the calibration measures every shape
+   * the model's strategies produce, whatever it is. */
+  aa_strategy_t d;
+  aa_strategy_default(&d);
+  if (aa_strategy_resolve(&d, &j->spec, 1))
+    return aa_error(AA_EINVAL, "no default strategy: %s", aa_last_error());
+  int rc = dispatch(p, j, &d, AA_STORE_RUN_DRYRUN, 0, NULL, true, world);
+  if (rc == 0) j->calib_started = aa_now();
+  return rc;
+}
+
+/* The calibration's gang is in: rank 0's measurements are merged into the
+ * stored calibration (or become it) and stored; a failed calibration is
+ * logged and the search goes on without it (or with the stored one it
+ * meant to extend). Either way the phase is over. */
+static void calib_finished(aa_planner_t *p) {
+  aa_planner_job_t *j = p->cur;
+  char why[AA_PROTO_TEXT_MAX + 128] = "", device[AA_STORE_HW_MAX];
+  aa_store_device_of(j->hardware, device, sizeof device);
+  for (int r = 0; r < j->world && !why[0]; r++) {
+    const aa_gang_rank_t *g = &j->ranks[r];
+    if (g->res.status != AA_PROTO_RUN_OK)
+      snprintf(why, sizeof why, "rank %d (executor %llu) ended %s%s%.3900s", r,
+               (unsigned long long)g->executor, aa_store_run_status_name(store_status(g->res.status)),
+               g->res.error ? ": " : "", g->res.error ? g->res.error : "");
+  }
+  const char *text = j->world > 0 ? j->ranks[0].res.calib : NULL;
+  if (!why[0] && !text) snprintf(why, sizeof why, "rank 0 sent no measurements");
+  aa_calib_t *got = why[0] ? NULL : malloc(sizeof *got);
+  if (!why[0] && !got) snprintf(why, sizeof why, "no memory for the calibration");
+  if (got && aa_calib_parse(got, text, "the calibration")) snprintf(why, sizeof why, "%s", aa_last_error());
+  if (!why[0]) {
+    int ops = got->n_op, links = got->n_link;
+    if (j->calib) {
+      aa_calib_merge(j->calib, got);
+    } else {
+      j->calib = got;
+      got = NULL;
+    }
+    char *json = aa_calib_to_json(j->calib);
+    if (!json || aa_store_calib_put(p->store, device, calib_backend(j), json))
+      aa__planner_log(p, "job %lld: cannot store the calibration of %s: %s (this job uses it)",
+                      (long long)j->id, device, json ? aa_last_error() : "no memory");
+    else
+      aa__planner_log(p, "job %lld: calibration of %s stored (%d ops, %d links, %.1f s)", (long long)j->id,
+                      device, ops, links, aa_now() - j->calib_started);
+    free(json);
+  } else {
+    aa_proto_utf8_trim(why);
+    aa__planner_log(p, "job %lld: calibration failed: %s; the search goes on %s", (long long)j->id, why,
+                    j->calib ? "with the stored calibration"
+                             : "without one (predictions from the nearest measured run)");
+  }
+  free(got);
+  j->run_id = 0;
+  j->calibrating = false;
+  j->calib_over = true;
+  gang_free(j);
+  calib_apply(p, j);
+  aa__planner_kick(p);
+}
+
 void aa__job_advance(aa_planner_t *p) {
   aa_planner_job_t *j = p->cur;
   char why[512];
   if (j->run_id) { /* a run is out: it ends once every rank is in */
     if (j->ndone == j->world) gang_finish(p);
     return;
+  }
+  if (j->phase == AA_PHASE_SEARCH && !j->calib_over) {
+    int rc = calib_send(p, j);
+    if (rc == 1) {
+      no_gang(p, 1);
+      return;
+    }
+    if (rc == 0) return;
+    aa__planner_log(p, "job %lld: cannot send the calibration: %s; the search goes on without it",
+                    (long long)j->id, aa_last_error());
+    j->calib_over = true;
+    calib_apply(p, j);
   }
   if (j->phase == AA_PHASE_SEARCH) {
     int i;
@@ -497,9 +746,15 @@ void aa__job_advance(aa_planner_t *p) {
       aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
       return;
     }
+    /* The pass is over: the leaders are measured again in fresh processes
+     * until the winner is decided beyond their noise. */
+    bool again = i < 0 && (i = aa__search_remeasure_next(&j->search, aa_now())) >= 0;
     if (i >= 0) {
+      aa_cand_t *c = &j->search.c[i];
+      char *pj = predicted_json(j, c);
       j->run_index = j->search.dispatched + 1;
-      int rc = dispatch(p, j, &j->search.c[i].s, AA_STORE_RUN_DRYRUN, aa__search_predict(&j->search, i));
+      int rc = dispatch(p, j, &c->s, AA_STORE_RUN_DRYRUN, aa__search_predict(&j->search, i), pj, false, 0);
+      free(pj);
       if (rc == 1) {
         no_gang(p, 1);
         return;
@@ -509,43 +764,38 @@ void aa__job_advance(aa_planner_t *p) {
         aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
         return;
       }
+      if (again)
+        aa__planner_log(
+            p, "job %lld: %s measured again in a fresh process (measurement %d): a leader within the noise",
+            (long long)j->id, c->key, c->measures + 1);
       j->cand = i;
-      j->search.c[i].state = AA_CAND_RUNNING;
-      j->search.c[i].run_id = j->run_id;
+      c->state = AA_CAND_RUNNING;
+      c->run_id = j->run_id;
       j->search.dispatched++;
       return;
     }
-    int64_t best = 0;
-    aa_store_run_filter_t f = {.job_id = j->id,
-                               .statuses = AA_STORE_BIT(AA_STORE_RUN_OK),
-                               .kinds = AA_STORE_BIT(AA_STORE_RUN_DRYRUN),
-                               .order = AA_STORE_ORDER_BEST,
-                               .limit = 1};
-    int rc = aa_store_runs_query(p->store, &f, first_run, &best);
-    if (rc < 0) {
-      snprintf(why, sizeof why, "cannot read the job's runs from the store: %s", aa_last_error());
-      aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
-      return;
-    }
-    if (!best) {
+    /* The pick: the highest mean of the candidates' ok measurements. */
+    int w = aa__search_verdict(&j->search, j->verdict, sizeof j->verdict);
+    if (w < 0) {
       why_none(j, why, sizeof why);
       aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
       return;
     }
-    if (take_best(p, j, best)) {
+    aa__planner_log(p, "job %lld: %s", (long long)j->id, j->verdict);
+    if (take_best(p, j, j->search.c[w].best_run_id, j->search.c[w].tokens_per_s)) {
       snprintf(why, sizeof why, "cannot write the strategy file: %s", aa_last_error());
       aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
       return;
     }
     if (!j->train) {
-      aa__jobs_end(p, j, AA_STORE_JOB_DONE, NULL, false);
+      aa__jobs_end(p, j, AA_STORE_JOB_DONE, j->verdict, false);
       return;
     }
     j->phase = AA_PHASE_TRAIN;
   }
   /* Training with a dp > 1 strategy is a gang too: it waits while its
    * executors are busy, and steps aside while they are not connected. */
-  int rc = dispatch(p, j, &j->best, AA_STORE_RUN_TRAIN, 0);
+  int rc = dispatch(p, j, &j->best, AA_STORE_RUN_TRAIN, 0, NULL, false, 0);
   if (rc == 1) {
     no_gang(p, j->best.dp * j->best.tp * j->best.pp);
   } else if (rc < 0) {
@@ -643,7 +893,17 @@ static int resume_run(const aa_store_run_t *r, void *data) {
   int i = cand_of(s, r->strategy_key);
   if (i < 0) return 0;
   aa_cand_t *c = &s->c[i];
-  if (c->state == AA_CAND_DONE) return 0;
+  if (c->state == AA_CAND_DONE) {
+    /* A re-measure of a leader (in a fresh process): it adds to the mean. */
+    if (c->oks > 0 && r->status == AA_STORE_RUN_OK) {
+      c->run_id = r->id;
+      aa__search_done(s, i, r->status, r->tokens_per_s,
+                      relative_spread(r->step_ms_median, r->step_ms_spread));
+      s->dispatched++;
+      x->kept++;
+    }
+    return 0;
+  }
   switch (r->status) {
   case AA_STORE_RUN_OK:
   case AA_STORE_RUN_OOM:
@@ -800,7 +1060,7 @@ void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e, aa_
   }
   if (stored && !j->train) {
     j->from_store = true;
-    if (take_best(p, j, stored))
+    if (take_best(p, j, stored, 0))
       aa__planner_log(p, "job %lld: cannot write the strategy file: %s", (long long)j->id, aa_last_error());
     j->best_run = stored;
     aa__jobs_end(p, j, AA_STORE_JOB_DONE, NULL, false);
@@ -815,7 +1075,7 @@ void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e, aa_
                   j->hardware, row->resumes ? " (resumed after a stop)" : "");
   if (stored) { /* train: the stored best is trained without a search */
     j->from_store = true;
-    if (take_best(p, j, stored)) {
+    if (take_best(p, j, stored, 0)) {
       snprintf(why, sizeof why, "cannot write the strategy file: %s", aa_last_error());
       aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
       return;
@@ -838,6 +1098,7 @@ void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e, aa_
   if (j->time_limit_s > 0) j->search.deadline = aa_now() + j->time_limit_s;
   aa__planner_log(p, "job %lld: %zu strategies, %d valid, %d of them predicted out of memory",
                   (long long)j->id, j->search.n, j->search.valid, j->search.predicted_oom);
+  calib_lookup(p, j);
   aa__job_advance(p);
 }
 
@@ -850,7 +1111,7 @@ static bool retry_lost(aa_planner_t *p, aa_planner_job_t *j) {
   if (!j->lost_executor) return false;
   if (j->phase == AA_PHASE_SEARCH) {
     aa_cand_t *c = &j->search.c[j->cand];
-    if (c->retries >= 1) return false;
+    if (c->retries >= 1 || c->measures > 0) return false; /* a lost re-measure is just one fewer */
     c->retries++;
     c->state = AA_CAND_PENDING;
     j->search.dispatched--;
@@ -1012,12 +1273,16 @@ void aa__job_stop_run(aa_planner_t *p, aa_store_run_status_t status, const char 
   int64_t run = j->run_id;
   if (!run) return;
   aa_store_run_result_t res = {.status = status, .error = why};
-  if (aa_store_run_finish(p->store, run, &res))
+  if (j->calibrating)
+    aa__planner_log(p, "job %lld: calibration %s: %s", (long long)j->id, aa_store_run_status_name(status),
+                    why);
+  else if (aa_store_run_finish(p->store, run, &res))
     aa__planner_log(p, "job %lld: cannot record run %lld: %s", (long long)j->id, (long long)run,
                     aa_last_error());
   /* The run is over for the job before any frame goes out: an executor
    * lost while we write to it no longer counts for it. */
   j->run_id = 0;
+  j->calibrating = false;
   gang_free(j);
   for (aa_conn_t *c = p->conns; c; c = c->next) {
     if (c->role != AA_CONN_EXECUTOR || c->dropped || c->busy_run != run) continue;

@@ -221,8 +221,9 @@ void aa__jobs_end(aa_planner_t *p, aa_planner_job_t *j, aa_store_job_status_t st
   if (status == AA_STORE_JOB_DONE) {
     char key[AA_STRATEGY_KEY_MAX];
     aa_strategy_key(&j->best, key);
-    aa__planner_log(p, "job %lld done%s: best %s, %.1f tokens/s", (long long)j->id,
-                    j->from_store ? " from the store" : "", key, j->best.tokens_per_s);
+    aa__planner_log(p, "job %lld done%s: best %s, %.1f tokens/s%s%s", (long long)j->id,
+                    j->from_store ? " from the store" : "", key, j->best.tokens_per_s, error ? "; " : "",
+                    error ? error : "");
   } else {
     aa__planner_log(p, "job %lld %s: %s", (long long)j->id, aa_store_job_status_name(status),
                     error ? error : "");

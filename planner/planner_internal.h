@@ -8,7 +8,8 @@
  * frames, deadlines, bounded writes, the close queue), registry.c (hello,
  * executors, heartbeats, dead peers), jobs.c (submits, the queue, one job's
  * life, results, cancel, waiting clients), search.c (enumeration,
- * exclusions, order, early stop), report.c (the JSON of status and query
+ * exclusions, order, early stop, the calibrated order and stop bound, the
+ * re-measures and the verdict), report.c (the JSON of status and query
  * replies), plan.c (`query plan`: predictions from a stored calibration). */
 #ifndef AA_PLANNER_INTERNAL_H
 #define AA_PLANNER_INTERNAL_H
@@ -385,13 +386,36 @@ typedef struct aa_cand {
   bool recorded;    /* its pruned run is in the store */
   int64_t run_id;
   aa_store_run_status_t status;
-  double tokens_per_s;
+  double tokens_per_s; /* measured ok: the mean of its ok measurements */
   int retries; /* dry runs tried again after their executor vanished */
+  int tier;    /* --from: its distance from the start (which goes ahead of any prediction); else 0 */
+  double predicted; /* the calibrated model's tokens/s before the refit (predict.h), 0 = none */
+  /* Its measurements (the first dry run and the re-measures in fresh processes): */
+  int measures;        /* dry runs of it that ended (ok or not) */
+  int oks;             /* of them ok */
+  double sum, lo, hi;  /* ok tokens/s: sum, lowest, highest */
+  double spread;       /* the largest relative step-time spread of its ok runs */
+  int64_t best_run_id; /* the run of its highest ok measurement */
 } aa_cand_t;
 
 /* --from: how many knobs a candidate may differ in from the strategy the
  * search starts from. */
 #define AA_SEARCH_FROM_RADIUS 2
+/* The refit's error, as a share of the corrected prediction, is at least
+ * this: with two or more runs measured the spread of their ratios says how
+ * far the model is off, but a ratio spread below the step-time noise of one
+ * dry run (a few % on a shared CPU) is luck, not accuracy. */
+#define AA_SEARCH_ERROR_FLOOR 0.05
+/* With one run measured there is no spread of ratios at all: the correction
+ * is that one run's ratio, which carries the run's own noise (two
+ * measurements of one strategy on the bundled example differ by a median
+ * 15 % on one CPU executor: docs/service.md "Jobs" step 4), so the bound
+ * allows 25 % and one lucky run cannot stop the search. */
+#define AA_SEARCH_ERROR_FLOOR_ONE 0.25
+/* Re-measures in fresh processes of each leading candidate at most, and
+ * leaders (the best included) re-measured at most. */
+#define AA_SEARCH_REMEASURE 2
+#define AA_SEARCH_LEADERS_MAX 3
 
 typedef struct aa_search {
   aa_cand_t *c;
@@ -414,6 +438,11 @@ typedef struct aa_search {
   int max_dryruns;      /* 0 = no limit */
   double deadline;      /* aa_now() seconds, 0 = none */
   int time_limit_s;
+  bool calibrated;   /* candidates carry predictions (aa__search_set_prediction) */
+  int fitted;        /* ok candidates with a prediction: the refit's sample */
+  double correction; /* median of measured / predicted over them (1 before any) */
+  double error;      /* max |measured / (predicted x correction) - 1| over them, floored */
+  int bound_pruned;  /* candidates the stop rule dropped */
 } aa_search_t;
 
 /* Enumerates the strategies for the spec on a pool of `devices` executors
@@ -450,6 +479,32 @@ int aa__search_next(aa_search_t *s, double now);
  * later of equals), times i's dp over i's FLOPs per token. 0 before any ok
  * run. */
 double aa__search_predict(const aa_search_t *s, int i);
+/* Gives candidate i the calibrated model's tokens/s (predict.h, > 0):
+ * from then on the search dry-runs the highest predicted first (after the
+ * --from tiers), refits the model after each ok run (correction and error
+ * above) and, unless exhaustive, stops once no pending candidate's
+ * optimistic bound predicted x correction x (1 + error) beats the best
+ * measured, pruning them with the figures. */
+void aa__search_set_prediction(aa_search_t *s, int i, double tokens_per_s);
+/* The candidate to measure again in a fresh process once the pass is over
+ * (aa__search_next returned -1), or -1 when the winner is decided or the
+ * budget (AA_SEARCH_REMEASURE each, max_dryruns, the time limit) is spent.
+ * The winner is the ok candidate of highest mean; another is a leader
+ * while the winner's mean is not above its mean by more than their noise
+ * (aa__search_noise of both, the larger); the winner is decided when no
+ * leader is left. An exhaustive search measures each candidate once and
+ * re-measures none (its verdict still weighs the noise). The re-measure is
+ * dispatched as a dry run and reported with aa__search_done, which adds
+ * the measurement to the candidate's mean. */
+int aa__search_remeasure_next(aa_search_t *s, double now);
+/* A candidate's noise: the larger of its runs' relative step-time spread
+ * and the range of its ok measurements over their mean. */
+double aa__search_noise(const aa_cand_t *c);
+/* The winner (highest mean of ok measurements; -1 = none) and, into out,
+ * how sure the search is of it: "best K: 1.07× the runner-up R (beyond
+ * the spread of 3 %)" or "best K, within the noise of R (1.01×, spread
+ * 4 %): kept the faster mean", or "best K, the only strategy measured ok". */
+int aa__search_verdict(const aa_search_t *s, char *out, size_t n);
 /* Prunes every pending candidate with `reason`: the search is over. */
 void aa__search_stop(aa_search_t *s, const char *reason);
 /* Records a finished dry run of candidate i (the early-stop rule): a
@@ -531,7 +586,7 @@ typedef struct {
   uint64_t executor;   /* the executor that runs it */
   bool done;           /* its result came, or its executor died */
   int order;           /* 1 for the first rank to end, 2 for the next, ... */
-  aa_msg_result_t res; /* its result; res.error owned, res.key unused */
+  aa_msg_result_t res; /* its result; res.error and res.calib owned, res.key unused */
 } aa_gang_rank_t;
 
 /* A job the planner has started: the current one, or a parked one. */
@@ -569,6 +624,18 @@ struct aa_planner_job {
   bool aborted;        /* the ranks still running were told to stop */
   bool lost_executor;  /* a rank ended because its executor vanished, not the strategy */
   bool train_retried;  /* its training run was tried again once already */
+  /* The calibrate phase (docs/service.md "Jobs" step 4): before its first
+   * dry run the job looks up the calibration of its device and, when that
+   * lacks what the model or the pool needs, has its pool measure one. The
+   * measuring gang is no run of the store: while it is out, calibrating
+   * is set and run_id is calib_run_id (job_run.c). */
+  struct aa_calib *calib; /* the calibration the predictions come from (owned), NULL = none */
+  bool calib_wanted;      /* the stored one is missing or lacks something: measure */
+  bool calib_over;        /* the phase is over (with a calibration or without) */
+  bool calibrating;       /* the running gang is the calibration */
+  char calib_what[160];   /* what it measures, for the log */
+  double calib_started;   /* aa_now() when it was sent */
+  char verdict[512];      /* aa__search_verdict of the search's pick */
   /* Parked: its next run needs executors that are not connected. */
   aa_waiting_t waiting;   /* since 0 = not parked; while its executors are back, since is the last tick */
   int need_world;         /* executors of its hardware one host must have */

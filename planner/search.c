@@ -84,6 +84,7 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
   s->memory = memory;
   s->arch = spec->arch;
   s->global_batch = spec->train.global_batch;
+  s->correction = 1;
   if (devices < 1 || devices > AA_PROTO_WORLD_MAX)
     return aa_error(AA_EINVAL, "search: %d devices is outside 1..%d", devices, AA_PROTO_WORLD_MAX);
   if (from && from->dp * from->tp * from->pp > devices)
@@ -133,6 +134,7 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
       prune_if_too_big(s, c, spec, memory);
     }
     aa_strategy_key(&c->s, c->key);
+    if (from) c->tier = aa_space_distance(&c->s, from);
   }
   free(strat);
   free(setting);
@@ -189,7 +191,36 @@ static bool beyond_peak(const aa_search_t *s, aa_cand_t *c) {
   return true;
 }
 
-int aa__search_next(aa_search_t *s, double now) {
+/* Whether pending candidate i goes before pending candidate k: the --from
+ * tiers first, then the higher prediction (0 when there is none: after
+ * every predicted one), then the enumeration's order. */
+static bool before(const aa_search_t *s, int i, int k) {
+  const aa_cand_t *a = &s->c[i], *b = &s->c[k];
+  if (a->tier != b->tier) return a->tier < b->tier;
+  if (a->predicted != b->predicted) return a->predicted > b->predicted;
+  return i < k;
+}
+
+/* The stop rule: candidate c's optimistic bound, its prediction refitted
+ * and widened by the error so far, does not reach the best measured run.
+ * Writes the reason with the figures into c. */
+static bool below_bound(aa_search_t *s, aa_cand_t *c) {
+  if (!s->calibrated || !s->fitted || !(c->predicted > 0) || !(s->best > 0)) return false;
+  double bound = c->predicted * s->correction * (1 + s->error);
+  if (bound >= s->best) return false;
+  snprintf(c->reason, sizeof c->reason,
+           "not measured: predicted at most %.0f tokens/s (%.0f predicted × %.2f correction, +%.0f %% "
+           "error so far), below the best measured %.0f",
+           bound, c->predicted, s->correction, 100 * s->error, s->best);
+  return true;
+}
+
+/* The pending candidate to dry-run next after the rules of aa__search_next
+ * have pruned what they drop; -1 = none. Without predictions the first in
+ * the enumeration's order (the rest keep their turn), with them the first
+ * by before(), which looks at every pending one. */
+static int pick(aa_search_t *s, double now) {
+  int best = -1;
   for (size_t i = 0; i < s->n; i++) {
     aa_cand_t *c = &s->c[i];
     if (c->state != AA_CAND_PENDING) continue;
@@ -207,10 +238,27 @@ int aa__search_next(aa_search_t *s, double now) {
     } else if (!s->exhaustive && (dominated(s, c) || beyond_peak(s, c))) {
       c->state = AA_CAND_PRUNED;
     } else {
-      return (int)i;
+      if (best < 0 || before(s, (int)i, best)) best = (int)i;
+      if (!s->calibrated) break;
     }
   }
-  return -1;
+  return best;
+}
+
+int aa__search_next(aa_search_t *s, double now) {
+  int i = pick(s, now);
+  if (i < 0 || s->exhaustive || !below_bound(s, &s->c[i])) return i;
+  /* The most promising candidate cannot beat the best: the search is over
+   * for every predicted one that cannot either (in prediction order that is
+   * all of them; --from tiers may leave some), each with its own figures. */
+  for (size_t k = 0; k < s->n; k++) {
+    aa_cand_t *c = &s->c[k];
+    if (c->state == AA_CAND_PENDING && below_bound(s, c)) {
+      c->state = AA_CAND_PRUNED;
+      s->bound_pruned++;
+    }
+  }
+  return pick(s, now);
 }
 
 /* The micro-batches a step of strategy st (resolved) runs on each rank. */
@@ -221,6 +269,7 @@ static int micro_batches(const aa_search_t *s, const aa_strategy_t *st) {
 
 double aa__search_predict(const aa_search_t *s, int i) {
   const aa_cand_t *c = &s->c[i], *near = NULL;
+  if (c->predicted > 0) return c->predicted * s->correction;
   double best = INFINITY;
   for (size_t k = 0; k < s->n; k++) {
     const aa_cand_t *m = &s->c[k];
@@ -253,13 +302,64 @@ void aa__search_stop(aa_search_t *s, const char *reason) {
     }
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Refits the calibrated model to the ok runs with a prediction: the
+ * correction is the median of measured / predicted (robust to one odd
+ * run), the error the largest miss left after it, at least the floors of
+ * planner_internal.h. A failed allocation keeps the previous fit. */
+static void refit(aa_search_t *s) {
+  double *r = malloc(s->n * sizeof *r);
+  int k = 0;
+  if (!r) return;
+  for (size_t i = 0; i < s->n; i++) {
+    const aa_cand_t *c = &s->c[i];
+    if (c->oks > 0 && c->predicted > 0) r[k++] = c->tokens_per_s / c->predicted;
+  }
+  if (k > 0) {
+    qsort(r, (size_t)k, sizeof *r, cmp_double);
+    double med = k % 2 ? r[k / 2] : (r[k / 2 - 1] + r[k / 2]) / 2, err = 0;
+    for (int m = 0; m < k; m++)
+      err = fmax(err, fabs(r[m] / med - 1));
+    s->fitted = k;
+    s->correction = med;
+    s->error = fmax(err, k == 1 ? AA_SEARCH_ERROR_FLOOR_ONE : AA_SEARCH_ERROR_FLOOR);
+  }
+  free(r);
+}
+
+void aa__search_set_prediction(aa_search_t *s, int i, double tokens_per_s) {
+  if (!(tokens_per_s > 0)) return;
+  s->c[i].predicted = tokens_per_s;
+  s->calibrated = true;
+  if (s->c[i].oks > 0) refit(s); /* measured before the calibration came (a resumed search) */
+}
+
 void aa__search_done(aa_search_t *s, int i, aa_store_run_status_t status, double tokens_per_s, double spread) {
   aa_cand_t *c = &s->c[i];
+  bool again = c->measures++ > 0; /* a re-measure: it adds to the mean, the setting's rules have had it */
   c->state = AA_CAND_DONE;
+  if (status != AA_STORE_RUN_OK) {
+    if (!c->oks) {
+      c->status = status;
+      c->tokens_per_s = tokens_per_s;
+    }
+    return; /* an oom at a larger micro-batch says nothing of smaller ones */
+  }
+  if (!c->oks || tokens_per_s > c->hi) c->best_run_id = c->run_id;
+  c->lo = c->oks && c->lo < tokens_per_s ? c->lo : tokens_per_s;
+  c->hi = c->oks && c->hi > tokens_per_s ? c->hi : tokens_per_s;
+  c->sum += tokens_per_s;
+  c->oks++;
+  c->spread = fmax(c->spread, spread);
   c->status = status;
-  c->tokens_per_s = tokens_per_s;
-  if (status != AA_STORE_RUN_OK) return; /* an oom at a larger micro-batch says nothing of smaller ones */
-  if (tokens_per_s > s->best) s->best = tokens_per_s;
+  c->tokens_per_s = c->sum / c->oks;
+  if (c->tokens_per_s > s->best) s->best = c->tokens_per_s;
+  if (c->predicted > 0) refit(s);
+  if (again) return;
   int k = c->setting;
   double best = s->setting_best[k];
   if (best > 0 && tokens_per_s < best) {
@@ -276,4 +376,88 @@ void aa__search_done(aa_search_t *s, int i, aa_store_run_status_t status, double
   s->setting_best[k] = tokens_per_s;
   s->setting_spread[k] = spread;
   s->setting_mb[k] = c->s.micro_batch;
+}
+
+/* --- the noise-aware choice ----------------------------------------------------------- */
+
+double aa__search_noise(const aa_cand_t *c) {
+  double range = c->oks > 1 && c->tokens_per_s > 0 ? (c->hi - c->lo) / c->tokens_per_s : 0;
+  return fmax(c->spread, range);
+}
+
+/* The ok candidate of highest mean, -1 = none. */
+static int winner(const aa_search_t *s) {
+  int w = -1;
+  for (size_t i = 0; i < s->n; i++)
+    if (s->c[i].oks > 0 && (w < 0 || s->c[i].tokens_per_s > s->c[w].tokens_per_s)) w = (int)i;
+  return w;
+}
+
+/* Whether the winner's mean is not above o's by more than their noise. */
+static bool within_noise(const aa_search_t *s, int w, int o) {
+  const aa_cand_t *a = &s->c[w], *b = &s->c[o];
+  double lower = 1 - b->tokens_per_s / a->tokens_per_s;
+  return lower <= fmax(aa__search_noise(a), aa__search_noise(b));
+}
+
+/* The leaders other than the winner w: within its noise, highest mean
+ * first, AA_SEARCH_LEADERS_MAX - 1 at most, into out. Returns how many. */
+static int leaders(const aa_search_t *s, int w, int *out) {
+  int n = 0;
+  while (n < AA_SEARCH_LEADERS_MAX - 1) {
+    int next = -1;
+    for (size_t i = 0; i < s->n; i++) {
+      bool taken = (int)i == w;
+      for (int k = 0; k < n && !taken; k++)
+        taken = out[k] == (int)i;
+      if (taken || s->c[i].oks == 0 || !within_noise(s, w, (int)i)) continue;
+      if (next < 0 || s->c[i].tokens_per_s > s->c[next].tokens_per_s) next = (int)i;
+    }
+    if (next < 0) break;
+    out[n++] = next;
+  }
+  return n;
+}
+
+int aa__search_remeasure_next(aa_search_t *s, double now) {
+  int w = winner(s), lead[AA_SEARCH_LEADERS_MAX];
+  if (w < 0 || s->exhaustive) return -1; /* exhaustive: every candidate once, as measured */
+  if ((s->max_dryruns > 0 && s->dispatched >= s->max_dryruns) || (s->deadline > 0 && now >= s->deadline))
+    return -1;
+  int n = leaders(s, w, lead + 1);
+  if (n == 0) return -1; /* decided */
+  lead[0] = w;
+  int pick = -1;
+  for (int k = 0; k <= n; k++) {
+    const aa_cand_t *c = &s->c[lead[k]];
+    if (c->measures > AA_SEARCH_REMEASURE) continue;
+    if (pick < 0 || c->measures < s->c[pick].measures) pick = lead[k];
+  }
+  return pick;
+}
+
+int aa__search_verdict(const aa_search_t *s, char *out, size_t n) {
+  int w = winner(s), r = -1;
+  if (w < 0) {
+    snprintf(out, n, "no strategy measured ok");
+    return -1;
+  }
+  for (size_t i = 0; i < s->n; i++)
+    if ((int)i != w && s->c[i].oks > 0 && (r < 0 || s->c[i].tokens_per_s > s->c[r].tokens_per_s)) r = (int)i;
+  const aa_cand_t *a = &s->c[w];
+  if (r < 0) {
+    snprintf(out, n, "best %s (%.0f tokens/s, %d run%s), the only strategy measured ok", a->key,
+             a->tokens_per_s, a->oks, a->oks == 1 ? "" : "s");
+    return w;
+  }
+  const aa_cand_t *b = &s->c[r];
+  double ratio = a->tokens_per_s / b->tokens_per_s, spread = fmax(aa__search_noise(a), aa__search_noise(b));
+  if (within_noise(s, w, r))
+    snprintf(out, n,
+             "best %s, within the noise of %s (%.2f×, spread %.0f %%, %d and %d runs): kept the faster mean",
+             a->key, b->key, ratio, 100 * spread, a->oks, b->oks);
+  else
+    snprintf(out, n, "best %s: %.2f× the runner-up %s, spread %.0f %% (%d and %d runs)", a->key, ratio,
+             b->key, 100 * spread, a->oks, b->oks);
+  return w;
 }

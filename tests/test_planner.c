@@ -8,7 +8,9 @@
 #include "planner/planner.h"
 #include "planner/planner_internal.h"
 #include "planner/store.h"
+#include "strategies/calib.h"
 #include "strategies/cost.h"
+#include "strategies/predict.h"
 #include "strategies/space.h"
 #include "tests/aa_test.h"
 
@@ -315,6 +317,201 @@ AA_TEST(search_predicts_from_the_nearest_measured_run) {
   aa__search_free(&s);
 }
 
+/* Predictions for the 27 one-device candidates of a global batch of 4 that
+ * order them unlike the enumeration: higher for the later ones, each
+ * distinct, so the order and the stop are those of the predictions. */
+static void predict_reversed(aa_search_t *s) {
+  for (size_t i = 0; i < s->n; i++)
+    if (s->c[i].state == AA_CAND_PENDING) aa__search_set_prediction(s, (int)i, 1000 + 37.0 * (double)i);
+}
+
+/* Runs the search to its end, every dry run measuring `bias` x its
+ * prediction with a 1 % step-time spread; checks that each one dispatched
+ * is the pending candidate of highest prediction. Returns the dry runs. */
+static int run_biased(aa_search_t *s, double bias) {
+  int i, n = 0;
+  while ((i = aa__search_next(s, 0)) >= 0) {
+    for (size_t k = 0; k < s->n; k++)
+      CHECK_MSG(s->c[k].state != AA_CAND_PENDING || s->c[k].predicted <= s->c[i].predicted,
+                "%s (predicted %.0f) went after %s (%.0f)", s->c[k].key, s->c[k].predicted, s->c[i].key,
+                s->c[i].predicted);
+    s->c[i].state = AA_CAND_RUNNING;
+    s->dispatched++;
+    aa__search_done(s, i, AA_STORE_RUN_OK, bias * s->c[i].predicted, 0.01);
+    n++;
+  }
+  return n;
+}
+
+/* With predictions the search measures the highest predicted first and
+ * stops once no pending candidate's bound (prediction x correction x
+ * (1 + error)) reaches the best measured; the pruned ones say so with the
+ * figures. A uniform 2x bias of the model is refitted away (correction 2),
+ * so the stop comes at the same place as without it. */
+AA_TEST(search_orders_by_prediction_and_stops_below_the_bound) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  int runs[2];
+  for (int b = 0; b < 2; b++) {
+    double bias = b ? 2 : 1;
+    aa_search_t s;
+    CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
+    predict_reversed(&s);
+    runs[b] = run_biased(&s, bias);
+    CHECK_NEAR(s.correction, bias, 1e-9);
+    CHECK_NEAR(s.error, AA_SEARCH_ERROR_FLOOR, 1e-9);
+    CHECK_MSG(runs[b] > 1 && runs[b] < s.valid, "%d dry runs of %d", runs[b], s.valid);
+    CHECK(s.bound_pruned > 0);
+    for (size_t k = 0; k < s.n; k++) {
+      const aa_cand_t *c = &s.c[k];
+      if (c->state != AA_CAND_PRUNED || strncmp(c->reason, "not measured: predicted at most", 31)) continue;
+      double bound = c->predicted * s.correction * (1 + s.error);
+      CHECK_MSG(bound < s.best, "%s: bound %.0f, best %.0f", c->key, bound, s.best);
+      CHECK_MSG(strstr(c->reason, "below the best measured") && strstr(c->reason, "correction") &&
+                    strstr(c->reason, "error so far"),
+                "%s", c->reason);
+    }
+    aa__search_free(&s);
+  }
+  CHECK_MSG(runs[0] == runs[1], "%d dry runs unbiased, %d with a 2x bias", runs[0], runs[1]);
+  /* Exhaustive: the same predictions and order, every valid one measured. */
+  aa_search_t s;
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
+  s.exhaustive = true;
+  predict_reversed(&s);
+  CHECK(run_biased(&s, 2) == s.valid);
+  CHECK(s.bound_pruned == 0);
+  aa__search_free(&s);
+}
+
+/* The refit: correction = the median of measured / predicted, error = the
+ * largest miss after it, floored (a wide floor while one run is all). */
+AA_TEST(search_refit_takes_the_median_ratio_and_the_worst_miss) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  aa_search_t s;
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
+  for (int i = 0; i < 3; i++)
+    aa__search_set_prediction(&s, i, 1000);
+  CHECK_NEAR(aa__search_predict(&s, 0), 1000, 1e-9); /* before any run: the prediction itself */
+  aa__search_done(&s, 0, AA_STORE_RUN_OK, 1500, 0);
+  CHECK_NEAR(s.correction, 1.5, 1e-12);
+  CHECK_NEAR(s.error, AA_SEARCH_ERROR_FLOOR_ONE, 1e-12);
+  CHECK_NEAR(aa__search_predict(&s, 1), 1500, 1e-9);
+  aa__search_done(&s, 1, AA_STORE_RUN_OK, 1000, 0);
+  aa__search_done(&s, 2, AA_STORE_RUN_OK, 1200, 0);
+  CHECK_NEAR(s.correction, 1.2, 1e-12);      /* the median of 1.5, 1.0, 1.2 */
+  CHECK_NEAR(s.error, 1.5 / 1.2 - 1, 1e-12); /* the worst miss left: 25 % */
+  CHECK(s.fitted == 3);
+  aa__search_done(&s, 3, AA_STORE_RUN_OK, 5000, 0); /* no prediction: not in the fit */
+  CHECK(s.fitted == 3);
+  aa__search_set_prediction(&s, 3, 4000); /* a prediction for a measured one (a resumed search): refitted */
+  CHECK(s.fitted == 4);
+  CHECK_NEAR(s.correction, (1.2 + 1.25) / 2, 1e-12);
+  aa__search_free(&s);
+}
+
+/* Two leaders within their noise are re-measured (each at most
+ * AA_SEARCH_REMEASURE times more) and the verdict says the pick is within
+ * the noise; a clear winner is not re-measured and the verdict gives the
+ * ratio to the runner-up. */
+AA_TEST(search_remeasures_leaders_within_the_noise) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  aa_search_t s;
+  char v[512];
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
+  aa__search_done(&s, 0, AA_STORE_RUN_OK, 1000, 0.04);
+  aa__search_done(&s, 1, AA_STORE_RUN_OK, 800, 0.04);
+  aa__search_done(&s, 2, AA_STORE_RUN_OK, 990, 0.03); /* within 4 % of the best */
+  int i, n = 0, seen[3] = {0};
+  while ((i = aa__search_remeasure_next(&s, 0)) >= 0 && n < 20) {
+    CHECK_MSG(i == 0 || i == 2, "re-measured %d", i);
+    seen[i]++;
+    n++;
+    s.dispatched++;
+    /* They swap places by a hair on every measurement: never decided. */
+    aa__search_done(&s, i, AA_STORE_RUN_OK, (i == 0) == (n % 2 == 0) ? 1000 : 995, 0.03);
+  }
+  CHECK(seen[0] == AA_SEARCH_REMEASURE && seen[2] == AA_SEARCH_REMEASURE);
+  CHECK(s.c[1].measures == 1);
+  int w = aa__search_verdict(&s, v, sizeof v);
+  CHECK(w == 0 || w == 2);
+  CHECK_MSG(strstr(v, "within the noise of") && strstr(v, "kept the faster mean") && strstr(v, s.c[w].key),
+            "%s", v);
+  CHECK(s.c[w].tokens_per_s >= s.c[2 - w].tokens_per_s);
+  aa__search_free(&s);
+
+  CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
+  aa__search_done(&s, 0, AA_STORE_RUN_OK, 800, 0.03);
+  aa__search_done(&s, 1, AA_STORE_RUN_OK, 1000, 0.03);
+  CHECK(aa__search_remeasure_next(&s, 0) == -1); /* 20 % apart, 3 % noise: decided */
+  CHECK(aa__search_verdict(&s, v, sizeof v) == 1);
+  CHECK_MSG(strstr(v, "1.25× the runner-up") && strstr(v, s.c[0].key) && strstr(v, "spread 3 %"), "%s", v);
+  aa__search_done(&s, 0, AA_STORE_RUN_OK, 990, 0.03); /* now within the noise */
+  s.exhaustive = true;                                /* measures each once */
+  CHECK(aa__search_remeasure_next(&s, 0) == -1);
+  s.exhaustive = false;
+  CHECK(aa__search_remeasure_next(&s, 0) >= 0);
+  /* max_dryruns ends the re-measures too. */
+  s.max_dryruns = 3;
+  s.dispatched = 3;
+  CHECK(aa__search_remeasure_next(&s, 0) == -1);
+  aa__search_free(&s);
+}
+
+/* A calibration made up here: every op the model's strategies on `devices`
+ * CPUs run takes 1 ns per unit of work forward and 2 backward, every
+ * collective of two 10 us + bytes at 1 GB/s. */
+static aa_calib_t *synthetic_calib(const aa_model_spec_t *spec, int devices) {
+  aa_calib_t *c = calloc(1, sizeof *c);
+  CHECK(c != NULL);
+  c->version = AA_CALIB_VERSION;
+  snprintf(c->device, sizeof c->device, "cpu:test:1024MiB");
+  snprintf(c->backend, sizeof c->backend, "shm");
+  c->threads = 1;
+  c->host_cores = devices;
+  c->ranks = devices;
+  c->measured_s = 1;
+  size_t n = aa_predict_wanted(spec, devices, 0, c->op, AA_CALIB_OPS_MAX);
+  CHECK(n > 0 && n <= AA_CALIB_OPS_MAX);
+  c->n_op = (int)n;
+  for (int i = 0; i < c->n_op; i++) {
+    c->op[i].fwd_s = 1e-9 * aa_op_work(&c->op[i].shape);
+    c->op[i].bwd_s = c->op[i].shape.op == AA_OP_ADAMW ? 0 : 2 * c->op[i].fwd_s;
+  }
+  for (int k = 0; k < AA_COST_COLLECTIVES; k++)
+    c->link[c->n_link++] = (aa_calib_link_t){.kind = k, .ranks = 2, .latency_s = 1e-5, .bytes_per_s = 1e9};
+  return c;
+}
+
+/* The search on the step-time model's predictions from a calibration whose
+ * op times are known: every candidate of two CPUs is predicted, the dry
+ * runs come highest prediction first, and with every run measuring twice
+ * the prediction the refit finds the 2 and the stop still comes early. */
+AA_TEST(search_with_a_synthetic_calibration_measures_a_few_in_predicted_order) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  aa_calib_t *cal = synthetic_calib(&spec, 2);
+  aa_search_t s;
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
+  const aa_predict_pool_t pool = {.devices = 2, .host_cores = 2};
+  int predicted = 0, pending = 0;
+  for (size_t i = 0; i < s.n; i++) {
+    aa_predict_t pr;
+    if (s.c[i].state != AA_CAND_PENDING) continue;
+    pending++;
+    int rc = aa_predict(&spec, &s.c[i].s, cal, &pool, &pr);
+    CHECK_MSG(rc == 0, "%s: %s", s.c[i].key, aa_last_error());
+    if (rc) continue;
+    aa__search_set_prediction(&s, (int)i, pr.tokens_per_s);
+    predicted++;
+  }
+  CHECK(predicted == pending && predicted > 20);
+  int runs = run_biased(&s, 2);
+  CHECK_NEAR(s.correction, 2, 1e-9);
+  CHECK_MSG(runs >= 1 && runs < s.valid / 4, "%d dry runs of %d", runs, s.valid);
+  CHECK(s.bound_pruned > 0);
+  aa__search_free(&s);
+  free(cal);
+}
+
 AA_TEST(search_limits_prune_what_was_not_measured) {
   aa_model_spec_t spec = spec_with_batch(4);
   aa_search_t s;
@@ -458,6 +655,20 @@ AA_TEST(search_from_a_strategy_orders_its_neighbourhood_nearest_first) {
   for (size_t i = 0; i < s.n; i++)
     CHECK(aa_space_distance(&s.c[i].s, &from) == (i == 0 ? 0 : i <= 6 ? 1 : 2));
   CHECK(s.nsettings == 9);
+  /* Predictions that rank the farthest highest do not overtake the
+   * neighbourhood's order: the strategy itself, then distance 1, then 2,
+   * the prediction deciding within a distance. */
+  for (size_t i = 0; i < s.n; i++)
+    aa__search_set_prediction(&s, (int)i, 1000 + 10.0 * (double)i);
+  int i, last = -1, tier = -1;
+  while ((i = aa__search_next(&s, 0)) >= 0) {
+    CHECK(last >= 0 || i == 0);
+    CHECK_MSG(s.c[i].tier > tier || (s.c[i].tier == tier && i < last), "%d after %d", i, last);
+    tier = s.c[i].tier;
+    last = i;
+    aa__search_done(&s, i, AA_STORE_RUN_OOM, 0, 0); /* nothing to prune by */
+  }
+  CHECK(tier == 2);
   aa__search_free(&s);
 
   /* A strategy outside the space (a custom cut) comes first with a setting of its own. */
@@ -940,6 +1151,10 @@ int main(void) {
   RUN(search_skips_what_could_not_win_even_at_the_devices_peak);
   RUN(search_predicts_from_the_nearest_measured_run);
   RUN(search_limits_prune_what_was_not_measured);
+  RUN(search_orders_by_prediction_and_stops_below_the_bound);
+  RUN(search_refit_takes_the_median_ratio_and_the_worst_miss);
+  RUN(search_remeasures_leaders_within_the_noise);
+  RUN(search_with_a_synthetic_calibration_measures_a_few_in_predicted_order);
   RUN(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees);
   RUN(hardware_fingerprint_is_kind_name_memory_world);
   RUN(job_json_has_the_documented_shape);

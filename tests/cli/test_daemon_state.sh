@@ -6,7 +6,8 @@
 #  1. A job whose executors are gone steps aside: status says what it waits
 #     for and since when, a later job on another executor runs meanwhile, and
 #     past --placement-timeout the job fails with the reason.
-#  2. A run whose executor vanished runs again on another executor.
+#  2. A run whose executor vanished runs again on another executor (after
+#     the pool of two calibrated).
 #  3. kill -9 of the planner mid search: with --max-resumes 0 the job stays
 #     interrupted and a later submit searches anew (never answered by half a
 #     search); by default the job resumes, keeps what was measured, and ends
@@ -88,6 +89,9 @@ e3=$executor
 check "a second executor of that hardware registers" wait_for 20 executors_up 2
 job3=$(submit "$tmp/odd.json" --refresh --exclude bf16,fp16,checkpoint --max-dryruns 1)
 busy() { for e in "$e2" "$e3"; do runner_of "$e" && { busy_e=$e; return 0; }; done; return 1; }
+# The pool of two calibrates first (a gang of both; no run of the store).
+dry_running() { "$AA" query runs --job "$job3" $P --json | jq_ "any(r['status'] == 'running' for r in d['runs'])" | grep -q True; }
+check "job 3 dry-runs once its pool is calibrated" wait_for 60 dry_running
 check "job 3 dry-runs" wait_for 30 busy
 other=$e2; [ "$busy_e" = "$e2" ] && other=$e3
 kill -9 "$busy_e"; wait "$busy_e" 2>/dev/null
