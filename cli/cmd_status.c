@@ -93,6 +93,7 @@ static void print_job(const json_t *job) {
   print_run_counts(stdout, json_object_get(job, "runs"));
   printf("\nbest run:  %s\n", fmt_id(b, json_object_get(job, "best_run")));
   if (jstr(job, "strategy_file", NULL)) printf("strategy:  %s\n", jstr(job, "strategy_file", ""));
+  if (jstr(job, "note", NULL)) printf("note:      %s\n", jstr(job, "note", ""));
   if (jstr(job, "error", NULL)) printf("error:     %s\n", jstr(job, "error", ""));
   json_t *w = json_object_get(job, "waiting");
   if (json_is_object(w))

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "report_html.h"
 #include "client.h"
 #include "common/aa.h"
 #include "common/spec.h"
@@ -165,6 +166,7 @@ static int print_outcome(aa_client_t *c, const char *cmd, uint64_t job_id, const
     printf("best: %s  %s tok/s  peak %s\n", jstr(best, "key") ? jstr(best, "key") : "?", rate,
            aa_client_fmt_bytes(peak, pk, has));
   }
+  if (jstr(job, "note")) printf("how sure: %s\n", jstr(job, "note"));
   const char *sfile = jstr(root, "strategy_file");
   if (!sfile) sfile = jstr(job, "strategy_file");
   if (sfile) printf("strategy saved to %s\n", sfile);
@@ -201,22 +203,6 @@ static int print_outcome(aa_client_t *c, const char *cmd, uint64_t job_id, const
   return code;
 }
 
-/* The rule a pruning reason applies, without the strategy's own key and
- * figures, so that auto can say once why 40 strategies were not run. */
-static void reason_class(const char *reason, char *out, size_t n) {
-  if (strstr(reason, "predicted out of memory")) {
-    snprintf(out, n, "predicted out of memory: a rank needs more than the device has");
-  } else if (strstr(reason, "does at least the work of")) {
-    snprintf(out, n, "does at least the work of one measured or skipped (more recompute, a higher ZeRO stage, or "
-                     "16-bit storage on a CPU)");
-  } else if (!strncmp(reason, "skipped: micro_batch ", 21)) {
-    snprintf(out, n, "a larger micro-batch of the same setting measured faster, beyond the runs' spread");
-  } else if (strstr(reason, "at the devices' peak")) {
-    snprintf(out, n, "could not beat the best measured run even at the devices' peak");
-  } else {
-    snprintf(out, n, "%s", !strncmp(reason, "not measured: ", 14) ? reason + 14 : reason);
-  }
-}
 
 /* Prints the pruned runs as one line per reason with how many it pruned,
  * most first. */
@@ -227,7 +213,7 @@ static void print_pruned(const json_t *runs) {
   json_array_foreach(runs, i, r) {
     if (strcmp(json_string_value(json_object_get(r, "status")) ?: "", "pruned")) continue;
     char cls[512];
-    reason_class(json_string_value(json_object_get(r, "error")) ?: "no reason recorded", cls, sizeof cls);
+    aa_report_reason_class(json_string_value(json_object_get(r, "error")) ?: "no reason recorded", cls, sizeof cls);
     json_object_set_new(counts, cls, json_integer(json_integer_value(json_object_get(counts, cls)) + 1));
     total++;
   }

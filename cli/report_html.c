@@ -329,7 +329,24 @@ static void chart_ranks(sb_t *b, const json_t *best) {
   sb_printf(b, "</p>\n");
 }
 
-/* 4. Pruned runs grouped by reason, in order of first appearance. */
+void aa_report_reason_class(const char *reason, char *out, size_t n) {
+  if (strstr(reason, "predicted out of memory")) {
+    snprintf(out, n, "predicted out of memory: a rank needs more than the device has");
+  } else if (strstr(reason, "does at least the work of")) {
+    snprintf(out, n, "does at least the work of one measured or skipped (more recompute, a higher ZeRO stage, or "
+                     "16-bit storage on a CPU)");
+  } else if (!strncmp(reason, "skipped: micro_batch ", 21)) {
+    snprintf(out, n, "a larger micro-batch of the same setting measured faster, beyond the runs' spread");
+  } else if (strstr(reason, "below the best measured")) {
+    snprintf(out, n, "the calibrated prediction, plus the error so far, stays below the best measured run");
+  } else if (strstr(reason, "at the devices' peak")) {
+    snprintf(out, n, "could not beat the best measured run even at the devices' peak");
+  } else {
+    snprintf(out, n, "%s", !strncmp(reason, "not measured: ", 14) ? reason + 14 : reason);
+  }
+}
+
+/* 4. Pruned runs grouped by the class of their reason, in order of first appearance. */
 static void table_pruned(sb_t *b, const json_t *runs) {
   json_t *groups = json_object(), *order = json_array();
   size_t i;
@@ -340,7 +357,8 @@ static void table_pruned(sb_t *b, const json_t *runs) {
   }
   json_array_foreach(runs, i, r) {
     if (!json_is_object(r) || strcmp(jstr(r, "status", ""), "pruned")) continue;
-    const char *reason = jstr(r, "error", "(no reason recorded)");
+    char reason[512];
+    aa_report_reason_class(jstr(r, "error", "(no reason recorded)"), reason, sizeof reason);
     json_t *keys = json_object_get(groups, reason);
     if (!keys) {
       keys = json_array();
@@ -409,6 +427,10 @@ static void header(sb_t *b, const json_t *job, const json_t *runs, const json_t 
     if (jnum(best_run, "tokens_per_s", &t)) sb_printf(b, ", %.0f tokens/s", t);
   } else {
     sb_printf(b, "none");
+  }
+  if (jstr(job, "note", NULL)) { /* the search's verdict on its pick */
+    sb_printf(b, "</td></tr>\n<tr><th>how sure</th><td id=\"note\">");
+    sb_esc(b, jstr(job, "note", ""));
   }
   sb_printf(b, "</td></tr>\n<tr><th>runs</th><td id=\"counts\">%zu", json_array_size(runs));
   size_t i, other = 0;

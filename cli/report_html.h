@@ -6,7 +6,8 @@
  *
  * The document holds, in order:
  *   - a header: model, job id, hardware, status, the best strategy key and
- *     its tokens/s, the number of runs of each status;
+ *     its tokens/s, the search's verdict on it (td#note, when the job has a
+ *     note), the number of runs of each status;
  *   - svg#pred-vs-measured: predicted against measured tokens/s of every
  *     dry run that has both, as a scatter with the y = x line;
  *   - svg#throughput-memory: tokens/s against peak memory of every ok dry
@@ -33,5 +34,12 @@
  * transferred: free). Errors: AA_EINVAL when job is not an object or runs
  * not an array, AA_ENOMEM. *out is set only on success. */
 int aa_report_html(char **out, const json_t *job, const json_t *runs, const json_t *best);
+
+/* The class of a pruned run's reason (the planner's words, docs/service.md
+ * "Jobs"), into out (n bytes): the rule that pruned it without the
+ * candidate's own figures, so that runs pruned by one rule count together
+ * in `auto`'s summary and the report's table. An unknown reason is its own
+ * class (less a leading "not measured: "). */
+void aa_report_reason_class(const char *reason, char *out, size_t n);
 
 #endif

@@ -782,13 +782,15 @@ void aa__job_advance(aa_planner_t *p) {
       return;
     }
     aa__planner_log(p, "job %lld: %s", (long long)j->id, j->verdict);
+    if (aa_store_job_set_note(p->store, j->id, j->verdict))
+      aa__planner_log(p, "job %lld: cannot store the verdict: %s", (long long)j->id, aa_last_error());
     if (take_best(p, j, j->search.c[w].best_run_id, j->search.c[w].tokens_per_s)) {
       snprintf(why, sizeof why, "cannot write the strategy file: %s", aa_last_error());
       aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
       return;
     }
     if (!j->train) {
-      aa__jobs_end(p, j, AA_STORE_JOB_DONE, j->verdict, false);
+      aa__jobs_end(p, j, AA_STORE_JOB_DONE, NULL, false);
       return;
     }
     j->phase = AA_PHASE_TRAIN;

@@ -150,6 +150,7 @@ int aa__report_job(aa_store_t *st, const char *home, int64_t id, json_t **out) {
     json_object_set_new(o, "strategy_file", json_null());
   }
   json_object_set_new(o, "error", str0(j.error));
+  json_object_set_new(o, "note", str0(j.note));
   if (have_model) aa_store_model_clear(&m);
   json_decref(stored);
   aa_store_job_clear(&j);

@@ -299,6 +299,7 @@ static const char *const migrations[AA_STORE_SCHEMA_VERSION] = {
     "  measured_at INTEGER NOT NULL,"
     "  updated_at INTEGER NOT NULL,"
     "  PRIMARY KEY (device, backend));"
+    "ALTER TABLE jobs ADD COLUMN note TEXT;"
     "ALTER TABLE runs ADD COLUMN predicted_json TEXT"
     "  CONSTRAINT run_predicted_is_json CHECK (predicted_json IS NULL OR json_valid(predicted_json));",
 };
@@ -329,6 +330,7 @@ static const char *const stmt_sql[AA__ST_N] = {
                          " WHERE id = ?1 AND status = 'queued'",
     [AA__ST_JOB_FINISH] = "UPDATE jobs SET status = ?2, best_run_id = ?3, from_store = ?4, error = ?5,"
                           " finished_at = ?6 WHERE id = ?1 AND status IN ('queued', 'running')",
+    [AA__ST_JOB_NOTE] = "UPDATE jobs SET note = ?2 WHERE id = ?1",
     [AA__ST_JOB_GET] = "SELECT " AA__JOB_COLS " FROM jobs WHERE id = ?1",
     [AA__ST_JOB_STATUS] = "SELECT status FROM jobs WHERE id = ?1",
     [AA__ST_RUN_INSERT] =
@@ -356,13 +358,13 @@ static const char *const stmt_sql[AA__ST_N] = {
     [AA__ST_ANSWERS] =
         "SELECT " AA__RUN_COLS ", (SELECT options_json FROM jobs WHERE jobs.id = runs.job_id) FROM runs"
         " WHERE model_hash = ?1 AND hardware = ?2 AND " AA__ANSWERING_RUN
-        " ORDER BY tokens_per_s DESC, peak_bytes IS NULL, peak_bytes, id",
+        " ORDER BY " AA__RUN_MEAN " DESC, tokens_per_s DESC, peak_bytes IS NULL, peak_bytes, id",
     [AA__ST_JOB_COUNTS] = "SELECT status, count(*) FROM runs WHERE job_id = ?1 GROUP BY status",
     [AA__ST_RECOVER_RUNS] = "UPDATE runs SET status = 'crashed', finished_at = ?1,"
                             " error = coalesce(error, 'the planner stopped while the run was in flight')"
                             " WHERE status = 'running'",
     [AA__ST_RECOVER_REQUEUE] = "UPDATE jobs SET status = 'queued', resumes = resumes + 1, finished_at = NULL,"
-                               " best_run_id = NULL, error = NULL"
+                               " best_run_id = NULL, error = NULL, note = NULL"
                                " WHERE status IN ('running', 'interrupted') AND resumes < ?1",
     [AA__ST_RECOVER_JOBS] =
         "UPDATE jobs SET status = 'interrupted', finished_at = ?1,"

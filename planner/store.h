@@ -187,6 +187,7 @@ typedef struct aa_store_job {
   int resumes;              /* times aa_store_recover queued it again after the planner stopped */
   const char *options_json; /* "" if none; ownership: see the top of this file */
   const char *error;        /* "" if none */
+  const char *note;         /* "" if none: how sure the search is of its pick (version 5) */
 } aa_store_job_t;
 
 /* Creates a queued job for a model and hardware already put in the store
@@ -207,6 +208,11 @@ int aa_store_job_start(aa_store_t *st, int64_t job_id);
  * no such job. */
 int aa_store_job_finish(aa_store_t *st, int64_t job_id, aa_store_job_status_t status, int64_t best_run_id,
                         int from_store, const char *error);
+
+/* Sets the job's note (borrowed, NULL clears it): the search's verdict on
+ * its pick, e.g. "best X: 1.07x the runner-up Y, spread 3 %". AA_ENOENT if
+ * there is no such job. */
+int aa_store_job_set_note(aa_store_t *st, int64_t job_id, const char *note);
 
 /* Fills *out (strings owned: aa_store_job_clear). AA_ENOENT if none. */
 int aa_store_job_get(aa_store_t *st, int64_t job_id, aa_store_job_t *out);
@@ -360,7 +366,9 @@ void aa_store_run_clear(aa_store_run_t *r);
 typedef int (*aa_store_answer_cb)(const aa_store_run_t *run, const char *measured_options_json, void *data);
 
 /* The runs that may answer a job of (model, hardware) from the store, best
- * first (highest tokens/s, then the lower peak_bytes, then the lower id):
+ * first (the highest mean tokens/s of the run's strategy over its job's ok
+ * measurements of it, then the run's own tokens/s, then the lower
+ * peak_bytes, then the lower id):
  * kind dryrun, status ok, of a job that ran its own search to the end
  * (status done, from_store 0). The runs of an interrupted, failed,
  * cancelled or live search never answer: they may have missed the best
@@ -378,7 +386,8 @@ int aa_store_job_run_counts(aa_store_t *st, int64_t job_id, int counts[AA_STORE_
 
 typedef enum {
   AA_STORE_ORDER_ID = 0, /* oldest first */
-  AA_STORE_ORDER_BEST,   /* tokens/s descending, then peak_bytes, then id (as aa_store_answers) */
+  AA_STORE_ORDER_BEST,   /* measured first; the strategy's mean over its job's ok runs descending, then the
+                            run's tokens/s, then peak_bytes, then id (as aa_store_answers) */
 } aa_store_order_t;
 
 /* A zeroed filter matches every run, oldest first. */

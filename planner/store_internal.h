@@ -34,6 +34,7 @@ enum {
   AA__ST_RECOVER_REQUEUE,
   AA__ST_RECOVER_JOBS,
   AA__ST_RECOVER_QUEUED,
+  AA__ST_JOB_NOTE,
   AA__ST_CALIB_PUT,
   AA__ST_CALIB_GET,
   AA__ST_CALIB_LIST,
@@ -56,10 +57,19 @@ struct aa_store {
   sqlite3_stmt *runq[AA__RUNQ_N];
 };
 
+/* A run's strategy measured by its job: the mean tokens/s of the job's ok
+ * runs of that strategy and kind. The search re-measures its leaders in
+ * fresh processes and picks by this mean (docs/service.md "Jobs"), so
+ * whatever ranks runs as "best" ranks by it first: one lucky measurement
+ * of a runner-up does not outrank the pick. */
+#define AA__RUN_MEAN                                                                                         \
+  "(SELECT avg(m.tokens_per_s) FROM runs m WHERE m.job_id = runs.job_id AND m.kind = runs.kind"              \
+  " AND m.strategy_key = runs.strategy_key AND m.status = 'ok')"
+
 /* Column lists shared by the statements that read whole rows. */
 #define AA__JOB_COLS                                                                                         \
   "id, model_hash, hardware, status, options_json, best_run_id, from_store, error, submitted_at, "           \
-  "started_at, finished_at, resumes"
+  "started_at, finished_at, resumes, note"
 #define AA__RUN_COLS                                                                                         \
   "id, job_id, model_hash, hardware, kind, strategy_key, strategy_json, status, tokens_per_s, "              \
   "step_ms_median, step_ms_spread, peak_bytes, peak_json, predicted_tokens_per_s, final_loss, error, "       \

@@ -214,6 +214,18 @@ int aa_store_job_finish(aa_store_t *st, int64_t job_id, aa_store_job_status_t st
   return err;
 }
 
+int aa_store_job_set_note(aa_store_t *st, int64_t job_id, const char *note) {
+  sqlite3_stmt *s = st->st[AA__ST_JOB_NOTE];
+  sqlite3_bind_int64(s, 1, job_id);
+  aa__store_bind_text(s, 2, note);
+  char what[48];
+  snprintf(what, sizeof what, "note of job %lld", (long long)job_id);
+  int err = aa__store_exec(st, s, what);
+  if (!err && sqlite3_changes(st->db) == 0)
+    err = aa_error(AA_ENOENT, "store %s: job %lld: not found", st->path, (long long)job_id);
+  return err;
+}
+
 /* Reads the current row of a statement selecting AA__JOB_COLS; strings
  * borrowed from the statement. A row that cannot be read (an unknown
  * status) returns -1 with the reason in why (cap bytes), setting no
@@ -238,6 +250,7 @@ static int job_from_row(sqlite3_stmt *s, aa_store_job_t *j, char *why, size_t ca
   j->started_at = sqlite3_column_int64(s, 9);
   j->finished_at = sqlite3_column_int64(s, 10);
   j->resumes = sqlite3_column_int(s, 11);
+  j->note = aa__store_col_text(s, 12);
   return 0;
 }
 
@@ -249,18 +262,21 @@ int aa_store_job_get(aa_store_t *st, int64_t job_id, aa_store_job_t *out) {
   int err = step_row(st, s, what);
   if (err) return err;
   aa_store_job_t j;
-  char *opts = NULL, *error = NULL, why[128];
+  char *opts = NULL, *error = NULL, *note = NULL, why[128];
   if (job_from_row(s, &j, why, sizeof why)) err = aa_error(AA_ECORRUPT, "store %s: %s", st->path, why);
   if (!err) err = dup_text(j.options_json, &opts);
   if (!err) err = dup_text(j.error, &error);
+  if (!err) err = dup_text(j.note, &note);
   aa__store_done(s);
   if (err) {
     free(opts);
     free(error);
+    free(note);
     return err;
   }
   j.options_json = opts;
   j.error = error;
+  j.note = note;
   *out = j;
   return 0;
 }
@@ -269,7 +285,8 @@ void aa_store_job_clear(aa_store_job_t *j) {
   if (!j) return;
   free((char *)j->options_json);
   free((char *)j->error);
-  j->options_json = j->error = NULL;
+  free((char *)j->note);
+  j->options_json = j->error = j->note = NULL;
 }
 
 /* The statement for one filter shape (bits: 1 model, 2 hardware, 4 statuses),

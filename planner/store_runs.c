@@ -389,7 +389,8 @@ static int runq_stmt(aa_store_t *st, unsigned shape, sqlite3_stmt **out) {
              shape & Q_STATUS ? " AND status IN (SELECT value FROM json_each(:statuses))" : "",
              shape & Q_KIND ? " AND kind IN (SELECT value FROM json_each(:kinds))" : "",
              shape & Q_PREFIX ? " AND substr(strategy_key, 1, length(:prefix)) = :prefix" : "",
-             shape & Q_BEST ? "tokens_per_s IS NULL, tokens_per_s DESC, peak_bytes IS NULL, peak_bytes, id"
+             shape & Q_BEST ? "tokens_per_s IS NULL, " AA__RUN_MEAN " DESC, tokens_per_s DESC, peak_bytes IS NULL, "
+                              "peak_bytes, id"
                             : "id");
     int rc = sqlite3_prepare_v3(st->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st->runq[shape], NULL);
     if (rc != SQLITE_OK) return aa__store_fail(st, rc, "prepare run query");

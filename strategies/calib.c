@@ -339,6 +339,17 @@ cleanup:
 /* ---- lookups ------------------------------------------------------------ */
 
 void aa_calib_merge(aa_calib_t *dst, const aa_calib_t *src) {
+  /* The newest op timings set how they were taken (a pool of 2 measured
+   * after one of 1 times every shape of its model again), and collective
+   * lines name the backend they ran on; a calibration of one executor has
+   * neither ("self"). */
+  if (src->n_op > 0) {
+    dst->ranks = src->ranks;
+    dst->threads = src->threads;
+    dst->host_cores = src->host_cores;
+  }
+  if (src->n_link > 0 || !strcmp(dst->backend, "self")) snprintf(dst->backend, sizeof dst->backend, "%s", src->backend);
+  dst->measured_s = src->measured_s;
   for (int i = 0; i < src->n_op; i++) {
     const aa_calib_op_t *o = &src->op[i];
     aa_calib_op_t *d = (aa_calib_op_t *)aa_calib_find_op(dst, &o->shape, o->dtype);

@@ -113,7 +113,10 @@ int aa_calib_parse(aa_calib_t *out, const char *json, const char *origin);
 
 /* Merges src into dst: src's ops replace dst's of the same shape and
  * dtype, new ones are added while there is room; links likewise by (kind,
- * ranks). dst keeps its device and backend. */
+ * ranks). dst keeps its device; it takes src's ranks, threads and
+ * host_cores when src has ops (its timings are the newest; ops of other
+ * models dst kept are read as if taken the same way), src's backend when
+ * src has links or dst's is "self", and src's measured_s. */
 void aa_calib_merge(aa_calib_t *dst, const aa_calib_t *src);
 
 /* The measured op of exactly this shape and dtype, or NULL. */

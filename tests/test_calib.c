@@ -134,6 +134,21 @@ AA_TEST(lookups_find_exact_shapes_and_merge_replaces_them) {
   CHECK(c->n_op == 4 && c->op[0].fwd_s == 9 && c->op[3].shape.d[0] == 8);
   CHECK(c->n_link == 2 && c->link[0].latency_s == 7);
   CHECK(!strcmp(c->device, "cpu:Test CPU (1 threads):1024MiB"));
+  /* One executor's calibration ("self", 1 rank) merged with a pool of 2's
+   * (shm, 2 ranks): the pool's backend and how its ops were timed. */
+  snprintf(c->backend, sizeof c->backend, "self");
+  c->ranks = 1;
+  snprintf(d->backend, sizeof d->backend, "shm");
+  d->ranks = 2;
+  d->host_cores = 16;
+  aa_calib_merge(c, d);
+  CHECK(!strcmp(c->backend, "shm") && c->ranks == 2 && c->host_cores == 16);
+  /* A calibration without ops or links changes neither. */
+  d->n_op = d->n_link = 0;
+  d->ranks = 5;
+  snprintf(d->backend, sizeof d->backend, "gloo");
+  aa_calib_merge(c, d);
+  CHECK(!strcmp(c->backend, "shm") && c->ranks == 2);
   free(c);
   free(d);
 }

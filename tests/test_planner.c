@@ -766,7 +766,8 @@ AA_TEST(job_json_has_the_documented_shape) {
   json_t *j = NULL;
   CHECK(aa__report_job(st, "/h", job, &j) == 0);
   static const char *keys[] = {"id", "model", "hardware", "status", "from_store", "submitted_at", "started_at",
-                               "finished_at", "options", "runs", "best_run", "strategy_file", "error"};
+                               "finished_at", "options", "runs", "best_run", "strategy_file", "error",
+                               "note"};
   CHECK(json_object_size(j) == sizeof keys / sizeof keys[0]);
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) CHECK_MSG(json_object_get(j, keys[i]), "%s", keys[i]);
   CHECK(!strcmp(json_string_value(json_object_get(json_object_get(j, "model"), "name")), "svc"));
@@ -774,6 +775,7 @@ AA_TEST(job_json_has_the_documented_shape) {
   CHECK(!strcmp(json_string_value(json_object_get(j, "status")), "done"));
   CHECK(json_is_false(json_object_get(j, "from_store")));
   CHECK(json_is_null(json_object_get(j, "error")));
+  CHECK(json_is_null(json_object_get(j, "note")));
   CHECK(json_integer_value(json_object_get(j, "best_run")) == best);
   CHECK(!strcmp(json_string_value(json_object_get(j, "strategy_file")), "/h/strategies/svc-" HASH ".json"));
   json_t *runs = json_object_get(j, "runs");

@@ -128,6 +128,8 @@ AA_TEST(page_holds_the_header_and_the_four_parts) {
   CHECK(strstr(html, "cpu:test-x2"));
   CHECK(strstr(html, "<td id=\"best\"><code>dp1.tp1.pp2.z0.fp32.ckpt-none.mb4</code>, 24000 tokens/s</td>"));
   CHECK(strstr(html, "<td id=\"counts\">8: 4 ok, 1 oom, 3 pruned</td>"));
+  CHECK(strstr(html, "<td id=\"note\">best dp1.tp1.pp2.z0.fp32.ckpt-none.mb4: 1.20× the runner-up "
+                     "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4, spread 3 % &amp; &lt;1 %&gt;</td>"));
   /* 1: a point for each of the 3 dry runs with a prediction and a
    * measurement, the y = x line, and a word on the one without prediction. */
   char *p = part(html, "pred-vs-measured", "svg");
@@ -152,10 +154,11 @@ AA_TEST(page_holds_the_header_and_the_four_parts) {
   CHECK(count(p, "<rect ") == 1 + 10); /* the background and 2 x 5 segments */
   CHECK(strstr(p, "rank 1 (dp 0, tp 0, pp 1): bubble 9.50 ms"));
   free(p);
-  /* 4: two reasons, the first with two runs. */
+  /* 4: two classes of reason, the first with two runs whose reasons differ
+   * only in their figures. */
   p = part(html, "pruned", "table");
   CHECK(count(p, "<tr>") == 3);
-  CHECK(strstr(p, "<td>predicted out of memory (&gt; 256 MiB)</td><td class=\"num\">2</td>"));
+  CHECK(strstr(p, "<td>predicted out of memory: a rank needs more than the device has</td><td class=\"num\">2</td>"));
   CHECK(strstr(p, "<code>dp2.tp1.pp1.z0.fp32.ckpt-none.mb32</code>"));
   free(p);
 out:

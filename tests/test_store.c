@@ -933,7 +933,7 @@ AA_TEST(job_lifecycle_sets_timestamps_and_refuses_bad_transitions) {
   CHECK(aa_store_job_get(st, id, &j) == 0);
   CHECK(j.status == AA_STORE_JOB_QUEUED && llabs(j.submitted_at - now) <= 5);
   CHECK(j.started_at == 0 && j.finished_at == 0 && j.best_run_id == 0 && !j.from_store);
-  CHECK(strcmp(j.options_json, "{\"refresh\": false}") == 0 && strcmp(j.error, "") == 0);
+  CHECK(strcmp(j.options_json, "{\"refresh\": false}") == 0 && strcmp(j.error, "") == 0 && !strcmp(j.note, ""));
   aa_store_job_clear(&j);
 
   CHECK_MSG(aa_store_job_start(st, id) == 0, "%s", aa_last_error());
@@ -942,8 +942,11 @@ AA_TEST(job_lifecycle_sets_timestamps_and_refuses_bad_transitions) {
   CHECK_ERR(aa_store_job_finish(st, id, AA_STORE_JOB_RUNNING, 0, 0, NULL), AA_EINVAL, "not a final status");
   CHECK_ERR(aa_store_job_finish(st, id, AA_STORE_JOB_DONE, 999, 0, NULL), AA_EINVAL, "FOREIGN KEY");
   CHECK_MSG(aa_store_job_finish(st, id, AA_STORE_JOB_DONE, run, 0, NULL) == 0, "%s", aa_last_error());
+  CHECK(aa_store_job_set_note(st, id, "best X: 1.07x the runner-up Y, spread 3 %") == 0);
+  CHECK_ERR(aa_store_job_set_note(st, 4242, "x"), AA_ENOENT, "job 4242: not found");
   CHECK(aa_store_job_get(st, id, &j) == 0);
   CHECK(j.status == AA_STORE_JOB_DONE && j.best_run_id == run);
+  CHECK(!strcmp(j.note, "best X: 1.07x the runner-up Y, spread 3 %") && !strcmp(j.error, ""));
   CHECK(j.started_at >= j.submitted_at && j.finished_at >= j.started_at && j.finished_at > 0);
   aa_store_job_clear(&j);
   CHECK_ERR(aa_store_job_finish(st, id, AA_STORE_JOB_FAILED, 0, 0, "late"), AA_EINVAL, "is done");
@@ -1221,6 +1224,30 @@ AA_TEST(answers_come_best_first_throughput_then_lower_peak_then_lower_id) {
             "%d answers, first %lld, want %lld", a.n, (long long)a.ids[0], (long long)want);
   CHECK_MSG(!strcmp(a.options, "{\"refresh\": false}"), "the measuring job's options: %s", a.options);
   CHECK(answers(st, HW2).n == 1);
+  aa_store_close(st);
+}
+
+/* A strategy the search measured again ranks by its mean: one lucky run of
+ * mb 1 (300, then 100: mean 200) does not outrank mb 2 (250, 230: mean 240),
+ * in the answers and in the runs' "best" order alike. */
+AA_TEST(answers_and_the_best_order_rank_a_remeasured_strategy_by_its_mean) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  int64_t job = new_job(st, HW);
+  int64_t lucky = add_run(st, job, AA_STORE_RUN_DRYRUN, 1, AA_STORE_RUN_OK, 300, 100);
+  int64_t steady = add_run(st, job, AA_STORE_RUN_DRYRUN, 2, AA_STORE_RUN_OK, 250, 100);
+  int64_t again = add_run(st, job, AA_STORE_RUN_DRYRUN, 1, AA_STORE_RUN_OK, 100, 100);
+  int64_t steady2 = add_run(st, job, AA_STORE_RUN_DRYRUN, 2, AA_STORE_RUN_OK, 230, 100);
+  CHECK(aa_store_job_finish(st, job, AA_STORE_JOB_DONE, steady, 0, NULL) == 0);
+  answers_t a = answers(st, HW);
+  CHECK_MSG(a.n == 4 && a.ids[0] == steady && a.ids[1] == steady2 && a.ids[2] == lucky && a.ids[3] == again,
+            "%d answers: %lld %lld %lld %lld", a.n, (long long)a.ids[0], (long long)a.ids[1], (long long)a.ids[2],
+            (long long)a.ids[3]);
+  aa_store_run_filter_t f = {.job_id = job, .order = AA_STORE_ORDER_BEST};
+  collected_t c = {0};
+  CHECK(aa_store_runs_query(st, &f, collect_runs, &c) == 0 && c.n == 4);
+  CHECK_MSG(c.ids[0] == steady && c.ids[1] == steady2 && c.ids[2] == lucky && c.ids[3] == again, "%lld first",
+            (long long)c.ids[0]);
   aa_store_close(st);
 }
 
@@ -1771,6 +1798,7 @@ int main(void) {
   RUN(jobs_list_filters_newest_first);
   RUN(run_insert_and_finish_round_trip);
   RUN(answers_come_best_first_throughput_then_lower_peak_then_lower_id);
+  RUN(answers_and_the_best_order_rank_a_remeasured_strategy_by_its_mean);
   RUN(answers_leave_out_failed_pruned_and_unfinished_runs);
   RUN(job_run_counts_count_each_status_in_one_query);
   RUN(a_queued_job_answered_from_the_store_is_done_with_from_store);

@@ -410,7 +410,7 @@ echo "service: the calibrated search measured $measured of $valid strategies"
 check "it measures fewer strategies than an exhaustive search ($measured of $valid)" [ "$measured" -lt "$valid" ]
 check "every dry run carries the calibrated prediction" [ "$(jq_ "all(r['predicted_tokens_per_s'] > 0 for r in d['runs'] \
   if r['status'] == 'ok')" <"$tmp/runs12.json")" = True ]
-verdict=$("$AA" status 1 $P --json | jq_ "d['job']['error']")
+verdict=$("$AA" status 1 $P --json | jq_ "d['job']['note']")
 echo "service: $verdict"
 check "the job says how sure its pick is" grep -Eq "× the runner-up|within the noise of|the only strategy measured ok" <<<"$verdict"
 check "the log says it too" grep -Eq "job 1: best .*(× the runner-up|within the noise of|the only strategy)" "$tmp/planner12.log"
