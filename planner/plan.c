@@ -318,6 +318,13 @@ static json_t *assumptions(const plan_args_t *a, const aa_calib_t *c, uint64_t m
         "each CPU executor has cores of its own (%s): compute runs at the rate measured with %d executors at "
         "once",
         a->separate_hosts ? "separate hosts" : "the calibration names no host cores", c->ranks);
+  if (!a->cuda && pool->host_cores && a->devices * (c->threads > 0 ? c->threads : 1) > pool->host_cores)
+    add(out,
+        "collectives are timed on cores of their own: where the %d executors outnumber the %d cores, a "
+        "collective also waits for its peers to be scheduled, which this prediction leaves out (tensor "
+        "parallelism, which meets its group several times a block, suffers most: its strategies measured "
+        "at 55-60 %% of their prediction at cpu:4 on 2 cores, tests/cli/test_predict_pool.sh)",
+        a->devices, pool->host_cores);
   add(out, "collectives on the %s backend, as calibrated", c->backend);
   if (memory)
     add(out,

@@ -390,6 +390,8 @@ typedef struct aa_cand {
   int retries; /* dry runs tried again after their executor vanished */
   int tier;    /* --from: its distance from the start (which goes ahead of any prediction); else 0 */
   double predicted; /* the calibrated model's tokens/s before the refit (predict.h), 0 = none */
+  double corr, err; /* its refit: the correction and the error its layout's measurements give
+                       (aa_search_t's when none of its layout is measured); 1 and 0 before any */
   /* Its measurements (the first dry run and the re-measures in fresh processes): */
   int measures;        /* dry runs of it that ended (ok or not) */
   int oks;             /* of them ok */
@@ -440,8 +442,10 @@ typedef struct aa_search {
   int time_limit_s;
   bool calibrated;   /* candidates carry predictions (aa__search_set_prediction) */
   int fitted;        /* ok candidates with a prediction: the refit's sample */
-  double correction; /* median of measured / predicted over them (1 before any) */
-  double error;      /* max |measured / (predicted x correction) - 1| over them, floored */
+  double correction; /* median of measured / predicted over them (1 before any); a candidate's own
+                        (aa_cand_t.corr) is its layout's median once its layout has runs */
+  double error;      /* max |measured / (predicted x its layout's correction) - 1| over them, floored;
+                        aa_cand_t.err widens it for a layout not yet measured */
   int bound_pruned;  /* candidates the stop rule dropped */
 } aa_search_t;
 

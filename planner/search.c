@@ -191,13 +191,20 @@ static bool beyond_peak(const aa_search_t *s, aa_cand_t *c) {
   return true;
 }
 
+/* Candidate c's prediction refitted to the measurements so far (its
+ * layout's correction, aa_cand_t.corr), 0 without one. */
+static double corrected(const aa_search_t *s, const aa_cand_t *c) {
+  return c->predicted > 0 ? c->predicted * (s->fitted ? c->corr : 1) : 0;
+}
+
 /* Whether pending candidate i goes before pending candidate k: the --from
- * tiers first, then the higher prediction (0 when there is none: after
+ * tiers first, then the higher refitted prediction (0 when there is none: after
  * every predicted one), then the enumeration's order. */
 static bool before(const aa_search_t *s, int i, int k) {
   const aa_cand_t *a = &s->c[i], *b = &s->c[k];
   if (a->tier != b->tier) return a->tier < b->tier;
-  if (a->predicted != b->predicted) return a->predicted > b->predicted;
+  const double pa = corrected(s, a), pb = corrected(s, b);
+  if (pa != pb) return pa > pb;
   return i < k;
 }
 
@@ -206,12 +213,12 @@ static bool before(const aa_search_t *s, int i, int k) {
  * Writes the reason with the figures into c. */
 static bool below_bound(aa_search_t *s, aa_cand_t *c) {
   if (!s->calibrated || !s->fitted || !(c->predicted > 0) || !(s->best > 0)) return false;
-  double bound = c->predicted * s->correction * (1 + s->error);
+  double bound = c->predicted * c->corr * (1 + c->err);
   if (bound >= s->best) return false;
   snprintf(c->reason, sizeof c->reason,
            "not measured: predicted at most %.0f tokens/s (%.0f predicted × %.2f correction, +%.0f %% "
            "error so far), below the best measured %.0f",
-           bound, c->predicted, s->correction, 100 * s->error, s->best);
+           bound, c->predicted, c->corr, 100 * c->err, s->best);
   return true;
 }
 
@@ -269,7 +276,7 @@ static int micro_batches(const aa_search_t *s, const aa_strategy_t *st) {
 
 double aa__search_predict(const aa_search_t *s, int i) {
   const aa_cand_t *c = &s->c[i], *near = NULL;
-  if (c->predicted > 0) return c->predicted * s->correction;
+  if (c->predicted > 0) return corrected(s, c);
   double best = INFINITY;
   for (size_t k = 0; k < s->n; k++) {
     const aa_cand_t *m = &s->c[k];
@@ -307,28 +314,76 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Refits the calibrated model to the ok runs with a prediction: the
- * correction is the median of measured / predicted (robust to one odd
- * run), the error the largest miss left after it, at least the floors of
- * planner_internal.h. A failed allocation keeps the previous fit. */
+/* The median of the n values of r (sorted in place). */
+static double median(double *r, int n) {
+  qsort(r, (size_t)n, sizeof *r, cmp_double);
+  return n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
+}
+
+/* Whether a and b run the same parallel layout (degrees and sequence
+ * parallelism): the step-time model misses each layout by its own factor
+ * (on CPUs the tensor-parallel ones by far the most: its groups meet
+ * several times a block and wait for each other, which the collectives'
+ * calibration, timed alone, does not see), so each is refitted to its own
+ * measurements once it has some. */
+static bool same_layout(const aa_strategy_t *a, const aa_strategy_t *b) {
+  return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->sp == b->sp;
+}
+
+/* Refits the calibrated model to the ok runs with a prediction. Over all
+ * of them: the correction is the median of measured / predicted (robust to
+ * one odd run). Per candidate: the median over the measured ones of its
+ * layout, or the overall one while its layout has none. The error is the
+ * largest miss left after each run's own layout correction, at least the
+ * floors of planner_internal.h; a candidate whose layout has no
+ * measurement also allows for the largest gap between a measured layout's
+ * correction and the overall one. A failed allocation keeps the previous
+ * fit. */
 static void refit(aa_search_t *s) {
-  double *r = malloc(s->n * sizeof *r);
+  double *r = malloc(s->n * sizeof *r), *q = malloc(s->n * sizeof *q);
   int k = 0;
-  if (!r) return;
+  if (!r || !q) {
+    free(r);
+    free(q);
+    return;
+  }
   for (size_t i = 0; i < s->n; i++) {
     const aa_cand_t *c = &s->c[i];
     if (c->oks > 0 && c->predicted > 0) r[k++] = c->tokens_per_s / c->predicted;
   }
   if (k > 0) {
-    qsort(r, (size_t)k, sizeof *r, cmp_double);
-    double med = k % 2 ? r[k / 2] : (r[k / 2 - 1] + r[k / 2]) / 2, err = 0;
-    for (int m = 0; m < k; m++)
-      err = fmax(err, fabs(r[m] / med - 1));
+    const double med = median(r, k);
+    double err = 0, apart = 0;
+    for (size_t i = 0; i < s->n; i++) {
+      aa_cand_t *c = &s->c[i];
+      int m = 0;
+      for (size_t j = 0; j < s->n; j++) {
+        const aa_cand_t *o = &s->c[j];
+        if (o->oks > 0 && o->predicted > 0 && same_layout(&c->s, &o->s)) q[m++] = o->tokens_per_s / o->predicted;
+      }
+      c->corr = m ? median(q, m) : med;
+      c->err = -1; /* set below: its layout has measurements */
+      if (!m) continue;
+      c->err = 0;
+      apart = fmax(apart, fabs(c->corr / med - 1));
+      if (c->oks > 0 && c->predicted > 0) err = fmax(err, fabs(c->tokens_per_s / c->predicted / c->corr - 1));
+    }
+    const double floor = k == 1 ? AA_SEARCH_ERROR_FLOOR_ONE : AA_SEARCH_ERROR_FLOOR;
     s->fitted = k;
     s->correction = med;
-    s->error = fmax(err, k == 1 ? AA_SEARCH_ERROR_FLOOR_ONE : AA_SEARCH_ERROR_FLOOR);
+    s->error = fmax(err, floor);
+    /* A layout nobody measured may also be as the model itself says: the
+     * measured layouts' correction need not carry over (tensor parallelism
+     * on CPUs measured at half its prediction says nothing of data
+     * parallelism), so its bound reaches at least the raw prediction. */
+    const double raw = med < 1 ? 1 / med - 1 : 0;
+    for (size_t i = 0; i < s->n; i++) {
+      aa_cand_t *c = &s->c[i];
+      c->err = c->err < 0 ? fmax(fmax(s->error, apart), raw) : s->error;
+    }
   }
   free(r);
+  free(q);
 }
 
 void aa__search_set_prediction(aa_search_t *s, int i, double tokens_per_s) {

@@ -409,6 +409,41 @@ AA_TEST(search_refit_takes_the_median_ratio_and_the_worst_miss) {
   aa__search_free(&s);
 }
 
+/* Each parallel layout is refitted to its own measurements: with a dp 2
+ * run measured at its prediction and a tp 2 run at half of it, the other
+ * tp 2 candidates are predicted at half, the dp 2 ones at the prediction,
+ * and a layout nobody measured (dp 1) at the overall median (0.75) with an
+ * error that allows for the 1/3 gap between a measured layout and it. */
+AA_TEST(search_refit_corrects_each_parallel_layout_by_its_own_runs) {
+  aa_model_spec_t spec = spec_with_batch(4);
+  aa_search_t s;
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
+  int dp2[2] = {-1, -1}, tp2[2] = {-1, -1}, dp1 = -1;
+  for (size_t i = 0; i < s.n; i++) {
+    const aa_cand_t *c = &s.c[i];
+    if (c->state != AA_CAND_PENDING) continue;
+    aa__search_set_prediction(&s, (int)i, 1000);
+    int *slot = c->s.dp == 2 && c->s.tp == 1 ? dp2 : c->s.tp == 2 && c->s.dp == 1 && !c->s.sp ? tp2 : NULL;
+    if (slot && slot[0] < 0)
+      slot[0] = (int)i;
+    else if (slot && slot[1] < 0)
+      slot[1] = (int)i;
+    if (c->s.dp == 1 && c->s.tp == 1 && c->s.pp == 1 && dp1 < 0) dp1 = (int)i;
+  }
+  CHECK(dp2[1] >= 0 && tp2[1] >= 0 && dp1 >= 0);
+  if (dp2[1] < 0 || tp2[1] < 0 || dp1 < 0) goto out;
+  aa__search_done(&s, dp2[0], AA_STORE_RUN_OK, 1000, 0);
+  aa__search_done(&s, tp2[0], AA_STORE_RUN_OK, 500, 0);
+  CHECK_NEAR(s.correction, 0.75, 1e-12);
+  CHECK_NEAR(aa__search_predict(&s, tp2[1]), 500, 1e-9);
+  CHECK_NEAR(aa__search_predict(&s, dp2[1]), 1000, 1e-9);
+  CHECK_NEAR(aa__search_predict(&s, dp1), 750, 1e-9);
+  CHECK_NEAR(s.c[tp2[1]].err, AA_SEARCH_ERROR_FLOOR, 1e-12); /* its layout's runs leave no miss */
+  CHECK_NEAR(s.c[dp1].err, 1 - 0.5 / 0.75, 1e-12);          /* the widest layout gap */
+out:
+  aa__search_free(&s);
+}
+
 /* Two leaders within their noise are re-measured (each at most
  * AA_SEARCH_REMEASURE times more) and the verdict says the pick is within
  * the noise; a clear winner is not re-measured and the verdict gives the
@@ -1155,6 +1190,7 @@ int main(void) {
   RUN(search_limits_prune_what_was_not_measured);
   RUN(search_orders_by_prediction_and_stops_below_the_bound);
   RUN(search_refit_takes_the_median_ratio_and_the_worst_miss);
+  RUN(search_refit_corrects_each_parallel_layout_by_its_own_runs);
   RUN(search_remeasures_leaders_within_the_noise);
   RUN(search_with_a_synthetic_calibration_measures_a_few_in_predicted_order);
   RUN(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees);

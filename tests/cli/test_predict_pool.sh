@@ -58,6 +58,8 @@ check "plan --pool cpu:4 succeeds" test $? -eq 0 || cat "$tmp/plan.err"
 cat "$tmp/plan.txt"
 check "the plan says the collectives of 4 ranks are extrapolated from 2" \
   grep -q 'collectives of 4 ranks extrapolated from measured groups of 2' "$tmp/plan.json"
+check "the plan says its collectives leave out waiting for descheduled peers" \
+  grep -q 'a collective also waits for its peers to be scheduled' "$tmp/plan.json"
 kill "$planner" && wait "$planner" 2>/dev/null
 
 # The predicted best strategy of each parallel layout (dp, tp, pp), best
