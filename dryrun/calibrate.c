@@ -40,6 +40,7 @@ typedef struct {
   int cuda; /* 1: ops is the CUDA table */
   aa_comm_t *comm;
   int rank, world;
+  int timers; /* ranks 0..timers-1 time the ops at once, the rest wait (calib.h "ranks") */
   double start, budget_s;
   size_t mem_limit; /* bytes of one shape's buffers; 0 = as much as the backend gives */
   const aa_model_spec_t *spec;
@@ -443,7 +444,9 @@ static int op_pass(cal_t *c, aa_calib_t *out) {
       if (same_shape(&out->op[j].shape, &w->shape)) same = j;
     /* Every rank times the same shape at the same time. */
     if (c->world > 1 && (rc = aa_comm_barrier(c->comm))) return aa_error_wrap(rc, "calibration: the op pass");
-    if (same >= 0) {
+    if (c->rank >= c->timers) { /* sits out: 0 adds nothing to the timers' sum */
+      w->fwd_s = w->bwd_s = 0;
+    } else if (same >= 0) {
       w->fwd_s = out->op[same].fwd_s;
       w->bwd_s = out->op[same].bwd_s;
     } else if ((rc = measure_op(c, w))) {
@@ -458,8 +461,10 @@ static int op_pass(cal_t *c, aa_calib_t *out) {
     for (int i = 0; i < out->n_op; i++)
       t[2 * i] = out->op[i].fwd_s, t[2 * i + 1] = out->op[i].bwd_s;
     int rc = mean_over_ranks(c, t, n);
+    /* The mean over the world, of which only the timers added anything. */
+    const double scale = (double)c->world / c->timers;
     for (int i = 0; !rc && i < out->n_op; i++)
-      out->op[i].fwd_s = t[2 * i], out->op[i].bwd_s = t[2 * i + 1];
+      out->op[i].fwd_s = t[2 * i] * scale, out->op[i].bwd_s = t[2 * i + 1] * scale;
     free(t);
     if (rc) return aa_error_wrap(rc, "calibration: the ranks' op times");
   }
@@ -667,6 +672,14 @@ static int calibrate(cal_t *c, const aa_calibrate_opts_t *o, aa_calib_t *out) {
   int host_cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
   int threads = o->threads > 0 ? o->threads : host_cores;
   aa_ops_cpu()->set_threads(threads);
+  /* On a CPU host with fewer cores than the gang's threads, only as many
+   * ranks as the cores hold time the ops at once: an op timed while the
+   * scheduler slices it with others is as slow as its slices fall (a small
+   * op fits in one slice and looks uncontended, a large one does not), and
+   * the step-time model scales clean figures by the pool's core share
+   * instead (predict.h). GPUs each have their own. */
+  c->timers = c->world;
+  if (!c->cuda && c->world * threads > host_cores) c->timers = host_cores / threads > 1 ? host_cores / threads : 1;
   /* One shape's buffers take at most the limit; on the CPU, where an
    * allocation rarely fails but touching it may end the process, half the
    * host's memory shared by the ranks when there is no limit. */
@@ -712,7 +725,7 @@ static int calibrate(cal_t *c, const aa_calibrate_opts_t *o, aa_calib_t *out) {
   out->cuda = c->cuda;
   out->threads = c->cuda ? 0 : threads;
   out->host_cores = host_cores;
-  out->ranks = c->world;
+  out->ranks = c->timers;
   out->measured_s = elapsed(c);
   return 0;
 }

@@ -65,10 +65,13 @@ typedef struct aa_calibrate_opts {
  * either way; the embedding encoder_*_vocab over sequences of the model's
  * length; a cast forward cast_from_f32 and backward cast_to_f32, to bf16
  * when the shape's dtype is fp32 (a CPU's 16-bit storage); AdamW forward
- * only. With a group, every rank times the same ops at the same time, one
+ * only. With a group, the ranks time the same ops at the same time, one
  * shape after another (a barrier between shapes, so a dead peer is noticed
- * within the group's abort latency), and the figures kept are the ranks'
- * mean (an all-reduce); out->ranks is the group's size. A shape whose
+ * within the group's abort latency), and the figures kept are the timing
+ * ranks' mean (an all-reduce); out->ranks is how many timed: the group's
+ * size, except on a CPU host whose cores the gang's threads outnumber,
+ * where only cores / threads ranks (at least 1) time and the rest wait, so
+ * that no op is timed while the scheduler slices it with another rank's. A shape whose
  * buffers do not fit (memory_limit, or the device's memory on any rank) is
  * left out: the step-time model takes it from its measured neighbours;
  * AA_EOOM only when none fits. Kernels that ignore the storage dtype (all

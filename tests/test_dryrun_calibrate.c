@@ -123,7 +123,11 @@ AA_TEST(a_gang_of_two_fits_every_collective_kind_for_pairs) {
               text ? aa_last_error() : "missing");
     free(text);
   }
-  CHECK(c[0]->ranks == 2 && !strcmp(c[0]->backend, "shm") && !strcmp(c[0]->device, "cpu:test:1MiB"));
+  /* Both ranks time the ops at once where the host has a core for each
+   * thread, else only as many as it has (one thread each here). */
+  const int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), timers = cores >= 2 ? 2 : 1;
+  CHECK_MSG(c[0]->ranks == timers, "%d ranks timed, want %d", c[0]->ranks, timers);
+  CHECK(!strcmp(c[0]->backend, "shm") && !strcmp(c[0]->device, "cpu:test:1MiB"));
   CHECK(c[0]->threads == 1 && c[0]->cuda == 0 && c[0]->host_cores >= 1 && c[0]->measured_s > 0);
   static const aa_cost_collective_t kinds[] = {AA_COST_ALL_REDUCE, AA_COST_ALL_GATHER, AA_COST_REDUCE_SCATTER,
                                                AA_COST_SEND};
