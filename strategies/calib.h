@@ -8,7 +8,9 @@
  * (the op inventory of predict.h: GEMMs, attention, LayerNorm, GELU,
  * residual adds, the cross-entropy, the embedding, casts to and from
  * 16-bit storage, the AdamW update), forward and backward, by the engine's
- * own kernels with every rank of the measuring gang computing at once.
+ * own kernels with every rank of the measuring gang computing at once (on
+ * a CPU host with fewer cores than the gang's threads, only cores /
+ * threads of them: dryrun/calibrate.h).
  * Communication is measured per collective kind and group size on the
  * process-group backend the gang uses, at several message sizes, and kept
  * as a fitted latency + bytes / bandwidth line (alpha-beta). */
