@@ -691,17 +691,8 @@ static int calibrate(cal_t *c, const aa_calibrate_opts_t *o, aa_calib_t *out) {
   memset(out, 0, sizeof *out);
   out->version = AA_CALIB_VERSION;
   size_t wanted = aa_predict_wanted(c->spec, devices, c->cuda, out->op, AA_CALIB_OPS_MAX);
+  /* Each (shape, dtype) once (predict.h; tests/test_predict.c holds it). */
   out->n_op = wanted < AA_CALIB_OPS_MAX ? (int)wanted : AA_CALIB_OPS_MAX;
-  /* Each (shape, dtype) once, whatever the list repeats: a calibration
-   * that measured one twice would not parse. */
-  int distinct = 0;
-  for (int i = 0; i < out->n_op; i++) {
-    int seen = 0;
-    for (int j = 0; j < distinct && !seen; j++)
-      seen = out->op[j].dtype == out->op[i].dtype && same_shape(&out->op[j].shape, &out->op[i].shape);
-    if (!seen) out->op[distinct++] = out->op[i];
-  }
-  out->n_op = distinct;
   if (out->n_op == 0) return aa_error(AA_EINVAL, "calibration: the model has no op shapes to measure");
   int nt = 0;
   for (int t = 2; t <= c->world; t *= 2)

@@ -54,6 +54,9 @@ static aa_calib_t *calib(const aa_model_spec_t *sp, int cuda, int links) {
   CHECK_MSG(n > 0 && n <= AA_CALIB_OPS_MAX, "%zu ops wanted", n);
   c->n_op = (int)(n < AA_CALIB_OPS_MAX ? n : AA_CALIB_OPS_MAX);
   for (int i = 0; i < c->n_op; i++) {
+    /* Each (shape, dtype) once: dryrun/calibrate.c measures the list as it
+     * comes, and a calibration that repeats one does not parse. */
+    CHECK_MSG(aa_calib_find_op(c, &c->op[i].shape, c->op[i].dtype) == &c->op[i], "ops[%d] repeats an earlier one", i);
     c->op[i].fwd_s = op_fwd(&c->op[i].shape);
     c->op[i].bwd_s = op_bwd(&c->op[i].shape);
   }
