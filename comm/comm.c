@@ -45,6 +45,7 @@ int aa_comm_init(aa_comm_t **out, const char *rendezvous, int rank, int world, c
     return aa_error(AA_EINVAL, "aa_comm_init: rank %d of a group of %d is out of range", rank, world);
   int timeout_ms = opts && opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
   if (timeout_ms < 0) return aa_error(AA_EINVAL, "aa_comm_init: timeout_ms %d is negative", timeout_ms);
+  if (!strcmp(backend, "gloo")) return aa_error(AA_EUNSUPPORTED, "aa_comm_init: the gloo backend is not built yet");
   int nccl = !strcmp(backend, "nccl");
   if (nccl) {
     /* Refuse before anyone creates a segment that the others would wait on. */

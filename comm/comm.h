@@ -11,6 +11,11 @@
  *         unique id and hands it to the others there, then all call
  *         ncclCommInitRank. Ranks on one host only (a cross-host bootstrap
  *         would relay the id through the planner).
+ *   gloo   CPU ranks on any hosts (Debian's libgloo, the library PyTorch
+ *         uses for CPU collectives; TCP). Each rank listens on
+ *         opts->address; the ranks find each other through opts->store
+ *         under keys prefixed by the rendezvous name. Reductions are
+ *         summed here in rank order, as shm does.
  *   self   the group of one a single process trains over (aa_comm_self):
  *         every collective is the identity, a copy or nothing, and never
  *         waits; no rendezvous. In-place calls serve any memory (nothing is
@@ -65,8 +70,32 @@ typedef struct aa_comm aa_comm_t;
 
 typedef enum { AA_COMM_SUM = 0, AA_COMM_AVG = 1 } aa_comm_op_t;
 
+/* A key-value store the ranks of a gloo group meet through: each rank sets
+ * its listening address under a key and reads its peers'. The planner's
+ * relay (an executor's runner asks its parent, which asks the planner) and
+ * a private directory (aa_comm_dir_store, for one host and the tests) are
+ * the two the project uses. Keys are at most AA_COMM_STORE_KEY_MAX bytes of
+ * [A-Za-z0-9_./-]; values at most AA_COMM_STORE_VALUE_MAX bytes. set stores
+ * (a key is set once); get waits up to timeout_ms for the key and returns
+ * its value in *value (malloc'd, the caller frees) and *len. Both return 0
+ * or a negative aa error with the message set (AA_ETIMEOUT when the key
+ * never came). Called only from the thread that joins the group. */
+#define AA_COMM_STORE_KEY_MAX 200
+#define AA_COMM_STORE_VALUE_MAX 65536
+typedef struct aa_comm_store {
+  void *ctx;
+  int (*set)(void *ctx, const char *key, const void *value, size_t len);
+  int (*get)(void *ctx, const char *key, int timeout_ms, void **value, size_t *len);
+} aa_comm_store_t;
+
 typedef struct aa_comm_opts {
   int timeout_ms; /* longest wait for peers (join, each collective); 0 = 30000 */
+  /* gloo only: where the ranks meet (required for a "gloo:" rendezvous),
+   * and the numeric IP address this rank listens on, which its peers dial
+   * (NULL = "127.0.0.1"; ranks on several hosts need an address the
+   * others can reach). Borrowed for the duration of aa_comm_init. */
+  const aa_comm_store_t *store;
+  const char *address;
 } aa_comm_opts_t;
 
 /* Joins the group described by rendezvous as `rank` of `world`. Blocks until

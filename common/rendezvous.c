@@ -11,8 +11,8 @@
 #define TAG_MAX 40
 
 int aa_rendezvous_new(char *out, size_t n, const char *backend, const char *tag) {
-  if (!backend || (strcmp(backend, "shm") && strcmp(backend, "nccl")))
-    return aa_error(AA_EINVAL, "process group backend '%s': expected shm or nccl", backend ? backend : "(null)");
+  if (!backend || (strcmp(backend, "shm") && strcmp(backend, "nccl") && strcmp(backend, "gloo")))
+    return aa_error(AA_EINVAL, "process group backend '%s': expected shm, nccl or gloo", backend ? backend : "(null)");
   char clean[TAG_MAX + 1];
   size_t k = 0;
   for (const char *p = tag ? tag : ""; *p && k < TAG_MAX; p++) {
@@ -40,8 +40,11 @@ int aa_rendezvous_parse(const char *text, const char **backend, const char **shm
   } else if (!strncmp(text, "nccl:", 5)) {
     *backend = "nccl";
     name = text + 5;
+  } else if (!strncmp(text, "gloo:", 5)) {
+    *backend = "gloo";
+    name = text + 5;
   } else {
-    return aa_error(AA_EINVAL, "rendezvous '%.64s': expected shm:/NAME or nccl:/NAME", text);
+    return aa_error(AA_EINVAL, "rendezvous '%.64s': expected shm:/NAME, nccl:/NAME or gloo:/NAME", text);
   }
   size_t len = strlen(name);
   if (len < 2 || len > 200 || name[0] != '/' || strchr(name + 1, '/'))

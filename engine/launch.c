@@ -18,7 +18,7 @@ int aa_launch_join(const aa_launch_t *l, aa_comm_t **out) {
     return aa_error_wrap(rc, "device cuda:%d", l->cuda);
 #endif
   aa_comm_t *comm = NULL;
-  if (l->world > 1 && (rc = aa_comm_init(&comm, l->rendezvous, l->rank, l->world, NULL)))
+  if (l->world > 1 && (rc = aa_comm_init(&comm, l->rendezvous, l->rank, l->world, &l->comm)))
     return aa_error_wrap(rc, "joining the group of %d ranks", l->world);
   *out = comm;
   return 0;

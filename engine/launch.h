@@ -13,6 +13,9 @@ typedef struct aa_launch {
   const aa_model_spec_t *spec; /* borrowed */
   int rank, world;             /* this rank of a gang of world ranks; world 1 = one process, no gang */
   const char *rendezvous;      /* world > 1: the gang's rendezvous text (comm/comm.h); unused otherwise */
+  /* How the rank joins the gang (timeout; gloo: the store and its address),
+   * borrowed; zero = the defaults of comm.h. */
+  aa_comm_opts_t comm;
   int cuda;                    /* the rank's CUDA device index, or -1: opts.device as the caller set it */
   /* The run (borrowed fields): strategy, threads, memory limit, outputs and
    * the rest as aa_train takes them; a dry run is opts.dryrun with its

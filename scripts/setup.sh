@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
 done
 
 pkgs=(build-essential cmake pkg-config libuv1-dev libmsgpack-dev libsqlite3-dev libjansson-dev
-      libopenblas-dev libopenblas-openmp-dev clang libclang-rt-14-dev python3 procps chromium)
+      libopenblas-dev libopenblas-openmp-dev libgloo-dev iproute2 clang libclang-rt-14-dev python3 procps chromium)
 [ "$bench" = 1 ] && pkgs+=(python3-torch python3-numpy)
 
 missing=()
