@@ -363,11 +363,6 @@ static int setup(cal_t *c, const aa_calib_op_t *w, shape_t *s, bufs_t *b) {
  * everything but the GEMMs (set_gemm_inputs) and the casts computes fp32. */
 static int dtype_blind(aa_op_kind_t k) { return k != AA_OP_MATMUL && k != AA_OP_CAST; }
 
-static int same_shape(const aa_op_shape_t *a, const aa_op_shape_t *b) {
-  return a->op == b->op && a->d[0] == b->d[0] && a->d[1] == b->d[1] && a->d[2] == b->d[2] &&
-         a->d[3] == b->d[3];
-}
-
 /* Times op shape w into its fwd_s and bwd_s; both SKIPPED when its
  * buffers do not fit in memory. */
 static int measure_op(cal_t *c, aa_calib_op_t *w) {
@@ -441,7 +436,7 @@ static int op_pass(cal_t *c, aa_calib_t *out) {
     aa_calib_op_t *w = &out->op[i];
     int rc = 0, same = -1;
     for (int j = 0; j < i && same < 0 && dtype_blind(w->shape.op); j++)
-      if (same_shape(&out->op[j].shape, &w->shape)) same = j;
+      if (aa_op_shape_equal(&out->op[j].shape, &w->shape)) same = j;
     /* Every rank times the same shape at the same time. */
     if (c->world > 1 && (rc = aa_comm_barrier(c->comm))) return aa_error_wrap(rc, "calibration: the op pass");
     if (c->rank >= c->timers) { /* sits out: 0 adds nothing to the timers' sum */

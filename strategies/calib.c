@@ -260,8 +260,12 @@ static int read_link(const aa_json_ctx_t *c, size_t i, const json_t *v, aa_calib
   return read_time(c, path, json_array_get(v, 3), false, &l->bytes_per_s);
 }
 
+bool aa_op_shape_equal(const aa_op_shape_t *a, const aa_op_shape_t *b) {
+  return a->op == b->op && a->d[0] == b->d[0] && a->d[1] == b->d[1] && a->d[2] == b->d[2] && a->d[3] == b->d[3];
+}
+
 static bool same_op(const aa_calib_op_t *a, const aa_op_shape_t *s, aa_dtype_t dtype) {
-  return a->shape.op == s->op && a->dtype == dtype && !memcmp(a->shape.d, s->d, sizeof s->d);
+  return a->dtype == dtype && aa_op_shape_equal(&a->shape, s);
 }
 
 static int read_ops(const aa_json_ctx_t *c, const json_t *v, aa_calib_t *out) {

@@ -17,6 +17,7 @@
 #ifndef AA_CALIB_H
 #define AA_CALIB_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,6 +65,9 @@ typedef struct aa_op_shape {
 /* The work of one call of shape s, the unit op rates scale by: 2·N·C·OC
  * for a GEMM, B·NH·T²·(C/NH) for attention, the elements otherwise. */
 double aa_op_work(const aa_op_shape_t *s);
+/* The same op at the same dimensions (the one equality of shapes the
+ * calibration, the model and the measurement use). */
+bool aa_op_shape_equal(const aa_op_shape_t *a, const aa_op_shape_t *b);
 
 typedef struct aa_calib_op {
   aa_op_shape_t shape;

@@ -56,17 +56,13 @@ typedef struct inventory {
 
 /* Field by field: aa_op_shape_t has padding after its enum, which memcmp
  * would compare too. */
-static bool same_shape(const aa_op_shape_t *a, const aa_op_shape_t *b) {
-  return a->op == b->op && !memcmp(a->d, b->d, sizeof a->d);
-}
-
 static void add(inventory_t *v, aa_op_kind_t op, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
                 aa_dtype_t dtype, bool per_step, double ff, double bf, double fb, double bb) {
   aa_op_shape_t s = {op, {d0, d1, d2, d3}};
   if (ff == 0 && bf == 0 && fb == 0 && bb == 0) return;
   for (int i = 0; i < v->n; i++) {
     item_t *x = &v->it[i];
-    if (x->per_step == per_step && x->dtype == dtype && same_shape(&x->shape, &s)) {
+    if (x->per_step == per_step && x->dtype == dtype && aa_op_shape_equal(&x->shape, &s)) {
       x->ff += ff;
       x->bf += bf;
       x->fb += fb;
@@ -194,7 +190,7 @@ size_t aa_predict_ops(const aa_arch_t *arch, const aa_strategy_t *s, int stage, 
   for (int i = 0; i < v.n; i++) {
     bool seen = false;
     for (int j = 0; j < i && !seen; j++)
-      seen = v.it[j].dtype == v.it[i].dtype && same_shape(&v.it[j].shape, &v.it[i].shape);
+      seen = v.it[j].dtype == v.it[i].dtype && aa_op_shape_equal(&v.it[j].shape, &v.it[i].shape);
     if (seen) continue;
     if (n < cap) out[n] = (aa_calib_op_t){.shape = v.it[i].shape, .dtype = v.it[i].dtype};
     n++;
@@ -396,7 +392,7 @@ static void set_put(shape_set_t *st, const aa_calib_op_t *o) {
   size_t i = shape_hash(o) & (st->cap - 1);
   for (; st->slot[i] >= 0; i = (i + 1) & (st->cap - 1)) {
     const aa_calib_op_t *x = &st->ops[st->slot[i]];
-    if (x->dtype == o->dtype && same_shape(&x->shape, &o->shape)) return;
+    if (x->dtype == o->dtype && aa_op_shape_equal(&x->shape, &o->shape)) return;
   }
   st->slot[i] = (int32_t)st->n;
   st->ops[st->n++] = *o;
