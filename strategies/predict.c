@@ -296,7 +296,7 @@ static double share(int cores, int ranks, int threads) {
 
 /* One pipeline rank's step by part (the fields of aa_predict_t). */
 static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, const aa_calib_t *c,
-                         double slow, aa_predict_t *p) {
+                         const aa_calib_t *span, double slow, aa_predict_t *p) {
   inventory_t v;
   int rc = inventory(a, s, stage, c->cuda, &v);
   if (rc) return rc;
@@ -315,10 +315,11 @@ static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int 
   aa_cost_comm_t cc;
   aa_cost_comm_stage(a, s, m, stage, &cc);
   double emb;
+  /* The groups that cross hosts use span's lines (the tensor group never does). */
   if ((rc = group_time(c, &cc.tensor, &p->tensor_comm_s, &p->links_estimated)) ||
-      (rc = group_time(c, &cc.pipeline, &p->pipeline_comm_s, &p->links_estimated)) ||
-      (rc = group_time(c, &cc.data, &p->data_comm_s, &p->links_estimated)) ||
-      (rc = group_time(c, &cc.embedding, &emb, &p->links_estimated)))
+      (rc = group_time(span, &cc.pipeline, &p->pipeline_comm_s, &p->links_estimated)) ||
+      (rc = group_time(span, &cc.data, &p->data_comm_s, &p->links_estimated)) ||
+      (rc = group_time(span, &cc.embedding, &emb, &p->links_estimated)))
     return rc;
   p->data_comm_s += emb;
   p->forward_s = m * fwd_mb * slow;
@@ -343,20 +344,27 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
   aa_pp_place_t pl;
   int rc = aa_pp_place(a, s, m, 0, &pl);
   if (rc) return rc;
+  /* A gang larger than a host spans hosts: host_devices of its ranks share
+   * one host's cores, and its data, pipeline and embedding groups take the
+   * inter-host lines (or the intra-host ones, counted as stand-ins). */
+  const bool across = pool->host_devices > 0 && ranks > pool->host_devices;
+  const int on_host = across ? pool->host_devices : ranks;
+  const aa_calib_t *span = across && pool->inter && pool->inter->n_link ? pool->inter : c;
   /* Ops were timed with c->ranks executors computing at once on its host;
-   * the pool's run ranks executors on pool->host_cores. */
+   * the pool's run on_host executors on pool->host_cores. */
   double slow = 1;
   if (!c->cuda) {
     int threads = pool->threads > 0 ? pool->threads : c->threads;
-    slow = share(c->host_cores, c->ranks, c->threads) / share(pool->host_cores, ranks, threads);
+    slow = share(c->host_cores, c->ranks, c->threads) / share(pool->host_cores, on_host, threads);
   }
   aa_predict_t best = {0}, p;
   int ops_est = 0, links_est = 0;
   for (int r = 0; r < s->pp; r++) {
     memset(&p, 0, sizeof p);
-    if ((rc = predict_stage(a, s, m, r, c, slow, &p))) return rc;
+    if ((rc = predict_stage(a, s, m, r, c, span, slow, &p))) return rc;
     ops_est += p.ops_estimated;
     links_est += p.links_estimated;
+    if (across && span == c) links_est += (s->dp > 1) + (s->pp > 1); /* intra-host lines stood in */
     if (r == 0 || p.step_s > best.step_s) {
       best = p;
       best.stage = r;
@@ -364,6 +372,7 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
   }
   best.ops_estimated = ops_est;
   best.links_estimated = links_est;
+  best.across_hosts = across;
   best.tokens_per_s = (double)spec->train.global_batch * a->seq_len / best.step_s;
   aa_cost_memory(a, s, m, &best.mem);
   *out = best;

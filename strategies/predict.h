@@ -30,7 +30,14 @@
  * Each such stand-in is counted in the result so callers can say so.
  * CPU executors that share a host's cores compute at the measured rate
  * times min(1, cores / (ranks x threads)) relative to the measuring
- * gang's. */
+ * gang's, ranks being the gang's ranks on one host.
+ * Across hosts: a gang larger than one host's devices (pool->host_devices)
+ * spans hosts. The planner keeps every tensor group inside a host, so the
+ * tensor group's collectives take the calibration's (intra-host) lines,
+ * and the data, pipeline and embedding groups take the inter-host lines
+ * (pool->inter, measured by a gang spanning hosts on its backend, gloo on
+ * CPUs). Without inter-host lines they take the intra-host ones, and each
+ * such group counts as a stand-in. */
 #ifndef AA_PREDICT_H
 #define AA_PREDICT_H
 
@@ -45,6 +52,8 @@ typedef struct aa_predict_pool {
   int host_cores; /* CPUs: cores of the one host the executors share; 0 = each device has its own
                      (GPUs, or CPU executors on separate hosts) */
   int threads;    /* CPUs: threads per executor; 0 = the calibration's */
+  int host_devices;         /* devices one host holds; 0 = the whole pool is one host */
+  const aa_calib_t *inter;  /* collectives between hosts; NULL = none measured */
 } aa_predict_pool_t;
 
 typedef struct aa_predict {
@@ -64,7 +73,9 @@ typedef struct aa_predict {
   /* Stand-ins, summed over the pipeline ranks (each rank's distinct op
    * shapes and each group's kinds, looked up once a rank): */
   int ops_estimated;   /* op shapes taken from a neighbour */
-  int links_estimated; /* collectives taken from another group size or kind */
+  int links_estimated; /* collectives taken from another group size or kind, or intra-host
+                          lines standing in for inter-host ones */
+  bool across_hosts;   /* the gang spans hosts (pool->host_devices) */
 } aa_predict_t;
 
 /* Predicts strategy s (resolved for spec) on pool from calibration c.

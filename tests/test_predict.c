@@ -196,6 +196,51 @@ AA_TEST(data_parallelism_adds_the_data_groups_collectives) {
   free(c);
 }
 
+/* A gang larger than a host: its data and pipeline groups take the
+ * inter-host lines (here 10x the latency, a tenth of the bandwidth), its
+ * tensor group the intra-host ones; without inter-host lines the intra
+ * ones stand in and are counted; only a host's ranks share its cores. */
+AA_TEST(a_gang_across_hosts_takes_the_inter_host_lines_for_data_and_pipeline) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 1), *x = calloc(1, sizeof *x);
+  *x = *c;
+  snprintf(x->backend, sizeof x->backend, "gloo");
+  x->n_op = 0;
+  for (int i = 0; i < x->n_link; i++) x->link[i].latency_s *= 10, x->link[i].bytes_per_s /= 10;
+  aa_strategy_t s = strat(&sp, 2, 2, 1, 2);
+  aa_predict_pool_t one = {.devices = 8}, two = {.devices = 8, .host_devices = 2, .inter = x};
+  aa_predict_t p1, p2, p3;
+  CHECK_MSG(aa_predict(&sp, &s, c, &one, &p1) == 0, "%s", aa_last_error());
+  CHECK_MSG(aa_predict(&sp, &s, c, &two, &p2) == 0, "%s", aa_last_error());
+  CHECK(!p1.across_hosts && p2.across_hosts);
+  aa_cost_comm_t cc;
+  aa_cost_comm_stage(&sp.arch, &s, aa_strategy_accum_steps(&s, &sp), 0, &cc);
+  CHECK_NEAR(p1.data_comm_s / comm(&cc.data, 1), 1, 1e-12);
+  double lat = 0, bw = 0; /* the data group's time on x's lines, worked out as comm() does */
+  for (int k = 0; k < AA_COST_COLLECTIVES; k++) {
+    if (!cc.data.kind[k].calls || k >= AA_COST_SEND) continue;
+    double t = cc.data.ranks, share = k == AA_COST_ALL_REDUCE ? 2 * (t - 1) / t : (t - 1) / t;
+    lat += (double)cc.data.kind[k].calls * LAT * (k + 1) * 10;
+    bw += share * (double)cc.data.kind[k].bytes / (BW * t / 10);
+  }
+  CHECK_NEAR(p2.data_comm_s / (lat + bw), 1, 1e-12);
+  CHECK_NEAR(p2.tensor_comm_s / p1.tensor_comm_s, 1, 1e-12);
+  CHECK(p2.links_estimated == 0);
+  /* No inter-host lines: the intra-host ones, counted (one data group). */
+  two.inter = NULL;
+  CHECK(aa_predict(&sp, &s, c, &two, &p3) == 0);
+  CHECK_NEAR(p3.data_comm_s / p1.data_comm_s, 1, 1e-12);
+  CHECK(p3.across_hosts && p3.links_estimated == 1);
+  /* 4 single-threaded ranks on 2-core hosts, 2 per host: the share of 2
+   * ranks, not 4 (the calibration ran 2 ranks on 8 cores: uncontended). */
+  aa_predict_pool_t crowd = {.devices = 8, .host_cores = 2}, spread = {.devices = 8, .host_cores = 2, .host_devices = 2};
+  aa_predict_t pc, ps;
+  CHECK(aa_predict(&sp, &s, c, &crowd, &pc) == 0 && aa_predict(&sp, &s, c, &spread, &ps) == 0);
+  CHECK_NEAR(pc.forward_s / ps.forward_s, 2, 1e-12);
+  free(x);
+  free(c);
+}
+
 AA_TEST(tensor_parallelism_adds_the_tensor_groups_collectives) {
   aa_model_spec_t sp = model();
   aa_calib_t *c = calib(&sp, 0, 1);
@@ -374,6 +419,7 @@ int main(void) {
   RUN(the_gemms_are_the_cost_models_flops);
   RUN(checkpointing_adds_the_recomputed_forward_to_the_backward);
   RUN(data_parallelism_adds_the_data_groups_collectives);
+  RUN(a_gang_across_hosts_takes_the_inter_host_lines_for_data_and_pipeline);
   RUN(tensor_parallelism_adds_the_tensor_groups_collectives);
   RUN(a_pipeline_stretches_its_busy_time_by_the_bubble);
   RUN(missing_shapes_and_group_sizes_are_stood_in_for_and_counted);
