@@ -15,14 +15,18 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: autoaccel plan MODEL --pool KIND:N [--device FINGERPRINT] [--top K] [--separate-hosts]\n"
-          "                      [--json] [--planner ADDR] [--token-file FILE]\n\n"
+          "usage: autoaccel plan MODEL --pool KIND:N [--hosts H] [--device FINGERPRINT] [--top K]\n"
+          "                      [--separate-hosts] [--json] [--planner ADDR] [--token-file FILE]\n\n"
           "Predicts the fastest strategies for MODEL (a model spec file) on a pool of N devices of\n"
           "one kind, from the calibration the planner stored when it last ran a job on that kind of\n"
           "device. Nothing is dry-run: the figures are predictions, and the assumptions they rest on\n"
           "are listed under the table.\n\n"
           "options:\n"
           "  --pool KIND:N         the pool: cpu:N or cuda:N, N devices (1..4096)\n"
+          "  --hosts H             the N devices sit on H hosts, N/H each (default 1): tensor groups\n"
+          "                        stay inside a host, and a gang larger than a host runs its data\n"
+          "                        and pipeline groups across hosts, on the lines a gang spanning\n"
+          "                        hosts measured (gloo)\n"
           "  --device FINGERPRINT  the calibration of this device, such as\n"
           "                        'cuda:NVIDIA H100 80GB HBM3:81559MiB' (default: the newest of the kind)\n"
           "  --top K               strategies to show (1..1000, default 5)\n"
@@ -78,11 +82,19 @@ static void print_plan(const json_t *root, const char *pool_arg) {
   char when[32] = "?";
   struct tm tm;
   if (gmtime_r(&at, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
-  printf("plan for %s from the calibration of %s (%s, measured %s): %lld strategies, %lld predicted out of "
-         "memory\n\n",
-         pool_arg, jstr(cal, "device", "?"), jstr(cal, "backend", "?"), when,
+  json_t *pool = json_object_get(root, "pool");
+  long long hosts = json_integer_value(json_object_get(pool, "hosts"));
+  char on[32] = "";
+  if (hosts > 1) snprintf(on, sizeof on, " on %lld hosts", hosts);
+  printf("plan for %s%s from the calibration of %s (%s, measured %s): %lld strategies, %lld predicted out of "
+         "memory",
+         pool_arg, on, jstr(cal, "device", "?"), jstr(cal, "backend", "?"), when,
          (long long)json_integer_value(json_object_get(root, "valid")),
          (long long)json_integer_value(json_object_get(root, "predicted_oom")));
+  if (hosts > 1)
+    printf(", %lld with a tensor group wider than a host",
+           (long long)json_integer_value(json_object_get(root, "tensor_wider_than_a_host")));
+  printf("\n\n");
   size_t i, keyw = 8;
   json_t *s;
   json_array_foreach(list, i, s) {
@@ -109,6 +121,7 @@ int aa_cmd_plan(int argc, char **argv) {
                                            {"device", required_argument, 0, 'd'},
                                            {"top", required_argument, 0, 't'},
                                            {"separate-hosts", no_argument, 0, 's'},
+                                           {"hosts", required_argument, 0, 'H'},
                                            {"planner", required_argument, 0, 'p'},
                                            {"token-file", required_argument, 0, 'k'},
                                            {"json", no_argument, 0, 'j'},
@@ -116,7 +129,7 @@ int aa_cmd_plan(int argc, char **argv) {
                                            {0, 0, 0, 0}};
   const char *planner = NULL, *token_file = NULL, *pool_arg = NULL, *device = NULL, *kind = NULL;
   long long top = 5;
-  int devices = 0, c;
+  int devices = 0, hosts = 1, c;
   bool json = false, separate = false;
   optind = 1;
   opterr = 0;
@@ -131,6 +144,9 @@ int aa_cmd_plan(int argc, char **argv) {
       if ((top = aa_cli_parse_int("plan", "--top", optarg, 1, 1000)) < 0) return AA_EXIT_USAGE;
       break;
     case 's': separate = true; break;
+    case 'H':
+      if ((hosts = (int)aa_cli_parse_int("plan", "--hosts", optarg, 1, 4096)) < 0) return AA_EXIT_USAGE;
+      break;
     case 'p': planner = optarg; break;
     case 'k': token_file = optarg; break;
     case 'j': json = true; break;
@@ -140,14 +156,16 @@ int aa_cmd_plan(int argc, char **argv) {
   }
   if (optind != argc - 1) return bad_usage("expected one MODEL spec file%s", "");
   if (!pool_arg) return bad_usage("--pool KIND:N is required (e.g. --pool cuda:8)%s", "");
+  if (devices % hosts)
+    return bad_usage("--hosts must divide the pool's devices evenly (--pool %s)", pool_arg);
   if (device && strncmp(device, kind, strlen(kind)))
     return bad_usage("--device must be a device of the pool's kind, not '%s'", device);
   aa_model_spec_t spec;
   char *model = NULL;
   if (aa_spec_load(&spec, argv[optind]) || aa_spec_to_json(&spec, &model)) return aa_cli_fail("plan");
   json_t *args =
-      json_pack("{s:o, s:{s:s, s:i}, s:I, s:b}", "model", json_loads(model, 0, NULL), "pool", "kind", kind,
-                "devices", devices, "top", (json_int_t)top, "separate_hosts", separate);
+      json_pack("{s:o, s:{s:s, s:i, s:i}, s:I, s:b}", "model", json_loads(model, 0, NULL), "pool", "kind",
+                kind, "devices", devices, "hosts", hosts, "top", (json_int_t)top, "separate_hosts", separate);
   free(model);
   if (args && device) json_object_set_new(args, "device", json_string(device));
   char *text = args ? json_dumps(args, JSON_COMPACT) : NULL, *reply = NULL;

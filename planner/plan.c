@@ -39,13 +39,14 @@ typedef struct {
   int devices;
   const char *device; /* NULL = the newest calibration of the kind */
   int top;
+  int hosts; /* the pool's devices spread evenly over this many hosts */
   bool separate_hosts;
 } plan_args_t;
 
 static int parse_args(const json_t *args, plan_args_t *a) {
   static const char *const allowed[] = {"model", "pool", "device", "top", "separate_hosts", NULL};
-  static const char *const pool_allowed[] = {"kind", "devices", NULL};
-  long long top = 0, devices = 0;
+  static const char *const pool_allowed[] = {"kind", "devices", "hosts", NULL};
+  long long top = 0, devices = 0, hosts = 0;
   const char *kind = NULL;
   int rc = aa__query_check_keys("plan", args, allowed);
   if (!rc) rc = aa__query_get_str("plan", args, "device", &a->device);
@@ -64,6 +65,7 @@ static int parse_args(const json_t *args, plan_args_t *a) {
   rc = aa__query_check_keys("plan", pool, pool_allowed);
   if (!rc) rc = aa__query_get_str("plan", pool, "kind", &kind);
   if (!rc) rc = aa__query_get_int("plan", pool, "devices", 1, AA_PROTO_WORLD_MAX, &devices);
+  if (!rc) rc = aa__query_get_int("plan", pool, "hosts", 1, AA_PROTO_WORLD_MAX, &hosts);
   if (rc) return aa_error_wrap(rc, "\"pool\"");
   if (!kind || (strcmp(kind, "cpu") && strcmp(kind, "cuda")))
     return aa_error(AA_EINVAL, "query plan: \"pool\".\"kind\" must be \"cpu\" or \"cuda\"");
@@ -71,6 +73,12 @@ static int parse_args(const json_t *args, plan_args_t *a) {
     return aa_error(AA_EINVAL, "query plan: \"pool\".\"devices\" (1..%d) is required", AA_PROTO_WORLD_MAX);
   a->cuda = !strcmp(kind, "cuda");
   a->devices = (int)devices;
+  a->hosts = hosts ? (int)hosts : 1;
+  if (devices % a->hosts)
+    return aa_error(AA_EINVAL,
+                    "query plan: \"pool\": %lld devices do not spread evenly over %d hosts (give a "
+                    "multiple of the hosts)",
+                    devices, a->hosts);
   if (a->device && strncmp(a->device, kind, strlen(kind)) != 0)
     return aa_error(AA_EINVAL, "query plan: device \"%.127s\" is not a %s device", a->device, kind);
   /* The model: the spec as an object (what `autoaccel plan` sends) or as text. */
@@ -98,6 +106,7 @@ typedef struct {
 
 static int pick_calib(const aa_store_calib_t *c, void *data) {
   pick_t *p = data;
+  if (!strcmp(c->backend, "gloo")) return 0; /* links between hosts only: read beside the pick */
   if (p->found || (p->want && strcmp(c->device, p->want))) {
     size_t n = strlen(p->others);
     snprintf(p->others + n, sizeof p->others - n, "%s%s (%s)", n ? ", " : "", c->device, c->backend);
@@ -158,6 +167,7 @@ typedef struct {
   size_t n, top;              /* kept (<= top) */
   size_t candidates, invalid; /* enumerated; refused by the model's rules */
   size_t predicted, predicted_oom, unpredicted;
+  size_t tensor_too_wide;    /* tensor groups larger than a host: not placeable */
   char unpredicted_why[256]; /* the first strategy the model could not predict: why */
 } plan_t;
 
@@ -209,6 +219,11 @@ static int plan_pool(const plan_args_t *a, const aa_calib_t *c, uint64_t memory,
     aa_cost_memory(&a->spec.arch, &t.s, aa_strategy_accum_steps(&t.s, &a->spec), &m);
     if (memory && m.total > memory) {
       out->predicted_oom++;
+      continue;
+    }
+    /* The planner keeps a tensor group inside one host. */
+    if (pool->host_devices && t.s.tp > pool->host_devices) {
+      out->tensor_too_wide++;
       continue;
     }
     if (aa_predict(&a->spec, &t.s, c, pool, &t.p)) {
@@ -326,6 +341,19 @@ static json_t *assumptions(const plan_args_t *a, const aa_calib_t *c, uint64_t m
         "at 55-60 %% of their prediction at cpu:4 on 2 cores, tests/cli/test_predict_pool.sh)",
         a->devices, pool->host_cores);
   add(out, "collectives on the %s backend, as calibrated", c->backend);
+  if (pool->host_devices) {
+    add(out,
+        "%d hosts of %d devices: each tensor group inside one host (%zu strategies with a wider one left "
+        "out); a gang larger than a host runs its data and pipeline groups across hosts",
+        a->hosts, pool->host_devices, plan->tensor_too_wide);
+    if (pool->inter)
+      add(out, "collectives across hosts on the lines a gang spanning hosts measured over gloo");
+    else
+      add(out,
+          "no gang spanning hosts has been calibrated for this device: collectives across hosts take the "
+          "lines within a host, which is likely optimistic (run a job on executors of two hosts to "
+          "measure them)");
+  }
   if (memory)
     add(out,
         "memory: a rank's predicted bytes (strategies/cost.h) against the device's %s; %zu strategies "
@@ -364,10 +392,13 @@ typedef struct {
   plan_args_t a;
   aa_store_calib_t row; /* json NULL: parsed into c */
   aa_calib_t *c;        /* owned (large: on the heap) */
+  aa_calib_t *inter;    /* owned: the device's links between hosts (backend gloo); NULL = none stored */
   uint64_t memory;      /* of the device, from its fingerprint; 0 = unknown */
   aa_predict_pool_t pool;
   char origin[AA_STORE_HW_MAX + 64]; /* names the calibration in messages */
 } plan_prep_t;
+
+static void plan_prep_free(plan_prep_t *pp);
 
 /* Checks args and reads the calibration they pick (the store's thread).
  * On success *pp holds it (plan_prep_free). */
@@ -396,13 +427,35 @@ static int plan_prepare(aa_store_t *st, const json_t *args, plan_prep_t *pp) {
   }
   pp->memory = device_memory(pick.row.device);
   pp->pool = (aa_predict_pool_t){.devices = pp->a.devices,
-                                 .host_cores = pp->a.cuda || pp->a.separate_hosts ? 0 : pp->c->host_cores};
+                                 .host_cores = pp->a.cuda || pp->a.separate_hosts ? 0 : pp->c->host_cores,
+                                 .host_devices = pp->a.hosts > 1 ? pp->a.devices / pp->a.hosts : 0};
+  if (pp->a.hosts > 1) { /* the links a gang spanning hosts measured, if any */
+    char *json = NULL, origin[AA_STORE_HW_MAX + 64];
+    rc = aa_store_calib_get(st, pick.row.device, "gloo", &json);
+    if (rc == 0 && json) {
+      snprintf(origin, sizeof origin, "the stored calibration of %s (gloo)", pick.row.device);
+      pp->inter = malloc(sizeof *pp->inter);
+      rc = pp->inter ? aa_calib_parse(pp->inter, json, origin) : aa_error(AA_ENOMEM, "query plan: no memory");
+      if (rc || !pp->inter->n_link) {
+        free(pp->inter);
+        pp->inter = NULL;
+      }
+    }
+    free(json);
+    pp->pool.inter = pp->inter;
+    if (rc < 0) {
+      plan_prep_free(pp);
+      return rc;
+    }
+  }
   return 0;
 }
 
 static void plan_prep_free(plan_prep_t *pp) {
   free(pp->c);
+  free(pp->inter);
   pp->c = NULL;
+  pp->inter = NULL;
 }
 
 /* Enumerates, predicts and fills out (borrowed) from a prepared plan:
@@ -425,9 +478,10 @@ static int plan_compute(const plan_prep_t *pp, json_t *out) {
     }
     json_t *calib = calibration_json(&pp->row, pp->c);
     json_t *as = assumptions(a, pp->c, pp->memory, &pp->pool, &plan, plan.n);
-    json_t *pool_json = json_pack("{s:s, s:i, s:I, s:i, s:b}", "kind", a->cuda ? "cuda" : "cpu", "devices",
-                                  a->devices, "memory_bytes", (json_int_t)pp->memory, "host_cores",
-                                  pp->pool.host_cores, "separate_hosts", a->separate_hosts);
+    json_t *pool_json = json_pack("{s:s, s:i, s:i, s:I, s:i, s:b, s:b}", "kind", a->cuda ? "cuda" : "cpu",
+                                  "devices", a->devices, "hosts", a->hosts, "memory_bytes",
+                                  (json_int_t)pp->memory, "host_cores", pp->pool.host_cores, "separate_hosts",
+                                  a->separate_hosts, "inter_host_calibrated", pp->inter != NULL);
     if (!list || !calib || !as || !pool_json) {
       json_decref(list);
       json_decref(calib);
@@ -441,6 +495,7 @@ static int plan_compute(const plan_prep_t *pp, json_t *out) {
       json_object_set_new(out, "candidates", json_integer((json_int_t)plan.candidates));
       json_object_set_new(out, "valid", json_integer((json_int_t)(plan.candidates - plan.invalid)));
       json_object_set_new(out, "predicted_oom", json_integer((json_int_t)plan.predicted_oom));
+      json_object_set_new(out, "tensor_wider_than_a_host", json_integer((json_int_t)plan.tensor_too_wide));
       json_object_set_new(out, "predicted", json_integer((json_int_t)plan.predicted));
       json_object_set_new(out, "strategies", list);
     }

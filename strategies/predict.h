@@ -48,12 +48,12 @@
 
 /* The pool predicted for. */
 typedef struct aa_predict_pool {
-  int devices;    /* >= dp x tp x pp of the strategies asked about */
-  int host_cores; /* CPUs: cores of the one host the executors share; 0 = each device has its own
-                     (GPUs, or CPU executors on separate hosts) */
-  int threads;    /* CPUs: threads per executor; 0 = the calibration's */
-  int host_devices;         /* devices one host holds; 0 = the whole pool is one host */
-  const aa_calib_t *inter;  /* collectives between hosts; NULL = none measured */
+  int devices;             /* >= dp x tp x pp of the strategies asked about */
+  int host_cores;          /* CPUs: cores of the one host the executors share; 0 = each device has its own
+                              (GPUs, or CPU executors on separate hosts) */
+  int threads;             /* CPUs: threads per executor; 0 = the calibration's */
+  int host_devices;        /* devices one host holds; 0 = the whole pool is one host */
+  const aa_calib_t *inter; /* collectives between hosts; NULL = none measured */
 } aa_predict_pool_t;
 
 typedef struct aa_predict {

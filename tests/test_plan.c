@@ -300,6 +300,89 @@ AA_TEST(separate_hosts_give_each_executor_its_own_cores) {
   aa_store_close(st);
 }
 
+/* The strategy of key `key` in a plan's list, or NULL. */
+static const json_t *planned(const json_t *root, const char *key) {
+  size_t i;
+  json_t *v;
+  json_array_foreach(json_object_get(root, "strategies"), i,
+                     v) if (!strcmp(json_string_value(json_object_get(v, "key")), key)) return v;
+  return NULL;
+}
+
+/* 8 devices on 4 hosts: no tensor group wider than 2; without a gang
+ * spanning hosts measured, the intra-host lines stand in (said, counted);
+ * with the device's gloo lines stored (10x slower here), the data groups
+ * of a gang of 8 are slower than on one host, while its tensor groups,
+ * inside a host, are not. The main calibration is never a gloo one. */
+AA_TEST(hosts_keep_tensor_groups_inside_and_take_the_inter_host_lines) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  put_calibration(st, CPU_BIG, 2, 64);
+  int rc;
+  const char *pool8 = "{\"kind\": \"cpu\", \"devices\": 8}",
+             *pool8h2 = "{\"kind\": \"cpu\", \"devices\": 8, \"hosts\": 4}";
+  const char *top = ", \"top\": 1000";
+  json_t *one = plan(st, args_for(pool8, top), &rc);
+  json_t *est = plan(st, args_for(pool8h2, top), &rc);
+  CHECK_MSG(one && est, "%s", aa_last_error());
+  if (one && est) {
+    CHECK(json_integer_value(json_object_get(one, "tensor_wider_than_a_host")) == 0);
+    CHECK(json_integer_value(json_object_get(est, "tensor_wider_than_a_host")) > 0);
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(est, "strategies"), i, v)
+        CHECK_MSG(json_integer_value(json_object_get(
+                      json_object_get(json_object_get(v, "strategy"), "parallel"), "tensor")) <= 2,
+                  "%s", json_string_value(json_object_get(v, "key")));
+    CHECK(has_assumption(est, "4 hosts of 2 devices"));
+    CHECK(has_assumption(est, "no gang spanning hosts has been calibrated"));
+    CHECK(json_is_false(json_object_get(json_object_get(est, "pool"), "inter_host_calibrated")));
+  }
+  /* The inter-host lines: the same calibration, 10x latency, 1/10 bandwidth, backend gloo. */
+  aa_calib_t *x = calloc(1, sizeof *x);
+  char *json = calibration(CPU_BIG, 2, 64, true);
+  CHECK(x && json && aa_calib_parse(x, json, "t") == 0);
+  free(json);
+  for (int i = 0; x && i < x->n_link; i++)
+    x->link[i].latency_s *= 10, x->link[i].bytes_per_s /= 10;
+  if (x) snprintf(x->backend, sizeof x->backend, "gloo");
+  json = x ? aa_calib_to_json(x) : NULL;
+  CHECK(json && aa_store_calib_put(st, CPU_BIG, "gloo", json) == 0);
+  free(json);
+  free(x);
+  json_t *meas = plan(st, args_for(pool8h2, top), &rc);
+  CHECK_MSG(meas, "%s", aa_last_error());
+  if (one && meas) {
+    CHECK(has_assumption(meas, "measured over gloo"));
+    CHECK(
+        !strcmp(json_string_value(json_object_get(json_object_get(meas, "calibration"), "backend")), "shm"));
+    const json_t *a8 = planned(one, "dp8.tp1.pp1.z0.fp32.ckpt-none.mb1"),
+                 *b8 = planned(meas, "dp8.tp1.pp1.z0.fp32.ckpt-none.mb1"),
+                 *a4 = planned(one, "dp4.tp2.pp1.z0.fp32.ckpt-none.mb2"),
+                 *b4 = planned(meas, "dp4.tp2.pp1.z0.fp32.ckpt-none.mb2");
+    CHECK(a8 && b8 && a4 && b4);
+    if (a8 && b8 && a4 && b4) {
+      double d_one = json_number_value(json_object_get(json_object_get(a8, "breakdown"), "data_comm_ms"));
+      double d_two = json_number_value(json_object_get(json_object_get(b8, "breakdown"), "data_comm_ms"));
+      CHECK_MSG(d_two > 5 * d_one, "data comm across hosts %g ms, on one host %g ms", d_two, d_one);
+      const json_t *ba = json_object_get(a4, "breakdown"), *bb = json_object_get(b4, "breakdown");
+      CHECK_NEAR(json_number_value(json_object_get(bb, "tensor_comm_ms")) /
+                     json_number_value(json_object_get(ba, "tensor_comm_ms")),
+                 1, 1e-9);
+      CHECK(json_number_value(json_object_get(bb, "data_comm_ms")) >
+            5 * json_number_value(json_object_get(ba, "data_comm_ms")));
+    }
+  }
+  /* Uneven spreads are refused. */
+  json_t *bad = plan(st, args_for("{\"kind\": \"cpu\", \"devices\": 8, \"hosts\": 3}", NULL), &rc);
+  CHECK_ERR(rc, AA_EINVAL, "do not spread evenly over 3 hosts");
+  json_decref(bad);
+  json_decref(one);
+  json_decref(est);
+  json_decref(meas);
+  aa_store_close(st);
+}
+
 AA_TEST(without_a_calibration_of_the_kind_the_error_says_which_job_measures_one) {
   aa_store_t *st = fresh_store();
   if (!st) return;
@@ -406,6 +489,7 @@ int main(void) {
   RUN(strategies_past_the_device_memory_are_left_out_and_counted);
   RUN(op_shapes_taken_from_neighbours_are_counted_and_said);
   RUN(separate_hosts_give_each_executor_its_own_cores);
+  RUN(hosts_keep_tensor_groups_inside_and_take_the_inter_host_lines);
   RUN(without_a_calibration_of_the_kind_the_error_says_which_job_measures_one);
   RUN(bad_arguments_are_refused_naming_the_fault);
   RUN(a_calibration_that_is_not_one_is_named);

@@ -56,7 +56,8 @@ static aa_calib_t *calib(const aa_model_spec_t *sp, int cuda, int links) {
   for (int i = 0; i < c->n_op; i++) {
     /* Each (shape, dtype) once: dryrun/calibrate.c measures the list as it
      * comes, and a calibration that repeats one does not parse. */
-    CHECK_MSG(aa_calib_find_op(c, &c->op[i].shape, c->op[i].dtype) == &c->op[i], "ops[%d] repeats an earlier one", i);
+    CHECK_MSG(aa_calib_find_op(c, &c->op[i].shape, c->op[i].dtype) == &c->op[i],
+              "ops[%d] repeats an earlier one", i);
     c->op[i].fwd_s = op_fwd(&c->op[i].shape);
     c->op[i].bwd_s = op_bwd(&c->op[i].shape);
   }
@@ -206,7 +207,8 @@ AA_TEST(a_gang_across_hosts_takes_the_inter_host_lines_for_data_and_pipeline) {
   *x = *c;
   snprintf(x->backend, sizeof x->backend, "gloo");
   x->n_op = 0;
-  for (int i = 0; i < x->n_link; i++) x->link[i].latency_s *= 10, x->link[i].bytes_per_s /= 10;
+  for (int i = 0; i < x->n_link; i++)
+    x->link[i].latency_s *= 10, x->link[i].bytes_per_s /= 10;
   aa_strategy_t s = strat(&sp, 2, 2, 1, 2);
   aa_predict_pool_t one = {.devices = 8}, two = {.devices = 8, .host_devices = 2, .inter = x};
   aa_predict_t p1, p2, p3;
@@ -233,7 +235,8 @@ AA_TEST(a_gang_across_hosts_takes_the_inter_host_lines_for_data_and_pipeline) {
   CHECK(p3.across_hosts && p3.links_estimated == 1);
   /* 4 single-threaded ranks on 2-core hosts, 2 per host: the share of 2
    * ranks, not 4 (the calibration ran 2 ranks on 8 cores: uncontended). */
-  aa_predict_pool_t crowd = {.devices = 8, .host_cores = 2}, spread = {.devices = 8, .host_cores = 2, .host_devices = 2};
+  aa_predict_pool_t crowd = {.devices = 8, .host_cores = 2},
+                    spread = {.devices = 8, .host_cores = 2, .host_devices = 2};
   aa_predict_t pc, ps;
   CHECK(aa_predict(&sp, &s, c, &crowd, &pc) == 0 && aa_predict(&sp, &s, c, &spread, &ps) == 0);
   CHECK_NEAR(pc.forward_s / ps.forward_s, 2, 1e-12);

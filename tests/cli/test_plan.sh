@@ -30,6 +30,8 @@ expect 2 "--pool's N needs an integer in \[1, 4096\], got '4097'" "$AA" plan "$t
 expect 2 "--top needs an integer in \[1, 1000\]" "$AA" plan "$tmp/model.json" --pool cpu:4 --top 0
 expect 2 "--device must be a device of the pool's kind" "$AA" plan "$tmp/model.json" --pool cpu:4 --device cuda:x:1MiB
 expect 2 "unknown option" "$AA" plan "$tmp/model.json" --pool cpu:4 --frobnicate
+expect 2 "--hosts must divide the pool's devices evenly" "$AA" plan "$tmp/model.json" --pool cpu:4 --hosts 3
+expect 2 "--hosts needs an integer" "$AA" plan "$tmp/model.json" --pool cpu:4 --hosts 0
 
 # --- failures before and at the planner ---------------------------------------------------------
 expect 1 "div.json.*n_head" "$AA" plan "$tmp/div.json" --pool cpu:4 $NOP
@@ -80,6 +82,11 @@ check "--json: three strategies, best predicted first" \
 check "--json: the calibration and the pool" \
   [ "$(jq_ "d['calibration']['links_measured'] == [2] and d['pool']['devices'] == 4 and d['pool']['host_cores'] == 2" <"$tmp/plan.json")" = True ]
 expect 0 "each CPU executor has cores of its own" "$AA" plan "$tmp/model.json" --pool cpu:4 --separate-hosts $P
+# Two hosts of two (the model's 2 heads allow no tensor group wider than a
+# host: test_plan covers the pruning); no gang spanning hosts calibrated, said so.
+"$AA" plan "$tmp/model.json" --pool cpu:4 --hosts 2 --top 1000 $P >"$tmp/plan-h2.txt" 2>&1
+check "--hosts 2: the top line says the hosts" grep -qE "^plan for cpu:4 on 2 hosts .*, 0 with a tensor group wider than a host" "$tmp/plan-h2.txt"
+check "--hosts 2: says the lines across hosts are not measured" grep -q "no gang spanning hosts has been calibrated" "$tmp/plan-h2.txt"
 expect 1 "a pool of 1024 devices has [0-9]+ candidate strategies for this model, more than one plan predicts" \
   "$AA" plan "$tmp/model.json" --pool cpu:1024 $P
 expect 0 "executors" "$AA" status $P
