@@ -10,6 +10,7 @@
 #include "planner/store.h"
 #include "strategies/calib.h"
 #include "strategies/cost.h"
+#include "strategies/layout.h"
 #include "strategies/predict.h"
 #include "strategies/space.h"
 #include "tests/aa_test.h"
@@ -963,6 +964,195 @@ AA_TEST(strategy_file_names_are_reduced_to_safe_characters) {
   CHECK(!strcmp(path, "/h/strategies/a_b-ab.json"));
 }
 
+/* --- placement across hosts ------------------------------------------------------------------ */
+
+/* A planner with no loop or socket, enough for the registry's placement:
+ * executors are linked into p->conns by hand (add_executor). */
+static aa_planner_t *placement_planner(aa_cpu_backend_t backend) {
+  aa_planner_t *p = calloc(1, sizeof *p);
+  p->cpu_backend = backend;
+  return p;
+}
+
+/* A connected executor of a 1 GiB device of `kind` on `host`, id `id`,
+ * busy with run `run` (0 = idle). */
+static aa_conn_t *add_executor(aa_planner_t *p, uint64_t id, const char *host, aa_proto_dev_kind_t kind,
+                               int64_t run) {
+  aa_conn_t *c = calloc(1, sizeof *c);
+  c->p = p;
+  c->role = AA_CONN_EXECUTOR;
+  c->id = id;
+  c->dev = (aa_msg_device_t){.kind = kind, .name = strdup("test device"), .host = strdup(host), .memory = 1ull << 30};
+  aa__planner_fingerprint(&c->dev, 1, c->fingerprint);
+  c->busy_run = run;
+  c->busy_job = run ? 1 : 0;
+  aa_conn_t **pc = &p->conns;
+  while (*pc) pc = &(*pc)->next;
+  *pc = c;
+  return c;
+}
+
+static void placement_free(aa_planner_t *p) {
+  for (aa_conn_t *c = p->conns, *next; c; c = next) {
+    next = c->next;
+    free((char *)c->dev.name);
+    free((char *)c->dev.host);
+    free(c);
+  }
+  free(p);
+}
+
+static aa_strategy_t mesh(int dp, int tp, int pp, aa_axis_order_t order) {
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.dp = dp;
+  s.tp = tp;
+  s.pp = pp;
+  s.order = order;
+  return s;
+}
+
+/* The hardware of a pool of `world` executors like c. */
+static void pool_hw(const aa_conn_t *c, int world, char hw[AA_STORE_HW_MAX]) { aa__planner_fingerprint(&c->dev, world, hw); }
+
+/* The host of executor out[r] of a placement. */
+static const char *host_of(aa_conn_t **out, int r) { return out[r]->dev.host; }
+
+AA_TEST(placement_spans_hosts_with_gloo_and_keeps_each_tensor_group_inside_a_host) {
+  aa_planner_t *p = placement_planner(AA_CPU_BACKEND_AUTO);
+  aa_conn_t *e1 = add_executor(p, 1, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 2, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 3, "beta", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 4, "beta", AA_PROTO_DEV_CPU, 0);
+  char hw[AA_STORE_HW_MAX], why[512];
+  pool_hw(e1, 4, hw);
+  aa_conn_t *out[4] = {0};
+  /* A CPU job's pool is its hardware on every host. */
+  CHECK(aa__registry_pool(p, e1) == 4);
+  CHECK(aa__registry_spans(p, hw));
+  /* dp 2 fits one host: it stays there, with shm, as before hosts mattered. */
+  aa_strategy_t s = mesh(2, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 2, out) == 1);
+  CHECK(out[0]->id == 1 && out[1]->id == 2);
+  CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CPU, 1), "shm"));
+  /* dp 4 spans both hosts, with gloo. */
+  s = mesh(4, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 4, out) == 2);
+  CHECK(out[0]->id == 1 && out[1]->id == 2 && out[2]->id == 3 && out[3]->id == 4);
+  CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CPU, 2), "gloo"));
+  /* dp 2 x tp 2: each tensor pair inside a host, whichever axis is fastest. */
+  for (aa_axis_order_t o = 0; o < AA_ORDERS; o++) {
+    s = mesh(2, 2, 1, o);
+    CHECK_MSG(aa__registry_place(p, hw, &s, 4, out) == 2, "order %s", aa_axis_order_name(o));
+    for (int r = 0; r < 4; r++) {
+      int members[2];
+      CHECK(aa_layout_group(members, 2, &s, r, AA_AXIS_TENSOR) == 2);
+      CHECK_MSG(!strcmp(host_of(out, members[0]), host_of(out, members[1])), "order %s rank %d",
+                aa_axis_order_name(o), r);
+    }
+    /* Every executor is used once. */
+    CHECK(out[0] != out[1] && out[0] != out[2] && out[0] != out[3] && out[1] != out[2] && out[1] != out[3] &&
+          out[2] != out[3]);
+  }
+  /* tp 4 cannot sit inside one host: the search prunes it, saying why. */
+  CHECK(aa__registry_placeable(p, hw, 4, 2, why, sizeof why));
+  CHECK(!aa__registry_placeable(p, hw, 4, 4, why, sizeof why));
+  CHECK_MSG(strstr(why, "not measured: it needs 4 executors of the job's hardware with each tensor-parallel group "
+                        "of 4 inside one host, and the largest of the 2 connected hosts has 2"),
+            "%s", why);
+  s = mesh(1, 4, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 4, out) == 0);
+  placement_free(p);
+}
+
+AA_TEST(placement_takes_idle_executors_and_says_what_a_waiting_gang_needs) {
+  aa_planner_t *p = placement_planner(AA_CPU_BACKEND_AUTO);
+  aa_conn_t *e1 = add_executor(p, 1, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 2, "alpha", AA_PROTO_DEV_CPU, 7);
+  add_executor(p, 3, "beta", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 4, "beta", AA_PROTO_DEV_CPU, 7);
+  char hw[AA_STORE_HW_MAX], why[512], need[512];
+  pool_hw(e1, 4, hw);
+  aa_conn_t *out[4] = {0};
+  /* One idle executor on each host: dp 2 spans them. */
+  aa_strategy_t s = mesh(2, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 2, out) == 2);
+  CHECK(out[0]->id == 1 && out[1]->id == 3);
+  /* A tensor pair needs two idle on one host: none now, though placeable once the run ends. */
+  s = mesh(1, 2, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 2, out) == 0);
+  CHECK(aa__registry_placeable(p, hw, 2, 2, why, sizeof why));
+  /* dp 8 is more than the hosts have. */
+  CHECK(!aa__registry_placeable(p, hw, 8, 1, why, sizeof why));
+  CHECK_MSG(strstr(why, "it needs 8 executors") && strstr(why, "2 connected hosts (4 executors)"), "%s", why);
+  aa__registry_need(p, hw, 8, 2, need, sizeof need);
+  CHECK_MSG(strstr(need, "8 executors of cpu:") && strstr(need, "up to 4 hosts x 2") &&
+                strstr(need, "(4 connected on 2 hosts)"),
+            "%s", need);
+  /* Status lists the executors by host. */
+  json_t *hosts = aa__registry_hosts_json(p);
+  CHECK(json_array_size(hosts) == 2);
+  json_t *a = json_array_get(hosts, 0), *b = json_array_get(hosts, 1);
+  CHECK(!strcmp(json_string_value(json_object_get(a, "host")), "alpha"));
+  CHECK(!strcmp(json_string_value(json_object_get(b, "host")), "beta"));
+  json_t *busy = json_array_get(json_object_get(a, "executors"), 1);
+  CHECK(json_integer_value(json_object_get(busy, "id")) == 2 && json_integer_value(json_object_get(busy, "run")) == 7);
+  CHECK(!strcmp(json_string_value(json_object_get(busy, "device")), e1->fingerprint));
+  CHECK(json_is_null(json_object_get(json_array_get(json_object_get(b, "executors"), 0), "run")));
+  json_decref(hosts);
+  placement_free(p);
+}
+
+AA_TEST(placement_backend_option_forces_gloo_or_keeps_gangs_on_one_host) {
+  /* One host only: shm, as before; --cpu-backend gloo forces gloo there too. */
+  aa_planner_t *p = placement_planner(AA_CPU_BACKEND_AUTO);
+  aa_conn_t *e1 = add_executor(p, 1, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 2, "alpha", AA_PROTO_DEV_CPU, 0);
+  char hw[AA_STORE_HW_MAX], why[512];
+  pool_hw(e1, 2, hw);
+  aa_conn_t *out[4] = {0};
+  aa_strategy_t s = mesh(2, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_pool(p, e1) == 2);
+  CHECK(aa__registry_place(p, hw, &s, 2, out) == 1);
+  CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CPU, 1), "shm"));
+  p->cpu_backend = AA_CPU_BACKEND_GLOO;
+  CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CPU, 1), "gloo"));
+  CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CUDA, 1), "nccl"));
+  /* --cpu-backend shm refuses to span: the pool is one host, and a gang
+   * larger than a host is pruned saying so. */
+  add_executor(p, 3, "beta", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 4, "beta", AA_PROTO_DEV_CPU, 0);
+  p->cpu_backend = AA_CPU_BACKEND_SHM;
+  CHECK(aa__registry_pool(p, e1) == 2);
+  pool_hw(e1, 4, hw);
+  CHECK(!aa__registry_spans(p, hw));
+  s = mesh(4, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 4, out) == 0);
+  CHECK(!aa__registry_placeable(p, hw, 4, 1, why, sizeof why));
+  CHECK_MSG(strstr(why, "needs 4 executors of the job's hardware on one host, 2 are connected (the planner's "
+                        "--cpu-backend shm does not span hosts)"),
+            "%s", why);
+  placement_free(p);
+  /* CUDA gangs stay on one host: NCCL across hosts is not built. */
+  p = placement_planner(AA_CPU_BACKEND_AUTO);
+  aa_conn_t *g1 = add_executor(p, 1, "alpha", AA_PROTO_DEV_CUDA, 0);
+  add_executor(p, 2, "beta", AA_PROTO_DEV_CUDA, 0);
+  CHECK(aa__registry_pool(p, g1) == 1);
+  pool_hw(g1, 2, hw);
+  s = mesh(2, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 2, out) == 0);
+  CHECK(!aa__registry_placeable(p, hw, 2, 1, why, sizeof why));
+  CHECK_MSG(strstr(why, "on one host, 1 is connected (NCCL gangs across hosts are not built)"), "%s", why);
+  placement_free(p);
+  /* An unknown backend is refused at create. */
+  char home[512];
+  snprintf(home, sizeof home, "%s/home-backend", tmp_dir);
+  FILE *log = fopen("/dev/null", "w");
+  aa_planner_opts_t o = {.home = home, .log = log, .cpu_backend = "mpi"};
+  CHECK(aa_planner_create(&p, &o) == AA_EINVAL && strstr(aa_last_error(), "must be one of auto, shm, gloo"));
+  fclose(log);
+}
+
 /* --- the planner in this process --------------------------------------------------------------- */
 
 static void *serve(void *data) {
@@ -1195,6 +1385,9 @@ int main(void) {
   RUN(search_with_a_synthetic_calibration_measures_a_few_in_predicted_order);
   RUN(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees);
   RUN(hardware_fingerprint_is_kind_name_memory_world);
+  RUN(placement_spans_hosts_with_gloo_and_keeps_each_tensor_group_inside_a_host);
+  RUN(placement_takes_idle_executors_and_says_what_a_waiting_gang_needs);
+  RUN(placement_backend_option_forces_gloo_or_keeps_gangs_on_one_host);
   RUN(job_json_has_the_documented_shape);
   RUN(query_replies_have_the_documented_shape);
   RUN(query_run_lists_every_ranks_own_figures);
