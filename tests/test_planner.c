@@ -16,6 +16,7 @@
 #include "tests/aa_test.h"
 
 #include <jansson.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1249,6 +1250,205 @@ static int recv_msg(int fd, aa_msg_t *out) {
   return rc;
 }
 
+/* One gang a fake executor saw: its run, strategy, rendezvous and the
+ * host of each rank. */
+typedef struct {
+  uint64_t run;
+  bool calib;
+  int world;
+  aa_strategy_t s;
+  char rdv[8]; /* the rendezvous's backend prefix ("shm:", "gloo:") */
+  const char *host[4];
+} seen_gang_t;
+
+/* A planner on a thread with --cpu-backend `backend` and four fake
+ * executors, two on host "alpha" and two on "beta", that answer every job
+ * frame with an error at once; a client submits a model of 4 heads (tp up
+ * to 4) whose search is cut to dp x tp (no mixed precision,
+ * checkpointing, ZeRO, sequence or pipeline parallelism) and waits for
+ * its end. The gangs the executors saw go to g[0..*ng), the planner's
+ * answer to `query runs` of the job to reply. */
+static void run_placed_job(const char *backend, const char *dir, seen_gang_t *g, int cap, int *ng, char *reply,
+                           size_t n_reply) {
+  char home[512], sock[600];
+  snprintf(home, sizeof home, "%s/%s", tmp_dir, dir);
+  snprintf(sock, sizeof sock, "%s/%s.sock", tmp_dir, dir);
+  *ng = 0;
+  reply[0] = 0;
+  FILE *log = fopen("/dev/null", "w");
+  aa_planner_opts_t o = {
+      .home = home, .socket_path = sock, .log = log, .cpu_backend = backend, .heartbeat_ms = 3600000};
+  aa_planner_t *p = NULL;
+  int rc = aa_planner_create(&p, &o);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) {
+    fclose(log);
+    return;
+  }
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, serve, p) == 0);
+  static const char *hosts[4] = {"alpha", "alpha", "beta", "beta"};
+  int ex[4], frames = 0;
+  aa_msg_t m;
+  for (int i = 0; i < 4; i++) {
+    ex[i] = connect_unix(sock);
+    aa_msg_t h = {.type = AA_MSG_HELLO,
+                  .hello = {.role = AA_PROTO_ROLE_EXECUTOR,
+                            .has_device = true,
+                            .device = {.kind = AA_PROTO_DEV_CPU,
+                                       .name = "place cpu",
+                                       .memory = 1ull << 30,
+                                       .host = (char *)hosts[i],
+                                       .pid = 100 + i}}};
+    CHECK(send_msg(ex[i], &h) == 0);
+    CHECK(recv_msg(ex[i], &m) == 0 && m.type == AA_MSG_WELCOME);
+    aa_msg_free(&m);
+  }
+  int cl = connect_unix(sock);
+  aa_msg_t hello = {.type = AA_MSG_HELLO, .hello.role = AA_PROTO_ROLE_CLIENT};
+  CHECK(send_msg(cl, &hello) == 0);
+  CHECK(recv_msg(cl, &m) == 0 && m.type == AA_MSG_WELCOME);
+  aa_msg_free(&m);
+  static const char model[] =
+      "{\"name\": \"place\", \"model\": {\"n_layer\": 2, \"n_head\": 4, \"d_model\": 32, \"d_ff\": 64, \"seq_len\": 16, "
+      "\"vocab_size\": 256}, \"train\": {\"global_batch\": 4, \"steps\": 2, \"lr\": 0.003, \"seed\": 7}, "
+      "\"data\": {\"train\": \"train.bin\", \"val\": \"val.bin\"}}";
+  char *exclude[] = {"bf16", "fp16", "checkpoint", "zero", "sequence_parallel", "pipeline_parallel"};
+  aa_msg_t sub = {.type = AA_MSG_SUBMIT, .id = 5};
+  sub.submit = (aa_msg_submit_t){.model = (char *)model, .wait = true, .exclude = {.v = exclude, .n = 6}};
+  CHECK(send_msg(cl, &sub) == 0);
+  CHECK(recv_msg(cl, &m) == 0);
+  CHECK_MSG(m.type == AA_MSG_ACK, "%d %s", m.type, m.type == AA_MSG_ERROR ? m.error.message : "");
+  uint64_t job = m.ack.job;
+  aa_msg_free(&m);
+  bool over = false;
+  while (!over && frames++ < 5000) {
+    struct pollfd fds[5];
+    for (int i = 0; i < 4; i++)
+      fds[i] = (struct pollfd){.fd = ex[i], .events = POLLIN};
+    fds[4] = (struct pollfd){.fd = cl, .events = POLLIN};
+    if (poll(fds, 5, 10000) <= 0) break;
+    if (fds[4].revents) {
+      if (recv_msg(cl, &m)) break;
+      over = m.type != AA_MSG_RESULT && m.type != AA_MSG_PROGRESS;
+      aa_msg_free(&m);
+    }
+    for (int i = 0; i < 4; i++) {
+      if (!fds[i].revents || recv_msg(ex[i], &m)) continue;
+      if (m.type == AA_MSG_JOB) {
+        aa_msg_t r = {.type = AA_MSG_RESULT};
+        r.result = (aa_msg_result_t){.job = m.job.job,
+                                     .run = m.job.run,
+                                     .rank = m.job.rank,
+                                     .status = AA_PROTO_RUN_ERROR,
+                                     .error = "fake executor"};
+        CHECK(send_msg(ex[i], &r) == 0);
+        int k = 0;
+        while (k < *ng && g[k].run != m.job.run) k++;
+        if (k == *ng && k < cap && m.job.world <= 4) {
+          g[k] = (seen_gang_t){.run = m.job.run, .calib = m.job.kind == AA_PROTO_JOB_CALIBRATE,
+                               .world = m.job.world};
+          CHECK(aa_strategy_parse(&g[k].s, m.job.strategy, "job") == 0);
+          if (m.job.rendezvous) snprintf(g[k].rdv, sizeof g[k].rdv, "%.*s", (int)strcspn(m.job.rendezvous, ":") + 1,
+                                         m.job.rendezvous);
+          (*ng)++;
+        }
+        if (k < *ng && m.job.rank >= 0 && m.job.rank < 4) g[k].host[m.job.rank] = hosts[i];
+      }
+      aa_msg_free(&m);
+    }
+  }
+  CHECK_MSG(over, "the job did not end (%d frames)", frames);
+  char args[64];
+  snprintf(args, sizeof args, "{\"job\": %llu}", (unsigned long long)job);
+  aa_msg_t q = {.type = AA_MSG_QUERY, .id = 6, .query = {.what = "runs", .args = args}};
+  CHECK(send_msg(cl, &q) == 0);
+  CHECK(recv_msg(cl, &m) == 0 && m.type == AA_MSG_REPLY);
+  if (m.type == AA_MSG_REPLY) snprintf(reply, n_reply, "%s", m.reply.json);
+  aa_msg_free(&m);
+  aa_planner_stop(p);
+  for (int i = 0; i < 4; i++)
+    close(ex[i]);
+  close(cl);
+  void *ret;
+  pthread_join(t, &ret);
+  aa_planner_destroy(p);
+  fclose(log);
+}
+
+/* Whether every rank of gang x was seen on a host, and on how many hosts. */
+static int gang_hosts(const seen_gang_t *x) {
+  int n = 0;
+  for (int r = 0; r < x->world; r++) {
+    if (!x->host[r]) return 0;
+    bool seen = false;
+    for (int q = 0; q < r; q++)
+      seen = seen || !strcmp(x->host[q], x->host[r]);
+    n += !seen;
+  }
+  return n;
+}
+
+AA_TEST(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_inside_one) {
+  static seen_gang_t g[256];
+  static char reply[1 << 17];
+  int ng;
+  run_placed_job(NULL, "place-auto", g, 256, &ng, reply, sizeof reply);
+  int spanned = 0, tp_pairs = 0, calib = 0;
+  for (int k = 0; k < ng; k++) {
+    const seen_gang_t *x = &g[k];
+    int hosts = gang_hosts(x);
+    CHECK_MSG(hosts >= 1, "run %llu: a rank never came", (unsigned long long)x->run);
+    CHECK(x->s.tp < 4);
+    if (x->world == 1) continue;
+    calib += x->calib;
+    /* One host when it fits (dp 2, the calibration), shm there; across hosts, gloo. */
+    CHECK_MSG(hosts == (x->world <= 2 ? 1 : 2), "run %llu: world %d on %d hosts", (unsigned long long)x->run,
+              x->world, hosts);
+    CHECK_MSG(!strcmp(x->rdv, hosts > 1 ? "gloo:" : "shm:"), "run %llu: %s on %d hosts", (unsigned long long)x->run,
+              x->rdv, hosts);
+    spanned += hosts > 1;
+    if (x->calib || x->s.tp != 2) continue;
+    for (int r = 0; r < x->world; r++) {
+      int members[2];
+      CHECK(aa_layout_group(members, 2, &x->s, r, AA_AXIS_TENSOR) == 2);
+      CHECK_MSG(!strcmp(x->host[members[0]], x->host[members[1]]), "run %llu: ranks %d and %d on two hosts",
+                (unsigned long long)x->run, members[0], members[1]);
+    }
+    tp_pairs += x->world == 4;
+  }
+  CHECK_MSG(calib == 1 && spanned >= 2 && tp_pairs >= 1, "calibrations %d, spanning gangs %d, dp2 x tp2 %d", calib,
+            spanned, tp_pairs);
+  /* tp 4 cannot sit inside a host of two: pruned, saying so. */
+  CHECK_MSG(strstr(reply, "\"dp1.tp4.") && strstr(reply, "with each tensor-parallel group of 4 inside one host, and "
+                                                        "the largest of the 2 connected hosts has 2"),
+            "%.2000s", reply);
+}
+
+AA_TEST(cpu_backend_gloo_meets_every_gang_through_gloo_and_shm_keeps_gangs_on_one_host) {
+  static seen_gang_t g[256];
+  static char reply[1 << 17];
+  int ng, multi = 0;
+  run_placed_job("gloo", "place-gloo", g, 256, &ng, reply, sizeof reply);
+  for (int k = 0; k < ng; k++) {
+    if (g[k].world == 1) continue;
+    multi++;
+    CHECK_MSG(!strcmp(g[k].rdv, "gloo:"), "run %llu: %s", (unsigned long long)g[k].run, g[k].rdv);
+  }
+  CHECK(multi >= 3);
+  run_placed_job("shm", "place-shm", g, 256, &ng, reply, sizeof reply);
+  multi = 0;
+  for (int k = 0; k < ng; k++) {
+    if (g[k].world == 1) continue;
+    multi++;
+    CHECK_MSG(gang_hosts(&g[k]) == 1 && !strcmp(g[k].rdv, "shm:"), "run %llu: %s on %d hosts",
+              (unsigned long long)g[k].run, g[k].rdv, gang_hosts(&g[k]));
+  }
+  CHECK(multi >= 2);
+  /* Its pool is one host of two: the job's hardware says x2. */
+  CHECK_MSG(!strstr(reply, "\"dp4.") && !strstr(reply, ".tp4."), "%.2000s", reply);
+}
+
 AA_TEST(bad_frames_get_an_error_and_a_close_and_the_planner_serves_on) {
   char home[512], sock[600];
   snprintf(home, sizeof home, "%s/home", tmp_dir);
@@ -1392,6 +1592,8 @@ int main(void) {
   RUN(query_replies_have_the_documented_shape);
   RUN(query_run_lists_every_ranks_own_figures);
   RUN(strategy_file_names_are_reduced_to_safe_characters);
+  RUN(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_inside_one);
+  RUN(cpu_backend_gloo_meets_every_gang_through_gloo_and_shm_keeps_gangs_on_one_host);
   RUN(bad_frames_get_an_error_and_a_close_and_the_planner_serves_on);
   RUN(destroy_without_run_closes_everything);
   char cmd[300];
