@@ -122,12 +122,12 @@ static void print_planner(const json_t *root) {
     }
   }
   json_t *hosts = json_object_get(root, "hosts");
-  if (json_array_size(hosts))
-    printf("\nhosts: %zu\n    %4s  %-5s %-8s  %s\n", json_array_size(hosts), "ID", "STATE", "RUN", "DEVICE");
+  if (json_array_size(hosts)) printf("\nhosts: %zu\n", json_array_size(hosts));
   json_array_foreach(hosts, i, v) {
     json_t *hx = json_object_get(v, "executors"), *e;
     size_t k;
-    printf("  %s: %zu executor%s\n", jstr(v, "host", "?"), json_array_size(hx), json_array_size(hx) == 1 ? "" : "s");
+    printf("  %s: %zu executor%s\n    %4s  %-5s %-8s  %s\n", jstr(v, "host", "?"), json_array_size(hx),
+           json_array_size(hx) == 1 ? "" : "s", "ID", "STATE", "RUN", "DEVICE");
     json_array_foreach(hx, k, e) {
       printf("    %4lld  %-5s %-8s  %s\n", jint(e, "id"), json_is_number(json_object_get(e, "run")) ? "busy" : "idle",
              fmt_id(b[0], json_object_get(e, "run")), jstr(e, "device", "?"));

@@ -185,12 +185,14 @@ bool aa__registry_placeable(aa_planner_t *p, const char *hardware, int world, in
   } else {
     int held = groups_held(h, nh, tp, false, world / tp, &used);
     ok = held >= world / tp;
-    if (!ok)
+    if (!ok && tp == 1)
+      snprintf(why, n, "not measured: it needs %d executors of the job's hardware, and the %d connected host%s %s %d",
+               world, nh, nh == 1 ? "" : "s", nh == 1 ? "has" : "have", total);
+    else if (!ok)
       snprintf(why, n,
-               "not measured: it needs %d executors of the job's hardware in %d tensor-parallel group%s of %d, "
+               "not measured: it needs %d executors of the job's hardware in %d tensor-parallel groups of %d, "
                "each inside one host, and the %d connected host%s (%d executors) hold %d such group%s",
-               world, world / tp, world / tp == 1 ? "" : "s", tp, nh, nh == 1 ? "" : "s", total, held,
-               held == 1 ? "" : "s");
+               world, world / tp, tp, nh, nh == 1 ? "" : "s", total, held, held == 1 ? "" : "s");
   }
   free(h);
   return ok;

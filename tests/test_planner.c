@@ -1085,7 +1085,11 @@ AA_TEST(placement_takes_idle_executors_and_says_what_a_waiting_gang_needs) {
   CHECK(aa__registry_placeable(p, hw, 2, 2, why, sizeof why));
   /* dp 8 is more than the hosts have. */
   CHECK(!aa__registry_placeable(p, hw, 8, 1, why, sizeof why));
-  CHECK_MSG(strstr(why, "it needs 8 executors") && strstr(why, "2 connected hosts (4 executors)"), "%s", why);
+  CHECK_MSG(strstr(why, "it needs 8 executors of the job's hardware, and the 2 connected hosts have 4"), "%s", why);
+  CHECK(!aa__registry_placeable(p, hw, 8, 2, why, sizeof why));
+  CHECK_MSG(strstr(why, "in 4 tensor-parallel groups of 2, each inside one host, and the 2 connected hosts (4 "
+                        "executors) hold 2 such groups"),
+            "%s", why);
   aa__registry_need(p, hw, 8, 2, need, sizeof need);
   CHECK_MSG(strstr(need, "8 executors of cpu:") && strstr(need, "up to 4 hosts x 2") &&
                 strstr(need, "(4 connected on 2 hosts)"),
