@@ -264,8 +264,9 @@ const char *aa__conn_name(const aa_conn_t *c, char *buf, size_t n);
 
 /* The hardware fingerprint KIND:NAME:MEMORY_MiBxWORLD of a device, the name
  * cut (at a character boundary) so the whole fits AA_STORE_HW_MAX - 1. A
- * job's hardware is its executors' device with WORLD = how many of them
- * one host has (the pool its search may use). */
+ * job's hardware is its executors' device with WORLD = the pool its search
+ * may use (aa__registry_pool: one host's, or every host's when its gangs
+ * span hosts). */
 void aa__planner_fingerprint(const aa_msg_device_t *d, int world, char out[AA_STORE_HW_MAX]);
 /* The WORLD of a fingerprint (1 if it names none). */
 int aa__planner_hw_world(const char *hardware);
@@ -491,7 +492,8 @@ typedef struct aa_search {
 } aa_search_t;
 
 /* Enumerates the strategies for the spec on a pool of `devices` executors
- * of kind `dev_kind` (on one host) with `memory` bytes each (0 = unknown)
+ * of kind `dev_kind` (on one host, or on several: the planner prunes what
+ * its hosts cannot place, job_run.c) with `memory` bytes each (0 = unknown)
  * in dry-run order, leaving out the `exclude` bits: the space of
  * strategies/space.h, every gang of dp x tp ranks up to `devices` (dp
  * dividing the global batch, sequence parallelism off and on at tp > 1),
