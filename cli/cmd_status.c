@@ -129,7 +129,8 @@ static void print_planner(const json_t *root) {
     printf("  %s: %zu executor%s\n    %4s  %-5s %-8s  %s\n", jstr(v, "host", "?"), json_array_size(hx),
            json_array_size(hx) == 1 ? "" : "s", "ID", "STATE", "RUN", "DEVICE");
     json_array_foreach(hx, k, e) {
-      printf("    %4lld  %-5s %-8s  %s\n", jint(e, "id"), json_is_number(json_object_get(e, "run")) ? "busy" : "idle",
+      printf("    %4lld  %-5s %-8s  %s\n", jint(e, "id"),
+             json_is_number(json_object_get(e, "run")) ? "busy" : "idle",
              fmt_id(b[0], json_object_get(e, "run")), jstr(e, "device", "?"));
     }
   }

@@ -352,8 +352,9 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
     if (!j->waiting_logged)
       aa__planner_log(p, "job %lld waits for %d idle executor%s of %s%s", (long long)j->id, world,
                       world > 1 ? "s" : "", j->hardware,
-                      calibrate || !aa__registry_spans(p, j->hardware) ? " on one host"
-                                                                       : " with each tensor-parallel group on one host");
+                      calibrate || !aa__registry_spans(p, j->hardware)
+                          ? " on one host"
+                          : " with each tensor-parallel group on one host");
     j->waiting_logged = true;
     free(gang);
     return 1;

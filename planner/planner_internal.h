@@ -318,7 +318,8 @@ void aa__registry_need(aa_planner_t *p, const char *hardware, int world, int tp,
  * them all. s NULL (a calibration) is placed on one host only. Returns
  * the hosts used (>= 1), 0 when no placement is possible now (out
  * untouched or partly written), or AA_ENOMEM. */
-int aa__registry_place(aa_planner_t *p, const char *hardware, const aa_strategy_t *s, int world, aa_conn_t **out);
+int aa__registry_place(aa_planner_t *p, const char *hardware, const aa_strategy_t *s, int world,
+                       aa_conn_t **out);
 /* The executors by host for status: [{"host", "executors": [{"id",
  * "device" (its fingerprint, x1), "state" ("idle"|"busy"), "run" (null
  * when idle)}]}] in the order the hosts' first executors connected. A new

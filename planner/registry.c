@@ -111,7 +111,8 @@ static int hosts_of(aa_planner_t *p, const char *hardware, bool idle_first, host
   for (aa_conn_t *c = p->conns; c; c = c->next) {
     if (!serves(c, hardware)) continue;
     int k = 0;
-    while (k < n && strcmp(h[k].host, c->dev.host)) k++;
+    while (k < n && strcmp(h[k].host, c->dev.host))
+      k++;
     if (k == n) h[n++] = (host_t){.host = c->dev.host, .first = c->id};
     h[k].n++;
     h[k].idle += !c->busy_run;
@@ -172,27 +173,31 @@ bool aa__registry_placeable(aa_planner_t *p, const char *hardware, int world, in
   if (!aa__registry_spans(p, hardware)) {
     ok = world <= largest;
     if (!ok)
-      snprintf(why, n, "not measured: it needs %d executors of the job's hardware on one host, %d %s connected (%s)",
+      snprintf(why, n,
+               "not measured: it needs %d executors of the job's hardware on one host, %d %s connected (%s)",
                world, largest, largest == 1 ? "is" : "are",
                strncmp(hardware, "cpu:", 4) ? "NCCL gangs across hosts are not built"
                                             : "the planner's --cpu-backend shm does not span hosts");
-  } else if (tp > largest) {
+  } else if (tp > 1 && tp > largest) {
     ok = false;
-    snprintf(why, n,
-             "not measured: it needs %d executors of the job's hardware with each tensor-parallel group of %d "
-             "inside one host, and the largest of the %d connected host%s has %d",
-             world, tp, nh, nh == 1 ? "" : "s", largest);
+    snprintf(
+        why, n,
+        "not measured: it needs %d executors of the job's hardware with each tensor-parallel group of %d "
+        "inside one host, and the largest of the %d connected host%s has %d",
+        world, tp, nh, nh == 1 ? "" : "s", largest);
   } else {
     int held = groups_held(h, nh, tp, false, world / tp, &used);
     ok = held >= world / tp;
     if (!ok && tp == 1)
-      snprintf(why, n, "not measured: it needs %d executors of the job's hardware, and the %d connected host%s %s %d",
+      snprintf(why, n,
+               "not measured: it needs %d executors of the job's hardware, and the %d connected host%s %s %d",
                world, nh, nh == 1 ? "" : "s", nh == 1 ? "has" : "have", total);
     else if (!ok)
-      snprintf(why, n,
-               "not measured: it needs %d executors of the job's hardware in %d tensor-parallel groups of %d, "
-               "each inside one host, and the %d connected host%s (%d executors) hold %d such group%s",
-               world, world / tp, tp, nh, nh == 1 ? "" : "s", total, held, held == 1 ? "" : "s");
+      snprintf(
+          why, n,
+          "not measured: it needs %d executors of the job's hardware in %d tensor-parallel groups of %d, "
+          "each inside one host, and the %d connected host%s (%d executors) hold %d such group%s",
+          world, world / tp, tp, nh, nh == 1 ? "" : "s", total, held, held == 1 ? "" : "s");
   }
   free(h);
   return ok;
@@ -250,7 +255,8 @@ static int spread(aa_planner_t *p, const char *hardware, const aa_strategy_t *s,
     goto cleanup;
   }
   for (int g = 0, k = 0, room = h[0].idle / tp; g < groups; g++) {
-    while (!room) room = h[++k].idle / tp;
+    while (!room)
+      room = h[++k].idle / tp;
     host_of[g] = k;
     room--;
   }
@@ -271,7 +277,8 @@ cleanup:
   return rc;
 }
 
-int aa__registry_place(aa_planner_t *p, const char *hardware, const aa_strategy_t *s, int world, aa_conn_t **out) {
+int aa__registry_place(aa_planner_t *p, const char *hardware, const aa_strategy_t *s, int world,
+                       aa_conn_t **out) {
   host_t *h;
   int nh = hosts_of(p, hardware, true, &h), rc = 0;
   if (nh <= 0) return nh;
@@ -305,7 +312,8 @@ json_t *aa__registry_hosts_json(aa_planner_t *p) {
       if (!h || json_array_append_new(hosts, h)) break;
     }
     json_t *e = json_pack("{s:I, s:s, s:s, s:o}", "id", (json_int_t)c->id, "device", c->fingerprint, "state",
-                          c->busy_run ? "busy" : "idle", "run", c->busy_run ? json_integer(c->busy_run) : json_null());
+                          c->busy_run ? "busy" : "idle", "run",
+                          c->busy_run ? json_integer(c->busy_run) : json_null());
     json_array_append_new(json_object_get(h, "executors"), e);
   }
   return hosts;

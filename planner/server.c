@@ -494,8 +494,8 @@ int aa_planner_create(aa_planner_t **out, const aa_planner_opts_t *opts) {
                   "a frame within %d ms, %zu bytes queued per peer, placement wait %d s",
                   p->lim.max_connections, AA_PLANNER_UNIX_RESERVE, p->lim.max_unauthenticated, p->lim.hello_timeout_ms,
                   p->lim.frame_timeout_ms, p->lim.write_queue_max, p->lim.placement_timeout_s);
-  static const char *const backends[] = {"auto (shm on one host, gloo across hosts)", "shm (every gang on one host)",
-                                         "gloo (on one host too)"};
+  static const char *const backends[] = {"auto (shm on one host, gloo across hosts)",
+                                         "shm (every gang on one host)", "gloo (on one host too)"};
   aa__planner_log(p, "CPU gangs: %s", backends[p->cpu_backend]);
   *out = p;
   return 0;

@@ -983,12 +983,14 @@ static aa_conn_t *add_executor(aa_planner_t *p, uint64_t id, const char *host, a
   c->p = p;
   c->role = AA_CONN_EXECUTOR;
   c->id = id;
-  c->dev = (aa_msg_device_t){.kind = kind, .name = strdup("test device"), .host = strdup(host), .memory = 1ull << 30};
+  c->dev = (aa_msg_device_t){
+      .kind = kind, .name = strdup("test device"), .host = strdup(host), .memory = 1ull << 30};
   aa__planner_fingerprint(&c->dev, 1, c->fingerprint);
   c->busy_run = run;
   c->busy_job = run ? 1 : 0;
   aa_conn_t **pc = &p->conns;
-  while (*pc) pc = &(*pc)->next;
+  while (*pc)
+    pc = &(*pc)->next;
   *pc = c;
   return c;
 }
@@ -1014,7 +1016,9 @@ static aa_strategy_t mesh(int dp, int tp, int pp, aa_axis_order_t order) {
 }
 
 /* The hardware of a pool of `world` executors like c. */
-static void pool_hw(const aa_conn_t *c, int world, char hw[AA_STORE_HW_MAX]) { aa__planner_fingerprint(&c->dev, world, hw); }
+static void pool_hw(const aa_conn_t *c, int world, char hw[AA_STORE_HW_MAX]) {
+  aa__planner_fingerprint(&c->dev, world, hw);
+}
 
 /* The host of executor out[r] of a placement. */
 static const char *host_of(aa_conn_t **out, int r) { return out[r]->dev.host; }
@@ -1058,8 +1062,9 @@ AA_TEST(placement_spans_hosts_with_gloo_and_keeps_each_tensor_group_inside_a_hos
   /* tp 4 cannot sit inside one host: the search prunes it, saying why. */
   CHECK(aa__registry_placeable(p, hw, 4, 2, why, sizeof why));
   CHECK(!aa__registry_placeable(p, hw, 4, 4, why, sizeof why));
-  CHECK_MSG(strstr(why, "not measured: it needs 4 executors of the job's hardware with each tensor-parallel group "
-                        "of 4 inside one host, and the largest of the 2 connected hosts has 2"),
+  CHECK_MSG(strstr(why,
+                   "not measured: it needs 4 executors of the job's hardware with each tensor-parallel group "
+                   "of 4 inside one host, and the largest of the 2 connected hosts has 2"),
             "%s", why);
   s = mesh(1, 4, 1, AA_ORDER_TDP);
   CHECK(aa__registry_place(p, hw, &s, 4, out) == 0);
@@ -1085,10 +1090,12 @@ AA_TEST(placement_takes_idle_executors_and_says_what_a_waiting_gang_needs) {
   CHECK(aa__registry_placeable(p, hw, 2, 2, why, sizeof why));
   /* dp 8 is more than the hosts have. */
   CHECK(!aa__registry_placeable(p, hw, 8, 1, why, sizeof why));
-  CHECK_MSG(strstr(why, "it needs 8 executors of the job's hardware, and the 2 connected hosts have 4"), "%s", why);
+  CHECK_MSG(strstr(why, "it needs 8 executors of the job's hardware, and the 2 connected hosts have 4"), "%s",
+            why);
   CHECK(!aa__registry_placeable(p, hw, 8, 2, why, sizeof why));
-  CHECK_MSG(strstr(why, "in 4 tensor-parallel groups of 2, each inside one host, and the 2 connected hosts (4 "
-                        "executors) hold 2 such groups"),
+  CHECK_MSG(strstr(why,
+                   "in 4 tensor-parallel groups of 2, each inside one host, and the 2 connected hosts (4 "
+                   "executors) hold 2 such groups"),
             "%s", why);
   aa__registry_need(p, hw, 8, 2, need, sizeof need);
   CHECK_MSG(strstr(need, "8 executors of cpu:") && strstr(need, "up to 4 hosts x 2") &&
@@ -1101,7 +1108,8 @@ AA_TEST(placement_takes_idle_executors_and_says_what_a_waiting_gang_needs) {
   CHECK(!strcmp(json_string_value(json_object_get(a, "host")), "alpha"));
   CHECK(!strcmp(json_string_value(json_object_get(b, "host")), "beta"));
   json_t *busy = json_array_get(json_object_get(a, "executors"), 1);
-  CHECK(json_integer_value(json_object_get(busy, "id")) == 2 && json_integer_value(json_object_get(busy, "run")) == 7);
+  CHECK(json_integer_value(json_object_get(busy, "id")) == 2 &&
+        json_integer_value(json_object_get(busy, "run")) == 7);
   CHECK(!strcmp(json_string_value(json_object_get(busy, "device")), e1->fingerprint));
   CHECK(json_is_null(json_object_get(json_array_get(json_object_get(b, "executors"), 0), "run")));
   json_decref(hosts);
@@ -1272,8 +1280,8 @@ typedef struct {
  * checkpointing, ZeRO, sequence or pipeline parallelism) and waits for
  * its end. The gangs the executors saw go to g[0..*ng), the planner's
  * answer to `query runs` of the job to reply. */
-static void run_placed_job(const char *backend, const char *dir, seen_gang_t *g, int cap, int *ng, char *reply,
-                           size_t n_reply) {
+static void run_placed_job(const char *backend, const char *dir, seen_gang_t *g, int cap, int *ng,
+                           char *reply, size_t n_reply) {
   char home[512], sock[600];
   snprintf(home, sizeof home, "%s/%s", tmp_dir, dir);
   snprintf(sock, sizeof sock, "%s/%s.sock", tmp_dir, dir);
@@ -1314,7 +1322,8 @@ static void run_placed_job(const char *backend, const char *dir, seen_gang_t *g,
   CHECK(recv_msg(cl, &m) == 0 && m.type == AA_MSG_WELCOME);
   aa_msg_free(&m);
   static const char model[] =
-      "{\"name\": \"place\", \"model\": {\"n_layer\": 2, \"n_head\": 4, \"d_model\": 32, \"d_ff\": 64, \"seq_len\": 16, "
+      "{\"name\": \"place\", \"model\": {\"n_layer\": 2, \"n_head\": 4, \"d_model\": 32, \"d_ff\": 64, "
+      "\"seq_len\": 16, "
       "\"vocab_size\": 256}, \"train\": {\"global_batch\": 4, \"steps\": 2, \"lr\": 0.003, \"seed\": 7}, "
       "\"data\": {\"train\": \"train.bin\", \"val\": \"val.bin\"}}";
   char *exclude[] = {"bf16", "fp16", "checkpoint", "zero", "sequence_parallel", "pipeline_parallel"};
@@ -1348,13 +1357,15 @@ static void run_placed_job(const char *backend, const char *dir, seen_gang_t *g,
                                      .error = "fake executor"};
         CHECK(send_msg(ex[i], &r) == 0);
         int k = 0;
-        while (k < *ng && g[k].run != m.job.run) k++;
+        while (k < *ng && g[k].run != m.job.run)
+          k++;
         if (k == *ng && k < cap && m.job.world <= 4) {
-          g[k] = (seen_gang_t){.run = m.job.run, .calib = m.job.kind == AA_PROTO_JOB_CALIBRATE,
-                               .world = m.job.world};
+          g[k] = (seen_gang_t){
+              .run = m.job.run, .calib = m.job.kind == AA_PROTO_JOB_CALIBRATE, .world = m.job.world};
           CHECK(aa_strategy_parse(&g[k].s, m.job.strategy, "job") == 0);
-          if (m.job.rendezvous) snprintf(g[k].rdv, sizeof g[k].rdv, "%.*s", (int)strcspn(m.job.rendezvous, ":") + 1,
-                                         m.job.rendezvous);
+          if (m.job.rendezvous)
+            snprintf(g[k].rdv, sizeof g[k].rdv, "%.*s", (int)strcspn(m.job.rendezvous, ":") + 1,
+                     m.job.rendezvous);
           (*ng)++;
         }
         if (k < *ng && m.job.rank >= 0 && m.job.rank < 4) g[k].host[m.job.rank] = hosts[i];
@@ -1409,8 +1420,8 @@ AA_TEST(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_ins
     /* One host when it fits (dp 2, the calibration), shm there; across hosts, gloo. */
     CHECK_MSG(hosts == (x->world <= 2 ? 1 : 2), "run %llu: world %d on %d hosts", (unsigned long long)x->run,
               x->world, hosts);
-    CHECK_MSG(!strcmp(x->rdv, hosts > 1 ? "gloo:" : "shm:"), "run %llu: %s on %d hosts", (unsigned long long)x->run,
-              x->rdv, hosts);
+    CHECK_MSG(!strcmp(x->rdv, hosts > 1 ? "gloo:" : "shm:"), "run %llu: %s on %d hosts",
+              (unsigned long long)x->run, x->rdv, hosts);
     spanned += hosts > 1;
     if (x->calib || x->s.tp != 2) continue;
     for (int r = 0; r < x->world; r++) {
@@ -1421,11 +1432,12 @@ AA_TEST(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_ins
     }
     tp_pairs += x->world == 4;
   }
-  CHECK_MSG(calib == 1 && spanned >= 2 && tp_pairs >= 1, "calibrations %d, spanning gangs %d, dp2 x tp2 %d", calib,
-            spanned, tp_pairs);
+  CHECK_MSG(calib == 1 && spanned >= 2 && tp_pairs >= 1, "calibrations %d, spanning gangs %d, dp2 x tp2 %d",
+            calib, spanned, tp_pairs);
   /* tp 4 cannot sit inside a host of two: pruned, saying so. */
-  CHECK_MSG(strstr(reply, "\"dp1.tp4.") && strstr(reply, "with each tensor-parallel group of 4 inside one host, and "
-                                                        "the largest of the 2 connected hosts has 2"),
+  CHECK_MSG(strstr(reply, "\"dp1.tp4.") &&
+                strstr(reply, "with each tensor-parallel group of 4 inside one host, and "
+                              "the largest of the 2 connected hosts has 2"),
             "%.2000s", reply);
 }
 
