@@ -217,10 +217,10 @@ void aa__registry_need(aa_planner_t *p, const char *hardware, int world, int tp,
     return;
   }
   /* Fewest hosts: one of world executors; most: one tensor group on each. */
-  snprintf(out, n,
-           "%d executors of %s on 1 host x %d, or up to %d hosts x %d with each tensor-parallel group of %d "
-           "inside one host (%d connected on %d host%s)",
-           world, hardware, world, world / tp, tp, tp, total, nh, nh == 1 ? "" : "s");
+  char groups[96] = "";
+  if (tp > 1) snprintf(groups, sizeof groups, " with each tensor-parallel group of %d inside one host", tp);
+  snprintf(out, n, "%d executors of %s on 1 host x %d, or up to %d hosts x %d%s (%d connected on %d host%s)",
+           world, hardware, world, world / tp, tp, groups, total, nh, nh == 1 ? "" : "s");
 }
 
 /* The idle executors of `hardware` on `host`, lowest id first, into

@@ -1097,6 +1097,10 @@ AA_TEST(placement_takes_idle_executors_and_says_what_a_waiting_gang_needs) {
                    "in 4 tensor-parallel groups of 2, each inside one host, and the 2 connected hosts (4 "
                    "executors) hold 2 such groups"),
             "%s", why);
+  aa__registry_need(p, hw, 4, 1, need, sizeof need);
+  CHECK_MSG(strstr(need, "4 executors of cpu:") &&
+                strstr(need, " on 1 host x 4, or up to 4 hosts x 1 (4 connected on 2 hosts)"),
+            "%s", need);
   aa__registry_need(p, hw, 8, 2, need, sizeof need);
   CHECK_MSG(strstr(need, "8 executors of cpu:") && strstr(need, "up to 4 hosts x 2") &&
                 strstr(need, "(4 connected on 2 hosts)"),
