@@ -322,7 +322,8 @@ int aa__registry_place(aa_planner_t *p, const char *hardware, const aa_strategy_
                        aa_conn_t **out);
 /* The executors by host for status: [{"host", "executors": [{"id",
  * "device" (its fingerprint, x1), "state" ("idle"|"busy"), "run" (null
- * when idle)}]}] in the order the hosts' first executors connected. A new
+ * when idle)}]}], executors by id (the order they connected) and hosts in
+ * the order of their first executor. A new
  * reference (NULL on no memory). */
 json_t *aa__registry_hosts_json(aa_planner_t *p);
 /* The executor with this id, NULL if gone. */

@@ -300,8 +300,13 @@ int aa__registry_place(aa_planner_t *p, const char *hardware, const aa_strategy_
 
 json_t *aa__registry_hosts_json(aa_planner_t *p) {
   json_t *hosts = json_array();
-  for (aa_conn_t *c = p->conns; c && hosts; c = c->next) {
-    if (c->role != AA_CONN_EXECUTOR || c->dropped) continue;
+  /* Executors by id (the order they connected), each under its host. */
+  for (uint64_t after = 0; hosts;) {
+    aa_conn_t *c = NULL;
+    for (aa_conn_t *o = p->conns; o; o = o->next)
+      if (o->role == AA_CONN_EXECUTOR && !o->dropped && o->id > after && (!c || o->id < c->id)) c = o;
+    if (!c) break;
+    after = c->id;
     json_t *h = NULL, *v;
     size_t i;
     json_array_foreach(hosts, i, v) {
