@@ -247,12 +247,23 @@ static int idle_on(aa_planner_t *p, const char *hardware, const char *host, aa_c
  * rank order, lowest id first. */
 static int spread(aa_planner_t *p, const char *hardware, const aa_strategy_t *s, int world, const host_t *h,
                   int used, aa_conn_t **out) {
-  int tp = s->tp, groups = world / tp, rc = 0;
-  int *host_of = malloc((size_t)groups * sizeof *host_of), *taken = calloc((size_t)used, sizeof *taken);
-  aa_conn_t **pool = malloc((size_t)world * sizeof *pool);
-  if (!host_of || !taken || !pool) {
+  int tp = s->tp, groups = world / tp, rc = 0, n = 0;
+  for (int k = 0; k < used; k++)
+    n += h[k].idle;
+  /* Each host's idle executors, listed once: host k's start at at[k]. */
+  int *host_of = malloc((size_t)groups * sizeof *host_of), *at = calloc((size_t)used, sizeof *at),
+      *taken = calloc((size_t)used, sizeof *taken);
+  aa_conn_t **idle = malloc((size_t)n * sizeof *idle);
+  if (!host_of || !at || !taken || !idle) {
     rc = aa_error(AA_ENOMEM, "planner: no memory to place a gang of %d", world);
     goto cleanup;
+  }
+  for (int k = 0, o = 0; k < used; o += h[k].idle, k++) {
+    at[k] = o;
+    if (idle_on(p, hardware, h[k].host, idle + o, h[k].idle) != h[k].idle) {
+      rc = aa_error(AA_EINVAL, "planner: host %s has fewer idle executors than counted", h[k].host);
+      goto cleanup;
+    }
   }
   for (int g = 0, k = 0, room = h[0].idle / tp; g < groups; g++) {
     while (!room)
@@ -264,16 +275,13 @@ static int spread(aa_planner_t *p, const char *hardware, const aa_strategy_t *s,
     aa_layout_t lay;
     if ((rc = aa_layout_of(&lay, s, r))) goto cleanup;
     int k = host_of[lay.color[AA_AXIS_TENSOR]];
-    if (idle_on(p, hardware, h[k].host, pool, taken[k] + 1) != taken[k] + 1) {
-      rc = aa_error(AA_EINVAL, "planner: host %s has fewer idle executors than counted", h[k].host);
-      goto cleanup;
-    }
-    out[r] = pool[taken[k]++];
+    out[r] = idle[at[k] + taken[k]++];
   }
 cleanup:
   free(host_of);
+  free(at);
   free(taken);
-  free(pool);
+  free(idle);
   return rc;
 }
 
