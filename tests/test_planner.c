@@ -1120,6 +1120,37 @@ AA_TEST(placement_takes_idle_executors_and_says_what_a_waiting_gang_needs) {
   placement_free(p);
 }
 
+AA_TEST(placement_takes_as_few_hosts_as_hold_the_gang) {
+  aa_planner_t *p = placement_planner(AA_CPU_BACKEND_AUTO);
+  aa_conn_t *e1 = add_executor(p, 1, "gamma", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 2, "beta", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 3, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 4, "beta", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 5, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 6, "alpha", AA_PROTO_DEV_CPU, 0);
+  char hw[AA_STORE_HW_MAX], why[512];
+  pool_hw(e1, 6, hw);
+  aa_conn_t *out[6] = {0};
+  /* dp 3 fits alpha, the largest host, alone. */
+  aa_strategy_t s = mesh(3, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 3, out) == 1);
+  CHECK(out[0]->id == 3 && out[1]->id == 5 && out[2]->id == 6);
+  /* dp 5 takes alpha and beta, not gamma. */
+  s = mesh(5, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 5, out) == 2);
+  for (int r = 0; r < 5; r++)
+    CHECK(strcmp(host_of(out, r), "gamma"));
+  /* dp 2 x tp 2: one pair on alpha, one on beta. */
+  s = mesh(2, 2, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 4, out) == 2);
+  CHECK(!strcmp(host_of(out, 0), "alpha") && !strcmp(host_of(out, 1), "alpha"));
+  CHECK(!strcmp(host_of(out, 2), "beta") && !strcmp(host_of(out, 3), "beta"));
+  /* dp 3 x tp 2: three pairs, and the hosts hold two (gamma none). */
+  CHECK(!aa__registry_placeable(p, hw, 6, 2, why, sizeof why));
+  CHECK_MSG(strstr(why, "the 3 connected hosts (6 executors) hold 2 such groups"), "%s", why);
+  placement_free(p);
+}
+
 AA_TEST(placement_backend_option_forces_gloo_or_keeps_gangs_on_one_host) {
   /* One host only: shm, as before; --cpu-backend gloo forces gloo there too. */
   aa_planner_t *p = placement_planner(AA_CPU_BACKEND_AUTO);
@@ -1607,6 +1638,7 @@ int main(void) {
   RUN(hardware_fingerprint_is_kind_name_memory_world);
   RUN(placement_spans_hosts_with_gloo_and_keeps_each_tensor_group_inside_a_host);
   RUN(placement_takes_idle_executors_and_says_what_a_waiting_gang_needs);
+  RUN(placement_takes_as_few_hosts_as_hold_the_gang);
   RUN(placement_backend_option_forces_gloo_or_keeps_gangs_on_one_host);
   RUN(job_json_has_the_documented_shape);
   RUN(query_replies_have_the_documented_shape);
