@@ -32,6 +32,9 @@ static void usage(FILE *f) {
           "                          of waiting for them (default 3600)\n"
           "  --max-resumes N         times a job interrupted by a stop resumes at the next start\n"
           "                          (default 3; 0 = never)\n"
+          "  --cpu-backend B         process groups of CPU gangs: auto (shm on one host, gloo when a\n"
+          "                          gang spans hosts; the default), gloo (always, one host too) or\n"
+          "                          shm (every gang on one host)\n"
           "  --max-connections N     connections at most, 16 of them kept for the unix socket\n"
           "                          (default 1024, less if the descriptor limit is lower)\n"
           "  --max-unauthenticated N TCP connections that have not yet said hello (default 64)\n"
@@ -53,7 +56,7 @@ int aa_cmd_planner(int argc, char **argv) {
       {"placement-timeout", required_argument, 0, 'P'}, {"max-resumes", required_argument, 0, 'R'},
       {"max-connections", required_argument, 0, 'C'}, {"max-unauthenticated", required_argument, 0, 'U'},
       {"hello-timeout-ms", required_argument, 0, 'E'}, {"frame-timeout-ms", required_argument, 0, 'F'},
-      {"write-queue-max", required_argument, 0, 'Q'},
+      {"write-queue-max", required_argument, 0, 'Q'}, {"cpu-backend", required_argument, 0, 'B'},
       {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
   aa_planner_opts_t o = {.warmup_steps = -1};
   long long v;
@@ -121,6 +124,13 @@ int aa_cmd_planner(int argc, char **argv) {
       o.write_queue_max = (long long)bytes;
       break;
     }
+    case 'B':
+      if (strcmp(optarg, "auto") && strcmp(optarg, "shm") && strcmp(optarg, "gloo")) {
+        fprintf(stderr, "autoaccel planner: --cpu-backend: expected auto, shm or gloo, got '%s'\n", optarg);
+        return AA_EXIT_USAGE;
+      }
+      o.cpu_backend = optarg;
+      break;
     case 'h': usage(stdout); return AA_EXIT_OK;
     default:
       fprintf(stderr, "autoaccel planner: unknown option or missing value: '%s'\n", argv[optind - 1]);

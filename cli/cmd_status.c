@@ -121,6 +121,19 @@ static void print_planner(const json_t *root) {
              jint(v, "pid"), jstr(v, "hardware", jstr(v, "name", "?")));
     }
   }
+  json_t *hosts = json_object_get(root, "hosts");
+  if (json_array_size(hosts)) printf("\nhosts: %zu\n", json_array_size(hosts));
+  json_array_foreach(hosts, i, v) {
+    json_t *hx = json_object_get(v, "executors"), *e;
+    size_t k;
+    printf("  %s: %zu executor%s\n    %4s  %-5s %-8s  %s\n", jstr(v, "host", "?"), json_array_size(hx),
+           json_array_size(hx) == 1 ? "" : "s", "ID", "STATE", "RUN", "DEVICE");
+    json_array_foreach(hx, k, e) {
+      printf("    %4lld  %-5s %-8s  %s\n", jint(e, "id"),
+             json_is_number(json_object_get(e, "run")) ? "busy" : "idle",
+             fmt_id(b[0], json_object_get(e, "run")), jstr(e, "device", "?"));
+    }
+  }
   printf("\nrunning: %s  queue:", fmt_id(b[0], json_object_get(root, "running")));
   if (!json_array_size(queue)) printf(" empty");
   json_array_foreach(queue, i, v) printf(" %s", fmt_id(b[0], v));
@@ -149,10 +162,11 @@ static void print_planner(const json_t *root) {
 
 static void status_usage(FILE *f) {
   fprintf(f, "usage: autoaccel status [JOB] [--json] [--planner ADDR] [--token-file FILE]\n\n"
-             "Without JOB: the planner (version, pid, address, store), its executors, the queue, the\n"
-             "jobs waiting for executors (what for, since when) and the 20 newest jobs. With JOB: that\n"
-             "job's model, hardware, status, times, options, run counts by status, best run, strategy\n"
-             "file and, while it waits for executors, what for.\n\n"
+             "Without JOB: the planner (version, pid, address, store), its executors, the hosts with\n"
+             "their executors (and the run of each busy one), the queue, the jobs waiting for executors\n"
+             "(what for, since when) and the 20 newest jobs. With JOB: that job's model, hardware,\n"
+             "status, times, options, run counts by status, best run, strategy file and, while it\n"
+             "waits for executors, what for.\n\n"
              "options:\n"
              "  --json              print the planner's reply JSON (docs/service.md)\n"
              "  --planner ADDR      unix:PATH or tcp:HOST:PORT (default unix:<state dir>/planner.sock)\n"

@@ -341,6 +341,11 @@ void aa_report_reason_class(const char *reason, char *out, size_t n) {
     snprintf(out, n, "the calibrated prediction, plus the error so far, stays below the best measured run");
   } else if (strstr(reason, "at the devices' peak")) {
     snprintf(out, n, "could not beat the best measured run even at the devices' peak");
+  } else if (!strncmp(reason, "not measured: it needs ", 23) &&
+             strstr(reason, "executors of the job's hardware")) {
+    snprintf(out, n,
+             "the connected hosts cannot place its gang (each tensor-parallel group inside one host; "
+             "CUDA and --cpu-backend shm gangs on one host)");
   } else {
     snprintf(out, n, "%s", !strncmp(reason, "not measured: ", 14) ? reason + 14 : reason);
   }

@@ -56,10 +56,10 @@ static aa_proto_run_status_t proto_status(aa_store_run_status_t s) {
  * far above any row id the store will reach, so it never matches a run. */
 static int64_t calib_run_id(const aa_planner_job_t *j) { return ((int64_t)1 << 62) + j->id; }
 
-/* The process-group backend of the job's gangs, which its calibration's
- * links are measured on. */
-static const char *calib_backend(const aa_planner_job_t *j) {
-  return j->dev_kind == AA_PROTO_DEV_CUDA ? "nccl" : "shm";
+/* The process-group backend of the job's calibration gang, which sits on
+ * one host: the links it measures are that backend's. */
+static const char *calib_backend(const aa_planner_t *p, const aa_planner_job_t *j) {
+  return aa__registry_backend(p, j->dev_kind, 1);
 }
 
 static void gang_free(aa_planner_job_t *j) {
@@ -324,15 +324,18 @@ static void gang_finish(aa_planner_t *p) {
 /* --- dispatch ------------------------------------------------------------------------------ */
 
 /* Sends strategy s as one run of `kind` to a gang of dp * tp * pp idle
- * executors of the job's hardware on one host: the run is inserted running
- * (with the predictions: tokens/s, and predicted_json, borrowed, may be
- * NULL), a group of more than one rank gets a fresh rendezvous, and rank r
- * goes to the r-th executor. A calibration (calibrate: the job's
- * calibrate phase; kind is then ignored) is sent the same way to a gang of
- * `world` ranks with s as its default strategy, but is no run of the
- * store: its id is calib_run_id(j). Returns 0 when sent, 1 when no host
- * has enough idle executors now (nothing done; logged once), or an error
- * (the run, if it was inserted, recorded error). */
+ * executors of the job's hardware placed by aa__registry_place (one host
+ * when one has room, else each tensor-parallel group inside one host): the
+ * run is inserted running (with the predictions: tokens/s, and
+ * predicted_json, borrowed, may be NULL), a group of more than one rank
+ * gets a fresh rendezvous of aa__registry_backend (shm on one host, gloo
+ * across hosts, nccl for CUDA), and rank r goes to the executor placed
+ * for it. A calibration (calibrate: the job's calibrate phase; kind is
+ * then ignored) is sent the same way to a gang of `world` ranks on one
+ * host with s as its default strategy, but is no run of the store: its
+ * id is calib_run_id(j). Returns 0 when sent, 1 when the idle executors
+ * cannot place it now (nothing done; logged once), or an error (the run,
+ * if it was inserted, recorded error). */
 static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s, aa_store_run_kind_t kind,
                     double predicted, const char *predicted_json, bool calibrate, int calib_world) {
   int world = calibrate ? calib_world : s->dp * s->tp * s->pp;
@@ -340,10 +343,18 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
     return aa_error(AA_EINVAL, "strategy: %d ranks is outside 1..%d", world, AA_PROTO_WORLD_MAX);
   aa_conn_t **gang = calloc((size_t)world, sizeof *gang);
   if (!gang) return aa_error(AA_ENOMEM, "planner: no memory for a gang of %d", world);
-  if (!aa__registry_gang(p, j->hardware, world, gang)) {
+  int hosts = aa__registry_place(p, j->hardware, calibrate ? NULL : s, world, gang);
+  if (hosts < 0) {
+    free(gang);
+    return hosts;
+  }
+  if (!hosts) {
     if (!j->waiting_logged)
-      aa__planner_log(p, "job %lld waits for %d idle executor%s of %s on one host", (long long)j->id, world,
-                      world > 1 ? "s" : "", j->hardware);
+      aa__planner_log(p, "job %lld waits for %d idle executor%s of %s%s", (long long)j->id, world,
+                      world > 1 ? "s" : "", j->hardware,
+                      calibrate || !aa__registry_spans(p, j->hardware)
+                          ? " on one host"
+                          : " with each tensor-parallel group on one host");
     j->waiting_logged = true;
     free(gang);
     return 1;
@@ -377,7 +388,7 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
   if (!rc && world > 1) {
     char tag[64];
     snprintf(tag, sizeof tag, "j%lldr%lld", (long long)j->id, (long long)run);
-    rc = aa_rendezvous_new(rdv, sizeof rdv, j->dev_kind == AA_PROTO_DEV_CUDA ? "nccl" : "shm", tag);
+    rc = aa_rendezvous_new(rdv, sizeof rdv, aa__registry_backend(p, j->dev_kind, hosts), tag);
   }
   aa_msg_t m = {.type = AA_MSG_JOB, .id = (uint64_t)run};
   m.job = (aa_msg_job_t){.job = (uint64_t)j->id,
@@ -447,6 +458,10 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
   for (int r = 0, o = 0; r < world && o < (int)sizeof who - 24; r++)
     o += snprintf(who + o, sizeof who - (size_t)o, "%s%llu", r ? "," : "", (unsigned long long)gang[r]->id);
   const char *ex = world > 1 ? "executors" : "executor";
+  if (hosts > 1) {
+    size_t o = strlen(who);
+    snprintf(who + o, sizeof who - o, " across %d hosts", hosts);
+  }
   if (calibrate)
     aa__planner_log(p, "job %lld: calibrating on %d %s (%s): %s%s%s", (long long)j->id, world, ex,
                     j->calib_what, who, world > 1 ? ", rendezvous " : "", rdv);
@@ -491,26 +506,34 @@ static int record_pruned(aa_planner_t *p, aa_planner_job_t *j) {
   return 0;
 }
 
-/* A candidate whose gang is larger than the most executors of the job's
- * hardware that any host has now cannot run: it is pruned rather than
+/* A candidate whose gang the executors of the job's hardware connected
+ * now cannot place, busy ones included (on one host for CUDA and
+ * --cpu-backend shm; else with each tensor-parallel group inside one
+ * host), cannot run: it is pruned with what the hosts have rather than
  * waited for (an executor may be gone for good). One rank alone waits, as
  * a job does for its first executor. */
 static bool gang_too_big(aa_planner_t *p, aa_planner_job_t *j, aa_cand_t *c) {
-  int world = c->s.dp * c->s.tp * c->s.pp, have = aa__registry_most_on_one_host(p, j->hardware);
-  if (world <= 1 || world <= have) return false;
-  snprintf(c->reason, sizeof c->reason,
-           "not measured: it needs %d executors of the job's hardware on one host, %d %s connected", world,
-           have, have == 1 ? "is" : "are");
+  int world = c->s.dp * c->s.tp * c->s.pp;
+  if (world <= 1 || aa__registry_placeable(p, j->hardware, world, c->s.tp, c->reason, sizeof c->reason))
+    return false;
   c->state = AA_CAND_PRUNED;
   return true;
 }
 
-/* dispatch() found no gang for a run of `world` ranks: if the executors
- * are not merely busy but gone, the job steps aside (jobs.c parks it) so
- * that jobs for the executors still connected may run. */
-static void no_gang(aa_planner_t *p, int world) {
-  int have = aa__registry_most_on_one_host(p, p->cur->hardware);
-  if (have < world) aa__jobs_park(p, world, have);
+/* Prunes the pending candidates the connected hosts cannot place, so the
+ * search's counts and order see only what can run. */
+static void prune_unplaceable(aa_planner_t *p, aa_planner_job_t *j) {
+  for (size_t i = 0; i < j->search.n; i++)
+    if (j->search.c[i].state == AA_CAND_PENDING) gang_too_big(p, j, &j->search.c[i]);
+}
+
+/* dispatch() found no gang for a run of `world` ranks in tensor groups of
+ * `tp`: if the executors are not merely busy but gone, the job steps aside
+ * (jobs.c parks it) so that jobs for the executors still connected may
+ * run. */
+static void no_gang(aa_planner_t *p, int world, int tp) {
+  char why[512];
+  if (!aa__registry_placeable(p, p->cur->hardware, world, tp, why, sizeof why)) aa__jobs_park(p, world, tp);
 }
 
 /* --- the calibrate phase --------------------------------------------------------------- */
@@ -581,6 +604,14 @@ static char *predicted_json(const aa_planner_job_t *j, const aa_cand_t *c) {
   return text;
 }
 
+/* The gang a calibration measures on: the job's pool, but on one host
+ * (a pool across hosts calibrates on its largest host; the links measured
+ * are that host's backend, not the network's). */
+static int calib_world(aa_planner_t *p, const aa_planner_job_t *j) {
+  int world = aa__planner_hw_world(j->hardware), have = aa__registry_most_on_one_host(p, j->hardware);
+  return have >= 1 && have < world ? have : world;
+}
+
 /* Whether calibration j->calib (NULL = none) lacks what the job needs: the
  * all-reduce of every group size its pool can form (2 .. world in powers
  * of two) and the op shapes of the model's strategies. What is missing
@@ -619,7 +650,7 @@ static int calib_date(const aa_store_calib_t *c, void *data) {
 static void calib_lookup(aa_planner_t *p, aa_planner_job_t *j) {
   char device[AA_STORE_HW_MAX], *json = NULL;
   aa_store_device_of(j->hardware, device, sizeof device);
-  int rc = aa_store_calib_get(p->store, device, calib_backend(j), &json);
+  int rc = aa_store_calib_get(p->store, device, calib_backend(p, j), &json);
   if (rc < 0)
     aa__planner_log(p, "job %lld: cannot read the stored calibration of %s: %s", (long long)j->id, device,
                     aa_last_error());
@@ -634,9 +665,9 @@ static void calib_lookup(aa_planner_t *p, aa_planner_job_t *j) {
     }
   }
   free(json);
-  j->calib_wanted = calib_missing(j, aa__planner_hw_world(j->hardware));
+  j->calib_wanted = calib_missing(j, calib_world(p, j));
   if (j->calib_wanted) return;
-  calib_date_t d = {.backend = calib_backend(j)};
+  calib_date_t d = {.backend = calib_backend(p, j)};
   char date[32] = "at an unknown date";
   if (aa_store_calib_list(p->store, device, calib_date, &d) >= 0 && d.measured_at > 0) {
     time_t at = (time_t)d.measured_at;
@@ -654,8 +685,7 @@ static void calib_lookup(aa_planner_t *p, aa_planner_job_t *j) {
  * are connected) to measure what calib_missing found missing. Returns
  * like dispatch(): 0 sent, 1 waiting for executors, < 0 not sent. */
 static int calib_send(aa_planner_t *p, aa_planner_job_t *j) {
-  int world = aa__planner_hw_world(j->hardware), have = aa__registry_most_on_one_host(p, j->hardware);
-  if (have >= 1 && have < world) world = have;
+  int world = calib_world(p, j);
   /* The job frame needs a strategy; the calibration measures every shape
    * the model's strategies produce, whatever it is. */
   aa_strategy_t d;
@@ -696,7 +726,7 @@ static void calib_finished(aa_planner_t *p) {
       got = NULL;
     }
     char *json = aa_calib_to_json(j->calib);
-    if (!json || aa_store_calib_put(p->store, device, calib_backend(j), json))
+    if (!json || aa_store_calib_put(p->store, device, calib_backend(p, j), json))
       aa__planner_log(p, "job %lld: cannot store the calibration of %s: %s (this job uses it)",
                       (long long)j->id, device, json ? aa_last_error() : "no memory");
     else
@@ -728,7 +758,7 @@ void aa__job_advance(aa_planner_t *p) {
   if (j->phase == AA_PHASE_SEARCH && !j->calib_over) {
     int rc = calib_send(p, j);
     if (rc == 1) {
-      no_gang(p, 1);
+      no_gang(p, 1, 1);
       return;
     }
     if (rc == 0) return;
@@ -756,7 +786,7 @@ void aa__job_advance(aa_planner_t *p) {
       int rc = dispatch(p, j, &c->s, AA_STORE_RUN_DRYRUN, aa__search_predict(&j->search, i), pj, false, 0);
       free(pj);
       if (rc == 1) {
-        no_gang(p, 1);
+        no_gang(p, 1, 1);
         return;
       }
       if (rc) {
@@ -799,7 +829,7 @@ void aa__job_advance(aa_planner_t *p) {
    * executors are busy, and steps aside while they are not connected. */
   int rc = dispatch(p, j, &j->best, AA_STORE_RUN_TRAIN, 0, NULL, false, 0);
   if (rc == 1) {
-    no_gang(p, j->best.dp * j->best.tp * j->best.pp);
+    no_gang(p, j->best.dp * j->best.tp * j->best.pp, j->best.tp);
   } else if (rc < 0) {
     snprintf(why, sizeof why, "cannot start training: %s", aa_last_error());
     aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
@@ -1100,6 +1130,7 @@ void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e, aa_
   if (j->time_limit_s > 0) j->search.deadline = aa_now() + j->time_limit_s;
   aa__planner_log(p, "job %lld: %zu strategies, %d valid, %d of them predicted out of memory",
                   (long long)j->id, j->search.n, j->search.valid, j->search.predicted_oom);
+  prune_unplaceable(p, j);
   calib_lookup(p, j);
   aa__job_advance(p);
 }

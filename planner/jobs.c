@@ -250,12 +250,14 @@ static void wait_start(aa_waiting_t *w, const char *fmt, ...) {
   va_end(ap);
 }
 
-void aa__jobs_park(aa_planner_t *p, int world, int have) {
+void aa__jobs_park(aa_planner_t *p, int world, int tp) {
   aa_planner_job_t *j = p->cur;
   p->cur = NULL;
   j->need_world = world;
-  wait_start(&j->waiting, "%d executor%s of %s on one host (%d connected)", world, world > 1 ? "s" : "",
-             j->hardware, have);
+  j->need_tp = tp;
+  char need[sizeof j->waiting.what];
+  aa__registry_need(p, j->hardware, world, tp, need, sizeof need);
+  wait_start(&j->waiting, "%s", need);
   j->next = NULL;
   aa_planner_job_t **pj = &p->parked;
   while (*pj)
@@ -271,10 +273,16 @@ static bool connected(aa_planner_t *p, const char *hardware) {
   return aa__registry_most_on_one_host(p, hardware) > 0;
 }
 
+/* Whether the hosts connected now can place the gang parked job j waits for. */
+static bool placeable(aa_planner_t *p, const aa_planner_job_t *j) {
+  char why[512];
+  return aa__registry_placeable(p, j->hardware, j->need_world, j->need_tp, why, sizeof why);
+}
+
 /* The oldest parked job whose executors are back takes the planner. */
 static bool resume_parked(aa_planner_t *p) {
   for (aa_planner_job_t *j = p->parked; j; j = j->next) {
-    if (aa__registry_most_on_one_host(p, j->hardware) < j->need_world) continue;
+    if (!placeable(p, j)) continue;
     unpark(p, j);
     aa__planner_log(p, "job %lld: its executors are back; it goes on", (long long)j->id);
     p->cur = j;
@@ -369,7 +377,7 @@ void aa__jobs_tick(aa_planner_t *p) {
   }
   for (aa_planner_job_t *j = p->parked, *next; j; j = next) {
     next = j->next;
-    if (aa__registry_most_on_one_host(p, j->hardware) >= j->need_world)
+    if (placeable(p, j))
       j->waiting.since = now;
     else if (waited_too_long(p, &j->waiting, now, why, sizeof why))
       aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
@@ -468,7 +476,8 @@ static void create_job(aa_planner_t *p, aa_conn_t *c, const aa_msg_t *m, aa_conn
   char hash[17], *opts = NULL, *hw = NULL, *arch = NULL, fp[AA_STORE_HW_MAX];
   int64_t id = 0;
   /* The job's hardware is the pool its search may use: e's device times
-   * the executors with that device on e's host now. */
+   * the executors with that device now, on e's host or, when its gangs
+   * span hosts, on all of them. */
   int pool = aa__registry_pool(p, e);
   aa__planner_fingerprint(&e->dev, pool, fp);
   aa_arch_hash(&spec->arch, hash);

@@ -37,6 +37,10 @@ typedef struct aa_planner_opts {
   long long write_queue_max; /* bytes queued to one peer and not read; default 32 MiB */
   int placement_timeout_s;   /* a job waits this long for executors not connected; default 3600 */
   int max_resumes;           /* resumes of a job interrupted by a stop; default 3, < 0 = never */
+  /* The process-group backend of CPU gangs: "auto" (NULL: shm on one
+   * host, gloo when a gang spans hosts), "gloo" (always, one host too) or
+   * "shm" (every gang on one host). docs/service.md "Placement across hosts". */
+  const char *cpu_backend;
   FILE *log;                 /* one line per event (connections, jobs, runs); NULL = stderr */
 } aa_planner_opts_t;
 

@@ -67,6 +67,11 @@ typedef struct aa_planner_limits {
   int max_resumes;         /* how often a job interrupted by a stop resumes */
 } aa_planner_limits_t;
 
+/* The process-group backend of CPU gangs (--cpu-backend): auto is shm on
+ * one host and gloo across hosts; gloo is gloo always; shm keeps every
+ * gang on one host. */
+typedef enum { AA_CPU_BACKEND_AUTO = 0, AA_CPU_BACKEND_SHM, AA_CPU_BACKEND_GLOO } aa_cpu_backend_t;
+
 typedef struct aa_planner_job aa_planner_job_t;
 typedef struct aa_unrecorded aa_unrecorded_t;
 
@@ -76,7 +81,7 @@ typedef struct aa_unrecorded aa_unrecorded_t;
 typedef struct aa_waiting {
   double since;                    /* aa_now() since it waits, 0 = it does not */
   int64_t since_wall;              /* the same as unix seconds, for status */
-  char what[AA_STORE_HW_MAX + 96]; /* what it waits for, for status and the failure */
+  char what[AA_STORE_HW_MAX + 192]; /* what it waits for, for status and the failure */
 } aa_waiting_t;
 
 /* A queued job, oldest first. A job that cannot be placed (no executor of
@@ -177,6 +182,7 @@ struct aa_planner {
   ino_t sock_ino;
   bool sock_created;
   int heartbeat_ms, dead_after_ms, warmup_steps, measured_steps, dryrun_time_limit_s;
+  aa_cpu_backend_t cpu_backend;
   aa_planner_limits_t lim;
   FILE *log;
   double started; /* aa_now() at create */
@@ -258,8 +264,9 @@ const char *aa__conn_name(const aa_conn_t *c, char *buf, size_t n);
 
 /* The hardware fingerprint KIND:NAME:MEMORY_MiBxWORLD of a device, the name
  * cut (at a character boundary) so the whole fits AA_STORE_HW_MAX - 1. A
- * job's hardware is its executors' device with WORLD = how many of them
- * one host has (the pool its search may use). */
+ * job's hardware is its executors' device with WORLD = the pool its search
+ * may use (aa__registry_pool: one host's, or every host's when its gangs
+ * span hosts). */
 void aa__planner_fingerprint(const aa_msg_device_t *d, int world, char out[AA_STORE_HW_MAX]);
 /* The WORLD of a fingerprint (1 if it names none). */
 int aa__planner_hw_world(const char *hardware);
@@ -275,14 +282,50 @@ void aa__registry_tick(aa_planner_t *p);
 /* An idle executor of this hardware (a job's fingerprint; NULL: any), NULL
  * if none. */
 aa_conn_t *aa__registry_idle(aa_planner_t *p, const char *hardware);
-/* Live executors with e's device on e's host, e included: a new job's pool. */
+/* Whether gangs of `hardware` may span hosts: CPU ones, unless the
+ * planner runs with --cpu-backend shm. CUDA gangs stay on one host (NCCL
+ * across hosts is not built). */
+bool aa__registry_spans(const aa_planner_t *p, const char *hardware);
+/* The rendezvous backend of a gang of `kind` on `hosts` hosts: "nccl" for
+ * CUDA; for CPU "gloo" across hosts or under --cpu-backend gloo, else
+ * "shm". Static text. */
+const char *aa__registry_backend(const aa_planner_t *p, aa_proto_dev_kind_t kind, int hosts);
+/* Live executors with e's device, e included: a new job's pool. On e's
+ * host only unless its gangs span hosts (aa__registry_spans): then on every
+ * host. */
 int aa__registry_pool(aa_planner_t *p, const aa_conn_t *e);
 /* The most live executors of this hardware that one host has. */
 int aa__registry_most_on_one_host(aa_planner_t *p, const char *hardware);
-/* A gang: `world` idle executors of this hardware on one host, in out[0..world)
- * by rank (lowest executor id first). false (out untouched) if no host has
- * that many idle now. */
-bool aa__registry_gang(aa_planner_t *p, const char *hardware, int world, aa_conn_t **out);
+/* Whether the executors of `hardware` connected now, idle or busy, can
+ * place a gang of `world` ranks whose tensor-parallel groups have `tp`
+ * ranks each (tp that does not divide world counts as 1): on one host
+ * when gangs do not span hosts, else with every tensor group inside one
+ * host. If not, why (a "not measured: it needs N executors of the job's
+ * hardware ..." sentence naming what the hosts have) into why. */
+bool aa__registry_placeable(aa_planner_t *p, const char *hardware, int world, int tp, char *why, size_t n);
+/* What a job that waits for a gang of `world` ranks in tensor groups of
+ * `tp` needs, for status: "N executors of HW on one host (K connected)",
+ * or across hosts "N executors of HW on 1 host x N, or up to G hosts x tp
+ * with each tensor-parallel group of tp inside one host (K connected on H
+ * hosts)". */
+void aa__registry_need(aa_planner_t *p, const char *hardware, int world, int tp, char *out, size_t n);
+/* Places a gang on idle executors of `hardware`: out[r] runs rank r.
+ * Fewer hosts first: the host with the most idle executors takes the whole
+ * gang when it has room (its executors by rank, lowest id first, as
+ * before hosts mattered). Otherwise, when gangs span hosts and s is given,
+ * the tensor-parallel groups of s's mesh (strategies/layout.h colors) go
+ * whole to the hosts with the most idle executors, as few hosts as hold
+ * them all. s NULL (a calibration) is placed on one host only. Returns
+ * the hosts used (>= 1), 0 when no placement is possible now (out
+ * untouched or partly written), or AA_ENOMEM. */
+int aa__registry_place(aa_planner_t *p, const char *hardware, const aa_strategy_t *s, int world,
+                       aa_conn_t **out);
+/* The executors by host for status: [{"host", "executors": [{"id",
+ * "device" (its fingerprint, x1), "state" ("idle"|"busy"), "run" (null
+ * when idle)}]}], executors by id (the order they connected) and hosts in
+ * the order of their first executor. A new
+ * reference (NULL on no memory). */
+json_t *aa__registry_hosts_json(aa_planner_t *p);
 /* The executor with this id, NULL if gone. */
 aa_conn_t *aa__registry_find(aa_planner_t *p, uint64_t id);
 
@@ -337,9 +380,10 @@ void aa__jobs_unrecorded(aa_planner_t *p, int64_t job, aa_store_job_status_t sta
                          bool from_store, const char *error, int64_t run, const aa_store_run_result_t *res);
 /* Sends m to every client waiting for job `job`. */
 void aa__jobs_relay(aa_planner_t *p, int64_t job, const aa_msg_t *m);
-/* Sets the current job aside: its next run needs `world` executors of its
- * hardware on one host and fewer are connected. */
-void aa__jobs_park(aa_planner_t *p, int world, int have);
+/* Sets the current job aside: its next run needs a gang of `world`
+ * executors of its hardware in tensor groups of `tp` that the connected
+ * hosts cannot place (aa__registry_placeable). */
+void aa__jobs_park(aa_planner_t *p, int world, int tp);
 
 /* outdir.c: a submit's out_dir. */
 /* Whether a job of user `owner` may name `dir` as its out_dir: an existing
@@ -450,7 +494,8 @@ typedef struct aa_search {
 } aa_search_t;
 
 /* Enumerates the strategies for the spec on a pool of `devices` executors
- * of kind `dev_kind` (on one host) with `memory` bytes each (0 = unknown)
+ * of kind `dev_kind` (on one host, or on several: the planner prunes what
+ * its hosts cannot place, job_run.c) with `memory` bytes each (0 = unknown)
  * in dry-run order, leaving out the `exclude` bits: the space of
  * strategies/space.h, every gang of dp x tp ranks up to `devices` (dp
  * dividing the global batch, sequence parallelism off and on at tp > 1),
@@ -642,7 +687,8 @@ struct aa_planner_job {
   char verdict[512];      /* aa__search_verdict of the search's pick */
   /* Parked: its next run needs executors that are not connected. */
   aa_waiting_t waiting;   /* since 0 = not parked; while its executors are back, since is the last tick */
-  int need_world;         /* executors of its hardware one host must have */
+  int need_world;         /* the gang it waits for: its ranks */
+  int need_tp;            /* and their tensor-parallel groups' size (aa__registry_placeable) */
   aa_planner_job_t *next; /* on p->parked */
 };
 

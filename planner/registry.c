@@ -4,6 +4,8 @@
  * "Connections"). */
 #include "planner_internal.h"
 
+#include "../strategies/layout.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,20 +66,70 @@ aa_conn_t *aa__registry_idle(aa_planner_t *p, const char *hardware) {
   return NULL;
 }
 
+bool aa__registry_spans(const aa_planner_t *p, const char *hardware) {
+  return !strncmp(hardware, "cpu:", 4) && p->cpu_backend != AA_CPU_BACKEND_SHM;
+}
+
+const char *aa__registry_backend(const aa_planner_t *p, aa_proto_dev_kind_t kind, int hosts) {
+  if (kind == AA_PROTO_DEV_CUDA) return "nccl";
+  if (p->cpu_backend == AA_CPU_BACKEND_GLOO || hosts > 1) return "gloo";
+  return "shm";
+}
+
 int aa__registry_pool(aa_planner_t *p, const aa_conn_t *e) {
+  char hw[AA_STORE_HW_MAX];
+  aa__planner_fingerprint(&e->dev, 1, hw);
+  bool across = aa__registry_spans(p, hw);
   int n = 0;
   for (aa_conn_t *c = p->conns; c; c = c->next)
     if (c->role == AA_CONN_EXECUTOR && !c->dropped && !strcmp(c->fingerprint, e->fingerprint) &&
-        !strcmp(c->dev.host, e->dev.host))
+        (across || !strcmp(c->dev.host, e->dev.host)))
       n++;
   return n;
 }
 
-/* Executors of `hardware` on c's host; idle ones only with idle_only. */
-static int on_host(aa_planner_t *p, const char *hardware, const aa_conn_t *c, bool idle_only) {
-  int n = 0;
-  for (aa_conn_t *o = p->conns; o; o = o->next)
-    if (serves(o, hardware) && (!idle_only || !o->busy_run) && !strcmp(o->dev.host, c->dev.host)) n++;
+/* One host's executors of a hardware: how many, how many idle, and the
+ * lowest id among them (the hosts' order when their counts tie). */
+typedef struct {
+  const char *host; /* borrowed from an executor's device */
+  int n, idle;
+  uint64_t first;
+} host_t;
+
+/* The hosts with executors of `hardware` into *out (malloc'd, to free;
+ * NULL when none), largest first: by idle executors with idle_first, else
+ * by all of them; ties by the lowest executor id. Returns how many, or
+ * AA_ENOMEM. */
+static int hosts_of(aa_planner_t *p, const char *hardware, bool idle_first, host_t **out) {
+  int cap = 0, n = 0;
+  *out = NULL;
+  for (aa_conn_t *c = p->conns; c; c = c->next)
+    cap += serves(c, hardware);
+  if (!cap) return 0;
+  host_t *h = calloc((size_t)cap, sizeof *h);
+  if (!h) return aa_error(AA_ENOMEM, "planner: no memory for the hosts of %d executors", cap);
+  for (aa_conn_t *c = p->conns; c; c = c->next) {
+    if (!serves(c, hardware)) continue;
+    int k = 0;
+    while (k < n && strcmp(h[k].host, c->dev.host))
+      k++;
+    if (k == n) h[n++] = (host_t){.host = c->dev.host, .first = c->id};
+    h[k].n++;
+    h[k].idle += !c->busy_run;
+    if (c->id < h[k].first) h[k].first = c->id;
+  }
+  /* Insertion sort: a planner has at most max_connections executors. */
+  for (int i = 1; i < n; i++) {
+    host_t x = h[i];
+    int k = i;
+    for (; k > 0; k--) {
+      int a = idle_first ? x.idle : x.n, b = idle_first ? h[k - 1].idle : h[k - 1].n;
+      if (a < b || (a == b && x.first > h[k - 1].first)) break;
+      h[k] = h[k - 1];
+    }
+    h[k] = x;
+  }
+  *out = h;
   return n;
 }
 
@@ -85,30 +137,199 @@ int aa__registry_most_on_one_host(aa_planner_t *p, const char *hardware) {
   int best = 0;
   for (aa_conn_t *c = p->conns; c; c = c->next) {
     if (!serves(c, hardware)) continue;
-    int n = on_host(p, hardware, c, false);
+    int n = 0;
+    for (aa_conn_t *o = p->conns; o; o = o->next)
+      n += serves(o, hardware) && !strcmp(o->dev.host, c->dev.host);
     if (n > best) best = n;
   }
   return best;
 }
 
-bool aa__registry_gang(aa_planner_t *p, const char *hardware, int world, aa_conn_t **out) {
-  for (aa_conn_t *c = p->conns; c; c = c->next) {
-    if (!serves(c, hardware) || c->busy_run || on_host(p, hardware, c, true) < world) continue;
-    /* This host has enough: its idle executors take the ranks oldest first
-     * (lowest id), so a gang's rank order does not depend on the list. */
-    uint64_t after = 0;
-    for (int k = 0; k < world; k++) {
-      aa_conn_t *pick = NULL;
-      for (aa_conn_t *o = p->conns; o; o = o->next)
-        if (serves(o, hardware) && !o->busy_run && !strcmp(o->dev.host, c->dev.host) && o->id > after &&
-            (!pick || o->id < pick->id))
-          pick = o;
-      out[k] = pick;
-      after = pick->id;
-    }
-    return true;
+/* How many tensor groups of tp the hosts h[0..n) hold (idle executors
+ * with idle, else all), and how many of the hosts, largest first, it takes
+ * to hold `groups` of them (*used; n + 1 when they cannot). */
+static int groups_held(const host_t *h, int n, int tp, bool idle, int groups, int *used) {
+  int held = 0;
+  *used = n + 1;
+  for (int k = 0; k < n; k++) {
+    held += (idle ? h[k].idle : h[k].n) / tp;
+    if (held >= groups && *used > n) *used = k + 1;
   }
-  return false;
+  return held;
+}
+
+bool aa__registry_placeable(aa_planner_t *p, const char *hardware, int world, int tp, char *why, size_t n) {
+  if (tp < 1 || world % tp) tp = 1;
+  host_t *h;
+  int nh = hosts_of(p, hardware, false, &h);
+  if (nh < 0) {
+    snprintf(why, n, "not measured: %s", aa_last_error());
+    return false;
+  }
+  int largest = nh ? h[0].n : 0, total = 0, used;
+  for (int k = 0; k < nh; k++)
+    total += h[k].n;
+  bool ok;
+  if (!aa__registry_spans(p, hardware)) {
+    ok = world <= largest;
+    if (!ok)
+      snprintf(why, n,
+               "not measured: it needs %d executors of the job's hardware on one host, %d %s connected (%s)",
+               world, largest, largest == 1 ? "is" : "are",
+               strncmp(hardware, "cpu:", 4) ? "NCCL gangs across hosts are not built"
+                                            : "the planner's --cpu-backend shm does not span hosts");
+  } else if (tp > 1 && tp > largest) {
+    ok = false;
+    snprintf(
+        why, n,
+        "not measured: it needs %d executors of the job's hardware with each tensor-parallel group of %d "
+        "inside one host, and the largest of the %d connected host%s has %d",
+        world, tp, nh, nh == 1 ? "" : "s", largest);
+  } else {
+    int held = groups_held(h, nh, tp, false, world / tp, &used);
+    ok = held >= world / tp;
+    if (!ok && tp == 1)
+      snprintf(why, n,
+               "not measured: it needs %d executors of the job's hardware, and the %d connected host%s %s %d",
+               world, nh, nh == 1 ? "" : "s", nh == 1 ? "has" : "have", total);
+    else if (!ok)
+      snprintf(
+          why, n,
+          "not measured: it needs %d executors of the job's hardware in %d tensor-parallel groups of %d, "
+          "each inside one host, and the %d connected host%s (%d executors) hold %d such group%s",
+          world, world / tp, tp, nh, nh == 1 ? "" : "s", total, held, held == 1 ? "" : "s");
+  }
+  free(h);
+  return ok;
+}
+
+void aa__registry_need(aa_planner_t *p, const char *hardware, int world, int tp, char *out, size_t n) {
+  if (tp < 1 || world % tp) tp = 1;
+  host_t *h;
+  int nh = hosts_of(p, hardware, false, &h), total = 0;
+  for (int k = 0; k < nh; k++)
+    total += h[k].n;
+  free(h);
+  if (nh < 0) nh = 0;
+  if (world <= 1 || !aa__registry_spans(p, hardware)) {
+    snprintf(out, n, "%d executor%s of %s on one host (%d connected)", world, world > 1 ? "s" : "", hardware,
+             aa__registry_most_on_one_host(p, hardware));
+    return;
+  }
+  /* Fewest hosts: one of world executors; most: one tensor group on each. */
+  char groups[96] = "";
+  if (tp > 1) snprintf(groups, sizeof groups, " with each tensor-parallel group of %d inside one host", tp);
+  snprintf(out, n, "%d executors of %s on 1 host x %d, or up to %d hosts x %d%s (%d connected on %d host%s)",
+           world, hardware, world, world / tp, tp, groups, total, nh, nh == 1 ? "" : "s");
+}
+
+/* The idle executors of `hardware` on `host`, lowest id first, into
+ * out[0..k) (k at most n); returns k. */
+static int idle_on(aa_planner_t *p, const char *hardware, const char *host, aa_conn_t **out, int n) {
+  uint64_t after = 0;
+  int k = 0;
+  for (; k < n; k++) {
+    aa_conn_t *pick = NULL;
+    for (aa_conn_t *o = p->conns; o; o = o->next)
+      if (serves(o, hardware) && !o->busy_run && !strcmp(o->dev.host, host) && o->id > after &&
+          (!pick || o->id < pick->id))
+        pick = o;
+    if (!pick) break;
+    out[k] = pick;
+    after = pick->id;
+  }
+  return k;
+}
+
+/* Spreads the gang of s over the hosts h[0..used): tensor group g (its
+ * color in the mesh, strategies/layout.h) goes to the first host with room
+ * for a whole group, and within a host the ranks take its idle executors in
+ * rank order, lowest id first. */
+static int spread(aa_planner_t *p, const char *hardware, const aa_strategy_t *s, int world, const host_t *h,
+                  int used, aa_conn_t **out) {
+  int tp = s->tp, groups = world / tp, rc = 0, n = 0;
+  for (int k = 0; k < used; k++)
+    n += h[k].idle;
+  /* Each host's idle executors, listed once: host k's start at at[k]. */
+  int *host_of = malloc((size_t)groups * sizeof *host_of), *at = calloc((size_t)used, sizeof *at),
+      *taken = calloc((size_t)used, sizeof *taken);
+  aa_conn_t **idle = malloc((size_t)n * sizeof *idle);
+  if (!host_of || !at || !taken || !idle) {
+    rc = aa_error(AA_ENOMEM, "planner: no memory to place a gang of %d", world);
+    goto cleanup;
+  }
+  for (int k = 0, o = 0; k < used; o += h[k].idle, k++) {
+    at[k] = o;
+    if (idle_on(p, hardware, h[k].host, idle + o, h[k].idle) != h[k].idle) {
+      rc = aa_error(AA_EINVAL, "planner: host %s has fewer idle executors than counted", h[k].host);
+      goto cleanup;
+    }
+  }
+  for (int g = 0, k = 0, room = h[0].idle / tp; g < groups; g++) {
+    while (!room)
+      room = h[++k].idle / tp;
+    host_of[g] = k;
+    room--;
+  }
+  for (int r = 0; r < world; r++) {
+    aa_layout_t lay;
+    if ((rc = aa_layout_of(&lay, s, r))) goto cleanup;
+    int k = host_of[lay.color[AA_AXIS_TENSOR]];
+    out[r] = idle[at[k] + taken[k]++];
+  }
+cleanup:
+  free(host_of);
+  free(at);
+  free(taken);
+  free(idle);
+  return rc;
+}
+
+int aa__registry_place(aa_planner_t *p, const char *hardware, const aa_strategy_t *s, int world,
+                       aa_conn_t **out) {
+  host_t *h;
+  int nh = hosts_of(p, hardware, true, &h), rc = 0;
+  if (nh <= 0) return nh;
+  if (h[0].idle >= world) {
+    /* One host has enough: its idle executors take the ranks oldest first
+     * (lowest id), so a gang's rank order does not depend on the list. */
+    idle_on(p, hardware, h[0].host, out, world);
+    rc = 1;
+  } else if (s && world > 1 && aa__registry_spans(p, hardware) && s->tp >= 1 && world % s->tp == 0) {
+    int used;
+    if (groups_held(h, nh, s->tp, true, world / s->tp, &used) >= world / s->tp) {
+      int err = spread(p, hardware, s, world, h, used, out);
+      rc = err ? err : used;
+    }
+  }
+  free(h);
+  return rc;
+}
+
+json_t *aa__registry_hosts_json(aa_planner_t *p) {
+  json_t *hosts = json_array();
+  /* Executors by id (the order they connected), each under its host. */
+  for (uint64_t after = 0; hosts;) {
+    aa_conn_t *c = NULL;
+    for (aa_conn_t *o = p->conns; o; o = o->next)
+      if (o->role == AA_CONN_EXECUTOR && !o->dropped && o->id > after && (!c || o->id < c->id)) c = o;
+    if (!c) break;
+    after = c->id;
+    json_t *h = NULL, *v;
+    size_t i;
+    json_array_foreach(hosts, i, v) {
+      if (!strcmp(json_string_value(json_object_get(v, "host")), c->dev.host)) h = v;
+    }
+    if (!h) {
+      h = json_pack("{s:s, s:[]}", "host", c->dev.host, "executors");
+      if (!h || json_array_append_new(hosts, h)) break;
+    }
+    json_t *e = json_pack("{s:I, s:s, s:s, s:o}", "id", (json_int_t)c->id, "device", c->fingerprint, "state",
+                          c->busy_run ? "busy" : "idle", "run",
+                          c->busy_run ? json_integer(c->busy_run) : json_null());
+    json_array_append_new(json_object_get(h, "executors"), e);
+  }
+  return hosts;
 }
 
 aa_conn_t *aa__registry_find(aa_planner_t *p, uint64_t id) {

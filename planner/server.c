@@ -44,6 +44,19 @@ void aa__planner_log(aa_planner_t *p, const char *fmt, ...) {
 
 /* --- messages -------------------------------------------------------------------- */
 
+/* Adds "hosts" (aa__registry_hosts_json: the executors by host) to the
+ * planner-wide status text *text (malloc'd; replaced on success, kept and
+ * freed on failure). */
+static int add_hosts(aa_planner_t *p, char **text) {
+  json_t *root = json_loads(*text, 0, NULL), *hosts = aa__registry_hosts_json(p);
+  char *out = root && hosts && !json_object_set(root, "hosts", hosts) ? aa__report_dump(root) : NULL;
+  json_decref(hosts);
+  json_decref(root);
+  free(*text);
+  *text = out;
+  return out ? 0 : aa_error(AA_ENOMEM, "status: no memory for the hosts");
+}
+
 void aa__planner_dispatch(aa_conn_t *c, aa_msg_t *m, const void *payload, size_t n) {
   if (c->role == AA_CONN_HELLO) {
     if (m->type != AA_MSG_HELLO) {
@@ -76,8 +89,8 @@ void aa__planner_dispatch(aa_conn_t *c, aa_msg_t *m, const void *payload, size_t
           if (!(text = aa__report_dump(o))) rc = aa_error(AA_ENOMEM, "status: no memory");
           json_decref(o);
         }
-      } else {
-        rc = aa__report_status(c->p, &text);
+      } else if (!(rc = aa__report_status(c->p, &text))) {
+        rc = add_hosts(c->p, &text);
       }
       if (rc) {
         aa__conn_send_error(c, m->id, rc, aa_last_error());
@@ -426,6 +439,14 @@ static int setup(aa_planner_t *p, const aa_planner_opts_t *o) {
     return aa_error(AA_EINVAL, "dry-run time limit %d s must be in 0..%d", o->dryrun_time_limit_s,
                     AA_PROTO_TIME_LIMIT_MAX);
   p->dryrun_time_limit_s = o->dryrun_time_limit_s > 0 ? o->dryrun_time_limit_s : 300;
+  if (!o->cpu_backend || !strcmp(o->cpu_backend, "auto"))
+    p->cpu_backend = AA_CPU_BACKEND_AUTO;
+  else if (!strcmp(o->cpu_backend, "shm"))
+    p->cpu_backend = AA_CPU_BACKEND_SHM;
+  else if (!strcmp(o->cpu_backend, "gloo"))
+    p->cpu_backend = AA_CPU_BACKEND_GLOO;
+  else
+    return aa_error(AA_EINVAL, "planner: cpu_backend '%s' must be one of auto, shm, gloo", o->cpu_backend);
   p->started = aa_now();
 
   aa_store_recovery_t rec = {0};
@@ -473,6 +494,9 @@ int aa_planner_create(aa_planner_t **out, const aa_planner_opts_t *opts) {
                   "a frame within %d ms, %zu bytes queued per peer, placement wait %d s",
                   p->lim.max_connections, AA_PLANNER_UNIX_RESERVE, p->lim.max_unauthenticated, p->lim.hello_timeout_ms,
                   p->lim.frame_timeout_ms, p->lim.write_queue_max, p->lim.placement_timeout_s);
+  static const char *const backends[] = {"auto (shm on one host, gloo across hosts)",
+                                         "shm (every gang on one host)", "gloo (on one host too)"};
+  aa__planner_log(p, "CPU gangs: %s", backends[p->cpu_backend]);
   *out = p;
   return 0;
 }

@@ -10,11 +10,13 @@
 #include "planner/store.h"
 #include "strategies/calib.h"
 #include "strategies/cost.h"
+#include "strategies/layout.h"
 #include "strategies/predict.h"
 #include "strategies/space.h"
 #include "tests/aa_test.h"
 
 #include <jansson.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -963,6 +965,242 @@ AA_TEST(strategy_file_names_are_reduced_to_safe_characters) {
   CHECK(!strcmp(path, "/h/strategies/a_b-ab.json"));
 }
 
+/* --- placement across hosts ------------------------------------------------------------------ */
+
+/* A planner with no loop or socket, enough for the registry's placement:
+ * executors are linked into p->conns by hand (add_executor). */
+static aa_planner_t *placement_planner(aa_cpu_backend_t backend) {
+  aa_planner_t *p = calloc(1, sizeof *p);
+  p->cpu_backend = backend;
+  return p;
+}
+
+/* A connected executor of a 1 GiB device of `kind` on `host`, id `id`,
+ * busy with run `run` (0 = idle). */
+static aa_conn_t *add_executor(aa_planner_t *p, uint64_t id, const char *host, aa_proto_dev_kind_t kind,
+                               int64_t run) {
+  aa_conn_t *c = calloc(1, sizeof *c);
+  c->p = p;
+  c->role = AA_CONN_EXECUTOR;
+  c->id = id;
+  c->dev = (aa_msg_device_t){
+      .kind = kind, .name = strdup("test device"), .host = strdup(host), .memory = 1ull << 30};
+  aa__planner_fingerprint(&c->dev, 1, c->fingerprint);
+  c->busy_run = run;
+  c->busy_job = run ? 1 : 0;
+  aa_conn_t **pc = &p->conns;
+  while (*pc)
+    pc = &(*pc)->next;
+  *pc = c;
+  return c;
+}
+
+static void placement_free(aa_planner_t *p) {
+  for (aa_conn_t *c = p->conns, *next; c; c = next) {
+    next = c->next;
+    free((char *)c->dev.name);
+    free((char *)c->dev.host);
+    free(c);
+  }
+  free(p);
+}
+
+static aa_strategy_t mesh(int dp, int tp, int pp, aa_axis_order_t order) {
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.dp = dp;
+  s.tp = tp;
+  s.pp = pp;
+  s.order = order;
+  return s;
+}
+
+/* The hardware of a pool of `world` executors like c. */
+static void pool_hw(const aa_conn_t *c, int world, char hw[AA_STORE_HW_MAX]) {
+  aa__planner_fingerprint(&c->dev, world, hw);
+}
+
+/* The host of executor out[r] of a placement. */
+static const char *host_of(aa_conn_t **out, int r) { return out[r]->dev.host; }
+
+AA_TEST(placement_spans_hosts_with_gloo_and_keeps_each_tensor_group_inside_a_host) {
+  aa_planner_t *p = placement_planner(AA_CPU_BACKEND_AUTO);
+  aa_conn_t *e1 = add_executor(p, 1, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 2, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 3, "beta", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 4, "beta", AA_PROTO_DEV_CPU, 0);
+  char hw[AA_STORE_HW_MAX], why[512];
+  pool_hw(e1, 4, hw);
+  aa_conn_t *out[4] = {0};
+  /* A CPU job's pool is its hardware on every host. */
+  CHECK(aa__registry_pool(p, e1) == 4);
+  CHECK(aa__registry_spans(p, hw));
+  /* dp 2 fits one host: it stays there, with shm, as before hosts mattered. */
+  aa_strategy_t s = mesh(2, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 2, out) == 1);
+  CHECK(out[0]->id == 1 && out[1]->id == 2);
+  CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CPU, 1), "shm"));
+  /* dp 4 spans both hosts, with gloo. */
+  s = mesh(4, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 4, out) == 2);
+  CHECK(out[0]->id == 1 && out[1]->id == 2 && out[2]->id == 3 && out[3]->id == 4);
+  CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CPU, 2), "gloo"));
+  /* dp 2 x tp 2: each tensor pair inside a host, whichever axis is fastest. */
+  for (aa_axis_order_t o = 0; o < AA_ORDERS; o++) {
+    s = mesh(2, 2, 1, o);
+    CHECK_MSG(aa__registry_place(p, hw, &s, 4, out) == 2, "order %s", aa_axis_order_name(o));
+    for (int r = 0; r < 4; r++) {
+      int members[2];
+      CHECK(aa_layout_group(members, 2, &s, r, AA_AXIS_TENSOR) == 2);
+      CHECK_MSG(!strcmp(host_of(out, members[0]), host_of(out, members[1])), "order %s rank %d",
+                aa_axis_order_name(o), r);
+    }
+    /* Every executor is used once. */
+    CHECK(out[0] != out[1] && out[0] != out[2] && out[0] != out[3] && out[1] != out[2] && out[1] != out[3] &&
+          out[2] != out[3]);
+  }
+  /* tp 4 cannot sit inside one host: the search prunes it, saying why. */
+  CHECK(aa__registry_placeable(p, hw, 4, 2, why, sizeof why));
+  CHECK(!aa__registry_placeable(p, hw, 4, 4, why, sizeof why));
+  CHECK_MSG(strstr(why,
+                   "not measured: it needs 4 executors of the job's hardware with each tensor-parallel group "
+                   "of 4 inside one host, and the largest of the 2 connected hosts has 2"),
+            "%s", why);
+  s = mesh(1, 4, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 4, out) == 0);
+  placement_free(p);
+}
+
+AA_TEST(placement_takes_idle_executors_and_says_what_a_waiting_gang_needs) {
+  aa_planner_t *p = placement_planner(AA_CPU_BACKEND_AUTO);
+  aa_conn_t *e1 = add_executor(p, 1, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 2, "alpha", AA_PROTO_DEV_CPU, 7);
+  add_executor(p, 3, "beta", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 4, "beta", AA_PROTO_DEV_CPU, 7);
+  char hw[AA_STORE_HW_MAX], why[512], need[512];
+  pool_hw(e1, 4, hw);
+  aa_conn_t *out[4] = {0};
+  /* One idle executor on each host: dp 2 spans them. */
+  aa_strategy_t s = mesh(2, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 2, out) == 2);
+  CHECK(out[0]->id == 1 && out[1]->id == 3);
+  /* A tensor pair needs two idle on one host: none now, though placeable once the run ends. */
+  s = mesh(1, 2, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 2, out) == 0);
+  CHECK(aa__registry_placeable(p, hw, 2, 2, why, sizeof why));
+  /* dp 8 is more than the hosts have. */
+  CHECK(!aa__registry_placeable(p, hw, 8, 1, why, sizeof why));
+  CHECK_MSG(strstr(why, "it needs 8 executors of the job's hardware, and the 2 connected hosts have 4"), "%s",
+            why);
+  CHECK(!aa__registry_placeable(p, hw, 8, 2, why, sizeof why));
+  CHECK_MSG(strstr(why,
+                   "in 4 tensor-parallel groups of 2, each inside one host, and the 2 connected hosts (4 "
+                   "executors) hold 2 such groups"),
+            "%s", why);
+  aa__registry_need(p, hw, 4, 1, need, sizeof need);
+  CHECK_MSG(strstr(need, "4 executors of cpu:") &&
+                strstr(need, " on 1 host x 4, or up to 4 hosts x 1 (4 connected on 2 hosts)"),
+            "%s", need);
+  aa__registry_need(p, hw, 8, 2, need, sizeof need);
+  CHECK_MSG(strstr(need, "8 executors of cpu:") && strstr(need, "up to 4 hosts x 2") &&
+                strstr(need, "(4 connected on 2 hosts)"),
+            "%s", need);
+  /* Status lists the executors by host. */
+  json_t *hosts = aa__registry_hosts_json(p);
+  CHECK(json_array_size(hosts) == 2);
+  json_t *a = json_array_get(hosts, 0), *b = json_array_get(hosts, 1);
+  CHECK(!strcmp(json_string_value(json_object_get(a, "host")), "alpha"));
+  CHECK(!strcmp(json_string_value(json_object_get(b, "host")), "beta"));
+  json_t *busy = json_array_get(json_object_get(a, "executors"), 1);
+  CHECK(json_integer_value(json_object_get(busy, "id")) == 2 &&
+        json_integer_value(json_object_get(busy, "run")) == 7);
+  CHECK(!strcmp(json_string_value(json_object_get(busy, "device")), e1->fingerprint));
+  CHECK(json_is_null(json_object_get(json_array_get(json_object_get(b, "executors"), 0), "run")));
+  json_decref(hosts);
+  placement_free(p);
+}
+
+AA_TEST(placement_takes_as_few_hosts_as_hold_the_gang) {
+  aa_planner_t *p = placement_planner(AA_CPU_BACKEND_AUTO);
+  aa_conn_t *e1 = add_executor(p, 1, "gamma", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 2, "beta", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 3, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 4, "beta", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 5, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 6, "alpha", AA_PROTO_DEV_CPU, 0);
+  char hw[AA_STORE_HW_MAX], why[512];
+  pool_hw(e1, 6, hw);
+  aa_conn_t *out[6] = {0};
+  /* dp 3 fits alpha, the largest host, alone. */
+  aa_strategy_t s = mesh(3, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 3, out) == 1);
+  CHECK(out[0]->id == 3 && out[1]->id == 5 && out[2]->id == 6);
+  /* dp 5 takes alpha and beta, not gamma. */
+  s = mesh(5, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 5, out) == 2);
+  for (int r = 0; r < 5; r++)
+    CHECK(strcmp(host_of(out, r), "gamma"));
+  /* dp 2 x tp 2: one pair on alpha, one on beta. */
+  s = mesh(2, 2, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 4, out) == 2);
+  CHECK(!strcmp(host_of(out, 0), "alpha") && !strcmp(host_of(out, 1), "alpha"));
+  CHECK(!strcmp(host_of(out, 2), "beta") && !strcmp(host_of(out, 3), "beta"));
+  /* dp 3 x tp 2: three pairs, and the hosts hold two (gamma none). */
+  CHECK(!aa__registry_placeable(p, hw, 6, 2, why, sizeof why));
+  CHECK_MSG(strstr(why, "the 3 connected hosts (6 executors) hold 2 such groups"), "%s", why);
+  placement_free(p);
+}
+
+AA_TEST(placement_backend_option_forces_gloo_or_keeps_gangs_on_one_host) {
+  /* One host only: shm, as before; --cpu-backend gloo forces gloo there too. */
+  aa_planner_t *p = placement_planner(AA_CPU_BACKEND_AUTO);
+  aa_conn_t *e1 = add_executor(p, 1, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 2, "alpha", AA_PROTO_DEV_CPU, 0);
+  char hw[AA_STORE_HW_MAX], why[512];
+  pool_hw(e1, 2, hw);
+  aa_conn_t *out[4] = {0};
+  aa_strategy_t s = mesh(2, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_pool(p, e1) == 2);
+  CHECK(aa__registry_place(p, hw, &s, 2, out) == 1);
+  CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CPU, 1), "shm"));
+  p->cpu_backend = AA_CPU_BACKEND_GLOO;
+  CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CPU, 1), "gloo"));
+  CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CUDA, 1), "nccl"));
+  /* --cpu-backend shm refuses to span: the pool is one host, and a gang
+   * larger than a host is pruned saying so. */
+  add_executor(p, 3, "beta", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 4, "beta", AA_PROTO_DEV_CPU, 0);
+  p->cpu_backend = AA_CPU_BACKEND_SHM;
+  CHECK(aa__registry_pool(p, e1) == 2);
+  pool_hw(e1, 4, hw);
+  CHECK(!aa__registry_spans(p, hw));
+  s = mesh(4, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 4, out) == 0);
+  CHECK(!aa__registry_placeable(p, hw, 4, 1, why, sizeof why));
+  CHECK_MSG(strstr(why, "needs 4 executors of the job's hardware on one host, 2 are connected (the planner's "
+                        "--cpu-backend shm does not span hosts)"),
+            "%s", why);
+  placement_free(p);
+  /* CUDA gangs stay on one host: NCCL across hosts is not built. */
+  p = placement_planner(AA_CPU_BACKEND_AUTO);
+  aa_conn_t *g1 = add_executor(p, 1, "alpha", AA_PROTO_DEV_CUDA, 0);
+  add_executor(p, 2, "beta", AA_PROTO_DEV_CUDA, 0);
+  CHECK(aa__registry_pool(p, g1) == 1);
+  pool_hw(g1, 2, hw);
+  s = mesh(2, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 2, out) == 0);
+  CHECK(!aa__registry_placeable(p, hw, 2, 1, why, sizeof why));
+  CHECK_MSG(strstr(why, "on one host, 1 is connected (NCCL gangs across hosts are not built)"), "%s", why);
+  placement_free(p);
+  /* An unknown backend is refused at create. */
+  char home[512];
+  snprintf(home, sizeof home, "%s/home-backend", tmp_dir);
+  FILE *log = fopen("/dev/null", "w");
+  aa_planner_opts_t o = {.home = home, .log = log, .cpu_backend = "mpi"};
+  CHECK(aa_planner_create(&p, &o) == AA_EINVAL && strstr(aa_last_error(), "must be one of auto, shm, gloo"));
+  fclose(log);
+}
+
 /* --- the planner in this process --------------------------------------------------------------- */
 
 static void *serve(void *data) {
@@ -1057,6 +1295,209 @@ static int recv_msg(int fd, aa_msg_t *out) {
   int rc = aa_msg_decode(buf, len, out);
   free(buf);
   return rc;
+}
+
+/* One gang a fake executor saw: its run, strategy, rendezvous and the
+ * host of each rank. */
+typedef struct {
+  uint64_t run;
+  bool calib;
+  int world;
+  aa_strategy_t s;
+  char rdv[8]; /* the rendezvous's backend prefix ("shm:", "gloo:") */
+  const char *host[4];
+} seen_gang_t;
+
+/* A planner on a thread with --cpu-backend `backend` and four fake
+ * executors, two on host "alpha" and two on "beta", that answer every job
+ * frame with an error at once; a client submits a model of 4 heads (tp up
+ * to 4) whose search is cut to dp x tp (no mixed precision,
+ * checkpointing, ZeRO, sequence or pipeline parallelism) and waits for
+ * its end. The gangs the executors saw go to g[0..*ng), the planner's
+ * answer to `query runs` of the job to reply. */
+static void run_placed_job(const char *backend, const char *dir, seen_gang_t *g, int cap, int *ng,
+                           char *reply, size_t n_reply) {
+  char home[512], sock[600];
+  snprintf(home, sizeof home, "%s/%s", tmp_dir, dir);
+  snprintf(sock, sizeof sock, "%s/%s.sock", tmp_dir, dir);
+  *ng = 0;
+  reply[0] = 0;
+  FILE *log = fopen("/dev/null", "w");
+  aa_planner_opts_t o = {
+      .home = home, .socket_path = sock, .log = log, .cpu_backend = backend, .heartbeat_ms = 3600000};
+  aa_planner_t *p = NULL;
+  int rc = aa_planner_create(&p, &o);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) {
+    fclose(log);
+    return;
+  }
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, serve, p) == 0);
+  static const char *hosts[4] = {"alpha", "alpha", "beta", "beta"};
+  int ex[4], frames = 0;
+  aa_msg_t m;
+  for (int i = 0; i < 4; i++) {
+    ex[i] = connect_unix(sock);
+    aa_msg_t h = {.type = AA_MSG_HELLO,
+                  .hello = {.role = AA_PROTO_ROLE_EXECUTOR,
+                            .has_device = true,
+                            .device = {.kind = AA_PROTO_DEV_CPU,
+                                       .name = "place cpu",
+                                       .memory = 1ull << 30,
+                                       .host = (char *)hosts[i],
+                                       .pid = 100 + i}}};
+    CHECK(send_msg(ex[i], &h) == 0);
+    CHECK(recv_msg(ex[i], &m) == 0 && m.type == AA_MSG_WELCOME);
+    aa_msg_free(&m);
+  }
+  int cl = connect_unix(sock);
+  aa_msg_t hello = {.type = AA_MSG_HELLO, .hello.role = AA_PROTO_ROLE_CLIENT};
+  CHECK(send_msg(cl, &hello) == 0);
+  CHECK(recv_msg(cl, &m) == 0 && m.type == AA_MSG_WELCOME);
+  aa_msg_free(&m);
+  static const char model[] =
+      "{\"name\": \"place\", \"model\": {\"n_layer\": 2, \"n_head\": 4, \"d_model\": 32, \"d_ff\": 64, "
+      "\"seq_len\": 16, "
+      "\"vocab_size\": 256}, \"train\": {\"global_batch\": 4, \"steps\": 2, \"lr\": 0.003, \"seed\": 7}, "
+      "\"data\": {\"train\": \"train.bin\", \"val\": \"val.bin\"}}";
+  char *exclude[] = {"bf16", "fp16", "checkpoint", "zero", "sequence_parallel", "pipeline_parallel"};
+  aa_msg_t sub = {.type = AA_MSG_SUBMIT, .id = 5};
+  sub.submit = (aa_msg_submit_t){.model = (char *)model, .wait = true, .exclude = {.v = exclude, .n = 6}};
+  CHECK(send_msg(cl, &sub) == 0);
+  CHECK(recv_msg(cl, &m) == 0);
+  CHECK_MSG(m.type == AA_MSG_ACK, "%d %s", m.type, m.type == AA_MSG_ERROR ? m.error.message : "");
+  uint64_t job = m.ack.job;
+  aa_msg_free(&m);
+  bool over = false;
+  while (!over && frames++ < 5000) {
+    struct pollfd fds[5];
+    for (int i = 0; i < 4; i++)
+      fds[i] = (struct pollfd){.fd = ex[i], .events = POLLIN};
+    fds[4] = (struct pollfd){.fd = cl, .events = POLLIN};
+    if (poll(fds, 5, 10000) <= 0) break;
+    if (fds[4].revents) {
+      if (recv_msg(cl, &m)) break;
+      over = m.type != AA_MSG_RESULT && m.type != AA_MSG_PROGRESS;
+      aa_msg_free(&m);
+    }
+    for (int i = 0; i < 4; i++) {
+      if (!fds[i].revents || recv_msg(ex[i], &m)) continue;
+      if (m.type == AA_MSG_JOB) {
+        aa_msg_t r = {.type = AA_MSG_RESULT};
+        r.result = (aa_msg_result_t){.job = m.job.job,
+                                     .run = m.job.run,
+                                     .rank = m.job.rank,
+                                     .status = AA_PROTO_RUN_ERROR,
+                                     .error = "fake executor"};
+        CHECK(send_msg(ex[i], &r) == 0);
+        int k = 0;
+        while (k < *ng && g[k].run != m.job.run)
+          k++;
+        if (k == *ng && k < cap && m.job.world <= 4) {
+          g[k] = (seen_gang_t){
+              .run = m.job.run, .calib = m.job.kind == AA_PROTO_JOB_CALIBRATE, .world = m.job.world};
+          CHECK(aa_strategy_parse(&g[k].s, m.job.strategy, "job") == 0);
+          if (m.job.rendezvous)
+            snprintf(g[k].rdv, sizeof g[k].rdv, "%.*s", (int)strcspn(m.job.rendezvous, ":") + 1,
+                     m.job.rendezvous);
+          (*ng)++;
+        }
+        if (k < *ng && m.job.rank >= 0 && m.job.rank < 4) g[k].host[m.job.rank] = hosts[i];
+      }
+      aa_msg_free(&m);
+    }
+  }
+  CHECK_MSG(over, "the job did not end (%d frames)", frames);
+  char args[64];
+  snprintf(args, sizeof args, "{\"job\": %llu}", (unsigned long long)job);
+  aa_msg_t q = {.type = AA_MSG_QUERY, .id = 6, .query = {.what = "runs", .args = args}};
+  CHECK(send_msg(cl, &q) == 0);
+  CHECK(recv_msg(cl, &m) == 0 && m.type == AA_MSG_REPLY);
+  if (m.type == AA_MSG_REPLY) snprintf(reply, n_reply, "%s", m.reply.json);
+  aa_msg_free(&m);
+  aa_planner_stop(p);
+  for (int i = 0; i < 4; i++)
+    close(ex[i]);
+  close(cl);
+  void *ret;
+  pthread_join(t, &ret);
+  aa_planner_destroy(p);
+  fclose(log);
+}
+
+/* Whether every rank of gang x was seen on a host, and on how many hosts. */
+static int gang_hosts(const seen_gang_t *x) {
+  int n = 0;
+  for (int r = 0; r < x->world; r++) {
+    if (!x->host[r]) return 0;
+    bool seen = false;
+    for (int q = 0; q < r; q++)
+      seen = seen || !strcmp(x->host[q], x->host[r]);
+    n += !seen;
+  }
+  return n;
+}
+
+AA_TEST(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_inside_one) {
+  static seen_gang_t g[256];
+  static char reply[1 << 17];
+  int ng;
+  run_placed_job(NULL, "place-auto", g, 256, &ng, reply, sizeof reply);
+  int spanned = 0, tp_pairs = 0, calib = 0;
+  for (int k = 0; k < ng; k++) {
+    const seen_gang_t *x = &g[k];
+    int hosts = gang_hosts(x);
+    CHECK_MSG(hosts >= 1, "run %llu: a rank never came", (unsigned long long)x->run);
+    CHECK(x->s.tp < 4);
+    if (x->world == 1) continue;
+    calib += x->calib;
+    /* One host when it fits (dp 2, the calibration), shm there; across hosts, gloo. */
+    CHECK_MSG(hosts == (x->world <= 2 ? 1 : 2), "run %llu: world %d on %d hosts", (unsigned long long)x->run,
+              x->world, hosts);
+    CHECK_MSG(!strcmp(x->rdv, hosts > 1 ? "gloo:" : "shm:"), "run %llu: %s on %d hosts",
+              (unsigned long long)x->run, x->rdv, hosts);
+    spanned += hosts > 1;
+    if (x->calib || x->s.tp != 2) continue;
+    for (int r = 0; r < x->world; r++) {
+      int members[2];
+      CHECK(aa_layout_group(members, 2, &x->s, r, AA_AXIS_TENSOR) == 2);
+      CHECK_MSG(!strcmp(x->host[members[0]], x->host[members[1]]), "run %llu: ranks %d and %d on two hosts",
+                (unsigned long long)x->run, members[0], members[1]);
+    }
+    tp_pairs += x->world == 4;
+  }
+  CHECK_MSG(calib == 1 && spanned >= 2 && tp_pairs >= 1, "calibrations %d, spanning gangs %d, dp2 x tp2 %d",
+            calib, spanned, tp_pairs);
+  /* tp 4 cannot sit inside a host of two: pruned, saying so. */
+  CHECK_MSG(strstr(reply, "\"dp1.tp4.") &&
+                strstr(reply, "with each tensor-parallel group of 4 inside one host, and "
+                              "the largest of the 2 connected hosts has 2"),
+            "%.2000s", reply);
+}
+
+AA_TEST(cpu_backend_gloo_meets_every_gang_through_gloo_and_shm_keeps_gangs_on_one_host) {
+  static seen_gang_t g[256];
+  static char reply[1 << 17];
+  int ng, multi = 0;
+  run_placed_job("gloo", "place-gloo", g, 256, &ng, reply, sizeof reply);
+  for (int k = 0; k < ng; k++) {
+    if (g[k].world == 1) continue;
+    multi++;
+    CHECK_MSG(!strcmp(g[k].rdv, "gloo:"), "run %llu: %s", (unsigned long long)g[k].run, g[k].rdv);
+  }
+  CHECK(multi >= 3);
+  run_placed_job("shm", "place-shm", g, 256, &ng, reply, sizeof reply);
+  multi = 0;
+  for (int k = 0; k < ng; k++) {
+    if (g[k].world == 1) continue;
+    multi++;
+    CHECK_MSG(gang_hosts(&g[k]) == 1 && !strcmp(g[k].rdv, "shm:"), "run %llu: %s on %d hosts",
+              (unsigned long long)g[k].run, g[k].rdv, gang_hosts(&g[k]));
+  }
+  CHECK(multi >= 2);
+  /* Its pool is one host of two: the job's hardware says x2. */
+  CHECK_MSG(!strstr(reply, "\"dp4.") && !strstr(reply, ".tp4."), "%.2000s", reply);
 }
 
 AA_TEST(bad_frames_get_an_error_and_a_close_and_the_planner_serves_on) {
@@ -1195,10 +1636,16 @@ int main(void) {
   RUN(search_with_a_synthetic_calibration_measures_a_few_in_predicted_order);
   RUN(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees);
   RUN(hardware_fingerprint_is_kind_name_memory_world);
+  RUN(placement_spans_hosts_with_gloo_and_keeps_each_tensor_group_inside_a_host);
+  RUN(placement_takes_idle_executors_and_says_what_a_waiting_gang_needs);
+  RUN(placement_takes_as_few_hosts_as_hold_the_gang);
+  RUN(placement_backend_option_forces_gloo_or_keeps_gangs_on_one_host);
   RUN(job_json_has_the_documented_shape);
   RUN(query_replies_have_the_documented_shape);
   RUN(query_run_lists_every_ranks_own_figures);
   RUN(strategy_file_names_are_reduced_to_safe_characters);
+  RUN(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_inside_one);
+  RUN(cpu_backend_gloo_meets_every_gang_through_gloo_and_shm_keeps_gangs_on_one_host);
   RUN(bad_frames_get_an_error_and_a_close_and_the_planner_serves_on);
   RUN(destroy_without_run_closes_everything);
   char cmd[300];

@@ -246,6 +246,10 @@ start_planner
 start_executor 1; e1=$executor
 start_executor 1; e2=$executor
 check "two executors register" wait_for 20 executors_up 2
+# Status lists the hosts with their executors: both on this one.
+expect 0 "hosts: 1" "$AA" status $P
+check "the status JSON has one host with both executors" \
+  [ "$("$AA" status $P --json | jq_ "[len(h['executors']) for h in d['hosts']]")" = "[2]" ]
 expect 0 "job 1 done" timeout 300 "$AA" submit "$tmp/model.json" $P --wait --exhaustive --exclude bf16,fp16,checkpoint
 "$AA" query runs --job 1 $P --json >"$tmp/runs9.json"
 "$AA" status 1 $P --json >"$tmp/job9.json"
