@@ -532,6 +532,7 @@ int aa__report_status(aa_planner_t *p, char **out) {
   for (aa_conn_t *c = p->conns; c; c = c->next)
     if (c->role == AA_CONN_EXECUTOR && !c->dropped) json_array_append_new(ex, executor_json(c));
   json_object_set_new(root, "executors", ex);
+  json_object_set_new(root, "hosts", aa__registry_hosts_json(p));
   for (size_t i = 0; i < p->queue_n; i++) json_array_append_new(q, json_integer(p->queue[i].id));
   json_object_set_new(root, "queue", q);
   json_object_set_new(root, "running", int0(aa__jobs_current_id(p)));

@@ -6,16 +6,16 @@
 
 #include "../common/json.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <stddef.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -43,19 +43,6 @@ void aa__planner_log(aa_planner_t *p, const char *fmt, ...) {
 }
 
 /* --- messages -------------------------------------------------------------------- */
-
-/* Adds "hosts" (aa__registry_hosts_json: the executors by host) to the
- * planner-wide status text *text (malloc'd; replaced on success, kept and
- * freed on failure). */
-static int add_hosts(aa_planner_t *p, char **text) {
-  json_t *root = json_loads(*text, 0, NULL), *hosts = aa__registry_hosts_json(p);
-  char *out = root && hosts && !json_object_set(root, "hosts", hosts) ? aa__report_dump(root) : NULL;
-  json_decref(hosts);
-  json_decref(root);
-  free(*text);
-  *text = out;
-  return out ? 0 : aa_error(AA_ENOMEM, "status: no memory for the hosts");
-}
 
 void aa__planner_dispatch(aa_conn_t *c, aa_msg_t *m, const void *payload, size_t n) {
   if (c->role == AA_CONN_HELLO) {
@@ -89,8 +76,8 @@ void aa__planner_dispatch(aa_conn_t *c, aa_msg_t *m, const void *payload, size_t
           if (!(text = aa__report_dump(o))) rc = aa_error(AA_ENOMEM, "status: no memory");
           json_decref(o);
         }
-      } else if (!(rc = aa__report_status(c->p, &text))) {
-        rc = add_hosts(c->p, &text);
+      } else {
+        rc = aa__report_status(c->p, &text);
       }
       if (rc) {
         aa__conn_send_error(c, m->id, rc, aa_last_error());
@@ -148,7 +135,8 @@ static int clear_socket_path(const char *path) {
   if (live) return aa_error(AA_EIO, "another planner is listening on %s", path);
   if (err != ECONNREFUSED && err != ENOENT)
     return aa_error(AA_EIO, "cannot tell whether a planner listens on %s: %s", path, strerror(err));
-  if (unlink(path) && errno != ENOENT) return aa_error(AA_EIO, "cannot remove the stale socket %s: %s", path, strerror(errno));
+  if (unlink(path) && errno != ENOENT)
+    return aa_error(AA_EIO, "cannot remove the stale socket %s: %s", path, strerror(errno));
   return 0;
 }
 
@@ -175,7 +163,8 @@ static int listen_unix(aa_planner_t *p) {
 /* Whether a resolved address is a wildcard (every interface). */
 static bool is_wildcard(const struct sockaddr *sa) {
   if (sa->sa_family == AF_INET) return ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
-  if (sa->sa_family == AF_INET6) return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+  if (sa->sa_family == AF_INET6)
+    return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
   return false;
 }
 
@@ -205,7 +194,8 @@ static int load_or_make_token(aa_planner_t *p) {
   if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
     return aa_error(AA_EIO, "cannot make a token for %s: getrandom: %s", path, strerror(errno));
   char hex[2 * sizeof raw + 2];
-  for (size_t i = 0; i < sizeof raw; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+  for (size_t i = 0; i < sizeof raw; i++)
+    snprintf(hex + 2 * i, 3, "%02x", raw[i]);
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return aa_error(AA_EIO, "cannot create the token file %s: %s", path, strerror(errno));
   size_t len = strlen(hex);
@@ -215,8 +205,9 @@ static int load_or_make_token(aa_planner_t *p) {
     unlink(path);
     return aa_error(AA_EIO, "cannot write the token file %s", path);
   }
-  aa__planner_log(p, "made a token for TCP peers in %s (mode 0600): give it to executors and clients with --token-file",
-                  path);
+  aa__planner_log(
+      p, "made a token for TCP peers in %s (mode 0600): give it to executors and clients with --token-file",
+      path);
   return aa_token_load(path, p->token, &p->token_len);
 }
 
@@ -240,10 +231,11 @@ static int listen_tcp(aa_planner_t *p, const char *text) {
   bool literal_any = !strcmp(a.host, "0.0.0.0") || !strcmp(a.host, "::");
   if (is_wildcard(res->ai_addr) && !literal_any) {
     freeaddrinfo(res);
-    return aa_error(AA_EINVAL,
-                    "--listen %s: %s resolves to %s, which listens on every interface; write %s:%d if that is "
-                    "what you mean",
-                    text, a.host, host, strchr(host, ':') ? "[::]" : "0.0.0.0", a.port);
+    return aa_error(
+        AA_EINVAL,
+        "--listen %s: %s resolves to %s, which listens on every interface; write %s:%d if that is "
+        "what you mean",
+        text, a.host, host, strchr(host, ':') ? "[::]" : "0.0.0.0", a.port);
   }
   if ((rc = uv_tcp_init(&p->loop, &p->tcp_srv))) {
     freeaddrinfo(res);
@@ -311,7 +303,8 @@ static void on_tick(uv_timer_t *t) {
   }
   /* A peer that does not read its bye does not hold the stop up. */
   if ((aa_now() - p->stop_started) * 1000 >= AA_PLANNER_STOP_GRACE_MS)
-    for (aa_conn_t *c = p->conns; c; c = c->next) aa__conn_enqueue_close(c);
+    for (aa_conn_t *c = p->conns; c; c = c->next)
+      aa__conn_enqueue_close(c);
 }
 
 static void on_kick(uv_timer_t *t) {
@@ -367,15 +360,15 @@ typedef struct {
   long long min, max, def;
 } limit_t;
 
-#define LIMIT(n, mn, mx, d) \
-  {#n, offsetof(aa_planner_opts_t, n), offsetof(aa_planner_limits_t, n), false, mn, mx, d}
+#define LIMIT(n, mn, mx, d)                                                                                  \
+  { #n, offsetof(aa_planner_opts_t, n), offsetof(aa_planner_limits_t, n), false, mn, mx, d }
 static const limit_t limits[] = {
     LIMIT(max_connections, AA_PLANNER_UNIX_RESERVE + 1, 1000000, 1024),
     LIMIT(max_unauthenticated, 1, 1000000, 64),
     LIMIT(hello_timeout_ms, 100, 3600000, 10000),
     LIMIT(frame_timeout_ms, 100, 3600000, 30000),
-    {"write_queue_max", offsetof(aa_planner_opts_t, write_queue_max), offsetof(aa_planner_limits_t, write_queue_max),
-     true, 4096, 1LL << 40, 32LL << 20},
+    {"write_queue_max", offsetof(aa_planner_opts_t, write_queue_max),
+     offsetof(aa_planner_limits_t, write_queue_max), true, 4096, 1LL << 40, 32LL << 20},
     LIMIT(placement_timeout_s, 1, AA_PROTO_TIME_LIMIT_MAX, 3600),
 };
 #undef LIMIT
@@ -392,11 +385,14 @@ static int set_limits(aa_planner_t *p, const aa_planner_opts_t *o) {
     if (v == 0) v = l->def;
     if (v < l->min || v > l->max)
       return aa_error(AA_EINVAL, "planner: %s %lld must be in %lld..%lld", l->name, v, l->min, l->max);
-    if (l->bytes) *(size_t *)(lb + l->lim) = (size_t)v;
-    else *(int *)(lb + l->lim) = (int)v;
+    if (l->bytes)
+      *(size_t *)(lb + l->lim) = (size_t)v;
+    else
+      *(int *)(lb + l->lim) = (int)v;
   }
   p->lim.max_resumes = o->max_resumes < 0 ? 0 : o->max_resumes > 0 ? o->max_resumes : 3;
-  if (p->lim.max_resumes > 1000) return aa_error(AA_EINVAL, "planner: max_resumes %d must be in 0..1000", o->max_resumes);
+  if (p->lim.max_resumes > 1000)
+    return aa_error(AA_EINVAL, "planner: max_resumes %d must be in 0..1000", o->max_resumes);
   struct rlimit rl;
   if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY) {
     long long room = (long long)rl.rlim_cur - AA_PLANNER_FD_RESERVE;
@@ -408,8 +404,10 @@ static int set_limits(aa_planner_t *p, const aa_planner_opts_t *o) {
 
 static int setup(aa_planner_t *p, const aa_planner_opts_t *o) {
   int rc;
-  if (o->home) snprintf(p->home, sizeof p->home, "%s", o->home);
-  else if ((rc = aa_home_dir(p->home, sizeof p->home))) return rc;
+  if (o->home)
+    snprintf(p->home, sizeof p->home, "%s", o->home);
+  else if ((rc = aa_home_dir(p->home, sizeof p->home)))
+    return rc;
   p->log = o->log;
   if ((rc = make_home(p, p->home))) return rc;
   const char *sock = o->socket_path;
@@ -423,8 +421,10 @@ static int setup(aa_planner_t *p, const aa_planner_opts_t *o) {
                     sizeof p->socket_path - 1);
   snprintf(p->socket_path, sizeof p->socket_path, "%s", sock);
   snprintf(p->address, sizeof p->address, "unix:%s", p->socket_path);
-  if (o->store_path) snprintf(p->store_path, sizeof p->store_path, "%s", o->store_path);
-  else snprintf(p->store_path, sizeof p->store_path, "%.4080s/store.db", p->home);
+  if (o->store_path)
+    snprintf(p->store_path, sizeof p->store_path, "%s", o->store_path);
+  else
+    snprintf(p->store_path, sizeof p->store_path, "%.4080s/store.db", p->home);
   if (o->token_file && (rc = aa_token_load(o->token_file, p->token, &p->token_len))) return rc;
   if ((rc = set_limits(p, o))) return rc;
   if (o->heartbeat_ms < 0 || o->heartbeat_ms > 3600000 || (o->heartbeat_ms && o->heartbeat_ms < 100))
@@ -432,7 +432,8 @@ static int setup(aa_planner_t *p, const aa_planner_opts_t *o) {
   p->heartbeat_ms = o->heartbeat_ms ? o->heartbeat_ms : 1000;
   p->dead_after_ms = o->dead_after_ms > 0 ? o->dead_after_ms : 10 * p->heartbeat_ms;
   if (p->dead_after_ms < p->heartbeat_ms)
-    return aa_error(AA_EINVAL, "dead_after_ms %d must be at least heartbeat_ms %d", p->dead_after_ms, p->heartbeat_ms);
+    return aa_error(AA_EINVAL, "dead_after_ms %d must be at least heartbeat_ms %d", p->dead_after_ms,
+                    p->heartbeat_ms);
   p->warmup_steps = o->warmup_steps < 0 ? 1 : o->warmup_steps;
   p->measured_steps = o->measured_steps > 0 ? o->measured_steps : 4;
   if (o->dryrun_time_limit_s < 0 || o->dryrun_time_limit_s > AA_PROTO_TIME_LIMIT_MAX)
@@ -453,7 +454,9 @@ static int setup(aa_planner_t *p, const aa_planner_opts_t *o) {
   if ((rc = aa_store_open(&p->store, p->store_path, 0))) return rc;
   if ((rc = aa_store_recover(p->store, p->lim.max_resumes, &rec))) return rc;
   if (rec.jobs_requeued || rec.jobs_interrupted || rec.runs_crashed)
-    aa__planner_log(p, "recovered the store: %d interrupted jobs queued again to resume, %d left interrupted, %d runs crashed",
+    aa__planner_log(p,
+                    "recovered the store: %d interrupted jobs queued again to resume, %d left interrupted, "
+                    "%d runs crashed",
                     rec.jobs_requeued, rec.jobs_interrupted, rec.runs_crashed);
   char dir[AA_PATH_MAX + 32];
   snprintf(dir, sizeof dir, "%.4080s/strategies", p->home);
@@ -466,7 +469,8 @@ static int setup(aa_planner_t *p, const aa_planner_opts_t *o) {
   uv_timer_init(&p->loop, &p->kick);
   uv_idle_init(&p->loop, &p->reaper);
   uv_idle_init(&p->loop, &p->turn);
-  if ((rc = uv_async_init(&p->loop, &p->wake, on_wake))) return aa_error(AA_EIO, "uv_async_init: %s", uv_strerror(rc));
+  if ((rc = uv_async_init(&p->loop, &p->wake, on_wake)))
+    return aa_error(AA_EIO, "uv_async_init: %s", uv_strerror(rc));
   p->tick.data = p->kick.data = p->reaper.data = p->turn.data = p->wake.data = p;
   if ((rc = listen_unix(p))) return rc;
   if (o->tcp && (rc = listen_tcp(p, o->tcp))) return rc;
@@ -488,12 +492,14 @@ int aa_planner_create(aa_planner_t **out, const aa_planner_opts_t *opts) {
     return aa_error(rc, "%s", msg);
   }
   aa__planner_log(p, "listening on %s%s%s; store %s; heartbeat %d ms, dead after %d ms", p->address,
-                  p->tcp_address[0] ? " and " : "", p->tcp_address, p->store_path, p->heartbeat_ms, p->dead_after_ms);
-  aa__planner_log(p,
-                  "limits: %d connections (%d kept for the unix socket), %d TCP peers before hello, hello within %d ms, "
-                  "a frame within %d ms, %zu bytes queued per peer, placement wait %d s",
-                  p->lim.max_connections, AA_PLANNER_UNIX_RESERVE, p->lim.max_unauthenticated, p->lim.hello_timeout_ms,
-                  p->lim.frame_timeout_ms, p->lim.write_queue_max, p->lim.placement_timeout_s);
+                  p->tcp_address[0] ? " and " : "", p->tcp_address, p->store_path, p->heartbeat_ms,
+                  p->dead_after_ms);
+  aa__planner_log(
+      p,
+      "limits: %d connections (%d kept for the unix socket), %d TCP peers before hello, hello within %d ms, "
+      "a frame within %d ms, %zu bytes queued per peer, placement wait %d s",
+      p->lim.max_connections, AA_PLANNER_UNIX_RESERVE, p->lim.max_unauthenticated, p->lim.hello_timeout_ms,
+      p->lim.frame_timeout_ms, p->lim.write_queue_max, p->lim.placement_timeout_s);
   static const char *const backends[] = {"auto (shm on one host, gloo across hosts)",
                                          "shm (every gang on one host)", "gloo (on one host too)"};
   aa__planner_log(p, "CPU gangs: %s", backends[p->cpu_backend]);
@@ -535,8 +541,10 @@ void aa_planner_destroy(aa_planner_t *p) {
   if (!p) return;
   if (p->loop_ready) {
     /* Never run, or run returned early: close what create opened. */
-    if (!p->stopping) begin_stop(p, "destroyed");
-    else aa__planner_maybe_finish_stop(p);
+    if (!p->stopping)
+      begin_stop(p, "destroyed");
+    else
+      aa__planner_maybe_finish_stop(p);
     if (!p->handles_closed) {
       p->stopping = true;
       aa__planner_maybe_finish_stop(p);
