@@ -54,7 +54,13 @@ static aa_proto_run_status_t proto_status(aa_store_run_status_t s) {
 
 /* A calibration's gang has no run in the store; in frames its id is this,
  * far above any row id the store will reach, so it never matches a run. */
-static int64_t calib_run_id(const aa_planner_job_t *j) { return ((int64_t)1 << 62) + j->id; }
+static int64_t calib_run_id(const aa_planner_job_t *j, bool across) {
+  return ((int64_t)1 << 62) + (across ? (int64_t)1 << 61 : 0) + j->id;
+}
+
+/* dispatch()'s calibrate: no (a run of the store), the calibration on one
+ * host, or the one across hosts. */
+enum { CALIB_NONE = 0, CALIB_HOST = 1, CALIB_ACROSS = 2 };
 
 /* The process-group backend of the job's calibration gang, which sits on
  * one host: the links it measures are that backend's. */
@@ -78,6 +84,7 @@ void aa__job_free(aa_planner_job_t *j) {
   gang_free(j);
   aa__search_free(&j->search);
   free(j->calib);
+  free(j->calib_inter);
   free(j->model_json);
   free(j);
 }
@@ -333,17 +340,19 @@ static void gang_finish(aa_planner_t *p) {
  * for it. A calibration (calibrate: the job's calibrate phase; kind is
  * then ignored) is sent the same way to a gang of `world` ranks on one
  * host with s as its default strategy, but is no run of the store: its
- * id is calib_run_id(j). Returns 0 when sent, 1 when the idle executors
+ * id is calib_run_id(j, across). Returns 0 when sent, 1 when the idle executors
  * cannot place it now (nothing done; logged once), or an error (the run,
  * if it was inserted, recorded error). */
 static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s, aa_store_run_kind_t kind,
-                    double predicted, const char *predicted_json, bool calibrate, int calib_world) {
+                    double predicted, const char *predicted_json, int calibrate, int calib_world) {
   int world = calibrate ? calib_world : s->dp * s->tp * s->pp;
   if (world < 1 || world > AA_PROTO_WORLD_MAX)
     return aa_error(AA_EINVAL, "strategy: %d ranks is outside 1..%d", world, AA_PROTO_WORLD_MAX);
   aa_conn_t **gang = calloc((size_t)world, sizeof *gang);
   if (!gang) return aa_error(AA_ENOMEM, "planner: no memory for a gang of %d", world);
-  int hosts = aa__registry_place(p, j->hardware, calibrate ? NULL : s, world, gang);
+  int hosts = calibrate == CALIB_ACROSS
+                  ? aa__registry_place_across(p, j->hardware, world, gang)
+                  : aa__registry_place(p, j->hardware, calibrate ? NULL : s, world, gang);
   if (hosts < 0) {
     free(gang);
     return hosts;
@@ -352,7 +361,8 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
     if (!j->waiting_logged)
       aa__planner_log(p, "job %lld waits for %d idle executor%s of %s%s", (long long)j->id, world,
                       world > 1 ? "s" : "", j->hardware,
-                      calibrate || !aa__registry_spans(p, j->hardware)
+                      calibrate == CALIB_ACROSS ? " on two hosts or more"
+                      : calibrate || !aa__registry_spans(p, j->hardware)
                           ? " on one host"
                           : " with each tensor-parallel group on one host");
     j->waiting_logged = true;
@@ -381,7 +391,7 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
     free(gang);
     return rc;
   }
-  if (calibrate) run = calib_run_id(j);
+  if (calibrate) run = calib_run_id(j, calibrate == CALIB_ACROSS);
   rc = aa_strategy_to_json(s, &strategy);
   if (!rc && !(ranks = calloc((size_t)world, sizeof *ranks)))
     rc = aa_error(AA_ENOMEM, "planner: no memory for a gang of %d", world);
@@ -443,6 +453,7 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
   j->lost_executor = false;
   j->run_id = run;
   j->calibrating = calibrate;
+  j->calibrating_inter = calibrate == CALIB_ACROSS;
   if (calibrate)
     snprintf(j->run_key, sizeof j->run_key, "calibrate");
   else
@@ -552,10 +563,15 @@ static bool calib_lacks_ops(const aa_planner_job_t *j, int world) {
 }
 
 /* The pool the job's candidates are predicted on: its executors, which on
- * a CPU share the cores of one host. */
-static aa_predict_pool_t calib_pool(const aa_planner_job_t *j) {
-  return (aa_predict_pool_t){.devices = aa__planner_hw_world(j->hardware),
-                             .host_cores = j->dev_kind == AA_PROTO_DEV_CUDA ? 0 : j->calib->host_cores};
+ * a CPU share the cores of their host; when its gangs span hosts, as many
+ * on a host as its largest has, with the links between hosts measured. */
+static aa_predict_pool_t calib_pool(aa_planner_t *p, const aa_planner_job_t *j) {
+  int world = aa__planner_hw_world(j->hardware), most = aa__registry_most_on_one_host(p, j->hardware);
+  bool across = aa__registry_spans(p, j->hardware) && most >= 1 && most < world;
+  return (aa_predict_pool_t){.devices = world,
+                             .host_cores = j->dev_kind == AA_PROTO_DEV_CUDA ? 0 : j->calib->host_cores,
+                             .host_devices = across ? most : 0,
+                             .inter = across ? j->calib_inter : NULL};
 }
 
 /* Gives every candidate not pruned its calibrated prediction (the search
@@ -563,7 +579,7 @@ static aa_predict_pool_t calib_pool(const aa_planner_job_t *j) {
  * keeps none and comes after the predicted ones. */
 static void calib_apply(aa_planner_t *p, aa_planner_job_t *j) {
   if (!j->calib) return;
-  const aa_predict_pool_t pool = calib_pool(j);
+  const aa_predict_pool_t pool = calib_pool(p, j);
   int done = 0, failed = 0, stand_ins = 0;
   char first[300] = "";
   for (size_t i = 0; i < j->search.n; i++) {
@@ -589,9 +605,9 @@ static void calib_apply(aa_planner_t *p, aa_planner_job_t *j) {
 /* The predicted step of candidate c by part as the store keeps it
  * (runs.predicted_json, docs/store.md), malloc'd; NULL without a
  * calibrated prediction. */
-static char *predicted_json(const aa_planner_job_t *j, const aa_cand_t *c) {
+static char *predicted_json(aa_planner_t *p, const aa_planner_job_t *j, const aa_cand_t *c) {
   if (!j->calib || !(c->predicted > 0)) return NULL;
-  const aa_predict_pool_t pool = calib_pool(j);
+  const aa_predict_pool_t pool = calib_pool(p, j);
   aa_predict_t pr;
   if (aa_predict(&j->spec, &c->s, j->calib, &pool, &pr)) return NULL;
   json_t *o = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}", "forward_ms", 1e3 * pr.forward_s,
@@ -616,18 +632,55 @@ static int calib_world(aa_planner_t *p, const aa_planner_job_t *j) {
  * all-reduce of every group size its pool can form (2 .. world in powers
  * of two) and the op shapes of the model's strategies. What is missing
  * goes into j->calib_what ("ops of the model, collectives of 2, 4"). */
-static bool calib_missing(aa_planner_job_t *j, int world) {
-  bool ops = !j->calib || calib_lacks_ops(j, world);
-  size_t o = (size_t)snprintf(j->calib_what, sizeof j->calib_what, "%s", ops ? "ops of the model" : "");
-  const char *sep = ops ? ", collectives of " : "collectives of ";
+/* The group sizes 2 .. world (powers of two) whose all-reduce c (NULL =
+ * none) lacks, appended to what (n bytes, at *o) after sep; whether any. */
+static bool links_missing(const aa_calib_t *c, int world, char *what, size_t n, size_t *o, const char *sep) {
   bool links = false;
-  for (int t = 2; t <= world && o < sizeof j->calib_what; t *= 2) {
-    if (j->calib && aa_calib_find_link(j->calib, AA_COST_ALL_REDUCE, t)) continue;
-    o += (size_t)snprintf(j->calib_what + o, sizeof j->calib_what - o, "%s%d", sep, t);
+  for (int t = 2; t <= world && *o < n; t *= 2) {
+    if (c && aa_calib_find_link(c, AA_COST_ALL_REDUCE, t)) continue;
+    *o += (size_t)snprintf(what + *o, n - *o, "%s%d", sep, t);
     sep = ", ";
     links = true;
   }
+  return links;
+}
+
+static bool calib_missing(aa_planner_job_t *j, int world) {
+  bool ops = !j->calib || calib_lacks_ops(j, world);
+  size_t o = (size_t)snprintf(j->calib_what, sizeof j->calib_what, "%s", ops ? "ops of the model" : "");
+  bool links = links_missing(j->calib, world, j->calib_what, sizeof j->calib_what, &o,
+                             ops ? ", collectives of " : "collectives of ");
   return ops || links;
+}
+
+/* A CPU pool whose gangs span hosts (two or more with executors of the
+ * job's hardware) needs the links between hosts for every group size
+ * 2 .. its world: the stored "gloo" calibration of the device becomes
+ * j->calib_inter, and j->inter_wanted says whether it lacks a size. */
+static void inter_lookup(aa_planner_t *p, aa_planner_job_t *j, const char *device) {
+  int world = aa__planner_hw_world(j->hardware), most = aa__registry_most_on_one_host(p, j->hardware);
+  j->inter_wanted = false;
+  if (j->dev_kind == AA_PROTO_DEV_CUDA || !aa__registry_spans(p, j->hardware) || most < 1 || most >= world)
+    return;
+  char *json = NULL;
+  int rc = aa_store_calib_get(p->store, device, "gloo", &json);
+  if (rc == 0) {
+    aa_calib_t *c = malloc(sizeof *c);
+    if (c && !aa_calib_parse(c, json, "the stored calibration across hosts")) {
+      j->calib_inter = c;
+    } else {
+      aa__planner_log(p, "job %lld: the stored calibration of %s across hosts cannot be used: %s",
+                      (long long)j->id, device, c ? aa_last_error() : "no memory");
+      free(c);
+    }
+  }
+  free(json);
+  size_t o = 0;
+  char what[sizeof j->calib_what];
+  j->inter_wanted =
+      links_missing(j->calib_inter, world, what, sizeof what, &o, "collectives across hosts of ");
+  if (!j->inter_wanted)
+    aa__planner_log(p, "job %lld: using the stored links of %s between hosts", (long long)j->id, device);
 }
 
 /* The walk of aa_store_calib_list for one (device, backend): its date. */
@@ -665,8 +718,9 @@ static void calib_lookup(aa_planner_t *p, aa_planner_job_t *j) {
     }
   }
   free(json);
+  inter_lookup(p, j, device);
   j->calib_wanted = calib_missing(j, calib_world(p, j));
-  if (j->calib_wanted) return;
+  if (j->calib_wanted || j->inter_wanted) return;
   calib_date_t d = {.backend = calib_backend(p, j)};
   char date[32] = "at an unknown date";
   if (aa_store_calib_list(p->store, device, calib_date, &d) >= 0 && d.measured_at > 0) {
@@ -685,14 +739,23 @@ static void calib_lookup(aa_planner_t *p, aa_planner_job_t *j) {
  * are connected) to measure what calib_missing found missing. Returns
  * like dispatch(): 0 sent, 1 waiting for executors, < 0 not sent. */
 static int calib_send(aa_planner_t *p, aa_planner_job_t *j) {
-  int world = calib_world(p, j);
+  /* The one host's first; then, when the pool spans hosts and lacks them,
+   * the links between hosts, by a gang of the whole pool, ranks on the
+   * hosts in turn (aa__registry_place_across). */
+  const bool across = !j->calib_wanted;
+  int world = across ? aa__planner_hw_world(j->hardware) : calib_world(p, j);
+  if (across) {
+    size_t o = 0;
+    links_missing(j->calib_inter, world, j->calib_what, sizeof j->calib_what, &o,
+                  "collectives across hosts of ");
+  }
   /* The job frame needs a strategy; the calibration measures every shape
    * the model's strategies produce, whatever it is. */
   aa_strategy_t d;
   aa_strategy_default(&d);
   if (aa_strategy_resolve(&d, &j->spec, 1))
     return aa_error(AA_EINVAL, "no default strategy: %s", aa_last_error());
-  int rc = dispatch(p, j, &d, AA_STORE_RUN_DRYRUN, 0, NULL, true, world);
+  int rc = dispatch(p, j, &d, AA_STORE_RUN_DRYRUN, 0, NULL, across ? CALIB_ACROSS : CALIB_HOST, world);
   if (rc == 0) j->calib_started = aa_now();
   return rc;
 }
@@ -703,6 +766,9 @@ static int calib_send(aa_planner_t *p, aa_planner_job_t *j) {
  * meant to extend). Either way the phase is over. */
 static void calib_finished(aa_planner_t *p) {
   aa_planner_job_t *j = p->cur;
+  const bool across = j->calibrating_inter;
+  aa_calib_t **into = across ? &j->calib_inter : &j->calib;
+  const char *backend = across ? "gloo" : calib_backend(p, j);
   char why[AA_PROTO_TEXT_MAX + 128] = "", device[AA_STORE_HW_MAX];
   aa_store_device_of(j->hardware, device, sizeof device);
   for (int r = 0; r < j->world && !why[0]; r++) {
@@ -719,32 +785,40 @@ static void calib_finished(aa_planner_t *p) {
   if (got && aa_calib_parse(got, text, "the calibration")) snprintf(why, sizeof why, "%s", aa_last_error());
   if (!why[0]) {
     int ops = got->n_op, links = got->n_link;
-    if (j->calib) {
-      aa_calib_merge(j->calib, got);
+    if (*into) {
+      aa_calib_merge(*into, got);
     } else {
-      j->calib = got;
+      *into = got;
       got = NULL;
     }
-    char *json = aa_calib_to_json(j->calib);
-    if (!json || aa_store_calib_put(p->store, device, calib_backend(p, j), json))
+    char *json = aa_calib_to_json(*into);
+    if (!json || aa_store_calib_put(p->store, device, backend, json))
       aa__planner_log(p, "job %lld: cannot store the calibration of %s: %s (this job uses it)",
                       (long long)j->id, device, json ? aa_last_error() : "no memory");
     else
-      aa__planner_log(p, "job %lld: calibration of %s stored (%d ops, %d links, %.1f s)", (long long)j->id,
-                      device, ops, links, aa_now() - j->calib_started);
+      aa__planner_log(p, "job %lld: calibration of %s%s stored (%d ops, %d links, %.1f s)", (long long)j->id,
+                      device, across ? " across hosts" : "", ops, links, aa_now() - j->calib_started);
     free(json);
   } else {
     aa_proto_utf8_trim(why);
-    aa__planner_log(p, "job %lld: calibration failed: %s; the search goes on %s", (long long)j->id, why,
-                    j->calib ? "with the stored calibration"
-                             : "without one (predictions from the nearest measured run)");
+    aa__planner_log(p, "job %lld: calibration%s failed: %s; the search goes on %s", (long long)j->id,
+                    across ? " across hosts" : "", why,
+                    across     ? "predicting collectives across hosts from those within one"
+                    : j->calib ? "with the stored calibration"
+                               : "without one (predictions from the nearest measured run)");
   }
   free(got);
   j->run_id = 0;
-  j->calibrating = false;
-  j->calib_over = true;
+  j->calibrating = j->calibrating_inter = false;
+  if (across)
+    j->inter_wanted = false;
+  else
+    j->calib_wanted = false;
   gang_free(j);
-  calib_apply(p, j);
+  if (!j->calib_wanted && !j->inter_wanted) {
+    j->calib_over = true;
+    calib_apply(p, j);
+  }
   aa__planner_kick(p);
 }
 
@@ -756,16 +830,32 @@ void aa__job_advance(aa_planner_t *p) {
     return;
   }
   if (j->phase == AA_PHASE_SEARCH && !j->calib_over) {
+    const bool across = !j->calib_wanted;
     int rc = calib_send(p, j);
-    if (rc == 1) {
+    if (rc == 1 && !across) {
       no_gang(p, 1, 1);
       return;
     }
     if (rc == 0) return;
-    aa__planner_log(p, "job %lld: cannot send the calibration: %s; the search goes on without it",
-                    (long long)j->id, aa_last_error());
-    j->calib_over = true;
-    calib_apply(p, j);
+    if (rc == 1)
+      aa__planner_log(p,
+                      "job %lld: fewer than two hosts have idle executors: the links between hosts are "
+                      "predicted from those within one",
+                      (long long)j->id);
+    else
+      aa__planner_log(p, "job %lld: cannot send the calibration%s: %s; the search goes on without it",
+                      (long long)j->id, across ? " across hosts" : "", aa_last_error());
+    if (across)
+      j->inter_wanted = false;
+    else
+      j->calib_wanted = false;
+    if (!j->calib_wanted && !j->inter_wanted) {
+      j->calib_over = true;
+      calib_apply(p, j);
+    } else {
+      aa__planner_kick(p);
+      return;
+    }
   }
   if (j->phase == AA_PHASE_SEARCH) {
     int i;
@@ -781,9 +871,10 @@ void aa__job_advance(aa_planner_t *p) {
     bool again = i < 0 && (i = aa__search_remeasure_next(&j->search, aa_now())) >= 0;
     if (i >= 0) {
       aa_cand_t *c = &j->search.c[i];
-      char *pj = predicted_json(j, c);
+      char *pj = predicted_json(p, j, c);
       j->run_index = j->search.dispatched + 1;
-      int rc = dispatch(p, j, &c->s, AA_STORE_RUN_DRYRUN, aa__search_predict(&j->search, i), pj, false, 0);
+      int rc =
+          dispatch(p, j, &c->s, AA_STORE_RUN_DRYRUN, aa__search_predict(&j->search, i), pj, CALIB_NONE, 0);
       free(pj);
       if (rc == 1) {
         no_gang(p, 1, 1);
@@ -827,7 +918,7 @@ void aa__job_advance(aa_planner_t *p) {
   }
   /* Training with a dp > 1 strategy is a gang too: it waits while its
    * executors are busy, and steps aside while they are not connected. */
-  int rc = dispatch(p, j, &j->best, AA_STORE_RUN_TRAIN, 0, NULL, false, 0);
+  int rc = dispatch(p, j, &j->best, AA_STORE_RUN_TRAIN, 0, NULL, CALIB_NONE, 0);
   if (rc == 1) {
     no_gang(p, j->best.dp * j->best.tp * j->best.pp, j->best.tp);
   } else if (rc < 0) {
@@ -882,7 +973,8 @@ static int load_options(aa_planner_job_t *j, const char *options, aa_model_spec_
     rc = aa_strategy_parse(&j->from, from_json, "the strategy to start from");
     j->has_from = rc == 0;
   } else if (!rc && from && !json_is_null(from)) {
-    rc = aa_error(AA_ECORRUPT, "job %lld: its stored strategy to start from is not a JSON object", (long long)j->id);
+    rc = aa_error(AA_ECORRUPT, "job %lld: its stored strategy to start from is not a JSON object",
+                  (long long)j->id);
   }
   free(from_json);
   if (!rc && spec && spec_json) {
@@ -891,13 +983,13 @@ static int load_options(aa_planner_job_t *j, const char *options, aa_model_spec_
     spec_json = NULL;
   } else if (!rc) {
     j->model_json = json_dumps(json_object_get(o, "spec"), JSON_COMPACT);
-    if (!j->model_json) rc = aa_error(AA_ECORRUPT, "job %lld: no model spec in its stored options", (long long)j->id);
+    if (!j->model_json)
+      rc = aa_error(AA_ECORRUPT, "job %lld: no model spec in its stored options", (long long)j->id);
     char origin[64];
     snprintf(origin, sizeof origin, "job %lld model", (long long)j->id);
     if (!rc) rc = aa_spec_parse(&j->spec, j->model_json, NULL, origin);
   }
-  if (!rc && j->has_from)
-    rc = aa_strategy_resolve(&j->from, &j->spec, j->from.dp * j->from.tp * j->from.pp);
+  if (!rc && j->has_from) rc = aa_strategy_resolve(&j->from, &j->spec, j->from.dp * j->from.tp * j->from.pp);
   free(spec);
   free(spec_json);
   json_decref(o);
@@ -989,9 +1081,9 @@ static int resume(aa_planner_t *p, aa_planner_job_t *j) {
 /* What a stored answer is checked against, and what the walk found. */
 typedef struct {
   const aa_planner_job_t *j;
-  int64_t run;       /* the best stored run that fits the job, 0 = none */
-  int passed;        /* stored runs that did not fit */
-  char why[512];     /* why the best of them did not */
+  int64_t run;   /* the best stored run that fits the job, 0 = none */
+  int passed;    /* stored runs that did not fit */
+  char why[512]; /* why the best of them did not */
 } answer_t;
 
 /* Whether a stored run (measured under the options `measured`) answers job
@@ -999,7 +1091,8 @@ typedef struct {
  * submit excluded, it was measured at the job's global batch (the batch
  * sets how many micro-batches a step accumulates, so the throughput), and
  * it is valid for the job's spec on its pool. Else why, into why. */
-static bool fits(const aa_planner_job_t *j, const aa_store_run_t *r, const char *measured, char *why, size_t n) {
+static bool fits(const aa_planner_job_t *j, const aa_store_run_t *r, const char *measured, char *why,
+                 size_t n) {
   aa_strategy_t s;
   if (aa_strategy_parse(&s, r->strategy_json, "stored run")) {
     snprintf(why, n, "its strategy cannot be read: %s", aa_last_error());
@@ -1008,13 +1101,15 @@ static bool fits(const aa_planner_job_t *j, const aa_store_run_t *r, const char 
   unsigned excluded = aa_space_methods_of(&s) & j->exclude;
   if (excluded) {
     char names[160];
-    snprintf(why, n, "it uses a method the submit excludes (%s)", aa_space_method_names(names, sizeof names, excluded));
+    snprintf(why, n, "it uses a method the submit excludes (%s)",
+             aa_space_method_names(names, sizeof names, excluded));
     return false;
   }
   unsigned unmet = aa_space_include_unmet(aa_space_methods_of(&s), j->include);
   if (unmet) {
     char names[160];
-    snprintf(why, n, "it does not use the included method(s) %s", aa_space_include_names(names, sizeof names, unmet));
+    snprintf(why, n, "it does not use the included method(s) %s",
+             aa_space_include_names(names, sizeof names, unmet));
     return false;
   }
   if (j->has_from && aa_space_distance(&s, &j->from) > AA_SEARCH_FROM_RADIUS) {
@@ -1027,12 +1122,14 @@ static bool fits(const aa_planner_job_t *j, const aa_store_run_t *r, const char 
   long long batch = json_is_integer(gb) ? json_integer_value(gb) : 0;
   json_decref(o);
   if (batch != j->spec.train.global_batch) {
-    snprintf(why, n, "it was measured at global batch %lld, and the job's is %d", batch, j->spec.train.global_batch);
+    snprintf(why, n, "it was measured at global batch %lld, and the job's is %d", batch,
+             j->spec.train.global_batch);
     return false;
   }
   int world = s.dp * s.tp * s.pp;
   if (world > aa__planner_hw_world(j->hardware) || aa_strategy_resolve(&s, &j->spec, world)) {
-    snprintf(why, n, "it does not fit the job: %s", world > aa__planner_hw_world(j->hardware) ? "too many ranks" : aa_last_error());
+    snprintf(why, n, "it does not fit the job: %s",
+             world > aa__planner_hw_world(j->hardware) ? "too many ranks" : aa_last_error());
     return false;
   }
   return true;
@@ -1057,8 +1154,8 @@ static int stored_answer(aa_planner_t *p, const aa_planner_job_t *j, int64_t *ru
   if (rc < 0) return rc;
   *run = a.run;
   if (a.passed)
-    aa__planner_log(p, "job %lld: %d stored run%s do%s not fit it (the best: %s)%s", (long long)j->id, a.passed,
-                    a.passed == 1 ? "" : "s", a.passed == 1 ? "es" : "", a.why,
+    aa__planner_log(p, "job %lld: %d stored run%s do%s not fit it (the best: %s)%s", (long long)j->id,
+                    a.passed, a.passed == 1 ? "" : "s", a.passed == 1 ? "es" : "", a.why,
                     a.run ? "; a later one does" : "; it searches");
   return 0;
 }
@@ -1315,7 +1412,7 @@ void aa__job_stop_run(aa_planner_t *p, aa_store_run_status_t status, const char 
   /* The run is over for the job before any frame goes out: an executor
    * lost while we write to it no longer counts for it. */
   j->run_id = 0;
-  j->calibrating = false;
+  j->calibrating = j->calibrating_inter = false;
   gang_free(j);
   for (aa_conn_t *c = p->conns; c; c = c->next) {
     if (c->role != AA_CONN_EXECUTOR || c->dropped || c->busy_run != run) continue;

@@ -320,6 +320,13 @@ void aa__registry_need(aa_planner_t *p, const char *hardware, int world, int tp,
  * untouched or partly written), or AA_ENOMEM. */
 int aa__registry_place(aa_planner_t *p, const char *hardware, const aa_strategy_t *s, int world,
                        aa_conn_t **out);
+/* Places a calibration gang of `world` ranks across hosts: rank r on the
+ * next host in turn with an idle executor of `hardware` (oldest first), so
+ * consecutive ranks sit on different hosts and every group the
+ * calibration splits off (ranks 0..t-1) spans them. Returns the hosts
+ * used, 0 when fewer than 2 hosts have idle executors or fewer than world
+ * are idle (nothing placed), or AA_ENOMEM. */
+int aa__registry_place_across(aa_planner_t *p, const char *hardware, int world, aa_conn_t **out);
 /* The executors by host for status: [{"host", "executors": [{"id",
  * "device" (its fingerprint, x1), "state" ("idle"|"busy"), "run" (null
  * when idle)}]}], executors by id (the order they connected) and hosts in
@@ -682,6 +689,12 @@ struct aa_planner_job {
   bool calib_wanted;      /* the stored one is missing or lacks something: measure */
   bool calib_over;        /* the phase is over (with a calibration or without) */
   bool calibrating;       /* the running gang is the calibration */
+  /* Across hosts (a CPU pool whose gangs span hosts): the device's links
+   * between hosts, measured by a gang with a rank on every host in turn
+   * over gloo and stored as the device's "gloo" calibration. */
+  struct aa_calib *calib_inter; /* owned, NULL = none */
+  bool inter_wanted;            /* the pool spans hosts and calib_inter lacks a group size */
+  bool calibrating_inter;       /* the running calibration is the one across hosts */
   char calib_what[160];   /* what it measures, for the log */
   double calib_started;   /* aa_now() when it was sent */
   char verdict[512];      /* aa__search_verdict of the search's pick */

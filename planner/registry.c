@@ -18,7 +18,8 @@ void aa__planner_fingerprint(const aa_msg_device_t *d, int world, char out[AA_ST
   size_t n = strlen(name);
   if (n > room) {
     n = room;
-    while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80) n--; /* do not split a UTF-8 character */
+    while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80)
+      n--; /* do not split a UTF-8 character */
   }
   snprintf(out, AA_STORE_HW_MAX, "%s:%.*s%s", kind, (int)n, name, tail);
 }
@@ -306,6 +307,44 @@ int aa__registry_place(aa_planner_t *p, const char *hardware, const aa_strategy_
   return rc;
 }
 
+int aa__registry_place_across(aa_planner_t *p, const char *hardware, int world, aa_conn_t **out) {
+  host_t *h;
+  int nh = hosts_of(p, hardware, true, &h);
+  if (nh <= 0) return nh;
+  int have = 0, hosts = 0;
+  for (int k = 0; k < nh; k++) {
+    have += h[k].idle;
+    hosts += h[k].idle > 0;
+  }
+  int rc = 0;
+  if (hosts >= 2 && have >= world) {
+    /* Each host's idle executors, oldest first; rank r from the r-th host
+     * in turn that still has one, so ranks 0 and 1 (and every pair and
+     * quadruple the calibration splits off) sit on different hosts. */
+    aa_conn_t **each = malloc((size_t)nh * (size_t)world * sizeof *each);
+    int *got = calloc((size_t)nh, sizeof *got), *next = calloc((size_t)nh, sizeof *next);
+    if (!each || !got || !next) {
+      rc = aa_error(AA_ENOMEM, "planner: no memory to place a gang of %d", world);
+    } else {
+      for (int k = 0; k < nh; k++)
+        got[k] = idle_on(p, hardware, h[k].host, each + (size_t)k * (size_t)world,
+                         h[k].idle < world ? h[k].idle : world);
+      int r = 0, used = 0;
+      for (int k = 0; r < world; k = (k + 1) % nh)
+        if (next[k] < got[k]) {
+          used += next[k] == 0;
+          out[r++] = each[(size_t)k * (size_t)world + (size_t)next[k]++];
+        }
+      rc = used;
+    }
+    free(each);
+    free(got);
+    free(next);
+  }
+  free(h);
+  return rc;
+}
+
 json_t *aa__registry_hosts_json(aa_planner_t *p) {
   json_t *hosts = json_array();
   /* Executors by id (the order they connected), each under its host. */
@@ -347,7 +386,8 @@ static int check_token(aa_conn_t *c, const aa_msg_hello_t *h, uint64_t req) {
   const char *what = h->token ? "wrong token" : "missing token";
   aa__planner_log(p, "%s from %s: connection refused", what, c->peer);
   char msg[160];
-  snprintf(msg, sizeof msg, "%s: %s (present the planner's token: --token-file FILE, by default <state dir>/token)",
+  snprintf(msg, sizeof msg,
+           "%s: %s (present the planner's token: --token-file FILE, by default <state dir>/token)",
            aa_strerror(AA_EPERM), what);
   aa__conn_fail(c, req, AA_EPERM, msg, NULL, 0);
   return -1;
@@ -378,8 +418,8 @@ void aa__registry_hello(aa_conn_t *c, const aa_msg_t *m) {
   aa__planner_fingerprint(&c->dev, 1, c->fingerprint);
   w.welcome = (aa_msg_welcome_t){.peer_id = c->id, .heartbeat_ms = p->heartbeat_ms};
   aa__conn_send(c, &w);
-  aa__planner_log(p, "executor %llu connected from %s: %s (host %s, pid %d)", (unsigned long long)c->id, c->peer,
-                  c->fingerprint, c->dev.host, c->dev.pid);
+  aa__planner_log(p, "executor %llu connected from %s: %s (host %s, pid %d)", (unsigned long long)c->id,
+                  c->peer, c->fingerprint, c->dev.host, c->dev.pid);
   aa__jobs_executor_arrived(p);
   aa__planner_kick(p);
 }
@@ -407,9 +447,12 @@ void aa__registry_tick(aa_planner_t *p) {
     next = c->next;
     if (c->dropped) continue;
     if (now - c->last_seen > dead) {
-      const char *who = c->role == AA_CONN_EXECUTOR ? "executor" : c->role == AA_CONN_CLIENT ? "client" : "peer";
+      const char *who = c->role == AA_CONN_EXECUTOR ? "executor"
+                        : c->role == AA_CONN_CLIENT ? "client"
+                                                    : "peer";
       if (c->role != AA_CONN_EXECUTOR)
-        aa__planner_log(p, "%s %llu (%s) stopped responding: closed", who, (unsigned long long)c->id, c->peer);
+        aa__planner_log(p, "%s %llu (%s) stopped responding: closed", who, (unsigned long long)c->id,
+                        c->peer);
       aa__conn_drop(c, "stopped responding");
       continue;
     }

@@ -1452,9 +1452,15 @@ AA_TEST(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_ins
     CHECK(x->s.tp < 4);
     if (x->world == 1) continue;
     calib += x->calib;
-    /* One host when it fits (dp 2, the calibration), shm there; across hosts, gloo. */
+    /* One host when it fits (dp 2, the calibration of a host), shm there;
+     * across hosts, gloo: the gangs of 4 and the calibration across hosts,
+     * whose ranks take the hosts in turn (0 and 1 on different ones). */
     CHECK_MSG(hosts == (x->world <= 2 ? 1 : 2), "run %llu: world %d on %d hosts", (unsigned long long)x->run,
               x->world, hosts);
+    if (x->calib && x->world == 4)
+      CHECK_MSG(hosts == 2 && strcmp(x->host[0], x->host[1]) && strcmp(x->host[2], x->host[3]),
+                "the calibration across hosts: ranks 0-3 on %s %s %s %s", x->host[0], x->host[1], x->host[2],
+                x->host[3]);
     CHECK_MSG(!strcmp(x->rdv, hosts > 1 ? "gloo:" : "shm:"), "run %llu: %s on %d hosts",
               (unsigned long long)x->run, x->rdv, hosts);
     spanned += hosts > 1;
@@ -1467,7 +1473,8 @@ AA_TEST(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_ins
     }
     tp_pairs += x->world == 4;
   }
-  CHECK_MSG(calib == 1 && spanned >= 2 && tp_pairs >= 1, "calibrations %d, spanning gangs %d, dp2 x tp2 %d",
+  /* Two calibrations: the host's (2 ranks, shm), then the links between hosts (4 ranks, gloo). */
+  CHECK_MSG(calib == 2 && spanned >= 3 && tp_pairs >= 1, "calibrations %d, spanning gangs %d, dp2 x tp2 %d",
             calib, spanned, tp_pairs);
   /* tp 4 cannot sit inside a host of two: pruned, saying so. */
   CHECK_MSG(strstr(reply, "\"dp1.tp4.") &&
