@@ -88,6 +88,20 @@ typedef struct aa_comm_store {
   int (*get)(void *ctx, const char *key, int timeout_ms, void **value, size_t *len);
 } aa_comm_store_t;
 
+/* A store in the private directory dir (one host: the tests, and local
+ * ranks of `autoaccel train --backend gloo`): a key is a file there,
+ * written to a temporary name (O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600)
+ * and renamed into place without replacing, so a reader sees a whole value
+ * and a key is set once; get polls (0.5 ms, doubling to 20 ms) until the
+ * file appears or the timeout. dir is made by the caller, who removes it
+ * with its files afterwards; it must be owned by this user and not group-
+ * or world-writable (AA_EPERM otherwise), so no other user can plant or
+ * read a key. Ranks in several processes each open their own store on the
+ * same directory. *out is set on success and freed with
+ * aa_comm_dir_store_free (NULL or a freed store is a no-op). */
+int aa_comm_dir_store(aa_comm_store_t *out, const char *dir);
+void aa_comm_dir_store_free(aa_comm_store_t *s);
+
 typedef struct aa_comm_opts {
   int timeout_ms; /* longest wait for peers (join, each collective); 0 = 30000 */
   /* gloo only: where the ranks meet (required for a "gloo:" rendezvous),
