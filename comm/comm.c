@@ -4,9 +4,13 @@
  * failed state is checked first, so a call after an abort returns
  * AA_ECANCELLED at once. */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "comm_internal.h"
 
@@ -50,10 +54,29 @@ static int init_gloo(aa_comm_t **out, const char *name, int rank, int world, int
     return aa_error(AA_EINVAL, "aa_comm_init: rank %d of %d: a gloo group needs opts->store with set and get",
                     rank, world);
   const char *addr = opts->address ? opts->address : "127.0.0.1";
-  unsigned char ip[16];
-  if (inet_pton(AF_INET, addr, ip) != 1 && inet_pton(AF_INET6, addr, ip) != 1)
+  struct sockaddr_storage sa = {0};
+  struct sockaddr_in *v4 = (struct sockaddr_in *)&sa;
+  struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&sa;
+  socklen_t len = sizeof *v4;
+  if (inet_pton(AF_INET, addr, &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+  } else if (inet_pton(AF_INET6, addr, &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    len = sizeof *v6;
+  } else {
     return aa_error(AA_EINVAL, "aa_comm_init: rank %d of %d: address '%.64s' is not a numeric IPv4 or IPv6 address",
                     rank, world, addr);
+  }
+  /* An address of no interface here would fail inside gloo, which leaks
+   * on that path; a bind to a free port tells first. */
+  int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, len)) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    return aa_error(AA_EINVAL, "aa_comm_init: rank %d of %d: cannot listen on %s: %s", rank, world, addr,
+                    strerror(e));
+  }
+  close(fd);
   aa_comm_t *c = calloc(1, sizeof *c);
   if (!c) return aa_error(AA_ENOMEM, "aa_comm_init: out of memory");
   c->rank = rank;

@@ -786,6 +786,133 @@ AA_TEST(nccl_backend_on_the_gpus) {
 #endif
 }
 
+/* --- gloo only ---------------------------------------------------------------------------------- */
+
+/* The cascade: rank 2 dies while rank 0 waits to receive from it and rank 1
+ * waits to receive from rank 0 only. Rank 0 fails and closes its
+ * connections, so rank 1 fails too, within a second of the kill. */
+static int cascade_main(const char *rdv, int rank, int world, const void *arg) {
+  (void)arg;
+  aa_comm_t *c;
+  if (join(&c, rdv, rank, world, 20000)) return 1;
+  double t = aa_now() + 0.3;
+  CHECK(aa_comm_broadcast(c, &t, &t, 2, AA_F32, 0) == 0);
+  float x = 0;
+  if (rank == 2) {
+    sleep_s(t - aa_now());
+    raise(SIGKILL);
+  }
+  int rc = aa_comm_recv(c, &x, 1, AA_F32, rank == 0 ? 2 : 0);
+  double after = aa_now() - t;
+  CHECK_MSG(rc == AA_ECANCELLED, "rc %d: %s", rc, aa_last_error());
+  CHECK_MSG(strstr(aa_last_error(), rank == 0 ? "connection to rank 2 closed" : "connection to rank 0 closed"), "%s",
+            aa_last_error());
+  CHECK_MSG(after < 1.0, "rank %d failed %.2f s after the kill", rank, after);
+  fprintf(stderr, "  rank %d: %.0f ms after the kill: %s\n", rank, after * 1e3, aa_last_error());
+  aa_comm_destroy(c);
+  return 0;
+}
+
+AA_TEST(gloo_a_failed_rank_fails_the_ranks_waiting_on_it) {
+  outcome_t o;
+  g_backend = "gloo";
+  run_group(3, cascade_main, NULL, &o);
+  for (int r = 0; r < 2; r++)
+    CHECK_MSG(exited_ok(o.status[r]), "rank %d: wait status 0x%x", r, o.status[r]);
+}
+
+static int set_fails(void *ctx, const char *key, const void *value, size_t len) {
+  (void)ctx, (void)value, (void)len;
+  return aa_error(AA_EIO, "test store: set %s refused", key);
+}
+
+/* Bad stores and addresses are refused with a clear error before anything
+ * waits; a gloo group of one works in this process. */
+AA_TEST(gloo_bad_store_and_address_are_clear_errors) {
+  char rdv[AA_RENDEZVOUS_MAX];
+  aa_comm_t *c = NULL;
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "gloo", "test-comm-args") == 0);
+#ifndef AA_HAVE_GLOO
+  CHECK(aa_comm_init(&c, rdv, 0, 1, NULL) == AA_EUNSUPPORTED);
+  CHECK(strstr(aa_last_error(), "without gloo") != NULL);
+  SKIP("built without gloo (the refusal was checked)");
+#else
+  CHECK(aa_comm_init(&c, rdv, 0, 1, NULL) == AA_EINVAL && strstr(aa_last_error(), "opts->store"));
+  CHECK(store_dir_make() == 0);
+  aa_comm_store_t st;
+  CHECK(aa_comm_dir_store(&st, g_store_dir) == 0);
+  aa_comm_store_t half = {st.ctx, st.set, NULL};
+  aa_comm_opts_t o = {.timeout_ms = 2000, .store = &half};
+  CHECK(aa_comm_init(&c, rdv, 0, 1, &o) == AA_EINVAL && strstr(aa_last_error(), "opts->store"));
+  o.store = &st;
+  o.address = "localhost";
+  CHECK(aa_comm_init(&c, rdv, 0, 1, &o) == AA_EINVAL && strstr(aa_last_error(), "not a numeric"));
+  o.address = "192.0.2.1"; /* TEST-NET-1: no interface of this host has it */
+  double t0 = aa_now();
+  int rc = aa_comm_init(&c, rdv, 0, 2, &o);
+  CHECK_MSG(rc == AA_EINVAL && strstr(aa_last_error(), "192.0.2.1") && aa_now() - t0 < 1.0, "rc %d: %s", rc,
+            aa_last_error());
+  fprintf(stderr, "  %s\n", aa_last_error());
+  aa_comm_store_t refusing = {st.ctx, set_fails, st.get};
+  o.address = NULL;
+  o.store = &refusing;
+  rc = aa_comm_init(&c, rdv, 0, 2, &o);
+  CHECK_MSG(rc == AA_EIO && strstr(aa_last_error(), "set") && strstr(aa_last_error(), "refused"), "rc %d: %s", rc,
+            aa_last_error());
+  CHECK(c == NULL);
+  o.store = &st;
+  rc = aa_comm_init(&c, rdv, 0, 1, &o);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (!rc) {
+    CHECK(!strcmp(aa_comm_backend(c), "gloo"));
+    float a[3] = {1, 2, 3}, b[3] = {0};
+    CHECK(aa_comm_all_reduce(c, a, b, 3, AA_F32, AA_COMM_AVG) == 0 && !memcmp(a, b, sizeof a));
+    CHECK(aa_comm_barrier(c) == 0);
+    aa_comm_t *sub = NULL;
+    CHECK(aa_comm_split(c, 3, 0, &sub) == 0 && sub && aa_comm_world(sub) == 1);
+    aa_comm_abort(c);
+    CHECK(aa_comm_barrier(sub) == AA_ECANCELLED && strstr(aa_last_error(), "aborted by rank 0"));
+    aa_comm_destroy(sub);
+    aa_comm_destroy(c);
+  }
+  aa_comm_dir_store_free(&st);
+  store_dir_remove();
+#endif
+}
+
+/* The directory store: only a private directory, keys set once and read
+ * whole, a missing key times out, links are not followed. */
+AA_TEST(dir_store_is_private_sets_once_and_times_out) {
+  aa_comm_store_t st = {0};
+  CHECK(aa_comm_dir_store(&st, "/tmp") == AA_EPERM && strstr(aa_last_error(), "private"));
+  CHECK(aa_comm_dir_store(&st, "/nonexistent/aa-store") == AA_ENOENT);
+  CHECK(store_dir_make() == 0);
+  CHECK(chmod(g_store_dir, 0770) == 0);
+  CHECK(aa_comm_dir_store(&st, g_store_dir) == AA_EPERM);
+  CHECK(chmod(g_store_dir, 0700) == 0);
+  int rc = aa_comm_dir_store(&st, g_store_dir);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  void *v = NULL;
+  size_t len = 0;
+  CHECK(st.set(st.ctx, "/aa-x/rank_0", "host", 4) == 0);
+  CHECK(st.get(st.ctx, "/aa-x/rank_0", 100, &v, &len) == 0 && len == 4 && !memcmp(v, "host", 4));
+  free(v);
+  CHECK(st.set(st.ctx, "/aa-x/rank_0", "again", 5) == AA_EINVAL && strstr(aa_last_error(), "already set"));
+  CHECK(st.set(st.ctx, "bad key", "x", 1) == AA_EINVAL);
+  CHECK(st.set(st.ctx, "", "x", 1) == AA_EINVAL);
+  double t0 = aa_now();
+  CHECK(st.get(st.ctx, "/aa-x/missing", 50, &v, &len) == AA_ETIMEOUT && strstr(aa_last_error(), "missing"));
+  CHECK(aa_now() - t0 >= 0.049 && aa_now() - t0 < 1.0);
+  char link[128];
+  snprintf(link, sizeof link, "%s/k.planted", g_store_dir);
+  CHECK(symlink("/etc/passwd", link) == 0);
+  CHECK(st.get(st.ctx, "planted", 100, &v, &len) == AA_EIO);
+  aa_comm_dir_store_free(&st);
+  aa_comm_dir_store_free(&st);
+  store_dir_remove();
+}
+
 int main(void) {
   RUN(bad_arguments_are_refused);
   RUN(a_group_of_one_copies_and_never_waits);
@@ -806,5 +933,8 @@ int main(void) {
   RUN(gloo_abort_cancels_every_rank);
   RUN(gloo_abort_from_a_signal_handler_cancels_every_rank);
   RUN(gloo_a_collective_times_out_naming_the_missing_rank);
+  RUN(gloo_a_failed_rank_fails_the_ranks_waiting_on_it);
+  RUN(gloo_bad_store_and_address_are_clear_errors);
+  RUN(dir_store_is_private_sets_once_and_times_out);
   return aa_test_summary();
 }
