@@ -263,6 +263,10 @@ int aa_cmd_train(int argc, char **argv) {
                     "(e.g. cuda:0,1)\n", o.device);
     return AA_EXIT_USAGE;
   }
+  if (backend && (!on_cpu || (devices_arg && strncmp(devices_arg, "cpu", 3)))) {
+    fprintf(stderr, "autoaccel train: --backend %s is for CPU ranks (--devices cpu:N); GPUs use nccl\n", backend);
+    return AA_EXIT_USAGE;
+  }
   if (devices_arg) {
     if (aa_cli_resolve_devices(&devs, devices_arg)) return aa_cli_fail("train");
     world = devs.n;
@@ -272,10 +276,6 @@ int aa_cmd_train(int argc, char **argv) {
       o.device = one_device;
       on_cpu = 0;
     }
-  }
-  if (backend && (!on_cpu || (world && devs.cuda[0] >= 0))) {
-    fprintf(stderr, "autoaccel train: --backend %s is for CPU ranks (--devices cpu:N); GPUs use nccl\n", backend);
-    return AA_EXIT_USAGE;
   }
   aa_strategy_t strategy;
   aa_strategy_default(&strategy);
