@@ -1,12 +1,14 @@
 /* Inside the process groups of comm.h: the handle comm.c dispatches from and
- * the three backends behind it. Only comm/comm*.c include this.
+ * the four backends behind it. Only comm/comm*.c include this.
  *
  * comm.c checks the arguments (ranges, NULL buffers, sizes that overflow)
  * and the group's failed state, then calls the backend. comm_shm.c is the
  * shared-memory group; comm_nccl.c drives NCCL and keeps a shm group of the
  * same ranks beside it, which bootstraps NCCL and carries the abort word and
  * the liveness of the ranks (so a dead rank or aa_comm_abort stops an NCCL
- * wait too); comm_self.c is the group of one, which has neither. The aa__
+ * wait too); comm_gloo.c is the TCP group, whose collectives are built on
+ * one exchange primitive of the C++ shim comm_gloo.cc (aa__gx_*);
+ * comm_self.c is the group of one, which has neither. The aa__
  * names are internal; they are not part of the API. */
 #ifndef AA_COMM_INTERNAL_H
 #define AA_COMM_INTERNAL_H
