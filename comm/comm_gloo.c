@@ -67,12 +67,12 @@ struct aa__gloo {
 int aa__gx_connect(aa__gx_t **out, const aa_comm_store_t *store, const char *prefix, const char *address,
                    int rank, int world, int timeout_ms, aa__gx_err_t *err) {
   (void)out, (void)store, (void)prefix, (void)address, (void)rank, (void)world, (void)timeout_ms;
-  snprintf(err->why, sizeof err->why, "built without gloo");
+  *err = (aa__gx_err_t){-1, -1, "built without gloo"};
   return AA_EUNSUPPORTED;
 }
 int aa__gx_exchange(aa__gx_t *g, const aa__gx_op_t *ops, int n, int timeout_ms, aa__gx_err_t *err) {
   (void)g, (void)ops, (void)n, (void)timeout_ms;
-  snprintf(err->why, sizeof err->why, "built without gloo");
+  *err = (aa__gx_err_t){-1, -1, "built without gloo"};
   return AA_EUNSUPPORTED;
 }
 void aa__gx_abort(aa__gx_t *g) { (void)g; }
@@ -168,7 +168,7 @@ static void post(aa__gloo_t *s, int *n, int g, int is_send, const void *ptr, siz
  * with the collective, this rank and the peer concerned. */
 static int run(aa__gloo_t *s, int n, const char *what) {
   if (atomic_load(&s->fam->failed)) return cancelled(s, what);
-  aa__gx_err_t err;
+  aa__gx_err_t err = {-1, -1, ""};
   int rc = aa__gx_exchange(s->fam->gx, s->ops, n, s->timeout_ms, &err);
   if (!rc) return 0;
   char who[64] = "no peer";
@@ -224,7 +224,7 @@ int aa__gloo_init(aa__gloo_t **out, const char *name, int rank, int world, int t
   f->wsize = world;
   for (int g = 0; g < world; g++)
     s->wr[g] = g;
-  aa__gx_err_t err;
+  aa__gx_err_t err = {-1, -1, ""};
   int rc = aa__gx_connect(&f->gx, store, name, address, rank, world, timeout_ms, &err);
   if (rc) {
     if (rc == AA_ETIMEOUT && err.rank >= 0)
