@@ -214,7 +214,8 @@ int main(int argc, char **argv) {
       cfg.dt = !strcmp(v, "bf16") ? AA_BF16 : !strcmp(v, "f16") ? AA_F16 : AA_F32;
     } else {
       fprintf(stderr,
-              "usage: %s [--backends shm,gloo] [--worlds 2,4] [--min BYTES] [--max BYTES] [--dtype f32|bf16|f16] [--seconds S]\n",
+              "usage: %s [--backends shm,gloo] [--worlds 2,4] [--min BYTES] [--max BYTES] [--dtype "
+              "f32|bf16|f16] [--seconds S]\n",
               argv[0]);
       return 2;
     }

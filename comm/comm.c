@@ -64,7 +64,8 @@ static int init_gloo(aa_comm_t **out, const char *name, int rank, int world, int
     v6->sin6_family = AF_INET6;
     len = sizeof *v6;
   } else {
-    return aa_error(AA_EINVAL, "aa_comm_init: rank %d of %d: address '%.64s' is not a numeric IPv4 or IPv6 address",
+    return aa_error(AA_EINVAL,
+                    "aa_comm_init: rank %d of %d: address '%.64s' is not a numeric IPv4 or IPv6 address",
                     rank, world, addr);
   }
   /* An address of no interface here would fail inside gloo, which leaks
@@ -236,7 +237,8 @@ int aa_comm_barrier(aa_comm_t *c) {
 
 void aa_comm_abort(aa_comm_t *c) {
   if (c && c->self) aa__self_abort(c->self);
-  else if (c && c->gloo) aa__gloo_abort(c->gloo);
+  else if (c && c->gloo)
+    aa__gloo_abort(c->gloo);
   else if (c) aa__shm_abort(c->shm, AA__ABORT_CALLED);
 }
 

@@ -29,12 +29,13 @@ typedef struct {
 static int file_of(const char *key, char *buf, size_t n) {
   size_t len = key ? strlen(key) : 0;
   if (len < 1 || len > AA_COMM_STORE_KEY_MAX || len + 3 > n)
-    return aa_error(AA_EINVAL, "store key '%.64s': 1 to %d bytes", key ? key : "(null)", AA_COMM_STORE_KEY_MAX);
+    return aa_error(AA_EINVAL, "store key '%.64s': 1 to %d bytes", key ? key : "(null)",
+                    AA_COMM_STORE_KEY_MAX);
   memcpy(buf, "k.", 2);
   for (size_t i = 0; i < len; i++) {
     char c = key[i];
-    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-             c == '-' || c == '/';
+    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+             c == '.' || c == '-' || c == '/';
     if (!ok) return aa_error(AA_EINVAL, "store key '%.64s': only [A-Za-z0-9_./-]", key);
     buf[2 + i] = c == '/' ? '%' : c;
   }
@@ -60,7 +61,8 @@ static int dir_set(void *ctx, const char *key, const void *value, size_t len) {
   int rc = file_of(key, name, sizeof name);
   if (rc) return rc;
   if (len > AA_COMM_STORE_VALUE_MAX || (len && !value))
-    return aa_error(AA_EINVAL, "store key %s: a value of %zu bytes (at most %d)", key, len, AA_COMM_STORE_VALUE_MAX);
+    return aa_error(AA_EINVAL, "store key %s: a value of %zu bytes (at most %d)", key, len,
+                    AA_COMM_STORE_VALUE_MAX);
   static atomic_uint counter;
   snprintf(tmp, sizeof tmp, "t.%ld.%u", (long)getpid(), atomic_fetch_add(&counter, 1));
   int fd = openat(d->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -83,7 +85,8 @@ static int dir_get(void *ctx, const char *key, int timeout_ms, void **value, siz
   long sleep_us = 500;
   int fd;
   while ((fd = openat(d->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
-    if (errno != ENOENT) return aa_error(AA_EIO, "store %s: opening key %s: %s", d->dir, key, strerror(errno));
+    if (errno != ENOENT)
+      return aa_error(AA_EIO, "store %s: opening key %s: %s", d->dir, key, strerror(errno));
     if (aa_now() >= deadline)
       return aa_error(AA_ETIMEOUT, "store %s: key %s did not come within %d ms", d->dir, key, timeout_ms);
     struct timespec ts = {0, sleep_us * 1000};

@@ -27,8 +27,8 @@
  *   broadcast       the root sends to every other rank
  *   barrier         one byte each way between every two ranks
  *   send/recv       one exchange per chunk, in the pair's message order */
-#include <stdatomic.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,15 +50,15 @@ typedef struct {
 
 struct aa__gloo {
   gfam_t *fam;
-  uint32_t id;        /* the group's slot namespace */
-  uint32_t seq;       /* exchanges of collectives made */
-  uint32_t splits;    /* aa_comm_split calls made on this group */
-  int rank, n;        /* in the group */
+  uint32_t id;     /* the group's slot namespace */
+  uint32_t seq;    /* exchanges of collectives made */
+  uint32_t splits; /* aa_comm_split calls made on this group */
+  int rank, n;     /* in the group */
   int timeout_ms;
-  int *wr;            /* n world ranks, in group order */
-  uint32_t *nsent;    /* n: messages sent to each member (send/recv) */
-  uint32_t *nrecv;    /* n: messages received from each member */
-  aa__gx_op_t *ops;   /* 2 * n scratch ops */
+  int *wr;                    /* n world ranks, in group order */
+  uint32_t *nsent;            /* n: messages sent to each member (send/recv) */
+  uint32_t *nrecv;            /* n: messages received from each member */
+  aa__gx_op_t *ops;           /* 2 * n scratch ops */
   const unsigned char **srcs; /* n scratch pointers */
 };
 
@@ -78,7 +78,8 @@ int aa__gx_exchange(aa__gx_t *g, const aa__gx_op_t *ops, int n, int timeout_ms, 
 void aa__gx_abort(aa__gx_t *g) { (void)g; }
 void aa__gx_free(aa__gx_t *g) { (void)g; }
 int aa__gloo_supported(void) {
-  return aa_error(AA_EUNSUPPORTED, "the gloo backend: built without gloo (libgloo-dev was not found by CMake)");
+  return aa_error(AA_EUNSUPPORTED,
+                  "the gloo backend: built without gloo (libgloo-dev was not found by CMake)");
 }
 #else
 int aa__gloo_supported(void) { return 0; }
@@ -183,7 +184,8 @@ static int run(aa__gloo_t *s, int n, const char *what) {
   if (before) return cancelled(s, what); /* aborted here, or failed earlier */
   if (rc == AA_ECANCELLED && wpeer >= 0) {
     fam_fail(s->fam, CAUSE_CLOSED, wpeer);
-    return fail(s, rc, what, "the connection to %s closed: it died, failed or aborted (gloo: %s)", who, err.why);
+    return fail(s, rc, what, "the connection to %s closed: it died, failed or aborted (gloo: %s)", who,
+                err.why);
   }
   fam_fail(s->fam, CAUSE_ERROR, s->fam->wrank);
   return fail(s, rc, what, "%s (gloo: %s)", who, err.why);
@@ -228,9 +230,11 @@ int aa__gloo_init(aa__gloo_t **out, const char *name, int rank, int world, int t
   int rc = aa__gx_connect(&f->gx, store, name, address, rank, world, timeout_ms, &err);
   if (rc) {
     if (rc == AA_ETIMEOUT && err.rank >= 0)
-      fail(s, rc, "aa_comm_init", "timed out after %d ms: rank %d did not join (%s)", timeout_ms, err.rank, err.why);
+      fail(s, rc, "aa_comm_init", "timed out after %d ms: rank %d did not join (%s)", timeout_ms, err.rank,
+           err.why);
     else if (rc == AA_ETIMEOUT)
-      fail(s, rc, "aa_comm_init", "timed out after %d ms connecting to its peers (gloo: %s)", timeout_ms, err.why);
+      fail(s, rc, "aa_comm_init", "timed out after %d ms connecting to its peers (gloo: %s)", timeout_ms,
+           err.why);
     else if (err.rank >= 0)
       fail(s, rc, "aa_comm_init", "the store failed for rank %d's key: %s", err.rank, err.why);
     else

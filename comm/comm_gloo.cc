@@ -58,7 +58,7 @@ struct StoreError : std::exception {
 /* gloo's Store over the caller's callbacks; every get waits up to the join
  * timeout (connectFullMesh calls get without waiting first). */
 class CStore : public gloo::rendezvous::Store {
- public:
+public:
   CStore(const aa_comm_store_t *s, int timeout_ms) : s_(s), timeout_ms_(timeout_ms) {}
   void set(const std::string &key, const std::vector<char> &data) override {
     int rc = s_->set(s_->ctx, key.c_str(), data.data(), data.size());
@@ -74,11 +74,12 @@ class CStore : public gloo::rendezvous::Store {
     return out;
   }
   void wait(const std::vector<std::string> &keys) override {
-    for (const auto &k : keys) get(k);
+    for (const auto &k : keys)
+      get(k);
   }
   void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &) override { wait(keys); }
 
- private:
+private:
   const aa_comm_store_t *s_;
   int timeout_ms_;
 };
@@ -107,13 +108,13 @@ void ignore_sigpipe() {
   }
 }
 
-}  // namespace
+} // namespace
 
 struct aa__gx {
   std::shared_ptr<gloo::rendezvous::Context> ctx;
-  std::mutex mu;                                    /* guards live and closed against the watcher */
+  std::mutex mu;                                      /* guards live and closed against the watcher */
   std::vector<gloo::transport::UnboundBuffer *> live; /* the exchange in progress */
-  bool closed = false;                              /* the connections were closed */
+  bool closed = false;                                /* the connections were closed */
   std::atomic<int> aborted{0};
   int pipe_fd[2] = {-1, -1};
   std::thread watcher;
@@ -192,7 +193,8 @@ extern "C" int aa__gx_connect(aa__gx_t **out, const aa_comm_store_t *store, cons
   return 0;
 }
 
-extern "C" int aa__gx_exchange(aa__gx_t *g, const aa__gx_op_t *ops, int n, int timeout_ms, aa__gx_err_t *err) {
+extern "C" int aa__gx_exchange(aa__gx_t *g, const aa__gx_op_t *ops, int n, int timeout_ms,
+                               aa__gx_err_t *err) {
   err->op = -1;
   err->rank = -1;
   err->why[0] = 0;

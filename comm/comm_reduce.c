@@ -72,4 +72,3 @@ void aa__comm_reduce(void *dst, const unsigned char *const *src, int n, size_t l
     }
   }
 }
-

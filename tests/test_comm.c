@@ -15,13 +15,13 @@
  * The self backend (a group of one, no rendezvous) runs in this process.
  * The nccl backend needs a GPU; its test reports "skipped: no GPU"
  * elsewhere. */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -86,9 +86,9 @@ static int is_gloo(const char *rdv) { return !strncmp(rdv, "gloo:", 5); }
 #ifdef AA_HAVE_GLOO
 #define SKIP_WITHOUT(backend) ((void)(backend))
 #else
-#define SKIP_WITHOUT(backend)                                                                       \
-  do {                                                                                              \
-    if (!strcmp(backend, "gloo")) SKIP("built without gloo");                                       \
+#define SKIP_WITHOUT(backend)                                                                                \
+  do {                                                                                                       \
+    if (!strcmp(backend, "gloo")) SKIP("built without gloo");                                                \
   } while (0)
 #endif
 
@@ -597,7 +597,8 @@ static int abort_main(const char *rdv, int rank, int world, const void *arg) {
   double took = aa_now() - t0;
   CHECK_MSG(rc == AA_ECANCELLED, "rc %d: %s", rc, aa_last_error());
   /* gloo: the others see rank 1's connections close. */
-  CHECK_MSG(rank == 1 || strstr(aa_last_error(), is_gloo(rdv) ? "connection to rank 1 closed" : "aborted by rank 1"),
+  CHECK_MSG(rank == 1 ||
+                strstr(aa_last_error(), is_gloo(rdv) ? "connection to rank 1 closed" : "aborted by rank 1"),
             "%s", aa_last_error());
   CHECK_MSG(took < 1.0, "took %.2f s", took);
   if (rank == 0) fprintf(stderr, "  rank 0: %.0f ms: %s\n", took * 1e3, aa_last_error());
@@ -822,8 +823,9 @@ static int cascade_main(const char *rdv, int rank, int world, const void *arg) {
   int rc = aa_comm_recv(c, &x, 1, AA_F32, rank == 0 ? 2 : 0);
   double after = aa_now() - t;
   CHECK_MSG(rc == AA_ECANCELLED, "rc %d: %s", rc, aa_last_error());
-  CHECK_MSG(strstr(aa_last_error(), rank == 0 ? "connection to rank 2 closed" : "connection to rank 0 closed"), "%s",
-            aa_last_error());
+  CHECK_MSG(
+      strstr(aa_last_error(), rank == 0 ? "connection to rank 2 closed" : "connection to rank 0 closed"),
+      "%s", aa_last_error());
   CHECK_MSG(after < 1.0, "rank %d failed %.2f s after the kill", rank, after);
   fprintf(stderr, "  rank %d: %.0f ms after the kill: %s\n", rank, after * 1e3, aa_last_error());
   aa_comm_destroy(c);
@@ -875,8 +877,8 @@ AA_TEST(gloo_bad_store_and_address_are_clear_errors) {
   o.address = NULL;
   o.store = &refusing;
   rc = aa_comm_init(&c, rdv, 0, 2, &o);
-  CHECK_MSG(rc == AA_EIO && strstr(aa_last_error(), "set") && strstr(aa_last_error(), "refused"), "rc %d: %s", rc,
-            aa_last_error());
+  CHECK_MSG(rc == AA_EIO && strstr(aa_last_error(), "set") && strstr(aa_last_error(), "refused"), "rc %d: %s",
+            rc, aa_last_error());
   CHECK(c == NULL);
   o.store = &st;
   rc = aa_comm_init(&c, rdv, 0, 1, &o);
