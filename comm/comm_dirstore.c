@@ -71,7 +71,14 @@ static int dir_set(void *ctx, const char *key, const void *value, size_t len) {
   if (close(fd) && !bad) bad = -1, e = errno;
   if (!bad && renameat2(d->dirfd, tmp, d->dirfd, name, RENAME_NOREPLACE) == 0) return 0;
   if (!bad) e = errno;
+  /* A file system without RENAME_NOREPLACE: a hard link refuses an
+   * existing name too, and is as atomic. */
+  if (!bad && (e == EINVAL || e == ENOSYS)) {
+    if (linkat(d->dirfd, tmp, d->dirfd, name, 0) == 0) e = 0;
+    else e = errno;
+  }
   unlinkat(d->dirfd, tmp, 0);
+  if (!bad && !e) return 0;
   if (e == EEXIST) return aa_error(AA_EINVAL, "store %s: key %s is already set", d->dir, key);
   return aa_error(AA_EIO, "store %s: writing key %s: %s", d->dir, key, strerror(e));
 }

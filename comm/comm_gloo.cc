@@ -119,6 +119,11 @@ struct aa__gx {
   int pipe_fd[2] = {-1, -1};
   std::thread watcher;
 
+  ~aa__gx() {
+    for (int fd : pipe_fd)
+      if (fd >= 0) close(fd);
+  }
+
   /* Closes every connection once; mu is held. */
   void close_locked() {
     if (closed) return;
@@ -268,9 +273,9 @@ extern "C" void aa__gx_abort(aa__gx_t *g) {
 extern "C" void aa__gx_free(aa__gx_t *g) {
   if (!g) return;
   try {
-    if (g->pipe_fd[1] >= 0) close(g->pipe_fd[1]);
+    if (g->pipe_fd[1] >= 0) close(g->pipe_fd[1]); /* the watcher reads end of file */
+    g->pipe_fd[1] = -1;
     if (g->watcher.joinable()) g->watcher.join();
-    if (g->pipe_fd[0] >= 0) close(g->pipe_fd[0]);
     {
       std::lock_guard<std::mutex> lock(g->mu);
       g->close_locked();
