@@ -74,8 +74,10 @@ static int dir_set(void *ctx, const char *key, const void *value, size_t len) {
   /* A file system without RENAME_NOREPLACE: a hard link refuses an
    * existing name too, and is as atomic. */
   if (!bad && (e == EINVAL || e == ENOSYS)) {
-    if (linkat(d->dirfd, tmp, d->dirfd, name, 0) == 0) e = 0;
-    else e = errno;
+    if (linkat(d->dirfd, tmp, d->dirfd, name, 0) == 0)
+      e = 0;
+    else
+      e = errno;
   }
   unlinkat(d->dirfd, tmp, 0);
   if (!bad && !e) return 0;
