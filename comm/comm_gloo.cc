@@ -20,6 +20,8 @@
  * everything and answers an AA_E* code with gloo's words in err->why. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -161,7 +163,19 @@ extern "C" int aa__gx_connect(aa__gx_t **out, const aa_comm_store_t *store, cons
     g.reset(new aa__gx_t);
     ignore_sigpipe();
     gloo::transport::tcp::attr attr(address);
+    /* gloo's socket thread inherits SCHED_BATCH: its epoll is level
+     * triggered and it skips a pair whose lock the caller holds, so when
+     * its wake preempted a caller posting a transfer it spun for a whole
+     * time slice (a 4 ms stall in one small call of ten or more on 2
+     * cores; every call when both threads share a core). A batch thread's
+     * wake preempts no one; it runs as soon as the caller waits. */
+    int policy;
+    struct sched_param sp;
+    pthread_getschedparam(pthread_self(), &policy, &sp);
+    struct sched_param batch = {0};
+    int set = policy == SCHED_OTHER && !pthread_setschedparam(pthread_self(), SCHED_BATCH, &batch);
     auto dev = gloo::transport::tcp::CreateDevice(attr);
+    if (set) pthread_setschedparam(pthread_self(), policy, &sp);
     g->ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
     g->ctx->setTimeout(std::chrono::milliseconds(timeout_ms));
     CStore cs(store, timeout_ms);
