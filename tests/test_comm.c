@@ -866,10 +866,10 @@ AA_TEST(gloo_bad_store_and_address_are_clear_errors) {
   o.store = &st;
   o.address = "localhost";
   CHECK(aa_comm_init(&c, rdv, 0, 1, &o) == AA_EINVAL && strstr(aa_last_error(), "not a numeric"));
-  o.address = "192.0.2.1"; /* TEST-NET-1: no interface of this host has it */
+  o.address = "203.0.113.254"; /* TEST-NET-3: documentation only, no interface has it */
   double t0 = aa_now();
   int rc = aa_comm_init(&c, rdv, 0, 2, &o);
-  CHECK_MSG(rc == AA_EINVAL && strstr(aa_last_error(), "192.0.2.1") && aa_now() - t0 < 1.0, "rc %d: %s", rc,
+  CHECK_MSG(rc == AA_EINVAL && strstr(aa_last_error(), "203.0.113.254") && aa_now() - t0 < 1.0, "rc %d: %s", rc,
             aa_last_error());
   fprintf(stderr, "  %s\n", aa_last_error());
   aa_comm_store_t refusing = {st.ctx, set_fails, st.get};
