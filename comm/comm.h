@@ -76,8 +76,7 @@
  * the timeout. A timed-out rank names the peer its own wait was on, which
  * may itself be waiting for the missing rank. send blocks until the
  * receiver has posted the matching recv (no buffering). Mismatched counts
- * are not detected: a message larger than its receive aborts the receiving
- * process inside gloo. */
+ * are not named as such: the transfers do not match and time out. */
 #ifndef AA_COMM_H
 #define AA_COMM_H
 

@@ -161,10 +161,16 @@ static uint64_t p2p_slot(const aa__gloo_t *s, int a, int b, uint32_t k) {
   return (uint64_t)1 << 63 | (uint64_t)(a < b) << 62 | (uint64_t)s->id << 32 | k;
 }
 
-/* Adds a transfer of bytes with group member g to s->ops[*n]. */
+/* Adds a transfer of bytes with group member g to s->ops[*n]. Bits 24-31
+ * of the slot's sequence number are mixed with a hash of the byte count:
+ * a send and a recv whose sizes differ (ranks that disagree on a count)
+ * then never match and time out, where gloo would abort the receiving
+ * process on a message larger than its buffer. Two live transfers cannot
+ * collide: their sequence numbers would be 2^24 apart. */
 static void post(aa__gloo_t *s, int *n, int g, int is_send, const void *ptr, size_t bytes, uint64_t slot) {
   if (!bytes) return;
-  s->ops[(*n)++] = (aa__gx_op_t){s->wr[g], is_send, (void *)ptr, bytes, slot};
+  uint64_t h = aa_fnv1a(AA_FNV_INIT, &bytes, sizeof bytes) & 0xff;
+  s->ops[(*n)++] = (aa__gx_op_t){s->wr[g], is_send, (void *)ptr, bytes, slot ^ h << 24};
 }
 
 /* Runs s->ops[0..n) as one exchange. A failure fails the family (the shim

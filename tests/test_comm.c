@@ -840,6 +840,29 @@ AA_TEST(gloo_a_failed_rank_fails_the_ranks_waiting_on_it) {
     CHECK_MSG(exited_ok(o.status[r]), "rank %d: wait status 0x%x", r, o.status[r]);
 }
 
+/* Rank 0 sends 1000 elements where rank 1 receives 500: gloo would abort
+ * rank 1 inside its socket thread; the sizes are in the slots, so both time
+ * out instead. */
+static int mismatch_main(const char *rdv, int rank, int world, const void *arg) {
+  (void)arg;
+  aa_comm_t *c;
+  if (join(&c, rdv, rank, world, 500)) return 1;
+  float buf[1000] = {0};
+  int rc = rank == 0 ? aa_comm_send(c, buf, 1000, AA_F32, 1) : aa_comm_recv(c, buf, 500, AA_F32, 0);
+  CHECK_MSG(rc == AA_ETIMEOUT || rc == AA_ECANCELLED, "rc %d: %s", rc, aa_last_error());
+  if (rank == 1) fprintf(stderr, "  rank 1: %s\n", aa_last_error());
+  aa_comm_destroy(c);
+  return 0;
+}
+
+AA_TEST(gloo_mismatched_counts_time_out_instead_of_crashing) {
+  SKIP_WITHOUT("gloo");
+  outcome_t o;
+  g_backend = "gloo";
+  run_group(2, mismatch_main, NULL, &o);
+  expect_all_ok(&o, 2);
+}
+
 static int __attribute__((unused)) set_fails(void *ctx, const char *key, const void *value, size_t len) {
   (void)ctx, (void)value, (void)len;
   return aa_error(AA_EIO, "test store: set %s refused", key);
@@ -953,6 +976,7 @@ int main(void) {
   RUN(gloo_abort_from_a_signal_handler_cancels_every_rank);
   RUN(gloo_a_collective_times_out_naming_the_missing_rank);
   RUN(gloo_a_failed_rank_fails_the_ranks_waiting_on_it);
+  RUN(gloo_mismatched_counts_time_out_instead_of_crashing);
   RUN(gloo_bad_store_and_address_are_clear_errors);
   RUN(dir_store_is_private_sets_once_and_times_out);
   return aa_test_summary();
