@@ -187,7 +187,7 @@ static int run(aa__gloo_t *s, int n, const char *what) {
   if (rc == AA_ETIMEOUT) {
     fam_fail(s->fam, CAUSE_TIMEOUT, s->fam->wrank);
     return fail(s, rc, what, "timed out after %d ms waiting for %s to %s", s->timeout_ms, who,
-                s->ops[err.op].is_send ? "receive" : "send");
+                wpeer >= 0 && s->ops[err.op].is_send ? "receive" : "send");
   }
   uint32_t before = atomic_load(&s->fam->failed);
   if (before) return cancelled(s, what); /* aborted here, or failed earlier */
