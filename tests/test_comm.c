@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -657,6 +658,48 @@ static void signal_on(const char *backend) {
 AA_TEST(abort_from_a_signal_handler_cancels_every_rank) { signal_on("shm"); }
 AA_TEST(gloo_abort_from_a_signal_handler_cancels_every_rank) { signal_on("gloo"); }
 
+/* Another thread of rank 0 aborts the group 150 ms into a barrier that rank
+ * 1 reaches only a second later: both ranks are cancelled. */
+static void *abort_later(void *arg) {
+  sleep_s(0.15);
+  aa_comm_abort(arg);
+  return NULL;
+}
+
+static int thread_main(const char *rdv, int rank, int world, const void *arg) {
+  (void)arg;
+  aa_comm_t *c;
+  if (join(&c, rdv, rank, world, 20000)) return 1;
+  pthread_t th;
+  double t0 = aa_now();
+  if (rank == 0)
+    CHECK(pthread_create(&th, NULL, abort_later, c) == 0);
+  else
+    sleep_s(1.0);
+  int rc = aa_comm_barrier(c);
+  double took = aa_now() - t0;
+  CHECK_MSG(rc == AA_ECANCELLED, "rc %d: %s", rc, aa_last_error());
+  if (rank == 0) {
+    CHECK_MSG(took < 0.6, "took %.2f s", took);
+    pthread_join(th, NULL);
+  } else {
+    CHECK_MSG(took < 1.5, "took %.2f s", took); /* at once when it arrives */
+  }
+  aa_comm_destroy(c);
+  return 0;
+}
+
+static void thread_on(const char *backend) {
+  SKIP_WITHOUT(backend);
+  outcome_t o;
+  g_backend = backend;
+  run_group(2, thread_main, NULL, &o);
+  expect_all_ok(&o, 2);
+}
+
+AA_TEST(abort_from_another_thread_cancels_every_rank) { thread_on("shm"); }
+AA_TEST(gloo_abort_from_another_thread_cancels_every_rank) { thread_on("gloo"); }
+
 /* Rank 2 comes to the all_reduce 800 ms late with a 300 ms timeout: the
  * first to time out names it; the group is then failed for everyone. */
 static int late_main(const char *rdv, int rank, int world, const void *arg) {
@@ -965,6 +1008,7 @@ int main(void) {
   RUN(a_rank_that_never_joins_times_out_the_others);
   RUN(abort_cancels_every_rank);
   RUN(abort_from_a_signal_handler_cancels_every_rank);
+  RUN(abort_from_another_thread_cancels_every_rank);
   RUN(a_collective_times_out_naming_the_missing_rank);
   RUN(nccl_backend_on_the_gpus);
   RUN(gloo_collectives_on_2_ranks_match_the_reference_bit_for_bit);
@@ -974,6 +1018,7 @@ int main(void) {
   RUN(gloo_a_rank_that_never_joins_times_out_the_others);
   RUN(gloo_abort_cancels_every_rank);
   RUN(gloo_abort_from_a_signal_handler_cancels_every_rank);
+  RUN(gloo_abort_from_another_thread_cancels_every_rank);
   RUN(gloo_a_collective_times_out_naming_the_missing_rank);
   RUN(gloo_a_failed_rank_fails_the_ranks_waiting_on_it);
   RUN(gloo_mismatched_counts_time_out_instead_of_crashing);
