@@ -1,8 +1,11 @@
-/* Bus bandwidth of the shm process group (comm/comm.h): all_reduce,
- * reduce_scatter and all_gather over message sizes, for each world size,
- * beside the memcpy bandwidth of the same machine in the same run.
+/* Bus bandwidth of the host process groups (comm/comm.h): all_reduce,
+ * reduce_scatter and all_gather over message sizes, for each backend (shm;
+ * gloo over loopback TCP, its ranks meeting in a private temporary
+ * directory) and world size, beside the memcpy bandwidth of the same
+ * machine in the same run.
  *
- *   bench_comm_bw [--worlds 2,4] [--min BYTES] [--max BYTES] [--dtype f32|bf16|f16] [--seconds S]
+ *   bench_comm_bw [--backends shm,gloo] [--worlds 2,4] [--min BYTES] [--max BYTES]
+ *                 [--dtype f32|bf16|f16] [--seconds S]
  *
  * Definitions are nccl-tests' (doc/PERFORMANCE.md): `size` is the whole
  * buffer (all_reduce: the buffer; reduce_scatter: the send buffer of world
@@ -11,6 +14,7 @@
  * busbw = algbw * 2(n-1)/n for all_reduce and (n-1)/n for the other two.
  * busbw is what can be compared with memcpy: a copy moves `size` bytes
  * once. GB/s are 1e9 bytes per second. Sizes go up by 4x. */
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,13 +84,19 @@ static double memcpy_bw(void *dst, const void *src, size_t size, double seconds)
   return (double)size * (double)iters / (aa_now() - t0);
 }
 
-static int rank_main(const char *rdv, int rank, int world, const cfg_t *cfg) {
+/* store_dir: gloo's directory store, NULL for shm. */
+static int rank_main(const char *rdv, int rank, int world, const cfg_t *cfg, const char *store_dir) {
   aa_comm_t *c;
   aa_comm_opts_t o = {.timeout_ms = 120000};
-  if (aa_comm_init(&c, rdv, rank, world, &o)) {
+  aa_comm_store_t st = {0};
+  int rc = store_dir ? aa_comm_dir_store(&st, store_dir) : 0;
+  o.store = store_dir ? &st : NULL;
+  if (rc || aa_comm_init(&c, rdv, rank, world, &o)) {
     fprintf(stderr, "rank %d: %s\n", rank, aa_last_error());
+    aa_comm_dir_store_free(&st);
     return 1;
   }
+  aa_comm_dir_store_free(&st);
   unsigned char *send = malloc(cfg->max), *recv = malloc(cfg->max);
   if (!send || !recv) {
     fprintf(stderr, "rank %d: out of memory\n", rank);
@@ -96,14 +106,13 @@ static int rank_main(const char *rdv, int rank, int world, const cfg_t *cfg) {
   memset(send, 0x01, cfg->max);
   memset(recv, 0, cfg->max);
   if (rank == 0) {
-    printf("\n# shm backend, world %d, %s; time in us; GB/s = 1e9 B/s; memcpy by rank 0 alone\n", world,
-           aa_dtype_name(cfg->dt));
+    printf("\n# %s backend, world %d, %s; time in us; GB/s = 1e9 B/s; memcpy by rank 0 alone\n",
+           aa_comm_backend(c), world, aa_dtype_name(cfg->dt));
     printf("%10s %8s", "size", "memcpy");
     for (int k = 0; k < NCOLL; k++)
       printf(" | %-14s %9s %6s %6s", NAMES[k], "time", "algbw", "busbw");
     printf("\n");
   }
-  int rc = 0;
   for (size_t size = cfg->min; size <= cfg->max && !rc; size *= 4) {
     double cp = 0, t[NCOLL];
     /* The others wait (asleep) in the barrier while rank 0 copies. */
@@ -140,13 +149,61 @@ static size_t parse_size(const char *s) {
   return v < 1 ? 0 : (size_t)v;
 }
 
+/* Removes the store directory and the keys the ranks left in it. */
+static void remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
+  closedir(d);
+  rmdir(dir);
+}
+
+/* Forks world ranks of backend and waits for them; nonzero if one failed. */
+static int run_world(const char *backend, int world, const cfg_t *cfg) {
+  char rdv[AA_RENDEZVOUS_MAX], dir[64] = "/tmp/aa-bench-comm-XXXXXX";
+  int gloo = !strcmp(backend, "gloo");
+  if (aa_rendezvous_new(rdv, sizeof rdv, backend, "bench-comm")) {
+    fprintf(stderr, "comm_bw: %s\n", aa_last_error());
+    return 1;
+  }
+  if (gloo && !mkdtemp(dir)) {
+    perror("comm_bw: mkdtemp");
+    return 1;
+  }
+  fflush(NULL);
+  pid_t pids[64];
+  int failed = 0;
+  for (int r = 0; r < world; r++)
+    if ((pids[r] = fork()) == 0) {
+      int rc = rank_main(rdv, r, world, cfg, gloo ? dir : NULL);
+      fflush(NULL);
+      _exit(rc);
+    }
+  for (int r = 0; r < world; r++) {
+    int st = 0;
+    waitpid(pids[r], &st, 0);
+    failed |= !WIFEXITED(st) || WEXITSTATUS(st);
+  }
+  if (gloo) remove_dir(dir);
+  return failed;
+}
+
 int main(int argc, char **argv) {
   cfg_t cfg = {4096, (size_t)256 << 20, AA_F32, 0.3};
   char worlds[64] = "2,4";
+#ifdef AA_HAVE_GLOO
+  char backends[64] = "shm,gloo";
+#else
+  char backends[64] = "shm";
+#endif
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--worlds") && v) {
       snprintf(worlds, sizeof worlds, "%s", v);
+    } else if (!strcmp(a, "--backends") && v) {
+      snprintf(backends, sizeof backends, "%s", v);
     } else if (!strcmp(a, "--min") && v) {
       cfg.min = parse_size(v);
     } else if (!strcmp(a, "--max") && v) {
@@ -157,7 +214,8 @@ int main(int argc, char **argv) {
       cfg.dt = !strcmp(v, "bf16") ? AA_BF16 : !strcmp(v, "f16") ? AA_F16 : AA_F32;
     } else {
       fprintf(stderr,
-              "usage: %s [--worlds 2,4] [--min BYTES] [--max BYTES] [--dtype f32|bf16|f16] [--seconds S]\n",
+              "usage: %s [--backends shm,gloo] [--worlds 2,4] [--min BYTES] [--max BYTES] [--dtype "
+              "f32|bf16|f16] [--seconds S]\n",
               argv[0]);
       return 2;
     }
@@ -170,30 +228,22 @@ int main(int argc, char **argv) {
   printf("# bench_comm_bw: %ld CPUs online; sizes %zu..%zu bytes\n", sysconf(_SC_NPROCESSORS_ONLN), cfg.min,
          cfg.max);
   int failed = 0;
-  for (char *tok = strtok(worlds, ","); tok; tok = strtok(NULL, ",")) {
-    int world = atoi(tok);
-    if (world < 1 || world > 64) {
-      fprintf(stderr, "comm_bw: world %d out of range 1..64\n", world);
+  int wlist[16], nw = 0;
+  for (char *tok = strtok(worlds, ","); tok && nw < 16; tok = strtok(NULL, ",")) {
+    wlist[nw] = atoi(tok);
+    if (wlist[nw] < 1 || wlist[nw] > 64) {
+      fprintf(stderr, "comm_bw: world %d out of range 1..64\n", wlist[nw]);
       return 2;
     }
-    char rdv[AA_RENDEZVOUS_MAX];
-    if (aa_rendezvous_new(rdv, sizeof rdv, "shm", "bench-comm")) {
-      fprintf(stderr, "comm_bw: %s\n", aa_last_error());
-      return 1;
+    nw++;
+  }
+  for (char *b = strtok(backends, ","); b; b = strtok(NULL, ",")) {
+    if (strcmp(b, "shm") && strcmp(b, "gloo")) {
+      fprintf(stderr, "comm_bw: backend '%s': expected shm or gloo\n", b);
+      return 2;
     }
-    fflush(NULL);
-    pid_t pids[64];
-    for (int r = 0; r < world; r++)
-      if ((pids[r] = fork()) == 0) {
-        int rc = rank_main(rdv, r, world, &cfg);
-        fflush(NULL);
-        _exit(rc);
-      }
-    for (int r = 0; r < world; r++) {
-      int st = 0;
-      waitpid(pids[r], &st, 0);
-      failed |= !WIFEXITED(st) || WEXITSTATUS(st);
-    }
+    for (int i = 0; i < nw; i++)
+      failed |= run_world(b, wlist[i], &cfg);
   }
   return failed;
 }

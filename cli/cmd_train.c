@@ -1,6 +1,7 @@
 /* `autoaccel train MODEL`: training from a model spec, in this process or
  * as N data-parallel rank processes on this host (--devices cpu:N, or one
  * rank per GPU with --devices cuda:I,J). */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include "common/spec.h"
 #include "common/mem.h"
 #include "common/rendezvous.h"
+#include "comm/comm.h"
 #include "engine/launch.h"
 #include "strategies/strategy.h"
 
@@ -36,6 +38,9 @@ static void usage(FILE *f) {
           "                        as ATorch's load_strategy does. Default: the strategy's own world size\n"
           "                        (dp tp pp) on the CPU, so a saved dp2 strategy trains on 2 ranks;\n"
           "                        without --strategy, or with --device cuda:K, one process\n"
+          "  --backend shm|gloo    with cpu:N, the process group: shm (default, shared memory) or gloo\n"
+          "                        (TCP over loopback; the ranks meet in a private temporary directory,\n"
+          "                        removed afterwards)\n"
           "  --devices cuda:I,J    one rank per listed GPU (an NCCL process group), rescaled likewise;\n"
           "                        --devices cuda: every visible GPU (CUDA_VISIBLE_DEVICES applies)\n"
           "  --steps N             override train.steps\n"
@@ -77,26 +82,59 @@ static int rescale(aa_strategy_t *s, int world) {
 }
 
 /* One rank of a local data-parallel run, started as an executor's runner
- * starts one (engine/launch.h); the child's exit status. */
+ * starts one (engine/launch.h); the child's exit status. store_dir: a gloo
+ * rank's directory store, NULL for shm and nccl. */
 static int run_rank(const aa_model_spec_t *spec, const aa_train_opts_t *o, const char *rendezvous, int rank,
-                    int world, int cuda) {
+                    int world, int cuda, const char *store_dir) {
   aa_launch_t l = {.spec = spec, .rank = rank, .world = world, .rendezvous = rendezvous, .cuda = cuda, .opts = *o};
-  if (!aa_launch_rank(&l, NULL)) return AA_EXIT_OK;
+  aa_comm_store_t st = {0};
+  int rc = store_dir ? aa_comm_dir_store(&st, store_dir) : 0;
+  if (!rc) {
+    if (store_dir) l.comm.store = &st;
+    rc = aa_launch_rank(&l, NULL);
+  }
+  aa_comm_dir_store_free(&st);
+  if (!rc) return AA_EXIT_OK;
   fprintf(stderr, "autoaccel train: rank %d: %s\n", rank, aa_last_error());
   return AA_EXIT_FAIL;
+}
+
+/* Removes the gloo store directory and the keys the ranks left in it. */
+static void remove_store_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
+  closedir(d);
+  rmdir(dir);
 }
 
 /* Forks `world` ranks and waits for all of them. When one fails, the others
  * learn it from the group (a dead peer or a timeout) and stop by
  * themselves; any still running 30 s later are killed. */
-static int train_ranks(const aa_model_spec_t *spec, const aa_train_opts_t *o, const aa_cli_devices_t *devs) {
+static int train_ranks(const aa_model_spec_t *spec, const aa_train_opts_t *o, const aa_cli_devices_t *devs,
+                       int gloo) {
   int world = devs->n, on_cuda = devs->cuda[0] >= 0;
   char rdv[AA_RENDEZVOUS_MAX];
   char tag[32];
   snprintf(tag, sizeof tag, "train%d", (int)getpid());
-  if (aa_rendezvous_new(rdv, sizeof rdv, on_cuda ? "nccl" : "shm", tag)) return aa_cli_fail("train");
+  if (aa_rendezvous_new(rdv, sizeof rdv, on_cuda ? "nccl" : gloo ? "gloo" : "shm", tag)) return aa_cli_fail("train");
+  /* gloo: the ranks meet in a private directory (mkdtemp: mode 0700). */
+  char dir[256] = "";
+  if (gloo) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/aa-train-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+      fprintf(stderr, "autoaccel train: making the gloo store directory %s: %s\n", dir, strerror(errno));
+      return AA_EXIT_FAIL;
+    }
+  }
   pid_t *pids = calloc((size_t)world, sizeof *pids);
-  if (!pids) return aa_cli_fail("train");
+  if (!pids) {
+    if (gloo) remove_store_dir(dir);
+    return aa_cli_fail("train");
+  }
   fflush(NULL);
   int started = 0, failed = 0;
   for (; started < world; started++) {
@@ -106,7 +144,7 @@ static int train_ranks(const aa_model_spec_t *spec, const aa_train_opts_t *o, co
       failed = 1;
       break;
     }
-    if (pid == 0) _exit(run_rank(spec, o, rdv, started, world, devs->cuda[started]));
+    if (pid == 0) _exit(run_rank(spec, o, rdv, started, world, devs->cuda[started], gloo ? dir : NULL));
     pids[started] = pid;
   }
   time_t first_failure = failed ? time(NULL) : 0;
@@ -136,6 +174,7 @@ static int train_ranks(const aa_model_spec_t *spec, const aa_train_opts_t *o, co
     }
   }
   free(pids);
+  if (gloo) remove_store_dir(dir);
   return failed ? AA_EXIT_FAIL : AA_EXIT_OK;
 }
 
@@ -147,7 +186,7 @@ int aa_cmd_train(int argc, char **argv) {
       {"losses", required_argument, 0, 'L'}, {"summary-json", required_argument, 0, 'j'},
       {"strategy", required_argument, 0, 'S'}, {"memory-limit", required_argument, 0, 'M'},
       {"device", required_argument, 0, 'D'}, {"tf32", no_argument, 0, 'F'},
-      {"devices", required_argument, 0, 'N'},
+      {"devices", required_argument, 0, 'N'}, {"backend", required_argument, 0, 'B'},
       {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   const char *strategy_path = NULL;
   aa_train_opts_t o = {.checkpoint_every = -1, .log_every = 10};
@@ -155,7 +194,7 @@ int aa_cmd_train(int argc, char **argv) {
   int c, world = 0;
   aa_cli_devices_t devs = {0};
   char one_device[32];
-  const char *devices_arg = NULL;
+  const char *devices_arg = NULL, *backend = NULL;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -183,6 +222,13 @@ int aa_cmd_train(int argc, char **argv) {
     case 'S': strategy_path = optarg; break;
     case 'D': o.device = optarg; break;
     case 'F': o.tf32 = 1; break;
+    case 'B':
+      if (strcmp(optarg, "shm") && strcmp(optarg, "gloo")) {
+        fprintf(stderr, "autoaccel train: --backend: expected shm or gloo, got '%s'\n", optarg);
+        return AA_EXIT_USAGE;
+      }
+      backend = optarg;
+      break;
     case 'N':
       if (aa_cli_parse_devices(optarg, &devs)) {
         fprintf(stderr, "autoaccel train: %s\n", aa_last_error());
@@ -217,6 +263,10 @@ int aa_cmd_train(int argc, char **argv) {
                     "(e.g. cuda:0,1)\n", o.device);
     return AA_EXIT_USAGE;
   }
+  if (backend && (!on_cpu || (devices_arg && strncmp(devices_arg, "cpu", 3)))) {
+    fprintf(stderr, "autoaccel train: --backend %s is for CPU ranks (--devices cpu:N); GPUs use nccl\n", backend);
+    return AA_EXIT_USAGE;
+  }
   if (devices_arg) {
     if (aa_cli_resolve_devices(&devs, devices_arg)) return aa_cli_fail("train");
     world = devs.n;
@@ -244,7 +294,7 @@ int aa_cmd_train(int argc, char **argv) {
       devs.n = world;
       for (int r = 0; r < world; r++) devs.cuda[r] = -1;
     }
-    return train_ranks(&spec, &o, &devs);
+    return train_ranks(&spec, &o, &devs, backend && !strcmp(backend, "gloo"));
   }
   /* This process is the only rank: the device is the one --device names. */
   aa_launch_t l = {.spec = &spec, .rank = 0, .world = 1, .cuda = -1, .opts = o};

@@ -1,11 +1,16 @@
 /* Process groups (comm.h): the checks every backend shares, then dispatch to
- * comm_shm.c, comm_nccl.c or comm_self.c. Arguments are checked here so
+ * comm_shm.c, comm_gloo.c, comm_nccl.c or comm_self.c. Arguments are checked here so
  * every backend rejects the same calls with the same messages; the group's
  * failed state is checked first, so a call after an abort returns
  * AA_ECANCELLED at once. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "comm_internal.h"
 
@@ -17,7 +22,9 @@ static int bad(const aa_comm_t *c, const char *what, const char *why) {
 
 /* 0 while the group's family is usable, else AA_ECANCELLED. */
 static int usable(aa_comm_t *c, const char *what) {
-  return c->self ? aa__self_check(c->self, what) : aa__shm_check(c->shm, what, 0);
+  if (c->self) return aa__self_check(c->self, what);
+  if (c->gloo) return aa__gloo_check(c->gloo, what);
+  return aa__shm_check(c->shm, what, 0);
 }
 
 /* The checks of a data-moving call: the group is usable, the dtype and op
@@ -36,6 +43,54 @@ static int check(aa_comm_t *c, const char *what, aa_dtype_t dt, int op, size_t c
   return 0;
 }
 
+/* A gloo group: the store and the address are checked here, so a bad one is
+ * refused before anything listens or waits. */
+static int init_gloo(aa_comm_t **out, const char *name, int rank, int world, int timeout_ms,
+                     const aa_comm_opts_t *opts) {
+  int rc = aa__gloo_supported();
+  if (rc) return aa_error_wrap(rc, "aa_comm_init");
+  const aa_comm_store_t *st = opts ? opts->store : NULL;
+  if (!st || !st->set || !st->get)
+    return aa_error(AA_EINVAL, "aa_comm_init: rank %d of %d: a gloo group needs opts->store with set and get",
+                    rank, world);
+  const char *addr = opts->address ? opts->address : "127.0.0.1";
+  struct sockaddr_storage sa = {0};
+  struct sockaddr_in *v4 = (struct sockaddr_in *)&sa;
+  struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&sa;
+  socklen_t len = sizeof *v4;
+  if (inet_pton(AF_INET, addr, &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+  } else if (inet_pton(AF_INET6, addr, &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    len = sizeof *v6;
+  } else {
+    return aa_error(AA_EINVAL,
+                    "aa_comm_init: rank %d of %d: address '%.64s' is not a numeric IPv4 or IPv6 address",
+                    rank, world, addr);
+  }
+  /* An address of no interface here would fail inside gloo, which leaks
+   * on that path; a bind to a free port tells first. */
+  int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, len)) {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    return aa_error(AA_EINVAL, "aa_comm_init: rank %d of %d: cannot listen on %s: %s", rank, world, addr,
+                    strerror(e));
+  }
+  close(fd);
+  aa_comm_t *c = calloc(1, sizeof *c);
+  if (!c) return aa_error(AA_ENOMEM, "aa_comm_init: out of memory");
+  c->rank = rank;
+  c->world = world;
+  rc = aa__gloo_init(&c->gloo, name, rank, world, timeout_ms, st, addr);
+  if (rc) {
+    free(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
 int aa_comm_init(aa_comm_t **out, const char *rendezvous, int rank, int world, const aa_comm_opts_t *opts) {
   if (!out || !rendezvous) return aa_error(AA_EINVAL, "aa_comm_init: NULL argument");
   const char *backend, *name;
@@ -45,7 +100,7 @@ int aa_comm_init(aa_comm_t **out, const char *rendezvous, int rank, int world, c
     return aa_error(AA_EINVAL, "aa_comm_init: rank %d of a group of %d is out of range", rank, world);
   int timeout_ms = opts && opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
   if (timeout_ms < 0) return aa_error(AA_EINVAL, "aa_comm_init: timeout_ms %d is negative", timeout_ms);
-  if (!strcmp(backend, "gloo")) return aa_error(AA_EUNSUPPORTED, "aa_comm_init: the gloo backend is not built yet");
+  if (!strcmp(backend, "gloo")) return init_gloo(out, name, rank, world, timeout_ms, opts);
   int nccl = !strcmp(backend, "nccl");
   if (nccl) {
     /* Refuse before anyone creates a segment that the others would wait on. */
@@ -75,6 +130,18 @@ int aa_comm_split(aa_comm_t *parent, int color, int key, aa_comm_t **out) {
   if (parent->self) return aa__self_split(parent, color, out);
   aa_comm_t *c = calloc(1, sizeof *c);
   if (!c) return aa_error(AA_ENOMEM, "aa_comm_split: out of memory");
+  if (parent->gloo) {
+    rc = aa__gloo_split(parent->gloo, color < 0 ? -1 : color, key, &c->gloo);
+    if (rc || !c->gloo) {
+      free(c);
+      if (!rc) *out = NULL;
+      return rc;
+    }
+    c->rank = aa__gloo_rank(c->gloo);
+    c->world = aa__gloo_world(c->gloo);
+    *out = c;
+    return 0;
+  }
   rc = aa__shm_split(parent->shm, color < 0 ? -1 : color, key, &c->shm);
   if (!rc && parent->nccl) rc = aa__nccl_split(parent, color, key, c);
   if (rc || !c->shm) {
@@ -93,7 +160,7 @@ int aa_comm_split(aa_comm_t *parent, int color, int key, aa_comm_t **out) {
 int aa_comm_rank(const aa_comm_t *c) { return c ? c->rank : -1; }
 int aa_comm_world(const aa_comm_t *c) { return c ? c->world : -1; }
 const char *aa_comm_backend(const aa_comm_t *c) {
-  return !c ? "" : c->self ? "self" : c->nccl ? "nccl" : "shm";
+  return !c ? "" : c->self ? "self" : c->gloo ? "gloo" : c->nccl ? "nccl" : "shm";
 }
 
 int aa_comm_all_reduce(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype,
@@ -101,6 +168,7 @@ int aa_comm_all_reduce(aa_comm_t *c, const void *send, void *recv, size_t count,
   int rc = check(c, "all_reduce", dtype, op, count, 1, send, recv);
   if (rc || !count) return rc;
   if (c->self) return aa__self_copy(send, recv, count * aa_dtype_size(dtype));
+  if (c->gloo) return aa__gloo_all_reduce(c->gloo, send, recv, count, dtype, op);
   if (c->nccl) return aa__nccl_all_reduce(c, send, recv, count, dtype, op);
   return aa__shm_all_reduce(c->shm, send, recv, count, dtype, op);
 }
@@ -110,6 +178,7 @@ int aa_comm_reduce_scatter(aa_comm_t *c, const void *send, void *recv, size_t co
   int rc = check(c, "reduce_scatter", dtype, op, count, c ? (size_t)c->world : 1, send, recv);
   if (rc || !count) return rc;
   if (c->self) return aa__self_copy(send, recv, count * aa_dtype_size(dtype));
+  if (c->gloo) return aa__gloo_reduce_scatter(c->gloo, send, recv, count, dtype, op);
   if (c->nccl) return aa__nccl_reduce_scatter(c, send, recv, count, dtype, op);
   return aa__shm_reduce_scatter(c->shm, send, recv, count, dtype, op);
 }
@@ -118,6 +187,7 @@ int aa_comm_all_gather(aa_comm_t *c, const void *send, void *recv, size_t count,
   int rc = check(c, "all_gather", dtype, AA_COMM_SUM, count, c ? (size_t)c->world : 1, send, recv);
   if (rc || !count) return rc;
   if (c->self) return aa__self_copy(send, recv, count * aa_dtype_size(dtype));
+  if (c->gloo) return aa__gloo_all_gather(c->gloo, send, recv, count * aa_dtype_size(dtype), "all_gather");
   if (c->nccl) return aa__nccl_all_gather(c, send, recv, count, dtype);
   return aa__shm_all_gather(c->shm, send, recv, count * aa_dtype_size(dtype), "all_gather");
 }
@@ -129,6 +199,7 @@ int aa_comm_broadcast(aa_comm_t *c, const void *send, void *recv, size_t count, 
   if (count && c->rank == root && !send) return bad(c, "broadcast", "the root's send buffer is NULL");
   if (!count) return 0;
   if (c->self) return aa__self_copy(send, recv, count * aa_dtype_size(dtype));
+  if (c->gloo) return aa__gloo_broadcast(c->gloo, send, recv, count * aa_dtype_size(dtype), root);
   if (c->nccl) return aa__nccl_broadcast(c, send, recv, count, dtype, root);
   return aa__shm_broadcast(c->shm, send, recv, count * aa_dtype_size(dtype), root, "broadcast");
 }
@@ -139,6 +210,7 @@ int aa_comm_send(aa_comm_t *c, const void *buf, size_t count, aa_dtype_t dtype, 
   if (peer < 0 || peer >= c->world || peer == c->rank)
     return bad(c, "send", "the peer is not another rank of the group");
   if (!count) return 0;
+  if (c->gloo) return aa__gloo_send(c->gloo, buf, count * aa_dtype_size(dtype), peer);
   if (c->nccl) return aa__nccl_send(c, buf, count, dtype, peer);
   return aa__shm_send(c->shm, buf, count * aa_dtype_size(dtype), peer);
 }
@@ -149,6 +221,7 @@ int aa_comm_recv(aa_comm_t *c, void *buf, size_t count, aa_dtype_t dtype, int pe
   if (peer < 0 || peer >= c->world || peer == c->rank)
     return bad(c, "recv", "the peer is not another rank of the group");
   if (!count) return 0;
+  if (c->gloo) return aa__gloo_recv(c->gloo, buf, count * aa_dtype_size(dtype), peer);
   if (c->nccl) return aa__nccl_recv(c, buf, count, dtype, peer);
   return aa__shm_recv(c->shm, buf, count * aa_dtype_size(dtype), peer);
 }
@@ -157,18 +230,22 @@ int aa_comm_barrier(aa_comm_t *c) {
   if (!c) return aa_error(AA_EINVAL, "barrier: the group is NULL");
   int rc = usable(c, "barrier");
   if (rc || c->self) return rc;
+  if (c->gloo) return aa__gloo_barrier(c->gloo);
   if (c->nccl) return aa__nccl_barrier(c);
   return aa__shm_barrier(c->shm, "barrier");
 }
 
 void aa_comm_abort(aa_comm_t *c) {
   if (c && c->self) aa__self_abort(c->self);
+  else if (c && c->gloo)
+    aa__gloo_abort(c->gloo);
   else if (c) aa__shm_abort(c->shm, AA__ABORT_CALLED);
 }
 
 void aa_comm_destroy(aa_comm_t *c) {
   if (!c) return;
   if (c->self) aa__self_release(c->self);
+  if (c->gloo) aa__gloo_destroy(c->gloo);
   if (c->nccl) aa__nccl_destroy(c);
   aa__shm_destroy(c->shm);
   free(c);

@@ -11,18 +11,23 @@
  *         unique id and hands it to the others there, then all call
  *         ncclCommInitRank. Ranks on one host only (a cross-host bootstrap
  *         would relay the id through the planner).
- *   gloo   CPU ranks on any hosts (Debian's libgloo, the library PyTorch
+ *   gloo  CPU ranks on any hosts (Debian's libgloo, the library PyTorch
  *         uses for CPU collectives; TCP). Each rank listens on
  *         opts->address; the ranks find each other through opts->store
- *         under keys prefixed by the rendezvous name. Reductions are
- *         summed here in rank order, as shm does.
+ *         under keys prefixed by the rendezvous name and connect in a full
+ *         mesh, which every group split from the family reuses. Gloo only
+ *         moves bytes: reductions are summed here in rank order, with
+ *         shm's code, so the results are shm's bits. AA_EUNSUPPORTED in a
+ *         build without libgloo. The first gloo group of a process sets
+ *         SIGPIPE to SIG_IGN if it was SIG_DFL (gloo writes with writev,
+ *         so a write to a dead peer would kill the process).
  *   self   the group of one a single process trains over (aa_comm_self):
  *         every collective is the identity, a copy or nothing, and never
  *         waits; no rendezvous. In-place calls serve any memory (nothing is
  *         touched); out-of-place ones copy with memcpy, so host memory.
  *
- * The rendezvous text (common/rendezvous.h: "shm:/aa-<tag>-<nonce>" or
- * "nccl:/aa-<tag>-<nonce>") is made by the planner and travels to every rank
+ * The rendezvous text (common/rendezvous.h: "shm:/aa-<tag>-<nonce>",
+ * "nccl:/aa-<tag>-<nonce>" or "gloo:/aa-<tag>-<nonce>") is made by the planner and travels to every rank
  * in its job message. The engine knows nothing of sockets: a runner builds
  * the group from the text alone.
  *
@@ -42,7 +47,9 @@
  * training job with a broken group is broken). A process uses a family
  * from the thread that called aa_comm_init, or from threads that take turns
  * with it; that thread must outlive the family's last aa_comm_destroy
- * (shm: the rank's liveness is a robust mutex that thread holds).
+ * (shm: the rank's liveness is a robust mutex that thread holds). A gloo
+ * family runs two threads of its own (gloo's socket loop and the abort
+ * watcher) until its last aa_comm_destroy.
  *
  * Results are deterministic and identical on every rank: a sum is taken in
  * rank order 0..world-1 in fp32 (16-bit inputs are widened, summed in fp32
@@ -57,7 +64,19 @@
  * AA_ECANCELLED within about 100 ms. The group is then unusable; destroy
  * it. Errors carry an aa_error() message naming the collective, the rank
  * and the peer(s) that did not arrive or the rank that died. Details:
- * docs/comm.md. */
+ * docs/comm.md.
+ *
+ * gloo differs: ranks learn of a failure through closed connections. A
+ * rank that fails (timeout, abort, a peer's connection closed) closes all
+ * of its connections, so every rank waiting on it fails in turn
+ * (AA_ECANCELLED "the connection to rank R closed: it died, failed or
+ * aborted": a peer cannot tell which); a dead process's sockets close at
+ * once (measured 3-25 ms to cancel every other rank). A host that vanishes
+ * without closing its sockets (power loss, partition) is noticed only at
+ * the timeout. A timed-out rank names the peer its own wait was on, which
+ * may itself be waiting for the missing rank. send blocks until the
+ * receiver has posted the matching recv (no buffering). Mismatched counts
+ * are not named as such: the transfers do not match and time out. */
 #ifndef AA_COMM_H
 #define AA_COMM_H
 
@@ -88,6 +107,20 @@ typedef struct aa_comm_store {
   int (*get)(void *ctx, const char *key, int timeout_ms, void **value, size_t *len);
 } aa_comm_store_t;
 
+/* A store in the private directory dir (one host: the tests, and local
+ * ranks of `autoaccel train --backend gloo`): a key is a file there,
+ * written to a temporary name (O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600)
+ * and renamed into place without replacing, so a reader sees a whole value
+ * and a key is set once; get polls (0.5 ms, doubling to 20 ms) until the
+ * file appears or the timeout. dir is made by the caller, who removes it
+ * with its files afterwards; it must be owned by this user and not group-
+ * or world-writable (AA_EPERM otherwise), so no other user can plant or
+ * read a key. Ranks in several processes each open their own store on the
+ * same directory. *out is set on success and freed with
+ * aa_comm_dir_store_free (NULL or a freed store is a no-op). */
+int aa_comm_dir_store(aa_comm_store_t *out, const char *dir);
+void aa_comm_dir_store_free(aa_comm_store_t *s);
+
 typedef struct aa_comm_opts {
   int timeout_ms; /* longest wait for peers (join, each collective); 0 = 30000 */
   /* gloo only: where the ranks meet (required for a "gloo:" rendezvous),
@@ -107,7 +140,9 @@ typedef struct aa_comm_opts {
  * be NULL. AA_EUNSUPPORTED for "nccl:" in a build without CUDA/NCCL;
  * AA_EINVAL for a bad rendezvous, rank or world (shm: at most 256 ranks) or
  * a segment made for another world. *out is transferred (aa_comm_destroy)
- * and set only on success. */
+ * and set only on success. gloo: AA_EINVAL for a missing store (or
+ * callback) or an address that is not a numeric IP of this host;
+ * AA_ETIMEOUT "rank R did not join" when a peer's key never came. */
 int aa_comm_init(aa_comm_t **out, const char *rendezvous, int rank, int world, const aa_comm_opts_t *opts);
 
 /* A group of one (rank 0 of 1, backend "self"), made without a rendezvous:
@@ -123,13 +158,14 @@ int aa_comm_self(aa_comm_t **out);
  * Data/tensor/pipeline groups are built this way from the strategy's rank
  * order. The sub-group belongs to parent's family and has its timeout; it
  * may outlive parent. shm: a family holds at most 2 * world + 2 live groups
- * (AA_EUNSUPPORTED past that); a destroyed group's room is reused. *out is
+ * (AA_EUNSUPPORTED past that); a destroyed group's room is reused. gloo:
+ * no limit, and no new connection (one all-gather over parent). *out is
  * transferred (aa_comm_destroy) and set only on success. */
 int aa_comm_split(aa_comm_t *parent, int color, int key, aa_comm_t **out);
 
 int aa_comm_rank(const aa_comm_t *c);
 int aa_comm_world(const aa_comm_t *c);
-const char *aa_comm_backend(const aa_comm_t *c); /* "shm", "nccl", "self" */
+const char *aa_comm_backend(const aa_comm_t *c); /* "shm", "gloo", "nccl", "self" */
 
 /* recv(count) = op over ranks of send(count). */
 int aa_comm_all_reduce(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype, aa_comm_op_t op);
@@ -152,8 +188,10 @@ int aa_comm_recv(aa_comm_t *c, void *buf, size_t count, aa_dtype_t dtype, int pe
 int aa_comm_barrier(aa_comm_t *c);
 
 /* Marks the group's family failed for every rank (safe from a signal
- * handler and from another thread: an atomic store and futex wakes): their
- * pending and later calls return AA_ECANCELLED. */
+ * handler and from another thread: an atomic store and futex wakes; gloo:
+ * an atomic store and a write to a pipe, whose watcher thread interrupts
+ * the pending waits and closes the connections): their pending and later
+ * calls return AA_ECANCELLED. */
 void aa_comm_abort(aa_comm_t *c);
 
 /* Leaves the group and frees c; never waits for peers, so it returns even

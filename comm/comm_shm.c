@@ -52,7 +52,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/half.h"
 #include "comm_internal.h"
 
 #define SHM_MAGIC 0x61614347u /* "aaCG" */
@@ -62,8 +61,6 @@
 #define PROBE_MS 100     /* longest sleep between abort/liveness/deadline checks */
 #define SPIN_NS 200000   /* look (yielding the CPU) this long before sleeping */
 #define OPEN_RETRY_MS 10 /* while waiting for rank 0 to create the segment */
-#define SLICE_ALIGN 32   /* elements; slices of a reduction start on a cache line */
-#define REDUCE_BLOCK 1024
 
 /* --- the segment ------------------------------------------------------------------------ */
 
@@ -638,69 +635,6 @@ static unsigned char *half_of(const aa__shm_t *s, int g, uint32_t step) {
   return s->slot[g] + (step & 1u) * s->fam->L.half;
 }
 
-/* Member k's part [lo, hi) of c elements, cache-line aligned. */
-static void slice(size_t c, int n, int k, size_t *lo, size_t *hi) {
-  size_t per = (c + (size_t)n - 1) / (size_t)n;
-  per = (per + SLICE_ALIGN - 1) / SLICE_ALIGN * SLICE_ALIGN;
-  size_t a = (size_t)k * per;
-  *lo = a < c ? a : c;
-  *hi = *lo + per < c ? *lo + per : c;
-}
-
-/* dst(len) = op over k = 0..n-1, in that order, of src[k](len), summed in
- * fp32 and rounded once to dt. dst may be one of the sources (the same
- * elements): a block is read from every source before it is written. */
-static void reduce(void *dst, const unsigned char *const *src, int n, size_t len, aa_dtype_t dt,
-                   aa_comm_op_t op) {
-  float acc[REDUCE_BLOCK];
-  float div = (float)n;
-  for (size_t b = 0; b < len; b += REDUCE_BLOCK) {
-    size_t m = len - b < REDUCE_BLOCK ? len - b : REDUCE_BLOCK;
-    if (dt == AA_F32) {
-      const float *p = (const float *)src[0] + b;
-      for (size_t i = 0; i < m; i++)
-        acc[i] = p[i];
-      for (int k = 1; k < n; k++) {
-        p = (const float *)src[k] + b;
-        for (size_t i = 0; i < m; i++)
-          acc[i] += p[i];
-      }
-    } else if (dt == AA_BF16) {
-      const uint16_t *p = (const uint16_t *)src[0] + b;
-      for (size_t i = 0; i < m; i++)
-        acc[i] = aa_bf16_to_f32(p[i]);
-      for (int k = 1; k < n; k++) {
-        p = (const uint16_t *)src[k] + b;
-        for (size_t i = 0; i < m; i++)
-          acc[i] += aa_bf16_to_f32(p[i]);
-      }
-    } else {
-      const uint16_t *p = (const uint16_t *)src[0] + b;
-      for (size_t i = 0; i < m; i++)
-        acc[i] = aa_f16_to_f32(p[i]);
-      for (int k = 1; k < n; k++) {
-        p = (const uint16_t *)src[k] + b;
-        for (size_t i = 0; i < m; i++)
-          acc[i] += aa_f16_to_f32(p[i]);
-      }
-    }
-    if (op == AA_COMM_AVG)
-      for (size_t i = 0; i < m; i++)
-        acc[i] /= div;
-    if (dt == AA_F32) {
-      memcpy((float *)dst + b, acc, m * sizeof(float));
-    } else if (dt == AA_BF16) {
-      uint16_t *q = (uint16_t *)dst + b;
-      for (size_t i = 0; i < m; i++)
-        q[i] = aa_f32_to_bf16(acc[i]);
-    } else {
-      uint16_t *q = (uint16_t *)dst + b;
-      for (size_t i = 0; i < m; i++)
-        q[i] = aa_f32_to_f16(acc[i]);
-    }
-  }
-}
-
 /* Per step: copy the chunk into the own half; barrier; reduce the own
  * slice of the chunk from every half (in rank order) into the own half;
  * barrier; copy every member's reduced slice out. */
@@ -717,15 +651,15 @@ int aa__shm_all_reduce(aa__shm_t *s, const void *send, void *recv, size_t count,
     int rc = barrier(s, "all_reduce");
     if (rc) return rc;
     size_t lo, hi;
-    slice(c, s->n, s->rank, &lo, &hi);
+    aa__comm_slice(c, s->n, s->rank, &lo, &hi);
     if (hi > lo) {
       for (int k = 0; k < s->n; k++)
         s->srcs[k] = half_of(s, k, step) + lo * e;
-      reduce(mine + lo * e, s->srcs, s->n, hi - lo, dt, op);
+      aa__comm_reduce(mine + lo * e, s->srcs, s->n, hi - lo, dt, op);
     }
     if ((rc = barrier(s, "all_reduce"))) return rc;
     for (int k = 0; k < s->n; k++) {
-      slice(c, s->n, k, &lo, &hi);
+      aa__comm_slice(c, s->n, k, &lo, &hi);
       if (hi > lo) memcpy(out + (off + lo) * e, half_of(s, k, step) + lo * e, (hi - lo) * e);
     }
   }
@@ -751,7 +685,7 @@ int aa__shm_reduce_scatter(aa__shm_t *s, const void *send, void *recv, size_t co
     if (rc) return rc;
     for (int k = 0; k < s->n; k++)
       s->srcs[k] = half_of(s, k, step) + (size_t)s->rank * c * e;
-    reduce(out + off * e, s->srcs, s->n, c, dt, op);
+    aa__comm_reduce(out + off * e, s->srcs, s->n, c, dt, op);
   }
   return 0;
 }

@@ -1,4 +1,5 @@
-/* Process groups (comm/comm.h), shm backend: N rank processes forked
+/* Process groups (comm/comm.h), shm and gloo backends (the same tests, run
+ * over each): N rank processes forked
  * here (N = 2, 3, 4) meet in a fresh rendezvous and run every collective on
  * odd sizes, against a naive reference computed from the known per-rank
  * inputs: a sum in rank order in fp32, rounded once to the dtype, so the
@@ -6,20 +7,25 @@
  * inside a collective, a rank that never joins, aa_comm_abort (also from a
  * signal handler), a collective whose peer does not come. Each child
  * reports through its exit status; the parent kills the children past a
- * deadline, so a hang is a failure, not a hung ctest. After every group no
- * /dev/shm entry of its rendezvous may remain.
+ * deadline, so a hang is a failure, not a hung ctest. After every shm group
+ * no /dev/shm entry of its rendezvous may remain. gloo groups meet over
+ * loopback TCP through a directory store (aa_comm_dir_store) in a private
+ * temporary directory made per group; its own tests are at the end.
  *
  * The self backend (a group of one, no rendezvous) runs in this process.
  * The nccl backend needs a GPU; its test reports "skipped: no GPU"
  * elsewhere. */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -52,14 +58,51 @@ static void sleep_s(double s) {
   }
 }
 
-/* Forks world ranks running fn on a fresh rendezvous and reaps them in rank
- * order (so a rank that died stays an unreaped zombie while the others
- * notice it). Past DEADLINE_S the rest are killed and the run is "hung".
- * Checks that the rendezvous left nothing in /dev/shm. */
+/* The backend the forked tests run over ("shm" or "gloo"), and the
+ * directory the ranks of a gloo group meet in (made by run_group). */
+static const char *g_backend = "shm";
+static char g_store_dir[64];
+
+/* Makes a private directory for a gloo group's store. */
+static int store_dir_make(void) {
+  snprintf(g_store_dir, sizeof g_store_dir, "/tmp/aa-test-comm-XXXXXX");
+  return mkdtemp(g_store_dir) ? 0 : -1;
+}
+
+/* Removes the store directory and the keys in it. */
+static void store_dir_remove(void) {
+  DIR *d = opendir(g_store_dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
+  closedir(d);
+  rmdir(g_store_dir);
+}
+
+static int is_gloo(const char *rdv) { return !strncmp(rdv, "gloo:", 5); }
+
+/* A gloo test in a build without libgloo is skipped (the refusal itself is
+ * checked by gloo_bad_store_and_address_are_clear_errors). */
+#ifdef AA_HAVE_GLOO
+#define SKIP_WITHOUT(backend) ((void)(backend))
+#else
+#define SKIP_WITHOUT(backend)                                                                                \
+  do {                                                                                                       \
+    if (!strcmp(backend, "gloo")) SKIP("built without gloo");                                                \
+  } while (0)
+#endif
+
+/* Forks world ranks running fn on a fresh rendezvous of g_backend and reaps
+ * them in rank order (so a rank that died stays an unreaped zombie while
+ * the others notice it). Past DEADLINE_S the rest are killed and the run is
+ * "hung". Checks that the rendezvous left nothing in /dev/shm (shm), and
+ * removes the store directory (gloo). */
 static void run_group(int world, rank_fn fn, const void *arg, outcome_t *o) {
   char rdv[AA_RENDEZVOUS_MAX];
   memset(o, 0, sizeof *o);
-  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test-comm") == 0);
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, g_backend, "test-comm") == 0);
+  if (is_gloo(rdv)) CHECK(store_dir_make() == 0);
   fflush(NULL);
   double t0 = aa_now();
   pid_t pids[MAX_RANKS];
@@ -88,6 +131,10 @@ static void run_group(int world, rank_fn fn, const void *arg, outcome_t *o) {
   }
   o->seconds = aa_now() - t0;
   CHECK_MSG(!o->hung, "the ranks were still running after %.0f s", DEADLINE_S);
+  if (is_gloo(rdv)) {
+    store_dir_remove();
+    return;
+  }
   char path[AA_RENDEZVOUS_MAX + 16];
   snprintf(path, sizeof path, "/dev/shm%s", strchr(rdv, ':') + 1);
   CHECK_MSG(access(path, F_OK) != 0, "%s was left behind", path);
@@ -100,9 +147,23 @@ static void expect_all_ok(const outcome_t *o, int world) {
     CHECK_MSG(exited_ok(o->status[r]), "rank %d: wait status 0x%x", r, o->status[r]);
 }
 
-static int join(aa_comm_t **c, const char *rdv, int rank, int world, int timeout_ms) {
+/* aa_comm_init with the timeout and, for gloo, a store on g_store_dir (the
+ * store is only borrowed while joining). */
+static int init_with(aa_comm_t **c, const char *rdv, int rank, int world, int timeout_ms) {
   aa_comm_opts_t o = {.timeout_ms = timeout_ms};
+  aa_comm_store_t st = {0};
+  if (is_gloo(rdv)) {
+    int rc = aa_comm_dir_store(&st, g_store_dir);
+    if (rc) return rc;
+    o.store = &st;
+  }
   int rc = aa_comm_init(c, rdv, rank, world, &o);
+  aa_comm_dir_store_free(&st);
+  return rc;
+}
+
+static int join(aa_comm_t **c, const char *rdv, int rank, int world, int timeout_ms) {
+  int rc = init_with(c, rdv, rank, world, timeout_ms);
   if (rc) fprintf(stderr, "  rank %d: %s\n", rank, aa_last_error());
   return rc;
 }
@@ -355,7 +416,7 @@ static void check_split(aa_comm_t *c, int rank, int world) {
   for (int i = 0; i < m; i++)
     if (members[i] == rank) myrank = i;
   CHECK(aa_comm_rank(sub) == myrank);
-  CHECK(!strcmp(aa_comm_backend(sub), "shm"));
+  CHECK(!strcmp(aa_comm_backend(sub), aa_comm_backend(c)));
   for (int d = 0; d < 3; d++) {
     aa_dtype_t dt = DTYPES[d];
     size_t n = 400003, bytes = n * aa_dtype_size(dt);
@@ -411,7 +472,7 @@ static int collectives_main(const char *rdv, int rank, int world, const void *ar
   (void)arg;
   aa_comm_t *c;
   if (join(&c, rdv, rank, world, 20000)) return 1;
-  CHECK(aa_comm_rank(c) == rank && aa_comm_world(c) == world && !strcmp(aa_comm_backend(c), "shm"));
+  CHECK(aa_comm_rank(c) == rank && aa_comm_world(c) == world && !strcmp(aa_comm_backend(c), g_backend));
   CHECK(aa_comm_all_reduce(c, NULL, NULL, 0, AA_F32, AA_COMM_SUM) == 0);
   check_all_reduce(c, rank, world);
   check_reduce_scatter(c, rank, world);
@@ -424,16 +485,21 @@ static int collectives_main(const char *rdv, int rank, int world, const void *ar
   return 0;
 }
 
-static void collectives_on(int world) {
+static void collectives_on(const char *backend, int world) {
+  SKIP_WITHOUT(backend);
   outcome_t o;
+  g_backend = backend;
   run_group(world, collectives_main, NULL, &o);
   expect_all_ok(&o, world);
-  fprintf(stderr, "  %d ranks: %.2f s\n", world, o.seconds);
+  fprintf(stderr, "  %s, %d ranks: %.2f s\n", backend, world, o.seconds);
 }
 
-AA_TEST(collectives_on_2_ranks_match_the_reference_bit_for_bit) { collectives_on(2); }
-AA_TEST(collectives_on_3_ranks_match_the_reference_bit_for_bit) { collectives_on(3); }
-AA_TEST(collectives_on_4_ranks_match_the_reference_bit_for_bit) { collectives_on(4); }
+AA_TEST(collectives_on_2_ranks_match_the_reference_bit_for_bit) { collectives_on("shm", 2); }
+AA_TEST(collectives_on_3_ranks_match_the_reference_bit_for_bit) { collectives_on("shm", 3); }
+AA_TEST(collectives_on_4_ranks_match_the_reference_bit_for_bit) { collectives_on("shm", 4); }
+AA_TEST(gloo_collectives_on_2_ranks_match_the_reference_bit_for_bit) { collectives_on("gloo", 2); }
+AA_TEST(gloo_collectives_on_3_ranks_match_the_reference_bit_for_bit) { collectives_on("gloo", 3); }
+AA_TEST(gloo_collectives_on_4_ranks_match_the_reference_bit_for_bit) { collectives_on("gloo", 4); }
 
 /* --- failures ---------------------------------------------------------------------------------- */
 
@@ -457,8 +523,10 @@ static int killed_main(const char *rdv, int rank, int world, const void *arg) {
   int rc = aa_comm_all_reduce(c, buf, buf, n, AA_F32, AA_COMM_SUM);
   double after = aa_now() - t;
   CHECK_MSG(rc == AA_ECANCELLED, "rc %d: %s", rc, aa_last_error());
-  CHECK_MSG(strstr(aa_last_error(), "died") != NULL, "%s", aa_last_error());
-  CHECK_MSG(after < 10.0, "took %.2f s after the kill", after);
+  /* gloo cannot tell a death from a closed connection. */
+  CHECK_MSG(strstr(aa_last_error(), is_gloo(rdv) ? "connection to rank 3 closed" : "died") != NULL, "%s",
+            aa_last_error());
+  CHECK_MSG(after < (is_gloo(rdv) ? 2.0 : 10.0), "took %.2f s after the kill", after);
   fprintf(stderr, "  rank %d: cancelled %.0f ms after the kill: %s\n", rank, after * 1e3, aa_last_error());
   double t0 = aa_now();
   CHECK(aa_comm_barrier(c) == AA_ECANCELLED);
@@ -469,22 +537,28 @@ static int killed_main(const char *rdv, int rank, int world, const void *arg) {
   return 0;
 }
 
-AA_TEST(a_killed_rank_cancels_the_others_quickly) {
+static void killed_on(const char *backend) {
+  SKIP_WITHOUT(backend);
   outcome_t o;
+  g_backend = backend;
   run_group(4, killed_main, NULL, &o);
   for (int r = 0; r < 3; r++)
     CHECK_MSG(exited_ok(o.status[r]), "rank %d: wait status 0x%x", r, o.status[r]);
   CHECK(WIFSIGNALED(o.status[3]) && WTERMSIG(o.status[3]) == SIGKILL);
 }
 
+AA_TEST(a_killed_rank_cancels_the_others_quickly) { killed_on("shm"); }
+/* Bound: every other rank fails within 2 s of the kill (its sockets close
+ * at once; measured tens of ms). */
+AA_TEST(gloo_a_killed_rank_cancels_the_others_quickly) { killed_on("gloo"); }
+
 /* rank `absent` never calls aa_comm_init; the others time out naming it. */
 static int absent_main(const char *rdv, int rank, int world, const void *arg) {
   int absent = *(const int *)arg;
   if (rank == absent) return 0;
   aa_comm_t *c = NULL;
-  aa_comm_opts_t o = {.timeout_ms = 300};
   double t0 = aa_now();
-  int rc = aa_comm_init(&c, rdv, rank, world, &o);
+  int rc = init_with(&c, rdv, rank, world, 300);
   double took = aa_now() - t0;
   CHECK_MSG(rc == AA_ETIMEOUT, "rc %d: %s", rc, aa_last_error());
   CHECK(c == NULL);
@@ -496,13 +570,18 @@ static int absent_main(const char *rdv, int rank, int world, const void *arg) {
   return 0;
 }
 
-AA_TEST(a_rank_that_never_joins_times_out_the_others) {
+static void absent_on(const char *backend) {
+  SKIP_WITHOUT(backend);
+  g_backend = backend;
   for (int absent = 2; absent >= 0; absent -= 2) { /* the last rank, then rank 0 (no segment at all) */
     outcome_t o;
     run_group(3, absent_main, &absent, &o);
     expect_all_ok(&o, 3);
   }
 }
+
+AA_TEST(a_rank_that_never_joins_times_out_the_others) { absent_on("shm"); }
+AA_TEST(gloo_a_rank_that_never_joins_times_out_the_others) { absent_on("gloo"); }
 
 /* Rank 1 aborts while ranks 0 and 2 wait in a barrier for it. */
 static int abort_main(const char *rdv, int rank, int world, const void *arg) {
@@ -518,18 +597,26 @@ static int abort_main(const char *rdv, int rank, int world, const void *arg) {
   int rc = aa_comm_barrier(c);
   double took = aa_now() - t0;
   CHECK_MSG(rc == AA_ECANCELLED, "rc %d: %s", rc, aa_last_error());
-  CHECK_MSG(rank == 1 || strstr(aa_last_error(), "aborted by rank 1") != NULL, "%s", aa_last_error());
+  /* gloo: the others see rank 1's connections close. */
+  CHECK_MSG(rank == 1 ||
+                strstr(aa_last_error(), is_gloo(rdv) ? "connection to rank 1 closed" : "aborted by rank 1"),
+            "%s", aa_last_error());
   CHECK_MSG(took < 1.0, "took %.2f s", took);
   if (rank == 0) fprintf(stderr, "  rank 0: %.0f ms: %s\n", took * 1e3, aa_last_error());
   aa_comm_destroy(c);
   return 0;
 }
 
-AA_TEST(abort_cancels_every_rank) {
+static void abort_on(const char *backend) {
+  SKIP_WITHOUT(backend);
   outcome_t o;
+  g_backend = backend;
   run_group(3, abort_main, NULL, &o);
   expect_all_ok(&o, 3);
 }
+
+AA_TEST(abort_cancels_every_rank) { abort_on("shm"); }
+AA_TEST(gloo_abort_cancels_every_rank) { abort_on("gloo"); }
 
 /* Rank 0's SIGALRM handler aborts the group while rank 0 waits in a barrier
  * that rank 1 reaches only a second later. */
@@ -560,11 +647,58 @@ static int signal_main(const char *rdv, int rank, int world, const void *arg) {
   return 0;
 }
 
-AA_TEST(abort_from_a_signal_handler_cancels_every_rank) {
+static void signal_on(const char *backend) {
+  SKIP_WITHOUT(backend);
   outcome_t o;
+  g_backend = backend;
   run_group(2, signal_main, NULL, &o);
   expect_all_ok(&o, 2);
 }
+
+AA_TEST(abort_from_a_signal_handler_cancels_every_rank) { signal_on("shm"); }
+AA_TEST(gloo_abort_from_a_signal_handler_cancels_every_rank) { signal_on("gloo"); }
+
+/* Another thread of rank 0 aborts the group 150 ms into a barrier that rank
+ * 1 reaches only a second later: both ranks are cancelled. */
+static void *abort_later(void *arg) {
+  sleep_s(0.15);
+  aa_comm_abort(arg);
+  return NULL;
+}
+
+static int thread_main(const char *rdv, int rank, int world, const void *arg) {
+  (void)arg;
+  aa_comm_t *c;
+  if (join(&c, rdv, rank, world, 20000)) return 1;
+  pthread_t th;
+  double t0 = aa_now();
+  if (rank == 0)
+    CHECK(pthread_create(&th, NULL, abort_later, c) == 0);
+  else
+    sleep_s(1.0);
+  int rc = aa_comm_barrier(c);
+  double took = aa_now() - t0;
+  CHECK_MSG(rc == AA_ECANCELLED, "rc %d: %s", rc, aa_last_error());
+  if (rank == 0) {
+    CHECK_MSG(took < 0.6, "took %.2f s", took);
+    pthread_join(th, NULL);
+  } else {
+    CHECK_MSG(took < 1.5, "took %.2f s", took); /* at once when it arrives */
+  }
+  aa_comm_destroy(c);
+  return 0;
+}
+
+static void thread_on(const char *backend) {
+  SKIP_WITHOUT(backend);
+  outcome_t o;
+  g_backend = backend;
+  run_group(2, thread_main, NULL, &o);
+  expect_all_ok(&o, 2);
+}
+
+AA_TEST(abort_from_another_thread_cancels_every_rank) { thread_on("shm"); }
+AA_TEST(gloo_abort_from_another_thread_cancels_every_rank) { thread_on("gloo"); }
 
 /* Rank 2 comes to the all_reduce 800 ms late with a 300 ms timeout: the
  * first to time out names it; the group is then failed for everyone. */
@@ -582,6 +716,7 @@ static int late_main(const char *rdv, int rank, int world, const void *arg) {
   } else {
     CHECK_MSG(rc == AA_ETIMEOUT || rc == AA_ECANCELLED, "rc %d: %s", rc, aa_last_error());
     if (rc == AA_ETIMEOUT) {
+      /* gloo too: a one-element all_reduce is one exchange with every rank. */
       CHECK_MSG(strstr(aa_last_error(), "all_reduce: rank") && strstr(aa_last_error(), "waiting for rank 2"),
                 "%s", aa_last_error());
       fprintf(stderr, "  rank %d: %s\n", rank, aa_last_error());
@@ -592,11 +727,16 @@ static int late_main(const char *rdv, int rank, int world, const void *arg) {
   return 0;
 }
 
-AA_TEST(a_collective_times_out_naming_the_missing_rank) {
+static void late_on(const char *backend) {
+  SKIP_WITHOUT(backend);
   outcome_t o;
+  g_backend = backend;
   run_group(3, late_main, NULL, &o);
   expect_all_ok(&o, 3);
 }
+
+AA_TEST(a_collective_times_out_naming_the_missing_rank) { late_on("shm"); }
+AA_TEST(gloo_a_collective_times_out_naming_the_missing_rank) { late_on("gloo"); }
 
 /* --- in one process ------------------------------------------------------------------------------ */
 
@@ -706,6 +846,158 @@ AA_TEST(nccl_backend_on_the_gpus) {
 #endif
 }
 
+/* --- gloo only ---------------------------------------------------------------------------------- */
+
+/* The cascade: rank 2 dies while rank 0 waits to receive from it and rank 1
+ * waits to receive from rank 0 only. Rank 0 fails and closes its
+ * connections, so rank 1 fails too, within a second of the kill. */
+static int cascade_main(const char *rdv, int rank, int world, const void *arg) {
+  (void)arg;
+  aa_comm_t *c;
+  if (join(&c, rdv, rank, world, 20000)) return 1;
+  double t = aa_now() + 0.3;
+  CHECK(aa_comm_broadcast(c, &t, &t, 2, AA_F32, 0) == 0);
+  float x = 0;
+  if (rank == 2) {
+    sleep_s(t - aa_now());
+    raise(SIGKILL);
+  }
+  int rc = aa_comm_recv(c, &x, 1, AA_F32, rank == 0 ? 2 : 0);
+  double after = aa_now() - t;
+  CHECK_MSG(rc == AA_ECANCELLED, "rc %d: %s", rc, aa_last_error());
+  CHECK_MSG(
+      strstr(aa_last_error(), rank == 0 ? "connection to rank 2 closed" : "connection to rank 0 closed"),
+      "%s", aa_last_error());
+  CHECK_MSG(after < 1.0, "rank %d failed %.2f s after the kill", rank, after);
+  fprintf(stderr, "  rank %d: %.0f ms after the kill: %s\n", rank, after * 1e3, aa_last_error());
+  aa_comm_destroy(c);
+  return 0;
+}
+
+AA_TEST(gloo_a_failed_rank_fails_the_ranks_waiting_on_it) {
+  SKIP_WITHOUT("gloo");
+  outcome_t o;
+  g_backend = "gloo";
+  run_group(3, cascade_main, NULL, &o);
+  for (int r = 0; r < 2; r++)
+    CHECK_MSG(exited_ok(o.status[r]), "rank %d: wait status 0x%x", r, o.status[r]);
+}
+
+/* Rank 0 sends 1000 elements where rank 1 receives 500: gloo would abort
+ * rank 1 inside its socket thread; the sizes are in the slots, so both time
+ * out instead. */
+static int mismatch_main(const char *rdv, int rank, int world, const void *arg) {
+  (void)arg;
+  aa_comm_t *c;
+  if (join(&c, rdv, rank, world, 500)) return 1;
+  float buf[1000] = {0};
+  int rc = rank == 0 ? aa_comm_send(c, buf, 1000, AA_F32, 1) : aa_comm_recv(c, buf, 500, AA_F32, 0);
+  CHECK_MSG(rc == AA_ETIMEOUT || rc == AA_ECANCELLED, "rc %d: %s", rc, aa_last_error());
+  if (rank == 1) fprintf(stderr, "  rank 1: %s\n", aa_last_error());
+  aa_comm_destroy(c);
+  return 0;
+}
+
+AA_TEST(gloo_mismatched_counts_time_out_instead_of_crashing) {
+  SKIP_WITHOUT("gloo");
+  outcome_t o;
+  g_backend = "gloo";
+  run_group(2, mismatch_main, NULL, &o);
+  expect_all_ok(&o, 2);
+}
+
+static int __attribute__((unused)) set_fails(void *ctx, const char *key, const void *value, size_t len) {
+  (void)ctx, (void)value, (void)len;
+  return aa_error(AA_EIO, "test store: set %s refused", key);
+}
+
+/* Bad stores and addresses are refused with a clear error before anything
+ * waits; a gloo group of one works in this process. */
+AA_TEST(gloo_bad_store_and_address_are_clear_errors) {
+  char rdv[AA_RENDEZVOUS_MAX];
+  aa_comm_t *c = NULL;
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "gloo", "test-comm-args") == 0);
+#ifndef AA_HAVE_GLOO
+  CHECK(aa_comm_init(&c, rdv, 0, 1, NULL) == AA_EUNSUPPORTED);
+  CHECK(strstr(aa_last_error(), "without gloo") != NULL);
+  SKIP("built without gloo (the refusal was checked)");
+#else
+  CHECK(aa_comm_init(&c, rdv, 0, 1, NULL) == AA_EINVAL && strstr(aa_last_error(), "opts->store"));
+  CHECK(store_dir_make() == 0);
+  aa_comm_store_t st;
+  CHECK(aa_comm_dir_store(&st, g_store_dir) == 0);
+  aa_comm_store_t half = {st.ctx, st.set, NULL};
+  aa_comm_opts_t o = {.timeout_ms = 2000, .store = &half};
+  CHECK(aa_comm_init(&c, rdv, 0, 1, &o) == AA_EINVAL && strstr(aa_last_error(), "opts->store"));
+  o.store = &st;
+  o.address = "localhost";
+  CHECK(aa_comm_init(&c, rdv, 0, 1, &o) == AA_EINVAL && strstr(aa_last_error(), "not a numeric"));
+  o.address = "203.0.113.254"; /* TEST-NET-3: documentation only, no interface has it */
+  double t0 = aa_now();
+  int rc = aa_comm_init(&c, rdv, 0, 2, &o);
+  CHECK_MSG(rc == AA_EINVAL && strstr(aa_last_error(), "203.0.113.254") && aa_now() - t0 < 1.0, "rc %d: %s", rc,
+            aa_last_error());
+  fprintf(stderr, "  %s\n", aa_last_error());
+  aa_comm_store_t refusing = {st.ctx, set_fails, st.get};
+  o.address = NULL;
+  o.store = &refusing;
+  rc = aa_comm_init(&c, rdv, 0, 2, &o);
+  CHECK_MSG(rc == AA_EIO && strstr(aa_last_error(), "set") && strstr(aa_last_error(), "refused"), "rc %d: %s",
+            rc, aa_last_error());
+  CHECK(c == NULL);
+  o.store = &st;
+  rc = aa_comm_init(&c, rdv, 0, 1, &o);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (!rc) {
+    CHECK(!strcmp(aa_comm_backend(c), "gloo"));
+    float a[3] = {1, 2, 3}, b[3] = {0};
+    CHECK(aa_comm_all_reduce(c, a, b, 3, AA_F32, AA_COMM_AVG) == 0 && !memcmp(a, b, sizeof a));
+    CHECK(aa_comm_barrier(c) == 0);
+    aa_comm_t *sub = NULL;
+    CHECK(aa_comm_split(c, 3, 0, &sub) == 0 && sub && aa_comm_world(sub) == 1);
+    aa_comm_abort(c);
+    CHECK(aa_comm_barrier(sub) == AA_ECANCELLED && strstr(aa_last_error(), "aborted by rank 0"));
+    aa_comm_destroy(sub);
+    aa_comm_destroy(c);
+  }
+  aa_comm_dir_store_free(&st);
+  store_dir_remove();
+#endif
+}
+
+/* The directory store: only a private directory, keys set once and read
+ * whole, a missing key times out, links are not followed. */
+AA_TEST(dir_store_is_private_sets_once_and_times_out) {
+  aa_comm_store_t st = {0};
+  CHECK(aa_comm_dir_store(&st, "/tmp") == AA_EPERM && strstr(aa_last_error(), "private"));
+  CHECK(aa_comm_dir_store(&st, "/nonexistent/aa-store") == AA_ENOENT);
+  CHECK(store_dir_make() == 0);
+  CHECK(chmod(g_store_dir, 0770) == 0);
+  CHECK(aa_comm_dir_store(&st, g_store_dir) == AA_EPERM);
+  CHECK(chmod(g_store_dir, 0700) == 0);
+  int rc = aa_comm_dir_store(&st, g_store_dir);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  void *v = NULL;
+  size_t len = 0;
+  CHECK(st.set(st.ctx, "/aa-x/rank_0", "host", 4) == 0);
+  CHECK(st.get(st.ctx, "/aa-x/rank_0", 100, &v, &len) == 0 && len == 4 && !memcmp(v, "host", 4));
+  free(v);
+  CHECK(st.set(st.ctx, "/aa-x/rank_0", "again", 5) == AA_EINVAL && strstr(aa_last_error(), "already set"));
+  CHECK(st.set(st.ctx, "bad key", "x", 1) == AA_EINVAL);
+  CHECK(st.set(st.ctx, "", "x", 1) == AA_EINVAL);
+  double t0 = aa_now();
+  CHECK(st.get(st.ctx, "/aa-x/missing", 50, &v, &len) == AA_ETIMEOUT && strstr(aa_last_error(), "missing"));
+  CHECK(aa_now() - t0 >= 0.049 && aa_now() - t0 < 1.0);
+  char link[128];
+  snprintf(link, sizeof link, "%s/k.planted", g_store_dir);
+  CHECK(symlink("/etc/passwd", link) == 0);
+  CHECK(st.get(st.ctx, "planted", 100, &v, &len) == AA_EIO);
+  aa_comm_dir_store_free(&st);
+  aa_comm_dir_store_free(&st);
+  store_dir_remove();
+}
+
 int main(void) {
   RUN(bad_arguments_are_refused);
   RUN(a_group_of_one_copies_and_never_waits);
@@ -716,7 +1008,21 @@ int main(void) {
   RUN(a_rank_that_never_joins_times_out_the_others);
   RUN(abort_cancels_every_rank);
   RUN(abort_from_a_signal_handler_cancels_every_rank);
+  RUN(abort_from_another_thread_cancels_every_rank);
   RUN(a_collective_times_out_naming_the_missing_rank);
   RUN(nccl_backend_on_the_gpus);
+  RUN(gloo_collectives_on_2_ranks_match_the_reference_bit_for_bit);
+  RUN(gloo_collectives_on_3_ranks_match_the_reference_bit_for_bit);
+  RUN(gloo_collectives_on_4_ranks_match_the_reference_bit_for_bit);
+  RUN(gloo_a_killed_rank_cancels_the_others_quickly);
+  RUN(gloo_a_rank_that_never_joins_times_out_the_others);
+  RUN(gloo_abort_cancels_every_rank);
+  RUN(gloo_abort_from_a_signal_handler_cancels_every_rank);
+  RUN(gloo_abort_from_another_thread_cancels_every_rank);
+  RUN(gloo_a_collective_times_out_naming_the_missing_rank);
+  RUN(gloo_a_failed_rank_fails_the_ranks_waiting_on_it);
+  RUN(gloo_mismatched_counts_time_out_instead_of_crashing);
+  RUN(gloo_bad_store_and_address_are_clear_errors);
+  RUN(dir_store_is_private_sets_once_and_times_out);
   return aa_test_summary();
 }

@@ -88,6 +88,16 @@ same_losses() { # same_losses A B: equal step count, every loss within 1e-5 rela
        END { if (n != m || n == 0) { print "FAIL: " n " vs " m " steps"; bad = 1 }; exit bad }' "$1" "$2"
 }
 same_losses "$tmp/l1.txt" "$tmp/l2.txt" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: dp2 losses"; }
+# The same 2 ranks over gloo (TCP on loopback): its sums are shm's, in rank
+# order, so the losses are the same text. The ranks' store directory (under
+# TMPDIR) is gone afterwards.
+mkdir -p "$tmp/gtmp"
+expect 0 "done: 6 steps" env TMPDIR="$tmp/gtmp" "$AA" train "$tmp/dp.json" --devices cpu:2 --backend gloo \
+  --out "$tmp/dpg" --losses "$tmp/lg.txt"
+cmp -s "$tmp/l2.txt" "$tmp/lg.txt" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: gloo losses differ from shm's"; }
+[ -z "$(ls -A "$tmp/gtmp")" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: gloo store left in TMPDIR"; }
+expect 2 "--backend: expected shm or gloo" "$AA" train "$tmp/dp.json" --devices cpu:2 --backend tcp
+expect 2 "--backend gloo is for CPU ranks" "$AA" train "$tmp/dp.json" --devices cuda:0,1 --backend gloo
 # A saved dp2 ZeRO-2 strategy trains on 2 ranks by itself, and rescales on 1.
 printf '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2}, "zero": 2}\n' >"$tmp/dp2z2.json"
 expect 0 "strategy dp2.tp1.pp1.z2.fp32" \
