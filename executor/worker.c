@@ -362,7 +362,8 @@ static void local_address(aa_conn_t *c) {
   if (ss.ss_family == AF_INET) ip = &((struct sockaddr_in *)&ss)->sin_addr;
   if (ss.ss_family == AF_INET6) ip = &((struct sockaddr_in6 *)&ss)->sin6_addr;
   char text[INET6_ADDRSTRLEN];
-  if (ip && inet_ntop(ss.ss_family, ip, text, sizeof text)) snprintf(w->address, sizeof w->address, "%s", text);
+  if (ip && inet_ntop(ss.ss_family, ip, text, sizeof text))
+    snprintf(w->address, sizeof w->address, "%s", text);
 }
 
 static void on_connect(uv_connect_t *req, int status) {

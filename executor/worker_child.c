@@ -24,7 +24,8 @@
 #include "../strategies/strategy.h"
 #include "worker_internal.h"
 
-_Static_assert(AA_PROTO_KV_KEY_MAX == AA_COMM_STORE_KEY_MAX && AA_PROTO_KV_VALUE_MAX == AA_COMM_STORE_VALUE_MAX,
+_Static_assert(AA_PROTO_KV_KEY_MAX == AA_COMM_STORE_KEY_MAX &&
+                   AA_PROTO_KV_VALUE_MAX == AA_COMM_STORE_VALUE_MAX,
                "the relay's limits are the store's");
 
 /* At most this many progress frames per second, besides the first and the last step. */
@@ -309,7 +310,8 @@ static int store_next(child_store_t *cs, double deadline, aa_msg_t *m) {
     while (cs->off < cs->len) {
       size_t used, plen;
       const void *payload;
-      int rc = aa_frame_reader_feed(&cs->reader, cs->buf + cs->off, cs->len - cs->off, &used, &payload, &plen);
+      int rc =
+          aa_frame_reader_feed(&cs->reader, cs->buf + cs->off, cs->len - cs->off, &used, &payload, &plen);
       if (rc < 0) return rc;
       cs->off += used;
       if (rc == 1) return aa_msg_decode(payload, plen, m) ? AA_EFORMAT : 1;
@@ -389,7 +391,8 @@ void aa_worker__child_store_free(aa_comm_store_t *s) {
  * "<name>/addr/<rank>" to its address in the gang's store, reads every
  * rank's, and reports them as its result's error text,
  * "store: 0=ADDR 1=ADDR ...", or the failure. */
-static int test_store_exchange(child_t *c, const aa_msg_job_t *job, const aa_comm_store_t *st, const char *address) {
+static int test_store_exchange(child_t *c, const aa_msg_job_t *job, const aa_comm_store_t *st,
+                               const char *address) {
   const char *backend, *name;
   int rc = aa_rendezvous_parse(job->rendezvous, &backend, &name);
   if (rc) return rc;
@@ -403,7 +406,8 @@ static int test_store_exchange(child_t *c, const aa_msg_job_t *job, const aa_com
     size_t n;
     snprintf(key, sizeof key, "%.150s/addr/%d", name, r);
     if ((rc = st->get(st->ctx, key, 10000, &v, &n))) return rc;
-    if (o < sizeof text) o += (size_t)snprintf(text + o, sizeof text - o, " %d=%.*s", r, (int)(n < 64 ? n : 64), (char *)v);
+    if (o < sizeof text)
+      o += (size_t)snprintf(text + o, sizeof text - o, " %d=%.*s", r, (int)(n < 64 ? n : 64), (char *)v);
     free(v);
   }
   send_result(c, AA_PROTO_RUN_ERROR, text, 0, 0, 0, NULL, false, 0, false, NULL);

@@ -34,8 +34,8 @@ typedef struct aa_runner {
   uint64_t job, run;
   int rank; /* in the gang: the result the parent makes for a dead runner names it */
   int coord[AA_AXES]; /* and its place in the mesh (aa_worker__coords of the job's strategy) */
-  uv_pipe_t pipe;    /* the channel to the child */
-  size_t writes;     /* answers queued to the child and not yet written */
+  uv_pipe_t pipe; /* the channel to the child */
+  size_t writes;  /* answers queued to the child and not yet written */
   uv_timer_t timer; /* time limit */
   aa_frame_reader_t reader;
   bool have_result;

@@ -71,7 +71,8 @@ int aa__relay_open(aa_planner_t *p, int64_t job, int64_t run, int world, const u
 void aa__relay_open_gang(aa_planner_t *p, aa_planner_job_t *j) {
   if (j->world < 2) return;
   uint64_t *ids = calloc((size_t)j->world, sizeof *ids);
-  int rc = ids ? 0 : aa_error(AA_ENOMEM, "planner: no memory for the store of run %lld", (long long)j->run_id);
+  int rc =
+      ids ? 0 : aa_error(AA_ENOMEM, "planner: no memory for the store of run %lld", (long long)j->run_id);
   for (int r = 0; ids && r < j->world; r++)
     ids[r] = j->ranks[r].executor;
   if (!rc) rc = aa__relay_open(p, j->id, j->run_id, j->world, ids, &j->relay);

@@ -402,9 +402,12 @@ static int validate(const table_t *t, const void *st, const char *path) {
     }
     case K_BIN: {
       const aa_msg_bin_t *b = (const aa_msg_bin_t *)p;
-      if (b->n > f->smax) rc = bad(path, f->key, "%zu bytes, longer than the limit %zu", b->n, f->smax);
-      else if (b->n < f->smin) rc = bad(path, f->key, "must not be empty");
-      else if (b->n && !b->p) rc = bad(path, f->key, "%zu bytes at NULL", b->n);
+      if (b->n > f->smax)
+        rc = bad(path, f->key, "%zu bytes, longer than the limit %zu", b->n, f->smax);
+      else if (b->n < f->smin)
+        rc = bad(path, f->key, "must not be empty");
+      else if (b->n && !b->p)
+        rc = bad(path, f->key, "%zu bytes at NULL", b->n);
       break;
     }
     }

@@ -556,13 +556,16 @@ AA_TEST(kv_messages_carry_binary_values_within_their_limits) {
   CHECK(d.kv_value.value.n == 14 && memcmp(d.kv_value.value.p, "10.0.0.5:41000", 14) == 0);
   aa_msg_free(&d);
   EXPECT_REJECT(AA_MSG_KV_SET, "value", DROP, AA_EFORMAT, "kv_set: missing required field \"value\"");
-  EXPECT_REJECT(AA_MSG_KV_SET, "value", VS("10.0.0.7"), AA_EFORMAT, "kv_set.value: expected binary, got a string");
+  EXPECT_REJECT(AA_MSG_KV_SET, "value", VS("10.0.0.7"), AA_EFORMAT,
+                "kv_set.value: expected binary, got a string");
   EXPECT_REJECT(AA_MSG_KV_VALUE, "run", VU(0), AA_EFORMAT, "kv_value.run: 0 is outside 1..");
   EXPECT_REJECT(AA_MSG_KV_GET, "key", DROP, AA_EFORMAT, "kv_get: missing required field \"key\"");
   EXPECT_REJECT(AA_MSG_KV_GET, "key", VS(""), AA_EFORMAT, "kv_get.key: must not be empty");
-  EXPECT_REJECT(AA_MSG_KV_GET, "key", VREP(201), AA_EFORMAT, "kv_get.key: 201 bytes, longer than the limit 200");
+  EXPECT_REJECT(AA_MSG_KV_GET, "key", VREP(201), AA_EFORMAT,
+                "kv_get.key: 201 bytes, longer than the limit 200");
   EXPECT_REJECT(AA_MSG_KV_GET, "key", VS("a key"), AA_EFORMAT, "kv_get.key: byte 0x20 at 1 is not one of");
-  EXPECT_REJECT(AA_MSG_KV_GET, "value", VBIN, AA_EFORMAT, "kv_get: unknown key \"value\" (allowed: v, t, id, run, key)");
+  EXPECT_REJECT(AA_MSG_KV_GET, "value", VBIN, AA_EFORMAT,
+                "kv_get: unknown key \"value\" (allowed: v, t, id, run, key)");
   CHECK(decode_modified(AA_MSG_KV_GET, "key", VREP(200), &d) == 0 && strlen(d.kv_get.key) == 200);
   aa_msg_free(&d);
   /* An empty value is a value; one byte past the limit is not, on either side. */

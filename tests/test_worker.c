@@ -717,7 +717,8 @@ static void expect_store(peer_t *p, aa_msg_type_t t, uint64_t run, const char *k
   CHECK_MSG(m.type == t, "got %s, want %s", aa_msg_type_name(m.type), aa_msg_type_name(t));
   if (m.type == t) {
     const aa_msg_kv_t *kv = t == AA_MSG_KV_SET ? &m.kv_set : &m.kv_get;
-    CHECK_MSG(kv->run == run && !strcmp(kv->key, key), "run %llu key %s", (unsigned long long)kv->run, kv->key);
+    CHECK_MSG(kv->run == run && !strcmp(kv->key, key), "run %llu key %s", (unsigned long long)kv->run,
+              kv->key);
     CHECK(m.id > 0);
     if (value)
       CHECK_MSG(kv->value.n == strlen(value) && !memcmp(kv->value.p, value, kv->value.n), "value %.*s",
@@ -729,7 +730,8 @@ static void expect_store(peer_t *p, aa_msg_type_t t, uint64_t run, const char *k
 
 static void send_kv_value(peer_t *p, uint64_t id, uint64_t run, const char *key, const char *value) {
   aa_msg_t m = {.type = AA_MSG_KV_VALUE, .id = id};
-  m.kv_value = (aa_msg_kv_t){.run = run, .key = (char *)key, .value = {.p = (void *)value, .n = strlen(value)}};
+  m.kv_value =
+      (aa_msg_kv_t){.run = run, .key = (char *)key, .value = {.p = (void *)value, .n = strlen(value)}};
   send_msg(p, &m);
 }
 
@@ -776,9 +778,10 @@ AA_TEST(a_rank_reaches_its_gangs_store_through_the_executor) {
   CHECK(write(p.fd, buf, len) == (ssize_t)len);
   free(buf);
   if (wait_result(&p, 22, &res, NULL, 20000) == 0) {
-    CHECK_MSG(res.result.status == AA_PROTO_RUN_ERROR && res.result.error &&
-                  strstr(res.result.error, "store: the planner refused the get: kv_get: executor 1 is not a rank"),
-              "%s", res.result.error ? res.result.error : "(none)");
+    CHECK_MSG(
+        res.result.status == AA_PROTO_RUN_ERROR && res.result.error &&
+            strstr(res.result.error, "store: the planner refused the get: kv_get: executor 1 is not a rank"),
+        "%s", res.result.error ? res.result.error : "(none)");
     aa_msg_free(&res);
   }
   /* The executor is still serving: a planner that goes away ends it cleanly. */
