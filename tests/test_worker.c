@@ -23,6 +23,7 @@
 #include "engine/data.h"
 #include "engine/train.h"
 #include "executor/worker.h"
+#include "executor/worker_internal.h"
 #include "proto/msg.h"
 #include "strategies/calib.h"
 #include "strategies/strategy.h"
@@ -792,6 +793,66 @@ AA_TEST(a_rank_reaches_its_gangs_store_through_the_executor) {
   close(lfd);
 }
 
+/* The runner's side of the store alone, over a socketpair whose other end
+ * this test plays (the parent): what it writes, what it waits for, and how
+ * each way a get can fail is worded. */
+AA_TEST(the_runners_store_waits_for_its_answer_and_says_why_it_failed) {
+  signal(SIGPIPE, SIG_IGN);
+  int sv[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  aa_comm_store_t st;
+  CHECK(aa_worker__child_store(sv[0], 77, &st) == 0);
+  peer_t parent;
+  peer_init(&parent, sv[1]);
+  aa_msg_t m;
+  uint64_t id;
+  /* A set is written at once and not waited for. */
+  CHECK(st.set(st.ctx, "g/addr/0", "10.0.0.1", 8) == 0);
+  CHECK(recv_msg(&parent, &m, 1000) == 1 && m.type == AA_MSG_KV_SET && m.kv_set.run == 77 &&
+        !strcmp(m.kv_set.key, "g/addr/0") && m.kv_set.value.n == 8 && !memcmp(m.kv_set.value.p, "10.0.0.1", 8));
+  aa_msg_free(&m);
+  /* A key nobody sets: the get gives up at its timeout. */
+  void *v = NULL;
+  size_t n = 0;
+  double t0 = aa_now();
+  CHECK(st.get(st.ctx, "g/addr/1", 200, &v, &n) == AA_ETIMEOUT);
+  CHECK_MSG(strstr(aa_last_error(), "store: key g/addr/1 of run 77 was not set within 200 ms"), "%s", aa_last_error());
+  CHECK(aa_now() - t0 >= 0.19 && aa_now() - t0 < 2);
+  CHECK(recv_msg(&parent, &m, 1000) == 1 && m.type == AA_MSG_KV_GET && !strcmp(m.kv_get.key, "g/addr/1"));
+  id = m.id;
+  aa_msg_free(&m);
+  /* The late answer to that get, then the answer to the next: only the
+   * second is taken. */
+  send_kv_value(&parent, id, 77, "g/addr/1", "late");
+  send_kv_value(&parent, id + 1, 77, "g/addr/2", "10.0.0.3");
+  CHECK(st.get(st.ctx, "g/addr/2", 2000, &v, &n) == 0);
+  CHECK(v && n == 8 && !memcmp(v, "10.0.0.3", 8));
+  free(v);
+  CHECK(recv_msg(&parent, &m, 1000) == 1 && m.type == AA_MSG_KV_GET && m.id == id + 1);
+  aa_msg_free(&m);
+  /* A refusal is the planner's code and words. */
+  char *buf;
+  size_t len;
+  CHECK(aa_msg_encode_error(&buf, &len, id + 2, AA_EPERM, "kv_get: executor 4 is not a rank of run 77") == 0);
+  CHECK(write(sv[1], buf, len) == (ssize_t)len);
+  free(buf);
+  CHECK(st.get(st.ctx, "g/addr/3", 2000, &v, &n) == AA_EPERM);
+  CHECK_MSG(strstr(aa_last_error(), "store: the planner refused the get: kv_get: executor 4 is not a rank"), "%s",
+            aa_last_error());
+  /* The executor going away ends a wait at once. */
+  shutdown(sv[1], SHUT_WR);
+  t0 = aa_now();
+  CHECK(st.get(st.ctx, "g/addr/4", 5000, &v, &n) == AA_ECONN);
+  CHECK_MSG(strstr(aa_last_error(), "store: the executor closed the channel while key g/addr/4 was awaited"), "%s",
+            aa_last_error());
+  CHECK(aa_now() - t0 < 1);
+  peer_close(&parent);
+  CHECK(st.set(st.ctx, "g/addr/5", "x", 1) == AA_ECONN);
+  CHECK(strstr(aa_last_error(), "store: the executor closed the channel to its runner"));
+  aa_worker__child_store_free(&st);
+  close(sv[0]);
+}
+
 AA_TEST(executor_addresses_must_be_numeric) {
   CHECK(aa_worker_parse_address("10.0.0.5") == 0);
   CHECK(aa_worker_parse_address("fe80::1") == 0);
@@ -918,6 +979,7 @@ int main(void) {
   RUN(every_way_a_run_ends_is_reported_and_the_executor_survives);
   RUN(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_other);
   RUN(a_rank_reaches_its_gangs_store_through_the_executor);
+  RUN(the_runners_store_waits_for_its_answer_and_says_why_it_failed);
   RUN(executor_addresses_must_be_numeric);
   RUN(the_protocol_names_the_engines_time_kinds);
   RUN(executor_waits_for_a_planner_that_is_not_up_yet);
