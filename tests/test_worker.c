@@ -809,14 +809,16 @@ AA_TEST(the_runners_store_waits_for_its_answer_and_says_why_it_failed) {
   /* A set is written at once and not waited for. */
   CHECK(st.set(st.ctx, "g/addr/0", "10.0.0.1", 8) == 0);
   CHECK(recv_msg(&parent, &m, 1000) == 1 && m.type == AA_MSG_KV_SET && m.kv_set.run == 77 &&
-        !strcmp(m.kv_set.key, "g/addr/0") && m.kv_set.value.n == 8 && !memcmp(m.kv_set.value.p, "10.0.0.1", 8));
+        !strcmp(m.kv_set.key, "g/addr/0") && m.kv_set.value.n == 8 &&
+        !memcmp(m.kv_set.value.p, "10.0.0.1", 8));
   aa_msg_free(&m);
   /* A key nobody sets: the get gives up at its timeout. */
   void *v = NULL;
   size_t n = 0;
   double t0 = aa_now();
   CHECK(st.get(st.ctx, "g/addr/1", 200, &v, &n) == AA_ETIMEOUT);
-  CHECK_MSG(strstr(aa_last_error(), "store: key g/addr/1 of run 77 was not set within 200 ms"), "%s", aa_last_error());
+  CHECK_MSG(strstr(aa_last_error(), "store: key g/addr/1 of run 77 was not set within 200 ms"), "%s",
+            aa_last_error());
   CHECK(aa_now() - t0 >= 0.19 && aa_now() - t0 < 2);
   CHECK(recv_msg(&parent, &m, 1000) == 1 && m.type == AA_MSG_KV_GET && !strcmp(m.kv_get.key, "g/addr/1"));
   id = m.id;
@@ -837,14 +839,14 @@ AA_TEST(the_runners_store_waits_for_its_answer_and_says_why_it_failed) {
   CHECK(write(sv[1], buf, len) == (ssize_t)len);
   free(buf);
   CHECK(st.get(st.ctx, "g/addr/3", 2000, &v, &n) == AA_EPERM);
-  CHECK_MSG(strstr(aa_last_error(), "store: the planner refused the get: kv_get: executor 4 is not a rank"), "%s",
-            aa_last_error());
+  CHECK_MSG(strstr(aa_last_error(), "store: the planner refused the get: kv_get: executor 4 is not a rank"),
+            "%s", aa_last_error());
   /* The executor going away ends a wait at once. */
   shutdown(sv[1], SHUT_WR);
   t0 = aa_now();
   CHECK(st.get(st.ctx, "g/addr/4", 5000, &v, &n) == AA_ECONN);
-  CHECK_MSG(strstr(aa_last_error(), "store: the executor closed the channel while key g/addr/4 was awaited"), "%s",
-            aa_last_error());
+  CHECK_MSG(strstr(aa_last_error(), "store: the executor closed the channel while key g/addr/4 was awaited"),
+            "%s", aa_last_error());
   CHECK(aa_now() - t0 < 1);
   peer_close(&parent);
   CHECK(st.set(st.ctx, "g/addr/5", "x", 1) == AA_ECONN);
