@@ -26,7 +26,9 @@
 #     set, a key is set once, the store holds 4 x world + 16 keys, 16
 #     waiting gets per rank (past them the rank is closed), a 64 KiB + 1
 #     value is a bad frame, and the store ends with its run, its waiting
-#     gets unanswered.
+#     gets unanswered. Then end to end: two real executors whose runners
+#     (AUTOACCEL_TEST_STORE) exchange their --address through the store of
+#     a real planner instead of running.
 set -u
 # shellcheck source=tests/cli/service_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/service_lib.sh"
@@ -175,6 +177,21 @@ check "a value over 64 KiB is a bad frame" r "a 65537-byte value: kv_set.value: 
 check "the store ends with its run" r "aborted yes; after the run the store is gone: kv_get: executor"
 check "its waiting gets end with it" grep -q "ended with 17 gets of its store unanswered" "$log3"
 check "the planner is alive after all of it" kill -0 "$planner3"
+
+home4="$tmp/home4"
+log4="$tmp/planner4.log"
+"$AA" planner --home "$home4" >"$log4" 2>&1 &
+pids+=("$!")
+P="--planner unix:$home4/planner.sock"
+planner_up "$log4" "planner 4"
+AUTOACCEL_TEST_STORE=1 start_executor 1 --address 10.20.30.40
+AUTOACCEL_TEST_STORE=1 start_executor 1
+check "two executors register" wait_for 20 executors_up 2
+expect 0 "submitted job" "$AA" submit "$tmp/abs.json" $P --refresh --include zero1 --max-dryruns 1
+exchanged() { grep -Eq "store: 0=(10.20.30.40 1=127.0.0.1|127.0.0.1 1=10.20.30.40)" "$log4"; }
+check "the ranks of a real gang read each other's --address (or 127.0.0.1) through the planner" \
+  wait_for 60 exchanged
+grep -m1 -Eo "store: 0=[0-9.]+ 1=[0-9.]+" "$log4"
 
 echo "peers: $pass passed, $fail failed"
 [ "$fail" = 0 ]
