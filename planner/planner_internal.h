@@ -10,7 +10,8 @@
  * life, results, cancel, waiting clients), search.c (enumeration,
  * exclusions, order, early stop, the calibrated order and stop bound, the
  * re-measures and the verdict), report.c (the JSON of status and query
- * replies), plan.c (`query plan`: predictions from a stored calibration). */
+ * replies), plan.c (`query plan`: predictions from a stored calibration),
+ * relay.c (the store of each running gang, kv_set / kv_get). */
 #ifndef AA_PLANNER_INTERNAL_H
 #define AA_PLANNER_INTERNAL_H
 
