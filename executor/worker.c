@@ -192,8 +192,9 @@ static void on_welcome(aa_conn_t *c, const aa_msg_welcome_t *wm) {
   w->backoff_ms = AA_WORKER_BACKOFF_MIN_MS;
   uv_timer_set_repeat(&c->tick, (uint64_t)c->heartbeat_ms);
   uv_timer_again(&c->tick);
-  aa_worker__log(w, "connected to %s as executor %llu (%s), heartbeat %d ms", w->addr_text,
-                 (unsigned long long)wm->peer_id, w->name, c->heartbeat_ms);
+  aa_worker__log(
+      w, "connected to %s as executor %llu (%s on host %s), heartbeat %d ms; its gangs listen on %s",
+      w->addr_text, (unsigned long long)wm->peer_id, w->name, w->host, c->heartbeat_ms, w->address);
 }
 
 /* Handles one decoded frame. Returns nonzero when the connection was closed. */
