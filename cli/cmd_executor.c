@@ -29,6 +29,11 @@ static void usage(FILE *f) {
              "                        on TCP the default is <state dir>/token if it exists\n"
              "  --name NAME           device name to report (default: the GPU's name, or the CPU model and\n"
              "                        thread count)\n"
+             "  --host NAME           host name to report (default: this machine's, gethostname); the\n"
+             "                        planner places a gang's ranks by it\n"
+             "  --address IP          numeric IPv4 or IPv6 address the ranks of its gangs listen on, which\n"
+             "                        the other ranks dial (default: the local address of its TCP\n"
+             "                        connection to the planner; 127.0.0.1 over a unix socket)\n"
              "  -h, --help            this help\n\n"
              "Exit codes: 0 stopped by a signal, 1 failure (the planner refused the token, bad token\n"
              "file, unsupported device), 2 usage.\n");
@@ -41,6 +46,8 @@ int aa_cmd_executor(int argc, char **argv) {
                                            {"memory-limit", required_argument, 0, 'M'},
                                            {"token-file", required_argument, 0, 'k'},
                                            {"name", required_argument, 0, 'n'},
+                                           {"host", required_argument, 0, 'H'},
+                                           {"address", required_argument, 0, 'a'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   aa_worker_opts_t o = {0};
@@ -74,6 +81,20 @@ int aa_cmd_executor(int argc, char **argv) {
       break;
     case 'k': o.token_file = optarg; break;
     case 'n': o.name = optarg; break;
+    case 'H':
+      if (!optarg[0] || strlen(optarg) > 255) {
+        fprintf(stderr, "autoaccel executor: --host: expected a name of 1..255 bytes, got '%.64s'\n", optarg);
+        return AA_EXIT_USAGE;
+      }
+      o.host = optarg;
+      break;
+    case 'a':
+      if (aa_worker_parse_address(optarg)) {
+        fprintf(stderr, "autoaccel executor: %s\n", aa_last_error());
+        return AA_EXIT_USAGE;
+      }
+      o.address = optarg;
+      break;
     case 'h': usage(stdout); return AA_EXIT_OK;
     default:
       fprintf(stderr, "autoaccel executor: unknown option or missing value: '%s'\n", argv[optind - 1]);

@@ -1,6 +1,7 @@
 /* The executor's planner connection (see worker.h): connect, hello,
  * heartbeats, frames from the planner, reconnect with backoff, and an
  * orderly stop. The runner child is in worker_runner.c and worker_child.c. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -191,8 +192,9 @@ static void on_welcome(aa_conn_t *c, const aa_msg_welcome_t *wm) {
   w->backoff_ms = AA_WORKER_BACKOFF_MIN_MS;
   uv_timer_set_repeat(&c->tick, (uint64_t)c->heartbeat_ms);
   uv_timer_again(&c->tick);
-  aa_worker__log(w, "connected to %s as executor %llu (%s), heartbeat %d ms", w->addr_text,
-                 (unsigned long long)wm->peer_id, w->name, c->heartbeat_ms);
+  aa_worker__log(
+      w, "connected to %s as executor %llu (%s on host %s), heartbeat %d ms; its gangs listen on %s",
+      w->addr_text, (unsigned long long)wm->peer_id, w->name, w->host, c->heartbeat_ms, w->address);
 }
 
 /* Handles one decoded frame. Returns nonzero when the connection was closed. */
@@ -200,6 +202,9 @@ static int on_message(aa_conn_t *c, const aa_msg_t *m) {
   aa_worker_t *w = c->w;
   if (m->type == AA_MSG_ERROR) {
     aa_worker__log(w, "planner error %d: %s", m->error.code, m->error.message);
+    /* An answer to the runner's store request (kv_set, kv_get carry the
+     * runner's own ids): the runner is the one that must know. */
+    if (m->id && c->state == CONN_READY) aa_worker__runner_answer(w, m);
     if (c->state == CONN_HELLO) {
       if (m->error.code == AA_EPERM) {
         snprintf(w->fatal_msg, sizeof w->fatal_msg, "the planner at %s refused us: %s", w->addr_text,
@@ -227,6 +232,7 @@ static int on_message(aa_conn_t *c, const aa_msg_t *m) {
   switch (m->type) {
   case AA_MSG_HEARTBEAT: return 0;
   case AA_MSG_JOB: on_job(c, m); return 0;
+  case AA_MSG_KV_VALUE: aa_worker__runner_answer(w, m); return 0;
   case AA_MSG_CANCEL:
     if (w->runner.active && !w->runner.orphaned && w->runner.job == m->cancel.job) {
       aa_worker__log(w, "job %llu: cancelled", (unsigned long long)m->cancel.job);
@@ -344,6 +350,23 @@ static void send_hello(aa_conn_t *c) {
   conn_send(c, &m);
 }
 
+/* The address this host has toward the planner, which the ranks of a
+ * gang on other hosts can likely reach too: the local end of the TCP
+ * connection; 127.0.0.1 over a unix socket (every rank is on this host). */
+static void local_address(aa_conn_t *c) {
+  aa_worker_t *w = c->w;
+  struct sockaddr_storage ss;
+  int len = sizeof ss;
+  const void *ip = NULL;
+  snprintf(w->address, sizeof w->address, "127.0.0.1");
+  if (!w->addr.tcp || uv_tcp_getsockname(&c->h.tcp, (struct sockaddr *)&ss, &len)) return;
+  if (ss.ss_family == AF_INET) ip = &((struct sockaddr_in *)&ss)->sin_addr;
+  if (ss.ss_family == AF_INET6) ip = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+  char text[INET6_ADDRSTRLEN];
+  if (ip && inet_ntop(ss.ss_family, ip, text, sizeof text))
+    snprintf(w->address, sizeof w->address, "%s", text);
+}
+
 static void on_connect(uv_connect_t *req, int status) {
   aa_conn_t *c = req->data;
   aa_worker_t *w = c->w;
@@ -356,6 +379,7 @@ static void on_connect(uv_connect_t *req, int status) {
   }
   c->state = CONN_HELLO;
   c->last_rx = uv_now(&w->loop);
+  if (!w->address_given) local_address(c);
   int rc = uv_read_start(&c->h.stream, on_alloc, on_read);
   if (rc) {
     aa_worker__log(w, "read from %s: %s", w->addr_text, uv_strerror(rc));
@@ -545,7 +569,31 @@ int aa_worker_create(aa_worker_t **out, const aa_worker_opts_t *o) {
     snprintf(w->name, sizeof w->name, "%.230s (%d threads)", model, w->threads);
   }
   cut_utf8(w->name, AA_PROTO_NAME_MAX);
-  if (gethostname(w->host, sizeof w->host - 1) || !w->host[0]) snprintf(w->host, sizeof w->host, "localhost");
+  if (o->host) {
+    if (!o->host[0] || strlen(o->host) > AA_PROTO_NAME_MAX) {
+      rc = aa_error(AA_EINVAL, "--host must be 1..%d bytes", AA_PROTO_NAME_MAX);
+      goto fail;
+    }
+    snprintf(w->host, sizeof w->host, "%s", o->host);
+    /* hello carries it: it must be text the protocol takes (UTF-8, no NUL). */
+    aa_msg_t probe = {.type = AA_MSG_BYE, .bye.reason = w->host};
+    char *buf;
+    size_t len;
+    if (aa_msg_encode(&probe, &buf, &len)) {
+      rc = aa_error(AA_EINVAL, "--host must be valid UTF-8 text");
+      goto fail;
+    }
+    free(buf);
+  } else if (gethostname(w->host, sizeof w->host - 1) || !w->host[0]) {
+    snprintf(w->host, sizeof w->host, "localhost");
+  }
+  if (o->address) {
+    if ((rc = aa_worker_parse_address(o->address))) goto fail;
+    snprintf(w->address, sizeof w->address, "%s", o->address);
+    w->address_given = true;
+  } else {
+    snprintf(w->address, sizeof w->address, "127.0.0.1");
+  }
   w->memory_limit = o->memory_limit;
   w->memory = o->memory_limit ? o->memory_limit
               : cuda >= 0     ? dev.memory
@@ -608,6 +656,15 @@ void aa_worker_stop(aa_worker_t *w) {
 }
 
 const char *aa_worker_device_name(const aa_worker_t *w) { return w->name; }
+
+int aa_worker_parse_address(const char *address) {
+  unsigned char buf[sizeof(struct in6_addr)];
+  if (address && strlen(address) < AA_WORKER_ADDRESS_MAX &&
+      (inet_pton(AF_INET, address, buf) == 1 || inet_pton(AF_INET6, address, buf) == 1))
+    return 0;
+  return aa_error(AA_EINVAL, "--address '%.64s': expected a numeric IPv4 or IPv6 address such as 10.0.0.5",
+                  address ? address : "(null)");
+}
 
 void aa_worker__fingerprint(const aa_worker_t *w, char out[AA_CALIB_DEVICE_MAX]) {
   const char *kind = w->dev.cuda >= 0 ? "cuda" : "cpu";

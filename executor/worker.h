@@ -26,12 +26,21 @@ typedef struct aa_worker_opts {
   int threads;            /* runner threads; 0 = all online cores */
   size_t memory_limit;    /* bytes; 0 = none. Reported as the device memory and applied to every run */
   const char *name;       /* device name to report; NULL = the CPU model + " (N threads)" */
+  const char *host;       /* host name to report in hello, 1..255 bytes; NULL = gethostname() */
+  /* The numeric IPv4 or IPv6 address the ranks of its gangs listen on
+   * (aa_worker_parse_address); NULL = the local address of its TCP
+   * connection to the planner, 127.0.0.1 over a unix socket. */
+  const char *address;
   FILE *log;              /* one line per event; NULL = stderr */
 } aa_worker_opts_t;
 
 /* "cpu" (or NULL) gives *cuda = -1, "cuda:N" gives N (0..1023); anything
  * else is AA_EINVAL naming the forms. */
 int aa_worker_parse_device(const char *device, int *cuda);
+
+/* A numeric IPv4 or IPv6 address ("10.0.0.5", "fe80::1"), nothing else
+ * (no host name, no port); anything else is AA_EINVAL saying so. */
+int aa_worker_parse_address(const char *address);
 
 /* How many CUDA devices this process could use (CUDA_VISIBLE_DEVICES
  * applies), asked in a probe child so this process stays CUDA-free.

@@ -1,10 +1,13 @@
 /* The runner child: one job in a process of its own (see worker_internal.h).
  * It owns nothing of the parent's loop: it closes every inherited descriptor
- * but stdio and its pipe, restores default signal handling, runs the job on
- * the engine, and writes progress and result frames to the pipe. */
+ * but stdio and its channel, restores default signal handling, runs the job
+ * on the engine, and writes progress and result frames to the channel; a
+ * rank of a gang also asks its gang's store through it (the relay: parent,
+ * then planner). */
 #define _GNU_SOURCE /* close_range */
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,10 @@
 #include "../engine/launch.h"
 #include "../strategies/strategy.h"
 #include "worker_internal.h"
+
+_Static_assert(AA_PROTO_KV_KEY_MAX == AA_COMM_STORE_KEY_MAX &&
+                   AA_PROTO_KV_VALUE_MAX == AA_COMM_STORE_VALUE_MAX,
+               "the relay's limits are the store's");
 
 /* At most this many progress frames per second, besides the first and the last step. */
 #define PROGRESS_PER_S 5
@@ -257,8 +264,158 @@ static int run_calibrate(child_t *c, const aa_msg_job_t *job, aa_launch_t *l, co
   return 0;
 }
 
+/* --- the gang's store, through the parent ------------------------------------------------- */
+
+typedef struct {
+  int fd;
+  uint64_t run;
+  uint64_t next_id; /* request ids: the planner's answers echo them */
+  aa_frame_reader_t reader;
+  char buf[4096];
+  size_t off, len; /* read but not yet fed to the reader */
+} child_store_t;
+
+/* Writes one frame whole: 0, or AA_ECONN / the encode error. */
+static int store_write(child_store_t *cs, const aa_msg_t *m) {
+  char *buf;
+  size_t len;
+  int rc = aa_msg_encode(m, &buf, &len);
+  if (rc) return rc;
+  for (size_t off = 0; off < len;) {
+    ssize_t n = write(cs->fd, buf + off, len - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      free(buf);
+      return aa_error(AA_ECONN, "store: the executor closed the channel to its runner");
+    }
+    off += (size_t)n;
+  }
+  free(buf);
+  return 0;
+}
+
+static int store_set(void *ctx, const char *key, const void *value, size_t len) {
+  child_store_t *cs = ctx;
+  aa_msg_t m = {.type = AA_MSG_KV_SET, .id = cs->next_id++};
+  m.kv_set = (aa_msg_kv_t){.run = cs->run, .key = (char *)key, .value = {.p = (void *)value, .n = len}};
+  int rc = store_write(cs, &m);
+  return rc == AA_EINVAL ? aa_error(AA_EINVAL, "store: cannot set key: %s", aa_last_error()) : rc;
+}
+
+/* Waits until *deadline for the next frame from the parent: 1 with *m
+ * decoded, 0 on timeout, or a negative error (the channel ended, a bad
+ * frame). */
+static int store_next(child_store_t *cs, double deadline, aa_msg_t *m) {
+  for (;;) {
+    while (cs->off < cs->len) {
+      size_t used, plen;
+      const void *payload;
+      int rc =
+          aa_frame_reader_feed(&cs->reader, cs->buf + cs->off, cs->len - cs->off, &used, &payload, &plen);
+      if (rc < 0) return rc;
+      cs->off += used;
+      if (rc == 1) return aa_msg_decode(payload, plen, m) ? AA_EFORMAT : 1;
+    }
+    int left = (int)((deadline - aa_now()) * 1000);
+    if (left <= 0) return 0;
+    struct pollfd pf = {.fd = cs->fd, .events = POLLIN};
+    int k = poll(&pf, 1, left);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return aa_error(AA_EIO, "store: poll: %s", strerror(errno));
+    if (k == 0) return 0;
+    ssize_t n = read(cs->fd, cs->buf, sizeof cs->buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return AA_ECONN;
+    cs->off = 0;
+    cs->len = (size_t)n;
+  }
+}
+
+static int store_get(void *ctx, const char *key, int timeout_ms, void **value, size_t *len) {
+  child_store_t *cs = ctx;
+  uint64_t id = cs->next_id++;
+  aa_msg_t m = {.type = AA_MSG_KV_GET, .id = id};
+  m.kv_get = (aa_msg_kv_t){.run = cs->run, .key = (char *)key};
+  int rc = store_write(cs, &m);
+  if (rc) return rc == AA_EINVAL ? aa_error(AA_EINVAL, "store: cannot get key: %s", aa_last_error()) : rc;
+  double deadline = aa_now() + (timeout_ms > 0 ? timeout_ms : 0) / 1000.0;
+  for (;;) {
+    aa_msg_t a;
+    rc = store_next(cs, deadline, &a);
+    if (rc == 0)
+      return aa_error(AA_ETIMEOUT, "store: key %s of run %llu was not set within %d ms", key,
+                      (unsigned long long)cs->run, timeout_ms);
+    if (rc == AA_ECONN)
+      return aa_error(AA_ECONN, "store: the executor closed the channel while key %s was awaited", key);
+    if (rc < 0) return aa_error(rc, "store: a bad frame from the executor while key %s was awaited", key);
+    if (a.type == AA_MSG_ERROR) {
+      /* A refusal of this get or of an earlier set: either way the
+       * group this rank is joining cannot form. */
+      rc = aa_error(a.error.code, "store: the planner refused %s: %s", a.id == id ? "the get" : "a set",
+                    a.error.message);
+      aa_msg_free(&a);
+      return rc;
+    }
+    if (a.type == AA_MSG_KV_VALUE && a.id == id && !strcmp(a.kv_value.key, key)) {
+      *value = a.kv_value.value.p; /* malloc'd by the decoder, at least 1 byte */
+      *len = a.kv_value.value.n;
+      a.kv_value.value.p = NULL;
+      aa_msg_free(&a);
+      return 0;
+    }
+    aa_msg_free(&a); /* an answer to an earlier, abandoned get */
+  }
+}
+
+int aa_worker__child_store(int fd, uint64_t run, aa_comm_store_t *out) {
+  child_store_t *cs = calloc(1, sizeof *cs);
+  if (!cs) return aa_error(AA_ENOMEM, "out of memory");
+  cs->fd = fd;
+  cs->run = run;
+  cs->next_id = 1;
+  aa_frame_reader_init(&cs->reader, 0);
+  *out = (aa_comm_store_t){.ctx = cs, .set = store_set, .get = store_get};
+  return 0;
+}
+
+void aa_worker__child_store_free(aa_comm_store_t *s) {
+  child_store_t *cs = s ? s->ctx : NULL;
+  if (!cs) return;
+  aa_frame_reader_free(&cs->reader);
+  free(cs);
+  s->ctx = NULL;
+}
+
+/* AUTOACCEL_TEST_STORE (tests only; the gloo backend that would use the
+ * store is not built yet): instead of its run, a rank of a gang sets
+ * "<name>/addr/<rank>" to its address in the gang's store, reads every
+ * rank's, and reports them as its result's error text,
+ * "store: 0=ADDR 1=ADDR ...", or the failure. */
+static int test_store_exchange(child_t *c, const aa_msg_job_t *job, const aa_comm_store_t *st,
+                               const char *address) {
+  const char *backend, *name;
+  int rc = aa_rendezvous_parse(job->rendezvous, &backend, &name);
+  if (rc) return rc;
+  name += strspn(name, "/"); /* "/aa-<tag>-<nonce>": the key prefix is the name without its slash */
+  char key[AA_COMM_STORE_KEY_MAX + 1], text[AA_PROTO_TEXT_MAX + 1] = "store:";
+  size_t o = strlen(text);
+  snprintf(key, sizeof key, "%.150s/addr/%d", name, job->rank);
+  if ((rc = st->set(st->ctx, key, address, strlen(address)))) return rc;
+  for (int r = 0; r < job->world; r++) {
+    void *v;
+    size_t n;
+    snprintf(key, sizeof key, "%.150s/addr/%d", name, r);
+    if ((rc = st->get(st->ctx, key, 10000, &v, &n))) return rc;
+    if (o < sizeof text)
+      o += (size_t)snprintf(text + o, sizeof text - o, " %d=%.*s", r, (int)(n < 64 ? n : 64), (char *)v);
+    free(v);
+  }
+  send_result(c, AA_PROTO_RUN_ERROR, text, 0, 0, 0, NULL, false, 0, false, NULL);
+  return 0;
+}
+
 void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cuda, size_t memory_limit,
-                           const char *fingerprint) {
+                           const char *fingerprint, const char *address) {
   /* Die with the executor: a runner nobody waits for only burns the cores. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   sigset_t all;
@@ -296,12 +453,23 @@ void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cud
                    .rendezvous = job->rendezvous,
                    .cuda = cuda,
                    .opts = {.threads = threads, .strategy = &st, .memory_limit = memory_limit}};
-  if (!rc && job->kind == AA_PROTO_JOB_TRAIN)
+  /* A gang's ranks meet through the planner's store for the run (a gloo
+   * group uses it; shm and nccl ignore it) and listen on the executor's
+   * address. */
+  aa_comm_store_t store = {0};
+  if (!rc && job->world > 1 && !(rc = aa_worker__child_store(fd, job->run, &store))) {
+    l.comm.store = &store;
+    l.comm.address = address;
+  }
+  if (!rc && job->world > 1 && getenv("AUTOACCEL_TEST_STORE"))
+    rc = test_store_exchange(&c, job, &store, address);
+  else if (!rc && job->kind == AA_PROTO_JOB_TRAIN)
     rc = run_train(&c, job, &l);
   else if (!rc && job->kind == AA_PROTO_JOB_CALIBRATE)
     rc = run_calibrate(&c, job, &l, fingerprint);
   else if (!rc)
     rc = run_dryrun(&c, job, &l);
   if (rc) send_failure(&c, rc);
+  aa_worker__child_store_free(&store);
   _exit(0);
 }

@@ -95,7 +95,7 @@ static int probe_read(int fd, probe_reply_t *r) {
 static int probe(int index, probe_reply_t *r) {
   pid_t pid;
   int fd, rc;
-  if ((rc = aa_worker__fork_pipe(&pid, &fd))) return rc;
+  if ((rc = aa_worker__fork_channel(&pid, &fd))) return rc;
   if (pid == 0) probe_child(fd, index);
   rc = probe_read(fd, r);
   close(fd);

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "../comm/comm.h"
 #include "../proto/addr.h"
 #include "../proto/frame.h"
 #include "../proto/msg.h"
@@ -16,8 +17,11 @@
 #include "../strategies/strategy.h"
 #include "worker.h"
 
-/* The parent's view of one runner child. Active from fork until its pipe
- * handle is closed; the executor is busy while it is. */
+/* The parent's view of one runner child. Active from fork until its
+ * channel handle is closed; the executor is busy while it is. The channel
+ * is a socketpair: the child writes progress, its result and its store
+ * requests (kv_set, kv_get, relayed to the planner), the parent writes the
+ * planner's answers (kv_value, error) back. */
 typedef struct aa_runner {
   bool active;
   pid_t pid;                        /* 0 once reaped */
@@ -30,7 +34,8 @@ typedef struct aa_runner {
   uint64_t job, run;
   int rank; /* in the gang: the result the parent makes for a dead runner names it */
   int coord[AA_AXES]; /* and its place in the mesh (aa_worker__coords of the job's strategy) */
-  uv_pipe_t pipe;
+  uv_pipe_t pipe; /* the channel to the child */
+  size_t writes;  /* answers queued to the child and not yet written */
   uv_timer_t timer; /* time limit */
   aa_frame_reader_t reader;
   bool have_result;
@@ -39,6 +44,8 @@ typedef struct aa_runner {
 } aa_runner_t;
 
 typedef struct aa_conn aa_conn_t;
+
+#define AA_WORKER_ADDRESS_MAX 64 /* a numeric IPv6 address and its NUL fit */
 
 /* The device an executor serves (worker_device.c). */
 typedef struct aa_worker_device {
@@ -57,11 +64,11 @@ typedef struct aa_worker_device {
  * the message names the device. */
 int aa_worker__probe_device(int cuda, aa_worker_device_t *out);
 
-/* pipe + fork for a child that reports to this process: *pid = the child
- * (0 in the child itself), *fd = the read end in the parent, the write end
- * in the child (the other end closed in each; both close-on-exec). stdio is
- * flushed first. 0, or AA_EIO with no child. */
-int aa_worker__fork_pipe(pid_t *pid, int *fd);
+/* socketpair + fork for a child that talks with this process: *pid = the
+ * child (0 in the child itself), *fd = this process's end of a two-way
+ * stream socket (the other end closed in each; both close-on-exec). stdio
+ * is flushed first. 0, or AA_EIO with no child. */
+int aa_worker__fork_channel(pid_t *pid, int *fd);
 
 struct aa_worker {
   uv_loop_t loop;
@@ -70,7 +77,13 @@ struct aa_worker {
   char token[AA_TOKEN_MAX + 1];
   size_t token_len;
   char name[AA_PROTO_NAME_MAX + 1];
-  char host[AA_PROTO_NAME_MAX + 1];
+  char host[AA_PROTO_NAME_MAX + 1]; /* reported in hello: --host or gethostname() */
+  /* The numeric address its gangs' ranks listen on (comm.h
+   * aa_comm_opts_t.address): --address, else the local address of the
+   * live TCP connection to the planner ("127.0.0.1" over a unix socket),
+   * set at each connect. */
+  char address[AA_WORKER_ADDRESS_MAX];
+  bool address_given;
   int threads;
   aa_worker_device_t dev;
   size_t memory_limit;
@@ -96,6 +109,11 @@ void aa_worker__log(aa_worker_t *w, const char *fmt, ...) __attribute__((format(
  * (a result nobody can receive). m is borrowed. */
 void aa_worker__send(aa_worker_t *w, const aa_msg_t *m);
 
+/* Forwards a frame from the planner that answers the runner's store
+ * request (kv_value for the runner's run, or an error with a request id)
+ * to the runner child; dropped when no runner is active. m is borrowed. */
+void aa_worker__runner_answer(aa_worker_t *w, const aa_msg_t *m);
+
 /* Runner, parent side (worker_runner.c). */
 int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job);
 /* Kills the runner (SIGKILL) and reports the run as `why` (TIMEOUT or
@@ -107,11 +125,23 @@ void aa_worker__runner_sigchld(aa_worker_t *w);
 void aa_worker__runner_shutdown(aa_worker_t *w);
 
 /* Runner, child side (worker_child.c): runs the job on the CPU (cuda < 0)
- * or on CUDA device `cuda`, writes progress and result frames to fd, then
- * exits the process. fingerprint (borrowed) names the device in a
- * calibration's result: aa_worker__fingerprint's. Never returns. */
+ * or on CUDA device `cuda`, writes progress and result frames to fd (the
+ * channel to the parent), then exits the process. A rank of a gang joins
+ * it with the store of aa_worker__child_store on fd and listens on
+ * `address`. fingerprint (borrowed) names the device in a calibration's
+ * result: aa_worker__fingerprint's. Never returns. */
 void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cuda, size_t memory_limit,
-                           const char *fingerprint) __attribute__((noreturn));
+                           const char *fingerprint, const char *address) __attribute__((noreturn));
+
+/* The store a runner's ranks meet through (comm.h aa_comm_store_t),
+ * relayed by its parent executor to the planner: set writes a kv_set for
+ * `run` on fd and does not wait; get writes a kv_get and waits (poll) up
+ * to its timeout for the kv_value that answers it, AA_ETIMEOUT naming the
+ * key when none came, AA_ECONN when the channel ended, the planner's code
+ * and message when it refused this or an earlier request. ctx is
+ * allocated (aa_worker__child_store_free); fd is borrowed. AA_ENOMEM. */
+int aa_worker__child_store(int fd, uint64_t run, aa_comm_store_t *out);
+void aa_worker__child_store_free(aa_comm_store_t *s);
 
 /* The executor's device fingerprint without the pool's count,
  * "<kind>:<name>:<MiB>MiB" (the planner's hardware fingerprint, e.g.

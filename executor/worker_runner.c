@@ -1,5 +1,6 @@
-/* The runner child seen from the executor parent: fork, the pipe it reports
- * on, the time limit, kill, reap, and the one result that always follows.
+/* The runner child seen from the executor parent: fork, the channel it
+ * reports on (and asks its gang's store through), the time limit, kill,
+ * reap, and the one result that always follows.
  *
  * Why fork and not uv_spawn of /proc/self/exe: the job is already decoded in
  * memory, so the child runs it directly, with nothing to serialise again or
@@ -8,12 +9,12 @@
  * waitpid(pid, WNOHANG) for the runner's pid only (never -1, so a host
  * process's other children are left to their owners). The parent has never
  * touched OpenMP or BLAS, whose thread pools would not survive a fork. */
-#define _GNU_SOURCE /* pipe2 */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -82,8 +83,8 @@ static void on_pipe_closed(uv_handle_t *h) {
 
 static void on_timer_closed(uv_handle_t *h) { (void)h; }
 
-/* The run is over once the child is reaped and its pipe has ended (every
- * frame it wrote has been read). */
+/* The run is over once the child is reaped and its channel has ended
+ * (every frame it wrote has been read). */
 static void maybe_finish(aa_worker_t *w) {
   aa_runner_t *r = &w->runner;
   if (!r->reaped || !r->eof || uv_is_closing((uv_handle_t *)&r->pipe)) return;
@@ -122,6 +123,19 @@ static void on_child_frame(aa_worker_t *w, const void *payload, size_t len) {
     return;
   }
   if (m.type == AA_MSG_PROGRESS) {
+    if (!r->orphaned) aa_worker__send(w, &m);
+    aa_msg_free(&m);
+  } else if (m.type == AA_MSG_KV_SET || m.type == AA_MSG_KV_GET) {
+    /* The store of its gang: the planner keeps it, tagged with the run the
+     * child runs (which it cannot change) and answers with the child's id. */
+    uint64_t run = m.type == AA_MSG_KV_SET ? m.kv_set.run : m.kv_get.run;
+    if (run != r->run) {
+      aa_worker__log(w, "job %llu: the runner asked the store of run %llu, not its own %llu",
+                     (unsigned long long)r->job, (unsigned long long)run, (unsigned long long)r->run);
+      aa_msg_free(&m);
+      aa_worker__runner_kill(w, AA_PROTO_RUN_OK);
+      return;
+    }
     if (!r->orphaned) aa_worker__send(w, &m);
     aa_msg_free(&m);
   } else if (m.type == AA_MSG_RESULT && !r->have_result) {
@@ -191,9 +205,55 @@ void aa_worker__runner_kill(aa_worker_t *w, aa_proto_run_status_t why) {
   kill(r->pid, SIGKILL);
 }
 
-int aa_worker__fork_pipe(pid_t *pid, int *fd) {
+typedef struct {
+  uv_write_t req;
+  aa_worker_t *w;
+  char *buf;
+} child_write_t;
+
+static void on_child_written(uv_write_t *req, int status) {
+  child_write_t *cw = (child_write_t *)req;
+  (void)status; /* a child that went away is reaped and reported as it ended */
+  cw->w->runner.writes--;
+  free(cw->buf);
+  free(cw);
+}
+
+void aa_worker__runner_answer(aa_worker_t *w, const aa_msg_t *m) {
+  aa_runner_t *r = &w->runner;
+  if (!r->active || r->orphaned || r->eof || uv_is_closing((uv_handle_t *)&r->pipe)) return;
+  if (m->type == AA_MSG_KV_VALUE && m->kv_value.run != r->run) return; /* an earlier run's */
+  /* The child asks one key at a time: more queued answers than the bound
+   * means it stopped reading; it is killed rather than let grow this
+   * process's memory. */
+  if (r->writes >= 64) {
+    aa_worker__log(w, "job %llu: the runner does not read its store's answers; killing it",
+                   (unsigned long long)r->job);
+    aa_worker__runner_kill(w, AA_PROTO_RUN_OK);
+    return;
+  }
+  child_write_t *cw = calloc(1, sizeof *cw);
+  size_t len;
+  if (!cw || aa_msg_encode(m, &cw->buf, &len)) {
+    free(cw);
+    aa_worker__log(w, "job %llu: cannot pass the planner's %s to the runner", (unsigned long long)r->job,
+                   aa_msg_type_name(m->type));
+    return;
+  }
+  cw->w = w;
+  uv_buf_t b = uv_buf_init(cw->buf, (unsigned)len);
+  if (uv_write(&cw->req, (uv_stream_t *)&r->pipe, &b, 1, on_child_written)) {
+    free(cw->buf);
+    free(cw);
+    return;
+  }
+  r->writes++;
+}
+
+int aa_worker__fork_channel(pid_t *pid, int *fd) {
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC)) return aa_error(AA_EIO, "pipe: %s", strerror(errno));
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds))
+    return aa_error(AA_EIO, "socketpair: %s", strerror(errno));
   /* Buffered output would be written twice, once by each process. */
   fflush(NULL);
   *pid = fork();
@@ -213,11 +273,11 @@ int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job) {
   size_t limit = min_nonzero(w->memory_limit, (size_t)job->memory_limit);
   pid_t pid;
   int fd, rc;
-  if ((rc = aa_worker__fork_pipe(&pid, &fd))) return rc;
+  if ((rc = aa_worker__fork_channel(&pid, &fd))) return rc;
   if (pid == 0) {
     char fingerprint[AA_CALIB_DEVICE_MAX];
     aa_worker__fingerprint(w, fingerprint);
-    aa_worker__child_main(job, fd, w->threads, w->dev.cuda, limit, fingerprint);
+    aa_worker__child_main(job, fd, w->threads, w->dev.cuda, limit, fingerprint, w->address);
   }
   memset(r, 0, sizeof *r);
   r->active = true;
@@ -240,8 +300,8 @@ int aa_worker__runner_start(aa_worker_t *w, const aa_msg_job_t *job) {
   else
     rc = uv_read_start((uv_stream_t *)&r->pipe, on_alloc, on_read);
   if (rc) {
-    /* Without the pipe the run cannot report; it ends as crashed once reaped. */
-    aa_worker__log(w, "job %llu: runner pipe: %s", (unsigned long long)job->job, uv_strerror(rc));
+    /* Without the channel the run cannot report; it ends as crashed once reaped. */
+    aa_worker__log(w, "job %llu: runner channel: %s", (unsigned long long)job->job, uv_strerror(rc));
     r->eof = true;
     aa_worker__runner_kill(w, AA_PROTO_RUN_OK);
   }

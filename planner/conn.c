@@ -278,7 +278,10 @@ static size_t process(aa_conn_t *c, const char *data, size_t len) {
       aa__conn_fail(c, 0, rc, aa_last_error(), payload, n);
       return len;
     }
-    aa__planner_dispatch(c, &m, payload, n);
+    if (c->role == AA_CONN_EXECUTOR && (m.type == AA_MSG_KV_SET || m.type == AA_MSG_KV_GET))
+      aa__relay_on_message(c, &m); /* a gang's store (relay.c) */
+    else
+      aa__planner_dispatch(c, &m, payload, n);
     aa_msg_free(&m);
   }
   return len;

@@ -75,6 +75,8 @@ static void gang_free(aa_planner_job_t *j) {
   }
   free(j->ranks);
   j->ranks = NULL;
+  aa__relay_close(j->relay);
+  j->relay = NULL;
   j->world = j->ndone = 0;
   j->aborted = false;
 }
@@ -465,6 +467,7 @@ static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s
     gang[r]->busy_run = run;
     gang[r]->busy_rank = r;
   }
+  aa__relay_open_gang(p, j); /* the store its ranks meet through, until gang_free */
   char who[256] = "";
   for (int r = 0, o = 0; r < world && o < (int)sizeof who - 24; r++)
     o += snprintf(who + o, sizeof who - (size_t)o, "%s%llu", r ? "," : "", (unsigned long long)gang[r]->id);

@@ -10,7 +10,8 @@
  * life, results, cancel, waiting clients), search.c (enumeration,
  * exclusions, order, early stop, the calibrated order and stop bound, the
  * re-measures and the verdict), report.c (the JSON of status and query
- * replies), plan.c (`query plan`: predictions from a stored calibration). */
+ * replies), plan.c (`query plan`: predictions from a stored calibration),
+ * relay.c (the store of each running gang, kv_set / kv_get). */
 #ifndef AA_PLANNER_INTERNAL_H
 #define AA_PLANNER_INTERNAL_H
 
@@ -74,6 +75,7 @@ typedef enum { AA_CPU_BACKEND_AUTO = 0, AA_CPU_BACKEND_SHM, AA_CPU_BACKEND_GLOO 
 
 typedef struct aa_planner_job aa_planner_job_t;
 typedef struct aa_unrecorded aa_unrecorded_t;
+typedef struct aa_relay aa_relay_t;
 
 /* A job's wait for executors that are not connected (a queued job none can
  * take, or a started one parked): shown by status, failed by the tick after
@@ -207,6 +209,7 @@ struct aa_planner {
   bool stopping;
   double stop_started;
   int plans; /* `query plan`s on the thread pool (plan.c); the loop runs until they are done */
+  aa_relay_t *relays; /* the stores of the running gangs (relay.c) */
 };
 
 /* --- server.c --------------------------------------------------------------- */
@@ -335,6 +338,38 @@ int aa__registry_place_across(aa_planner_t *p, const char *hardware, int world, 
 json_t *aa__registry_hosts_json(aa_planner_t *p);
 /* The executor with this id, NULL if gone. */
 aa_conn_t *aa__registry_find(aa_planner_t *p, uint64_t id);
+
+/* --- relay.c --------------------------------------------------------------------- */
+
+/* The bounds of one gang run's store (docs/service.md "Relay"): keys
+ * AA_RELAY_KEYS_PER_RANK x world + AA_RELAY_KEYS_EXTRA, bytes of keys and
+ * values AA_RELAY_BYTES_BASE + world x AA_RELAY_BYTES_PER_RANK up to
+ * AA_RELAY_BYTES_MAX, and gets waiting at once per rank. */
+#define AA_RELAY_KEYS_PER_RANK 4
+#define AA_RELAY_KEYS_EXTRA 16
+#define AA_RELAY_BYTES_BASE ((size_t)1 << 20)
+#define AA_RELAY_BYTES_PER_RANK ((size_t)256 << 10)
+#define AA_RELAY_BYTES_MAX ((size_t)64 << 20)
+#define AA_RELAY_PENDING_MAX 16
+
+/* Opens the store of run `run` of job `job`, whose gang is the executors
+ * executors[0..world) by rank (copied): only they may set and get its
+ * keys. *out (owned by the caller, aa__relay_close) is set only on success;
+ * AA_ENOMEM otherwise. */
+int aa__relay_open(aa_planner_t *p, int64_t job, int64_t run, int world, const uint64_t *executors,
+                   aa_relay_t **out);
+/* Opens the store of the job's gang just dispatched (j->ranks, j->world
+ * > 1; nothing for a single rank) into j->relay; a failure is logged and
+ * leaves j->relay NULL: a gang that needs the store then fails its join. */
+void aa__relay_open_gang(aa_planner_t *p, aa_planner_job_t *j);
+/* Drops the store and its keys; gets still waiting end unanswered (logged).
+ * NULL is a no-op. */
+void aa__relay_close(aa_relay_t *r);
+/* A kv_set or kv_get from executor c: refused with an error frame (EPERM)
+ * unless c is a rank of a run with an open store, or when the store is full
+ * or the key already set with another value (EINVAL); a rank with
+ * AA_RELAY_PENDING_MAX gets waiting is closed as for a protocol error. */
+void aa__relay_on_message(aa_conn_t *c, const aa_msg_t *m);
 
 /* --- jobs.c and job_run.c ---------------------------------------------------------- */
 
@@ -676,6 +711,7 @@ struct aa_planner_job {
    * are collected per rank and the run is finished by advance() once all
    * are in, never inside the callback that brought the last one. */
   aa_gang_rank_t *ranks;
+  aa_relay_t *relay; /* its store when world > 1 (relay.c), NULL otherwise */
   int world, ndone;
   bool aborted;        /* the ranks still running were told to stop */
   bool lost_executor;  /* a rank ended because its executor vanished, not the strategy */

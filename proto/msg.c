@@ -15,7 +15,7 @@
 
 #include "proto_internal.h"
 
-typedef enum { K_U64, K_INT, K_F64, K_BOOL, K_STR, K_ENUM, K_LIST, K_MAP } kind_t;
+typedef enum { K_U64, K_INT, K_F64, K_BOOL, K_STR, K_ENUM, K_LIST, K_MAP, K_BIN } kind_t;
 
 typedef struct table table_t;
 
@@ -28,7 +28,7 @@ typedef struct field {
   uint64_t umin, umax;      /* K_U64 */
   int64_t imin, imax;       /* K_INT */
   double dmin, dmax;        /* K_F64 (always also finite) */
-  size_t smin, smax;        /* K_STR: bytes; K_LIST: entries */
+  size_t smin, smax;        /* K_STR, K_BIN: bytes; K_LIST: entries */
   size_t item_max;          /* K_LIST: each entry is 1..item_max bytes */
   const char *const *names; /* K_ENUM: wire names, index = C value */
   int n_names;
@@ -68,6 +68,8 @@ struct table {
   { .key = #m, .kind = K_MAP, .required = true, .off = offsetof(st, m), .has = -1, .sub = sb }
 #define F_MAP_HAS(st, m, hasm, sb)                                                                           \
   { .key = #m, .kind = K_MAP, .off = offsetof(st, m), .has = offsetof(st, hasm), .sub = sb }
+#define F_BIN(st, m, lo, hi)                                                                                 \
+  { .key = #m, .kind = K_BIN, .required = true, .off = offsetof(st, m), .has = -1, .smin = lo, .smax = hi }
 #define TABLE(nm, arr, chk)                                                                                  \
   { .name = nm, .f = arr, .n = (int)(sizeof arr / sizeof arr[0]), .check = chk }
 
@@ -129,6 +131,18 @@ static int progress_check(const void *st, const char *path) {
   if (p->step > p->total)
     return aa_error(AA_EFORMAT, "%s: step %llu is past total %llu", path, (unsigned long long)p->step,
                     (unsigned long long)p->total);
+  return 0;
+}
+
+/* A store key is a name the ranks agree on, never text a human reads:
+ * a small character set keeps it safe to log and to use in a path. */
+static int kv_check(const void *st, const char *path) {
+  const aa_msg_kv_t *kv = st;
+  for (const char *k = kv->key; *k; k++)
+    if (!((*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') || (*k >= '0' && *k <= '9') || *k == '_' ||
+          *k == '.' || *k == '/' || *k == '-'))
+      return aa_error(AA_EFORMAT, "%s.key: byte 0x%02x at %zu is not one of [A-Za-z0-9_./-]", path,
+                      (unsigned)(unsigned char)*k, (size_t)(k - kv->key));
   return 0;
 }
 
@@ -261,6 +275,16 @@ static const field_t error_f[] = {
     F_STR(aa_msg_error_t, message, true, 1, AA_PROTO_TEXT_MAX),
 };
 
+static const field_t kv_set_f[] = {
+    F_U64(aa_msg_kv_t, run, true, 1, ID_HI),
+    F_STR(aa_msg_kv_t, key, true, 1, AA_PROTO_KV_KEY_MAX),
+    F_BIN(aa_msg_kv_t, value, 0, AA_PROTO_KV_VALUE_MAX),
+};
+static const field_t kv_get_f[] = {
+    F_U64(aa_msg_kv_t, run, true, 1, ID_HI),
+    F_STR(aa_msg_kv_t, key, true, 1, AA_PROTO_KV_KEY_MAX),
+};
+
 static const table_t msg_tables[AA_MSG_TYPE_COUNT] = {
     [AA_MSG_HELLO] = TABLE("hello", hello_f, hello_check),
     [AA_MSG_WELCOME] = TABLE("welcome", welcome_f, NULL),
@@ -277,6 +301,9 @@ static const table_t msg_tables[AA_MSG_TYPE_COUNT] = {
     [AA_MSG_QUERY] = TABLE("query", query_f, NULL),
     [AA_MSG_REPLY] = TABLE("reply", reply_f, NULL),
     [AA_MSG_ERROR] = TABLE("error", error_f, NULL),
+    [AA_MSG_KV_SET] = TABLE("kv_set", kv_set_f, kv_check),
+    [AA_MSG_KV_GET] = TABLE("kv_get", kv_get_f, kv_check),
+    [AA_MSG_KV_VALUE] = TABLE("kv_value", kv_set_f, kv_check),
 };
 
 const char *aa_msg_type_name(aa_msg_type_t t) {
@@ -328,7 +355,8 @@ static bool is_present(const field_t *f, const void *st) {
   case K_STR: return *(char *const *)p != NULL;
   case K_LIST: return ((const aa_msg_strlist_t *)p)->n != 0;
   case K_ENUM:
-  case K_MAP: return true;
+  case K_MAP:
+  case K_BIN: return true;
   }
   return true;
 }
@@ -370,6 +398,16 @@ static int validate(const table_t *t, const void *st, const char *path) {
       char sub[128];
       snprintf(sub, sizeof sub, "%s.%s", path, f->key);
       rc = validate(f->sub, p, sub);
+      break;
+    }
+    case K_BIN: {
+      const aa_msg_bin_t *b = (const aa_msg_bin_t *)p;
+      if (b->n > f->smax)
+        rc = bad(path, f->key, "%zu bytes, longer than the limit %zu", b->n, f->smax);
+      else if (b->n < f->smin)
+        rc = bad(path, f->key, "must not be empty");
+      else if (b->n && !b->p)
+        rc = bad(path, f->key, "%zu bytes at NULL", b->n);
       break;
     }
     }
@@ -418,6 +456,11 @@ static int pack_map(msgpack_packer *pk, const table_t *t, const void *st, const 
       break;
     }
     case K_MAP: rc |= pack_map(pk, f->sub, p, NULL); break;
+    case K_BIN: {
+      const aa_msg_bin_t *b = (const aa_msg_bin_t *)p;
+      rc |= msgpack_pack_bin(pk, b->n) || (b->n && msgpack_pack_bin_body(pk, b->p, b->n));
+      break;
+    }
     }
   }
   return rc;
@@ -593,6 +636,18 @@ static int decode_field(const field_t *f, const msgpack_object *o, void *st, con
     if (o->type != MSGPACK_OBJECT_MAP) return wrong_type(path, f->key, "a map", o);
     return decode_map(f->sub, o, p, sub, NULL);
   }
+  case K_BIN: {
+    aa_msg_bin_t *b = (aa_msg_bin_t *)p;
+    if (o->type != MSGPACK_OBJECT_BIN) return wrong_type(path, f->key, "binary", o);
+    size_t n = o->via.bin.size;
+    if (n > f->smax) return bad(path, f->key, "%zu bytes, longer than the limit %zu", n, f->smax);
+    if (n < f->smin) return bad(path, f->key, "must not be empty");
+    b->p = malloc(n ? n : 1); /* n <= smax: bounded by us, not the peer */
+    if (!b->p) return aa_error(AA_ENOMEM, "%s.%s: out of memory", path, f->key);
+    if (n) memcpy(b->p, o->via.bin.ptr, n);
+    b->n = n;
+    return 0;
+  }
   }
   return aa_error(AA_EINTERNAL, "%s.%s: unhandled field kind", path, f->key);
 }
@@ -737,6 +792,8 @@ static void free_fields(const table_t *t, void *st) {
       free(l->v);
     } else if (f->kind == K_MAP) {
       free_fields(f->sub, p);
+    } else if (f->kind == K_BIN) {
+      free(((aa_msg_bin_t *)p)->p);
     }
   }
 }

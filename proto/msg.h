@@ -38,6 +38,11 @@
 #define AA_PROTO_DEVICE_INDEX_MAX 1023 /* device.index: the CUDA ordinal */
 #define AA_PROTO_DEPTH_MAX 4    /* nesting of maps/arrays, the top map is depth 1 */
 #define AA_PROTO_ITEMS_MAX 1024 /* values in one message (keys, values, list entries) */
+/* kv_set, kv_get, kv_value: the store a gang's ranks meet through (comm/comm.h
+ * AA_COMM_STORE_KEY_MAX and AA_COMM_STORE_VALUE_MAX; the executor asserts
+ * they agree). Keys are 1..200 bytes of [A-Za-z0-9_./-]. */
+#define AA_PROTO_KV_KEY_MAX 200
+#define AA_PROTO_KV_VALUE_MAX 65536
 
 typedef enum {
   AA_MSG_NONE = 0,
@@ -56,6 +61,9 @@ typedef enum {
   AA_MSG_QUERY,     /* client -> planner: named query with JSON arguments (reply: REPLY) */
   AA_MSG_REPLY,     /* planner -> client: JSON text answering `id` */
   AA_MSG_ERROR,     /* either way: code + message; after a bad frame the sender closes */
+  AA_MSG_KV_SET,    /* executor -> planner: a rank of a gang stores a key of its run's store */
+  AA_MSG_KV_GET,    /* executor -> planner: a rank asks for a key (answered by KV_VALUE once set) */
+  AA_MSG_KV_VALUE,  /* planner -> executor: the value of a key a KV_GET asked for */
   AA_MSG_TYPE_COUNT
 } aa_msg_type_t;
 
@@ -236,6 +244,23 @@ typedef struct aa_msg_error {
   char *message; /* 1..4096 bytes */
 } aa_msg_error_t;
 
+/* Bytes that need not be text (a key-value store's value): p holds n
+ * bytes (n may be 0; p may then be NULL when encoding). */
+typedef struct aa_msg_bin {
+  void *p;
+  size_t n;
+} aa_msg_bin_t;
+
+/* kv_set {run, key, value}, kv_get {run, key} (value unused, absent),
+ * kv_value {run, key, value}: one key of the store of run `run`'s gang,
+ * relayed by the planner between the gang's executors (docs/service.md
+ * "Relay"). */
+typedef struct aa_msg_kv {
+  uint64_t run;       /* 1..2^63-1 */
+  char *key;          /* 1..AA_PROTO_KV_KEY_MAX bytes of [A-Za-z0-9_./-] */
+  aa_msg_bin_t value; /* 0..AA_PROTO_KV_VALUE_MAX bytes */
+} aa_msg_kv_t;
+
 typedef struct aa_msg {
   aa_msg_type_t type;
   uint64_t id; /* optional request id, 1..2^63-1; replies echo it */
@@ -255,6 +280,9 @@ typedef struct aa_msg {
     aa_msg_query_t query;
     aa_msg_reply_t reply;
     aa_msg_error_t error;
+    aa_msg_kv_t kv_set;
+    aa_msg_kv_t kv_get;
+    aa_msg_kv_t kv_value;
   };
 } aa_msg_t;
 

@@ -106,6 +106,15 @@ static void aa_sample_msg(aa_msg_type_t t, aa_msg_t *m) {
     break;
   case AA_MSG_REPLY: m->reply.json = "{\"executors\": []}"; break;
   case AA_MSG_ERROR: m->error = (aa_msg_error_t){.code = AA_EFORMAT, .message = "hello.role: bad"}; break;
+  case AA_MSG_KV_SET:
+    m->kv_set = (aa_msg_kv_t){
+        .run = 9001, .key = "aa-j56r9001-x/rank/1", .value = {.p = (void *)"10.0.0.7:41000\0\xff", .n = 16}};
+    break;
+  case AA_MSG_KV_GET: m->kv_get = (aa_msg_kv_t){.run = 9001, .key = "aa-j56r9001-x/rank/0"}; break;
+  case AA_MSG_KV_VALUE:
+    m->kv_value = (aa_msg_kv_t){
+        .run = 9001, .key = "aa-j56r9001-x/rank/0", .value = {.p = (void *)"10.0.0.5:41000", .n = 14}};
+    break;
   default: break;
   }
 }

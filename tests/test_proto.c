@@ -209,6 +209,7 @@ AA_TEST(every_message_round_trips_byte_for_byte) {
       [AA_MSG_JOB] = 3 + 14,   [AA_MSG_PROGRESS] = 3 + 10, [AA_MSG_RESULT] = 3 + 16,
       [AA_MSG_CANCEL] = 3 + 1, [AA_MSG_ABORT] = 3 + 3,     [AA_MSG_STATUS] = 3 + 1,
       [AA_MSG_QUERY] = 3 + 2,  [AA_MSG_REPLY] = 3 + 1,     [AA_MSG_ERROR] = 3 + 2,
+      [AA_MSG_KV_SET] = 3 + 3, [AA_MSG_KV_GET] = 3 + 2,    [AA_MSG_KV_VALUE] = 3 + 3,
   };
   for (int t = AA_MSG_NONE + 1; t < AA_MSG_TYPE_COUNT; t++) {
     aa_msg_t m, d;
@@ -539,6 +540,72 @@ AA_TEST(a_text_cut_inside_a_character_is_trimmed_to_valid_utf8) {
   s[0] = '\0';
   aa_proto_utf8_trim(s);
   CHECK(!strcmp(s, ""));
+}
+
+AA_TEST(kv_messages_carry_binary_values_within_their_limits) {
+  aa_msg_t d;
+  CHECK(decode_sample(AA_MSG_KV_SET, &d) == 0);
+  CHECK(d.kv_set.run == 9001 && strcmp(d.kv_set.key, "aa-j56r9001-x/rank/1") == 0);
+  /* Binary, not text: a NUL and a byte that is no UTF-8 come back as sent. */
+  CHECK(d.kv_set.value.n == 16 && memcmp(d.kv_set.value.p, "10.0.0.7:41000\0\xff", 16) == 0);
+  aa_msg_free(&d);
+  CHECK(decode_sample(AA_MSG_KV_GET, &d) == 0);
+  CHECK(d.kv_get.run == 9001 && strcmp(d.kv_get.key, "aa-j56r9001-x/rank/0") == 0 && !d.kv_get.value.p);
+  aa_msg_free(&d);
+  CHECK(decode_sample(AA_MSG_KV_VALUE, &d) == 0);
+  CHECK(d.kv_value.value.n == 14 && memcmp(d.kv_value.value.p, "10.0.0.5:41000", 14) == 0);
+  aa_msg_free(&d);
+  EXPECT_REJECT(AA_MSG_KV_SET, "value", DROP, AA_EFORMAT, "kv_set: missing required field \"value\"");
+  EXPECT_REJECT(AA_MSG_KV_SET, "value", VS("10.0.0.7"), AA_EFORMAT,
+                "kv_set.value: expected binary, got a string");
+  EXPECT_REJECT(AA_MSG_KV_VALUE, "run", VU(0), AA_EFORMAT, "kv_value.run: 0 is outside 1..");
+  EXPECT_REJECT(AA_MSG_KV_GET, "key", DROP, AA_EFORMAT, "kv_get: missing required field \"key\"");
+  EXPECT_REJECT(AA_MSG_KV_GET, "key", VS(""), AA_EFORMAT, "kv_get.key: must not be empty");
+  EXPECT_REJECT(AA_MSG_KV_GET, "key", VREP(201), AA_EFORMAT,
+                "kv_get.key: 201 bytes, longer than the limit 200");
+  EXPECT_REJECT(AA_MSG_KV_GET, "key", VS("a key"), AA_EFORMAT, "kv_get.key: byte 0x20 at 1 is not one of");
+  EXPECT_REJECT(AA_MSG_KV_GET, "value", VBIN, AA_EFORMAT,
+                "kv_get: unknown key \"value\" (allowed: v, t, id, run, key)");
+  CHECK(decode_modified(AA_MSG_KV_GET, "key", VREP(200), &d) == 0 && strlen(d.kv_get.key) == 200);
+  aa_msg_free(&d);
+  /* An empty value is a value; one byte past the limit is not, on either side. */
+  aa_msg_t m;
+  aa_sample_msg(AA_MSG_KV_SET, &m);
+  m.kv_set.value = (aa_msg_bin_t){.p = NULL, .n = 0};
+  size_t len;
+  char *f = encode_ok(&m, &len);
+  CHECK(f && aa_msg_decode(f + 4, len - 4, &d) == 0 && d.kv_set.value.n == 0);
+  aa_msg_free(&d);
+  free(f);
+  char *big = calloc(1, AA_PROTO_KV_VALUE_MAX + 1);
+  m.kv_set.value = (aa_msg_bin_t){.p = big, .n = AA_PROTO_KV_VALUE_MAX};
+  f = encode_ok(&m, &len);
+  CHECK(f && aa_msg_decode(f + 4, len - 4, &d) == 0 && d.kv_set.value.n == AA_PROTO_KV_VALUE_MAX);
+  aa_msg_free(&d);
+  free(f);
+  m.kv_set.value.n = AA_PROTO_KV_VALUE_MAX + 1;
+  f = NULL;
+  CHECK(aa_msg_encode(&m, &f, &len) == AA_EINVAL && !f);
+  CHECK(strstr(aa_last_error(), "kv_set.value: 65537 bytes, longer than the limit 65536"));
+  /* The decoder refuses it too (a peer that does not use this encoder). */
+  msgpack_sbuffer sb;
+  msgpack_packer pk;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 5);
+  msgpack_pack_str_with_body(&pk, "v", 1);
+  msgpack_pack_uint64(&pk, AA_PROTO_VERSION);
+  msgpack_pack_str_with_body(&pk, "t", 1);
+  msgpack_pack_str_with_body(&pk, "kv_set", 6);
+  msgpack_pack_str_with_body(&pk, "run", 3);
+  msgpack_pack_uint64(&pk, 7);
+  msgpack_pack_str_with_body(&pk, "key", 3);
+  msgpack_pack_str_with_body(&pk, "k", 1);
+  msgpack_pack_str_with_body(&pk, "value", 5);
+  msgpack_pack_bin_with_body(&pk, big, AA_PROTO_KV_VALUE_MAX + 1);
+  EXPECT_RAW_REJECT(sb.data, sb.size, AA_EFORMAT, "kv_set.value: 65537 bytes, longer than the limit 65536");
+  msgpack_sbuffer_destroy(&sb);
+  free(big);
 }
 
 AA_TEST(abort_names_the_run_of_the_gang) {
@@ -942,6 +1009,7 @@ int main(void) {
   RUN(out_of_range_values_are_rejected);
   RUN(rules_between_fields_are_checked);
   RUN(abort_names_the_run_of_the_gang);
+  RUN(kv_messages_carry_binary_values_within_their_limits);
   RUN(a_text_cut_inside_a_character_is_trimmed_to_valid_utf8);
   RUN(oversized_and_malformed_strings_are_rejected);
   RUN(non_map_truncated_and_trailing_payloads_are_rejected);

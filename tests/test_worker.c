@@ -23,11 +23,14 @@
 #include "engine/data.h"
 #include "engine/train.h"
 #include "executor/worker.h"
+#include "executor/worker_internal.h"
 #include "proto/msg.h"
 #include "strategies/calib.h"
 #include "strategies/strategy.h"
 
 static char tmpdir[256], sock_path[300], model_json_path[300];
+/* --host and --address of the next start_worker (NULL: the defaults). */
+static const char *worker_host, *worker_address;
 static char *model_json, *strategy_json;
 
 static int listen_unix(void) {
@@ -62,6 +65,8 @@ static pid_t start_worker(const char *token_file, size_t memory_limit) {
                         .threads = 1,
                         .token_file = token_file,
                         .memory_limit = memory_limit,
+                        .host = worker_host,
+                        .address = worker_address,
                         .log = getenv("AA_TEST_VERBOSE") ? stderr : log};
   aa_worker_t *w;
   int rc = aa_worker_create(&w, &o);
@@ -162,6 +167,7 @@ static int welcome(int lfd, peer_t *p, pid_t worker, int ms) {
   CHECK(m.hello.device.kind == AA_PROTO_DEV_CPU && m.hello.device.index == 0);
   CHECK_MSG(strstr(m.hello.device.name, " (1 threads)") != NULL, "%s", m.hello.device.name);
   CHECK(m.hello.device.memory > 0 && (!worker || m.hello.device.pid == worker) && m.hello.device.host[0]);
+  CHECK_MSG(!worker_host || !strcmp(m.hello.device.host, worker_host), "host %s", m.hello.device.host);
   aa_msg_free(&m);
   aa_msg_t w = {.type = AA_MSG_WELCOME};
   w.welcome.peer_id = 1;
@@ -694,6 +700,169 @@ out:
 
 /* The planner names the engine's time kinds from the protocol's list,
  * which must be the engine's (the executor asserts their order). */
+/* Next frame from the executor that is not a heartbeat or progress. */
+static int recv_store_frame(peer_t *p, aa_msg_t *m) {
+  for (;;) {
+    int rc = recv_non_beat(p, m, 20000, NULL);
+    if (rc != 1 || m->type != AA_MSG_PROGRESS) return rc;
+    aa_msg_free(m);
+  }
+}
+
+/* Expects the executor's next store request: type t for run `run` and key
+ * `key`; its request id into *id, a kv_set's value must be `value`. */
+static void expect_store(peer_t *p, aa_msg_type_t t, uint64_t run, const char *key, const char *value,
+                         uint64_t *id) {
+  aa_msg_t m;
+  CHECK(recv_store_frame(p, &m) == 1);
+  CHECK_MSG(m.type == t, "got %s, want %s", aa_msg_type_name(m.type), aa_msg_type_name(t));
+  if (m.type == t) {
+    const aa_msg_kv_t *kv = t == AA_MSG_KV_SET ? &m.kv_set : &m.kv_get;
+    CHECK_MSG(kv->run == run && !strcmp(kv->key, key), "run %llu key %s", (unsigned long long)kv->run,
+              kv->key);
+    CHECK(m.id > 0);
+    if (value)
+      CHECK_MSG(kv->value.n == strlen(value) && !memcmp(kv->value.p, value, kv->value.n), "value %.*s",
+                (int)kv->value.n, (char *)kv->value.p);
+    *id = m.id;
+  }
+  aa_msg_free(&m);
+}
+
+static void send_kv_value(peer_t *p, uint64_t id, uint64_t run, const char *key, const char *value) {
+  aa_msg_t m = {.type = AA_MSG_KV_VALUE, .id = id};
+  m.kv_value =
+      (aa_msg_kv_t){.run = run, .key = (char *)key, .value = {.p = (void *)value, .n = strlen(value)}};
+  send_msg(p, &m);
+}
+
+/* AUTOACCEL_TEST_STORE makes a gloo gang's rank exchange addresses through
+ * its store instead of running (gloo itself is not built yet): the runner
+ * child asks its executor, the executor asks this planner tagged with the
+ * run, and the answers travel back the same way. */
+AA_TEST(a_rank_reaches_its_gangs_store_through_the_executor) {
+  int lfd = listen_unix();
+  setenv("AUTOACCEL_TEST_STORE", "1", 1);
+  worker_host = "rack7-node3";
+  worker_address = "10.1.2.3";
+  pid_t w = start_worker(NULL, 0);
+  worker_host = worker_address = NULL;
+  unsetenv("AUTOACCEL_TEST_STORE");
+  peer_t p = {.fd = -1};
+  CHECK(welcome(lfd, &p, w, 5000) == 0); /* checks hello's host */
+  uint64_t set_id, get0, get1;
+  /* Rank 0 of 2: it sets its address (--address), reads rank 0's at once
+   * and waits for rank 1's, which comes later. */
+  send_rank(&p, 21, 5001, strategy_json, 0, "gloo:/aa-j21r5001-ab12", 2);
+  expect_store(&p, AA_MSG_KV_SET, 5001, "aa-j21r5001-ab12/addr/0", "10.1.2.3", &set_id);
+  expect_store(&p, AA_MSG_KV_GET, 5001, "aa-j21r5001-ab12/addr/0", NULL, &get0);
+  send_kv_value(&p, get0, 5001, "aa-j21r5001-ab12/addr/0", "10.1.2.3");
+  expect_store(&p, AA_MSG_KV_GET, 5001, "aa-j21r5001-ab12/addr/1", NULL, &get1);
+  usleep(300000); /* the key is set later: the get waits */
+  /* An answer for another run never reaches the runner. */
+  send_kv_value(&p, get1, 4999, "aa-j21r5001-ab12/addr/1", "6.6.6.6");
+  send_kv_value(&p, get1, 5001, "aa-j21r5001-ab12/addr/1", "10.9.8.7");
+  aa_msg_t res;
+  if (wait_result(&p, 21, &res, NULL, 20000) == 0) {
+    CHECK_MSG(res.result.status == AA_PROTO_RUN_ERROR && res.result.error &&
+                  !strcmp(res.result.error, "store: 0=10.1.2.3 1=10.9.8.7"),
+              "%s", res.result.error ? res.result.error : "(none)");
+    aa_msg_free(&res);
+  }
+  /* A refusal reaches the rank as the planner worded it. */
+  send_rank(&p, 22, 5002, strategy_json, 1, "gloo:/aa-j22r5002-cd34", 2);
+  expect_store(&p, AA_MSG_KV_SET, 5002, "aa-j22r5002-cd34/addr/1", "10.1.2.3", &set_id);
+  expect_store(&p, AA_MSG_KV_GET, 5002, "aa-j22r5002-cd34/addr/0", NULL, &get0);
+  char *buf;
+  size_t len;
+  CHECK(aa_msg_encode_error(&buf, &len, get0, AA_EPERM, "kv_get: executor 1 is not a rank of run 5002") == 0);
+  CHECK(write(p.fd, buf, len) == (ssize_t)len);
+  free(buf);
+  if (wait_result(&p, 22, &res, NULL, 20000) == 0) {
+    CHECK_MSG(
+        res.result.status == AA_PROTO_RUN_ERROR && res.result.error &&
+            strstr(res.result.error, "store: the planner refused the get: kv_get: executor 1 is not a rank"),
+        "%s", res.result.error ? res.result.error : "(none)");
+    aa_msg_free(&res);
+  }
+  /* The executor is still serving: a planner that goes away ends it cleanly. */
+  kill(w, SIGTERM);
+  int st;
+  CHECK(waitpid(w, &st, 0) == w && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  peer_close(&p);
+  close(lfd);
+}
+
+/* The runner's side of the store alone, over a socketpair whose other end
+ * this test plays (the parent): what it writes, what it waits for, and how
+ * each way a get can fail is worded. */
+AA_TEST(the_runners_store_waits_for_its_answer_and_says_why_it_failed) {
+  signal(SIGPIPE, SIG_IGN);
+  int sv[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  aa_comm_store_t st;
+  CHECK(aa_worker__child_store(sv[0], 77, &st) == 0);
+  peer_t parent;
+  peer_init(&parent, sv[1]);
+  aa_msg_t m;
+  uint64_t id;
+  /* A set is written at once and not waited for. */
+  CHECK(st.set(st.ctx, "g/addr/0", "10.0.0.1", 8) == 0);
+  CHECK(recv_msg(&parent, &m, 1000) == 1 && m.type == AA_MSG_KV_SET && m.kv_set.run == 77 &&
+        !strcmp(m.kv_set.key, "g/addr/0") && m.kv_set.value.n == 8 &&
+        !memcmp(m.kv_set.value.p, "10.0.0.1", 8));
+  aa_msg_free(&m);
+  /* A key nobody sets: the get gives up at its timeout. */
+  void *v = NULL;
+  size_t n = 0;
+  double t0 = aa_now();
+  CHECK(st.get(st.ctx, "g/addr/1", 200, &v, &n) == AA_ETIMEOUT);
+  CHECK_MSG(strstr(aa_last_error(), "store: key g/addr/1 of run 77 was not set within 200 ms"), "%s",
+            aa_last_error());
+  CHECK(aa_now() - t0 >= 0.19 && aa_now() - t0 < 2);
+  CHECK(recv_msg(&parent, &m, 1000) == 1 && m.type == AA_MSG_KV_GET && !strcmp(m.kv_get.key, "g/addr/1"));
+  id = m.id;
+  aa_msg_free(&m);
+  /* The late answer to that get, then the answer to the next: only the
+   * second is taken. */
+  send_kv_value(&parent, id, 77, "g/addr/1", "late");
+  send_kv_value(&parent, id + 1, 77, "g/addr/2", "10.0.0.3");
+  CHECK(st.get(st.ctx, "g/addr/2", 2000, &v, &n) == 0);
+  CHECK(v && n == 8 && !memcmp(v, "10.0.0.3", 8));
+  free(v);
+  CHECK(recv_msg(&parent, &m, 1000) == 1 && m.type == AA_MSG_KV_GET && m.id == id + 1);
+  aa_msg_free(&m);
+  /* A refusal is the planner's code and words. */
+  char *buf;
+  size_t len;
+  CHECK(aa_msg_encode_error(&buf, &len, id + 2, AA_EPERM, "kv_get: executor 4 is not a rank of run 77") == 0);
+  CHECK(write(sv[1], buf, len) == (ssize_t)len);
+  free(buf);
+  CHECK(st.get(st.ctx, "g/addr/3", 2000, &v, &n) == AA_EPERM);
+  CHECK_MSG(strstr(aa_last_error(), "store: the planner refused the get: kv_get: executor 4 is not a rank"),
+            "%s", aa_last_error());
+  /* The executor going away ends a wait at once. */
+  shutdown(sv[1], SHUT_WR);
+  t0 = aa_now();
+  CHECK(st.get(st.ctx, "g/addr/4", 5000, &v, &n) == AA_ECONN);
+  CHECK_MSG(strstr(aa_last_error(), "store: the executor closed the channel while key g/addr/4 was awaited"),
+            "%s", aa_last_error());
+  CHECK(aa_now() - t0 < 1);
+  peer_close(&parent);
+  CHECK(st.set(st.ctx, "g/addr/5", "x", 1) == AA_ECONN);
+  CHECK(strstr(aa_last_error(), "store: the executor closed the channel to its runner"));
+  aa_worker__child_store_free(&st);
+  close(sv[0]);
+}
+
+AA_TEST(executor_addresses_must_be_numeric) {
+  CHECK(aa_worker_parse_address("10.0.0.5") == 0);
+  CHECK(aa_worker_parse_address("fe80::1") == 0);
+  CHECK(aa_worker_parse_address("node-7") == AA_EINVAL && strstr(aa_last_error(), "numeric IPv4 or IPv6"));
+  CHECK(aa_worker_parse_address("10.0.0.5:80") == AA_EINVAL);
+  CHECK(aa_worker_parse_address("") == AA_EINVAL);
+}
+
 AA_TEST(the_protocol_names_the_engines_time_kinds) {
   for (int k = 0; k < AA_TIME_KINDS; k++)
     CHECK_MSG(!strcmp(aa_time_kind_name((aa_time_kind_t)k), aa_proto_time_kind_name((aa_proto_time_kind_t)k)),
@@ -811,6 +980,9 @@ int main(void) {
   }
   RUN(every_way_a_run_ends_is_reported_and_the_executor_survives);
   RUN(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_other);
+  RUN(a_rank_reaches_its_gangs_store_through_the_executor);
+  RUN(the_runners_store_waits_for_its_answer_and_says_why_it_failed);
+  RUN(executor_addresses_must_be_numeric);
   RUN(the_protocol_names_the_engines_time_kinds);
   RUN(executor_waits_for_a_planner_that_is_not_up_yet);
   RUN(a_refused_token_stops_the_executor_with_status_1);

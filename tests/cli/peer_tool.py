@@ -17,6 +17,10 @@ one line saying what happened.
   peer_tool.py pending ADDR N MODEL.json   N submits with no executor connected
   peer_tool.py soak UNIX TCP TOKEN SECONDS every abuse above and malformed frames, round
                                            after round
+  peer_tool.py relay ADDR SECONDS          three fake CPU executors (two on one host) that
+                                           wait up to SECONDS for a gang job, then use and
+                                           abuse the run's store (kv_set, kv_get); one line
+                                           per outcome
 """
 import os
 import select
@@ -243,6 +247,227 @@ def soak_round(unix, tcp, token, k):
         s.close()
 
 
+def pack_any(v):
+    """pack, plus bytes (msgpack bin) and maps of any size."""
+    if isinstance(v, (bytes, bytearray)):
+        n = len(v)
+        head = b"\xc4" + bytes([n]) if n < 256 else b"\xc5" + struct.pack(">H", n) if n < 65536 else b"\xc6" + struct.pack(">I", n)
+        return head + bytes(v)
+    if isinstance(v, dict):
+        head = bytes([0x80 | len(v)]) if len(v) < 16 else b"\xde" + struct.pack(">H", len(v))
+        return head + b"".join(pack_any(k) + pack_any(x) for k, x in v.items())
+    return pack(v)
+
+
+def unpack(b, i=0):
+    """A minimal msgpack decoder (what the planner sends): (value, next offset)."""
+    c = b[i]
+    fixed = {0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q", 0xD0: ">b", 0xD1: ">h", 0xD2: ">i", 0xD3: ">q",
+             0xCA: ">f", 0xCB: ">d"}
+    if c < 0x80:
+        return c, i + 1
+    if c >= 0xE0:
+        return c - 256, i + 1
+    if c in fixed:
+        n = struct.calcsize(fixed[c])
+        return struct.unpack(fixed[c], b[i + 1 : i + 1 + n])[0], i + 1 + n
+    if c in (0xC2, 0xC3):
+        return c == 0xC3, i + 1
+    if c == 0xC0:
+        return None, i + 1
+    strs = {0xD9: 1, 0xDA: 2, 0xDB: 4, 0xC4: 1, 0xC5: 2, 0xC6: 4}
+    if 0xA0 <= c <= 0xBF or c in strs:
+        w = 0 if c < 0xC0 else strs[c]
+        n = c & 0x1F if w == 0 else int.from_bytes(b[i + 1 : i + 1 + w], "big")
+        raw = b[i + 1 + w : i + 1 + w + n]
+        return (bytes(raw) if c in (0xC4, 0xC5, 0xC6) else raw.decode()), i + 1 + w + n
+    if 0x80 <= c <= 0x8F or c in (0xDE, 0xDF):
+        w = 0 if c <= 0x8F else (2 if c == 0xDE else 4)
+        n = c & 0x0F if w == 0 else int.from_bytes(b[i + 1 : i + 1 + w], "big")
+        i += 1 + w
+        d = {}
+        for _ in range(n):
+            k, i = unpack(b, i)
+            d[k], i = unpack(b, i)
+        return d, i
+    if 0x90 <= c <= 0x9F:
+        out, i = [], i + 1
+        for _ in range(c & 0x0F):
+            x, i = unpack(b, i)
+            out.append(x)
+        return out, i
+    raise ValueError("unsupported msgpack byte 0x%02x" % c)
+
+
+class FakeExecutor:
+    """An executor played over a raw socket: hello, heartbeats, frames."""
+
+    def __init__(self, addr, host, pid):
+        self.s = connect(addr)
+        self.buf = b""
+        self.kept = []  # frames a wait did not want, for a later one
+        self.closed = False  # the planner closed: read to the end
+        self.broken = False  # a write failed (what was sent before may still be read)
+        self.send({"v": 1, "t": "hello", "role": "executor",
+                   "device": {"kind": "cpu", "name": "relay fake cpu", "index": 0, "memory": 8 << 30,
+                              "host": host, "pid": pid}})
+        self.s.settimeout(10)
+        f = read_frame(self.s)
+        m = unpack(f[4:])[0] if f else None
+        if not m or m.get("t") != "welcome":
+            raise SystemExit("relay: no welcome: %r" % (m,))
+        self.id = m["peer_id"]
+
+    def send(self, m):
+        if self.broken:
+            return
+        try:
+            self.s.sendall(frame(pack_any(m)))
+        except OSError:
+            self.broken = True
+
+    def poll_frame(self):
+        """One decoded frame if a whole one is buffered or arrives now."""
+        while True:
+            if len(self.buf) >= 4:
+                n = struct.unpack(">I", self.buf[:4])[0]
+                if len(self.buf) >= 4 + n:
+                    m, _ = unpack(self.buf[4 : 4 + n])
+                    self.buf = self.buf[4 + n :]
+                    return m
+            if self.closed:
+                return None
+            r, _, _ = select.select([self.s], [], [], 0)
+            if not r:
+                return None
+            try:
+                b = self.s.recv(65536)
+            except OSError:
+                b = b""
+            if not b:
+                self.closed = True
+                return None
+            self.buf += b
+
+
+def relay_wait(execs, pred, seconds):
+    """Heartbeats every executor while waiting for a frame pred accepts
+    (pred(executor, frame) -> True); returns (executor, frame) or None.
+    Heartbeats are dropped, other frames kept for a later wait."""
+    end, beat = time.time() + seconds, 0.0
+    while time.time() < end:
+        if time.time() - beat > 0.1:
+            for e in execs:
+                if not e.closed:
+                    e.send({"v": 1, "t": "heartbeat"})
+            beat = time.time()
+        for e in execs:
+            for i, m in enumerate(e.kept):
+                if pred(e, m):
+                    del e.kept[i]
+                    return e, m
+            m = e.poll_frame()
+            while m is not None:
+                if pred(e, m):
+                    return e, m
+                if m.get("t") != "heartbeat":
+                    e.kept.append(m)
+                m = e.poll_frame()
+        time.sleep(0.01)
+    return None
+
+
+def relay_expect(execs, who, seconds, **want):
+    got = relay_wait(execs, lambda e, m: e is who and m.get("t") != "heartbeat", seconds)
+    m = got[1] if got else None
+    ok = m is not None and all(m.get(k) == v for k, v in want.items())
+    return m if ok else None
+
+
+def cmd_relay(addr, seconds):
+    # The stranger first: a submit's pool is the host of the executor that
+    # said hello last, and a and b make a pool of two.
+    c = FakeExecutor(addr, "relay-host-2", 40003)
+    a = FakeExecutor(addr, "relay-host-1", 40001)
+    b = FakeExecutor(addr, "relay-host-1", 40002)
+    execs = [a, b, c]
+    print("relay: executors %d %d %d up" % (a.id, b.id, c.id), flush=True)
+    jobs = {}
+    end = time.time() + seconds
+    while (a not in jobs or b not in jobs) and time.time() < end:
+        got = relay_wait(execs, lambda e, m: m.get("t") == "job", end - time.time())
+        if not got:
+            break
+        e, m = got
+        if m["world"] == 2 and e in (a, b):
+            jobs[e] = m
+        else:  # not the gang this test wants: end it at once
+            e.send({"v": 1, "t": "result", "job": m["job"], "run": m["run"], "status": "error", "tokens_per_s": 0,
+                    "step_ms_median": 0, "step_ms_spread": 0, "error": "fake executor",
+                    "peak": {"params": 0, "grads": 0, "optim": 0, "acts": 0, "workspace": 0, "total": 0}})
+    if a not in jobs or b not in jobs or jobs[a]["run"] != jobs[b]["run"]:
+        raise SystemExit("relay: no gang of the two executors within %s s" % seconds)
+    run, job = jobs[a]["run"], jobs[a]["job"]
+    if {jobs[a]["rank"], jobs[b]["rank"]} != {0, 1}:
+        raise SystemExit("relay: ranks %r" % ({jobs[a]["rank"], jobs[b]["rank"]},))
+    print("relay: gang run %d of job %d on executors %d and %d" % (run, job, a.id, b.id), flush=True)
+
+    def kv(e, t, key, rid, value=None):
+        m = {"v": 1, "t": t, "id": rid, "run": run, "key": key}
+        if value is not None:
+            m["value"] = value
+        e.send(m)
+
+    # A stranger to the run may neither set nor get; it stays connected.
+    kv(c, "kv_set", "x/addr/0", 11, b"1.2.3.4")
+    m = relay_expect(execs, c, 5, t="error", id=11, code=-11)
+    kv(c, "kv_get", "x/addr/0", 12)
+    m2 = relay_expect(execs, c, 5, t="error", id=12, code=-11)
+    print("relay: non-member set %s, get %s%s" % ("refused" if m else "NOT refused: %r" % (m,),
+          "refused" if m2 else "NOT refused", ": " + m2["message"] if m2 else ""), flush=True)
+    # A get before the set waits, and the set answers it.
+    kv(a, "kv_get", "x/addr/1", 21)
+    early = relay_wait(execs, lambda e, m: e is a and m.get("t") != "heartbeat", 0.5)
+    kv(b, "kv_set", "x/addr/1", 22, b"10.0.0.2\x00\xff")
+    m = relay_expect(execs, a, 5, t="kv_value", id=21, run=run, key="x/addr/1")
+    print("relay: a get waited (%s) and was answered by the set: %s" %
+          ("answered early" if early else "no early answer", repr(m["value"]) if m else "NO ANSWER"), flush=True)
+    kv(a, "kv_get", "x/addr/1", 23)
+    m = relay_expect(execs, a, 5, t="kv_value", id=23)
+    print("relay: a get of a set key is answered at once: %s" % (repr(m["value"]) if m else "NO"), flush=True)
+    kv(b, "kv_set", "x/addr/1", 24, b"another")
+    m = relay_expect(execs, b, 5, t="error", id=24)
+    print("relay: a second set of a key with another value: %s" % (m["message"] if m else "NOT refused"), flush=True)
+    # 4 x world + 16 = 24 keys; x/addr/1 is one.
+    for k in range(2, 26):
+        kv(b, "kv_set", "x/k%d" % k, 100 + k, b"v")
+    m = relay_expect(execs, b, 5, t="error")
+    print("relay: key 25 of the run: %s" % (m["message"] if m else "NOT refused"), flush=True)
+    # A get that never comes to be set, and more waiting gets than allowed.
+    kv(a, "kv_get", "x/never", 31)
+    for k in range(17):
+        kv(b, "kv_get", "x/missing%d" % k, 200 + k)
+    m = relay_expect(execs, b, 5, t="error")
+    relay_wait([b], lambda e, m: False, 1.0)
+    gone = b.closed
+    print("relay: 17 waiting gets: %s%s" % (m["message"] if m else "NOT refused", "; closed" if gone else "; NOT closed"),
+          flush=True)
+    # A value over 64 KiB is a bad frame: the stranger is closed for it.
+    kv(c, "kv_set", "x/big", 41, b"x" * 65537)
+    m = relay_expect(execs, c, 5, t="error")
+    print("relay: a 65537-byte value: %s" % (m["message"] if m else "NOT refused"), flush=True)
+    # b's loss aborts a's rank; a's result ends the run, and its store with it.
+    m = relay_expect(execs, a, 10, t="abort", run=run)
+    a.send({"v": 1, "t": "result", "job": job, "run": run, "status": "cancelled", "tokens_per_s": 0,
+            "step_ms_median": 0, "step_ms_spread": 0, "error": "aborted", "rank": jobs[a]["rank"],
+            "peak": {"params": 0, "grads": 0, "optim": 0, "acts": 0, "workspace": 0, "total": 0}})
+    time.sleep(1.0)
+    kv(a, "kv_get", "x/addr/1", 51)
+    m2 = relay_expect(execs, a, 5, t="error", id=51, code=-11)
+    print("relay: aborted %s; after the run the store is gone: %s" % ("yes" if m else "NO",
+          m2["message"] if m2 else "NOT refused"), flush=True)
+
+
 def cmd_soak(unix, tcp, token, seconds):
     end, rounds = time.time() + seconds, 0
     while time.time() < end:
@@ -270,6 +495,8 @@ def main():
         cmd_pending(a[1], int(a[2]), a[3])
     elif a[0] == "soak":
         cmd_soak(a[1], a[2], a[3], float(a[4]))
+    elif a[0] == "relay":
+        cmd_relay(a[1], float(a[2]))
     elif a[0] == "fake-planner":
         cmd_fake_planner(a[1], float(a[2]))
     else:

@@ -20,6 +20,15 @@
 #     (mode 0600); the CLI finds it there; a hello without it is refused.
 #     --listen decides on the resolved address: "0" (0.0.0.0) is refused, and
 #     status shows the address listened on.
+#  5. The relay (a gang's store, docs/service.md "Relay"), with three fake
+#     executors on raw sockets: only the gang's ranks may set and get its
+#     keys (a stranger is refused and stays connected), a get waits for its
+#     set, a key is set once, the store holds 4 x world + 16 keys, 16
+#     waiting gets per rank (past them the rank is closed), a 64 KiB + 1
+#     value is a bad frame, and the store ends with its run, its waiting
+#     gets unanswered. Then end to end: two real executors whose runners
+#     (AUTOACCEL_TEST_STORE) exchange their --address through the store of
+#     a real planner instead of running.
 set -u
 # shellcheck source=tests/cli/service_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/service_lib.sh"
@@ -135,6 +144,54 @@ kill "$hold" 2>/dev/null
   "$tmp/model.json" "$tmp/data/train.bin" >"$tmp/abs.json"
 expect 0 "pending: 6 of 70 submits refused" $PEER pending "unix:$home2/planner.sock" 70 "$tmp/abs.json"
 check "the planner is alive after all of it" kill -0 "$planner2"
+
+# --- 5. the relay ---------------------------------------------------------------------
+home3="$tmp/home3"
+log3="$tmp/planner3.log"
+"$AA" planner --home "$home3" --heartbeat-ms 500 >"$log3" 2>&1 &
+planner3=$!
+pids+=("$planner3")
+P3="--planner unix:$home3/planner.sock"
+planner_up "$log3" "planner 3" "$P3"
+$PEER relay "unix:$home3/planner.sock" 60 >"$tmp/relay.out" 2>&1 &
+relay=$!
+pids+=("$relay")
+fakes_up() { grep -q "^relay: executors .* up" "$tmp/relay.out"; }
+check "three fake executors said hello" wait_for 10 fakes_up
+# zero1 needs dp > 1: every candidate (and the calibration first) is a gang of the two.
+expect 0 "submitted job" "$AA" submit "$tmp/abs.json" $P3 --refresh --include zero1 --max-dryruns 1
+wait "$relay"
+cat "$tmp/relay.out"
+r() { grep -q "^relay: $1" "$tmp/relay.out"; }
+check "a gang of the two fake executors got a run" r "gang run [0-9]* of job"
+check "a stranger to the run can neither set nor get (and stays connected)" \
+  r "non-member set refused, get refused: kv_get: executor [0-9]* is not a rank of a running gang's run"
+check "a get waits for its key and the set answers it, bytes intact" \
+  r "a get waited (no early answer) and was answered by the set: b'10.0.0.2.x00.xff'"
+check "a set key is answered at once" r "a get of a set key is answered at once: b'10"
+check "a key is set once" r "a second set of a key with another value: .*is already set (a key is set once)"
+check "the store holds 4 x world + 16 keys" r "key 25 of the run: .*is full (24 keys of 24"
+check "16 gets may wait per rank; the 17th closes it" \
+  r "17 waiting gets: kv_get: more than 16 gets .*waiting at once; connection closed; closed"
+check "a value over 64 KiB is a bad frame" r "a 65537-byte value: kv_set.value: 65537 bytes, longer than the limit 65536"
+check "the store ends with its run" r "aborted yes; after the run the store is gone: kv_get: executor"
+check "its waiting gets end with it" grep -q "ended with 17 gets of its store unanswered" "$log3"
+check "the planner is alive after all of it" kill -0 "$planner3"
+
+home4="$tmp/home4"
+log4="$tmp/planner4.log"
+"$AA" planner --home "$home4" >"$log4" 2>&1 &
+pids+=("$!")
+P="--planner unix:$home4/planner.sock"
+planner_up "$log4" "planner 4"
+AUTOACCEL_TEST_STORE=1 start_executor 1 --address 10.20.30.40
+AUTOACCEL_TEST_STORE=1 start_executor 1
+check "two executors register" wait_for 20 executors_up 2
+expect 0 "submitted job" "$AA" submit "$tmp/abs.json" $P --refresh --include zero1 --max-dryruns 1
+exchanged() { grep -Eq "store: 0=(10.20.30.40 1=127.0.0.1|127.0.0.1 1=10.20.30.40)" "$log4"; }
+check "the ranks of a real gang read each other's --address (or 127.0.0.1) through the planner" \
+  wait_for 60 exchanged
+grep -m1 -Eo "store: 0=[0-9.]+ 1=[0-9.]+" "$log4"
 
 echo "peers: $pass passed, $fail failed"
 [ "$fail" = 0 ]
