@@ -98,7 +98,7 @@ static int parse_args(const json_t *args, plan_args_t *a) {
  * of the kind; and the others of the kind, named when `want` is none. */
 typedef struct {
   const char *prefix, *want;
-  bool found;
+  bool found, take_gloo;
   aa_store_calib_t row;
   char *json;
   char others[512];
@@ -106,7 +106,10 @@ typedef struct {
 
 static int pick_calib(const aa_store_calib_t *c, void *data) {
   pick_t *p = data;
-  if (!strcmp(c->backend, "gloo")) return 0; /* links between hosts only: read beside the pick */
+  /* The links between hosts are read beside the pick; a device calibrated
+   * on one host under --cpu-backend gloo has only that row, taken when
+   * nothing else is (the second walk). */
+  if (!strcmp(c->backend, AA_CALIB_ACROSS_HOSTS) && !p->take_gloo) return 0;
   if (p->found || (p->want && strcmp(c->device, p->want))) {
     size_t n = strlen(p->others);
     snprintf(p->others + n, sizeof p->others - n, "%s%s (%s)", n ? ", " : "", c->device, c->backend);
@@ -408,6 +411,11 @@ static int plan_prepare(aa_store_t *st, const json_t *args, plan_prep_t *pp) {
   if (rc) return rc;
   pick_t pick = {.prefix = pp->a.cuda ? "cuda:" : "cpu:", .want = pp->a.device};
   rc = aa_store_calib_list(st, pick.prefix, pick_calib, &pick);
+  if (!rc && !pick.found) {
+    pick.take_gloo = true;
+    pick.others[0] = '\0';
+    rc = aa_store_calib_list(st, pick.prefix, pick_calib, &pick);
+  }
   if (rc) {
     free(pick.json);
     return rc == AA_ENOMEM ? aa_error(rc, "query plan: no memory") : rc;
@@ -431,9 +439,10 @@ static int plan_prepare(aa_store_t *st, const json_t *args, plan_prep_t *pp) {
                                  .host_devices = pp->a.hosts > 1 ? pp->a.devices / pp->a.hosts : 0};
   if (pp->a.hosts > 1) { /* the links a gang spanning hosts measured, if any */
     char *json = NULL, origin[AA_STORE_HW_MAX + 64];
-    rc = aa_store_calib_get(st, pick.row.device, "gloo", &json);
+    rc = aa_store_calib_get(st, pick.row.device, AA_CALIB_ACROSS_HOSTS, &json);
     if (rc == 0 && json) {
-      snprintf(origin, sizeof origin, "the stored calibration of %s (gloo)", pick.row.device);
+      snprintf(origin, sizeof origin, "the stored calibration of %s (" AA_CALIB_ACROSS_HOSTS ")",
+               pick.row.device);
       pp->inter = malloc(sizeof *pp->inter);
       rc = pp->inter ? aa_calib_parse(pp->inter, json, origin) : aa_error(AA_ENOMEM, "query plan: no memory");
       if (rc || !pp->inter->n_link) {

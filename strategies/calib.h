@@ -57,6 +57,14 @@ typedef enum {
 const char *aa_op_kind_name(aa_op_kind_t k);
 int aa_op_kind_parse(const char *name);
 
+/* The backend a device's calibration of the links between hosts is stored
+ * under: they are measured over gloo, by a gang with ranks on every host in
+ * turn. A pool on one host calibrates on its own backend ("shm", "nccl");
+ * under `planner --cpu-backend gloo` that is "gloo" too, and a later
+ * calibration across hosts then replaces its links of the same kind and
+ * group size (the ops stay). */
+#define AA_CALIB_ACROSS_HOSTS "gloo"
+
 typedef struct aa_op_shape {
   aa_op_kind_t op;
   int64_t d[4]; /* as above; unused dimensions 0 */

@@ -347,7 +347,7 @@ AA_TEST(hosts_keep_tensor_groups_inside_and_take_the_inter_host_lines) {
     x->link[i].latency_s *= 10, x->link[i].bytes_per_s /= 10;
   if (x) snprintf(x->backend, sizeof x->backend, "gloo");
   json = x ? aa_calib_to_json(x) : NULL;
-  CHECK(json && aa_store_calib_put(st, CPU_BIG, "gloo", json) == 0);
+  CHECK(json && aa_store_calib_put(st, CPU_BIG, AA_CALIB_ACROSS_HOSTS, json) == 0);
   free(json);
   free(x);
   json_t *meas = plan(st, args_for(pool8h2, top), &rc);
@@ -380,6 +380,27 @@ AA_TEST(hosts_keep_tensor_groups_inside_and_take_the_inter_host_lines) {
   json_decref(one);
   json_decref(est);
   json_decref(meas);
+  aa_store_close(st);
+}
+
+/* A device calibrated on one host under --cpu-backend gloo has only its
+ * gloo row: the plan takes it (and, across hosts, reads it for the links
+ * between them too). */
+AA_TEST(a_device_with_only_a_gloo_calibration_is_planned_from_it) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  char *json = calibration(CPU_BIG, 2, 64, true);
+  CHECK(json && aa_store_calib_put(st, CPU_BIG, "gloo", json) == 0);
+  free(json);
+  int rc;
+  json_t *r = plan(st, args_for("{\"kind\": \"cpu\", \"devices\": 4, \"hosts\": 2}", NULL), &rc);
+  CHECK_MSG(r, "%s", aa_last_error());
+  if (r) {
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(r, "calibration"), "backend")), "gloo"));
+    CHECK(json_is_true(json_object_get(json_object_get(r, "pool"), "inter_host_calibrated")));
+    CHECK(json_array_size(json_object_get(r, "strategies")) > 0);
+  }
+  json_decref(r);
   aa_store_close(st);
 }
 
@@ -490,6 +511,7 @@ int main(void) {
   RUN(op_shapes_taken_from_neighbours_are_counted_and_said);
   RUN(separate_hosts_give_each_executor_its_own_cores);
   RUN(hosts_keep_tensor_groups_inside_and_take_the_inter_host_lines);
+  RUN(a_device_with_only_a_gloo_calibration_is_planned_from_it);
   RUN(without_a_calibration_of_the_kind_the_error_says_which_job_measures_one);
   RUN(bad_arguments_are_refused_naming_the_fault);
   RUN(a_calibration_that_is_not_one_is_named);
