@@ -140,7 +140,7 @@ start_on "$ns2" h2 "$a2"
 check "one executor per host registers" wait_for 30 executors_up 2
 expect 0 "h1" in1 "$AA" status $P
 strat "$tmp/dp2.json" 2 1
-expect 0 "best" timeout 300 in1 "$AA" submit "$tmp/model.json" $P --wait --train --out "$tmp/out-dp2" \
+expect 0 "best" in1 timeout 300 "$AA" submit "$tmp/model.json" $P --wait --train --out "$tmp/out-dp2" \
   --from "$tmp/dp2.json" --max-dryruns 1 --refresh
 check "the dp2 gang met over gloo" grep -q "rendezvous gloo:" "$tmp/planner.log"
 check "dp2 across hosts: the single process's losses" same_losses "$tmp/single.txt" "$tmp/out-dp2/losses.txt"
@@ -150,7 +150,7 @@ start_on "$ns1" h1 "$a1"
 start_on "$ns2" h2 "$a2"
 check "two executors per host register" wait_for 30 executors_up 4
 strat "$tmp/dp2tp2.json" 2 2
-expect 0 "best" timeout 300 in1 "$AA" submit "$tmp/model.json" $P --wait --train --out "$tmp/out-dp2tp2" \
+expect 0 "best" in1 timeout 300 "$AA" submit "$tmp/model.json" $P --wait --train --out "$tmp/out-dp2tp2" \
   --from "$tmp/dp2tp2.json" --max-dryruns 1 --refresh
 check "dp2 x tp2: the single process's losses" same_losses "$tmp/single.txt" "$tmp/out-dp2tp2/losses.txt"
 
@@ -164,20 +164,26 @@ strat "$tmp/dp4.json" 4 1
 crashed_runs() { in1 "$AA" query runs $P --json | jq_ "len([r for r in d['runs'] if r['kind'] == 'train' and r['status'] == 'crashed'])"; }
 h1_runners() { pgrep -f "autoaccel executor .*--host h1" | xargs -r -n1 pgrep -P | wc -l; }
 lose_h2() { # lose_h2 HOW N: start a long dp4 training, take h2 away by HOW mid-run, check its end
-  ip netns exec "$ns1" "$AA" submit "$tmp/long.json" $P --wait --train --out "$tmp/out-$1" \
-    --from "$tmp/dp4.json" --max-dryruns 1 --refresh >"$tmp/long-$1.out" 2>&1 &
+  how=$1 want=$2
+  ip netns exec "$ns1" "$AA" submit "$tmp/long.json" $P --wait --train --out "$tmp/out-$how" \
+    --from "$tmp/dp4.json" --max-dryruns 1 --refresh >"$tmp/long-$how.out" 2>&1 &
   pids+=($!)
-  training() { grep -q "training" "$tmp/long-$1.out" && [ "$(h1_runners)" -ge 2 ]; }
-  check "$1: the long dp4 training runs across both hosts" wait_for 120 training
+  check "$how: the long dp4 training runs across both hosts" wait_for 120 training
   sleep 1
   local t0=$SECONDS
-  if [ "$1" = silent ]; then ip -n "$ns2" link set "aa$$b" down; else ip netns pids "$ns2" | xargs -r kill -9; fi
-  crashed() { [ "$(crashed_runs)" -ge "$2" ]; }
-  check "$1: the training run is recorded crashed" wait_for 30 crashed "$1" "$2"
-  check "$1: within seconds ($((SECONDS - t0)) s, dead-after 2 s)" [ $((SECONDS - t0)) -le 12 ]
-  no_runners() { [ "$(h1_runners)" = 0 ]; }
-  check "$1: h1's ranks have ended" wait_for 10 no_runners
+  if [ "$how" = silent ]; then ip -n "$ns2" link set "aa$$b" down; else ip netns pids "$ns2" | xargs -r kill -9; fi
+  check "$how: the training run is recorded crashed" wait_for 30 crashed
+  check "$how: within seconds ($((SECONDS - t0)) s, dead-after 2 s)" [ $((SECONDS - t0)) -le 12 ]
+  check "$how: h1's ranks have ended" wait_for 10 no_runners
+  # The job would train again once it has four executors (a run that lost
+  # its executor runs once more): end it here.
+  local job
+  job=$(grep -Eo '^job [0-9]+' "$tmp/long-$how.out" | head -1 | cut -d' ' -f2)
+  expect 0 "cancelled job $job" in1 "$AA" cancel "$job" $P
 }
+training() { grep -q "training" "$tmp/long-$how.out" && [ "$(h1_runners)" -ge 2 ]; }
+crashed() { [ "$(crashed_runs)" -ge "$want" ]; }
+no_runners() { [ "$(h1_runners)" = 0 ]; }
 lose_h2 silent 1
 ip -n "$ns2" link set "aa$$b" up
 check "h2's executors come back when its link does" wait_for 60 executors_up 4
