@@ -386,34 +386,6 @@ void aa_worker__child_store_free(aa_comm_store_t *s) {
   s->ctx = NULL;
 }
 
-/* AUTOACCEL_TEST_STORE (tests only; the gloo backend that would use the
- * store is not built yet): instead of its run, a rank of a gang sets
- * "<name>/addr/<rank>" to its address in the gang's store, reads every
- * rank's, and reports them as its result's error text,
- * "store: 0=ADDR 1=ADDR ...", or the failure. */
-static int test_store_exchange(child_t *c, const aa_msg_job_t *job, const aa_comm_store_t *st,
-                               const char *address) {
-  const char *backend, *name;
-  int rc = aa_rendezvous_parse(job->rendezvous, &backend, &name);
-  if (rc) return rc;
-  name += strspn(name, "/"); /* "/aa-<tag>-<nonce>": the key prefix is the name without its slash */
-  char key[AA_COMM_STORE_KEY_MAX + 1], text[AA_PROTO_TEXT_MAX + 1] = "store:";
-  size_t o = strlen(text);
-  snprintf(key, sizeof key, "%.150s/addr/%d", name, job->rank);
-  if ((rc = st->set(st->ctx, key, address, strlen(address)))) return rc;
-  for (int r = 0; r < job->world; r++) {
-    void *v;
-    size_t n;
-    snprintf(key, sizeof key, "%.150s/addr/%d", name, r);
-    if ((rc = st->get(st->ctx, key, 10000, &v, &n))) return rc;
-    if (o < sizeof text)
-      o += (size_t)snprintf(text + o, sizeof text - o, " %d=%.*s", r, (int)(n < 64 ? n : 64), (char *)v);
-    free(v);
-  }
-  send_result(c, AA_PROTO_RUN_ERROR, text, 0, 0, 0, NULL, false, 0, false, NULL);
-  return 0;
-}
-
 void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cuda, size_t memory_limit,
                            const char *fingerprint, const char *address) {
   /* Die with the executor: a runner nobody waits for only burns the cores. */
@@ -461,9 +433,7 @@ void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cud
     l.comm.store = &store;
     l.comm.address = address;
   }
-  if (!rc && job->world > 1 && getenv("AUTOACCEL_TEST_STORE"))
-    rc = test_store_exchange(&c, job, &store, address);
-  else if (!rc && job->kind == AA_PROTO_JOB_TRAIN)
+  if (!rc && job->kind == AA_PROTO_JOB_TRAIN)
     rc = run_train(&c, job, &l);
   else if (!rc && job->kind == AA_PROTO_JOB_CALIBRATE)
     rc = run_calibrate(&c, job, &l, fingerprint);

@@ -2,7 +2,8 @@
  * this test on a unix socket: hello, heartbeats, every way a run can end,
  * busy, a bad frame, a lost planner, SIGTERM and a refused token; and two
  * executors as one gang (a data-parallel run whose ranks meet at a
- * rendezvous, an abort, a killed rank). The executors run as real child
+ * rendezvous, an abort, a killed rank; a gloo gang whose ranks meet
+ * through the relay this test plays). The executors run as real child
  * processes and fork real runners. */
 #include <errno.h>
 #include <poll.h>
@@ -475,13 +476,109 @@ static void send_calibrate(peer_t *p, uint64_t job, uint64_t run, int rank, int 
   send_msg(p, &m);
 }
 
+/* The planner's relay (planner/relay.c) as this test plays it, for one
+ * run: it keeps what the ranks set, answers a get once its key is set,
+ * only to the executor that asked, with the get's id and tagged with the
+ * run. `bogus` sends each answer a twin first, tagged with another run
+ * and carrying a value no rank could use; `refuse` answers the first get
+ * with an error frame instead. */
+#define RELAY_MAX 32
+typedef struct {
+  char *key;
+  void *value;
+  size_t n;
+} relay_key_t;
+typedef struct {
+  int who; /* the index in p of the executor that asked */
+  uint64_t id;
+  char *key;
+} relay_wait_t;
+typedef struct {
+  uint64_t run;
+  bool bogus, refuse;
+  int nkeys, nwaits, sets, gets, refused;
+  relay_key_t keys[RELAY_MAX];
+  relay_wait_t waits[RELAY_MAX];
+} relay_t;
+
+static void relay_answer(peer_t *p, const relay_t *rl, uint64_t id, const char *key, const void *value,
+                         size_t n) {
+  aa_msg_t m = {.type = AA_MSG_KV_VALUE, .id = id};
+  if (rl->bogus) {
+    m.kv_value = (aa_msg_kv_t){
+        .run = rl->run + 1000, .key = (char *)key, .value = {.p = (void *)"not-an-address", .n = 14}};
+    send_msg(p, &m);
+  }
+  m.kv_value = (aa_msg_kv_t){.run = rl->run, .key = (char *)key, .value = {.p = (void *)value, .n = n}};
+  send_msg(p, &m);
+}
+
+/* Serves a kv_set or kv_get that executor `who` (p[who]) sent: 1, or 0
+ * when m is no store request. The request must name the relay's run. */
+static int relay_serve(relay_t *rl, peer_t p[2], int who, const aa_msg_t *m) {
+  if (m->type != AA_MSG_KV_SET && m->type != AA_MSG_KV_GET) return 0;
+  const aa_msg_kv_t *kv = m->type == AA_MSG_KV_SET ? &m->kv_set : &m->kv_get;
+  CHECK_MSG(kv->run == rl->run && m->id > 0, "executor %d: %s of run %llu, id %llu", who,
+            aa_msg_type_name(m->type), (unsigned long long)kv->run, (unsigned long long)m->id);
+  if (m->type == AA_MSG_KV_SET) {
+    rl->sets++;
+    CHECK(rl->nkeys < RELAY_MAX);
+    if (rl->nkeys == RELAY_MAX) return 1;
+    int k = rl->nkeys++;
+    rl->keys[k].key = strdup(kv->key);
+    rl->keys[k].value = malloc(kv->value.n ? kv->value.n : 1);
+    memcpy(rl->keys[k].value, kv->value.p, kv->value.n);
+    rl->keys[k].n = kv->value.n;
+    /* The set answers the gets that waited for it. */
+    for (int i = 0; i < rl->nwaits;) {
+      if (strcmp(rl->waits[i].key, kv->key)) {
+        i++;
+        continue;
+      }
+      relay_answer(&p[rl->waits[i].who], rl, rl->waits[i].id, kv->key, kv->value.p, kv->value.n);
+      free(rl->waits[i].key);
+      rl->waits[i] = rl->waits[--rl->nwaits];
+    }
+    return 1;
+  }
+  rl->gets++;
+  if (rl->refuse && !rl->refused++) {
+    char *buf, text[128];
+    size_t len;
+    snprintf(text, sizeof text, "kv_get: executor %d is not a rank of run %llu", who + 1,
+             (unsigned long long)rl->run);
+    CHECK(aa_msg_encode_error(&buf, &len, m->id, AA_EPERM, text) == 0);
+    CHECK(write(p[who].fd, buf, len) == (ssize_t)len);
+    free(buf);
+    return 1;
+  }
+  for (int k = 0; k < rl->nkeys; k++)
+    if (!strcmp(rl->keys[k].key, kv->key)) {
+      relay_answer(&p[who], rl, m->id, kv->key, rl->keys[k].value, rl->keys[k].n);
+      return 1;
+    }
+  CHECK(rl->nwaits < RELAY_MAX);
+  if (rl->nwaits < RELAY_MAX)
+    rl->waits[rl->nwaits++] = (relay_wait_t){.who = who, .id = m->id, .key = strdup(kv->key)};
+  return 1;
+}
+
+static void relay_free(relay_t *rl) {
+  for (int k = 0; k < rl->nkeys; k++)
+    free(rl->keys[k].key), free(rl->keys[k].value);
+  for (int i = 0; i < rl->nwaits; i++)
+    free(rl->waits[i].key);
+  rl->nkeys = rl->nwaits = 0;
+}
+
 /* Waits for the results of job from the executors of p that want[r] says
  * run it, answering both executors' heartbeats meanwhile (a planner that
  * listened to one executor only would make the other take it for dead
- * after 10 silent beats); progress frames are counted into progress[r].
- * 0, or -1 when one did not come (no result is kept then). */
+ * after 10 silent beats) and their store requests through relay (NULL: a
+ * store request is unexpected); progress frames are counted into
+ * progress[r]. 0, or -1 when one did not come (no result is kept then). */
 static int wait_results(peer_t p[2], const int want[2], uint64_t job, aa_msg_t res[2], int progress[2],
-                        int ms) {
+                        relay_t *relay, int ms) {
   int got[2] = {!want[0], !want[1]}, bad = 0;
   double end = aa_now() + ms / 1e3;
   while ((!got[0] || !got[1]) && !bad && aa_now() < end) {
@@ -492,6 +589,8 @@ static int wait_results(peer_t p[2], const int want[2], uint64_t job, aa_msg_t r
       if (rc != 1) continue;
       if (want[r] && m.type == AA_MSG_PROGRESS && m.progress.job == job) {
         progress[r]++;
+        aa_msg_free(&m);
+      } else if (want[r] && relay && relay_serve(relay, p, r, &m)) {
         aa_msg_free(&m);
       } else if (want[r] && m.type == AA_MSG_RESULT && m.result.job == job) {
         res[r] = m;
@@ -578,7 +677,7 @@ AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_ot
    * calibration, the other rank's is an ok without one. */
   send_calibrate(&p[0], 25, 205, 0, 1, NULL);
   int progress[2] = {0, 0};
-  if (!wait_results(p, (const int[]){1, 0}, 25, res, progress, 60000)) {
+  if (!wait_results(p, (const int[]){1, 0}, 25, res, progress, NULL, 60000)) {
     check_calib_result(&res[0], 1);
     CHECK_MSG(progress[0] >= 1, "%d progress frames", progress[0]);
     aa_msg_free(&res[0]);
@@ -586,7 +685,7 @@ AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_ot
   CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_worker") == 0);
   for (int r = 0; r < 2; r++)
     send_calibrate(&p[r], 26, 206, r, 2, rdv);
-  if (wait_results(p, (const int[]){1, 1}, 26, res, progress, 60000)) goto out_free;
+  if (wait_results(p, (const int[]){1, 1}, 26, res, progress, NULL, 60000)) goto out_free;
   check_calib_result(&res[0], 2);
   CHECK(res[1].result.status == AA_PROTO_RUN_OK && res[1].result.rank == 1 && !res[1].result.calib);
   for (int r = 0; r < 2; r++)
@@ -698,37 +797,6 @@ out:
   close(lfd);
 }
 
-/* The planner names the engine's time kinds from the protocol's list,
- * which must be the engine's (the executor asserts their order). */
-/* Next frame from the executor that is not a heartbeat or progress. */
-static int recv_store_frame(peer_t *p, aa_msg_t *m) {
-  for (;;) {
-    int rc = recv_non_beat(p, m, 20000, NULL);
-    if (rc != 1 || m->type != AA_MSG_PROGRESS) return rc;
-    aa_msg_free(m);
-  }
-}
-
-/* Expects the executor's next store request: type t for run `run` and key
- * `key`; its request id into *id, a kv_set's value must be `value`. */
-static void expect_store(peer_t *p, aa_msg_type_t t, uint64_t run, const char *key, const char *value,
-                         uint64_t *id) {
-  aa_msg_t m;
-  CHECK(recv_store_frame(p, &m) == 1);
-  CHECK_MSG(m.type == t, "got %s, want %s", aa_msg_type_name(m.type), aa_msg_type_name(t));
-  if (m.type == t) {
-    const aa_msg_kv_t *kv = t == AA_MSG_KV_SET ? &m.kv_set : &m.kv_get;
-    CHECK_MSG(kv->run == run && !strcmp(kv->key, key), "run %llu key %s", (unsigned long long)kv->run,
-              kv->key);
-    CHECK(m.id > 0);
-    if (value)
-      CHECK_MSG(kv->value.n == strlen(value) && !memcmp(kv->value.p, value, kv->value.n), "value %.*s",
-                (int)kv->value.n, (char *)kv->value.p);
-    *id = m.id;
-  }
-  aa_msg_free(&m);
-}
-
 static void send_kv_value(peer_t *p, uint64_t id, uint64_t run, const char *key, const char *value) {
   aa_msg_t m = {.type = AA_MSG_KV_VALUE, .id = id};
   m.kv_value =
@@ -736,60 +804,86 @@ static void send_kv_value(peer_t *p, uint64_t id, uint64_t run, const char *key,
   send_msg(p, &m);
 }
 
-/* AUTOACCEL_TEST_STORE makes a gloo gang's rank exchange addresses through
- * its store instead of running (gloo itself is not built yet): the runner
- * child asks its executor, the executor asks this planner tagged with the
- * run, and the answers travel back the same way. */
-AA_TEST(a_rank_reaches_its_gangs_store_through_the_executor) {
+/* Two executors run a gloo gang whose ranks meet through this test's
+ * relay: each runner child asks its executor, the executor asks the
+ * planner tagged with the run, and the answers travel back the same way.
+ * An answer tagged with another run stops at the executor; a refused get
+ * reaches the rank, worded as the planner worded it. */
+AA_TEST(a_gloo_gangs_ranks_meet_through_their_executors_and_the_planners_relay) {
+#ifndef AA_HAVE_GLOO
+  SKIP("built without gloo");
+#endif
   int lfd = listen_unix();
-  setenv("AUTOACCEL_TEST_STORE", "1", 1);
-  worker_host = "rack7-node3";
-  worker_address = "10.1.2.3";
-  pid_t w = start_worker(NULL, 0);
+  pid_t w[2] = {0, 0};
+  peer_t p[2] = {{.fd = -1}, {.fd = -1}};
+  const char *hosts[2] = {"rack7-node3", "rack7-node4"};
+  aa_msg_t res[2];
+  int progress[2] = {0, 0};
+  relay_t rl = {.run = 5001, .bogus = true};
+  char rdv[AA_RENDEZVOUS_MAX], *dp2 = NULL;
+  /* gloo listens on --address, which must be an address of this host. */
+  worker_address = "127.0.0.1";
+  for (int i = 0; i < 2; i++) {
+    worker_host = hosts[i];
+    w[i] = start_worker(NULL, 0);
+    int rc = welcome(lfd, &p[i], w[i], 10000); /* checks hello's host */
+    CHECK(rc == 0);
+    if (rc) break;
+  }
   worker_host = worker_address = NULL;
-  unsetenv("AUTOACCEL_TEST_STORE");
-  peer_t p = {.fd = -1};
-  CHECK(welcome(lfd, &p, w, 5000) == 0); /* checks hello's host */
-  uint64_t set_id, get0, get1;
-  /* Rank 0 of 2: it sets its address (--address), reads rank 0's at once
-   * and waits for rank 1's, which comes later. */
-  send_rank(&p, 21, 5001, strategy_json, 0, "gloo:/aa-j21r5001-ab12", 2);
-  expect_store(&p, AA_MSG_KV_SET, 5001, "aa-j21r5001-ab12/addr/0", "10.1.2.3", &set_id);
-  expect_store(&p, AA_MSG_KV_GET, 5001, "aa-j21r5001-ab12/addr/0", NULL, &get0);
-  send_kv_value(&p, get0, 5001, "aa-j21r5001-ab12/addr/0", "10.1.2.3");
-  expect_store(&p, AA_MSG_KV_GET, 5001, "aa-j21r5001-ab12/addr/1", NULL, &get1);
-  usleep(300000); /* the key is set later: the get waits */
-  /* An answer for another run never reaches the runner. */
-  send_kv_value(&p, get1, 4999, "aa-j21r5001-ab12/addr/1", "6.6.6.6");
-  send_kv_value(&p, get1, 5001, "aa-j21r5001-ab12/addr/1", "10.9.8.7");
-  aa_msg_t res;
-  if (wait_result(&p, 21, &res, NULL, 20000) == 0) {
-    CHECK_MSG(res.result.status == AA_PROTO_RUN_ERROR && res.result.error &&
-                  !strcmp(res.result.error, "store: 0=10.1.2.3 1=10.9.8.7"),
-              "%s", res.result.error ? res.result.error : "(none)");
-    aa_msg_free(&res);
+  if (p[0].fd < 0 || p[1].fd < 0) goto out;
+  aa_strategy_t st;
+  aa_strategy_default(&st);
+  st.dp = 2;
+  st.micro_batch = 1;
+  CHECK(aa_strategy_to_json(&st, &dp2) == 0);
+
+  /* A dry run of the gang: both ranks end ok, having met through the relay. */
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "gloo", "j21r5001") == 0);
+  for (int r = 0; r < 2; r++)
+    send_rank(&p[r], 21, rl.run, dp2, r, rdv, 1);
+  if (!wait_results(p, (const int[]){1, 1}, 21, res, progress, &rl, 30000)) {
+    for (int r = 0; r < 2; r++) {
+      CHECK_MSG(res[r].result.status == AA_PROTO_RUN_OK && res[r].result.rank == r &&
+                    res[r].result.dp_rank == r,
+                "rank %d: %s", r, res[r].result.error ? res[r].result.error : "");
+      aa_msg_free(&res[r]);
+    }
   }
-  /* A refusal reaches the rank as the planner worded it. */
-  send_rank(&p, 22, 5002, strategy_json, 1, "gloo:/aa-j22r5002-cd34", 2);
-  expect_store(&p, AA_MSG_KV_SET, 5002, "aa-j22r5002-cd34/addr/1", "10.1.2.3", &set_id);
-  expect_store(&p, AA_MSG_KV_GET, 5002, "aa-j22r5002-cd34/addr/0", NULL, &get0);
-  char *buf;
-  size_t len;
-  CHECK(aa_msg_encode_error(&buf, &len, get0, AA_EPERM, "kv_get: executor 1 is not a rank of run 5002") == 0);
-  CHECK(write(p.fd, buf, len) == (ssize_t)len);
-  free(buf);
-  if (wait_result(&p, 22, &res, NULL, 20000) == 0) {
+  CHECK_MSG(rl.sets >= 2 && rl.gets >= 2 && rl.nwaits == 0, "%d sets, %d gets, %d unanswered", rl.sets,
+            rl.gets, rl.nwaits);
+  relay_free(&rl);
+
+  /* Rank 1 alone: its get is refused, and the rank says so. */
+  rl = (relay_t){.run = 5002, .refuse = true};
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "gloo", "j22r5002") == 0);
+  send_rank(&p[1], 22, rl.run, dp2, 1, rdv, 1);
+  if (!wait_results(p, (const int[]){0, 1}, 22, res, progress, &rl, 30000)) {
     CHECK_MSG(
-        res.result.status == AA_PROTO_RUN_ERROR && res.result.error &&
-            strstr(res.result.error, "store: the planner refused the get: kv_get: executor 1 is not a rank"),
-        "%s", res.result.error ? res.result.error : "(none)");
-    aa_msg_free(&res);
+        res[1].result.status == AA_PROTO_RUN_ERROR && res[1].result.error &&
+            strstr(res[1].result.error, "the planner refused the get: kv_get: executor 2 is not a rank"),
+        "%s", res[1].result.error ? res[1].result.error : "(none)");
+    aa_msg_free(&res[1]);
   }
-  /* The executor is still serving: a planner that goes away ends it cleanly. */
-  kill(w, SIGTERM);
-  int st;
-  CHECK(waitpid(w, &st, 0) == w && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  peer_close(&p);
+  CHECK(rl.refused == 1);
+  relay_free(&rl);
+
+  /* The executors are still serving: a SIGTERM ends each cleanly. */
+  for (int i = 0; i < 2; i++) {
+    int status;
+    kill(w[i], SIGTERM);
+    CHECK(waitpid(w[i], &status, 0) == w[i] && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    w[i] = 0;
+  }
+out:
+  free(dp2);
+  for (int i = 0; i < 2; i++) {
+    if (w[i] > 0) {
+      kill(w[i], SIGKILL);
+      waitpid(w[i], NULL, 0);
+    }
+    peer_close(&p[i]);
+  }
   close(lfd);
 }
 
@@ -863,6 +957,8 @@ AA_TEST(executor_addresses_must_be_numeric) {
   CHECK(aa_worker_parse_address("") == AA_EINVAL);
 }
 
+/* The planner names the engine's time kinds from the protocol's list,
+ * which must be the engine's (the executor asserts their order). */
 AA_TEST(the_protocol_names_the_engines_time_kinds) {
   for (int k = 0; k < AA_TIME_KINDS; k++)
     CHECK_MSG(!strcmp(aa_time_kind_name((aa_time_kind_t)k), aa_proto_time_kind_name((aa_proto_time_kind_t)k)),
@@ -980,7 +1076,7 @@ int main(void) {
   }
   RUN(every_way_a_run_ends_is_reported_and_the_executor_survives);
   RUN(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_other);
-  RUN(a_rank_reaches_its_gangs_store_through_the_executor);
+  RUN(a_gloo_gangs_ranks_meet_through_their_executors_and_the_planners_relay);
   RUN(the_runners_store_waits_for_its_answer_and_says_why_it_failed);
   RUN(executor_addresses_must_be_numeric);
   RUN(the_protocol_names_the_engines_time_kinds);
