@@ -341,29 +341,47 @@ static bool same_layout(const aa_strategy_t *a, const aa_strategy_t *b) {
  * fit. */
 static void refit(aa_search_t *s) {
   double *r = malloc(s->n * sizeof *r), *q = malloc(s->n * sizeof *q);
-  int k = 0;
-  if (!r || !q) {
+  /* The measured layouts, each with its correction, worked out once: a
+   * candidate then looks its layout up (O(n x layouts), not O(n^2)). */
+  struct {
+    const aa_strategy_t *s;
+    double corr;
+  } *lay = malloc(s->n * sizeof *lay);
+  int k = 0, nl = 0;
+  if (!r || !q || !lay) {
     free(r);
     free(q);
+    free(lay);
     return;
   }
   for (size_t i = 0; i < s->n; i++) {
     const aa_cand_t *c = &s->c[i];
-    if (c->oks > 0 && c->predicted > 0) r[k++] = c->tokens_per_s / c->predicted;
+    if (!(c->oks > 0 && c->predicted > 0)) continue;
+    r[k++] = c->tokens_per_s / c->predicted;
+    int l = 0;
+    while (l < nl && !same_layout(lay[l].s, &c->s))
+      l++;
+    if (l == nl) lay[nl++].s = &c->s;
+  }
+  for (int l = 0; l < nl; l++) {
+    int m = 0;
+    for (size_t j = 0; j < s->n; j++) {
+      const aa_cand_t *o = &s->c[j];
+      if (o->oks > 0 && o->predicted > 0 && same_layout(lay[l].s, &o->s)) q[m++] = o->tokens_per_s / o->predicted;
+    }
+    lay[l].corr = median(q, m);
   }
   if (k > 0) {
     const double med = median(r, k);
     double err = 0, apart = 0;
     for (size_t i = 0; i < s->n; i++) {
       aa_cand_t *c = &s->c[i];
-      int m = 0;
-      for (size_t j = 0; j < s->n; j++) {
-        const aa_cand_t *o = &s->c[j];
-        if (o->oks > 0 && o->predicted > 0 && same_layout(&c->s, &o->s)) q[m++] = o->tokens_per_s / o->predicted;
-      }
-      c->corr = m ? median(q, m) : med;
+      int l = 0;
+      while (l < nl && !same_layout(lay[l].s, &c->s))
+        l++;
+      c->corr = l < nl ? lay[l].corr : med;
       c->err = -1; /* set below: its layout has measurements */
-      if (!m) continue;
+      if (l == nl) continue;
       c->err = 0;
       apart = fmax(apart, fabs(c->corr / med - 1));
       if (c->oks > 0 && c->predicted > 0) err = fmax(err, fabs(c->tokens_per_s / c->predicted / c->corr - 1));
@@ -384,6 +402,7 @@ static void refit(aa_search_t *s) {
   }
   free(r);
   free(q);
+  free(lay);
 }
 
 void aa__search_set_prediction(aa_search_t *s, int i, double tokens_per_s) {
