@@ -296,7 +296,7 @@ static double share(int cores, int ranks, int threads) {
 
 /* One pipeline rank's step by part (the fields of aa_predict_t). */
 static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, const aa_calib_t *c,
-                         const aa_calib_t *span, double slow, aa_predict_t *p) {
+                         const aa_calib_t *span, double fast, double slow, aa_predict_t *p) {
   inventory_t v;
   int rc = inventory(a, s, stage, c->cuda, &v);
   if (rc) return rc;
@@ -322,12 +322,25 @@ static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int 
       (rc = group_time(span, &cc.embedding, &emb, &p->links_estimated)))
     return rc;
   p->data_comm_s += emb;
-  p->forward_s = m * fwd_mb * slow;
-  p->backward_s = m * bwd_mb * slow;
-  p->optimizer_s = opt * slow;
   p->bubble = aa_cost_bubble(s, m);
-  const double busy = p->forward_s + p->backward_s + p->tensor_comm_s + p->pipeline_comm_s;
-  p->bubble_s = busy / (1 - p->bubble) - busy;
+  /* Two bounds of the step, the larger wins:
+   * - the critical path: this rank's ops at the rate they run alone
+   *   (fast), the collectives, stretched by the bubble;
+   * - the host's throughput: every rank on the host computes its ops at the
+   *   rate the host's cores give when all of them compute at once (slow).
+   * Without oversubscription slow = fast and the first is the larger. On a
+   * CPU host with more rank threads than cores, a pipeline rank waiting in
+   * the bubble leaves its core to the others, so the bubble costs less than
+   * its share: it is hidden up to the host's throughput. */
+  const double comm = p->tensor_comm_s + p->pipeline_comm_s;
+  const double path = (m * (fwd_mb + bwd_mb) * fast + comm) / (1 - p->bubble) + opt * fast;
+  const double host = m * (fwd_mb + bwd_mb) * slow + comm + opt * slow;
+  const double f = path >= host ? fast : slow;
+  p->forward_s = m * fwd_mb * f;
+  p->backward_s = m * bwd_mb * f;
+  p->optimizer_s = opt * f;
+  const double busy = p->forward_s + p->backward_s + comm;
+  p->bubble_s = path >= host ? busy / (1 - p->bubble) - busy : 0; /* hidden when the host's cores bound */
   p->step_s = busy + p->bubble_s + p->optimizer_s + p->data_comm_s;
   return 0;
 }
@@ -352,16 +365,17 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
   const aa_calib_t *span = across && pool->inter && pool->inter->n_link ? pool->inter : c;
   /* Ops were timed with c->ranks executors computing at once on its host;
    * the pool's run on_host executors on pool->host_cores. */
-  double slow = 1;
+  double slow = 1, fast = 1;
   if (!c->cuda) {
     int threads = pool->threads > 0 ? pool->threads : c->threads;
     slow = share(c->host_cores, c->ranks, c->threads) / share(pool->host_cores, on_host, threads);
+    fast = share(c->host_cores, c->ranks, c->threads) / share(pool->host_cores, 1, threads);
   }
   aa_predict_t best = {0}, p;
   int ops_est = 0, links_est = 0;
   for (int r = 0; r < s->pp; r++) {
     memset(&p, 0, sizeof p);
-    if ((rc = predict_stage(a, s, m, r, c, span, slow, &p))) return rc;
+    if ((rc = predict_stage(a, s, m, r, c, span, fast, slow, &p))) return rc;
     ops_est += p.ops_estimated;
     links_est += p.links_estimated;
     if (across && span == c) links_est += (s->dp > 1) + (s->pp > 1); /* intra-host lines stood in */

@@ -30,7 +30,11 @@
  * Each such stand-in is counted in the result so callers can say so.
  * CPU executors that share a host's cores compute at the measured rate
  * times min(1, cores / (ranks x threads)) relative to the measuring
- * gang's, ranks being the gang's ranks on one host.
+ * gang's, ranks being the gang's ranks on one host. With more rank threads
+ * than cores, a pipeline rank waiting in the bubble lends its core to the
+ * others: the step is then the larger of the critical path above with ops
+ * at the rate one rank gets alone, and the host's throughput (every ops at
+ * the shared rate, the collectives, no bubble).
  * Across hosts: a gang larger than one host's devices (pool->host_devices)
  * spans hosts. The planner keeps every tensor group inside a host, so the
  * tensor group's collectives take the calibration's (intra-host) lines,

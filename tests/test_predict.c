@@ -244,6 +244,32 @@ AA_TEST(a_gang_across_hosts_takes_the_inter_host_lines_for_data_and_pipeline) {
   free(c);
 }
 
+/* A pipeline on a host with more single-threaded ranks than cores: the
+ * step is the larger of the critical path (ops at the rate they run alone,
+ * stretched by the bubble) and the host's throughput (every rank's ops at
+ * the shared rate); a rank waiting in the bubble lends its core. On 8
+ * cores the bubble is the critical path's as before. */
+AA_TEST(an_oversubscribed_host_hides_a_pipelines_bubble_up_to_its_throughput) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 1); /* timed by 2 ranks on 8 cores: uncontended */
+  aa_strategy_t s = strat(&sp, 2, 1, 2, 2);
+  aa_predict_t roomy, tight;
+  CHECK_MSG(predict(&sp, &s, c, 8, &roomy) == 0, "%s", aa_last_error());
+  CHECK_MSG(predict(&sp, &s, c, 2, &tight) == 0, "%s", aa_last_error());
+  CHECK(roomy.bubble > 0.3 && roomy.bubble_s > 0);
+  const double ops = roomy.forward_s + roomy.backward_s, comm = roomy.tensor_comm_s + roomy.pipeline_comm_s;
+  const double path = (ops + comm) / (1 - roomy.bubble) + roomy.optimizer_s;
+  const double host = 2 * ops + comm + 2 * roomy.optimizer_s; /* 4 ranks on 2 cores: half the rate */
+  CHECK_NEAR(roomy.step_s / (path + roomy.data_comm_s), 1, 1e-12);
+  CHECK_MSG(host > path, "host %g path %g", host, path);
+  CHECK_NEAR(tight.step_s / (host + tight.data_comm_s), 1, 1e-12);
+  CHECK(tight.bubble_s == 0);
+  CHECK_NEAR(tight.forward_s / roomy.forward_s, 2, 1e-12);
+  /* The old rule (everything at the shared rate, then stretched) is slower. */
+  CHECK(tight.step_s < (2 * ops + comm) / (1 - roomy.bubble) + 2 * roomy.optimizer_s + tight.data_comm_s);
+  free(c);
+}
+
 AA_TEST(tensor_parallelism_adds_the_tensor_groups_collectives) {
   aa_model_spec_t sp = model();
   aa_calib_t *c = calib(&sp, 0, 1);
@@ -423,6 +449,7 @@ int main(void) {
   RUN(checkpointing_adds_the_recomputed_forward_to_the_backward);
   RUN(data_parallelism_adds_the_data_groups_collectives);
   RUN(a_gang_across_hosts_takes_the_inter_host_lines_for_data_and_pipeline);
+  RUN(an_oversubscribed_host_hides_a_pipelines_bubble_up_to_its_throughput);
   RUN(tensor_parallelism_adds_the_tensor_groups_collectives);
   RUN(a_pipeline_stretches_its_busy_time_by_the_bubble);
   RUN(missing_shapes_and_group_sizes_are_stood_in_for_and_counted);
