@@ -14,7 +14,6 @@
  * busbw = algbw * 2(n-1)/n for all_reduce and (n-1)/n for the other two.
  * busbw is what can be compared with memcpy: a copy moves `size` bytes
  * once. GB/s are 1e9 bytes per second. Sizes go up by 4x. */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,17 +148,6 @@ static size_t parse_size(const char *s) {
   return v < 1 ? 0 : (size_t)v;
 }
 
-/* Removes the store directory and the keys the ranks left in it. */
-static void remove_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
-  closedir(d);
-  rmdir(dir);
-}
-
 /* Forks world ranks of backend and waits for them; nonzero if one failed. */
 static int run_world(const char *backend, int world, const cfg_t *cfg) {
   char rdv[AA_RENDEZVOUS_MAX], dir[64] = "/tmp/aa-bench-comm-XXXXXX";
@@ -186,7 +174,7 @@ static int run_world(const char *backend, int world, const cfg_t *cfg) {
     waitpid(pids[r], &st, 0);
     failed |= !WIFEXITED(st) || WEXITSTATUS(st);
   }
-  if (gloo) remove_dir(dir);
+  if (gloo) aa_comm_dir_store_remove(dir);
   return failed;
 }
 

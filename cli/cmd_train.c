@@ -1,7 +1,6 @@
 /* `autoaccel train MODEL`: training from a model spec, in this process or
  * as N data-parallel rank processes on this host (--devices cpu:N, or one
  * rank per GPU with --devices cuda:I,J). */
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -99,17 +98,6 @@ static int run_rank(const aa_model_spec_t *spec, const aa_train_opts_t *o, const
   return AA_EXIT_FAIL;
 }
 
-/* Removes the gloo store directory and the keys the ranks left in it. */
-static void remove_store_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
-  closedir(d);
-  rmdir(dir);
-}
-
 /* Forks `world` ranks and waits for all of them. When one fails, the others
  * learn it from the group (a dead peer or a timeout) and stop by
  * themselves; any still running 30 s later are killed. */
@@ -132,7 +120,7 @@ static int train_ranks(const aa_model_spec_t *spec, const aa_train_opts_t *o, co
   }
   pid_t *pids = calloc((size_t)world, sizeof *pids);
   if (!pids) {
-    if (gloo) remove_store_dir(dir);
+    if (gloo) aa_comm_dir_store_remove(dir);
     return aa_cli_fail("train");
   }
   fflush(NULL);
@@ -174,7 +162,7 @@ static int train_ranks(const aa_model_spec_t *spec, const aa_train_opts_t *o, co
     }
   }
   free(pids);
-  if (gloo) remove_store_dir(dir);
+  if (gloo) aa_comm_dir_store_remove(dir);
   return failed ? AA_EXIT_FAIL : AA_EXIT_OK;
 }
 

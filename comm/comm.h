@@ -120,6 +120,10 @@ typedef struct aa_comm_store {
  * aa_comm_dir_store_free (NULL or a freed store is a no-op). */
 int aa_comm_dir_store(aa_comm_store_t *out, const char *dir);
 void aa_comm_dir_store_free(aa_comm_store_t *s);
+/* Removes the store directory dir and the keys the ranks left in it
+ * (entries of the directory only, never following a link); for the caller
+ * that made it, once every rank has joined or failed. */
+void aa_comm_dir_store_remove(const char *dir);
 
 typedef struct aa_comm_opts {
   int timeout_ms; /* longest wait for peers (join, each collective); 0 = 30000 */

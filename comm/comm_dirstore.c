@@ -7,6 +7,7 @@
  * timeout. Every path is opened relative to the directory's descriptor with
  * O_NOFOLLOW, so a link planted in the directory is not followed. */
 #define _GNU_SOURCE /* renameat2 */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -166,4 +167,14 @@ void aa_comm_dir_store_free(aa_comm_store_t *s) {
   close(d->dirfd);
   free(d);
   s->ctx = NULL;
+}
+
+void aa_comm_dir_store_remove(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
+  closedir(d);
+  rmdir(dir);
 }

@@ -21,41 +21,22 @@
 #
 # Skips (exit 0, saying why) without the privileges to make namespaces.
 set -u
-tmp=$(mktemp -d)
-pass=0
-fail=0
-AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
-SRC=${AA_SOURCE_DIR:?set AA_SOURCE_DIR to the source tree}
-# shellcheck source=tests/cli/expect.sh
-source "$SRC/tests/cli/expect.sh"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-TOOL="/usr/bin/python3 $SRC/tests/cli/service_tool.py"
+# shellcheck source=tests/cli/service_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/service_lib.sh"
 n=$(($$ % 200 + 20))
 ns1="aa-h1-$$"
 ns2="aa-h2-$$"
 a1="10.231.$n.1"
 a2="10.231.$n.2"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  for ns in "$ns1" "$ns2"; do # whatever still runs on a "host" goes with it
+hosts_cleanup() { # the processes service_lib's cleanup kills, then whatever still runs on a "host"
+  for ns in "$ns1" "$ns2"; do
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
   done
-  wait 2>/dev/null
+  cleanup
   ip netns del "$ns1" 2>/dev/null
   ip netns del "$ns2" 2>/dev/null
-  [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"
 }
-trap cleanup EXIT
-check() { if "${@:2}"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
-jq_() { $TOOL json "$1"; }
-wait_for() {
-  local end=$((SECONDS + $1)); shift
-  until "$@" 2>/dev/null; do
-    [ $SECONDS -ge $end ] && return 1
-    sleep 0.1
-  done
-}
+trap hosts_cleanup EXIT
 
 if ! ip netns add "$ns1" 2>"$tmp/netns.err"; then
   echo "skipped: cannot make a network namespace here ($(head -1 "$tmp/netns.err")); the test needs root"
