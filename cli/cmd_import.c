@@ -31,17 +31,18 @@ static void usage_import(FILE *f) {
 }
 
 static void usage_export(FILE *f) {
-  fprintf(f, "usage: autoaccel export CKPT --model MODEL.json --out FILE.safetensors [--dtype f32|bf16|f16]\n\n"
-             "Writes a checkpoint's weights (a single file or a sharded checkpoint's manifest) as\n"
-             "one Hugging Face safetensors file with GPT-2's names and layout, which\n"
-             "'autoaccel import' and Hugging Face's GPT2 models read. An f32 export imports back\n"
-             "bit for bit; bf16 and f16 round to nearest even.\n\n"
-             "options:\n"
-             "  --model MODEL.json   the model spec of the checkpoint (required)\n"
-             "  --out FILE           the safetensors file to write (required)\n"
-             "  --dtype T            f32 (default), bf16 or f16\n"
-             "  -h, --help           this help\n"
-             "Exit codes: 0 success, 1 failure (bad checkpoint, i/o), 2 usage error.\n");
+  fprintf(f,
+          "usage: autoaccel export CKPT --model MODEL.json --out FILE.safetensors [--dtype f32|bf16|f16]\n\n"
+          "Writes a checkpoint's weights (a single file or a sharded checkpoint's manifest) as\n"
+          "one Hugging Face safetensors file with GPT-2's names and layout, which\n"
+          "'autoaccel import' and Hugging Face's GPT2 models read. An f32 export imports back\n"
+          "bit for bit; bf16 and f16 round to nearest even.\n\n"
+          "options:\n"
+          "  --model MODEL.json   the model spec of the checkpoint (required)\n"
+          "  --out FILE           the safetensors file to write (required)\n"
+          "  --dtype T            f32 (default), bf16 or f16\n"
+          "  -h, --help           this help\n"
+          "Exit codes: 0 success, 1 failure (bad checkpoint, i/o), 2 usage error.\n");
 }
 
 typedef struct {
@@ -72,9 +73,12 @@ static int parse(const char *cmd, int argc, char **argv, void (*usage)(FILE *), 
     case 'm': a->model = optarg; break;
     case 'o': a->out = optarg; break;
     case 'd':
-      if (!strcmp(optarg, "f32")) a->dtype = AA_F32;
-      else if (!strcmp(optarg, "bf16")) a->dtype = AA_BF16;
-      else if (!strcmp(optarg, "f16")) a->dtype = AA_F16;
+      if (!strcmp(optarg, "f32"))
+        a->dtype = AA_F32;
+      else if (!strcmp(optarg, "bf16"))
+        a->dtype = AA_BF16;
+      else if (!strcmp(optarg, "f16"))
+        a->dtype = AA_F16;
       else {
         fprintf(stderr, "autoaccel %s: --dtype: expected f32, bf16 or f16, got '%s'\n", cmd, optarg);
         return AA_EXIT_USAGE;
@@ -87,10 +91,11 @@ static int parse(const char *cmd, int argc, char **argv, void (*usage)(FILE *), 
       return AA_EXIT_USAGE;
     }
   }
-  const char *missing = optind != argc - 1 ? (with_dtype ? "expected exactly one CKPT" : "expected exactly one SRC")
-                        : !a->model        ? "--model MODEL.json is required"
-                        : !a->out          ? "--out is required"
-                                           : NULL;
+  const char *missing = optind != argc - 1
+                            ? (with_dtype ? "expected exactly one CKPT" : "expected exactly one SRC")
+                        : !a->model ? "--model MODEL.json is required"
+                        : !a->out   ? "--out is required"
+                                    : NULL;
   if (missing) {
     fprintf(stderr, "autoaccel %s: %s\n\n", cmd, missing);
     usage(stderr);
@@ -142,7 +147,9 @@ int aa_cmd_export(int argc, char **argv) {
     return aa_cli_fail("export");
   }
   printf("exported %zu parameters from %s to %s (%d tensors, %s)\n", m->n_params, a.src, a.out, m->n_tensors,
-         a.dtype == AA_F32 ? "F32" : a.dtype == AA_BF16 ? "BF16" : "F16");
+         a.dtype == AA_F32    ? "F32"
+         : a.dtype == AA_BF16 ? "BF16"
+                              : "F16");
   aa_gpt_free(m);
   return AA_EXIT_OK;
 }

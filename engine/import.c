@@ -39,10 +39,14 @@ static void hf_tensor(const aa_gpt_t *m, int i, hf_tensor_t *h) {
   const aa_tensor_desc_t *t = &m->tensors[i];
   int n = m->n_tensors;
   h->transpose = 0;
-  if (i == 0) snprintf(h->hf, sizeof h->hf, "wte.weight");
-  else if (i == 1) snprintf(h->hf, sizeof h->hf, "wpe.weight");
-  else if (i == n - 2) snprintf(h->hf, sizeof h->hf, "ln_f.weight");
-  else if (i == n - 1) snprintf(h->hf, sizeof h->hf, "ln_f.bias");
+  if (i == 0)
+    snprintf(h->hf, sizeof h->hf, "wte.weight");
+  else if (i == 1)
+    snprintf(h->hf, sizeof h->hf, "wpe.weight");
+  else if (i == n - 2)
+    snprintf(h->hf, sizeof h->hf, "ln_f.weight");
+  else if (i == n - 1)
+    snprintf(h->hf, sizeof h->hf, "ln_f.bias");
   else {
     int k = (i - 2) % AA_TENSORS_PER_LAYER;
     snprintf(h->hf, sizeof h->hf, "h.%d.%s", t->layer, block_names[k].hf);
@@ -66,7 +70,8 @@ static int hf_index(const aa_gpt_t *m, const char *name, int *beyond) {
   if (strncmp(name, "h.", 2) || name[2] < '0' || name[2] > '9') return -1;
   const char *p = name + 2;
   long l = 0;
-  while (*p >= '0' && *p <= '9' && l < 100000) l = l * 10 + (*p++ - '0');
+  while (*p >= '0' && *p <= '9' && l < 100000)
+    l = l * 10 + (*p++ - '0');
   if (*p != '.' || (name[2] == '0' && p != name + 3)) return -1; /* "h.01." is not a block's name */
   for (int k = 0; k < AA_TENSORS_PER_LAYER; k++) {
     if (strcmp(p + 1, block_names[k].hf)) continue;
@@ -85,7 +90,8 @@ static int is_attn_buffer(const aa_gpt_t *m, const char *name) {
   if (strncmp(name, "h.", 2) || name[2] < '0' || name[2] > '9') return 0;
   const char *p = name + 2;
   long l = 0;
-  while (*p >= '0' && *p <= '9' && l < 100000) l = l * 10 + (*p++ - '0');
+  while (*p >= '0' && *p <= '9' && l < 100000)
+    l = l * 10 + (*p++ - '0');
   return l < m->arch.n_layer && (!strcmp(p, ".attn.bias") || !strcmp(p, ".attn.masked_bias"));
 }
 
@@ -100,7 +106,8 @@ static int check_model(const aa_gpt_t *m, const char *what) {
   if (strcmp(m->arch.family, "gpt2"))
     return aa_error(AA_EINVAL, "%s: the model's family is %s; only gpt2 is supported", what, m->arch.family);
   if (m->tp > 1 || m->pp > 1 || !m->params.data)
-    return aa_error(AA_EINVAL, "%s: needs a whole model with fp32 parameters (tensor and pipeline degree 1)", what);
+    return aa_error(AA_EINVAL, "%s: needs a whole model with fp32 parameters (tensor and pipeline degree 1)",
+                    what);
   return 0;
 }
 
@@ -112,7 +119,8 @@ static int put(aa_gpt_t *m, const aa_tensor_desc_t *t, const float *src) {
 /* dst (rows x cols) = the transpose of src (cols x rows). */
 static void transpose(float *dst, const float *src, size_t rows, size_t cols) {
   for (size_t c = 0; c < cols; c++)
-    for (size_t r = 0; r < rows; r++) dst[r * cols + c] = src[c * rows + r];
+    for (size_t r = 0; r < rows; r++)
+      dst[r * cols + c] = src[c * rows + r];
 }
 
 /* The source element types seen (a bit per aa_st_dtype_t) in words. */
@@ -140,12 +148,13 @@ typedef struct {
   int n_files;
   offer_t *offers;
   int n_offers;
-  json_t *index; /* the shard index, owning the offers' names (NULL for one file) */
+  json_t *index;    /* the shard index, owning the offers' names (NULL for one file) */
   const char *path; /* the file or the index (borrowed) */
 } source_t;
 
 static void source_free(source_t *s) {
-  for (int i = 0; i < s->n_files; i++) aa_st_close(s->files[i]);
+  for (int i = 0; i < s->n_files; i++)
+    aa_st_close(s->files[i]);
   free(s->files);
   free(s->offers);
   json_decref(s->index);
@@ -160,7 +169,8 @@ static int open_single(source_t *s, const char *path) {
   const aa_st_file_t *f = s->files[0];
   s->offers = calloc((size_t)(f->n ? f->n : 1), sizeof *s->offers);
   if (!s->offers) return aa_error(AA_ENOMEM, "out of memory");
-  for (int i = 0; i < f->n; i++) s->offers[s->n_offers++] = (offer_t){f->tensors[i].name, f, &f->tensors[i]};
+  for (int i = 0; i < f->n; i++)
+    s->offers[s->n_offers++] = (offer_t){f->tensors[i].name, f, &f->tensors[i]};
   return 0;
 }
 
@@ -184,7 +194,8 @@ static int open_index(source_t *s, const char *path) {
   }
   json_t *map = json_object_get(s->index, "weight_map");
   if (!json_is_object(map) || json_object_size(map) == 0)
-    return aa_error(AA_EFORMAT, "%s: weight_map must be a non-empty object of tensor name to file name", path);
+    return aa_error(AA_EFORMAT, "%s: weight_map must be a non-empty object of tensor name to file name",
+                    path);
   size_t n = json_object_size(map);
   const char **names = calloc(n, sizeof *names);
   s->offers = calloc(n, sizeof *s->offers);
@@ -200,12 +211,13 @@ static int open_index(source_t *s, const char *path) {
   json_object_foreach(map, key, v) {
     const char *fn = json_string_value(v);
     if (!fn || !*fn || strchr(fn, '/') || !strcmp(fn, ".") || !strcmp(fn, "..") || strlen(fn) > 255) {
-      rc = aa_error(AA_EFORMAT, "%s: weight_map['%.64s'] must be a plain file name in the index's directory", path,
-                    key);
+      rc = aa_error(AA_EFORMAT, "%s: weight_map['%.64s'] must be a plain file name in the index's directory",
+                    path, key);
       break;
     }
     int k = 0;
-    while (k < s->n_files && strcmp(names[k], fn)) k++;
+    while (k < s->n_files && strcmp(names[k], fn))
+      k++;
     if (k == s->n_files) {
       if (s->n_files == AA_IMPORT_MAX_SHARDS) {
         rc = aa_error(AA_EFORMAT, "%s: more than %d shard files", path, AA_IMPORT_MAX_SHARDS);
@@ -221,8 +233,8 @@ static int open_index(source_t *s, const char *path) {
     }
     const aa_st_tensor_t *t = aa_st_find(s->files[k], key);
     if (!t) {
-      rc = aa_error(AA_EFORMAT, "%s: weight_map puts tensor '%.255s' in %s, which has no such tensor", path, key,
-                    fn);
+      rc = aa_error(AA_EFORMAT, "%s: weight_map puts tensor '%.255s' in %s, which has no such tensor", path,
+                    key, fn);
       break;
     }
     s->offers[s->n_offers++] = (offer_t){key, s->files[k], t};
@@ -263,7 +275,8 @@ static int match(const aa_gpt_t *m, const source_t *s, const offer_t **want, con
       if (i < 0 && beyond)
         return aa_error(AA_EINVAL, "%s: tensor '%s' belongs to a block the model does not have (n_layer %d)",
                         of->f->path, of->name, m->arch.n_layer);
-      if (i < 0) return aa_error(AA_EINVAL, "%s: unexpected tensor '%s' (not a GPT-2 weight)", of->f->path, of->name);
+      if (i < 0)
+        return aa_error(AA_EINVAL, "%s: unexpected tensor '%s' (not a GPT-2 weight)", of->f->path, of->name);
       if (want[i])
         return aa_error(AA_EINVAL, "%s: tensor '%s' appears twice (as '%s' and '%s')", of->f->path, name,
                         want[i]->name, of->name);
@@ -272,15 +285,17 @@ static int match(const aa_gpt_t *m, const source_t *s, const offer_t **want, con
     }
     const aa_st_tensor_t *t = of->t;
     int same = t->ndim == h.ndim;
-    for (int d = 0; same && d < h.ndim; d++) same = t->shape[d] == h.shape[d];
+    for (int d = 0; same && d < h.ndim; d++)
+      same = t->shape[d] == h.shape[d];
     if (!same) {
       shape_str(a, sizeof a, t->ndim, t->shape);
       shape_str(b, sizeof b, h.ndim, h.shape);
-      return aa_error(AA_EINVAL, "%s: tensor '%s' has shape %s but the model needs %s", of->f->path, of->name, a, b);
+      return aa_error(AA_EINVAL, "%s: tensor '%s' has shape %s but the model needs %s", of->f->path, of->name,
+                      a, b);
     }
     if (t->dtype != AA_ST_F32 && t->dtype != AA_ST_BF16 && t->dtype != AA_ST_F16)
-      return aa_error(AA_EINVAL, "%s: tensor '%s' is %s; weights must be F32, BF16 or F16", of->f->path, of->name,
-                      aa_st_dtype_name(t->dtype));
+      return aa_error(AA_EINVAL, "%s: tensor '%s' is %s; weights must be F32, BF16 or F16", of->f->path,
+                      of->name, aa_st_dtype_name(t->dtype));
     seen |= 1u << t->dtype;
   }
   for (int i = 0; i < m->n_tensors; i++) {
@@ -313,12 +328,14 @@ static int import_safetensors(aa_gpt_t *m, const char *path, int sharded, aa_imp
   }
   if (lm_head) {
     /* A tied head holds wte's values; any other head cannot be kept. */
-    if ((rc = aa_st_read_f32(lm_head->f, lm_head->t, buf)) || (rc = aa_st_read_f32(want[0]->f, want[0]->t, tmp)))
+    if ((rc = aa_st_read_f32(lm_head->f, lm_head->t, buf)) ||
+        (rc = aa_st_read_f32(want[0]->f, want[0]->t, tmp)))
       goto cleanup;
     if (memcmp(buf, tmp, m->tensors[0].numel * sizeof *buf)) {
-      rc = aa_error(AA_EINVAL,
-                    "%s: tensor '%s' differs from '%s': an untied output head, which a gpt2 model cannot hold",
-                    lm_head->f->path, lm_head->name, want[0]->name);
+      rc =
+          aa_error(AA_EINVAL,
+                   "%s: tensor '%s' differs from '%s': an untied output head, which a gpt2 model cannot hold",
+                   lm_head->f->path, lm_head->name, want[0]->name);
       goto cleanup;
     }
     info->ignored++;
@@ -354,18 +371,19 @@ static int import_llmc(aa_gpt_t *m, const char *path, int fd, uint64_t size, aa_
                     (unsigned long long)size);
   if (pread(fd, raw, sizeof raw, 0) != (ssize_t)sizeof raw)
     return aa_error(AA_EIO, "%s: cannot read the header: %s", path, strerror(errno));
-  for (int i = 0; i < LLMC_HEADER_INTS; i++) h[i] = (int32_t)aa_get_le32(raw + 4 * i);
+  for (int i = 0; i < LLMC_HEADER_INTS; i++)
+    h[i] = (int32_t)aa_get_le32(raw + 4 * i);
   if (h[1] != 3 && h[1] != 5)
-    return aa_error(AA_EFORMAT, "%s: llm.c checkpoint version %d (this build reads 3, fp32, and 5, bf16)", path,
-                    h[1]);
+    return aa_error(AA_EFORMAT, "%s: llm.c checkpoint version %d (this build reads 3, fp32, and 5, bf16)",
+                    path, h[1]);
   const aa_arch_t *a = &m->arch;
   static const char *fields[] = {"max_seq_len", "vocab_size", "num_layers", "num_heads", "channels"};
   const int want[] = {a->seq_len, a->vocab_size, a->n_layer, a->n_head, a->d_model};
   static const char *spec_fields[] = {"seq_len", "vocab_size", "n_layer", "n_head", "d_model"};
   for (int i = 0; i < 5; i++)
     if (h[2 + i] != want[i])
-      return aa_error(AA_EINVAL, "%s: llm.c header %s is %d but the model's %s is %d", path, fields[i], h[2 + i],
-                      spec_fields[i], want[i]);
+      return aa_error(AA_EINVAL, "%s: llm.c header %s is %d but the model's %s is %d", path, fields[i],
+                      h[2 + i], spec_fields[i], want[i]);
   if (a->d_ff != 4 * a->d_model)
     return aa_error(AA_EINVAL, "%s: llm.c's GPT-2 has d_ff = 4 d_model (%d) but the model's d_ff is %d", path,
                     4 * a->d_model, a->d_ff);
@@ -375,8 +393,9 @@ static int import_llmc(aa_gpt_t *m, const char *path, int fd, uint64_t size, aa_
                     a->vocab_size, a->vocab_size + (1 << 20));
   const uint64_t C = (uint64_t)a->d_model, L = (uint64_t)a->n_layer, T = (uint64_t)a->seq_len, F = 4 * C;
   /* llm.c's 16 arrays (fill_in_parameter_sizes), block arrays over all L blocks. */
-  const uint64_t sizes[16] = {(uint64_t)Vp * C, T * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
-                              L * C, L * C, L * F * C, L * F, L * C * F, L * C, C, C};
+  const uint64_t sizes[16] = {(uint64_t)Vp * C, T * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
+                              L * C * C,        L * C, L * C, L * C, L * F * C,     L * F,
+                              L * C * F,        L * C, C,     C};
   const size_t es = h[1] == 3 ? 4 : 2;
   uint64_t start[16], total = 0;
   for (int k = 0; k < 16; k++) {
@@ -384,8 +403,8 @@ static int import_llmc(aa_gpt_t *m, const char *path, int fd, uint64_t size, aa_
     total += sizes[k];
   }
   if (size != sizeof raw + total * es)
-    return aa_error(AA_EFORMAT, "%s: %llu bytes, but an llm.c checkpoint of this model (version %d) has %llu", path,
-                    (unsigned long long)size, h[1], (unsigned long long)(sizeof raw + total * es));
+    return aa_error(AA_EFORMAT, "%s: %llu bytes, but an llm.c checkpoint of this model (version %d) has %llu",
+                    path, (unsigned long long)size, h[1], (unsigned long long)(sizeof raw + total * es));
   size_t max = 0;
   for (int i = 0; i < m->n_tensors; i++)
     if (m->tensors[i].numel > max) max = m->tensors[i].numel;
@@ -395,7 +414,9 @@ static int import_llmc(aa_gpt_t *m, const char *path, int fd, uint64_t size, aa_
   for (int i = 0; i < m->n_tensors && !rc; i++) {
     const aa_tensor_desc_t *t = &m->tensors[i];
     /* Array k holds tensor i; a block's tensor is the layer's slice of it. */
-    int k = i < 2 ? i : i >= m->n_tensors - 2 ? 14 + (i - (m->n_tensors - 2)) : 2 + (i - 2) % AA_TENSORS_PER_LAYER;
+    int k = i < 2                   ? i
+            : i >= m->n_tensors - 2 ? 14 + (i - (m->n_tensors - 2))
+                                    : 2 + (i - 2) % AA_TENSORS_PER_LAYER;
     uint64_t at = start[k] + (t->layer >= 0 ? (uint64_t)t->layer * t->numel : 0);
     uint64_t off = sizeof raw + at * es, bytes = t->numel * es;
     /* bf16 values go to the second half of buf and widen front to back. */
@@ -403,12 +424,15 @@ static int import_llmc(aa_gpt_t *m, const char *path, int fd, uint64_t size, aa_
     for (uint64_t done = 0; done < bytes && !rc;) {
       ssize_t r = pread(fd, dst + done, bytes - done, (off_t)(off + done));
       if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) rc = aa_error(AA_EIO, "%s: read failed: %s", path, r ? strerror(errno) : "unexpected end of file");
-      else done += (uint64_t)r;
+      if (r <= 0)
+        rc = aa_error(AA_EIO, "%s: read failed: %s", path, r ? strerror(errno) : "unexpected end of file");
+      else
+        done += (uint64_t)r;
     }
     if (rc) break;
     if (es == 2)
-      for (size_t j = 0; j < t->numel; j++) buf[j] = aa_bf16_to_f32((uint16_t)(dst[2 * j] | dst[2 * j + 1] << 8));
+      for (size_t j = 0; j < t->numel; j++)
+        buf[j] = aa_bf16_to_f32((uint16_t)(dst[2 * j] | dst[2 * j + 1] << 8));
     rc = put(m, t, buf);
   }
   free(buf);
@@ -439,14 +463,16 @@ int aa_import_gpt2(aa_gpt_t *m, const char *src, aa_import_info_t *info) {
     } else {
       snprintf(path, sizeof path, "%s/model.safetensors", src);
       if (access(path, F_OK))
-        return aa_error(AA_ENOENT, "%s: holds neither model.safetensors.index.json nor model.safetensors", src);
+        return aa_error(AA_ENOENT, "%s: holds neither model.safetensors.index.json nor model.safetensors",
+                        src);
       rc = import_safetensors(m, path, 0, info);
     }
   } else if (ends_with(src, ".json")) {
     rc = import_safetensors(m, src, 1, info);
   } else {
     int fd = open(src, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "%s: cannot open: %s", src, strerror(errno));
+    if (fd < 0)
+      return aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "%s: cannot open: %s", src, strerror(errno));
     unsigned char magic[4];
     struct stat fb;
     int llmc = !fstat(fd, &fb) && S_ISREG(fb.st_mode) && pread(fd, magic, 4, 0) == 4 &&

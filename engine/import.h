@@ -17,10 +17,10 @@ typedef enum { AA_IMPORT_SAFETENSORS = 0, AA_IMPORT_SHARDED = 1, AA_IMPORT_LLMC 
 /* What an import read. */
 typedef struct aa_import_info {
   aa_import_format_t format;
-  int files;              /* safetensors files read (1 for llm.c) */
-  int tensors;            /* tensors imported (llm.c: its 16 parameter arrays) */
-  int ignored;            /* tensors skipped: attention mask buffers, the tied lm_head */
-  char dtypes[32];        /* the source element types seen, e.g. "F32", "BF16+F16" */
+  int files;       /* safetensors files read (1 for llm.c) */
+  int tensors;     /* tensors imported (llm.c: its 16 parameter arrays) */
+  int ignored;     /* tensors skipped: attention mask buffers, the tied lm_head */
+  char dtypes[32]; /* the source element types seen, e.g. "F32", "BF16+F16" */
 } aa_import_info_t;
 
 /* Reads the weights at src into m's fp32 parameters. src is:

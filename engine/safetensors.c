@@ -18,12 +18,11 @@ static const struct {
   const char *name;
   size_t size;
 } dtypes[AA_ST_N_DTYPES] = {
-    [AA_ST_BOOL] = {"BOOL", 1},       [AA_ST_U8] = {"U8", 1},   [AA_ST_I8] = {"I8", 1},
-    [AA_ST_F8_E5M2] = {"F8_E5M2", 1}, [AA_ST_F8_E4M3] = {"F8_E4M3", 1},
-    [AA_ST_I16] = {"I16", 2},         [AA_ST_U16] = {"U16", 2}, [AA_ST_F16] = {"F16", 2},
-    [AA_ST_BF16] = {"BF16", 2},       [AA_ST_I32] = {"I32", 4}, [AA_ST_U32] = {"U32", 4},
-    [AA_ST_F32] = {"F32", 4},         [AA_ST_F64] = {"F64", 8}, [AA_ST_I64] = {"I64", 8},
-    [AA_ST_U64] = {"U64", 8},
+    [AA_ST_BOOL] = {"BOOL", 1},       [AA_ST_U8] = {"U8", 1},           [AA_ST_I8] = {"I8", 1},
+    [AA_ST_F8_E5M2] = {"F8_E5M2", 1}, [AA_ST_F8_E4M3] = {"F8_E4M3", 1}, [AA_ST_I16] = {"I16", 2},
+    [AA_ST_U16] = {"U16", 2},         [AA_ST_F16] = {"F16", 2},         [AA_ST_BF16] = {"BF16", 2},
+    [AA_ST_I32] = {"I32", 4},         [AA_ST_U32] = {"U32", 4},         [AA_ST_F32] = {"F32", 4},
+    [AA_ST_F64] = {"F64", 8},         [AA_ST_I64] = {"I64", 8},         [AA_ST_U64] = {"U64", 8},
 };
 
 const char *aa_st_dtype_name(aa_st_dtype_t t) { return (unsigned)t < AA_ST_N_DTYPES ? dtypes[t].name : "?"; }
@@ -36,7 +35,8 @@ static int pread_all(int fd, void *buf, size_t n, uint64_t off, const char *path
     ssize_t r = pread(fd, p, n, (off_t)off);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return aa_error(AA_EIO, "%s: read failed: %s", path, strerror(errno));
-    if (r == 0) return aa_error(AA_EFORMAT, "%s: truncated (ends before byte %llu)", path, (unsigned long long)off);
+    if (r == 0)
+      return aa_error(AA_EFORMAT, "%s: truncated (ends before byte %llu)", path, (unsigned long long)off);
     p += r;
     n -= (size_t)r;
     off += (uint64_t)r;
@@ -58,7 +58,8 @@ static int parse_entry(aa_st_tensor_t *t, const char *path, const char *name, js
     return aa_error(AA_EFORMAT, "%s: a tensor name is %zu bytes long (at most %d)", path, strlen(name),
                     AA_ST_NAME_MAX);
   strcpy(t->name, name);
-  if (!json_is_object(v)) return aa_error(AA_EFORMAT, "%s: tensor '%s': entry is not a JSON object", path, name);
+  if (!json_is_object(v))
+    return aa_error(AA_EFORMAT, "%s: tensor '%s': entry is not a JSON object", path, name);
   const char *key;
   json_t *x;
   json_object_foreach(v, key, x) {
@@ -73,7 +74,8 @@ static int parse_entry(aa_st_tensor_t *t, const char *path, const char *name, js
   for (int i = 0; i < AA_ST_N_DTYPES; i++)
     if (!strcmp(json_string_value(dt), dtypes[i].name)) d = i;
   if (d < 0)
-    return aa_error(AA_EFORMAT, "%s: tensor '%s': unknown dtype \"%.32s\"", path, name, json_string_value(dt));
+    return aa_error(AA_EFORMAT, "%s: tensor '%s': unknown dtype \"%.32s\"", path, name,
+                    json_string_value(dt));
   t->dtype = (aa_st_dtype_t)d;
   if (!json_is_array(sh) || json_array_size(sh) > AA_ST_MAX_DIMS)
     return aa_error(AA_EFORMAT, "%s: tensor '%s': shape must be an array of at most %d integers", path, name,
@@ -83,7 +85,8 @@ static int parse_entry(aa_st_tensor_t *t, const char *path, const char *name, js
   t->numel = 1;
   for (int i = 0; i < t->ndim; i++) {
     int64_t s = json_uint(json_array_get(sh, (size_t)i), INT64_MAX);
-    if (s < 0) return aa_error(AA_EFORMAT, "%s: tensor '%s': shape[%d] is not a non-negative integer", path, name, i);
+    if (s < 0)
+      return aa_error(AA_EFORMAT, "%s: tensor '%s': shape[%d] is not a non-negative integer", path, name, i);
     t->shape[i] = s;
     if (__builtin_mul_overflow(t->numel, (uint64_t)s, &t->numel) ||
         __builtin_mul_overflow(bytes, (uint64_t)s, &bytes))
@@ -93,15 +96,17 @@ static int parse_entry(aa_st_tensor_t *t, const char *path, const char *name, js
     return aa_error(AA_EFORMAT, "%s: tensor '%s': data_offsets must be [begin, end]", path, name);
   int64_t b = json_uint(json_array_get(off, 0), INT64_MAX), e = json_uint(json_array_get(off, 1), INT64_MAX);
   if (b < 0 || e < 0 || e < b)
-    return aa_error(AA_EFORMAT, "%s: tensor '%s': data_offsets must be two integers 0 <= begin <= end", path, name);
+    return aa_error(AA_EFORMAT, "%s: tensor '%s': data_offsets must be two integers 0 <= begin <= end", path,
+                    name);
   t->begin = (uint64_t)b;
   t->end = (uint64_t)e;
   if (t->end - t->begin != bytes)
-    return aa_error(AA_EFORMAT,
-                    "%s: tensor '%s': data_offsets [%llu, %llu) hold %llu bytes but %s of %llu elements needs %llu",
-                    path, name, (unsigned long long)t->begin, (unsigned long long)t->end,
-                    (unsigned long long)(t->end - t->begin), dtypes[d].name, (unsigned long long)t->numel,
-                    (unsigned long long)bytes);
+    return aa_error(
+        AA_EFORMAT,
+        "%s: tensor '%s': data_offsets [%llu, %llu) hold %llu bytes but %s of %llu elements needs %llu", path,
+        name, (unsigned long long)t->begin, (unsigned long long)t->end,
+        (unsigned long long)(t->end - t->begin), dtypes[d].name, (unsigned long long)t->numel,
+        (unsigned long long)bytes);
   return 0;
 }
 
@@ -113,13 +118,15 @@ static int by_begin(const void *a, const void *b) {
 /* The tensors must tile [0, data_len) exactly. */
 static int check_tiling(const aa_st_file_t *f, uint64_t data_len) {
   if (f->n == 0) {
-    if (data_len) return aa_error(AA_EFORMAT, "%s: %llu bytes of data but no tensors", f->path,
-                                  (unsigned long long)data_len);
+    if (data_len)
+      return aa_error(AA_EFORMAT, "%s: %llu bytes of data but no tensors", f->path,
+                      (unsigned long long)data_len);
     return 0;
   }
   const aa_st_tensor_t **order = malloc((size_t)f->n * sizeof *order);
   if (!order) return aa_error(AA_ENOMEM, "%s: out of memory", f->path);
-  for (int i = 0; i < f->n; i++) order[i] = &f->tensors[i];
+  for (int i = 0; i < f->n; i++)
+    order[i] = &f->tensors[i];
   qsort(order, (size_t)f->n, sizeof *order, by_begin);
   int rc = 0;
   uint64_t at = 0;
@@ -132,8 +139,9 @@ static int check_tiling(const aa_st_file_t *f, uint64_t data_len) {
                     f->path, t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
                     (unsigned long long)data_len);
     else if (t->begin < at)
-      rc = aa_error(AA_EFORMAT, "%s: tensor '%s': data_offsets [%llu, %llu) overlap tensor '%s''s [%llu, %llu)",
-                    f->path, t->name, (unsigned long long)t->begin, (unsigned long long)t->end, order[i - 1]->name,
+      rc = aa_error(AA_EFORMAT,
+                    "%s: tensor '%s': data_offsets [%llu, %llu) overlap tensor '%s''s [%llu, %llu)", f->path,
+                    t->name, (unsigned long long)t->begin, (unsigned long long)t->end, order[i - 1]->name,
                     (unsigned long long)order[i - 1]->begin, (unsigned long long)order[i - 1]->end);
     else if (t->begin > at)
       rc = aa_error(AA_EFORMAT, "%s: tensor '%s': data_offsets start at %llu, leaving a gap after byte %llu",
@@ -172,7 +180,8 @@ int aa_st_open(aa_st_file_t **out, const char *path) {
   uint64_t size = (uint64_t)sb.st_size;
   unsigned char len8[8];
   if (size < 8) {
-    rc = aa_error(AA_EFORMAT, "%s: too short to be a safetensors file (%llu bytes)", path, (unsigned long long)size);
+    rc = aa_error(AA_EFORMAT, "%s: too short to be a safetensors file (%llu bytes)", path,
+                  (unsigned long long)size);
     goto cleanup;
   }
   if ((rc = pread_all(f->fd, len8, 8, 0, path))) goto cleanup;
@@ -188,7 +197,8 @@ int aa_st_open(aa_st_file_t **out, const char *path) {
     goto cleanup;
   }
   if (n < 2) {
-    rc = aa_error(AA_EFORMAT, "%s: header length %llu is too short for a JSON object", path, (unsigned long long)n);
+    rc = aa_error(AA_EFORMAT, "%s: header length %llu is too short for a JSON object", path,
+                  (unsigned long long)n);
     goto cleanup;
   }
   hdr = malloc(n);
@@ -269,8 +279,8 @@ const aa_st_tensor_t *aa_st_find(const aa_st_file_t *f, const char *name) {
 
 int aa_st_read_f32(const aa_st_file_t *f, const aa_st_tensor_t *t, float *dst) {
   if (t->dtype != AA_ST_F32 && t->dtype != AA_ST_BF16 && t->dtype != AA_ST_F16)
-    return aa_error(AA_EUNSUPPORTED, "%s: tensor '%s' is %s (only F32, BF16 and F16 convert to fp32)", f->path,
-                    t->name, dtypes[t->dtype].name);
+    return aa_error(AA_EUNSUPPORTED, "%s: tensor '%s' is %s (only F32, BF16 and F16 convert to fp32)",
+                    f->path, t->name, dtypes[t->dtype].name);
   uint64_t bytes = t->end - t->begin;
   if (t->dtype == AA_ST_F32) {
     int rc = pread_all(f->fd, dst, bytes, f->data_start + t->begin, f->path);
@@ -325,7 +335,8 @@ int aa_st_write(const char *path, aa_dtype_t dtype, const aa_st_entry_t *entries
     }
     json_object_set_new(ent, "dtype", json_string(out_name(dtype)));
     json_object_set_new(ent, "shape", shape);
-    json_object_set_new(ent, "data_offsets", json_pack("[II]", (json_int_t)off, (json_int_t)(off + numel * es)));
+    json_object_set_new(ent, "data_offsets",
+                        json_pack("[II]", (json_int_t)off, (json_int_t)(off + numel * es)));
     if (json_object_set_new(root, e->name, ent)) {
       rc = aa_error(AA_ENOMEM, "%s: out of memory", path);
       goto cleanup;
@@ -346,10 +357,12 @@ int aa_st_write(const char *path, aa_dtype_t dtype, const aa_st_entry_t *entries
   unsigned char len8[8];
   aa_put_le64(len8, padded);
   int ok = fwrite(len8, 1, 8, w.f) == 8 && fwrite(hdr, 1, hlen, w.f) == hlen;
-  for (size_t i = hlen; i < padded && ok; i++) ok = fputc(' ', w.f) != EOF;
+  for (size_t i = hlen; i < padded && ok; i++)
+    ok = fputc(' ', w.f) != EOF;
   for (int i = 0; i < n && ok; i++) {
     uint64_t numel = 1;
-    for (int k = 0; k < entries[i].ndim; k++) numel *= (uint64_t)entries[i].shape[k];
+    for (int k = 0; k < entries[i].ndim; k++)
+      numel *= (uint64_t)entries[i].shape[k];
     if ((rc = fill(i, buf, numel, data))) goto cleanup;
     for (uint64_t j = 0; j < numel; j++) {
       unsigned char *p = conv + j * es;

@@ -31,8 +31,22 @@
 /* The dtypes of the format. Only F32, BF16 and F16 convert to fp32; the
  * others are recognised (so their sizes validate) and refused on read. */
 typedef enum {
-  AA_ST_BOOL, AA_ST_U8, AA_ST_I8, AA_ST_F8_E5M2, AA_ST_F8_E4M3, AA_ST_I16, AA_ST_U16, AA_ST_F16,
-  AA_ST_BF16, AA_ST_I32, AA_ST_U32, AA_ST_F32, AA_ST_F64, AA_ST_I64, AA_ST_U64, AA_ST_N_DTYPES
+  AA_ST_BOOL,
+  AA_ST_U8,
+  AA_ST_I8,
+  AA_ST_F8_E5M2,
+  AA_ST_F8_E4M3,
+  AA_ST_I16,
+  AA_ST_U16,
+  AA_ST_F16,
+  AA_ST_BF16,
+  AA_ST_I32,
+  AA_ST_U32,
+  AA_ST_F32,
+  AA_ST_F64,
+  AA_ST_I64,
+  AA_ST_U64,
+  AA_ST_N_DTYPES
 } aa_st_dtype_t;
 
 /* The dtype's name in the format ("F32", ...) and element size in bytes. */
@@ -42,18 +56,18 @@ size_t aa_st_dtype_size(aa_st_dtype_t t);
 typedef struct aa_st_tensor {
   char name[AA_ST_NAME_MAX + 1];
   aa_st_dtype_t dtype;
-  int ndim;                      /* 0..AA_ST_MAX_DIMS (0: a scalar) */
+  int ndim; /* 0..AA_ST_MAX_DIMS (0: a scalar) */
   int64_t shape[AA_ST_MAX_DIMS];
-  uint64_t numel;                /* prod(shape) */
-  uint64_t begin, end;           /* byte offsets into the data section */
+  uint64_t numel;      /* prod(shape) */
+  uint64_t begin, end; /* byte offsets into the data section */
 } aa_st_tensor_t;
 
 /* An open, validated file. */
 typedef struct aa_st_file {
   int fd;
   char path[4096];
-  uint64_t data_start; /* 8 + header length */
-  int n;               /* tensors (not counting __metadata__) */
+  uint64_t data_start;     /* 8 + header length */
+  int n;                   /* tensors (not counting __metadata__) */
   aa_st_tensor_t *tensors; /* n entries, in the header's order; owned */
 } aa_st_file_t;
 

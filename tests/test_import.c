@@ -21,14 +21,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char tmp[256];           /* this run's directory */
-static char wdir[300];          /* make_weights.py's output, inside tmp */
-static char py_skip[600];       /* non-empty: why the PyTorch files are missing */
-static aa_model_spec_t wspec;   /* wdir/model.json */
+static char tmp[256];         /* this run's directory */
+static char wdir[300];        /* make_weights.py's output, inside tmp */
+static char py_skip[600];     /* non-empty: why the PyTorch files are missing */
+static aa_model_spec_t wspec; /* wdir/model.json */
 
-#define NEED_WEIGHTS()                                                                                      \
-  do {                                                                                                      \
-    if (py_skip[0]) SKIP("%s", py_skip);                                                                    \
+#define NEED_WEIGHTS()                                                                                       \
+  do {                                                                                                       \
+    if (py_skip[0]) SKIP("%s", py_skip);                                                                     \
   } while (0)
 
 static void path_in(char *out, size_t cap, const char *dir, const char *name) {
@@ -67,7 +67,8 @@ static aa_arch_t tiny_arch(int n_layer, int d_ff) {
 
 /* Imports src into a fresh model of wspec and checks its parameters are
  * exactly the floats in expect_file (a make_weights.py params_*.bin). */
-static void check_import(const char *src_name, const char *expect_file, aa_import_format_t fmt, const char *dtypes) {
+static void check_import(const char *src_name, const char *expect_file, aa_import_format_t fmt,
+                         const char *dtypes) {
   char src[512], exp[512];
   path_in(src, sizeof src, wdir, src_name);
   path_in(exp, sizeof exp, wdir, expect_file);
@@ -84,8 +85,8 @@ static void check_import(const char *src_name, const char *expect_file, aa_impor
     const float *got = m->params.data;
     for (size_t i = 0; i < m->n_params; i++)
       if (memcmp(&got[i], &want[i], sizeof(float)) && !bad++) first = i;
-    CHECK_MSG(bad == 0, "%s: %zu of %zu parameters differ, first at %zu: %.9g vs %.9g", src_name, bad, m->n_params,
-              first, got[first], want[first]);
+    CHECK_MSG(bad == 0, "%s: %zu of %zu parameters differ, first at %zu: %.9g vs %.9g", src_name, bad,
+              m->n_params, first, got[first], want[first]);
     CHECK(info.format == fmt);
     CHECK_MSG(!strcmp(info.dtypes, dtypes), "dtypes %s, want %s", info.dtypes, dtypes);
   }
@@ -156,8 +157,8 @@ AA_TEST(logits_after_import_match_pytorch) {
     if (r > 1) bad++;
     if (r > worst_ratio) worst_ratio = r, worst = i;
   }
-  fprintf(stderr, "  logits: worst error/tolerance %.3f at %zu (%.9g vs %.9g)\n", worst_ratio, worst, got[worst],
-          want[worst]);
+  fprintf(stderr, "  logits: worst error/tolerance %.3f at %zu (%.9g vs %.9g)\n", worst_ratio, worst,
+          got[worst], want[worst]);
   CHECK_MSG(bad == 0, "%zu of %zu logits differ", bad, n);
 done:
   free(ref);
@@ -230,9 +231,12 @@ AA_TEST(missing_extra_and_misshapen_tensors_are_named) {
   aa_arch_t three = tiny_arch(3, 32), one = tiny_arch(1, 32), wide = tiny_arch(2, 24), vocab = a;
   vocab.vocab_size = 12;
   expect_import_error(&three, p, AA_EINVAL, "missing tensor 'h.2.ln_1.weight'");
-  expect_import_error(&one, p, AA_EINVAL, "tensor 'h.1.ln_1.weight' belongs to a block the model does not have");
-  expect_import_error(&wide, p, AA_EINVAL, "tensor 'h.0.mlp.c_fc.weight' has shape [8, 32] but the model needs [8, 24]");
-  expect_import_error(&vocab, p, AA_EINVAL, "tensor 'wte.weight' has shape [11, 8] but the model needs [12, 8]");
+  expect_import_error(&one, p, AA_EINVAL,
+                      "tensor 'h.1.ln_1.weight' belongs to a block the model does not have");
+  expect_import_error(&wide, p, AA_EINVAL,
+                      "tensor 'h.0.mlp.c_fc.weight' has shape [8, 32] but the model needs [8, 24]");
+  expect_import_error(&vocab, p, AA_EINVAL,
+                      "tensor 'wte.weight' has shape [11, 8] but the model needs [12, 8]");
   aa_gpt_free(m);
 }
 
@@ -249,7 +253,8 @@ typedef struct {
 static int mk_fill(int i, float *dst, size_t numel, void *data) {
   mk_t *k = data;
   if (i == k->n - 1 && k->value != 0) {
-    for (size_t j = 0; j < numel; j++) dst[j] = k->value;
+    for (size_t j = 0; j < numel; j++)
+      dst[j] = k->value;
     return 0;
   }
   /* The first n-1 entries are the model's, read back from its export. */
@@ -276,7 +281,8 @@ AA_TEST(untied_head_is_refused_and_tied_head_accepted) {
     snprintf(k.names[i], sizeof k.names[i], "%.63s", f->tensors[i].name);
     k.e[i].name = k.names[i];
     k.e[i].ndim = f->tensors[i].ndim;
-    for (int d = 0; d < f->tensors[i].ndim; d++) k.e[i].shape[d] = f->tensors[i].shape[d];
+    for (int d = 0; d < f->tensors[i].ndim; d++)
+      k.e[i].shape[d] = f->tensors[i].shape[d];
   }
   k.n = f->n + 1;
   aa_st_close(f);
@@ -326,7 +332,8 @@ static const char *hostile(uint64_t length, const char *json, size_t data_len) {
   aa_put_le64(len8, length == ~0ull ? strlen(json) : length);
   fwrite(len8, 1, 8, f);
   fwrite(json, 1, strlen(json), f);
-  for (size_t i = 0; i < data_len; i++) fputc(0, f);
+  for (size_t i = 0; i < data_len; i++)
+    fputc(0, f);
   fclose(f);
   return p;
 }
@@ -339,18 +346,21 @@ static void expect_open_error(const char *path, int rc_want, const char *want) {
   aa_st_close(f);
 }
 
-#define T1(dtype, shape, b, e) "{\"w\":{\"dtype\":\"" dtype "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}}"
+#define T1(dtype, shape, b, e)                                                                               \
+  "{\"w\":{\"dtype\":\"" dtype "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}}"
 
 AA_TEST(hostile_headers_are_clear_errors) {
   const uint64_t huge = 1ull << 40;
-  expect_open_error(hostile(huge, "{}", 0), AA_EFORMAT, "header length 1099511627776 is over the 104857600-byte limit");
+  expect_open_error(hostile(huge, "{}", 0), AA_EFORMAT,
+                    "header length 1099511627776 is over the 104857600-byte limit");
   expect_open_error(hostile(~0ull - 1, "{}", 0), AA_EFORMAT, "is over the");
   expect_open_error(hostile(4096, "{}", 0), AA_EFORMAT, "header length 4096 but only 2 bytes follow");
   expect_open_error(hostile(~0ull, "{\"w\":", 0), AA_EFORMAT, "header JSON");
   expect_open_error(hostile(~0ull, "[1,2]", 0), AA_EFORMAT, "not a JSON object");
   expect_open_error(hostile(~0ull, "{\"w\":1}", 0), AA_EFORMAT, "tensor 'w': entry is not a JSON object");
   expect_open_error(hostile(~0ull, "{\"w\":{},\"w\":{}}", 0), AA_EFORMAT, "duplicate");
-  expect_open_error(hostile(~0ull, T1("F33", "[2]", 0, 8), 8), AA_EFORMAT, "tensor 'w': unknown dtype \"F33\"");
+  expect_open_error(hostile(~0ull, T1("F33", "[2]", 0, 8), 8), AA_EFORMAT,
+                    "tensor 'w': unknown dtype \"F33\"");
   expect_open_error(hostile(~0ull, T1("F32", "[3]", 0, 8), 8), AA_EFORMAT,
                     "tensor 'w': data_offsets [0, 8) hold 8 bytes but F32 of 3 elements needs 12");
   expect_open_error(hostile(~0ull, T1("F32", "[4611686018427387904,8]", 0, 8), 8), AA_EFORMAT,
@@ -359,25 +369,30 @@ AA_TEST(hostile_headers_are_clear_errors) {
   expect_open_error(hostile(~0ull, T1("F32", "[2]", 8, 0), 8), AA_EFORMAT, "0 <= begin <= end");
   expect_open_error(hostile(~0ull, T1("F32", "[100]", 0, 400), 16), AA_EFORMAT,
                     "data_offsets [0, 400) end past the data section's 16 bytes");
-  expect_open_error(hostile(~0ull, T1("F32", "[2]", 0, 8), 4), AA_EFORMAT, "end past the data section's 4 bytes");
-  expect_open_error(hostile(~0ull, T1("F32", "[2]", 0, 8), 12), AA_EFORMAT, "4 bytes after the last tensor's data");
+  expect_open_error(hostile(~0ull, T1("F32", "[2]", 0, 8), 4), AA_EFORMAT,
+                    "end past the data section's 4 bytes");
+  expect_open_error(hostile(~0ull, T1("F32", "[2]", 0, 8), 12), AA_EFORMAT,
+                    "4 bytes after the last tensor's data");
   expect_open_error(hostile(~0ull, T1("F32", "[2]", 4, 12), 12), AA_EFORMAT, "leaving a gap after byte 0");
   expect_open_error(hostile(~0ull,
                             "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                             "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
                             12),
                     AA_EFORMAT, "tensor 'b': data_offsets [4, 12) overlap tensor 'a''s [0, 8)");
-  expect_open_error(hostile(~0ull, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8),
-                    AA_EFORMAT, "unknown key 'x'");
-  expect_open_error(hostile(~0ull, "{\"__metadata__\":{\"a\":1}}", 0), AA_EFORMAT, "__metadata__ 'a' is not a string");
+  expect_open_error(
+      hostile(~0ull, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8),
+      AA_EFORMAT, "unknown key 'x'");
+  expect_open_error(hostile(~0ull, "{\"__metadata__\":{\"a\":1}}", 0), AA_EFORMAT,
+                    "__metadata__ 'a' is not a string");
   /* Through the import too: the error reaches the caller, named. */
   aa_arch_t a = tiny_arch(1, 16);
   expect_import_error(&a, hostile(~0ull, T1("F32", "[2]", 0, 8), 4), AA_EFORMAT, "end past the data section");
   /* A valid file: a scalar, an I32 tensor refused on read, and metadata. */
-  const char *ok = hostile(~0ull,
-                           "{\"__metadata__\":{\"format\":\"pt\"},\"s\":{\"dtype\":\"F32\",\"shape\":[],"
-                           "\"data_offsets\":[0,4]},\"i\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-                           8);
+  const char *ok =
+      hostile(~0ull,
+              "{\"__metadata__\":{\"format\":\"pt\"},\"s\":{\"dtype\":\"F32\",\"shape\":[],"
+              "\"data_offsets\":[0,4]},\"i\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+              8);
   aa_st_file_t *f = NULL;
   CHECK_MSG(aa_st_open(&f, ok) == 0, "open: %s", aa_last_error());
   if (f) {
@@ -453,21 +468,27 @@ AA_TEST(shard_index_without_python_and_its_errors) {
   aa_st_close(f);
   aa_gpt_t *m2 = model(&a, 1, 1);
   aa_import_info_t info;
-  CHECK_MSG(m2 && aa_import_gpt2(m2, text_file("good.index.json", map), &info) == 0, "import: %s", aa_last_error());
+  CHECK_MSG(m2 && aa_import_gpt2(m2, text_file("good.index.json", map), &info) == 0, "import: %s",
+            aa_last_error());
   CHECK(m2 && info.format == AA_IMPORT_SHARDED && info.files == 1 &&
         !memcmp(m->params.data, m2->params.data, m->n_params * sizeof(float)));
   aa_gpt_free(m2);
-  expect_import_error(&a, text_file("a.index.json", "{\"weight_map\": {\"wte.weight\": \"../idx.safetensors\"}}"),
+  expect_import_error(&a,
+                      text_file("a.index.json", "{\"weight_map\": {\"wte.weight\": \"../idx.safetensors\"}}"),
                       AA_EFORMAT, "weight_map['wte.weight'] must be a plain file name");
-  expect_import_error(&a, text_file("b.index.json", "{\"weight_map\": {\"wte.weight\": \"gone.safetensors\"}}"),
+  expect_import_error(&a,
+                      text_file("b.index.json", "{\"weight_map\": {\"wte.weight\": \"gone.safetensors\"}}"),
                       AA_ENOENT, "gone.safetensors: cannot open");
   expect_import_error(&a, text_file("c.index.json", "{\"weight_map\": {\"foo\": \"idx.safetensors\"}}"),
-                      AA_EFORMAT, "weight_map puts tensor 'foo' in idx.safetensors, which has no such tensor");
+                      AA_EFORMAT,
+                      "weight_map puts tensor 'foo' in idx.safetensors, which has no such tensor");
   expect_import_error(&a, text_file("d.index.json", "{\"weight_map\": {}}"), AA_EFORMAT, "non-empty object");
-  expect_import_error(&a, text_file("e.index.json", "{\"weight_map\": {\"wte.weight\": \"idx.safetensors\"}, \"x\": 1}"),
-                      AA_EFORMAT, "unknown key 'x'");
+  expect_import_error(
+      &a, text_file("e.index.json", "{\"weight_map\": {\"wte.weight\": \"idx.safetensors\"}, \"x\": 1}"),
+      AA_EFORMAT, "unknown key 'x'");
   expect_import_error(&a, text_file("f.index.json", "{\"weight_map\": "), AA_EPARSE, "f.index.json:1:");
-  expect_import_error(&a, text_file("g.index.json", "{\"weight_map\": {\"wte.weight\": \"idx.safetensors\"}}"),
+  expect_import_error(&a,
+                      text_file("g.index.json", "{\"weight_map\": {\"wte.weight\": \"idx.safetensors\"}}"),
                       AA_EINVAL, "missing tensor 'wpe.weight'");
 done:
   aa_gpt_free(m);
@@ -499,7 +520,8 @@ AA_TEST(mutated_files_fail_cleanly) {
         buf[aa_rng_u64(&rng) % hlen] = (unsigned char)aa_rng_u64(&rng);
     } else if (kind == 1) { /* a digit of the header replaced by another (offsets, shapes) */
       size_t at = aa_rng_u64(&rng) % hlen;
-      while (at < hlen && (buf[at] < '0' || buf[at] > '9')) at++;
+      while (at < hlen && (buf[at] < '0' || buf[at] > '9'))
+        at++;
       if (at < hlen) buf[at] = (unsigned char)('0' + aa_rng_u64(&rng) % 10);
     } else { /* cut short */
       n = (size_t)(aa_rng_u64(&rng) % len);
@@ -512,9 +534,12 @@ AA_TEST(mutated_files_fail_cleanly) {
     }
     fclose(f);
     aa_error(0, "%s", ""); /* so that a failure without a message shows */
-    if (aa_import_gpt2(m2, q, NULL) == 0) ok++;
-    else if (aa_last_error()[0]) failed++;
-    else unexplained++;
+    if (aa_import_gpt2(m2, q, NULL) == 0)
+      ok++;
+    else if (aa_last_error()[0])
+      failed++;
+    else
+      unexplained++;
   }
   fprintf(stderr, "  3000 mutations: %d imported, %d refused with a message\n", ok, failed);
   CHECK(unexplained == 0 && failed > 2000);
