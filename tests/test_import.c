@@ -35,18 +35,21 @@ static void path_in(char *out, size_t cap, const char *dir, const char *name) {
   snprintf(out, cap, "%s/%s", dir, name);
 }
 
-/* The whole file at path (caller frees), or NULL. */
+/* The whole file at path with a NUL after it (so text can be printed;
+ * caller frees), or NULL. */
 static void *slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
   fseek(f, 0, SEEK_END);
   long n = ftell(f);
   fseek(f, 0, SEEK_SET);
-  void *b = malloc(n > 0 ? (size_t)n : 1);
+  if (n < 0) n = 0;
+  char *b = malloc((size_t)n + 1);
   if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
     free(b);
     b = NULL;
   }
+  if (b) b[n] = '\0';
   fclose(f);
   *len = (size_t)n;
   return b;
