@@ -24,6 +24,8 @@ static const struct {
     {"report", aa_cmd_report, "write one job's search as a self-contained HTML report"},
     {"data", aa_cmd_data, "build token shards from text, make the synthetic corpus, inspect shards"},
     {"strategy", aa_cmd_strategy, "show a strategy file, or check it against a model and a world size"},
+    {"import", aa_cmd_import, "read GPT-2 weights (safetensors, sharded or not; llm.c) into a checkpoint"},
+    {"export", aa_cmd_export, "write a checkpoint's weights as one safetensors file with GPT-2's names"},
 };
 
 static void usage(FILE *f) {

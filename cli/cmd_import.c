@@ -1,0 +1,155 @@
+/* `autoaccel import` and `autoaccel export`: GPT-2 weights from Hugging
+ * Face safetensors or llm.c into an autoaccel checkpoint, and back out as
+ * safetensors (engine/import.h; docs/checkpoint-format.md "Import and
+ * export"). */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common/aa.h"
+#include "common/spec.h"
+#include "engine/checkpoint.h"
+#include "engine/import.h"
+
+static void usage_import(FILE *f) {
+  fprintf(f, "usage: autoaccel import SRC --model MODEL.json --out CKPT\n\n"
+             "Reads GPT-2 weights and writes them as an autoaccel checkpoint (weights only),\n"
+             "which a model spec's init_weights and 'autoaccel train' start from. SRC is:\n"
+             "  a Hugging Face model.safetensors (GPT-2 names, with or without 'transformer.');\n"
+             "  a sharded checkpoint's model.safetensors.index.json (its weight_map's files);\n"
+             "  a directory holding either of them;\n"
+             "  an llm.c checkpoint (gpt2_124M.bin: magic 20240326, version 3 fp32 or 5 bf16).\n"
+             "F32, BF16 and F16 tensors become the fp32 master weights. Every tensor's name and\n"
+             "shape must be the model's: a missing, unexpected or misshapen tensor is an error\n"
+             "naming it. lm_head.weight is accepted when it equals wte.weight (tied).\n\n"
+             "options:\n"
+             "  --model MODEL.json   the model spec whose architecture the weights must have (required)\n"
+             "  --out CKPT           the checkpoint to write (required)\n"
+             "  -h, --help           this help\n"
+             "Exit codes: 0 success, 1 failure (bad or mismatched weights, i/o), 2 usage error.\n");
+}
+
+static void usage_export(FILE *f) {
+  fprintf(f,
+          "usage: autoaccel export CKPT --model MODEL.json --out FILE.safetensors [--dtype f32|bf16|f16]\n\n"
+          "Writes a checkpoint's weights (a single file or a sharded checkpoint's manifest) as\n"
+          "one Hugging Face safetensors file with GPT-2's names and layout, which\n"
+          "'autoaccel import' and Hugging Face's GPT2 models read. An f32 export imports back\n"
+          "bit for bit; bf16 and f16 round to nearest even.\n\n"
+          "options:\n"
+          "  --model MODEL.json   the model spec of the checkpoint (required)\n"
+          "  --out FILE           the safetensors file to write (required)\n"
+          "  --dtype T            f32 (default), bf16 or f16\n"
+          "  -h, --help           this help\n"
+          "Exit codes: 0 success, 1 failure (bad checkpoint, i/o), 2 usage error.\n");
+}
+
+typedef struct {
+  const char *src, *model, *out;
+  aa_dtype_t dtype;
+} args_t;
+
+/* Parses SRC --model M --out O [--dtype T]: 0, or an exit code to return
+ * (-1 for --help, answered). */
+static int parse(const char *cmd, int argc, char **argv, void (*usage)(FILE *), int with_dtype, args_t *a) {
+  /* import has no --dtype: the tables differ in that entry only. */
+  static const struct option export_opts[] = {{"model", required_argument, 0, 'm'},
+                                              {"out", required_argument, 0, 'o'},
+                                              {"help", no_argument, 0, 'h'},
+                                              {"dtype", required_argument, 0, 'd'},
+                                              {0, 0, 0, 0}};
+  static const struct option import_opts[] = {{"model", required_argument, 0, 'm'},
+                                              {"out", required_argument, 0, 'o'},
+                                              {"help", no_argument, 0, 'h'},
+                                              {0, 0, 0, 0}};
+  const struct option *longopts = with_dtype ? export_opts : import_opts;
+  int c;
+  optind = 1;
+  opterr = 0;
+  a->dtype = AA_F32;
+  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'm': a->model = optarg; break;
+    case 'o': a->out = optarg; break;
+    case 'd':
+      if (!strcmp(optarg, "f32"))
+        a->dtype = AA_F32;
+      else if (!strcmp(optarg, "bf16"))
+        a->dtype = AA_BF16;
+      else if (!strcmp(optarg, "f16"))
+        a->dtype = AA_F16;
+      else {
+        fprintf(stderr, "autoaccel %s: --dtype: expected f32, bf16 or f16, got '%s'\n", cmd, optarg);
+        return AA_EXIT_USAGE;
+      }
+      break;
+    case 'h': usage(stdout); return -1;
+    default:
+      fprintf(stderr, "autoaccel %s: unknown option or missing value: '%s'\n", cmd, argv[optind - 1]);
+      usage(stderr);
+      return AA_EXIT_USAGE;
+    }
+  }
+  const char *missing = optind != argc - 1
+                            ? (with_dtype ? "expected exactly one CKPT" : "expected exactly one SRC")
+                        : !a->model ? "--model MODEL.json is required"
+                        : !a->out   ? "--out is required"
+                                    : NULL;
+  if (missing) {
+    fprintf(stderr, "autoaccel %s: %s\n\n", cmd, missing);
+    usage(stderr);
+    return AA_EXIT_USAGE;
+  }
+  a->src = argv[optind];
+  return 0;
+}
+
+/* A whole fp32 model of the spec's architecture with no gradients (ZeRO
+ * stage 2's allocation: parameters only) and the smallest activations. */
+static int make_model(const aa_model_spec_t *spec, aa_gpt_t **m) {
+  aa_gpt_opts_t o = {.zero = 2, .amp = AA_F32};
+  return aa_gpt_create(m, &spec->arch, aa_ops_cpu(), 1, 1, &o);
+}
+
+static const char *format_name(aa_import_format_t f) {
+  return f == AA_IMPORT_LLMC ? "llm.c" : f == AA_IMPORT_SHARDED ? "sharded safetensors" : "safetensors";
+}
+
+int aa_cmd_import(int argc, char **argv) {
+  args_t a = {0};
+  int rc = parse("import", argc, argv, usage_import, 0, &a);
+  if (rc) return rc < 0 ? AA_EXIT_OK : rc;
+  aa_model_spec_t spec;
+  aa_gpt_t *m = NULL;
+  aa_import_info_t info;
+  if (aa_spec_load(&spec, a.model) || make_model(&spec, &m) || aa_import_gpt2(m, a.src, &info) ||
+      aa_ckpt_save(a.out, m, NULL, NULL)) {
+    aa_gpt_free(m);
+    return aa_cli_fail("import");
+  }
+  printf("imported %zu parameters from %s (%s, %d file%s, %d tensors of %s%s) into %s\n", m->n_params, a.src,
+         format_name(info.format), info.files, info.files == 1 ? "" : "s", info.tensors, info.dtypes,
+         info.ignored ? ", buffers and the tied head skipped" : "", a.out);
+  aa_gpt_free(m);
+  return AA_EXIT_OK;
+}
+
+int aa_cmd_export(int argc, char **argv) {
+  args_t a = {0};
+  int rc = parse("export", argc, argv, usage_export, 1, &a);
+  if (rc) return rc < 0 ? AA_EXIT_OK : rc;
+  aa_model_spec_t spec;
+  aa_gpt_t *m = NULL;
+  if (aa_spec_load(&spec, a.model) || make_model(&spec, &m) || aa_ckpt_load(a.src, m, NULL, NULL) ||
+      aa_export_gpt2(m, a.out, a.dtype)) {
+    aa_gpt_free(m);
+    return aa_cli_fail("export");
+  }
+  printf("exported %zu parameters from %s to %s (%d tensors, %s)\n", m->n_params, a.src, a.out, m->n_tensors,
+         a.dtype == AA_F32    ? "F32"
+         : a.dtype == AA_BF16 ? "BF16"
+                              : "F16");
+  aa_gpt_free(m);
+  return AA_EXIT_OK;
+}

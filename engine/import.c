@@ -1,0 +1,531 @@
+/* GPT-2 weights in from Hugging Face safetensors (one file or shards) and
+ * llm.c checkpoints, and out as safetensors (import.h). */
+#include "import.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/half.h"
+#include "safetensors.h"
+
+/* Hugging Face's name of each block tensor, in the engine's order
+ * (model.h), and whether its layout is Conv1D's [in, out], the transpose
+ * of the engine's (out, in). */
+static const struct {
+  const char *hf;
+  int transpose;
+} block_names[AA_TENSORS_PER_LAYER] = {
+    {"ln_1.weight", 0},        {"ln_1.bias", 0},        {"attn.c_attn.weight", 1}, {"attn.c_attn.bias", 0},
+    {"attn.c_proj.weight", 1}, {"attn.c_proj.bias", 0}, {"ln_2.weight", 0},        {"ln_2.bias", 0},
+    {"mlp.c_fc.weight", 1},    {"mlp.c_fc.bias", 0},    {"mlp.c_proj.weight", 1},  {"mlp.c_proj.bias", 0},
+};
+
+/* Tensor i of m's table under its Hugging Face name, with the shape it has
+ * there. */
+typedef struct {
+  char hf[64];
+  int transpose;
+  int ndim;
+  int64_t shape[2];
+} hf_tensor_t;
+
+static void hf_tensor(const aa_gpt_t *m, int i, hf_tensor_t *h) {
+  const aa_tensor_desc_t *t = &m->tensors[i];
+  int n = m->n_tensors;
+  h->transpose = 0;
+  if (i == 0)
+    snprintf(h->hf, sizeof h->hf, "wte.weight");
+  else if (i == 1)
+    snprintf(h->hf, sizeof h->hf, "wpe.weight");
+  else if (i == n - 2)
+    snprintf(h->hf, sizeof h->hf, "ln_f.weight");
+  else if (i == n - 1)
+    snprintf(h->hf, sizeof h->hf, "ln_f.bias");
+  else {
+    int k = (i - 2) % AA_TENSORS_PER_LAYER;
+    snprintf(h->hf, sizeof h->hf, "h.%d.%s", t->layer, block_names[k].hf);
+    h->transpose = block_names[k].transpose;
+  }
+  h->ndim = t->ndim;
+  h->shape[0] = h->transpose ? t->shape[1] : t->shape[0];
+  h->shape[1] = h->transpose ? t->shape[0] : t->shape[1];
+}
+
+/* The index into m's table of a Hugging Face name (without a
+ * "transformer." prefix), or -1 if the name is none of this model's. A
+ * block beyond the model's sets *beyond. */
+static int hf_index(const aa_gpt_t *m, const char *name, int *beyond) {
+  int n = m->n_tensors;
+  *beyond = 0;
+  if (!strcmp(name, "wte.weight")) return 0;
+  if (!strcmp(name, "wpe.weight")) return 1;
+  if (!strcmp(name, "ln_f.weight")) return n - 2;
+  if (!strcmp(name, "ln_f.bias")) return n - 1;
+  if (strncmp(name, "h.", 2) || name[2] < '0' || name[2] > '9') return -1;
+  const char *p = name + 2;
+  long l = 0;
+  while (*p >= '0' && *p <= '9' && l < 100000)
+    l = l * 10 + (*p++ - '0');
+  if (*p != '.' || (name[2] == '0' && p != name + 3)) return -1; /* "h.01." is not a block's name */
+  for (int k = 0; k < AA_TENSORS_PER_LAYER; k++) {
+    if (strcmp(p + 1, block_names[k].hf)) continue;
+    if (l >= m->arch.n_layer) {
+      *beyond = 1;
+      return -1;
+    }
+    return 2 + (int)l * AA_TENSORS_PER_LAYER + k;
+  }
+  return -1;
+}
+
+/* Buffers of GPT-2 attention that hold no weights (the causal mask) of
+ * one of the model's blocks. */
+static int is_attn_buffer(const aa_gpt_t *m, const char *name) {
+  if (strncmp(name, "h.", 2) || name[2] < '0' || name[2] > '9') return 0;
+  const char *p = name + 2;
+  long l = 0;
+  while (*p >= '0' && *p <= '9' && l < 100000)
+    l = l * 10 + (*p++ - '0');
+  return l < m->arch.n_layer && (!strcmp(p, ".attn.bias") || !strcmp(p, ".attn.masked_bias"));
+}
+
+static void shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
+  size_t at = (size_t)snprintf(out, cap, "[");
+  for (int i = 0; i < ndim && at < cap; i++)
+    at += (size_t)snprintf(out + at, cap - at, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (at < cap) snprintf(out + at, cap - at, "]");
+}
+
+static int check_model(const aa_gpt_t *m, const char *what) {
+  if (strcmp(m->arch.family, "gpt2"))
+    return aa_error(AA_EINVAL, "%s: the model's family is %s; only gpt2 is supported", what, m->arch.family);
+  if (m->tp > 1 || m->pp > 1 || !m->params.data)
+    return aa_error(AA_EINVAL, "%s: needs a whole model with fp32 parameters (tensor and pipeline degree 1)",
+                    what);
+  return 0;
+}
+
+/* Writes host values src (t's shape in the engine's layout) into m. */
+static int put(aa_gpt_t *m, const aa_tensor_desc_t *t, const float *src) {
+  return m->ops->upload((float *)m->params.data + t->offset, src, t->numel * sizeof(float));
+}
+
+/* dst (rows x cols) = the transpose of src (cols x rows). */
+static void transpose(float *dst, const float *src, size_t rows, size_t cols) {
+  for (size_t c = 0; c < cols; c++)
+    for (size_t r = 0; r < rows; r++)
+      dst[r * cols + c] = src[c * rows + r];
+}
+
+/* The source element types seen (a bit per aa_st_dtype_t) in words. */
+static void dtype_words(aa_import_info_t *info, unsigned seen) {
+  size_t at = 0;
+  info->dtypes[0] = '\0';
+  for (int d = 0; d < AA_ST_N_DTYPES; d++)
+    if ((seen >> d) & 1u && at < sizeof info->dtypes)
+      at += (size_t)snprintf(info->dtypes + at, sizeof info->dtypes - at, "%s%s", at ? "+" : "",
+                             aa_st_dtype_name((aa_st_dtype_t)d));
+}
+
+/* --- safetensors --------------------------------------------------------------- */
+
+/* One tensor offered by the source: its name as the file gives it, and
+ * where its data is. */
+typedef struct {
+  const char *name;
+  const aa_st_file_t *f;
+  const aa_st_tensor_t *t;
+} offer_t;
+
+typedef struct {
+  aa_st_file_t **files;
+  int n_files;
+  offer_t *offers;
+  int n_offers;
+  json_t *index;    /* the shard index, owning the offers' names (NULL for one file) */
+  const char *path; /* the file or the index (borrowed) */
+} source_t;
+
+static void source_free(source_t *s) {
+  for (int i = 0; i < s->n_files; i++)
+    aa_st_close(s->files[i]);
+  free(s->files);
+  free(s->offers);
+  json_decref(s->index);
+}
+
+static int open_single(source_t *s, const char *path) {
+  s->files = calloc(1, sizeof *s->files);
+  if (!s->files) return aa_error(AA_ENOMEM, "out of memory");
+  int rc = aa_st_open(&s->files[0], path);
+  if (rc) return rc;
+  s->n_files = 1;
+  const aa_st_file_t *f = s->files[0];
+  s->offers = calloc((size_t)(f->n ? f->n : 1), sizeof *s->offers);
+  if (!s->offers) return aa_error(AA_ENOMEM, "out of memory");
+  for (int i = 0; i < f->n; i++)
+    s->offers[s->n_offers++] = (offer_t){f->tensors[i].name, f, &f->tensors[i]};
+  return 0;
+}
+
+/* Reads a model.safetensors.index.json and opens every shard it names
+ * (plain file names in its directory), each once. */
+static int open_index(source_t *s, const char *path) {
+  char *buf = NULL;
+  size_t len = 0;
+  int rc = aa_read_file(path, AA_IMPORT_INDEX_MAX, "a shard index", &buf, &len);
+  if (rc) return rc;
+  json_error_t jerr;
+  s->index = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+  free(buf);
+  if (!s->index) return aa_error(AA_EPARSE, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+  if (!json_is_object(s->index)) return aa_error(AA_EFORMAT, "%s: a shard index must be a JSON object", path);
+  const char *key;
+  json_t *v;
+  json_object_foreach(s->index, key, v) {
+    if (strcmp(key, "metadata") && strcmp(key, "weight_map"))
+      return aa_error(AA_EFORMAT, "%s: unknown key '%.64s' (allowed: metadata, weight_map)", path, key);
+  }
+  json_t *map = json_object_get(s->index, "weight_map");
+  if (!json_is_object(map) || json_object_size(map) == 0)
+    return aa_error(AA_EFORMAT, "%s: weight_map must be a non-empty object of tensor name to file name",
+                    path);
+  size_t n = json_object_size(map);
+  const char **names = calloc(n, sizeof *names);
+  s->offers = calloc(n, sizeof *s->offers);
+  s->files = calloc(n < AA_IMPORT_MAX_SHARDS ? n : AA_IMPORT_MAX_SHARDS, sizeof *s->files);
+  if (!names || !s->offers || !s->files) {
+    free(names);
+    return aa_error(AA_ENOMEM, "out of memory");
+  }
+  char dir[AA_PATH_MAX], file[AA_PATH_MAX];
+  const char *slash = strrchr(path, '/');
+  int dl = slash ? (int)(slash - path) : 0;
+  snprintf(dir, sizeof dir, "%.*s", slash ? dl : 1, slash ? path : ".");
+  json_object_foreach(map, key, v) {
+    const char *fn = json_string_value(v);
+    if (!fn || !*fn || strchr(fn, '/') || !strcmp(fn, ".") || !strcmp(fn, "..") || strlen(fn) > 255) {
+      rc = aa_error(AA_EFORMAT, "%s: weight_map['%.64s'] must be a plain file name in the index's directory",
+                    path, key);
+      break;
+    }
+    int k = 0;
+    while (k < s->n_files && strcmp(names[k], fn))
+      k++;
+    if (k == s->n_files) {
+      if (s->n_files == AA_IMPORT_MAX_SHARDS) {
+        rc = aa_error(AA_EFORMAT, "%s: more than %d shard files", path, AA_IMPORT_MAX_SHARDS);
+        break;
+      }
+      if (snprintf(file, sizeof file, "%s/%s", dir, fn) >= (int)sizeof file) {
+        rc = aa_error(AA_EINVAL, "%s: shard path too long", path);
+        break;
+      }
+      if ((rc = aa_st_open(&s->files[k], file))) break;
+      names[k] = fn;
+      s->n_files++;
+    }
+    const aa_st_tensor_t *t = aa_st_find(s->files[k], key);
+    if (!t) {
+      rc = aa_error(AA_EFORMAT, "%s: weight_map puts tensor '%.255s' in %s, which has no such tensor", path,
+                    key, fn);
+      break;
+    }
+    s->offers[s->n_offers++] = (offer_t){key, s->files[k], t};
+  }
+  free(names);
+  return rc;
+}
+
+static int ends_with(const char *s, const char *sfx) {
+  size_t n = strlen(s), k = strlen(sfx);
+  return n >= k && !strcmp(s + n - k, sfx);
+}
+
+/* Matches every offered tensor to one of m's and checks names, shapes and
+ * dtypes; want[i] is the offer for tensor i, *lm_head the tied head's. */
+static int match(const aa_gpt_t *m, const source_t *s, const offer_t **want, const offer_t **lm_head,
+                 aa_import_info_t *info) {
+  char a[96], b[96];
+  unsigned seen = 0;
+  for (int o = 0; o < s->n_offers; o++) {
+    const offer_t *of = &s->offers[o];
+    const char *name = of->name;
+    if (!strncmp(name, "transformer.", 12)) name += 12;
+    if (is_attn_buffer(m, name)) {
+      info->ignored++;
+      continue;
+    }
+    int i = -1, beyond = 0;
+    hf_tensor_t h;
+    if (!strcmp(name, "lm_head.weight")) {
+      if (*lm_head) return aa_error(AA_EINVAL, "%s: tensor 'lm_head.weight' appears twice", of->f->path);
+      *lm_head = of;
+      h.ndim = 2;
+      h.shape[0] = m->arch.vocab_size;
+      h.shape[1] = m->arch.d_model;
+    } else {
+      i = hf_index(m, name, &beyond);
+      if (i < 0 && beyond)
+        return aa_error(AA_EINVAL, "%s: tensor '%s' belongs to a block the model does not have (n_layer %d)",
+                        of->f->path, of->name, m->arch.n_layer);
+      if (i < 0)
+        return aa_error(AA_EINVAL, "%s: unexpected tensor '%s' (not a GPT-2 weight)", of->f->path, of->name);
+      if (want[i])
+        return aa_error(AA_EINVAL, "%s: tensor '%s' appears twice (as '%s' and '%s')", of->f->path, name,
+                        want[i]->name, of->name);
+      want[i] = of;
+      hf_tensor(m, i, &h);
+    }
+    const aa_st_tensor_t *t = of->t;
+    int same = t->ndim == h.ndim;
+    for (int d = 0; same && d < h.ndim; d++)
+      same = t->shape[d] == h.shape[d];
+    if (!same) {
+      shape_str(a, sizeof a, t->ndim, t->shape);
+      shape_str(b, sizeof b, h.ndim, h.shape);
+      return aa_error(AA_EINVAL, "%s: tensor '%s' has shape %s but the model needs %s", of->f->path, of->name,
+                      a, b);
+    }
+    if (t->dtype != AA_ST_F32 && t->dtype != AA_ST_BF16 && t->dtype != AA_ST_F16)
+      return aa_error(AA_EINVAL, "%s: tensor '%s' is %s; weights must be F32, BF16 or F16", of->f->path,
+                      of->name, aa_st_dtype_name(t->dtype));
+    seen |= 1u << t->dtype;
+  }
+  for (int i = 0; i < m->n_tensors; i++) {
+    if (want[i]) continue;
+    hf_tensor_t h;
+    hf_tensor(m, i, &h);
+    return aa_error(AA_EINVAL, "%s: missing tensor '%s'", s->path, h.hf);
+  }
+  dtype_words(info, seen);
+  return 0;
+}
+
+static int import_safetensors(aa_gpt_t *m, const char *path, int sharded, aa_import_info_t *info) {
+  source_t s = {.path = path};
+  const offer_t **want = calloc((size_t)m->n_tensors, sizeof *want);
+  const offer_t *lm_head = NULL;
+  float *buf = NULL, *tmp = NULL;
+  int rc = want ? 0 : aa_error(AA_ENOMEM, "out of memory");
+  if (!rc) rc = sharded ? open_index(&s, path) : open_single(&s, path);
+  if (!rc) rc = match(m, &s, want, &lm_head, info);
+  if (rc) goto cleanup;
+  size_t max = 0;
+  for (int i = 0; i < m->n_tensors; i++)
+    if (m->tensors[i].numel > max) max = m->tensors[i].numel;
+  buf = malloc(max * sizeof *buf);
+  tmp = malloc(max * sizeof *tmp);
+  if (!buf || !tmp) {
+    rc = aa_error(AA_ENOMEM, "out of memory for a %zu-element tensor", max);
+    goto cleanup;
+  }
+  if (lm_head) {
+    /* A tied head holds wte's values; any other head cannot be kept. */
+    if ((rc = aa_st_read_f32(lm_head->f, lm_head->t, buf)) ||
+        (rc = aa_st_read_f32(want[0]->f, want[0]->t, tmp)))
+      goto cleanup;
+    if (memcmp(buf, tmp, m->tensors[0].numel * sizeof *buf)) {
+      rc =
+          aa_error(AA_EINVAL,
+                   "%s: tensor '%s' differs from '%s': an untied output head, which a gpt2 model cannot hold",
+                   lm_head->f->path, lm_head->name, want[0]->name);
+      goto cleanup;
+    }
+    info->ignored++;
+  }
+  for (int i = 0; i < m->n_tensors && !rc; i++) {
+    const aa_tensor_desc_t *t = &m->tensors[i];
+    hf_tensor_t h;
+    hf_tensor(m, i, &h);
+    if ((rc = aa_st_read_f32(want[i]->f, want[i]->t, h.transpose ? tmp : buf))) break;
+    if (h.transpose) transpose(buf, tmp, (size_t)t->shape[0], (size_t)t->shape[1]);
+    rc = put(m, t, buf);
+  }
+  info->format = sharded ? AA_IMPORT_SHARDED : AA_IMPORT_SAFETENSORS;
+  info->files = s.n_files;
+  info->tensors = m->n_tensors;
+cleanup:
+  free(buf);
+  free(tmp);
+  free(want);
+  source_free(&s);
+  return rc;
+}
+
+/* --- llm.c --------------------------------------------------------------------- */
+
+#define LLMC_HEADER_INTS 256
+
+static int import_llmc(aa_gpt_t *m, const char *path, int fd, uint64_t size, aa_import_info_t *info) {
+  int32_t h[LLMC_HEADER_INTS];
+  unsigned char raw[LLMC_HEADER_INTS * 4];
+  if (size < sizeof raw)
+    return aa_error(AA_EFORMAT, "%s: too short for an llm.c checkpoint header (%llu bytes)", path,
+                    (unsigned long long)size);
+  if (pread(fd, raw, sizeof raw, 0) != (ssize_t)sizeof raw)
+    return aa_error(AA_EIO, "%s: cannot read the header: %s", path, strerror(errno));
+  for (int i = 0; i < LLMC_HEADER_INTS; i++)
+    h[i] = (int32_t)aa_get_le32(raw + 4 * i);
+  if (h[1] != 3 && h[1] != 5)
+    return aa_error(AA_EFORMAT, "%s: llm.c checkpoint version %d (this build reads 3, fp32, and 5, bf16)",
+                    path, h[1]);
+  const aa_arch_t *a = &m->arch;
+  static const char *fields[] = {"max_seq_len", "vocab_size", "num_layers", "num_heads", "channels"};
+  const int want[] = {a->seq_len, a->vocab_size, a->n_layer, a->n_head, a->d_model};
+  static const char *spec_fields[] = {"seq_len", "vocab_size", "n_layer", "n_head", "d_model"};
+  for (int i = 0; i < 5; i++)
+    if (h[2 + i] != want[i])
+      return aa_error(AA_EINVAL, "%s: llm.c header %s is %d but the model's %s is %d", path, fields[i],
+                      h[2 + i], spec_fields[i], want[i]);
+  if (a->d_ff != 4 * a->d_model)
+    return aa_error(AA_EINVAL, "%s: llm.c's GPT-2 has d_ff = 4 d_model (%d) but the model's d_ff is %d", path,
+                    4 * a->d_model, a->d_ff);
+  const int Vp = h[7];
+  if (Vp < a->vocab_size || Vp > a->vocab_size + (1 << 20))
+    return aa_error(AA_EFORMAT, "%s: llm.c header padded_vocab_size %d is not in [%d, %d]", path, Vp,
+                    a->vocab_size, a->vocab_size + (1 << 20));
+  const uint64_t C = (uint64_t)a->d_model, L = (uint64_t)a->n_layer, T = (uint64_t)a->seq_len, F = 4 * C;
+  /* llm.c's 16 arrays (fill_in_parameter_sizes), block arrays over all L blocks. */
+  const uint64_t sizes[16] = {(uint64_t)Vp * C, T * C, L * C, L * C, L * 3 * C * C, L * 3 * C,
+                              L * C * C,        L * C, L * C, L * C, L * F * C,     L * F,
+                              L * C * F,        L * C, C,     C};
+  const size_t es = h[1] == 3 ? 4 : 2;
+  uint64_t start[16], total = 0;
+  for (int k = 0; k < 16; k++) {
+    start[k] = total;
+    total += sizes[k];
+  }
+  if (size != sizeof raw + total * es)
+    return aa_error(AA_EFORMAT, "%s: %llu bytes, but an llm.c checkpoint of this model (version %d) has %llu",
+                    path, (unsigned long long)size, h[1], (unsigned long long)(sizeof raw + total * es));
+  size_t max = 0;
+  for (int i = 0; i < m->n_tensors; i++)
+    if (m->tensors[i].numel > max) max = m->tensors[i].numel;
+  float *buf = malloc(max * sizeof *buf);
+  if (!buf) return aa_error(AA_ENOMEM, "out of memory for a %zu-element tensor", max);
+  int rc = 0;
+  for (int i = 0; i < m->n_tensors && !rc; i++) {
+    const aa_tensor_desc_t *t = &m->tensors[i];
+    /* Array k holds tensor i; a block's tensor is the layer's slice of it. */
+    int k = i < 2                   ? i
+            : i >= m->n_tensors - 2 ? 14 + (i - (m->n_tensors - 2))
+                                    : 2 + (i - 2) % AA_TENSORS_PER_LAYER;
+    uint64_t at = start[k] + (t->layer >= 0 ? (uint64_t)t->layer * t->numel : 0);
+    uint64_t off = sizeof raw + at * es, bytes = t->numel * es;
+    /* bf16 values go to the second half of buf and widen front to back. */
+    unsigned char *dst = es == 4 ? (unsigned char *)buf : (unsigned char *)buf + bytes;
+    for (uint64_t done = 0; done < bytes && !rc;) {
+      ssize_t r = pread(fd, dst + done, bytes - done, (off_t)(off + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0)
+        rc = aa_error(AA_EIO, "%s: read failed: %s", path, r ? strerror(errno) : "unexpected end of file");
+      else
+        done += (uint64_t)r;
+    }
+    if (rc) break;
+    if (es == 2)
+      for (size_t j = 0; j < t->numel; j++)
+        buf[j] = aa_bf16_to_f32((uint16_t)(dst[2 * j] | dst[2 * j + 1] << 8));
+    rc = put(m, t, buf);
+  }
+  free(buf);
+  info->format = AA_IMPORT_LLMC;
+  info->files = 1;
+  info->tensors = 16;
+  snprintf(info->dtypes, sizeof info->dtypes, "%s", es == 4 ? "F32" : "BF16");
+  return rc;
+}
+
+/* --- entry points --------------------------------------------------------------- */
+
+int aa_import_gpt2(aa_gpt_t *m, const char *src, aa_import_info_t *info) {
+  aa_import_info_t local;
+  if (!info) info = &local;
+  memset(info, 0, sizeof *info);
+  int rc = check_model(m, src);
+  if (rc) return rc;
+  struct stat sb;
+  if (stat(src, &sb))
+    return aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "%s: cannot open: %s", src, strerror(errno));
+  char path[AA_PATH_MAX];
+  if (S_ISDIR(sb.st_mode)) {
+    if (snprintf(path, sizeof path, "%s/model.safetensors.index.json", src) >= (int)sizeof path)
+      return aa_error(AA_EINVAL, "%s: path too long", src);
+    if (!access(path, F_OK)) {
+      rc = import_safetensors(m, path, 1, info);
+    } else {
+      snprintf(path, sizeof path, "%s/model.safetensors", src);
+      if (access(path, F_OK))
+        return aa_error(AA_ENOENT, "%s: holds neither model.safetensors.index.json nor model.safetensors",
+                        src);
+      rc = import_safetensors(m, path, 0, info);
+    }
+  } else if (ends_with(src, ".json")) {
+    rc = import_safetensors(m, src, 1, info);
+  } else {
+    int fd = open(src, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "%s: cannot open: %s", src, strerror(errno));
+    unsigned char magic[4];
+    struct stat fb;
+    int llmc = !fstat(fd, &fb) && S_ISREG(fb.st_mode) && pread(fd, magic, 4, 0) == 4 &&
+               aa_get_le32(magic) == AA_LLMC_MAGIC;
+    rc = llmc ? import_llmc(m, src, fd, (uint64_t)fb.st_size, info) : import_safetensors(m, src, 0, info);
+    close(fd);
+  }
+  if (!rc) aa_gpt_params_changed(m);
+  return rc;
+}
+
+typedef struct {
+  const aa_gpt_t *m;
+  float *tmp;
+} export_t;
+
+static int export_fill(int i, float *dst, size_t numel, void *data) {
+  export_t *e = data;
+  const aa_tensor_desc_t *t = &e->m->tensors[i];
+  hf_tensor_t h;
+  hf_tensor(e->m, i, &h);
+  (void)numel;
+  int rc = e->m->ops->download(h.transpose ? e->tmp : dst, (const float *)e->m->params.data + t->offset,
+                               t->numel * sizeof(float));
+  if (rc) return rc;
+  if (h.transpose) transpose(dst, e->tmp, (size_t)t->shape[1], (size_t)t->shape[0]);
+  return 0;
+}
+
+int aa_export_gpt2(const aa_gpt_t *m, const char *path, aa_dtype_t dtype) {
+  int rc = check_model(m, path);
+  if (rc) return rc;
+  aa_st_entry_t *e = calloc((size_t)m->n_tensors, sizeof *e);
+  hf_tensor_t *h = calloc((size_t)m->n_tensors, sizeof *h);
+  size_t max = 0;
+  for (int i = 0; i < m->n_tensors; i++)
+    if (m->tensors[i].numel > max) max = m->tensors[i].numel;
+  export_t x = {m, malloc(max * sizeof(float))};
+  if (!e || !h || !x.tmp) {
+    rc = aa_error(AA_ENOMEM, "out of memory");
+    goto cleanup;
+  }
+  for (int i = 0; i < m->n_tensors; i++) {
+    hf_tensor(m, i, &h[i]);
+    e[i].name = h[i].hf;
+    e[i].ndim = h[i].ndim;
+    e[i].shape[0] = h[i].shape[0];
+    e[i].shape[1] = h[i].shape[1];
+  }
+  rc = aa_st_write(path, dtype, e, m->n_tensors, export_fill, &x);
+cleanup:
+  free(e);
+  free(h);
+  free(x.tmp);
+  return rc;
+}
