@@ -1,6 +1,6 @@
 /* Byte-level BPE from a Hugging Face tokenizer.json (see tokenizer.h and
- * docs/data-format.md, "BPE tokenizers"): the reader, GPT-2's split
- * pattern written out by hand over UTF-8, rank-ordered merging with a
+ * docs/data-format.md, "BPE tokenizers"): the reader, GPT-2's and
+ * Llama 3's split patterns written out by hand over UTF-8, rank-ordered merging with a
  * heap per piece, decoding, and the shard builder. */
 #include "engine/tokenizer.h"
 #include "common/aa.h"
@@ -38,6 +38,7 @@ struct aa_tokenizer {
   pair_slot_t *pairs;
   size_t pair_mask;
   int ignore_merges;
+  int llama3_split; /* 0: GPT-2's split pattern, 1: Llama 3's */
   int n_added;
   int32_t *added;                 /* (n_added) ids of the added tokens */
   unsigned char added_first[256]; /* 1 where some added token starts with this byte */
@@ -215,6 +216,61 @@ static size_t piece_end(const unsigned char *s, size_t n, size_t i) {
   return last;
 }
 
+/* Llama 3's pattern, as its tokenizer.json spells it (JSON-decoded). */
+static const char llama3_pattern[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static int is_newline(unsigned char c) { return c == '\r' || c == '\n'; }
+
+static unsigned char ascii_lower(unsigned char c) {
+  return c >= 'A' && c <= 'Z' ? (unsigned char)(c + 32) : c;
+}
+
+/* The end of the piece that starts at i < n under Llama 3's pattern
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * alternative by alternative. The contractions fold ASCII case only. */
+static size_t piece_end_llama3(const unsigned char *s, size_t n, size_t i) {
+  if (s[i] == '\'' && i + 1 < n) {
+    unsigned char a = ascii_lower(s[i + 1]), b = i + 2 < n ? ascii_lower(s[i + 2]) : 0;
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+  }
+  size_t len, l2;
+  char_class_t cl = class_at(s, n, i, &len);
+  if (cl == CL_LETTER) return run_end(s, n, i, CL_LETTER);
+  if (cl != CL_NUMBER && !is_newline(s[i]) && i + len < n && class_at(s, n, i + len, &l2) == CL_LETTER)
+    return run_end(s, n, i + len, CL_LETTER);
+  if (cl == CL_NUMBER) {
+    size_t j = i;
+    for (int k = 0; k < 3 && j < n && class_at(s, n, j, &l2) == CL_NUMBER; k++)
+      j += l2;
+    return j;
+  }
+  size_t j = i;
+  if (s[i] == ' ' && i + 1 < n && class_at(s, n, i + 1, &l2) == CL_OTHER) j = i + 1;
+  if (class_at(s, n, j, &l2) == CL_OTHER) {
+    j = run_end(s, n, j, CL_OTHER);
+    while (j < n && is_newline(s[j]))
+      j++;
+    return j;
+  }
+  /* A whitespace run: up to its last \r or \n if it holds one; else as in
+   * GPT-2's pattern. */
+  size_t last = i, nl_end = 0;
+  for (j = i; j < n;) {
+    size_t l;
+    if (class_at(s, n, j, &l) != CL_SPACE) break;
+    if (is_newline(s[j])) nl_end = j + 1;
+    last = j;
+    j += l;
+  }
+  if (nl_end) return nl_end;
+  if (j == n || last == i) return j;
+  return last;
+}
+
 /* ---- Hash tables ------------------------------------------------------- */
 
 static uint64_t hash_bytes(const unsigned char *p, size_t n) { return aa_fnv1a(AA_FNV_INIT, p, n); }
@@ -310,6 +366,8 @@ static const char *type_of(const json_t *v) {
   return json_is_string(ty) ? json_string_value(ty) : NULL;
 }
 
+static int type_is(const json_t *v, const char *name) { return type_of(v) && !strcmp(type_of(v), name); }
+
 /* Reads an optional boolean member into *out (def when absent or null). */
 static int opt_bool(const aa_json_ctx_t *c, const json_t *obj, const char *key, const char *path, int def,
                     int *out) {
@@ -330,8 +388,46 @@ static int want_empty_string(const aa_json_ctx_t *c, const json_t *obj, const ch
   return aa_json_fail(c, AA_EUNSUPPORTED, path, "must be null (byte-level BPE has no subword affixes)");
 }
 
-/* normalizer, pre_tokenizer and decoder: what GPT-2's file holds. */
-static int check_pipeline(const aa_json_ctx_t *c, const json_t *root) {
+/* A ByteLevel pre-tokenizer at path: no prefix space, and its own split
+ * (GPT-2's pattern) on or off as `regex` says. */
+static int check_byte_level(const aa_json_ctx_t *c, const json_t *v, const char *path, int regex) {
+  char p[96];
+  int prefix, use_regex;
+  snprintf(p, sizeof p, "%s.add_prefix_space", path);
+  int rc = opt_bool(c, v, "add_prefix_space", p, 0, &prefix);
+  if (rc) return rc;
+  if (prefix) return aa_json_fail(c, AA_EUNSUPPORTED, p, "must be false");
+  snprintf(p, sizeof p, "%s.use_regex", path);
+  if ((rc = opt_bool(c, v, "use_regex", p, 1, &use_regex))) return rc;
+  if (use_regex != regex)
+    return aa_json_fail(c, AA_EUNSUPPORTED, p, "must be %s here", regex ? "true" : "false");
+  return 0;
+}
+
+/* Llama 3's pre-tokenizer: [Split by its pattern, isolated; ByteLevel
+ * without its own split]. Another pattern is not implemented. */
+static int check_llama3_sequence(const aa_json_ctx_t *c, const json_t *pre) {
+  const json_t *seq = json_object_get(pre, "pretokenizers");
+  if (!json_is_array(seq) || json_array_size(seq) != 2 || !type_is(json_array_get(seq, 0), "Split") ||
+      !type_is(json_array_get(seq, 1), "ByteLevel"))
+    return aa_json_fail(c, AA_EUNSUPPORTED, "pre_tokenizer.pretokenizers",
+                        "must be [Split, ByteLevel] as in Llama 3's tokenizer.json");
+  const json_t *split = json_array_get(seq, 0);
+  const json_t *pattern = json_object_get(json_object_get(split, "pattern"), "Regex");
+  const json_t *behavior = json_object_get(split, "behavior"), *invert = json_object_get(split, "invert");
+  if (!json_is_string(pattern) || strcmp(json_string_value(pattern), llama3_pattern) != 0)
+    return aa_json_fail(c, AA_EUNSUPPORTED, "pre_tokenizer.pretokenizers[0].pattern",
+                        "must be Llama 3's Regex (no other split pattern is implemented)");
+  if (!json_is_string(behavior) || strcmp(json_string_value(behavior), "Isolated") != 0 ||
+      json_is_true(invert))
+    return aa_json_fail(c, AA_EUNSUPPORTED, "pre_tokenizer.pretokenizers[0]",
+                        "must have behavior \"Isolated\" and invert false");
+  return check_byte_level(c, json_array_get(seq, 1), "pre_tokenizer.pretokenizers[1]", 0);
+}
+
+/* normalizer, pre_tokenizer and decoder: what GPT-2's and Llama 3's files
+ * hold. */
+static int check_pipeline(const aa_json_ctx_t *c, const json_t *root, aa_tokenizer_t *t) {
   char safe[64];
   const json_t *norm = json_object_get(root, "normalizer");
   if (norm && !json_is_null(norm)) {
@@ -344,19 +440,19 @@ static int check_pipeline(const aa_json_ctx_t *c, const json_t *root) {
   if (!json_is_object(pre)) return aa_json_fail_type(c, "pre_tokenizer", "an object", pre);
   const char *ty = type_of(pre);
   if (!ty) return aa_json_fail(c, AA_EINVAL, "pre_tokenizer.type", "required string is missing");
-  if (strcmp(ty, "ByteLevel") != 0) {
+  int rc = 0;
+  if (!strcmp(ty, "Sequence")) {
+    rc = check_llama3_sequence(c, pre);
+    t->llama3_split = 1;
+  } else if (!strcmp(ty, "ByteLevel")) {
+    rc = check_byte_level(c, pre, "pre_tokenizer", 1);
+  } else {
     aa_json_sanitize(safe, sizeof safe, ty);
-    return aa_json_fail(c, AA_EUNSUPPORTED, "pre_tokenizer.type",
-                        "must be \"ByteLevel\" (got \"%s\"; only GPT-2's split pattern is implemented, "
-                        "Llama 3's Split + ByteLevel sequence is not)",
-                        safe);
+    rc = aa_json_fail(
+        c, AA_EUNSUPPORTED, "pre_tokenizer.type",
+        "must be \"ByteLevel\" (GPT-2's) or \"Sequence\" (Llama 3's Split + ByteLevel), got \"%s\"", safe);
   }
-  int prefix, regex;
-  int rc = opt_bool(c, pre, "add_prefix_space", "pre_tokenizer.add_prefix_space", 0, &prefix);
-  if (!rc) rc = opt_bool(c, pre, "use_regex", "pre_tokenizer.use_regex", 1, &regex);
   if (rc) return rc;
-  if (prefix) return aa_json_fail(c, AA_EUNSUPPORTED, "pre_tokenizer.add_prefix_space", "must be false");
-  if (!regex) return aa_json_fail(c, AA_EUNSUPPORTED, "pre_tokenizer.use_regex", "must be true");
   const json_t *dec = json_object_get(root, "decoder");
   if (dec && !json_is_null(dec) && (!type_of(dec) || strcmp(type_of(dec), "ByteLevel") != 0)) {
     aa_json_sanitize(safe, sizeof safe, type_of(dec) ? type_of(dec) : "?");
@@ -606,7 +702,7 @@ static int parse_root(const aa_json_ctx_t *c, const json_t *root, aa_tokenizer_t
   if (!model) return aa_json_fail(c, AA_EINVAL, "model", "required field is missing");
   if (!json_is_object(model)) return aa_json_fail_type(c, "model", "an object", model);
   int rc = check_model(c, model, t);
-  if (!rc) rc = check_pipeline(c, root);
+  if (!rc) rc = check_pipeline(c, root, t);
   if (rc) return rc;
   const json_t *vocab = json_object_get(model, "vocab"), *added = json_object_get(root, "added_tokens");
   int32_t max_id = -1;
@@ -804,7 +900,7 @@ static int bpe_piece(const aa_tokenizer_t *t, enc_t *e, const unsigned char *p, 
 /* Splits text without added tokens into pieces and merges each. */
 static int encode_plain(const aa_tokenizer_t *t, enc_t *e, const unsigned char *s, size_t n) {
   for (size_t i = 0; i < n;) {
-    size_t end = piece_end(s, n, i);
+    size_t end = t->llama3_split ? piece_end_llama3(s, n, i) : piece_end(s, n, i);
     int rc = bpe_piece(t, e, s + i, end - i);
     if (rc) return rc;
     i = end;

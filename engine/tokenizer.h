@@ -1,7 +1,7 @@
 /* Byte-level BPE tokenizers read from a Hugging Face `tokenizer.json`, as
- * GPT-2 uses: the model's vocab and merges, the ByteLevel pre-tokenizer
- * (GPT-2's split pattern, then GPT-2's bytes_to_unicode alphabet) and the
- * added (special) tokens. What is read, what is refused and the limits of
+ * GPT-2 and Llama 3 use: the model's vocab and merges, the pre-tokenizer
+ * (GPT-2's or Llama 3's split pattern, then GPT-2's bytes_to_unicode
+ * alphabet) and the added (special) tokens. What is read, what is refused and the limits of
  * the Unicode tables are in docs/data-format.md, "BPE tokenizers". */
 #ifndef AA_TOKENIZER_H
 #define AA_TOKENIZER_H
@@ -41,7 +41,7 @@ int aa_tokenizer_vocab_size(const aa_tokenizer_t *t);
 /* Encodes len bytes of text (borrowed; any bytes: invalid UTF-8 is split
  * one byte at a time and still round-trips). Added tokens are matched
  * whole first (leftmost, then longest), the text between them is split by
- * GPT-2's pattern and each piece BPE-merged by rank. *out_ids receives
+ * the tokenizer's pattern and each piece BPE-merged by rank. *out_ids receives
  * *out_n ids (transferred, free(); NULL when *out_n is 0); both are set
  * only on success. */
 int aa_tokenizer_encode(const aa_tokenizer_t *t, const unsigned char *text, size_t len, int32_t **out_ids,

@@ -58,15 +58,15 @@ static int hexval(char c) {
   return -1;
 }
 
-/* Checks every line of expected.txt ("<hex bytes>\t<ids>") against the
+/* Checks every line of `expected` ("<hex bytes>\t<ids>") against the
  * tokenizer in `file`: the same ids, and decoding them gives the bytes. */
-static void check_reference(const char *file) {
+static void check_reference(const char *file, const char *expected) {
   aa_tokenizer_t *t = NULL;
   int rc = aa_tokenizer_load(&t, fixture(file));
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
   size_t len;
-  char *text = slurp(fixture("expected.txt"), &len);
+  char *text = slurp(fixture(expected), &len);
   int lines = 0;
   for (char *line = text; *line; lines++) {
     char *nl = strchr(line, '\n'), *tab = strchr(line, '\t');
@@ -110,16 +110,24 @@ static void check_reference(const char *file) {
   aa_tokenizer_free(t);
 }
 
-AA_TEST(encode_matches_python_reference_with_string_merges) { check_reference("tokenizer.json"); }
+AA_TEST(encode_matches_python_reference_with_string_merges) {
+  check_reference("tokenizer.json", "expected.txt");
+}
 
-AA_TEST(encode_matches_python_reference_with_pair_merges) { check_reference("tokenizer_pairs.json"); }
+AA_TEST(encode_matches_python_reference_with_pair_merges) {
+  check_reference("tokenizer_pairs.json", "expected.txt");
+}
+
+AA_TEST(encode_matches_python_reference_with_llama3_split_and_ignore_merges) {
+  check_reference("tokenizer_llama3.json", "expected_llama3.txt");
+}
 
 AA_TEST(vocab_size_counts_model_vocab_and_added_tokens) {
   aa_tokenizer_t *t = NULL;
   CHECK(aa_tokenizer_load(&t, fixture("tokenizer.json")) == 0);
   if (!t) return;
-  /* 256 bytes + 133 merges + <|endoftext|> in the vocab, <|sep|> added only. */
-  CHECK_MSG(aa_tokenizer_vocab_size(t) == 391, "vocab_size %d", aa_tokenizer_vocab_size(t));
+  /* 256 bytes + 147 merges + <|endoftext|> in the vocab, <|sep|> added only. */
+  CHECK_MSG(aa_tokenizer_vocab_size(t) == 405, "vocab_size %d", aa_tokenizer_vocab_size(t));
   aa_tokenizer_free(t);
 }
 
@@ -137,9 +145,9 @@ static void check_roundtrip(const aa_tokenizer_t *t, const unsigned char *s, siz
   free(back);
 }
 
-AA_TEST(decode_inverts_encode_for_any_bytes) {
+static void check_roundtrips(const char *file) {
   aa_tokenizer_t *t = NULL;
-  CHECK(aa_tokenizer_load(&t, fixture("tokenizer.json")) == 0);
+  CHECK(aa_tokenizer_load(&t, fixture(file)) == 0);
   if (!t) return;
   unsigned char all[256];
   for (int i = 0; i < 256; i++)
@@ -153,7 +161,9 @@ AA_TEST(decode_inverts_encode_for_any_bytes) {
                                     "'",
                                     " ",
                                     "<|endoftext",
-                                    "\x80\x80'll"};
+                                    "\x80\x80'll",
+                                    "\r\n\r\n x",
+                                    "'LL\xe2\x80\x8b"};
   for (size_t i = 0; i < sizeof odd / sizeof *odd; i++)
     check_roundtrip(t, (const unsigned char *)odd[i], strlen(odd[i]));
   aa_rng_t r;
@@ -171,15 +181,20 @@ AA_TEST(decode_inverts_encode_for_any_bytes) {
   aa_tokenizer_free(t);
 }
 
+AA_TEST(decode_inverts_encode_for_any_bytes) {
+  check_roundtrips("tokenizer.json");
+  check_roundtrips("tokenizer_llama3.json");
+}
+
 AA_TEST(decode_rejects_ids_without_a_token) {
   aa_tokenizer_t *t = NULL;
   CHECK(aa_tokenizer_load(&t, fixture("tokenizer.json")) == 0);
   if (!t) return;
-  int32_t ids[] = {5, 391};
+  int32_t ids[] = {5, 405};
   unsigned char *out = (unsigned char *)"untouched";
   size_t n = 77;
   CHECK(aa_tokenizer_decode(t, ids, 2, &out, &n) == AA_EINVAL);
-  CHECK(strstr(aa_last_error(), "token id 391 at index 1") != NULL);
+  CHECK(strstr(aa_last_error(), "token id 405 at index 1") != NULL);
   ids[1] = -1;
   CHECK(aa_tokenizer_decode(t, ids, 2, &out, &n) == AA_EINVAL);
   CHECK(n == 77 && !strcmp((const char *)out, "untouched"));
@@ -188,9 +203,9 @@ AA_TEST(decode_rejects_ids_without_a_token) {
 
 /* Parses the good fixture with the first occurrence of `from` replaced by
  * `to`, expecting failure `code` with `needle` in the message. */
-static void expect_bad(const char *from, const char *to, int code, const char *needle) {
+static void expect_bad_in(const char *file, const char *from, const char *to, int code, const char *needle) {
   size_t len;
-  char *good = slurp(fixture("tokenizer.json"), &len);
+  char *good = slurp(fixture(file), &len);
   char *at = strstr(good, from);
   CHECK_MSG(at != NULL, "fixture lacks '%s'", from);
   if (!at) {
@@ -215,6 +230,10 @@ static void expect_bad(const char *from, const char *to, int code, const char *n
   free(good);
 }
 
+static void expect_bad(const char *from, const char *to, int code, const char *needle) {
+  expect_bad_in("tokenizer.json", from, to, code, needle);
+}
+
 AA_TEST(malformed_files_are_errors_naming_the_field) {
   expect_bad("{", "[", AA_EPARSE, "tok.json:");
   expect_bad("\"model\": {", "\"modal\": {", AA_EINVAL, "tok.json: model: required field is missing");
@@ -236,13 +255,19 @@ AA_TEST(malformed_files_are_errors_naming_the_field) {
   expect_bad("\"!\": 0,", "\"!!\": 0,", AA_EINVAL, "no token for byte 0x21");
   expect_bad("\"!\": 0,", "\"a b\": 0,", AA_EINVAL,
              "token \"a b\" holds U+0020, which is not in the ByteLevel");
-  expect_bad("\"id\": 390", "\"id\": 389", AA_EINVAL,
-             "added_tokens[1].id: id 389 is given to two added tokens");
-  expect_bad("\"id\": 390", "\"id\": 5", AA_EINVAL, "id 5 is given to");
+  expect_bad("\"id\": 404", "\"id\": 403", AA_EINVAL,
+             "added_tokens[1].id: id 403 is given to two added tokens");
+  expect_bad("\"id\": 404", "\"id\": 5", AA_EINVAL, "id 5 is given to");
   expect_bad("\"lstrip\": false", "\"lstrip\": true", AA_EUNSUPPORTED,
              "added_tokens[0].lstrip: must be false");
-  expect_bad("\"type\": \"ByteLevel\"", "\"type\": \"Sequence\"", AA_EUNSUPPORTED,
+  expect_bad("\"type\": \"ByteLevel\"", "\"type\": \"Whitespace\"", AA_EUNSUPPORTED,
              "pre_tokenizer.type: must be \"ByteLevel\"");
+  expect_bad("\"type\": \"ByteLevel\"", "\"type\": \"Sequence\"", AA_EUNSUPPORTED,
+             "pre_tokenizer.pretokenizers: must be [Split, ByteLevel]");
+  expect_bad_in("tokenizer_llama3.json", "\\\\p{N}{1,3}", "\\\\p{N}{1,4}", AA_EUNSUPPORTED,
+                "pre_tokenizer.pretokenizers[0].pattern: must be Llama 3's Regex");
+  expect_bad_in("tokenizer_llama3.json", "\"use_regex\": false", "\"use_regex\": true", AA_EUNSUPPORTED,
+                "pre_tokenizer.pretokenizers[1].use_regex: must be false here");
   expect_bad("\"add_prefix_space\": false", "\"add_prefix_space\": true", AA_EUNSUPPORTED,
              "pre_tokenizer.add_prefix_space: must be false");
   expect_bad("\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}", AA_EUNSUPPORTED,
@@ -289,7 +314,7 @@ AA_TEST(build_shards_concatenates_each_files_ids_and_splits_the_tail) {
   CHECK(aa_shard_read(&a, train, 0) == 0);
   CHECK(aa_shard_read(&b, val, 0) == 0);
   size_t n_val = (size_t)((double)n_want * 0.25);
-  CHECK(a.vocab_size == 391 && b.vocab_size == 391);
+  CHECK(a.vocab_size == 405 && b.vocab_size == 405);
   CHECK(a.n_tokens == n_want - n_val && b.n_tokens == n_val);
   if (a.n_tokens + b.n_tokens == n_want) {
     CHECK(memcmp(a.tokens, want, a.n_tokens * sizeof *want) == 0);
@@ -330,6 +355,7 @@ int main(void) {
   }
   RUN(encode_matches_python_reference_with_string_merges);
   RUN(encode_matches_python_reference_with_pair_merges);
+  RUN(encode_matches_python_reference_with_llama3_split_and_ignore_merges);
   RUN(vocab_size_counts_model_vocab_and_added_tokens);
   RUN(decode_inverts_encode_for_any_bytes);
   RUN(decode_rejects_ids_without_a_token);

@@ -3,10 +3,11 @@
 
 It trains a tiny byte-level BPE on the text below, writes it as a Hugging
 Face tokenizer.json (GPT-2's layout: ByteLevel pre-tokenizer and decoder,
-model.type "BPE", vocab, merges, added_tokens), and encodes a set of test
-strings with an encoder written here independently of the C one:
+model.type "BPE", vocab, merges, added_tokens; and once more with Llama 3's
+pre-tokenizer and ignore_merges), and encodes a set of test strings with an
+encoder written here independently of the C one:
 
-  - the split is GPT-2's pattern run by Python's `re`, with \\p{L} and
+  - the split is GPT-2's (or Llama 3's) pattern run by Python's `re`, with \\p{L} and
     \\p{N} spelled out as character classes built from
     unicodedata.category (Python's `re` has no \\p{...}) and \\s as Unicode
     White_Space (Python's \\s also matches U+001C..U+001F, which the regex
@@ -21,8 +22,12 @@ Standard library only. Run from the repository root:
 Outputs, in tests/reference/tokenizer/:
   tokenizer.json        merges as "a b" strings
   tokenizer_pairs.json  the same tokenizer with merges as ["a", "b"] pairs
+  tokenizer_llama3.json the same vocab and merges behind Llama 3's
+                        pre-tokenizer (Sequence [Split, ByteLevel]) with
+                        model.ignore_merges true
   expected.txt          one line per test string: its UTF-8 bytes in hex,
                         a tab, its ids separated by spaces
+  expected_llama3.txt   the same for tokenizer_llama3.json
 """
 import collections
 import json
@@ -49,6 +54,7 @@ Café, naïve, façade, déjà vu, crème brûlée. Straße, groß, Fußball, sc
 漢字とかなのテキスト。中文测试，中文测试。日本語のテキストです。
 Emoji: 😀 😀 👍 ❤️ 🎉 and more emoji 😀👍.
 the the the the of of of and and and to to to in in in is is is it it it
+123456 123456 123456 12345678 12345678 (hello) (hello) \tword \tword, 'RE 'RE 'LL 'LL!!
 """
 
 TEST_STRINGS = [
@@ -75,6 +81,9 @@ TEST_STRINGS = [
     "<|endoftext<|sep|>|> <|endoftex",
     "mixed123abc ABC456 !!! ??? ... ---",
     "the the the the of of and and to in is it",
+    "'S 'T 'RE 'Ve 'LL (hello) \tword \n word 12345678 x1234 !!\n\nabc ?!\r\n",
+    "a \n b\n\n  \n  c   \t\n",
+    "a zebra, zebras and 123456 (hello) \twords'RES it'LLAMA'rEs",
 ]
 
 WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
@@ -108,29 +117,34 @@ def category_class(prefix):
     return "".join(parts)
 
 
-def split_pattern():
+def split_patterns():
+    """GPT-2's and Llama 3's patterns with the classes spelled out."""
     L, N, S = category_class("L"), category_class("N"), WHITE_SPACE
-    return re.compile(
-        r"'s|'t|'re|'ve|'m|'ll|'d"
-        + f"| ?[{L}]+| ?[{N}]+| ?[^{S}{L}{N}]+|[{S}]+(?![^{S}])|[{S}]+"
-    )
+    gpt2 = r"'s|'t|'re|'ve|'m|'ll|'d" + f"| ?[{L}]+| ?[{N}]+| ?[^{S}{L}{N}]+|[{S}]+(?![^{S}])|[{S}]+"
+    llama3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)" + f"|[^\\r\\n{L}{N}]?[{L}]+|[{N}]{{1,3}}| ?[^{S}{L}{N}]+[\\r\\n]*"
+              + f"|[{S}]*[\\r\\n]+|[{S}]+(?![^{S}])|[{S}]+")
+    return re.compile(gpt2), re.compile(llama3)
+
+
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 BYTE_ENCODER = bytes_to_unicode()
 BYTE_DECODER = {c: b for b, c in BYTE_ENCODER.items()}
-PAT = split_pattern()
+PAT, PAT_LLAMA3 = split_patterns()
 SPECIAL_RE = re.compile("|".join(re.escape(s) for s in sorted(SPECIALS, key=len, reverse=True)))
 
 
-def pieces(text):
-    """GPT-2 pre-tokenization: each piece as a string of ByteLevel chars."""
-    return ["".join(BYTE_ENCODER[b] for b in p.encode("utf-8")) for p in PAT.findall(text)]
+def pieces(text, pat=PAT):
+    """Pre-tokenization: each piece as a string of ByteLevel chars."""
+    return ["".join(BYTE_ENCODER[b] for b in p.encode("utf-8")) for p in pat.findall(text)]
 
 
-def train(text):
+def train(text, pat=PAT):
     words = collections.Counter()
     for part in SPECIAL_RE.split(text):
-        for p in pieces(part):
+        for p in pieces(part, pat):
             words[tuple(p)] += 1
     merges = []
     for _ in range(N_MERGES):
@@ -181,12 +195,15 @@ def bpe(piece, ranks):
     return word
 
 
-def encode(text, vocab, ranks, special_ids):
+def encode(text, vocab, ranks, special_ids, pat=PAT, ignore_merges=False):
     ids, pos = [], 0
     for m in list(SPECIAL_RE.finditer(text)) + [None]:
         end = m.start() if m else len(text)
-        for p in pieces(text[pos:end]):
-            ids.extend(vocab[t] for t in bpe(p, ranks))
+        for p in pieces(text[pos:end], pat):
+            if ignore_merges and p in vocab:
+                ids.append(vocab[p])
+            else:
+                ids.extend(vocab[t] for t in bpe(p, ranks))
         if m:
             ids.append(special_ids[m.group(0)])
             pos = m.end()
@@ -203,19 +220,24 @@ def decode(ids, id_to_token, special_by_id):
     return bytes(out)
 
 
-def tokenizer_json(vocab, merges, special_ids, pair_form):
+def tokenizer_json(vocab, merges, special_ids, pair_form, llama3=False):
     added = [
         {"id": special_ids[s], "content": s, "single_word": False, "lstrip": False, "rstrip": False,
          "normalized": True, "special": True}
         for s in SPECIALS
     ]
+    pre = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    if llama3:
+        pre = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": LLAMA3_REGEX}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
         "added_tokens": added,
         "normalizer": None,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "pre_tokenizer": pre,
         "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
         "model": {
@@ -226,36 +248,59 @@ def tokenizer_json(vocab, merges, special_ids, pair_form):
             "end_of_word_suffix": "",
             "fuse_unk": False,
             "byte_fallback": False,
-            "ignore_merges": False,
+            "ignore_merges": llama3,
             "vocab": vocab,
             "merges": [[a, b] for a, b in merges] if pair_form else [f"{a} {b}" for a, b in merges],
         },
     }
 
 
-def main():
-    merges = train(TRAIN_TEXT)
-    # Ids 0..255 are the bytes in bytes_to_unicode's order (so an id is not
-    # its byte's value), then one per merge, then the specials.
+def build(pat, extra, front):
+    """Trains on TRAIN_TEXT split by pat; returns vocab, merges, special ids.
+    The `front` merges (byte pairs) go first, at the lowest ranks. Ids
+    0..255 are the bytes in bytes_to_unicode's order (so an id is not its
+    byte's value), then one per merge, then the `extra` tokens (vocab
+    entries no merge makes: only ignore_merges can emit them whole), then
+    the specials."""
+    merges = list(front) + [m for m in train(TRAIN_TEXT, pat) if m not in front]
     vocab = {c: i for i, c in enumerate(BYTE_ENCODER.values())}
     for a, b in merges:
         vocab[a + b] = len(vocab)
+    for t in extra:
+        vocab[t] = len(vocab)
     special_ids = {SPECIALS[0]: len(vocab), SPECIALS[1]: len(vocab) + 1}
     vocab[SPECIALS[0]] = special_ids[SPECIALS[0]]
-    ranks = {m: i for i, m in enumerate(merges)}
-    id_to_token = {i: t for t, i in vocab.items()}
-    special_by_id = {i: s for s, i in special_ids.items()}
+    return vocab, merges, special_ids
+
+
+def main():
     os.makedirs(OUT, exist_ok=True)
-    for name, pair_form in (("tokenizer.json", False), ("tokenizer_pairs.json", True)):
+    # GPT-2's split, merges as strings and as pairs; Llama 3's split with
+    # its own merges (trained on its pieces), first merges that cross the
+    # places where it cuts and GPT-2's would not, or the reverse ("3 4" in a
+    # digit run, newline then space, "E S" after the contraction 'RE, "!"
+    # then newline), so a wrong cut shows in the ids, and a
+    # whole-word token " zebra" that only ignore_merges emits.
+    setups = (("tokenizer.json", "expected.txt", False, False), ("tokenizer_pairs.json", None, True, False),
+              ("tokenizer_llama3.json", "expected_llama3.txt", False, True))
+    for name, expected, pair_form, llama3 in setups:
+        pat = PAT_LLAMA3 if llama3 else PAT
+        front = [("3", "4"), ("\u010a", "\u0120"), ("E", "S"), ("!", "\u010a")] if llama3 else []
+        vocab, merges, special_ids = build(pat, ["\u0120zebra"] if llama3 else [], front)
+        ranks = {m: i for i, m in enumerate(merges)}
+        id_to_token = {i: t for t, i in vocab.items()}
+        special_by_id = {i: s for s, i in special_ids.items()}
         with open(os.path.join(OUT, name), "w", encoding="utf-8") as f:
-            json.dump(tokenizer_json(vocab, merges, special_ids, pair_form), f, ensure_ascii=False, indent=2)
+            json.dump(tokenizer_json(vocab, merges, special_ids, pair_form, llama3), f, ensure_ascii=False, indent=2)
             f.write("\n")
-    with open(os.path.join(OUT, "expected.txt"), "w", encoding="ascii") as f:
-        for s in TEST_STRINGS:
-            ids = encode(s, vocab, ranks, special_ids)
-            assert decode(ids, id_to_token, special_by_id) == s.encode("utf-8"), s
-            f.write(s.encode("utf-8").hex() + "\t" + " ".join(map(str, ids)) + "\n")
-    print(f"{len(merges)} merges, vocab {len(vocab)} + 1 added token, {len(TEST_STRINGS)} test strings -> {OUT}")
+        print(f"{name}: {len(merges)} merges, vocab {len(vocab)} + 1 added token")
+        if not expected:
+            continue
+        with open(os.path.join(OUT, expected), "w", encoding="ascii") as f:
+            for s in TEST_STRINGS:
+                ids = encode(s, vocab, ranks, special_ids, pat, llama3)
+                assert decode(ids, id_to_token, special_by_id) == s.encode("utf-8"), s
+                f.write(s.encode("utf-8").hex() + "\t" + " ".join(map(str, ids)) + "\n")
 
 
 if __name__ == "__main__":
