@@ -1,5 +1,6 @@
-/* `autoaccel data`: make the synthetic corpus, build byte-level shards from
- * text files, inspect shards. Formats: docs/data-format.md. */
+/* `autoaccel data`: make the synthetic corpus, build shards from text files
+ * (byte-level, or with a byte-level BPE tokenizer.json), inspect shards and
+ * decode them back to text. Formats: docs/data-format.md. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -13,6 +14,7 @@
 #include "cli.h"
 #include "common/aa.h"
 #include "engine/data.h"
+#include "engine/tokenizer.h"
 
 #define DEFAULT_SYNTH_BYTES 2000000
 #define DEFAULT_VAL_FRACTION 0.1
@@ -24,8 +26,9 @@ static void usage_data(FILE *f) {
              "Token shards for training (format: docs/data-format.md).\n\n"
              "subcommands:\n"
              "  synth   write the synthetic English-like corpus as train/val shards\n"
-             "  build   byte-tokenize text files into train/val shards\n"
-             "  info    check a shard (autoaccel or llm.c format) and print its statistics\n\n"
+             "  build   tokenize text files into train/val shards (bytes, or a BPE tokenizer.json)\n"
+             "  info    check a shard (autoaccel or llm.c format) and print its statistics\n"
+             "  decode  print a shard's tokens back as text\n\n"
              "Run 'autoaccel data <subcommand> --help' for its options.\n"
              "Exit codes: 0 success, 1 failure (bad or unreadable file), 2 usage error.\n");
 }
@@ -49,14 +52,28 @@ static void usage_synth(FILE *f) {
 static void usage_build(FILE *f) {
   fprintf(f,
           "usage: autoaccel data build --out DIR [options] FILE...\n\n"
-          "Concatenates the bytes of the text files in order, one token per byte (vocab\n"
-          "256), and writes DIR/train.bin and DIR/val.bin. The last F of the stream\n"
-          "becomes val.bin.\n\n"
+          "Tokenizes the text files in order and writes DIR/train.bin and DIR/val.bin;\n"
+          "the last F of the token stream becomes val.bin. Without --tokenizer each byte\n"
+          "is one token (vocab 256). With --tokenizer each file is encoded on its own by\n"
+          "that byte-level BPE (a Hugging Face tokenizer.json as GPT-2's or Llama 3's) and\n"
+          "the shards carry its vocab size.\n\n"
           "options:\n"
           "  --out DIR            output directory, created if missing (required)\n"
+          "  --tokenizer FILE     byte-level BPE tokenizer.json (default: one token per byte)\n"
           "  --val-fraction F     share of the stream, taken from its end, for val.bin (default %g)\n"
           "  -h, --help           this help\n",
           DEFAULT_VAL_FRACTION);
+}
+
+static void usage_decode(FILE *f) {
+  fprintf(f, "usage: autoaccel data decode [options] SHARD\n\n"
+             "Reads the shard with every check 'info' applies and writes its tokens to stdout\n"
+             "as the bytes they stand for, with nothing added. The shard's vocab_size must be\n"
+             "the tokenizer's (an llm.c shard, which has none, is taken as it is).\n\n"
+             "options:\n"
+             "  --tokenizer FILE     byte-level BPE tokenizer.json (default: one token per byte)\n"
+             "  --count N            only the first N tokens (default: all)\n"
+             "  -h, --help           this help\n");
 }
 
 static void usage_info(FILE *f) {
@@ -105,30 +122,30 @@ static int join(char *out, size_t cap, const char *dir, const char *name) {
 
 /* Reads back the shards just written (which re-checks them) and prints
  * the one-line summary. */
-static int print_written(const char *train, const char *val) {
+static int print_written(const char *train, const char *val, int vocab) {
   aa_shard_t t, v;
-  int rc = aa_shard_read(&t, train, AA_BYTE_VOCAB);
+  int rc = aa_shard_read(&t, train, vocab);
   if (rc) return rc;
-  rc = aa_shard_read(&v, val, AA_BYTE_VOCAB);
+  rc = aa_shard_read(&v, val, vocab);
   if (rc) {
     aa_shard_free(&t);
     return rc;
   }
   double h = aa_shard_unigram_entropy(&t);
   printf("wrote %s (%zu tokens) and %s (%zu tokens): vocab %d, unigram entropy %.3f nats (%.3f bits)\n",
-         train, t.n_tokens, val, v.n_tokens, AA_BYTE_VOCAB, h, h / log(2.0));
+         train, t.n_tokens, val, v.n_tokens, vocab, h, h / log(2.0));
   aa_shard_free(&t);
   aa_shard_free(&v);
   return 0;
 }
 
-enum { OPT_OUT = 1000, OPT_BYTES, OPT_VAL, OPT_SEED, OPT_MAX_VOCAB };
+enum { OPT_OUT = 1000, OPT_BYTES, OPT_VAL, OPT_SEED, OPT_MAX_VOCAB, OPT_TOKENIZER, OPT_COUNT };
 
-/* Options of all three subcommands; each offers getopt only its own, so
+/* Options of all the subcommands; each offers getopt only its own, so
  * the fields it does not take keep their defaults. */
 typedef struct {
-  const char *out;
-  long long bytes, seed, max_vocab;
+  const char *out, *tokenizer;
+  long long bytes, seed, max_vocab, count;
   double val_fraction;
 } data_opts_t;
 
@@ -142,6 +159,10 @@ static int parse_opts(data_opts_t *o, int argc, char **argv, const struct option
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
     case OPT_OUT: o->out = optarg; break;
+    case OPT_TOKENIZER: o->tokenizer = optarg; break;
+    case OPT_COUNT:
+      if ((o->count = aa_cli_parse_int(cmd, "--count", optarg, 0, LLONG_MAX)) < 0) return AA_EXIT_USAGE;
+      break;
     case OPT_BYTES:
       if ((o->bytes = aa_cli_parse_int(cmd, "--bytes", optarg, 1, MAX_TEXT_BYTES)) < 0) return AA_EXIT_USAGE;
       break;
@@ -176,7 +197,7 @@ static int cmd_synth(int argc, char **argv) {
   char train[PATH_MAX], val[PATH_MAX];
   if (join(train, sizeof train, o.out, "train.bin") || join(val, sizeof val, o.out, "val.bin") ||
       aa_mkdirs(o.out) || aa_data_synth(train, val, (size_t)o.bytes, o.val_fraction, (uint64_t)o.seed) ||
-      print_written(train, val))
+      print_written(train, val, AA_BYTE_VOCAB))
     return aa_cli_fail("data synth");
   return AA_EXIT_OK;
 }
@@ -184,6 +205,7 @@ static int cmd_synth(int argc, char **argv) {
 static int cmd_build(int argc, char **argv) {
   static const struct option opts[] = {{"out", required_argument, 0, OPT_OUT},
                                        {"val-fraction", required_argument, 0, OPT_VAL},
+                                       {"tokenizer", required_argument, 0, OPT_TOKENIZER},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   data_opts_t o = {.val_fraction = DEFAULT_VAL_FRACTION};
@@ -193,11 +215,66 @@ static int cmd_build(int argc, char **argv) {
   if (optind >= argc) return usage_error("data build", usage_build, "expected at least one text FILE");
   char train[PATH_MAX], val[PATH_MAX];
   const char *const *inputs = (const char *const *)(argv + optind);
-  if (join(train, sizeof train, o.out, "train.bin") || join(val, sizeof val, o.out, "val.bin") ||
-      aa_mkdirs(o.out) || aa_data_build_text(inputs, argc - optind, train, val, o.val_fraction) ||
-      print_written(train, val))
+  if (join(train, sizeof train, o.out, "train.bin") || join(val, sizeof val, o.out, "val.bin"))
     return aa_cli_fail("data build");
-  return AA_EXIT_OK;
+  if (!o.tokenizer) {
+    if (aa_mkdirs(o.out) || aa_data_build_text(inputs, argc - optind, train, val, o.val_fraction) ||
+        print_written(train, val, AA_BYTE_VOCAB))
+      return aa_cli_fail("data build");
+    return AA_EXIT_OK;
+  }
+  aa_tokenizer_t *tok;
+  if (aa_tokenizer_load(&tok, o.tokenizer)) return aa_cli_fail("data build");
+  int failed = aa_mkdirs(o.out) ||
+               aa_tokenizer_build_shards(tok, inputs, argc - optind, train, val, o.val_fraction) ||
+               print_written(train, val, aa_tokenizer_vocab_size(tok));
+  aa_tokenizer_free(tok);
+  return failed ? aa_cli_fail("data build") : AA_EXIT_OK;
+}
+
+/* Writes the first `count` tokens of the shard at path to stdout as bytes:
+ * through the tokenizer when there is one, else each id is a byte. */
+static int decode_one(const char *path, const aa_tokenizer_t *tok, long long count) {
+  int vocab = tok ? aa_tokenizer_vocab_size(tok) : AA_BYTE_VOCAB;
+  aa_shard_t s;
+  if (aa_shard_read(&s, path, vocab)) return -1;
+  int rc = 0;
+  unsigned char *text = NULL;
+  size_t n = count >= 0 && (unsigned long long)count < s.n_tokens ? (size_t)count : s.n_tokens, len = n;
+  if (s.vocab_size != 0 && s.vocab_size != vocab) {
+    rc = aa_error(AA_EINVAL, "%s: vocab_size is %d, the %s's is %d (built with another tokenizer?)", path,
+                  s.vocab_size, tok ? "tokenizer" : "byte-level tokenizer", vocab);
+  } else if (tok) {
+    rc = aa_tokenizer_decode(tok, s.tokens, n, &text, &len);
+  } else if (!(text = malloc(n + 1))) {
+    rc = aa_error(AA_ENOMEM, "out of memory for %zu bytes", n);
+  } else {
+    for (size_t i = 0; i < n; i++)
+      text[i] = (unsigned char)s.tokens[i];
+  }
+  if (!rc && (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0))
+    rc = aa_error(AA_EIO, "writing to stdout: %s", strerror(errno));
+  free(text);
+  aa_shard_free(&s);
+  return rc;
+}
+
+static int cmd_decode(int argc, char **argv) {
+  static const struct option opts[] = {{"tokenizer", required_argument, 0, OPT_TOKENIZER},
+                                       {"count", required_argument, 0, OPT_COUNT},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  data_opts_t o = {.count = -1};
+  int rc = parse_opts(&o, argc, argv, opts, "data decode", usage_decode);
+  if (rc >= 0) return rc;
+  if (optind >= argc) return usage_error("data decode", usage_decode, "expected a shard FILE");
+  if (optind + 1 < argc)
+    return usage_error("data decode", usage_decode, "unexpected argument '%s'", argv[optind + 1]);
+  aa_tokenizer_t *tok = NULL;
+  if (o.tokenizer && aa_tokenizer_load(&tok, o.tokenizer)) return aa_cli_fail("data decode");
+  int failed = decode_one(argv[optind], tok, o.count) != 0;
+  aa_tokenizer_free(tok);
+  return failed ? aa_cli_fail("data decode") : AA_EXIT_OK;
 }
 
 /* Describes the header of a shard that aa_shard_read has already accepted,
@@ -271,5 +348,6 @@ int aa_cmd_data(int argc, char **argv) {
   if (!strcmp(sub, "synth")) return cmd_synth(argc - 1, argv + 1);
   if (!strcmp(sub, "build")) return cmd_build(argc - 1, argv + 1);
   if (!strcmp(sub, "info")) return cmd_info(argc - 1, argv + 1);
+  if (!strcmp(sub, "decode")) return cmd_decode(argc - 1, argv + 1);
   return usage_error("data", usage_data, "unknown subcommand '%s'", sub);
 }

@@ -115,5 +115,31 @@ check "build missing input" 1 err "autoaccel data build: $T/missing.txt: no such
 : >"$T/empty.txt"
 check "build empty input" 1 err "empty" -- "$A" data build --out "$T/built3" "$T/empty.txt"
 
+# build --tokenizer and decode: the fixture BPE of tests/reference/make_tokenizer.py.
+TOK="${AA_SOURCE_DIR:-.}/tests/reference/tokenizer/tokenizer.json"
+printf 'The quick brown fox didn'"'"'t mind. Привет, мир! 漢字 42\n<|endoftext|>' >"$T/bpe_a.txt"
+printf 'Hello, world!\tCafé, Straße. 😀\n' >"$T/bpe_b.txt"
+check "decode --help" 0 out "usage: autoaccel data decode" -- "$A" data decode --help
+check "decode without shard" 2 err "expected a shard FILE" -- "$A" data decode --tokenizer "$TOK"
+check "build --tokenizer" 0 out "vocab 405" -- \
+  "$A" data build --tokenizer "$TOK" --out "$T/bpe" --val-fraction 0 "$T/bpe_a.txt" "$T/bpe_b.txt"
+check "build --tokenizer info" 0 out "vocab_size:      405" -- "$A" data info "$T/bpe/train.bin"
+cat "$T/bpe_a.txt" "$T/bpe_b.txt" >"$T/bpe_ab.txt"
+"$A" data decode --tokenizer "$TOK" "$T/bpe/train.bin" >"$T/bpe_back.txt"
+files "decode gives the text back" 0 "$T/bpe_ab.txt" "$T/bpe_back.txt"
+"$A" data decode --tokenizer "$TOK" --count 3 "$T/bpe/train.bin" >"$T/bpe_3.txt"
+printf 'The q' >"$T/bpe_3_want.txt"
+files "decode --count 3: The, space, q" 0 "$T/bpe_3_want.txt" "$T/bpe_3.txt"
+"$A" data decode "$T/built/train.bin" >"$T/byte_back.txt"
+head -c 40 <(cat "$T/a.txt" "$T/b.txt") >"$T/byte_want.txt"
+files "decode of a byte-level shard" 0 "$T/byte_want.txt" "$T/byte_back.txt"
+check "decode with the wrong tokenizer" 1 err "vocab_size is 256, the tokenizer's is 405" -- \
+  "$A" data decode --tokenizer "$TOK" "$T/built/train.bin"
+printf '{"model": {"type": "WordPiece"}}' >"$T/wp.json"
+check "build with a WordPiece tokenizer" 1 err "model.type: must be \"BPE\"" -- \
+  "$A" data build --tokenizer "$T/wp.json" --out "$T/bpe2" "$T/bpe_a.txt"
+check "build with a missing tokenizer" 1 err "$T/none.json" -- \
+  "$A" data build --tokenizer "$T/none.json" --out "$T/bpe3" "$T/bpe_a.txt"
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
