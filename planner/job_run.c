@@ -763,6 +763,21 @@ static int calib_send(aa_planner_t *p, aa_planner_job_t *j) {
   return rc;
 }
 
+/* One step of the calibrate phase is over, measured or not (across: the
+ * links between hosts, else the host's calibration). When neither is
+ * still wanted the phase is over and the candidates get their
+ * predictions; returns whether it is. */
+static bool calib_step_done(aa_planner_t *p, aa_planner_job_t *j, bool across) {
+  if (across)
+    j->inter_wanted = false;
+  else
+    j->calib_wanted = false;
+  if (j->calib_wanted || j->inter_wanted) return false;
+  j->calib_over = true;
+  calib_apply(p, j);
+  return true;
+}
+
 /* The calibration's gang is in: rank 0's measurements are merged into the
  * stored calibration (or become it) and stored; a failed calibration is
  * logged and the search goes on without it (or with the stored one it
@@ -813,15 +828,8 @@ static void calib_finished(aa_planner_t *p) {
   free(got);
   j->run_id = 0;
   j->calibrating = j->calibrating_inter = false;
-  if (across)
-    j->inter_wanted = false;
-  else
-    j->calib_wanted = false;
   gang_free(j);
-  if (!j->calib_wanted && !j->inter_wanted) {
-    j->calib_over = true;
-    calib_apply(p, j);
-  }
+  calib_step_done(p, j, across);
   aa__planner_kick(p);
 }
 
@@ -848,14 +856,7 @@ void aa__job_advance(aa_planner_t *p) {
     else
       aa__planner_log(p, "job %lld: cannot send the calibration%s: %s; the search goes on without it",
                       (long long)j->id, across ? " across hosts" : "", aa_last_error());
-    if (across)
-      j->inter_wanted = false;
-    else
-      j->calib_wanted = false;
-    if (!j->calib_wanted && !j->inter_wanted) {
-      j->calib_over = true;
-      calib_apply(p, j);
-    } else {
+    if (!calib_step_done(p, j, across)) {
       aa__planner_kick(p);
       return;
     }

@@ -15,7 +15,6 @@
  * The self backend (a group of one, no rendezvous) runs in this process.
  * The nccl backend needs a GPU; its test reports "skipped: no GPU"
  * elsewhere. */
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -70,15 +69,7 @@ static int store_dir_make(void) {
 }
 
 /* Removes the store directory and the keys in it. */
-static void store_dir_remove(void) {
-  DIR *d = opendir(g_store_dir);
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(dirfd(d), e->d_name, 0);
-  closedir(d);
-  rmdir(g_store_dir);
-}
+static void store_dir_remove(void) { aa_comm_dir_store_remove(g_store_dir); }
 
 static int is_gloo(const char *rdv) { return !strncmp(rdv, "gloo:", 5); }
 
