@@ -36,7 +36,7 @@ typedef struct {
   const char *stem_of; /* the default name is this path's stem */
 } ctx_t;
 
-static const char *const family_choices[] = {"gpt2", NULL};
+static const char *const family_choices[] = {"gpt2", "llama", NULL};
 static const char *const sched_choices[] = {"cosine", "constant", NULL}; /* = aa_lr_schedule_t */
 
 /* A name is shown in tables and logs: 1..127 bytes, no control bytes. */
@@ -118,6 +118,9 @@ static const aa_json_field_t model_fields[] = {
     INT_F("d_ff", false, 1, 262144, 0, aa_arch_t, d_ff),
     INT_F("seq_len", true, 1, 65536, 0, aa_arch_t, seq_len),
     INT_F("vocab_size", true, 2, 1048576, 0, aa_arch_t, vocab_size),
+    INT_F("n_kv_head", false, 1, 256, 0, aa_arch_t, n_kv_head),
+    FLOAT_F("rope_theta", false, 0.0, true, 1e9, false, 10000.0, aa_arch_t, rope_theta),
+    FLOAT_F("norm_eps", false, 0.0, true, 1.0, false, 1e-5, aa_arch_t, norm_eps),
 };
 
 /* min_lr's default (lr / 10) depends on lr; parse_train sets it. */
@@ -154,7 +157,26 @@ static int check_arch(const aa_json_ctx_t *c, const aa_arch_t *a) {
   if (a->d_model % a->n_head != 0)
     return aa_json_fail(c, AA_EINVAL, "model.n_head", "must divide model.d_model (%d %% %d != 0)", a->d_model,
                         a->n_head);
+  const int kv = aa_arch_kv_heads(a);
+  if (!aa_arch_is_llama(a) && a->n_kv_head && a->n_kv_head != a->n_head)
+    return aa_json_fail(c, AA_EINVAL, "model.n_kv_head",
+                        "grouped-query attention needs family \"llama\" (gpt2 has n_kv_head = n_head = %d, got %d)",
+                        a->n_head, a->n_kv_head);
+  if (a->n_head % kv != 0)
+    return aa_json_fail(c, AA_EINVAL, "model.n_kv_head", "must divide model.n_head (%d %% %d != 0)", a->n_head, kv);
+  if (aa_arch_is_llama(a) && (a->d_model / a->n_head) % 2 != 0)
+    return aa_json_fail(c, AA_EINVAL, "model.n_head",
+                        "rotary embeddings rotate pairs: the head size d_model / n_head must be even (got %d)",
+                        a->d_model / a->n_head);
+  if (aa_arch_is_llama(a) && !(a->rope_theta > 0 && a->norm_eps > 0))
+    return aa_json_fail(c, AA_EINVAL, "model.rope_theta", "rope_theta and norm_eps must be > 0 for llama");
   return 0;
+}
+
+int aa_arch_is_llama(const aa_arch_t *a) { return !strncmp(a->family, "llama", sizeof a->family); }
+
+int aa_arch_kv_heads(const aa_arch_t *a) {
+  return aa_arch_is_llama(a) && a->n_kv_head > 0 ? a->n_kv_head : a->n_head;
 }
 
 static int parse_model(const ctx_t *c, const json_t *obj, aa_arch_t *a) {
@@ -163,6 +185,7 @@ static int parse_model(const ctx_t *c, const json_t *obj, aa_arch_t *a) {
   int rc = aa_json_read_fields(&c->json, obj, "model", model_fields, NFIELDS(model_fields), a);
   if (rc) return rc;
   if (!json_object_get(obj, "d_ff")) a->d_ff = 4 * a->d_model;
+  if (!json_object_get(obj, "n_kv_head")) a->n_kv_head = a->n_head;
   return check_arch(&c->json, a);
 }
 
@@ -266,17 +289,19 @@ int aa_spec_load(aa_model_spec_t *out, const char *path) {
 int aa_arch_validate(const aa_arch_t *a) {
   const aa_json_ctx_t c = {.origin = NULL};
   char path[64];
-  if (!memchr(a->family, '\0', sizeof a->family) || strcmp(a->family, family_choices[0]) != 0) {
+  if (!memchr(a->family, '\0', sizeof a->family) ||
+      (strcmp(a->family, family_choices[0]) != 0 && strcmp(a->family, family_choices[1]) != 0)) {
     char got[64];
     char fam[sizeof a->family + 1];
     memcpy(fam, a->family, sizeof a->family);
     fam[sizeof a->family] = '\0';
     aa_json_sanitize(got, sizeof got, fam);
-    return aa_json_fail(&c, AA_EINVAL, "model.family", "must be one of: gpt2 (got \"%s\")", got);
+    return aa_json_fail(&c, AA_EINVAL, "model.family", "must be one of: gpt2, llama (got \"%s\")", got);
   }
   for (size_t i = 0; i < NFIELDS(model_fields); i++) {
     const aa_json_field_t *f = &model_fields[i];
     if (f->kind != AA_JSON_INT) continue;
+    if (f->off == offsetof(aa_arch_t, n_kv_head) && a->n_kv_head == 0) continue; /* 0: n_head */
     snprintf(path, sizeof path, "model.%s", f->key);
     int rc = aa_json_check_int(&c, path, f, *(const int *)((const char *)a + f->off));
     if (rc) return rc;
@@ -290,12 +315,25 @@ void aa_arch_hash(const aa_arch_t *a, char out[17]) {
                    "family=%.*s;n_layer=%d;n_head=%d;d_model=%d;d_ff=%d;seq_len=%d;vocab_size=%d",
                    (int)strnlen(a->family, sizeof a->family), a->family, a->n_layer, a->n_head, a->d_model,
                    a->d_ff, a->seq_len, a->vocab_size);
+  if (aa_arch_is_llama(a))
+    n += snprintf(text + n, sizeof text - (size_t)n, ";n_kv_head=%d;rope_theta=%.9g;norm_eps=%.9g",
+                  aa_arch_kv_heads(a), (double)a->rope_theta, (double)a->norm_eps);
   uint64_t h = aa_fnv1a(AA_FNV_INIT, text, (size_t)n);
   snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
 uint64_t aa_arch_param_count(const aa_arch_t *a) {
   uint64_t C = (uint64_t)a->d_model, F = (uint64_t)a->d_ff, L = (uint64_t)a->n_layer;
+  if (aa_arch_is_llama(a)) {
+    uint64_t KV = (uint64_t)aa_arch_kv_heads(a) * (C / (uint64_t)a->n_head); /* k (and v) width */
+    uint64_t per = C                  /* RMSNorm weight */
+                   + (C + 2 * KV) * C /* q, k, v */
+                   + C * C            /* o */
+                   + C                /* RMSNorm weight */
+                   + 3 * F * C;       /* gate, up, down */
+    return 2 * (uint64_t)a->vocab_size * C /* embedding and the untied head */
+           + L * per + C;                  /* final RMSNorm */
+  }
   uint64_t per_layer = 2 * C               /* ln1 weight + bias */
                        + 3 * C * C + 3 * C /* qkv */
                        + C * C + C         /* attention output projection */

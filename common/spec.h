@@ -10,14 +10,24 @@
 #define AA_PATH_MAX 4096
 
 typedef struct aa_arch {
-  char family[16]; /* "gpt2" */
+  char family[16]; /* "gpt2" or "llama" */
   int n_layer;     /* 1..256 */
   int n_head;      /* 1..256, divides d_model */
   int d_model;     /* 1..65536 */
   int d_ff;        /* 1..262144 */
-  int seq_len;     /* 1..65536: context length (position table size) */
+  int seq_len;     /* 1..65536: context length (gpt2: the position table's size) */
   int vocab_size;  /* 2..1048576 */
+  /* llama only (gpt2 ignores them; n_kv_head 0 means n_head): */
+  int n_kv_head;    /* key/value heads of grouped-query attention, dividing n_head */
+  float rope_theta; /* base of the rotary position embedding, default 10000 */
+  float norm_eps;   /* RMSNorm epsilon, default 1e-5 */
 } aa_arch_t;
+
+/* Whether a is the llama family (RMSNorm, SwiGLU, RoPE, GQA, untied head,
+ * no biases, no position table); else GPT-2. */
+int aa_arch_is_llama(const aa_arch_t *a);
+/* Key/value heads: n_kv_head, or n_head where it is 0 (and always for gpt2). */
+int aa_arch_kv_heads(const aa_arch_t *a);
 
 typedef enum { AA_SCHED_COSINE = 0, AA_SCHED_CONSTANT = 1 } aa_lr_schedule_t;
 
@@ -72,6 +82,7 @@ int aa_arch_validate(const aa_arch_t *a);
 
 /* Canonical hash of the architecture: FNV-1a 64 over the canonical text
  * "family=gpt2;n_layer=..;n_head=..;d_model=..;d_ff=..;seq_len=..;vocab_size=.."
+ * (llama appends ";n_kv_head=..;rope_theta=..;norm_eps=..", %.9g)
  * written as 16 lowercase hex digits + NUL into out (17 bytes). The same
  * architecture always gives the same hash whatever the JSON key order,
  * spacing or training settings. */

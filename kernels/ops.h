@@ -195,6 +195,54 @@ typedef struct aa_ops {
    * workspace. 0 on the CPU (per-call scratch there is a few KiB per
    * thread, malloc'd and freed inside the op). */
   size_t (*scratch_bytes)(void);
+
+  /* --- the llama family (engine/model.h): RMSNorm, SwiGLU, rotary position
+   * embeddings and grouped-query attention. ---------------------------------------------- */
+
+  /* RMSNorm: rstd(N) = 1 / sqrt(mean over the row of inp^2 + eps), saved
+   * for backward; out(N,C) = inp * rstd * weight. */
+  void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
+                          float eps);
+  /* dinp(N,C) += gradient w.r.t. inp, dweight(C) += gradient w.r.t.
+   * weight, from the forward's rstd. */
+  void (*rmsnorm_backward)(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
+                           const float *rstd, int N, int C);
+
+  /* SwiGLU: inp(N,2F) rows are [gate(F) | up(F)];
+   * out(N,F) = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */
+  void (*swiglu_forward)(float *out, const float *inp, int N, int F);
+  /* dinp(N,2F) += gradient w.r.t. inp, given dout(N,F). */
+  void (*swiglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
+
+  /* Rotary position embeddings, in place on the q and k heads of
+   * qkv(B,T,(NH + 2 NKV) HS) (per position [q (NH HS) | k (NKV HS) | v
+   * (NKV HS)]; v is untouched), Hugging Face Llama's "rotate_half" pairing:
+   * for each head vector x and i < HS/2, with angle a = (pos0 + t) *
+   * theta^(-2i/HS) (computed in double), x[i] <- x[i] cos a - x[i + HS/2]
+   * sin a and x[i + HS/2] <- x[i + HS/2] cos a + x[i] sin a. HS even. */
+  void (*rope_forward)(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
+  /* The backward of rope_forward: the transposed rotation (angle -a)
+   * applied in place to the q and k parts of dqkv (a gradient, not
+   * accumulated: it is rotated where it lies). */
+  void (*rope_backward)(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
+
+  /* Causal grouped-query attention, as attention_forward (flash style, lse
+   * kept) over qkv(B,T,(NH + 2 NKV) HS) laid out as rope_forward says;
+   * query head h reads key/value head h / (NH / NKV) (NKV divides NH).
+   * out(B,T,NH HS), lse(B,NH,T). With NKV = NH this is attention_forward
+   * at C = NH HS. */
+  void (*attention_gqa_forward)(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int HS);
+  /* dqkv(B,T,(NH + 2 NKV) HS) += the gradient w.r.t. qkv (a key/value
+   * head's gradient sums over the query heads that read it). */
+  void (*attention_gqa_backward)(float *dqkv, const float *dout, const float *qkv, const float *lse, int B, int T,
+                                 int NH, int NKV, int HS);
+  /* One decoding step with a key/value cache, for generation: qkv(B,(NH +
+   * 2 NKV) HS) is position pos of each sequence (rotated already); its k
+   * and v are written into row pos of kcache and vcache (B,Tmax,NKV HS),
+   * then out(B,NH HS) = the attention of its q over the cached positions
+   * 0..pos (causal, scale 1/sqrt(HS)). pos < Tmax. */
+  void (*attention_decode)(float *out, float *kcache, float *vcache, const float *qkv, int B, int Tmax, int pos,
+                           int NH, int NKV, int HS);
 } aa_ops_t;
 
 /* The CPU backend. Always available. */

@@ -418,7 +418,7 @@ AA_TEST(unknown_key_is_named_with_the_allowed_keys) {
   EXPECT_PARTS_ERROR(
       MODEL_OK ", \"n_heads\": 4", NULL, NULL, NULL, AA_EINVAL,
       "model.json: model.n_heads: unknown key (allowed: family, n_layer, n_head, d_model, d_ff, "
-      "seq_len, vocab_size)");
+      "seq_len, vocab_size, n_kv_head, rope_theta, norm_eps)");
   EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"learning_rate\": 0.1", NULL, NULL, AA_EINVAL,
                      "train.learning_rate: unknown key (allowed: global_batch, steps, lr,");
   EXPECT_PARTS_ERROR(NULL, NULL, DATA_OK ", \"test\": \"t.bin\"", NULL, AA_EINVAL,
@@ -433,8 +433,8 @@ AA_TEST(unknown_key_is_named_with_the_allowed_keys) {
 AA_TEST(bad_enum_value_lists_the_choices) {
   EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"schedule\": \"linear\"", NULL, NULL, AA_EINVAL,
                      "model.json: train.schedule: must be one of: cosine, constant (got \"linear\")");
-  EXPECT_PARTS_ERROR(MODEL_OK ", \"family\": \"llama\"", NULL, NULL, NULL, AA_EINVAL,
-                     "model.family: must be one of: gpt2 (got \"llama\")");
+  EXPECT_PARTS_ERROR(MODEL_OK ", \"family\": \"mistral\"", NULL, NULL, NULL, AA_EINVAL,
+                     "model.family: must be one of: gpt2, llama (got \"mistral\")");
 }
 
 AA_TEST(overlong_path_is_rejected) {
@@ -485,8 +485,54 @@ AA_TEST(arch_validate_checks_family_ranges_and_divisibility) {
   CHECK(aa_arch_validate(&a) == AA_EINVAL &&
         strstr(aa_last_error(), "model.seq_len: must be between 1 and 65536"));
   a = gpt2_124m();
-  snprintf(a.family, sizeof a.family, "llama");
+  snprintf(a.family, sizeof a.family, "mistral");
   CHECK(aa_arch_validate(&a) == AA_EINVAL && strstr(aa_last_error(), "model.family"));
+}
+
+/* The llama family's fields: defaults, the grouped-query rule, the even
+ * head size RoPE needs, gpt2 refusing GQA, the parameter count (counted
+ * here tensor by tensor) and a hash that sees the llama-only fields while
+ * gpt2's canonical text is unchanged. */
+AA_TEST(llama_family_fields_rules_count_and_hash) {
+  aa_model_spec_t s;
+  CHECK(parse_parts(&s, MODEL_OK ", \"family\": \"llama\"", NULL, NULL, NULL) == 0);
+  CHECK(aa_arch_is_llama(&s.arch));
+  CHECK(s.arch.n_kv_head == s.arch.n_head && aa_arch_kv_heads(&s.arch) == s.arch.n_head);
+  CHECK(s.arch.rope_theta == 10000.0f && s.arch.norm_eps == 1e-5f);
+  aa_arch_t a = s.arch;
+  a.n_kv_head = 5;
+  a.n_head = 12;
+  a.d_model = 768;
+  CHECK(aa_arch_validate(&a) == AA_EINVAL && strstr(aa_last_error(), "model.n_kv_head: must divide model.n_head"));
+  a.n_kv_head = 4;
+  CHECK(aa_arch_validate(&a) == 0);
+  a.d_model = 12 * 5; /* head size 5: odd */
+  CHECK(aa_arch_validate(&a) == AA_EINVAL && strstr(aa_last_error(), "head size d_model / n_head must be even"));
+  aa_arch_t g = gpt2_124m();
+  g.n_kv_head = 4;
+  CHECK(aa_arch_validate(&g) == AA_EINVAL && strstr(aa_last_error(), "needs family \"llama\""));
+  /* 2 layers, C 8, 4 heads of 2, 2 kv heads, F 12, V 10. */
+  aa_arch_t l = {.family = "llama", .n_layer = 2, .n_head = 4, .d_model = 8, .d_ff = 12, .seq_len = 16,
+                 .vocab_size = 10, .n_kv_head = 2, .rope_theta = 10000, .norm_eps = 1e-5f};
+  CHECK(aa_arch_validate(&l) == 0);
+  const uint64_t per = 8 + 8 * 8 + 2 * (4 * 8) + 8 * 8 + 8 + 3 * 12 * 8;
+  CHECK(aa_arch_param_count(&l) == 2 * 10 * 8 + 2 * per + 8);
+  char h1[17], h2[17];
+  aa_arch_hash(&l, h1);
+  l.rope_theta = 500000;
+  aa_arch_hash(&l, h2);
+  CHECK(strcmp(h1, h2) != 0);
+  l.rope_theta = 10000;
+  l.n_kv_head = 4;
+  aa_arch_hash(&l, h2);
+  CHECK(strcmp(h1, h2) != 0);
+  /* gpt2 ignores the llama fields: its hash does not move. */
+  g = gpt2_124m();
+  aa_arch_hash(&g, h1);
+  g.rope_theta = 123;
+  g.norm_eps = 0.5f;
+  aa_arch_hash(&g, h2);
+  CHECK(strcmp(h1, h2) == 0);
 }
 
 /* FNV-1a 64, written out here so the test does not trust aa_fnv1a. */
@@ -741,6 +787,7 @@ int main(void) {
   RUN(hash_ignores_key_order_spacing_and_training_settings);
   RUN(hash_changes_with_every_architecture_field);
   RUN(param_count_matches_gpt2_124m);
+  RUN(llama_family_fields_rules_count_and_hash);
   RUN(lr_warms_up_linearly_to_the_peak);
   RUN(cosine_decays_monotonically_to_min_lr);
   RUN(constant_schedule_holds_lr_after_warmup);

@@ -185,6 +185,8 @@ static const aa_ops_t cuda_ops = {
     mem_download,
     mem_sync,
     aa__cuda_scratch_bytes,
+    /* the llama family: not yet on CUDA */
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 };
 
 extern "C" const aa_ops_t *aa_ops_cuda(void) { return &cuda_ops; }
