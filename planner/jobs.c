@@ -461,6 +461,15 @@ static char *arch_json(const aa_arch_t *a) {
   json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i}", "family", a->family, "n_layer", a->n_layer, "n_head",
                         a->n_head, "d_model", a->d_model, "d_ff", a->d_ff, "seq_len", a->seq_len, "vocab_size",
                         a->vocab_size);
+  if (o && aa_arch_is_llama(a)) {
+    json_t *l = json_pack("{s:i, s:f, s:f}", "n_kv_head", aa_arch_kv_heads(a), "rope_theta", (double)a->rope_theta,
+                          "norm_eps", (double)a->norm_eps);
+    if (!l || json_object_update(o, l)) {
+      json_decref(o);
+      o = NULL;
+    }
+    json_decref(l);
+  }
   char *text = o ? aa__report_dump(o) : NULL;
   json_decref(o);
   return text;
