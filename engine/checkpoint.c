@@ -396,9 +396,9 @@ static void layout_free(layout_t *l) {
 static int layout_init(layout_t *l, const aa_arch_t *a, int tp, int pp, int vpp, const int *bounds,
                        const char *path) {
   memset(l, 0, sizeof *l);
-  if (tp < 1 || tp > MAX_WORLD || a->n_head % tp || a->d_ff % tp)
-    return aa_error(AA_EFORMAT, "%s: tensor degree %d, which does not divide this model's n_head %d and d_ff %d",
-                    path, tp, a->n_head, a->d_ff);
+  if (tp < 1 || tp > MAX_WORLD || a->n_head % tp || a->d_ff % tp || aa_arch_kv_heads(a) % tp)
+    return aa_error(AA_EFORMAT, "%s: tensor degree %d, which does not divide this model's n_head %d, d_ff %d and key/value heads %d",
+                    path, tp, a->n_head, a->d_ff, aa_arch_kv_heads(a));
   if (pp < 1 || vpp < 1 || (pp > 1 && !bounds) || (long long)pp * vpp > AA_STRATEGY_STAGES_MAX ||
       (pp == 1 && vpp != 1))
     return aa_error(AA_EFORMAT, "%s: pipeline degree %d with %d virtual stages a rank is no layout", path, pp,
@@ -852,7 +852,7 @@ static int load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_zero_t *z, aa
   if (rc) return rc;
   const int U = aa_gpt_n_units(m), same = layout_is_models(&s.lay, m);
   const int q = (m->pp > 1 ? m->pipe.stage : 0) * m->tp + m->tp_rank;
-  const int copy = aa_pp_unit0_is_copy(m->pp > 1 ? &m->pipe : NULL);
+  const int copy = aa_pp_unit0_is_copy(m->pp > 1 ? &m->pipe : NULL, &m->arch);
   size_t most = 0;
   for (int u = 0; u < U; u++) {
     size_t off, n;
@@ -968,7 +968,7 @@ static int write_shard(const char *file, const aa_gpt_t *m, const aa_zero_t *z, 
     for (int c = 0; c < m->pipe.vpp; c++)
       h.chunk_lo[c] = (uint32_t)m->pipe.lo[c];
   }
-  const int copy = aa_pp_unit0_is_copy(m->pp > 1 ? &m->pipe : NULL);
+  const int copy = aa_pp_unit0_is_copy(m->pp > 1 ? &m->pipe : NULL, &m->arch);
   int k = 0;
   for (int which = 0; which < 3; which++) {
     for (int u = copy ? 1 : 0; u < U; u++) {

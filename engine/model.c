@@ -147,7 +147,45 @@ static void add_tensor(table_t *tb, const char *name, int layer, int d0, int d1,
   *g += t->gnumel;
 }
 
-int aa_gpt_n_tensors(const aa_arch_t *a) { return 2 + a->n_layer * AA_TENSORS_PER_LAYER + 2; }
+/* Tensors before the first block (gpt2: wte, wpe; llama: wte) and per block. */
+static int n_pre(const aa_arch_t *a) { return aa_arch_is_llama(a) ? 1 : 2; }
+static int per_layer(const aa_arch_t *a) {
+  return aa_arch_is_llama(a) ? AA_LLAMA_TENSORS_PER_LAYER : AA_TENSORS_PER_LAYER;
+}
+
+int aa_gpt_n_tensors(const aa_arch_t *a) { return n_pre(a) + a->n_layer * per_layer(a) + 2; }
+
+/* llama's blocks: ln1.w, q.w, k.w, v.w (q|k|v contiguous: one GEMM makes
+ * a token's q, k and v), proj.w, ln2.w, gate.w, up.w (contiguous: one
+ * GEMM makes [gate | up]), down.w; and after them lnf.w, head.w. The
+ * column-parallel q, k, v, gate and up split their rows (heads, kv heads,
+ * MLP columns), the row-parallel proj and down their columns, the head its
+ * vocabulary rows as wte does. */
+static void llama_table(table_t *tb, const aa_arch_t *a, const aa_tp_dims_t *d, int r, int vlo, int vvalid) {
+  const int C = d->C, Cl = d->Cl, F = d->F, GF = a->d_ff, KVl = d->KVl, GKV = d->KVl * d->tp;
+  char n[32];
+  add_tensor(tb, "wte", -1, d->Vl, C, a->vocab_size, C, ROWS, vlo, vvalid);
+  for (int l = 0; l < a->n_layer; l++) {
+    static const char *names[AA_LLAMA_TENSORS_PER_LAYER] = {"ln1.w", "q.w",  "k.w",  "v.w",   "proj.w",
+                                                            "ln2.w", "gate.w", "up.w", "down.w"};
+    const struct {
+      int d0, d1, g0, g1;
+      split_t split;
+      int lo, rows;
+    } t[AA_LLAMA_TENSORS_PER_LAYER] = {
+        {C, 0, C, 0, WHOLE, 0, 0},          {Cl, C, C, C, ROWS, r * Cl, Cl},
+        {KVl, C, GKV, C, ROWS, r * KVl, KVl}, {KVl, C, GKV, C, ROWS, r * KVl, KVl},
+        {C, Cl, C, C, COLS, r * Cl, 0},     {C, 0, C, 0, WHOLE, 0, 0},
+        {F, C, GF, C, ROWS, r * F, F},      {F, C, GF, C, ROWS, r * F, F},
+        {C, F, C, GF, COLS, r * F, 0}};
+    for (int i = 0; i < AA_LLAMA_TENSORS_PER_LAYER; i++) {
+      snprintf(n, sizeof n, "h%d.%s", l, names[i]);
+      add_tensor(tb, n, l, t[i].d0, t[i].d1, t[i].g0, t[i].g1, t[i].split, t[i].lo, t[i].rows);
+    }
+  }
+  add_tensor(tb, "lnf.w", -1, C, 0, C, 0, WHOLE, 0, 0);
+  add_tensor(tb, "head.w", -1, d->Vl, C, a->vocab_size, C, ROWS, vlo, vvalid);
+}
 
 void aa_gpt_tensor_table(const aa_arch_t *a, int tp, int r, aa_tensor_desc_t *out) {
   aa_gpt_tensor_table_pp(a, tp, r, NULL, out);
@@ -161,6 +199,10 @@ void aa_gpt_tensor_table_pp(const aa_arch_t *a, int tp, int r, const aa_pp_place
   const int C = d->C, Cl = d->Cl, F = d->F, GF = a->d_ff;
   table_t tb = {.out = out};
   char n[32];
+  if (d->llama) {
+    llama_table(&tb, a, d, r, vlo, vvalid);
+    goto placed;
+  }
   add_tensor(&tb, "wte", -1, d->Vl, C, a->vocab_size, C, ROWS, vlo, vvalid);
   add_tensor(&tb, "wpe", -1, a->seq_len, C, a->seq_len, C, WHOLE, 0, 0);
   for (int l = 0; l < a->n_layer; l++) {
@@ -185,13 +227,14 @@ void aa_gpt_tensor_table_pp(const aa_arch_t *a, int tp, int r, const aa_pp_place
   }
   add_tensor(&tb, "lnf.w", -1, C, 0, C, 0, WHOLE, 0, 0);
   add_tensor(&tb, "lnf.b", -1, C, 0, C, 0, WHOLE, 0, 0);
+placed:
   for (int i = 0; i < tb.n; i++)
-    out[i].unit = out[i].layer >= 0 ? AA_GPT_UNIT_BLOCK(out[i].layer) : i < 2 ? 0 : aa_sizes_units(a) - 1;
+    out[i].unit = out[i].layer >= 0 ? AA_GPT_UNIT_BLOCK(out[i].layer) : i < n_pre(a) ? 0 : aa_sizes_units(a) - 1;
   /* A pipeline rank's buffer: only its units, back to back. */
   size_t local = 0;
   for (int i = 0; i < tb.n; i++) {
     aa_tensor_desc_t *t = &out[i];
-    t->copy = t->unit == 0 && aa_pp_unit0_is_copy(pp);
+    t->copy = t->unit == 0 && aa_pp_unit0_is_copy(pp, a);
     if (!aa_pp_holds_unit(pp, a, t->unit)) {
       t->numel = 0;
       t->shape[0] = t->shape[1] = 0;
@@ -202,9 +245,24 @@ void aa_gpt_tensor_table_pp(const aa_arch_t *a, int tp, int r, const aa_pp_place
   }
 }
 
-/* Index of tensor k (0..11) of layer l. */
-static int lt(int l, int k) { return 2 + l * AA_TENSORS_PER_LAYER + k; }
+/* A block's tensors by role (gpt2's order); llama has no biases, its
+ * QKVW is q.w (k.w and v.w follow it), FCW gate.w (up.w follows) and
+ * FCPROJW down.w. */
 enum { LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB };
+static const int llama_role[AA_TENSORS_PER_LAYER] = {0, -1, 1, -1, 4, -1, 5, -1, 6, -1, 8, -1};
+/* Index of block l's first tensor, and of its tensor of role k (-1: the
+ * family has none). */
+static int l0(const aa_arch_t *a, int l) { return n_pre(a) + l * per_layer(a); }
+static int lt(const aa_arch_t *a, int l, int k) {
+  if (!aa_arch_is_llama(a)) return l0(a, l) + k;
+  return llama_role[k] < 0 ? -1 : l0(a, l) + llama_role[k];
+}
+/* Role k of block l within the block's unit-relative buffer w (weights or
+ * gradients); NULL where the family has no such tensor (a bias). */
+static float *role_at(const aa_gpt_t *m, float *w, int l, int k) {
+  int i = lt(&m->arch, l, k);
+  return i < 0 ? NULL : w + (m->tensors[i].offset - m->tensors[l0(&m->arch, l)].offset);
+}
 
 static int block_full(const aa_gpt_opts_t *o, int l) { return aa_sizes_block_full(o->ckpt, o->ckpt_layers, l); }
 
@@ -348,9 +406,11 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   if (opts->amp != AA_F32 && opts->amp != AA_BF16 && opts->amp != AA_F16)
     return aa_error(AA_EINVAL, "unknown amp dtype %d", (int)opts->amp);
   int tp = opts->tensor ? aa_comm_world(opts->tensor) : 1;
-  if (arch->n_head % tp || arch->d_ff % tp)
-    return aa_error(AA_EINVAL, "tensor parallel degree %d must divide n_head %d and d_ff %d", tp, arch->n_head,
-                    arch->d_ff);
+  if (arch->n_head % tp || arch->d_ff % tp || aa_arch_kv_heads(arch) % tp)
+    return aa_error(AA_EINVAL, "tensor parallel degree %d must divide n_head %d, d_ff %d and n_kv_head %d", tp,
+                    arch->n_head, arch->d_ff, aa_arch_kv_heads(arch));
+  if (aa_arch_is_llama(arch) && !ops->rmsnorm_forward)
+    return aa_error(AA_EINVAL, "the %s backend has no llama kernels yet", ops->name);
   if (opts->sp && tp > 1 && ((long long)B * T) % tp)
     return aa_error(AA_EINVAL, "sequence parallelism splits %d x %d tokens between %d tensor ranks: %d must divide %lld",
                     B, T, tp, tp, (long long)B * T);
@@ -472,8 +532,9 @@ int aa_gpt_n_units(const aa_gpt_t *m) { return aa_sizes_units(&m->arch); }
 
 void aa_gpt_unit(const aa_gpt_t *m, int u, size_t *offset, size_t *numel) {
   int L = m->arch.n_layer;
-  size_t a = u == 0 ? 0 : u <= L ? m->tensors[lt(u - 1, 0)].offset : m->tensors[m->n_tensors - 2].offset;
-  size_t b = u == 0 ? m->tensors[2].offset : u < L ? m->tensors[lt(u, 0)].offset
+  const aa_arch_t *ar = &m->arch;
+  size_t a = u == 0 ? 0 : u <= L ? m->tensors[l0(ar, u - 1)].offset : m->tensors[m->n_tensors - 2].offset;
+  size_t b = u == 0 ? m->tensors[l0(ar, 0)].offset : u < L ? m->tensors[l0(ar, u)].offset
              : u == L ? m->tensors[m->n_tensors - 2].offset : m->n_params;
   *offset = a;
   *numel = b - a;
@@ -507,10 +568,11 @@ int aa_gpt_init_weights_to(const aa_gpt_t *m, uint64_t seed, aa_gpt_put_fn put, 
     const aa_tensor_desc_t *t = &m->tensors[i];
     const char *kind = strchr(t->name, '.') ? strchr(t->name, '.') + 1 : t->name;
     if (t->ndim == 2) {
-      float std = (!strcmp(kind, "proj.w") || !strcmp(kind, "fcproj.w")) ? resid_std : 0.02f;
+      float std = (!strcmp(kind, "proj.w") || !strcmp(kind, "fcproj.w") || !strcmp(kind, "down.w")) ? resid_std
+                                                                                                    : 0.02f;
       for (size_t j = 0; j < t->gnumel; j++) p[j] = std * aa_rng_normal(&rng);
     } else {
-      /* LayerNorm gains start at 1; biases (including LayerNorm's) at 0. */
+      /* LayerNorm and RMSNorm gains start at 1; biases (including LayerNorm's) at 0. */
       float v = (!strcmp(kind, "ln1.w") || !strcmp(kind, "ln2.w") || !strcmp(t->name, "lnf.w")) ? 1.0f : 0.0f;
       for (size_t j = 0; j < t->gnumel; j++) p[j] = v;
     }
@@ -555,31 +617,38 @@ static int grads_done(aa_gpt_t *m, int u) {
  * widened from the 16-bit copy into the workspace, unless the hooks
  * provide them. */
 static int block_weights(aa_gpt_t *m, int l, float **w) {
-  const aa_tensor_desc_t *t0 = &m->tensors[lt(l, 0)], *t1 = &m->tensors[lt(l, AA_TENSORS_PER_LAYER - 1)];
+  const aa_tensor_desc_t *t0 = &m->tensors[l0(&m->arch, l)], *t1 = &m->tensors[l0(&m->arch, l + 1) - 1];
   if (m->opts.amp == AA_F32 || (m->hooks && m->hooks->params)) return unit_params(m, AA_GPT_UNIT_BLOCK(l), w);
   m->ops->cast_to_f32(m->acts->wblock, (const uint16_t *)m->params16.data + t0->offset, m->opts.amp,
                       t1->offset + t1->numel - t0->offset);
   *w = m->acts->wblock;
   return 0;
 }
-#define WK(k) (w + (m->tensors[lt(l, k)].offset - m->tensors[lt(l, 0)].offset))
+#define WK(k) role_at(m, (float *)w, l, k)
 
-/* fp32 views of wte (V,C), wpe (T,C) and lnf weight/bias. Under amp they
+/* fp32 views of wte (V,C), wpe (T,C), lnf weight/bias and the head (gpt2:
+ * wte; llama: head.w, with no wpe and no lnf bias: NULL). Under amp they
  * are widened into the workspace when the 16-bit copy is refreshed, and
  * stay there for every forward and backward until the next refresh (the
  * micro-batches of a step and validation batches reuse them). */
 typedef struct {
-  float *wte, *wpe, *lnfw, *lnfb;
+  float *wte, *wpe, *lnfw, *lnfb, *head;
 } outer_weights_t;
+
+static outer_weights_t outer_views(const aa_gpt_t *m, float *pre, float *post) {
+  const int C = m->arch.d_model;
+  if (m->d.llama) return (outer_weights_t){pre, NULL, post, NULL, post + C};
+  return (outer_weights_t){pre, pre + m->tensors[1].offset, post, post + C, pre};
+}
 
 static int outer_weights(aa_gpt_t *m, int widen, outer_weights_t *ow) {
   int lnf = m->n_tensors - 2, rc;
-  size_t pre = m->tensors[2].offset, post = m->tensors[lnf].offset;
+  size_t pre = m->tensors[l0(&m->arch, 0)].offset, post = m->tensors[lnf].offset;
   float *a = m->acts->wpre, *b = m->acts->wpost;
   if (m->opts.amp == AA_F32 || (m->hooks && m->hooks->params)) {
     if ((rc = unit_params(m, 0, &a)) || (rc = unit_params(m, m->arch.n_layer + 1, &b)))
       return rc;
-    *ow = (outer_weights_t){a, a + m->tensors[1].offset, b, b + m->arch.d_model};
+    *ow = outer_views(m, a, b);
     return 0;
   }
   if (widen) {
@@ -588,7 +657,7 @@ static int outer_weights(aa_gpt_t *m, int widen, outer_weights_t *ow) {
     if (pre) m->ops->cast_to_f32(a, h, m->opts.amp, pre);
     if (m->n_params > post) m->ops->cast_to_f32(b, h + post, m->opts.amp, m->n_params - post);
   }
-  *ow = (outer_weights_t){a, a + m->tensors[1].offset, b, b + m->arch.d_model};
+  *ow = outer_views(m, a, b);
   return 0;
 }
 
@@ -671,6 +740,26 @@ int aa_gpt_tensor_sum(aa_gpt_t *m, float *x, int n) {
 
 /* --- forward and backward ---------------------------------------------------------------- */
 
+/* The block's normalisation: LayerNorm (gpt2; mean and rstd kept) or
+ * RMSNorm (llama; rstd kept, no bias), and their backward (weight and
+ * bias gradients into g, g + C). */
+static void norm_forward(const aa_gpt_t *m, float *out, float *mean, float *rstd, const float *x, const float *w,
+                         const float *b, int N) {
+  if (m->d.llama) m->ops->rmsnorm_forward(out, rstd, x, w, N, m->d.C, m->arch.norm_eps);
+  else m->ops->layernorm_forward(out, mean, rstd, x, w, b, N, m->d.C);
+}
+static void norm_backward(const aa_gpt_t *m, float *dx, float *g, const float *dout, const float *x, const float *w,
+                          const float *mean, const float *rstd, int N) {
+  if (m->d.llama) m->ops->rmsnorm_backward(dx, g, dout, x, w, rstd, N, m->d.C);
+  else m->ops->layernorm_backward(dx, g, g + m->d.C, dout, x, w, mean, rstd, N, m->d.C);
+}
+/* The MLP's activation: GELU of fc's output (gpt2) or SwiGLU of [gate |
+ * up] (llama), (N, FH) -> (N, F). */
+static void act_forward(const aa_gpt_t *m, float *out, const float *in, size_t N) {
+  if (m->d.llama) m->ops->swiglu_forward(out, in, (int)N, m->d.F);
+  else m->ops->gelu_forward(out, in, N * (size_t)m->d.F);
+}
+
 /* Block l's forward from x (the rank's Ns tokens of the residual stream)
  * with weights w into the view v. Under amp every output is rounded before
  * use; with keep set the kept fields also go to the block's 16-bit store
@@ -687,12 +776,21 @@ static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, blo
   const float *in;
   int rc;
 #define OUT(k, n) rnd(m, keep ? s->f[k] : NULL, f[k], (n))
-  op->layernorm_forward(f[F_LN1], st + S_LN1M * Ns, st + S_LN1R * Ns, x, WK(LN1W), WK(LN1B), Ns, C);
+  norm_forward(m, f[F_LN1], st + S_LN1M * Ns, st + S_LN1R * Ns, x, WK(LN1W), WK(LN1B), Ns);
   OUT(F_LN1, NsC);
   if ((rc = column_input(m, f[F_LN1], &in))) return rc;
-  op->matmul_forward(f[F_QKV], in, WK(QKVW), WK(QKVB), N, C, 3 * Cl);
-  OUT(F_QKV, 3 * NCl);
-  op->attention_forward(f[F_ATTY], LSE(st, Ns), f[F_QKV], B, T, Cl, NH);
+  op->matmul_forward(f[F_QKV], in, WK(QKVW), WK(QKVB), N, C, m->d.QKV);
+  if (m->d.llama) {
+    /* q and k rotated by position (the whole sequence is here: column
+     * inputs are gathered under sequence parallelism). */
+    rnd(m, NULL, f[F_QKV], (size_t)N * m->d.QKV);
+    op->rope_forward(f[F_QKV], B, T, NH, m->d.NKV, m->d.HS, 0, m->arch.rope_theta);
+    OUT(F_QKV, (size_t)N * m->d.QKV);
+    op->attention_gqa_forward(f[F_ATTY], LSE(st, Ns), f[F_QKV], B, T, NH, m->d.NKV, m->d.HS);
+  } else {
+    OUT(F_QKV, 3 * NCl);
+    op->attention_forward(f[F_ATTY], LSE(st, Ns), f[F_QKV], B, T, Cl, NH);
+  }
   OUT(F_ATTY, NCl);
   /* The projection output goes straight into res2, then x is added. */
   op->matmul_forward(row_output(m, f[F_RES2]), f[F_ATTY], WK(PROJW), bias ? WK(PROJB) : NULL, N, Cl, C);
@@ -700,12 +798,12 @@ static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, blo
   rnd(m, NULL, f[F_RES2], NsC);
   op->residual_forward(f[F_RES2], f[F_RES2], x, NsC);
   OUT(F_RES2, NsC);
-  op->layernorm_forward(f[F_LN2], st + S_LN2M * Ns, st + S_LN2R * Ns, f[F_RES2], WK(LN2W), WK(LN2B), Ns, C);
+  norm_forward(m, f[F_LN2], st + S_LN2M * Ns, st + S_LN2R * Ns, f[F_RES2], WK(LN2W), WK(LN2B), Ns);
   OUT(F_LN2, NsC);
   if ((rc = column_input(m, f[F_LN2], &in))) return rc;
-  op->matmul_forward(f[F_FCH], in, WK(FCW), WK(FCB), N, C, F);
-  OUT(F_FCH, NF_);
-  op->gelu_forward(f[F_FCHG], f[F_FCH], NF_);
+  op->matmul_forward(f[F_FCH], in, WK(FCW), WK(FCB), N, C, m->d.FH);
+  OUT(F_FCH, (size_t)N * m->d.FH);
+  act_forward(m, f[F_FCHG], f[F_FCH], (size_t)N);
   OUT(F_FCHG, NF_);
   op->matmul_forward(row_output(m, f[F_RES3]), f[F_FCHG], WK(FCPROJW), bias ? WK(FCPROJB) : NULL, N, F, C);
   if ((rc = row_reduce(m, f[F_RES3]))) return rc;
@@ -748,7 +846,7 @@ static int block_restore(aa_gpt_t *m, int l, const float *x, const float *w, blo
       if (f != F_RES3 && s->f[f]) op->cast_to_f32(v->f[f], s->f[f], m->opts.amp, field_numel(m, f));
   if (!s->f[F_FCHG]) {
     size_t n = field_numel(m, F_FCHG);
-    op->gelu_forward(v->f[F_FCHG], v->f[F_FCH], n);
+    act_forward(m, v->f[F_FCHG], v->f[F_FCH], (size_t)m->B * m->T);
     rnd(m, NULL, v->f[F_FCHG], n);
   }
   return 0;
@@ -801,7 +899,9 @@ static int sum_ln_grads(aa_gpt_t *m, float *g[], int n) {
   size_t C2 = 2 * (size_t)m->d.C;
   int rc = tp_all_reduce(m, m->acts->lngrad, (size_t)n * C2);
   if (rc) return aa_error_wrap(rc, "summing the LayerNorm gradients");
-  for (int k = 0; k < n; k++) m->ops->accumulate(g[k], m->acts->lngrad + k * C2, C2);
+  /* RMSNorm has a weight only: its bias half stays 0 and is not added. */
+  const size_t own = m->d.llama ? (size_t)m->d.C : C2;
+  for (int k = 0; k < n; k++) m->ops->accumulate(g[k], m->acts->lngrad + k * C2, own);
   return 0;
 }
 
@@ -865,11 +965,11 @@ static int head_forward(aa_gpt_t *m, const outer_weights_t *ow, const float *x, 
   aa_acts_t *a = m->acts;
   const int N = m->B * m->T, Ns = stream_tokens(m), C = m->d.C;
   int rc;
-  op->layernorm_forward(a->lnf, a->lnf_stats, a->lnf_stats + Ns, x, ow->lnfw, ow->lnfb, Ns, C);
+  norm_forward(m, a->lnf, a->lnf_stats, a->lnf_stats + Ns, x, ow->lnfw, ow->lnfb, Ns);
   rnd(m, NULL, a->lnf, (size_t)Ns * C);
   const float *in;
   if ((rc = column_input(m, a->lnf, &in))) return rc;
-  op->matmul_forward(a->logits, in, ow->wte, NULL, N, C, m->d.Vl);
+  op->matmul_forward(a->logits, in, ow->head, NULL, N, C, m->d.Vl);
   a->have_targets = 0;
   if (!targets) return (rc = op->sync()) ? rc : charge_scratch(m);
   if ((rc = loss_forward(m)) || (rc = op->download(a->host_losses, a->losses, sizeof(float) * N)) ||
@@ -923,12 +1023,13 @@ static int head_backward(aa_gpt_t *m, const outer_weights_t *ow, float *g_wte, f
   a->have_targets = 0; /* the probabilities are gone now */
   if ((rc = column_input(m, a->lnf, &in))) return rc;
   op->memset0(row_output(m, a->dln), NC * sizeof(float));
-  op->matmul_backward(row_output(m, a->dln), g_wte, NULL, a->logits, in, ow->wte, N, C, Vl);
+  /* gpt2's head is wte (unit 0's gradient); llama's is head.w, after lnf.w. */
+  float *g_head = m->d.llama ? g_lnf + C : g_wte;
+  op->matmul_backward(row_output(m, a->dln), g_head, NULL, a->logits, in, ow->head, N, C, Vl);
   if ((rc = column_input_grad(m))) return rc;
   op->memset0(a->dres, NsC * sizeof(float));
   float *glnf = ln_grads(m, g_lnf, 0);
-  op->layernorm_backward(a->dres, glnf, glnf + C, a->dln, block_input(m, L), ow->lnfw, a->lnf_stats,
-                         a->lnf_stats + Ns, Ns, C);
+  norm_backward(m, a->dres, glnf, a->dln, block_input(m, L), ow->lnfw, a->lnf_stats, a->lnf_stats + Ns, Ns);
   rnd(m, NULL, a->dres, NsC);
   if ((rc = sum_ln_grads(m, (float *[]){g_lnf}, 1))) return rc;
   return grads_done(m, L + 1);
@@ -951,7 +1052,7 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
     const float *x = block_input(m, l);
     if ((rc = block_restore(m, l, x, w, &v))) return rc;
     float **f = v.f, *st = v.stats;
-#define G(k) (gb + (m->tensors[lt(l, k)].offset - m->tensors[lt(l, 0)].offset))
+#define G(k) role_at(m, gb, l, k)
     /* dres holds d(block output); the residual passes it through unchanged
      * to res2, and each branch's input gradient is accumulated onto it. A
      * row-parallel layer reads the whole output gradient. */
@@ -959,31 +1060,39 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
     op->memset0(a->dfch_gelu, NF_ * sizeof(float));
     op->matmul_backward(a->dfch_gelu, G(FCPROJW), G(FCPROJB), dout, f[F_FCHG], WK(FCPROJW), N, F, C);
     rnd(m, NULL, a->dfch_gelu, NF_);
-    op->memset0(a->dfch, NF_ * sizeof(float));
-    op->gelu_backward(a->dfch, f[F_FCH], a->dfch_gelu, NF_);
-    rnd(m, NULL, a->dfch, NF_);
+    const size_t NFH = (size_t)N * m->d.FH;
+    op->memset0(a->dfch, NFH * sizeof(float));
+    if (m->d.llama) op->swiglu_backward(a->dfch, f[F_FCH], a->dfch_gelu, N, F);
+    else op->gelu_backward(a->dfch, f[F_FCH], a->dfch_gelu, NF_);
+    rnd(m, NULL, a->dfch, NFH);
     if ((rc = column_input(m, f[F_LN2], &in))) return rc;
     op->memset0(row_output(m, a->dln), NC * sizeof(float));
-    op->matmul_backward(row_output(m, a->dln), G(FCW), G(FCB), a->dfch, in, WK(FCW), N, C, F);
+    op->matmul_backward(row_output(m, a->dln), G(FCW), G(FCB), a->dfch, in, WK(FCW), N, C, m->d.FH);
     if ((rc = column_input_grad(m))) return rc;
     float *gln2 = ln_grads(m, G(LN2W), 0);
-    op->layernorm_backward(a->dres, gln2, gln2 + C, a->dln, f[F_RES2], WK(LN2W), st + S_LN2M * Ns,
-                           st + S_LN2R * Ns, Ns, C);
+    norm_backward(m, a->dres, gln2, a->dln, f[F_RES2], WK(LN2W), st + S_LN2M * Ns, st + S_LN2R * Ns, Ns);
     rnd(m, NULL, a->dres, NsC);
     if ((rc = column_input(m, a->dres, &dout))) return rc;
     op->memset0(a->datty, NCl * sizeof(float));
     op->matmul_backward(a->datty, G(PROJW), G(PROJB), dout, f[F_ATTY], WK(PROJW), N, Cl, C);
     rnd(m, NULL, a->datty, NCl);
-    op->memset0(a->dqkv, NCl * 3 * sizeof(float));
-    op->attention_backward(a->dqkv, a->datty, f[F_QKV], LSE(st, Ns), B, T, Cl, NH);
-    rnd(m, NULL, a->dqkv, 3 * NCl);
+    const size_t NQ = (size_t)N * m->d.QKV;
+    op->memset0(a->dqkv, NQ * sizeof(float));
+    if (m->d.llama) {
+      op->attention_gqa_backward(a->dqkv, a->datty, f[F_QKV], LSE(st, Ns), B, T, NH, m->d.NKV, m->d.HS);
+      rnd(m, NULL, a->dqkv, NQ);
+      /* Back through the rotation: the gradient of the unrotated q and k. */
+      op->rope_backward(a->dqkv, B, T, NH, m->d.NKV, m->d.HS, 0, m->arch.rope_theta);
+    } else {
+      op->attention_backward(a->dqkv, a->datty, f[F_QKV], LSE(st, Ns), B, T, Cl, NH);
+    }
+    rnd(m, NULL, a->dqkv, NQ);
     if ((rc = column_input(m, f[F_LN1], &in))) return rc;
     op->memset0(row_output(m, a->dln), NC * sizeof(float));
-    op->matmul_backward(row_output(m, a->dln), G(QKVW), G(QKVB), a->dqkv, in, WK(QKVW), N, C, 3 * Cl);
+    op->matmul_backward(row_output(m, a->dln), G(QKVW), G(QKVB), a->dqkv, in, WK(QKVW), N, C, m->d.QKV);
     if ((rc = column_input_grad(m))) return rc;
     float *gln1 = ln_grads(m, G(LN1W), 2 * C);
-    op->layernorm_backward(a->dres, gln1, gln1 + C, a->dln, x, WK(LN1W), st + S_LN1M * Ns, st + S_LN1R * Ns, Ns,
-                           C);
+    norm_backward(m, a->dres, gln1, a->dln, x, WK(LN1W), st + S_LN1M * Ns, st + S_LN1R * Ns, Ns);
     rnd(m, NULL, a->dres, NsC);
     if ((rc = sum_ln_grads(m, (float *[]){G(LN2W), G(LN1W)}, 2))) return rc;
 #undef G
@@ -1000,8 +1109,8 @@ static int embed_backward(aa_gpt_t *m, float *g_wte) {
   const float *dout;
   int rc;
   if ((rc = column_input(m, a->dres, &dout))) return rc;
-  m->ops->encoder_backward_vocab(g_wte, g_wte + m->tensors[1].offset, dout, a->inputs, m->vocab_lo, m->vocab_valid,
-                                 m->B, m->T, m->d.C);
+  float *g_wpe = m->d.llama ? NULL : g_wte + m->tensors[1].offset; /* llama: no position table */
+  m->ops->encoder_backward_vocab(g_wte, g_wpe, dout, a->inputs, m->vocab_lo, m->vocab_valid, m->B, m->T, m->d.C);
   if ((rc = m->ops->sync()) || (rc = charge_scratch(m))) return rc;
   return grads_done(m, 0);
 }
@@ -1092,9 +1201,9 @@ int aa_gpt_stage_forward(aa_gpt_t *m, int c, int slot, int in, const int32_t *in
   if (!train) return 0;
   /* The head's backward now, into the slot's stash (the gradient of the
    * last block's output), which the chunk's backward starts from. */
-  float *g_wte;
+  float *g_wte = NULL; /* llama's last stage holds no wte: its head is head.w */
   a->dres = a->stash;
-  rc = unit_grads(m, 0, &g_wte);
+  if (!m->d.llama) rc = unit_grads(m, 0, &g_wte);
   if (!rc) rc = head_backward(m, &ow, g_wte, grad_scale);
   a->dres = a->dres_ws;
   if (!rc) rc = op->sync();

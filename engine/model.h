@@ -1,4 +1,4 @@
-/* GPT-2-style decoder on the backend op table.
+/* GPT-2-style decoder on the backend op table, and the llama family.
  *
  * Parameters, gradients and optimizer state each live in one flat buffer;
  * a table of tensor descriptors gives each tensor's offset. The layout is
@@ -13,6 +13,27 @@
  *
  * The output projection is tied to wte. Loss is the mean token
  * cross-entropy.
+ *
+ * The llama family (spec.h aa_arch_is_llama) is the same machinery with
+ * other tensors and ops: RMSNorm (weight only, arch.norm_eps) for both
+ * norms and the final one, q|k|v with n_kv_head key/value heads
+ * (grouped-query attention) and rotary position embeddings applied to q
+ * and k after the projection (HF's rotate_half, arch.rope_theta), a SwiGLU
+ * MLP ([gate | up] from one GEMM, down back), no biases, no position
+ * table and an untied head:
+ *
+ *   wte (V,C) |
+ *   for each layer l:
+ *     ln1.w (C) | q.w (NH hs,C) | k.w (NKV hs,C) | v.w (NKV hs,C) | proj.w (C,C) |
+ *     ln2.w (C) | gate.w (F,C) | up.w (F,C) | down.w (C,F)
+ *   lnf.w (C) | head.w (V,C)
+ *
+ * Its last unit is lnf.w|head.w, so a last pipeline stage holds no copy
+ * of wte and there is no embedding group. Tensor parallelism splits the
+ * key/value heads as it splits the query heads: t must divide n_kv_head
+ * (kv heads are not replicated across tensor ranks); head.w is
+ * vocabulary-parallel like wte. Checkpointing "selective" drops the SwiGLU
+ * output (recomputed from [gate | up]).
  *
  * Mixed precision (opts.amp = bf16/fp16): the forward computes each op in
  * fp32 and rounds its output to the 16-bit type before anything consumes it,
@@ -86,7 +107,8 @@
 #include "../strategies/sizes.h"
 #include "../strategies/strategy.h"
 
-#define AA_TENSORS_PER_LAYER 12
+#define AA_TENSORS_PER_LAYER 12      /* gpt2 */
+#define AA_LLAMA_TENSORS_PER_LAYER 9 /* llama */
 
 typedef struct aa_tensor_desc {
   char name[32]; /* "wte", "h3.qkv.w", "lnf.b", ... */

@@ -249,8 +249,9 @@ static int setup(trainer_t *t) {
     if ((rc = aa_pp_place(&s->arch, &t->strat, t->accum, t->stage, &t->place)) ||
         (rc = aa_pp_plan(t->strat.schedule, t->pp, t->place.vpp, t->accum, &t->plan)))
       return rc;
-    /* Megatron's embedding group: the stages holding wte|wpe. */
-    int holds = t->stage == 0 || t->stage == t->pp - 1;
+    /* Megatron's embedding group: the stages holding wte|wpe (gpt2's tied
+     * head; llama's head is its own, and only the first stage holds wte). */
+    int holds = !aa_arch_is_llama(&s->arch) && (t->stage == 0 || t->stage == t->pp - 1);
     if ((rc = aa_comm_split(pg, holds ? 0 : -1, t->stage, &t->embed)))
       return aa_error_wrap(rc, "the embedding group");
     t->step_inputs = malloc(sizeof(int32_t) * B * T * t->accum);

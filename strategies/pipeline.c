@@ -147,12 +147,14 @@ int aa_pp_chunk_of(const aa_pp_place_t *p, int l) {
 
 int aa_pp_holds_unit(const aa_pp_place_t *p, const aa_arch_t *a, int u) {
   if (!p || p->pp <= 1) return 1;
-  if (u == 0) return p->first || p->last;
+  if (u == 0) return p->first || (p->last && !aa_arch_is_llama(a)); /* gpt2's last stage: the tied head */
   if (u == a->n_layer + 1) return p->last;
   return aa_pp_chunk_of(p, u - 1) >= 0;
 }
 
-int aa_pp_unit0_is_copy(const aa_pp_place_t *p) { return p && p->pp > 1 && p->last && !p->first; }
+int aa_pp_unit0_is_copy(const aa_pp_place_t *p, const aa_arch_t *a) {
+  return p && p->pp > 1 && p->last && !p->first && !aa_arch_is_llama(a);
+}
 
 double aa_pp_bubble(aa_pp_schedule_t sched, int pp, int vpp, int m) {
   if (pp <= 1 || m < 1) return 0;

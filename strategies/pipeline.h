@@ -66,14 +66,16 @@ int aa_pp_place(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, aa
 int aa_pp_chunk_of(const aa_pp_place_t *p, int l);
 
 /* Whether p holds parameter unit u (sizes.h: 0 wte|wpe, 1 + l block l,
- * n_layer + 1 the final LayerNorm). NULL p holds everything. */
+ * n_layer + 1 the final LayerNorm, and llama's head). NULL p holds
+ * everything. llama's unit 0 is the first stage's only (its head is
+ * untied). */
 int aa_pp_holds_unit(const aa_pp_place_t *p, const aa_arch_t *a, int u);
 
 /* Whether p's unit 0 is the head's copy of wte|wpe (held by the last
- * stage only for the tied head, pp > 1): counted once, on the first
+ * stage only for gpt2's tied head, pp > 1): counted once, on the first
  * stage, wherever the model is counted whole (the gradient norm, a
  * checkpoint). */
-int aa_pp_unit0_is_copy(const aa_pp_place_t *p);
+int aa_pp_unit0_is_copy(const aa_pp_place_t *p, const aa_arch_t *a);
 
 typedef enum {
   AA_PP_RECV_ACT,  /* receive micro-batch mb's input of chunk into input buffer in */

@@ -10,6 +10,12 @@ void aa_sizes_tp(const aa_arch_t *a, int tp, aa_tp_dims_t *d) {
   if (tp < 1) tp = 1;
   *d = (aa_tp_dims_t){.tp = tp, .C = a->d_model, .NH = a->n_head / tp, .Cl = a->d_model / tp,
                       .F = a->d_ff / tp, .V = a->vocab_size, .Vl = (a->vocab_size + tp - 1) / tp};
+  d->llama = aa_arch_is_llama(a);
+  d->HS = a->d_model / a->n_head;
+  d->NKV = aa_arch_kv_heads(a) / tp;
+  d->KVl = d->NKV * d->HS;
+  d->QKV = d->Cl + 2 * d->KVl;
+  d->FH = d->llama ? 2 * d->F : d->F;
 }
 
 void aa_sizes_vocab_rows(const aa_arch_t *a, int tp, int r, int *lo, int *valid) {
@@ -28,14 +34,18 @@ int aa_sizes_units(const aa_arch_t *a) { return a->n_layer + 2; }
  * biases whole. */
 static size_t block_numel(const aa_tp_dims_t *d) {
   const size_t C = (size_t)d->C, Cl = (size_t)d->Cl, F = (size_t)d->F;
+  /* llama: ln1 C, q|k|v QKV C, proj C Cl, ln2 C, gate|up 2 F C, down C F. */
+  if (d->llama) return 2 * C + (size_t)d->QKV * C + C * Cl + 3 * F * C;
   return 4 * C * Cl + 2 * F * C + 6 * C + 3 * Cl + F;
 }
 
 size_t aa_sizes_unit_numel(const aa_arch_t *a, int tp, int u) {
   aa_tp_dims_t d;
   aa_sizes_tp(a, tp, &d);
-  if (u == 0) return ((size_t)d.Vl + (size_t)a->seq_len) * (size_t)d.C;
-  return u <= a->n_layer ? block_numel(&d) : 2 * (size_t)d.C;
+  /* llama: wte alone (no position table); lnf.w and the untied head's slice. */
+  if (u == 0) return ((size_t)d.Vl + (d.llama ? 0 : (size_t)a->seq_len)) * (size_t)d.C;
+  if (u <= a->n_layer) return block_numel(&d);
+  return d.llama ? ((size_t)d.Vl + 1) * (size_t)d.C : 2 * (size_t)d.C;
 }
 
 size_t aa_sizes_params(const aa_arch_t *a, int tp) {
@@ -121,9 +131,9 @@ size_t aa_sizes_field_numel(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act
   aa_sizes_tp(a, sh->tp, &d);
   const size_t N = (size_t)sh->B * (size_t)sh->T, Ns = stream_tokens(sh);
   switch (f) {
-  case AA_ACT_QKV: return 3 * N * (size_t)d.Cl;
+  case AA_ACT_QKV: return N * (size_t)d.QKV;
   case AA_ACT_ATTY: return N * (size_t)d.Cl;
-  case AA_ACT_FCH:
+  case AA_ACT_FCH: return N * (size_t)d.FH;
   case AA_ACT_FCHG: return N * (size_t)d.F;
   default: return Ns * (size_t)d.C;
   }
@@ -233,15 +243,16 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     o->ws_res[1] = take(&ws, Ns * C * f4);
     o->wblock = take(&ws, block_numel(&d) * f4);
     if (aa_pp_holds_unit(pp, a, 0)) o->wpre = take(&ws, aa_sizes_unit_numel(a, d.tp, 0) * f4);
-    if (aa_pp_holds_unit(pp, a, a->n_layer + 1)) o->wpost = take(&ws, 2 * C * f4);
+    if (aa_pp_holds_unit(pp, a, a->n_layer + 1))
+      o->wpost = take(&ws, aa_sizes_unit_numel(a, d.tp, a->n_layer + 1) * f4);
   }
   if (any_full) o->ws_stats = take(&ws, stats);
   if (pp) o->send = take(&ws, Ns * C * es);
   o->dres = take(&ws, Ns * C * f4);
   o->dln = take(&ws, (sp ? Ns : N) * C * f4);
-  o->dqkv = take(&ws, 3 * N * Cl * f4);
+  o->dqkv = take(&ws, N * (size_t)d.QKV * f4);
   o->datty = take(&ws, N * Cl * f4);
-  o->dfch = take(&ws, N * F * f4);
+  o->dfch = take(&ws, N * (size_t)d.FH * f4);
   o->dfch_gelu = take(&ws, N * F * f4);
   if (tp) o->xent = take(&ws, ((size_t)d.tp + 1) * 3 * N * f4);
   if (tp || pp) o->scalars = take(&ws, 16 * f4);

@@ -42,9 +42,14 @@ typedef struct aa_tp_dims {
   int F;       /* the rank's MLP columns: d_ff / t */
   int V;       /* the whole vocabulary */
   int Vl;      /* rows of each rank's vocabulary slice: ceil(V / t) */
+  int llama;   /* the llama family (spec.h): no biases, RMSNorm, SwiGLU, untied head */
+  int HS;      /* head size d_model / n_head */
+  int NKV, KVl; /* the rank's key/value heads and their width: n_kv_head / t, that times HS (gpt2: NH, Cl) */
+  int QKV;     /* the width of the rank's q|k|v rows: Cl + 2 KVl (gpt2: 3 Cl) */
+  int FH;      /* the width of the MLP's first layer: F (gpt2), 2F (llama: gate|up) */
 } aa_tp_dims_t;
-/* a's dimensions on one of tp tensor ranks (tp must divide n_head and
- * d_ff, as aa_strategy_resolve checks). */
+/* a's dimensions on one of tp tensor ranks (tp must divide n_head, d_ff
+ * and, for llama, n_kv_head, as aa_strategy_resolve checks). */
 void aa_sizes_tp(const aa_arch_t *a, int tp, aa_tp_dims_t *d);
 /* The vocabulary rows [*lo, *lo + *valid) tensor rank r of tp holds, as
  * rows 0..valid-1 of its slice of Vl rows (valid may be 0). */

@@ -134,6 +134,11 @@ int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world
     return aa_error(AA_EINVAL,
                     "tensor parallel degree %d must divide d_ff %d (each rank holds d_ff / tp columns of the MLP)",
                     r.tp, a->d_ff);
+  if (aa_arch_kv_heads(a) % r.tp)
+    return aa_error(AA_EINVAL,
+                    "tensor parallel degree %d must divide n_kv_head %d (each rank holds n_kv_head / tp key/value "
+                    "heads; kv heads are not replicated)",
+                    r.tp, aa_arch_kv_heads(a));
   int bounds[AA_STRATEGY_STAGES_MAX + 1];
   if ((rc = aa_pp_bounds(a, &r, bounds))) return rc;
   if (gb % r.dp)

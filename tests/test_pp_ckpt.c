@@ -138,7 +138,7 @@ static int hop_rank(const char *rdv, int rank, const void *data) {
     fprintf(stderr, "  %s: the original: %s\n", label, aa_last_error());
     bad |= HOP_SETUP;
   } else {
-    if (held & AA_CKPT_HELD_UNIT0) bad |= aa_pp_unit0_is_copy(&place) ? HOP_COPY : HOP_VALUES;
+    if (held & AA_CKPT_HELD_UNIT0) bad |= aa_pp_unit0_is_copy(&place, &m->arch) ? HOP_COPY : HOP_VALUES;
     if (held & AA_CKPT_HELD_LATER) bad |= HOP_VALUES;
   }
   if (!aa_ckpt_test_same_state(&st, &orig_state) || z.opt.t != ORIG_T) bad |= HOP_STATE;
