@@ -67,6 +67,10 @@
  * (or 2 ranks of 2 chunks each) and tp 2 beside them. */
 #define PP_MODEL 2
 #define PP_MB 2 /* its micro-batch: 8 / 2 = 4 micro-batches a step */
+/* The llama tests' model: PP_MODEL's shape in the llama family, 4 query
+ * heads sharing 2 key/value heads (so tp 2 splits the kv heads), a SwiGLU
+ * MLP of 48 columns, untied head. */
+#define LLAMA_MODEL 3
 
 static char tmpdir[256], train_bin[512], val_bin[512];
 
@@ -74,13 +78,14 @@ static char tmpdir[256], train_bin[512], val_bin[512];
  * trained for `steps` steps (0: STEPS). */
 static void model_spec(aa_model_spec_t *s, int model, int steps) {
   char json[2048];
+  const char *llama = model == LLAMA_MODEL ? "\"family\": \"llama\", \"n_kv_head\": 2, " : "";
   snprintf(json, sizeof json,
-           "{\"name\": \"dp\", \"model\": {\"n_layer\": %d, \"n_head\": %d, \"d_model\": %d, \"d_ff\": 64, "
+           "{\"name\": \"dp\", \"model\": {%s\"n_layer\": %d, \"n_head\": %d, \"d_model\": %d, \"d_ff\": %d, "
            "\"seq_len\": 16, \"vocab_size\": %d}, \"train\": {\"global_batch\": 8, \"steps\": %d, \"lr\": 0.003, "
            "\"warmup_steps\": 2, \"eval_every\": 0, \"eval_batches\": 2, \"checkpoint_every\": 0, \"seed\": 7, "
            "\"grad_clip\": 1.0}, \"data\": {\"train\": \"%s\", \"val\": \"%s\"}}",
-           model == PP_MODEL ? 4 : 2, model ? 4 : 2, model ? 32 : 30, model ? 251 : 256,
-           steps ? steps : STEPS, train_bin, val_bin);
+           llama, model >= PP_MODEL ? 4 : 2, model ? 4 : 2, model ? 32 : 30, model == LLAMA_MODEL ? 48 : 64,
+           model ? 251 : 256, steps ? steps : STEPS, train_bin, val_bin);
   int rc = aa_spec_parse(s, json, NULL, "test");
   if (rc) fprintf(stderr, "spec: %s\n", aa_last_error());
   CHECK(rc == 0);
@@ -1015,6 +1020,54 @@ AA_TEST(pp2_with_amp_checkpointing_zero1_and_tensor_parallelism_matches_the_sing
   pp_equivalence((cfg_t){.dp = 1, .tp = 2, .sp = 1, .pp = 2}, REL_TOL, NULL);
 }
 
+/* The llama family against its own single process, at each parallel
+ * axis and the knobs that touch what llama changes: tensor parallelism
+ * splits the key/value heads (2 over tp 2) and [gate | up] as two row
+ * blocks, sequence parallelism sums the RMSNorm weight gradients over the
+ * group, a pipeline's last stage holds the untied head and no copy of wte
+ * (no embedding group), selective checkpointing recomputes SwiGLU, and
+ * amp rounds the rotated q and k. Tolerances as the gpt2 tests' (the file's
+ * head): the same reorderings of fp32 sums, nothing else. Every rank's
+ * bytes are held to the cost model's to the byte (equivalent_run). */
+static run_t llama_single[3];
+
+static void llama_equivalence(cfg_t c, double tol) {
+  run_t *ref = &llama_single[c.amp];
+  const int mb = c.micro_batch ? c.micro_batch : PP_MB;
+  if (isnan(ref->loss[1])) {
+    char out[32];
+    snprintf(out, sizeof out, "llama-single.%s", aa_dtype_name(c.amp));
+    cfg_t s = {.dp = 0, .model = LLAMA_MODEL, .steps = PP_STEPS, .micro_batch = PP_MB, .amp = c.amp, .out = out,
+               .kill_rank = -1};
+    run(&s, ref);
+    CHECK(all_ok(ref, 1) && !isnan(ref->loss[PP_STEPS]) && !isnan(ref->val_loss[0]));
+  }
+  char out[96];
+  snprintf(out, sizeof out, "llama.dp%d.tp%d%s.pp%d.%s%s.z%d.%s.ckpt-%s.mb%d", c.dp, c.tp ? c.tp : 1,
+           c.sp ? ".sp" : "", c.pp ? c.pp : 1, aa_pp_schedule_name(c.schedule), c.vpp > 1 ? "-v2" : "", c.zero,
+           aa_dtype_name(c.amp), aa_ckpt_mode_name(c.ckpt), mb);
+  c.model = LLAMA_MODEL;
+  c.steps = PP_STEPS;
+  c.micro_batch = mb;
+  run_t r;
+  double worst, worst_val;
+  aa_cost_mem_t cost;
+  equivalent_run(&c, out, ref, tol, &r, &worst, &worst_val, &cost);
+  fprintf(stderr, "  %s: max relative loss difference %.2e, val %.2e; %zu bytes on rank 0\n", out, worst, worst_val,
+          cost.total);
+}
+
+AA_TEST(llama_matches_its_single_process_at_tp_pp_dp_with_amp_checkpointing_and_zero) {
+  llama_equivalence((cfg_t){.dp = 1, .tp = 2}, REL_TOL);
+  llama_equivalence((cfg_t){.dp = 1, .tp = 2, .sp = 1, .ckpt = AA_CKPT_SELECTIVE}, REL_TOL);
+  llama_equivalence((cfg_t){.dp = 1, .pp = 2, .schedule = AA_SCHEDULE_1F1B}, REL_TOL);
+  llama_equivalence((cfg_t){.dp = 1, .pp = 2, .vpp = 2, .schedule = AA_SCHEDULE_INTERLEAVED, .ckpt = AA_CKPT_FULL},
+                    REL_TOL);
+  llama_equivalence((cfg_t){.dp = 2, .zero = 3, .micro_batch = 4}, REL_TOL);
+  llama_equivalence((cfg_t){.dp = 2, .tp = 2, .zero = 1}, REL_TOL);
+  llama_equivalence((cfg_t){.dp = 1, .tp = 2, .pp = 2, .amp = AA_BF16}, REL_TOL_AMP);
+}
+
 /* 3D: 8 ranks on this machine's 2 cores, the slowest run of the suite's
  * pipeline tests. */
 AA_TEST(dp2_x_tp2_x_pp2_on_8_ranks_matches_the_single_process) {
@@ -1280,7 +1333,7 @@ int main(void) {
     return 1;
   }
   for (int a = 0; a < 3; a++)
-    for (int i = 0; i <= MAX_STEPS; i++) single[a].loss[i] = tp_single[a].loss[i] = pp_single[a].loss[i] = NAN;
+    for (int i = 0; i <= MAX_STEPS; i++) single[a].loss[i] = tp_single[a].loss[i] = pp_single[a].loss[i] = llama_single[a].loss[i] = NAN;
   RUN(loader_skip_lands_where_reading_would_across_the_wrap);
   RUN(the_mesh_of_a_dp4_strategy_has_the_world_as_its_data_group);
   RUN(dp2_matches_single_process_losses_at_every_zero_stage);
@@ -1307,6 +1360,7 @@ int main(void) {
   RUN(uneven_and_parameter_balanced_partitions_match_the_single_process);
   RUN(pp2_with_amp_checkpointing_zero1_and_tensor_parallelism_matches_the_single_process);
   RUN(dp2_x_tp2_x_pp2_on_8_ranks_matches_the_single_process);
+  RUN(llama_matches_its_single_process_at_tp_pp_dp_with_amp_checkpointing_and_zero);
   RUN(a_killed_stage_makes_every_other_rank_fail_within_10_s);
   RUN(a_killed_rank_makes_every_other_rank_fail_within_10_s);
   RUN(a_rank_that_fails_makes_every_other_rank_fail);
