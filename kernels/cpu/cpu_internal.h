@@ -107,4 +107,20 @@ void aa__cpu_cast_from_f32(void *dst, aa_dtype_t dtype, const float *src, size_t
 void aa__cpu_cast_to_f32(float *dst, const void *src, aa_dtype_t dtype, size_t n);
 void aa__cpu_round_store(void *dst, float *x, aa_dtype_t dtype, size_t n);
 
+/* The llama family, in cpu_llama.c. */
+void aa__cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
+                             float eps);
+void aa__cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                              const float *weight, const float *rstd, int N, int C);
+void aa__cpu_swiglu_forward(float *out, const float *inp, int N, int F);
+void aa__cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
+void aa__cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
+void aa__cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
+void aa__cpu_attention_gqa_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+                                   int HS);
+void aa__cpu_attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
+                                    int T, int NH, int NKV, int HS);
+void aa__cpu_attention_decode(float *out, float *kcache, float *vcache, const float *qkv, int B, int Tmax,
+                              int pos, int NH, int NKV, int HS);
+
 #endif

@@ -62,6 +62,15 @@ static const aa_ops_t cpu_ops = {
     .download = aa__cpu_copy,
     .sync = aa__cpu_sync,
     .scratch_bytes = cpu_scratch_bytes,
+    .rmsnorm_forward = aa__cpu_rmsnorm_forward,
+    .rmsnorm_backward = aa__cpu_rmsnorm_backward,
+    .swiglu_forward = aa__cpu_swiglu_forward,
+    .swiglu_backward = aa__cpu_swiglu_backward,
+    .rope_forward = aa__cpu_rope_forward,
+    .rope_backward = aa__cpu_rope_backward,
+    .attention_gqa_forward = aa__cpu_attention_gqa_forward,
+    .attention_gqa_backward = aa__cpu_attention_gqa_backward,
+    .attention_decode = aa__cpu_attention_decode,
 };
 
 const aa_ops_t *aa_ops_cpu(void) { return &cpu_ops; }
