@@ -19,6 +19,9 @@
  *    reductions over rows (LayerNorm backward): the sums run in a different
  *    order, so each output carries ~sqrt(K) ulps of the largest terms;
  *  - 1e-12 relative: sum_squares (double accumulation in fixed slices).
+ * The llama ops follow the same classes: RMSNorm and SwiGLU forward per
+ * element; their backwards, RoPE (fused multiply-adds), GQA attention and
+ * the decode step relative to max|ref|; the KV caches exact.
  * Measured maxima are printed for each check.
  *
  * Without a CUDA build or a GPU every test reports "skipped: no GPU: ..." and
@@ -872,6 +875,155 @@ AA_TEST(transformer_block_forward_backward_matches_cpu) {
   aa_cuda_free(dm);
 }
 
+/* ----------------------------------------------------------- llama family */
+
+AA_TEST(rmsnorm_matches_cpu) {
+  NEED_GPU();
+  const int N = 66, C = 48;
+  size_t nc = (size_t)N * C;
+  float *inp = frand(nc, -2, 3), *w = frand(C, 0.5f, 1.5f), *out = xmalloc(nc * 4), *rstd = xmalloc(N * 4);
+  float *dout = frand(nc, -1, 1), *dinp = frand(nc, -1, 1), *dw = frand(C, -1, 1), *dinp0 = fdup(dinp, nc);
+  float *d_inp = dput(inp, nc * 4), *d_w = dput(w, C * 4), *d_out = dput(out, nc * 4),
+        *d_rstd = dput(rstd, N * 4);
+  float *d_dout = dput(dout, nc * 4), *d_dinp = dput(dinp, nc * 4), *d_dw = dput(dw, C * 4);
+  cpu->rmsnorm_forward(out, rstd, inp, w, N, C, 1e-5f);
+  gpu->rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, 1e-5f);
+  float *g = dgetf(d_out, nc), *gr = dgetf(d_rstd, N);
+  CHECK_ELEM("rmsnorm_forward out", g, out, nc);
+  CHECK_ELEM("rmsnorm_forward rstd", gr, rstd, N);
+  dset(d_rstd, rstd, N * 4); /* backward from the CPU's statistics on both sides */
+  cpu->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+  gpu->rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C);
+  float *gdi = dgetf(d_dinp, nc), *gdw = dgetf(d_dw, C);
+  CHECK_GEMM("rmsnorm_backward dinp", gdi, dinp, nc);
+  CHECK_GEMM("rmsnorm_backward dweight", gdw, dw, C);
+  CHECK_DETERMINISTIC("rmsnorm_forward", d_out, out, nc * 4,
+                      gpu->rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, 1e-5f));
+  CHECK_DETERMINISTIC("rmsnorm_backward", d_dinp, dinp0, nc * 4,
+                      gpu->rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C));
+  free(g), free(gr), free(gdi), free(gdw), free(inp), free(w), free(out), free(rstd), free(dout), free(dinp);
+  free(dw), free(dinp0);
+  aa_cuda_free(d_inp), aa_cuda_free(d_w), aa_cuda_free(d_out), aa_cuda_free(d_rstd), aa_cuda_free(d_dout);
+  aa_cuda_free(d_dinp), aa_cuda_free(d_dw);
+}
+
+/* SwiGLU forward is a few fp32 ops per element (TOL_ELEM); the backward
+ * adds into a random gradient, where cancellation makes per-element error
+ * meaningless, so it is compared relative to max|ref|. */
+AA_TEST(swiglu_matches_cpu) {
+  NEED_GPU();
+  const int N = 33, F = 37;
+  size_t nf = (size_t)N * F;
+  float *inp = frand(2 * nf, -4, 4), *out = xmalloc(nf * 4), *dout = frand(nf, -1, 1);
+  float *dinp = frand(2 * nf, -1, 1), *dinp0 = fdup(dinp, 2 * nf);
+  float *d_inp = dput(inp, 2 * nf * 4), *d_out = dput(out, nf * 4), *d_dout = dput(dout, nf * 4);
+  float *d_dinp = dput(dinp, 2 * nf * 4);
+  cpu->swiglu_forward(out, inp, N, F);
+  gpu->swiglu_forward(d_out, d_inp, N, F);
+  float *g = dgetf(d_out, nf);
+  CHECK_ELEM("swiglu_forward", g, out, nf);
+  cpu->swiglu_backward(dinp, inp, dout, N, F);
+  gpu->swiglu_backward(d_dinp, d_inp, d_dout, N, F);
+  float *gd = dgetf(d_dinp, 2 * nf);
+  CHECK_GEMM("swiglu_backward", gd, dinp, 2 * nf);
+  CHECK_DETERMINISTIC("swiglu_backward", d_dinp, dinp0, 2 * nf * 4,
+                      gpu->swiglu_backward(d_dinp, d_inp, d_dout, N, F));
+  free(g), free(gd), free(inp), free(out), free(dout), free(dinp), free(dinp0);
+  aa_cuda_free(d_inp), aa_cuda_free(d_out), aa_cuda_free(d_dout), aa_cuda_free(d_dinp);
+}
+
+/* Both sides take cos and sin of the same double angle and round them to
+ * float; the GPU may fuse the multiply-adds, so the rotated values agree to
+ * an ulp or two of max|x| (checked relative to it). v stays bit-identical. */
+AA_TEST(rope_matches_cpu) {
+  NEED_GPU();
+  const int B = 2, T = 33, NH = 6, NKV = 2, HS = 10, pos0 = 500, W = (NH + 2 * NKV) * HS;
+  size_t n = (size_t)B * T * W;
+  float *x = frand(n, -1, 1), *y = fdup(x, n), *d_x = dput(x, n * 4);
+  cpu->rope_forward(y, B, T, NH, NKV, HS, pos0, 10000.0f);
+  gpu->rope_forward(d_x, B, T, NH, NKV, HS, pos0, 10000.0f);
+  float *g = dgetf(d_x, n);
+  CHECK_GEMM("rope_forward", g, y, n);
+  cpu->rope_backward(y, B, T, NH, NKV, HS, pos0, 10000.0f);
+  gpu->rope_backward(d_x, B, T, NH, NKV, HS, pos0, 10000.0f);
+  free(g);
+  g = dgetf(d_x, n);
+  CHECK_GEMM("rope_backward", g, y, n);
+  size_t v_changed = 0;
+  for (int bt = 0; bt < B * T; bt++)
+    v_changed += memcmp(g + (size_t)bt * W + (NH + NKV) * HS, x + (size_t)bt * W + (NH + NKV) * HS,
+                        (size_t)NKV * HS * 4) != 0;
+  CHECK(v_changed == 0);
+  free(g), free(x), free(y);
+  aa_cuda_free(d_x);
+}
+
+/* GQA through both MHA implementations, NKV in {1, 2, NH}; the tolerance of
+ * the MHA kernels (GEMM-like sums in another order). */
+AA_TEST(attention_gqa_matches_cpu) {
+  NEED_GPU();
+  const int B = 2, shapes[][4] = {{33, 4, 1, 12}, {7, 6, 2, 8}, {40, 3, 3, 16}};
+  for (size_t si = 0; si < 2 * sizeof shapes / sizeof *shapes; si++) {
+    int flash = si % 2;
+    aa_cuda_set_attention(flash ? AA_CUDA_ATT_FLASH : AA_CUDA_ATT_GEMM);
+    int T = shapes[si / 2][0], NH = shapes[si / 2][1], NKV = shapes[si / 2][2], HS = shapes[si / 2][3];
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS, no = (size_t)B * T * NH * HS, nl = (size_t)B * NH * T;
+    float *qkv = frand(nq, -2, 2), *out = xmalloc(no * 4), *lse = xmalloc(nl * 4), *dout = frand(no, -1, 1);
+    float *dqkv = frand(nq, -1, 1), *dqkv0 = fdup(dqkv, nq), *poison = frand(nl, 5, 6);
+    float *d_qkv = dput(qkv, nq * 4), *d_out = dput(out, no * 4), *d_lse = dput(poison, nl * 4);
+    float *d_dout = dput(dout, no * 4), *d_dqkv = dput(dqkv, nq * 4);
+    cpu->attention_gqa_forward(out, lse, qkv, B, T, NH, NKV, HS);
+    gpu->attention_gqa_forward(d_out, d_lse, d_qkv, B, T, NH, NKV, HS);
+    float *g = dgetf(d_out, no), *gl = dgetf(d_lse, nl);
+    fprintf(stderr, "  %s T=%d NH=%d NKV=%d HS=%d\n", flash ? "flash" : "gemm", T, NH, NKV, HS);
+    CHECK_GEMM("attention_gqa_forward out", g, out, no);
+    CHECK_GEMM("attention_gqa_forward lse", gl, lse, nl);
+    dset(d_lse, lse, nl * 4);
+    cpu->attention_gqa_backward(dqkv, dout, qkv, lse, B, T, NH, NKV, HS);
+    gpu->attention_gqa_backward(d_dqkv, d_dout, d_qkv, d_lse, B, T, NH, NKV, HS);
+    float *gd = dgetf(d_dqkv, nq);
+    CHECK_GEMM("attention_gqa_backward dqkv", gd, dqkv, nq);
+    /* The expanded copy (qkv and its gradient) is counted as scratch. */
+    if (NKV < NH) CHECK(gpu->scratch_bytes() >= 2 * (size_t)B * T * 3 * NH * HS * 4);
+    CHECK_DETERMINISTIC("attention_gqa_backward", d_dqkv, dqkv0, nq * 4,
+                        gpu->attention_gqa_backward(d_dqkv, d_dout, d_qkv, d_lse, B, T, NH, NKV, HS));
+    free(g), free(gl), free(gd), free(qkv), free(out), free(lse), free(dout), free(dqkv), free(dqkv0),
+        free(poison);
+    aa_cuda_free(d_qkv), aa_cuda_free(d_out), aa_cuda_free(d_lse), aa_cuda_free(d_dout), aa_cuda_free(d_dqkv);
+  }
+  aa_cuda_set_attention(AA_CUDA_ATT_AUTO);
+}
+
+/* Decoding a sequence position by position: outputs within the attention
+ * tolerance of the CPU's, the caches bit-identical (plain copies). */
+AA_TEST(attention_decode_matches_cpu) {
+  NEED_GPU();
+  const int B = 2, T = 37, Tmax = 40, NH = 6, NKV = 2, HS = 12, W = (NH + 2 * NKV) * HS;
+  size_t nc = (size_t)B * Tmax * NKV * HS, no = (size_t)B * NH * HS;
+  float *seq = frand((size_t)B * T * W, -2, 2), *step = xmalloc((size_t)B * W * 4), *out = xmalloc(no * 4);
+  float *kc = frand(nc, -1, 1), *vc = frand(nc, -1, 1);
+  float *d_kc = dput(kc, nc * 4), *d_vc = dput(vc, nc * 4), *d_step = dput(step, (size_t)B * W * 4);
+  float *d_out = dput(out, no * 4);
+  double worst = 0.0;
+  for (int pos = 0; pos < T; pos++) {
+    for (int b = 0; b < B; b++)
+      memcpy(step + (size_t)b * W, seq + ((size_t)b * T + pos) * W, (size_t)W * 4);
+    dset(d_step, step, (size_t)B * W * 4);
+    cpu->attention_decode(out, kc, vc, step, B, Tmax, pos, NH, NKV, HS);
+    gpu->attention_decode(d_out, d_kc, d_vc, d_step, B, Tmax, pos, NH, NKV, HS);
+    float *g = dgetf(d_out, no);
+    worst = fmax(worst, err_max(g, out, no));
+    free(g);
+  }
+  fprintf(stderr, "  %-24s max err / max|ref| %.3g (tol %g)\n", "attention_decode", worst, TOL_GEMM);
+  CHECK(worst <= TOL_GEMM);
+  float *gk = dgetf(d_kc, nc), *gv = dgetf(d_vc, nc);
+  CHECK_EXACT("attention_decode kcache", gk, kc, nc * 4);
+  CHECK_EXACT("attention_decode vcache", gv, vc, nc * 4);
+  free(gk), free(gv), free(seq), free(step), free(out), free(kc), free(vc);
+  aa_cuda_free(d_kc), aa_cuda_free(d_vc), aa_cuda_free(d_step), aa_cuda_free(d_out);
+}
+
 int main(void) {
   aa_rng_seed(&rng, 20240611);
   cpu = aa_ops_cpu();
@@ -899,6 +1051,11 @@ int main(void) {
   RUN(adamw_matches_cpu_over_steps);
   RUN(casts_match_cpu_bit_for_bit);
   RUN(transformer_block_forward_backward_matches_cpu);
+  RUN(rmsnorm_matches_cpu);
+  RUN(swiglu_matches_cpu);
+  RUN(rope_matches_cpu);
+  RUN(attention_gqa_matches_cpu);
+  RUN(attention_decode_matches_cpu);
   if (gpu_ok) {
     CHECK(aa_cuda_sync() == 0);
     aa_cuda_shutdown();

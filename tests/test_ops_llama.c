@@ -425,7 +425,14 @@ AA_TEST(attention_decode_matches_full_attention) {
   fprintf(stderr, "  decode vs forward max |err| %.2e\n", worst);
   CHECK_NEAR(worst, 0.0, 2e-6);
   CHECK(cache_bad == 0);
-  free(kc), free(vc), free(step), free(out);
+  /* The last step again, with the other thread count: bit-identical (one
+   * thread per (b, head), sums in position order). */
+  float *again = falloc((size_t)B * no);
+  ops->set_threads(cur_threads == 1 ? 2 : 1);
+  ops->attention_decode(again, kc, vc, step, B, Tmax, T - 1, NH, NKV, HS);
+  ops->set_threads(cur_threads);
+  CHECK(memcmp(again, out, (size_t)B * no * sizeof(float)) == 0);
+  free(again), free(kc), free(vc), free(step), free(out);
   gqa_free(&c);
 }
 

@@ -98,6 +98,28 @@ int aa_cuda_upload(void *dev_dst, const void *host_src, size_t bytes);
 int aa_cuda_download(void *host_dst, const void *dev_src, size_t bytes);
 int aa_cuda_memset0(void *dev, size_t bytes);
 
+/* Internal to kernels/cuda (the aa__ prefix): the llama family's launchers in
+ * cuda_llama.cu, which cuda_ops.cu wires into the op table (contracts in
+ * kernels/ops.h). Each returns 0 or the negative AA_E* code it recorded as
+ * the sticky error. */
+int aa__cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
+                             float eps);
+int aa__cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                              const float *weight, const float *rstd, int N, int C);
+int aa__cuda_swiglu_forward(float *out, const float *inp, int N, int F);
+int aa__cuda_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
+int aa__cuda_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
+int aa__cuda_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
+int aa__cuda_attention_gqa_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+                                   int HS);
+int aa__cuda_attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
+                                    int T, int NH, int NKV, int HS);
+int aa__cuda_attention_decode(float *out, float *kcache, float *vcache, const float *qkv, int B, int Tmax,
+                              int pos, int NH, int NKV, int HS);
+/* Bytes of the buffer the GQA ops keep for their expanded copy of qkv (0
+ * until one runs with NKV < NH). It outlives aa_cuda_shutdown. */
+size_t aa__cuda_llama_scratch_bytes(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -140,11 +140,49 @@ static int mem_upload(void *dst, const void *src, size_t bytes) {
 static int mem_download(void *dst, const void *src, size_t bytes) {
   return bytes ? aa_cuda_download(dst, src, bytes) : 0;
 }
+static void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
+                            float eps) {
+  (void)aa__cuda_rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+}
+static void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C) {
+  (void)aa__cuda_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+static void swiglu_forward(float *out, const float *inp, int N, int F) {
+  (void)aa__cuda_swiglu_forward(out, inp, N, F);
+}
+static void swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F) {
+  (void)aa__cuda_swiglu_backward(dinp, inp, dout, N, F);
+}
+static void rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
+  (void)aa__cuda_rope_forward(qkv, B, T, NH, NKV, HS, pos0, theta);
+}
+static void rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta) {
+  (void)aa__cuda_rope_backward(dqkv, B, T, NH, NKV, HS, pos0, theta);
+}
+static void attention_gqa_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+                                  int HS) {
+  (void)aa__cuda_attention_gqa_forward(out, lse, qkv, B, T, NH, NKV, HS);
+}
+static void attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
+                                   int T, int NH, int NKV, int HS) {
+  (void)aa__cuda_attention_gqa_backward(dqkv, dout, qkv, lse, B, T, NH, NKV, HS);
+}
+static void attention_decode(float *out, float *kcache, float *vcache, const float *qkv, int B, int Tmax,
+                             int pos, int NH, int NKV, int HS) {
+  (void)aa__cuda_attention_decode(out, kcache, vcache, qkv, B, Tmax, pos, NH, NKV, HS);
+}
+
 static int mem_sync(void) {
   int rc = aa_cuda_sync();
   if (rc) return aa_error(rc, "cuda backend: %s", aa_cuda_last_error_message());
   return 0;
 }
+
+/* The context's scratch and workspaces plus the GQA ops' expanded copy,
+ * which cuda_llama.cu keeps apart because the MHA kernels it calls use the
+ * context's scratch themselves. */
+static size_t scratch_bytes(void) { return aa__cuda_scratch_bytes() + aa__cuda_llama_scratch_bytes(); }
 
 /* Positional, in the order of aa_ops_t's fields (nvcc's C++17 has no
  * designated initializers): a field added to ops.h goes in here at the same
@@ -184,9 +222,16 @@ static const aa_ops_t cuda_ops = {
     mem_upload,
     mem_download,
     mem_sync,
-    aa__cuda_scratch_bytes,
-    /* the llama family: not yet on CUDA */
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    scratch_bytes,
+    rmsnorm_forward,
+    rmsnorm_backward,
+    swiglu_forward,
+    swiglu_backward,
+    rope_forward,
+    rope_backward,
+    attention_gqa_forward,
+    attention_gqa_backward,
+    attention_decode,
 };
 
 extern "C" const aa_ops_t *aa_ops_cuda(void) { return &cuda_ops; }
