@@ -1,11 +1,14 @@
-/* Causal multi-head self-attention on top of single-threaded sgemm.
+/* Causal multi-head and grouped-query self-attention on top of
+ * single-threaded sgemm. Multi-head attention (attention_forward/backward)
+ * is grouped-query attention with as many key/value heads as query heads,
+ * and runs the same code (bit for bit what it ran before GQA existed).
  *
  * Each (batch, head) is an independent problem on a (T,hs) slice of qkv whose
- * rows are 3C apart, which sgemm reads in place through its leading
- * dimension. The T queries are processed in blocks of ATT_ROW_BLOCK rows:
+ * rows are (NH + 2 NKV) hs apart, which sgemm reads in place through its leading
+ * dimension. The T queries are processed in blocks of GQA_ROW_BLOCK rows:
  * block [r0,r1) only needs keys 0..r1-1, so the GEMMs skip the masked
  * triangle except the diagonal block. OpenMP runs one head per thread, each
- * calling single-threaded sgemm (see att_blas_single). Measured on 2 cores with
+ * calling single-threaded sgemm (see gqa_blas_single). Measured on 2 cores with
  * B=8, T=256, C=512, NH=8 (forward / backward): 8 / 9.5 ms, against 23 / 84
  * ms for hand-vectorised loops over a transposed copy of K (V), 11 / 14 ms
  * for full T x T GEMMs, and 22 ms forward for a serial loop over heads with
@@ -29,32 +32,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define ATT_ROW_BLOCK 32
+#define GQA_ROW_BLOCK 32
 
-/* The per-head GEMMs run concurrently from OpenMP threads and must each
- * stay single-threaded. OpenBLAS's OpenMP build does that by itself inside a
- * parallel region (and its openblas_set_num_threads would also shrink our
- * OpenMP team), so nothing is changed there. The pthread build has one
- * global thread count, which is set to 1 for the duration and restored:
- * returns the count to restore, 0 for none. The engine drives the op table
- * from one thread, so nobody else calls BLAS meanwhile. */
-static int att_blas_single(void) {
+/* ------------------------------------------------------ grouped-query attention */
+
+/* The per-head GEMMs run concurrently from OpenMP threads and must stay
+ * single-threaded; only OpenBLAS's pthread build needs its global count set
+ * to 1 (for the duration, then restored: the engine drives the op table
+ * from one thread, so nobody else calls BLAS meanwhile). */
+static int gqa_blas_single(void) {
   if (openblas_get_parallel() != OPENBLAS_THREAD) return 0;
   int n = openblas_get_num_threads();
   openblas_set_num_threads(1);
   return n;
 }
 
-static void att_blas_restore(int n) {
+static void gqa_blas_restore(int n) {
   if (n > 0) openblas_set_num_threads(n);
 }
 
-/* Softmax of the rows of a block of scores s (m rows of stride ld, already
- * scaled), block row i being query r0 + i: over columns 0..t for query t,
- * max-subtracted, the columns after t zeroed. With lse non-NULL, lse[i]
- * receives the row's logsumexp (max + log of the sum). The simd reductions
- * have a compile-time order, so they are deterministic. */
-static void att_softmax_rows(float *s, float *lse, int r0, int m, int ld) {
+/* One head's operands: q, k, v at the head's first column with row stride
+ * ld (W = (NH + 2 NKV) HS), and out (or dout) with row stride ldo (NH HS). */
+typedef struct {
+  const float *q, *k, *v;
+  int ld, ldo, hs;
+} gqa_head_t;
+
+/* Softmax of score rows r0..r0+m-1 (stride ld, already scaled) under the
+ * causal mask, columns after t zeroed; lse[i] receives row i's logsumexp. */
+static void gqa_softmax_rows(float *s, float *lse, int r0, int m, int ld) {
   for (int i = 0; i < m; i++) {
     int t = r0 + i;
     float *row = s + (size_t)i * ld;
@@ -73,40 +79,20 @@ static void att_softmax_rows(float *s, float *lse, int r0, int m, int ld) {
       row[j] *= inv;
     for (int j = t + 1; j < ld; j++)
       row[j] = 0.0f;
-    if (lse) lse[i] = maxv + logf(sum);
+    lse[i] = maxv + logf(sum);
   }
 }
 
-/* The scaled scores of query rows r0..r1-1 of one head against keys
- * 0..r1-1, q k^T / sqrt(hs), into p (m x r1, stride r1). q and k point at
- * the head's first column, rows 3C apart. */
-static void att_block_scores(float *p, const float *q, const float *k, int r0, int r1, int C, int hs) {
-  int C3 = 3 * C;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f / sqrtf((float)hs),
-              q + (size_t)r0 * C3, C3, k, C3, 0.0f, p, r1);
+/* Scaled scores of query rows r0..r1-1 against keys 0..r1-1 into p (m x r1). */
+static void gqa_block_scores(float *p, const gqa_head_t *hd, int r0, int r1) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hd->hs, 1.0f / sqrtf((float)hd->hs),
+              hd->q + (size_t)r0 * hd->ld, hd->ld, hd->k, hd->ld, 0.0f, p, r1);
 }
 
-/* Query rows r0..r1-1 of one head: P = softmax(q k^T / sqrt(hs)) with the
- * causal mask into the scratch p (m x r1), their logsumexp into lse, and the
- * output rows P @ v. q, k, v, out point at the head's first column with row
- * strides 3C (qkv) and C (out). */
-static void att_block_forward(float *out, float *lse, float *p, const float *q, const float *k, const float *v,
-                              int r0, int r1, int C, int hs) {
-  int m = r1 - r0, C3 = 3 * C;
-  att_block_scores(p, q, k, r0, r1, C, hs);
-  att_softmax_rows(p, lse + r0, r0, m, r1);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f, p, r1, v, C3, 0.0f,
-              out + (size_t)r0 * C, C);
-}
-
-/* Recomputes rows r0..r1-1 of P (m x r1, stride r1) from the scores and
- * the forward's logsumexp: P(t,u) = exp(s(t,u) - lse(t)) for u <= t, else 0.
- * The forward's normalised exp and this one differ by rounding only. */
-static void att_block_probs(float *p, const float *lse, const float *q, const float *k, int r0, int r1, int C,
-                            int hs) {
-  int m = r1 - r0;
-  att_block_scores(p, q, k, r0, r1, C, hs);
-  for (int i = 0; i < m; i++) {
+/* P(t,u) = exp(s(t,u) - lse(t)) for u <= t, else 0, rows r0..r1-1. */
+static void gqa_block_probs(float *p, const float *lse, const gqa_head_t *hd, int r0, int r1) {
+  gqa_block_scores(p, hd, r0, r1);
+  for (int i = 0; i < r1 - r0; i++) {
     int t = r0 + i;
     float *row = p + (size_t)i * r1, l = lse[t];
 #pragma omp simd
@@ -117,62 +103,56 @@ static void att_block_probs(float *p, const float *lse, const float *q, const fl
   }
 }
 
-/* Per-thread scratch of two row blocks of T floats; the op table has no
- * error path, and wrong results would be worse than stopping. */
-static float *att_scratch(int T) {
-  float *p = malloc((size_t)2 * ATT_ROW_BLOCK * T * sizeof(float));
-  if (!p) {
-    fprintf(stderr, "autoaccel: cannot allocate attention scratch (2 x %d x %d floats)\n", ATT_ROW_BLOCK, T);
-    abort();
-  }
-  return p;
-}
-
-/* out(B,T,C), lse(B,NH,T) from qkv(B,T,3C). One thread per head: the
- * head's keys and values stay in its cache across the row blocks, and a
- * static split of (b, h) balances because every head costs the same. The
- * probabilities of a row block live in per-thread scratch only. */
-void aa__cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
-  int hs = C / NH;
-  size_t C3 = 3 * (size_t)C;
-  int blas_threads = att_blas_single();
+/* out(B,T,NH HS), lse(B,NH,T) from qkv(B,T,(NH + 2 NKV) HS). One query head
+ * per thread; the probabilities of a row block live in per-thread scratch. */
+void aa__cpu_attention_gqa_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+                                   int HS) {
+  int W = (NH + 2 * NKV) * HS, ldo = NH * HS, group = NH / NKV;
+  int blas_threads = gqa_blas_single();
 #pragma omp parallel
   {
-    float *p = att_scratch(T);
+    float *p = aa__cpu_scratch((size_t)GQA_ROW_BLOCK * T, "attention");
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
-        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs; // (T,hs), rows 3C apart
-        float *o = out + (size_t)b * T * C + (size_t)h * hs;        // (T,hs), rows C apart
-        float *l = lse + ((size_t)b * NH + h) * T;                  // (T)
-        for (int r0 = 0; r0 < T; r0 += ATT_ROW_BLOCK)
-          att_block_forward(o, l, p, q, q + C, q + 2 * C, r0, aa__cpu_min(r0 + ATT_ROW_BLOCK, T), C, hs);
+        const float *base = qkv + (size_t)b * T * W;
+        int g = h / group;
+        gqa_head_t hd = {base + (size_t)h * HS,
+                         base + (size_t)(NH + g) * HS,
+                         base + (size_t)(NH + NKV + g) * HS,
+                         W,
+                         ldo,
+                         HS};
+        float *o = out + (size_t)b * T * ldo + (size_t)h * HS; // (T,HS), rows ldo apart
+        float *l = lse + ((size_t)b * NH + h) * T;             // (T)
+        for (int r0 = 0; r0 < T; r0 += GQA_ROW_BLOCK) {
+          int r1 = aa__cpu_min(r0 + GQA_ROW_BLOCK, T), m = r1 - r0;
+          gqa_block_scores(p, &hd, r0, r1);
+          gqa_softmax_rows(p, l + r0, r0, m, r1);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, r1, 1.0f, p, r1, hd.v, W, 0.0f,
+                      o + (size_t)r0 * ldo, ldo);
+        }
       }
     }
     free(p);
   }
-  att_blas_restore(blas_threads);
+  gqa_blas_restore(blas_threads);
 }
 
-/* Backward of one head, block by block. With P = the recomputed
- * probabilities of rows r0..r1-1 and dO their output gradients:
- *   dP = dO v^T, dS = P * (dP - rowsum(P * dP)) / sqrt(hs) (softmax backward),
+/* Backward of one query head, block by block (the softmax backward):
+ *   dP = dO v^T, dS = P * (dP - rowsum(P * dP)) / sqrt(hs),
  *   dq += dS k, dk += dS^T q, dv += P^T dO.
- * P and dS live in the scratch (ATT_ROW_BLOCK rows of T floats each); the
- * entries of P above the diagonal are zero, so the diagonal block's GEMMs
- * may read them. */
-static void att_head_backward(float *dq, const float *dout, const float *q, const float *lse, float *scratch,
-                              int T, int C, int hs) {
-  int C3 = 3 * C;
+ * dq, dk, dv point at the head's columns of dqkv (row stride hd->ld). */
+static void gqa_head_backward(float *dq, float *dk, float *dv, const float *dout, const gqa_head_t *hd,
+                              const float *lse, float *scratch, int T) {
+  int ld = hd->ld, ldo = hd->ldo, hs = hd->hs;
   float scale = 1.0f / sqrtf((float)hs);
-  const float *k = q + C, *v = q + 2 * C;
-  float *dk = dq + C, *dv = dq + 2 * C;
-  float *p = scratch, *ds = scratch + (size_t)ATT_ROW_BLOCK * T;
-  for (int r0 = 0; r0 < T; r0 += ATT_ROW_BLOCK) {
-    int r1 = aa__cpu_min(r0 + ATT_ROW_BLOCK, T), m = r1 - r0;
-    const float *dO = dout + (size_t)r0 * C; // (m, hs), row stride C
-    att_block_probs(p, lse, q, k, r0, r1, C, hs);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, 1.0f, dO, C, v, C3, 0.0f, ds, r1);
+  float *p = scratch, *ds = scratch + (size_t)GQA_ROW_BLOCK * T;
+  for (int r0 = 0; r0 < T; r0 += GQA_ROW_BLOCK) {
+    int r1 = aa__cpu_min(r0 + GQA_ROW_BLOCK, T), m = r1 - r0;
+    const float *dO = dout + (size_t)r0 * ldo; // (m, hs), row stride ldo
+    gqa_block_probs(p, lse, hd, r0, r1);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, 1.0f, dO, ldo, hd->v, ld, 0.0f, ds, r1);
     for (int i = 0; i < m; i++) {
       int t = r0 + i;
       const float *pr = p + (size_t)i * r1; // (r1)
@@ -186,34 +166,53 @@ static void att_head_backward(float *dq, const float *dout, const float *q, cons
       for (int j = t + 1; j < r1; j++)
         d[j] = 0.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f, ds, r1, k, C3, 1.0f,
-                dq + (size_t)r0 * C3, C3);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, ds, r1, q + (size_t)r0 * C3, C3,
-                1.0f, dk, C3);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, p, r1, dO, C, 1.0f, dv, C3);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f, ds, r1, hd->k, ld, 1.0f,
+                dq + (size_t)r0 * ld, ld);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, ds, r1, hd->q + (size_t)r0 * ld, ld,
+                1.0f, dk, ld);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, p, r1, dO, ldo, 1.0f, dv, ld);
   }
 }
 
-/* dqkv(B,T,3C) += gradient of attention_forward. A head's dk and dv rows
- * collect contributions from every later query block, so the parallel loop
- * is over (b, h) only: each thread owns its heads' columns of dqkv. */
-void aa__cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
-                                int T, int C, int NH) {
-  int hs = C / NH;
-  size_t C3 = 3 * (size_t)C;
-  int blas_threads = att_blas_single();
+/* dqkv(B,T,(NH + 2 NKV) HS) += gradient of attention_gqa_forward. One thread
+ * per (b, key/value head): it owns the head's dk and dv columns and the dq
+ * columns of its query heads, which it processes in increasing order. */
+void aa__cpu_attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
+                                    int T, int NH, int NKV, int HS) {
+  int W = (NH + 2 * NKV) * HS, ldo = NH * HS, group = NH / NKV;
+  int blas_threads = gqa_blas_single();
 #pragma omp parallel
   {
-    float *scratch = att_scratch(T);
+    float *scratch = aa__cpu_scratch((size_t)2 * GQA_ROW_BLOCK * T, "attention");
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
-      for (int h = 0; h < NH; h++) {
-        size_t off = (size_t)b * T * C3 + (size_t)h * hs;
-        att_head_backward(dqkv + off, dout + (size_t)b * T * C + (size_t)h * hs, qkv + off,
-                          lse + ((size_t)b * NH + h) * T, scratch, T, C, hs);
+      for (int g = 0; g < NKV; g++) {
+        size_t off = (size_t)b * T * W;
+        float *dk = dqkv + off + (size_t)(NH + g) * HS, *dv = dqkv + off + (size_t)(NH + NKV + g) * HS;
+        for (int h = g * group; h < (g + 1) * group; h++) {
+          gqa_head_t hd = {qkv + off + (size_t)h * HS,
+                           qkv + off + (size_t)(NH + g) * HS,
+                           qkv + off + (size_t)(NH + NKV + g) * HS,
+                           W,
+                           ldo,
+                           HS};
+          gqa_head_backward(dqkv + off + (size_t)h * HS, dk, dv, dout + (size_t)b * T * ldo + (size_t)h * HS,
+                            &hd, lse + ((size_t)b * NH + h) * T, scratch, T);
+        }
       }
     }
     free(scratch);
   }
-  att_blas_restore(blas_threads);
+  gqa_blas_restore(blas_threads);
+}
+
+/* ------------------------------------------------------ multi-head attention */
+
+void aa__cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+  aa__cpu_attention_gqa_forward(out, lse, qkv, B, T, NH, NH, C / NH);
+}
+
+void aa__cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
+                                int T, int C, int NH) {
+  aa__cpu_attention_gqa_backward(dqkv, dout, qkv, lse, B, T, NH, NH, C / NH);
 }

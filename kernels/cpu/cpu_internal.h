@@ -9,6 +9,8 @@
 #include "../ops.h"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 /* Below this many elements an elementwise loop runs on the calling thread:
  * forking the team costs more than the loop. Results do not depend on it. */
@@ -21,6 +23,18 @@
 #define AA__CPU_COL_BLOCK 64
 
 static inline int aa__cpu_min(int a, int b) { return a < b ? a : b; }
+
+/* Per-call scratch of n floats: a malloc that stops the process on failure
+ * (the op table has no error path, and wrong results would be worse than
+ * stopping). */
+static inline float *aa__cpu_scratch(size_t n, const char *what) {
+  float *p = (float *)malloc((n ? n : 1) * sizeof(float));
+  if (!p) {
+    fprintf(stderr, "autoaccel: cannot allocate %s scratch (%zu floats)\n", what, n);
+    abort();
+  }
+  return p;
+}
 
 /* exp(x) in float, written with plain arithmetic so that gcc vectorises the
  * loops that call it (glibc's expf is only vectorised under -ffast-math; on

@@ -2,33 +2,13 @@
  * rotary position embeddings, grouped-query attention and the one-query
  * decode step with a key/value cache.
  *
- * The GQA attention is cpu_attention.c's row-block scheme with the row
- * strides and the key/value head made explicit: qkv rows are W = (NH + 2
- * NKV) HS floats, query head h reads key/value head h / (NH / NKV). The
- * forward runs one query head per thread as there; the backward runs one
- * (b, key/value head) per thread and walks its query heads in order, so a
- * key/value head's gradient is summed by one thread in a fixed order and
- * nothing depends on the thread count. With NKV = NH it issues the GEMMs of
- * cpu_attention.c with the same arguments, in the same order. */
+ * The GQA attention itself lives in cpu_attention.c (multi-head attention
+ * is its NKV = NH case). */
 #include "cpu_internal.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#define GQA_ROW_BLOCK 32
-
-/* A malloc that stops the process on failure: the op table has no error
- * path, and wrong results would be worse than stopping. */
-static float *llama_scratch(size_t n, const char *what) {
-  float *p = malloc((n ? n : 1) * sizeof(float));
-  if (!p) {
-    fprintf(stderr, "autoaccel: cannot allocate %s scratch (%zu floats)\n", what, n);
-    abort();
-  }
-  return p;
-}
 
 /* ------------------------------------------------------------------ RMSNorm */
 
@@ -128,7 +108,7 @@ void aa__cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, i
 static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta, int sign) {
   int half = HS / 2, nheads = NH + NKV;
   size_t W = (size_t)(NH + 2 * NKV) * HS;
-  float *tab = llama_scratch((size_t)2 * T * half, "rope"); // cos (T,HS/2) then sin (T,HS/2)
+  float *tab = aa__cpu_scratch((size_t)2 * T * half, "rope"); // cos (T,HS/2) then sin (T,HS/2)
   float *cs = tab, *sn = tab + (size_t)T * half;
 #pragma omp parallel
   {
@@ -168,177 +148,6 @@ void aa__cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, i
   rope_apply(dqkv, B, T, NH, NKV, HS, pos0, theta, -1);
 }
 
-/* ------------------------------------------------------ grouped-query attention */
-
-/* As att_blas_single / att_blas_restore in cpu_attention.c: the per-head
- * GEMMs run concurrently from OpenMP threads and must stay single-threaded;
- * only OpenBLAS's pthread build needs its global count set to 1. */
-static int gqa_blas_single(void) {
-  if (openblas_get_parallel() != OPENBLAS_THREAD) return 0;
-  int n = openblas_get_num_threads();
-  openblas_set_num_threads(1);
-  return n;
-}
-
-static void gqa_blas_restore(int n) {
-  if (n > 0) openblas_set_num_threads(n);
-}
-
-/* One head's operands: q, k, v at the head's first column with row stride
- * ld (W = (NH + 2 NKV) HS), and out (or dout) with row stride ldo (NH HS). */
-typedef struct {
-  const float *q, *k, *v;
-  int ld, ldo, hs;
-} gqa_head_t;
-
-/* Softmax of score rows r0..r0+m-1 (stride ld, already scaled) under the
- * causal mask, columns after t zeroed; lse[i] receives row i's logsumexp. */
-static void gqa_softmax_rows(float *s, float *lse, int r0, int m, int ld) {
-  for (int i = 0; i < m; i++) {
-    int t = r0 + i;
-    float *row = s + (size_t)i * ld;
-    float maxv = row[0];
-#pragma omp simd reduction(max : maxv)
-    for (int j = 1; j <= t; j++)
-      maxv = row[j] > maxv ? row[j] : maxv;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j <= t; j++) {
-      row[j] = aa__cpu_expf(row[j] - maxv);
-      sum += row[j];
-    }
-    float inv = 1.0f / sum;
-    for (int j = 0; j <= t; j++)
-      row[j] *= inv;
-    for (int j = t + 1; j < ld; j++)
-      row[j] = 0.0f;
-    lse[i] = maxv + logf(sum);
-  }
-}
-
-/* Scaled scores of query rows r0..r1-1 against keys 0..r1-1 into p (m x r1). */
-static void gqa_block_scores(float *p, const gqa_head_t *hd, int r0, int r1) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hd->hs, 1.0f / sqrtf((float)hd->hs),
-              hd->q + (size_t)r0 * hd->ld, hd->ld, hd->k, hd->ld, 0.0f, p, r1);
-}
-
-/* P(t,u) = exp(s(t,u) - lse(t)) for u <= t, else 0, rows r0..r1-1. */
-static void gqa_block_probs(float *p, const float *lse, const gqa_head_t *hd, int r0, int r1) {
-  gqa_block_scores(p, hd, r0, r1);
-  for (int i = 0; i < r1 - r0; i++) {
-    int t = r0 + i;
-    float *row = p + (size_t)i * r1, l = lse[t];
-#pragma omp simd
-    for (int j = 0; j <= t; j++)
-      row[j] = aa__cpu_expf(row[j] - l);
-    for (int j = t + 1; j < r1; j++)
-      row[j] = 0.0f;
-  }
-}
-
-/* out(B,T,NH HS), lse(B,NH,T) from qkv(B,T,(NH + 2 NKV) HS). One query head
- * per thread; the probabilities of a row block live in per-thread scratch. */
-void aa__cpu_attention_gqa_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
-                                   int HS) {
-  int W = (NH + 2 * NKV) * HS, ldo = NH * HS, group = NH / NKV;
-  int blas_threads = gqa_blas_single();
-#pragma omp parallel
-  {
-    float *p = llama_scratch((size_t)GQA_ROW_BLOCK * T, "attention");
-#pragma omp for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-      for (int h = 0; h < NH; h++) {
-        const float *base = qkv + (size_t)b * T * W;
-        int g = h / group;
-        gqa_head_t hd = {base + (size_t)h * HS,
-                         base + (size_t)(NH + g) * HS,
-                         base + (size_t)(NH + NKV + g) * HS,
-                         W,
-                         ldo,
-                         HS};
-        float *o = out + (size_t)b * T * ldo + (size_t)h * HS; // (T,HS), rows ldo apart
-        float *l = lse + ((size_t)b * NH + h) * T;             // (T)
-        for (int r0 = 0; r0 < T; r0 += GQA_ROW_BLOCK) {
-          int r1 = aa__cpu_min(r0 + GQA_ROW_BLOCK, T), m = r1 - r0;
-          gqa_block_scores(p, &hd, r0, r1);
-          gqa_softmax_rows(p, l + r0, r0, m, r1);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, r1, 1.0f, p, r1, hd.v, W, 0.0f,
-                      o + (size_t)r0 * ldo, ldo);
-        }
-      }
-    }
-    free(p);
-  }
-  gqa_blas_restore(blas_threads);
-}
-
-/* Backward of one query head, block by block (as att_head_backward):
- *   dP = dO v^T, dS = P * (dP - rowsum(P * dP)) / sqrt(hs),
- *   dq += dS k, dk += dS^T q, dv += P^T dO.
- * dq, dk, dv point at the head's columns of dqkv (row stride hd->ld). */
-static void gqa_head_backward(float *dq, float *dk, float *dv, const float *dout, const gqa_head_t *hd,
-                              const float *lse, float *scratch, int T) {
-  int ld = hd->ld, ldo = hd->ldo, hs = hd->hs;
-  float scale = 1.0f / sqrtf((float)hs);
-  float *p = scratch, *ds = scratch + (size_t)GQA_ROW_BLOCK * T;
-  for (int r0 = 0; r0 < T; r0 += GQA_ROW_BLOCK) {
-    int r1 = aa__cpu_min(r0 + GQA_ROW_BLOCK, T), m = r1 - r0;
-    const float *dO = dout + (size_t)r0 * ldo; // (m, hs), row stride ldo
-    gqa_block_probs(p, lse, hd, r0, r1);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, 1.0f, dO, ldo, hd->v, ld, 0.0f, ds, r1);
-    for (int i = 0; i < m; i++) {
-      int t = r0 + i;
-      const float *pr = p + (size_t)i * r1; // (r1)
-      float *d = ds + (size_t)i * r1;       // (r1)
-      float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int j = 0; j <= t; j++)
-        dot += pr[j] * d[j];
-      for (int j = 0; j <= t; j++)
-        d[j] = pr[j] * (d[j] - dot) * scale;
-      for (int j = t + 1; j < r1; j++)
-        d[j] = 0.0f;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f, ds, r1, hd->k, ld, 1.0f,
-                dq + (size_t)r0 * ld, ld);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, ds, r1, hd->q + (size_t)r0 * ld, ld,
-                1.0f, dk, ld);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, p, r1, dO, ldo, 1.0f, dv, ld);
-  }
-}
-
-/* dqkv(B,T,(NH + 2 NKV) HS) += gradient of attention_gqa_forward. One thread
- * per (b, key/value head): it owns the head's dk and dv columns and the dq
- * columns of its query heads, which it processes in increasing order. */
-void aa__cpu_attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
-                                    int T, int NH, int NKV, int HS) {
-  int W = (NH + 2 * NKV) * HS, ldo = NH * HS, group = NH / NKV;
-  int blas_threads = gqa_blas_single();
-#pragma omp parallel
-  {
-    float *scratch = llama_scratch((size_t)2 * GQA_ROW_BLOCK * T, "attention");
-#pragma omp for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-      for (int g = 0; g < NKV; g++) {
-        size_t off = (size_t)b * T * W;
-        float *dk = dqkv + off + (size_t)(NH + g) * HS, *dv = dqkv + off + (size_t)(NH + NKV + g) * HS;
-        for (int h = g * group; h < (g + 1) * group; h++) {
-          gqa_head_t hd = {qkv + off + (size_t)h * HS,
-                           qkv + off + (size_t)(NH + g) * HS,
-                           qkv + off + (size_t)(NH + NKV + g) * HS,
-                           W,
-                           ldo,
-                           HS};
-          gqa_head_backward(dqkv + off + (size_t)h * HS, dk, dv, dout + (size_t)b * T * ldo + (size_t)h * HS,
-                            &hd, lse + ((size_t)b * NH + h) * T, scratch, T);
-        }
-      }
-    }
-    free(scratch);
-  }
-  gqa_blas_restore(blas_threads);
-}
-
 /* ------------------------------------------------------------------- decode */
 
 /* Stores the k and v of position pos into the caches (B,Tmax,NKV HS), then
@@ -360,7 +169,7 @@ void aa__cpu_attention_decode(float *out, float *kcache, float *vcache, const fl
   float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel if ((size_t)B * NH * (pos + 1) * HS >= AA__CPU_PAR_MIN)
   {
-    float *s = llama_scratch((size_t)pos + 1, "decode");
+    float *s = aa__cpu_scratch((size_t)pos + 1, "decode");
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
