@@ -117,8 +117,10 @@ int aa__cuda_attention_gqa_backward(float *dqkv, const float *dout, const float 
 int aa__cuda_attention_decode(float *out, float *kcache, float *vcache, const float *qkv, int B, int Tmax,
                               int pos, int NH, int NKV, int HS);
 /* Bytes of the buffer the GQA ops keep for their expanded copy of qkv (0
- * until one runs with NKV < NH). It outlives aa_cuda_shutdown. */
+ * until one runs with NKV < NH), and its release (aa_cuda_shutdown's, after
+ * the stream has drained). */
 size_t aa__cuda_llama_scratch_bytes(void);
+void aa__cuda_llama_release(void);
 
 #ifdef __cplusplus
 }

@@ -97,6 +97,7 @@ extern "C" void aa_cuda_shutdown(void) {
   if (c->blas) cublasDestroy(c->blas);
   cudaFree(c->workspace);
   cudaFree(c->scratch);
+  aa__cuda_llama_release();
   cudaFree(c->sumsq);
   if (c->sumsq_host) cudaFreeHost(c->sumsq_host);
   if (c->stream) cudaStreamDestroy(c->stream);

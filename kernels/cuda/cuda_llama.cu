@@ -225,6 +225,12 @@ static size_t g_gqa_bytes;
 
 size_t aa__cuda_llama_scratch_bytes(void) { return g_gqa_bytes; }
 
+void aa__cuda_llama_release(void) {
+  cudaFree(g_gqa);
+  g_gqa = NULL;
+  g_gqa_bytes = 0;
+}
+
 static int gqa_scratch(size_t bytes, float **out) {
   if (bytes > g_gqa_bytes) {
     AA_CUDA_TRY(cudaFree(g_gqa));
