@@ -17,8 +17,9 @@
 
 /* How a family's engine names (model.h's tensor table) are spelled in
  * Hugging Face checkpoints. Names are compared without the optional
- * prefix (GPT-2's "transformer.", Llama's "model."); a block tensor is
- * block "<l>." suffix. */
+ * prefix (GPT-2's "transformer.", Llama's "model."); block l's tensor is
+ * named block, l, ".", then its suffix ("h.3.ln_1.weight",
+ * "layers.3.input_layernorm.weight"). */
 typedef struct {
   const char *engine, *hf;
   int transpose; /* Conv1D's [in, out], the transpose of the engine's (out, in) */
@@ -64,22 +65,34 @@ static const char *const llama_buffers[] = {"self_attn.rotary_emb.inv_freq"};
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof(a)[0]))
 
-static const family_t gpt2_family = {
-    "GPT-2",      "transformer.",     "", "h.", gpt2_top, gpt2_blocks, COUNT(gpt2_top), COUNT(gpt2_blocks),
-    gpt2_buffers, COUNT(gpt2_buffers)};
-static const family_t llama_family = {"Llama",          "model.",
-                                      "model.",         "layers.",
-                                      llama_top,        llama_blocks,
-                                      COUNT(llama_top), COUNT(llama_blocks),
-                                      llama_buffers,    COUNT(llama_buffers)};
+static const family_t gpt2_family = {.title = "GPT-2",
+                                     .prefix = "transformer.",
+                                     .export_prefix = "",
+                                     .block = "h.",
+                                     .top = gpt2_top,
+                                     .blocks = gpt2_blocks,
+                                     .n_top = COUNT(gpt2_top),
+                                     .n_blocks = COUNT(gpt2_blocks),
+                                     .buffers = gpt2_buffers,
+                                     .n_buffers = COUNT(gpt2_buffers)};
+static const family_t llama_family = {.title = "Llama",
+                                      .prefix = "model.",
+                                      .export_prefix = "model.",
+                                      .block = "layers.",
+                                      .top = llama_top,
+                                      .blocks = llama_blocks,
+                                      .n_top = COUNT(llama_top),
+                                      .n_blocks = COUNT(llama_blocks),
+                                      .buffers = llama_buffers,
+                                      .n_buffers = COUNT(llama_buffers)};
 
 static const family_t *family_of(const aa_gpt_t *m) {
   return aa_arch_is_llama(&m->arch) ? &llama_family : &gpt2_family;
 }
 
 /* Tensor i of m's table under its Hugging Face name (without the
- * prefix), with the shape it has there; -1 if the table holds a name the
- * family's map lacks (a table that changed without this file). */
+ * prefix), with the shape it has there; AA_EINVAL if the table holds a
+ * name the family's map lacks (a table that changed without this file). */
 typedef struct {
   char hf[96];
   int transpose;
