@@ -84,6 +84,24 @@ check "llama weights into a gpt2 spec" 1 "unexpected tensor 'model.embed_tokens.
   "$A" import "$LW" --model "$SRC/examples/tiny/model.json" --out "$T/bad.ckpt"
 [[ ! -e $T/bad.ckpt ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL a failed llama import wrote its --out"; }
 
+# A tied checkpoint (no lm_head.weight): the head is embed_tokens, and the line says so.
+if /usr/bin/python3 - "$LW" "$T/llama_tied.safetensors" <<'EOF'; then
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+head = hdr.pop("lm_head.weight")["data_offsets"]
+assert head[1] == len(data)  # the last tensor: dropping it leaves the others' offsets
+h = json.dumps(hdr, separators=(",", ":")).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + data[:head[0]])
+EOF
+  check "import a tied llama" 0 "20 tensors of F32; no lm_head.weight: the head is a copy of embed_tokens (tied)" -- \
+    "$A" import "$T/llama_tied.safetensors" --model "$T/llama.json" --out "$T/llama_tied.ckpt"
+else
+  echo "skipped: tied llama import (/usr/bin/python3 could not write the file)"
+fi
+
 if ! /usr/bin/python3 "$SRC/tests/reference/make_weights.py" --out "$T/w" 2>"$T/py.err"; then
   echo "skipped: make_weights.py: $(tail -1 "$T/py.err")"
   echo "$pass passed, $fail failed"
