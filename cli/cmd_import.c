@@ -1,7 +1,7 @@
-/* `autoaccel import` and `autoaccel export`: GPT-2 weights from Hugging
- * Face safetensors or llm.c into an autoaccel checkpoint, and back out as
- * safetensors (engine/import.h; docs/checkpoint-format.md "Import and
- * export"). */
+/* `autoaccel import` and `autoaccel export`: GPT-2 and Llama weights from
+ * Hugging Face safetensors (GPT-2's also from llm.c) into an autoaccel
+ * checkpoint, and back out as safetensors (engine/import.h;
+ * docs/checkpoint-format.md "Import and export"). */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,15 +14,19 @@
 
 static void usage_import(FILE *f) {
   fprintf(f, "usage: autoaccel import SRC --model MODEL.json --out CKPT\n\n"
-             "Reads GPT-2 weights and writes them as an autoaccel checkpoint (weights only),\n"
-             "which a model spec's init_weights and 'autoaccel train' start from. SRC is:\n"
-             "  a Hugging Face model.safetensors (GPT-2 names, with or without 'transformer.');\n"
+             "Reads GPT-2 or Llama weights (the spec's family) and writes them as an autoaccel\n"
+             "checkpoint (weights only), which a model spec's init_weights and 'autoaccel train'\n"
+             "start from. SRC is:\n"
+             "  a Hugging Face model.safetensors (GPT-2 names, with or without 'transformer.';\n"
+             "    Llama names, with or without 'model.');\n"
              "  a sharded checkpoint's model.safetensors.index.json (its weight_map's files);\n"
              "  a directory holding either of them;\n"
-             "  an llm.c checkpoint (gpt2_124M.bin: magic 20240326, version 3 fp32 or 5 bf16).\n"
+             "  gpt2 only: an llm.c checkpoint (gpt2_124M.bin: magic 20240326, version 3 fp32\n"
+             "    or 5 bf16).\n"
              "F32, BF16 and F16 tensors become the fp32 master weights. Every tensor's name and\n"
              "shape must be the model's: a missing, unexpected or misshapen tensor is an error\n"
-             "naming it. lm_head.weight is accepted when it equals wte.weight (tied).\n\n"
+             "naming it. gpt2: lm_head.weight is accepted when it equals wte.weight (tied).\n"
+             "llama: without lm_head.weight the head is a copy of embed_tokens (tied).\n\n"
              "options:\n"
              "  --model MODEL.json   the model spec whose architecture the weights must have (required)\n"
              "  --out CKPT           the checkpoint to write (required)\n"
@@ -34,9 +38,9 @@ static void usage_export(FILE *f) {
   fprintf(f,
           "usage: autoaccel export CKPT --model MODEL.json --out FILE.safetensors [--dtype f32|bf16|f16]\n\n"
           "Writes a checkpoint's weights (a single file or a sharded checkpoint's manifest) as\n"
-          "one Hugging Face safetensors file with GPT-2's names and layout, which\n"
-          "'autoaccel import' and Hugging Face's GPT2 models read. An f32 export imports back\n"
-          "bit for bit; bf16 and f16 round to nearest even.\n\n"
+          "one Hugging Face safetensors file with the family's names and layout (GPT-2's or\n"
+          "Llama's), which 'autoaccel import' and Hugging Face's models read. An f32 export\n"
+          "imports back bit for bit; bf16 and f16 round to nearest even.\n\n"
           "options:\n"
           "  --model MODEL.json   the model spec of the checkpoint (required)\n"
           "  --out FILE           the safetensors file to write (required)\n"
@@ -123,14 +127,17 @@ int aa_cmd_import(int argc, char **argv) {
   aa_model_spec_t spec;
   aa_gpt_t *m = NULL;
   aa_import_info_t info;
-  if (aa_spec_load(&spec, a.model) || make_model(&spec, &m) || aa_import_gpt2(m, a.src, &info) ||
+  if (aa_spec_load(&spec, a.model) || make_model(&spec, &m) || aa_import_weights(m, a.src, &info) ||
       aa_ckpt_save(a.out, m, NULL, NULL)) {
     aa_gpt_free(m);
     return aa_cli_fail("import");
   }
-  printf("imported %zu parameters from %s (%s, %d file%s, %d tensors of %s%s) into %s\n", m->n_params, a.src,
-         format_name(info.format), info.files, info.files == 1 ? "" : "s", info.tensors, info.dtypes,
-         info.ignored ? ", buffers and the tied head skipped" : "", a.out);
+  printf("imported %zu parameters from %s (%s, %d file%s, %d tensors of %s%s%s) into %s\n", m->n_params,
+         a.src, format_name(info.format), info.files, info.files == 1 ? "" : "s", info.tensors, info.dtypes,
+         info.ignored && !aa_arch_is_llama(&spec.arch) ? ", buffers and the tied head skipped"
+         : info.ignored                                ? ", buffers skipped"
+                                                       : "",
+         info.tied_head ? "; no lm_head.weight: the head is a copy of embed_tokens (tied)" : "", a.out);
   aa_gpt_free(m);
   return AA_EXIT_OK;
 }
@@ -142,7 +149,7 @@ int aa_cmd_export(int argc, char **argv) {
   aa_model_spec_t spec;
   aa_gpt_t *m = NULL;
   if (aa_spec_load(&spec, a.model) || make_model(&spec, &m) || aa_ckpt_load(a.src, m, NULL, NULL) ||
-      aa_export_gpt2(m, a.out, a.dtype)) {
+      aa_export_weights(m, a.out, a.dtype)) {
     aa_gpt_free(m);
     return aa_cli_fail("export");
   }

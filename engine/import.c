@@ -1,5 +1,6 @@
-/* GPT-2 weights in from Hugging Face safetensors (one file or shards) and
- * llm.c checkpoints, and out as safetensors (import.h). */
+/* GPT-2 and Llama weights in from Hugging Face safetensors (one file or
+ * shards) and GPT-2's from llm.c checkpoints, and out as safetensors
+ * (import.h). */
 #include "import.h"
 
 #include <errno.h>
@@ -14,85 +15,152 @@
 #include "../common/half.h"
 #include "safetensors.h"
 
-/* Hugging Face's name of each block tensor, in the engine's order
- * (model.h), and whether its layout is Conv1D's [in, out], the transpose
- * of the engine's (out, in). */
-static const struct {
-  const char *hf;
-  int transpose;
-} block_names[AA_TENSORS_PER_LAYER] = {
-    {"ln_1.weight", 0},        {"ln_1.bias", 0},        {"attn.c_attn.weight", 1}, {"attn.c_attn.bias", 0},
-    {"attn.c_proj.weight", 1}, {"attn.c_proj.bias", 0}, {"ln_2.weight", 0},        {"ln_2.bias", 0},
-    {"mlp.c_fc.weight", 1},    {"mlp.c_fc.bias", 0},    {"mlp.c_proj.weight", 1},  {"mlp.c_proj.bias", 0},
-};
-
-/* Tensor i of m's table under its Hugging Face name, with the shape it has
- * there. */
+/* How a family's engine names (model.h's tensor table) are spelled in
+ * Hugging Face checkpoints. Names are compared without the optional
+ * prefix (GPT-2's "transformer.", Llama's "model."); block l's tensor is
+ * named block, l, ".", then its suffix ("h.3.ln_1.weight",
+ * "layers.3.input_layernorm.weight"). */
 typedef struct {
-  char hf[64];
+  const char *engine, *hf;
+  int transpose; /* Conv1D's [in, out], the transpose of the engine's (out, in) */
+} name_map_t;
+
+typedef struct {
+  const char *title;         /* in messages: "GPT-2", "Llama" */
+  const char *prefix;        /* stripped when present */
+  const char *export_prefix; /* written before every name but the head's */
+  const char *block;         /* what precedes a block's index */
+  const name_map_t *top, *blocks;
+  int n_top, n_blocks;
+  const char *const *buffers; /* block tensors that hold no weights, skipped */
+  int n_buffers;
+} family_t;
+
+static const name_map_t gpt2_top[] = {{"wte", "wte.weight", 0},
+                                      {"wpe", "wpe.weight", 0},
+                                      {"lnf.w", "ln_f.weight", 0},
+                                      {"lnf.b", "ln_f.bias", 0}};
+static const name_map_t gpt2_blocks[] = {
+    {"ln1.w", "ln_1.weight", 0},          {"ln1.b", "ln_1.bias", 0},
+    {"qkv.w", "attn.c_attn.weight", 1},   {"qkv.b", "attn.c_attn.bias", 0},
+    {"proj.w", "attn.c_proj.weight", 1},  {"proj.b", "attn.c_proj.bias", 0},
+    {"ln2.w", "ln_2.weight", 0},          {"ln2.b", "ln_2.bias", 0},
+    {"fc.w", "mlp.c_fc.weight", 1},       {"fc.b", "mlp.c_fc.bias", 0},
+    {"fcproj.w", "mlp.c_proj.weight", 1}, {"fcproj.b", "mlp.c_proj.bias", 0},
+};
+/* The causal mask GPT-2's attention keeps as buffers. */
+static const char *const gpt2_buffers[] = {"attn.bias", "attn.masked_bias"};
+
+static const name_map_t llama_top[] = {
+    {"wte", "embed_tokens.weight", 0}, {"lnf.w", "norm.weight", 0}, {"head.w", "lm_head.weight", 0}};
+static const name_map_t llama_blocks[] = {
+    {"ln1.w", "input_layernorm.weight", 0},   {"q.w", "self_attn.q_proj.weight", 0},
+    {"k.w", "self_attn.k_proj.weight", 0},    {"v.w", "self_attn.v_proj.weight", 0},
+    {"proj.w", "self_attn.o_proj.weight", 0}, {"ln2.w", "post_attention_layernorm.weight", 0},
+    {"gate.w", "mlp.gate_proj.weight", 0},    {"up.w", "mlp.up_proj.weight", 0},
+    {"down.w", "mlp.down_proj.weight", 0},
+};
+/* Older transformers versions save RoPE's inverse frequencies per block. */
+static const char *const llama_buffers[] = {"self_attn.rotary_emb.inv_freq"};
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof(a)[0]))
+
+static const family_t gpt2_family = {.title = "GPT-2",
+                                     .prefix = "transformer.",
+                                     .export_prefix = "",
+                                     .block = "h.",
+                                     .top = gpt2_top,
+                                     .blocks = gpt2_blocks,
+                                     .n_top = COUNT(gpt2_top),
+                                     .n_blocks = COUNT(gpt2_blocks),
+                                     .buffers = gpt2_buffers,
+                                     .n_buffers = COUNT(gpt2_buffers)};
+static const family_t llama_family = {.title = "Llama",
+                                      .prefix = "model.",
+                                      .export_prefix = "model.",
+                                      .block = "layers.",
+                                      .top = llama_top,
+                                      .blocks = llama_blocks,
+                                      .n_top = COUNT(llama_top),
+                                      .n_blocks = COUNT(llama_blocks),
+                                      .buffers = llama_buffers,
+                                      .n_buffers = COUNT(llama_buffers)};
+
+static const family_t *family_of(const aa_gpt_t *m) {
+  return aa_arch_is_llama(&m->arch) ? &llama_family : &gpt2_family;
+}
+
+/* Tensor i of m's table under its Hugging Face name (without the
+ * prefix), with the shape it has there; AA_EINVAL if the table holds a
+ * name the family's map lacks (a table that changed without this file). */
+typedef struct {
+  char hf[96];
   int transpose;
   int ndim;
   int64_t shape[2];
 } hf_tensor_t;
 
-static void hf_tensor(const aa_gpt_t *m, int i, hf_tensor_t *h) {
+static int hf_tensor(const aa_gpt_t *m, const family_t *fam, int i, hf_tensor_t *h) {
   const aa_tensor_desc_t *t = &m->tensors[i];
-  int n = m->n_tensors;
-  h->transpose = 0;
-  if (i == 0)
-    snprintf(h->hf, sizeof h->hf, "wte.weight");
-  else if (i == 1)
-    snprintf(h->hf, sizeof h->hf, "wpe.weight");
-  else if (i == n - 2)
-    snprintf(h->hf, sizeof h->hf, "ln_f.weight");
-  else if (i == n - 1)
-    snprintf(h->hf, sizeof h->hf, "ln_f.bias");
-  else {
-    int k = (i - 2) % AA_TENSORS_PER_LAYER;
-    snprintf(h->hf, sizeof h->hf, "h.%d.%s", t->layer, block_names[k].hf);
-    h->transpose = block_names[k].transpose;
+  const name_map_t *e = NULL;
+  if (t->layer < 0) {
+    for (int k = 0; k < fam->n_top && !e; k++)
+      if (!strcmp(t->name, fam->top[k].engine)) e = &fam->top[k];
+    if (e) snprintf(h->hf, sizeof h->hf, "%s", e->hf);
+  } else {
+    const char *dot = strchr(t->name, '.');
+    for (int k = 0; dot && k < fam->n_blocks && !e; k++)
+      if (!strcmp(dot + 1, fam->blocks[k].engine)) e = &fam->blocks[k];
+    if (e) snprintf(h->hf, sizeof h->hf, "%s%d.%s", fam->block, t->layer, e->hf);
   }
+  if (!e)
+    return aa_error(AA_EINVAL, "tensor '%s' of the %s model has no Hugging Face name", t->name, fam->title);
+  h->transpose = e->transpose;
   h->ndim = t->ndim;
   h->shape[0] = h->transpose ? t->shape[1] : t->shape[0];
   h->shape[1] = h->transpose ? t->shape[0] : t->shape[1];
+  return 0;
 }
 
-/* The index into m's table of a Hugging Face name (without a
- * "transformer." prefix), or -1 if the name is none of this model's. A
- * block beyond the model's sets *beyond. */
-static int hf_index(const aa_gpt_t *m, const char *name, int *beyond) {
-  int n = m->n_tensors;
-  *beyond = 0;
-  if (!strcmp(name, "wte.weight")) return 0;
-  if (!strcmp(name, "wpe.weight")) return 1;
-  if (!strcmp(name, "ln_f.weight")) return n - 2;
-  if (!strcmp(name, "ln_f.bias")) return n - 1;
-  if (strncmp(name, "h.", 2) || name[2] < '0' || name[2] > '9') return -1;
-  const char *p = name + 2;
+/* The block index of name when it is "<block><l>.<suffix>" with a
+ * canonical decimal l (no leading zero), or -1; *suffix points past the
+ * dot. */
+static long block_of(const family_t *fam, const char *name, const char **suffix) {
+  size_t bl = strlen(fam->block);
+  if (strncmp(name, fam->block, bl) || name[bl] < '0' || name[bl] > '9') return -1;
+  const char *p = name + bl;
   long l = 0;
   while (*p >= '0' && *p <= '9' && l < 100000)
     l = l * 10 + (*p++ - '0');
-  if (*p != '.' || (name[2] == '0' && p != name + 3)) return -1; /* "h.01." is not a block's name */
-  for (int k = 0; k < AA_TENSORS_PER_LAYER; k++) {
-    if (strcmp(p + 1, block_names[k].hf)) continue;
-    if (l >= m->arch.n_layer) {
-      *beyond = 1;
-      return -1;
-    }
-    return 2 + (int)l * AA_TENSORS_PER_LAYER + k;
-  }
+  if (*p != '.' || (name[bl] == '0' && p != name + bl + 1)) return -1; /* "h.01." is not a block's name */
+  *suffix = p + 1;
+  return l;
+}
+
+/* The index into hf (m's n names) of a Hugging Face name without the
+ * prefix, or -1 if it is none of this model's. A block tensor beyond the
+ * model's blocks sets *beyond. */
+static int hf_index(const aa_gpt_t *m, const family_t *fam, const hf_tensor_t *hf, const char *name,
+                    int *beyond) {
+  *beyond = 0;
+  for (int i = 0; i < m->n_tensors; i++)
+    if (!strcmp(hf[i].hf, name)) return i;
+  const char *suffix;
+  if (block_of(fam, name, &suffix) < 0) return -1;
+  for (int k = 0; k < fam->n_blocks; k++)
+    if (!strcmp(suffix, fam->blocks[k].hf)) *beyond = 1;
   return -1;
 }
 
-/* Buffers of GPT-2 attention that hold no weights (the causal mask) of
- * one of the model's blocks. */
-static int is_attn_buffer(const aa_gpt_t *m, const char *name) {
-  if (strncmp(name, "h.", 2) || name[2] < '0' || name[2] > '9') return 0;
-  const char *p = name + 2;
-  long l = 0;
-  while (*p >= '0' && *p <= '9' && l < 100000)
-    l = l * 10 + (*p++ - '0');
-  return l < m->arch.n_layer && (!strcmp(p, ".attn.bias") || !strcmp(p, ".attn.masked_bias"));
+/* A buffer that holds no weights (GPT-2's causal mask, Llama's inverse
+ * frequencies) in one of the model's blocks. */
+static int is_buffer(const aa_gpt_t *m, const family_t *fam, const char *name) {
+  const char *suffix;
+  long l = block_of(fam, name, &suffix);
+  if (l < 0 || l >= m->arch.n_layer) return 0;
+  for (int k = 0; k < fam->n_buffers; k++)
+    if (!strcmp(suffix, fam->buffers[k])) return 1;
+  return 0;
 }
 
 static void shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
@@ -103,11 +171,22 @@ static void shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
 }
 
 static int check_model(const aa_gpt_t *m, const char *what) {
-  if (strcmp(m->arch.family, "gpt2"))
-    return aa_error(AA_EINVAL, "%s: the model's family is %s; only gpt2 is supported", what, m->arch.family);
+  if (strcmp(m->arch.family, "gpt2") && !aa_arch_is_llama(&m->arch))
+    return aa_error(AA_EINVAL, "%s: the model's family is %s; only gpt2 and llama are supported", what,
+                    m->arch.family);
   if (m->tp > 1 || m->pp > 1 || !m->params.data)
     return aa_error(AA_EINVAL, "%s: needs a whole model with fp32 parameters (tensor and pipeline degree 1)",
                     what);
+  return 0;
+}
+
+/* Every tensor of m's table under its Hugging Face name, into hf (n_tensors
+ * entries). */
+static int hf_names(const aa_gpt_t *m, const family_t *fam, hf_tensor_t *hf) {
+  for (int i = 0; i < m->n_tensors; i++) {
+    int rc = hf_tensor(m, fam, i, &hf[i]);
+    if (rc) return rc;
+  }
   return 0;
 }
 
@@ -248,48 +327,60 @@ static int ends_with(const char *s, const char *sfx) {
   return n >= k && !strcmp(s + n - k, sfx);
 }
 
+/* The index of the output head in m's table when it is a tensor of its
+ * own (llama's head.w), else -1 (GPT-2's head is wte). */
+static int head_index(const aa_gpt_t *m) {
+  const int last = m->n_tensors - 1;
+  return !strcmp(m->tensors[last].name, "head.w") ? last : -1;
+}
+
 /* Matches every offered tensor to one of m's and checks names, shapes and
- * dtypes; want[i] is the offer for tensor i, *lm_head the tied head's. */
-static int match(const aa_gpt_t *m, const source_t *s, const offer_t **want, const offer_t **lm_head,
-                 aa_import_info_t *info) {
+ * dtypes; want[i] is the offer for tensor i, *lm_head GPT-2's (tied)
+ * head's. A llama model without an offered head gets wte's offer for it
+ * (a tied checkpoint), and info says so. */
+static int match(const aa_gpt_t *m, const family_t *fam, const hf_tensor_t *hf, const source_t *s,
+                 const offer_t **want, const offer_t **lm_head, aa_import_info_t *info) {
   char a[96], b[96];
   unsigned seen = 0;
+  const size_t pl = strlen(fam->prefix);
+  const int head = head_index(m);
   for (int o = 0; o < s->n_offers; o++) {
     const offer_t *of = &s->offers[o];
     const char *name = of->name;
-    if (!strncmp(name, "transformer.", 12)) name += 12;
-    if (is_attn_buffer(m, name)) {
+    if (!strncmp(name, fam->prefix, pl)) name += pl;
+    if (is_buffer(m, fam, name)) {
       info->ignored++;
       continue;
     }
     int i = -1, beyond = 0;
-    hf_tensor_t h;
-    if (!strcmp(name, "lm_head.weight")) {
+    const hf_tensor_t *h;
+    hf_tensor_t gpt2_head;
+    if (head < 0 && !strcmp(name, "lm_head.weight")) {
       if (*lm_head) return aa_error(AA_EINVAL, "%s: tensor 'lm_head.weight' appears twice", of->f->path);
       *lm_head = of;
-      h.ndim = 2;
-      h.shape[0] = m->arch.vocab_size;
-      h.shape[1] = m->arch.d_model;
+      gpt2_head = hf[0];
+      h = &gpt2_head;
     } else {
-      i = hf_index(m, name, &beyond);
+      i = hf_index(m, fam, hf, name, &beyond);
       if (i < 0 && beyond)
         return aa_error(AA_EINVAL, "%s: tensor '%s' belongs to a block the model does not have (n_layer %d)",
                         of->f->path, of->name, m->arch.n_layer);
       if (i < 0)
-        return aa_error(AA_EINVAL, "%s: unexpected tensor '%s' (not a GPT-2 weight)", of->f->path, of->name);
+        return aa_error(AA_EINVAL, "%s: unexpected tensor '%s' (not a %s weight)", of->f->path, of->name,
+                        fam->title);
       if (want[i])
         return aa_error(AA_EINVAL, "%s: tensor '%s' appears twice (as '%s' and '%s')", of->f->path, name,
                         want[i]->name, of->name);
       want[i] = of;
-      hf_tensor(m, i, &h);
+      h = &hf[i];
     }
     const aa_st_tensor_t *t = of->t;
-    int same = t->ndim == h.ndim;
-    for (int d = 0; same && d < h.ndim; d++)
-      same = t->shape[d] == h.shape[d];
+    int same = t->ndim == h->ndim;
+    for (int d = 0; same && d < h->ndim; d++)
+      same = t->shape[d] == h->shape[d];
     if (!same) {
       shape_str(a, sizeof a, t->ndim, t->shape);
-      shape_str(b, sizeof b, h.ndim, h.shape);
+      shape_str(b, sizeof b, h->ndim, h->shape);
       return aa_error(AA_EINVAL, "%s: tensor '%s' has shape %s but the model needs %s", of->f->path, of->name,
                       a, b);
     }
@@ -298,24 +389,29 @@ static int match(const aa_gpt_t *m, const source_t *s, const offer_t **want, con
                       of->name, aa_st_dtype_name(t->dtype));
     seen |= 1u << t->dtype;
   }
-  for (int i = 0; i < m->n_tensors; i++) {
-    if (want[i]) continue;
-    hf_tensor_t h;
-    hf_tensor(m, i, &h);
-    return aa_error(AA_EINVAL, "%s: missing tensor '%s'", s->path, h.hf);
+  if (head >= 0 && !want[head] && want[0]) {
+    want[head] = want[0];
+    info->tied_head = 1;
   }
+  for (int i = 0; i < m->n_tensors; i++)
+    if (!want[i])
+      return aa_error(AA_EINVAL, "%s: missing tensor '%s%s'", s->path, i == head ? "" : fam->export_prefix,
+                      hf[i].hf);
   dtype_words(info, seen);
   return 0;
 }
 
 static int import_safetensors(aa_gpt_t *m, const char *path, int sharded, aa_import_info_t *info) {
+  const family_t *fam = family_of(m);
   source_t s = {.path = path};
   const offer_t **want = calloc((size_t)m->n_tensors, sizeof *want);
+  hf_tensor_t *hf = calloc((size_t)m->n_tensors, sizeof *hf);
   const offer_t *lm_head = NULL;
   float *buf = NULL, *tmp = NULL;
-  int rc = want ? 0 : aa_error(AA_ENOMEM, "out of memory");
+  int rc = want && hf ? 0 : aa_error(AA_ENOMEM, "out of memory");
+  if (!rc) rc = hf_names(m, fam, hf);
   if (!rc) rc = sharded ? open_index(&s, path) : open_single(&s, path);
-  if (!rc) rc = match(m, &s, want, &lm_head, info);
+  if (!rc) rc = match(m, fam, hf, &s, want, &lm_head, info);
   if (rc) goto cleanup;
   size_t max = 0;
   for (int i = 0; i < m->n_tensors; i++)
@@ -342,19 +438,18 @@ static int import_safetensors(aa_gpt_t *m, const char *path, int sharded, aa_imp
   }
   for (int i = 0; i < m->n_tensors && !rc; i++) {
     const aa_tensor_desc_t *t = &m->tensors[i];
-    hf_tensor_t h;
-    hf_tensor(m, i, &h);
-    if ((rc = aa_st_read_f32(want[i]->f, want[i]->t, h.transpose ? tmp : buf))) break;
-    if (h.transpose) transpose(buf, tmp, (size_t)t->shape[0], (size_t)t->shape[1]);
+    if ((rc = aa_st_read_f32(want[i]->f, want[i]->t, hf[i].transpose ? tmp : buf))) break;
+    if (hf[i].transpose) transpose(buf, tmp, (size_t)t->shape[0], (size_t)t->shape[1]);
     rc = put(m, t, buf);
   }
   info->format = sharded ? AA_IMPORT_SHARDED : AA_IMPORT_SAFETENSORS;
   info->files = s.n_files;
-  info->tensors = m->n_tensors;
+  info->tensors = m->n_tensors - info->tied_head;
 cleanup:
   free(buf);
   free(tmp);
   free(want);
+  free(hf);
   source_free(&s);
   return rc;
 }
@@ -445,7 +540,7 @@ static int import_llmc(aa_gpt_t *m, const char *path, int fd, uint64_t size, aa_
 
 /* --- entry points --------------------------------------------------------------- */
 
-int aa_import_gpt2(aa_gpt_t *m, const char *src, aa_import_info_t *info) {
+int aa_import_weights(aa_gpt_t *m, const char *src, aa_import_info_t *info) {
   aa_import_info_t local;
   if (!info) info = &local;
   memset(info, 0, sizeof *info);
@@ -477,7 +572,10 @@ int aa_import_gpt2(aa_gpt_t *m, const char *src, aa_import_info_t *info) {
     struct stat fb;
     int llmc = !fstat(fd, &fb) && S_ISREG(fb.st_mode) && pread(fd, magic, 4, 0) == 4 &&
                aa_get_le32(magic) == AA_LLMC_MAGIC;
-    rc = llmc ? import_llmc(m, src, fd, (uint64_t)fb.st_size, info) : import_safetensors(m, src, 0, info);
+    if (llmc && aa_arch_is_llama(&m->arch))
+      rc = aa_error(AA_EINVAL, "%s: an llm.c checkpoint holds GPT-2 weights, but the model is llama", src);
+    else
+      rc = llmc ? import_llmc(m, src, fd, (uint64_t)fb.st_size, info) : import_safetensors(m, src, 0, info);
     close(fd);
   }
   if (!rc) aa_gpt_params_changed(m);
@@ -486,38 +584,43 @@ int aa_import_gpt2(aa_gpt_t *m, const char *src, aa_import_info_t *info) {
 
 typedef struct {
   const aa_gpt_t *m;
+  const hf_tensor_t *hf;
   float *tmp;
 } export_t;
 
 static int export_fill(int i, float *dst, size_t numel, void *data) {
   export_t *e = data;
   const aa_tensor_desc_t *t = &e->m->tensors[i];
-  hf_tensor_t h;
-  hf_tensor(e->m, i, &h);
+  const int tr = e->hf[i].transpose;
   (void)numel;
-  int rc = e->m->ops->download(h.transpose ? e->tmp : dst, (const float *)e->m->params.data + t->offset,
+  int rc = e->m->ops->download(tr ? e->tmp : dst, (const float *)e->m->params.data + t->offset,
                                t->numel * sizeof(float));
   if (rc) return rc;
-  if (h.transpose) transpose(dst, e->tmp, (size_t)t->shape[1], (size_t)t->shape[0]);
+  if (tr) transpose(dst, e->tmp, (size_t)t->shape[1], (size_t)t->shape[0]);
   return 0;
 }
 
-int aa_export_gpt2(const aa_gpt_t *m, const char *path, aa_dtype_t dtype) {
+int aa_export_weights(const aa_gpt_t *m, const char *path, aa_dtype_t dtype) {
   int rc = check_model(m, path);
   if (rc) return rc;
+  const family_t *fam = family_of(m);
+  const int head = head_index(m);
   aa_st_entry_t *e = calloc((size_t)m->n_tensors, sizeof *e);
   hf_tensor_t *h = calloc((size_t)m->n_tensors, sizeof *h);
+  /* The names as written: the family's prefix before all but the head. */
+  char(*names)[128] = calloc((size_t)m->n_tensors, sizeof *names);
   size_t max = 0;
   for (int i = 0; i < m->n_tensors; i++)
     if (m->tensors[i].numel > max) max = m->tensors[i].numel;
-  export_t x = {m, malloc(max * sizeof(float))};
-  if (!e || !h || !x.tmp) {
+  export_t x = {m, h, malloc(max * sizeof(float))};
+  if (!e || !h || !names || !x.tmp) {
     rc = aa_error(AA_ENOMEM, "out of memory");
     goto cleanup;
   }
+  if ((rc = hf_names(m, fam, h))) goto cleanup;
   for (int i = 0; i < m->n_tensors; i++) {
-    hf_tensor(m, i, &h[i]);
-    e[i].name = h[i].hf;
+    snprintf(names[i], sizeof names[i], "%s%s", i == head ? "" : fam->export_prefix, h[i].hf);
+    e[i].name = names[i];
     e[i].ndim = h[i].ndim;
     e[i].shape[0] = h[i].shape[0];
     e[i].shape[1] = h[i].shape[1];
@@ -526,6 +629,7 @@ int aa_export_gpt2(const aa_gpt_t *m, const char *path, aa_dtype_t dtype) {
 cleanup:
   free(e);
   free(h);
+  free(names);
   free(x.tmp);
   return rc;
 }

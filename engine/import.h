@@ -1,8 +1,10 @@
-/* Weights in and out for the GPT-2 family: Hugging Face safetensors
- * checkpoints (one file, or shards named by model.safetensors.index.json)
- * and llm.c's gpt2_*.bin, into a model's fp32 parameters; and a model's
- * parameters out as one safetensors file with GPT-2's names. Formats and
- * the name map: docs/checkpoint-format.md "Import and export". */
+/* Weights in and out for the GPT-2 and Llama families: Hugging Face
+ * safetensors checkpoints (one file, or shards named by
+ * model.safetensors.index.json) and llm.c's gpt2_*.bin, into a model's fp32
+ * parameters; and a model's parameters out as one safetensors file with
+ * Hugging Face's names. The names come from the model's tensor table
+ * (engine/model.h), one map per family. Formats and the name maps:
+ * docs/checkpoint-format.md "Import and export". */
 #ifndef AA_IMPORT_H
 #define AA_IMPORT_H
 
@@ -19,35 +21,47 @@ typedef struct aa_import_info {
   aa_import_format_t format;
   int files;       /* safetensors files read (1 for llm.c) */
   int tensors;     /* tensors imported (llm.c: its 16 parameter arrays) */
-  int ignored;     /* tensors skipped: attention mask buffers, the tied lm_head */
+  int ignored;     /* tensors skipped: GPT-2's attention mask buffers and tied lm_head,
+                      Llama's rotary_emb.inv_freq buffers */
+  int tied_head;   /* llama: the source has no lm_head.weight, so the head is a copy of
+                      embed_tokens (a tied checkpoint); tensors does not count it */
   char dtypes[32]; /* the source element types seen, e.g. "F32", "BF16+F16" */
 } aa_import_info_t;
 
 /* Reads the weights at src into m's fp32 parameters. src is:
- *  - a safetensors file (GPT-2 names, optionally under "transformer.");
+ *  - a safetensors file with Hugging Face's names for m's family (GPT-2's,
+ *    optionally under "transformer."; Llama's, optionally under "model.",
+ *    lm_head.weight never);
  *  - a shard index (a file whose name ends in ".json": {"weight_map":
  *    {tensor: file}}, each file a plain name in the index's directory);
  *  - a directory holding model.safetensors.index.json or model.safetensors;
- *  - an llm.c checkpoint (int32 magic 20240326 first; version 3 fp32 or 5
- *    bf16), whose header must describe m's architecture (d_ff = 4 d_model,
- *    the padded vocabulary's extra rows dropped).
- * m must be a whole "gpt2" model (tensor and pipeline degree 1) with its
- * fp32 parameters allocated. Every file's header and every tensor's
- * name, shape and dtype are checked before any value is read, so a
- * missing, unexpected or misshapen tensor (AA_EINVAL naming it) or a file
- * that is not what it claims (AA_EFORMAT) leaves m as it was; a read
- * that fails after that (AA_EIO) leaves m's parameters partly written.
- * Conv1D weights ([in, out]) are transposed to the engine's (out, in);
- * BF16 and F16 widen exactly. lm_head.weight is accepted only when it
- * equals wte.weight (a tied head); the attention buffers attn.bias and
- * attn.masked_bias are skipped. info (may be NULL) says what was read. */
-int aa_import_gpt2(aa_gpt_t *m, const char *src, aa_import_info_t *info);
+ *  - for gpt2 only, an llm.c checkpoint (int32 magic 20240326 first;
+ *    version 3 fp32 or 5 bf16), whose header must describe m's
+ *    architecture (d_ff = 4 d_model, the padded vocabulary's extra rows
+ *    dropped).
+ * m must be a whole "gpt2" or "llama" model (tensor and pipeline degree 1)
+ * with its fp32 parameters allocated. Every file's header and every
+ * tensor's name, shape and dtype are checked before any value is read, so
+ * a missing, unexpected or misshapen tensor (AA_EINVAL naming it, and both
+ * shapes) or a file that is not what it claims (AA_EFORMAT) leaves m as it
+ * was; a read that fails after that (AA_EIO) leaves m's parameters partly
+ * written. BF16 and F16 widen exactly.
+ * gpt2: Conv1D weights ([in, out]) are transposed to the engine's (out,
+ * in); lm_head.weight is accepted only when it equals wte.weight (a tied
+ * head); the attention buffers attn.bias and attn.masked_bias are skipped.
+ * llama: linear weights are (out, in) as the engine's, q_proj and k_proj
+ * used as they are (the engine's RoPE is Hugging Face's rotate_half);
+ * without lm_head.weight the head is a copy of embed_tokens (info->tied_head);
+ * self_attn.rotary_emb.inv_freq buffers are skipped.
+ * info (may be NULL) says what was read. */
+int aa_import_weights(aa_gpt_t *m, const char *src, aa_import_info_t *info);
 
-/* Writes m's parameters (a whole gpt2 model) to path as one safetensors
- * file with GPT-2's names (no prefix, Conv1D layout) in dtype (AA_F32,
- * AA_BF16, AA_F16: rounded to nearest even), written through a temporary
- * renamed over path. Importing an F32 export gives back m's parameters
- * bit for bit. */
-int aa_export_gpt2(const aa_gpt_t *m, const char *path, aa_dtype_t dtype);
+/* Writes m's parameters (a whole gpt2 or llama model) to path as one
+ * safetensors file with Hugging Face's names (gpt2: no prefix, Conv1D
+ * layout, no lm_head; llama: "model." names and lm_head.weight) in dtype
+ * (AA_F32, AA_BF16, AA_F16: rounded to nearest even), written through a
+ * temporary renamed over path. Importing an F32 export gives back m's
+ * parameters bit for bit. */
+int aa_export_weights(const aa_gpt_t *m, const char *path, aa_dtype_t dtype);
 
 #endif

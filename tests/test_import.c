@@ -78,7 +78,7 @@ static void check_import(const char *src_name, const char *expect_file, aa_impor
   aa_gpt_t *m = model(&wspec.arch, 1, 1);
   if (!m) return;
   aa_import_info_t info;
-  int rc = aa_import_gpt2(m, src, &info);
+  int rc = aa_import_weights(m, src, &info);
   CHECK_MSG(rc == 0, "import %s: %s", src_name, aa_last_error());
   size_t len = 0;
   float *want = slurp(exp, &len);
@@ -104,7 +104,7 @@ AA_TEST(f32_safetensors_imports_bit_exact_with_buffers_and_tied_head) {
   char src[512];
   path_in(src, sizeof src, wdir, "f32.safetensors");
   aa_import_info_t info;
-  CHECK(m && aa_import_gpt2(m, src, &info) == 0);
+  CHECK(m && aa_import_weights(m, src, &info) == 0);
   CHECK_MSG(info.ignored == 2 * wspec.arch.n_layer + 1, "ignored %d", info.ignored);
   CHECK(info.files == 1 && info.tensors == m->n_tensors);
   aa_gpt_free(m);
@@ -148,7 +148,7 @@ AA_TEST(logits_after_import_match_pytorch) {
   CHECK(ref && len == (size_t)B * T * 4 + n * 4);
   aa_gpt_t *m = model(&wspec.arch, B, T);
   if (!ref || !m || len != (size_t)B * T * 4 + n * 4) goto done;
-  CHECK_MSG(aa_import_gpt2(m, src, NULL) == 0, "import: %s", aa_last_error());
+  CHECK_MSG(aa_import_weights(m, src, NULL) == 0, "import: %s", aa_last_error());
   int32_t *inputs = (int32_t *)ref;
   const float *want = (const float *)(ref + (size_t)B * T * 4);
   CHECK_MSG(aa_gpt_forward(m, inputs, NULL, NULL) == 0, "forward: %s", aa_last_error());
@@ -175,7 +175,7 @@ AA_TEST(export_then_import_is_lossless_in_f32_and_rounds_as_torch) {
   char src[512], out[512];
   path_in(src, sizeof src, wdir, "f32.safetensors");
   aa_gpt_t *m = model(&wspec.arch, 1, 1);
-  CHECK(m && aa_import_gpt2(m, src, NULL) == 0);
+  CHECK(m && aa_import_weights(m, src, NULL) == 0);
   static const struct {
     aa_dtype_t d;
     const char *file, *expect, *name;
@@ -184,7 +184,7 @@ AA_TEST(export_then_import_is_lossless_in_f32_and_rounds_as_torch) {
                {AA_F16, "x_f16.safetensors", "params_f16.bin", "F16"}};
   for (int i = 0; m && i < 3; i++) {
     path_in(out, sizeof out, wdir, cases[i].file);
-    CHECK_MSG(aa_export_gpt2(m, out, cases[i].d) == 0, "export: %s", aa_last_error());
+    CHECK_MSG(aa_export_weights(m, out, cases[i].d) == 0, "export: %s", aa_last_error());
     check_import(cases[i].file, cases[i].expect, AA_IMPORT_SAFETENSORS, cases[i].name);
   }
   aa_gpt_free(m);
@@ -197,7 +197,7 @@ AA_TEST(imported_checkpoint_loads_back) {
   path_in(src, sizeof src, wdir, "bf16.safetensors");
   path_in(ck, sizeof ck, tmp, "imported.ckpt");
   aa_gpt_t *m = model(&wspec.arch, 1, 1), *m2 = model(&wspec.arch, 1, 1);
-  CHECK(m && m2 && aa_import_gpt2(m, src, NULL) == 0);
+  CHECK(m && m2 && aa_import_weights(m, src, NULL) == 0);
   CHECK_MSG(aa_ckpt_save(ck, m, NULL, NULL) == 0, "save: %s", aa_last_error());
   CHECK_MSG(aa_ckpt_load(ck, m2, NULL, NULL) == 0, "load: %s", aa_last_error());
   CHECK(m && m2 && !memcmp(m->params.data, m2->params.data, m->n_params * sizeof(float)));
@@ -213,7 +213,7 @@ static aa_gpt_t *exported(const aa_arch_t *a, const char *name, char *path, size
   aa_gpt_t *m = model(a, 1, 1);
   if (!m) return NULL;
   CHECK(aa_gpt_init_weights(m, 7) == 0);
-  CHECK_MSG(aa_export_gpt2(m, path, AA_F32) == 0, "export: %s", aa_last_error());
+  CHECK_MSG(aa_export_weights(m, path, AA_F32) == 0, "export: %s", aa_last_error());
   return m;
 }
 
@@ -221,7 +221,7 @@ static aa_gpt_t *exported(const aa_arch_t *a, const char *name, char *path, size
 static void expect_import_error(const aa_arch_t *a, const char *path, int rc_want, const char *want) {
   aa_gpt_t *m = model(a, 1, 1);
   if (!m) return;
-  int rc = aa_import_gpt2(m, path, NULL);
+  int rc = aa_import_weights(m, path, NULL);
   CHECK_MSG(rc == rc_want && strstr(aa_last_error(), want), "rc %d (want %d): '%s' (want '%s')", rc, rc_want,
             aa_last_error(), want);
   aa_gpt_free(m);
@@ -303,7 +303,7 @@ AA_TEST(untied_head_is_refused_and_tied_head_accepted) {
   CHECK_MSG(aa_st_write(p, AA_F32, k.e, k.n, mk_fill, &k) == 0, "write: %s", aa_last_error());
   aa_gpt_t *m2 = model(&a, 1, 1);
   aa_import_info_t info;
-  CHECK_MSG(m2 && aa_import_gpt2(m2, p, &info) == 0, "import: %s", aa_last_error());
+  CHECK_MSG(m2 && aa_import_weights(m2, p, &info) == 0, "import: %s", aa_last_error());
   CHECK(m2 && info.ignored == 1 && !memcmp(m->params.data, m2->params.data, m->n_params * sizeof(float)));
   aa_gpt_free(m2);
   /* A tensor twice, under both spellings. */
@@ -436,7 +436,7 @@ AA_TEST(export_then_import_round_trips_without_python) {
   char p[512];
   aa_gpt_t *m = exported(&a, "rt.safetensors", p, sizeof p);
   aa_gpt_t *m2 = model(&a, 1, 1);
-  CHECK_MSG(m && m2 && aa_import_gpt2(m2, p, NULL) == 0, "import: %s", aa_last_error());
+  CHECK_MSG(m && m2 && aa_import_weights(m2, p, NULL) == 0, "import: %s", aa_last_error());
   CHECK(m && m2 && !memcmp(m->params.data, m2->params.data, m->n_params * sizeof(float)));
   aa_gpt_free(m);
   aa_gpt_free(m2);
@@ -471,7 +471,7 @@ AA_TEST(shard_index_without_python_and_its_errors) {
   aa_st_close(f);
   aa_gpt_t *m2 = model(&a, 1, 1);
   aa_import_info_t info;
-  CHECK_MSG(m2 && aa_import_gpt2(m2, text_file("good.index.json", map), &info) == 0, "import: %s",
+  CHECK_MSG(m2 && aa_import_weights(m2, text_file("good.index.json", map), &info) == 0, "import: %s",
             aa_last_error());
   CHECK(m2 && info.format == AA_IMPORT_SHARDED && info.files == 1 &&
         !memcmp(m->params.data, m2->params.data, m->n_params * sizeof(float)));
@@ -537,7 +537,7 @@ AA_TEST(mutated_files_fail_cleanly) {
     }
     fclose(f);
     aa_error(0, "%s", ""); /* so that a failure without a message shows */
-    if (aa_import_gpt2(m2, q, NULL) == 0)
+    if (aa_import_weights(m2, q, NULL) == 0)
       ok++;
     else if (aa_last_error()[0])
       failed++;
@@ -551,6 +551,304 @@ done:
   free(buf);
   aa_gpt_free(m);
   aa_gpt_free(m2);
+}
+
+/* --- llama ---------------------------------------------------------------- */
+
+/* tests/reference/make_llama_fixture.py's tiny Llama. */
+static aa_arch_t llama_arch(int n_layer, int n_kv_head) {
+  aa_arch_t a = {.n_layer = n_layer,
+                 .n_head = 4,
+                 .d_model = 16,
+                 .d_ff = 24,
+                 .seq_len = 8,
+                 .vocab_size = 29,
+                 .n_kv_head = n_kv_head,
+                 .rope_theta = 10000.0f,
+                 .norm_eps = 1e-5f};
+  strcpy(a.family, "llama");
+  return a;
+}
+
+static void source_path(char *out, size_t cap, const char *rel) {
+  const char *src = getenv("AA_SOURCE_DIR");
+  snprintf(out, cap, "%s/%s", src && *src ? src : ".", rel);
+}
+
+/* Whether m's parameters equal the n floats at want, bit for bit. */
+static int same_params(const aa_gpt_t *m, const float *want, size_t n, const char *what) {
+  if (!m || m->n_params != n) return 0;
+  const float *got = m->params.data;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < n; i++)
+    if (memcmp(&got[i], &want[i], sizeof(float)) && !bad++) first = i;
+  if (bad)
+    fprintf(stderr, "  %s: %zu of %zu parameters differ, first at %zu: %.9g vs %.9g\n", what, bad, n, first,
+            got[first], want[first]);
+  return bad == 0;
+}
+
+/* The committed Hugging Face file (Llama names, F32) imports to exactly the
+ * parameters llama_tiny.fixture holds in the engine's layout: the name map
+ * puts every tensor where the engine's tensor table has it. */
+AA_TEST(llama_safetensors_import_to_the_fixture_layout) {
+  aa_arch_t a = llama_arch(2, 2);
+  char st[AA_PATH_MAX], fx[AA_PATH_MAX];
+  source_path(st, sizeof st, "tests/reference/llama_tiny.safetensors");
+  source_path(fx, sizeof fx, "tests/reference/llama_tiny.fixture");
+  size_t len = 0;
+  unsigned char *blob = slurp(fx, &len);
+  aa_gpt_t *m = model(&a, 1, 1);
+  /* The fixture's header is 80 bytes, then B*T inputs and targets (3 x 8). */
+  const size_t at = 80 + 2 * 24 * sizeof(int32_t);
+  CHECK_MSG(blob && !memcmp(blob, "AAFIXL01", 8), "%s: not a llama fixture", fx);
+  if (!m || !blob || len < at + m->n_params * sizeof(float)) goto done;
+  aa_import_info_t info;
+  CHECK_MSG(aa_import_weights(m, st, &info) == 0, "import: %s", aa_last_error());
+  CHECK(same_params(m, (const float *)(blob + at), m->n_params, "llama_tiny.safetensors"));
+  CHECK(info.format == AA_IMPORT_SAFETENSORS && info.files == 1 && info.tensors == m->n_tensors &&
+        info.ignored == 0 && !info.tied_head && !strcmp(info.dtypes, "F32"));
+done:
+  free(blob);
+  aa_gpt_free(m);
+}
+
+/* Copies the tensors of tmp/<from> into tmp/<to>, each renamed by
+ * rename(name) (NULL drops it), plus an optional extra tensor: a small
+ * hand-written variant of a real export. */
+typedef struct {
+  aa_st_file_t *f;
+  int n;
+  const aa_st_tensor_t *src[64]; /* NULL: the extra tensor, filled with 1 */
+  aa_st_entry_t e[64];
+  char names[64][128];
+} rw_t;
+
+static int rw_fill(int i, float *dst, size_t numel, void *data) {
+  rw_t *r = data;
+  if (r->src[i]) return aa_st_read_f32(r->f, r->src[i], dst);
+  for (size_t j = 0; j < numel; j++)
+    dst[j] = 1;
+  return 0;
+}
+
+static const char *rewrite(const char *from, const char *to, const char *(*rename)(const char *, char *),
+                           const char *extra, int64_t extra_len, aa_dtype_t dtype) {
+  static char p[512];
+  char q[512];
+  path_in(q, sizeof q, tmp, from);
+  path_in(p, sizeof p, tmp, to);
+  rw_t r = {0};
+  CHECK_MSG(aa_st_open(&r.f, q) == 0, "open: %s", aa_last_error());
+  if (!r.f) return p;
+  for (int i = 0; i < r.f->n && r.n < 63; i++) {
+    const char *nm = rename(r.f->tensors[i].name, r.names[r.n]);
+    if (!nm) continue;
+    if (nm != r.names[r.n]) snprintf(r.names[r.n], sizeof r.names[0], "%s", nm);
+    r.src[r.n] = &r.f->tensors[i];
+    r.e[r.n].name = r.names[r.n];
+    r.e[r.n].ndim = r.f->tensors[i].ndim;
+    for (int d = 0; d < r.e[r.n].ndim; d++)
+      r.e[r.n].shape[d] = r.f->tensors[i].shape[d];
+    r.n++;
+  }
+  if (extra) {
+    snprintf(r.names[r.n], sizeof r.names[0], "%s", extra);
+    r.e[r.n] = (aa_st_entry_t){.name = r.names[r.n], .ndim = 1, .shape = {extra_len}};
+    r.src[r.n++] = NULL;
+  }
+  CHECK_MSG(aa_st_write(p, dtype, r.e, r.n, rw_fill, &r) == 0, "write: %s", aa_last_error());
+  aa_st_close(r.f);
+  return p;
+}
+
+static const char *keep(const char *n, char *buf) {
+  (void)buf;
+  return n;
+}
+static const char *no_head(const char *n, char *buf) {
+  (void)buf;
+  return strcmp(n, "lm_head.weight") ? n : NULL;
+}
+static const char *no_prefix(const char *n, char *buf) {
+  return strncmp(n, "model.", 6) ? n : strcpy(buf, n + 6);
+}
+static const char *no_up_proj(const char *n, char *buf) {
+  (void)buf;
+  return strcmp(n, "model.layers.1.mlp.up_proj.weight") ? n : NULL;
+}
+
+AA_TEST(llama_export_names_and_import_round_trip) {
+  aa_arch_t a = llama_arch(2, 2);
+  char p[512];
+  aa_gpt_t *m = exported(&a, "llama.safetensors", p, sizeof p), *m2 = model(&a, 1, 1);
+  aa_st_file_t *f = NULL;
+  CHECK_MSG(m && aa_st_open(&f, p) == 0, "open: %s", aa_last_error());
+  if (!m || !m2 || !f) goto done;
+  /* Hugging Face's names, in the engine's order, (out, in) shapes. */
+  CHECK(f->n == m->n_tensors);
+  CHECK(!strcmp(f->tensors[0].name, "model.embed_tokens.weight"));
+  CHECK(!strcmp(f->tensors[2].name, "model.layers.0.self_attn.q_proj.weight") &&
+        f->tensors[2].shape[0] == 16 && f->tensors[2].shape[1] == 16);
+  CHECK(!strcmp(f->tensors[3].name, "model.layers.0.self_attn.k_proj.weight") &&
+        f->tensors[3].shape[0] == 8 && f->tensors[3].shape[1] == 16);
+  CHECK(!strcmp(f->tensors[9].name, "model.layers.0.mlp.down_proj.weight") && f->tensors[9].shape[0] == 16 &&
+        f->tensors[9].shape[1] == 24);
+  CHECK(!strcmp(f->tensors[f->n - 2].name, "model.norm.weight"));
+  CHECK(!strcmp(f->tensors[f->n - 1].name, "lm_head.weight"));
+  aa_st_close(f);
+  aa_import_info_t info;
+  CHECK_MSG(aa_import_weights(m2, p, &info) == 0, "import: %s", aa_last_error());
+  CHECK(same_params(m2, m->params.data, m->n_params, "f32 round trip"));
+  /* Without the "model." prefix, with rotary buffers: the same weights. */
+  const char *q = rewrite("llama.safetensors", "llama_bare.safetensors", no_prefix,
+                          "model.layers.1.self_attn.rotary_emb.inv_freq", 2, AA_F32);
+  memset(m2->params.data, 0, m2->n_params * sizeof(float));
+  CHECK_MSG(aa_import_weights(m2, q, &info) == 0, "import: %s", aa_last_error());
+  CHECK(same_params(m2, m->params.data, m->n_params, "no prefix") && info.ignored == 1);
+done:
+  aa_gpt_free(m);
+  aa_gpt_free(m2);
+}
+
+/* BF16 and F16 files (written by the exporter, whose rounding test_import's
+ * PyTorch checks pin to torch's) import as each value rounded. */
+AA_TEST(llama_bf16_and_f16_import_rounded_values) {
+  aa_arch_t a = llama_arch(1, 2);
+  char p[512];
+  aa_gpt_t *m = exported(&a, "llama_r.safetensors", p, sizeof p), *m2 = model(&a, 1, 1);
+  if (!m || !m2) goto done;
+  float *want = malloc(m->n_params * sizeof *want);
+  if (!want) abort();
+  for (int d = 0; d < 2; d++) {
+    const float *src = m->params.data;
+    for (size_t i = 0; i < m->n_params; i++)
+      want[i] = d ? aa_f16_to_f32(aa_f32_to_f16(src[i])) : aa_bf16_to_f32(aa_f32_to_bf16(src[i]));
+    const char *q = rewrite("llama_r.safetensors", d ? "llama_f16.safetensors" : "llama_bf16.safetensors",
+                            keep, NULL, 0, d ? AA_F16 : AA_BF16);
+    aa_import_info_t info;
+    CHECK_MSG(aa_import_weights(m2, q, &info) == 0, "import: %s", aa_last_error());
+    CHECK(same_params(m2, want, m->n_params, d ? "f16" : "bf16"));
+    CHECK_MSG(!strcmp(info.dtypes, d ? "F16" : "BF16"), "dtypes %s", info.dtypes);
+  }
+  free(want);
+done:
+  aa_gpt_free(m);
+  aa_gpt_free(m2);
+}
+
+/* A checkpoint without lm_head.weight (tied embeddings) gets embed_tokens
+ * as its head, and says so. */
+AA_TEST(llama_without_lm_head_ties_the_head_to_embed_tokens) {
+  aa_arch_t a = llama_arch(1, 2);
+  char p[512];
+  aa_gpt_t *m = exported(&a, "llama_t.safetensors", p, sizeof p), *m2 = model(&a, 1, 1);
+  if (!m || !m2) goto done;
+  const char *q = rewrite("llama_t.safetensors", "llama_tied.safetensors", no_head, NULL, 0, AA_F32);
+  aa_import_info_t info;
+  CHECK_MSG(aa_import_weights(m2, q, &info) == 0, "import: %s", aa_last_error());
+  const aa_tensor_desc_t *wte = &m2->tensors[0], *head = &m2->tensors[m2->n_tensors - 1];
+  const float *got = m2->params.data;
+  CHECK(!strcmp(head->name, "head.w") && head->numel == wte->numel);
+  CHECK(info.tied_head == 1 && info.tensors == m2->n_tensors - 1);
+  CHECK(!memcmp(got + head->offset, got + wte->offset, wte->numel * sizeof(float)));
+  CHECK(!memcmp(got, m->params.data, head->offset * sizeof(float)));
+done:
+  aa_gpt_free(m);
+  aa_gpt_free(m2);
+}
+
+AA_TEST(llama_missing_extra_and_misshapen_tensors_are_named) {
+  aa_arch_t a = llama_arch(2, 2);
+  char p[512];
+  aa_gpt_t *m = exported(&a, "llama_e.safetensors", p, sizeof p);
+  aa_arch_t three = llama_arch(3, 2), one = llama_arch(1, 2), mha = llama_arch(2, 4), ff = a;
+  ff.d_ff = 32;
+  expect_import_error(&three, p, AA_EINVAL, "missing tensor 'model.layers.2.input_layernorm.weight'");
+  expect_import_error(
+      &one, p, AA_EINVAL,
+      "tensor 'model.layers.1.input_layernorm.weight' belongs to a block the model does not have");
+  expect_import_error(&mha, p, AA_EINVAL,
+                      "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [8, 16] but the model needs "
+                      "[16, 16]");
+  expect_import_error(&ff, p, AA_EINVAL,
+                      "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [24, 16] but the model needs "
+                      "[32, 16]");
+  expect_import_error(&a,
+                      rewrite("llama_e.safetensors", "llama_gap.safetensors", no_up_proj, NULL, 0, AA_F32),
+                      AA_EINVAL, "missing tensor 'model.layers.1.mlp.up_proj.weight'");
+  expect_import_error(&a,
+                      rewrite("llama_e.safetensors", "llama_x.safetensors", keep,
+                              "model.layers.0.self_attn.q_proj.bias", 16, AA_F32),
+                      AA_EINVAL,
+                      "unexpected tensor 'model.layers.0.self_attn.q_proj.bias' (not a Llama weight)");
+  expect_import_error(
+      &a, rewrite("llama_e.safetensors", "llama_dup.safetensors", keep, "norm.weight", 16, AA_F32), AA_EINVAL,
+      "tensor 'norm.weight' appears twice");
+  /* GPT-2 weights are not a Llama's, nor Llama's a GPT-2's. */
+  aa_arch_t g = tiny_arch(1, 16);
+  char gp[512];
+  aa_gpt_t *gm = exported(&g, "gpt2_for_llama.safetensors", gp, sizeof gp);
+  expect_import_error(&a, gp, AA_EINVAL, "unexpected tensor 'wte.weight' (not a Llama weight)");
+  expect_import_error(&g, p, AA_EINVAL, "unexpected tensor 'model.embed_tokens.weight' (not a GPT-2 weight)");
+  aa_gpt_free(gm);
+  aa_gpt_free(m);
+}
+
+AA_TEST(llama_sharded_index_imports) {
+  aa_arch_t a = llama_arch(2, 2);
+  char p[512], q[512];
+  aa_gpt_t *m = exported(&a, "llama_s.safetensors", p, sizeof p), *m2 = model(&a, 1, 1);
+  aa_st_file_t *f = NULL;
+  CHECK(m && aa_st_open(&f, p) == 0);
+  if (!m || !m2 || !f) goto done;
+  /* Two shards: the tensors before layer 1 in one, the rest in the other. */
+  rw_t r[2] = {{.f = f}, {.f = f}};
+  char map[8192] = "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {";
+  for (int i = 0; i < f->n; i++) {
+    int s = strncmp(f->tensors[i].name, "model.layers.1.", 15) && i < f->n - 2 ? 0 : 1;
+    rw_t *w = &r[s];
+    snprintf(w->names[w->n], sizeof w->names[0], "%.127s", f->tensors[i].name);
+    w->src[w->n] = &f->tensors[i];
+    w->e[w->n] = (aa_st_entry_t){.name = w->names[w->n], .ndim = f->tensors[i].ndim};
+    for (int d = 0; d < f->tensors[i].ndim; d++)
+      w->e[w->n].shape[d] = f->tensors[i].shape[d];
+    w->n++;
+    snprintf(map + strlen(map), sizeof map - strlen(map), "%s\"%s\": \"model-0000%d-of-00002.safetensors\"",
+             i ? ", " : "", f->tensors[i].name, s + 1);
+  }
+  strcat(map, "}}");
+  char dir[320];
+  path_in(dir, sizeof dir, tmp, "llama_sharded");
+  CHECK(mkdir(dir, 0755) == 0);
+  for (int s = 0; s < 2; s++) {
+    snprintf(q, sizeof q, "%s/model-0000%d-of-00002.safetensors", dir, s + 1);
+    CHECK_MSG(aa_st_write(q, AA_F32, r[s].e, r[s].n, rw_fill, &r[s]) == 0, "write: %s", aa_last_error());
+  }
+  snprintf(q, sizeof q, "%s/model.safetensors.index.json", dir);
+  FILE *fp = fopen(q, "w");
+  CHECK(fp && fputs(map, fp) >= 0);
+  if (fp) fclose(fp);
+  aa_import_info_t info;
+  CHECK_MSG(aa_import_weights(m2, dir, &info) == 0, "import: %s", aa_last_error());
+  CHECK(info.format == AA_IMPORT_SHARDED && info.files == 2);
+  CHECK(same_params(m2, m->params.data, m->n_params, "sharded"));
+done:
+  aa_st_close(f);
+  aa_gpt_free(m);
+  aa_gpt_free(m2);
+}
+
+/* An llm.c file holds GPT-2 weights only. */
+AA_TEST(llama_refuses_llmc_files) {
+  aa_arch_t a = llama_arch(1, 2);
+  char p[512];
+  path_in(p, sizeof p, tmp, "llama_llmc.bin");
+  int32_t h[256] = {AA_LLMC_MAGIC, 3};
+  FILE *f = fopen(p, "wb");
+  CHECK(f && fwrite(h, sizeof h, 1, f) == 1);
+  if (f) fclose(f);
+  expect_import_error(&a, p, AA_EINVAL, "an llm.c checkpoint holds GPT-2 weights, but the model is llama");
 }
 
 /* Runs make_weights.py into tmp/w; on failure py_skip says why. */
@@ -600,6 +898,13 @@ int main(void) {
   RUN(export_then_import_round_trips_without_python);
   RUN(shard_index_without_python_and_its_errors);
   RUN(mutated_files_fail_cleanly);
+  RUN(llama_safetensors_import_to_the_fixture_layout);
+  RUN(llama_export_names_and_import_round_trip);
+  RUN(llama_bf16_and_f16_import_rounded_values);
+  RUN(llama_without_lm_head_ties_the_head_to_embed_tokens);
+  RUN(llama_missing_extra_and_misshapen_tensors_are_named);
+  RUN(llama_sharded_index_imports);
+  RUN(llama_refuses_llmc_files);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmp);

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # `autoaccel import` and `export` end to end: Hugging Face safetensors (one
-# file, shards, bf16), llm.c, export then import giving the same checkpoint
+# file, shards, bf16; GPT-2 and Llama names), llm.c, export then import giving the same checkpoint
 # byte for byte, the imported checkpoint as a spec's init_weights for
 # `train`, and the exit codes and messages of bad input (0 ok, 1 failure,
-# 2 usage error). The weights come from tests/reference/make_weights.py
-# (Debian's /usr/bin/python3 with python3-torch); without it the test says
-# "skipped" and passes. Needs AUTOACCEL=path to the binary (ctest sets it).
+# 2 usage error). The Llama part reads the committed
+# tests/reference/llama_tiny.safetensors; the GPT-2 weights come from
+# tests/reference/make_weights.py (Debian's /usr/bin/python3 with
+# python3-torch); without it that part says "skipped" and passes. Needs AUTOACCEL=path to the binary (ctest sets it).
 set -uo pipefail
 : "${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}"
 SRC=${AA_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -51,6 +52,55 @@ check "import without --out" 2 "--out is required" -- "$A" import a.bin --model 
 check "import --dtype" 2 "unknown option or missing value: '--dtype'" -- "$A" import a --model m --out x --dtype f16
 check "export bad --dtype" 2 "--dtype: expected f32, bf16 or f16, got 'f8'" -- \
   "$A" export c --model m --out x --dtype f8
+
+# Llama: Hugging Face names in and out, with a llama spec (make_llama_fixture.py's model).
+LW=$SRC/tests/reference/llama_tiny.safetensors
+llama_spec() { # FILE N_KV_HEAD
+  cat >"$1" <<EOF
+{"model": {"family": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": $2, "d_model": 16, "d_ff": 24,
+           "seq_len": 8, "vocab_size": 29, "rope_theta": 10000, "norm_eps": 1e-5},
+ "train": {"global_batch": 4, "steps": 2, "lr": 1e-3}, "data": {"train": "train.bin"}}
+EOF
+}
+llama_spec "$T/llama.json" 2
+llama_spec "$T/llama_mha.json" 4
+check "import llama safetensors" 0 \
+  "imported 4848 parameters from $LW (safetensors, 1 file, 21 tensors of F32) into $T/llama.ckpt" -- \
+  "$A" import "$LW" --model "$T/llama.json" --out "$T/llama.ckpt"
+check "export llama f32" 0 "exported 4848 parameters from $T/llama.ckpt to $T/llama_x.safetensors (21 tensors, F32)" -- \
+  "$A" export "$T/llama.ckpt" --model "$T/llama.json" --out "$T/llama_x.safetensors"
+same "a llama f32 export is the Hugging Face file" "$LW" "$T/llama_x.safetensors"
+check "re-import the llama export" 0 "imported 4848" -- \
+  "$A" import "$T/llama_x.safetensors" --model "$T/llama.json" --out "$T/llama_x.ckpt"
+same "llama export then import is lossless" "$T/llama.ckpt" "$T/llama_x.ckpt"
+check "export llama bf16" 0 "(21 tensors, BF16)" -- \
+  "$A" export "$T/llama.ckpt" --model "$T/llama.json" --out "$T/llama16.safetensors" --dtype bf16
+check "import llama bf16" 0 "21 tensors of BF16" -- \
+  "$A" import "$T/llama16.safetensors" --model "$T/llama.json" --out "$T/llama16.ckpt"
+check "llama weights, wrong kv heads" 1 \
+  "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [8, 16] but the model needs [16, 16]" -- \
+  "$A" import "$LW" --model "$T/llama_mha.json" --out "$T/bad.ckpt"
+check "llama weights into a gpt2 spec" 1 "unexpected tensor 'model.embed_tokens.weight' (not a GPT-2 weight)" -- \
+  "$A" import "$LW" --model "$SRC/examples/tiny/model.json" --out "$T/bad.ckpt"
+[[ ! -e $T/bad.ckpt ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL a failed llama import wrote its --out"; }
+
+# A tied checkpoint (no lm_head.weight): the head is embed_tokens, and the line says so.
+if /usr/bin/python3 - "$LW" "$T/llama_tied.safetensors" <<'EOF'; then
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+head = hdr.pop("lm_head.weight")["data_offsets"]
+assert head[1] == len(data)  # the last tensor: dropping it leaves the others' offsets
+h = json.dumps(hdr, separators=(",", ":")).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + data[:head[0]])
+EOF
+  check "import a tied llama" 0 "20 tensors of F32; no lm_head.weight: the head is a copy of embed_tokens (tied)" -- \
+    "$A" import "$T/llama_tied.safetensors" --model "$T/llama.json" --out "$T/llama_tied.ckpt"
+else
+  echo "skipped: tied llama import (/usr/bin/python3 could not write the file)"
+fi
 
 if ! /usr/bin/python3 "$SRC/tests/reference/make_weights.py" --out "$T/w" 2>"$T/py.err"; then
   echo "skipped: make_weights.py: $(tail -1 "$T/py.err")"
