@@ -476,8 +476,9 @@ typedef struct aa_cand {
   int retries; /* dry runs tried again after their executor vanished */
   int tier;    /* --from: its distance from the start (which goes ahead of any prediction); else 0 */
   double predicted; /* the calibrated model's tokens/s before the refit (predict.h), 0 = none */
-  double corr, err; /* its refit: the correction and the error its layout's measurements give
-                       (aa_search_t's when none of its layout is measured); 1 and 0 before any */
+  double corr, err; /* its refit: the correction its class's (layout and micro-batch) measurements
+                       give, else its layout's, else aa_search_t's; the error, widened for a class
+                       not yet measured (search.c refit); 1 and 0 before any */
   /* Its measurements (the first dry run and the re-measures in fresh processes): */
   int measures;        /* dry runs of it that ended (ok or not) */
   int oks;             /* of them ok */
@@ -529,9 +530,9 @@ typedef struct aa_search {
   bool calibrated;   /* candidates carry predictions (aa__search_set_prediction) */
   int fitted;        /* ok candidates with a prediction: the refit's sample */
   double correction; /* median of measured / predicted over them (1 before any); a candidate's own
-                        (aa_cand_t.corr) is its layout's median once its layout has runs */
-  double error;      /* max |measured / (predicted x its layout's correction) - 1| over them, floored;
-                        aa_cand_t.err widens it for a layout not yet measured */
+                        (aa_cand_t.corr) is its class's median once its class has runs */
+  double error;      /* max |measured / (predicted x its class's correction) - 1| over them, floored;
+                        aa_cand_t.err widens it for a class not yet measured */
   int bound_pruned;  /* candidates the stop rule dropped */
 } aa_search_t;
 

@@ -330,78 +330,101 @@ static bool same_layout(const aa_strategy_t *a, const aa_strategy_t *b) {
   return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->sp == b->sp;
 }
 
-/* Refits the calibrated model to the ok runs with a prediction. Over all
- * of them: the correction is the median of measured / predicted (robust to
- * one odd run). Per candidate: the median over the measured ones of its
- * layout, or the overall one while its layout has none. The error is the
- * largest miss left after each run's own layout correction, at least the
- * floors of planner_internal.h; a candidate whose layout has no
- * measurement also allows for the largest gap between a measured layout's
- * correction and the overall one. A failed allocation keeps the previous
- * fit. */
-static void refit(aa_search_t *s) {
-  double *r = malloc(s->n * sizeof *r), *q = malloc(s->n * sizeof *q);
-  /* The measured layouts, each with its correction, worked out once: a
-   * candidate then looks its layout up (O(n x layouts), not O(n^2)). */
-  struct {
-    const aa_strategy_t *s;
-    double corr;
-  } *lay = malloc(s->n * sizeof *lay);
-  int k = 0, nl = 0;
-  if (!r || !q || !lay) {
-    free(r);
-    free(q);
-    free(lay);
-    return;
-  }
+/* Whether a and b are of one class: the same layout at the same
+ * micro-batch. The calibration times ops at each micro-batch's shapes, and
+ * misses them by different factors too (measured at cpu:4 on 2 cores: it
+ * overrated micro-batch 1 by 36 % and micro-batch 4 not at all), so a
+ * correction measured at one micro-batch does not carry to another. */
+static bool same_class(const aa_strategy_t *a, const aa_strategy_t *b) {
+  return same_layout(a, b) && a->micro_batch == b->micro_batch;
+}
+
+/* The measured groups of one kind (classes or layouts), each with its
+ * correction: the median of measured / predicted over its runs. */
+typedef struct {
+  const aa_strategy_t *s;
+  double corr;
+} group_t;
+
+static int groups(const aa_search_t *s, bool (*same)(const aa_strategy_t *, const aa_strategy_t *), group_t *g,
+                  double *q) {
+  int n = 0;
   for (size_t i = 0; i < s->n; i++) {
     const aa_cand_t *c = &s->c[i];
     if (!(c->oks > 0 && c->predicted > 0)) continue;
-    r[k++] = c->tokens_per_s / c->predicted;
     int l = 0;
-    while (l < nl && !same_layout(lay[l].s, &c->s))
+    while (l < n && !same(g[l].s, &c->s))
       l++;
-    if (l == nl) lay[nl++].s = &c->s;
+    if (l == n) g[n++].s = &c->s;
   }
-  for (int l = 0; l < nl; l++) {
+  for (int l = 0; l < n; l++) {
     int m = 0;
     for (size_t j = 0; j < s->n; j++) {
       const aa_cand_t *o = &s->c[j];
-      if (o->oks > 0 && o->predicted > 0 && same_layout(lay[l].s, &o->s)) q[m++] = o->tokens_per_s / o->predicted;
+      if (o->oks > 0 && o->predicted > 0 && same(g[l].s, &o->s)) q[m++] = o->tokens_per_s / o->predicted;
     }
-    lay[l].corr = median(q, m);
+    g[l].corr = median(q, m);
   }
-  if (k > 0) {
-    const double med = median(r, k);
-    double err = 0, apart = 0;
-    for (size_t i = 0; i < s->n; i++) {
-      aa_cand_t *c = &s->c[i];
-      int l = 0;
-      while (l < nl && !same_layout(lay[l].s, &c->s))
-        l++;
-      c->corr = l < nl ? lay[l].corr : med;
-      c->err = -1; /* set below: its layout has measurements */
-      if (l == nl) continue;
-      c->err = 0;
-      apart = fmax(apart, fabs(c->corr / med - 1));
-      if (c->oks > 0 && c->predicted > 0) err = fmax(err, fabs(c->tokens_per_s / c->predicted / c->corr - 1));
-    }
-    const double floor = k == 1 ? AA_SEARCH_ERROR_FLOOR_ONE : AA_SEARCH_ERROR_FLOOR;
-    s->fitted = k;
-    s->correction = med;
-    s->error = fmax(err, floor);
-    /* A layout nobody measured may also be as the model itself says: the
-     * measured layouts' correction need not carry over (tensor parallelism
-     * on CPUs measured at half its prediction says nothing of data
-     * parallelism), so its bound reaches at least the raw prediction. */
-    const double raw = med < 1 ? 1 / med - 1 : 0;
-    for (size_t i = 0; i < s->n; i++) {
-      aa_cand_t *c = &s->c[i];
-      c->err = c->err < 0 ? fmax(fmax(s->error, apart), raw) : s->error;
-    }
+  return n;
+}
+
+static int group_of(const group_t *g, int n, bool (*same)(const aa_strategy_t *, const aa_strategy_t *),
+                    const aa_strategy_t *x) {
+  int l = 0;
+  while (l < n && !same(g[l].s, x))
+    l++;
+  return l < n ? l : -1;
+}
+
+/* Refits the calibrated model to the ok runs with a prediction. Over all
+ * of them: the correction is the median of measured / predicted (robust to
+ * one odd run). Per candidate: the median over the measured runs of its
+ * class (layout and micro-batch), else of its layout, else the overall
+ * one. The error is the largest miss left after each run's own class
+ * correction, at least the floors of planner_internal.h. A candidate whose
+ * class has no measurement also allows for the largest gap between a
+ * measured class's correction and the overall one, and for the raw model
+ * itself (its layout's, or the overall, correction need not carry over to
+ * it): its bound reaches at least its raw prediction, so the best
+ * predicted of every class that could win is measured before the search
+ * stops. The groups are worked out once per refit and candidates look
+ * theirs up (O(n x groups), not O(n^2)). A failed allocation keeps the
+ * previous fit. */
+static void refit(aa_search_t *s) {
+  double *r = malloc(s->n * sizeof *r), *q = malloc(s->n * sizeof *q);
+  group_t *cls = malloc(s->n * sizeof *cls), *lay = malloc(s->n * sizeof *lay);
+  int k = 0;
+  if (!r || !q || !cls || !lay) goto out;
+  for (size_t i = 0; i < s->n; i++) {
+    const aa_cand_t *c = &s->c[i];
+    if (c->oks > 0 && c->predicted > 0) r[k++] = c->tokens_per_s / c->predicted;
   }
+  if (k == 0) goto out;
+  const int ncls = groups(s, same_class, cls, q), nlay = groups(s, same_layout, lay, q);
+  const double med = median(r, k);
+  double err = 0, apart = 0;
+  for (int l = 0; l < ncls; l++) apart = fmax(apart, fabs(cls[l].corr / med - 1));
+  for (size_t i = 0; i < s->n; i++) {
+    aa_cand_t *c = &s->c[i];
+    const int gc = group_of(cls, ncls, same_class, &c->s), gl = gc >= 0 ? -1 : group_of(lay, nlay, same_layout, &c->s);
+    c->corr = gc >= 0 ? cls[gc].corr : gl >= 0 ? lay[gl].corr : med;
+    c->err = gc >= 0 ? 0 : -1; /* -1: set below, its class has no measurement */
+    if (gc >= 0 && c->oks > 0 && c->predicted > 0)
+      err = fmax(err, fabs(c->tokens_per_s / c->predicted / c->corr - 1));
+  }
+  const double floor = k == 1 ? AA_SEARCH_ERROR_FLOOR_ONE : AA_SEARCH_ERROR_FLOOR;
+  s->fitted = k;
+  s->correction = med;
+  s->error = fmax(err, floor);
+  for (size_t i = 0; i < s->n; i++) {
+    aa_cand_t *c = &s->c[i];
+    const double raw = c->corr < 1 ? 1 / c->corr - 1 : 0;
+    c->err = c->err < 0 ? fmax(fmax(s->error, apart), raw) : s->error;
+  }
+out:
   free(r);
   free(q);
+  free(cls);
   free(lay);
 }
 
