@@ -20,10 +20,11 @@
 #define CALIB_MAX_BYTES (4u << 20)
 #define CALIB_RANKS_MAX 4096
 
-static const char *const op_names[AA_OP_KINDS] = {"matmul", "attention", "layernorm", "gelu", "residual",
-                                                  "xent",   "encoder",   "cast",      "adamw"};
+static const char *const op_names[AA_OP_KINDS] = {"matmul", "attention", "layernorm", "gelu",   "residual",
+                                                  "xent",   "encoder",   "cast",      "adamw",  "rmsnorm",
+                                                  "swiglu", "rope",      "gqa"};
 /* How many of the four dimensions each kind uses (the rest are 0). */
-static const int op_dims[AA_OP_KINDS] = {3, 4, 2, 1, 1, 2, 2, 1, 1};
+static const int op_dims[AA_OP_KINDS] = {3, 4, 2, 1, 1, 2, 2, 1, 1, 2, 2, 4, 4};
 static const char *const link_names[AA_COST_COLLECTIVES] = {"all_reduce", "all_gather", "reduce_scatter",
                                                             "send", "recv"};
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16"}; /* = aa_dtype_t */
@@ -38,14 +39,18 @@ int aa_op_kind_parse(const char *name) {
 }
 
 double aa_op_work(const aa_op_shape_t *s) {
-  const double a = (double)s->d[0], b = (double)s->d[1], c = (double)s->d[2];
+  const double a = (double)s->d[0], b = (double)s->d[1], c = (double)s->d[2], d = (double)s->d[3];
   switch (s->op) {
   case AA_OP_MATMUL: return 2.0 * a * b * c;
   /* B·NH·T²·(C/NH): the heads' widths add up to C whatever NH is. */
   case AA_OP_ATTENTION: return a * b * b * c;
+  case AA_OP_GQA: return a * b * b * c * d;
+  case AA_OP_ROPE: return a * b * (c + 1) * d;
   case AA_OP_LAYERNORM:
   case AA_OP_XENT:
-  case AA_OP_ENCODER: return a * b;
+  case AA_OP_ENCODER:
+  case AA_OP_RMSNORM:
+  case AA_OP_SWIGLU: return a * b;
   default: return a;
   }
 }

@@ -7,7 +7,8 @@
  * Compute is measured per op at the shapes the model's strategies produce
  * (the op inventory of predict.h: GEMMs, attention, LayerNorm, GELU,
  * residual adds, the cross-entropy, the embedding, casts to and from
- * 16-bit storage, the AdamW update), forward and backward, by the engine's
+ * 16-bit storage, the AdamW update; for the llama family RMSNorm, SwiGLU,
+ * the rotary embedding and grouped-query attention), forward and backward, by the engine's
  * own kernels with every rank of the measuring gang computing at once (on
  * a CPU host with fewer cores than the gang's threads, only cores /
  * threads of them: dryrun/calibrate.h).
@@ -38,7 +39,25 @@
  *   XENT       N, V          softmax cross-entropy over V logits
  *   ENCODER    N, C          the token and position lookup
  *   CAST       n             fp32 to and from 16-bit storage (forward: round, backward: widen)
- *   ADAMW      n             parameters updated (forward only: 0 backward) */
+ *   ADAMW      n             parameters updated (forward only: 0 backward)
+ * and the llama family's (engine/model.h), added after them so that the
+ * names and numbers of the kinds above stay what stored calibrations say:
+ *   RMSNORM    N, C
+ *   SWIGLU     N, F          [gate | up] (N x 2F) -> (N x F)
+ *   ROPE       S, T, G, HS   the rotary embedding of q and k, see below
+ *   GQA        S, T, G, HS   causal grouped-query attention, see below
+ * Grouped-query attention over B sequences with NH query and NKV key/value
+ * heads of size HS has five dimensions, one more than a shape holds. Its
+ * work is that of S = B·NKV independent groups, each of T positions and
+ * G = NH / NKV query heads that read one key/value head: the kernel's
+ * loops are over (sequence, head) pairs and the groups share nothing, so
+ * (S, T, G, HS) names the same arithmetic exactly, and the calibration
+ * times the engine's kernel at B = S, NH = G, NKV = 1 (the rows narrower,
+ * the same elements touched). Its own kind rather than ATTENTION's, whose
+ * kernel reads another qkv layout (3C wide). RoPE rotates the NH + NKV q
+ * and k heads of each position by the same table of T x HS/2 angles, so
+ * the same folding holds for it (a kind of its own: a kernel in the
+ * forward and another, the transposed rotation, in the backward). */
 typedef enum {
   AA_OP_MATMUL = 0,
   AA_OP_ATTENTION,
@@ -49,6 +68,10 @@ typedef enum {
   AA_OP_ENCODER,
   AA_OP_CAST,
   AA_OP_ADAMW,
+  AA_OP_RMSNORM,
+  AA_OP_SWIGLU,
+  AA_OP_ROPE,
+  AA_OP_GQA,
   AA_OP_KINDS
 } aa_op_kind_t;
 
@@ -71,7 +94,9 @@ typedef struct aa_op_shape {
 } aa_op_shape_t;
 
 /* The work of one call of shape s, the unit op rates scale by: 2·N·C·OC
- * for a GEMM, B·NH·T²·(C/NH) for attention, the elements otherwise. */
+ * for a GEMM, B·NH·T²·(C/NH) for attention, S·G·T²·HS for grouped-query
+ * attention, the elements rotated S·T·(G + 1)·HS for RoPE, the elements
+ * otherwise (N·F for SwiGLU: its outputs). */
 double aa_op_work(const aa_op_shape_t *s);
 /* The same op at the same dimensions (the one equality of shapes the
  * calibration, the model and the measurement use). */

@@ -1,7 +1,7 @@
 /* Calibrations (strategies/calib.h): the JSON text reads back as the same
  * struct, every malformed field is refused with a message naming it, the
- * lookups and the merge find by exact shape, and the link fit recovers a
- * line it is given exactly. */
+ * lookups and the merge find by exact shape, the link fit recovers a
+ * line it is given exactly, and the llama family's op kinds. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,6 +196,40 @@ AA_TEST(the_link_fit_recovers_an_exact_line_and_clamps_the_latency) {
   CHECK(aa_calib_fit_link(y, down, 2, &a, &b) == AA_EINVAL);
 }
 
+/* The llama family's kinds come after the old ones, whose numbers and
+ * names stored calibrations hold; they read back, their dimensions are
+ * checked as the others', and their work is the arithmetic of the folded
+ * grouped-query shape (S = B·NKV groups of G query heads): S·T²·G·HS for
+ * attention, as B·NH·T²·HS, and S·T·(G + 1)·HS rotated for RoPE, as
+ * B·T·(NH + NKV)·HS. */
+AA_TEST(llama_kinds_follow_the_old_ones_and_read_back) {
+  CHECK(AA_OP_MATMUL == 0 && AA_OP_ADAMW == 8 && AA_OP_RMSNORM == 9 && AA_OP_GQA == AA_OP_KINDS - 1);
+  const char *names[] = {"rmsnorm", "swiglu", "rope", "gqa"};
+  for (int k = 0; k < 4; k++)
+    CHECK(aa_op_kind_parse(names[k]) == AA_OP_RMSNORM + k && !strcmp(aa_op_kind_name(AA_OP_RMSNORM + k), names[k]));
+  aa_calib_t *c = sample(), *back = calloc(1, sizeof *back);
+  c->op[c->n_op++] = (aa_calib_op_t){{AA_OP_RMSNORM, {64, 32, 0, 0}}, AA_F32, 1e-6, 2e-6};
+  c->op[c->n_op++] = (aa_calib_op_t){{AA_OP_SWIGLU, {64, 48, 0, 0}}, AA_F32, 1e-6, 2e-6};
+  c->op[c->n_op++] = (aa_calib_op_t){{AA_OP_ROPE, {8, 16, 2, 8}}, AA_F32, 1e-6, 1e-6};
+  c->op[c->n_op++] = (aa_calib_op_t){{AA_OP_GQA, {8, 16, 2, 8}}, AA_BF16, 1e-5, 3e-5};
+  char *text = aa_calib_to_json(c);
+  CHECK(text && strstr(text, "[\"gqa\",[8,16,2,8],\"bf16\","));
+  CHECK_MSG(aa_calib_parse(back, text, "c.json") == 0, "%s", aa_last_error());
+  CHECK(same_calib(c, back));
+  free(text);
+  free(back);
+  free(c);
+  refused("\"matmul\",[64,32,96,0]", "\"swiglu\",[64,32,96,0]",
+          "ops[0].dims[2]: must be 0: swiglu uses 2 dimensions");
+  refused("\"matmul\",[64,32,96,0]", "\"gqa\",[64,32,96,0]", "ops[0].dims[3]: must be between 1 and 2^40 for gqa");
+  const double B = 2, T = 16, NH = 4, NKV = 2, HS = 8;
+  const aa_op_shape_t gqa = {AA_OP_GQA, {2 * 2, 16, 2, 8}}, rope = {AA_OP_ROPE, {2 * 2, 16, 2, 8}},
+                      rms = {AA_OP_RMSNORM, {64, 32, 0, 0}}, sw = {AA_OP_SWIGLU, {64, 48, 0, 0}};
+  CHECK(aa_op_work(&gqa) == B * NH * T * T * HS);
+  CHECK(aa_op_work(&rope) == B * T * (NH + NKV) * HS);
+  CHECK(aa_op_work(&rms) == 64.0 * 32 && aa_op_work(&sw) == 64.0 * 48);
+}
+
 int main(void) {
   RUN(the_json_text_reads_back_as_the_same_calibration);
   RUN(every_malformed_field_is_refused_by_name);
@@ -203,5 +237,6 @@ int main(void) {
   RUN(lookups_find_exact_shapes_and_merge_replaces_them);
   RUN(op_work_is_flops_for_gemms_and_elements_otherwise);
   RUN(the_link_fit_recovers_an_exact_line_and_clamps_the_latency);
+  RUN(llama_kinds_follow_the_old_ones_and_read_back);
   return aa_test_summary();
 }
