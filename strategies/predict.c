@@ -17,6 +17,15 @@
  *   recomputed in backward: the GELU of every block (selective), the whole
  *     forward of each block full checkpointing drops;
  *   per step: AdamW over the rank's parameters, or its ZeRO shard.
+ * The llama family (engine/model.h) runs the same passes with its own ops:
+ * RMSNorm (Ns, C) for each norm and the final one; the qkv GEMM (N, C,
+ * QKV) with QKV = Cl + 2 KVl; RoPE on its q and k (forward in the forward
+ * pass, the transposed rotation in the backward: dqkv after attention's
+ * backward); grouped-query attention; the MLP's first GEMM (N, C, FH) with
+ * FH = 2F (gate | up) and SwiGLU (N, F) in GELU's place (recomputed under
+ * selective checkpointing); the head from head.w (the same (N, C, Vl)
+ * GEMM). RoPE and grouped-query attention are shaped (B·NKV, T, NH / NKV,
+ * HS), as calib.h says why.
  * On CPUs with 16-bit storage the engine also rounds each activation and
  * activation gradient it keeps or sends (a CAST forward) and widens the
  * weights and kept activations it reads (a CAST backward), and per step
@@ -82,26 +91,58 @@ static void widen16(inventory_t *v, int64_t n, int pass, double calls) {
 }
 
 /* The ops of one block's forward, `ff` times in the forward pass and `fb`
- * times in the backward pass (recompute); backward `bb` times. */
+ * times in the backward pass (recompute); backward `bb` times. RoPE's
+ * forward kernel runs in the forward, its backward (the transposed
+ * rotation of dqkv) in the backward. */
 static void block_ops(inventory_t *v, const aa_arch_t *a, const aa_strategy_t *s, const aa_tp_dims_t *d,
                       aa_dtype_t dt, double ff, double fb, double bb) {
   const int64_t B = s->micro_batch, T = a->seq_len, N = B * T, Ns = s->sp ? N / s->tp : N;
-  add(v, AA_OP_LAYERNORM, Ns, d->C, 0, 0, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
-  add(v, AA_OP_MATMUL, N, d->C, 3 * (int64_t)d->Cl, 0, dt, false, ff, 0, fb, bb);
-  add(v, AA_OP_ATTENTION, B, T, d->Cl, d->NH, dt, false, ff, 0, fb, bb);
+  const aa_op_kind_t norm = d->llama ? AA_OP_RMSNORM : AA_OP_LAYERNORM;
+  add(v, norm, Ns, d->C, 0, 0, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
+  add(v, AA_OP_MATMUL, N, d->C, d->QKV, 0, dt, false, ff, 0, fb, bb);
+  if (d->llama) {
+    const int64_t S = B * d->NKV, G = d->NH / d->NKV;
+    add(v, AA_OP_ROPE, S, T, G, d->HS, dt, false, ff, 0, fb, bb);
+    add(v, AA_OP_GQA, S, T, G, d->HS, dt, false, ff, 0, fb, bb);
+  } else {
+    add(v, AA_OP_ATTENTION, B, T, d->Cl, d->NH, dt, false, ff, 0, fb, bb);
+  }
   add(v, AA_OP_MATMUL, N, d->Cl, d->C, 0, dt, false, ff, 0, fb, bb);
   add(v, AA_OP_RESIDUAL, Ns * d->C, 0, 0, 0, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
-  add(v, AA_OP_MATMUL, N, d->C, d->F, 0, dt, false, ff, 0, fb, bb);
-  add(v, AA_OP_GELU, N * d->F, 0, 0, 0, dt, false, ff, 0, fb, bb);
+  add(v, AA_OP_MATMUL, N, d->C, d->FH, 0, dt, false, ff, 0, fb, bb);
+  if (d->llama)
+    add(v, AA_OP_SWIGLU, N, d->F, 0, 0, dt, false, ff, 0, fb, bb);
+  else
+    add(v, AA_OP_GELU, N * d->F, 0, 0, 0, dt, false, ff, 0, fb, bb);
   add(v, AA_OP_MATMUL, N, d->F, d->C, 0, dt, false, ff, 0, fb, bb);
 }
 
-/* The rounds of one block's forward (block_forward) in pass `pass`. */
-static void block_rounds(inventory_t *v, int64_t NsC, int64_t NCl, int64_t NF, int pass, double calls) {
-  round16(v, NsC, pass, 6 * calls);
-  round16(v, 3 * NCl, pass, calls);
-  round16(v, NCl, pass, calls);
-  round16(v, NF, pass, 2 * calls);
+/* The MLP activation a selective checkpoint recomputes, `calls` times in
+ * the backward pass. */
+static void act_recompute(inventory_t *v, const aa_tp_dims_t *d, int64_t N, aa_dtype_t dt, double calls) {
+  if (d->llama)
+    add(v, AA_OP_SWIGLU, N, d->F, 0, 0, dt, false, 0, 0, calls, 0);
+  else
+    add(v, AA_OP_GELU, N * d->F, 0, 0, 0, dt, false, 0, 0, calls, 0);
+}
+
+/* The element counts of a block's 16-bit fields on a rank: the residual
+ * stream's (Ns C), qkv's (N QKV), the attention output's (N Cl), the MLP's
+ * first GEMM's output (N FH) and its activation's (N F). */
+typedef struct {
+  int64_t NsC, NQKV, NCl, NFH, NF;
+} widths_t;
+
+/* The rounds of one block's forward (block_forward) in pass `pass`: six of
+ * the residual stream (ln1, res2 twice, ln2, res3 twice), qkv once (llama:
+ * twice, before and after RoPE), the attention output, the MLP's first
+ * GEMM's output and its activation. */
+static void block_rounds(inventory_t *v, const widths_t *w, int llama, int pass, double calls) {
+  round16(v, w->NsC, pass, 6 * calls);
+  round16(v, w->NQKV, pass, (llama ? 2 : 1) * calls);
+  round16(v, w->NCl, pass, calls);
+  round16(v, w->NFH, pass, calls);
+  round16(v, w->NF, pass, calls);
 }
 
 /* The inventory of pipeline rank `stage` of resolved s; AA_EINVAL for a
@@ -112,10 +153,16 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   if (rc) return rc;
   aa_tp_dims_t d;
   aa_sizes_tp(a, s->tp, &d);
+  /* Grouped-query shapes need whole kv heads on every tensor rank (what
+   * aa_strategy_resolve checks; this is for a strategy it did not see). */
+  if (d.llama && (d.NKV < 1 || d.NH % d.NKV))
+    return aa_error(AA_EINVAL, "tp %d does not divide the %d key/value heads", s->tp, aa_arch_kv_heads(a));
   const aa_dtype_t dt = cuda ? s->amp : AA_F32;
   const bool casts = !cuda && s->amp != AA_F32;
   const int64_t B = s->micro_batch, T = a->seq_len, N = B * T, Ns = s->sp ? N / s->tp : N;
-  const int64_t NsC = Ns * d.C, NCl = N * d.Cl, NF = N * d.F;
+  const widths_t w = {Ns * d.C, N * d.QKV, N * d.Cl, N * d.FH, N * d.F};
+  const int64_t NsC = w.NsC;
+  const bool selective = s->ckpt == AA_CKPT_SELECTIVE;
   const int zs = aa_sizes_zero_stage(s->zero, s->dp), L = a->n_layer;
   int nb = 0, nfull = 0, starts = 0;
   v->n = 0;
@@ -128,35 +175,39 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   }
   const int nkept = nb - nfull;
   block_ops(v, a, s, &d, dt, nb, nfull, nb);
-  if (s->ckpt == AA_CKPT_SELECTIVE) add(v, AA_OP_GELU, NF, 0, 0, 0, dt, false, 0, 0, nb, 0);
+  if (selective) act_recompute(v, &d, N, dt, nb);
   if (pl.first) add(v, AA_OP_ENCODER, N, d.C, 0, 0, dt, false, 1, 0, 0, 1);
   if (pl.last) {
-    add(v, AA_OP_LAYERNORM, Ns, d.C, 0, 0, dt, false, 1, 0, 0, 1);
+    add(v, d.llama ? AA_OP_RMSNORM : AA_OP_LAYERNORM, Ns, d.C, 0, 0, dt, false, 1, 0, 0, 1);
     add(v, AA_OP_MATMUL, N, d.C, d.Vl, 0, dt, false, 1, 0, 0, 1);
     add(v, AA_OP_XENT, N, d.Vl, 0, 0, dt, false, 1, 0, 0, 1);
   }
   const size_t block_n = aa_sizes_unit_numel(a, s->tp, 1);
   if (casts) {
     /* Forward: each block's rounds and its weights widened; a received
-     * chunk input widened; the embedding's and the final LayerNorm's
-     * outputs rounded. */
-    block_rounds(v, NsC, NCl, NF, 0, nb);
+     * chunk input widened; the embedding's and the final norm's outputs
+     * rounded. */
+    block_rounds(v, &w, d.llama, 0, nb);
     widen16(v, (int64_t)block_n, 0, nb);
     widen16(v, NsC, 0, starts);
     round16(v, NsC, 0, pl.first + pl.last);
     /* Backward: weights and input widened per block; kept fields widened
-     * or the dropped ones recomputed; the activation gradients rounded. */
+     * (the activation's output only where selective checkpointing keeps
+     * it) or the dropped ones recomputed; the activation gradients rounded
+     * (dqkv twice for llama: after attention and after RoPE). */
     widen16(v, (int64_t)block_n, 1, nb);
     widen16(v, NsC, 1, nb);
-    block_rounds(v, NsC, NCl, NF, 1, nfull);
+    block_rounds(v, &w, d.llama, 1, nfull);
     widen16(v, NsC, 1, 3 * nkept);
-    widen16(v, 3 * NCl, 1, nkept);
-    widen16(v, NCl, 1, nkept);
-    widen16(v, NF, 1, s->ckpt == AA_CKPT_SELECTIVE ? nkept : 2 * nkept);
-    round16(v, NF, 1, (s->ckpt == AA_CKPT_SELECTIVE ? nkept : 0) + 2 * nb);
+    widen16(v, w.NQKV, 1, nkept);
+    widen16(v, w.NCl, 1, nkept);
+    widen16(v, w.NFH, 1, nkept);
+    widen16(v, w.NF, 1, selective ? 0 : nkept);
+    round16(v, w.NF, 1, (selective ? nkept : 0) + nb);
+    round16(v, w.NFH, 1, nb);
     round16(v, NsC, 1, 4 * nb);
-    round16(v, NCl, 1, nb);
-    round16(v, 3 * NCl, 1, nb);
+    round16(v, w.NCl, 1, nb);
+    round16(v, w.NQKV, 1, (d.llama ? 2 : 1) * nb);
     if (pl.last) {
       round16(v, N * d.Vl, 1, 1);
       round16(v, NsC, 1, 2);

@@ -2,8 +2,9 @@
  * whose every op takes its work times a constant: a single rank's step
  * worked out by hand, the data group's and the pipeline's additions as
  * cost.h counts them, the stand-ins for missing shapes and group sizes,
- * the contention of executors sharing a host, and the wanted list covering
- * the whole search space. */
+ * the contention of executors sharing a host, the wanted list covering
+ * the whole search space, and the llama family's ops (RMSNorm, RoPE,
+ * grouped-query attention, SwiGLU) and casts by hand. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,19 @@ static aa_model_spec_t model(void) {
                         .seq_len = 16,
                         .vocab_size = 64};
   sp.train.global_batch = 8;
+  return sp;
+}
+
+/* A small llama: head size 8, 2 kv heads (q|k|v 64 wide, G = 2 query
+ * heads a kv head), gate|up 128 wide; a vocabulary of 80 so that no two
+ * GEMMs share a shape. */
+static aa_model_spec_t llama(void) {
+  aa_model_spec_t sp = model();
+  snprintf(sp.arch.family, sizeof sp.arch.family, "llama");
+  sp.arch.n_kv_head = 2;
+  sp.arch.vocab_size = 80;
+  sp.arch.rope_theta = 10000;
+  sp.arch.norm_eps = 1e-5f;
   return sp;
 }
 
@@ -416,8 +430,10 @@ AA_TEST(cpu_16bit_storage_adds_casts_and_gpus_time_ops_in_their_amp) {
 /* Every strategy the search space holds for pools of 1..8 devices finds
  * every op measured, on CPUs and on GPUs. */
 AA_TEST(the_wanted_shapes_cover_every_strategy_of_the_space) {
-  aa_model_spec_t sp = model();
-  for (int cuda = 0; cuda <= 1; cuda++) {
+  const aa_model_spec_t models[2] = {model(), llama()};
+  for (int k = 0; k < 4; k++) {
+    const aa_model_spec_t sp = models[k / 2];
+    const int cuda = k % 2;
     aa_calib_t *c = calib(&sp, cuda, 1);
     for (int d = 1; d <= 8; d++) {
       aa_space_pool_t pool = {
@@ -443,6 +459,110 @@ AA_TEST(the_wanted_shapes_cover_every_strategy_of_the_space) {
   }
 }
 
+/* One llama rank, micro-batches of B = 4 (N = 64 tokens, 2 a step), its
+ * ops by hand from engine/model.c: per block RMSNorm (64, 32) twice, the
+ * qkv GEMM (64, 32, 64), RoPE and grouped-query attention on S = B·NKV =
+ * 8 groups of T = 16 positions, G = 2 query heads of HS = 8 (RoPE
+ * rotating (G + 1)·HS = 24 elements a position, attention S·T²·G·HS), the
+ * projection (64, 32, 32), two residual adds of 2,048, gate|up (64, 32,
+ * 128), SwiGLU (64, 64) and down (64, 64, 32); the embedding (64, 32), the
+ * final RMSNorm, the head (64, 32, 80) and the cross-entropy (64, 80);
+ * AdamW over 80·32 + 4 x (2·32 + 64·32 + 32² + 3·64·32) + 81·32 = 42,272
+ * parameters. No LayerNorm, GELU or gpt2 attention. */
+AA_TEST(a_llama_rank_step_is_its_ops_worked_out_by_hand) {
+  aa_model_spec_t sp = llama();
+  aa_calib_t *c = calib(&sp, 0, 0);
+  aa_strategy_t s = strat(&sp, 1, 1, 1, 4);
+  aa_calib_op_t ops[64];
+  const size_t n = aa_predict_ops(&sp.arch, &s, 0, 0, ops, 64);
+  const aa_op_shape_t want[] = {
+      {AA_OP_RMSNORM, {64, 32, 0, 0}},  {AA_OP_MATMUL, {64, 32, 64, 0}}, {AA_OP_ROPE, {8, 16, 2, 8}},
+      {AA_OP_GQA, {8, 16, 2, 8}},       {AA_OP_MATMUL, {64, 32, 32, 0}}, {AA_OP_RESIDUAL, {2048, 0, 0, 0}},
+      {AA_OP_MATMUL, {64, 32, 128, 0}}, {AA_OP_SWIGLU, {64, 64, 0, 0}},  {AA_OP_MATMUL, {64, 64, 32, 0}},
+      {AA_OP_ENCODER, {64, 32, 0, 0}},  {AA_OP_MATMUL, {64, 32, 80, 0}}, {AA_OP_XENT, {64, 80, 0, 0}},
+      {AA_OP_ADAMW, {42272, 0, 0, 0}}};
+  CHECK_MSG(n == sizeof want / sizeof want[0], "%zu ops", n);
+  for (size_t i = 0; i < n && i < sizeof want / sizeof want[0]; i++)
+    CHECK_MSG(aa_op_shape_equal(&ops[i].shape, &want[i]) && ops[i].dtype == AA_F32,
+              "ops[%zu]: %s [%lld,%lld,%lld,%lld]", i, aa_op_kind_name(ops[i].shape.op),
+              (long long)ops[i].shape.d[0], (long long)ops[i].shape.d[1], (long long)ops[i].shape.d[2],
+              (long long)ops[i].shape.d[3]);
+  aa_predict_t p;
+  CHECK_MSG(predict(&sp, &s, c, 0, &p) == 0, "%s", aa_last_error());
+  const double B = 4, T = 16, N = B * T, C = 32, F = 64, V = 80, L = 4, m = 2, QKV = 64, S = 8, G = 2, HS = 8;
+  const double block = 2 * N * C + 2 * N * C * QKV + S * T * (G + 1) * HS + S * T * T * G * HS +
+                       2 * N * C * C + 2 * N * C + 2 * N * C * 2 * F + N * F + 2 * N * F * C;
+  const double work = L * block + N * C + N * C + 2 * N * C * V + N * V;
+  const double params = V * C + L * (2 * C + QKV * C + C * C + 3 * F * C) + (V + 1) * C;
+  CHECK(params == 42272);
+  CHECK_NEAR(p.forward_s / (m * K_OP * work), 1, 1e-12);
+  CHECK_NEAR(p.backward_s / (m * 2 * K_OP * work), 1, 1e-12);
+  CHECK_NEAR(p.optimizer_s / (K_ADAMW * params), 1, 1e-12);
+  CHECK(p.ops_estimated == 0);
+  /* Selective checkpointing recomputes SwiGLU (N·F a block), full the
+   * whole block. */
+  aa_predict_t sel, full;
+  s.ckpt = AA_CKPT_SELECTIVE;
+  CHECK(predict(&sp, &s, c, 0, &sel) == 0);
+  s.ckpt = AA_CKPT_FULL;
+  CHECK(predict(&sp, &s, c, 0, &full) == 0);
+  CHECK(sel.forward_s == p.forward_s && full.forward_s == p.forward_s);
+  CHECK_NEAR((sel.backward_s - p.backward_s) / (m * L * N * F * K_OP), 1, 1e-9);
+  CHECK_NEAR((full.backward_s - p.backward_s) / (m * L * block * K_OP), 1, 1e-9);
+  free(c);
+}
+
+/* bf16 storage on a CPU, the llama rank above: the casts engine/model.c
+ * makes, counted by hand (a round costs its elements, a widen twice that:
+ * the calibration's backward). Per block forward: 6 rounds of the
+ * residual stream (N·C = 2,048), qkv twice (before and after RoPE, N·QKV =
+ * 4,096), the attention output (2,048), gate|up (N·2F = 8,192) and SwiGLU
+ * (N·F = 4,096), and its 9,280 weights widened; the embedding's and the final norm's outputs rounded. Per
+ * block backward: weights and input widened, the 3 kept C-wide fields,
+ * qkv, the attention output, gate|up and SwiGLU's output widened; dSwiGLU,
+ * dgate|up, the 4 residual gradients, datty and dqkv twice rounded; the
+ * head: the logits' gradient and two C-wide ones rounded, lnf's input
+ * widened. Per step: the parameters rounded, wte and lnf.w|head.w
+ * widened. */
+AA_TEST(llama_16bit_storage_on_a_cpu_casts_its_own_widths) {
+  aa_model_spec_t sp = llama();
+  aa_calib_t *c = calib(&sp, 0, 0);
+  aa_strategy_t s = strat(&sp, 1, 1, 1, 4);
+  aa_predict_t f32, b16;
+  CHECK(predict(&sp, &s, c, 0, &f32) == 0);
+  s.amp = AA_BF16;
+  CHECK_MSG(predict(&sp, &s, c, 0, &b16) == 0, "%s", aa_last_error());
+  const double N = 64, C = 32, F = 64, V = 80, L = 4, m = 2, QKV = 64;
+  const double NC = N * C, blk = 2 * C + QKV * C + C * C + 3 * F * C;
+  const double fwd = L * (6 * NC + 2 * N * QKV + NC + 2 * N * F + N * F + 2 * blk) + 2 * NC;
+  const double bwd = L * (2 * blk + 2 * NC + 2 * (3 * NC + N * QKV + NC + 2 * N * F + N * F)) +
+                     L * (N * F + 2 * N * F + 4 * NC + NC + 2 * N * QKV) + N * V + 2 * NC + 2 * NC;
+  const double params = V * C + L * blk + (V + 1) * C;
+  CHECK_NEAR((b16.forward_s - f32.forward_s) / (m * K_OP * fwd), 1, 1e-12);
+  CHECK_NEAR((b16.backward_s - f32.backward_s) / (m * K_OP * bwd), 1, 1e-12);
+  CHECK_NEAR((b16.optimizer_s - f32.optimizer_s) / (K_OP * (params + 2 * V * C + 2 * (V + 1) * C)), 1, 1e-12);
+  free(c);
+}
+
+/* A llama cut in two: no embedding group (an untied head), so the data
+ * group's collectives are all that follows the schedule; gpt2 cut the
+ * same way adds its tied copies' all-reduce. */
+AA_TEST(a_llama_pipeline_has_no_embedding_group) {
+  const aa_model_spec_t models[2] = {llama(), model()};
+  for (int k = 0; k < 2; k++) {
+    aa_calib_t *c = calib(&models[k], 0, 1);
+    aa_strategy_t s = strat(&models[k], 2, 1, 2, 2);
+    aa_predict_t p;
+    CHECK_MSG(predict(&models[k], &s, c, 0, &p) == 0, "%s", aa_last_error());
+    aa_cost_comm_t cc;
+    aa_cost_comm_stage(&models[k].arch, &s, aa_strategy_accum_steps(&s, &models[k]), p.stage, &cc);
+    CHECK(k == 0 ? cc.embedding.ranks == 1 && cc.embedding.bytes == 0
+                 : cc.embedding.ranks == 2 && cc.embedding.bytes > 0);
+    CHECK_NEAR(p.data_comm_s / (comm(&cc.data, 1) + comm(&cc.embedding, 1)), 1, 1e-12);
+    free(c);
+  }
+}
+
 int main(void) {
   RUN(a_single_rank_step_is_its_ops_worked_out_by_hand);
   RUN(the_gemms_are_the_cost_models_flops);
@@ -457,5 +577,8 @@ int main(void) {
   RUN(executors_sharing_a_hosts_cores_compute_slower);
   RUN(cpu_16bit_storage_adds_casts_and_gpus_time_ops_in_their_amp);
   RUN(the_wanted_shapes_cover_every_strategy_of_the_space);
+  RUN(a_llama_rank_step_is_its_ops_worked_out_by_hand);
+  RUN(llama_16bit_storage_on_a_cpu_casts_its_own_widths);
+  RUN(a_llama_pipeline_has_no_embedding_group);
   return aa_test_summary();
 }
