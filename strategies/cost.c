@@ -55,11 +55,11 @@ double aa_cost_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t 
   held_blocks(s, &p, &nb, &nk);
   const double C = arch->d_model, T = arch->seq_len, Lr = nb, tp = s->tp;
   const double block = (double)aa_sizes_unit_numel(arch, s->tp, 1);
-  /* The head (tied to wte|wpe) and lnf on the last stage; the embedding
-   * on the first is a lookup. */
-  const double ends = p.last ? (double)(aa_sizes_unit_numel(arch, s->tp, 0) +
-                                        aa_sizes_unit_numel(arch, s->tp, arch->n_layer + 1))
-                             : 0;
+  /* The head and lnf on the last stage: gpt2's head is tied to wte|wpe
+   * (unit 0), llama's is head.w, in the last unit with lnf.w. The
+   * embedding on the first stage is a lookup. */
+  const double head = aa_arch_is_llama(arch) ? 0 : (double)aa_sizes_unit_numel(arch, s->tp, 0);
+  const double ends = p.last ? head + (double)aa_sizes_unit_numel(arch, s->tp, arch->n_layer + 1) : 0;
   return 6.0 * (Lr * block + ends) + 12.0 * Lr * C * T / tp + nk * (2.0 * block + 4.0 * C * T / tp);
 }
 
@@ -69,7 +69,10 @@ double aa_cost_min_flops_per_token_stage(const aa_arch_t *arch, const aa_strateg
   int nb, nk;
   held_blocks(s, &p, &nb, &nk);
   const double C = arch->d_model, F = arch->d_ff, V = arch->vocab_size;
-  const double block = 4 * C * C + 2 * F * C; /* qkv 3C^2, proj C^2, fc and fcproj FC each */
+  /* gpt2: qkv 3C^2, proj C^2, fc and fcproj FC each; llama: q|k|v C (C +
+   * 2 KV) with KV = n_kv_head x head size, proj C^2, gate|up 2FC, down FC. */
+  const double KV = (double)aa_arch_kv_heads(arch) * (C / arch->n_head);
+  const double block = aa_arch_is_llama(arch) ? C * (C + 2 * KV) + C * C + 3 * F * C : 4 * C * C + 2 * F * C;
   return (6.0 * (nb * block + (p.last ? V * C : 0)) + 2.0 * block * nk) / s->tp;
 }
 
@@ -230,7 +233,8 @@ void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum
   if (s->tp > 1) tensor_comm(arch, s, &p, A, &out->tensor);
   if (s->pp > 1) {
     pipeline_comm(arch, s, &p, A, &out->pipeline);
-    if (p.first || p.last) {
+    /* llama's head is untied: no second copy of wte to keep equal. */
+    if ((p.first || p.last) && !aa_arch_is_llama(arch)) {
       out->embedding.ranks = 2;
       add(&out->embedding, AA_COST_ALL_REDUCE, 1, aa_sizes_unit_numel(arch, s->tp, 0), sizeof(float));
     }

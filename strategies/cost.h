@@ -48,10 +48,14 @@ void aa_cost_mem_describe(const aa_cost_mem_t *m, char *out, size_t n);
  * convention charges for the whole unit) and of lnf; the embedding on the
  * first stage is a lookup (0). So the stages sum to the usual 6N + 12LCT
  * of the whole model at tp = 1, N counting the embedding, which the tied
- * output layer multiplies by. Plus the forward a checkpointing mode runs
+ * output layer multiplies by. The llama family's head is untied (head.w,
+ * in the last unit with lnf.w): the last stage counts 6 per element of
+ * that unit and nothing for wte, so the stages sum to 6N + 12LCT with N
+ * not counting the embedding (attention's 12·C·T is the same under
+ * grouped-query attention: every query head still attends). Plus the forward a checkpointing mode runs
  * again: full recomputes each checkpointed block of the rank (2 per block
- * parameter + 4·C·T / tp for attention), selective only the GELU (counted
- * as 0: no GEMM). aa_cost_flops_per_token: the most any stage executes,
+ * parameter + 4·C·T / tp for attention), selective only the GELU or
+ * SwiGLU (counted as 0: no GEMM). aa_cost_flops_per_token: the most any stage executes,
  * the one a pipeline's pace follows (at pp = 1 the one rank's). A rank of
  * a strategy that trains r tokens/s runs at r / dp × its stage's FLOP/s.
  * 0 for a strategy the pipeline rules refuse (pipeline.h) or a stage
@@ -61,8 +65,9 @@ double aa_cost_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t 
 
 /* A lower bound of the FLOPs one rank executes per token its pipeline
  * replica trains, whatever the implementation: the weight matrices' GEMMs
- * only (qkv, proj, fc, fcproj of the rank's blocks and, on the last
- * stage, the tied V x C output layer: 2 per element forward, 4 backward),
+ * only (qkv, proj, fc, fcproj of the rank's blocks, for llama q|k|v
+ * (C + 2·KV) x C, proj, gate|up 2F x C and down, and, on the last
+ * stage, the V x C output layer: 2 per element forward, 4 backward),
  * plus the 2 per element of each of its blocks that full checkpointing
  * runs forward again, the tp ranks of a tensor group sharing them evenly
  * (a padded vocabulary only adds work). Nothing for attention scores (a
@@ -167,7 +172,12 @@ double aa_cost_bubble(const aa_strategy_t *s, int m);
  * which hold the two copies of wte|wpe, tied to the head): one all-reduce
  * of unit 0's gradient a step (size (ceil(V / tp) + T)·C, fp32) so the
  * copies stay equal; 2 ranks on the first and last stage at pp > 1, else
- * a group of one (nothing). */
+ * a group of one (nothing). The llama family has no such group (its head
+ * is untied, its last stage holds no wte): a group of one everywhere.
+ * Its other groups move what gpt2's do at the same sizes: the tensor
+ * group's activations are C wide whatever the kv heads, its RMSNorm
+ * gradients travel in the same 2·C slots (the bias half 0), and the data
+ * group's units are its own (sizes.h). */
 typedef enum {
   AA_COST_ALL_REDUCE,
   AA_COST_ALL_GATHER,

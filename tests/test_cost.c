@@ -5,7 +5,8 @@
  * ZeRO stage), ZeRO's shards over the data group only (figures worked out
  * by hand), FLOPs per token against figures worked out by hand, the
  * dominance rule, and the collectives each process group calls per step
- * (the engine's schedule, counted by hand). The model and the cost model both size from
+ * (the engine's schedule, counted by hand), for the gpt2 and the llama
+ * families. The model and the cost model both size from
  * strategies/sizes.h; these tests hold the engine to allocating exactly
  * that, and the figures to what they should be. */
 #include <stdio.h>
@@ -22,6 +23,12 @@ static const aa_arch_t archs[] = {
     {.family = "gpt2", .n_layer = 3, .n_head = 4, .d_model = 32, .d_ff = 64, .seq_len = 16, .vocab_size = 64},
     /* odd sizes: no slice is a multiple of 64 bytes by accident */
     {.family = "gpt2", .n_layer = 2, .n_head = 3, .d_model = 27, .d_ff = 50, .seq_len = 7, .vocab_size = 11},
+    /* the llama family: grouped-query attention (2 and 1 kv heads), and odd sizes again (RoPE needs an
+     * even head size: 10) */
+    {.family = "llama", .n_layer = 3, .n_head = 4, .n_kv_head = 2, .d_model = 32, .d_ff = 48, .seq_len = 16,
+     .vocab_size = 64, .rope_theta = 10000, .norm_eps = 1e-5f},
+    {.family = "llama", .n_layer = 2, .n_head = 3, .n_kv_head = 1, .d_model = 30, .d_ff = 50, .seq_len = 7,
+     .vocab_size = 11, .rope_theta = 10000, .norm_eps = 1e-5f},
 };
 static const aa_dtype_t amps[] = {AA_F32, AA_BF16, AA_F16};
 static const struct {
@@ -603,6 +610,76 @@ AA_TEST(the_data_and_tensor_groups_move_only_what_the_stage_holds) {
   check_group(__LINE__, &c.tensor, 2, calls(11, 10 * 1024 + 1, 4 * (10 * 1024 + 1)), calls(2, 384, 1536), none);
 }
 
+/* A small llama (L 2, NH 4, NKV 2, C 32, F 48, T 16, V 64; head size 8,
+ * kv width 16): units wte 64 x 32 = 2,048, two blocks of ln1 32 + q|k|v
+ * (32 + 2 x 16) x 32 + proj 32² + ln2 32 + gate|up|down 3 x 48 x 32 =
+ * 7,744, and lnf.w|head.w 65 x 32 = 2,080: 19,616 in all. FLOPs per token:
+ * 6 x (2 x 7,744 + 2,080) + 12·2·32·16 = 117,696, wte a lookup (the head
+ * is head.w, in the last unit); per stage of two, 6 x 7,744 + 6,144 =
+ * 52,608 and that plus 6 x 2,080 = 65,088. Full checkpointing adds 2 x
+ * 7,744 + 4·32·16 = 17,536 a block. The lower bound: blocks of 32·64 +
+ * 32² + 3·48·32 = 7,680 GEMM weights and the 64 x 32 head, 6 x 17,408 =
+ * 104,448. */
+static const aa_arch_t small_llama = {.family = "llama", .n_layer = 2, .n_head = 4, .n_kv_head = 2, .d_model = 32,
+                                      .d_ff = 48, .seq_len = 16, .vocab_size = 64, .rope_theta = 10000,
+                                      .norm_eps = 1e-5f};
+
+AA_TEST(llama_flops_count_the_untied_head_not_the_embedding) {
+  const aa_arch_t *a = &small_llama;
+  CHECK(aa_arch_param_count(a) == 19616u);
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  CHECK(aa_cost_flops_per_token(a, &s) == 117696.0);
+  CHECK(aa_cost_min_flops_per_token(a, &s) == 104448.0);
+  s.ckpt = AA_CKPT_FULL;
+  CHECK(aa_cost_flops_per_token(a, &s) == 117696.0 + 2 * 17536.0);
+  CHECK(aa_cost_min_flops_per_token(a, &s) == 104448.0 + 2 * 2 * 7680.0);
+  aa_strategy_default(&s);
+  s.pp = 2;
+  CHECK(aa_cost_flops_per_token_stage(a, &s, 0) == 52608.0);
+  CHECK(aa_cost_flops_per_token_stage(a, &s, 1) == 65088.0);
+  CHECK(aa_cost_flops_per_token(a, &s) == 65088.0);
+  s.tp = 2; /* the GEMMs split evenly; the head's 64 rows too */
+  s.pp = 1;
+  CHECK(aa_cost_min_flops_per_token(a, &s) == 104448.0 / 2);
+}
+
+/* The llama family's collectives: no embedding group at pp > 1 (its head
+ * is untied and its last stage holds no wte), the data group reducing the
+ * units each stage holds (the first wte 2,048 and block 0, 7,744; the last
+ * block 1 and lnf.w|head.w 2,080), and the tensor group moving what gpt2's
+ * does at the same C: per micro-batch 1 + 4 x 2 + 1 = 10 all-reduces of
+ * N·C = 1,024 and the cross-entropy's all-gather (size 3 x 32 x 2). */
+AA_TEST(llama_has_no_embedding_group_and_its_groups_move_its_units) {
+  const aa_arch_t *a = &small_llama;
+  const aa_cost_calls_t none = calls(0, 0, 0);
+  aa_strategy_t s = strat(2, 0, AA_F32, AA_CKPT_NONE, 2);
+  s.pp = 2;
+  aa_cost_comm_t c[2];
+  for (int st = 0; st < 2; st++) {
+    aa_cost_comm_stage(a, &s, 2, st, &c[st]);
+    check_group(__LINE__, &c[st].embedding, 1, none, none, none);
+    CHECK(c[st].pipeline.bytes > 0);
+  }
+  check_group(__LINE__, &c[0].data, 2, calls(3, 1 + 2048 + 7744, 4 * (1 + 2048 + 7744)), none, none);
+  check_group(__LINE__, &c[1].data, 2, calls(3, 1 + 7744 + 2080, 4 * (1 + 7744 + 2080)), none, none);
+  /* gpt2 cut the same way does all-reduce its tied copies. */
+  const aa_arch_t gpt2 = {.family = "gpt2", .n_layer = 2, .n_head = 4, .d_model = 32, .d_ff = 48, .seq_len = 16,
+                          .vocab_size = 64};
+  aa_cost_comm_stage(&gpt2, &s, 2, 1, &c[1]);
+  check_group(__LINE__, &c[1].embedding, 2, calls(1, 2560, 10240), none, none);
+  s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
+  s.tp = 2;
+  aa_cost_comm(a, &s, 2, &c[0]);
+  check_group(__LINE__, &c[0].tensor, 2, calls(21, 20 * 1024 + 1, 4 * (20 * 1024 + 1)), calls(2, 384, 1536), none);
+  aa_cost_comm(&gpt2, &s, 2, &c[1]);
+  CHECK(c[0].tensor.bytes == c[1].tensor.bytes);
+  s.sp = 1; /* the RMSNorm gradients travel in gpt2's 2C slots */
+  aa_cost_comm(a, &s, 2, &c[0]);
+  aa_cost_comm(&gpt2, &s, 2, &c[1]);
+  CHECK(c[0].tensor.bytes == c[1].tensor.bytes && c[0].tensor.kind[AA_COST_ALL_REDUCE].calls == 2 * 3 + 1);
+}
+
 int main(void) {
   RUN(the_model_allocates_the_activation_layout_on_a_grid);
   RUN(a_single_rank_accounts_exactly_the_predicted_bytes);
@@ -616,5 +693,7 @@ int main(void) {
   RUN(the_bubble_is_megatrons);
   RUN(the_pipeline_group_moves_activations_and_their_gradients);
   RUN(the_data_and_tensor_groups_move_only_what_the_stage_holds);
+  RUN(llama_flops_count_the_untied_head_not_the_embedding);
+  RUN(llama_has_no_embedding_group_and_its_groups_move_its_units);
   return aa_test_summary();
 }
