@@ -128,6 +128,8 @@ typedef struct {
   int a, b, c, d; /* the shape's dimensions as the kernels take them */
   size_t n;       /* elementwise ops */
   int lo, valid, R, vocab;
+  int no_wpe;        /* the embedding without a position table (llama) */
+  float eps, theta; /* RMSNorm's epsilon, RoPE's base (the model's) */
   void *p[12];  /* buffers, float unless a comment says otherwise */
   int32_t *tok; /* token ids, where the kind takes them */
   int step;
@@ -187,9 +189,33 @@ static void call(shape_t *s, int backward) {
     break;
   case AA_OP_ENCODER: /* wte x0 (V,C), wpe x1 (T,C), out x2 (B,T,C); dout x3, dwte x4, dwpe x5 */
     if (!backward)
-      op->encoder_forward_vocab(x[2], s->tok, x[0], x[1], 0, s->vocab, s->a, s->b, s->c);
+      op->encoder_forward_vocab(x[2], s->tok, x[0], s->no_wpe ? NULL : x[1], 0, s->vocab, s->a, s->b, s->c);
     else
-      op->encoder_backward_vocab(x[4], x[5], x[3], s->tok, 0, s->vocab, s->a, s->b, s->c);
+      op->encoder_backward_vocab(x[4], s->no_wpe ? NULL : x[5], x[3], s->tok, 0, s->vocab, s->a, s->b, s->c);
+    break;
+  case AA_OP_RMSNORM: /* inp x0 (N,C), w x1, out x2, rstd x3; dout x4, dinp x5, dw x6 */
+    if (!backward)
+      op->rmsnorm_forward(x[2], x[3], x[0], x[1], s->a, s->b, s->eps);
+    else
+      op->rmsnorm_backward(x[5], x[6], x[4], x[0], x[1], x[3], s->a, s->b);
+    break;
+  case AA_OP_SWIGLU: /* inp x0 (N,2F), out x1 (N,F); dout x2, dinp x3 (N,2F) */
+    if (!backward)
+      op->swiglu_forward(x[1], x[0], s->a, s->b);
+    else
+      op->swiglu_backward(x[3], x[0], x[2], s->a, s->b);
+    break;
+  case AA_OP_ROPE: /* qkv x0 (S,T,(G+2)HS), rotated in place either way */
+    if (!backward)
+      op->rope_forward(x[0], s->a, s->b, s->c, 1, s->d, 0, s->theta);
+    else
+      op->rope_backward(x[0], s->a, s->b, s->c, 1, s->d, 0, s->theta);
+    break;
+  case AA_OP_GQA: /* qkv x0 (S,T,(G+2)HS), out x1 (S,T,G HS), lse x2 (S,G,T); dout x3, dqkv x4 */
+    if (!backward)
+      op->attention_gqa_forward(x[1], x[2], x[0], s->a, s->b, s->c, 1, s->d);
+    else
+      op->attention_gqa_backward(x[4], x[3], x[0], x[2], s->a, s->b, s->c, 1, s->d);
     break;
   case AA_OP_CAST: /* fp32 x0 (n), 16-bit x1 (n, half the bytes used) */
     if (!backward)
@@ -249,6 +275,18 @@ static int time_calls(cal_t *c, shape_t *s, int backward, double *out) {
 
 static int fits_int(int64_t v) { return v >= 1 && v <= 0x7fffffff; }
 
+/* Whether the backend has kind k's kernels: the llama family's are not in
+ * every op table yet (a NULL entry). */
+static int has_kernels(const aa_ops_t *op, aa_op_kind_t k) {
+  switch (k) {
+  case AA_OP_RMSNORM: return op->rmsnorm_forward && op->rmsnorm_backward;
+  case AA_OP_SWIGLU: return op->swiglu_forward && op->swiglu_backward;
+  case AA_OP_ROPE: return op->rope_forward && op->rope_backward;
+  case AA_OP_GQA: return op->attention_gqa_forward && op->attention_gqa_backward;
+  default: return 1;
+  }
+}
+
 /* Allocates and fills the buffers of op shape w into s (its buffers in b). */
 static int setup(cal_t *c, const aa_calib_op_t *w, shape_t *s, bufs_t *b) {
   const int64_t *d = w->shape.d;
@@ -256,6 +294,9 @@ static int setup(cal_t *c, const aa_calib_op_t *w, shape_t *s, bufs_t *b) {
   void **x = s->p;
   int rc = 0;
   *s = (shape_t){.ops = c->ops, .kind = w->shape.op, .dtype = w->dtype, .vocab = arch->vocab_size};
+  if (!has_kernels(c->ops, w->shape.op))
+    return aa_error(AA_EUNSUPPORTED, "calibration: the %s backend has no %s kernels", c->cuda ? "CUDA" : "CPU",
+                    aa_op_kind_name(w->shape.op));
   switch (w->shape.op) {
   case AA_OP_MATMUL: {
     if (!fits_int(d[0]) || !fits_int(d[1]) || !fits_int(d[2])) break;
@@ -295,6 +336,46 @@ static int setup(cal_t *c, const aa_calib_op_t *w, shape_t *s, bufs_t *b) {
         (rc = take(c, b, &x[4], N, FILL_ZERO, 0)) || (rc = take(c, b, &x[5], N, FILL_ZERO, 0)) ||
         (rc = take(c, b, &x[6], N * C, FILL_RAND, 0)) || (rc = take(c, b, &x[7], N * C, FILL_ZERO, 0)) ||
         (rc = take(c, b, &x[8], C, FILL_ZERO, 0)) || (rc = take(c, b, &x[9], C, FILL_ZERO, 0)))
+      return rc;
+    return 0;
+  }
+  case AA_OP_RMSNORM: {
+    if (!fits_int(d[0]) || !fits_int(d[1])) break;
+    size_t N = (size_t)d[0], C = (size_t)d[1];
+    s->a = (int)N, s->b = (int)C, s->eps = arch->norm_eps > 0 ? arch->norm_eps : 1e-5f;
+    if ((rc = take(c, b, &x[0], N * C, FILL_RAND, 0)) || (rc = take(c, b, &x[1], C, FILL_RAND, 0)) ||
+        (rc = take(c, b, &x[2], N * C, FILL_ZERO, 0)) || (rc = take(c, b, &x[3], N, FILL_ZERO, 0)) ||
+        (rc = take(c, b, &x[4], N * C, FILL_RAND, 0)) || (rc = take(c, b, &x[5], N * C, FILL_ZERO, 0)) ||
+        (rc = take(c, b, &x[6], C, FILL_ZERO, 0)))
+      return rc;
+    return 0;
+  }
+  case AA_OP_SWIGLU: {
+    if (!fits_int(d[0]) || !fits_int(d[1]) || d[1] > 0x3fffffff) break;
+    size_t N = (size_t)d[0], F = (size_t)d[1];
+    s->a = (int)N, s->b = (int)F;
+    if ((rc = take(c, b, &x[0], N * 2 * F, FILL_RAND, 0)) || (rc = take(c, b, &x[1], N * F, FILL_ZERO, 0)) ||
+        (rc = take(c, b, &x[2], N * F, FILL_RAND, 0)) || (rc = take(c, b, &x[3], N * 2 * F, FILL_ZERO, 0)))
+      return rc;
+    return 0;
+  }
+  case AA_OP_ROPE:
+  case AA_OP_GQA: {
+    /* (S, T, G, HS): S groups of T positions, G query heads and one
+     * key/value head of HS each (calib.h); the kernels at B = S, NH = G,
+     * NKV = 1. */
+    if (!fits_int(d[0]) || !fits_int(d[1]) || !fits_int(d[2]) || !fits_int(d[3]) || d[3] % 2 ||
+        d[2] > 0x3fffffff / d[3])
+      break;
+    size_t S = (size_t)d[0], T = (size_t)d[1], G = (size_t)d[2], HS = (size_t)d[3], W = (G + 2) * HS;
+    s->a = (int)S, s->b = (int)T, s->c = (int)G, s->d = (int)HS;
+    s->theta = arch->rope_theta > 0 ? arch->rope_theta : 10000.0f;
+    if ((rc = take(c, b, &x[0], S * T * W, FILL_RAND, 0))) return rc;
+    if (w->shape.op == AA_OP_ROPE) return 0;
+    if ((rc = take(c, b, &x[1], S * T * G * HS, FILL_ZERO, 0)) ||
+        (rc = take(c, b, &x[2], S * G * T, FILL_ZERO, 0)) ||
+        (rc = take(c, b, &x[3], S * T * G * HS, FILL_RAND, 0)) ||
+        (rc = take(c, b, &x[4], S * T * W, FILL_ZERO, 0)))
       return rc;
     return 0;
   }
@@ -341,6 +422,7 @@ static int setup(cal_t *c, const aa_calib_op_t *w, shape_t *s, bufs_t *b) {
     int64_t T = d[0] % arch->seq_len == 0 ? arch->seq_len : d[0];
     size_t B = (size_t)(d[0] / T), C = (size_t)d[1], V = (size_t)arch->vocab_size;
     s->a = (int)B, s->b = (int)T, s->c = (int)C;
+    s->no_wpe = aa_arch_is_llama(arch); /* the lookup alone: llama has no position table */
     if ((rc = take(c, b, &x[0], V * C, FILL_RAND, 0)) ||
         (rc = take(c, b, &x[1], (size_t)T * C, FILL_RAND, 0)) ||
         (rc = take(c, b, &x[2], B * (size_t)T * C, FILL_ZERO, 0)) ||

@@ -65,7 +65,10 @@ typedef struct aa_calibrate_opts {
  * either way; the embedding encoder_*_vocab over sequences of the model's
  * length; a cast forward cast_from_f32 and backward cast_to_f32, to bf16
  * when the shape's dtype is fp32 (a CPU's 16-bit storage); AdamW forward
- * only. With a group, the ranks time the same ops at the same time, one
+ * only. The llama family's: rmsnorm_*, swiglu_*, rope_forward and
+ * rope_backward, attention_gqa_* at the folded shape calib.h describes
+ * (B = S groups, NH = G query heads, NKV = 1), RoPE at the model's
+ * rope_theta, and the embedding without a position table. With a group, the ranks time the same ops at the same time, one
  * shape after another (a barrier between shapes, so a dead peer is noticed
  * within the group's abort latency), and the figures kept are the timing
  * ranks' mean (an all-reduce); out->ranks is how many timed: the group's
