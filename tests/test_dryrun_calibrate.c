@@ -211,6 +211,37 @@ AA_TEST(alone_every_wanted_op_is_timed_and_the_json_reads_back) {
   free(back);
 }
 
+/* A llama model: its own kinds (RMSNorm, SwiGLU, RoPE, grouped-query
+ * attention) are among the wanted shapes and each is timed forward and
+ * backward by the engine's kernels; no LayerNorm, GELU or gpt2 attention. */
+AA_TEST(a_llama_model_times_its_own_op_kinds) {
+  static const char json[] =
+      "{\"name\": \"small-llama\", \"model\": {\"family\": \"llama\", \"n_layer\": 2, \"n_head\": 4, "
+      "\"n_kv_head\": 2, \"d_model\": 32, \"d_ff\": 48, \"seq_len\": 16, \"vocab_size\": 256}, "
+      "\"train\": {\"global_batch\": 4, \"steps\": 10, \"lr\": 0.003}, \"data\": {\"train\": \"train.bin\"}}";
+  aa_model_spec_t s;
+  int rc = aa_spec_parse(&s, json, NULL, "small-llama");
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  static aa_calib_op_t wanted[AA_CALIB_OPS_MAX];
+  size_t n = aa_predict_wanted(&s, AA_CALIBRATE_DEVICES_MIN, 0, wanted, AA_CALIB_OPS_MAX);
+  int kinds[AA_OP_KINDS] = {0};
+  for (size_t i = 0; i < n && i < AA_CALIB_OPS_MAX; i++) kinds[wanted[i].shape.op]++;
+  CHECK(kinds[AA_OP_RMSNORM] && kinds[AA_OP_SWIGLU] && kinds[AA_OP_ROPE] && kinds[AA_OP_GQA]);
+  CHECK(!kinds[AA_OP_LAYERNORM] && !kinds[AA_OP_GELU] && !kinds[AA_OP_ATTENTION]);
+  aa_calib_t *c = calloc(1, sizeof *c);
+  aa_calibrate_opts_t o = {.threads = 1, .budget_s = 20};
+  rc = aa_calibrate(&s, &o, c);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  for (size_t i = 0; !rc && i < n && i < AA_CALIB_OPS_MAX; i++) {
+    const aa_calib_op_t *m = aa_calib_find_op(c, &wanted[i].shape, wanted[i].dtype);
+    int adamw = wanted[i].shape.op == AA_OP_ADAMW;
+    CHECK_MSG(m && m->fwd_s > 0 && (adamw ? m->bwd_s == 0 : m->bwd_s > 0), "op %zu (%s)", i,
+              aa_op_kind_name(wanted[i].shape.op));
+  }
+  free(c);
+}
+
 AA_TEST(shapes_past_the_memory_limit_are_left_out) {
   aa_model_spec_t s;
   if (small_spec(&s)) return;
@@ -274,6 +305,7 @@ int main(void) {
   RUN(a_gang_of_two_fits_every_collective_kind_for_pairs);
   RUN(a_rank_that_dies_makes_its_peer_fail_at_once);
   RUN(alone_every_wanted_op_is_timed_and_the_json_reads_back);
+  RUN(a_llama_model_times_its_own_op_kinds);
   RUN(shapes_past_the_memory_limit_are_left_out);
   RUN(bad_options_are_einval_and_a_long_fingerprint_is_cut_to_fit);
   char cmd[300];
