@@ -1,0 +1,321 @@
+/* Generation (engine/generate.h) on the fixture model of test_reference
+ * (tests/reference/gpt_tiny.fixture): the KV-cache decoder against the
+ * no-cache path (the whole prefix through aa_gpt_forward every token) and
+ * both against greedy ids from float64 PyTorch
+ * (tests/reference/generate_tiny.txt, make_generate.py, which checks that
+ * every greedy choice wins by at least 1e-3, so float32 rounding cannot
+ * flip one); the sampler's rules; the cache's bounds.
+ *
+ * Until the backend implements attention_decode the cached tests skip,
+ * saying so, and the rest run. */
+#include "aa_test.h"
+
+#include "engine/generate.h"
+#include "engine/model.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_IDS 16
+
+static aa_arch_t arch;
+static float *params; /* host, the fixture's */
+static size_t n_params;
+static int32_t prompt[MAX_IDS], want[MAX_IDS]; /* from generate_tiny.txt */
+static int n_prompt, n_want;
+
+/* Reads the fixture's architecture and parameters (format in
+ * tests/reference/README.md): the header, the inputs and targets it skips,
+ * then the parameters in the engine's layout. */
+static int load_fixture(const char *dir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tests/reference/gpt_tiny.fixture", dir);
+  FILE *f = fopen(path, "rb");
+  if (!f) return aa_error(AA_ENOENT, "%s: cannot open (set AA_SOURCE_DIR to the source tree)", path);
+  char magic[8];
+  int32_t dims[8], n_steps;
+  float hyper[6];
+  int rc = AA_EFORMAT;
+  if (fread(magic, 1, 8, f) != 8 || memcmp(magic, "AAFIXT01", 8) || fread(dims, 4, 8, f) != 8 ||
+      fread(hyper, 4, 6, f) != 6 || fread(&n_steps, 4, 1, f) != 1)
+    goto done;
+  for (int i = 0; i < 8; i++)
+    if (dims[i] < 1 || dims[i] > 4096) goto done;
+  arch = (aa_arch_t){.family = "gpt2",
+                     .n_layer = dims[0],
+                     .n_head = dims[1],
+                     .d_model = dims[2],
+                     .d_ff = dims[3],
+                     .seq_len = dims[4],
+                     .vocab_size = dims[5]};
+  n_params = aa_arch_param_count(&arch);
+  params = malloc(n_params * sizeof *params);
+  if (!params || fseek(f, 2L * 4 * dims[6] * dims[7], SEEK_CUR) || fread(params, 4, n_params, f) != n_params)
+    goto done;
+  rc = 0;
+done:
+  fclose(f);
+  return rc ? aa_error(rc, "%s: not a readable gpt fixture", path) : 0;
+}
+
+/* Reads the fixture's line of generate_tiny.txt: "gpt_tiny.fixture prompt
+ * <ids> greedy <ids>". */
+static int load_reference(const char *dir) {
+  char path[4096], line[1024];
+  snprintf(path, sizeof path, "%s/tests/reference/generate_tiny.txt", dir);
+  FILE *f = fopen(path, "r");
+  if (!f) return aa_error(AA_ENOENT, "%s: cannot open", path);
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f)) {
+    if (strncmp(line, "gpt_tiny.fixture prompt ", 24)) continue;
+    int *n = &n_prompt;
+    int32_t *ids = prompt;
+    for (char *tok = strtok(line + 24, " \n"); tok; tok = strtok(NULL, " \n")) {
+      if (!strcmp(tok, "greedy")) {
+        n = &n_want;
+        ids = want;
+      } else if (*n < MAX_IDS) {
+        ids[(*n)++] = (int32_t)atoi(tok);
+      }
+    }
+    found = 1;
+  }
+  fclose(f);
+  return found && n_prompt > 0 && n_want > 0 ? 0 : aa_error(AA_EFORMAT, "%s: no gpt_tiny line", path);
+}
+
+/* The fixture model on the CPU, micro-batch 1, activations for the whole
+ * seq_len (what the no-cache path needs). */
+static aa_gpt_t *fixture_model(void) {
+  aa_gpt_t *m = NULL;
+  if (aa_gpt_create(&m, &arch, aa_ops_cpu(), 1, arch.seq_len, NULL)) return NULL;
+  if (m->ops->upload(m->params.data, params, n_params * sizeof *params)) {
+    aa_gpt_free(m);
+    return NULL;
+  }
+  aa_gpt_params_changed(m);
+  return m;
+}
+
+/* Skips the test when the backend cannot decode with a cache yet. */
+#define NEED_DECODE(m)                                                                                       \
+  do {                                                                                                       \
+    if (!(m)->ops->attention_decode) {                                                                       \
+      const char *name_ = (m)->ops->name;                                                                    \
+      aa_gpt_free(m);                                                                                        \
+      SKIP("the %s backend has no attention_decode yet", name_);                                             \
+    }                                                                                                        \
+  } while (0)
+
+static const aa_sampler_t greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f};
+
+AA_TEST(nocache_greedy_matches_pytorch) {
+  aa_gpt_t *m = fixture_model();
+  CHECK(m);
+  if (!m) return;
+  int32_t got[MAX_IDS];
+  CHECK_MSG(aa_generate(m, prompt, n_prompt, n_want, &greedy, 1, 0, got, NULL, NULL, NULL) == 0, "%s",
+            aa_last_error());
+  for (int i = 0; i < n_want; i++)
+    CHECK_MSG(got[i] == want[i], "token %d: %d, PyTorch %d", i, got[i], want[i]);
+  aa_gpt_free(m);
+}
+
+AA_TEST(kv_cache_greedy_matches_pytorch_and_nocache) {
+  aa_gpt_t *m = fixture_model();
+  CHECK(m);
+  if (!m) return;
+  NEED_DECODE(m);
+  int32_t got[MAX_IDS], nocache[MAX_IDS];
+  aa_gen_stats_t st = {0};
+  CHECK_MSG(aa_generate(m, prompt, n_prompt, n_want, &greedy, 1, 1, got, NULL, NULL, &st) == 0, "%s",
+            aa_last_error());
+  CHECK(aa_generate(m, prompt, n_prompt, n_want, &greedy, 1, 0, nocache, NULL, NULL, NULL) == 0);
+  for (int i = 0; i < n_want; i++) {
+    CHECK_MSG(got[i] == want[i], "token %d: %d, PyTorch %d", i, got[i], want[i]);
+    CHECK_MSG(got[i] == nocache[i], "token %d: %d, no cache %d", i, got[i], nocache[i]);
+  }
+  CHECK(st.prompt_tokens == n_prompt && st.new_tokens == n_want && st.seconds >= 0.0);
+  aa_gpt_free(m);
+}
+
+/* Every position's logits, fed one token at a time through the cache,
+ * against the whole prefix's forward. Both are float32 sums of the same
+ * products in another order (one row's matmul against T rows'; the
+ * decode's attention against the flash kernel's), so they agree to a few
+ * ulps of the logits (|logit| < 10 here): 1e-5 absolute is ~100x that. */
+AA_TEST(cached_logits_match_uncached) {
+  aa_gpt_t *m = fixture_model();
+  CHECK(m);
+  if (!m) return;
+  NEED_DECODE(m);
+  aa_decoder_t *d = NULL;
+  CHECK_MSG(aa_decoder_create(&d, m, arch.seq_len) == 0, "%s", aa_last_error());
+  if (!d) {
+    aa_gpt_free(m);
+    return;
+  }
+  int V = arch.vocab_size;
+  float *a = malloc(sizeof *a * V), *b = malloc(sizeof *b * V);
+  int32_t seq[MAX_IDS];
+  for (int t = 0; t < arch.seq_len; t++)
+    seq[t] = (int32_t)((t * 7 + 3) % V);
+  double worst = 0.0;
+  for (int t = 0; t < arch.seq_len; t++) {
+    CHECK(aa_decoder_step(d, seq[t], a) == 0);
+    CHECK(aa_logits_nocache(m, seq, t + 1, b) == 0);
+    for (int v = 0; v < V; v++)
+      worst = fmax(worst, fabs((double)a[v] - b[v]));
+  }
+  fprintf(stderr, "  largest |cached - uncached| logit difference %.3g (tolerance 1e-5)\n", worst);
+  CHECK(worst <= 1e-5);
+  CHECK(aa_decoder_pos(d) == arch.seq_len);
+  aa_decoder_reset(d);
+  CHECK(aa_decoder_pos(d) == 0);
+  CHECK(aa_decoder_step(d, seq[0], a) == 0);
+  CHECK(aa_logits_nocache(m, seq, 1, b) == 0);
+  for (int v = 0; v < V; v++)
+    CHECK_NEAR(a[v], b[v], 1e-5);
+  free(a);
+  free(b);
+  aa_decoder_free(d);
+  aa_gpt_free(m);
+}
+
+/* Sampling at temperature 1 through the whole model, twice per seed. */
+AA_TEST(sampling_is_deterministic_per_seed) {
+  aa_gpt_t *m = fixture_model();
+  CHECK(m);
+  if (!m) return;
+  aa_sampler_t s = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f};
+  int kv = m->ops->attention_decode != NULL;
+  int32_t a[MAX_IDS], b[MAX_IDS];
+  int differs = 0;
+  for (uint64_t seed = 1; seed <= 4; seed++) {
+    CHECK(aa_generate(m, prompt, n_prompt, n_want, &s, seed, kv, a, NULL, NULL, NULL) == 0);
+    CHECK(aa_generate(m, prompt, n_prompt, n_want, &s, seed, kv, b, NULL, NULL, NULL) == 0);
+    CHECK(!memcmp(a, b, sizeof(int32_t) * n_want));
+    for (int i = 0; i < n_want; i++)
+      differs |= a[i] != want[i];
+  }
+  /* At temperature 1 on a model this flat, four seeds all drawing the
+   * greedy path would mean the draws ignore the distribution. */
+  CHECK(differs);
+  aa_gpt_free(m);
+}
+
+/* top-k 1 and a top-p below the largest probability leave one id: the
+ * greedy one, whatever the temperature and seed. */
+AA_TEST(top_k_1_and_tiny_top_p_are_greedy) {
+  aa_gpt_t *m = fixture_model();
+  CHECK(m);
+  if (!m) return;
+  int kv = m->ops->attention_decode != NULL;
+  aa_sampler_t k1 = {.temperature = 2.0f, .top_k = 1, .top_p = 1.0f};
+  aa_sampler_t p0 = {.temperature = 0.7f, .top_k = 0, .top_p = 1e-6f};
+  int32_t got[MAX_IDS];
+  CHECK(aa_generate(m, prompt, n_prompt, n_want, &k1, 5, kv, got, NULL, NULL, NULL) == 0);
+  CHECK(!memcmp(got, want, sizeof(int32_t) * n_want));
+  CHECK(aa_generate(m, prompt, n_prompt, n_want, &p0, 6, kv, got, NULL, NULL, NULL) == 0);
+  CHECK(!memcmp(got, want, sizeof(int32_t) * n_want));
+  aa_gpt_free(m);
+}
+
+/* The sampler alone on logits whose softmax is known: greedy takes the
+ * lowest id of a tie; top-k and top-p keep exactly the ids they say; the
+ * draws follow the probabilities. */
+AA_TEST(sampler_rules) {
+  const float logits[6] = {1.0f, 3.0f, 3.0f, 2.0f, 0.0f, -1.0f};
+  int32_t work[6], id = -1;
+  aa_rng_t rng;
+  aa_rng_seed(&rng, 42);
+  CHECK(aa_sample(&id, logits, 6, &greedy, &rng, work) == 0 && id == 1);
+  int counts[6] = {0};
+  aa_sampler_t k2 = {.temperature = 1.0f, .top_k = 2, .top_p = 1.0f};
+  for (int i = 0; i < 2000; i++) {
+    CHECK(aa_sample(&id, logits, 6, &k2, &rng, work) == 0);
+    counts[id]++;
+  }
+  CHECK(counts[1] + counts[2] == 2000);
+  CHECK(counts[1] > 850 && counts[2] > 850); /* 1000 each expected; 850 is > 6 sigma off */
+  /* p(1) = p(2) = 0.3907, p(3) = 0.1437 of the whole: top-p 0.8 needs the
+   * first three (0.781 < 0.8), 0.7 the first two. */
+  aa_sampler_t p8 = {.temperature = 1.0f, .top_k = 0, .top_p = 0.8f};
+  aa_sampler_t p7 = {.temperature = 1.0f, .top_k = 0, .top_p = 0.7f};
+  memset(counts, 0, sizeof counts);
+  for (int i = 0; i < 2000; i++) {
+    CHECK(aa_sample(&id, logits, 6, &p8, &rng, work) == 0);
+    counts[id]++;
+  }
+  CHECK(counts[0] == 0 && counts[4] == 0 && counts[5] == 0 && counts[3] > 200);
+  for (int i = 0; i < 200; i++) {
+    CHECK(aa_sample(&id, logits, 6, &p7, &rng, work) == 0);
+    CHECK(id == 1 || id == 2);
+  }
+  /* The whole distribution: id 0 has p = 0.0529, about 106 of 2000. */
+  aa_sampler_t all = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f};
+  memset(counts, 0, sizeof counts);
+  for (int i = 0; i < 2000; i++) {
+    CHECK(aa_sample(&id, logits, 6, &all, &rng, work) == 0);
+    counts[id]++;
+  }
+  CHECK(counts[0] > 60 && counts[0] < 160 && counts[5] > 0);
+  aa_sampler_t bad[] = {{-1.0f, 0, 1.0f}, {NAN, 0, 1.0f},  {INFINITY, 0, 1.0f},
+                        {1.0f, -1, 1.0f}, {1.0f, 0, 0.0f}, {1.0f, 0, 1.5f}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    CHECK(aa_sample(&id, logits, 6, &bad[i], &rng, work) == AA_EINVAL);
+}
+
+AA_TEST(cache_and_input_bounds_are_errors) {
+  aa_gpt_t *m = fixture_model();
+  CHECK(m);
+  if (!m) return;
+  int32_t got[MAX_IDS], ids[MAX_IDS] = {1, 2, 3};
+  /* prompt + new tokens past seq_len, before anything runs */
+  CHECK(aa_generate(m, ids, 3, arch.seq_len - 2, &greedy, 1, 1, got, NULL, NULL, NULL) == AA_EINVAL);
+  CHECK(strstr(aa_last_error(), "seq_len") != NULL);
+  CHECK(aa_generate(m, ids, 0, 1, &greedy, 1, 0, got, NULL, NULL, NULL) == AA_EINVAL);
+  ids[1] = arch.vocab_size;
+  CHECK(aa_generate(m, ids, 3, 1, &greedy, 1, 0, got, NULL, NULL, NULL) == AA_EINVAL);
+  CHECK(strstr(aa_last_error(), "vocab") != NULL);
+  ids[1] = 2;
+  aa_sampler_t bad = {.temperature = -0.5f, .top_p = 1.0f};
+  CHECK(aa_generate(m, ids, 3, 1, &bad, 1, 0, got, NULL, NULL, NULL) == AA_EINVAL);
+
+  aa_decoder_t *d = NULL;
+  if (m->ops->attention_decode) {
+    CHECK(aa_decoder_create(&d, m, arch.seq_len + 1) == AA_EINVAL && !d);
+    CHECK(aa_decoder_create(&d, m, 0) == AA_EINVAL && !d);
+    CHECK(aa_decoder_create(&d, m, 2) == 0);
+    float *logits = malloc(sizeof *logits * arch.vocab_size);
+    CHECK(aa_decoder_step(d, arch.vocab_size, logits) == AA_EINVAL && aa_decoder_pos(d) == 0);
+    CHECK(aa_decoder_step(d, 1, logits) == 0 && aa_decoder_step(d, 2, logits) == 0);
+    CHECK(aa_decoder_step(d, 3, logits) == AA_EINVAL);
+    CHECK(strstr(aa_last_error(), "KV cache holds 2 positions") != NULL);
+    CHECK(aa_decoder_pos(d) == 2);
+    free(logits);
+    aa_decoder_free(d);
+  } else {
+    CHECK(aa_decoder_create(&d, m, 2) == AA_EUNSUPPORTED && !d);
+  }
+  aa_gpt_free(m);
+}
+
+int main(void) {
+  const char *dir = getenv("AA_SOURCE_DIR");
+  if (!dir) dir = ".";
+  if (load_fixture(dir) || load_reference(dir)) {
+    fprintf(stderr, "test_generate: %s\n", aa_last_error());
+    free(params);
+    return 1;
+  }
+  RUN(nocache_greedy_matches_pytorch);
+  RUN(kv_cache_greedy_matches_pytorch_and_nocache);
+  RUN(cached_logits_match_uncached);
+  RUN(sampling_is_deterministic_per_seed);
+  RUN(top_k_1_and_tiny_top_p_are_greedy);
+  RUN(sampler_rules);
+  RUN(cache_and_input_bounds_are_errors);
+  free(params);
+  return aa_test_summary();
+}
