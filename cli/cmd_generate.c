@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "common/aa.h"
@@ -41,6 +42,7 @@ static void usage(FILE *f) {
           "  --seed S             seed of the sampling draws (default %d); the same seed, the same text\n"
           "  --no-kv-cache        recompute the whole prefix for every token (slower; for comparison)\n"
           "  --device DEV         cpu (default) or cuda:N\n"
+          "  --threads N          CPU worker threads (default: all cores)\n"
           "  -h, --help           this help\n"
           "Exit codes: 0 success, 1 failure (bad checkpoint, tokenizer or prompt), 2 usage error.\n",
           DEFAULT_MAX_TOKENS, DEFAULT_SEED);
@@ -48,7 +50,7 @@ static void usage(FILE *f) {
 
 typedef struct {
   const char *ckpt, *model, *prompt, *tokenizer, *device;
-  int max_tokens, max_tokens_given, kv_cache;
+  int max_tokens, max_tokens_given, kv_cache, threads;
   uint64_t seed;
   aa_sampler_t s;
 } args_t;
@@ -70,7 +72,19 @@ static int parse_float(const char *opt, const char *val, double lo, int lo_open,
 
 /* 0, or an exit code (-1 for --help, answered). */
 static int parse(int argc, char **argv, args_t *a) {
-  enum { O_MODEL = 1000, O_PROMPT, O_TOK, O_MAX, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_NOKV, O_DEVICE };
+  enum {
+    O_MODEL = 1000,
+    O_PROMPT,
+    O_TOK,
+    O_MAX,
+    O_TEMP,
+    O_TOPK,
+    O_TOPP,
+    O_SEED,
+    O_NOKV,
+    O_DEVICE,
+    O_THREADS
+  };
   static const struct option longopts[] = {{"model", required_argument, 0, O_MODEL},
                                            {"prompt", required_argument, 0, O_PROMPT},
                                            {"tokenizer", required_argument, 0, O_TOK},
@@ -81,6 +95,7 @@ static int parse(int argc, char **argv, args_t *a) {
                                            {"seed", required_argument, 0, O_SEED},
                                            {"no-kv-cache", no_argument, 0, O_NOKV},
                                            {"device", required_argument, 0, O_DEVICE},
+                                           {"threads", required_argument, 0, O_THREADS},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   *a = (args_t){.max_tokens = DEFAULT_MAX_TOKENS, .kv_cache = 1, .seed = DEFAULT_SEED, .s = {0.0f, 0, 1.0f}};
@@ -99,6 +114,10 @@ static int parse(int argc, char **argv, args_t *a) {
       if ((v = aa_cli_parse_int("generate", "--max-tokens", optarg, 0, 1 << 20)) < 0) return AA_EXIT_USAGE;
       a->max_tokens = (int)v;
       a->max_tokens_given = 1;
+      break;
+    case O_THREADS:
+      if ((v = aa_cli_parse_int("generate", "--threads", optarg, 1, 1024)) < 0) return AA_EXIT_USAGE;
+      a->threads = (int)v;
       break;
     case O_TOPK:
       if ((v = aa_cli_parse_int("generate", "--top-k", optarg, 0, 1 << 24)) < 0) return AA_EXIT_USAGE;
@@ -242,6 +261,8 @@ int aa_cmd_generate(int argc, char **argv) {
   /* Parameters only (ZeRO stage 2's allocation: no gradients); the no-cache
    * path needs activations for the whole prefix, the cache one row. */
   aa_gpt_opts_t o = {.zero = 2, .amp = AA_F32};
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  aa_ops_cpu()->set_threads(a.threads > 0 ? a.threads : cores > 0 ? (int)cores : 1);
   if ((rc = open_device(a.device, &ops, &cuda)) ||
       (rc = aa_gpt_create(&m, &spec.arch, ops, 1, a.kv_cache ? 1 : spec.arch.seq_len, &o)) ||
       (rc = aa_ckpt_load(a.ckpt, m, NULL, NULL)))
