@@ -357,16 +357,21 @@ AA_TEST(llama_cached_matches_uncached) {
   CHECK(aa_decoder_create(&d, m, la.seq_len) == 0);
   float *a = malloc(sizeof *a * la.vocab_size), *b = malloc(sizeof *b * la.vocab_size);
   int32_t seq[16];
-  double worst = 0.0;
+  double worst = 0.0, big = 0.0;
   for (int t = 0; t < la.seq_len && d; t++) {
     seq[t] = (int32_t)((t * 11 + 4) % la.vocab_size);
     CHECK(aa_decoder_step(d, seq[t], a) == 0);
     CHECK(aa_logits_nocache(m, seq, t + 1, b) == 0);
-    for (int v = 0; v < la.vocab_size; v++)
+    for (int v = 0; v < la.vocab_size; v++) {
       worst = fmax(worst, fabs((double)a[v] - b[v]));
+      big = fmax(big, fabs((double)b[v]));
+    }
   }
-  /* |logit| reaches ~30 here: 1e-4 is still ~100 ulps of that. */
-  fprintf(stderr, "  largest |cached - uncached| logit difference %.3g (tolerance 1e-4)\n", worst);
+  /* Measured 3.8e-6 with logits up to 6 (8 ulps: std 0.3 weights amplify
+   * the different summation orders); 1e-4 leaves 25x. */
+  fprintf(stderr,
+          "  largest |cached - uncached| logit difference %.3g (tolerance 1e-4), largest |logit| %.3g\n",
+          worst, big);
   CHECK(worst <= 1e-4);
   free(a);
   free(b);
