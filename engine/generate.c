@@ -21,6 +21,7 @@ struct aa_decoder {
   int llama;
   int L, C, NH, NKV, HS, F, V, QKV; /* QKV = (NH + 2 NKV) HS */
   int max_len, pos;
+  size_t layer_cache; /* floats from one layer's cache to the next's */
   float eps, theta;
   const float *wte, *wpe, *lnfw, *lnfb, *head;
   block_t *blocks; /* host, owned, L entries */
@@ -223,7 +224,9 @@ int aa_decoder_create(aa_decoder_t **out, aa_gpt_t *m, int max_len) {
   size_t nfloats = 0;
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
     nfloats += round16(sizes[i]);
-  size_t cache = (size_t)d->L * (size_t)max_len * (size_t)d->NKV * (size_t)d->HS;
+  /* Each layer's cache starts 64-byte aligned, as alloc's pointer. */
+  d->layer_cache = round16((size_t)max_len * (size_t)d->NKV * (size_t)d->HS);
+  size_t cache = (size_t)d->L * d->layer_cache;
   if ((rc = d->ops->alloc(&d->act_mem, nfloats * sizeof(float))) ||
       (rc = d->ops->alloc(&d->cache_mem, 2 * cache * sizeof(float))))
     goto fail;
@@ -305,9 +308,8 @@ int aa_decoder_step(aa_decoder_t *d, int32_t token, float *logits) {
     o->encoder_forward_vocab(d->x, d->tok, d->wte, NULL, 0, d->V, 1, 1, d->C);
   else
     o->encoder_forward(d->x, d->tok, d->wte, d->wpe + (size_t)d->pos * d->C, 1, 1, d->C);
-  size_t layer_cache = (size_t)d->max_len * d->NKV * d->HS;
   for (int l = 0; l < d->L; l++) {
-    float *kc = d->kcache + l * layer_cache, *vc = d->vcache + l * layer_cache;
+    float *kc = d->kcache + l * d->layer_cache, *vc = d->vcache + l * d->layer_cache;
     if (d->llama)
       llama_block(d, l, kc, vc);
     else

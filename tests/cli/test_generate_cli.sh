@@ -76,5 +76,28 @@ else
 fi
 expect 0 "generated 26 tokens .*prompt 6 tokens" "$AA" generate "$CK" --model "$tmp/m.json" --prompt "a dog "
 
+# llama (grouped-query attention, RoPE): a checkpoint of its own, the same
+# text with and without the cache; a gpt2 checkpoint under a llama spec of
+# the same dimensions is refused.
+cat >"$tmp/l.json" <<JSON
+{"name": "genl", "model": {"family": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "d_model": 32,
+  "d_ff": 48, "seq_len": 32, "vocab_size": 256},
+ "train": {"global_batch": 4, "steps": 10, "lr": 0.01, "eval_every": 0, "eval_batches": 1},
+ "data": {"train": "data/train.bin", "val": "data/val.bin"}}
+JSON
+expect 0 "done: 10 steps" "$AA" train "$tmp/l.json" --threads 1 --out "$tmp/lrun"
+lgen() { "$AA" generate "$tmp/lrun/final.ckpt" --model "$tmp/l.json" --prompt "a cat " --temperature 0.7 --seed 5 "$@"; }
+expect 0 "generated 26 tokens .*KV cache on" lgen
+lgen >"$tmp/lkv.txt" 2>/dev/null
+lgen --no-kv-cache >"$tmp/lnokv.txt" 2>/dev/null
+if [ -s "$tmp/lkv.txt" ] && cmp -s "$tmp/lkv.txt" "$tmp/lnokv.txt"; then
+  pass=$((pass + 1))
+else
+  fail=$((fail + 1))
+  echo "FAIL: llama text with and without the KV cache:"; cat "$tmp/lkv.txt" "$tmp/lnokv.txt"
+fi
+sed 's/"n_layer": 2/"family": "llama", "n_layer": 2/' "$tmp/m.json" >"$tmp/m_llama.json"
+expect 1 "final.ckpt: .*parameters" "$AA" generate "$CK" --model "$tmp/m_llama.json" --prompt hi
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
