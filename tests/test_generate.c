@@ -13,6 +13,9 @@
 
 #include "engine/generate.h"
 #include "engine/model.h"
+#ifdef AA_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 #include <stdint.h>
 #include <string.h>
@@ -127,11 +130,11 @@ static int load_reference(ref_t *r, const char *dir, uint64_t fnv) {
              : aa_error(AA_EFORMAT, "%s: no line for %s", path, r->file);
 }
 
-/* r's model on the CPU, micro-batch 1, activations for the whole seq_len
- * (what the no-cache path needs). */
-static aa_gpt_t *fixture_model(const ref_t *r) {
+/* r's model on backend ops, micro-batch 1, activations for the whole
+ * seq_len (what the no-cache path needs). */
+static aa_gpt_t *fixture_model_on(const ref_t *r, const aa_ops_t *ops) {
   aa_gpt_t *m = NULL;
-  if (aa_gpt_create(&m, &r->arch, aa_ops_cpu(), 1, r->arch.seq_len, NULL)) return NULL;
+  if (aa_gpt_create(&m, &r->arch, ops, 1, r->arch.seq_len, NULL)) return NULL;
   if (m->ops->upload(m->params.data, r->params, r->n_params * sizeof *r->params)) {
     aa_gpt_free(m);
     return NULL;
@@ -139,6 +142,8 @@ static aa_gpt_t *fixture_model(const ref_t *r) {
   aa_gpt_params_changed(m);
   return m;
 }
+
+static aa_gpt_t *fixture_model(const ref_t *r) { return fixture_model_on(r, aa_ops_cpu()); }
 
 /* Skips the test when the backend cannot decode with a cache yet. */
 #define NEED_DECODE(m)                                                                                       \
@@ -445,6 +450,59 @@ AA_TEST(llama_greedy_matches_pytorch) {
   aa_gpt_free(m);
 }
 
+/* The fixtures' greedy ids on the CUDA backend (device 0, fp32 GEMMs
+ * without TF32), with the cache and without, and its cached logits against
+ * the CPU's: the same op table contract, other kernels. Skipped without a
+ * CUDA build or a GPU. */
+AA_TEST(cuda_decoder_matches_pytorch) {
+#ifdef AA_HAVE_CUDA
+  int n = 0;
+  if (aa_cuda_device_count(&n) || n < 1 || aa_cuda_init(0)) SKIP("no GPU: %s", aa_last_error());
+  const ref_t *refs[] = {&gpt, &llama};
+  for (int k = 0; k < 2; k++) {
+    const ref_t *r = refs[k];
+    if (!r->present) continue;
+    aa_gpt_t *m = fixture_model_on(r, aa_ops_cuda()), *c = fixture_model(r);
+    CHECK_MSG(m && c, "%s: %s", r->file, aa_last_error());
+    int32_t kv[MAX_IDS], no[MAX_IDS];
+    if (m && c) {
+      CHECK_MSG(aa_generate(m, r->prompt, r->n_prompt, r->n_want, &greedy, 1, 1, kv, NULL, NULL, NULL) == 0,
+                "%s", aa_last_error());
+      CHECK_MSG(aa_generate(m, r->prompt, r->n_prompt, r->n_want, &greedy, 1, 0, no, NULL, NULL, NULL) == 0,
+                "%s", aa_last_error());
+      for (int i = 0; i < r->n_want; i++)
+        CHECK_MSG(kv[i] == r->want[i] && no[i] == r->want[i], "%s token %d: %d cached, %d not, PyTorch %d",
+                  r->file, i, kv[i], no[i], r->want[i]);
+      aa_decoder_t *dg = NULL, *dc = NULL;
+      CHECK(aa_decoder_create(&dg, m, r->arch.seq_len) == 0 &&
+            aa_decoder_create(&dc, c, r->arch.seq_len) == 0);
+      int V = r->arch.vocab_size;
+      float *a = malloc(sizeof *a * V), *b = malloc(sizeof *b * V);
+      double worst = 0.0;
+      for (int t = 0; t < r->arch.seq_len && dg && dc; t++) {
+        int32_t tok = (int32_t)((t * 5 + 1) % V);
+        CHECK(aa_decoder_step(dg, tok, a) == 0 && aa_decoder_step(dc, tok, b) == 0);
+        for (int v = 0; v < V; v++)
+          worst = fmax(worst, fabs((double)a[v] - b[v]));
+      }
+      /* fp32 on both, sums in other orders: the CPU tolerances. */
+      fprintf(stderr, "  %s: largest |cuda - cpu| cached logit difference %.3g (tolerance 1e-4)\n", r->file,
+              worst);
+      CHECK(worst <= 1e-4);
+      free(a);
+      free(b);
+      aa_decoder_free(dg);
+      aa_decoder_free(dc);
+    }
+    aa_gpt_free(m);
+    aa_gpt_free(c);
+  }
+  aa_cuda_shutdown();
+#else
+  SKIP("no GPU: built without CUDA (AUTOACCEL_CUDA=off or no nvcc)");
+#endif
+}
+
 int main(void) {
   const char *dir = getenv("AA_SOURCE_DIR");
   if (!dir) dir = ".";
@@ -470,6 +528,7 @@ int main(void) {
   RUN(cache_and_input_bounds_are_errors);
   RUN(llama_cached_matches_uncached);
   RUN(llama_greedy_matches_pytorch);
+  RUN(cuda_decoder_matches_pytorch);
   free(gpt.params);
   free(llama.params);
   return aa_test_summary();
