@@ -277,6 +277,7 @@ int aa_cmd_generate(int argc, char **argv) {
   aa_gen_stats_t st;
   rc = aa_generate(m, ids, (int)n, a.max_tokens, &a.s, a.seed, a.kv_cache, out, print_token, &p, &st);
   putchar('\n');
+  fflush(stdout); /* the text's end before the rate line on stderr */
   if (!rc)
     fprintf(stderr, "generated %d tokens in %.3f s: %.1f tokens/s (prompt %d tokens, KV cache %s)\n",
             st.new_tokens, st.seconds, st.seconds > 0 ? st.new_tokens / st.seconds : 0.0, st.prompt_tokens,

@@ -76,6 +76,12 @@ else
 fi
 expect 0 "generated 26 tokens .*prompt 6 tokens" "$AA" generate "$CK" --model "$tmp/m.json" --prompt "a dog "
 
+# A BPE tokenizer (404 ids) encodes the prompt and decodes every new token.
+sed 's/"vocab_size": 256/"vocab_size": 404/; s/"steps": 30/"steps": 3/' "$tmp/m.json" >"$tmp/bpe.json"
+expect 0 "done: 3 steps" "$AA" train "$tmp/bpe.json" --threads 1 --out "$tmp/bperun"
+expect 0 "generated 10 tokens .*prompt 9 tokens" "$AA" generate "$tmp/bperun/final.ckpt" \
+  --model "$tmp/bpe.json" --prompt "the cat sat" --max-tokens 10 --tokenizer "$SRC/tests/reference/tokenizer/tokenizer.json"
+
 # llama (grouped-query attention, RoPE): a checkpoint of its own, the same
 # text with and without the cache; a gpt2 checkpoint under a llama spec of
 # the same dimensions is refused.
