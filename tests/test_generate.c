@@ -358,10 +358,11 @@ AA_TEST(cache_and_input_bounds_are_errors) {
 /* A small llama (grouped-query: 4 query heads over 2 key/value heads),
  * weights drawn here, large enough (std 0.3) that the logits are far
  * apart: the decoder's rotary positions, cache layout and head sharing
- * against the whole-prefix forward. Until a float64 PyTorch reference
- * exists for llama (llama_tiny.fixture), the no-cache path is the oracle:
- * it runs the model's own training forward, which test_reference-style
- * checks cover. Skipped while the backend has no llama kernels. */
+ * against the whole-prefix forward (the model's training forward), over
+ * all 16 positions of a longer context than llama_tiny.fixture's 8, with
+ * every logit compared and not only the greedy ids
+ * (llama_greedy_matches_pytorch). Skipped while the backend has no llama
+ * kernels. */
 AA_TEST(llama_cached_matches_uncached) {
   aa_arch_t la = {.family = "llama",
                   .n_layer = 2,
