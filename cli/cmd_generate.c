@@ -279,9 +279,10 @@ int aa_cmd_generate(int argc, char **argv) {
   putchar('\n');
   fflush(stdout); /* the text's end before the rate line on stderr */
   if (!rc)
-    fprintf(stderr, "generated %d tokens in %.3f s: %.1f tokens/s (prompt %d tokens, KV cache %s)\n",
-            st.new_tokens, st.seconds, st.seconds > 0 ? st.new_tokens / st.seconds : 0.0, st.prompt_tokens,
-            a.kv_cache ? "on" : "off");
+    fprintf(stderr, "generated %d token%s in %.3f s: %.1f tokens/s (prompt %d token%s, KV cache %s)\n",
+            st.new_tokens, st.new_tokens == 1 ? "" : "s", st.seconds,
+            st.seconds > 0 ? st.new_tokens / st.seconds : 0.0, st.prompt_tokens,
+            st.prompt_tokens == 1 ? "" : "s", a.kv_cache ? "on" : "off");
 cleanup:
   free(out);
   free(ids);

@@ -105,5 +105,30 @@ fi
 sed 's/"n_layer": 2/"family": "llama", "n_layer": 2/' "$tmp/m.json" >"$tmp/m_llama.json"
 expect 1 "final.ckpt: .*parameters" "$AA" generate "$CK" --model "$tmp/m_llama.json" --prompt hi
 
+# The PyTorch reference end to end: llama_tiny's Hugging Face weights
+# imported, then decoded greedily from id 12 (a byte: without --tokenizer
+# each byte is an id) must print the ids of tests/reference/generate_tiny.txt.
+touch "$tmp/train.bin"
+cat >"$tmp/lt.json" <<JSON
+{"model": {"family": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "d_model": 16, "d_ff": 24,
+           "seq_len": 8, "vocab_size": 29, "rope_theta": 10000, "norm_eps": 1e-5},
+ "train": {"global_batch": 4, "steps": 2, "lr": 1e-3}, "data": {"train": "train.bin"}}
+JSON
+want=$(sed -n 's/^llama_tiny.fixture fnv1a [0-9a-f]* prompt 12 greedy //p' "$SRC/tests/reference/generate_tiny.txt")
+if [ -n "$want" ] && "$AA" import "$SRC/tests/reference/llama_tiny.safetensors" --model "$tmp/lt.json" \
+  --out "$tmp/lt.ckpt" >/dev/null; then
+  got=$("$AA" generate "$tmp/lt.ckpt" --model "$tmp/lt.json" --prompt $'\x0c' 2>/dev/null | od -An -v -tu1 |
+    tr -s ' \n' ' ' | sed 's/^ *12 //; s/ *10 *$//')
+  if [ "$got" = "$want" ]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: llama_tiny greedy through the CLI: '$got', PyTorch '$want'"
+  fi
+else
+  fail=$((fail + 1))
+  echo "FAIL: llama_tiny: no reference line or the import failed"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
