@@ -28,6 +28,7 @@ int aa_cmd_auto(int argc, char **argv);     /* cli/cmd_auto.c */
 int aa_cmd_report(int argc, char **argv);   /* cli/cmd_report.c */
 int aa_cmd_import(int argc, char **argv);   /* cli/cmd_import.c */
 int aa_cmd_export(int argc, char **argv);   /* cli/cmd_import.c */
+int aa_cmd_generate(int argc, char **argv); /* cli/cmd_generate.c */
 
 /* Prints "autoaccel <cmd>: <last error>" to stderr and returns AA_EXIT_FAIL. */
 int aa_cli_fail(const char *cmd);

@@ -26,6 +26,7 @@ static const struct {
     {"strategy", aa_cmd_strategy, "show a strategy file, or check it against a model and a world size"},
     {"import", aa_cmd_import, "read GPT-2 weights (safetensors, sharded or not; llm.c) into a checkpoint"},
     {"export", aa_cmd_export, "write a checkpoint's weights as one safetensors file with GPT-2's names"},
+    {"generate", aa_cmd_generate, "continue a prompt with a checkpoint's model (KV cache; greedy or sampled)"},
 };
 
 static void usage(FILE *f) {
