@@ -285,6 +285,15 @@ static int open_file(const char *path, const aa_gpt_t *m, int shard, size_t n, i
       goto done;
     }
   }
+  /* The six fields agree; the hash also covers the family and llama's
+   * fields (a gpt2 and a llama of one shape differ only there). */
+  char mh[17];
+  aa_arch_hash(&m->arch, mh);
+  if (memcmp(h->model_hash, mh, 16) != 0) {
+    rc = aa_error(AA_EINVAL, "%s: checkpoint is of another model (architecture hash %.16s, this %s model's %s)", path,
+                  h->model_hash, m->arch.family, mh);
+    goto done;
+  }
   int is_shard = (h->flags & FLAG_SHARD) != 0;
   if (is_shard && !shard) {
     rc = aa_error(AA_EINVAL, "%s: is one rank's file of a sharded checkpoint; load its manifest", path);
