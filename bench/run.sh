@@ -4,10 +4,13 @@
 # thread count, and model FLOP/s against OpenBLAS sgemm FLOP/s measured in
 # the same run. Prints a table; asserts nothing. See bench/README.md.
 #
-# usage: bench/run.sh [--threads N] [--steps N] [--rounds R] [--work DIR] [--keep]
+# usage: bench/run.sh [--threads N] [--steps N] [--rounds R] [--models LIST] [--work DIR] [--keep]
 #   --threads N  worker threads for every contender (default: nproc)
 #   --steps N    optimizer steps per run for every model (default: per model,
 #                30 for the bundled example, 8 for gpt-6l-512)
+#   --models L   comma-separated specs, each SPEC.json[:STEPS] (STEPS default
+#                8), instead of the bundled example and gpt-6l-512; e.g.
+#                bench/models/llama-6l-512.json
 #   --rounds R   interleaved rounds; each figure is the best round (default 3)
 #   --work DIR   where data, specs, logs and results go (default: a temp dir,
 #                removed at the end unless --keep)
@@ -23,6 +26,7 @@ STEPS=""
 ROUNDS=3
 WORK=""
 KEEP=0
+MODEL_LIST=""
 
 die() { echo "bench/run.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -30,9 +34,10 @@ while [ $# -gt 0 ]; do
     --threads) [ $# -ge 2 ] || die "--threads needs a value"; THREADS=$2; shift 2 ;;
     --steps) [ $# -ge 2 ] || die "--steps needs a value"; STEPS=$2; shift 2 ;;
     --rounds) [ $# -ge 2 ] || die "--rounds needs a value"; ROUNDS=$2; shift 2 ;;
+    --models) [ $# -ge 2 ] || die "--models needs a value"; MODEL_LIST=$2; shift 2 ;;
     --work) [ $# -ge 2 ] || die "--work needs a value"; WORK=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
@@ -75,13 +80,24 @@ cc -O3 -march=native -Wall -Wextra "$ROOT/bench/sgemm.c" -o "$SGEMM" \
   { cat "$WORK/logs/data.log" >&2; die "autoaccel data synth failed"; }
 
 MODELS=("$ROOT/examples/tiny/model.json:30" "$ROOT/bench/models/gpt-6l-512.json:8")
-NAMES=()
+if [ -n "$MODEL_LIST" ]; then
+  IFS=, read -r -a MODELS <<<"$MODEL_LIST"
+  for i in "${!MODELS[@]}"; do
+    [[ ${MODELS[$i]} == *.json ]] && MODELS[$i]=${MODELS[$i]}:8
+    [ -f "${MODELS[$i]%:*}" ] || die "no model spec at ${MODELS[$i]%:*}"
+  done
+fi
+# gpt2 models come first: the sgemm probe's GEMMs and report.py's FLOP
+# formula are gpt2's, and report.py pairs the probe's i-th model with the
+# i-th name, so llama models (which the probe skips) go last.
+NAMES=() LLAMA_NAMES=()
 for entry in "${MODELS[@]}"; do
   src=${entry%:*}
   steps=${STEPS:-${entry##*:}}
+  [[ $steps =~ ^[1-9][0-9]*$ ]] || die "'$entry': steps '$steps' is not a positive integer"
   name=$(basename "$(dirname "$src")")
   [ "$name" = models ] && name=$(basename "$src" .json)
-  "$PYTHON" - "$src" "$WORK/specs/$name.json" "$WORK/data" "$steps" <<'EOF'
+  family=$("$PYTHON" - "$src" "$WORK/specs/$name.json" "$WORK/data" "$steps" <<'EOF'
 import json, sys
 src, dst, data, steps = sys.argv[1:]
 with open(src) as f:
@@ -92,19 +108,22 @@ t.update(steps=int(steps), eval_every=0, eval_batches=1, checkpoint_every=0)
 t["warmup_steps"] = min(int(t.get("warmup_steps", 0)), int(steps))
 with open(dst, "w") as f:
     json.dump(js, f, indent=1)
+print(js["model"].get("family", "gpt2"))
 EOF
-  NAMES+=("$name")
+)
+  if [ "$family" = llama ]; then LLAMA_NAMES+=("$name"); else NAMES+=("$name"); fi
 done
 
-# GEMM problem of each model for the sgemm probe: rows = batch * seq_len.
+# GEMM problem of each gpt2 model for the sgemm probe: rows = batch * seq_len.
 GPT_ARGS=()
-for name in "${NAMES[@]}"; do
+for name in ${NAMES[@]+"${NAMES[@]}"}; do
   dims=$("$PYTHON" -c 'import json,sys
 js = json.load(open(sys.argv[1])); m = js["model"]
 print("%d,%d,%d,%d,%d" % (js["train"]["global_batch"] * m["seq_len"], m["d_model"], m["d_ff"], m["vocab_size"], m["n_layer"]))' \
     "$WORK/specs/$name.json")
   GPT_ARGS+=(--gpt "$dims")
 done
+NAMES+=(${LLAMA_NAMES[@]+"${LLAMA_NAMES[@]}"})
 
 # --- measure ----------------------------------------------------------------
 # Contenders alternate within each round so that a noisy neighbour hurts
@@ -135,7 +154,7 @@ for r in $(seq 1 "$ROUNDS"); do
       "$PYTHON" "$ROOT/bench/torch_gpt.py" "$spec" --threads "$THREADS"
     grep '^{' "$WORK/logs/torch-$name-$r.log" >"$WORK/results/torch-$name-$r.json" || rm -f "$WORK/results/torch-$name-$r.json"
   done
-  run_one "sgemm" "$WORK/results/sgemm-$r.json" "$SGEMM" --threads "$THREADS" --json "${GPT_ARGS[@]}"
+  run_one "sgemm" "$WORK/results/sgemm-$r.json" "$SGEMM" --threads "$THREADS" --json ${GPT_ARGS[@]+"${GPT_ARGS[@]}"}
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$WORK/results/load.txt"
 awk -v b="$(( $(busy_ticks) - busy0 ))" -v o="$(( $(own_ticks) - own0 ))" -v t0="$t0" -v t1="$(date +%s.%N)" \
@@ -146,5 +165,7 @@ awk -v b="$(( $(busy_ticks) - busy0 ))" -v o="$(( $(own_ticks) - own0 ))" -v t0=
   >>"$WORK/results/load.txt" 2>"$WORK/results/noise.json"
 
 "$PYTHON" "$ROOT/bench/report.py" "$WORK" "${NAMES[@]}"
+[ ${#LLAMA_NAMES[@]} -eq 0 ] || echo "note: ${LLAMA_NAMES[*]}: llama; report.py's params, GFLOP/s and GEMM" \
+  "columns use the gpt2 formulas and do not apply to it: read tok/s and aa/torch only" >&2
 [ "$KEEP" = 1 ] && echo "results kept in $WORK" >&2
 exit 0

@@ -1,9 +1,12 @@
 #!/usr/bin/python3
 """PyTorch peer for the autoaccel training benchmark.
 
-Trains the same GPT-2 architecture that `autoaccel train` trains (pre-LN
-blocks, learned positions, causal multi-head attention, GELU tanh, output
-head tied to the token embedding, mean cross-entropy) with the same AdamW
+Trains the same model that `autoaccel train` trains, for either family of
+docs/model-spec.md: gpt2 (pre-LN blocks, learned positions, causal
+multi-head attention, GELU tanh, output head tied to the token embedding) or
+llama (RMSNorm, rotate_half RoPE, grouped-query attention, SwiGLU, no
+biases, untied head; the math of tests/reference/make_llama_fixture.py),
+both with mean cross-entropy, with the same AdamW
 settings, the same global-norm clipping and the same learning-rate schedule,
 in fp32, from the same model spec and the same token shard. It times every
 optimizer step and prints one JSON object on stdout whose "tokens_per_s" has
@@ -102,7 +105,14 @@ def load_spec(path):
         "grad_clip": float(t.get("grad_clip", 1.0)),
         "seed": int(t.get("seed", 1234)),
     }
-    arch = {k: int(m[k]) for k in ("n_layer", "n_head", "d_model", "d_ff", "seq_len", "vocab_size")}
+    arch = {k: int(m[k]) for k in ("n_layer", "n_head", "d_model", "seq_len", "vocab_size")}
+    arch["family"] = m.get("family", "gpt2")
+    if arch["family"] not in ("gpt2", "llama"):
+        sys.exit(f"torch_gpt.py: {path}: unknown model.family {arch['family']!r}")
+    arch["d_ff"] = int(m.get("d_ff", 4 * arch["d_model"]))
+    arch["n_kv_head"] = int(m.get("n_kv_head", arch["n_head"]))
+    arch["rope_theta"] = float(m.get("rope_theta", 10000.0))
+    arch["norm_eps"] = float(m.get("norm_eps", 1e-5))
     data = os.path.join(base, js["data"]["train"])
     return js.get("name", os.path.splitext(os.path.basename(path))[0]), arch, train, data
 
@@ -197,6 +207,102 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * w, as Hugging Face's LlamaRMSNorm (in
+    fp32 throughout, so without its up-cast)."""
+
+    def __init__(self, C, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(C))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class LlamaBlock(nn.Module):
+    """One llama block as Hugging Face's LlamaDecoderLayer computes it: separate
+    q/k/v/o and gate/up/down projections without biases."""
+
+    def __init__(self, a):
+        super().__init__()
+        C, F_ = a["d_model"], a["d_ff"]
+        self.n_head, self.n_kv = a["n_head"], a["n_kv_head"]
+        self.hs = C // self.n_head
+        self.ln1 = RMSNorm(C, a["norm_eps"])
+        self.q = nn.Linear(C, self.n_head * self.hs, bias=False)
+        self.k = nn.Linear(C, self.n_kv * self.hs, bias=False)
+        self.v = nn.Linear(C, self.n_kv * self.hs, bias=False)
+        self.proj = nn.Linear(C, C, bias=False)
+        self.ln2 = RMSNorm(C, a["norm_eps"])
+        self.gate = nn.Linear(C, F_, bias=False)
+        self.up = nn.Linear(C, F_, bias=False)
+        self.down = nn.Linear(F_, C, bias=False)
+
+    def attn(self, x, cos, sin, mask):
+        B, T, C = x.shape
+        hs, half = self.hs, self.hs // 2
+        q = self.q(x).view(B, T, self.n_head, hs).transpose(1, 2)  # (B,NH,T,hs)
+        k = self.k(x).view(B, T, self.n_kv, hs).transpose(1, 2)  # (B,NKV,T,hs)
+        v = self.v(x).view(B, T, self.n_kv, hs).transpose(1, 2)
+
+        def rope(t):  # rotate_half: x[i] pairs with x[i + hs/2]
+            t1, t2 = t[..., :half], t[..., half:]
+            return t * cos + torch.cat((-t2, t1), dim=-1) * sin
+
+        q, k = rope(q), rope(k)
+        group = self.n_head // self.n_kv
+        if group > 1:  # query head h reads key/value head h // group
+            k = k.repeat_interleave(group, dim=1)
+            v = v.repeat_interleave(group, dim=1)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B,NH,T,T)
+        att = att.masked_fill(~mask, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.proj(y)
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.attn(self.ln1(x), cos, sin, mask)
+        n = self.ln2(x)
+        return x + self.down(F.silu(self.gate(n)) * self.up(n))
+
+
+class Llama(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        C, T = a["d_model"], a["seq_len"]
+        hs = C // a["n_head"]
+        if hs % 2:
+            sys.exit(f"torch_gpt.py: llama head size {hs} must be even")
+        self.wte = nn.Embedding(a["vocab_size"], C)
+        self.h = nn.ModuleList(LlamaBlock(a) for _ in range(a["n_layer"]))
+        self.lnf = RMSNorm(C, a["norm_eps"])
+        self.head = nn.Linear(C, a["vocab_size"], bias=False)
+        # RoPE angles pos * theta^(-2i/hs), computed in float64 as the
+        # reference does, then kept as fp32 (T,hs) tables.
+        inv = a["rope_theta"] ** (-2.0 * torch.arange(hs // 2, dtype=torch.float64) / hs)
+        ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+        self.register_buffer("cos", torch.cat((ang.cos(), ang.cos()), -1).float())
+        self.register_buffer("sin", torch.cat((ang.sin(), ang.sin()), -1).float())
+        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)).view(1, 1, T, T))
+        # aa_gpt_init_weights: every matrix N(0, 0.02) (embedding and head
+        # too), proj and down N(0, 0.02/sqrt(2 L)); RMSNorm gains 1.
+        resid_std = 0.02 / math.sqrt(2 * a["n_layer"])
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = resid_std if name.endswith(("proj.weight", "down.weight")) else 0.02
+                nn.init.normal_(p, mean=0.0, std=std)
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.wte(idx)
+        cos, sin, mask = self.cos[:T], self.sin[:T], self.mask[:, :, :T, :T]
+        for block in self.h:
+            x = block(x, cos, sin, mask)
+        logits = self.head(self.lnf(x))  # (B,T,V)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
 def main():
     name, arch, tcfg, data_path = load_spec(ARGS.spec)
     steps = ARGS.steps or tcfg["steps"]
@@ -211,7 +317,7 @@ def main():
     if tokens.numel() < T + 1:
         sys.exit(f"torch_gpt.py: shard holds {tokens.numel()} tokens, need at least {T + 1}")
 
-    model = GPT(arch)
+    model = Llama(arch) if arch["family"] == "llama" else GPT(arch)
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -229,7 +335,7 @@ def main():
     # back from a cursor that wraps to 0 when fewer than T+1 remain.
     pos = 0
     step_ms = []
-    loss_val = float("nan")
+    loss_val = first_loss = float("nan")
     model.train()
     for step in range(steps):
         t0 = time.perf_counter()
@@ -251,6 +357,8 @@ def main():
             g["lr"] = lr
         opt.step()
         loss_val = loss.item()
+        if step == 0:
+            first_loss = loss_val
         step_ms.append((time.perf_counter() - t0) * 1e3)
 
     timed = step_ms[1:] if len(step_ms) > 1 else step_ms
@@ -259,6 +367,7 @@ def main():
         json.dumps(
             {
                 "impl": "torch",
+                "family": arch["family"],
                 "torch_version": torch.__version__,
                 "name": name,
                 "tokens_per_s": B * T / (med / 1e3),
@@ -269,6 +378,7 @@ def main():
                 "threads": ARGS.threads,
                 "batch": B,
                 "seq_len": T,
+                "first_loss": first_loss,
                 "final_loss": loss_val,
                 "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
                 "openblas": BLAS_PATH,
