@@ -27,13 +27,19 @@ NOISE_LIMIT_PCT = 10  # CPU share other processes may take before the run is fla
 
 def param_count(m):
     C, F, L, V, T = m["d_model"], m["d_ff"], m["n_layer"], m["vocab_size"], m["seq_len"]
+    if m.get("family") == "llama":  # docs/model-spec.md: untied head, no biases, no position table
+        K = m.get("n_kv_head", m["n_head"]) * (C // m["n_head"])
+        return 2 * V * C + C + L * (2 * C + (C + 2 * K) * C + C * C + 3 * F * C)
     per_layer = 4 * C * C + 2 * C * F + 9 * C + F  # 2 LN, qkv, proj, fc, fcproj with biases
     return V * C + T * C + L * per_layer + 2 * C
 
 
 def flops_per_token(m):
-    C, L, T = m["d_model"], m["n_layer"], m["seq_len"]
-    n = param_count(m) - T * C
+    """6 FLOPs per token per weight a GEMM multiplies by (not the lookup
+    tables: gpt2's position table, llama's embedding, whose head is its own
+    tensor), plus the attention's 6 L C T."""
+    C, L, T, V = m["d_model"], m["n_layer"], m["seq_len"], m["vocab_size"]
+    n = param_count(m) - (V * C if m.get("family") == "llama" else T * C)
     return 6 * n + 6 * L * C * T
 
 
