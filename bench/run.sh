@@ -164,7 +164,7 @@ awk -v b="$(( $(busy_ticks) - busy0 ))" -v o="$(( $(own_ticks) - own0 ))" -v t0=
            printf "{\"foreign_cpu_pct\": %.1f, \"seconds\": %.1f}\n", f, w > "/dev/stderr" }' \
   >>"$WORK/results/load.txt" 2>"$WORK/results/noise.json"
 
-"$PYTHON" "$ROOT/bench/report.py" "$WORK" ${NAMES[@]+"${NAMES[@]}"} ${LLAMA_NAMES[@]+"${LLAMA_NAMES[@]}"}
+"$PYTHON" "$ROOT/bench/report.py" "$WORK" "${NAMES[@]}"
 [ ${#LLAMA_NAMES[@]} -eq 0 ] || echo "note: ${LLAMA_NAMES[*]}: llama; the sgemm probe skips it, so its GEMM" \
   "column is empty: read tok/s, GFLOP/s and aa/torch" >&2
 [ "$KEEP" = 1 ] && echo "results kept in $WORK" >&2
