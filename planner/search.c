@@ -346,16 +346,20 @@ typedef struct {
   double corr;
 } group_t;
 
+static int group_of(const group_t *g, int n, bool (*same)(const aa_strategy_t *, const aa_strategy_t *),
+                    const aa_strategy_t *x) {
+  int l = 0;
+  while (l < n && !same(g[l].s, x))
+    l++;
+  return l < n ? l : -1;
+}
+
 static int groups(const aa_search_t *s, bool (*same)(const aa_strategy_t *, const aa_strategy_t *), group_t *g,
                   double *q) {
   int n = 0;
   for (size_t i = 0; i < s->n; i++) {
     const aa_cand_t *c = &s->c[i];
-    if (!(c->oks > 0 && c->predicted > 0)) continue;
-    int l = 0;
-    while (l < n && !same(g[l].s, &c->s))
-      l++;
-    if (l == n) g[n++].s = &c->s;
+    if (c->oks > 0 && c->predicted > 0 && group_of(g, n, same, &c->s) < 0) g[n++].s = &c->s;
   }
   for (int l = 0; l < n; l++) {
     int m = 0;
@@ -366,14 +370,6 @@ static int groups(const aa_search_t *s, bool (*same)(const aa_strategy_t *, cons
     g[l].corr = median(q, m);
   }
   return n;
-}
-
-static int group_of(const group_t *g, int n, bool (*same)(const aa_strategy_t *, const aa_strategy_t *),
-                    const aa_strategy_t *x) {
-  int l = 0;
-  while (l < n && !same(g[l].s, x))
-    l++;
-  return l < n ? l : -1;
 }
 
 /* Refits the calibrated model to the ok runs with a prediction. Over all
@@ -406,7 +402,8 @@ static void refit(aa_search_t *s) {
   for (int l = 0; l < ncls; l++) apart = fmax(apart, fabs(cls[l].corr / med - 1));
   for (size_t i = 0; i < s->n; i++) {
     aa_cand_t *c = &s->c[i];
-    const int gc = group_of(cls, ncls, same_class, &c->s), gl = gc >= 0 ? -1 : group_of(lay, nlay, same_layout, &c->s);
+    const int gc = group_of(cls, ncls, same_class, &c->s);
+    const int gl = gc >= 0 ? -1 : group_of(lay, nlay, same_layout, &c->s);
     c->corr = gc >= 0 ? cls[gc].corr : gl >= 0 ? lay[gl].corr : med;
     c->err = gc >= 0 ? 0 : -1; /* -1: set below, its class has no measurement */
     if (gc >= 0 && c->oks > 0 && c->predicted > 0)
