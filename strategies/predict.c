@@ -90,6 +90,17 @@ static void widen16(inventory_t *v, int64_t n, int pass, double calls) {
   add(v, AA_OP_CAST, n, 0, 0, 0, AA_F32, false, 0, pass ? 0 : calls, 0, pass ? calls : 0);
 }
 
+/* The MLP's activation over N tokens, GELU (gpt2) or SwiGLU (llama), with
+ * add's counts: in the block's passes, and recomputed under selective
+ * checkpointing. */
+static void act_op(inventory_t *v, const aa_tp_dims_t *d, int64_t N, aa_dtype_t dt, double ff, double bf, double fb,
+                   double bb) {
+  if (d->llama)
+    add(v, AA_OP_SWIGLU, N, d->F, 0, 0, dt, false, ff, bf, fb, bb);
+  else
+    add(v, AA_OP_GELU, N * d->F, 0, 0, 0, dt, false, ff, bf, fb, bb);
+}
+
 /* The ops of one block's forward, `ff` times in the forward pass and `fb`
  * times in the backward pass (recompute); backward `bb` times. RoPE's
  * forward kernel runs in the forward, its backward (the transposed
@@ -110,20 +121,8 @@ static void block_ops(inventory_t *v, const aa_arch_t *a, const aa_strategy_t *s
   add(v, AA_OP_MATMUL, N, d->Cl, d->C, 0, dt, false, ff, 0, fb, bb);
   add(v, AA_OP_RESIDUAL, Ns * d->C, 0, 0, 0, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
   add(v, AA_OP_MATMUL, N, d->C, d->FH, 0, dt, false, ff, 0, fb, bb);
-  if (d->llama)
-    add(v, AA_OP_SWIGLU, N, d->F, 0, 0, dt, false, ff, 0, fb, bb);
-  else
-    add(v, AA_OP_GELU, N * d->F, 0, 0, 0, dt, false, ff, 0, fb, bb);
+  act_op(v, d, N, dt, ff, 0, fb, bb);
   add(v, AA_OP_MATMUL, N, d->F, d->C, 0, dt, false, ff, 0, fb, bb);
-}
-
-/* The MLP activation a selective checkpoint recomputes, `calls` times in
- * the backward pass. */
-static void act_recompute(inventory_t *v, const aa_tp_dims_t *d, int64_t N, aa_dtype_t dt, double calls) {
-  if (d->llama)
-    add(v, AA_OP_SWIGLU, N, d->F, 0, 0, dt, false, 0, 0, calls, 0);
-  else
-    add(v, AA_OP_GELU, N * d->F, 0, 0, 0, dt, false, 0, 0, calls, 0);
 }
 
 /* The element counts of a block's 16-bit fields on a rank: the residual
@@ -175,7 +174,7 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   }
   const int nkept = nb - nfull;
   block_ops(v, a, s, &d, dt, nb, nfull, nb);
-  if (selective) act_recompute(v, &d, N, dt, nb);
+  if (selective) act_op(v, &d, N, dt, 0, 0, nb, 0); /* the dropped output, recomputed */
   if (pl.first) add(v, AA_OP_ENCODER, N, d.C, 0, 0, dt, false, 1, 0, 0, 1);
   if (pl.last) {
     add(v, d.llama ? AA_OP_RMSNORM : AA_OP_LAYERNORM, Ns, d.C, 0, 0, dt, false, 1, 0, 0, 1);
