@@ -191,20 +191,12 @@ void aa_gpt_tensor_table(const aa_arch_t *a, int tp, int r, aa_tensor_desc_t *ou
   aa_gpt_tensor_table_pp(a, tp, r, NULL, out);
 }
 
-void aa_gpt_tensor_table_pp(const aa_arch_t *a, int tp, int r, const aa_pp_place_t *pp, aa_tensor_desc_t *out) {
-  aa_tp_dims_t dims, *d = &dims;
-  aa_sizes_tp(a, tp, d);
-  int vlo, vvalid;
-  aa_sizes_vocab_rows(a, tp, r, &vlo, &vvalid);
+/* gpt2's tensors: wte, wpe, the blocks (model.h), lnf.w, lnf.b. */
+static void gpt2_table(table_t *tb, const aa_arch_t *a, const aa_tp_dims_t *d, int r, int vlo, int vvalid) {
   const int C = d->C, Cl = d->Cl, F = d->F, GF = a->d_ff;
-  table_t tb = {.out = out};
   char n[32];
-  if (d->llama) {
-    llama_table(&tb, a, d, r, vlo, vvalid);
-    goto placed;
-  }
-  add_tensor(&tb, "wte", -1, d->Vl, C, a->vocab_size, C, ROWS, vlo, vvalid);
-  add_tensor(&tb, "wpe", -1, a->seq_len, C, a->seq_len, C, WHOLE, 0, 0);
+  add_tensor(tb, "wte", -1, d->Vl, C, a->vocab_size, C, ROWS, vlo, vvalid);
+  add_tensor(tb, "wpe", -1, a->seq_len, C, a->seq_len, C, WHOLE, 0, 0);
   for (int l = 0; l < a->n_layer; l++) {
     static const char *names[AA_TENSORS_PER_LAYER] = {"ln1.w", "ln1.b", "qkv.w", "qkv.b", "proj.w", "proj.b",
                                                       "ln2.w", "ln2.b", "fc.w", "fc.b", "fcproj.w", "fcproj.b"};
@@ -222,12 +214,21 @@ void aa_gpt_tensor_table_pp(const aa_arch_t *a, int tp, int r, const aa_pp_place
         {C, F, C, GF, COLS, r * F, 0},    {C, 0, C, 0, WHOLE, 0, 0}};
     for (int i = 0; i < AA_TENSORS_PER_LAYER; i++) {
       snprintf(n, sizeof n, "h%d.%s", l, names[i]);
-      add_tensor(&tb, n, l, t[i].d0, t[i].d1, t[i].g0, t[i].g1, t[i].split, t[i].lo, t[i].rows);
+      add_tensor(tb, n, l, t[i].d0, t[i].d1, t[i].g0, t[i].g1, t[i].split, t[i].lo, t[i].rows);
     }
   }
-  add_tensor(&tb, "lnf.w", -1, C, 0, C, 0, WHOLE, 0, 0);
-  add_tensor(&tb, "lnf.b", -1, C, 0, C, 0, WHOLE, 0, 0);
-placed:
+  add_tensor(tb, "lnf.w", -1, C, 0, C, 0, WHOLE, 0, 0);
+  add_tensor(tb, "lnf.b", -1, C, 0, C, 0, WHOLE, 0, 0);
+}
+
+void aa_gpt_tensor_table_pp(const aa_arch_t *a, int tp, int r, const aa_pp_place_t *pp, aa_tensor_desc_t *out) {
+  aa_tp_dims_t d;
+  aa_sizes_tp(a, tp, &d);
+  int vlo, vvalid;
+  aa_sizes_vocab_rows(a, tp, r, &vlo, &vvalid);
+  table_t tb = {.out = out};
+  if (d.llama) llama_table(&tb, a, &d, r, vlo, vvalid);
+  else gpt2_table(&tb, a, &d, r, vlo, vvalid);
   for (int i = 0; i < tb.n; i++)
     out[i].unit = out[i].layer >= 0 ? AA_GPT_UNIT_BLOCK(out[i].layer) : i < n_pre(a) ? 0 : aa_sizes_units(a) - 1;
   /* A pipeline rank's buffer: only its units, back to back. */
