@@ -157,12 +157,11 @@ static int bind_params(aa_decoder_t *d) {
 /* The op-table entries the decoding step calls, or AA_EUNSUPPORTED naming
  * the first the backend lacks. */
 static int check_ops(const aa_ops_t *o, int llama) {
-  const char *missing = !o->attention_decode                 ? "attention_decode"
-                        : llama && !o->rmsnorm_forward       ? "rmsnorm_forward"
-                        : llama && !o->rope_forward          ? "rope_forward"
-                        : llama && !o->swiglu_forward        ? "swiglu_forward"
-                        : llama && !o->encoder_forward_vocab ? "encoder_forward_vocab"
-                                                             : NULL;
+  const char *missing = !o->attention_decode           ? "attention_decode"
+                        : llama && !o->rmsnorm_forward ? "rmsnorm_forward"
+                        : llama && !o->rope_forward    ? "rope_forward"
+                        : llama && !o->swiglu_forward  ? "swiglu_forward"
+                                                       : NULL;
   if (missing)
     return aa_error(AA_EUNSUPPORTED, "the %s backend has no %s: it cannot decode with a KV cache", o->name,
                     missing);
@@ -304,10 +303,9 @@ int aa_decoder_step(aa_decoder_t *d, int32_t token, float *logits) {
   const aa_ops_t *o = d->ops;
   int rc = o->upload(d->tok, &token, sizeof token);
   if (rc) return rc;
-  if (d->llama)
-    o->encoder_forward_vocab(d->x, d->tok, d->wte, NULL, 0, d->V, 1, 1, d->C);
-  else
-    o->encoder_forward(d->x, d->tok, d->wte, d->wpe + (size_t)d->pos * d->C, 1, 1, d->C);
+  /* The token's row, plus gpt2's position row pos (llama has none). */
+  o->encoder_forward_vocab(d->x, d->tok, d->wte, d->wpe ? d->wpe + (size_t)d->pos * d->C : NULL, 0, d->V, 1, 1,
+                           d->C);
   for (int l = 0; l < d->L; l++) {
     float *kc = d->kcache + l * d->layer_cache, *vc = d->vcache + l * d->layer_cache;
     if (d->llama)
