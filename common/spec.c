@@ -286,11 +286,17 @@ int aa_spec_load(aa_model_spec_t *out, const char *path) {
   return rc;
 }
 
+/* Whether family (NUL-terminated) is one of family_choices. */
+static int family_known(const char *family) {
+  for (int i = 0; family_choices[i]; i++)
+    if (!strcmp(family, family_choices[i])) return 1;
+  return 0;
+}
+
 int aa_arch_validate(const aa_arch_t *a) {
   const aa_json_ctx_t c = {.origin = NULL};
   char path[64];
-  if (!memchr(a->family, '\0', sizeof a->family) ||
-      (strcmp(a->family, family_choices[0]) != 0 && strcmp(a->family, family_choices[1]) != 0)) {
+  if (!memchr(a->family, '\0', sizeof a->family) || !family_known(a->family)) {
     char got[64];
     char fam[sizeof a->family + 1];
     memcpy(fam, a->family, sizeof a->family);
