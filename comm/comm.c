@@ -51,8 +51,10 @@ static int init_gloo(aa_comm_t **out, const char *name, int rank, int world, int
   if (rc) return aa_error_wrap(rc, "aa_comm_init");
   const aa_comm_store_t *st = opts ? opts->store : NULL;
   if (!st || !st->set || !st->get)
-    return aa_error(AA_EINVAL, "aa_comm_init: rank %d of %d: a gloo group needs opts->store with set and get",
-                    rank, world);
+    return aa_error(
+        AA_EINVAL,
+        "aa_comm_init: rank %d of %d: a gloo group (gloo:, nccl-hosts:) needs opts->store with set and get",
+        rank, world);
   const char *addr = opts->address ? opts->address : "127.0.0.1";
   struct sockaddr_storage sa = {0};
   struct sockaddr_in *v4 = (struct sockaddr_in *)&sa;
@@ -101,20 +103,30 @@ int aa_comm_init(aa_comm_t **out, const char *rendezvous, int rank, int world, c
   int timeout_ms = opts && opts->timeout_ms ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
   if (timeout_ms < 0) return aa_error(AA_EINVAL, "aa_comm_init: timeout_ms %d is negative", timeout_ms);
   if (!strcmp(backend, "gloo")) return init_gloo(out, name, rank, world, timeout_ms, opts);
-  int nccl = !strcmp(backend, "nccl");
+  int hosts = !strcmp(backend, "nccl-hosts"), nccl = hosts || !strcmp(backend, "nccl");
   if (nccl) {
     /* Refuse before anyone creates a segment that the others would wait on. */
     rc = aa__nccl_supported();
     if (rc) return aa_error_wrap(rc, "aa_comm_init");
   }
-  aa_comm_t *c = calloc(1, sizeof *c);
-  if (!c) return aa_error(AA_ENOMEM, "aa_comm_init: out of memory");
-  c->rank = rank;
-  c->world = world;
-  rc = aa__shm_init(&c->shm, name, rank, world, timeout_ms);
-  if (!rc && nccl && (rc = aa__nccl_init(c))) aa__shm_abort(c->shm, AA__ABORT_ERROR);
+  aa_comm_t *c = NULL;
+  if (hosts) { /* the carrier across hosts is a gloo group */
+    if ((rc = init_gloo(&c, name, rank, world, timeout_ms, opts))) return rc;
+  } else {
+    if (!(c = calloc(1, sizeof *c))) return aa_error(AA_ENOMEM, "aa_comm_init: out of memory");
+    c->rank = rank;
+    c->world = world;
+    rc = aa__shm_init(&c->shm, name, rank, world, timeout_ms);
+  }
+  if (!rc && nccl && (rc = aa__nccl_init(c))) {
+    if (c->gloo)
+      aa__gloo_abort(c->gloo, AA__ABORT_ERROR);
+    else
+      aa__shm_abort(c->shm, AA__ABORT_ERROR);
+  }
   if (rc) {
     if (c->nccl) aa__nccl_destroy(c);
+    if (c->gloo) aa__gloo_destroy(c->gloo);
     aa__shm_destroy(c->shm);
     free(c);
     return rc;
@@ -130,29 +142,23 @@ int aa_comm_split(aa_comm_t *parent, int color, int key, aa_comm_t **out) {
   if (parent->self) return aa__self_split(parent, color, out);
   aa_comm_t *c = calloc(1, sizeof *c);
   if (!c) return aa_error(AA_ENOMEM, "aa_comm_split: out of memory");
-  if (parent->gloo) {
+  /* The host group first (gloo or shm; nccl's carrier), then nccl's split,
+   * which every rank of the parent joins too. */
+  if (parent->gloo)
     rc = aa__gloo_split(parent->gloo, color < 0 ? -1 : color, key, &c->gloo);
-    if (rc || !c->gloo) {
-      free(c);
-      if (!rc) *out = NULL;
-      return rc;
-    }
-    c->rank = aa__gloo_rank(c->gloo);
-    c->world = aa__gloo_world(c->gloo);
-    *out = c;
-    return 0;
-  }
-  rc = aa__shm_split(parent->shm, color < 0 ? -1 : color, key, &c->shm);
+  else
+    rc = aa__shm_split(parent->shm, color < 0 ? -1 : color, key, &c->shm);
   if (!rc && parent->nccl) rc = aa__nccl_split(parent, color, key, c);
-  if (rc || !c->shm) {
+  if (rc || (!c->shm && !c->gloo)) {
     if (c->nccl) aa__nccl_destroy(c);
+    if (c->gloo) aa__gloo_destroy(c->gloo);
     aa__shm_destroy(c->shm);
     free(c);
     if (!rc) *out = NULL;
     return rc;
   }
-  c->rank = aa__shm_rank(c->shm);
-  c->world = aa__shm_world(c->shm);
+  c->rank = c->gloo ? aa__gloo_rank(c->gloo) : aa__shm_rank(c->shm);
+  c->world = c->gloo ? aa__gloo_world(c->gloo) : aa__shm_world(c->shm);
   *out = c;
   return 0;
 }
@@ -160,7 +166,7 @@ int aa_comm_split(aa_comm_t *parent, int color, int key, aa_comm_t **out) {
 int aa_comm_rank(const aa_comm_t *c) { return c ? c->rank : -1; }
 int aa_comm_world(const aa_comm_t *c) { return c ? c->world : -1; }
 const char *aa_comm_backend(const aa_comm_t *c) {
-  return !c ? "" : c->self ? "self" : c->gloo ? "gloo" : c->nccl ? "nccl" : "shm";
+  return !c ? "" : c->self ? "self" : c->nccl ? "nccl" : c->gloo ? "gloo" : "shm";
 }
 
 int aa_comm_all_reduce(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dtype,
@@ -168,8 +174,8 @@ int aa_comm_all_reduce(aa_comm_t *c, const void *send, void *recv, size_t count,
   int rc = check(c, "all_reduce", dtype, op, count, 1, send, recv);
   if (rc || !count) return rc;
   if (c->self) return aa__self_copy(send, recv, count * aa_dtype_size(dtype));
-  if (c->gloo) return aa__gloo_all_reduce(c->gloo, send, recv, count, dtype, op);
   if (c->nccl) return aa__nccl_all_reduce(c, send, recv, count, dtype, op);
+  if (c->gloo) return aa__gloo_all_reduce(c->gloo, send, recv, count, dtype, op);
   return aa__shm_all_reduce(c->shm, send, recv, count, dtype, op);
 }
 
@@ -178,8 +184,8 @@ int aa_comm_reduce_scatter(aa_comm_t *c, const void *send, void *recv, size_t co
   int rc = check(c, "reduce_scatter", dtype, op, count, c ? (size_t)c->world : 1, send, recv);
   if (rc || !count) return rc;
   if (c->self) return aa__self_copy(send, recv, count * aa_dtype_size(dtype));
-  if (c->gloo) return aa__gloo_reduce_scatter(c->gloo, send, recv, count, dtype, op);
   if (c->nccl) return aa__nccl_reduce_scatter(c, send, recv, count, dtype, op);
+  if (c->gloo) return aa__gloo_reduce_scatter(c->gloo, send, recv, count, dtype, op);
   return aa__shm_reduce_scatter(c->shm, send, recv, count, dtype, op);
 }
 
@@ -187,8 +193,8 @@ int aa_comm_all_gather(aa_comm_t *c, const void *send, void *recv, size_t count,
   int rc = check(c, "all_gather", dtype, AA_COMM_SUM, count, c ? (size_t)c->world : 1, send, recv);
   if (rc || !count) return rc;
   if (c->self) return aa__self_copy(send, recv, count * aa_dtype_size(dtype));
-  if (c->gloo) return aa__gloo_all_gather(c->gloo, send, recv, count * aa_dtype_size(dtype), "all_gather");
   if (c->nccl) return aa__nccl_all_gather(c, send, recv, count, dtype);
+  if (c->gloo) return aa__gloo_all_gather(c->gloo, send, recv, count * aa_dtype_size(dtype), "all_gather");
   return aa__shm_all_gather(c->shm, send, recv, count * aa_dtype_size(dtype), "all_gather");
 }
 
@@ -199,8 +205,8 @@ int aa_comm_broadcast(aa_comm_t *c, const void *send, void *recv, size_t count, 
   if (count && c->rank == root && !send) return bad(c, "broadcast", "the root's send buffer is NULL");
   if (!count) return 0;
   if (c->self) return aa__self_copy(send, recv, count * aa_dtype_size(dtype));
-  if (c->gloo) return aa__gloo_broadcast(c->gloo, send, recv, count * aa_dtype_size(dtype), root);
   if (c->nccl) return aa__nccl_broadcast(c, send, recv, count, dtype, root);
+  if (c->gloo) return aa__gloo_broadcast(c->gloo, send, recv, count * aa_dtype_size(dtype), root);
   return aa__shm_broadcast(c->shm, send, recv, count * aa_dtype_size(dtype), root, "broadcast");
 }
 
@@ -210,8 +216,8 @@ int aa_comm_send(aa_comm_t *c, const void *buf, size_t count, aa_dtype_t dtype, 
   if (peer < 0 || peer >= c->world || peer == c->rank)
     return bad(c, "send", "the peer is not another rank of the group");
   if (!count) return 0;
-  if (c->gloo) return aa__gloo_send(c->gloo, buf, count * aa_dtype_size(dtype), peer);
   if (c->nccl) return aa__nccl_send(c, buf, count, dtype, peer);
+  if (c->gloo) return aa__gloo_send(c->gloo, buf, count * aa_dtype_size(dtype), peer);
   return aa__shm_send(c->shm, buf, count * aa_dtype_size(dtype), peer);
 }
 
@@ -221,8 +227,8 @@ int aa_comm_recv(aa_comm_t *c, void *buf, size_t count, aa_dtype_t dtype, int pe
   if (peer < 0 || peer >= c->world || peer == c->rank)
     return bad(c, "recv", "the peer is not another rank of the group");
   if (!count) return 0;
-  if (c->gloo) return aa__gloo_recv(c->gloo, buf, count * aa_dtype_size(dtype), peer);
   if (c->nccl) return aa__nccl_recv(c, buf, count, dtype, peer);
+  if (c->gloo) return aa__gloo_recv(c->gloo, buf, count * aa_dtype_size(dtype), peer);
   return aa__shm_recv(c->shm, buf, count * aa_dtype_size(dtype), peer);
 }
 
@@ -230,23 +236,23 @@ int aa_comm_barrier(aa_comm_t *c) {
   if (!c) return aa_error(AA_EINVAL, "barrier: the group is NULL");
   int rc = usable(c, "barrier");
   if (rc || c->self) return rc;
-  if (c->gloo) return aa__gloo_barrier(c->gloo);
   if (c->nccl) return aa__nccl_barrier(c);
+  if (c->gloo) return aa__gloo_barrier(c->gloo);
   return aa__shm_barrier(c->shm, "barrier");
 }
 
 void aa_comm_abort(aa_comm_t *c) {
   if (c && c->self) aa__self_abort(c->self);
   else if (c && c->gloo)
-    aa__gloo_abort(c->gloo);
+    aa__gloo_abort(c->gloo, AA__ABORT_CALLED);
   else if (c) aa__shm_abort(c->shm, AA__ABORT_CALLED);
 }
 
 void aa_comm_destroy(aa_comm_t *c) {
   if (!c) return;
   if (c->self) aa__self_release(c->self);
+  if (c->nccl) aa__nccl_destroy(c); /* before its carrier, which it looks at */
   if (c->gloo) aa__gloo_destroy(c->gloo);
-  if (c->nccl) aa__nccl_destroy(c);
   aa__shm_destroy(c->shm);
   free(c);
 }

@@ -7,10 +7,13 @@
  *         200 us, yielding the CPU between looks, before it sleeps), so 4
  *         ranks on 2 cores still make progress.
  *   nccl  CUDA devices (built when the CUDA toolkit and NCCL are found).
- *         The ranks meet in a shm segment as above, rank 0 makes the NCCL
- *         unique id and hands it to the others there, then all call
- *         ncclCommInitRank. Ranks on one host only (a cross-host bootstrap
- *         would relay the id through the planner).
+ *         "nccl:": ranks on one host meet in a shm segment as above, rank
+ *         0 makes the NCCL unique id and hands it to the others there,
+ *         then all call ncclCommInitRank. "nccl-hosts:": ranks on any
+ *         hosts meet in a gloo group (through opts->store and
+ *         opts->address, as below; on an executor the store is the
+ *         planner's relay), which carries the id instead. The group that
+ *         carried the id stays beside NCCL for aborts (comm_nccl.c).
  *   gloo  CPU ranks on any hosts (Debian's libgloo, the library PyTorch
  *         uses for CPU collectives; TCP). Each rank listens on
  *         opts->address; the ranks find each other through opts->store
@@ -27,8 +30,9 @@
  *         touched); out-of-place ones copy with memcpy, so host memory.
  *
  * The rendezvous text (common/rendezvous.h: "shm:/aa-<tag>-<nonce>",
- * "nccl:/aa-<tag>-<nonce>" or "gloo:/aa-<tag>-<nonce>") is made by the planner and travels to every rank
- * in its job message. The engine knows nothing of sockets: a runner builds
+ * "nccl:/aa-<tag>-<nonce>", "gloo:/aa-<tag>-<nonce>" or
+ * "nccl-hosts:/aa-<tag>-<nonce>") is made by the planner and travels to
+ * every rank in its job message. The engine knows nothing of sockets: a runner builds
  * the group from the text alone.
  *
  * Semantics follow NCCL: every rank of a group calls the same collectives in
@@ -127,7 +131,8 @@ void aa_comm_dir_store_remove(const char *dir);
 
 typedef struct aa_comm_opts {
   int timeout_ms; /* longest wait for peers (join, each collective); 0 = 30000 */
-  /* gloo only: where the ranks meet (required for a "gloo:" rendezvous),
+  /* gloo and nccl-hosts only: where the ranks meet (required for a "gloo:"
+   * or "nccl-hosts:" rendezvous),
    * and the numeric IP address this rank listens on, which its peers dial
    * (NULL = "127.0.0.1"; ranks on several hosts need an address the
    * others can reach). Borrowed for the duration of aa_comm_init. */
@@ -141,10 +146,11 @@ typedef struct aa_comm_opts {
  * segment, the others retry opening it until the timeout; the segment is
  * unlinked once all have joined (or by every rank whose join failed), so
  * nothing is left in /dev/shm even if every rank is killed later. opts may
- * be NULL. AA_EUNSUPPORTED for "nccl:" in a build without CUDA/NCCL;
+ * be NULL. AA_EUNSUPPORTED for "nccl:" and "nccl-hosts:" in a build
+ * without CUDA/NCCL;
  * AA_EINVAL for a bad rendezvous, rank or world (shm: at most 256 ranks) or
  * a segment made for another world. *out is transferred (aa_comm_destroy)
- * and set only on success. gloo: AA_EINVAL for a missing store (or
+ * and set only on success. gloo and nccl-hosts: AA_EINVAL for a missing store (or
  * callback) or an address that is not a numeric IP of this host;
  * AA_ETIMEOUT "rank R did not join" when a peer's key never came. */
 int aa_comm_init(aa_comm_t **out, const char *rendezvous, int rank, int world, const aa_comm_opts_t *opts);

@@ -141,13 +141,19 @@ int aa__gloo_check(aa__gloo_t *s, const char *what) {
   return atomic_load(&s->fam->failed) ? cancelled(s, what) : 0;
 }
 
-void aa__gloo_abort(aa__gloo_t *s) {
-  fam_fail(s->fam, CAUSE_ABORT, s->fam->wrank);
+void aa__gloo_abort(aa__gloo_t *s, int cause) {
+  fam_fail(s->fam,
+           cause == AA__ABORT_TIMEOUT ? CAUSE_TIMEOUT
+           : cause == AA__ABORT_ERROR ? CAUSE_ERROR
+           : cause == AA__ABORT_DIED  ? CAUSE_CLOSED
+                                      : CAUSE_ABORT,
+           s->fam->wrank);
   aa__gx_abort(s->fam->gx);
 }
 
 int aa__gloo_rank(const aa__gloo_t *s) { return s->rank; }
 int aa__gloo_world(const aa__gloo_t *s) { return s->n; }
+int aa__gloo_timeout_ms(const aa__gloo_t *s) { return s->timeout_ms; }
 
 /* --- the exchange ---------------------------------------------------------------------------- */
 

@@ -21,13 +21,16 @@ typedef struct aa__self aa__self_t;
 typedef struct aa__gloo aa__gloo_t;
 
 /* Exactly one of shm, gloo and self is set: self for a group of one made by
- * aa_comm_self (or split from one), gloo for a "gloo:" rendezvous, shm
- * otherwise. */
+ * aa_comm_self (or split from one), gloo for a "gloo:" or "nccl-hosts:"
+ * rendezvous, shm otherwise. nccl is set beside shm ("nccl:", one host) or
+ * gloo ("nccl-hosts:"): that group, the carrier, bootstrapped the
+ * communicator and carries the family's abort (and, shm, the ranks'
+ * liveness); the collectives go to nccl. */
 struct aa_comm {
   int rank, world;
-  aa__gloo_t *gloo; /* owned: the gloo group (comm_gloo.c) */
-  aa__shm_t *shm;   /* owned: the group in shared memory (nccl: its bootstrap and liveness) */
-  aa__nccl_t *nccl; /* owned: NULL for the shm and self backends */
+  aa__gloo_t *gloo; /* owned: the gloo group (comm_gloo.c); nccl-hosts: the carrier */
+  aa__shm_t *shm;   /* owned: the group in shared memory; nccl: the carrier */
+  aa__nccl_t *nccl; /* owned: NULL for the shm, gloo and self backends */
   aa__self_t *self; /* one reference to the family of a group of one */
 };
 
@@ -92,11 +95,13 @@ void aa__shm_destroy(aa__shm_t *s);
 
 /* 0 if this build has the nccl backend, else AA_EUNSUPPORTED with the reason. */
 int aa__nccl_supported(void);
-/* Builds c->nccl over the already joined c->shm: rank 0 makes the unique id
- * and broadcasts it through the shm group, all call ncclCommInitRank on the
- * current CUDA device. */
+/* Builds c->nccl over the already joined carrier (c->shm or c->gloo): rank
+ * 0 makes the unique id and broadcasts it through the carrier, all call
+ * ncclCommInitRank on the current CUDA device. */
 int aa__nccl_init(aa_comm_t *c);
-/* child->shm is the split shm group; builds child->nccl from parent's. */
+/* child's carrier is the split of parent's (NULL when the rank is in no
+ * group); builds child->nccl from parent's, and sets child's rank and
+ * world. */
 int aa__nccl_split(aa_comm_t *parent, int color, int key, aa_comm_t *child);
 int aa__nccl_all_reduce(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dt,
                         aa_comm_op_t op);
@@ -124,8 +129,10 @@ int aa__gloo_rank(const aa__gloo_t *s);
 int aa__gloo_world(const aa__gloo_t *s);
 /* 0 while the family is usable, else AA_ECANCELLED prefixed by `what`. */
 int aa__gloo_check(aa__gloo_t *s, const char *what);
-/* Fails the family (async-signal-safe). */
-void aa__gloo_abort(aa__gloo_t *s);
+int aa__gloo_timeout_ms(const aa__gloo_t *s);
+/* Fails the family (async-signal-safe); cause AA__ABORT_* (the messages of
+ * the family's later calls name it). */
+void aa__gloo_abort(aa__gloo_t *s, int cause);
 int aa__gloo_all_reduce(aa__gloo_t *s, const void *send, void *recv, size_t count, aa_dtype_t dt,
                         aa_comm_op_t op);
 int aa__gloo_reduce_scatter(aa__gloo_t *s, const void *send, void *recv, size_t count, aa_dtype_t dt,

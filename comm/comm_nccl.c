@@ -1,19 +1,26 @@
-/* The nccl backend of comm.h: CUDA ranks on one host.
+/* The nccl backend of comm.h: CUDA ranks on one host ("nccl:") or on many
+ * ("nccl-hosts:").
  *
- * The ranks first form a shm group (comm_shm.c) under the same name; rank 0
- * makes the NCCL unique id and broadcasts it there, then every rank calls
- * ncclCommInitRank on its current CUDA device (the runner chose it with
- * cudaSetDevice). The shm group stays beside the NCCL communicator: its
- * abort word and its rank mutexes are how aa_comm_abort (which must be
- * async-signal-safe, so cannot call NCCL) and a dead rank reach a rank that
- * waits on the GPU.
+ * The ranks first form a host group under the same name, the carrier: a
+ * shm group (comm_shm.c) on one host, a gloo group (comm_gloo.c, met
+ * through the caller's store, as PyTorch meets NCCL ranks through its
+ * TCPStore) across hosts. Rank 0 makes the NCCL unique id and broadcasts
+ * it over the carrier, then every rank calls ncclCommInitRank on its
+ * current CUDA device (the runner chose it with cudaSetDevice). The carrier
+ * stays beside the NCCL communicator: its failed word is how aa_comm_abort
+ * (which must be async-signal-safe, so cannot call NCCL) reaches a rank
+ * that waits on the GPU, and on one host its rank mutexes tell a dead rank.
+ * Across hosts a dead or failed peer is seen by NCCL itself (its
+ * connections close: ncclRemoteError / ncclSystemError), by the planner,
+ * which aborts the gang's other ranks when one ends badly or its host goes
+ * silent, or at the group's deadline.
  *
  * The communicators are non-blocking (config.blocking = 0), so no NCCL call
  * blocks: each call is followed by a poll of ncclCommGetAsyncError and, for
  * collectives, cudaStreamQuery on our stream, with short sleeps, the group's
- * deadline and a liveness probe every 100 ms. A deadline, an abort or a dead
- * peer ends in ncclCommAbort instead of a hang. Buffers are device memory.
- * Every call returns when its result is in the receive buffer.
+ * deadline and a look at the carrier every 100 ms. A deadline, an abort or a
+ * dead peer ends in ncclCommAbort instead of a hang. Buffers are device
+ * memory. Every call returns when its result is in the receive buffer.
  *
  * Unverified on a GPU (see docs/comm.md): this file is compiled with
  * -Wall -Wextra -Werror but has not run. */
@@ -39,8 +46,35 @@ struct aa__nccl {
   int broken;          /* aborted: every later call fails */
 };
 
-/* Gives the communicator up: ncclCommAbort, and the shm abort word so the
- * other ranks stop too. */
+/* --- the carrier: c->gloo across hosts, else c->shm --------------------------------------- */
+
+static int carrier_timeout_ms(const aa_comm_t *c) {
+  return c->gloo ? aa__gloo_timeout_ms(c->gloo) : aa__shm_timeout_ms(c->shm);
+}
+
+/* 0 while the family is usable; probe_peers: shm also looks for dead ranks
+ * (a gloo carrier has no such probe: see the top of the file). */
+static int carrier_check(aa_comm_t *c, const char *what, int probe_peers) {
+  return c->gloo ? aa__gloo_check(c->gloo, what) : aa__shm_check(c->shm, what, probe_peers);
+}
+
+static void carrier_abort(aa_comm_t *c, int cause) {
+  if (c->gloo)
+    aa__gloo_abort(c->gloo, cause);
+  else
+    aa__shm_abort(c->shm, cause);
+}
+
+/* buf(bytes) of rank 0 to every rank, in place. */
+static int carrier_broadcast0(aa_comm_t *c, void *buf, size_t bytes, const char *what) {
+  return c->gloo ? aa__gloo_broadcast(c->gloo, buf, buf, bytes, 0)
+                 : aa__shm_broadcast(c->shm, buf, buf, bytes, 0, what);
+}
+
+/* Gives the communicator up: ncclCommAbort, and the carrier's failed word
+ * so the family's other groups stop too; on one host that word is shared
+ * by every rank, across hosts the peers learn it from NCCL (the aborted
+ * communicator's connections close) or the planner. */
 static void nccl_abort(aa_comm_t *c, int cause) {
   aa__nccl_t *n = c->nccl;
   if (n && n->comm) ncclCommAbort(n->comm);
@@ -48,7 +82,7 @@ static void nccl_abort(aa_comm_t *c, int cause) {
     n->comm = NULL;
     n->broken = 1;
   }
-  aa__shm_abort(c->shm, cause);
+  carrier_abort(c, cause);
 }
 
 static int nccl_code(ncclResult_t r) {
@@ -100,10 +134,10 @@ static void sleep_us(long us) {
 }
 
 /* Polls until comm is no longer in progress and, with stream, our stream
- * has drained; the shm group is probed every PROBE_MS and the deadline is
+ * has drained; the carrier is looked at every PROBE_MS and the deadline is
  * the group's timeout. */
 static int nccl_wait(aa_comm_t *c, ncclComm_t comm, cudaStream_t stream, const char *what) {
-  int timeout_ms = aa__shm_timeout_ms(c->shm);
+  int timeout_ms = carrier_timeout_ms(c);
   double t0 = aa_now(), deadline = t0 + timeout_ms * 1e-3, next_probe = t0 + PROBE_MS * 1e-3;
   long nap = 10;
   for (;;) {
@@ -119,7 +153,7 @@ static int nccl_wait(aa_comm_t *c, ncclComm_t comm, cudaStream_t stream, const c
     }
     double t = aa_now();
     if (t >= next_probe) {
-      int rc = aa__shm_check(c->shm, what, 1);
+      int rc = carrier_check(c, what, 1);
       if (rc) {
         nccl_abort(c, AA__ABORT_ERROR);
         return rc;
@@ -171,7 +205,7 @@ int aa__nccl_init(aa_comm_t *c) {
   } boot;
   memset(&boot, 0, sizeof boot);
   if (c->rank == 0) boot.rc = (int32_t)ncclGetUniqueId(&boot.id);
-  int rc = aa__shm_broadcast(c->shm, &boot, &boot, sizeof boot, 0, what);
+  int rc = carrier_broadcast0(c, &boot, sizeof boot, what);
   if (rc) return rc;
   if (boot.rc != ncclSuccess)
     return aa_error(nccl_code((ncclResult_t)boot.rc),
@@ -198,15 +232,15 @@ int aa__nccl_split(aa_comm_t *parent, int color, int key, aa_comm_t *child) {
     if (nc) ncclCommAbort(nc);
     return rc;
   }
-  if (!child->shm) {
+  if (!child->shm && !child->gloo) {
     if (nc) ncclCommDestroy(nc);
     return 0;
   }
   if (!nc)
     return aa_error(AA_EINTERNAL, "%s: rank %d of %d: ncclCommSplit gave no communicator", what, parent->rank,
                     parent->world);
-  child->rank = aa__shm_rank(child->shm);
-  child->world = aa__shm_world(child->shm);
+  child->rank = child->gloo ? aa__gloo_rank(child->gloo) : aa__shm_rank(child->shm);
+  child->world = child->gloo ? aa__gloo_world(child->gloo) : aa__shm_world(child->shm);
   if ((rc = nccl_new(child, what))) {
     ncclCommAbort(nc);
     return rc;
@@ -286,7 +320,7 @@ void aa__nccl_destroy(aa_comm_t *c) {
   aa__nccl_t *n = c->nccl;
   if (!n) return;
   if (n->comm) {
-    if (n->broken || aa__shm_check(c->shm, "aa_comm_destroy", 0)) {
+    if (n->broken || carrier_check(c, "aa_comm_destroy", 0)) {
       ncclCommAbort(n->comm);
     } else {
       ncclResult_t r = ncclCommFinalize(n->comm);

@@ -10,9 +10,16 @@
 
 #define TAG_MAX 40
 
+static const char *const backends[] = {"shm", "nccl", "gloo", "nccl-hosts"};
+#define N_BACKENDS (sizeof backends / sizeof backends[0])
+
 int aa_rendezvous_new(char *out, size_t n, const char *backend, const char *tag) {
-  if (!backend || (strcmp(backend, "shm") && strcmp(backend, "nccl") && strcmp(backend, "gloo")))
-    return aa_error(AA_EINVAL, "process group backend '%s': expected shm, nccl or gloo", backend ? backend : "(null)");
+  size_t b = 0;
+  while (backend && b < N_BACKENDS && strcmp(backend, backends[b]))
+    b++;
+  if (!backend || b == N_BACKENDS)
+    return aa_error(AA_EINVAL, "process group backend '%s': expected shm, nccl, gloo or nccl-hosts",
+                    backend ? backend : "(null)");
   char clean[TAG_MAX + 1];
   size_t k = 0;
   for (const char *p = tag ? tag : ""; *p && k < TAG_MAX; p++) {
@@ -34,18 +41,17 @@ int aa_rendezvous_new(char *out, size_t n, const char *backend, const char *tag)
 
 int aa_rendezvous_parse(const char *text, const char **backend, const char **shm_name) {
   const char *name = NULL;
-  if (!strncmp(text, "shm:", 4)) {
-    *backend = "shm";
-    name = text + 4;
-  } else if (!strncmp(text, "nccl:", 5)) {
-    *backend = "nccl";
-    name = text + 5;
-  } else if (!strncmp(text, "gloo:", 5)) {
-    *backend = "gloo";
-    name = text + 5;
-  } else {
-    return aa_error(AA_EINVAL, "rendezvous '%.64s': expected shm:/NAME, nccl:/NAME or gloo:/NAME", text);
+  for (size_t b = 0; b < N_BACKENDS && !name; b++) {
+    size_t k = strlen(backends[b]);
+    if (!strncmp(text, backends[b], k) && text[k] == ':') {
+      *backend = backends[b];
+      name = text + k + 1;
+    }
   }
+  if (!name)
+    return aa_error(AA_EINVAL,
+                    "rendezvous '%.64s': expected shm:/NAME, nccl:/NAME, gloo:/NAME or nccl-hosts:/NAME",
+                    text);
   size_t len = strlen(name);
   if (len < 2 || len > 200 || name[0] != '/' || strchr(name + 1, '/'))
     return aa_error(AA_EINVAL, "rendezvous '%.64s': the segment name must be /NAME (1-199 bytes, no other '/')",

@@ -11,6 +11,10 @@
  *   "gloo:/aa-<tag>-<nonce>"  CPU ranks on any hosts: the name prefixes the
  *                             keys the ranks exchange their addresses under
  *                             in a store (comm.h aa_comm_store_t).
+ *   "nccl-hosts:/aa-<tag>-<nonce>"
+ *                             CUDA ranks on any hosts: a gloo group of that
+ *                             name (met through the store, as above)
+ *                             bootstraps NCCL in place of the shm segment.
  *
  * <tag> is the caller's label with anything but [A-Za-z0-9_] turned into
  * '_' (at most 40 bytes kept), so the name is readable in /dev/shm; the
@@ -22,12 +26,13 @@
 
 #define AA_RENDEZVOUS_MAX 255 /* bytes with the NUL, = AA_PROTO_NAME_MAX */
 
-/* Writes a fresh rendezvous for `backend` ("shm", "nccl" or "gloo") into out (n
+/* Writes a fresh rendezvous for `backend` ("shm", "nccl", "gloo" or
+ * "nccl-hosts") into out (n
  * bytes). Creates nothing. AA_EINVAL for another backend or a too small
  * buffer, AA_EIO if no random bytes could be had. */
 int aa_rendezvous_new(char *out, size_t n, const char *backend, const char *tag);
 
-/* Splits a rendezvous into its backend ("shm"/"nccl"/"gloo", static)
+/* Splits a rendezvous into its backend ("shm"/"nccl"/"gloo"/"nccl-hosts", static)
  * and name (the shm segment, or gloo's key prefix) (a pointer into text). AA_EINVAL, with the reason, for
  * anything aa_rendezvous_new cannot have made. */
 int aa_rendezvous_parse(const char *text, const char **backend, const char **shm_name);

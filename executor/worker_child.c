@@ -425,9 +425,9 @@ void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cud
                    .rendezvous = job->rendezvous,
                    .cuda = cuda,
                    .opts = {.threads = threads, .strategy = &st, .memory_limit = memory_limit}};
-  /* A gang's ranks meet through the planner's store for the run (a gloo
-   * group uses it; shm and nccl ignore it) and listen on the executor's
-   * address. */
+  /* A gang's ranks meet through the planner's store for the run (gloo and
+   * nccl-hosts groups use it; shm and nccl ignore it) and listen on the
+   * executor's address. */
   aa_comm_store_t store = {0};
   if (!rc && job->world > 1 && !(rc = aa_worker__child_store(fd, job->run, &store))) {
     l.comm.store = &store;

@@ -72,6 +72,8 @@ static int store_dir_make(void) {
 static void store_dir_remove(void) { aa_comm_dir_store_remove(g_store_dir); }
 
 static int is_gloo(const char *rdv) { return !strncmp(rdv, "gloo:", 5); }
+/* Whether the ranks meet through a store: gloo, and nccl-hosts's gloo carrier. */
+static int meets_in_store(const char *rdv) { return is_gloo(rdv) || !strncmp(rdv, "nccl-hosts:", 11); }
 
 /* A gloo test in a build without libgloo is skipped (the refusal itself is
  * checked by gloo_bad_store_and_address_are_clear_errors). */
@@ -93,7 +95,7 @@ static void run_group(int world, rank_fn fn, const void *arg, outcome_t *o) {
   char rdv[AA_RENDEZVOUS_MAX];
   memset(o, 0, sizeof *o);
   CHECK(aa_rendezvous_new(rdv, sizeof rdv, g_backend, "test-comm") == 0);
-  if (is_gloo(rdv)) CHECK(store_dir_make() == 0);
+  if (meets_in_store(rdv)) CHECK(store_dir_make() == 0);
   fflush(NULL);
   double t0 = aa_now();
   pid_t pids[MAX_RANKS];
@@ -122,7 +124,7 @@ static void run_group(int world, rank_fn fn, const void *arg, outcome_t *o) {
   }
   o->seconds = aa_now() - t0;
   CHECK_MSG(!o->hung, "the ranks were still running after %.0f s", DEADLINE_S);
-  if (is_gloo(rdv)) {
+  if (meets_in_store(rdv)) {
     store_dir_remove();
     return;
   }
@@ -143,7 +145,7 @@ static void expect_all_ok(const outcome_t *o, int world) {
 static int init_with(aa_comm_t **c, const char *rdv, int rank, int world, int timeout_ms) {
   aa_comm_opts_t o = {.timeout_ms = timeout_ms};
   aa_comm_store_t st = {0};
-  if (is_gloo(rdv)) {
+  if (meets_in_store(rdv)) {
     int rc = aa_comm_dir_store(&st, g_store_dir);
     if (rc) return rc;
     o.store = &st;
@@ -837,6 +839,104 @@ AA_TEST(nccl_backend_on_the_gpus) {
 #endif
 }
 
+/* The GPUs a process here would see, counted in a child: a parent that
+ * initialised CUDA could not hand the GPUs to the ranks it forks. */
+static int gpus_seen(void) {
+#ifdef AA_HAVE_CUDA
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    _exit(n > 100 ? 100 : n);
+  }
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) return 0;
+  return WEXITSTATUS(st);
+#else
+  return 0;
+#endif
+}
+
+#ifdef AA_HAVE_NCCL
+/* A rank of an nccl-hosts group. With a GPU of its own (arg: the GPUs
+ * seen) it joins, sums its rank + 1 over the group on the GPU, splits the
+ * group in two by rank parity and broadcasts over its half. Without one,
+ * its join must fail with the reason (CUDA's or NCCL's words), naming the
+ * rank, rather than hang. */
+static int nccl_hosts_main(const char *rdv, int rank, int world, const void *arg) {
+  const int gpus = *(const int *)arg;
+  aa_comm_t *c = NULL;
+  if (gpus < world) {
+    int rc = init_with(&c, rdv, rank, world, 10000);
+    CHECK_MSG(rc != 0, "rank %d joined an NCCL group without a GPU", rank);
+    if (!rc) aa_comm_destroy(c);
+    const char *e = aa_last_error();
+    CHECK_MSG(strstr(e, "rank ") && (strstr(e, "cuda") || strstr(e, "NCCL")), "rank %d: %s", rank, e);
+    fprintf(stderr, "  rank %d, no GPU: %s\n", rank, e);
+    return 0;
+  }
+  CHECK(cudaSetDevice(rank) == cudaSuccess);
+  if (join(&c, rdv, rank, world, 20000)) return 1;
+  CHECK(!strcmp(aa_comm_backend(c), "nccl"));
+  float h[3] = {(float)rank + 1, 2.0f * (float)(rank + 1), 0.5f}, back[3];
+  float *d = NULL;
+  CHECK(cudaMalloc((void **)&d, sizeof h) == cudaSuccess);
+  CHECK(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice) == cudaSuccess);
+  CHECK_MSG(aa_comm_all_reduce(c, d, d, 3, AA_F32, AA_COMM_SUM) == 0, "%s", aa_last_error());
+  CHECK(cudaMemcpy(back, d, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess);
+  float n = (float)world * (float)(world + 1) / 2; /* sum of rank + 1: exact in fp32 */
+  CHECK_MSG(back[0] == n && back[1] == 2 * n && back[2] == 0.5f * (float)world, "%g %g %g", back[0], back[1],
+            back[2]);
+  aa_comm_t *half = NULL;
+  CHECK_MSG(aa_comm_split(c, rank % 2, rank, &half) == 0 && half, "%s", aa_last_error());
+  if (half) {
+    CHECK(aa_comm_world(half) == (world - rank % 2 + 1) / 2 && aa_comm_rank(half) == rank / 2);
+    CHECK(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice) == cudaSuccess);
+    CHECK_MSG(aa_comm_broadcast(half, d, d, 3, AA_F32, 0) == 0, "%s", aa_last_error());
+    CHECK(cudaMemcpy(back, d, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK_MSG(back[0] == (float)(rank % 2 + 1), "half %d: %g from its rank 0", rank % 2, back[0]);
+    CHECK(aa_comm_barrier(half) == 0);
+  }
+  aa_comm_destroy(half);
+  cudaFree(d);
+  aa_comm_destroy(c);
+  return 0;
+}
+#endif
+
+/* nccl-hosts: the ranks meet in a gloo group through the store (on an
+ * executor, the planner's relay), rank 0's NCCL unique id crosses it, and
+ * NCCL runs the collectives. A GPU per rank (2 ranks on 2 GPUs or more, 1
+ * on one) checks the data path and a split; with no GPU (the build
+ * machine) both ranks must fail their join promptly with the reason: the
+ * gloo bootstrap ran, and nothing hung or was left in the store. */
+AA_TEST(nccl_hosts_bootstraps_through_the_store) {
+  char rdv[AA_RENDEZVOUS_MAX];
+  CHECK(aa_rendezvous_new(rdv, sizeof rdv, "nccl-hosts", "test-comm-nccl") == 0);
+#ifndef AA_HAVE_NCCL
+  aa_comm_t *c = NULL;
+  CHECK(aa_comm_init(&c, rdv, 0, 1, NULL) == AA_EUNSUPPORTED);
+  SKIP("built without CUDA/NCCL (the refusal was checked)");
+#else
+  SKIP_WITHOUT("gloo");
+  aa_comm_t *c = NULL;
+  CHECK(aa_comm_init(&c, rdv, 0, 2, NULL) == AA_EINVAL && strstr(aa_last_error(), "needs opts->store"));
+  int gpus = gpus_seen(), world = gpus == 1 ? 1 : 2;
+  const char *saved = g_backend;
+  g_backend = "nccl-hosts";
+  outcome_t o;
+  run_group(world, nccl_hosts_main, &gpus, &o);
+  g_backend = saved;
+  expect_all_ok(&o, world);
+  if (!gpus) {
+    CHECK_MSG(o.seconds < 10.0, "the failed joins took %.1f s", o.seconds);
+    SKIP("no GPU: the join through the store and its failure on every rank were checked, not NCCL's data "
+         "path");
+  }
+#endif
+}
+
 /* --- gloo only ---------------------------------------------------------------------------------- */
 
 /* The cascade: rank 2 dies while rank 0 waits to receive from it and rank 1
@@ -1002,6 +1102,7 @@ int main(void) {
   RUN(abort_from_another_thread_cancels_every_rank);
   RUN(a_collective_times_out_naming_the_missing_rank);
   RUN(nccl_backend_on_the_gpus);
+  RUN(nccl_hosts_bootstraps_through_the_store);
   RUN(gloo_collectives_on_2_ranks_match_the_reference_bit_for_bit);
   RUN(gloo_collectives_on_3_ranks_match_the_reference_bit_for_bit);
   RUN(gloo_collectives_on_4_ranks_match_the_reference_bit_for_bit);

@@ -657,6 +657,11 @@ AA_TEST(rendezvous_is_unique_clean_and_parses_back) {
   CHECK(aa_rendezvous_parse(b, &backend, &name) == 0 && strcmp(backend, "gloo") == 0 && name == b + 5);
   CHECK(aa_rendezvous_parse("gloo:x", &backend, &name) == AA_EINVAL);
   CHECK(aa_rendezvous_parse("mpi:/x", &backend, &name) == AA_EINVAL);
+  CHECK(aa_rendezvous_new(b, sizeof b, "nccl-hosts", "x") == 0);
+  CHECK(aa_rendezvous_parse(b, &backend, &name) == 0 && strcmp(backend, "nccl-hosts") == 0 && name == b + 11);
+  CHECK(aa_rendezvous_parse("nccl-hosts/x", &backend, &name) == AA_EINVAL);
+  CHECK(aa_rendezvous_parse("nccl-:/x", &backend, &name) == AA_EINVAL);
+  CHECK(aa_rendezvous_parse("nccl-hostsx:/x", &backend, &name) == AA_EINVAL);
 }
 
 /* --- the shared field reader (common/json.h), which the strategy file uses too --- */
