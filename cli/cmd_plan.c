@@ -26,7 +26,7 @@ static void usage(FILE *f) {
           "  --hosts H             the N devices sit on H hosts, N/H each (default 1): tensor groups\n"
           "                        stay inside a host, and a gang larger than a host runs its data\n"
           "                        and pipeline groups across hosts, on the lines a gang spanning\n"
-          "                        hosts measured (gloo)\n"
+          "                        hosts measured (gloo for CPUs, nccl-hosts for CUDA)\n"
           "  --device FINGERPRINT  the calibration of this device, such as\n"
           "                        'cuda:NVIDIA H100 80GB HBM3:81559MiB' (default: the newest of the kind)\n"
           "  --top K               strategies to show (1..1000, default 5)\n"

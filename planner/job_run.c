@@ -656,17 +656,18 @@ static bool calib_missing(aa_planner_job_t *j, int world) {
   return ops || links;
 }
 
-/* A CPU pool whose gangs span hosts (two or more with executors of the
- * job's hardware) needs the links between hosts for every group size
- * 2 .. its world: the device's stored AA_CALIB_ACROSS_HOSTS calibration becomes
- * j->calib_inter, and j->inter_wanted says whether it lacks a size. */
+/* A pool whose gangs span hosts (two or more with executors of the job's
+ * hardware) needs the links between hosts for every group size 2 .. its
+ * world: the device's stored calibration across hosts (gloo for CPUs,
+ * nccl-hosts for CUDA: aa_calib_across_hosts) becomes j->calib_inter, and
+ * j->inter_wanted says whether it lacks a size. */
 static void inter_lookup(aa_planner_t *p, aa_planner_job_t *j, const char *device) {
   int world = aa__planner_hw_world(j->hardware), most = aa__registry_most_on_one_host(p, j->hardware);
   j->inter_wanted = false;
-  if (j->dev_kind == AA_PROTO_DEV_CUDA || !aa__registry_spans(p, j->hardware) || most < 1 || most >= world)
-    return;
+  if (!aa__registry_spans(p, j->hardware) || most < 1 || most >= world) return;
   char *json = NULL;
-  int rc = aa_store_calib_get(p->store, device, AA_CALIB_ACROSS_HOSTS, &json);
+  int rc =
+      aa_store_calib_get(p->store, device, aa_calib_across_hosts(j->dev_kind == AA_PROTO_DEV_CUDA), &json);
   if (rc == 0) {
     aa_calib_t *c = malloc(sizeof *c);
     if (c && !aa_calib_parse(c, json, "the stored calibration across hosts")) {
@@ -786,7 +787,8 @@ static void calib_finished(aa_planner_t *p) {
   aa_planner_job_t *j = p->cur;
   const bool across = j->calibrating_inter;
   aa_calib_t **into = across ? &j->calib_inter : &j->calib;
-  const char *backend = across ? AA_CALIB_ACROSS_HOSTS : calib_backend(p, j);
+  const char *backend =
+      across ? aa_calib_across_hosts(j->dev_kind == AA_PROTO_DEV_CUDA) : calib_backend(p, j);
   char why[AA_PROTO_TEXT_MAX + 128] = "", device[AA_STORE_HW_MAX];
   aa_store_device_of(j->hardware, device, sizeof device);
   for (int r = 0; r < j->world && !why[0]; r++) {

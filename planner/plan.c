@@ -98,7 +98,7 @@ static int parse_args(const json_t *args, plan_args_t *a) {
  * of the kind; and the others of the kind, named when `want` is none. */
 typedef struct {
   const char *prefix, *want;
-  bool found, take_gloo;
+  bool cuda, found, take_gloo;
   aa_store_calib_t row;
   char *json;
   char others[512];
@@ -109,7 +109,7 @@ static int pick_calib(const aa_store_calib_t *c, void *data) {
   /* The links between hosts are read beside the pick; a device calibrated
    * on one host under --cpu-backend gloo has only that row, taken when
    * nothing else is (the second walk). */
-  if (!strcmp(c->backend, AA_CALIB_ACROSS_HOSTS) && !p->take_gloo) return 0;
+  if (!strcmp(c->backend, aa_calib_across_hosts(p->cuda)) && !p->take_gloo) return 0;
   if (p->found || (p->want && strcmp(c->device, p->want))) {
     size_t n = strlen(p->others);
     snprintf(p->others + n, sizeof p->others - n, "%s%s (%s)", n ? ", " : "", c->device, c->backend);
@@ -350,7 +350,8 @@ static json_t *assumptions(const plan_args_t *a, const aa_calib_t *c, uint64_t m
         "out); a gang larger than a host runs its data and pipeline groups across hosts",
         a->hosts, pool->host_devices, plan->tensor_too_wide);
     if (pool->inter)
-      add(out, "collectives across hosts on the lines a gang spanning hosts measured over gloo");
+      add(out, "collectives across hosts on the lines a gang spanning hosts measured over %s",
+          pool->inter->backend);
     else
       add(out,
           "no gang spanning hosts has been calibrated for this device: collectives across hosts take the "
@@ -395,7 +396,7 @@ typedef struct {
   plan_args_t a;
   aa_store_calib_t row; /* json NULL: parsed into c */
   aa_calib_t *c;        /* owned (large: on the heap) */
-  aa_calib_t *inter;    /* owned: the device's links between hosts (backend gloo); NULL = none stored */
+  aa_calib_t *inter;    /* owned: the device's links between hosts (gloo, nccl-hosts); NULL = none stored */
   uint64_t memory;      /* of the device, from its fingerprint; 0 = unknown */
   aa_predict_pool_t pool;
   char origin[AA_STORE_HW_MAX + 64]; /* names the calibration in messages */
@@ -409,7 +410,7 @@ static int plan_prepare(aa_store_t *st, const json_t *args, plan_prep_t *pp) {
   memset(pp, 0, sizeof *pp);
   int rc = parse_args(args, &pp->a);
   if (rc) return rc;
-  pick_t pick = {.prefix = pp->a.cuda ? "cuda:" : "cpu:", .want = pp->a.device};
+  pick_t pick = {.prefix = pp->a.cuda ? "cuda:" : "cpu:", .want = pp->a.device, .cuda = pp->a.cuda};
   rc = aa_store_calib_list(st, pick.prefix, pick_calib, &pick);
   if (!rc && !pick.found) {
     pick.take_gloo = true;
@@ -439,10 +440,10 @@ static int plan_prepare(aa_store_t *st, const json_t *args, plan_prep_t *pp) {
                                  .host_devices = pp->a.hosts > 1 ? pp->a.devices / pp->a.hosts : 0};
   if (pp->a.hosts > 1) { /* the links a gang spanning hosts measured, if any */
     char *json = NULL, origin[AA_STORE_HW_MAX + 64];
-    rc = aa_store_calib_get(st, pick.row.device, AA_CALIB_ACROSS_HOSTS, &json);
+    const char *across = aa_calib_across_hosts(pp->a.cuda);
+    rc = aa_store_calib_get(st, pick.row.device, across, &json);
     if (rc == 0 && json) {
-      snprintf(origin, sizeof origin, "the stored calibration of %s (" AA_CALIB_ACROSS_HOSTS ")",
-               pick.row.device);
+      snprintf(origin, sizeof origin, "the stored calibration of %s (%s)", pick.row.device, across);
       pp->inter = malloc(sizeof *pp->inter);
       rc = pp->inter ? aa_calib_parse(pp->inter, json, origin) : aa_error(AA_ENOMEM, "query plan: no memory");
       if (rc || !pp->inter->n_link) {

@@ -285,13 +285,13 @@ void aa__registry_tick(aa_planner_t *p);
 /* An idle executor of this hardware (a job's fingerprint; NULL: any), NULL
  * if none. */
 aa_conn_t *aa__registry_idle(aa_planner_t *p, const char *hardware);
-/* Whether gangs of `hardware` may span hosts: CPU ones, unless the
- * planner runs with --cpu-backend shm. CUDA gangs stay on one host (NCCL
- * across hosts is not built). */
+/* Whether gangs of `hardware` may span hosts: CUDA ones always (NCCL met
+ * through a gloo group, "nccl-hosts"), CPU ones unless the planner runs
+ * with --cpu-backend shm. */
 bool aa__registry_spans(const aa_planner_t *p, const char *hardware);
-/* The rendezvous backend of a gang of `kind` on `hosts` hosts: "nccl" for
- * CUDA; for CPU "gloo" across hosts or under --cpu-backend gloo, else
- * "shm". Static text. */
+/* The rendezvous backend of a gang of `kind` on `hosts` hosts: for CUDA
+ * "nccl" on one host, "nccl-hosts" across hosts; for CPU "gloo" across
+ * hosts or under --cpu-backend gloo, else "shm". Static text. */
 const char *aa__registry_backend(const aa_planner_t *p, aa_proto_dev_kind_t kind, int hosts);
 /* Live executors with e's device, e included: a new job's pool. On e's
  * host only unless its gangs span hosts (aa__registry_spans): then on every

@@ -68,11 +68,11 @@ aa_conn_t *aa__registry_idle(aa_planner_t *p, const char *hardware) {
 }
 
 bool aa__registry_spans(const aa_planner_t *p, const char *hardware) {
-  return !strncmp(hardware, "cpu:", 4) && p->cpu_backend != AA_CPU_BACKEND_SHM;
+  return strncmp(hardware, "cpu:", 4) || p->cpu_backend != AA_CPU_BACKEND_SHM;
 }
 
 const char *aa__registry_backend(const aa_planner_t *p, aa_proto_dev_kind_t kind, int hosts) {
-  if (kind == AA_PROTO_DEV_CUDA) return "nccl";
+  if (kind == AA_PROTO_DEV_CUDA) return hosts > 1 ? "nccl-hosts" : "nccl";
   if (p->cpu_backend == AA_CPU_BACKEND_GLOO || hosts > 1) return "gloo";
   return "shm";
 }
@@ -175,10 +175,9 @@ bool aa__registry_placeable(aa_planner_t *p, const char *hardware, int world, in
     ok = world <= largest;
     if (!ok)
       snprintf(why, n,
-               "not measured: it needs %d executors of the job's hardware on one host, %d %s connected (%s)",
-               world, largest, largest == 1 ? "is" : "are",
-               strncmp(hardware, "cpu:", 4) ? "NCCL gangs across hosts are not built"
-                                            : "the planner's --cpu-backend shm does not span hosts");
+               "not measured: it needs %d executors of the job's hardware on one host, %d %s connected (the "
+               "planner's --cpu-backend shm does not span hosts)",
+               world, largest, largest == 1 ? "is" : "are");
   } else if (tp > 1 && tp > largest) {
     ok = false;
     snprintf(

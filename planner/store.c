@@ -283,7 +283,8 @@ static const char *const migrations[AA_STORE_SCHEMA_VERSION] = {
      * tokens/s, so every run keeps what was predicted next to what was
      * measured. */
     "ALTER TABLE runs ADD COLUMN predicted_peak_bytes INTEGER"
-    "  CONSTRAINT run_predicted_peak_positive CHECK (predicted_peak_bytes IS NULL OR predicted_peak_bytes > 0);"
+    "  CONSTRAINT run_predicted_peak_positive CHECK (predicted_peak_bytes IS NULL OR predicted_peak_bytes > "
+    "0);"
     "ALTER TABLE runs ADD COLUMN predicted_bubble REAL"
     "  CONSTRAINT run_predicted_bubble_share CHECK (predicted_bubble IS NULL OR"
     "  (predicted_bubble > 0 AND predicted_bubble < 1));",
@@ -302,6 +303,21 @@ static const char *const migrations[AA_STORE_SCHEMA_VERSION] = {
     "ALTER TABLE jobs ADD COLUMN note TEXT;"
     "ALTER TABLE runs ADD COLUMN predicted_json TEXT"
     "  CONSTRAINT run_predicted_is_json CHECK (predicted_json IS NULL OR json_valid(predicted_json));",
+    /* 5 -> 6: a CUDA device's links between hosts, measured by NCCL gangs
+     * spanning hosts, are stored under backend 'nccl-hosts'. SQLite cannot
+     * change a CHECK in place: the table is copied into a new one. */
+    "CREATE TABLE calibrations_6 ("
+    "  device TEXT NOT NULL CONSTRAINT calibration_device_length CHECK (length(device) BETWEEN 1 AND 127),"
+    "  backend TEXT NOT NULL CONSTRAINT calibration_backend_known CHECK (backend IN"
+    "    ('shm', 'nccl', 'gloo', 'self', 'nccl-hosts')),"
+    "  json TEXT NOT NULL CONSTRAINT calibration_is_json CHECK (json_valid(json)),"
+    "  measured_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL,"
+    "  PRIMARY KEY (device, backend));"
+    "INSERT INTO calibrations_6 (device, backend, json, measured_at, updated_at)"
+    "  SELECT device, backend, json, measured_at, updated_at FROM calibrations;"
+    "DROP TABLE calibrations;"
+    "ALTER TABLE calibrations_6 RENAME TO calibrations;",
 };
 
 /* The runs that can answer a job: measured dry runs of a job that ran its

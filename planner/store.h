@@ -30,7 +30,7 @@
 #include "../proto/msg.h"
 #include "../strategies/strategy.h"
 
-#define AA_STORE_SCHEMA_VERSION 5 /* the newest schema this build writes */
+#define AA_STORE_SCHEMA_VERSION 6 /* the newest schema this build writes */
 #define AA_STORE_BUSY_MS 2000     /* longest wait for another connection's write lock */
 #define AA_STORE_HASH_MAX 65      /* model hash: 1..64 characters + NUL */
 #define AA_STORE_HW_MAX 128       /* hardware fingerprint: 1..127 characters + NUL */
@@ -426,7 +426,7 @@ int aa_store_runs_of_job(aa_store_t *st, int64_t job_id, aa_store_run_cb cb, voi
 
 /* --- calibrations ------------------------------------------------------------- */
 
-#define AA_STORE_BACKEND_MAX 8 /* "shm", "nccl", "gloo", "self" + NUL */
+#define AA_STORE_BACKEND_MAX 16 /* "shm", "nccl", "gloo", "self", "nccl-hosts" + NUL */
 
 /* The device fingerprint of a hardware fingerprint: KIND:NAME:MEMORY_MiBxN
  * without its trailing "x<digits>" (the pool's count), so calibrations are

@@ -22,7 +22,7 @@ void aa_store_device_of(const char *hardware, char *device, size_t n) {
 /* The backends a calibration may be measured on (the table's
  * calibration_backend_known says the same, for writers past the API). */
 static int backend_ok(const char *b) {
-  static const char *const known[] = {"shm", "nccl", "gloo", "self"};
+  static const char *const known[] = {"shm", "nccl", "gloo", "self", "nccl-hosts"};
   for (size_t i = 0; b && i < sizeof known / sizeof known[0]; i++)
     if (strcmp(b, known[i]) == 0) return 1;
   return 0;
@@ -33,7 +33,8 @@ static int check_calib_key(const char *device, const char *backend) {
   int err = aa__store_check_key(device, AA_STORE_HW_MAX, "calibration device");
   if (err) return err;
   if (!backend_ok(backend))
-    return aa_error(AA_EINVAL, "calibration of %s: unknown backend '%s' (one of: shm, nccl, gloo, self)",
+    return aa_error(AA_EINVAL,
+                    "calibration of %s: unknown backend '%s' (one of: shm, nccl, gloo, self, nccl-hosts)",
                     device, backend ? backend : "");
   return 0;
 }

@@ -81,12 +81,16 @@ const char *aa_op_kind_name(aa_op_kind_t k);
 int aa_op_kind_parse(const char *name);
 
 /* The backend a device's calibration of the links between hosts is stored
- * under: they are measured over gloo, by a gang with ranks on every host in
- * turn. A pool on one host calibrates on its own backend ("shm", "nccl");
- * under `planner --cpu-backend gloo` that is "gloo" too, and a later
- * calibration across hosts then replaces its links of the same kind and
- * group size (the ops stay). */
+ * under: they are measured by a gang with ranks on every host in turn, over
+ * gloo for CPUs (AA_CALIB_ACROSS_HOSTS), over NCCL met through gloo for
+ * CUDA (AA_CALIB_ACROSS_HOSTS_CUDA, the "nccl-hosts" rendezvous). A pool on
+ * one host calibrates on its own backend ("shm", "nccl"); under `planner
+ * --cpu-backend gloo` that is "gloo" too, and a later CPU calibration
+ * across hosts then replaces its links of the same kind and group size
+ * (the ops stay). aa_calib_across_hosts: the one of a device kind. */
 #define AA_CALIB_ACROSS_HOSTS "gloo"
+#define AA_CALIB_ACROSS_HOSTS_CUDA "nccl-hosts"
+#define aa_calib_across_hosts(cuda) ((cuda) ? AA_CALIB_ACROSS_HOSTS_CUDA : AA_CALIB_ACROSS_HOSTS)
 
 typedef struct aa_op_shape {
   aa_op_kind_t op;

@@ -1200,16 +1200,30 @@ AA_TEST(placement_backend_option_forces_gloo_or_keeps_gangs_on_one_host) {
                         "--cpu-backend shm does not span hosts)"),
             "%s", why);
   placement_free(p);
-  /* CUDA gangs stay on one host: NCCL across hosts is not built. */
-  p = placement_planner(AA_CPU_BACKEND_AUTO);
+  /* CUDA gangs span hosts whatever --cpu-backend says: NCCL on one host,
+   * NCCL met through gloo ("nccl-hosts") across them, tensor pairs inside
+   * a host. */
+  p = placement_planner(AA_CPU_BACKEND_SHM);
   aa_conn_t *g1 = add_executor(p, 1, "alpha", AA_PROTO_DEV_CUDA, 0);
   add_executor(p, 2, "beta", AA_PROTO_DEV_CUDA, 0);
-  CHECK(aa__registry_pool(p, g1) == 1);
-  pool_hw(g1, 2, hw);
+  add_executor(p, 3, "alpha", AA_PROTO_DEV_CUDA, 0);
+  add_executor(p, 4, "beta", AA_PROTO_DEV_CUDA, 0);
+  CHECK(aa__registry_pool(p, g1) == 4);
+  pool_hw(g1, 4, hw);
+  CHECK(aa__registry_spans(p, hw));
   s = mesh(2, 1, 1, AA_ORDER_TDP);
-  CHECK(aa__registry_place(p, hw, &s, 2, out) == 0);
-  CHECK(!aa__registry_placeable(p, hw, 2, 1, why, sizeof why));
-  CHECK_MSG(strstr(why, "on one host, 1 is connected (NCCL gangs across hosts are not built)"), "%s", why);
+  CHECK(aa__registry_place(p, hw, &s, 2, out) == 1); /* fewest hosts first */
+  CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CUDA, 1), "nccl"));
+  s = mesh(2, 2, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_placeable(p, hw, 4, 2, why, sizeof why));
+  CHECK(aa__registry_place(p, hw, &s, 4, out) == 2);
+  CHECK(!strcmp(host_of(out, 0), host_of(out, 1)) && !strcmp(host_of(out, 2), host_of(out, 3)) &&
+        strcmp(host_of(out, 0), host_of(out, 2)));
+  CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CUDA, 2), "nccl-hosts"));
+  CHECK(!aa__registry_placeable(p, hw, 4, 4, why, sizeof why));
+  CHECK_MSG(strstr(why, "each tensor-parallel group of 4 inside one host, and the largest of the 2 connected "
+                        "hosts has 2"),
+            "%s", why);
   placement_free(p);
   /* An unknown backend is refused at create. */
   char home[512];
@@ -1323,19 +1337,19 @@ typedef struct {
   bool calib;
   int world;
   aa_strategy_t s;
-  char rdv[8]; /* the rendezvous's backend prefix ("shm:", "gloo:") */
+  char rdv[16]; /* the rendezvous's backend prefix ("shm:", "gloo:") */
   const char *host[4];
 } seen_gang_t;
 
 /* A planner on a thread with --cpu-backend `backend` and four fake
- * executors, two on host "alpha" and two on "beta", that answer every job
+ * executors of `kind`, two on host "alpha" and two on "beta", that answer every job
  * frame with an error at once; a client submits a model of 4 heads (tp up
  * to 4) whose search is cut to dp x tp (no mixed precision,
  * checkpointing, ZeRO, sequence or pipeline parallelism) and waits for
  * its end. The gangs the executors saw go to g[0..*ng), the planner's
  * answer to `query runs` of the job to reply. */
-static void run_placed_job(const char *backend, const char *dir, seen_gang_t *g, int cap, int *ng,
-                           char *reply, size_t n_reply) {
+static void run_placed_job(const char *backend, aa_proto_dev_kind_t kind, const char *dir, seen_gang_t *g,
+                           int cap, int *ng, char *reply, size_t n_reply) {
   char home[512], sock[600];
   snprintf(home, sizeof home, "%s/%s", tmp_dir, dir);
   snprintf(sock, sizeof sock, "%s/%s.sock", tmp_dir, dir);
@@ -1361,11 +1375,16 @@ static void run_placed_job(const char *backend, const char *dir, seen_gang_t *g,
     aa_msg_t h = {.type = AA_MSG_HELLO,
                   .hello = {.role = AA_PROTO_ROLE_EXECUTOR,
                             .has_device = true,
-                            .device = {.kind = AA_PROTO_DEV_CPU,
-                                       .name = "place cpu",
+                            .device = {.kind = kind,
+                                       .name = kind == AA_PROTO_DEV_CUDA ? "place gpu" : "place cpu",
                                        .memory = 1ull << 30,
                                        .host = (char *)hosts[i],
                                        .pid = 100 + i}}};
+    if (kind == AA_PROTO_DEV_CUDA) {
+      h.hello.device.index = i / 2; /* a host's GPUs 0 and 1 */
+      h.hello.device.sm_count = 132;
+      h.hello.device.cc_major = 9;
+    }
     CHECK(send_msg(ex[i], &h) == 0);
     CHECK(recv_msg(ex[i], &m) == 0 && m.type == AA_MSG_WELCOME);
     aa_msg_free(&m);
@@ -1462,7 +1481,7 @@ AA_TEST(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_ins
   static seen_gang_t g[256];
   static char reply[1 << 17];
   int ng;
-  run_placed_job(NULL, "place-auto", g, 256, &ng, reply, sizeof reply);
+  run_placed_job(NULL, AA_PROTO_DEV_CPU, "place-auto", g, 256, &ng, reply, sizeof reply);
   int spanned = 0, tp_pairs = 0, calib = 0;
   for (int k = 0; k < ng; k++) {
     const seen_gang_t *x = &g[k];
@@ -1502,18 +1521,58 @@ AA_TEST(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_ins
             "%.2000s", reply);
 }
 
+/* The same job on GPUs of two hosts (--cpu-backend shm, which CUDA
+ * ignores): gangs of 2 on one host over "nccl:", gangs of 4 and the
+ * calibration between hosts across them over "nccl-hosts:", each tensor
+ * pair inside a host, tp 4 pruned. */
+AA_TEST(a_cuda_job_on_two_hosts_runs_nccl_gangs_across_them_with_tensor_pairs_inside_one) {
+  static seen_gang_t g[256];
+  static char reply[1 << 17];
+  int ng, spanned = 0, calib = 0, tp_pairs = 0;
+  run_placed_job("shm", AA_PROTO_DEV_CUDA, "place-cuda", g, 256, &ng, reply, sizeof reply);
+  for (int k = 0; k < ng; k++) {
+    const seen_gang_t *x = &g[k];
+    int hosts = gang_hosts(x);
+    CHECK_MSG(hosts >= 1, "run %llu: a rank never came", (unsigned long long)x->run);
+    if (x->world == 1) continue;
+    calib += x->calib;
+    CHECK_MSG(hosts == (x->world <= 2 ? 1 : 2), "run %llu: world %d on %d hosts", (unsigned long long)x->run,
+              x->world, hosts);
+    CHECK_MSG(!strcmp(x->rdv, hosts > 1 ? "nccl-hosts:" : "nccl:"), "run %llu: %s on %d hosts",
+              (unsigned long long)x->run, x->rdv, hosts);
+    if (x->calib && x->world == 4)
+      CHECK_MSG(strcmp(x->host[0], x->host[1]) && strcmp(x->host[2], x->host[3]),
+                "the calibration across hosts: ranks 0-3 on %s %s %s %s", x->host[0], x->host[1], x->host[2],
+                x->host[3]);
+    spanned += hosts > 1;
+    if (x->calib || x->s.tp != 2) continue;
+    for (int r = 0; r < x->world; r++) {
+      int members[2];
+      CHECK(aa_layout_group(members, 2, &x->s, r, AA_AXIS_TENSOR) == 2);
+      CHECK_MSG(!strcmp(x->host[members[0]], x->host[members[1]]), "run %llu: ranks %d and %d on two hosts",
+                (unsigned long long)x->run, members[0], members[1]);
+    }
+    tp_pairs += x->world == 4;
+  }
+  CHECK_MSG(calib == 2 && spanned >= 3 && tp_pairs >= 1, "calibrations %d, spanning gangs %d, dp2 x tp2 %d",
+            calib, spanned, tp_pairs);
+  CHECK_MSG(!strstr(reply, "NCCL gangs across hosts"), "%.2000s", reply);
+  CHECK_MSG(strstr(reply, "\"dp1.tp4.") && strstr(reply, "the largest of the 2 connected hosts has 2"),
+            "%.2000s", reply);
+}
+
 AA_TEST(cpu_backend_gloo_meets_every_gang_through_gloo_and_shm_keeps_gangs_on_one_host) {
   static seen_gang_t g[256];
   static char reply[1 << 17];
   int ng, multi = 0;
-  run_placed_job("gloo", "place-gloo", g, 256, &ng, reply, sizeof reply);
+  run_placed_job("gloo", AA_PROTO_DEV_CPU, "place-gloo", g, 256, &ng, reply, sizeof reply);
   for (int k = 0; k < ng; k++) {
     if (g[k].world == 1) continue;
     multi++;
     CHECK_MSG(!strcmp(g[k].rdv, "gloo:"), "run %llu: %s", (unsigned long long)g[k].run, g[k].rdv);
   }
   CHECK(multi >= 3);
-  run_placed_job("shm", "place-shm", g, 256, &ng, reply, sizeof reply);
+  run_placed_job("shm", AA_PROTO_DEV_CPU, "place-shm", g, 256, &ng, reply, sizeof reply);
   multi = 0;
   for (int k = 0; k < ng; k++) {
     if (g[k].world == 1) continue;
@@ -1671,6 +1730,7 @@ int main(void) {
   RUN(query_run_lists_every_ranks_own_figures);
   RUN(strategy_file_names_are_reduced_to_safe_characters);
   RUN(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_inside_one);
+  RUN(a_cuda_job_on_two_hosts_runs_nccl_gangs_across_them_with_tensor_pairs_inside_one);
   RUN(cpu_backend_gloo_meets_every_gang_through_gloo_and_shm_keeps_gangs_on_one_host);
   RUN(bad_frames_get_an_error_and_a_close_and_the_planner_serves_on);
   RUN(destroy_without_run_closes_everything);

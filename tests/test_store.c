@@ -214,12 +214,12 @@ AA_TEST(open_creates_the_newest_schema_in_wal_mode) {
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
   CHECK(aa_store_schema_version(st) == AA_STORE_SCHEMA_VERSION);
-  CHECK(AA_STORE_SCHEMA_VERSION == 5);
+  CHECK(AA_STORE_SCHEMA_VERSION == 6);
   char v[64];
   raw_text(path, "PRAGMA journal_mode", v, sizeof v);
   CHECK_MSG(strcmp(v, "wal") == 0, "journal_mode %s", v);
   raw_text(path, "PRAGMA user_version", v, sizeof v);
-  CHECK(strcmp(v, "5") == 0);
+  CHECK(strcmp(v, "6") == 0);
   raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('predicted_peak_bytes', "
            "'predicted_bubble', 'predicted_json')", v, sizeof v);
   CHECK(strcmp(v, "3") == 0);
@@ -285,10 +285,10 @@ AA_TEST(newer_schema_version_is_refused) {
   int rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   aa_store_close(st);
-  CHECK(raw_sql(path, "PRAGMA user_version = 6", NULL, 0) == SQLITE_OK);
+  CHECK(raw_sql(path, "PRAGMA user_version = 7", NULL, 0) == SQLITE_OK);
   st = (aa_store_t *)&rc; /* must stay untouched */
   CHECK_ERR(aa_store_open(&st, path, 0), AA_EUNSUPPORTED,
-            "schema version 6 is newer than this build supports (5)");
+            "schema version 7 is newer than this build supports (6)");
   CHECK(st == (aa_store_t *)&rc);
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "newer");
 }
@@ -332,10 +332,10 @@ AA_TEST(readonly_open_of_an_unmigrated_file_asks_for_a_migration) {
   CHECK(f != NULL);
   if (f) fclose(f);
   aa_store_t *st = NULL;
-  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "older than this build's (5)");
+  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "older than this build's (6)");
   CHECK(st == NULL);
   CHECK_MSG(aa_store_open(&st, path, 0) == 0, "%s", aa_last_error());
-  CHECK(st && aa_store_schema_version(st) == 5);
+  CHECK(st && aa_store_schema_version(st) == 6);
   aa_store_close(st);
 }
 
@@ -563,14 +563,14 @@ AA_TEST(a_schema_version_1_store_migrates_to_the_newest_and_keeps_its_rows) {
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 1 is older than this build's (5)");
+            "schema version 1 is older than this build's (6)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 5);
+  CHECK(aa_store_schema_version(st) == 6);
   char v[32];
   raw_text(path, "PRAGMA user_version", v, sizeof v);
-  CHECK(strcmp(v, "5") == 0);
+  CHECK(strcmp(v, "6") == 0);
   raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('predicted_peak_bytes', "
            "'predicted_bubble', 'predicted_json')", v, sizeof v);
   CHECK(strcmp(v, "3") == 0);
@@ -613,11 +613,11 @@ AA_TEST(a_schema_version_2_store_migrates_to_the_newest_and_its_runs_have_no_ran
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 2 is older than this build's (5)");
+            "schema version 2 is older than this build's (6)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 5);
+  CHECK(aa_store_schema_version(st) == 6);
   aa_store_run_t r;
   CHECK(aa_store_run_get(st, 1, &r) == 0 && r.tokens_per_s == 10);
   aa_store_run_clear(&r);
@@ -691,11 +691,11 @@ AA_TEST(a_schema_version_4_store_migrates_to_5_with_no_calibrations_and_no_predi
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 4 is older than this build's (5)");
+            "schema version 4 is older than this build's (6)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 5);
+  CHECK(aa_store_schema_version(st) == 6);
   aa_store_run_t r;
   CHECK(aa_store_run_get(st, 1, &r) == 0 && r.tokens_per_s == 10 && r.predicted_peak_bytes == 99 &&
         strcmp(r.predicted_json, "") == 0);
@@ -708,6 +708,65 @@ AA_TEST(a_schema_version_4_store_migrates_to_5_with_no_calibrations_and_no_predi
          0xff) == SQLITE_CONSTRAINT);
   CHECK_MSG(strstr(msg, "calibration_backend_known"), "%s", msg);
   CHECK(aa_store_calib_put(st, "cpu:x:1MiB", "shm", "{\"version\": 1}") == 0);
+  aa_store_close(st);
+}
+
+/* Version 5 as it shipped (migrations[4]), applied after schema_v1_to_v4. */
+static const char schema_v4_to_v5[] =
+    "CREATE TABLE calibrations ("
+    "  device TEXT NOT NULL CONSTRAINT calibration_device_length CHECK (length(device) BETWEEN 1 AND 127),"
+    "  backend TEXT NOT NULL CONSTRAINT calibration_backend_known CHECK (backend IN"
+    "    ('shm', 'nccl', 'gloo', 'self')),"
+    "  json TEXT NOT NULL CONSTRAINT calibration_is_json CHECK (json_valid(json)),"
+    "  measured_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL,"
+    "  PRIMARY KEY (device, backend));"
+    "ALTER TABLE jobs ADD COLUMN note TEXT;"
+    "ALTER TABLE runs ADD COLUMN predicted_json TEXT"
+    "  CONSTRAINT run_predicted_is_json CHECK (predicted_json IS NULL OR json_valid(predicted_json));";
+
+/* A version 5 file keeps its calibrations, with their dates, and takes a
+ * CUDA device's links between hosts under 'nccl-hosts'; other backends
+ * are still refused by name. */
+AA_TEST(a_schema_version_5_store_keeps_its_calibrations_and_takes_nccl_hosts) {
+  char path[512];
+  snprintf(path, sizeof path, "%s", fresh_path());
+  char msg[256];
+  int rc = raw_sql(path, schema_v1, msg, sizeof msg);
+  if (rc == SQLITE_OK) rc = raw_sql(path, schema_v1_to_v4, msg, sizeof msg);
+  if (rc == SQLITE_OK) rc = raw_sql(path, schema_v4_to_v5, msg, sizeof msg);
+  if (rc == SQLITE_OK)
+    rc = raw_sql(path,
+                 "INSERT INTO calibrations VALUES ('cpu:x:1MiB', 'shm', '{\"v\": 1}', 11, 12);"
+                 "INSERT INTO calibrations VALUES ('cpu:x:1MiB', 'gloo', '{\"v\": 2}', 13, 14);"
+                 "PRAGMA user_version = 5;",
+                 msg, sizeof msg);
+  CHECK_MSG(rc == SQLITE_OK, "%s", msg);
+  aa_store_t *st = NULL;
+  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
+            "schema version 5 is older than this build's (6)");
+  rc = aa_store_open(&st, path, 0);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  CHECK(aa_store_schema_version(st) == 6);
+  char *json = NULL;
+  CHECK(aa_store_calib_get(st, "cpu:x:1MiB", "gloo", &json) == 0 && json && strstr(json, "2"));
+  free(json);
+  json = NULL;
+  CHECK(aa_store_calib_get(st, "cpu:x:1MiB", "shm", &json) == 0 && json && strstr(json, "1"));
+  free(json);
+  char dates[64] = "";
+  raw_text(path, "SELECT measured_at || '/' || updated_at FROM calibrations WHERE backend = 'gloo'", dates,
+           sizeof dates);
+  CHECK_MSG(!strcmp(dates, "13/14"), "the dates after the copy: '%s'", dates);
+  CHECK(aa_store_calib_put(st, "cuda:H:80MiB", "nccl-hosts", "{\"version\": 1}") == 0);
+  json = NULL;
+  CHECK(aa_store_calib_get(st, "cuda:H:80MiB", "nccl-hosts", &json) == 0 && json);
+  free(json);
+  CHECK((raw_sql(path, "INSERT INTO calibrations VALUES ('cpu:x:1MiB', 'mpi', '{}', 1, 1)", msg, sizeof msg) &
+         0xff) == SQLITE_CONSTRAINT);
+  CHECK_MSG(strstr(msg, "calibration_backend_known"), "%s", msg);
+  CHECK_ERR(aa_store_calib_put(st, "cpu:x:1MiB", "mpi", "{}"), AA_EINVAL, "unknown backend 'mpi'");
   aa_store_close(st);
 }
 
@@ -1785,6 +1844,7 @@ int main(void) {
   RUN(a_schema_version_1_store_migrates_to_the_newest_and_keeps_its_rows);
   RUN(a_schema_version_2_store_migrates_to_the_newest_and_its_runs_have_no_ranks_or_predictions);
   RUN(a_schema_version_4_store_migrates_to_5_with_no_calibrations_and_no_predicted_breakdowns);
+  RUN(a_schema_version_5_store_keeps_its_calibrations_and_takes_nccl_hosts);
   RUN(a_run_keeps_its_predicted_memory_and_bubble);
   RUN(a_run_keeps_its_predicted_breakdown);
   RUN(answers_read_the_predicted_breakdown_and_the_job_options_after_it);
