@@ -345,7 +345,7 @@ void aa_report_reason_class(const char *reason, char *out, size_t n) {
              strstr(reason, "executors of the job's hardware")) {
     snprintf(out, n,
              "the connected hosts cannot place its gang (each tensor-parallel group inside one host; "
-             "CUDA and --cpu-backend shm gangs on one host)");
+             "--cpu-backend shm gangs on one host)");
   } else {
     snprintf(out, n, "%s", !strncmp(reason, "not measured: ", 14) ? reason + 14 : reason);
   }

@@ -521,9 +521,8 @@ static int record_pruned(aa_planner_t *p, aa_planner_job_t *j) {
 }
 
 /* A candidate whose gang the executors of the job's hardware connected
- * now cannot place, busy ones included (on one host for CUDA and
- * --cpu-backend shm; else with each tensor-parallel group inside one
- * host), cannot run: it is pruned with what the hosts have rather than
+ * now cannot place, busy ones included (on one host for --cpu-backend
+ * shm; else with each tensor-parallel group inside one host), cannot run: it is pruned with what the hosts have rather than
  * waited for (an executor may be gone for good). One rank alone waits, as
  * a job does for its first executor. */
 static bool gang_too_big(aa_planner_t *p, aa_planner_job_t *j, aa_cand_t *c) {
