@@ -1477,31 +1477,31 @@ static int gang_hosts(const seen_gang_t *x) {
   return n;
 }
 
-AA_TEST(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_inside_one) {
-  static seen_gang_t g[256];
-  static char reply[1 << 17];
-  int ng;
-  run_placed_job(NULL, AA_PROTO_DEV_CPU, "place-auto", g, 256, &ng, reply, sizeof reply);
-  int spanned = 0, tp_pairs = 0, calib = 0;
+/* Checks the gangs run_placed_job saw on 2 hosts x 2: a gang of 2 on one
+ * host over rendezvous `one` ("shm:", "nccl:"), a gang of 4 across both
+ * over `across`; the calibration across hosts with its ranks taking the
+ * hosts in turn (0 and 1 on different ones); every tensor pair inside a
+ * host. Counts the calibrations, the gangs that spanned hosts and the
+ * dp2 x tp2 runs. */
+static void check_placed_gangs(const seen_gang_t *g, int ng, const char *one, const char *across, int *calib,
+                               int *spanned, int *tp_pairs) {
+  *calib = *spanned = *tp_pairs = 0;
   for (int k = 0; k < ng; k++) {
     const seen_gang_t *x = &g[k];
     int hosts = gang_hosts(x);
     CHECK_MSG(hosts >= 1, "run %llu: a rank never came", (unsigned long long)x->run);
     CHECK(x->s.tp < 4);
     if (x->world == 1) continue;
-    calib += x->calib;
-    /* One host when it fits (dp 2, the calibration of a host), shm there;
-     * across hosts, gloo: the gangs of 4 and the calibration across hosts,
-     * whose ranks take the hosts in turn (0 and 1 on different ones). */
+    *calib += x->calib;
     CHECK_MSG(hosts == (x->world <= 2 ? 1 : 2), "run %llu: world %d on %d hosts", (unsigned long long)x->run,
               x->world, hosts);
     if (x->calib && x->world == 4)
       CHECK_MSG(hosts == 2 && strcmp(x->host[0], x->host[1]) && strcmp(x->host[2], x->host[3]),
                 "the calibration across hosts: ranks 0-3 on %s %s %s %s", x->host[0], x->host[1], x->host[2],
                 x->host[3]);
-    CHECK_MSG(!strcmp(x->rdv, hosts > 1 ? "gloo:" : "shm:"), "run %llu: %s on %d hosts",
+    CHECK_MSG(!strcmp(x->rdv, hosts > 1 ? across : one), "run %llu: %s on %d hosts",
               (unsigned long long)x->run, x->rdv, hosts);
-    spanned += hosts > 1;
+    *spanned += hosts > 1;
     if (x->calib || x->s.tp != 2) continue;
     for (int r = 0; r < x->world; r++) {
       int members[2];
@@ -1509,8 +1509,16 @@ AA_TEST(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_ins
       CHECK_MSG(!strcmp(x->host[members[0]], x->host[members[1]]), "run %llu: ranks %d and %d on two hosts",
                 (unsigned long long)x->run, members[0], members[1]);
     }
-    tp_pairs += x->world == 4;
+    *tp_pairs += x->world == 4;
   }
+}
+
+AA_TEST(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_inside_one) {
+  static seen_gang_t g[256];
+  static char reply[1 << 17];
+  int ng, spanned, tp_pairs, calib;
+  run_placed_job(NULL, AA_PROTO_DEV_CPU, "place-auto", g, 256, &ng, reply, sizeof reply);
+  check_placed_gangs(g, ng, "shm:", "gloo:", &calib, &spanned, &tp_pairs);
   /* Two calibrations: the host's (2 ranks, shm), then the links between hosts (4 ranks, gloo). */
   CHECK_MSG(calib == 2 && spanned >= 3 && tp_pairs >= 1, "calibrations %d, spanning gangs %d, dp2 x tp2 %d",
             calib, spanned, tp_pairs);
@@ -1528,32 +1536,9 @@ AA_TEST(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_ins
 AA_TEST(a_cuda_job_on_two_hosts_runs_nccl_gangs_across_them_with_tensor_pairs_inside_one) {
   static seen_gang_t g[256];
   static char reply[1 << 17];
-  int ng, spanned = 0, calib = 0, tp_pairs = 0;
+  int ng, spanned, calib, tp_pairs;
   run_placed_job("shm", AA_PROTO_DEV_CUDA, "place-cuda", g, 256, &ng, reply, sizeof reply);
-  for (int k = 0; k < ng; k++) {
-    const seen_gang_t *x = &g[k];
-    int hosts = gang_hosts(x);
-    CHECK_MSG(hosts >= 1, "run %llu: a rank never came", (unsigned long long)x->run);
-    if (x->world == 1) continue;
-    calib += x->calib;
-    CHECK_MSG(hosts == (x->world <= 2 ? 1 : 2), "run %llu: world %d on %d hosts", (unsigned long long)x->run,
-              x->world, hosts);
-    CHECK_MSG(!strcmp(x->rdv, hosts > 1 ? "nccl-hosts:" : "nccl:"), "run %llu: %s on %d hosts",
-              (unsigned long long)x->run, x->rdv, hosts);
-    if (x->calib && x->world == 4)
-      CHECK_MSG(strcmp(x->host[0], x->host[1]) && strcmp(x->host[2], x->host[3]),
-                "the calibration across hosts: ranks 0-3 on %s %s %s %s", x->host[0], x->host[1], x->host[2],
-                x->host[3]);
-    spanned += hosts > 1;
-    if (x->calib || x->s.tp != 2) continue;
-    for (int r = 0; r < x->world; r++) {
-      int members[2];
-      CHECK(aa_layout_group(members, 2, &x->s, r, AA_AXIS_TENSOR) == 2);
-      CHECK_MSG(!strcmp(x->host[members[0]], x->host[members[1]]), "run %llu: ranks %d and %d on two hosts",
-                (unsigned long long)x->run, members[0], members[1]);
-    }
-    tp_pairs += x->world == 4;
-  }
+  check_placed_gangs(g, ng, "nccl:", "nccl-hosts:", &calib, &spanned, &tp_pairs);
   CHECK_MSG(calib == 2 && spanned >= 3 && tp_pairs >= 1, "calibrations %d, spanning gangs %d, dp2 x tp2 %d",
             calib, spanned, tp_pairs);
   CHECK_MSG(!strstr(reply, "NCCL gangs across hosts"), "%.2000s", reply);
