@@ -28,7 +28,7 @@ static const int op_dims[AA_OP_KINDS] = {3, 4, 2, 1, 1, 2, 2, 1, 1, 2, 2, 4, 4};
 static const char *const link_names[AA_COST_COLLECTIVES] = {"all_reduce", "all_gather", "reduce_scatter",
                                                             "send", "recv"};
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16"}; /* = aa_dtype_t */
-static const char *const backend_names[] = {"shm", "nccl", "gloo", "self", AA_CALIB_ACROSS_HOSTS_CUDA};
+static const char *const backend_names[] = {"shm", "nccl", "gloo", "self"};
 
 const char *aa_op_kind_name(aa_op_kind_t k) { return (unsigned)k < AA_OP_KINDS ? op_names[k] : "?"; }
 
@@ -131,7 +131,7 @@ char *aa_calib_to_json(const aa_calib_t *c) {
 static const char *backend_rule(const char *s, size_t len) {
   for (size_t i = 0; i < sizeof backend_names / sizeof backend_names[0]; i++)
     if (len == strlen(backend_names[i]) && !memcmp(s, backend_names[i], len)) return NULL;
-  return "must be one of: shm, nccl, gloo, self, nccl-hosts";
+  return "must be one of: shm, nccl, gloo, self";
 }
 
 static const char *device_rule(const char *s, size_t len) {

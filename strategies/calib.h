@@ -87,7 +87,9 @@ int aa_op_kind_parse(const char *name);
  * one host calibrates on its own backend ("shm", "nccl"); under `planner
  * --cpu-backend gloo` that is "gloo" too, and a later CPU calibration
  * across hosts then replaces its links of the same kind and group size
- * (the ops stay). aa_calib_across_hosts: the one of a device kind. */
+ * (the ops stay). aa_calib_across_hosts: the one of a device kind. This is
+ * the store's key; the calibration's own "backend" stays the process
+ * groups its collectives ran on ("gloo", "nccl"). */
 #define AA_CALIB_ACROSS_HOSTS "gloo"
 #define AA_CALIB_ACROSS_HOSTS_CUDA "nccl-hosts"
 #define aa_calib_across_hosts(cuda) ((cuda) ? AA_CALIB_ACROSS_HOSTS_CUDA : AA_CALIB_ACROSS_HOSTS)
