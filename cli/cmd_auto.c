@@ -168,6 +168,8 @@ static void usage(FILE *f) {
           "  --measured-steps N    timed steps per dry run (default 4)\n"
           "  --memory-limit BYTES  the executors' memory limit (e.g. 2G); a strategy predicted past it\n"
           "                        is not run, one that goes past it is oom\n"
+          "  --cpu-backend B       process groups of CPU gangs: auto (shm on this host; the\n"
+          "                        default), gloo (TCP over loopback, as across hosts) or shm\n"
           "  --no-train            search and save the strategy only\n"
           "  -h, --help            this help\n\n"
           "The planner's and executors' log goes to <state dir>/auto-<pid>.log (removed on success).\n"
@@ -193,9 +195,9 @@ int aa_cmd_auto(int argc, char **argv) {
       {"measured-steps", required_argument, 0, 'S'}, {"memory-limit", required_argument, 0, 'M'},
       {"no-train", no_argument, 0, 'n'},           {"help", no_argument, 0, 'h'},
       {"include", required_argument, 0, 'i'},      {"from", required_argument, 0, 'f'},
-      {0, 0, 0, 0}};
+      {"cpu-backend", required_argument, 0, 'B'},  {0, 0, 0, 0}};
   aa_submit_opts_t so = {.wait = true, .train = true, .runs_table = true, .embedded = true};
-  const char *home_opt = NULL, *memory_limit = NULL;
+  const char *home_opt = NULL, *memory_limit = NULL, *cpu_backend = NULL;
   aa_cli_devices_t devs = {.n = 1, .cuda = {-1}};
   const char *devices_arg = "cpu:1";
   int threads = 0, warmup = -1, measured = 0, c;
@@ -242,6 +244,12 @@ int aa_cmd_auto(int argc, char **argv) {
       memory_limit = optarg;
       break;
     }
+    case 'B':
+      /* The planner's own option and wording: auto passes it on. */
+      if (strcmp(optarg, "auto") && strcmp(optarg, "shm") && strcmp(optarg, "gloo"))
+        return usage_error("--cpu-backend: expected auto, shm or gloo, got '%s'", optarg);
+      cpu_backend = optarg;
+      break;
     case 'n': so.train = false; break;
     case 'h': usage(stdout); return AA_EXIT_OK;
     default: return usage_error("unknown option or missing value: '%s'", argv[optind - 1]);
@@ -310,7 +318,7 @@ int aa_cmd_auto(int argc, char **argv) {
    * jobs an earlier stop interrupted (the daemon does), which would make
    * this command wait for another model's search. */
   aa_planner_opts_t po = {.home = home, .socket_path = sock, .warmup_steps = warmup, .measured_steps = measured,
-                          .max_resumes = -1, .log = log};
+                          .max_resumes = -1, .cpu_backend = cpu_backend, .log = log};
   if (aa_planner_create(&planner, &po)) {
     aa_cli_fail("auto");
     goto cleanup;

@@ -486,12 +486,13 @@ static void create_job(aa_planner_t *p, aa_conn_t *c, const aa_msg_t *m, aa_conn
   int64_t id = 0;
   /* The job's hardware is the pool its search may use: e's device times
    * the executors with that device now, on e's host or, when its gangs
-   * span hosts, on all of them. */
-  int pool = aa__registry_pool(p, e);
-  aa__planner_fingerprint(&e->dev, pool, fp);
+   * span hosts, on all of them; and how many hosts those are, since the
+   * best strategy on 2 hosts x 2 is not the one on 1 host x 4. */
+  int pool = aa__registry_pool(p, e), hosts = aa__registry_pool_hosts(p, e);
+  aa__planner_pool_fingerprint(&e->dev, pool, hosts, fp);
   aa_arch_hash(&spec->arch, hash);
   opts = options_json(s, spec_json, submitter(c));
-  hw = aa__planner_hw_description(&e->dev, pool);
+  hw = aa__planner_hw_description(&e->dev, pool, hosts);
   arch = arch_json(&spec->arch);
   int rc = opts && hw && arch ? 0 : aa_error(AA_ENOMEM, "planner: no memory for the job");
   aa_strategy_t from;

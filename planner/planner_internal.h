@@ -265,16 +265,24 @@ const char *aa__conn_name(const aa_conn_t *c, char *buf, size_t n);
 
 /* --- registry.c -------------------------------------------------------------- */
 
-/* The hardware fingerprint KIND:NAME:MEMORY_MiBxWORLD of a device, the name
- * cut (at a character boundary) so the whole fits AA_STORE_HW_MAX - 1. A
- * job's hardware is its executors' device with WORLD = the pool its search
- * may use (aa__registry_pool: one host's, or every host's when its gangs
- * span hosts). */
+/* The hardware fingerprint KIND:NAME:MEMORY_MiBxWORLD of a device, with
+ * "@HOSTS" after it when the pool spans HOSTS > 1 hosts, the name cut (at a
+ * character boundary) so the whole fits AA_STORE_HW_MAX - 1. A job's
+ * hardware is its executors' device with WORLD = the pool its search may
+ * use (aa__registry_pool: one host's, or every host's when its gangs span
+ * hosts) and HOSTS = the hosts that pool is on (aa__registry_pool_hosts),
+ * so one topology's answers are not served to another's. */
+void aa__planner_pool_fingerprint(const aa_msg_device_t *d, int world, int hosts, char out[AA_STORE_HW_MAX]);
+/* The same on one host: KIND:NAME:MEMORY_MiBxWORLD. */
 void aa__planner_fingerprint(const aa_msg_device_t *d, int world, char out[AA_STORE_HW_MAX]);
-/* The WORLD of a fingerprint (1 if it names none). */
+/* The WORLD of a fingerprint, "xWORLD" or "xWORLD@HOSTS" (1 if it names
+ * none). */
 int aa__planner_hw_world(const char *hardware);
-/* The store's hardware description (JSON text, malloc'd, transferred). */
-char *aa__planner_hw_description(const aa_msg_device_t *d, int world);
+/* The HOSTS of a fingerprint's "xWORLD@HOSTS" (1 if it names none). */
+int aa__planner_hw_hosts(const char *hardware);
+/* The store's hardware description (JSON text, malloc'd, transferred): the
+ * device, the pool's world and its hosts. */
+char *aa__planner_hw_description(const aa_msg_device_t *d, int world, int hosts);
 /* hello on a new connection. */
 void aa__registry_hello(aa_conn_t *c, const aa_msg_t *m);
 /* An executor connection going away: its run is recorded crashed with
@@ -297,6 +305,9 @@ const char *aa__registry_backend(const aa_planner_t *p, aa_proto_dev_kind_t kind
  * host only unless its gangs span hosts (aa__registry_spans): then on every
  * host. */
 int aa__registry_pool(aa_planner_t *p, const aa_conn_t *e);
+/* The hosts that e's pool (aa__registry_pool) is on: 1 unless its gangs
+ * span hosts. */
+int aa__registry_pool_hosts(aa_planner_t *p, const aa_conn_t *e);
 /* The most live executors of this hardware that one host has. */
 int aa__registry_most_on_one_host(aa_planner_t *p, const char *hardware);
 /* Whether the executors of `hardware` connected now, idle or busy, can

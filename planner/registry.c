@@ -9,10 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-void aa__planner_fingerprint(const aa_msg_device_t *d, int world, char out[AA_STORE_HW_MAX]) {
+void aa__planner_pool_fingerprint(const aa_msg_device_t *d, int world, int hosts, char out[AA_STORE_HW_MAX]) {
   const char *kind = d->kind == AA_PROTO_DEV_CUDA ? "cuda" : "cpu";
   char tail[64];
-  snprintf(tail, sizeof tail, ":%lluMiBx%d", (unsigned long long)(d->memory >> 20), world);
+  int k = snprintf(tail, sizeof tail, ":%lluMiBx%d", (unsigned long long)(d->memory >> 20), world);
+  if (hosts > 1) snprintf(tail + k, sizeof tail - (size_t)k, "@%d", hosts);
   size_t room = AA_STORE_HW_MAX - 1 - strlen(kind) - 1 - strlen(tail);
   const char *name = d->name ? d->name : "";
   size_t n = strlen(name);
@@ -24,7 +25,11 @@ void aa__planner_fingerprint(const aa_msg_device_t *d, int world, char out[AA_ST
   snprintf(out, AA_STORE_HW_MAX, "%s:%.*s%s", kind, (int)n, name, tail);
 }
 
-char *aa__planner_hw_description(const aa_msg_device_t *d, int world) {
+void aa__planner_fingerprint(const aa_msg_device_t *d, int world, char out[AA_STORE_HW_MAX]) {
+  aa__planner_pool_fingerprint(d, world, 1, out);
+}
+
+char *aa__planner_hw_description(const aa_msg_device_t *d, int world, int hosts) {
   json_t *dev = json_pack("{s:s, s:s, s:i, s:I, s:s}", "kind", d->kind == AA_PROTO_DEV_CUDA ? "cuda" : "cpu",
                           "name", d->name ? d->name : "", "index", d->index, "memory", (json_int_t)d->memory,
                           "host", d->host ? d->host : "");
@@ -33,31 +38,65 @@ char *aa__planner_hw_description(const aa_msg_device_t *d, int world) {
     json_object_set_new(dev, "cc", json_sprintf("%d.%d", d->cc_major, d->cc_minor));
     json_object_set_new(dev, "peak_bf16_flops", json_real(d->peak_bf16_flops));
   }
-  json_t *o = json_pack("{s:o, s:i}", "devices", json_pack("[o]", dev), "world", world);
+  json_t *o = json_pack("{s:o, s:i, s:i}", "devices", json_pack("[o]", dev), "world", world, "hosts", hosts);
   char *text = o ? aa__report_dump(o) : NULL;
   json_decref(o);
   return text;
 }
 
-int aa__planner_hw_world(const char *hardware) {
-  const char *x = strrchr(hardware, 'x');
-  if (!x || !x[1]) return 1;
+/* The count 1..AA_PROTO_WORLD_MAX that ends s[0..*len), *len moved to
+ * before its digits; 0 (and *len kept) when s ends in no such count. */
+static int trailing_count(const char *s, size_t *len) {
+  size_t i = *len;
+  while (i > 0 && s[i - 1] >= '0' && s[i - 1] <= '9')
+    i--;
   long n = 0;
-  for (const char *d = x + 1; *d; d++) {
-    if (*d < '0' || *d > '9' || n > AA_PROTO_WORLD_MAX) return 1;
-    n = n * 10 + (*d - '0');
+  for (size_t k = i; k < *len && n <= AA_PROTO_WORLD_MAX; k++)
+    n = n * 10 + (s[k] - '0');
+  if (n < 1 || n > AA_PROTO_WORLD_MAX) return 0;
+  *len = i;
+  return (int)n;
+}
+
+/* The pool that ends a job's hardware: "xN" (one host) or "xN@H" into
+ * *world and *hosts; 1 and 1 when it ends in neither. */
+static void hw_pool(const char *hardware, int *world, int *hosts) {
+  size_t len = strlen(hardware);
+  int n = trailing_count(hardware, &len), h = 1;
+  *world = *hosts = 1;
+  if (n && len > 0 && hardware[len - 1] == '@') {
+    h = n;
+    len--;
+    n = trailing_count(hardware, &len);
   }
-  return n >= 1 && n <= AA_PROTO_WORLD_MAX ? (int)n : 1;
+  if (n && len > 0 && hardware[len - 1] == 'x') {
+    *world = n;
+    *hosts = h;
+  }
+}
+
+int aa__planner_hw_world(const char *hardware) {
+  int world, hosts;
+  hw_pool(hardware, &world, &hosts);
+  return world;
+}
+
+int aa__planner_hw_hosts(const char *hardware) {
+  int world, hosts;
+  hw_pool(hardware, &world, &hosts);
+  return hosts;
 }
 
 /* Whether c is a live executor of `hardware`: its device, with the pool
- * size the fingerprint names, gives that very fingerprint (the device name
- * is cut to fit, so comparing the whole text is exact). */
+ * the fingerprint names (its size and hosts), gives that very fingerprint
+ * (the device name is cut to fit the whole, so comparing texts is exact). */
 static bool serves(const aa_conn_t *c, const char *hardware) {
   if (c->role != AA_CONN_EXECUTOR || c->dropped) return false;
   if (!hardware) return true;
   char fp[AA_STORE_HW_MAX];
-  aa__planner_fingerprint(&c->dev, aa__planner_hw_world(hardware), fp);
+  int world, hosts;
+  hw_pool(hardware, &world, &hosts);
+  aa__planner_pool_fingerprint(&c->dev, world, hosts, fp);
   return !strcmp(fp, hardware);
 }
 
@@ -77,15 +116,32 @@ const char *aa__registry_backend(const aa_planner_t *p, aa_proto_dev_kind_t kind
   return "shm";
 }
 
+/* Whether c is in the pool of executor e: a live executor of e's device,
+ * on e's host unless `across`. */
+static bool in_pool(const aa_conn_t *c, const aa_conn_t *e, bool across) {
+  return c->role == AA_CONN_EXECUTOR && !c->dropped && !strcmp(c->fingerprint, e->fingerprint) &&
+         (across || !strcmp(c->dev.host, e->dev.host));
+}
+
 int aa__registry_pool(aa_planner_t *p, const aa_conn_t *e) {
-  char hw[AA_STORE_HW_MAX];
-  aa__planner_fingerprint(&e->dev, 1, hw);
-  bool across = aa__registry_spans(p, hw);
+  bool across = aa__registry_spans(p, e->fingerprint);
   int n = 0;
   for (aa_conn_t *c = p->conns; c; c = c->next)
-    if (c->role == AA_CONN_EXECUTOR && !c->dropped && !strcmp(c->fingerprint, e->fingerprint) &&
-        (across || !strcmp(c->dev.host, e->dev.host)))
-      n++;
+    n += in_pool(c, e, across);
+  return n;
+}
+
+int aa__registry_pool_hosts(aa_planner_t *p, const aa_conn_t *e) {
+  bool across = aa__registry_spans(p, e->fingerprint);
+  int n = 0;
+  for (aa_conn_t *c = p->conns; c; c = c->next) {
+    if (!in_pool(c, e, across)) continue;
+    /* A host counts at its first executor in the list. */
+    const aa_conn_t *b = p->conns;
+    while (b != c && !(in_pool(b, e, across) && !strcmp(b->dev.host, c->dev.host)))
+      b = b->next;
+    n += b == c;
+  }
   return n;
 }
 

@@ -429,9 +429,11 @@ int aa_store_runs_of_job(aa_store_t *st, int64_t job_id, aa_store_run_cb cb, voi
 #define AA_STORE_BACKEND_MAX 16 /* "shm", "nccl", "gloo", "self", "nccl-hosts" + NUL */
 
 /* The device fingerprint of a hardware fingerprint: KIND:NAME:MEMORY_MiBxN
- * without its trailing "x<digits>" (the pool's count), so calibrations are
- * shared by every pool of that device. A fingerprint without such a tail is
- * copied whole. Written into device (cap n > 0 bytes), cut to fit. */
+ * or KIND:NAME:MEMORY_MiBxN@H without its trailing "x<digits>" or
+ * "x<digits>@<digits>" (the pool's count and hosts), so calibrations are
+ * shared by every pool of that device, on one host or several. A
+ * fingerprint without such a tail is copied whole. Written into device (cap
+ * n > 0 bytes), cut to fit. */
 void aa_store_device_of(const char *hardware, char *device, size_t n);
 
 /* One stored calibration; strings borrowed (see the top of this file). */

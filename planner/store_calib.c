@@ -9,13 +9,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The length of s[0..len) without a tail of `mark` and digits; len when
+ * it has none, or when nothing would be left before it. */
+static size_t before_count(const char *s, size_t len, char mark) {
+  size_t digits = 0;
+  while (digits < len && isdigit((unsigned char)s[len - 1 - digits]))
+    digits++;
+  return digits > 0 && digits + 1 < len && s[len - 1 - digits] == mark ? len - digits - 1 : len;
+}
+
 void aa_store_device_of(const char *hardware, char *device, size_t n) {
   if (n == 0) return;
-  size_t len = hardware ? strlen(hardware) : 0, digits = 0;
-  while (digits < len && isdigit((unsigned char)hardware[len - 1 - digits]))
-    digits++;
-  /* "…MiBx2": strip "x2"; a name that merely ends in digits keeps them. */
-  if (digits > 0 && digits + 1 < len && hardware[len - 1 - digits] == 'x') len -= digits + 1;
+  size_t len = hardware ? strlen(hardware) : 0;
+  /* "…MiBx4@2": strip "x4@2", "…MiBx2": strip "x2"; a name that merely
+   * ends in digits keeps them, and so does one that ends in "@2" with no
+   * count before it. */
+  size_t at = before_count(hardware, len, '@'), x = before_count(hardware, at, 'x');
+  if (x < at) len = x;
   snprintf(device, n, "%.*s", (int)len, hardware ? hardware : "");
 }
 

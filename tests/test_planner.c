@@ -1570,6 +1570,139 @@ AA_TEST(cpu_backend_gloo_meets_every_gang_through_gloo_and_shm_keeps_gangs_on_on
   CHECK_MSG(!strstr(reply, "\"dp4.") && !strstr(reply, ".tp4."), "%.2000s", reply);
 }
 
+/* The hardware and its description (malloc'd, to free) of the job a client
+ * submits to a planner on a thread with four fake executors of one device,
+ * executor i on host hosts[i]. */
+static void submitted_hardware(const char *dir, const char *const hosts[4], char hw[AA_STORE_HW_MAX],
+                               char **description) {
+  char home[512], sock[600], path[600];
+  snprintf(home, sizeof home, "%s/%s", tmp_dir, dir);
+  snprintf(sock, sizeof sock, "%s/%s.sock", tmp_dir, dir);
+  hw[0] = 0;
+  *description = NULL;
+  FILE *log = fopen("/dev/null", "w");
+  aa_planner_opts_t o = {.home = home, .socket_path = sock, .log = log, .heartbeat_ms = 3600000};
+  aa_planner_t *p = NULL;
+  int rc = aa_planner_create(&p, &o);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) {
+    fclose(log);
+    return;
+  }
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, serve, p) == 0);
+  int fd[5];
+  aa_msg_t m;
+  for (int i = 0; i < 5; i++) {
+    fd[i] = connect_unix(sock);
+    aa_msg_t h = {.type = AA_MSG_HELLO, .hello.role = AA_PROTO_ROLE_CLIENT};
+    if (i < 4)
+      h.hello = (aa_msg_hello_t){.role = AA_PROTO_ROLE_EXECUTOR,
+                                 .has_device = true,
+                                 .device = {.kind = AA_PROTO_DEV_CPU,
+                                            .name = "pool cpu",
+                                            .memory = 1ull << 30,
+                                            .host = (char *)hosts[i],
+                                            .pid = 100 + i}};
+    CHECK(send_msg(fd[i], &h) == 0);
+    CHECK(recv_msg(fd[i], &m) == 0 && m.type == AA_MSG_WELCOME);
+    aa_msg_free(&m);
+  }
+  static const char model[] =
+      "{\"name\": \"pool\", \"model\": {\"n_layer\": 2, \"n_head\": 4, \"d_model\": 32, \"d_ff\": 64, "
+      "\"seq_len\": 16, \"vocab_size\": 256}, \"train\": {\"global_batch\": 4, \"steps\": 2, \"lr\": 0.003, "
+      "\"seed\": 7}, \"data\": {\"train\": \"train.bin\", \"val\": \"val.bin\"}}";
+  aa_msg_t sub = {.type = AA_MSG_SUBMIT, .id = 5, .submit = {.model = (char *)model}};
+  CHECK(send_msg(fd[4], &sub) == 0);
+  CHECK(recv_msg(fd[4], &m) == 0);
+  CHECK_MSG(m.type == AA_MSG_ACK, "%d %s", m.type, m.type == AA_MSG_ERROR ? m.error.message : "");
+  int64_t job = m.type == AA_MSG_ACK ? (int64_t)m.ack.job : 0;
+  aa_msg_free(&m);
+  aa_planner_stop(p);
+  for (int i = 0; i < 5; i++)
+    close(fd[i]);
+  void *ret;
+  pthread_join(t, &ret);
+  aa_planner_destroy(p);
+  fclose(log);
+  snprintf(path, sizeof path, "%s/store.db", home);
+  aa_store_t *st = NULL;
+  CHECK(aa_store_open(&st, path, 0) == 0);
+  aa_store_job_t j;
+  aa_store_hardware_t h;
+  if (st && aa_store_job_get(st, job, &j) == 0) {
+    snprintf(hw, AA_STORE_HW_MAX, "%s", j.hardware);
+    aa_store_job_clear(&j);
+    if (aa_store_hardware_get(st, hw, &h) == 0) {
+      *description = strdup(h.description_json);
+      aa_store_hardware_clear(&h);
+    }
+  }
+  aa_store_close(st);
+}
+
+/* Whether text ends with tail. */
+static bool ends_with(const char *text, const char *tail) {
+  size_t n = strlen(text), k = strlen(tail);
+  return n >= k && !strcmp(text + n - k, tail);
+}
+
+AA_TEST(a_pool_on_two_hosts_has_its_own_hardware_and_one_host_keeps_the_old_one) {
+  static const char *const spread[4] = {"alpha", "alpha", "beta", "beta"}, *const one[4] = {"alpha", "alpha",
+                                                                                            "alpha", "alpha"};
+  char hw2[AA_STORE_HW_MAX], hw1[AA_STORE_HW_MAX];
+  char *desc2, *desc1;
+  /* 2 hosts x 2 executors and 1 host x 4: the same device and count, two hardwares. */
+  submitted_hardware("pool-2x2", spread, hw2, &desc2);
+  submitted_hardware("pool-1x4", one, hw1, &desc1);
+  CHECK_MSG(!strcmp(hw2, "cpu:pool cpu:1024MiBx4@2"), "%s", hw2);
+  CHECK_MSG(!strcmp(hw1, "cpu:pool cpu:1024MiBx4"), "%s", hw1);
+  CHECK_MSG(desc2 && strstr(desc2, "\"hosts\":2") && strstr(desc2, "\"world\":4"), "%s", desc2);
+  CHECK_MSG(desc1 && strstr(desc1, "\"hosts\":1") && strstr(desc1, "\"world\":4"), "%s", desc1);
+  free(desc2);
+  free(desc1);
+  /* Both are read back as a pool of 4, on 2 hosts and on 1. */
+  CHECK(aa__planner_hw_world(hw2) == 4 && aa__planner_hw_hosts(hw2) == 2);
+  CHECK(aa__planner_hw_world(hw1) == 4 && aa__planner_hw_hosts(hw1) == 1);
+  CHECK(aa__planner_hw_world("cuda:NVIDIA H200:153600MiBx16@2") == 16);
+  CHECK(aa__planner_hw_hosts("cuda:NVIDIA H200:153600MiBx16@2") == 2);
+  CHECK(aa__planner_hw_world("cpu:box@2") == 1 && aa__planner_hw_hosts("cpu:box@2") == 1);
+  CHECK(aa__planner_hw_world("cpu:box:1MiBx@2") == 1 && aa__planner_hw_hosts("cpu:box:1MiBx@2") == 1);
+  CHECK(aa__planner_hw_world("cpu:box:1MiBx4@") == 1);
+  /* A long name is cut so the tail with its hosts fits too. */
+  char name[256], fp[AA_STORE_HW_MAX];
+  memset(name, 'n', 200);
+  name[200] = 0;
+  aa_msg_device_t d = {.kind = AA_PROTO_DEV_CPU, .name = name, .memory = 1ull << 30};
+  aa__planner_pool_fingerprint(&d, 4, 2, fp);
+  CHECK(strlen(fp) == AA_STORE_HW_MAX - 1 && ends_with(fp, ":1024MiBx4@2"));
+  CHECK(aa__planner_hw_world(fp) == 4 && aa__planner_hw_hosts(fp) == 2);
+  /* The executors of the device serve the job on 2 hosts: the pool, its hosts, a gang across them. */
+  aa_planner_t *p = placement_planner(AA_CPU_BACKEND_AUTO);
+  aa_conn_t *e1 = add_executor(p, 1, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 2, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 3, "beta", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 4, "beta", AA_PROTO_DEV_CPU, 0);
+  CHECK(aa__registry_pool(p, e1) == 4 && aa__registry_pool_hosts(p, e1) == 2);
+  char hw[AA_STORE_HW_MAX];
+  aa__planner_pool_fingerprint(&e1->dev, 4, 2, hw);
+  CHECK_MSG(ends_with(hw, "x4@2"), "%s", hw);
+  CHECK(aa__registry_idle(p, hw) == e1);
+  CHECK(aa__registry_most_on_one_host(p, hw) == 2);
+  aa_conn_t *out[4] = {0};
+  aa_strategy_t s = mesh(4, 1, 1, AA_ORDER_TDP);
+  CHECK(aa__registry_place(p, hw, &s, 4, out) == 2);
+  /* Another device's job is not theirs. */
+  aa_msg_device_t other = e1->dev;
+  other.memory = 2ull << 30;
+  aa__planner_pool_fingerprint(&other, 4, 2, hw);
+  CHECK(aa__registry_idle(p, hw) == NULL);
+  /* Under --cpu-backend shm the pool stays on one host: x2, one host. */
+  p->cpu_backend = AA_CPU_BACKEND_SHM;
+  CHECK(aa__registry_pool(p, e1) == 2 && aa__registry_pool_hosts(p, e1) == 1);
+  placement_free(p);
+}
+
 AA_TEST(bad_frames_get_an_error_and_a_close_and_the_planner_serves_on) {
   char home[512], sock[600];
   snprintf(home, sizeof home, "%s/home", tmp_dir);
@@ -1717,6 +1850,7 @@ int main(void) {
   RUN(a_job_on_two_hosts_runs_gangs_across_them_with_gloo_and_tensor_pairs_inside_one);
   RUN(a_cuda_job_on_two_hosts_runs_nccl_gangs_across_them_with_tensor_pairs_inside_one);
   RUN(cpu_backend_gloo_meets_every_gang_through_gloo_and_shm_keeps_gangs_on_one_host);
+  RUN(a_pool_on_two_hosts_has_its_own_hardware_and_one_host_keeps_the_old_one);
   RUN(bad_frames_get_an_error_and_a_close_and_the_planner_serves_on);
   RUN(destroy_without_run_closes_everything);
   char cmd[300];

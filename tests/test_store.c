@@ -838,6 +838,17 @@ AA_TEST(device_of_strips_the_pool_count_only) {
   CHECK(strcmp(d, "cpu:box:100MiBx") == 0);
   aa_store_device_of("x12", d, sizeof d); /* nothing would be left */
   CHECK(strcmp(d, "x12") == 0);
+  /* A pool on several hosts: its count and hosts go, so both topologies share the device's calibration. */
+  aa_store_device_of("cpu:AMD EPYC (1 threads):24105MiBx4@2", d, sizeof d);
+  CHECK_MSG(strcmp(d, "cpu:AMD EPYC (1 threads):24105MiB") == 0, "%s", d);
+  aa_store_device_of("cuda:NVIDIA H100 80GB HBM3:81559MiBx128@16", d, sizeof d);
+  CHECK_MSG(strcmp(d, "cuda:NVIDIA H100 80GB HBM3:81559MiB") == 0, "%s", d);
+  aa_store_device_of("cpu:box@2", d, sizeof d); /* hosts with no count before them: not a pool */
+  CHECK(strcmp(d, "cpu:box@2") == 0);
+  aa_store_device_of("cpu:box:100MiBx@2", d, sizeof d);
+  CHECK(strcmp(d, "cpu:box:100MiBx@2") == 0);
+  aa_store_device_of("x4@2", d, sizeof d); /* nothing would be left */
+  CHECK(strcmp(d, "x4@2") == 0);
   char small[8];
   aa_store_device_of("cpu:long name:1MiBx4", small, sizeof small);
   CHECK(strcmp(small, "cpu:lon") == 0);

@@ -67,6 +67,7 @@ expect 1 "--devices cuda: .*(CUDA|cuda)" env CUDA_VISIBLE_DEVICES=-1 "$AA" auto 
 expect 1 "--devices cuda:0,1: .*(CUDA|cuda)" env CUDA_VISIBLE_DEVICES=-1 "$AA" auto "$tmp/ok.json" --devices cuda:0,1
 expect 2 "--memory-limit" "$AA" auto "$tmp/ok.json" --memory-limit lots
 expect 2 "--measured-steps needs an integer" "$AA" auto "$tmp/ok.json" --measured-steps 0
+expect 2 "--cpu-backend: expected auto, shm or gloo, got 'mpi'" "$AA" auto "$tmp/ok.json" --cpu-backend mpi
 
 # --- bad --model values -----------------------------------------------------------
 expect 2 "neither a model spec file nor a 16-hex-digit" "$AA" query best --model 123abc $NOP

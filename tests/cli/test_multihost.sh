@@ -125,6 +125,9 @@ expect 0 "best" in1 timeout 300 "$AA" submit "$tmp/model.json" $P --wait --train
   --from "$tmp/dp2.json" --max-dryruns 1 --refresh
 check "the dp2 gang met over gloo" grep -q "rendezvous gloo:" "$tmp/planner.log"
 check "dp2 across hosts: the single process's losses" same_losses "$tmp/single.txt" "$tmp/out-dp2/losses.txt"
+# hw_ends TAIL: the newest job's hardware fingerprint ends with TAIL.
+hw_ends() { [[ "$(in1 "$AA" query jobs $P --json | jq_ "d['jobs'][0]['hardware']")" == *"$1" ]]; }
+check "its hardware names the pool's 2 hosts (x2@2)" hw_ends MiBx2@2
 
 # --- 3. dp2 x tp2, each tensor pair inside a host -------------------------------------------
 start_on "$ns1" h1 "$a1"
@@ -134,6 +137,7 @@ strat "$tmp/dp2tp2.json" 2 2
 expect 0 "best" in1 timeout 300 "$AA" submit "$tmp/model.json" $P --wait --train --out "$tmp/out-dp2tp2" \
   --from "$tmp/dp2tp2.json" --max-dryruns 1 --refresh
 check "dp2 x tp2: the single process's losses" same_losses "$tmp/single.txt" "$tmp/out-dp2tp2/losses.txt"
+check "its hardware is 2 hosts x 2 (x4@2), not one host's x4" hw_ends MiBx4@2
 
 # --- 4. a host goes away mid-run -------------------------------------------------------------
 # 4a. Silent: h2's link goes down, so no connection closes; the planner

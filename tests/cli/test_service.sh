@@ -33,6 +33,7 @@
 # 11. `auto --devices cpu:2` with a memory limit that only ZeRO over both
 #     ranks fits: the best is dp 2 and training runs as a gang, with the
 #     single process's losses.
+#     `auto --cpu-backend gloo`: its gangs meet over gloo on this host.
 # 12. the calibrated search: the first job calibrates and stores it, the
 #     search measures fewer strategies than an exhaustive one and says how
 #     sure its pick is; the next job reuses the calibration. An executor
@@ -390,6 +391,20 @@ check "the gang's training wrote one loss per step" [ "$(wc -l <"$tmp/auto2/loss
 "$AA" train "$tmp/model.json" --threads 1 --out "$tmp/single" --losses "$tmp/single.txt" >/dev/null 2>&1
 check "dp 2 training gives the single process's losses (relative 1e-4)" \
   $TOOL losses-close "$tmp/auto2/losses.txt" "$tmp/single.txt" 1e-4
+
+# `auto --cpu-backend gloo` passes the option to its planner: the pool's gang
+# of 2 (its calibration) meets over gloo on this one host, so the device's
+# calibration is stored for gloo (auto's default, shm here, stores it for shm).
+timeout 120 "$AA" auto "$tmp/model.json" --devices cpu:2 --threads 1 --cpu-backend gloo --home "$tmp/home-gloo" \
+  --out "$tmp/auto-gloo" --no-train --max-dryruns 1 --warmup-steps 0 --measured-steps 1 >"$tmp/auto-gloo.out" 2>&1
+rc=$?
+check "auto --cpu-backend gloo runs to the end" [ "$rc" = 0 ]
+[ "$rc" = 0 ] || tail -20 "$tmp/auto-gloo.out"
+calib_backends() { # calib_backends STORE: the backends of its calibrations
+  python3 -c "import sqlite3, sys
+print(' '.join(b for (b,) in sqlite3.connect(sys.argv[1]).execute('SELECT backend FROM calibrations')))" "$1"
+}
+check "its gang met over gloo: the calibration is gloo's" [ "$(calib_backends "$tmp/home-gloo/store.db")" = gloo ]
 
 # --- 12. the calibrated search ---------------------------------------------------
 # A job first has its pool measure the model's ops (its calibration, stored
