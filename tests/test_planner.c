@@ -1341,6 +1341,76 @@ typedef struct {
   const char *host[4];
 } seen_gang_t;
 
+/* A planner on a thread (its home tmp_dir/dir, its socket beside it) with
+ * --cpu-backend `backend` (NULL: auto), four fake executors of `kind`
+ * named `name`, executor i on host hosts[i], and a client, all welcomed. */
+typedef struct {
+  char home[512], sock[600];
+  aa_planner_t *p;
+  pthread_t t;
+  FILE *log;
+  int ex[4], cl;
+} fake_pool_t;
+
+/* 0, or -1 (failed checks) when the planner could not start. */
+static int fake_pool_start(fake_pool_t *f, const char *dir, const char *backend, aa_proto_dev_kind_t kind,
+                           const char *name, const char *const hosts[4]) {
+  memset(f, 0, sizeof *f);
+  snprintf(f->home, sizeof f->home, "%s/%s", tmp_dir, dir);
+  snprintf(f->sock, sizeof f->sock, "%s/%s.sock", tmp_dir, dir);
+  f->log = fopen("/dev/null", "w");
+  aa_planner_opts_t o = {.home = f->home,
+                         .socket_path = f->sock,
+                         .log = f->log,
+                         .cpu_backend = backend,
+                         .heartbeat_ms = 3600000};
+  int rc = aa_planner_create(&f->p, &o);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) {
+    fclose(f->log);
+    return -1;
+  }
+  CHECK(pthread_create(&f->t, NULL, serve, f->p) == 0);
+  for (int i = 0; i < 4; i++) {
+    f->ex[i] = connect_unix(f->sock);
+    aa_msg_t h = {.type = AA_MSG_HELLO,
+                  .hello = {.role = AA_PROTO_ROLE_EXECUTOR,
+                            .has_device = true,
+                            .device = {.kind = kind,
+                                       .name = (char *)name,
+                                       .memory = 1ull << 30,
+                                       .host = (char *)hosts[i],
+                                       .pid = 100 + i}}};
+    if (kind == AA_PROTO_DEV_CUDA) {
+      h.hello.device.index = i / 2; /* a host's GPUs 0 and 1 */
+      h.hello.device.sm_count = 132;
+      h.hello.device.cc_major = 9;
+    }
+    aa_msg_t m;
+    CHECK(send_msg(f->ex[i], &h) == 0);
+    CHECK(recv_msg(f->ex[i], &m) == 0 && m.type == AA_MSG_WELCOME);
+    aa_msg_free(&m);
+  }
+  f->cl = connect_unix(f->sock);
+  aa_msg_t hello = {.type = AA_MSG_HELLO, .hello.role = AA_PROTO_ROLE_CLIENT}, m;
+  CHECK(send_msg(f->cl, &hello) == 0);
+  CHECK(recv_msg(f->cl, &m) == 0 && m.type == AA_MSG_WELCOME);
+  aa_msg_free(&m);
+  return 0;
+}
+
+/* Stops the planner, closes the connections and frees the pool. */
+static void fake_pool_stop(fake_pool_t *f) {
+  aa_planner_stop(f->p);
+  for (int i = 0; i < 4; i++)
+    close(f->ex[i]);
+  close(f->cl);
+  void *ret;
+  pthread_join(f->t, &ret);
+  aa_planner_destroy(f->p);
+  fclose(f->log);
+}
+
 /* A planner on a thread with --cpu-backend `backend` and four fake
  * executors of `kind`, two on host "alpha" and two on "beta", that answer every job
  * frame with an error at once; a client submits a model of 4 heads (tp up
@@ -1350,50 +1420,14 @@ typedef struct {
  * answer to `query runs` of the job to reply. */
 static void run_placed_job(const char *backend, aa_proto_dev_kind_t kind, const char *dir, seen_gang_t *g,
                            int cap, int *ng, char *reply, size_t n_reply) {
-  char home[512], sock[600];
-  snprintf(home, sizeof home, "%s/%s", tmp_dir, dir);
-  snprintf(sock, sizeof sock, "%s/%s.sock", tmp_dir, dir);
   *ng = 0;
   reply[0] = 0;
-  FILE *log = fopen("/dev/null", "w");
-  aa_planner_opts_t o = {
-      .home = home, .socket_path = sock, .log = log, .cpu_backend = backend, .heartbeat_ms = 3600000};
-  aa_planner_t *p = NULL;
-  int rc = aa_planner_create(&p, &o);
-  CHECK_MSG(rc == 0, "%s", aa_last_error());
-  if (rc) {
-    fclose(log);
+  static const char *const hosts[4] = {"alpha", "alpha", "beta", "beta"};
+  fake_pool_t f;
+  if (fake_pool_start(&f, dir, backend, kind, kind == AA_PROTO_DEV_CUDA ? "place gpu" : "place cpu", hosts))
     return;
-  }
-  pthread_t t;
-  CHECK(pthread_create(&t, NULL, serve, p) == 0);
-  static const char *hosts[4] = {"alpha", "alpha", "beta", "beta"};
-  int ex[4], frames = 0;
+  int *ex = f.ex, cl = f.cl, frames = 0;
   aa_msg_t m;
-  for (int i = 0; i < 4; i++) {
-    ex[i] = connect_unix(sock);
-    aa_msg_t h = {.type = AA_MSG_HELLO,
-                  .hello = {.role = AA_PROTO_ROLE_EXECUTOR,
-                            .has_device = true,
-                            .device = {.kind = kind,
-                                       .name = kind == AA_PROTO_DEV_CUDA ? "place gpu" : "place cpu",
-                                       .memory = 1ull << 30,
-                                       .host = (char *)hosts[i],
-                                       .pid = 100 + i}}};
-    if (kind == AA_PROTO_DEV_CUDA) {
-      h.hello.device.index = i / 2; /* a host's GPUs 0 and 1 */
-      h.hello.device.sm_count = 132;
-      h.hello.device.cc_major = 9;
-    }
-    CHECK(send_msg(ex[i], &h) == 0);
-    CHECK(recv_msg(ex[i], &m) == 0 && m.type == AA_MSG_WELCOME);
-    aa_msg_free(&m);
-  }
-  int cl = connect_unix(sock);
-  aa_msg_t hello = {.type = AA_MSG_HELLO, .hello.role = AA_PROTO_ROLE_CLIENT};
-  CHECK(send_msg(cl, &hello) == 0);
-  CHECK(recv_msg(cl, &m) == 0 && m.type == AA_MSG_WELCOME);
-  aa_msg_free(&m);
   static const char model[] =
       "{\"name\": \"place\", \"model\": {\"n_layer\": 2, \"n_head\": 4, \"d_model\": 32, \"d_ff\": 64, "
       "\"seq_len\": 16, "
@@ -1454,14 +1488,7 @@ static void run_placed_job(const char *backend, aa_proto_dev_kind_t kind, const 
   CHECK(recv_msg(cl, &m) == 0 && m.type == AA_MSG_REPLY);
   if (m.type == AA_MSG_REPLY) snprintf(reply, n_reply, "%s", m.reply.json);
   aa_msg_free(&m);
-  aa_planner_stop(p);
-  for (int i = 0; i < 4; i++)
-    close(ex[i]);
-  close(cl);
-  void *ret;
-  pthread_join(t, &ret);
-  aa_planner_destroy(p);
-  fclose(log);
+  fake_pool_stop(&f);
 }
 
 /* Whether every rank of gang x was seen on a host, and on how many hosts. */
@@ -1575,57 +1602,25 @@ AA_TEST(cpu_backend_gloo_meets_every_gang_through_gloo_and_shm_keeps_gangs_on_on
  * executor i on host hosts[i]. */
 static void submitted_hardware(const char *dir, const char *const hosts[4], char hw[AA_STORE_HW_MAX],
                                char **description) {
-  char home[512], sock[600], path[600];
-  snprintf(home, sizeof home, "%s/%s", tmp_dir, dir);
-  snprintf(sock, sizeof sock, "%s/%s.sock", tmp_dir, dir);
+  char path[600];
   hw[0] = 0;
   *description = NULL;
-  FILE *log = fopen("/dev/null", "w");
-  aa_planner_opts_t o = {.home = home, .socket_path = sock, .log = log, .heartbeat_ms = 3600000};
-  aa_planner_t *p = NULL;
-  int rc = aa_planner_create(&p, &o);
-  CHECK_MSG(rc == 0, "%s", aa_last_error());
-  if (rc) {
-    fclose(log);
-    return;
-  }
-  pthread_t t;
-  CHECK(pthread_create(&t, NULL, serve, p) == 0);
-  int fd[5];
+  fake_pool_t f;
+  if (fake_pool_start(&f, dir, NULL, AA_PROTO_DEV_CPU, "pool cpu", hosts)) return;
   aa_msg_t m;
-  for (int i = 0; i < 5; i++) {
-    fd[i] = connect_unix(sock);
-    aa_msg_t h = {.type = AA_MSG_HELLO, .hello.role = AA_PROTO_ROLE_CLIENT};
-    if (i < 4)
-      h.hello = (aa_msg_hello_t){.role = AA_PROTO_ROLE_EXECUTOR,
-                                 .has_device = true,
-                                 .device = {.kind = AA_PROTO_DEV_CPU,
-                                            .name = "pool cpu",
-                                            .memory = 1ull << 30,
-                                            .host = (char *)hosts[i],
-                                            .pid = 100 + i}};
-    CHECK(send_msg(fd[i], &h) == 0);
-    CHECK(recv_msg(fd[i], &m) == 0 && m.type == AA_MSG_WELCOME);
-    aa_msg_free(&m);
-  }
+  int cl = f.cl;
   static const char model[] =
       "{\"name\": \"pool\", \"model\": {\"n_layer\": 2, \"n_head\": 4, \"d_model\": 32, \"d_ff\": 64, "
       "\"seq_len\": 16, \"vocab_size\": 256}, \"train\": {\"global_batch\": 4, \"steps\": 2, \"lr\": 0.003, "
       "\"seed\": 7}, \"data\": {\"train\": \"train.bin\", \"val\": \"val.bin\"}}";
   aa_msg_t sub = {.type = AA_MSG_SUBMIT, .id = 5, .submit = {.model = (char *)model}};
-  CHECK(send_msg(fd[4], &sub) == 0);
-  CHECK(recv_msg(fd[4], &m) == 0);
+  CHECK(send_msg(cl, &sub) == 0);
+  CHECK(recv_msg(cl, &m) == 0);
   CHECK_MSG(m.type == AA_MSG_ACK, "%d %s", m.type, m.type == AA_MSG_ERROR ? m.error.message : "");
   int64_t job = m.type == AA_MSG_ACK ? (int64_t)m.ack.job : 0;
   aa_msg_free(&m);
-  aa_planner_stop(p);
-  for (int i = 0; i < 5; i++)
-    close(fd[i]);
-  void *ret;
-  pthread_join(t, &ret);
-  aa_planner_destroy(p);
-  fclose(log);
-  snprintf(path, sizeof path, "%s/store.db", home);
+  fake_pool_stop(&f);
+  snprintf(path, sizeof path, "%s/store.db", f.home);
   aa_store_t *st = NULL;
   CHECK(aa_store_open(&st, path, 0) == 0);
   aa_store_job_t j;
