@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Builds tests/reference/llama_tiny.fixture: a tiny Llama computed in float64
-PyTorch, against which tests/test_llama_reference.c checks the float32 C
-engine; and tests/reference/llama_tiny.safetensors, the same initial
+PyTorch, against which tests/test_reference.c (`test_reference llama`)
+checks the float32 C engine; and tests/reference/llama_tiny.safetensors, the same initial
 parameters under Hugging Face Llama's names (F32), which test_import,
 cli/test_import_cli.sh and test_llama_reference import.
 
