@@ -20,31 +20,11 @@ static aa_rng_t rng;
 #define falloc(n) aa_test_falloc(n)
 #define frand(n, lo, hi) aa_test_frand(&rng, (n), (lo), (hi))
 #define fcopy(x, n) aa_test_fcopy((x), (n))
+#define dalloc(n) aa_test_dalloc(n)
+#define dot(a, b, n) aa_test_dot((a), (b), (n))
+#define max_abs_diff(a, ref, n) aa_test_max_abs_diff((a), (ref), (n))
 
 /* ------------------------------------------------------------------ helpers */
-
-static double *dalloc(size_t n) {
-  double *p = calloc(n ? n : 1, sizeof(double));
-  if (!p) abort();
-  return p;
-}
-
-static double dot(const float *a, const float *b, size_t n) {
-  double s = 0.0;
-  for (size_t i = 0; i < n; i++)
-    s += (double)a[i] * b[i];
-  return s;
-}
-
-/* Largest |a - ref| over n elements (NaN counts as infinitely wrong). */
-static double max_abs_diff(const float *a, const double *ref, size_t n) {
-  double m = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    double d = fabs(a[i] - ref[i]);
-    m = d == d ? fmax(m, d) : INFINITY;
-  }
-  return m;
-}
 
 /* g - pre, elementwise, into a new buffer: what a backward added to a
  * gradient that held pre. */
@@ -74,33 +54,9 @@ static float *added(const float *g, const float *pre, size_t n) {
 #define FD_ATOL 2e-4
 #define FD_RTOL 1e-3
 
-typedef double (*loss_fn)(void *ctx);
-
-static void fd_check(const char *what, float *x, const float *grad, size_t n, loss_fn f, void *ctx) {
-  double worst_abs = 0.0, worst_ratio = 0.0, worst_a = 0.0, worst_n = 0.0;
-  size_t worst_i = 0, fails = 0;
-  for (size_t i = 0; i < n; i++) {
-    float x0 = x[i];
-    x[i] = x0 + FD_H;
-    float xp = x[i];
-    double lp = f(ctx);
-    x[i] = x0 - FD_H;
-    float xm = x[i];
-    double lm = f(ctx);
-    x[i] = x0;
-    double num = (lp - lm) / ((double)xp - (double)xm);
-    double a = grad[i], err = fabs(a - num);
-    double ratio = err / (FD_ATOL + FD_RTOL * fmax(fabs(a), fabs(num)));
-    if (!(ratio <= 1.0)) fails++;
-    worst_abs = fmax(worst_abs, err);
-    if (ratio > worst_ratio) {
-      worst_ratio = ratio, worst_i = i, worst_a = a, worst_n = num;
-    }
-  }
-  fprintf(stderr, "  %-26s %5zu elems, max |a-n| %.2e, max err/tol %.2f\n", what, n, worst_abs, worst_ratio);
-  CHECK_MSG(fails == 0, "%s: %zu of %zu elements off, worst [%zu] analytic %.7g numeric %.7g", what, fails, n,
-            worst_i, worst_a, worst_n);
-}
+typedef aa_test_loss_fn loss_fn;
+#define fd_check(what, x, grad, n, f, ctx)                                                                   \
+  aa_test_fd_check((what), (x), (grad), (n), (f), (ctx), FD_H, FD_ATOL, FD_RTOL)
 
 /* ------------------------------------------------------------------ RMSNorm */
 
