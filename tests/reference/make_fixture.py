@@ -118,8 +118,11 @@ def flat(tensors):
     return torch.cat([t.detach().reshape(-1) for t in tensors])
 
 
-def selftest(P, inputs, targets):
-    names = [n for n, _, _ in param_specs()]
+def selftest(forward, names, vocab, P, inputs, targets):
+    """Checks a model written in this folder (forward over parameters P named
+    names, vocab tokens): torch.autograd.gradcheck of every parameter
+    gradient, and causality (changing a later token never changes an earlier
+    position's logits)."""
 
     def loss_of(*ps):
         return forward(dict(zip(names, ps)), inputs, targets)[1]
@@ -129,28 +132,27 @@ def selftest(P, inputs, targets):
     with torch.no_grad():
         base, _ = forward(P, inputs)
         changed = inputs.clone()
-        changed[:, -1] = (changed[:, -1] + 1) % VOCAB
+        changed[:, -1] = (changed[:, -1] + 1) % vocab
         other, _ = forward(P, changed)
         assert torch.equal(base[:, :-1], other[:, :-1]) and not torch.equal(base[:, -1], other[:, -1])
     print("selftest: gradcheck and causality ok")
 
 
-def main():
-    gen = torch.Generator().manual_seed(SEED)
-    P = init_params(gen)
-    names = [n for n, _, _ in param_specs()]
-    inputs = torch.randint(0, VOCAB, (B, T), generator=gen)
-    targets = torch.randint(0, VOCAB, (B, T), generator=gen)
-    if "--selftest" in sys.argv[1:]:
-        selftest(P, inputs, targets)
-
+def write_fixture(path, head, forward, P, specs, inputs, targets):
+    """Computes the reference of the model (forward over P, whose tensors
+    specs lists as (name, shape, decay, ...) in the engine's order) on one
+    batch and writes the fixture: head (the magic and the model's header
+    fields), the optimizer settings above, the batch, the parameters, logits,
+    loss and gradients, and the losses of N_STEPS AdamW steps and the
+    parameters after them. make_llama_fixture.py writes its fixture here too."""
+    names = [s[0] for s in specs]
     params0 = flat(P[n] for n in names)
     logits, loss = forward(P, inputs, targets)
     loss.backward()
     grads = flat(P[n].grad for n in names)
 
-    decay = [P[n] for n, s, d in param_specs() if d]
-    no_decay = [P[n] for n, s, d in param_specs() if not d]
+    decay = [P[s[0]] for s in specs if s[2]]
+    no_decay = [P[s[0]] for s in specs if not s[2]]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=LR, betas=(BETA1, BETA2), eps=EPS)
@@ -166,20 +168,30 @@ def main():
     assert norms[0] > GRAD_CLIP, f"grad norm {norms[0]} does not exceed grad_clip {GRAD_CLIP}"
     params_after = flat(P[n] for n in names)
 
-    out = bytearray(b"AAFIXT01")
-    out += struct.pack("<8i", N_LAYER, N_HEAD, D_MODEL, D_FF, SEQ_LEN, VOCAB, B, T)
+    out = bytearray(head)
     out += struct.pack("<6f", LR, BETA1, BETA2, EPS, WEIGHT_DECAY, GRAD_CLIP)
     out += struct.pack("<i", N_STEPS)
     out += inputs.to(torch.int32).numpy().tobytes() + targets.to(torch.int32).numpy().tobytes()
     for t in (params0, logits.detach().reshape(-1), loss.detach().reshape(1), grads,
               torch.tensor(step_losses, dtype=torch.float64), params_after):
         out += t.to(torch.float32).numpy().astype("<f4").tobytes()
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpt_tiny.fixture")
     with open(path, "wb") as f:
         f.write(out)
     print(f"wrote {path}: {len(out)} bytes, {params0.numel()} params")
     print(f"loss {float(loss):.6f}, step losses {[round(s, 6) for s in step_losses]}")
     print(f"grad norms {[round(n, 4) for n in norms]} (clip {GRAD_CLIP})")
+
+
+def main():
+    gen = torch.Generator().manual_seed(SEED)
+    P = init_params(gen)
+    inputs = torch.randint(0, VOCAB, (B, T), generator=gen)
+    targets = torch.randint(0, VOCAB, (B, T), generator=gen)
+    if "--selftest" in sys.argv[1:]:
+        selftest(forward, [n for n, _, _ in param_specs()], VOCAB, P, inputs, targets)
+    head = b"AAFIXT01" + struct.pack("<8i", N_LAYER, N_HEAD, D_MODEL, D_FF, SEQ_LEN, VOCAB, B, T)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpt_tiny.fixture")
+    write_fixture(path, head, forward, P, param_specs(), inputs, targets)
 
 
 if __name__ == "__main__":

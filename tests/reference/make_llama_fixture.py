@@ -43,7 +43,6 @@ down.w (C,F), then lnf.w (C), head.w (V,C). Linear weights are (out,in) as
 nn.Linear and Hugging Face store them; head h uses rows h*hs..h*hs+hs-1 of
 q.w (k.w, v.w: key/value head h).
 """
-import json
 import math
 import os
 import struct
@@ -52,6 +51,10 @@ import sys
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_fixture as gpt  # noqa: E402 (f32, selftest, write_fixture, the optimizer settings)
+import make_weights  # noqa: E402 (write_safetensors)
+
 N_LAYER, N_HEAD, N_KV_HEAD, D_MODEL, D_FF, SEQ_LEN, VOCAB = 2, 4, 2, 16, 24, 8, 29
 HS = D_MODEL // N_HEAD
 B, T = 3, 8
@@ -59,16 +62,10 @@ N_STEPS = 5
 SEED = 20240602
 
 
-def f32(x):
-    """Rounds a Python float to the float32 the engine will see."""
-    return struct.unpack("<f", struct.pack("<f", x))[0]
-
-
-# Hyper-parameters as float32 values, so the float64 reference uses exactly
-# the numbers the C test passes to the engine (the spec holds rope_theta and
-# norm_eps as float32 too).
-LR, BETA1, BETA2, EPS, WEIGHT_DECAY, GRAD_CLIP = map(f32, (1e-2, 0.9, 0.95, 1e-8, 0.1, 1.0))
-ROPE_THETA, NORM_EPS = f32(10000.0), f32(1e-5)
+# As float32 values, so the float64 reference uses exactly the numbers the C
+# test passes to the engine (the spec holds them as float32 too). The
+# optimizer settings are make_fixture.py's.
+ROPE_THETA, NORM_EPS = gpt.f32(10000.0), gpt.f32(1e-5)
 
 # The engine's block tensors and Hugging Face's names for them.
 BLOCK = [("ln1.w", "input_layernorm.weight"), ("q.w", "self_attn.q_proj.weight"),
@@ -153,90 +150,25 @@ def forward(P, inputs, targets=None):
     return logits, F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
 
 
-def flat(tensors):
-    return torch.cat([t.detach().reshape(-1) for t in tensors])
-
-
-def selftest(P, inputs, targets):
-    names = [s[0] for s in param_specs()]
-
-    def loss_of(*ps):
-        return forward(dict(zip(names, ps)), inputs, targets)[1]
-
-    ps = [P[n].detach().clone().requires_grad_(True) for n in names]
-    assert torch.autograd.gradcheck(loss_of, ps, eps=1e-6, atol=1e-8, rtol=1e-6)
-    with torch.no_grad():
-        base, _ = forward(P, inputs)
-        changed = inputs.clone()
-        changed[:, -1] = (changed[:, -1] + 1) % VOCAB
-        other, _ = forward(P, changed)
-        assert torch.equal(base[:, :-1], other[:, :-1]) and not torch.equal(base[:, -1], other[:, -1])
-    print("selftest: gradcheck and causality ok")
-
-
 def write_safetensors(path, P):
     """The initial parameters as Hugging Face Llama's F32 safetensors."""
-    header, data, off = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, shape, _, hf in param_specs():
-        b = P[name].detach().to(torch.float32).contiguous().numpy().astype("<f4").tobytes()
-        header[hf] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + len(b)]}
-        data.append(b)
-        off += len(b)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(data))
+    make_weights.write_safetensors(path, [(hf, "F32", shape, make_weights.raw(P[name].detach(), "F32"))
+                                          for name, shape, _, hf in param_specs()])
 
 
 def main():
     gen = torch.Generator().manual_seed(SEED)
     P = init_params(gen)
-    specs = param_specs()
-    names = [s[0] for s in specs]
     inputs = torch.randint(0, VOCAB, (B, T), generator=gen)
     targets = torch.randint(0, VOCAB, (B, T), generator=gen)
     if "--selftest" in sys.argv[1:]:
-        selftest(P, inputs, targets)
+        gpt.selftest(forward, [s[0] for s in param_specs()], VOCAB, P, inputs, targets)
 
     here = os.path.dirname(os.path.abspath(__file__))
     write_safetensors(os.path.join(here, "llama_tiny.safetensors"), P)
-    params0 = flat(P[n] for n in names)
-    logits, loss = forward(P, inputs, targets)
-    loss.backward()
-    grads = flat(P[n].grad for n in names)
-
-    decay = [P[s[0]] for s in specs if s[2]]
-    no_decay = [P[s[0]] for s in specs if not s[2]]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=(BETA1, BETA2), eps=EPS)
-    step_losses, norms = [], []
-    for _ in range(N_STEPS):
-        opt.zero_grad(set_to_none=True)
-        _, step_loss = forward(P, inputs, targets)
-        step_loss.backward()
-        norms.append(float(torch.nn.utils.clip_grad_norm_(list(P.values()), GRAD_CLIP)))
-        opt.step()
-        step_losses.append(float(step_loss))
-    # The fixture must exercise clipping, or the engine's clip path is untested.
-    assert norms[0] > GRAD_CLIP, f"grad norm {norms[0]} does not exceed grad_clip {GRAD_CLIP}"
-    params_after = flat(P[n] for n in names)
-
-    out = bytearray(b"AAFIXL01")
-    out += struct.pack("<8i", N_LAYER, N_HEAD, D_MODEL, D_FF, SEQ_LEN, VOCAB, B, T)
-    out += struct.pack("<i2f", N_KV_HEAD, ROPE_THETA, NORM_EPS)
-    out += struct.pack("<6f", LR, BETA1, BETA2, EPS, WEIGHT_DECAY, GRAD_CLIP)
-    out += struct.pack("<i", N_STEPS)
-    out += inputs.to(torch.int32).numpy().tobytes() + targets.to(torch.int32).numpy().tobytes()
-    for t in (params0, logits.detach().reshape(-1), loss.detach().reshape(1), grads,
-              torch.tensor(step_losses, dtype=torch.float64), params_after):
-        out += t.to(torch.float32).numpy().astype("<f4").tobytes()
-    path = os.path.join(here, "llama_tiny.fixture")
-    with open(path, "wb") as f:
-        f.write(out)
-    print(f"wrote {path}: {len(out)} bytes, {params0.numel()} params")
-    print(f"loss {float(loss):.6f}, step losses {[round(s, 6) for s in step_losses]}")
-    print(f"grad norms {[round(n, 4) for n in norms]} (clip {GRAD_CLIP})")
+    head = b"AAFIXL01" + struct.pack("<8i", N_LAYER, N_HEAD, D_MODEL, D_FF, SEQ_LEN, VOCAB, B, T)
+    head += struct.pack("<i2f", N_KV_HEAD, ROPE_THETA, NORM_EPS)
+    gpt.write_fixture(os.path.join(here, "llama_tiny.fixture"), head, forward, P, param_specs(), inputs, targets)
 
 
 if __name__ == "__main__":
