@@ -239,6 +239,22 @@ static aa_gpt_t *model_from_fixture(void) {
 #define LOGITS_ATOL 1e-6
 #define LOGITS_RTOL 1e-4
 
+/* m's logits of a forward on the fixture's inputs without targets are the
+ * fixture's, within the logits tolerance (reported under name). */
+static void logits_match(aa_gpt_t *m, const char *name) {
+  int rc = aa_gpt_forward(m, fx.inputs, NULL, NULL);
+  CHECK_MSG(rc == 0, "forward: %s", aa_last_error());
+  size_t n = (size_t)fx.B * fx.T * fx.arch.vocab_size;
+  float *logits = to_host(aa_gpt_logits(m), n);
+  cmp_t c = {0};
+  for (size_t i = 0; i < n; i++)
+    cmp_add(&c, i, logits[i], fx.logits[i], LOGITS_ATOL, LOGITS_RTOL);
+  cmp_report("logits", name, &c);
+  CHECK_MSG(c.n_bad == 0, "%zu of %zu logits differ; worst at %zu: %.9g vs %.9g", c.n_bad, n, c.worst_i,
+            logits[c.worst_i], fx.logits[c.worst_i]);
+  free(logits);
+}
+
 /* Gradient tolerance: atol is this fraction of the tensor's largest
  * reference gradient, plus GRAD_RTOL relative (reasoning at
  * grads_match_pytorch). */
@@ -349,16 +365,7 @@ AA_TEST(imported_safetensors_give_the_fixture_logits) {
   float *p = to_host(m->params.data, m->n_params);
   CHECK(m->n_params == fx.n_params && !memcmp(p, fx.params, fx.n_params * sizeof(float)));
   free(p);
-  rc = aa_gpt_forward(m, fx.inputs, NULL, NULL);
-  CHECK_MSG(rc == 0, "forward: %s", aa_last_error());
-  size_t n = (size_t)fx.B * fx.T * fx.arch.vocab_size;
-  float *logits = to_host(aa_gpt_logits(m), n);
-  cmp_t c = {0};
-  for (size_t i = 0; i < n; i++)
-    cmp_add(&c, i, logits[i], fx.logits[i], LOGITS_ATOL, LOGITS_RTOL);
-  cmp_report("logits", "imported", &c);
-  CHECK_MSG(c.n_bad == 0, "%zu of %zu logits differ", c.n_bad, n);
-  free(logits);
+  logits_match(m, "imported");
   aa_gpt_free(m);
 }
 
@@ -410,17 +417,7 @@ AA_TEST(logits_match_pytorch) {
   NEED_BACKEND();
   aa_gpt_t *m = model_from_fixture();
   if (!m) return;
-  int rc = aa_gpt_forward(m, fx.inputs, NULL, NULL);
-  CHECK_MSG(rc == 0, "forward: %s", aa_last_error());
-  size_t n = (size_t)fx.B * fx.T * fx.arch.vocab_size;
-  float *logits = to_host(aa_gpt_logits(m), n);
-  cmp_t c = {0};
-  for (size_t i = 0; i < n; i++)
-    cmp_add(&c, i, logits[i], fx.logits[i], LOGITS_ATOL, LOGITS_RTOL);
-  cmp_report("logits", "", &c);
-  CHECK_MSG(c.n_bad == 0, "%zu of %zu logits differ; worst at %zu: %.9g vs %.9g", c.n_bad, n, c.worst_i,
-            logits[c.worst_i], fx.logits[c.worst_i]);
-  free(logits);
+  logits_match(m, "");
   aa_gpt_free(m);
 }
 
