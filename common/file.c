@@ -204,3 +204,41 @@ int aa_dir_open_owned(int *fd, uid_t *uid, const char *what, const char *path, u
     close(d);
   return 0;
 }
+
+/* A file type in words, for refusals. */
+static const char *file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
+  if (S_ISLNK(m)) return "a symbolic link";
+  return "not a regular file";
+}
+
+int aa_file_open_regular(int *fd, struct stat *st, const char *what, const char *path, int flags) {
+  int d = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (d < 0) {
+    int e = errno;
+    if (e == ENOENT || e == ENOTDIR) return aa_error(AA_ENOENT, "%s %s: %s", what, path, strerror(e));
+    if (e == ELOOP)
+      return aa_error(AA_EIO, "%s %s is a symbolic link, which autoaccel does not follow to its state files",
+                      what, path);
+    if (e == EACCES || e == EPERM) return aa_error(AA_EPERM, "%s %s: %s", what, path, strerror(e));
+    return aa_error(AA_EIO, "%s %s: %s", what, path, strerror(e));
+  }
+  struct stat sb;
+  int fl, rc = 0;
+  if (fstat(d, &sb))
+    rc = aa_error(AA_EIO, "%s %s: cannot stat: %s", what, path, strerror(errno));
+  else if (!S_ISREG(sb.st_mode))
+    rc = aa_error(AA_EIO, "%s %s is %s; only a regular file will do", what, path, file_kind(sb.st_mode));
+  else if ((fl = fcntl(d, F_GETFL)) < 0 || fcntl(d, F_SETFL, fl & ~O_NONBLOCK))
+    rc = aa_error(AA_EIO, "%s %s: %s", what, path, strerror(errno));
+  if (rc) {
+    close(d);
+    return rc;
+  }
+  *fd = d;
+  *st = sb;
+  return 0;
+}

@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /* A file being written under a temporary name. Fields other than f are the
@@ -83,5 +84,19 @@ int aa_file_open_write(const char *path, bool append, int mode, FILE **out);
  * failure. Messages: "<what> <path>: <reason>", or "<what> <path> belongs
  * to uid U, not to uid O"; callers may say it in their own words. */
 int aa_dir_open_owned(int *fd, uid_t *uid, const char *what, const char *path, uid_t owner, bool create);
+
+/* Opens the existing file `path` (a state file: a store, its journals, a
+ * token) with `flags` (O_RDONLY or O_RDWR, no O_CREAT) without following a
+ * symbolic link at its last component and without blocking (a FIFO would
+ * otherwise wait for a writer), then refuses anything but a regular file.
+ * The descriptor is blocking again when it is returned. On success *fd is
+ * the caller's to close and *st describes that very file, so a check of
+ * *st and a change through *fd (fchmod) concern the same one. AA_ENOENT
+ * when it does not exist; AA_EIO for a link ("<what> PATH is a symbolic
+ * link, which autoaccel does not follow to its state files"), a FIFO ("is
+ * a FIFO; only a regular file will do"), a socket, a directory, a device
+ * and other failures; AA_EPERM when the open is denied (EACCES, EPERM).
+ * *fd and *st are set only on success. */
+int aa_file_open_regular(int *fd, struct stat *st, const char *what, const char *path, int flags);
 
 #endif

@@ -148,10 +148,16 @@ static int listen_unix(aa_planner_t *p) {
   p->unix_srv.data = p;
   if ((rc = uv_pipe_bind(&p->unix_srv, p->socket_path)))
     return aa_error(AA_EIO, "cannot bind %s: %s", p->socket_path, uv_strerror(rc));
-  /* Nobody can connect before listen, so the mode is set in time. */
+  /* Nobody can connect before listen, so the mode is set in time. The
+   * name is not followed if it was replaced by a link since the bind (a
+   * shared --socket directory): the mode of what it points to is not ours
+   * to change. */
   struct stat sb;
-  if (chmod(p->socket_path, 0600) || stat(p->socket_path, &sb))
+  if (fchmodat(AT_FDCWD, p->socket_path, 0600, AT_SYMLINK_NOFOLLOW) || lstat(p->socket_path, &sb))
     return aa_error(AA_EIO, "%s: %s", p->socket_path, strerror(errno));
+  if (!S_ISSOCK(sb.st_mode))
+    return aa_error(AA_EIO, "%s was replaced by something that is not a socket while the planner bound it",
+                    p->socket_path);
   p->sock_created = true;
   p->sock_dev = sb.st_dev;
   p->sock_ino = sb.st_ino;
@@ -553,7 +559,7 @@ void aa_planner_destroy(aa_planner_t *p) {
     if (uv_loop_close(&p->loop)) aa__planner_log(p, "handles left open at destroy");
   }
   struct stat sb;
-  if (p->sock_created && !stat(p->socket_path, &sb) && sb.st_dev == p->sock_dev && sb.st_ino == p->sock_ino)
+  if (p->sock_created && !lstat(p->socket_path, &sb) && sb.st_dev == p->sock_dev && sb.st_ino == p->sock_ino)
     unlink(p->socket_path);
   aa__jobs_free(p);
   aa_store_close(p->store);

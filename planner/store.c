@@ -5,6 +5,8 @@
  * docs/store.md. */
 #include "store_internal.h"
 
+#include "../common/file.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -512,90 +514,133 @@ static const char *owner_name(uid_t uid, char *buf, size_t cap) {
   return buf;
 }
 
-/* Creates the database file with mode 0600 unless it exists, so the store
- * is never readable by others, not even for the moment a chmod after
- * SQLite's creation would leave; SQLite then creates the -wal and -shm
- * files with the database file's mode. O_NOFOLLOW|O_EXCL: an existing
- * path, a symbolic link included, is left to SQLite. */
-static int create_private(const aa_store_t *st) {
-  int fd = open(st->path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd >= 0) {
-    close(fd);
-    return 0;
+/* One of the store's three files (the database, -wal, -shm) as checked
+ * before SQLite opens them: its descriptor (-1 when it does not exist) and
+ * what fstat said of that very file. */
+typedef struct {
+  const char *path;
+  int fd;
+  struct stat sb;
+} store_file_t;
+
+/* Opens `f->path` for its checks without following a symbolic link and
+ * without blocking (aa_file_open_regular): a link, a FIFO or a directory
+ * planted at a store's name is refused before anything is done to it. A
+ * missing file leaves f->fd at -1. */
+static int open_store_file(const aa_store_t *st, store_file_t *f) {
+  f->fd = -1;
+  int rc = aa_file_open_regular(&f->fd, &f->sb, "store file", f->path, O_RDONLY);
+  if (rc == AA_ENOENT) return 0;
+  return rc ? aa_error_wrap(rc, "store %s", st->path) : 0;
+}
+
+/* Opens the database file for its checks, creating it with mode 0600 when
+ * it is missing, so that the store is never readable by others, not even
+ * for the moment a chmod after SQLite's creation would leave (SQLite then
+ * creates the -wal and -shm files with the database file's mode). */
+static int open_database(const aa_store_t *st, store_file_t *db) {
+  for (int tries = 0; tries < 3; tries++) {
+    int err = open_store_file(st, db);
+    if (err || db->fd >= 0) return err;
+    int fd = open(db->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      db->fd = fd;
+      if (fstat(fd, &db->sb) == 0) return 0;
+      return aa_error(AA_EIO, "store %s: cannot stat it: %s", st->path, strerror(errno));
+    }
+    if (errno != EEXIST) /* else made meanwhile by another process: open that one */
+      return aa_error(errno == ENOENT || errno == ENOTDIR ? AA_ENOENT : AA_EIO, "store %s: cannot create it: %s",
+                      st->path, strerror(errno));
   }
-  if (errno == EEXIST) return 0;
-  return aa_error(errno == ENOENT || errno == ENOTDIR ? AA_ENOENT : AA_EIO, "store %s: cannot create it: %s",
-                  st->path, strerror(errno));
+  return aa_error(AA_EIO, "store %s: it keeps appearing and vanishing; is another process replacing it?",
+                  st->path);
+}
+
+/* Refuses a database file that is not SQLite before anything is done to it
+ * (its mode included). An empty file is a new store, or one whose pages
+ * are all still in its -wal. */
+static int check_database_header(const aa_store_t *st, const store_file_t *db) {
+  static const char magic[16] = "SQLite format 3"; /* with its NUL: the format's first 16 bytes */
+  if (db->sb.st_size == 0) return 0;
+  char head[sizeof magic];
+  ssize_t n = pread(db->fd, head, sizeof head, 0);
+  if (n < 0) return aa_error(AA_EIO, "store %s: cannot read it: %s", st->path, strerror(errno));
+  if (n < (ssize_t)sizeof head || memcmp(head, magic, sizeof magic))
+    return aa_error(AA_EFORMAT, "store %s: not a SQLite database (is this the right file?)", st->path);
+  return 0;
 }
 
 /* Refuses a journal file (PATH-wal or PATH-shm) that SQLite could not
  * write, such as a 0444 one a failed start left: SQLite would open it
  * read-only and every write would fail with "attempt to write a readonly
- * database", naming no file. The mode is checked as well as access():
- * root passes access() for a 0444 file. A missing file is fine. */
-static int check_journal(const aa_store_t *st, const char *file, int is_wal) {
-  struct stat sb;
-  if (lstat(file, &sb) != 0)
-    return errno == ENOENT ? 0 : aa_error(AA_EIO, "store %s: %s: %s", st->path, file, strerror(errno));
-  if (!S_ISREG(sb.st_mode))
-    return aa_error(AA_EIO,
-                    "store %s: %s is not a regular file; SQLite cannot use it: move it out of the way",
-                    st->path, file);
-  if ((sb.st_mode & S_IWUSR) && access(file, W_OK) == 0) return 0;
+ * database", naming no file. The mode is checked as well as a write open:
+ * root may open a 0444 file for writing. */
+static int check_journal(const aa_store_t *st, const store_file_t *f, int is_wal) {
+  if (f->fd < 0) return 0;
+  int w = -1;
+  if ((f->sb.st_mode & S_IWUSR) &&
+      (w = open(f->path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)) >= 0) {
+    close(w);
+    return 0;
+  }
   char owner[160];
-  owner_name(sb.st_uid, owner, sizeof owner);
+  owner_name(f->sb.st_uid, owner, sizeof owner);
+  unsigned mode = (unsigned)(f->sb.st_mode & 07777);
   if (is_wal)
     return aa_error(AA_EIO,
                     "store %s: %s is not writable (mode %04o, owner %s); run chmod 600 %s "
                     "(do not remove it: it may hold commits not yet copied into the database)",
-                    st->path, file, (unsigned)(sb.st_mode & 07777), owner, file);
+                    st->path, f->path, mode, owner, f->path);
   return aa_error(AA_EIO,
                   "store %s: %s is not writable (mode %04o, owner %s); if no planner is running, "
                   "remove it (SQLite recreates it) or run chmod 600 %s",
-                  st->path, file, (unsigned)(sb.st_mode & 07777), owner, file);
+                  st->path, f->path, mode, owner, f->path);
 }
 
 /* Takes group and other access away from a store file this process owns
- * (0644 -> 0600: the owner's bits are kept, never added to). A file of
- * another user that others may read is refused: the process cannot fix
- * it, and the store must not stay readable. A missing file is fine. */
-static int tighten(const aa_store_t *st, const char *file) {
-  struct stat sb;
-  if (lstat(file, &sb) != 0)
-    return errno == ENOENT ? 0 : aa_error(AA_EIO, "store %s: %s: %s", st->path, file, strerror(errno));
-  if (!S_ISREG(sb.st_mode) || (sb.st_mode & (S_IRWXG | S_IRWXO)) == 0) return 0;
-  unsigned mode = (unsigned)(sb.st_mode & 07777);
-  if (sb.st_uid != geteuid()) {
+ * (0644 -> 0600: the owner's bits are kept, never added to), through the
+ * descriptor its checks were made on. A file of another user that others
+ * may read is refused: the process cannot fix it, and the store must not
+ * stay readable. A missing file is fine. */
+static int tighten(const aa_store_t *st, const store_file_t *f) {
+  if (f->fd < 0 || (f->sb.st_mode & (S_IRWXG | S_IRWXO)) == 0) return 0;
+  unsigned mode = (unsigned)(f->sb.st_mode & 07777);
+  if (f->sb.st_uid != geteuid()) {
     char owner[160];
     return aa_error(AA_EPERM,
                     "store %s: %s is open to group or others (mode %04o) and belongs to %s, not to this "
                     "process (uid %u); its owner should run chmod 600 %s",
-                    st->path, file, mode, owner_name(sb.st_uid, owner, sizeof owner), (unsigned)geteuid(),
-                    file);
+                    st->path, f->path, mode, owner_name(f->sb.st_uid, owner, sizeof owner),
+                    (unsigned)geteuid(), f->path);
   }
-  if (chmod(file, sb.st_mode & (S_IRUSR | S_IWUSR)) != 0)
-    return aa_error(AA_EIO, "store %s: chmod %s (mode %04o): %s", st->path, file, mode, strerror(errno));
+  if (fchmod(f->fd, f->sb.st_mode & (S_IRUSR | S_IWUSR)) != 0)
+    return aa_error(AA_EIO, "store %s: chmod %s (mode %04o): %s", st->path, f->path, mode, strerror(errno));
   return 0;
 }
 
-/* Before a read-write open: the database file created 0600, its journal
- * files checked, and all three tightened (the contract in store.h). The
- * journal names follow SQLite's: the database path with symbolic links
- * resolved, then "-wal" or "-shm". */
+/* Before a read-write open (the contract in store.h): each of the three
+ * files opened without following a link, the database created 0600 when
+ * missing, every file checked (a regular file; the database is SQLite; the
+ * journals writable), and only then the modes narrowed, on the
+ * descriptors that were checked. SQLite itself is then asked not to
+ * follow a link (SQLITE_OPEN_NOFOLLOW), and it opens the journals with
+ * O_NOFOLLOW. */
 static int prepare_files(const aa_store_t *st) {
-  int err = create_private(st);
-  if (err) return err;
-  char *real = realpath(st->path, NULL);
-  if (!real) return aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "store %s: %s", st->path, strerror(errno));
   char wal[PATH_MAX + 8], shm[PATH_MAX + 8];
-  snprintf(wal, sizeof wal, "%s-wal", real);
-  snprintf(shm, sizeof shm, "%s-shm", real);
-  err = check_journal(st, wal, 1);
-  if (!err) err = check_journal(st, shm, 0);
-  if (!err) err = tighten(st, real);
-  if (!err) err = tighten(st, wal);
-  if (!err) err = tighten(st, shm);
-  free(real);
+  if (snprintf(wal, sizeof wal, "%s-wal", st->path) >= (int)sizeof wal)
+    return aa_error(AA_EINVAL, "store %s: path too long", st->path);
+  snprintf(shm, sizeof shm, "%s-shm", st->path);
+  store_file_t f[3] = {{.path = st->path, .fd = -1}, {.path = wal, .fd = -1}, {.path = shm, .fd = -1}};
+  int err = open_database(st, &f[0]);
+  if (!err) err = open_store_file(st, &f[1]);
+  if (!err) err = open_store_file(st, &f[2]);
+  if (!err) err = check_database_header(st, &f[0]);
+  if (!err) err = check_journal(st, &f[1], 1);
+  if (!err) err = check_journal(st, &f[2], 0);
+  for (int i = 0; i < 3 && !err; i++)
+    err = tighten(st, &f[i]);
+  for (int i = 0; i < 3; i++)
+    if (f[i].fd >= 0) close(f[i].fd);
   return err;
 }
 
@@ -611,12 +656,17 @@ int aa_store_open(aa_store_t **out, const char *path, int flags) {
   st->readonly = (flags & AA_STORE_READONLY) != 0;
   int err = 0;
   struct stat sb;
-  if (st->readonly && stat(path, &sb) != 0) {
+  if (st->readonly && lstat(path, &sb) != 0) {
     err = aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "store %s: %s", path, strerror(errno));
     goto cleanup;
   }
+  if (st->readonly && S_ISLNK(sb.st_mode)) {
+    err = aa_error(AA_EIO, "store %s is a symbolic link, which autoaccel does not follow to its state files",
+                   path);
+    goto cleanup;
+  }
   if (!st->readonly && (err = prepare_files(st))) goto cleanup;
-  int oflags = st->readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  int oflags = SQLITE_OPEN_NOFOLLOW | (st->readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   int rc = sqlite3_open_v2(path, &st->db, oflags, NULL);
   if (rc != SQLITE_OK) {
     err = aa__store_fail(st, rc, "open");

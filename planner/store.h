@@ -83,20 +83,28 @@ int aa_store_run_status_parse(aa_store_run_status_t *out, const char *name);
  * step.
  *
  * Read-write, before SQLite opens the file (the store holds every model
- * spec and measurement, so only its owner may read it):
- *   a missing file is created with mode 0600 (SQLite gives the -wal and
- *   -shm files the database file's mode); the directory must exist
- *   (AA_ENOENT otherwise);
- *   PATH-wal or PATH-shm that is not a regular file or lacks the owner's
- *   write bit fails with AA_EIO naming the file, its mode and the fix
- *   (the state a failed start can leave; SQLite's own message would name
- *   no file);
- *   PATH, PATH-wal and PATH-shm that group or others may read or write are
- *   tightened to the owner's bits (0644 -> 0600) when this process's
- *   effective uid owns them, and fail with AA_EPERM naming the file and
- *   its owner when it does not.
- * The journal names are those of the database file with symbolic links
- * resolved, as SQLite forms them. Read-only opens change no file.
+ * spec and measurement, so only its owner may read it), each of PATH,
+ * PATH-wal and PATH-shm is opened without following a symbolic link and
+ * without blocking, and checked before anything is done to it:
+ *   a link, a FIFO, a directory or any other non-regular file at one of
+ *   the three names fails with AA_EIO naming it (a link is never
+ *   followed, so a planted one cannot make the planner change another
+ *   file's mode);
+ *   a missing database file is created with mode 0600 (SQLite gives the
+ *   -wal and -shm files the database file's mode); the directory must
+ *   exist (AA_ENOENT otherwise);
+ *   a non-empty database file without SQLite's header is AA_EFORMAT;
+ *   PATH-wal or PATH-shm that lacks the owner's write bit or cannot be
+ *   opened for writing fails with AA_EIO naming the file, its mode and
+ *   the fix (the state a failed start can leave; SQLite's own message
+ *   would name no file);
+ *   then PATH, PATH-wal and PATH-shm that group or others may read or
+ *   write are tightened to the owner's bits (0644 -> 0600), through the
+ *   descriptor that was checked, when this process's effective uid owns
+ *   them, and fail with AA_EPERM naming the file and its owner when it
+ *   does not.
+ * SQLite is then asked not to follow a link either (SQLITE_OPEN_NOFOLLOW,
+ * read-only opens too). Read-only opens change no file.
  *
  * Refuses, leaving the file's contents untouched:
  *   a file that is not SQLite (AA_EFORMAT),

@@ -2,10 +2,17 @@
 #include "addr.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/file.h"
+
+/* The most bytes a token file may hold. */
+#define TOKEN_FILE_MAX 4096
 
 static int parse_port(const char *text, const char *p, int *port) {
   char *end;
@@ -109,26 +116,43 @@ int aa_default_token_file(char *out, size_t n) {
 }
 
 int aa_token_load(const char *path, char out[AA_TOKEN_MAX + 1], size_t *len) {
+  /* Opened without following a link and without blocking, then checked to
+   * be a regular file: a FIFO planted at the token's path must not hang a
+   * planner before it listens, nor a client past its time bounds. */
+  int fd;
   struct stat st;
-  if (stat(path, &st))
-    return aa_error(errno == ENOENT ? AA_ENOENT : AA_EIO, "token file %s: %s", path, strerror(errno));
-  if (st.st_mode & (S_IRWXG | S_IRWXO))
+  int rc = aa_file_open_regular(&fd, &st, "token file", path, O_RDONLY);
+  if (rc) return rc;
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    close(fd);
     return aa_error(AA_EPERM, "token file %s is accessible by other users (mode %03o): run chmod 600 %s", path,
                     (unsigned)(st.st_mode & 0777), path);
-  char *buf;
-  size_t n;
-  int rc = aa_read_file(path, 4096, "token file", &buf, &n);
-  if (rc) return rc;
+  }
+  /* A token file holds one line; more than a page of it is a wrong file. */
+  char buf[TOKEN_FILE_MAX + 1];
+  size_t n = 0;
+  while (n < sizeof buf) {
+    ssize_t r = read(fd, buf + n, sizeof buf - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      close(fd);
+      return aa_error(AA_EIO, "token file %s: %s", path, strerror(e));
+    }
+    if (r == 0) break;
+    n += (size_t)r;
+  }
+  close(fd);
+  if (n > TOKEN_FILE_MAX)
+    return aa_error(AA_EINVAL, "token file %s: more than %d bytes; a token file holds one line", path,
+                    TOKEN_FILE_MAX);
   size_t line = 0;
   while (line < n && buf[line] != '\n' && buf[line] != '\r') line++;
-  if (!line || line > AA_TOKEN_MAX || memchr(buf, '\0', line)) {
-    free(buf);
+  if (!line || line > AA_TOKEN_MAX || memchr(buf, '\0', line))
     return aa_error(AA_EINVAL, "token file %s: the first line must be 1..%d bytes without NUL", path,
                     AA_TOKEN_MAX);
-  }
   memcpy(out, buf, line);
   out[line] = '\0';
   *len = line;
-  free(buf);
   return 0;
 }

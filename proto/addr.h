@@ -51,9 +51,13 @@ int aa_default_planner_addr(char *out, size_t n);
 int aa_default_token_file(char *out, size_t n);
 
 /* Reads a token file: the first line, without its line ending, must be
- * 1..AA_TOKEN_MAX bytes with no NUL. The file must not be readable or
- * writable by group or others (AA_EPERM says so and shows chmod 600).
- * Writes the token and its length into out (AA_TOKEN_MAX + 1 bytes). */
+ * 1..AA_TOKEN_MAX bytes with no NUL, in a file of at most 4 KiB. The file
+ * must be a regular file, reached without following a symbolic link at
+ * its last component and opened without blocking, so a FIFO or a link
+ * planted there is refused at once (aa_file_open_regular), and it must not
+ * be readable or writable by group or others (AA_EPERM says so and shows
+ * chmod 600). Writes the token and its length into out (AA_TOKEN_MAX + 1
+ * bytes). */
 int aa_token_load(const char *path, char out[AA_TOKEN_MAX + 1], size_t *len);
 
 #endif

@@ -122,13 +122,6 @@ static void print_assumptions(const json_t *root) {
       fprintf(stderr, "    %s\n", json_string_value(v));
 }
 
-#define CHECK_ERR(rc, code, needle)                                                                          \
-  do {                                                                                                       \
-    int rc_ = (rc);                                                                                          \
-    CHECK_MSG(rc_ == (code), "rc %d, want %d (%s)", rc_, (code), aa_last_error());                           \
-    CHECK_MSG(strstr(aa_last_error(), (needle)), "message \"%s\" lacks \"%s\"", aa_last_error(), (needle));  \
-  } while (0)
-
 AA_TEST(strategies_come_best_predicted_first_with_their_breakdown) {
   aa_store_t *st = fresh_store();
   if (!st) return;

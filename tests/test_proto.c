@@ -933,6 +933,10 @@ AA_TEST(frame_reader_holds_at_most_one_frame_and_releases_large_buffers) {
     size_t c = n + 4 - off < 4096 ? n + 4 - off : 4096;
     rc = aa_frame_reader_feed(&r, f + off, c, &used, &pl, &pn);
     CHECK(aa_frame_reader_held(&r) <= n + 4);
+    /* What it holds follows what arrived, not the 300,000 bytes declared. */
+    size_t got = off + used - 4;
+    if (rc == 0) CHECK_MSG(aa_frame_reader_held(&r) <= 2 * got + 4096 + 4, "holds %zu after %zu bytes",
+                           aa_frame_reader_held(&r), got);
     off += used;
   }
   CHECK(rc == 1 && pn == n && ((const char *)pl)[n - 1] == 0x5a && r.buf_cap == n);
@@ -993,6 +997,41 @@ AA_TEST(token_files_must_be_private_and_hold_one_line) {
   CHECK(aa_token_load(path, tok, &n) == AA_EINVAL);
   remove(path);
   CHECK(aa_token_load(path, tok, &n) == AA_ENOENT);
+  rmdir(dir);
+}
+
+/* A FIFO at the token's path would block a blocking open until a writer
+ * came (the planner before it listens, a client past its bounds); a link
+ * would be followed; a huge file read whole. Each is refused at once. */
+AA_TEST(token_files_that_are_not_plain_files_are_refused_at_once) {
+  char dir[] = "/tmp/aa-token-XXXXXX", path[64], real[64], tok[AA_TOKEN_MAX + 1];
+  size_t n;
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/token", dir);
+  snprintf(real, sizeof real, "%s/real", dir);
+  CHECK(mkfifo(path, 0600) == 0);
+  double t0 = aa_now();
+  CHECK_ERR(aa_token_load(path, tok, &n), AA_EIO, "is a FIFO; only a regular file will do");
+  CHECK_MSG(aa_now() - t0 < 1.0, "refusing the FIFO took %.1f s", aa_now() - t0);
+  remove(path);
+  FILE *f = fopen(real, "w");
+  fputs("s3cret\n", f);
+  fclose(f);
+  chmod(real, 0600);
+  CHECK(symlink(real, path) == 0);
+  CHECK_ERR(aa_token_load(path, tok, &n), AA_EIO, "is a symbolic link");
+  remove(path);
+  CHECK(mkdir(path, 0700) == 0);
+  CHECK_ERR(aa_token_load(path, tok, &n), AA_EIO, "is a directory");
+  rmdir(path);
+  f = fopen(path, "w");
+  for (int i = 0; i < 5000; i++)
+    fputc('x', f);
+  fclose(f);
+  chmod(path, 0600);
+  CHECK_ERR(aa_token_load(path, tok, &n), AA_EINVAL, "more than 4096 bytes");
+  remove(path);
+  remove(real);
   rmdir(dir);
 }
 

@@ -152,13 +152,6 @@ static void raw_text(const char *path, const char *sql, char *out, size_t cap) {
   sqlite3_close(db);
 }
 
-#define CHECK_ERR(rc, code, needle)                                                                          \
-  do {                                                                                                       \
-    int rc_ = (rc);                                                                                          \
-    CHECK_MSG(rc_ == (code), "rc %d, want %d (%s)", rc_, (code), aa_last_error());                           \
-    CHECK_MSG(strstr(aa_last_error(), (needle)), "message \"%s\" lacks \"%s\"", aa_last_error(), (needle));  \
-  } while (0)
-
 /* Collects the ids of a walk (the first 32), stopping it with 42 after
  * stop_after rows. */
 typedef struct {
@@ -308,6 +301,59 @@ AA_TEST(file_that_is_not_sqlite_is_refused_and_left_alone) {
   size_t n = f ? fread(back, 1, sizeof back, f) : 0;
   if (f) fclose(f);
   CHECK(n == sizeof text && memcmp(back, text, n) == 0);
+}
+
+/* The mode of a file that is not a store is not the planner's business: it
+ * is checked first, and left as it was (0644 stays 0644). */
+AA_TEST(a_file_that_is_not_sqlite_keeps_its_mode) {
+  const char *path = fresh_path();
+  FILE *f = fopen(path, "wb");
+  CHECK(f && fputs("notes, not a store\n", f) >= 0);
+  if (f) fclose(f);
+  CHECK(chmod(path, 0644) == 0);
+  aa_store_t *st = NULL;
+  CHECK_ERR(aa_store_open(&st, path, 0), AA_EFORMAT, "not a SQLite database");
+  struct stat sb;
+  CHECK(stat(path, &sb) == 0 && (sb.st_mode & 07777) == 0644);
+}
+
+/* A link at any of the store's three names, planted where the store is
+ * kept (a shared --store directory), is refused: neither its target's mode
+ * nor its content changes, for a read-write or a read-only open. A FIFO at
+ * the store's name is refused at once, not waited on. */
+AA_TEST(links_and_fifos_at_the_store_names_are_refused_and_their_targets_untouched) {
+  const char *path = fresh_path();
+  char victim[528], wal[520];
+  snprintf(victim, sizeof victim, "%s.victim", path);
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  FILE *f = fopen(victim, "wb");
+  CHECK(f && fputs("somebody's notes\n", f) >= 0);
+  if (f) fclose(f);
+  CHECK(chmod(victim, 0644) == 0);
+  CHECK(symlink(victim, path) == 0);
+  aa_store_t *st = NULL;
+  CHECK_ERR(aa_store_open(&st, path, 0), AA_EIO, "is a symbolic link");
+  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EIO, "is a symbolic link");
+  struct stat sb;
+  CHECK(stat(victim, &sb) == 0 && (sb.st_mode & 07777) == 0644 && sb.st_size == 17);
+  CHECK(unlink(path) == 0);
+
+  /* The store itself is fine; a link at its -wal is not followed either. */
+  CHECK(aa_store_open(&st, path, 0) == 0);
+  aa_store_close(st);
+  st = NULL;
+  CHECK(symlink(victim, wal) == 0);
+  CHECK_ERR(aa_store_open(&st, path, 0), AA_EIO, "-wal is a symbolic link");
+  CHECK(stat(victim, &sb) == 0 && (sb.st_mode & 07777) == 0644 && sb.st_size == 17);
+  CHECK(unlink(wal) == 0);
+
+  CHECK(unlink(path) == 0 && mkfifo(path, 0600) == 0);
+  double t0 = aa_now();
+  CHECK_ERR(aa_store_open(&st, path, 0), AA_EIO, "is a FIFO");
+  CHECK_MSG(aa_now() - t0 < 1.0, "refusing a FIFO took %.1f s", aa_now() - t0);
+  CHECK(st == NULL);
+  unlink(path);
+  unlink(victim);
 }
 
 AA_TEST(database_of_another_application_is_refused) {
@@ -478,7 +524,7 @@ AA_TEST(a_journal_file_the_planner_cannot_write_is_named_with_the_fix) {
 
   unlink(shm);
   CHECK(mkdir(shm, 0700) == 0);
-  CHECK_ERR(aa_store_open(&st, path, 0), AA_EIO, "-shm is not a regular file");
+  CHECK_ERR(aa_store_open(&st, path, 0), AA_EIO, "-shm is a directory");
   CHECK(rmdir(shm) == 0);
 
   rc = aa_store_open(&st, path, 0);
@@ -1845,6 +1891,8 @@ int main(void) {
   RUN(reopen_keeps_data);
   RUN(newer_schema_version_is_refused);
   RUN(file_that_is_not_sqlite_is_refused_and_left_alone);
+  RUN(a_file_that_is_not_sqlite_keeps_its_mode);
+  RUN(links_and_fifos_at_the_store_names_are_refused_and_their_targets_untouched);
   RUN(database_of_another_application_is_refused);
   RUN(readonly_open_of_a_missing_file_fails);
   RUN(readonly_open_of_an_unmigrated_file_asks_for_a_migration);
