@@ -187,11 +187,13 @@ int aa__planner_numeric_host(const struct sockaddr *sa, char *out, size_t n) {
   return 0;
 }
 
-/* Every TCP peer presents a token: --token-file's, else <home>/token, made
- * here (mode 0600, 32 random bytes in hex) the first time TCP is asked
- * for. The unix socket's mode protects only the unix socket: on loopback
- * TCP any local user could connect. */
-static int load_or_make_token(aa_planner_t *p) {
+/* Every TCP peer presents a token: --token-file's, else <home>/token. When
+ * that file does not exist yet, a token is drawn here (32 random bytes in
+ * hex) and *fresh is set: save_token writes it once the planner listens,
+ * so a --listen that fails leaves no token file behind. The unix socket's
+ * mode protects only the unix socket: on loopback TCP any local user could
+ * connect. */
+static int load_or_draw_token(aa_planner_t *p, bool *fresh) {
   char path[AA_PATH_MAX + 16];
   snprintf(path, sizeof path, "%.4080s/token", p->home);
   int rc = aa_token_load(path, p->token, &p->token_len);
@@ -199,22 +201,31 @@ static int load_or_make_token(aa_planner_t *p) {
   unsigned char raw[32];
   if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
     return aa_error(AA_EIO, "cannot make a token for %s: getrandom: %s", path, strerror(errno));
-  char hex[2 * sizeof raw + 2];
   for (size_t i = 0; i < sizeof raw; i++)
-    snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    snprintf(p->token + 2 * i, 3, "%02x", raw[i]);
+  p->token_len = 2 * sizeof raw;
+  *fresh = true;
+  return 0;
+}
+
+/* Writes the token drawn by load_or_draw_token to <home>/token, mode 0600,
+ * with O_EXCL|O_NOFOLLOW: a file or link that appeared meanwhile is never
+ * written through. */
+static int save_token(aa_planner_t *p) {
+  char path[AA_PATH_MAX + 16], line[AA_TOKEN_MAX + 2];
+  snprintf(path, sizeof path, "%.4080s/token", p->home);
+  int len = snprintf(line, sizeof line, "%s\n", p->token);
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return aa_error(AA_EIO, "cannot create the token file %s: %s", path, strerror(errno));
-  size_t len = strlen(hex);
-  hex[len] = '\n';
-  ssize_t w = write(fd, hex, len + 1);
-  if (close(fd) || w != (ssize_t)len + 1) {
+  ssize_t w = write(fd, line, (size_t)len);
+  if (close(fd) || w != len) {
     unlink(path);
     return aa_error(AA_EIO, "cannot write the token file %s", path);
   }
   aa__planner_log(
       p, "made a token for TCP peers in %s (mode 0600): give it to executors and clients with --token-file",
       path);
-  return aa_token_load(path, p->token, &p->token_len);
+  return 0;
 }
 
 /* Listens on TCP at the address `text` resolves to. The address decides,
@@ -227,7 +238,8 @@ static int listen_tcp(aa_planner_t *p, const char *text) {
   snprintf(full, sizeof full, "tcp:%s", strncmp(text, "tcp:", 4) ? text : text + 4);
   int rc = aa_addr_parse(&a, full);
   if (rc) return aa_error_wrap(rc, "--listen");
-  if (!p->token_len && (rc = load_or_make_token(p))) return rc; /* none from --token-file */
+  bool fresh = false;
+  if (!p->token_len && (rc = load_or_draw_token(p, &fresh))) return rc; /* none from --token-file */
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
   char port[16], host[64];
   snprintf(port, sizeof port, "%d", a.port);
@@ -253,6 +265,7 @@ static int listen_tcp(aa_planner_t *p, const char *text) {
   freeaddrinfo(res);
   if (!rc) rc = uv_listen((uv_stream_t *)&p->tcp_srv, 64, aa__conn_on_connection);
   if (rc) return aa_error(AA_EIO, "cannot listen on %s: %s", text, uv_strerror(rc));
+  if (fresh && (rc = save_token(p))) return rc;
   snprintf(a.host, sizeof a.host, "%s", host); /* the address it resolved to and is bound to */
   aa_addr_format(&a, p->tcp_address, sizeof p->tcp_address);
   return 0;
