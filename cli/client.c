@@ -50,6 +50,7 @@ void aa_client_catch_signals(void) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  if (!aa_signal_ignored(SIGHUP)) sigaction(SIGHUP, &sa, NULL);
 }
 
 int aa_client_interrupted(void) { return g_signal; }

@@ -42,7 +42,7 @@ int aa_client_send(aa_client_t *c, aa_msg_t *m);
  * take a waiting client for dead). *out owns its strings (aa_msg_free).
  * An `error` frame is returned as a message, not as a failure. Errors:
  * AA_ETIMEOUT, AA_ECONN (the planner closed the connection), AA_ECANCELLED
- * (SIGINT or SIGTERM caught after aa_client_catch_signals), decode errors. */
+ * (a signal caught after aa_client_catch_signals), decode errors. */
 int aa_client_recv(aa_client_t *c, aa_msg_t *out, int timeout_ms);
 
 /* Sends req (a fresh id) and reads until the frame that answers it (`ack`,
@@ -57,9 +57,11 @@ int aa_client_error(aa_msg_t *m);
 /* Sends `bye` (best effort), closes the socket and frees c. NULL is a no-op. */
 void aa_client_close(aa_client_t *c);
 
-/* Makes SIGINT and SIGTERM set a flag (instead of killing the process) that
- * aa_client_recv and aa_client_interrupted report, so a command can clean
- * up. Installed without SA_RESTART, so blocking calls return EINTR. */
+/* Makes SIGINT, SIGTERM and SIGHUP (unless SIGHUP is ignored, as under
+ * nohup) set a flag (instead of killing the process) that aa_client_recv
+ * and aa_client_interrupted report, so a command can clean up: `auto`
+ * whose terminal closes stops its planner and executors in order. Installed
+ * without SA_RESTART, so blocking calls return EINTR. */
 void aa_client_catch_signals(void);
 
 /* The signal caught since aa_client_catch_signals, or 0. */

@@ -8,6 +8,7 @@
 #ifndef AA_H
 #define AA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -78,6 +79,10 @@ int aa_read_file(const char *path, size_t max, const char *what, char **out_buf,
 
 /* Monotonic clock in seconds. */
 double aa_now(void);
+
+/* Whether the signal's disposition is SIG_IGN: what a process started
+ * under nohup (SIGHUP) inherited, and should keep rather than handle. */
+bool aa_signal_ignored(int signum);
 
 /* FNV-1a 64-bit hash, incremental: start with AA_FNV_INIT. Used for the
  * model's canonical hash and for checkpoint payload checksums. */

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,6 +37,11 @@ const char *aa_dtype_name(aa_dtype_t t) {
   case AA_F16: return "fp16";
   }
   return "?";
+}
+
+bool aa_signal_ignored(int signum) {
+  struct sigaction sa;
+  return sigaction(signum, NULL, &sa) == 0 && !(sa.sa_flags & SA_SIGINFO) && sa.sa_handler == SIG_IGN;
 }
 
 double aa_now(void) {

@@ -482,6 +482,7 @@ static void begin_stop(aa_worker_t *w) {
   if (w->signals) {
     uv_close((uv_handle_t *)&w->sigint, on_plain_closed);
     uv_close((uv_handle_t *)&w->sigterm, on_plain_closed);
+    if (w->hup) uv_close((uv_handle_t *)&w->sighup, on_plain_closed);
   }
 }
 
@@ -628,6 +629,14 @@ void aa_worker_handle_signals(aa_worker_t *w) {
   w->sigint.data = w->sigterm.data = w;
   uv_signal_start(&w->sigint, on_signal, SIGINT);
   uv_signal_start(&w->sigterm, on_signal, SIGTERM);
+  /* SIGHUP (its terminal closed) stops it in order, as SIGTERM does, unless
+   * it was started with SIGHUP ignored (nohup): then it stays ignored. */
+  if (!aa_signal_ignored(SIGHUP)) {
+    uv_signal_init(&w->loop, &w->sighup);
+    w->sighup.data = w;
+    uv_signal_start(&w->sighup, on_signal, SIGHUP);
+    w->hup = true;
+  }
 }
 
 int aa_worker_run(aa_worker_t *w) {

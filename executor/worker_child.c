@@ -395,6 +395,9 @@ void aa_worker__child_main(const aa_msg_job_t *job, int fd, int threads, int cud
   sigprocmask(SIG_SETMASK, &all, NULL);
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
+  /* A closing terminal's SIGHUP reaches the runner too (same process
+   * group); its executor decides whether that stops the job. */
+  signal(SIGHUP, SIG_IGN);
   signal(SIGCHLD, SIG_DFL);
   signal(SIGPIPE, SIG_IGN); /* a closed pipe is a failed write, handled there */
   /* The planner socket and the loop's descriptors stay with the parent: the

@@ -91,7 +91,8 @@ struct aa_worker {
   FILE *log;
   uv_timer_t retry; /* reconnect backoff */
   int backoff_ms;
-  uv_signal_t sigchld, sigint, sigterm;
+  uv_signal_t sigchld, sigint, sigterm, sighup;
+  bool hup; /* sighup is open */
   bool signals;
   uv_async_t wake; /* aa_worker_stop */
   volatile int stop_requested;

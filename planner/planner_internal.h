@@ -170,8 +170,8 @@ struct aa_planner {
   uv_idle_t reaper; /* drains the close queue */
   uv_idle_t turn;   /* gives deferred connections their next turn */
   aa_conn_t *turns; /* connections with deferred bytes */
-  uv_signal_t sig_int, sig_term;
-  bool unix_open, tcp_open, signals_wanted, signals_open, loop_ready, handles_closed;
+  uv_signal_t sig_int, sig_term, sig_hup;
+  bool unix_open, tcp_open, signals_wanted, signals_open, hup_open, loop_ready, handles_closed;
   aa_store_t *store;
   char home[AA_PATH_MAX];
   char socket_path[AA_ADDR_PATH_MAX];

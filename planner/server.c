@@ -290,6 +290,7 @@ void aa__planner_maybe_finish_stop(aa_planner_t *p) {
   if (p->signals_open) {
     close_handle((uv_handle_t *)&p->sig_int);
     close_handle((uv_handle_t *)&p->sig_term);
+    if (p->hup_open) close_handle((uv_handle_t *)&p->sig_hup);
   }
 }
 
@@ -342,7 +343,7 @@ static void on_wake(uv_async_t *a) {
 
 static void on_signal(uv_signal_t *s, int signum) {
   aa_planner_t *p = s->data;
-  begin_stop(p, signum == SIGINT ? "SIGINT" : "SIGTERM");
+  begin_stop(p, signum == SIGINT ? "SIGINT" : signum == SIGTERM ? "SIGTERM" : "SIGHUP: its terminal closed");
 }
 
 /* --- the public API ------------------------------------------------------------------ */
@@ -543,6 +544,15 @@ int aa_planner_run(aa_planner_t *p) {
     p->sig_int.data = p->sig_term.data = p;
     uv_signal_start(&p->sig_int, on_signal, SIGINT);
     uv_signal_start(&p->sig_term, on_signal, SIGTERM);
+    /* A terminal that closes sends SIGHUP, whose default would end the
+     * planner on the spot and leave its socket behind: it stops in order
+     * instead. Started under nohup (SIGHUP ignored), it keeps ignoring it. */
+    if (!aa_signal_ignored(SIGHUP)) {
+      uv_signal_init(&p->loop, &p->sig_hup);
+      p->sig_hup.data = p;
+      uv_signal_start(&p->sig_hup, on_signal, SIGHUP);
+      p->hup_open = true;
+    }
     p->signals_open = true;
   }
   uv_timer_start(&p->tick, on_tick, (uint64_t)p->heartbeat_ms, (uint64_t)p->heartbeat_ms);
