@@ -38,11 +38,15 @@ static void usage(FILE *f) {
           "                          shm (every gang on one host)\n"
           "  --max-connections N     connections at most, 16 of them kept for the unix socket\n"
           "                          (default 1024, less if the descriptor limit is lower)\n"
-          "  --max-unauthenticated N TCP connections that have not yet said hello (default 64)\n"
+          "  --max-unauthenticated N TCP connections that have not yet said hello (default 64); when\n"
+          "                          they are all taken a newcomer displaces the oldest silent one, and\n"
+          "                          one source (address) holding N/8 displaces its own oldest\n"
           "  --hello-timeout-ms N    a connection that has not said hello by then is closed (default 10000)\n"
           "  --frame-timeout-ms N    a frame not complete this long after its first byte closes its\n"
           "                          connection (default 30000)\n"
           "  --write-queue-max BYTES a peer that leaves more unread is closed (default 32M)\n"
+          "  --input-buffer-max BYTES input held for all peers together (partly sent frames); past it\n"
+          "                          the peer holding the most is closed (default 64M, at least 17M)\n"
           "  -h, --help              this help\n\n"
           "Exit codes: 0 stopped in order, 1 failure (socket in use, store unreadable), 2 usage.\n");
 }
@@ -58,6 +62,7 @@ int aa_cmd_planner(int argc, char **argv) {
       {"max-connections", required_argument, 0, 'C'}, {"max-unauthenticated", required_argument, 0, 'U'},
       {"hello-timeout-ms", required_argument, 0, 'E'}, {"frame-timeout-ms", required_argument, 0, 'F'},
       {"write-queue-max", required_argument, 0, 'Q'}, {"cpu-backend", required_argument, 0, 'B'},
+      {"input-buffer-max", required_argument, 0, 'I'},
       {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
   aa_planner_opts_t o = {.warmup_steps = -1};
   long long v;
@@ -123,6 +128,17 @@ int aa_cmd_planner(int argc, char **argv) {
         return AA_EXIT_USAGE;
       }
       o.write_queue_max = (long long)bytes;
+      break;
+    }
+    case 'I': {
+      size_t bytes;
+      if (aa_mem_parse_bytes(optarg, &bytes) || bytes < (17u << 20) || bytes > (1ull << 40)) {
+        fprintf(stderr,
+                "autoaccel planner: --input-buffer-max: expected a byte count in 17M..1T such as 64M, got '%s'\n",
+                optarg);
+        return AA_EXIT_USAGE;
+      }
+      o.input_buffer_max = (long long)bytes;
       break;
     }
     case 'B':

@@ -9,7 +9,9 @@
  * does not read what it asked for is closed once the bytes queued for it
  * pass a bound; a connection is never freed inside its own callback but put
  * on a close queue that an idle handle drains; nothing a peer sends stops
- * the loop. */
+ * the loop. What all peers together make the planner hold of unfinished
+ * input has a budget too, past which the largest holder is closed (Redis's
+ * maxmemory-clients); who may wait for a hello is admit.c's business. */
 #define _GNU_SOURCE /* struct ucred (SO_PEERCRED) */
 #include "planner_internal.h"
 
@@ -34,27 +36,23 @@ static void unlink_conn(aa_conn_t *c) {
   c->next = c->prev = NULL;
 }
 
-/* A TCP connection stops counting against the hello cap once it has said
- * hello or gone. */
-static void uncount_hello(aa_conn_t *c) {
-  if (c->counted_hello) {
-    c->counted_hello = false;
-    c->p->ntcp_hello--;
-  }
-}
-
-/* A connection stops counting against its caps when it is torn down. */
+/* A connection stops counting against its caps, and what it holds of
+ * input against the input budget, when it is torn down (its buffers go
+ * with its close callback, a moment later). */
 static void uncount(aa_conn_t *c) {
-  uncount_hello(c);
+  aa__admit_leave(c);
   if (c->counted_tcp) {
     c->counted_tcp = false;
     c->p->ntcp--;
   }
+  c->p->input_held -= c->held;
+  c->held = 0;
 }
 
 static void on_conn_closed(uv_handle_t *h) {
   aa_conn_t *c = h->data;
   aa_planner_t *p = c->p;
+  p->nclosing--;
   uncount(c);
   unturn(c);
   free(c->stash);
@@ -67,12 +65,20 @@ static void on_conn_closed(uv_handle_t *h) {
   aa__planner_maybe_finish_stop(p);
 }
 
+/* Closes c's handle: its descriptor is released at once, its memory in
+ * on_conn_closed. */
+static void close_handle_now(aa_conn_t *c) {
+  c->queued = true;
+  c->p->nclosing++;
+  uv_close(&c->h.handle, on_conn_closed);
+}
+
 static void on_reap(uv_idle_t *h) {
   aa_planner_t *p = h->data;
   while (p->close_q) {
     aa_conn_t *c = p->close_q;
     p->close_q = c->close_next;
-    uv_close(&c->h.handle, on_conn_closed);
+    close_handle_now(c);
   }
   uv_idle_stop(h);
 }
@@ -245,7 +251,37 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
  * no longer counts against the cap on TCP connections waiting for hello. */
 void aa__conn_admitted(aa_conn_t *c) {
   aa_frame_reader_set_max(&c->reader, 0);
-  uncount_hello(c);
+  aa__admit_leave(c);
+}
+
+/* --- the input budget ------------------------------------------------------------ */
+
+/* Counts again what c holds of input (a partly read frame, a deferred
+ * read), then, while every peer together holds more than
+ * input_buffer_max, closes the one that holds the most: many peers each
+ * holding a frame one byte short of complete cannot grow the planner past
+ * the budget, and a peer sending one whole frame alone never passes it. */
+static void account_input(aa_conn_t *c) {
+  aa_planner_t *p = c->p;
+  size_t now = c->dropped ? 0 : aa_frame_reader_held(&c->reader) + (c->stash ? c->stash_n : 0);
+  p->input_held = p->input_held - c->held + now;
+  c->held = now;
+  while (p->input_held > p->lim.input_buffer_max) {
+    aa_conn_t *big = NULL;
+    for (aa_conn_t *o = p->conns; o; o = o->next)
+      if (!o->dropped && o->held && (!big || o->held > big->held)) big = o;
+    if (!big) break;
+    char who[128];
+    aa__planner_log(
+        p,
+        "%zu bytes of unfinished input held for all peers, past the bound of %zu: closing %s, which "
+        "holds the most (%zu bytes)",
+        p->input_held, p->lim.input_buffer_max, aa__conn_name(big, who, sizeof who), big->held);
+    aa__conn_send_error(big, 0, AA_ECONN,
+                        "the planner holds too much unfinished input from its peers, and the most from this "
+                        "connection; connection closed");
+    aa__conn_drop_after_writes(big, "closed: it held the most unfinished input");
+  }
 }
 
 /* Decodes and acts on the frames in data[0..len), at most
@@ -342,11 +378,13 @@ void aa__conn_on_turn(uv_idle_t *h) {
     if (c->stash_off < c->stash_n) { /* the budget ran out again */
       c->turn_next = p->turns;
       p->turns = c;
+      account_input(c);
       continue;
     }
     free(c->stash);
     c->stash = NULL;
     c->stash_n = c->stash_off = 0;
+    account_input(c);
     if (!c->dropped && uv_read_start(&c->h.stream, on_alloc, on_read)) aa__conn_drop(c, "disconnected");
   }
   if (!p->turns) uv_idle_stop(h);
@@ -372,6 +410,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   size_t used = process(c, buf->base, (size_t)nread);
   if (!c->dropped && used < (size_t)nread) defer(c, buf->base + used, (size_t)nread - used);
   note_partial_frame(c, now);
+  if (!c->dropped) account_input(c);
 }
 
 /* --- deadlines ----------------------------------------------------------------------- */
@@ -401,17 +440,19 @@ void aa__conn_check_deadlines(aa_planner_t *p, double now) {
 
 /* --- accepting -------------------------------------------------------------------- */
 
-static void peer_name(aa_conn_t *c) {
+/* Names c's peer for the log ("tcp HOST:PORT", "unix socket"); a TCP
+ * peer's address goes to *ss (zeroed when it cannot be read). */
+static void peer_name(aa_conn_t *c, struct sockaddr_storage *ss) {
+  memset(ss, 0, sizeof *ss);
   if (!c->tcp) {
     snprintf(c->peer, sizeof c->peer, "unix socket");
     return;
   }
-  struct sockaddr_storage ss;
-  int len = sizeof ss;
+  int len = sizeof *ss;
   char host[64] = "?";
   int port = 0;
-  if (!uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len))
-    port = aa__planner_numeric_host((struct sockaddr *)&ss, host, sizeof host);
+  if (!uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)ss, &len))
+    port = aa__planner_numeric_host((struct sockaddr *)ss, host, sizeof host);
   snprintf(c->peer, sizeof c->peer, "tcp %s:%d", host, port);
 }
 
@@ -429,14 +470,12 @@ static void peer_uid(aa_conn_t *c) {
 
 /* Why a new connection cannot be admitted, or NULL. The unix socket
  * (mode 0600: the owner) keeps unix_reserve connections that TCP peers
- * cannot take, and TCP peers that have not said hello yet have a small cap
- * of their own, so strangers cannot lock the owner out. */
+ * cannot take, so strangers cannot lock the owner out. Connections whose
+ * handle is closing hold no descriptor and do not count. */
 static const char *over_cap(const aa_planner_t *p, bool tcp) {
-  if (p->nconns >= p->lim.max_connections) return "the planner has its maximum of connections";
+  if (p->nconns - p->nclosing >= p->lim.max_connections) return "the planner has its maximum of connections";
   if (tcp && p->ntcp >= p->lim.max_connections - AA_PLANNER_UNIX_RESERVE)
     return "TCP connections are at their maximum";
-  if (tcp && p->ntcp_hello >= p->lim.max_unauthenticated)
-    return "too many TCP connections are waiting to say hello";
   return NULL;
 }
 
@@ -486,28 +525,72 @@ static int conn_new(aa_planner_t *p, bool tcp, aa_conn_t **out) {
   return 0;
 }
 
-/* Accepts the pending connection and closes it at once with an error
- * frame that says why: the peer learns it was refused, not dropped. */
+/* Writes an error frame to c if the socket takes it now (never queued),
+ * so that a peer closed on purpose learns why. */
+static void say_before_close(aa_conn_t *c, const char *msg) {
+  char *buf;
+  size_t len;
+  if (!aa_msg_encode_error(&buf, &len, 0, AA_ECONN, msg)) {
+    uv_buf_t b = uv_buf_init(buf, (unsigned)len);
+    uv_try_write(&c->h.stream, &b, 1);
+    free(buf);
+  }
+}
+
+/* Closes the accepted connection c at once with an error frame that says
+ * why: the peer learns it was refused, not dropped. Closed now, not
+ * through the close queue: uv_close releases the descriptor at once, so a
+ * burst of refusals cannot exhaust them. */
+static void refuse_accepted(aa_conn_t *c, const char *why) {
+  log_refusal(c->p, c->peer, why);
+  char msg[160];
+  snprintf(msg, sizeof msg, "connection refused: %s; try again later", why);
+  say_before_close(c, msg);
+  teardown(c, "refused");
+  close_handle_now(c);
+}
+
+/* Accepts the pending connection of `server` and refuses it. */
 static void refuse(aa_planner_t *p, uv_stream_t *server, const char *why) {
   aa_conn_t *c;
   if (conn_new(p, server == (uv_stream_t *)&p->tcp_srv, &c)) return;
-  c->dropped = true;
-  if (!uv_accept(server, &c->h.stream)) {
-    peer_name(c);
-    log_refusal(p, c->peer, why);
-    char *buf, msg[160];
-    size_t len;
-    snprintf(msg, sizeof msg, "connection refused: %s; try again later", why);
-    if (!aa_msg_encode_error(&buf, &len, 0, AA_ECONN, msg)) {
-      uv_buf_t b = uv_buf_init(buf, (unsigned)len);
-      uv_try_write(&c->h.stream, &b, 1); /* best effort: never queued */
-      free(buf);
-    }
+  if (uv_accept(server, &c->h.stream)) {
+    c->dropped = true;
+    close_handle_now(c);
+    return;
   }
-  /* Closed now, not through the close queue: uv_close releases the
-   * descriptor at once, so a burst of refusals cannot exhaust them. */
-  c->queued = true;
-  uv_close(&c->h.handle, on_conn_closed);
+  struct sockaddr_storage ss;
+  peer_name(c, &ss);
+  refuse_accepted(c, why);
+}
+
+/* Closes v, a TCP peer still silent before its hello, to make room for
+ * the newcomer c (admit.c says which one goes). Closed now, as a refusal
+ * is: its descriptor is free for the newcomer. */
+static void displace(aa_conn_t *v, const aa_conn_t *c, int source_n) {
+  aa_planner_t *p = v->p;
+  char why[512];
+  if (source_n >= aa__admit_share(p))
+    snprintf(why, sizeof why,
+             "%s, without a hello after %.1f s, the oldest of the %d waiting connections of its source (the "
+             "share of one source), for %s",
+             v->peer, aa_now() - v->accepted_at, source_n, c->peer);
+  else
+    snprintf(why, sizeof why,
+             "%s, without a hello after %.1f s, the oldest of %d waiting TCP connections, for %s", v->peer,
+             aa_now() - v->accepted_at, p->ntcp_hello, c->peer);
+  refusal_second(p, aa_now());
+  if (p->refusals_logged < AA_PLANNER_REFUSALS_LOGGED) {
+    p->refusals_logged++;
+    aa__planner_log(p, "made room for a new connection: closed %s", why);
+  } else {
+    p->refusals_unlogged++;
+  }
+  say_before_close(v,
+                   "connection closed: it sent no hello while newer peers waited for room; connect and say "
+                   "hello at once");
+  teardown(v, "displaced before its hello");
+  if (!v->queued) close_handle_now(v);
 }
 
 void aa__conn_on_connection(uv_stream_t *server, int status) {
@@ -518,7 +601,9 @@ void aa__conn_on_connection(uv_stream_t *server, int status) {
   }
   bool tcp = server == (uv_stream_t *)&p->tcp_srv;
   const char *why = over_cap(p, tcp);
-  if (why) {
+  /* A TCP newcomer may take the place of a silent peer rather than be
+   * refused: only peers that said hello hold the TCP connections for good. */
+  if (why && !(tcp && p->ntcp_hello > 0)) {
     refuse(p, server, why);
     return;
   }
@@ -528,11 +613,6 @@ void aa__conn_on_connection(uv_stream_t *server, int status) {
     aa__planner_log(p, "accept: %s", rc == UV_ENOMEM ? "no memory for a connection" : uv_strerror(rc));
     return;
   }
-  if (tcp) {
-    p->ntcp++;
-    p->ntcp_hello++;
-    c->counted_tcp = c->counted_hello = true;
-  }
   aa_frame_reader_init(&c->reader, AA_PLANNER_HELLO_FRAME_MAX);
   c->accepted_at = c->last_seen = aa_now();
   if ((rc = uv_accept(server, &c->h.stream)) || (rc = uv_read_start(&c->h.stream, on_alloc, on_read))) {
@@ -541,6 +621,24 @@ void aa__conn_on_connection(uv_stream_t *server, int status) {
     aa__conn_enqueue_close(c);
     return;
   }
-  peer_name(c);
+  struct sockaddr_storage ss;
+  peer_name(c, &ss);
   peer_uid(c);
+  if (!tcp) return;
+  int source_n;
+  aa_conn_t *v = aa__admit_make_room(p, (struct sockaddr *)&ss, why != NULL, &source_n);
+  if (v) {
+    displace(v, c, source_n);
+  } else if (why) { /* at the cap, and every waiting peer has spoken */
+    refuse_accepted(c, why);
+    return;
+  }
+  if (aa__admit_enter(c, (struct sockaddr *)&ss)) {
+    aa__planner_log(p, "accept: no memory to count %s", c->peer);
+    teardown(c, "no memory");
+    aa__conn_enqueue_close(c);
+    return;
+  }
+  p->ntcp++;
+  c->counted_tcp = true;
 }

@@ -35,6 +35,9 @@ typedef struct aa_planner_opts {
   int hello_timeout_ms;      /* a connection says hello within this; default 10000 */
   int frame_timeout_ms;      /* a frame arrives whole within this of its first byte; default 30000 */
   long long write_queue_max; /* bytes queued to one peer and not read; default 32 MiB */
+  long long input_buffer_max; /* input bytes held for every peer together (partial frames,
+                               * deferred reads); past it the largest holder is closed.
+                               * Default 64 MiB, at least 17 MiB (one whole frame fits) */
   int placement_timeout_s;   /* a job waits this long for executors not connected; default 3600 */
   int max_resumes;           /* resumes of a job interrupted by a stop; default 3, < 0 = never */
   /* The process-group backend of CPU gangs: "auto" (NULL: shm on one

@@ -55,6 +55,9 @@
 #define AA_PLANNER_PENDING_MAX 64
 /* Frames one connection has acted on before the loop turns to others. */
 #define AA_PLANNER_FRAMES_PER_TURN 16
+/* Buckets of the table of sources with TCP peers waiting for their hello
+ * (admit.c); a chain holds the sources that hash to it. */
+#define AA_PLANNER_SOURCE_BUCKETS 256
 
 /* The planner's limits, from aa_planner_opts_t after defaults and the
  * descriptor limit (server.c's table; docs/service.md "Limits"). */
@@ -64,6 +67,7 @@ typedef struct aa_planner_limits {
   int hello_timeout_ms;    /* from accept to an accepted hello */
   int frame_timeout_ms;    /* from a frame's first byte to its last */
   size_t write_queue_max;  /* bytes queued to one peer and not yet written */
+  size_t input_buffer_max; /* input bytes held for all peers together (conn.c) */
   int placement_timeout_s; /* how long a job may wait for executors that are not connected */
   int max_resumes;         /* how often a job interrupted by a stop resumes */
 } aa_planner_limits_t;
@@ -121,7 +125,13 @@ typedef struct aa_conn {
   double frame_started;  /* aa_now() of the first byte of a frame still incomplete, 0 = none */
   bool has_uid;          /* unix socket: the kernel told the peer's user */
   uid_t uid;
-  bool counted_tcp, counted_hello; /* counted in ntcp / ntcp_hello */
+  bool counted_tcp;                /* counted in ntcp */
+  /* TCP, before hello (admit.c): its source and its places in that
+   * source's list and in the planner's list of waiting connections, both
+   * oldest first. src is NULL once it said hello or went. */
+  struct aa_source *src;
+  struct aa_conn *src_prev, *src_next, *wait_prev, *wait_next;
+  size_t held; /* input bytes it holds (frame reader and stash), counted in input_held */
   size_t writes;                   /* write requests queued and not yet completed */
   /* Bytes of a read that its turn's budget did not reach (conn.c defer):
    * reading stops until the planner's turn handle has used them. */
@@ -193,7 +203,11 @@ struct aa_planner {
   aa_conn_t *close_q; /* connections waiting to be closed */
   int nconns;         /* allocated connections (live, closing or queued) */
   int ntcp;           /* live TCP connections */
-  int ntcp_hello;     /* of them, those that have not said hello */
+  int ntcp_hello;     /* of them, those that have not said hello (admit.c) */
+  int nclosing;       /* of nconns, those whose handle is closing (their descriptor is gone) */
+  struct aa_source *sources[AA_PLANNER_SOURCE_BUCKETS]; /* sources of waiting TCP peers */
+  aa_conn_t *wait_oldest, *wait_newest;                  /* TCP peers before hello, oldest first */
+  size_t input_held; /* input bytes every connection holds (frame readers, stashes) */
   double refusal_window; /* log_refusal's rate limit: start of this second */
   int refusals_logged, refusals_unlogged;
   char rbuf[AA_PLANNER_READ_BUF]; /* every connection reads into it (conn.c on_alloc) */
@@ -227,6 +241,25 @@ void aa__planner_maybe_finish_stop(aa_planner_t *p);
  * "::1"; "?" for another family) into out, and its port (0 for another
  * family). */
 int aa__planner_numeric_host(const struct sockaddr *sa, char *out, size_t n);
+
+/* --- admit.c ----------------------------------------------------------------- */
+
+/* The waiting slots one source may hold before its newcomers displace its
+ * own oldest: max_unauthenticated / 8, at least 2. */
+int aa__admit_share(const aa_planner_t *p);
+/* The waiting connection a newcomer from address sa displaces: the oldest
+ * silent one of its own source when that source holds its share, else the
+ * oldest silent one of all when the waiting slots are taken or `full` (the
+ * TCP cap) says so. NULL when none is silent or none needs to go: the
+ * newcomer comes in, unless `full`, when it is refused. *source_n gets
+ * how many its source holds when the victim is of that source, else 0. */
+aa_conn_t *aa__admit_make_room(aa_planner_t *p, const struct sockaddr *sa, bool full, int *source_n);
+/* Counts c (TCP, just accepted from sa) as waiting for its hello, newest
+ * of its source and of all. AA_ENOMEM when a new source cannot be kept. */
+int aa__admit_enter(aa_conn_t *c, const struct sockaddr *sa);
+/* Takes c off the waiting lists (its hello was accepted, or it went);
+ * a no-op for a connection that is not on them. */
+void aa__admit_leave(aa_conn_t *c);
 
 /* --- conn.c ------------------------------------------------------------------ */
 

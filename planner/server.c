@@ -372,7 +372,8 @@ static int make_home(aa_planner_t *p, const char *home) {
 
 /* The limits: one table gives each its name, range and default
  * (docs/service.md "Limits"; Redis's config table). Options are ints
- * except write_queue_max. 0 in the options means the default. */
+ * except the byte counts (write_queue_max, input_buffer_max). 0 in the
+ * options means the default. */
 typedef struct {
   const char *name;
   size_t opt, lim; /* offsetof in aa_planner_opts_t and aa_planner_limits_t */
@@ -389,6 +390,10 @@ static const limit_t limits[] = {
     LIMIT(frame_timeout_ms, 100, 3600000, 30000),
     {"write_queue_max", offsetof(aa_planner_opts_t, write_queue_max),
      offsetof(aa_planner_limits_t, write_queue_max), true, 4096, 1LL << 40, 32LL << 20},
+    /* At least one whole frame, its header and a deferred read: a lone
+     * peer sending the largest frame is never over the budget. */
+    {"input_buffer_max", offsetof(aa_planner_opts_t, input_buffer_max),
+     offsetof(aa_planner_limits_t, input_buffer_max), true, 17LL << 20, 1LL << 40, 64LL << 20},
     LIMIT(placement_timeout_s, 1, AA_PROTO_TIME_LIMIT_MAX, 3600),
 };
 #undef LIMIT
@@ -516,10 +521,12 @@ int aa_planner_create(aa_planner_t **out, const aa_planner_opts_t *opts) {
                   p->dead_after_ms);
   aa__planner_log(
       p,
-      "limits: %d connections (%d kept for the unix socket), %d TCP peers before hello, hello within %d ms, "
-      "a frame within %d ms, %zu bytes queued per peer, placement wait %d s",
-      p->lim.max_connections, AA_PLANNER_UNIX_RESERVE, p->lim.max_unauthenticated, p->lim.hello_timeout_ms,
-      p->lim.frame_timeout_ms, p->lim.write_queue_max, p->lim.placement_timeout_s);
+      "limits: %d connections (%d kept for the unix socket), %d TCP peers before hello (%d per source), "
+      "hello within %d ms, a frame within %d ms, %zu bytes queued per peer, %zu bytes of input held for all "
+      "peers, placement wait %d s",
+      p->lim.max_connections, AA_PLANNER_UNIX_RESERVE, p->lim.max_unauthenticated, aa__admit_share(p),
+      p->lim.hello_timeout_ms, p->lim.frame_timeout_ms, p->lim.write_queue_max, p->lim.input_buffer_max,
+      p->lim.placement_timeout_s);
   static const char *const backends[] = {"auto (shm on one host, gloo across hosts)",
                                          "shm (every gang on one host)", "gloo (on one host too)"};
   aa__planner_log(p, "CPU gangs: %s", backends[p->cpu_backend]);

@@ -7,6 +7,8 @@
  * peer that once sent a large frame does not pin the memory for the life of
  * the connection. */
 #define AA_FRAME_KEEP (64u * 1024)
+/* The first buffer of a frame split across reads; it doubles from there. */
+#define AA_FRAME_GROW (4u * 1024)
 
 void aa_frame_put_header(unsigned char hdr[AA_FRAME_HEADER], uint32_t len) {
   hdr[0] = (unsigned char)(len >> 24);
@@ -93,17 +95,25 @@ int aa_frame_reader_feed(aa_frame_reader_t *r, const void *data, size_t len, siz
     r->hdr_n = 0;
     return 1;
   }
-  if (r->buf_cap < r->need) {
-    char *nb = realloc(r->buf, r->need);
+  size_t take = r->need - r->buf_n;
+  if (take > avail) take = avail;
+  /* The buffer grows with the bytes that arrived, not with the length the
+   * peer declared: a peer that declares 16 MiB and sends a byte makes the
+   * reader hold AA_FRAME_GROW, and what readers hold (aa_frame_reader_held)
+   * is what their peers sent, within a factor of two. */
+  if (r->buf_cap < r->buf_n + take) {
+    size_t cap = r->buf_cap ? r->buf_cap : AA_FRAME_GROW;
+    while (cap < r->buf_n + take)
+      cap *= 2;
+    if (cap > r->need) cap = r->need;
+    char *nb = realloc(r->buf, cap);
     if (!nb) {
       r->err = AA_ENOMEM;
       return aa_error(AA_ENOMEM, "frame of %zu bytes: out of memory", r->need);
     }
     r->buf = nb;
-    r->buf_cap = r->need;
+    r->buf_cap = cap;
   }
-  size_t take = r->need - r->buf_n;
-  if (take > avail) take = avail;
   if (take) memcpy(r->buf + r->buf_n, p + off, take);
   r->buf_n += take;
   off += take;

@@ -28,7 +28,9 @@ int aa_frame_encode(char **out, size_t *out_len, const void *payload, size_t len
 
 /* Incremental frame reader, one per connection. The declared length is
  * checked (1..max) before any byte of the payload is buffered, so a peer
- * can make a reader hold at most max + 4 bytes. Fields are private. */
+ * can make a reader hold at most max + 4 bytes, and the buffer grows with
+ * the bytes received (doubling from 4 KiB), never to the declared length
+ * ahead of them. Fields are private. */
 typedef struct aa_frame_reader {
   size_t max;                         /* largest accepted payload */
   unsigned char hdr[AA_FRAME_HEADER]; /* header bytes received so far */
@@ -66,8 +68,9 @@ int aa_frame_reader_set_max(aa_frame_reader_t *r, size_t max);
  * complete (for a deadline on slow senders). */
 int aa_frame_reader_mid_frame(const aa_frame_reader_t *r);
 
-/* Bytes of memory the reader holds now (buffer capacity + header); never
- * more than max + 4. */
+/* Bytes of memory the reader holds now (buffer capacity + header): at most
+ * twice the payload bytes received of the current frame, or 4 KiB, and
+ * never more than max + 4. */
 size_t aa_frame_reader_held(const aa_frame_reader_t *r);
 
 /* Frees the reader's buffer; r may be initialised again. */

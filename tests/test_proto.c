@@ -1061,5 +1061,6 @@ int main(void) {
   RUN(frame_reader_holds_at_most_one_frame_and_releases_large_buffers);
   RUN(addresses_parse_and_bad_ones_say_why);
   RUN(token_files_must_be_private_and_hold_one_line);
+  RUN(token_files_that_are_not_plain_files_are_refused_at_once);
   return aa_test_summary();
 }
