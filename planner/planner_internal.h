@@ -5,7 +5,9 @@
  *
  * Files: server.c (create/run/stop, the limits, listeners, the tick, the
  * dispatch of decoded messages), conn.c (accepting within the caps,
- * frames, deadlines, bounded writes, the close queue), registry.c (hello,
+ * frames, deadlines, bounded writes, the input budget, the close queue),
+ * admit.c (TCP peers waiting for their hello: sources and who makes room
+ * for whom), registry.c (hello,
  * executors, heartbeats, dead peers), jobs.c (submits, the queue, one job's
  * life, results, cancel, waiting clients), search.c (enumeration,
  * exclusions, order, early stop, the calibrated order and stop bound, the

@@ -11,7 +11,12 @@ one line saying what happened.
   peer_tool.py trickle ADDR INTERVAL [after-hello [TOKEN]]
                                            send hello one byte per INTERVAL s (after-hello:
                                            say hello, then trickle a status frame)
-  peer_tool.py hold ADDR N SECONDS         open N connections, say nothing, hold them
+  peer_tool.py hold ADDR N SECONDS [TOKEN] open N connections, say nothing (or hello with
+                                           TOKEN), hold them
+  peer_tool.py flood ADDR SECONDS          keep 80 silent connections open, opening one for each
+                                           the planner closes, and 64 more every second
+  peer_tool.py partial ADDR TOKEN N [HOLD] N token holders each send a 16 MiB frame but its
+                                           last byte; hold them HOLD s (default 1)
   peer_tool.py fake-planner PATH SECONDS   accept an executor, welcome it, stop reading
                                            from it; print whether it reconnects
   peer_tool.py pending ADDR N MODEL.json   N submits with no executor connected
@@ -151,15 +156,22 @@ def cmd_trickle(addr, interval, after_hello=False, token=None):
     print("trickle: still open after 120 s")
 
 
-def cmd_hold(addr, n, seconds):
-    socks, refused = [], 0
+def cmd_hold(addr, n, seconds, token=None):
+    """Opens n connections (with a token: each says hello first) and holds
+    them. Prints how many the planner admitted (an open connection it said
+    nothing to, or welcomed), refused ("connection refused") and displaced
+    (closed to make room for a newer connection)."""
+    socks, refused, displaced = [], 0, 0
     for _ in range(n):
         try:
-            socks.append(connect(addr))
+            s = connect(addr)
+            if token:
+                s.sendall(hello(token))
+            socks.append(s)
         except OSError:
             refused += 1
-    # A refused connection gets an error frame and a close; an admitted one
-    # hears nothing. Collect answers until none has come for a second.
+    # An answer other than a welcome is an error frame and a close. Collect
+    # answers until none has come for a second.
     waiting, admitted_early = list(socks), 0
     while waiting:
         ready, _, _ = select.select(waiting, [], [], 1.0)
@@ -173,12 +185,91 @@ def cmd_hold(addr, n, seconds):
                 f = b""
             if b"connection refused" in f:
                 refused += 1
+            elif b"newer peers waited for room" in f:
+                displaced += 1
             else:
-                admitted_early += 1  # closed for another reason (a deadline)
-    print("hold: %d admitted, %d refused" % (len(waiting) + admitted_early, refused), flush=True)
+                admitted_early += 1  # welcomed, or closed for another reason (a deadline)
+    print("hold: %d admitted, %d refused, %d displaced" % (len(waiting) + admitted_early, refused, displaced),
+          flush=True)
     time.sleep(seconds)
     for s in socks:
         s.close()
+
+
+def cmd_flood(addr, seconds, keep=80):
+    """The lock-out attack on TCP admission: keeps `keep` silent connections
+    open for `seconds` (opening a new one whenever the planner closes one),
+    and every second opens 64 more at once, all from this one address.
+    Prints how many it opened and how many the planner closed, by reason."""
+    socks, opened, closed = [], 0, {}
+    end, burst = time.time() + seconds, 0.0
+
+    def open_some(k):
+        nonlocal opened
+        for _ in range(k):
+            try:
+                socks.append(connect(addr))
+                opened += 1
+            except OSError:
+                closed["connect failed"] = closed.get("connect failed", 0) + 1
+
+    open_some(keep)
+    while time.time() < end:
+        if time.time() >= burst:
+            open_some(64)
+            burst = time.time() + 1.0
+        ready, _, _ = select.select(socks, [], [], 0.05)
+        for s in ready:
+            try:
+                f = s.recv(4096)
+            except (ConnectionResetError, OSError):
+                f = b""
+            why = "displaced" if b"newer peers waited for room" in f else (
+                "refused" if b"connection refused" in f else "no hello in time" if b"no hello" in f else "closed")
+            closed[why] = closed.get(why, 0) + 1
+            socks.remove(s)
+            s.close()
+        if len(socks) < keep:
+            open_some(keep - len(socks))
+    for s in socks:
+        s.close()
+    print("flood: %d silent connections opened in %.0f s; closed by the planner: %s" % (
+        opened, seconds, ", ".join("%s %d" % kv for kv in sorted(closed.items())) or "none"), flush=True)
+
+
+def cmd_partial(addr, token, n, size=16 << 20):
+    """n token holders each send a frame of `size` bytes but its last byte,
+    then hold it (a planner buffering them all would hold n * size). Prints
+    how many the planner closed (for holding the most unfinished input)."""
+    socks = [welcomed(addr, token) for _ in range(n)]
+    head = struct.pack(">I", size)
+    chunk = b"\x00" * (1 << 20)
+    closed = 0
+    for s in socks:
+        try:
+            s.sendall(head)
+            left = size - 1
+            while left:
+                k = min(left, len(chunk))
+                s.sendall(chunk[:k])
+                left -= k
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # closed by the planner meanwhile: counted below
+    # A holder the planner closed reads its error frame, or an end or a
+    # reset (a reset can discard the frame); one still held reads nothing.
+    said = 0
+    for s in socks:
+        try:
+            f = read_frame(s, 0.5)
+        except socket.timeout:
+            continue
+        except OSError:
+            f = b""
+        closed += 1
+        said += f is not None and b"too much unfinished input" in f
+    print("partial: %d of %d holders of a %d-byte frame one byte short were closed (%d said why)" % (
+        closed, n, size, said), flush=True)
+    return socks
 
 
 def cmd_fake_planner(path, seconds):
@@ -237,6 +328,9 @@ def soak_round(unix, tcp, token, k):
         cmd_trickle(tcp, 0.2)
         cmd_trickle(unix, 0.2, True)
         cmd_hold(tcp, 30, 0.5)
+        cmd_flood(tcp, 1.0)
+        for x in cmd_partial(tcp, token, 3):
+            x.close()
     for kind in ("malformed", "oversized", "truncated", "version", "before-hello", "zero-length", "no-token"):
         s = connect(tcp if kind == "no-token" else unix)
         try:
@@ -490,7 +584,14 @@ def main():
     elif a[0] == "trickle":
         cmd_trickle(a[1], float(a[2]), tok(3) == "after-hello", tok(4))
     elif a[0] == "hold":
-        cmd_hold(a[1], int(a[2]), float(a[3]))
+        cmd_hold(a[1], int(a[2]), float(a[3]), tok(4))
+    elif a[0] == "flood":
+        cmd_flood(a[1], float(a[2]))
+    elif a[0] == "partial":
+        socks = cmd_partial(a[1], a[2], int(a[3]))
+        time.sleep(float(tok(4) or 1))
+        for x in socks:
+            x.close()
     elif a[0] == "pending":
         cmd_pending(a[1], int(a[2]), a[3])
     elif a[0] == "soak":

@@ -9,6 +9,10 @@ encoded here by hand, so a bug in proto/ cannot hide itself).
                                             evaluated with `d` = the parsed JSON
   service_tool.py children PID              print the child pids of PID
   service_tool.py free-port                 print a free TCP port on 127.0.0.1
+  service_tool.py on-pty READY CMD...       run CMD as the session leader of a new terminal,
+                                            hang the terminal up once READY holds (FILE: it
+                                            exists; FILE:TEXT: it contains TEXT), print how CMD
+                                            ended ("exit N" or "signal N")
   service_tool.py losses-close A B TOL      compare two `step loss` files: same steps,
                                             every loss within relative TOL (exit 1 if not)
 """
@@ -151,6 +155,48 @@ def cmd_losses_close(a, b, tol):
         raise SystemExit(1)
 
 
+def cmd_on_pty(ready, argv):
+    """A daemon started from a terminal that then closes: the kernel sends
+    SIGHUP to the session leader when its terminal hangs up."""
+    import pty
+    import select
+    import time
+    pid, master = pty.fork()
+    if pid == 0:
+        os.execvp(argv[0], argv)
+    path, _, text = ready.partition(":")
+
+    def is_ready():
+        try:
+            with open(path, "rb") as f:
+                return text.encode() in f.read()
+        except OSError:
+            return False
+
+    end = time.time() + 30
+    while not is_ready() and time.time() < end:
+        r, _, _ = select.select([master], [], [], 0.1)
+        if r:
+            try:
+                os.read(master, 4096)
+            except OSError:
+                break
+    if not is_ready():
+        print("on-pty: %s did not hold within 30 s" % ready)
+    time.sleep(0.5)  # READY is written just before the command's loop starts
+    os.close(master)  # the hangup
+    end = time.time() + 20
+    while time.time() < end:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            print("signal %d" % os.WTERMSIG(st) if os.WIFSIGNALED(st) else "exit %d" % os.WEXITSTATUS(st))
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    print("on-pty: still running 20 s after the hangup (killed)")
+
+
 def main():
     a = sys.argv[1:]
     if a[0] == "frame":
@@ -162,6 +208,8 @@ def main():
         cmd_children(a[1])
     elif a[0] == "losses-close":
         cmd_losses_close(a[1], a[2], float(a[3]))
+    elif a[0] == "on-pty":
+        cmd_on_pty(a[1], a[2:])
     elif a[0] == "free-port":
         s = socket.socket()
         s.bind(("127.0.0.1", 0))

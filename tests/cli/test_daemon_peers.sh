@@ -13,9 +13,11 @@
 #  3. Before hello a frame may be 4 KiB: 40 peers declaring 16 MiB are
 #     refused before anything is buffered; a hello trickled a byte at a time
 #     is cut at --hello-timeout-ms, a frame trickled after hello at
-#     --frame-timeout-ms; 150 silent TCP connections against a descriptor
-#     limit of 100 are capped (each refusal logged) and the owner still gets
-#     in on the unix socket; at most 64 submits wait for a first executor.
+#     --frame-timeout-ms; 150 silent TCP connections from one address keep
+#     only that address's share of the waiting slots (8), each newcomer
+#     displacing the oldest; 150 that say hello against a descriptor limit
+#     of 100 are capped (each refusal logged) and the owner still gets in on
+#     the unix socket; at most 64 submits wait for a first executor.
 #  4. TCP needs a token, on loopback too: one is made in the state directory
 #     (mode 0600); the CLI finds it there; a hello without it is refused.
 #     --listen decides on the resolved address: "0" (0.0.0.0) is refused, and
@@ -125,13 +127,20 @@ planner2=$!
 pids+=("$planner2")
 P2="--planner unix:$home2/planner.sock"
 planner_up "$log2" "planner 2" "$P2"
-$PEER hold "tcp:127.0.0.1:$port2" 150 8 >"$tmp/hold.out" 2>&1 &
+# Silent ones first: one source holds 64 / 8 = 8 of the waiting slots, and
+# each newcomer beyond them displaces that source's oldest silent one.
+$PEER hold "tcp:127.0.0.1:$port2" 150 1 >"$tmp/hold.out" 2>&1
+cat "$tmp/hold.out"
+check "150 silent connections from one address: 8 wait, 142 were displaced" \
+  grep -q "^hold: 8 admitted, 0 refused, 142 displaced" "$tmp/hold.out"
+# Token holders say hello and keep their connections: the TCP cap is hard.
+$PEER hold "tcp:127.0.0.1:$port2" 150 8 "$(head -1 "$home2/token")" >"$tmp/hold2.out" 2>&1 &
 hold=$!
 pids+=("$hold")
-held() { grep -q "^hold:" "$tmp/hold.out"; }
-check "150 silent TCP connections were opened" wait_for 20 held
-cat "$tmp/hold.out"
-check "52 of the 150 were admitted" grep -q "^hold: 52 admitted, 98 refused" "$tmp/hold.out"
+held() { grep -q "^hold:" "$tmp/hold2.out"; }
+check "150 TCP connections that say hello were opened" wait_for 20 held
+cat "$tmp/hold2.out"
+check "52 of the 150 were admitted" grep -q "^hold: 52 admitted, 98 refused, 0 displaced" "$tmp/hold2.out"
 expect 0 "planner" "$AA" status $P2
 check "the owner gets in on the unix socket meanwhile" [ "$("$AA" status $P2 --json | jq_ "d['planner']['tcp']")" = "tcp:127.0.0.1:$port2" ]
 check "each refusal is logged with its reason" \

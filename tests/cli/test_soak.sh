@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Soak (bounded): a planner with two executors serves good submits while a
-# client runs every abuse of tests/cli/test_daemon_peers.sh (and malformed
-# frames) round after round for 30 s, on the unix socket and on TCP. At the
+# client runs every abuse of tests/cli/test_daemon_peers.sh and
+# test_daemon_hostile.sh (a silent flood of TCP connections from one
+# address, token holders holding 16 MiB frames one byte short past a 17 MiB
+# input budget) and malformed frames, round after round for 30 s, on the
+# unix socket and on TCP. At the
 # end: the planner and both executors are alive, the planner's resident
 # memory grew by less than 48 MiB over the run and is under 300 MiB (ASan
 # build: an idle planner is ~186 MiB, 62 of them the CUDA libraries' pages
@@ -26,7 +29,7 @@ export AUTOACCEL_HOME="$home"
 P="--planner unix:$home/planner.sock"
 port=$($TOOL free-port)
 "$AA" planner --home "$home" --listen "127.0.0.1:$port" --heartbeat-ms 100 --dead-after-ms 3000 --measured-steps 2 \
-  --hello-timeout-ms 1000 --frame-timeout-ms 1500 --write-queue-max 1M >"$tmp/planner.log" 2>&1 &
+  --hello-timeout-ms 1000 --frame-timeout-ms 1500 --write-queue-max 1M --input-buffer-max 17M >"$tmp/planner.log" 2>&1 &
 planner=$!
 pids+=("$planner")
 planner_up "$tmp/planner.log"
@@ -60,6 +63,8 @@ cat "$tmp/soak.out"
 echo "soak: $ok of $good good submits ended done meanwhile"
 check "every good submit ended done ($ok of $good)" [ "$ok" = "$good" ]
 check "the abuse ran for the whole time" grep -q "^soak: [1-9][0-9]* rounds" "$tmp/soak.out"
+check "the flood's silent connections were displaced" grep -q "made room for a new connection: closed tcp" "$tmp/planner.log"
+check "the partial frames past the input budget were closed" grep -q "of unfinished input held for all peers, past the bound of 17825792" "$tmp/planner.log"
 check "the planner is alive" kill -0 "$planner"
 check "both executors are alive" kill -0 "${ex[1]}" "${ex[2]}"
 rss=$(rss_kb "$planner")
