@@ -93,8 +93,8 @@ struct aa_store {
 int aa__store_fail(aa_store_t *st, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* BEGIN IMMEDIATE (waits up to the busy timeout for the write lock),
- * COMMIT (a success clears io_failing), ROLLBACK. Rollback never fails loudly: it runs on error paths,
- * after the message has been set. */
+ * COMMIT (a success clears io_failing), ROLLBACK. Rollback never fails
+ * loudly: it runs on error paths, after the message has been set. */
 int aa__store_begin(aa_store_t *st);
 int aa__store_commit(aa_store_t *st);
 void aa__store_rollback(aa_store_t *st);
