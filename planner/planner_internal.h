@@ -56,12 +56,6 @@
 #define AA_PLANNER_PENDING_MAX 64
 /* Frames one connection has acted on before the loop turns to others. */
 #define AA_PLANNER_FRAMES_PER_TURN 16
-/* The store's WAL upkeep (wal.c): a planner with no job running truncates
- * a WAL larger than this (a job writes about 100 to 500 KiB of it), looks
- * at the file once every AA_PLANNER_WAL_EVERY_S at most, and tries a
- * checkpoint that could not complete again that much later. */
-#define AA_PLANNER_WAL_IDLE_BYTES (1 << 20)
-#define AA_PLANNER_WAL_EVERY_S 5
 
 /* The planner's limits, from aa_planner_opts_t after defaults and the
  * descriptor limit (server.c's table; docs/service.md "Limits"). */
@@ -477,6 +471,13 @@ void aa__job_stop_run(aa_planner_t *p, aa_store_run_status_t status, const char 
 void aa__job_free(aa_planner_job_t *j);
 
 /* --- wal.c ------------------------------------------------------------------------ */
+
+/* A planner with no job running truncates a WAL larger than this (a job
+ * writes about 100 to 500 KiB of it), looks at the file once every
+ * AA_PLANNER_WAL_EVERY_S at most, and tries a checkpoint that could not
+ * complete again that much later. */
+#define AA_PLANNER_WAL_IDLE_BYTES (1 << 20)
+#define AA_PLANNER_WAL_EVERY_S 5
 
 /* Truncates the store's WAL once a write error has cleared, and while no
  * job runs once it is past AA_PLANNER_WAL_IDLE_BYTES; never waits for
