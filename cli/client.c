@@ -338,21 +338,14 @@ int aa_client_query(aa_client_t *c, const char *what, const char *args, char **j
   return reply_json(c, &q, json);
 }
 
-/* Appends every element of array `from` (borrowed) to `to`. */
-static void append_all(json_t *to, json_t *from) {
-  size_t i;
-  json_t *v;
-  json_array_foreach(from, i, v) json_array_append(to, v);
-}
-
-int aa_client_query_pages(aa_client_t *c, const char *what, const json_t *args, long long limit, const char *list,
-                          json_t **out) {
-  json_t *all = json_object(), *rows = json_array(), *bad = json_array(), *a = json_deep_copy(args);
-  long long offset = 0;
-  int rc = all && rows && bad && a ? 0 : aa_error(AA_ENOMEM, "out of memory");
+int aa_client_query_each(aa_client_t *c, const char *what, const json_t *args, long long limit, const char *list,
+                         aa_client_row_cb row, aa_client_row_cb bad, void *data) {
+  json_t *a = json_deep_copy(args);
+  long long offset = 0, seen = 0;
+  int rc = a ? 0 : aa_error(AA_ENOMEM, "out of memory");
   while (!rc) {
     if (offset) json_object_set_new(a, "offset", json_integer(offset));
-    if (limit) json_object_set_new(a, "limit", json_integer(limit - (long long)json_array_size(rows)));
+    if (limit) json_object_set_new(a, "limit", json_integer(limit - seen));
     char *args_text = json_dumps(a, JSON_COMPACT), *text = NULL;
     if (!args_text) rc = aa_error(AA_ENOMEM, "out of memory");
     if (!rc) rc = aa_client_query(c, what, args_text, &text);
@@ -366,25 +359,53 @@ int aa_client_query_pages(aa_client_t *c, const char *what, const json_t *args, 
       rc = aa_error(AA_EFORMAT, "the planner's reply is not a JSON object: %s", jerr.text);
       break;
     }
-    append_all(rows, json_object_get(page, list));
-    append_all(bad, json_object_get(page, "unreadable"));
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(page, list), i, v) {
+      if (!rc) rc = row(v, data);
+      seen++;
+    }
+    json_array_foreach(json_object_get(page, "unreadable"), i, v) {
+      if (!rc && bad) rc = bad(v, data);
+    }
     json_t *next = json_object_get(page, "next_offset");
-    bool more = json_is_integer(next) && json_integer_value(next) > offset &&
-                (!limit || (long long)json_array_size(rows) < limit);
+    bool more = json_is_integer(next) && json_integer_value(next) > offset && (!limit || seen < limit);
     if (more) offset = json_integer_value(next);
     json_decref(page);
     if (!more) break;
   }
   json_decref(a);
+  return rc;
+}
+
+/* aa_client_query_pages's callbacks: append a row to a JSON array. */
+static int append_row(json_t *row, void *data) {
+  return json_array_append(data, row) ? aa_error(AA_ENOMEM, "out of memory") : 0;
+}
+
+typedef struct pages {
+  json_t *rows, *bad;
+} pages_t;
+static int append_good(json_t *row, void *data) { return append_row(row, ((pages_t *)data)->rows); }
+static int append_bad(json_t *row, void *data) { return append_row(row, ((pages_t *)data)->bad); }
+
+int aa_client_query_pages(aa_client_t *c, const char *what, const json_t *args, long long limit, const char *list,
+                          json_t **out) {
+  pages_t pg = {json_array(), json_array()};
+  json_t *all = json_object();
+  int rc = all && pg.rows && pg.bad ? 0 : aa_error(AA_ENOMEM, "out of memory");
+  if (!rc) rc = aa_client_query_each(c, what, args, limit, list, append_good, append_bad, &pg);
   if (rc) {
     json_decref(all);
-    json_decref(rows);
-    json_decref(bad);
+    json_decref(pg.rows);
+    json_decref(pg.bad);
     return rc;
   }
-  json_object_set_new(all, list, rows);
-  if (json_array_size(bad)) json_object_set_new(all, "unreadable", bad);
-  else json_decref(bad);
+  json_object_set_new(all, list, pg.rows);
+  if (json_array_size(pg.bad))
+    json_object_set_new(all, "unreadable", pg.bad);
+  else
+    json_decref(pg.bad);
   *out = all;
   return 0;
 }

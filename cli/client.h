@@ -73,12 +73,23 @@ int aa_client_interrupted(void);
  * = the planner) and returns the reply's JSON text in *json (malloc'd,
  * transferred). */
 int aa_client_query(aa_client_t *c, const char *what, const char *args, char **json);
+/* Called per row of a paged answer with the row (borrowed: valid until it
+ * returns; json_incref to keep it). Non-zero stops the walk with that
+ * value. */
+typedef int (*aa_client_row_cb)(json_t *row, void *data);
 /* A query whose answer comes in pages ("next_offset"): asks page after
  * page with `args` (borrowed; "offset" from the second page and "limit"
- * when one is given are set here) until the
- * last page or `limit` rows (0 = all), and gives one object: the rows of
- * every page under `list`, and every page's "unreadable" rows merged.
- * *out is a new reference (json_decref). */
+ * when one is given are set here) until the last page or `limit` rows (0 =
+ * all), calls `row` for each row under `list` and `bad` (may be NULL) for
+ * each of the page's "unreadable" entries, then frees the page: one page
+ * is held at a time, however many rows the answer has. Returns 0, a
+ * request error, or the callbacks' non-zero value (the rest of that page
+ * is passed over and no further page asked for). */
+int aa_client_query_each(aa_client_t *c, const char *what, const json_t *args, long long limit, const char *list,
+                         aa_client_row_cb row, aa_client_row_cb bad, void *data);
+/* aa_client_query_each gathered into one object: the rows of every page
+ * under `list`, and every page's "unreadable" rows merged. *out is a new
+ * reference (json_decref). */
 int aa_client_query_pages(aa_client_t *c, const char *what, const json_t *args, long long limit, const char *list,
                           json_t **out);
 int aa_client_status(aa_client_t *c, uint64_t job, char **json);

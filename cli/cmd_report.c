@@ -1,6 +1,7 @@
 /* `autoaccel report JOB --html FILE`: one job's search as a self-contained
  * HTML page (cli/report_html.h), from the planner's answers to `status
- * JOB`, `query runs --job JOB` and `query run BEST`. */
+ * JOB`, `query run BEST` and the pages of `query runs --job JOB`, which
+ * the report takes one at a time (a job's runs are never all in memory). */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -24,7 +25,8 @@ static void usage(FILE *f) {
          "hardware, the best strategy and its tokens/s, runs by status), predicted against measured\n"
          "tokens/s of every dry run (a scatter with the y = x line), tokens/s against peak memory of\n"
          "every ok dry run with the chosen strategy marked, the best run's per-rank time breakdown\n"
-         "(stacked bars) and the pruned candidates grouped by reason. Asks a running planner.\n\n"
+         "(stacked bars) and the pruned candidates grouped by reason. Asks a running planner, and takes\n"
+         "the runs page by page: a chart of more than 2000 points draws their density instead.\n\n"
          "options:\n"
          "  --html FILE         the file to write (replaced atomically; a symlink there is replaced,\n"
          "                      never followed)\n"
@@ -57,48 +59,51 @@ static int parse_reply(char *text, const char *what, json_t **out) {
   return 0;
 }
 
-/* Asks the planner for the job (*job), its runs (*runs) and the best run's
- * `query run` answer (*best, NULL when the job has no best run). All three
- * are new references, set only on success. */
-static int fetch(const char *planner, const char *token_file, long long id, json_t **job, json_t **runs,
-                 json_t **best) {
+/* aa_client_query_each's callback: the report takes each run as its page
+ * arrives, so the command holds one page of runs at a time. */
+static int take_run(json_t *run, void *data) { return aa_report_add_run(data, run); }
+
+/* Asks the planner for job `id` and its best run's `query run` answer,
+ * starts the report from them, then gives it the job's runs page by page.
+ * *out (transferred) is set only on success. */
+static int fetch(const char *planner, const char *token_file, long long id, aa_report_t **out) {
   aa_client_t *c = NULL;
-  json_t *st = NULL, *rs = NULL, *b = NULL, *args = NULL;
+  json_t *st = NULL, *best = NULL, *args = NULL;
+  aa_report_t *rep = NULL;
   char *text = NULL;
   int rc = aa_client_connect(&c, planner, token_file);
   if (!rc) rc = aa_client_status(c, (uint64_t)id, &text);
   if (!rc) rc = parse_reply(text, "status", &st);
-  if (!rc && !json_is_object(json_object_get(st, "job")))
-    rc = aa_error(AA_EFORMAT, "the planner's answer to status has no job");
-  if (!rc) {
-    args = json_pack("{sI}", "job", (json_int_t)id);
-    rc = args ? aa_client_query_pages(c, "runs", args, 0, "runs", &rs) : aa_error(AA_ENOMEM, "out of memory");
-  }
-  json_t *best_id = json_object_get(json_object_get(st, "job"), "best_run");
+  json_t *job = json_object_get(st, "job");
+  if (!rc && !json_is_object(job)) rc = aa_error(AA_EFORMAT, "the planner's answer to status has no job");
+  json_t *best_id = json_object_get(job, "best_run");
   if (!rc && json_is_integer(best_id)) {
     char q[64];
     snprintf(q, sizeof q, "{\"id\": %lld}", (long long)json_integer_value(best_id));
     text = NULL;
-    if (!(rc = aa_client_query(c, "run", q, &text))) rc = parse_reply(text, "query run", &b);
+    if (!(rc = aa_client_query(c, "run", q, &text))) rc = parse_reply(text, "query run", &best);
+  }
+  if (!rc) rc = aa_report_new(&rep, job, best);
+  if (!rc) {
+    args = json_pack("{sI}", "job", (json_int_t)id);
+    rc = args ? aa_client_query_each(c, "runs", args, 0, "runs", take_run, NULL, rep)
+              : aa_error(AA_ENOMEM, "out of memory");
   }
   aa_client_close(c);
   json_decref(args);
+  json_decref(st);
+  json_decref(best);
   if (rc) {
-    json_decref(st);
-    json_decref(rs);
-    json_decref(b);
+    aa_report_free(rep);
     return rc;
   }
-  *job = json_incref(json_object_get(st, "job"));
-  *runs = json_incref(json_object_get(rs, "runs"));
-  *best = b;
-  json_decref(st);
-  json_decref(rs);
+  *out = rep;
   return 0;
 }
 
-/* Reads a --from-json fixture into the same three pieces. */
-static int load(const char *path, json_t **job, json_t **runs, json_t **best) {
+/* Builds the report from a --from-json fixture; *job_id gets the job's id.
+ * Outputs are set only on success. */
+static int load(const char *path, aa_report_t **out, long long *job_id) {
   char *text;
   size_t n;
   int rc = aa_read_file(path, REPORT_JSON_MAX, "a report fixture", &text, &n);
@@ -110,21 +115,36 @@ static int load(const char *path, json_t **job, json_t **runs, json_t **best) {
     json_decref(root);
     return aa_error(AA_EPARSE, "%s: not a JSON object: %s (line %d)", path, jerr.text, jerr.line);
   }
-  json_t *b = json_object_get(root, "best");
-  *job = json_incref(json_object_get(root, "job"));
-  *runs = json_incref(json_object_get(root, "runs"));
-  *best = json_is_object(b) ? json_incref(b) : NULL;
+  json_t *job = json_object_get(root, "job"), *runs = json_object_get(root, "runs"), *run;
+  json_t *best = json_object_get(root, "best");
+  aa_report_t *rep = NULL;
+  rc = aa_report_new(&rep, job, json_is_object(best) ? best : NULL);
+  if (!rc && !json_is_array(runs)) rc = aa_error(AA_EINVAL, "report: the runs are not a JSON array");
+  size_t i;
+  json_array_foreach(runs, i, run) {
+    if (rc) break;
+    rc = aa_report_add_run(rep, run);
+  }
+  long long id = json_integer_value(json_object_get(job, "id"));
   json_decref(root);
+  if (rc) {
+    aa_report_free(rep);
+    return rc;
+  }
+  *out = rep;
+  *job_id = id;
   return 0;
 }
 
-static int write_html(const char *path, const char *html) {
+/* Writes the page into `path`, replaced atomically: a failure leaves no
+ * file behind. */
+static int write_html(const char *path, const aa_report_t *rep) {
   aa_wfile_t w;
   int rc = aa_wfile_open(&w, path, 0644);
   if (rc) return rc;
-  if (fputs(html, w.f) == EOF) {
+  if ((rc = aa_report_write(rep, w.f))) {
     aa_wfile_abort(&w);
-    return aa_error(AA_EIO, "%s: cannot write", path);
+    return aa_error_wrap(rc, "%s", path);
   }
   return aa_wfile_commit(&w);
 }
@@ -159,20 +179,12 @@ int aa_cmd_report(int argc, char **argv) {
   }
   if (!html_path) return bad_usage("--html FILE is required", NULL);
 
-  json_t *job = NULL, *runs = NULL, *best = NULL;
-  char *html = NULL;
-  int rc = from ? load(from, &job, &runs, &best) : fetch(planner, token_file, id, &job, &runs, &best);
-  if (!rc && json_is_array(runs) && !json_array_size(runs))
-    rc = aa_error(AA_EINVAL, "job %lld has no runs yet: nothing to report",
-                  (long long)json_integer_value(json_object_get(job, "id")));
-  if (!rc) rc = aa_report_html(&html, job, runs, best);
-  if (!rc) rc = write_html(html_path, html);
-  if (!rc)
-    printf("wrote %s: job %lld, %zu runs\n", html_path,
-           (long long)json_integer_value(json_object_get(job, "id")), json_array_size(runs));
-  free(html);
-  json_decref(job);
-  json_decref(runs);
-  json_decref(best);
+  aa_report_t *rep = NULL;
+  int rc = from ? load(from, &rep, &id) : fetch(planner, token_file, id, &rep);
+  if (!rc && !aa_report_runs(rep))
+    rc = aa_error(AA_EINVAL, "job %lld has no runs yet: nothing to report", id);
+  if (!rc) rc = write_html(html_path, rep);
+  if (!rc) printf("wrote %s: job %lld, %zu runs\n", html_path, id, aa_report_runs(rep));
+  aa_report_free(rep);
   return rc ? aa_cli_fail("report") : AA_EXIT_OK;
 }

@@ -1,75 +1,25 @@
-/* The HTML report of one job: see report_html.h for what it holds. */
+/* The HTML report of one job: see report_html.h for what it holds. Runs are
+ * taken one at a time and only what the page shows of them is kept: counts
+ * by status, each chart's points as pairs of doubles (with their keys for
+ * the first AA_REPORT_POINTS_MAX only), the prune reasons with their counts
+ * and three examples each, and the best run. The page is written straight
+ * to a stream once every run is in: its header counts them all and its
+ * axes span them all. */
 #include "report_html.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/aa.h"
 
-/* --- a growing string; the first failed allocation sticks ---------------- */
-
-typedef struct sb {
-  char *p;
-  size_t n, cap;
-  bool oom;
-} sb_t;
-
-static void sb_grow(sb_t *b, size_t more) {
-  if (b->oom || b->n + more + 1 <= b->cap) return;
-  size_t cap = b->cap ? b->cap : 4096;
-  while (cap < b->n + more + 1)
-    cap *= 2;
-  char *p = realloc(b->p, cap);
-  if (!p) {
-    b->oom = true;
-    return;
-  }
-  b->p = p;
-  b->cap = cap;
-}
-
-static void sb_put(sb_t *b, const char *s, size_t n) {
-  sb_grow(b, n);
-  if (b->oom) return;
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = '\0';
-}
-
-__attribute__((format(printf, 2, 3))) static void sb_printf(sb_t *b, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (n < 0) {
-    b->oom = true;
-    return;
-  }
-  sb_grow(b, (size_t)n);
-  if (b->oom) return;
-  va_start(ap, fmt);
-  vsnprintf(b->p + b->n, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  b->n += (size_t)n;
-}
-
-/* Text from the input, escaped for element content and attribute values. */
-static void sb_esc(sb_t *b, const char *s) {
-  for (; *s; s++) {
-    switch (*s) {
-    case '&': sb_put(b, "&amp;", 5); break;
-    case '<': sb_put(b, "&lt;", 4); break;
-    case '>': sb_put(b, "&gt;", 4); break;
-    case '"': sb_put(b, "&quot;", 6); break;
-    case '\'': sb_put(b, "&#39;", 5); break;
-    default: sb_put(b, s, 1);
-    }
-  }
-}
+/* Pruned runs are grouped by the class of their reason; classes past this
+ * many (the planner has a handful) are counted together in a last row. */
+#define REASONS_MAX 64
+#define EXAMPLES 3 /* example keys shown per reason */
 
 /* --- reading the planner's JSON ------------------------------------------ */
 
@@ -86,16 +36,215 @@ static bool jnum(const json_t *o, const char *k, double *v) {
   return true;
 }
 
+/* A run id under k: a number in 0..2^53 (larger ones are not ids, and
+ * would not convert exactly), or false. */
+static bool jid(const json_t *o, const char *k, long long *id) {
+  double v;
+  if (!jnum(o, k, &v) || !(v >= 0 && v <= 9007199254740992.0)) return false;
+  *id = (long long)v;
+  return true;
+}
+
 static bool is_dryrun(const json_t *r) {
   return json_is_object(r) && !strcmp(jstr(r, "kind", "dryrun"), "dryrun");
 }
 
-/* --- charts --------------------------------------------------------------- */
+/* --- what the page keeps of the runs -------------------------------------- */
+
+typedef struct point {
+  double x, y;
+} point_t;
+
+/* One chart's points. Keys are kept while the chart can still draw each
+ * point with its key in a title; past AA_REPORT_POINTS_MAX it draws
+ * densities instead, and they are freed. */
+typedef struct series {
+  point_t *v;
+  char **keys; /* the first AA_REPORT_POINTS_MAX points' keys, owned; NULL past them */
+  size_t n, cap;
+  double xmax, ymax;
+} series_t;
+
+typedef struct reason {
+  char *text; /* the class (aa_report_reason_class), owned */
+  size_t count;
+  char *examples[EXAMPLES]; /* the first keys of the class, owned */
+} reason_t;
+
+static const char *const statuses[] = {"ok",     "oom",       "error",  "timeout", "crashed",
+                                       "pruned", "cancelled", "queued", "running"};
+#define NSTATUSES (sizeof statuses / sizeof statuses[0])
+
+struct aa_report {
+  json_t *job, *best; /* copies of the JOB object and of the `query run` answer (NULL: none) */
+  long long best_id;  /* the run to mark, -1 = none */
+  json_t *best_run;   /* the best run as it came among the runs (a copy), NULL until then */
+  size_t runs, counts[NSTATUSES], other;
+  series_t pred; /* (predicted, measured) tokens/s of the dry runs with both */
+  size_t unpredicted;
+  series_t mem;    /* (peak MiB, tokens/s) of the ok dry runs but the best */
+  bool best_point; /* the best run is an ok dry run with figures, drawn apart */
+  double best_x, best_y;
+  char *best_key;
+  reason_t reasons[REASONS_MAX];
+  size_t nreasons, unlisted; /* classes kept, and pruned runs of classes past them */
+};
+
+static void series_free(series_t *s) {
+  if (s->keys)
+    for (size_t i = 0; i < s->n && i < AA_REPORT_POINTS_MAX; i++)
+      free(s->keys[i]);
+  free(s->keys);
+  free(s->v);
+}
+
+static int series_add(series_t *s, double x, double y, const char *key) {
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? 2 * s->cap : 256;
+    point_t *v = cap <= SIZE_MAX / sizeof *v ? realloc(s->v, cap * sizeof *v) : NULL;
+    if (!v) return aa_error(AA_ENOMEM, "report: out of memory for %zu points", cap);
+    s->v = v;
+    s->cap = cap;
+  }
+  if (s->n < AA_REPORT_POINTS_MAX) {
+    if (!s->keys && !(s->keys = calloc(AA_REPORT_POINTS_MAX, sizeof *s->keys)))
+      return aa_error(AA_ENOMEM, "report: out of memory");
+    if (!(s->keys[s->n] = strdup(key))) return aa_error(AA_ENOMEM, "report: out of memory");
+  } else if (s->keys) {
+    for (size_t i = 0; i < AA_REPORT_POINTS_MAX; i++)
+      free(s->keys[i]);
+    free(s->keys);
+    s->keys = NULL;
+  }
+  s->v[s->n++] = (point_t){x, y};
+  s->xmax = fmax(s->xmax, x);
+  s->ymax = fmax(s->ymax, y);
+  return 0;
+}
+
+/* Counts a pruned run under the class of its reason. */
+static int add_pruned(aa_report_t *r, const json_t *run) {
+  char cls[512];
+  aa_report_reason_class(jstr(run, "error", "(no reason recorded)"), cls, sizeof cls);
+  reason_t *g = NULL;
+  for (size_t i = 0; i < r->nreasons && !g; i++)
+    if (!strcmp(r->reasons[i].text, cls)) g = &r->reasons[i];
+  if (!g) {
+    if (r->nreasons == REASONS_MAX) {
+      r->unlisted++;
+      return 0;
+    }
+    g = &r->reasons[r->nreasons];
+    if (!(g->text = strdup(cls))) return aa_error(AA_ENOMEM, "report: out of memory");
+    r->nreasons++;
+  }
+  if (g->count < EXAMPLES && !(g->examples[g->count] = strdup(jstr(run, "key", "?"))))
+    return aa_error(AA_ENOMEM, "report: out of memory");
+  g->count++;
+  return 0;
+}
+
+int aa_report_new(aa_report_t **out, const json_t *job, const json_t *best) {
+  if (!json_is_object(job)) return aa_error(AA_EINVAL, "report: the job is not a JSON object");
+  aa_report_t *r = calloc(1, sizeof *r);
+  if (!r || !(r->job = json_deep_copy(job)) || (json_is_object(best) && !(r->best = json_deep_copy(best)))) {
+    aa_report_free(r);
+    return aa_error(AA_ENOMEM, "report: out of memory");
+  }
+  /* The run to mark: the job's best_run, else the `query run` answer's. */
+  if (!jid(job, "best_run", &r->best_id) && !jid(json_object_get(best, "run"), "id", &r->best_id))
+    r->best_id = -1;
+  *out = r;
+  return 0;
+}
+
+int aa_report_add_run(aa_report_t *r, const json_t *run) {
+  const char *status = jstr(run, "status", "");
+  size_t k = 0;
+  while (k < NSTATUSES && strcmp(status, statuses[k]))
+    k++;
+  r->runs++;
+  if (k < NSTATUSES)
+    r->counts[k]++;
+  else
+    r->other++;
+  long long id;
+  double p, m, t, bytes;
+  bool best = r->best_id >= 0 && jid(run, "id", &id) && id == r->best_id;
+  if (best) {
+    json_decref(r->best_run);
+    if (!(r->best_run = json_deep_copy(run))) return aa_error(AA_ENOMEM, "report: out of memory");
+  }
+  int rc = 0;
+  const char *key = jstr(run, "key", "?");
+  if (is_dryrun(run) && jnum(run, "tokens_per_s", &m)) {
+    if (!jnum(run, "predicted_tokens_per_s", &p))
+      r->unpredicted++;
+    else if ((rc = series_add(&r->pred, p, m, key)))
+      return rc;
+  }
+  if (is_dryrun(run) && !strcmp(status, "ok") && jnum(run, "tokens_per_s", &t) &&
+      jnum(run, "peak_bytes", &bytes)) {
+    double mib = bytes / (1024.0 * 1024.0);
+    if (best) { /* drawn last, over the others */
+      free(r->best_key);
+      if (!(r->best_key = strdup(key))) return aa_error(AA_ENOMEM, "report: out of memory");
+      r->best_point = true;
+      r->best_x = mib;
+      r->best_y = t;
+      r->mem.xmax = fmax(r->mem.xmax, mib);
+      r->mem.ymax = fmax(r->mem.ymax, t);
+    } else if ((rc = series_add(&r->mem, mib, t, key))) {
+      return rc;
+    }
+  }
+  if (!strcmp(status, "pruned")) rc = add_pruned(r, run);
+  return rc;
+}
+
+size_t aa_report_runs(const aa_report_t *r) { return r->runs; }
+
+void aa_report_free(aa_report_t *r) {
+  if (!r) return;
+  json_decref(r->job);
+  json_decref(r->best);
+  json_decref(r->best_run);
+  series_free(&r->pred);
+  series_free(&r->mem);
+  free(r->best_key);
+  for (size_t i = 0; i < r->nreasons; i++) {
+    free(r->reasons[i].text);
+    for (size_t k = 0; k < EXAMPLES; k++)
+      free(r->reasons[i].examples[k]);
+  }
+  free(r);
+}
+
+/* --- writing ------------------------------------------------------------ */
+
+/* Text from the input, escaped for element content and attribute values. */
+static void esc(FILE *f, const char *s) {
+  for (; *s; s++) {
+    switch (*s) {
+    case '&': fputs("&amp;", f); break;
+    case '<': fputs("&lt;", f); break;
+    case '>': fputs("&gt;", f); break;
+    case '"': fputs("&quot;", f); break;
+    case '\'': fputs("&#39;", f); break;
+    default: fputc(*s, f);
+    }
+  }
+}
 
 /* Every chart is W x H user units with the plot inside the margins. */
 enum { W = 720, H = 420, ML = 80, MR = 30, MT = 20, MB = 56 };
 #define PW (W - ML - MR)
 #define PH (H - MT - MB)
+/* A density chart's squares: CELL x CELL user units, COLS x ROWS of them
+ * (the top row and right column cut to the plot). */
+#define CELL 10
+#define COLS ((PW + CELL - 1) / CELL)
+#define ROWS ((PH + CELL - 1) / CELL)
 
 /* A round tick step giving about 5 ticks up to max (> 0). */
 static double tick_step(double max) {
@@ -115,152 +264,185 @@ static double axis_max(double max) {
 static double sx(double v, double max) { return ML + v / max * PW; }
 static double sy(double v, double max) { return MT + PH - v / max * PH; }
 
-static void svg_open(sb_t *b, const char *id, const char *title) {
-  sb_printf(b, "<svg id=\"%s\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" ", id, W, H, W, H);
-  sb_printf(b, "role=\"img\" font-family=\"sans-serif\" font-size=\"12\"><title>%s</title>\n", title);
-  sb_printf(b, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", W, H);
+static void svg_open(FILE *f, const char *id, const char *title) {
+  fprintf(f, "<svg id=\"%s\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" ", id, W, H, W, H);
+  fprintf(f, "role=\"img\" font-family=\"sans-serif\" font-size=\"12\"><title>%s</title>\n", title);
+  fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", W, H);
 }
 
 /* Axes with ticks and grid lines; ymax = 0 draws no y ticks (the rank chart
  * labels its rows itself). */
-static void svg_axes(sb_t *b, double xmax, const char *xlabel, double ymax, const char *ylabel) {
+static void svg_axes(FILE *f, double xmax, const char *xlabel, double ymax, const char *ylabel) {
   double st = tick_step(xmax);
   for (double v = 0; v <= xmax * (1 + 1e-9); v += st) {
     double x = sx(v, xmax);
-    sb_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#e0e0e0\"/>\n", x, MT, x,
-              MT + PH);
-    sb_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n", x, MT + PH + 16, v);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#e0e0e0\"/>\n", x, MT, x, MT + PH);
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n", x, MT + PH + 16, v);
   }
   if (ymax > 0) {
     st = tick_step(ymax);
     for (double v = 0; v <= ymax * (1 + 1e-9); v += st) {
       double y = sy(v, ymax);
-      sb_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>\n", ML, y, ML + PW,
-                y);
-      sb_printf(b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", ML - 6, y + 4, v);
+      fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>\n", ML, y, ML + PW,
+              y);
+      fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", ML - 6, y + 4, v);
     }
   }
-  sb_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#000000\"/>\n", ML, MT + PH, ML + PW,
-            MT + PH);
-  sb_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#000000\"/>\n", ML, MT, ML, MT + PH);
-  sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", ML + PW / 2, H - 12, xlabel);
+  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#000000\"/>\n", ML, MT + PH, ML + PW,
+          MT + PH);
+  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#000000\"/>\n", ML, MT, ML, MT + PH);
+  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", ML + PW / 2, H - 12, xlabel);
   if (ylabel)
-    sb_printf(b, "<text transform=\"translate(16 %d) rotate(-90)\" text-anchor=\"middle\">%s</text>\n",
-              MT + PH / 2, ylabel);
+    fprintf(f, "<text transform=\"translate(16 %d) rotate(-90)\" text-anchor=\"middle\">%s</text>\n",
+            MT + PH / 2, ylabel);
+}
+
+/* The sentence a chart of n points adds to its text when it draws them as
+ * densities. */
+static void density_words(FILE *f, bool density, size_t n) {
+  if (density)
+    fprintf(f,
+            " These %zu runs are too many to draw one by one (the page draws up to %d): each square gathers "
+            "the runs that fall in it, darker for more, and its title says how many.",
+            n, AA_REPORT_POINTS_MAX);
+}
+
+/* The square (0..cells-1) of v on an axis of `cells` squares up to max;
+ * points outside the axis go to its ends. */
+static size_t cell_of(double v, double max, int plot, int cells) {
+  double c = floor(v / max * plot / CELL);
+  return c < 0 ? 0 : c >= cells ? (size_t)cells - 1 : (size_t)c;
+}
+
+/* A chart's points as squares of CELL x CELL user units, each as opaque
+ * as the log of the runs in it, with a title that gives its count and its
+ * ranges (of the memory chart when `memory`, else of the predicted one).
+ * The file grows with the squares that hold runs (at most COLS x ROWS),
+ * not with the runs. Returns 0 or AA_ENOMEM. */
+static int draw_density(FILE *f, const series_t *s, double xmax, double ymax, bool memory) {
+  size_t *count = calloc((size_t)COLS * ROWS, sizeof *count), most = 0;
+  if (!count) return aa_error(AA_ENOMEM, "report: out of memory");
+  for (size_t i = 0; i < s->n; i++) {
+    size_t c = cell_of(s->v[i].x, xmax, PW, COLS), r = cell_of(s->v[i].y, ymax, PH, ROWS);
+    size_t n = ++count[r * COLS + c];
+    if (n > most) most = n;
+  }
+  for (int r = 0; r < ROWS; r++)
+    for (int c = 0; c < COLS; c++) {
+      size_t n = count[(size_t)r * COLS + (size_t)c];
+      if (!n) continue;
+      int w = PW - c * CELL < CELL ? PW - c * CELL : CELL, h = PH - r * CELL < CELL ? PH - r * CELL : CELL;
+      double opacity = 0.15 + 0.85 * log1p((double)n) / log1p((double)most);
+      fprintf(f,
+              "<rect class=\"cell\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#1f77b4\" "
+              "fill-opacity=\"%.2f\"><title>",
+              ML + c * CELL, MT + PH - r * CELL - h, w, h, opacity);
+      double x0 = (double)(c * CELL) / PW * xmax, x1 = (double)(c * CELL + w) / PW * xmax;
+      double y0 = (double)(r * CELL) / PH * ymax, y1 = (double)(r * CELL + h) / PH * ymax;
+      if (memory)
+        fprintf(f, "%zu run%s: %.1f to %.1f MiB, %.0f to %.0f tokens/s", n, n == 1 ? "" : "s", x0, x1, y0,
+                y1);
+      else
+        fprintf(f, "%zu run%s: predicted %.0f to %.0f, measured %.0f to %.0f tokens/s", n, n == 1 ? "" : "s",
+                x0, x1, y0, y1);
+      fprintf(f, "</title></rect>\n");
+    }
+  free(count);
+  return 0;
 }
 
 /* 1. Predicted against measured tokens/s: one point per dry run with both. */
-static void chart_predicted(sb_t *b, const json_t *runs) {
-  double max = 0, p, m;
-  size_t i, n = 0, unpredicted = 0;
-  json_t *r;
-  json_array_foreach(runs, i, r) {
-    if (!is_dryrun(r) || !jnum(r, "tokens_per_s", &m)) continue;
-    if (!jnum(r, "predicted_tokens_per_s", &p)) {
-      unpredicted++;
-      continue;
-    }
-    n++;
-    max = fmax(max, fmax(p, m));
-  }
-  sb_printf(
-      b, "<h2>Predicted against measured tokens/s</h2>\n<p>A scatter: one point per measured dry run, the "
+static int chart_predicted(FILE *f, const aa_report_t *r) {
+  const series_t *s = &r->pred;
+  fprintf(
+      f, "<h2>Predicted against measured tokens/s</h2>\n<p>A scatter: one point per measured dry run, the "
          "cost model's prediction across, the measurement up. Points on the dashed y = x line were predicted "
          "exactly; above it the run was faster than predicted.");
-  if (unpredicted)
-    sb_printf(b, " %zu measured dry run%s had no prediction and %s not drawn.", unpredicted,
-              unpredicted == 1 ? "" : "s", unpredicted == 1 ? "is" : "are");
-  sb_printf(b, "</p>\n");
-  if (!n) {
-    sb_printf(b,
-              "<p class=\"none\" id=\"pred-vs-measured\">No dry run of this job has both a prediction and a "
-              "measurement.</p>\n");
-    return;
+  if (r->unpredicted)
+    fprintf(f, " %zu measured dry run%s had no prediction and %s not drawn.", r->unpredicted,
+            r->unpredicted == 1 ? "" : "s", r->unpredicted == 1 ? "is" : "are");
+  density_words(f, s->n > AA_REPORT_POINTS_MAX, s->n);
+  fprintf(f, "</p>\n");
+  if (!s->n) {
+    fprintf(f, "<p class=\"none\" id=\"pred-vs-measured\">No dry run of this job has both a prediction and a "
+               "measurement.</p>\n");
+    return 0;
   }
-  max = axis_max(max);
-  svg_open(b, "pred-vs-measured", "Predicted against measured tokens/s, with the y = x line");
-  svg_axes(b, max, "predicted tokens/s", max, "measured tokens/s");
-  sb_printf(
-      b,
+  double max = axis_max(fmax(s->xmax, s->ymax)); /* one scale: the y = x line is the diagonal */
+  svg_open(f, "pred-vs-measured", "Predicted against measured tokens/s, with the y = x line");
+  svg_axes(f, max, "predicted tokens/s", max, "measured tokens/s");
+  fprintf(
+      f,
       "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888888\" stroke-dasharray=\"6 4\"/>\n",
       sx(0, max), sy(0, max), sx(max, max), sy(max, max));
-  sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#666666\">y = x</text>\n",
-            sx(max, max) - 4, sy(max, max) + 14);
-  json_array_foreach(runs, i, r) {
-    if (!is_dryrun(r) || !jnum(r, "tokens_per_s", &m) || !jnum(r, "predicted_tokens_per_s", &p)) continue;
-    sb_printf(
-        b,
-        "<circle class=\"run\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"#1f77b4\" fill-opacity=\"0.8\"><title>",
-        sx(p, max), sy(m, max));
-    sb_esc(b, jstr(r, "key", "?"));
-    sb_printf(b, ": predicted %.0f, measured %.0f tokens/s</title></circle>\n", p, m);
+  fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#666666\">y = x</text>\n",
+          sx(max, max) - 4, sy(max, max) + 14);
+  int rc = 0;
+  if (s->keys) {
+    for (size_t i = 0; i < s->n; i++) {
+      fprintf(f,
+              "<circle class=\"run\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"#1f77b4\" "
+              "fill-opacity=\"0.8\"><title>",
+              sx(s->v[i].x, max), sy(s->v[i].y, max));
+      esc(f, s->keys[i]);
+      fprintf(f, ": predicted %.0f, measured %.0f tokens/s</title></circle>\n", s->v[i].x, s->v[i].y);
+    }
+  } else {
+    rc = draw_density(f, s, max, max, false);
   }
-  sb_printf(b, "</svg>\n");
+  fprintf(f, "</svg>\n");
+  return rc;
 }
 
 /* 2. Tokens/s against peak memory of every ok dry run, the best one marked. */
-static void chart_memory(sb_t *b, const json_t *runs, long long best_id) {
-  const double mib = 1024.0 * 1024.0;
-  double xmax = 0, ymax = 0, t, m, id;
-  size_t i, n = 0;
-  json_t *r;
-  json_array_foreach(runs, i, r) {
-    if (!is_dryrun(r) || strcmp(jstr(r, "status", ""), "ok") || !jnum(r, "tokens_per_s", &t) ||
-        !jnum(r, "peak_bytes", &m))
-      continue;
-    n++;
-    xmax = fmax(xmax, m / mib);
-    ymax = fmax(ymax, t);
-  }
-  sb_printf(b, "<h2>Throughput against peak memory</h2>\n<p>One point per ok dry run: its peak memory (the "
-               "run's peak_bytes) across, its tokens/s up. The job's chosen strategy is the larger red "
-               "point, labelled "
-               "with its key.</p>\n");
+static int chart_memory(FILE *f, const aa_report_t *r) {
+  const series_t *s = &r->mem;
+  size_t n = s->n + r->best_point;
+  fprintf(f, "<h2>Throughput against peak memory</h2>\n<p>One point per ok dry run: its peak memory (the "
+             "run's peak_bytes) across, its tokens/s up. The job's chosen strategy is the larger red "
+             "point, labelled with its key.");
+  density_words(f, s->n > AA_REPORT_POINTS_MAX, n);
+  fprintf(f, "</p>\n");
   if (!n) {
-    sb_printf(b, "<p class=\"none\" id=\"throughput-memory\">No ok dry run with a peak memory and a "
-                 "throughput.</p>\n");
-    return;
+    fprintf(f, "<p class=\"none\" id=\"throughput-memory\">No ok dry run with a peak memory and a "
+               "throughput.</p>\n");
+    return 0;
   }
-  xmax = axis_max(xmax);
-  ymax = axis_max(ymax);
-  svg_open(b, "throughput-memory", "Throughput against peak memory, the chosen strategy marked");
-  svg_axes(b, xmax, "peak memory (MiB)", ymax, "tokens/s");
-  const json_t *best = NULL;
-  json_array_foreach(runs, i, r) {
-    if (!is_dryrun(r) || strcmp(jstr(r, "status", ""), "ok") || !jnum(r, "tokens_per_s", &t) ||
-        !jnum(r, "peak_bytes", &m))
-      continue;
-    if (jnum(r, "id", &id) && (long long)id == best_id) {
-      best = r; /* drawn last, over the others */
-      continue;
+  double xmax = axis_max(s->xmax), ymax = axis_max(s->ymax);
+  svg_open(f, "throughput-memory", "Throughput against peak memory, the chosen strategy marked");
+  svg_axes(f, xmax, "peak memory (MiB)", ymax, "tokens/s");
+  int rc = 0;
+  if (s->keys || !s->n) {
+    for (size_t i = 0; i < s->n; i++) {
+      fprintf(f,
+              "<circle class=\"run\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"#1f77b4\" "
+              "fill-opacity=\"0.7\"><title>",
+              sx(s->v[i].x, xmax), sy(s->v[i].y, ymax));
+      esc(f, s->keys[i]);
+      fprintf(f, ": %.1f MiB, %.0f tokens/s</title></circle>\n", s->v[i].x, s->v[i].y);
     }
-    sb_printf(
-        b,
-        "<circle class=\"run\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"#1f77b4\" fill-opacity=\"0.7\"><title>",
-        sx(m / mib, xmax), sy(t, ymax));
-    sb_esc(b, jstr(r, "key", "?"));
-    sb_printf(b, ": %.1f MiB, %.0f tokens/s</title></circle>\n", m / mib, t);
+  } else {
+    rc = draw_density(f, s, xmax, ymax, true);
   }
-  if (best) {
-    jnum(best, "tokens_per_s", &t);
-    jnum(best, "peak_bytes", &m);
-    double x = sx(m / mib, xmax), y = sy(t, ymax);
-    sb_printf(b,
-              "<circle id=\"best-point\" cx=\"%.1f\" cy=\"%.1f\" r=\"8\" fill=\"#d62728\" stroke=\"#000000\">"
-              "<title>best: ",
-              x, y);
-    sb_esc(b, jstr(best, "key", "?"));
-    sb_printf(b, ": %.1f MiB, %.0f tokens/s</title></circle>\n", m / mib, t);
+  if (r->best_point) {
+    double x = sx(r->best_x, xmax), y = sy(r->best_y, ymax);
+    fprintf(f,
+            "<circle id=\"best-point\" cx=\"%.1f\" cy=\"%.1f\" r=\"8\" fill=\"#d62728\" stroke=\"#000000\">"
+            "<title>best: ",
+            x, y);
+    esc(f, r->best_key);
+    fprintf(f, ": %.1f MiB, %.0f tokens/s</title></circle>\n", r->best_x, r->best_y);
     /* The label goes to the side with room, below the point near the top. */
     bool left = x > ML + PW / 2;
-    sb_printf(b,
-              "<text id=\"best-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" font-weight=\"bold\" "
-              "fill=\"#d62728\">best: ",
-              left ? x - 12 : x + 12, y < MT + 20 ? y + 18 : y - 10, left ? "end" : "start");
-    sb_esc(b, jstr(best, "key", "?"));
-    sb_printf(b, "</text>\n");
+    fprintf(f,
+            "<text id=\"best-label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" font-weight=\"bold\" "
+            "fill=\"#d62728\">best: ",
+            left ? x - 12 : x + 12, y < MT + 20 ? y + 18 : y - 10, left ? "end" : "start");
+    esc(f, r->best_key);
+    fprintf(f, "</text>\n");
   }
-  sb_printf(b, "</svg>\n");
+  fprintf(f, "</svg>\n");
+  return rc;
 }
 
 static const struct {
@@ -273,7 +455,7 @@ static const struct {
 #define NPHASES (sizeof phases / sizeof phases[0])
 
 /* 3. The best run's time breakdown: one stacked bar per rank. */
-static void chart_ranks(sb_t *b, const json_t *best) {
+static void chart_ranks(FILE *f, const json_t *best) {
   const json_t *ranks = json_object_get(best, "ranks");
   size_t i, n = 0;
   json_t *rk;
@@ -287,20 +469,20 @@ static void chart_ranks(sb_t *b, const json_t *best) {
     n++;
     max = fmax(max, sum);
   }
-  sb_printf(
-      b, "<h2>Per-rank time breakdown of the best run</h2>\n<p>The mean timed step of each rank of the best "
-         "run, in milliseconds, split into forward, backward, optimizer, pipeline communication and "
-         "pipeline bubble; one stacked bar per rank.</p>\n");
+  fprintf(f,
+          "<h2>Per-rank time breakdown of the best run</h2>\n<p>The mean timed step of each rank of the best "
+          "run, in milliseconds, split into forward, backward, optimizer, pipeline communication and "
+          "pipeline bubble; one stacked bar per rank.</p>\n");
   if (!n) {
-    sb_printf(b, "<p class=\"none\" id=\"rank-breakdown\">No per-rank figures: %s.</p>\n",
-              best ? "the best run's ranks timed no step, or the store predates them"
-                   : "the job has no best run");
+    fprintf(f, "<p class=\"none\" id=\"rank-breakdown\">No per-rank figures: %s.</p>\n",
+            best ? "the best run's ranks timed no step, or the store predates them"
+                 : "the job has no best run");
     return;
   }
   max = axis_max(max);
   double row = (double)PH / (double)n, bar = fmin(row * 0.6, 40);
-  svg_open(b, "rank-breakdown", "Per-rank time breakdown of the best run (ms)");
-  svg_axes(b, max, "milliseconds per step", 0, NULL);
+  svg_open(f, "rank-breakdown", "Per-rank time breakdown of the best run (ms)");
+  svg_axes(f, max, "milliseconds per step", 0, NULL);
   size_t row_i = 0;
   json_array_foreach(ranks, i, rk) {
     json_t *tm = json_object_get(rk, "times_ms");
@@ -308,33 +490,34 @@ static void chart_ranks(sb_t *b, const json_t *best) {
     double y = MT + row * (double)row_i + (row - bar) / 2, x = ML, r = 0, d = 0, t = 0, p = 0;
     jnum(rk, "rank", &r);
     bool coords = jnum(rk, "dp_rank", &d) && jnum(rk, "tp_rank", &t) && jnum(rk, "pp_rank", &p);
-    sb_printf(b, "<g class=\"rank\"><text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">rank %.0f</text>\n", ML - 6,
-              y + bar / 2 + 4, r);
+    fprintf(f, "<g class=\"rank\"><text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">rank %.0f</text>\n", ML - 6,
+            y + bar / 2 + 4, r);
     for (size_t k = 0; k < NPHASES; k++) {
       if (!jnum(tm, phases[k].key, &v) || !(v > 0)) continue;
       double w = v / max * PW;
-      sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>rank %.0f",
-                x, y, w, bar, phases[k].color, r);
-      if (coords) sb_printf(b, " (dp %.0f, tp %.0f, pp %.0f)", d, t, p);
-      sb_printf(b, ": %s %.2f ms</title></rect>\n", phases[k].key, v);
+      fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>rank %.0f", x,
+              y, w, bar, phases[k].color, r);
+      if (coords) fprintf(f, " (dp %.0f, tp %.0f, pp %.0f)", d, t, p);
+      fprintf(f, ": %s %.2f ms</title></rect>\n", phases[k].key, v);
       x += w;
     }
-    sb_printf(b, "</g>\n");
+    fprintf(f, "</g>\n");
     row_i++;
   }
-  sb_printf(b, "</svg>\n<p class=\"legend\">");
+  fprintf(f, "</svg>\n<p class=\"legend\">");
   for (size_t k = 0; k < NPHASES; k++)
-    sb_printf(b, "<svg width=\"12\" height=\"12\"><rect width=\"12\" height=\"12\" fill=\"%s\"/></svg> %s%s",
-              phases[k].color, phases[k].key, k + 1 < NPHASES ? " &#160; " : "");
-  sb_printf(b, "</p>\n");
+    fprintf(f, "<svg width=\"12\" height=\"12\"><rect width=\"12\" height=\"12\" fill=\"%s\"/></svg> %s%s",
+            phases[k].color, phases[k].key, k + 1 < NPHASES ? " &#160; " : "");
+  fprintf(f, "</p>\n");
 }
 
 void aa_report_reason_class(const char *reason, char *out, size_t n) {
   if (strstr(reason, "predicted out of memory")) {
     snprintf(out, n, "predicted out of memory: a rank needs more than the device has");
   } else if (strstr(reason, "does at least the work of")) {
-    snprintf(out, n, "does at least the work of one measured or skipped (more recompute, a higher ZeRO stage, or "
-                     "16-bit storage on a CPU)");
+    snprintf(out, n,
+             "does at least the work of one measured or skipped (more recompute, a higher ZeRO stage, or "
+             "16-bit storage on a CPU)");
   } else if (!strncmp(reason, "skipped: micro_batch ", 21)) {
     snprintf(out, n, "a larger micro-batch of the same setting measured faster, beyond the runs' spread");
   } else if (strstr(reason, "below the best measured")) {
@@ -352,149 +535,124 @@ void aa_report_reason_class(const char *reason, char *out, size_t n) {
 }
 
 /* 4. Pruned runs grouped by the class of their reason, in order of first appearance. */
-static void table_pruned(sb_t *b, const json_t *runs) {
-  json_t *groups = json_object(), *order = json_array();
-  size_t i;
-  json_t *r;
-  if (!groups || !order) {
-    b->oom = true;
-    goto cleanup;
+static void table_pruned(FILE *f, const aa_report_t *r) {
+  fprintf(f, "<h2>Pruned candidates by reason</h2>\n");
+  if (!r->nreasons) {
+    fprintf(f, "<p class=\"none\" id=\"pruned\">No candidate was pruned.</p>\n");
+    return;
   }
-  json_array_foreach(runs, i, r) {
-    if (!json_is_object(r) || strcmp(jstr(r, "status", ""), "pruned")) continue;
-    char reason[512];
-    aa_report_reason_class(jstr(r, "error", "(no reason recorded)"), reason, sizeof reason);
-    json_t *keys = json_object_get(groups, reason);
-    if (!keys) {
-      keys = json_array();
-      if (!keys || json_object_set_new(groups, reason, keys) ||
-          json_array_append_new(order, json_string(reason))) {
-        b->oom = true;
-        goto cleanup;
-      }
+  fprintf(f, "<table id=\"pruned\">\n<thead><tr><th>reason</th><th>count</th><th>examples</th></tr></thead>\n"
+             "<tbody>\n");
+  for (size_t i = 0; i < r->nreasons; i++) {
+    const reason_t *g = &r->reasons[i];
+    fprintf(f, "<tr><td>");
+    esc(f, g->text);
+    fprintf(f, "</td><td class=\"num\">%zu</td><td>", g->count);
+    for (size_t k = 0; k < EXAMPLES && k < g->count; k++) {
+      fprintf(f, "%s<code>", k ? ", " : "");
+      esc(f, g->examples[k]);
+      fprintf(f, "</code>");
     }
-    json_array_append_new(keys, json_string(jstr(r, "key", "?")));
+    if (g->count > EXAMPLES) fprintf(f, ", &#8230;");
+    fprintf(f, "</td></tr>\n");
   }
-  sb_printf(b, "<h2>Pruned candidates by reason</h2>\n");
-  if (!json_array_size(order)) {
-    sb_printf(b, "<p class=\"none\" id=\"pruned\">No candidate was pruned.</p>\n");
-    goto cleanup;
-  }
-  sb_printf(b,
-            "<table id=\"pruned\">\n<thead><tr><th>reason</th><th>count</th><th>examples</th></tr></thead>\n"
-            "<tbody>\n");
-  json_t *reason;
-  json_array_foreach(order, i, reason) {
-    json_t *keys = json_object_get(groups, json_string_value(reason)), *k;
-    size_t j;
-    sb_printf(b, "<tr><td>");
-    sb_esc(b, json_string_value(reason));
-    sb_printf(b, "</td><td class=\"num\">%zu</td><td>", json_array_size(keys));
-    json_array_foreach(keys, j, k) {
-      if (j == 3) break;
-      if (j) sb_printf(b, ", ");
-      sb_printf(b, "<code>");
-      sb_esc(b, json_string_value(k) ? json_string_value(k) : "?");
-      sb_printf(b, "</code>");
-    }
-    if (json_array_size(keys) > 3) sb_printf(b, ", &#8230;");
-    sb_printf(b, "</td></tr>\n");
-  }
-  sb_printf(b, "</tbody>\n</table>\n");
-cleanup:
-  json_decref(groups);
-  json_decref(order);
+  if (r->unlisted)
+    fprintf(
+        f,
+        "<tr><td>other reasons (the table lists the first %d)</td><td class=\"num\">%zu</td><td></td></tr>\n",
+        REASONS_MAX, r->unlisted);
+  fprintf(f, "</tbody>\n</table>\n");
 }
 
 /* --- the document --------------------------------------------------------- */
 
-static void header(sb_t *b, const json_t *job, const json_t *runs, const json_t *best_run) {
-  static const char *statuses[] = {"ok",     "oom",       "error",  "timeout", "crashed",
-                                   "pruned", "cancelled", "queued", "running"};
-  const json_t *model = json_object_get(job, "model");
+static void header(FILE *f, const aa_report_t *r) {
+  const json_t *job = r->job, *model = json_object_get(job, "model");
+  const json_t *best_run = r->best_run ? r->best_run : json_object_get(r->best, "run");
+  if (!json_is_object(best_run)) best_run = NULL;
   double id = 0, t;
   jnum(job, "id", &id);
-  sb_printf(b, "<h1>autoaccel: job %.0f, ", id);
-  sb_esc(b, jstr(model, "name", "?"));
-  sb_printf(b, "</h1>\n<table id=\"summary\">\n<tbody>\n<tr><th>model</th><td>");
-  sb_esc(b, jstr(model, "name", "?"));
-  sb_printf(b, " (<code>");
-  sb_esc(b, jstr(model, "hash", "?"));
-  sb_printf(b, "</code>)</td></tr>\n<tr><th>job</th><td>%.0f, ", id);
-  sb_esc(b, jstr(job, "status", "?"));
-  sb_printf(b, "</td></tr>\n<tr><th>hardware</th><td>");
-  sb_esc(b, jstr(job, "hardware", "not yet known"));
-  sb_printf(b, "</td></tr>\n<tr><th>best strategy</th><td id=\"best\">");
+  fprintf(f, "<h1>autoaccel: job %.0f, ", id);
+  esc(f, jstr(model, "name", "?"));
+  fprintf(f, "</h1>\n<table id=\"summary\">\n<tbody>\n<tr><th>model</th><td>");
+  esc(f, jstr(model, "name", "?"));
+  fprintf(f, " (<code>");
+  esc(f, jstr(model, "hash", "?"));
+  fprintf(f, "</code>)</td></tr>\n<tr><th>job</th><td>%.0f, ", id);
+  esc(f, jstr(job, "status", "?"));
+  fprintf(f, "</td></tr>\n<tr><th>hardware</th><td>");
+  esc(f, jstr(job, "hardware", "not yet known"));
+  fprintf(f, "</td></tr>\n<tr><th>best strategy</th><td id=\"best\">");
   if (best_run) {
-    sb_printf(b, "<code>");
-    sb_esc(b, jstr(best_run, "key", "?"));
-    sb_printf(b, "</code>");
-    if (jnum(best_run, "tokens_per_s", &t)) sb_printf(b, ", %.0f tokens/s", t);
+    fprintf(f, "<code>");
+    esc(f, jstr(best_run, "key", "?"));
+    fprintf(f, "</code>");
+    if (jnum(best_run, "tokens_per_s", &t)) fprintf(f, ", %.0f tokens/s", t);
   } else {
-    sb_printf(b, "none");
+    fprintf(f, "none");
   }
   if (jstr(job, "note", NULL)) { /* the search's verdict on its pick */
-    sb_printf(b, "</td></tr>\n<tr><th>how sure</th><td id=\"note\">");
-    sb_esc(b, jstr(job, "note", ""));
+    fprintf(f, "</td></tr>\n<tr><th>how sure</th><td id=\"note\">");
+    esc(f, jstr(job, "note", ""));
   }
-  sb_printf(b, "</td></tr>\n<tr><th>runs</th><td id=\"counts\">%zu", json_array_size(runs));
-  size_t i, other = 0;
-  json_t *r;
-  json_array_foreach(runs, i, r) {
-    bool known = false;
-    for (size_t k = 0; k < sizeof statuses / sizeof statuses[0]; k++)
-      known |= !strcmp(jstr(r, "status", ""), statuses[k]);
-    other += !known;
-  }
+  fprintf(f, "</td></tr>\n<tr><th>runs</th><td id=\"counts\">%zu", r->runs);
   const char *sep = ": ";
-  for (size_t k = 0; k < sizeof statuses / sizeof statuses[0]; k++) {
-    size_t n = 0;
-    json_array_foreach(runs, i, r) n += !strcmp(jstr(r, "status", ""), statuses[k]);
-    if (!n) continue;
-    sb_printf(b, "%s%zu %s", sep, n, statuses[k]);
+  for (size_t k = 0; k < NSTATUSES; k++) {
+    if (!r->counts[k]) continue;
+    fprintf(f, "%s%zu %s", sep, r->counts[k], statuses[k]);
     sep = ", ";
   }
-  if (other) sb_printf(b, "%s%zu other", sep, other);
-  sb_printf(b, "</td></tr>\n</tbody>\n</table>\n");
+  if (r->other) fprintf(f, "%s%zu other", sep, r->other);
+  fprintf(f, "</td></tr>\n</tbody>\n</table>\n");
+}
+
+int aa_report_write(const aa_report_t *r, FILE *f) {
+  double id = 0;
+  jnum(r->job, "id", &id);
+  fprintf(
+      f,
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<title>autoaccel report: job "
+      "%.0f</title>\n",
+      id);
+  /* Inline style only: system fonts, nothing fetched. */
+  fprintf(f,
+          "<style>body{font-family:sans-serif;margin:2em;max-width:60em;color:#222}"
+          "table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:left}"
+          "td.num{text-align:right}svg{display:block}p.legend svg{display:inline}p.none{color:#666}</style>\n"
+          "</head>\n<body>\n");
+  header(f, r);
+  int rc = chart_predicted(f, r);
+  if (!rc) rc = chart_memory(f, r);
+  if (rc) return rc;
+  chart_ranks(f, r->best);
+  table_pruned(f, r);
+  fprintf(f, "</body>\n</html>\n");
+  if (fflush(f) || ferror(f)) return aa_error(AA_EIO, "report: cannot write the page");
+  return 0;
 }
 
 int aa_report_html(char **out, const json_t *job, const json_t *runs, const json_t *best) {
   if (!json_is_object(job)) return aa_error(AA_EINVAL, "report: the job is not a JSON object");
   if (!json_is_array(runs)) return aa_error(AA_EINVAL, "report: the runs are not a JSON array");
-  /* The run to mark: the job's best_run, found among the runs, else the
-   * `query run` answer's own run. */
-  double v;
-  long long best_id = jnum(job, "best_run", &v) ? (long long)v : -1;
-  const json_t *best_run = NULL, *r;
+  aa_report_t *r = NULL;
+  int rc = aa_report_new(&r, job, best);
   size_t i;
-  json_array_foreach(runs, i, r) if (best_id >= 0 && jnum(r, "id", &v) && (long long)v == best_id) best_run =
-      r;
-  if (!best_run && json_is_object(json_object_get(best, "run"))) best_run = json_object_get(best, "run");
-
-  sb_t b = {0};
-  double id = 0;
-  jnum(job, "id", &id);
-  sb_printf(
-      &b,
-      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<title>autoaccel report: job "
-      "%.0f</title>\n",
-      id);
-  /* Inline style only: system fonts, nothing fetched. */
-  sb_printf(
-      &b, "<style>body{font-family:sans-serif;margin:2em;max-width:60em;color:#222}"
-          "table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:left}"
-          "td.num{text-align:right}svg{display:block}p.legend svg{display:inline}p.none{color:#666}</style>\n"
-          "</head>\n<body>\n");
-  header(&b, job, runs, best_run);
-  chart_predicted(&b, runs);
-  chart_memory(&b, runs, best_run && jnum(best_run, "id", &v) ? (long long)v : -1);
-  chart_ranks(&b, best);
-  table_pruned(&b, runs);
-  sb_printf(&b, "</body>\n</html>\n");
-  if (b.oom) {
-    free(b.p);
-    return aa_error(AA_ENOMEM, "report: out of memory");
+  json_t *run;
+  json_array_foreach(runs, i, run) {
+    if (rc) break;
+    rc = aa_report_add_run(r, run);
   }
-  *out = b.p;
+  char *text = NULL;
+  size_t n = 0;
+  FILE *f = NULL;
+  if (!rc && !(f = open_memstream(&text, &n))) rc = aa_error(AA_ENOMEM, "report: out of memory");
+  if (!rc) rc = aa_report_write(r, f);
+  if (f && fclose(f) && !rc) rc = aa_error(AA_ENOMEM, "report: out of memory");
+  aa_report_free(r);
+  if (rc) {
+    free(text);
+    return rc;
+  }
+  *out = text;
   return 0;
 }

@@ -360,6 +360,7 @@ static bool waited_too_long(const aa_planner_t *p, const aa_waiting_t *w, double
 
 void aa__jobs_tick(aa_planner_t *p) {
   if (p->unrecorded) retry_unrecorded(p);
+  aa__wal_tick(p);
   double now = aa_now();
   char why[512];
   /* The timeout counts while the executors are missing: a job whose

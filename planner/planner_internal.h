@@ -13,7 +13,8 @@
  * exclusions, order, early stop, the calibrated order and stop bound, the
  * re-measures and the verdict), report.c (the JSON of status and query
  * replies), plan.c (`query plan`: predictions from a stored calibration),
- * relay.c (the store of each running gang, kv_set / kv_get). */
+ * relay.c (the store of each running gang, kv_set / kv_get), wal.c (the
+ * store's WAL truncated after a write error and when idle). */
 #ifndef AA_PLANNER_INTERNAL_H
 #define AA_PLANNER_INTERNAL_H
 
@@ -226,6 +227,11 @@ struct aa_planner {
   double stop_started;
   int plans; /* `query plan`s on the thread pool (plan.c); the loop runs until they are done */
   aa_relay_t *relays; /* the stores of the running gangs (relay.c) */
+  struct {
+    uint64_t failures_seen;   /* aa_store_io_failures when the WAL was last truncated */
+    double look_at, retry_at; /* aa_now() before which no idle look, no new try */
+    bool complained;          /* a checkpoint that did not complete was logged */
+  } wal;                      /* the store's WAL upkeep (wal.c) */
 };
 
 /* --- server.c --------------------------------------------------------------- */
@@ -439,8 +445,9 @@ void aa__jobs_executor_arrived(aa_planner_t *p);
  * a parked one whose executors are back, then the oldest queued job that
  * can be placed. */
 void aa__jobs_schedule(aa_planner_t *p);
-/* Fails jobs that waited past placement_timeout_s and writes job ends the
- * store did not take before; called by the tick. */
+/* Fails jobs that waited past placement_timeout_s, writes job ends the
+ * store did not take before and keeps the store's WAL small
+ * (aa__wal_tick); called by the tick. */
 void aa__jobs_tick(aa_planner_t *p);
 /* Loads queued jobs from the store at start-up. */
 int aa__jobs_load_queue(aa_planner_t *p);
@@ -497,6 +504,20 @@ void aa__job_advance(aa_planner_t *p);
 void aa__job_stop_run(aa_planner_t *p, aa_store_run_status_t status, const char *why);
 /* Frees a job object. */
 void aa__job_free(aa_planner_job_t *j);
+
+/* --- wal.c ------------------------------------------------------------------------ */
+
+/* A planner with no job running truncates a WAL larger than this (a job
+ * writes about 100 to 500 KiB of it), looks at the file once every
+ * AA_PLANNER_WAL_EVERY_S at most, and tries a checkpoint that could not
+ * complete again that much later. */
+#define AA_PLANNER_WAL_IDLE_BYTES (1 << 20)
+#define AA_PLANNER_WAL_EVERY_S 5
+
+/* Truncates the store's WAL once a write error has cleared, and while no
+ * job runs once it is past AA_PLANNER_WAL_IDLE_BYTES; never waits for
+ * other connections. Called by the tick (through aa__jobs_tick). */
+void aa__wal_tick(aa_planner_t *p);
 
 /* --- search.c -------------------------------------------------------------------- */
 

@@ -116,6 +116,10 @@ int aa__store_fail(aa_store_t *st, int rc, const char *fmt, ...) {
   vsnprintf(ctx, sizeof ctx, fmt, ap);
   va_end(ap);
   const char *msg = st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc);
+  if ((rc & 0xff) == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR) {
+    st->io_failures++;
+    st->io_failing = true;
+  }
   if ((rc & 0xff) == SQLITE_BUSY)
     return aa_error(AA_EIO, "store %s: %s: %s (another connection held the write lock for over %d ms)",
                     st->path, ctx, msg, AA_STORE_BUSY_MS);
@@ -129,6 +133,8 @@ int aa__store_exec(aa_store_t *st, sqlite3_stmt *s, const char *what) {
   int err = rc == SQLITE_DONE ? 0 : aa__store_fail(st, rc, "%s", what);
   sqlite3_reset(s);
   sqlite3_clear_bindings(s);
+  /* A write outside BEGIN ... COMMIT committed itself. */
+  if (!err && !sqlite3_stmt_readonly(s) && sqlite3_get_autocommit(st->db)) st->io_failing = false;
   return err;
 }
 
@@ -140,7 +146,10 @@ void aa__store_done(sqlite3_stmt *s) {
 int aa__store_begin(aa_store_t *st) { return aa__store_exec(st, st->st[AA__ST_BEGIN], "begin immediate"); }
 int aa__store_commit(aa_store_t *st) {
   int err = aa__store_exec(st, st->st[AA__ST_COMMIT], "commit");
-  if (err) aa__store_rollback(st);
+  if (err)
+    aa__store_rollback(st);
+  else
+    st->io_failing = false;
   return err;
 }
 void aa__store_rollback(aa_store_t *st) {
@@ -743,4 +752,46 @@ int aa_store_recover(aa_store_t *st, int max_resumes, aa_store_recovery_t *out) 
   }
   if (out) *out = n;
   return 0;
+}
+
+/* --- the WAL ------------------------------------------------------------------------ */
+
+uint64_t aa_store_io_failures(const aa_store_t *st, bool *failing) {
+  if (failing) *failing = st->io_failing;
+  return st->io_failures;
+}
+
+int aa_store_wal_bytes(aa_store_t *st, int64_t *bytes) {
+  /* SQLite's own name for the file: the database path as it resolved it,
+   * plus "-wal". */
+  const char *db = sqlite3_db_filename(st->db, "main");
+  const char *wal = db && *db ? sqlite3_filename_wal(db) : NULL;
+  if (!wal || !*wal) return aa_error(AA_EINTERNAL, "store %s: SQLite names no WAL file", st->path);
+  struct stat sb;
+  if (stat(wal, &sb) != 0) {
+    if (errno != ENOENT) return aa_error(AA_EIO, "store %s: %s: %s", st->path, wal, strerror(errno));
+    sb.st_size = 0; /* none yet, or removed by the last connection's close */
+  }
+  *bytes = (int64_t)sb.st_size;
+  return 0;
+}
+
+int aa_store_checkpoint(aa_store_t *st, int64_t *wal_before, int64_t *wal_after) {
+  if (st->readonly) return aa_error(AA_EINVAL, "store %s: checkpoint: the store is open read-only", st->path);
+  int64_t before, after;
+  int err = aa_store_wal_bytes(st, &before);
+  if (err) return err;
+  /* TRUNCATE waits through the busy handler for readers of older
+   * snapshots and for a writer; with the store's timeout that could hold
+   * the caller (the planner's loop) for AA_STORE_BUSY_MS. Without one it
+   * copies what it can now and says SQLITE_BUSY, and the caller tries
+   * again later. */
+  sqlite3_busy_timeout(st->db, 0);
+  int rc = sqlite3_wal_checkpoint_v2(st->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+  sqlite3_busy_timeout(st->db, AA_STORE_BUSY_MS);
+  if (rc != SQLITE_OK && (rc & 0xff) != SQLITE_BUSY) return aa__store_fail(st, rc, "checkpoint the WAL");
+  if ((err = aa_store_wal_bytes(st, &after))) return err;
+  if (wal_before) *wal_before = before;
+  if (wal_after) *wal_after = after;
+  return rc == SQLITE_OK ? 0 : 1;
 }

@@ -476,4 +476,36 @@ typedef int (*aa_store_calib_cb)(const aa_store_calib_t *c, void *data);
  * non-zero value. */
 int aa_store_calib_list(aa_store_t *st, const char *device_prefix, aa_store_calib_cb cb, void *data);
 
+/* --- the WAL ------------------------------------------------------------------ */
+
+/* SQLite's own checkpoints (every 1000 pages, about 4 MiB of WAL) copy the
+ * WAL into the database file and then write it again from its start, but
+ * never shrink the file; on a filesystem smaller than that, the WAL alone
+ * can fill it, and what it holds stays after room is made. These let the
+ * planner give that room back (docs/store.md "Durability and concurrency"). */
+
+/* Failures of this connection for lack of room or of the disk (SQLite's
+ * FULL and IOERR codes, whatever the call) since it was opened. *failing
+ * (may be NULL) is true while no write has committed since the latest of
+ * them, false again once the store takes a write. */
+uint64_t aa_store_io_failures(const aa_store_t *st, bool *failing);
+
+/* The size in bytes of the store's WAL file (PATH-wal) into *bytes, 0 when
+ * there is none. AA_EIO when it cannot be examined; *bytes is written only
+ * on success. */
+int aa_store_wal_bytes(aa_store_t *st, int64_t *bytes);
+
+/* Copies every commit in the WAL into the database file and truncates the
+ * WAL file to 0 bytes (PRAGMA wal_checkpoint(TRUNCATE)), without waiting
+ * for other connections: it returns at once, having copied what it could,
+ * when a reader still uses an older snapshot or another connection writes.
+ * Returns 0 when the WAL was truncated; 1 when another connection kept it
+ * from completing (the WAL keeps its size; try again later); AA_EIO when
+ * the database file cannot grow (a full disk, which io_failures counts) or
+ * the disk fails; AA_EINVAL on a store opened read-only. *wal_before and
+ * *wal_after (either may be NULL) get the WAL's size around the call, on 0
+ * and 1 only. It syncs the WAL and the database file, so the planner
+ * calls it now and then (planner/wal.c), never per commit. */
+int aa_store_checkpoint(aa_store_t *st, int64_t *wal_before, int64_t *wal_after);
+
 #endif

@@ -55,6 +55,10 @@ struct aa_store {
   sqlite3_stmt *st[AA__ST_N];
   sqlite3_stmt *jobq[AA__JOBQ_N];
   sqlite3_stmt *runq[AA__RUNQ_N];
+  /* Failures for lack of room or of the disk (aa_store_io_failures): how
+   * many, and whether the latest came after the latest committed write. */
+  uint64_t io_failures;
+  bool io_failing;
 };
 
 /* A run's strategy measured by its job: the mean tokens/s of the job's ok
@@ -84,18 +88,21 @@ struct aa_store {
 
 /* Translates a SQLite status (rc, with sqlite3_errmsg of st's connection)
  * into an AA_E* code and sets the last-error message
- * "store PATH: CONTEXT: SQLITE MESSAGE". Returns the code. */
+ * "store PATH: CONTEXT: SQLITE MESSAGE". Returns the code. A full disk or
+ * an I/O error (SQLITE_FULL, SQLITE_IOERR) is counted in io_failures. */
 int aa__store_fail(aa_store_t *st, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* BEGIN IMMEDIATE (waits up to the busy timeout for the write lock),
- * COMMIT, ROLLBACK. Rollback never fails loudly: it runs on error paths,
- * after the message has been set. */
+ * COMMIT (a success clears io_failing), ROLLBACK. Rollback never fails
+ * loudly: it runs on error paths, after the message has been set. */
 int aa__store_begin(aa_store_t *st);
 int aa__store_commit(aa_store_t *st);
 void aa__store_rollback(aa_store_t *st);
 
 /* Steps a statement that returns no row (or whose rows are ignored), then
- * resets it and clears its bindings. Returns 0 or a translated error. */
+ * resets it and clears its bindings. Returns 0 or a translated error. A
+ * write outside a transaction that succeeds clears io_failing, as a
+ * commit does. */
 int aa__store_exec(aa_store_t *st, sqlite3_stmt *s, const char *what);
 
 /* A row a walk could not read (why: "run 5 has an unknown status 'x'"):

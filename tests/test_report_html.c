@@ -2,8 +2,11 @@
  * tests/report/job.json (a job of 8 runs: ok with and without predictions,
  * an oom, 3 pruned for 2 reasons, a key holding <script>, a best run with 2
  * ranks' times) without a planner: the page is well-formed, holds its four
- * parts, escapes every string and refers to nothing outside itself. The
- * rendering in a real browser is tests/cli/test_report_html.sh. */
+ * parts, escapes every string and refers to nothing outside itself; and
+ * built run by run, past the charts' point limit it draws densities that
+ * count every run, and past 64 prune reasons it counts the rest in one
+ * row. The rendering in a real browser is tests/cli/test_report_html.sh,
+ * a job of 100,160 runs from a live planner tests/cli/test_report_large.sh. */
 #define _GNU_SOURCE /* strcasestr */
 #include <ctype.h>
 #include <jansson.h>
@@ -215,11 +218,110 @@ AA_TEST(input_of_the_wrong_shape_is_refused) {
   json_decref(runs);
 }
 
+/* Sums the N of every "<title>N run" in text: the runs a density chart's
+ * squares hold. */
+static size_t runs_in_titles(const char *text) {
+  size_t sum = 0;
+  for (const char *p = text; (p = strstr(p, "<title>")); p += 7) {
+    char *end;
+    unsigned long n = strtoul(p + 7, &end, 10);
+    if (end != p + 7 && !strncmp(end, " run", 4)) sum += n;
+  }
+  return sum;
+}
+
+/* A report built run by run, as `autoaccel report` feeds it the pages. */
+static char *stream(const json_t *job, const json_t *runs) {
+  aa_report_t *r = NULL;
+  char *text = NULL;
+  size_t n = 0, i;
+  json_t *run;
+  CHECK(aa_report_new(&r, job, NULL) == 0);
+  if (!r) return NULL;
+  json_array_foreach(runs, i, run) CHECK(aa_report_add_run(r, run) == 0);
+  CHECK(aa_report_runs(r) == json_array_size(runs));
+  FILE *f = open_memstream(&text, &n);
+  CHECK(f && aa_report_write(r, f) == 0);
+  if (f) fclose(f);
+  aa_report_free(r);
+  return text;
+}
+
+/* n ok dry runs with a prediction and a peak; run 1 is the best. */
+static json_t *many_runs(int n) {
+  json_t *runs = json_array();
+  for (int i = 1; i <= n; i++)
+    json_array_append_new(runs,
+                          json_pack("{sisssssssfsfsi}", "id", i, "kind", "dryrun", "key", "dp1.k", "status",
+                                    "ok", "tokens_per_s", 1000.0 + i, "predicted_tokens_per_s",
+                                    900.0 + (i % 97), "peak_bytes", 1048576 * (1 + i % 50)));
+  return runs;
+}
+
+AA_TEST(a_chart_of_more_than_its_limit_draws_densities_and_counts_every_run) {
+  json_t *job = json_pack("{sisIs{ss}}", "id", 5, "best_run", (json_int_t)1, "model", "name", "m");
+  json_t *runs = many_runs(AA_REPORT_POINTS_MAX + 2);
+  char *html = stream(job, runs);
+  if (!html) goto out;
+  const char *why = check_tags(html);
+  CHECK_MSG(!why, "%s", why);
+  char *p = part(html, "pred-vs-measured", "svg");
+  CHECK(count(p, "<circle class=\"run\"") == 0);
+  CHECK(count(p, "<rect class=\"cell\"") > 10);
+  CHECK_MSG(runs_in_titles(p) == AA_REPORT_POINTS_MAX + 2, "%zu runs in the squares", runs_in_titles(p));
+  free(p);
+  p = part(html, "throughput-memory", "svg"); /* the best is drawn apart */
+  CHECK(count(p, "<circle class=\"run\"") == 0);
+  CHECK(runs_in_titles(p) == AA_REPORT_POINTS_MAX + 1);
+  CHECK(count(p, "<circle id=\"best-point\"") == 1);
+  free(p);
+  char words[96];
+  snprintf(words, sizeof words, "These %d runs are too many to draw one by one", AA_REPORT_POINTS_MAX + 2);
+  CHECK(count(html, words) == 2);
+  free(html);
+  json_decref(runs);
+  /* At the limit every point is drawn, with its key. */
+  runs = many_runs(AA_REPORT_POINTS_MAX);
+  html = stream(job, runs);
+  if (!html) goto out;
+  p = part(html, "pred-vs-measured", "svg");
+  CHECK(count(p, "<circle class=\"run\"") == AA_REPORT_POINTS_MAX && !strstr(p, "class=\"cell\""));
+  CHECK(!strstr(html, "too many to draw"));
+  free(p);
+out:
+  free(html);
+  json_decref(job);
+  json_decref(runs);
+}
+
+AA_TEST(reasons_past_the_table_limit_share_one_row_and_odd_entries_count_as_other) {
+  json_t *job = json_pack("{si}", "id", 6), *runs = json_array();
+  char why[32];
+  for (int i = 0; i < 70; i++) {
+    snprintf(why, sizeof why, "reason %d", i);
+    json_array_append_new(runs, json_pack("{ssssss}", "key", "k", "status", "pruned", "error", why));
+  }
+  json_array_append_new(runs, json_string("not a run"));
+  char *html = stream(job, runs);
+  if (html) {
+    char *p = part(html, "pruned", "table");
+    CHECK(count(p, "<tr>") == 1 + 64 + 1);
+    CHECK(strstr(p, "<td>other reasons (the table lists the first 64)</td><td class=\"num\">6</td>"));
+    free(p);
+    CHECK(strstr(html, "<td id=\"counts\">71: 70 pruned, 1 other</td>"));
+  }
+  free(html);
+  json_decref(job);
+  json_decref(runs);
+}
+
 int main(void) {
   RUN(page_is_well_formed);
   RUN(page_holds_the_header_and_the_four_parts);
   RUN(every_string_is_escaped_and_nothing_is_fetched);
   RUN(a_job_without_figures_says_so_in_words);
   RUN(input_of_the_wrong_shape_is_refused);
+  RUN(a_chart_of_more_than_its_limit_draws_densities_and_counts_every_run);
+  RUN(reasons_past_the_table_limit_share_one_row_and_odd_entries_count_as_other);
   return aa_test_summary();
 }

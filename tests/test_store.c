@@ -3,6 +3,7 @@
  * of foreign files and of journal files it cannot write,
  * models/hardware/jobs/runs, the best run and answer-from-store rules,
  * recovery and resumption after a crash, durability across a SIGKILL,
+ * the WAL's checkpoint and the count of writes the disk refused,
  * query filters, paging, unreadable rows and the schema's CHECK
  * constraints. Every test works in its own fresh file under one temporary
  * directory. */
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1591,6 +1593,85 @@ AA_TEST(recover_requeues_running_and_interrupted_jobs_until_max_resumes) {
   aa_store_close(st);
 }
 
+/* The WAL of a fresh store (its schema's commits) is truncated to 0 bytes
+ * with every row kept; a reader on an older snapshot makes the checkpoint
+ * answer 1 at once instead of waiting the busy timeout, and the next one,
+ * once the reader is gone, completes. */
+AA_TEST(checkpoint_truncates_the_wal_and_never_waits_for_a_reader) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  char path[512];
+  cur_path(path);
+  int64_t job = 0, bytes = -1, before = -1, after = -1;
+  CHECK(aa_store_job_create(st, MODEL, HW, NULL, &job) == 0);
+  CHECK(aa_store_wal_bytes(st, &bytes) == 0 && bytes > 0);
+
+  sqlite3 *reader = NULL;
+  CHECK(sqlite3_open_v2(path, &reader, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+  CHECK(sqlite3_exec(reader, "BEGIN; SELECT count(*) FROM jobs;", NULL, NULL, NULL) == SQLITE_OK);
+  CHECK(aa_store_job_create(st, MODEL, HW, NULL, &job) == 0); /* past the reader's snapshot */
+  double t0 = aa_now();
+  CHECK(aa_store_checkpoint(st, &before, &after) == 1);
+  CHECK_MSG(aa_now() - t0 < AA_STORE_BUSY_MS / 4000.0, "waited %.3f s", aa_now() - t0);
+  CHECK(before > 0 && after == before);
+  sqlite3_exec(reader, "COMMIT", NULL, NULL, NULL);
+  sqlite3_close(reader);
+
+  CHECK_MSG(aa_store_checkpoint(st, &before, &after) == 0, "%s", aa_last_error());
+  CHECK(before > 0 && after == 0);
+  CHECK(aa_store_wal_bytes(st, &bytes) == 0 && bytes == 0);
+  aa_store_job_t j;
+  CHECK(aa_store_job_get(st, job, &j) == 0 && j.status == AA_STORE_JOB_QUEUED);
+  aa_store_job_clear(&j);
+  CHECK(aa_store_checkpoint(st, NULL, NULL) == 0); /* an empty WAL: nothing to do, still 0 */
+  aa_store_close(st);
+
+  CHECK(aa_store_open(&st, path, AA_STORE_READONLY) == 0);
+  if (st) {
+    CHECK(aa_store_checkpoint(st, NULL, NULL) == AA_EINVAL);
+    CHECK(strstr(aa_last_error(), "read-only") != NULL);
+    aa_store_close(st);
+  }
+}
+
+/* A write the disk refuses (here: past RLIMIT_FSIZE, which the WAL cannot
+ * grow beyond) is counted and leaves the store failing until a write
+ * commits; reads change neither. In a child, whose file size limit does
+ * not reach the other tests; it exits with the number of the first check
+ * that failed. */
+AA_TEST(io_failures_count_a_refused_write_until_one_commits) {
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    aa_store_t *st = fresh_store();
+    int64_t job = 0, bytes = 0;
+    bool failing = true;
+    if (!st || aa_store_io_failures(st, &failing) != 0 || failing) _exit(10);
+    if (aa_store_wal_bytes(st, &bytes) || bytes <= 0) _exit(11);
+    signal(SIGXFSZ, SIG_IGN); /* a write past the limit fails with EFBIG instead */
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_FSIZE, &lim)) _exit(12);
+    struct rlimit small = {(rlim_t)bytes, lim.rlim_max};
+    if (setrlimit(RLIMIT_FSIZE, &small)) _exit(13);
+    if (aa_store_job_create(st, MODEL, HW, NULL, &job) != AA_EIO) _exit(14);
+    if (aa_store_io_failures(st, &failing) != 1 || !failing) _exit(15);
+    aa_store_model_t m;
+    if (aa_store_model_get(st, MODEL, &m)) _exit(16);
+    aa_store_model_clear(&m);
+    if (aa_store_io_failures(st, &failing) != 1 || !failing) _exit(17);
+    if (setrlimit(RLIMIT_FSIZE, &lim)) _exit(18);
+    if (aa_store_job_create(st, MODEL, HW, NULL, &job)) _exit(19);
+    if (aa_store_io_failures(st, &failing) != 1 || failing) _exit(20);
+    if (aa_store_checkpoint(st, NULL, NULL) || aa_store_wal_bytes(st, &bytes) || bytes != 0) _exit(21);
+    aa_store_close(st);
+    _exit(0);
+  }
+  int status = -1;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed check %d",
+            WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
 AA_TEST(commits_survive_sigkill_of_the_writer) {
   const char *p = fresh_path();
   char path[512];
@@ -1925,6 +2006,8 @@ int main(void) {
   RUN(recover_without_resumes_marks_running_jobs_interrupted_and_running_runs_crashed);
   RUN(recover_requeues_running_and_interrupted_jobs_until_max_resumes);
   RUN(commits_survive_sigkill_of_the_writer);
+  RUN(checkpoint_truncates_the_wal_and_never_waits_for_a_reader);
+  RUN(io_failures_count_a_refused_write_until_one_commits);
   RUN(run_queries_filter_order_and_stop);
   RUN(a_walk_reports_unreadable_rows_through_bad_row_and_goes_on);
   RUN(pages_give_every_row_once_in_order);

@@ -13,8 +13,10 @@
 #     search); by default the job resumes, keeps what was measured, and ends
 #     done; only then does a plain submit answer from the store.
 #  4. The store's disk fills at a job's end (a 2 MiB tmpfs in a mount
-#     namespace): the client gets the real cause, and the job's end reaches
-#     the store once there is room again.
+#     namespace, most of it taken by the store's WAL): the client gets the
+#     real cause, the job's end reaches the store once there is room again,
+#     the WAL is then truncated, and the next job on that disk ends done; an
+#     idle planner truncates a WAL past 1 MiB.
 #  5. 46,080 runs in the store: `query runs` pages through all of them; a row
 #     too large for a frame is an error reply, not silence.
 #  6. out_dir: symlinks planted at strategy.json(.tmp) are replaced, never
@@ -151,17 +153,52 @@ if unshare -m --propagation private true 2>/dev/null; then
   pids+=("$dex")
   "$AA" submit "$tmp/model.json" $D --wait --refresh --exhaustive --exclude fp16,checkpoint >"$tmp/full.out" 2>&1 &
   sub=$!
+  in_ns() { nsenter -t "$dplanner" -m "$@"; } # in_ns COMMAND...: run in the planner's mount namespace
+  wal_bytes() { in_ns stat -c %s "$mnt/store.db-wal"; }
+  # grow_wal FREE_KIB WAL_KIB: commits of a second connection append to the
+  # WAL until the disk has at most FREE_KIB free or the WAL holds WAL_KIB, as
+  # a planner's own jobs do over time (SQLite's automatic checkpoint only
+  # reuses the WAL past 4 MiB, more than this disk holds). Each commit moves
+  # a hardware row's created_at by one and back, so the rows end as they were.
+  grow_wal() {
+    in_ns /usr/bin/python3 - "$mnt/store.db" "$1" "$2" <<'PY'
+import os, sqlite3, sys
+path, free_kib, wal_kib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+db = sqlite3.connect(path, timeout=10)
+def room():
+    st = os.statvfs(os.path.dirname(path))
+    return st.f_bavail * st.f_frsize > free_kib << 10 and os.path.getsize(path + "-wal") < wal_kib << 10
+step = 1
+while room() or step < 0:
+    db.execute("UPDATE hardware SET created_at = created_at + ?", (step,))
+    db.commit()
+    step = -step
+PY
+  }
   check "a dry run is recorded ok before the disk fills" wait_for 60 second_dry_run "$tmp/dplanner.log" 1
-  nsenter -t "$dplanner" -m dd if=/dev/zero of="$mnt/fill" bs=64k 2>/dev/null
+  # The WAL takes all but 200 KiB: less than the next job writes (a search
+  # of 18 candidates, about 290 KiB of WAL), more than the database file
+  # needs to take the WAL's pages (about 70 KiB).
+  grow_wal 200 4096
+  in_ns dd if=/dev/zero of="$mnt/fill" bs=64k 2>/dev/null
   wait "$sub"
   check "the client is told the real cause" grep -q "database or disk is full" "$tmp/full.out"
   check "and not that no strategy could run" bash -c "! grep -q 'no strategy could run' '$tmp/full.out'"
   djob=$(grep -Eo "job [0-9]+" "$tmp/full.out" | head -1 | grep -Eo '[0-9]+')
   dstatus() { "$AA" status "$djob" $D --json | jq_ "d['job']['status']"; }
   check "status tells the truth while the store cannot" [ "$(dstatus)" = failed ]
-  nsenter -t "$dplanner" -m rm -f "$mnt/fill"
+  in_ns rm -f "$mnt/fill"
   recorded() { grep -q "job $djob: its end (failed) is in the store now" "$tmp/dplanner.log"; }
   check "once there is room, the job's end is written to the store" wait_for 10 recorded
+  truncated() { grep -q "store: WAL checkpointed and truncated (.* -> 0): $1" "$tmp/dplanner.log"; }
+  check "then the WAL is checkpointed and truncated" wait_for 10 truncated "a write error cleared"
+  check "to 0 bytes" [ "$(wal_bytes)" = 0 ]
+  expect 0 "job $((djob + 1)) done" "$AA" submit "$tmp/model.json" $D --wait --refresh --max-dryruns 1
+  grow_wal 0 1100
+  check "an idle planner truncates a WAL past 1 MiB" wait_for 15 truncated "the planner is idle"
+  # Polled: a look of the planner's may have truncated it while it grew.
+  wal_empty() { [ "$(wal_bytes)" = 0 ]; }
+  check "to 0 bytes" wait_for 10 wal_empty
   kill "$dplanner" "$dex"; wait "$dplanner" "$dex" 2>/dev/null
 else
   echo "skipped: the disk-full case needs a mount namespace (unshare -m), which this user cannot make"
