@@ -768,7 +768,7 @@ int aa_store_wal_bytes(aa_store_t *st, int64_t *bytes) {
   const char *wal = db && *db ? sqlite3_filename_wal(db) : NULL;
   if (!wal || !*wal) return aa_error(AA_EINTERNAL, "store %s: SQLite names no WAL file", st->path);
   struct stat sb;
-  if (stat(wal, &sb) != 0) {
+  if (lstat(wal, &sb) != 0) {
     if (errno != ENOENT) return aa_error(AA_EIO, "store %s: %s: %s", st->path, wal, strerror(errno));
     sb.st_size = 0; /* none yet, or removed by the last connection's close */
   }
