@@ -57,5 +57,12 @@ start_executor() {
 # executors_up N: at least N executors are registered with $P.
 executors_up() { [ "$("$AA" status $P --json | jq_ "len(d['executors'])")" -ge "$1" ]; }
 
+# as_nobody CMD...: runs CMD as nobody (uid and gid 65534), without leak
+# checks; can_be_nobody: this test runs as root and can do that. A process
+# started in the background that the cleanup must kill is started with the
+# same env/setpriv line inline instead, so that $! is the process itself.
+as_nobody() { env ASAN_OPTIONS=detect_leaks=0 setpriv --reuid 65534 --regid 65534 --clear-groups "$@"; }
+can_be_nobody() { [ "$(id -u)" = 0 ] && as_nobody "$AA" --version >/dev/null 2>&1; }
+
 # runner_of PID: the executor PID has a runner child; sets $r to it.
 runner_of() { r=$($TOOL children "$1"); [ -n "$r" ]; }

@@ -54,8 +54,7 @@ expect 1 "token file .*token is a symbolic link" timeout 10 "$AA" planner --home
 check "a link at the token is not followed" [ "$(mode_of "$tmp/x.txt")" = 644 ]
 rm "$h1/token"
 
-if [ "$(id -u)" = 0 ] && setpriv --reuid 65534 --regid 65534 --clear-groups "$AA" --version >/dev/null 2>&1; then
-  as_nobody() { env ASAN_OPTIONS=detect_leaks=0 setpriv --reuid 65534 --regid 65534 --clear-groups "$@"; }
+if can_be_nobody; then
   nh="$tmp/nh"
   mkdir -p "$nh" "$tmp/nobodydir"
   chown 65534:65534 "$nh" "$tmp/nobodydir"

@@ -254,8 +254,7 @@ check "a symlink planted at strategy.json is replaced, its target untouched" gre
 check "strategy.json is a regular file with the strategy" \
   bash -c "[ -f '$out/strategy.json' ] && [ ! -L '$out/strategy.json' ] && grep -q autoaccel-strategy '$out/strategy.json'"
 kill "$planner" "$executor"; wait "$planner" "$executor" 2>/dev/null
-if [ "$(id -u)" = 0 ] && setpriv --reuid 65534 --regid 65534 --clear-groups "$AA" --version >/dev/null 2>&1; then
-  as_nobody() { env ASAN_OPTIONS=detect_leaks=0 setpriv --reuid 65534 --regid 65534 --clear-groups "$@"; }
+if can_be_nobody; then
   nhome="$tmp/nhome"
   mkdir -p "$nhome" "$tmp/rootdir" "$tmp/nobodydir"
   chown 65534:65534 "$nhome" "$tmp/nobodydir"
