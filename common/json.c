@@ -251,6 +251,82 @@ int aa_json_read_fields(const aa_json_ctx_t *c, const json_t *obj, const char *s
   return 0;
 }
 
+/* Whether s[0..len) is UTF-8 text (no overlong forms, no surrogates). */
+static bool utf8_valid(const unsigned char *s, size_t len) {
+  for (size_t i = 0; i < len;) {
+    unsigned c = s[i];
+    size_t k = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : 4;
+    if (k == 4 || (k && i + k >= len)) return false;
+    unsigned cp = k == 0 ? c : c & (0x3f >> k);
+    for (size_t j = 1; j <= k; j++) {
+      if ((s[i + j] & 0xc0) != 0x80) return false;
+      cp = cp << 6 | (s[i + j] & 0x3f);
+    }
+    static const unsigned least[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < least[k] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += k + 1;
+  }
+  return true;
+}
+
+/* One field's value in base against its rule (aa_json_check_fields). */
+static int check_value(const aa_json_ctx_t *c, const char *path, const aa_json_field_t *f, const void *base) {
+  const char *src = (const char *)base + f->off;
+  char num[32], rule[96];
+  switch (f->kind) {
+  case AA_JSON_INT:
+    return aa_json_check_int(
+        c, path, f, f->size == sizeof(int64_t) ? (long long)*(const int64_t *)src : *(const int *)src);
+  case AA_JSON_NUMBER: {
+    double x = f->size == sizeof(double) ? *(const double *)src : *(const float *)src;
+    if (!isfinite(x)) return aa_json_fail(c, AA_EINVAL, path, "must be a finite number (got %g)", x);
+    describe_float_range(rule, sizeof rule, f);
+    if (!float_in_range(f, x))
+      return aa_json_fail(c, AA_EINVAL, path, "%s (got %s)", rule,
+                          aa_json_fmt_num(num, x, f->size != sizeof(double)));
+    return 0;
+  }
+  case AA_JSON_BOOL: {
+    int v = *(const int *)src;
+    return v == 0 || v == 1 ? 0 : aa_json_fail(c, AA_EINVAL, path, "must be true or false (got %d)", v);
+  }
+  case AA_JSON_ENUM: {
+    int v = *(const int *)src, count = 0;
+    while (f->names[count])
+      count++;
+    if (v >= 0 && v < count) return 0;
+    char list[128];
+    join(list, sizeof list, NULL, 0, f->names);
+    return aa_json_fail(c, AA_EINVAL, path, "must be one of: %s (got %d)", list, v);
+  }
+  case AA_JSON_STRING: {
+    size_t len = strnlen(src, f->size);
+    if (len == f->size)
+      return aa_json_fail(c, AA_EINVAL, path, "must be at most %zu bytes long", f->size - 1);
+    if (len == 0) return 0;
+    if (!utf8_valid((const unsigned char *)src, len))
+      return aa_json_fail(c, AA_EINVAL, path, "must be UTF-8 text");
+    const char *broken = f->check ? f->check(src, len) : NULL;
+    return broken ? aa_json_fail(c, AA_EINVAL, path, "%s", broken) : 0;
+  }
+  case AA_JSON_OBJECT: return f->sub ? aa_json_check_fields(c, path, f->sub, f->nsub, base) : 0;
+  case AA_JSON_CUSTOM:
+  case AA_JSON_KEY: return 0;
+  }
+  return aa_json_fail(c, AA_EINTERNAL, path, "no rule for this field");
+}
+
+int aa_json_check_fields(const aa_json_ctx_t *c, const char *section, const aa_json_field_t *t, size_t n,
+                         const void *base) {
+  char path[160];
+  for (size_t i = 0; i < n; i++) {
+    field_path(path, sizeof path, section, t[i].key);
+    int rc = check_value(c, path, &t[i], base);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 void aa_json_fields_default(const aa_json_field_t *t, size_t n, void *base) {
   for (size_t i = 0; i < n; i++) {
     char *dst = (char *)base + t[i].off;

@@ -108,6 +108,19 @@ void aa_json_fields_default(const aa_json_field_t *t, size_t n, void *base);
  * struct that did not come from JSON (aa_arch_validate). */
 int aa_json_check_int(const aa_json_ctx_t *c, const char *path, const aa_json_field_t *f, long long v);
 
+/* Checks the values a struct holds (base) against table t (n entries)
+ * with the reader's rules and messages, for a struct that did not come
+ * from JSON (a strategy built by the search) or to hold one to the rules
+ * its writer relies on: integers in range, numbers finite and in range,
+ * booleans 0 or 1 ("must be true or false (got 2)"), enum indices among
+ * the names ("must be one of: a, b (got 7)"), strings NUL-terminated
+ * within their size, UTF-8, and by their `check` rule (an empty string is
+ * the unknown value and passes); objects depth first. Custom and key
+ * fields are the owner's to check. Returns 0 or AA_EINVAL for the first
+ * field that breaks its rule, in table order. */
+int aa_json_check_fields(const aa_json_ctx_t *c, const char *section, const aa_json_field_t *t, size_t n,
+                         const void *base);
+
 /* Sets the last error to "<origin>: <path>: <rule>" (or "<path>: <rule>"
  * without an origin) and returns code. */
 int aa_json_fail(const aa_json_ctx_t *c, int code, const char *path, const char *fmt, ...)
