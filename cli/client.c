@@ -338,8 +338,8 @@ int aa_client_query(aa_client_t *c, const char *what, const char *args, char **j
   return reply_json(c, &q, json);
 }
 
-int aa_client_query_each(aa_client_t *c, const char *what, const json_t *args, long long limit, const char *list,
-                         aa_client_row_cb row, aa_client_row_cb bad, void *data) {
+int aa_client_query_each(aa_client_t *c, const char *what, const json_t *args, long long limit,
+                         const char *list, aa_client_row_cb row, aa_client_row_cb bad, void *data) {
   json_t *a = json_deep_copy(args);
   long long offset = 0, seen = 0;
   int rc = a ? 0 : aa_error(AA_ENOMEM, "out of memory");
@@ -389,8 +389,8 @@ typedef struct pages {
 static int append_good(json_t *row, void *data) { return append_row(row, ((pages_t *)data)->rows); }
 static int append_bad(json_t *row, void *data) { return append_row(row, ((pages_t *)data)->bad); }
 
-int aa_client_query_pages(aa_client_t *c, const char *what, const json_t *args, long long limit, const char *list,
-                          json_t **out) {
+int aa_client_query_pages(aa_client_t *c, const char *what, const json_t *args, long long limit,
+                          const char *list, json_t **out) {
   pages_t pg = {json_array(), json_array()};
   json_t *all = json_object();
   int rc = all && pg.rows && pg.bad ? 0 : aa_error(AA_ENOMEM, "out of memory");

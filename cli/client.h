@@ -85,8 +85,8 @@ typedef int (*aa_client_row_cb)(json_t *row, void *data);
  * is held at a time, however many rows the answer has. Returns 0, a
  * request error, or the callbacks' non-zero value (the rest of that page
  * is passed over and no further page asked for). */
-int aa_client_query_each(aa_client_t *c, const char *what, const json_t *args, long long limit, const char *list,
-                         aa_client_row_cb row, aa_client_row_cb bad, void *data);
+int aa_client_query_each(aa_client_t *c, const char *what, const json_t *args, long long limit,
+                         const char *list, aa_client_row_cb row, aa_client_row_cb bad, void *data);
 /* aa_client_query_each gathered into one object: the rows of every page
  * under `list`, and every page's "unreadable" rows merged. *out is a new
  * reference (json_decref). */

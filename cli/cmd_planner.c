@@ -9,61 +9,71 @@
 #include "planner/planner.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: autoaccel planner [options]\n\n"
-          "Runs the planner daemon in the foreground: it accepts executors and clients, runs the\n"
-          "submitted jobs one at a time (search by dry runs, then training), and records every run in\n"
-          "its store. One log line per event goes to stderr. SIGINT, SIGTERM or SIGHUP (its terminal\n"
-          "closed) stops it in order: peers get bye, a running job is recorded interrupted (it resumes\n"
-          "at the next start), the socket file is removed. Started with SIGHUP ignored (nohup), it\n"
-          "keeps ignoring it.\n\n"
-          "options:\n"
-          "  --home DIR              state directory, mode 0700 (default: $AUTOACCEL_HOME, else ~/.autoaccel)\n"
-          "  --socket PATH           unix socket, mode 0600 (default: HOME/planner.sock)\n"
-          "  --listen HOST:PORT      listen on TCP as well; every TCP peer must present the token\n"
-          "  --token-file FILE       the token TCP peers present (first line; mode 0600); default\n"
-          "                          HOME/token, made on first use\n"
-          "  --store PATH            SQLite store, mode 0600 (default: HOME/store.db)\n"
-          "  --heartbeat-ms N        heartbeat period for executors and clients (default 1000)\n"
-          "  --dead-after-ms N       a peer silent this long is closed (default 10 heartbeats)\n"
-          "  --warmup-steps N        untimed steps per dry run (default 1)\n"
-          "  --measured-steps N      timed steps per dry run (default 4)\n"
-          "  --dryrun-time-limit S   a dry run still going after S seconds is killed (default 300)\n"
-          "  --placement-timeout S   a job whose executors are not connected fails after S seconds\n"
-          "                          of waiting for them (default 3600)\n"
-          "  --max-resumes N         times a job interrupted by a stop resumes at the next start\n"
-          "                          (default 3; 0 = never)\n"
-          "  --cpu-backend B         process groups of CPU gangs: auto (shm on one host, gloo when a\n"
-          "                          gang spans hosts; the default), gloo (always, one host too) or\n"
-          "                          shm (every gang on one host)\n"
-          "  --max-connections N     connections at most, 16 of them kept for the unix socket\n"
-          "                          (default 1024, less if the descriptor limit is lower)\n"
-          "  --max-unauthenticated N TCP connections that have not yet said hello (default 64); when\n"
-          "                          they are all taken a newcomer displaces the oldest silent one, and\n"
-          "                          one source (address) holding N/8 displaces its own oldest\n"
-          "  --hello-timeout-ms N    a connection that has not said hello by then is closed (default 10000)\n"
-          "  --frame-timeout-ms N    a frame not complete this long after its first byte closes its\n"
-          "                          connection (default 30000)\n"
-          "  --write-queue-max BYTES a peer that leaves more unread is closed (default 32M)\n"
-          "  --input-buffer-max BYTES input held for all peers together (partly sent frames); past it\n"
-          "                          the peer holding the most is closed (default 64M, at least 17M)\n"
-          "  -h, --help              this help\n\n"
-          "Exit codes: 0 stopped in order, 1 failure (socket in use, store unreadable), 2 usage.\n");
+  fprintf(
+      f,
+      "usage: autoaccel planner [options]\n\n"
+      "Runs the planner daemon in the foreground: it accepts executors and clients, runs the\n"
+      "submitted jobs one at a time (search by dry runs, then training), and records every run in\n"
+      "its store. One log line per event goes to stderr. SIGINT, SIGTERM or SIGHUP (its terminal\n"
+      "closed) stops it in order: peers get bye, a running job is recorded interrupted (it resumes\n"
+      "at the next start), the socket file is removed. Started with SIGHUP ignored (nohup), it\n"
+      "keeps ignoring it.\n\n"
+      "options:\n"
+      "  --home DIR              state directory, mode 0700 (default: $AUTOACCEL_HOME, else ~/.autoaccel)\n"
+      "  --socket PATH           unix socket, mode 0600 (default: HOME/planner.sock)\n"
+      "  --listen HOST:PORT      listen on TCP as well; every TCP peer must present the token\n"
+      "  --token-file FILE       the token TCP peers present (first line; mode 0600); default\n"
+      "                          HOME/token, made on first use\n"
+      "  --store PATH            SQLite store, mode 0600 (default: HOME/store.db)\n"
+      "  --heartbeat-ms N        heartbeat period for executors and clients (default 1000)\n"
+      "  --dead-after-ms N       a peer silent this long is closed (default 10 heartbeats)\n"
+      "  --warmup-steps N        untimed steps per dry run (default 1)\n"
+      "  --measured-steps N      timed steps per dry run (default 4)\n"
+      "  --dryrun-time-limit S   a dry run still going after S seconds is killed (default 300)\n"
+      "  --placement-timeout S   a job whose executors are not connected fails after S seconds\n"
+      "                          of waiting for them (default 3600)\n"
+      "  --max-resumes N         times a job interrupted by a stop resumes at the next start\n"
+      "                          (default 3; 0 = never)\n"
+      "  --cpu-backend B         process groups of CPU gangs: auto (shm on one host, gloo when a\n"
+      "                          gang spans hosts; the default), gloo (always, one host too) or\n"
+      "                          shm (every gang on one host)\n"
+      "  --max-connections N     connections at most, 16 of them kept for the unix socket\n"
+      "                          (default 1024, less if the descriptor limit is lower)\n"
+      "  --max-unauthenticated N TCP connections that have not yet said hello (default 64); when\n"
+      "                          they are all taken a newcomer displaces the oldest silent one, and\n"
+      "                          one source (address) holding N/8 displaces its own oldest\n"
+      "  --hello-timeout-ms N    a connection that has not said hello by then is closed (default 10000)\n"
+      "  --frame-timeout-ms N    a frame not complete this long after its first byte closes its\n"
+      "                          connection (default 30000)\n"
+      "  --write-queue-max BYTES a peer that leaves more unread is closed (default 32M)\n"
+      "  --input-buffer-max BYTES input held for all peers together (partly sent frames); past it\n"
+      "                          the peer holding the most is closed (default 64M, at least 17M)\n"
+      "  -h, --help              this help\n\n"
+      "Exit codes: 0 stopped in order, 1 failure (socket in use, store unreadable), 2 usage.\n");
 }
 
 int aa_cmd_planner(int argc, char **argv) {
-  static const struct option longopts[] = {
-      {"home", required_argument, 0, 'H'},          {"socket", required_argument, 0, 's'},
-      {"listen", required_argument, 0, 'l'},        {"token-file", required_argument, 0, 't'},
-      {"store", required_argument, 0, 'S'},         {"heartbeat-ms", required_argument, 0, 'b'},
-      {"dead-after-ms", required_argument, 0, 'd'}, {"warmup-steps", required_argument, 0, 'w'},
-      {"measured-steps", required_argument, 0, 'm'}, {"dryrun-time-limit", required_argument, 0, 'T'},
-      {"placement-timeout", required_argument, 0, 'P'}, {"max-resumes", required_argument, 0, 'R'},
-      {"max-connections", required_argument, 0, 'C'}, {"max-unauthenticated", required_argument, 0, 'U'},
-      {"hello-timeout-ms", required_argument, 0, 'E'}, {"frame-timeout-ms", required_argument, 0, 'F'},
-      {"write-queue-max", required_argument, 0, 'Q'}, {"cpu-backend", required_argument, 0, 'B'},
-      {"input-buffer-max", required_argument, 0, 'I'},
-      {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
+  static const struct option longopts[] = {{"home", required_argument, 0, 'H'},
+                                           {"socket", required_argument, 0, 's'},
+                                           {"listen", required_argument, 0, 'l'},
+                                           {"token-file", required_argument, 0, 't'},
+                                           {"store", required_argument, 0, 'S'},
+                                           {"heartbeat-ms", required_argument, 0, 'b'},
+                                           {"dead-after-ms", required_argument, 0, 'd'},
+                                           {"warmup-steps", required_argument, 0, 'w'},
+                                           {"measured-steps", required_argument, 0, 'm'},
+                                           {"dryrun-time-limit", required_argument, 0, 'T'},
+                                           {"placement-timeout", required_argument, 0, 'P'},
+                                           {"max-resumes", required_argument, 0, 'R'},
+                                           {"max-connections", required_argument, 0, 'C'},
+                                           {"max-unauthenticated", required_argument, 0, 'U'},
+                                           {"hello-timeout-ms", required_argument, 0, 'E'},
+                                           {"frame-timeout-ms", required_argument, 0, 'F'},
+                                           {"write-queue-max", required_argument, 0, 'Q'},
+                                           {"cpu-backend", required_argument, 0, 'B'},
+                                           {"input-buffer-max", required_argument, 0, 'I'},
+                                           {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
   aa_planner_opts_t o = {.warmup_steps = -1};
   long long v;
   int c;
@@ -133,9 +143,10 @@ int aa_cmd_planner(int argc, char **argv) {
     case 'I': {
       size_t bytes;
       if (aa_mem_parse_bytes(optarg, &bytes) || bytes < (17u << 20) || bytes > (1ull << 40)) {
-        fprintf(stderr,
-                "autoaccel planner: --input-buffer-max: expected a byte count in 17M..1T such as 64M, got '%s'\n",
-                optarg);
+        fprintf(
+            stderr,
+            "autoaccel planner: --input-buffer-max: expected a byte count in 17M..1T such as 64M, got '%s'\n",
+            optarg);
         return AA_EXIT_USAGE;
       }
       o.input_buffer_max = (long long)bytes;

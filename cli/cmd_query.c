@@ -1,6 +1,7 @@
 /* `autoaccel query best|runs|run|jobs`: the planner's store, as tables or
  * as the planner's JSON verbatim (--json). The runs table is shared with
  * `autoaccel auto` (aa_client_print_runs). */
+#include <ctype.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include "cli.h"
 #include "client.h"
 #include "common/aa.h"
+#include "common/axis.h"
 
 static const char *jstr(const json_t *o, const char *k, const char *dflt) {
   const char *s = json_string_value(json_object_get(o, k));
@@ -67,8 +69,17 @@ static void print_run(const json_t *root) {
     return;
   }
   _Static_assert(AA_PROTO_TIME_KINDS == 5, "one column per time kind");
-  printf("\n%4s %3s %3s %3s  %-9s %8s %9s %9s %9s %9s %9s %10s\n", "RANK", "DP", "TP", "PP", "STATUS",
-         "STEP MS", "FORWARD", "BACKWARD", "OPTIMIZER", "PP COMM", "BUBBLE", "PEAK");
+  /* One coordinate column per axis (common/axis.h), headed by its key. */
+  printf("\n%4s", "RANK");
+  for (int a = 0; a < AA_AXES; a++) {
+    char head[8];
+    snprintf(head, sizeof head, "%s", aa_axis_info((aa_axis_t)a)->key);
+    for (char *c = head; *c; c++)
+      *c = (char)toupper((unsigned char)*c);
+    printf(" %3s", head);
+  }
+  printf("  %-9s %8s %9s %9s %9s %9s %9s %10s\n", "STATUS", "STEP MS", "FORWARD", "BACKWARD", "OPTIMIZER",
+         "PP COMM", "BUBBLE", "PEAK");
   size_t i;
   json_t *k;
   json_array_foreach(ranks, i, k) {
@@ -84,9 +95,14 @@ static void print_run(const json_t *root) {
     }
     v = jnum(k, "peak_bytes", &has);
     aa_client_fmt_bytes(peak, v, has);
-    printf("%4.0f %3.0f %3.0f %3.0f  %-9s %8s %9s %9s %9s %9s %9s %10s\n", jnum(k, "rank", &has),
-           jnum(k, "dp_rank", &has), jnum(k, "tp_rank", &has), jnum(k, "pp_rank", &has),
-           jstr(k, "status", "?"), ms, t[0], t[1], t[2], t[3], t[4], peak);
+    printf("%4.0f", jnum(k, "rank", &has));
+    for (int a = 0; a < AA_AXES; a++) {
+      char name[32];
+      snprintf(name, sizeof name, "%s_rank", aa_axis_info((aa_axis_t)a)->key);
+      printf(" %3.0f", jnum(k, name, &has));
+    }
+    printf("  %-9s %8s %9s %9s %9s %9s %9s %10s\n", jstr(k, "status", "?"), ms, t[0], t[1], t[2], t[3], t[4],
+           peak);
     if (jstr(k, "error", NULL)) printf("     error: %s\n", jstr(k, "error", ""));
   }
 }

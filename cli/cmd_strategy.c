@@ -82,25 +82,27 @@ static void print_words(const aa_strategy_t *s) {
   aa_strategy_key(s, key);
   const aa_loss_scale_cfg_t *ls = &s->loss_scale;
   printf("key:               %s\n", key);
-  long long ranks = (long long)s->dp * s->tp * s->pp;
-  printf("parallel:          data %d x tensor %d x pipeline %d = %lld rank%s\n", s->dp, s->tp, s->pp, ranks,
-         ranks == 1 ? "" : "s");
+  long long ranks = aa_strategy_world(s);
+  printf("parallel:          ");
+  for (int a = 0; a < AA_AXES; a++)
+    printf("%s%s %d", a ? " x " : "", aa_axis_name((aa_axis_t)a), s->degree[a]);
+  printf(" = %lld rank%s\n", ranks, ranks == 1 ? "" : "s");
   if (s->sp)
     printf("sequence parallel: on: LayerNorm and the residual stream split along the sequence over the "
            "tensor group\n");
   else
     printf("sequence parallel: off\n");
-  aa_axis_t axes[AA_AXES];
-  aa_axis_order_axes(s->order, axes);
-  printf("axis order:        %s fastest, then %s, then %s\n", aa_axis_name(axes[0]), aa_axis_name(axes[1]),
-         aa_axis_name(axes[2]));
+  printf("axis order:        %s fastest", aa_axis_name(s->order[0]));
+  for (int i = 1; i < AA_AXES; i++)
+    printf(", then %s", aa_axis_name(s->order[i]));
+  printf("\n");
   if (s->nranks) {
     printf("rank order:        mesh position i runs on rank");
     for (int i = 0; i < s->nranks && i < 32; i++) printf(" %d", s->rank_order[i]);
     printf("%s\n", s->nranks > 32 ? " ..." : "");
   }
   printf("zero:              stage %d: %s%s\n", s->zero, zero_words[s->zero],
-         s->zero > 0 && s->dp == 1 ? " (a group of 1: nothing to shard)" : "");
+         s->zero > 0 && s->degree[AA_AXIS_DATA] == 1 ? " (a group of 1: nothing to shard)" : "");
   if (s->amp == AA_F32)
     printf("amp:               off: fp32 compute\n");
   else
@@ -131,7 +133,7 @@ static void print_words(const aa_strategy_t *s) {
     printf("micro batch:       %d sequences per rank per forward/backward\n", s->micro_batch);
   else
     printf("micro batch:       the whole per-rank batch (global_batch / dp)\n");
-  if (s->pp > 1) {
+  if (s->degree[AA_AXIS_PIPELINE] > 1) {
     if (s->schedule == AA_SCHEDULE_INTERLEAVED)
       printf("pipeline schedule: interleaved 1F1B, %d virtual stages per rank\n", s->vpp);
     else
@@ -246,8 +248,9 @@ static int cmd_check(int argc, char **argv) {
          aa_strategy_accum_steps(&s, &spec));
   /* Where the cut falls, which a uniform or parameters cut leaves to the model. */
   int bounds[AA_STRATEGY_STAGES_MAX + 1];
-  if (s.pp > 1 && !aa_pp_bounds(&spec.arch, &s, bounds)) {
-    printf("stages: %s, virtual stage k on pipeline rank k %% %d:", aa_pp_partition_name(s.partition), s.pp);
+  if (s.degree[AA_AXIS_PIPELINE] > 1 && !aa_pp_bounds(&spec.arch, &s, bounds)) {
+    printf("stages: %s, virtual stage k on pipeline rank k %% %d:", aa_pp_partition_name(s.partition),
+           s.degree[AA_AXIS_PIPELINE]);
     for (int k = 0; k < aa_pp_stages(&s); k++)
       printf(" [%d, %d)", bounds[k], bounds[k + 1]);
     printf("\n");
@@ -261,21 +264,23 @@ static int cmd_check(int argc, char **argv) {
   aa_cost_memory(&spec.arch, &s, accum, &m);
   char need[256], total[32], have[32];
   aa_cost_mem_describe(&m, need, sizeof need);
-  printf("memory: %s needs at least %s", s.pp > 1 ? "the most loaded stage's rank" : "a rank", need);
+  printf("memory: %s needs at least %s",
+         s.degree[AA_AXIS_PIPELINE] > 1 ? "the most loaded stage's rank" : "a rank", need);
   if (memory) printf(", %s %s", m.total <= memory ? "fits in" : "more than", aa_mem_fmt(have, memory));
   double flops = aa_cost_flops_per_token(&spec.arch, &s);
   printf("\nwork: %.4g %s per token%s%s (6N + 12LCT%s)\n", flops >= 1e9 ? flops / 1e9 : flops / 1e6,
-         flops >= 1e9 ? "GFLOP" : "MFLOP", s.tp > 1 ? " on each tensor rank" : "",
-         s.pp > 1 ? " on the most loaded stage" : "", s.ckpt == AA_CKPT_FULL ? " and the recomputed forward" : "");
+         flops >= 1e9 ? "GFLOP" : "MFLOP", s.degree[AA_AXIS_TENSOR] > 1 ? " on each tensor rank" : "",
+         s.degree[AA_AXIS_PIPELINE] > 1 ? " on the most loaded stage" : "",
+         s.ckpt == AA_CKPT_FULL ? " and the recomputed forward" : "");
   /* Each stage's own figures, and the schedule's bubble. */
-  for (int st = 0; s.pp > 1 && st < s.pp; st++) {
+  for (int st = 0; s.degree[AA_AXIS_PIPELINE] > 1 && st < s.degree[AA_AXIS_PIPELINE]; st++) {
     aa_cost_mem_t sm;
     aa_cost_memory_stage(&spec.arch, &s, accum, st, &sm);
     aa_cost_mem_describe(&sm, need, sizeof need);
     double f = aa_cost_flops_per_token_stage(&spec.arch, &s, st);
     printf("stage %d: %s; %.4g %s per token\n", st, need, f >= 1e9 ? f / 1e9 : f / 1e6, f >= 1e9 ? "GFLOP" : "MFLOP");
   }
-  if (s.pp > 1)
+  if (s.degree[AA_AXIS_PIPELINE] > 1)
     printf("bubble: %.1f%% of a step predicted (%s, %d micro-batches a step)\n", 100 * aa_cost_bubble(&s, accum),
            aa_pp_schedule_name(s.schedule), accum);
   aa_cost_comm_t cc;

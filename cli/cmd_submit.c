@@ -337,7 +337,7 @@ int aa_client_load_from(const char *path, const aa_model_spec_t *spec, char **js
   aa_strategy_t s, r;
   if (aa_strategy_load(&s, path)) return AA_EINVAL;
   r = s;
-  if (aa_strategy_resolve(&r, spec, r.dp * r.tp * r.pp))
+  if (aa_strategy_resolve(&r, spec, (int)aa_strategy_world(&r)))
     return aa_error_wrap(AA_EINVAL, "--from %s: the strategy does not fit model %s", path, spec->name);
   return aa_strategy_to_json(&s, json);
 }

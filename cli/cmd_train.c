@@ -63,19 +63,28 @@ static void usage(FILE *f) {
           "Exit codes: 0 success, 1 failure (bad spec, data or checkpoint; divergence), 2 usage.\n");
 }
 
-/* A saved strategy replayed on `world` ranks keeps its tensor and pipeline
- * degrees and takes the rest as data parallelism (ATorch's load_strategy
- * rule); ZeRO needs dp > 1, so it is dropped at dp 1. Says what changed. */
+/* A saved strategy replayed on `world` ranks keeps its other degrees
+ * (tensor, pipeline) and takes the rest as data parallelism (ATorch's
+ * load_strategy rule); ZeRO needs dp > 1, so it is dropped at dp 1. Says
+ * what changed. */
 static int rescale(aa_strategy_t *s, int world) {
-  int mp = s->tp * s->pp;
-  if (s->dp * mp == world) return 0;
-  if (world % mp)
-    return aa_error(AA_EINVAL, "strategy: tp * pp = %d does not divide the %d rank%s to train on", mp, world,
-                    world == 1 ? "" : "s");
+  int mp = (int)(aa_strategy_world(s) / s->degree[AA_AXIS_DATA]);
+  if (s->degree[AA_AXIS_DATA] * mp == world) return 0;
+  if (world % mp) {
+    char names[64];
+    size_t o = 0;
+    for (int a = 0; a < AA_AXES; a++)
+      if (a != AA_AXIS_DATA)
+        o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", o ? " * " : "",
+                              aa_axis_info((aa_axis_t)a)->key);
+    return aa_error(AA_EINVAL, "strategy: %s = %d does not divide the %d rank%s to train on", names, mp,
+                    world, world == 1 ? "" : "s");
+  }
   int dp = world / mp;
-  fprintf(stderr, "autoaccel train: strategy dp%d rescaled to dp%d for %d rank%s%s\n", s->dp, dp, world,
-          world == 1 ? "" : "s", dp == 1 && s->zero ? " (ZeRO dropped: nothing to shard over)" : "");
-  s->dp = dp;
+  fprintf(stderr, "autoaccel train: strategy dp%d rescaled to dp%d for %d rank%s%s\n",
+          s->degree[AA_AXIS_DATA], dp, world, world == 1 ? "" : "s",
+          dp == 1 && s->zero ? " (ZeRO dropped: nothing to shard over)" : "");
+  s->degree[AA_AXIS_DATA] = dp;
   if (dp == 1) s->zero = 0;
   return 0;
 }
@@ -268,7 +277,7 @@ int aa_cmd_train(int argc, char **argv) {
   aa_strategy_t strategy;
   aa_strategy_default(&strategy);
   if (strategy_path && aa_strategy_load(&strategy, strategy_path)) return aa_cli_fail("train");
-  if (!world) world = on_cpu ? strategy.dp * strategy.tp * strategy.pp : 1;
+  if (!world) world = on_cpu ? (int)aa_strategy_world(&strategy) : 1;
   if (rescale(&strategy, world)) return aa_cli_fail("train");
   /* Checked here, once, before any rank starts: a rule that fails is said
    * once instead of by every rank. */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "common/aa.h"
+#include "common/axis.h"
 
 /* Pruned runs are grouped by the class of their reason; classes past this
  * many (the planner has a handful) are counted together in a last row. */
@@ -487,9 +488,20 @@ static void chart_ranks(FILE *f, const json_t *best) {
   json_array_foreach(ranks, i, rk) {
     json_t *tm = json_object_get(rk, "times_ms");
     if (!json_is_object(tm)) continue;
-    double y = MT + row * (double)row_i + (row - bar) / 2, x = ML, r = 0, d = 0, t = 0, p = 0;
+    double y = MT + row * (double)row_i + (row - bar) / 2, x = ML, r = 0, coord[AA_AXES];
     jnum(rk, "rank", &r);
-    bool coords = jnum(rk, "dp_rank", &d) && jnum(rk, "tp_rank", &t) && jnum(rk, "pp_rank", &p);
+    /* "(dp 1, tp 0, pp 0)": the rank's coordinates, one per axis (common/axis.h). */
+    char coords[24 * AA_AXES + 4] = "";
+    size_t co = 0;
+    bool all = true;
+    for (int a = 0; a < AA_AXES; a++) {
+      char name[32];
+      snprintf(name, sizeof name, "%s_rank", aa_axis_info((aa_axis_t)a)->key);
+      all = all && jnum(rk, name, &coord[a]);
+    }
+    for (int a = 0; all && a < AA_AXES && co < sizeof coords; a++)
+      co += (size_t)snprintf(coords + co, sizeof coords - co, "%s%s %.0f%s", a ? ", " : " (",
+                             aa_axis_info((aa_axis_t)a)->key, coord[a], a + 1 == AA_AXES ? ")" : "");
     fprintf(f, "<g class=\"rank\"><text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">rank %.0f</text>\n", ML - 6,
             y + bar / 2 + 4, r);
     for (size_t k = 0; k < NPHASES; k++) {
@@ -497,7 +509,7 @@ static void chart_ranks(FILE *f, const json_t *best) {
       double w = v / max * PW;
       fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>rank %.0f", x,
               y, w, bar, phases[k].color, r);
-      if (coords) fprintf(f, " (dp %.0f, tp %.0f, pp %.0f)", d, t, p);
+      fputs(coords, f);
       fprintf(f, ": %s %.2f ms</title></rect>\n", phases[k].key, v);
       x += w;
     }

@@ -415,7 +415,7 @@ static int layout_init(layout_t *l, const aa_arch_t *a, int tp, int pp, int vpp,
   /* The pipeline rules are the strategy's: a custom partition at bounds. */
   aa_strategy_t s;
   aa_strategy_default(&s);
-  s.pp = pp;
+  s.degree[AA_AXIS_PIPELINE] = pp;
   s.vpp = vpp;
   s.schedule = vpp > 1 ? AA_SCHEDULE_INTERLEAVED : AA_SCHEDULE_1F1B;
   if (pp > 1) {

@@ -2,15 +2,21 @@
 #include "mesh.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 int aa_mesh_init(aa_mesh_t *m, const aa_strategy_t *s, aa_comm_t *world) {
   memset(m, 0, sizeof *m);
   int n = aa_comm_world(world), rc;
-  long long want = (long long)s->dp * s->tp * s->pp;
-  if (!world || want != n)
-    return aa_error(AA_EINVAL, "mesh: the strategy's dp %d x tp %d x pp %d = %lld ranks, the world group %d",
-                    s->dp, s->tp, s->pp, want, n);
+  if (!world || aa_strategy_world(s) != n) {
+    char degrees[16 * AA_AXES];
+    size_t o = 0;
+    for (int a = 0; a < AA_AXES; a++)
+      o += (size_t)snprintf(degrees + o, sizeof degrees - o, "%s%s %d", a ? " x " : "",
+                            aa_axis_info((aa_axis_t)a)->key, s->degree[a]);
+    return aa_error(AA_EINVAL, "mesh: the strategy's %s = %lld ranks, the world group %d", degrees,
+                    aa_strategy_world(s), n);
+  }
   if ((rc = aa_layout_of(&m->at, s, aa_comm_rank(world)))) return aa_error_wrap(rc, "mesh");
   /* An axis's groups are the world group as it is when the axis spans the
    * whole world and no rank order moves a rank off its own position (then

@@ -1,6 +1,6 @@
-/* The device mesh of one rank: its coordinates along the data, tensor and
- * pipeline axes and the process group of each axis, built once per rank
- * from the strategy and the world group. A single process is a 1x1x1 mesh
+/* The device mesh of one rank: its coordinates along each axis
+ * (strategies/axis.h) and the process group of each axis, built once per
+ * rank from the strategy and the world group. A single process is a mesh of ones
  * over a group of one (comm.h aa_comm_self), so the training loop has one
  * path. ZeRO shards over the data group, the tensor group serves the
  * tensor-parallel layers (model.h) and the pipeline group the stages'
@@ -18,13 +18,13 @@
 
 typedef struct aa_mesh {
   aa_layout_t at;            /* this rank's place: coordinates, degrees (layout.h) */
-  aa_comm_t *group[AA_AXES]; /* by aa_axis_t: the rank's data, tensor and pipeline groups */
+  aa_comm_t *group[AA_AXES]; /* by aa_axis_t: the rank's group along each axis */
   unsigned owned;            /* bit a set: the mesh made group[a] and destroys it */
 } aa_mesh_t;
 
 /* Builds this rank's mesh for strategy s (borrowed for the call) over
  * world (borrowed; must outlive the mesh), whose size must be
- * s->dp * s->tp * s->pp (else AA_EINVAL saying both). The rank's place is
+ * aa_strategy_world(s) (else AA_EINVAL saying both). The rank's place is
  * aa_layout_of(s, rank in world), and group[a] holds the ranks whose place
  * differs only along axis a, ranked by their coordinate on it:
  *   - an axis of degree 1 is a group of one (aa_comm_self): it never

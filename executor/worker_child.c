@@ -95,9 +95,7 @@ static void send_result(child_t *c, aa_proto_run_status_t status, const char *er
   r->job = c->job;
   r->run = c->run;
   r->rank = c->rank;
-  r->dp_rank = c->coord[AA_AXIS_DATA];
-  r->tp_rank = c->coord[AA_AXIS_TENSOR];
-  r->pp_rank = c->coord[AA_AXIS_PIPELINE];
+  memcpy(r->coord, c->coord, sizeof r->coord);
   if (t) {
     r->has_times = true;
     for (int k = 0; k < AA_PROTO_TIME_KINDS; k++)

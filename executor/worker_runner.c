@@ -38,9 +38,7 @@ static void send_final(aa_worker_t *w) {
   m.result.job = r->job;
   m.result.run = r->run;
   m.result.rank = r->rank;
-  m.result.dp_rank = r->coord[AA_AXIS_DATA];
-  m.result.tp_rank = r->coord[AA_AXIS_TENSOR];
-  m.result.pp_rank = r->coord[AA_AXIS_PIPELINE];
+  memcpy(m.result.coord, r->coord, sizeof m.result.coord);
   m.result.error = text;
   if (r->killed_for == AA_PROTO_RUN_TIMEOUT) {
     m.result.status = AA_PROTO_RUN_TIMEOUT;

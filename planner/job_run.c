@@ -255,9 +255,6 @@ static char *peak_text(const aa_msg_peak_t *k) {
 static void rank_record(int rank, const aa_msg_result_t *x, aa_store_run_rank_t *rk, char **peak) {
   *peak = peak_text(&x->peak);
   *rk = (aa_store_run_rank_t){.rank = rank,
-                              .dp_rank = x->dp_rank,
-                              .tp_rank = x->tp_rank,
-                              .pp_rank = x->pp_rank,
                               .status = store_status(x->status),
                               .tokens_per_s = x->tokens_per_s,
                               .step_ms_median = x->step_ms_median,
@@ -267,6 +264,7 @@ static void rank_record(int rank, const aa_msg_result_t *x, aa_store_run_rank_t 
                               .peak_json = *peak,
                               .error = x->error};
   memcpy(rk->time_ms, x->times.ms, sizeof rk->time_ms);
+  memcpy(rk->coord, x->coord, sizeof rk->coord);
 }
 
 /* Every rank of the running run is in: one result for the run. A gang's
@@ -347,7 +345,7 @@ static void gang_finish(aa_planner_t *p) {
  * if it was inserted, recorded error). */
 static int dispatch(aa_planner_t *p, aa_planner_job_t *j, const aa_strategy_t *s, aa_store_run_kind_t kind,
                     double predicted, const char *predicted_json, int calibrate, int calib_world) {
-  int world = calibrate ? calib_world : s->dp * s->tp * s->pp;
+  int world = calibrate ? calib_world : (int)aa_strategy_world(s);
   if (world < 1 || world > AA_PROTO_WORLD_MAX)
     return aa_error(AA_EINVAL, "strategy: %d ranks is outside 1..%d", world, AA_PROTO_WORLD_MAX);
   aa_conn_t **gang = calloc((size_t)world, sizeof *gang);
@@ -526,8 +524,9 @@ static int record_pruned(aa_planner_t *p, aa_planner_job_t *j) {
  * waited for (an executor may be gone for good). One rank alone waits, as
  * a job does for its first executor. */
 static bool gang_too_big(aa_planner_t *p, aa_planner_job_t *j, aa_cand_t *c) {
-  int world = c->s.dp * c->s.tp * c->s.pp;
-  if (world <= 1 || aa__registry_placeable(p, j->hardware, world, c->s.tp, c->reason, sizeof c->reason))
+  int world = (int)aa_strategy_world(&c->s);
+  if (world <= 1 || aa__registry_placeable(p, j->hardware, world, aa_strategy_host_unit(&c->s), c->reason,
+                                           sizeof c->reason))
     return false;
   c->state = AA_CAND_PRUNED;
   return true;
@@ -540,13 +539,14 @@ static void prune_unplaceable(aa_planner_t *p, aa_planner_job_t *j) {
     if (j->search.c[i].state == AA_CAND_PENDING) gang_too_big(p, j, &j->search.c[i]);
 }
 
-/* dispatch() found no gang for a run of `world` ranks in tensor groups of
- * `tp`: if the executors are not merely busy but gone, the job steps aside
+/* dispatch() found no gang for a run of `world` ranks in host groups of
+ * `unit`: if the executors are not merely busy but gone, the job steps aside
  * (jobs.c parks it) so that jobs for the executors still connected may
  * run. */
-static void no_gang(aa_planner_t *p, int world, int tp) {
+static void no_gang(aa_planner_t *p, int world, int unit) {
   char why[512];
-  if (!aa__registry_placeable(p, p->cur->hardware, world, tp, why, sizeof why)) aa__jobs_park(p, world, tp);
+  if (!aa__registry_placeable(p, p->cur->hardware, world, unit, why, sizeof why))
+    aa__jobs_park(p, world, unit);
 }
 
 /* --- the calibrate phase --------------------------------------------------------------- */
@@ -925,7 +925,7 @@ void aa__job_advance(aa_planner_t *p) {
    * executors are busy, and steps aside while they are not connected. */
   int rc = dispatch(p, j, &j->best, AA_STORE_RUN_TRAIN, 0, NULL, CALIB_NONE, 0);
   if (rc == 1) {
-    no_gang(p, j->best.dp * j->best.tp * j->best.pp, j->best.tp);
+    no_gang(p, (int)aa_strategy_world(&j->best), aa_strategy_host_unit(&j->best));
   } else if (rc < 0) {
     snprintf(why, sizeof why, "cannot start training: %s", aa_last_error());
     aa__jobs_end(p, j, AA_STORE_JOB_FAILED, why, false);
@@ -994,7 +994,7 @@ static int load_options(aa_planner_job_t *j, const char *options, aa_model_spec_
     snprintf(origin, sizeof origin, "job %lld model", (long long)j->id);
     if (!rc) rc = aa_spec_parse(&j->spec, j->model_json, NULL, origin);
   }
-  if (!rc && j->has_from) rc = aa_strategy_resolve(&j->from, &j->spec, j->from.dp * j->from.tp * j->from.pp);
+  if (!rc && j->has_from) rc = aa_strategy_resolve(&j->from, &j->spec, (int)aa_strategy_world(&j->from));
   free(spec);
   free(spec_json);
   json_decref(o);
@@ -1131,7 +1131,7 @@ static bool fits(const aa_planner_job_t *j, const aa_store_run_t *r, const char 
              j->spec.train.global_batch);
     return false;
   }
-  int world = s.dp * s.tp * s.pp;
+  int world = (int)aa_strategy_world(&s);
   if (world > aa__planner_hw_world(j->hardware) || aa_strategy_resolve(&s, &j->spec, world)) {
     snprintf(why, n, "it does not fit the job: %s",
              world > aa__planner_hw_world(j->hardware) ? "too many ranks" : aa_last_error());

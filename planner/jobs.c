@@ -250,13 +250,13 @@ static void wait_start(aa_waiting_t *w, const char *fmt, ...) {
   va_end(ap);
 }
 
-void aa__jobs_park(aa_planner_t *p, int world, int tp) {
+void aa__jobs_park(aa_planner_t *p, int world, int unit) {
   aa_planner_job_t *j = p->cur;
   p->cur = NULL;
   j->need_world = world;
-  j->need_tp = tp;
+  j->need_unit = unit;
   char need[sizeof j->waiting.what];
-  aa__registry_need(p, j->hardware, world, tp, need, sizeof need);
+  aa__registry_need(p, j->hardware, world, unit, need, sizeof need);
   wait_start(&j->waiting, "%s", need);
   j->next = NULL;
   aa_planner_job_t **pj = &p->parked;
@@ -276,7 +276,7 @@ static bool connected(aa_planner_t *p, const char *hardware) {
 /* Whether the hosts connected now can place the gang parked job j waits for. */
 static bool placeable(aa_planner_t *p, const aa_planner_job_t *j) {
   char why[512];
-  return aa__registry_placeable(p, j->hardware, j->need_world, j->need_tp, why, sizeof why);
+  return aa__registry_placeable(p, j->hardware, j->need_world, j->need_unit, why, sizeof why);
 }
 
 /* The oldest parked job whose executors are back takes the planner. */
@@ -497,9 +497,10 @@ static void create_job(aa_planner_t *p, aa_conn_t *c, const aa_msg_t *m, aa_conn
   arch = arch_json(&spec->arch);
   int rc = opts && hw && arch ? 0 : aa_error(AA_ENOMEM, "planner: no memory for the job");
   aa_strategy_t from;
-  if (!rc && s->from && !aa_strategy_parse(&from, s->from, "submit.from") && from.dp * from.tp * from.pp > pool)
+  if (!rc && s->from && !aa_strategy_parse(&from, s->from, "submit.from") &&
+      (int)aa_strategy_world(&from) > pool)
     rc = aa_error(AA_EINVAL, "submit: the strategy to start from needs %d ranks, and the pool has %d devices",
-                  from.dp * from.tp * from.pp, pool);
+                  (int)aa_strategy_world(&from), pool);
   if (!rc) rc = aa_store_put_model(p->store, hash, spec->name, arch, (int64_t)aa_arch_param_count(&spec->arch));
   if (!rc) rc = aa_store_put_hardware(p->store, fp, hw);
   if (!rc) rc = aa_store_job_create(p->store, hash, fp, opts, &id);
@@ -552,7 +553,7 @@ static int check_from(const char *json, const aa_model_spec_t *spec, unsigned ex
   aa_strategy_t st;
   char names[160];
   if (aa_strategy_parse(&st, json, "submit.from")) return AA_EINVAL;
-  if (aa_strategy_resolve(&st, spec, st.dp * st.tp * st.pp))
+  if (aa_strategy_resolve(&st, spec, (int)aa_strategy_world(&st)))
     return aa_error_wrap(AA_EINVAL, "submit: the strategy to start from does not fit the model");
   unsigned used = aa_space_methods_of(&st);
   if (used & exclude)

@@ -212,7 +212,7 @@ static int plan_pool(const plan_args_t *a, const aa_calib_t *c, uint64_t memory,
   out->candidates = n;
   for (size_t i = 0; i < n; i++) {
     planned_t t = {.s = all[i], .order = i};
-    if (aa_strategy_resolve(&t.s, &a->spec, t.s.dp * t.s.tp * t.s.pp)) {
+    if (aa_strategy_resolve(&t.s, &a->spec, (int)aa_strategy_world(&t.s))) {
       out->invalid++;
       continue;
     }
@@ -225,7 +225,7 @@ static int plan_pool(const plan_args_t *a, const aa_calib_t *c, uint64_t memory,
       continue;
     }
     /* The planner keeps a tensor group inside one host. */
-    if (pool->host_devices && t.s.tp > pool->host_devices) {
+    if (pool->host_devices && t.s.degree[AA_AXIS_TENSOR] > pool->host_devices) {
       out->tensor_too_wide++;
       continue;
     }
@@ -289,8 +289,12 @@ static json_t *assumptions(const plan_args_t *a, const aa_calib_t *c, uint64_t m
   int missing[32], nmissing = 0, ops = 0, links = 0;
   for (size_t i = 0; i < shown; i++) {
     const aa_strategy_t *s = &plan->list[i].s;
-    int sizes[3] = {s->dp, s->tp, s->pp > 1 ? 2 : 1};
-    for (int k = 0; k < 3; k++) {
+    /* Each axis's collectives span its group; a pipeline's are sends
+     * between two neighbouring stages. */
+    int sizes[AA_AXES];
+    for (int k = 0; k < AA_AXES; k++)
+      sizes[k] = k == AA_AXIS_PIPELINE && s->degree[k] > 1 ? 2 : s->degree[k];
+    for (int k = 0; k < AA_AXES; k++) {
       bool seen = sizes[k] < 2 || size_measured(c, sizes[k]);
       for (int j = 0; j < nmissing && !seen; j++)
         seen = missing[j] == sizes[k];

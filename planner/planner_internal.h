@@ -128,13 +128,13 @@ typedef struct aa_conn {
   double frame_started;  /* aa_now() of the first byte of a frame still incomplete, 0 = none */
   bool has_uid;          /* unix socket: the kernel told the peer's user */
   uid_t uid;
-  bool counted_tcp;                /* counted in ntcp */
+  bool counted_tcp; /* counted in ntcp */
   /* TCP, before hello (admit.c): its source and its places in that
    * source's list and in the planner's list of waiting connections, both
    * oldest first. src is NULL once it said hello or went. */
   struct aa_source *src;
   struct aa_conn *src_prev, *src_next, *wait_prev, *wait_next;
-  size_t held; /* input bytes it holds (frame reader and stash), counted in input_held */
+  size_t held;                     /* input bytes it holds (frame reader and stash), counted in input_held */
   size_t writes;                   /* write requests queued and not yet completed */
   /* Bytes of a read that its turn's budget did not reach (conn.c defer):
    * reading stops until the planner's turn handle has used them. */
@@ -209,8 +209,8 @@ struct aa_planner {
   int ntcp_hello;     /* of them, those that have not said hello (admit.c) */
   int nclosing;       /* of nconns, those whose handle is closing (their descriptor is gone) */
   struct aa_source *sources[AA_PLANNER_SOURCE_BUCKETS]; /* sources of waiting TCP peers */
-  aa_conn_t *wait_oldest, *wait_newest;                  /* TCP peers before hello, oldest first */
-  size_t input_held; /* input bytes every connection holds (frame readers, stashes) */
+  aa_conn_t *wait_oldest, *wait_newest;                 /* TCP peers before hello, oldest first */
+  size_t input_held;     /* input bytes every connection holds (frame readers, stashes) */
   double refusal_window; /* log_refusal's rate limit: start of this second */
   int refusals_logged, refusals_unlogged;
   char rbuf[AA_PLANNER_READ_BUF]; /* every connection reads into it (conn.c on_alloc) */
@@ -352,23 +352,25 @@ int aa__registry_pool_hosts(aa_planner_t *p, const aa_conn_t *e);
 /* The most live executors of this hardware that one host has. */
 int aa__registry_most_on_one_host(aa_planner_t *p, const char *hardware);
 /* Whether the executors of `hardware` connected now, idle or busy, can
- * place a gang of `world` ranks whose tensor-parallel groups have `tp`
- * ranks each (tp that does not divide world counts as 1): on one host
- * when gangs do not span hosts, else with every tensor group inside one
- * host. If not, why (a "not measured: it needs N executors of the job's
- * hardware ..." sentence naming what the hosts have) into why. */
-bool aa__registry_placeable(aa_planner_t *p, const char *hardware, int world, int tp, char *why, size_t n);
-/* What a job that waits for a gang of `world` ranks in tensor groups of
- * `tp` needs, for status: "N executors of HW on one host (K connected)",
- * or across hosts "N executors of HW on 1 host x N, or up to G hosts x tp
- * with each tensor-parallel group of tp inside one host (K connected on H
- * hosts)". */
-void aa__registry_need(aa_planner_t *p, const char *hardware, int world, int tp, char *out, size_t n);
+ * place a gang of `world` ranks whose host groups (the groups of the axes
+ * kept inside a host, common/axis.h: the tensor groups) have `unit` ranks
+ * each (aa_strategy_host_unit; a unit that does not divide world counts
+ * as 1): on one host when gangs do not span hosts, else with every host
+ * group inside one host. If not, why (a "not measured: it needs N
+ * executors of the job's hardware ..." sentence naming what the hosts
+ * have) into why. */
+bool aa__registry_placeable(aa_planner_t *p, const char *hardware, int world, int unit, char *why, size_t n);
+/* What a job that waits for a gang of `world` ranks in host groups of
+ * `unit` needs, for status: "N executors of HW on one host (K connected)",
+ * or across hosts "N executors of HW on 1 host x N, or up to G hosts x
+ * unit with each tensor-parallel group of unit inside one host (K
+ * connected on H hosts)". */
+void aa__registry_need(aa_planner_t *p, const char *hardware, int world, int unit, char *out, size_t n);
 /* Places a gang on idle executors of `hardware`: out[r] runs rank r.
  * Fewer hosts first: the host with the most idle executors takes the whole
  * gang when it has room (its executors by rank, lowest id first, as
  * before hosts mattered). Otherwise, when gangs span hosts and s is given,
- * the tensor-parallel groups of s's mesh (strategies/layout.h colors) go
+ * the host groups of s's mesh (strategies/layout.h aa_layout_color) go
  * whole to the hosts with the most idle executors, as few hosts as hold
  * them all. s NULL (a calibration) is placed on one host only. Returns
  * the hosts used (>= 1), 0 when no placement is possible now (out
@@ -478,7 +480,7 @@ void aa__jobs_relay(aa_planner_t *p, int64_t job, const aa_msg_t *m);
 /* Sets the current job aside: its next run needs a gang of `world`
  * executors of its hardware in tensor groups of `tp` that the connected
  * hosts cannot place (aa__registry_placeable). */
-void aa__jobs_park(aa_planner_t *p, int world, int tp);
+void aa__jobs_park(aa_planner_t *p, int world, int unit);
 
 /* outdir.c: a submit's out_dir. */
 /* Whether a job of user `owner` may name `dir` as its out_dir: an existing
@@ -805,7 +807,7 @@ struct aa_planner_job {
   /* Parked: its next run needs executors that are not connected. */
   aa_waiting_t waiting;   /* since 0 = not parked; while its executors are back, since is the last tick */
   int need_world;         /* the gang it waits for: its ranks */
-  int need_tp;            /* and their tensor-parallel groups' size (aa__registry_placeable) */
+  int need_unit;          /* and their host groups' size (aa__registry_placeable) */
   aa_planner_job_t *next; /* on p->parked */
 };
 

@@ -202,21 +202,24 @@ int aa__registry_most_on_one_host(aa_planner_t *p, const char *hardware) {
   return best;
 }
 
-/* How many tensor groups of tp the hosts h[0..n) hold (idle executors
+/* How many host groups of `unit` ranks (the groups of the axes kept
+ * inside a host: the tensor groups) the hosts h[0..n) hold (idle executors
  * with idle, else all), and how many of the hosts, largest first, it takes
  * to hold `groups` of them (*used; n + 1 when they cannot). */
-static int groups_held(const host_t *h, int n, int tp, bool idle, int groups, int *used) {
+static int groups_held(const host_t *h, int n, int unit, bool idle, int groups, int *used) {
   int held = 0;
   *used = n + 1;
   for (int k = 0; k < n; k++) {
-    held += (idle ? h[k].idle : h[k].n) / tp;
+    held += (idle ? h[k].idle : h[k].n) / unit;
     if (held >= groups && *used > n) *used = k + 1;
   }
   return held;
 }
 
-bool aa__registry_placeable(aa_planner_t *p, const char *hardware, int world, int tp, char *why, size_t n) {
-  if (tp < 1 || world % tp) tp = 1;
+bool aa__registry_placeable(aa_planner_t *p, const char *hardware, int world, int unit, char *why, size_t n) {
+  if (unit < 1 || world % unit) unit = 1;
+  char words[64];
+  aa_axis_host_words(words, sizeof words);
   host_t *h;
   int nh = hosts_of(p, hardware, false, &h);
   if (nh < 0) {
@@ -234,33 +237,33 @@ bool aa__registry_placeable(aa_planner_t *p, const char *hardware, int world, in
                "not measured: it needs %d executors of the job's hardware on one host, %d %s connected (the "
                "planner's --cpu-backend shm does not span hosts)",
                world, largest, largest == 1 ? "is" : "are");
-  } else if (tp > 1 && tp > largest) {
+  } else if (unit > 1 && unit > largest) {
     ok = false;
-    snprintf(
-        why, n,
-        "not measured: it needs %d executors of the job's hardware with each tensor-parallel group of %d "
-        "inside one host, and the largest of the %d connected host%s has %d",
-        world, tp, nh, nh == 1 ? "" : "s", largest);
+    snprintf(why, n,
+             "not measured: it needs %d executors of the job's hardware with each %s group of %d "
+             "inside one host, and the largest of the %d connected host%s has %d",
+             world, words, unit, nh, nh == 1 ? "" : "s", largest);
   } else {
-    int held = groups_held(h, nh, tp, false, world / tp, &used);
-    ok = held >= world / tp;
-    if (!ok && tp == 1)
+    int held = groups_held(h, nh, unit, false, world / unit, &used);
+    ok = held >= world / unit;
+    if (!ok && unit == 1)
       snprintf(why, n,
                "not measured: it needs %d executors of the job's hardware, and the %d connected host%s %s %d",
                world, nh, nh == 1 ? "" : "s", nh == 1 ? "has" : "have", total);
     else if (!ok)
-      snprintf(
-          why, n,
-          "not measured: it needs %d executors of the job's hardware in %d tensor-parallel groups of %d, "
-          "each inside one host, and the %d connected host%s (%d executors) hold %d such group%s",
-          world, world / tp, tp, nh, nh == 1 ? "" : "s", total, held, held == 1 ? "" : "s");
+      snprintf(why, n,
+               "not measured: it needs %d executors of the job's hardware in %d %s groups of %d, "
+               "each inside one host, and the %d connected host%s (%d executors) hold %d such group%s",
+               world, world / unit, words, unit, nh, nh == 1 ? "" : "s", total, held, held == 1 ? "" : "s");
   }
   free(h);
   return ok;
 }
 
-void aa__registry_need(aa_planner_t *p, const char *hardware, int world, int tp, char *out, size_t n) {
-  if (tp < 1 || world % tp) tp = 1;
+void aa__registry_need(aa_planner_t *p, const char *hardware, int world, int unit, char *out, size_t n) {
+  if (unit < 1 || world % unit) unit = 1;
+  char words[64];
+  aa_axis_host_words(words, sizeof words);
   host_t *h;
   int nh = hosts_of(p, hardware, false, &h), total = 0;
   for (int k = 0; k < nh; k++)
@@ -272,11 +275,11 @@ void aa__registry_need(aa_planner_t *p, const char *hardware, int world, int tp,
              aa__registry_most_on_one_host(p, hardware));
     return;
   }
-  /* Fewest hosts: one of world executors; most: one tensor group on each. */
-  char groups[96] = "";
-  if (tp > 1) snprintf(groups, sizeof groups, " with each tensor-parallel group of %d inside one host", tp);
+  /* Fewest hosts: one of world executors; most: one host group on each. */
+  char groups[128] = "";
+  if (unit > 1) snprintf(groups, sizeof groups, " with each %s group of %d inside one host", words, unit);
   snprintf(out, n, "%d executors of %s on 1 host x %d, or up to %d hosts x %d%s (%d connected on %d host%s)",
-           world, hardware, world, world / tp, tp, groups, total, nh, nh == 1 ? "" : "s");
+           world, hardware, world, world / unit, unit, groups, total, nh, nh == 1 ? "" : "s");
 }
 
 /* The idle executors of `hardware` on `host`, lowest id first, into
@@ -297,13 +300,14 @@ static int idle_on(aa_planner_t *p, const char *hardware, const char *host, aa_c
   return k;
 }
 
-/* Spreads the gang of s over the hosts h[0..used): tensor group g (its
- * color in the mesh, strategies/layout.h) goes to the first host with room
- * for a whole group, and within a host the ranks take its idle executors in
- * rank order, lowest id first. */
+/* Spreads the gang of s over the hosts h[0..used): host group g (the
+ * group of the axes kept inside a host, its color in the mesh:
+ * strategies/layout.h) goes to the first host with room for a whole group,
+ * and within a host the ranks take its idle executors in rank order,
+ * lowest id first. */
 static int spread(aa_planner_t *p, const char *hardware, const aa_strategy_t *s, int world, const host_t *h,
                   int used, aa_conn_t **out) {
-  int tp = s->tp, groups = world / tp, rc = 0, n = 0;
+  int unit = aa_strategy_host_unit(s), groups = world / unit, rc = 0, n = 0;
   for (int k = 0; k < used; k++)
     n += h[k].idle;
   /* Each host's idle executors, listed once: host k's start at at[k]. */
@@ -321,16 +325,16 @@ static int spread(aa_planner_t *p, const char *hardware, const aa_strategy_t *s,
       goto cleanup;
     }
   }
-  for (int g = 0, k = 0, room = h[0].idle / tp; g < groups; g++) {
+  for (int g = 0, k = 0, room = h[0].idle / unit; g < groups; g++) {
     while (!room)
-      room = h[++k].idle / tp;
+      room = h[++k].idle / unit;
     host_of[g] = k;
     room--;
   }
   for (int r = 0; r < world; r++) {
     aa_layout_t lay;
     if ((rc = aa_layout_of(&lay, s, r))) goto cleanup;
-    int k = host_of[lay.color[AA_AXIS_TENSOR]];
+    int k = host_of[aa_layout_color(&lay, aa_axis_host_mask())];
     out[r] = idle[at[k] + taken[k]++];
   }
 cleanup:
@@ -351,9 +355,9 @@ int aa__registry_place(aa_planner_t *p, const char *hardware, const aa_strategy_
      * (lowest id), so a gang's rank order does not depend on the list. */
     idle_on(p, hardware, h[0].host, out, world);
     rc = 1;
-  } else if (s && world > 1 && aa__registry_spans(p, hardware) && s->tp >= 1 && world % s->tp == 0) {
-    int used;
-    if (groups_held(h, nh, s->tp, true, world / s->tp, &used) >= world / s->tp) {
+  } else if (s && world > 1 && aa__registry_spans(p, hardware) && world % aa_strategy_host_unit(s) == 0) {
+    int used, unit = aa_strategy_host_unit(s);
+    if (groups_held(h, nh, unit, true, world / unit, &used) >= world / unit) {
       int err = spread(p, hardware, s, world, h, used, out);
       rc = err ? err : used;
     }

@@ -384,9 +384,11 @@ static int collect_rank(const aa_store_run_rank_t *k, void *data) {
       json_object_set_new(times, aa_proto_time_kind_name((aa_proto_time_kind_t)t), json_real(k->time_ms[t]));
   }
   json_object_set_new(o, "rank", json_integer(k->rank));
-  json_object_set_new(o, "dp_rank", json_integer(k->dp_rank));
-  json_object_set_new(o, "tp_rank", json_integer(k->tp_rank));
-  json_object_set_new(o, "pp_rank", json_integer(k->pp_rank));
+  for (int a = 0; a < AA_AXES; a++) { /* "dp_rank", "tp_rank", ...: the protocol's names */
+    char name[32];
+    snprintf(name, sizeof name, "%s_rank", aa_axis_info((aa_axis_t)a)->key);
+    json_object_set_new(o, name, json_integer(k->coord[a]));
+  }
   json_object_set_new(o, "status", json_string(aa_store_run_status_name(k->status)));
   json_object_set_new(o, "tokens_per_s", num0(k->tokens_per_s));
   json_object_set_new(o, "step_ms_median", num0(k->step_ms_median));

@@ -87,9 +87,10 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
   s->correction = 1;
   if (devices < 1 || devices > AA_PROTO_WORLD_MAX)
     return aa_error(AA_EINVAL, "search: %d devices is outside 1..%d", devices, AA_PROTO_WORLD_MAX);
-  if (from && from->dp * from->tp * from->pp > devices)
-    return aa_error(AA_EINVAL, "search: the strategy to start from (%d ranks) needs more than the pool's %d devices",
-                    from->dp * from->tp * from->pp, devices);
+  if (from && (int)aa_strategy_world(from) > devices)
+    return aa_error(AA_EINVAL,
+                    "search: the strategy to start from (%d ranks) needs more than the pool's %d devices",
+                    (int)aa_strategy_world(from), devices);
   /* What exists, in the order to try it: strategies/space.h. */
   const aa_space_pool_t pool = {.devices = devices,
                                 .global_batch = spec->train.global_batch,
@@ -126,7 +127,7 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
     aa_cand_t *c = &s->c[s->n++];
     c->s = strat[i];
     c->setting = setting[i];
-    if (aa_strategy_resolve(&c->s, spec, c->s.dp * c->s.tp * c->s.pp)) {
+    if (aa_strategy_resolve(&c->s, spec, (int)aa_strategy_world(&c->s))) {
       c->state = AA_CAND_PRUNED;
       snprintf(c->reason, sizeof c->reason, "%s", aa_last_error());
     } else {
@@ -146,8 +147,8 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
  * the knobs of one rank's work, not the bubble a schedule leaves, so two
  * shapes are never compared. */
 static bool same_pipeline(const aa_strategy_t *a, const aa_strategy_t *b) {
-  if (a->pp != b->pp) return false;
-  if (a->pp == 1) return true;
+  if (a->degree[AA_AXIS_PIPELINE] != b->degree[AA_AXIS_PIPELINE]) return false;
+  if (a->degree[AA_AXIS_PIPELINE] == 1) return true;
   return a->schedule == b->schedule && a->vpp == b->vpp && a->partition == b->partition &&
          a->n_bounds == b->n_bounds &&
          !memcmp(a->bounds, b->bounds, sizeof a->bounds[0] * (size_t)a->n_bounds);
@@ -182,7 +183,8 @@ static bool dominated(const aa_search_t *s, aa_cand_t *c) {
  * stage seeing every token) is a bound no implementation passes. */
 static bool beyond_peak(const aa_search_t *s, aa_cand_t *c) {
   if (!(s->peak_flops > 0) || !(s->best > 0)) return false;
-  double bound = (double)c->s.dp * s->peak_flops / aa_cost_min_flops_per_token(&s->arch, &c->s);
+  double bound =
+      (double)c->s.degree[AA_AXIS_DATA] * s->peak_flops / aa_cost_min_flops_per_token(&s->arch, &c->s);
   if (bound >= s->best) return false;
   snprintf(c->reason, sizeof c->reason,
            "not measured: at the devices' peak of %.0f TFLOP/s each it would reach at most %.0f tokens/s, and %.0f "
@@ -270,7 +272,7 @@ int aa__search_next(aa_search_t *s, double now) {
 
 /* The micro-batches a step of strategy st (resolved) runs on each rank. */
 static int micro_batches(const aa_search_t *s, const aa_strategy_t *st) {
-  int per = st->dp * st->micro_batch;
+  int per = st->degree[AA_AXIS_DATA] * st->micro_batch;
   return per > 0 && s->global_batch > 0 ? s->global_batch / per : 1;
 }
 
@@ -281,11 +283,11 @@ double aa__search_predict(const aa_search_t *s, int i) {
   for (size_t k = 0; k < s->n; k++) {
     const aa_cand_t *m = &s->c[k];
     if (m->state != AA_CAND_DONE || m->status != AA_STORE_RUN_OK || !(m->tokens_per_s > 0)) continue;
-    double d = 4.0 * (m->s.amp != c->s.amp) + 2.0 * (m->s.dp != c->s.dp) + 2.0 * (m->s.tp != c->s.tp) +
-               2.0 * (m->s.pp != c->s.pp) + !same_pipeline(&m->s, &c->s) + (m->s.sp != c->s.sp) +
-               (m->s.zero != c->s.zero) + (m->s.ckpt != c->s.ckpt) + fabs(log2((double)m->s.dp / c->s.dp)) +
-               fabs(log2((double)m->s.tp / c->s.tp)) + fabs(log2((double)m->s.pp / c->s.pp)) +
+    double d = 4.0 * (m->s.amp != c->s.amp) + !same_pipeline(&m->s, &c->s) + (m->s.sp != c->s.sp) +
+               (m->s.zero != c->s.zero) + (m->s.ckpt != c->s.ckpt) +
                fabs(log2((double)m->s.micro_batch / c->s.micro_batch));
+    for (int a = 0; a < AA_AXES; a++)
+      d += 2.0 * (m->s.degree[a] != c->s.degree[a]) + fabs(log2((double)m->s.degree[a] / c->s.degree[a]));
     if (d <= best) {
       best = d;
       near = m;
@@ -295,9 +297,9 @@ double aa__search_predict(const aa_search_t *s, int i) {
   /* The most loaded rank of a strategy training r tokens/s computes r / dp
    * x (its FLOPs per token: strategies/cost.h, its stage's) FLOP/s for the
    * part of the step outside the pipeline's bubble. */
-  double rate = near->tokens_per_s * aa_cost_flops_per_token(&s->arch, &near->s) / near->s.dp /
-                (1 - aa_cost_bubble(&near->s, micro_batches(s, &near->s)));
-  return (double)c->s.dp * rate * (1 - aa_cost_bubble(&c->s, micro_batches(s, &c->s))) /
+  double rate = near->tokens_per_s * aa_cost_flops_per_token(&s->arch, &near->s) /
+                near->s.degree[AA_AXIS_DATA] / (1 - aa_cost_bubble(&near->s, micro_batches(s, &near->s)));
+  return (double)c->s.degree[AA_AXIS_DATA] * rate * (1 - aa_cost_bubble(&c->s, micro_batches(s, &c->s))) /
          aa_cost_flops_per_token(&s->arch, &c->s);
 }
 
@@ -327,7 +329,7 @@ static double median(double *r, int n) {
  * calibration, timed alone, does not see), so each is refitted to its own
  * measurements once it has some. */
 static bool same_layout(const aa_strategy_t *a, const aa_strategy_t *b) {
-  return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->sp == b->sp;
+  return !memcmp(a->degree, b->degree, sizeof a->degree) && a->sp == b->sp;
 }
 
 /* Whether a and b are of one class: the same layout at the same

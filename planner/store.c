@@ -329,6 +329,35 @@ static const char *const migrations[AA_STORE_SCHEMA_VERSION] = {
     "  SELECT device, backend, json, measured_at, updated_at FROM calibrations;"
     "DROP TABLE calibrations;"
     "ALTER TABLE calibrations_6 RENAME TO calibrations;",
+    /* 6 -> 7: a rank's mesh coordinates as one JSON object keyed by axis
+     * name (common/axis.h), {"data": 1, "tensor": 0, "pipeline": 0}, in
+     * place of a column per axis: a new axis needs no migration. */
+    "CREATE TABLE run_ranks_7 ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id),"
+    "  rank INTEGER NOT NULL CONSTRAINT run_rank_in_world CHECK (rank BETWEEN 0 AND 4095),"
+    "  coords TEXT NOT NULL DEFAULT '{}' CONSTRAINT run_rank_coords_object CHECK"
+    "    (json_valid(coords) AND json_type(coords) = 'object'),"
+    "  status TEXT NOT NULL CONSTRAINT run_rank_status_known CHECK (status IN"
+    "    ('ok', 'oom', 'error', 'timeout', 'crashed', 'cancelled')),"
+    "  tokens_per_s REAL,"
+    "  step_ms_median REAL,"
+    "  step_ms_spread REAL,"
+    "  forward_ms REAL,"
+    "  backward_ms REAL,"
+    "  optimizer_ms REAL,"
+    "  pipeline_comm_ms REAL,"
+    "  bubble_ms REAL,"
+    "  peak_bytes INTEGER,"
+    "  peak_json TEXT CONSTRAINT run_rank_peak_is_json CHECK (peak_json IS NULL OR json_valid(peak_json)),"
+    "  error TEXT,"
+    "  PRIMARY KEY (run_id, rank)) WITHOUT ROWID;"
+    "INSERT INTO run_ranks_7 (run_id, rank, coords, status, tokens_per_s, step_ms_median, step_ms_spread,"
+    "  forward_ms, backward_ms, optimizer_ms, pipeline_comm_ms, bubble_ms, peak_bytes, peak_json, error)"
+    "  SELECT run_id, rank, json_object('data', dp_rank, 'tensor', tp_rank, 'pipeline', pp_rank), status,"
+    "  tokens_per_s, step_ms_median, step_ms_spread, forward_ms, backward_ms, optimizer_ms,"
+    "  pipeline_comm_ms, bubble_ms, peak_bytes, peak_json, error FROM run_ranks;"
+    "DROP TABLE run_ranks;"
+    "ALTER TABLE run_ranks_7 RENAME TO run_ranks;",
 };
 
 /* The runs that can answer a job: measured dry runs of a job that ran its
@@ -374,18 +403,16 @@ static const char *const stmt_sql[AA__ST_N] = {
         " finished_at = ?10, started_at = coalesce(started_at, ?10)"
         " WHERE id = ?1 AND status IN ('queued', 'running')",
     [AA__ST_RANK_INSERT] =
-        "INSERT INTO run_ranks (run_id, rank, dp_rank, tp_rank, pp_rank, status, tokens_per_s, "
-        "step_ms_median,"
-        " step_ms_spread, forward_ms, backward_ms, optimizer_ms, pipeline_comm_ms, bubble_ms, peak_bytes,"
-        " peak_json, error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-        "?17)",
+        "INSERT INTO run_ranks (run_id, rank, coords, status, tokens_per_s, step_ms_median, step_ms_spread,"
+        " forward_ms, backward_ms, optimizer_ms, pipeline_comm_ms, bubble_ms, peak_bytes, peak_json, error)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
     [AA__ST_RANKS_OF_RUN] = "SELECT " AA__RANK_COLS " FROM run_ranks WHERE run_id = ?1 ORDER BY rank",
     [AA__ST_RUN_GET] = "SELECT " AA__RUN_COLS " FROM runs WHERE id = ?1",
     [AA__ST_RUN_STATUS] = "SELECT status FROM runs WHERE id = ?1",
     [AA__ST_ANSWERS] =
         "SELECT " AA__RUN_COLS ", (SELECT options_json FROM jobs WHERE jobs.id = runs.job_id) FROM runs"
-        " WHERE model_hash = ?1 AND hardware = ?2 AND " AA__ANSWERING_RUN
-        " ORDER BY " AA__RUN_MEAN " DESC, tokens_per_s DESC, peak_bytes IS NULL, peak_bytes, id",
+        " WHERE model_hash = ?1 AND hardware = ?2 AND " AA__ANSWERING_RUN " ORDER BY " AA__RUN_MEAN
+        " DESC, tokens_per_s DESC, peak_bytes IS NULL, peak_bytes, id",
     [AA__ST_JOB_COUNTS] = "SELECT status, count(*) FROM runs WHERE job_id = ?1 GROUP BY status",
     [AA__ST_RECOVER_RUNS] = "UPDATE runs SET status = 'crashed', finished_at = ?1,"
                             " error = coalesce(error, 'the planner stopped while the run was in flight')"
@@ -558,8 +585,8 @@ static int open_database(const aa_store_t *st, store_file_t *db) {
       return aa_error(AA_EIO, "store %s: cannot stat it: %s", st->path, strerror(errno));
     }
     if (errno != EEXIST) /* else made meanwhile by another process: open that one */
-      return aa_error(errno == ENOENT || errno == ENOTDIR ? AA_ENOENT : AA_EIO, "store %s: cannot create it: %s",
-                      st->path, strerror(errno));
+      return aa_error(errno == ENOENT || errno == ENOTDIR ? AA_ENOENT : AA_EIO,
+                      "store %s: cannot create it: %s", st->path, strerror(errno));
   }
   return aa_error(AA_EIO, "store %s: it keeps appearing and vanishing; is another process replacing it?",
                   st->path);
@@ -675,7 +702,8 @@ int aa_store_open(aa_store_t **out, const char *path, int flags) {
     goto cleanup;
   }
   if (!st->readonly && (err = prepare_files(st))) goto cleanup;
-  int oflags = SQLITE_OPEN_NOFOLLOW | (st->readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  int oflags = SQLITE_OPEN_NOFOLLOW |
+               (st->readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   int rc = sqlite3_open_v2(path, &st->db, oflags, NULL);
   if (rc != SQLITE_OK) {
     err = aa__store_fail(st, rc, "open");

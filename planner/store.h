@@ -30,7 +30,7 @@
 #include "../proto/msg.h"
 #include "../strategies/strategy.h"
 
-#define AA_STORE_SCHEMA_VERSION 6 /* the newest schema this build writes */
+#define AA_STORE_SCHEMA_VERSION 7 /* the newest schema this build writes */
 #define AA_STORE_BUSY_MS 2000     /* longest wait for another connection's write lock */
 #define AA_STORE_HASH_MAX 65      /* model hash: 1..64 characters + NUL */
 #define AA_STORE_HW_MAX 128       /* hardware fingerprint: 1..127 characters + NUL */
@@ -307,7 +307,7 @@ typedef struct aa_store_run_new {
  * them). */
 typedef struct aa_store_run_rank {
   int rank;                      /* 0..AA_PROTO_WORLD_MAX-1, its place in the gang */
-  int dp_rank, tp_rank, pp_rank; /* its mesh coordinates, 0..AA_PROTO_WORLD_MAX-1 */
+  int coord[AA_AXES];            /* its mesh coordinates by aa_axis_t, 0..AA_PROTO_WORLD_MAX-1 */
   aa_store_run_status_t status;  /* ok, oom, error, timeout, crashed or cancelled */
   double tokens_per_s;           /* 0 = not recorded (NULL), as in runs */
   double step_ms_median, step_ms_spread;

@@ -83,8 +83,8 @@ struct aa_store {
 #define AA__RUN_NCOLS 21
 
 #define AA__RANK_COLS                                                                                        \
-  "rank, dp_rank, tp_rank, pp_rank, status, tokens_per_s, step_ms_median, step_ms_spread, forward_ms, "      \
-  "backward_ms, optimizer_ms, pipeline_comm_ms, bubble_ms, peak_bytes, peak_json, error"
+  "rank, coords, status, tokens_per_s, step_ms_median, step_ms_spread, forward_ms, backward_ms, "            \
+  "optimizer_ms, pipeline_comm_ms, bubble_ms, peak_bytes, peak_json, error"
 
 /* Translates a SQLite status (rc, with sqlite3_errmsg of st's connection)
  * into an AA_E* code and sets the last-error message

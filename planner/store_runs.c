@@ -2,6 +2,8 @@
  * filtered queries behind `autoaccel query`. */
 #include "store_internal.h"
 
+#include <jansson.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,6 +245,37 @@ static int measure_ok(double v) { return v >= 0 && !isinf(v); }
 
 static int coord_ok(int v) { return v >= 0 && v < AA_PROTO_WORLD_MAX; }
 
+/* A rank's coordinates as the store keeps them, one member per axis named
+ * as in common/axis.h: {"data":1,"tensor":0,"pipeline":0}. */
+static void coords_json(const int coord[AA_AXES], char *out, size_t cap) {
+  size_t o = (size_t)snprintf(out, cap, "{");
+  for (int a = 0; a < AA_AXES && o < cap; a++)
+    o +=
+        (size_t)snprintf(out + o, cap - o, "%s\"%s\":%d", a ? "," : "", aa_axis_name((aa_axis_t)a), coord[a]);
+  if (o < cap) snprintf(out + o, cap - o, "}");
+}
+
+/* Reads coords_json's text back: an axis the object does not name is 0
+ * (a rank of a run before that axis existed sat at its only place). A
+ * member that is not an integer in 0..AA_PROTO_WORLD_MAX-1 is AA_ECORRUPT. */
+static int coords_read(const char *text, int coord[AA_AXES]) {
+  json_t *o = json_loads(text, 0, NULL);
+  int err = json_is_object(o) ? 0 : AA_ECORRUPT;
+  for (int a = 0; a < AA_AXES && !err; a++) {
+    json_t *v = json_object_get(o, aa_axis_name((aa_axis_t)a));
+    if (!v) {
+      coord[a] = 0;
+    } else if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+               json_integer_value(v) < AA_PROTO_WORLD_MAX) {
+      coord[a] = (int)json_integer_value(v);
+    } else {
+      err = AA_ECORRUPT;
+    }
+  }
+  json_decref(o);
+  return err;
+}
+
 /* Checks one rank's figures before they are written (the table's
  * constraints say the same, but the message here names the rank). */
 static int check_rank(int64_t run_id, const aa_store_run_rank_t *k) {
@@ -251,9 +284,18 @@ static int check_rank(int64_t run_id, const aa_store_run_rank_t *k) {
       s == AA_STORE_RUN_PRUNED)
     return aa_error(AA_EINVAL, "run %lld rank %d: status %d is not a result status", (long long)run_id,
                     k->rank, (int)s);
-  if (!coord_ok(k->rank) || !coord_ok(k->dp_rank) || !coord_ok(k->tp_rank) || !coord_ok(k->pp_rank))
-    return aa_error(AA_EINVAL, "run %lld: rank %d (dp %d, tp %d, pp %d) is outside 0..%d", (long long)run_id,
-                    k->rank, k->dp_rank, k->tp_rank, k->pp_rank, AA_PROTO_WORLD_MAX - 1);
+  bool in_world = coord_ok(k->rank);
+  for (int a = 0; a < AA_AXES; a++)
+    in_world = in_world && coord_ok(k->coord[a]);
+  if (!in_world) {
+    char coords[32 * AA_AXES]; /* "dp 0, tp 0, pp 4096" */
+    size_t o = 0;
+    for (int a = 0; a < AA_AXES && o < sizeof coords; a++)
+      o += (size_t)snprintf(coords + o, sizeof coords - o, "%s%s %d", a ? ", " : "",
+                            aa_axis_info((aa_axis_t)a)->key, k->coord[a]);
+    return aa_error(AA_EINVAL, "run %lld: rank %d (%s) is outside 0..%d", (long long)run_id, k->rank, coords,
+                    AA_PROTO_WORLD_MAX - 1);
+  }
   int ok = measure_ok(k->tokens_per_s) && measure_ok(k->step_ms_median) && measure_ok(k->step_ms_spread) &&
            k->peak_bytes >= 0;
   for (int t = 0; t < AA_PROTO_TIME_KINDS; t++)
@@ -293,24 +335,24 @@ _Static_assert(AA_PROTO_TIME_KINDS == 5, "run_ranks has one time column per kind
  * A rank given twice breaks the primary key: AA_EINVAL. */
 static int rank_insert(aa_store_t *st, int64_t run_id, const aa_store_run_rank_t *k) {
   sqlite3_stmt *s = st->st[AA__ST_RANK_INSERT];
+  char coords[32 * AA_AXES];
+  coords_json(k->coord, coords, sizeof coords);
   sqlite3_bind_int64(s, 1, run_id);
   sqlite3_bind_int(s, 2, k->rank);
-  sqlite3_bind_int(s, 3, k->dp_rank);
-  sqlite3_bind_int(s, 4, k->tp_rank);
-  sqlite3_bind_int(s, 5, k->pp_rank);
-  sqlite3_bind_text(s, 6, aa_store_run_status_name(k->status), -1, SQLITE_STATIC);
-  aa__store_bind_real0(s, 7, k->tokens_per_s);
-  aa__store_bind_real0(s, 8, k->step_ms_median);
-  aa__store_bind_real0(s, 9, k->step_ms_spread);
+  sqlite3_bind_text(s, 3, coords, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s, 4, aa_store_run_status_name(k->status), -1, SQLITE_STATIC);
+  aa__store_bind_real0(s, 5, k->tokens_per_s);
+  aa__store_bind_real0(s, 6, k->step_ms_median);
+  aa__store_bind_real0(s, 7, k->step_ms_spread);
   for (int t = 0; t < AA_PROTO_TIME_KINDS; t++) {
     if (k->has_times)
-      sqlite3_bind_double(s, 10 + t, k->time_ms[t]);
+      sqlite3_bind_double(s, 8 + t, k->time_ms[t]);
     else
-      sqlite3_bind_null(s, 10 + t);
+      sqlite3_bind_null(s, 8 + t);
   }
-  aa__store_bind_int0(s, 15, k->peak_bytes);
-  aa__store_bind_text(s, 16, k->peak_json && *k->peak_json ? k->peak_json : NULL);
-  aa__store_bind_text(s, 17, k->error && *k->error ? k->error : NULL);
+  aa__store_bind_int0(s, 13, k->peak_bytes);
+  aa__store_bind_text(s, 14, k->peak_json && *k->peak_json ? k->peak_json : NULL);
+  aa__store_bind_text(s, 15, k->error && *k->error ? k->error : NULL);
   char what[64];
   snprintf(what, sizeof what, "record rank %d of run %lld", k->rank, (long long)run_id);
   return aa__store_exec(st, s, what);
@@ -348,22 +390,24 @@ int aa_store_run_ranks(aa_store_t *st, int64_t run_id, aa_store_rank_cb cb, void
   int rc = SQLITE_DONE, err = 0;
   while (!err && (rc = sqlite3_step(s)) == SQLITE_ROW) {
     aa_store_run_rank_t k = {.rank = sqlite3_column_int(s, 0),
-                             .dp_rank = sqlite3_column_int(s, 1),
-                             .tp_rank = sqlite3_column_int(s, 2),
-                             .pp_rank = sqlite3_column_int(s, 3),
-                             .tokens_per_s = sqlite3_column_double(s, 5),
-                             .step_ms_median = sqlite3_column_double(s, 6),
-                             .step_ms_spread = sqlite3_column_double(s, 7),
-                             .has_times = sqlite3_column_type(s, 8) != SQLITE_NULL,
-                             .peak_bytes = sqlite3_column_int64(s, 13),
-                             .peak_json = aa__store_col_text(s, 14),
-                             .error = aa__store_col_text(s, 15)};
+                             .tokens_per_s = sqlite3_column_double(s, 3),
+                             .step_ms_median = sqlite3_column_double(s, 4),
+                             .step_ms_spread = sqlite3_column_double(s, 5),
+                             .has_times = sqlite3_column_type(s, 6) != SQLITE_NULL,
+                             .peak_bytes = sqlite3_column_int64(s, 11),
+                             .peak_json = aa__store_col_text(s, 12),
+                             .error = aa__store_col_text(s, 13)};
     for (int t = 0; t < AA_PROTO_TIME_KINDS; t++)
-      k.time_ms[t] = sqlite3_column_double(s, 8 + t);
-    int status = aa__store_run_status_of(aa__store_col_text(s, 4));
+      k.time_ms[t] = sqlite3_column_double(s, 6 + t);
+    if (coords_read(aa__store_col_text(s, 1), k.coord)) {
+      err = aa_error(AA_ECORRUPT, "store %s: run %lld rank %d has unreadable coordinates '%.60s'", st->path,
+                     (long long)run_id, k.rank, aa__store_col_text(s, 1));
+      break;
+    }
+    int status = aa__store_run_status_of(aa__store_col_text(s, 2));
     if (status < 0) {
       err = aa_error(AA_ECORRUPT, "store %s: run %lld rank %d has an unknown status '%.40s'", st->path,
-                     (long long)run_id, k.rank, aa__store_col_text(s, 4));
+                     (long long)run_id, k.rank, aa__store_col_text(s, 2));
       break;
     }
     k.status = (aa_store_run_status_t)status;

@@ -252,10 +252,17 @@ static const field_t result_f[] = {
     F_STR(aa_msg_result_t, key, false, 1, AA_PROTO_KEY_MAX),
     F_BOOL(aa_msg_result_t, inputs),
     F_INT(aa_msg_result_t, rank, false, 0, AA_PROTO_WORLD_MAX - 1),
-    F_INT(aa_msg_result_t, dp_rank, false, 0, AA_PROTO_WORLD_MAX - 1),
-    F_INT(aa_msg_result_t, tp_rank, false, 0, AA_PROTO_WORLD_MAX - 1),
-    F_INT(aa_msg_result_t, pp_rank, false, 0, AA_PROTO_WORLD_MAX - 1),
-    F_MAP_HAS(aa_msg_result_t, times, has_times, &times_t),
+/* One coordinate per axis, "dp_rank", "tp_rank", ... (common/axis.h). */
+#define COORD_F(id, name_, key_, ...)                                                                        \
+  {.key = key_ "_rank",                                                                                      \
+   .kind = K_INT,                                                                                            \
+   .off = offsetof(aa_msg_result_t, coord[AA_AXIS_##id]),                                                    \
+   .has = -1,                                                                                                \
+   .imin = 0,                                                                                                \
+   .imax = AA_PROTO_WORLD_MAX - 1},
+    AA_AXIS_LIST(COORD_F)
+#undef COORD_F
+        F_MAP_HAS(aa_msg_result_t, times, has_times, &times_t),
     F_STR(aa_msg_result_t, calib, false, 1, AA_PROTO_JSON_MAX),
 };
 static const field_t cancel_f[] = {F_U64(aa_msg_cancel_t, job, true, 1, ID_HI)};

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/axis.h"
 #include "frame.h"
 
 /* Limits (bytes for strings, entries for lists). */
@@ -207,10 +208,11 @@ typedef struct aa_msg_result {
   char *error;       /* optional, <= 4096 bytes */
   char *key;         /* optional, <= 127 bytes: the strategy key (set when relayed to a client) */
   bool inputs;       /* error: the run's inputs (data, initial weights) cannot be used, whatever the strategy */
-  /* The reporting rank: its place in the gang and in the mesh, each
-   * 0..AA_PROTO_WORLD_MAX-1 (0 may be omitted), and its own step time
-   * breakdown when it timed steps (has_times). */
-  int rank, dp_rank, tp_rank, pp_rank;
+  /* The reporting rank: its place in the gang and in the mesh (coord, by
+   * aa_axis_t: common/axis.h; on the wire "<axis key>_rank": dp_rank,
+   * tp_rank, pp_rank), each 0..AA_PROTO_WORLD_MAX-1 (0 may be omitted),
+   * and its own step time breakdown when it timed steps (has_times). */
+  int rank, coord[AA_AXES];
   bool has_times;
   aa_msg_times_t times;
   char *calib; /* optional, 1..AA_PROTO_JSON_MAX bytes: a calibrate job's measurements

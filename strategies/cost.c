@@ -7,15 +7,17 @@
 
 #include "sizes.h"
 
-void aa_cost_memory_stage(const aa_arch_t *arch, const aa_strategy_t *s, int m, int stage, aa_cost_mem_t *out) {
+void aa_cost_memory_stage(const aa_arch_t *arch, const aa_strategy_t *s, int m, int stage,
+                          aa_cost_mem_t *out) {
   memset(out, 0, sizeof *out);
   if (aa_sizes_rank(arch, s, m, stage, out->bytes)) memset(out->bytes, 0, sizeof out->bytes);
-  for (int k = 0; k < AA_MEM_NKINDS; k++) out->total += out->bytes[k];
+  for (int k = 0; k < AA_MEM_NKINDS; k++)
+    out->total += out->bytes[k];
 }
 
 void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, int m, aa_cost_mem_t *out) {
   aa_cost_memory_stage(arch, s, m, 0, out);
-  for (int st = 1; st < s->pp; st++) {
+  for (int st = 1; st < s->degree[AA_AXIS_PIPELINE]; st++) {
     aa_cost_mem_t c;
     aa_cost_memory_stage(arch, s, m, st, &c);
     if (c.total > out->total) *out = c;
@@ -24,16 +26,18 @@ void aa_cost_memory(const aa_arch_t *arch, const aa_strategy_t *s, int m, aa_cos
 
 void aa_cost_mem_describe(const aa_cost_mem_t *m, char *out, size_t n) {
   char b[AA_MEM_NKINDS + 1][32];
-  for (int k = 0; k < AA_MEM_NKINDS; k++) aa_mem_fmt(b[k], m->bytes[k]);
-  snprintf(out, n, "%s (params %s, grads %s, optim %s, acts %s, workspace %s)", aa_mem_fmt(b[AA_MEM_NKINDS], m->total),
-           b[AA_MEM_PARAMS], b[AA_MEM_GRADS], b[AA_MEM_OPTIM], b[AA_MEM_ACTS], b[AA_MEM_WORKSPACE]);
+  for (int k = 0; k < AA_MEM_NKINDS; k++)
+    aa_mem_fmt(b[k], m->bytes[k]);
+  snprintf(out, n, "%s (params %s, grads %s, optim %s, acts %s, workspace %s)",
+           aa_mem_fmt(b[AA_MEM_NKINDS], m->total), b[AA_MEM_PARAMS], b[AA_MEM_GRADS], b[AA_MEM_OPTIM],
+           b[AA_MEM_ACTS], b[AA_MEM_WORKSPACE]);
 }
 
 /* What pipeline rank `stage` of s holds (its blocks; no plan), or -1 for
  * a stage outside 0..pp-1 or a strategy the pipeline rules refuse. At pp 1
  * the one rank holds everything, first and last. */
 static int place_of(const aa_arch_t *a, const aa_strategy_t *s, int stage, aa_pp_place_t *p) {
-  if (stage < 0 || stage >= (s->pp > 1 ? s->pp : 1)) return -1;
+  if (stage < 0 || stage >= (s->degree[AA_AXIS_PIPELINE] > 1 ? s->degree[AA_AXIS_PIPELINE] : 1)) return -1;
   return aa_pp_place(a, s, 0, stage, p) ? -1 : 0;
 }
 
@@ -53,13 +57,15 @@ double aa_cost_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t 
   if (place_of(arch, s, stage, &p)) return 0;
   int nb, nk;
   held_blocks(s, &p, &nb, &nk);
-  const double C = arch->d_model, T = arch->seq_len, Lr = nb, tp = s->tp;
-  const double block = (double)aa_sizes_unit_numel(arch, s->tp, 1);
+  const double C = arch->d_model, T = arch->seq_len, Lr = nb, tp = s->degree[AA_AXIS_TENSOR];
+  const double block = (double)aa_sizes_unit_numel(arch, s->degree[AA_AXIS_TENSOR], 1);
   /* The head and lnf on the last stage: gpt2's head is tied to wte|wpe
    * (unit 0), llama's is head.w, in the last unit with lnf.w. The
    * embedding on the first stage is a lookup. */
-  const double head = aa_arch_is_llama(arch) ? 0 : (double)aa_sizes_unit_numel(arch, s->tp, 0);
-  const double ends = p.last ? head + (double)aa_sizes_unit_numel(arch, s->tp, arch->n_layer + 1) : 0;
+  const double head =
+      aa_arch_is_llama(arch) ? 0 : (double)aa_sizes_unit_numel(arch, s->degree[AA_AXIS_TENSOR], 0);
+  const double ends =
+      p.last ? head + (double)aa_sizes_unit_numel(arch, s->degree[AA_AXIS_TENSOR], arch->n_layer + 1) : 0;
   return 6.0 * (Lr * block + ends) + 12.0 * Lr * C * T / tp + nk * (2.0 * block + 4.0 * C * T / tp);
 }
 
@@ -73,14 +79,14 @@ double aa_cost_min_flops_per_token_stage(const aa_arch_t *arch, const aa_strateg
    * 2 KV) with KV = n_kv_head x head size, proj C^2, gate|up 2FC, down FC. */
   const double KV = (double)aa_arch_kv_heads(arch) * (C / arch->n_head);
   const double block = aa_arch_is_llama(arch) ? C * (C + 2 * KV) + C * C + 3 * F * C : 4 * C * C + 2 * F * C;
-  return (6.0 * (nb * block + (p.last ? V * C : 0)) + 2.0 * block * nk) / s->tp;
+  return (6.0 * (nb * block + (p.last ? V * C : 0)) + 2.0 * block * nk) / s->degree[AA_AXIS_TENSOR];
 }
 
 /* The most any pipeline stage of s executes by f. */
 static double most_loaded(double (*f)(const aa_arch_t *, const aa_strategy_t *, int), const aa_arch_t *arch,
                           const aa_strategy_t *s) {
   double most = 0;
-  for (int st = 0; st < (s->pp > 1 ? s->pp : 1); st++) {
+  for (int st = 0; st < (s->degree[AA_AXIS_PIPELINE] > 1 ? s->degree[AA_AXIS_PIPELINE] : 1); st++) {
     double x = f(arch, s, st);
     if (x > most) most = x;
   }
@@ -95,7 +101,9 @@ double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s
   return most_loaded(aa_cost_min_flops_per_token_stage, arch, s);
 }
 
-double aa_cost_bubble(const aa_strategy_t *s, int m) { return aa_pp_bubble(s->schedule, s->pp, s->vpp, m); }
+double aa_cost_bubble(const aa_strategy_t *s, int m) {
+  return aa_pp_bubble(s->schedule, s->degree[AA_AXIS_PIPELINE], s->vpp, m);
+}
 
 /* --- collectives (cost.h) ------------------------------------------------------------------ */
 
@@ -112,7 +120,7 @@ static void add(aa_cost_group_t *g, aa_cost_collective_t k, uint64_t calls, uint
  * LayerNorm's and the cross-entropy's on the last. */
 static void tensor_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
                         aa_cost_group_t *g) {
-  const uint64_t t = (uint64_t)s->tp, N = (uint64_t)s->micro_batch * (uint64_t)a->seq_len;
+  const uint64_t t = (uint64_t)s->degree[AA_AXIS_TENSOR], N = (uint64_t)s->micro_batch * (uint64_t)a->seq_len;
   const uint64_t C = (uint64_t)a->d_model, NC = N * C, e = p->first ? 1 : 0, f = p->last ? 1 : 0;
   int nb, nk;
   held_blocks(s, p, &nb, &nk);
@@ -162,14 +170,15 @@ static uint64_t block_gathers(const aa_pp_place_t *p, const aa_pp_plan_t *plan, 
 
 /* The data group's collectives per step (cost.h, engine/optim.h) on place
  * p: only the units it holds. */
-static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, const aa_pp_plan_t *plan,
-                      uint64_t A, aa_cost_group_t *g) {
-  const int dp = s->dp, stage = aa_sizes_zero_stage(s->zero, dp), U = aa_sizes_units(a);
+static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p,
+                      const aa_pp_plan_t *plan, uint64_t A, aa_cost_group_t *g) {
+  const int dp = s->degree[AA_AXIS_DATA], stage = aa_sizes_zero_stage(s->zero, dp), U = aa_sizes_units(a);
   const size_t f4 = sizeof(float);
   add(g, AA_COST_ALL_REDUCE, 1, 1, f4);                 /* the loss */
   if (stage >= 1) add(g, AA_COST_ALL_REDUCE, 1, 1, f4); /* the gradient norm */
   for (int u = 0; u < U; u++) {
-    const uint64_t n = aa_sizes_unit_held(a, s->tp, p, u), padded = (uint64_t)dp * aa_sizes_chunk(n, dp);
+    const uint64_t n = aa_sizes_unit_held(a, s->degree[AA_AXIS_TENSOR], p, u),
+                   padded = (uint64_t)dp * aa_sizes_chunk(n, dp);
     if (!n) continue;
     if (stage == 0)
       add(g, AA_COST_ALL_REDUCE, 1, n, f4);
@@ -182,10 +191,10 @@ static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_pl
      * walk them through their one slot. */
     const size_t e = aa_dtype_size(s->amp);
     for (int u = 0; u < U; u += U - 1) {
-      const uint64_t n = aa_sizes_unit_held(a, s->tp, p, u);
+      const uint64_t n = aa_sizes_unit_held(a, s->degree[AA_AXIS_TENSOR], p, u);
       if (n) add(g, AA_COST_ALL_GATHER, 1, (uint64_t)dp * aa_sizes_chunk(n, dp), e);
     }
-    const uint64_t nb = aa_sizes_unit_numel(a, s->tp, 1);
+    const uint64_t nb = aa_sizes_unit_numel(a, s->degree[AA_AXIS_TENSOR], 1);
     add(g, AA_COST_ALL_GATHER, block_gathers(p, plan, A), (uint64_t)dp * aa_sizes_chunk(nb, dp), e);
   }
 }
@@ -197,7 +206,8 @@ static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_pl
 static void pipeline_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
                           aa_cost_group_t *g) {
   const uint64_t N = (uint64_t)s->micro_batch * (uint64_t)a->seq_len;
-  const uint64_t Ns = s->sp && s->tp > 1 ? N / (uint64_t)s->tp : N, n = Ns * (uint64_t)a->d_model;
+  const uint64_t Ns = s->sp && s->degree[AA_AXIS_TENSOR] > 1 ? N / (uint64_t)s->degree[AA_AXIS_TENSOR] : N,
+                 n = Ns * (uint64_t)a->d_model;
   const size_t es = aa_dtype_size(s->amp), f4 = sizeof(float);
   const int S = p->pp * p->vpp;
   for (int c = 0; c < p->vpp; c++) {
@@ -213,30 +223,32 @@ static void pipeline_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_p
   }
 }
 
-void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum, int stage, aa_cost_comm_t *out) {
+void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum, int stage,
+                        aa_cost_comm_t *out) {
   memset(out, 0, sizeof *out);
   const uint64_t A = accum > 0 ? (uint64_t)accum : 1;
-  out->data.ranks = s->dp;
-  out->tensor.ranks = s->tp;
-  out->pipeline.ranks = s->pp;
+  out->data.ranks = s->degree[AA_AXIS_DATA];
+  out->tensor.ranks = s->degree[AA_AXIS_TENSOR];
+  out->pipeline.ranks = s->degree[AA_AXIS_PIPELINE];
   out->embedding.ranks = 1;
   aa_pp_place_t p;
   aa_pp_plan_t plan, *pl = NULL;
   if (place_of(arch, s, stage, &p)) return;
   /* The plan checks that the schedule suits A micro-batches; ZeRO 3's
    * gathers follow its order. */
-  if (s->pp > 1) {
-    if (aa_pp_plan(s->schedule, s->pp, p.vpp, (int)A, &plan)) return;
+  if (s->degree[AA_AXIS_PIPELINE] > 1) {
+    if (aa_pp_plan(s->schedule, s->degree[AA_AXIS_PIPELINE], p.vpp, (int)A, &plan)) return;
     pl = &plan;
   }
-  if (s->dp > 1) data_comm(arch, s, &p, pl, A, &out->data);
-  if (s->tp > 1) tensor_comm(arch, s, &p, A, &out->tensor);
-  if (s->pp > 1) {
+  if (s->degree[AA_AXIS_DATA] > 1) data_comm(arch, s, &p, pl, A, &out->data);
+  if (s->degree[AA_AXIS_TENSOR] > 1) tensor_comm(arch, s, &p, A, &out->tensor);
+  if (s->degree[AA_AXIS_PIPELINE] > 1) {
     pipeline_comm(arch, s, &p, A, &out->pipeline);
     /* llama's head is untied: no second copy of wte to keep equal. */
     if ((p.first || p.last) && !aa_arch_is_llama(arch)) {
       out->embedding.ranks = 2;
-      add(&out->embedding, AA_COST_ALL_REDUCE, 1, aa_sizes_unit_numel(arch, s->tp, 0), sizeof(float));
+      add(&out->embedding, AA_COST_ALL_REDUCE, 1, aa_sizes_unit_numel(arch, s->degree[AA_AXIS_TENSOR], 0),
+          sizeof(float));
     }
     aa_pp_plan_free(pl);
   }
@@ -248,7 +260,7 @@ static uint64_t comm_bytes(const aa_cost_comm_t *c) {
 
 void aa_cost_comm(const aa_arch_t *arch, const aa_strategy_t *s, int accum, aa_cost_comm_t *out) {
   aa_cost_comm_stage(arch, s, accum, 0, out);
-  for (int st = 1; st < s->pp; st++) {
+  for (int st = 1; st < s->degree[AA_AXIS_PIPELINE]; st++) {
     aa_cost_comm_t c;
     aa_cost_comm_stage(arch, s, accum, st, &c);
     if (comm_bytes(&c) > comm_bytes(out)) *out = c;
@@ -280,7 +292,7 @@ void aa_cost_group_describe(const aa_cost_group_t *g, char *out, size_t n) {
 }
 
 int aa_cost_dominated(const aa_strategy_t *a, const aa_strategy_t *b, int cuda, char *why, size_t why_len) {
-  if (a->dp != b->dp || a->tp != b->tp || a->pp != b->pp || a->sp != b->sp || a->micro_batch != b->micro_batch)
+  if (memcmp(a->degree, b->degree, sizeof a->degree) || a->sp != b->sp || a->micro_batch != b->micro_batch)
     return 0;
   if (a->ckpt == AA_CKPT_FULL && b->ckpt == AA_CKPT_FULL && a->ckpt_layers != b->ckpt_layers) return 0;
   /* Each knob: 0 = the same, 1 = a costlier, -1 = not comparable or cheaper. */
@@ -292,8 +304,8 @@ int aa_cost_dominated(const aa_strategy_t *a, const aa_strategy_t *b, int cuda, 
     size_t o = 0;
     why[0] = 0;
     if (ckpt && o < why_len)
-      o += (size_t)snprintf(why + o, why_len - o, "%s checkpointing instead of %s", aa_ckpt_mode_name(a->ckpt),
-                            aa_ckpt_mode_name(b->ckpt));
+      o += (size_t)snprintf(why + o, why_len - o, "%s checkpointing instead of %s",
+                            aa_ckpt_mode_name(a->ckpt), aa_ckpt_mode_name(b->ckpt));
     if (zero && o < why_len)
       o += (size_t)snprintf(why + o, why_len - o, "%sZeRO 3 instead of 2", o ? ", " : "");
     if (amp && o < why_len)

@@ -10,20 +10,22 @@
 
 /* The checks aa_layout_of promises, plus each axis's stride. */
 static int check(const aa_strategy_t *s, int stride[AA_AXES]) {
-  long long world = (long long)s->dp * s->tp * s->pp;
-  if (s->dp < 1 || s->tp < 1 || s->pp < 1 || world > AA_STRATEGY_WORLD_MAX)
-    return aa_error(AA_EINVAL, "layout: dp * tp * pp = %d * %d * %d must be between 1 and %d ranks", s->dp,
-                    s->tp, s->pp, AA_STRATEGY_WORLD_MAX);
-  if ((unsigned)s->order >= AA_ORDERS)
-    return aa_error(AA_EINVAL, "layout: unknown axis order %d", (int)s->order);
+  bool degrees_ok = true;
+  for (int a = 0; a < AA_AXES; a++)
+    degrees_ok = degrees_ok && s->degree[a] >= 1 && s->degree[a] <= AA_STRATEGY_WORLD_MAX;
+  if (!degrees_ok || aa_strategy_world(s) > AA_STRATEGY_WORLD_MAX) {
+    char words[160];
+    aa__strategy_world_words(s, words, sizeof words);
+    return aa_error(AA_EINVAL, "layout: %s must be between 1 and %d ranks", words, AA_STRATEGY_WORLD_MAX);
+  }
+  if (!aa_axis_order_valid(s->order))
+    return aa_error(AA_EINVAL, "layout: the axis order must list every axis once");
   char rule[256];
   if (aa__rank_order_check(s, rule, sizeof rule)) return aa_error(AA_EINVAL, "layout: rank_order: %s", rule);
-  aa_axis_t axes[AA_AXES];
-  aa_axis_order_axes(s->order, axes);
   int st = 1;
   for (int i = 0; i < AA_AXES; i++) {
-    stride[axes[i]] = st;
-    st *= aa_strategy_degree(s, axes[i]);
+    stride[s->order[i]] = st;
+    st *= s->degree[s->order[i]];
   }
   return 0;
 }
@@ -32,9 +34,10 @@ static int check(const aa_strategy_t *s, int stride[AA_AXES]) {
 static int locate(aa_layout_t *l, int stride[AA_AXES], const aa_strategy_t *s, int rank) {
   int rc = check(s, stride);
   if (rc) return rc;
-  *l = (aa_layout_t){.world = s->dp * s->tp * s->pp, .rank = rank, .pos = rank};
+  *l = (aa_layout_t){.world = (int)aa_strategy_world(s), .rank = rank, .pos = rank};
+  memcpy(l->order, s->order, sizeof l->order);
   if (rank < 0 || rank >= l->world)
-    return aa_error(AA_EINVAL, "layout: rank %d is outside 0..%d (dp * tp * pp = %d)", rank, l->world - 1,
+    return aa_error(AA_EINVAL, "layout: rank %d is outside 0..%d (a world of %d ranks)", rank, l->world - 1,
                     l->world);
   if (s->nranks) { /* the inverse permutation; a world is at most 4096 ranks */
     l->pos = 0;
@@ -42,7 +45,7 @@ static int locate(aa_layout_t *l, int stride[AA_AXES], const aa_strategy_t *s, i
       l->pos++;
   }
   for (int a = 0; a < AA_AXES; a++) {
-    int size = aa_strategy_degree(s, (aa_axis_t)a);
+    int size = s->degree[a];
     l->size[a] = size;
     l->coord[a] = (l->pos / stride[a]) % size;
     /* The group's first position, numbered among the first positions of
@@ -51,6 +54,17 @@ static int locate(aa_layout_t *l, int stride[AA_AXES], const aa_strategy_t *s, i
     l->color[a] = first % stride[a] + first / (stride[a] * size) * stride[a];
   }
   return 0;
+}
+
+int aa_layout_color(const aa_layout_t *l, unsigned mask) {
+  int color = 0, radix = 1;
+  for (int i = 0; i < AA_AXES; i++) {
+    aa_axis_t a = l->order[i];
+    if (mask & 1u << a) continue;
+    color += l->coord[a] * radix;
+    radix *= l->size[a];
+  }
+  return color;
 }
 
 int aa_layout_of(aa_layout_t *out, const aa_strategy_t *s, int rank) {

@@ -1,6 +1,6 @@
 /* The per-rank layout of a strategy's device mesh: which position of the
- * mesh a global rank holds, its coordinates along the data, tensor and
- * pipeline axes, and for each axis the (color, key) that a split call
+ * mesh a global rank holds, its coordinates along each axis (axis.h), and
+ * for each axis the (color, key) that a split call
  * (ncclCommSplit, MPI_Comm_split: ranks passing the same color form a
  * group, ordered by key) needs to build that axis's groups from the world.
  *
@@ -24,7 +24,7 @@
 #include "strategy.h"
 
 typedef struct aa_layout {
-  int world;          /* dp * tp * pp */
+  int world;          /* the product of the degrees (aa_strategy_world) */
   int rank;           /* the global rank described */
   int pos;            /* its position in the mesh: rank_order[pos] == rank (pos == rank without one) */
   int size[AA_AXES];  /* by aa_axis_t: each axis's degree, the size of its groups */
@@ -34,14 +34,22 @@ typedef struct aa_layout {
    * lists them (by their first position). The split's key is coord, so the
    * rank's index in its group is coord. */
   int color[AA_AXES];
+  aa_axis_t order[AA_AXES]; /* the strategy's axis order, fastest first */
 } aa_layout_t;
 
 /* The layout of global rank `rank` under s into *out (written only on
- * success). s needs valid degrees (1..65536, dp * tp * pp <=
+ * success). s needs valid degrees (their product at most
  * AA_STRATEGY_WORLD_MAX), a valid order, and a rank order that is none or
  * a permutation of 0..world-1 (as aa_strategy_resolve leaves it); else
  * AA_EINVAL naming the rule, as for a rank outside 0..world-1. */
 int aa_layout_of(aa_layout_t *out, const aa_strategy_t *s, int rank);
+
+/* The color of the group that spans the axes in `mask` (bit a for axis
+ * a; Megatron's RankGenerator builds its groups from such masks) and holds
+ * l's rank: the ranks whose place differs only along those axes share it.
+ * Colors number the groups 0..world/size-1 in the order of their first
+ * positions; for a single axis it is l->color[axis]. */
+int aa_layout_color(const aa_layout_t *l, unsigned mask);
 
 /* The global ranks of the group of axis `axis` that holds `rank`, in
  * group order (by coordinate), into members (room for cap). Returns the

@@ -7,7 +7,7 @@
 
 #include "sizes.h"
 
-int aa_pp_stages(const aa_strategy_t *s) { return s->pp * (s->vpp > 1 ? s->vpp : 1); }
+int aa_pp_stages(const aa_strategy_t *s) { return s->degree[AA_AXIS_PIPELINE] * (s->vpp > 1 ? s->vpp : 1); }
 
 const char *aa_pp_schedule_name(aa_pp_schedule_t s) {
   switch (s) {
@@ -69,47 +69,57 @@ static void balance(int L, int S, double pb, double e0, double eL, int *n) {
 
 int aa_pp_bounds(const aa_arch_t *a, const aa_strategy_t *s, int bounds[AA_STRATEGY_STAGES_MAX + 1]) {
   const int L = a->n_layer, v = s->vpp > 1 ? s->vpp : 1, S = aa_pp_stages(s);
-  if (s->pp < 1) return aa_error(AA_EINVAL, "pipeline parallel degree %d must be at least 1", s->pp);
+  if (s->degree[AA_AXIS_PIPELINE] < 1)
+    return aa_error(AA_EINVAL, "pipeline parallel degree %d must be at least 1", s->degree[AA_AXIS_PIPELINE]);
   if (v > AA_PP_CHUNKS_MAX)
-    return aa_error(AA_EINVAL, "virtual_stages %d: at most %d virtual stages per pipeline rank", v, AA_PP_CHUNKS_MAX);
+    return aa_error(AA_EINVAL, "virtual_stages %d: at most %d virtual stages per pipeline rank", v,
+                    AA_PP_CHUNKS_MAX);
   if (v > 1 && s->schedule != AA_SCHEDULE_INTERLEAVED)
     return aa_error(AA_EINVAL, "virtual_stages %d needs the interleaved schedule (schedule is %s)", v,
                     aa_pp_schedule_name(s->schedule));
-  if (s->pp > 1 && v == 1 && s->schedule == AA_SCHEDULE_INTERLEAVED)
-    return aa_error(AA_EINVAL, "the interleaved schedule needs virtual_stages >= 2 (each rank holds several chunks)");
-  if (S > L || S > AA_STRATEGY_STAGES_MAX)
+  if (s->degree[AA_AXIS_PIPELINE] > 1 && v == 1 && s->schedule == AA_SCHEDULE_INTERLEAVED)
     return aa_error(AA_EINVAL,
-                    "pipeline parallel degree %d x virtual_stages %d = %d stages: more than n_layer %d (every stage "
-                    "holds at least one block)",
-                    s->pp, v, S, L);
-  if (s->partition == AA_PARTITION_CUSTOM && s->pp > 1) {
+                    "the interleaved schedule needs virtual_stages >= 2 (each rank holds several chunks)");
+  if (S > L || S > AA_STRATEGY_STAGES_MAX)
+    return aa_error(
+        AA_EINVAL,
+        "pipeline parallel degree %d x virtual_stages %d = %d stages: more than n_layer %d (every stage "
+        "holds at least one block)",
+        s->degree[AA_AXIS_PIPELINE], v, S, L);
+  if (s->partition == AA_PARTITION_CUSTOM && s->degree[AA_AXIS_PIPELINE] > 1) {
     if (s->n_bounds != S + 1)
-      return aa_error(AA_EINVAL, "custom partition lists %d boundaries; %d stages need %d (0, ..., n_layer %d)",
+      return aa_error(AA_EINVAL,
+                      "custom partition lists %d boundaries; %d stages need %d (0, ..., n_layer %d)",
                       s->n_bounds, S, S + 1, L);
     if (s->bounds[0] != 0 || s->bounds[S] != L)
-      return aa_error(AA_EINVAL, "custom partition must start at 0 and end at n_layer %d (it runs from %d to %d)", L,
+      return aa_error(AA_EINVAL,
+                      "custom partition must start at 0 and end at n_layer %d (it runs from %d to %d)", L,
                       s->bounds[0], s->bounds[S]);
     for (int k = 0; k < S; k++)
       if (s->bounds[k + 1] <= s->bounds[k])
-        return aa_error(AA_EINVAL,
-                        "custom partition boundaries must increase (stage %d would hold blocks [%d, %d): every "
-                        "stage holds at least one block)",
-                        k, s->bounds[k], s->bounds[k + 1]);
+        return aa_error(
+            AA_EINVAL,
+            "custom partition boundaries must increase (stage %d would hold blocks [%d, %d): every "
+            "stage holds at least one block)",
+            k, s->bounds[k], s->bounds[k + 1]);
     memcpy(bounds, s->bounds, (size_t)(S + 1) * sizeof *bounds);
     return 0;
   }
   int n[AA_STRATEGY_STAGES_MAX];
   if (s->partition == AA_PARTITION_PARAMETERS && S > 1) {
-    const double pb = (double)aa_sizes_unit_numel(a, s->tp, 1), u0 = (double)aa_sizes_unit_numel(a, s->tp, 0);
+    const double pb = (double)aa_sizes_unit_numel(a, s->degree[AA_AXIS_TENSOR], 1),
+                 u0 = (double)aa_sizes_unit_numel(a, s->degree[AA_AXIS_TENSOR], 0);
     balance(L, S, pb, u0, u0 + 2.0 * a->d_model, n);
   } else {
     /* Uniform: the remainder one block each to the stages after the first,
      * which alone also holds the embedding. */
-    for (int k = 0; k < S; k++) n[k] = L / S + (k >= 1 && k <= L % S);
+    for (int k = 0; k < S; k++)
+      n[k] = L / S + (k >= 1 && k <= L % S);
     if (S == 1) n[0] = L;
   }
   bounds[0] = 0;
-  for (int k = 0; k < S; k++) bounds[k + 1] = bounds[k] + n[k];
+  for (int k = 0; k < S; k++)
+    bounds[k + 1] = bounds[k] + n[k];
   return 0;
 }
 
@@ -117,21 +127,22 @@ int aa_pp_place(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, aa
   int bounds[AA_STRATEGY_STAGES_MAX + 1], rc = aa_pp_bounds(a, s, bounds);
   if (rc) return rc;
   const int v = s->vpp > 1 ? s->vpp : 1, S = aa_pp_stages(s);
-  if (stage < 0 || stage >= s->pp) return aa_error(AA_EINVAL, "pipeline stage %d outside 0..%d", stage, s->pp - 1);
+  if (stage < 0 || stage >= s->degree[AA_AXIS_PIPELINE])
+    return aa_error(AA_EINVAL, "pipeline stage %d outside 0..%d", stage, s->degree[AA_AXIS_PIPELINE] - 1);
   memset(out, 0, sizeof *out);
-  out->pp = s->pp;
+  out->pp = s->degree[AA_AXIS_PIPELINE];
   out->vpp = v;
   out->stage = stage;
   for (int c = 0; c < v; c++) {
-    out->lo[c] = bounds[c * s->pp + stage];
-    out->hi[c] = bounds[c * s->pp + stage + 1];
+    out->lo[c] = bounds[c * s->degree[AA_AXIS_PIPELINE] + stage];
+    out->hi[c] = bounds[c * s->degree[AA_AXIS_PIPELINE] + stage + 1];
   }
   out->slots = 1;
   out->first = stage == 0;
-  out->last = stage == (S - 1) % s->pp;
-  if (s->pp == 1 || m <= 0) return 0;
+  out->last = stage == (S - 1) % s->degree[AA_AXIS_PIPELINE];
+  if (s->degree[AA_AXIS_PIPELINE] == 1 || m <= 0) return 0;
   aa_pp_plan_t p;
-  if ((rc = aa_pp_plan(s->schedule, s->pp, v, m, &p))) return rc;
+  if ((rc = aa_pp_plan(s->schedule, s->degree[AA_AXIS_PIPELINE], v, m, &p))) return rc;
   out->slots = p.slots[stage];
   out->act_bufs = p.act_bufs[stage];
   out->grad_bufs = p.grad_bufs[stage];
@@ -173,8 +184,10 @@ typedef struct {
 static void order(aa_pp_schedule_t sched, int pp, int v, int m, int r, step_t *out) {
   int n = 0;
   if (sched == AA_SCHEDULE_GPIPE) {
-    for (int i = 0; i < m; i++) out[n++] = (step_t){1, 0, i};
-    for (int i = 0; i < m; i++) out[n++] = (step_t){0, 0, i};
+    for (int i = 0; i < m; i++)
+      out[n++] = (step_t){1, 0, i};
+    for (int i = 0; i < m; i++)
+      out[n++] = (step_t){0, 0, i};
     return;
   }
   /* Virtual micro-batch k of a rank: micro-batches go through the chunks
@@ -184,13 +197,15 @@ static void order(aa_pp_schedule_t sched, int pp, int v, int m, int r, step_t *o
   if (warm > total) warm = total;
 #define VCHUNK(k) (((k) % (pp * v)) / pp)
 #define VMB(k) (((k) / (pp * v)) * pp + (k) % pp)
-  for (int k = 0; k < warm; k++) out[n++] = (step_t){1, VCHUNK(k), VMB(k)};
+  for (int k = 0; k < warm; k++)
+    out[n++] = (step_t){1, VCHUNK(k), VMB(k)};
   for (int i = 0; i < total - warm; i++) {
     int f = warm + i;
     out[n++] = (step_t){1, VCHUNK(f), VMB(f)};
     out[n++] = (step_t){0, v - 1 - VCHUNK(i), VMB(i)};
   }
-  for (int k = total - warm; k < total; k++) out[n++] = (step_t){0, v - 1 - VCHUNK(k), VMB(k)};
+  for (int k = total - warm; k < total; k++)
+    out[n++] = (step_t){0, v - 1 - VCHUNK(k), VMB(k)};
 #undef VCHUNK
 #undef VMB
 }
@@ -217,7 +232,8 @@ static int cmp_event(const void *x, const void *y) {
  * counts the indices ever used. */
 static int take_free(unsigned char *used, int *most) {
   int i = 0;
-  while (used[i]) i++;
+  while (used[i])
+    i++;
   used[i] = 1;
   if (i + 1 > *most) *most = i + 1;
   return i;
@@ -229,12 +245,14 @@ int aa_pp_plan(aa_pp_schedule_t sched, int pp, int v, int m, aa_pp_plan_t *out) 
     return aa_error(AA_EINVAL, "pipeline plan: %d ranks, %d chunks, %d micro-batches", pp, v, m);
   if ((sched == AA_SCHEDULE_INTERLEAVED) != (v > 1))
     return aa_error(AA_EINVAL, "the %s schedule runs %s", aa_pp_schedule_name(sched),
-                    v > 1 ? "one chunk per rank (virtual_stages 1)" : "several chunks per rank (virtual_stages >= 2)");
+                    v > 1 ? "one chunk per rank (virtual_stages 1)"
+                          : "several chunks per rank (virtual_stages >= 2)");
   if (sched == AA_SCHEDULE_INTERLEAVED && m % pp)
-    return aa_error(AA_EINVAL,
-                    "the interleaved schedule needs the micro-batches per step (%d) to be a multiple of the pipeline "
-                    "degree %d",
-                    m, pp);
+    return aa_error(
+        AA_EINVAL,
+        "the interleaved schedule needs the micro-batches per step (%d) to be a multiple of the pipeline "
+        "degree %d",
+        m, pp);
   const int S = pp * v, per = 2 * m * v;
   step_t *steps = malloc(sizeof *steps * (size_t)pp * per);
   double *act_t = malloc(sizeof(double) * (size_t)S * m * 2), *grad_t = act_t + (size_t)S * m;
@@ -250,13 +268,15 @@ int aa_pp_plan(aa_pp_schedule_t sched, int pp, int v, int m, aa_pp_plan_t *out) 
   out->busy = calloc((size_t)pp, sizeof(double));
   unsigned char *used = malloc((size_t)per * 2 + 1);
   int rc = 0;
-  if (!steps || !act_t || !ev || !next || !clock || !out->n_ops || !out->ops || !out->slots || !out->act_bufs ||
-      !out->grad_bufs || !out->busy || !used) {
+  if (!steps || !act_t || !ev || !next || !clock || !out->n_ops || !out->ops || !out->slots ||
+      !out->act_bufs || !out->grad_bufs || !out->busy || !used) {
     rc = aa_error(AA_ENOMEM, "out of memory planning the pipeline");
     goto done;
   }
-  for (int r = 0; r < pp; r++) order(sched, pp, v, m, r, steps + (size_t)r * per);
-  for (size_t i = 0; i < (size_t)S * m * 2; i++) act_t[i] = -1;
+  for (int r = 0; r < pp; r++)
+    order(sched, pp, v, m, r, steps + (size_t)r * per);
+  for (size_t i = 0; i < (size_t)S * m * 2; i++)
+    act_t[i] = -1;
   /* Run the computations: each time, the one that can start earliest. */
   long nev = 0;
   for (int done = 0; done < pp * per; done++) {
@@ -296,7 +316,8 @@ int aa_pp_plan(aa_pp_schedule_t sched, int pp, int v, int m, aa_pp_plan_t *out) 
   qsort(ev, (size_t)nev, sizeof *ev, cmp_event);
   /* Each rank's list, in the one global order, with its buffers. */
   for (int r = 0; r < pp; r++) {
-    aa_pp_op_t *ops = out->ops[r] = malloc(sizeof *ops * (size_t)per * 3); /* each computation, its send, its input's receive */
+    aa_pp_op_t *ops = out->ops[r] =
+        malloc(sizeof *ops * (size_t)per * 3); /* each computation, its send, its input's receive */
     if (!ops) {
       rc = aa_error(AA_ENOMEM, "out of memory planning the pipeline");
       goto done;
@@ -335,8 +356,8 @@ int aa_pp_plan(aa_pp_schedule_t sched, int pp, int v, int m, aa_pp_plan_t *out) 
         int vs = s.chunk * pp + e->rank + (s.fwd ? 1 : -1), c = vs / pp, k = c * m + s.mb;
         int b = s.fwd ? (abuf[k] = take_free(aused, &out->act_bufs[r]))
                       : (gbuf[k] = take_free(gused, &out->grad_bufs[r]));
-        ops[n++] = (aa_pp_op_t){s.fwd ? AA_PP_RECV_ACT : AA_PP_RECV_GRAD, c, s.mb, -1, s.fwd ? b : -1,
-                                s.fwd ? -1 : b, e->rank};
+        ops[n++] = (aa_pp_op_t){
+            s.fwd ? AA_PP_RECV_ACT : AA_PP_RECV_GRAD, c, s.mb, -1, s.fwd ? b : -1, s.fwd ? -1 : b, e->rank};
       } else if (e->cls == 1 && e->rank == r) {
         int k = s.chunk * m + s.mb, vs = s.chunk * pp + r;
         if (s.fwd) {
@@ -377,7 +398,8 @@ done:
 
 void aa_pp_plan_free(aa_pp_plan_t *p) {
   if (p->ops)
-    for (int r = 0; r < p->pp; r++) free(p->ops[r]);
+    for (int r = 0; r < p->pp; r++)
+      free(p->ops[r]);
   free(p->ops);
   free(p->n_ops);
   free(p->slots);

@@ -93,8 +93,8 @@ static void widen16(inventory_t *v, int64_t n, int pass, double calls) {
 /* The MLP's activation over N tokens, GELU (gpt2) or SwiGLU (llama), with
  * add's counts: in the block's passes, and recomputed under selective
  * checkpointing. */
-static void act_op(inventory_t *v, const aa_tp_dims_t *d, int64_t N, aa_dtype_t dt, double ff, double bf, double fb,
-                   double bb) {
+static void act_op(inventory_t *v, const aa_tp_dims_t *d, int64_t N, aa_dtype_t dt, double ff, double bf,
+                   double fb, double bb) {
   if (d->llama)
     add(v, AA_OP_SWIGLU, N, d->F, 0, 0, dt, false, ff, bf, fb, bb);
   else
@@ -107,7 +107,7 @@ static void act_op(inventory_t *v, const aa_tp_dims_t *d, int64_t N, aa_dtype_t 
  * rotation of dqkv) in the backward. */
 static void block_ops(inventory_t *v, const aa_arch_t *a, const aa_strategy_t *s, const aa_tp_dims_t *d,
                       aa_dtype_t dt, double ff, double fb, double bb) {
-  const int64_t B = s->micro_batch, T = a->seq_len, N = B * T, Ns = s->sp ? N / s->tp : N;
+  const int64_t B = s->micro_batch, T = a->seq_len, N = B * T, Ns = s->sp ? N / s->degree[AA_AXIS_TENSOR] : N;
   const aa_op_kind_t norm = d->llama ? AA_OP_RMSNORM : AA_OP_LAYERNORM;
   add(v, norm, Ns, d->C, 0, 0, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
   add(v, AA_OP_MATMUL, N, d->C, d->QKV, 0, dt, false, ff, 0, fb, bb);
@@ -151,18 +151,19 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   int rc = aa_pp_place(a, s, 0, stage, &pl);
   if (rc) return rc;
   aa_tp_dims_t d;
-  aa_sizes_tp(a, s->tp, &d);
+  aa_sizes_tp(a, s->degree[AA_AXIS_TENSOR], &d);
   /* Grouped-query shapes need whole kv heads on every tensor rank (what
    * aa_strategy_resolve checks; this is for a strategy it did not see). */
   if (d.llama && (d.NKV < 1 || d.NH % d.NKV))
-    return aa_error(AA_EINVAL, "tp %d does not divide the %d key/value heads", s->tp, aa_arch_kv_heads(a));
+    return aa_error(AA_EINVAL, "tp %d does not divide the %d key/value heads", s->degree[AA_AXIS_TENSOR],
+                    aa_arch_kv_heads(a));
   const aa_dtype_t dt = cuda ? s->amp : AA_F32;
   const bool casts = !cuda && s->amp != AA_F32;
-  const int64_t B = s->micro_batch, T = a->seq_len, N = B * T, Ns = s->sp ? N / s->tp : N;
+  const int64_t B = s->micro_batch, T = a->seq_len, N = B * T, Ns = s->sp ? N / s->degree[AA_AXIS_TENSOR] : N;
   const widths_t w = {Ns * d.C, N * d.QKV, N * d.Cl, N * d.FH, N * d.F};
   const int64_t NsC = w.NsC;
   const bool selective = s->ckpt == AA_CKPT_SELECTIVE;
-  const int zs = aa_sizes_zero_stage(s->zero, s->dp), L = a->n_layer;
+  const int zs = aa_sizes_zero_stage(s->zero, s->degree[AA_AXIS_DATA]), L = a->n_layer;
   int nb = 0, nfull = 0, starts = 0;
   v->n = 0;
   for (int c = 0; c < pl.vpp; c++) {
@@ -181,7 +182,7 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
     add(v, AA_OP_MATMUL, N, d.C, d.Vl, 0, dt, false, 1, 0, 0, 1);
     add(v, AA_OP_XENT, N, d.Vl, 0, 0, dt, false, 1, 0, 0, 1);
   }
-  const size_t block_n = aa_sizes_unit_numel(a, s->tp, 1);
+  const size_t block_n = aa_sizes_unit_numel(a, s->degree[AA_AXIS_TENSOR], 1);
   if (casts) {
     /* Forward: each block's rounds and its weights widened; a received
      * chunk input widened; the embedding's and the final norm's outputs
@@ -216,16 +217,17 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   /* The optimizer: AdamW over what the rank updates (in fp32 whatever the
    * amp), then under 16-bit storage the updated parameters rounded and
    * the outer weights widened once (pass_begin, aa_zero_publish). */
-  size_t upd = 0, held = aa_sizes_params_held(a, s->tp, &pl);
+  size_t upd = 0, held = aa_sizes_params_held(a, s->degree[AA_AXIS_TENSOR], &pl);
   for (int u = 0; zs >= 1 && u < L + 2; u++) {
-    size_t n = aa_sizes_unit_held(a, s->tp, &pl, u);
-    if (n) upd += aa_sizes_chunk(n, s->dp);
+    size_t n = aa_sizes_unit_held(a, s->degree[AA_AXIS_TENSOR], &pl, u);
+    if (n) upd += aa_sizes_chunk(n, s->degree[AA_AXIS_DATA]);
   }
   if (zs == 0) upd = held;
   add(v, AA_OP_ADAMW, (int64_t)upd, 0, 0, 0, AA_F32, true, 1, 0, 0, 0);
   if (casts) {
     add(v, AA_OP_CAST, (int64_t)(zs == 3 ? upd : held), 0, 0, 0, AA_F32, true, 1, 0, 0, 0);
-    size_t pre = aa_sizes_unit_held(a, s->tp, &pl, 0), post = aa_sizes_unit_held(a, s->tp, &pl, L + 1);
+    size_t pre = aa_sizes_unit_held(a, s->degree[AA_AXIS_TENSOR], &pl, 0),
+           post = aa_sizes_unit_held(a, s->degree[AA_AXIS_TENSOR], &pl, L + 1);
     if (zs < 3 && pre) add(v, AA_OP_CAST, (int64_t)pre, 0, 0, 0, AA_F32, true, 0, 1, 0, 0);
     if (zs < 3 && post) add(v, AA_OP_CAST, (int64_t)post, 0, 0, 0, AA_F32, true, 0, 1, 0, 0);
   }
@@ -398,7 +400,7 @@ static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int 
 int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_calib_t *c,
                const aa_predict_pool_t *pool, aa_predict_t *out) {
   const aa_arch_t *a = &spec->arch;
-  const int ranks = s->dp * s->tp * s->pp, m = aa_strategy_accum_steps(s, spec);
+  const int ranks = (int)aa_strategy_world(s), m = aa_strategy_accum_steps(s, spec);
   if (pool->devices < ranks)
     return aa_error(AA_EINVAL, "the pool's %d devices are fewer than the strategy's %d ranks", pool->devices,
                     ranks);
@@ -423,12 +425,14 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
   }
   aa_predict_t best = {0}, p;
   int ops_est = 0, links_est = 0;
-  for (int r = 0; r < s->pp; r++) {
+  for (int r = 0; r < s->degree[AA_AXIS_PIPELINE]; r++) {
     memset(&p, 0, sizeof p);
     if ((rc = predict_stage(a, s, m, r, c, span, fast, slow, &p))) return rc;
     ops_est += p.ops_estimated;
     links_est += p.links_estimated;
-    if (across && span == c) links_est += (s->dp > 1) + (s->pp > 1); /* intra-host lines stood in */
+    if (across && span == c)
+      links_est +=
+          (s->degree[AA_AXIS_DATA] > 1) + (s->degree[AA_AXIS_PIPELINE] > 1); /* intra-host lines stood in */
     if (r == 0 || p.step_s > best.step_s) {
       best = p;
       best.stage = r;
@@ -501,19 +505,20 @@ size_t aa_predict_wanted(const aa_model_spec_t *spec, int max_devices, int cuda,
   size_t namp = aa_space_precisions(amps, 3, cuda != 0, 0);
   for (size_t li = 0; li < nl; li++) {
     const aa_space_layout_t *l = &layouts[li];
-    size_t nmb =
-        aa_space_micro_batches(mbs, (size_t)spec->train.global_batch, spec->train.global_batch / l->dp);
-    for (size_t h = 0; h < (l->pp > 1 ? sizeof shapes / sizeof shapes[0] : 1); h++)
-      for (int z = 0; z <= (l->dp > 1 ? 3 : 0); z++)
+    size_t nmb = aa_space_micro_batches(mbs, (size_t)spec->train.global_batch,
+                                        spec->train.global_batch / l->degree[AA_AXIS_DATA]);
+    for (size_t h = 0; h < (l->degree[AA_AXIS_PIPELINE] > 1 ? sizeof shapes / sizeof shapes[0] : 1); h++)
+      for (int z = 0; z <= (l->degree[AA_AXIS_DATA] > 1 ? 3 : 0); z++)
         for (size_t ai = 0; ai < namp; ai++)
           for (size_t k = 0; k < sizeof ckpts / sizeof ckpts[0]; k++)
             for (size_t b = 0; b < nmb; b++) {
               aa_strategy_default(s);
-              s->dp = l->dp, s->tp = l->tp, s->sp = l->sp, s->pp = l->pp;
+              memcpy(s->degree, l->degree, sizeof s->degree);
+              s->sp = l->sp;
               s->schedule = shapes[h].sched, s->vpp = shapes[h].vpp, s->partition = shapes[h].part;
               s->zero = z, s->amp = amps[ai], s->ckpt = ckpts[k], s->micro_batch = mbs[b];
               if (aa_strategy_resolve(s, spec, 0)) continue;
-              for (int r = 0; r < s->pp; r++) {
+              for (int r = 0; r < s->degree[AA_AXIS_PIPELINE]; r++) {
                 aa_calib_op_t ops[ITEMS_MAX];
                 size_t no = aa_predict_ops(&spec->arch, s, r, cuda, ops, ITEMS_MAX);
                 for (size_t i = 0; i < no && i < ITEMS_MAX; i++)

@@ -8,8 +8,13 @@
 
 void aa_sizes_tp(const aa_arch_t *a, int tp, aa_tp_dims_t *d) {
   if (tp < 1) tp = 1;
-  *d = (aa_tp_dims_t){.tp = tp, .C = a->d_model, .NH = a->n_head / tp, .Cl = a->d_model / tp,
-                      .F = a->d_ff / tp, .V = a->vocab_size, .Vl = (a->vocab_size + tp - 1) / tp};
+  *d = (aa_tp_dims_t){.tp = tp,
+                      .C = a->d_model,
+                      .NH = a->n_head / tp,
+                      .Cl = a->d_model / tp,
+                      .F = a->d_ff / tp,
+                      .V = a->vocab_size,
+                      .Vl = (a->vocab_size + tp - 1) / tp};
   d->llama = aa_arch_is_llama(a);
   d->HS = a->d_model / a->n_head;
   d->NKV = aa_arch_kv_heads(a) / tp;
@@ -50,7 +55,8 @@ size_t aa_sizes_unit_numel(const aa_arch_t *a, int tp, int u) {
 
 size_t aa_sizes_params(const aa_arch_t *a, int tp) {
   size_t n = 0;
-  for (int u = 0; u < aa_sizes_units(a); u++) n += aa_sizes_unit_numel(a, tp, u);
+  for (int u = 0; u < aa_sizes_units(a); u++)
+    n += aa_sizes_unit_numel(a, tp, u);
   return n;
 }
 
@@ -60,7 +66,8 @@ size_t aa_sizes_unit_held(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, i
 
 size_t aa_sizes_params_held(const aa_arch_t *a, int tp, const aa_pp_place_t *pp) {
   size_t n = 0;
-  for (int u = 0; u < aa_sizes_units(a); u++) n += aa_sizes_unit_held(a, tp, pp, u);
+  for (int u = 0; u < aa_sizes_units(a); u++)
+    n += aa_sizes_unit_held(a, tp, pp, u);
   return n;
 }
 
@@ -170,7 +177,8 @@ static int take_block(const aa_arch_t *a, const aa_act_shape_t *sh, int l, int o
     b->field[f] = AA_SIZES_NONE;
     if (kept(sh->ckpt, sh->ckpt_layers, l, f) && !(f == AA_ACT_RES3 && out_elsewhere))
       b->field[f] = take(st, aa_sizes_field_numel(a, sh, f) * es);
-    else if (f != AA_ACT_RES3 || !out_elsewhere) need[f] = 1;
+    else if (f != AA_ACT_RES3 || !out_elsewhere)
+      need[f] = 1;
   }
   b->stats = AA_SIZES_NONE;
   if (aa_sizes_block_full(sh->ckpt, sh->ckpt_layers, l)) return 1;
@@ -227,9 +235,11 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     st = most * (size_t)pp->slots;
     if (pp->last) take_head(o, &st, N, Ns, C, Vl);
     o->act_buf = st;
-    for (int k = 0; k < pp->act_bufs; k++) take(&st, Ns * C * es);
+    for (int k = 0; k < pp->act_bufs; k++)
+      take(&st, Ns * C * es);
     o->grad_buf = st;
-    for (int k = 0; k < pp->grad_bufs; k++) take(&st, Ns * C * f4);
+    for (int k = 0; k < pp->grad_bufs; k++)
+      take(&st, Ns * C * f4);
   }
 
   /* Under amp every field is computed in fp32 staging; in fp32 only the
@@ -237,7 +247,8 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
    * block output always has its place: the store or the send buffer, or
    * under amp ws_res. */
   for (int f = 0; f < AA_ACT_FIELDS; f++)
-    if (f != AA_ACT_RES3 && (mixed || need[f])) o->ws_field[f] = take(&ws, aa_sizes_field_numel(a, sh, f) * f4);
+    if (f != AA_ACT_RES3 && (mixed || need[f]))
+      o->ws_field[f] = take(&ws, aa_sizes_field_numel(a, sh, f) * f4);
   if (mixed) {
     o->ws_res[0] = take(&ws, Ns * C * f4);
     o->ws_res[1] = take(&ws, Ns * C * f4);
@@ -274,31 +285,38 @@ static void add(size_t bytes[AA_MEM_NKINDS], const aa_buf_size_t *b) {
 int aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, size_t bytes[AA_MEM_NKINDS]) {
   memset(bytes, 0, AA_MEM_NKINDS * sizeof bytes[0]);
   aa_pp_place_t place, *pp = NULL;
-  if (s->pp > 1) {
+  if (s->degree[AA_AXIS_PIPELINE] > 1) {
     int rc = aa_pp_place(a, s, m, stage, &place);
     if (rc) return rc;
     pp = &place;
   }
   /* ZeRO shards over the data group only. */
-  const int zero = aa_sizes_zero_stage(s->zero, s->dp);
+  const int zero = aa_sizes_zero_stage(s->zero, s->degree[AA_AXIS_DATA]);
   aa_model_sizes_t ms;
-  aa_sizes_model(a, s->tp, pp, s->amp, zero, &ms);
+  aa_sizes_model(a, s->degree[AA_AXIS_TENSOR], pp, s->amp, zero, &ms);
   add(bytes, &ms.params);
   add(bytes, &ms.grads);
   add(bytes, &ms.params16);
   aa_zero_sizes_t z;
-  aa_sizes_zero(a, s->tp, pp, s->amp, zero, s->dp, &z);
-  const aa_buf_size_t *each[] = {&z.moment, &z.moment, &z.gshard, &z.master, &z.pshard, &z.piece, &z.padded,
-                                 &z.scalars};
-  for (size_t i = 0; i < sizeof each / sizeof each[0]; i++) add(bytes, each[i]);
+  aa_sizes_zero(a, s->degree[AA_AXIS_TENSOR], pp, s->amp, zero, s->degree[AA_AXIS_DATA], &z);
+  const aa_buf_size_t *each[] = {&z.moment, &z.moment, &z.gshard, &z.master,
+                                 &z.pshard, &z.piece,  &z.padded, &z.scalars};
+  for (size_t i = 0; i < sizeof each / sizeof each[0]; i++)
+    add(bytes, each[i]);
   for (int k = 0; k < 3; k++) {
     add(bytes, &z.gunit[k]);
     add(bytes, &z.punit[k]);
     add(bytes, &z.punit16[k]);
   }
   aa_act_layout_t l;
-  const aa_act_shape_t sh = {.B = s->micro_batch, .T = a->seq_len, .tp = s->tp, .sp = s->sp, .amp = s->amp,
-                             .ckpt = s->ckpt, .ckpt_layers = s->ckpt_layers, .pipe = pp};
+  const aa_act_shape_t sh = {.B = s->micro_batch,
+                             .T = a->seq_len,
+                             .tp = s->degree[AA_AXIS_TENSOR],
+                             .sp = s->sp,
+                             .amp = s->amp,
+                             .ckpt = s->ckpt,
+                             .ckpt_layers = s->ckpt_layers,
+                             .pipe = pp};
   aa_sizes_acts(a, &sh, &l, NULL);
   bytes[AA_MEM_ACTS] += l.acts;
   bytes[AA_MEM_WORKSPACE] += l.workspace;

@@ -114,14 +114,22 @@ static unsigned precision_bit(aa_dtype_t t) {
   return t == AA_BF16 ? AA_SPACE_EX_BF16 : t == AA_F16 ? AA_SPACE_EX_FP16 : AA_SPACE_EX_FP32;
 }
 
+/* The AA_SPACE_EX_* bit of axis a's method (axis.h), 0 when it has none. */
+static unsigned axis_bit(aa_axis_t a) {
+  const char *m = aa_axis_info(a)->method;
+  for (size_t k = 0; m && k < NMETHODS; k++)
+    if (strcmp(methods[k].name, m) == 0) return methods[k].bits;
+  return 0;
+}
+
 unsigned aa_space_methods_of(const aa_strategy_t *s) {
   unsigned m = precision_bit(s->amp);
   if (s->ckpt == AA_CKPT_SELECTIVE) m |= AA_SPACE_EX_SELECTIVE;
   if (s->ckpt == AA_CKPT_FULL) m |= AA_SPACE_EX_FULL;
   if (s->zero >= 1 && s->zero <= 3) m |= zero_bit[s->zero];
-  if (s->tp > 1) m |= AA_SPACE_EX_TP;
+  for (int a = 0; a < AA_AXES; a++)
+    if (s->degree[a] > 1) m |= axis_bit((aa_axis_t)a);
   if (s->sp) m |= AA_SPACE_EX_SP;
-  if (s->pp > 1) m |= AA_SPACE_EX_PP;
   return m;
 }
 
@@ -148,49 +156,90 @@ const char *aa_space_method_names(char *buf, size_t cap, unsigned bits) {
     (n)++;                                                                                                   \
   } while (0)
 
-/* Where layout_next is: the world, the pipeline and tensor degrees (tp 0
- * before the first layout) and sp. */
+/* Where layout_next is: the gang's world, each searched axis's degree (the
+ * innermost 0 before the first layout) and sp. */
 typedef struct {
-  int world, pp, tp, sp;
+  int world, sp;
+  int degree[AA_AXES];
 } cursor_t;
 
-/* The largest pipeline degree of a world in the pool: 1 without the
- * model or with pipelines excluded; else at most n_layer (a stage holds a
- * block at least). */
-static int pp_max(const aa_space_pool_t *p, int world) {
-  if (!p->arch || (p->exclude & AA_SPACE_EX_PP)) return 1;
-  return world < p->arch->n_layer ? world : p->arch->n_layer;
+/* The searched axes, outermost loop first (the table's `search` column),
+ * into nest; their count. The axis with search -1 takes the ranks left. */
+static int nest_axes(aa_axis_t nest[AA_AXES]) {
+  int n = 0;
+  for (int pos = 0; pos < AA_AXES; pos++)
+    for (int a = 0; a < AA_AXES; a++)
+      if (aa_axis_info((aa_axis_t)a)->search == pos) nest[n++] = (aa_axis_t)a;
+  return n;
+}
+
+static aa_axis_t rest_axis(void) {
+  for (int a = 0; a < AA_AXES; a++)
+    if (aa_axis_info((aa_axis_t)a)->search < 0) return (aa_axis_t)a;
+  return AA_AXIS_DATA;
+}
+
+/* The largest degree axis a may take in a world of the pool: 1 when its
+ * method is excluded; a pipeline at most n_layer (a stage holds a block
+ * at least), and none without the model. */
+static int axis_max(const aa_space_pool_t *p, aa_axis_t a, int world) {
+  if (p->exclude & axis_bit(a)) return 1;
+  if (a == AA_AXIS_PIPELINE) return !p->arch ? 1 : world < p->arch->n_layer ? world : p->arch->n_layer;
+  return world;
+}
+
+static cursor_t cursor_start(const aa_space_pool_t *p) {
+  cursor_t c = {.world = p->devices};
+  aa_axis_t nest[AA_AXES];
+  int n = nest_axes(nest);
+  for (int a = 0; a < AA_AXES; a++)
+    c.degree[a] = 1;
+  if (n) c.degree[nest[n - 1]] = 0;
+  return c;
 }
 
 /* Steps c to the next layout of the pool in the order of aa_space_layouts
- * and writes it to *out; false when there is none left. The walk is cubic
- * in the devices at worst, which the protocol bounds (AA_PROTO_WORLD_MAX). */
+ * and writes it to *out; false when there is none left: an odometer over
+ * the searched axes, innermost fastest, each up to the ranks its outer
+ * ones leave, then the next smaller world. Sequence parallelism is the
+ * tensor axis's own innermost choice. The walk is polynomial in the
+ * devices, which the protocol bounds (AA_PROTO_WORLD_MAX). */
 static bool layout_next(cursor_t *c, const aa_space_pool_t *p, aa_space_layout_t *out) {
   if (p->global_batch < 1) return false;
+  aa_axis_t nest[AA_AXES], rest = rest_axis();
+  const int n = nest_axes(nest);
   for (;;) {
-    if (c->sp == 0 && c->tp > 1 && !(p->exclude & AA_SPACE_EX_SP)) {
+    if (c->sp == 0 && c->degree[AA_AXIS_TENSOR] > 1 && !(p->exclude & AA_SPACE_EX_SP)) {
       c->sp = 1;
     } else {
       c->sp = 0;
-      /* With tensor parallelism excluded, a world has its tp = 1 layouts only. */
-      if (++c->tp > c->world / c->pp || (c->tp > 1 && (p->exclude & AA_SPACE_EX_TP))) {
-        c->tp = 1;
-        if (++c->pp > pp_max(p, c->world)) {
-          c->pp = 1;
-          if (--c->world < 1) return false;
-        }
+      for (int i = n - 1; i >= 0; i--) {
+        int outer = 1;
+        for (int k = 0; k < i; k++)
+          outer *= c->degree[nest[k]];
+        int lim = axis_max(p, nest[i], c->world);
+        if (lim > c->world / outer) lim = c->world / outer;
+        if (++c->degree[nest[i]] <= lim) break;
+        c->degree[nest[i]] = 1;
+        if (i == 0 && --c->world < 1) return false;
       }
     }
-    if (c->world % c->pp || (c->world / c->pp) % c->tp) continue;
-    const int dp = c->world / (c->pp * c->tp);
-    if (p->global_batch % dp) continue;
-    *out = (aa_space_layout_t){.dp = dp, .tp = c->tp, .sp = c->sp, .pp = c->pp};
+    long long prod = 1;
+    for (int i = 0; i < n; i++)
+      prod *= c->degree[nest[i]];
+    if (c->world % prod) continue;
+    const int rest_degree = c->world / (int)prod;
+    if (rest == AA_AXIS_DATA && p->global_batch % rest_degree) continue;
+    *out = (aa_space_layout_t){.sp = c->sp};
+    for (int i = 0; i < n; i++)
+      out->degree[nest[i]] = c->degree[nest[i]];
+    out->degree[rest] = rest_degree;
     return true;
   }
 }
 
 size_t aa_space_layouts(aa_space_layout_t *out, size_t cap, const aa_space_pool_t *pool) {
-  cursor_t c = {.world = pool->devices, .pp = 1};
+  cursor_t c = cursor_start(pool);
   aa_space_layout_t l;
   size_t n = 0;
   while (layout_next(&c, pool, &l))
@@ -243,11 +292,9 @@ static size_t pipeline_shapes(aa_strategy_t out[MAX_SHAPES], const aa_space_layo
   static const aa_pp_schedule_t schedules[] = {AA_SCHEDULE_1F1B, AA_SCHEDULE_INTERLEAVED, AA_SCHEDULE_GPIPE};
   aa_strategy_t s;
   aa_strategy_default(&s);
-  s.dp = l->dp;
-  s.tp = l->tp;
+  memcpy(s.degree, l->degree, sizeof s.degree);
   s.sp = l->sp;
-  s.pp = l->pp;
-  if (l->pp == 1) {
+  if (l->degree[AA_AXIS_PIPELINE] == 1) {
     out[0] = s;
     return 1;
   }
@@ -276,14 +323,15 @@ size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa
   size_t n = 0, nsettings = 0;
   size_t nckpt = aa_space_ckpt_modes(ckpts, 3, pool->exclude);
   size_t namp = aa_space_precisions(amps, 3, pool->cuda, pool->exclude);
-  cursor_t cur = {.world = pool->devices, .pp = 1};
+  cursor_t cur = cursor_start(pool);
   aa_space_layout_t l;
   while (layout_next(&cur, pool, &l)) {
-    const int dp = l.dp, per_rank = pool->global_batch / dp;
+    const int dp = l.degree[AA_AXIS_DATA], pp = l.degree[AA_AXIS_PIPELINE],
+              per_rank = pool->global_batch / dp;
     size_t ndiv = aa_space_micro_batches(divisors, MAX_DIVISORS, per_rank);
     assert(ndiv <= MAX_DIVISORS);
     size_t nzero = aa_space_zero_stages(zeros, 4, dp, pool->exclude);
-    if (l.pp > 1)
+    if (pp > 1)
       while (nzero > 0 && zeros[nzero - 1] >= 2)
         nzero--;
     size_t nshape = pipeline_shapes(shapes, &l, pool);
@@ -292,7 +340,7 @@ size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa
       size_t nmb = 0;
       for (size_t b = 0; b < ndiv; b++) {
         const int m = per_rank / divisors[b];
-        if (l.pp == 1 || (m >= l.pp && (!interleaved || m % l.pp == 0))) mbs[nmb++] = divisors[b];
+        if (pp == 1 || (m >= pp && (!interleaved || m % pp == 0))) mbs[nmb++] = divisors[b];
       }
       if (nmb == 0) continue;
       for (size_t z = 0; z < nzero; z++)
@@ -323,7 +371,7 @@ size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa
 /* Whether a and b cut the model into the same pipeline stages and run them
  * in the same schedule (one knob: the pipeline's shape). */
 static bool same_shape(const aa_strategy_t *a, const aa_strategy_t *b) {
-  if (a->pp == 1 && b->pp == 1) return true;
+  if (a->degree[AA_AXIS_PIPELINE] == 1 && b->degree[AA_AXIS_PIPELINE] == 1) return true;
   const int va = a->vpp > 1 ? a->vpp : 1, vb = b->vpp > 1 ? b->vpp : 1;
   return a->schedule == b->schedule && va == vb && a->partition == b->partition &&
          a->n_bounds == b->n_bounds &&
@@ -331,6 +379,9 @@ static bool same_shape(const aa_strategy_t *a, const aa_strategy_t *b) {
 }
 
 int aa_space_distance(const aa_strategy_t *a, const aa_strategy_t *b) {
-  return (a->dp != b->dp) + (a->tp != b->tp) + (a->sp != b->sp) + (a->pp != b->pp) + (a->zero != b->zero) +
-         (a->amp != b->amp) + (a->ckpt != b->ckpt) + (a->micro_batch != b->micro_batch) + !same_shape(a, b);
+  int d = (a->sp != b->sp) + (a->zero != b->zero) + (a->amp != b->amp) + (a->ckpt != b->ckpt) +
+          (a->micro_batch != b->micro_batch) + !same_shape(a, b);
+  for (int x = 0; x < AA_AXES; x++)
+    d += a->degree[x] != b->degree[x];
+  return d;
 }

@@ -93,7 +93,8 @@ typedef struct aa_space_pool {
  * tensor-parallel degree, sequence parallelism over the tensor group
  * (only at tp > 1), and pipeline degree. */
 typedef struct aa_space_layout {
-  int dp, tp, sp, pp;
+  int degree[AA_AXES]; /* by aa_axis_t */
+  int sp;
 } aa_space_layout_t;
 
 /* The layouts of a pool: for each world W (ranks of a gang) from devices

@@ -13,7 +13,9 @@
 
 void aa_strategy_default(aa_strategy_t *s) {
   memset(s, 0, sizeof *s);
-  s->dp = s->tp = s->pp = 1;
+  for (int a = 0; a < AA_AXES; a++)
+    s->degree[a] = 1;
+  aa_axis_default_order(s->order);
   s->amp = AA_F32;
   s->ckpt = AA_CKPT_NONE;
   s->schedule = AA_SCHEDULE_1F1B;
@@ -51,7 +53,7 @@ static uint64_t rank_order_hash(const aa_strategy_t *s) {
  * Empty at pp = 1, where none of it changes the computation. */
 static void pipeline_key(const aa_strategy_t *s, char *out, size_t cap) {
   out[0] = '\0';
-  if (s->pp <= 1) return;
+  if (s->degree[AA_AXIS_PIPELINE] <= 1) return;
   char sched[32], part[40] = "";
   if (s->schedule == AA_SCHEDULE_INTERLEAVED)
     snprintf(sched, sizeof sched, ".interleaved-v%d", s->vpp);
@@ -95,14 +97,25 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]) {
   }
   /* The mesh's numbering changes which ranks talk to which, so it changes
    * the speed; it shows only where it differs from the default's. */
-  char pipe[80], order[16] = "", ranks[32] = "", tail[160];
+  char pipe[80], order[16 + AA_AXES] = "", ranks[32] = "", tail[160], degrees[16 * AA_AXES];
   pipeline_key(s, pipe, sizeof pipe);
-  aa_axis_order_t o = aa__strategy_effective_order(s);
-  if (o != AA_ORDER_TDP) snprintf(order, sizeof order, ".order-%s", aa_axis_order_name(o));
+  if (aa_axis_order_valid(s->order)) {
+    aa_axis_t o[AA_AXES], dflt[AA_AXES];
+    char name[AA_AXES + 1];
+    aa_strategy_effective_order(s, o);
+    aa_axis_default_order(dflt);
+    if (memcmp(o, dflt, sizeof o)) snprintf(order, sizeof order, ".order-%s", aa_axis_order_name(o, name));
+  } else {
+    snprintf(order, sizeof order, ".order-?");
+  }
   if (!aa_strategy_rank_order_is_identity(s))
     snprintf(ranks, sizeof ranks, ".ranks-%016llx", (unsigned long long)rank_order_hash(s));
-  int head = snprintf(out, AA_STRATEGY_KEY_MAX, "dp%d.tp%d.pp%d%s.z%d.%s.ckpt-%s.mb%d", s->dp, s->tp, s->pp,
-                      s->sp ? ".sp" : "", s->zero, aa_dtype_name(s->amp), ckpt, s->micro_batch);
+  size_t d = 0;
+  for (int a = 0; a < AA_AXES; a++)
+    d += (size_t)snprintf(degrees + d, sizeof degrees - d, "%s%s%d", a ? "." : "",
+                          aa_axis_info((aa_axis_t)a)->key, s->degree[a]);
+  int head = snprintf(out, AA_STRATEGY_KEY_MAX, "%s%s.z%d.%s.ckpt-%s.mb%d", degrees, s->sp ? ".sp" : "",
+                      s->zero, aa_dtype_name(s->amp), ckpt, s->micro_batch);
   if (head < 0 || head >= AA_STRATEGY_KEY_MAX - 1) return; /* out-of-range fields, which validate refuses */
   int n = snprintf(tail, sizeof tail, "%s%s%s", pipe, order, ranks);
   /* Every part at once (an interleaved custom cut on a reordered mesh)
@@ -115,72 +128,106 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]) {
   snprintf(out + head, (size_t)(AA_STRATEGY_KEY_MAX - head), "%s", tail);
 }
 
+int aa__strategy_check(const aa_json_ctx_t *c, const aa_strategy_t *s) {
+  int rc = aa_json_check_fields(c, "", aa__strategy_fields, aa__strategy_nfields, s);
+  if (rc) return rc;
+  if (s->sp != 0 && s->sp != 1)
+    return aa_json_fail(c, AA_EINVAL, "parallel.sequence_parallel", "must be true or false (got %d)", s->sp);
+  if (!aa_axis_order_valid(s->order))
+    return aa_json_fail(c, AA_EINVAL, "parallel.order", "must list every axis once");
+  if ((rc = aa__strategy_check_pipeline(c, s))) return rc;
+  if (s->ckpt_layers > 0 && s->ckpt != AA_CKPT_FULL)
+    return aa_json_fail(
+        c, AA_EINVAL, "checkpoint_layers",
+        "only applies to checkpoint \"full\" (got %d with checkpoint \"%s\"; leave it out or set it to 0)",
+        s->ckpt_layers, aa_ckpt_mode_name(s->ckpt));
+  if (s->sp && s->degree[AA_AXIS_TENSOR] < 2)
+    return aa_json_fail(c, AA_EINVAL, "parallel.sequence_parallel",
+                        "needs tensor parallelism (got tensor %d): it splits the sequence between the tensor "
+                        "ranks; set tensor > 1, or leave it out or set it to false",
+                        s->degree[AA_AXIS_TENSOR]);
+  char rule[256];
+  if ((rc = aa__rank_order_check(s, rule, sizeof rule)))
+    return aa_json_fail(c, rc, "parallel.rank_order", "%s", rule);
+  return 0;
+}
+
+int aa_strategy_check(const aa_strategy_t *s) {
+  const aa_json_ctx_t c = {.origin = "strategy"};
+  return aa__strategy_check(&c, s);
+}
+
 int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world) {
-  int rc = aa__strategy_validate(s);
+  int rc = aa_strategy_check(s);
   if (rc) return rc;
   aa_strategy_t r = *s;
   const aa_arch_t *a = &spec->arch;
   const int gb = spec->train.global_batch;
+  const int dp = r.degree[AA_AXIS_DATA], tp = r.degree[AA_AXIS_TENSOR], pp = r.degree[AA_AXIS_PIPELINE];
 
-  long long ranks = (long long)r.dp * r.tp * r.pp;
-  if (world > 0 && ranks != world)
-    return aa_error(AA_EINVAL, "dp * tp * pp = %d * %d * %d = %lld must equal the world size %d", r.dp, r.tp,
-                    r.pp, ranks, world);
-  if (a->n_head % r.tp)
+  if (world > 0 && aa_strategy_world(&r) != world) {
+    char words[160];
+    aa__strategy_world_words(&r, words, sizeof words);
+    return aa_error(AA_EINVAL, "%s must equal the world size %d", words, world);
+  }
+  if (a->n_head % tp)
     return aa_error(AA_EINVAL,
-                    "tensor parallel degree %d must divide n_head %d (each rank holds n_head / tp heads)",
-                    r.tp, a->n_head);
-  if (a->d_ff % r.tp)
-    return aa_error(AA_EINVAL,
-                    "tensor parallel degree %d must divide d_ff %d (each rank holds d_ff / tp columns of the MLP)",
-                    r.tp, a->d_ff);
-  if (aa_arch_kv_heads(a) % r.tp)
-    return aa_error(AA_EINVAL,
-                    "tensor parallel degree %d must divide n_kv_head %d (each rank holds n_kv_head / tp key/value "
-                    "heads; kv heads are not replicated)",
-                    r.tp, aa_arch_kv_heads(a));
+                    "tensor parallel degree %d must divide n_head %d (each rank holds n_head / tp heads)", tp,
+                    a->n_head);
+  if (a->d_ff % tp)
+    return aa_error(
+        AA_EINVAL,
+        "tensor parallel degree %d must divide d_ff %d (each rank holds d_ff / tp columns of the MLP)", tp,
+        a->d_ff);
+  if (aa_arch_kv_heads(a) % tp)
+    return aa_error(
+        AA_EINVAL,
+        "tensor parallel degree %d must divide n_kv_head %d (each rank holds n_kv_head / tp key/value "
+        "heads; kv heads are not replicated)",
+        tp, aa_arch_kv_heads(a));
   int bounds[AA_STRATEGY_STAGES_MAX + 1];
   if ((rc = aa_pp_bounds(a, &r, bounds))) return rc;
-  if (gb % r.dp)
+  if (gb % dp)
     return aa_error(AA_EINVAL,
                     "data parallel degree %d must divide global_batch %d (each rank takes an equal share)",
-                    r.dp, gb);
-  const int per_rank = gb / r.dp;
+                    dp, gb);
+  const int per_rank = gb / dp;
   if (r.micro_batch == 0) r.micro_batch = per_rank;
   if (r.micro_batch > per_rank)
     return aa_error(AA_EINVAL, "micro_batch %d must be <= global_batch / dp = %d / %d", r.micro_batch, gb,
-                    r.dp);
+                    dp);
   if (per_rank % r.micro_batch)
     return aa_error(AA_EINVAL, "micro_batch %d must divide global_batch / dp = %d / %d", r.micro_batch, gb,
-                    r.dp);
-  if (r.sp && ((long long)r.micro_batch * a->seq_len) % r.tp)
-    return aa_error(AA_EINVAL,
-                    "sequence_parallel splits a micro-batch's micro_batch x seq_len = %d x %d tokens between the "
-                    "%d tensor ranks: tp must divide %lld",
-                    r.micro_batch, a->seq_len, r.tp, (long long)r.micro_batch * a->seq_len);
+                    dp);
+  if (r.sp && ((long long)r.micro_batch * a->seq_len) % tp)
+    return aa_error(
+        AA_EINVAL,
+        "sequence_parallel splits a micro-batch's micro_batch x seq_len = %d x %d tokens between the "
+        "%d tensor ranks: tp must divide %lld",
+        r.micro_batch, a->seq_len, tp, (long long)r.micro_batch * a->seq_len);
   if (r.ckpt_layers > a->n_layer)
     return aa_error(AA_EINVAL, "checkpoint_layers %d must be <= n_layer %d", r.ckpt_layers, a->n_layer);
   const int accum = per_rank / r.micro_batch;
-  if (r.pp > 1 && r.schedule == AA_SCHEDULE_INTERLEAVED && accum % r.pp)
+  if (pp > 1 && r.schedule == AA_SCHEDULE_INTERLEAVED && accum % pp)
     return aa_error(
         AA_EINVAL,
         "the interleaved schedule runs micro-batches in groups of pp: the accumulation steps "
         "global_batch / (dp * micro_batch) = %d / (%d * %d) = %d must be a multiple of the pipeline "
         "degree %d",
-        gb, r.dp, r.micro_batch, accum, r.pp);
-  if (r.pp > 1 && r.zero >= 2)
+        gb, dp, r.micro_batch, accum, pp);
+  if (pp > 1 && r.zero >= 2)
     return aa_error(
         AA_EINVAL,
         "ZeRO stage %d with pipeline parallel degree %d: ZeRO-2/3 reduce-scatter or gather every "
         "micro-batch, and a pipeline runs many micro-batches interleaved across stages; DeepSpeed "
         "refuses the same combination; use ZeRO-1 (zero1) with pipeline parallelism",
-        r.zero, r.pp);
+        r.zero, pp);
   *s = r;
   return 0;
 }
 
 int aa_strategy_accum_steps(const aa_strategy_t *s, const aa_model_spec_t *spec) {
-  if (s->dp < 1 || s->micro_batch < 0) return 0;
-  int per_rank = spec->train.global_batch / s->dp;
+  if (s->degree[AA_AXIS_DATA] < 1 || s->micro_batch < 0) return 0;
+  int per_rank = spec->train.global_batch / s->degree[AA_AXIS_DATA];
   return s->micro_batch == 0 ? 1 : per_rank / s->micro_batch;
 }

@@ -14,32 +14,13 @@
 #include <stdint.h>
 
 #include "../common/aa.h"
+#include "../common/axis.h"
 #include "../common/spec.h"
 
 #define AA_STRATEGY_VERSION 1
 #define AA_STRATEGY_KEY_MAX 96
 /* The most ranks an explicit rank order lists (the protocol's world bound). */
 #define AA_STRATEGY_WORLD_MAX 4096
-
-/* The axes of the device mesh, named as ATorch's parallel_mode groups. */
-typedef enum { AA_AXIS_DATA = 0, AA_AXIS_TENSOR = 1, AA_AXIS_PIPELINE = 2 } aa_axis_t;
-#define AA_AXES 3
-
-/* How the mesh numbers its positions: the axes from the fastest-varying
- * to the slowest (ATorch's parallel_mode lists them in this order), so that
- * positions 0, 1, 2, ... step along the first axis. The zero value is the
- * default, Megatron's: tensor fastest, then data, pipeline slowest (tensor
- * groups take neighbouring ranks, which share a host). The letters name
- * the axes fastest first. */
-typedef enum {
-  AA_ORDER_TDP = 0, /* tensor, data, pipeline: the default */
-  AA_ORDER_TPD,     /* tensor, pipeline, data: ATorch's parallel_mode example */
-  AA_ORDER_DTP,
-  AA_ORDER_DPT,
-  AA_ORDER_PTD,
-  AA_ORDER_PDT,
-} aa_axis_order_t;
-#define AA_ORDERS 6
 
 typedef enum {
   AA_CKPT_NONE = 0,      /* keep every activation for backward */
@@ -72,14 +53,20 @@ typedef struct aa_loss_scale_cfg {
 } aa_loss_scale_cfg_t;
 
 typedef struct aa_strategy {
-  int dp, tp, pp;          /* data / tensor / pipeline parallel degrees, >= 1 */
-  int sp;                  /* sequence parallelism over the tensor group (Megatron's sequence_parallel):
-                              0 or 1, 1 only with tp > 1 */
-  aa_axis_order_t order;   /* the mesh's axis order, fastest first; AA_ORDER_TDP by default */
+  int degree[AA_AXES]; /* by aa_axis_t (axis.h): each axis's parallel degree, >= 1 */
+  int sp;              /* sequence parallelism over the tensor group (Megatron's sequence_parallel):
+                          0 or 1, 1 only with a tensor degree > 1 */
+  /* How the mesh numbers its positions: the axes from the fastest-varying
+   * to the slowest (ATorch's parallel_mode lists them in this order), so
+   * that positions 0, 1, 2, ... step along order[0]. Every permutation of
+   * the axes is an order; the default (aa_axis_default_order) is
+   * Megatron's: tensor fastest, then data, pipeline slowest (tensor groups
+   * take neighbouring ranks, which share a host). */
+  aa_axis_t order[AA_AXES];
   /* ATorch's rank_order: position i of the mesh (numbered by `order`) is
    * global rank rank_order[i]. nranks = 0: none, position i is rank i;
-   * else nranks = dp * tp * pp and rank_order is a permutation of
-   * 0..nranks-1. Layout arithmetic: strategies/layout.h. */
+   * else nranks = the world size (aa_strategy_world) and rank_order is a
+   * permutation of 0..nranks-1. Layout arithmetic: strategies/layout.h. */
   int nranks;
   uint16_t rank_order[AA_STRATEGY_WORLD_MAX];
   int zero;                /* ZeRO stage 0..3 */
@@ -107,11 +94,29 @@ typedef struct aa_strategy {
   char date[32];           /* ISO 8601 UTC, e.g. "2026-11-22T10:00:00Z" */
 } aa_strategy_t;
 
-/* The default strategy: everything 1, zero 0, fp32, no checkpointing,
+/* The default strategy: every degree 1, zero 0, fp32, no checkpointing,
  * micro_batch 0 (= "the whole per-rank batch", resolved by
  * aa_strategy_resolve), schedule 1f1b, loss-scale defaults as above, the
  * default axis order and no rank order. */
 void aa_strategy_default(aa_strategy_t *s);
+
+/* The world size: the product of the degrees (as a long long, which an
+ * unchecked strategy's degrees cannot overflow). */
+long long aa_strategy_world(const aa_strategy_t *s);
+
+/* The strategy's degree over the axes placement keeps inside a host
+ * (common/axis.h aa_axis_host_mask): the size of the groups that must not
+ * span hosts. */
+int aa_strategy_host_unit(const aa_strategy_t *s);
+
+/* Checks every field of s against the rules a v1 file is held to (ranges,
+ * choices, provenance text, the rank order against the degrees, the
+ * pipeline's cut and schedule, what needs what), without a model, so that
+ * what resolve accepts and what save writes can always be loaded back.
+ * The strategy file reader calls it on what it read. Message:
+ * "strategy: <field>: <rule>", e.g. "strategy: parallel.data: must be
+ * between 1 and 65536 (got 0)". */
+int aa_strategy_check(const aa_strategy_t *s);
 
 /* Parses a strategy file: either the v1 object form or ATorch's list form
  * (see docs/strategy-format.md). Errors name the file and the line/column
@@ -142,7 +147,7 @@ int aa_strategy_to_json(const aa_strategy_t *s, char **out);
 void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]);
 
 /* Checks s against a model and a world size (world = 0: do not check the
- * world size; a rank order must still list dp * tp * pp ranks). Fills
+ * world size; a rank order must still list aa_strategy_world ranks). Fills
  * micro_batch when it is 0. Returns AA_EINVAL with a message naming the
  * rule that failed, e.g.
  *   "micro_batch 3 must divide global_batch / dp = 16 / 1"
@@ -150,22 +155,22 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]);
 int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world);
 
 /* Gradient-accumulation steps of a resolved strategy:
- * global_batch / (dp * micro_batch). */
+ * global_batch / (data degree * micro_batch). */
 int aa_strategy_accum_steps(const aa_strategy_t *s, const aa_model_spec_t *spec);
 
 const char *aa_ckpt_mode_name(aa_ckpt_mode_t m); /* "none", "selective", "full" */
 
-/* "data", "tensor", "pipeline"; "?" for another value. */
-const char *aa_axis_name(aa_axis_t a);
-/* The degree of axis a in s (dp, tp or pp); 0 for another value. */
+/* The degree of axis a in s; 0 for a value that is not an axis. */
 int aa_strategy_degree(const aa_strategy_t *s, aa_axis_t a);
 /* Whether s has no rank order or one that maps every position to itself
  * (then position i of the mesh is global rank i). */
 bool aa_strategy_rank_order_is_identity(const aa_strategy_t *s);
-/* The axes of order o, fastest first, into out. o must be one of the
- * AA_ORDER_* values (else out gets the default's). */
-void aa_axis_order_axes(aa_axis_order_t o, aa_axis_t out[AA_AXES]);
-/* "tdp", "tpd", ...: the axes' initials fastest first; "?" for another value. */
-const char *aa_axis_order_name(aa_axis_order_t o);
+/* The order that groups the ranks of s's degrees as s->order does, picked
+ * canonically: only axes of degree > 1 have an order that matters, so it
+ * is the default when those come in the default's order (always when at
+ * most one axis is parallel), else those axes in s->order's order followed
+ * by the others. The key shows this order, not s->order. s->order must be
+ * valid (aa_axis_order_valid). */
+void aa_strategy_effective_order(const aa_strategy_t *s, aa_axis_t out[AA_AXES]);
 
 #endif

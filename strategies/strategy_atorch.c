@@ -85,10 +85,10 @@ static int degree(const ctx_t *c, const char *what, const json_t *v, int *out) {
 /* The tensor degree can come from parallel_mode and from tensor_parallel;
  * both may give it, but not differently. */
 static int set_tp(ctx_t *c, aa_strategy_t *s, int tp) {
-  if (c->tp_from && s->tp != tp)
-    return fail(c, AA_EINVAL, "tensor parallel degree %d conflicts with %d given by item %d", tp, s->tp,
-                c->tp_from);
-  s->tp = tp;
+  if (c->tp_from && s->degree[AA_AXIS_TENSOR] != tp)
+    return fail(c, AA_EINVAL, "tensor parallel degree %d conflicts with %d given by item %d", tp,
+                s->degree[AA_AXIS_TENSOR], c->tp_from);
+  s->degree[AA_AXIS_TENSOR] = tp;
   c->tp_from = (int)c->pos;
   return 0;
 }
@@ -98,20 +98,23 @@ static int set_tp(ctx_t *c, aa_strategy_t *s, int tp) {
 /* One (group, size); the group's axis is appended to listed[*n]. */
 static int set_group(ctx_t *c, aa_strategy_t *s, const char *group, const json_t *size, aa_axis_t *listed,
                      int *n) {
-  int a = aa__axis_from_name(group);
+  int a = aa_axis_from_name(group);
   if (a < 0) {
-    char got[256];
+    char got[256], names[128];
+    size_t o = 0;
+    for (int b = 0; b < AA_AXES; b++)
+      o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", b ? ", " : "", aa_axis_name((aa_axis_t)b));
     aa_json_sanitize(got, sizeof got, group);
-    return fail(c, AA_EINVAL, "unknown parallel group \"%s\" (allowed: data, tensor, pipeline)", got);
+    return fail(c, AA_EINVAL, "unknown parallel group \"%s\" (allowed: %s)", got, names);
   }
   for (int k = 0; k < *n; k++)
     if (listed[k] == (aa_axis_t)a) return fail(c, AA_EINVAL, "parallel group \"%s\" is given twice", group);
   listed[(*n)++] = (aa_axis_t)a;
   int d = 0, rc = degree(c, group, size, &d);
   if (rc) return rc;
-  if (a == AA_AXIS_DATA) s->dp = d;
-  if (a == AA_AXIS_PIPELINE) s->pp = d;
-  return a == AA_AXIS_TENSOR ? set_tp(c, s, d) : 0;
+  if (a == AA_AXIS_TENSOR) return set_tp(c, s, d);
+  s->degree[a] = d;
+  return 0;
 }
 
 /* [["tensor", 4], ["pipeline", 2], ["data", 2]]: the degrees, and the
@@ -128,7 +131,7 @@ static int parse_pairs(ctx_t *c, aa_strategy_t *s, const json_t *pairs) {
     int rc = set_group(c, s, json_string_value(json_array_get(p, 0)), json_array_get(p, 1), listed, &n);
     if (rc) return rc;
   }
-  s->order = aa__axis_order_from(listed, n);
+  aa_axis_order_from(s->order, listed, n);
   return 0;
 }
 
@@ -573,21 +576,21 @@ static int check_list(ctx_t *c, aa_strategy_t *s) {
     c->name = "pipeline_parallel";
     int v = 1;
     if (c->nstages) {
-      if (c->nstages % s->pp)
+      if (c->nstages % s->degree[AA_AXIS_PIPELINE])
         return fail(
             c, AA_EINVAL,
             "nstages %d must be a multiple of the pipeline degree %d (each pipeline rank holds nstages / "
             "pp stages)",
-            c->nstages, s->pp);
-      v = c->nstages / s->pp;
-      if (v > 1 && s->pp == 1)
+            c->nstages, s->degree[AA_AXIS_PIPELINE]);
+      v = c->nstages / s->degree[AA_AXIS_PIPELINE];
+      if (v > 1 && s->degree[AA_AXIS_PIPELINE] == 1)
         return fail(c, AA_EINVAL,
                     "nstages %d needs pipeline parallelism: give (\"pipeline\", n) in parallel_mode with n "
                     "dividing it",
                     c->nstages);
       if (v > AA_PP_CHUNKS_MAX)
         return fail(c, AA_EINVAL, "nstages %d over pipeline degree %d gives each rank %d stages; at most %d",
-                    c->nstages, s->pp, v, AA_PP_CHUNKS_MAX);
+                    c->nstages, s->degree[AA_AXIS_PIPELINE], v, AA_PP_CHUNKS_MAX);
     }
     /* ATorch's default schedule is Interleaved1F1B, the one that runs
      * several stages per rank; a rank with one stage runs 1F1B. */
@@ -596,23 +599,24 @@ static int check_list(ctx_t *c, aa_strategy_t *s) {
       return fail(c, AA_EINVAL,
                   "nstages %d gives each of the %d pipeline ranks %d stages, which only Interleaved1F1B runs "
                   "(schedule is %s)",
-                  c->nstages, s->pp, v, s->schedule == AA_SCHEDULE_GPIPE ? "GPipe" : "1F1B");
-    if (v == 1 && s->pp > 1 && s->schedule == AA_SCHEDULE_INTERLEAVED)
+                  c->nstages, s->degree[AA_AXIS_PIPELINE], v,
+                  s->schedule == AA_SCHEDULE_GPIPE ? "GPipe" : "1F1B");
+    if (v == 1 && s->degree[AA_AXIS_PIPELINE] > 1 && s->schedule == AA_SCHEDULE_INTERLEAVED)
       return fail(
           c, AA_EINVAL,
           "Interleaved1F1B needs several stages per pipeline rank: give nstages = k x the pipeline degree %d "
           "with k >= 2 (nstages is %d), or the schedule 1F1B",
-          s->pp, c->nstages ? c->nstages : s->pp);
+          s->degree[AA_AXIS_PIPELINE], c->nstages ? c->nstages : s->degree[AA_AXIS_PIPELINE]);
     s->vpp = v;
   }
-  if (s->sp && s->tp < 2) {
+  if (s->sp && s->degree[AA_AXIS_TENSOR] < 2) {
     c->pos = (size_t)c->sp_from;
     c->name = "tensor_parallel";
     return fail(
         c, AA_EINVAL,
         "sequence_parallel: needs tensor parallelism (the tensor degree is %d): it splits the sequence "
         "between the tensor ranks; give a degree > 1 here or (\"tensor\", n) in parallel_mode",
-        s->tp);
+        s->degree[AA_AXIS_TENSOR]);
   }
   char rule[256];
   int rc = aa__rank_order_check(s, rule, sizeof rule);

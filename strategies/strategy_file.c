@@ -5,8 +5,9 @@
  * model spec uses too (common/json.h: key, kind, range, where it lands in
  * aa_strategy_t). The reader and the writer both walk the tables, so the
  * key order of a written file, the unknown-key list, the range checks and
- * the fields written cannot drift apart; and the writer validates what it
- * wrote with the reader, so a saved file always loads back. */
+ * the fields written cannot drift apart; and the reader and the writer
+ * hold the value to the same rules (aa_strategy_check, which walks the
+ * same tables), so a saved file always loads back. */
 #include "strategy.h"
 
 #include "pipeline.h"
@@ -35,7 +36,7 @@
 
 /* AA_JSON_ENUM reads enums as ints. */
 _Static_assert(sizeof(aa_dtype_t) == sizeof(int) && sizeof(aa_ckpt_mode_t) == sizeof(int) &&
-                   sizeof(aa_pp_schedule_t) == sizeof(int) && sizeof(aa_axis_order_t) == sizeof(int) &&
+                   sizeof(aa_pp_schedule_t) == sizeof(int) && sizeof(aa_axis_t) == sizeof(int) &&
                    sizeof(aa_pp_partition_t) == sizeof(int),
                "enums must be int-sized");
 
@@ -75,28 +76,36 @@ static const char *date_rule(const char *s, size_t len) {
 
 /* ---- the mesh's numbering: parallel.order and parallel.rank_order -------- */
 
-/* ["tensor", "pipeline", "data"]: the three axes once each, fastest first. */
+/* ["tensor", "pipeline", "data"]: every axis once, fastest first. */
 static int read_order(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
   aa_axis_t axes[AA_AXES];
   size_t i;
   const json_t *x;
+  static const char *const count[] = {"", "one", "two", "three", "four", "five", "six"};
+  char all[128];
+  size_t o = 0;
+  for (int a = 0; a < AA_AXES; a++)
+    o += (size_t)snprintf(all + o, sizeof all - o, "%s\"%s\"", a ? ", " : "", aa_axis_name((aa_axis_t)a));
   if (!json_is_array(v) || json_array_size(v) != AA_AXES)
-    return aa_json_fail(c, AA_EINVAL, path,
-                        "must list the three axes \"data\", \"tensor\", \"pipeline\" once each, fastest first");
+    return aa_json_fail(c, AA_EINVAL, path, "must list the %s axes %s once each, fastest first",
+                        AA_AXES < 7 ? count[AA_AXES] : "", all);
   json_array_foreach(v, i, x) {
-    int a = json_is_string(x) ? aa__axis_from_name(json_string_value(x)) : -1;
+    int a = json_is_string(x) ? aa_axis_from_name(json_string_value(x)) : -1;
     if (a < 0) {
-      char got[256];
+      char got[256], names[128];
+      size_t k = 0;
+      for (int b = 0; b < AA_AXES; b++)
+        k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", b ? ", " : "", aa_axis_name((aa_axis_t)b));
       aa_json_sanitize(got, sizeof got, json_is_string(x) ? json_string_value(x) : aa_json_type_name(x));
-      return aa_json_fail(c, AA_EINVAL, path, "unknown axis %s%s%s (allowed: data, tensor, pipeline)",
-                          json_is_string(x) ? "\"" : "", got, json_is_string(x) ? "\"" : "");
+      return aa_json_fail(c, AA_EINVAL, path, "unknown axis %s%s%s (allowed: %s)",
+                          json_is_string(x) ? "\"" : "", got, json_is_string(x) ? "\"" : "", names);
     }
     for (size_t k = 0; k < i; k++)
       if (axes[k] == (aa_axis_t)a)
         return aa_json_fail(c, AA_EINVAL, path, "axis \"%s\" is given twice", aa_axis_name((aa_axis_t)a));
     axes[i] = (aa_axis_t)a;
   }
-  *(aa_axis_order_t *)dst = aa__axis_order_from(axes, AA_AXES);
+  memcpy(dst, axes, sizeof axes);
   return 0;
 }
 
@@ -221,32 +230,47 @@ static int read_partition(const aa_json_ctx_t *c, const char *path, const json_t
 
 /* The pipeline rules that need no model (aa_pp_bounds holds the rest
  * against n_layer), so that a file never says what no model can run. */
-static int check_pipeline(const aa_json_ctx_t *c, const aa_strategy_t *s) {
-  const int v = s->vpp > 1 ? s->vpp : 1;
-  if (v > 1 && s->pp < 2)
+int aa__strategy_check_pipeline(const aa_json_ctx_t *c, const aa_strategy_t *s) {
+  const int v = s->vpp > 1 ? s->vpp : 1, pp = s->degree[AA_AXIS_PIPELINE];
+  if ((unsigned)s->schedule > AA_SCHEDULE_INTERLEAVED)
+    return aa_json_fail(c, AA_EINVAL, "schedule", "must be one of: 1f1b, gpipe, interleaved (got %d)",
+                        (int)s->schedule);
+  if (s->vpp < 0 || s->vpp > AA_PP_CHUNKS_MAX)
+    return aa_json_fail(c, AA_EINVAL, "virtual_stages", "must be between 1 and %d (got %d)", AA_PP_CHUNKS_MAX,
+                        s->vpp);
+  if ((unsigned)s->partition > AA_PARTITION_CUSTOM)
+    return aa_json_fail(c, AA_EINVAL, "partition",
+                        "must be \"uniform\", \"parameters\" or a list of block "
+                        "boundaries (got %d)",
+                        (int)s->partition);
+  if (v > 1 && pp < 2)
     return aa_json_fail(c, AA_EINVAL, "virtual_stages",
                         "%d needs pipeline parallelism (got pipeline %d): the virtual stages are chunks of a "
                         "pipeline rank's blocks",
-                        v, s->pp);
+                        v, pp);
   if (v > 1 && s->schedule != AA_SCHEDULE_INTERLEAVED)
     return aa_json_fail(c, AA_EINVAL, "virtual_stages",
                         "%d needs the interleaved schedule (schedule is \"%s\"), the one that runs several "
                         "chunks per rank",
                         v, aa_pp_schedule_name(s->schedule));
-  if (s->pp > 1 && v == 1 && s->schedule == AA_SCHEDULE_INTERLEAVED)
+  if (pp > 1 && v == 1 && s->schedule == AA_SCHEDULE_INTERLEAVED)
     return aa_json_fail(
         c, AA_EINVAL, "schedule",
         "\"interleaved\" needs \"virtual_stages\" >= 2 (each pipeline rank holds several chunks)");
   if (s->partition != AA_PARTITION_CUSTOM) return 0;
-  const int S = s->pp * v;
+  const long long S = (long long)pp * v;
+  if (S > AA_STRATEGY_STAGES_MAX)
+    return aa_json_fail(c, AA_EINVAL, "partition",
+                        "pipeline %d x virtual_stages %d = %lld stages; a custom cut holds at most %d", pp, v,
+                        S, AA_STRATEGY_STAGES_MAX);
   if (s->n_bounds != S + 1)
     return aa_json_fail(
         c, AA_EINVAL, "partition",
-        "lists %d boundaries; pipeline %d x virtual_stages %d = %d stages need %d (0, ..., n_layer)",
-        s->n_bounds, s->pp, v, S, S + 1);
+        "lists %d boundaries; pipeline %d x virtual_stages %d = %lld stages need %lld (0, ..., n_layer)",
+        s->n_bounds, pp, v, S, S + 1);
   if (s->bounds[0] != 0)
     return aa_json_fail(c, AA_EINVAL, "partition", "must start at block 0 (got %d)", s->bounds[0]);
-  for (int k = 0; k < S; k++)
+  for (int k = 0; k < (int)S; k++)
     if (s->bounds[k + 1] <= s->bounds[k])
       return aa_json_fail(
           c, AA_EINVAL, "partition",
@@ -312,11 +336,10 @@ static int rename_aliases(const aa_json_ctx_t *c, const json_t *root, json_t **o
 #define KEY_F(k)                                                                                             \
   { .key = k, .kind = AA_JSON_KEY }
 
+/* One degree per axis, in the axis table's order (axis.h). */
+#define AXIS_F(id, name, ...) INT_F(name, 1, MAX_DEGREE, degree[AA_AXIS_##id]),
 static const aa_json_field_t parallel_fields[] = {
-    INT_F("data", 1, MAX_DEGREE, dp),
-    INT_F("tensor", 1, MAX_DEGREE, tp),
-    INT_F("pipeline", 1, MAX_DEGREE, pp),
-    CUSTOM_F("sequence_parallel", read_sequence_parallel, sp),
+    AA_AXIS_LIST(AXIS_F) CUSTOM_F("sequence_parallel", read_sequence_parallel, sp),
     CUSTOM_F("order", read_order, order),
     CUSTOM_F("rank_order", read_rank_order, nranks),
 };
@@ -336,7 +359,7 @@ static const aa_json_field_t provenance_fields[] = {
 };
 
 /* Order is the order of a written file, of checks and of error lists. */
-static const aa_json_field_t top_fields[] = {
+const aa_json_field_t aa__strategy_fields[] = {
     KEY_F("format"),
     KEY_F("version"),
     SECTION_F("parallel", parallel_fields),
@@ -355,6 +378,7 @@ static const aa_json_field_t top_fields[] = {
 };
 
 #define NFIELDS(t) (sizeof(t) / sizeof((t)[0]))
+const size_t aa__strategy_nfields = NFIELDS(aa__strategy_fields);
 
 /* ---- reading ------------------------------------------------------------- */
 
@@ -384,26 +408,13 @@ static int parse_object(aa_strategy_t *out, const json_t *root, const char *orig
   if (ver < 1) return aa_json_fail(c, AA_EINVAL, "version", "must be >= 1 (got %lld)", ver);
 
   aa_strategy_default(&s);
-  char rule[256];
   json_t *fields;
   int rc = rename_aliases(c, root, &fields);
   if (rc) return rc;
-  rc = aa_json_read_fields(c, fields, "", top_fields, NFIELDS(top_fields), &s);
+  rc = aa_json_read_fields(c, fields, "", aa__strategy_fields, aa__strategy_nfields, &s);
   json_decref(fields);
   if (rc) return rc;
-  if ((rc = check_pipeline(c, &s))) return rc;
-  if (s.ckpt_layers > 0 && s.ckpt != AA_CKPT_FULL)
-    return aa_json_fail(
-        c, AA_EINVAL, "checkpoint_layers",
-        "only applies to checkpoint \"full\" (got %d with checkpoint \"%s\"; leave it out or set it to 0)",
-        s.ckpt_layers, aa_ckpt_mode_name(s.ckpt));
-  if (s.sp && s.tp < 2)
-    return aa_json_fail(c, AA_EINVAL, "parallel.sequence_parallel",
-                        "needs tensor parallelism (got tensor %d): it splits the sequence between the tensor "
-                        "ranks; set tensor > 1, or leave it out or set it to false",
-                        s.tp);
-  if ((rc = aa__rank_order_check(&s, rule, sizeof rule)))
-    return aa_json_fail(c, rc, "parallel.rank_order", "%s", rule);
+  if ((rc = aa__strategy_check(c, &s))) return rc;
   const json_t *key = json_object_get(root, "key");
   if (key) {
     if (!json_is_string(key)) return aa_json_fail_type(c, "key", "a string", key);
@@ -470,19 +481,12 @@ static json_t *fixed_value(const char *key, const aa_strategy_t *s) {
   return json_string(k);
 }
 
-/* One of the pipeline's fields as written (NULL: out of memory). */
+/* One of the pipeline's fields as written (NULL: out of memory); s has
+ * passed aa_strategy_check. */
 static json_t *emit_pipeline(const aa_json_field_t *f, const aa_strategy_t *s) {
-  if (f->parse == read_schedule) {
-    const char *name = aa_pp_schedule_name(s->schedule);
-    return strcmp(name, "?") ? json_string(name) : json_sprintf("<%d>", (int)s->schedule);
-  }
+  if (f->parse == read_schedule) return json_string(aa_pp_schedule_name(s->schedule));
   if (f->parse == read_virtual_stages) return json_integer(s->vpp > 1 ? s->vpp : 1);
-  if (s->partition != AA_PARTITION_CUSTOM) {
-    const char *name = aa_pp_partition_name(s->partition);
-    return strcmp(name, "?") ? json_string(name) : json_sprintf("<%d>", (int)s->partition);
-  }
-  if (s->n_bounds < 0 || s->n_bounds > AA_STRATEGY_STAGES_MAX + 1)
-    return json_sprintf("<%d bounds>", s->n_bounds);
+  if (s->partition != AA_PARTITION_CUSTOM) return json_string(aa_pp_partition_name(s->partition));
   json_t *list = json_array();
   for (int k = 0; list && k < s->n_bounds; k++)
     if (json_array_append_new(list, json_integer(s->bounds[k]))) {
@@ -495,9 +499,8 @@ static json_t *emit_pipeline(const aa_json_field_t *f, const aa_strategy_t *s) {
 /* The schedule, virtual_stages and partition, and
  * parallel.sequence_parallel, parallel.order and parallel.rank_order,
  * these three written only when they are not the defaults, so that files without them
- * round-trip byte for byte. A value out of range becomes text the reader
- * refuses, so the message names the field. Sets *v to NULL with 0 to leave
- * the field out. */
+ * round-trip byte for byte. s has passed aa_strategy_check. Sets *v to
+ * NULL with 0 to leave the field out. */
 static int emit_custom(const aa_json_field_t *f, const aa_strategy_t *s, json_t **v) {
   *v = NULL;
   if (f->parse == read_schedule || f->parse == read_virtual_stages || f->parse == read_partition) {
@@ -506,29 +509,23 @@ static int emit_custom(const aa_json_field_t *f, const aa_strategy_t *s, json_t 
      * defaults, so that a pipeline's file states its cut and other files
      * round-trip byte for byte. */
     bool set = f->parse == read_virtual_stages ? s->vpp > 1 : s->partition != AA_PARTITION_UNIFORM;
-    if (f->parse != read_schedule && s->pp <= 1 && !set) return 0;
+    if (f->parse != read_schedule && s->degree[AA_AXIS_PIPELINE] <= 1 && !set) return 0;
     *v = emit_pipeline(f, s);
   } else if (f->parse == read_sequence_parallel) {
     if (s->sp == 0) return 0;
-    *v = s->sp == 1 ? json_true() : json_sprintf("<%d>", s->sp);
+    *v = json_true();
   } else if (f->parse == read_order) {
-    if (s->order == AA_ORDER_TDP) return 0;
-    if ((unsigned)s->order >= AA_ORDERS) {
-      *v = json_sprintf("<%d>", (int)s->order);
-    } else if ((*v = json_array())) {
-      aa_axis_t axes[AA_AXES];
-      aa_axis_order_axes(s->order, axes);
+    aa_axis_t dflt[AA_AXES];
+    aa_axis_default_order(dflt);
+    if (memcmp(s->order, dflt, sizeof dflt) == 0) return 0;
+    if ((*v = json_array()))
       for (int i = 0; i < AA_AXES; i++)
-        if (json_array_append_new(*v, json_string(aa_axis_name(axes[i])))) break;
-    }
+        if (json_array_append_new(*v, json_string(aa_axis_name(s->order[i])))) break;
   } else {
     if (s->nranks == 0) return 0;
-    if (s->nranks < 0 || s->nranks > AA_STRATEGY_WORLD_MAX) {
-      *v = json_sprintf("<%d ranks>", s->nranks);
-    } else if ((*v = json_array())) {
+    if ((*v = json_array()))
       for (int i = 0; i < s->nranks; i++)
         if (json_array_append_new(*v, json_integer(s->rank_order[i]))) break;
-    }
   }
   return *v ? 0 : aa_error(AA_ENOMEM, "strategy: out of memory");
 }
@@ -555,19 +552,11 @@ static int emit_fields(json_t *obj, const char *section, const aa_json_field_t *
       v = number(*(const double *)src);
       break;
     case AA_JSON_BOOL: v = json_boolean(*(const int *)src); break;
-    case AA_JSON_ENUM: {
-      int x = *(const int *)src, count = 0;
-      while (f->names[count])
-        count++;
-      /* An out-of-range enum becomes text the reader refuses, so the
-       * message names the field. */
-      v = x >= 0 && x < count ? json_string(f->names[x]) : json_sprintf("<%d>", x);
-      break;
-    }
+    case AA_JSON_ENUM: v = json_string(f->names[*(const int *)src]); break; /* checked: in range */
     case AA_JSON_STRING: {
       size_t len = strnlen(src, f->size);
       if (len == 0) continue;
-      v = json_stringn(src, len); /* NULL if not UTF-8 */
+      v = json_stringn(src, len);
       break;
     }
     case AA_JSON_CUSTOM:
@@ -587,36 +576,27 @@ static int emit_fields(json_t *obj, const char *section, const aa_json_field_t *
       break;
     }
     }
-    if (!v)
-      return aa_error(AA_EINVAL,
-                      "strategy: %s%s%s: cannot be written as JSON (not a finite number, or not UTF-8)",
-                      section, *section ? "." : "", f->key);
-    if (json_object_set_new(obj, f->key, v)) return aa_error(AA_ENOMEM, "strategy: out of memory");
+    /* The values passed aa_strategy_check (finite numbers, UTF-8 text), so
+     * a value jansson cannot make is a failed allocation. */
+    if (!v || json_object_set_new(obj, f->key, v)) return aa_error(AA_ENOMEM, "strategy: out of memory");
   }
   return 0;
 }
 
-/* Builds the v1 object for s and checks it with the reader, so nothing is
- * written that would not load back. *out (a new reference) is set only on
- * success. */
+/* Builds the v1 object for s once it passed aa_strategy_check, so nothing
+ * is written that would not load back. *out (a new reference) is set only
+ * on success. */
 static int build_checked(const aa_strategy_t *s, json_t **out) {
+  int rc = aa_strategy_check(s);
+  if (rc) return rc;
   json_t *root = json_object();
   if (!root) return aa_error(AA_ENOMEM, "strategy: out of memory");
-  int rc = emit_fields(root, "", top_fields, NFIELDS(top_fields), s);
-  if (!rc) rc = parse_object(NULL, root, "strategy");
-  if (rc) {
+  if ((rc = emit_fields(root, "", aa__strategy_fields, aa__strategy_nfields, s))) {
     json_decref(root);
     return rc;
   }
   *out = root;
   return 0;
-}
-
-int aa__strategy_validate(const aa_strategy_t *s) {
-  json_t *root;
-  int rc = build_checked(s, &root);
-  if (!rc) json_decref(root);
-  return rc;
 }
 
 int aa_strategy_to_json(const aa_strategy_t *s, char **out) {

@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "../common/json.h"
 #include "strategy.h"
 
 /* Parses ATorch's load_strategy list (a JSON array) into *out, starting
@@ -14,25 +15,22 @@
  * on success. */
 int aa__strategy_from_atorch(aa_strategy_t *out, const json_t *list, const char *origin);
 
-/* Checks every field of s against the rules a v1 file is held to (ranges,
- * choices, provenance text, the rank order against the degrees), so that
- * what resolve accepts and what save writes can always be loaded back.
- * Message: "strategy: <field>: <rule>". */
-int aa__strategy_validate(const aa_strategy_t *s);
+/* aa_strategy_check with the messages in context c (the file being read,
+ * or "strategy"). */
+int aa__strategy_check(const aa_json_ctx_t *c, const aa_strategy_t *s);
 
-/* The order that groups the ranks of s's degrees as s->order does, picked
- * canonically: only axes of degree > 1 have an order that matters, so it
- * is the default when those come in the default's order (always when at
- * most one axis is parallel), else those axes in s->order's order followed
- * by the others. The key shows this order, not s->order. */
-aa_axis_order_t aa__strategy_effective_order(const aa_strategy_t *s);
+/* The v1 file's fields (strategy_file.c): the ranges and choices that
+ * aa__strategy_check holds an in-memory strategy to, as the reader does. */
+extern const aa_json_field_t aa__strategy_fields[];
+extern const size_t aa__strategy_nfields;
 
-/* The axis aa_axis_name calls name ("data", "tensor", "pipeline"), or -1. */
-int aa__axis_from_name(const char *name);
+/* The pipeline rules that need no model (aa_pp_bounds holds the rest
+ * against n_layer), in context c (strategy_file.c). */
+int aa__strategy_check_pipeline(const aa_json_ctx_t *c, const aa_strategy_t *s);
 
-/* The order whose axes, fastest first, are the n listed ones (distinct)
- * followed by the others in the default's relative order. */
-aa_axis_order_t aa__axis_order_from(const aa_axis_t *listed, int n);
+/* "data * tensor * pipeline = 2 * 1 * 2 = 4": the world size as the
+ * product of the degrees, into out, for messages. */
+void aa__strategy_world_words(const aa_strategy_t *s, char *out, size_t cap);
 
 /* Reads a JSON list of global ranks (ATorch's rank_order) into
  * s->rank_order and s->nranks: 1..AA_STRATEGY_WORLD_MAX integers forming
@@ -43,7 +41,7 @@ aa_axis_order_t aa__axis_order_from(const aa_axis_t *listed, int n);
 int aa__rank_order_read(aa_strategy_t *s, const json_t *v, char *rule, size_t cap);
 
 /* The rank order of s held to its degrees: none, or a permutation of
- * 0..dp*tp*pp-1. Returns 0, or AA_EINVAL with the rule in rule, e.g.
+ * 0..world-1. Returns 0, or AA_EINVAL with the rule in rule, e.g.
  * "lists 3 ranks, but data * tensor * pipeline = 2 * 1 * 2 = 4". */
 int aa__rank_order_check(const aa_strategy_t *s, char *rule, size_t cap);
 

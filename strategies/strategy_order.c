@@ -11,40 +11,22 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Each order's axes, fastest first, in aa_axis_order_t order. */
-static const aa_axis_t order_axes[AA_ORDERS][AA_AXES] = {
-    [AA_ORDER_TDP] = {AA_AXIS_TENSOR, AA_AXIS_DATA, AA_AXIS_PIPELINE},
-    [AA_ORDER_TPD] = {AA_AXIS_TENSOR, AA_AXIS_PIPELINE, AA_AXIS_DATA},
-    [AA_ORDER_DTP] = {AA_AXIS_DATA, AA_AXIS_TENSOR, AA_AXIS_PIPELINE},
-    [AA_ORDER_DPT] = {AA_AXIS_DATA, AA_AXIS_PIPELINE, AA_AXIS_TENSOR},
-    [AA_ORDER_PTD] = {AA_AXIS_PIPELINE, AA_AXIS_TENSOR, AA_AXIS_DATA},
-    [AA_ORDER_PDT] = {AA_AXIS_PIPELINE, AA_AXIS_DATA, AA_AXIS_TENSOR},
-};
-
-static const char *const order_names[AA_ORDERS] = {"tdp", "tpd", "dtp", "dpt", "ptd", "pdt"};
-
-const char *aa_axis_name(aa_axis_t a) {
-  switch (a) {
-  case AA_AXIS_DATA: return "data";
-  case AA_AXIS_TENSOR: return "tensor";
-  case AA_AXIS_PIPELINE: return "pipeline";
-  }
-  return "?";
-}
-
 int aa_strategy_degree(const aa_strategy_t *s, aa_axis_t a) {
-  switch (a) {
-  case AA_AXIS_DATA: return s->dp;
-  case AA_AXIS_TENSOR: return s->tp;
-  case AA_AXIS_PIPELINE: return s->pp;
-  }
-  return 0;
+  return (unsigned)a < AA_AXES ? s->degree[a] : 0;
 }
 
-int aa__axis_from_name(const char *name) {
+long long aa_strategy_world(const aa_strategy_t *s) {
+  long long w = 1;
   for (int a = 0; a < AA_AXES; a++)
-    if (strcmp(name, aa_axis_name((aa_axis_t)a)) == 0) return a;
-  return -1;
+    w *= s->degree[a];
+  return w;
+}
+
+int aa_strategy_host_unit(const aa_strategy_t *s) {
+  int unit = 1;
+  for (int a = 0; a < AA_AXES; a++)
+    if (aa_axis_host_mask() & 1u << a) unit *= s->degree[a];
+  return unit;
 }
 
 bool aa_strategy_rank_order_is_identity(const aa_strategy_t *s) {
@@ -53,46 +35,34 @@ bool aa_strategy_rank_order_is_identity(const aa_strategy_t *s) {
   return true;
 }
 
-static bool valid_order(aa_axis_order_t o) { return (unsigned)o < AA_ORDERS; }
-
-void aa_axis_order_axes(aa_axis_order_t o, aa_axis_t out[AA_AXES]) {
-  memcpy(out, order_axes[valid_order(o) ? o : AA_ORDER_TDP], sizeof order_axes[0]);
-}
-
-const char *aa_axis_order_name(aa_axis_order_t o) { return valid_order(o) ? order_names[o] : "?"; }
-
-aa_axis_order_t aa__axis_order_from(const aa_axis_t *listed, int n) {
-  aa_axis_t want[AA_AXES];
-  int k = 0;
-  for (int i = 0; i < n && k < AA_AXES; i++)
-    want[k++] = listed[i];
-  for (int i = 0; i < AA_AXES && k < AA_AXES; i++) {
-    aa_axis_t a = order_axes[AA_ORDER_TDP][i];
-    bool seen = false;
-    for (int j = 0; j < n; j++)
-      seen = seen || listed[j] == a;
-    if (!seen) want[k++] = a;
-  }
-  for (int o = 0; o < AA_ORDERS; o++)
-    if (memcmp(order_axes[o], want, sizeof want) == 0) return (aa_axis_order_t)o;
-  return AA_ORDER_TDP; /* listed was not distinct */
-}
-
-/* The axes of order o with a degree > 1 in s, fastest first; their count. */
-static int parallel_axes(const aa_strategy_t *s, aa_axis_order_t o, aa_axis_t out[AA_AXES]) {
+/* The axes of `order` with a degree > 1 in s, fastest first; their count. */
+static int parallel_axes(const aa_strategy_t *s, const aa_axis_t order[AA_AXES], aa_axis_t out[AA_AXES]) {
   int n = 0;
   for (int i = 0; i < AA_AXES; i++)
-    if (aa_strategy_degree(s, order_axes[o][i]) > 1) out[n++] = order_axes[o][i];
+    if (s->degree[order[i]] > 1) out[n++] = order[i];
   return n;
 }
 
-aa_axis_order_t aa__strategy_effective_order(const aa_strategy_t *s) {
-  if (!valid_order(s->order)) return s->order;
-  aa_axis_t mine[AA_AXES], dflt[AA_AXES];
+void aa_strategy_effective_order(const aa_strategy_t *s, aa_axis_t out[AA_AXES]) {
+  aa_axis_t mine[AA_AXES], dflt[AA_AXES], dflt_par[AA_AXES];
+  aa_axis_default_order(dflt);
   int n = parallel_axes(s, s->order, mine);
-  if (parallel_axes(s, AA_ORDER_TDP, dflt) == n && memcmp(mine, dflt, (size_t)n * sizeof mine[0]) == 0)
-    return AA_ORDER_TDP;
-  return aa__axis_order_from(mine, n);
+  if (parallel_axes(s, dflt, dflt_par) == n && memcmp(mine, dflt_par, (size_t)n * sizeof mine[0]) == 0) {
+    memcpy(out, dflt, sizeof dflt);
+    return;
+  }
+  aa_axis_order_from(out, mine, n);
+}
+
+/* "data * tensor * pipeline = 2 * 1 * 2 = 4": the world as the product of
+ * the degrees, for messages. */
+void aa__strategy_world_words(const aa_strategy_t *s, char *out, size_t cap) {
+  size_t o = 0;
+  for (int a = 0; a < AA_AXES && o < cap; a++)
+    o += (size_t)snprintf(out + o, cap - o, "%s%s", a ? " * " : "", aa_axis_name((aa_axis_t)a));
+  for (int a = 0; a < AA_AXES && o < cap; a++)
+    o += (size_t)snprintf(out + o, cap - o, "%s%d", a ? " * " : " = ", s->degree[a]);
+  if (o < cap) snprintf(out + o, cap - o, " = %lld", aa_strategy_world(s));
 }
 
 /* A permutation of 0..n-1, or the rule it breaks. */
@@ -156,10 +126,10 @@ int aa__rank_order_check(const aa_strategy_t *s, char *rule, size_t cap) {
     snprintf(rule, cap, "must list 1 to %d ranks (got %d)", AA_STRATEGY_WORLD_MAX, s->nranks);
     return AA_EINVAL;
   }
-  long long world = (long long)s->dp * s->tp * s->pp;
-  if (world != s->nranks) {
-    snprintf(rule, cap, "lists %d rank%s, but data * tensor * pipeline = %d * %d * %d = %lld", s->nranks,
-             s->nranks == 1 ? "" : "s", s->dp, s->tp, s->pp, world);
+  if (aa_strategy_world(s) != s->nranks) {
+    char world[160];
+    aa__strategy_world_words(s, world, sizeof world);
+    snprintf(rule, cap, "lists %d rank%s, but %s", s->nranks, s->nranks == 1 ? "" : "s", world);
     return AA_EINVAL;
   }
   return check_permutation(s->rank_order, s->nranks, rule, cap);

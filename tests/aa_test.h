@@ -47,12 +47,11 @@ static int aa_test_skip_flag;
 
 /* A call that must fail with `code` and a message holding `needle` (the
  * file using it includes common/aa.h and string.h). */
-#define CHECK_ERR(rc, code, needle)                                                                 \
-  do {                                                                                              \
-    int rc_ = (rc);                                                                                 \
-    CHECK_MSG(rc_ == (code), "rc %d, want %d (%s)", rc_, (code), aa_last_error());                  \
-    CHECK_MSG(strstr(aa_last_error(), (needle)), "message \"%s\" lacks \"%s\"", aa_last_error(),  \
-              (needle));                                                                            \
+#define CHECK_ERR(rc, code, needle)                                                                          \
+  do {                                                                                                       \
+    int rc_ = (rc);                                                                                          \
+    CHECK_MSG(rc_ == (code), "rc %d, want %d (%s)", rc_, (code), aa_last_error());                           \
+    CHECK_MSG(strstr(aa_last_error(), (needle)), "message \"%s\" lacks \"%s\"", aa_last_error(), (needle));  \
   } while (0)
 
 /* Ends the current test as skipped, with the reason printed. */

@@ -92,9 +92,9 @@ static void aa_sample_msg(aa_msg_type_t t, aa_msg_t *m) {
         .key = "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4",
         .inputs = true,
         .rank = 7,
-        .dp_rank = 1,
-        .tp_rank = 1,
-        .pp_rank = 1,
+        .coord[AA_AXIS_DATA] = 1,
+        .coord[AA_AXIS_TENSOR] = 1,
+        .coord[AA_AXIS_PIPELINE] = 1,
         .has_times = true,
         .times = {.ms = {12.5, 25.25, 3.0, 0.75, 0.0}}};
     break;

@@ -39,7 +39,7 @@ static const struct {
 static aa_strategy_t strat(int dp, int zero, aa_dtype_t amp, aa_ckpt_mode_t ckpt, int mb) {
   aa_strategy_t s;
   aa_strategy_default(&s);
-  s.dp = dp;
+  s.degree[AA_AXIS_DATA] = dp;
   s.zero = zero;
   s.amp = amp;
   s.ckpt = ckpt;
@@ -144,17 +144,18 @@ AA_TEST(zero_shards_over_the_data_group_only) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     aa_strategy_t s = strat(cases[i].dp, 3, AA_F32, AA_CKPT_NONE, 2);
-    s.tp = cases[i].tp;
-    s.pp = cases[i].pp;
+    s.degree[AA_AXIS_TENSOR] = cases[i].tp;
+    s.degree[AA_AXIS_PIPELINE] = cases[i].pp;
     aa_pp_place_t place;
     CHECK_MSG(aa_pp_place(a, &s, 1, cases[i].stage, &place) == 0, "%s", aa_last_error());
-    const aa_pp_place_t *pl = s.pp > 1 ? &place : NULL;
+    const aa_pp_place_t *pl = s.degree[AA_AXIS_PIPELINE] > 1 ? &place : NULL;
     for (int u = 0; u < 4; u++)
       CHECK_MSG(aa_sizes_unit_held(a, 1, pl, u) == cases[i].held[u], "pp %d stage %d unit %d: %zu elements",
-                s.pp, cases[i].stage, u, aa_sizes_unit_held(a, 1, pl, u));
+                s.degree[AA_AXIS_PIPELINE], cases[i].stage, u, aa_sizes_unit_held(a, 1, pl, u));
     const size_t S = cases[i].S;
     aa_sizes_zero(a, 1, pl, AA_F32, 3, 2, &z);
-    CHECK_MSG(z.shard == S, "pp %d stage %d: shard %zu, want %zu", s.pp, cases[i].stage, z.shard, S);
+    CHECK_MSG(z.shard == S, "pp %d stage %d: shard %zu, want %zu", s.degree[AA_AXIS_PIPELINE], cases[i].stage,
+              z.shard, S);
     aa_act_layout_t l;
     const aa_act_shape_t sh = {.B = 2, .T = a->seq_len, .tp = 1, .amp = AA_F32, .ckpt = AA_CKPT_NONE, .pipe = pl};
     aa_sizes_acts(a, &sh, &l, NULL);
@@ -168,8 +169,9 @@ AA_TEST(zero_shards_over_the_data_group_only) {
     const size_t want[AA_MEM_NKINDS] = {4 * S, 4 * S, 8 * S, l.acts,
                                         l.workspace + 4 * (2955 + 2 * (p[0] + p[1] + p[2]) + 16)};
     for (int k = 0; k < AA_MEM_NKINDS; k++)
-      CHECK_MSG(c.bytes[k] == want[k], "dp %d tp %d pp %d stage %d %s: %zu bytes, want %zu", s.dp, s.tp, s.pp,
-                cases[i].stage, aa_mem_kind_name(k), c.bytes[k], want[k]);
+      CHECK_MSG(c.bytes[k] == want[k], "dp %d tp %d pp %d stage %d %s: %zu bytes, want %zu",
+                s.degree[AA_AXIS_DATA], s.degree[AA_AXIS_TENSOR], s.degree[AA_AXIS_PIPELINE], cases[i].stage,
+                aa_mem_kind_name(k), c.bytes[k], want[k]);
   }
   /* At pp 1 the activations are the model's own layout. */
   size_t acts, ws;
@@ -247,7 +249,7 @@ AA_TEST(a_strategy_with_more_work_than_a_measured_one_is_dominated) {
   /* Sequence parallelism trades memory for other collectives: not ordered
    * against tensor parallelism without it, whatever the other knobs. */
   aa_strategy_t tp = strat(2, 2, AA_F32, AA_CKPT_NONE, 4), sp = strat(2, 2, AA_F32, AA_CKPT_FULL, 4);
-  tp.tp = sp.tp = 2;
+  tp.degree[AA_AXIS_TENSOR] = sp.degree[AA_AXIS_TENSOR] = 2;
   CHECK(aa_cost_dominated(&sp, &tp, 0, NULL, 0));
   sp.sp = 1;
   CHECK(!aa_cost_dominated(&sp, &tp, 0, NULL, 0) && !aa_cost_dominated(&tp, &sp, 0, NULL, 0));
@@ -275,17 +277,17 @@ AA_TEST(flops_are_per_rank_and_split_over_the_tensor_group) {
                           .vocab_size = 50304};
   aa_strategy_t s;
   aa_strategy_default(&s);
-  s.tp = 2;
+  s.degree[AA_AXIS_TENSOR] = 2;
   CHECK(aa_cost_min_flops_per_token(&gpt2, &s) == 741408768.0 / 2);
   s.sp = 1; /* sequence parallelism moves LayerNorm work, not GEMMs */
   CHECK(aa_cost_min_flops_per_token(&gpt2, &s) == 741408768.0 / 2);
-  s.tp = 4;
+  s.degree[AA_AXIS_TENSOR] = 4;
   s.ckpt = AA_CKPT_FULL;
   CHECK(aa_cost_min_flops_per_token(&gpt2, &s) == (741408768.0 + 169869312.0) / 4);
   CHECK(aa_cost_min_flops_per_token(&gpt2, &s) < aa_cost_flops_per_token(&gpt2, &s));
   /* dp does not change a rank's work per token of its replica. */
-  s.dp = 8;
-  s.tp = 1;
+  s.degree[AA_AXIS_DATA] = 8;
+  s.degree[AA_AXIS_TENSOR] = 1;
   s.sp = 0;
   CHECK(aa_cost_flops_per_token(&gpt2, &s) == 860101632.0 + 207857664.0);
 }
@@ -373,7 +375,7 @@ AA_TEST(the_tensor_group_moves_what_the_tensor_parallel_schedule_says) {
   const aa_arch_t *a = &archs[0];
   aa_cost_comm_t c;
   aa_strategy_t s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
-  s.tp = 2;
+  s.degree[AA_AXIS_TENSOR] = 2;
   /* Without sequence parallelism, per micro-batch: 1 + 2·3 + 2·3 + 1 = 14
    * all-reduces of 1,024 and the cross-entropy's all-gather of 3 x 32
    * floats a rank (size 192); the norm once a step. */
@@ -414,7 +416,7 @@ AA_TEST(the_tensor_group_moves_what_the_tensor_parallel_schedule_says) {
   /* dp 2 x tp 2: each group its own; the tensor group's figures are a
    * micro-batch's, whatever dp. */
   aa_strategy_t t = s;
-  t.dp = 2;
+  t.degree[AA_AXIS_DATA] = 2;
   aa_cost_comm_t both;
   aa_cost_comm(a, &t, 1, &both);
   CHECK(both.data.ranks == 2 && both.data.bytes > 0 && both.tensor.bytes == c.tensor.bytes);
@@ -432,7 +434,7 @@ AA_TEST(flops_per_token_are_per_pipeline_stage_and_add_up_to_the_model) {
       .family = "gpt2", .n_layer = 12, .n_head = 12, .d_model = 768, .d_ff = 3072, .seq_len = 1024, .vocab_size = 50304};
   aa_strategy_t s;
   aa_strategy_default(&s);
-  s.pp = 2;
+  s.degree[AA_AXIS_PIPELINE] = 2;
   CHECK(aa_cost_flops_per_token_stage(&gpt2, &s, 0) == 311786496.0);
   CHECK(aa_cost_flops_per_token_stage(&gpt2, &s, 1) == 548315136.0);
   CHECK(aa_cost_flops_per_token(&gpt2, &s) == 548315136.0);
@@ -451,24 +453,27 @@ AA_TEST(flops_per_token_are_per_pipeline_stage_and_add_up_to_the_model) {
     for (int k = 0; k < 4; k++)
       for (int tp = 1; tp <= 2; tp++) {
         aa_strategy_default(&s);
-        s.tp = tp;
+        s.degree[AA_AXIS_TENSOR] = tp;
         s.ckpt = ckpts[k].ckpt;
         s.ckpt_layers = ckpts[k].layers;
         const double whole = aa_cost_flops_per_token(&deep, &s), whole_min = aa_cost_min_flops_per_token(&deep, &s);
-        s.pp = shapes[i][0];
+        s.degree[AA_AXIS_PIPELINE] = shapes[i][0];
         s.vpp = shapes[i][1];
         s.schedule = s.vpp > 1 ? AA_SCHEDULE_INTERLEAVED : AA_SCHEDULE_1F1B;
         s.partition = shapes[i][2] ? AA_PARTITION_PARAMETERS : AA_PARTITION_UNIFORM;
         double sum = 0, sum_min = 0, most = 0;
-        for (int st = 0; st < s.pp; st++) {
+        for (int st = 0; st < s.degree[AA_AXIS_PIPELINE]; st++) {
           const double f = aa_cost_flops_per_token_stage(&deep, &s, st);
           CHECK(f > 0 && aa_cost_min_flops_per_token_stage(&deep, &s, st) < f);
           sum += f;
           sum_min += aa_cost_min_flops_per_token_stage(&deep, &s, st);
           if (f > most) most = f;
         }
-        CHECK_MSG(sum == whole && sum_min == whole_min, "pp %d vpp %d %s/%d tp %d: stages %.0f (%.0f), model %.0f "
-                  "(%.0f)", s.pp, s.vpp, aa_ckpt_mode_name(s.ckpt), s.ckpt_layers, tp, sum, sum_min, whole, whole_min);
+        CHECK_MSG(sum == whole && sum_min == whole_min,
+                  "pp %d vpp %d %s/%d tp %d: stages %.0f (%.0f), model %.0f "
+                  "(%.0f)",
+                  s.degree[AA_AXIS_PIPELINE], s.vpp, aa_ckpt_mode_name(s.ckpt), s.ckpt_layers, tp, sum,
+                  sum_min, whole, whole_min);
         CHECK(aa_cost_flops_per_token(&deep, &s) == most);
       }
 }
@@ -477,7 +482,7 @@ AA_TEST(the_bubble_is_megatrons) {
   aa_strategy_t s;
   aa_strategy_default(&s);
   CHECK(aa_cost_bubble(&s, 8) == 0);
-  s.pp = 4;
+  s.degree[AA_AXIS_PIPELINE] = 4;
   CHECK_NEAR(aa_cost_bubble(&s, 8), 3.0 / 11, 1e-15);
   s.schedule = AA_SCHEDULE_GPIPE;
   CHECK_NEAR(aa_cost_bubble(&s, 8), 3.0 / 11, 1e-15);
@@ -496,7 +501,7 @@ AA_TEST(the_bubble_is_megatrons) {
 AA_TEST(the_pipeline_group_moves_activations_and_their_gradients) {
   const aa_arch_t *a = &archs[0];
   aa_strategy_t s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
-  s.pp = 3;
+  s.degree[AA_AXIS_PIPELINE] = 3;
   aa_cost_comm_t c[3];
   for (int st = 0; st < 3; st++) aa_cost_comm_stage(a, &s, 4, st, &c[st]);
   const aa_cost_calls_t none = calls(0, 0, 0), four = calls(4, 4096, 16384), eight = calls(8, 8192, 32768);
@@ -522,7 +527,7 @@ AA_TEST(the_pipeline_group_moves_activations_and_their_gradients) {
   aa_cost_comm_stage(a, &s, 4, 1, &c[1]);
   check_p2p(__LINE__, &c[1].pipeline, 3, none, none, none, calls(8, 8192, 4 * 2048 + 4 * 4096),
             calls(8, 8192, 4 * 2048 + 4 * 4096));
-  s.tp = 2;
+  s.degree[AA_AXIS_TENSOR] = 2;
   s.sp = 1;
   aa_cost_comm_stage(a, &s, 4, 1, &c[1]);
   check_p2p(__LINE__, &c[1].pipeline, 3, none, none, none, calls(8, 4096, 4 * 1024 + 4 * 2048),
@@ -533,7 +538,7 @@ AA_TEST(the_pipeline_group_moves_activations_and_their_gradients) {
   const aa_arch_t four_blocks = {.family = "gpt2", .n_layer = 4, .n_head = 4, .d_model = 32, .d_ff = 64,
                                  .seq_len = 16, .vocab_size = 64};
   s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
-  s.pp = 2;
+  s.degree[AA_AXIS_PIPELINE] = 2;
   s.vpp = 2;
   s.schedule = AA_SCHEDULE_INTERLEAVED;
   for (int st = 0; st < 2; st++) {
@@ -562,7 +567,7 @@ AA_TEST(the_pipeline_group_moves_activations_and_their_gradients) {
 AA_TEST(the_data_and_tensor_groups_move_only_what_the_stage_holds) {
   const aa_arch_t *a = &archs[0];
   aa_strategy_t s = strat(3, 0, AA_F32, AA_CKPT_NONE, 2);
-  s.pp = 3;
+  s.degree[AA_AXIS_PIPELINE] = 3;
   aa_cost_comm_t c;
   const aa_cost_calls_t none = calls(0, 0, 0);
   aa_cost_comm_stage(a, &s, 2, 0, &c);
@@ -586,7 +591,7 @@ AA_TEST(the_data_and_tensor_groups_move_only_what_the_stage_holds) {
    * gives for L 2 and A 2 without the two ends' units. */
   const aa_arch_t four_blocks = {.family = "gpt2", .n_layer = 4, .n_head = 4, .d_model = 32, .d_ff = 64,
                                  .seq_len = 16, .vocab_size = 64};
-  s.pp = 2;
+  s.degree[AA_AXIS_PIPELINE] = 2;
   s.schedule = AA_SCHEDULE_GPIPE;
   aa_cost_comm_stage(&four_blocks, &s, 2, 0, &c);
   check_group(__LINE__, &c.data, 3, calls(2, 2, 8), calls(8, 2562 + 7 * 8544, 4 * (2562 + 7 * 8544)),
@@ -600,8 +605,8 @@ AA_TEST(the_data_and_tensor_groups_move_only_what_the_stage_holds) {
    * block's, the last its block's, lnf's and the cross-entropy's gather
    * (size 192); the gradient norm once a step on each. */
   s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
-  s.tp = 2;
-  s.pp = 3;
+  s.degree[AA_AXIS_TENSOR] = 2;
+  s.degree[AA_AXIS_PIPELINE] = 3;
   aa_cost_comm_stage(a, &s, 2, 0, &c);
   check_group(__LINE__, &c.tensor, 2, calls(11, 10 * 1024 + 1, 4 * (10 * 1024 + 1)), none, none);
   aa_cost_comm_stage(a, &s, 2, 1, &c);
@@ -635,12 +640,12 @@ AA_TEST(llama_flops_count_the_untied_head_not_the_embedding) {
   CHECK(aa_cost_flops_per_token(a, &s) == 117696.0 + 2 * 17536.0);
   CHECK(aa_cost_min_flops_per_token(a, &s) == 104448.0 + 2 * 2 * 7680.0);
   aa_strategy_default(&s);
-  s.pp = 2;
+  s.degree[AA_AXIS_PIPELINE] = 2;
   CHECK(aa_cost_flops_per_token_stage(a, &s, 0) == 52608.0);
   CHECK(aa_cost_flops_per_token_stage(a, &s, 1) == 65088.0);
   CHECK(aa_cost_flops_per_token(a, &s) == 65088.0);
-  s.tp = 2; /* the GEMMs split evenly; the head's 64 rows too */
-  s.pp = 1;
+  s.degree[AA_AXIS_TENSOR] = 2; /* the GEMMs split evenly; the head's 64 rows too */
+  s.degree[AA_AXIS_PIPELINE] = 1;
   CHECK(aa_cost_min_flops_per_token(a, &s) == 104448.0 / 2);
 }
 
@@ -654,7 +659,7 @@ AA_TEST(llama_has_no_embedding_group_and_its_groups_move_its_units) {
   const aa_arch_t *a = &small_llama;
   const aa_cost_calls_t none = calls(0, 0, 0);
   aa_strategy_t s = strat(2, 0, AA_F32, AA_CKPT_NONE, 2);
-  s.pp = 2;
+  s.degree[AA_AXIS_PIPELINE] = 2;
   aa_cost_comm_t c[2];
   for (int st = 0; st < 2; st++) {
     aa_cost_comm_stage(a, &s, 2, st, &c[st]);
@@ -669,7 +674,7 @@ AA_TEST(llama_has_no_embedding_group_and_its_groups_move_its_units) {
   aa_cost_comm_stage(&gpt2, &s, 2, 1, &c[1]);
   check_group(__LINE__, &c[1].embedding, 2, calls(1, 2560, 10240), none, none);
   s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
-  s.tp = 2;
+  s.degree[AA_AXIS_TENSOR] = 2;
   aa_cost_comm(a, &s, 2, &c[0]);
   check_group(__LINE__, &c[0].tensor, 2, calls(21, 20 * 1024 + 1, 4 * (20 * 1024 + 1)), calls(2, 384, 1536), none);
   aa_cost_comm(&gpt2, &s, 2, &c[1]);

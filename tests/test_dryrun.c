@@ -108,7 +108,7 @@ static int dp_rank(const char *rdv, int rank, int zero) {
   if (small_spec(&s)) return 1;
   aa_strategy_t st;
   strategy_mb(&st, 1);
-  st.dp = 2;
+  st.degree[AA_AXIS_DATA] = 2;
   st.zero = zero;
   aa_comm_t *comm = NULL;
   aa_dryrun_result_t r;

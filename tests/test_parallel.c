@@ -148,19 +148,19 @@ static void die_after_step_2(const aa_train_step_info_t *info, void *data) {
  * per-rank batch). */
 static void strategy_of(const cfg_t *c, int micro_batch, aa_strategy_t *st) {
   aa_strategy_default(st);
-  st->dp = c->dp ? c->dp : 1;
-  st->tp = c->tp ? c->tp : 1;
+  st->degree[AA_AXIS_DATA] = c->dp ? c->dp : 1;
+  st->degree[AA_AXIS_TENSOR] = c->tp ? c->tp : 1;
   st->sp = c->sp;
   st->ckpt = c->ckpt;
   st->zero = c->zero;
   st->micro_batch = micro_batch;
   st->amp = c->amp;
-  st->pp = c->pp ? c->pp : 1;
+  st->degree[AA_AXIS_PIPELINE] = c->pp ? c->pp : 1;
   st->vpp = c->vpp ? c->vpp : 1;
   st->schedule = c->schedule;
   st->partition = c->partition;
   if (c->partition == AA_PARTITION_CUSTOM) {
-    st->n_bounds = st->pp * st->vpp + 1;
+    st->n_bounds = st->degree[AA_AXIS_PIPELINE] * st->vpp + 1;
     memcpy(st->bounds, c->bounds, sizeof(int) * (size_t)st->n_bounds);
   }
 }
@@ -1191,7 +1191,7 @@ static int mesh_rank(const void *data, int rank) {
   int bad = 0;
   aa_strategy_t s;
   aa_strategy_default(&s);
-  s.dp = 4;
+  s.degree[AA_AXIS_DATA] = 4;
   aa_mesh_t m;
   if (aa_mesh_init(&m, &s, world)) bad |= 4;
   else {
@@ -1200,8 +1200,8 @@ static int mesh_rank(const void *data, int rank) {
       bad |= (aa_comm_world(m.group[a]) != 1 || strcmp(aa_comm_backend(m.group[a]), "self")) << 4;
     aa_mesh_free(&m);
   }
-  s.dp = 2;
-  s.tp = 2;
+  s.degree[AA_AXIS_DATA] = 2;
+  s.degree[AA_AXIS_TENSOR] = 2;
   if (aa_mesh_init(&m, &s, world)) bad |= 32;
   else {
     float sums[2] = {(float)rank, (float)rank};
@@ -1214,8 +1214,8 @@ static int mesh_rank(const void *data, int rank) {
            << 7;
     aa_mesh_free(&m);
   }
-  s.dp = 3;
-  s.tp = 1;
+  s.degree[AA_AXIS_DATA] = 3;
+  s.degree[AA_AXIS_TENSOR] = 1;
   bad |= (aa_mesh_init(&m, &s, world) != AA_EINVAL) << 8; /* 3 ranks' mesh on a world of 4 */
   aa_comm_destroy(world);
   if (bad) fprintf(stderr, "  rank %d: mesh checks failed: %#x (%s)\n", rank, bad, aa_last_error());
@@ -1252,7 +1252,7 @@ static int launch_main(const void *data, int rank) {
   tiny_spec(&s);
   aa_strategy_t st;
   aa_strategy_default(&st);
-  st.dp = 2;
+  st.degree[AA_AXIS_DATA] = 2;
   FILE *log = fopen("/dev/null", "w");
   aa_launch_t l = {.spec = &s,
                    .rank = rank,

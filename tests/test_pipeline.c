@@ -19,7 +19,7 @@
 static aa_strategy_t strat(int pp, int vpp, aa_pp_schedule_t sched, aa_pp_partition_t part) {
   aa_strategy_t s;
   aa_strategy_default(&s);
-  s.pp = pp;
+  s.degree[AA_AXIS_PIPELINE] = pp;
   s.vpp = vpp;
   s.schedule = sched;
   s.partition = part;

@@ -252,7 +252,7 @@ AA_TEST(search_skips_what_could_not_win_even_at_the_devices_peak) {
     const double one = peak / aa_cost_min_flops_per_token(&spec.arch, &none); /* one device, no recompute */
     s.peak_flops = known ? peak : 0;
     int i = aa__search_next(&s, 0), n = 0, beyond = 0;
-    CHECK(i == 0 && s.c[0].s.dp == 2);
+    CHECK(i == 0 && s.c[0].s.degree[AA_AXIS_DATA] == 2);
     aa__search_done(&s, 0, AA_STORE_RUN_OK, 1.6 * one, 0);
     while ((i = aa__search_next(&s, 0)) >= 0) {
       aa__search_done(&s, i, AA_STORE_RUN_OOM, 0, 0); /* nothing else to compare with */
@@ -261,7 +261,9 @@ AA_TEST(search_skips_what_could_not_win_even_at_the_devices_peak) {
     for (size_t k = 0; k < s.n; k++) {
       bool why = strstr(s.c[k].reason, "at the devices' peak of 1 TFLOP/s each it would reach at most") != NULL;
       beyond += why;
-      if (known) CHECK_MSG(why == (s.c[k].s.dp * s.c[k].s.tp == 1), "%s: %s", s.c[k].key, s.c[k].reason);
+      if (known)
+        CHECK_MSG(why == (s.c[k].s.degree[AA_AXIS_DATA] * s.c[k].s.degree[AA_AXIS_TENSOR] == 1), "%s: %s",
+                  s.c[k].key, s.c[k].reason);
     }
     if (known)
       CHECK_MSG(beyond == 27 + 36 && n > 0, "%d", beyond); /* one device: 3 amps x 3 checkpoint modes x mb 4, 2, 1;
@@ -283,15 +285,21 @@ AA_TEST(search_predicts_from_the_nearest_measured_run) {
   for (size_t i = 0; i < s.n; i++) {
     const aa_strategy_t *t = &s.c[i].s;
     bool f32_mb4 = t->amp == AA_F32 && t->micro_batch == 4;
-    if (t->dp == 1 && t->tp == 1 && f32_mb4 && t->ckpt == AA_CKPT_NONE) dp1 = (int)i;
-    if (t->dp == 1 && t->tp == 1 && f32_mb4 && t->ckpt == AA_CKPT_FULL) dp1_full = (int)i;
-    if (t->tp == 2 && f32_mb4 && t->ckpt == AA_CKPT_NONE) *(t->sp ? &tp2_sp : &tp2) = (int)i;
-    if (t->dp == 2 && t->zero == 0 && t->amp == AA_F32 && t->micro_batch == 1 && !t->ckpt) dp2_mb1 = (int)i;
-    if (t->dp == 2 && t->zero == 0 && t->amp == AA_BF16 && t->micro_batch == 2 && !t->ckpt) dp2_bf16 = (int)i;
+    if (t->degree[AA_AXIS_DATA] == 1 && t->degree[AA_AXIS_TENSOR] == 1 && f32_mb4 && t->ckpt == AA_CKPT_NONE)
+      dp1 = (int)i;
+    if (t->degree[AA_AXIS_DATA] == 1 && t->degree[AA_AXIS_TENSOR] == 1 && f32_mb4 && t->ckpt == AA_CKPT_FULL)
+      dp1_full = (int)i;
+    if (t->degree[AA_AXIS_TENSOR] == 2 && f32_mb4 && t->ckpt == AA_CKPT_NONE)
+      *(t->sp ? &tp2_sp : &tp2) = (int)i;
+    if (t->degree[AA_AXIS_DATA] == 2 && t->zero == 0 && t->amp == AA_F32 && t->micro_batch == 1 && !t->ckpt)
+      dp2_mb1 = (int)i;
+    if (t->degree[AA_AXIS_DATA] == 2 && t->zero == 0 && t->amp == AA_BF16 && t->micro_batch == 2 && !t->ckpt)
+      dp2_bf16 = (int)i;
   }
   CHECK(tp2 >= 0 && tp2_sp >= 0);
   CHECK(dp1 >= 0 && dp1_full >= 0 && dp2_mb1 >= 0 && dp2_bf16 >= 0);
-  CHECK(s.c[0].s.dp == 2 && s.c[0].s.micro_batch == 2 && s.c[0].s.amp == AA_F32 && !s.c[0].s.ckpt);
+  CHECK(s.c[0].s.degree[AA_AXIS_DATA] == 2 && s.c[0].s.micro_batch == 2 && s.c[0].s.amp == AA_F32 &&
+        !s.c[0].s.ckpt);
   CHECK(aa__search_predict(&s, 1) == 0); /* nothing measured yet */
   aa__search_done(&s, 0, AA_STORE_RUN_OK, 1000, 0);
   aa_strategy_t none, full;
@@ -395,7 +403,9 @@ AA_TEST(search_refit_takes_the_median_ratio_and_the_worst_miss) {
   CHECK(aa__search_enumerate(&s, &spec, 1, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
   int x[3] = {0, -1, -1}, n = 1;
   for (size_t i = 1; i < s.n && n < 3; i++)
-    if (s.c[i].s.micro_batch == s.c[0].s.micro_batch && s.c[i].s.dp == s.c[0].s.dp) x[n++] = (int)i;
+    if (s.c[i].s.micro_batch == s.c[0].s.micro_batch &&
+        s.c[i].s.degree[AA_AXIS_DATA] == s.c[0].s.degree[AA_AXIS_DATA])
+      x[n++] = (int)i;
   CHECK(n == 3);
   if (n < 3) goto out;
   for (int i = 0; i < 3; i++)
@@ -440,14 +450,18 @@ AA_TEST(search_refit_corrects_each_parallel_layout_by_its_own_runs) {
     const aa_cand_t *c = &s.c[i];
     if (c->state != AA_CAND_PENDING) continue;
     aa__search_set_prediction(&s, (int)i, 1000);
-    int *slot = c->s.dp == 2 && c->s.tp == 1 ? dp2 : c->s.tp == 2 && c->s.dp == 1 && !c->s.sp ? tp2 : NULL;
+    int *slot = c->s.degree[AA_AXIS_DATA] == 2 && c->s.degree[AA_AXIS_TENSOR] == 1               ? dp2
+                : c->s.degree[AA_AXIS_TENSOR] == 2 && c->s.degree[AA_AXIS_DATA] == 1 && !c->s.sp ? tp2
+                                                                                                 : NULL;
     if (slot && slot[0] < 0)
       slot[0] = (int)i;
     else if (slot && slot[1] < 0 && c->s.micro_batch == s.c[slot[0]].s.micro_batch)
       slot[1] = (int)i;
     else if (slot == tp2 && tp2_mb < 0 && c->s.micro_batch != s.c[slot[0]].s.micro_batch)
       tp2_mb = (int)i;
-    if (c->s.dp == 1 && c->s.tp == 1 && c->s.pp == 1 && dp1 < 0) dp1 = (int)i;
+    if (c->s.degree[AA_AXIS_DATA] == 1 && c->s.degree[AA_AXIS_TENSOR] == 1 &&
+        c->s.degree[AA_AXIS_PIPELINE] == 1 && dp1 < 0)
+      dp1 = (int)i;
   }
   CHECK(dp2[1] >= 0 && tp2[1] >= 0 && dp1 >= 0 && tp2_mb >= 0);
   if (dp2[1] < 0 || tp2[1] < 0 || dp1 < 0 || tp2_mb < 0) goto out;
@@ -611,11 +625,11 @@ AA_TEST(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees) {
   int zero_stages[4] = {0}, tp2 = 0;
   for (size_t i = 0; i < s.n; i++) {
     const aa_strategy_t *c = &s.c[i].s;
-    CHECK(c->dp * c->tp * c->pp <= 2);
-    if (c->zero > 0) CHECK_MSG(c->dp > 1, "%s", s.c[i].key); /* nothing to shard at dp 1 */
-    if (c->dp == 2) zero_stages[c->zero]++;
+    CHECK(c->degree[AA_AXIS_DATA] * c->degree[AA_AXIS_TENSOR] * c->degree[AA_AXIS_PIPELINE] <= 2);
+    if (c->zero > 0) CHECK_MSG(c->degree[AA_AXIS_DATA] > 1, "%s", s.c[i].key); /* nothing to shard at dp 1 */
+    if (c->degree[AA_AXIS_DATA] == 2) zero_stages[c->zero]++;
     /* Tensor-parallel gangs of two are candidates like any other. */
-    if (c->tp == 2) {
+    if (c->degree[AA_AXIS_TENSOR] == 2) {
       tp2++;
       CHECK_MSG(s.c[i].state != AA_CAND_PRUNED || !strstr(s.c[i].reason, "not supported by this engine"), "%s: %s",
                 s.c[i].key, s.c[i].reason);
@@ -631,7 +645,7 @@ AA_TEST(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees) {
   CHECK_MSG(s.n == 243, "%zu", s.n);
   for (size_t i = 0; i < s.n; i++) {
     CHECK(strncmp(s.c[i].key, "dp3.", 4) != 0);
-    if (s.c[i].s.tp == 3)
+    if (s.c[i].s.degree[AA_AXIS_TENSOR] == 3)
       CHECK_MSG(strstr(s.c[i].reason, "tensor parallel degree 3 must divide n_head 2"), "%s", s.c[i].reason);
   }
   aa__search_free(&s);
@@ -683,7 +697,8 @@ AA_TEST(search_enumerates_only_what_uses_the_included_methods) {
   CHECK(aa_space_include_set(pp, 1, 0, &in) == 0);
   CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0, in, NULL) == 0);
   CHECK(s.n > 0 && !strncmp(s.c[0].key, "dp1.tp1.pp2.", 12));
-  for (size_t i = 0; i < s.n; i++) CHECK(s.c[i].s.pp == 2);
+  for (size_t i = 0; i < s.n; i++)
+    CHECK(s.c[i].s.degree[AA_AXIS_PIPELINE] == 2);
   aa__search_free(&s);
   /* ZeRO needs dp > 1: one device has nothing that uses it. */
   CHECK(aa_space_include_set(z1, 1, 0, &in) == 0);
@@ -729,7 +744,7 @@ AA_TEST(search_from_a_strategy_orders_its_neighbourhood_nearest_first) {
 
   /* A strategy outside the space (a custom cut) comes first with a setting of its own. */
   aa_strategy_default(&from);
-  from.pp = 2;
+  from.degree[AA_AXIS_PIPELINE] = 2;
   from.partition = AA_PARTITION_CUSTOM;
   from.n_bounds = 3;
   from.bounds[0] = 0, from.bounds[1] = 1, from.bounds[2] = 2;
@@ -923,16 +938,23 @@ AA_TEST(query_run_lists_every_ranks_own_figures) {
   CHECK(aa_store_job_create(st, HASH, HW, NULL, &job) == 0);
   aa_strategy_t s;
   aa_strategy_default(&s);
-  s.dp = 2;
+  s.degree[AA_AXIS_DATA] = 2;
   aa_store_run_new_t nr = {.job_id = job, .kind = AA_STORE_RUN_DRYRUN, .strategy = &s,
                            .status = AA_STORE_RUN_RUNNING};
   CHECK(aa_store_run_insert(st, &nr, &run) == 0);
   nr.status = AA_STORE_RUN_QUEUED;
   CHECK(aa_store_run_insert(st, &nr, &queued) == 0);
-  aa_store_run_rank_t ranks[2] = {
-      {.rank = 1, .dp_rank = 1, .status = AA_STORE_RUN_CANCELLED, .error = "aborted by the planner"},
-      {.rank = 0, .status = AA_STORE_RUN_OOM, .step_ms_median = 40, .has_times = true,
-       .time_ms = {10, 20, 5, 0, 0.5}, .peak_bytes = 2048, .peak_json = "{\"total\": 2048}"}};
+  aa_store_run_rank_t ranks[2] = {{.rank = 1,
+                                   .coord = {[AA_AXIS_DATA] = 1},
+                                   .status = AA_STORE_RUN_CANCELLED,
+                                   .error = "aborted by the planner"},
+                                  {.rank = 0,
+                                   .status = AA_STORE_RUN_OOM,
+                                   .step_ms_median = 40,
+                                   .has_times = true,
+                                   .time_ms = {10, 20, 5, 0, 0.5},
+                                   .peak_bytes = 2048,
+                                   .peak_json = "{\"total\": 2048}"}};
   aa_store_run_result_t res = {.status = AA_STORE_RUN_OOM, .peak_bytes = 2048, .ranks = ranks, .n_ranks = 2};
   CHECK(aa_store_run_finish(st, run, &res) == 0);
   char *text = NULL, args[64];
@@ -1024,13 +1046,14 @@ static void placement_free(aa_planner_t *p) {
   free(p);
 }
 
-static aa_strategy_t mesh(int dp, int tp, int pp, aa_axis_order_t order) {
+/* A strategy of these degrees whose axis order's letters are `order`. */
+static aa_strategy_t mesh(int dp, int tp, int pp, const char *order) {
   aa_strategy_t s;
   aa_strategy_default(&s);
-  s.dp = dp;
-  s.tp = tp;
-  s.pp = pp;
-  s.order = order;
+  s.degree[AA_AXIS_DATA] = dp;
+  s.degree[AA_AXIS_TENSOR] = tp;
+  s.degree[AA_AXIS_PIPELINE] = pp;
+  aa_axis_order_parse(s.order, order);
   return s;
 }
 
@@ -1055,24 +1078,25 @@ AA_TEST(placement_spans_hosts_with_gloo_and_keeps_each_tensor_group_inside_a_hos
   CHECK(aa__registry_pool(p, e1) == 4);
   CHECK(aa__registry_spans(p, hw));
   /* dp 2 fits one host: it stays there, with shm, as before hosts mattered. */
-  aa_strategy_t s = mesh(2, 1, 1, AA_ORDER_TDP);
+  aa_strategy_t s = mesh(2, 1, 1, "tdp");
   CHECK(aa__registry_place(p, hw, &s, 2, out) == 1);
   CHECK(out[0]->id == 1 && out[1]->id == 2);
   CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CPU, 1), "shm"));
   /* dp 4 spans both hosts, with gloo. */
-  s = mesh(4, 1, 1, AA_ORDER_TDP);
+  s = mesh(4, 1, 1, "tdp");
   CHECK(aa__registry_place(p, hw, &s, 4, out) == 2);
   CHECK(out[0]->id == 1 && out[1]->id == 2 && out[2]->id == 3 && out[3]->id == 4);
   CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CPU, 2), "gloo"));
   /* dp 2 x tp 2: each tensor pair inside a host, whichever axis is fastest. */
-  for (aa_axis_order_t o = 0; o < AA_ORDERS; o++) {
-    s = mesh(2, 2, 1, o);
-    CHECK_MSG(aa__registry_place(p, hw, &s, 4, out) == 2, "order %s", aa_axis_order_name(o));
+  aa_axis_t o[AA_AXES];
+  char name[AA_AXES + 1];
+  for (int k = 0; aa_axis_order_nth(o, k); k++) {
+    s = mesh(2, 2, 1, aa_axis_order_name(o, name));
+    CHECK_MSG(aa__registry_place(p, hw, &s, 4, out) == 2, "order %s", name);
     for (int r = 0; r < 4; r++) {
       int members[2];
       CHECK(aa_layout_group(members, 2, &s, r, AA_AXIS_TENSOR) == 2);
-      CHECK_MSG(!strcmp(host_of(out, members[0]), host_of(out, members[1])), "order %s rank %d",
-                aa_axis_order_name(o), r);
+      CHECK_MSG(!strcmp(host_of(out, members[0]), host_of(out, members[1])), "order %s rank %d", name, r);
     }
     /* Every executor is used once. */
     CHECK(out[0] != out[1] && out[0] != out[2] && out[0] != out[3] && out[1] != out[2] && out[1] != out[3] &&
@@ -1085,7 +1109,7 @@ AA_TEST(placement_spans_hosts_with_gloo_and_keeps_each_tensor_group_inside_a_hos
                    "not measured: it needs 4 executors of the job's hardware with each tensor-parallel group "
                    "of 4 inside one host, and the largest of the 2 connected hosts has 2"),
             "%s", why);
-  s = mesh(1, 4, 1, AA_ORDER_TDP);
+  s = mesh(1, 4, 1, "tdp");
   CHECK(aa__registry_place(p, hw, &s, 4, out) == 0);
   placement_free(p);
 }
@@ -1100,11 +1124,11 @@ AA_TEST(placement_takes_idle_executors_and_says_what_a_waiting_gang_needs) {
   pool_hw(e1, 4, hw);
   aa_conn_t *out[4] = {0};
   /* One idle executor on each host: dp 2 spans them. */
-  aa_strategy_t s = mesh(2, 1, 1, AA_ORDER_TDP);
+  aa_strategy_t s = mesh(2, 1, 1, "tdp");
   CHECK(aa__registry_place(p, hw, &s, 2, out) == 2);
   CHECK(out[0]->id == 1 && out[1]->id == 3);
   /* A tensor pair needs two idle on one host: none now, though placeable once the run ends. */
-  s = mesh(1, 2, 1, AA_ORDER_TDP);
+  s = mesh(1, 2, 1, "tdp");
   CHECK(aa__registry_place(p, hw, &s, 2, out) == 0);
   CHECK(aa__registry_placeable(p, hw, 2, 2, why, sizeof why));
   /* dp 8 is more than the hosts have. */
@@ -1151,16 +1175,16 @@ AA_TEST(placement_takes_as_few_hosts_as_hold_the_gang) {
   pool_hw(e1, 6, hw);
   aa_conn_t *out[6] = {0};
   /* dp 3 fits alpha, the largest host, alone. */
-  aa_strategy_t s = mesh(3, 1, 1, AA_ORDER_TDP);
+  aa_strategy_t s = mesh(3, 1, 1, "tdp");
   CHECK(aa__registry_place(p, hw, &s, 3, out) == 1);
   CHECK(out[0]->id == 3 && out[1]->id == 5 && out[2]->id == 6);
   /* dp 5 takes alpha and beta, not gamma. */
-  s = mesh(5, 1, 1, AA_ORDER_TDP);
+  s = mesh(5, 1, 1, "tdp");
   CHECK(aa__registry_place(p, hw, &s, 5, out) == 2);
   for (int r = 0; r < 5; r++)
     CHECK(strcmp(host_of(out, r), "gamma"));
   /* dp 2 x tp 2: one pair on alpha, one on beta. */
-  s = mesh(2, 2, 1, AA_ORDER_TDP);
+  s = mesh(2, 2, 1, "tdp");
   CHECK(aa__registry_place(p, hw, &s, 4, out) == 2);
   CHECK(!strcmp(host_of(out, 0), "alpha") && !strcmp(host_of(out, 1), "alpha"));
   CHECK(!strcmp(host_of(out, 2), "beta") && !strcmp(host_of(out, 3), "beta"));
@@ -1178,7 +1202,7 @@ AA_TEST(placement_backend_option_forces_gloo_or_keeps_gangs_on_one_host) {
   char hw[AA_STORE_HW_MAX], why[512];
   pool_hw(e1, 2, hw);
   aa_conn_t *out[4] = {0};
-  aa_strategy_t s = mesh(2, 1, 1, AA_ORDER_TDP);
+  aa_strategy_t s = mesh(2, 1, 1, "tdp");
   CHECK(aa__registry_pool(p, e1) == 2);
   CHECK(aa__registry_place(p, hw, &s, 2, out) == 1);
   CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CPU, 1), "shm"));
@@ -1193,7 +1217,7 @@ AA_TEST(placement_backend_option_forces_gloo_or_keeps_gangs_on_one_host) {
   CHECK(aa__registry_pool(p, e1) == 2);
   pool_hw(e1, 4, hw);
   CHECK(!aa__registry_spans(p, hw));
-  s = mesh(4, 1, 1, AA_ORDER_TDP);
+  s = mesh(4, 1, 1, "tdp");
   CHECK(aa__registry_place(p, hw, &s, 4, out) == 0);
   CHECK(!aa__registry_placeable(p, hw, 4, 1, why, sizeof why));
   CHECK_MSG(strstr(why, "needs 4 executors of the job's hardware on one host, 2 are connected (the planner's "
@@ -1211,10 +1235,10 @@ AA_TEST(placement_backend_option_forces_gloo_or_keeps_gangs_on_one_host) {
   CHECK(aa__registry_pool(p, g1) == 4);
   pool_hw(g1, 4, hw);
   CHECK(aa__registry_spans(p, hw));
-  s = mesh(2, 1, 1, AA_ORDER_TDP);
+  s = mesh(2, 1, 1, "tdp");
   CHECK(aa__registry_place(p, hw, &s, 2, out) == 1); /* fewest hosts first */
   CHECK(!strcmp(aa__registry_backend(p, AA_PROTO_DEV_CUDA, 1), "nccl"));
-  s = mesh(2, 2, 1, AA_ORDER_TDP);
+  s = mesh(2, 2, 1, "tdp");
   CHECK(aa__registry_placeable(p, hw, 4, 2, why, sizeof why));
   CHECK(aa__registry_place(p, hw, &s, 4, out) == 2);
   CHECK(!strcmp(host_of(out, 0), host_of(out, 1)) && !strcmp(host_of(out, 2), host_of(out, 3)) &&
@@ -1517,7 +1541,7 @@ static void check_placed_gangs(const seen_gang_t *g, int ng, const char *one, co
     const seen_gang_t *x = &g[k];
     int hosts = gang_hosts(x);
     CHECK_MSG(hosts >= 1, "run %llu: a rank never came", (unsigned long long)x->run);
-    CHECK(x->s.tp < 4);
+    CHECK(x->s.degree[AA_AXIS_TENSOR] < 4);
     if (x->world == 1) continue;
     *calib += x->calib;
     CHECK_MSG(hosts == (x->world <= 2 ? 1 : 2), "run %llu: world %d on %d hosts", (unsigned long long)x->run,
@@ -1529,7 +1553,7 @@ static void check_placed_gangs(const seen_gang_t *g, int ng, const char *one, co
     CHECK_MSG(!strcmp(x->rdv, hosts > 1 ? across : one), "run %llu: %s on %d hosts",
               (unsigned long long)x->run, x->rdv, hosts);
     *spanned += hosts > 1;
-    if (x->calib || x->s.tp != 2) continue;
+    if (x->calib || x->s.degree[AA_AXIS_TENSOR] != 2) continue;
     for (int r = 0; r < x->world; r++) {
       int members[2];
       CHECK(aa_layout_group(members, 2, &x->s, r, AA_AXIS_TENSOR) == 2);
@@ -1685,7 +1709,7 @@ AA_TEST(a_pool_on_two_hosts_has_its_own_hardware_and_one_host_keeps_the_old_one)
   CHECK(aa__registry_idle(p, hw) == e1);
   CHECK(aa__registry_most_on_one_host(p, hw) == 2);
   aa_conn_t *out[4] = {0};
-  aa_strategy_t s = mesh(4, 1, 1, AA_ORDER_TDP);
+  aa_strategy_t s = mesh(4, 1, 1, "tdp");
   CHECK(aa__registry_place(p, hw, &s, 4, out) == 2);
   /* Another device's job is not theirs. */
   aa_msg_device_t other = e1->dev;

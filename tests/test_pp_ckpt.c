@@ -79,9 +79,9 @@ typedef struct {
 
 static void hop_strategy(const hop_t *h, aa_strategy_t *s) {
   aa_strategy_default(s);
-  s->dp = h->dp;
-  s->tp = h->tp;
-  s->pp = h->pp;
+  s->degree[AA_AXIS_DATA] = h->dp;
+  s->degree[AA_AXIS_TENSOR] = h->tp;
+  s->degree[AA_AXIS_PIPELINE] = h->pp;
   s->vpp = h->vpp;
   s->schedule = h->vpp > 1 ? AA_SCHEDULE_INTERLEAVED : AA_SCHEDULE_1F1B;
   if (h->n_bounds) {

@@ -84,7 +84,8 @@ static aa_calib_t *calib(const aa_model_spec_t *sp, int cuda, int links) {
 static aa_strategy_t strat(const aa_model_spec_t *sp, int dp, int tp, int pp, int mb) {
   aa_strategy_t s;
   aa_strategy_default(&s);
-  s.dp = dp, s.tp = tp, s.pp = pp, s.micro_batch = mb;
+  s.degree[AA_AXIS_DATA] = dp, s.degree[AA_AXIS_TENSOR] = tp, s.degree[AA_AXIS_PIPELINE] = pp,
+  s.micro_batch = mb;
   int rc = aa_strategy_resolve(&s, sp, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   return s;

@@ -280,7 +280,8 @@ AA_TEST(job_and_result_fields_decode_as_sent) {
   CHECK(strcmp(d.result.error, "out of memory: acts") == 0);
   CHECK(strcmp(d.result.key, "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4") == 0);
   CHECK(d.result.inputs);
-  CHECK(d.result.rank == 7 && d.result.dp_rank == 1 && d.result.tp_rank == 1 && d.result.pp_rank == 1);
+  CHECK(d.result.rank == 7 && d.result.coord[AA_AXIS_DATA] == 1 && d.result.coord[AA_AXIS_TENSOR] == 1 &&
+        d.result.coord[AA_AXIS_PIPELINE] == 1);
   CHECK(!strcmp(aa_proto_time_kind_name(AA_PROTO_TIME_FORWARD), "forward") &&
         !strcmp(aa_proto_time_kind_name(AA_PROTO_TIME_PIPELINE_COMM), "pipeline_comm") &&
         !strcmp(aa_proto_time_kind_name(AA_PROTO_TIME_BUBBLE), "bubble") &&
@@ -329,10 +330,12 @@ AA_TEST(optional_fields_may_be_absent) {
    * of a 1x1x1 mesh sends no coordinates, which read as 0. */
   aa_sample_msg(AA_MSG_RESULT, &m);
   m.result.has_times = false;
-  m.result.rank = m.result.dp_rank = m.result.tp_rank = m.result.pp_rank = 0;
+  m.result.rank = m.result.coord[AA_AXIS_DATA] = m.result.coord[AA_AXIS_TENSOR] =
+      m.result.coord[AA_AXIS_PIPELINE] = 0;
   f = encode_ok(&m, &len);
   CHECK(f && aa_msg_decode(f + 4, len - 4, &d) == 0 && !d.result.has_times && d.result.rank == 0 &&
-        d.result.dp_rank == 0 && d.result.pp_rank == 0 && d.result.times.ms[AA_PROTO_TIME_FORWARD] == 0);
+        d.result.coord[AA_AXIS_DATA] == 0 && d.result.coord[AA_AXIS_PIPELINE] == 0 &&
+        d.result.times.ms[AA_PROTO_TIME_FORWARD] == 0);
   aa_msg_free(&d);
   free(f);
 
@@ -728,7 +731,7 @@ AA_TEST(encoder_refuses_what_the_decoder_would_reject) {
   CHECK(aa_msg_encode(&m, &out, &len) == AA_EINVAL &&
         strstr(aa_last_error(), "result.times.bubble: must be a finite"));
   aa_sample_msg(AA_MSG_RESULT, &m);
-  m.result.pp_rank = AA_PROTO_WORLD_MAX;
+  m.result.coord[AA_AXIS_PIPELINE] = AA_PROTO_WORLD_MAX;
   CHECK(aa_msg_encode(&m, &out, &len) == AA_EINVAL &&
         strstr(aa_last_error(), "result.pp_rank: 4096 is outside"));
   aa_sample_msg(AA_MSG_SUBMIT, &m);
@@ -935,8 +938,9 @@ AA_TEST(frame_reader_holds_at_most_one_frame_and_releases_large_buffers) {
     CHECK(aa_frame_reader_held(&r) <= n + 4);
     /* What it holds follows what arrived, not the 300,000 bytes declared. */
     size_t got = off + used - 4;
-    if (rc == 0) CHECK_MSG(aa_frame_reader_held(&r) <= 2 * got + 4096 + 4, "holds %zu after %zu bytes",
-                           aa_frame_reader_held(&r), got);
+    if (rc == 0)
+      CHECK_MSG(aa_frame_reader_held(&r) <= 2 * got + 4096 + 4, "holds %zu after %zu bytes",
+                aa_frame_reader_held(&r), got);
     off += used;
   }
   CHECK(rc == 1 && pn == n && ((const char *)pl)[n - 1] == 0x5a && r.buf_cap == n);

@@ -187,10 +187,10 @@ AA_TEST(a_pipeline_stage_lays_out_its_slots_and_receive_buffers) {
       for (int k = 0; k < 4; k++) {
         aa_strategy_t s;
         aa_strategy_default(&s);
-        s.pp = pipes[pi].pp;
+        s.degree[AA_AXIS_PIPELINE] = pipes[pi].pp;
         s.vpp = pipes[pi].vpp;
         s.schedule = pipes[pi].sched;
-        for (int st = 0; st < s.pp; st++) {
+        for (int st = 0; st < s.degree[AA_AXIS_PIPELINE]; st++) {
           aa_pp_place_t pl;
           CHECK_MSG(aa_pp_place(&a, &s, m, st, &pl) == 0, "%s", aa_last_error());
           const aa_act_shape_t sh = {.B = B, .T = T, .tp = 1, .amp = amps[p], .ckpt = modes[k].ckpt,
@@ -199,8 +199,9 @@ AA_TEST(a_pipeline_stage_lays_out_its_slots_and_receive_buffers) {
           aa_act_block_t blocks[6];
           aa_sizes_acts(&a, &sh, &l, blocks);
           char where[128];
-          snprintf(where, sizeof where, "%s pp %d vpp %d stage %d %s %s/%d", aa_pp_schedule_name(s.schedule), s.pp,
-                   pl.vpp, st, aa_dtype_name(amps[p]), aa_ckpt_mode_name(modes[k].ckpt), modes[k].layers);
+          snprintf(where, sizeof where, "%s pp %d vpp %d stage %d %s %s/%d", aa_pp_schedule_name(s.schedule),
+                   s.degree[AA_AXIS_PIPELINE], pl.vpp, st, aa_dtype_name(amps[p]),
+                   aa_ckpt_mode_name(modes[k].ckpt), modes[k].layers);
           const size_t N = (size_t)B * T, C = (size_t)a.d_model, es = aa_dtype_size(amps[p]), f4 = 4;
           const size_t stats = (4 * N + (size_t)a.n_head * N) * f4;
           span_t st_spans[512], slot_spans[AA_PP_CHUNKS_MAX][64];

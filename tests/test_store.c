@@ -209,12 +209,12 @@ AA_TEST(open_creates_the_newest_schema_in_wal_mode) {
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
   CHECK(aa_store_schema_version(st) == AA_STORE_SCHEMA_VERSION);
-  CHECK(AA_STORE_SCHEMA_VERSION == 6);
+  CHECK(AA_STORE_SCHEMA_VERSION == 7);
   char v[64];
   raw_text(path, "PRAGMA journal_mode", v, sizeof v);
   CHECK_MSG(strcmp(v, "wal") == 0, "journal_mode %s", v);
   raw_text(path, "PRAGMA user_version", v, sizeof v);
-  CHECK(strcmp(v, "6") == 0);
+  CHECK(strcmp(v, "7") == 0);
   raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('predicted_peak_bytes', "
            "'predicted_bubble', 'predicted_json')", v, sizeof v);
   CHECK(strcmp(v, "3") == 0);
@@ -280,10 +280,10 @@ AA_TEST(newer_schema_version_is_refused) {
   int rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   aa_store_close(st);
-  CHECK(raw_sql(path, "PRAGMA user_version = 7", NULL, 0) == SQLITE_OK);
+  CHECK(raw_sql(path, "PRAGMA user_version = 8", NULL, 0) == SQLITE_OK);
   st = (aa_store_t *)&rc; /* must stay untouched */
   CHECK_ERR(aa_store_open(&st, path, 0), AA_EUNSUPPORTED,
-            "schema version 7 is newer than this build supports (6)");
+            "schema version 8 is newer than this build supports (7)");
   CHECK(st == (aa_store_t *)&rc);
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "newer");
 }
@@ -380,10 +380,10 @@ AA_TEST(readonly_open_of_an_unmigrated_file_asks_for_a_migration) {
   CHECK(f != NULL);
   if (f) fclose(f);
   aa_store_t *st = NULL;
-  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "older than this build's (6)");
+  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "older than this build's (7)");
   CHECK(st == NULL);
   CHECK_MSG(aa_store_open(&st, path, 0) == 0, "%s", aa_last_error());
-  CHECK(st && aa_store_schema_version(st) == 6);
+  CHECK(st && aa_store_schema_version(st) == 7);
   aa_store_close(st);
 }
 
@@ -611,14 +611,14 @@ AA_TEST(a_schema_version_1_store_migrates_to_the_newest_and_keeps_its_rows) {
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 1 is older than this build's (6)");
+            "schema version 1 is older than this build's (7)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 6);
+  CHECK(aa_store_schema_version(st) == 7);
   char v[32];
   raw_text(path, "PRAGMA user_version", v, sizeof v);
-  CHECK(strcmp(v, "6") == 0);
+  CHECK(strcmp(v, "7") == 0);
   raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('predicted_peak_bytes', "
            "'predicted_bubble', 'predicted_json')", v, sizeof v);
   CHECK(strcmp(v, "3") == 0);
@@ -661,11 +661,11 @@ AA_TEST(a_schema_version_2_store_migrates_to_the_newest_and_its_runs_have_no_ran
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 2 is older than this build's (6)");
+            "schema version 2 is older than this build's (7)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 6);
+  CHECK(aa_store_schema_version(st) == 7);
   aa_store_run_t r;
   CHECK(aa_store_run_get(st, 1, &r) == 0 && r.tokens_per_s == 10);
   aa_store_run_clear(&r);
@@ -739,11 +739,11 @@ AA_TEST(a_schema_version_4_store_migrates_to_5_with_no_calibrations_and_no_predi
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 4 is older than this build's (6)");
+            "schema version 4 is older than this build's (7)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 6);
+  CHECK(aa_store_schema_version(st) == 7);
   aa_store_run_t r;
   CHECK(aa_store_run_get(st, 1, &r) == 0 && r.tokens_per_s == 10 && r.predicted_peak_bytes == 99 &&
         strcmp(r.predicted_json, "") == 0);
@@ -792,11 +792,11 @@ AA_TEST(a_schema_version_5_store_keeps_its_calibrations_and_takes_nccl_hosts) {
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 5 is older than this build's (6)");
+            "schema version 5 is older than this build's (7)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 6);
+  CHECK(aa_store_schema_version(st) == 7);
   char *json = NULL;
   CHECK(aa_store_calib_get(st, "cpu:x:1MiB", "gloo", &json) == 0 && json && strstr(json, "2"));
   free(json);
@@ -992,7 +992,7 @@ AA_TEST(a_run_keeps_its_predicted_memory_and_bubble) {
   if (!st) return;
   int64_t job = new_job(st, HW), run = 0;
   aa_strategy_t s = strat(0, AA_F32, 2);
-  s.pp = 2;
+  s.degree[AA_AXIS_PIPELINE] = 2;
   aa_store_run_new_t nr = {.job_id = job, .kind = AA_STORE_RUN_DRYRUN, .strategy = &s,
                            .status = AA_STORE_RUN_RUNNING, .predicted_tokens_per_s = 1000,
                            .predicted_peak_bytes = 12345678, .predicted_bubble = 0.2};
@@ -1193,6 +1193,46 @@ AA_TEST(run_insert_and_finish_round_trip) {
   aa_store_close(st);
 }
 
+/* A rank's coordinates are one JSON object keyed by axis name (schema 7):
+ * written from the axis table, an axis a row does not name reads as 0 (a
+ * run from before that axis), and a member that is not a coordinate is
+ * named as unreadable instead of read as something else. */
+AA_TEST(rank_coordinates_are_an_object_by_axis_name) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  int64_t job = new_job(st, HW);
+  int64_t id = add_run(st, job, AA_STORE_RUN_DRYRUN, 4, AA_STORE_RUN_RUNNING, 0, 0);
+  aa_store_run_rank_t ranks[2] = {
+      {.rank = 0, .coord = {[AA_AXIS_TENSOR] = 1, [AA_AXIS_PIPELINE] = 2}, .status = AA_STORE_RUN_OK},
+      {.rank = 1, .coord = {[AA_AXIS_DATA] = 3}, .status = AA_STORE_RUN_OK}};
+  aa_store_run_result_t res = {.status = AA_STORE_RUN_OK, .tokens_per_s = 1, .ranks = ranks, .n_ranks = 2};
+  CHECK_MSG(aa_store_run_finish(st, id, &res) == 0, "%s", aa_last_error());
+  char v[128], path[512], sql[256];
+  cur_path(path);
+  raw_text(path, "SELECT coords FROM run_ranks WHERE rank = 0", v, sizeof v);
+  CHECK_MSG(!strcmp(v, "{\"data\":0,\"tensor\":1,\"pipeline\":2}"), "%s", v);
+  snprintf(sql, sizeof sql,
+           "UPDATE run_ranks SET coords = '{\"pipeline\": 5}' WHERE run_id = %lld AND rank = 1",
+           (long long)id);
+  CHECK(raw_sql(path, sql, NULL, 0) == SQLITE_OK);
+  ranks_t c = {0};
+  CHECK_MSG(aa_store_run_ranks(st, id, collect_ranks, &c) == 0, "%s", aa_last_error());
+  CHECK(c.n == 2 && c.k[1].coord[AA_AXIS_DATA] == 0 && c.k[1].coord[AA_AXIS_TENSOR] == 0 &&
+        c.k[1].coord[AA_AXIS_PIPELINE] == 5);
+  CHECK(c.k[0].coord[AA_AXIS_TENSOR] == 1 && c.k[0].coord[AA_AXIS_PIPELINE] == 2);
+  snprintf(sql, sizeof sql,
+           "UPDATE run_ranks SET coords = '{\"tensor\": \"x\"}' WHERE run_id = %lld AND rank = 1",
+           (long long)id);
+  CHECK(raw_sql(path, sql, NULL, 0) == SQLITE_OK);
+  c.n = 0;
+  CHECK_ERR(aa_store_run_ranks(st, id, collect_ranks, &c), AA_ECORRUPT,
+            "rank 1 has unreadable coordinates '{\"tensor\": \"x\"}'");
+  /* Not an object at all: the table refuses it. */
+  snprintf(sql, sizeof sql, "UPDATE run_ranks SET coords = '[1, 2]' WHERE run_id = %lld", (long long)id);
+  CHECK(raw_sql(path, sql, NULL, 0) != SQLITE_OK);
+  aa_store_close(st);
+}
+
 AA_TEST(every_rank_of_a_run_round_trips_with_its_breakdown) {
   aa_store_t *st = fresh_store();
   if (!st) return;
@@ -1202,8 +1242,8 @@ AA_TEST(every_rank_of_a_run_round_trips_with_its_breakdown) {
    * every rank, read back by rank. Rank 3 failed before it timed a step. */
   aa_store_run_rank_t ranks[4] = {
       {.rank = 2,
-       .dp_rank = 1,
-       .pp_rank = 0,
+       .coord[AA_AXIS_DATA] = 1,
+       .coord[AA_AXIS_PIPELINE] = 0,
        .status = AA_STORE_RUN_OK,
        .tokens_per_s = 900,
        .step_ms_median = 40,
@@ -1220,14 +1260,14 @@ AA_TEST(every_rank_of_a_run_round_trips_with_its_breakdown) {
        .time_ms = {11, 21, 3.5, 1.25, 1.25},
        .peak_bytes = 1200},
       {.rank = 1,
-       .pp_rank = 1,
+       .coord[AA_AXIS_PIPELINE] = 1,
        .status = AA_STORE_RUN_OK,
        .tokens_per_s = 950,
        .has_times = true,
        .time_ms = {0, 0, 0, 0, 0}},
       {.rank = 3,
-       .dp_rank = 1,
-       .pp_rank = 1,
+       .coord[AA_AXIS_DATA] = 1,
+       .coord[AA_AXIS_PIPELINE] = 1,
        .status = AA_STORE_RUN_CANCELLED,
        .error = "aborted by the planner"},
   };
@@ -1244,19 +1284,22 @@ AA_TEST(every_rank_of_a_run_round_trips_with_its_breakdown) {
   for (int i = 0; i < c.n; i++)
     CHECK(c.k[i].rank == i);
   const aa_store_run_rank_t *k = c.k;
-  CHECK(k[0].dp_rank == 0 && k[0].tp_rank == 0 && k[0].pp_rank == 0 && k[0].tokens_per_s == 1000);
+  CHECK(k[0].coord[AA_AXIS_DATA] == 0 && k[0].coord[AA_AXIS_TENSOR] == 0 &&
+        k[0].coord[AA_AXIS_PIPELINE] == 0 && k[0].tokens_per_s == 1000);
   CHECK(k[0].has_times && k[0].time_ms[AA_PROTO_TIME_FORWARD] == 11 &&
         k[0].time_ms[AA_PROTO_TIME_BACKWARD] == 21 && k[0].time_ms[AA_PROTO_TIME_OPTIMIZER] == 3.5 &&
         k[0].time_ms[AA_PROTO_TIME_PIPELINE_COMM] == 1.25 && k[0].time_ms[AA_PROTO_TIME_BUBBLE] == 1.25 &&
         k[0].peak_bytes == 1200 && !strcmp(k[0].peak_json, ""));
   /* Zeros measured are zeros, not "not recorded". */
-  CHECK(k[1].pp_rank == 1 && k[1].has_times && k[1].time_ms[AA_PROTO_TIME_BUBBLE] == 0 &&
+  CHECK(k[1].coord[AA_AXIS_PIPELINE] == 1 && k[1].has_times && k[1].time_ms[AA_PROTO_TIME_BUBBLE] == 0 &&
         k[1].step_ms_median == 0);
-  CHECK(k[2].dp_rank == 1 && k[2].pp_rank == 0 && k[2].status == AA_STORE_RUN_OK && k[2].step_ms_spread == 2);
+  CHECK(k[2].coord[AA_AXIS_DATA] == 1 && k[2].coord[AA_AXIS_PIPELINE] == 0 &&
+        k[2].status == AA_STORE_RUN_OK && k[2].step_ms_spread == 2);
   CHECK(k[2].time_ms[AA_PROTO_TIME_FORWARD] == 10.5 && k[2].time_ms[AA_PROTO_TIME_BUBBLE] == 6.25);
   CHECK(!strcmp(k[2].peak_json, "{\"total\": 1000}") && !strcmp(k[2].error, ""));
   CHECK(k[3].status == AA_STORE_RUN_CANCELLED && !k[3].has_times && k[3].time_ms[AA_PROTO_TIME_FORWARD] == 0);
-  CHECK(!strcmp(k[3].error, "aborted by the planner") && k[3].dp_rank == 1 && k[3].pp_rank == 1);
+  CHECK(!strcmp(k[3].error, "aborted by the planner") && k[3].coord[AA_AXIS_DATA] == 1 &&
+        k[3].coord[AA_AXIS_PIPELINE] == 1);
   char v[64], path[512];
   cur_path(path);
   raw_text(path, "SELECT count(*) FROM run_ranks WHERE forward_ms IS NULL", v, sizeof v);
@@ -1282,9 +1325,9 @@ AA_TEST(bad_rank_figures_are_refused_and_nothing_is_written) {
   ranks[1].status = AA_STORE_RUN_RUNNING;
   CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL, "rank 1: status 1 is not a result status");
   ranks[1].status = AA_STORE_RUN_OK;
-  ranks[1].pp_rank = AA_PROTO_WORLD_MAX;
+  ranks[1].coord[AA_AXIS_PIPELINE] = AA_PROTO_WORLD_MAX;
   CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL, "rank 1 (dp 0, tp 0, pp 4096) is outside 0..4095");
-  ranks[1].pp_rank = 0;
+  ranks[1].coord[AA_AXIS_PIPELINE] = 0;
   ranks[1].rank = -1;
   CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL, "is outside 0..4095");
   ranks[1].rank = 1;
@@ -1991,6 +2034,7 @@ int main(void) {
   RUN(device_of_strips_the_pool_count_only);
   RUN(calibrations_put_get_replace_and_list_newest_first);
   RUN(a_calibration_with_bad_json_or_key_is_refused_and_nothing_is_written);
+  RUN(rank_coordinates_are_an_object_by_axis_name);
   RUN(every_rank_of_a_run_round_trips_with_its_breakdown);
   RUN(bad_rank_figures_are_refused_and_nothing_is_written);
   RUN(model_and_hardware_upsert_keeps_created_at);

@@ -56,7 +56,7 @@ static void expect_groups(int line, const aa_strategy_t *s, aa_axis_t axis, int 
 AA_TEST(atorch_example_gives_the_documented_groups) {
   aa_strategy_t s =
       mesh("[[\"parallel_mode\", [[[\"tensor\", 4], [\"pipeline\", 2], [\"data\", 2]], null]]]");
-  CHECK(s.order == AA_ORDER_TPD);
+  CHECK(aa_axis_order_is(s.order, "tpd"));
   static const int tensor[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   static const int pipeline[] = {0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15};
   static const int data[] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
@@ -85,7 +85,7 @@ AA_TEST(data_tensor_pipeline_order_permutes_the_groups) {
 AA_TEST(pipeline_data_tensor_order_permutes_the_groups) {
   aa_strategy_t s = mesh("{\"format\": \"autoaccel-strategy\", \"version\": 1, \"parallel\": {\"data\": 2, "
                          "\"tensor\": 4, \"pipeline\": 2, \"order\": [\"pipeline\", \"data\", \"tensor\"]}}");
-  CHECK(s.order == AA_ORDER_PDT);
+  CHECK(aa_axis_order_is(s.order, "pdt"));
   static const int pipeline[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   static const int data[] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
   static const int tensor[] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
@@ -143,7 +143,7 @@ AA_TEST(single_process_and_data_parallel_meshes) {
   int m[4];
   for (int a = 0; a < AA_AXES; a++)
     CHECK(aa_layout_group(m, 4, &s, 0, (aa_axis_t)a) == 1 && m[0] == 0);
-  s.dp = 4;
+  s.degree[AA_AXIS_DATA] = 4;
   for (int r = 0; r < 4; r++) {
     CHECK(aa_layout_of(&l, &s, r) == 0);
     CHECK(l.coord[AA_AXIS_DATA] == r && l.color[AA_AXIS_DATA] == 0 && l.color[AA_AXIS_TENSOR] == r);
@@ -156,7 +156,7 @@ AA_TEST(invalid_meshes_and_rank_orders_are_refused_with_the_rule) {
   aa_layout_t l;
   int m[4];
   aa_strategy_default(&s);
-  s.dp = 2;
+  s.degree[AA_AXIS_DATA] = 2;
   CHECK(aa_layout_of(&l, &s, 2) == AA_EINVAL && strstr(aa_last_error(), "rank 2 is outside 0..1"));
   CHECK(aa_layout_of(&l, &s, -1) == AA_EINVAL);
   CHECK(aa_layout_group(m, 1, &s, 0, AA_AXIS_DATA) == AA_EINVAL &&
@@ -173,12 +173,13 @@ AA_TEST(invalid_meshes_and_rank_orders_are_refused_with_the_rule) {
   CHECK(aa_layout_of(&l, &s, 0) == AA_EINVAL &&
         strstr(aa_last_error(), "rank_order: lists 3 ranks, but data * tensor * pipeline = 2 * 1 * 1 = 2"));
   aa_strategy_default(&s);
-  s.dp = 4096;
-  s.tp = 2;
+  s.degree[AA_AXIS_DATA] = 4096;
+  s.degree[AA_AXIS_TENSOR] = 2;
   CHECK(aa_layout_of(&l, &s, 0) == AA_EINVAL && strstr(aa_last_error(), "must be between 1 and 4096 ranks"));
   aa_strategy_default(&s);
-  s.order = (aa_axis_order_t)6;
-  CHECK(aa_layout_of(&l, &s, 0) == AA_EINVAL && strstr(aa_last_error(), "unknown axis order 6"));
+  s.order[1] = s.order[0]; /* an axis twice, another never */
+  CHECK(aa_layout_of(&l, &s, 0) == AA_EINVAL &&
+        strstr(aa_last_error(), "the axis order must list every axis once"));
   /* The readers refuse what is not a permutation of the degrees' world. */
   static const char *const bad[] = {
       "[[\"parallel_mode\", [[[\"tensor\", 2], [\"data\", 2]], [0, 1, 2, 2]]]]",
@@ -193,6 +194,75 @@ AA_TEST(invalid_meshes_and_rank_orders_are_refused_with_the_rule) {
   }
 }
 
+/* The axis table's orders: every permutation once, named by the axes'
+ * letters, parsed back; the default is Megatron's (tensor, data,
+ * pipeline); a partial list is completed in the default's relative order. */
+AA_TEST(every_axis_order_is_a_permutation_named_by_letters) {
+  aa_axis_t o[AA_AXES], back[AA_AXES];
+  char name[AA_AXES + 1], seen[64][AA_AXES + 1];
+  int n = 0;
+  for (int k = 0; aa_axis_order_nth(o, k); k++, n++) {
+    CHECK(aa_axis_order_valid(o));
+    aa_axis_order_name(o, name);
+    for (int j = 0; j < n && j < 64; j++)
+      CHECK_MSG(strcmp(seen[j], name), "order %s twice", name);
+    if (n < 64) memcpy(seen[n], name, sizeof name);
+    CHECK(aa_axis_order_parse(back, name) && !memcmp(back, o, sizeof o) && aa_axis_order_is(o, name));
+  }
+  int fact = 1;
+  for (int a = 1; a <= AA_AXES; a++)
+    fact *= a;
+  CHECK_MSG(n == fact, "%d orders of %d axes", n, AA_AXES);
+  aa_axis_default_order(o);
+  CHECK(aa_axis_order_is(o, "tdp"));
+  aa_axis_t listed[] = {AA_AXIS_PIPELINE};
+  aa_axis_order_from(o, listed, 1);
+  CHECK(aa_axis_order_is(o, "ptd"));
+  CHECK(!aa_axis_order_parse(o, "ttp") && !aa_axis_order_parse(o, "td") && !aa_axis_order_parse(o, "tdx"));
+  CHECK(aa_axis_from_name("tensor") == AA_AXIS_TENSOR && aa_axis_from_name("context") == -1);
+  CHECK(aa_axis_host_mask() == 1u << AA_AXIS_TENSOR);
+}
+
+/* A group of several axes (a mask) holds the ranks that differ only along
+ * those axes: its color, for every order and rank, is shared by exactly
+ * those ranks, numbers the groups 0.. in the order of their first
+ * positions, and for one axis is that axis's split color. */
+AA_TEST(a_group_of_axes_from_a_mask_holds_the_ranks_that_differ_only_along_them) {
+  aa_axis_t o[AA_AXES];
+  char name[AA_AXES + 1];
+  for (int k = 0; aa_axis_order_nth(o, k); k++) {
+    aa_strategy_t s;
+    aa_strategy_default(&s);
+    s.degree[AA_AXIS_DATA] = 2, s.degree[AA_AXIS_TENSOR] = 4, s.degree[AA_AXIS_PIPELINE] = 2;
+    memcpy(s.order, o, sizeof o);
+    aa_axis_order_name(o, name);
+    aa_layout_t l[WORLD];
+    for (int r = 0; r < WORLD; r++)
+      CHECK(aa_layout_of(&l[r], &s, r) == 0);
+    for (unsigned mask = 0; mask < 1u << AA_AXES; mask++) {
+      int groups = 1;
+      for (int a = 0; a < AA_AXES; a++)
+        if (!(mask & 1u << a)) groups *= s.degree[a];
+      int next = 0; /* colors appear in order of the groups' first positions */
+      for (int r = 0; r < WORLD; r++) {
+        int c = aa_layout_color(&l[r], mask);
+        CHECK_MSG(c >= 0 && c < groups, "order %s mask %u rank %d: color %d of %d", name, mask, r, c, groups);
+        if (c == next) next++;
+        CHECK_MSG(c < next, "order %s mask %u: color %d before %d", name, mask, c, next);
+        for (int q = 0; q < WORLD; q++) {
+          bool same_outside = true;
+          for (int a = 0; a < AA_AXES; a++)
+            if (!(mask & 1u << a)) same_outside = same_outside && l[q].coord[a] == l[r].coord[a];
+          CHECK_MSG((aa_layout_color(&l[q], mask) == c) == same_outside, "order %s mask %u ranks %d %d", name,
+                    mask, r, q);
+        }
+        for (int a = 0; a < AA_AXES; a++)
+          if (mask == 1u << a) CHECK(c == l[r].color[a]);
+      }
+    }
+  }
+}
+
 int main(void) {
   RUN(atorch_example_gives_the_documented_groups);
   RUN(data_tensor_pipeline_order_permutes_the_groups);
@@ -201,5 +271,7 @@ int main(void) {
   RUN(explicit_rank_order_maps_positions_to_ranks);
   RUN(single_process_and_data_parallel_meshes);
   RUN(invalid_meshes_and_rank_orders_are_refused_with_the_rule);
+  RUN(every_axis_order_is_a_permutation_named_by_letters);
+  RUN(a_group_of_axes_from_a_mask_holds_the_ranks_that_differ_only_along_them);
   return aa_test_summary();
 }

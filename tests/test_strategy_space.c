@@ -46,8 +46,8 @@ AA_TEST(one_cpu_device_gives_amp_by_checkpoint_by_micro_batch_larger_first) {
   for (size_t i = 0; i < n; i++)
     CHECK(setting[i] == (int)(i / 3));
   for (size_t i = 0; i < n; i++)
-    CHECK(s[i].tp == 1 && s[i].pp == 1 && s[i].order == AA_ORDER_TDP && s[i].nranks == 0 &&
-          s[i].loss_scale.window == 1000);
+    CHECK(s[i].degree[AA_AXIS_TENSOR] == 1 && s[i].degree[AA_AXIS_PIPELINE] == 1 &&
+          aa_axis_order_is(s[i].order, "tdp") && s[i].nranks == 0 && s[i].loss_scale.window == 1000);
   free(s);
   free(setting);
 
@@ -67,19 +67,23 @@ AA_TEST(one_cpu_device_gives_amp_by_checkpoint_by_micro_batch_larger_first) {
  * degree that divides the global batch; sequence parallelism off, then on,
  * at tp > 1. ZeRO 0-3 at dp > 1 only. */
 AA_TEST(a_pool_gives_larger_gangs_first_and_smaller_tensor_degrees_within_one) {
+  /* {{data, tensor, pipeline}, sp} */
   static const aa_space_layout_t want[] = {
-      {4, 1, 0, 1}, {2, 2, 0, 1}, {2, 2, 1, 1}, {1, 4, 0, 1}, {1, 4, 1, 1}, /* world 4 */
-      {1, 3, 0, 1}, {1, 3, 1, 1},               /* world 3: dp 3 does not divide 4 */
-      {2, 1, 0, 1}, {1, 2, 0, 1}, {1, 2, 1, 1}, /* world 2 */
-      {1, 1, 0, 1},
+      {{4, 1, 1}, 0}, {{2, 2, 1}, 0}, {{2, 2, 1}, 1}, {{1, 4, 1}, 0}, {{1, 4, 1}, 1}, /* world 4 */
+      {{1, 3, 1}, 0}, {{1, 3, 1}, 1},                 /* world 3: dp 3 does not divide 4 */
+      {{2, 1, 1}, 0}, {{1, 2, 1}, 0}, {{1, 2, 1}, 1}, /* world 2 */
+      {{1, 1, 1}, 0},
   };
   const size_t nwant = sizeof want / sizeof want[0];
   aa_space_layout_t l[16];
   aa_space_pool_t pool = {.devices = 4, .global_batch = 4};
   CHECK(aa_space_layouts(l, 16, &pool) == nwant);
   for (size_t i = 0; i < nwant; i++)
-    CHECK_MSG(l[i].dp == want[i].dp && l[i].tp == want[i].tp && l[i].sp == want[i].sp && l[i].pp == 1,
-              "layout %zu: %d %d %d %d", i, l[i].dp, l[i].tp, l[i].sp, l[i].pp);
+    CHECK_MSG(l[i].degree[AA_AXIS_DATA] == want[i].degree[AA_AXIS_DATA] &&
+                  l[i].degree[AA_AXIS_TENSOR] == want[i].degree[AA_AXIS_TENSOR] && l[i].sp == want[i].sp &&
+                  l[i].degree[AA_AXIS_PIPELINE] == 1,
+              "layout %zu: %d %d %d %d", i, l[i].degree[AA_AXIS_DATA], l[i].degree[AA_AXIS_TENSOR], l[i].sp,
+              l[i].degree[AA_AXIS_PIPELINE]);
   CHECK(aa_space_layouts(NULL, 0, &pool) == nwant);
 
   size_t n;
@@ -101,14 +105,15 @@ AA_TEST(a_pool_gives_larger_gangs_first_and_smaller_tensor_degrees_within_one) {
   CHECK(setting[35] == 35 && setting[36] == 36 && setting[37] == 36 && setting[108] == 72);
   CHECK(setting[n - 1] == 36 + 36 + 36 + 9 + 9 + 9 + 9 + 36 + 9 + 9 + 8);
   for (size_t i = 0; i < n; i++) {
-    CHECK(s[i].pp == 1 && (s[i].tp > 1 || !s[i].sp) && s[i].dp * s[i].tp <= 4 && 4 % s[i].dp == 0);
-    if (s[i].zero > 0) CHECK(s[i].dp > 1);
+    CHECK(s[i].degree[AA_AXIS_PIPELINE] == 1 && (s[i].degree[AA_AXIS_TENSOR] > 1 || !s[i].sp) &&
+          s[i].degree[AA_AXIS_DATA] * s[i].degree[AA_AXIS_TENSOR] <= 4 && 4 % s[i].degree[AA_AXIS_DATA] == 0);
+    if (s[i].zero > 0) CHECK(s[i].degree[AA_AXIS_DATA] > 1);
   }
   free(s);
   free(setting);
   /* 3 does not divide 4: no dp 3, but tp 3 over dp 1. */
   s = enumerate(3, 4, false, 0, &n, &setting);
-  CHECK(n == 54 + 72 + 54 + 27 && s[0].dp == 1 && s[0].tp == 3);
+  CHECK(n == 54 + 72 + 54 + 27 && s[0].degree[AA_AXIS_DATA] == 1 && s[0].degree[AA_AXIS_TENSOR] == 3);
   free(s);
   free(setting);
   aa_space_pool_t empty = {.devices = 0, .global_batch = 4};
@@ -123,11 +128,14 @@ AA_TEST(tensor_and_sequence_parallel_can_be_excluded) {
   aa_space_layout_t l[8];
   aa_space_pool_t pool = {.devices = 2, .global_batch = 4};
   CHECK(aa_space_layouts(l, 8, &pool) == 4);
-  CHECK(l[0].dp == 2 && l[1].tp == 2 && !l[1].sp && l[2].tp == 2 && l[2].sp && l[3].dp == 1 && l[3].tp == 1);
+  CHECK(l[0].degree[AA_AXIS_DATA] == 2 && l[1].degree[AA_AXIS_TENSOR] == 2 && !l[1].sp &&
+        l[2].degree[AA_AXIS_TENSOR] == 2 && l[2].sp && l[3].degree[AA_AXIS_DATA] == 1 &&
+        l[3].degree[AA_AXIS_TENSOR] == 1);
   const char *sp[] = {"sequence_parallel"};
   CHECK(aa_space_exclude_mask(sp, 1, &pool.exclude) == 0 && pool.exclude == AA_SPACE_EX_SP);
   CHECK(aa_space_layouts(l, 8, &pool) == 3);
-  CHECK(l[0].dp == 2 && l[1].tp == 2 && !l[1].sp && l[2].tp == 1);
+  CHECK(l[0].degree[AA_AXIS_DATA] == 2 && l[1].degree[AA_AXIS_TENSOR] == 2 && !l[1].sp &&
+        l[2].degree[AA_AXIS_TENSOR] == 1);
   size_t n;
   int *setting;
   aa_strategy_t *s = enumerate(2, 4, false, pool.exclude, &n, &setting);
@@ -138,11 +146,12 @@ AA_TEST(tensor_and_sequence_parallel_can_be_excluded) {
   free(setting);
   const char *tp[] = {"tensor_parallel"};
   CHECK(aa_space_exclude_mask(tp, 1, &pool.exclude) == 0 && pool.exclude == AA_SPACE_EX_TP);
-  CHECK(aa_space_layouts(l, 8, &pool) == 2 && l[0].dp == 2 && l[1].dp == 1 && l[1].tp == 1);
+  CHECK(aa_space_layouts(l, 8, &pool) == 2 && l[0].degree[AA_AXIS_DATA] == 2 &&
+        l[1].degree[AA_AXIS_DATA] == 1 && l[1].degree[AA_AXIS_TENSOR] == 1);
   s = enumerate(2, 4, false, pool.exclude, &n, &setting);
   CHECK(n == 72 + 27);
   for (size_t i = 0; i < n; i++)
-    CHECK(s[i].tp == 1 && !s[i].sp);
+    CHECK(s[i].degree[AA_AXIS_TENSOR] == 1 && !s[i].sp);
   free(s);
   free(setting);
   /* A pool of one has no tensor parallelism to leave out. */
@@ -159,7 +168,9 @@ AA_TEST(what_exists_comes_in_search_order) {
   aa_space_layout_t l[4];
   aa_space_pool_t pool = {.devices = 8, .global_batch = 12};
   CHECK(aa_space_layouts(l, 4, &pool) == 29); /* counts past cap */
-  CHECK(l[0].dp == 4 && l[0].tp == 2 && !l[0].sp && l[1].dp == 4 && l[1].sp && l[2].dp == 2 && l[2].tp == 4);
+  CHECK(l[0].degree[AA_AXIS_DATA] == 4 && l[0].degree[AA_AXIS_TENSOR] == 2 && !l[0].sp &&
+        l[1].degree[AA_AXIS_DATA] == 4 && l[1].sp && l[2].degree[AA_AXIS_DATA] == 2 &&
+        l[2].degree[AA_AXIS_TENSOR] == 4);
   CHECK(aa_space_micro_batches(v, 16, 12) == 6 && v[0] == 12 && v[1] == 6 && v[5] == 1);
   CHECK(aa_space_micro_batches(v, 2, 12) == 6 && v[0] == 12 && v[1] == 6); /* counts past cap */
   CHECK(aa_space_zero_stages(v, 16, 1, 0) == 1 && v[0] == 0);
@@ -201,8 +212,12 @@ AA_TEST(a_pool_with_a_model_has_pipelines) {
    * on); pp 4. World 3: tp 3 (off, on); pp 3. World 2: tp 1, 2 (off, on);
    * pp 2. World 1. */
   CHECK_MSG(nl == 9 + 3 + 4 + 1, "%zu layouts", nl);
-  CHECK(l[0].pp == 1 && l[0].dp == 4 && l[5].pp == 2 && l[5].dp == 2 && l[5].tp == 1 && l[6].tp == 2 &&
-        l[8].pp == 4 && l[8].dp == 1 && l[11].pp == 3 && l[15].pp == 2 && l[16].dp == 1 && l[16].pp == 1);
+  CHECK(l[0].degree[AA_AXIS_PIPELINE] == 1 && l[0].degree[AA_AXIS_DATA] == 4 &&
+        l[5].degree[AA_AXIS_PIPELINE] == 2 && l[5].degree[AA_AXIS_DATA] == 2 &&
+        l[5].degree[AA_AXIS_TENSOR] == 1 && l[6].degree[AA_AXIS_TENSOR] == 2 &&
+        l[8].degree[AA_AXIS_PIPELINE] == 4 && l[8].degree[AA_AXIS_DATA] == 1 &&
+        l[11].degree[AA_AXIS_PIPELINE] == 3 && l[15].degree[AA_AXIS_PIPELINE] == 2 &&
+        l[16].degree[AA_AXIS_DATA] == 1 && l[16].degree[AA_AXIS_PIPELINE] == 1);
   pool.exclude = AA_SPACE_EX_PP;
   CHECK(aa_space_layouts(NULL, 0, &pool) == 5 + 2 + 3 + 1);
   pool.exclude = 0;
@@ -217,13 +232,16 @@ AA_TEST(a_pool_with_a_model_has_pipelines) {
   CHECK_MSG(n == 855 + 594, "%zu candidates", n);
   size_t pp = 0, interleaved = 0, gpipe = 0;
   for (size_t i = 0; i < n; i++) {
-    if (s[i].pp == 1) continue;
+    if (s[i].degree[AA_AXIS_PIPELINE] == 1) continue;
     pp++;
-    const int m = 16 / s[i].dp / s[i].micro_batch;
-    CHECK_MSG(s[i].zero <= 1 && m >= s[i].pp && s[i].partition == AA_PARTITION_UNIFORM, "%s", key_of(&s[i]));
+    const int m = 16 / s[i].degree[AA_AXIS_DATA] / s[i].micro_batch;
+    CHECK_MSG(s[i].zero <= 1 && m >= s[i].degree[AA_AXIS_PIPELINE] && s[i].partition == AA_PARTITION_UNIFORM,
+              "%s", key_of(&s[i]));
     if (s[i].schedule == AA_SCHEDULE_INTERLEAVED) {
       interleaved++;
-      CHECK_MSG(s[i].vpp == 2 && m % s[i].pp == 0 && s[i].pp * 2 <= 4, "%s", key_of(&s[i]));
+      CHECK_MSG(s[i].vpp == 2 && m % s[i].degree[AA_AXIS_PIPELINE] == 0 &&
+                    s[i].degree[AA_AXIS_PIPELINE] * 2 <= 4,
+                "%s", key_of(&s[i]));
     }
     gpipe += s[i].schedule == AA_SCHEDULE_GPIPE;
     if (i > 0) CHECK(setting[i] == setting[i - 1] || setting[i] == setting[i - 1] + 1);
@@ -231,7 +249,7 @@ AA_TEST(a_pool_with_a_model_has_pipelines) {
   CHECK(pp == 594 && interleaved > 0 && gpipe > 0);
   /* The first pipeline of the largest gang comes after its pp = 1 layouts. */
   size_t first = 0;
-  while (first < n && s[first].pp == 1)
+  while (first < n && s[first].degree[AA_AXIS_PIPELINE] == 1)
     first++;
   CHECK_MSG(first < n && !strcmp(key_of(&s[first]), "dp2.tp1.pp2.z0.fp32.ckpt-none.mb4.1f1b"), "%s",
             key_of(&s[first]));
@@ -335,7 +353,7 @@ AA_TEST(methods_of_a_strategy_are_named_as_exclude_names_them) {
   s.amp = AA_BF16;
   s.ckpt = AA_CKPT_FULL;
   s.zero = 2;
-  s.tp = 2;
+  s.degree[AA_AXIS_TENSOR] = 2;
   unsigned m = aa_space_methods_of(&s);
   CHECK(m == (AA_SPACE_EX_BF16 | AA_SPACE_EX_FULL | AA_SPACE_EX_ZERO2 | AA_SPACE_EX_TP));
   char buf[160];
@@ -345,7 +363,7 @@ AA_TEST(methods_of_a_strategy_are_named_as_exclude_names_them) {
   CHECK(aa_space_exclude_mask(ex, 2, &mask) == 0);
   CHECK(!strcmp(aa_space_method_names(buf, sizeof buf, m & mask), "bf16, zero2"));
   s.ckpt = AA_CKPT_SELECTIVE;
-  s.pp = 2;
+  s.degree[AA_AXIS_PIPELINE] = 2;
   s.amp = AA_F16;
   CHECK(!strcmp(aa_space_method_names(buf, sizeof buf, aa_space_methods_of(&s)),
                 "fp16, selective, zero2, tensor_parallel, pipeline_parallel"));
@@ -398,7 +416,7 @@ AA_TEST(include_names_keep_only_candidates_that_use_them) {
   CHECK_MSG(n == 36, "%zu", n); /* tp 2 (sp off, on) x 3 amp x selective, full x mb 4, 2, 1 */
   CHECK(!strcmp(key_of(&s[0]), "dp1.tp2.pp1.z0.fp32.ckpt-sel.mb4"));
   for (size_t i = 0; i < n; i++)
-    CHECK(s[i].tp == 2 && s[i].ckpt != AA_CKPT_NONE);
+    CHECK(s[i].degree[AA_AXIS_TENSOR] == 2 && s[i].ckpt != AA_CKPT_NONE);
   free(s);
   free(setting);
 
@@ -452,16 +470,17 @@ AA_TEST(distance_counts_the_knobs_that_differ) {
   b.micro_batch = 2;
   CHECK(aa_space_distance(&a, &b) == 2);
   b = a;
-  b.pp = 2; /* 1f1b, uniform: the degree alone */
+  b.degree[AA_AXIS_PIPELINE] = 2; /* 1f1b, uniform: the degree alone */
   CHECK(aa_space_distance(&a, &b) == 1);
   b.schedule = AA_SCHEDULE_INTERLEAVED;
   b.vpp = 2;
   CHECK(aa_space_distance(&a, &b) == 2);
-  a.pp = 2;
+  a.degree[AA_AXIS_PIPELINE] = 2;
   CHECK(aa_space_distance(&a, &b) == 1);
   b = a;
-  b.dp = 2, b.tp = 2, b.sp = 1, b.amp = AA_BF16, b.ckpt = AA_CKPT_FULL, b.zero = 3, b.micro_batch = 1;
-  b.pp = 4, b.partition = AA_PARTITION_PARAMETERS;
+  b.degree[AA_AXIS_DATA] = 2, b.degree[AA_AXIS_TENSOR] = 2, b.sp = 1, b.amp = AA_BF16, b.ckpt = AA_CKPT_FULL,
+  b.zero = 3, b.micro_batch = 1;
+  b.degree[AA_AXIS_PIPELINE] = 4, b.partition = AA_PARTITION_PARAMETERS;
   CHECK(aa_space_distance(&a, &b) == 9);
 }
 

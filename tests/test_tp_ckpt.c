@@ -99,8 +99,8 @@ static int hop_rank(const char *rdv, int rank, const void *data) {
   tiny_spec(&s, 6);
   aa_strategy_t strat;
   aa_strategy_default(&strat);
-  strat.dp = h->dp;
-  strat.tp = h->tp;
+  strat.degree[AA_AXIS_DATA] = h->dp;
+  strat.degree[AA_AXIS_TENSOR] = h->tp;
   aa_gpt_opts_t mo = {.zero = h->zero, .amp = h->amp};
   if (aa_comm_init(&world, rdv, rank, h->dp * h->tp, NULL) || aa_mesh_init(&mesh, &strat, world)) {
     fprintf(stderr, "  %s rank %d: %s\n", h->name, rank, aa_last_error());
@@ -236,8 +236,8 @@ static int failing_save_rank(const char *rdv, int rank, const void *data) {
   tiny_spec(&s, 6);
   aa_strategy_t strat;
   aa_strategy_default(&strat);
-  strat.dp = 2;
-  strat.tp = 2;
+  strat.degree[AA_AXIS_DATA] = 2;
+  strat.degree[AA_AXIS_TENSOR] = 2;
   int rc = aa_comm_init(&world, rdv, rank, 4, NULL);
   if (!rc) rc = aa_mesh_init(&mesh, &strat, world);
   aa_gpt_opts_t mo = {.zero = 1, .tensor = mesh.group[AA_AXIS_TENSOR]};

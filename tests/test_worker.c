@@ -273,7 +273,8 @@ AA_TEST(every_way_a_run_ends_is_reported_and_the_executor_survives) {
   CHECK(m.result.tokens_per_s > 0 && m.result.step_ms_median > 0 && m.result.peak.total > 0);
   CHECK(m.result.peak.acts > 0 && m.result.has_final_loss && !m.result.error);
   /* A single process is rank 0 at (0, 0, 0) and sends its breakdown. */
-  CHECK(m.result.rank == 0 && m.result.dp_rank == 0 && m.result.tp_rank == 0 && m.result.pp_rank == 0);
+  CHECK(m.result.rank == 0 && m.result.coord[AA_AXIS_DATA] == 0 && m.result.coord[AA_AXIS_TENSOR] == 0 &&
+        m.result.coord[AA_AXIS_PIPELINE] == 0);
   CHECK(m.result.has_times);
   aa_msg_free(&m);
 
@@ -643,7 +644,7 @@ AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_ot
   }
   aa_strategy_t st;
   aa_strategy_default(&st);
-  st.dp = 2;
+  st.degree[AA_AXIS_DATA] = 2;
   st.zero = 1;
   st.micro_batch = 1;
   char *dp2;
@@ -661,10 +662,11 @@ AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_ot
     /* Every rank reports its own place (dp = 2: rank r is data rank r) and
      * its own breakdown; its figures may be 0 where the engine does not
      * time a kind, so only their presence is checked. */
-    CHECK_MSG(res[r].result.rank == r && res[r].result.dp_rank == r && res[r].result.tp_rank == 0 &&
-                  res[r].result.pp_rank == 0,
-              "rank %d reported rank %d at dp %d tp %d pp %d", r, res[r].result.rank, res[r].result.dp_rank,
-              res[r].result.tp_rank, res[r].result.pp_rank);
+    CHECK_MSG(res[r].result.rank == r && res[r].result.coord[AA_AXIS_DATA] == r &&
+                  res[r].result.coord[AA_AXIS_TENSOR] == 0 && res[r].result.coord[AA_AXIS_PIPELINE] == 0,
+              "rank %d reported rank %d at dp %d tp %d pp %d", r, res[r].result.rank,
+              res[r].result.coord[AA_AXIS_DATA], res[r].result.coord[AA_AXIS_TENSOR],
+              res[r].result.coord[AA_AXIS_PIPELINE]);
     CHECK(res[r].result.has_times);
   }
   /* Each rank times its own steps, so the throughputs differ a little;
@@ -744,7 +746,7 @@ AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_ot
    * reported crashed, as a killed data rank is. */
   aa_strategy_t ps;
   aa_strategy_default(&ps);
-  ps.pp = 2;
+  ps.degree[AA_AXIS_PIPELINE] = 2;
   ps.micro_batch = 1;
   char *pp2;
   CHECK(aa_strategy_to_json(&ps, &pp2) == 0);
@@ -755,9 +757,10 @@ AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_ot
     if (wait_result(&p[r], 23, &res[r], NULL, 30000)) continue;
     CHECK_MSG(res[r].result.status == AA_PROTO_RUN_OK, "stage %d: %s", r,
               res[r].result.error ? res[r].result.error : "");
-    CHECK_MSG(res[r].result.rank == r && res[r].result.dp_rank == 0 && res[r].result.pp_rank == r,
-              "stage %d reported rank %d at dp %d pp %d", r, res[r].result.rank, res[r].result.dp_rank,
-              res[r].result.pp_rank);
+    CHECK_MSG(res[r].result.rank == r && res[r].result.coord[AA_AXIS_DATA] == 0 &&
+                  res[r].result.coord[AA_AXIS_PIPELINE] == r,
+              "stage %d reported rank %d at dp %d pp %d", r, res[r].result.rank,
+              res[r].result.coord[AA_AXIS_DATA], res[r].result.coord[AA_AXIS_PIPELINE]);
     CHECK(res[r].result.has_times && res[r].result.times.ms[AA_PROTO_TIME_FORWARD] > 0 &&
           res[r].result.times.ms[AA_PROTO_TIME_BACKWARD] > 0);
     aa_msg_free(&res[r]);
@@ -779,7 +782,8 @@ AA_TEST(a_gang_of_two_executors_runs_one_group_and_a_rank_that_dies_stops_the_ot
     aa_msg_free(&res[0]);
   }
   if (!wait_result(&p[1], 24, &res[1], NULL, 10000)) {
-    CHECK(res[1].result.status == AA_PROTO_RUN_CRASHED && res[1].result.rank == 1 && res[1].result.pp_rank == 1);
+    CHECK(res[1].result.status == AA_PROTO_RUN_CRASHED && res[1].result.rank == 1 &&
+          res[1].result.coord[AA_AXIS_PIPELINE] == 1);
     aa_msg_free(&res[1]);
   }
   CHECK(kill(w[0], 0) == 0 && kill(w[1], 0) == 0);
@@ -834,7 +838,7 @@ AA_TEST(a_gloo_gangs_ranks_meet_through_their_executors_and_the_planners_relay) 
   if (p[0].fd < 0 || p[1].fd < 0) goto out;
   aa_strategy_t st;
   aa_strategy_default(&st);
-  st.dp = 2;
+  st.degree[AA_AXIS_DATA] = 2;
   st.micro_batch = 1;
   CHECK(aa_strategy_to_json(&st, &dp2) == 0);
 
@@ -845,7 +849,7 @@ AA_TEST(a_gloo_gangs_ranks_meet_through_their_executors_and_the_planners_relay) 
   if (!wait_results(p, (const int[]){1, 1}, 21, res, progress, &rl, 30000)) {
     for (int r = 0; r < 2; r++) {
       CHECK_MSG(res[r].result.status == AA_PROTO_RUN_OK && res[r].result.rank == r &&
-                    res[r].result.dp_rank == r,
+                    res[r].result.coord[AA_AXIS_DATA] == r,
                 "rank %d: %s", r, res[r].result.error ? res[r].result.error : "");
       aa_msg_free(&res[r]);
     }

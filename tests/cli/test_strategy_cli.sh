@@ -44,7 +44,7 @@ expect 0 "^ok: dp1.tp1.pp1.z0.bf16.ckpt-full.mb4 is valid for tiny-synth \(accum
   "$AA" strategy check "$EX/bf16-full.json" --model "$TINY"
 expect 0 "^ok: dp1.tp1.pp1.z1.bf16.ckpt-full.mb16 is valid for tiny-synth \(accumulation steps 1\)$" \
   "$AA" strategy check "$EX/atorch-list.json" --model "$TINY" --world 1
-expect 1 "is not valid for tiny-synth: dp \* tp \* pp = 1 \* 1 \* 1 = 1 must equal the world size 2" \
+expect 1 "is not valid for tiny-synth: data \* tensor \* pipeline = 1 \* 1 \* 1 = 1 must equal the world size 2" \
   "$AA" strategy check "$EX/bf16-full.json" --model "$TINY" --world 2
 sed 's/"micro_batch": 4/"micro_batch": 3/; /"key"/d' "$EX/bf16-full.json" >"$tmp/mb3.json"
 expect 1 "micro_batch 3 must divide global_batch / dp = 16 / 1" "$AA" strategy check "$tmp/mb3.json" --model "$TINY"
