@@ -84,17 +84,19 @@ static void print_words(const aa_strategy_t *s) {
   printf("key:               %s\n", key);
   long long ranks = aa_strategy_world(s);
   printf("parallel:          ");
-  for (int a = 0; a < AA_AXES; a++)
-    printf("%s%s %d", a ? " x " : "", aa_axis_name((aa_axis_t)a), s->degree[a]);
+  for (int a = 0, k = 0; a < AA_AXES; a++)
+    if (aa_strategy_axis_shown(s, (aa_axis_t)a))
+      printf("%s%s %d", k++ ? " x " : "", aa_axis_name((aa_axis_t)a), s->degree[a]);
   printf(" = %lld rank%s\n", ranks, ranks == 1 ? "" : "s");
   if (s->sp)
     printf("sequence parallel: on: LayerNorm and the residual stream split along the sequence over the "
            "tensor group\n");
   else
     printf("sequence parallel: off\n");
-  printf("axis order:        %s fastest", aa_axis_name(s->order[0]));
-  for (int i = 1; i < AA_AXES; i++)
-    printf(", then %s", aa_axis_name(s->order[i]));
+  printf("axis order:        ");
+  for (int i = 0, k = 0; i < AA_AXES; i++)
+    if (aa_strategy_axis_shown(s, s->order[i]))
+      printf(k++ ? ", then %s" : "%s fastest", aa_axis_name(s->order[i]));
   printf("\n");
   if (s->nranks) {
     printf("rank order:        mesh position i runs on rank");

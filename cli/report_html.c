@@ -490,16 +490,20 @@ static void chart_ranks(FILE *f, const json_t *best) {
     if (!json_is_object(tm)) continue;
     double y = MT + row * (double)row_i + (row - bar) / 2, x = ML, r = 0, coord[AA_AXES];
     jnum(rk, "rank", &r);
-    /* "(dp 1, tp 0, pp 0)": the rank's coordinates, one per axis (common/axis.h). */
+    /* "(dp 1, tp 0, pp 0, cp 0)": the rank's coordinates, one per axis
+     * (common/axis.h); one the answer leaves out is 0, as on the wire. */
     char coords[24 * AA_AXES + 4] = "";
     size_t co = 0;
-    bool all = true;
+    bool any = false;
     for (int a = 0; a < AA_AXES; a++) {
       char name[32];
       snprintf(name, sizeof name, "%s_rank", aa_axis_info((aa_axis_t)a)->key);
-      all = all && jnum(rk, name, &coord[a]);
+      if (jnum(rk, name, &coord[a]))
+        any = true;
+      else
+        coord[a] = 0;
     }
-    for (int a = 0; all && a < AA_AXES && co < sizeof coords; a++)
+    for (int a = 0; any && a < AA_AXES && co < sizeof coords; a++)
       co += (size_t)snprintf(coords + co, sizeof coords - co, "%s%s %.0f%s", a ? ", " : " (",
                              aa_axis_info((aa_axis_t)a)->key, coord[a], a + 1 == AA_AXES ? ")" : "");
     fprintf(f, "<g class=\"rank\"><text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">rank %.0f</text>\n", ML - 6,

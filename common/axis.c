@@ -6,16 +6,19 @@
 #include <string.h>
 
 static const aa_axis_info_t axes[AA_AXES] = {
-#define AA_AXIS_ROW_(id, name_, key_, letter_, megatron_, merak_, method_, pos_, search_, in_host_)          \
+#define AA_AXIS_ROW_(id, name_, key_, letter_, atorch_, megatron_, merak_, method_, pos_, search_, in_host_, \
+                     always_)                                                                                \
   [AA_AXIS_##id] = {.name = name_,                                                                           \
                     .key = key_,                                                                             \
                     .letter = letter_,                                                                       \
+                    .atorch = atorch_,                                                                       \
                     .megatron = megatron_,                                                                   \
                     .merak = merak_,                                                                         \
                     .method = method_,                                                                       \
                     .default_pos = pos_,                                                                     \
                     .search = search_,                                                                       \
-                    .in_host = in_host_},
+                    .in_host = in_host_,                                                                     \
+                    .always = always_},
     AA_AXIS_LIST(AA_AXIS_ROW_)
 #undef AA_AXIS_ROW_
 };
@@ -92,21 +95,32 @@ const char *aa_axis_order_name(const aa_axis_t order[AA_AXES], char out[AA_AXES 
 }
 
 bool aa_axis_order_parse(aa_axis_t out[AA_AXES], const char *letters) {
-  aa_axis_t o[AA_AXES];
-  if (!letters || strlen(letters) != AA_AXES) return false;
-  for (int i = 0; i < AA_AXES; i++) {
+  aa_axis_t listed[AA_AXES];
+  size_t n = letters ? strlen(letters) : 0;
+  unsigned seen = 0;
+  if (n == 0 || n > AA_AXES) return false;
+  for (size_t i = 0; i < n; i++) {
     int a = aa_axis_from_letter(letters[i]);
-    if (a < 0) return false;
-    o[i] = (aa_axis_t)a;
+    if (a < 0 || (seen & 1u << a)) return false;
+    seen |= 1u << a;
+    listed[i] = (aa_axis_t)a;
   }
-  if (!aa_axis_order_valid(o)) return false;
-  memcpy(out, o, sizeof o);
+  for (int a = 0; a < AA_AXES; a++)
+    if (axes[a].always && !(seen & 1u << a)) return false;
+  aa_axis_order_from(out, listed, (int)n);
   return true;
 }
 
 bool aa_axis_order_is(const aa_axis_t order[AA_AXES], const char *letters) {
-  char name[AA_AXES + 1];
-  return strcmp(aa_axis_order_name(order, name), letters) == 0;
+  aa_axis_t want[AA_AXES];
+  if (!aa_axis_order_parse(want, letters)) return false;
+  size_t k = 0, n = strlen(letters);
+  for (int i = 0; i < AA_AXES && k < n; i++)
+    if (strchr(letters, axes[order[i]].letter)) {
+      if (axes[order[i]].letter != letters[k]) return false;
+      k++;
+    }
+  return k == n;
 }
 
 bool aa_axis_order_nth(aa_axis_t out[AA_AXES], int k) {

@@ -18,27 +18,36 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* X(ID, name, key, letter, megatron, merak, method, default_pos, search, in_host):
- *   name         the v1 file's `parallel` field, ATorch's parallel_mode group
- *                and the store's and protocol's coordinate name
+/* X(ID, name, key, letter, atorch, megatron, merak, method, default_pos, search, in_host, always):
+ *   name         the v1 file's `parallel` field and the store's and
+ *                protocol's coordinate name
  *   key          its degree's prefix in the strategy key ("tp2")
  *   letter       its letter in an axis order's name ("tdp")
+ *   atorch       ATorch's parallel_mode group (NULL: ATorch has none)
  *   megatron     Megatron Core's ModelParallelConfig field (NULL: none)
  *   merak        Merak's argument (NULL: none)
  *   method       the search's --exclude / --include name for its degree > 1
  *                (NULL: not a method of its own)
  *   default_pos  its place in the default axis order, fastest first
- *                (Megatron's: tensor fastest, then data, pipeline slowest)
+ *                (Megatron's tp-cp-ep-dp-pp: tensor fastest, then context,
+ *                data, pipeline slowest)
  *   search       its loop in the search's factorisation of a gang's ranks
  *                (space.h), outermost 0; -1 for the one axis that takes the
  *                ranks left (data)
- *   in_host      placement keeps its groups inside one host when it can
+ *   in_host      placement keeps its groups inside one host
+ *   always       the key, a written file and an order's name show its degree
+ *                even at 1; else only above 1, so that the axes added after
+ *                the first three leave every existing key and file as it was
  * The row order is the order of the axes' ids, of the v1 file's fields,
  * of keys, of coordinates and of products in messages. */
 #define AA_AXIS_LIST(X)                                                                                      \
-  X(DATA, "data", "dp", 'd', NULL, "dp", NULL, 1, -1, false)                                                 \
-  X(TENSOR, "tensor", "tp", 't', "tensor_model_parallel_size", "tp", "tensor_parallel", 0, 1, true)          \
-  X(PIPELINE, "pipeline", "pp", 'p', "pipeline_model_parallel_size", "pp", "pipeline_parallel", 2, 0, false)
+  X(DATA, "data", "dp", 'd', "data", NULL, "dp", NULL, 2, -1, false, true)                                   \
+  X(TENSOR, "tensor", "tp", 't', "tensor", "tensor_model_parallel_size", "tp", "tensor_parallel", 0, 2,      \
+    true, true)                                                                                              \
+  X(PIPELINE, "pipeline", "pp", 'p', "pipeline", "pipeline_model_parallel_size", "pp", "pipeline_parallel",  \
+    3, 0, false, true)                                                                                       \
+  X(CONTEXT, "context", "cp", 'c', NULL, "context_parallel_size", NULL, "context_parallel", 1, 1, false,     \
+    false)
 
 typedef enum {
 #define AA_AXIS_ENUM_(id, ...) AA_AXIS_##id,
@@ -51,9 +60,9 @@ typedef enum {
 typedef struct aa_axis_info {
   const char *name, *key;
   char letter;
-  const char *megatron, *merak, *method;
+  const char *atorch, *megatron, *merak, *method;
   int default_pos, search;
-  bool in_host;
+  bool in_host, always;
 } aa_axis_info_t;
 
 /* The row of axis a; NULL for a value that is not an axis. */
@@ -90,11 +99,14 @@ void aa_axis_order_from(aa_axis_t out[AA_AXES], const aa_axis_t *listed, int n);
  * bytes); "?" when it is not valid. */
 const char *aa_axis_order_name(const aa_axis_t order[AA_AXES], char out[AA_AXES + 1]);
 
-/* The order whose letters, fastest first, are `letters` ("tpd": every
- * axis's letter once) into out; false, out untouched, for other text. */
+/* The order whose letters, fastest first, are `letters` ("tpd": the
+ * letter of each of the first three axes once, and of a later one where
+ * it goes; one left out goes where aa_axis_order_from puts it) into out;
+ * false, out untouched, for other text. */
 bool aa_axis_order_parse(aa_axis_t out[AA_AXES], const char *letters);
 
-/* Whether order's letters, fastest first, are `letters`. */
+/* Whether the axes `letters` names come in `order` in that order (letters
+ * as aa_axis_order_parse takes them): "tdp" for the default order. */
 bool aa_axis_order_is(const aa_axis_t order[AA_AXES], const char *letters);
 
 /* The k-th permutation of the axes (k = 0, 1, ..., AA_AXES! - 1, in

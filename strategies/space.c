@@ -31,7 +31,8 @@
   X("fsdp", AA_SPACE_EX_ZERO3)                                                                               \
   X("tensor_parallel", AA_SPACE_EX_TP)                                                                       \
   X("sequence_parallel", AA_SPACE_EX_SP)                                                                     \
-  X("pipeline_parallel", AA_SPACE_EX_PP)
+  X("pipeline_parallel", AA_SPACE_EX_PP)                                                                     \
+  X("context_parallel", AA_SPACE_EX_CP)
 
 #define ENTRY(name_, bits_) {name_, bits_},
 #define JOINED(name_, bits_) ", " name_
@@ -185,6 +186,9 @@ static aa_axis_t rest_axis(void) {
 static int axis_max(const aa_space_pool_t *p, aa_axis_t a, int world) {
   if (p->exclude & axis_bit(a)) return 1;
   if (a == AA_AXIS_PIPELINE) return !p->arch ? 1 : world < p->arch->n_layer ? world : p->arch->n_layer;
+  /* Not searched while the engine does not run it (aa_strategy_resolve
+   * refuses context parallelism: issue 31, part 2). */
+  if (a == AA_AXIS_CONTEXT) return 1;
   return world;
 }
 

@@ -26,6 +26,7 @@ enum {
   AA_SPACE_EX_TP = 1u << 8,  /* tensor parallelism (tp > 1), with or without sequence parallelism */
   AA_SPACE_EX_PP = 1u << 9,  /* pipeline parallelism (pp > 1) */
   AA_SPACE_EX_SP = 1u << 10, /* sequence parallelism (tp > 1 with sp): tensor parallelism without it stays */
+  AA_SPACE_EX_CP = 1u << 11, /* context parallelism (cp > 1) */
 };
 
 /* The accepted method names, comma-separated, in table order:

@@ -104,7 +104,8 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]) {
     char name[AA_AXES + 1];
     aa_strategy_effective_order(s, o);
     aa_axis_default_order(dflt);
-    if (memcmp(o, dflt, sizeof o)) snprintf(order, sizeof order, ".order-%s", aa_axis_order_name(o, name));
+    if (memcmp(o, dflt, sizeof o))
+      snprintf(order, sizeof order, ".order-%s", aa_strategy_order_letters(s, o, name));
   } else {
     snprintf(order, sizeof order, ".order-?");
   }
@@ -112,8 +113,9 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]) {
     snprintf(ranks, sizeof ranks, ".ranks-%016llx", (unsigned long long)rank_order_hash(s));
   size_t d = 0;
   for (int a = 0; a < AA_AXES; a++)
-    d += (size_t)snprintf(degrees + d, sizeof degrees - d, "%s%s%d", a ? "." : "",
-                          aa_axis_info((aa_axis_t)a)->key, s->degree[a]);
+    if (aa_strategy_axis_shown(s, (aa_axis_t)a))
+      d += (size_t)snprintf(degrees + d, sizeof degrees - d, "%s%s%d", d ? "." : "",
+                            aa_axis_info((aa_axis_t)a)->key, s->degree[a]);
   int head = snprintf(out, AA_STRATEGY_KEY_MAX, "%s%s.z%d.%s.ckpt-%s.mb%d", degrees, s->sp ? ".sp" : "",
                       s->zero, aa_dtype_name(s->amp), ckpt, s->micro_batch);
   if (head < 0 || head >= AA_STRATEGY_KEY_MAX - 1) return; /* out-of-range fields, which validate refuses */
@@ -129,6 +131,13 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]) {
 }
 
 int aa__strategy_check(const aa_json_ctx_t *c, const aa_strategy_t *s) {
+  for (int a = 0; a < AA_AXES; a++) /* the first fields of the file, custom ones */
+    if (s->degree[a] < 1 || s->degree[a] > AA__STRATEGY_DEGREE_MAX) {
+      char path[64];
+      snprintf(path, sizeof path, "parallel.%s", aa_axis_name((aa_axis_t)a));
+      return aa_json_fail(c, AA_EINVAL, path, "must be between 1 and %d (got %d)", AA__STRATEGY_DEGREE_MAX,
+                          s->degree[a]);
+    }
   int rc = aa_json_check_fields(c, "", aa__strategy_fields, aa__strategy_nfields, s);
   if (rc) return rc;
   if (s->sp != 0 && s->sp != 1)
@@ -185,6 +194,22 @@ int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world
         "tensor parallel degree %d must divide n_kv_head %d (each rank holds n_kv_head / tp key/value "
         "heads; kv heads are not replicated)",
         tp, aa_arch_kv_heads(a));
+  const int cp = r.degree[AA_AXIS_CONTEXT];
+  if (cp > 1 && a->seq_len % (2 * cp))
+    return aa_error(
+        AA_EINVAL,
+        "context parallel degree %d cuts every sequence into 2 x %d = %d chunks (two per rank, one "
+        "from each end, so that causal attention costs every rank the same): %d must divide "
+        "seq_len %d",
+        cp, cp, 2 * cp, 2 * cp, a->seq_len);
+  /* What this engine runs (engine/): context parallelism's ring attention
+   * is not in it yet (issue 31, part 2), so a strategy that needs it is
+   * refused here, with every other rule above and below still said. */
+  if (cp > 1)
+    return aa_error(AA_EUNSUPPORTED,
+                    "context parallel degree %d: this engine does not run context parallelism yet; use "
+                    "\"context\": 1",
+                    cp);
   int bounds[AA_STRATEGY_STAGES_MAX + 1];
   if ((rc = aa_pp_bounds(a, &r, bounds))) return rc;
   if (gb % dp)

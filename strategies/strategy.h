@@ -160,6 +160,18 @@ int aa_strategy_accum_steps(const aa_strategy_t *s, const aa_model_spec_t *spec)
 
 const char *aa_ckpt_mode_name(aa_ckpt_mode_t m); /* "none", "selective", "full" */
 
+/* Whether the key, a written file, `strategy show` and an order's name
+ * show axis a of s: an axis of the first three always, a later one
+ * (common/axis.h `always`) only above degree 1, so that it leaves every
+ * existing key and file as it was. */
+bool aa_strategy_axis_shown(const aa_strategy_t *s, aa_axis_t a);
+
+/* The letters, fastest first, of the axes of `order` that s shows
+ * (aa_strategy_axis_shown): "tdp" for the default order of a strategy
+ * without context parallelism. Into out (AA_AXES + 1 bytes). */
+const char *aa_strategy_order_letters(const aa_strategy_t *s, const aa_axis_t order[AA_AXES],
+                                      char out[AA_AXES + 1]);
+
 /* The degree of axis a in s; 0 for a value that is not an axis. */
 int aa_strategy_degree(const aa_strategy_t *s, aa_axis_t a);
 /* Whether s has no rank order or one that maps every position to itself

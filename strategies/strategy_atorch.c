@@ -98,13 +98,24 @@ static int set_tp(ctx_t *c, aa_strategy_t *s, int tp) {
 /* One (group, size); the group's axis is appended to listed[*n]. */
 static int set_group(ctx_t *c, aa_strategy_t *s, const char *group, const json_t *size, aa_axis_t *listed,
                      int *n) {
-  int a = aa_axis_from_name(group);
+  int a = -1;
+  char names[128];
+  size_t o = 0;
+  for (int b = 0; b < AA_AXES; b++) { /* ATorch's names for the axes it has (common/axis.h) */
+    const char *name = aa_axis_info((aa_axis_t)b)->atorch;
+    if (!name) continue;
+    if (!strcmp(name, group)) a = b;
+    o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", o ? ", " : "", name);
+  }
   if (a < 0) {
-    char got[256], names[128];
-    size_t o = 0;
-    for (int b = 0; b < AA_AXES; b++)
-      o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", b ? ", " : "", aa_axis_name((aa_axis_t)b));
+    char got[256];
     aa_json_sanitize(got, sizeof got, group);
+    int ours = aa_axis_from_name(group);
+    if (ours >= 0)
+      return fail(c, AA_EUNSUPPORTED,
+                  "parallel group \"%s\": ATorch's parallel_mode has no such group; write the v1 form's "
+                  "\"parallel\": {\"%s\": N} (allowed here: %s)",
+                  got, aa_axis_name((aa_axis_t)ours), names);
     return fail(c, AA_EINVAL, "unknown parallel group \"%s\" (allowed: %s)", got, names);
   }
   for (int k = 0; k < *n; k++)

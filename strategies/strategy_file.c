@@ -32,7 +32,7 @@
  * whole before it is rejected. */
 #define STRATEGY_MAX_BYTES (1u << 20)
 #define FORMAT_NAME "autoaccel-strategy"
-#define MAX_DEGREE 65536
+#define MAX_DEGREE AA__STRATEGY_DEGREE_MAX
 
 /* AA_JSON_ENUM reads enums as ints. */
 _Static_assert(sizeof(aa_dtype_t) == sizeof(int) && sizeof(aa_ckpt_mode_t) == sizeof(int) &&
@@ -76,37 +76,61 @@ static const char *date_rule(const char *s, size_t len) {
 
 /* ---- the mesh's numbering: parallel.order and parallel.rank_order -------- */
 
-/* ["tensor", "pipeline", "data"]: every axis once, fastest first. */
+/* ["tensor", "pipeline", "data"]: the axes of the first three once each,
+ * fastest first, and those added later (context) when the file places
+ * them; one left out goes where the default order puts it relative to
+ * the others (aa_axis_order_from), so files written before it existed
+ * read as they did. */
 static int read_order(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
-  aa_axis_t axes[AA_AXES];
-  size_t i;
-  const json_t *x;
   static const char *const count[] = {"", "one", "two", "three", "four", "five", "six"};
-  char all[128];
-  size_t o = 0;
-  for (int a = 0; a < AA_AXES; a++)
-    o += (size_t)snprintf(all + o, sizeof all - o, "%s\"%s\"", a ? ", " : "", aa_axis_name((aa_axis_t)a));
-  if (!json_is_array(v) || json_array_size(v) != AA_AXES)
-    return aa_json_fail(c, AA_EINVAL, path, "must list the %s axes %s once each, fastest first",
-                        AA_AXES < 7 ? count[AA_AXES] : "", all);
+  aa_axis_t axes[AA_AXES];
+  size_t i, o = 0, k = 0;
+  const json_t *x;
+  char need[128], names[128];
+  int nalways = 0;
+  for (int a = 0; a < AA_AXES; a++) {
+    k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", a ? ", " : "", aa_axis_name((aa_axis_t)a));
+    if (aa_axis_info((aa_axis_t)a)->always)
+      o += (size_t)snprintf(need + o, sizeof need - o, "%s\"%s\"", nalways++ ? ", " : "",
+                            aa_axis_name((aa_axis_t)a));
+  }
+  if (!json_is_array(v) || json_array_size(v) < (size_t)nalways || json_array_size(v) > AA_AXES)
+    return aa_json_fail(c, AA_EINVAL, path,
+                        "must list the %s axes %s once each, fastest first (and any of %s)",
+                        nalways < 7 ? count[nalways] : "", need, names);
   json_array_foreach(v, i, x) {
     int a = json_is_string(x) ? aa_axis_from_name(json_string_value(x)) : -1;
     if (a < 0) {
-      char got[256], names[128];
-      size_t k = 0;
-      for (int b = 0; b < AA_AXES; b++)
-        k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", b ? ", " : "", aa_axis_name((aa_axis_t)b));
+      char got[256];
       aa_json_sanitize(got, sizeof got, json_is_string(x) ? json_string_value(x) : aa_json_type_name(x));
       return aa_json_fail(c, AA_EINVAL, path, "unknown axis %s%s%s (allowed: %s)",
                           json_is_string(x) ? "\"" : "", got, json_is_string(x) ? "\"" : "", names);
     }
-    for (size_t k = 0; k < i; k++)
-      if (axes[k] == (aa_axis_t)a)
+    for (size_t j = 0; j < i; j++)
+      if (axes[j] == (aa_axis_t)a)
         return aa_json_fail(c, AA_EINVAL, path, "axis \"%s\" is given twice", aa_axis_name((aa_axis_t)a));
     axes[i] = (aa_axis_t)a;
   }
-  memcpy(dst, axes, sizeof axes);
+  for (int a = 0; a < AA_AXES; a++) {
+    bool listed = false;
+    for (size_t j = 0; j < json_array_size(v); j++)
+      listed = listed || axes[j] == (aa_axis_t)a;
+    if (!listed && aa_axis_info((aa_axis_t)a)->always)
+      return aa_json_fail(c, AA_EINVAL, path,
+                          "must list the %s axes %s once each, fastest first (and any of %s)",
+                          nalways < 7 ? count[nalways] : "", need, names);
+  }
+  aa_axis_order_from(dst, axes, (int)json_array_size(v));
   return 0;
+}
+
+/* A parallel degree, 1..MAX_DEGREE. Custom so that the writer can leave
+ * out an axis added after the first three at degree 1 (common/axis.h
+ * `always`), which keeps every earlier file as it was. */
+static int read_degree(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
+  static const aa_json_field_t degree = {
+      .kind = AA_JSON_INT, .imin = 1, .imax = MAX_DEGREE, .size = sizeof(int)};
+  return aa_json_read_value(c, path, &degree, v, dst);
 }
 
 /* sequence_parallel: strictly true or false, as every boolean field. A
@@ -290,7 +314,9 @@ static const struct {
                    {"custom_partition", "partition"}};
 
 /* A copy of root with the aliases renamed (*out: a new reference), or
- * AA_EINVAL naming both names when a key is given twice. */
+ * AA_EINVAL naming both names when a key is given twice. json_copy copies
+ * the top object only, so `parallel` is replaced by a copy of its own
+ * before its names change: the caller's value is never touched. */
 static int rename_aliases(const aa_json_ctx_t *c, const json_t *root, json_t **out) {
   json_t *r = json_copy((json_t *)root);
   if (!r) return aa_error(AA_ENOMEM, "strategy: out of memory");
@@ -308,6 +334,30 @@ static int rename_aliases(const aa_json_ctx_t *c, const json_t *root, json_t **o
                           key_aliases[i].key, other);
     }
     if (json_object_set(r, key_aliases[i].key, v) || json_object_del(r, key_aliases[i].alias)) {
+      json_decref(r);
+      return aa_error(AA_ENOMEM, "strategy: out of memory");
+    }
+  }
+  /* In `parallel`, Megatron's ModelParallelConfig name of each axis
+   * (common/axis.h: tensor_model_parallel_size, ...) reads as the axis. */
+  json_t *par = json_object_get(r, "parallel");
+  if (json_is_object(par)) {
+    if (!(par = json_deep_copy(par)) || json_object_set_new(r, "parallel", par)) {
+      json_decref(r);
+      return aa_error(AA_ENOMEM, "strategy: out of memory");
+    }
+  }
+  for (int a = 0; json_is_object(par) && a < AA_AXES; a++) {
+    const char *alias = aa_axis_info((aa_axis_t)a)->megatron, *key = aa_axis_name((aa_axis_t)a);
+    json_t *v = alias ? json_object_get(par, alias) : NULL;
+    if (!v) continue;
+    if (json_object_get(par, key)) {
+      json_decref(r);
+      char path[96];
+      snprintf(path, sizeof path, "parallel.%s", alias);
+      return aa_json_fail(c, AA_EINVAL, path, "gives parallel.%s again; give one of them", key);
+    }
+    if (json_object_set(par, key, v) || json_object_del(par, alias)) {
       json_decref(r);
       return aa_error(AA_ENOMEM, "strategy: out of memory");
     }
@@ -337,7 +387,7 @@ static int rename_aliases(const aa_json_ctx_t *c, const json_t *root, json_t **o
   { .key = k, .kind = AA_JSON_KEY }
 
 /* One degree per axis, in the axis table's order (axis.h). */
-#define AXIS_F(id, name, ...) INT_F(name, 1, MAX_DEGREE, degree[AA_AXIS_##id]),
+#define AXIS_F(id, name, ...) CUSTOM_F(name, read_degree, degree[AA_AXIS_##id]),
 static const aa_json_field_t parallel_fields[] = {
     AA_AXIS_LIST(AXIS_F) CUSTOM_F("sequence_parallel", read_sequence_parallel, sp),
     CUSTOM_F("order", read_order, order),
@@ -514,13 +564,23 @@ static int emit_custom(const aa_json_field_t *f, const aa_strategy_t *s, json_t 
   } else if (f->parse == read_sequence_parallel) {
     if (s->sp == 0) return 0;
     *v = json_true();
+  } else if (f->parse == read_degree) {
+    int a = (int)((f->off - offsetof(aa_strategy_t, degree)) / sizeof(int));
+    if (!aa_strategy_axis_shown(s, (aa_axis_t)a)) return 0;
+    *v = json_integer(s->degree[a]);
   } else if (f->parse == read_order) {
+    /* The shown axes only (aa_strategy_axis_shown), and only when they are
+     * not in the default's order. */
     aa_axis_t dflt[AA_AXES];
     aa_axis_default_order(dflt);
-    if (memcmp(s->order, dflt, sizeof dflt) == 0) return 0;
+    char mine[AA_AXES + 1], usual[AA_AXES + 1];
+    if (!strcmp(aa_strategy_order_letters(s, s->order, mine), aa_strategy_order_letters(s, dflt, usual)))
+      return 0;
     if ((*v = json_array()))
       for (int i = 0; i < AA_AXES; i++)
-        if (json_array_append_new(*v, json_string(aa_axis_name(s->order[i])))) break;
+        if (aa_strategy_axis_shown(s, s->order[i]) &&
+            json_array_append_new(*v, json_string(aa_axis_name(s->order[i]))))
+          break;
   } else {
     if (s->nranks == 0) return 0;
     if ((*v = json_array()))

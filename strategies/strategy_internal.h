@@ -15,6 +15,9 @@
  * on success. */
 int aa__strategy_from_atorch(aa_strategy_t *out, const json_t *list, const char *origin);
 
+/* The largest parallel degree a strategy may give. */
+#define AA__STRATEGY_DEGREE_MAX 65536
+
 /* aa_strategy_check with the messages in context c (the file being read,
  * or "strategy"). */
 int aa__strategy_check(const aa_json_ctx_t *c, const aa_strategy_t *s);

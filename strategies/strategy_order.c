@@ -15,6 +15,19 @@ int aa_strategy_degree(const aa_strategy_t *s, aa_axis_t a) {
   return (unsigned)a < AA_AXES ? s->degree[a] : 0;
 }
 
+bool aa_strategy_axis_shown(const aa_strategy_t *s, aa_axis_t a) {
+  return (unsigned)a < AA_AXES && (aa_axis_info(a)->always || s->degree[a] != 1);
+}
+
+const char *aa_strategy_order_letters(const aa_strategy_t *s, const aa_axis_t order[AA_AXES],
+                                      char out[AA_AXES + 1]) {
+  int n = 0;
+  for (int i = 0; i < AA_AXES; i++)
+    if (aa_strategy_axis_shown(s, order[i])) out[n++] = aa_axis_info(order[i])->letter;
+  out[n] = '\0';
+  return out;
+}
+
 long long aa_strategy_world(const aa_strategy_t *s) {
   long long w = 1;
   for (int a = 0; a < AA_AXES; a++)
@@ -58,10 +71,12 @@ void aa_strategy_effective_order(const aa_strategy_t *s, aa_axis_t out[AA_AXES])
  * the degrees, for messages. */
 void aa__strategy_world_words(const aa_strategy_t *s, char *out, size_t cap) {
   size_t o = 0;
-  for (int a = 0; a < AA_AXES && o < cap; a++)
-    o += (size_t)snprintf(out + o, cap - o, "%s%s", a ? " * " : "", aa_axis_name((aa_axis_t)a));
-  for (int a = 0; a < AA_AXES && o < cap; a++)
-    o += (size_t)snprintf(out + o, cap - o, "%s%d", a ? " * " : " = ", s->degree[a]);
+  for (int a = 0, k = 0; a < AA_AXES && o < cap; a++)
+    if (aa_strategy_axis_shown(s, (aa_axis_t)a))
+      o += (size_t)snprintf(out + o, cap - o, "%s%s", k++ ? " * " : "", aa_axis_name((aa_axis_t)a));
+  for (int a = 0, k = 0; a < AA_AXES && o < cap; a++)
+    if (aa_strategy_axis_shown(s, (aa_axis_t)a))
+      o += (size_t)snprintf(out + o, cap - o, "%s%d", k++ ? " * " : " = ", s->degree[a]);
   if (o < cap) snprintf(out + o, cap - o, " = %lld", aa_strategy_world(s));
 }
 

@@ -965,8 +965,9 @@ AA_TEST(query_run_lists_every_ranks_own_figures) {
   CHECK(json_integer_value(json_object_get(json_object_get(root, "run"), "id")) == run);
   CHECK(json_array_size(list) == 2);
   json_t *r0 = json_array_get(list, 0), *r1 = json_array_get(list, 1);
-  static const char *keys[] = {"rank", "dp_rank", "tp_rank", "pp_rank", "status", "tokens_per_s", "step_ms_median",
-                               "step_ms_spread", "times_ms", "peak_bytes", "peak", "error"};
+  static const char *keys[] = {"rank",       "dp_rank",      "tp_rank",        "pp_rank",        "cp_rank",
+                               "status",     "tokens_per_s", "step_ms_median", "step_ms_spread", "times_ms",
+                               "peak_bytes", "peak",         "error"};
   CHECK(json_object_size(r0) == sizeof keys / sizeof keys[0]);
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) CHECK_MSG(json_object_get(r0, keys[i]), "%s", keys[i]);
   CHECK(json_integer_value(json_object_get(r0, "rank")) == 0 && json_integer_value(json_object_get(r1, "rank")) == 1);

@@ -155,7 +155,7 @@ AA_TEST(page_holds_the_header_and_the_four_parts) {
   CHECK(strstr(p, "<title>Per-rank time breakdown"));
   CHECK(count(p, "<g class=\"rank\">") == 2);
   CHECK(count(p, "<rect ") == 1 + 10); /* the background and 2 x 5 segments */
-  CHECK(strstr(p, "rank 1 (dp 0, tp 0, pp 1): bubble 9.50 ms"));
+  CHECK(strstr(p, "rank 1 (dp 0, tp 0, pp 1, cp 0): bubble 9.50 ms"));
   free(p);
   /* 4: two classes of reason, the first with two runs whose reasons differ
    * only in their figures. */

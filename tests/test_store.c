@@ -1210,7 +1210,7 @@ AA_TEST(rank_coordinates_are_an_object_by_axis_name) {
   char v[128], path[512], sql[256];
   cur_path(path);
   raw_text(path, "SELECT coords FROM run_ranks WHERE rank = 0", v, sizeof v);
-  CHECK_MSG(!strcmp(v, "{\"data\":0,\"tensor\":1,\"pipeline\":2}"), "%s", v);
+  CHECK_MSG(!strcmp(v, "{\"data\":0,\"tensor\":1,\"pipeline\":2,\"context\":0}"), "%s", v);
   snprintf(sql, sizeof sql,
            "UPDATE run_ranks SET coords = '{\"pipeline\": 5}' WHERE run_id = %lld AND rank = 1",
            (long long)id);
@@ -1326,7 +1326,8 @@ AA_TEST(bad_rank_figures_are_refused_and_nothing_is_written) {
   CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL, "rank 1: status 1 is not a result status");
   ranks[1].status = AA_STORE_RUN_OK;
   ranks[1].coord[AA_AXIS_PIPELINE] = AA_PROTO_WORLD_MAX;
-  CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL, "rank 1 (dp 0, tp 0, pp 4096) is outside 0..4095");
+  CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL,
+            "rank 1 (dp 0, tp 0, pp 4096, cp 0) is outside 0..4095");
   ranks[1].coord[AA_AXIS_PIPELINE] = 0;
   ranks[1].rank = -1;
   CHECK_ERR(aa_store_run_finish(st, id, &res), AA_EINVAL, "is outside 0..4095");

@@ -383,7 +383,7 @@ AA_TEST(unknown_keys_are_named_with_the_allowed_ones) {
       "micro_batch, schedule, virtual_stages, partition, key, provenance)");
   EXPECT_PARSE_ERROR(
       "{" V1 ", \"parallel\": {\"dp\": 2}}", AA_EINVAL,
-      "s.json: parallel.dp: unknown key (allowed: data, tensor, pipeline, sequence_parallel, order, "
+      "s.json: parallel.dp: unknown key (allowed: data, tensor, pipeline, context, sequence_parallel, order, "
       "rank_order)");
   EXPECT_PARSE_ERROR("{" V1 ", \"loss_scaling\": {\"window\": 2}}", AA_EINVAL,
                      "loss_scaling.window: unknown key", "loss_scale_window");
@@ -860,7 +860,7 @@ AA_TEST(bad_orders_and_rank_orders_are_refused_with_the_rule) {
   EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"order\": [\"tensor\", \"data\"]}}", AA_EINVAL,
                      "s.json: parallel.order: must list the three axes \"data\", \"tensor\", \"pipeline\" once each");
   EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"order\": [\"tensor\", \"data\", \"seq\"]}}", AA_EINVAL,
-                     "parallel.order: unknown axis \"seq\" (allowed: data, tensor, pipeline)");
+                     "parallel.order: unknown axis \"seq\" (allowed: data, tensor, pipeline, context)");
   EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"order\": [\"tensor\", \"data\", \"data\"]}}", AA_EINVAL,
                      "parallel.order: axis \"data\" is given twice");
   EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"rank_order\": {}}}", AA_EINVAL,
@@ -986,6 +986,62 @@ AA_TEST(resolve_holds_a_rank_order_to_the_world) {
   CHECK(aa_strategy_resolve(&s, &spec, 4) == AA_EINVAL);
   CHECK_MSG(strstr(aa_last_error(), "parallel.rank_order: lists 2 ranks, but data * tensor * pipeline = 4 * 1 * 1 = 4"),
             "%s", aa_last_error());
+}
+
+/* The context axis, added after the first three (common/axis.h): at
+ * degree 1 it is in no key, file or order name, so every earlier file
+ * reads and writes as before; above 1 the key, the file and an order that
+ * places it show it. Megatron's context_parallel_size reads as it; ATorch
+ * has no such group, which its list form says. */
+AA_TEST(the_context_axis_shows_only_above_one) {
+  expect_key("{" V1 ", \"parallel\": {\"context\": 1}}", "dp1.tp1.pp1.z0.fp32.ckpt-none.mb0");
+  expect_key("{" V1 ", \"parallel\": {\"data\": 2, \"context\": 2}}",
+             "dp2.tp1.pp1.cp2.z0.fp32.ckpt-none.mb0");
+  expect_key("{" V1 ", \"parallel\": {\"context_parallel_size\": 4}}",
+             "dp1.tp1.pp1.cp4.z0.fp32.ckpt-none.mb0");
+  expect_key("{" V1
+             ", \"parallel\": {\"tensor_model_parallel_size\": 2, \"pipeline_model_parallel_size\": 2}}",
+             "dp1.tp2.pp2.z0.fp32.ckpt-none.mb0.1f1b");
+  /* An order: the three axes alone as before; with context placed, and
+   * named in the key, when it is parallel. */
+  expect_key("{" V1
+             ", \"parallel\": {\"data\": 2, \"tensor\": 2, \"order\": [\"data\", \"tensor\", \"pipeline\"]}}",
+             "dp2.tp2.pp1.z0.fp32.ckpt-none.mb0.order-dtp");
+  expect_key("{" V1
+             ", \"parallel\": {\"data\": 2, \"context\": 2, \"order\": [\"data\", \"context\", \"tensor\", "
+             "\"pipeline\"]}}",
+             "dp2.tp1.pp1.cp2.z0.fp32.ckpt-none.mb0.order-dctp");
+  expect_key("{" V1 ", \"parallel\": {\"data\": 2, \"context\": 2}}",
+             "dp2.tp1.pp1.cp2.z0.fp32.ckpt-none.mb0");
+  aa_strategy_t s;
+  if (parse_ok(&s, "{" V1 ", \"parallel\": {\"data\": 2, \"context\": 2}}")) return;
+  CHECK(s.degree[AA_AXIS_CONTEXT] == 2 && aa_strategy_world(&s) == 4);
+  char *text = NULL;
+  CHECK(aa_strategy_to_json(&s, &text) == 0);
+  CHECK_MSG(text && strstr(text, "\"pipeline\": 1,\n    \"context\": 2\n"), "%s", text);
+  aa_strategy_t back;
+  CHECK(text && parse_ok(&back, text) == 0 && !memcmp(back.degree, s.degree, sizeof s.degree));
+  free(text);
+  aa_strategy_default(&s);
+  CHECK(aa_strategy_to_json(&s, &text) == 0);
+  CHECK_MSG(text && !strstr(text, "context"), "%s", text);
+  free(text);
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"context\": 0}}", AA_EINVAL,
+                     "s.json: parallel.context: must be between 1 and 65536 (got 0)");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"context\": 2, \"context_parallel_size\": 2}}", AA_EINVAL,
+                     "parallel.context_parallel_size: gives parallel.context again");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"order\": [\"tensor\", \"context\"]}}", AA_EINVAL,
+                     "parallel.order: must list the three axes \"data\", \"tensor\", \"pipeline\" once each");
+  EXPECT_PARSE_ERROR(
+      "[[\"parallel_mode\", [[\"context\", 2]]]]", AA_EUNSUPPORTED,
+      "parallel group \"context\": ATorch's parallel_mode has no such group; write the v1 form's "
+      "\"parallel\": {\"context\": N}");
+  /* A model's rules: 2c chunks of every sequence, then what this engine runs. */
+  aa_model_spec_t spec = tiny_spec(); /* seq_len 64 */
+  if (parse_ok(&s, "{" V1 ", \"parallel\": {\"context\": 64}}")) return;
+  CHECK_ERR(aa_strategy_resolve(&s, &spec, 0), AA_EINVAL, "2 x 64 = 128 chunks");
+  if (parse_ok(&s, "{" V1 ", \"parallel\": {\"context\": 2}}")) return;
+  CHECK_ERR(aa_strategy_resolve(&s, &spec, 2), AA_EUNSUPPORTED, "does not run context parallelism yet");
 }
 
 /* --- ATorch options: each honoured or refused by name -------------------- */
@@ -1346,6 +1402,7 @@ int main(void) {
   RUN(sequence_parallel_parses_writes_and_reads_back);
   RUN(sequence_parallel_rules_are_refused_with_the_rule);
   RUN(resolve_holds_a_rank_order_to_the_world);
+  RUN(the_context_axis_shows_only_above_one);
   RUN(atorch_options_that_map_exactly_are_honoured);
   RUN(atorch_options_autoaccel_cannot_honour_are_refused_by_name);
   RUN(atorch_parallel_mode_takes_the_order_and_rank_order);

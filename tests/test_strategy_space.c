@@ -337,10 +337,11 @@ AA_TEST(unknown_exclude_method_is_named_with_the_accepted_ones) {
   CHECK(!strcmp(aa_last_error(),
                 "exclude: unknown method \"zero9\" (accepted: amp, amp_native, bf16, fp16, fp32, "
                 "checkpoint, selective, full, zero, zero1, zero2, zero3, fsdp, tensor_parallel, "
-                "sequence_parallel, pipeline_parallel)"));
+                "sequence_parallel, pipeline_parallel, context_parallel)"));
   CHECK(!strcmp(aa_space_exclude_names(),
                 "amp, amp_native, bf16, fp16, fp32, checkpoint, selective, full, zero, "
-                "zero1, zero2, zero3, fsdp, tensor_parallel, sequence_parallel, pipeline_parallel"));
+                "zero1, zero2, zero3, fsdp, tensor_parallel, sequence_parallel, pipeline_parallel, "
+                "context_parallel"));
   const char *hostile[] = {"a\nb"};
   CHECK(aa_space_exclude_mask(hostile, 1, &mask) == AA_EINVAL && strstr(aa_last_error(), "\"a\\x0ab\""));
 }
