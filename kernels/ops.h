@@ -243,6 +243,43 @@ typedef struct aa_ops {
    * 0..pos (causal, scale 1/sqrt(HS)). pos < Tmax. */
   void (*attention_decode)(float *out, float *kcache, float *vcache, const float *qkv, int B, int Tmax, int pos,
                            int NH, int NKV, int HS);
+
+  /* Context parallelism's ring attention (Megatron's context parallel,
+   * engine/model.c): a rank's queries against one block of keys and
+   * values at a time, the blocks' results merged through their
+   * log-sum-exp. Grouped-query layout as attention_gqa_forward, with the
+   * rows given by pointers and strides: query head h of batch b, row i is
+   * q[b bsq + i ldq + h HS ..], its key/value head g = h / (NH / NKV) reads
+   * k[b bskv + j ldkv + g HS ..] and v the same way (so q, k and v can be
+   * the parts of a qkv buffer, or a block received from another rank).
+   * causal: the block holds the queries' own positions (Tq == Tk) and key
+   * j is seen by query i only when j <= i; else every key is seen (a block
+   * of earlier positions). Scores are scaled by 1/sqrt(HS).
+   *
+   * block_forward: out(B,Tq,NH HS) and lse(B,NH,Tq) of the queries
+   * against this block alone (overwritten). */
+  void (*attention_block_forward)(float *out, float *lse, const float *q, const float *k, const float *v,
+                                  int B, int Tq, int Tk, int NH, int NKV, int HS, int ldq, size_t bsq,
+                                  int ldkv, size_t bskv, int causal);
+  /* block_merge: the running result (out, lse) absorbs a block's (ob,
+   * lseb): lse' = log(e^lse + e^lseb), out' = e^(lse - lse') out +
+   * e^(lseb - lse') ob. Shapes as block_forward's. */
+  void (*attention_block_merge)(float *out, float *lse, const float *ob, const float *lseb, int B, int Tq,
+                                int NH, int HS);
+  /* block_delta: delta(B,NH,Tq) = rowsum over the head's HS columns of
+   * dout * out (the final out), which every block's backward needs. */
+  void (*attention_block_delta)(float *delta, const float *dout, const float *out, int B, int Tq, int NH,
+                                int HS);
+  /* block_backward: adds one block's share of the gradient, given the
+   * final lse and delta of the queries and dout(B,Tq,NH HS): dq (laid out
+   * as q) += dS k, dk and dv (laid out as k and v) += dS^T q and P^T dout,
+   * with P = exp(s - lse) and dS = P (dout v^T - delta) / sqrt(HS). A
+   * key/value head's gradient sums over the query heads that read it. */
+  void (*attention_block_backward)(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                   const float *k, const float *v, const float *lse, const float *delta,
+                                   int B, int Tq, int Tk, int NH, int NKV, int HS, int ldq, size_t bsq,
+                                   int ldkv, size_t bskv, int causal);
+
 } aa_ops_t;
 
 /* The CPU backend. Always available. */

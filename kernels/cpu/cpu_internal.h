@@ -130,6 +130,17 @@ void aa__cpu_swiglu_forward(float *out, const float *inp, int N, int F);
 void aa__cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
 void aa__cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
 void aa__cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
+void aa__cpu_attention_block_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                                     int B, int Tq, int Tk, int NH, int NKV, int HS, int ldq, size_t bsq,
+                                     int ldkv, size_t bskv, int causal);
+void aa__cpu_attention_block_merge(float *out, float *lse, const float *ob, const float *lseb, int B, int Tq,
+                                   int NH, int HS);
+void aa__cpu_attention_block_delta(float *delta, const float *dout, const float *out, int B, int Tq, int NH,
+                                   int HS);
+void aa__cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                      const float *k, const float *v, const float *lse, const float *delta,
+                                      int B, int Tq, int Tk, int NH, int NKV, int HS, int ldq, size_t bsq,
+                                      int ldkv, size_t bskv, int causal);
 void aa__cpu_attention_gqa_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
                                    int HS);
 void aa__cpu_attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,

@@ -69,6 +69,10 @@ static const aa_ops_t cpu_ops = {
     .rope_forward = aa__cpu_rope_forward,
     .rope_backward = aa__cpu_rope_backward,
     .attention_gqa_forward = aa__cpu_attention_gqa_forward,
+    .attention_block_forward = aa__cpu_attention_block_forward,
+    .attention_block_merge = aa__cpu_attention_block_merge,
+    .attention_block_delta = aa__cpu_attention_block_delta,
+    .attention_block_backward = aa__cpu_attention_block_backward,
     .attention_gqa_backward = aa__cpu_attention_gqa_backward,
     .attention_decode = aa__cpu_attention_decode,
 };

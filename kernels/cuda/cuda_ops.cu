@@ -232,6 +232,12 @@ static const aa_ops_t cuda_ops = {
     attention_gqa_forward,
     attention_gqa_backward,
     attention_decode,
+    /* Ring attention's block ops (context parallelism): not on CUDA yet;
+     * the engine refuses context parallelism on a backend without them. */
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 extern "C" const aa_ops_t *aa_ops_cuda(void) { return &cuda_ops; }
