@@ -232,6 +232,26 @@ int aa_comm_recv(aa_comm_t *c, void *buf, size_t count, aa_dtype_t dtype, int pe
   return aa__shm_recv(c->shm, buf, count * aa_dtype_size(dtype), peer);
 }
 
+int aa_comm_sendrecv(aa_comm_t *c, const void *send, int to, void *recv, int from, size_t count,
+                     aa_dtype_t dtype) {
+  if (!c) return aa_error(AA_EINVAL, "sendrecv: the group is NULL");
+  if (c->world == 1) return 0; /* nothing moves in a group of one: the ring is the rank itself */
+  /* Even ranks send first, odd ones receive first: along a ring every
+   * chain of waits ends at an odd rank, which receives at once, so no
+   * cycle of blocked sends can form, whatever the size of the ring (a
+   * ring of odd size has two even ranks side by side, and the second's
+   * send waits only until the first has sent). */
+  int rc;
+  if (c->rank % 2 == 0) {
+    rc = aa_comm_send(c, send, count, dtype, to);
+    if (!rc) rc = aa_comm_recv(c, recv, count, dtype, from);
+  } else {
+    rc = aa_comm_recv(c, recv, count, dtype, from);
+    if (!rc) rc = aa_comm_send(c, send, count, dtype, to);
+  }
+  return rc;
+}
+
 int aa_comm_barrier(aa_comm_t *c) {
   if (!c) return aa_error(AA_EINVAL, "barrier: the group is NULL");
   int rc = usable(c, "barrier");

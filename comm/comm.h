@@ -195,6 +195,13 @@ int aa_comm_broadcast(aa_comm_t *c, const void *send, void *recv, size_t count, 
  * (and time out), as with NCCL outside a group. peer != own rank. */
 int aa_comm_send(aa_comm_t *c, const void *buf, size_t count, aa_dtype_t dtype, int peer);
 int aa_comm_recv(aa_comm_t *c, void *buf, size_t count, aa_dtype_t dtype, int peer);
+/* A ring step (context parallelism's ring attention): send(count) to rank
+ * `to` while receiving recv(count) from rank `from`, without the deadlock
+ * that both sending first would risk (even ranks send first, odd ones
+ * receive first). send and recv must not overlap. Every rank of the ring
+ * calls it in the same step. A group of one moves nothing. */
+int aa_comm_sendrecv(aa_comm_t *c, const void *send, int to, void *recv, int from, size_t count,
+                     aa_dtype_t dtype);
 int aa_comm_barrier(aa_comm_t *c);
 
 /* Marks the group's family failed for every rank (safe from a signal
