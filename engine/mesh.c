@@ -42,11 +42,29 @@ int aa_mesh_init(aa_mesh_t *m, const aa_strategy_t *s, aa_comm_t *world) {
                     aa_axis_name((aa_axis_t)a), aa_comm_rank(m->group[a]), aa_comm_world(m->group[a]),
                     m->at.coord[a], m->at.size[a]);
   }
+  /* The replicas: data x context; the data group itself without context. */
+  const unsigned mask = 1u << AA_AXIS_DATA | 1u << AA_AXIS_CONTEXT;
+  if (!rc && m->at.size[AA_AXIS_CONTEXT] == 1) {
+    m->replicas = m->group[AA_AXIS_DATA];
+  } else if (!rc) {
+    int size = m->at.size[AA_AXIS_DATA] * m->at.size[AA_AXIS_CONTEXT], key = aa_layout_key(&m->at, mask);
+    if (in_order && size == m->at.world) {
+      m->replicas = world;
+    } else if ((rc = aa_comm_split(world, aa_layout_color(&m->at, mask), key, &m->replicas))) {
+      aa_error_wrap(rc, "mesh: the data x context groups");
+    } else {
+      m->replicas_owned = true;
+      if (aa_comm_rank(m->replicas) != key || aa_comm_world(m->replicas) != size)
+        rc = aa_error(AA_EINTERNAL, "mesh: data x context group: rank %d of %d, the layout says %d of %d",
+                      aa_comm_rank(m->replicas), aa_comm_world(m->replicas), key, size);
+    }
+  }
   if (rc) aa_mesh_free(m);
   return rc;
 }
 
 void aa_mesh_free(aa_mesh_t *m) {
+  if (m->replicas_owned) aa_comm_destroy(m->replicas);
   for (int a = 0; a < AA_AXES; a++)
     if (m->owned & 1u << a) aa_comm_destroy(m->group[a]);
   memset(m, 0, sizeof *m);

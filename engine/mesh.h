@@ -20,6 +20,12 @@ typedef struct aa_mesh {
   aa_layout_t at;            /* this rank's place: coordinates, degrees (layout.h) */
   aa_comm_t *group[AA_AXES]; /* by aa_axis_t: the rank's group along each axis */
   unsigned owned;            /* bit a set: the mesh made group[a] and destroys it */
+  /* The group over data x context (Megatron's data-parallel group with
+   * context parallelism): the ranks holding the same model slice, over
+   * which gradients are averaged and ZeRO shards. group[AA_AXIS_DATA]
+   * itself at context degree 1. */
+  aa_comm_t *replicas;
+  bool replicas_owned;
 } aa_mesh_t;
 
 /* Builds this rank's mesh for strategy s (borrowed for the call) over
@@ -33,6 +39,8 @@ typedef struct aa_mesh {
  *     itself (not a copy: no second shm region or NCCL communicator);
  *   - any other is split from the world (aa_comm_split), in the world's
  *     family, so a failure anywhere fails it too.
+ * replicas is the group of the data and context axes together, made the
+ * same way (ranked by aa_layout_key).
  * A collective over world: every rank calls it with the same strategy.
  * On failure nothing is left allocated and *m is zeroed. */
 int aa_mesh_init(aa_mesh_t *m, const aa_strategy_t *s, aa_comm_t *world);

@@ -67,6 +67,17 @@ int aa_layout_color(const aa_layout_t *l, unsigned mask) {
   return color;
 }
 
+int aa_layout_key(const aa_layout_t *l, unsigned mask) {
+  int key = 0, radix = 1;
+  for (int i = 0; i < AA_AXES; i++) {
+    aa_axis_t a = l->order[i];
+    if (!(mask & 1u << a)) continue;
+    key += l->coord[a] * radix;
+    radix *= l->size[a];
+  }
+  return key;
+}
+
 int aa_layout_of(aa_layout_t *out, const aa_strategy_t *s, int rank) {
   aa_layout_t l;
   int stride[AA_AXES];

@@ -51,6 +51,10 @@ int aa_layout_of(aa_layout_t *out, const aa_strategy_t *s, int rank);
  * positions; for a single axis it is l->color[axis]. */
 int aa_layout_color(const aa_layout_t *l, unsigned mask);
 
+/* l's rank's index in that group: its coordinates on the mask's axes
+ * numbered fastest axis first (the split's key), 0..size-1. */
+int aa_layout_key(const aa_layout_t *l, unsigned mask);
+
 /* The global ranks of the group of axis `axis` that holds `rank`, in
  * group order (by coordinate), into members (room for cap). Returns the
  * group's size (the axis's degree) or AA_EINVAL (as aa_layout_of, or cap

@@ -272,6 +272,12 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     o->partial = take(&ws, N * C * f4);
     o->lngrad = take(&ws, 4 * C * f4);
   }
+  if (sh->cp > 1) {
+    o->ring = take(&ws, 2 * 2 * N * (size_t)d.QKV * f4);
+    o->ring_out = take(&ws, N / 2 * Cl * f4);
+    o->ring_lse = take(&ws, (size_t)d.NH * N / 2 * f4);
+    o->ring_delta = take(&ws, (size_t)d.NH * N * f4);
+  }
   o->acts = st;
   o->workspace = ws;
 }
@@ -290,15 +296,17 @@ int aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, 
     if (rc) return rc;
     pp = &place;
   }
-  /* ZeRO shards over the data group only. */
-  const int zero = aa_sizes_zero_stage(s->zero, s->degree[AA_AXIS_DATA]);
+  /* ZeRO shards over the ranks that hold the same slice of the model: the
+   * data group, times the context group (Megatron's). */
+  const int cp = s->degree[AA_AXIS_CONTEXT], replicas = s->degree[AA_AXIS_DATA] * cp;
+  const int zero = aa_sizes_zero_stage(s->zero, replicas);
   aa_model_sizes_t ms;
   aa_sizes_model(a, s->degree[AA_AXIS_TENSOR], pp, s->amp, zero, &ms);
   add(bytes, &ms.params);
   add(bytes, &ms.grads);
   add(bytes, &ms.params16);
   aa_zero_sizes_t z;
-  aa_sizes_zero(a, s->degree[AA_AXIS_TENSOR], pp, s->amp, zero, s->degree[AA_AXIS_DATA], &z);
+  aa_sizes_zero(a, s->degree[AA_AXIS_TENSOR], pp, s->amp, zero, replicas, &z);
   const aa_buf_size_t *each[] = {&z.moment, &z.moment, &z.gshard, &z.master,
                                  &z.pshard, &z.piece,  &z.padded, &z.scalars};
   for (size_t i = 0; i < sizeof each / sizeof each[0]; i++)
@@ -310,9 +318,10 @@ int aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, 
   }
   aa_act_layout_t l;
   const aa_act_shape_t sh = {.B = s->micro_batch,
-                             .T = a->seq_len,
+                             .T = a->seq_len / cp,
                              .tp = s->degree[AA_AXIS_TENSOR],
                              .sp = s->sp,
+                             .cp = cp,
                              .amp = s->amp,
                              .ckpt = s->ckpt,
                              .ckpt_layers = s->ckpt_layers,

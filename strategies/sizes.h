@@ -174,30 +174,27 @@ typedef struct aa_act_block {
  *              Tensor parallelism (tp > 1) adds xent ((tp + 1) 3N: the
  *              rank's cross-entropy parts and every rank's, gathered) and
  *              scalars (16; also under pipeline parallelism: host values
- *              on their way through the tensor or pipeline group); sequence parallelism full and partial (N,C:
- *              a gathered LayerNorm output or residual gradient, and a
- *              row-parallel layer's output or a column-parallel layer's
- *              input gradient before the reduce-scatter) and lngrad (4C:
- *              a block's LayerNorm gradients before they are summed over
- *              the tensor group).
- * Pipeline parallelism (pp > 1) keeps a micro-batch's activations in a
+ *              on their way through the tensor or pipeline group); sequence parallelism full and partial
+ * (N,C: a gathered LayerNorm output or residual gradient, and a row-parallel layer's output or a
+ * column-parallel layer's input gradient before the reduce-scatter) and lngrad (4C: a block's LayerNorm
+ * gradients before they are summed over the tensor group). Context parallelism (cp > 1; T is then the rank's
+ * share of a sequence, seq_len / cp: its two chunks) adds ring (2 x 2 (N,QKV): two buffers, one sent while
+ * the other is received, each a block of q|k|v rows and its gradient travelling back), ring_out ((N/2,Cl):
+ * one block's attention of a chunk's queries), ring_lse (NH N/2: its logsumexp) and ring_delta (NH N: the
+ * rows' dout . out of the backward). Pipeline parallelism (pp > 1) keeps a micro-batch's activations in a
  * slot from its forward to its backward: the rank's pp->slots slots of
  * slot_bytes each lie back to back from offset 0, and a slot holds one
  * micro-batch of any of its chunks: that chunk's blocks' kept buffers
  * (aa_act_block_t offsets are into the slot; the chunks' layouts overlap,
- * and slot_bytes is the largest one's) and on the last virtual stage stash ((Ns,C) fp32: the gradient of the last
- * block's output, which the head's backward computes right after the
- * loss). A chunk's input (the embedding, or what the previous stage sent)
- * is in an input buffer instead (encoded is none). The last block of every chunk
- * keeps its output nowhere but in send ((Ns,C) storage dtype, workspace),
- * from which it goes to the next stage (or into the final LayerNorm)
- * before anything else runs: Megatron's deallocate_pipeline_outputs.
- * lnf, lnf_stats, logits and losses are the last stage's, once. Then
- * the act_bufs input buffers ((Ns,C) storage dtype each, from act_buf)
- * and the grad_bufs receive buffers for output gradients ((Ns,C) fp32,
- * from grad_buf).
- * At pp 1 the offsets are into the store, which is one slot of the whole
- * model and its head. */
+ * and slot_bytes is the largest one's) and on the last virtual stage stash ((Ns,C) fp32: the gradient of the
+ * last block's output, which the head's backward computes right after the loss). A chunk's input (the
+ * embedding, or what the previous stage sent) is in an input buffer instead (encoded is none). The last block
+ * of every chunk keeps its output nowhere but in send ((Ns,C) storage dtype, workspace), from which it goes
+ * to the next stage (or into the final LayerNorm) before anything else runs: Megatron's
+ * deallocate_pipeline_outputs. lnf, lnf_stats, logits and losses are the last stage's, once. Then the
+ * act_bufs input buffers ((Ns,C) storage dtype each, from act_buf) and the grad_bufs receive buffers for
+ * output gradients ((Ns,C) fp32, from grad_buf). At pp 1 the offsets are into the store, which is one slot of
+ * the whole model and its head. */
 typedef struct aa_act_layout {
   size_t acts, workspace; /* bytes of the activation store and of the workspace */
   size_t encoded, lnf, lnf_stats, logits, losses;
@@ -206,6 +203,7 @@ typedef struct aa_act_layout {
   size_t ws_field[AA_ACT_FIELDS], ws_res[2], ws_stats, wblock, wpre, wpost;
   size_t dres, dln, dqkv, datty, dfch, dfch_gelu;
   size_t xent, scalars, full, partial, lngrad;
+  size_t ring, ring_out, ring_lse, ring_delta;
 } aa_act_layout_t;
 
 /* How a micro-batch is laid out on a rank: B sequences of T tokens on one
@@ -214,6 +212,7 @@ typedef struct aa_act_layout {
  * first k blocks only, 0 = all). */
 typedef struct aa_act_shape {
   int B, T, tp, sp;
+  int cp; /* the context group's size (1 or 0: none); T is then the rank's seq_len / cp */
   aa_dtype_t amp;
   aa_ckpt_mode_t ckpt;
   int ckpt_layers;
@@ -241,7 +240,9 @@ int aa_sizes_block_full(aa_ckpt_mode_t ckpt, int ckpt_layers, int l);
  * none on the CPU) and the token copies. Under pipeline parallelism the
  * figures are those of pipeline rank `stage` with m micro-batches a step
  * (both ignored at pp 1); AA_EINVAL for a strategy the pipeline rules
- * refuse (pipeline.h), the figures then zero. */
+ * refuse (pipeline.h), the figures then zero. Under context parallelism a
+ * rank holds seq_len / cp tokens of each sequence and ZeRO shards over the
+ * data x context ranks. */
 int aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, size_t bytes[AA_MEM_NKINDS]);
 
 #endif
