@@ -75,6 +75,11 @@ struct aa_acts {
    * reduce-scatter, and a block's LayerNorm gradients (4C) on their way to
    * the all-reduce. */
   float *xent, *scalars, *full, *partial, *lngrad;
+  /* Context parallelism (NULL without): the ring's two buffers (each a
+   * rank's q|k|v rows, then the gradient of their keys and values on its
+   * way back), one block's attention of a chunk's queries and its
+   * logsumexp, and the backward's delta of both chunks. */
+  float *ring, *ring_out, *ring_lse, *ring_delta;
   /* Pipeline parallelism (sizes.h aa_act_layout_t): where each block's
    * kept buffers lie in a slot, the slots' size, the input buffers
    * (encoded points at the one in use), the gradient receive buffers, the
@@ -270,8 +275,15 @@ static int block_full(const aa_gpt_opts_t *o, int l) { return aa_sizes_block_ful
 /* The shape sizes.h lays a micro-batch of B x T out for under these options. */
 static aa_act_shape_t act_shape(const aa_gpt_opts_t *o, int B, int T) {
   int tp = o->tensor ? aa_comm_world(o->tensor) : 1;
-  return (aa_act_shape_t){.B = B, .T = T, .tp = tp, .sp = tp > 1 && o->sp, .amp = o->amp, .ckpt = o->ckpt,
-                          .ckpt_layers = o->ckpt_layers, .pipe = o->pipe && o->pipe->pp > 1 ? o->pipe : NULL};
+  return (aa_act_shape_t){.B = B,
+                          .T = T,
+                          .tp = tp,
+                          .sp = tp > 1 && o->sp,
+                          .cp = o->context ? aa_comm_world(o->context) : 1,
+                          .amp = o->amp,
+                          .ckpt = o->ckpt,
+                          .ckpt_layers = o->ckpt_layers,
+                          .pipe = o->pipe && o->pipe->pp > 1 ? o->pipe : NULL};
 }
 
 static size_t field_numel(const aa_gpt_t *m, int f) {
@@ -315,6 +327,10 @@ static void carve(aa_acts_t *a, const aa_act_layout_t *l, const aa_act_block_t *
   a->full = at(ws, l->full);
   a->partial = at(ws, l->partial);
   a->lngrad = at(ws, l->lngrad);
+  a->ring = at(ws, l->ring);
+  a->ring_out = at(ws, l->ring_out);
+  a->ring_lse = at(ws, l->ring_lse);
+  a->ring_delta = at(ws, l->ring_delta);
   memcpy(a->off, blocks, (size_t)n_layer * sizeof *blocks);
   a->slot_bytes = l->slot_bytes;
   a->stash_off = l->stash;
@@ -418,6 +434,16 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   if (opts->ckpt_layers < 0 || opts->ckpt_layers > arch->n_layer)
     return aa_error(AA_EINVAL, "checkpoint_layers %d must be in [0, n_layer = %d]", opts->ckpt_layers,
                     arch->n_layer);
+  int cp = opts->context ? aa_comm_world(opts->context) : 1;
+  if (cp > 1 && (T % 2 || (long long)T * cp != arch->seq_len))
+    return aa_error(
+        AA_EINVAL,
+        "context parallelism over %d ranks holds seq_len / %d = two chunks of every sequence: the "
+        "model's %d tokens a sequence must be seq_len %d / %d, and even",
+        cp, cp, T, arch->seq_len, cp);
+  if (cp > 1 && !ops->attention_block_forward)
+    return aa_error(AA_EUNSUPPORTED, "the %s backend has no ring attention yet (context parallelism)",
+                    ops->name);
   aa_gpt_t *m = calloc(1, sizeof *m);
   if (!m) return aa_error(AA_ENOMEM, "out of memory");
   m->arch = *arch;
@@ -428,6 +454,8 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   m->tp = opts->tensor ? aa_comm_world(opts->tensor) : 1;
   m->tp_rank = opts->tensor ? aa_comm_rank(opts->tensor) : 0;
   m->sp = m->tp > 1 && opts->sp;
+  m->cp = cp;
+  m->cp_rank = opts->context ? aa_comm_rank(opts->context) : 0;
   m->pipe = (aa_pp_place_t){.pp = 1, .vpp = 1, .lo = {0}, .hi = {arch->n_layer}, .first = 1, .last = 1,
                             .slots = 1};
   if (opts->pipe && opts->pipe->pp > 1) m->pipe = *opts->pipe;
@@ -761,6 +789,172 @@ static void act_forward(const aa_gpt_t *m, float *out, const float *in, size_t N
   else m->ops->gelu_forward(out, in, N * (size_t)m->d.F);
 }
 
+/* --- context parallelism (model.h) -------------------------------------------------------- */
+
+void aa_gpt_cp_positions(int seq_len, int c, int r, int pos0[2]) {
+  int Tc = seq_len / (2 * c);
+  pos0[0] = r * Tc;
+  pos0[1] = (2 * c - 1 - r) * Tc;
+}
+
+/* llama's rotation of q and k in qkv (the model's B T rows; back = the
+ * gradient's rotation back), every token at its place in the sequence:
+ * rows 0..T-1 at positions 0..T-1, or under context parallelism each of
+ * the rank's chunks at its own. */
+static void rope(aa_gpt_t *m, float *qkv, int back) {
+  const aa_ops_t *op = m->ops;
+  void (*f)(float *, int, int, int, int, int, int, float) = back ? op->rope_backward : op->rope_forward;
+  if (m->cp == 1) {
+    f(qkv, m->B, m->T, m->d.NH, m->d.NKV, m->d.HS, 0, m->arch.rope_theta);
+    return;
+  }
+  int pos0[2], Tc = m->T / 2;
+  aa_gpt_cp_positions(m->arch.seq_len, m->cp, m->cp_rank, pos0);
+  for (int k = 0; k < 2; k++)
+    f(qkv + (size_t)k * m->B * Tc * m->d.QKV, m->B, Tc, m->d.NH, m->d.NKV, m->d.HS, pos0[k],
+      m->arch.rope_theta);
+}
+
+/* One ring step: the block in `send` to the next rank of the context
+ * group while the previous rank's arrives in `recv` (n floats each). The
+ * group reads what the backend wrote, so the backend finishes first. */
+static int ring_pass(aa_gpt_t *m, const float *send, float *recv, size_t n) {
+  int rc = m->ops->sync();
+  if (!rc) {
+    int c = m->cp, r = m->cp_rank;
+    rc = aa_comm_sendrecv(m->opts.context, send, (r + 1) % c, recv, (r + c - 1) % c, n, AA_F32);
+  }
+  return rc ? aa_error_wrap(rc, "ring attention over the context group") : 0;
+}
+
+/* A chunk's rows of a rank's q|k|v (qkv: the rank's B T rows, chunk-major),
+ * and the geometry the block ops read them with. */
+typedef struct {
+  int B, Tc, NH, NKV, HS, W; /* W: a row's width, the rank's QKV */
+  size_t bs;                 /* a sequence's rows within a chunk: Tc W floats */
+  size_t chunk;              /* a chunk's rows: B Tc W floats */
+  int ko, vo;                /* where k and v start in a row */
+} ring_geom_t;
+
+static ring_geom_t ring_geom(const aa_gpt_t *m) {
+  ring_geom_t g = {.B = m->B, .Tc = m->T / 2, .NH = m->d.NH, .NKV = m->d.NKV, .HS = m->d.HS, .W = m->d.QKV};
+  g.bs = (size_t)g.Tc * g.W;
+  g.chunk = (size_t)g.B * g.bs;
+  g.ko = g.NH * g.HS;
+  g.vo = (g.NH + g.NKV) * g.HS;
+  return g;
+}
+
+/* The attention of the queries of chunk rows q against the keys and
+ * values of chunk rows kv (causal on the diagonal), merged into the
+ * running (out, lse) when merge is set, else written there. */
+static void ring_block(aa_gpt_t *m, const ring_geom_t *g, const float *q, const float *kv, int causal,
+                       int merge, float *out, float *lse) {
+  const aa_ops_t *op = m->ops;
+  aa_acts_t *a = m->acts;
+  float *o = merge ? a->ring_out : out, *l = merge ? a->ring_lse : lse;
+  op->attention_block_forward(o, l, q, kv + g->ko, kv + g->vo, g->B, g->Tc, g->Tc, g->NH, g->NKV, g->HS, g->W,
+                              g->bs, g->W, g->bs, causal);
+  if (merge) op->attention_block_merge(out, lse, o, l, g->B, g->Tc, g->NH, g->HS);
+}
+
+/* Context parallelism's ring attention forward: out (the rank's B T rows
+ * of NH HS) and lse (per chunk (B,NH,Tc), chunk-major) of the rank's
+ * queries against every key before them in the sequence. The rank holds
+ * chunks r and 2c-1-r; step s brings the chunks of rank r - s, of which
+ * the ones before a query chunk count (every key seen), so each step costs
+ * every rank two blocks. */
+static int ring_forward(aa_gpt_t *m, const float *qkv, float *out, float *lse) {
+  const ring_geom_t g = ring_geom(m);
+  const int c = m->cp, r = m->cp_rank;
+  const size_t rows = (size_t)g.B * g.Tc;
+  float *oc[2] = {out, out + rows * g.NH * g.HS}, *lc[2] = {lse, lse + rows * g.NH};
+  const float *q0 = qkv, *q1 = qkv + g.chunk;
+  ring_block(m, &g, q0, q0, 1, 0, oc[0], lc[0]);
+  ring_block(m, &g, q1, q1, 1, 0, oc[1], lc[1]);
+  ring_block(m, &g, q1, q0, 0, 1, oc[1], lc[1]);
+  const float *cur = qkv;
+  for (int s = 1; s < c; s++) {
+    float *next = m->acts->ring + (size_t)(s & 1) * 4 * g.chunk;
+    int rc = ring_pass(m, cur, next, 2 * g.chunk);
+    if (rc) return rc;
+    cur = next;
+    /* cur: rank src's chunks src (< c) and 2c-1-src. */
+    int src = (r - s + c) % c;
+    if (src < r) {
+      ring_block(m, &g, q0, cur, 0, 1, oc[0], lc[0]);
+      ring_block(m, &g, q1, cur, 0, 1, oc[1], lc[1]);
+    } else {
+      ring_block(m, &g, q1, cur, 0, 1, oc[1], lc[1]);
+      ring_block(m, &g, q1, cur + g.chunk, 0, 1, oc[1], lc[1]);
+    }
+  }
+  return 0;
+}
+
+/* The backward's share of query chunk q (its dout, lse, delta, and dq)
+ * against key chunk kv, whose key/value gradient goes to dkv (laid out as
+ * the chunk's q|k|v rows). */
+static void ring_block_back(aa_gpt_t *m, const ring_geom_t *g, float *dq, float *dkv, const float *dout,
+                            const float *q, const float *kv, const float *lse, const float *delta,
+                            int causal) {
+  m->ops->attention_block_backward(dq, dkv + g->ko, dkv + g->vo, dout, q, kv + g->ko, kv + g->vo, lse, delta,
+                                   g->B, g->Tc, g->Tc, g->NH, g->NKV, g->HS, g->W, g->bs, g->W, g->bs,
+                                   causal);
+}
+
+/* Context parallelism's ring attention backward: dqkv (the rank's rows)
+ * += the gradient of ring_forward, given dout (B T rows of NH HS) and the
+ * forward's out and lse. The blocks go around the ring again, each with
+ * the gradient of its keys and values, which every rank adds to on the
+ * way and which ends at the block's owner. */
+static int ring_backward(aa_gpt_t *m, float *dqkv, const float *dout, const float *qkv, const float *out,
+                         const float *lse) {
+  const aa_ops_t *op = m->ops;
+  aa_acts_t *a = m->acts;
+  const ring_geom_t g = ring_geom(m);
+  const int c = m->cp, r = m->cp_rank, ldo = g.NH * g.HS;
+  const size_t rows = (size_t)g.B * g.Tc;
+  const float *dc[2] = {dout, dout + rows * ldo}, *lc[2] = {lse, lse + rows * g.NH};
+  float *del[2] = {a->ring_delta, a->ring_delta + rows * g.NH};
+  for (int k = 0; k < 2; k++)
+    op->attention_block_delta(del[k], dc[k], out + (size_t)k * rows * ldo, g.B, g.Tc, g.NH, g.HS);
+  const float *q0 = qkv, *q1 = qkv + g.chunk;
+  float *d0 = dqkv, *d1 = dqkv + g.chunk;
+  ring_block_back(m, &g, d0, d0, dc[0], q0, q0, lc[0], del[0], 1);
+  ring_block_back(m, &g, d1, d1, dc[1], q1, q1, lc[1], del[1], 1);
+  ring_block_back(m, &g, d1, d0, dc[1], q1, q0, lc[1], del[1], 0);
+  const float *cur = qkv;
+  float *acc = NULL;
+  int rc = 0;
+  for (int s = 1; s < c && !rc; s++) {
+    /* A buffer: the block's q|k|v rows, then its key/value gradient so far. */
+    float *next = a->ring + (size_t)(s & 1) * 4 * g.chunk, *next_acc = next + 2 * g.chunk;
+    rc = ring_pass(m, cur, next, 2 * g.chunk);
+    if (!rc && s == 1)
+      op->memset0(next_acc, 2 * g.chunk * sizeof(float));
+    else if (!rc)
+      rc = ring_pass(m, acc, next_acc, 2 * g.chunk);
+    cur = next;
+    acc = next_acc;
+    int src = (r - s + c) % c;
+    if (!rc && src < r) {
+      ring_block_back(m, &g, d0, acc, dc[0], q0, cur, lc[0], del[0], 0);
+      ring_block_back(m, &g, d1, acc, dc[1], q1, cur, lc[1], del[1], 0);
+    } else if (!rc) {
+      ring_block_back(m, &g, d1, acc, dc[1], q1, cur, lc[1], del[1], 0);
+      ring_block_back(m, &g, d1, acc + g.chunk, dc[1], q1, cur + g.chunk, lc[1], del[1], 0);
+    }
+  }
+  if (rc || c == 1) return rc;
+  /* The gradient of the block held last belongs to the next rank; the
+   * previous rank's last one is this rank's own. Its q columns are zero. */
+  float *mine = a->ring + (size_t)(c & 1) * 4 * g.chunk + 2 * g.chunk;
+  if ((rc = ring_pass(m, acc, mine, 2 * g.chunk))) return rc;
+  op->accumulate(dqkv, mine, 2 * g.chunk);
+  return 0;
+}
+
 /* Block l's forward from x (the rank's Ns tokens of the residual stream)
  * with weights w into the view v. Under amp every output is rounded before
  * use; with keep set the kept fields also go to the block's 16-bit store
@@ -785,12 +979,20 @@ static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, blo
     /* q and k rotated by position (the whole sequence is here: column
      * inputs are gathered under sequence parallelism). */
     rnd(m, NULL, f[F_QKV], (size_t)N * m->d.QKV);
-    op->rope_forward(f[F_QKV], B, T, NH, m->d.NKV, m->d.HS, 0, m->arch.rope_theta);
+    rope(m, f[F_QKV], 0);
     OUT(F_QKV, (size_t)N * m->d.QKV);
-    op->attention_gqa_forward(f[F_ATTY], LSE(st, Ns), f[F_QKV], B, T, NH, m->d.NKV, m->d.HS);
+    if (m->cp > 1) {
+      if ((rc = ring_forward(m, f[F_QKV], f[F_ATTY], LSE(st, Ns)))) return rc;
+    } else {
+      op->attention_gqa_forward(f[F_ATTY], LSE(st, Ns), f[F_QKV], B, T, NH, m->d.NKV, m->d.HS);
+    }
   } else {
     OUT(F_QKV, 3 * NCl);
-    op->attention_forward(f[F_ATTY], LSE(st, Ns), f[F_QKV], B, T, Cl, NH);
+    if (m->cp > 1) {
+      if ((rc = ring_forward(m, f[F_QKV], f[F_ATTY], LSE(st, Ns)))) return rc;
+    } else {
+      op->attention_forward(f[F_ATTY], LSE(st, Ns), f[F_QKV], B, T, Cl, NH);
+    }
   }
   OUT(F_ATTY, NCl);
   /* The projection output goes straight into res2, then x is added. */
@@ -936,8 +1138,20 @@ static int pass_begin(aa_gpt_t *m, outer_weights_t *ow) {
  * stored rounded into acts->encoded. */
 static int embed_forward(aa_gpt_t *m, const outer_weights_t *ow, float *x) {
   aa_acts_t *a = m->acts;
-  m->ops->encoder_forward_vocab(row_output(m, x), a->inputs, ow->wte, m->tp_rank == 0 ? ow->wpe : NULL, m->vocab_lo,
-                                m->vocab_valid, m->B, m->T, m->d.C);
+  const float *wpe = m->tp_rank == 0 ? ow->wpe : NULL;
+  if (m->cp == 1) {
+    m->ops->encoder_forward_vocab(row_output(m, x), a->inputs, ow->wte, wpe, m->vocab_lo, m->vocab_valid,
+                                  m->B, m->T, m->d.C);
+  } else { /* each chunk at its place in the sequence (model.h) */
+    int pos0[2], Tc = m->T / 2;
+    aa_gpt_cp_positions(m->arch.seq_len, m->cp, m->cp_rank, pos0);
+    for (int k = 0; k < 2; k++) {
+      size_t rows = (size_t)k * m->B * Tc;
+      m->ops->encoder_forward_vocab(row_output(m, x) + rows * m->d.C, a->inputs + rows, ow->wte,
+                                    wpe ? wpe + (size_t)pos0[k] * m->d.C : NULL, m->vocab_lo, m->vocab_valid,
+                                    m->B, Tc, m->d.C);
+    }
+  }
   int rc = row_reduce(m, x);
   if (!rc) rnd(m, a->encoded, x, (size_t)stream_tokens(m) * m->d.C);
   return rc;
@@ -1079,13 +1293,17 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
     rnd(m, NULL, a->datty, NCl);
     const size_t NQ = (size_t)N * m->d.QKV;
     op->memset0(a->dqkv, NQ * sizeof(float));
-    if (m->d.llama) {
+    if (m->cp > 1) {
+      if ((rc = ring_backward(m, a->dqkv, a->datty, f[F_QKV], f[F_ATTY], LSE(st, Ns)))) return rc;
+    } else if (m->d.llama) {
       op->attention_gqa_backward(a->dqkv, a->datty, f[F_QKV], LSE(st, Ns), B, T, NH, m->d.NKV, m->d.HS);
-      rnd(m, NULL, a->dqkv, NQ);
-      /* Back through the rotation: the gradient of the unrotated q and k. */
-      op->rope_backward(a->dqkv, B, T, NH, m->d.NKV, m->d.HS, 0, m->arch.rope_theta);
     } else {
       op->attention_backward(a->dqkv, a->datty, f[F_QKV], LSE(st, Ns), B, T, Cl, NH);
+    }
+    if (m->d.llama) {
+      rnd(m, NULL, a->dqkv, NQ);
+      /* Back through the rotation: the gradient of the unrotated q and k. */
+      rope(m, a->dqkv, 1);
     }
     rnd(m, NULL, a->dqkv, NQ);
     if ((rc = column_input(m, f[F_LN1], &in))) return rc;
@@ -1111,7 +1329,19 @@ static int embed_backward(aa_gpt_t *m, float *g_wte) {
   int rc;
   if ((rc = column_input(m, a->dres, &dout))) return rc;
   float *g_wpe = m->d.llama ? NULL : g_wte + m->tensors[1].offset; /* llama: no position table */
-  m->ops->encoder_backward_vocab(g_wte, g_wpe, dout, a->inputs, m->vocab_lo, m->vocab_valid, m->B, m->T, m->d.C);
+  if (m->cp == 1) {
+    m->ops->encoder_backward_vocab(g_wte, g_wpe, dout, a->inputs, m->vocab_lo, m->vocab_valid, m->B, m->T,
+                                   m->d.C);
+  } else {
+    int pos0[2], Tc = m->T / 2;
+    aa_gpt_cp_positions(m->arch.seq_len, m->cp, m->cp_rank, pos0);
+    for (int k = 0; k < 2; k++) {
+      size_t rows = (size_t)k * m->B * Tc;
+      m->ops->encoder_backward_vocab(g_wte, g_wpe ? g_wpe + (size_t)pos0[k] * m->d.C : NULL,
+                                     dout + rows * m->d.C, a->inputs + rows, m->vocab_lo, m->vocab_valid,
+                                     m->B, Tc, m->d.C);
+    }
+  }
   if ((rc = m->ops->sync()) || (rc = charge_scratch(m))) return rc;
   return grads_done(m, 0);
 }

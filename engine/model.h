@@ -87,6 +87,23 @@
  * one micro-batch in a slot at a time, and moves activations and
  * gradients between stages itself (engine/train.c).
  *
+ * Context parallelism (opts.context, a group of c ranks; Megatron's
+ * context parallel with its load balancing): every sequence of seq_len
+ * tokens is cut into 2c chunks and the rank at place r of the group holds
+ * chunks r and 2c-1-r, so each rank's causal attention costs the same. The
+ * model is built for T = seq_len / c tokens a sequence, and its B T
+ * tokens come chunk-major: the first chunk of every sequence, then the
+ * second (aa_gpt_cp_positions); every per-token op is indifferent to the
+ * order. Positions follow each token's place in the whole sequence (gpt2's
+ * position table, llama's rotation). Attention runs as a ring (kernels/
+ * ops.h attention_block_*): the rank's queries against its own chunks,
+ * then c-1 times the next block of keys and values from the previous rank
+ * (sent on to the next one), merged through the log-sum-exp; the backward
+ * sends the same blocks around again with the gradient of their keys and
+ * values, which ends at its owner. Each rank's loss is the mean over its
+ * own tokens (all ranks hold as many), so the trainer's mean over data x
+ * context ranks is the whole batch's.
+ *
  * Activation checkpointing (opts.ckpt) decides what a block keeps:
  *   none       every intermediate;
  *   selective  all but the attention probabilities (B,NH,T,T) and the GELU
@@ -191,6 +208,7 @@ typedef struct aa_gpt_opts {
   int sp;               /* sequence parallelism over it (tp > 1, tp dividing B T) */
   const aa_pp_place_t *pipe; /* the rank's pipeline place (copied); NULL or pp 1 = the whole model */
   aa_comm_t *pipeline;  /* the pipeline group (borrowed; outlives the model); NULL = pp 1 */
+  aa_comm_t *context;   /* the context-parallel group (borrowed; outlives the model); NULL = cp 1 */
 } aa_gpt_opts_t;
 
 /* Named views into the activation buffers. */
@@ -240,6 +258,7 @@ struct aa_gpt {
   int vocab_lo, vocab_valid; /* the vocabulary rows this rank holds (sizes.h aa_sizes_vocab_rows) */
   aa_pp_place_t pipe;        /* the pipeline place (pp 1: the whole model) */
   int pp;                    /* pipe.pp */
+  int cp, cp_rank;           /* the context group's size and this rank's place in it (1, 0 without) */
 
   int n_tensors;
   aa_tensor_desc_t *tensors; /* owned, n_tensors entries */
@@ -359,6 +378,12 @@ void aa_gpt_act_bytes(const aa_arch_t *arch, int B, int T, const aa_gpt_opts_t *
  * the next forward. (After a forward with targets the buffer holds
  * probabilities instead.) */
 const float *aa_gpt_logits(const aa_gpt_t *m);
+
+/* Context parallelism: the global positions of the rank's two chunks of
+ * every sequence, for a rank at place r of c and sequences of seq_len
+ * tokens: chunk k (0 or 1) of the rank starts at position pos0[k] of its
+ * sequence; each chunk is seq_len / (2c) tokens. */
+void aa_gpt_cp_positions(int seq_len, int c, int r, int pos0[2]);
 
 /* Finds a tensor by name; NULL if none. */
 const aa_tensor_desc_t *aa_gpt_tensor(const aa_gpt_t *m, const char *name);

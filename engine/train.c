@@ -47,12 +47,17 @@ typedef struct {
   double peak_flops;   /* CUDA: dense bf16 FLOP/s estimate, 0 unknown */
   /* The mesh, built over world_group: the caller's group or, in a single
    * process, self (a group of one, owned). ZeRO (zero, which holds the
-   * optimizer) runs over comm, the mesh's data group, in which this
-   * process is rank `rank` of `world`. */
+   * optimizer) runs over comm, the mesh's data x context group (its
+   * replicas), in which this process is rank `rank` of `world`; the data
+   * comes by its data coordinate, data_rank of data_world, and under
+   * context parallelism (cp ranks, this one at cp_rank) each rank takes its
+   * chunks of every sequence (model.h). full_inputs, full_targets: a
+   * micro-batch of whole sequences before that. */
   aa_comm_t *world_group, *self;
   aa_mesh_t mesh;
   aa_comm_t *comm;
-  int rank, world;
+  int rank, world, data_rank, data_world, cp, cp_rank;
+  int32_t *full_inputs, *full_targets;
   aa_zero_t zero;
   FILE *devnull; /* the log of ranks other than 0, and of a dry run given none */
   /* Pipeline parallelism (pp > 1): this rank's stage, place and plan, the
@@ -78,7 +83,27 @@ const char *aa_time_kind_name(aa_time_kind_t k) {
  * over a group of one, nothing to skip. */
 static void loader_slice(const trainer_t *t, aa_loader_t *l, int before) {
   uint64_t per_rank = (uint64_t)t->accum * (uint64_t)t->strat.micro_batch;
-  aa_loader_skip(l, per_rank * (uint64_t)(before ? t->rank : t->world - 1 - t->rank));
+  aa_loader_skip(l, per_rank * (uint64_t)(before ? t->data_rank : t->data_world - 1 - t->data_rank));
+}
+
+/* The next micro-batch of the rank into inputs and targets (B T of the
+ * model's tokens each): the loader's B sequences, or under context
+ * parallelism this rank's two chunks of each, chunk-major (model.h). */
+static void next_micro_batch(trainer_t *t, aa_loader_t *l, int32_t *inputs, int32_t *targets) {
+  if (t->cp == 1) {
+    aa_loader_next(l, inputs, targets);
+    return;
+  }
+  const int B = t->strat.micro_batch, T = t->spec->arch.seq_len, Tc = T / (2 * t->cp);
+  int pos0[2];
+  aa_loader_next(l, t->full_inputs, t->full_targets);
+  aa_gpt_cp_positions(T, t->cp, t->cp_rank, pos0);
+  for (int k = 0; k < 2; k++)
+    for (int b = 0; b < B; b++) {
+      size_t to = ((size_t)k * B + b) * Tc, from = (size_t)b * T + pos0[k];
+      memcpy(inputs + to, t->full_inputs + from, sizeof(int32_t) * Tc);
+      memcpy(targets + to, t->full_targets + from, sizeof(int32_t) * Tc);
+    }
 }
 
 /* The mean over the data group of x (identical on every rank). */
@@ -120,14 +145,14 @@ static int pipeline_eval(trainer_t *t, float *loss) {
 
 static int evaluate(trainer_t *t, float *out) {
   aa_loader_t l;
-  int rc = aa_loader_init(&l, &t->val, t->model->B, t->model->T);
+  int rc = aa_loader_init(&l, &t->val, t->model->B, t->spec->arch.seq_len);
   if (rc) return aa_error_wrap(rc, "validation data");
   double sum = 0;
   uint64_t accum = (uint64_t)t->accum, n = (uint64_t)t->spec->train.eval_batches * accum;
   for (uint64_t i = 0; i < n; i++) {
     float loss;
     if (i % accum == 0) loader_slice(t, &l, 1);
-    aa_loader_next(&l, t->inputs, t->targets);
+    next_micro_batch(t, &l, t->inputs, t->targets);
     if ((rc = t->pp > 1 ? pipeline_eval(t, &loss) : aa_gpt_forward(t->model, t->inputs, t->targets, &loss)))
       return rc;
     sum += loss;
@@ -147,7 +172,7 @@ static int evaluate(trainer_t *t, float *out) {
  * until killed, so a spec asking for more is refused before training. All
  * products are 64-bit and checked: the spec's fields may each be INT_MAX. */
 static int check_eval_batches(const trainer_t *t, int B, int T) {
-  uint64_t seqs = (uint64_t)t->accum * (uint64_t)B * (uint64_t)t->world, per_batch, need;
+  uint64_t seqs = (uint64_t)t->accum * (uint64_t)B * (uint64_t)t->data_world, per_batch, need;
   uint64_t have = t->val.n_tokens, want = (uint64_t)t->spec->train.eval_batches;
   int big = __builtin_mul_overflow(seqs, (uint64_t)T, &per_batch);
   uint64_t room = big ? 0 : (have - 1) / per_batch;
@@ -233,11 +258,17 @@ static int setup(trainer_t *t) {
     return aa_error(AA_EINVAL, "a %s process group cannot serve ranks on %s (%s ranks meet in %s groups)", backend,
                     t->cuda_device >= 0 ? "a CUDA device" : "the CPU", t->cuda_device >= 0 ? "CUDA" : "CPU",
                     t->cuda_device >= 0 ? "nccl" : "shm");
-  /* ZeRO shards over the data group only. */
+  /* ZeRO shards over the ranks holding the same slice of the model: the
+   * data group times the context group (Megatron's). */
   if ((rc = aa_mesh_init(&t->mesh, &t->strat, t->world_group))) return rc;
-  t->comm = t->mesh.group[AA_AXIS_DATA];
+  t->comm = t->mesh.replicas;
   t->rank = aa_comm_rank(t->comm);
   t->world = aa_comm_world(t->comm);
+  t->data_rank = aa_comm_rank(t->mesh.group[AA_AXIS_DATA]);
+  t->data_world = aa_comm_world(t->mesh.group[AA_AXIS_DATA]);
+  t->cp = aa_comm_world(t->mesh.group[AA_AXIS_CONTEXT]);
+  t->cp_rank = aa_comm_rank(t->mesh.group[AA_AXIS_CONTEXT]);
+  const int Tm = T / t->cp; /* the model's tokens a sequence: a context rank's two chunks */
   aa_comm_t *pg = t->mesh.group[AA_AXIS_PIPELINE];
   t->pp = aa_comm_world(pg);
   t->stage = aa_comm_rank(pg);
@@ -254,8 +285,8 @@ static int setup(trainer_t *t) {
     int holds = !aa_arch_is_llama(&s->arch) && (t->stage == 0 || t->stage == t->pp - 1);
     if ((rc = aa_comm_split(pg, holds ? 0 : -1, t->stage, &t->embed)))
       return aa_error_wrap(rc, "the embedding group");
-    t->step_inputs = malloc(sizeof(int32_t) * B * T * t->accum);
-    t->step_targets = malloc(sizeof(int32_t) * B * T * t->accum);
+    t->step_inputs = malloc(sizeof(int32_t) * B * Tm * t->accum);
+    t->step_targets = malloc(sizeof(int32_t) * B * Tm * t->accum);
     if (!t->step_inputs || !t->step_targets) return aa_error(AA_ENOMEM, "out of memory");
   }
   /* A failure to read the inputs is AA_EINPUT: no strategy would do
@@ -269,14 +300,26 @@ static int setup(trainer_t *t) {
   /* An empty validation shard means no validation, as no shard does. */
   if (t->val.n_tokens && (rc = check_eval_batches(t, B, T))) return rc;
   int zero = aa_sizes_zero_stage(t->strat.zero, t->world);
-  aa_gpt_opts_t mo = {.amp = t->strat.amp, .ckpt = t->strat.ckpt, .ckpt_layers = t->strat.ckpt_layers,
-                      .mem = &t->mem, .zero = zero, .tensor = t->mesh.group[AA_AXIS_TENSOR], .sp = t->strat.sp,
-                      .pipe = t->pp > 1 ? &t->place : NULL, .pipeline = t->pp > 1 ? pg : NULL};
-  if ((rc = aa_gpt_create(&t->model, &s->arch, t->ops, B, T, &mo)) ||
+  aa_gpt_opts_t mo = {.amp = t->strat.amp,
+                      .ckpt = t->strat.ckpt,
+                      .ckpt_layers = t->strat.ckpt_layers,
+                      .mem = &t->mem,
+                      .zero = zero,
+                      .tensor = t->mesh.group[AA_AXIS_TENSOR],
+                      .sp = t->strat.sp,
+                      .pipe = t->pp > 1 ? &t->place : NULL,
+                      .pipeline = t->pp > 1 ? pg : NULL,
+                      .context = t->cp > 1 ? t->mesh.group[AA_AXIS_CONTEXT] : NULL};
+  if ((rc = aa_gpt_create(&t->model, &s->arch, t->ops, B, Tm, &mo)) ||
       (rc = aa_zero_init(&t->zero, t->model, t->comm, zero, &t->mem)))
     return rc;
-  t->inputs = malloc(sizeof(int32_t) * B * T);
-  t->targets = malloc(sizeof(int32_t) * B * T);
+  t->inputs = malloc(sizeof(int32_t) * B * Tm);
+  t->targets = malloc(sizeof(int32_t) * B * Tm);
+  if (t->cp > 1) {
+    t->full_inputs = malloc(sizeof(int32_t) * B * T);
+    t->full_targets = malloc(sizeof(int32_t) * B * T);
+    if (!t->full_inputs || !t->full_targets) return aa_error(AA_ENOMEM, "out of memory");
+  }
   t->step_times = calloc(s->train.steps + 1, sizeof(double));
   if (!t->inputs || !t->targets || !t->step_times) return aa_error(AA_ENOMEM, "out of memory");
   t->state.seed = s->train.seed;
@@ -328,6 +371,8 @@ static void trainer_free(trainer_t *t) {
   aa_shard_free(&t->val);
   free(t->inputs);
   free(t->targets);
+  free(t->full_inputs);
+  free(t->full_targets);
   free(t->step_times);
 #ifdef AA_HAVE_CUDA
   if (t->cuda_device >= 0) aa_cuda_shutdown();
@@ -340,12 +385,12 @@ static void trainer_free(trainer_t *t) {
  * mask leaves half the products to do). */
 static double flops_per_token(const trainer_t *t) {
   const aa_arch_t *a = &t->spec->arch;
-  return 6.0 * (double)t->model->n_params + 6.0 * a->n_layer * (double)a->d_model * t->model->T;
+  return 6.0 * (double)t->model->n_params + 6.0 * a->n_layer * (double)a->d_model * a->seq_len;
 }
 
 /* What the summary lists of every rank of the group: its place, its time
  * breakdown and its peak bytes. */
-enum { RF_RANK, RF_DP, RF_TP, RF_PP, RF_TIME, RF_PEAK = RF_TIME + AA_TIME_KINDS, RF_ACTS, RF_N };
+enum { RF_RANK, RF_COORD, RF_TIME = RF_COORD + AA_AXES, RF_PEAK = RF_TIME + AA_TIME_KINDS, RF_ACTS, RF_N };
 
 /* The summary replaces any earlier one whole, through a fresh temporary
  * (common/file.h): the output directory may be shared, and a symlink
@@ -359,11 +404,13 @@ static int write_summary(const trainer_t *t, const aa_train_result_t *r, int thr
   char hash[17];
   aa_arch_hash(&t->spec->arch, hash);
   fprintf(f,
-          "{\"model\": \"%s\", \"model_hash\": \"%s\", \"params\": %zu, \"rank_params\": %zu, \"strategy\": \"%s\", \"steps\": %d, "
+          "{\"model\": \"%s\", \"model_hash\": \"%s\", \"params\": %zu, \"rank_params\": %zu, \"strategy\": "
+          "\"%s\", \"steps\": %d, "
           "\"global_batch\": %d, \"micro_batch\": %d, \"accum_steps\": %d, \"seq_len\": %d, \"threads\": %d, "
           "\"tokens_per_s\": %.3f, \"step_ms_median\": %.4f, \"final_loss\": %.6f, ",
-          t->spec->name, hash, (size_t)aa_arch_param_count(&t->spec->arch), t->model->n_params, r->key, r->steps_done, t->spec->train.global_batch, t->model->B,
-          t->accum, t->model->T, threads, r->tokens_per_s, r->step_ms_median, r->final_loss);
+          t->spec->name, hash, (size_t)aa_arch_param_count(&t->spec->arch), t->model->n_params, r->key,
+          r->steps_done, t->spec->train.global_batch, t->model->B, t->accum, t->spec->arch.seq_len, threads,
+          r->tokens_per_s, r->step_ms_median, r->final_loss);
   if (isnan(r->val_loss)) fprintf(f, "\"val_loss\": null, ");
   else fprintf(f, "\"val_loss\": %.6f, ", r->val_loss);
   fprintf(f, "\"unigram_entropy\": %.6f, \"skipped_steps\": %lld, \"loss_scale\": %.17g, \"peak_bytes\": {",
@@ -376,8 +423,10 @@ static int write_summary(const trainer_t *t, const aa_train_result_t *r, int thr
   fprintf(f, ", \"ranks\": [");
   for (int i = 0; i < nranks; i++) {
     const double *x = ranks + (size_t)i * RF_N;
-    fprintf(f, "%s{\"rank\": %d, \"dp_rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"time_ms\": {", i ? ", " : "",
-            (int)x[RF_RANK], (int)x[RF_DP], (int)x[RF_TP], (int)x[RF_PP]);
+    fprintf(f, "%s{\"rank\": %d", i ? ", " : "", (int)x[RF_RANK]);
+    for (int a = 0; a < AA_AXES; a++) /* "dp_rank", ...: the protocol's names (common/axis.h) */
+      fprintf(f, ", \"%s_rank\": %d", aa_axis_info((aa_axis_t)a)->key, (int)x[RF_COORD + a]);
+    fprintf(f, ", \"time_ms\": {");
     for (int k = 0; k < AA_TIME_KINDS; k++)
       fprintf(f, "%s\"%s\": %.4f", k ? ", " : "", aa_time_kind_name(k), x[RF_TIME + k]);
     fprintf(f, "}, \"peak_bytes\": %.0f, \"peak_acts_bytes\": %.0f}", x[RF_PEAK], x[RF_ACTS]);
@@ -412,8 +461,11 @@ static int all_gather_host(aa_comm_t *c, const aa_ops_t *ops, const void *mine, 
 static int gather_ranks(const trainer_t *t, const aa_train_result_t *r, double **out, int *n) {
   aa_comm_t *w = t->world_group;
   const int world = aa_comm_world(w);
-  double mine[RF_N] = {[RF_RANK] = r->rank, [RF_DP] = r->dp_rank, [RF_TP] = r->tp_rank, [RF_PP] = r->pp_rank,
-                       [RF_PEAK] = (double)r->mem.peak_total, [RF_ACTS] = (double)r->mem.peak[AA_MEM_ACTS]};
+  double mine[RF_N] = {[RF_RANK] = r->rank,
+                       [RF_PEAK] = (double)r->mem.peak_total,
+                       [RF_ACTS] = (double)r->mem.peak[AA_MEM_ACTS]};
+  for (int a = 0; a < AA_AXES; a++)
+    mine[RF_COORD + a] = r->coord[a];
   for (int k = 0; k < AA_TIME_KINDS; k++) mine[RF_TIME + k] = r->time_ms[k];
   double *all = malloc(sizeof mine * world);
   if (!all) return aa_error(AA_ENOMEM, "out of memory");
@@ -535,7 +587,8 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
   loader_slice(t, &t->loader, 1);
   if (t->pp > 1) {
     const size_t N = (size_t)m->B * m->T;
-    for (int k = 0; k < t->accum; k++) aa_loader_next(&t->loader, t->step_inputs + k * N, t->step_targets + k * N);
+    for (int k = 0; k < t->accum; k++)
+      next_micro_batch(t, &t->loader, t->step_inputs + k * N, t->step_targets + k * N);
     loader_slice(t, &t->loader, 0);
     /* No gradient is reduced over the data group during the schedule. */
     t->zero.last_micro = 0;
@@ -544,7 +597,7 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
     for (int k = 0; k < t->accum; k++) {
       float l;
       t->zero.last_micro = k == t->accum - 1;
-      aa_loader_next(&t->loader, t->inputs, t->targets);
+      next_micro_batch(t, &t->loader, t->inputs, t->targets);
       double t0 = aa_now();
       if ((rc = aa_gpt_forward(m, t->inputs, t->targets, &l))) return rc;
       double t1 = aa_now();
@@ -706,9 +759,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
     for (int k = 0; k < AA_TIME_KINDS; k++) r.time_ms[k] = t.time_sum[k] / timed * 1e3;
   }
   r.rank = aa_comm_rank(t.world_group);
-  r.dp_rank = t.rank;
-  r.tp_rank = m->tp_rank;
-  r.pp_rank = t.stage;
+  memcpy(r.coord, t.mesh.at.coord, sizeof r.coord);
   r.skipped_steps = t.scaler.skipped;
   r.loss_scale = t.strat.amp == AA_F16 ? t.scaler.scale : 0;
   r.mem = t.mem;

@@ -90,7 +90,7 @@ typedef struct aa_train_result {
   char key[AA_STRATEGY_KEY_MAX]; /* the strategy that ran */
   /* This rank (its own figures, not the group's): its place in the mesh
    * and the mean breakdown of its timed steps. */
-  int rank, dp_rank, tp_rank, pp_rank;
+  int rank, coord[AA_AXES]; /* coord by aa_axis_t (common/axis.h) */
   double time_ms[AA_TIME_KINDS];
 } aa_train_result_t;
 

@@ -202,14 +202,6 @@ int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world
         "from each end, so that causal attention costs every rank the same): %d must divide "
         "seq_len %d",
         cp, cp, 2 * cp, 2 * cp, a->seq_len);
-  /* What this engine runs (engine/): context parallelism's ring attention
-   * is not in it yet (issue 31, part 2), so a strategy that needs it is
-   * refused here, with every other rule above and below still said. */
-  if (cp > 1)
-    return aa_error(AA_EUNSUPPORTED,
-                    "context parallel degree %d: this engine does not run context parallelism yet; use "
-                    "\"context\": 1",
-                    cp);
   int bounds[AA_STRATEGY_STAGES_MAX + 1];
   if ((rc = aa_pp_bounds(a, &r, bounds))) return rc;
   if (gb % dp)
