@@ -98,6 +98,7 @@ static void tiny_spec(aa_model_spec_t *s) { model_spec(s, 0, 0); }
 typedef struct {
   int dp, zero, micro_batch;
   int tp, sp;             /* tensor parallel degree and sequence parallelism */
+  int cp;                 /* context parallel degree (0 = 1) */
   aa_ckpt_mode_t ckpt;    /* activation checkpointing */
   int model, steps;       /* model_spec's */
   aa_dtype_t amp;
@@ -150,6 +151,7 @@ static void strategy_of(const cfg_t *c, int micro_batch, aa_strategy_t *st) {
   aa_strategy_default(st);
   st->degree[AA_AXIS_DATA] = c->dp ? c->dp : 1;
   st->degree[AA_AXIS_TENSOR] = c->tp ? c->tp : 1;
+  st->degree[AA_AXIS_CONTEXT] = c->cp ? c->cp : 1;
   st->sp = c->sp;
   st->ckpt = c->ckpt;
   st->zero = c->zero;
@@ -165,8 +167,10 @@ static void strategy_of(const cfg_t *c, int micro_batch, aa_strategy_t *st) {
   }
 }
 
-/* Ranks of a run of c: dp x tp x pp (dp 0: one process, no group). */
-static int world_of(const cfg_t *c) { return c->dp ? c->dp * (c->tp ? c->tp : 1) * (c->pp ? c->pp : 1) : 1; }
+/* Ranks of a run of c: dp x tp x pp x cp (dp 0: one process, no group). */
+static int world_of(const cfg_t *c) {
+  return c->dp ? c->dp * (c->tp ? c->tp : 1) * (c->pp ? c->pp : 1) * (c->cp ? c->cp : 1) : 1;
+}
 
 static int rank_main(const void *data, int rank) {
   const gang_t *g = data;
@@ -465,8 +469,8 @@ static void equivalent_run(cfg_t *c, const char *out, const run_t *ref, double t
 static void tp_equivalence(cfg_t c, double tol) {
   const run_t *ref = run_tp_single(c.amp);
   char out[64];
-  snprintf(out, sizeof out, "tp.dp%d.tp%d%s.z%d.%s.ckpt-%s", c.dp, c.tp, c.sp ? ".sp" : "", c.zero,
-           aa_dtype_name(c.amp), aa_ckpt_mode_name(c.ckpt));
+  snprintf(out, sizeof out, "tp.dp%d.tp%d%s.cp%d.z%d.%s.ckpt-%s", c.dp, c.tp ? c.tp : 1, c.sp ? ".sp" : "",
+           c.cp ? c.cp : 1, c.zero, aa_dtype_name(c.amp), aa_ckpt_mode_name(c.ckpt));
   c.model = TP_MODEL;
   c.steps = TP_STEPS;
   run_t r;
@@ -630,52 +634,187 @@ static int tp_step(int tp, int sp, tp_step_t *out) {
  * 1e-3 of its tensor's largest, a relative change of 1e-7 in it is a
  * larger one of g / (|g| + eps) (measured: up to 5.6e-5 at lr 1e-2), so
  * there the bound is the step itself, 2 lr, and the test counts them. */
-AA_TEST(after_one_step_every_gathered_gradient_and_parameter_matches_the_single_process) {
-  tp_step_t ref = {0};
-  if (!tp_step(1, 0, &ref)) return;
+/* got (a one-step run, in the whole model's layout) against ref, tensor
+ * by tensor, with the bounds above; the worst figures into worst_g,
+ * worst_p and the count of parameters left to the step bound into small.
+ * what names the run in messages. */
+static void check_step(const char *what, const tp_step_t *got, const tp_step_t *ref, double *worst_g,
+                       double *worst_p, size_t *small) {
   aa_model_spec_t s;
   model_spec(&s, TP_MODEL, 2);
   int nt = aa_gpt_n_tensors(&s.arch);
   aa_tensor_desc_t *tab = calloc((size_t)nt, sizeof *tab);
   aa_gpt_tensor_table(&s.arch, 1, 0, tab);
+  CHECK_MSG(fabsf(got->loss - ref->loss) <= 1e-6f * ref->loss, "%s: loss %.9g vs %.9g", what, got->loss,
+            ref->loss);
+  CHECK_MSG(fabsf(got->norm - ref->norm) <= 1e-5f * ref->norm, "%s: norm %.9g vs %.9g", what, got->norm,
+            ref->norm);
+  *worst_g = *worst_p = 0;
+  *small = 0;
+  for (int i = 0; i < nt; i++) {
+    const aa_tensor_desc_t *t = &tab[i];
+    double big = 0, dg = 0, dp = 0;
+    for (size_t j = 0; j < t->numel; j++)
+      big = fmax(big, fabs(ref->grad[t->offset + j]));
+    for (size_t j = 0; j < t->numel; j++) {
+      size_t e = t->offset + j;
+      dg = fmax(dg, fabs((double)got->grad[e] - ref->grad[e]));
+      double d = fabs((double)got->param[e] - ref->param[e]);
+      if (fabs(ref->grad[e]) < 1e-3 * big) {
+        (*small)++;
+        CHECK_MSG(d <= 2 * 1e-2, "%s: %s[%zu] moved %.3g, more than the step", what, t->name, j, d);
+      } else {
+        dp = fmax(dp, d);
+      }
+    }
+    double rg = big > 0 ? dg / big : dg;
+    CHECK_MSG(rg <= 1e-5, "%s: %s gradient off by %.3g of its largest (%.3g)", what, t->name, rg, big);
+    CHECK_MSG(dp <= 1e-6, "%s: %s parameter off by %.3g", what, t->name, dp);
+    *worst_g = fmax(*worst_g, rg);
+    *worst_p = fmax(*worst_p, dp);
+  }
+  free(tab);
+}
+
+AA_TEST(after_one_step_every_gathered_gradient_and_parameter_matches_the_single_process) {
+  tp_step_t ref = {0};
+  if (!tp_step(1, 0, &ref)) return;
+  aa_model_spec_t s;
+  model_spec(&s, TP_MODEL, 2);
   for (int tp = 2; tp <= 4; tp += 2)
     for (int sp = 0; sp <= 1; sp++) {
       tp_step_t got = {0};
       if (!tp_step(tp, sp, &got)) continue;
-      CHECK_MSG(fabsf(got.loss - ref.loss) <= 1e-6f * ref.loss, "tp %d sp %d: loss %.9g vs %.9g", tp, sp, got.loss,
-                ref.loss);
-      CHECK_MSG(fabsf(got.norm - ref.norm) <= 1e-5f * ref.norm, "tp %d sp %d: norm %.9g vs %.9g", tp, sp, got.norm,
-                ref.norm);
-      double worst_g = 0, worst_p = 0;
-      size_t small = 0;
-      for (int i = 0; i < nt; i++) {
-        const aa_tensor_desc_t *t = &tab[i];
-        double big = 0, dg = 0, dp = 0;
-        for (size_t j = 0; j < t->numel; j++) big = fmax(big, fabs(ref.grad[t->offset + j]));
-        for (size_t j = 0; j < t->numel; j++) {
-          size_t e = t->offset + j;
-          dg = fmax(dg, fabs((double)got.grad[e] - ref.grad[e]));
-          double d = fabs((double)got.param[e] - ref.param[e]);
-          if (fabs(ref.grad[e]) < 1e-3 * big) {
-            small++;
-            CHECK_MSG(d <= 2 * 1e-2, "tp %d sp %d: %s[%zu] moved %.3g, more than the step", tp, sp, t->name, j, d);
-          } else {
-            dp = fmax(dp, d);
-          }
-        }
-        double rg = big > 0 ? dg / big : dg;
-        CHECK_MSG(rg <= 1e-5, "tp %d sp %d: %s gradient off by %.3g of its largest (%.3g)", tp, sp, t->name, rg, big);
-        CHECK_MSG(dp <= 1e-6, "tp %d sp %d: %s parameter off by %.3g", tp, sp, t->name, dp);
-        worst_g = fmax(worst_g, rg);
-        worst_p = fmax(worst_p, dp);
-      }
-      fprintf(stderr, "  tp %d%s: loss %.9g (one process %.9g), gradients within %.2e of their largest, "
-              "parameters within %.2e (%zu of %zu with a gradient near 0 left to the step bound)\n", tp,
-              sp ? " sp" : "", got.loss, ref.loss, worst_g, worst_p, small, (size_t)aa_arch_param_count(&s.arch));
+      char what[32];
+      snprintf(what, sizeof what, "tp %d%s", tp, sp ? " sp" : "");
+      double worst_g, worst_p;
+      size_t small;
+      check_step(what, &got, &ref, &worst_g, &worst_p, &small);
+      fprintf(stderr,
+              "  %s: loss %.9g (one process %.9g), gradients within %.2e of their largest, "
+              "parameters within %.2e (%zu of %zu with a gradient near 0 left to the step bound)\n",
+              what, got.loss, ref.loss, worst_g, worst_p, small, (size_t)aa_arch_param_count(&s.arch));
       free(got.grad);
       free(got.param);
     }
-  free(tab);
+  free(ref.grad);
+  free(ref.param);
+}
+
+/* One step as rank `rank` of a context group of c ranks (the gang's
+ * cfg cp): the model built for 16 / c tokens a sequence, fed the rank's
+ * two chunks of tp_step_rank's batch (chunk-major, as the trainer does),
+ * gradients averaged over the group by ZeRO 0's hooks (the trainer's
+ * reduction over data x context ranks) before they are kept; the loss
+ * written is the group's mean. Writes DIR/step.RANK as tp_step_rank. */
+static int cp_step_rank(const void *data, int rank) {
+  const gang_t *gang = data;
+  const int c = gang->c->cp;
+  const char *dir = gang->dir;
+  aa_comm_t *group = NULL;
+  int rc = aa_comm_init(&group, gang->rdv, rank, c, NULL);
+  aa_model_spec_t s;
+  model_spec(&s, TP_MODEL, 2);
+  aa_gpt_opts_t o = {.amp = AA_F32, .context = group};
+  aa_gpt_t *m = NULL;
+  aa_zero_t z = {0};
+  enum { B = 2, T = 16 };
+  const int Tc = T / (2 * c);
+  int32_t full_in[B * T], full_tg[B * T], in[B * T], tg[B * T];
+  for (int i = 0; i < B * T; i++) {
+    full_in[i] = (i * 37 + 11) % 251;
+    full_tg[i] = (i * 53 + 250) % 251;
+  }
+  int pos0[2];
+  aa_gpt_cp_positions(T, c, rank, pos0);
+  for (int k = 0; k < 2; k++)
+    for (int b = 0; b < B; b++)
+      for (int j = 0; j < Tc; j++) {
+        in[(k * B + b) * Tc + j] = full_in[b * T + pos0[k] + j];
+        tg[(k * B + b) * Tc + j] = full_tg[b * T + pos0[k] + j];
+      }
+  float loss = 0, norm = 0, *g = NULL;
+  if (!rc) rc = aa_gpt_create(&m, &s.arch, aa_ops_cpu(), B, T / c, &o);
+  if (!rc) rc = aa_zero_init(&z, m, group, 0, NULL);
+  z.last_micro = 1;
+  if (!rc) rc = aa_gpt_init_weights(m, 1234);
+  if (!rc) rc = aa_gpt_forward(m, in, tg, &loss);
+  if (!rc) rc = aa_gpt_backward(m, 1.0f);
+  if (!rc) rc = aa_zero_all_reduce_host(&z, &loss, 1, AA_COMM_AVG);
+  if (!rc && (g = malloc(m->n_params * sizeof *g))) memcpy(g, m->grads.data, m->n_params * sizeof *g);
+  if (!rc) rc = aa_zero_step(&z, m, &s.train, 1e-2f, 1.0, 0, &norm);
+  char path[600];
+  snprintf(path, sizeof path, "%s/step.%d", dir, rank);
+  FILE *f = fopen(path, "wb");
+  if (!rc && f && g) {
+    const float *p = m->params.data;
+    size_t n = m->n_params;
+    rc = fwrite(&loss, sizeof loss, 1, f) != 1 || fwrite(&norm, sizeof norm, 1, f) != 1 ||
+         fwrite(&n, sizeof n, 1, f) != 1 || fwrite(g, sizeof *g, n, f) != n ||
+         fwrite(p, sizeof *p, n, f) != n;
+  }
+  if (rc) fprintf(stderr, "  cp rank %d: %s\n", rank, aa_last_error());
+  if (f) fclose(f);
+  free(g);
+  aa_zero_free(&z, m);
+  aa_gpt_free(m);
+  aa_comm_destroy(group);
+  return rc ? TRAIN_FAILED : 0;
+}
+
+/* After one step at cp 2 and cp 4 (chunks of 4 and of 2 tokens), every
+ * rank's averaged gradient and its parameters after the step are the
+ * single process's, within the bounds above: the ring's log-sum-exp merge
+ * sums a row's attention in blocks instead of at once, and the loss's and
+ * gradients' means are taken over ranks' tokens and then over ranks, which
+ * moves a figure by fp32 rounding (measured ~1e-7 of the largest
+ * gradient), while a chunk at the wrong position, a block merged without
+ * its rescaling or a dK that does not return to its owner is off by far
+ * more than 1e-5. */
+AA_TEST(after_one_step_every_context_ranks_gradient_and_parameters_match_the_single_process) {
+  tp_step_t ref = {0};
+  if (!tp_step(1, 0, &ref)) return;
+  aa_model_spec_t s;
+  model_spec(&s, TP_MODEL, 2);
+  const size_t n = (size_t)aa_arch_param_count(&s.arch);
+  for (int c = 2; c <= 4; c += 2) {
+    char dir[512], rdv[AA_RENDEZVOUS_MAX];
+    snprintf(dir, sizeof dir, "%s/cpstep.%d", tmpdir, c);
+    CHECK(aa_mkdirs(dir) == 0);
+    CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_parallel") == 0);
+    int status[MAX_RANKS];
+    double exit_time[MAX_RANKS];
+    const cfg_t cfg = {.cp = c};
+    aa_gang_fork(dir, c, cp_step_rank, &(gang_t){.c = &cfg, .rdv = rdv, .dir = dir}, status, exit_time);
+    for (int r = 0; r < c; r++) {
+      CHECK_MSG(aa_gang_exited_ok(status[r]), "cp %d rank %d failed", c, r);
+      char path[600], what[32];
+      snprintf(path, sizeof path, "%s/step.%d", dir, r);
+      snprintf(what, sizeof what, "cp %d rank %d", c, r);
+      FILE *f = fopen(path, "rb");
+      size_t got_n = 0;
+      tp_step_t got = {0};
+      float *buf = malloc(2 * n * sizeof(float));
+      int ok = f && buf && fread(&got.loss, sizeof got.loss, 1, f) == 1 &&
+               fread(&got.norm, sizeof got.norm, 1, f) == 1 && fread(&got_n, sizeof got_n, 1, f) == 1 &&
+               got_n == n && fread(buf, sizeof(float), 2 * n, f) == 2 * n;
+      if (f) fclose(f);
+      CHECK_MSG(ok, "%s: cannot read its results", what);
+      if (ok) {
+        got.grad = buf;
+        got.param = buf + n;
+        double worst_g, worst_p;
+        size_t small;
+        check_step(what, &got, &ref, &worst_g, &worst_p, &small);
+        if (r == 0)
+          fprintf(stderr,
+                  "  cp %d: loss %.9g (one process %.9g), gradients within %.2e of their largest, "
+                  "parameters within %.2e (%zu of %zu left to the step bound)\n",
+                  c, got.loss, ref.loss, worst_g, worst_p, small, n);
+      }
+      free(buf);
+    }
+  }
   free(ref.grad);
   free(ref.param);
 }
@@ -719,15 +858,18 @@ static void resume_from(cfg_t saved, const cfg_t *resumes, size_t n, const char 
     CHECK_MSG(isnan(rb.loss[3]) && !isnan(rb.loss[4]), "%s: did not resume at step 4", b.out);
     int same = b.dp == saved.dp && b.tp == saved.tp && b.zero == saved.zero && b.sp == saved.sp &&
                b.micro_batch == saved.micro_batch && b.pp == saved.pp && b.vpp == saved.vpp &&
-               b.schedule == saved.schedule && b.partition == saved.partition;
+               b.schedule == saved.schedule && b.partition == saved.partition && b.cp == saved.cp;
     double tol = same ? 0 : saved.amp == AA_F32 ? REL_TOL : REL_TOL_AMP;
     double worst = compare(b.out, &rb, &ra, 4, tol);
     if (!b.dp)
       fprintf(stderr, "  %s -> one process: steps 4-6 within %.2e of the uninterrupted run%s\n", saved_name, worst,
               same ? " (equal)" : "");
     else
-      fprintf(stderr, "  %s -> dp %d x tp %d%s x pp %d zero %d: steps 4-6 within %.2e of the uninterrupted run%s\n",
-              saved_name, b.dp, b.tp, b.sp ? " sp" : "", b.pp ? b.pp : 1, b.zero, worst, same ? " (equal)" : "");
+      fprintf(stderr,
+              "  %s -> dp %d x tp %d%s x pp %d x cp %d zero %d: steps 4-6 within %.2e of the uninterrupted "
+              "run%s\n",
+              saved_name, b.dp, b.tp, b.sp ? " sp" : "", b.pp ? b.pp : 1, b.cp ? b.cp : 1, b.zero, worst,
+              same ? " (equal)" : "");
   }
 }
 
@@ -971,6 +1113,7 @@ static void pp_equivalence(cfg_t c, double tol, run_t *keep) {
   const int pp = c.pp, v = c.vpp ? c.vpp : 1;
   int o = snprintf(out, sizeof out, "pp.dp%d.tp%d%s.pp%d.%s", c.dp, c.tp ? c.tp : 1, c.sp ? ".sp" : "", pp,
                    aa_pp_schedule_name(c.schedule));
+  if (c.cp > 1) o += snprintf(out + o, sizeof out - o, ".cp%d", c.cp);
   if (v > 1) o += snprintf(out + o, sizeof out - o, "-v%d", v);
   if (c.partition == AA_PARTITION_CUSTOM)
     for (int k = 0; k <= pp * v; k++) o += snprintf(out + o, sizeof out - o, "%s%d", k ? "-" : ".part-", c.bounds[k]);
@@ -1043,9 +1186,9 @@ static void llama_equivalence(cfg_t c, double tol) {
     CHECK(all_ok(ref, 1) && !isnan(ref->loss[PP_STEPS]) && !isnan(ref->val_loss[0]));
   }
   char out[96];
-  snprintf(out, sizeof out, "llama.dp%d.tp%d%s.pp%d.%s%s.z%d.%s.ckpt-%s.mb%d", c.dp, c.tp ? c.tp : 1,
-           c.sp ? ".sp" : "", c.pp ? c.pp : 1, aa_pp_schedule_name(c.schedule), c.vpp > 1 ? "-v2" : "", c.zero,
-           aa_dtype_name(c.amp), aa_ckpt_mode_name(c.ckpt), mb);
+  snprintf(out, sizeof out, "llama.dp%d.tp%d%s.pp%d.%s%s.cp%d.z%d.%s.ckpt-%s.mb%d", c.dp, c.tp ? c.tp : 1,
+           c.sp ? ".sp" : "", c.pp ? c.pp : 1, aa_pp_schedule_name(c.schedule), c.vpp > 1 ? "-v2" : "",
+           c.cp ? c.cp : 1, c.zero, aa_dtype_name(c.amp), aa_ckpt_mode_name(c.ckpt), mb);
   c.model = LLAMA_MODEL;
   c.steps = PP_STEPS;
   c.micro_batch = mb;
@@ -1066,6 +1209,51 @@ AA_TEST(llama_matches_its_single_process_at_tp_pp_dp_with_amp_checkpointing_and_
   llama_equivalence((cfg_t){.dp = 2, .zero = 3, .micro_batch = 4}, REL_TOL);
   llama_equivalence((cfg_t){.dp = 2, .tp = 2, .zero = 1}, REL_TOL);
   llama_equivalence((cfg_t){.dp = 1, .tp = 2, .pp = 2, .amp = AA_BF16}, REL_TOL_AMP);
+}
+
+/* --- context parallelism ------------------------------------------------------------ */
+
+/* Context parallelism against the single process on the tensor-parallel
+ * tests' model (16 tokens a sequence: chunks of 4 at cp 2, of 2 at cp 4),
+ * with the same checks and tolerances as the other axes: every step's loss
+ * and gradient norm, every rank's validation loss, every rank's accounted
+ * bytes against the cost model to the byte. What moves the figures is the
+ * order of fp32 sums only: the ring merges a row's attention block by
+ * block through the log-sum-exp, and a rank's loss is the mean of its
+ * tokens before the mean over ranks. */
+AA_TEST(cp2_and_cp4_match_the_single_process_alone_and_with_tensor_data_zero_amp_and_checkpointing) {
+  tp_equivalence((cfg_t){.dp = 1, .cp = 2}, REL_TOL);
+  tp_equivalence((cfg_t){.dp = 1, .cp = 4}, REL_TOL);
+  tp_equivalence((cfg_t){.dp = 1, .cp = 2, .tp = 2, .sp = 1}, REL_TOL);
+  tp_equivalence((cfg_t){.dp = 2, .cp = 2, .zero = 1, .micro_batch = 2}, REL_TOL);
+  tp_equivalence((cfg_t){.dp = 2, .cp = 2, .zero = 3}, REL_TOL);
+  tp_equivalence((cfg_t){.dp = 1, .cp = 2, .amp = AA_BF16}, REL_TOL_AMP);
+  tp_equivalence((cfg_t){.dp = 1, .cp = 2, .amp = AA_F16}, REL_TOL_AMP);
+  tp_equivalence((cfg_t){.dp = 1, .cp = 2, .ckpt = AA_CKPT_FULL}, REL_TOL);
+  tp_equivalence((cfg_t){.dp = 1, .cp = 2, .ckpt = AA_CKPT_SELECTIVE, .micro_batch = 4}, REL_TOL);
+}
+
+/* With a pipeline (each stage's blocks run the ring over the stage's
+ * context group) and in the llama family (RoPE at each token's global
+ * position; grouped key/value heads travel the ring). */
+AA_TEST(cp2_with_a_pipeline_and_llama_at_cp2_match_their_single_process) {
+  pp_equivalence((cfg_t){.dp = 1, .cp = 2, .pp = 2, .schedule = AA_SCHEDULE_1F1B}, REL_TOL, NULL);
+  llama_equivalence((cfg_t){.dp = 1, .cp = 2}, REL_TOL);
+  llama_equivalence((cfg_t){.dp = 1, .cp = 2, .tp = 2, .sp = 1}, REL_TOL);
+}
+
+/* A checkpoint does not depend on the context degree: one written at cp 2
+ * resumes in one process, at cp 4 and at dp 2 x cp 2 ZeRO 3, and bit-
+ * identically at cp 2 (tolerances: resume_from's). */
+AA_TEST(a_cp2_checkpoint_resumes_in_one_process_at_cp4_and_dp2_x_cp2_zero3_and_bit_identically_at_cp2) {
+  const cfg_t saved = {.dp = 1, .cp = 2, .checkpoint_every = 3, .out = "cp2"};
+  const cfg_t resumes[] = {
+      {.dp = 0, .out = "cp2-one"},
+      {.dp = 1, .cp = 4, .out = "cp2-cp4"},
+      {.dp = 2, .cp = 2, .zero = 3, .out = "cp2-dp2cp2z3"},
+      {.dp = 1, .cp = 2, .out = "cp2-cp2"},
+  };
+  resume_from(saved, resumes, sizeof resumes / sizeof resumes[0], "cp 2");
 }
 
 /* 3D: 8 ranks on this machine's 2 cores, the slowest run of the suite's
@@ -1342,6 +1530,7 @@ int main(void) {
   RUN(per_rank_state_bytes_fall_by_the_zero_ratios);
   RUN(the_cost_model_predicts_every_ranks_bytes_at_every_zero_stage);
   RUN(after_one_step_every_gathered_gradient_and_parameter_matches_the_single_process);
+  RUN(after_one_step_every_context_ranks_gradient_and_parameters_match_the_single_process);
   RUN(tp2_and_tp4_match_the_single_process_with_and_without_sequence_parallelism);
   RUN(dp2_tp2_matches_the_single_process_with_zero_1_and_zero_3);
   RUN(tp2_in_bf16_and_fp16_and_with_full_checkpointing_matches_the_single_process);
@@ -1360,6 +1549,9 @@ int main(void) {
   RUN(uneven_and_parameter_balanced_partitions_match_the_single_process);
   RUN(pp2_with_amp_checkpointing_zero1_and_tensor_parallelism_matches_the_single_process);
   RUN(dp2_x_tp2_x_pp2_on_8_ranks_matches_the_single_process);
+  RUN(cp2_and_cp4_match_the_single_process_alone_and_with_tensor_data_zero_amp_and_checkpointing);
+  RUN(cp2_with_a_pipeline_and_llama_at_cp2_match_their_single_process);
+  RUN(a_cp2_checkpoint_resumes_in_one_process_at_cp4_and_dp2_x_cp2_zero3_and_bit_identically_at_cp2);
   RUN(llama_matches_its_single_process_at_tp_pp_dp_with_amp_checkpointing_and_zero);
   RUN(a_killed_stage_makes_every_other_rank_fail_within_10_s);
   RUN(a_killed_rank_makes_every_other_rank_fail_within_10_s);
