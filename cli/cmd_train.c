@@ -21,52 +21,52 @@
 #include "strategies/strategy.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: autoaccel train MODEL.json [--strategy FILE] [options]\n\n"
-          "Trains the model described by MODEL.json in this process and saves the final\n"
-          "checkpoint (weights + optimizer state) to OUT/final.ckpt.\n\n"
-          "options:\n"
-          "  --strategy FILE       train with this strategy (amp, activation checkpointing, micro-batch,\n"
-          "                        loss scaling); a v1 strategy file or ATorch list form. Default:\n"
-          "                        fp32, no checkpointing, the whole batch as one micro-batch\n"
-          "  --memory-limit BYTES  fail cleanly (out of memory) if the engine's accounted memory would\n"
-          "                        exceed BYTES; suffixes K/M/G (KiB/MiB/GiB) and KB/MB/GB\n"
-          "  --threads N           worker threads (default: all cores; with cpu:N, split among the ranks)\n"
-          "  --devices cpu:N       train as N data-parallel rank processes on this host (a shared-memory\n"
-          "                        process group); the strategy's data degree is rescaled to N / (tp pp)\n"
-          "                        as ATorch's load_strategy does. Default: the strategy's own world size\n"
-          "                        (dp tp pp) on the CPU, so a saved dp2 strategy trains on 2 ranks;\n"
-          "                        without --strategy, or with --device cuda:K, one process\n"
-          "  --backend shm|gloo    with cpu:N, the process group: shm (default, shared memory) or gloo\n"
-          "                        (TCP over loopback; the ranks meet in a private temporary directory,\n"
-          "                        removed afterwards)\n"
-          "  --devices cuda:I,J    one rank per listed GPU (an NCCL process group), rescaled likewise;\n"
-          "                        --devices cuda: every visible GPU (CUDA_VISIBLE_DEVICES applies)\n"
-          "  --steps N             override train.steps\n"
-          "  --checkpoint-every N  save OUT/step_NNNNNN.ckpt every N steps (default: train.checkpoint_every)\n"
-          "  --out DIR             output directory (default: runs/<model name>)\n"
-          "  --resume CKPT         continue from a training checkpoint; losses match an uninterrupted run\n"
-          "  --log-every N         print a step line every N steps (default 10; first and last always)\n"
-          "  --losses FILE         write every step's loss to FILE\n"
-          "  --summary-json FILE   write the final summary as JSON\n"
-          "  --device DEV          cpu (default) or cuda:N: train on CUDA device N (needs a build with\n"
-          "                        the CUDA backend and that GPU; otherwise exits 1 saying which)\n"
-          "  --tf32                with cuda:N, TF32 tensor-core math for the fp32 GEMMs (faster; products\n"
-          "                        carry ~1e-3 relative error)\n"
-          "  -h, --help            this help\n\n"
-          "Step lines: step, training loss, learning rate, gradient norm (before clipping),\n"
-          "tokens/s and step time. Validation runs every train.eval_every steps and at the end.\n"
-          "A memory line after the first step gives the accounted peak by kind (params, grads,\n"
-          "optim, acts, workspace). fp16 steps with inf/nan gradients are skipped and logged.\n"
-          "With cpu:N, rank 0 prints and writes the outputs; a rank that fails or dies makes every\n"
-          "other rank stop within seconds, and the command exits 1 naming it.\n"
-          "Exit codes: 0 success, 1 failure (bad spec, data or checkpoint; divergence), 2 usage.\n");
+  fprintf(
+      f, "usage: autoaccel train MODEL.json [--strategy FILE] [options]\n\n"
+         "Trains the model described by MODEL.json in this process and saves the final\n"
+         "checkpoint (weights + optimizer state) to OUT/final.ckpt.\n\n"
+         "options:\n"
+         "  --strategy FILE       train with this strategy (amp, activation checkpointing, micro-batch,\n"
+         "                        loss scaling); a v1 strategy file or ATorch list form. Default:\n"
+         "                        fp32, no checkpointing, the whole batch as one micro-batch\n"
+         "  --memory-limit BYTES  fail cleanly (out of memory) if the engine's accounted memory would\n"
+         "                        exceed BYTES; suffixes K/M/G (KiB/MiB/GiB) and KB/MB/GB\n"
+         "  --threads N           worker threads (default: all cores; with cpu:N, split among the ranks)\n"
+         "  --devices cpu:N       train as N data-parallel rank processes on this host (a shared-memory\n"
+         "                        process group); the strategy's data degree is rescaled to N / (tp pp cp)\n"
+         "                        as ATorch's load_strategy does. Default: the strategy's own world size\n"
+         "                        (dp tp pp cp) on the CPU, so a saved dp2 strategy trains on 2 ranks;\n"
+         "                        without --strategy, or with --device cuda:K, one process\n"
+         "  --backend shm|gloo    with cpu:N, the process group: shm (default, shared memory) or gloo\n"
+         "                        (TCP over loopback; the ranks meet in a private temporary directory,\n"
+         "                        removed afterwards)\n"
+         "  --devices cuda:I,J    one rank per listed GPU (an NCCL process group), rescaled likewise;\n"
+         "                        --devices cuda: every visible GPU (CUDA_VISIBLE_DEVICES applies)\n"
+         "  --steps N             override train.steps\n"
+         "  --checkpoint-every N  save OUT/step_NNNNNN.ckpt every N steps (default: train.checkpoint_every)\n"
+         "  --out DIR             output directory (default: runs/<model name>)\n"
+         "  --resume CKPT         continue from a training checkpoint; losses match an uninterrupted run\n"
+         "  --log-every N         print a step line every N steps (default 10; first and last always)\n"
+         "  --losses FILE         write every step's loss to FILE\n"
+         "  --summary-json FILE   write the final summary as JSON\n"
+         "  --device DEV          cpu (default) or cuda:N: train on CUDA device N (needs a build with\n"
+         "                        the CUDA backend and that GPU; otherwise exits 1 saying which)\n"
+         "  --tf32                with cuda:N, TF32 tensor-core math for the fp32 GEMMs (faster; products\n"
+         "                        carry ~1e-3 relative error)\n"
+         "  -h, --help            this help\n\n"
+         "Step lines: step, training loss, learning rate, gradient norm (before clipping),\n"
+         "tokens/s and step time. Validation runs every train.eval_every steps and at the end.\n"
+         "A memory line after the first step gives the accounted peak by kind (params, grads,\n"
+         "optim, acts, workspace). fp16 steps with inf/nan gradients are skipped and logged.\n"
+         "With cpu:N, rank 0 prints and writes the outputs; a rank that fails or dies makes every\n"
+         "other rank stop within seconds, and the command exits 1 naming it.\n"
+         "Exit codes: 0 success, 1 failure (bad spec, data or checkpoint; divergence), 2 usage.\n");
 }
 
 /* A saved strategy replayed on `world` ranks keeps its other degrees
- * (tensor, pipeline) and takes the rest as data parallelism (ATorch's
- * load_strategy rule); ZeRO needs dp > 1, so it is dropped at dp 1. Says
- * what changed. */
+ * (tensor, pipeline, context) and takes the rest as data parallelism
+ * (ATorch's load_strategy rule); ZeRO shards over data x context ranks, so
+ * it is dropped when there is one. Says what changed. */
 static int rescale(aa_strategy_t *s, int world) {
   int mp = (int)(aa_strategy_world(s) / s->degree[AA_AXIS_DATA]);
   if (s->degree[AA_AXIS_DATA] * mp == world) return 0;
@@ -80,12 +80,12 @@ static int rescale(aa_strategy_t *s, int world) {
     return aa_error(AA_EINVAL, "strategy: %s = %d does not divide the %d rank%s to train on", names, mp,
                     world, world == 1 ? "" : "s");
   }
-  int dp = world / mp;
+  int dp = world / mp, alone = dp * s->degree[AA_AXIS_CONTEXT] == 1;
   fprintf(stderr, "autoaccel train: strategy dp%d rescaled to dp%d for %d rank%s%s\n",
           s->degree[AA_AXIS_DATA], dp, world, world == 1 ? "" : "s",
-          dp == 1 && s->zero ? " (ZeRO dropped: nothing to shard over)" : "");
+          alone && s->zero ? " (ZeRO dropped: nothing to shard over)" : "");
   s->degree[AA_AXIS_DATA] = dp;
-  if (dp == 1) s->zero = 0;
+  if (alone) s->zero = 0;
   return 0;
 }
 

@@ -105,6 +105,27 @@ expect 0 "strategy dp2.tp1.pp1.z2.fp32" \
 same_losses "$tmp/l1.txt" "$tmp/l3.txt" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: dp2 z2 losses"; }
 expect 0 "rescaled to dp1 for 1 rank .ZeRO dropped" \
   "$AA" train "$tmp/dp.json" --devices cpu:1 --out "$tmp/dp4" --strategy "$tmp/dp2z2.json"
+# Context parallelism: each of 2 ranks holds half of every sequence (seq_len
+# 8: chunks of 2 tokens), attention as a ring. The single process's losses
+# within 1e-5 (the same fp32 reordering bound: the ring merges each row's
+# attention block by block), over shm and over gloo (whose point-to-point
+# transfers the ring uses). On 4 ranks the data degree takes the rest.
+printf '{"format": "autoaccel-strategy", "version": 1, "parallel": {"context": 2}}\n' >"$tmp/cp2.json"
+expect 0 "strategy dp1.tp1.pp1.cp2.z0.fp32" \
+  "$AA" train "$tmp/dp.json" --out "$tmp/cp2" --strategy "$tmp/cp2.json" --losses "$tmp/lc.txt"
+same_losses "$tmp/l1.txt" "$tmp/lc.txt" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: cp2 losses"; }
+expect 0 "done: 6 steps" env TMPDIR="$tmp/gtmp" "$AA" train "$tmp/dp.json" --devices cpu:2 --backend gloo \
+  --out "$tmp/cp2g" --strategy "$tmp/cp2.json" --losses "$tmp/lcg.txt"
+same_losses "$tmp/l1.txt" "$tmp/lcg.txt" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: cp2 gloo losses"; }
+printf '{"format": "autoaccel-strategy", "version": 1, "parallel": {"context": 2}, "zero": 1}\n' >"$tmp/cp2z1.json"
+expect 0 "rescaled to dp2 for 4 ranks" \
+  "$AA" train "$tmp/dp.json" --devices cpu:4 --out "$tmp/cp2d" --strategy "$tmp/cp2z1.json" --losses "$tmp/lcd.txt"
+same_losses "$tmp/l1.txt" "$tmp/lcd.txt" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: dp2 cp2 losses"; }
+# Megatron's name inside "parallel" is the same axis; a degree whose 2c
+# chunks do not divide seq_len is refused with the numbers.
+printf '{"format": "autoaccel-strategy", "version": 1, "parallel": {"context_parallel_size": 8}}\n' >"$tmp/cp8.json"
+expect 1 "context parallel degree 8 cuts every sequence into 2 x 8 = 16 chunks.*16 must divide seq_len 8" \
+  "$AA" train "$tmp/dp.json" --out "$tmp/cp8" --strategy "$tmp/cp8.json"
 expect 2 "expected cpu, cpu:N, cuda or cuda:I,J" "$AA" train "$tmp/dp.json" --devices gpu:2
 expect 2 "cuda:0 is named twice" "$AA" train "$tmp/dp.json" --devices cuda:0,0
 expect 2 "do not combine" "$AA" train "$tmp/dp.json" --devices cuda:0,1 --device cuda:0
