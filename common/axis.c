@@ -6,7 +6,7 @@
 #include <string.h>
 
 static const aa_axis_info_t axes[AA_AXES] = {
-#define AA_AXIS_ROW_(id, name_, key_, letter_, atorch_, megatron_, merak_, method_, pos_, search_, in_host_, \
+#define AA_AXIS_ROW_(id, name_, key_, letter_, atorch_, megatron_, merak_, method_, pos_, search_, host_,    \
                      always_)                                                                                \
   [AA_AXIS_##id] = {.name = name_,                                                                           \
                     .key = key_,                                                                             \
@@ -17,7 +17,7 @@ static const aa_axis_info_t axes[AA_AXES] = {
                     .method = method_,                                                                       \
                     .default_pos = pos_,                                                                     \
                     .search = search_,                                                                       \
-                    .in_host = in_host_,                                                                     \
+                    .host = host_,                                                                           \
                     .always = always_},
     AA_AXIS_LIST(AA_AXIS_ROW_)
 #undef AA_AXIS_ROW_
@@ -42,7 +42,14 @@ int aa_axis_from_letter(char c) {
 unsigned aa_axis_host_mask(void) {
   unsigned m = 0;
   for (int a = 0; a < AA_AXES; a++)
-    if (axes[a].in_host) m |= 1u << a;
+    if (axes[a].host == AA_HOST_KEEP) m |= 1u << a;
+  return m;
+}
+
+unsigned aa_axis_host_mask_preferred(void) {
+  unsigned m = 0;
+  for (int a = 0; a < AA_AXES; a++)
+    if (axes[a].host != AA_HOST_ANY) m |= 1u << a;
   return m;
 }
 
@@ -50,7 +57,8 @@ const char *aa_axis_host_words(char *out, size_t cap) {
   size_t o = 0;
   out[0] = '\0';
   for (int a = 0; a < AA_AXES && o < cap; a++)
-    if (axes[a].in_host) o += (size_t)snprintf(out + o, cap - o, "%s%s", o ? " x " : "", axes[a].name);
+    if (axes[a].host == AA_HOST_KEEP)
+      o += (size_t)snprintf(out + o, cap - o, "%s%s", o ? " x " : "", axes[a].name);
   if (o < cap) snprintf(out + o, cap - o, "-parallel");
   return out;
 }

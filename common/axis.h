@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* X(ID, name, key, letter, atorch, megatron, merak, method, default_pos, search, in_host, always):
+/* X(ID, name, key, letter, atorch, megatron, merak, method, default_pos, search, host, always):
  *   name         the v1 file's `parallel` field and the store's and
  *                protocol's coordinate name
  *   key          its degree's prefix in the strategy key ("tp2")
@@ -34,20 +34,27 @@
  *   search       its loop in the search's factorisation of a gang's ranks
  *                (space.h), outermost 0; -1 for the one axis that takes the
  *                ranks left (data)
- *   in_host      placement keeps its groups inside one host
+ *   host         where placement puts its groups when a gang spans hosts:
+ *                AA_HOST_KEEP inside one host, always (a strategy that
+ *                cannot is not placeable); AA_HOST_PREFER inside one host
+ *                when the hosts can hold every such group beside the KEEP
+ *                axes' (else anywhere); AA_HOST_ANY anywhere
  *   always       the key, a written file and an order's name show its degree
  *                even at 1; else only above 1, so that the axes added after
  *                the first three leave every existing key and file as it was
  * The row order is the order of the axes' ids, of the v1 file's fields,
  * of keys, of coordinates and of products in messages. */
 #define AA_AXIS_LIST(X)                                                                                      \
-  X(DATA, "data", "dp", 'd', "data", NULL, "dp", NULL, 2, -1, false, true)                                   \
+  X(DATA, "data", "dp", 'd', "data", NULL, "dp", NULL, 2, -1, AA_HOST_ANY, true)                             \
   X(TENSOR, "tensor", "tp", 't', "tensor", "tensor_model_parallel_size", "tp", "tensor_parallel", 0, 2,      \
-    true, true)                                                                                              \
+    AA_HOST_KEEP, true)                                                                                      \
   X(PIPELINE, "pipeline", "pp", 'p', "pipeline", "pipeline_model_parallel_size", "pp", "pipeline_parallel",  \
-    3, 0, false, true)                                                                                       \
-  X(CONTEXT, "context", "cp", 'c', NULL, "context_parallel_size", NULL, "context_parallel", 1, 1, false,     \
-    false)
+    3, 0, AA_HOST_ANY, true)                                                                                 \
+  X(CONTEXT, "context", "cp", 'c', NULL, "context_parallel_size", NULL, "context_parallel", 1, 1,            \
+    AA_HOST_PREFER, false)
+
+/* Where placement puts an axis's groups (the table's host column). */
+typedef enum { AA_HOST_ANY, AA_HOST_PREFER, AA_HOST_KEEP } aa_axis_host_t;
 
 typedef enum {
 #define AA_AXIS_ENUM_(id, ...) AA_AXIS_##id,
@@ -62,7 +69,8 @@ typedef struct aa_axis_info {
   char letter;
   const char *atorch, *megatron, *merak, *method;
   int default_pos, search;
-  bool in_host, always;
+  aa_axis_host_t host;
+  bool always;
 } aa_axis_info_t;
 
 /* The row of axis a; NULL for a value that is not an axis. */
@@ -77,9 +85,12 @@ int aa_axis_from_name(const char *name);
 /* The axis whose letter is c ('t'), or -1. */
 int aa_axis_from_letter(char c);
 
-/* The axes whose groups placement keeps inside one host (in_host), as a
- * mask: bit a for axis a. */
+/* The axes whose groups placement keeps inside one host (AA_HOST_KEEP),
+ * as a mask: bit a for axis a. */
 unsigned aa_axis_host_mask(void);
+/* The axes whose groups placement keeps inside one host when it can
+ * (AA_HOST_KEEP and AA_HOST_PREFER), as a mask. */
+unsigned aa_axis_host_mask_preferred(void);
 
 /* Those axes in words for messages: "tensor-parallel" (their names joined
  * by " x ", then "-parallel"), into out. */

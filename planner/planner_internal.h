@@ -372,9 +372,11 @@ void aa__registry_need(aa_planner_t *p, const char *hardware, int world, int uni
  * before hosts mattered). Otherwise, when gangs span hosts and s is given,
  * the host groups of s's mesh (strategies/layout.h aa_layout_color) go
  * whole to the hosts with the most idle executors, as few hosts as hold
- * them all. s NULL (a calibration) is placed on one host only. Returns
- * the hosts used (>= 1), 0 when no placement is possible now (out
- * untouched or partly written), or AA_ENOMEM. */
+ * them all: the groups of the axes that prefer a host (common/axis.h
+ * AA_HOST_PREFER: context) together with those that must keep to one
+ * (tensor) when the hosts hold them, else the latter's alone. s NULL (a calibration) is placed on one host
+ * only. Returns the hosts used (>= 1), 0 when no placement is possible now (out untouched or partly written),
+ * or AA_ENOMEM. */
 int aa__registry_place(aa_planner_t *p, const char *hardware, const aa_strategy_t *s, int world,
                        aa_conn_t **out);
 /* Places a calibration gang of `world` ranks across hosts: rank r on the

@@ -300,14 +300,23 @@ static int idle_on(aa_planner_t *p, const char *hardware, const char *host, aa_c
   return k;
 }
 
+/* The ranks of one group of the axes of mask in s: the product of their
+ * degrees. */
+static int mask_unit(const aa_strategy_t *s, unsigned mask) {
+  int unit = 1;
+  for (int a = 0; a < AA_AXES; a++)
+    if (mask & 1u << a) unit *= s->degree[a];
+  return unit;
+}
+
 /* Spreads the gang of s over the hosts h[0..used): host group g (the
- * group of the axes kept inside a host, its color in the mesh:
+ * group of the axes of mask, `unit` ranks, its color in the mesh:
  * strategies/layout.h) goes to the first host with room for a whole group,
  * and within a host the ranks take its idle executors in rank order,
  * lowest id first. */
-static int spread(aa_planner_t *p, const char *hardware, const aa_strategy_t *s, int world, const host_t *h,
-                  int used, aa_conn_t **out) {
-  int unit = aa_strategy_host_unit(s), groups = world / unit, rc = 0, n = 0;
+static int spread(aa_planner_t *p, const char *hardware, const aa_strategy_t *s, int world, unsigned mask,
+                  int unit, const host_t *h, int used, aa_conn_t **out) {
+  int groups = world / unit, rc = 0, n = 0;
   for (int k = 0; k < used; k++)
     n += h[k].idle;
   /* Each host's idle executors, listed once: host k's start at at[k]. */
@@ -334,7 +343,7 @@ static int spread(aa_planner_t *p, const char *hardware, const aa_strategy_t *s,
   for (int r = 0; r < world; r++) {
     aa_layout_t lay;
     if ((rc = aa_layout_of(&lay, s, r))) goto cleanup;
-    int k = host_of[aa_layout_color(&lay, aa_axis_host_mask())];
+    int k = host_of[aa_layout_color(&lay, mask)];
     out[r] = idle[at[k] + taken[k]++];
   }
 cleanup:
@@ -356,9 +365,14 @@ int aa__registry_place(aa_planner_t *p, const char *hardware, const aa_strategy_
     idle_on(p, hardware, h[0].host, out, world);
     rc = 1;
   } else if (s && world > 1 && aa__registry_spans(p, hardware) && world % aa_strategy_host_unit(s) == 0) {
-    int used, unit = aa_strategy_host_unit(s);
-    if (groups_held(h, nh, unit, true, world / unit, &used) >= world / unit) {
-      int err = spread(p, hardware, s, world, h, used, out);
+    /* The groups of the axes kept inside a host when they can be (the
+     * context axis: its ring passes a block every step) beside those that
+     * always are (the tensor axis), else those alone. */
+    const unsigned masks[2] = {aa_axis_host_mask_preferred(), aa_axis_host_mask()};
+    for (int k = 0; k < 2 && !rc; k++) {
+      int used, unit = mask_unit(s, masks[k]);
+      if (world % unit || groups_held(h, nh, unit, true, world / unit, &used) < world / unit) continue;
+      int err = spread(p, hardware, s, world, masks[k], unit, h, used, out);
       rc = err ? err : used;
     }
   }

@@ -1115,6 +1115,66 @@ AA_TEST(placement_spans_hosts_with_gloo_and_keeps_each_tensor_group_inside_a_hos
   placement_free(p);
 }
 
+/* Whether every group of axis `axis` of s sits on one host in placement out. */
+static bool groups_on_one_host(const aa_strategy_t *s, aa_conn_t **out, int world, aa_axis_t axis) {
+  for (int r = 0; r < world; r++) {
+    int members[AA_STRATEGY_WORLD_MAX];
+    int n = aa_layout_group(members, AA_STRATEGY_WORLD_MAX, s, r, axis);
+    for (int i = 1; i < n; i++)
+      if (strcmp(host_of(out, members[0]), host_of(out, members[i]))) return false;
+  }
+  return true;
+}
+
+/* The context axis prefers a host (its ring passes a block of keys and
+ * values every attention step): dp 2 x cp 2 over two hosts of 2 keeps each
+ * context pair on a host in every axis order; where the hosts cannot hold
+ * the context groups beside the tensor groups (tp 2 x cp 2 on hosts of 2),
+ * or cannot hold them at all (hosts of 3 and 1), the gang is placed anyway,
+ * its tensor groups still each on one host. */
+AA_TEST(placement_keeps_each_context_group_inside_a_host_when_the_hosts_can) {
+  aa_planner_t *p = placement_planner(AA_CPU_BACKEND_AUTO);
+  aa_conn_t *e1 = add_executor(p, 1, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 2, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 3, "beta", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 4, "beta", AA_PROTO_DEV_CPU, 0);
+  char hw[AA_STORE_HW_MAX], name[AA_AXES + 1];
+  pool_hw(e1, 4, hw);
+  aa_conn_t *out[4] = {0};
+  aa_axis_t o[AA_AXES];
+  int orders = 0;
+  for (int k = 0; aa_axis_order_nth(o, k); k++, orders++) {
+    aa_strategy_t s = mesh(2, 1, 1, "tdp");
+    s.degree[AA_AXIS_CONTEXT] = 2;
+    memcpy(s.order, o, sizeof o);
+    aa_axis_order_name(o, name);
+    CHECK_MSG(aa__registry_place(p, hw, &s, 4, out) == 2, "order %s", name);
+    CHECK_MSG(groups_on_one_host(&s, out, 4, AA_AXIS_CONTEXT), "order %s: a context pair spans hosts", name);
+    CHECK_MSG(!groups_on_one_host(&s, out, 4, AA_AXIS_DATA), "order %s: the data pairs too?", name);
+  }
+  CHECK(orders == 24);
+  aa_strategy_t s = mesh(1, 2, 1, "tdp");
+  s.degree[AA_AXIS_CONTEXT] = 2;
+  CHECK(aa__registry_place(p, hw, &s, 4, out) == 2);
+  CHECK(groups_on_one_host(&s, out, 4, AA_AXIS_TENSOR));
+  CHECK(!groups_on_one_host(&s, out, 4, AA_AXIS_CONTEXT));
+  placement_free(p);
+  /* Hosts of 3 and 1: one context pair fits a host, the other cannot. */
+  p = placement_planner(AA_CPU_BACKEND_AUTO);
+  e1 = add_executor(p, 1, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 2, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 3, "alpha", AA_PROTO_DEV_CPU, 0);
+  add_executor(p, 4, "beta", AA_PROTO_DEV_CPU, 0);
+  pool_hw(e1, 4, hw);
+  s = mesh(2, 1, 1, "tdp");
+  s.degree[AA_AXIS_CONTEXT] = 2;
+  CHECK(aa__registry_place(p, hw, &s, 4, out) == 2);
+  CHECK(!groups_on_one_host(&s, out, 4, AA_AXIS_CONTEXT));
+  CHECK(out[0] != out[1] && out[0] != out[2] && out[0] != out[3] && out[1] != out[2] && out[1] != out[3] &&
+        out[2] != out[3]);
+  placement_free(p);
+}
+
 AA_TEST(placement_takes_idle_executors_and_says_what_a_waiting_gang_needs) {
   aa_planner_t *p = placement_planner(AA_CPU_BACKEND_AUTO);
   aa_conn_t *e1 = add_executor(p, 1, "alpha", AA_PROTO_DEV_CPU, 0);
@@ -1860,6 +1920,7 @@ int main(void) {
   RUN(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees);
   RUN(hardware_fingerprint_is_kind_name_memory_world);
   RUN(placement_spans_hosts_with_gloo_and_keeps_each_tensor_group_inside_a_host);
+  RUN(placement_keeps_each_context_group_inside_a_host_when_the_hosts_can);
   RUN(placement_takes_idle_executors_and_says_what_a_waiting_gang_needs);
   RUN(placement_takes_as_few_hosts_as_hold_the_gang);
   RUN(placement_backend_option_forces_gloo_or_keeps_gangs_on_one_host);
