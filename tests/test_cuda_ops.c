@@ -21,7 +21,11 @@
  *  - 1e-12 relative: sum_squares (double accumulation in fixed slices).
  * The llama ops follow the same classes: RMSNorm and SwiGLU forward per
  * element; their backwards, RoPE (fused multiply-adds), GQA attention and
- * the decode step relative to max|ref|; the KV caches exact.
+ * the decode step relative to max|ref|; the KV caches exact. Ring
+ * attention's block ops: forward and backward relative to max|ref| (1e-4,
+ * GEMM-like sums), merge and delta to 1e-5 of max|ref| (a few fp32 ops per
+ * element, but the merge's weighted sum and delta's row sum may cancel, so
+ * per-element relative error is meaningless there).
  * Measured maxima are printed for each check.
  *
  * Without a CUDA build or a GPU every test reports "skipped: no GPU: ..." and
@@ -1024,6 +1028,152 @@ AA_TEST(attention_decode_matches_cpu) {
   aa_cuda_free(d_kc), aa_cuda_free(d_vc), aa_cuda_free(d_step), aa_cuda_free(d_out);
 }
 
+/* ---------------------------------------------- ring attention's blocks */
+
+#define TOL_RING_ELEM 1e-5
+#define CHECK_MAXREL(name, got, ref, n, tol)                                                                \
+  do {                                                                                                      \
+    double e_ = err_max(got, ref, n);                                                                       \
+    fprintf(stderr, "  %-24s max err / max|ref| %.3g (tol %g)\n", name, e_, (double)(tol));                 \
+    CHECK_MSG(e_ <= (tol), "%s: %g", name, e_);                                                             \
+  } while (0)
+
+/* CHECK_DETERMINISTIC for an op that writes two device buffers: both reset
+ * from init1 and init2 before each of the two runs, both compared. */
+#define CHECK_DETERMINISTIC2(name, d1, init1, bytes1, d2, init2, bytes2, ...)                               \
+  do {                                                                                                      \
+    void *a1_ = xmalloc(bytes1), *a2_ = xmalloc(bytes2), *b1_ = xmalloc(bytes1), *b2_ = xmalloc(bytes2);    \
+    dset(d1, init1, bytes1);                                                                                \
+    dset(d2, init2, bytes2);                                                                                \
+    __VA_ARGS__;                                                                                            \
+    dget(a1_, d1, bytes1);                                                                                  \
+    dget(a2_, d2, bytes2);                                                                                  \
+    dset(d1, init1, bytes1);                                                                                \
+    dset(d2, init2, bytes2);                                                                                \
+    __VA_ARGS__;                                                                                            \
+    dget(b1_, d1, bytes1);                                                                                  \
+    dget(b2_, d2, bytes2);                                                                                  \
+    CHECK_MSG(memcmp(a1_, b1_, bytes1) == 0 && memcmp(a2_, b2_, bytes2) == 0, "%s: two runs differ", name); \
+    free(a1_), free(a2_), free(b1_), free(b2_);                                                             \
+  } while (0)
+
+/* One block problem, B = 2, NH = 4, NKV = 2, HS = 8: the queries read in
+ * place inside qkv rows of width (NH + 2 NKV) HS (the engine's layout);
+ * keys and values either from a separate contiguous (B,Tk,2 NKV HS) block,
+ * as one received from another rank, or (in_place, Tq == Tk) from the same
+ * qkv rows, as the causal diagonal is read. The gradients are laid out as
+ * their operands and start random, so the backward must add. Each op
+ * runs on the same inputs on both backends (the backward and delta from the
+ * CPU's out, lse and delta on both sides), then twice more on the GPU. */
+static void ring_block_case(int Tq, int Tk, int causal, int in_place) {
+  const int B = 2, NH = 4, NKV = 2, HS = 8, W = (NH + 2 * NKV) * HS, KW = 2 * NKV * HS, ldo = NH * HS;
+  size_t nq = (size_t)B * Tq * W, nkv = (size_t)B * Tk * KW, no = (size_t)B * Tq * ldo;
+  size_t nl = (size_t)B * NH * Tq;
+  const int ldkv = in_place ? W : KW;
+  const size_t bsq = (size_t)Tq * W, bskv = (size_t)Tk * ldkv;
+  const size_t ko = in_place ? (size_t)NH * HS : 0, vo = ko + (size_t)NKV * HS; /* k, v columns in a row */
+  float *qkv = frand(nq, -2, 2), *kv = frand(nkv, -2, 2), *dout = frand(no, -1, 1);
+  float *dqkv = frand(nq, -1, 1), *dkv = frand(nkv, -1, 1), *dqkv0 = fdup(dqkv, nq), *dkv0 = fdup(dkv, nkv);
+  float *out = xmalloc(no * 4), *lse = xmalloc(nl * 4), *delta = xmalloc(nl * 4);
+  float *ob = frand(no, -2, 2), *lseb = frand(nl, -2, 8);
+  float *poison_o = frand(no, 5, 6), *poison_l = frand(nl, 5, 6); /* every element must be written */
+  float *d_qkv = dput(qkv, nq * 4), *d_kv = dput(kv, nkv * 4), *d_dout = dput(dout, no * 4);
+  float *d_dqkv = dput(dqkv, nq * 4), *d_dkv = dput(dkv, nkv * 4);
+  float *d_out = dput(poison_o, no * 4), *d_lse = dput(poison_l, nl * 4), *d_delta = dput(poison_l, nl * 4);
+  float *d_ob = dput(ob, no * 4), *d_lseb = dput(lseb, nl * 4);
+  const float *k = (in_place ? qkv : kv) + ko, *v = (in_place ? qkv : kv) + vo;
+  const float *d_k = (in_place ? d_qkv : d_kv) + ko, *d_v = (in_place ? d_qkv : d_kv) + vo;
+  float *dk = (in_place ? dqkv : dkv) + ko, *dv = (in_place ? dqkv : dkv) + vo;
+  float *d_dk = (in_place ? d_dqkv : d_dkv) + ko, *d_dv = (in_place ? d_dqkv : d_dkv) + vo;
+  size_t scratch0 = gpu->scratch_bytes();
+  fprintf(stderr, "  %s Tq=%d Tk=%d, keys and values %s\n", causal ? "causal" : "every key", Tq, Tk,
+          in_place ? "in the qkv rows" : "in a block of their own");
+
+  cpu->attention_block_forward(out, lse, qkv, k, v, B, Tq, Tk, NH, NKV, HS, W, bsq, ldkv, bskv, causal);
+  gpu->attention_block_forward(d_out, d_lse, d_qkv, d_k, d_v, B, Tq, Tk, NH, NKV, HS, W, bsq, ldkv, bskv,
+                               causal);
+  float *g = dgetf(d_out, no), *gl = dgetf(d_lse, nl);
+  CHECK_GEMM("block_forward out", g, out, no);
+  CHECK_GEMM("block_forward lse", gl, lse, nl);
+  free(g), free(gl);
+  CHECK_DETERMINISTIC2("attention_block_forward", d_out, poison_o, no * 4, d_lse, poison_l, nl * 4,
+                       gpu->attention_block_forward(d_out, d_lse, d_qkv, d_k, d_v, B, Tq, Tk, NH, NKV, HS, W,
+                                                    bsq, ldkv, bskv, causal));
+
+  /* delta from the CPU's out on both sides. */
+  dset(d_out, out, no * 4);
+  cpu->attention_block_delta(delta, dout, out, B, Tq, NH, HS);
+  gpu->attention_block_delta(d_delta, d_dout, d_out, B, Tq, NH, HS);
+  g = dgetf(d_delta, nl);
+  CHECK_MAXREL("block_delta", g, delta, nl, TOL_RING_ELEM);
+  free(g);
+  CHECK_DETERMINISTIC("attention_block_delta", d_delta, poison_l, nl * 4,
+                      gpu->attention_block_delta(d_delta, d_dout, d_out, B, Tq, NH, HS));
+
+  /* The backward from the CPU's lse and delta on both sides. */
+  dset(d_lse, lse, nl * 4);
+  dset(d_delta, delta, nl * 4);
+  cpu->attention_block_backward(dqkv, dk, dv, dout, qkv, k, v, lse, delta, B, Tq, Tk, NH, NKV, HS, W, bsq,
+                                ldkv, bskv, causal);
+  gpu->attention_block_backward(d_dqkv, d_dk, d_dv, d_dout, d_qkv, d_k, d_v, d_lse, d_delta, B, Tq, Tk, NH,
+                                NKV, HS, W, bsq, ldkv, bskv, causal);
+  float *gq = dgetf(d_dqkv, nq), *gkv = dgetf(d_dkv, nkv);
+  CHECK_GEMM("block_backward dqkv", gq, dqkv, nq);
+  CHECK_GEMM("block_backward dkv", gkv, dkv, nkv);
+  free(gq), free(gkv);
+  CHECK_DETERMINISTIC2("attention_block_backward", d_dqkv, dqkv0, nq * 4, d_dkv, dkv0, nkv * 4,
+                       gpu->attention_block_backward(d_dqkv, d_dk, d_dv, d_dout, d_qkv, d_k, d_v, d_lse,
+                                                     d_delta, B, Tq, Tk, NH, NKV, HS, W, bsq, ldkv, bskv,
+                                                     causal));
+
+  /* The merge of the forward's result with another block's (lseb drawn
+   * around the forward's lse, so both sides weigh), in place on out, lse. */
+  float *out0 = fdup(out, no), *lse0 = fdup(lse, nl);
+  dset(d_out, out, no * 4);
+  dset(d_lse, lse, nl * 4);
+  cpu->attention_block_merge(out, lse, ob, lseb, B, Tq, NH, HS);
+  gpu->attention_block_merge(d_out, d_lse, d_ob, d_lseb, B, Tq, NH, HS);
+  g = dgetf(d_out, no), gl = dgetf(d_lse, nl);
+  CHECK_MAXREL("block_merge out", g, out, no, TOL_RING_ELEM);
+  CHECK_MAXREL("block_merge lse", gl, lse, nl, TOL_RING_ELEM);
+  free(g), free(gl);
+  CHECK_DETERMINISTIC2("attention_block_merge", d_out, out0, no * 4, d_lse, lse0, nl * 4,
+                       gpu->attention_block_merge(d_out, d_lse, d_ob, d_lseb, B, Tq, NH, HS));
+
+  /* No scratch: the block ops hold nothing beyond their arguments. */
+  CHECK(gpu->scratch_bytes() == scratch0);
+  free(qkv), free(kv), free(dout), free(dqkv), free(dkv), free(dqkv0), free(dkv0), free(out), free(lse);
+  free(delta), free(ob), free(lseb), free(poison_o), free(poison_l), free(out0), free(lse0);
+  aa_cuda_free(d_qkv), aa_cuda_free(d_kv), aa_cuda_free(d_dout), aa_cuda_free(d_dqkv), aa_cuda_free(d_dkv);
+  aa_cuda_free(d_out), aa_cuda_free(d_lse), aa_cuda_free(d_delta), aa_cuda_free(d_ob), aa_cuda_free(d_lseb);
+}
+
+/* T = 7 (one partial 16-row tile, one partial 32-key tile) and 33 (three
+ * row tiles, two key tiles, both last ones partial), causal and not; then
+ * the diagonal read in place and the rectangular blocks Tq != Tk that the
+ * non-causal contract allows. Last, the shapes the kernels refuse leave the
+ * sticky error and launch nothing. */
+AA_TEST(ring_attention_blocks_match_cpu) {
+  NEED_GPU();
+  for (int T = 7; T <= 33; T += 26)
+    for (int causal = 0; causal <= 1; causal++)
+      ring_block_case(T, T, causal, 0);
+  ring_block_case(33, 33, 1, 1);
+  ring_block_case(7, 33, 0, 0);
+  ring_block_case(33, 7, 0, 0);
+
+  float *d = NULL;
+  if (aa_cuda_alloc((void **)&d, 4096 * 4)) abort();
+  CHECK(aa_cuda_sync() == 0);
+  gpu->attention_block_forward(d, d + 2048, d, d, d, 1, 2, 2, 1, 1, 264, 264, 528, 264, 528, 0);
+  CHECK(aa_cuda_last_error() == AA_EUNSUPPORTED);
+  aa_cuda_clear_error();
+  gpu->attention_block_backward(d, d, d, d, d, d, d, d, d, 1, 2, 3, 1, 1, 8, 8, 16, 8, 24, 1);
+  CHECK(aa_cuda_last_error() == AA_EINVAL);
+  aa_cuda_clear_error();
+  aa_cuda_free(d);
+}
+
 int main(void) {
   aa_rng_seed(&rng, 20240611);
   cpu = aa_ops_cpu();
@@ -1056,6 +1206,7 @@ int main(void) {
   RUN(rope_matches_cpu);
   RUN(attention_gqa_matches_cpu);
   RUN(attention_decode_matches_cpu);
+  RUN(ring_attention_blocks_match_cpu);
   if (gpu_ok) {
     CHECK(aa_cuda_sync() == 0);
     aa_cuda_shutdown();

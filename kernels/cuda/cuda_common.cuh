@@ -140,5 +140,17 @@ int aa__cuda_sum_squares(double *out, const float *x, size_t n);
 int aa__cuda_cast_from_f32(void *dst, aa_dtype_t dtype, const float *src, size_t n);
 int aa__cuda_cast_to_f32(float *dst, const void *src, aa_dtype_t dtype, size_t n);
 int aa__cuda_round_store(void *dst, float *x, aa_dtype_t dtype, size_t n);
+/* Ring attention's block ops (cuda_attention_ring.cu). */
+int aa__cuda_attention_block_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                                     int B, int Tq, int Tk, int NH, int NKV, int HS, int ldq, size_t bsq,
+                                     int ldkv, size_t bskv, int causal);
+int aa__cuda_attention_block_merge(float *out, float *lse, const float *ob, const float *lseb, int B, int Tq,
+                                   int NH, int HS);
+int aa__cuda_attention_block_delta(float *delta, const float *dout, const float *out, int B, int Tq, int NH,
+                                   int HS);
+int aa__cuda_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                      const float *k, const float *v, const float *lse, const float *delta,
+                                      int B, int Tq, int Tk, int NH, int NKV, int HS, int ldq, size_t bsq,
+                                      int ldkv, size_t bskv, int causal);
 
 #endif

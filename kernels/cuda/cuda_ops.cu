@@ -172,6 +172,27 @@ static void attention_decode(float *out, float *kcache, float *vcache, const flo
                              int pos, int NH, int NKV, int HS) {
   (void)aa__cuda_attention_decode(out, kcache, vcache, qkv, B, Tmax, pos, NH, NKV, HS);
 }
+static void attention_block_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                                    int B, int Tq, int Tk, int NH, int NKV, int HS, int ldq, size_t bsq,
+                                    int ldkv, size_t bskv, int causal) {
+  (void)aa__cuda_attention_block_forward(out, lse, q, k, v, B, Tq, Tk, NH, NKV, HS, ldq, bsq, ldkv, bskv,
+                                         causal);
+}
+static void attention_block_merge(float *out, float *lse, const float *ob, const float *lseb, int B, int Tq,
+                                  int NH, int HS) {
+  (void)aa__cuda_attention_block_merge(out, lse, ob, lseb, B, Tq, NH, HS);
+}
+static void attention_block_delta(float *delta, const float *dout, const float *out, int B, int Tq, int NH,
+                                  int HS) {
+  (void)aa__cuda_attention_block_delta(delta, dout, out, B, Tq, NH, HS);
+}
+static void attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                     const float *k, const float *v, const float *lse, const float *delta,
+                                     int B, int Tq, int Tk, int NH, int NKV, int HS, int ldq, size_t bsq,
+                                     int ldkv, size_t bskv, int causal) {
+  (void)aa__cuda_attention_block_backward(dq, dk, dv, dout, q, k, v, lse, delta, B, Tq, Tk, NH, NKV, HS, ldq,
+                                          bsq, ldkv, bskv, causal);
+}
 
 static int mem_sync(void) {
   int rc = aa_cuda_sync();
@@ -232,12 +253,10 @@ static const aa_ops_t cuda_ops = {
     attention_gqa_forward,
     attention_gqa_backward,
     attention_decode,
-    /* Ring attention's block ops (context parallelism): not on CUDA yet;
-     * the engine refuses context parallelism on a backend without them. */
-    nullptr,
-    nullptr,
-    nullptr,
-    nullptr,
+    attention_block_forward,
+    attention_block_merge,
+    attention_block_delta,
+    attention_block_backward,
 };
 
 extern "C" const aa_ops_t *aa_ops_cuda(void) { return &cuda_ops; }
