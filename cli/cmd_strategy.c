@@ -64,9 +64,9 @@ static int usage_error(const char *cmd, void (*usage)(FILE *), const char *msg, 
 
 static const char *const zero_words[] = {
     "nothing sharded",
-    "optimizer states sharded over the data-parallel group",
-    "optimizer states and gradients sharded over the data-parallel group",
-    "optimizer states, gradients and parameters sharded over the data-parallel group",
+    "optimizer states sharded over the",
+    "optimizer states and gradients sharded over the",
+    "optimizer states, gradients and parameters sharded over the",
 };
 
 static void print_bytes(double b) {
@@ -103,8 +103,14 @@ static void print_words(const aa_strategy_t *s) {
     for (int i = 0; i < s->nranks && i < 32; i++) printf(" %d", s->rank_order[i]);
     printf("%s\n", s->nranks > 32 ? " ..." : "");
   }
-  printf("zero:              stage %d: %s%s\n", s->zero, zero_words[s->zero],
-         s->zero > 0 && s->degree[AA_AXIS_DATA] == 1 ? " (a group of 1: nothing to shard)" : "");
+  /* ZeRO shards over the ranks holding the same model slice: the data
+   * group, times the context group (sizes.h). */
+  const int cp = s->degree[AA_AXIS_CONTEXT], replicas = s->degree[AA_AXIS_DATA] * cp;
+  printf("zero:              stage %d: %s%s%s\n", s->zero, zero_words[s->zero],
+         s->zero == 0 ? ""
+         : cp > 1     ? " data x context group"
+                      : " data-parallel group",
+         s->zero > 0 && replicas == 1 ? " (a group of 1: nothing to shard)" : "");
   if (s->amp == AA_F32)
     printf("amp:               off: fp32 compute\n");
   else

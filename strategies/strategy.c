@@ -216,12 +216,18 @@ int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world
   if (per_rank % r.micro_batch)
     return aa_error(AA_EINVAL, "micro_batch %d must divide global_batch / dp = %d / %d", r.micro_batch, gb,
                     dp);
-  if (r.sp && ((long long)r.micro_batch * a->seq_len) % tp)
+  if (r.sp && cp == 1 && ((long long)r.micro_batch * a->seq_len) % tp)
     return aa_error(
         AA_EINVAL,
         "sequence_parallel splits a micro-batch's micro_batch x seq_len = %d x %d tokens between the "
         "%d tensor ranks: tp must divide %lld",
         r.micro_batch, a->seq_len, tp, (long long)r.micro_batch * a->seq_len);
+  if (r.sp && cp > 1 && ((long long)r.micro_batch * (a->seq_len / cp)) % tp)
+    return aa_error(
+        AA_EINVAL,
+        "sequence_parallel splits a context rank's micro_batch x seq_len / context = %d x %d / %d "
+        "tokens between the %d tensor ranks: tp must divide %lld",
+        r.micro_batch, a->seq_len, cp, tp, (long long)r.micro_batch * (a->seq_len / cp));
   if (r.ckpt_layers > a->n_layer)
     return aa_error(AA_EINVAL, "checkpoint_layers %d must be <= n_layer %d", r.ckpt_layers, a->n_layer);
   const int accum = per_rank / r.micro_batch;

@@ -1041,7 +1041,24 @@ AA_TEST(the_context_axis_shows_only_above_one) {
   if (parse_ok(&s, "{" V1 ", \"parallel\": {\"context\": 64}}")) return;
   CHECK_ERR(aa_strategy_resolve(&s, &spec, 0), AA_EINVAL, "2 x 64 = 128 chunks");
   if (parse_ok(&s, "{" V1 ", \"parallel\": {\"context\": 2}}")) return;
-  CHECK_ERR(aa_strategy_resolve(&s, &spec, 2), AA_EUNSUPPORTED, "does not run context parallelism yet");
+  CHECK(aa_strategy_resolve(&s, &spec, 2) == 0);
+  CHECK_ERR(aa_strategy_resolve(&s, &spec, 4), AA_EINVAL,
+            "data * tensor * pipeline * context = 1 * 1 * 1 * 2 = 2 must equal the world size 4");
+  /* Sequence parallelism splits a context rank's tokens: 12 tokens a
+   * sequence are 6 on each of 2 context ranks, which tp 4 does not divide
+   * (though it divides 12). */
+  spec.arch.seq_len = 12;
+  if (parse_ok(&s, "{" V1 ", \"parallel\": {\"tensor\": 4, \"context\": 2, \"sequence_parallel\": true}, "
+                   "\"micro_batch\": 1}"))
+    return;
+  CHECK_ERR(
+      aa_strategy_resolve(&s, &spec, 8), AA_EINVAL,
+      "sequence_parallel splits a context rank's micro_batch x seq_len / context = 1 x 12 / 2 tokens between "
+      "the 4 tensor ranks: tp must divide 6");
+  if (parse_ok(&s,
+               "{" V1 ", \"parallel\": {\"tensor\": 4, \"sequence_parallel\": true}, \"micro_batch\": 1}"))
+    return;
+  CHECK(aa_strategy_resolve(&s, &spec, 4) == 0);
 }
 
 /* --- ATorch options: each honoured or refused by name -------------------- */
