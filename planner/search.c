@@ -178,13 +178,15 @@ static bool dominated(const aa_search_t *s, aa_cand_t *c) {
 }
 
 /* A candidate that could not beat the best measured run even at the
- * devices' peak: dp * peak / (the FLOPs its most loaded rank must execute
- * per token of its replica: strategies/cost.h, per pipeline stage, every
- * stage seeing every token) is a bound no implementation passes. */
+ * devices' peak: dp * cp * peak / (the FLOPs its most loaded rank must
+ * execute per token of its replica: strategies/cost.h, per pipeline stage,
+ * every stage seeing every token of its context rank's share, the cp
+ * ranks of a context group each a 1/cp share of every sequence) is a
+ * bound no implementation passes. */
 static bool beyond_peak(const aa_search_t *s, aa_cand_t *c) {
   if (!(s->peak_flops > 0) || !(s->best > 0)) return false;
-  double bound =
-      (double)c->s.degree[AA_AXIS_DATA] * s->peak_flops / aa_cost_min_flops_per_token(&s->arch, &c->s);
+  double bound = (double)c->s.degree[AA_AXIS_DATA] * c->s.degree[AA_AXIS_CONTEXT] * s->peak_flops /
+                 aa_cost_min_flops_per_token(&s->arch, &c->s);
   if (bound >= s->best) return false;
   snprintf(c->reason, sizeof c->reason,
            "not measured: at the devices' peak of %.0f TFLOP/s each it would reach at most %.0f tokens/s, and %.0f "

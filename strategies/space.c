@@ -182,14 +182,19 @@ static aa_axis_t rest_axis(void) {
 
 /* The largest degree axis a may take in a world of the pool: 1 when its
  * method is excluded; a pipeline at most n_layer (a stage holds a block
- * at least), and none without the model. */
+ * at least), a context group at most seq_len / 2 (two chunks of a
+ * sequence a rank), and neither without the model. */
 static int axis_max(const aa_space_pool_t *p, aa_axis_t a, int world) {
   if (p->exclude & axis_bit(a)) return 1;
   if (a == AA_AXIS_PIPELINE) return !p->arch ? 1 : world < p->arch->n_layer ? world : p->arch->n_layer;
-  /* Not searched while the engine does not run it (aa_strategy_resolve
-   * refuses context parallelism: issue 31, part 2). */
-  if (a == AA_AXIS_CONTEXT) return 1;
+  if (a == AA_AXIS_CONTEXT) return !p->arch ? 1 : world < p->arch->seq_len / 2 ? world : p->arch->seq_len / 2;
   return world;
+}
+
+/* Whether axis a may take degree d (at most axis_max): a context group
+ * cuts every sequence into 2d chunks (aa_strategy_resolve's rule). */
+static bool axis_fits(const aa_space_pool_t *p, aa_axis_t a, int d) {
+  return a != AA_AXIS_CONTEXT || d == 1 || (p->arch && p->arch->seq_len % (2 * d) == 0);
 }
 
 static cursor_t cursor_start(const aa_space_pool_t *p) {
@@ -232,6 +237,10 @@ static bool layout_next(cursor_t *c, const aa_space_pool_t *p, aa_space_layout_t
     for (int i = 0; i < n; i++)
       prod *= c->degree[nest[i]];
     if (c->world % prod) continue;
+    bool fits = true;
+    for (int i = 0; i < n; i++)
+      fits = fits && axis_fits(p, nest[i], c->degree[nest[i]]);
+    if (!fits) continue;
     const int rest_degree = c->world / (int)prod;
     if (rest == AA_AXIS_DATA && p->global_batch % rest_degree) continue;
     *out = (aa_space_layout_t){.sp = c->sp};
@@ -334,7 +343,8 @@ size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa
               per_rank = pool->global_batch / dp;
     size_t ndiv = aa_space_micro_batches(divisors, MAX_DIVISORS, per_rank);
     assert(ndiv <= MAX_DIVISORS);
-    size_t nzero = aa_space_zero_stages(zeros, 4, dp, pool->exclude);
+    /* ZeRO shards over the data x context ranks (sizes.h). */
+    size_t nzero = aa_space_zero_stages(zeros, 4, dp * l.degree[AA_AXIS_CONTEXT], pool->exclude);
     if (pp > 1)
       while (nzero > 0 && zeros[nzero - 1] >= 2)
         nzero--;

@@ -32,7 +32,7 @@ enum {
 /* The accepted method names, comma-separated, in table order:
  * "amp, amp_native, bf16, fp16, fp32, checkpoint, selective, full, zero,
  * zero1, zero2, zero3, fsdp, tensor_parallel, sequence_parallel,
- * pipeline_parallel".
+ * pipeline_parallel, context_parallel".
  * Static storage; never NULL. */
 const char *aa_space_exclude_names(void);
 
@@ -63,14 +63,14 @@ const char *aa_space_include_names(char *buf, size_t cap, unsigned include);
 
 /* The methods strategy s uses, as AA_SPACE_EX_* bits: its precision's, its
  * checkpoint mode's (none has no bit), its ZeRO stage's (0 has none),
- * AA_SPACE_EX_TP when tp > 1, AA_SPACE_EX_SP with sequence parallelism and
- * AA_SPACE_EX_PP when pp > 1. A stored strategy answers a search only if
+ * AA_SPACE_EX_TP when tp > 1, AA_SPACE_EX_SP with sequence parallelism,
+ * AA_SPACE_EX_PP when pp > 1 and AA_SPACE_EX_CP when cp > 1. A stored strategy answers a search only if
  * (bits & exclude) == 0. */
 unsigned aa_space_methods_of(const aa_strategy_t *s);
 
 /* The single-method names of bits ("bf16", "fp16", "fp32", "selective",
  * "full", "zero1", "zero2", "zero3", "tensor_parallel",
- * "sequence_parallel", "pipeline_parallel"), comma-separated, into buf (cap
+ * "sequence_parallel", "pipeline_parallel", "context_parallel"), comma-separated, into buf (cap
  * bytes, always NUL-terminated; cut when short). Returns buf. */
 const char *aa_space_method_names(char *buf, size_t cap, unsigned bits);
 
@@ -81,8 +81,10 @@ typedef struct aa_space_pool {
   bool cuda;        /* GPUs (bf16 first) or CPUs (fp32 first) */
   unsigned exclude; /* AA_SPACE_EX_* bits */
   unsigned include; /* an aa_space_include_set: methods every candidate uses, 0 = none */
-  /* The model (borrowed), which the pipelines' cuts need: with it the
-   * space has pipelines (pp > 1, pp * vpp <= n_layer); NULL: pp = 1 only. */
+  /* The model (borrowed), which the pipelines' cuts and the context
+   * chunks need: with it the space has pipelines (pp > 1, pp * vpp <=
+   * n_layer) and context groups (cp > 1, 2 cp dividing seq_len); NULL:
+   * pp = cp = 1 only. */
   const aa_arch_t *arch;
 } aa_space_pool_t;
 
@@ -90,9 +92,9 @@ typedef struct aa_space_pool {
  * space has fewer) into out, in the order the search should try them, and
  * returns how many exist, so that (NULL, 0) counts. */
 
-/* How a gang of dp * tp * pp ranks splits the work: data-parallel degree,
- * tensor-parallel degree, sequence parallelism over the tensor group
- * (only at tp > 1), and pipeline degree. */
+/* How a gang of dp * tp * pp * cp ranks splits the work: a degree for
+ * each axis (common/axis.h) and sequence parallelism over the tensor group
+ * (only at tp > 1). */
 typedef struct aa_space_layout {
   int degree[AA_AXES]; /* by aa_axis_t */
   int sp;
@@ -100,13 +102,17 @@ typedef struct aa_space_layout {
 
 /* The layouts of a pool: for each world W (ranks of a gang) from devices
  * down to 1, every pipeline degree pp that divides W, smaller first (pp >
- * 1 only with the pool's model, up to its n_layer), then every tensor
- * degree tp that divides W / pp, smaller first, with dp = W / (tp * pp),
- * which must divide global_batch (another dp would give the data ranks
- * unequal shares); at tp > 1 sequence parallelism off, then on. Larger
- * gangs first (more devices), and within one the least pipeline and
- * tensor communication first. AA_SPACE_EX_TP leaves out every tp > 1,
- * AA_SPACE_EX_SP the sequence-parallel ones, AA_SPACE_EX_PP every pp > 1.
+ * 1 only with the pool's model, up to its n_layer), then every context
+ * degree cp that divides W / pp, smaller first (cp > 1 only with the
+ * model, where 2 cp divides seq_len), then every tensor degree tp that
+ * divides W / (pp cp), smaller first, with dp = W / (tp pp cp), which must
+ * divide global_batch (another dp would give the data ranks unequal
+ * shares); at tp > 1 sequence parallelism off, then on (the loops are the
+ * axis table's search column). Larger gangs first (more devices), and
+ * within one the least pipeline, context and tensor communication first.
+ * AA_SPACE_EX_TP leaves out every tp > 1, AA_SPACE_EX_SP the
+ * sequence-parallel ones, AA_SPACE_EX_PP every pp > 1, AA_SPACE_EX_CP every
+ * cp > 1.
  * Whether a model allows a tp (it must divide n_head and d_ff) is
  * aa_strategy_resolve's to say. */
 size_t aa_space_layouts(aa_space_layout_t *out, size_t cap, const aa_space_pool_t *pool);
@@ -124,7 +130,7 @@ size_t aa_space_ckpt_modes(aa_ckpt_mode_t *out, size_t cap, unsigned exclude);
 size_t aa_space_micro_batches(int *out, size_t cap, int per_rank);
 
 /* The candidate strategies of a pool, in the order the search tries them:
- * for each layout, pipeline shape, ZeRO stage (over the layout's dp),
+ * for each layout, pipeline shape, ZeRO stage (over the layout's dp x cp),
  * precision and checkpoint mode (each as above, nested in that order) a
  * "setting", and within a setting every micro-batch (divisors of
  * global_batch / dp, larger first). The pipeline shapes at pp > 1: the

@@ -239,8 +239,8 @@ AA_TEST(search_prunes_strategies_predicted_out_of_memory) {
  * so every candidate on one device goes, and so does every pp 2 one: its
  * last stage holds a block, the final LayerNorm and the head, two thirds
  * of this small model's work (bound 1.5x), and each stage sees every
- * token. dp 2 and dp 1 x tp 2 could reach twice the single device's bound
- * and stay. */
+ * token. dp 2, dp 1 x tp 2 and cp 2 (each rank half of every sequence)
+ * could reach twice the single device's bound and stay. */
 AA_TEST(search_skips_what_could_not_win_even_at_the_devices_peak) {
   aa_model_spec_t spec = spec_with_batch(4);
   for (int known = 0; known <= 1; known++) {
@@ -262,8 +262,10 @@ AA_TEST(search_skips_what_could_not_win_even_at_the_devices_peak) {
       bool why = strstr(s.c[k].reason, "at the devices' peak of 1 TFLOP/s each it would reach at most") != NULL;
       beyond += why;
       if (known)
-        CHECK_MSG(why == (s.c[k].s.degree[AA_AXIS_DATA] * s.c[k].s.degree[AA_AXIS_TENSOR] == 1), "%s: %s",
-                  s.c[k].key, s.c[k].reason);
+        CHECK_MSG(why == (s.c[k].s.degree[AA_AXIS_DATA] * s.c[k].s.degree[AA_AXIS_TENSOR] *
+                              s.c[k].s.degree[AA_AXIS_CONTEXT] ==
+                          1),
+                  "%s: %s", s.c[k].key, s.c[k].reason);
     }
     if (known)
       CHECK_MSG(beyond == 27 + 36 && n > 0, "%d", beyond); /* one device: 3 amps x 3 checkpoint modes x mb 4, 2, 1;
@@ -605,12 +607,14 @@ AA_TEST(search_limits_prune_what_was_not_measured) {
 AA_TEST(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees) {
   aa_model_spec_t spec = spec_with_batch(4);
   aa_search_t s;
-  /* Two executors: dp 2 x zero 0-3 x 3 amp x 3 checkpoint x micro-batches
-   * 2, 1; then dp 1 x tp 2 without and with sequence parallelism, 27 each;
-   * then pp 2 (2 blocks: no interleaving) with 1f1b and gpipe x 3 amp x 3
-   * checkpoint x micro-batches 2, 1 (at least pp micro-batches a step);
-   * then the 27 of dp 1. */
-  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
+  /* Context groups are left out here (AA_SPACE_EX_CP) and counted at the
+   * end. Two executors: dp 2 x zero 0-3 x 3 amp x 3 checkpoint x
+   * micro-batches 2, 1; then dp 1 x tp 2 without and with sequence
+   * parallelism, 27 each; then pp 2 (2 blocks: no interleaving) with 1f1b
+   * and gpipe x 3 amp x 3 checkpoint x micro-batches 2, 1 (at least pp
+   * micro-batches a step); then the 27 of dp 1. */
+  const unsigned no_cp = AA_SPACE_EX_CP;
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, no_cp, 0, NULL) == 0);
   CHECK_MSG(s.n == 72 + 54 + 36 + 27, "%zu", s.n);
   CHECK(s.nsettings == 81);
   CHECK(!strcmp(s.c[0].key, "dp2.tp1.pp1.z0.fp32.ckpt-none.mb2"));
@@ -641,7 +645,7 @@ AA_TEST(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees) {
 
   /* Three executors and a batch of 4: dp 3 would split it unevenly, but
    * tp 3 (dp 1) is a gang of three, which n_head 2 does not allow. */
-  CHECK(aa__search_enumerate(&s, &spec, 3, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 3, AA_PROTO_DEV_CPU, 0, no_cp, 0, NULL) == 0);
   CHECK_MSG(s.n == 243, "%zu", s.n);
   for (size_t i = 0; i < s.n; i++) {
     CHECK(strncmp(s.c[i].key, "dp3.", 4) != 0);
@@ -650,7 +654,7 @@ AA_TEST(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees) {
   }
   aa__search_free(&s);
   /* Four: dp 4 leaves one sequence per rank, micro-batch 1. */
-  CHECK(aa__search_enumerate(&s, &spec, 4, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 4, AA_PROTO_DEV_CPU, 0, no_cp, 0, NULL) == 0);
   CHECK_MSG(s.n == 585, "%zu", s.n);
   CHECK(!strcmp(s.c[0].key, "dp4.tp1.pp1.z0.fp32.ckpt-none.mb1"));
   CHECK(!strcmp(s.c[36].key, "dp2.tp2.pp1.z0.fp32.ckpt-none.mb2"));
@@ -660,13 +664,13 @@ AA_TEST(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees) {
   unsigned mask = 0;
   const char *zero[] = {"zero"};
   CHECK(aa_space_exclude_mask(zero, 1, &mask) == 0);
-  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask, 0, NULL) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask | no_cp, 0, NULL) == 0);
   CHECK_MSG(s.n == 18 + 54 + 36 + 27, "%zu", s.n);
   for (size_t i = 0; i < s.n; i++) CHECK(s.c[i].s.zero == 0);
   aa__search_free(&s);
   const char *some[] = {"zero2", "fsdp", "amp", "checkpoint"};
   CHECK(aa_space_exclude_mask(some, 4, &mask) == 0);
-  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask, 0, NULL) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask | no_cp, 0, NULL) == 0);
   /* dp 2 at zero 0 and 1 x mb 2, 1; dp 1 x tp 2 (sp off, on); pp 2 (1f1b, gpipe) x mb 2, 1; dp 1 x mb 4, 2, 1 */
   CHECK_MSG(s.n == 2 * 2 + 2 * 3 + 2 * 2 + 3, "%zu", s.n);
   CHECK(!strcmp(s.c[2].key, "dp2.tp1.pp1.z1.fp32.ckpt-none.mb2"));
@@ -674,8 +678,22 @@ AA_TEST(gangs_take_the_pool_largest_first_with_data_and_tensor_degrees) {
   /* tensor_parallel leaves the pool of two with its data-parallel gangs. */
   const char *tp[] = {"tensor_parallel"};
   CHECK(aa_space_exclude_mask(tp, 1, &mask) == 0);
-  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask, 0, NULL) == 0);
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, mask | no_cp, 0, NULL) == 0);
   CHECK_MSG(s.n == 72 + 36 + 27 && s.valid == (int)s.n, "%zu", s.n);
+  aa__search_free(&s);
+  /* With context groups: cp 2 (seq_len 16, chunks of 4) comes after the
+   * tensor gangs and before the pipelines, at dp 1 with every ZeRO stage
+   * (it shards over data x context ranks): 4 x 3 amp x 3 checkpoint x
+   * micro-batches 4, 2, 1, and every one valid. */
+  CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == 0);
+  CHECK_MSG(s.n == 72 + 54 + 108 + 36 + 27 && s.nsettings == 81 + 36, "%zu %zu", s.n, (size_t)s.nsettings);
+  CHECK(!strcmp(s.c[126].key, "dp1.tp1.pp1.cp2.z0.fp32.ckpt-none.mb4"));
+  CHECK(!strcmp(s.c[126 + 107].key, "dp1.tp1.pp1.cp2.z3.bf16.ckpt-full.mb1") ||
+        !strcmp(s.c[126 + 107].key, "dp1.tp1.pp1.cp2.z3.fp16.ckpt-full.mb1"));
+  CHECK(!strcmp(s.c[234].key, "dp1.tp1.pp2.z0.fp32.ckpt-none.mb2.1f1b"));
+  for (size_t i = 126; i < 234; i++)
+    CHECK_MSG(s.c[i].s.degree[AA_AXIS_CONTEXT] == 2 && s.c[i].state != AA_CAND_PRUNED, "%s: %s", s.c[i].key,
+              s.c[i].reason);
   aa__search_free(&s);
 
   CHECK(aa__search_enumerate(&s, &spec, 0, AA_PROTO_DEV_CPU, 0, 0, 0, NULL) == AA_EINVAL);
@@ -689,7 +707,9 @@ AA_TEST(search_enumerates_only_what_uses_the_included_methods) {
   const char *z1[] = {"zero1"};
   CHECK(aa_space_include_set(z1, 1, 0, &in) == 0);
   CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0, in, NULL) == 0);
-  CHECK_MSG(s.n == 18 && s.nsettings == 9, "%zu", s.n);
+  /* dp 2 and cp 2 (dp 1, ZeRO over the context pair) at zero 1 x 3 amp x
+   * 3 checkpoint modes, micro-batches 2, 1 and 4, 2, 1. */
+  CHECK_MSG(s.n == 18 + 27 && s.nsettings == 9 + 9, "%zu", s.n);
   CHECK(!strcmp(s.c[0].key, "dp2.tp1.pp1.z1.fp32.ckpt-none.mb2"));
   for (size_t i = 0; i < s.n; i++) CHECK(strstr(s.c[i].key, ".z1."));
   aa__search_free(&s);

@@ -205,7 +205,8 @@ static aa_arch_t tiny_arch(void) {
  * interleaved. Every candidate is one the model allows. */
 AA_TEST(a_pool_with_a_model_has_pipelines) {
   aa_arch_t arch = tiny_arch();
-  aa_space_pool_t pool = {.devices = 4, .global_batch = 16, .arch = &arch};
+  /* Context groups have their own test below. */
+  aa_space_pool_t pool = {.devices = 4, .global_batch = 16, .exclude = AA_SPACE_EX_CP, .arch = &arch};
   aa_space_layout_t l[32];
   size_t nl = aa_space_layouts(l, 32, &pool);
   /* World 4: tp 1, 2 (sp off, on), 4 (off, on); pp 2 with tp 1, 2 (off,
@@ -218,9 +219,9 @@ AA_TEST(a_pool_with_a_model_has_pipelines) {
         l[8].degree[AA_AXIS_PIPELINE] == 4 && l[8].degree[AA_AXIS_DATA] == 1 &&
         l[11].degree[AA_AXIS_PIPELINE] == 3 && l[15].degree[AA_AXIS_PIPELINE] == 2 &&
         l[16].degree[AA_AXIS_DATA] == 1 && l[16].degree[AA_AXIS_PIPELINE] == 1);
-  pool.exclude = AA_SPACE_EX_PP;
+  pool.exclude = AA_SPACE_EX_PP | AA_SPACE_EX_CP;
   CHECK(aa_space_layouts(NULL, 0, &pool) == 5 + 2 + 3 + 1);
-  pool.exclude = 0;
+  pool.exclude = AA_SPACE_EX_CP;
 
   size_t n = aa_space_enumerate(NULL, NULL, 0, &pool);
   aa_strategy_t *s = calloc(n, sizeof *s);
@@ -261,6 +262,57 @@ AA_TEST(a_pool_with_a_model_has_pipelines) {
   pool.devices = 2;
   CHECK_MSG(aa_space_enumerate(NULL, NULL, 0, &pool) == 279 + 108, "%zu",
             aa_space_enumerate(NULL, NULL, 0, &pool));
+}
+
+/* With the model, a pool has context groups: cp dividing the ranks a
+ * pipeline leaves, 2 cp dividing seq_len (64: cp 2 and 4, never 3), each
+ * before the tensor degrees it leaves room for; ZeRO at dp 1 x cp 2 too
+ * (it shards over data x context ranks). context_parallel excludes them
+ * and --include keeps only them. */
+AA_TEST(a_pool_with_a_model_has_context_groups) {
+  aa_arch_t arch = tiny_arch();
+  aa_space_pool_t pool = {.devices = 4, .global_batch = 16, .arch = &arch};
+  aa_space_layout_t l[32];
+  size_t nl = aa_space_layouts(l, 32, &pool);
+  /* World 4: pp 1 with cp 1 (tp 1; tp 2, 4 each sp off and on), cp 2 (tp
+   * 1; tp 2 off, on), cp 4; pp 2 with cp 1 (tp 1; tp 2 off, on), cp 2;
+   * pp 4: 14. World 3: tp 3 (off, on), pp 3 (no cp 3: 6 does not divide
+   * 64): 3. World 2: tp 1, tp 2 (off, on), cp 2, pp 2: 5. World 1. */
+  CHECK_MSG(nl == 14 + 3 + 5 + 1, "%zu layouts", nl);
+  const struct {
+    int at, dp, tp, pp, cp;
+  } want[] = {{5, 2, 1, 1, 2}, {6, 1, 2, 1, 2}, {8, 1, 1, 1, 4}, {12, 1, 1, 2, 2}, {20, 1, 1, 1, 2}};
+  for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+    const aa_space_layout_t *x = &l[want[k].at];
+    CHECK_MSG(x->degree[AA_AXIS_DATA] == want[k].dp && x->degree[AA_AXIS_TENSOR] == want[k].tp &&
+                  x->degree[AA_AXIS_PIPELINE] == want[k].pp && x->degree[AA_AXIS_CONTEXT] == want[k].cp,
+              "layout %d: dp %d tp %d pp %d cp %d", want[k].at, x->degree[AA_AXIS_DATA],
+              x->degree[AA_AXIS_TENSOR], x->degree[AA_AXIS_PIPELINE], x->degree[AA_AXIS_CONTEXT]);
+  }
+  for (size_t i = 0; i < nl; i++)
+    CHECK(l[i].degree[AA_AXIS_CONTEXT] != 3);
+  pool.exclude = AA_SPACE_EX_CP;
+  CHECK(aa_space_layouts(NULL, 0, &pool) == 9 + 3 + 4 + 1);
+  /* Every candidate with --include context_parallel has cp > 1, and dp 1 x
+   * cp 2 tries every ZeRO stage. */
+  const char *inc[] = {"context_parallel"};
+  pool.exclude = 0;
+  CHECK(aa_space_include_set(inc, 1, 0, &pool.include) == 0);
+  size_t n = aa_space_enumerate(NULL, NULL, 0, &pool);
+  aa_strategy_t *s = calloc(n, sizeof *s);
+  if (!s) abort();
+  CHECK(n > 0 && aa_space_enumerate(s, NULL, n, &pool) == n);
+  int zero3_at_dp1 = 0;
+  for (size_t i = 0; i < n; i++) {
+    CHECK_MSG(s[i].degree[AA_AXIS_CONTEXT] > 1, "%s", key_of(&s[i]));
+    zero3_at_dp1 += s[i].degree[AA_AXIS_DATA] == 1 && s[i].zero == 3;
+  }
+  CHECK(zero3_at_dp1 > 0);
+  free(s);
+  /* Without the model there are none (nor pipelines). */
+  pool.arch = NULL;
+  pool.include = 0;
+  CHECK(aa_space_layouts(NULL, 0, &pool) == 5 + 2 + 3 + 1);
 }
 
 /* The parameters cut is a candidate only where it cuts elsewhere than the
@@ -491,6 +543,7 @@ int main(void) {
   RUN(tensor_and_sequence_parallel_can_be_excluded);
   RUN(what_exists_comes_in_search_order);
   RUN(a_pool_with_a_model_has_pipelines);
+  RUN(a_pool_with_a_model_has_context_groups);
   RUN(the_parameters_cut_is_tried_where_it_differs);
   RUN(exclude_names_leave_out_methods);
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);

@@ -261,7 +261,12 @@ for z in 0 1 2 3; do
     and r['peak']['optim'] > 0 for r in d['runs'])" <"$tmp/runs9.json")" = True ]
 done
 check "dp 1 is measured next to them" \
-  [ "$(jq_ "sum(r['key'].startswith('dp1.tp1.pp1.') and r['status'] == 'ok' for r in d['runs'])" <"$tmp/runs9.json")" = 3 ]
+  [ "$(jq_ "sum(r['key'].startswith('dp1.tp1.pp1.z') and r['status'] == 'ok' for r in d['runs'])" <"$tmp/runs9.json")" = 3 ]
+# Context parallelism: each of the two ranks holds half of every sequence
+# (seq_len 16: chunks of 4), at every ZeRO stage (sharded over the data x
+# context pair) and micro-batches 4, 2, 1, measured through the gang.
+check "the context-parallel gangs of two are measured ok" \
+  [ "$(jq_ "sum(r['key'].startswith('dp1.tp1.pp1.cp2.') and r['status'] == 'ok' for r in d['runs'])" <"$tmp/runs9.json")" = 12 ]
 # pp 2 (the model's 2 blocks, one a stage) with 1f1b and gpipe at mb 2, 1.
 # The cost model's bytes are what a CPU rank accounts, to the byte, and a
 # pipeline run carries its predicted bubble beside the measured one.
@@ -288,22 +293,37 @@ check "the job's report marks the best and breaks down its ranks" [ "$(grep -c \
   -e 'id="best-point"' -e '<svg id="rank-breakdown"' -e '<g class="rank">' "$tmp/report9.html")" -ge 3 ]
 expect 1 "not found" "$AA" report 99 $P --html "$tmp/report99.html"
 
-# --include zero1: ZeRO stage 1 only. --from: the strategy first, then the
-# strategies at most 2 knobs from it (dp 2 at every ZeRO stage and
-# micro-batch, and dp 1 at mb 1), none farther.
+# --include zero1: ZeRO stage 1 only (dp 2, and cp 2, whose ZeRO shards
+# over the context pair). --from: the strategy first, then the strategies
+# at most 2 knobs from it (dp 2 at every ZeRO stage and micro-batch, dp 1
+# at mb 1, and cp 2 at zero 1 and mb 1), none farther.
 expect 0 "job 2 done" timeout 300 "$AA" submit "$tmp/model.json" $P --wait --refresh --exhaustive \
   --exclude bf16,fp16,checkpoint --include zero1
 "$AA" query runs --job 2 $P --json >"$tmp/runs9z1.json"
 check "--include zero1 runs ZeRO 1 only" [ "$(jq_ "sorted(r['key'] for r in d['runs']) == \
-  ['dp2.tp1.pp1.z1.fp32.ckpt-none.mb1', 'dp2.tp1.pp1.z1.fp32.ckpt-none.mb2']" <"$tmp/runs9z1.json")" = True ]
+  ['dp1.tp1.pp1.cp2.z1.fp32.ckpt-none.mb1', 'dp1.tp1.pp1.cp2.z1.fp32.ckpt-none.mb2', \
+   'dp1.tp1.pp1.cp2.z1.fp32.ckpt-none.mb4', 'dp2.tp1.pp1.z1.fp32.ckpt-none.mb1', \
+   'dp2.tp1.pp1.z1.fp32.ckpt-none.mb2']" <"$tmp/runs9z1.json")" = True ]
 printf '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2}, "zero": 1, "micro_batch": 1}\n' \
   >"$tmp/from9.json"
 expect 0 "job 3 done" timeout 300 "$AA" submit "$tmp/model.json" $P --wait --refresh --exhaustive \
   --exclude bf16,fp16,checkpoint --from "$tmp/from9.json"
 "$AA" query runs --job 3 $P --json >"$tmp/runs9from.json"
 check "--from measures the strategy first and its neighbourhood only" [ "$(jq_ "[r['key'] for r in \
-  sorted(d['runs'], key=lambda r: r['id'])][0] == 'dp2.tp1.pp1.z1.fp32.ckpt-none.mb1' and len(d['runs']) == 9 \
-  and sum(r['key'].startswith('dp1.') for r in d['runs']) == 1" <"$tmp/runs9from.json")" = True ]
+  sorted(d['runs'], key=lambda r: r['id'])][0] == 'dp2.tp1.pp1.z1.fp32.ckpt-none.mb1' and len(d['runs']) == 10 \
+  and sum(r['key'].startswith('dp1.tp1.pp1.z') for r in d['runs']) == 1 \
+  and sum(r['key'] == 'dp1.tp1.pp1.cp2.z1.fp32.ckpt-none.mb1' for r in d['runs']) == 1" <"$tmp/runs9from.json")" = True ]
+# A context-parallel strategy file through a submitted job: measured first,
+# then trained by the planner's gang of two executors with it; the losses
+# are the single process's (relative 1e-4, as section 11's dp 2).
+printf '{"format": "autoaccel-strategy", "version": 1, "parallel": {"context": 2}, "micro_batch": 2}\n' >"$tmp/cp9.json"
+expect 0 "job 4 done" timeout 300 "$AA" submit "$tmp/model.json" $P --wait --refresh --from "$tmp/cp9.json" \
+  --max-dryruns 1 --train --out "$tmp/cp9"
+expect 0 "dp1\.tp1\.pp1\.cp2\.z0\.fp32\.ckpt-none\.mb2" "$AA" strategy show "$tmp/cp9/strategy.json"
+"$AA" train "$tmp/model.json" --threads 1 --out "$tmp/single9" --losses "$tmp/single9.txt" >/dev/null 2>&1
+check "the cp 2 gang's training wrote one loss per step" [ "$(wc -l <"$tmp/cp9/losses.txt")" = 12 ]
+check "cp 2 training through the gang gives the single process's losses (relative 1e-4)" \
+  $TOOL losses-close "$tmp/cp9/losses.txt" "$tmp/single9.txt" 1e-4
 
 # --- 10. kill -9 of one rank of a gang -----------------------------------------
 kill "$planner"; wait "$planner" 2>/dev/null
@@ -370,16 +390,17 @@ kill "$planner" "$e1" "$e2" 2>/dev/null; wait "$planner" "$e1" "$e2" 2>/dev/null
 
 # --- 11. auto --devices cpu:2: a dp 2 best trains as a gang ---------------------
 # A limit between the smallest dp 1 peak and the smallest ZeRO-3 one of
-# section 9 leaves only dp 2 runs that fit (tensor and pipeline parallelism,
-# which also split a rank's memory, are left out: this section is about
-# data-parallel gangs).
-limit=$(jq_ "(min(r['peak_bytes'] for r in d['runs'] if r['key'].startswith('dp1.tp1.pp1.')) + \
+# section 9 leaves only dp 2 runs that fit (tensor, pipeline and context
+# parallelism, which also split a rank's memory, are left out: this section
+# is about data-parallel gangs).
+limit=$(jq_ "(min(r['peak_bytes'] for r in d['runs'] if r['key'].startswith('dp1.tp1.pp1.z')) + \
   min(r['peak_bytes'] for r in d['runs'] if r['key'].startswith('dp2.tp1.pp1.z3.'))) // 2" <"$tmp/runs9.json")
 check "ZeRO 3 over two ranks needs less memory per rank than one process" \
   [ "$(jq_ "min(r['peak_bytes'] for r in d['runs'] if r['key'].startswith('dp2.tp1.pp1.z3.')) < \
-  min(r['peak_bytes'] for r in d['runs'] if r['key'].startswith('dp1.tp1.pp1.'))" <"$tmp/runs9.json")" = True ]
+  min(r['peak_bytes'] for r in d['runs'] if r['key'].startswith('dp1.tp1.pp1.z'))" <"$tmp/runs9.json")" = True ]
 timeout 300 "$AA" auto "$tmp/model.json" --devices cpu:2 --home "$tmp/home-auto2" --out "$tmp/auto2" \
-  --exclude bf16,fp16,checkpoint,tensor_parallel,pipeline_parallel --measured-steps 2 --memory-limit "$limit" \
+  --exclude bf16,fp16,checkpoint,tensor_parallel,pipeline_parallel,context_parallel --measured-steps 2 \
+  --memory-limit "$limit" \
   >"$tmp/auto2.out" 2>&1
 rc=$?
 check "auto --devices cpu:2 runs to the end" [ "$rc" = 0 ]
