@@ -50,7 +50,7 @@ static void usage_check(FILE *f) {
              "collectives of each process group move per optimizer step.\n\n"
              "options:\n"
              "  --model MODEL.json   the model spec (required)\n"
-             "  --world N            number of ranks (devices) to check dp * tp * pp against\n"
+             "  --world N            number of ranks (devices) to check the product of the degrees against\n"
              "                       (default: not checked)\n"
              "  --memory BYTES       a device's memory (e.g. 80G): fail when a rank cannot fit\n"
              "  -h, --help           this help\n");
