@@ -293,9 +293,9 @@ static int cmd_check(int argc, char **argv) {
            aa_pp_schedule_name(s.schedule), accum);
   aa_cost_comm_t cc;
   aa_cost_comm(&spec.arch, &s, accum, &cc);
-  const aa_cost_group_t *groups[] = {&cc.data, &cc.tensor, &cc.pipeline, &cc.embedding};
-  static const char *const group_names[] = {"data", "tensor", "pipeline", "embedding"};
-  for (int g = 0; g < 4; g++) {
+  const aa_cost_group_t *groups[] = {&cc.data, &cc.tensor, &cc.pipeline, &cc.embedding, &cc.context};
+  static const char *const group_names[] = {"data", "tensor", "pipeline", "embedding", "context"};
+  for (int g = 0; g < 5; g++) {
     if (groups[g]->ranks < 2) continue;
     char calls[256], ring[32];
     aa_cost_group_describe(groups[g], calls, sizeof calls);

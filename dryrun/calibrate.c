@@ -217,6 +217,31 @@ static void call(shape_t *s, int backward) {
     else
       op->attention_gqa_backward(x[4], x[3], x[0], x[2], s->a, s->b, s->c, 1, s->d);
     break;
+  case AA_OP_RING_DIAG:
+  case AA_OP_RING_BLOCK: {
+    /* q|k|v x0 (S,Tc,W) with W = (G+2)HS, out x1 (S,Tc,G HS) and lse x2
+     * (S,G,Tc) (the running result, merged into), dout x3, delta x4
+     * (S,G,Tc), dq|dk|dv x5 (S,Tc,W), a block's own out x6 and lse x7.
+     * A block of earlier keys reads them from x0 too: the same arithmetic
+     * as another chunk's. */
+    const int G = s->c, HS = s->d, W = (G + 2) * HS;
+    const size_t bs = (size_t)s->b * W;
+    const float *q = x[0], *k = x[0] + G * HS, *v = x[0] + (G + 1) * HS;
+    float *dq = x[5], *dk = x[5] + G * HS, *dv = x[5] + (G + 1) * HS;
+    const int diag = s->kind == AA_OP_RING_DIAG;
+    float *out = diag ? x[1] : x[6], *lse = diag ? x[2] : x[7];
+    if (!backward) {
+      op->attention_block_forward(out, lse, q, k, v, s->a, s->b, s->b, G, 1, HS, W, bs, W, bs, diag);
+      if (!diag) op->attention_block_merge(x[1], x[2], x[6], x[7], s->a, s->b, G, HS);
+    } else {
+      /* The diagonal's backward also finds delta from the final output;
+       * every block's backward reads it with the final lse. */
+      if (diag) op->attention_block_delta(x[4], x[3], x[1], s->a, s->b, G, HS);
+      op->attention_block_backward(dq, dk, dv, x[3], q, k, v, lse, x[4], s->a, s->b, s->b, G, 1, HS, W, bs, W,
+                                   bs, diag);
+    }
+    break;
+  }
   case AA_OP_CAST: /* fp32 x0 (n), 16-bit x1 (n, half the bytes used) */
     if (!backward)
       op->cast_from_f32(x[1], s->dtype, x[0], s->n);
@@ -283,6 +308,10 @@ static int has_kernels(const aa_ops_t *op, aa_op_kind_t k) {
   case AA_OP_SWIGLU: return op->swiglu_forward && op->swiglu_backward;
   case AA_OP_ROPE: return op->rope_forward && op->rope_backward;
   case AA_OP_GQA: return op->attention_gqa_forward && op->attention_gqa_backward;
+  case AA_OP_RING_DIAG:
+  case AA_OP_RING_BLOCK:
+    return op->attention_block_forward && op->attention_block_merge && op->attention_block_delta &&
+           op->attention_block_backward;
   default: return 1;
   }
 }
@@ -376,6 +405,29 @@ static int setup(cal_t *c, const aa_calib_op_t *w, shape_t *s, bufs_t *b) {
         (rc = take(c, b, &x[2], S * G * T, FILL_ZERO, 0)) ||
         (rc = take(c, b, &x[3], S * T * G * HS, FILL_RAND, 0)) ||
         (rc = take(c, b, &x[4], S * T * W, FILL_ZERO, 0)))
+      return rc;
+    return 0;
+  }
+  case AA_OP_RING_DIAG:
+  case AA_OP_RING_BLOCK: {
+    /* (S, Tc, G, HS): S (sequence, key/value head) pairs of a chunk of Tc
+     * queries against Tc keys, G query heads each (calib.h); the kernels
+     * at B = S, NH = G, NKV = 1. */
+    if (!fits_int(d[0]) || !fits_int(d[1]) || !fits_int(d[2]) || !fits_int(d[3]) ||
+        d[3] > 0x3fffffff / (d[2] + 2))
+      break;
+    size_t S = (size_t)d[0], Tc = (size_t)d[1], G = (size_t)d[2], HS = (size_t)d[3], W = (G + 2) * HS;
+    s->a = (int)S, s->b = (int)Tc, s->c = (int)G, s->d = (int)HS;
+    if ((rc = take(c, b, &x[0], S * Tc * W, FILL_RAND, 0)) ||
+        (rc = take(c, b, &x[1], S * Tc * G * HS, FILL_ZERO, 0)) ||
+        (rc = take(c, b, &x[2], S * G * Tc, FILL_ZERO, 0)) ||
+        (rc = take(c, b, &x[3], S * Tc * G * HS, FILL_RAND, 0)) ||
+        (rc = take(c, b, &x[4], S * G * Tc, FILL_ZERO, 0)) ||
+        (rc = take(c, b, &x[5], S * Tc * W, FILL_ZERO, 0)))
+      return rc;
+    if (w->shape.op == AA_OP_RING_DIAG) return 0;
+    if ((rc = take(c, b, &x[6], S * Tc * G * HS, FILL_ZERO, 0)) ||
+        (rc = take(c, b, &x[7], S * G * Tc, FILL_ZERO, 0)))
       return rc;
     return 0;
   }
@@ -767,9 +819,16 @@ static int calibrate(cal_t *c, const aa_calibrate_opts_t *o, aa_calib_t *out) {
   if (devices < AA_CALIBRATE_DEVICES_MIN) devices = AA_CALIBRATE_DEVICES_MIN;
   memset(out, 0, sizeof *out);
   out->version = AA_CALIB_VERSION;
-  size_t wanted = aa_predict_wanted(c->spec, devices, c->cuda, out->op, AA_CALIB_OPS_MAX);
-  /* Each (shape, dtype) once (predict.h; tests/test_predict.c holds it). */
-  out->n_op = wanted < AA_CALIB_OPS_MAX ? (int)wanted : AA_CALIB_OPS_MAX;
+  if (o->ops) {
+    /* Each (shape, dtype) once, as the calibration's readers require. */
+    for (int i = 0; i < o->n_ops; i++)
+      if (!aa_calib_find_op(out, &o->ops[i].shape, o->ops[i].dtype))
+        out->op[out->n_op++] = (aa_calib_op_t){.shape = o->ops[i].shape, .dtype = o->ops[i].dtype};
+  } else {
+    size_t wanted = aa_predict_wanted(c->spec, devices, c->cuda, out->op, AA_CALIB_OPS_MAX);
+    /* Each (shape, dtype) once (predict.h; tests/test_predict.c holds it). */
+    out->n_op = wanted < AA_CALIB_OPS_MAX ? (int)wanted : AA_CALIB_OPS_MAX;
+  }
   if (out->n_op == 0) return aa_error(AA_EINVAL, "calibration: the model has no op shapes to measure");
   int nt = 0;
   for (int t = 2; t <= c->world; t *= 2)
@@ -804,6 +863,11 @@ int aa_calibrate(const aa_model_spec_t *spec, const aa_calibrate_opts_t *o, aa_c
   if (!spec || !out) return aa_error(AA_EINVAL, "calibration: no model or no output");
   if (o->threads < 0 || o->max_devices < 0 || !(o->budget_s >= 0))
     return aa_error(AA_EINVAL, "calibration: negative threads, devices or budget");
+  if (o->ops && (o->n_ops < 1 || o->n_ops > AA_CALIB_OPS_MAX))
+    return aa_error(AA_EINVAL, "calibration: %d op shapes given (1..%d)", o->n_ops, AA_CALIB_OPS_MAX);
+  for (int i = 0; o->ops && i < o->n_ops; i++)
+    if ((unsigned)o->ops[i].shape.op >= AA_OP_KINDS || (unsigned)o->ops[i].dtype > AA_F16)
+      return aa_error(AA_EINVAL, "calibration: op shape %d: no such kind or dtype", i);
   cal_t c = {.comm = o->comm,
              .rank = o->comm ? aa_comm_rank(o->comm) : 0,
              .world = o->comm ? aa_comm_world(o->comm) : 1,

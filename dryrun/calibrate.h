@@ -28,6 +28,12 @@ typedef struct aa_calibrate_opts {
    * (aa_predict_wanted); the larger of it, the group's size and
    * AA_CALIBRATE_DEVICES_MIN is used. */
   int max_devices;
+  /* The op shapes to time (borrowed; n_ops of them, at most
+   * AA_CALIB_OPS_MAX, repeats timed once) in place of aa_predict_wanted's,
+   * for a caller that knows what it lacks (a strategy the space does not
+   * enumerate, the gaps of a stored calibration); NULL = those. */
+  const aa_calib_op_t *ops;
+  int n_ops;
   /* Seconds the calibration should take at most; 0 = AA_CALIBRATE_BUDGET_DEFAULT.
    * Past three quarters of it the remaining ops are timed with one call each,
    * past all of it the remaining collective sizes are skipped (the smallest
@@ -52,7 +58,7 @@ typedef struct aa_calibrate_opts {
  * memory, written only on success).
  *
  * Ops: every shape of aa_predict_wanted(spec, max devices, cuda) (at most
- * AA_CALIB_OPS_MAX of them) runs on buffers of its size filled with small
+ * AA_CALIB_OPS_MAX of them), or of o->ops, runs on buffers of its size filled with small
  * random values: one untimed call, then three samples of as many calls as
  * take about 0.4 ms (so at least a millisecond in all), each sample's time
  * per call, the median kept; forward and backward alike (a backward's inputs
@@ -68,7 +74,14 @@ typedef struct aa_calibrate_opts {
  * only. The llama family's: rmsnorm_*, swiglu_*, rope_forward and
  * rope_backward, attention_gqa_* at the folded shape calib.h describes
  * (B = S groups, NH = G query heads, NKV = 1), RoPE at the model's
- * rope_theta, and the embedding without a position table. With a group, the ranks time the same ops at the same time, one
+ * rope_theta, and the embedding without a position table. Context
+ * parallelism's ring blocks (calib.h RING_DIAG, RING_BLOCK) at the folded
+ * shape too, on one chunk's q|k|v rows read with the engine's strides:
+ * the diagonal's forward attention_block_forward (causal) and backward
+ * attention_block_delta + attention_block_backward (causal), a full
+ * block's forward attention_block_forward + attention_block_merge and
+ * backward attention_block_backward.
+ * With a group, the ranks time the same ops at the same time, one
  * shape after another (a barrier between shapes, so a dead peer is noticed
  * within the group's abort latency), and the figures kept are the timing
  * ranks' mean (an all-reduce); out->ranks is how many timed: the group's
@@ -87,7 +100,9 @@ typedef struct aa_calibrate_opts {
  * once; each kind (all-reduce, all-gather, reduce-scatter, and sends as
  * ping-pongs of the ranks 2i <-> 2i+1 of a block, half a round trip each) is
  * timed at up to four message sizes (4 KiB .. 4 MiB as cost.h counts a
- * message), each the median of three samples, and a latency + bandwidth line
+ * message; larger ones, a big model's gradients or a context ring's
+ * q|k|v, are predicted on the line beyond them, where its bandwidth term
+ * dominates), each the median of three samples, and a latency + bandwidth line
  * fitted on rank 0's block to the bytes each rank's link carries (cost.h's
  * ring convention: an all-reduce 2(t-1)/t of its message, gathers and
  * scatters (t-1)/t, a send all of it); where noise defeats the fit (times
@@ -96,8 +111,8 @@ typedef struct aa_calibrate_opts {
  * lines.
  *
  * Returns 0, or a negative code with the last-error message: AA_EINVAL (bad
- * options, a device the build cannot use, a spec whose shapes do not fit the
- * kernels' int dimensions), AA_EOOM (no op shape fits), AA_ENOMEM (host
+ * options, a device the build cannot use, a spec or an op list whose shapes
+ * do not fit the kernels' int dimensions), AA_EOOM (no op shape fits), AA_ENOMEM (host
  * memory, the collectives' buffers), AA_ECANCELLED / AA_ETIMEOUT (a peer
  * failed, died or never came: the group's errors), AA_EUNSUPPORTED (a CUDA
  * device in a build without CUDA), or the device's own failure. On any

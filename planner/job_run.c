@@ -612,11 +612,7 @@ static char *predicted_json(aa_planner_t *p, const aa_planner_job_t *j, const aa
   const aa_predict_pool_t pool = calib_pool(p, j);
   aa_predict_t pr;
   if (aa_predict(&j->spec, &c->s, j->calib, &pool, &pr)) return NULL;
-  json_t *o = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}", "forward_ms", 1e3 * pr.forward_s,
-                        "backward_ms", 1e3 * pr.backward_s, "tensor_comm_ms", 1e3 * pr.tensor_comm_s,
-                        "pipeline_comm_ms", 1e3 * pr.pipeline_comm_s, "bubble_ms", 1e3 * pr.bubble_s,
-                        "optimizer_ms", 1e3 * pr.optimizer_s, "data_comm_ms", 1e3 * pr.data_comm_s,
-                        "ops_estimated", pr.ops_estimated, "links_estimated", pr.links_estimated);
+  json_t *o = aa__plan_breakdown(&pr);
   char *text = o ? aa__report_dump(o) : NULL;
   json_decref(o);
   return text;

@@ -738,8 +738,9 @@ void aa__plan_start(aa_conn_t *c, uint64_t req, const char *args);
 
 /* The step-time model's breakdown of one prediction, as runs.predicted_json
  * holds it (docs/store.md): {"forward_ms", "backward_ms", "tensor_comm_ms",
- * "pipeline_comm_ms", "bubble_ms", "optimizer_ms", "data_comm_ms",
- * "ops_estimated", "links_estimated"}. A new reference, NULL on no memory. */
+ * "pipeline_comm_ms", "context_comm_ms", "bubble_ms", "optimizer_ms",
+ * "data_comm_ms", "ops_estimated", "links_estimated"}. A new reference, NULL
+ * on no memory. */
 json_t *aa__plan_breakdown(const struct aa_predict *p);
 
 /* --- the jobs' state (after aa_search_t, which a job holds) ----------------------------------- */

@@ -296,12 +296,15 @@ double aa__search_predict(const aa_search_t *s, int i) {
     }
   }
   if (!near) return 0;
-  /* The most loaded rank of a strategy training r tokens/s computes r / dp
-   * x (its FLOPs per token: strategies/cost.h, its stage's) FLOP/s for the
-   * part of the step outside the pipeline's bubble. */
-  double rate = near->tokens_per_s * aa_cost_flops_per_token(&s->arch, &near->s) /
-                near->s.degree[AA_AXIS_DATA] / (1 - aa_cost_bubble(&near->s, micro_batches(s, &near->s)));
-  return (double)c->s.degree[AA_AXIS_DATA] * rate * (1 - aa_cost_bubble(&c->s, micro_batches(s, &c->s))) /
+  /* The most loaded rank of a strategy training r tokens/s computes r /
+   * (dp x cp) x (its FLOPs per token: strategies/cost.h, its stage's)
+   * FLOP/s for the part of the step outside the pipeline's bubble: a
+   * context rank holds 1 / cp of its replica's tokens. */
+  const double near_ranks = (double)near->s.degree[AA_AXIS_DATA] * near->s.degree[AA_AXIS_CONTEXT],
+               ranks = (double)c->s.degree[AA_AXIS_DATA] * c->s.degree[AA_AXIS_CONTEXT];
+  double rate = near->tokens_per_s * aa_cost_flops_per_token(&s->arch, &near->s) / near_ranks /
+                (1 - aa_cost_bubble(&near->s, micro_batches(s, &near->s)));
+  return ranks * rate * (1 - aa_cost_bubble(&c->s, micro_batches(s, &c->s))) /
          aa_cost_flops_per_token(&s->arch, &c->s);
 }
 

@@ -20,11 +20,12 @@
 #define CALIB_MAX_BYTES (4u << 20)
 #define CALIB_RANKS_MAX 4096
 
-static const char *const op_names[AA_OP_KINDS] = {"matmul", "attention", "layernorm", "gelu",   "residual",
-                                                  "xent",   "encoder",   "cast",      "adamw",  "rmsnorm",
-                                                  "swiglu", "rope",      "gqa"};
+/* Stored calibrations name their kinds: a kind keeps its name. */
+static const char *const op_names[AA_OP_KINDS] = {
+    "matmul", "attention", "layernorm", "gelu", "residual", "xent",      "encoder",   "cast",
+    "adamw",  "rmsnorm",   "swiglu",    "rope", "gqa",      "ring_diag", "ring_block"};
 /* How many of the four dimensions each kind uses (the rest are 0). */
-static const int op_dims[AA_OP_KINDS] = {3, 4, 2, 1, 1, 2, 2, 1, 1, 2, 2, 4, 4};
+static const int op_dims[AA_OP_KINDS] = {3, 4, 2, 1, 1, 2, 2, 1, 1, 2, 2, 4, 4, 4, 4};
 static const char *const link_names[AA_COST_COLLECTIVES] = {"all_reduce", "all_gather", "reduce_scatter",
                                                             "send", "recv"};
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16"}; /* = aa_dtype_t */
@@ -44,7 +45,9 @@ double aa_op_work(const aa_op_shape_t *s) {
   case AA_OP_MATMUL: return 2.0 * a * b * c;
   /* B·NH·T²·(C/NH): the heads' widths add up to C whatever NH is. */
   case AA_OP_ATTENTION: return a * b * b * c;
-  case AA_OP_GQA: return a * b * b * c * d;
+  case AA_OP_GQA:
+  case AA_OP_RING_DIAG:
+  case AA_OP_RING_BLOCK: return a * b * b * c * d;
   case AA_OP_ROPE: return a * b * (c + 1) * d;
   case AA_OP_LAYERNORM:
   case AA_OP_XENT:

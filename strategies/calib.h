@@ -8,7 +8,8 @@
  * (the op inventory of predict.h: GEMMs, attention, LayerNorm, GELU,
  * residual adds, the cross-entropy, the embedding, casts to and from
  * 16-bit storage, the AdamW update; for the llama family RMSNorm, SwiGLU,
- * the rotary embedding and grouped-query attention), forward and backward, by the engine's
+ * the rotary embedding and grouped-query attention; under context
+ * parallelism the ring attention's blocks), forward and backward, by the engine's
  * own kernels with every rank of the measuring gang computing at once (on
  * a CPU host with fewer cores than the gang's threads, only cores /
  * threads of them: dryrun/calibrate.h).
@@ -46,6 +47,16 @@
  *   SWIGLU     N, F          [gate | up] (N x 2F) -> (N x F)
  *   ROPE       S, T, G, HS   the rotary embedding of q and k, see below
  *   GQA        S, T, G, HS   causal grouped-query attention, see below
+ * and context parallelism's ring attention (engine/model.c ring_forward,
+ * ring_backward), after those for the same reason, on one block of a
+ * sequence chunk's Tc = seq_len / (2 cp) queries against Tc keys:
+ *   RING_DIAG  S, Tc, G, HS  a causal diagonal block; forward
+ *                            attention_block_forward, backward
+ *                            attention_block_delta + attention_block_backward
+ *   RING_BLOCK S, Tc, G, HS  a block of earlier keys, every one seen; forward
+ *                            attention_block_forward + attention_block_merge
+ *                            into the running result, backward
+ *                            attention_block_backward
  * Grouped-query attention over B sequences with NH query and NKV key/value
  * heads of size HS has five dimensions, one more than a shape holds. Its
  * work is that of S = B·NKV independent groups, each of T positions and
@@ -57,7 +68,11 @@
  * kernel reads another qkv layout (3C wide). RoPE rotates the NH + NKV q
  * and k heads of each position by the same table of T x HS/2 angles, so
  * the same folding holds for it (a kind of its own: a kernel in the
- * forward and another, the transposed rotation, in the backward). */
+ * forward and another, the transposed rotation, in the backward). The
+ * ring's block ops take grouped-query heads for both families (gpt2's
+ * NKV = NH: G = 1) and loop over (sequence, head) pairs the same way, so
+ * their shapes fold alike and the calibration times them at B = S, NH =
+ * G, NKV = 1 on q|k|v rows of (G + 2) HS. */
 typedef enum {
   AA_OP_MATMUL = 0,
   AA_OP_ATTENTION,
@@ -72,6 +87,8 @@ typedef enum {
   AA_OP_SWIGLU,
   AA_OP_ROPE,
   AA_OP_GQA,
+  AA_OP_RING_DIAG,
+  AA_OP_RING_BLOCK,
   AA_OP_KINDS
 } aa_op_kind_t;
 
@@ -101,7 +118,9 @@ typedef struct aa_op_shape {
 
 /* The work of one call of shape s, the unit op rates scale by: 2·N·C·OC
  * for a GEMM, B·NH·T²·(C/NH) for attention, S·G·T²·HS for grouped-query
- * attention, the elements rotated S·T·(G + 1)·HS for RoPE, the elements
+ * attention and the ring's blocks (S·G·Tc²·HS, the diagonal's too: the
+ * ratio between two shapes of a kind is what counts), the elements
+ * rotated S·T·(G + 1)·HS for RoPE, the elements
  * otherwise (N·F for SwiGLU: its outputs). */
 double aa_op_work(const aa_op_shape_t *s);
 /* The same op at the same dimensions (the one equality of shapes the

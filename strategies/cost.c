@@ -66,6 +66,8 @@ double aa_cost_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t 
       aa_arch_is_llama(arch) ? 0 : (double)aa_sizes_unit_numel(arch, s->degree[AA_AXIS_TENSOR], 0);
   const double ends =
       p.last ? head + (double)aa_sizes_unit_numel(arch, s->degree[AA_AXIS_TENSOR], arch->n_layer + 1) : 0;
+  /* Per token the rank holds, whatever cp (cost.h): T stays the whole
+   * sequence, each query attending over its whole prefix. */
   return 6.0 * (Lr * block + ends) + 12.0 * Lr * C * T / tp + nk * (2.0 * block + 4.0 * C * T / tp);
 }
 
@@ -120,7 +122,7 @@ static void add(aa_cost_group_t *g, aa_cost_collective_t k, uint64_t calls, uint
  * LayerNorm's and the cross-entropy's on the last. */
 static void tensor_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
                         aa_cost_group_t *g) {
-  const uint64_t t = (uint64_t)s->degree[AA_AXIS_TENSOR], N = (uint64_t)s->micro_batch * (uint64_t)a->seq_len;
+  const uint64_t t = (uint64_t)s->degree[AA_AXIS_TENSOR], N = (uint64_t)aa_sizes_rank_tokens(a, s);
   const uint64_t C = (uint64_t)a->d_model, NC = N * C, e = p->first ? 1 : 0, f = p->last ? 1 : 0;
   int nb, nk;
   held_blocks(s, p, &nb, &nk);
@@ -169,10 +171,10 @@ static uint64_t block_gathers(const aa_pp_place_t *p, const aa_pp_plan_t *plan, 
 }
 
 /* The data group's collectives per step (cost.h, engine/optim.h) on place
- * p: only the units it holds. */
+ * p: only the units it holds, over the dp x cp replicas. */
 static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p,
                       const aa_pp_plan_t *plan, uint64_t A, aa_cost_group_t *g) {
-  const int dp = s->degree[AA_AXIS_DATA], stage = aa_sizes_zero_stage(s->zero, dp), U = aa_sizes_units(a);
+  const int dp = aa_sizes_replicas(s), stage = aa_sizes_zero_stage(s->zero, dp), U = aa_sizes_units(a);
   const size_t f4 = sizeof(float);
   add(g, AA_COST_ALL_REDUCE, 1, 1, f4);                 /* the loss */
   if (stage >= 1) add(g, AA_COST_ALL_REDUCE, 1, 1, f4); /* the gradient norm */
@@ -205,7 +207,7 @@ static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_pl
  * fp32. */
 static void pipeline_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
                           aa_cost_group_t *g) {
-  const uint64_t N = (uint64_t)s->micro_batch * (uint64_t)a->seq_len;
+  const uint64_t N = (uint64_t)aa_sizes_rank_tokens(a, s);
   const uint64_t Ns = s->sp && s->degree[AA_AXIS_TENSOR] > 1 ? N / (uint64_t)s->degree[AA_AXIS_TENSOR] : N,
                  n = Ns * (uint64_t)a->d_model;
   const size_t es = aa_dtype_size(s->amp), f4 = sizeof(float);
@@ -223,13 +225,30 @@ static void pipeline_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_p
   }
 }
 
+/* The context group's ring steps per step (cost.h) on place p: per
+ * micro-batch and block, cp - 1 forward, 2 cp - 2 backward and cp - 1
+ * more for a recomputed block, each a send and a receive of the rank's
+ * q|k|v in fp32. */
+static void context_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
+                         aa_cost_group_t *g) {
+  aa_tp_dims_t d;
+  aa_sizes_tp(a, s->degree[AA_AXIS_TENSOR], &d);
+  int nb, nk;
+  held_blocks(s, p, &nb, &nk);
+  const uint64_t c = (uint64_t)s->degree[AA_AXIS_CONTEXT], n = (uint64_t)aa_sizes_rank_tokens(a, s) * d.QKV;
+  const uint64_t steps = A * ((uint64_t)nb * (3 * c - 3) + (uint64_t)nk * (c - 1));
+  add(g, AA_COST_SEND, steps, n, sizeof(float));
+  add(g, AA_COST_RECV, steps, n, sizeof(float));
+}
+
 void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum, int stage,
                         aa_cost_comm_t *out) {
   memset(out, 0, sizeof *out);
   const uint64_t A = accum > 0 ? (uint64_t)accum : 1;
-  out->data.ranks = s->degree[AA_AXIS_DATA];
+  out->data.ranks = aa_sizes_replicas(s);
   out->tensor.ranks = s->degree[AA_AXIS_TENSOR];
   out->pipeline.ranks = s->degree[AA_AXIS_PIPELINE];
+  out->context.ranks = s->degree[AA_AXIS_CONTEXT];
   out->embedding.ranks = 1;
   aa_pp_place_t p;
   aa_pp_plan_t plan, *pl = NULL;
@@ -240,8 +259,9 @@ void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum
     if (aa_pp_plan(s->schedule, s->degree[AA_AXIS_PIPELINE], p.vpp, (int)A, &plan)) return;
     pl = &plan;
   }
-  if (s->degree[AA_AXIS_DATA] > 1) data_comm(arch, s, &p, pl, A, &out->data);
+  if (out->data.ranks > 1) data_comm(arch, s, &p, pl, A, &out->data);
   if (s->degree[AA_AXIS_TENSOR] > 1) tensor_comm(arch, s, &p, A, &out->tensor);
+  if (s->degree[AA_AXIS_CONTEXT] > 1) context_comm(arch, s, &p, A, &out->context);
   if (s->degree[AA_AXIS_PIPELINE] > 1) {
     pipeline_comm(arch, s, &p, A, &out->pipeline);
     /* llama's head is untied: no second copy of wte to keep equal. */
@@ -255,7 +275,7 @@ void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum
 }
 
 static uint64_t comm_bytes(const aa_cost_comm_t *c) {
-  return c->data.bytes + c->tensor.bytes + c->pipeline.bytes + c->embedding.bytes;
+  return c->data.bytes + c->tensor.bytes + c->pipeline.bytes + c->embedding.bytes + c->context.bytes;
 }
 
 void aa_cost_comm(const aa_arch_t *arch, const aa_strategy_t *s, int accum, aa_cost_comm_t *out) {
@@ -292,6 +312,7 @@ void aa_cost_group_describe(const aa_cost_group_t *g, char *out, size_t n) {
 }
 
 int aa_cost_dominated(const aa_strategy_t *a, const aa_strategy_t *b, int cuda, char *why, size_t why_len) {
+  /* Every axis's degree, the context's included. */
   if (memcmp(a->degree, b->degree, sizeof a->degree) || a->sp != b->sp || a->micro_batch != b->micro_batch)
     return 0;
   if (a->ckpt == AA_CKPT_FULL && b->ckpt == AA_CKPT_FULL && a->ckpt_layers != b->ckpt_layers) return 0;

@@ -15,7 +15,7 @@
 
 /* Bytes one rank of a resolved strategy allocates, by memory kind, on a
  * model with sequences of seq_len tokens: exactly what the engine
- * allocates for the model, ZeRO over the data group (its shards and
+ * allocates for the model, ZeRO over the data x context ranks (its shards and
  * scratch included), the activations and the workspace, as
  * strategies/sizes.h computes them for both. Not counted: a backend's own
  * scratch (a CUDA context's cuBLAS workspace and attention scratch; none on
@@ -41,7 +41,8 @@ void aa_cost_mem_describe(const aa_cost_mem_t *m, char *out, size_t n);
 /* Floating-point operations one rank executes per token its pipeline
  * replica trains (the tokens of one data-parallel replica; every rank of
  * a tensor group, and every stage of a pipeline, works on the same
- * tokens). aa_cost_flops_per_token_stage: pipeline rank `stage`'s; 6 per
+ * tokens; under context parallelism per token of its context rank's
+ * share, below). aa_cost_flops_per_token_stage: pipeline rank `stage`'s; 6 per
  * parameter of the rank's blocks for the forward and backward GEMMs plus
  * 12·C·T / tp per block for attention (its n_head / tp heads), and on the
  * last stage 6 per element of wte|wpe (the tied head, which the 6N
@@ -56,10 +57,15 @@ void aa_cost_mem_describe(const aa_cost_mem_t *m, char *out, size_t n);
  * again: full recomputes each checkpointed block of the rank (2 per block
  * parameter + 4·C·T / tp for attention), selective only the GELU or
  * SwiGLU (counted as 0: no GEMM). aa_cost_flops_per_token: the most any stage executes,
- * the one a pipeline's pace follows (at pp = 1 the one rank's). A rank of
- * a strategy that trains r tokens/s runs at r / dp × its stage's FLOP/s.
- * 0 for a strategy the pipeline rules refuse (pipeline.h) or a stage
- * outside 0..pp-1. */
+ * the one a pipeline's pace follows (at pp = 1 the one rank's). Context
+ * parallelism leaves them unchanged: a context rank holds 1 / cp of each
+ * sequence, and each of its tokens costs what it costs at cp = 1, its
+ * query still attending over its whole causal prefix (the keys come
+ * around the ring; the 2 cp chunks, two a rank from either end, give
+ * every rank the same share of the causal attention). A rank of a
+ * strategy that trains r tokens/s runs at r / (dp × cp) × its stage's
+ * FLOP/s. 0 for a strategy the pipeline rules refuse (pipeline.h) or a
+ * stage outside 0..pp-1. */
 double aa_cost_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s);
 double aa_cost_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t *s, int stage);
 
@@ -70,13 +76,15 @@ double aa_cost_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t 
  * stage, the V x C output layer: 2 per element forward, 4 backward),
  * plus the 2 per element of each of its blocks that full checkpointing
  * runs forward again, the tp ranks of a tensor group sharing them evenly
- * (a padded vocabulary only adds work). Nothing for attention scores (a
+ * (a padded vocabulary only adds work); per token a context rank holds,
+ * as above. Nothing for attention scores (a
  * causal kernel may skip half of them), biases, LayerNorm or the position
  * table (a lookup). aa_cost_min_flops_per_token_stage: pipeline rank
  * `stage`'s; aa_cost_min_flops_per_token: the most loaded stage's. Every
- * stage works through every token of its replica, so a strategy of dp
- * replicas on dp × tp × pp devices of peak P FLOP/s cannot train faster
- * than dp × P / aa_cost_min_flops_per_token (at pp = 1: dp × tp × P / the
+ * stage works through every token of its replica's (of its context
+ * rank's 1 / cp share), so a strategy of dp replicas on dp × tp × pp × cp
+ * devices of peak P FLOP/s cannot train faster than dp × cp × P /
+ * aa_cost_min_flops_per_token (at pp = 1 and cp = 1: dp × tp × P / the
  * whole model's GEMM FLOPs per token; the bubble only lowers it). 0 as
  * above. */
 double aa_cost_min_flops_per_token(const aa_arch_t *arch, const aa_strategy_t *s);
@@ -103,8 +111,8 @@ double aa_cost_bubble(const aa_strategy_t *s, int m);
  * A ring moves 2(t-1)/t of an all-reduce's size through each rank's link
  * and (t-1)/t of the other collectives' (nccl-tests' bus bandwidth
  * factors; aa_cost_comm_ring_bytes); a send goes out whole. Every rank of
- * the tensor and data groups makes the same calls with the same sizes; a
- * pipeline rank's depend on its stage. A group of one moves nothing: its
+ * the tensor, data and context groups makes the same calls with the same
+ * sizes; a pipeline rank's depend on its stage. A group of one moves nothing: its
  * figures are 0, whatever the engine calls in place.
  *
  * Under pipeline parallelism (pp > 1) every figure is pipeline rank
@@ -114,7 +122,8 @@ double aa_cost_bubble(const aa_strategy_t *s, int m);
  * cross-entropy's the last's. At pp = 1 one rank holds everything (L_r =
  * L, k_r = k, first and last).
  *
- * The tensor group (tp ranks; N = micro_batch × seq_len tokens, C =
+ * The tensor group (tp ranks; N = micro_batch × seq_len / cp tokens, the
+ * rank's (under context parallelism its two chunks of each sequence), C =
  * d_model, L = n_layer, k = the blocks full checkpointing recomputes, fp32
  * payloads; the schedule of the engine's tensor parallelism, issue 17),
  * per micro-batch:
@@ -136,19 +145,25 @@ double aa_cost_bubble(const aa_strategy_t *s, int m);
  *     all-reduce of each block's two LayerNorms' weight and bias gradients
  *     (L, 4·C each) and the final LayerNorm's (1, 2·C).
  *   per step: the gradient norm's all-reduce (1 float).
- * The data group (dp ranks; ZeRO stage aa_sizes_zero_stage(zero, dp), on
- * the units of U = n_layer + 2 the rank holds (under pipeline parallelism
- * its blocks, wte|wpe on the first and last stage, lnf on the last:
- * aa_sizes_unit_held), its tensor slice of each: n_u elements, chunks c_u =
- * ceil(n_u / dp), engine/optim.h), per step of A micro-batches:
+ * The data group (R = dp × cp ranks, the replicas of engine/mesh.h: under
+ * context parallelism every rank of a context group holds the same slice of
+ * the model and computes gradients from its own tokens, so the engine
+ * averages gradients and shards ZeRO over the data and context ranks
+ * together, Megatron's data-parallel group with context parallelism; one
+ * group here, of R ranks, since that is the group the engine's calls run
+ * on. ZeRO stage aa_sizes_zero_stage(zero, R), on the units of U =
+ * n_layer + 2 the rank holds (under pipeline parallelism its blocks,
+ * wte|wpe on the first and last stage, lnf on the last:
+ * aa_sizes_unit_held), its tensor slice of each: n_u elements, chunks c_u
+ * = ceil(n_u / R), engine/optim.h), per step of A micro-batches:
  *   always: the loss's all-reduce (1 float).
  *   stage 0: all-reduce of each unit's gradient (size n_u) once per step.
  *   stages 1-3: the gradient norm's all-reduce (1 float) and reduce-scatter
- *     of each unit's gradient (size dp·c_u): once per step at stage 1, every
+ *     of each unit's gradient (size R·c_u): once per step at stage 1, every
  *     micro-batch from stage 2.
  *   stages 1-2: all-gather of each unit's updated fp32 parameters (size
- *     dp·c_u) once per step.
- *   stage 3: all-gather of the parameters (size dp·c_u, in the amp type)
+ *     R·c_u) once per step.
+ *   stage 3: all-gather of the parameters (size R·c_u, in the amp type)
  *     before the forward or backward reads a unit its slot no longer holds
  *     (engine/optim.h): wte|wpe and lnf once a step where held, and a
  *     block each time a pass reaches it while the one block slot holds
@@ -168,6 +183,18 @@ double aa_cost_bubble(const aa_strategy_t *s, int m);
  * backward a send of the input's gradient (fp32) unless it is the first
  * and a receive of the output's gradient unless it is the last. With
  * micro-batches a step that is A·vpp sends each way on a middle rank.
+ * The context group (cp ranks; context parallelism's ring attention,
+ * engine/model.c ring_forward and ring_backward): a ring step is a
+ * sendrecv, a send to the next rank and a receive from the previous one,
+ * which the backends run one after the other (comm.h), so each counts one
+ * send and one receive, of the rank's whole q|k|v for the micro-batch (its
+ * two chunks: N·QKV elements, QKV the width of the rank's q|k|v rows,
+ * sizes.h; fp32 whatever the amp: the ring's kernels are fp32). Per
+ * micro-batch, for each block of the rank: cp − 1 steps in the forward,
+ * 2 cp − 2 in the backward (cp − 1 for the blocks, cp − 2 for the key and
+ * value gradients that travel with them, and 1 that brings each rank its
+ * own), and cp − 1 again for each block full checkpointing recomputes:
+ * A (L_r (3 cp − 3) + k_r (cp − 1)) sends a step and as many receives.
  * The embedding group (Megatron's: the first and the last pipeline rank,
  * which hold the two copies of wte|wpe, tied to the head): one all-reduce
  * of unit 0's gradient a step (size (ceil(V / tp) + T)·C, fp32) so the
@@ -195,13 +222,13 @@ typedef struct aa_cost_calls {
 } aa_cost_calls_t;
 
 typedef struct aa_cost_group {
-  int ranks; /* the group's size (dp, tp, pp; 2 or 1 for the embedding group) */
+  int ranks; /* the group's size (dp x cp, tp, pp, cp; 2 or 1 for the embedding group) */
   aa_cost_calls_t kind[AA_COST_COLLECTIVES];
   uint64_t bytes; /* the kinds' bytes summed (sends and receives both) */
 } aa_cost_group_t;
 
 typedef struct aa_cost_comm {
-  aa_cost_group_t data, tensor, pipeline, embedding;
+  aa_cost_group_t data, tensor, pipeline, embedding, context;
 } aa_cost_comm_t;
 
 /* The collectives of pipeline rank `stage` of resolved strategy s (any
@@ -224,7 +251,9 @@ void aa_cost_group_describe(const aa_cost_group_t *g, char *out, size_t n);
 
 /* Whether strategy a does at least the work of b and can therefore not be
  * faster, for b measured on the same device kind (cuda: 1 for a CUDA pool,
- * 0 for CPUs): same parallel degrees, sequence parallelism (which trades
+ * 0 for CPUs): same parallel degrees on every axis (a context degree
+ * trades per-token work for ring transfers: two strategies that differ in
+ * it are never compared), sequence parallelism (which trades
  * activation memory for other collectives) and micro-batch, and each knob
  * of a at b's or a costlier one, at least one costlier: checkpointing (none <
  * selective < full: more recompute, the same everything else), ZeRO 3 over

@@ -4,10 +4,11 @@
  * them. Rules: docs/service.md "Calibration".
  *
  * The op inventory mirrors engine/model.c's passes over one micro-batch on
- * a rank (N = micro_batch x seq_len tokens, Ns = N / tp under sequence
- * parallelism, else N; C, Cl, F, NH and Vl the rank's, sizes.h):
+ * a rank (N = micro_batch x T tokens with T = seq_len / cp, the rank's
+ * share of each sequence, Ns = N / tp under sequence parallelism, else N;
+ * C, Cl, F, NH and Vl the rank's, sizes.h):
  *   per block, forward and backward: LayerNorm (Ns, C), the qkv GEMM (N,
- *     C, 3Cl), attention (micro_batch, seq_len, Cl, NH), the projection (N,
+ *     C, 3Cl), attention (micro_batch, T, Cl, NH), the projection (N,
  *     Cl, C), the residual add (Ns·C), LayerNorm, the fc GEMM (N, C, F),
  *     GELU (N·F), the fc projection (N, F, C), the residual add;
  *   the first virtual stage: the embedding (N, C; the vocabulary-parallel
@@ -26,6 +27,19 @@
  * selective checkpointing); the head from head.w (the same (N, C, Vl)
  * GEMM). RoPE and grouped-query attention are shaped (B·NKV, T, NH / NKV,
  * HS), as calib.h says why.
+ * Under context parallelism (cp > 1; engine/model.c ring_forward and
+ * ring_backward) a rank holds two chunks of Tc = seq_len / (2 cp) tokens
+ * of each sequence, and each block's attention is the ring's blocks of
+ * chunk shape (S = micro_batch·NKV, Tc, G = NH / NKV, HS) in place of
+ * ATTENTION or GQA: in the forward 2 causal diagonal blocks (RING_DIAG)
+ * and 2 cp - 1 blocks of earlier keys merged into the result
+ * (RING_BLOCK); in the backward the diagonals' (with the final result's
+ * delta) and the blocks', and one accumulate of the key and value
+ * gradients that come home (2·micro_batch·Tc·QKV floats: half a RESIDUAL
+ * backward, which is two accumulates); a recomputed block runs its forward
+ * ring again. The embedding and RoPE run once per chunk (each at its place
+ * in the sequence): 2 calls of Tc positions. The ring's transfers are the
+ * context group's (cost.h).
  * On CPUs with 16-bit storage the engine also rounds each activation and
  * activation gradient it keeps or sends (a CAST forward) and widens the
  * weights and kept activations it reads (a CAST backward), and per step
@@ -55,7 +69,7 @@ typedef struct item {
   double ff, bf, fb, bb;
 } item_t;
 
-/* Enough for one rank's step: 11 block shapes, 3 outer ones, a dozen casts. */
+/* Enough for one rank's step: 13 block shapes, 3 outer ones, a dozen casts. */
 #define ITEMS_MAX 48
 
 typedef struct inventory {
@@ -101,23 +115,43 @@ static void act_op(inventory_t *v, const aa_tp_dims_t *d, int64_t N, aa_dtype_t 
     add(v, AA_OP_GELU, N * d->F, 0, 0, 0, dt, false, ff, bf, fb, bb);
 }
 
+/* Context parallelism's ring attention of one block (the top of this
+ * file), with block_ops' counts. Its kernels are fp32 whatever the amp. */
+static void ring_ops(inventory_t *v, const aa_tp_dims_t *d, int64_t B, int64_t Tc, int cp, double ff,
+                     double fb, double bb) {
+  const int64_t S = B * d->NKV, G = d->NH / d->NKV;
+  add(v, AA_OP_RING_DIAG, S, Tc, G, d->HS, AA_F32, false, 2 * ff, 0, 2 * fb, 2 * bb);
+  add(v, AA_OP_RING_BLOCK, S, Tc, G, d->HS, AA_F32, false, (2 * cp - 1) * ff, 0, (2 * cp - 1) * fb,
+      (2 * cp - 1) * bb);
+  add(v, AA_OP_RESIDUAL, 2 * B * Tc * d->QKV, 0, 0, 0, AA_F32, false, 0, 0, 0, bb / 2);
+}
+
 /* The ops of one block's forward, `ff` times in the forward pass and `fb`
  * times in the backward pass (recompute); backward `bb` times. RoPE's
  * forward kernel runs in the forward, its backward (the transposed
- * rotation of dqkv) in the backward. */
+ * rotation of dqkv) in the backward; under context parallelism once per
+ * chunk. */
 static void block_ops(inventory_t *v, const aa_arch_t *a, const aa_strategy_t *s, const aa_tp_dims_t *d,
                       aa_dtype_t dt, double ff, double fb, double bb) {
-  const int64_t B = s->micro_batch, T = a->seq_len, N = B * T, Ns = s->sp ? N / s->degree[AA_AXIS_TENSOR] : N;
+  const int cp = s->degree[AA_AXIS_CONTEXT];
+  const int64_t B = s->micro_batch, T = a->seq_len / cp, N = B * T,
+                Ns = s->sp ? N / s->degree[AA_AXIS_TENSOR] : N;
   const aa_op_kind_t norm = d->llama ? AA_OP_RMSNORM : AA_OP_LAYERNORM;
   add(v, norm, Ns, d->C, 0, 0, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
   add(v, AA_OP_MATMUL, N, d->C, d->QKV, 0, dt, false, ff, 0, fb, bb);
   if (d->llama) {
     const int64_t S = B * d->NKV, G = d->NH / d->NKV;
-    add(v, AA_OP_ROPE, S, T, G, d->HS, dt, false, ff, 0, fb, bb);
-    add(v, AA_OP_GQA, S, T, G, d->HS, dt, false, ff, 0, fb, bb);
-  } else {
-    add(v, AA_OP_ATTENTION, B, T, d->Cl, d->NH, dt, false, ff, 0, fb, bb);
+    if (cp == 1)
+      add(v, AA_OP_ROPE, S, T, G, d->HS, dt, false, ff, 0, fb, bb);
+    else
+      add(v, AA_OP_ROPE, S, T / 2, G, d->HS, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
   }
+  if (cp > 1)
+    ring_ops(v, d, B, T / 2, cp, ff, fb, bb);
+  else if (d->llama)
+    add(v, AA_OP_GQA, B * d->NKV, T, d->NH / d->NKV, d->HS, dt, false, ff, 0, fb, bb);
+  else
+    add(v, AA_OP_ATTENTION, B, T, d->Cl, d->NH, dt, false, ff, 0, fb, bb);
   add(v, AA_OP_MATMUL, N, d->Cl, d->C, 0, dt, false, ff, 0, fb, bb);
   add(v, AA_OP_RESIDUAL, Ns * d->C, 0, 0, 0, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
   add(v, AA_OP_MATMUL, N, d->C, d->FH, 0, dt, false, ff, 0, fb, bb);
@@ -159,11 +193,11 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
                     aa_arch_kv_heads(a));
   const aa_dtype_t dt = cuda ? s->amp : AA_F32;
   const bool casts = !cuda && s->amp != AA_F32;
-  const int64_t B = s->micro_batch, T = a->seq_len, N = B * T, Ns = s->sp ? N / s->degree[AA_AXIS_TENSOR] : N;
+  const int64_t N = aa_sizes_rank_tokens(a, s), Ns = s->sp ? N / s->degree[AA_AXIS_TENSOR] : N;
   const widths_t w = {Ns * d.C, N * d.QKV, N * d.Cl, N * d.FH, N * d.F};
   const int64_t NsC = w.NsC;
   const bool selective = s->ckpt == AA_CKPT_SELECTIVE;
-  const int zs = aa_sizes_zero_stage(s->zero, s->degree[AA_AXIS_DATA]), L = a->n_layer;
+  const int R = aa_sizes_replicas(s), zs = aa_sizes_zero_stage(s->zero, R), L = a->n_layer;
   int nb = 0, nfull = 0, starts = 0;
   v->n = 0;
   for (int c = 0; c < pl.vpp; c++) {
@@ -176,7 +210,9 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   const int nkept = nb - nfull;
   block_ops(v, a, s, &d, dt, nb, nfull, nb);
   if (selective) act_op(v, &d, N, dt, 0, 0, nb, 0); /* the dropped output, recomputed */
-  if (pl.first) add(v, AA_OP_ENCODER, N, d.C, 0, 0, dt, false, 1, 0, 0, 1);
+  /* The embedding: under context parallelism one call per chunk. */
+  const int chunks = s->degree[AA_AXIS_CONTEXT] > 1 ? 2 : 1;
+  if (pl.first) add(v, AA_OP_ENCODER, N / chunks, d.C, 0, 0, dt, false, chunks, 0, 0, chunks);
   if (pl.last) {
     add(v, d.llama ? AA_OP_RMSNORM : AA_OP_LAYERNORM, Ns, d.C, 0, 0, dt, false, 1, 0, 0, 1);
     add(v, AA_OP_MATMUL, N, d.C, d.Vl, 0, dt, false, 1, 0, 0, 1);
@@ -220,7 +256,7 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   size_t upd = 0, held = aa_sizes_params_held(a, s->degree[AA_AXIS_TENSOR], &pl);
   for (int u = 0; zs >= 1 && u < L + 2; u++) {
     size_t n = aa_sizes_unit_held(a, s->degree[AA_AXIS_TENSOR], &pl, u);
-    if (n) upd += aa_sizes_chunk(n, s->degree[AA_AXIS_DATA]);
+    if (n) upd += aa_sizes_chunk(n, R);
   }
   if (zs == 0) upd = held;
   add(v, AA_OP_ADAMW, (int64_t)upd, 0, 0, 0, AA_F32, true, 1, 0, 0, 0);
@@ -346,9 +382,16 @@ static double share(int cores, int ranks, int threads) {
   return want > cores ? cores / want : 1;
 }
 
-/* One pipeline rank's step by part (the fields of aa_predict_t). */
+/* The calibration whose collective lines each group takes: the
+ * calibration's own (inside a host) or the inter-host one. */
+typedef struct lines {
+  const aa_calib_t *context, *data, *across; /* across: the pipeline's and the embedding's */
+} lines_t;
+
+/* One pipeline rank's step by part (the fields of aa_predict_t): the ops
+ * and the tensor group on c's lines, the other groups on theirs. */
 static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, const aa_calib_t *c,
-                         const aa_calib_t *span, double fast, double slow, aa_predict_t *p) {
+                         const lines_t *ln, double fast, double slow, aa_predict_t *p) {
   inventory_t v;
   int rc = inventory(a, s, stage, c->cuda, &v);
   if (rc) return rc;
@@ -367,11 +410,12 @@ static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int 
   aa_cost_comm_t cc;
   aa_cost_comm_stage(a, s, m, stage, &cc);
   double emb;
-  /* The groups that cross hosts use span's lines (the tensor group never does). */
+  /* The tensor group never crosses hosts. */
   if ((rc = group_time(c, &cc.tensor, &p->tensor_comm_s, &p->links_estimated)) ||
-      (rc = group_time(span, &cc.pipeline, &p->pipeline_comm_s, &p->links_estimated)) ||
-      (rc = group_time(span, &cc.data, &p->data_comm_s, &p->links_estimated)) ||
-      (rc = group_time(span, &cc.embedding, &emb, &p->links_estimated)))
+      (rc = group_time(ln->context, &cc.context, &p->context_comm_s, &p->links_estimated)) ||
+      (rc = group_time(ln->across, &cc.pipeline, &p->pipeline_comm_s, &p->links_estimated)) ||
+      (rc = group_time(ln->data, &cc.data, &p->data_comm_s, &p->links_estimated)) ||
+      (rc = group_time(ln->across, &cc.embedding, &emb, &p->links_estimated)))
     return rc;
   p->data_comm_s += emb;
   p->bubble = aa_cost_bubble(s, m);
@@ -384,7 +428,7 @@ static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int 
    * CPU host with more rank threads than cores, a pipeline rank waiting in
    * the bubble leaves its core to the others, so the bubble costs less than
    * its share: it is hidden up to the host's throughput. */
-  const double comm = p->tensor_comm_s + p->pipeline_comm_s;
+  const double comm = p->tensor_comm_s + p->pipeline_comm_s + p->context_comm_s;
   const double path = (m * (fwd_mb + bwd_mb) * fast + comm) / (1 - p->bubble) + opt * fast;
   const double host = m * (fwd_mb + bwd_mb) * slow + comm + opt * slow;
   const double f = path >= host ? fast : slow;
@@ -411,10 +455,17 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
   if (rc) return rc;
   /* A gang larger than a host spans hosts: host_devices of its ranks share
    * one host's cores, and its data, pipeline and embedding groups take the
-   * inter-host lines (or the intra-host ones, counted as stand-ins). */
+   * inter-host lines (or the intra-host ones, counted as stand-ins). Its
+   * context groups stay inside a host when one holds whole tensor x
+   * context blocks (predict.h); the data group of dp x cp ranks is then,
+   * at dp 1, a context group. */
   const bool across = pool->host_devices > 0 && ranks > pool->host_devices;
   const int on_host = across ? pool->host_devices : ranks;
   const aa_calib_t *span = across && pool->inter && pool->inter->n_link ? pool->inter : c;
+  const int cp = s->degree[AA_AXIS_CONTEXT];
+  const bool ring_across = across && cp > 1 && pool->host_devices % (s->degree[AA_AXIS_TENSOR] * cp) != 0;
+  const bool data_across = across && (s->degree[AA_AXIS_DATA] > 1 || ring_across);
+  const lines_t ln = {.context = ring_across ? span : c, .data = data_across ? span : c, .across = span};
   /* Ops were timed with c->ranks executors computing at once on its host;
    * the pool's run on_host executors on pool->host_cores. */
   double slow = 1, fast = 1;
@@ -427,12 +478,12 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
   int ops_est = 0, links_est = 0;
   for (int r = 0; r < s->degree[AA_AXIS_PIPELINE]; r++) {
     memset(&p, 0, sizeof p);
-    if ((rc = predict_stage(a, s, m, r, c, span, fast, slow, &p))) return rc;
+    if ((rc = predict_stage(a, s, m, r, c, &ln, fast, slow, &p))) return rc;
     ops_est += p.ops_estimated;
     links_est += p.links_estimated;
-    if (across && span == c)
+    if (across && span == c) /* intra-host lines stood in */
       links_est +=
-          (s->degree[AA_AXIS_DATA] > 1) + (s->degree[AA_AXIS_PIPELINE] > 1); /* intra-host lines stood in */
+          (aa_sizes_replicas(s) > 1 && data_across) + (s->degree[AA_AXIS_PIPELINE] > 1) + ring_across;
     if (r == 0 || p.step_s > best.step_s) {
       best = p;
       best.stage = r;
@@ -507,8 +558,10 @@ size_t aa_predict_wanted(const aa_model_spec_t *spec, int max_devices, int cuda,
     const aa_space_layout_t *l = &layouts[li];
     size_t nmb = aa_space_micro_batches(mbs, (size_t)spec->train.global_batch,
                                         spec->train.global_batch / l->degree[AA_AXIS_DATA]);
+    /* ZeRO shards over the data x context ranks (sizes.h). */
+    const int replicas = l->degree[AA_AXIS_DATA] * l->degree[AA_AXIS_CONTEXT];
     for (size_t h = 0; h < (l->degree[AA_AXIS_PIPELINE] > 1 ? sizeof shapes / sizeof shapes[0] : 1); h++)
-      for (int z = 0; z <= (l->degree[AA_AXIS_DATA] > 1 ? 3 : 0); z++)
+      for (int z = 0; z <= (replicas > 1 ? 3 : 0); z++)
         for (size_t ai = 0; ai < namp; ai++)
           for (size_t k = 0; k < sizeof ckpts / sizeof ckpts[0]; k++)
             for (size_t b = 0; b < nmb; b++) {

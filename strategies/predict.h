@@ -14,10 +14,14 @@
  *                 latency + its ring bytes / bandwidth of that kind and
  *                 group size: on the critical path, inside the schedule;
  *   p2p_r       = the pipeline's sends, likewise;
- *   busy_r      = compute_r + tensor_r + p2p_r, stretched by the bubble:
+ *   ring_r      = the context group's ring steps (sends and receives,
+ *                 cost.h), likewise: the engine's ring attention waits
+ *                 for each block before it computes on it, so they are
+ *                 not overlapped with compute either;
+ *   busy_r      = compute_r + tensor_r + p2p_r + ring_r, stretched by the bubble:
  *                 busy_r / (1 - bubble) (cost.h's aa_cost_bubble);
  *   after_r     = the optimizer (AdamW over the rank's shard) + the data
- *                 group's and the embedding group's collectives (the
+ *                 group's (dp x cp ranks, cost.h) and the embedding group's collectives (the
  *                 engine runs them after the schedule: not overlapped);
  *   step        = max over r of busy_r / (1 - bubble) + after_r.
  * tokens/s = global_batch x seq_len / step.
@@ -37,11 +41,16 @@
  * the shared rate, the collectives, no bubble).
  * Across hosts: a gang larger than one host's devices (pool->host_devices)
  * spans hosts. The planner keeps every tensor group inside a host, so the
- * tensor group's collectives take the calibration's (intra-host) lines,
- * and the data, pipeline and embedding groups take the inter-host lines
- * (pool->inter, measured by a gang spanning hosts on its backend, gloo on
- * CPUs). Without inter-host lines they take the intra-host ones, and each
- * such group counts as a stand-in. */
+ * tensor group's collectives take the calibration's (intra-host) lines;
+ * it keeps each context group there too when a host holds whole tensor x
+ * context blocks (host_devices a multiple of tp x cp: common/axis.h
+ * AA_HOST_PREFER), and then the context group's steps take those lines as
+ * well (and so does the data group of dp x cp ranks at dp 1: it is the
+ * context group). The data, pipeline and embedding groups, and a context
+ * group the hosts cannot hold, take the inter-host lines (pool->inter, measured by a
+ * gang spanning hosts on its backend, gloo on CPUs). Without inter-host
+ * lines they take the intra-host ones, and each such group counts as a
+ * stand-in. */
 #ifndef AA_PREDICT_H
 #define AA_PREDICT_H
 
@@ -52,7 +61,7 @@
 
 /* The pool predicted for. */
 typedef struct aa_predict_pool {
-  int devices;             /* >= dp x tp x pp of the strategies asked about */
+  int devices;             /* >= dp x tp x pp x cp of the strategies asked about */
   int host_cores;          /* CPUs: cores of the one host the executors share; 0 = each device has its own
                               (GPUs, or CPU executors on separate hosts) */
   int threads;             /* CPUs: threads per executor; 0 = the calibration's */
@@ -69,6 +78,7 @@ typedef struct aa_predict {
   double backward_s;      /* backward ops and the recomputed forwards */
   double tensor_comm_s;   /* the tensor group's collectives */
   double pipeline_comm_s; /* sends and receives */
+  double context_comm_s;  /* the context group's ring steps */
   double bubble_s;        /* the pipeline's idle share of the stretched schedule */
   double optimizer_s;     /* AdamW over the shard, and casts of the parameters */
   double data_comm_s;     /* the data group's and the embedding group's collectives */
@@ -93,7 +103,8 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
 
 /* The distinct op shapes one step of s (resolved) runs on pipeline rank
  * `stage` on a device of kind cuda (1: GPU, 0: CPU; it decides the ops'
- * dtype, fp32 on CPUs and s->amp on GPUs but fp32 for AdamW, and whether
+ * dtype, fp32 on CPUs and s->amp on GPUs but fp32 for AdamW and for the
+ * ring attention's blocks and gradient sum (fp32 kernels), and whether
  * 16-bit storage adds casts, CPUs only): every op of its forward,
  * backward and optimizer, at most once per (shape, dtype), into out (cap
  * entries; fwd_s and bwd_s 0). Returns how many there are (more than cap:
@@ -104,8 +115,8 @@ size_t aa_predict_ops(const aa_arch_t *arch, const aa_strategy_t *s, int stage, 
 /* What a calibration for the model measures so that every strategy of a
  * pool of up to max_devices finds its shapes: the distinct op shapes of
  * every pipeline rank of every strategy space.h enumerates for such a pool
- * (its layouts of data, tensor, sequence and pipeline parallelism, each
- * pipeline shape, ZeRO stage, precision, checkpoint mode and micro-batch:
+ * (its layouts of data, tensor, sequence, pipeline and context parallelism, each
+ * pipeline shape, ZeRO stage (over dp x cp), precision, checkpoint mode and micro-batch:
  * the divisors of the per-rank batch, so the powers of two up to the
  * global batch when it is one) that the model allows
  * (aa_strategy_resolve), at the device kind's dtypes (fp32 on CPUs, the

@@ -75,6 +75,12 @@ int aa_sizes_zero_stage(int zero, int dp) { return dp > 1 ? zero : 0; }
 
 size_t aa_sizes_chunk(size_t n, int dp) { return (n + (size_t)dp - 1) / (size_t)dp; }
 
+int aa_sizes_replicas(const aa_strategy_t *s) { return s->degree[AA_AXIS_DATA] * s->degree[AA_AXIS_CONTEXT]; }
+
+int64_t aa_sizes_rank_tokens(const aa_arch_t *a, const aa_strategy_t *s) {
+  return (int64_t)s->micro_batch * (a->seq_len / s->degree[AA_AXIS_CONTEXT]);
+}
+
 int aa_sizes_slot(const aa_arch_t *a, int u) { return u == 0 ? 0 : u == aa_sizes_units(a) - 1 ? 2 : 1; }
 
 /* --- state ----------------------------------------------------------------------------- */
@@ -298,7 +304,7 @@ int aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, 
   }
   /* ZeRO shards over the ranks that hold the same slice of the model: the
    * data group, times the context group (Megatron's). */
-  const int cp = s->degree[AA_AXIS_CONTEXT], replicas = s->degree[AA_AXIS_DATA] * cp;
+  const int cp = s->degree[AA_AXIS_CONTEXT], replicas = aa_sizes_replicas(s);
   const int zero = aa_sizes_zero_stage(s->zero, replicas);
   aa_model_sizes_t ms;
   aa_sizes_model(a, s->degree[AA_AXIS_TENSOR], pp, s->amp, zero, &ms);

@@ -77,6 +77,17 @@ int aa_sizes_zero_stage(int zero, int dp);
  * rank one chunk of c = ceil(n / dp) elements. */
 size_t aa_sizes_chunk(size_t n, int dp);
 
+/* The ranks that hold the same slice of the model as a rank of s, over
+ * which its gradients are averaged and ZeRO shards: the data group times
+ * the context group (Megatron's data-parallel group under context
+ * parallelism; engine/mesh.h's replicas), dp x cp. */
+int aa_sizes_replicas(const aa_strategy_t *s);
+
+/* The tokens of one micro-batch a rank of s computes on: micro_batch x
+ * seq_len / cp (under context parallelism its two chunks of each
+ * sequence). */
+int64_t aa_sizes_rank_tokens(const aa_arch_t *a, const aa_strategy_t *s);
+
 /* --- state: parameters, gradients, optimizer ---------------------------------------------- */
 
 /* One flat buffer: numel elements of dtype, accounted under kind; numel 0

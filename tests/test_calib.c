@@ -203,7 +203,7 @@ AA_TEST(the_link_fit_recovers_an_exact_line_and_clamps_the_latency) {
  * attention, as B·NH·T²·HS, and S·T·(G + 1)·HS rotated for RoPE, as
  * B·T·(NH + NKV)·HS. */
 AA_TEST(llama_kinds_follow_the_old_ones_and_read_back) {
-  CHECK(AA_OP_MATMUL == 0 && AA_OP_ADAMW == 8 && AA_OP_RMSNORM == 9 && AA_OP_GQA == AA_OP_KINDS - 1);
+  CHECK(AA_OP_MATMUL == 0 && AA_OP_ADAMW == 8 && AA_OP_RMSNORM == 9 && AA_OP_GQA == 12);
   const char *names[] = {"rmsnorm", "swiglu", "rope", "gqa"};
   for (int k = 0; k < 4; k++)
     CHECK(aa_op_kind_parse(names[k]) == AA_OP_RMSNORM + k && !strcmp(aa_op_kind_name(AA_OP_RMSNORM + k), names[k]));
@@ -230,6 +230,41 @@ AA_TEST(llama_kinds_follow_the_old_ones_and_read_back) {
   CHECK(aa_op_work(&rms) == 64.0 * 32 && aa_op_work(&sw) == 64.0 * 48);
 }
 
+/* Context parallelism's ring kinds come after the llama ones, so every
+ * stored calibration keeps its kinds' numbers and names (a text without
+ * them reads as before); they read back, their four dimensions are
+ * checked, and their work is the folded grouped-query arithmetic at a
+ * chunk's Tc: S·Tc²·G·HS, the diagonal's as the full block's. */
+AA_TEST(ring_kinds_come_last_and_read_back) {
+  CHECK(AA_OP_RING_DIAG == AA_OP_GQA + 1 && AA_OP_RING_BLOCK == AA_OP_KINDS - 1);
+  CHECK(aa_op_kind_parse("ring_diag") == AA_OP_RING_DIAG &&
+        aa_op_kind_parse("ring_block") == AA_OP_RING_BLOCK);
+  CHECK(!strcmp(aa_op_kind_name(AA_OP_RING_BLOCK), "ring_block"));
+  aa_calib_t *c = sample(), *back = calloc(1, sizeof *back);
+  /* A calibration a build before the ring stored. */
+  static const char old[] =
+      "{\"version\":1,\"device\":\"cpu:x\",\"backend\":\"shm\",\"cuda\":0,\"threads\":1,\"host_cores\":2,"
+      "\"ranks\":2,\"measured_s\":1.5,\"ops\":[[\"gqa\",[8,16,2,8],\"fp32\",1e-05,3e-05],"
+      "[\"adamw\",[1234,0,0,0],\"fp32\",0.0003,0]],\"links\":[[\"send\",2,1e-05,2000000000.0]]}";
+  CHECK_MSG(aa_calib_parse(back, old, "old.json") == 0, "%s", aa_last_error());
+  CHECK(back->n_op == 2 && back->op[0].shape.op == AA_OP_GQA && back->op[1].shape.op == AA_OP_ADAMW &&
+        back->n_link == 1 && back->link[0].kind == AA_COST_SEND);
+  c->op[c->n_op++] = (aa_calib_op_t){{AA_OP_RING_DIAG, {16, 4, 1, 8}}, AA_F32, 2e-6, 5e-6};
+  c->op[c->n_op++] = (aa_calib_op_t){{AA_OP_RING_BLOCK, {16, 4, 1, 8}}, AA_F32, 3e-6, 6e-6};
+  char *text = aa_calib_to_json(c);
+  CHECK(text && strstr(text, "[\"ring_diag\",[16,4,1,8],\"fp32\",") &&
+        strstr(text, "[\"ring_block\",[16,4,1,8],\"fp32\","));
+  CHECK_MSG(aa_calib_parse(back, text, "c.json") == 0, "%s", aa_last_error());
+  CHECK(same_calib(c, back));
+  free(text);
+  free(back);
+  free(c);
+  refused("\"matmul\",[64,32,96,0]", "\"ring_block\",[64,32,96,0]",
+          "ops[0].dims[3]: must be between 1 and 2^40 for ring_block");
+  const aa_op_shape_t diag = {AA_OP_RING_DIAG, {16, 4, 1, 8}}, blk = {AA_OP_RING_BLOCK, {8, 4, 2, 8}};
+  CHECK(aa_op_work(&diag) == 16.0 * 4 * 4 * 1 * 8 && aa_op_work(&blk) == 8.0 * 4 * 4 * 2 * 8);
+}
+
 int main(void) {
   RUN(the_json_text_reads_back_as_the_same_calibration);
   RUN(every_malformed_field_is_refused_by_name);
@@ -238,5 +273,6 @@ int main(void) {
   RUN(op_work_is_flops_for_gemms_and_elements_otherwise);
   RUN(the_link_fit_recovers_an_exact_line_and_clamps_the_latency);
   RUN(llama_kinds_follow_the_old_ones_and_read_back);
+  RUN(ring_kinds_come_last_and_read_back);
   return aa_test_summary();
 }

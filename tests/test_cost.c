@@ -253,6 +253,14 @@ AA_TEST(a_strategy_with_more_work_than_a_measured_one_is_dominated) {
   CHECK(aa_cost_dominated(&sp, &tp, 0, NULL, 0));
   sp.sp = 1;
   CHECK(!aa_cost_dominated(&sp, &tp, 0, NULL, 0) && !aa_cost_dominated(&tp, &sp, 0, NULL, 0));
+  /* Another context degree trades per-token work for ring steps: never
+   * compared, whichever costs more otherwise; within one degree the knobs
+   * order as before. */
+  aa_strategy_t c1 = strat(2, 2, AA_F32, AA_CKPT_NONE, 4), c2 = strat(2, 2, AA_F32, AA_CKPT_FULL, 4);
+  c2.degree[AA_AXIS_CONTEXT] = 2;
+  CHECK(!aa_cost_dominated(&c2, &c1, 0, NULL, 0) && !aa_cost_dominated(&c1, &c2, 0, NULL, 0));
+  c1.degree[AA_AXIS_CONTEXT] = 2;
+  CHECK(aa_cost_dominated(&c2, &c1, 0, NULL, 0) && !aa_cost_dominated(&c1, &c2, 0, NULL, 0));
   /* Full checkpointing of different block counts is not ordered here. */
   aa_strategy_t f1 = strat(1, 0, AA_F32, AA_CKPT_FULL, 4), f2 = f1;
   f1.ckpt_layers = 1;
@@ -290,6 +298,16 @@ AA_TEST(flops_are_per_rank_and_split_over_the_tensor_group) {
   s.degree[AA_AXIS_TENSOR] = 1;
   s.sp = 0;
   CHECK(aa_cost_flops_per_token(&gpt2, &s) == 860101632.0 + 207857664.0);
+  /* Nor does cp a rank's work per token it holds: each query attends over
+   * its whole prefix, the chunks balance the causal work (a context rank
+   * holds 1 / cp of the replica's tokens: cost.h). */
+  s.degree[AA_AXIS_CONTEXT] = 4;
+  CHECK(aa_cost_flops_per_token(&gpt2, &s) == 860101632.0 + 207857664.0);
+  CHECK(aa_cost_min_flops_per_token(&gpt2, &s) == 741408768.0 + 169869312.0);
+  s.degree[AA_AXIS_CONTEXT] = 2;
+  s.degree[AA_AXIS_TENSOR] = 2;
+  s.ckpt = AA_CKPT_NONE;
+  CHECK(aa_cost_min_flops_per_token(&gpt2, &s) == 741408768.0 / 2);
 }
 
 static aa_cost_calls_t calls(uint64_t n, uint64_t elems, uint64_t bytes) {
@@ -420,6 +438,96 @@ AA_TEST(the_tensor_group_moves_what_the_tensor_parallel_schedule_says) {
   aa_cost_comm_t both;
   aa_cost_comm(a, &t, 1, &both);
   CHECK(both.data.ranks == 2 && both.data.bytes > 0 && both.tensor.bytes == c.tensor.bytes);
+}
+
+/* The context group (engine/model.c ring_forward, ring_backward), on
+ * archs[0] (gpt2, L 3, C 32, T 16: q|k|v rows of QKV = 96) with
+ * micro-batches of 2 sequences, 2 a step. A ring step sends the rank's
+ * q|k|v to the next rank and receives the previous one's: N·QKV floats
+ * with N = 2·16 / cp the rank's tokens. Per micro-batch and block, cp - 1
+ * steps forward and 2 cp - 2 backward (cp - 1 for the blocks, cp - 2 for
+ * the travelling key/value gradients, 1 home), cp - 1 more for a
+ * recomputed block:
+ *   cp 2: N = 16, 1,536 floats a step; 2 x 3 x (1 + 2) = 18 steps, 27,648
+ *     floats each way; full checkpointing 2 x (3 x 3 + 3 x 1) = 24;
+ *   cp 4: N = 8, 768 floats; 2 x 3 x (3 + 6) = 54 steps, 41,472 floats;
+ *   cp 2 x tp 2: QKV 48, 768 floats; 18 steps, 13,824 floats;
+ *   llama (archs[2], QKV = 32 + 2 x 2 x 8 = 64) at cp 2: 1,024 floats.
+ * Each a send and a receive in fp32 whatever the amp. */
+AA_TEST(the_context_group_passes_each_blocks_qkv_around_the_ring) {
+  const aa_arch_t *a = &archs[0];
+  const aa_cost_calls_t none = calls(0, 0, 0);
+  aa_cost_comm_t c;
+  aa_strategy_t s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
+  s.degree[AA_AXIS_CONTEXT] = 2;
+  aa_cost_comm(a, &s, 2, &c);
+  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(18, 27648, 110592), calls(18, 27648, 110592));
+  CHECK(aa_cost_comm_ring_bytes(&c.context) == 110592.0);
+  char d[160];
+  aa_cost_group_describe(&c.context, d, sizeof d);
+  CHECK_MSG(!strcmp(d, "18 sends (108.0 KiB), 18 receives (108.0 KiB)"), "%s", d);
+  s.amp = AA_BF16;
+  aa_cost_comm(a, &s, 2, &c);
+  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(18, 27648, 110592), calls(18, 27648, 110592));
+  s.ckpt = AA_CKPT_FULL;
+  aa_cost_comm(a, &s, 2, &c);
+  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(24, 36864, 147456), calls(24, 36864, 147456));
+  s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
+  s.degree[AA_AXIS_CONTEXT] = 4;
+  aa_cost_comm(a, &s, 2, &c);
+  check_p2p(__LINE__, &c.context, 4, none, none, none, calls(54, 41472, 165888), calls(54, 41472, 165888));
+  s.degree[AA_AXIS_CONTEXT] = 2;
+  s.degree[AA_AXIS_TENSOR] = 2;
+  aa_cost_comm(a, &s, 2, &c);
+  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(18, 13824, 55296), calls(18, 13824, 55296));
+  /* The tensor group's activations are the rank's N = 16 tokens (N·C =
+   * 512): per micro-batch 1 + 6 + 6 + 1 = 14 all-reduces of 512 and the
+   * cross-entropy's gather of 3 x 16 x 2; the norm once a step. */
+  check_group(__LINE__, &c.tensor, 2, calls(29, 28 * 512 + 1, 4 * (28 * 512 + 1)), calls(2, 192, 768), none);
+  s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
+  s.degree[AA_AXIS_CONTEXT] = 2;
+  aa_cost_comm(&archs[2], &s, 2, &c);
+  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(18, 18 * 1024, 18 * 4096),
+            calls(18, 18 * 1024, 18 * 4096));
+  /* A pipeline stage's activations are its rank's tokens too: half of
+   * cp 1's at cp 2 (archs[0] cut in three, the middle stage). */
+  aa_cost_comm_t one, two;
+  s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
+  s.degree[AA_AXIS_PIPELINE] = 3;
+  aa_cost_comm_stage(a, &s, 4, 1, &one);
+  s.degree[AA_AXIS_CONTEXT] = 2;
+  aa_cost_comm_stage(a, &s, 4, 1, &two);
+  CHECK(one.pipeline.bytes == 65536 && two.pipeline.bytes == 32768 &&
+        two.pipeline.kind[AA_COST_SEND].calls == one.pipeline.kind[AA_COST_SEND].calls);
+  CHECK(two.context.kind[AA_COST_SEND].calls == 4 * 1 * 3 && one.context.ranks == 1 &&
+        one.context.bytes == 0);
+  /* At cp 1 the group is one rank and moves nothing. */
+  s = strat(2, 0, AA_F32, AA_CKPT_NONE, 2);
+  aa_cost_comm(a, &s, 2, &c);
+  check_p2p(__LINE__, &c.context, 1, none, none, none, none, none);
+}
+
+/* The data group under context parallelism is the dp x cp replicas (the
+ * engine's ZeRO group): at dp 1 x cp 2 the loss and each unit's gradient
+ * are all-reduced over 2 ranks as over dp 2 (archs[0]: 28,256 + 1 floats),
+ * and ZeRO 1 shards over them: chunks of 1,280, 4,272 and 32, padded
+ * units adding up to 28,256. */
+AA_TEST(the_data_group_spans_the_data_and_context_ranks) {
+  const aa_arch_t *a = &archs[0];
+  const aa_cost_calls_t none = calls(0, 0, 0);
+  aa_cost_comm_t c;
+  aa_strategy_t s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
+  s.degree[AA_AXIS_CONTEXT] = 2;
+  aa_cost_comm(a, &s, 2, &c);
+  check_group(__LINE__, &c.data, 2, calls(6, 28257, 113028), none, none);
+  s.zero = 1;
+  aa_cost_comm(a, &s, 2, &c);
+  check_group(__LINE__, &c.data, 2, calls(2, 2, 8), calls(5, 28256, 113024), calls(5, 28256, 113024));
+  /* dp 3 x cp 2: 6 ranks, chunks of 427, 1,424 and 11 (the padded units of
+   * 2,562, 8,544 and 66). */
+  s.degree[AA_AXIS_DATA] = 3;
+  aa_cost_comm(a, &s, 2, &c);
+  check_group(__LINE__, &c.data, 6, calls(2, 2, 8), calls(5, 28260, 113040), calls(5, 28260, 113040));
 }
 
 /* Per pipeline stage, GPT-2 124M cut in two (6 blocks a stage): the first
@@ -694,6 +802,8 @@ int main(void) {
   RUN(flops_are_per_rank_and_split_over_the_tensor_group);
   RUN(the_data_group_moves_what_each_zero_stage_schedules);
   RUN(the_tensor_group_moves_what_the_tensor_parallel_schedule_says);
+  RUN(the_context_group_passes_each_blocks_qkv_around_the_ring);
+  RUN(the_data_group_spans_the_data_and_context_ranks);
   RUN(flops_per_token_are_per_pipeline_stage_and_add_up_to_the_model);
   RUN(the_bubble_is_megatrons);
   RUN(the_pipeline_group_moves_activations_and_their_gradients);

@@ -242,6 +242,57 @@ AA_TEST(a_llama_model_times_its_own_op_kinds) {
   free(c);
 }
 
+/* A context-parallel candidate's shapes, given as the ops to time: the
+ * ring's diagonal and full blocks of a cp 2 rank (gpt2 and llama, whose
+ * grouped-query heads fold as calib.h says) are timed forward and backward
+ * by the engine's block kernels, with the rest of its step's shapes, and
+ * nothing else is. */
+AA_TEST(a_context_parallel_candidates_ring_blocks_are_timed) {
+  static const char json[] =
+      "{\"name\": \"small-llama\", \"model\": {\"family\": \"llama\", \"n_layer\": 2, \"n_head\": 4, "
+      "\"n_kv_head\": 2, \"d_model\": 32, \"d_ff\": 48, \"seq_len\": 16, \"vocab_size\": 256}, "
+      "\"train\": {\"global_batch\": 4, \"steps\": 10, \"lr\": 0.003}, \"data\": {\"train\": \"train.bin\"}}";
+  aa_model_spec_t specs[2];
+  if (small_spec(&specs[0])) return;
+  int rc = aa_spec_parse(&specs[1], json, NULL, "small-llama");
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  for (int k = 0; !rc && k < 2; k++) {
+    aa_strategy_t s;
+    aa_strategy_default(&s);
+    s.degree[AA_AXIS_CONTEXT] = 2;
+    s.ckpt = AA_CKPT_FULL;
+    CHECK_MSG(aa_strategy_resolve(&s, &specs[k], 2) == 0, "%s", aa_last_error());
+    aa_calib_op_t ops[64];
+    size_t n = aa_predict_ops(&specs[k].arch, &s, 0, 0, ops, 64);
+    int ring = 0;
+    for (size_t i = 0; i < n && i < 64; i++)
+      ring += ops[i].shape.op == AA_OP_RING_DIAG || ops[i].shape.op == AA_OP_RING_BLOCK;
+    CHECK_MSG(n > 0 && n <= 64 && ring == 2, "%zu ops, %d of the ring", n, ring);
+    aa_calib_t *c = calloc(1, sizeof *c);
+    aa_calibrate_opts_t o = {.threads = 1, .budget_s = 5, .ops = ops, .n_ops = (int)n};
+    rc = aa_calibrate(&specs[k], &o, c);
+    CHECK_MSG(rc == 0, "%s", aa_last_error());
+    CHECK(rc || c->n_op == (int)n);
+    for (size_t i = 0; !rc && i < n; i++) {
+      const aa_calib_op_t *m = aa_calib_find_op(c, &ops[i].shape, ops[i].dtype);
+      int adamw = ops[i].shape.op == AA_OP_ADAMW;
+      CHECK_MSG(m && m->fwd_s > 0 && (adamw ? m->bwd_s == 0 : m->bwd_s > 0), "op %zu (%s)", i,
+                aa_op_kind_name(ops[i].shape.op));
+      if (m && ops[i].shape.op >= AA_OP_RING_DIAG)
+        fprintf(stderr, "  %s %s [%lld,%lld,%lld,%lld]: %.2f us forward, %.2f us backward\n", specs[k].name,
+                aa_op_kind_name(m->shape.op), (long long)m->shape.d[0], (long long)m->shape.d[1],
+                (long long)m->shape.d[2], (long long)m->shape.d[3], m->fwd_s * 1e6, m->bwd_s * 1e6);
+    }
+    free(c);
+  }
+  /* An op list out of bounds is refused before anything runs. */
+  aa_calib_t *c = calloc(1, sizeof *c);
+  aa_calib_op_t bad = {.shape = {AA_OP_KINDS, {1, 1, 1, 1}}};
+  CHECK(aa_calibrate(&specs[0], &(aa_calibrate_opts_t){.ops = &bad, .n_ops = 1}, c) == AA_EINVAL);
+  CHECK(aa_calibrate(&specs[0], &(aa_calibrate_opts_t){.ops = &bad, .n_ops = 0}, c) == AA_EINVAL);
+  free(c);
+}
+
 AA_TEST(shapes_past_the_memory_limit_are_left_out) {
   aa_model_spec_t s;
   if (small_spec(&s)) return;
@@ -306,6 +357,7 @@ int main(void) {
   RUN(a_rank_that_dies_makes_its_peer_fail_at_once);
   RUN(alone_every_wanted_op_is_timed_and_the_json_reads_back);
   RUN(a_llama_model_times_its_own_op_kinds);
+  RUN(a_context_parallel_candidates_ring_blocks_are_timed);
   RUN(shapes_past_the_memory_limit_are_left_out);
   RUN(bad_options_are_einval_and_a_long_fingerprint_is_cut_to_fit);
   char cmd[300];

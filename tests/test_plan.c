@@ -147,8 +147,9 @@ AA_TEST(strategies_come_best_predicted_first_with_their_breakdown) {
     /* tokens/s = global batch x seq_len / step. */
     CHECK_NEAR(tps * json_number_value(json_object_get(s, "step_ms")) / 1e3, 8 * 64, 1e-6);
     json_t *b = json_object_get(s, "breakdown");
-    static const char *const parts[] = {"forward_ms", "backward_ms",  "tensor_comm_ms", "pipeline_comm_ms",
-                                        "bubble_ms",  "optimizer_ms", "data_comm_ms"};
+    static const char *const parts[] = {"forward_ms",       "backward_ms",     "tensor_comm_ms",
+                                        "pipeline_comm_ms", "context_comm_ms", "bubble_ms",
+                                        "optimizer_ms",     "data_comm_ms"};
     double sum = 0;
     for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
       sum += json_number_value(json_object_get(b, parts[k]));
@@ -481,13 +482,15 @@ AA_TEST(the_breakdown_is_the_prediction_in_milliseconds) {
                     .backward_s = 0.002,
                     .tensor_comm_s = 0.003,
                     .pipeline_comm_s = 0.004,
+                    .context_comm_s = 0.008,
                     .bubble_s = 0.005,
                     .optimizer_s = 0.006,
                     .data_comm_s = 0.007,
                     .ops_estimated = 2,
                     .links_estimated = 3};
   json_t *b = aa__plan_breakdown(&p);
-  CHECK(b && json_object_size(b) == 9);
+  CHECK(b && json_object_size(b) == 10);
+  CHECK_NEAR(json_number_value(json_object_get(b, "context_comm_ms")), 8, 1e-12);
   CHECK_NEAR(json_number_value(json_object_get(b, "forward_ms")), 1, 1e-12);
   CHECK_NEAR(json_number_value(json_object_get(b, "data_comm_ms")), 7, 1e-12);
   CHECK(json_integer_value(json_object_get(b, "links_estimated")) == 3);

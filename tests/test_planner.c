@@ -326,6 +326,19 @@ AA_TEST(search_predicts_from_the_nearest_measured_run) {
   CHECK_NEAR(aa__search_predict(&s, tp2), 800 * per_rank, 1e-9);
   aa__search_done(&s, tp2, AA_STORE_RUN_OK, 900, 0);
   CHECK_NEAR(aa__search_predict(&s, tp2_sp), 900, 1e-9); /* the same FLOPs per rank: nearest is tp 2 */
+  /* dp 1 x cp 2 is nearest dp 1 (another cp: 3, against 6 for tp 2): each
+   * of its 2 ranks holds half of every sequence, a token costing what it
+   * does at cp 1 (strategies/cost.h), at the measured per-device rate. */
+  int cp2 = -1;
+  for (size_t i = 0; i < s.n; i++) {
+    const aa_strategy_t *t = &s.c[i].s;
+    if (t->degree[AA_AXIS_CONTEXT] == 2 && t->zero == 0 && t->amp == AA_F32 && t->micro_batch == 4 &&
+        !t->ckpt)
+      cp2 = (int)i;
+  }
+  CHECK(cp2 >= 0 &&
+        aa_cost_flops_per_token(&spec.arch, &s.c[cp2].s) == aa_cost_flops_per_token(&spec.arch, &s.c[dp1].s));
+  if (cp2 >= 0) CHECK_NEAR(aa__search_predict(&s, cp2), 2 * 800, 1e-9);
   aa__search_free(&s);
 }
 

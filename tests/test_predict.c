@@ -81,14 +81,34 @@ static aa_calib_t *calib(const aa_model_spec_t *sp, int cuda, int links) {
   return c;
 }
 
-static aa_strategy_t strat(const aa_model_spec_t *sp, int dp, int tp, int pp, int mb) {
+static aa_strategy_t strat_cp(const aa_model_spec_t *sp, int dp, int tp, int pp, int cp, int mb) {
   aa_strategy_t s;
   aa_strategy_default(&s);
   s.degree[AA_AXIS_DATA] = dp, s.degree[AA_AXIS_TENSOR] = tp, s.degree[AA_AXIS_PIPELINE] = pp,
-  s.micro_batch = mb;
+  s.degree[AA_AXIS_CONTEXT] = cp, s.micro_batch = mb;
   int rc = aa_strategy_resolve(&s, sp, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   return s;
+}
+
+static aa_strategy_t strat(const aa_model_spec_t *sp, int dp, int tp, int pp, int mb) {
+  return strat_cp(sp, dp, tp, pp, 1, mb);
+}
+
+/* Adds to c the op shapes of every pipeline rank of s that it lacks,
+ * timed as calib() times them: a strategy the space may not enumerate. */
+static void add_ops(aa_calib_t *c, const aa_model_spec_t *sp, const aa_strategy_t *s) {
+  for (int r = 0; r < s->degree[AA_AXIS_PIPELINE]; r++) {
+    aa_calib_op_t ops[64];
+    size_t n = aa_predict_ops(&sp->arch, s, r, c->cuda, ops, 64);
+    CHECK(n > 0 && n <= 64);
+    for (size_t i = 0; i < n && i < 64 && c->n_op < AA_CALIB_OPS_MAX; i++) {
+      if (aa_calib_find_op(c, &ops[i].shape, ops[i].dtype)) continue;
+      ops[i].fwd_s = op_fwd(&ops[i].shape);
+      ops[i].bwd_s = op_bwd(&ops[i].shape);
+      c->op[c->n_op++] = ops[i];
+    }
+  }
 }
 
 static int predict(const aa_model_spec_t *sp, const aa_strategy_t *s, const aa_calib_t *c, int host_cores,
@@ -96,8 +116,8 @@ static int predict(const aa_model_spec_t *sp, const aa_strategy_t *s, const aa_c
   aa_predict_pool_t pool = {.devices = 8, .host_cores = host_cores};
   int rc = aa_predict(sp, s, c, &pool, p);
   if (rc == 0) {
-    double sum = p->forward_s + p->backward_s + p->tensor_comm_s + p->pipeline_comm_s + p->bubble_s +
-                 p->optimizer_s + p->data_comm_s;
+    double sum = p->forward_s + p->backward_s + p->tensor_comm_s + p->pipeline_comm_s + p->context_comm_s +
+                 p->bubble_s + p->optimizer_s + p->data_comm_s;
     CHECK_NEAR(sum / p->step_s, 1, 1e-12);
     CHECK_NEAR(p->tokens_per_s * p->step_s, (double)sp->train.global_batch * sp->arch.seq_len, 1e-6);
   }
@@ -165,6 +185,22 @@ AA_TEST(the_gemms_are_the_cost_models_flops) {
       double want = aa_cost_min_flops_per_token_stage(&sp.arch, &s, p.stage) * tokens * K_OP;
       CHECK_MSG(fabs((p.forward_s + p.backward_s) / want - 1) < 1e-12,
                 "tp %d pp %d sp %d ckpt %d: %.9g vs %.9g", cfg[k][0], cfg[k][1], cfg[k][2], ck,
+                p.forward_s + p.backward_s, want);
+    }
+  /* A context rank's GEMMs run on its tokens, 1 / cp of the replica's,
+   * each at the cost of a token at cp 1 (cost.h). */
+  for (int cp = 2; cp <= 4; cp *= 2)
+    for (int ck = 0; ck < 3; ck++) {
+      aa_strategy_t s = strat_cp(&sp, 1, 1, 1, cp, 2);
+      s.ckpt = (aa_ckpt_mode_t)ck;
+      add_ops(c, &sp, &s);
+      for (int i = 0; i < c->n_op; i++)
+        if (c->op[i].shape.op != AA_OP_MATMUL) c->op[i].fwd_s = c->op[i].bwd_s = 0;
+      aa_predict_t p;
+      CHECK_MSG(predict(&sp, &s, c, 0, &p) == 0, "%s", aa_last_error());
+      const double tokens = (double)aa_strategy_accum_steps(&s, &sp) * s.micro_batch * sp.arch.seq_len / cp;
+      double want = aa_cost_min_flops_per_token(&sp.arch, &s) * tokens * K_OP;
+      CHECK_MSG(fabs((p.forward_s + p.backward_s) / want - 1) < 1e-12, "cp %d ckpt %d: %.9g vs %.9g", cp, ck,
                 p.forward_s + p.backward_s, want);
     }
   free(c);
@@ -564,6 +600,192 @@ AA_TEST(a_llama_pipeline_has_no_embedding_group) {
   }
 }
 
+/* Context parallelism, a gpt2 rank of cp 2 with micro-batches of B = 4 (2
+ * a step): N = 4 x 16 / 2 = 32 tokens, chunks of Tc = 4. Its ops by hand
+ * from engine/model.c: per block the per-token ops at N = 32 (LayerNorm
+ * (32, 32) twice, qkv (32, 32, 96), the projection (32, 32, 32), two
+ * residual adds of 1,024, fc (32, 32, 64), GELU of 2,048, fcproj (32, 64,
+ * 32)), and in attention's place the ring's blocks at S = B·NKV = 16
+ * (sequence, head) pairs, G = 1, HS = 8: 2 diagonal blocks and 2 cp - 1 =
+ * 3 full ones, each S·G·Tc²·HS = 2,048 of work, the backward adding one
+ * accumulate of the key/value gradients (2·B·Tc·QKV = 3,072: half a
+ * residual backward); the embedding twice at 16 tokens; the final
+ * LayerNorm, the head (32, 32, 64) and the cross-entropy (32, 64). Each
+ * ring step a send and a receive of 3,072 floats: 3 a block per
+ * micro-batch (1 forward, 2 backward), 24 a step. AdamW over all 36,800
+ * parameters (ZeRO 0). */
+AA_TEST(a_context_parallel_rank_step_is_its_ops_worked_out_by_hand) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 1);
+  aa_strategy_t s = strat_cp(&sp, 1, 1, 1, 2, 4), one = strat(&sp, 1, 1, 1, 4);
+  add_ops(c, &sp, &s);
+  aa_calib_op_t ops[64];
+  const size_t n = aa_predict_ops(&sp.arch, &s, 0, 0, ops, 64);
+  const aa_op_shape_t want[] = {
+      {AA_OP_LAYERNORM, {32, 32, 0, 0}}, {AA_OP_MATMUL, {32, 32, 96, 0}},   {AA_OP_RING_DIAG, {16, 4, 1, 8}},
+      {AA_OP_RING_BLOCK, {16, 4, 1, 8}}, {AA_OP_RESIDUAL, {3072, 0, 0, 0}}, {AA_OP_MATMUL, {32, 32, 32, 0}},
+      {AA_OP_RESIDUAL, {1024, 0, 0, 0}}, {AA_OP_MATMUL, {32, 32, 64, 0}},   {AA_OP_GELU, {2048, 0, 0, 0}},
+      {AA_OP_MATMUL, {32, 64, 32, 0}},   {AA_OP_ENCODER, {16, 32, 0, 0}},   {AA_OP_XENT, {32, 64, 0, 0}},
+      {AA_OP_ADAMW, {36800, 0, 0, 0}}};
+  CHECK_MSG(n == sizeof want / sizeof want[0], "%zu ops", n);
+  for (size_t i = 0; i < n && i < sizeof want / sizeof want[0]; i++)
+    CHECK_MSG(aa_op_shape_equal(&ops[i].shape, &want[i]) && ops[i].dtype == AA_F32,
+              "ops[%zu]: %s [%lld,%lld,%lld,%lld]", i, aa_op_kind_name(ops[i].shape.op),
+              (long long)ops[i].shape.d[0], (long long)ops[i].shape.d[1], (long long)ops[i].shape.d[2],
+              (long long)ops[i].shape.d[3]);
+  aa_predict_t p, p1;
+  CHECK_MSG(predict(&sp, &s, c, 0, &p) == 0, "%s", aa_last_error());
+  CHECK_MSG(predict(&sp, &one, c, 0, &p1) == 0, "%s", aa_last_error());
+  const double N = 32, C = 32, F = 64, V = 64, L = 4, m = 2, ring = 5 * 2048, acc = 3072;
+  const double block = 2 * N * C + 2 * N * C * 3 * C + ring + 2 * N * C * C + 2 * N * C + 2 * N * C * F +
+                       N * F + 2 * N * F * C;
+  const double work = L * block + N * C + N * C + 2 * N * C * V + N * V;
+  CHECK_NEAR(p.forward_s / (m * K_OP * work), 1, 1e-12);
+  CHECK_NEAR(p.backward_s / (m * 2 * K_OP * work + m * L * K_OP * acc), 1, 1e-12);
+  CHECK(p.ops_estimated == 0 && p.links_estimated == 0);
+  /* The ring's steps, on the send line at 2 ranks, inside the step. */
+  aa_cost_comm_t cc;
+  aa_cost_comm_stage(&sp.arch, &s, 2, 0, &cc);
+  CHECK(cc.context.kind[AA_COST_SEND].calls == 24 && cc.context.kind[AA_COST_RECV].elems == 24 * 3072);
+  CHECK(p.context_comm_s > 0);
+  CHECK_NEAR(p.context_comm_s / comm(&cc.context, 1), 1, 1e-12);
+  /* The gradients are all-reduced over the 2 context ranks (the data group
+   * of dp x cp), the optimizer updates all the parameters (ZeRO 0). */
+  CHECK(cc.data.ranks == 2 && p.data_comm_s > 0);
+  CHECK_NEAR(p.data_comm_s / comm(&cc.data, 1), 1, 1e-12);
+  CHECK_NEAR(p.optimizer_s / p1.optimizer_s, 1, 1e-12);
+  /* Against cp 1 on one rank: half the per-token work a rank, plus the
+   * ring and the gradients' all-reduce. */
+  CHECK(p.forward_s < p1.forward_s && p.backward_s < p1.backward_s);
+  CHECK(p1.context_comm_s == 0 && p1.data_comm_s == 0);
+  CHECK_NEAR(p.step_s, p.forward_s + p.backward_s + p.context_comm_s + p.optimizer_s + p.data_comm_s, 1e-15);
+  free(c);
+}
+
+/* Full checkpointing runs each block's forward ring again in the
+ * backward: its ring blocks and cp - 1 more steps a block. The llama
+ * family's ring folds its grouped-query heads as GQA does (S = B·NKV = 8,
+ * G = 2) and RoPE turns each chunk at its place: 2 calls of (8, Tc, 2, 8). */
+AA_TEST(a_context_parallel_rank_recomputes_its_ring_and_folds_llama_heads) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 1);
+  aa_strategy_t s = strat_cp(&sp, 1, 1, 1, 4, 4);
+  add_ops(c, &sp, &s);
+  aa_predict_t none, full;
+  CHECK_MSG(predict(&sp, &s, c, 0, &none) == 0, "%s", aa_last_error());
+  s.ckpt = AA_CKPT_FULL;
+  add_ops(c, &sp, &s);
+  CHECK_MSG(predict(&sp, &s, c, 0, &full) == 0, "%s", aa_last_error());
+  /* cp 4, B = 4: N = 16, Tc = 2, S = 16; ring 2 diagonal + 7 blocks of
+   * 16 x 4 x 8 = 512. */
+  const double N = 16, C = 32, F = 64, L = 4, m = 2, ring = 9 * 512;
+  const double block = 2 * N * C + 2 * N * C * 3 * C + ring + 2 * N * C * C + 2 * N * C + 2 * N * C * F +
+                       N * F + 2 * N * F * C;
+  CHECK(full.forward_s == none.forward_s);
+  CHECK_NEAR((full.backward_s - none.backward_s) / (m * L * block * K_OP), 1, 1e-9);
+  aa_cost_comm_t a, b;
+  s.ckpt = AA_CKPT_NONE;
+  aa_cost_comm_stage(&sp.arch, &s, 2, 0, &a);
+  s.ckpt = AA_CKPT_FULL;
+  aa_cost_comm_stage(&sp.arch, &s, 2, 0, &b);
+  CHECK(a.context.kind[AA_COST_SEND].calls == 2 * 4 * 9 && b.context.kind[AA_COST_SEND].calls == 2 * 4 * 12);
+  CHECK_NEAR((full.context_comm_s - none.context_comm_s) / (comm(&b.context, 1) - comm(&a.context, 1)), 1,
+             1e-12);
+  free(c);
+  aa_model_spec_t ll = llama();
+  c = calib(&ll, 0, 1);
+  s = strat_cp(&ll, 1, 1, 1, 2, 4);
+  add_ops(c, &ll, &s);
+  aa_calib_op_t ops[64];
+  const size_t n = aa_predict_ops(&ll.arch, &s, 0, 0, ops, 64);
+  const aa_op_shape_t rope = {AA_OP_ROPE, {8, 4, 2, 8}}, diag = {AA_OP_RING_DIAG, {8, 4, 2, 8}},
+                      blk = {AA_OP_RING_BLOCK, {8, 4, 2, 8}},
+                      acc = {AA_OP_RESIDUAL, {2 * 4 * 4 * 64, 0, 0, 0}};
+  int seen = 0;
+  for (size_t i = 0; i < n && i < 64; i++) {
+    seen += aa_op_shape_equal(&ops[i].shape, &rope) + aa_op_shape_equal(&ops[i].shape, &diag) +
+            aa_op_shape_equal(&ops[i].shape, &blk) + aa_op_shape_equal(&ops[i].shape, &acc);
+    CHECK(ops[i].shape.op != AA_OP_GQA && ops[i].shape.op != AA_OP_ATTENTION);
+  }
+  CHECK_MSG(seen == 4, "%d of the llama ring's shapes", seen);
+  aa_predict_t p, p1;
+  CHECK_MSG(predict(&ll, &s, c, 0, &p) == 0, "%s", aa_last_error());
+  aa_strategy_t one = strat(&ll, 1, 1, 1, 4);
+  CHECK(predict(&ll, &one, c, 0, &p1) == 0);
+  /* RoPE's two calls of Tc rotate what one call of 2 Tc did. */
+  const double Nl = 32, Cl = 32, Fl = 64, V = 80, QKV = 64, S = 8, G = 2, HS = 8, Tc = 4;
+  const double lblock = 2 * Nl * Cl + 2 * Nl * Cl * QKV + 2 * S * Tc * (G + 1) * HS +
+                        5 * S * Tc * Tc * G * HS + 2 * Nl * Cl * Cl + 2 * Nl * Cl + 2 * Nl * Cl * 2 * Fl +
+                        Nl * Fl + 2 * Nl * Fl * Cl;
+  CHECK_NEAR(p.forward_s / (2 * K_OP * (L * lblock + Nl * Cl + Nl * Cl + 2 * Nl * Cl * V + Nl * V)), 1,
+             1e-12);
+  CHECK(p.forward_s < p1.forward_s);
+  free(c);
+}
+
+/* Across hosts a context group takes the intra-host lines when a host
+ * holds whole tensor x context blocks, else the inter-host ones (here
+ * 10x the latency, a tenth of the bandwidth): dp 2 x cp 2 on hosts of 2
+ * keeps each ring in a host; dp 1 x cp 4 on hosts of 2 cannot. */
+AA_TEST(a_context_group_across_hosts_takes_the_lines_of_where_it_sits) {
+  aa_model_spec_t sp = model();
+  aa_calib_t *c = calib(&sp, 0, 1), *x = calloc(1, sizeof *x);
+  *x = *c;
+  snprintf(x->backend, sizeof x->backend, "gloo");
+  x->n_op = 0;
+  for (int i = 0; i < x->n_link; i++)
+    x->link[i].latency_s *= 10, x->link[i].bytes_per_s /= 10;
+  aa_strategy_t in = strat_cp(&sp, 2, 1, 1, 2, 2), out = strat_cp(&sp, 1, 1, 1, 4, 4);
+  add_ops(c, &sp, &in);
+  add_ops(c, &sp, &out);
+  aa_predict_pool_t one = {.devices = 8}, two = {.devices = 8, .host_devices = 2, .inter = x};
+  aa_predict_t a1, a2, b1, b2;
+  CHECK_MSG(aa_predict(&sp, &in, c, &one, &a1) == 0, "%s", aa_last_error());
+  CHECK_MSG(aa_predict(&sp, &in, c, &two, &a2) == 0, "%s", aa_last_error());
+  CHECK(a2.across_hosts && a1.context_comm_s > 0);
+  CHECK_NEAR(a2.context_comm_s / a1.context_comm_s, 1, 1e-12);
+  CHECK(a2.data_comm_s > 5 * a1.data_comm_s);
+  CHECK(aa_predict(&sp, &out, c, &one, &b1) == 0 && aa_predict(&sp, &out, c, &two, &b2) == 0);
+  aa_cost_comm_t cc;
+  aa_cost_comm_stage(&sp.arch, &out, aa_strategy_accum_steps(&out, &sp), 0, &cc);
+  CHECK_NEAR(b1.context_comm_s / comm(&cc.context, 1), 1, 1e-12);
+  double lat = 0, bw = 0; /* the ring's steps on x's send line at 2 ranks */
+  for (int k = AA_COST_SEND; k <= AA_COST_RECV; k++) {
+    lat += (double)cc.context.kind[k].calls * LAT * (AA_COST_SEND + 1) * 10;
+    bw += (double)cc.context.kind[k].bytes / (BW * 2 / 10);
+  }
+  CHECK_NEAR(b2.context_comm_s / (lat + bw), 1, 1e-12);
+  CHECK(a2.links_estimated == 0 && b2.links_estimated == 0);
+  /* Without inter-host lines the intra-host ones stand in: the data group
+   * and, for cp 4, the context group, counted. */
+  two.inter = NULL;
+  CHECK(aa_predict(&sp, &in, c, &two, &a2) == 0 && aa_predict(&sp, &out, c, &two, &b2) == 0);
+  CHECK(a2.links_estimated == 1 && b2.links_estimated == 2);
+  free(x);
+  free(c);
+  /* At dp 1 the data group of dp x cp ranks is the context group: inside
+   * a host with it, while the pipeline crosses (a llama cut in two, cp 2,
+   * on hosts of 2: no embedding group to cross). */
+  aa_model_spec_t ll = llama();
+  c = calib(&ll, 0, 1);
+  x = calloc(1, sizeof *x);
+  *x = *c;
+  x->n_op = 0;
+  for (int i = 0; i < x->n_link; i++)
+    x->link[i].latency_s *= 10, x->link[i].bytes_per_s /= 10;
+  aa_strategy_t pc = strat_cp(&ll, 1, 1, 2, 2, 2);
+  add_ops(c, &ll, &pc);
+  two.inter = x;
+  CHECK_MSG(aa_predict(&ll, &pc, c, &one, &a1) == 0, "%s", aa_last_error());
+  CHECK_MSG(aa_predict(&ll, &pc, c, &two, &a2) == 0, "%s", aa_last_error());
+  CHECK(a1.data_comm_s > 0 && a1.pipeline_comm_s > 0 && a1.context_comm_s > 0);
+  CHECK_NEAR(a2.data_comm_s / a1.data_comm_s, 1, 1e-12);
+  CHECK_NEAR(a2.context_comm_s / a1.context_comm_s, 1, 1e-12);
+  CHECK(a2.pipeline_comm_s > 5 * a1.pipeline_comm_s);
+  free(x);
+  free(c);
+}
+
 int main(void) {
   RUN(a_single_rank_step_is_its_ops_worked_out_by_hand);
   RUN(the_gemms_are_the_cost_models_flops);
@@ -581,5 +803,8 @@ int main(void) {
   RUN(a_llama_rank_step_is_its_ops_worked_out_by_hand);
   RUN(llama_16bit_storage_on_a_cpu_casts_its_own_widths);
   RUN(a_llama_pipeline_has_no_embedding_group);
+  RUN(a_context_parallel_rank_step_is_its_ops_worked_out_by_hand);
+  RUN(a_context_parallel_rank_recomputes_its_ring_and_folds_llama_heads);
+  RUN(a_context_group_across_hosts_takes_the_lines_of_where_it_sits);
   return aa_test_summary();
 }
