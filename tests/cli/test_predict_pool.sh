@@ -58,11 +58,13 @@ check "plan --pool cpu:4 succeeds" test $? -eq 0 || cat "$tmp/plan.err"
 cat "$tmp/plan.txt"
 check "the plan says the collectives of 4 ranks are extrapolated from 2" \
   grep -q 'collectives of 4 ranks extrapolated from measured groups of 2' "$tmp/plan.json"
+check "the plan predicts context-parallel strategies too (the calibration timed the ring's blocks)" \
+  [ "$($TOOL json "sum('.cp2.' in s['key'] or '.cp4.' in s['key'] for s in d['strategies'])" <"$tmp/plan.json")" -gt 0 ]
 check "the plan says its collectives leave out waiting for descheduled peers" \
   grep -q 'a collective also waits for its peers to be scheduled' "$tmp/plan.json"
 kill "$planner" && wait "$planner" 2>/dev/null
 
-# The predicted best strategy of each parallel layout (dp, tp, pp), best
+# The predicted best strategy of each parallel layout (dp, tp, pp, cp), best
 # first, five layouts at most, each with its prediction, as strategy files.
 /usr/bin/python3 - "$tmp/plan.json" "$tmp" >"$tmp/chosen.txt" <<'PY'
 import json, sys
@@ -70,7 +72,7 @@ plan, tmp = json.load(open(sys.argv[1])), sys.argv[2]
 seen = []
 for s in plan["strategies"]:
     par = s["strategy"]["parallel"]
-    lay = (par["data"], par["tensor"], par["pipeline"])
+    lay = (par["data"], par["tensor"], par["pipeline"], par.get("context", 1))
     if lay in seen:
         continue
     seen.append(lay)
