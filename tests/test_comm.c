@@ -347,6 +347,14 @@ static void check_send_recv(aa_comm_t *c, int rank, int world) {
     }
     CHECK_MSG(rc1 == 0 && rc2 == 0, "%s", aa_last_error());
     CHECK_MSG(!memcmp(in, ref, n * sizeof(float)), "ring message of %zu from rank %d differs", n, prev);
+    /* The same ring as one call (context parallelism's ring step), both
+     * ways round: at 3 ranks two even ranks sit side by side. */
+    memset(in, 0, n * sizeof(float));
+    CHECK_MSG(aa_comm_sendrecv(c, out, next, in, prev, n, AA_F32) == 0, "%s", aa_last_error());
+    CHECK_MSG(!memcmp(in, ref, n * sizeof(float)), "sendrecv of %zu from rank %d differs", n, prev);
+    fill(ref, n, AA_F32, 500, next, 0);
+    CHECK_MSG(aa_comm_sendrecv(c, out, prev, in, next, n, AA_F32) == 0, "%s", aa_last_error());
+    CHECK_MSG(!memcmp(in, ref, n * sizeof(float)), "sendrecv of %zu from rank %d differs", n, next);
     free(out);
     free(in);
     free(ref);
