@@ -280,6 +280,13 @@ typedef struct aa_ops {
                                    int B, int Tq, int Tk, int NH, int NKV, int HS, int ldq, size_t bsq,
                                    int ldkv, size_t bskv, int causal);
 
+  /* A block of columns of a row-major matrix (context parallelism packs
+   * the k|v columns of its q|k|v rows into the ring's buffers, and adds
+   * their returning gradient back): rows_copy sets dst[r ldd + j] =
+   * src[r lds + j], rows_accumulate adds it, for r < rows, j < cols. dst
+   * and src do not overlap. */
+  void (*rows_copy)(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t cols);
+  void (*rows_accumulate)(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t cols);
 } aa_ops_t;
 
 /* The CPU backend. Always available. */

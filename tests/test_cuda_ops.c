@@ -1148,6 +1148,32 @@ static void ring_block_case(int Tq, int Tk, int causal, int in_place) {
   aa_cuda_free(d_out), aa_cuda_free(d_lse), aa_cuda_free(d_delta), aa_cuda_free(d_ob), aa_cuda_free(d_lseb);
 }
 
+/* The ring's packing of k|v columns and the return of their gradient, on
+ * the GPU against the CPU: a copy is exact, and each add is one fp32 add
+ * of the same two numbers on both, so equal bit for bit; elements outside
+ * the block stay as they were. */
+AA_TEST(rows_copy_and_accumulate_match_cpu_exactly) {
+  NEED_GPU();
+  const size_t rows = 1001, lds = 96, ldd = 70, cols = 64, off = 32;
+  float *src = frand(rows * lds, -2, 2), *dst = frand(rows * ldd, -2, 2);
+  float *d_src = dput(src, rows * lds * 4), *d_dst = dput(dst, rows * ldd * 4);
+  cpu->rows_copy(dst, ldd, src + off, lds, rows, cols);
+  gpu->rows_copy(d_dst, ldd, d_src + off, lds, rows, cols);
+  float *g = dgetf(d_dst, rows * ldd);
+  CHECK_MSG(!memcmp(g, dst, rows * ldd * 4), "rows_copy differs from the CPU's");
+  free(g);
+  cpu->rows_accumulate(src + off, lds, dst, ldd, rows, cols);
+  gpu->rows_accumulate(d_src + off, lds, d_dst, ldd, rows, cols);
+  g = dgetf(d_src, rows * lds);
+  CHECK_MSG(!memcmp(g, src, rows * lds * 4), "rows_accumulate differs from the CPU's");
+  CHECK(aa_cuda_last_error() == 0);
+  free(g);
+  aa_cuda_free(d_src);
+  aa_cuda_free(d_dst);
+  free(src);
+  free(dst);
+}
+
 /* T = 7 (one partial 16-row tile, one partial 32-key tile) and 33 (three
  * row tiles, two key tiles, both last ones partial), causal and not; then
  * the diagonal read in place and the rectangular blocks Tq != Tk that the
@@ -1207,6 +1233,7 @@ int main(void) {
   RUN(attention_gqa_matches_cpu);
   RUN(attention_decode_matches_cpu);
   RUN(ring_attention_blocks_match_cpu);
+  RUN(rows_copy_and_accumulate_match_cpu_exactly);
   if (gpu_ok) {
     CHECK(aa_cuda_sync() == 0);
     aa_cuda_shutdown();

@@ -181,9 +181,40 @@ AA_TEST(merge_matches_the_log_sum_exp_formula) {
   free(l0);
 }
 
+/* The ring's packing of k|v columns and the return of their gradient:
+ * exact copies and fp32 adds of the block's elements only; everything
+ * outside it (the q columns, the padding of a wider destination) is left
+ * as it was. */
+AA_TEST(rows_copy_and_accumulate_move_one_block_of_columns) {
+  const aa_ops_t *ops = aa_ops_cpu();
+  const size_t rows = 37, lds = 24, ldd = 19, cols = 16, off = 8;
+  float *src = aa_test_frand(&rng, rows * lds, -2, 2), *dst = aa_test_frand(&rng, rows * ldd, -2, 2);
+  float *dst0 = aa_test_fcopy(dst, rows * ldd);
+  ops->rows_copy(dst, ldd, src + off, lds, rows, cols);
+  int bad = 0;
+  for (size_t r = 0; r < rows; r++)
+    for (size_t j = 0; j < ldd; j++)
+      bad += dst[r * ldd + j] != (j < cols ? src[r * lds + off + j] : dst0[r * ldd + j]);
+  CHECK_MSG(bad == 0, "rows_copy: %d elements wrong", bad);
+  float *acc = aa_test_fcopy(src, rows * lds);
+  ops->rows_accumulate(acc + off, lds, dst0, ldd, rows, cols);
+  bad = 0;
+  for (size_t r = 0; r < rows; r++)
+    for (size_t j = 0; j < lds; j++) {
+      const int in = j >= off && j < off + cols;
+      bad += acc[r * lds + j] != (in ? src[r * lds + j] + dst0[r * ldd + j - off] : src[r * lds + j]);
+    }
+  CHECK_MSG(bad == 0, "rows_accumulate: %d elements wrong", bad);
+  free(src);
+  free(dst);
+  free(dst0);
+  free(acc);
+}
+
 int main(void) {
   aa_rng_seed(&rng, 31);
   RUN(ring_blocks_give_the_whole_sequence_attention_and_its_gradient);
   RUN(merge_matches_the_log_sum_exp_formula);
+  RUN(rows_copy_and_accumulate_move_one_block_of_columns);
   return aa_test_summary();
 }

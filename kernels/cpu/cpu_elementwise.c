@@ -3,6 +3,7 @@
 #include "cpu_internal.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_CUBIC 0.044715f
@@ -46,6 +47,20 @@ void aa__cpu_accumulate(float *y, const float *x, size_t n) {
 #pragma omp parallel for schedule(static) if (n >= AA__CPU_PAR_MIN)
   for (size_t i = 0; i < n; i++)
     y[i] += x[i];
+}
+
+/* The column blocks of ops.h rows_copy and rows_accumulate. */
+void aa__cpu_rows_copy(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols >= AA__CPU_PAR_MIN)
+  for (size_t r = 0; r < rows; r++)
+    memcpy(dst + r * ldd, src + r * lds, cols * sizeof(float));
+}
+
+void aa__cpu_rows_accumulate(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols >= AA__CPU_PAR_MIN)
+  for (size_t r = 0; r < rows; r++)
+    for (size_t j = 0; j < cols; j++)
+      dst[r * ldd + j] += src[r * lds + j];
 }
 
 /* x *= s. */

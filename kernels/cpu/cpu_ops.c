@@ -73,6 +73,8 @@ static const aa_ops_t cpu_ops = {
     .attention_block_merge = aa__cpu_attention_block_merge,
     .attention_block_delta = aa__cpu_attention_block_delta,
     .attention_block_backward = aa__cpu_attention_block_backward,
+    .rows_copy = aa__cpu_rows_copy,
+    .rows_accumulate = aa__cpu_rows_accumulate,
     .attention_gqa_backward = aa__cpu_attention_gqa_backward,
     .attention_decode = aa__cpu_attention_decode,
 };

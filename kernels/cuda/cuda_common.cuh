@@ -123,6 +123,8 @@ int aa__cuda_gelu_forward(float *out, const float *inp, size_t n);
 int aa__cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 int aa__cuda_residual_forward(float *out, const float *a, const float *b, size_t n);
 int aa__cuda_accumulate(float *y, const float *x, size_t n);
+int aa__cuda_rows_copy(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t cols);
+int aa__cuda_rows_accumulate(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t cols);
 int aa__cuda_scale(float *x, float s, size_t n);
 int aa__cuda_crossentropy_forward(float *losses, float *probs, const float *logits, const int32_t *targets,
                                   int N, int V);

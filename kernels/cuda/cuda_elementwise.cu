@@ -40,6 +40,16 @@ __global__ void accumulate_kernel(float *y, const float *x, size_t n) {
     y[i] += x[i];
 }
 
+// dst[r ldd + j] += src[r lds + j], r < rows, j < cols
+__global__ void rows_accumulate_kernel(float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
+                                       size_t cols) {
+  const size_t n = rows * cols;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i / cols, j = i % cols;
+    dst[r * ldd + j] += src[r * lds + j];
+  }
+}
+
 // x(n) *= s
 __global__ void scale_kernel(float *x, float s, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -74,6 +84,23 @@ int aa__cuda_accumulate(float *y, const float *x, size_t n) {
   AA_CUDA_CTX(c);
   if (!n) return 0;
   accumulate_kernel<<<aa__cuda_grid(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(y, x, n);
+  AA_CUDA_LAUNCHED();
+  return 0;
+}
+
+int aa__cuda_rows_copy(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t cols) {
+  AA_CUDA_CTX(c);
+  if (!rows || !cols) return 0;
+  AA_CUDA_TRY(cudaMemcpy2DAsync(dst, ldd * sizeof(float), src, lds * sizeof(float), cols * sizeof(float),
+                                rows, cudaMemcpyDeviceToDevice, c->stream));
+  return 0;
+}
+
+int aa__cuda_rows_accumulate(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t cols) {
+  AA_CUDA_CTX(c);
+  if (!rows || !cols) return 0;
+  rows_accumulate_kernel<<<aa__cuda_grid(rows * cols, EW_THREADS), EW_THREADS, 0, c->stream>>>(
+      dst, ldd, src, lds, rows, cols);
   AA_CUDA_LAUNCHED();
   return 0;
 }

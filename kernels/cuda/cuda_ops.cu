@@ -193,6 +193,12 @@ static void attention_block_backward(float *dq, float *dk, float *dv, const floa
   (void)aa__cuda_attention_block_backward(dq, dk, dv, dout, q, k, v, lse, delta, B, Tq, Tk, NH, NKV, HS, ldq,
                                           bsq, ldkv, bskv, causal);
 }
+static void rows_copy(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t cols) {
+  (void)aa__cuda_rows_copy(dst, ldd, src, lds, rows, cols);
+}
+static void rows_accumulate(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t cols) {
+  (void)aa__cuda_rows_accumulate(dst, ldd, src, lds, rows, cols);
+}
 
 static int mem_sync(void) {
   int rc = aa_cuda_sync();
@@ -257,6 +263,8 @@ static const aa_ops_t cuda_ops = {
     attention_block_merge,
     attention_block_delta,
     attention_block_backward,
+    rows_copy,
+    rows_accumulate,
 };
 
 extern "C" const aa_ops_t *aa_ops_cuda(void) { return &cuda_ops; }
