@@ -76,8 +76,8 @@ struct aa_acts {
    * the all-reduce. */
   float *xent, *scalars, *full, *partial, *lngrad;
   /* Context parallelism (NULL without): the ring's two buffers (each a
-   * rank's q|k|v rows, then the gradient of their keys and values on its
-   * way back), one block's attention of a chunk's queries and its
+   * rank's keys and values, its k|v columns packed, then their gradient
+   * on its way back), one block's attention of a chunk's queries and its
    * logsumexp, and the backward's delta of both chunks. */
   float *ring, *ring_out, *ring_lse, *ring_delta;
   /* Pipeline parallelism (sizes.h aa_act_layout_t): where each block's
@@ -441,7 +441,7 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
         "context parallelism over %d ranks holds seq_len / %d = two chunks of every sequence: the "
         "model's %d tokens a sequence must be seq_len %d / %d, and even",
         cp, cp, T, arch->seq_len, cp);
-  if (cp > 1 && !ops->attention_block_forward)
+  if (cp > 1 && (!ops->attention_block_forward || !ops->rows_copy || !ops->rows_accumulate))
     return aa_error(AA_EUNSUPPORTED, "the %s backend has no ring attention yet (context parallelism)",
                     ops->name);
   aa_gpt_t *m = calloc(1, sizeof *m);
@@ -828,12 +828,16 @@ static int ring_pass(aa_gpt_t *m, const float *send, float *recv, size_t n) {
 }
 
 /* A chunk's rows of a rank's q|k|v (qkv: the rank's B T rows, chunk-major),
- * and the geometry the block ops read them with. */
+ * the geometry the block ops read them with, and that of the keys and
+ * values alone as the ring carries them: each row's k|v columns, packed
+ * (KW = 2 NKV HS floats a row). */
 typedef struct {
   int B, Tc, NH, NKV, HS, W; /* W: a row's width, the rank's QKV */
   size_t bs;                 /* a sequence's rows within a chunk: Tc W floats */
   size_t chunk;              /* a chunk's rows: B Tc W floats */
   int ko, vo;                /* where k and v start in a row */
+  int KW;                    /* a packed row: k then v, 2 NKV HS floats */
+  size_t kchunk;             /* a chunk's packed rows: B Tc KW floats */
 } ring_geom_t;
 
 static ring_geom_t ring_geom(const aa_gpt_t *m) {
@@ -842,72 +846,100 @@ static ring_geom_t ring_geom(const aa_gpt_t *m) {
   g.chunk = (size_t)g.B * g.bs;
   g.ko = g.NH * g.HS;
   g.vo = (g.NH + g.NKV) * g.HS;
+  g.KW = 2 * g.NKV * g.HS;
+  g.kchunk = (size_t)g.B * g.Tc * g.KW;
   return g;
 }
 
+/* Where a block of one chunk's keys and values lies (or its gradient:
+ * laid out the same): in the rank's own q|k|v rows, or packed in a ring
+ * buffer. */
+typedef struct {
+  float *k, *v;
+  int ld;    /* floats from a row to the next */
+  size_t bs; /* floats from a sequence to the next */
+} kv_view_t;
+
+static kv_view_t kv_own(const ring_geom_t *g, const float *rows) {
+  float *r = (float *)rows;
+  return (kv_view_t){r + g->ko, r + g->vo, g->W, g->bs};
+}
+
+static kv_view_t kv_packed(const ring_geom_t *g, const float *rows) {
+  float *r = (float *)rows;
+  return (kv_view_t){r, r + (size_t)g->NKV * g->HS, g->KW, (size_t)g->Tc * g->KW};
+}
+
+/* The k|v columns of the rank's two chunks (its 2 B Tc q|k|v rows) packed
+ * into dst, the block it sends first. */
+static void kv_pack(aa_gpt_t *m, const ring_geom_t *g, float *dst, const float *qkv) {
+  m->ops->rows_copy(dst, (size_t)g->KW, qkv + g->ko, (size_t)g->W, (size_t)2 * g->B * g->Tc, (size_t)g->KW);
+}
+
 /* The attention of the queries of chunk rows q against the keys and
- * values of chunk rows kv (causal on the diagonal), merged into the
- * running (out, lse) when merge is set, else written there. */
-static void ring_block(aa_gpt_t *m, const ring_geom_t *g, const float *q, const float *kv, int causal,
-                       int merge, float *out, float *lse) {
+ * values kv (causal on the diagonal), merged into the running (out, lse)
+ * when merge is set, else written there. */
+static void ring_block(aa_gpt_t *m, const ring_geom_t *g, const float *q, kv_view_t kv, int causal, int merge,
+                       float *out, float *lse) {
   const aa_ops_t *op = m->ops;
   aa_acts_t *a = m->acts;
   float *o = merge ? a->ring_out : out, *l = merge ? a->ring_lse : lse;
-  op->attention_block_forward(o, l, q, kv + g->ko, kv + g->vo, g->B, g->Tc, g->Tc, g->NH, g->NKV, g->HS, g->W,
-                              g->bs, g->W, g->bs, causal);
+  op->attention_block_forward(o, l, q, kv.k, kv.v, g->B, g->Tc, g->Tc, g->NH, g->NKV, g->HS, g->W, g->bs,
+                              kv.ld, kv.bs, causal);
   if (merge) op->attention_block_merge(out, lse, o, l, g->B, g->Tc, g->NH, g->HS);
 }
 
 /* Context parallelism's ring attention forward: out (the rank's B T rows
  * of NH HS) and lse (per chunk (B,NH,Tc), chunk-major) of the rank's
  * queries against every key before them in the sequence. The rank holds
- * chunks r and 2c-1-r; step s brings the chunks of rank r - s, of which
- * the ones before a query chunk count (every key seen), so each step costs
- * every rank two blocks. */
+ * chunks r and 2c-1-r; step s brings the keys and values of rank r - s's
+ * chunks, of which the ones before a query chunk count (every key seen),
+ * so each step costs every rank two blocks. */
 static int ring_forward(aa_gpt_t *m, const float *qkv, float *out, float *lse) {
   const ring_geom_t g = ring_geom(m);
   const int c = m->cp, r = m->cp_rank;
   const size_t rows = (size_t)g.B * g.Tc;
   float *oc[2] = {out, out + rows * g.NH * g.HS}, *lc[2] = {lse, lse + rows * g.NH};
   const float *q0 = qkv, *q1 = qkv + g.chunk;
-  ring_block(m, &g, q0, q0, 1, 0, oc[0], lc[0]);
-  ring_block(m, &g, q1, q1, 1, 0, oc[1], lc[1]);
-  ring_block(m, &g, q1, q0, 0, 1, oc[1], lc[1]);
-  const float *cur = qkv;
+  ring_block(m, &g, q0, kv_own(&g, q0), 1, 0, oc[0], lc[0]);
+  ring_block(m, &g, q1, kv_own(&g, q1), 1, 0, oc[1], lc[1]);
+  ring_block(m, &g, q1, kv_own(&g, q0), 0, 1, oc[1], lc[1]);
+  /* Two buffers of 4 packed chunks each (two of keys and values, two of
+   * their gradient in the backward); the rank's own start in the first. */
+  float *cur = m->acts->ring;
+  kv_pack(m, &g, cur, qkv);
   for (int s = 1; s < c; s++) {
-    float *next = m->acts->ring + (size_t)(s & 1) * 4 * g.chunk;
-    int rc = ring_pass(m, cur, next, 2 * g.chunk);
+    float *next = m->acts->ring + (size_t)(s & 1) * 4 * g.kchunk;
+    int rc = ring_pass(m, cur, next, 2 * g.kchunk);
     if (rc) return rc;
     cur = next;
     /* cur: rank src's chunks src (< c) and 2c-1-src. */
     int src = (r - s + c) % c;
     if (src < r) {
-      ring_block(m, &g, q0, cur, 0, 1, oc[0], lc[0]);
-      ring_block(m, &g, q1, cur, 0, 1, oc[1], lc[1]);
+      ring_block(m, &g, q0, kv_packed(&g, cur), 0, 1, oc[0], lc[0]);
+      ring_block(m, &g, q1, kv_packed(&g, cur), 0, 1, oc[1], lc[1]);
     } else {
-      ring_block(m, &g, q1, cur, 0, 1, oc[1], lc[1]);
-      ring_block(m, &g, q1, cur + g.chunk, 0, 1, oc[1], lc[1]);
+      ring_block(m, &g, q1, kv_packed(&g, cur), 0, 1, oc[1], lc[1]);
+      ring_block(m, &g, q1, kv_packed(&g, cur + g.kchunk), 0, 1, oc[1], lc[1]);
     }
   }
   return 0;
 }
 
 /* The backward's share of query chunk q (its dout, lse, delta, and dq)
- * against key chunk kv, whose key/value gradient goes to dkv (laid out as
- * the chunk's q|k|v rows). */
-static void ring_block_back(aa_gpt_t *m, const ring_geom_t *g, float *dq, float *dkv, const float *dout,
-                            const float *q, const float *kv, const float *lse, const float *delta,
-                            int causal) {
-  m->ops->attention_block_backward(dq, dkv + g->ko, dkv + g->vo, dout, q, kv + g->ko, kv + g->vo, lse, delta,
-                                   g->B, g->Tc, g->Tc, g->NH, g->NKV, g->HS, g->W, g->bs, g->W, g->bs,
-                                   causal);
+ * against keys and values kv, whose gradient goes to dkv (laid out as
+ * kv). */
+static void ring_block_back(aa_gpt_t *m, const ring_geom_t *g, float *dq, kv_view_t dkv, const float *dout,
+                            const float *q, kv_view_t kv, const float *lse, const float *delta, int causal) {
+  m->ops->attention_block_backward(dq, dkv.k, dkv.v, dout, q, kv.k, kv.v, lse, delta, g->B, g->Tc, g->Tc,
+                                   g->NH, g->NKV, g->HS, g->W, g->bs, kv.ld, kv.bs, causal);
 }
 
 /* Context parallelism's ring attention backward: dqkv (the rank's rows)
  * += the gradient of ring_forward, given dout (B T rows of NH HS) and the
- * forward's out and lse. The blocks go around the ring again, each with
- * the gradient of its keys and values, which every rank adds to on the
- * way and which ends at the block's owner. */
+ * forward's out and lse. The blocks of keys and values go around the ring
+ * again, each with their gradient, which every rank adds to on the way
+ * and which ends at the block's owner. */
 static int ring_backward(aa_gpt_t *m, float *dqkv, const float *dout, const float *qkv, const float *out,
                          const float *lse) {
   const aa_ops_t *op = m->ops;
@@ -921,37 +953,39 @@ static int ring_backward(aa_gpt_t *m, float *dqkv, const float *dout, const floa
     op->attention_block_delta(del[k], dc[k], out + (size_t)k * rows * ldo, g.B, g.Tc, g.NH, g.HS);
   const float *q0 = qkv, *q1 = qkv + g.chunk;
   float *d0 = dqkv, *d1 = dqkv + g.chunk;
-  ring_block_back(m, &g, d0, d0, dc[0], q0, q0, lc[0], del[0], 1);
-  ring_block_back(m, &g, d1, d1, dc[1], q1, q1, lc[1], del[1], 1);
-  ring_block_back(m, &g, d1, d0, dc[1], q1, q0, lc[1], del[1], 0);
-  const float *cur = qkv;
-  float *acc = NULL;
+  ring_block_back(m, &g, d0, kv_own(&g, d0), dc[0], q0, kv_own(&g, q0), lc[0], del[0], 1);
+  ring_block_back(m, &g, d1, kv_own(&g, d1), dc[1], q1, kv_own(&g, q1), lc[1], del[1], 1);
+  ring_block_back(m, &g, d1, kv_own(&g, d0), dc[1], q1, kv_own(&g, q0), lc[1], del[1], 0);
+  if (c == 1) return 0;
+  float *cur = a->ring, *acc = NULL;
+  kv_pack(m, &g, cur, qkv);
   int rc = 0;
   for (int s = 1; s < c && !rc; s++) {
-    /* A buffer: the block's q|k|v rows, then its key/value gradient so far. */
-    float *next = a->ring + (size_t)(s & 1) * 4 * g.chunk, *next_acc = next + 2 * g.chunk;
-    rc = ring_pass(m, cur, next, 2 * g.chunk);
+    /* A buffer: the block's packed keys and values, then their gradient so far. */
+    float *next = a->ring + (size_t)(s & 1) * 4 * g.kchunk, *next_acc = next + 2 * g.kchunk;
+    rc = ring_pass(m, cur, next, 2 * g.kchunk);
     if (!rc && s == 1)
-      op->memset0(next_acc, 2 * g.chunk * sizeof(float));
+      op->memset0(next_acc, 2 * g.kchunk * sizeof(float));
     else if (!rc)
-      rc = ring_pass(m, acc, next_acc, 2 * g.chunk);
+      rc = ring_pass(m, acc, next_acc, 2 * g.kchunk);
     cur = next;
     acc = next_acc;
     int src = (r - s + c) % c;
     if (!rc && src < r) {
-      ring_block_back(m, &g, d0, acc, dc[0], q0, cur, lc[0], del[0], 0);
-      ring_block_back(m, &g, d1, acc, dc[1], q1, cur, lc[1], del[1], 0);
+      ring_block_back(m, &g, d0, kv_packed(&g, acc), dc[0], q0, kv_packed(&g, cur), lc[0], del[0], 0);
+      ring_block_back(m, &g, d1, kv_packed(&g, acc), dc[1], q1, kv_packed(&g, cur), lc[1], del[1], 0);
     } else if (!rc) {
-      ring_block_back(m, &g, d1, acc, dc[1], q1, cur, lc[1], del[1], 0);
-      ring_block_back(m, &g, d1, acc + g.chunk, dc[1], q1, cur + g.chunk, lc[1], del[1], 0);
+      ring_block_back(m, &g, d1, kv_packed(&g, acc), dc[1], q1, kv_packed(&g, cur), lc[1], del[1], 0);
+      ring_block_back(m, &g, d1, kv_packed(&g, acc + g.kchunk), dc[1], q1, kv_packed(&g, cur + g.kchunk),
+                      lc[1], del[1], 0);
     }
   }
-  if (rc || c == 1) return rc;
+  if (rc) return rc;
   /* The gradient of the block held last belongs to the next rank; the
-   * previous rank's last one is this rank's own. Its q columns are zero. */
-  float *mine = a->ring + (size_t)(c & 1) * 4 * g.chunk + 2 * g.chunk;
-  if ((rc = ring_pass(m, acc, mine, 2 * g.chunk))) return rc;
-  op->accumulate(dqkv, mine, 2 * g.chunk);
+   * previous rank's last one is this rank's own: its k|v columns. */
+  float *mine = a->ring + (size_t)(c & 1) * 4 * g.kchunk + 2 * g.kchunk;
+  if ((rc = ring_pass(m, acc, mine, 2 * g.kchunk))) return rc;
+  op->rows_accumulate(dqkv + g.ko, (size_t)g.W, mine, (size_t)g.KW, 2 * rows, (size_t)g.KW);
   return 0;
 }
 

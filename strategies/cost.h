@@ -187,9 +187,10 @@ double aa_cost_bubble(const aa_strategy_t *s, int m);
  * engine/model.c ring_forward and ring_backward): a ring step is a
  * sendrecv, a send to the next rank and a receive from the previous one,
  * which the backends run one after the other (comm.h), so each counts one
- * send and one receive, of the rank's whole q|k|v for the micro-batch (its
- * two chunks: N·QKV elements, QKV the width of the rank's q|k|v rows,
- * sizes.h; fp32 whatever the amp: the ring's kernels are fp32). Per
+ * send and one receive, of the rank's keys and values for the micro-batch
+ * (its two chunks' k|v columns, packed: N·2 KVl elements, KVl the width of
+ * the rank's key heads, sizes.h; fp32 whatever the amp: the ring's
+ * kernels are fp32). Per
  * micro-batch, for each block of the rank: cp − 1 steps in the forward,
  * 2 cp − 2 in the backward (cp − 1 for the blocks, cp − 2 for the key and
  * value gradients that travel with them, and 1 that brings each rank its

@@ -35,9 +35,11 @@
  * and 2 cp - 1 blocks of earlier keys merged into the result
  * (RING_BLOCK); in the backward the diagonals' (with the final result's
  * delta) and the blocks', and one accumulate of the key and value
- * gradients that come home (2·micro_batch·Tc·QKV floats: half a RESIDUAL
- * backward, which is two accumulates); a recomputed block runs its forward
- * ring again. The embedding and RoPE run once per chunk (each at its place
+ * gradients that come home (2·micro_batch·Tc·2 KVl floats: half a
+ * RESIDUAL backward, which is two accumulates); each ring (forward,
+ * backward, recomputed) first packs the rank's keys and values (the k|v
+ * columns of its rows: the same count, half a RESIDUAL backward); a
+ * recomputed block runs its forward ring again. The embedding and RoPE run once per chunk (each at its place
  * in the sequence): 2 calls of Tc positions. The ring's transfers are the
  * context group's (cost.h).
  * On CPUs with 16-bit storage the engine also rounds each activation and
@@ -123,7 +125,10 @@ static void ring_ops(inventory_t *v, const aa_tp_dims_t *d, int64_t B, int64_t T
   add(v, AA_OP_RING_DIAG, S, Tc, G, d->HS, AA_F32, false, 2 * ff, 0, 2 * fb, 2 * bb);
   add(v, AA_OP_RING_BLOCK, S, Tc, G, d->HS, AA_F32, false, (2 * cp - 1) * ff, 0, (2 * cp - 1) * fb,
       (2 * cp - 1) * bb);
-  add(v, AA_OP_RESIDUAL, 2 * B * Tc * d->QKV, 0, 0, 0, AA_F32, false, 0, 0, 0, bb / 2);
+  /* Packing the rank's keys and values for the ring (each ring, recomputed
+   * ones too) and adding their returning gradient: each half a RESIDUAL
+   * backward (which is two accumulates). */
+  add(v, AA_OP_RESIDUAL, 2 * B * Tc * 2 * d->KVl, 0, 0, 0, AA_F32, false, 0, ff / 2, 0, bb + fb / 2);
 }
 
 /* The ops of one block's forward, `ff` times in the forward pass and `fb`

@@ -279,7 +279,7 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     o->lngrad = take(&ws, 4 * C * f4);
   }
   if (sh->cp > 1) {
-    o->ring = take(&ws, 2 * 2 * N * (size_t)d.QKV * f4);
+    o->ring = take(&ws, 2 * 2 * N * (size_t)(2 * d.KVl) * f4);
     o->ring_out = take(&ws, N / 2 * Cl * f4);
     o->ring_lse = take(&ws, (size_t)d.NH * N / 2 * f4);
     o->ring_delta = take(&ws, (size_t)d.NH * N * f4);

@@ -189,8 +189,9 @@ typedef struct aa_act_block {
  * (N,C: a gathered LayerNorm output or residual gradient, and a row-parallel layer's output or a
  * column-parallel layer's input gradient before the reduce-scatter) and lngrad (4C: a block's LayerNorm
  * gradients before they are summed over the tensor group). Context parallelism (cp > 1; T is then the rank's
- * share of a sequence, seq_len / cp: its two chunks) adds ring (2 x 2 (N,QKV): two buffers, one sent while
- * the other is received, each a block of q|k|v rows and its gradient travelling back), ring_out ((N/2,Cl):
+ * share of a sequence, seq_len / cp: its two chunks) adds ring (2 x 2 (N,2 KVl): two buffers, one sent while
+ * the other is received, each a block of keys and values (the k|v columns of the chunk pair's q|k|v rows,
+ * packed) and its gradient travelling back), ring_out ((N/2,Cl):
  * one block's attention of a chunk's queries), ring_lse (NH N/2: its logsumexp) and ring_delta (NH N: the
  * rows' dout . out of the backward). Pipeline parallelism (pp > 1) keeps a micro-batch's activations in a
  * slot from its forward to its backward: the rank's pp->slots slots of

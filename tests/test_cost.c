@@ -441,45 +441,46 @@ AA_TEST(the_tensor_group_moves_what_the_tensor_parallel_schedule_says) {
 }
 
 /* The context group (engine/model.c ring_forward, ring_backward), on
- * archs[0] (gpt2, L 3, C 32, T 16: q|k|v rows of QKV = 96) with
+ * archs[0] (gpt2, L 3, C 32, T 16: keys and values 2 KVl = 64 wide) with
  * micro-batches of 2 sequences, 2 a step. A ring step sends the rank's
- * q|k|v to the next rank and receives the previous one's: N·QKV floats
- * with N = 2·16 / cp the rank's tokens. Per micro-batch and block, cp - 1
- * steps forward and 2 cp - 2 backward (cp - 1 for the blocks, cp - 2 for
- * the travelling key/value gradients, 1 home), cp - 1 more for a
- * recomputed block:
- *   cp 2: N = 16, 1,536 floats a step; 2 x 3 x (1 + 2) = 18 steps, 27,648
+ * keys and values (the k|v columns of its q|k|v rows, packed) to the next
+ * rank and receives the previous one's: N·2 KVl floats with N = 2·16 / cp
+ * the rank's tokens. Per micro-batch and block, cp - 1 steps forward and
+ * 2 cp - 2 backward (cp - 1 for the blocks, cp - 2 for the travelling
+ * key/value gradients, 1 home), cp - 1 more for a recomputed block:
+ *   cp 2: N = 16, 1,024 floats a step; 2 x 3 x (1 + 2) = 18 steps, 18,432
  *     floats each way; full checkpointing 2 x (3 x 3 + 3 x 1) = 24;
- *   cp 4: N = 8, 768 floats; 2 x 3 x (3 + 6) = 54 steps, 41,472 floats;
- *   cp 2 x tp 2: QKV 48, 768 floats; 18 steps, 13,824 floats;
- *   llama (archs[2], QKV = 32 + 2 x 2 x 8 = 64) at cp 2: 1,024 floats.
+ *   cp 4: N = 8, 512 floats; 2 x 3 x (3 + 6) = 54 steps, 27,648 floats;
+ *   cp 2 x tp 2: 2 KVl = 32, 512 floats; 18 steps, 9,216 floats;
+ *   llama (archs[2], 2 n_kv_head = 2 x 2 heads of 8 = 32) at cp 2: 512
+ *     floats.
  * Each a send and a receive in fp32 whatever the amp. */
-AA_TEST(the_context_group_passes_each_blocks_qkv_around_the_ring) {
+AA_TEST(the_context_group_passes_each_blocks_keys_and_values_around_the_ring) {
   const aa_arch_t *a = &archs[0];
   const aa_cost_calls_t none = calls(0, 0, 0);
   aa_cost_comm_t c;
   aa_strategy_t s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
   s.degree[AA_AXIS_CONTEXT] = 2;
   aa_cost_comm(a, &s, 2, &c);
-  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(18, 27648, 110592), calls(18, 27648, 110592));
-  CHECK(aa_cost_comm_ring_bytes(&c.context) == 110592.0);
+  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(18, 18432, 73728), calls(18, 18432, 73728));
+  CHECK(aa_cost_comm_ring_bytes(&c.context) == 73728.0);
   char d[160];
   aa_cost_group_describe(&c.context, d, sizeof d);
-  CHECK_MSG(!strcmp(d, "18 sends (108.0 KiB), 18 receives (108.0 KiB)"), "%s", d);
+  CHECK_MSG(!strcmp(d, "18 sends (72.0 KiB), 18 receives (72.0 KiB)"), "%s", d);
   s.amp = AA_BF16;
   aa_cost_comm(a, &s, 2, &c);
-  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(18, 27648, 110592), calls(18, 27648, 110592));
+  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(18, 18432, 73728), calls(18, 18432, 73728));
   s.ckpt = AA_CKPT_FULL;
   aa_cost_comm(a, &s, 2, &c);
-  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(24, 36864, 147456), calls(24, 36864, 147456));
+  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(24, 24576, 98304), calls(24, 24576, 98304));
   s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
   s.degree[AA_AXIS_CONTEXT] = 4;
   aa_cost_comm(a, &s, 2, &c);
-  check_p2p(__LINE__, &c.context, 4, none, none, none, calls(54, 41472, 165888), calls(54, 41472, 165888));
+  check_p2p(__LINE__, &c.context, 4, none, none, none, calls(54, 27648, 110592), calls(54, 27648, 110592));
   s.degree[AA_AXIS_CONTEXT] = 2;
   s.degree[AA_AXIS_TENSOR] = 2;
   aa_cost_comm(a, &s, 2, &c);
-  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(18, 13824, 55296), calls(18, 13824, 55296));
+  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(18, 9216, 36864), calls(18, 9216, 36864));
   /* The tensor group's activations are the rank's N = 16 tokens (N·C =
    * 512): per micro-batch 1 + 6 + 6 + 1 = 14 all-reduces of 512 and the
    * cross-entropy's gather of 3 x 16 x 2; the norm once a step. */
@@ -487,8 +488,8 @@ AA_TEST(the_context_group_passes_each_blocks_qkv_around_the_ring) {
   s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
   s.degree[AA_AXIS_CONTEXT] = 2;
   aa_cost_comm(&archs[2], &s, 2, &c);
-  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(18, 18 * 1024, 18 * 4096),
-            calls(18, 18 * 1024, 18 * 4096));
+  check_p2p(__LINE__, &c.context, 2, none, none, none, calls(18, 18 * 512, 18 * 2048),
+            calls(18, 18 * 512, 18 * 2048));
   /* A pipeline stage's activations are its rank's tokens too: half of
    * cp 1's at cp 2 (archs[0] cut in three, the middle stage). */
   aa_cost_comm_t one, two;
@@ -802,7 +803,7 @@ int main(void) {
   RUN(flops_are_per_rank_and_split_over_the_tensor_group);
   RUN(the_data_group_moves_what_each_zero_stage_schedules);
   RUN(the_tensor_group_moves_what_the_tensor_parallel_schedule_says);
-  RUN(the_context_group_passes_each_blocks_qkv_around_the_ring);
+  RUN(the_context_group_passes_each_blocks_keys_and_values_around_the_ring);
   RUN(the_data_group_spans_the_data_and_context_ranks);
   RUN(flops_per_token_are_per_pipeline_stage_and_add_up_to_the_model);
   RUN(the_bubble_is_megatrons);

@@ -607,13 +607,14 @@ AA_TEST(a_llama_pipeline_has_no_embedding_group) {
  * residual adds of 1,024, fc (32, 32, 64), GELU of 2,048, fcproj (32, 64,
  * 32)), and in attention's place the ring's blocks at S = B·NKV = 16
  * (sequence, head) pairs, G = 1, HS = 8: 2 diagonal blocks and 2 cp - 1 =
- * 3 full ones, each S·G·Tc²·HS = 2,048 of work, the backward adding one
- * accumulate of the key/value gradients (2·B·Tc·QKV = 3,072: half a
- * residual backward); the embedding twice at 16 tokens; the final
- * LayerNorm, the head (32, 32, 64) and the cross-entropy (32, 64). Each
- * ring step a send and a receive of 3,072 floats: 3 a block per
- * micro-batch (1 forward, 2 backward), 24 a step. AdamW over all 36,800
- * parameters (ZeRO 0). */
+ * 3 full ones, each S·G·Tc²·HS = 2,048 of work; each ring packing the
+ * rank's keys and values (2·B·Tc·2 KVl = 2,048 floats: half a residual
+ * backward), once in the forward and once in the backward, which also
+ * adds the returning key/value gradient (as much again); the embedding
+ * twice at 16 tokens; the final LayerNorm, the head (32, 32, 64) and the
+ * cross-entropy (32, 64). Each ring step a send and a receive of 2,048
+ * floats: 3 a block per micro-batch (1 forward, 2 backward), 24 a step.
+ * AdamW over all 36,800 parameters (ZeRO 0). */
 AA_TEST(a_context_parallel_rank_step_is_its_ops_worked_out_by_hand) {
   aa_model_spec_t sp = model();
   aa_calib_t *c = calib(&sp, 0, 1);
@@ -623,7 +624,7 @@ AA_TEST(a_context_parallel_rank_step_is_its_ops_worked_out_by_hand) {
   const size_t n = aa_predict_ops(&sp.arch, &s, 0, 0, ops, 64);
   const aa_op_shape_t want[] = {
       {AA_OP_LAYERNORM, {32, 32, 0, 0}}, {AA_OP_MATMUL, {32, 32, 96, 0}},   {AA_OP_RING_DIAG, {16, 4, 1, 8}},
-      {AA_OP_RING_BLOCK, {16, 4, 1, 8}}, {AA_OP_RESIDUAL, {3072, 0, 0, 0}}, {AA_OP_MATMUL, {32, 32, 32, 0}},
+      {AA_OP_RING_BLOCK, {16, 4, 1, 8}}, {AA_OP_RESIDUAL, {2048, 0, 0, 0}}, {AA_OP_MATMUL, {32, 32, 32, 0}},
       {AA_OP_RESIDUAL, {1024, 0, 0, 0}}, {AA_OP_MATMUL, {32, 32, 64, 0}},   {AA_OP_GELU, {2048, 0, 0, 0}},
       {AA_OP_MATMUL, {32, 64, 32, 0}},   {AA_OP_ENCODER, {16, 32, 0, 0}},   {AA_OP_XENT, {32, 64, 0, 0}},
       {AA_OP_ADAMW, {36800, 0, 0, 0}}};
@@ -636,17 +637,17 @@ AA_TEST(a_context_parallel_rank_step_is_its_ops_worked_out_by_hand) {
   aa_predict_t p, p1;
   CHECK_MSG(predict(&sp, &s, c, 0, &p) == 0, "%s", aa_last_error());
   CHECK_MSG(predict(&sp, &one, c, 0, &p1) == 0, "%s", aa_last_error());
-  const double N = 32, C = 32, F = 64, V = 64, L = 4, m = 2, ring = 5 * 2048, acc = 3072;
+  const double N = 32, C = 32, F = 64, V = 64, L = 4, m = 2, ring = 5 * 2048, acc = 2048;
   const double block = 2 * N * C + 2 * N * C * 3 * C + ring + 2 * N * C * C + 2 * N * C + 2 * N * C * F +
                        N * F + 2 * N * F * C;
   const double work = L * block + N * C + N * C + 2 * N * C * V + N * V;
-  CHECK_NEAR(p.forward_s / (m * K_OP * work), 1, 1e-12);
-  CHECK_NEAR(p.backward_s / (m * 2 * K_OP * work + m * L * K_OP * acc), 1, 1e-12);
+  CHECK_NEAR(p.forward_s / (m * K_OP * work + m * L * K_OP * acc), 1, 1e-12);
+  CHECK_NEAR(p.backward_s / (m * 2 * K_OP * work + m * 2 * L * K_OP * acc), 1, 1e-12);
   CHECK(p.ops_estimated == 0 && p.links_estimated == 0);
   /* The ring's steps, on the send line at 2 ranks, inside the step. */
   aa_cost_comm_t cc;
   aa_cost_comm_stage(&sp.arch, &s, 2, 0, &cc);
-  CHECK(cc.context.kind[AA_COST_SEND].calls == 24 && cc.context.kind[AA_COST_RECV].elems == 24 * 3072);
+  CHECK(cc.context.kind[AA_COST_SEND].calls == 24 && cc.context.kind[AA_COST_RECV].elems == 24 * 2048);
   CHECK(p.context_comm_s > 0);
   CHECK_NEAR(p.context_comm_s / comm(&cc.context, 1), 1, 1e-12);
   /* The gradients are all-reduced over the 2 context ranks (the data group
@@ -677,12 +678,13 @@ AA_TEST(a_context_parallel_rank_recomputes_its_ring_and_folds_llama_heads) {
   add_ops(c, &sp, &s);
   CHECK_MSG(predict(&sp, &s, c, 0, &full) == 0, "%s", aa_last_error());
   /* cp 4, B = 4: N = 16, Tc = 2, S = 16; ring 2 diagonal + 7 blocks of
-   * 16 x 4 x 8 = 512. */
-  const double N = 16, C = 32, F = 64, L = 4, m = 2, ring = 9 * 512;
+   * 16 x 4 x 8 = 512, and the recomputed ring's packing of 2·B·Tc·2 KVl =
+   * 1,024 floats (half a residual backward: K_OP x 1,024). */
+  const double N = 16, C = 32, F = 64, L = 4, m = 2, ring = 9 * 512, pack = 1024;
   const double block = 2 * N * C + 2 * N * C * 3 * C + ring + 2 * N * C * C + 2 * N * C + 2 * N * C * F +
                        N * F + 2 * N * F * C;
   CHECK(full.forward_s == none.forward_s);
-  CHECK_NEAR((full.backward_s - none.backward_s) / (m * L * block * K_OP), 1, 1e-9);
+  CHECK_NEAR((full.backward_s - none.backward_s) / (m * L * (block + pack) * K_OP), 1, 1e-9);
   aa_cost_comm_t a, b;
   s.ckpt = AA_CKPT_NONE;
   aa_cost_comm_stage(&sp.arch, &s, 2, 0, &a);
@@ -700,7 +702,7 @@ AA_TEST(a_context_parallel_rank_recomputes_its_ring_and_folds_llama_heads) {
   const size_t n = aa_predict_ops(&ll.arch, &s, 0, 0, ops, 64);
   const aa_op_shape_t rope = {AA_OP_ROPE, {8, 4, 2, 8}}, diag = {AA_OP_RING_DIAG, {8, 4, 2, 8}},
                       blk = {AA_OP_RING_BLOCK, {8, 4, 2, 8}},
-                      acc = {AA_OP_RESIDUAL, {2 * 4 * 4 * 64, 0, 0, 0}};
+                      acc = {AA_OP_RESIDUAL, {2 * 4 * 4 * 32, 0, 0, 0}};
   int seen = 0;
   for (size_t i = 0; i < n && i < 64; i++) {
     seen += aa_op_shape_equal(&ops[i].shape, &rope) + aa_op_shape_equal(&ops[i].shape, &diag) +
@@ -712,13 +714,15 @@ AA_TEST(a_context_parallel_rank_recomputes_its_ring_and_folds_llama_heads) {
   CHECK_MSG(predict(&ll, &s, c, 0, &p) == 0, "%s", aa_last_error());
   aa_strategy_t one = strat(&ll, 1, 1, 1, 4);
   CHECK(predict(&ll, &one, c, 0, &p1) == 0);
-  /* RoPE's two calls of Tc rotate what one call of 2 Tc did. */
+  /* RoPE's two calls of Tc rotate what one call of 2 Tc did; the forward
+   * ring packs 2·B·Tc·2 KVl = 1,024 floats a block (K_OP x 1,024). */
   const double Nl = 32, Cl = 32, Fl = 64, V = 80, QKV = 64, S = 8, G = 2, HS = 8, Tc = 4;
   const double lblock = 2 * Nl * Cl + 2 * Nl * Cl * QKV + 2 * S * Tc * (G + 1) * HS +
                         5 * S * Tc * Tc * G * HS + 2 * Nl * Cl * Cl + 2 * Nl * Cl + 2 * Nl * Cl * 2 * Fl +
                         Nl * Fl + 2 * Nl * Fl * Cl;
-  CHECK_NEAR(p.forward_s / (2 * K_OP * (L * lblock + Nl * Cl + Nl * Cl + 2 * Nl * Cl * V + Nl * V)), 1,
-             1e-12);
+  CHECK_NEAR(p.forward_s /
+                 (2 * K_OP * (L * lblock + L * 1024 + Nl * Cl + Nl * Cl + 2 * Nl * Cl * V + Nl * V)),
+             1, 1e-12);
   CHECK(p.forward_s < p1.forward_s);
   free(c);
 }
