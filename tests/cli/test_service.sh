@@ -412,6 +412,16 @@ check "the gang's training wrote one loss per step" [ "$(wc -l <"$tmp/auto2/loss
 "$AA" train "$tmp/model.json" --threads 1 --out "$tmp/single" --losses "$tmp/single.txt" >/dev/null 2>&1
 check "dp 2 training gives the single process's losses (relative 1e-4)" \
   $TOOL losses-close "$tmp/auto2/losses.txt" "$tmp/single.txt" 1e-4
+# `auto --from` a context-parallel file: measured first, then trained as a
+# gang of the two executors auto starts; the single process's losses.
+timeout 300 "$AA" auto "$tmp/model.json" --devices cpu:2 --home "$tmp/home-autocp" --out "$tmp/autocp" \
+  --from "$tmp/cp9.json" --max-dryruns 1 --measured-steps 2 >"$tmp/autocp.out" 2>&1
+rc=$?
+check "auto --from a cp 2 file runs to the end" [ "$rc" = 0 ]
+[ "$rc" = 0 ] || tail -20 "$tmp/autocp.out"
+check "auto trained with the cp 2 strategy, as a gang" grep -Eq "^train +dp1\.tp1\.pp1\.cp2\..* ok " "$tmp/autocp.out"
+check "cp 2 training through auto gives the single process's losses (relative 1e-4)" \
+  $TOOL losses-close "$tmp/autocp/losses.txt" "$tmp/single.txt" 1e-4
 
 # `auto --cpu-backend gloo` passes the option to its planner: the pool's gang
 # of 2 (its calibration) meets over gloo on this one host, so the device's
