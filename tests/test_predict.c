@@ -248,18 +248,26 @@ AA_TEST(data_parallelism_adds_the_data_groups_collectives) {
   free(c);
 }
 
+/* Lines between hosts for calibration c: its links with 10x the latency
+ * and a tenth of the bandwidth, over gloo, no ops (allocated). */
+static aa_calib_t *slow_inter(const aa_calib_t *c) {
+  aa_calib_t *x = calloc(1, sizeof *x);
+  if (!x) abort();
+  *x = *c;
+  snprintf(x->backend, sizeof x->backend, "gloo");
+  x->n_op = 0;
+  for (int i = 0; i < x->n_link; i++)
+    x->link[i].latency_s *= 10, x->link[i].bytes_per_s /= 10;
+  return x;
+}
+
 /* A gang larger than a host: its data and pipeline groups take the
  * inter-host lines (here 10x the latency, a tenth of the bandwidth), its
  * tensor group the intra-host ones; without inter-host lines the intra
  * ones stand in and are counted; only a host's ranks share its cores. */
 AA_TEST(a_gang_across_hosts_takes_the_inter_host_lines_for_data_and_pipeline) {
   aa_model_spec_t sp = model();
-  aa_calib_t *c = calib(&sp, 0, 1), *x = calloc(1, sizeof *x);
-  *x = *c;
-  snprintf(x->backend, sizeof x->backend, "gloo");
-  x->n_op = 0;
-  for (int i = 0; i < x->n_link; i++)
-    x->link[i].latency_s *= 10, x->link[i].bytes_per_s /= 10;
+  aa_calib_t *c = calib(&sp, 0, 1), *x = slow_inter(c);
   aa_strategy_t s = strat(&sp, 2, 2, 1, 2);
   aa_predict_pool_t one = {.devices = 8}, two = {.devices = 8, .host_devices = 2, .inter = x};
   aa_predict_t p1, p2, p3;
@@ -733,12 +741,7 @@ AA_TEST(a_context_parallel_rank_recomputes_its_ring_and_folds_llama_heads) {
  * keeps each ring in a host; dp 1 x cp 4 on hosts of 2 cannot. */
 AA_TEST(a_context_group_across_hosts_takes_the_lines_of_where_it_sits) {
   aa_model_spec_t sp = model();
-  aa_calib_t *c = calib(&sp, 0, 1), *x = calloc(1, sizeof *x);
-  *x = *c;
-  snprintf(x->backend, sizeof x->backend, "gloo");
-  x->n_op = 0;
-  for (int i = 0; i < x->n_link; i++)
-    x->link[i].latency_s *= 10, x->link[i].bytes_per_s /= 10;
+  aa_calib_t *c = calib(&sp, 0, 1), *x = slow_inter(c);
   aa_strategy_t in = strat_cp(&sp, 2, 1, 1, 2, 2), out = strat_cp(&sp, 1, 1, 1, 4, 4);
   add_ops(c, &sp, &in);
   add_ops(c, &sp, &out);
