@@ -287,7 +287,7 @@ static json_t *assumptions(const plan_args_t *a, const aa_calib_t *c, uint64_t m
   add(out, "no dry run: predictions only, from the calibration's op times and collective lines");
   /* Group sizes the shown strategies use that the calibration did not
    * measure: the model extrapolates them (strategies/predict.h). */
-  int missing[32], nmissing = 0, ops = 0, links = 0;
+  int missing[32], nmissing = 0, ops = 0, links = 0, modelled = 0;
   for (size_t i = 0; i < shown; i++) {
     const aa_strategy_t *s = &plan->list[i].s;
     /* Each axis's collectives span its group; a pipeline's are sends
@@ -302,6 +302,7 @@ static json_t *assumptions(const plan_args_t *a, const aa_calib_t *c, uint64_t m
       if (!seen && nmissing < 32) missing[nmissing++] = sizes[k];
     }
     if (plan->list[i].p.ops_estimated > ops) ops = plan->list[i].p.ops_estimated;
+    if (plan->list[i].p.ops_modelled > modelled) modelled = plan->list[i].p.ops_modelled;
     links += plan->list[i].p.links_estimated;
   }
   for (int i = 1; i < nmissing; i++) /* ascending, for the sentence */
@@ -327,6 +328,12 @@ static json_t *assumptions(const plan_args_t *a, const aa_calib_t *c, uint64_t m
         "up to %d op shape%s of a strategy taken from neighbours (the nearest measured shape of the kind, "
         "scaled by its work)",
         ops, ops == 1 ? "" : "s");
+  if (modelled)
+    add(out,
+        "up to %d op shape%s of a strategy of a kind the calibration did not measure, timed at the rate it "
+        "measured for the kind's class (GEMM FLOP/s, attention FLOP/s or memory-bound bytes/s: "
+        "strategies/roofline.h)",
+        modelled, modelled == 1 ? "" : "s");
   if (a->cuda)
     add(out, "each GPU computes at the rate measured with %d computing at once", c->ranks);
   else if (pool->host_cores)
@@ -478,7 +485,14 @@ static void plan_prep_free(plan_prep_t *pp) {
 static int plan_compute(const plan_prep_t *pp, json_t *out) {
   const plan_args_t *a = &pp->a;
   plan_t plan = {0};
-  int rc = plan_pool(a, pp->c, pp->memory, &pp->pool, &plan);
+  /* A kind of op the calibration lacks (a llama planned from a gpt2's
+   * calibration) is timed at the rate it measured for the kind's class. */
+  aa_roofline_t roof;
+  aa_roofline_init(&roof, NULL);
+  aa_roofline_fit(&roof, pp->c);
+  aa_predict_pool_t pool = pp->pool;
+  pool.roofline = &roof;
+  int rc = plan_pool(a, pp->c, pp->memory, &pool, &plan);
   if (!rc && plan.predicted == 0 && plan.unpredicted)
     rc = aa_error(AA_EINVAL, "query plan: no strategy could be predicted from %s: %s", pp->origin,
                   plan.unpredicted_why);
@@ -492,7 +506,7 @@ static int plan_compute(const plan_prep_t *pp, json_t *out) {
       }
     }
     json_t *calib = calibration_json(&pp->row, pp->c);
-    json_t *as = assumptions(a, pp->c, pp->memory, &pp->pool, &plan, plan.n);
+    json_t *as = assumptions(a, pp->c, pp->memory, &pool, &plan, plan.n);
     json_t *pool_json = json_pack("{s:s, s:i, s:i, s:I, s:i, s:b, s:b}", "kind", a->cuda ? "cuda" : "cpu",
                                   "devices", a->devices, "hosts", a->hosts, "memory_bytes",
                                   (json_int_t)pp->memory, "host_cores", pp->pool.host_cores, "separate_hosts",

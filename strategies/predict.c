@@ -293,19 +293,26 @@ size_t aa_predict_ops(const aa_arch_t *arch, const aa_strategy_t *s, int stage, 
 
 /* ---- lookups with stand-ins ---------------------------------------------------- */
 
-/* The measured op for shape s, or the nearest of its kind and dtype (in
- * the log of each dimension it uses) scaled by the work ratio into *fwd
- * and *bwd; AA_EINVAL when the calibration has none of that kind. */
-static int op_time(const aa_calib_t *c, const aa_op_shape_t *s, aa_dtype_t dtype, double *fwd, double *bwd,
-                   int *estimated) {
-  const aa_calib_op_t *o = aa_calib_find_op(c, s, dtype), *best = NULL;
+/* The measured op for shape s; else with a profile its roofline time;
+ * else the nearest of its kind and dtype (in the log of each dimension it
+ * uses) scaled by the work ratio; else, with a roofline fitted to the
+ * calibration, its class's measured rate. Into *fwd and *bwd; AA_EINVAL
+ * when none of these can time it. c may be NULL (a profile alone). */
+static int op_time(const aa_calib_t *c, const aa_roofline_t *roof, const aa_op_shape_t *s, aa_dtype_t dtype,
+                   double *fwd, double *bwd, aa_predict_t *p) {
+  const aa_calib_op_t *o = c ? aa_calib_find_op(c, s, dtype) : NULL, *best = NULL;
   if (o) {
     *fwd = o->fwd_s;
     *bwd = o->bwd_s;
     return 0;
   }
+  if (roof && roof->profile) {
+    aa_roofline_op(roof, s, dtype, fwd, bwd);
+    p->ops_modelled++;
+    return 0;
+  }
   double best_d = INFINITY;
-  for (int i = 0; i < c->n_op; i++) {
+  for (int i = 0; c && i < c->n_op; i++) {
     const aa_calib_op_t *x = &c->op[i];
     if (x->shape.op != s->op || x->dtype != dtype) continue;
     double dist = 0;
@@ -316,13 +323,19 @@ static int op_time(const aa_calib_t *c, const aa_op_shape_t *s, aa_dtype_t dtype
       }
     if (dist < best_d) best_d = dist, best = x;
   }
-  if (!best)
+  if (!best) {
+    if (roof && aa_roofline_knows(roof, aa_roof_class_of(s->op), dtype)) {
+      aa_roofline_op(roof, s, dtype, fwd, bwd);
+      p->ops_modelled++;
+      return 0;
+    }
     return aa_error(AA_EINVAL, "the calibration has no %s op in %s: calibrate the model on this device kind",
                     aa_op_kind_name(s->op), aa_dtype_name(dtype));
+  }
   double ratio = aa_op_work(s) / aa_op_work(&best->shape);
   *fwd = best->fwd_s * ratio;
   *bwd = best->bwd_s * ratio;
-  (*estimated)++;
+  p->ops_estimated++;
   return 0;
 }
 
@@ -357,12 +370,22 @@ static int link_line(const aa_calib_t *c, aa_cost_collective_t k, int t, double 
   return 0;
 }
 
+/* Where a group's collectives are timed: a calibration's lines (c; NULL
+ * with a profile and no calibration), or, with a profile (roof), a ring
+ * on the links of a group with `per_node` of its ranks in each node (a
+ * calibration's line of exactly the kind and size still wins). */
+typedef struct lines_of {
+  const aa_calib_t *c;
+  const aa_roofline_t *roof; /* with a profile, else NULL */
+  int per_node;
+} lines_of_t;
+
 /* Seconds group g's collectives take on one rank: per kind, calls x
  * latency + the bytes through its link (cost.h's ring convention: 2(t-1)/t
  * of an all-reduce's, (t-1)/t of an all-gather's or reduce-scatter's, a
  * point-to-point message whole) / bandwidth. A send and a receive are
  * one transfer each between two ranks: the send line at 2 ranks. */
-static int group_time(const aa_calib_t *c, const aa_cost_group_t *g, double *out, int *estimated) {
+static int group_time(const lines_of_t *ln, const aa_cost_group_t *g, double *out, aa_predict_t *p) {
   *out = 0;
   if (g->ranks < 2) return 0;
   const double t = g->ranks;
@@ -371,9 +394,21 @@ static int group_time(const aa_calib_t *c, const aa_cost_group_t *g, double *out
     if (!x->calls) continue;
     bool p2p = k == AA_COST_SEND || k == AA_COST_RECV;
     double lat = 0, bw = 1, share = p2p ? 1 : k == AA_COST_ALL_REDUCE ? 2 * (t - 1) / t : (t - 1) / t;
-    int rc =
-        link_line(c, p2p ? AA_COST_SEND : (aa_cost_collective_t)k, p2p ? 2 : g->ranks, &lat, &bw, estimated);
-    if (rc) return rc;
+    const aa_cost_collective_t kind = p2p ? AA_COST_SEND : (aa_cost_collective_t)k;
+    const int ranks = p2p ? 2 : g->ranks;
+    const aa_calib_link_t *l = ln->c ? aa_calib_find_link(ln->c, kind, ranks) : NULL;
+    if (ln->roof && l) {
+      lat = l->latency_s;
+      bw = l->bytes_per_s;
+    } else if (ln->roof) {
+      aa_roofline_link(ln->roof, kind, ranks, ln->per_node, &lat, &bw);
+      p->links_modelled++;
+    } else if (!ln->c) {
+      return aa_error(AA_EINVAL, "no calibration and no device profile to time the collectives with");
+    } else {
+      int rc = link_line(ln->c, kind, ranks, &lat, &bw, &p->links_estimated);
+      if (rc) return rc;
+    }
     *out += (double)x->calls * lat + share * (double)x->bytes / bw;
   }
   return 0;
@@ -387,24 +422,24 @@ static double share(int cores, int ranks, int threads) {
   return want > cores ? cores / want : 1;
 }
 
-/* The calibration whose collective lines each group takes: the
- * calibration's own (inside a host) or the inter-host one. */
+/* Where each group's collectives are timed (lines_of_t). */
 typedef struct lines {
-  const aa_calib_t *context, *data, *across; /* across: the pipeline's and the embedding's */
+  lines_of_t tensor, context, data, pipeline, embedding;
 } lines_t;
 
-/* One pipeline rank's step by part (the fields of aa_predict_t): the ops
- * and the tensor group on c's lines, the other groups on theirs. */
+/* One pipeline rank's step by part (the fields of aa_predict_t): its ops
+ * timed from c (may be NULL with a profile) and roof, its groups on ln. */
 static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, const aa_calib_t *c,
-                         const lines_t *ln, double fast, double slow, aa_predict_t *p) {
+                         const aa_roofline_t *roof, int cuda, const lines_t *ln, double fast, double slow,
+                         aa_predict_t *p) {
   inventory_t v;
-  int rc = inventory(a, s, stage, c->cuda, &v);
+  int rc = inventory(a, s, stage, cuda, &v);
   if (rc) return rc;
   double fwd_mb = 0, bwd_mb = 0, opt = 0;
   for (int i = 0; i < v.n; i++) {
     const item_t *x = &v.it[i];
     double f = 0, b = 0;
-    if ((rc = op_time(c, &x->shape, x->dtype, &f, &b, &p->ops_estimated))) return rc;
+    if ((rc = op_time(c, roof, &x->shape, x->dtype, &f, &b, p))) return rc;
     if (x->per_step)
       opt += x->ff * f + x->bf * b;
     else {
@@ -415,12 +450,11 @@ static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int 
   aa_cost_comm_t cc;
   aa_cost_comm_stage(a, s, m, stage, &cc);
   double emb;
-  /* The tensor group never crosses hosts. */
-  if ((rc = group_time(c, &cc.tensor, &p->tensor_comm_s, &p->links_estimated)) ||
-      (rc = group_time(ln->context, &cc.context, &p->context_comm_s, &p->links_estimated)) ||
-      (rc = group_time(ln->across, &cc.pipeline, &p->pipeline_comm_s, &p->links_estimated)) ||
-      (rc = group_time(ln->data, &cc.data, &p->data_comm_s, &p->links_estimated)) ||
-      (rc = group_time(ln->across, &cc.embedding, &emb, &p->links_estimated)))
+  if ((rc = group_time(&ln->tensor, &cc.tensor, &p->tensor_comm_s, p)) ||
+      (rc = group_time(&ln->context, &cc.context, &p->context_comm_s, p)) ||
+      (rc = group_time(&ln->pipeline, &cc.pipeline, &p->pipeline_comm_s, p)) ||
+      (rc = group_time(&ln->data, &cc.data, &p->data_comm_s, p)) ||
+      (rc = group_time(&ln->embedding, &cc.embedding, &emb, p)))
     return rc;
   p->data_comm_s += emb;
   p->bubble = aa_cost_bubble(s, m);
@@ -458,37 +492,67 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
   aa_pp_place_t pl;
   int rc = aa_pp_place(a, s, m, 0, &pl);
   if (rc) return rc;
+  const aa_roofline_t *roof = pool->roofline;
+  const bool profiled = roof && roof->profile;
+  if (!c && !profiled)
+    return aa_error(AA_EINVAL, "no calibration and no device profile to predict the strategy from");
+  const int cuda = c ? c->cuda : 1;
   /* A gang larger than a host spans hosts: host_devices of its ranks share
-   * one host's cores, and its data, pipeline and embedding groups take the
-   * inter-host lines (or the intra-host ones, counted as stand-ins). Its
-   * context groups stay inside a host when one holds whole tensor x
-   * context blocks (predict.h); the data group of dp x cp ranks is then,
-   * at dp 1, a context group. */
+   * one host's cores. */
   const bool across = pool->host_devices > 0 && ranks > pool->host_devices;
   const int on_host = across ? pool->host_devices : ranks;
+  const int tp = s->degree[AA_AXIS_TENSOR], cp = s->degree[AA_AXIS_CONTEXT], dp = s->degree[AA_AXIS_DATA],
+            pp = s->degree[AA_AXIS_PIPELINE];
   const aa_calib_t *span = across && pool->inter && pool->inter->n_link ? pool->inter : c;
-  const int cp = s->degree[AA_AXIS_CONTEXT];
-  const bool ring_across = across && cp > 1 && pool->host_devices % (s->degree[AA_AXIS_TENSOR] * cp) != 0;
-  const bool data_across = across && (s->degree[AA_AXIS_DATA] > 1 || ring_across);
-  const lines_t ln = {.context = ring_across ? span : c, .data = data_across ? span : c, .across = span};
+  bool ring_across = false, data_across = false;
+  lines_t ln;
+  if (profiled) {
+    /* Megatron's rank order (tensor fastest, then context, data,
+     * pipeline) on nodes of G devices: how many of each group's ranks share
+     * a node. A group inside one node takes a measured line of the
+     * calibration, one across nodes the inter-host calibration's; else
+     * the profile's links. */
+    const int G = pool->host_devices > 0 ? pool->host_devices : ranks;
+    const int in_t = tp < G ? tp : G, per_t = tp <= G ? G / tp : 1, stride_p = tp * cp * dp;
+    const int in_c = cp < per_t ? cp : per_t, in_d = dp * cp < per_t ? dp * cp : per_t;
+    const int in_p = stride_p < G ? (pp < G / stride_p ? pp : G / stride_p) : 1;
+    const int in_e = (pp - 1) * stride_p < G ? 2 : 1;
+#define ON(k, n) ((lines_of_t){(k) >= (n) ? c : pool->inter, roof, (k)})
+    ln = (lines_t){ON(in_t, tp), ON(in_c, cp), ON(in_d, dp * cp), ON(in_p, pp), ON(in_e, 2)};
+#undef ON
+  } else {
+    /* Its data, pipeline and embedding groups take the inter-host lines
+     * (or the intra-host ones, counted as stand-ins). Its context groups
+     * stay inside a host when one holds whole tensor x context blocks
+     * (predict.h); the data group of dp x cp ranks is then, at dp 1, a
+     * context group. The tensor group never crosses hosts. */
+    ring_across = across && cp > 1 && pool->host_devices % (tp * cp) != 0;
+    data_across = across && (dp > 1 || ring_across);
+    ln = (lines_t){.tensor = {c, NULL, 0},
+                   .context = {ring_across ? span : c, NULL, 0},
+                   .data = {data_across ? span : c, NULL, 0},
+                   .pipeline = {span, NULL, 0},
+                   .embedding = {span, NULL, 0}};
+  }
   /* Ops were timed with c->ranks executors computing at once on its host;
    * the pool's run on_host executors on pool->host_cores. */
   double slow = 1, fast = 1;
-  if (!c->cuda) {
+  if (!cuda) {
     int threads = pool->threads > 0 ? pool->threads : c->threads;
     slow = share(c->host_cores, c->ranks, c->threads) / share(pool->host_cores, on_host, threads);
     fast = share(c->host_cores, c->ranks, c->threads) / share(pool->host_cores, 1, threads);
   }
   aa_predict_t best = {0}, p;
-  int ops_est = 0, links_est = 0;
-  for (int r = 0; r < s->degree[AA_AXIS_PIPELINE]; r++) {
+  int ops_est = 0, links_est = 0, ops_mod = 0, links_mod = 0;
+  for (int r = 0; r < pp; r++) {
     memset(&p, 0, sizeof p);
-    if ((rc = predict_stage(a, s, m, r, c, &ln, fast, slow, &p))) return rc;
+    if ((rc = predict_stage(a, s, m, r, c, roof, cuda, &ln, fast, slow, &p))) return rc;
     ops_est += p.ops_estimated;
     links_est += p.links_estimated;
-    if (across && span == c) /* intra-host lines stood in */
-      links_est +=
-          (aa_sizes_replicas(s) > 1 && data_across) + (s->degree[AA_AXIS_PIPELINE] > 1) + ring_across;
+    ops_mod += p.ops_modelled;
+    links_mod += p.links_modelled;
+    if (!profiled && across && span == c) /* intra-host lines stood in */
+      links_est += (aa_sizes_replicas(s) > 1 && data_across) + (pp > 1) + ring_across;
     if (r == 0 || p.step_s > best.step_s) {
       best = p;
       best.stage = r;
@@ -496,6 +560,8 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
   }
   best.ops_estimated = ops_est;
   best.links_estimated = links_est;
+  best.ops_modelled = ops_mod;
+  best.links_modelled = links_mod;
   best.across_hosts = across;
   best.tokens_per_s = (double)spec->train.global_batch * a->seq_len / best.step_s;
   aa_cost_memory(a, s, m, &best.mem);

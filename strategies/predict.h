@@ -26,24 +26,22 @@
  *   step        = max over r of busy_r / (1 - bubble) + after_r.
  * tokens/s = global_batch x seq_len / step.
  *
- * An op shape the calibration lacks takes the nearest measured shape of its
+ * An op shape the calibration lacks takes, with a profile (pool->roofline),
+ * the profile's roofline time refitted to the calibration's ops of its
+ * class; without one, the nearest measured shape of its
  * kind and dtype (in log of each dimension) scaled by the work ratio
- * (calib.h aa_op_work); a group size it lacks takes the nearest measured
- * size of that kind, the latency scaled by (t - 1) / (t0 - 1) as a ring's
- * steps are, the bandwidth kept; a kind it lacks takes the all-reduce's.
- * Each such stand-in is counted in the result so callers can say so.
- * CPU executors that share a host's cores compute at the measured rate
- * times min(1, cores / (ranks x threads)) relative to the measuring
- * gang's, ranks being the gang's ranks on one host. With more rank threads
- * than cores, a pipeline rank waiting in the bubble lends its core to the
- * others: the step is then the larger of the critical path above with ops
- * at the rate one rank gets alone, and the host's throughput (every ops at
- * the shared rate, the collectives, no bubble).
- * Across hosts: a gang larger than one host's devices (pool->host_devices)
- * spans hosts. The planner keeps every tensor group inside a host, so the
- * tensor group's collectives take the calibration's (intra-host) lines;
- * it keeps each context group there too when a host holds whole tensor x
- * context blocks (host_devices a multiple of tp x cp: common/axis.h
+ * (calib.h aa_op_work), and a kind it lacks the calibration's rate for
+ * the kind's class (pool->roofline fitted without a profile); a group size it lacks takes the nearest
+ * measured size of that kind, the latency scaled by (t - 1) / (t0 - 1) as a ring's steps are, the bandwidth
+ * kept; a kind it lacks takes the all-reduce's. Each such stand-in is counted in the result so callers can
+ * say so. CPU executors that share a host's cores compute at the measured rate times min(1, cores / (ranks x
+ * threads)) relative to the measuring gang's, ranks being the gang's ranks on one host. With more rank
+ * threads than cores, a pipeline rank waiting in the bubble lends its core to the others: the step is then
+ * the larger of the critical path above with ops at the rate one rank gets alone, and the host's throughput
+ * (every ops at the shared rate, the collectives, no bubble). Across hosts: a gang larger than one host's
+ * devices (pool->host_devices) spans hosts. The planner keeps every tensor group inside a host, so the tensor
+ * group's collectives take the calibration's (intra-host) lines; it keeps each context group there too when a
+ * host holds whole tensor x context blocks (host_devices a multiple of tp x cp: common/axis.h
  * AA_HOST_PREFER), and then the context group's steps take those lines as
  * well (and so does the data group of dp x cp ranks at dp 1: it is the
  * context group). The data, pipeline and embedding groups, and a context
@@ -57,6 +55,7 @@
 #include "../common/spec.h"
 #include "calib.h"
 #include "cost.h"
+#include "roofline.h"
 #include "strategy.h"
 
 /* The pool predicted for. */
@@ -67,6 +66,16 @@ typedef struct aa_predict_pool {
   int threads;             /* CPUs: threads per executor; 0 = the calibration's */
   int host_devices;        /* devices one host holds; 0 = the whole pool is one host */
   const aa_calib_t *inter; /* collectives between hosts; NULL = none measured */
+  /* Op and link times for what no calibration measured (roofline.h),
+   * borrowed; NULL = none. With a profile, host_devices is the profile's
+   * GPUs per node, the calibration may be NULL (a pool nobody measured),
+   * and every group's collectives are a ring on the links its ranks span
+   * under Megatron's rank order (tensor, context, data, pipeline from the
+   * fastest-varying): measured lines only for groups of exactly their
+   * size and side of a node. Without a profile (fitted to the calibration
+   * alone) it times an op kind the calibration lacks at its class's
+   * measured rate. */
+  const aa_roofline_t *roofline;
 } aa_predict_pool_t;
 
 typedef struct aa_predict {
@@ -87,6 +96,8 @@ typedef struct aa_predict {
   /* Stand-ins, summed over the pipeline ranks (each rank's distinct op
    * shapes and each group's kinds, looked up once a rank): */
   int ops_estimated;   /* op shapes taken from a neighbour */
+  int ops_modelled;    /* op shapes timed by the roofline (a profile's, or the calibration's class rate) */
+  int links_modelled;  /* collectives timed on a profile's links */
   int links_estimated; /* collectives taken from another group size or kind, or intra-host
                           lines standing in for inter-host ones */
   bool across_hosts;   /* the gang spans hosts (pool->host_devices) */
