@@ -12,6 +12,7 @@
 #include "../common/mem.h"
 #include "../strategies/calib.h"
 #include "../strategies/cost.h"
+#include "../strategies/plan_rank.h"
 #include "../strategies/predict.h"
 #include "../strategies/space.h"
 
@@ -21,7 +22,7 @@
 #include <string.h>
 
 #define AA__PLAN_TOP_DEFAULT 5
-#define AA__PLAN_TOP_MAX 1000
+#define AA__PLAN_TOP_MAX AA_PLAN_TOP_MAX
 #define AA__PLAN_CANDIDATES_MAX 20000 /* enumerated strategies one plan predicts at most */
 
 json_t *aa__plan_breakdown(const aa_predict_t *p) {
@@ -149,97 +150,29 @@ static uint64_t device_memory(const char *device) {
   return (uint64_t)mib << 20;
 }
 
-/* One predicted strategy. */
-typedef struct {
-  aa_strategy_t s;
-  aa_predict_t p;
-  size_t order; /* in the enumeration: the tie-break */
-} planned_t;
+typedef aa_plan_entry_t planned_t;
+typedef aa_plan_rank_t plan_t;
 
-/* Better first: the higher predicted tokens/s, then the fewer bytes, then
- * the enumeration's order. */
-static bool better(const planned_t *a, const planned_t *b) {
-  if (a->p.tokens_per_s != b->p.tokens_per_s) return a->p.tokens_per_s > b->p.tokens_per_s;
-  if (a->p.mem.total != b->p.mem.total) return a->p.mem.total < b->p.mem.total;
-  return a->order < b->order;
-}
-
-/* What the enumeration gave: the best `top` predicted, best first, and
- * the counts. */
-typedef struct {
-  planned_t *list;
-  size_t n, top;              /* kept (<= top) */
-  size_t candidates, invalid; /* enumerated; refused by the model's rules */
-  size_t predicted, predicted_oom, unpredicted;
-  size_t tensor_too_wide;    /* tensor groups larger than a host: not placeable */
-  char unpredicted_why[256]; /* the first strategy the model could not predict: why */
-} plan_t;
-
-/* Keeps t if it is among the best `top` so far (insertion into the sorted
- * list: top is at most AA__PLAN_TOP_MAX). */
-static void keep(plan_t *plan, const planned_t *t) {
-  size_t i = plan->n < plan->top ? plan->n++ : plan->top;
-  if (i == plan->top && !better(t, &plan->list[plan->top - 1])) return;
-  if (i == plan->top) i--;
-  for (; i > 0 && better(t, &plan->list[i - 1]); i--)
-    plan->list[i] = plan->list[i - 1];
-  plan->list[i] = *t;
-}
-
+/* The pool's candidates ranked (strategies/plan_rank.h): every gang size
+ * up to the pool's, so their count is bounded here. */
 static int plan_pool(const plan_args_t *a, const aa_calib_t *c, uint64_t memory,
                      const aa_predict_pool_t *pool, plan_t *out) {
   const aa_space_pool_t sp = {.devices = a->devices,
                               .global_batch = a->spec.train.global_batch,
                               .cuda = a->cuda,
                               .arch = &a->spec.arch};
-  size_t n = aa_space_enumerate(NULL, NULL, 0, &sp);
+  size_t n = aa_space_each(&sp, NULL, NULL);
   if (n == 0) return aa_error(AA_EINVAL, "query plan: the pool of %d devices has no strategy", a->devices);
-  /* The strategies are enumerated whole, a few KiB each: bounded, so one
-   * plan takes at most about 200 MiB (and a second on one core). */
+  /* About 50 us a candidate: at most a second or so on one core. */
   if (n > AA__PLAN_CANDIDATES_MAX)
     return aa_error(
         AA_EINVAL,
         "query plan: a pool of %d devices has %zu candidate strategies for this model, more than one "
         "plan predicts (%d); plan for fewer devices",
         a->devices, n, AA__PLAN_CANDIDATES_MAX);
-  aa_strategy_t *all = calloc(n, sizeof *all);
-  out->top = (size_t)a->top;
-  out->list = calloc(out->top, sizeof *out->list);
-  if (!all || !out->list) {
-    free(all);
-    return aa_error(AA_ENOMEM, "query plan: no memory for %zu strategies", n);
-  }
-  aa_space_enumerate(all, NULL, n, &sp);
-  out->candidates = n;
-  for (size_t i = 0; i < n; i++) {
-    planned_t t = {.s = all[i], .order = i};
-    if (aa_strategy_resolve(&t.s, &a->spec, (int)aa_strategy_world(&t.s))) {
-      out->invalid++;
-      continue;
-    }
-    /* The bytes a rank must hold are a lower bound of its peak
-     * (strategies/cost.h): past the device's memory it is an oom. */
-    aa_cost_mem_t m;
-    aa_cost_memory(&a->spec.arch, &t.s, aa_strategy_accum_steps(&t.s, &a->spec), &m);
-    if (memory && m.total > memory) {
-      out->predicted_oom++;
-      continue;
-    }
-    /* The planner keeps a tensor group inside one host. */
-    if (pool->host_devices && t.s.degree[AA_AXIS_TENSOR] > pool->host_devices) {
-      out->tensor_too_wide++;
-      continue;
-    }
-    if (aa_predict(&a->spec, &t.s, c, pool, &t.p)) {
-      if (!out->unpredicted++)
-        snprintf(out->unpredicted_why, sizeof out->unpredicted_why, "%s", aa_last_error());
-      continue;
-    }
-    out->predicted++;
-    keep(out, &t);
-  }
-  free(all);
-  return 0;
+  *out = (plan_t){.spec = &a->spec, .calib = c, .pool = *pool, .space = sp, .memory = memory,
+                  .top = (size_t)a->top};
+  return aa_plan_rank(out);
 }
 
 /* "2, 4" of the distinct group sizes the calibration measured, ascending. */
@@ -529,7 +462,7 @@ static int plan_compute(const plan_prep_t *pp, json_t *out) {
       json_object_set_new(out, "strategies", list);
     }
   }
-  free(plan.list);
+  aa_plan_rank_free(&plan);
   return rc;
 }
 

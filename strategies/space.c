@@ -230,7 +230,7 @@ static bool layout_next(cursor_t *c, const aa_space_pool_t *p, aa_space_layout_t
         if (lim > c->world / outer) lim = c->world / outer;
         if (++c->degree[nest[i]] <= lim) break;
         c->degree[nest[i]] = 1;
-        if (i == 0 && --c->world < 1) return false;
+        if (i == 0 && (p->whole || --c->world < 1)) return false;
       }
     }
     long long prod = 1;
@@ -327,7 +327,7 @@ static size_t pipeline_shapes(aa_strategy_t out[MAX_SHAPES], const aa_space_layo
   return n;
 }
 
-size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa_space_pool_t *pool) {
+size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void *ctx) {
   if (pool->devices < 1 || pool->global_batch < 1) return 0;
   int divisors[MAX_DIVISORS], mbs[MAX_DIVISORS], zeros[4];
   aa_dtype_t amps[3];
@@ -368,11 +368,8 @@ size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa
             t.ckpt = ckpts[k];
             if (aa_space_include_unmet(aa_space_methods_of(&t), pool->include)) continue;
             for (size_t b = 0; b < nmb; b++) {
-              if (n < cap) {
-                out[n] = t;
-                out[n].micro_batch = mbs[b];
-                if (setting) setting[n] = (int)nsettings;
-              }
+              t.micro_batch = mbs[b];
+              if (visit && visit(ctx, n, (int)nsettings, &t)) return n + 1;
               n++;
             }
             nsettings++;
@@ -380,6 +377,27 @@ size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa
     }
   }
   return n;
+}
+
+/* aa_space_enumerate's visitor: the first cap candidates into an array. */
+typedef struct {
+  aa_strategy_t *out;
+  int *setting;
+  size_t cap;
+} fill_t;
+
+static int fill(void *ctx, size_t i, int setting, const aa_strategy_t *s) {
+  fill_t *f = ctx;
+  if (i < f->cap) {
+    f->out[i] = *s;
+    if (f->setting) f->setting[i] = setting;
+  }
+  return 0;
+}
+
+size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa_space_pool_t *pool) {
+  fill_t f = {out, setting, cap};
+  return aa_space_each(pool, out || setting ? fill : NULL, &f);
 }
 
 /* Whether a and b cut the model into the same pipeline stages and run them

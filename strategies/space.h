@@ -86,6 +86,9 @@ typedef struct aa_space_pool {
    * n_layer) and context groups (cp > 1, 2 cp dividing seq_len); NULL:
    * pp = cp = 1 only. */
   const aa_arch_t *arch;
+  /* Only gangs of all the devices (a training job's, `plan`'s default):
+   * the layouts of world = devices alone. */
+  bool whole;
 } aa_space_pool_t;
 
 /* What exists. Each function writes at most cap values (fewer when the
@@ -151,6 +154,13 @@ size_t aa_space_micro_batches(int *out, size_t cap, int per_rank);
  * are. 0 when every strategy is excluded or the pool is empty (devices or
  * global_batch < 1). */
 size_t aa_space_enumerate(aa_strategy_t *out, int *setting, size_t cap, const aa_space_pool_t *pool);
+
+/* The same candidates in the same order, one at a time, without holding
+ * them: visit(ctx, i, setting, s) for each (s borrowed for the call);
+ * a non-zero return stops the walk. Returns how many were visited (all of
+ * them when none stopped it); visit may be NULL (a count). */
+typedef int (*aa_space_visit_fn)(void *ctx, size_t i, int setting, const aa_strategy_t *s);
+size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void *ctx);
 
 /* How far apart two strategies are for `--from`: the number of knobs in
  * which they differ, out of dp, tp, sp, pp, zero, amp, ckpt, micro_batch

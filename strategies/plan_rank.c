@@ -1,0 +1,90 @@
+/* Ranking a pool's strategies by their predicted step (plan_rank.h). */
+#include "plan_rank.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "sizes.h"
+
+static bool better(const aa_plan_entry_t *a, const aa_plan_entry_t *b) {
+  if (a->p.tokens_per_s != b->p.tokens_per_s) return a->p.tokens_per_s > b->p.tokens_per_s;
+  if (a->p.mem.total != b->p.mem.total) return a->p.mem.total < b->p.mem.total;
+  return a->order < b->order;
+}
+
+/* Keeps t if it is among the best `top` so far (insertion into the sorted
+ * list: top is at most AA_PLAN_TOP_MAX). */
+static void keep(aa_plan_rank_t *r, const aa_plan_entry_t *t) {
+  size_t i = r->n < r->top ? r->n++ : r->top;
+  if (i == r->top && !better(t, &r->list[r->top - 1])) return;
+  if (i == r->top) i--;
+  for (; i > 0 && better(t, &r->list[i - 1]); i--)
+    r->list[i] = r->list[i - 1];
+  r->list[i] = *t;
+}
+
+static int visit(void *ctx, size_t i, int setting, const aa_strategy_t *cand) {
+  aa_plan_rank_t *r = ctx;
+  (void)setting;
+  r->candidates++;
+  aa_plan_entry_t t = {.s = *cand, .order = i};
+  if (aa_strategy_resolve(&t.s, r->spec, (int)aa_strategy_world(&t.s))) {
+    r->invalid++;
+    return 0;
+  }
+  if (r->keep && !r->keep(r->keep_ctx, &t.s)) {
+    r->filtered++;
+    return 0;
+  }
+  /* The bytes a rank must hold are a lower bound of its peak
+   * (strategies/cost.h): past the device's memory it is an oom. */
+  aa_cost_mem_t m;
+  aa_cost_memory(&r->spec->arch, &t.s, aa_strategy_accum_steps(&t.s, r->spec), &m);
+  if (r->memory && m.total > r->memory) {
+    r->predicted_oom++;
+    return 0;
+  }
+  /* A tensor group stays inside one host. */
+  if (r->pool.host_devices && t.s.degree[AA_AXIS_TENSOR] > r->pool.host_devices) {
+    r->tensor_too_wide++;
+    return 0;
+  }
+  if (aa_predict(r->spec, &t.s, r->calib, &r->pool, &t.p)) {
+    if (!r->unpredicted++) snprintf(r->unpredicted_why, sizeof r->unpredicted_why, "%s", aa_last_error());
+    return 0;
+  }
+  r->predicted++;
+  keep(r, &t);
+  return 0;
+}
+
+int aa_plan_rank(aa_plan_rank_t *r) {
+  if (r->top < 1 || r->top > AA_PLAN_TOP_MAX)
+    return aa_error(AA_EINVAL, "plan: top must be 1..%d, not %zu", AA_PLAN_TOP_MAX, r->top);
+  r->list = calloc(r->top, sizeof *r->list);
+  if (!r->list) return aa_error(AA_ENOMEM, "plan: no memory");
+  r->n = r->candidates = r->invalid = r->filtered = r->predicted = r->predicted_oom = r->unpredicted = 0;
+  r->tensor_too_wide = 0;
+  r->unpredicted_why[0] = '\0';
+  aa_space_each(&r->space, visit, r);
+  return 0;
+}
+
+void aa_plan_rank_free(aa_plan_rank_t *r) {
+  free(r->list);
+  r->list = NULL;
+  r->n = 0;
+}
+
+double aa_plan_model_flops(const aa_model_spec_t *spec, bool with_recompute) {
+  const aa_arch_t *a = &spec->arch;
+  aa_tp_dims_t d;
+  aa_sizes_tp(a, 1, &d);
+  const double C = d.C, s = a->seq_len, V = a->vocab_size;
+  /* Per token, forward: every block's weight matrices (qkv, projection,
+   * the MLP's two), its attention, and the logits. */
+  const double block = 2 * (C * d.QKV + d.Cl * C + C * d.FH + d.F * C) + 4 * s * C;
+  const double head = 2 * C * V;
+  const double passes = with_recompute ? 4 : 3;
+  return (double)spec->train.global_batch * s * (passes * block * a->n_layer + 3 * head);
+}

@@ -1,0 +1,59 @@
+/* Ranking a pool's strategies by their predicted step: the candidates of
+ * space.h one at a time (none held: a pool of thousands of devices has
+ * millions), each resolved for the model, pruned by its bytes against the
+ * device's memory before anything is predicted, predicted (predict.h),
+ * and the best `top` kept. Pure: `autoaccel plan` runs it in the CLI from
+ * a device profile, the planner from a stored calibration. */
+#ifndef AA_PLAN_RANK_H
+#define AA_PLAN_RANK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "predict.h"
+#include "space.h"
+
+typedef struct aa_plan_entry {
+  aa_strategy_t s; /* resolved */
+  aa_predict_t p;
+  size_t order; /* in the enumeration: the tie-break */
+} aa_plan_entry_t;
+
+/* Keeps a candidate (resolved, within memory) or not; NULL keeps all. */
+typedef bool (*aa_plan_filter_fn)(void *ctx, const aa_strategy_t *s);
+
+typedef struct aa_plan_rank {
+  /* In. */
+  const aa_model_spec_t *spec;
+  const aa_calib_t *calib; /* may be NULL with a profile (pool.roofline) */
+  aa_predict_pool_t pool;
+  aa_space_pool_t space;
+  uint64_t memory;        /* the device's bytes; 0 = no memory pruning */
+  size_t top;             /* 1..AA_PLAN_TOP_MAX */
+  aa_plan_filter_fn keep; /* --fix and the like */
+  void *keep_ctx;
+  /* Out: the best `top`, best first (the higher predicted tokens/s, then
+   * fewer bytes, then the enumeration's order), and the counts. */
+  aa_plan_entry_t *list; /* aa_plan_rank_free */
+  size_t n;
+  size_t candidates, invalid, filtered, predicted, predicted_oom, unpredicted;
+  size_t tensor_too_wide; /* tensor groups larger than a host (pool.host_devices): not placeable */
+  char unpredicted_why[256];
+} aa_plan_rank_t;
+
+#define AA_PLAN_TOP_MAX 1000
+
+/* Fills r's outputs from its inputs. AA_EINVAL for a bad top, AA_ENOMEM. */
+int aa_plan_rank(aa_plan_rank_t *r);
+void aa_plan_rank_free(aa_plan_rank_t *r);
+
+/* The model FLOPs of one optimizer step of spec, without recomputation
+ * (MFU's numerator, docs/device-profiles.md "MFU"): 3 x the forward's
+ * GEMMs (2 x every weight matrix's elements a token), its attention
+ * (4 s C a layer a token, PTD-P's count of the s x s scores and their
+ * product with the values) and the logits, over global_batch x seq_len
+ * tokens. with_recompute adds the forward again for the blocks full
+ * checkpointing recomputes (PTD-P's "96" count, its Table 1's figures). */
+double aa_plan_model_flops(const aa_model_spec_t *spec, bool with_recompute);
+
+#endif
