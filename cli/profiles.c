@@ -26,13 +26,16 @@ int aa_cli_list_devices(void) {
     char mem[32], fp8[32];
     snprintf(mem, sizeof mem, "%.4g GiB", (double)p.memory_bytes / GIB);
     double f8 = p.dense_flop_per_s[AA_PROFILE_FP8];
-    snprintf(fp8, sizeof fp8, f8 > 0 ? "%.1f" : "-", f8 / 1e12);
+    if (f8 > 0)
+      snprintf(fp8, sizeof fp8, "%.1f", f8 / 1e12);
+    else
+      snprintf(fp8, sizeof fp8, "-"); /* null: no fp8 tensor cores */
     printf("%-16s %8s %9.4g %13.1f %12s %10d %10.0f %9.0f\n", p.name, mem, p.hbm_bytes_per_s / 1e12,
            p.dense_flop_per_s[AA_PROFILE_BF16] / 1e12, fp8, p.gpus_per_node, p.intra_node.bytes_per_s / 1e9,
            p.inter_node.bytes_per_s / 1e9);
   }
-  printf("\nDense figures (no sparsity), from the vendors' datasheets. NODE is the link between two GPUs\n"
-         "of a node (NVLink), NET a GPU's share of the network between nodes, both per GPU in each\n"
+  printf("\nDense figures (no sparsity), from the vendors' datasheets. NODE is a GPU's link to the other\n"
+         "GPUs of its node (NVLink), NET its share of the network between nodes, both in each\n"
          "direction. Every figure and its source: autoaccel plan --show-device NAME. Not yet used by\n"
          "plan's predictions (docs/device-profiles.md).\n");
   return rc;
