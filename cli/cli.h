@@ -30,6 +30,11 @@ int aa_cmd_import(int argc, char **argv);   /* cli/cmd_import.c */
 int aa_cmd_export(int argc, char **argv);   /* cli/cmd_import.c */
 int aa_cmd_generate(int argc, char **argv); /* cli/cmd_generate.c */
 
+/* `plan --list-devices` and `plan --show-device NAME|FILE` (cli/profiles.c):
+ * the device profiles for people; each returns an exit code. */
+int aa_cli_list_devices(void);
+int aa_cli_show_device(const char *name_or_path);
+
 /* Prints "autoaccel <cmd>: <last error>" to stderr and returns AA_EXIT_FAIL. */
 int aa_cli_fail(const char *cmd);
 

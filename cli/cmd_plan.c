@@ -1,6 +1,8 @@
 /* `autoaccel plan MODEL --pool cuda:8`: the best strategies of a pool that
  * need not be connected, predicted by the planner from a calibration it
- * stored earlier (docs/service.md "Plan"). Nothing is dry-run. */
+ * stored earlier (docs/service.md "Plan"). Nothing is dry-run. Also
+ * `plan --list-devices` and `plan --show-device NAME|FILE`, the device
+ * profiles (cli/profiles.c), which need neither a planner nor a model. */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -16,11 +18,16 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: autoaccel plan MODEL --pool KIND:N [--hosts H] [--device FINGERPRINT] [--top K]\n"
-          "                      [--separate-hosts] [--json] [--planner ADDR] [--token-file FILE]\n\n"
+          "                      [--separate-hosts] [--json] [--planner ADDR] [--token-file FILE]\n"
+          "       autoaccel plan --list-devices\n"
+          "       autoaccel plan --show-device NAME|FILE\n\n"
           "Predicts the fastest strategies for MODEL (a model spec file) on a pool of N devices of\n"
           "one kind, from the calibration the planner stored when it last ran a job on that kind of\n"
           "device. Nothing is dry-run: the figures are predictions, and the assumptions they rest on\n"
           "are listed under the table.\n\n"
+          "--list-devices and --show-device print the device profiles: a GPU and the node it comes\n"
+          "in as its vendor's datasheet gives them, each figure with its source\n"
+          "(docs/device-profiles.md). The predictions above do not use them yet.\n\n"
           "options:\n"
           "  --pool KIND:N         the pool: cpu:N or cuda:N, N devices (1..4096)\n"
           "  --hosts H             the N devices sit on H hosts, N/H each (default 1): tensor groups\n"
@@ -36,9 +43,13 @@ static void usage(FILE *f) {
           "  --planner ADDR        unix:PATH or tcp:HOST:PORT (default unix:<state dir>/planner.sock)\n"
           "  --token-file FILE     the planner's token (a mode 0600 file; on TCP the default is\n"
           "                        <state dir>/token, where a planner of that state dir keeps it)\n"
+          "  --list-devices        a table of the device profiles built in\n"
+          "  --show-device NAME|FILE\n"
+          "                        every figure of a built-in profile, or of a profile file of your\n"
+          "                        own (a path holding '/' or ending in .json, checked), and its source\n"
           "  -h, --help            this help\n\n"
-          "Exit codes: 0 success, 1 failure (no planner, bad model file, no calibration of the kind),\n"
-          "2 usage.\n");
+          "Exit codes: 0 success, 1 failure (no planner, bad model file, no calibration of the kind,\n"
+          "unknown or bad device profile), 2 usage.\n");
 }
 
 static int bad_usage(const char *fmt, const char *arg) {
@@ -125,9 +136,13 @@ int aa_cmd_plan(int argc, char **argv) {
                                            {"planner", required_argument, 0, 'p'},
                                            {"token-file", required_argument, 0, 'k'},
                                            {"json", no_argument, 0, 'j'},
+                                           {"list-devices", no_argument, 0, 'L'},
+                                           {"show-device", required_argument, 0, 'S'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   const char *planner = NULL, *token_file = NULL, *pool_arg = NULL, *device = NULL, *kind = NULL;
+  const char *show_device = NULL;
+  bool list_devices = false;
   long long top = 5;
   int devices = 0, hosts = 1, c;
   bool json = false, separate = false;
@@ -150,9 +165,18 @@ int aa_cmd_plan(int argc, char **argv) {
     case 'p': planner = optarg; break;
     case 'k': token_file = optarg; break;
     case 'j': json = true; break;
+    case 'L': list_devices = true; break;
+    case 'S': show_device = optarg; break;
     case 'h': usage(stdout); return AA_EXIT_OK;
     default: return bad_usage("unknown option or missing value: '%s'", argv[optind - 1]);
     }
+  }
+  if (list_devices || show_device) {
+    if (list_devices && show_device)
+      return bad_usage("--list-devices and --show-device go one at a time%s", "");
+    if (optind != argc || pool_arg)
+      return bad_usage("--list-devices and --show-device take no MODEL and no --pool%s", "");
+    return list_devices ? aa_cli_list_devices() : aa_cli_show_device(show_device);
   }
   if (optind != argc - 1) return bad_usage("expected one MODEL spec file%s", "");
   if (!pool_arg) return bad_usage("--pool KIND:N is required (e.g. --pool cuda:8)%s", "");
