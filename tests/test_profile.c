@@ -217,6 +217,26 @@ AA_TEST(a_broken_profile_is_refused_with_the_field_named) {
   CHECK_MSG(aa_profile_parse(&p, text, strlen(text), NULL) == 0, "%s", aa_last_error());
   free(text);
   json_decref(j);
+  /* Lengths are bounded: a source, and the file as a whole before it is
+   * parsed. */
+  j = h100_json();
+  char *longer = malloc(AA_PROFILE_SOURCE_MAX + 3);
+  memset(longer + 1, 'x', AA_PROFILE_SOURCE_MAX);
+  longer[0] = longer[AA_PROFILE_SOURCE_MAX + 1] = '"';
+  longer[AA_PROFILE_SOURCE_MAX + 2] = '\0';
+  mutate(j, "hbm_bytes_per_s.source", longer);
+  text = json_dumps(j, JSON_COMPACT);
+  refused_text(text, NULL, AA_EINVAL, "<string>: hbm_bytes_per_s.source: must be at most 511 bytes long");
+  free(text);
+  free(longer);
+  json_decref(j);
+  char *big = malloc(AA_PROFILE_MAX_BYTES + 8);
+  memset(big, ' ', AA_PROFILE_MAX_BYTES + 7);
+  memcpy(big, "{}", 2);
+  big[AA_PROFILE_MAX_BYTES + 7] = '\0';
+  refused_text(big, "big.json", AA_EINVAL,
+               "big.json: too large (65543 bytes; a device profile may be at most 65536");
+  free(big);
   refused_text("[1]", NULL, AA_EINVAL, "<string>: must be a JSON object, a device profile (got array)");
   refused_text("", "x.json", AA_EPARSE, "x.json: empty");
   refused_text("{\"version\": 1, \"version\": 1}", "x.json", AA_EPARSE, "x.json:1:");
