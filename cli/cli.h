@@ -13,6 +13,7 @@
 #define AA_EXIT_USAGE 2
 
 #include <stdbool.h>
+#include <stddef.h>
 
 int aa_cmd_train(int argc, char **argv);
 int aa_cmd_data(int argc, char **argv);
@@ -34,6 +35,19 @@ int aa_cmd_generate(int argc, char **argv); /* cli/cmd_generate.c */
  * the device profiles for people; each returns an exit code. */
 int aa_cli_list_devices(void);
 int aa_cli_show_device(const char *name_or_path);
+
+/* `plan MODEL --pool PROFILE:N` (cli/plan_local.c): a pool named by a
+ * device profile, planned here without a planner. Returns an exit code. */
+struct aa_model_spec;
+typedef struct aa_cli_plan_local {
+  const struct aa_model_spec *spec; /* loaded */
+  const char *profile;              /* a built-in name or a profile file */
+  int devices, per_node;            /* per_node 0: the profile's GPUs per node */
+  size_t top;
+  bool json, subsets;
+  const char *fix; /* a partial strategy file, or NULL */
+} aa_cli_plan_local_t;
+int aa_cli_plan_local(const aa_cli_plan_local_t *o);
 
 /* Prints "autoaccel <cmd>: <last error>" to stderr and returns AA_EXIT_FAIL. */
 int aa_cli_fail(const char *cmd);

@@ -15,6 +15,9 @@
 #include "common/aa.h"
 #include "common/spec.h"
 
+/* The most devices a pool named by a profile may have. */
+#define AA_PLAN_PROFILE_DEVICES_MAX 65536
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: autoaccel plan MODEL --pool KIND:N [--hosts H] [--device FINGERPRINT] [--top K]\n"
@@ -60,20 +63,28 @@ static int bad_usage(const char *fmt, const char *arg) {
   return AA_EXIT_USAGE;
 }
 
-/* "cpu:4" or "cuda:8" into kind ("cpu"/"cuda") and n; -1 (message
- * printed) when it is neither. */
-static int parse_pool(const char *arg, const char **kind, int *n) {
-  const char *colon = strchr(arg, ':');
+/* "cpu:4" or "cuda:8" into kind ("cpu"/"cuda") and n, or PROFILE:N (a
+ * built-in device profile's name or a profile file, strategies/profile.h)
+ * into kind "profile" and the profile's name or path (into profile, cap
+ * bytes); -1 (message printed) when it is none of these. */
+static int parse_pool(const char *arg, const char **kind, int *n, char *profile, size_t cap) {
+  const char *colon = strrchr(arg, ':');
   size_t k = colon ? (size_t)(colon - arg) : 0;
+  long long max = AA_PROTO_WORLD_MAX;
   if (colon && k == 3 && !strncmp(arg, "cpu", 3))
     *kind = "cpu";
   else if (colon && k == 4 && !strncmp(arg, "cuda", 4))
     *kind = "cuda";
-  else {
-    bad_usage("--pool is cpu:N or cuda:N, not '%s'", arg);
+  else if (colon && k > 0 && k < cap) {
+    *kind = "profile";
+    memcpy(profile, arg, k);
+    profile[k] = '\0';
+    max = AA_PLAN_PROFILE_DEVICES_MAX;
+  } else {
+    bad_usage("--pool is cpu:N, cuda:N or PROFILE:N (plan --list-devices), not '%s'", arg);
     return -1;
   }
-  long long v = aa_cli_parse_int("plan", "--pool's N", colon + 1, 1, AA_PROTO_WORLD_MAX);
+  long long v = aa_cli_parse_int("plan", "--pool's N", colon + 1, 1, max);
   if (v < 0) return -1;
   *n = (int)v;
   return 0;
@@ -138,10 +149,16 @@ int aa_cmd_plan(int argc, char **argv) {
                                            {"json", no_argument, 0, 'j'},
                                            {"list-devices", no_argument, 0, 'L'},
                                            {"show-device", required_argument, 0, 'S'},
+                                           {"per-node", required_argument, 0, 'G'},
+                                           {"subsets", no_argument, 0, 'U'},
+                                           {"fix", required_argument, 0, 'F'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   const char *planner = NULL, *token_file = NULL, *pool_arg = NULL, *device = NULL, *kind = NULL;
-  const char *show_device = NULL;
+  const char *show_device = NULL, *fix = NULL;
+  char profile[AA_PATH_MAX];
+  int per_node = 0;
+  bool subsets = false;
   bool list_devices = false;
   long long top = 5;
   int devices = 0, hosts = 1, c;
@@ -151,7 +168,7 @@ int aa_cmd_plan(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     switch (c) {
     case 'P':
-      if (parse_pool(optarg, &kind, &devices)) return AA_EXIT_USAGE;
+      if (parse_pool(optarg, &kind, &devices, profile, sizeof profile)) return AA_EXIT_USAGE;
       pool_arg = optarg;
       break;
     case 'd': device = optarg; break;
@@ -167,6 +184,11 @@ int aa_cmd_plan(int argc, char **argv) {
     case 'j': json = true; break;
     case 'L': list_devices = true; break;
     case 'S': show_device = optarg; break;
+    case 'G':
+      if ((per_node = (int)aa_cli_parse_int("plan", "--per-node", optarg, 1, 1024)) < 0) return AA_EXIT_USAGE;
+      break;
+    case 'U': subsets = true; break;
+    case 'F': fix = optarg; break;
     case 'h': usage(stdout); return AA_EXIT_OK;
     default: return bad_usage("unknown option or missing value: '%s'", argv[optind - 1]);
     }
@@ -179,7 +201,28 @@ int aa_cmd_plan(int argc, char **argv) {
     return list_devices ? aa_cli_list_devices() : aa_cli_show_device(show_device);
   }
   if (optind != argc - 1) return bad_usage("expected one MODEL spec file%s", "");
-  if (!pool_arg) return bad_usage("--pool KIND:N is required (e.g. --pool cuda:8)%s", "");
+  if (!pool_arg) return bad_usage("--pool KIND:N is required (e.g. --pool cuda:8 or h100-80gb:64)%s", "");
+  if (!strcmp(kind, "profile")) {
+    if (hosts != 1 || device || separate || planner || token_file)
+      return bad_usage("a pool named by a device profile is planned here: --hosts (use --per-node), --device, "
+                       "--separate-hosts, --planner and --token-file are for cpu:N and cuda:N pools%s",
+                       "");
+    aa_model_spec_t spec;
+    if (aa_spec_load(&spec, argv[optind])) return aa_cli_fail("plan");
+    const aa_cli_plan_local_t o = {.spec = &spec,
+                                   .profile = profile,
+                                   .devices = devices,
+                                   .per_node = per_node,
+                                   .top = (size_t)top,
+                                   .json = json,
+                                   .subsets = subsets,
+                                   .fix = fix};
+    return aa_cli_plan_local(&o);
+  }
+  if (per_node || subsets || fix)
+    return bad_usage("--per-node, --subsets and --fix are for a pool named by a device profile (--pool "
+                     "h100-80gb:N)%s",
+                     "");
   if (devices % hosts)
     return bad_usage("--hosts must divide the pool's devices evenly (--pool %s)", pool_arg);
   if (device && strncmp(device, kind, strlen(kind)))

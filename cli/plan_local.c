@@ -1,0 +1,227 @@
+/* `autoaccel plan MODEL --pool h100-80gb:1024`: a pool named by a device
+ * profile (strategies/profile.h), planned here, without a planner: every
+ * candidate of the whole pool ranked by the step the profile's roofline
+ * predicts (strategies/roofline.h, plan_rank.h), or only the completions
+ * of a partial strategy (--fix). docs/device-profiles.md "Planning from a
+ * profile". */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "client.h"
+#include "common/aa.h"
+#include "common/mem.h"
+#include "strategies/plan_rank.h"
+#include "strategies/profile.h"
+#include "strategies/roofline.h"
+
+/* --fix: the fields a partial strategy file gives, and their values. */
+typedef struct {
+  aa_strategy_t s;
+  bool degree[AA_AXES], sp, zero, amp, ckpt, micro_batch, schedule, vpp, partition;
+} fix_t;
+
+/* The keys of the file's v1 object that fix a searched knob; the others
+ * (rank order, checkpoint_layers, loss scaling, a custom cut) are set on
+ * every completion as given. */
+static int fix_load(fix_t *f, const char *path) {
+  memset(f, 0, sizeof *f);
+  if (aa_strategy_load(&f->s, path)) return -1;
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  if (!json_is_object(root)) {
+    json_decref(root);
+    return aa_error(AA_EINVAL, "%s: --fix takes a strategy file's v1 object (the fields to hold)", path);
+  }
+  json_t *par = json_object_get(root, "parallel");
+  for (int a = 0; a < AA_AXES; a++)
+    f->degree[a] = json_object_get(par, aa_axis_name((aa_axis_t)a)) != NULL;
+  f->sp = json_object_get(root, "sequence_parallel") != NULL || json_object_get(par, "sequence") != NULL;
+  f->zero = json_object_get(root, "zero") != NULL;
+  f->amp = json_object_get(root, "amp") != NULL;
+  f->ckpt = json_object_get(root, "checkpoint") != NULL;
+  f->micro_batch = json_object_get(root, "micro_batch") != NULL && f->s.micro_batch > 0;
+  f->schedule = json_object_get(root, "schedule") != NULL;
+  f->vpp = json_object_get(root, "virtual_stages") != NULL ||
+           json_object_get(root, "virtual_pipeline_model_parallel_size") != NULL;
+  f->partition = f->s.partition != AA_PARTITION_UNIFORM;
+  json_decref(root);
+  return 0;
+}
+
+static bool fix_keeps(void *ctx, const aa_strategy_t *s) {
+  const fix_t *f = ctx;
+  for (int a = 0; a < AA_AXES; a++)
+    if (f->degree[a] && s->degree[a] != f->s.degree[a]) return false;
+  if (f->sp && s->sp != f->s.sp) return false;
+  if (f->zero && s->zero != f->s.zero) return false;
+  if (f->amp && s->amp != f->s.amp) return false;
+  if (f->ckpt && s->ckpt != f->s.ckpt) return false;
+  if (f->micro_batch && s->micro_batch != f->s.micro_batch) return false;
+  if (f->schedule && s->degree[AA_AXIS_PIPELINE] > 1 && s->schedule != f->s.schedule) return false;
+  if (f->vpp && s->degree[AA_AXIS_PIPELINE] > 1 && (s->vpp > 1 ? s->vpp : 1) != (f->s.vpp > 1 ? f->s.vpp : 1))
+    return false;
+  if (f->partition && s->degree[AA_AXIS_PIPELINE] > 1 && s->partition != f->s.partition) return false;
+  return true;
+}
+
+/* The figures of one ranked strategy, as the table and --json show them. */
+typedef struct {
+  double tflops_gpu; /* model FLOP/s per GPU, recomputation counted as PTD-P does, TFLOP/s */
+  double mfu;        /* model FLOP/s (no recomputation) over the devices' peak */
+  double comm;       /* share of the step in collectives the schedule waits for */
+} figures_t;
+
+static double peak_of(const aa_device_profile_t *p, aa_dtype_t amp) {
+  double v = amp == AA_BF16 ? p->dense_flop_per_s[AA_PROFILE_BF16]
+             : amp == AA_F16 ? p->dense_flop_per_s[AA_PROFILE_FP16]
+                             : p->dense_flop_per_s[AA_PROFILE_FP32];
+  return v > 0 ? v : p->dense_flop_per_s[AA_PROFILE_FP32];
+}
+
+static figures_t figures(const aa_model_spec_t *spec, const aa_device_profile_t *prof, int devices,
+                         const aa_plan_entry_t *e) {
+  figures_t f;
+  const double step = e->p.step_s;
+  const bool recompute = e->s.ckpt == AA_CKPT_FULL;
+  f.tflops_gpu = aa_plan_model_flops(spec, recompute) / step / devices / 1e12;
+  f.mfu = aa_plan_model_flops(spec, false) / step / devices / peak_of(prof, e->s.amp);
+  f.comm = (e->p.tensor_comm_s + e->p.pipeline_comm_s + e->p.context_comm_s + e->p.data_comm_s) / step;
+  return f;
+}
+
+static json_t *entry_json(const aa_model_spec_t *spec, const aa_device_profile_t *prof, int devices,
+                          const aa_plan_entry_t *e) {
+  char key[AA_STRATEGY_KEY_MAX], *text = NULL;
+  aa_strategy_key(&e->s, key);
+  figures_t f = figures(spec, prof, devices, e);
+  json_t *strategy = NULL;
+  if (!aa_strategy_to_json(&e->s, &text)) strategy = json_loads(text, 0, NULL);
+  free(text);
+  return json_pack("{s:s, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:o*, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}}",
+                   "key", key, "tokens_per_s", e->p.tokens_per_s, "step_ms", e->p.step_s * 1e3, "tflops_per_gpu",
+                   f.tflops_gpu, "mfu", f.mfu, "peak_bytes", (json_int_t)e->p.mem.total, "bubble", e->p.bubble,
+                   "comm_share", f.comm, "strategy", strategy, "step_s", "forward", e->p.forward_s, "backward",
+                   e->p.backward_s, "tensor_comm", e->p.tensor_comm_s, "pipeline_comm", e->p.pipeline_comm_s,
+                   "context_comm", e->p.context_comm_s, "bubble", e->p.bubble_s, "optimizer", e->p.optimizer_s,
+                   "data_comm", e->p.data_comm_s);
+}
+
+int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
+  aa_device_profile_t prof;
+  if (aa_profile_find(&prof, o->profile)) return aa_cli_fail("plan");
+  const int per_node = o->per_node > 0 ? o->per_node : prof.gpus_per_node;
+  if (o->devices > per_node && o->devices % per_node)
+  {
+    aa_error(AA_EINVAL, "the pool's %d devices are not whole nodes of %d GPUs (--per-node)", o->devices, per_node);
+    return aa_cli_fail("plan");
+  }
+  fix_t fix;
+  if (o->fix && fix_load(&fix, o->fix)) return aa_cli_fail("plan");
+  aa_roofline_t roof;
+  aa_roofline_init(&roof, &prof);
+  aa_plan_rank_t r = {.spec = o->spec,
+                      .calib = NULL,
+                      .pool = {.devices = o->devices, .host_devices = per_node, .roofline = &roof},
+                      .space = {.devices = o->devices,
+                                .global_batch = o->spec->train.global_batch,
+                                .cuda = true,
+                                .arch = &o->spec->arch,
+                                .whole = !o->subsets},
+                      .memory = (uint64_t)prof.memory_bytes,
+                      .top = o->top,
+                      .keep = o->fix ? fix_keeps : NULL,
+                      .keep_ctx = &fix};
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  if (aa_plan_rank(&r)) return aa_cli_fail("plan");
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  const double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  const int nodes = o->devices > per_node ? o->devices / per_node : 1;
+  char mem[32];
+  aa_mem_fmt(mem, (size_t)prof.memory_bytes);
+  json_t *assume = json_array();
+  json_array_append_new(
+      assume, json_sprintf("no dry run and no measured calibration: op times from the %s profile's datasheet "
+                           "figures through a roofline (GEMMs at %.2f of the dense peak, attention at %.2f, "
+                           "memory-bound ops at %.3f of the HBM's bytes/s, %.1f us a kernel at least; "
+                           "docs/device-profiles.md, each constant's source there)",
+                           prof.name, roof.eff[AA_ROOF_GEMM], roof.eff[AA_ROOF_ATTENTION],
+                           roof.eff[AA_ROOF_MEMORY], roof.fixed_s * 1e6));
+  json_array_append_new(
+      assume, json_sprintf("%d node%s of %d: Megatron's rank order (tensor, context, data, pipeline from the "
+                           "fastest), tensor groups inside a node (%zu strategies with a wider one left out); "
+                           "collectives are rings on NVLink inside a node (%.0f GB/s a direction at %.2f) and "
+                           "across nodes on each GPU's own adapter (%.0f GB/s at %.2f)",
+                           nodes, nodes == 1 ? "" : "s", per_node, r.tensor_too_wide,
+                           prof.intra_node.bytes_per_s / 1e9, roof.intra_eff, prof.inter_node.bytes_per_s / 1e9,
+                           roof.inter_eff));
+  json_array_append_new(assume, json_sprintf("memory: a rank's bytes (strategies/cost.h) against the device's "
+                                             "%s; %zu strategies out of memory left out before prediction",
+                                             mem, r.predicted_oom));
+  json_array_append_new(assume, json_sprintf("MFU: the model's FLOPs without recomputation (3 x the forward's "
+                                             "GEMMs, attention and logits) over the devices' dense peak in the "
+                                             "strategy's precision; TFLOP/S/GPU counts full checkpointing's "
+                                             "recomputed forward as PTD-P does"));
+  if (!o->subsets)
+    json_array_append_new(assume, json_sprintf("every strategy uses all %d devices (--subsets for smaller gangs)",
+                                               o->devices));
+  if (r.unpredicted)
+    json_array_append_new(assume, json_sprintf("%zu strategies could not be predicted: %s", r.unpredicted,
+                                               r.unpredicted_why));
+  int code = AA_EXIT_OK;
+  if (o->json) {
+    json_t *list = json_array();
+    for (size_t i = 0; i < r.n; i++)
+      json_array_append_new(list, entry_json(o->spec, &prof, o->devices, &r.list[i]));
+    json_t *out = json_pack("{s:s, s:{s:s, s:i, s:i, s:I}, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:o}", "source",
+                            "profile", "pool", "profile", prof.name, "devices", o->devices, "per_node", per_node,
+                            "memory_bytes", (json_int_t)prof.memory_bytes, "candidates", (json_int_t)r.candidates,
+                            "valid", (json_int_t)(r.candidates - r.invalid), "completions",
+                            (json_int_t)(r.candidates - r.invalid - r.filtered), "predicted_oom",
+                            (json_int_t)r.predicted_oom, "predicted", (json_int_t)r.predicted, "seconds", secs,
+                            "strategies", list, "assumptions", assume);
+    char *text = out ? json_dumps(out, JSON_INDENT(2)) : NULL;
+    if (text) printf("%s\n", text);
+    free(text);
+    json_decref(out);
+  } else {
+    printf("plan for %d x %s (%d node%s of %d) from the device profile %s, no measured calibration:\n"
+           "%zu candidates%s, %zu predicted, %zu out of memory, in %.1f s\n\n",
+           o->devices, prof.name, nodes, nodes == 1 ? "" : "s", per_node, prof.name, r.candidates,
+           o->fix ? "" : "", r.predicted, r.predicted_oom, secs);
+    if (o->fix) printf("held by --fix %s: %zu completions\n\n", o->fix, r.candidates - r.invalid - r.filtered);
+    size_t keyw = 8;
+    char key[AA_STRATEGY_KEY_MAX];
+    for (size_t i = 0; i < r.n; i++) {
+      aa_strategy_key(&r.list[i].s, key);
+      if (strlen(key) > keyw) keyw = strlen(key);
+    }
+    if (!r.n)
+      printf("no strategy fits the pool\n");
+    else
+      printf("%4s  %-*s %11s %9s %6s %10s %12s %7s %6s\n", "RANK", (int)keyw, "STRATEGY", "TOK/S", "TFLOP/S/GPU",
+             "MFU", "STEP S", "MEM/GPU", "BUBBLE", "COMM");
+    for (size_t i = 0; i < r.n; i++) {
+      const aa_plan_entry_t *e = &r.list[i];
+      figures_t f = figures(o->spec, &prof, o->devices, e);
+      char rate[32], peak[32];
+      aa_strategy_key(&e->s, key);
+      aa_client_fmt_rate(rate, e->p.tokens_per_s, true);
+      aa_mem_fmt(peak, (size_t)e->p.mem.total);
+      printf("%4zu  %-*s %11s %11.1f %5.1f%% %10.3f %12s %6.1f%% %5.1f%%\n", i + 1, (int)keyw, key, rate,
+             f.tflops_gpu, 100 * f.mfu, e->p.step_s, peak, 100 * e->p.bubble, 100 * f.comm);
+    }
+    printf("\nassumptions:\n");
+    size_t i;
+    json_t *line;
+    json_array_foreach(assume, i, line) printf("  - %s\n", json_string_value(line));
+    json_decref(assume);
+    if (!r.n) code = AA_EXIT_FAIL;
+  }
+  aa_plan_rank_free(&r);
+  return code;
+}
