@@ -253,7 +253,8 @@ int aa_cmd_train(int argc, char **argv) {
     return AA_EXIT_USAGE;
   }
   aa_model_spec_t spec;
-  if (aa_spec_load(&spec, argv[optind])) return aa_cli_fail("train");
+  if (aa_spec_load(&spec, argv[optind]) || aa_spec_require_data(&spec, argv[optind]))
+    return aa_cli_fail("train");
   int on_cpu = !o.device || !strcmp(o.device, "cpu");
   if (devices_arg && !on_cpu) {
     fprintf(stderr, "autoaccel train: --devices and --device %s do not combine: --devices names every device "

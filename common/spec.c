@@ -95,17 +95,17 @@ static int read_path(const aa_json_ctx_t *c, const char *path, const json_t *v, 
   }
 #define PATH_F(k, req, m)                                                                                    \
   { .key = k, .kind = AA_JSON_CUSTOM, .required = req, .parse = read_path, AT(aa_model_spec_t, m) }
-#define SECTION_F(k)                                                                                         \
-  { .key = k, .kind = AA_JSON_OBJECT, .required = true }
+#define SECTION_F(k, req)                                                                                    \
+  { .key = k, .kind = AA_JSON_OBJECT, .required = req }
 
 /* Order is the order fields are checked, documented and listed in errors.
  * Sections are only type-checked here; parse_buffer reads each with its
  * own table, after the top level. */
 static const aa_json_field_t top_fields[] = {
     {.key = "name", .kind = AA_JSON_STRING, .check = name_rule, AT(aa_model_spec_t, name)},
-    SECTION_F("model"),
-    SECTION_F("train"),
-    SECTION_F("data"),
+    SECTION_F("model", true),
+    SECTION_F("train", true),
+    SECTION_F("data", false), /* planning needs none; training checks (aa_spec_require_data) */
     PATH_F("init_weights", false, init_weights),
 };
 
@@ -242,8 +242,9 @@ static int parse_buffer(aa_model_spec_t *out, const char *buf, size_t len, ctx_t
   if ((rc = aa_json_read_fields(&c->json, root, "", top_fields, NFIELDS(top_fields), s))) goto cleanup;
   if ((rc = parse_model(c, json_object_get(root, "model"), &s->arch))) goto cleanup;
   if ((rc = parse_train(c, json_object_get(root, "train"), &s->train))) goto cleanup;
-  if ((rc = aa_json_read_fields(&c->json, json_object_get(root, "data"), "data", data_fields,
-                                NFIELDS(data_fields), s)))
+  /* A data section, when given, must name the training shard. */
+  const json_t *data = json_object_get(root, "data");
+  if (data && (rc = aa_json_read_fields(&c->json, data, "data", data_fields, NFIELDS(data_fields), s)))
     goto cleanup;
   if (!s->name[0] && (rc = default_name(c, s->name))) goto cleanup;
   *out = *s;
@@ -284,6 +285,15 @@ int aa_spec_load(aa_model_spec_t *out, const char *path) {
   free(dir);
   free(buf);
   return rc;
+}
+
+int aa_spec_require_data(const aa_model_spec_t *s, const char *what) {
+  if (s->train_data[0]) return 0;
+  return aa_error(
+      AA_EINVAL,
+      "%s: %s has no training data: data.train is required to train or measure a model (add \"data\": "
+      "{\"train\": \"PATH\"} to its spec; plan and strategy check take a spec without one)",
+      what, s->name);
 }
 
 /* Whether family (NUL-terminated) is one of family_choices. */
@@ -415,8 +425,9 @@ int aa_spec_to_json(const aa_model_spec_t *s, char **out) {
       (rc = fields_to_json(data, data_fields, NFIELDS(data_fields), s)))
     goto cleanup;
   rc = AA_ENOMEM;
+  /* No data section in, none out: the text parses back to the same spec. */
   if (json_object_set(root, "model", model) || json_object_set(root, "train", train) ||
-      json_object_set(root, "data", data))
+      (s->train_data[0] && json_object_set(root, "data", data)))
     goto cleanup;
   /* jansson writes a real with 17 significant digits, so each float32
    * field, widened to double, reads back as the same float. */

@@ -1,5 +1,7 @@
 /* Model spec: the JSON file a user submits. It holds the architecture
- * (which the canonical hash identifies) and the training settings.
+ * (which the canonical hash identifies), the training settings and,
+ * optionally, the data: planning a model needs no data, training it does
+ * (aa_spec_require_data).
  * Lives in common/ because both the engine and the planner read it; the
  * planner must never link the engine. Format: docs/model-spec.md. */
 #ifndef AA_SPEC_H
@@ -52,7 +54,7 @@ typedef struct aa_model_spec {
   char name[128];            /* optional "name", default: file stem */
   aa_arch_t arch;
   aa_train_cfg_t train;
-  char train_data[AA_PATH_MAX]; /* resolved relative to the spec file's directory */
+  char train_data[AA_PATH_MAX]; /* resolved relative to the spec file's directory; empty: no data section */
   char val_data[AA_PATH_MAX];   /* may be empty: no validation */
   char init_weights[AA_PATH_MAX]; /* optional checkpoint to start from; may be empty */
 } aa_model_spec_t;
@@ -76,6 +78,14 @@ int aa_spec_parse(aa_model_spec_t *out, const char *json, const char *base_dir, 
  * back *s, up to those paths. *out is malloc'd and transferred to the caller
  * (free with free()); set only on success. */
 int aa_spec_to_json(const aa_model_spec_t *s, char **out);
+
+/* Whether the spec can be trained on: 0 when it names data.train, else
+ * AA_EINVAL with the last-error message
+ *   "<what>: <name> has no training data: data.train is required to ..."
+ * A spec without a data section is a model to plan (plan, strategy
+ * check); everything that reads tokens (train, a dry run, a search)
+ * refuses it through this one check. */
+int aa_spec_require_data(const aa_model_spec_t *s, const char *what);
 
 /* Validates an architecture alone (ranges, divisibility). */
 int aa_arch_validate(const aa_arch_t *a);

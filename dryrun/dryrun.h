@@ -51,8 +51,9 @@ typedef struct aa_dryrun_result {
  * Returns 0 and fills *res, or a negative code with the last-error message:
  * AA_EINVAL (a strategy the engine refuses for the model, bad options),
  * AA_EOOM (an accounted allocation past memory_limit, message kept from the
- * accountant), AA_EINPUT (the data or the initial weights cannot be used;
- * the message says why), or what a failing step returned.
+ * accountant), AA_EINPUT (no data in the spec, or the data or the initial
+ * weights cannot be used; the message says why), or what a failing step
+ * returned.
  * *res is written only on success. */
 int aa_dryrun(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_dryrun_opts_t *o,
               aa_dryrun_result_t *res);

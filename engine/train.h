@@ -119,9 +119,10 @@ typedef struct aa_train_result {
  * either at any dp, and in a single process. A failed or vanished peer makes
  * every rank return an error (AA_ECANCELLED or AA_ETIMEOUT from the group,
  * with the step and the collective in the message) instead of hanging,
- * after freeing everything; the caller then destroys the group. Data that
- * cannot be read and initial weights that cannot be loaded give AA_EINPUT
- * (the message names the file and the cause): no strategy changes them. */
+ * after freeing everything; the caller then destroys the group. A spec
+ * without data (aa_spec_require_data), data that cannot be read and initial
+ * weights that cannot be loaded give AA_EINPUT (the message names the field
+ * or the file and the cause): no strategy changes them. */
 int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_result_t *res);
 
 #endif

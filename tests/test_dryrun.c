@@ -229,6 +229,21 @@ AA_TEST(refused_strategy_is_einval) {
   CHECK_MSG(strstr(aa_last_error(), "micro_batch") != NULL, "%s", aa_last_error());
 }
 
+/* A spec made for planning has no data: a dry run of it (what an executor
+ * runs for a search) is refused as bad input, which no strategy changes,
+ * naming the field, and *res is left alone. */
+AA_TEST(a_spec_without_data_is_refused_as_input) {
+  aa_model_spec_t s;
+  if (small_spec(&s)) return;
+  s.train_data[0] = s.val_data[0] = '\0';
+  aa_dryrun_result_t r;
+  memset(&r, 0x5a, sizeof r);
+  CHECK(aa_dryrun(&s, NULL, NULL, &r) == AA_EINPUT);
+  CHECK_MSG(strstr(aa_last_error(), "dry run: d has no training data: data.train is required"), "%s",
+            aa_last_error());
+  CHECK(((unsigned char *)&r)[0] == 0x5a && ((unsigned char *)&r)[sizeof r - 1] == 0x5a);
+}
+
 AA_TEST(a_dry_run_writes_nothing) {
   aa_model_spec_t s;
   if (small_spec(&s)) return;
@@ -258,6 +273,7 @@ int main(void) {
   RUN(zero_warmup_times_every_step);
   RUN(memory_limit_below_the_peak_is_oom);
   RUN(refused_strategy_is_einval);
+  RUN(a_spec_without_data_is_refused_as_input);
   RUN(a_dry_run_writes_nothing);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

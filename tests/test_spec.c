@@ -194,7 +194,7 @@ AA_TEST(name_defaults_to_origin_stem_and_is_bounded) {
 /* --- syntax and file errors ---------------------------------------------- */
 
 AA_TEST(to_json_round_trips_every_field_and_makes_paths_absolute) {
-  const char *names[] = {"full.json", "minimal.json"};
+  const char *names[] = {"full.json", "minimal.json", "no_data.json"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     aa_model_spec_t a, b;
     char *text = NULL;
@@ -209,10 +209,12 @@ AA_TEST(to_json_round_trips_every_field_and_makes_paths_absolute) {
     rc = aa_spec_parse(&b, text, "/nonexistent", "round trip");
     CHECK_MSG(rc == 0, "%s: %s", aa_last_error(), text);
     if (rc == 0) {
-      CHECK_MSG(b.train_data[0] == '/', "%s", b.train_data);
+      /* No data in, no data out (the text has no data section to parse). */
+      CHECK_MSG(a.train_data[0] ? b.train_data[0] == '/' : !b.train_data[0] && !strstr(text, "\"data\""),
+                "%s", b.train_data);
       char cwd[AA_PATH_MAX], want[AA_PATH_MAX * 2 + 2];
       CHECK(getcwd(cwd, sizeof cwd) != NULL);
-      if (a.train_data[0] != '/') {
+      if (a.train_data[0] && a.train_data[0] != '/') {
         snprintf(want, sizeof want, "%s/%s", cwd, a.train_data);
         CHECK_MSG(strcmp(b.train_data, want) == 0, "%s != %s", b.train_data, want);
         strcpy(a.train_data, b.train_data);
@@ -589,6 +591,70 @@ AA_TEST(hash_changes_with_every_architecture_field) {
   CHECK(strcmp(h, h0) != 0);
 }
 
+/* Planning needs no data: a spec without a data section parses, and only
+ * what reads tokens refuses it, through aa_spec_require_data, naming
+ * data.train. The data never enters the hash, so leaving it out moves
+ * no stored result. */
+AA_TEST(a_spec_without_data_parses_and_only_training_refuses_it) {
+  aa_model_spec_t s, with;
+  int rc = aa_spec_load(&s, fixture("no_data.json"));
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  CHECK(!s.train_data[0] && !s.val_data[0] && !s.init_weights[0]);
+  CHECK(strcmp(s.name, "plan-only") == 0 && aa_arch_is_llama(&s.arch) && s.arch.n_kv_head == 2);
+  CHECK(aa_spec_require_data(&s, "examples/x.json") == AA_EINVAL);
+  CHECK_MSG(
+      strstr(aa_last_error(), "examples/x.json: plan-only has no training data: data.train is required"),
+      "%s", aa_last_error());
+  rc = parse_parts(&with, NULL, NULL, NULL, NULL);
+  CHECK_MSG(rc == 0 && aa_spec_require_data(&with, "model.json") == 0, "%s", aa_last_error());
+  /* A data section, when there is one, still needs its training shard;
+   * null is no section. */
+  EXPECT_PARTS_ERROR(NULL, NULL, "", NULL, AA_EINVAL, "model.json: data.train: required field is missing");
+  aa_model_spec_t *p = poisoned();
+  rc = aa_spec_parse(p, "{\"model\": {" MODEL_OK "}, \"train\": {" TRAIN_OK "}, \"data\": null}", NULL,
+                     "m.json");
+  check_error(__LINE__, rc, AA_EINVAL, p,
+              (const char *const[]){"m.json: data: must be an object (got null)", NULL});
+}
+
+AA_TEST(leaving_the_data_out_keeps_every_stored_hash) {
+  /* tests/compat/model.json is the model of the store main wrote at
+   * f189526 (tests/compat/store-v6.sql: INSERT INTO models VALUES
+   * ('558a67ad089b4379', 'compat', ...)): with its data, without it and
+   * with only another data path it is the same model. */
+  char path[AA_PATH_MAX];
+  snprintf(path, sizeof path, "%s/tests/compat/model.json", src_dir());
+  aa_model_spec_t a, b, c;
+  int rc = aa_spec_load(&a, path);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  rc = aa_spec_parse(&b,
+                     "{\"name\": \"compat\", \"model\": {\"n_layer\": 2, \"n_head\": 2, \"d_model\": 16, "
+                     "\"d_ff\": 32, \"seq_len\": 16, \"vocab_size\": 256}, \"train\": {\"global_batch\": 4, "
+                     "\"steps\": 3, \"lr\": 0.003}}",
+                     NULL, "compat-no-data.json");
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  rc = aa_spec_parse(&c,
+                     "{\"model\": {\"n_layer\": 2, \"n_head\": 2, \"d_model\": 16, \"d_ff\": 32, "
+                     "\"seq_len\": 16, \"vocab_size\": 256}, \"train\": {\"global_batch\": 4, \"steps\": 3, "
+                     "\"lr\": 0.003}, \"data\": {\"train\": \"/elsewhere.bin\"}}",
+                     NULL, "compat-other-data.json");
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  char ha[17], hb[17], hc[17];
+  aa_arch_hash(&a.arch, ha);
+  aa_arch_hash(&b.arch, hb);
+  aa_arch_hash(&c.arch, hc);
+  CHECK_MSG(!strcmp(ha, "558a67ad089b4379") && !strcmp(hb, ha) && !strcmp(hc, ha), "%s %s %s", ha, hb, hc);
+  /* And the documented example's (docs/model-spec.md) with and without. */
+  aa_model_spec_t d, e;
+  CHECK(parse_parts(&d, MODEL_OK ", \"d_ff\": 512", NULL, NULL, NULL) == 0);
+  CHECK(aa_spec_parse(&e, "{\"model\": {" MODEL_OK ", \"d_ff\": 512}, \"train\": {" TRAIN_OK "}}", NULL,
+                      "e") == 0);
+  aa_arch_hash(&d.arch, hb);
+  aa_arch_hash(&e.arch, hc);
+  CHECK_MSG(!strcmp(hb, "700c9407e8a02a53") && !strcmp(hc, hb), "%s %s", hb, hc);
+}
+
 AA_TEST(param_count_matches_gpt2_124m) {
   aa_arch_t a = gpt2_124m();
   CHECK(aa_arch_param_count(&a) == UINT64_C(124439808));
@@ -791,6 +857,8 @@ int main(void) {
   RUN(hash_is_fnv1a_of_the_canonical_text);
   RUN(hash_ignores_key_order_spacing_and_training_settings);
   RUN(hash_changes_with_every_architecture_field);
+  RUN(a_spec_without_data_parses_and_only_training_refuses_it);
+  RUN(leaving_the_data_out_keeps_every_stored_hash);
   RUN(param_count_matches_gpt2_124m);
   RUN(llama_family_fields_rules_count_and_hash);
   RUN(lr_warms_up_linearly_to_the_peak);

@@ -205,6 +205,13 @@ AA_TEST(bad_training_data_fails_cleanly) {
   CHECK(aa_train(&s, &o, NULL) == AA_EINPUT);
   CHECK_MSG(strstr(aa_last_error(), "validation data: ") && strstr(aa_last_error(), "bad-val.bin"), "%s",
             aa_last_error());
+  /* A spec without data (one made for planning) is refused the same way,
+   * naming the field (test_dryrun: a dry run too). */
+  small_spec(&s, 2, 0);
+  s.train_data[0] = s.val_data[0] = '\0';
+  CHECK(aa_train(&s, &o, NULL) == AA_EINPUT);
+  CHECK_MSG(strstr(aa_last_error(), "training: t has no training data: data.train is required"), "%s",
+            aa_last_error());
   fclose(log);
 }
 

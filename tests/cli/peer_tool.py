@@ -20,6 +20,8 @@ one line saying what happened.
   peer_tool.py fake-planner PATH SECONDS   accept an executor, welcome it, stop reading
                                            from it; print whether it reconnects
   peer_tool.py pending ADDR N MODEL.json   N submits with no executor connected
+  peer_tool.py submit ADDR MODEL.json      one submit of the file's text as it is (no client-side
+                                           check), print the planner's answer
   peer_tool.py soak UNIX TCP TOKEN SECONDS every abuse above and malformed frames, round
                                            after round
   peer_tool.py relay ADDR SECONDS          three fake CPU executors (two on one host) that
@@ -316,6 +318,17 @@ def cmd_pending(addr, n, model_path):
     s.close()
 
 
+def cmd_submit(addr, model_path):
+    """One submit of a spec that `autoaccel submit` would refuse before
+    sending it: what the planner itself answers."""
+    with open(model_path) as f:
+        model = f.read()
+    s = welcomed(addr)
+    s.sendall(frame(pack({"v": 1, "t": "submit", "id": 1, "model": model})))
+    print("submit: %s" % unpack_error(read_frame(s) or b""))
+    s.close()
+
+
 def soak_round(unix, tcp, token, k):
     """One round of every abuse, short versions; k varies the choice."""
     import io
@@ -594,6 +607,8 @@ def main():
             x.close()
     elif a[0] == "pending":
         cmd_pending(a[1], int(a[2]), a[3])
+    elif a[0] == "submit":
+        cmd_submit(a[1], a[2])
     elif a[0] == "soak":
         cmd_soak(a[1], a[2], a[3], float(a[4]))
     elif a[0] == "relay":

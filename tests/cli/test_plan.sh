@@ -48,6 +48,12 @@ expect 1 "autoaccel plan: no calibration of a cpu device is stored: run a job on
 expect 1 "no calibration of a cuda device is stored" "$AA" plan "$tmp/model.json" --pool cuda:8 $P --json
 expect 1 "no calibration of device \"cpu:X:1MiB\" is stored \(of cpu devices: none\)" \
   "$AA" plan "$tmp/model.json" --pool cpu:4 --device cpu:X:1MiB $P
+# A spec without data (examples/models/) is a model to plan: it gets as far
+# as the calibration. A submit of one is a search, which measures: the
+# planner itself refuses it (the CLI would have, before sending it).
+expect 1 "no calibration of a cuda device is stored" "$AA" plan "$SRC/examples/models/gpt3-175b.json" --pool cuda:8 $P
+expect 0 "^submit: error .*submit: gpt3-175b has no training data: data\.train is required" \
+  $PEER submit "unix:$home/planner.sock" "$SRC/examples/models/gpt3-175b.json"
 # A refused plan leaves the planner serving.
 expect 0 "executors" "$AA" status $P
 

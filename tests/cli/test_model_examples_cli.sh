@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The specs of examples/models/ (and any spec without a data section) from
+# the command line: `strategy check` takes each as it is and predicts what a
+# rank needs, and everything that reads tokens (train, auto, submit) refuses
+# it with exit 1 and a message that names data.train, before it starts or
+# contacts anything. `plan` on them, against a planner: tests/cli/test_plan.sh.
+set -u
+AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
+SRC=${AA_SOURCE_DIR:?set AA_SOURCE_DIR to the source tree}
+MODELS=$SRC/examples/models
+MINIMAL=$SRC/examples/strategies/minimal.json
+# shellcheck source=tests/cli/expect.sh
+source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
+
+# strategy check: every example under the minimal strategy (one process,
+# bf16, micro-batch 4: valid for all of them), with what a rank would need,
+# the figure a newcomer came for.
+n=0
+for f in "$MODELS"/*.json; do
+  name=$(basename "$f" .json)
+  expect 0 "^ok: dp1\.tp1\.pp1\.z0\.bf16\.ckpt-none\.mb4 is valid for $name \(accumulation steps [0-9]+\)$" \
+    "$AA" strategy check "$MINIMAL" --model "$f"
+  expect 0 "^memory: a rank needs at least [0-9.]+ [GT]iB \(params" "$AA" strategy check "$MINIMAL" --model "$f"
+  n=$((n + 1))
+done
+[ "$n" -ge 14 ] || { fail=$((fail + 1)); echo "FAIL: $n specs in $MODELS, expected 14"; }
+
+# A strategy that spreads GPT-3 175B over 64 devices the way Megatron's
+# papers do (tp 8 with sequence parallelism, pp 8, selective recomputation),
+# against the world size and a device's memory.
+cat >"$tmp/ptdp.json" <<'JSON'
+{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 8, "pipeline": 8, "sequence_parallel": true},
+ "amp": "bf16", "checkpoint": "selective", "micro_batch": 1}
+JSON
+expect 0 "^ok: dp1\.tp8\.pp8\.sp\.z0\.bf16\.ckpt-sel\.mb1\.1f1b is valid for gpt3-175b \(accumulation steps 1536\)$" \
+  "$AA" strategy check "$tmp/ptdp.json" --model "$MODELS/gpt3-175b.json" --world 64 --memory 141G
+expect 0 "^memory: the most loaded stage's rank needs at least .*fits in 141\.0 GiB" \
+  "$AA" strategy check "$tmp/ptdp.json" --model "$MODELS/gpt3-175b.json" --world 64 --memory 141G
+expect 1 "world size 8" "$AA" strategy check "$tmp/ptdp.json" --model "$MODELS/gpt3-175b.json" --world 8
+# Llama 3 8B with grouped-query attention: tp 8 divides its 8 key/value heads.
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 8}, "amp": "bf16", "micro_batch": 1}' >"$tmp/tp8.json"
+expect 0 "^ok: dp1\.tp8\.pp1\.z0\.bf16\.ckpt-none\.mb1 is valid for llama3-8b \(accumulation steps 512\)$" \
+  "$AA" strategy check "$tmp/tp8.json" --model "$MODELS/llama3-8b.json" --world 8
+
+# What reads tokens refuses a spec without data: exit 1, naming the field
+# and the model, whatever the model (a tiny one too), before anything runs.
+NODATA='has no training data: data\.train is required to train or measure a model'
+for f in "$MODELS/llama3-8b.json" "$SRC/tests/specs/no_data.json"; do
+  name=$(basename "$f" .json)
+  [ "$name" = no_data ] && name=plan-only
+  expect 1 "^autoaccel train: $f: $name $NODATA" "$AA" train "$f"
+  expect 1 "^autoaccel train: $f: $name $NODATA" "$AA" train "$f" --strategy "$MINIMAL" --steps 1
+  # auto would start a planner in its home: it must refuse before that.
+  expect 1 "^autoaccel auto: $f: $name $NODATA" env AUTOACCEL_HOME="$tmp/home" "$AA" auto "$f"
+  expect 1 "^autoaccel submit: $f: $name $NODATA" "$AA" submit "$f" --planner "unix:$tmp/nobody.sock"
+done
+if [ -e "$tmp/home" ]; then fail=$((fail + 1)); echo "FAIL: auto created $tmp/home for a spec it refused"; else
+  pass=$((pass + 1)); fi
+# The message says what to add.
+expect 1 "add \"data\": \{\"train\": \"PATH\"\} to its spec" "$AA" train "$MODELS/gpt3-175b.json"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
