@@ -75,7 +75,11 @@ static int collect_cb(const aa_store_calib_t *c, void *data) {
     k->rc = aa_error(AA_ENOMEM, "query calib_export: no memory");
     return 1;
   }
-  if ((k->rc = aa_calib_parse(e->calib, c->json, origin))) {
+  const char *rule = NULL;
+  if ((k->rc = aa_calib_parse(e->calib, c->json, origin)) ||
+      (rule = aa_calib_key_rule(c->device, c->backend, e->calib))) {
+    /* An export holds only what an import takes. */
+    if (rule) k->rc = aa_error(AA_EINVAL, "query calib_export: %s: %s", origin, rule);
     free(e->calib);
     e->calib = NULL;
     return 1;
