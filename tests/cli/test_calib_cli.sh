@@ -4,8 +4,9 @@
 # empty state directory, plans there exactly as it did on the first, and
 # exports again byte for byte (export/import round-trips). A broken file is
 # refused with the field named, by the CLI and by the planner itself, and
-# nothing is stored; a file measured before what a planner holds is refused
-# unless --force, and says what it replaced.
+# nothing is stored; over TCP an import needs the planner's token; a file
+# measured before what a planner holds is refused unless --force, and says
+# what it replaced.
 set -u
 # shellcheck source=tests/cli/service_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/service_lib.sh"
@@ -88,7 +89,9 @@ expect 1 "bad-op.json: calibrations\[1\]\.calibration: ops\[3\]\.fwd_s: must be 
   "$AA" calib import "$tmp/bad-op.json" $NOP
 
 # --- planner B, empty: import, plan, export -----------------------------------------------
-"$AA" planner --home "$homeB" >>"$tmp/plannerB.log" 2>&1 &
+port=$($TOOL free-port)
+TB="--planner tcp:127.0.0.1:$port"
+"$AA" planner --home "$homeB" --listen "127.0.0.1:$port" >>"$tmp/plannerB.log" 2>&1 &
 pids+=("$!")
 planner_up "$tmp/plannerB.log" "planner B" "$PB"
 expect 1 "no calibration of a cpu device is stored" "$AA" plan "$tmp/model.json" --pool cpu:4 $PB
@@ -97,6 +100,11 @@ expect 1 "no calibration of a cpu device is stored" "$AA" plan "$tmp/model.json"
 check "B refuses a broken file sent past the CLI, naming the field" \
   grep -q "error code=-1 .*calib_import.json: calibrations\[1\]\.calibration: ops\[3\]\.fwd_s: must be finite" \
   <($TOOL calib-import "unix:$homeB/planner.sock" "$tmp/bad-op.json")
+# Over TCP an import needs the planner's token, as every request does.
+printf 'wrong\n' >"$tmp/wrong-token"
+chmod 600 "$tmp/wrong-token"
+expect 1 "permission denied: the planner at tcp:127.0.0.1:$port refused the token" \
+  "$AA" calib import "$tmp/a.json" $TB --token-file "$tmp/wrong-token"
 expect 1 "no calibration of a cpu device is stored" "$AA" calib export cpu $PB
 "$AA" calib import "$tmp/a.json" $PB >"$tmp/importB.txt" 2>&1
 check "import into B succeeds" test $? -eq 0 || cat "$tmp/importB.txt"
@@ -112,7 +120,7 @@ check "B plans two hosts exactly as A did (the lines between hosts came along)" 
 "$AA" calib export cpu $PB >"$tmp/b.json" 2>/dev/null
 check "export from B is A's file byte for byte" cmp -s "$tmp/a.json" "$tmp/b.json"
 expect 0 "measured 2026-05-28 00:00:00 UTC: replaced one measured 2026-05-28 00:00:00 UTC \(the same date\)" \
-  "$AA" calib import "$tmp/a.json" $PB
+  "$AA" calib import "$tmp/a.json" $TB --token-file "$homeB/token"
 
 # --- dates: a newer file replaces, an older one is refused unless --force -------------------
 # A later measurement of the shm row (one op slower), as another cluster would export it.
