@@ -25,6 +25,7 @@ int aa_cmd_status(int argc, char **argv);   /* cli/cmd_status.c */
 int aa_cmd_cancel(int argc, char **argv);   /* cli/cmd_status.c */
 int aa_cmd_query(int argc, char **argv);    /* cli/cmd_query.c */
 int aa_cmd_plan(int argc, char **argv);     /* cli/cmd_plan.c */
+int aa_cmd_calib(int argc, char **argv);    /* cli/cmd_calib.c */
 int aa_cmd_auto(int argc, char **argv);     /* cli/cmd_auto.c */
 int aa_cmd_report(int argc, char **argv);   /* cli/cmd_report.c */
 int aa_cmd_import(int argc, char **argv);   /* cli/cmd_import.c */

@@ -318,7 +318,7 @@ void aa_client_close(aa_client_t *c) {
   free(c);
 }
 
-static int reply_json(aa_client_t *c, aa_msg_t *req, char **json) {
+int aa_client_request_json(aa_client_t *c, aa_msg_t *req, char **json) {
   aa_msg_t r;
   int rc = aa_client_request(c, req, &r);
   if (rc) return rc;
@@ -335,7 +335,7 @@ static int reply_json(aa_client_t *c, aa_msg_t *req, char **json) {
 
 int aa_client_query(aa_client_t *c, const char *what, const char *args, char **json) {
   aa_msg_t q = {.type = AA_MSG_QUERY, .query = {.what = (char *)what, .args = (char *)args}};
-  return reply_json(c, &q, json);
+  return aa_client_request_json(c, &q, json);
 }
 
 int aa_client_query_each(aa_client_t *c, const char *what, const json_t *args, long long limit,
@@ -412,7 +412,7 @@ int aa_client_query_pages(aa_client_t *c, const char *what, const json_t *args, 
 
 int aa_client_status(aa_client_t *c, uint64_t job, char **json) {
   aa_msg_t q = {.type = AA_MSG_STATUS, .status = {.job = job}};
-  return reply_json(c, &q, json);
+  return aa_client_request_json(c, &q, json);
 }
 
 void aa_client_strlist_free(aa_msg_strlist_t *l) {

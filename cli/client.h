@@ -50,6 +50,10 @@ int aa_client_recv(aa_client_t *c, aa_msg_t *out, int timeout_ms);
  * becomes its code and message. *reply owns its strings on success. */
 int aa_client_request(aa_client_t *c, aa_msg_t *req, aa_msg_t *reply);
 
+/* aa_client_request for a request answered with `reply`: its JSON text in
+ * *json (malloc'd, transferred). Another answer is AA_EFORMAT. */
+int aa_client_request_json(aa_client_t *c, aa_msg_t *req, char **json);
+
 /* Turns a received `error` frame into its code (AA_EINTERNAL when out of
  * range) and its message in the last-error slot; frees m's strings. */
 int aa_client_error(aa_msg_t *m);

@@ -100,7 +100,9 @@ static double jnum(const json_t *o, const char *k) { return json_number_value(js
 /* The table of a plan reply (docs/service.md "Plan"). */
 static void print_plan(const json_t *root, const char *pool_arg) {
   json_t *cal = json_object_get(root, "calibration"), *list = json_object_get(root, "strategies");
-  time_t at = (time_t)json_integer_value(json_object_get(cal, "updated_at"));
+  /* measured_at: an imported calibration keeps the date it was measured
+   * where it came from (updated_at is the import's). */
+  time_t at = (time_t)json_integer_value(json_object_get(cal, "measured_at"));
   char when[32] = "?";
   struct tm tm;
   if (gmtime_r(&at, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);

@@ -21,6 +21,7 @@ static const struct {
     {"cancel", aa_cmd_cancel, "cancel a job"},
     {"query", aa_cmd_query, "query the strategy store: best strategy, runs, jobs"},
     {"plan", aa_cmd_plan, "predict the best strategies of a pool of N devices from a stored calibration"},
+    {"calib", aa_cmd_calib, "export a device's stored calibration to a file, or import one into the planner"},
     {"report", aa_cmd_report, "write one job's search as a self-contained HTML report"},
     {"data", aa_cmd_data, "build token shards from text, make the synthetic corpus, inspect shards"},
     {"strategy", aa_cmd_strategy, "show a strategy file, or check it against a model and a world size"},

@@ -14,7 +14,8 @@
  * re-measures and the verdict), report.c (the JSON of status and query
  * replies), plan.c (`query plan`: predictions from a stored calibration),
  * relay.c (the store of each running gang, kv_set / kv_get), wal.c (the
- * store's WAL truncated after a write error and when idle). */
+ * store's WAL truncated after a write error and when idle), calib_io.c
+ * (`query calib_export` and calib_import: calibrations as files). */
 #ifndef AA_PLANNER_INTERNAL_H
 #define AA_PLANNER_INTERNAL_H
 
@@ -742,6 +743,27 @@ void aa__plan_start(aa_conn_t *c, uint64_t req, const char *args);
  * "data_comm_ms", "ops_estimated", "links_estimated"}. A new reference, NULL
  * on no memory. */
 json_t *aa__plan_breakdown(const struct aa_predict *p);
+
+/* --- calib_io.c ------------------------------------------------------------------ */
+
+/* The answer to `query calib_export` (docs/service.md "Export and
+ * import"): args (borrowed) {"device": a device fingerprint, or "cpu" or
+ * "cuda" for the device `query plan` takes for that kind without one}.
+ * Fills out (borrowed) with "device", "calibrations" ([{"backend",
+ * "measured_at"}]) and "file", the text of the calibration file of every
+ * stored row of that device, links between hosts included, in backend
+ * order. AA_EINVAL for bad arguments, AA_ENOENT when none is stored. */
+int aa__calib_export_query(aa_store_t *st, const json_t *args, json_t *out);
+
+/* Acts on client c's calib_import m: checks the file with
+ * aa_calib_file_parse, refuses it whole when it would replace a stored
+ * calibration measured later than its own and m is not forced, else
+ * stores every entry (aa_store_calib_import) and replies with
+ * {"calibrations": [{"device", "backend", "measured_at", "replaced": the
+ * replaced row's measured_at or null}], "forced"}. Every refusal is an
+ * error echoing m's id, naming the field or the row; nothing is stored
+ * then. */
+void aa__calib_on_import(aa_conn_t *c, const aa_msg_t *m);
 
 /* --- the jobs' state (after aa_search_t, which a job holds) ----------------------------------- */
 

@@ -495,7 +495,10 @@ int aa__report_query(aa_store_t *st, const char *home, const char *what, const c
   else if (!strcmp(what, "run")) rc = query_run(st, a, o);
   else if (!strcmp(what, "jobs")) rc = query_jobs(st, home, a, o, p);
   else if (!strcmp(what, "plan")) rc = aa__plan_query(st, a, o);
-  else rc = aa_error(AA_EINVAL, "unknown query \"%s\" (accepted: best, runs, run, jobs, plan)", w);
+  else if (!strcmp(what, "calib_export"))
+    rc = aa__calib_export_query(st, a, o);
+  else
+    rc = aa_error(AA_EINVAL, "unknown query \"%s\" (accepted: best, runs, run, jobs, plan, calib_export)", w);
   json_decref(a);
   if (!rc && !(*out = aa__report_dump(o))) rc = aa_error(AA_ENOMEM, "query %s: no memory for the reply", w);
   json_decref(o);

@@ -64,6 +64,7 @@ void aa__planner_dispatch(aa_conn_t *c, aa_msg_t *m, const void *payload, size_t
     switch (m->type) {
     case AA_MSG_SUBMIT: aa__jobs_on_submit(c, m); return;
     case AA_MSG_CANCEL: aa__jobs_on_cancel(c, m); return;
+    case AA_MSG_CALIB_IMPORT: aa__calib_on_import(c, m); return;
     case AA_MSG_STATUS: {
       char *text = NULL;
       int rc;

@@ -431,7 +431,7 @@ static const char *const stmt_sql[AA__ST_N] = {
         "UPDATE runs SET status = 'cancelled', finished_at = ?1 WHERE status = 'queued'"
         " AND job_id IN (SELECT id FROM jobs WHERE status NOT IN ('queued', 'running'))",
     [AA__ST_CALIB_PUT] = "INSERT INTO calibrations (device, backend, json, measured_at, updated_at)"
-                         " VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (device, backend) DO UPDATE SET"
+                         " VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (device, backend) DO UPDATE SET"
                          " json = excluded.json, measured_at = excluded.measured_at,"
                          " updated_at = excluded.updated_at",
     [AA__ST_CALIB_GET] = "SELECT json FROM calibrations WHERE device = ?1 AND backend = ?2",

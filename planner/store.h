@@ -449,17 +449,27 @@ typedef struct aa_store_calib {
   char device[AA_STORE_HW_MAX];
   char backend[AA_STORE_BACKEND_MAX];
   const char *json;   /* strategies/calib.h's aa_calib_to_json text */
-  int64_t measured_at; /* unix seconds: the put that stored this JSON */
-  int64_t updated_at;  /* unix seconds: the latest put (today always measured_at) */
+  int64_t measured_at; /* unix seconds: the put that stored this JSON (an import: when it was measured) */
+  int64_t updated_at;  /* unix seconds: the latest put or import */
 } aa_store_calib_t;
 
 /* Stores the calibration of (device, backend), replacing the JSON of an
  * earlier one; measured_at and updated_at become now on every put (a
  * caller that merges a new measurement into the old one puts the merged
  * JSON). device: 1..127 characters (aa_store_device_of); backend one of
- * "shm", "nccl", "gloo", "self"; json (borrowed) valid JSON, not checked
- * against calib.h here. AA_EINVAL otherwise, naming the rule. */
+ * "shm", "nccl", "gloo", "self", "nccl-hosts"; json (borrowed) valid JSON,
+ * not checked against calib.h here. AA_EINVAL otherwise, naming the rule. */
 int aa_store_calib_put(aa_store_t *st, const char *device, const char *backend, const char *json);
+
+/* Stores n calibrations another store exported (`autoaccel calib
+ * import`), in one transaction: all or none. Each row's device, backend
+ * and json (borrowed) as for aa_store_calib_put; its measured_at (> 0) is
+ * kept, the date it was measured elsewhere, and updated_at becomes now
+ * (updated_at is ignored). A row of an existing key replaces it: the
+ * caller decides beforehand what may be replaced (docs/service.md "Export
+ * and import"). AA_EINVAL naming the first bad row, before anything is
+ * written. */
+int aa_store_calib_import(aa_store_t *st, const aa_store_calib_t *rows, size_t n);
 
 /* The JSON of (device, backend): 0 and *json_out malloc'd (free() it), 1
  * and *json_out NULL when none is stored, or a negative error (*json_out

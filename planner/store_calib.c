@@ -49,19 +49,47 @@ static int check_calib_key(const char *device, const char *backend) {
   return 0;
 }
 
+/* Binds and runs one put of the open transaction. */
+static int put_row(aa_store_t *st, const char *device, const char *backend, const char *json,
+                   int64_t measured_at, int64_t now) {
+  sqlite3_stmt *s = st->st[AA__ST_CALIB_PUT];
+  sqlite3_bind_text(s, 1, device, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s, 2, backend, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s, 3, json, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(s, 4, measured_at);
+  sqlite3_bind_int64(s, 5, now);
+  char what[AA_STORE_HW_MAX + 48];
+  snprintf(what, sizeof what, "put calibration of %s (%s)", device, backend);
+  return aa__store_exec(st, s, what);
+}
+
 int aa_store_calib_put(aa_store_t *st, const char *device, const char *backend, const char *json) {
   int err = check_calib_key(device, backend);
   if (err) return err;
   if (!json) return aa_error(AA_EINVAL, "calibration of %s (%s): no JSON", device, backend);
   if ((err = aa__store_begin(st))) return err;
-  sqlite3_stmt *s = st->st[AA__ST_CALIB_PUT];
-  sqlite3_bind_text(s, 1, device, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(s, 2, backend, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(s, 3, json, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int64(s, 4, aa__store_now());
-  char what[AA_STORE_HW_MAX + 48];
-  snprintf(what, sizeof what, "put calibration of %s (%s)", device, backend);
-  err = aa__store_exec(st, s, what);
+  int64_t now = aa__store_now();
+  err = put_row(st, device, backend, json, now, now);
+  if (!err) err = aa__store_commit(st);
+  if (err) aa__store_rollback(st);
+  return err;
+}
+
+int aa_store_calib_import(aa_store_t *st, const aa_store_calib_t *rows, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    int err = check_calib_key(rows[i].device, rows[i].backend);
+    if (err) return err;
+    if (!rows[i].json)
+      return aa_error(AA_EINVAL, "calibration of %s (%s): no JSON", rows[i].device, rows[i].backend);
+    if (rows[i].measured_at <= 0)
+      return aa_error(AA_EINVAL, "calibration of %s (%s): measured_at %lld must be a time (> 0)",
+                      rows[i].device, rows[i].backend, (long long)rows[i].measured_at);
+  }
+  int err = aa__store_begin(st);
+  if (err) return err;
+  int64_t now = aa__store_now();
+  for (size_t i = 0; i < n && !err; i++)
+    err = put_row(st, rows[i].device, rows[i].backend, rows[i].json, rows[i].measured_at, now);
   if (!err) err = aa__store_commit(st);
   if (err) aa__store_rollback(st);
   return err;

@@ -292,6 +292,11 @@ static const field_t kv_get_f[] = {
     F_STR(aa_msg_kv_t, key, true, 1, AA_PROTO_KV_KEY_MAX),
 };
 
+static const field_t calib_import_f[] = {
+    F_STR(aa_msg_calib_import_t, json, true, 1, AA_PROTO_CALIB_FILE_MAX),
+    F_BOOL(aa_msg_calib_import_t, force),
+};
+
 static const table_t msg_tables[AA_MSG_TYPE_COUNT] = {
     [AA_MSG_HELLO] = TABLE("hello", hello_f, hello_check),
     [AA_MSG_WELCOME] = TABLE("welcome", welcome_f, NULL),
@@ -311,6 +316,7 @@ static const table_t msg_tables[AA_MSG_TYPE_COUNT] = {
     [AA_MSG_KV_SET] = TABLE("kv_set", kv_set_f, kv_check),
     [AA_MSG_KV_GET] = TABLE("kv_get", kv_get_f, kv_check),
     [AA_MSG_KV_VALUE] = TABLE("kv_value", kv_set_f, kv_check),
+    [AA_MSG_CALIB_IMPORT] = TABLE("calib_import", calib_import_f, NULL),
 };
 
 const char *aa_msg_type_name(aa_msg_type_t t) {

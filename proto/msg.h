@@ -44,6 +44,9 @@
  * they agree). Keys are 1..200 bytes of [A-Za-z0-9_./-]. */
 #define AA_PROTO_KV_KEY_MAX 200
 #define AA_PROTO_KV_VALUE_MAX 65536
+/* calib_import.json: a calibration file (strategies/calib_file.h
+ * AA_CALIB_FILE_MAX; the planner asserts they agree). */
+#define AA_PROTO_CALIB_FILE_MAX (4u << 20)
 
 typedef enum {
   AA_MSG_NONE = 0,
@@ -65,6 +68,8 @@ typedef enum {
   AA_MSG_KV_SET,    /* executor -> planner: a rank of a gang stores a key of its run's store */
   AA_MSG_KV_GET,    /* executor -> planner: a rank asks for a key (answered by KV_VALUE once set) */
   AA_MSG_KV_VALUE,  /* planner -> executor: the value of a key a KV_GET asked for */
+  /* client -> planner: calibrations another planner exported, to store (reply: REPLY) */
+  AA_MSG_CALIB_IMPORT,
   AA_MSG_TYPE_COUNT
 } aa_msg_type_t;
 
@@ -263,6 +268,14 @@ typedef struct aa_msg_kv {
   aa_msg_bin_t value; /* 0..AA_PROTO_KV_VALUE_MAX bytes */
 } aa_msg_kv_t;
 
+/* calib_import {json, force}: the text of a calibration file (`autoaccel
+ * calib export`), which the planner checks whole and stores (docs/service.md
+ * "Export and import"). */
+typedef struct aa_msg_calib_import {
+  char *json; /* 1..AA_PROTO_CALIB_FILE_MAX bytes */
+  bool force; /* replace stored calibrations measured after the file's */
+} aa_msg_calib_import_t;
+
 typedef struct aa_msg {
   aa_msg_type_t type;
   uint64_t id; /* optional request id, 1..2^63-1; replies echo it */
@@ -285,6 +298,7 @@ typedef struct aa_msg {
     aa_msg_kv_t kv_set;
     aa_msg_kv_t kv_get;
     aa_msg_kv_t kv_value;
+    aa_msg_calib_import_t calib_import;
   };
 } aa_msg_t;
 

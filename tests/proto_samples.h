@@ -115,6 +115,10 @@ static void aa_sample_msg(aa_msg_type_t t, aa_msg_t *m) {
     m->kv_value = (aa_msg_kv_t){
         .run = 9001, .key = "aa-j56r9001-x/rank/0", .value = {.p = (void *)"10.0.0.5:41000", .n = 14}};
     break;
+  case AA_MSG_CALIB_IMPORT:
+    m->calib_import = (aa_msg_calib_import_t){
+        .json = "{\"format\":\"autoaccel-calibration\",\"version\":1,\"calibrations\":[]}", .force = true};
+    break;
   default: break;
   }
 }

@@ -4,12 +4,15 @@
  * work; collective lines for groups of 2 only), stored with
  * aa_store_calib_put as the planner stores a measured one. Checks the
  * order by predicted tokens/s, the choice of calibration, pruning against
- * the device's memory, the assumptions' text, and every refusal. */
+ * the device's memory, the assumptions' text, and every refusal; and
+ * `query calib_export` (planner/calib_io.c), the file of a device's
+ * stored calibrations that another planner imports to plan the same. */
 #include "common/aa.h"
 #include "common/spec.h"
 #include "planner/planner_internal.h"
 #include "planner/store.h"
 #include "strategies/calib.h"
+#include "strategies/calib_file.h"
 #include "strategies/predict.h"
 #include "tests/aa_test.h"
 
@@ -477,6 +480,82 @@ AA_TEST(a_calibration_that_is_not_one_is_named) {
 
 /* The breakdown a run stores (runs.predicted_json) is the prediction's,
  * in milliseconds. */
+/* Runs `query calib_export` with args; the reply, or NULL with rc set. */
+static json_t *calib_export(aa_store_t *st, const char *args, int *rc) {
+  char *text = NULL;
+  *rc = aa__report_query(st, "/h", "calib_export", args, &text, NULL);
+  json_t *root = *rc ? NULL : json_loads(text, 0, NULL);
+  free(text);
+  CHECK(*rc || root);
+  return root;
+}
+
+/* The export of a device holds its rows and no other's, even one whose
+ * fingerprint starts with it, the links between hosts included, in backend
+ * order, as a file the importing reader takes; what it cannot export
+ * (nothing stored, a row that is no calibration) is named. */
+AA_TEST(calib_export_writes_every_row_of_one_device_as_a_file) {
+  aa_store_t *st = fresh_store();
+  const char *shorter = "cpu:Test CPU";
+  put_calibration(st, CPU_BIG, 2, 4);
+  put_calibration(st, shorter, 2, 4);
+  char *json = calibration(CPU_BIG, 2, 4, false);
+  char *gloo = json ? strstr(json, "\"backend\":\"shm\"") : NULL;
+  CHECK(gloo);
+  char *fixed = calloc(1, strlen(json) + 8);
+  snprintf(fixed, strlen(json) + 8, "%.*s\"backend\":\"gloo\"%s", (int)(gloo - json), json,
+           gloo + strlen("\"backend\":\"shm\""));
+  CHECK(aa_store_calib_put(st, CPU_BIG, "gloo", fixed) == 0);
+  free(fixed);
+  free(json);
+
+  int rc;
+  json_t *r = calib_export(st, "{\"device\": \"" CPU_BIG "\"}", &rc);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  CHECK(!strcmp(json_string_value(json_object_get(r, "device")), CPU_BIG));
+  json_t *rows = json_object_get(r, "calibrations");
+  CHECK(json_array_size(rows) == 2);
+  CHECK(!strcmp(json_string_value(json_object_get(json_array_get(rows, 0), "backend")), "gloo"));
+  CHECK(!strcmp(json_string_value(json_object_get(json_array_get(rows, 1), "backend")), "shm"));
+  const char *file = json_string_value(json_object_get(r, "file"));
+  aa_calib_file_t f;
+  CHECK_MSG(file && aa_calib_file_parse(&f, file, strlen(file), "export") == 0, "%s", aa_last_error());
+  CHECK(f.n == 2 && !strcmp(f.e[0].device, CPU_BIG) && !strcmp(f.e[0].backend, "gloo") &&
+        !strcmp(f.e[1].backend, "shm") && f.e[1].measured_at > 0);
+  /* Written again from what was read, the same bytes: an import stores
+   * what a later export writes. */
+  char *again = aa_calib_file_to_json(&f);
+  CHECK(again && !strcmp(again, file));
+  free(again);
+  aa_calib_file_clear(&f);
+  json_decref(r);
+
+  r = calib_export(st, "{\"device\": \"cpu:Test CPU\"}", &rc);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  CHECK(!strcmp(json_string_value(json_object_get(r, "device")), shorter));
+  CHECK(json_array_size(json_object_get(r, "calibrations")) == 1);
+  json_decref(r);
+  /* A kind: the device plan takes by default, a whole one. */
+  r = calib_export(st, "{\"device\": \"cpu\"}", &rc);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  const char *dev = json_string_value(json_object_get(r, "device"));
+  CHECK(dev && (!strcmp(dev, shorter) || !strcmp(dev, CPU_BIG)));
+  json_decref(r);
+
+  CHECK(!calib_export(st, "{\"device\": \"cuda\"}", &rc) && rc == AA_ENOENT);
+  CHECK(strstr(aa_last_error(), "no calibration of a cuda device is stored"));
+  CHECK(!calib_export(st, "{\"device\": \"cpu:Test\"}", &rc) && rc == AA_ENOENT);
+  CHECK(strstr(aa_last_error(), "no calibration of device \"cpu:Test\" is stored"));
+  CHECK(!calib_export(st, NULL, &rc) && rc == AA_EINVAL);
+  CHECK(strstr(aa_last_error(), "\"device\" (a device fingerprint, cpu or cuda) is required"));
+  CHECK(!calib_export(st, "{\"device\": \"cpu\", \"top\": 1}", &rc) && rc == AA_EINVAL);
+  CHECK(strstr(aa_last_error(), "unknown argument \"top\""));
+  CHECK(aa_store_calib_put(st, shorter, "self", "{\"version\": 1}") == 0);
+  CHECK(!calib_export(st, "{\"device\": \"cpu:Test CPU\"}", &rc) && rc == AA_EINVAL);
+  CHECK_MSG(strstr(aa_last_error(), "the stored calibration of cpu:Test CPU (self)"), "%s", aa_last_error());
+  aa_store_close(st);
+}
+
 AA_TEST(the_breakdown_is_the_prediction_in_milliseconds) {
   aa_predict_t p = {.forward_s = 0.001,
                     .backward_s = 0.002,
@@ -514,6 +593,7 @@ int main(void) {
   RUN(bad_arguments_are_refused_naming_the_fault);
   RUN(a_calibration_that_is_not_one_is_named);
   RUN(the_breakdown_is_the_prediction_in_milliseconds);
+  RUN(calib_export_writes_every_row_of_one_device_as_a_file);
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);

@@ -204,12 +204,13 @@ static size_t top_map_size(const char *payload, size_t len) {
 AA_TEST(every_message_round_trips_byte_for_byte) {
   /* Keys per type with every field set: v, t, id + the type's fields. */
   static const size_t want_keys[AA_MSG_TYPE_COUNT] = {
-      [AA_MSG_HELLO] = 3 + 3,  [AA_MSG_WELCOME] = 3 + 2,   [AA_MSG_HEARTBEAT] = 3 + 1,
-      [AA_MSG_BYE] = 3 + 1,    [AA_MSG_SUBMIT] = 3 + 11,   [AA_MSG_ACK] = 3 + 1,
-      [AA_MSG_JOB] = 3 + 14,   [AA_MSG_PROGRESS] = 3 + 10, [AA_MSG_RESULT] = 3 + 16,
-      [AA_MSG_CANCEL] = 3 + 1, [AA_MSG_ABORT] = 3 + 3,     [AA_MSG_STATUS] = 3 + 1,
-      [AA_MSG_QUERY] = 3 + 2,  [AA_MSG_REPLY] = 3 + 1,     [AA_MSG_ERROR] = 3 + 2,
-      [AA_MSG_KV_SET] = 3 + 3, [AA_MSG_KV_GET] = 3 + 2,    [AA_MSG_KV_VALUE] = 3 + 3,
+      [AA_MSG_HELLO] = 3 + 3,        [AA_MSG_WELCOME] = 3 + 2,   [AA_MSG_HEARTBEAT] = 3 + 1,
+      [AA_MSG_BYE] = 3 + 1,          [AA_MSG_SUBMIT] = 3 + 11,   [AA_MSG_ACK] = 3 + 1,
+      [AA_MSG_JOB] = 3 + 14,         [AA_MSG_PROGRESS] = 3 + 10, [AA_MSG_RESULT] = 3 + 16,
+      [AA_MSG_CANCEL] = 3 + 1,       [AA_MSG_ABORT] = 3 + 3,     [AA_MSG_STATUS] = 3 + 1,
+      [AA_MSG_QUERY] = 3 + 2,        [AA_MSG_REPLY] = 3 + 1,     [AA_MSG_ERROR] = 3 + 2,
+      [AA_MSG_KV_SET] = 3 + 3,       [AA_MSG_KV_GET] = 3 + 2,    [AA_MSG_KV_VALUE] = 3 + 3,
+      [AA_MSG_CALIB_IMPORT] = 3 + 2,
   };
   for (int t = AA_MSG_NONE + 1; t < AA_MSG_TYPE_COUNT; t++) {
     aa_msg_t m, d;
@@ -609,6 +610,27 @@ AA_TEST(kv_messages_carry_binary_values_within_their_limits) {
   EXPECT_RAW_REJECT(sb.data, sb.size, AA_EFORMAT, "kv_set.value: 65537 bytes, longer than the limit 65536");
   msgpack_sbuffer_destroy(&sb);
   free(big);
+}
+
+/* A calibration file is the largest text a client sends besides a model:
+ * bounded by its own cap, far below the frame's. */
+AA_TEST(calib_import_carries_a_file_within_its_cap) {
+  aa_msg_t d;
+  CHECK(decode_sample(AA_MSG_CALIB_IMPORT, &d) == 0);
+  CHECK(d.calib_import.force && strstr(d.calib_import.json, "autoaccel-calibration"));
+  aa_msg_free(&d);
+  CHECK(decode_modified(AA_MSG_CALIB_IMPORT, "force", DROP, &d) == 0 && !d.calib_import.force);
+  aa_msg_free(&d);
+  CHECK(decode_modified(AA_MSG_CALIB_IMPORT, "json", VREP(AA_PROTO_CALIB_FILE_MAX), &d) == 0 &&
+        strlen(d.calib_import.json) == AA_PROTO_CALIB_FILE_MAX);
+  aa_msg_free(&d);
+  EXPECT_REJECT(AA_MSG_CALIB_IMPORT, "json", VREP(AA_PROTO_CALIB_FILE_MAX + 1), AA_EFORMAT,
+                "calib_import.json: 4194305 bytes, longer than the limit 4194304");
+  EXPECT_REJECT(AA_MSG_CALIB_IMPORT, "json", DROP, AA_EFORMAT,
+                "calib_import: missing required field \"json\"");
+  EXPECT_REJECT(AA_MSG_CALIB_IMPORT, "json", VS(""), AA_EFORMAT, "calib_import.json: must not be empty");
+  EXPECT_REJECT(AA_MSG_CALIB_IMPORT, "json", VU(7), AA_EFORMAT, "calib_import.json");
+  EXPECT_REJECT(AA_MSG_CALIB_IMPORT, "force", VS("yes"), AA_EFORMAT, "calib_import.force");
 }
 
 AA_TEST(abort_names_the_run_of_the_gang) {
@@ -1052,6 +1074,7 @@ int main(void) {
   RUN(out_of_range_values_are_rejected);
   RUN(rules_between_fields_are_checked);
   RUN(abort_names_the_run_of_the_gang);
+  RUN(calib_import_carries_a_file_within_its_cap);
   RUN(kv_messages_carry_binary_values_within_their_limits);
   RUN(a_text_cut_inside_a_character_is_trimmed_to_valid_utf8);
   RUN(oversized_and_malformed_strings_are_rejected);

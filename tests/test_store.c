@@ -985,6 +985,56 @@ AA_TEST(a_calibration_with_bad_json_or_key_is_refused_and_nothing_is_written) {
   aa_store_close(st);
 }
 
+/* "device/backend/json measured_at" per row, the dates of an import. */
+static int collect_dated(const aa_store_calib_t *c, void *data) {
+  calibs_t *l = data;
+  if (l->n == 8) return 1;
+  snprintf(l->row[l->n], sizeof l->row[l->n], "%s/%s/%s %lld", c->device, c->backend, c->json,
+           (long long)c->measured_at);
+  l->updated[l->n++] = c->updated_at;
+  return 0;
+}
+
+/* `calib import`: the rows keep the date they were measured elsewhere,
+ * are stored now, replace their keys, and go in all together or not at all. */
+AA_TEST(an_import_keeps_measured_dates_and_is_all_or_nothing) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  CHECK(aa_store_calib_put(st, "cpu:A:1MiB", "shm", "{\"v\":1}") == 0);
+  aa_store_calib_t rows[3] = {
+      {.device = "cpu:A:1MiB", .backend = "shm", .json = "{\"v\":2}", .measured_at = 1000},
+      {.device = "cpu:A:1MiB", .backend = "gloo", .json = "{\"v\":3}", .measured_at = 2000},
+      {.device = "cuda:G:1MiB", .backend = "nccl-hosts", .json = "{\"v\":4}", .measured_at = 3000}};
+  int64_t before = (int64_t)time(NULL);
+  CHECK_MSG(aa_store_calib_import(st, rows, 3) == 0, "%s", aa_last_error());
+  calibs_t l = {0};
+  CHECK(aa_store_calib_list(st, "cpu:A:1MiB", collect_dated, &l) == 0 && l.n == 2);
+  /* Both were stored now: by device, then backend. */
+  CHECK_MSG(strcmp(l.row[0], "cpu:A:1MiB/gloo/{\"v\":3} 2000") == 0, "%s", l.row[0]);
+  CHECK_MSG(strcmp(l.row[1], "cpu:A:1MiB/shm/{\"v\":2} 1000") == 0, "%s", l.row[1]);
+  CHECK(l.updated[0] >= before && l.updated[1] >= before);
+  /* A row the table refuses (not JSON) undoes the rows before it. */
+  aa_store_calib_t bad[2] = {
+      {.device = "cpu:A:1MiB", .backend = "shm", .json = "{\"v\":5}", .measured_at = 5},
+      {.device = "cpu:B:1MiB", .backend = "shm", .json = "{not json", .measured_at = 5}};
+  CHECK_ERR(aa_store_calib_import(st, bad, 2), AA_EINVAL, "calibration_is_json");
+  char *json = NULL;
+  CHECK(aa_store_calib_get(st, "cpu:A:1MiB", "shm", &json) == 0 && json && !strcmp(json, "{\"v\":2}"));
+  free(json);
+  json = NULL;
+  CHECK(aa_store_calib_get(st, "cpu:B:1MiB", "shm", &json) == 1);
+  /* Keys and dates are checked before anything is written. */
+  bad[1] = (aa_store_calib_t){.device = "cpu:B:1MiB", .backend = "mpi", .json = "{}", .measured_at = 5};
+  CHECK_ERR(aa_store_calib_import(st, bad, 2), AA_EINVAL, "unknown backend 'mpi'");
+  bad[1] = (aa_store_calib_t){.device = "cpu:B:1MiB", .backend = "shm", .json = "{}", .measured_at = 0};
+  CHECK_ERR(aa_store_calib_import(st, bad, 2), AA_EINVAL, "measured_at 0 must be a time");
+  CHECK(aa_store_calib_get(st, "cpu:A:1MiB", "shm", &json) == 0 && json && !strcmp(json, "{\"v\":2}"));
+  free(json);
+  /* The store works on: no transaction was left open. */
+  CHECK_MSG(aa_store_calib_put(st, "cpu:B:1MiB", "shm", "{}") == 0, "%s", aa_last_error());
+  aa_store_close(st);
+}
+
 /* A run keeps the cost model's memory and bubble beside its tokens/s;
  * out-of-range predictions are refused before anything is written. */
 AA_TEST(a_run_keeps_its_predicted_memory_and_bubble) {
@@ -2034,6 +2084,7 @@ int main(void) {
   RUN(answers_read_the_predicted_breakdown_and_the_job_options_after_it);
   RUN(device_of_strips_the_pool_count_only);
   RUN(calibrations_put_get_replace_and_list_newest_first);
+  RUN(an_import_keeps_measured_dates_and_is_all_or_nothing);
   RUN(a_calibration_with_bad_json_or_key_is_refused_and_nothing_is_written);
   RUN(rank_coordinates_are_an_object_by_axis_name);
   RUN(every_rank_of_a_run_round_trips_with_its_breakdown);

@@ -15,6 +15,9 @@ encoded here by hand, so a bug in proto/ cannot hide itself).
                                             ended ("exit N" or "signal N")
   service_tool.py losses-close A B TOL      compare two `step loss` files: same steps,
                                             every loss within relative TOL (exit 1 if not)
+  service_tool.py calib-import ADDR FILE    send FILE's text in a calib_import as is (no
+                                            check on this side), print the answer as `frame`
+                                            does
 """
 import json
 import os
@@ -124,6 +127,34 @@ def cmd_frame(addr, kind, token=None):
     print("closed" if not data.endswith(b"left open>") else "open")
 
 
+def read_frame(s):
+    head = b""
+    while len(head) < 4:
+        b = s.recv(4 - len(head))
+        if not b:
+            return head
+        head += b
+    n = struct.unpack(">I", head)[0]
+    body = b""
+    while len(body) < n:
+        b = s.recv(n - len(body))
+        if not b:
+            break
+        body += b
+    return head + body
+
+
+def cmd_calib_import(addr, path):
+    """What the planner itself makes of a calibration file, whatever a
+    client would have checked first."""
+    s = connect(addr)
+    s.sendall(hello())
+    read_frame(s)  # welcome
+    with open(path) as f:
+        s.sendall(frame(pack({"v": 1, "t": "calib_import", "id": 7, "json": f.read()})))
+    print(unpack_error(read_frame(s)))
+
+
 def cmd_children(pid):
     kids = []
     for d in os.listdir("/proc"):
@@ -204,6 +235,8 @@ def main():
     elif a[0] == "json":
         d = json.load(sys.stdin)
         print(eval(a[1], {"d": d, "len": len, "sum": sum, "set": set, "sorted": sorted}))
+    elif a[0] == "calib-import":
+        cmd_calib_import(a[1], a[2])
     elif a[0] == "children":
         cmd_children(a[1])
     elif a[0] == "losses-close":
