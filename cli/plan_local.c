@@ -178,22 +178,25 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
     for (size_t i = 0; i < r.n; i++)
       json_array_append_new(list, entry_json(o->spec, &prof, o->devices, &r.list[i]));
     json_t *out = json_pack("{s:s, s:{s:s, s:i, s:i, s:I}, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:o}", "source",
-                            "profile", "pool", "profile", prof.name, "devices", o->devices, "per_node", per_node,
-                            "memory_bytes", (json_int_t)prof.memory_bytes, "candidates", (json_int_t)r.candidates,
-                            "valid", (json_int_t)(r.candidates - r.invalid), "completions",
-                            (json_int_t)(r.candidates - r.invalid - r.filtered), "predicted_oom",
-                            (json_int_t)r.predicted_oom, "predicted", (json_int_t)r.predicted, "seconds", secs,
-                            "strategies", list, "assumptions", assume);
+                            "profile", "pool", "profile", prof.name, "devices", o->devices, "per_node",
+                            per_node, "memory_bytes", (json_int_t)prof.memory_bytes, "candidates",
+                            (json_int_t)r.candidates, "completions", (json_int_t)(r.candidates - r.filtered),
+                            "valid", (json_int_t)(r.candidates - r.filtered - r.invalid), "predicted_oom",
+                            (json_int_t)r.predicted_oom, "predicted", (json_int_t)r.predicted, "seconds",
+                            secs, "strategies", list, "assumptions", assume);
     char *text = out ? json_dumps(out, JSON_INDENT(2)) : NULL;
     if (text) printf("%s\n", text);
     free(text);
     json_decref(out);
   } else {
     printf("plan for %d x %s (%d node%s of %d) from the device profile %s, no measured calibration:\n"
-           "%zu candidates%s, %zu predicted, %zu out of memory, in %.1f s\n\n",
-           o->devices, prof.name, nodes, nodes == 1 ? "" : "s", per_node, prof.name, r.candidates,
-           o->fix ? "" : "", r.predicted, r.predicted_oom, secs);
-    if (o->fix) printf("held by --fix %s: %zu completions\n\n", o->fix, r.candidates - r.invalid - r.filtered);
+           "%zu candidates, %zu of them the model allows, %zu predicted, %zu out of memory, in %.1f s\n\n",
+           o->devices, prof.name, nodes, nodes == 1 ? "" : "s", per_node, prof.name,
+           r.candidates - r.filtered, r.candidates - r.filtered - r.invalid, r.predicted, r.predicted_oom,
+           secs);
+    if (o->fix)
+      printf("only the completions of --fix %s: %zu of the pool's %zu\n\n", o->fix, r.candidates - r.filtered,
+             r.candidates);
     size_t keyw = 8;
     char key[AA_STRATEGY_KEY_MAX];
     for (size_t i = 0; i < r.n; i++) {

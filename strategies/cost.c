@@ -254,11 +254,16 @@ void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum
   aa_pp_place_t p;
   aa_pp_plan_t plan, *pl = NULL;
   if (place_of(arch, s, stage, &p)) return;
-  /* The plan checks that the schedule suits A micro-batches; ZeRO 3's
-   * gathers follow its order. */
+  /* The schedule must suit A micro-batches (aa_pp_place with A checks it,
+   * from the schedule's memoised buffers); ZeRO 3's gathers follow its
+   * order, which only the whole plan has. */
   if (s->degree[AA_AXIS_PIPELINE] > 1) {
-    if (aa_pp_plan(s->schedule, s->degree[AA_AXIS_PIPELINE], p.vpp, (int)A, &plan)) return;
-    pl = &plan;
+    aa_pp_place_t with_m;
+    if (aa_pp_place(arch, s, (int)A, stage, &with_m)) return;
+    if (aa_sizes_zero_stage(s->zero, out->data.ranks) == 3) {
+      if (aa_pp_plan(s->schedule, s->degree[AA_AXIS_PIPELINE], p.vpp, (int)A, &plan)) return;
+      pl = &plan;
+    }
   }
   if (out->data.ranks > 1) data_comm(arch, s, &p, pl, A, &out->data);
   if (s->degree[AA_AXIS_TENSOR] > 1) tensor_comm(arch, s, &p, A, &out->tensor);
@@ -271,7 +276,7 @@ void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum
       add(&out->embedding, AA_COST_ALL_REDUCE, 1, aa_sizes_unit_numel(arch, s->degree[AA_AXIS_TENSOR], 0),
           sizeof(float));
     }
-    aa_pp_plan_free(pl);
+    if (pl) aa_pp_plan_free(pl);
   }
 }
 

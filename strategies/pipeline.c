@@ -2,6 +2,8 @@
  * simulated plan of a schedule. */
 #include "pipeline.h"
 
+#include <pthread.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,6 +125,100 @@ int aa_pp_bounds(const aa_arch_t *a, const aa_strategy_t *s, int bounds[AA_STRAT
   return 0;
 }
 
+/* What aa_pp_place takes from a schedule's plan: each rank's buffers. A
+ * plan simulates the whole schedule (m x vpp events a rank, sorted), and a
+ * planner asks for the same few hundred schedules (sched, pp, vpp, m) for
+ * every rank of millions of candidates, so they are kept: one table for
+ * the process (plans run on the planner's thread pool too, hence the
+ * lock), open addressing, emptied when full. Entries stay reachable from
+ * the table, which lives as long as the process. */
+typedef struct {
+  int sched, pp, v, m;
+  int *slots, *act_bufs, *grad_bufs; /* [pp] each, one allocation */
+} schedule_bufs_t;
+
+#define SCHEDULE_MEMO 32768 /* slots; emptied at half full */
+
+static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
+static schedule_bufs_t memo[SCHEDULE_MEMO];
+static int memo_used;
+
+static unsigned memo_hash(int sched, int pp, int v, int m) {
+  unsigned h = 2166136261u;
+  const int k[4] = {sched, pp, v, m};
+  for (int i = 0; i < 4; i++)
+    h = (h ^ (unsigned)k[i]) * 16777619u;
+  return h % SCHEDULE_MEMO;
+}
+
+static int schedule_bufs_exact(aa_pp_schedule_t sched, int pp, int v, int m, int stage, int out[3]);
+
+/* Rank `stage`'s buffers of the schedule into *out; 0, or the plan's
+ * error. Past 2 pp micro-batches every rank's buffers grow by the same
+ * amount with each further step of the micro-batch count (1, or pp for
+ * the interleaved schedule, whose counts are multiples of pp): by 0 under
+ * 1f1b and the interleaved schedule (in flight is bounded by the
+ * warm-up), by 1 under GPipe (every forward before any backward). So a
+ * count m past that is read off the two plans at m0 and m0 + step, m0 =
+ * 2 pp, rather than simulated whole (a 64-stage schedule of 3,072
+ * micro-batches has 400,000 events); tests/test_pipeline.c holds this
+ * against the full simulation. */
+static int schedule_bufs(aa_pp_schedule_t sched, int pp, int v, int m, int stage, int out[3]) {
+  const int step = sched == AA_SCHEDULE_INTERLEAVED ? pp : 1, m0 = 2 * pp;
+  if (m <= m0 + step || (m - m0) % step) return schedule_bufs_exact(sched, pp, v, m, stage, out);
+  int a[3], b[3], rc;
+  if ((rc = schedule_bufs_exact(sched, pp, v, m0, stage, a)) ||
+      (rc = schedule_bufs_exact(sched, pp, v, m0 + step, stage, b)))
+    return rc;
+  const int k = (m - m0) / step;
+  for (int i = 0; i < 3; i++)
+    out[i] = a[i] + k * (b[i] - a[i]);
+  return 0;
+}
+
+static int schedule_bufs_exact(aa_pp_schedule_t sched, int pp, int v, int m, int stage, int out[3]) {
+  pthread_mutex_lock(&memo_lock);
+  unsigned i = memo_hash((int)sched, pp, v, m);
+  for (; memo[i].slots; i = (i + 1) % SCHEDULE_MEMO) {
+    const schedule_bufs_t *e = &memo[i];
+    if (e->sched == (int)sched && e->pp == pp && e->v == v && e->m == m) {
+      out[0] = e->slots[stage], out[1] = e->act_bufs[stage], out[2] = e->grad_bufs[stage];
+      pthread_mutex_unlock(&memo_lock);
+      return 0;
+    }
+  }
+  pthread_mutex_unlock(&memo_lock);
+  aa_pp_plan_t p;
+  int rc = aa_pp_plan(sched, pp, v, m, &p);
+  if (rc) return rc;
+  out[0] = p.slots[stage], out[1] = p.act_bufs[stage], out[2] = p.grad_bufs[stage];
+  int *bufs = malloc(sizeof *bufs * 3 * (size_t)pp);
+  if (bufs) {
+    for (int r = 0; r < pp; r++)
+      bufs[r] = p.slots[r], bufs[pp + r] = p.act_bufs[r], bufs[2 * pp + r] = p.grad_bufs[r];
+    pthread_mutex_lock(&memo_lock);
+    if (memo_used >= SCHEDULE_MEMO / 2) {
+      for (int k = 0; k < SCHEDULE_MEMO; k++)
+        free(memo[k].slots);
+      memset(memo, 0, sizeof memo);
+      memo_used = 0;
+    }
+    unsigned j = memo_hash((int)sched, pp, v, m);
+    while (memo[j].slots &&
+           !(memo[j].sched == (int)sched && memo[j].pp == pp && memo[j].v == v && memo[j].m == m))
+      j = (j + 1) % SCHEDULE_MEMO;
+    if (memo[j].slots) { /* another thread put it meanwhile */
+      free(bufs);
+    } else {
+      memo[j] = (schedule_bufs_t){(int)sched, pp, v, m, bufs, bufs + pp, bufs + 2 * pp};
+      memo_used++;
+    }
+    pthread_mutex_unlock(&memo_lock);
+  }
+  aa_pp_plan_free(&p);
+  return 0;
+}
+
 int aa_pp_place(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, aa_pp_place_t *out) {
   int bounds[AA_STRATEGY_STAGES_MAX + 1], rc = aa_pp_bounds(a, s, bounds);
   if (rc) return rc;
@@ -141,12 +237,11 @@ int aa_pp_place(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, aa
   out->first = stage == 0;
   out->last = stage == (S - 1) % s->degree[AA_AXIS_PIPELINE];
   if (s->degree[AA_AXIS_PIPELINE] == 1 || m <= 0) return 0;
-  aa_pp_plan_t p;
-  if ((rc = aa_pp_plan(s->schedule, s->degree[AA_AXIS_PIPELINE], v, m, &p))) return rc;
-  out->slots = p.slots[stage];
-  out->act_bufs = p.act_bufs[stage];
-  out->grad_bufs = p.grad_bufs[stage];
-  aa_pp_plan_free(&p);
+  int bufs[3];
+  if ((rc = schedule_bufs(s->schedule, s->degree[AA_AXIS_PIPELINE], v, m, stage, bufs))) return rc;
+  out->slots = bufs[0];
+  out->act_bufs = bufs[1];
+  out->grad_bufs = bufs[2];
   return 0;
 }
 

@@ -27,13 +27,23 @@ static int visit(void *ctx, size_t i, int setting, const aa_strategy_t *cand) {
   aa_plan_rank_t *r = ctx;
   (void)setting;
   r->candidates++;
-  aa_plan_entry_t t = {.s = *cand, .order = i};
-  if (aa_strategy_resolve(&t.s, r->spec, (int)aa_strategy_world(&t.s))) {
+  /* The filter sees the candidate as enumerated (resolve keeps its
+   * degrees, methods and micro-batch), so that a --fix of a large pool
+   * skips the rest unresolved. */
+  if (r->keep && !r->keep(r->keep_ctx, cand)) {
+    r->filtered++;
+    return 0;
+  }
+  /* The commonest refusal, without resolve's message: a tensor degree
+   * that does not divide the heads or the MLP's width. */
+  const int tp = cand->degree[AA_AXIS_TENSOR];
+  if (r->spec->arch.n_head % tp || r->spec->arch.d_ff % tp) {
     r->invalid++;
     return 0;
   }
-  if (r->keep && !r->keep(r->keep_ctx, &t.s)) {
-    r->filtered++;
+  aa_plan_entry_t t = {.s = *cand, .order = i};
+  if (aa_strategy_resolve(&t.s, r->spec, (int)aa_strategy_world(&t.s))) {
+    r->invalid++;
     return 0;
   }
   /* The bytes a rank must hold are a lower bound of its peak

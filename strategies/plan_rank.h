@@ -19,7 +19,8 @@ typedef struct aa_plan_entry {
   size_t order; /* in the enumeration: the tie-break */
 } aa_plan_entry_t;
 
-/* Keeps a candidate (resolved, within memory) or not; NULL keeps all. */
+/* Keeps a candidate or not, before anything else is done with it (as
+ * space.h enumerates it: not resolved); NULL keeps all. */
 typedef bool (*aa_plan_filter_fn)(void *ctx, const aa_strategy_t *s);
 
 typedef struct aa_plan_rank {
@@ -36,7 +37,7 @@ typedef struct aa_plan_rank {
    * fewer bytes, then the enumeration's order), and the counts. */
   aa_plan_entry_t *list; /* aa_plan_rank_free */
   size_t n;
-  size_t candidates, invalid, filtered, predicted, predicted_oom, unpredicted;
+  size_t candidates, filtered, invalid, predicted, predicted_oom, unpredicted; /* filtered: by keep, first */
   size_t tensor_too_wide; /* tensor groups larger than a host (pool.host_devices): not placeable */
   char unpredicted_why[256];
 } aa_plan_rank_t;

@@ -523,8 +523,42 @@ AA_TEST(one_f_one_b_keeps_fewer_activations_than_gpipe) {
     }
 }
 
+/* aa_pp_place reads a long schedule's buffers off two short ones
+ * (pipeline.c schedule_bufs): they must be the whole simulation's, on
+ * every rank, for every schedule. */
+AA_TEST(long_schedules_have_the_buffers_of_the_whole_simulation) {
+  const aa_pp_schedule_t scheds[] = {AA_SCHEDULE_1F1B, AA_SCHEDULE_GPIPE, AA_SCHEDULE_INTERLEAVED};
+  const aa_arch_t a = arch(48, 16, 32, 8, 64);
+  int compared = 0;
+  for (int k = 0; k < 3; k++)
+    for (int pp = 2; pp <= 8; pp++)
+      for (int v = 1; v <= 3; v++) {
+        const bool inter = scheds[k] == AA_SCHEDULE_INTERLEAVED;
+        if (inter != (v > 1)) continue;
+        aa_strategy_t s = strat(pp, v, scheds[k], AA_PARTITION_UNIFORM);
+        const int step = inter ? pp : 1;
+        for (int m = 2 * pp; m <= 13 * pp; m += step) {
+          aa_pp_plan_t plan;
+          if (aa_pp_plan(scheds[k], pp, v, m, &plan)) continue;
+          for (int r = 0; r < pp; r++) {
+            aa_pp_place_t pl;
+            CHECK(aa_pp_place(&a, &s, m, r, &pl) == 0);
+            CHECK_MSG(pl.slots == plan.slots[r] && pl.act_bufs == plan.act_bufs[r] &&
+                          pl.grad_bufs == plan.grad_bufs[r],
+                      "%s pp %d v %d m %d rank %d: %d/%d/%d, simulated %d/%d/%d",
+                      aa_pp_schedule_name(scheds[k]), pp, v, m, r, pl.slots, pl.act_bufs, pl.grad_bufs,
+                      plan.slots[r], plan.act_bufs[r], plan.grad_bufs[r]);
+            compared++;
+          }
+          aa_pp_plan_free(&plan);
+        }
+      }
+  CHECK_MSG(compared > 1500, "%d", compared);
+}
+
 int main(void) {
   RUN(uniform_partitions_give_the_remainder_to_the_stages_after_the_first);
+  RUN(long_schedules_have_the_buffers_of_the_whole_simulation);
   RUN(parameter_partitions_balance_as_well_as_any_cut);
   RUN(custom_partitions_and_the_pipeline_rules_say_what_is_wrong);
   RUN(every_schedule_runs_to_completion_with_its_slots_and_bubble);

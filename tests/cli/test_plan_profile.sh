@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# `autoaccel plan MODEL --pool PROFILE:N`: a pool nobody measured, planned
+# in the CLI from a device profile, with no planner (docs/device-profiles.md
+# "Planning from a profile"): the whole pool by default, --subsets, the
+# figures of the table against the JSON, every strategy within the device's
+# memory, --fix ranking only the completions of a partial strategy,
+# --per-node, a user's profile file, the errors; and plans of 3,072 GPUs
+# (the time each took printed, not asserted: bench/plan_scale.sh measures).
+# The roofline's arithmetic is tests/test_roofline.c's.
+set -u
+AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
+SRC=${AA_SOURCE_DIR:?set AA_SOURCE_DIR to the source tree}
+PY=/usr/bin/python3
+# shellcheck source=tests/cli/expect.sh
+source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
+# No planner may be needed: one that answered would be a bug hidden.
+export AUTOACCEL_HOME="$tmp/home"
+M=$SRC/examples/models
+
+# Usage: the options of the other kind of pool, and the other way round.
+expect 2 "--hosts \(use --per-node\)" "$AA" plan "$M/ptdp-gpt-1.7b.json" --pool a100-80gb:32 --hosts 4
+expect 2 "are for a pool named by a device profile" "$AA" plan "$M/ptdp-gpt-1.7b.json" --pool cuda:8 --per-node 4
+expect 2 "are for a pool named by a device profile" "$AA" plan "$M/ptdp-gpt-1.7b.json" --pool cuda:8 --subsets
+expect 2 "--per-node needs an integer" "$AA" plan "$M/ptdp-gpt-1.7b.json" --pool a100-80gb:32 --per-node 0
+expect 1 "not whole nodes of 8 GPUs" "$AA" plan "$M/ptdp-gpt-1.7b.json" --pool a100-80gb:12
+expect 1 'no device profile named "b300-288gb"' "$AA" plan "$M/ptdp-gpt-1.7b.json" --pool b300-288gb:8
+expect 1 "no such file|cannot open|No such" "$AA" plan "$M/ptdp-gpt-1.7b.json" --pool "$tmp/none.json:8"
+
+# The table and its assumptions; no planner was asked.
+expect 0 "^plan for 32 x a100-80gb \(4 nodes of 8\) from the device profile a100-80gb, no measured calibration" \
+  "$AA" plan "$M/ptdp-gpt-1.7b.json" --pool a100-80gb:32
+expect 0 "^RANK +STRATEGY +TOK/S +TFLOP/S/GPU +MFU +STEP S +MEM/GPU +BUBBLE +COMM$" \
+  "$AA" plan "$M/ptdp-gpt-1.7b.json" --pool a100-80gb:32
+expect 0 "every strategy uses all 32 devices" "$AA" plan "$M/ptdp-gpt-1.7b.json" --pool a100-80gb:32
+expect 0 "GEMMs at 0\.73 of the dense peak" "$AA" plan "$M/ptdp-gpt-1.7b.json" --pool a100-80gb:32
+
+# --json: every strategy of all 32 devices within 80 GiB, best first; the
+# MFU and TFLOP/s per GPU are the model's FLOPs over the step, worked here
+# from the spec with PTD-P's formula (no recomputation for MFU: 72 B s l
+# h^2 (1 + s/(6h) + V/(12 l h)); with full checkpointing 96 and V/(16 l h)).
+"$AA" plan "$M/ptdp-gpt-1.7b.json" --pool a100-80gb:32 --top 20 --json >"$tmp/p32.json" 2>&1
+out=$("$PY" - "$tmp/p32.json" "$M/ptdp-gpt-1.7b.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1])); m = json.load(open(sys.argv[2]))
+a, B = m["model"], m["train"]["global_batch"]
+s, l, h, V = a["seq_len"], a["n_layer"], a["d_model"], a["vocab_size"]
+bad = []
+if r["source"] != "profile" or r["pool"]["devices"] != 32 or len(r["strategies"]) != 20:
+    bad.append("header %s" % r["pool"])
+rates = [x["tokens_per_s"] for x in r["strategies"]]
+if rates != sorted(rates, reverse=True): bad.append("not best first")
+for x in r["strategies"]:
+    p = x["strategy"]["parallel"]
+    world = p.get("data", 1) * p.get("tensor", 1) * p.get("pipeline", 1) * p.get("context", 1)
+    if world != 32: bad.append("%s uses %d devices" % (x["key"], world))
+    if x["peak_bytes"] > r["pool"]["memory_bytes"]: bad.append("%s over memory" % x["key"])
+    step = x["step_ms"] / 1e3
+    mfu = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)) / step / 32 / 312e12
+    if abs(mfu - x["mfu"]) > 1e-6 * mfu: bad.append("%s mfu %g, by hand %g" % (x["key"], x["mfu"], mfu))
+    full = x["strategy"].get("checkpoint") == "full"
+    f = (96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)) if full else
+         72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)))
+    tf = f / step / 32 / 1e12
+    if abs(tf - x["tflops_per_gpu"]) > 1e-6 * tf: bad.append("%s tflops %g, by hand %g" % (x["key"], x["tflops_per_gpu"], tf))
+    parts = sum(x["step_s"].values())
+    if abs(parts - step) > 1e-9 * step: bad.append("%s parts %g step %g" % (x["key"], parts, step))
+print("ok" if not bad else "; ".join(bad[:5]))
+EOF
+)
+if [ "$out" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --json: $out"; fi
+
+# --subsets adds the smaller gangs; the whole pool has fewer candidates.
+n_whole=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["completions"])' "$tmp/p32.json")
+"$AA" plan "$M/ptdp-gpt-1.7b.json" --pool a100-80gb:8 --json >"$tmp/p8.json" 2>&1
+"$AA" plan "$M/ptdp-gpt-1.7b.json" --pool a100-80gb:8 --subsets --json >"$tmp/p8s.json" 2>&1
+out=$("$PY" - "$tmp/p8.json" "$tmp/p8s.json" <<'EOF'
+import json, sys
+w, s = (json.load(open(f)) for f in sys.argv[1:])
+print("ok" if s["completions"] > w["completions"] > 0 else "whole %d subsets %d" % (w["completions"], s["completions"]))
+EOF
+)
+if [ "$out" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --subsets: $out"; fi
+
+# --fix: PTD-P's 3.6 B row holds tp 2, pp 1 (and no context parallelism,
+# so dp 32), fp16 and full checkpointing; every strategy shown is a
+# completion of it, and the micro-batch, ZeRO and sequence parallelism are
+# free.
+cat >"$tmp/fix.json" <<'EOF'
+{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 2, "pipeline": 1, "context": 1},
+ "amp": "fp16", "checkpoint": "full"}
+EOF
+"$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --fix "$tmp/fix.json" --top 50 --json >"$tmp/fix.out" 2>&1
+out=$("$PY" - "$tmp/fix.out" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+keys = [x["key"] for x in r["strategies"]]
+bad = [k for k in keys if not (k.startswith("dp32.tp2.pp1.") and ".fp16.ckpt-full." in k)]
+mbs = {k.split(".mb")[1] for k in keys}
+print("ok" if keys and not bad and len(mbs) > 1 and r["completions"] < r["candidates"] else "keys %s bad %s" % (keys[:3], bad[:3]))
+EOF
+)
+if [ "$out" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --fix: $out"; fi
+expect 0 "only the completions of --fix" "$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --fix "$tmp/fix.json"
+# A tensor degree the model does not allow has no completion.
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 5}}' >"$tmp/fix5.json"
+expect 1 "no strategy fits the pool" "$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --fix "$tmp/fix5.json"
+echo '{"format": "autoaccel-strategy", "version": 1, "zero": 9}' >"$tmp/fixbad.json"
+expect 1 "zero" "$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --fix "$tmp/fixbad.json"
+
+# --per-node: nodes of 4 put a tp 8 group across two nodes, which is left out.
+expect 0 "16 nodes of 4" "$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --per-node 4
+expect 0 "tensor groups inside a node \([1-9][0-9]* strategies with a wider one left out\)" \
+  "$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --per-node 4
+
+# A user's profile file: the H100's with twice the network; planned the
+# same way, and at least as fast as the catalogue's H100 for a pool across
+# nodes.
+"$AA" plan --show-device h100-80gb >/dev/null 2>&1
+"$PY" - "$SRC/profiles/h100-80gb.json" "$tmp/h100-fastnet.json" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["name"] = "h100-fastnet"
+p["inter_node"]["bytes_per_s"]["value"] *= 2
+json.dump(p, open(sys.argv[2], "w"))
+EOF
+"$AA" plan "$M/ptdp-gpt-7.5b.json" --pool h100-80gb:128 --top 1 --json >"$tmp/h1.json" 2>&1
+"$AA" plan "$M/ptdp-gpt-7.5b.json" --pool "$tmp/h100-fastnet.json:128" --top 1 --json >"$tmp/h2.json" 2>&1
+out=$("$PY" - "$tmp/h1.json" "$tmp/h2.json" <<'EOF'
+import json, sys
+a, b = (json.load(open(f))["strategies"][0]["tokens_per_s"] for f in sys.argv[1:])
+print("ok" if b >= a > 0 else "catalogue %g, faster network %g" % (a, b))
+EOF
+)
+if [ "$out" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: user profile: $out"; fi
+
+# A spec with a llama (no data needed): Llama 3 8B on 8 H100s.
+expect 0 "^ +1 +dp" "$AA" plan "$M/llama3-8b.json" --pool h100-80gb:8
+
+# Thousands of GPUs: PTD-P's 1 T row held at its tp 8, pp 64 on 3,072 A100s,
+# and GPT-3 175B on 1,024 H100s unfixed. The time each took is printed.
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 8, "pipeline": 64}}' >"$tmp/fix1t.json"
+for run in "ptdp-gpt-1008b.json --pool a100-80gb:3072 --fix $tmp/fix1t.json" "gpt3-175b.json --pool h100-80gb:1024"; do
+  set -- $run
+  model=$1; shift
+  start=$(date +%s.%N)
+  "$AA" plan "$M/$model" "$@" --top 3 >"$tmp/big.txt" 2>&1; rc=$?
+  end=$(date +%s.%N)
+  if [ "$rc" = 0 ] && grep -q "^ *1  dp" "$tmp/big.txt"; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL: $model $*: exit $rc"; head -5 "$tmp/big.txt"; fi
+  printf 'plan %s %s: %.1f s (this build; bench/plan_scale.sh times the Release one)\n' "$model" "$*" \
+    "$(echo "$end - $start" | bc)"
+  sed -n 2p "$tmp/big.txt"
+done
+
+echo "plan profile: $pass passed, $fail failed"
+[ "$fail" = 0 ]
