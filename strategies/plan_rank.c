@@ -1,8 +1,10 @@
 /* Ranking a pool's strategies by their predicted step (plan_rank.h). */
 #include "plan_rank.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "sizes.h"
 
@@ -21,6 +23,40 @@ static void keep(aa_plan_rank_t *r, const aa_plan_entry_t *t) {
   for (; i > 0 && better(t, &r->list[i - 1]); i--)
     r->list[i] = r->list[i - 1];
   r->list[i] = *t;
+}
+
+/* The bytes a rank must hold, the largest over the pipeline ranks (as
+ * aa_cost_memory): the model's states of each rank are kept for the
+ * candidates that differ only in their micro-batch and checkpointing (the
+ * space walks those consecutively), their activations computed anew. */
+static size_t rank_bytes(aa_plan_rank_t *r, const aa_strategy_t *s, int m) {
+  const int pp = s->degree[AA_AXIS_PIPELINE];
+  aa_strategy_t key = *s;
+  key.micro_batch = 0;
+  key.ckpt = AA_CKPT_NONE;
+  key.ckpt_layers = 0;
+  if (!r->states || memcmp(&r->states_key, &key, sizeof key)) {
+    free(r->states);
+    r->states = malloc(sizeof *r->states * (size_t)pp);
+    if (!r->states) return SIZE_MAX;
+    r->states_key = key;
+    for (int st = 0; st < pp; st++) {
+      size_t b[AA_MEM_NKINDS];
+      r->states[st] = 0;
+      if (aa_sizes_rank_states(&r->spec->arch, s, st, b)) continue;
+      for (int k = 0; k < AA_MEM_NKINDS; k++)
+        r->states[st] += b[k];
+    }
+  }
+  size_t most = 0;
+  for (int st = 0; st < pp; st++) {
+    size_t b[AA_MEM_NKINDS], total = r->states[st];
+    if (aa_sizes_rank_acts(&r->spec->arch, s, m, st, b)) continue;
+    for (int k = 0; k < AA_MEM_NKINDS; k++)
+      total += b[k];
+    if (total > most) most = total;
+  }
+  return most;
 }
 
 static int visit(void *ctx, size_t i, int setting, const aa_strategy_t *cand) {
@@ -48,9 +84,7 @@ static int visit(void *ctx, size_t i, int setting, const aa_strategy_t *cand) {
   }
   /* The bytes a rank must hold are a lower bound of its peak
    * (strategies/cost.h): past the device's memory it is an oom. */
-  aa_cost_mem_t m;
-  aa_cost_memory(&r->spec->arch, &t.s, aa_strategy_accum_steps(&t.s, r->spec), &m);
-  if (r->memory && m.total > r->memory) {
+  if (r->memory && rank_bytes(r, &t.s, aa_strategy_accum_steps(&t.s, r->spec)) > r->memory) {
     r->predicted_oom++;
     return 0;
   }
@@ -81,6 +115,8 @@ int aa_plan_rank(aa_plan_rank_t *r) {
 }
 
 void aa_plan_rank_free(aa_plan_rank_t *r) {
+  free(r->states);
+  r->states = NULL;
   free(r->list);
   r->list = NULL;
   r->n = 0;

@@ -40,6 +40,9 @@ typedef struct aa_plan_rank {
   size_t candidates, filtered, invalid, predicted, predicted_oom, unpredicted; /* filtered: by keep, first */
   size_t tensor_too_wide; /* tensor groups larger than a host (pool.host_devices): not placeable */
   char unpredicted_why[256];
+  /* Private: the model states of each pipeline rank of the last setting. */
+  aa_strategy_t states_key;
+  size_t *states;
 } aa_plan_rank_t;
 
 #define AA_PLAN_TOP_MAX 1000

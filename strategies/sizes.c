@@ -294,17 +294,17 @@ static void add(size_t bytes[AA_MEM_NKINDS], const aa_buf_size_t *b) {
   bytes[b->kind] += b->numel * aa_dtype_size(b->dtype);
 }
 
-int aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, size_t bytes[AA_MEM_NKINDS]) {
+int aa_sizes_rank_states(const aa_arch_t *a, const aa_strategy_t *s, int stage, size_t bytes[AA_MEM_NKINDS]) {
   memset(bytes, 0, AA_MEM_NKINDS * sizeof bytes[0]);
   aa_pp_place_t place, *pp = NULL;
   if (s->degree[AA_AXIS_PIPELINE] > 1) {
-    int rc = aa_pp_place(a, s, m, stage, &place);
+    int rc = aa_pp_place(a, s, 0, stage, &place);
     if (rc) return rc;
     pp = &place;
   }
   /* ZeRO shards over the ranks that hold the same slice of the model: the
    * data group, times the context group (Megatron's). */
-  const int cp = s->degree[AA_AXIS_CONTEXT], replicas = aa_sizes_replicas(s);
+  const int replicas = aa_sizes_replicas(s);
   const int zero = aa_sizes_zero_stage(s->zero, replicas);
   aa_model_sizes_t ms;
   aa_sizes_model(a, s->degree[AA_AXIS_TENSOR], pp, s->amp, zero, &ms);
@@ -322,6 +322,19 @@ int aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, 
     add(bytes, &z.punit[k]);
     add(bytes, &z.punit16[k]);
   }
+  return 0;
+}
+
+int aa_sizes_rank_acts(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage,
+                       size_t bytes[AA_MEM_NKINDS]) {
+  memset(bytes, 0, AA_MEM_NKINDS * sizeof bytes[0]);
+  aa_pp_place_t place, *pp = NULL;
+  if (s->degree[AA_AXIS_PIPELINE] > 1) {
+    int rc = aa_pp_place(a, s, m, stage, &place);
+    if (rc) return rc;
+    pp = &place;
+  }
+  const int cp = s->degree[AA_AXIS_CONTEXT];
   aa_act_layout_t l;
   const aa_act_shape_t sh = {.B = s->micro_batch,
                              .T = a->seq_len / cp,
@@ -335,5 +348,15 @@ int aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, 
   aa_sizes_acts(a, &sh, &l, NULL);
   bytes[AA_MEM_ACTS] += l.acts;
   bytes[AA_MEM_WORKSPACE] += l.workspace;
+  return 0;
+}
+
+int aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, size_t bytes[AA_MEM_NKINDS]) {
+  size_t acts[AA_MEM_NKINDS];
+  int rc = aa_sizes_rank_states(a, s, stage, bytes);
+  if (!rc) rc = aa_sizes_rank_acts(a, s, m, stage, acts);
+  if (rc) return rc;
+  for (int k = 0; k < AA_MEM_NKINDS; k++)
+    bytes[k] += acts[k];
   return 0;
 }

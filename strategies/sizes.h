@@ -256,5 +256,13 @@ int aa_sizes_block_full(aa_ckpt_mode_t ckpt, int ckpt_layers, int l);
  * rank holds seq_len / cp tokens of each sequence and ZeRO shards over the
  * data x context ranks. */
 int aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, size_t bytes[AA_MEM_NKINDS]);
+/* Its two parts, which add up to it: the model's states (parameters,
+ * gradients, the optimizer and ZeRO's buffers), which depend on neither
+ * the micro-batch, their count nor checkpointing, so that a planner
+ * computes them once for every such variant; and the activations and
+ * workspace. */
+int aa_sizes_rank_states(const aa_arch_t *a, const aa_strategy_t *s, int stage, size_t bytes[AA_MEM_NKINDS]);
+int aa_sizes_rank_acts(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage,
+                       size_t bytes[AA_MEM_NKINDS]);
 
 #endif

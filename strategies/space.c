@@ -295,8 +295,9 @@ size_t aa_space_micro_batches(int *out, size_t cap, int per_rank) {
 /* No int has more divisors than 2095133040 (1600; the next number with
  * more exceeds INT_MAX), so any per-rank batch's micro-batches fit. */
 #define MAX_DIVISORS 1600
-/* 1f1b, interleaved and gpipe, each uniform and by parameters. */
-#define MAX_SHAPES 6
+/* 1f1b, interleaved at 2, 4, ... up to AA_SPACE_VPP_MAX virtual stages,
+ * and gpipe, each uniform and by parameters. */
+#define MAX_SHAPES (2 * (2 + AA_SPACE_VPP_STEPS))
 
 /* The pipeline shapes of layout l (see aa_space_enumerate) into out, as
  * strategies with the layout set; returns how many. */
@@ -312,18 +313,20 @@ static size_t pipeline_shapes(aa_strategy_t out[MAX_SHAPES], const aa_space_layo
     return 1;
   }
   size_t n = 0;
-  for (size_t k = 0; k < sizeof schedules / sizeof schedules[0]; k++) {
-    s.schedule = schedules[k];
-    s.vpp = s.schedule == AA_SCHEDULE_INTERLEAVED ? 2 : 1;
-    s.partition = AA_PARTITION_UNIFORM;
-    int uniform[AA_STRATEGY_STAGES_MAX + 1], params[AA_STRATEGY_STAGES_MAX + 1];
-    if (aa_pp_bounds(p->arch, &s, uniform)) continue; /* more stages than blocks */
-    out[n++] = s;
-    s.partition = AA_PARTITION_PARAMETERS;
-    if (!aa_pp_bounds(p->arch, &s, params) &&
-        memcmp(uniform, params, sizeof uniform[0] * (size_t)(aa_pp_stages(&s) + 1)) != 0)
+  const int vmax = p->vpp_max > AA_SPACE_VPP_MAX ? AA_SPACE_VPP_MAX : p->vpp_max > 2 ? p->vpp_max : 2;
+  for (size_t k = 0; k < sizeof schedules / sizeof schedules[0]; k++)
+    for (int v = 2; v <= (schedules[k] == AA_SCHEDULE_INTERLEAVED ? vmax : 2); v *= 2) {
+      s.schedule = schedules[k];
+      s.vpp = s.schedule == AA_SCHEDULE_INTERLEAVED ? v : 1;
+      s.partition = AA_PARTITION_UNIFORM;
+      int uniform[AA_STRATEGY_STAGES_MAX + 1], params[AA_STRATEGY_STAGES_MAX + 1];
+      if (aa_pp_bounds(p->arch, &s, uniform)) continue; /* more stages than blocks */
       out[n++] = s;
-  }
+      s.partition = AA_PARTITION_PARAMETERS;
+      if (!aa_pp_bounds(p->arch, &s, params) &&
+          memcmp(uniform, params, sizeof uniform[0] * (size_t)(aa_pp_stages(&s) + 1)) != 0)
+        out[n++] = s;
+    }
   return n;
 }
 

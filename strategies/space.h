@@ -89,7 +89,15 @@ typedef struct aa_space_pool {
   /* Only gangs of all the devices (a training job's, `plan`'s default):
    * the layouts of world = devices alone. */
   bool whole;
+  /* The interleaved schedule's virtual stages: 2 (0 reads as 2: the
+   * search's), or every power of two up to vpp_max (at most
+   * AA_SPACE_VPP_MAX) where pp x vpp <= n_layer. Megatron's
+   * virtual_pipeline_model_parallel_size; the bubble falls with it. */
+  int vpp_max;
 } aa_space_pool_t;
+
+#define AA_SPACE_VPP_MAX 16
+#define AA_SPACE_VPP_STEPS 4 /* 2, 4, 8, 16 */
 
 /* What exists. Each function writes at most cap values (fewer when the
  * space has fewer) into out, in the order the search should try them, and
@@ -137,7 +145,7 @@ size_t aa_space_micro_batches(int *out, size_t cap, int per_rank);
  * precision and checkpoint mode (each as above, nested in that order) a
  * "setting", and within a setting every micro-batch (divisors of
  * global_batch / dp, larger first). The pipeline shapes at pp > 1: the
- * schedules 1f1b, interleaved with 2 virtual stages (where pp * 2 <=
+ * schedules 1f1b, interleaved with 2 virtual stages (or each of pool->vpp_max; where pp * vpp <=
  * n_layer) and gpipe, each with the uniform cut and then the parameters
  * cut where that cut differs (a custom cut is the user's to give). A
  * pipeline takes ZeRO 0 and 1 only (aa_strategy_resolve refuses 2 and 3

@@ -23,8 +23,8 @@ expect 0 "usage: autoaccel plan MODEL --pool KIND:N" "$AA" plan --help
 expect 0 "plan +predict the best strategies" "$AA" --help
 expect 2 "expected one MODEL" "$AA" plan --pool cpu:4
 expect 2 "--pool KIND:N is required" "$AA" plan "$tmp/model.json"
-expect 1 'no device profile named "tpu" (built in: a100-40gb' "$AA" plan "$tmp/model.json" --pool tpu:4
-expect 2 "--pool is cpu:N, cuda:N or PROFILE:N (plan --list-devices), not 'cpu'" "$AA" plan "$tmp/model.json" --pool cpu
+expect 1 'no device profile named "tpu" \(built in: a100-40gb' "$AA" plan "$tmp/model.json" --pool tpu:4
+expect 2 "--pool is cpu:N, cuda:N or PROFILE:N \(plan --list-devices\), not 'cpu'" "$AA" plan "$tmp/model.json" --pool cpu
 expect 2 "--pool's N needs an integer in \[1, 4096\], got '0'" "$AA" plan "$tmp/model.json" --pool cuda:0
 expect 2 "--pool's N needs an integer in \[1, 4096\], got '4097'" "$AA" plan "$tmp/model.json" --pool cuda:4097
 expect 2 "--top needs an integer in \[1, 1000\]" "$AA" plan "$tmp/model.json" --pool cpu:4 --top 0
