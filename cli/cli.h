@@ -46,7 +46,8 @@ typedef struct aa_cli_plan_local {
   int devices, per_node;            /* per_node 0: the profile's GPUs per node */
   size_t top;
   bool json, subsets;
-  const char *fix; /* a partial strategy file, or NULL */
+  const char *fix;   /* a partial strategy file, or NULL */
+  const char *calib; /* a calibration file (`calib export`) of the pool's GPU, or NULL */
 } aa_cli_plan_local_t;
 int aa_cli_plan_local(const aa_cli_plan_local_t *o);
 

@@ -154,10 +154,11 @@ int aa_cmd_plan(int argc, char **argv) {
                                            {"per-node", required_argument, 0, 'G'},
                                            {"subsets", no_argument, 0, 'U'},
                                            {"fix", required_argument, 0, 'F'},
+                                           {"calib", required_argument, 0, 'C'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   const char *planner = NULL, *token_file = NULL, *pool_arg = NULL, *device = NULL, *kind = NULL;
-  const char *show_device = NULL, *fix = NULL;
+  const char *show_device = NULL, *fix = NULL, *calib = NULL;
   char profile[AA_PATH_MAX];
   int per_node = 0;
   bool subsets = false;
@@ -191,6 +192,7 @@ int aa_cmd_plan(int argc, char **argv) {
       break;
     case 'U': subsets = true; break;
     case 'F': fix = optarg; break;
+    case 'C': calib = optarg; break;
     case 'h': usage(stdout); return AA_EXIT_OK;
     default: return bad_usage("unknown option or missing value: '%s'", argv[optind - 1]);
     }
@@ -218,13 +220,15 @@ int aa_cmd_plan(int argc, char **argv) {
                                    .top = (size_t)top,
                                    .json = json,
                                    .subsets = subsets,
-                                   .fix = fix};
+                                   .fix = fix,
+                                   .calib = calib};
     return aa_cli_plan_local(&o);
   }
-  if (per_node || subsets || fix)
-    return bad_usage("--per-node, --subsets and --fix are for a pool named by a device profile (--pool "
-                     "h100-80gb:N)%s",
-                     "");
+  if (per_node || subsets || fix || calib)
+    return bad_usage(
+        "--per-node, --subsets, --fix and --calib are for a pool named by a device profile (--pool "
+        "h100-80gb:N)%s",
+        "");
   if (devices % hosts)
     return bad_usage("--hosts must divide the pool's devices evenly (--pool %s)", pool_arg);
   if (device && strncmp(device, kind, strlen(kind)))

@@ -14,6 +14,7 @@
 #include "client.h"
 #include "common/aa.h"
 #include "common/mem.h"
+#include "strategies/calib_file.h"
 #include "strategies/plan_rank.h"
 #include "strategies/profile.h"
 #include "strategies/roofline.h"
@@ -110,6 +111,49 @@ static json_t *entry_json(const aa_model_spec_t *spec, const aa_device_profile_t
                    "data_comm", e->p.data_comm_s);
 }
 
+/* --calib FILE: a calibration file (`calib export`) of the pool's kind of
+ * GPU: its one-host calibration times what it measured, its links between
+ * hosts (nccl-hosts) the collectives across nodes of the sizes it
+ * measured; the profile the rest. */
+typedef struct {
+  aa_calib_file_t f;
+  const aa_calib_entry_t *one, *across;
+} calib_in_t;
+
+static int calib_load(calib_in_t *ci, const char *path) {
+  memset(ci, 0, sizeof *ci);
+  char *text = NULL;
+  size_t len = 0;
+  int rc = aa_read_file(path, AA_CALIB_FILE_MAX, "a calibration file", &text, &len);
+  if (!rc) rc = aa_calib_file_parse(&ci->f, text, len, path);
+  free(text);
+  if (rc) return rc;
+  for (int i = 0; i < ci->f.n; i++) {
+    const aa_calib_entry_t *e = &ci->f.e[i];
+    if (!e->calib->cuda) continue;
+    if (!strcmp(e->backend, AA_CALIB_ACROSS_HOSTS_CUDA)) {
+      if (!ci->across) ci->across = e;
+    } else if (!ci->one || e->calib->n_op > ci->one->calib->n_op) {
+      ci->one = e;
+    }
+  }
+  if (!ci->one) {
+    aa_calib_file_clear(&ci->f);
+    return aa_error(AA_EINVAL,
+                    "%s: no calibration of a CUDA device measured on one host: a pool named by a "
+                    "GPU profile takes a GPU's calibration (autoaccel calib export cuda)",
+                    path);
+  }
+  return 0;
+}
+
+static const char *date_of(int64_t t, char buf[32]) {
+  time_t at = (time_t)t;
+  struct tm tm;
+  if (!gmtime_r(&at, &tm) || !strftime(buf, 32, "%Y-%m-%d %H:%M UTC", &tm)) snprintf(buf, 32, "?");
+  return buf;
+}
+
 int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
   aa_device_profile_t prof;
   if (aa_profile_find(&prof, o->profile)) return aa_cli_fail("plan");
@@ -121,11 +165,18 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
   }
   fix_t fix;
   if (o->fix && fix_load(&fix, o->fix)) return aa_cli_fail("plan");
+  calib_in_t ci = {0};
+  if (o->calib && calib_load(&ci, o->calib)) return aa_cli_fail("plan");
+  const aa_calib_t *measured = ci.one ? ci.one->calib : NULL;
   aa_roofline_t roof;
   aa_roofline_init(&roof, &prof);
+  aa_roofline_fit(&roof, measured);
   aa_plan_rank_t r = {.spec = o->spec,
-                      .calib = NULL,
-                      .pool = {.devices = o->devices, .host_devices = per_node, .roofline = &roof},
+                      .calib = measured,
+                      .pool = {.devices = o->devices,
+                               .host_devices = per_node,
+                               .roofline = &roof,
+                               .inter = ci.across ? ci.across->calib : NULL},
                       .space = {.devices = o->devices,
                                 .global_batch = o->spec->train.global_batch,
                                 .cuda = true,
@@ -138,20 +189,48 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
                       .keep_ctx = &fix};
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  if (aa_plan_rank(&r)) return aa_cli_fail("plan");
+  if (aa_plan_rank(&r)) {
+    aa_calib_file_clear(&ci.f);
+    return aa_cli_fail("plan");
+  }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   const double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
   const int nodes = o->devices > per_node ? o->devices / per_node : 1;
   char mem[32];
   aa_mem_fmt(mem, (size_t)prof.memory_bytes);
   json_t *assume = json_array();
-  json_array_append_new(
-      assume, json_sprintf("no dry run and no measured calibration: op times from the %s profile's datasheet "
-                           "figures through a roofline (GEMMs at %.2f of the dense peak, attention at %.2f, "
-                           "memory-bound ops at %.3f of the HBM's bytes/s, %.1f us a kernel at least; "
-                           "docs/device-profiles.md, each constant's source there)",
-                           prof.name, roof.eff[AA_ROOF_GEMM], roof.eff[AA_ROOF_ATTENTION],
-                           roof.eff[AA_ROOF_MEMORY], roof.fixed_s * 1e6));
+  if (measured) {
+    char when[32];
+    int ops = 0, modelled = 0;
+    for (size_t i = 0; i < r.n; i++) {
+      if (r.list[i].p.ops_modelled > modelled) modelled = r.list[i].p.ops_modelled;
+      ops = 1;
+    }
+    json_array_append_new(
+        assume,
+        json_sprintf("no dry run: op times from the measured calibration of %s (%s, measured %s, "
+                     "--calib %s) where it has the op's shape; the others (up to %d a strategy shown) "
+                     "from the %s profile's roofline with each op class's level refitted to the "
+                     "measured ops (GEMMs x%.2f, attention x%.2f, memory-bound x%.2f of the profile's "
+                     "times)",
+                     ci.one->device, ci.one->backend, date_of(ci.one->measured_at, when), o->calib,
+                     ops ? modelled : 0, prof.name, roof.scale[AA_ROOF_GEMM][AA_BF16],
+                     roof.scale[AA_ROOF_ATTENTION][AA_BF16], roof.scale[AA_ROOF_MEMORY][AA_BF16]));
+    json_array_append_new(assume,
+                          json_sprintf("collectives of exactly the kind and group size the calibration "
+                                       "measured take its lines (%s inside a node%s); the others the "
+                                       "profile's links",
+                                       ci.one->calib->backend, ci.across ? ", nccl-hosts across nodes" : ""));
+  } else {
+    json_array_append_new(
+        assume,
+        json_sprintf("no dry run and no measured calibration: op times from the %s profile's datasheet "
+                     "figures through a roofline (GEMMs at %.2f of the dense peak, attention at %.2f, "
+                     "memory-bound ops at %.3f of the HBM's bytes/s, %.1f us a kernel at least; "
+                     "docs/device-profiles.md, each constant's source there)",
+                     prof.name, roof.eff[AA_ROOF_GEMM], roof.eff[AA_ROOF_ATTENTION], roof.eff[AA_ROOF_MEMORY],
+                     roof.fixed_s * 1e6));
+  }
   json_array_append_new(
       assume, json_sprintf("%d node%s of %d: Megatron's rank order (tensor, context, data, pipeline from the "
                            "fastest), tensor groups inside a node (%zu strategies with a wider one left out); "
@@ -178,23 +257,25 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
     json_t *list = json_array();
     for (size_t i = 0; i < r.n; i++)
       json_array_append_new(list, entry_json(o->spec, &prof, o->devices, &r.list[i]));
-    json_t *out = json_pack("{s:s, s:{s:s, s:i, s:i, s:I}, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:o}", "source",
-                            "profile", "pool", "profile", prof.name, "devices", o->devices, "per_node",
-                            per_node, "memory_bytes", (json_int_t)prof.memory_bytes, "candidates",
-                            (json_int_t)r.candidates, "completions", (json_int_t)(r.candidates - r.filtered),
-                            "valid", (json_int_t)(r.candidates - r.filtered - r.invalid), "predicted_oom",
-                            (json_int_t)r.predicted_oom, "predicted", (json_int_t)r.predicted, "seconds",
-                            secs, "strategies", list, "assumptions", assume);
+    json_t *out = json_pack(
+        "{s:s, s:s?, s:{s:s, s:i, s:i, s:I}, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:o}", "source",
+        measured ? "calibration" : "profile", "calibration_device", measured ? ci.one->device : NULL, "pool",
+        "profile", prof.name, "devices", o->devices, "per_node", per_node, "memory_bytes",
+        (json_int_t)prof.memory_bytes, "candidates", (json_int_t)r.candidates, "completions",
+        (json_int_t)(r.candidates - r.filtered), "valid", (json_int_t)(r.candidates - r.filtered - r.invalid),
+        "predicted_oom", (json_int_t)r.predicted_oom, "predicted", (json_int_t)r.predicted, "seconds", secs,
+        "strategies", list, "assumptions", assume);
     char *text = out ? json_dumps(out, JSON_INDENT(2)) : NULL;
     if (text) printf("%s\n", text);
     free(text);
     json_decref(out);
   } else {
-    printf("plan for %d x %s (%d node%s of %d) from the device profile %s, no measured calibration:\n"
+    printf("plan for %d x %s (%d node%s of %d) from the device profile %s%s%s:\n"
            "%zu candidates, %zu of them the model allows, %zu predicted, %zu out of memory, in %.1f s\n\n",
            o->devices, prof.name, nodes, nodes == 1 ? "" : "s", per_node, prof.name,
-           r.candidates - r.filtered, r.candidates - r.filtered - r.invalid, r.predicted, r.predicted_oom,
-           secs);
+           measured ? " and the measured calibration of " : ", no measured calibration",
+           measured ? ci.one->device : "", r.candidates - r.filtered, r.candidates - r.filtered - r.invalid,
+           r.predicted, r.predicted_oom, secs);
     if (o->fix)
       printf("only the completions of --fix %s: %zu of the pool's %zu\n\n", o->fix, r.candidates - r.filtered,
              r.candidates);
@@ -227,5 +308,6 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
     if (!r.n) code = AA_EXIT_FAIL;
   }
   aa_plan_rank_free(&r);
+  aa_calib_file_clear(&ci.f);
   return code;
 }

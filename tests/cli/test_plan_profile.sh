@@ -133,6 +133,44 @@ EOF
 )
 if [ "$out" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: user profile: $out"; fi
 
+# --calib FILE: a measured calibration of the GPU (as `calib export` writes
+# it) wins where it has the shape, and sets each op class's level for the
+# shapes it lacks. Here its two bf16 GEMMs took 3 times the profile's
+# roofline, so every GEMM of the plan is refitted to 3 times, and the best
+# strategy is slower than the profile alone predicts.
+"$PY" - "$tmp/cal.json" <<'EOF2'
+import json, sys
+def t(n, c, oc, k): return 6.6e-6 + k * 2.0 * n * c * oc / (989.5e12 * 0.73)
+ops = [["matmul", [n, c, oc, 0], "bf16", 3 * t(n, c, oc, 1), 3 * t(n, c, oc, 2)]
+       for n, c, oc in ((8192, 4096, 6144), (8192, 4096, 28672))]
+cal = {"version": 1, "device": "cuda:NVIDIA H100 80GB HBM3:81559MiB", "backend": "nccl", "cuda": 1,
+       "threads": 0, "host_cores": 0, "ranks": 8, "measured_s": 12.5, "ops": ops,
+       "links": [["all_reduce", 8, 2e-5, 3e11]]}
+f = {"format": "autoaccel-calibration", "version": 1,
+     "calibrations": [{"device": cal["device"], "backend": "nccl", "measured_at": 1795000000, "calibration": cal}]}
+open(sys.argv[1], "w").write(json.dumps(f))
+EOF2
+expect 0 "and the measured calibration of cuda:NVIDIA H100 80GB HBM3:81559MiB" \
+  "$AA" plan "$M/llama3-8b.json" --pool h100-80gb:8 --calib "$tmp/cal.json"
+expect 0 "GEMMs x3\.00, attention x1\.00, memory-bound x1\.00" \
+  "$AA" plan "$M/llama3-8b.json" --pool h100-80gb:8 --calib "$tmp/cal.json"
+"$AA" plan "$M/llama3-8b.json" --pool h100-80gb:8 --top 1 --json >"$tmp/nocal.json" 2>&1
+"$AA" plan "$M/llama3-8b.json" --pool h100-80gb:8 --top 1 --json --calib "$tmp/cal.json" >"$tmp/cal.out" 2>&1
+out=$("$PY" - "$tmp/nocal.json" "$tmp/cal.out" <<'EOF2'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+ra, rb = a["strategies"][0]["tokens_per_s"], b["strategies"][0]["tokens_per_s"]
+ok = a["source"] == "profile" and b["source"] == "calibration" and rb < 0.6 * ra
+print("ok" if ok else "profile %g (%s), calibrated %g (%s)" % (ra, a["source"], rb, b["source"]))
+EOF2
+)
+if [ "$out" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --calib: $out"; fi
+sed 's/"fwd_s"/"x"/; s/"version": 1, "device"/"version": 1, "devize"/' "$tmp/cal.json" >"$tmp/calbad.json"
+expect 1 "calibrations\[0\]\.calibration" "$AA" plan "$M/llama3-8b.json" --pool h100-80gb:8 --calib "$tmp/calbad.json"
+"$PY" -c 'import json,sys; f=json.load(open(sys.argv[1])); c=f["calibrations"][0]; c["device"]="cpu:x:1MiB"; c["backend"]="shm"; c["calibration"].update(device="cpu:x:1MiB", backend="shm", cuda=0, threads=1, host_cores=2); json.dump(f, open(sys.argv[2], "w"))' "$tmp/cal.json" "$tmp/calcpu.json"
+expect 1 "no calibration of a CUDA device" "$AA" plan "$M/llama3-8b.json" --pool h100-80gb:8 --calib "$tmp/calcpu.json"
+expect 2 "--calib are for a pool named by a device profile" "$AA" plan "$M/llama3-8b.json" --pool cuda:8 --calib "$tmp/cal.json"
+
 # A spec with a llama (no data needed): Llama 3 8B on 8 H100s.
 expect 0 "^ +1 +dp" "$AA" plan "$M/llama3-8b.json" --pool h100-80gb:8
 
