@@ -6,6 +6,7 @@
  * to a stream once every run is in: its header counts them all and its
  * axes span them all. */
 #include "report_html.h"
+#include "svg.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -223,80 +224,25 @@ void aa_report_free(aa_report_t *r) {
 
 /* --- writing ------------------------------------------------------------ */
 
-/* Text from the input, escaped for element content and attribute values. */
-static void esc(FILE *f, const char *s) {
-  for (; *s; s++) {
-    switch (*s) {
-    case '&': fputs("&amp;", f); break;
-    case '<': fputs("&lt;", f); break;
-    case '>': fputs("&gt;", f); break;
-    case '"': fputs("&quot;", f); break;
-    case '\'': fputs("&#39;", f); break;
-    default: fputc(*s, f);
-    }
-  }
-}
-
-/* Every chart is W x H user units with the plot inside the margins. */
-enum { W = 720, H = 420, ML = 80, MR = 30, MT = 20, MB = 56 };
-#define PW (W - ML - MR)
-#define PH (H - MT - MB)
-/* A density chart's squares: CELL x CELL user units, COLS x ROWS of them
- * (the top row and right column cut to the plot). */
-#define CELL 10
-#define COLS ((PW + CELL - 1) / CELL)
-#define ROWS ((PH + CELL - 1) / CELL)
-
-/* A round tick step giving about 5 ticks up to max (> 0). */
-static double tick_step(double max) {
-  double raw = max / 5, p = pow(10, floor(log10(raw))), f = raw / p;
-  return p * (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10);
-}
-
-/* The axis top: a little over max (so no point sits on the frame), rounded
- * up to a whole tick; 1 when nothing is positive. */
-static double axis_max(double max) {
-  if (!(max > 0)) return 1;
-  max *= 1.04;
-  double s = tick_step(max);
-  return ceil(max / s) * s;
-}
-
-static double sx(double v, double max) { return ML + v / max * PW; }
-static double sy(double v, double max) { return MT + PH - v / max * PH; }
-
-static void svg_open(FILE *f, const char *id, const char *title) {
-  fprintf(f, "<svg id=\"%s\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" ", id, W, H, W, H);
-  fprintf(f, "role=\"img\" font-family=\"sans-serif\" font-size=\"12\"><title>%s</title>\n", title);
-  fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", W, H);
-}
-
-/* Axes with ticks and grid lines; ymax = 0 draws no y ticks (the rank chart
- * labels its rows itself). */
-static void svg_axes(FILE *f, double xmax, const char *xlabel, double ymax, const char *ylabel) {
-  double st = tick_step(xmax);
-  for (double v = 0; v <= xmax * (1 + 1e-9); v += st) {
-    double x = sx(v, xmax);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#e0e0e0\"/>\n", x, MT, x, MT + PH);
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n", x, MT + PH + 16, v);
-  }
-  if (ymax > 0) {
-    st = tick_step(ymax);
-    for (double v = 0; v <= ymax * (1 + 1e-9); v += st) {
-      double y = sy(v, ymax);
-      fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>\n", ML, y, ML + PW,
-              y);
-      fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", ML - 6, y + 4, v);
-    }
-  }
-  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#000000\"/>\n", ML, MT + PH, ML + PW,
-          MT + PH);
-  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#000000\"/>\n", ML, MT, ML, MT + PH);
-  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", ML + PW / 2, H - 12, xlabel);
-  if (ylabel)
-    fprintf(f, "<text transform=\"translate(16 %d) rotate(-90)\" text-anchor=\"middle\">%s</text>\n",
-            MT + PH / 2, ylabel);
-}
+/* The page's SVG helpers and chart geometry (cli/svg.h), by the short
+ * names this file was written with. */
+#define esc aa_svg_esc
+#define tick_step aa_svg_tick_step
+#define axis_max aa_svg_axis_max
+#define sx aa_svg_x
+#define sy aa_svg_y
+#define svg_open aa_svg_open
+#define svg_axes aa_svg_axes
+#define cell_of aa_svg_cell
+#define W AA_SVG_W
+#define H AA_SVG_H
+#define ML AA_SVG_ML
+#define MT AA_SVG_MT
+#define PW AA_SVG_PW
+#define PH AA_SVG_PH
+#define CELL AA_SVG_CELL
+#define COLS AA_SVG_COLS
+#define ROWS AA_SVG_ROWS
 
 /* The sentence a chart of n points adds to its text when it draws them as
  * densities. */
@@ -306,13 +252,6 @@ static void density_words(FILE *f, bool density, size_t n) {
             " These %zu runs are too many to draw one by one (the page draws up to %d): each square gathers "
             "the runs that fall in it, darker for more, and its title says how many.",
             n, AA_REPORT_POINTS_MAX);
-}
-
-/* The square (0..cells-1) of v on an axis of `cells` squares up to max;
- * points outside the axis go to its ends. */
-static size_t cell_of(double v, double max, int plot, int cells) {
-  double c = floor(v / max * plot / CELL);
-  return c < 0 ? 0 : c >= cells ? (size_t)cells - 1 : (size_t)c;
 }
 
 /* A chart's points as squares of CELL x CELL user units, each as opaque
