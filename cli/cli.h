@@ -48,6 +48,7 @@ typedef struct aa_cli_plan_local {
   bool json, subsets;
   const char *fix;   /* a partial strategy file, or NULL */
   const char *calib; /* a calibration file (`calib export`) of the pool's GPU, or NULL */
+  const char *html;  /* the page to write (plan_html.h), or NULL */
 } aa_cli_plan_local_t;
 int aa_cli_plan_local(const aa_cli_plan_local_t *o);
 

@@ -155,10 +155,11 @@ int aa_cmd_plan(int argc, char **argv) {
                                            {"subsets", no_argument, 0, 'U'},
                                            {"fix", required_argument, 0, 'F'},
                                            {"calib", required_argument, 0, 'C'},
+                                           {"html", required_argument, 0, 'W'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   const char *planner = NULL, *token_file = NULL, *pool_arg = NULL, *device = NULL, *kind = NULL;
-  const char *show_device = NULL, *fix = NULL, *calib = NULL;
+  const char *show_device = NULL, *fix = NULL, *calib = NULL, *html = NULL;
   char profile[AA_PATH_MAX];
   int per_node = 0;
   bool subsets = false;
@@ -193,6 +194,7 @@ int aa_cmd_plan(int argc, char **argv) {
     case 'U': subsets = true; break;
     case 'F': fix = optarg; break;
     case 'C': calib = optarg; break;
+    case 'W': html = optarg; break;
     case 'h': usage(stdout); return AA_EXIT_OK;
     default: return bad_usage("unknown option or missing value: '%s'", argv[optind - 1]);
     }
@@ -221,7 +223,8 @@ int aa_cmd_plan(int argc, char **argv) {
                                    .json = json,
                                    .subsets = subsets,
                                    .fix = fix,
-                                   .calib = calib};
+                                   .calib = calib,
+                                   .html = html};
     return aa_cli_plan_local(&o);
   }
   if (per_node || subsets || fix || calib)

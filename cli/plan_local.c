@@ -13,7 +13,9 @@
 #include "cli.h"
 #include "client.h"
 #include "common/aa.h"
+#include "common/file.h"
 #include "common/mem.h"
+#include "plan_html.h"
 #include "strategies/calib_file.h"
 #include "strategies/plan_rank.h"
 #include "strategies/profile.h"
@@ -76,10 +78,12 @@ typedef struct {
   double comm;       /* share of the step in collectives the schedule waits for */
 } figures_t;
 
-static double peak_of(const aa_device_profile_t *p, aa_dtype_t amp) {
-  double v = amp == AA_BF16 ? p->dense_flop_per_s[AA_PROFILE_BF16]
-             : amp == AA_F16 ? p->dense_flop_per_s[AA_PROFILE_FP16]
-                             : p->dense_flop_per_s[AA_PROFILE_FP32];
+/* MFU's denominator: the device's dense 16-bit tensor-core peak (bf16,
+ * else fp16), whatever a strategy's precision, as PaLM, Megatron and
+ * Llama 3 report it, so that MFU orders strategies as tokens/s does. */
+static double peak_of(const aa_device_profile_t *p) {
+  double v = p->dense_flop_per_s[AA_PROFILE_BF16];
+  if (!(v > 0)) v = p->dense_flop_per_s[AA_PROFILE_FP16];
   return v > 0 ? v : p->dense_flop_per_s[AA_PROFILE_FP32];
 }
 
@@ -89,7 +93,7 @@ static figures_t figures(const aa_model_spec_t *spec, const aa_device_profile_t 
   const double step = e->p.step_s;
   const bool recompute = e->s.ckpt == AA_CKPT_FULL;
   f.tflops_gpu = aa_plan_model_flops(spec, recompute) / step / devices / 1e12;
-  f.mfu = aa_plan_model_flops(spec, false) / step / devices / peak_of(prof, e->s.amp);
+  f.mfu = aa_plan_model_flops(spec, false) / step / devices / peak_of(prof);
   f.comm = (e->p.tensor_comm_s + e->p.pipeline_comm_s + e->p.context_comm_s + e->p.data_comm_s) / step;
   return f;
 }
@@ -154,6 +158,47 @@ static const char *date_of(int64_t t, char buf[32]) {
   return buf;
 }
 
+/* --html: every predicted strategy onto the page. */
+typedef struct {
+  aa_plan_page_t *page;
+  const aa_model_spec_t *spec;
+  const aa_device_profile_t *prof;
+  int devices;
+} seen_t;
+
+static void seen(void *ctx, const aa_plan_entry_t *e) {
+  const seen_t *sn = ctx;
+  char key[AA_STRATEGY_KEY_MAX];
+  aa_strategy_key(&e->s, key);
+  aa_plan_page_add(sn->page, key, (double)e->p.mem.total, figures(sn->spec, sn->prof, sn->devices, e).mfu);
+}
+
+/* --html FILE: the page (plan_html.h); an exit code. */
+static int write_page(const aa_cli_plan_local_t *o, const aa_device_profile_t *prof,
+                      const aa_plan_page_t *page, const aa_plan_rank_t *r, int nodes, int per_node,
+                      const char *calib_device, double secs, const json_t *list, const json_t *assume) {
+  char title[512], pool[128], source[256];
+  snprintf(title, sizeof title, "autoaccel plan: %s on %d x %s", o->spec->name, o->devices, prof->name);
+  snprintf(pool, sizeof pool, "%d x %s, %d node%s of %d", o->devices, prof->name, nodes,
+           nodes == 1 ? "" : "s", per_node);
+  snprintf(source, sizeof source, "the device profile %s%s%s", prof->name,
+           calib_device ? " and the measured calibration of " : ", no measured calibration",
+           calib_device ? calib_device : "");
+  json_t *summary =
+      json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f}", "model", o->spec->name, "pool", pool,
+                "op times from", source, "candidates", (json_int_t)(r->candidates - r->filtered),
+                "the model allows", (json_int_t)(r->candidates - r->filtered - r->invalid), "predicted",
+                (json_int_t)r->predicted, "out of memory", (json_int_t)r->predicted_oom, "seconds", secs);
+  FILE *f = NULL;
+  int rc = summary ? aa_file_open_write(o->html, false, 0644, &f) : aa_error(AA_ENOMEM, "plan: no memory");
+  if (!rc) {
+    rc = aa_plan_page_write(page, f, title, summary, list, assume);
+    if (fclose(f) && !rc) rc = aa_error(AA_EIO, "plan: cannot write %s", o->html);
+  }
+  json_decref(summary);
+  return rc ? aa_cli_fail("plan") : AA_EXIT_OK;
+}
+
 int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
   aa_device_profile_t prof;
   if (aa_profile_find(&prof, o->profile)) return aa_cli_fail("plan");
@@ -187,9 +232,19 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
                       .top = o->top,
                       .keep = o->fix ? fix_keeps : NULL,
                       .keep_ctx = &fix};
+  seen_t sn = {.spec = o->spec, .prof = &prof, .devices = o->devices};
+  if (o->html) {
+    if (!(sn.page = aa_plan_page_new((double)prof.memory_bytes))) {
+      aa_calib_file_clear(&ci.f);
+      return aa_cli_fail("plan");
+    }
+    r.seen = seen;
+    r.seen_ctx = &sn;
+  }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   if (aa_plan_rank(&r)) {
+    aa_plan_page_free(sn.page);
     aa_calib_file_clear(&ci.f);
     return aa_cli_fail("plan");
   }
@@ -242,10 +297,11 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
   json_array_append_new(assume, json_sprintf("memory: a rank's bytes (strategies/cost.h) against the device's "
                                              "%s; %zu strategies out of memory left out before prediction",
                                              mem, r.predicted_oom));
-  json_array_append_new(assume, json_sprintf("MFU: the model's FLOPs without recomputation (3 x the forward's "
-                                             "GEMMs, attention and logits) over the devices' dense peak in the "
-                                             "strategy's precision; TFLOP/S/GPU counts full checkpointing's "
-                                             "recomputed forward as PTD-P does"));
+  json_array_append_new(
+      assume, json_sprintf("MFU: the model's FLOPs without recomputation (3 x the forward's "
+                           "GEMMs, attention and logits) over the devices' dense bf16 peak "
+                           "(whatever the strategy's precision); TFLOP/S/GPU counts full checkpointing's "
+                           "recomputed forward as PTD-P does"));
   if (!o->subsets)
     json_array_append_new(assume, json_sprintf("every strategy uses all %d devices (--subsets for smaller gangs)",
                                                o->devices));
@@ -253,10 +309,17 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
     json_array_append_new(assume, json_sprintf("%zu strategies could not be predicted: %s", r.unpredicted,
                                                r.unpredicted_why));
   int code = AA_EXIT_OK;
-  if (o->json) {
-    json_t *list = json_array();
-    for (size_t i = 0; i < r.n; i++)
-      json_array_append_new(list, entry_json(o->spec, &prof, o->devices, &r.list[i]));
+  json_t *list = json_array();
+  for (size_t i = 0; i < r.n; i++)
+    json_array_append_new(list, entry_json(o->spec, &prof, o->devices, &r.list[i]));
+  if (o->html)
+    code = write_page(o, &prof, sn.page, &r, nodes, per_node, measured ? ci.one->device : NULL, secs, list,
+                      assume);
+  if (code != AA_EXIT_OK) {
+    /* the page's error is printed */
+  } else if (o->json) {
+    json_incref(list);
+    json_incref(assume);
     json_t *out = json_pack(
         "{s:s, s:s?, s:{s:s, s:i, s:i, s:I}, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:o}", "source",
         measured ? "calibration" : "profile", "calibration_device", measured ? ci.one->device : NULL, "pool",
@@ -304,9 +367,12 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
     size_t i;
     json_t *line;
     json_array_foreach(assume, i, line) printf("  - %s\n", json_string_value(line));
-    json_decref(assume);
     if (!r.n) code = AA_EXIT_FAIL;
+    if (o->html) printf("\nthe page: %s\n", o->html);
   }
+  json_decref(list);
+  json_decref(assume);
+  aa_plan_page_free(sn.page);
   aa_plan_rank_free(&r);
   aa_calib_file_clear(&ci.f);
   return code;

@@ -98,6 +98,7 @@ static int visit(void *ctx, size_t i, int setting, const aa_strategy_t *cand) {
     return 0;
   }
   r->predicted++;
+  if (r->seen) r->seen(r->seen_ctx, &t);
   keep(r, &t);
   return 0;
 }

@@ -33,6 +33,10 @@ typedef struct aa_plan_rank {
   size_t top;             /* 1..AA_PLAN_TOP_MAX */
   aa_plan_filter_fn keep; /* --fix and the like */
   void *keep_ctx;
+  /* Called with every predicted candidate (borrowed for the call), for a
+   * page that draws them all; NULL: none. */
+  void (*seen)(void *ctx, const aa_plan_entry_t *e);
+  void *seen_ctx;
   /* Out: the best `top`, best first (the higher predicted tokens/s, then
    * fewer bytes, then the enumeration's order), and the counts. */
   aa_plan_entry_t *list; /* aa_plan_rank_free */

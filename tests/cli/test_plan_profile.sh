@@ -171,6 +171,47 @@ expect 1 "calibrations\[0\]\.calibration" "$AA" plan "$M/llama3-8b.json" --pool 
 expect 1 "no calibration of a CUDA device" "$AA" plan "$M/llama3-8b.json" --pool h100-80gb:8 --calib "$tmp/calcpu.json"
 expect 2 "--calib are for a pool named by a device profile" "$AA" plan "$M/llama3-8b.json" --pool cuda:8 --calib "$tmp/cal.json"
 
+# --html FILE: the page (cli/plan_html.h), every element closed, no script;
+# the best strategies of the text table in its table and marked on the
+# chart; the Pareto front; a link at the destination is not written through.
+expect 0 "the page: $tmp/plan.html" "$AA" plan "$M/ptdp-gpt-7.5b.json" --pool a100-80gb:128 --top 4 --html "$tmp/plan.html"
+out=$("$PY" - "$tmp/plan.html" <<'EOF2'
+import html.parser, sys
+text = open(sys.argv[1]).read()
+void = {"meta", "br", "img", "input", "link", "hr"}
+class P(html.parser.HTMLParser):
+    def __init__(s):
+        super().__init__(); s.stack, s.bad, s.ids, s.rows, s.classes = [], [], set(), 0, {}
+    def handle_starttag(s, t, a):
+        a = dict(a)
+        if "id" in a: s.ids.add(a["id"])
+        if "class" in a: s.classes[a["class"]] = s.classes.get(a["class"], 0) + 1
+        if t == "tr" and "best" in [x for x in s.stack if x.startswith("table#")] : pass
+        if t == "script": s.bad.append("script")
+        if t not in void: s.stack.append(t + ("#" + a["id"] if "id" in a else ""))
+    def handle_startendtag(s, t, a):
+        a = dict(a)
+        if "id" in a: s.ids.add(a["id"])
+    def handle_endtag(s, t):
+        if t in void: return
+        top = s.stack.pop() if s.stack else None
+        if not top or top.split("#")[0] != t: s.bad.append("</%s> closes %s" % (t, top))
+        if t == "tr" and any(x == "table#best" for x in s.stack): s.rows += 1
+p = P(); p.feed(text)
+want = {"summary", "mfu-memory", "device-memory", "pareto", "best", "assumptions", "best-label"}
+bad = p.bad + (["open: %s" % p.stack] if p.stack else []) + ["no #%s" % w for w in want - p.ids]
+if p.rows != 5: bad.append("table#best has %d rows (header + 4 wanted)" % p.rows)
+if p.classes.get("best") != 4: bad.append("%s best points" % p.classes.get("best"))
+if not p.classes.get("front"): bad.append("no front points")
+print("ok" if not bad else "; ".join(bad[:5]))
+EOF2
+)
+if [ "$out" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --html: $out"; fi
+expect 0 "ptdp-gpt-7\.5b on 128 x a100-80gb" cat "$tmp/plan.html"
+echo keep >"$tmp/target" && ln -s "$tmp/target" "$tmp/link.html"
+expect 1 "symbolic link" "$AA" plan "$M/ptdp-gpt-7.5b.json" --pool a100-80gb:128 --html "$tmp/link.html"
+expect 0 "^keep$" cat "$tmp/target"
+
 # A spec with a llama (no data needed): Llama 3 8B on 8 H100s.
 expect 0 "^ +1 +dp" "$AA" plan "$M/llama3-8b.json" --pool h100-80gb:8
 
