@@ -70,6 +70,11 @@ static int visit(void *ctx, size_t i, int setting, const aa_strategy_t *cand) {
     r->filtered++;
     return 0;
   }
+  /* A tensor group stays inside one host. */
+  if (r->pool.host_devices && cand->degree[AA_AXIS_TENSOR] > r->pool.host_devices) {
+    r->tensor_too_wide++;
+    return 0;
+  }
   /* The commonest refusal, without resolve's message: a tensor degree
    * that does not divide the heads or the MLP's width. */
   const int tp = cand->degree[AA_AXIS_TENSOR];
@@ -86,11 +91,6 @@ static int visit(void *ctx, size_t i, int setting, const aa_strategy_t *cand) {
    * (strategies/cost.h): past the device's memory it is an oom. */
   if (r->memory && rank_bytes(r, &t.s, aa_strategy_accum_steps(&t.s, r->spec)) > r->memory) {
     r->predicted_oom++;
-    return 0;
-  }
-  /* A tensor group stays inside one host. */
-  if (r->pool.host_devices && t.s.degree[AA_AXIS_TENSOR] > r->pool.host_devices) {
-    r->tensor_too_wide++;
     return 0;
   }
   if (aa_predict(r->spec, &t.s, r->calib, &r->pool, &t.p)) {
