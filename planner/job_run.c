@@ -11,6 +11,8 @@
 #include "../strategies/calib.h"
 #include "../strategies/cost.h"
 #include "../strategies/predict.h"
+#include "../strategies/profile.h"
+#include "../strategies/roofline.h"
 #include "../strategies/space.h"
 
 #include "../common/json.h"
@@ -87,6 +89,8 @@ void aa__job_free(aa_planner_job_t *j) {
   aa__search_free(&j->search);
   free(j->calib);
   free(j->calib_inter);
+  free(j->profile);
+  free(j->roof);
   free(j->model_json);
   free(j);
 }
@@ -566,14 +570,42 @@ static bool calib_lacks_ops(const aa_planner_job_t *j, int world) {
 
 /* The pool the job's candidates are predicted on: its executors, which on
  * a CPU share the cores of their host; when its gangs span hosts, as many
- * on a host as its largest has, with the links between hosts measured. */
-static aa_predict_pool_t calib_pool(aa_planner_t *p, const aa_planner_job_t *j) {
+ * on a host as its largest has, with the links between hosts measured; on
+ * a GPU of the catalogue, its profile for what the calibration lacks,
+ * refitted to the calibration as it is now. */
+static aa_predict_pool_t calib_pool(aa_planner_t *p, aa_planner_job_t *j) {
   int world = aa__planner_hw_world(j->hardware), most = aa__registry_most_on_one_host(p, j->hardware);
   bool across = aa__registry_spans(p, j->hardware) && most >= 1 && most < world;
+  if (j->roof) {
+    aa_roofline_init(j->roof, j->profile);
+    aa_roofline_fit(j->roof, j->calib);
+  }
   return (aa_predict_pool_t){.devices = world,
                              .host_cores = j->dev_kind == AA_PROTO_DEV_CUDA ? 0 : j->calib->host_cores,
                              .host_devices = across ? most : 0,
-                             .inter = across ? j->calib_inter : NULL};
+                             .inter = across ? j->calib_inter : NULL,
+                             .roofline = j->roof};
+}
+
+/* The profile of the job's GPU, when the catalogue has one (once). */
+static void profile_lookup(aa_planner_t *p, aa_planner_job_t *j, const char *device) {
+  if (j->dev_kind != AA_PROTO_DEV_CUDA || j->roof) return;
+  aa_device_profile_t prof;
+  if (aa_profile_for_device(&prof, device)) return;
+  j->profile = malloc(sizeof *j->profile);
+  j->roof = malloc(sizeof *j->roof);
+  if (!j->profile || !j->roof) {
+    free(j->profile);
+    free(j->roof);
+    j->profile = NULL;
+    j->roof = NULL;
+    return;
+  }
+  *j->profile = prof;
+  aa__planner_log(p,
+                  "job %lld: %s is the %s of the device profiles: op shapes and collectives its calibration "
+                  "lacks are timed from that profile, refitted to the calibration",
+                  (long long)j->id, device, prof.name);
 }
 
 /* Gives every candidate not pruned its calibrated prediction (the search
@@ -594,7 +626,7 @@ static void calib_apply(aa_planner_t *p, aa_planner_job_t *j) {
     }
     aa__search_set_prediction(&j->search, (int)i, pr.tokens_per_s);
     done++;
-    stand_ins += pr.ops_estimated || pr.links_estimated;
+    stand_ins += pr.ops_estimated || pr.links_estimated || pr.ops_modelled || pr.links_modelled;
   }
   aa__planner_log(
       p,
@@ -607,7 +639,7 @@ static void calib_apply(aa_planner_t *p, aa_planner_job_t *j) {
 /* The predicted step of candidate c by part as the store keeps it
  * (runs.predicted_json, docs/store.md), malloc'd; NULL without a
  * calibrated prediction. */
-static char *predicted_json(aa_planner_t *p, const aa_planner_job_t *j, const aa_cand_t *c) {
+static char *predicted_json(aa_planner_t *p, aa_planner_job_t *j, const aa_cand_t *c) {
   if (!j->calib || !(c->predicted > 0)) return NULL;
   const aa_predict_pool_t pool = calib_pool(p, j);
   aa_predict_t pr;
@@ -718,6 +750,7 @@ static void calib_lookup(aa_planner_t *p, aa_planner_job_t *j) {
   }
   free(json);
   inter_lookup(p, j, device);
+  profile_lookup(p, j, device);
   j->calib_wanted = calib_missing(j, calib_world(p, j));
   if (j->calib_wanted || j->inter_wanted) return;
   calib_date_t d = {.backend = calib_backend(p, j)};

@@ -824,6 +824,12 @@ struct aa_planner_job {
    * between hosts, measured by a gang with a rank on every host in turn
    * over gloo and stored as the device's "gloo" calibration. */
   struct aa_calib *calib_inter; /* owned, NULL = none */
+  /* A CUDA device the catalogue has a profile of (strategies/profile.h
+   * aa_profile_for_device): op shapes and collectives the calibration lacks
+   * are timed from it, refitted to the calibration (roofline.h), as `plan
+   * --pool PROFILE:N --calib` does. Both owned, NULL = none. */
+  struct aa_device_profile *profile;
+  struct aa_roofline *roof;
   bool inter_wanted;            /* the pool spans hosts and calib_inter lacks a group size */
   bool calibrating_inter;       /* the running calibration is the one across hosts */
   char calib_what[160];   /* what it measures, for the log */

@@ -70,16 +70,16 @@ static int visit(void *ctx, size_t i, int setting, const aa_strategy_t *cand) {
     r->filtered++;
     return 0;
   }
-  /* A tensor group stays inside one host. */
-  if (r->pool.host_devices && cand->degree[AA_AXIS_TENSOR] > r->pool.host_devices) {
-    r->tensor_too_wide++;
-    return 0;
-  }
   /* The commonest refusal, without resolve's message: a tensor degree
    * that does not divide the heads or the MLP's width. */
   const int tp = cand->degree[AA_AXIS_TENSOR];
   if (r->spec->arch.n_head % tp || r->spec->arch.d_ff % tp) {
     r->invalid++;
+    return 0;
+  }
+  /* A tensor group stays inside one host. */
+  if (r->pool.host_devices && cand->degree[AA_AXIS_TENSOR] > r->pool.host_devices) {
+    r->tensor_too_wide++;
     return 0;
   }
   aa_plan_entry_t t = {.s = *cand, .order = i};

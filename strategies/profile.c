@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const precision_names[AA_PROFILE_PRECISIONS] = {"fp32", "tf32", "bf16", "fp16", "fp8"};
 
@@ -268,6 +269,41 @@ int aa_profile_find(aa_device_profile_t *out, const char *name_or_path) {
                   "no device profile named \"%s\" (built in: %s; a profile file of your own is named by a "
                   "path holding '/' or ending in .json)",
                   safe, aa__profile_nblobs ? known : "none");
+}
+
+/* Whether needle occurs in hay, ignoring ASCII case. */
+static bool has_word(const char *hay, const char *needle, size_t n) {
+  for (; *hay; hay++)
+    if (!strncasecmp(hay, needle, n)) return true;
+  return false;
+}
+
+int aa_profile_for_device(aa_device_profile_t *out, const char *device) {
+  /* "cuda:NVIDIA H100 80GB HBM3:81559MiB": the name between the colons,
+   * the memory after the last. */
+  const char *name = strchr(device, ':'), *mem = strrchr(device, ':');
+  if (strncmp(device, "cuda:", 5) || !name || mem == name)
+    return aa_error(AA_ENOENT, "%s: not a CUDA device fingerprint", device);
+  char model[AA_PROFILE_TEXT_MAX];
+  snprintf(model, sizeof model, "%.*s", (int)(mem - name - 1), name + 1);
+  char *end = NULL;
+  double mib = strtod(mem + 1, &end);
+  if (!end || strcmp(end, "MiB") || !(mib > 0)) return aa_error(AA_ENOENT, "%s: no memory in MiB", device);
+  /* The catalogue's are SXM boards: a PCIe one has other links and clocks. */
+  if (has_word(model, "pcie", 4)) return aa_error(AA_ENOENT, "%s: no profile of a PCIe board", device);
+  for (size_t i = 0; i < aa__profile_nblobs; i++) {
+    const char *pn = aa__profile_blobs[i].name, *dash = strchr(pn, '-');
+    size_t n = dash ? (size_t)(dash - pn) : strlen(pn);
+    if (!has_word(model, pn, n)) continue;
+    aa_device_profile_t p;
+    if (aa_profile_builtin(&p, i)) continue;
+    const double want = (double)p.memory_bytes / (1024.0 * 1024.0);
+    if (fabs(mib - want) <= 0.1 * want) {
+      *out = p;
+      return 0;
+    }
+  }
+  return aa_error(AA_ENOENT, "%s: no built-in profile of this device", device);
 }
 
 /* ---- writing ------------------------------------------------------------ */

@@ -129,6 +129,13 @@ int aa_profile_is_path(const char *arg);
  * there are; a file is read by aa_profile_load. */
 int aa_profile_find(aa_device_profile_t *out, const char *name_or_path);
 
+/* The built-in profile of a CUDA device fingerprint (KIND:NAME:MEMORY_MiB,
+ * as executors report it: "cuda:NVIDIA H100 80GB HBM3:81559MiB"): the one
+ * whose name's model ("h100" of "h100-80gb") NAME holds, ignoring case,
+ * and whose memory is within 10 % of MEMORY. A PCIe board matches none
+ * (the catalogue's are SXM). AA_ENOENT when none matches. */
+int aa_profile_for_device(aa_device_profile_t *out, const char *device);
+
 /* The profile as a JSON object of the file format (sources included), so
  * that aa_profile_parse reads it back as the same profile. *out is
  * transferred (json_decref it); AA_ENOMEM. */

@@ -292,6 +292,34 @@ AA_TEST(a_user_file_is_found_by_its_path_and_a_builtin_by_its_name) {
   CHECK(rmdir(dir) == 0);
 }
 
+/* A job on a pool of GPUs finds its device's profile by the fingerprint
+ * its executors report (nvidia-smi's names, memory in MiB as the driver
+ * gives it). */
+AA_TEST(a_device_fingerprint_finds_its_profile) {
+  static const struct {
+    const char *device, *want; /* want NULL: none */
+  } cases[] = {
+      {"cuda:NVIDIA H100 80GB HBM3:81559MiB", "h100-80gb"},
+      {"cuda:NVIDIA A100-SXM4-80GB:81920MiB", "a100-80gb"},
+      {"cuda:NVIDIA A100-SXM4-40GB:40536MiB", "a100-40gb"},
+      {"cuda:NVIDIA H200:143771MiB", "h200-141gb"},
+      {"cuda:NVIDIA H100 PCIe:81559MiB", NULL},        /* another board */
+      {"cuda:NVIDIA GeForce RTX 4090:24564MiB", NULL}, /* not in the catalogue */
+      {"cuda:NVIDIA A100-SXM4-80GB:20000MiB", NULL},   /* a MIG slice: not the device */
+      {"cpu:AMD EPYC 7B13 (1 threads):24000MiB", NULL},
+      {"cuda:NVIDIA H100 80GB HBM3", NULL}, /* no memory */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    aa_device_profile_t p;
+    int rc = aa_profile_for_device(&p, cases[i].device);
+    if (cases[i].want)
+      CHECK_MSG(rc == 0 && !strcmp(p.name, cases[i].want), "%s: rc %d %s", cases[i].device, rc,
+                rc ? aa_last_error() : p.name);
+    else
+      CHECK_MSG(rc == AA_ENOENT, "%s: rc %d %s", cases[i].device, rc, rc ? "" : p.name);
+  }
+}
+
 int main(void) {
   RUN(every_builtin_profile_parses_with_sane_figures_and_sources);
   RUN(the_catalogue_holds_the_datasheet_figures);
@@ -299,5 +327,6 @@ int main(void) {
   RUN(a_profile_written_as_json_reads_back_as_the_same_bytes);
   RUN(a_broken_profile_is_refused_with_the_field_named);
   RUN(a_user_file_is_found_by_its_path_and_a_builtin_by_its_name);
+  RUN(a_device_fingerprint_finds_its_profile);
   return aa_test_summary();
 }
