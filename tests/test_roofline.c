@@ -251,6 +251,61 @@ AA_TEST(a_measured_line_wins_over_the_profile) {
   free(c);
 }
 
+/* Seconds group g's collectives take as a ring of its ranks, `nodes` of
+ * them across nodes, on the H100 profile's links (the rule of
+ * roofline.h, written out again here). */
+static double ring_by_hand(const aa_cost_group_t *g, int nodes) {
+  const double t = g->ranks, per = t / nodes;
+  double sum = 0;
+  for (int k = 0; k < AA_COST_COLLECTIVES; k++) {
+    const aa_cost_calls_t *x = &g->kind[k];
+    if (!x->calls || g->ranks < 2) continue;
+    if (k == AA_COST_SEND || k == AA_COST_RECV) {
+      sum += x->calls * (nodes > 1 ? 14e-6 : 3.4e-6) + x->bytes / (nodes > 1 ? 41.5e9 : 360e9);
+      continue;
+    }
+    const double passes = k == AA_COST_ALL_REDUCE ? 2 : 1;
+    const double lat = passes * ((t - nodes) * 3.4e-6 + (nodes - 1) * 14e-6);
+    const double bw = nodes > 1 ? fmin(360e9, per * 41.5e9) : 360e9;
+    sum += x->calls * lat + passes * (t - 1) / t * x->bytes / bw;
+  }
+  return sum;
+}
+
+/* Placement of real clusters: nodes of 8, 2 of them and 128. Under
+ * Megatron's order a tensor group of 8 fills a node, a data group then
+ * has one rank a node, a tensor group of 2 leaves a data group 4 ranks a
+ * node, and pipeline neighbours 256 ranks apart sit on different nodes:
+ * every group's collectives are timed on those links. */
+AA_TEST(groups_are_timed_on_the_links_of_2x8_and_128x8_nodes) {
+  aa_device_profile_t p = h100();
+  aa_roofline_t r;
+  aa_roofline_init(&r, &p);
+  aa_model_spec_t sp = gpt(32, 32, 4096, 512);
+  const struct {
+    int devices, dp, tp, pp;
+    int nodes_t, nodes_d, nodes_p; /* nodes each group spans */
+  } cases[] = {
+      {16, 2, 8, 1, 1, 2, 1},
+      {16, 8, 2, 1, 1, 2, 1},
+      {1024, 32, 8, 4, 1, 32, 2},
+      {1024, 128, 2, 4, 1, 32, 2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    aa_strategy_t s = strat(&sp, cases[i].dp, cases[i].tp, cases[i].pp);
+    aa_predict_pool_t pool = {.devices = cases[i].devices, .host_devices = 8, .roofline = &r};
+    aa_predict_t pr;
+    CHECK_MSG(aa_predict(&sp, &s, NULL, &pool, &pr) == 0, "%s", aa_last_error());
+    aa_cost_comm_t cc;
+    aa_cost_comm_stage(&sp.arch, &s, aa_strategy_accum_steps(&s, &sp), pr.stage, &cc);
+    const double t = ring_by_hand(&cc.tensor, cases[i].nodes_t), d = ring_by_hand(&cc.data, cases[i].nodes_d),
+                 pl = ring_by_hand(&cc.pipeline, cases[i].nodes_p), e = ring_by_hand(&cc.embedding, 2);
+    CHECK_MSG(near(pr.tensor_comm_s, t), "case %zu tensor %.9g by hand %.9g", i, pr.tensor_comm_s, t);
+    CHECK_MSG(near(pr.data_comm_s, d + e), "case %zu data %.9g by hand %.9g", i, pr.data_comm_s, d + e);
+    CHECK_MSG(near(pr.pipeline_comm_s, pl), "case %zu pipeline %.9g by hand %.9g", i, pr.pipeline_comm_s, pl);
+  }
+}
+
 int main(void) {
   RUN(op_times_are_the_roofline_worked_by_hand);
   RUN(links_are_rings_on_the_links_a_group_spans);
@@ -258,5 +313,6 @@ int main(void) {
   RUN(a_kind_the_calibration_lacks_is_timed_at_its_class_rate);
   RUN(a_pool_nobody_measured_is_predicted_from_its_profile);
   RUN(a_measured_line_wins_over_the_profile);
+  RUN(groups_are_timed_on_the_links_of_2x8_and_128x8_nodes);
   return aa_test_summary();
 }
