@@ -43,17 +43,17 @@ for run in "ptdp-gpt-1008b a100-80gb:3072" "gpt3-175b h100-80gb:1024" "llama3.1-
   set -- $run
   times=() peak=0 cand=?
   for ((r = 1; r <= ROUNDS; r++)); do
-    start=$(date +%s.%N)
+    start=$(date +%s%N)
     /usr/bin/time -f "%M" -o "$WORK/out/rss" "$AUTOACCEL" plan "$M/$1.json" --pool "$2" --top 5 --json \
       >"$WORK/out/plan.json" 2>"$WORK/logs/plan.log" || die "plan $1 $2 failed: $(cat "$WORK/logs/plan.log")"
-    end=$(date +%s.%N)
-    times+=("$(echo "$end - $start" | bc)")
+    end=$(date +%s%N)
+    times+=("$(( (end - start) / 1000000 ))e-3")
     rss=$(tail -1 "$WORK/out/rss")
     [ "$rss" -gt "$peak" ] && peak=$rss
     cand=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["candidates"])' "$WORK/out/plan.json")
   done
   sorted=$(printf '%s\n' "${times[@]}" | sort -g)
-  printf '%-22s %-18s %10s %9.2f %9.2f %10.1f %10.1f\n' "$1" "$2" "$cand" "$(head -1 <<<"$sorted")" \
-    "$(tail -1 <<<"$sorted")" "$(echo "$peak / 1024" | bc -l)" "$(echo "$base / 1024" | bc -l)"
+  printf '%-22s %-18s %10s %9.2f %9.2f %10d %10d\n' "$1" "$2" "$cand" "$(head -1 <<<"$sorted")" \
+    "$(tail -1 <<<"$sorted")" "$((peak / 1024))" "$((base / 1024))"
 done
 echo "load average (1, 5, 15 min) before: $load0; after: $(cut -d' ' -f1-3 /proc/loadavg) (this plan is one thread)"
