@@ -65,7 +65,7 @@ int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float l
     return aa_error(AA_EINVAL, "optimizer state is on the %s backend but the model is on %s", o->m.ops->name,
                     op->name);
   float *g = m->grads.data;
-  double split = 0, whole = 0, sq;
+  double split = 0, whole = 0, sq = 0; /* set by tensor_squares on success */
   squares(m, g, 0, m->n_params, &split, &whole);
   int rc = tensor_squares(m, split, whole, &sq);
   if (rc) return rc;
@@ -348,7 +348,7 @@ int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr,
   if (z->stage == 0) return aa_adamw_step(&z->opt, m, cfg, lr, grad_scale, skip_nonfinite, grad_norm);
   const aa_ops_t *op = m->ops;
   int U = z->n_units, rc;
-  double split = 0, whole = 0, sq;
+  double split = 0, whole = 0, sq = 0; /* set by tensor_squares on success */
   for (int u = 0; u < U; u++)
     if (z->valid[u]) squares(m, grad_chunk(z, m, u), chunk_start(z, u), z->valid[u], &split, &whole);
   /* Over the data group, then the tensor group (each data rank's chunks
