@@ -280,6 +280,7 @@ static aa_act_shape_t act_shape(const aa_gpt_opts_t *o, int B, int T) {
                           .tp = tp,
                           .sp = tp > 1 && o->sp,
                           .cp = o->context ? aa_comm_world(o->context) : 1,
+                          .zero = o->zero,
                           .amp = o->amp,
                           .ckpt = o->ckpt,
                           .ckpt_layers = o->ckpt_layers,

@@ -138,9 +138,11 @@ static int zero_params(aa_gpt_t *m, int u, float **out, void *data) {
     const char *mine = (const char *)z->pshard.data + z->shard_off[u] * e;
     z->held[k] = -1;
     if (!(rc = m->ops->sync()))
-      rc = aa_comm_all_gather(z->comm, mine, z->amp == AA_F32 ? z->punit[k].data : z->punit16[k].data, c, z->amp);
+      rc =
+          aa_comm_all_gather(z->comm, mine, z->amp == AA_F32 ? z->punit[k].data : z->punit16.data, c, z->amp);
     if (rc) return aa_error_wrap(rc, "gathering the parameters of unit %d", u);
-    if (z->amp != AA_F32) m->ops->cast_to_f32(z->punit[k].data, z->punit16[k].data, z->amp, (size_t)z->world * c);
+    if (z->amp != AA_F32)
+      m->ops->cast_to_f32(z->punit[k].data, z->punit16.data, z->amp, (size_t)z->world * c);
     z->held[k] = u;
   }
   *out = z->punit[k].data;
@@ -209,8 +211,8 @@ void aa_zero_free(aa_zero_t *z, aa_gpt_t *m) {
   for (int k = 0; k < 3; k++) {
     aa_flatbuf_free(&z->gunit[k], z->mem);
     aa_flatbuf_free(&z->punit[k], z->mem);
-    aa_flatbuf_free(&z->punit16[k], z->mem);
   }
+  aa_flatbuf_free(&z->punit16, z->mem);
   aa_flatbuf_free(&z->padded, z->mem);
   aa_flatbuf_free(&z->piece, z->mem);
   aa_flatbuf_free(&z->scalars, z->mem);
@@ -254,15 +256,16 @@ int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t
     rc = aa_error(AA_EINTERNAL, "ZeRO shard of %zu elements, sizes.h says %zu", z->shard_numel, sz.shard);
     goto fail;
   }
-  aa_flatbuf_t *bufs[] = {&z->scalars, &z->piece, &z->padded, &z->gshard, &z->master, &z->pshard};
-  const aa_buf_size_t *sizes[] = {&sz.scalars, &sz.piece, &sz.padded, &sz.gshard, &sz.master, &sz.pshard};
+  aa_flatbuf_t *bufs[] = {&z->scalars, &z->piece,  &z->padded, &z->gshard,
+                          &z->master,  &z->pshard, &z->punit16};
+  const aa_buf_size_t *sizes[] = {&sz.scalars, &sz.piece,  &sz.padded, &sz.gshard,
+                                  &sz.master,  &sz.pshard, &sz.punit16};
   rc = aa_adamw_init_on(&z->opt, m->ops, sz.moment.numel, mem);
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && !rc; i++)
     rc = aa_flatbuf_alloc_as(bufs[i], m->ops, mem, sizes[i]);
   for (int k = 0; k < 3 && !rc; k++)
-    if (!(rc = aa_flatbuf_alloc_as(&z->gunit[k], m->ops, mem, &sz.gunit[k])) &&
-        !(rc = aa_flatbuf_alloc_as(&z->punit[k], m->ops, mem, &sz.punit[k])))
-      rc = aa_flatbuf_alloc_as(&z->punit16[k], m->ops, mem, &sz.punit16[k]);
+    if (!(rc = aa_flatbuf_alloc_as(&z->gunit[k], m->ops, mem, &sz.gunit[k])))
+      rc = aa_flatbuf_alloc_as(&z->punit[k], m->ops, mem, &sz.punit[k]);
   if (rc) goto fail;
   /* Over a group of one at stage 0 the reduction is the identity: no hook,
    * so a single process does not wait for the backend once per unit. */

@@ -110,7 +110,7 @@ typedef struct aa_zero {
   aa_flatbuf_t pshard;       /* stage 3: parameter shard (params), S, in the model's compute type */
   aa_flatbuf_t gunit[3];     /* stages 2-3: padded unit gradient scratch (workspace): wte|wpe, a block, lnf */
   aa_flatbuf_t punit[3];     /* stage 3: gathered padded units (workspace), the same three */
-  aa_flatbuf_t punit16[3];   /* amp, stage 3: the gathered 16-bit units before widening (workspace) */
+  aa_flatbuf_t punit16;      /* amp, stage 3: a gathered 16-bit unit before widening (workspace) */
   int held[3];               /* stage 3: the unit each punit holds while the parameters stay unchanged, or -1 */
   aa_flatbuf_t padded;       /* stages 1-2: one padded unit (workspace) */
   aa_flatbuf_t piece;        /* stages 1-3: one chunk (workspace) */

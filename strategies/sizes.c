@@ -123,10 +123,10 @@ void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype
   out->piece = buf(zero >= 1, max_chunk, AA_F32, AA_MEM_WORKSPACE);
   out->padded = buf(zero == 1 || zero == 2, (size_t)dp * max_chunk, AA_F32, AA_MEM_WORKSPACE);
   out->scalars = buf(dp > 1, 16, AA_F32, AA_MEM_WORKSPACE);
+  out->punit16 = buf(zero == 3 && mixed, (size_t)dp * max_chunk, amp, AA_MEM_WORKSPACE);
   for (int k = 0; k < 3; k++) {
     out->gunit[k] = buf(zero >= 2, padded[k], AA_F32, AA_MEM_WORKSPACE);
     out->punit[k] = buf(zero == 3, padded[k], AA_F32, AA_MEM_WORKSPACE);
-    out->punit16[k] = buf(zero == 3 && mixed, padded[k], amp, AA_MEM_WORKSPACE);
   }
 }
 
@@ -258,6 +258,10 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
   if (mixed) {
     o->ws_res[0] = take(&ws, Ns * C * f4);
     o->ws_res[1] = take(&ws, Ns * C * f4);
+  }
+  /* At stage 3 the model computes with the fp32 units ZeRO gathers
+   * (punit): a widened copy of them would never be read. */
+  if (mixed && sh->zero < 3) {
     o->wblock = take(&ws, block_numel(&d) * f4);
     if (aa_pp_holds_unit(pp, a, 0)) o->wpre = take(&ws, aa_sizes_unit_numel(a, d.tp, 0) * f4);
     if (aa_pp_holds_unit(pp, a, a->n_layer + 1))
@@ -317,10 +321,10 @@ int aa_sizes_rank_states(const aa_arch_t *a, const aa_strategy_t *s, int stage, 
                                  &z.pshard, &z.piece,  &z.padded, &z.scalars};
   for (size_t i = 0; i < sizeof each / sizeof each[0]; i++)
     add(bytes, each[i]);
+  add(bytes, &z.punit16);
   for (int k = 0; k < 3; k++) {
     add(bytes, &z.gunit[k]);
     add(bytes, &z.punit[k]);
-    add(bytes, &z.punit16[k]);
   }
   return 0;
 }
@@ -341,6 +345,7 @@ int aa_sizes_rank_acts(const aa_arch_t *a, const aa_strategy_t *s, int m, int st
                              .tp = s->degree[AA_AXIS_TENSOR],
                              .sp = s->sp,
                              .cp = cp,
+                             .zero = aa_sizes_zero_stage(s->zero, aa_sizes_replicas(s)),
                              .amp = s->amp,
                              .ckpt = s->ckpt,
                              .ckpt_layers = s->ckpt_layers,

@@ -114,15 +114,17 @@ void aa_sizes_model(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtyp
  * tensor ranks (aa_zero_init;
  * see engine/optim.h for what each buffer is for). shard is S, the sum of
  * the units' chunks. moment is each of AdamW's two moments: the whole
- * model at stage 0, S from stage 1. Scratch slots (gunit, punit, punit16)
- * are indexed 0 = wte|wpe, 1 = a block, 2 = lnf, each sized for its
- * largest padded unit; scalars carry host values through the group and
- * exist only when there is a group to reduce over (dp > 1). */
+ * model at stage 0, S from stage 1. Scratch slots (gunit, punit) are
+ * indexed 0 = wte|wpe, 1 = a block, 2 = lnf, each sized for its largest
+ * padded unit; punit16, where a 16-bit unit lands before it is widened
+ * into its slot, is one buffer of the largest padded unit (it is free
+ * again as soon as the unit is widened). scalars carry host values through
+ * the group and exist only when there is a group to reduce over (dp > 1). */
 typedef struct aa_zero_sizes {
   size_t shard;
   aa_buf_size_t moment, gshard, master, pshard;
   aa_buf_size_t piece, padded, scalars;
-  aa_buf_size_t gunit[3], punit[3], punit16[3];
+  aa_buf_size_t gunit[3], punit[3], punit16;
 } aa_zero_sizes_t;
 void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero, int dp,
                    aa_zero_sizes_t *out);
@@ -177,9 +179,9 @@ typedef struct aa_act_block {
  *   workspace  fp32: ws_field, where a field is computed when it is not
  *              kept in place (every field but the block output under amp,
  *              else those some block does not keep); under amp ws_res (2
- *              (B,T,C), the residual stream by block parity) and the
- *              widened weights of one block (wblock), of wte|wpe (wpre)
- *              and of lnf (wpost); ws_stats for a recomputed block (full
+ *              (B,T,C), the residual stream by block parity) and, below
+ *              ZeRO stage 3, the widened weights of one block (wblock), of
+ *              wte|wpe (wpre) and of lnf (wpost); ws_stats for a recomputed block (full
  *              checkpointing); the activation gradients dres, dln (Ns,C),
  *              datty (N,Cl), dqkv (N,3Cl), dfch, dfch_gelu (N,F).
  *              Tensor parallelism (tp > 1) adds xent ((tp + 1) 3N: the
@@ -225,6 +227,8 @@ typedef struct aa_act_layout {
 typedef struct aa_act_shape {
   int B, T, tp, sp;
   int cp; /* the context group's size (1 or 0: none); T is then the rank's seq_len / cp */
+  int zero; /* the ZeRO stage the trainer runs (aa_sizes_zero_stage): from 3 the parameters come
+               gathered in fp32 (aa_zero_sizes_t punit), so no widened copy of them is kept */
   aa_dtype_t amp;
   aa_ckpt_mode_t ckpt;
   int ckpt_layers;

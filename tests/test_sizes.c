@@ -34,6 +34,14 @@ AA_TEST(units_add_up_to_the_model_and_chunks_round_up) {
   aa_sizes_zero(&archs[0], 1, NULL, AA_F32, 0, 2, &z2);
   CHECK(z1.scalars.numel == 0 && z2.scalars.numel == 16);
   CHECK(z1.moment.numel == aa_arch_param_count(&archs[0]) && z2.moment.numel == z1.moment.numel);
+  /* Over 3 ranks arch 0's block is the widest padded unit (8,544, which 3
+   * divides; wte|wpe 2,560 pads to 2,562): stage 3 lands each 16-bit
+   * unit in one buffer of that width. */
+  aa_zero_sizes_t z[4];
+  for (int st = 0; st < 4; st++)
+    aa_sizes_zero(&archs[0], 1, NULL, AA_BF16, st, 3, &z[st]);
+  CHECK(z[3].padded.numel == 0 && z[3].punit16.numel == 8544 && z[3].punit16.dtype == AA_BF16);
+  CHECK(z[0].punit16.numel == 0 && z[2].punit16.numel == 0);
 }
 
 typedef struct {
@@ -45,6 +53,9 @@ static int by_offset(const void *a, const void *b) {
   size_t x = ((const span_t *)a)->off, y = ((const span_t *)b)->off;
   return (x > y) - (x < y);
 }
+
+/* bytes in whole 64-byte slices, as every buffer of a layout takes them. */
+static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
 /* The spans of one allocation, sorted, tile [0, total) in 64-byte slices:
  * aligned, each at least its bytes, none overlapping, no gap, no excess. */
@@ -133,6 +144,17 @@ AA_TEST(the_activation_layout_tiles_its_allocations_by_mode) {
                 ws[nw++] = (span_t){l.wblock, wblock * f4, "wblock"};
                 ws[nw++] = (span_t){l.wpre, (V + T) * C * f4, "wpre"};
                 ws[nw++] = (span_t){l.wpost, 2 * C * f4, "wpost"};
+                /* At ZeRO stage 3 the gathered units are the fp32 weights:
+                 * no widened copy, and nothing else moves in size. */
+                aa_act_shape_t z3 = sh;
+                z3.zero = 3;
+                aa_act_layout_t l3;
+                aa_sizes_acts(a, &z3, &l3, NULL);
+                const size_t widened = round64(wblock * f4) + round64((V + T) * C * f4) + round64(2 * C * f4);
+                CHECK_MSG(l3.wblock == AA_SIZES_NONE && l3.wpre == AA_SIZES_NONE &&
+                              l3.wpost == AA_SIZES_NONE && l3.acts == l.acts &&
+                              l3.workspace == l.workspace - widened,
+                          "%s: zero 3 workspace %zu, want %zu", where, l3.workspace, l.workspace - widened);
               }
               CHECK((l.ws_stats != AA_SIZES_NONE) == any_full);
               if (any_full) ws[nw++] = (span_t){l.ws_stats, stats, "ws_stats"};
