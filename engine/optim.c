@@ -177,7 +177,7 @@ static int zero_grads_done(aa_gpt_t *m, int u, void *data) {
     /* The unit padded with zeros to world * c elements, reduce-scattered;
      * the rank's chunk goes back into the full buffer, where the step
      * reads it. */
-    float *p = z->padded.data;
+    float *p = z->pad;
     copy(op, p, (float *)m->grads.data + z->unit_off[u], n);
     op->memset0(p + n, ((size_t)z->world * c - n) * sizeof(float));
     /* The group reads p on its own stream (NCCL's): the backend's writes
@@ -267,6 +267,7 @@ int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t
     if (!(rc = aa_flatbuf_alloc_as(&z->gunit[k], m->ops, mem, &sz.gunit[k])))
       rc = aa_flatbuf_alloc_as(&z->punit[k], m->ops, mem, &sz.punit[k]);
   if (rc) goto fail;
+  z->pad = sz.padded_slot >= 0 ? z->gunit[sz.padded_slot].data : z->padded.data;
   /* Over a group of one at stage 0 the reduction is the identity: no hook,
    * so a single process does not wait for the backend once per unit. */
   z->hooks = (aa_gpt_hooks_t){.params = stage == 3 ? zero_params : NULL,
@@ -333,7 +334,7 @@ int aa_zero_publish(aa_zero_t *z, aa_gpt_t *m) {
   } else if (z->amp != AA_F32 && z->stage >= 1) {
     /* Each unit's master chunks gathered (fp32, padded) and rounded into
      * the model's 16-bit copy. */
-    float *pad = z->padded.data;
+    float *pad = z->pad;
     for (int u = 0; u < z->n_units && !rc; u++) {
       if (!(rc = op->sync())) rc = aa_comm_all_gather(z->comm, param_chunk(z, m, u), pad, z->chunk[u], AA_F32);
       if (!rc)
@@ -390,7 +391,7 @@ int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr,
   if (!sharded_params(z)) {
     /* Every rank needs the whole updated model: each unit gathered from
      * the ranks' chunks (padded with zeros to c elements). */
-    float *piece = z->piece.data, *pad = z->padded.data;
+    float *piece = z->piece.data, *pad = z->pad;
     for (int u = 0; u < U && !rc; u++) {
       size_t c = z->chunk[u];
       op->memset0(piece, c * sizeof(float));

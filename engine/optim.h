@@ -112,7 +112,9 @@ typedef struct aa_zero {
   aa_flatbuf_t punit[3];     /* stage 3: gathered padded units (workspace), the same three */
   aa_flatbuf_t punit16;      /* amp, stage 3: a gathered 16-bit unit before widening (workspace) */
   int held[3];               /* stage 3: the unit each punit holds while the parameters stay unchanged, or -1 */
-  aa_flatbuf_t padded;       /* stages 1-2: one padded unit (workspace) */
+  aa_flatbuf_t padded;       /* stage 1: one padded unit (workspace) */
+  float *pad;                /* stages 1-2: where the step gathers a unit: padded, or at stage 2 the
+                                largest gunit, idle outside the backward */
   aa_flatbuf_t piece;        /* stages 1-3: one chunk (workspace) */
   aa_flatbuf_t scalars;      /* 16 floats (workspace): host values pass through it to the group */
   /* Set by the trainer around each micro-batch: stages 0 and 1 reduce the

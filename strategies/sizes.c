@@ -121,12 +121,15 @@ void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype
   out->master = buf(zero >= 1 && mixed, S, AA_F32, AA_MEM_OPTIM);
   out->pshard = buf(zero == 3, S, amp, AA_MEM_PARAMS);
   out->piece = buf(zero >= 1, max_chunk, AA_F32, AA_MEM_WORKSPACE);
-  out->padded = buf(zero == 1 || zero == 2, (size_t)dp * max_chunk, AA_F32, AA_MEM_WORKSPACE);
+  out->padded = buf(zero == 1, (size_t)dp * max_chunk, AA_F32, AA_MEM_WORKSPACE);
   out->scalars = buf(dp > 1, 16, AA_F32, AA_MEM_WORKSPACE);
   out->punit16 = buf(zero == 3 && mixed, (size_t)dp * max_chunk, amp, AA_MEM_WORKSPACE);
+  out->padded_slot = -1;
   for (int k = 0; k < 3; k++) {
     out->gunit[k] = buf(zero >= 2, padded[k], AA_F32, AA_MEM_WORKSPACE);
     out->punit[k] = buf(zero == 3, padded[k], AA_F32, AA_MEM_WORKSPACE);
+    /* The widest padded unit is some slot's: dp * max_chunk. */
+    if (zero == 2 && out->padded_slot < 0 && padded[k] == (size_t)dp * max_chunk) out->padded_slot = k;
   }
 }
 

@@ -118,13 +118,17 @@ void aa_sizes_model(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtyp
  * indexed 0 = wte|wpe, 1 = a block, 2 = lnf, each sized for its largest
  * padded unit; punit16, where a 16-bit unit lands before it is widened
  * into its slot, is one buffer of the largest padded unit (it is free
- * again as soon as the unit is widened). scalars carry host values through
+ * again as soon as the unit is widened). padded, where stages 1-2 gather
+ * the updated parameters, is allocated at stage 1 only: at stage 2 it is
+ * the largest gradient slot (padded_slot), which holds nothing between
+ * the backward and the next micro-batch. scalars carry host values through
  * the group and exist only when there is a group to reduce over (dp > 1). */
 typedef struct aa_zero_sizes {
   size_t shard;
   aa_buf_size_t moment, gshard, master, pshard;
   aa_buf_size_t piece, padded, scalars;
   aa_buf_size_t gunit[3], punit[3], punit16;
+  int padded_slot; /* stage 2: the gunit slot that serves as padded, -1 otherwise */
 } aa_zero_sizes_t;
 void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero, int dp,
                    aa_zero_sizes_t *out);

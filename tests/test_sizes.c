@@ -35,12 +35,17 @@ AA_TEST(units_add_up_to_the_model_and_chunks_round_up) {
   CHECK(z1.scalars.numel == 0 && z2.scalars.numel == 16);
   CHECK(z1.moment.numel == aa_arch_param_count(&archs[0]) && z2.moment.numel == z1.moment.numel);
   /* Over 3 ranks arch 0's block is the widest padded unit (8,544, which 3
-   * divides; wte|wpe 2,560 pads to 2,562): stage 3 lands each 16-bit
-   * unit in one buffer of that width. */
+   * divides; wte|wpe 2,560 pads to 2,562). Stage 1 gathers the updated
+   * parameters into padded; stage 2 into the block's gradient slot, which
+   * is idle then; stage 3 lands each 16-bit unit in one buffer of that
+   * width. */
   aa_zero_sizes_t z[4];
   for (int st = 0; st < 4; st++)
     aa_sizes_zero(&archs[0], 1, NULL, AA_BF16, st, 3, &z[st]);
-  CHECK(z[3].padded.numel == 0 && z[3].punit16.numel == 8544 && z[3].punit16.dtype == AA_BF16);
+  CHECK(z[1].padded.numel == 8544 && z[1].padded_slot == -1 && z[1].gunit[1].numel == 0);
+  CHECK(z[2].padded.numel == 0 && z[2].padded_slot == 1 && z[2].gunit[1].numel == 8544);
+  CHECK(z[3].padded.numel == 0 && z[3].padded_slot == -1 && z[3].punit16.numel == 8544 &&
+        z[3].punit16.dtype == AA_BF16);
   CHECK(z[0].punit16.numel == 0 && z[2].punit16.numel == 0);
 }
 
