@@ -1323,6 +1323,8 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
     norm_backward(m, a->dres, gln2, a->dln, f[F_RES2], WK(LN2W), st + S_LN2M * Ns, st + S_LN2R * Ns, Ns);
     rnd(m, NULL, a->dres, NsC);
     if ((rc = column_input(m, a->dres, &dout))) return rc;
+    /* datty and dqkv share their storage with dfch and dfch_gelu
+     * (sizes.h): the MLP's gradients are dead from here on. */
     op->memset0(a->datty, NCl * sizeof(float));
     op->matmul_backward(a->datty, G(PROJW), G(PROJB), dout, f[F_ATTY], WK(PROJW), N, Cl, C);
     rnd(m, NULL, a->datty, NCl);

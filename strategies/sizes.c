@@ -274,10 +274,14 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
   if (pp) o->send = take(&ws, Ns * C * es);
   o->dres = take(&ws, Ns * C * f4);
   o->dln = take(&ws, (sp ? Ns : N) * C * f4);
-  o->dqkv = take(&ws, N * (size_t)d.QKV * f4);
-  o->datty = take(&ws, N * Cl * f4);
-  o->dfch = take(&ws, N * (size_t)d.FH * f4);
-  o->dfch_gelu = take(&ws, N * F * f4);
+  /* A block's backward is done with the MLP's gradients before it writes
+   * the attention's: the two pairs share one region, the larger pair's. */
+  size_t mlp = ws, att = ws;
+  o->dfch = take(&mlp, N * (size_t)d.FH * f4);
+  o->dfch_gelu = take(&mlp, N * F * f4);
+  o->dqkv = take(&att, N * (size_t)d.QKV * f4);
+  o->datty = take(&att, N * Cl * f4);
+  ws = mlp > att ? mlp : att;
   if (tp) o->xent = take(&ws, ((size_t)d.tp + 1) * 3 * N * f4);
   if (tp || pp) o->scalars = take(&ws, 16 * f4);
   if (sp) {

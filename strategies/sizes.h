@@ -187,7 +187,10 @@ typedef struct aa_act_block {
  *              ZeRO stage 3, the widened weights of one block (wblock), of
  *              wte|wpe (wpre) and of lnf (wpost); ws_stats for a recomputed block (full
  *              checkpointing); the activation gradients dres, dln (Ns,C),
- *              datty (N,Cl), dqkv (N,3Cl), dfch, dfch_gelu (N,F).
+ *              datty (N,Cl), dqkv (N,3Cl), dfch, dfch_gelu (N,F), of
+ *              which dfch|dfch_gelu and dqkv|datty share one region (a
+ *              block's backward is done with the MLP's before it writes
+ *              the attention's).
  *              Tensor parallelism (tp > 1) adds xent ((tp + 1) 3N: the
  *              rank's cross-entropy parts and every rank's, gathered) and
  *              scalars (16; also under pipeline parallelism: host values

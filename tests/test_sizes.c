@@ -165,10 +165,21 @@ AA_TEST(the_activation_layout_tiles_its_allocations_by_mode) {
               if (any_full) ws[nw++] = (span_t){l.ws_stats, stats, "ws_stats"};
               ws[nw++] = (span_t){l.dres, Ns * C * f4, "dres"};
               ws[nw++] = (span_t){l.dln, (sp ? Ns : N) * C * f4, "dln"};
-              ws[nw++] = (span_t){l.dqkv, 3 * N * Cl * f4, "dqkv"};
-              ws[nw++] = (span_t){l.datty, N * Cl * f4, "datty"};
-              ws[nw++] = (span_t){l.dfch, N * F * f4, "dfch"};
-              ws[nw++] = (span_t){l.dfch_gelu, N * F * f4, "dfch_gelu"};
+              /* The MLP's gradients and the attention's share one region
+               * (dead before the other pair is written): the larger pair
+               * tiles it, the other lies back to back from its start. */
+              span_t mlp[2] = {{l.dfch, N * F * f4, "dfch"}, {l.dfch_gelu, N * F * f4, "dfch_gelu"}};
+              span_t att[2] = {{l.dqkv, 3 * N * Cl * f4, "dqkv"}, {l.datty, N * Cl * f4, "datty"}};
+              const size_t mlp_bytes = round64(mlp[0].bytes) + round64(mlp[1].bytes);
+              const size_t att_bytes = round64(att[0].bytes) + round64(att[1].bytes);
+              const span_t *big = mlp_bytes >= att_bytes ? mlp : att, *small = big == mlp ? att : mlp;
+              CHECK_MSG(small[0].off == big[0].off &&
+                            small[1].off == small[0].off + round64(small[0].bytes) &&
+                            big[1].off == big[0].off + round64(big[0].bytes),
+                        "%s: activation gradients at %zu %zu / %zu %zu", where, mlp[0].off, mlp[1].off,
+                        att[0].off, att[1].off);
+              ws[nw++] = big[0];
+              ws[nw++] = big[1];
               /* What the tensor group's collectives need. */
               CHECK((l.xent != AA_SIZES_NONE) == (tp > 1) && (l.full != AA_SIZES_NONE) == (sp == 1));
               if (tp > 1) {
