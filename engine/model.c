@@ -1389,10 +1389,15 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
   if (!a->have_targets) return aa_error(AA_EINVAL, "backward needs a forward pass with targets");
   m->ops->set_gemm_inputs(m->opts.amp);
   outer_weights_t ow;
-  float *g_wte; /* asked for once: the tied head starts unit 0's gradient, the embedding ends it */
+  /* Asked for once: gpt2's tied head starts unit 0's gradient, the
+   * embedding ends it. Llama's head is head.w, in lnf's unit, whose
+   * gradient is reduced before the blocks: unit 0's is asked for after
+   * them, so that ZeRO's scratch for the two can be one (sizes.h gslot). */
+  float *g_wte = NULL;
   int rc;
-  if ((rc = outer_weights(m, 0, &ow)) || (rc = unit_grads(m, 0, &g_wte)) ||
-      (rc = head_backward(m, &ow, g_wte, grad_scale)) || (rc = blocks_backward(m, 0, m->arch.n_layer)))
+  if ((rc = outer_weights(m, 0, &ow)) || (!m->d.llama && (rc = unit_grads(m, 0, &g_wte))) ||
+      (rc = head_backward(m, &ow, g_wte, grad_scale)) || (rc = blocks_backward(m, 0, m->arch.n_layer)) ||
+      (m->d.llama && (rc = unit_grads(m, 0, &g_wte))))
     return rc;
   return embed_backward(m, g_wte);
 }

@@ -154,7 +154,7 @@ static int zero_params(aa_gpt_t *m, int u, float **out, void *data) {
  * which the reduce-scatter then adds as zeros). */
 static int zero_grads(aa_gpt_t *m, int u, float **out, void *data) {
   aa_zero_t *z = data;
-  aa_flatbuf_t *b = &z->gunit[slot(m, u)];
+  aa_flatbuf_t *b = &z->gunit[z->gslot[slot(m, u)]];
   m->ops->memset0(b->data, (size_t)z->world * z->chunk[u] * sizeof(float));
   *out = b->data;
   return 0;
@@ -185,7 +185,7 @@ static int zero_grads_done(aa_gpt_t *m, int u, void *data) {
     if (!(rc = op->sync())) rc = aa_comm_reduce_scatter(z->comm, p, piece, c, AA_F32, AA_COMM_AVG);
     if (!rc && z->valid[u]) copy(op, grad_chunk(z, m, u), piece, z->valid[u]);
   } else {
-    rc = aa_comm_reduce_scatter(z->comm, z->gunit[slot(m, u)].data, piece, c, AA_F32, AA_COMM_AVG);
+    rc = aa_comm_reduce_scatter(z->comm, z->gunit[z->gslot[slot(m, u)]].data, piece, c, AA_F32, AA_COMM_AVG);
     if (!rc) op->accumulate((float *)z->gshard.data + z->shard_off[u], piece, c);
   }
   if (rc) return aa_error_wrap(rc, "reducing the gradient of unit %d", u);
@@ -268,6 +268,7 @@ int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t
       rc = aa_flatbuf_alloc_as(&z->punit[k], m->ops, mem, &sz.punit[k]);
   if (rc) goto fail;
   z->pad = sz.padded_slot >= 0 ? z->gunit[sz.padded_slot].data : z->padded.data;
+  memcpy(z->gslot, sz.gslot, sizeof z->gslot);
   /* Over a group of one at stage 0 the reduction is the identity: no hook,
    * so a single process does not wait for the backend once per unit. */
   z->hooks = (aa_gpt_hooks_t){.params = stage == 3 ? zero_params : NULL,

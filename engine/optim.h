@@ -108,7 +108,9 @@ typedef struct aa_zero {
   aa_flatbuf_t gshard;       /* stages 2-3: gradient shard accumulator (grads), S */
   aa_flatbuf_t master;       /* amp, stages 1-3: fp32 master weights of the shard (optim), S */
   aa_flatbuf_t pshard;       /* stage 3: parameter shard (params), S, in the model's compute type */
-  aa_flatbuf_t gunit[3];     /* stages 2-3: padded unit gradient scratch (workspace): wte|wpe, a block, lnf */
+  aa_flatbuf_t gunit[3];     /* stages 2-3: padded unit gradient scratch (workspace): wte|wpe, a block, lnf
+                                (under an untied head, lnf's is wte's: gslot) */
+  int gslot[3];              /* the gunit each slot's gradients use (aa_zero_sizes_t.gslot) */
   aa_flatbuf_t punit[3];     /* stage 3: gathered padded units (workspace), the same three */
   aa_flatbuf_t punit16;      /* amp, stage 3: a gathered 16-bit unit before widening (workspace) */
   int held[3];               /* stage 3: the unit each punit holds while the parameters stay unchanged, or -1 */

@@ -125,11 +125,20 @@ void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype
   out->scalars = buf(dp > 1, 16, AA_F32, AA_MEM_WORKSPACE);
   out->punit16 = buf(zero == 3 && mixed, (size_t)dp * max_chunk, amp, AA_MEM_WORKSPACE);
   out->padded_slot = -1;
+  /* An untied head (llama) is lnf's unit: its gradient is reduced before
+   * the blocks' backward starts, and wte's is asked for after it ends, so
+   * slot 2's gradient shares slot 0's buffer, sized for the larger. */
+  const int untied = aa_arch_is_llama(a);
   for (int k = 0; k < 3; k++) {
-    out->gunit[k] = buf(zero >= 2, padded[k], AA_F32, AA_MEM_WORKSPACE);
+    out->gslot[k] = untied && k == 2 ? 0 : k;
     out->punit[k] = buf(zero == 3, padded[k], AA_F32, AA_MEM_WORKSPACE);
-    /* The widest padded unit is some slot's: dp * max_chunk. */
-    if (zero == 2 && out->padded_slot < 0 && padded[k] == (size_t)dp * max_chunk) out->padded_slot = k;
+  }
+  if (untied && padded[2] > padded[0]) padded[0] = padded[2];
+  for (int k = 0; k < 3; k++) {
+    out->gunit[k] = buf(zero >= 2 && out->gslot[k] == k, padded[k], AA_F32, AA_MEM_WORKSPACE);
+    /* The widest padded unit is some buffer's: dp * max_chunk. */
+    if (zero == 2 && out->padded_slot < 0 && out->gunit[k].numel == (size_t)dp * max_chunk)
+      out->padded_slot = k;
   }
 }
 

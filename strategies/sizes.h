@@ -128,7 +128,8 @@ typedef struct aa_zero_sizes {
   aa_buf_size_t moment, gshard, master, pshard;
   aa_buf_size_t piece, padded, scalars;
   aa_buf_size_t gunit[3], punit[3], punit16;
-  int padded_slot; /* stage 2: the gunit slot that serves as padded, -1 otherwise */
+  int gslot[3];    /* the gunit buffer slot k's gradients use: k, or for an untied head's slot 2, 0 */
+  int padded_slot; /* stage 2: the gunit buffer that serves as padded, -1 otherwise */
 } aa_zero_sizes_t;
 void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero, int dp,
                    aa_zero_sizes_t *out);

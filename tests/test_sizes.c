@@ -47,6 +47,31 @@ AA_TEST(units_add_up_to_the_model_and_chunks_round_up) {
   CHECK(z[3].padded.numel == 0 && z[3].padded_slot == -1 && z[3].punit16.numel == 8544 &&
         z[3].punit16.dtype == AA_BF16);
   CHECK(z[0].punit16.numel == 0 && z[2].punit16.numel == 0);
+  /* An untied head: wte (64 x 32 = 2,048, chunks of 683, 2,049 padded)
+   * and lnf|head (65 x 32 = 2,080: 694, 2,082) never hold gradients at
+   * once, so from stage 2 they share one buffer, the larger; the block
+   * (2 32 + 64 32 + 32 32 + 3 64 32 = 9,280: 3,094, 9,282) keeps its own,
+   * and is padded at stage 2. Their parameters keep a slot each. */
+  const aa_arch_t llama = {.family = "llama",
+                           .n_layer = 2,
+                           .n_head = 4,
+                           .n_kv_head = 2,
+                           .d_model = 32,
+                           .d_ff = 64,
+                           .seq_len = 16,
+                           .vocab_size = 64};
+  for (int st = 2; st < 4; st++) {
+    aa_zero_sizes_t lz;
+    aa_sizes_zero(&llama, 1, NULL, AA_BF16, st, 3, &lz);
+    CHECK_MSG(lz.gslot[0] == 0 && lz.gslot[1] == 1 && lz.gslot[2] == 0 && lz.gunit[0].numel == 2082 &&
+                  lz.gunit[1].numel == 9282 && lz.gunit[2].numel == 0,
+              "stage %d: gradient buffers %zu %zu %zu", st, lz.gunit[0].numel, lz.gunit[1].numel,
+              lz.gunit[2].numel);
+    CHECK(lz.padded_slot == (st == 2 ? 1 : -1));
+    CHECK(st < 3 || (lz.punit[0].numel == 2049 && lz.punit[2].numel == 2082));
+  }
+  CHECK(z[2].gslot[2] == 2 &&
+        z[2].gunit[2].numel > 0); /* gpt2's tied head: wte's gradient spans the backward */
 }
 
 typedef struct {
