@@ -111,18 +111,19 @@ void aa_sizes_model(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtyp
                     aa_model_sizes_t *out);
 
 /* What ZeRO stage `zero` over a data group of dp ranks adds to one of tp
- * tensor ranks (aa_zero_init;
- * see engine/optim.h for what each buffer is for). shard is S, the sum of
- * the units' chunks. moment is each of AdamW's two moments: the whole
- * model at stage 0, S from stage 1. Scratch slots (gunit, punit) are
- * indexed 0 = wte|wpe, 1 = a block, 2 = lnf, each sized for its largest
- * padded unit; punit16, where a 16-bit unit lands before it is widened
- * into its slot, is one buffer of the largest padded unit (it is free
- * again as soon as the unit is widened). padded, where stages 1-2 gather
- * the updated parameters, is allocated at stage 1 only: at stage 2 it is
- * the largest gradient slot (padded_slot), which holds nothing between
- * the backward and the next micro-batch. scalars carry host values through
- * the group and exist only when there is a group to reduce over (dp > 1). */
+ * tensor ranks (aa_zero_init; see engine/optim.h for what each buffer is
+ * for). shard is S, the sum of the units' chunks. moment is each of
+ * AdamW's two moments: the whole model at stage 0, S from stage 1. Scratch
+ * slots (gunit, punit) are indexed 0 = wte|wpe, 1 = a block, 2 = lnf, each
+ * sized for its largest padded unit, except that under an untied head
+ * (llama) slot 2's gradients use slot 0's buffer (gslot), sized for the
+ * larger; punit16, where a 16-bit unit lands before it is widened into its
+ * slot, is one buffer of the largest padded unit (it is free again as soon
+ * as the unit is widened). padded, where stages 1-2 gather the updated
+ * parameters, is allocated at stage 1 only: at stage 2 it is the largest
+ * gradient slot (padded_slot), which holds nothing between the backward
+ * and the next micro-batch. scalars carry host values through the group
+ * and exist only when there is a group to reduce over (dp > 1). */
 typedef struct aa_zero_sizes {
   size_t shard;
   aa_buf_size_t moment, gshard, master, pshard;
