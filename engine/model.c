@@ -1298,6 +1298,8 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
   for (int l = hi - 1; l >= lo; l--) {
     block_view_t v;
     float *w, *gb;
+    /* The weights before the gradient: ZeRO 3 gathers them through the
+     * blocks' gradient slot, idle until the gradient is asked for. */
     if ((rc = block_weights(m, l, &w)) || (rc = unit_grads(m, AA_GPT_UNIT_BLOCK(l), &gb))) return rc;
     const float *x = block_input(m, l);
     if ((rc = block_restore(m, l, x, w, &v))) return rc;
@@ -1392,7 +1394,8 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
   /* Asked for once: gpt2's tied head starts unit 0's gradient, the
    * embedding ends it. Llama's head is head.w, in lnf's unit, whose
    * gradient is reduced before the blocks: unit 0's is asked for after
-   * them, so that ZeRO's scratch for the two can be one (sizes.h gslot). */
+   * them, so that ZeRO's scratch for the two can be one (sizes.h gslot).
+   * The outer weights come first: ZeRO 3 gathers through a gradient slot. */
   float *g_wte = NULL;
   int rc;
   if ((rc = outer_weights(m, 0, &ow)) || (!m->d.llama && (rc = unit_grads(m, 0, &g_wte))) ||

@@ -138,11 +138,9 @@ static int zero_params(aa_gpt_t *m, int u, float **out, void *data) {
     const char *mine = (const char *)z->pshard.data + z->shard_off[u] * e;
     z->held[k] = -1;
     if (!(rc = m->ops->sync()))
-      rc =
-          aa_comm_all_gather(z->comm, mine, z->amp == AA_F32 ? z->punit[k].data : z->punit16.data, c, z->amp);
+      rc = aa_comm_all_gather(z->comm, mine, z->amp == AA_F32 ? z->punit[k].data : z->land16, c, z->amp);
     if (rc) return aa_error_wrap(rc, "gathering the parameters of unit %d", u);
-    if (z->amp != AA_F32)
-      m->ops->cast_to_f32(z->punit[k].data, z->punit16.data, z->amp, (size_t)z->world * c);
+    if (z->amp != AA_F32) m->ops->cast_to_f32(z->punit[k].data, z->land16, z->amp, (size_t)z->world * c);
     z->held[k] = u;
   }
   *out = z->punit[k].data;
@@ -269,6 +267,10 @@ int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t
   if (rc) goto fail;
   z->pad = sz.padded_slot >= 0 ? z->gunit[sz.padded_slot].data : z->padded.data;
   memcpy(z->gslot, sz.gslot, sizeof z->gslot);
+  /* The blocks' gradient slot is idle whenever a unit is gathered (the
+   * backward fetches a block's weights before its gradient, and wte's and
+   * lnf's before any): the 16-bit units land there when they fit. */
+  z->land16 = sz.punit16_in_grads ? z->gunit[1].data : z->punit16.data;
   /* Over a group of one at stage 0 the reduction is the identity: no hook,
    * so a single process does not wait for the backend once per unit. */
   z->hooks = (aa_gpt_hooks_t){.params = stage == 3 ? zero_params : NULL,

@@ -112,7 +112,9 @@ typedef struct aa_zero {
                                 (under an untied head, lnf's is wte's: gslot) */
   int gslot[3];              /* the gunit each slot's gradients use (aa_zero_sizes_t.gslot) */
   aa_flatbuf_t punit[3];     /* stage 3: gathered padded units (workspace), the same three */
-  aa_flatbuf_t punit16;      /* amp, stage 3: a gathered 16-bit unit before widening (workspace) */
+  aa_flatbuf_t punit16;      /* amp, stage 3: a gathered 16-bit unit before widening (workspace), unless
+                                it lands in gunit[1] (aa_zero_sizes_t.punit16_in_grads) */
+  void *land16;              /* amp, stage 3: where the 16-bit units land, punit16 or gunit[1] */
   int held[3];               /* stage 3: the unit each punit holds while the parameters stay unchanged, or -1 */
   aa_flatbuf_t padded;       /* stage 1: one padded unit (workspace) */
   float *pad;                /* stages 1-2: where the step gathers a unit: padded, or at stage 2 the

@@ -123,7 +123,14 @@ void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype
   out->piece = buf(zero >= 1, max_chunk, AA_F32, AA_MEM_WORKSPACE);
   out->padded = buf(zero == 1, (size_t)dp * max_chunk, AA_F32, AA_MEM_WORKSPACE);
   out->scalars = buf(dp > 1, 16, AA_F32, AA_MEM_WORKSPACE);
-  out->punit16 = buf(zero == 3 && mixed, (size_t)dp * max_chunk, amp, AA_MEM_WORKSPACE);
+  /* Every stage-3 gather happens while the blocks' gradient slot is idle:
+   * in the forward, and in the backward before a block's gradient is asked
+   * for or after it is reduced (wte's and lnf's weights are fetched before
+   * any gradient). So a 16-bit unit lands there when it fits. */
+  out->punit16_in_grads =
+      zero == 3 && mixed && padded[1] * sizeof(float) >= (size_t)dp * max_chunk * aa_dtype_size(amp);
+  out->punit16 =
+      buf(zero == 3 && mixed && !out->punit16_in_grads, (size_t)dp * max_chunk, amp, AA_MEM_WORKSPACE);
   out->padded_slot = -1;
   /* An untied head (llama) is lnf's unit: its gradient is reduced before
    * the blocks' backward starts, and wte's is asked for after it ends, so

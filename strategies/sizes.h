@@ -119,7 +119,8 @@ void aa_sizes_model(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtyp
  * (llama) slot 2's gradients use slot 0's buffer (gslot), sized for the
  * larger; punit16, where a 16-bit unit lands before it is widened into its
  * slot, is one buffer of the largest padded unit (it is free again as soon
- * as the unit is widened). padded, where stages 1-2 gather the updated
+ * as the unit is widened), or none where it lands in the blocks' gradient
+ * slot (punit16_in_grads). padded, where stages 1-2 gather the updated
  * parameters, is allocated at stage 1 only: at stage 2 it is the largest
  * gradient slot (padded_slot), which holds nothing between the backward
  * and the next micro-batch. scalars carry host values through the group
@@ -131,6 +132,8 @@ typedef struct aa_zero_sizes {
   aa_buf_size_t gunit[3], punit[3], punit16;
   int gslot[3];    /* the gunit buffer slot k's gradients use: k, or for an untied head's slot 2, 0 */
   int padded_slot; /* stage 2: the gunit buffer that serves as padded, -1 otherwise */
+  int punit16_in_grads; /* amp, stage 3: the 16-bit units land in gunit[1], idle during every gather
+                           (punit16 not allocated) */
 } aa_zero_sizes_t;
 void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero, int dp,
                    aa_zero_sizes_t *out);

@@ -44,9 +44,24 @@ AA_TEST(units_add_up_to_the_model_and_chunks_round_up) {
     aa_sizes_zero(&archs[0], 1, NULL, AA_BF16, st, 3, &z[st]);
   CHECK(z[1].padded.numel == 8544 && z[1].padded_slot == -1 && z[1].gunit[1].numel == 0);
   CHECK(z[2].padded.numel == 0 && z[2].padded_slot == 1 && z[2].gunit[1].numel == 8544);
-  CHECK(z[3].padded.numel == 0 && z[3].padded_slot == -1 && z[3].punit16.numel == 8544 &&
-        z[3].punit16.dtype == AA_BF16);
-  CHECK(z[0].punit16.numel == 0 && z[2].punit16.numel == 0);
+  CHECK(z[3].padded.numel == 0 && z[3].padded_slot == -1 && z[3].punit16.numel == 0 &&
+        z[3].punit16_in_grads && z[3].gunit[1].numel * 4 >= 8544 * 2);
+  CHECK(z[0].punit16.numel == 0 && z[2].punit16.numel == 0 && !z[2].punit16_in_grads);
+  /* A block too small to take the widest unit in 16 bits: wte 1,004 x 8 =
+   * 8,032 elements, a block 4 64 + 2 16 8 + 9 8 + 16 = 600 (2,400 bytes in
+   * fp32, the wte in bf16 16,064), so the 16-bit units get their own
+   * buffer of the widest. */
+  const aa_arch_t wide = {.family = "gpt2",
+                          .n_layer = 1,
+                          .n_head = 2,
+                          .d_model = 8,
+                          .d_ff = 16,
+                          .seq_len = 4,
+                          .vocab_size = 1000};
+  aa_zero_sizes_t wz;
+  aa_sizes_zero(&wide, 1, NULL, AA_BF16, 3, 2, &wz);
+  CHECK_MSG(!wz.punit16_in_grads && wz.punit16.numel == 8032 && wz.gunit[1].numel == 600,
+            "punit16 %zu, block %zu", wz.punit16.numel, wz.gunit[1].numel);
   /* An untied head: wte (64 x 32 = 2,048, chunks of 683, 2,049 padded)
    * and lnf|head (65 x 32 = 2,080: 694, 2,082) never hold gradients at
    * once, so from stage 2 they share one buffer, the larger; the block
