@@ -280,6 +280,7 @@ static aa_act_shape_t act_shape(const aa_gpt_opts_t *o, int B, int T) {
                           .tp = tp,
                           .sp = tp > 1 && o->sp,
                           .cp = o->context ? aa_comm_world(o->context) : 1,
+                          .zero = o->zero,
                           .amp = o->amp,
                           .ckpt = o->ckpt,
                           .ckpt_layers = o->ckpt_layers,
@@ -1297,6 +1298,8 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
   for (int l = hi - 1; l >= lo; l--) {
     block_view_t v;
     float *w, *gb;
+    /* The weights before the gradient: ZeRO 3 gathers them through the
+     * blocks' gradient slot, idle until the gradient is asked for. */
     if ((rc = block_weights(m, l, &w)) || (rc = unit_grads(m, AA_GPT_UNIT_BLOCK(l), &gb))) return rc;
     const float *x = block_input(m, l);
     if ((rc = block_restore(m, l, x, w, &v))) return rc;
@@ -1322,6 +1325,8 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
     norm_backward(m, a->dres, gln2, a->dln, f[F_RES2], WK(LN2W), st + S_LN2M * Ns, st + S_LN2R * Ns, Ns);
     rnd(m, NULL, a->dres, NsC);
     if ((rc = column_input(m, a->dres, &dout))) return rc;
+    /* datty and dqkv share their storage with dfch and dfch_gelu
+     * (sizes.h): the MLP's gradients are dead from here on. */
     op->memset0(a->datty, NCl * sizeof(float));
     op->matmul_backward(a->datty, G(PROJW), G(PROJB), dout, f[F_ATTY], WK(PROJW), N, Cl, C);
     rnd(m, NULL, a->datty, NCl);
@@ -1386,10 +1391,16 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
   if (!a->have_targets) return aa_error(AA_EINVAL, "backward needs a forward pass with targets");
   m->ops->set_gemm_inputs(m->opts.amp);
   outer_weights_t ow;
-  float *g_wte; /* asked for once: the tied head starts unit 0's gradient, the embedding ends it */
+  /* Asked for once: gpt2's tied head starts unit 0's gradient, the
+   * embedding ends it. Llama's head is head.w, in lnf's unit, whose
+   * gradient is reduced before the blocks: unit 0's is asked for after
+   * them, so that ZeRO's scratch for the two can be one (sizes.h gslot).
+   * The outer weights come first: ZeRO 3 gathers through a gradient slot. */
+  float *g_wte = NULL;
   int rc;
-  if ((rc = outer_weights(m, 0, &ow)) || (rc = unit_grads(m, 0, &g_wte)) ||
-      (rc = head_backward(m, &ow, g_wte, grad_scale)) || (rc = blocks_backward(m, 0, m->arch.n_layer)))
+  if ((rc = outer_weights(m, 0, &ow)) || (!m->d.llama && (rc = unit_grads(m, 0, &g_wte))) ||
+      (rc = head_backward(m, &ow, g_wte, grad_scale)) || (rc = blocks_backward(m, 0, m->arch.n_layer)) ||
+      (m->d.llama && (rc = unit_grads(m, 0, &g_wte))))
     return rc;
   return embed_backward(m, g_wte);
 }

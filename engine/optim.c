@@ -138,9 +138,9 @@ static int zero_params(aa_gpt_t *m, int u, float **out, void *data) {
     const char *mine = (const char *)z->pshard.data + z->shard_off[u] * e;
     z->held[k] = -1;
     if (!(rc = m->ops->sync()))
-      rc = aa_comm_all_gather(z->comm, mine, z->amp == AA_F32 ? z->punit[k].data : z->punit16[k].data, c, z->amp);
+      rc = aa_comm_all_gather(z->comm, mine, z->amp == AA_F32 ? z->punit[k].data : z->land16, c, z->amp);
     if (rc) return aa_error_wrap(rc, "gathering the parameters of unit %d", u);
-    if (z->amp != AA_F32) m->ops->cast_to_f32(z->punit[k].data, z->punit16[k].data, z->amp, (size_t)z->world * c);
+    if (z->amp != AA_F32) m->ops->cast_to_f32(z->punit[k].data, z->land16, z->amp, (size_t)z->world * c);
     z->held[k] = u;
   }
   *out = z->punit[k].data;
@@ -152,7 +152,7 @@ static int zero_params(aa_gpt_t *m, int u, float **out, void *data) {
  * which the reduce-scatter then adds as zeros). */
 static int zero_grads(aa_gpt_t *m, int u, float **out, void *data) {
   aa_zero_t *z = data;
-  aa_flatbuf_t *b = &z->gunit[slot(m, u)];
+  aa_flatbuf_t *b = &z->gunit[z->gslot[slot(m, u)]];
   m->ops->memset0(b->data, (size_t)z->world * z->chunk[u] * sizeof(float));
   *out = b->data;
   return 0;
@@ -175,7 +175,7 @@ static int zero_grads_done(aa_gpt_t *m, int u, void *data) {
     /* The unit padded with zeros to world * c elements, reduce-scattered;
      * the rank's chunk goes back into the full buffer, where the step
      * reads it. */
-    float *p = z->padded.data;
+    float *p = z->pad;
     copy(op, p, (float *)m->grads.data + z->unit_off[u], n);
     op->memset0(p + n, ((size_t)z->world * c - n) * sizeof(float));
     /* The group reads p on its own stream (NCCL's): the backend's writes
@@ -183,7 +183,7 @@ static int zero_grads_done(aa_gpt_t *m, int u, void *data) {
     if (!(rc = op->sync())) rc = aa_comm_reduce_scatter(z->comm, p, piece, c, AA_F32, AA_COMM_AVG);
     if (!rc && z->valid[u]) copy(op, grad_chunk(z, m, u), piece, z->valid[u]);
   } else {
-    rc = aa_comm_reduce_scatter(z->comm, z->gunit[slot(m, u)].data, piece, c, AA_F32, AA_COMM_AVG);
+    rc = aa_comm_reduce_scatter(z->comm, z->gunit[z->gslot[slot(m, u)]].data, piece, c, AA_F32, AA_COMM_AVG);
     if (!rc) op->accumulate((float *)z->gshard.data + z->shard_off[u], piece, c);
   }
   if (rc) return aa_error_wrap(rc, "reducing the gradient of unit %d", u);
@@ -209,8 +209,8 @@ void aa_zero_free(aa_zero_t *z, aa_gpt_t *m) {
   for (int k = 0; k < 3; k++) {
     aa_flatbuf_free(&z->gunit[k], z->mem);
     aa_flatbuf_free(&z->punit[k], z->mem);
-    aa_flatbuf_free(&z->punit16[k], z->mem);
   }
+  aa_flatbuf_free(&z->punit16, z->mem);
   aa_flatbuf_free(&z->padded, z->mem);
   aa_flatbuf_free(&z->piece, z->mem);
   aa_flatbuf_free(&z->scalars, z->mem);
@@ -254,16 +254,23 @@ int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t
     rc = aa_error(AA_EINTERNAL, "ZeRO shard of %zu elements, sizes.h says %zu", z->shard_numel, sz.shard);
     goto fail;
   }
-  aa_flatbuf_t *bufs[] = {&z->scalars, &z->piece, &z->padded, &z->gshard, &z->master, &z->pshard};
-  const aa_buf_size_t *sizes[] = {&sz.scalars, &sz.piece, &sz.padded, &sz.gshard, &sz.master, &sz.pshard};
+  aa_flatbuf_t *bufs[] = {&z->scalars, &z->piece,  &z->padded, &z->gshard,
+                          &z->master,  &z->pshard, &z->punit16};
+  const aa_buf_size_t *sizes[] = {&sz.scalars, &sz.piece,  &sz.padded, &sz.gshard,
+                                  &sz.master,  &sz.pshard, &sz.punit16};
   rc = aa_adamw_init_on(&z->opt, m->ops, sz.moment.numel, mem);
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0] && !rc; i++)
     rc = aa_flatbuf_alloc_as(bufs[i], m->ops, mem, sizes[i]);
   for (int k = 0; k < 3 && !rc; k++)
-    if (!(rc = aa_flatbuf_alloc_as(&z->gunit[k], m->ops, mem, &sz.gunit[k])) &&
-        !(rc = aa_flatbuf_alloc_as(&z->punit[k], m->ops, mem, &sz.punit[k])))
-      rc = aa_flatbuf_alloc_as(&z->punit16[k], m->ops, mem, &sz.punit16[k]);
+    if (!(rc = aa_flatbuf_alloc_as(&z->gunit[k], m->ops, mem, &sz.gunit[k])))
+      rc = aa_flatbuf_alloc_as(&z->punit[k], m->ops, mem, &sz.punit[k]);
   if (rc) goto fail;
+  z->pad = sz.padded_slot >= 0 ? z->gunit[sz.padded_slot].data : z->padded.data;
+  memcpy(z->gslot, sz.gslot, sizeof z->gslot);
+  /* The blocks' gradient slot is idle whenever a unit is gathered (the
+   * backward fetches a block's weights before its gradient, and wte's and
+   * lnf's before any): the 16-bit units land there when they fit. */
+  z->land16 = sz.punit16_in_grads ? z->gunit[1].data : z->punit16.data;
   /* Over a group of one at stage 0 the reduction is the identity: no hook,
    * so a single process does not wait for the backend once per unit. */
   z->hooks = (aa_gpt_hooks_t){.params = stage == 3 ? zero_params : NULL,
@@ -330,7 +337,7 @@ int aa_zero_publish(aa_zero_t *z, aa_gpt_t *m) {
   } else if (z->amp != AA_F32 && z->stage >= 1) {
     /* Each unit's master chunks gathered (fp32, padded) and rounded into
      * the model's 16-bit copy. */
-    float *pad = z->padded.data;
+    float *pad = z->pad;
     for (int u = 0; u < z->n_units && !rc; u++) {
       if (!(rc = op->sync())) rc = aa_comm_all_gather(z->comm, param_chunk(z, m, u), pad, z->chunk[u], AA_F32);
       if (!rc)
@@ -387,7 +394,7 @@ int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr,
   if (!sharded_params(z)) {
     /* Every rank needs the whole updated model: each unit gathered from
      * the ranks' chunks (padded with zeros to c elements). */
-    float *piece = z->piece.data, *pad = z->padded.data;
+    float *piece = z->piece.data, *pad = z->pad;
     for (int u = 0; u < U && !rc; u++) {
       size_t c = z->chunk[u];
       op->memset0(piece, c * sizeof(float));

@@ -108,11 +108,17 @@ typedef struct aa_zero {
   aa_flatbuf_t gshard;       /* stages 2-3: gradient shard accumulator (grads), S */
   aa_flatbuf_t master;       /* amp, stages 1-3: fp32 master weights of the shard (optim), S */
   aa_flatbuf_t pshard;       /* stage 3: parameter shard (params), S, in the model's compute type */
-  aa_flatbuf_t gunit[3];     /* stages 2-3: padded unit gradient scratch (workspace): wte|wpe, a block, lnf */
+  aa_flatbuf_t gunit[3];     /* stages 2-3: padded unit gradient scratch (workspace): wte|wpe, a block, lnf
+                                (under an untied head, lnf's is wte's: gslot) */
+  int gslot[3];              /* the gunit each slot's gradients use (aa_zero_sizes_t.gslot) */
   aa_flatbuf_t punit[3];     /* stage 3: gathered padded units (workspace), the same three */
-  aa_flatbuf_t punit16[3];   /* amp, stage 3: the gathered 16-bit units before widening (workspace) */
+  aa_flatbuf_t punit16;      /* amp, stage 3: a gathered 16-bit unit before widening (workspace), unless
+                                it lands in gunit[1] (aa_zero_sizes_t.punit16_in_grads) */
+  void *land16;              /* amp, stage 3: where the 16-bit units land, punit16 or gunit[1] */
   int held[3];               /* stage 3: the unit each punit holds while the parameters stay unchanged, or -1 */
-  aa_flatbuf_t padded;       /* stages 1-2: one padded unit (workspace) */
+  aa_flatbuf_t padded;       /* stage 1: one padded unit (workspace) */
+  float *pad;                /* stages 1-2: where the step gathers a unit: padded, or at stage 2 the
+                                largest gunit, idle outside the backward */
   aa_flatbuf_t piece;        /* stages 1-3: one chunk (workspace) */
   aa_flatbuf_t scalars;      /* 16 floats (workspace): host values pass through it to the group */
   /* Set by the trainer around each micro-batch: stages 0 and 1 reduce the

@@ -121,12 +121,31 @@ void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype
   out->master = buf(zero >= 1 && mixed, S, AA_F32, AA_MEM_OPTIM);
   out->pshard = buf(zero == 3, S, amp, AA_MEM_PARAMS);
   out->piece = buf(zero >= 1, max_chunk, AA_F32, AA_MEM_WORKSPACE);
-  out->padded = buf(zero == 1 || zero == 2, (size_t)dp * max_chunk, AA_F32, AA_MEM_WORKSPACE);
+  out->padded = buf(zero == 1, (size_t)dp * max_chunk, AA_F32, AA_MEM_WORKSPACE);
   out->scalars = buf(dp > 1, 16, AA_F32, AA_MEM_WORKSPACE);
+  /* Every stage-3 gather happens while the blocks' gradient slot is idle:
+   * in the forward, and in the backward before a block's gradient is asked
+   * for or after it is reduced (wte's and lnf's weights are fetched before
+   * any gradient). So a 16-bit unit lands there when it fits. */
+  out->punit16_in_grads =
+      zero == 3 && mixed && padded[1] * sizeof(float) >= (size_t)dp * max_chunk * aa_dtype_size(amp);
+  out->punit16 =
+      buf(zero == 3 && mixed && !out->punit16_in_grads, (size_t)dp * max_chunk, amp, AA_MEM_WORKSPACE);
+  out->padded_slot = -1;
+  /* An untied head (llama) is lnf's unit: its gradient is reduced before
+   * the blocks' backward starts, and wte's is asked for after it ends, so
+   * slot 2's gradient shares slot 0's buffer, sized for the larger. */
+  const int untied = aa_arch_is_llama(a);
   for (int k = 0; k < 3; k++) {
-    out->gunit[k] = buf(zero >= 2, padded[k], AA_F32, AA_MEM_WORKSPACE);
+    out->gslot[k] = untied && k == 2 ? 0 : k;
     out->punit[k] = buf(zero == 3, padded[k], AA_F32, AA_MEM_WORKSPACE);
-    out->punit16[k] = buf(zero == 3 && mixed, padded[k], amp, AA_MEM_WORKSPACE);
+  }
+  if (untied && padded[2] > padded[0]) padded[0] = padded[2];
+  for (int k = 0; k < 3; k++) {
+    out->gunit[k] = buf(zero >= 2 && out->gslot[k] == k, padded[k], AA_F32, AA_MEM_WORKSPACE);
+    /* The widest padded unit is some buffer's: dp * max_chunk. */
+    if (zero == 2 && out->padded_slot < 0 && out->gunit[k].numel == (size_t)dp * max_chunk)
+      out->padded_slot = k;
   }
 }
 
@@ -258,6 +277,10 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
   if (mixed) {
     o->ws_res[0] = take(&ws, Ns * C * f4);
     o->ws_res[1] = take(&ws, Ns * C * f4);
+  }
+  /* At stage 3 the model computes with the fp32 units ZeRO gathers
+   * (punit): a widened copy of them would never be read. */
+  if (mixed && sh->zero < 3) {
     o->wblock = take(&ws, block_numel(&d) * f4);
     if (aa_pp_holds_unit(pp, a, 0)) o->wpre = take(&ws, aa_sizes_unit_numel(a, d.tp, 0) * f4);
     if (aa_pp_holds_unit(pp, a, a->n_layer + 1))
@@ -267,10 +290,14 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
   if (pp) o->send = take(&ws, Ns * C * es);
   o->dres = take(&ws, Ns * C * f4);
   o->dln = take(&ws, (sp ? Ns : N) * C * f4);
-  o->dqkv = take(&ws, N * (size_t)d.QKV * f4);
-  o->datty = take(&ws, N * Cl * f4);
-  o->dfch = take(&ws, N * (size_t)d.FH * f4);
-  o->dfch_gelu = take(&ws, N * F * f4);
+  /* A block's backward is done with the MLP's gradients before it writes
+   * the attention's: the two pairs share one region, the larger pair's. */
+  size_t mlp = ws, att = ws;
+  o->dfch = take(&mlp, N * (size_t)d.FH * f4);
+  o->dfch_gelu = take(&mlp, N * F * f4);
+  o->dqkv = take(&att, N * (size_t)d.QKV * f4);
+  o->datty = take(&att, N * Cl * f4);
+  ws = mlp > att ? mlp : att;
   if (tp) o->xent = take(&ws, ((size_t)d.tp + 1) * 3 * N * f4);
   if (tp || pp) o->scalars = take(&ws, 16 * f4);
   if (sp) {
@@ -317,10 +344,10 @@ int aa_sizes_rank_states(const aa_arch_t *a, const aa_strategy_t *s, int stage, 
                                  &z.pshard, &z.piece,  &z.padded, &z.scalars};
   for (size_t i = 0; i < sizeof each / sizeof each[0]; i++)
     add(bytes, each[i]);
+  add(bytes, &z.punit16);
   for (int k = 0; k < 3; k++) {
     add(bytes, &z.gunit[k]);
     add(bytes, &z.punit[k]);
-    add(bytes, &z.punit16[k]);
   }
   return 0;
 }
@@ -341,6 +368,7 @@ int aa_sizes_rank_acts(const aa_arch_t *a, const aa_strategy_t *s, int m, int st
                              .tp = s->degree[AA_AXIS_TENSOR],
                              .sp = s->sp,
                              .cp = cp,
+                             .zero = aa_sizes_zero_stage(s->zero, aa_sizes_replicas(s)),
                              .amp = s->amp,
                              .ckpt = s->ckpt,
                              .ckpt_layers = s->ckpt_layers,

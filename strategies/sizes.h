@@ -111,18 +111,29 @@ void aa_sizes_model(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtyp
                     aa_model_sizes_t *out);
 
 /* What ZeRO stage `zero` over a data group of dp ranks adds to one of tp
- * tensor ranks (aa_zero_init;
- * see engine/optim.h for what each buffer is for). shard is S, the sum of
- * the units' chunks. moment is each of AdamW's two moments: the whole
- * model at stage 0, S from stage 1. Scratch slots (gunit, punit, punit16)
- * are indexed 0 = wte|wpe, 1 = a block, 2 = lnf, each sized for its
- * largest padded unit; scalars carry host values through the group and
- * exist only when there is a group to reduce over (dp > 1). */
+ * tensor ranks (aa_zero_init; see engine/optim.h for what each buffer is
+ * for). shard is S, the sum of the units' chunks. moment is each of
+ * AdamW's two moments: the whole model at stage 0, S from stage 1. Scratch
+ * slots (gunit, punit) are indexed 0 = wte|wpe, 1 = a block, 2 = lnf, each
+ * sized for its largest padded unit, except that under an untied head
+ * (llama) slot 2's gradients use slot 0's buffer (gslot), sized for the
+ * larger; punit16, where a 16-bit unit lands before it is widened into its
+ * slot, is one buffer of the largest padded unit (it is free again as soon
+ * as the unit is widened), or none where it lands in the blocks' gradient
+ * slot (punit16_in_grads). padded, where stages 1-2 gather the updated
+ * parameters, is allocated at stage 1 only: at stage 2 it is the largest
+ * gradient slot (padded_slot), which holds nothing between the backward
+ * and the next micro-batch. scalars carry host values through the group
+ * and exist only when there is a group to reduce over (dp > 1). */
 typedef struct aa_zero_sizes {
   size_t shard;
   aa_buf_size_t moment, gshard, master, pshard;
   aa_buf_size_t piece, padded, scalars;
-  aa_buf_size_t gunit[3], punit[3], punit16[3];
+  aa_buf_size_t gunit[3], punit[3], punit16;
+  int gslot[3];    /* the gunit buffer slot k's gradients use: k, or for an untied head's slot 2, 0 */
+  int padded_slot; /* stage 2: the gunit buffer that serves as padded, -1 otherwise */
+  int punit16_in_grads; /* amp, stage 3: the 16-bit units land in gunit[1], idle during every gather
+                           (punit16 not allocated) */
 } aa_zero_sizes_t;
 void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero, int dp,
                    aa_zero_sizes_t *out);
@@ -177,11 +188,14 @@ typedef struct aa_act_block {
  *   workspace  fp32: ws_field, where a field is computed when it is not
  *              kept in place (every field but the block output under amp,
  *              else those some block does not keep); under amp ws_res (2
- *              (B,T,C), the residual stream by block parity) and the
- *              widened weights of one block (wblock), of wte|wpe (wpre)
- *              and of lnf (wpost); ws_stats for a recomputed block (full
+ *              (B,T,C), the residual stream by block parity) and, below
+ *              ZeRO stage 3, the widened weights of one block (wblock), of
+ *              wte|wpe (wpre) and of lnf (wpost); ws_stats for a recomputed block (full
  *              checkpointing); the activation gradients dres, dln (Ns,C),
- *              datty (N,Cl), dqkv (N,3Cl), dfch, dfch_gelu (N,F).
+ *              datty (N,Cl), dqkv (N,3Cl), dfch, dfch_gelu (N,F), of
+ *              which dfch|dfch_gelu and dqkv|datty share one region (a
+ *              block's backward is done with the MLP's before it writes
+ *              the attention's).
  *              Tensor parallelism (tp > 1) adds xent ((tp + 1) 3N: the
  *              rank's cross-entropy parts and every rank's, gathered) and
  *              scalars (16; also under pipeline parallelism: host values
@@ -225,6 +239,8 @@ typedef struct aa_act_layout {
 typedef struct aa_act_shape {
   int B, T, tp, sp;
   int cp; /* the context group's size (1 or 0: none); T is then the rank's seq_len / cp */
+  int zero; /* the ZeRO stage the trainer runs (aa_sizes_zero_stage): from 3 the parameters come
+               gathered in fp32 (aa_zero_sizes_t punit), so no widened copy of them is kept */
   aa_dtype_t amp;
   aa_ckpt_mode_t ckpt;
   int ckpt_layers;

@@ -34,6 +34,59 @@ AA_TEST(units_add_up_to_the_model_and_chunks_round_up) {
   aa_sizes_zero(&archs[0], 1, NULL, AA_F32, 0, 2, &z2);
   CHECK(z1.scalars.numel == 0 && z2.scalars.numel == 16);
   CHECK(z1.moment.numel == aa_arch_param_count(&archs[0]) && z2.moment.numel == z1.moment.numel);
+  /* Over 3 ranks arch 0's block is the widest padded unit (8,544, which 3
+   * divides; wte|wpe 2,560 pads to 2,562). Stage 1 gathers the updated
+   * parameters into padded; stage 2 into the block's gradient slot, which
+   * is idle then; stage 3 lands each 16-bit unit in one buffer of that
+   * width. */
+  aa_zero_sizes_t z[4];
+  for (int st = 0; st < 4; st++)
+    aa_sizes_zero(&archs[0], 1, NULL, AA_BF16, st, 3, &z[st]);
+  CHECK(z[1].padded.numel == 8544 && z[1].padded_slot == -1 && z[1].gunit[1].numel == 0);
+  CHECK(z[2].padded.numel == 0 && z[2].padded_slot == 1 && z[2].gunit[1].numel == 8544);
+  CHECK(z[3].padded.numel == 0 && z[3].padded_slot == -1 && z[3].punit16.numel == 0 &&
+        z[3].punit16_in_grads && z[3].gunit[1].numel * 4 >= 8544 * 2);
+  CHECK(z[0].punit16.numel == 0 && z[2].punit16.numel == 0 && !z[2].punit16_in_grads);
+  /* A block too small to take the widest unit in 16 bits: wte 1,004 x 8 =
+   * 8,032 elements, a block 4 64 + 2 16 8 + 9 8 + 16 = 600 (2,400 bytes in
+   * fp32, the wte in bf16 16,064), so the 16-bit units get their own
+   * buffer of the widest. */
+  const aa_arch_t wide = {.family = "gpt2",
+                          .n_layer = 1,
+                          .n_head = 2,
+                          .d_model = 8,
+                          .d_ff = 16,
+                          .seq_len = 4,
+                          .vocab_size = 1000};
+  aa_zero_sizes_t wz;
+  aa_sizes_zero(&wide, 1, NULL, AA_BF16, 3, 2, &wz);
+  CHECK_MSG(!wz.punit16_in_grads && wz.punit16.numel == 8032 && wz.gunit[1].numel == 600,
+            "punit16 %zu, block %zu", wz.punit16.numel, wz.gunit[1].numel);
+  /* An untied head: wte (64 x 32 = 2,048, chunks of 683, 2,049 padded)
+   * and lnf|head (65 x 32 = 2,080: 694, 2,082) never hold gradients at
+   * once, so from stage 2 they share one buffer, the larger; the block
+   * (2 32 + 64 32 + 32 32 + 3 64 32 = 9,280: 3,094, 9,282) keeps its own,
+   * and is padded at stage 2. Their parameters keep a slot each. */
+  const aa_arch_t llama = {.family = "llama",
+                           .n_layer = 2,
+                           .n_head = 4,
+                           .n_kv_head = 2,
+                           .d_model = 32,
+                           .d_ff = 64,
+                           .seq_len = 16,
+                           .vocab_size = 64};
+  for (int st = 2; st < 4; st++) {
+    aa_zero_sizes_t lz;
+    aa_sizes_zero(&llama, 1, NULL, AA_BF16, st, 3, &lz);
+    CHECK_MSG(lz.gslot[0] == 0 && lz.gslot[1] == 1 && lz.gslot[2] == 0 && lz.gunit[0].numel == 2082 &&
+                  lz.gunit[1].numel == 9282 && lz.gunit[2].numel == 0,
+              "stage %d: gradient buffers %zu %zu %zu", st, lz.gunit[0].numel, lz.gunit[1].numel,
+              lz.gunit[2].numel);
+    CHECK(lz.padded_slot == (st == 2 ? 1 : -1));
+    CHECK(st < 3 || (lz.punit[0].numel == 2049 && lz.punit[2].numel == 2082));
+  }
+  CHECK(z[2].gslot[2] == 2 &&
+        z[2].gunit[2].numel > 0); /* gpt2's tied head: wte's gradient spans the backward */
 }
 
 typedef struct {
@@ -45,6 +98,9 @@ static int by_offset(const void *a, const void *b) {
   size_t x = ((const span_t *)a)->off, y = ((const span_t *)b)->off;
   return (x > y) - (x < y);
 }
+
+/* bytes in whole 64-byte slices, as every buffer of a layout takes them. */
+static size_t round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
 /* The spans of one allocation, sorted, tile [0, total) in 64-byte slices:
  * aligned, each at least its bytes, none overlapping, no gap, no excess. */
@@ -133,15 +189,37 @@ AA_TEST(the_activation_layout_tiles_its_allocations_by_mode) {
                 ws[nw++] = (span_t){l.wblock, wblock * f4, "wblock"};
                 ws[nw++] = (span_t){l.wpre, (V + T) * C * f4, "wpre"};
                 ws[nw++] = (span_t){l.wpost, 2 * C * f4, "wpost"};
+                /* At ZeRO stage 3 the gathered units are the fp32 weights:
+                 * no widened copy, and nothing else moves in size. */
+                aa_act_shape_t z3 = sh;
+                z3.zero = 3;
+                aa_act_layout_t l3;
+                aa_sizes_acts(a, &z3, &l3, NULL);
+                const size_t widened = round64(wblock * f4) + round64((V + T) * C * f4) + round64(2 * C * f4);
+                CHECK_MSG(l3.wblock == AA_SIZES_NONE && l3.wpre == AA_SIZES_NONE &&
+                              l3.wpost == AA_SIZES_NONE && l3.acts == l.acts &&
+                              l3.workspace == l.workspace - widened,
+                          "%s: zero 3 workspace %zu, want %zu", where, l3.workspace, l.workspace - widened);
               }
               CHECK((l.ws_stats != AA_SIZES_NONE) == any_full);
               if (any_full) ws[nw++] = (span_t){l.ws_stats, stats, "ws_stats"};
               ws[nw++] = (span_t){l.dres, Ns * C * f4, "dres"};
               ws[nw++] = (span_t){l.dln, (sp ? Ns : N) * C * f4, "dln"};
-              ws[nw++] = (span_t){l.dqkv, 3 * N * Cl * f4, "dqkv"};
-              ws[nw++] = (span_t){l.datty, N * Cl * f4, "datty"};
-              ws[nw++] = (span_t){l.dfch, N * F * f4, "dfch"};
-              ws[nw++] = (span_t){l.dfch_gelu, N * F * f4, "dfch_gelu"};
+              /* The MLP's gradients and the attention's share one region
+               * (dead before the other pair is written): the larger pair
+               * tiles it, the other lies back to back from its start. */
+              span_t mlp[2] = {{l.dfch, N * F * f4, "dfch"}, {l.dfch_gelu, N * F * f4, "dfch_gelu"}};
+              span_t att[2] = {{l.dqkv, 3 * N * Cl * f4, "dqkv"}, {l.datty, N * Cl * f4, "datty"}};
+              const size_t mlp_bytes = round64(mlp[0].bytes) + round64(mlp[1].bytes);
+              const size_t att_bytes = round64(att[0].bytes) + round64(att[1].bytes);
+              const span_t *big = mlp_bytes >= att_bytes ? mlp : att, *small = big == mlp ? att : mlp;
+              CHECK_MSG(small[0].off == big[0].off &&
+                            small[1].off == small[0].off + round64(small[0].bytes) &&
+                            big[1].off == big[0].off + round64(big[0].bytes),
+                        "%s: activation gradients at %zu %zu / %zu %zu", where, mlp[0].off, mlp[1].off,
+                        att[0].off, att[1].off);
+              ws[nw++] = big[0];
+              ws[nw++] = big[1];
               /* What the tensor group's collectives need. */
               CHECK((l.xent != AA_SIZES_NONE) == (tp > 1) && (l.full != AA_SIZES_NONE) == (sp == 1));
               if (tp > 1) {

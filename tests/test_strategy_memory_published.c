@@ -165,16 +165,22 @@ AA_TEST(gpt3_layer_activations_are_korthikantis_table_2_with_the_listed_terms) {
  * chunks of ceil(n / d): here every unit divides by 64, so no padding term.
  * Outside the model states, as ZeRO's own "temporary buffers" are, the
  * engine adds staging (workspace, fp32 unless said): from stage 1 one
- * chunk (piece); at stages 1-2 one padded unit (the largest, a block); from
- * stage 2 one padded unit per slot (gunit: wte|wpe, a block, lnf) for the
- * gradients, and at stage 3 the same again for the parameters (punit) and
- * in bf16 (punit16). */
+ * chunk (piece); at stage 1 one padded unit (the largest, a block) where
+ * the updated parameters are gathered, which at stage 2 is the gradient
+ * slot of a block, idle by then; from stage 2 one padded unit per slot
+ * (gunit: wte|wpe, a block, lnf) for the gradients, and at stage 3 the same
+ * again for the parameters (punit), whose bf16 all-gather lands in the
+ * blocks' gradient slot (idle during every gather, and large enough), less
+ * the fp32 copy of one unit per slot that the lower stages widen the bf16
+ * parameters into (wblock, wpre, wpost): at stage 3 the gathered units are
+ * that copy. */
 AA_TEST(gpt3_model_states_are_zeros_with_fp32_gradients) {
   const uint64_t l = (uint64_t)gpt3.n_layer, V = (uint64_t)gpt3.vocab_size, d = 64;
   const uint64_t wte = (V + s) * h, block = 12 * h * h + 13 * h, lnf = 2 * h;
   const uint64_t psi = wte + l * block + lnf;
   CHECK(psi == UINT64_C(174615846912));
   CHECK(wte % d == 0 && block % d == 0 && lnf % d == 0); /* no padding */
+  CHECK(block > wte && block > lnf);                     /* the largest unit */
   const uint64_t want[4][3] = {
       /* params, grads, optimizer: ZeRO's */
       {2 * psi, 2 * psi, 12 * psi},
@@ -187,7 +193,7 @@ AA_TEST(gpt3_model_states_are_zeros_with_fp32_gradients) {
   /* Its staging over stage 0's (whose one buffer, 16 fp32 scalars, every
    * stage has at d > 1). */
   const uint64_t piece = 4 * block / d, padded = 4 * block, units = 4 * (wte + block + lnf);
-  const uint64_t staging[4] = {0, piece + padded, piece + padded + units, piece + units + units + units / 2};
+  const uint64_t staging[4] = {0, piece + padded, piece + units, piece + units};
   aa_cost_mem_t m[4];
   for (int z = 0; z < 4; z++) {
     const aa_strategy_t st = strategy(1, 0, (int)d, z, AA_CKPT_NONE);
