@@ -27,9 +27,12 @@ typedef struct {
   bool degree[AA_AXES], sp, zero, amp, ckpt, micro_batch, schedule, vpp, partition;
 } fix_t;
 
-/* The keys of the file's v1 object that fix a searched knob; the others
- * (rank order, checkpoint_layers, loss scaling, a custom cut) are set on
- * every completion as given. */
+/* The keys of the file's v1 object that fix a searched knob (the strategy
+ * reader's aliases too: Megatron's axis names, virtual_pipeline_model_
+ * parallel_size, Merak's partition_method). A key the profile plan cannot
+ * honour is refused, with why: a rank order (the plan places ranks in
+ * Megatron's order), checkpoint_layers and a custom cut (the search does
+ * not vary them), and the knobs that do not change a plan. */
 static int fix_load(fix_t *f, const char *path) {
   memset(f, 0, sizeof *f);
   if (aa_strategy_load(&f->s, path)) return -1;
@@ -37,12 +40,45 @@ static int fix_load(fix_t *f, const char *path) {
   json_t *root = json_load_file(path, 0, &err);
   if (!json_is_object(root)) {
     json_decref(root);
-    return aa_error(AA_EINVAL, "%s: --fix takes a strategy file's v1 object (the fields to hold)", path);
+    return aa_error(AA_EINVAL,
+                    "%s: --fix takes a strategy file's v1 object (the fields to hold), not ATorch's list",
+                    path);
   }
+  static const struct {
+    const char *key, *why;
+  } refused[] = {
+      {"checkpoint_layers", "the search checkpoints all blocks or none"},
+      {"custom_partition", "the search cuts uniformly or by parameters"},
+      {"loss_scaling", "it does not change a plan"},
+      {"skip_if_nonfinite", "it does not change a plan"},
+  };
+  int rc = 0;
   json_t *par = json_object_get(root, "parallel");
-  for (int a = 0; a < AA_AXES; a++)
-    f->degree[a] = json_object_get(par, aa_axis_name((aa_axis_t)a)) != NULL;
-  f->sp = json_object_get(root, "sequence_parallel") != NULL || json_object_get(par, "sequence") != NULL;
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0] && !rc; i++)
+    if (json_object_get(root, refused[i].key))
+      rc = aa_error(AA_EINVAL, "%s: --fix cannot hold %s: %s (leave it out)", path, refused[i].key,
+                    refused[i].why);
+  if (!rc && (json_object_get(par, "order") || json_object_get(par, "rank_order")))
+    rc = aa_error(
+        AA_EINVAL,
+        "%s: --fix cannot hold parallel.order or parallel.rank_order: a plan from a profile places "
+        "ranks in Megatron's order (tensor, context, data, pipeline from the fastest) (leave it out)",
+        path);
+  if (!rc && f->s.partition == AA_PARTITION_CUSTOM)
+    rc = aa_error(AA_EINVAL,
+                  "%s: --fix cannot hold a custom partition: the search cuts uniformly or by "
+                  "parameters (leave it out)",
+                  path);
+  if (rc) {
+    json_decref(root);
+    return rc;
+  }
+  for (int a = 0; a < AA_AXES; a++) {
+    const char *alias = aa_axis_info((aa_axis_t)a)->megatron;
+    f->degree[a] = json_object_get(par, aa_axis_name((aa_axis_t)a)) != NULL ||
+                   (alias && json_object_get(par, alias) != NULL);
+  }
+  f->sp = json_object_get(par, "sequence_parallel") != NULL;
   f->zero = json_object_get(root, "zero") != NULL;
   f->amp = json_object_get(root, "amp") != NULL;
   f->ckpt = json_object_get(root, "checkpoint") != NULL;
@@ -50,7 +86,8 @@ static int fix_load(fix_t *f, const char *path) {
   f->schedule = json_object_get(root, "schedule") != NULL;
   f->vpp = json_object_get(root, "virtual_stages") != NULL ||
            json_object_get(root, "virtual_pipeline_model_parallel_size") != NULL;
-  f->partition = f->s.partition != AA_PARTITION_UNIFORM;
+  f->partition =
+      json_object_get(root, "partition") != NULL || json_object_get(root, "partition_method") != NULL;
   json_decref(root);
   return 0;
 }

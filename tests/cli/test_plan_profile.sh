@@ -107,6 +107,21 @@ expect 1 "no strategy fits the pool" "$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a
 echo '{"format": "autoaccel-strategy", "version": 1, "zero": 9}' >"$tmp/fixbad.json"
 expect 1 "zero" "$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --fix "$tmp/fixbad.json"
 
+# Megatron's names and sequence parallelism are held too; what a plan from a
+# profile cannot hold is refused with why.
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor_model_parallel_size": 4, "sequence_parallel": true}}' >"$tmp/fixsp.json"
+"$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --fix "$tmp/fixsp.json" --top 30 --json >"$tmp/fixsp.out" 2>&1
+out=$("$PY" -c 'import json,sys; k=[x["key"] for x in json.load(open(sys.argv[1]))["strategies"]]; print("ok" if k and all(".tp4." in x and ".sp." in x for x in k) else k[:3])' "$tmp/fixsp.out")
+if [ "$out" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --fix tp4 + sp: $out"; fi
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2, "rank_order": [1, 0]}}' >"$tmp/fixro.json"
+expect 1 "cannot hold parallel.order or parallel.rank_order: a plan from a profile places ranks in Megatron's order" \
+  "$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --fix "$tmp/fixro.json"
+echo '{"format": "autoaccel-strategy", "version": 1, "checkpoint": "full", "checkpoint_layers": 4}' >"$tmp/fixcl.json"
+expect 1 "cannot hold checkpoint_layers: the search checkpoints all blocks or none" \
+  "$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --fix "$tmp/fixcl.json"
+echo '["parallel_mode", ["amp_native", {"dtype": "bf16"}], "checkpoint"]' >"$tmp/fixlist.json"
+expect 1 "not ATorch's list" "$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --fix "$tmp/fixlist.json"
+
 # --per-node: nodes of 4 put a tp 8 group across two nodes, which is left out.
 expect 0 "16 nodes of 4" "$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --per-node 4
 expect 0 "tensor groups inside a node \([1-9][0-9]* strategies with a wider one left out\)" \
