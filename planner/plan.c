@@ -135,8 +135,12 @@ static int no_calibration(const plan_args_t *a, const pick_t *p) {
   return aa_error(
       AA_ENOENT,
       "no calibration of a %s device is stored: run a job on %s devices first (e.g. `autoaccel auto "
-      "--devices %s MODEL`), which measures one, then plan again",
-      kind, kind, a->cuda ? "cuda" : "cpu:2");
+      "--devices %s MODEL`), which measures one, then plan again%s",
+      kind, kind, a->cuda ? "cuda" : "cpu:2",
+      a->cuda
+          ? "; or plan from a GPU's datasheet figures, with no planner: --pool h100-80gb:N (autoaccel plan "
+            "--list-devices)"
+          : "");
 }
 
 /* The device memory in a device fingerprint KIND:NAME:MEMORY_MiB; 0 when it

@@ -46,6 +46,8 @@ planner_up "$tmp/planner.log"
 expect 1 "autoaccel plan: no calibration of a cpu device is stored: run a job on cpu devices first \(e\.g\. .autoaccel auto --devices cpu:2 MODEL.\)" \
   "$AA" plan "$tmp/model.json" --pool cpu:4 $P
 expect 1 "no calibration of a cuda device is stored" "$AA" plan "$tmp/model.json" --pool cuda:8 $P --json
+expect 1 "or plan from a GPU's datasheet figures, with no planner: --pool h100-80gb:N \(autoaccel plan --list-devices\)" \
+  "$AA" plan "$tmp/model.json" --pool cuda:8 $P
 expect 1 "no calibration of device \"cpu:X:1MiB\" is stored \(of cpu devices: none\)" \
   "$AA" plan "$tmp/model.json" --pool cpu:4 --device cpu:X:1MiB $P
 # A spec without data (examples/models/) is a model to plan: it gets as far
