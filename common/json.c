@@ -352,3 +352,11 @@ void aa_json_fields_default(const aa_json_field_t *t, size_t n, void *base) {
     }
   }
 }
+
+int aa_json_read_top(const aa_json_ctx_t *c, const json_t *root, const aa_json_field_t *t, size_t n,
+                     void *base) {
+  if (!json_is_object(root))
+    return aa_error(AA_EINVAL, "%s%stop level must be a JSON object (got %s)", c->origin ? c->origin : "",
+                    c->origin ? ": " : "", aa_json_type_name(root));
+  return aa_json_read_fields(c, root, "", t, n, base);
+}

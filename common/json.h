@@ -80,6 +80,12 @@ struct aa_json_field {
   size_t nsub;
 };
 
+/* A document's top level read as an object of table t into base: AA_EINVAL
+ * "<origin>: top level must be a JSON object (got <type>)" when root is
+ * not an object, else aa_json_read_fields(c, root, "", t, n, base). */
+int aa_json_read_top(const aa_json_ctx_t *c, const json_t *root, const aa_json_field_t *t, size_t n,
+                     void *base);
+
 /* Reads the members of obj that table t (n entries) describes into base.
  * section is the dotted prefix of paths ("" at top level). Unknown keys
  * are reported first, before any value, so that a typo is named even when

@@ -235,11 +235,7 @@ static int parse_buffer(aa_model_spec_t *out, const char *buf, size_t len, ctx_t
     rc = aa_error(AA_ENOMEM, "%s: out of memory", origin);
     goto cleanup;
   }
-  if (!json_is_object(root)) {
-    rc = aa_error(AA_EINVAL, "%s: top level must be a JSON object (got %s)", origin, aa_json_type_name(root));
-    goto cleanup;
-  }
-  if ((rc = aa_json_read_fields(&c->json, root, "", top_fields, NFIELDS(top_fields), s))) goto cleanup;
+  if ((rc = aa_json_read_top(&c->json, root, top_fields, NFIELDS(top_fields), s))) goto cleanup;
   if ((rc = parse_model(c, json_object_get(root, "model"), &s->arch))) goto cleanup;
   if ((rc = parse_train(c, json_object_get(root, "train"), &s->train))) goto cleanup;
   /* A data section, when given, must name the training shard. */

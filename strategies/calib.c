@@ -331,12 +331,7 @@ int aa_calib_parse(aa_calib_t *out, const char *json, const char *origin) {
     rc = aa_error(AA_ENOMEM, "%s: out of memory", c.origin);
     goto cleanup;
   }
-  if (!json_is_object(root)) {
-    rc = aa_error(AA_EINVAL, "%s: top level must be a JSON object (got %s)", c.origin,
-                  aa_json_type_name(root));
-    goto cleanup;
-  }
-  if ((rc = aa_json_read_fields(&c, root, "", top_fields, sizeof top_fields / sizeof top_fields[0], t)))
+  if ((rc = aa_json_read_top(&c, root, top_fields, sizeof top_fields / sizeof top_fields[0], t)))
     goto cleanup;
   if ((rc = read_ops(&c, json_object_get(root, "ops"), t))) goto cleanup;
   if ((rc = read_links(&c, json_object_get(root, "links"), t))) goto cleanup;

@@ -185,12 +185,7 @@ int aa_calib_file_parse(aa_calib_file_t *out, const char *text, size_t len, cons
     rc = aa_error(AA_ENOMEM, "%s: out of memory", c.origin);
     goto cleanup;
   }
-  if (!json_is_object(root)) {
-    rc = aa_error(AA_EINVAL, "%s: top level must be a JSON object (got %s)", c.origin,
-                  aa_json_type_name(root));
-    goto cleanup;
-  }
-  if ((rc = aa_json_read_fields(&c, root, "", top_fields, sizeof top_fields / sizeof top_fields[0], &top)))
+  if ((rc = aa_json_read_top(&c, root, top_fields, sizeof top_fields / sizeof top_fields[0], &top)))
     goto cleanup;
   const json_t *list = json_object_get(root, "calibrations");
   if (!json_is_array(list)) {
