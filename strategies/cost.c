@@ -253,17 +253,13 @@ void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum
   out->embedding.ranks = 1;
   aa_pp_place_t p;
   aa_pp_plan_t plan, *pl = NULL;
-  if (place_of(arch, s, stage, &p)) return;
-  /* The schedule must suit A micro-batches (aa_pp_place with A checks it,
-   * from the schedule's memoised buffers); ZeRO 3's gathers follow its
+  /* Placed with A micro-batches, which checks that the schedule suits them
+   * (from its memoised buffers); ZeRO 3's gathers follow the schedule's
    * order, which only the whole plan has. */
-  if (s->degree[AA_AXIS_PIPELINE] > 1) {
-    aa_pp_place_t with_m;
-    if (aa_pp_place(arch, s, (int)A, stage, &with_m)) return;
-    if (aa_sizes_zero_stage(s->zero, out->data.ranks) == 3) {
-      if (aa_pp_plan(s->schedule, s->degree[AA_AXIS_PIPELINE], p.vpp, (int)A, &plan)) return;
-      pl = &plan;
-    }
+  if (aa_pp_place(arch, s, s->degree[AA_AXIS_PIPELINE] > 1 ? (int)A : 0, stage, &p)) return;
+  if (s->degree[AA_AXIS_PIPELINE] > 1 && aa_sizes_zero_stage(s->zero, out->data.ranks) == 3) {
+    if (aa_pp_plan(s->schedule, s->degree[AA_AXIS_PIPELINE], p.vpp, (int)A, &plan)) return;
+    pl = &plan;
   }
   if (out->data.ranks > 1) data_comm(arch, s, &p, pl, A, &out->data);
   if (s->degree[AA_AXIS_TENSOR] > 1) tensor_comm(arch, s, &p, A, &out->tensor);

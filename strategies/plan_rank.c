@@ -1,7 +1,6 @@
 /* Ranking a pool's strategies by their predicted step (plan_rank.h). */
 #include "plan_rank.h"
 
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,21 +24,32 @@ static void keep(aa_plan_rank_t *r, const aa_plan_entry_t *t) {
   r->list[i] = *t;
 }
 
+/* What a rank's model states depend on (sizes.h aa_sizes_rank_states):
+ * not the micro-batch, not checkpointing. */
+static aa_plan_states_key_t states_key(const aa_strategy_t *s) {
+  aa_plan_states_key_t k;
+  memset(&k, 0, sizeof k); /* no padding of garbage for memcmp */
+  memcpy(k.degree, s->degree, sizeof k.degree);
+  k.amp = (int)s->amp;
+  k.zero = s->zero;
+  k.schedule = (int)s->schedule;
+  k.vpp = s->vpp > 1 ? s->vpp : 1;
+  k.partition = (int)s->partition;
+  return k;
+}
+
 /* The bytes a rank must hold, the largest over the pipeline ranks (as
- * aa_cost_memory): the model's states of each rank are kept for the
+ * aa_cost_memory): the model states of each rank are kept for the
  * candidates that differ only in their micro-batch and checkpointing (the
- * space walks those consecutively), their activations computed anew. */
+ * space walks those consecutively), their activations computed anew. A
+ * custom cut (which the space never gives) is not kept. */
 static size_t rank_bytes(aa_plan_rank_t *r, const aa_strategy_t *s, int m) {
   const int pp = s->degree[AA_AXIS_PIPELINE];
-  aa_strategy_t key = *s;
-  key.micro_batch = 0;
-  key.ckpt = AA_CKPT_NONE;
-  key.ckpt_layers = 0;
-  if (!r->states || memcmp(&r->states_key, &key, sizeof key)) {
-    free(r->states);
-    r->states = malloc(sizeof *r->states * (size_t)pp);
-    if (!r->states) return SIZE_MAX;
+  const aa_plan_states_key_t key = states_key(s);
+  const bool keep = s->partition != AA_PARTITION_CUSTOM;
+  if (!keep || !r->states_valid || memcmp(&r->states_key, &key, sizeof key)) {
     r->states_key = key;
+    r->states_valid = keep;
     for (int st = 0; st < pp; st++) {
       size_t b[AA_MEM_NKINDS];
       r->states[st] = 0;
@@ -111,13 +121,12 @@ int aa_plan_rank(aa_plan_rank_t *r) {
   r->n = r->candidates = r->invalid = r->filtered = r->predicted = r->predicted_oom = r->unpredicted = 0;
   r->tensor_too_wide = 0;
   r->unpredicted_why[0] = '\0';
+  r->states_valid = false;
   aa_space_each(&r->space, visit, r);
   return 0;
 }
 
 void aa_plan_rank_free(aa_plan_rank_t *r) {
-  free(r->states);
-  r->states = NULL;
   free(r->list);
   r->list = NULL;
   r->n = 0;

@@ -19,6 +19,11 @@ typedef struct aa_plan_entry {
   size_t order; /* in the enumeration: the tie-break */
 } aa_plan_entry_t;
 
+/* What a rank's model states depend on (private to plan_rank.c). */
+typedef struct aa_plan_states_key {
+  int degree[AA_AXES], amp, zero, schedule, vpp, partition;
+} aa_plan_states_key_t;
+
 /* Keeps a candidate or not, before anything else is done with it (as
  * space.h enumerates it: not resolved); NULL keeps all. */
 typedef bool (*aa_plan_filter_fn)(void *ctx, const aa_strategy_t *s);
@@ -45,8 +50,9 @@ typedef struct aa_plan_rank {
   size_t tensor_too_wide; /* tensor groups larger than a host (pool.host_devices): not placeable */
   char unpredicted_why[256];
   /* Private: the model states of each pipeline rank of the last setting. */
-  aa_strategy_t states_key;
-  size_t *states;
+  aa_plan_states_key_t states_key;
+  bool states_valid;
+  size_t states[AA_STRATEGY_STAGES_MAX];
 } aa_plan_rank_t;
 
 #define AA_PLAN_TOP_MAX 1000

@@ -321,14 +321,20 @@ static void add(size_t bytes[AA_MEM_NKINDS], const aa_buf_size_t *b) {
   bytes[b->kind] += b->numel * aa_dtype_size(b->dtype);
 }
 
-int aa_sizes_rank_states(const aa_arch_t *a, const aa_strategy_t *s, int stage, size_t bytes[AA_MEM_NKINDS]) {
-  memset(bytes, 0, AA_MEM_NKINDS * sizeof bytes[0]);
-  aa_pp_place_t place, *pp = NULL;
-  if (s->degree[AA_AXIS_PIPELINE] > 1) {
-    int rc = aa_pp_place(a, s, 0, stage, &place);
-    if (rc) return rc;
-    pp = &place;
-  }
+/* Pipeline rank `stage`'s place with m micro-batches into *place, and
+ * it (NULL at pp 1, which has none) into *pp. */
+static int rank_place(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, aa_pp_place_t *place,
+                      aa_pp_place_t **pp) {
+  *pp = NULL;
+  if (s->degree[AA_AXIS_PIPELINE] == 1) return 0;
+  int rc = aa_pp_place(a, s, m, stage, place);
+  if (!rc) *pp = place;
+  return rc;
+}
+
+/* The model's states of the rank placed at pp, added into bytes. */
+static void states_at(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *pp,
+                      size_t bytes[AA_MEM_NKINDS]) {
   /* ZeRO shards over the ranks that hold the same slice of the model: the
    * data group, times the context group (Megatron's). */
   const int replicas = aa_sizes_replicas(s);
@@ -349,18 +355,12 @@ int aa_sizes_rank_states(const aa_arch_t *a, const aa_strategy_t *s, int stage, 
     add(bytes, &z.gunit[k]);
     add(bytes, &z.punit[k]);
   }
-  return 0;
 }
 
-int aa_sizes_rank_acts(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage,
-                       size_t bytes[AA_MEM_NKINDS]) {
-  memset(bytes, 0, AA_MEM_NKINDS * sizeof bytes[0]);
-  aa_pp_place_t place, *pp = NULL;
-  if (s->degree[AA_AXIS_PIPELINE] > 1) {
-    int rc = aa_pp_place(a, s, m, stage, &place);
-    if (rc) return rc;
-    pp = &place;
-  }
+/* The activations and workspace of the rank placed at pp, added into
+ * bytes. */
+static void acts_at(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *pp,
+                    size_t bytes[AA_MEM_NKINDS]) {
   const int cp = s->degree[AA_AXIS_CONTEXT];
   aa_act_layout_t l;
   const aa_act_shape_t sh = {.B = s->micro_batch,
@@ -368,23 +368,39 @@ int aa_sizes_rank_acts(const aa_arch_t *a, const aa_strategy_t *s, int m, int st
                              .tp = s->degree[AA_AXIS_TENSOR],
                              .sp = s->sp,
                              .cp = cp,
-                             .zero = aa_sizes_zero_stage(s->zero, aa_sizes_replicas(s)),
                              .amp = s->amp,
                              .ckpt = s->ckpt,
                              .ckpt_layers = s->ckpt_layers,
+                             .zero = aa_sizes_zero_stage(s->zero, aa_sizes_replicas(s)),
                              .pipe = pp};
   aa_sizes_acts(a, &sh, &l, NULL);
   bytes[AA_MEM_ACTS] += l.acts;
   bytes[AA_MEM_WORKSPACE] += l.workspace;
-  return 0;
+}
+
+int aa_sizes_rank_states(const aa_arch_t *a, const aa_strategy_t *s, int stage, size_t bytes[AA_MEM_NKINDS]) {
+  memset(bytes, 0, AA_MEM_NKINDS * sizeof bytes[0]);
+  aa_pp_place_t place, *pp;
+  int rc = rank_place(a, s, 0, stage, &place, &pp);
+  if (!rc) states_at(a, s, pp, bytes);
+  return rc;
+}
+
+int aa_sizes_rank_acts(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage,
+                       size_t bytes[AA_MEM_NKINDS]) {
+  memset(bytes, 0, AA_MEM_NKINDS * sizeof bytes[0]);
+  aa_pp_place_t place, *pp;
+  int rc = rank_place(a, s, m, stage, &place, &pp);
+  if (!rc) acts_at(a, s, pp, bytes);
+  return rc;
 }
 
 int aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, size_t bytes[AA_MEM_NKINDS]) {
-  size_t acts[AA_MEM_NKINDS];
-  int rc = aa_sizes_rank_states(a, s, stage, bytes);
-  if (!rc) rc = aa_sizes_rank_acts(a, s, m, stage, acts);
+  memset(bytes, 0, AA_MEM_NKINDS * sizeof bytes[0]);
+  aa_pp_place_t place, *pp;
+  int rc = rank_place(a, s, m, stage, &place, &pp);
   if (rc) return rc;
-  for (int k = 0; k < AA_MEM_NKINDS; k++)
-    bytes[k] += acts[k];
+  states_at(a, s, pp, bytes);
+  acts_at(a, s, pp, bytes);
   return 0;
 }
