@@ -571,20 +571,24 @@ static bool calib_lacks_ops(const aa_planner_job_t *j, int world) {
 /* The pool the job's candidates are predicted on: its executors, which on
  * a CPU share the cores of their host; when its gangs span hosts, as many
  * on a host as its largest has, with the links between hosts measured; on
- * a GPU of the catalogue, its profile for what the calibration lacks,
- * refitted to the calibration as it is now. */
-static aa_predict_pool_t calib_pool(aa_planner_t *p, aa_planner_job_t *j) {
+ * a GPU of the catalogue, its profile for what the calibration lacks
+ * (roof_refit keeps it fitted to the calibration). */
+static aa_predict_pool_t calib_pool(aa_planner_t *p, const aa_planner_job_t *j) {
   int world = aa__planner_hw_world(j->hardware), most = aa__registry_most_on_one_host(p, j->hardware);
   bool across = aa__registry_spans(p, j->hardware) && most >= 1 && most < world;
-  if (j->roof) {
-    aa_roofline_init(j->roof, j->profile);
-    aa_roofline_fit(j->roof, j->calib);
-  }
   return (aa_predict_pool_t){.devices = world,
                              .host_cores = j->dev_kind == AA_PROTO_DEV_CUDA ? 0 : j->calib->host_cores,
                              .host_devices = across ? most : 0,
                              .inter = across ? j->calib_inter : NULL,
                              .roofline = j->roof};
+}
+
+/* Fits the job's profile roofline, if it has one, to its calibration as
+ * it is now: whenever the calibration is set or merged. */
+static void roof_refit(aa_planner_job_t *j) {
+  if (!j->roof) return;
+  aa_roofline_init(j->roof, j->profile);
+  aa_roofline_fit(j->roof, j->calib);
 }
 
 /* The profile of the job's GPU, when the catalogue has one (once). */
@@ -602,6 +606,7 @@ static void profile_lookup(aa_planner_t *p, aa_planner_job_t *j, const char *dev
     return;
   }
   *j->profile = prof;
+  roof_refit(j);
   aa__planner_log(p,
                   "job %lld: %s is the %s of the device profiles: op shapes and collectives its calibration "
                   "lacks are timed from that profile, refitted to the calibration",
@@ -639,7 +644,7 @@ static void calib_apply(aa_planner_t *p, aa_planner_job_t *j) {
 /* The predicted step of candidate c by part as the store keeps it
  * (runs.predicted_json, docs/store.md), malloc'd; NULL without a
  * calibrated prediction. */
-static char *predicted_json(aa_planner_t *p, aa_planner_job_t *j, const aa_cand_t *c) {
+static char *predicted_json(aa_planner_t *p, const aa_planner_job_t *j, const aa_cand_t *c) {
   if (!j->calib || !(c->predicted > 0)) return NULL;
   const aa_predict_pool_t pool = calib_pool(p, j);
   aa_predict_t pr;
@@ -839,6 +844,7 @@ static void calib_finished(aa_planner_t *p) {
       *into = got;
       got = NULL;
     }
+    roof_refit(j);
     char *json = aa_calib_to_json(*into);
     if (!json || aa_store_calib_put(p->store, device, backend, json))
       aa__planner_log(p, "job %lld: cannot store the calibration of %s: %s (this job uses it)",

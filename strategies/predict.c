@@ -324,7 +324,7 @@ static int op_time(const aa_calib_t *c, const aa_roofline_t *roof, const aa_op_s
     if (dist < best_d) best_d = dist, best = x;
   }
   if (!best) {
-    if (roof && aa_roofline_knows(roof, aa_roof_class_of(s->op), dtype)) {
+    if (roof && aa_roofline_knows(roof, aa_roof_class_of(s->op))) {
       aa_roofline_op(roof, s, dtype, fwd, bwd);
       p->ops_modelled++;
       return 0;

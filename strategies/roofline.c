@@ -198,11 +198,10 @@ void aa_roofline_fit(aa_roofline_t *r, const aa_calib_t *c) {
   free(v);
 }
 
-bool aa_roofline_knows(const aa_roofline_t *r, aa_roof_class_t cls, aa_dtype_t dt) {
+bool aa_roofline_knows(const aa_roofline_t *r, aa_roof_class_t cls) {
   if (r->profile) return true;
   for (int d = 0; d < 3; d++)
     if (r->fitted[cls][d]) return true;
-  (void)dt;
   return false;
 }
 

@@ -66,10 +66,10 @@ void aa_roofline_init(aa_roofline_t *r, const aa_device_profile_t *p);
  * median over the other dtypes, then stays 1. */
 void aa_roofline_fit(aa_roofline_t *r, const aa_calib_t *c);
 
-/* Whether the model can time a class in dtype dt: with a profile always
+/* Whether the model can time a class, in any dtype: with a profile always
  * (a precision it lacks falls back to fp32's peak), without one when the
- * fit saw an op of the class. */
-bool aa_roofline_knows(const aa_roofline_t *r, aa_roof_class_t cls, aa_dtype_t dt);
+ * fit saw an op of the class in some dtype (the others take its level). */
+bool aa_roofline_knows(const aa_roofline_t *r, aa_roof_class_t cls);
 
 /* Seconds of one call of s in dt, forward and backward. */
 void aa_roofline_op(const aa_roofline_t *r, const aa_op_shape_t *s, aa_dtype_t dt, double *fwd_s,

@@ -154,7 +154,7 @@ AA_TEST(a_kind_the_calibration_lacks_is_timed_at_its_class_rate) {
   CHECK(near(c->op[0].fwd_s, 2e-9 * 8 * 512 * 768));
   aa_roofline_init(&r, NULL);
   aa_roofline_fit(&r, c);
-  CHECK(aa_roofline_knows(&r, AA_ROOF_MEMORY, AA_F32) && !aa_roofline_knows(&r, AA_ROOF_GEMM, AA_F32));
+  CHECK(aa_roofline_knows(&r, AA_ROOF_MEMORY) && !aa_roofline_knows(&r, AA_ROOF_GEMM));
   aa_op_shape_t rms = {AA_OP_RMSNORM, {1024, 512, 0, 0}};
   double f, b;
   aa_roofline_op(&r, &rms, AA_F32, &f, &b);
