@@ -504,6 +504,20 @@ AA_TEST(the_wanted_shapes_cover_every_strategy_of_the_space) {
   }
 }
 
+/* Rank 0's distinct op shapes of s on a CPU are exactly want[0..n), in
+ * order, all fp32. */
+static void check_ops(const aa_model_spec_t *sp, const aa_strategy_t *s, const aa_op_shape_t *want,
+                      size_t nw) {
+  aa_calib_op_t ops[64];
+  const size_t n = aa_predict_ops(&sp->arch, s, 0, 0, ops, 64);
+  CHECK_MSG(n == nw, "%zu ops", n);
+  for (size_t i = 0; i < n && i < nw; i++)
+    CHECK_MSG(aa_op_shape_equal(&ops[i].shape, &want[i]) && ops[i].dtype == AA_F32,
+              "ops[%zu]: %s [%lld,%lld,%lld,%lld]", i, aa_op_kind_name(ops[i].shape.op),
+              (long long)ops[i].shape.d[0], (long long)ops[i].shape.d[1], (long long)ops[i].shape.d[2],
+              (long long)ops[i].shape.d[3]);
+}
+
 /* One llama rank, micro-batches of B = 4 (N = 64 tokens, 2 a step), its
  * ops by hand from engine/model.c: per block RMSNorm (64, 32) twice, the
  * qkv GEMM (64, 32, 64), RoPE and grouped-query attention on S = B·NKV =
@@ -518,20 +532,13 @@ AA_TEST(a_llama_rank_step_is_its_ops_worked_out_by_hand) {
   aa_model_spec_t sp = llama();
   aa_calib_t *c = calib(&sp, 0, 0);
   aa_strategy_t s = strat(&sp, 1, 1, 1, 4);
-  aa_calib_op_t ops[64];
-  const size_t n = aa_predict_ops(&sp.arch, &s, 0, 0, ops, 64);
   const aa_op_shape_t want[] = {
       {AA_OP_RMSNORM, {64, 32, 0, 0}},  {AA_OP_MATMUL, {64, 32, 64, 0}}, {AA_OP_ROPE, {8, 16, 2, 8}},
       {AA_OP_GQA, {8, 16, 2, 8}},       {AA_OP_MATMUL, {64, 32, 32, 0}}, {AA_OP_RESIDUAL, {2048, 0, 0, 0}},
       {AA_OP_MATMUL, {64, 32, 128, 0}}, {AA_OP_SWIGLU, {64, 64, 0, 0}},  {AA_OP_MATMUL, {64, 64, 32, 0}},
       {AA_OP_ENCODER, {64, 32, 0, 0}},  {AA_OP_MATMUL, {64, 32, 80, 0}}, {AA_OP_XENT, {64, 80, 0, 0}},
       {AA_OP_ADAMW, {42272, 0, 0, 0}}};
-  CHECK_MSG(n == sizeof want / sizeof want[0], "%zu ops", n);
-  for (size_t i = 0; i < n && i < sizeof want / sizeof want[0]; i++)
-    CHECK_MSG(aa_op_shape_equal(&ops[i].shape, &want[i]) && ops[i].dtype == AA_F32,
-              "ops[%zu]: %s [%lld,%lld,%lld,%lld]", i, aa_op_kind_name(ops[i].shape.op),
-              (long long)ops[i].shape.d[0], (long long)ops[i].shape.d[1], (long long)ops[i].shape.d[2],
-              (long long)ops[i].shape.d[3]);
+  check_ops(&sp, &s, want, sizeof want / sizeof want[0]);
   aa_predict_t p;
   CHECK_MSG(predict(&sp, &s, c, 0, &p) == 0, "%s", aa_last_error());
   const double B = 4, T = 16, N = B * T, C = 32, F = 64, V = 80, L = 4, m = 2, QKV = 64, S = 8, G = 2, HS = 8;
@@ -628,20 +635,13 @@ AA_TEST(a_context_parallel_rank_step_is_its_ops_worked_out_by_hand) {
   aa_calib_t *c = calib(&sp, 0, 1);
   aa_strategy_t s = strat_cp(&sp, 1, 1, 1, 2, 4), one = strat(&sp, 1, 1, 1, 4);
   add_ops(c, &sp, &s);
-  aa_calib_op_t ops[64];
-  const size_t n = aa_predict_ops(&sp.arch, &s, 0, 0, ops, 64);
   const aa_op_shape_t want[] = {
       {AA_OP_LAYERNORM, {32, 32, 0, 0}}, {AA_OP_MATMUL, {32, 32, 96, 0}},   {AA_OP_RING_DIAG, {16, 4, 1, 8}},
       {AA_OP_RING_BLOCK, {16, 4, 1, 8}}, {AA_OP_RESIDUAL, {2048, 0, 0, 0}}, {AA_OP_MATMUL, {32, 32, 32, 0}},
       {AA_OP_RESIDUAL, {1024, 0, 0, 0}}, {AA_OP_MATMUL, {32, 32, 64, 0}},   {AA_OP_GELU, {2048, 0, 0, 0}},
       {AA_OP_MATMUL, {32, 64, 32, 0}},   {AA_OP_ENCODER, {16, 32, 0, 0}},   {AA_OP_XENT, {32, 64, 0, 0}},
       {AA_OP_ADAMW, {36800, 0, 0, 0}}};
-  CHECK_MSG(n == sizeof want / sizeof want[0], "%zu ops", n);
-  for (size_t i = 0; i < n && i < sizeof want / sizeof want[0]; i++)
-    CHECK_MSG(aa_op_shape_equal(&ops[i].shape, &want[i]) && ops[i].dtype == AA_F32,
-              "ops[%zu]: %s [%lld,%lld,%lld,%lld]", i, aa_op_kind_name(ops[i].shape.op),
-              (long long)ops[i].shape.d[0], (long long)ops[i].shape.d[1], (long long)ops[i].shape.d[2],
-              (long long)ops[i].shape.d[3]);
+  check_ops(&sp, &s, want, sizeof want / sizeof want[0]);
   aa_predict_t p, p1;
   CHECK_MSG(predict(&sp, &s, c, 0, &p) == 0, "%s", aa_last_error());
   CHECK_MSG(predict(&sp, &one, c, 0, &p1) == 0, "%s", aa_last_error());
