@@ -42,7 +42,8 @@ int aa_roof_attention_parse(aa_roof_attention_t *out, const char *name) {
       *out = (aa_roof_attention_t)a;
       return 0;
     }
-  return aa_error(AA_EINVAL, "an attention implementation is fused or materialised, not '%s'", name ? name : "");
+  return aa_error(AA_EINVAL, "an attention implementation is fused or materialised, not '%s'",
+                  name ? name : "");
 }
 
 const char *aa_roof_class_name(aa_roof_class_t c) {
