@@ -62,8 +62,8 @@ expect 1 "add \"data\": \{\"train\": \"PATH\"\} to its spec" "$AA" train "$MODEL
 
 # Long contexts: a spec takes seq_len up to 1,048,576 and strategy check
 # predicts it; the engine trains at most 65,536 tokens a sequence, so what
-# would run it refuses a longer one before it starts or contacts anything,
-# naming both limits.
+# would run it or build its model refuses a longer one before it starts or
+# contacts anything, naming both limits.
 for len in 131072 1048576; do
   "$PY" - "$MODELS/llama3-8b.json" "$tmp/long$len.json" "$len" <<'EOF'
 import json, sys
@@ -79,6 +79,10 @@ EOF
   expect 1 "^autoaccel train: $LONG$" "$AA" train "$f" --strategy "$MINIMAL" --steps 1
   expect 1 "^autoaccel auto: $LONG$" env AUTOACCEL_HOME="$tmp/home" "$AA" auto "$f"
   expect 1 "^autoaccel submit: $LONG$" "$AA" submit "$f" --planner "unix:$tmp/nobody.sock"
+  # So does what builds the model, before it reads anything else.
+  expect 1 "^autoaccel import: $LONG$" "$AA" import "$tmp/none.bin" --model "$f" --out "$tmp/none.ckpt"
+  expect 1 "^autoaccel export: $LONG$" "$AA" export "$tmp/none.ckpt" --model "$f" --out "$tmp/none.st"
+  expect 1 "^autoaccel generate: $LONG$" "$AA" generate "$tmp/none.ckpt" --model "$f" --prompt hi
 done
 if [ -e "$tmp/home" ]; then fail=$((fail + 1)); echo "FAIL: auto created $tmp/home for a long spec it refused"; else
   pass=$((pass + 1)); fi
