@@ -116,7 +116,7 @@ static const aa_json_field_t model_fields[] = {
     INT_F("n_head", true, 1, 256, 0, aa_arch_t, n_head),
     INT_F("d_model", true, 1, 65536, 0, aa_arch_t, d_model),
     INT_F("d_ff", false, 1, 262144, 0, aa_arch_t, d_ff),
-    INT_F("seq_len", true, 1, 65536, 0, aa_arch_t, seq_len),
+    INT_F("seq_len", true, 1, AA_SEQ_LEN_MAX, 0, aa_arch_t, seq_len),
     INT_F("vocab_size", true, 2, 1048576, 0, aa_arch_t, vocab_size),
     INT_F("n_kv_head", false, 1, 256, 0, aa_arch_t, n_kv_head),
     FLOAT_F("rope_theta", false, 0.0, true, 1e9, false, 10000.0, aa_arch_t, rope_theta),
@@ -284,12 +284,24 @@ int aa_spec_load(aa_model_spec_t *out, const char *path) {
 }
 
 int aa_spec_require_data(const aa_model_spec_t *s, const char *what) {
-  if (s->train_data[0]) return 0;
-  return aa_error(
-      AA_EINVAL,
-      "%s: %s has no training data: data.train is required to train or measure a model (add \"data\": "
-      "{\"train\": \"PATH\"} to its spec; plan and strategy check take a spec without one)",
-      what, s->name);
+  if (!s->train_data[0])
+    return aa_error(
+        AA_EINVAL,
+        "%s: %s has no training data: data.train is required to train or measure a model (add \"data\": "
+        "{\"train\": \"PATH\"} to its spec; plan and strategy check take a spec without one)",
+        what, s->name);
+  return aa_arch_require_engine(&s->arch, what);
+}
+
+_Static_assert(AA_SEQ_LEN_ENGINE_MAX == 65536 && AA_SEQ_LEN_MAX == 1048576,
+               "aa_arch_require_engine's message spells the two limits out");
+
+int aa_arch_require_engine(const aa_arch_t *a, const char *what) {
+  if (a->seq_len <= AA_SEQ_LEN_ENGINE_MAX) return 0;
+  return aa_error(AA_EINVAL,
+                  "%s: seq_len %d: the engine trains at most 65,536 tokens per sequence; plan and strategy "
+                  "check accept up to 1,048,576",
+                  what, a->seq_len);
 }
 
 /* Whether family (NUL-terminated) is one of family_choices. */

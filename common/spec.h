@@ -11,13 +11,21 @@
 
 #define AA_PATH_MAX 4096
 
+/* A spec's seq_len may be up to AA_SEQ_LEN_MAX (2^20) tokens: plan and
+ * strategy check only do arithmetic on it, in 64 bits or doubles. The
+ * engine indexes activations with int and trains at most
+ * AA_SEQ_LEN_ENGINE_MAX; aa_spec_require_data and the model's constructor
+ * refuse more. */
+#define AA_SEQ_LEN_MAX (1 << 20)
+#define AA_SEQ_LEN_ENGINE_MAX 65536
+
 typedef struct aa_arch {
   char family[16]; /* "gpt2" or "llama" */
   int n_layer;     /* 1..256 */
   int n_head;      /* 1..256, divides d_model */
   int d_model;     /* 1..65536 */
   int d_ff;        /* 1..262144 */
-  int seq_len;     /* 1..65536: context length (gpt2: the position table's size) */
+  int seq_len;     /* 1..AA_SEQ_LEN_MAX: context length (gpt2: the position table's size) */
   int vocab_size;  /* 2..1048576 */
   /* llama only (gpt2 ignores them; n_kv_head 0 means n_head): */
   int n_kv_head;    /* key/value heads of grouped-query attention, dividing n_head */
@@ -79,13 +87,22 @@ int aa_spec_parse(aa_model_spec_t *out, const char *json, const char *base_dir, 
  * (free with free()); set only on success. */
 int aa_spec_to_json(const aa_model_spec_t *s, char **out);
 
-/* Whether the spec can be trained on: 0 when it names data.train, else
- * AA_EINVAL with the last-error message
+/* Whether the spec can be trained on: 0 when it names data.train and the
+ * engine can run its architecture (aa_arch_require_engine), else AA_EINVAL
+ * with the last-error message
  *   "<what>: <name> has no training data: data.train is required to ..."
- * A spec without a data section is a model to plan (plan, strategy
+ * or aa_arch_require_engine's. A spec without a data section, or longer
+ * sequences than the engine trains, is a model to plan (plan, strategy
  * check); everything that reads tokens (train, a dry run, a search)
  * refuses it through this one check. */
 int aa_spec_require_data(const aa_model_spec_t *s, const char *what);
+
+/* Whether the engine can build a model of architecture a: 0 when its
+ * seq_len is at most AA_SEQ_LEN_ENGINE_MAX, else AA_EINVAL with the
+ * last-error message
+ *   "<what>: seq_len 131072: the engine trains at most 65,536 tokens per
+ *    sequence; plan and strategy check accept up to 1,048,576". */
+int aa_arch_require_engine(const aa_arch_t *a, const char *what);
 
 /* Validates an architecture alone (ranges, divisibility). */
 int aa_arch_validate(const aa_arch_t *a);

@@ -485,7 +485,7 @@ AA_TEST(arch_validate_checks_family_ranges_and_divisibility) {
   a = gpt2_124m();
   a.seq_len = 0;
   CHECK(aa_arch_validate(&a) == AA_EINVAL &&
-        strstr(aa_last_error(), "model.seq_len: must be between 1 and 65536"));
+        strstr(aa_last_error(), "model.seq_len: must be between 1 and 1048576"));
   a = gpt2_124m();
   snprintf(a.family, sizeof a.family, "mistral");
   CHECK(aa_arch_validate(&a) == AA_EINVAL && strstr(aa_last_error(), "model.family"));
@@ -616,6 +616,41 @@ AA_TEST(a_spec_without_data_parses_and_only_training_refuses_it) {
                      "m.json");
   check_error(__LINE__, rc, AA_EINVAL, p,
               (const char *const[]){"m.json: data: must be an object (got null)", NULL});
+}
+
+/* Long contexts: a spec takes seq_len up to 2^20 (plan and strategy check
+ * only do arithmetic on it) and names the field past that; everything that
+ * would run the engine, which trains at most 65,536 tokens a sequence,
+ * refuses the longer ones with both limits in the message, and the arch's
+ * validation alone (what the planner reads back) does not. */
+AA_TEST(long_sequences_parse_for_planning_and_only_the_engine_refuses_them) {
+  static const int lens[] = {65536, 131072, 1048576};
+  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+    char model[256];
+    snprintf(model, sizeof model,
+             "\"n_layer\": 2, \"n_head\": 4, \"d_model\": 128, \"seq_len\": %d, \"vocab_size\": 256",
+             lens[i]);
+    aa_model_spec_t s;
+    int rc = parse_parts(&s, model, NULL, NULL, NULL);
+    CHECK_MSG(rc == 0 && s.arch.seq_len == lens[i], "seq_len %d: %s", lens[i], aa_last_error());
+    if (rc) continue;
+    CHECK(aa_arch_validate(&s.arch) == 0);
+    rc = aa_spec_require_data(&s, "model.json");
+    if (lens[i] <= AA_SEQ_LEN_ENGINE_MAX) {
+      CHECK_MSG(rc == 0, "%s", aa_last_error());
+      continue;
+    }
+    char want[256];
+    snprintf(want, sizeof want,
+             "model.json: seq_len %d: the engine trains at most 65,536 tokens per sequence; plan and "
+             "strategy check accept up to 1,048,576",
+             lens[i]);
+    CHECK_MSG(rc == AA_EINVAL && strcmp(aa_last_error(), want) == 0, "%s", aa_last_error());
+    CHECK(aa_arch_require_engine(&s.arch, "model.json") == AA_EINVAL && strcmp(aa_last_error(), want) == 0);
+  }
+  EXPECT_PARTS_ERROR(
+      "\"n_layer\": 2, \"n_head\": 4, \"d_model\": 128, \"seq_len\": 1048577, \"vocab_size\": 256", NULL,
+      NULL, NULL, AA_EINVAL, "model.json: model.seq_len: must be between 1 and 1048576 (got 1048577)");
 }
 
 AA_TEST(leaving_the_data_out_keeps_every_stored_hash) {
@@ -858,6 +893,7 @@ int main(void) {
   RUN(hash_ignores_key_order_spacing_and_training_settings);
   RUN(hash_changes_with_every_architecture_field);
   RUN(a_spec_without_data_parses_and_only_training_refuses_it);
+  RUN(long_sequences_parse_for_planning_and_only_the_engine_refuses_them);
   RUN(leaving_the_data_out_keeps_every_stored_hash);
   RUN(param_count_matches_gpt2_124m);
   RUN(llama_family_fields_rules_count_and_hash);

@@ -268,6 +268,50 @@ expect 0 "^keep$" cat "$tmp/target"
 # A spec with a llama (no data needed): Llama 3 8B on 8 H100s.
 expect 0 "^ +1 +dp" "$AA" plan "$M/llama3-8b.json" --pool h100-80gb:8
 
+# Long contexts (docs/model-spec.md "Long contexts"): 131,072-token
+# sequences plan although the engine would not train them. Llama 3 8B on 64
+# H100s unfixed, and held at tp 8, cp 8 (ring attention); Llama 3 405B's
+# 128K stage as its paper ran it (tp 8, cp 16, pp 16 on 16,384 H100s). Each
+# has a best strategy, every one with tokens/s > 0, its whole world, and
+# within the device's memory.
+"$PY" - "$M/llama3-8b.json" "$tmp/l8-128k.json" "$M/llama3.1-405b.json" "$tmp/l405-128k.json" <<'EOF'
+import json, sys
+for src, dst, gb in ((sys.argv[1], sys.argv[2], 32), (sys.argv[3], sys.argv[4], 128)):
+    m = json.load(open(src))
+    m["name"] += "-128k"
+    m["model"]["seq_len"], m["train"]["global_batch"] = 131072, gb
+    json.dump(m, open(dst, "w"))
+EOF
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 8, "context": 8}}' >"$tmp/fix-cp8.json"
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 8, "context": 16, "pipeline": 16}, "amp": "bf16"}' \
+  >"$tmp/fix-l3.json"
+for run in "l8-128k.json h100-80gb:64" "l8-128k.json h100-80gb:64 --fix $tmp/fix-cp8.json" \
+  "l405-128k.json h100-80gb:16384 --fix $tmp/fix-l3.json"; do
+  set -- $run
+  model=$1 pool=$2; shift 2
+  "$AA" plan "$tmp/$model" --pool "$pool" "$@" --top 5 --json >"$tmp/long.json" 2>&1
+  out=$("$PY" - "$tmp/long.json" "${pool#*:}" "$*" <<'EOF'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except ValueError:
+    print(open(sys.argv[1]).read().strip()[:300]); sys.exit()
+devices, fixed, bad = int(sys.argv[2]), sys.argv[3], []
+if not r["strategies"]: bad.append("no strategy")
+for x in r["strategies"]:
+    p = x["strategy"]["parallel"]
+    world = p.get("data", 1) * p.get("tensor", 1) * p.get("pipeline", 1) * p.get("context", 1)
+    if not x["tokens_per_s"] > 0 or not x["mfu"] > 0: bad.append("%s: %g tokens/s" % (x["key"], x["tokens_per_s"]))
+    if world != devices: bad.append("%s uses %d devices" % (x["key"], world))
+    if not 0 < x["peak_bytes"] <= r["pool"]["memory_bytes"]: bad.append("%s: %d bytes" % (x["key"], x["peak_bytes"]))
+    if fixed and (p.get("tensor", 1), p.get("context", 1)) != (8, 8 if "cp8" in fixed else 16):
+        bad.append("%s is not the held one" % x["key"])
+print("ok" if not bad else "; ".join(bad[:5]))
+EOF
+)
+  if [ "$out" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: plan $model $pool $*: $out"; fi
+done
+
 # Thousands of GPUs: PTD-P's 1 T row held at its tp 8, pp 64 on 3,072 A100s,
 # and GPT-3 175B on 1,024 H100s unfixed. The time each took is printed.
 echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 8, "pipeline": 64}}' >"$tmp/fix1t.json"
