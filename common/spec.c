@@ -177,8 +177,8 @@ static int check_moe(const aa_json_ctx_t *c, const aa_arch_t *a) {
                         "mixture-of-experts layers need family \"llama\" (SwiGLU experts; got \"%.*s\")",
                         (int)strnlen(a->family, sizeof a->family), a->family);
   if (m->top_k > m->experts)
-    return aa_json_fail(c, AA_EINVAL, "model.moe.top_k", "must be at most model.moe.experts (%d > %d)", m->top_k,
-                        m->experts);
+    return aa_json_fail(c, AA_EINVAL, "model.moe.top_k", "must be at most model.moe.experts (%d > %d)",
+                        m->top_k, m->experts);
   if (m->every > a->n_layer)
     return aa_json_fail(c, AA_EINVAL, "model.moe.every",
                         "must be at most model.n_layer (%d > %d): no layer would be an MoE layer", m->every,
@@ -319,7 +319,17 @@ int aa_spec_load(aa_model_spec_t *out, const char *path) {
   return rc;
 }
 
+int aa_spec_require_modelled(const aa_model_spec_t *s, const char *what) {
+  if (!s->arch.moe.experts) return 0;
+  return aa_error(AA_EUNSUPPORTED,
+                  "%s: %s has mixture-of-experts layers (model.moe): autoaccel reads them but cannot train, "
+                  "measure or plan them yet (docs/model-spec.md \"moe\")",
+                  what, s->name);
+}
+
 int aa_spec_require_data(const aa_model_spec_t *s, const char *what) {
+  int rc = aa_spec_require_modelled(s, what);
+  if (rc) return rc;
   if (s->train_data[0]) return 0;
   return aa_error(
       AA_EINVAL,
@@ -397,7 +407,8 @@ static int64_t moe_extra(const aa_arch_t *a, int routed) {
 
 uint64_t aa_arch_active_param_count(const aa_arch_t *a) {
   return (uint64_t)((int64_t)aa_arch_param_count(a) +
-                    (int64_t)aa_arch_moe_layers(a) * (moe_extra(a, a->moe.top_k) - moe_extra(a, a->moe.experts)));
+                    (int64_t)aa_arch_moe_layers(a) *
+                        (moe_extra(a, a->moe.top_k) - moe_extra(a, a->moe.experts)));
 }
 
 uint64_t aa_arch_param_count(const aa_arch_t *a) {
@@ -409,8 +420,8 @@ uint64_t aa_arch_param_count(const aa_arch_t *a) {
                    + C * C            /* o */
                    + C                /* RMSNorm weight */
                    + 3 * F * C;       /* gate, up, down */
-    return 2 * (uint64_t)a->vocab_size * C                                     /* embedding and the untied head */
-           + L * per + C                                                       /* final RMSNorm */
+    return 2 * (uint64_t)a->vocab_size * C /* embedding and the untied head */
+           + L * per + C                   /* final RMSNorm */
            + (uint64_t)((int64_t)aa_arch_moe_layers(a) * moe_extra(a, a->moe.experts)); /* MoE layers' MLPs */
   }
   uint64_t per_layer = 2 * C               /* ln1 weight + bias */

@@ -114,6 +114,13 @@ int aa_spec_to_json(const aa_model_spec_t *s, char **out);
  * refuses it through this one check. */
 int aa_spec_require_data(const aa_model_spec_t *s, const char *what);
 
+/* Whether autoaccel can train, measure and plan the spec's model: 0, or
+ * AA_EUNSUPPORTED "<what>: <name> has mixture-of-experts layers
+ * (model.moe): ..." for an MoE model, which the spec reads but neither
+ * the engine nor the cost model holds yet. aa_spec_require_data checks it
+ * too; plan and strategy check call it. */
+int aa_spec_require_modelled(const aa_model_spec_t *s, const char *what);
+
 /* Validates an architecture alone (ranges, divisibility). */
 int aa_arch_validate(const aa_arch_t *a);
 

@@ -550,7 +550,8 @@ AA_TEST(moe_fields_defaults_rules_counts_and_hash) {
   const aa_moe_t *m = &s.arch.moe;
   CHECK(m->experts == 8 && m->top_k == 2 && m->d_ff_expert == 96 && m->shared_experts == 0 && m->every == 1 &&
         m->aux_loss_coef == 0.01f && m->z_loss_coef == 0.0f && m->capacity_factor == 0.0f);
-  CHECK(aa_arch_moe_layers(&s.arch) == 2 && aa_arch_is_moe_layer(&s.arch, 0) && aa_arch_is_moe_layer(&s.arch, 1));
+  CHECK(aa_arch_moe_layers(&s.arch) == 2 && aa_arch_is_moe_layer(&s.arch, 0) &&
+        aa_arch_is_moe_layer(&s.arch, 1));
 
   /* Dense: no moe object, every MoE field 0. */
   CHECK(parse_parts(&s, MODEL_OK ", \"family\": \"llama\"", NULL, NULL, NULL) == 0);
@@ -560,8 +561,8 @@ AA_TEST(moe_fields_defaults_rules_counts_and_hash) {
                      "model.moe.d_ff_expert: required field is missing");
   EXPECT_PARTS_ERROR(MOE_MODEL "{\"experts\": 4, \"top_k\": 5, \"d_ff_expert\": 8}", NULL, NULL, NULL,
                      AA_EINVAL, "model.moe.top_k: must be at most model.moe.experts (5 > 4)");
-  EXPECT_PARTS_ERROR(MOE_MODEL "{\"experts\": 4, \"top_k\": 1, \"d_ff_expert\": 8, \"every\": 3}", NULL,
-                     NULL, NULL, AA_EINVAL, "model.moe.every: must be at most model.n_layer (3 > 2)");
+  EXPECT_PARTS_ERROR(MOE_MODEL "{\"experts\": 4, \"top_k\": 1, \"d_ff_expert\": 8, \"every\": 3}", NULL, NULL,
+                     NULL, AA_EINVAL, "model.moe.every: must be at most model.n_layer (3 > 2)");
   EXPECT_PARTS_ERROR(MOE_MODEL "{\"experts\": 0, \"top_k\": 1, \"d_ff_expert\": 8}", NULL, NULL, NULL,
                      AA_EINVAL, "model.moe.experts: must be between 1 and 1024 (got 0)");
   EXPECT_PARTS_ERROR(MOE_MODEL "{\"experts\": 4, \"top_k\": 1, \"d_ff_expert\": 8, \"router\": 1}", NULL,
@@ -571,8 +572,16 @@ AA_TEST(moe_fields_defaults_rules_counts_and_hash) {
 
   /* Mixtral 8x7B: 32 layers, C 4096, 32 heads, 8 kv heads, 8 experts of
    * 14336, top 2, vocabulary 32000. */
-  aa_arch_t x = {.family = "llama", .n_layer = 32, .n_head = 32, .d_model = 4096, .d_ff = 14336,
-                 .seq_len = 4096, .vocab_size = 32000, .n_kv_head = 8, .rope_theta = 1e6f, .norm_eps = 1e-5f,
+  aa_arch_t x = {.family = "llama",
+                 .n_layer = 32,
+                 .n_head = 32,
+                 .d_model = 4096,
+                 .d_ff = 14336,
+                 .seq_len = 4096,
+                 .vocab_size = 32000,
+                 .n_kv_head = 8,
+                 .rope_theta = 1e6f,
+                 .norm_eps = 1e-5f,
                  .moe = {.experts = 8, .top_k = 2, .d_ff_expert = 14336, .every = 1, .aux_loss_coef = 0.02f}};
   CHECK_MSG(aa_arch_validate(&x) == 0, "%s", aa_last_error());
   const uint64_t attn = (4096 + 2 * 1024) * 4096ull + 4096ull * 4096, norms = 2 * 4096;
