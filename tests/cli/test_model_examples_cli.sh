@@ -87,5 +87,18 @@ done
 if [ -e "$tmp/home" ]; then fail=$((fail + 1)); echo "FAIL: auto created $tmp/home for a long spec it refused"; else
   pass=$((pass + 1)); fi
 
+# A mixture-of-experts spec parses (spec.c), but nothing computes or
+# models its layers yet: every command says so by name, exit 1, before it
+# reads data or contacts anything, and nothing plans it as a dense model.
+MOE=$SRC/tests/specs/moe_tiny.json
+MOEMSG="moe-tiny has mixture-of-experts layers \(model\.moe\): autoaccel reads them but cannot train, measure or plan them yet"
+expect 1 "^autoaccel strategy check: $MOE: $MOEMSG" "$AA" strategy check "$MINIMAL" --model "$MOE"
+expect 1 "^autoaccel plan: $MOE: $MOEMSG" "$AA" plan "$MOE" --pool h100-80gb:8
+expect 1 "^autoaccel plan: $MOE: $MOEMSG" "$AA" plan "$MOE" --pool cpu:2 --planner "unix:$tmp/nobody.sock"
+expect 1 "^autoaccel train: $MOE: $MOEMSG" "$AA" train "$MOE"
+expect 1 "^autoaccel auto: $MOE: $MOEMSG" env AUTOACCEL_HOME="$tmp/home-moe" "$AA" auto "$MOE"
+expect 1 "^autoaccel submit: $MOE: $MOEMSG" "$AA" submit "$MOE" --planner "unix:$tmp/nobody.sock"
+[ ! -e "$tmp/home-moe" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: auto started for an MoE spec"; }
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
