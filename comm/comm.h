@@ -1,5 +1,5 @@
-/* Process groups: the collectives that data parallelism and ZeRO need, with
- * one NCCL-shaped API over three backends:
+/* Process groups: the collectives that data, tensor, pipeline and expert
+ * parallelism and ZeRO need, with one NCCL-shaped API over four backends:
  *
  *   shm   CPU ranks on one host. The group meets in a POSIX shared-memory
  *         segment named by the rendezvous; ranks wait on process-shared
