@@ -26,6 +26,10 @@
 #include "common/half.h"
 #include "common/rendezvous.h"
 
+#ifdef AA_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #define MAX_RANKS 4
 #define DEADLINE_S 60.0
 
@@ -183,6 +187,25 @@ static inline void *xmalloc(size_t n) {
   void *p = malloc(n ? n : 1);
   if (!p) abort();
   return p;
+}
+
+/* The GPUs a process here would see, counted in a child: a parent that
+ * initialised CUDA could not hand the GPUs to the ranks it forks. */
+static inline int gpus_seen(void) {
+#ifdef AA_HAVE_CUDA
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    _exit(n > 100 ? 100 : n);
+  }
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) return 0;
+  return WEXITSTATUS(st);
+#else
+  return 0;
+#endif
 }
 
 #endif

@@ -36,10 +36,6 @@
 #include "common/half.h"
 #include "common/rendezvous.h"
 
-#ifdef AA_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
-
 /* --- the reference ---------------------------------------------------------------------------- */
 
 /* out(n) = op over srcs[0..nsrc) in that order of their elements
@@ -689,25 +685,6 @@ AA_TEST(nccl_backend_on_the_gpus) {
   aa_comm_destroy(s);
   cudaFree(d);
   aa_comm_destroy(c);
-#endif
-}
-
-/* The GPUs a process here would see, counted in a child: a parent that
- * initialised CUDA could not hand the GPUs to the ranks it forks. */
-static int gpus_seen(void) {
-#ifdef AA_HAVE_CUDA
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
-    _exit(n > 100 ? 100 : n);
-  }
-  int st = 0;
-  if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st)) return 0;
-  return WEXITSTATUS(st);
-#else
-  return 0;
 #endif
 }
 
