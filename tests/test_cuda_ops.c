@@ -41,6 +41,7 @@
 
 #ifdef AA_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_moe.h"
 #endif
 
 #ifndef AA_HAVE_CUDA
@@ -1200,6 +1201,154 @@ AA_TEST(ring_attention_blocks_match_cpu) {
   aa_cuda_free(d);
 }
 
+/* ------------------------------------------------------- mixture of experts */
+
+/* One MoE block (kernels/cpu/cpu_moe.h, kernels/cuda/cuda_moe.h) forward and
+ * backward on both backends from the same inputs. The GPU routes from the
+ * CPU router's logits and probs (its own router output is compared first),
+ * so that two logits the backends' GEMMs round differently cannot route a
+ * token differently; the routing map and its statistics must then be
+ * identical. Output and gradients are GEMM-based (relative to max|ref|),
+ * the losses double sums of the same values (1e-5 relative), the routing
+ * weights per element. The GPU backward runs twice: bit-identical. */
+static void moe_case(int N, int C, int E, int k, int F, int S, float cap) {
+  size_t nx = (size_t)N * C, nr = (size_t)E * C, n13 = (size_t)E * 2 * F * C, n2 = (size_t)E * C * F;
+  size_t ns13 = (size_t)S * 2 * F * C, ns2 = (size_t)S * C * F, slots = (size_t)N * k, ne = (size_t)N * E;
+  fprintf(stderr, "  moe N %d C %d E %d k %d F %d S %d capacity factor %g\n", N, C, E, k, F, S, cap);
+  float *x = frand(nx, -1, 1), *wr = frand(nr, -1, 1), *w13 = frand(n13, -0.3f, 0.3f);
+  float *w2 = frand(n2, -0.3f, 0.3f), *ws13 = frand(ns13, -0.3f, 0.3f), *ws2 = frand(ns2, -0.3f, 0.3f);
+  float *dout = frand(nx, -1, 1);
+  /* The CPU block. */
+  float *logits = aa_test_falloc(ne), *probs = aa_test_falloc(ne), *xp = aa_test_falloc(slots * C);
+  float *h = aa_test_falloc(slots * 2 * F), *a = aa_test_falloc(slots * F), *yp = aa_test_falloc(slots * C);
+  float *hs = aa_test_falloc((size_t)S * N * 2 * F), *as = aa_test_falloc((size_t)S * N * F);
+  float *out = aa_test_falloc(nx), *dyp = aa_test_falloc(slots * C), *dw = aa_test_falloc(slots);
+  float *dxp = aa_test_falloc(slots * C), *dl = aa_test_falloc(ne), *dx = aa_test_falloc(nx);
+  float *dwr = aa_test_falloc(nr), *dw13 = aa_test_falloc(n13), *dw2 = aa_test_falloc(n2);
+  float *dws13 = aa_test_falloc(ns13), *dws2 = aa_test_falloc(ns2), aux, z;
+  aa_moe_route_t r;
+  aa_moe_stats_t st;
+  if (aa_cpu_moe_route_alloc(&r, N, E, k)) abort();
+  aa_cpu_moe_router_forward(logits, probs, x, wr, N, C, E);
+  CHECK(aa_cpu_moe_route(&r, &st, logits, probs, cap) == 0);
+  aa_cpu_moe_permute(xp, x, &r, C);
+  aa_cpu_moe_experts_forward(yp, h, a, xp, w13, w2, r.offsets, E, C, F);
+  aa_cpu_moe_unpermute(out, yp, &r, C);
+  aa_cpu_moe_shared_forward(out, hs, as, x, ws13, ws2, S, N, C, F);
+  aa_cpu_moe_losses(&aux, &z, logits, probs, &r, 0.01f, 0.001f);
+  aa_cpu_moe_unpermute_backward(dyp, dw, dout, yp, &r, C);
+  aa_cpu_moe_experts_backward(dxp, dw13, dw2, dyp, xp, h, a, w13, w2, r.offsets, E, C, F);
+  aa_cpu_moe_permute_backward(dx, dxp, &r, C);
+  aa_cpu_moe_shared_backward(dx, dws13, dws2, dout, x, hs, as, ws13, ws2, S, N, C, F);
+  aa_cpu_moe_router_backward(dx, dwr, dl, dw, x, wr, logits, probs, &r, C, 0.01f, 0.001f, 1.0f);
+
+  /* The GPU block: inputs, then zeroed activations and gradients. */
+  float *g_x = dput(x, nx * 4), *g_wr = dput(wr, nr * 4), *g_w13 = dput(w13, n13 * 4),
+        *g_w2 = dput(w2, n2 * 4);
+  float *g_ws13 = dput(ws13, ns13 * 4), *g_ws2 = dput(ws2, ns2 * 4), *g_dout = dput(dout, nx * 4);
+  float *zeros = aa_test_falloc(slots * 2 * F + nx + n13);
+  float *g_logits = dput(zeros, ne * 4), *g_probs = dput(zeros, ne * 4), *g_xp = dput(zeros, slots * C * 4);
+  float *g_h = dput(zeros, slots * 2 * F * 4), *g_a = dput(zeros, slots * F * 4),
+        *g_yp = dput(zeros, slots * C * 4);
+  float *g_hs = dput(zeros, (size_t)S * N * 2 * F * 4), *g_as = dput(zeros, (size_t)S * N * F * 4);
+  float *g_out = dput(zeros, nx * 4), *g_dyp = dput(zeros, slots * C * 4), *g_dw = dput(zeros, slots * 4);
+  float *g_dxp = dput(zeros, slots * C * 4), *g_dl = dput(zeros, ne * 4), *g_dx = dput(zeros, nx * 4);
+  float *g_dwr = dput(zeros, nr * 4), *g_dw13 = dput(zeros, n13 * 4), *g_dw2 = dput(zeros, n2 * 4);
+  float *g_dws13 = dput(zeros, ns13 * 4), *g_dws2 = dput(zeros, ns2 * 4), gaux = 0.0f, gz = 0.0f;
+  CHECK(aa_cuda_moe_router_forward(g_logits, g_probs, g_x, g_wr, N, C, E) == 0);
+  float *t = dgetf(g_logits, ne);
+  CHECK_GEMM("moe router logits", t, logits, ne);
+  free(t);
+  t = dgetf(g_probs, ne);
+  CHECK_GEMM("moe router probs", t, probs, ne);
+  free(t);
+  dset(g_logits, logits, ne * 4);
+  dset(g_probs, probs, ne * 4);
+  aa_moe_route_t gr;
+  aa_moe_stats_t gst;
+  int32_t *hoff = xmalloc((size_t)(E + 1) * 4);
+  if (aa_cuda_moe_route_alloc(&gr, N, E, k)) abort();
+  CHECK(aa_cuda_moe_route(&gr, hoff, &gst, g_logits, g_probs, cap) == 0);
+  int32_t *ti = xmalloc(slots * 4);
+  dget(ti, gr.expert, slots * 4);
+  CHECK_EXACT("moe experts chosen", ti, r.expert, slots * 4);
+  dget(ti, gr.row, slots * 4);
+  CHECK_EXACT("moe rows", ti, r.row, slots * 4);
+  dget(ti, gr.slot, (size_t)r.rows * 4);
+  CHECK_EXACT("moe slots", ti, r.slot, (size_t)r.rows * 4);
+  dget(ti, gr.counts, (size_t)E * 4);
+  CHECK_EXACT("moe counts", ti, r.counts, (size_t)E * 4);
+  CHECK_EXACT("moe offsets", hoff, r.offsets, (size_t)(E + 1) * 4);
+  CHECK(gr.rows == r.rows && gr.capacity == r.capacity);
+  CHECK(gst.min_tokens == st.min_tokens && gst.max_tokens == st.max_tokens && gst.dropped == st.dropped);
+  if (cap > 0.0f) CHECK(st.dropped > 0); /* the case must exercise the drop */
+  t = dgetf(gr.weight, slots);
+  CHECK_ELEM("moe weights", t, r.weight, slots);
+  free(t);
+  CHECK(aa_cuda_moe_permute(g_xp, g_x, &gr, C) == 0);
+  CHECK(aa_cuda_moe_experts_forward(g_yp, g_h, g_a, g_xp, g_w13, g_w2, hoff, E, C, F) == 0);
+  CHECK(aa_cuda_moe_unpermute(g_out, g_yp, &gr, C) == 0);
+  CHECK(aa_cuda_moe_shared_forward(g_out, g_hs, g_as, g_x, g_ws13, g_ws2, S, N, C, F) == 0);
+  CHECK(aa_cuda_moe_losses(&gaux, &gz, g_logits, g_probs, &gr, 0.01f, 0.001f) == 0);
+  t = dgetf(g_out, nx);
+  CHECK_GEMM("moe out", t, out, nx);
+  free(t);
+  fprintf(stderr, "  %-24s aux %.8g (cpu %.8g), z %.8g (cpu %.8g)\n", "moe losses", gaux, aux, gz, z);
+  CHECK_NEAR(gaux, aux, 1e-5 * aux);
+  CHECK_NEAR(gz, z, 1e-5 * z);
+  float *g_zero[] = {g_dyp, g_dw, g_dxp, g_dx, g_dwr, g_dw13, g_dw2, g_dws13, g_dws2};
+  size_t zlen[] = {slots * C, slots, slots * C, nx, nr, n13, n2, ns13, ns2};
+  float *got[2][7];
+  for (int run = 0; run < 2; run++) {
+    for (int i = 0; i < 9; i++)
+      dset(g_zero[i], zeros, zlen[i] * 4);
+    CHECK(aa_cuda_moe_unpermute_backward(g_dyp, g_dw, g_dout, g_yp, &gr, C) == 0);
+    CHECK(aa_cuda_moe_experts_backward(g_dxp, g_dw13, g_dw2, g_dyp, g_xp, g_h, g_a, g_w13, g_w2, hoff, E, C,
+                                       F) == 0);
+    CHECK(aa_cuda_moe_permute_backward(g_dx, g_dxp, &gr, C) == 0);
+    CHECK(aa_cuda_moe_shared_backward(g_dx, g_dws13, g_dws2, g_dout, g_x, g_hs, g_as, g_ws13, g_ws2, S, N, C,
+                                      F) == 0);
+    CHECK(aa_cuda_moe_router_backward(g_dx, g_dwr, g_dl, g_dw, g_x, g_wr, g_logits, g_probs, &gr, C, 0.01f,
+                                      0.001f, 1.0f) == 0);
+    float *g[] = {dgetf(g_dl, ne),  dgetf(g_dx, nx),      dgetf(g_dwr, nr),  dgetf(g_dw13, n13),
+                  dgetf(g_dw2, n2), dgetf(g_dws13, ns13), dgetf(g_dws2, ns2)};
+    memcpy(got[run], g, sizeof g);
+  }
+  const float *want[] = {dl, dx, dwr, dw13, dw2, dws13, dws2};
+  size_t len[] = {ne, nx, nr, n13, n2, ns13, ns2};
+  static const char *names[] = {"moe dlogits", "moe dx",    "moe dwr", "moe dw13",
+                                "moe dw2",     "moe dws13", "moe dws2"};
+  int same = 1;
+  for (int i = 0; i < 7; i++) {
+    if (len[i]) CHECK_GEMM(names[i], got[0][i], want[i], len[i]);
+    same &= memcmp(got[0][i], got[1][i], len[i] * 4) == 0;
+    free(got[0][i]), free(got[1][i]);
+  }
+  CHECK_MSG(same, "moe backward: two runs differ");
+  CHECK(aa_cuda_last_error() == 0);
+  float *g_all[] = {g_x,   g_wr, g_w13, g_w2,  g_ws13, g_ws2, g_dout,  g_logits, g_probs,
+                    g_xp,  g_h,  g_a,   g_yp,  g_hs,   g_as,  g_out,   g_dyp,    g_dw,
+                    g_dxp, g_dl, g_dx,  g_dwr, g_dw13, g_dw2, g_dws13, g_dws2};
+  for (size_t i = 0; i < sizeof g_all / sizeof g_all[0]; i++)
+    aa_cuda_free(g_all[i]);
+  float *h_all[] = {x,  wr,  w13, w2, ws13, ws2, dout, logits, probs, xp,  h,     a,    yp,   hs,
+                    as, out, dyp, dw, dxp,  dl,  dx,   dwr,    dw13,  dw2, dws13, dws2, zeros};
+  for (size_t i = 0; i < sizeof h_all / sizeof h_all[0]; i++)
+    free(h_all[i]);
+  free(hoff), free(ti);
+  aa_cuda_moe_route_free(&gr);
+  aa_cpu_moe_route_free(&r);
+}
+
+/* Dropless with a shared expert, then capacity factor 0.5 with none (N = 97
+ * tokens over E = 6 experts, top-2: capacity ceil(0.5 * 97 * 2 / 6) = 17,
+ * so at most 102 of the 194 slots are kept, whatever the routing). */
+AA_TEST(moe_ops_match_cpu) {
+  NEED_GPU();
+  moe_case(97, 40, 6, 2, 24, 1, 0.0f);
+  moe_case(97, 40, 6, 2, 24, 0, 0.5f);
+}
+
 int main(void) {
   aa_rng_seed(&rng, 20240611);
   cpu = aa_ops_cpu();
@@ -1234,6 +1383,7 @@ int main(void) {
   RUN(attention_decode_matches_cpu);
   RUN(ring_attention_blocks_match_cpu);
   RUN(rows_copy_and_accumulate_match_cpu_exactly);
+  RUN(moe_ops_match_cpu);
   if (gpu_ok) {
     CHECK(aa_cuda_sync() == 0);
     aa_cuda_shutdown();
