@@ -32,7 +32,7 @@
 static const size_t msg_bytes[MSG_SIZES] = {4 << 10, 4 << 20, 64 << 10, 512 << 10};
 #define MSG_MOST (4 << 20)
 static const aa_cost_collective_t link_kinds[] = {AA_COST_ALL_REDUCE, AA_COST_ALL_GATHER,
-                                                  AA_COST_REDUCE_SCATTER, AA_COST_SEND};
+                                                  AA_COST_REDUCE_SCATTER, AA_COST_SEND, AA_COST_ALL_TO_ALL};
 #define LINK_KINDS ((int)(sizeof link_kinds / sizeof link_kinds[0]))
 
 typedef struct {
@@ -624,6 +624,18 @@ static int collective(aa_comm_t *g, aa_cost_collective_t k, void *a, void *b, si
   case AA_COST_ALL_REDUCE: return aa_comm_all_reduce(g, a, b, n, AA_F32, AA_COMM_SUM);
   case AA_COST_ALL_GATHER: return aa_comm_all_gather(g, a, b, n, AA_F32);
   case AA_COST_REDUCE_SCATTER: return aa_comm_reduce_scatter(g, a, b, n, AA_F32, AA_COMM_SUM);
+  case AA_COST_ALL_TO_ALL: { /* n elements to each rank, from a buffer of t n (an even token exchange) */
+    int t = aa_comm_world(g);
+    size_t *cnt = malloc(2 * (size_t)t * sizeof *cnt);
+    if (!cnt) return aa_error(AA_ENOMEM, "calibration: out of memory");
+    for (int i = 0; i < t; i++) {
+      cnt[i] = n;
+      cnt[t + i] = (size_t)i * n;
+    }
+    rc = aa_comm_all_to_all_v(g, a, cnt, cnt + t, b, cnt, cnt + t, AA_F32);
+    free(cnt);
+    return rc;
+  }
   default:
     if (me % 2 == 0) {
       if (!(rc = aa_comm_send(g, a, n, AA_F32, me + 1))) rc = aa_comm_recv(g, b, n, AA_F32, me + 1);
@@ -680,6 +692,7 @@ static const char *collective_name(aa_cost_collective_t k) {
   return k == AA_COST_ALL_REDUCE       ? "all-reduce"
          : k == AA_COST_ALL_GATHER     ? "all-gather"
          : k == AA_COST_REDUCE_SCATTER ? "reduce-scatter"
+         : k == AA_COST_ALL_TO_ALL     ? "all-to-all"
                                        : "send/recv";
 }
 

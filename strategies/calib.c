@@ -27,7 +27,7 @@ static const char *const op_names[AA_OP_KINDS] = {
 /* How many of the four dimensions each kind uses (the rest are 0). */
 static const int op_dims[AA_OP_KINDS] = {3, 4, 2, 1, 1, 2, 2, 1, 1, 2, 2, 4, 4, 4, 4};
 static const char *const link_names[AA_COST_COLLECTIVES] = {"all_reduce", "all_gather", "reduce_scatter",
-                                                            "send", "recv"};
+                                                            "send",       "recv",       "all_to_all"};
 static const char *const dtype_names[] = {"fp32", "bf16", "fp16"}; /* = aa_dtype_t */
 static const char *const backend_names[] = {"shm", "nccl", "gloo", "self"};
 

@@ -292,14 +292,15 @@ void aa_cost_comm(const aa_arch_t *arch, const aa_strategy_t *s, int accum, aa_c
 double aa_cost_comm_ring_bytes(const aa_cost_group_t *g) {
   if (g->ranks < 2) return 0;
   const double t = g->ranks, share = (t - 1) / t;
-  return share * (2.0 * (double)g->kind[AA_COST_ALL_REDUCE].bytes +
-                  (double)g->kind[AA_COST_ALL_GATHER].bytes + (double)g->kind[AA_COST_REDUCE_SCATTER].bytes) +
+  return share *
+             (2.0 * (double)g->kind[AA_COST_ALL_REDUCE].bytes + (double)g->kind[AA_COST_ALL_GATHER].bytes +
+              (double)g->kind[AA_COST_REDUCE_SCATTER].bytes + (double)g->kind[AA_COST_ALL_TO_ALL].bytes) +
          (double)g->kind[AA_COST_SEND].bytes;
 }
 
 void aa_cost_group_describe(const aa_cost_group_t *g, char *out, size_t n) {
-  static const char *const names[AA_COST_COLLECTIVES] = {"all-reduce", "all-gather", "reduce-scatter", "send",
-                                                         "receive"};
+  static const char *const names[AA_COST_COLLECTIVES] = {"all-reduce", "all-gather", "reduce-scatter",
+                                                         "send",       "receive",    "all-to-all"};
   size_t o = 0;
   if (n == 0) return;
   out[0] = '\0';

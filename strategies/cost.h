@@ -210,8 +210,10 @@ typedef enum {
   AA_COST_ALL_REDUCE,
   AA_COST_ALL_GATHER,
   AA_COST_REDUCE_SCATTER,
-  AA_COST_SEND, /* point-to-point, to one peer */
-  AA_COST_RECV, /* point-to-point, from one peer */
+  AA_COST_SEND,       /* point-to-point, to one peer */
+  AA_COST_RECV,       /* point-to-point, from one peer */
+  AA_COST_ALL_TO_ALL, /* every rank a share to every other (expert parallelism's token exchange);
+                         its size is a rank's whole buffer, of which (t-1)/t leaves the rank */
   AA_COST_COLLECTIVES
 } aa_cost_collective_t;
 
@@ -243,7 +245,8 @@ void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum
 
 /* Bytes one rank of group g sends per step: with ring algorithms
  * 2(t-1)/t of the all-reduces' bytes plus (t-1)/t of the other
- * collectives', and its sends whole. */
+ * collectives' (an all-to-all keeps 1/t of its buffer at home), and its
+ * sends whole. */
 double aa_cost_comm_ring_bytes(const aa_cost_group_t *g);
 
 /* "6 all-reduces (1.5 MiB), 1 all-gather (12.0 KiB), 4 sends (8.0 KiB)": each kind with calls,

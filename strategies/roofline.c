@@ -300,6 +300,19 @@ void aa_roofline_link(const aa_roofline_t *r, aa_cost_collective_t k, int ranks,
     *bytes_per_s = across ? p->inter_node.bytes_per_s * r->inter_eff : intra;
     return;
   }
+  if (k == AA_COST_ALL_TO_ALL) {
+    /* Every rank sends 1/t of its buffer to each of the t - 1 others at
+     * once (NCCL's grouped sends): per_node - 1 shares to its node's peers
+     * over the node's link, ranks - per_node shares to other nodes through
+     * its own network adapter, the two in parallel; one round per peer,
+     * each paying its link's latency. As a line over the (t - 1)/t of the
+     * buffer that leaves the rank: (t - 1) / max((k - 1) / intra, (t - k) / nic). */
+    const double nic = p->inter_node.bytes_per_s * r->inter_eff;
+    const double in_s = (per_node - 1) / intra, out_s = (ranks - per_node) / nic;
+    *latency_s = (per_node - 1) * p->intra_node.latency_s + (ranks - per_node) * p->inter_node.latency_s;
+    *bytes_per_s = (ranks - 1) / (in_s > out_s ? in_s : out_s);
+    return;
+  }
   /* A ring pass of t - 1 steps, nodes - 1 of them between nodes (every
    * node's ranks are neighbours on the ring). An all-reduce is two passes. */
   const double passes = k == AA_COST_ALL_REDUCE ? 2 : 1;

@@ -626,6 +626,13 @@ AA_TEST(the_pipeline_group_moves_activations_and_their_gradients) {
   char d[160];
   aa_cost_group_describe(&c[1].pipeline, d, sizeof d);
   CHECK_MSG(!strcmp(d, "8 sends (32.0 KiB), 8 receives (32.0 KiB)"), "%s", d);
+  /* An all-to-all keeps 1/t of its buffer at home: over 4 ranks 3/4 of
+   * 64 KiB leave a rank. */
+  aa_cost_group_t x = {.ranks = 4};
+  x.kind[AA_COST_ALL_TO_ALL] = (aa_cost_calls_t){.calls = 2, .elems = 16384, .bytes = 65536};
+  CHECK(aa_cost_comm_ring_bytes(&x) == 49152.0);
+  aa_cost_group_describe(&x, d, sizeof d);
+  CHECK_MSG(!strcmp(d, "2 all-to-alls (64.0 KiB)"), "%s", d);
   /* The strategy's figures are the rank that moves the most: the middle one. */
   aa_cost_comm_t most;
   aa_cost_comm(a, &s, 4, &most);

@@ -130,9 +130,9 @@ AA_TEST(a_gang_of_two_fits_every_collective_kind_for_pairs) {
   CHECK(!strcmp(c[0]->backend, "shm") && !strcmp(c[0]->device, "cpu:test:1MiB"));
   CHECK(c[0]->threads == 1 && c[0]->cuda == 0 && c[0]->host_cores >= 1 && c[0]->measured_s > 0);
   static const aa_cost_collective_t kinds[] = {AA_COST_ALL_REDUCE, AA_COST_ALL_GATHER, AA_COST_REDUCE_SCATTER,
-                                               AA_COST_SEND};
-  CHECK(c[0]->n_link == 4);
-  for (int k = 0; k < 4; k++) {
+                                               AA_COST_SEND, AA_COST_ALL_TO_ALL};
+  CHECK(c[0]->n_link == 5);
+  for (int k = 0; k < 5; k++) {
     const aa_calib_link_t *l = aa_calib_find_link(c[0], kinds[k], 2);
     CHECK_MSG(l && l->latency_s >= 0 && l->bytes_per_s > 0, "kind %d", (int)kinds[k]);
     if (l)

@@ -162,6 +162,20 @@ AA_TEST(links_are_rings_on_the_links_a_group_spans) {
   CHECK(near(lat, 3.4e-6) && near(bw, 360e9));
   aa_roofline_link(&r, AA_COST_SEND, 2, 1, &lat, &bw);
   CHECK(near(lat, 14e-6) && near(bw, 41.5e9));
+  /* An all-to-all of 8 inside a node: 7 shares of 1/8 over NVLink, one
+   * round per peer: the line over the 7/8 that leave runs at 7 / (7 / 360)
+   * = 360 GB/s. */
+  aa_roofline_link(&r, AA_COST_ALL_TO_ALL, 8, 8, &lat, &bw);
+  CHECK_MSG(near(lat, 7 * 3.4e-6) && near(bw, 360e9), "%g %g", lat, bw);
+  /* 16 ranks eight to a node: 7 shares of 1/16 over NVLink (7 / 360 s per
+   * byte) beside 8 through the rank's own adapter (8 / 41.5, the slower),
+   * so the 15/16 that leave run at 15 / (8 / 41.5) = 77.8 GB/s; 7 rounds
+   * inside, 8 across. */
+  aa_roofline_link(&r, AA_COST_ALL_TO_ALL, 16, 8, &lat, &bw);
+  CHECK_MSG(near(lat, 7 * 3.4e-6 + 8 * 14e-6) && near(bw, 15 * 41.5e9 / 8), "%g %g", lat, bw);
+  /* One to a node: every share through the adapter, 41.5 GB/s. */
+  aa_roofline_link(&r, AA_COST_ALL_TO_ALL, 4, 1, &lat, &bw);
+  CHECK_MSG(near(lat, 3 * 14e-6) && near(bw, 41.5e9), "%g %g", lat, bw);
 }
 
 /* A calibration of n ops of kind k in dtype dt, each measured at `times`

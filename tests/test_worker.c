@@ -625,7 +625,7 @@ static void check_calib_result(const aa_msg_t *res, int world) {
                 !strcmp(c->device + n - 3, "MiB"),
             "%s", c->device);
   CHECK(c->ranks == world && c->threads == 1 && c->cuda == 0 && c->n_op > 0);
-  CHECK(!strcmp(c->backend, world > 1 ? "shm" : "self") && c->n_link == (world > 1 ? 4 : 0));
+  CHECK(!strcmp(c->backend, world > 1 ? "shm" : "self") && c->n_link == (world > 1 ? 5 : 0));
   free(c);
 }
 
