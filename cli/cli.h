@@ -49,6 +49,7 @@ typedef struct aa_cli_plan_local {
   const char *fix;   /* a partial strategy file, or NULL */
   const char *calib; /* a calibration file (`calib export`) of the pool's GPU, or NULL */
   const char *html;  /* the page to write (plan_html.h), or NULL */
+  int attention;     /* an aa_roof_attention_t (strategies/roofline.h); 0: fused */
 } aa_cli_plan_local_t;
 int aa_cli_plan_local(const aa_cli_plan_local_t *o);
 

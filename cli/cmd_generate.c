@@ -241,7 +241,8 @@ int aa_cmd_generate(int argc, char **argv) {
   size_t n = 0;
   const aa_ops_t *ops;
   int cuda = -1;
-  if ((rc = aa_spec_load(&spec, a.model)) || (a.tokenizer && (rc = aa_tokenizer_load(&tok, a.tokenizer))) ||
+  if ((rc = aa_spec_load(&spec, a.model)) || (rc = aa_arch_require_engine(&spec.arch, a.model)) ||
+      (a.tokenizer && (rc = aa_tokenizer_load(&tok, a.tokenizer))) ||
       (rc = encode(tok, a.prompt, spec.arch.vocab_size, &ids, &n)))
     goto cleanup;
   /* The default shrinks to what the context holds; an explicit count

@@ -109,11 +109,14 @@ static int parse(const char *cmd, int argc, char **argv, void (*usage)(FILE *), 
   return 0;
 }
 
-/* A whole fp32 model of the spec's architecture with no gradients (ZeRO
- * stage 2's allocation: parameters only) and the smallest activations. */
-static int make_model(const aa_model_spec_t *spec, aa_gpt_t **m) {
+/* A whole fp32 model of the spec's architecture (at path) with no
+ * gradients (ZeRO stage 2's allocation: parameters only) and the smallest
+ * activations; a sequence longer than the engine builds is refused naming
+ * the file. */
+static int make_model(const aa_model_spec_t *spec, const char *path, aa_gpt_t **m) {
   aa_gpt_opts_t o = {.zero = 2, .amp = AA_F32};
-  return aa_gpt_create(m, &spec->arch, aa_ops_cpu(), 1, 1, &o);
+  int rc = aa_arch_require_engine(&spec->arch, path);
+  return rc ? rc : aa_gpt_create(m, &spec->arch, aa_ops_cpu(), 1, 1, &o);
 }
 
 static const char *format_name(aa_import_format_t f) {
@@ -127,7 +130,7 @@ int aa_cmd_import(int argc, char **argv) {
   aa_model_spec_t spec;
   aa_gpt_t *m = NULL;
   aa_import_info_t info;
-  if (aa_spec_load(&spec, a.model) || make_model(&spec, &m) || aa_import_weights(m, a.src, &info) ||
+  if (aa_spec_load(&spec, a.model) || make_model(&spec, a.model, &m) || aa_import_weights(m, a.src, &info) ||
       aa_ckpt_save(a.out, m, NULL, NULL)) {
     aa_gpt_free(m);
     return aa_cli_fail("import");
@@ -148,7 +151,7 @@ int aa_cmd_export(int argc, char **argv) {
   if (rc) return rc < 0 ? AA_EXIT_OK : rc;
   aa_model_spec_t spec;
   aa_gpt_t *m = NULL;
-  if (aa_spec_load(&spec, a.model) || make_model(&spec, &m) || aa_ckpt_load(a.src, m, NULL, NULL) ||
+  if (aa_spec_load(&spec, a.model) || make_model(&spec, a.model, &m) || aa_ckpt_load(a.src, m, NULL, NULL) ||
       aa_export_weights(m, a.out, a.dtype)) {
     aa_gpt_free(m);
     return aa_cli_fail("export");

@@ -14,6 +14,7 @@
 #include "client.h"
 #include "common/aa.h"
 #include "common/spec.h"
+#include "strategies/roofline.h"
 
 /* The most devices a pool named by a profile may have. */
 #define AA_PLAN_PROFILE_DEVICES_MAX 65536
@@ -23,7 +24,8 @@ static void usage(FILE *f) {
           "usage: autoaccel plan MODEL --pool KIND:N [--hosts H] [--device FINGERPRINT] [--top K]\n"
           "                      [--separate-hosts] [--json] [--planner ADDR] [--token-file FILE]\n"
           "       autoaccel plan MODEL --pool PROFILE:N [--per-node G] [--subsets] [--fix FILE]\n"
-          "                      [--calib FILE] [--top K] [--json] [--html FILE]\n"
+          "                      [--calib FILE] [--attention fused|materialised] [--top K] [--json]\n"
+          "                      [--html FILE]\n"
           "       autoaccel plan --list-devices\n"
           "       autoaccel plan --show-device NAME|FILE\n\n"
           "Predicts the fastest strategies for MODEL (a model spec file; it needs no data) on a pool\n"
@@ -57,6 +59,10 @@ static void usage(FILE *f) {
           "                        (any subset of its fields: e.g. {\"parallel\": {\"tensor\": 8}})\n"
           "  --calib FILE          PROFILE pools: a calibration file of the GPU (calib export), which\n"
           "                        wins over the profile wherever it measured\n"
+          "  --attention KIND      PROFILE pools: how attention is timed: fused (default; this engine's\n"
+          "                        kernel, no s x s scores in memory) or materialised (the scores\n"
+          "                        written, softmax and dropout over them, as Megatron-LM did in\n"
+          "                        2021: docs/device-profiles.md); not with --calib\n"
           "  --html FILE           PROFILE pools: also a page with MFU against memory per GPU of every\n"
           "                        strategy predicted, the Pareto front and the best\n"
           "  --list-devices        a table of the device profiles built in\n"
@@ -169,10 +175,12 @@ int aa_cmd_plan(int argc, char **argv) {
                                            {"fix", required_argument, 0, 'F'},
                                            {"calib", required_argument, 0, 'C'},
                                            {"html", required_argument, 0, 'W'},
+                                           {"attention", required_argument, 0, 'A'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   const char *planner = NULL, *token_file = NULL, *pool_arg = NULL, *device = NULL, *kind = NULL;
-  const char *show_device = NULL, *fix = NULL, *calib = NULL, *html = NULL;
+  const char *show_device = NULL, *fix = NULL, *calib = NULL, *html = NULL, *attention_arg = NULL;
+  aa_roof_attention_t attention = AA_ROOF_ATTENTION_FUSED;
   char profile[AA_PATH_MAX];
   int per_node = 0;
   bool subsets = false;
@@ -208,6 +216,11 @@ int aa_cmd_plan(int argc, char **argv) {
     case 'F': fix = optarg; break;
     case 'C': calib = optarg; break;
     case 'W': html = optarg; break;
+    case 'A':
+      if (aa_roof_attention_parse(&attention, optarg))
+        return bad_usage("--attention is fused or materialised, not '%s'", optarg);
+      attention_arg = optarg;
+      break;
     case 'h': usage(stdout); return AA_EXIT_OK;
     default: return bad_usage("unknown option or missing value: '%s'", argv[optind - 1]);
     }
@@ -226,8 +239,13 @@ int aa_cmd_plan(int argc, char **argv) {
       return bad_usage("a pool named by a device profile is planned here: --hosts (use --per-node), --device, "
                        "--separate-hosts, --planner and --token-file are for cpu:N and cuda:N pools%s",
                        "");
+    if (attention != AA_ROOF_ATTENTION_FUSED && calib)
+      return bad_usage("--attention %s does not go with --calib: a calibration times this engine's fused "
+                       "attention, which it measured",
+                       attention_arg);
     aa_model_spec_t spec;
-    if (aa_spec_load(&spec, argv[optind])) return aa_cli_fail("plan");
+    if (aa_spec_load(&spec, argv[optind]) || aa_spec_require_modelled(&spec, argv[optind]))
+      return aa_cli_fail("plan");
     const aa_cli_plan_local_t o = {.spec = &spec,
                                    .profile = profile,
                                    .devices = devices,
@@ -237,13 +255,14 @@ int aa_cmd_plan(int argc, char **argv) {
                                    .subsets = subsets,
                                    .fix = fix,
                                    .calib = calib,
-                                   .html = html};
+                                   .html = html,
+                                   .attention = (int)attention};
     return aa_cli_plan_local(&o);
   }
-  if (per_node || subsets || fix || calib)
+  if (per_node || subsets || fix || calib || attention_arg)
     return bad_usage(
-        "--per-node, --subsets, --fix and --calib are for a pool named by a device profile (--pool "
-        "h100-80gb:N)%s",
+        "--per-node, --subsets, --fix, --attention and --calib are for a pool named by a device profile "
+        "(--pool h100-80gb:N)%s",
         "");
   if (devices % hosts)
     return bad_usage("--hosts must divide the pool's devices evenly (--pool %s)", pool_arg);
@@ -251,7 +270,9 @@ int aa_cmd_plan(int argc, char **argv) {
     return bad_usage("--device must be a device of the pool's kind, not '%s'", device);
   aa_model_spec_t spec;
   char *model = NULL;
-  if (aa_spec_load(&spec, argv[optind]) || aa_spec_to_json(&spec, &model)) return aa_cli_fail("plan");
+  if (aa_spec_load(&spec, argv[optind]) || aa_spec_require_modelled(&spec, argv[optind]) ||
+      aa_spec_to_json(&spec, &model))
+    return aa_cli_fail("plan");
   json_t *args =
       json_pack("{s:o, s:{s:s, s:i, s:i}, s:I, s:b}", "model", json_loads(model, 0, NULL), "pool", "kind",
                 kind, "devices", devices, "hosts", hosts, "top", (json_int_t)top, "separate_hosts", separate);

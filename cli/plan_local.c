@@ -253,6 +253,7 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
   aa_roofline_t roof;
   aa_roofline_init(&roof, &prof);
   aa_roofline_fit(&roof, measured);
+  roof.attention = (aa_roof_attention_t)o->attention;
   aa_plan_rank_t r = {.spec = o->spec,
                       .calib = measured,
                       .pool = {.devices = o->devices,
@@ -323,6 +324,20 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
                      prof.name, roof.eff[AA_ROOF_GEMM], roof.eff[AA_ROOF_ATTENTION], roof.eff[AA_ROOF_MEMORY],
                      roof.fixed_s * 1e6));
   }
+  if (roof.attention == AA_ROOF_ATTENTION_MATERIALISED)
+    json_array_append_new(
+        assume,
+        json_sprintf("attention materialised (--attention), as Megatron-LM ran it in 2021: QK^T and PV as "
+                     "batched GEMMs over the whole s x s square at %.2f of the peak, the scores written "
+                     "and passed through a causal softmax and a dropout (1-byte mask) at %.3f of the "
+                     "HBM's bytes/s, forward and backward (docs/device-profiles.md); context "
+                     "parallelism's ring blocks stay fused",
+                     roof.eff[AA_ROOF_GEMM], roof.eff[AA_ROOF_MEMORY]));
+  else
+    json_array_append_new(assume,
+                          json_sprintf("attention fused: this engine's kernel (log-sum-exp, no s x s scores "
+                                       "in memory, no dropout); --attention materialised times one that "
+                                       "writes the scores, as Megatron-LM did in 2021"));
   json_array_append_new(
       assume, json_sprintf("%d node%s of %d: Megatron's rank order (tensor, context, data, pipeline from the "
                            "fastest), tensor groups inside a node (%zu strategies with a wider one left out); "
@@ -358,13 +373,13 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
     json_incref(list);
     json_incref(assume);
     json_t *out = json_pack(
-        "{s:s, s:s?, s:{s:s, s:i, s:i, s:I}, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:o}", "source",
-        measured ? "calibration" : "profile", "calibration_device", measured ? ci.one->device : NULL, "pool",
-        "profile", prof.name, "devices", o->devices, "per_node", per_node, "memory_bytes",
-        (json_int_t)prof.memory_bytes, "candidates", (json_int_t)r.candidates, "completions",
-        (json_int_t)(r.candidates - r.filtered), "valid", (json_int_t)(r.candidates - r.filtered - r.invalid),
-        "predicted_oom", (json_int_t)r.predicted_oom, "predicted", (json_int_t)r.predicted, "seconds", secs,
-        "strategies", list, "assumptions", assume);
+        "{s:s, s:s?, s:s, s:{s:s, s:i, s:i, s:I}, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:o}", "source",
+        measured ? "calibration" : "profile", "calibration_device", measured ? ci.one->device : NULL,
+        "attention", aa_roof_attention_name(roof.attention), "pool", "profile", prof.name, "devices",
+        o->devices, "per_node", per_node, "memory_bytes", (json_int_t)prof.memory_bytes, "candidates",
+        (json_int_t)r.candidates, "completions", (json_int_t)(r.candidates - r.filtered), "valid",
+        (json_int_t)(r.candidates - r.filtered - r.invalid), "predicted_oom", (json_int_t)r.predicted_oom,
+        "predicted", (json_int_t)r.predicted, "seconds", secs, "strategies", list, "assumptions", assume);
     char *text = out ? json_dumps(out, JSON_INDENT(2)) : NULL;
     if (text) printf("%s\n", text);
     free(text);

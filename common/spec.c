@@ -109,6 +109,21 @@ static const aa_json_field_t top_fields[] = {
     PATH_F("init_weights", false, init_weights),
 };
 
+/* model.moe (llama only): the first three required when the object is
+ * given. Read into aa_arch_t's moe; check_arch holds the rules between
+ * fields. */
+static const aa_json_field_t moe_fields[] = {
+    INT_F("experts", true, 1, 1024, 0, aa_arch_t, moe.experts),
+    INT_F("top_k", true, 1, 1024, 0, aa_arch_t, moe.top_k),
+    INT_F("d_ff_expert", true, 1, 262144, 0, aa_arch_t, moe.d_ff_expert),
+    INT_F("shared_experts", false, 0, 64, 0, aa_arch_t, moe.shared_experts),
+    INT_F("every", false, 1, 256, 1, aa_arch_t, moe.every),
+    FLOAT_F("aux_loss_coef", false, 0.0, false, 1e3, false, 0.01, aa_arch_t, moe.aux_loss_coef),
+    FLOAT_F("z_loss_coef", false, 0.0, false, 1e3, false, 0.0, aa_arch_t, moe.z_loss_coef),
+    FLOAT_F("capacity_factor", false, 0.0, false, 1024.0, false, 0.0, aa_arch_t, moe.capacity_factor),
+};
+#define NMOE (sizeof moe_fields / sizeof moe_fields[0])
+
 /* d_ff's default (4 * d_model) depends on another field; parse_model sets it. */
 static const aa_json_field_t model_fields[] = {
     {.key = "family", .kind = AA_JSON_CUSTOM, .parse = read_family, AT(aa_arch_t, family)},
@@ -116,11 +131,12 @@ static const aa_json_field_t model_fields[] = {
     INT_F("n_head", true, 1, 256, 0, aa_arch_t, n_head),
     INT_F("d_model", true, 1, 65536, 0, aa_arch_t, d_model),
     INT_F("d_ff", false, 1, 262144, 0, aa_arch_t, d_ff),
-    INT_F("seq_len", true, 1, 65536, 0, aa_arch_t, seq_len),
+    INT_F("seq_len", true, 1, AA_SEQ_LEN_MAX, 0, aa_arch_t, seq_len),
     INT_F("vocab_size", true, 2, 1048576, 0, aa_arch_t, vocab_size),
     INT_F("n_kv_head", false, 1, 256, 0, aa_arch_t, n_kv_head),
     FLOAT_F("rope_theta", false, 0.0, true, 1e9, false, 10000.0, aa_arch_t, rope_theta),
     FLOAT_F("norm_eps", false, 0.0, true, 1.0, false, 1e-5, aa_arch_t, norm_eps),
+    {.key = "moe", .kind = AA_JSON_OBJECT, .sub = moe_fields, .nsub = NMOE},
 };
 
 /* min_lr's default (lr / 10) depends on lr; parse_train sets it. */
@@ -152,6 +168,24 @@ static const aa_json_field_t data_fields[] = {
 _Static_assert(sizeof(aa_lr_schedule_t) == sizeof(int), "an enum field is read as an int");
 _Static_assert(sizeof(((aa_train_cfg_t *)0)->seed) == sizeof(int64_t), "seed is read as a 64-bit integer");
 
+/* The MoE rules between fields (each field's range is its table's). */
+static int check_moe(const aa_json_ctx_t *c, const aa_arch_t *a) {
+  const aa_moe_t *m = &a->moe;
+  if (m->experts == 0) return 0;
+  if (!aa_arch_is_llama(a))
+    return aa_json_fail(c, AA_EINVAL, "model.moe",
+                        "mixture-of-experts layers need family \"llama\" (SwiGLU experts; got \"%.*s\")",
+                        (int)strnlen(a->family, sizeof a->family), a->family);
+  if (m->top_k > m->experts)
+    return aa_json_fail(c, AA_EINVAL, "model.moe.top_k", "must be at most model.moe.experts (%d > %d)",
+                        m->top_k, m->experts);
+  if (m->every > a->n_layer)
+    return aa_json_fail(c, AA_EINVAL, "model.moe.every",
+                        "must be at most model.n_layer (%d > %d): no layer would be an MoE layer", m->every,
+                        a->n_layer);
+  return 0;
+}
+
 /* Architecture rules beyond a single field's range. */
 static int check_arch(const aa_json_ctx_t *c, const aa_arch_t *a) {
   if (a->d_model % a->n_head != 0)
@@ -170,7 +204,7 @@ static int check_arch(const aa_json_ctx_t *c, const aa_arch_t *a) {
                         a->d_model / a->n_head);
   if (aa_arch_is_llama(a) && !(a->rope_theta > 0 && a->norm_eps > 0))
     return aa_json_fail(c, AA_EINVAL, "model.rope_theta", "rope_theta and norm_eps must be > 0 for llama");
-  return 0;
+  return check_moe(c, a);
 }
 
 int aa_arch_is_llama(const aa_arch_t *a) { return !strncmp(a->family, "llama", sizeof a->family); }
@@ -181,9 +215,11 @@ int aa_arch_kv_heads(const aa_arch_t *a) {
 
 static int parse_model(const ctx_t *c, const json_t *obj, aa_arch_t *a) {
   aa_json_fields_default(model_fields, NFIELDS(model_fields), a);
+  aa_json_fields_default(moe_fields, NMOE, a);
   snprintf(a->family, sizeof a->family, "%s", family_choices[0]);
   int rc = aa_json_read_fields(&c->json, obj, "model", model_fields, NFIELDS(model_fields), a);
   if (rc) return rc;
+  if (!json_object_get(obj, "moe")) memset(&a->moe, 0, sizeof a->moe); /* dense: no MoE field set */
   if (!json_object_get(obj, "d_ff")) a->d_ff = 4 * a->d_model;
   if (!json_object_get(obj, "n_kv_head")) a->n_kv_head = a->n_head;
   return check_arch(&c->json, a);
@@ -283,13 +319,35 @@ int aa_spec_load(aa_model_spec_t *out, const char *path) {
   return rc;
 }
 
+int aa_spec_require_modelled(const aa_model_spec_t *s, const char *what) {
+  if (!s->arch.moe.experts) return 0;
+  return aa_error(AA_EUNSUPPORTED,
+                  "%s: %s has mixture-of-experts layers (model.moe): autoaccel reads them but cannot train, "
+                  "measure or plan them yet (docs/model-spec.md \"moe\")",
+                  what, s->name);
+}
+
 int aa_spec_require_data(const aa_model_spec_t *s, const char *what) {
-  if (s->train_data[0]) return 0;
-  return aa_error(
-      AA_EINVAL,
-      "%s: %s has no training data: data.train is required to train or measure a model (add \"data\": "
-      "{\"train\": \"PATH\"} to its spec; plan and strategy check take a spec without one)",
-      what, s->name);
+  int rc = aa_spec_require_modelled(s, what);
+  if (rc) return rc;
+  if (!s->train_data[0])
+    return aa_error(
+        AA_EINVAL,
+        "%s: %s has no training data: data.train is required to train or measure a model (add \"data\": "
+        "{\"train\": \"PATH\"} to its spec; plan and strategy check take a spec without one)",
+        what, s->name);
+  return aa_arch_require_engine(&s->arch, what);
+}
+
+_Static_assert(AA_SEQ_LEN_ENGINE_MAX == 65536 && AA_SEQ_LEN_MAX == 1048576,
+               "aa_arch_require_engine's message spells the two limits out");
+
+int aa_arch_require_engine(const aa_arch_t *a, const char *what) {
+  if (a->seq_len <= AA_SEQ_LEN_ENGINE_MAX) return 0;
+  return aa_error(AA_EINVAL,
+                  "%s: seq_len %d: the engine trains at most 65,536 tokens per sequence; plan and strategy "
+                  "check accept up to 1,048,576",
+                  what, a->seq_len);
 }
 
 /* Whether family (NUL-terminated) is one of family_choices. */
@@ -318,6 +376,10 @@ int aa_arch_validate(const aa_arch_t *a) {
     int rc = aa_json_check_int(&c, path, f, *(const int *)((const char *)a + f->off));
     if (rc) return rc;
   }
+  if (a->moe.experts) {
+    int rc = aa_json_check_fields(&c, "model.moe", moe_fields, NMOE, a);
+    if (rc) return rc;
+  }
   return check_arch(&c, a);
 }
 
@@ -330,8 +392,35 @@ void aa_arch_hash(const aa_arch_t *a, char out[17]) {
   if (aa_arch_is_llama(a))
     n += snprintf(text + n, sizeof text - (size_t)n, ";n_kv_head=%d;rope_theta=%.9g;norm_eps=%.9g",
                   aa_arch_kv_heads(a), (double)a->rope_theta, (double)a->norm_eps);
+  if (a->moe.experts)
+    n += snprintf(text + n, sizeof text - (size_t)n, ";moe=%d,%d,%d,%d,%d,%.9g,%.9g,%.9g", a->moe.experts,
+                  a->moe.top_k, a->moe.d_ff_expert, a->moe.shared_experts, a->moe.every,
+                  (double)a->moe.capacity_factor, (double)a->moe.aux_loss_coef, (double)a->moe.z_loss_coef);
   uint64_t h = aa_fnv1a(AA_FNV_INIT, text, (size_t)n);
   snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+int aa_arch_is_moe_layer(const aa_arch_t *a, int l) {
+  return a->moe.experts > 0 && a->moe.every > 0 && l % a->moe.every == 0;
+}
+
+int aa_arch_moe_layers(const aa_arch_t *a) {
+  if (a->moe.experts <= 0 || a->moe.every <= 0) return 0;
+  return (a->n_layer + a->moe.every - 1) / a->moe.every;
+}
+
+/* One MoE layer's feed-forward parameters beyond a dense layer's 3 F C,
+ * counting `routed` of its experts: the router (E C), the routed and the
+ * shared experts (3 F_e C each), less the dense MLP it replaces. */
+static int64_t moe_extra(const aa_arch_t *a, int routed) {
+  const int64_t C = a->d_model, Fe = a->moe.d_ff_expert, F = a->d_ff;
+  return (int64_t)a->moe.experts * C + (int64_t)(routed + a->moe.shared_experts) * 3 * Fe * C - 3 * F * C;
+}
+
+uint64_t aa_arch_active_param_count(const aa_arch_t *a) {
+  return (uint64_t)((int64_t)aa_arch_param_count(a) +
+                    (int64_t)aa_arch_moe_layers(a) *
+                        (moe_extra(a, a->moe.top_k) - moe_extra(a, a->moe.experts)));
 }
 
 uint64_t aa_arch_param_count(const aa_arch_t *a) {
@@ -344,7 +433,8 @@ uint64_t aa_arch_param_count(const aa_arch_t *a) {
                    + C                /* RMSNorm weight */
                    + 3 * F * C;       /* gate, up, down */
     return 2 * (uint64_t)a->vocab_size * C /* embedding and the untied head */
-           + L * per + C;                  /* final RMSNorm */
+           + L * per + C                   /* final RMSNorm */
+           + (uint64_t)((int64_t)aa_arch_moe_layers(a) * moe_extra(a, a->moe.experts)); /* MoE layers' MLPs */
   }
   uint64_t per_layer = 2 * C               /* ln1 weight + bias */
                        + 3 * C * C + 3 * C /* qkv */
@@ -415,8 +505,13 @@ int aa_spec_to_json(const aa_model_spec_t *s, char **out) {
   json_t *root = json_object(), *model = json_object(), *train = json_object(), *data = json_object();
   int rc = AA_ENOMEM;
   if (!root || !model || !train || !data) goto cleanup;
+  json_t *moe = NULL;
+  if (s->arch.moe.experts) {
+    if (!(moe = json_object()) || json_object_set_new(model, "moe", moe)) goto cleanup;
+  }
   if ((rc = fields_to_json(root, top_fields, NFIELDS(top_fields), s)) ||
       (rc = fields_to_json(model, model_fields, NFIELDS(model_fields), &s->arch)) ||
+      (moe && (rc = fields_to_json(moe, moe_fields, NMOE, &s->arch))) ||
       (rc = fields_to_json(train, train_fields, NFIELDS(train_fields), &s->train)) ||
       (rc = fields_to_json(data, data_fields, NFIELDS(data_fields), s)))
     goto cleanup;

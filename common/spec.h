@@ -11,18 +11,44 @@
 
 #define AA_PATH_MAX 4096
 
+/* A spec's seq_len may be up to AA_SEQ_LEN_MAX (2^20) tokens: plan and
+ * strategy check only do arithmetic on it, in 64 bits or doubles. The
+ * engine indexes activations with int and trains at most
+ * AA_SEQ_LEN_ENGINE_MAX; aa_spec_require_data and the model's constructor
+ * refuse more. */
+#define AA_SEQ_LEN_MAX (1 << 20)
+#define AA_SEQ_LEN_ENGINE_MAX 65536
+
+/* Mixture-of-experts layers (llama family only; docs/model-spec.md "moe"):
+ * a linear router over `experts` SwiGLU experts of width d_ff_expert, the
+ * top_k chosen per token with their softmax probabilities renormalised
+ * (Mixtral), plus shared_experts experts of the same width every token
+ * passes through. experts = 0: a dense model (no "moe" object). */
+typedef struct aa_moe {
+  int experts;           /* E, 0 (dense) or 1..1024 */
+  int top_k;             /* k, 1..E */
+  int d_ff_expert;       /* F, 1..262144 */
+  int shared_experts;    /* S, 0..64, default 0 */
+  int every;             /* layer i (from 0) is an MoE layer when i % every == 0 (Megatron's
+                            moe_layer_freq); 1..n_layer, default 1 */
+  float aux_loss_coef;   /* load-balancing loss weight (Switch/GShard form), >= 0, default 0.01 */
+  float z_loss_coef;     /* router z-loss weight (ST-MoE), >= 0, default 0 */
+  float capacity_factor; /* 0 = dropless (default); > 0: ceil(c * tokens * k / E) slots an expert */
+} aa_moe_t;
+
 typedef struct aa_arch {
   char family[16]; /* "gpt2" or "llama" */
   int n_layer;     /* 1..256 */
   int n_head;      /* 1..256, divides d_model */
   int d_model;     /* 1..65536 */
   int d_ff;        /* 1..262144 */
-  int seq_len;     /* 1..65536: context length (gpt2: the position table's size) */
+  int seq_len;     /* 1..AA_SEQ_LEN_MAX: context length (gpt2: the position table's size) */
   int vocab_size;  /* 2..1048576 */
   /* llama only (gpt2 ignores them; n_kv_head 0 means n_head): */
   int n_kv_head;    /* key/value heads of grouped-query attention, dividing n_head */
   float rope_theta; /* base of the rotary position embedding, default 10000 */
   float norm_eps;   /* RMSNorm epsilon, default 1e-5 */
+  aa_moe_t moe;     /* llama only; moe.experts 0: dense */
 } aa_arch_t;
 
 /* Whether a is the llama family (RMSNorm, SwiGLU, RoPE, GQA, untied head,
@@ -30,6 +56,15 @@ typedef struct aa_arch {
 int aa_arch_is_llama(const aa_arch_t *a);
 /* Key/value heads: n_kv_head, or n_head where it is 0 (and always for gpt2). */
 int aa_arch_kv_heads(const aa_arch_t *a);
+/* Whether block l (0-based) of a is an MoE layer (a->moe.experts > 0 and
+ * l % a->moe.every == 0); the number of such blocks. */
+int aa_arch_is_moe_layer(const aa_arch_t *a, int l);
+int aa_arch_moe_layers(const aa_arch_t *a);
+/* Parameters one token's forward touches (the dense ones, the router, and
+ * of each MoE layer only its k routed and S shared experts): the count
+ * FLOP formulas use (6 x active x tokens). aa_arch_param_count for a
+ * dense model. */
+uint64_t aa_arch_active_param_count(const aa_arch_t *a);
 
 typedef enum { AA_SCHED_COSINE = 0, AA_SCHED_CONSTANT = 1 } aa_lr_schedule_t;
 
@@ -79,20 +114,37 @@ int aa_spec_parse(aa_model_spec_t *out, const char *json, const char *base_dir, 
  * (free with free()); set only on success. */
 int aa_spec_to_json(const aa_model_spec_t *s, char **out);
 
-/* Whether the spec can be trained on: 0 when it names data.train, else
- * AA_EINVAL with the last-error message
+/* Whether the spec can be trained on: 0 when it names data.train and the
+ * engine can run its architecture (aa_arch_require_engine), else AA_EINVAL
+ * with the last-error message
  *   "<what>: <name> has no training data: data.train is required to ..."
- * A spec without a data section is a model to plan (plan, strategy
+ * or aa_arch_require_engine's. A spec without a data section, or longer
+ * sequences than the engine trains, is a model to plan (plan, strategy
  * check); everything that reads tokens (train, a dry run, a search)
  * refuses it through this one check. */
 int aa_spec_require_data(const aa_model_spec_t *s, const char *what);
+
+/* Whether the engine can build a model of architecture a: 0 when its
+ * seq_len is at most AA_SEQ_LEN_ENGINE_MAX, else AA_EINVAL with the
+ * last-error message
+ *   "<what>: seq_len 131072: the engine trains at most 65,536 tokens per
+ *    sequence; plan and strategy check accept up to 1,048,576". */
+int aa_arch_require_engine(const aa_arch_t *a, const char *what);
+
+/* Whether autoaccel can train, measure and plan the spec's model: 0, or
+ * AA_EUNSUPPORTED "<what>: <name> has mixture-of-experts layers
+ * (model.moe): ..." for an MoE model, which the spec reads but neither
+ * the engine nor the cost model holds yet. aa_spec_require_data checks it
+ * too; plan and strategy check call it. */
+int aa_spec_require_modelled(const aa_model_spec_t *s, const char *what);
 
 /* Validates an architecture alone (ranges, divisibility). */
 int aa_arch_validate(const aa_arch_t *a);
 
 /* Canonical hash of the architecture: FNV-1a 64 over the canonical text
  * "family=gpt2;n_layer=..;n_head=..;d_model=..;d_ff=..;seq_len=..;vocab_size=.."
- * (llama appends ";n_kv_head=..;rope_theta=..;norm_eps=..", %.9g)
+ * (llama appends ";n_kv_head=..;rope_theta=..;norm_eps=..", %.9g; an MoE
+ * model then ";moe=E,k,F,S,every,capacity,aux,z")
  * written as 16 lowercase hex digits + NUL into out (17 bytes). The same
  * architecture always gives the same hash whatever the JSON key order,
  * spacing or training settings. */

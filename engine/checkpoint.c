@@ -420,8 +420,8 @@ static int layout_init(layout_t *l, const aa_arch_t *a, int tp, int pp, int vpp,
   s.schedule = vpp > 1 ? AA_SCHEDULE_INTERLEAVED : AA_SCHEDULE_1F1B;
   if (pp > 1) {
     s.partition = AA_PARTITION_CUSTOM;
-    s.n_bounds = pp * vpp + 1;
-    memcpy(s.bounds, bounds, (size_t)s.n_bounds * sizeof *bounds);
+    int rc = aa_strategy_set_bounds(&s, bounds, pp * vpp + 1);
+    if (rc) return rc;
   }
   l->tp = tp;
   l->pp = pp;

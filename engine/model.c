@@ -417,7 +417,10 @@ void aa_gpt_act_bytes(const aa_arch_t *arch, int B, int T, const aa_gpt_opts_t *
 int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, int B, int T,
                   const aa_gpt_opts_t *opts) {
   int rc = aa_arch_validate(arch);
+  if (!rc) rc = aa_arch_require_engine(arch, "model");
   if (rc) return rc;
+  if (arch->moe.experts)
+    return aa_error(AA_EUNSUPPORTED, "model.moe: the engine does not compute mixture-of-experts layers yet");
   if (!opts) opts = &default_opts;
   if (B < 1 || T < 1 || T > arch->seq_len)
     return aa_error(AA_EINVAL, "batch %d x sequence %d does not fit the model (seq_len %d)", B, T, arch->seq_len);

@@ -285,7 +285,9 @@ struct aa_gpt {
  * activations for micro-batch B and sequence length T (T <= seq_len) as
  * opts says (NULL = fp32, no checkpointing, no accounting). Parameters are
  * zero until aa_gpt_init_weights or a load. *out owns all memory; free with
- * aa_gpt_free. Fails with AA_EOOM when the accountant's limit is reached. */
+ * aa_gpt_free. Fails with AA_EOOM when the accountant's limit is reached,
+ * and with AA_EINVAL for a seq_len past AA_SEQ_LEN_ENGINE_MAX (a model to
+ * plan, not to build: its activations are indexed with int). */
 int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, int B, int T,
                   const aa_gpt_opts_t *opts);
 void aa_gpt_free(aa_gpt_t *m);

@@ -150,8 +150,7 @@ static bool same_pipeline(const aa_strategy_t *a, const aa_strategy_t *b) {
   if (a->degree[AA_AXIS_PIPELINE] != b->degree[AA_AXIS_PIPELINE]) return false;
   if (a->degree[AA_AXIS_PIPELINE] == 1) return true;
   return a->schedule == b->schedule && a->vpp == b->vpp && a->partition == b->partition &&
-         a->n_bounds == b->n_bounds &&
-         !memcmp(a->bounds, b->bounds, sizeof a->bounds[0] * (size_t)a->n_bounds);
+         a->bounds == b->bounds; /* one stored copy per distinct cut (aa_strategy_set_bounds) */
 }
 
 /* A candidate that does at least the work of one measured ok (or skipped

@@ -445,7 +445,7 @@ static int setup(aa_planner_t *p, const aa_planner_opts_t *o) {
   if (strlen(sock) >= sizeof p->socket_path)
     return aa_error(AA_EINVAL, "unix socket path %s is %zu bytes, longer than %zu", sock, strlen(sock),
                     sizeof p->socket_path - 1);
-  snprintf(p->socket_path, sizeof p->socket_path, "%s", sock);
+  memcpy(p->socket_path, sock, strlen(sock) + 1); /* fits: checked above */
   snprintf(p->address, sizeof p->address, "unix:%s", p->socket_path);
   if (o->store_path)
     snprintf(p->store_path, sizeof p->store_path, "%s", o->store_path);

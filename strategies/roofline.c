@@ -2,6 +2,8 @@
  * constants are docs/device-profiles.md's, each with its source there. */
 #include "roofline.h"
 
+#include "../common/aa.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,21 @@
 #define FIXED_S 6.6e-6
 #define INTRA_EFF 0.80
 #define INTER_EFF 0.83
+
+const char *aa_roof_attention_name(aa_roof_attention_t a) {
+  static const char *names[] = {"fused", "materialised"};
+  return (unsigned)a < AA_ROOF_ATTENTION_KINDS ? names[a] : "?";
+}
+
+int aa_roof_attention_parse(aa_roof_attention_t *out, const char *name) {
+  for (int a = 0; a < AA_ROOF_ATTENTION_KINDS; a++)
+    if (name && !strcmp(name, aa_roof_attention_name((aa_roof_attention_t)a))) {
+      *out = (aa_roof_attention_t)a;
+      return 0;
+    }
+  return aa_error(AA_EINVAL, "an attention implementation is fused or materialised, not '%s'",
+                  name ? name : "");
+}
 
 const char *aa_roof_class_name(aa_roof_class_t c) {
   static const char *names[] = {"gemm", "attention", "memory"};
@@ -205,8 +222,60 @@ bool aa_roofline_knows(const aa_roofline_t *r, aa_roof_class_t cls) {
   return false;
 }
 
+/* One kernel of a materialised attention: its class's roofline and scale. */
+static double kernel(const aa_roofline_t *r, aa_roof_class_t cls, aa_dtype_t dt, double flops, double bytes) {
+  return r->scale[cls][(unsigned)dt < 3 ? dt : 0] * model_time(r, cls, dt, flops, bytes);
+}
+
+/* Attention that materialises the scores: Megatron-LM's ParallelAttention
+ * as PTD-P ran it (megatron/model/transformer.py and fused_softmax.py at
+ * commit e270f68, April 2021: a GPT's causal mask, the fused
+ * scaled-upper-triangular softmax, torch.nn.Dropout on the probabilities).
+ * With BH = batch x heads, T the sequence and hn the head size, E = BH T^2
+ * score elements and X = BH T hn elements in each of q, k, v and the
+ * context, e bytes an element of the storage dtype, 1 byte a dropout mask
+ * element (PyTorch's uint8 mask), and g = 2 BH T^2 hn FLOPs in one
+ * product over the full square (cuBLAS computes the masked half too):
+ *   forward
+ *     baddbmm QK^T (beta 0: the output is not read)  g FLOPs, e (2X + E) bytes
+ *     causal softmax: the T(T+1)/2 ~ E/2 entries at or below the
+ *       diagonal read, the whole square written        e (E/2 + E)
+ *     dropout: read, written, its mask written         2e E + E
+ *     bmm P V: P and v read, the context written       g, e (E + 2X)
+ *   backward
+ *     dP = dctx v^T: dctx and v read, dP written       g, e (2X + E)
+ *     dv = P^T dctx: P and dctx read, dv written       g, e (E + 2X)
+ *     dropout backward: dP and the mask read, written  2e E + E
+ *     softmax backward: the lower triangles of the
+ *       gradient and the output read, the square written  e (E/2 + E/2 + E)
+ *     dq = dS k and dk = dS^T q: dS and k (q) read,
+ *       dq (dk) written                                2 x (g, e (E + 2X))
+ * Each kernel is its own roofline (max of its FLOPs at the GEMM rate and
+ * its bytes at the HBM's) with the kernel floor; their times add. O(T hn)
+ * passes outside the square (baddbmm's backward scaling of dq by alpha)
+ * are left out. GQA's shape (S, T, G, HS) reads as BH = S G, hn = HS, its
+ * keys and values repeated to every query head. */
+static void materialised(const aa_roofline_t *r, const aa_op_shape_t *s, aa_dtype_t dt, double *fwd_s,
+                         double *bwd_s) {
+  const bool gqa = s->op == AA_OP_GQA;
+  const double BH = (double)s->d[0] * (double)(gqa ? s->d[2] : s->d[3]), T = (double)s->d[1],
+               hn = gqa ? (double)s->d[3] : (double)s->d[2] / (double)s->d[3];
+  const double e = dtype_bytes(dt), E = BH * T * T, X = BH * T * hn, g = 2 * BH * T * T * hn;
+  const aa_roof_class_t G = AA_ROOF_GEMM, M = AA_ROOF_MEMORY;
+  *fwd_s = kernel(r, G, dt, g, e * (2 * X + E)) + kernel(r, M, dt, 0, e * (E / 2 + E)) +
+           kernel(r, M, dt, 0, 2 * e * E + E) + kernel(r, G, dt, g, e * (E + 2 * X));
+  *bwd_s = kernel(r, G, dt, g, e * (2 * X + E)) + kernel(r, G, dt, g, e * (E + 2 * X)) +
+           kernel(r, M, dt, 0, 2 * e * E + E) + kernel(r, M, dt, 0, e * (E / 2 + E / 2 + E)) +
+           2 * kernel(r, G, dt, g, e * (E + 2 * X));
+}
+
 void aa_roofline_op(const aa_roofline_t *r, const aa_op_shape_t *s, aa_dtype_t dt, double *fwd_s,
                     double *bwd_s) {
+  if (r->attention == AA_ROOF_ATTENTION_MATERIALISED && r->profile &&
+      (s->op == AA_OP_ATTENTION || s->op == AA_OP_GQA) && s->d[3] > 0) {
+    materialised(r, s, dt, fwd_s, bwd_s);
+    return;
+  }
   double fl[2], by[2];
   aa_roofline_op_cost(s, dt, fl, by);
   const aa_roof_class_t cls = aa_roof_class_of(s->op);

@@ -21,7 +21,17 @@
  * link, across nodes hierarchically, the node's k_node GPUs each driving
  * their own network adapter, so the ring's bytes per rank flow at
  * min(intra x intra_eff, k_node x inter x inter_eff), and its steps pay
- * the latency of the link each hop takes. */
+ * the latency of the link each hop takes.
+ *
+ * Attention (its ATTENTION and GQA kinds) is modelled one of two ways
+ * (aa_roof_attention_t): this engine's fused kernel (log-sum-exp, no
+ * s x s scores kept: the roofline above), or an implementation that
+ * materialises the scores, as the Megatron-LM of 2021 did: the QK^T and
+ * PV products as batched GEMMs over the full square plus a scaled causal
+ * softmax and a dropout over the stored scores, each kernel its own
+ * roofline (docs/device-profiles.md "Attention that materialises the
+ * scores", every pass counted there). Context parallelism's ring blocks
+ * are always the engine's fused kernels. */
 #ifndef AA_ROOFLINE_H
 #define AA_ROOFLINE_H
 
@@ -30,6 +40,19 @@
 #include "profile.h"
 
 typedef enum { AA_ROOF_GEMM = 0, AA_ROOF_ATTENTION, AA_ROOF_MEMORY, AA_ROOF_CLASSES } aa_roof_class_t;
+
+/* How the attention ops are implemented on the modelled device. */
+typedef enum {
+  AA_ROOF_ATTENTION_FUSED = 0,    /* this engine's: log-sum-exp, no s x s scores in memory */
+  AA_ROOF_ATTENTION_MATERIALISED, /* Megatron-LM 2021's: scores written, softmax, dropout */
+  AA_ROOF_ATTENTION_KINDS
+} aa_roof_attention_t;
+
+/* "fused", "materialised". */
+const char *aa_roof_attention_name(aa_roof_attention_t a);
+/* The kind named `name` into *out; AA_EINVAL (last error naming the
+ * choices) for any other string. *out is set only on success. */
+int aa_roof_attention_parse(aa_roof_attention_t *out, const char *name);
 
 /* "gemm", "attention", "memory". */
 const char *aa_roof_class_name(aa_roof_class_t c);
@@ -50,6 +73,9 @@ typedef struct aa_roofline {
    * (1 where nothing was measured): the calibration's correction. */
   double scale[AA_ROOF_CLASSES][3];
   int fitted[AA_ROOF_CLASSES][3]; /* ops of each class and dtype the fit saw */
+  /* The attention implementation timed (fused unless the caller sets it);
+   * materialised needs a profile: without one attention stays fused. */
+  aa_roof_attention_t attention;
 } aa_roofline_t;
 
 /* The defaults of docs/device-profiles.md for profile p (borrowed, may be
@@ -71,7 +97,11 @@ void aa_roofline_fit(aa_roofline_t *r, const aa_calib_t *c);
  * fit saw an op of the class in some dtype (the others take its level). */
 bool aa_roofline_knows(const aa_roofline_t *r, aa_roof_class_t cls);
 
-/* Seconds of one call of s in dt, forward and backward. */
+/* Seconds of one call of s in dt, forward and backward. Under
+ * AA_ROOF_ATTENTION_MATERIALISED (with a profile) an ATTENTION or GQA op
+ * is the sum of its kernels' times, each at its class's roofline and
+ * scale (GEMM or memory-bound); every other op, and every op under fused,
+ * as above. */
 void aa_roofline_op(const aa_roofline_t *r, const aa_op_shape_t *s, aa_dtype_t dt, double *fwd_s,
                     double *bwd_s);
 

@@ -409,8 +409,7 @@ static bool same_shape(const aa_strategy_t *a, const aa_strategy_t *b) {
   if (a->degree[AA_AXIS_PIPELINE] == 1 && b->degree[AA_AXIS_PIPELINE] == 1) return true;
   const int va = a->vpp > 1 ? a->vpp : 1, vb = b->vpp > 1 ? b->vpp : 1;
   return a->schedule == b->schedule && va == vb && a->partition == b->partition &&
-         a->n_bounds == b->n_bounds &&
-         !memcmp(a->bounds, b->bounds, sizeof a->bounds[0] * (size_t)a->n_bounds);
+         a->bounds == b->bounds; /* one stored copy per distinct cut (aa_strategy_set_bounds) */
 }
 
 int aa_space_distance(const aa_strategy_t *a, const aa_strategy_t *b) {

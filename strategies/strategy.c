@@ -127,7 +127,10 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]) {
    * bytes (degrees up to 65536, counts up to INT_MAX), so 19 more always fit. */
   if (head + n >= AA_STRATEGY_KEY_MAX)
     snprintf(tail, sizeof tail, ".x-%016llx", (unsigned long long)aa_fnv1a(AA_FNV_INIT, tail, strlen(tail)));
-  snprintf(out + head, (size_t)(AA_STRATEGY_KEY_MAX - head), "%s", tail);
+  size_t len = strlen(tail); /* fits now: head + len < AA_STRATEGY_KEY_MAX */
+  if ((size_t)head + len >= AA_STRATEGY_KEY_MAX) len = (size_t)(AA_STRATEGY_KEY_MAX - 1 - head);
+  memcpy(out + head, tail, len); /* not snprintf: GCC's -Wformat-truncation sees tail[160] > the key */
+  out[head + len] = '\0';
 }
 
 int aa__strategy_check(const aa_json_ctx_t *c, const aa_strategy_t *s) {

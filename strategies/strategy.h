@@ -64,11 +64,14 @@ typedef struct aa_strategy {
    * take neighbouring ranks, which share a host). */
   aa_axis_t order[AA_AXES];
   /* ATorch's rank_order: position i of the mesh (numbered by `order`) is
-   * global rank rank_order[i]. nranks = 0: none, position i is rank i;
-   * else nranks = the world size (aa_strategy_world) and rank_order is a
-   * permutation of 0..nranks-1. Layout arithmetic: strategies/layout.h. */
+   * global rank rank_order[i]. nranks = 0: none (rank_order NULL), position
+   * i is rank i; else nranks = the world size (aa_strategy_world) and
+   * rank_order is a permutation of 0..nranks-1. The list is held once per
+   * process and never changes (set it with aa_strategy_set_rank_order), so
+   * a strategy stays a small value that copies by assignment. Layout
+   * arithmetic: strategies/layout.h. */
   int nranks;
-  uint16_t rank_order[AA_STRATEGY_WORLD_MAX];
+  const uint16_t *rank_order;
   int zero;                /* ZeRO stage 0..3 */
   aa_dtype_t amp;          /* AA_F32 (no amp), AA_BF16, AA_F16 */
   aa_ckpt_mode_t ckpt;     /* activation checkpointing mode */
@@ -78,10 +81,11 @@ typedef struct aa_strategy {
   int vpp;                 /* virtual stages per pipeline rank (Megatron's virtual_pipeline_model_parallel_size):
                               1, or >= 2 with the interleaved schedule; 0 is read as 1 */
   aa_pp_partition_t partition; /* how the blocks are cut into the pp * vpp virtual stages */
-  int n_bounds;            /* AA_PARTITION_CUSTOM: pp * vpp + 1 block boundaries in bounds, 0 first,
-                              n_layer last, strictly increasing (virtual stage k holds blocks
-                              [bounds[k], bounds[k+1])); 0 otherwise */
-  int bounds[AA_STRATEGY_STAGES_MAX + 1];
+  int n_bounds;                /* AA_PARTITION_CUSTOM: pp * vpp + 1 block boundaries in bounds, 0 first,
+                                  n_layer last, strictly increasing (virtual stage k holds blocks
+                                  [bounds[k], bounds[k+1])); 0 otherwise (bounds NULL). Held once per
+                                  process, as rank_order: set with aa_strategy_set_bounds */
+  const int *bounds;
   aa_loss_scale_cfg_t loss_scale; /* used when amp == AA_F16 */
   int skip_if_nonfinite;   /* bf16/fp32: skip (and count) a step with inf/nan gradients instead of failing */
 
@@ -99,6 +103,18 @@ typedef struct aa_strategy {
  * aa_strategy_resolve), schedule 1f1b, loss-scale defaults as above, the
  * default axis order and no rank order. */
 void aa_strategy_default(aa_strategy_t *s);
+
+/* Sets s's rank order to the n ranks at `ranks` (n = 0: none), copied
+ * into the process's shared table (every strategy listing the same ranks
+ * shares one copy; nothing to free). The permutation is not checked here:
+ * aa_strategy_check holds it to the degrees. Returns 0, or AA_EINVAL (n
+ * outside 0..AA_STRATEGY_WORLD_MAX, or the table's bound reached: a
+ * process keeps 32 MiB of distinct lists) or AA_ENOMEM with a message. */
+int aa_strategy_set_rank_order(aa_strategy_t *s, const uint16_t *ranks, int n);
+/* The same for a custom pipeline cut's n block boundaries (n = 0: none;
+ * else 2..AA_STRATEGY_STAGES_MAX + 1, checked as the rank order is). Sets
+ * n_bounds and bounds, not the partition mode. */
+int aa_strategy_set_bounds(aa_strategy_t *s, const int *bounds, int n);
 
 /* The world size: the product of the degrees (as a long long, which an
  * unchecked strategy's degrees cannot overflow). */

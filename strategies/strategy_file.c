@@ -213,7 +213,7 @@ static int read_partition(const aa_json_ctx_t *c, const char *path, const json_t
     const char *name = json_string_value(v);
     if (strcmp(name, "uniform") == 0 || strcmp(name, "parameters") == 0) {
       s->partition = name[0] == 'u' ? AA_PARTITION_UNIFORM : AA_PARTITION_PARAMETERS;
-      s->n_bounds = 0;
+      aa_strategy_set_bounds(s, NULL, 0);
       return 0;
     }
     char got[256];
@@ -234,6 +234,7 @@ static int read_partition(const aa_json_ctx_t *c, const char *path, const json_t
     return aa_json_fail_type(c, path, "\"uniform\", \"parameters\" or a list of block boundaries", v);
   size_t n = json_array_size(v), i;
   const json_t *x;
+  int bounds[AA_STRATEGY_STAGES_MAX + 1];
   if (n < 2 || n > AA_STRATEGY_STAGES_MAX + 1)
     return aa_json_fail(c, AA_EINVAL, path, "must list between 2 and %d block boundaries (got %zu)",
                         AA_STRATEGY_STAGES_MAX + 1, n);
@@ -245,10 +246,11 @@ static int read_partition(const aa_json_ctx_t *c, const char *path, const json_t
       return aa_json_fail(c, AA_EINVAL, path,
                           "boundary %zu must be a block index between 0 and %d (got %lld)", i, INT_MAX,
                           (long long)json_integer_value(x));
-    s->bounds[i] = (int)json_integer_value(x);
+    bounds[i] = (int)json_integer_value(x);
   }
+  if (aa_strategy_set_bounds(s, bounds, (int)n))
+    return aa_json_fail(c, AA_EINVAL, path, "%s", aa_last_error());
   s->partition = AA_PARTITION_CUSTOM;
-  s->n_bounds = (int)n;
   return 0;
 }
 

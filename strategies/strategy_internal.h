@@ -48,4 +48,15 @@ int aa__rank_order_read(aa_strategy_t *s, const json_t *v, char *rule, size_t ca
  * "lists 3 ranks, but data * tensor * pipeline = 2 * 1 * 2 = 4". */
 int aa__rank_order_check(const aa_strategy_t *s, char *rule, size_t cap);
 
+/* The most bytes of distinct lists (rank orders, custom cuts) the process
+ * keeps for its strategies (strategy_intern.c): 4,096 orders of the
+ * largest world. */
+#define AA__INTERN_BYTES_MAX (32 << 20)
+
+/* Stores the `bytes` at data once for the life of the process (an equal
+ * list already stored is shared) and points *out at the stored copy, which
+ * is never changed or freed. Returns 0, AA_ENOMEM, or AA_EINVAL past
+ * AA__INTERN_BYTES_MAX, with a message naming `what`. Thread-safe. */
+int aa__intern(const void *data, size_t bytes, const char *what, const void **out);
+
 #endif

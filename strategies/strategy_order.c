@@ -43,6 +43,7 @@ int aa_strategy_host_unit(const aa_strategy_t *s) {
 }
 
 bool aa_strategy_rank_order_is_identity(const aa_strategy_t *s) {
+  if (!s->rank_order) return true; /* none (nranks > 0 without a list fails aa_strategy_check) */
   for (int i = 0; i < s->nranks && i < AA_STRATEGY_WORLD_MAX; i++)
     if (s->rank_order[i] != i) return false;
   return true;
@@ -130,8 +131,10 @@ int aa__rank_order_read(aa_strategy_t *s, const json_t *v, char *rule, size_t ca
   }
   int rc = check_permutation(r, (int)n, rule, cap);
   if (rc) return rc;
-  memcpy(s->rank_order, r, n * sizeof r[0]);
-  s->nranks = (int)n;
+  if (aa_strategy_set_rank_order(s, r, (int)n)) {
+    snprintf(rule, cap, "%s", aa_last_error());
+    return AA_EINVAL;
+  }
   return 0;
 }
 
@@ -145,6 +148,10 @@ int aa__rank_order_check(const aa_strategy_t *s, char *rule, size_t cap) {
     char world[160];
     aa__strategy_world_words(s, world, sizeof world);
     snprintf(rule, cap, "lists %d rank%s, but %s", s->nranks, s->nranks == 1 ? "" : "s", world);
+    return AA_EINVAL;
+  }
+  if (!s->rank_order) { /* nranks set by hand, not by aa_strategy_set_rank_order */
+    snprintf(rule, cap, "lists %d ranks, but holds none", s->nranks);
     return AA_EINVAL;
   }
   return check_permutation(s->rank_order, s->nranks, rule, cap);

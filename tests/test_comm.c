@@ -847,8 +847,10 @@ AA_TEST(nccl_backend_on_the_gpus) {
 #endif
 }
 
+#ifdef AA_HAVE_NCCL
 /* The GPUs a process here would see, counted in a child: a parent that
- * initialised CUDA could not hand the GPUs to the ranks it forks. */
+ * initialised CUDA could not hand the GPUs to the ranks it forks. Only
+ * the NCCL tests ask (a build without CUDA has no use for it). */
 static int gpus_seen(void) {
 #ifdef AA_HAVE_CUDA
   fflush(NULL);
@@ -865,6 +867,7 @@ static int gpus_seen(void) {
   return 0;
 #endif
 }
+#endif
 
 #ifdef AA_HAVE_NCCL
 /* A rank of an nccl-hosts group. With a GPU of its own (arg: the GPUs

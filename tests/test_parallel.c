@@ -162,8 +162,7 @@ static void strategy_of(const cfg_t *c, int micro_batch, aa_strategy_t *st) {
   st->schedule = c->schedule;
   st->partition = c->partition;
   if (c->partition == AA_PARTITION_CUSTOM) {
-    st->n_bounds = st->degree[AA_AXIS_PIPELINE] * st->vpp + 1;
-    memcpy(st->bounds, c->bounds, sizeof(int) * (size_t)st->n_bounds);
+    CHECK(aa_strategy_set_bounds(st, c->bounds, st->degree[AA_AXIS_PIPELINE] * st->vpp + 1) == 0);
   }
 }
 

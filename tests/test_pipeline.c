@@ -120,8 +120,7 @@ AA_TEST(custom_partitions_and_the_pipeline_rules_say_what_is_wrong) {
   int b[AA_STRATEGY_STAGES_MAX + 1];
   aa_strategy_t s = strat(3, 1, AA_SCHEDULE_1F1B, AA_PARTITION_CUSTOM);
   const int good[] = {0, 1, 4, 6};
-  memcpy(s.bounds, good, sizeof good);
-  s.n_bounds = 4;
+  CHECK(aa_strategy_set_bounds(&s, good, 4) == 0);
   CHECK_MSG(aa_pp_bounds(&a, &s, b) == 0, "%s", aa_last_error());
   CHECK(b[0] == 0 && b[1] == 1 && b[2] == 4 && b[3] == 6);
   const struct {
@@ -135,8 +134,7 @@ AA_TEST(custom_partitions_and_the_pipeline_rules_say_what_is_wrong) {
       {4, {0, 4, 2, 6}, "boundaries must increase (stage 1 would hold blocks [4, 2)"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    s.n_bounds = bad[i].n;
-    memcpy(s.bounds, bad[i].bounds, sizeof bad[i].bounds);
+    CHECK(aa_strategy_set_bounds(&s, bad[i].bounds, bad[i].n) == 0);
     CHECK_MSG(aa_pp_bounds(&a, &s, b) == AA_EINVAL && strstr(aa_last_error(), bad[i].says), "case %zu: %s", i,
               aa_last_error());
   }

@@ -779,8 +779,7 @@ AA_TEST(search_from_a_strategy_orders_its_neighbourhood_nearest_first) {
   aa_strategy_default(&from);
   from.degree[AA_AXIS_PIPELINE] = 2;
   from.partition = AA_PARTITION_CUSTOM;
-  from.n_bounds = 3;
-  from.bounds[0] = 0, from.bounds[1] = 1, from.bounds[2] = 2;
+  CHECK(aa_strategy_set_bounds(&from, (const int[]){0, 1, 2}, 3) == 0);
   CHECK_MSG(aa_strategy_resolve(&from, &spec, 2) == 0, "%s", aa_last_error());
   CHECK(aa__search_enumerate(&s, &spec, 2, AA_PROTO_DEV_CPU, 0, 0, 0, &from) == 0);
   CHECK(s.c[0].s.partition == AA_PARTITION_CUSTOM && s.c[0].setting == s.nsettings - 1);

@@ -86,8 +86,7 @@ static void hop_strategy(const hop_t *h, aa_strategy_t *s) {
   s->schedule = h->vpp > 1 ? AA_SCHEDULE_INTERLEAVED : AA_SCHEDULE_1F1B;
   if (h->n_bounds) {
     s->partition = AA_PARTITION_CUSTOM;
-    s->n_bounds = h->n_bounds;
-    memcpy(s->bounds, h->bounds, (size_t)h->n_bounds * sizeof *h->bounds);
+    CHECK(aa_strategy_set_bounds(s, h->bounds, h->n_bounds) == 0);
   }
 }
 

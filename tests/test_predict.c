@@ -13,7 +13,10 @@
 #include "aa_test.h"
 #include "strategies/calib.h"
 #include "strategies/cost.h"
+#include "strategies/plan_rank.h"
 #include "strategies/predict.h"
+#include "strategies/roofline.h"
+#include "strategies/sizes.h"
 #include "strategies/space.h"
 
 #define K_OP 1e-9 /* seconds per unit of work, forward; backward twice that */
@@ -630,6 +633,54 @@ AA_TEST(a_llama_pipeline_has_no_embedding_group) {
  * cross-entropy (32, 64). Each ring step a send and a receive of 2,048
  * floats: 3 a block per micro-batch (1 forward, 2 backward), 24 a step.
  * AdamW over all 36,800 parameters (ZeRO 0). */
+/* The one op of kind k among rank 0's ops of s (on a CPU), its shape in
+ * *out; false when it has none. */
+static bool find_op(const aa_model_spec_t *sp, const aa_strategy_t *s, aa_op_kind_t k, aa_op_shape_t *out) {
+  aa_calib_op_t ops[64];
+  const size_t n = aa_predict_ops(&sp->arch, s, 0, 0, ops, 64);
+  for (size_t i = 0; i < n && i < 64; i++)
+    if (ops[i].shape.op == k) {
+      *out = ops[i].shape;
+      return true;
+    }
+  return false;
+}
+
+/* A 131,072-token llama with Llama 3 405B's widths (two blocks): the
+ * terms that grow with seq_len squared, attention's work and FLOPs and the
+ * model's FLOPs, are the doubles worked out here (131,072^2 alone wraps a
+ * 32-bit int), at tp 8 with cp 1 (grouped-query attention over the whole
+ * sequence: S = B NKV = 1, G = 16, HS = 128) and cp 16 (the ring's blocks
+ * of Tc = 4,096 tokens), and a rank's tokens are B T exactly. */
+AA_TEST(a_128k_token_sequence_has_its_quadratic_terms_without_overflow) {
+  aa_model_spec_t sp = llama();
+  sp.arch.n_layer = 2, sp.arch.n_head = 128, sp.arch.n_kv_head = 8, sp.arch.d_model = 16384;
+  sp.arch.d_ff = 53248, sp.arch.seq_len = 131072, sp.arch.vocab_size = 128256;
+  sp.train.global_batch = 16;
+  const double T = 131072, Tc = 4096, G = 16, HS = 128;
+  aa_strategy_t s = strat_cp(&sp, 1, 8, 1, 1, 2), ring = strat_cp(&sp, 1, 8, 1, 16, 2);
+  CHECK(aa_sizes_rank_tokens(&sp.arch, &s) == 2 * 131072LL &&
+        aa_sizes_rank_tokens(&sp.arch, &ring) == 2 * 8192LL);
+  aa_op_shape_t gqa, blk;
+  CHECK(find_op(&sp, &s, AA_OP_GQA, &gqa) && find_op(&sp, &ring, AA_OP_RING_BLOCK, &blk));
+  CHECK(gqa.d[0] == 2 && gqa.d[1] == 131072 && gqa.d[2] == 16 && gqa.d[3] == 128);
+  CHECK(blk.d[0] == 2 && blk.d[1] == 4096 && blk.d[2] == 16 && blk.d[3] == 128);
+  /* Powers of two: the products are exact in a double. */
+  CHECK(aa_op_work(&gqa) == 2 * G * T * T * HS && aa_op_work(&blk) == 2 * G * Tc * Tc * HS);
+  double fl[2], by[2];
+  aa_roofline_op_cost(&gqa, AA_BF16, fl, by);
+  CHECK(fl[0] == 2 * 2 * G * T * T * HS && fl[1] == 2.5 * fl[0] && by[0] == 2 * 2 * T * HS * (2 * G + 2));
+  aa_roofline_op_cost(&blk, AA_F32, fl, by);
+  CHECK(fl[0] == 4 * 2 * G * Tc * Tc * HS);
+  /* Per token: each block's GEMMs (q|k|v C (C + 2 KV) with KV = 8 x 128,
+   * the projection C^2, gate|up 2 F C, down F C) and 4 T C of attention;
+   * the head 2 C V; three passes, over global_batch x T tokens. */
+  const double C = 16384, F = 53248, V = 128256, KV = 1024;
+  const double block = 2 * (C * (C + 2 * KV) + C * C + 2 * F * C + F * C) + 4 * T * C;
+  const double want = 16 * T * (3 * block * 2 + 3 * 2 * C * V), got = aa_plan_model_flops(&sp, false);
+  CHECK_MSG(fabs(got - want) <= 1e-12 * want, "model FLOPs %.17g, by hand %.17g", got, want);
+}
+
 AA_TEST(a_context_parallel_rank_step_is_its_ops_worked_out_by_hand) {
   aa_model_spec_t sp = model();
   aa_calib_t *c = calib(&sp, 0, 1);
@@ -811,6 +862,7 @@ int main(void) {
   RUN(llama_16bit_storage_on_a_cpu_casts_its_own_widths);
   RUN(a_llama_pipeline_has_no_embedding_group);
   RUN(a_context_parallel_rank_step_is_its_ops_worked_out_by_hand);
+  RUN(a_128k_token_sequence_has_its_quadratic_terms_without_overflow);
   RUN(a_context_parallel_rank_recomputes_its_ring_and_folds_llama_heads);
   RUN(a_context_group_across_hosts_takes_the_lines_of_where_it_sits);
   return aa_test_summary();

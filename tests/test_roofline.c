@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "aa_test.h"
+#include "common/aa.h"
 #include "strategies/calib.h"
 #include "strategies/cost.h"
 #include "strategies/predict.h"
@@ -69,6 +70,69 @@ AA_TEST(op_times_are_the_roofline_worked_by_hand) {
   aa_op_shape_t adam = {AA_OP_ADAMW, {10, 0, 0, 0}};
   aa_roofline_op(&r, &adam, AA_F32, &f, &b);
   CHECK(b == 0 && f > 6.6e-6 && f < 6.61e-6);
+}
+
+/* One kernel of the H100 profile's roofline: the floor plus the larger of
+ * its FLOPs at 0.73 of the 16-bit peak and its bytes at 0.867 of the HBM. */
+static double h100_kernel(double flops, double bytes) {
+  const double c = flops / (989.5e12 * 0.73), m = bytes / (3.35e12 * 0.867);
+  return 6.6e-6 + (c > m ? c : m);
+}
+
+AA_TEST(materialised_attention_is_megatron_2021s_kernels_worked_by_hand) {
+  aa_device_profile_t p = h100();
+  aa_roofline_t r;
+  aa_roofline_init(&r, &p);
+  CHECK(r.attention == AA_ROOF_ATTENTION_FUSED);
+  /* Fused (the default) is the engine's roofline, as before: (B 2, T
+   * 1024, C 1536, NH 16) does 2 B T^2 C causal FLOPs at attention's 0.5. */
+  aa_op_shape_t att = {AA_OP_ATTENTION, {2, 1024, 1536, 16}};
+  double f, b;
+  aa_roofline_op(&r, &att, AA_BF16, &f, &b);
+  const double causal = 2.0 * 2 * 1024 * 1024 * 1536;
+  CHECK_MSG(near(f, 6.6e-6 + causal / (989.5e12 * 0.5)), "fused fwd %.9g", f);
+  CHECK_MSG(near(b, 6.6e-6 + 2.5 * causal / (989.5e12 * 0.5)), "fused bwd %.9g", b);
+  /* Materialised: BH = 2 x 16 = 32 score matrices of T^2, E = 33,554,432
+   * score elements, X = 32 x 1024 x 96 = 3,145,728 elements in each of q,
+   * k, v and the context; one product over the full square is g = 2 BH T^2
+   * hn = 6.442e9 FLOPs; bf16, 2 bytes an element, 1 a mask element.
+   *   forward: QK^T g, 2 (2X + E) = 79,691,776 bytes; the causal softmax
+   *     2 (E/2 + E) = 100,663,296; the dropout 2 (2E) + E = 167,772,160;
+   *     PV g, 2 (E + 2X) = 79,691,776.
+   *   backward: dP and dv g, 79,691,776 each; the dropout's 167,772,160;
+   *     the softmax's 2 (E/2 + E/2 + E) = 134,217,728; dq and dk g,
+   *     79,691,776 each.
+   * The products are memory-bound here (about hn = 96 FLOPs a score byte, under
+   * the H100's 0.73 x 989.5 / (0.867 x 3.35) = 249). */
+  r.attention = AA_ROOF_ATTENTION_MATERIALISED;
+  aa_roofline_op(&r, &att, AA_BF16, &f, &b);
+  const double g = 2.0 * 32 * 1024 * 1024 * 96;
+  const double fwd = 2 * h100_kernel(g, 79691776) + h100_kernel(0, 100663296) + h100_kernel(0, 167772160);
+  const double bwd = 4 * h100_kernel(g, 79691776) + h100_kernel(0, 167772160) + h100_kernel(0, 134217728);
+  CHECK_MSG(near(f, fwd), "materialised fwd %.9g by hand %.9g", f, fwd);
+  CHECK_MSG(near(b, bwd), "materialised bwd %.9g by hand %.9g", b, bwd);
+  CHECK_MSG(f > 6.6e-6 + causal / (989.5e12 * 0.5), "materialised fwd %.9g not slower than fused", f);
+  /* Grouped-query attention of the same query heads (S = 2 x 4 kv heads,
+   * G 4, HS 96) materialises the same 32 squares. */
+  aa_op_shape_t gqa = {AA_OP_GQA, {8, 1024, 4, 96}};
+  double gf, gb;
+  aa_roofline_op(&r, &gqa, AA_BF16, &gf, &gb);
+  CHECK_MSG(near(gf, fwd) && near(gb, bwd), "gqa %.9g %.9g", gf, gb);
+  /* Other ops do not change; without a profile attention stays fused. */
+  aa_op_shape_t gemm = {AA_OP_MATMUL, {8192, 4096, 4096, 0}};
+  aa_roofline_op(&r, &gemm, AA_BF16, &f, &b);
+  CHECK(near(f, 6.6e-6 + 2.0 * 8192 * 4096 * 4096 / (989.5e12 * 0.73)));
+  aa_roofline_t u;
+  aa_roofline_init(&u, NULL);
+  u.attention = AA_ROOF_ATTENTION_MATERIALISED;
+  aa_roofline_op(&u, &att, AA_BF16, &f, &b);
+  CHECK_MSG(near(f, causal), "unit roofline %.9g", f);
+  /* The names, and a name that is neither. */
+  aa_roof_attention_t a = AA_ROOF_ATTENTION_FUSED;
+  CHECK(aa_roof_attention_parse(&a, "materialised") == 0 && a == AA_ROOF_ATTENTION_MATERIALISED);
+  CHECK_ERR(aa_roof_attention_parse(&a, "flash"), AA_EINVAL, "fused or materialised, not 'flash'");
+  CHECK(a == AA_ROOF_ATTENTION_MATERIALISED);
+  CHECK(!strcmp(aa_roof_attention_name(AA_ROOF_ATTENTION_FUSED), "fused"));
 }
 
 AA_TEST(links_are_rings_on_the_links_a_group_spans) {
@@ -308,6 +372,7 @@ AA_TEST(groups_are_timed_on_the_links_of_2x8_and_128x8_nodes) {
 
 int main(void) {
   RUN(op_times_are_the_roofline_worked_by_hand);
+  RUN(materialised_attention_is_megatron_2021s_kernels_worked_by_hand);
   RUN(links_are_rings_on_the_links_a_group_spans);
   RUN(a_calibration_refits_the_level_and_keeps_the_shape_curve);
   RUN(a_kind_the_calibration_lacks_is_timed_at_its_class_rate);

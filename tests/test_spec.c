@@ -420,7 +420,7 @@ AA_TEST(unknown_key_is_named_with_the_allowed_keys) {
   EXPECT_PARTS_ERROR(
       MODEL_OK ", \"n_heads\": 4", NULL, NULL, NULL, AA_EINVAL,
       "model.json: model.n_heads: unknown key (allowed: family, n_layer, n_head, d_model, d_ff, "
-      "seq_len, vocab_size, n_kv_head, rope_theta, norm_eps)");
+      "seq_len, vocab_size, n_kv_head, rope_theta, norm_eps, moe)");
   EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"learning_rate\": 0.1", NULL, NULL, AA_EINVAL,
                      "train.learning_rate: unknown key (allowed: global_batch, steps, lr,");
   EXPECT_PARTS_ERROR(NULL, NULL, DATA_OK ", \"test\": \"t.bin\"", NULL, AA_EINVAL,
@@ -485,7 +485,7 @@ AA_TEST(arch_validate_checks_family_ranges_and_divisibility) {
   a = gpt2_124m();
   a.seq_len = 0;
   CHECK(aa_arch_validate(&a) == AA_EINVAL &&
-        strstr(aa_last_error(), "model.seq_len: must be between 1 and 65536"));
+        strstr(aa_last_error(), "model.seq_len: must be between 1 and 1048576"));
   a = gpt2_124m();
   snprintf(a.family, sizeof a.family, "mistral");
   CHECK(aa_arch_validate(&a) == AA_EINVAL && strstr(aa_last_error(), "model.family"));
@@ -535,6 +535,111 @@ AA_TEST(llama_family_fields_rules_count_and_hash) {
   g.norm_eps = 0.5f;
   aa_arch_hash(&g, h2);
   CHECK(strcmp(h1, h2) == 0);
+}
+
+/* The MoE object (docs/model-spec.md "moe"): the three required fields,
+ * the defaults, the rules between fields, Mixtral 8x7B's published counts
+ * (46.7 B parameters, 12.9 B active: Mistral AI, arXiv 2401.04088), the
+ * hash (dense hashes do not move; every MoE field moves it) and the round
+ * trip through aa_spec_to_json. */
+#define MOE_MODEL MODEL_OK ", \"family\": \"llama\", \"moe\": "
+AA_TEST(moe_fields_defaults_rules_counts_and_hash) {
+  aa_model_spec_t s;
+  CHECK(parse_parts(&s, MOE_MODEL "{\"experts\": 8, \"top_k\": 2, \"d_ff_expert\": 96}", NULL, NULL, NULL) ==
+        0);
+  const aa_moe_t *m = &s.arch.moe;
+  CHECK(m->experts == 8 && m->top_k == 2 && m->d_ff_expert == 96 && m->shared_experts == 0 && m->every == 1 &&
+        m->aux_loss_coef == 0.01f && m->z_loss_coef == 0.0f && m->capacity_factor == 0.0f);
+  CHECK(aa_arch_moe_layers(&s.arch) == 2 && aa_arch_is_moe_layer(&s.arch, 0) &&
+        aa_arch_is_moe_layer(&s.arch, 1));
+
+  /* Dense: no moe object, every MoE field 0. */
+  CHECK(parse_parts(&s, MODEL_OK ", \"family\": \"llama\"", NULL, NULL, NULL) == 0);
+  CHECK(s.arch.moe.experts == 0 && s.arch.moe.every == 0 && aa_arch_moe_layers(&s.arch) == 0);
+
+  EXPECT_PARTS_ERROR(MOE_MODEL "{\"experts\": 8, \"top_k\": 2}", NULL, NULL, NULL, AA_EINVAL,
+                     "model.moe.d_ff_expert: required field is missing");
+  EXPECT_PARTS_ERROR(MOE_MODEL "{\"experts\": 4, \"top_k\": 5, \"d_ff_expert\": 8}", NULL, NULL, NULL,
+                     AA_EINVAL, "model.moe.top_k: must be at most model.moe.experts (5 > 4)");
+  EXPECT_PARTS_ERROR(MOE_MODEL "{\"experts\": 4, \"top_k\": 1, \"d_ff_expert\": 8, \"every\": 3}", NULL, NULL,
+                     NULL, AA_EINVAL, "model.moe.every: must be at most model.n_layer (3 > 2)");
+  EXPECT_PARTS_ERROR(MOE_MODEL "{\"experts\": 0, \"top_k\": 1, \"d_ff_expert\": 8}", NULL, NULL, NULL,
+                     AA_EINVAL, "model.moe.experts: must be between 1 and 1024 (got 0)");
+  EXPECT_PARTS_ERROR(MOE_MODEL "{\"experts\": 4, \"top_k\": 1, \"d_ff_expert\": 8, \"router\": 1}", NULL,
+                     NULL, NULL, AA_EINVAL, "model.moe.router: unknown key");
+  EXPECT_PARTS_ERROR(MODEL_OK ", \"moe\": {\"experts\": 4, \"top_k\": 1, \"d_ff_expert\": 8}", NULL, NULL,
+                     NULL, AA_EINVAL, "model.moe: mixture-of-experts layers need family \"llama\"");
+
+  /* Mixtral 8x7B: 32 layers, C 4096, 32 heads, 8 kv heads, 8 experts of
+   * 14336, top 2, vocabulary 32000. */
+  aa_arch_t x = {.family = "llama",
+                 .n_layer = 32,
+                 .n_head = 32,
+                 .d_model = 4096,
+                 .d_ff = 14336,
+                 .seq_len = 4096,
+                 .vocab_size = 32000,
+                 .n_kv_head = 8,
+                 .rope_theta = 1e6f,
+                 .norm_eps = 1e-5f,
+                 .moe = {.experts = 8, .top_k = 2, .d_ff_expert = 14336, .every = 1, .aux_loss_coef = 0.02f}};
+  CHECK_MSG(aa_arch_validate(&x) == 0, "%s", aa_last_error());
+  const uint64_t attn = (4096 + 2 * 1024) * 4096ull + 4096ull * 4096, norms = 2 * 4096;
+  const uint64_t expert = 3ull * 14336 * 4096, router = 8 * 4096;
+  const uint64_t outer = 2ull * 32000 * 4096 + 4096;
+  CHECK(aa_arch_param_count(&x) == outer + 32 * (attn + norms + router + 8 * expert));
+  CHECK(aa_arch_active_param_count(&x) == outer + 32 * (attn + norms + router + 2 * expert));
+  CHECK_MSG(aa_arch_param_count(&x) / 100000000 == 467, "%llu", (unsigned long long)aa_arch_param_count(&x));
+  CHECK_MSG(aa_arch_active_param_count(&x) / 100000000 == 128, "%llu",
+            (unsigned long long)aa_arch_active_param_count(&x));
+  /* every 2 with one shared expert: layers 0, 2, ..., 30 are MoE layers,
+   * the others dense of width d_ff. */
+  x.moe.every = 2;
+  x.moe.shared_experts = 1;
+  x.d_ff = 1000;
+  CHECK(aa_arch_moe_layers(&x) == 16 && aa_arch_is_moe_layer(&x, 30) && !aa_arch_is_moe_layer(&x, 31));
+  CHECK(aa_arch_param_count(&x) ==
+        outer + 32 * (attn + norms) + 16 * (router + 9 * expert) + 16 * 3ull * 1000 * 4096);
+  CHECK(aa_arch_active_param_count(&x) ==
+        outer + 32 * (attn + norms) + 16 * (router + 3 * expert) + 16 * 3ull * 1000 * 4096);
+
+  /* The hash: a dense llama's is unchanged by the MoE fields' existence;
+   * each MoE field moves an MoE model's. */
+  char h0[17], h1[17], h2[17];
+  aa_arch_t d = x;
+  memset(&d.moe, 0, sizeof d.moe);
+  aa_arch_hash(&d, h0);
+  d.moe.aux_loss_coef = 0.5f; /* experts 0: ignored */
+  aa_arch_hash(&d, h1);
+  CHECK(strcmp(h0, h1) == 0);
+  aa_arch_hash(&x, h1);
+  CHECK(strcmp(h0, h1) != 0);
+  float *knobs[] = {&x.moe.aux_loss_coef, &x.moe.z_loss_coef, &x.moe.capacity_factor};
+  for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+    *knobs[i] += 0.25f;
+    aa_arch_hash(&x, h2);
+    CHECK_MSG(strcmp(h1, h2) != 0, "knob %zu", i);
+    *knobs[i] -= 0.25f;
+  }
+  x.moe.top_k = 1;
+  aa_arch_hash(&x, h2);
+  CHECK(strcmp(h1, h2) != 0);
+
+  /* Round trip: every MoE field written and read back. */
+  CHECK(parse_parts(&s,
+                    MOE_MODEL "{\"experts\": 6, \"top_k\": 3, \"d_ff_expert\": 40, \"shared_experts\": 2, "
+                              "\"every\": 2, \"aux_loss_coef\": 0.001, \"z_loss_coef\": 0.0001, "
+                              "\"capacity_factor\": 1.25}",
+                    NULL, NULL, NULL) == 0);
+  char *text = NULL;
+  aa_model_spec_t back;
+  CHECK(aa_spec_to_json(&s, &text) == 0 && text && strstr(text, "\"moe\":{\"experts\":6,"));
+  CHECK_MSG(text && aa_spec_parse(&back, text, "/specs", "model.json") == 0, "%s", aa_last_error());
+  CHECK(!memcmp(&back.arch.moe, &s.arch.moe, sizeof s.arch.moe));
+  free(text);
+  CHECK(parse_parts(&s, MODEL_OK ", \"family\": \"llama\"", NULL, NULL, NULL) == 0);
+  CHECK(aa_spec_to_json(&s, &text) == 0 && text && !strstr(text, "moe"));
+  free(text);
 }
 
 /* FNV-1a 64, written out here so the test does not trust aa_fnv1a. */
@@ -616,6 +721,41 @@ AA_TEST(a_spec_without_data_parses_and_only_training_refuses_it) {
                      "m.json");
   check_error(__LINE__, rc, AA_EINVAL, p,
               (const char *const[]){"m.json: data: must be an object (got null)", NULL});
+}
+
+/* Long contexts: a spec takes seq_len up to 2^20 (plan and strategy check
+ * only do arithmetic on it) and names the field past that; everything that
+ * would run the engine, which trains at most 65,536 tokens a sequence,
+ * refuses the longer ones with both limits in the message, and the arch's
+ * validation alone (what the planner reads back) does not. */
+AA_TEST(long_sequences_parse_for_planning_and_only_the_engine_refuses_them) {
+  static const int lens[] = {65536, 131072, 1048576};
+  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+    char model[256];
+    snprintf(model, sizeof model,
+             "\"n_layer\": 2, \"n_head\": 4, \"d_model\": 128, \"seq_len\": %d, \"vocab_size\": 256",
+             lens[i]);
+    aa_model_spec_t s;
+    int rc = parse_parts(&s, model, NULL, NULL, NULL);
+    CHECK_MSG(rc == 0 && s.arch.seq_len == lens[i], "seq_len %d: %s", lens[i], aa_last_error());
+    if (rc) continue;
+    CHECK(aa_arch_validate(&s.arch) == 0);
+    rc = aa_spec_require_data(&s, "model.json");
+    if (lens[i] <= AA_SEQ_LEN_ENGINE_MAX) {
+      CHECK_MSG(rc == 0, "%s", aa_last_error());
+      continue;
+    }
+    char want[256];
+    snprintf(want, sizeof want,
+             "model.json: seq_len %d: the engine trains at most 65,536 tokens per sequence; plan and "
+             "strategy check accept up to 1,048,576",
+             lens[i]);
+    CHECK_MSG(rc == AA_EINVAL && strcmp(aa_last_error(), want) == 0, "%s", aa_last_error());
+    CHECK(aa_arch_require_engine(&s.arch, "model.json") == AA_EINVAL && strcmp(aa_last_error(), want) == 0);
+  }
+  EXPECT_PARTS_ERROR(
+      "\"n_layer\": 2, \"n_head\": 4, \"d_model\": 128, \"seq_len\": 1048577, \"vocab_size\": 256", NULL,
+      NULL, NULL, AA_EINVAL, "model.json: model.seq_len: must be between 1 and 1048576 (got 1048577)");
 }
 
 AA_TEST(leaving_the_data_out_keeps_every_stored_hash) {
@@ -858,6 +998,7 @@ int main(void) {
   RUN(hash_ignores_key_order_spacing_and_training_settings);
   RUN(hash_changes_with_every_architecture_field);
   RUN(a_spec_without_data_parses_and_only_training_refuses_it);
+  RUN(long_sequences_parse_for_planning_and_only_the_engine_refuses_them);
   RUN(leaving_the_data_out_keeps_every_stored_hash);
   RUN(param_count_matches_gpt2_124m);
   RUN(llama_family_fields_rules_count_and_hash);
@@ -866,5 +1007,6 @@ int main(void) {
   RUN(constant_schedule_holds_lr_after_warmup);
   RUN(rendezvous_is_unique_clean_and_parses_back);
   RUN(shared_field_reader_reads_every_kind);
+  RUN(moe_fields_defaults_rules_counts_and_hash);
   return aa_test_summary();
 }

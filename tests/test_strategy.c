@@ -38,7 +38,8 @@ static int same(const aa_strategy_t *a, const aa_strategy_t *b) {
          !memcmp(a->order, b->order, sizeof a->order) && a->zero == b->zero && a->amp == b->amp &&
          a->ckpt == b->ckpt && a->ckpt_layers == b->ckpt_layers && a->micro_batch == b->micro_batch &&
          a->schedule == b->schedule && a->vpp == b->vpp && a->partition == b->partition &&
-         a->n_bounds == b->n_bounds && !memcmp(a->bounds, b->bounds, sizeof a->bounds) &&
+         a->n_bounds == b->n_bounds &&
+         (!a->n_bounds || !memcmp(a->bounds, b->bounds, sizeof a->bounds[0] * (size_t)a->n_bounds)) &&
          a->loss_scale.loss_scale == b->loss_scale.loss_scale &&
          a->loss_scale.initial_scale_power == b->loss_scale.initial_scale_power &&
          a->loss_scale.window == b->loss_scale.window &&
@@ -204,20 +205,21 @@ AA_TEST(key_hashes_a_long_custom_cut) {
   aa_strategy_default(&s);
   s.degree[AA_AXIS_PIPELINE] = 12;
   s.partition = AA_PARTITION_CUSTOM;
-  s.n_bounds = 13;
   char text[64];
   size_t o = 0;
+  int b[13];
   for (int k = 0; k <= 12; k++) {
-    s.bounds[k] = k;
+    b[k] = k;
     o += (size_t)snprintf(text + o, sizeof text - o, "%s%d", k ? "," : "", k);
   }
+  CHECK(aa_strategy_set_bounds(&s, b, 13) == 0);
   char want[AA_STRATEGY_KEY_MAX];
   snprintf(want, sizeof want, "dp1.tp1.pp12.z0.fp32.ckpt-none.mb0.1f1b.part-%016llx",
            (unsigned long long)aa_fnv1a(AA_FNV_INIT, text, o));
   CHECK_MSG(!strcmp(key_of(&s), want), "%s, want %s", key_of(&s), want);
   /* Eight stages still fit: "0-1-2-3-4-5-6-7-8". */
   s.degree[AA_AXIS_PIPELINE] = 8;
-  s.n_bounds = 9;
+  CHECK(aa_strategy_set_bounds(&s, b, 9) == 0);
   CHECK(!strcmp(key_of(&s), "dp1.tp1.pp8.z0.fp32.ckpt-none.mb0.1f1b.part-0-1-2-3-4-5-6-7-8"));
 }
 
@@ -236,12 +238,12 @@ AA_TEST(longest_key_fits) {
   s.schedule = AA_SCHEDULE_INTERLEAVED;
   s.vpp = 16;
   s.partition = AA_PARTITION_CUSTOM;
-  s.n_bounds = AA_STRATEGY_STAGES_MAX + 1;
-  for (int k = 0; k < s.n_bounds; k++)
-    s.bounds[k] = k;
+  int b[AA_STRATEGY_STAGES_MAX + 1];
+  for (int k = 0; k <= AA_STRATEGY_STAGES_MAX; k++)
+    b[k] = k;
+  CHECK(aa_strategy_set_bounds(&s, b, AA_STRATEGY_STAGES_MAX + 1) == 0);
   aa_axis_order_parse(s.order, "ptd");
-  s.nranks = 2;
-  s.rank_order[0] = 1;
+  CHECK(aa_strategy_set_rank_order(&s, (const uint16_t[]){1, 0}, 2) == 0);
   char a[AA_STRATEGY_KEY_MAX];
   aa_strategy_key(&s, a);
   const char *head = "dp65536.tp65536.pp65536.sp.z3.fp32.ckpt-full2147483647.mb2147483647.x-";
@@ -885,8 +887,7 @@ AA_TEST(bad_orders_and_rank_orders_are_refused_with_the_rule) {
   CHECK(strstr(aa_last_error(), "parallel.order: must list every axis once"));
   aa_strategy_default(&s);
   s.degree[AA_AXIS_DATA] = 2;
-  s.nranks = 2;
-  s.rank_order[0] = s.rank_order[1] = 1;
+  CHECK(aa_strategy_set_rank_order(&s, (const uint16_t[]){1, 1}, 2) == 0);
   CHECK(aa_strategy_to_json(&s, &text) == AA_EINVAL && !text);
   CHECK(strstr(aa_last_error(), "parallel.rank_order: rank 1 is given twice"));
 }

@@ -162,14 +162,11 @@ AA_TEST(invalid_meshes_and_rank_orders_are_refused_with_the_rule) {
   CHECK(aa_layout_group(m, 1, &s, 0, AA_AXIS_DATA) == AA_EINVAL &&
         strstr(aa_last_error(), "a data group has 2 ranks, room for 1"));
   CHECK(aa_layout_group(m, 4, &s, 0, (aa_axis_t)AA_AXES) == AA_EINVAL);
-  s.nranks = 2;
-  s.rank_order[0] = s.rank_order[1] = 0;
+  CHECK(aa_strategy_set_rank_order(&s, (const uint16_t[]){0, 0}, 2) == 0);
   CHECK(aa_layout_of(&l, &s, 0) == AA_EINVAL);
   CHECK_MSG(strstr(aa_last_error(), "rank_order: rank 0 is given twice (positions 0 and 1)"), "%s",
             aa_last_error());
-  s.nranks = 3;
-  s.rank_order[1] = 1;
-  s.rank_order[2] = 2;
+  CHECK(aa_strategy_set_rank_order(&s, (const uint16_t[]){0, 1, 2}, 3) == 0);
   CHECK(aa_layout_of(&l, &s, 0) == AA_EINVAL &&
         strstr(aa_last_error(), "rank_order: lists 3 ranks, but data * tensor * pipeline = 2 * 1 * 1 = 2"));
   aa_strategy_default(&s);

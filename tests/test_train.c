@@ -212,6 +212,19 @@ AA_TEST(bad_training_data_fails_cleanly) {
   CHECK(aa_train(&s, &o, NULL) == AA_EINPUT);
   CHECK_MSG(strstr(aa_last_error(), "training: t has no training data: data.train is required"), "%s",
             aa_last_error());
+  /* So is a sequence longer than the engine trains (a spec made for
+   * planning a long context), before anything is read or allocated; and
+   * the model's constructor refuses it too. */
+  small_spec(&s, 2, 0);
+  s.arch.seq_len = 131072;
+  CHECK(aa_train(&s, &o, NULL) == AA_EINPUT);
+  CHECK_MSG(!strcmp(aa_last_error(), "training: seq_len 131072: the engine trains at most 65,536 tokens per "
+                                     "sequence; plan and strategy check accept up to 1,048,576"),
+            "%s", aa_last_error());
+  aa_gpt_t *m = NULL;
+  CHECK(aa_gpt_create(&m, &s.arch, aa_ops_cpu(), 1, 16, NULL) == AA_EINVAL && !m);
+  CHECK_MSG(strstr(aa_last_error(), "model: seq_len 131072: the engine trains at most 65,536"), "%s",
+            aa_last_error());
   fclose(log);
 }
 

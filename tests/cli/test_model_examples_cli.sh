@@ -9,6 +9,7 @@ AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
 SRC=${AA_SOURCE_DIR:?set AA_SOURCE_DIR to the source tree}
 MODELS=$SRC/examples/models
 MINIMAL=$SRC/examples/strategies/minimal.json
+PY=/usr/bin/python3
 # shellcheck source=tests/cli/expect.sh
 source "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 
@@ -58,6 +59,46 @@ if [ -e "$tmp/home" ]; then fail=$((fail + 1)); echo "FAIL: auto created $tmp/ho
   pass=$((pass + 1)); fi
 # The message says what to add.
 expect 1 "add \"data\": \{\"train\": \"PATH\"\} to its spec" "$AA" train "$MODELS/gpt3-175b.json"
+
+# Long contexts: a spec takes seq_len up to 1,048,576 and strategy check
+# predicts it; the engine trains at most 65,536 tokens a sequence, so what
+# would run it or build its model refuses a longer one before it starts or
+# contacts anything, naming both limits.
+for len in 131072 1048576; do
+  "$PY" - "$MODELS/llama3-8b.json" "$tmp/long$len.json" "$len" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["name"], m["model"]["seq_len"] = "llama3-8b-long", int(sys.argv[3])
+m["data"] = {"train": "never-read.bin"}
+json.dump(m, open(sys.argv[2], "w"))
+EOF
+  f=$tmp/long$len.json
+  expect 0 "^ok: dp1\.tp1\.pp1\.z0\.bf16\.ckpt-none\.mb4 is valid for llama3-8b-long" \
+    "$AA" strategy check "$MINIMAL" --model "$f"
+  LONG="$f: seq_len $len: the engine trains at most 65,536 tokens per sequence; plan and strategy check accept up to 1,048,576"
+  expect 1 "^autoaccel train: $LONG$" "$AA" train "$f" --strategy "$MINIMAL" --steps 1
+  expect 1 "^autoaccel auto: $LONG$" env AUTOACCEL_HOME="$tmp/home" "$AA" auto "$f"
+  expect 1 "^autoaccel submit: $LONG$" "$AA" submit "$f" --planner "unix:$tmp/nobody.sock"
+  # So does what builds the model, before it reads anything else.
+  expect 1 "^autoaccel import: $LONG$" "$AA" import "$tmp/none.bin" --model "$f" --out "$tmp/none.ckpt"
+  expect 1 "^autoaccel export: $LONG$" "$AA" export "$tmp/none.ckpt" --model "$f" --out "$tmp/none.st"
+  expect 1 "^autoaccel generate: $LONG$" "$AA" generate "$tmp/none.ckpt" --model "$f" --prompt hi
+done
+if [ -e "$tmp/home" ]; then fail=$((fail + 1)); echo "FAIL: auto created $tmp/home for a long spec it refused"; else
+  pass=$((pass + 1)); fi
+
+# A mixture-of-experts spec parses (spec.c), but nothing computes or
+# models its layers yet: every command says so by name, exit 1, before it
+# reads data or contacts anything, and nothing plans it as a dense model.
+MOE=$SRC/tests/specs/moe_tiny.json
+MOEMSG="moe-tiny has mixture-of-experts layers \(model\.moe\): autoaccel reads them but cannot train, measure or plan them yet"
+expect 1 "^autoaccel strategy check: $MOE: $MOEMSG" "$AA" strategy check "$MINIMAL" --model "$MOE"
+expect 1 "^autoaccel plan: $MOE: $MOEMSG" "$AA" plan "$MOE" --pool h100-80gb:8
+expect 1 "^autoaccel plan: $MOE: $MOEMSG" "$AA" plan "$MOE" --pool cpu:2 --planner "unix:$tmp/nobody.sock"
+expect 1 "^autoaccel train: $MOE: $MOEMSG" "$AA" train "$MOE"
+expect 1 "^autoaccel auto: $MOE: $MOEMSG" env AUTOACCEL_HOME="$tmp/home-moe" "$AA" auto "$MOE"
+expect 1 "^autoaccel submit: $MOE: $MOEMSG" "$AA" submit "$MOE" --planner "unix:$tmp/nobody.sock"
+[ ! -e "$tmp/home-moe" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: auto started for an MoE spec"; }
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

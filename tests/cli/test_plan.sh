@@ -17,6 +17,7 @@ cat >"$tmp/model.json" <<'JSON'
  "data": {"train": "data/train.bin"}}
 JSON
 sed 's/"n_head": 2/"n_head": 3/' "$tmp/model.json" >"$tmp/div.json"
+sed 's/"seq_len": 16/"seq_len": 131072/' "$tmp/model.json" >"$tmp/long.json"
 
 # --- help and usage ---------------------------------------------------------------------
 expect 0 "usage: autoaccel plan MODEL --pool KIND:N" "$AA" plan --help
@@ -56,6 +57,11 @@ expect 1 "no calibration of device \"cpu:X:1MiB\" is stored \(of cpu devices: no
 expect 1 "no calibration of a cuda device is stored" "$AA" plan "$SRC/examples/models/gpt3-175b.json" --pool cuda:8 $P
 expect 0 "^submit: error .*submit: gpt3-175b has no training data: data\.train is required" \
   $PEER submit "unix:$home/planner.sock" "$SRC/examples/models/gpt3-175b.json"
+# So is a sequence longer than the engine trains (docs/model-spec.md "Long
+# contexts"), data or not; a plan of it gets as far as the calibration.
+expect 1 "no calibration of a cuda device is stored" "$AA" plan "$tmp/long.json" --pool cuda:8 $P
+expect 0 "^submit: error .*submit: seq_len 131072: the engine trains at most 65,536 tokens per sequence; plan and strategy check accept up to 1,048,576" \
+  $PEER submit "unix:$home/planner.sock" "$tmp/long.json"
 # A refused plan leaves the planner serving.
 expect 0 "executors" "$AA" status $P
 
