@@ -247,7 +247,9 @@ static int setup(trainer_t *t) {
   int rc, T = s->arch.seq_len;
   /* A spec made for planning has no data: every rank refuses it here, the
    * same way and before any collective, so no peer waits on it. */
-  if (aa_spec_require_data(s, t->opts->dryrun ? "dry run" : "training")) return AA_EINPUT;
+  if ((t->opts->dryrun && aa_spec_require_planned(s, "dry run")) ||
+      aa_spec_require_data(s, t->opts->dryrun ? "dry run" : "training"))
+    return AA_EINPUT;
   if (t->opts->strategy) t->strat = *t->opts->strategy;
   else aa_strategy_default(&t->strat);
   if ((rc = aa_strategy_resolve(&t->strat, s, aa_comm_world(t->world_group))))
