@@ -1,0 +1,283 @@
+/* Training a mixture-of-experts llama (issue 33) through aa_train: data
+ * parallelism against one process, the training log's expert counts, and
+ * what the engine refuses for an MoE model.
+ *
+ * The reference for dp ranks is one process that runs the same
+ * micro-batches: the aux load-balancing loss is a function of a whole
+ * micro-batch (each expert's share of its tokens times their mean
+ * probability), not a mean over its sequences, so a single process with
+ * the whole global batch as one micro-batch has a different loss (by ~1e-4
+ * here) and equivalence holds only micro-batch for micro-batch. With them
+ * equal, a dp run differs from the single process only in the order of
+ * fp32 sums (test_parallel.c's reasoning): relative 1e-5 per step, the
+ * gradient norm to the 3 decimals the log prints, and every rank's
+ * validation loss. The routing is a discontinuous function of the weights;
+ * over these few steps at lr 3e-3 no router logit comes within float32
+ * noise of a tie (a flip would move the loss by ~1e-3, far past 1e-5). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aa_gang.h"
+#include "aa_test.h"
+#include "comm/comm.h"
+#include "common/rendezvous.h"
+#include "common/spec.h"
+#include "engine/data.h"
+#include "engine/model.h"
+#include "engine/train.h"
+
+#define STEPS 4
+#define REL_TOL 1e-5
+
+static char tmpdir[256], train_bin[512], val_bin[512];
+
+/* A tiny MoE llama: 2 layers, both MoE (every 1), 4 experts of width 24,
+ * top-2, one shared expert, aux 0.01 and z 0.001; capacity factor c (0:
+ * dropless). Global batch 8 of 16 tokens. */
+static int moe_spec(aa_model_spec_t *s, double capacity) {
+  char json[2048];
+  snprintf(
+      json, sizeof json,
+      "{\"name\": \"moe\", \"model\": {\"family\": \"llama\", \"n_layer\": 2, \"n_head\": 4, \"n_kv_head\": "
+      "2, "
+      "\"d_model\": 32, \"d_ff\": 48, \"seq_len\": 16, \"vocab_size\": 256, \"moe\": {\"experts\": 4, "
+      "\"top_k\": 2, \"d_ff_expert\": 24, \"shared_experts\": 1, \"aux_loss_coef\": 0.01, \"z_loss_coef\": "
+      "0.001, \"capacity_factor\": %g}}, \"train\": {\"global_batch\": 8, \"steps\": %d, \"lr\": 0.003, "
+      "\"eval_every\": 0, \"eval_batches\": 2, \"seed\": 7, \"grad_clip\": 1.0}, \"data\": {\"train\": "
+      "\"%s\", "
+      "\"val\": \"%s\"}}",
+      capacity, STEPS, train_bin, val_bin);
+  int rc = aa_spec_parse(s, json, NULL, "test");
+  CHECK_MSG(rc == 0, "spec: %s", aa_last_error());
+  return rc;
+}
+
+/* One run: dp ranks (0: one process, no group) at ZeRO stage zero, with
+ * micro-batches of micro_batch sequences. */
+typedef struct {
+  int dp, zero, micro_batch;
+  double capacity;
+  const char *out; /* subdirectory of tmpdir */
+} cfg_t;
+
+/* What rank 0's log and losses file say, and every rank's status and
+ * validation loss. */
+typedef struct {
+  double loss[STEPS + 1], norm[STEPS + 1], val_loss[2];
+  int status[2];
+  int moe_lines, min_tokens, max_tokens, dropped, tokens; /* the last moe line's */
+} run_t;
+
+static int rank_main(const void *data, int rank) {
+  const cfg_t *c = data;
+  char dir[600], rdv_path[700], path[700];
+  snprintf(dir, sizeof dir, "%s/%s", tmpdir, c->out);
+  aa_comm_t *comm = NULL;
+  if (c->dp) {
+    snprintf(rdv_path, sizeof rdv_path, "%s/rdv", dir);
+    FILE *f = fopen(rdv_path, "r");
+    char rdv[AA_RENDEZVOUS_MAX] = "";
+    if (!f || !fgets(rdv, sizeof rdv, f)) return 2;
+    fclose(f);
+    if (aa_comm_init(&comm, rdv, rank, c->dp, NULL)) {
+      fprintf(stderr, "rank %d: %s\n", rank, aa_last_error());
+      return 2;
+    }
+  }
+  aa_model_spec_t s;
+  if (moe_spec(&s, c->capacity)) return 2;
+  aa_strategy_t st;
+  aa_strategy_default(&st);
+  st.degree[AA_AXIS_DATA] = c->dp ? c->dp : 1;
+  st.zero = c->zero;
+  st.micro_batch = c->micro_batch;
+  char losses[700], logpath[700];
+  snprintf(losses, sizeof losses, "%s/losses", dir);
+  snprintf(logpath, sizeof logpath, "%s/log.%d", dir, rank);
+  FILE *log = fopen(logpath, "w");
+  aa_train_opts_t o = {.threads = 1,
+                       .log_every = 1,
+                       .out_dir = dir,
+                       .losses_path = losses,
+                       .log = log,
+                       .strategy = &st,
+                       .comm = comm};
+  aa_train_result_t res;
+  int rc = aa_train(&s, &o, &res);
+  if (rc) fprintf(stderr, "  rank %d: %s\n", rank, aa_last_error());
+  if (log) fclose(log);
+  aa_comm_destroy(comm);
+  snprintf(path, sizeof path, "%s/val.%d", dir, rank);
+  FILE *f = fopen(path, "w");
+  if (f && !rc) fprintf(f, "%.9g\n", res.val_loss);
+  if (f) fclose(f);
+  return rc ? 3 : 0;
+}
+
+static void run(const cfg_t *c, run_t *r) {
+  char dir[600], path[700], line[512];
+  snprintf(dir, sizeof dir, "%s/%s", tmpdir, c->out);
+  CHECK(aa_mkdirs(dir) == 0);
+  memset(r, 0, sizeof *r);
+  for (int i = 0; i <= STEPS; i++)
+    r->loss[i] = r->norm[i] = NAN;
+  r->val_loss[0] = r->val_loss[1] = NAN;
+  if (c->dp) {
+    char rdv[AA_RENDEZVOUS_MAX];
+    CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_moe_train") == 0);
+    snprintf(path, sizeof path, "%s/rdv", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs(rdv, f) >= 0);
+    if (f) fclose(f);
+  }
+  double exit_time[2];
+  int n = c->dp ? c->dp : 1;
+  aa_gang_fork(c->out, n, rank_main, c, r->status, exit_time);
+  snprintf(path, sizeof path, "%s/log.0", dir);
+  FILE *f = fopen(path, "r");
+  while (f && fgets(line, sizeof line, f)) {
+    int step, total, mn, mx, e, layers, tok, dr;
+    double l, lr, norm;
+    if (sscanf(line, "step %d/%d | loss %lf | lr %lf | norm %lf", &step, &total, &l, &lr, &norm) == 5 &&
+        step >= 1 && step <= STEPS)
+      r->norm[step] = norm;
+    if (sscanf(line,
+               "moe %d/%d | rank 0: tokens per expert min %d, max %d (over %d experts x %d MoE layers, per "
+               "micro-batch of %d tokens) | dropped %d",
+               &step, &total, &mn, &mx, &e, &layers, &tok, &dr) == 8) {
+      r->moe_lines++;
+      r->min_tokens = mn;
+      r->max_tokens = mx;
+      r->tokens = tok;
+      r->dropped = dr;
+    }
+  }
+  if (f) fclose(f);
+  snprintf(path, sizeof path, "%s/losses", dir);
+  f = fopen(path, "r");
+  int step;
+  double l;
+  while (f && fscanf(f, "%d %lf", &step, &l) == 2)
+    if (step >= 1 && step <= STEPS) r->loss[step] = l;
+  if (f) fclose(f);
+  for (int i = 0; i < n; i++) {
+    snprintf(path, sizeof path, "%s/val.%d", dir, i);
+    if (!(f = fopen(path, "r"))) continue;
+    if (fscanf(f, "%lf", &r->val_loss[i]) != 1) r->val_loss[i] = NAN;
+    fclose(f);
+  }
+}
+
+/* dp 2 at ZeRO 0, 1 and 3 (the MoE blocks' units sharded and gathered like
+ * dense ones) against one process running the same micro-batches of 4
+ * sequences (two a step): every step's loss (with the aux and z losses),
+ * gradient norm and each rank's validation loss. */
+AA_TEST(dp2_matches_the_single_process_micro_batch_for_micro_batch_at_zero_0_1_and_3) {
+  run_t ref;
+  run(&(cfg_t){.dp = 0, .micro_batch = 4, .out = "single"}, &ref);
+  CHECK_MSG(aa_gang_exited_ok(ref.status[0]) && !isnan(ref.loss[STEPS]), "the single process failed");
+  static const int stages[] = {0, 1, 3};
+  for (int z = 0; z < 3; z++) {
+    char out[32];
+    snprintf(out, sizeof out, "dp2.z%d", stages[z]);
+    run_t r;
+    run(&(cfg_t){.dp = 2, .zero = stages[z], .micro_batch = 4, .out = out}, &r);
+    CHECK_MSG(aa_gang_exited_ok(r.status[0]) && aa_gang_exited_ok(r.status[1]), "%s: a rank failed", out);
+    double worst = 0;
+    for (int s = 1; s <= STEPS; s++) {
+      double d = fabs(r.loss[s] - ref.loss[s]) / fabs(ref.loss[s]);
+      CHECK_MSG(d <= REL_TOL, "%s: step %d loss %.9g vs %.9g (relative %.3g)", out, s, r.loss[s], ref.loss[s],
+                d);
+      CHECK_MSG(fabs(r.norm[s] - ref.norm[s]) <= 1.5e-3, "%s: step %d gradient norm %.3f vs %.3f", out, s,
+                r.norm[s], ref.norm[s]);
+      if (!(d <= worst)) worst = d;
+    }
+    for (int i = 0; i < 2; i++)
+      CHECK_MSG(fabs(r.val_loss[i] - ref.val_loss[0]) <= REL_TOL * ref.val_loss[0],
+                "%s rank %d: val %.9g vs %.9g", out, i, r.val_loss[i], ref.val_loss[0]);
+    fprintf(stderr, "  %s: max relative loss difference %.2e (loss %.5f at step %d)\n", out, worst,
+            r.loss[STEPS], STEPS);
+  }
+}
+
+/* Each step's moe line: the fewest and most tokens an expert computed in a
+ * micro-batch (at most the micro-batch's tokens, at least 0, and their
+ * average is N k / E) and the slots dropped: none dropless, some with a
+ * capacity factor of 0.5 (each expert keeps ceil(0.5 N k / E) slots, half
+ * its fair share, so at least half the slots go). */
+AA_TEST(the_log_reports_tokens_per_expert_and_dropped_slots) {
+  run_t r;
+  run(&(cfg_t){.dp = 0, .micro_batch = 8, .out = "log"}, &r);
+  CHECK(aa_gang_exited_ok(r.status[0]));
+  const int N = 8 * 16, fair = N * 2 / 4;
+  CHECK_MSG(r.moe_lines == STEPS && r.tokens == N && r.dropped == 0, "%d lines, %d tokens, %d dropped",
+            r.moe_lines, r.tokens, r.dropped);
+  CHECK_MSG(r.min_tokens >= 0 && r.min_tokens <= fair && r.max_tokens >= fair && r.max_tokens <= N,
+            "min %d max %d", r.min_tokens, r.max_tokens);
+  run(&(cfg_t){.dp = 0, .micro_batch = 8, .capacity = 0.5, .out = "capacity"}, &r);
+  CHECK(aa_gang_exited_ok(r.status[0]) && isfinite(r.loss[STEPS]));
+  const int cap = (int)ceil(0.5 * N * 2 / 4);
+  /* At most E cap of a layer's N k slots are kept, in each of 2 layers. */
+  CHECK_MSG(r.moe_lines == STEPS && r.dropped >= 2 * (N * 2 - 4 * cap) && r.max_tokens <= cap,
+            "capacity %d: dropped %d, max %d", cap, r.dropped, r.max_tokens);
+}
+
+/* What the engine does not compute for an MoE model is refused by name
+ * when the model is built: amp, full checkpointing, a pipeline place, and
+ * a backend other than the CPU's (here a copy of its table under another
+ * name). A dense model of the same shape builds under each. */
+AA_TEST(the_engine_refuses_what_it_does_not_compute_for_moe_by_name) {
+  aa_model_spec_t s;
+  if (moe_spec(&s, 0)) return;
+  aa_gpt_t *m = NULL;
+  aa_pp_place_t pp = {
+      .pp = 2, .vpp = 1, .lo = {0}, .hi = {1}, .first = 1, .slots = 1, .act_bufs = 1, .grad_bufs = 1};
+  aa_ops_t other = *aa_ops_cpu();
+  other.name = "other";
+  static const struct {
+    aa_gpt_opts_t o;
+    int other_ops;
+    const char *want;
+  } cases[] = {
+      {{.amp = AA_BF16}, 0, "model.moe: mixture-of-experts layers train in fp32 only"},
+      {{.amp = AA_F32, .ckpt = AA_CKPT_FULL}, 0, "model.moe: full activation checkpointing"},
+      {{.amp = AA_F32}, 1, "model.moe: the other backend does not compute mixture-of-experts layers yet"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int rc = aa_gpt_create(&m, &s.arch, cases[i].other_ops ? &other : aa_ops_cpu(), 2, 16, &cases[i].o);
+    CHECK_MSG(rc == AA_EUNSUPPORTED && strstr(aa_last_error(), cases[i].want), "case %zu: %d %s", i, rc,
+              aa_last_error());
+  }
+  aa_gpt_opts_t o = {.amp = AA_F32, .pipe = &pp};
+  int rc = aa_gpt_create(&m, &s.arch, aa_ops_cpu(), 2, 16, &o);
+  CHECK_MSG(rc == AA_EUNSUPPORTED &&
+                strstr(aa_last_error(), "pipeline parallelism (and expert parallelism) with "
+                                        "them is not supported yet"),
+            "%s", aa_last_error());
+  aa_arch_t dense = s.arch;
+  memset(&dense.moe, 0, sizeof dense.moe);
+  o = (aa_gpt_opts_t){.amp = AA_BF16, .ckpt = AA_CKPT_FULL};
+  rc = aa_gpt_create(&m, &dense, aa_ops_cpu(), 2, 16, &o);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  aa_gpt_free(m);
+}
+
+int main(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/aa_test_moe_train_XXXXXX");
+  if (!mkdtemp(tmpdir)) return 1;
+  snprintf(train_bin, sizeof train_bin, "%s/train.bin", tmpdir);
+  snprintf(val_bin, sizeof val_bin, "%s/val.bin", tmpdir);
+  if (aa_data_synth(train_bin, val_bin, 100000, 0.1, 42)) {
+    fprintf(stderr, "synth: %s\n", aa_last_error());
+    return 1;
+  }
+  RUN(the_engine_refuses_what_it_does_not_compute_for_moe_by_name);
+  RUN(the_log_reports_tokens_per_expert_and_dropped_slots);
+  RUN(dp2_matches_the_single_process_micro_batch_for_micro_batch_at_zero_0_1_and_3);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
+  return aa_test_summary();
+}
