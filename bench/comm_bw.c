@@ -1,7 +1,7 @@
 /* Bus bandwidth of the host process groups (comm/comm.h): all_reduce,
- * reduce_scatter and all_gather over message sizes, for each backend (shm;
- * gloo over loopback TCP, its ranks meeting in a private temporary
- * directory) and world size, beside the memcpy bandwidth of the same
+ * reduce_scatter, all_gather and all_to_all_v over message sizes, for each
+ * backend (shm; gloo over loopback TCP, its ranks meeting in a private
+ * temporary directory) and world size, beside the memcpy bandwidth of the same
  * machine in the same run.
  *
  *   bench_comm_bw [--backends shm,gloo] [--worlds 2,4] [--min BYTES] [--max BYTES]
@@ -9,9 +9,11 @@
  *
  * Definitions are nccl-tests' (doc/PERFORMANCE.md): `size` is the whole
  * buffer (all_reduce: the buffer; reduce_scatter: the send buffer of world
- * slices; all_gather: the receive buffer of world slices); time is the mean
- * per call of each rank, the slowest rank's; algbw = size / time;
- * busbw = algbw * 2(n-1)/n for all_reduce and (n-1)/n for the other two.
+ * slices; all_gather: the receive buffer of world slices; all_to_all_v:
+ * each rank's send buffer, size / world to every rank, as nccl-tests'
+ * alltoall); time is the mean per call of each rank, the slowest rank's;
+ * algbw = size / time; busbw = algbw * 2(n-1)/n for all_reduce and
+ * (n-1)/n for the other three (nccl-tests: the own slice does not cross).
  * busbw is what can be compared with memcpy: a copy moves `size` bytes
  * once. GB/s are 1e9 bytes per second. Sizes go up by 4x. */
 #include <stdint.h>
@@ -25,8 +27,8 @@
 #include "common/rendezvous.h"
 #include "comm/comm.h"
 
-enum { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, NCOLL };
-static const char *NAMES[NCOLL] = {"all_reduce", "reduce_scatter", "all_gather"};
+enum { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, NCOLL };
+static const char *NAMES[NCOLL] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all_v"};
 
 typedef struct {
   size_t min, max;
@@ -39,7 +41,15 @@ static int run_one(aa_comm_t *c, int coll, void *send, void *recv, size_t size, 
   switch (coll) {
   case ALL_REDUCE: return aa_comm_all_reduce(c, send, recv, size / e, dt, AA_COMM_SUM);
   case REDUCE_SCATTER: return aa_comm_reduce_scatter(c, send, recv, size / e / n, dt, AA_COMM_SUM);
-  default: return aa_comm_all_gather(c, send, recv, size / e / n, dt);
+  case ALL_GATHER: return aa_comm_all_gather(c, send, recv, size / e / n, dt);
+  default: {
+    size_t counts[64], offsets[64]; /* world <= 64 (main) */
+    for (size_t j = 0; j < n; j++) {
+      counts[j] = size / e / n;
+      offsets[j] = j * counts[j];
+    }
+    return aa_comm_all_to_all_v(c, send, counts, offsets, recv, counts, offsets, dt);
+  }
   }
 }
 
@@ -121,7 +131,7 @@ static int rank_main(const char *rdv, int rank, int world, const cfg_t *cfg, con
       rc = time_coll(c, k, send, recv, size, cfg, &t[k]);
     if (rc || rank) continue;
     double n = world;
-    double factor[NCOLL] = {2 * (n - 1) / n, (n - 1) / n, (n - 1) / n};
+    double factor[NCOLL] = {2 * (n - 1) / n, (n - 1) / n, (n - 1) / n, (n - 1) / n};
     if (size >= (1u << 20))
       printf("%7zu MiB %8.2f", size >> 20, cp * 1e-9);
     else

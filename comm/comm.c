@@ -252,6 +252,133 @@ int aa_comm_sendrecv(aa_comm_t *c, const void *send, int to, void *recv, int fro
   return rc;
 }
 
+/* One rank's non-empty range [lo, hi) of a buffer, for the overlap check. */
+typedef struct {
+  size_t lo, hi;
+  int peer;
+} range_t;
+
+static int range_cmp(const void *a, const void *b) {
+  const range_t *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* The span [*lo, *hi) of buf's non-empty ranges, in addresses (0, 0 when
+ * every count is 0). */
+static void span(const void *buf, const size_t *counts, const size_t *offsets, int n, size_t e, uintptr_t *lo,
+                 uintptr_t *hi) {
+  *lo = UINTPTR_MAX;
+  *hi = 0;
+  for (int j = 0; j < n; j++) {
+    if (!counts[j]) continue;
+    uintptr_t a = (uintptr_t)buf + offsets[j] * e, b = a + counts[j] * e;
+    if (a < *lo) *lo = a;
+    if (b > *hi) *hi = b;
+  }
+  if (*hi == 0) *lo = 0;
+}
+
+/* The checks of an all_to_all_v before anything moves: the group, the
+ * dtype, the arrays, each range's byte size, the buffers of non-empty
+ * ranges, the own rank's counts, and that no two recv ranges and no send
+ * and recv spans overlap. */
+static int check_v(aa_comm_t *c, const char *what, const void *send, const size_t *sc, const size_t *so,
+                   const void *recv, const size_t *rc, const size_t *ro, aa_dtype_t dt) {
+  int err = check(c, what, dt, AA_COMM_SUM, 0, 1, NULL, NULL);
+  if (err) return err;
+  if (!sc || !so || !rc || !ro) return bad(c, what, "a counts or offsets array is NULL");
+  int n = c->world;
+  size_t e = aa_dtype_size(dt), most = SIZE_MAX / e;
+  int sends = 0, recvs = 0;
+  for (int j = 0; j < n; j++) {
+    if (so[j] > most || sc[j] > most - so[j])
+      return aa_error(AA_EINVAL,
+                      "%s: rank %d of %d: send_offsets[%d] + send_counts[%d] overflows the byte size", what,
+                      c->rank, n, j, j);
+    if (ro[j] > most || rc[j] > most - ro[j])
+      return aa_error(AA_EINVAL,
+                      "%s: rank %d of %d: recv_offsets[%d] + recv_counts[%d] overflows the byte size", what,
+                      c->rank, n, j, j);
+    sends |= sc[j] != 0;
+    recvs |= rc[j] != 0;
+  }
+  if (sends && !send) return bad(c, what, "send is NULL but a send count is not 0");
+  if (recvs && !recv) return bad(c, what, "recv is NULL but a recv count is not 0");
+  if (sc[c->rank] != rc[c->rank])
+    return aa_error(AA_EINVAL,
+                    "%s: rank %d of %d: send_counts[%d] = %zu to itself, but recv_counts[%d] = %zu", what,
+                    c->rank, n, c->rank, sc[c->rank], c->rank, rc[c->rank]);
+  uintptr_t slo, shi, rlo, rhi;
+  span(send, sc, so, n, e, &slo, &shi);
+  span(recv, rc, ro, n, e, &rlo, &rhi);
+  if (slo < rhi && rlo < shi)
+    return bad(c, what, "the send and recv ranges overlap (all_to_all_v has no in-place form)");
+  range_t *r = malloc((size_t)n * sizeof *r);
+  if (!r) return aa_error(AA_ENOMEM, "%s: out of memory", what);
+  int m = 0;
+  for (int j = 0; j < n; j++)
+    if (rc[j]) r[m++] = (range_t){ro[j], ro[j] + rc[j], j};
+  qsort(r, (size_t)m, sizeof *r, range_cmp);
+  for (int k = 1; k < m; k++)
+    if (r[k].lo < r[k - 1].hi) {
+      err = aa_error(AA_EINVAL, "%s: rank %d of %d: the recv ranges of rank %d and rank %d overlap", what,
+                     c->rank, n, r[k - 1].peer, r[k].peer);
+      break;
+    }
+  free(r);
+  return err;
+}
+
+int aa_comm_all_to_all_v(aa_comm_t *c, const void *send, const size_t *send_counts,
+                         const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                         const size_t *recv_offsets, aa_dtype_t dtype) {
+  const char *what = "all_to_all_v";
+  int rc = check_v(c, what, send, send_counts, send_offsets, recv, recv_counts, recv_offsets, dtype);
+  if (rc) return rc;
+  size_t e = aa_dtype_size(dtype);
+  if (c->self)
+    return send_counts[0] ? aa__self_copy((const char *)send + send_offsets[0] * e,
+                                          (char *)recv + recv_offsets[0] * e, send_counts[0] * e)
+                          : 0;
+  if (c->nccl)
+    return aa__nccl_all_to_all_v(c, send, send_counts, send_offsets, recv, recv_counts, recv_offsets, dtype);
+  if (c->gloo)
+    return aa__gloo_all_to_all_v(c->gloo, send, send_counts, send_offsets, recv, recv_counts, recv_offsets, e,
+                                 what);
+  return aa__shm_all_to_all_v(c->shm, send, send_counts, send_offsets, recv, recv_counts, recv_offsets, e,
+                              what);
+}
+
+int aa_comm_all_to_all_counts(aa_comm_t *c, const size_t *send_counts, size_t *recv_counts) {
+  const char *what = "all_to_all_counts";
+  if (!c) return aa_error(AA_EINVAL, "%s: the group is NULL", what);
+  int rc = usable(c, what);
+  if (rc) return rc;
+  if (!send_counts || !recv_counts) return bad(c, what, "a counts array is NULL");
+  size_t n = (size_t)c->world;
+  if (send_counts < recv_counts + n && recv_counts < send_counts + n)
+    return bad(c, what, "send_counts and recv_counts overlap");
+  if (c->self) return aa__self_copy(send_counts, recv_counts, sizeof *send_counts);
+  /* One size_t per peer, at offset j for rank j. nccl's buffers are device
+   * memory, so its counts travel over its host carrier (c->gloo or c->shm),
+   * a group of the same ranks. */
+  size_t *ones = malloc(2 * n * sizeof *ones);
+  if (!ones) return aa_error(AA_ENOMEM, "%s: out of memory", what);
+  size_t *at = ones + n;
+  for (size_t j = 0; j < n; j++) {
+    ones[j] = 1;
+    at[j] = j;
+  }
+  if (c->gloo)
+    rc = aa__gloo_all_to_all_v(c->gloo, send_counts, ones, at, recv_counts, ones, at, sizeof *send_counts,
+                               what);
+  else
+    rc =
+        aa__shm_all_to_all_v(c->shm, send_counts, ones, at, recv_counts, ones, at, sizeof *send_counts, what);
+  free(ones);
+  return rc;
+}
+
 int aa_comm_barrier(aa_comm_t *c) {
   if (!c) return aa_error(AA_EINVAL, "barrier: the group is NULL");
   int rc = usable(c, "barrier");

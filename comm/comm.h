@@ -1,5 +1,5 @@
-/* Process groups: the collectives that data parallelism and ZeRO need, with
- * one NCCL-shaped API over three backends:
+/* Process groups: the collectives that data, tensor, pipeline and expert
+ * parallelism and ZeRO need, with one NCCL-shaped API over four backends:
  *
  *   shm   CPU ranks on one host. The group meets in a POSIX shared-memory
  *         segment named by the rendezvous; ranks wait on process-shared
@@ -202,6 +202,32 @@ int aa_comm_recv(aa_comm_t *c, void *buf, size_t count, aa_dtype_t dtype, int pe
  * calls it in the same step. A group of one moves nothing. */
 int aa_comm_sendrecv(aa_comm_t *c, const void *send, int to, void *recv, int from, size_t count,
                      aa_dtype_t dtype);
+/* All-to-all with per-peer sizes (MPI_Alltoallv; expert parallelism's token
+ * dispatch and combine). For every rank j of the group, in elements of
+ * dtype: send(send_offsets[j], send_counts[j]) goes to rank j, and
+ * recv(recv_offsets[i], recv_counts[i]) is filled with what rank i sent to
+ * this rank. Every array has one entry per rank (aa_comm_world); counts may
+ * be 0, and the entry for the own rank is a local copy (send_counts[rank]
+ * must equal recv_counts[rank]). recv_counts[i] must equal rank i's
+ * send_counts[this rank]: a rank learns them from its peers first with
+ * aa_comm_all_to_all_counts (or knows them, as in the combine step, whose
+ * counts are the dispatch's swapped). Refused with AA_EINVAL and nothing
+ * moved: NULL arrays, a NULL buffer with a count, an element offset + count
+ * that overflows, recv ranges that overlap each other, send and recv spans
+ * that overlap (there is no in-place form), a self count that disagrees.
+ * A peer's count that disagrees with recv_counts: shm names it
+ * (AA_EINVAL, the family fails); gloo and nccl cannot see it, and the
+ * transfers time out (see the top of this file). Buffers and counts are
+ * borrowed for the call. */
+int aa_comm_all_to_all_v(aa_comm_t *c, const void *send, const size_t *send_counts,
+                         const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                         const size_t *recv_offsets, aa_dtype_t dtype);
+/* The counts exchange before an all_to_all_v: recv_counts[i] = rank i's
+ * send_counts[this rank], for every rank i (an all-to-all of one size_t per
+ * peer). Both arrays are host memory of one entry per rank, on every
+ * backend (nccl exchanges them over its host carrier, not the GPU), and
+ * must not overlap. */
+int aa_comm_all_to_all_counts(aa_comm_t *c, const size_t *send_counts, size_t *recv_counts);
 int aa_comm_barrier(aa_comm_t *c);
 
 /* Marks the group's family failed for every rank (safe from a signal

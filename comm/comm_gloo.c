@@ -462,6 +462,51 @@ int aa__gloo_broadcast(aa__gloo_t *s, const void *send, void *recv, size_t bytes
   return 0;
 }
 
+/* all_to_all_v in rounds: round k moves bytes [k * CHUNK, (k + 1) * CHUNK)
+ * of every message this rank sends or receives, and the rank stops after
+ * its last non-empty round. The pair (a, b) takes the same rounds on both
+ * sides (a's send count to b is b's recv count from a), so no rank waits on
+ * a round its peer skips; ranks that have nothing left stop early. The
+ * number of rounds is not known to the whole group, so every round of one
+ * call shares the call's sequence number, advanced once at the end: round
+ * k's slot carries seq + k, and the hash of (the piece's size, the whole
+ * message's size) in place of post's, so ranks that disagree on a count
+ * never match (they time out, as for send/recv). Seq + k may equal a later
+ * call's number, but a rank leaves the call only when every transfer of
+ * the pair has been posted on both sides, so no later transfer can be
+ * taken for one of these. */
+int aa__gloo_all_to_all_v(aa__gloo_t *s, const void *send, const size_t *send_counts,
+                          const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                          const size_t *recv_offsets, size_t esize, const char *what) {
+  const unsigned char *in = send;
+  unsigned char *out = recv;
+  int me = s->wr[s->rank], rc = 0;
+  for (size_t k = 0;; k++) {
+    size_t done = k * CHUNK;
+    int n = 0;
+    for (int g = 0; g < s->n; g++) {
+      if (g == s->rank) continue;
+      for (int is_send = 1; is_send >= 0; is_send--) {
+        size_t total = (is_send ? send_counts[g] : recv_counts[g]) * esize;
+        if (total <= done) continue;
+        size_t c = total - done < CHUNK ? total - done : CHUNK, h[2] = {c, total};
+        uint64_t hash = aa_fnv1a(AA_FNV_INIT, h, sizeof h) & 0xff;
+        uint64_t slot = (uint64_t)(is_send ? me < s->wr[g] : s->wr[g] < me) << 62 | (uint64_t)s->id << 32 |
+                        (uint32_t)(s->seq + (uint32_t)k);
+        void *ptr =
+            is_send ? (void *)(in + send_offsets[g] * esize + done) : out + recv_offsets[g] * esize + done;
+        s->ops[n++] = (aa__gx_op_t){s->wr[g], is_send, ptr, c, slot ^ hash << 24};
+      }
+    }
+    if (!n || (rc = run(s, n, what))) break;
+  }
+  s->seq++;
+  if (!rc && send_counts[s->rank])
+    memcpy(out + recv_offsets[s->rank] * esize, in + send_offsets[s->rank] * esize,
+           send_counts[s->rank] * esize);
+  return rc;
+}
+
 int aa__gloo_barrier(aa__gloo_t *s) {
   static const unsigned char token = 1;
   unsigned char *got = malloc((size_t)s->n);

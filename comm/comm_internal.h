@@ -88,6 +88,11 @@ int aa__shm_all_gather(aa__shm_t *s, const void *send, void *recv, size_t bytes,
 int aa__shm_broadcast(aa__shm_t *s, const void *send, void *recv, size_t bytes, int root, const char *what);
 int aa__shm_send(aa__shm_t *s, const void *buf, size_t bytes, int peer);
 int aa__shm_recv(aa__shm_t *s, void *buf, size_t bytes, int peer);
+/* all_to_all_v in bytes: counts and offsets are in elements of esize
+ * bytes (checked by comm.c); the own rank's part is copied locally. */
+int aa__shm_all_to_all_v(aa__shm_t *s, const void *send, const size_t *send_counts,
+                         const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                         const size_t *recv_offsets, size_t esize, const char *what);
 int aa__shm_barrier(aa__shm_t *s, const char *what);
 void aa__shm_destroy(aa__shm_t *s);
 
@@ -111,6 +116,10 @@ int aa__nccl_all_gather(aa_comm_t *c, const void *send, void *recv, size_t count
 int aa__nccl_broadcast(aa_comm_t *c, const void *send, void *recv, size_t count, aa_dtype_t dt, int root);
 int aa__nccl_send(aa_comm_t *c, const void *buf, size_t count, aa_dtype_t dt, int peer);
 int aa__nccl_recv(aa_comm_t *c, void *buf, size_t count, aa_dtype_t dt, int peer);
+/* ncclSend/ncclRecv per peer (itself included) in one NCCL group. */
+int aa__nccl_all_to_all_v(aa_comm_t *c, const void *send, const size_t *send_counts,
+                          const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                          const size_t *recv_offsets, aa_dtype_t dt);
 int aa__nccl_barrier(aa_comm_t *c);
 /* Frees c->nccl (ncclCommAbort if the group failed, else destroy). */
 void aa__nccl_destroy(aa_comm_t *c);
@@ -141,6 +150,9 @@ int aa__gloo_all_gather(aa__gloo_t *s, const void *send, void *recv, size_t byte
 int aa__gloo_broadcast(aa__gloo_t *s, const void *send, void *recv, size_t bytes, int root);
 int aa__gloo_send(aa__gloo_t *s, const void *buf, size_t bytes, int peer);
 int aa__gloo_recv(aa__gloo_t *s, void *buf, size_t bytes, int peer);
+int aa__gloo_all_to_all_v(aa__gloo_t *s, const void *send, const size_t *send_counts,
+                          const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                          const size_t *recv_offsets, size_t esize, const char *what);
 int aa__gloo_barrier(aa__gloo_t *s);
 void aa__gloo_destroy(aa__gloo_t *s);
 

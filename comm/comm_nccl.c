@@ -304,6 +304,46 @@ int aa__nccl_recv(aa_comm_t *c, void *buf, size_t count, aa_dtype_t dt, int peer
   return nccl_wait(c, n->comm, n->stream, "recv");
 }
 
+/* One NCCL group of a ncclSend and a ncclRecv per peer with a non-empty
+ * message, the own rank included (NCCL copies that pair itself), as
+ * nccl-tests' alltoall and PyTorch's all_to_all_single do. The group is
+ * always ended, even after a failed call inside it, so this thread's NCCL
+ * group depth stays balanced; the first failure is reported. */
+int aa__nccl_all_to_all_v(aa_comm_t *c, const void *send, const size_t *send_counts,
+                          const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                          const size_t *recv_offsets, aa_dtype_t dt) {
+  const char *what = "all_to_all_v";
+  int rc = usable(c, what);
+  if (rc) return rc;
+  aa__nccl_t *n = c->nccl;
+  size_t e = aa_dtype_size(dt);
+  ncclDataType_t t = nccl_type(dt);
+  ncclResult_t first = ncclSuccess;
+  const char *call = "";
+  NCCL_TRY(c, n->comm, what, ncclGroupStart());
+  for (int p = 0; p < c->world && first == ncclSuccess; p++) {
+    ncclResult_t r = ncclSuccess;
+    if (send_counts[p] &&
+        (r = ncclSend((const char *)send + send_offsets[p] * e, send_counts[p], t, p, n->comm, n->stream)) !=
+            ncclSuccess &&
+        r != ncclInProgress) {
+      first = r;
+      call = "ncclSend";
+    } else if (recv_counts[p] &&
+               (r = ncclRecv((char *)recv + recv_offsets[p] * e, recv_counts[p], t, p, n->comm, n->stream)) !=
+                   ncclSuccess &&
+               r != ncclInProgress) {
+      first = r;
+      call = "ncclRecv";
+    }
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (first != ncclSuccess) return nccl_fail(c, n->comm, what, call, first, __FILE__, __LINE__);
+  if (end != ncclSuccess && end != ncclInProgress)
+    return nccl_fail(c, n->comm, what, "ncclGroupEnd()", end, __FILE__, __LINE__);
+  return nccl_wait(c, n->comm, n->stream, what);
+}
+
 int aa__nccl_barrier(aa_comm_t *c) {
   int rc = usable(c, "barrier");
   if (rc) return rc;
@@ -375,6 +415,13 @@ int aa__nccl_send(aa_comm_t *c, const void *buf, size_t count, aa_dtype_t dt, in
 }
 int aa__nccl_recv(aa_comm_t *c, void *buf, size_t count, aa_dtype_t dt, int peer) {
   (void)c, (void)buf, (void)count, (void)dt, (void)peer;
+  return unsupported();
+}
+int aa__nccl_all_to_all_v(aa_comm_t *c, const void *send, const size_t *send_counts,
+                          const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                          const size_t *recv_offsets, aa_dtype_t dt) {
+  (void)c, (void)send, (void)send_counts, (void)send_offsets, (void)recv, (void)recv_counts,
+      (void)recv_offsets, (void)dt;
   return unsupported();
 }
 int aa__nccl_barrier(aa_comm_t *c) {

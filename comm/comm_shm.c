@@ -729,6 +729,66 @@ int aa__shm_broadcast(aa__shm_t *s, const void *send, void *recv, size_t bytes, 
   return 0;
 }
 
+/* all_to_all_v in steps of one barrier each. A member's half is a header of
+ * n byte counts (what it sends to each member; written in step 0 only)
+ * then n parts of `per` bytes, part j holding the step's piece of its
+ * message to member j. After step 0's barrier every member reads every
+ * header: it checks what each peer sends it against its own recv count
+ * (a mismatch fails the family, as recv's does) and derives the number of
+ * steps from the largest message, so every member takes the same steps
+ * (at least one: the headers must cross even when nothing else does). The
+ * own part is copied straight from send to recv. */
+int aa__shm_all_to_all_v(aa__shm_t *s, const void *send, const size_t *send_counts,
+                         const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                         const size_t *recv_offsets, size_t esize, const char *what) {
+  int n = s->n, me = s->rank;
+  size_t hdr = ((size_t)n * sizeof(uint64_t) + 63) & ~(size_t)63;
+  size_t per = ((s->fam->L.half - hdr) / (size_t)n) & ~(size_t)63;
+  const unsigned char *in = send;
+  unsigned char *out = recv;
+  size_t steps = 1;
+  for (size_t k = 0; k < steps; k++) {
+    uint32_t step = s->step++;
+    unsigned char *mine = half_of(s, me, step);
+    size_t done = k * per;
+    for (int j = 0; j < n; j++) {
+      size_t b = send_counts[j] * esize;
+      if (k == 0) ((uint64_t *)mine)[j] = (uint64_t)b;
+      if (j != me && b > done)
+        memcpy(mine + hdr + (size_t)j * per, in + send_offsets[j] * esize + done,
+               b - done < per ? b - done : per);
+    }
+    int rc = barrier(s, what);
+    if (rc) return rc;
+    if (k == 0) {
+      uint64_t most = 0;
+      for (int i = 0; i < n; i++) {
+        const uint64_t *h = (const uint64_t *)half_of(s, i, step);
+        for (int j = 0; j < n; j++)
+          if (j != i && h[j] > most) most = h[j];
+        if (i != me && h[me] != (uint64_t)(recv_counts[i] * esize)) {
+          aa__shm_abort(s, AA__ABORT_ERROR);
+          return fail(
+              s, AA_EINVAL, what,
+              "rank %d sends %llu bytes to this rank, but recv_counts[%d] = %zu elements of %zu bytes "
+              "(the ranks' counts or dtypes disagree)",
+              i, (unsigned long long)h[me], i, recv_counts[i], esize);
+        }
+      }
+      steps = most ? (size_t)((most + per - 1) / per) : 1;
+    }
+    for (int i = 0; i < n; i++) {
+      size_t b = recv_counts[i] * esize;
+      if (i != me && b > done)
+        memcpy(out + recv_offsets[i] * esize + done, half_of(s, i, step) + hdr + (size_t)me * per,
+               b - done < per ? b - done : per);
+    }
+  }
+  if (send_counts[me])
+    memcpy(out + recv_offsets[me] * esize, in + send_offsets[me] * esize, send_counts[me] * esize);
+  return 0;
+}
+
 /* Point to point: the sender's two entries form a queue of chunks, each
  * tagged with its receiver. The sender posts a chunk when an entry is free
  * (at most two ahead of its receivers); a receiver takes the oldest chunk
