@@ -59,7 +59,9 @@ static int moe_spec(aa_model_spec_t *s, double capacity) {
 typedef struct {
   int dp, zero, micro_batch;
   double capacity;
-  const char *out; /* subdirectory of tmpdir */
+  const char *out;      /* subdirectory of tmpdir */
+  int checkpoint_every; /* 0: none */
+  const char *resume;   /* a checkpoint to resume from, or NULL */
 } cfg_t;
 
 /* What rank 0's log and losses file say, and every rank's status and
@@ -103,7 +105,9 @@ static int rank_main(const void *data, int rank) {
                        .losses_path = losses,
                        .log = log,
                        .strategy = &st,
-                       .comm = comm};
+                       .comm = comm,
+                       .checkpoint_every = c->checkpoint_every,
+                       .resume = c->resume};
   aa_train_result_t res;
   int rc = aa_train(&s, &o, &res);
   if (rc) fprintf(stderr, "  rank %d: %s\n", rank, aa_last_error());
@@ -202,6 +206,32 @@ AA_TEST(dp2_matches_the_single_process_micro_batch_for_micro_batch_at_zero_0_1_a
   }
 }
 
+/* A checkpoint holds the MoE blocks' tensors (their unit's) and the
+ * optimizer's state of them: a run resumed from step 2's checkpoint has
+ * the uninterrupted run's losses at steps 3 and 4, bit for bit, on one
+ * process and at dp 2 with ZeRO 3 (one file per rank). */
+AA_TEST(a_checkpoint_resumes_an_moe_run_bit_identically) {
+  static const struct { int dp, zero; } cases[] = {{0, 0}, {2, 3}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char full[32], resumed[32], ckpt[700];
+    snprintf(full, sizeof full, "ckpt.full.%zu", i);
+    snprintf(resumed, sizeof resumed, "ckpt.resumed.%zu", i);
+    run_t a, b;
+    run(
+        &(cfg_t){
+            .dp = cases[i].dp, .zero = cases[i].zero, .micro_batch = 4, .out = full, .checkpoint_every = 2},
+        &a);
+    CHECK_MSG(aa_gang_exited_ok(a.status[0]) && isfinite(a.loss[STEPS]), "%s failed", full);
+    snprintf(ckpt, sizeof ckpt, "%s/%s/step_000002.ckpt", tmpdir, full);
+    run(&(cfg_t){.dp = cases[i].dp, .zero = cases[i].zero, .micro_batch = 4, .out = resumed, .resume = ckpt},
+        &b);
+    CHECK_MSG(aa_gang_exited_ok(b.status[0]), "%s failed", resumed);
+    for (int s = 3; s <= STEPS; s++)
+      CHECK_MSG(a.loss[s] == b.loss[s], "dp %d: step %d loss %.9g resumed, %.9g uninterrupted", cases[i].dp,
+                s, b.loss[s], a.loss[s]);
+  }
+}
+
 /* Each step's moe line: the fewest and most tokens an expert computed in a
  * micro-batch (at most the micro-batch's tokens, at least 0, and their
  * average is N k / E) and the slots dropped: none dropless, some with a
@@ -276,6 +306,7 @@ int main(void) {
   RUN(the_engine_refuses_what_it_does_not_compute_for_moe_by_name);
   RUN(the_log_reports_tokens_per_expert_and_dropped_slots);
   RUN(dp2_matches_the_single_process_micro_batch_for_micro_batch_at_zero_0_1_and_3);
+  RUN(a_checkpoint_resumes_an_moe_run_bit_identically);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
