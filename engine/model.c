@@ -87,6 +87,7 @@ struct aa_acts {
    * logits, reused by every MoE block; the layout of one block's kept
    * buffers (offsets from block_store_t moe). */
   float *moe_dxp, *moe_dyp, *moe_dweight, *moe_dlogits;
+  char *ws_moe; /* where a fully checkpointed MoE block is recomputed */
   aa_moe_acts_t moe_off;
   size_t host_bytes; /* the routing maps' bytes, counted as activations */
   /* Pipeline parallelism (sizes.h aa_act_layout_t): where each block's
@@ -383,6 +384,7 @@ static void carve(aa_acts_t *a, const aa_act_layout_t *l, const aa_act_block_t *
   a->moe_dyp = at(ws, l->moe_dyp);
   a->moe_dweight = at(ws, l->moe_dweight);
   a->moe_dlogits = at(ws, l->moe_dlogits);
+  a->ws_moe = at(ws, l->ws_moe);
   memcpy(a->off, blocks, (size_t)n_layer * sizeof *blocks);
   a->slot_bytes = l->slot_bytes;
   a->stash_off = l->stash;
@@ -456,9 +458,9 @@ void aa_flatbuf_free(aa_flatbuf_t *b, aa_mem_t *mem) {
 static const aa_gpt_opts_t default_opts = {.amp = AA_F32, .ckpt = AA_CKPT_NONE};
 
 /* Whether the engine computes arch's MoE blocks under these options: on
- * the CPU backend (the ops are cpu_moe.h's, with a host routing map), in
- * fp32, without full checkpointing, on one process or data parallel
- * (experts replicated). 0 for a dense model. */
+ * the CPU backend (the ops are cpu_moe.h's, with a host routing map), on
+ * one process or data parallel (experts replicated). 0 for a dense
+ * model. */
 static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_opts_t *o) {
   if (!a->moe.experts) return 0;
   const char *axis = o->tensor && aa_comm_world(o->tensor) > 1     ? "tensor"
@@ -475,13 +477,6 @@ static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_o
                     "model.moe: the %s backend does not compute mixture-of-experts layers yet (the cpu "
                     "backend does)",
                     ops->name);
-  if (o->amp != AA_F32)
-    return aa_error(AA_EUNSUPPORTED,
-                    "model.moe: mixture-of-experts layers train in fp32 only (amp none) yet");
-  if (o->ckpt == AA_CKPT_FULL)
-    return aa_error(AA_EUNSUPPORTED,
-                    "model.moe: full activation checkpointing of mixture-of-experts layers is not supported "
-                    "yet (none or selective)");
   return 0;
 }
 
@@ -1102,14 +1097,15 @@ static int ring_backward(aa_gpt_t *m, float *dqkv, const float *dout, const floa
 
 /* --- mixture-of-experts blocks (kernels/cpu/cpu_moe.h) --------------------------------- */
 
-/* Views of MoE block l's kept buffers (sizes.h aa_moe_acts_t). */
+/* Views of MoE block l's buffers (sizes.h aa_moe_acts_t): the ones it
+ * keeps, or the workspace's where a fully checkpointed block computes. */
 typedef struct {
   float *logits, *probs, *xp, *h, *act, *yp, *hs, *as;
 } moe_view_t;
 
 static moe_view_t moe_view(const aa_gpt_t *m, int l) {
   const aa_moe_acts_t *o = &m->acts->moe_off;
-  char *b = m->acts->blocks[l].moe;
+  char *b = m->acts->blocks[l].moe ? m->acts->blocks[l].moe : m->acts->ws_moe;
   return (moe_view_t){(float *)(b + o->logits), (float *)(b + o->probs), (float *)(b + o->xp),
                       (float *)(b + o->h),      (float *)(b + o->act),   (float *)(b + o->yp),
                       (float *)(b + o->hs),     (float *)(b + o->as)};
@@ -1117,10 +1113,13 @@ static moe_view_t moe_view(const aa_gpt_t *m, int l) {
 
 /* MoE block l's MLP in place of the SwiGLU: out (N,C) = the routed
  * experts' weighted outputs plus the shared experts' for x (N,C), the
- * second RMSNorm's output, with weights w. Its routing goes to
- * m->routes[l], its aux and z losses into m->moe_loss and its expert
- * counts into m->moe_stats (both reset by the pass). */
-static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const float *w) {
+ * second RMSNorm's output, with weights w, computed in fp32 (under amp
+ * from the 16-bit input and weights; the caller rounds out). Its routing
+ * goes to m->routes[l]; the pass's forward (count set, not a recompute,
+ * which reproduces the same routing) adds its aux and z losses into
+ * m->moe_loss and its expert counts into m->moe_stats (both reset by the
+ * pass). */
+static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const float *w, int count) {
   const aa_moe_t *mo = &m->arch.moe;
   const int N = m->B * m->T, C = m->d.C, E = mo->experts, Fe = mo->d_ff_expert;
   const moe_view_t v = moe_view(m, l);
@@ -1133,6 +1132,7 @@ static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const flo
   aa_cpu_moe_experts_forward(v.yp, v.h, v.act, v.xp, WK(EXPW13), WK(EXPW2), r->offsets, E, C, Fe);
   aa_cpu_moe_unpermute(out, v.yp, r, C);
   aa_cpu_moe_shared_forward(out, v.hs, v.as, x, WK(SHW13), WK(SHW2), mo->shared_experts, N, C, Fe);
+  if (!count) return 0;
   float aux, z;
   aa_cpu_moe_losses(&aux, &z, v.logits, v.probs, r, mo->aux_loss_coef, mo->z_loss_coef);
   m->moe_loss += aux + z;
@@ -1222,7 +1222,7 @@ static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, blo
   OUT(F_LN2, NsC);
   if (aa_arch_is_moe_layer(&m->arch, l)) {
     /* One process or data parallel, fp32 (moe_supported): Ns is N. */
-    if ((rc = moe_forward(m, l, f[F_RES3], f[F_LN2], w))) return rc;
+    if ((rc = moe_forward(m, l, f[F_RES3], f[F_LN2], w, keep))) return rc;
   } else {
     if ((rc = column_input(m, f[F_LN2], &in))) return rc;
     op->matmul_forward(f[F_FCH], in, WK(FCW), WK(FCB), N, C, m->d.FH);
@@ -1500,6 +1500,7 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
      * row-parallel layer reads the whole output gradient. */
     if (aa_arch_is_moe_layer(&m->arch, l)) {
       moe_backward(m, l, a->dln, gb, a->dres, f[F_LN2], w);
+      rnd(m, NULL, a->dln, NsC);
     } else {
       if ((rc = column_input(m, a->dres, &dout))) return rc;
       op->memset0(a->dfch_gelu, NF_ * sizeof(float));

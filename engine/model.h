@@ -45,11 +45,14 @@
  * all-reduce take them as they take dense weights (experts replicated on
  * every rank). Each MoE block's aux and z losses (spec coefficients) are
  * added to the loss and backpropagated; its routing map of the forward
- * stays on the host for the backward (aa_gpt moe_*, routes). Computed on
- * the CPU backend, in fp32, with no or selective checkpointing (an MoE
- * block keeps all it computes), on one process or data parallel:
- * aa_gpt_create refuses the CUDA backend, amp, full checkpointing and
- * tensor, pipeline or context parallelism for an MoE model by name.
+ * stays on the host for the backward (aa_gpt moe_*, routes). An MoE block
+ * computes and keeps its buffers in fp32 (under amp from its rounded
+ * input and the 16-bit weights, its output and input gradient rounded
+ * like every block's); selective checkpointing keeps them all, full
+ * recomputes them in the workspace with the same routing. Computed on the
+ * CPU backend, on one process or data parallel: aa_gpt_create refuses the
+ * CUDA backend and tensor, pipeline or context parallelism for an MoE
+ * model by name.
  *
  * Mixed precision (opts.amp = bf16/fp16): the forward computes each op in
  * fp32 and rounds its output to the 16-bit type before anything consumes it,

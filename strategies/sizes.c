@@ -274,7 +274,7 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
   const size_t f4 = sizeof(float), stats = (4 * Ns + (size_t)d.NH * N) * f4;
   const int mixed = sh->amp != AA_F32, tp = d.tp > 1, sp = tp && sh->sp;
   const aa_pp_place_t *pp = sh->pipe && sh->pipe->pp > 1 ? sh->pipe : NULL;
-  int any_full = 0, need[AA_ACT_FIELDS] = {0};
+  int any_full = 0, any_full_moe = 0, need[AA_ACT_FIELDS] = {0};
   size_t st = 0, ws = 0;
   memset(o, 0xff, sizeof *o); /* every offset AA_SIZES_NONE (all bits set) until taken */
   if (blocks) memset(blocks, 0xff, (size_t)a->n_layer * sizeof *blocks); /* blocks not held: none */
@@ -282,7 +282,9 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     o->encoded = take(&st, Ns * C * es);
     for (int l = 0; l < a->n_layer; l++) {
       aa_act_block_t b;
-      any_full |= take_block(a, sh, l, 0, &st, stats, need, &b);
+      int full = take_block(a, sh, l, 0, &st, stats, need, &b);
+      any_full |= full;
+      any_full_moe |= full && aa_arch_is_moe_layer(a, l);
       if (blocks) blocks[l] = b;
     }
     take_head(o, &st, N, Ns, C, Vl);
@@ -295,7 +297,9 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
       size_t slot = 0;
       for (int l = pp->lo[c]; l < pp->hi[c]; l++) {
         aa_act_block_t b;
-        any_full |= take_block(a, sh, l, l == pp->hi[c] - 1, &slot, stats, need, &b);
+        int full = take_block(a, sh, l, l == pp->hi[c] - 1, &slot, stats, need, &b);
+        any_full |= full;
+        any_full_moe |= full && aa_arch_is_moe_layer(a, l);
         if (blocks) blocks[l] = b;
       }
       if (pp->last && c == pp->vpp - 1) o->stash = take(&slot, Ns * C * f4);
@@ -367,6 +371,9 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     o->moe_dweight = take(&ws, R * f4);
     o->moe_dlogits = take(&ws, N * (size_t)a->moe.experts * f4);
     o->host = (size_t)moe_blocks * ma.route_bytes;
+    /* A fully checkpointed MoE block keeps nothing: its recompute needs
+     * one block's MoE buffers, shared by every such block. */
+    if (any_full_moe) o->ws_moe = take(&ws, ma.bytes);
   }
   o->acts = st;
   o->workspace = ws;

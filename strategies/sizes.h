@@ -191,7 +191,9 @@ typedef struct aa_act_block {
  *   hs (S,N,2Fe), as (S,N,Fe)   the shared experts'
  * Its routing map (kernels/cpu/cpu_moe.h aa_moe_route_t: the chosen
  * experts, weights and rows, 16 N k + 4 (2E + 1) bytes) is host memory,
- * route_bytes a block, counted as activations (aa_act_layout_t host). */
+ * route_bytes a block, counted as activations (aa_act_layout_t host). They
+ * are fp32 under amp too, and kept unless the block is recomputed whole
+ * (full checkpointing: then in the workspace's ws_moe, one block's). */
 typedef struct aa_moe_acts {
   size_t logits, probs, xp, h, act, yp, hs, as;
   size_t bytes;       /* the block's kept MoE buffers, from logits */
@@ -257,6 +259,7 @@ typedef struct aa_act_layout {
    * (N,k) and of the router logits (N,E); and the bytes of the blocks'
    * host routing maps (not in either allocation). */
   size_t moe_dxp, moe_dyp, moe_dweight, moe_dlogits;
+  size_t ws_moe; /* one MoE block's buffers (aa_moe_acts_t) where a fully checkpointed one is recomputed */
   size_t host;
 } aa_act_layout_t;
 

@@ -402,7 +402,14 @@ AA_TEST(moe_blocks_size_their_experts_and_routed_rows) {
   }
   CHECK(l.moe_dxp != AA_SIZES_NONE && l.moe_dyp != AA_SIZES_NONE && l.moe_dweight != AA_SIZES_NONE &&
         l.moe_dlogits != AA_SIZES_NONE && l.moe_dlogits + N * 4 * f4 <= l.workspace);
-  CHECK(l.host == 2 * ma.route_bytes);
+  CHECK(l.host == 2 * ma.route_bytes && l.ws_moe == AA_SIZES_NONE);
+  /* Full checkpointing keeps nothing of an MoE block: one block's MoE
+   * buffers in the workspace serve every recompute. */
+  aa_act_shape_t full = sh;
+  full.ckpt = AA_CKPT_FULL;
+  aa_sizes_acts(&a, &full, &l, blocks);
+  CHECK(blocks[0].moe == AA_SIZES_NONE && blocks[2].moe == AA_SIZES_NONE && l.ws_moe != AA_SIZES_NONE &&
+        l.ws_moe + ma.bytes <= l.workspace);
   /* A dense model has none of it. */
   aa_arch_t d = a;
   memset(&d.moe, 0, sizeof d.moe);
