@@ -1221,7 +1221,7 @@ static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, blo
   norm_forward(m, f[F_LN2], st + S_LN2M * Ns, st + S_LN2R * Ns, f[F_RES2], WK(LN2W), WK(LN2B), Ns);
   OUT(F_LN2, NsC);
   if (aa_arch_is_moe_layer(&m->arch, l)) {
-    /* One process or data parallel, fp32 (moe_supported): Ns is N. */
+    /* One process or data parallel (moe_supported): Ns is N. */
     if ((rc = moe_forward(m, l, f[F_RES3], f[F_LN2], w, keep))) return rc;
   } else {
     if ((rc = column_input(m, f[F_LN2], &in))) return rc;
