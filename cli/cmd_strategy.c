@@ -93,6 +93,11 @@ static void print_words(const aa_strategy_t *s) {
            "tensor group\n");
   else
     printf("sequence parallel: off\n");
+  if (s->ep > 1)
+    printf("expert parallel:   %d: each MoE layer's experts split over groups of %d of the %d data%s "
+           "replicas, tokens exchanged by all-to-all\n",
+           s->ep, s->ep, s->degree[AA_AXIS_DATA] * s->degree[AA_AXIS_CONTEXT],
+           s->degree[AA_AXIS_CONTEXT] > 1 ? " x context" : "");
   printf("axis order:        ");
   for (int i = 0, k = 0; i < AA_AXES; i++)
     if (aa_strategy_axis_shown(s, s->order[i]))

@@ -254,6 +254,11 @@ static int setup(trainer_t *t) {
   else aa_strategy_default(&t->strat);
   if ((rc = aa_strategy_resolve(&t->strat, s, aa_comm_world(t->world_group))))
     return aa_error_wrap(rc, "strategy");
+  if (t->strat.ep > 1) /* the token dispatcher is not in the engine yet (comm has the all-to-all) */
+    return aa_error(AA_EUNSUPPORTED,
+                    "strategy: expert parallel degree %d: the engine does not run expert "
+                    "parallelism yet (leave parallel.expert out)",
+                    t->strat.ep);
   t->accum = aa_strategy_accum_steps(&t->strat, s);
   int B = t->strat.micro_batch;
   aa_mem_init(&t->mem, t->opts->memory_limit);

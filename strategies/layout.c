@@ -103,3 +103,35 @@ int aa_layout_group(int *members, size_t cap, const aa_strategy_t *s, int rank, 
   }
   return size;
 }
+
+void aa_layout_expert(const aa_layout_t *l, const aa_strategy_t *s, aa_layout_expert_t *out) {
+  const unsigned dc = 1u << AA_AXIS_DATA | 1u << AA_AXIS_CONTEXT;
+  const int replicas = l->size[AA_AXIS_DATA] * l->size[AA_AXIS_CONTEXT];
+  const int ep = s->ep > 1 ? s->ep : 1, color = aa_layout_color(l, dc), r = aa_layout_key(l, dc);
+  out->size = ep;
+  out->key = r % ep;
+  out->color = color * (replicas / ep) + r / ep;
+  out->data_size = replicas / ep;
+  out->data_key = r / ep;
+  out->data_color = color * ep + r % ep;
+}
+
+int aa_layout_expert_group(int *members, size_t cap, const aa_strategy_t *s, int rank, bool data) {
+  aa_layout_t me;
+  int rc = aa_layout_of(&me, s, rank);
+  if (rc) return rc;
+  aa_layout_expert_t e;
+  aa_layout_expert(&me, s, &e);
+  const int size = data ? e.data_size : e.size, color = data ? e.data_color : e.color;
+  if (cap < (size_t)size)
+    return aa_error(AA_EINVAL, "layout: an expert%s group has %d ranks, room for %zu", data ? "-data" : "",
+                    size, cap);
+  for (int q = 0; q < me.world; q++) { /* a world is at most 4096 ranks: a scan is fine for tests and logs */
+    aa_layout_t l;
+    aa_layout_expert_t x;
+    if ((rc = aa_layout_of(&l, s, q))) return rc;
+    aa_layout_expert(&l, s, &x);
+    if ((data ? x.data_color : x.color) == color) members[data ? x.data_key : x.key] = q;
+  }
+  return size;
+}

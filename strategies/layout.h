@@ -19,6 +19,7 @@
 #ifndef AA_LAYOUT_H
 #define AA_LAYOUT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "strategy.h"
@@ -54,6 +55,28 @@ int aa_layout_color(const aa_layout_t *l, unsigned mask);
 /* l's rank's index in that group: its coordinates on the mask's axes
  * numbered fastest axis first (the split's key), 0..size-1. */
 int aa_layout_key(const aa_layout_t *l, unsigned mask);
+
+/* Expert parallelism (s->ep > 1; strategy.h) is no mesh axis: it cuts the
+ * group of a rank's data x context replicas (aa_layout_color/key over the
+ * data and context axes: the ranks that hold the same dense weights,
+ * numbered by key r = 0..dp*cp-1) into expert groups of ep consecutive
+ * keys, which split every MoE layer's experts and exchange tokens by
+ * all-to-all, and expert-data groups of the keys equal modulo ep, which
+ * hold the same experts and reduce their gradients (Megatron's expert and
+ * expert-data-parallel groups, in its tp-cp-ep-dp order). For tp 2, dp 4,
+ * ep 2 on 8 ranks: expert groups [0, 2], [4, 6], [1, 3], [5, 7];
+ * expert-data groups [0, 4], [2, 6], [1, 5], [3, 7]. The colors number
+ * each kind of group 0..world/size-1; the keys are the rank's index in it.
+ * s->ep 0 or 1: groups of one (expert) and the replicas (expert-data). */
+typedef struct aa_layout_expert {
+  int size, color, key;                /* the expert group: ep ranks */
+  int data_size, data_color, data_key; /* the expert-data group: dp * cp / ep ranks */
+} aa_layout_expert_t;
+void aa_layout_expert(const aa_layout_t *l, const aa_strategy_t *s, aa_layout_expert_t *out);
+/* The global ranks of the expert group (data = false) or expert-data group
+ * (data = true) that holds `rank`, in key order, into members (room for
+ * cap): its size, or AA_EINVAL as aa_layout_group. For tests and logs. */
+int aa_layout_expert_group(int *members, size_t cap, const aa_strategy_t *s, int rank, bool data);
 
 /* The global ranks of the group of axis `axis` that holds `rank`, in
  * group order (by coordinate), into members (room for cap). Returns the

@@ -119,7 +119,9 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]) {
   int head = snprintf(out, AA_STRATEGY_KEY_MAX, "%s%s.z%d.%s.ckpt-%s.mb%d", degrees, s->sp ? ".sp" : "",
                       s->zero, aa_dtype_name(s->amp), ckpt, s->micro_batch);
   if (head < 0 || head >= AA_STRATEGY_KEY_MAX - 1) return; /* out-of-range fields, which validate refuses */
-  int n = snprintf(tail, sizeof tail, "%s%s%s", pipe, order, ranks);
+  char ep[16] = "";
+  if (s->ep > 1) snprintf(ep, sizeof ep, ".ep%d", s->ep);
+  int n = snprintf(tail, sizeof tail, "%s%s%s%s", ep, pipe, order, ranks);
   /* Every part at once (an interleaved custom cut on a reordered mesh)
    * can pass the key's bound; the tail then becomes one hash of itself,
    * ".x-<16 hex digits>", so that a key is never cut (two strategies must
@@ -153,6 +155,15 @@ int aa__strategy_check(const aa_json_ctx_t *c, const aa_strategy_t *s) {
         c, AA_EINVAL, "checkpoint_layers",
         "only applies to checkpoint \"full\" (got %d with checkpoint \"%s\"; leave it out or set it to 0)",
         s->ckpt_layers, aa_ckpt_mode_name(s->ckpt));
+  if (s->ep < 0 || s->ep > AA_STRATEGY_EP_MAX)
+    return aa_json_fail(c, AA_EINVAL, "parallel.expert", "must be between 1 and %d (got %d)",
+                        AA_STRATEGY_EP_MAX, s->ep);
+  const long long replicas = (long long)s->degree[AA_AXIS_DATA] * s->degree[AA_AXIS_CONTEXT];
+  if (s->ep > 1 && replicas % s->ep)
+    return aa_json_fail(c, AA_EINVAL, "parallel.expert",
+                        "must divide data x context = %d x %d = %lld (expert ranks are drawn from the "
+                        "data-parallel replicas, as Megatron does; got %d)",
+                        s->degree[AA_AXIS_DATA], s->degree[AA_AXIS_CONTEXT], replicas, s->ep);
   if (s->sp && s->degree[AA_AXIS_TENSOR] < 2)
     return aa_json_fail(c, AA_EINVAL, "parallel.sequence_parallel",
                         "needs tensor parallelism (got tensor %d): it splits the sequence between the tensor "
@@ -197,6 +208,16 @@ int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world
         "tensor parallel degree %d must divide n_kv_head %d (each rank holds n_kv_head / tp key/value "
         "heads; kv heads are not replicated)",
         tp, aa_arch_kv_heads(a));
+  if (r.ep > 1 && !a->moe.experts)
+    return aa_error(AA_EINVAL,
+                    "expert parallel degree %d needs mixture-of-experts layers (model.moe); %s has none: "
+                    "leave parallel.expert out or set it to 1",
+                    r.ep, spec->name);
+  if (r.ep > 1 && a->moe.experts % r.ep)
+    return aa_error(AA_EINVAL,
+                    "expert parallel degree %d must divide experts %d (each rank holds experts / ep of every "
+                    "MoE layer)",
+                    r.ep, a->moe.experts);
   const int cp = r.degree[AA_AXIS_CONTEXT];
   if (cp > 1 && a->seq_len % (2 * cp))
     return aa_error(

@@ -19,6 +19,8 @@
 
 #define AA_STRATEGY_VERSION 1
 #define AA_STRATEGY_KEY_MAX 96
+/* The largest expert-parallel degree (a model has at most 1,024 experts). */
+#define AA_STRATEGY_EP_MAX 1024
 /* The most ranks an explicit rank order lists (the protocol's world bound). */
 #define AA_STRATEGY_WORLD_MAX 4096
 
@@ -56,6 +58,11 @@ typedef struct aa_strategy {
   int degree[AA_AXES]; /* by aa_axis_t (axis.h): each axis's parallel degree, >= 1 */
   int sp;              /* sequence parallelism over the tensor group (Megatron's sequence_parallel):
                           0 or 1, 1 only with a tensor degree > 1 */
+  int ep;              /* expert parallelism (Megatron's expert_model_parallel_size): every MoE layer's
+                          experts split over ep ranks drawn from the data x context replicas (not a
+                          mesh axis: the world stays the degrees' product; layout.h
+                          aa_layout_expert); 0 or 1: none; else it divides data x context, and a
+                          model's experts (aa_strategy_resolve) */
   /* How the mesh numbers its positions: the axes from the fastest-varying
    * to the slowest (ATorch's parallel_mode lists them in this order), so
    * that positions 0, 1, 2, ... step along order[0]. Every permutation of

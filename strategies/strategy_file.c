@@ -140,6 +140,14 @@ static int read_sequence_parallel(const aa_json_ctx_t *c, const char *path, cons
   return aa_json_read_value(c, path, &flag, v, dst);
 }
 
+/* parallel.expert: 1..AA_STRATEGY_EP_MAX ranks an MoE layer's experts
+ * are split over. Custom only so that the writer leaves it out at 1. */
+static int read_expert(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
+  static const aa_json_field_t degree = {
+      .kind = AA_JSON_INT, .imin = 1, .imax = AA_STRATEGY_EP_MAX, .size = sizeof(int)};
+  return aa_json_read_value(c, path, &degree, v, dst);
+}
+
 /* Fills nranks and rank_order of the strategy being read (c->data). */
 static int read_rank_order(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
   (void)dst;
@@ -349,8 +357,10 @@ static int rename_aliases(const aa_json_ctx_t *c, const json_t *root, json_t **o
       return aa_error(AA_ENOMEM, "strategy: out of memory");
     }
   }
-  for (int a = 0; json_is_object(par) && a < AA_AXES; a++) {
-    const char *alias = aa_axis_info((aa_axis_t)a)->megatron, *key = aa_axis_name((aa_axis_t)a);
+  for (int a = 0; json_is_object(par) && a <= AA_AXES; a++) {
+    /* the axes, then Megatron's expert degree, which is no mesh axis */
+    const char *alias = a < AA_AXES ? aa_axis_info((aa_axis_t)a)->megatron : "expert_model_parallel_size";
+    const char *key = a < AA_AXES ? aa_axis_name((aa_axis_t)a) : "expert";
     json_t *v = alias ? json_object_get(par, alias) : NULL;
     if (!v) continue;
     if (json_object_get(par, key)) {
@@ -392,6 +402,7 @@ static int rename_aliases(const aa_json_ctx_t *c, const json_t *root, json_t **o
 #define AXIS_F(id, name, ...) CUSTOM_F(name, read_degree, degree[AA_AXIS_##id]),
 static const aa_json_field_t parallel_fields[] = {
     AA_AXIS_LIST(AXIS_F) CUSTOM_F("sequence_parallel", read_sequence_parallel, sp),
+    CUSTOM_F("expert", read_expert, ep),
     CUSTOM_F("order", read_order, order),
     CUSTOM_F("rank_order", read_rank_order, nranks),
 };
@@ -566,6 +577,9 @@ static int emit_custom(const aa_json_field_t *f, const aa_strategy_t *s, json_t 
   } else if (f->parse == read_sequence_parallel) {
     if (s->sp == 0) return 0;
     *v = json_true();
+  } else if (f->parse == read_expert) {
+    if (s->ep <= 1) return 0;
+    *v = json_integer(s->ep);
   } else if (f->parse == read_degree) {
     int a = (int)((f->off - offsetof(aa_strategy_t, degree)) / sizeof(int));
     if (!aa_strategy_axis_shown(s, (aa_axis_t)a)) return 0;

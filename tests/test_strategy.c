@@ -383,10 +383,10 @@ AA_TEST(unknown_keys_are_named_with_the_allowed_ones) {
       "s.json: zero_stage: unknown key (allowed: format, "
       "version, parallel, zero, amp, loss_scaling, skip_if_nonfinite, checkpoint, checkpoint_layers, "
       "micro_batch, schedule, virtual_stages, partition, key, provenance)");
-  EXPECT_PARSE_ERROR(
-      "{" V1 ", \"parallel\": {\"dp\": 2}}", AA_EINVAL,
-      "s.json: parallel.dp: unknown key (allowed: data, tensor, pipeline, context, sequence_parallel, order, "
-      "rank_order)");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"dp\": 2}}", AA_EINVAL,
+                     "s.json: parallel.dp: unknown key (allowed: data, tensor, pipeline, context, "
+                     "sequence_parallel, expert, order, "
+                     "rank_order)");
   EXPECT_PARSE_ERROR("{" V1 ", \"loss_scaling\": {\"window\": 2}}", AA_EINVAL,
                      "loss_scaling.window: unknown key", "loss_scale_window");
   EXPECT_PARSE_ERROR("{" V1 ", \"provenance\": {\"host\": \"a\"}}", AA_EINVAL,
@@ -1388,6 +1388,56 @@ AA_TEST(resolve_refuses_an_out_of_range_struct) {
   CHECK(strstr(aa_last_error(), "micro_batch: must be >= 0 (got -1)"));
 }
 
+/* Expert parallelism (parallel.expert, Megatron's expert_model_parallel_size):
+ * read, written only above 1, shown in the key after the micro-batch,
+ * held to the data x context replicas without a model, and to the
+ * model's experts with one. */
+AA_TEST(expert_degree_parses_writes_keys_and_is_held_to_its_rules) {
+  aa_strategy_t s;
+  if (parse_ok(&s, "{" V1 ", \"parallel\": {\"data\": 4, \"expert\": 2}, \"amp\": \"bf16\"}")) return;
+  CHECK(s.ep == 2 && aa_strategy_world(&s) == 4); /* no mesh axis: the world is still dp */
+  CHECK_MSG(!strcmp(key_of(&s), "dp4.tp1.pp1.z0.bf16.ckpt-none.mb0.ep2"), "%s", key_of(&s));
+  char *text = NULL;
+  CHECK(aa_strategy_to_json(&s, &text) == 0 && text && strstr(text, "\"expert\": 2"));
+  aa_strategy_t back;
+  if (text && !parse_ok(&back, text)) CHECK(same(&s, &back) && back.ep == 2);
+  free(text);
+  expect_key("{" V1 ", \"parallel\": {\"data\": 4, \"expert\": 1}}", "dp4.tp1.pp1.z0.fp32.ckpt-none.mb0");
+  aa_strategy_default(&s);
+  CHECK(aa_strategy_to_json(&s, &text) == 0 && text && !strstr(text, "expert"));
+  free(text);
+  expect_key("{" V1 ", \"parallel\": {\"data\": 2, \"context\": 2, \"expert_model_parallel_size\": 4}}",
+             "dp2.tp1.pp1.cp2.z0.fp32.ckpt-none.mb0.ep4");
+
+  EXPECT_PARSE_ERROR(
+      "{" V1 ", \"parallel\": {\"data\": 4, \"expert\": 3}}", AA_EINVAL,
+      "parallel.expert: must divide data x context = 4 x 1 = 4 (expert ranks are drawn from the "
+      "data-parallel replicas, as Megatron does; got 3)");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"expert\": 0}}", AA_EINVAL,
+                     "parallel.expert: must be between 1 and 1024 (got 0)");
+  EXPECT_PARSE_ERROR("{" V1
+                     ", \"parallel\": {\"data\": 2, \"expert\": 2, \"expert_model_parallel_size\": 2}}",
+                     AA_EINVAL, "parallel.expert_model_parallel_size: gives parallel.expert again");
+
+  /* Against a model: a dense one has no experts to split; an MoE one's
+   * experts must divide. */
+  aa_model_spec_t spec = tiny_spec();
+  if (parse_ok(&s, "{" V1 ", \"parallel\": {\"data\": 2, \"expert\": 2}}")) return;
+  CHECK(aa_strategy_resolve(&s, &spec, 2) == AA_EINVAL &&
+        strstr(aa_last_error(),
+               "expert parallel degree 2 needs mixture-of-experts layers (model.moe); tiny has none"));
+  spec.arch.family[0] = '\0';
+  strcpy(spec.arch.family, "llama");
+  spec.arch.n_kv_head = spec.arch.n_head;
+  spec.arch.rope_theta = 10000;
+  spec.arch.norm_eps = 1e-5f;
+  spec.arch.moe = (aa_moe_t){.experts = 6, .top_k = 2, .d_ff_expert = 64, .every = 1};
+  CHECK_MSG(aa_strategy_resolve(&s, &spec, 2) == 0, "%s", aa_last_error());
+  if (parse_ok(&s, "{" V1 ", \"parallel\": {\"data\": 4, \"expert\": 4}}")) return;
+  CHECK(aa_strategy_resolve(&s, &spec, 4) == AA_EINVAL &&
+        strstr(aa_last_error(), "expert parallel degree 4 must divide experts 6"));
+}
+
 int main(void) {
   RUN(default_is_fp32_single_rank_whole_batch);
   RUN(format_and_version_alone_give_the_defaults);
@@ -1424,6 +1474,7 @@ int main(void) {
   RUN(atorch_options_that_map_exactly_are_honoured);
   RUN(atorch_options_autoaccel_cannot_honour_are_refused_by_name);
   RUN(atorch_parallel_mode_takes_the_order_and_rank_order);
+  RUN(expert_degree_parses_writes_keys_and_is_held_to_its_rules);
   RUN(resolve_fills_micro_batch_and_counts_accumulation);
   RUN(every_resolve_rule_fires);
   RUN(resolve_refuses_an_out_of_range_struct);

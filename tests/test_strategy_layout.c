@@ -260,6 +260,63 @@ AA_TEST(a_group_of_axes_from_a_mask_holds_the_ranks_that_differ_only_along_them)
   }
 }
 
+/* Expert parallelism cuts the data x context replicas (layout.h): Megatron's
+ * expert and expert-data groups for tp 2, dp 4, ep 2, written out by hand,
+ * and with context parallelism the replicas span both axes. */
+static void check_expert(const char *json, int rank, bool data, const int *want, int n) {
+  aa_strategy_t s = mesh(json);
+  int m[16];
+  int got = aa_layout_expert_group(m, 16, &s, rank, data);
+  CHECK_MSG(got == n, "%s rank %d %s: %d ranks (%s)", json, rank, data ? "expert-data" : "expert", got,
+            got < 0 ? aa_last_error() : "");
+  for (int k = 0; k < n && got == n; k++)
+    CHECK_MSG(m[k] == want[k], "%s rank %d: member %d is %d, want %d", json, rank, k, m[k], want[k]);
+}
+
+AA_TEST(expert_groups_cut_the_data_replicas) {
+  const char *t2d4 = "{\"format\": \"autoaccel-strategy\", \"version\": 1, \"parallel\": {\"data\": 4, "
+                     "\"tensor\": 2, \"expert\": 2}}";
+  check_expert(t2d4, 0, false, (const int[]){0, 2}, 2);
+  check_expert(t2d4, 6, false, (const int[]){4, 6}, 2);
+  check_expert(t2d4, 3, false, (const int[]){1, 3}, 2);
+  check_expert(t2d4, 5, false, (const int[]){5, 7}, 2);
+  check_expert(t2d4, 0, true, (const int[]){0, 4}, 2);
+  check_expert(t2d4, 2, true, (const int[]){2, 6}, 2);
+  check_expert(t2d4, 7, true, (const int[]){3, 7}, 2);
+  /* ep = dp: one expert group of the whole replica group, expert-data groups of one. */
+  const char *all = "{\"format\": \"autoaccel-strategy\", \"version\": 1, \"parallel\": {\"data\": 4, "
+                    "\"expert\": 4}}";
+  check_expert(all, 2, false, (const int[]){0, 1, 2, 3}, 4);
+  check_expert(all, 2, true, (const int[]){2}, 1);
+  /* No expert parallelism: groups of one, and the replicas. */
+  const char *none = "{\"format\": \"autoaccel-strategy\", \"version\": 1, \"parallel\": {\"data\": 2, "
+                     "\"tensor\": 2}}";
+  check_expert(none, 3, false, (const int[]){3}, 1);
+  check_expert(none, 3, true, (const int[]){1, 3}, 2);
+  /* Context 2 x data 2 (default order t, c, d fastest first): the replicas
+   * of rank 0 are 0, 1, 2, 3 (context fastest), so ep 2 pairs the two
+   * context ranks of each data rank, as Megatron's tp-cp-ep-dp order. */
+  const char *cp = "{\"format\": \"autoaccel-strategy\", \"version\": 1, \"parallel\": {\"data\": 2, "
+                   "\"context\": 2, \"expert\": 2}}";
+  check_expert(cp, 1, false, (const int[]){0, 1}, 2);
+  check_expert(cp, 2, false, (const int[]){2, 3}, 2);
+  check_expert(cp, 1, true, (const int[]){1, 3}, 2);
+  /* Every rank is in exactly one group of each kind, of the stated size. */
+  aa_strategy_t s = mesh(t2d4);
+  int seen[8] = {0};
+  for (int r = 0; r < 8; r++) {
+    aa_layout_t l;
+    aa_layout_expert_t e;
+    CHECK(aa_layout_of(&l, &s, r) == 0);
+    aa_layout_expert(&l, &s, &e);
+    CHECK(e.size == 2 && e.data_size == 2 && e.color >= 0 && e.color < 4 && e.data_color >= 0 &&
+          e.data_color < 4);
+    seen[e.color * 2 + e.key]++;
+  }
+  for (int i = 0; i < 8; i++)
+    CHECK(seen[i] == 1);
+}
+
 int main(void) {
   RUN(atorch_example_gives_the_documented_groups);
   RUN(data_tensor_pipeline_order_permutes_the_groups);
@@ -270,5 +327,6 @@ int main(void) {
   RUN(invalid_meshes_and_rank_orders_are_refused_with_the_rule);
   RUN(every_axis_order_is_a_permutation_named_by_letters);
   RUN(a_group_of_axes_from_a_mask_holds_the_ranks_that_differ_only_along_them);
+  RUN(expert_groups_cut_the_data_replicas);
   return aa_test_summary();
 }
