@@ -28,6 +28,7 @@
 #include "engine/data.h"
 #include "engine/model.h"
 #include "engine/train.h"
+#include "strategies/sizes.h"
 
 #define STEPS 4
 #define REL_TOL 1e-5
@@ -71,6 +72,7 @@ typedef struct {
  * validation loss. */
 typedef struct {
   double loss[STEPS + 1], norm[STEPS + 1], val_loss[2];
+  size_t peak[2][AA_MEM_NKINDS]; /* each rank's accounted peak bytes by kind */
   int status[2];
   int moe_lines, min_tokens, max_tokens, dropped, tokens; /* the last moe line's */
 } run_t;
@@ -120,7 +122,11 @@ static int rank_main(const void *data, int rank) {
   aa_comm_destroy(comm);
   snprintf(path, sizeof path, "%s/val.%d", dir, rank);
   FILE *f = fopen(path, "w");
-  if (f && !rc) fprintf(f, "%.9g\n", res.val_loss);
+  if (f && !rc) {
+    fprintf(f, "%.9g\n", res.val_loss);
+    for (int k = 0; k < AA_MEM_NKINDS; k++)
+      fprintf(f, "%zu\n", res.mem.peak[k]);
+  }
   if (f) fclose(f);
   return rc ? 3 : 0;
 }
@@ -175,25 +181,55 @@ static void run(const cfg_t *c, run_t *r) {
     snprintf(path, sizeof path, "%s/val.%d", dir, i);
     if (!(f = fopen(path, "r"))) continue;
     if (fscanf(f, "%lf", &r->val_loss[i]) != 1) r->val_loss[i] = NAN;
+    for (int k = 0; k < AA_MEM_NKINDS; k++)
+      if (fscanf(f, "%zu", &r->peak[i][k]) != 1) r->peak[i][k] = 0;
     fclose(f);
   }
+}
+
+/* Every rank of run c accounted, kind by kind and to the byte, what
+ * strategies/sizes.h says a rank of its strategy allocates: the MoE
+ * blocks' parameters, their ZeRO shards, kept buffers, workspace and host
+ * routing maps included (the CPU backend has no scratch of its own). */
+static void check_sizes(const char *what, const cfg_t *c, const run_t *r) {
+  aa_model_spec_t s;
+  if (moe_spec(&s, c->capacity)) return;
+  aa_strategy_t st;
+  aa_strategy_default(&st);
+  st.degree[AA_AXIS_DATA] = c->dp ? c->dp : 1;
+  st.zero = c->zero;
+  st.micro_batch = c->micro_batch;
+  st.amp = c->amp;
+  st.ckpt = c->ckpt;
+  CHECK_MSG(aa_strategy_resolve(&st, &s, st.degree[AA_AXIS_DATA]) == 0, "%s", aa_last_error());
+  size_t want[AA_MEM_NKINDS];
+  CHECK(aa_sizes_rank(&s.arch, &st, aa_strategy_accum_steps(&st, &s), 0, want) == 0);
+  for (int i = 0; i < (c->dp ? c->dp : 1); i++)
+    for (int k = 0; k < AA_MEM_NKINDS; k++)
+      CHECK_MSG(r->peak[i][k] == want[k], "%s rank %d %s: accounted %zu, sizes.h %zu", what, i,
+                aa_mem_kind_name(k), r->peak[i][k], want[k]);
 }
 
 /* dp 2 at ZeRO 0, 1 and 3 (the MoE blocks' units sharded and gathered like
  * dense ones) against one process running the same micro-batches of 4
  * sequences (two a step): every step's loss (with the aux and z losses),
- * gradient norm and each rank's validation loss. */
+ * gradient norm and each rank's validation loss; and every rank's bytes
+ * against sizes.h. */
 AA_TEST(dp2_matches_the_single_process_micro_batch_for_micro_batch_at_zero_0_1_and_3) {
   run_t ref;
-  run(&(cfg_t){.dp = 0, .micro_batch = 4, .out = "single"}, &ref);
+  const cfg_t single = {.dp = 0, .micro_batch = 4, .out = "single"};
+  run(&single, &ref);
   CHECK_MSG(aa_gang_exited_ok(ref.status[0]) && !isnan(ref.loss[STEPS]), "the single process failed");
+  check_sizes("single", &single, &ref);
   static const int stages[] = {0, 1, 3};
   for (int z = 0; z < 3; z++) {
     char out[32];
     snprintf(out, sizeof out, "dp2.z%d", stages[z]);
     run_t r;
-    run(&(cfg_t){.dp = 2, .zero = stages[z], .micro_batch = 4, .out = out}, &r);
+    const cfg_t c = {.dp = 2, .zero = stages[z], .micro_batch = 4, .out = out};
+    run(&c, &r);
     CHECK_MSG(aa_gang_exited_ok(r.status[0]) && aa_gang_exited_ok(r.status[1]), "%s: a rank failed", out);
+    check_sizes(out, &c, &r);
     double worst = 0;
     for (int s = 1; s <= STEPS; s++) {
       double d = fabs(r.loss[s] - ref.loss[s]) / fabs(ref.loss[s]);
@@ -291,15 +327,18 @@ AA_TEST(the_engine_refuses_what_it_does_not_compute_for_moe_by_name) {
  * MoE block kept whole (none), kept whole while the dense blocks drop
  * their SwiGLU output (selective: here no dense block), or recomputed in
  * the workspace with the same routing and without counting its losses
- * twice (full) gives the same losses bit for bit. */
+ * twice (full) gives the same losses bit for bit, each allocating what
+ * sizes.h says. */
 AA_TEST(every_checkpointing_mode_gives_the_same_losses_bit_for_bit) {
   static const aa_ckpt_mode_t modes[] = {AA_CKPT_NONE, AA_CKPT_SELECTIVE, AA_CKPT_FULL};
   run_t r[3];
   for (int i = 0; i < 3; i++) {
     char out[32];
     snprintf(out, sizeof out, "ckpt.mode%d", i);
-    run(&(cfg_t){.micro_batch = 4, .ckpt = modes[i], .out = out}, &r[i]);
+    const cfg_t c = {.micro_batch = 4, .ckpt = modes[i], .out = out};
+    run(&c, &r[i]);
     CHECK_MSG(aa_gang_exited_ok(r[i].status[0]) && isfinite(r[i].loss[STEPS]), "%s failed", out);
+    check_sizes(out, &c, &r[i]);
   }
   for (int i = 1; i < 3; i++)
     for (int s = 1; s <= STEPS; s++)
@@ -332,8 +371,10 @@ AA_TEST(dp2_in_bf16_and_fp16_matches_the_single_process) {
     }
     snprintf(out, sizeof out, "amp.dp2.%s.z%d", aa_dtype_name(amp), cases[i].zero);
     run_t r;
-    run(&(cfg_t){.dp = 2, .zero = cases[i].zero, .micro_batch = 4, .amp = amp, .out = out}, &r);
+    const cfg_t c = {.dp = 2, .zero = cases[i].zero, .micro_batch = 4, .amp = amp, .out = out};
+    run(&c, &r);
     CHECK_MSG(aa_gang_exited_ok(r.status[0]) && aa_gang_exited_ok(r.status[1]), "%s: a rank failed", out);
+    check_sizes(out, &c, &r);
     double worst = 0;
     for (int s = 1; s <= STEPS; s++) {
       double d = fabs(r.loss[s] - ref[amp].loss[s]) / fabs(ref[amp].loss[s]);
