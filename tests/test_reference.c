@@ -18,7 +18,10 @@
  * fields), the tensor table and the import differ. The MoE fixtures' draws
  * keep every token's top-3 router logits at least 1e-3 apart in every
  * forward they make, so the engine's float32 routing is the reference's and
- * the tolerances bound the same rounding as llama's.
+ * the tolerances bound the same rounding as llama's. Measured worst
+ * error/tolerance on them: loss 0.12, logits 0.085, gradients 0.031
+ * (h1.router.w), parameters after the five steps 0.003; leaving out the z
+ * loss moves the loss to 4,800 times its tolerance.
  *
  * Every comparison uses |got - want| <= atol + rtol*|want| and reports, per
  * tensor, the largest absolute and relative error and the largest ratio
