@@ -116,6 +116,7 @@ static int parse(const char *cmd, int argc, char **argv, void (*usage)(FILE *), 
 static int make_model(const aa_model_spec_t *spec, const char *path, aa_gpt_t **m) {
   aa_gpt_opts_t o = {.zero = 2, .amp = AA_F32};
   int rc = aa_arch_require_engine(&spec->arch, path);
+  if (!rc) rc = aa_arch_require_dense(&spec->arch, path);
   return rc ? rc : aa_gpt_create(m, &spec->arch, aa_ops_cpu(), 1, 1, &o);
 }
 

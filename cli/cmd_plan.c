@@ -244,7 +244,7 @@ int aa_cmd_plan(int argc, char **argv) {
                        "attention, which it measured",
                        attention_arg);
     aa_model_spec_t spec;
-    if (aa_spec_load(&spec, argv[optind]) || aa_spec_require_modelled(&spec, argv[optind]))
+    if (aa_spec_load(&spec, argv[optind]) || aa_spec_require_planned(&spec, argv[optind]))
       return aa_cli_fail("plan");
     const aa_cli_plan_local_t o = {.spec = &spec,
                                    .profile = profile,
@@ -270,7 +270,7 @@ int aa_cmd_plan(int argc, char **argv) {
     return bad_usage("--device must be a device of the pool's kind, not '%s'", device);
   aa_model_spec_t spec;
   char *model = NULL;
-  if (aa_spec_load(&spec, argv[optind]) || aa_spec_require_modelled(&spec, argv[optind]) ||
+  if (aa_spec_load(&spec, argv[optind]) || aa_spec_require_planned(&spec, argv[optind]) ||
       aa_spec_to_json(&spec, &model))
     return aa_cli_fail("plan");
   json_t *args =

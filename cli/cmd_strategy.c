@@ -248,7 +248,7 @@ static int cmd_check(int argc, char **argv) {
   const char *path = argv[optind];
   aa_strategy_t s;
   aa_model_spec_t spec;
-  if (aa_strategy_load(&s, path) || aa_spec_load(&spec, model) || aa_spec_require_modelled(&spec, model))
+  if (aa_strategy_load(&s, path) || aa_spec_load(&spec, model) || aa_spec_require_planned(&spec, model))
     return aa_cli_fail("strategy check");
   int rc = aa_strategy_resolve(&s, &spec, (int)world);
   if (rc) {

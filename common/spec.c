@@ -319,17 +319,24 @@ int aa_spec_load(aa_model_spec_t *out, const char *path) {
   return rc;
 }
 
-int aa_spec_require_modelled(const aa_model_spec_t *s, const char *what) {
+int aa_spec_require_planned(const aa_model_spec_t *s, const char *what) {
   if (!s->arch.moe.experts) return 0;
+  return aa_error(
+      AA_EUNSUPPORTED,
+      "%s: %s has mixture-of-experts layers (model.moe): autoaccel trains them (train, on one "
+      "process or data parallel) but cannot measure or plan them yet (docs/model-spec.md \"moe\")",
+      what, s->name);
+}
+
+int aa_arch_require_dense(const aa_arch_t *a, const char *what) {
+  if (!a->moe.experts) return 0;
   return aa_error(AA_EUNSUPPORTED,
-                  "%s: %s has mixture-of-experts layers (model.moe): autoaccel reads them but cannot train, "
-                  "measure or plan them yet (docs/model-spec.md \"moe\")",
-                  what, s->name);
+                  "%s: mixture-of-experts layers (model.moe): import, export and generate take dense models "
+                  "only yet (train trains them; docs/model-spec.md \"moe\")",
+                  what);
 }
 
 int aa_spec_require_data(const aa_model_spec_t *s, const char *what) {
-  int rc = aa_spec_require_modelled(s, what);
-  if (rc) return rc;
   if (!s->train_data[0])
     return aa_error(
         AA_EINVAL,

@@ -131,12 +131,18 @@ int aa_spec_require_data(const aa_model_spec_t *s, const char *what);
  *    sequence; plan and strategy check accept up to 1,048,576". */
 int aa_arch_require_engine(const aa_arch_t *a, const char *what);
 
-/* Whether autoaccel can train, measure and plan the spec's model: 0, or
+/* Whether the cost model can measure and plan the spec's model: 0, or
  * AA_EUNSUPPORTED "<what>: <name> has mixture-of-experts layers
- * (model.moe): ..." for an MoE model, which the spec reads but neither
- * the engine nor the cost model holds yet. aa_spec_require_data checks it
- * too; plan and strategy check call it. */
-int aa_spec_require_modelled(const aa_model_spec_t *s, const char *what);
+ * (model.moe): ..." for an MoE model, which `train` trains (on one process
+ * or data parallel) but the cost model does not hold yet. plan, strategy
+ * check, auto, submit and dry runs call it. */
+int aa_spec_require_planned(const aa_model_spec_t *s, const char *what);
+
+/* Whether a's weights can be imported, exported and decoded from: 0 for a
+ * dense model, else AA_EUNSUPPORTED "<what>: mixture-of-experts layers
+ * (model.moe): ..." (no Hugging Face Mixtral names and no MoE decoder
+ * yet). */
+int aa_arch_require_dense(const aa_arch_t *a, const char *what);
 
 /* Validates an architecture alone (ranges, divisibility). */
 int aa_arch_validate(const aa_arch_t *a);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/cpu_moe.h"
 #include "strategies/sizes.h"
 
 /* Per-block activation fields (strategies/sizes.h, which lays them out),
@@ -35,6 +36,7 @@ enum { S_LN1M, S_LN1R, S_LN2M, S_LN2R, NS };
 typedef struct {
   void *f[NF];
   float *stats; /* fp32 */
+  char *moe;    /* an MoE block's kept buffers (sizes.h aa_moe_acts_t), fp32; NULL for a dense block */
 } block_store_t;
 
 /* fp32 views of one block's activations while computing it. */
@@ -80,6 +82,14 @@ struct aa_acts {
    * on its way back), one block's attention of a chunk's queries and its
    * logsumexp, and the backward's delta of both chunks. */
   float *ring, *ring_out, *ring_lse, *ring_delta;
+  /* MoE blocks (NULL in a dense model): the backward's gradients of the
+   * permuted rows (dxp, dyp), of the routing weights and of the router
+   * logits, reused by every MoE block; the layout of one block's kept
+   * buffers (offsets from block_store_t moe). */
+  float *moe_dxp, *moe_dyp, *moe_dweight, *moe_dlogits;
+  char *ws_moe; /* where a fully checkpointed MoE block is recomputed */
+  aa_moe_acts_t moe_off;
+  size_t host_bytes; /* the routing maps' bytes, counted as activations */
   /* Pipeline parallelism (sizes.h aa_act_layout_t): where each block's
    * kept buffers lie in a slot, the slots' size, the input buffers
    * (encoded points at the one in use), the gradient receive buffers, the
@@ -152,13 +162,22 @@ static void add_tensor(table_t *tb, const char *name, int layer, int d0, int d1,
   *g += t->gnumel;
 }
 
-/* Tensors before the first block (gpt2: wte, wpe; llama: wte) and per block. */
+/* Tensors before the first block (gpt2: wte, wpe; llama: wte), in a dense
+ * block, and the ones an MoE block has beyond a dense llama block's (its
+ * router, routed and shared experts replace gate, up and down). */
 static int n_pre(const aa_arch_t *a) { return aa_arch_is_llama(a) ? 1 : 2; }
 static int per_layer(const aa_arch_t *a) {
   return aa_arch_is_llama(a) ? AA_LLAMA_TENSORS_PER_LAYER : AA_TENSORS_PER_LAYER;
 }
+static int moe_extra(const aa_arch_t *a) { return a->moe.shared_experts ? 2 : 0; }
+/* MoE blocks before block l (every `every`-th from block 0). */
+static int moe_before(const aa_arch_t *a, int l) {
+  return a->moe.experts > 0 && a->moe.every > 0 ? (l + a->moe.every - 1) / a->moe.every : 0;
+}
 
-int aa_gpt_n_tensors(const aa_arch_t *a) { return n_pre(a) + a->n_layer * per_layer(a) + 2; }
+int aa_gpt_n_tensors(const aa_arch_t *a) {
+  return n_pre(a) + a->n_layer * per_layer(a) + moe_before(a, a->n_layer) * moe_extra(a) + 2;
+}
 
 /* llama's blocks: ln1.w, q.w, k.w, v.w (q|k|v contiguous: one GEMM makes
  * a token's q, k and v), proj.w, ln2.w, gate.w, up.w (contiguous: one
@@ -168,9 +187,16 @@ int aa_gpt_n_tensors(const aa_arch_t *a) { return n_pre(a) + a->n_layer * per_la
  * vocabulary rows as wte does. */
 static void llama_table(table_t *tb, const aa_arch_t *a, const aa_tp_dims_t *d, int r, int vlo, int vvalid) {
   const int C = d->C, Cl = d->Cl, F = d->F, GF = a->d_ff, KVl = d->KVl, GKV = d->KVl * d->tp;
+  const int E = a->moe.experts, Fe = a->moe.d_ff_expert, S = a->moe.shared_experts;
   char n[32];
   add_tensor(tb, "wte", -1, d->Vl, C, a->vocab_size, C, ROWS, vlo, vvalid);
   for (int l = 0; l < a->n_layer; l++) {
+    /* An MoE block (whole on every rank: the engine refuses tensor
+     * parallelism for it): its attention half as a dense block's, then
+     * router.w (E,C), experts.w13 (E 2Fe,C) = per expert [w1; w3],
+     * experts.w2 (E C,Fe), and with shared experts shared.w13 (S 2Fe,C)
+     * and shared.w2 (S C,Fe) (kernels/cpu/cpu_moe.h's layouts). */
+    const int moe = aa_arch_is_moe_layer(a, l);
     static const char *names[AA_LLAMA_TENSORS_PER_LAYER] = {"ln1.w", "q.w",  "k.w",  "v.w",   "proj.w",
                                                             "ln2.w", "gate.w", "up.w", "down.w"};
     const struct {
@@ -183,9 +209,22 @@ static void llama_table(table_t *tb, const aa_arch_t *a, const aa_tp_dims_t *d, 
         {C, Cl, C, C, COLS, r * Cl, 0},     {C, 0, C, 0, WHOLE, 0, 0},
         {F, C, GF, C, ROWS, r * F, F},      {F, C, GF, C, ROWS, r * F, F},
         {C, F, C, GF, COLS, r * F, 0}};
-    for (int i = 0; i < AA_LLAMA_TENSORS_PER_LAYER; i++) {
+    for (int i = 0; i < (moe ? 6 : AA_LLAMA_TENSORS_PER_LAYER); i++) {
       snprintf(n, sizeof n, "h%d.%s", l, names[i]);
       add_tensor(tb, n, l, t[i].d0, t[i].d1, t[i].g0, t[i].g1, t[i].split, t[i].lo, t[i].rows);
+    }
+    if (!moe) continue;
+    const struct {
+      const char *name;
+      int d0, d1;
+    } x[5] = {{"router.w", E, C},
+              {"experts.w13", E * 2 * Fe, C},
+              {"experts.w2", E * C, Fe},
+              {"shared.w13", S * 2 * Fe, C},
+              {"shared.w2", S * C, Fe}};
+    for (int i = 0; i < 3 + moe_extra(a); i++) {
+      snprintf(n, sizeof n, "h%d.%s", l, x[i].name);
+      add_tensor(tb, n, l, x[i].d0, x[i].d1, x[i].d0, x[i].d1, WHOLE, 0, 0);
     }
   }
   add_tensor(tb, "lnf.w", -1, C, 0, C, 0, WHOLE, 0, 0);
@@ -256,11 +295,19 @@ void aa_gpt_tensor_table_pp(const aa_arch_t *a, int tp, int r, const aa_pp_place
  * FCPROJW down.w. */
 enum { LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB };
 static const int llama_role[AA_TENSORS_PER_LAYER] = {0, -1, 1, -1, 4, -1, 5, -1, 6, -1, 8, -1};
+/* An MoE block's own tensors, after its ln2.w (llama_table's order); it
+ * has no FCW and FCPROJW. */
+enum { ROUTERW = AA_TENSORS_PER_LAYER, EXPW13, EXPW2, SHW13, SHW2 };
 /* Index of block l's first tensor, and of its tensor of role k (-1: the
- * family has none). */
-static int l0(const aa_arch_t *a, int l) { return n_pre(a) + l * per_layer(a); }
+ * block has none). */
+static int l0(const aa_arch_t *a, int l) {
+  return n_pre(a) + l * per_layer(a) + moe_before(a, l) * moe_extra(a);
+}
 static int lt(const aa_arch_t *a, int l, int k) {
   if (!aa_arch_is_llama(a)) return l0(a, l) + k;
+  const int moe = aa_arch_is_moe_layer(a, l);
+  if (k >= ROUTERW) return moe && (k < SHW13 || moe_extra(a)) ? l0(a, l) + 6 + (k - ROUTERW) : -1;
+  if (moe && (k == FCW || k == FCPROJW)) return -1;
   return llama_role[k] < 0 ? -1 : l0(a, l) + llama_role[k];
 }
 /* Role k of block l within the block's unit-relative buffer w (weights or
@@ -305,6 +352,7 @@ static void carve(aa_acts_t *a, const aa_act_layout_t *l, const aa_act_block_t *
   for (int b = 0; b < n_layer; b++) {
     for (int f = 0; f < NF; f++) a->blocks[b].f[f] = at(st, blocks[b].field[f]);
     a->blocks[b].stats = at(st, blocks[b].stats);
+    a->blocks[b].moe = at(st, blocks[b].moe);
   }
   a->lnf = at(st, l->lnf);
   a->lnf_stats = at(st, l->lnf_stats);
@@ -332,6 +380,11 @@ static void carve(aa_acts_t *a, const aa_act_layout_t *l, const aa_act_block_t *
   a->ring_out = at(ws, l->ring_out);
   a->ring_lse = at(ws, l->ring_lse);
   a->ring_delta = at(ws, l->ring_delta);
+  a->moe_dxp = at(ws, l->moe_dxp);
+  a->moe_dyp = at(ws, l->moe_dyp);
+  a->moe_dweight = at(ws, l->moe_dweight);
+  a->moe_dlogits = at(ws, l->moe_dlogits);
+  a->ws_moe = at(ws, l->ws_moe);
   memcpy(a->off, blocks, (size_t)n_layer * sizeof *blocks);
   a->slot_bytes = l->slot_bytes;
   a->stash_off = l->stash;
@@ -404,6 +457,29 @@ void aa_flatbuf_free(aa_flatbuf_t *b, aa_mem_t *mem) {
 
 static const aa_gpt_opts_t default_opts = {.amp = AA_F32, .ckpt = AA_CKPT_NONE};
 
+/* Whether the engine computes arch's MoE blocks under these options: on
+ * the CPU backend (the ops are cpu_moe.h's, with a host routing map), on
+ * one process or data parallel (experts replicated). 0 for a dense
+ * model. */
+static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_opts_t *o) {
+  if (!a->moe.experts) return 0;
+  const char *axis = o->tensor && aa_comm_world(o->tensor) > 1     ? "tensor"
+                     : o->pipe && o->pipe->pp > 1                  ? "pipeline"
+                     : o->context && aa_comm_world(o->context) > 1 ? "context"
+                                                                   : NULL;
+  if (axis)
+    return aa_error(AA_EUNSUPPORTED,
+                    "model.moe: mixture-of-experts layers train on one process or data parallel; %s "
+                    "parallelism (and expert parallelism) with them is not supported yet",
+                    axis);
+  if (ops != aa_ops_cpu())
+    return aa_error(AA_EUNSUPPORTED,
+                    "model.moe: the %s backend does not compute mixture-of-experts layers yet (the cpu "
+                    "backend does)",
+                    ops->name);
+  return 0;
+}
+
 void aa_gpt_act_bytes(const aa_arch_t *arch, int B, int T, const aa_gpt_opts_t *opts, size_t *acts,
                       size_t *workspace) {
   if (!opts) opts = &default_opts;
@@ -414,14 +490,32 @@ void aa_gpt_act_bytes(const aa_arch_t *arch, int B, int T, const aa_gpt_opts_t *
   *workspace = l.workspace;
 }
 
+/* The MoE blocks' routing maps (host memory; sizes.h counts their bytes,
+ * l->host, as activations) and the layout of a block's kept buffers. */
+static int moe_alloc(aa_gpt_t *m, const aa_act_layout_t *l) {
+  const aa_arch_t *a = &m->arch;
+  if (!a->moe.experts) return 0;
+  int rc = aa_mem_check(m->opts.mem, AA_MEM_ACTS, l->host);
+  if (rc) return rc;
+  if (!(m->routes = calloc((size_t)a->n_layer, sizeof *m->routes)))
+    return aa_error(AA_ENOMEM, "out of memory for the routing maps");
+  for (int b = 0; b < a->n_layer && !rc; b++)
+    if (aa_arch_is_moe_layer(a, b))
+      rc = aa_cpu_moe_route_alloc(&m->routes[b], m->B * m->T, a->moe.experts, a->moe.top_k);
+  if (rc) return rc;
+  aa_mem_charge(m->opts.mem, AA_MEM_ACTS, l->host);
+  m->acts->host_bytes = l->host;
+  aa_sizes_moe_acts(a, (size_t)m->B * m->T, &m->acts->moe_off);
+  return 0;
+}
+
 int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, int B, int T,
                   const aa_gpt_opts_t *opts) {
   int rc = aa_arch_validate(arch);
   if (!rc) rc = aa_arch_require_engine(arch, "model");
   if (rc) return rc;
-  if (arch->moe.experts)
-    return aa_error(AA_EUNSUPPORTED, "model.moe: the engine does not compute mixture-of-experts layers yet");
   if (!opts) opts = &default_opts;
+  if ((rc = moe_supported(arch, ops, opts))) return rc;
   if (B < 1 || T < 1 || T > arch->seq_len)
     return aa_error(AA_EINVAL, "batch %d x sequence %d does not fit the model (seq_len %d)", B, T, arch->seq_len);
   if (opts->amp != AA_F32 && opts->amp != AA_BF16 && opts->amp != AA_F16)
@@ -515,7 +609,7 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   }
   if (!rc) carve(a, &l, blocks, arch->n_layer);
   free(blocks);
-  if (rc) goto fail;
+  if (rc || (rc = moe_alloc(m, &l))) goto fail;
   m->targets = a->targets;
   *out = m;
   return 0;
@@ -538,8 +632,13 @@ void aa_gpt_free(aa_gpt_t *m) {
     free(m->acts->blocks);
     free(m->acts->off);
     free(m->acts->host_losses);
+    aa_mem_uncharge(mem, AA_MEM_ACTS, m->acts->host_bytes);
     free(m->acts);
   }
+  if (m->routes)
+    for (int l = 0; l < m->arch.n_layer; l++)
+      aa_cpu_moe_route_free(&m->routes[l]);
+  free(m->routes);
   aa_flatbuf_free(&m->params, mem);
   aa_flatbuf_free(&m->grads, mem);
   aa_flatbuf_free(&m->params16, mem);
@@ -601,8 +700,11 @@ int aa_gpt_init_weights_to(const aa_gpt_t *m, uint64_t seed, aa_gpt_put_fn put, 
     const aa_tensor_desc_t *t = &m->tensors[i];
     const char *kind = strchr(t->name, '.') ? strchr(t->name, '.') + 1 : t->name;
     if (t->ndim == 2) {
-      float std = (!strcmp(kind, "proj.w") || !strcmp(kind, "fcproj.w") || !strcmp(kind, "down.w")) ? resid_std
-                                                                                                    : 0.02f;
+      /* The residual projections: the experts' w2 like the MLP's down.w. */
+      float std = (!strcmp(kind, "proj.w") || !strcmp(kind, "fcproj.w") || !strcmp(kind, "down.w") ||
+                   !strcmp(kind, "experts.w2") || !strcmp(kind, "shared.w2"))
+                      ? resid_std
+                      : 0.02f;
       for (size_t j = 0; j < t->gnumel; j++) p[j] = std * aa_rng_normal(&rng);
     } else {
       /* LayerNorm and RMSNorm gains start at 1; biases (including LayerNorm's) at 0. */
@@ -993,6 +1095,83 @@ static int ring_backward(aa_gpt_t *m, float *dqkv, const float *dout, const floa
   return 0;
 }
 
+/* --- mixture-of-experts blocks (kernels/cpu/cpu_moe.h) --------------------------------- */
+
+/* Views of MoE block l's buffers (sizes.h aa_moe_acts_t): the ones it
+ * keeps, or the workspace's where a fully checkpointed block computes. */
+typedef struct {
+  float *logits, *probs, *xp, *h, *act, *yp, *hs, *as;
+} moe_view_t;
+
+static moe_view_t moe_view(const aa_gpt_t *m, int l) {
+  const aa_moe_acts_t *o = &m->acts->moe_off;
+  char *b = m->acts->blocks[l].moe ? m->acts->blocks[l].moe : m->acts->ws_moe;
+  return (moe_view_t){(float *)(b + o->logits), (float *)(b + o->probs), (float *)(b + o->xp),
+                      (float *)(b + o->h),      (float *)(b + o->act),   (float *)(b + o->yp),
+                      (float *)(b + o->hs),     (float *)(b + o->as)};
+}
+
+/* MoE block l's MLP in place of the SwiGLU: out (N,C) = the routed
+ * experts' weighted outputs plus the shared experts' for x (N,C), the
+ * second RMSNorm's output, with weights w, computed in fp32 (under amp
+ * from the 16-bit input and weights; the caller rounds out). Its routing
+ * goes to m->routes[l]; the pass's forward (count set, not a recompute,
+ * which reproduces the same routing) adds its aux and z losses into
+ * m->moe_loss and its expert counts into m->moe_stats (both reset by the
+ * pass). */
+static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const float *w, int count) {
+  const aa_moe_t *mo = &m->arch.moe;
+  const int N = m->B * m->T, C = m->d.C, E = mo->experts, Fe = mo->d_ff_expert;
+  const moe_view_t v = moe_view(m, l);
+  aa_moe_route_t *r = &m->routes[l];
+  aa_moe_stats_t st;
+  aa_cpu_moe_router_forward(v.logits, v.probs, x, WK(ROUTERW), N, C, E);
+  int rc = aa_cpu_moe_route(r, &st, v.logits, v.probs, mo->capacity_factor);
+  if (rc) return rc;
+  aa_cpu_moe_permute(v.xp, x, r, C);
+  aa_cpu_moe_experts_forward(v.yp, v.h, v.act, v.xp, WK(EXPW13), WK(EXPW2), r->offsets, E, C, Fe);
+  aa_cpu_moe_unpermute(out, v.yp, r, C);
+  aa_cpu_moe_shared_forward(out, v.hs, v.as, x, WK(SHW13), WK(SHW2), mo->shared_experts, N, C, Fe);
+  if (!count) return 0;
+  float aux, z;
+  aa_cpu_moe_losses(&aux, &z, v.logits, v.probs, r, mo->aux_loss_coef, mo->z_loss_coef);
+  m->moe_loss += aux + z;
+  aa_moe_stats_t *t = &m->moe_stats;
+  if (t->min_tokens < 0 || st.min_tokens < t->min_tokens) t->min_tokens = st.min_tokens;
+  if (st.max_tokens > t->max_tokens) t->max_tokens = st.max_tokens;
+  t->dropped += st.dropped;
+  return 0;
+}
+
+/* Its backward: dx (N,C) = the gradient of x from dout (N,C), the
+ * gradient of the block's output; the weights' gradients (g, the block's
+ * unit-relative gradient) accumulate, the router's with the aux and z
+ * losses' at m->moe_dloss. */
+static void moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *dout, const float *x,
+                         const float *w) {
+  const aa_ops_t *op = m->ops;
+  aa_acts_t *a = m->acts;
+  const aa_moe_t *mo = &m->arch.moe;
+  const int N = m->B * m->T, C = m->d.C, E = mo->experts, Fe = mo->d_ff_expert, k = mo->top_k;
+  const moe_view_t v = moe_view(m, l);
+  const aa_moe_route_t *r = &m->routes[l];
+  const size_t rows = (size_t)r->rows;
+#define G(k) role_at(m, g, l, k)
+  op->memset0(a->moe_dyp, rows * C * sizeof(float));
+  op->memset0(a->moe_dweight, (size_t)N * k * sizeof(float));
+  aa_cpu_moe_unpermute_backward(a->moe_dyp, a->moe_dweight, dout, v.yp, r, C);
+  op->memset0(a->moe_dxp, rows * C * sizeof(float));
+  aa_cpu_moe_experts_backward(a->moe_dxp, G(EXPW13), G(EXPW2), a->moe_dyp, v.xp, v.h, v.act, WK(EXPW13),
+                              WK(EXPW2), r->offsets, E, C, Fe);
+  op->memset0(dx, (size_t)N * C * sizeof(float));
+  aa_cpu_moe_permute_backward(dx, a->moe_dxp, r, C);
+  aa_cpu_moe_shared_backward(dx, G(SHW13), G(SHW2), dout, x, v.hs, v.as, WK(SHW13), WK(SHW2),
+                             mo->shared_experts, N, C, Fe);
+  aa_cpu_moe_router_backward(dx, G(ROUTERW), a->moe_dlogits, a->moe_dweight, x, WK(ROUTERW), v.logits,
+                             v.probs, r, C, mo->aux_loss_coef, mo->z_loss_coef, m->moe_dloss);
+#undef G
+}
+
 /* Block l's forward from x (the rank's Ns tokens of the residual stream)
  * with weights w into the view v. Under amp every output is rounded before
  * use; with keep set the kept fields also go to the block's 16-bit store
@@ -1041,13 +1220,18 @@ static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, blo
   OUT(F_RES2, NsC);
   norm_forward(m, f[F_LN2], st + S_LN2M * Ns, st + S_LN2R * Ns, f[F_RES2], WK(LN2W), WK(LN2B), Ns);
   OUT(F_LN2, NsC);
-  if ((rc = column_input(m, f[F_LN2], &in))) return rc;
-  op->matmul_forward(f[F_FCH], in, WK(FCW), WK(FCB), N, C, m->d.FH);
-  OUT(F_FCH, (size_t)N * m->d.FH);
-  act_forward(m, f[F_FCHG], f[F_FCH], (size_t)N);
-  OUT(F_FCHG, NF_);
-  op->matmul_forward(row_output(m, f[F_RES3]), f[F_FCHG], WK(FCPROJW), bias ? WK(FCPROJB) : NULL, N, F, C);
-  if ((rc = row_reduce(m, f[F_RES3]))) return rc;
+  if (aa_arch_is_moe_layer(&m->arch, l)) {
+    /* One process or data parallel (moe_supported): Ns is N. */
+    if ((rc = moe_forward(m, l, f[F_RES3], f[F_LN2], w, keep))) return rc;
+  } else {
+    if ((rc = column_input(m, f[F_LN2], &in))) return rc;
+    op->matmul_forward(f[F_FCH], in, WK(FCW), WK(FCB), N, C, m->d.FH);
+    OUT(F_FCH, (size_t)N * m->d.FH);
+    act_forward(m, f[F_FCHG], f[F_FCH], (size_t)N);
+    OUT(F_FCHG, NF_);
+    op->matmul_forward(row_output(m, f[F_RES3]), f[F_FCHG], WK(FCPROJW), bias ? WK(FCPROJB) : NULL, N, F, C);
+    if ((rc = row_reduce(m, f[F_RES3]))) return rc;
+  }
   rnd(m, NULL, f[F_RES3], NsC);
   op->residual_forward(f[F_RES3], f[F_RES3], f[F_RES2], NsC);
   OUT(F_RES3, NsC);
@@ -1085,7 +1269,7 @@ static int block_restore(aa_gpt_t *m, int l, const float *x, const float *w, blo
   if (m->opts.amp != AA_F32)
     for (int f = 0; f < NF; f++)
       if (f != F_RES3 && s->f[f]) op->cast_to_f32(v->f[f], s->f[f], m->opts.amp, field_numel(m, f));
-  if (!s->f[F_FCHG]) {
+  if (!s->f[F_FCHG] && !aa_arch_is_moe_layer(&m->arch, l)) {
     size_t n = field_numel(m, F_FCHG);
     act_forward(m, v->f[F_FCHG], v->f[F_FCH], (size_t)m->B * m->T);
     rnd(m, NULL, v->f[F_FCHG], n);
@@ -1168,6 +1352,8 @@ static int pass_begin(aa_gpt_t *m, outer_weights_t *ow) {
   int amp = m->opts.amp != AA_F32, refreshed = amp && m->params16_stale;
   if (refreshed && m->params.data) op->cast_from_f32(m->params16.data, m->opts.amp, m->params.data, m->n_params);
   m->params16_stale = 0;
+  m->moe_loss = 0;
+  m->moe_stats = (aa_moe_stats_t){.min_tokens = -1};
   return outer_weights(m, refreshed, ow);
 }
 
@@ -1231,7 +1417,8 @@ static int head_forward(aa_gpt_t *m, const outer_weights_t *ow, const float *x, 
   a->have_targets = 1;
   double sum = 0;
   for (int i = 0; i < N; i++) sum += a->host_losses[i];
-  m->loss = (float)(sum / N);
+  /* The MoE blocks' aux and z losses are part of the training loss. */
+  m->loss = (float)(sum / N + m->moe_loss);
   return 0;
 }
 
@@ -1311,19 +1498,26 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
     /* dres holds d(block output); the residual passes it through unchanged
      * to res2, and each branch's input gradient is accumulated onto it. A
      * row-parallel layer reads the whole output gradient. */
-    if ((rc = column_input(m, a->dres, &dout))) return rc;
-    op->memset0(a->dfch_gelu, NF_ * sizeof(float));
-    op->matmul_backward(a->dfch_gelu, G(FCPROJW), G(FCPROJB), dout, f[F_FCHG], WK(FCPROJW), N, F, C);
-    rnd(m, NULL, a->dfch_gelu, NF_);
-    const size_t NFH = (size_t)N * m->d.FH;
-    op->memset0(a->dfch, NFH * sizeof(float));
-    if (m->d.llama) op->swiglu_backward(a->dfch, f[F_FCH], a->dfch_gelu, N, F);
-    else op->gelu_backward(a->dfch, f[F_FCH], a->dfch_gelu, NF_);
-    rnd(m, NULL, a->dfch, NFH);
-    if ((rc = column_input(m, f[F_LN2], &in))) return rc;
-    op->memset0(row_output(m, a->dln), NC * sizeof(float));
-    op->matmul_backward(row_output(m, a->dln), G(FCW), G(FCB), a->dfch, in, WK(FCW), N, C, m->d.FH);
-    if ((rc = column_input_grad(m))) return rc;
+    if (aa_arch_is_moe_layer(&m->arch, l)) {
+      moe_backward(m, l, a->dln, gb, a->dres, f[F_LN2], w);
+      rnd(m, NULL, a->dln, NsC);
+    } else {
+      if ((rc = column_input(m, a->dres, &dout))) return rc;
+      op->memset0(a->dfch_gelu, NF_ * sizeof(float));
+      op->matmul_backward(a->dfch_gelu, G(FCPROJW), G(FCPROJB), dout, f[F_FCHG], WK(FCPROJW), N, F, C);
+      rnd(m, NULL, a->dfch_gelu, NF_);
+      const size_t NFH = (size_t)N * m->d.FH;
+      op->memset0(a->dfch, NFH * sizeof(float));
+      if (m->d.llama)
+        op->swiglu_backward(a->dfch, f[F_FCH], a->dfch_gelu, N, F);
+      else
+        op->gelu_backward(a->dfch, f[F_FCH], a->dfch_gelu, NF_);
+      rnd(m, NULL, a->dfch, NFH);
+      if ((rc = column_input(m, f[F_LN2], &in))) return rc;
+      op->memset0(row_output(m, a->dln), NC * sizeof(float));
+      op->matmul_backward(row_output(m, a->dln), G(FCW), G(FCB), a->dfch, in, WK(FCW), N, C, m->d.FH);
+      if ((rc = column_input_grad(m))) return rc;
+    }
     float *gln2 = ln_grads(m, G(LN2W), 0);
     norm_backward(m, a->dres, gln2, a->dln, f[F_RES2], WK(LN2W), st + S_LN2M * Ns, st + S_LN2R * Ns, Ns);
     rnd(m, NULL, a->dres, NsC);
@@ -1393,6 +1587,7 @@ int aa_gpt_backward(aa_gpt_t *m, float grad_scale) {
   if (m->pp > 1) return aa_error(AA_EINVAL, "a pipeline stage runs aa_gpt_stage_backward, not the whole model");
   if (!a->have_targets) return aa_error(AA_EINVAL, "backward needs a forward pass with targets");
   m->ops->set_gemm_inputs(m->opts.amp);
+  m->moe_dloss = grad_scale;
   outer_weights_t ow;
   /* Asked for once: gpt2's tied head starts unit 0's gradient, the
    * embedding ends it. Llama's head is head.w, in lnf's unit, whose
@@ -1436,6 +1631,7 @@ static void stage_select(aa_gpt_t *m, int c, int slot, int in) {
   for (int l = m->pipe.lo[c]; l < m->pipe.hi[c]; l++) {
     for (int f = 0; f < NF; f++) a->blocks[l].f[f] = at(base, a->off[l].field[f]);
     a->blocks[l].stats = at(base, a->off[l].stats);
+    a->blocks[l].moe = at(base, a->off[l].moe);
   }
   a->blocks[m->pipe.hi[c] - 1].f[F_RES3] = a->send;
   a->encoded = aa_gpt_stage_input(m, in);
@@ -1480,6 +1676,7 @@ int aa_gpt_stage_forward(aa_gpt_t *m, int c, int slot, int in, const int32_t *in
   if (!train) return 0;
   /* The head's backward now, into the slot's stash (the gradient of the
    * last block's output), which the chunk's backward starts from. */
+  m->moe_dloss = grad_scale;
   float *g_wte = NULL; /* llama's last stage holds no wte: its head is head.w */
   a->dres = a->stash;
   if (!m->d.llama) rc = unit_grads(m, 0, &g_wte);

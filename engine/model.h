@@ -35,6 +35,25 @@
  * vocabulary-parallel like wte. Checkpointing "selective" drops the SwiGLU
  * output (recomputed from [gate | up]).
  *
+ * Mixture of experts (a llama with a spec "moe" object; issue 33): in
+ * every MoE block (spec.h aa_arch_is_moe_layer) Mixtral's sparse MoE block
+ * (kernels/cpu/cpu_moe.h) replaces the SwiGLU MLP on the second RMSNorm's
+ * output, and the block's tensors after ln2.w are
+ *     router.w (E,C) | experts.w13 (E 2Fe,C) | experts.w2 (E C,Fe) |
+ *     shared.w13 (S 2Fe,C) | shared.w2 (S C,Fe)      (the shared ones if S > 0)
+ * in the block's unit, so checkpoints, ZeRO and the data-parallel
+ * all-reduce take them as they take dense weights (experts replicated on
+ * every rank). Each MoE block's aux and z losses (spec coefficients) are
+ * added to the loss and backpropagated; its routing map of the forward
+ * stays on the host for the backward (aa_gpt moe_*, routes). An MoE block
+ * computes and keeps its buffers in fp32 (under amp from its rounded
+ * input and the 16-bit weights, its output and input gradient rounded
+ * like every block's); selective checkpointing keeps them all, full
+ * recomputes them in the workspace with the same routing. Computed on the
+ * CPU backend, on one process or data parallel: aa_gpt_create refuses the
+ * CUDA backend and tensor, pipeline or context parallelism for an MoE
+ * model by name.
+ *
  * Mixed precision (opts.amp = bf16/fp16): the forward computes each op in
  * fp32 and rounds its output to the 16-bit type before anything consumes it,
  * so the numbers are those of 16-bit tensors; kept activations are stored in
@@ -119,6 +138,7 @@
 #include "../common/aa.h"
 #include "../common/mem.h"
 #include "../common/spec.h"
+#include "../kernels/cpu/cpu_moe.h"
 #include "../kernels/ops.h"
 #include "../strategies/pipeline.h"
 #include "../strategies/sizes.h"
@@ -279,6 +299,20 @@ struct aa_gpt {
 
   const aa_gpt_hooks_t *hooks; /* borrowed; NULL = none */
   size_t scratch_charged;      /* the backend's scratch counted as workspace so far (ops.h) */
+
+  /* Mixture-of-experts blocks (none in a dense model). routes: each MoE
+   * block's routing map of the last forward (host memory, owned; n_layer
+   * entries, zeroed for a dense block), which its backward reads.
+   * moe_loss: the aux and z losses of the last forward summed over the
+   * MoE blocks (already in loss). moe_stats: over the MoE blocks of the
+   * last forward, the fewest and the most rows any expert computed and the
+   * slots dropped (the training log's). moe_dloss: the derivative of the
+   * training loss with respect to moe_loss in the backward under way (its
+   * grad_scale). */
+  aa_moe_route_t *routes;
+  float moe_loss;
+  aa_moe_stats_t moe_stats;
+  float moe_dloss;
 };
 
 /* Builds the tensor table for arch and allocates parameters, gradients and

@@ -38,6 +38,10 @@ typedef struct {
   int accum;           /* micro-batches per optimizer step */
   aa_mem_t mem;
   aa_loss_scaler_t scaler; /* fp16 only */
+  /* MoE models: over the last step's micro-batches on this rank, the
+   * fewest and most rows an expert of any MoE layer computed in one
+   * micro-batch, and the slots dropped in all. */
+  aa_moe_stats_t moe;
   int32_t *inputs, *targets;
   char out_dir[AA_PATH_MAX];
   double *step_times;
@@ -243,7 +247,9 @@ static int setup(trainer_t *t) {
   int rc, T = s->arch.seq_len;
   /* A spec made for planning has no data: every rank refuses it here, the
    * same way and before any collective, so no peer waits on it. */
-  if (aa_spec_require_data(s, t->opts->dryrun ? "dry run" : "training")) return AA_EINPUT;
+  if ((t->opts->dryrun && aa_spec_require_planned(s, "dry run")) ||
+      aa_spec_require_data(s, t->opts->dryrun ? "dry run" : "training"))
+    return AA_EINPUT;
   if (t->opts->strategy) t->strat = *t->opts->strategy;
   else aa_strategy_default(&t->strat);
   if ((rc = aa_strategy_resolve(&t->strat, s, aa_comm_world(t->world_group))))
@@ -582,6 +588,18 @@ static int check_tied_copies(trainer_t *t) {
   return 0;
 }
 
+/* Adds a micro-batch's MoE statistics into the step's (first: the step's
+ * first, which starts them). */
+static void moe_stats_add(aa_moe_stats_t *step, const aa_moe_stats_t *mb, int first) {
+  if (first) {
+    *step = *mb;
+    return;
+  }
+  if (mb->min_tokens < step->min_tokens) step->min_tokens = mb->min_tokens;
+  if (mb->max_tokens > step->max_tokens) step->max_tokens = mb->max_tokens;
+  step->dropped += mb->dropped;
+}
+
 /* One optimizer step: accum micro-batches of forward + backward with
  * gradients accumulated in fp32 (through the pipeline's schedule at pp >
  * 1), then the update. Sets *loss to the mean micro-batch loss and
@@ -608,6 +626,7 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
       next_micro_batch(t, &t->loader, t->inputs, t->targets);
       double t0 = aa_now();
       if ((rc = aa_gpt_forward(m, t->inputs, t->targets, &l))) return rc;
+      moe_stats_add(&t->moe, &m->moe_stats, k == 0);
       double t1 = aa_now();
       if ((rc = aa_gpt_backward(m, (float)(scale / t->accum)))) return rc;
       tm[AA_TIME_FORWARD] += t1 - t0;
@@ -737,6 +756,12 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
       fprintf(t.log, "time %5d/%d | rank 0: forward %.1f, backward %.1f, optimizer %.1f, pipeline comm %.1f, bubble %.1f ms\n",
               step + 1, cfg->steps, tm[AA_TIME_FORWARD] * 1e3, tm[AA_TIME_BACKWARD] * 1e3,
               tm[AA_TIME_OPTIMIZER] * 1e3, tm[AA_TIME_PIPELINE_COMM] * 1e3, tm[AA_TIME_BUBBLE] * 1e3);
+      if (spec->arch.moe.experts)
+        fprintf(t.log,
+                "moe  %5d/%d | rank 0: tokens per expert min %d, max %d (over %d experts x %d MoE layers, "
+                "per micro-batch of %d tokens) | dropped %d\n",
+                step + 1, cfg->steps, t.moe.min_tokens, t.moe.max_tokens, spec->arch.moe.experts,
+                aa_arch_moe_layers(&spec->arch), m->B * m->T, t.moe.dropped);
     }
     int last = step + 1 == cfg->steps;
     if (t.val.n_tokens && (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0))) {

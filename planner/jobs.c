@@ -575,6 +575,7 @@ void aa__jobs_on_submit(aa_conn_t *c, aa_msg_t *m) {
   /* The one parse of the model in this process, and its one canonical text. */
   int rc = spec ? aa_spec_parse(spec, s->model, NULL, "submitted model") : aa_error(AA_ENOMEM, "planner: no memory");
   /* A search measures, and measuring reads tokens: a spec made for planning is refused here. */
+  if (!rc) rc = aa_spec_require_planned(spec, "submit");
   if (!rc) rc = aa_spec_require_data(spec, "submit");
   if (!rc) rc = aa_spec_to_json(spec, &spec_json);
   if (!rc) rc = aa_space_exclude_mask((const char *const *)s->exclude.v, s->exclude.n, &mask);

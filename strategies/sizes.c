@@ -44,12 +44,33 @@ static size_t block_numel(const aa_tp_dims_t *d) {
   return 4 * C * Cl + 2 * F * C + 6 * C + 3 * Cl + F;
 }
 
+/* An MoE block's (aa_arch_is_moe_layer): the llama block without its
+ * SwiGLU MLP (3 F C), with the router E C and the E routed and S shared
+ * experts, 3 Fe C each. Experts are whole on every rank (no tensor or
+ * expert parallelism for them yet). */
+static size_t moe_block_numel(const aa_arch_t *a, const aa_tp_dims_t *d) {
+  const size_t C = (size_t)d->C, E = (size_t)a->moe.experts, S = (size_t)a->moe.shared_experts;
+  return block_numel(d) - 3 * (size_t)d->F * C + E * C + (E + S) * 3 * (size_t)a->moe.d_ff_expert * C;
+}
+
+/* Block l's parameters on a rank of d. */
+static size_t layer_numel(const aa_arch_t *a, const aa_tp_dims_t *d, int l) {
+  return aa_arch_is_moe_layer(a, l) ? moe_block_numel(a, d) : block_numel(d);
+}
+
+/* The largest block's parameters (the amp staging of one block's weights). */
+static size_t max_block_numel(const aa_arch_t *a, const aa_tp_dims_t *d) {
+  size_t most = block_numel(d);
+  if (aa_arch_moe_layers(a) && moe_block_numel(a, d) > most) most = moe_block_numel(a, d);
+  return most;
+}
+
 size_t aa_sizes_unit_numel(const aa_arch_t *a, int tp, int u) {
   aa_tp_dims_t d;
   aa_sizes_tp(a, tp, &d);
   /* llama: wte alone (no position table); lnf.w and the untied head's slice. */
   if (u == 0) return ((size_t)d.Vl + (d.llama ? 0 : (size_t)a->seq_len)) * (size_t)d.C;
-  if (u <= a->n_layer) return block_numel(&d);
+  if (u <= a->n_layer) return layer_numel(a, &d, u - 1);
   return d.llama ? ((size_t)d.Vl + 1) * (size_t)d.C : 2 * (size_t)d.C;
 }
 
@@ -191,6 +212,22 @@ static size_t take(size_t *size, size_t bytes) {
   return at;
 }
 
+void aa_sizes_moe_acts(const aa_arch_t *a, size_t N, aa_moe_acts_t *o) {
+  const size_t E = (size_t)a->moe.experts, k = (size_t)a->moe.top_k, Fe = (size_t)a->moe.d_ff_expert;
+  const size_t S = (size_t)a->moe.shared_experts, C = (size_t)a->d_model, R = N * k, f4 = sizeof(float);
+  size_t n = 0;
+  o->logits = take(&n, N * E * f4);
+  o->probs = take(&n, N * E * f4);
+  o->xp = take(&n, R * C * f4);
+  o->h = take(&n, R * 2 * Fe * f4);
+  o->act = take(&n, R * Fe * f4);
+  o->yp = take(&n, R * C * f4);
+  o->hs = take(&n, S * N * 2 * Fe * f4);
+  o->as = take(&n, S * N * Fe * f4);
+  o->bytes = n;
+  o->route_bytes = 16 * R + 4 * (2 * E + 1);
+}
+
 /* Block l's kept buffers, taken from *st (offsets from where *st counts
  * from); need[f] is set for a field some block does not keep. A chunk's
  * last block under pipeline parallelism (out_elsewhere) keeps its output
@@ -198,8 +235,11 @@ static size_t take(size_t *size, size_t bytes) {
 static int take_block(const aa_arch_t *a, const aa_act_shape_t *sh, int l, int out_elsewhere, size_t *st,
                       size_t stats, int need[AA_ACT_FIELDS], aa_act_block_t *b) {
   const size_t es = aa_dtype_size(sh->amp);
+  const int moe = aa_arch_is_moe_layer(a, l);
+  b->moe = AA_SIZES_NONE;
   for (int f = 0; f < AA_ACT_FIELDS; f++) {
     b->field[f] = AA_SIZES_NONE;
+    if (moe && (f == AA_ACT_FCH || f == AA_ACT_FCHG)) continue; /* no SwiGLU MLP */
     if (kept(sh->ckpt, sh->ckpt_layers, l, f) && !(f == AA_ACT_RES3 && out_elsewhere))
       b->field[f] = take(st, aa_sizes_field_numel(a, sh, f) * es);
     else if (f != AA_ACT_RES3 || !out_elsewhere)
@@ -208,6 +248,11 @@ static int take_block(const aa_arch_t *a, const aa_act_shape_t *sh, int l, int o
   b->stats = AA_SIZES_NONE;
   if (aa_sizes_block_full(sh->ckpt, sh->ckpt_layers, l)) return 1;
   b->stats = take(st, stats);
+  if (moe) {
+    aa_moe_acts_t ma;
+    aa_sizes_moe_acts(a, (size_t)sh->B * (size_t)sh->T, &ma);
+    b->moe = take(st, ma.bytes);
+  }
   return 0;
 }
 
@@ -229,7 +274,7 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
   const size_t f4 = sizeof(float), stats = (4 * Ns + (size_t)d.NH * N) * f4;
   const int mixed = sh->amp != AA_F32, tp = d.tp > 1, sp = tp && sh->sp;
   const aa_pp_place_t *pp = sh->pipe && sh->pipe->pp > 1 ? sh->pipe : NULL;
-  int any_full = 0, need[AA_ACT_FIELDS] = {0};
+  int any_full = 0, any_full_moe = 0, need[AA_ACT_FIELDS] = {0};
   size_t st = 0, ws = 0;
   memset(o, 0xff, sizeof *o); /* every offset AA_SIZES_NONE (all bits set) until taken */
   if (blocks) memset(blocks, 0xff, (size_t)a->n_layer * sizeof *blocks); /* blocks not held: none */
@@ -237,7 +282,9 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     o->encoded = take(&st, Ns * C * es);
     for (int l = 0; l < a->n_layer; l++) {
       aa_act_block_t b;
-      any_full |= take_block(a, sh, l, 0, &st, stats, need, &b);
+      int full = take_block(a, sh, l, 0, &st, stats, need, &b);
+      any_full |= full;
+      any_full_moe |= full && aa_arch_is_moe_layer(a, l);
       if (blocks) blocks[l] = b;
     }
     take_head(o, &st, N, Ns, C, Vl);
@@ -250,7 +297,9 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
       size_t slot = 0;
       for (int l = pp->lo[c]; l < pp->hi[c]; l++) {
         aa_act_block_t b;
-        any_full |= take_block(a, sh, l, l == pp->hi[c] - 1, &slot, stats, need, &b);
+        int full = take_block(a, sh, l, l == pp->hi[c] - 1, &slot, stats, need, &b);
+        any_full |= full;
+        any_full_moe |= full && aa_arch_is_moe_layer(a, l);
         if (blocks) blocks[l] = b;
       }
       if (pp->last && c == pp->vpp - 1) o->stash = take(&slot, Ns * C * f4);
@@ -281,7 +330,7 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
   /* At stage 3 the model computes with the fp32 units ZeRO gathers
    * (punit): a widened copy of them would never be read. */
   if (mixed && sh->zero < 3) {
-    o->wblock = take(&ws, block_numel(&d) * f4);
+    o->wblock = take(&ws, max_block_numel(a, &d) * f4);
     if (aa_pp_holds_unit(pp, a, 0)) o->wpre = take(&ws, aa_sizes_unit_numel(a, d.tp, 0) * f4);
     if (aa_pp_holds_unit(pp, a, a->n_layer + 1))
       o->wpost = take(&ws, aa_sizes_unit_numel(a, d.tp, a->n_layer + 1) * f4);
@@ -310,6 +359,21 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     o->ring_out = take(&ws, N / 2 * Cl * f4);
     o->ring_lse = take(&ws, (size_t)d.NH * N / 2 * f4);
     o->ring_delta = take(&ws, (size_t)d.NH * N * f4);
+  }
+  o->host = 0;
+  const int moe_blocks = aa_arch_moe_layers(a);
+  if (moe_blocks) {
+    aa_moe_acts_t ma;
+    aa_sizes_moe_acts(a, N, &ma);
+    const size_t R = N * (size_t)a->moe.top_k;
+    o->moe_dxp = take(&ws, R * C * f4);
+    o->moe_dyp = take(&ws, R * C * f4);
+    o->moe_dweight = take(&ws, R * f4);
+    o->moe_dlogits = take(&ws, N * (size_t)a->moe.experts * f4);
+    o->host = (size_t)moe_blocks * ma.route_bytes;
+    /* A fully checkpointed MoE block keeps nothing: its recompute needs
+     * one block's MoE buffers, shared by every such block. */
+    if (any_full_moe) o->ws_moe = take(&ws, ma.bytes);
   }
   o->acts = st;
   o->workspace = ws;
@@ -374,7 +438,7 @@ static void acts_at(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_plac
                              .zero = aa_sizes_zero_stage(s->zero, aa_sizes_replicas(s)),
                              .pipe = pp};
   aa_sizes_acts(a, &sh, &l, NULL);
-  bytes[AA_MEM_ACTS] += l.acts;
+  bytes[AA_MEM_ACTS] += l.acts + l.host;
   bytes[AA_MEM_WORKSPACE] += l.workspace;
 }
 

@@ -175,7 +175,31 @@ typedef enum {
 typedef struct aa_act_block {
   size_t field[AA_ACT_FIELDS];
   size_t stats;
+  size_t moe; /* an MoE block's kept buffers (aa_moe_acts_t), AA_SIZES_NONE for a dense block */
 } aa_act_block_t;
+
+/* An MoE block (spec.h aa_arch_is_moe_layer) computes no SwiGLU MLP (its
+ * fch and fchg fields are AA_SIZES_NONE) but keeps, fp32, at byte offsets
+ * from its aa_act_block_t moe, for N = B T tokens, E experts, top-k, expert
+ * width Fe and S shared experts, and R = N k permuted rows (dropless: every
+ * slot has a row; with a capacity factor fewer are used, never more, so
+ * N k is the bound):
+ *   logits, probs (N,E)         the router's
+ *   xp (R,C)                    the inputs in expert order
+ *   h (R,2Fe), act (R,Fe)       the experts' [gate | up] and SwiGLU output
+ *   yp (R,C)                    the experts' outputs (unpermute's backward weighs them)
+ *   hs (S,N,2Fe), as (S,N,Fe)   the shared experts'
+ * Its routing map (kernels/cpu/cpu_moe.h aa_moe_route_t: the chosen
+ * experts, weights and rows, 16 N k + 4 (2E + 1) bytes) is host memory,
+ * route_bytes a block, counted as activations (aa_act_layout_t host). They
+ * are fp32 under amp too, and kept unless the block is recomputed whole
+ * (full checkpointing: then in the workspace's ws_moe, one block's). */
+typedef struct aa_moe_acts {
+  size_t logits, probs, xp, h, act, yp, hs, as;
+  size_t bytes;       /* the block's kept MoE buffers, from logits */
+  size_t route_bytes; /* its routing map, host memory */
+} aa_moe_acts_t;
+void aa_sizes_moe_acts(const aa_arch_t *a, size_t N, aa_moe_acts_t *out);
 
 /* The two allocations of a micro-batch and the byte offset of each buffer
  * in them (AA_SIZES_NONE when the options do not need it). Every buffer
@@ -230,6 +254,13 @@ typedef struct aa_act_layout {
   size_t dres, dln, dqkv, datty, dfch, dfch_gelu;
   size_t xent, scalars, full, partial, lngrad;
   size_t ring, ring_out, ring_lse, ring_delta;
+  /* MoE blocks (none in a dense model): the backward's gradients of the
+   * permuted rows' inputs and outputs (R,C) each, of the routing weights
+   * (N,k) and of the router logits (N,E); and the bytes of the blocks'
+   * host routing maps (not in either allocation). */
+  size_t moe_dxp, moe_dyp, moe_dweight, moe_dlogits;
+  size_t ws_moe; /* one MoE block's buffers (aa_moe_acts_t) where a fully checkpointed one is recomputed */
+  size_t host;
 } aa_act_layout_t;
 
 /* How a micro-batch is laid out on a rank: B sequences of T tokens on one

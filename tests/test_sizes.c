@@ -356,10 +356,72 @@ AA_TEST(vocabulary_slices_cover_the_vocabulary_once) {
   }
 }
 
+/* An MoE llama (every other layer, shared experts): its units add up to
+ * aa_arch_param_count, an MoE block keeps its router, permuted rows and
+ * expert activations (N k rows: dropless) in place of the SwiGLU fields,
+ * a dense block none of them, the backward's MoE gradients are in the
+ * workspace, and the host routing maps are counted. */
+AA_TEST(moe_blocks_size_their_experts_and_routed_rows) {
+  aa_arch_t a = {.family = "llama",
+                 .n_layer = 3,
+                 .n_head = 4,
+                 .n_kv_head = 2,
+                 .d_model = 32,
+                 .d_ff = 64,
+                 .seq_len = 16,
+                 .vocab_size = 64,
+                 .rope_theta = 10000,
+                 .norm_eps = 1e-5f,
+                 .moe = {.experts = 4, .top_k = 2, .d_ff_expert = 24, .shared_experts = 1, .every = 2}};
+  size_t sum = 0;
+  for (int u = 0; u < aa_sizes_units(&a); u++)
+    sum += aa_sizes_unit_numel(&a, 1, u);
+  CHECK(sum == aa_arch_param_count(&a));
+  /* Block 0 is MoE: the dense block's 3 F C MLP out, the router E C and
+   * (E + S) experts of 3 Fe C in. */
+  const size_t C = 32, dense = aa_sizes_unit_numel(&a, 1, 2);
+  CHECK(aa_sizes_unit_numel(&a, 1, 1) == dense - 3 * 64 * C + 4 * C + 5 * 3 * 24 * C);
+  CHECK(aa_sizes_unit_numel(&a, 1, 3) == aa_sizes_unit_numel(&a, 1, 1));
+  const int B = 2, T = 16;
+  const size_t N = (size_t)B * T, R = 2 * N, f4 = sizeof(float);
+  aa_moe_acts_t ma;
+  aa_sizes_moe_acts(&a, N, &ma);
+  CHECK(ma.bytes == (2 * N * 4 + R * C + R * 48 + R * 24 + R * C + N * 48 + N * 24) * f4);
+  CHECK(ma.route_bytes == 16 * R + 4 * 9);
+  aa_act_shape_t sh = {.B = B, .T = T, .tp = 1, .cp = 1, .amp = AA_F32, .ckpt = AA_CKPT_NONE};
+  aa_act_layout_t l;
+  aa_act_block_t blocks[3];
+  aa_sizes_acts(&a, &sh, &l, blocks);
+  for (int b = 0; b < 3; b++) {
+    int moe = b % 2 == 0;
+    CHECK_MSG((blocks[b].moe != AA_SIZES_NONE) == moe, "block %d", b);
+    CHECK_MSG((blocks[b].field[AA_ACT_FCH] == AA_SIZES_NONE) == moe &&
+                  (blocks[b].field[AA_ACT_FCHG] == AA_SIZES_NONE) == moe,
+              "block %d", b);
+    if (moe) CHECK(blocks[b].moe + ma.bytes <= l.acts);
+  }
+  CHECK(l.moe_dxp != AA_SIZES_NONE && l.moe_dyp != AA_SIZES_NONE && l.moe_dweight != AA_SIZES_NONE &&
+        l.moe_dlogits != AA_SIZES_NONE && l.moe_dlogits + N * 4 * f4 <= l.workspace);
+  CHECK(l.host == 2 * ma.route_bytes && l.ws_moe == AA_SIZES_NONE);
+  /* Full checkpointing keeps nothing of an MoE block: one block's MoE
+   * buffers in the workspace serve every recompute. */
+  aa_act_shape_t full = sh;
+  full.ckpt = AA_CKPT_FULL;
+  aa_sizes_acts(&a, &full, &l, blocks);
+  CHECK(blocks[0].moe == AA_SIZES_NONE && blocks[2].moe == AA_SIZES_NONE && l.ws_moe != AA_SIZES_NONE &&
+        l.ws_moe + ma.bytes <= l.workspace);
+  /* A dense model has none of it. */
+  aa_arch_t d = a;
+  memset(&d.moe, 0, sizeof d.moe);
+  aa_sizes_acts(&d, &sh, &l, blocks);
+  CHECK(l.host == 0 && l.moe_dxp == AA_SIZES_NONE && blocks[0].moe == AA_SIZES_NONE);
+}
+
 int main(void) {
   RUN(units_add_up_to_the_model_and_chunks_round_up);
   RUN(the_activation_layout_tiles_its_allocations_by_mode);
   RUN(a_pipeline_stage_lays_out_its_slots_and_receive_buffers);
   RUN(vocabulary_slices_cover_the_vocabulary_once);
+  RUN(moe_blocks_size_their_experts_and_routed_rows);
   return aa_test_summary();
 }

@@ -1,17 +1,16 @@
 /* The mixture-of-experts layer's ops on the CPU (issue 33, first slice):
  * Mixtral's sparse MoE block (Hugging Face MixtralSparseMoeBlock) as
  * separate forward/backward ops, with DeepSeek-style shared experts, the
- * Switch/GShard load-balancing loss and ST-MoE's router z-loss. Nothing in
- * the model or the engine calls them yet.
+ * Switch/GShard load-balancing loss and ST-MoE's router z-loss. The
+ * engine's MoE blocks call them (engine/model.c, on the CPU backend).
  *
  * Why not kernels/ops.h: the table's ops take backend pointers, return
  * nothing and keep no host state, while routing produces a host-side map
  * (per-expert row offsets that decide the size of each expert's GEMM) and
  * statistics for the log. A CUDA backend must bring the E offsets back to
- * the host before it launches the per-expert GEMMs; where that sync lives
- * (and so the table's shape for these ops) belongs to the engine
- * integration, which is not written yet. Until then the ops are plain
- * functions of the CPU backend, declared here.
+ * the host before it launches the per-expert GEMMs (cuda_moe.h); the
+ * engine calls these CPU functions directly and refuses other backends for
+ * MoE models until the CUDA versions are wired and run on a GPU.
  *
  * The block, for x(N,C) (N tokens, C = d_model), E experts of width F, top-k
  * routing and S shared experts:
