@@ -5,6 +5,28 @@
 #include <stdio.h>
 #include <string.h>
 
+/* One expert group (data false) or expert-data group of layout.h's
+ * aa_layout_expert into *out: split from the world, or a group of one. */
+static int expert_group(aa_comm_t **out, const aa_layout_expert_t *e, aa_comm_t *world, bool data) {
+  const int size = data ? e->data_size : e->size, key = data ? e->data_key : e->key;
+  const char *what = data ? "expert-data" : "expert";
+  int rc = size == 1 ? aa_comm_self(out) : aa_comm_split(world, data ? e->data_color : e->color, key, out);
+  if (rc) return aa_error_wrap(rc, "mesh: the %s groups", what);
+  if (aa_comm_rank(*out) != key || aa_comm_world(*out) != size)
+    return aa_error(AA_EINTERNAL, "mesh: %s group: rank %d of %d, the layout says %d of %d", what,
+                    aa_comm_rank(*out), aa_comm_world(*out), key, size);
+  return 0;
+}
+
+/* The expert and expert-data groups (every rank makes both splits, in the
+ * same order, so the world's split calls match). */
+static int expert_groups(aa_mesh_t *m, const aa_strategy_t *s, aa_comm_t *world) {
+  aa_layout_expert_t e;
+  aa_layout_expert(&m->at, s, &e);
+  int rc = expert_group(&m->expert, &e, world, false);
+  return rc ? rc : expert_group(&m->expert_data, &e, world, true);
+}
+
 int aa_mesh_init(aa_mesh_t *m, const aa_strategy_t *s, aa_comm_t *world) {
   memset(m, 0, sizeof *m);
   int n = aa_comm_world(world), rc;
@@ -59,11 +81,14 @@ int aa_mesh_init(aa_mesh_t *m, const aa_strategy_t *s, aa_comm_t *world) {
                       aa_comm_rank(m->replicas), aa_comm_world(m->replicas), key, size);
     }
   }
+  if (!rc && s->ep > 1) rc = expert_groups(m, s, world);
   if (rc) aa_mesh_free(m);
   return rc;
 }
 
 void aa_mesh_free(aa_mesh_t *m) {
+  aa_comm_destroy(m->expert);
+  aa_comm_destroy(m->expert_data);
   if (m->replicas_owned) aa_comm_destroy(m->replicas);
   for (int a = 0; a < AA_AXES; a++)
     if (m->owned & 1u << a) aa_comm_destroy(m->group[a]);

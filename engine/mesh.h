@@ -26,6 +26,13 @@ typedef struct aa_mesh {
    * itself at context degree 1. */
   aa_comm_t *replicas;
   bool replicas_owned;
+  /* Expert parallelism (s->ep > 1; strategies/layout.h aa_layout_expert):
+   * the expert group, ep replicas of consecutive keys that split every MoE
+   * layer's experts and exchange tokens by all-to-all, ranked by the expert
+   * slice they hold; and the expert-data group, the replicas holding the
+   * same slice, over which its gradients are reduced. Both NULL at ep 1;
+   * else owned by the mesh (a group of one is aa_comm_self). */
+  aa_comm_t *expert, *expert_data;
 } aa_mesh_t;
 
 /* Builds this rank's mesh for strategy s (borrowed for the call) over
@@ -40,7 +47,9 @@ typedef struct aa_mesh {
  *   - any other is split from the world (aa_comm_split), in the world's
  *     family, so a failure anywhere fails it too.
  * replicas is the group of the data and context axes together, made the
- * same way (ranked by aa_layout_key).
+ * same way (ranked by aa_layout_key). At s->ep > 1 the expert and
+ * expert-data groups are split from the world with aa_layout_expert's
+ * colors and keys.
  * A collective over world: every rank calls it with the same strategy.
  * On failure nothing is left allocated and *m is zeroed. */
 int aa_mesh_init(aa_mesh_t *m, const aa_strategy_t *s, aa_comm_t *world);
