@@ -87,6 +87,7 @@ struct aa_acts {
    * logits, reused by every MoE block; the layout of one block's kept
    * buffers (offsets from block_store_t moe). */
   float *moe_dxp, *moe_dyp, *moe_dweight, *moe_dlogits;
+  float *moe_dxl, *moe_dyl; /* ep > 1: the gradients of the rows the rank's experts computed */
   char *ws_moe; /* where a fully checkpointed MoE block is recomputed */
   aa_moe_acts_t moe_off;
   size_t host_bytes; /* the routing maps' bytes, counted as activations */
@@ -121,6 +122,7 @@ typedef struct {
   int n;         /* tensors so far */
   size_t local;  /* the rank's elements so far */
   size_t global; /* the whole model's */
+  int ep, er;    /* the expert group's size and the rank's place in it */
 } table_t;
 
 static void add_tensor(table_t *tb, const char *name, int layer, int d0, int d1, int g0, int g1, split_t split,
@@ -214,17 +216,24 @@ static void llama_table(table_t *tb, const aa_arch_t *a, const aa_tp_dims_t *d, 
       add_tensor(tb, n, l, t[i].d0, t[i].d1, t[i].g0, t[i].g1, t[i].split, t[i].lo, t[i].rows);
     }
     if (!moe) continue;
+    /* Under expert parallelism the routed experts are the rank's rows
+     * of the whole tensors: El experts from e0. */
+    const int El = E / tb->ep, e0 = tb->er * El;
+    const split_t ex = tb->ep > 1 ? ROWS : WHOLE;
     const struct {
       const char *name;
-      int d0, d1;
-    } x[5] = {{"router.w", E, C},
-              {"experts.w13", E * 2 * Fe, C},
-              {"experts.w2", E * C, Fe},
-              {"shared.w13", S * 2 * Fe, C},
-              {"shared.w2", S * C, Fe}};
+      int d0, d1, g0;
+      split_t split;
+      int lo;
+    } x[5] = {{"router.w", E, C, E, WHOLE, 0},
+              {"experts.w13", El * 2 * Fe, C, E * 2 * Fe, ex, e0 * 2 * Fe},
+              {"experts.w2", El * C, Fe, E * C, ex, e0 * C},
+              {"shared.w13", S * 2 * Fe, C, S * 2 * Fe, WHOLE, 0},
+              {"shared.w2", S * C, Fe, S * C, WHOLE, 0}};
     for (int i = 0; i < 3 + moe_extra(a); i++) {
       snprintf(n, sizeof n, "h%d.%s", l, x[i].name);
-      add_tensor(tb, n, l, x[i].d0, x[i].d1, x[i].d0, x[i].d1, WHOLE, 0, 0);
+      add_tensor(tb, n, l, x[i].d0, x[i].d1, x[i].g0, x[i].d1, x[i].split, x[i].lo, x[i].d0);
+      tb->out[tb->n - 1].expert = x[i].split == ROWS;
     }
   }
   add_tensor(tb, "lnf.w", -1, C, 0, C, 0, WHOLE, 0, 0);
@@ -266,11 +275,16 @@ static void gpt2_table(table_t *tb, const aa_arch_t *a, const aa_tp_dims_t *d, i
 }
 
 void aa_gpt_tensor_table_pp(const aa_arch_t *a, int tp, int r, const aa_pp_place_t *pp, aa_tensor_desc_t *out) {
+  aa_gpt_tensor_table_ep(a, tp, r, 1, 0, pp, out);
+}
+
+void aa_gpt_tensor_table_ep(const aa_arch_t *a, int tp, int r, int ep, int er, const aa_pp_place_t *pp,
+                            aa_tensor_desc_t *out) {
   aa_tp_dims_t d;
   aa_sizes_tp(a, tp, &d);
   int vlo, vvalid;
   aa_sizes_vocab_rows(a, tp, r, &vlo, &vvalid);
-  table_t tb = {.out = out};
+  table_t tb = {.out = out, .ep = ep > 1 ? ep : 1, .er = ep > 1 ? er : 0};
   if (d.llama) llama_table(&tb, a, &d, r, vlo, vvalid);
   else gpt2_table(&tb, a, &d, r, vlo, vvalid);
   for (int i = 0; i < tb.n; i++)
@@ -327,6 +341,7 @@ static aa_act_shape_t act_shape(const aa_gpt_opts_t *o, int B, int T) {
                           .tp = tp,
                           .sp = tp > 1 && o->sp,
                           .cp = o->context ? aa_comm_world(o->context) : 1,
+                          .ep = o->expert ? aa_comm_world(o->expert) : 1,
                           .zero = o->zero,
                           .amp = o->amp,
                           .ckpt = o->ckpt,
@@ -384,6 +399,8 @@ static void carve(aa_acts_t *a, const aa_act_layout_t *l, const aa_act_block_t *
   a->moe_dyp = at(ws, l->moe_dyp);
   a->moe_dweight = at(ws, l->moe_dweight);
   a->moe_dlogits = at(ws, l->moe_dlogits);
+  a->moe_dxl = at(ws, l->moe_dxl);
+  a->moe_dyl = at(ws, l->moe_dyl);
   a->ws_moe = at(ws, l->ws_moe);
   memcpy(a->off, blocks, (size_t)n_layer * sizeof *blocks);
   a->slot_bytes = l->slot_bytes;
@@ -462,6 +479,10 @@ static const aa_gpt_opts_t default_opts = {.amp = AA_F32, .ckpt = AA_CKPT_NONE};
  * one process or data parallel (experts replicated). 0 for a dense
  * model. */
 static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_opts_t *o) {
+  const int ep = o->expert ? aa_comm_world(o->expert) : 1;
+  if (ep > 1 && (!a->moe.experts || a->moe.experts % ep))
+    return aa_error(AA_EINVAL, "expert parallel degree %d: the model has %d experts, which it must divide",
+                    ep, a->moe.experts);
   if (!a->moe.experts) return 0;
   const char *axis = o->tensor && aa_comm_world(o->tensor) > 1     ? "tensor"
                      : o->pipe && o->pipe->pp > 1                  ? "pipeline"
@@ -469,8 +490,8 @@ static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_o
                                                                    : NULL;
   if (axis)
     return aa_error(AA_EUNSUPPORTED,
-                    "model.moe: mixture-of-experts layers train on one process or data parallel; %s "
-                    "parallelism (and expert parallelism) with them is not supported yet",
+                    "model.moe: mixture-of-experts layers train on one process, data or expert parallel; "
+                    "%s parallelism with them is not supported yet",
                     axis);
   if (ops != aa_ops_cpu())
     return aa_error(AA_EUNSUPPORTED,
@@ -499,13 +520,17 @@ static int moe_alloc(aa_gpt_t *m, const aa_act_layout_t *l) {
   if (rc) return rc;
   if (!(m->routes = calloc((size_t)a->n_layer, sizeof *m->routes)))
     return aa_error(AA_ENOMEM, "out of memory for the routing maps");
+  if (m->ep > 1 && !(m->dispatch = calloc((size_t)a->n_layer, sizeof *m->dispatch)))
+    return aa_error(AA_ENOMEM, "out of memory for the dispatchers");
   for (int b = 0; b < a->n_layer && !rc; b++)
-    if (aa_arch_is_moe_layer(a, b))
+    if (aa_arch_is_moe_layer(a, b)) {
       rc = aa_cpu_moe_route_alloc(&m->routes[b], m->B * m->T, a->moe.experts, a->moe.top_k);
+      if (!rc && m->dispatch) rc = aa_moe_dispatch_init(&m->dispatch[b], m->opts.expert, a->moe.experts);
+    }
   if (rc) return rc;
   aa_mem_charge(m->opts.mem, AA_MEM_ACTS, l->host);
   m->acts->host_bytes = l->host;
-  aa_sizes_moe_acts(a, (size_t)m->B * m->T, &m->acts->moe_off);
+  aa_sizes_moe_acts(a, (size_t)m->B * m->T, m->ep, &m->acts->moe_off);
   return 0;
 }
 
@@ -552,6 +577,8 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   m->tp = opts->tensor ? aa_comm_world(opts->tensor) : 1;
   m->tp_rank = opts->tensor ? aa_comm_rank(opts->tensor) : 0;
   m->sp = m->tp > 1 && opts->sp;
+  m->ep = opts->expert ? aa_comm_world(opts->expert) : 1;
+  m->ep_rank = opts->expert ? aa_comm_rank(opts->expert) : 0;
   m->cp = cp;
   m->cp_rank = opts->context ? aa_comm_rank(opts->context) : 0;
   m->pipe = (aa_pp_place_t){.pp = 1, .vpp = 1, .lo = {0}, .hi = {arch->n_layer}, .first = 1, .last = 1,
@@ -579,7 +606,7 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
       (rc = ops->alloc((void **)&a->targets, sizeof(int32_t) * B * T)))
     goto fail;
   a->inputs = a->inputs_all;
-  aa_gpt_tensor_table_pp(arch, m->tp, m->tp_rank, m->pp > 1 ? &m->pipe : NULL, m->tensors);
+  aa_gpt_tensor_table_ep(arch, m->tp, m->tp_rank, m->ep, m->ep_rank, m->pp > 1 ? &m->pipe : NULL, m->tensors);
   const aa_tensor_desc_t *last = &m->tensors[m->n_tensors - 1];
   m->n_params = last->offset + last->numel;
   if (opts->zero < 0 || opts->zero > 3) {
@@ -592,7 +619,7 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
    * from 3 the parameters (and under amp no 16-bit copy either). What is
    * allocated is sizes.h's, which the cost model predicts from. */
   aa_model_sizes_t sz;
-  aa_sizes_model(arch, m->tp, m->pp > 1 ? &m->pipe : NULL, opts->amp, opts->zero, &sz);
+  aa_sizes_model_ep(arch, m->tp, m->ep, m->pp > 1 ? &m->pipe : NULL, opts->amp, opts->zero, &sz);
   if ((rc = aa_flatbuf_alloc_as(&m->params, ops, mem, &sz.params)) ||
       (rc = aa_flatbuf_alloc_as(&m->grads, ops, mem, &sz.grads)) ||
       (rc = aa_flatbuf_alloc_as(&m->params16, ops, mem, &sz.params16)))
@@ -639,6 +666,10 @@ void aa_gpt_free(aa_gpt_t *m) {
     for (int l = 0; l < m->arch.n_layer; l++)
       aa_cpu_moe_route_free(&m->routes[l]);
   free(m->routes);
+  if (m->dispatch)
+    for (int l = 0; l < m->arch.n_layer; l++)
+      aa_moe_dispatch_free(&m->dispatch[l]);
+  free(m->dispatch);
   aa_flatbuf_free(&m->params, mem);
   aa_flatbuf_free(&m->grads, mem);
   aa_flatbuf_free(&m->params16, mem);
@@ -1101,14 +1132,22 @@ static int ring_backward(aa_gpt_t *m, float *dqkv, const float *dout, const floa
  * keeps, or the workspace's where a fully checkpointed block computes. */
 typedef struct {
   float *logits, *probs, *xp, *h, *act, *yp, *hs, *as;
+  float *xl, *yl; /* ep > 1: the rows dispatched to the rank's experts and their outputs */
 } moe_view_t;
 
 static moe_view_t moe_view(const aa_gpt_t *m, int l) {
   const aa_moe_acts_t *o = &m->acts->moe_off;
   char *b = m->acts->blocks[l].moe ? m->acts->blocks[l].moe : m->acts->ws_moe;
-  return (moe_view_t){(float *)(b + o->logits), (float *)(b + o->probs), (float *)(b + o->xp),
-                      (float *)(b + o->h),      (float *)(b + o->act),   (float *)(b + o->yp),
-                      (float *)(b + o->hs),     (float *)(b + o->as)};
+  return (moe_view_t){(float *)(b + o->logits),
+                      (float *)(b + o->probs),
+                      (float *)(b + o->xp),
+                      (float *)(b + o->h),
+                      (float *)(b + o->act),
+                      (float *)(b + o->yp),
+                      (float *)(b + o->hs),
+                      (float *)(b + o->as),
+                      o->xl == AA_SIZES_NONE ? NULL : (float *)(b + o->xl),
+                      o->yl == AA_SIZES_NONE ? NULL : (float *)(b + o->yl)};
 }
 
 /* MoE block l's MLP in place of the SwiGLU: out (N,C) = the routed
@@ -1129,7 +1168,17 @@ static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const flo
   int rc = aa_cpu_moe_route(r, &st, v.logits, v.probs, mo->capacity_factor);
   if (rc) return rc;
   aa_cpu_moe_permute(v.xp, x, r, C);
-  aa_cpu_moe_experts_forward(v.yp, v.h, v.act, v.xp, WK(EXPW13), WK(EXPW2), r->offsets, E, C, Fe);
+  if (m->ep > 1) {
+    /* The rows to the ranks holding their experts, the rank's experts over
+     * what it received, the outputs back (moe_dispatch.h). */
+    aa_moe_dispatch_t *d = &m->dispatch[l];
+    if ((rc = aa_moe_dispatch_plan(d, r->offsets)) || (rc = aa_moe_dispatch(d, v.xl, v.xp, C)))
+      return aa_error_wrap(rc, "block %d", l);
+    aa_cpu_moe_experts_forward(v.yl, v.h, v.act, v.xl, WK(EXPW13), WK(EXPW2), d->offsets, d->El, C, Fe);
+    if ((rc = aa_moe_combine(d, v.yp, v.yl, C))) return aa_error_wrap(rc, "block %d", l);
+  } else {
+    aa_cpu_moe_experts_forward(v.yp, v.h, v.act, v.xp, WK(EXPW13), WK(EXPW2), r->offsets, E, C, Fe);
+  }
   aa_cpu_moe_unpermute(out, v.yp, r, C);
   aa_cpu_moe_shared_forward(out, v.hs, v.as, x, WK(SHW13), WK(SHW2), mo->shared_experts, N, C, Fe);
   if (!count) return 0;
@@ -1147,8 +1196,8 @@ static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const flo
  * gradient of the block's output; the weights' gradients (g, the block's
  * unit-relative gradient) accumulate, the router's with the aux and z
  * losses' at m->moe_dloss. */
-static void moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *dout, const float *x,
-                         const float *w) {
+static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *dout, const float *x,
+                        const float *w) {
   const aa_ops_t *op = m->ops;
   aa_acts_t *a = m->acts;
   const aa_moe_t *mo = &m->arch.moe;
@@ -1161,8 +1210,20 @@ static void moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *d
   op->memset0(a->moe_dweight, (size_t)N * k * sizeof(float));
   aa_cpu_moe_unpermute_backward(a->moe_dyp, a->moe_dweight, dout, v.yp, r, C);
   op->memset0(a->moe_dxp, rows * C * sizeof(float));
-  aa_cpu_moe_experts_backward(a->moe_dxp, G(EXPW13), G(EXPW2), a->moe_dyp, v.xp, v.h, v.act, WK(EXPW13),
-                              WK(EXPW2), r->offsets, E, C, Fe);
+  if (m->ep > 1) {
+    /* The forward's moves in reverse: the rows' output gradients to the
+     * experts' ranks (dispatch), their input gradients back (combine). */
+    aa_moe_dispatch_t *d = &m->dispatch[l];
+    int rc = aa_moe_dispatch(d, a->moe_dyl, a->moe_dyp, C);
+    if (rc) return aa_error_wrap(rc, "block %d backward", l);
+    op->memset0(a->moe_dxl, (size_t)d->rows * C * sizeof(float));
+    aa_cpu_moe_experts_backward(a->moe_dxl, G(EXPW13), G(EXPW2), a->moe_dyl, v.xl, v.h, v.act, WK(EXPW13),
+                                WK(EXPW2), d->offsets, d->El, C, Fe);
+    if ((rc = aa_moe_combine(d, a->moe_dxp, a->moe_dxl, C))) return aa_error_wrap(rc, "block %d backward", l);
+  } else {
+    aa_cpu_moe_experts_backward(a->moe_dxp, G(EXPW13), G(EXPW2), a->moe_dyp, v.xp, v.h, v.act, WK(EXPW13),
+                                WK(EXPW2), r->offsets, E, C, Fe);
+  }
   op->memset0(dx, (size_t)N * C * sizeof(float));
   aa_cpu_moe_permute_backward(dx, a->moe_dxp, r, C);
   aa_cpu_moe_shared_backward(dx, G(SHW13), G(SHW2), dout, x, v.hs, v.as, WK(SHW13), WK(SHW2),
@@ -1170,6 +1231,7 @@ static void moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *d
   aa_cpu_moe_router_backward(dx, G(ROUTERW), a->moe_dlogits, a->moe_dweight, x, WK(ROUTERW), v.logits,
                              v.probs, r, C, mo->aux_loss_coef, mo->z_loss_coef, m->moe_dloss);
 #undef G
+  return 0;
 }
 
 /* Block l's forward from x (the rank's Ns tokens of the residual stream)
@@ -1499,7 +1561,7 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
      * to res2, and each branch's input gradient is accumulated onto it. A
      * row-parallel layer reads the whole output gradient. */
     if (aa_arch_is_moe_layer(&m->arch, l)) {
-      moe_backward(m, l, a->dln, gb, a->dres, f[F_LN2], w);
+      if ((rc = moe_backward(m, l, a->dln, gb, a->dres, f[F_LN2], w))) return rc;
       rnd(m, NULL, a->dln, NsC);
     } else {
       if ((rc = column_input(m, a->dres, &dout))) return rc;

@@ -52,7 +52,13 @@
  * recomputes them in the workspace with the same routing. Computed on the
  * CPU backend, on one process or data parallel: aa_gpt_create refuses the
  * CUDA backend and tensor, pipeline or context parallelism for an MoE
- * model by name.
+ * model by name. Expert parallelism (opts.expert, a group of ep ranks):
+ * each rank holds experts [ep_rank E / ep, (ep_rank + 1) E / ep) of every
+ * MoE block (experts.w13 and experts.w2 are row slices of the whole
+ * tensors); it routes its own tokens over all E experts, the dispatcher
+ * (moe_dispatch.h) sends each kept row to the rank holding its expert and
+ * the outputs back, and the backward moves the rows' gradients the same
+ * way in reverse.
  *
  * Mixed precision (opts.amp = bf16/fp16): the forward computes each op in
  * fp32 and rounds its output to the 16-bit type before anything consumes it,
@@ -143,6 +149,7 @@
 #include "../strategies/pipeline.h"
 #include "../strategies/sizes.h"
 #include "../strategies/strategy.h"
+#include "moe_dispatch.h"
 
 #define AA_TENSORS_PER_LAYER 12      /* gpt2 */
 #define AA_LLAMA_TENSORS_PER_LAYER 9 /* llama */
@@ -169,6 +176,9 @@ typedef struct aa_tensor_desc {
   int replicated; /* the same on every tensor rank (whole): its gradient too */
   int copy;       /* the last pipeline stage's copy of wte|wpe for the tied head: the first stage's
                      tensor, counted there (the gradient norm, a checkpoint) */
+  int expert;     /* ep > 1: a slice of an MoE block's routed experts (the rank's E / ep), which
+                     differs between the ranks of an expert group: its gradient is reduced over the
+                     expert-data group, and its squares summed over the expert group (optim.c) */
 } aa_tensor_desc_t;
 
 /* The tensor table of tensor rank r of tp (tp 1: the whole model) for
@@ -184,6 +194,11 @@ void aa_gpt_tensor_table(const aa_arch_t *a, int tp, int r, aa_tensor_desc_t *ou
  * has no elements (numel 0, no runs), so the rank's flat buffer holds only
  * its units, in layout order. The last stage's wte and wpe are copies. */
 void aa_gpt_tensor_table_pp(const aa_arch_t *a, int tp, int r, const aa_pp_place_t *pp, aa_tensor_desc_t *out);
+/* The same for rank er of an expert group of ep (ep 1: the above): each
+ * MoE block's experts.w13 and experts.w2 are row slices, experts [er E /
+ * ep, (er + 1) E / ep), marked expert. */
+void aa_gpt_tensor_table_ep(const aa_arch_t *a, int tp, int r, int ep, int er, const aa_pp_place_t *pp,
+                            aa_tensor_desc_t *out);
 
 /* Flat buffer of one element type in one backend's memory, accounted in a
  * memory accountant under one kind. */
@@ -229,6 +244,7 @@ typedef struct aa_gpt_opts {
   const aa_pp_place_t *pipe; /* the rank's pipeline place (copied); NULL or pp 1 = the whole model */
   aa_comm_t *pipeline;  /* the pipeline group (borrowed; outlives the model); NULL = pp 1 */
   aa_comm_t *context;   /* the context-parallel group (borrowed; outlives the model); NULL = cp 1 */
+  aa_comm_t *expert;    /* the expert group (engine/mesh.h; borrowed; outlives the model); NULL = ep 1 */
 } aa_gpt_opts_t;
 
 /* Named views into the activation buffers. */
@@ -273,6 +289,7 @@ struct aa_gpt {
   aa_gpt_opts_t opts;
   int B, T;            /* micro-batch and sequence length the activations fit */
   int tp, tp_rank;     /* the tensor group's size and this rank's place in it (1, 0 without) */
+  int ep, ep_rank;     /* the expert group's size and this rank's place in it (1, 0 without) */
   int sp;              /* sequence parallelism (tp > 1 only) */
   aa_tp_dims_t d;      /* this rank's dimensions */
   int vocab_lo, vocab_valid; /* the vocabulary rows this rank holds (sizes.h aa_sizes_vocab_rows) */
@@ -310,6 +327,9 @@ struct aa_gpt {
    * training loss with respect to moe_loss in the backward under way (its
    * grad_scale). */
   aa_moe_route_t *routes;
+  /* Under expert parallelism (ep > 1), each MoE block's token dispatcher
+   * over opts.expert (moe_dispatch.h), whose plan the backward reuses. */
+  aa_moe_dispatch_t *dispatch;
   float moe_loss;
   aa_moe_stats_t moe_stats;
   float moe_dloss;

@@ -30,17 +30,30 @@ void aa_adamw_free(aa_adamw_t *o) {
  * gradient), so that the norm counts every parameter once: the last
  * pipeline stage's copy of wte|wpe is the first stage's, counted there.
  * At tp 1 and pp 1 it is all *split, one call. */
-static void squares(const aa_gpt_t *m, const float *g, size_t lo, size_t n, double *split, double *whole) {
+static void squares(const aa_gpt_t *m, const float *g, size_t lo, size_t n, double *split, double *whole,
+                    double *experts) {
   const aa_ops_t *op = m->ops;
-  if (m->tp == 1 && m->pp == 1) {
+  if (m->tp == 1 && m->pp == 1 && m->ep == 1) {
     *split += op->sum_squares(g, n);
     return;
   }
   for (int i = 0; i < m->n_tensors; i++) {
     const aa_tensor_desc_t *d = &m->tensors[i];
     size_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel < lo + n ? d->offset + d->numel : lo + n;
-    if (a < b && !d->copy) *(d->replicated && m->tp > 1 ? whole : split) += op->sum_squares(g + (a - lo), b - a);
+    double *to = d->expert ? experts : d->replicated && m->tp > 1 ? whole : split;
+    if (a < b && !d->copy) *to += op->sum_squares(g + (a - lo), b - a);
   }
+}
+
+/* Adds to *sq the squares of the expert slices, summed over the expert
+ * group (each rank holds different experts; ep 1: none). */
+static int expert_squares(aa_gpt_t *m, double experts, double *sq) {
+  if (m->ep == 1) return 0;
+  float x = (float)experts;
+  int rc = aa_comm_all_reduce(m->opts.expert, &x, &x, 1, AA_F32, AA_COMM_SUM);
+  if (rc) return aa_error_wrap(rc, "the gradient norm over the expert group");
+  *sq += x;
+  return 0;
 }
 
 /* The squared norm over the tensor group of a gradient whose squares are
@@ -65,9 +78,10 @@ int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float l
     return aa_error(AA_EINVAL, "optimizer state is on the %s backend but the model is on %s", o->m.ops->name,
                     op->name);
   float *g = m->grads.data;
-  double split = 0, whole = 0, sq = 0; /* set by tensor_squares on success */
-  squares(m, g, 0, m->n_params, &split, &whole);
+  double split = 0, whole = 0, experts = 0, sq = 0; /* set by tensor_squares on success */
+  squares(m, g, 0, m->n_params, &split, &whole, &experts);
   int rc = tensor_squares(m, split, whole, &sq);
+  if (!rc) rc = expert_squares(m, experts, &sq);
   if (rc) return rc;
   double norm = sqrt(sq) / grad_scale;
   if (grad_norm) *grad_norm = (float)norm;
@@ -158,6 +172,34 @@ static int zero_grads(aa_gpt_t *m, int u, float **out, void *data) {
   return 0;
 }
 
+/* Stage 0 under expert parallelism: unit u's gradient g reduced run by
+ * run, its dense tensors averaged over the replicas, its expert slices
+ * summed over the expert-data group and divided by the replicas (optim.h,
+ * expert_data). Tensors are contiguous in the unit, in table order. */
+static int reduce_experts(aa_zero_t *z, aa_gpt_t *m, int u) {
+  float *g = m->grads.data;
+  int rc = 0;
+  for (int i = 0; i < m->n_tensors && !rc;) {
+    const aa_tensor_desc_t *d = &m->tensors[i];
+    if (d->unit != u || !d->numel) {
+      i++;
+      continue;
+    }
+    /* The run of tensors of the same kind from i. */
+    size_t lo = d->offset, n = 0;
+    int j = i;
+    for (; j < m->n_tensors && m->tensors[j].unit == u && m->tensors[j].expert == d->expert; j++)
+      n += m->tensors[j].numel;
+    if (!d->expert) {
+      rc = aa_comm_all_reduce(z->comm, g + lo, g + lo, n, AA_F32, AA_COMM_AVG);
+    } else if (!(rc = aa_comm_all_reduce(z->expert_data, g + lo, g + lo, n, AA_F32, AA_COMM_SUM))) {
+      m->ops->scale(g + lo, 1.0f / (float)z->world, n);
+    }
+    i = j;
+  }
+  return rc;
+}
+
 /* The backward has finished unit u's gradient: reduce it over the group
  * now, as one bucket (see optim.h for what each stage does). */
 static int zero_grads_done(aa_gpt_t *m, int u, void *data) {
@@ -168,7 +210,9 @@ static int zero_grads_done(aa_gpt_t *m, int u, void *data) {
   int rc = op->sync();
   if (rc) return rc;
   float *piece = z->piece.data;
-  if (z->stage == 0) {
+  if (z->stage == 0 && z->expert_data) {
+    rc = reduce_experts(z, m, u);
+  } else if (z->stage == 0) {
     float *g = (float *)m->grads.data + z->unit_off[u];
     rc = aa_comm_all_reduce(z->comm, g, g, n, AA_F32, AA_COMM_AVG);
   } else if (z->stage == 1) {
@@ -249,7 +293,7 @@ int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t
   /* Every buffer is the size strategies/sizes.h gives, which the cost model
    * predicts from; its units are the model's by construction. */
   aa_zero_sizes_t sz;
-  aa_sizes_zero(&m->arch, m->tp, m->pp > 1 ? &m->pipe : NULL, z->amp, stage, z->world, &sz);
+  aa_sizes_zero_ep(&m->arch, m->tp, m->ep, m->pp > 1 ? &m->pipe : NULL, z->amp, stage, z->world, &sz);
   if (sz.shard != z->shard_numel) {
     rc = aa_error(AA_EINTERNAL, "ZeRO shard of %zu elements, sizes.h says %zu", z->shard_numel, sz.shard);
     goto fail;
@@ -355,9 +399,11 @@ int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr,
   if (z->stage == 0) return aa_adamw_step(&z->opt, m, cfg, lr, grad_scale, skip_nonfinite, grad_norm);
   const aa_ops_t *op = m->ops;
   int U = z->n_units, rc;
-  double split = 0, whole = 0, sq = 0; /* set by tensor_squares on success */
+  double split = 0, whole = 0, experts = 0, sq = 0; /* set by tensor_squares on success */
   for (int u = 0; u < U; u++)
-    if (z->valid[u]) squares(m, grad_chunk(z, m, u), chunk_start(z, u), z->valid[u], &split, &whole);
+    if (z->valid[u])
+      squares(m, grad_chunk(z, m, u), chunk_start(z, u), z->valid[u], &split, &whole, &experts);
+  /* No expert slices here: the trainer refuses ZeRO 1-3 with expert parallelism. */
   /* Over the data group, then the tensor group (each data rank's chunks
    * of the tensor slices differ between tensor ranks, its chunks of the
    * whole tensors do not). */

@@ -124,6 +124,14 @@ typedef struct aa_zero {
   /* Set by the trainer around each micro-batch: stages 0 and 1 reduce the
    * accumulated gradient only during the last one of a step. */
   int last_micro;
+  /* Expert parallelism (the model's ep > 1; stage 0 only): the
+   * expert-data group (engine/mesh.h, borrowed), set by the trainer after
+   * aa_zero_init. The expert tensors' gradients (aa_tensor_desc_t expert)
+   * are summed over it and divided by world, the replicas: each rank's
+   * holds its expert group's tokens' contributions, so the sum over the
+   * expert-data group is every replica's, and the result is the same mean
+   * a dense weight's all-reduce gives. NULL at ep 1. */
+  aa_comm_t *expert_data;
   aa_gpt_hooks_t hooks;
 } aa_zero_t;
 

@@ -242,6 +242,31 @@ static int open_device(trainer_t *t) {
 #endif
 }
 
+/* What expert parallelism (t->strat.ep > 1) runs with: ZeRO 0 (the expert
+ * slices would shard over the expert-data group, the rest over the
+ * replicas: not written) and no checkpoint to write or read (a file's
+ * layout has no expert slices yet). Refused the same way on every rank,
+ * before any collective. */
+static int expert_supported(const trainer_t *t) {
+  const int ep = t->strat.ep, replicas = aa_sizes_replicas(&t->strat);
+  if (ep <= 1) return 0;
+  if (aa_sizes_zero_stage(t->strat.zero, replicas) > 0)
+    return aa_error(AA_EUNSUPPORTED,
+                    "strategy: ZeRO stage %d with expert parallelism (expert %d): use ZeRO 0 (sharding the "
+                    "expert weights over the expert-data group is not implemented)",
+                    t->strat.zero, ep);
+  const char *ckpt = t->opts->resume                       ? "resuming from a checkpoint"
+                     : t->spec->init_weights[0]            ? "init_weights"
+                     : t->spec->train.checkpoint_every > 0 ? "train.checkpoint_every"
+                                                           : NULL;
+  if (ckpt)
+    return aa_error(AA_EUNSUPPORTED,
+                    "%s with expert parallelism (expert %d): checkpoints do not hold expert slices yet; "
+                    "train without parallel.expert",
+                    ckpt, ep);
+  return 0;
+}
+
 static int setup(trainer_t *t) {
   const aa_model_spec_t *s = t->spec;
   int rc, T = s->arch.seq_len;
@@ -254,11 +279,7 @@ static int setup(trainer_t *t) {
   else aa_strategy_default(&t->strat);
   if ((rc = aa_strategy_resolve(&t->strat, s, aa_comm_world(t->world_group))))
     return aa_error_wrap(rc, "strategy");
-  if (t->strat.ep > 1) /* the token dispatcher is not in the engine yet (comm has the all-to-all) */
-    return aa_error(AA_EUNSUPPORTED,
-                    "strategy: expert parallel degree %d: the engine does not run expert "
-                    "parallelism yet (leave parallel.expert out)",
-                    t->strat.ep);
+  if ((rc = expert_supported(t))) return rc;
   t->accum = aa_strategy_accum_steps(&t->strat, s);
   int B = t->strat.micro_batch;
   aa_mem_init(&t->mem, t->opts->memory_limit);
@@ -323,10 +344,12 @@ static int setup(trainer_t *t) {
                       .sp = t->strat.sp,
                       .pipe = t->pp > 1 ? &t->place : NULL,
                       .pipeline = t->pp > 1 ? pg : NULL,
-                      .context = t->cp > 1 ? t->mesh.group[AA_AXIS_CONTEXT] : NULL};
+                      .context = t->cp > 1 ? t->mesh.group[AA_AXIS_CONTEXT] : NULL,
+                      .expert = t->mesh.expert};
   if ((rc = aa_gpt_create(&t->model, &s->arch, t->ops, B, Tm, &mo)) ||
       (rc = aa_zero_init(&t->zero, t->model, t->comm, zero, &t->mem)))
     return rc;
+  t->zero.expert_data = t->mesh.expert_data;
   t->inputs = malloc(sizeof(int32_t) * B * Tm);
   t->targets = malloc(sizeof(int32_t) * B * Tm);
   if (t->cp > 1) {
@@ -711,6 +734,12 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
       for (int k = 0; k < S; k++) fprintf(t.log, "%s [%d, %d)", k ? "," : "", bounds[k], bounds[k + 1]);
     fprintf(t.log, "\n");
   }
+  if (t.strat.ep > 1)
+    fprintf(t.log,
+            "expert parallel: %d ranks an expert group (%s), each holding %d of the %d experts of every MoE "
+            "layer; %d expert groups\n",
+            t.strat.ep, aa_comm_backend(t.mesh.expert), spec->arch.moe.experts / t.strat.ep,
+            spec->arch.moe.experts, t.world / t.strat.ep);
   if (m->tp > 1)
     fprintf(t.log, "tensor parallel: %d ranks (%s), each %d of %d heads, %d of %d MLP columns, %d of %d vocabulary rows%s\n",
             m->tp, aa_comm_backend(t.mesh.group[AA_AXIS_TENSOR]), m->d.NH, spec->arch.n_head, m->d.F, spec->arch.d_ff,
@@ -798,7 +827,11 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   r.mem = t.mem;
   r.peak_flops = t.peak_flops;
   if ((rc = check_tied_copies(&t))) goto cleanup;
-  if (!opts->dryrun && (rc = save_checkpoint(&t, "final.ckpt"))) goto cleanup;
+  if (!opts->dryrun && t.strat.ep > 1)
+    fprintf(t.log, "no final checkpoint: checkpoints do not hold expert slices yet (expert %d)\n",
+            t.strat.ep);
+  else if (!opts->dryrun && (rc = save_checkpoint(&t, "final.ckpt")))
+    goto cleanup;
   fprintf(t.log, "done: %d steps, final loss %.4f", r.steps_done, r.final_loss);
   if (!isnan(r.val_loss)) fprintf(t.log, ", val loss %.4f", r.val_loss);
   fprintf(t.log, ", %.0f tok/s (median step %.1f ms)", r.tokens_per_s, r.step_ms_median);

@@ -44,33 +44,36 @@ static size_t block_numel(const aa_tp_dims_t *d) {
   return 4 * C * Cl + 2 * F * C + 6 * C + 3 * Cl + F;
 }
 
-/* An MoE block's (aa_arch_is_moe_layer): the llama block without its
- * SwiGLU MLP (3 F C), with the router E C and the E routed and S shared
- * experts, 3 Fe C each. Experts are whole on every rank (no tensor or
- * expert parallelism for them yet). */
-static size_t moe_block_numel(const aa_arch_t *a, const aa_tp_dims_t *d) {
+/* An MoE block's (aa_arch_is_moe_layer) on a rank of an expert group of
+ * ep: the llama block without its SwiGLU MLP (3 F C), with the router E C,
+ * the rank's E / ep routed experts and the S shared experts, 3 Fe C each
+ * (no tensor parallelism for them). */
+static size_t moe_block_numel(const aa_arch_t *a, const aa_tp_dims_t *d, int ep) {
   const size_t C = (size_t)d->C, E = (size_t)a->moe.experts, S = (size_t)a->moe.shared_experts;
-  return block_numel(d) - 3 * (size_t)d->F * C + E * C + (E + S) * 3 * (size_t)a->moe.d_ff_expert * C;
+  const size_t El = E / (size_t)(ep > 1 ? ep : 1);
+  return block_numel(d) - 3 * (size_t)d->F * C + E * C + (El + S) * 3 * (size_t)a->moe.d_ff_expert * C;
 }
 
 /* Block l's parameters on a rank of d. */
-static size_t layer_numel(const aa_arch_t *a, const aa_tp_dims_t *d, int l) {
-  return aa_arch_is_moe_layer(a, l) ? moe_block_numel(a, d) : block_numel(d);
+static size_t layer_numel(const aa_arch_t *a, const aa_tp_dims_t *d, int ep, int l) {
+  return aa_arch_is_moe_layer(a, l) ? moe_block_numel(a, d, ep) : block_numel(d);
 }
 
 /* The largest block's parameters (the amp staging of one block's weights). */
 static size_t max_block_numel(const aa_arch_t *a, const aa_tp_dims_t *d) {
   size_t most = block_numel(d);
-  if (aa_arch_moe_layers(a) && moe_block_numel(a, d) > most) most = moe_block_numel(a, d);
+  if (aa_arch_moe_layers(a) && moe_block_numel(a, d, 1) > most) most = moe_block_numel(a, d, 1);
   return most;
 }
 
-size_t aa_sizes_unit_numel(const aa_arch_t *a, int tp, int u) {
+size_t aa_sizes_unit_numel(const aa_arch_t *a, int tp, int u) { return aa_sizes_unit_numel_ep(a, tp, 1, u); }
+
+size_t aa_sizes_unit_numel_ep(const aa_arch_t *a, int tp, int ep, int u) {
   aa_tp_dims_t d;
   aa_sizes_tp(a, tp, &d);
   /* llama: wte alone (no position table); lnf.w and the untied head's slice. */
   if (u == 0) return ((size_t)d.Vl + (d.llama ? 0 : (size_t)a->seq_len)) * (size_t)d.C;
-  if (u <= a->n_layer) return layer_numel(a, &d, u - 1);
+  if (u <= a->n_layer) return layer_numel(a, &d, ep, u - 1);
   return d.llama ? ((size_t)d.Vl + 1) * (size_t)d.C : 2 * (size_t)d.C;
 }
 
@@ -85,10 +88,19 @@ size_t aa_sizes_unit_held(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, i
   return aa_pp_holds_unit(pp, a, u) ? aa_sizes_unit_numel(a, tp, u) : 0;
 }
 
+/* unit u's elements on a rank of an expert group of ep, if pp holds it. */
+static size_t unit_held_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *pp, int u) {
+  return aa_pp_holds_unit(pp, a, u) ? aa_sizes_unit_numel_ep(a, tp, ep, u) : 0;
+}
+
 size_t aa_sizes_params_held(const aa_arch_t *a, int tp, const aa_pp_place_t *pp) {
+  return aa_sizes_params_held_ep(a, tp, 1, pp);
+}
+
+size_t aa_sizes_params_held_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *pp) {
   size_t n = 0;
   for (int u = 0; u < aa_sizes_units(a); u++)
-    n += aa_sizes_unit_held(a, tp, pp, u);
+    n += unit_held_ep(a, tp, ep, pp, u);
   return n;
 }
 
@@ -112,7 +124,12 @@ static aa_buf_size_t buf(int allocated, size_t numel, aa_dtype_t dtype, aa_mem_k
 
 void aa_sizes_model(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero,
                     aa_model_sizes_t *out) {
-  const size_t n = aa_sizes_params_held(a, tp, pp);
+  aa_sizes_model_ep(a, tp, 1, pp, amp, zero, out);
+}
+
+void aa_sizes_model_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *pp, aa_dtype_t amp, int zero,
+                       aa_model_sizes_t *out) {
+  const size_t n = aa_sizes_params_held_ep(a, tp, ep, pp);
   const int mixed = amp != AA_F32;
   /* Under amp the fp32 parameters are the master weights, which the ZeRO
    * accounting counts with the optimizer state; the 16-bit copy is what
@@ -124,12 +141,17 @@ void aa_sizes_model(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtyp
 
 void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero, int dp,
                    aa_zero_sizes_t *out) {
+  aa_sizes_zero_ep(a, tp, 1, pp, amp, zero, dp, out);
+}
+
+void aa_sizes_zero_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *pp, aa_dtype_t amp, int zero,
+                      int dp, aa_zero_sizes_t *out) {
   memset(out, 0, sizeof *out);
   /* The largest chunk c, and the largest padded unit (dp * c) of each slot;
    * dp times the largest chunk is the widest padded unit of all. */
   size_t max_chunk = 0, padded[3] = {0};
   for (int u = 0; u < aa_sizes_units(a); u++) {
-    size_t c = aa_sizes_chunk(aa_sizes_unit_held(a, tp, pp, u), dp);
+    size_t c = aa_sizes_chunk(unit_held_ep(a, tp, ep, pp, u), dp);
     int k = aa_sizes_slot(a, u);
     out->shard += c;
     if (c > max_chunk) max_chunk = c;
@@ -137,7 +159,7 @@ void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype
   }
   const int mixed = amp != AA_F32;
   const size_t S = out->shard;
-  out->moment = buf(1, zero ? S : aa_sizes_params_held(a, tp, pp), AA_F32, AA_MEM_OPTIM);
+  out->moment = buf(1, zero ? S : aa_sizes_params_held_ep(a, tp, ep, pp), AA_F32, AA_MEM_OPTIM);
   out->gshard = buf(zero >= 2, S, AA_F32, AA_MEM_GRADS);
   out->master = buf(zero >= 1 && mixed, S, AA_F32, AA_MEM_OPTIM);
   out->pshard = buf(zero == 3, S, amp, AA_MEM_PARAMS);
@@ -212,20 +234,30 @@ static size_t take(size_t *size, size_t bytes) {
   return at;
 }
 
-void aa_sizes_moe_acts(const aa_arch_t *a, size_t N, aa_moe_acts_t *o) {
+void aa_sizes_moe_acts(const aa_arch_t *a, size_t N, int ep, aa_moe_acts_t *o) {
   const size_t E = (size_t)a->moe.experts, k = (size_t)a->moe.top_k, Fe = (size_t)a->moe.d_ff_expert;
   const size_t S = (size_t)a->moe.shared_experts, C = (size_t)a->d_model, R = N * k, f4 = sizeof(float);
+  const size_t g = (size_t)(ep > 1 ? ep : 1), Rl = g * R;
   size_t n = 0;
   o->logits = take(&n, N * E * f4);
   o->probs = take(&n, N * E * f4);
   o->xp = take(&n, R * C * f4);
-  o->h = take(&n, R * 2 * Fe * f4);
-  o->act = take(&n, R * Fe * f4);
+  o->h = take(&n, Rl * 2 * Fe * f4);
+  o->act = take(&n, Rl * Fe * f4);
   o->yp = take(&n, R * C * f4);
   o->hs = take(&n, S * N * 2 * Fe * f4);
   o->as = take(&n, S * N * Fe * f4);
+  o->xl = o->yl = AA_SIZES_NONE;
+  if (g > 1) {
+    o->xl = take(&n, Rl * C * f4);
+    o->yl = take(&n, Rl * C * f4);
+  }
+  o->rows = Rl;
   o->bytes = n;
   o->route_bytes = 16 * R + 4 * (2 * E + 1);
+  /* The dispatcher's arrays (engine/moe_dispatch.h): the route's offsets,
+   * the counts, the local offsets, four size_t per rank of the group. */
+  if (g > 1) o->route_bytes += 4 * (2 * E + E / g + 2) + 32 * g;
 }
 
 /* Block l's kept buffers, taken from *st (offsets from where *st counts
@@ -250,7 +282,7 @@ static int take_block(const aa_arch_t *a, const aa_act_shape_t *sh, int l, int o
   b->stats = take(st, stats);
   if (moe) {
     aa_moe_acts_t ma;
-    aa_sizes_moe_acts(a, (size_t)sh->B * (size_t)sh->T, &ma);
+    aa_sizes_moe_acts(a, (size_t)sh->B * (size_t)sh->T, sh->ep, &ma);
     b->moe = take(st, ma.bytes);
   }
   return 0;
@@ -364,12 +396,16 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
   const int moe_blocks = aa_arch_moe_layers(a);
   if (moe_blocks) {
     aa_moe_acts_t ma;
-    aa_sizes_moe_acts(a, N, &ma);
+    aa_sizes_moe_acts(a, N, sh->ep, &ma);
     const size_t R = N * (size_t)a->moe.top_k;
     o->moe_dxp = take(&ws, R * C * f4);
     o->moe_dyp = take(&ws, R * C * f4);
     o->moe_dweight = take(&ws, R * f4);
     o->moe_dlogits = take(&ws, N * (size_t)a->moe.experts * f4);
+    if (ma.xl != AA_SIZES_NONE) {
+      o->moe_dxl = take(&ws, ma.rows * C * f4);
+      o->moe_dyl = take(&ws, ma.rows * C * f4);
+    }
     o->host = (size_t)moe_blocks * ma.route_bytes;
     /* A fully checkpointed MoE block keeps nothing: its recompute needs
      * one block's MoE buffers, shared by every such block. */
@@ -404,12 +440,12 @@ static void states_at(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_pl
   const int replicas = aa_sizes_replicas(s);
   const int zero = aa_sizes_zero_stage(s->zero, replicas);
   aa_model_sizes_t ms;
-  aa_sizes_model(a, s->degree[AA_AXIS_TENSOR], pp, s->amp, zero, &ms);
+  aa_sizes_model_ep(a, s->degree[AA_AXIS_TENSOR], s->ep, pp, s->amp, zero, &ms);
   add(bytes, &ms.params);
   add(bytes, &ms.grads);
   add(bytes, &ms.params16);
   aa_zero_sizes_t z;
-  aa_sizes_zero(a, s->degree[AA_AXIS_TENSOR], pp, s->amp, zero, replicas, &z);
+  aa_sizes_zero_ep(a, s->degree[AA_AXIS_TENSOR], s->ep, pp, s->amp, zero, replicas, &z);
   const aa_buf_size_t *each[] = {&z.moment, &z.moment, &z.gshard, &z.master,
                                  &z.pshard, &z.piece,  &z.padded, &z.scalars};
   for (size_t i = 0; i < sizeof each / sizeof each[0]; i++)
@@ -432,6 +468,7 @@ static void acts_at(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_plac
                              .tp = s->degree[AA_AXIS_TENSOR],
                              .sp = s->sp,
                              .cp = cp,
+                             .ep = s->ep,
                              .amp = s->amp,
                              .ckpt = s->ckpt,
                              .ckpt_layers = s->ckpt_layers,

@@ -62,12 +62,17 @@ void aa_sizes_vocab_rows(const aa_arch_t *a, int tp, int r, int *lo, int *valid)
  * and F of tp; at tp 1 4C^2 + 2FC + 9C + F), unit n_layer + 1 = lnf (2C). */
 int aa_sizes_units(const aa_arch_t *a);
 size_t aa_sizes_unit_numel(const aa_arch_t *a, int tp, int u);
+/* The same on a rank of an expert group of ep (strategy.h s->ep; 0 or 1:
+ * none): an MoE block holds E / ep of its E routed experts (the router and
+ * the shared experts whole). The functions without _ep are ep 1. */
+size_t aa_sizes_unit_numel_ep(const aa_arch_t *a, int tp, int ep, int u);
 /* The parameters one of tp tensor ranks holds: the sum of its units. */
 size_t aa_sizes_params(const aa_arch_t *a, int tp);
 /* The same on pipeline place pp (NULL: the whole model): unit u's
  * elements if pp holds it, else 0, and their sum. */
 size_t aa_sizes_unit_held(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, int u);
 size_t aa_sizes_params_held(const aa_arch_t *a, int tp, const aa_pp_place_t *pp);
+size_t aa_sizes_params_held_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *pp);
 
 /* The ZeRO stage a data group of dp ranks runs for a strategy's stage
  * `zero`: over a group of one there is nothing to shard, so stage 0. */
@@ -109,6 +114,8 @@ typedef struct aa_model_sizes {
 } aa_model_sizes_t;
 void aa_sizes_model(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero,
                     aa_model_sizes_t *out);
+void aa_sizes_model_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *pp, aa_dtype_t amp, int zero,
+                       aa_model_sizes_t *out);
 
 /* What ZeRO stage `zero` over a data group of dp ranks adds to one of tp
  * tensor ranks (aa_zero_init; see engine/optim.h for what each buffer is
@@ -137,6 +144,8 @@ typedef struct aa_zero_sizes {
 } aa_zero_sizes_t;
 void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero, int dp,
                    aa_zero_sizes_t *out);
+void aa_sizes_zero_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *pp, aa_dtype_t amp, int zero,
+                      int dp, aa_zero_sizes_t *out);
 
 /* The scratch slot of unit u (0 wte|wpe, 1 the blocks, 2 lnf). */
 int aa_sizes_slot(const aa_arch_t *a, int u);
@@ -193,13 +202,24 @@ typedef struct aa_act_block {
  * experts, weights and rows, 16 N k + 4 (2E + 1) bytes) is host memory,
  * route_bytes a block, counted as activations (aa_act_layout_t host). They
  * are fp32 under amp too, and kept unless the block is recomputed whole
- * (full checkpointing: then in the workspace's ws_moe, one block's). */
+ * (full checkpointing: then in the workspace's ws_moe, one block's).
+ * Under expert parallelism (ep > 1; engine/moe_dispatch.h) the experts
+ * compute the rows the expert group dispatched to the rank's E / ep
+ * experts, at most Rl = ep R (every rank of the group routing every slot
+ * to this rank's experts): h (Rl,2Fe) and act (Rl,Fe) take Rl rows, and
+ * the block keeps two more, after as:
+ *   xl (Rl,C)                   the rows received, sorted by local expert
+ *   yl (Rl,C)                   the local experts' outputs, before combine
+ * and its dispatcher (counts and offsets, 4 (2E + E / ep + 2) + 32 ep bytes)
+ * is host memory, in route_bytes. */
 typedef struct aa_moe_acts {
   size_t logits, probs, xp, h, act, yp, hs, as;
+  size_t xl, yl;      /* ep > 1 only: AA_SIZES_NONE at ep 1 */
+  size_t rows;        /* Rl: the rows the rank's experts compute at most (R at ep 1) */
   size_t bytes;       /* the block's kept MoE buffers, from logits */
-  size_t route_bytes; /* its routing map, host memory */
+  size_t route_bytes; /* its routing map (and dispatcher), host memory */
 } aa_moe_acts_t;
-void aa_sizes_moe_acts(const aa_arch_t *a, size_t N, aa_moe_acts_t *out);
+void aa_sizes_moe_acts(const aa_arch_t *a, size_t N, int ep, aa_moe_acts_t *out);
 
 /* The two allocations of a micro-batch and the byte offset of each buffer
  * in them (AA_SIZES_NONE when the options do not need it). Every buffer
@@ -259,6 +279,7 @@ typedef struct aa_act_layout {
    * (N,k) and of the router logits (N,E); and the bytes of the blocks'
    * host routing maps (not in either allocation). */
   size_t moe_dxp, moe_dyp, moe_dweight, moe_dlogits;
+  size_t moe_dxl, moe_dyl; /* ep > 1: the local rows' gradients (Rl,C) each; AA_SIZES_NONE at ep 1 */
   size_t ws_moe; /* one MoE block's buffers (aa_moe_acts_t) where a fully checkpointed one is recomputed */
   size_t host;
 } aa_act_layout_t;
@@ -270,6 +291,7 @@ typedef struct aa_act_layout {
 typedef struct aa_act_shape {
   int B, T, tp, sp;
   int cp; /* the context group's size (1 or 0: none); T is then the rank's seq_len / cp */
+  int ep; /* the expert group's size (1 or 0: none; aa_moe_acts_t) */
   int zero; /* the ZeRO stage the trainer runs (aa_sizes_zero_stage): from 3 the parameters come
                gathered in fp32 (aa_zero_sizes_t punit), so no widened copy of them is kept */
   aa_dtype_t amp;

@@ -31,36 +31,39 @@
 #include "engine/train.h"
 #include "strategies/sizes.h"
 
-#define STEPS 4
+#define STEPS 10
 #define REL_TOL 1e-5
 
 static char tmpdir[256], train_bin[512], val_bin[512];
 
 /* A tiny MoE llama: 2 layers, both MoE (every 1), 4 experts of width 24,
- * top-2, one shared expert, aux 0.01 and z 0.001; capacity factor c (0:
- * dropless). Global batch 8 of 16 tokens. */
-static int moe_spec(aa_model_spec_t *s, double capacity) {
+ * top-k (0: 2), one shared expert, aux 0.01 and z 0.001; capacity factor c
+ * (0: dropless). Global batch 8 of 16 tokens. */
+static int moe_spec_k(aa_model_spec_t *s, double capacity, int top_k) {
   char json[2048];
   snprintf(
       json, sizeof json,
       "{\"name\": \"moe\", \"model\": {\"family\": \"llama\", \"n_layer\": 2, \"n_head\": 4, \"n_kv_head\": "
       "2, "
       "\"d_model\": 32, \"d_ff\": 48, \"seq_len\": 16, \"vocab_size\": 256, \"moe\": {\"experts\": 4, "
-      "\"top_k\": 2, \"d_ff_expert\": 24, \"shared_experts\": 1, \"aux_loss_coef\": 0.01, \"z_loss_coef\": "
+      "\"top_k\": %d, \"d_ff_expert\": 24, \"shared_experts\": 1, \"aux_loss_coef\": 0.01, \"z_loss_coef\": "
       "0.001, \"capacity_factor\": %g}}, \"train\": {\"global_batch\": 8, \"steps\": %d, \"lr\": 0.003, "
       "\"eval_every\": 0, \"eval_batches\": 2, \"seed\": 7, \"grad_clip\": 1.0}, \"data\": {\"train\": "
       "\"%s\", "
       "\"val\": \"%s\"}}",
-      capacity, STEPS, train_bin, val_bin);
+      top_k ? top_k : 2, capacity, STEPS, train_bin, val_bin);
   int rc = aa_spec_parse(s, json, NULL, "test");
   CHECK_MSG(rc == 0, "spec: %s", aa_last_error());
   return rc;
 }
+static int moe_spec(aa_model_spec_t *s, double capacity) { return moe_spec_k(s, capacity, 2); }
 
 /* One run: dp ranks (0: one process, no group) at ZeRO stage zero, with
  * micro-batches of micro_batch sequences. */
 typedef struct {
   int dp, zero, micro_batch;
+  int ep;    /* the expert parallel degree (0, 1: none) */
+  int top_k; /* 0: 2 */
   double capacity;
   const char *out;      /* subdirectory of tmpdir */
   int checkpoint_every; /* 0: none */
@@ -72,9 +75,9 @@ typedef struct {
 /* What rank 0's log and losses file say, and every rank's status and
  * validation loss. */
 typedef struct {
-  double loss[STEPS + 1], norm[STEPS + 1], val_loss[2];
-  size_t peak[2][AA_MEM_NKINDS]; /* each rank's accounted peak bytes by kind */
-  int status[2];
+  double loss[STEPS + 1], norm[STEPS + 1], val_loss[4];
+  size_t peak[4][AA_MEM_NKINDS]; /* each rank's accounted peak bytes by kind */
+  int status[4];
   int moe_lines, min_tokens, max_tokens, dropped, tokens; /* the last moe line's */
 } run_t;
 
@@ -95,10 +98,11 @@ static int rank_main(const void *data, int rank) {
     }
   }
   aa_model_spec_t s;
-  if (moe_spec(&s, c->capacity)) return 2;
+  if (moe_spec_k(&s, c->capacity, c->top_k)) return 2;
   aa_strategy_t st;
   aa_strategy_default(&st);
   st.degree[AA_AXIS_DATA] = c->dp ? c->dp : 1;
+  st.ep = c->ep;
   st.zero = c->zero;
   st.micro_batch = c->micro_batch;
   st.amp = c->amp;
@@ -139,7 +143,8 @@ static void run(const cfg_t *c, run_t *r) {
   memset(r, 0, sizeof *r);
   for (int i = 0; i <= STEPS; i++)
     r->loss[i] = r->norm[i] = NAN;
-  r->val_loss[0] = r->val_loss[1] = NAN;
+  for (int i = 0; i < 4; i++)
+    r->val_loss[i] = NAN;
   if (c->dp) {
     char rdv[AA_RENDEZVOUS_MAX];
     CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_moe_train") == 0);
@@ -148,7 +153,7 @@ static void run(const cfg_t *c, run_t *r) {
     CHECK(f && fputs(rdv, f) >= 0);
     if (f) fclose(f);
   }
-  double exit_time[2];
+  double exit_time[4];
   int n = c->dp ? c->dp : 1;
   aa_gang_fork(c->out, n, rank_main, c, r->status, exit_time);
   snprintf(path, sizeof path, "%s/log.0", dir);
@@ -194,10 +199,11 @@ static void run(const cfg_t *c, run_t *r) {
  * routing maps included (the CPU backend has no scratch of its own). */
 static void check_sizes(const char *what, const cfg_t *c, const run_t *r) {
   aa_model_spec_t s;
-  if (moe_spec(&s, c->capacity)) return;
+  if (moe_spec_k(&s, c->capacity, c->top_k)) return;
   aa_strategy_t st;
   aa_strategy_default(&st);
   st.degree[AA_AXIS_DATA] = c->dp ? c->dp : 1;
+  st.ep = c->ep;
   st.zero = c->zero;
   st.micro_batch = c->micro_batch;
   st.amp = c->amp;
@@ -319,8 +325,8 @@ AA_TEST(the_engine_refuses_what_it_does_not_compute_for_moe_by_name) {
   rc = aa_gpt_create(&m, &s.arch, aa_ops_cpu(), 2, 16, &o);
   CHECK_MSG(rc == AA_EUNSUPPORTED &&
                 strstr(aa_last_error(), "model.moe: mixture-of-experts layers train on one "
-                                        "process or data parallel; pipeline parallelism (and "
-                                        "expert parallelism) with them is not supported yet"),
+                                        "process, data or expert parallel; pipeline parallelism "
+                                        "with them is not supported yet"),
             "%d %s", rc, aa_last_error());
 }
 
@@ -389,6 +395,79 @@ AA_TEST(dp2_in_bf16_and_fp16_matches_the_single_process) {
               "step %d: bf16 %.6g, fp32 %.6g", s, ref[AA_BF16].loss[s], fp32.loss[s]);
 }
 
+/* Expert parallelism against one process running the same micro-batches
+ * (the reference above): each rank routes its own micro-batch over every
+ * expert, so routing, the aux loss and a capacity factor's drops are the
+ * single process's micro-batch for micro-batch, and the run differs from it
+ * only in the order of fp32 sums (the experts' GEMMs over rows gathered
+ * from the expert group, the expert gradients summed over the expert-data
+ * group): the same bounds as dp 2 (loss relative 1e-5, the norm to the
+ * log's 3 decimals, every rank's validation loss; amp 1e-4), and every
+ * rank's bytes are sizes.h's for its expert slice. */
+static void ep_equivalence(const cfg_t *c, double tol) {
+  char single_out[64];
+  snprintf(single_out, sizeof single_out, "%s.single", c->out);
+  cfg_t sc = *c;
+  sc.dp = 0;
+  sc.ep = 0;
+  sc.out = single_out;
+  run_t ref, r;
+  run(&sc, &ref);
+  CHECK_MSG(aa_gang_exited_ok(ref.status[0]) && isfinite(ref.loss[STEPS]), "%s failed", single_out);
+  run(c, &r);
+  int ok = 1;
+  for (int i = 0; i < c->dp; i++)
+    ok &= aa_gang_exited_ok(r.status[i]);
+  CHECK_MSG(ok, "%s: a rank failed", c->out);
+  if (!ok) return;
+  check_sizes(c->out, c, &r);
+  double worst = 0, worst_norm = 0;
+  for (int s = 1; s <= STEPS; s++) {
+    double d = fabs(r.loss[s] - ref.loss[s]) / fabs(ref.loss[s]), dn = fabs(r.norm[s] - ref.norm[s]);
+    CHECK_MSG(d <= tol, "%s: step %d loss %.9g vs %.9g (relative %.3g)", c->out, s, r.loss[s], ref.loss[s],
+              d);
+    CHECK_MSG(dn <= 1.5e-3, "%s: step %d gradient norm %.3f vs %.3f", c->out, s, r.norm[s], ref.norm[s]);
+    if (!(d <= worst)) worst = d;
+    if (!(dn <= worst_norm)) worst_norm = dn;
+  }
+  for (int i = 0; i < c->dp; i++)
+    CHECK_MSG(fabs(r.val_loss[i] - ref.val_loss[0]) <= tol * ref.val_loss[0], "%s rank %d: val %.9g vs %.9g",
+              c->out, i, r.val_loss[i], ref.val_loss[0]);
+  fprintf(stderr, "  %s: max relative loss difference %.2e, norm %.1e (loss %.5f at step %d), dropped %d\n",
+          c->out, worst, worst_norm, r.loss[STEPS], STEPS, r.dropped);
+}
+
+AA_TEST(ep2_over_dp2_matches_the_single_process) {
+  ep_equivalence(&(cfg_t){.dp = 2, .ep = 2, .micro_batch = 4, .out = "ep2.dp2"}, REL_TOL);
+}
+AA_TEST(ep2_over_dp4_two_expert_groups_match_the_single_process) {
+  ep_equivalence(&(cfg_t){.dp = 4, .ep = 2, .micro_batch = 2, .out = "ep2.dp4"}, REL_TOL);
+}
+AA_TEST(ep4_over_dp4_top1_matches_the_single_process) {
+  ep_equivalence(&(cfg_t){.dp = 4, .ep = 4, .top_k = 1, .micro_batch = 2, .out = "ep4.dp4.top1"}, REL_TOL);
+}
+AA_TEST(ep2_in_bf16_matches_the_single_process) {
+  ep_equivalence(&(cfg_t){.dp = 2, .ep = 2, .micro_batch = 4, .amp = AA_BF16, .out = "ep2.bf16"}, 1e-4);
+}
+/* Capacity is applied to each rank's own routing before the dispatch
+ * (Megatron's drop before the all-to-all): the slots dropped are the ones
+ * one process drops on the same micro-batch, so the losses agree as
+ * dropless ones do. */
+AA_TEST(ep2_with_a_capacity_factor_drops_what_the_single_process_drops) {
+  ep_equivalence(&(cfg_t){.dp = 2, .ep = 2, .micro_batch = 4, .capacity = 0.5, .out = "ep2.capacity"},
+                 REL_TOL);
+}
+
+/* What expert parallelism does not run yet is refused by name on every
+ * rank before any collective: ZeRO 1-3 and checkpoints. */
+AA_TEST(ep_refuses_zero_1_and_checkpoints_by_name) {
+  run_t r;
+  run(&(cfg_t){.dp = 2, .ep = 2, .zero = 1, .micro_batch = 4, .out = "ep2.zero1"}, &r);
+  CHECK(!aa_gang_exited_ok(r.status[0]) && !aa_gang_exited_ok(r.status[1]));
+  run(&(cfg_t){.dp = 2, .ep = 2, .micro_batch = 4, .checkpoint_every = 2, .out = "ep2.ckpt"}, &r);
+  CHECK(!aa_gang_exited_ok(r.status[0]) && !aa_gang_exited_ok(r.status[1]));
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/aa_test_moe_train_XXXXXX");
   if (!mkdtemp(tmpdir)) return 1;
@@ -404,6 +483,12 @@ int main(void) {
   RUN(a_checkpoint_resumes_an_moe_run_bit_identically);
   RUN(every_checkpointing_mode_gives_the_same_losses_bit_for_bit);
   RUN(dp2_in_bf16_and_fp16_matches_the_single_process);
+  RUN(ep2_over_dp2_matches_the_single_process);
+  RUN(ep2_over_dp4_two_expert_groups_match_the_single_process);
+  RUN(ep4_over_dp4_top1_matches_the_single_process);
+  RUN(ep2_in_bf16_matches_the_single_process);
+  RUN(ep2_with_a_capacity_factor_drops_what_the_single_process_drops);
+  RUN(ep_refuses_zero_1_and_checkpoints_by_name);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);

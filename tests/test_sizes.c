@@ -385,9 +385,26 @@ AA_TEST(moe_blocks_size_their_experts_and_routed_rows) {
   const int B = 2, T = 16;
   const size_t N = (size_t)B * T, R = 2 * N, f4 = sizeof(float);
   aa_moe_acts_t ma;
-  aa_sizes_moe_acts(&a, N, &ma);
+  aa_sizes_moe_acts(&a, N, 1, &ma);
   CHECK(ma.bytes == (2 * N * 4 + R * C + R * 48 + R * 24 + R * C + N * 48 + N * 24) * f4);
   CHECK(ma.route_bytes == 16 * R + 4 * 9);
+  CHECK(ma.xl == AA_SIZES_NONE && ma.yl == AA_SIZES_NONE && ma.rows == R);
+  /* Expert parallelism over 2 ranks: the block holds 2 of the 4 routed
+   * experts (router and shared expert whole); the experts compute up to
+   * 2 R rows (both ranks' slots), kept with their inputs xl and outputs
+   * yl; the dispatcher's arrays join the host map; the workspace gains the
+   * local rows' two gradients. */
+  CHECK(aa_sizes_unit_numel_ep(&a, 1, 2, 1) == aa_sizes_unit_numel(&a, 1, 1) - 2 * 3 * 24 * C);
+  CHECK(aa_sizes_unit_numel_ep(&a, 1, 2, 2) == dense);
+  aa_moe_acts_t me;
+  aa_sizes_moe_acts(&a, N, 2, &me);
+  CHECK(me.rows == 2 * R && me.xl != AA_SIZES_NONE && me.yl != AA_SIZES_NONE);
+  CHECK(me.bytes == ma.bytes + (2 * R * 48 + 2 * R * 24 - R * 48 - R * 24 + 2 * (2 * R * C)) * f4);
+  CHECK(me.route_bytes == ma.route_bytes + 4 * (2 * 4 + 2 + 2) + 32 * 2);
+  aa_act_shape_t she = {.B = B, .T = T, .tp = 1, .cp = 1, .ep = 2, .amp = AA_F32, .ckpt = AA_CKPT_NONE};
+  aa_act_layout_t le;
+  aa_sizes_acts(&a, &she, &le, NULL);
+  CHECK(le.moe_dxl != AA_SIZES_NONE && le.moe_dyl != AA_SIZES_NONE && le.host == 2 * me.route_bytes);
   aa_act_shape_t sh = {.B = B, .T = T, .tp = 1, .cp = 1, .amp = AA_F32, .ckpt = AA_CKPT_NONE};
   aa_act_layout_t l;
   aa_act_block_t blocks[3];
