@@ -120,10 +120,16 @@ PY
 MOELINE="^moe +[0-9]+/3 \| rank 0: tokens per expert min [0-9]+, max [0-9]+ \(over 4 experts x 2 MoE layers, per micro-batch of 64 tokens\) \| dropped 0$"
 expect 0 "$MOELINE" "$AA" train "$tmp/moe.json" --out "$tmp/moe-run" --log-every 1 --threads 1
 expect 0 "^done: 3 steps" "$AA" train "$tmp/moe.json" --out "$tmp/moe-run2" --devices cpu:2 --threads 2
+# Expert parallelism: 2 ranks, each holding 2 of the 4 experts.
+cat >"$tmp/ep2.json" <<'JSON'
+{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2, "expert": 2}, "micro_batch": 2}
+JSON
+expect 0 "^expert parallel: 2 ranks an expert group \(shm\), each holding 2 of the 4 experts of every MoE layer; 1 expert groups$" \
+  "$AA" train "$tmp/moe.json" --out "$tmp/moe-ep2" --devices cpu:2 --strategy "$tmp/ep2.json" --threads 2
 cat >"$tmp/tp2.json" <<'JSON'
 {"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 2}, "micro_batch": 4}
 JSON
-expect 1 "model\.moe: mixture-of-experts layers train on one process or data parallel; tensor parallelism \(and expert parallelism\) with them is not supported yet" \
+expect 1 "model\.moe: mixture-of-experts layers train on one process, data or expert parallel; tensor parallelism with them is not supported yet" \
   "$AA" train "$tmp/moe.json" --out "$tmp/moe-tp2" --strategy "$tmp/tp2.json" --threads 2
 
 echo "$pass passed, $fail failed"
