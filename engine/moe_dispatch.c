@@ -7,11 +7,13 @@
 #include "../common/aa.h"
 #include "../kernels/cpu/cpu_moe.h"
 
-int aa_moe_dispatch_init(aa_moe_dispatch_t *d, aa_comm_t *group, int E) {
+int aa_moe_dispatch_init(aa_moe_dispatch_t *d, aa_comm_t *group, int E, int cap) {
   memset(d, 0, sizeof *d);
   const int ep = aa_comm_world(group);
   if (E < 1 || E > AA_MOE_MAX_EXPERTS || ep < 1 || E % ep)
     return aa_error(AA_EINVAL, "moe dispatch: %d experts over an expert group of %d ranks", E, ep);
+  if (cap < 0 || cap > AA_MOE_MAX_SLOTS) return aa_error(AA_EINVAL, "moe dispatch: room for %d rows", cap);
+  d->cap = cap;
   d->group = group;
   d->ep = ep;
   d->me = aa_comm_rank(group);
@@ -61,7 +63,8 @@ int aa_moe_dispatch_plan(aa_moe_dispatch_t *d, const int32_t *offsets) {
     d->offsets[j] = (int32_t)rows;
     for (int s = 0; s < ep; s++)
       rows += d->counts[s * El + j];
-    if (rows > AA_MOE_MAX_SLOTS) return aa_error(AA_EINVAL, "moe dispatch: %lld rows to this rank", rows);
+    if (rows > d->cap)
+      return aa_error(AA_EINVAL, "moe dispatch: the expert group sends %lld rows, room for %d", rows, d->cap);
   }
   d->offsets[El] = (int32_t)rows;
   d->rows = (int)rows;

@@ -33,6 +33,7 @@ typedef struct aa_moe_dispatch {
   int ep, me;       /* its ranks, this rank's place: it holds experts [me El, (me + 1) El) */
   int E, El;        /* experts of the layer, experts of this rank (E / ep) */
   int rows;         /* the rows this rank computes, after plan */
+  int cap;          /* the most rows the caller's buffers hold (aa_moe_dispatch_init) */
   int sent;         /* the rows this rank routed (the route's kept slots), after plan */
   int32_t *route;   /* (E + 1) the route's offsets (its rows by expert) */
   int32_t *counts;  /* (ep El) rows rank s routes to local expert j, at s El + j */
@@ -41,16 +42,20 @@ typedef struct aa_moe_dispatch {
 } aa_moe_dispatch_t;
 
 /* Prepares a dispatcher over group (borrowed; must outlive it) for layers
- * of E experts: the group's size must divide E (else AA_EINVAL), E <=
- * AA_MOE_MAX_EXPERTS. On failure nothing is allocated and *d is zeroed. */
-int aa_moe_dispatch_init(aa_moe_dispatch_t *d, aa_comm_t *group, int E);
+ * of E experts whose local rows (xl, yl) have room for cap rows (ep N k
+ * for a route of N tokens and top-k: every rank sending every slot here):
+ * the group's size must divide E (else AA_EINVAL), E <=
+ * AA_MOE_MAX_EXPERTS, 0 <= cap <= AA_MOE_MAX_SLOTS. On failure nothing is
+ * allocated and *d is zeroed. */
+int aa_moe_dispatch_init(aa_moe_dispatch_t *d, aa_comm_t *group, int E, int cap);
 /* Frees the dispatcher's arrays and zeroes it; a zeroed one is a no-op. */
 void aa_moe_dispatch_free(aa_moe_dispatch_t *d);
 
 /* The counts exchange for one routing: offsets (E + 1), a route's
  * (aa_moe_route_t offsets, its rows by expert). Sets d->rows (the rows
  * dispatch delivers: the sum over the group of the rows routed to this
- * rank's experts, at most ep times a route's N k) and d->offsets. A
+ * rank's experts) and d->offsets. AA_EINVAL when the peers' counts add up
+ * to more than cap rows (nothing moved; a route's kept slots never do). A
  * collective over the group. */
 int aa_moe_dispatch_plan(aa_moe_dispatch_t *d, const int32_t *offsets);
 

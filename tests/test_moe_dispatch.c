@@ -111,7 +111,8 @@ static int rank_main(const void *data, int rank) {
   float *dweight = calloc((size_t)N * c->k, 4);
   if (!wr || !w13 || !w2 || !x || !dout || !logits || !probs || !xp || !yp || !h || !act || !dxp || !dyp ||
       !dw13 || !dw2 || !xl || !yl || !hl || !al || !dxl || !dyl || !yp2 || !dxp2 || !dw13l || !dw2l ||
-      !dweight || aa_cpu_moe_route_alloc(&r, N, E, c->k) || aa_moe_dispatch_init(&d, m.expert, E)) {
+      !dweight || aa_cpu_moe_route_alloc(&r, N, E, c->k) ||
+      aa_moe_dispatch_init(&d, m.expert, E, (int)most)) {
     bad |= 1;
     goto done;
   }
@@ -200,12 +201,18 @@ AA_TEST(ep4_over_dp4_matches_top1) { run(4, 4, 1, 0); }
 AA_TEST(a_capacity_factor_drops_what_each_rank_routes_as_one_process_would) { run(2, 2, 2, 0.5f); }
 
 /* Arguments refused before anything moves. */
-AA_TEST(experts_not_divisible_by_the_group_are_refused) {
+AA_TEST(bad_shapes_and_counts_past_the_room_are_refused) {
   aa_comm_t *self = NULL;
   CHECK(aa_comm_self(&self) == 0);
   aa_moe_dispatch_t d;
-  CHECK_ERR(aa_moe_dispatch_init(&d, self, 0), AA_EINVAL, "0 experts");
+  CHECK_ERR(aa_moe_dispatch_init(&d, self, 0, 8), AA_EINVAL, "0 experts");
   CHECK(d.counts == NULL);
+  /* A group whose counts overflow the caller's room is refused before a
+   * row moves: one expert, 3 routed rows, room for 2. */
+  CHECK(aa_moe_dispatch_init(&d, self, 1, 2) == 0);
+  const int32_t offsets[2] = {0, 3};
+  CHECK_ERR(aa_moe_dispatch_plan(&d, offsets), AA_EINVAL, "sends 3 rows, room for 2");
+  aa_moe_dispatch_free(&d);
   aa_comm_destroy(self);
 }
 
@@ -214,6 +221,6 @@ int main(void) {
   RUN(ep2_over_dp4_makes_two_expert_groups_and_matches);
   RUN(ep4_over_dp4_matches_top1);
   RUN(a_capacity_factor_drops_what_each_rank_routes_as_one_process_would);
-  RUN(experts_not_divisible_by_the_group_are_refused);
+  RUN(bad_shapes_and_counts_past_the_room_are_refused);
   return aa_test_summary();
 }
