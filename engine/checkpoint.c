@@ -467,7 +467,9 @@ static int layout_init(layout_t *l, const aa_arch_t *a, int tp, int pp, int vpp,
 /* Whether model m's own files would be the saved layout's: the same tensor
  * degree and pipeline place. */
 static int layout_is_models(const layout_t *l, const aa_gpt_t *m) {
-  if (l->tp != m->tp || l->pp != m->pp) return 0;
+  /* A saved layout has whole experts: an expert-parallel rank's slices are
+   * read through the tables. */
+  if (l->tp != m->tp || l->pp != m->pp || m->ep > 1) return 0;
   if (m->pp == 1) return 1;
   const aa_pp_place_t *p = &l->place[m->pipe.stage];
   return p->vpp == m->pipe.vpp && !memcmp(p->lo, m->pipe.lo, (size_t)p->vpp * sizeof *p->lo) &&
@@ -1105,10 +1107,86 @@ static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *
   return rc;
 }
 
+/* Expert parallelism at ZeRO 0 (tp 1, pp 1; the trainer refuses the
+ * rest): the three sections of the whole model assembled on replica 0 from
+ * its expert group, which holds every expert (each rank's slices of every
+ * MoE block gathered over the group and placed by the rank's table), and
+ * written as one whole-model file, which loads at any expert degree and in
+ * one process (load reads an expert slice through the tables). */
+static int save_experts(const char *path, const gang_t *g, const aa_train_state_t *st) {
+  aa_gpt_t *m = g->m;
+  aa_zero_t *z = g->z;
+  const int ep = m->ep, nt = m->n_tensors;
+  size_t ne = 0; /* the expert slices' elements of one section: the same on every rank */
+  for (int i = 0; i < nt; i++)
+    if (m->tensors[i].expert) ne += m->tensors[i].numel;
+  const aa_tensor_desc_t *last = &m->tensors[nt - 1];
+  const size_t ng = last->goffset + last->gnumel, nl = m->n_params;
+  float *local = malloc(3 * nl * sizeof(float)), *pack = malloc(3 * ne * sizeof(float));
+  float *all = malloc((size_t)ep * 3 * ne * sizeof(float));
+  float *whole = z->rank == 0 ? malloc(3 * ng * sizeof(float)) : NULL;
+  aa_tensor_desc_t *tab = malloc((size_t)nt * sizeof *tab);
+  const float *sec[3] = {m->params.data, z->opt.m.data, z->opt.v.data};
+  int rc =
+      !local || !pack || !all || !tab || (z->rank == 0 && !whole) ? aa_error(AA_ENOMEM, "out of memory") : 0;
+  for (int s = 0; s < 3 && !rc; s++)
+    rc = m->ops->download(local + s * nl, sec[s], nl * sizeof(float));
+  size_t o = 0;
+  for (int s = 0; s < 3 && !rc; s++)
+    for (int i = 0; i < nt; i++)
+      if (m->tensors[i].expert) {
+        memcpy(pack + o, local + s * nl + m->tensors[i].offset, m->tensors[i].numel * sizeof(float));
+        o += m->tensors[i].numel;
+      }
+  /* Every rank joins the gather, or none does. */
+  if (!(rc = agree(g, rc, path)) && (rc = aa_comm_all_gather(m->opts.expert, pack, all, 3 * ne, AA_F32)))
+    rc = aa_error_wrap(rc, "%s: gathering the expert slices", path);
+  if (!rc && z->rank == 0) {
+    for (int s = 0; s < 3; s++) {
+      float *w = whole + s * ng;
+      for (int i = 0; i < nt; i++) /* the dense tensors: whole on every rank */
+        if (!m->tensors[i].expert)
+          memcpy(w + m->tensors[i].goffset, local + s * nl + m->tensors[i].offset,
+                 m->tensors[i].numel * sizeof(float));
+      for (int q = 0; q < ep; q++) {
+        aa_gpt_tensor_table_ep(&m->arch, 1, 0, ep, q, NULL, tab);
+        const float *from = all + ((size_t)q * 3 + (size_t)s) * ne;
+        for (int i = 0; i < nt; i++)
+          if (tab[i].expert) {
+            memcpy(w + tab[i].run_global, from, tab[i].numel * sizeof(float));
+            from += tab[i].numel;
+          }
+      }
+    }
+    header_t h;
+    state_header(&h, m, st);
+    h.flags = FLAG_OPTIMIZER;
+    h.n_params = ng;
+    h.adam_t = z->opt.t;
+    seg_t seg[3] = {
+        {whole, ng * sizeof(float)}, {whole + ng, ng * sizeof(float)}, {whole + 2 * ng, ng * sizeof(float)}};
+    rc = write_file(path, &h, aa_ops_cpu(), seg, 3);
+  }
+  free(local);
+  free(pack);
+  free(all);
+  free(whole);
+  free(tab);
+  return agree(g, rc, path);
+}
+
 /* The collective save of gang g (aa_ckpt_save_pipe's contract). */
 static int save_gang(const char *path, const gang_t *g, const aa_train_state_t *st) {
   aa_gpt_t *m = g->m;
   aa_zero_t *z = g->z;
+  if (m->ep > 1) {
+    if (z->stage || m->tp > 1 || m->pp > 1)
+      return aa_error(AA_EUNSUPPORTED,
+                      "%s: expert parallelism saves at ZeRO 0 without tensor or pipeline "
+                      "parallelism only",
+                      path);
+    return save_experts(path, g, st);
+  }
   if (z->stage == 0 && m->tp == 1 && m->pp == 1)
     return agree(g, z->rank == 0 ? aa_ckpt_save(path, m, &z->opt, st) : 0, path);
   /* At stage 0 the data ranks hold the same state: data rank 0 of each

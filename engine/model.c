@@ -141,6 +141,7 @@ static void add_tensor(table_t *tb, const char *name, int layer, int d0, int d1,
   t->goffset = *g;
   t->gnumel = (size_t)g0 * w;
   t->replicated = split == WHOLE;
+  t->expert = 0; /* llama_table marks the expert slices */
   t->runs = 1;
   t->run_n = t->numel;
   t->run_global = *g;

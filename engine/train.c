@@ -244,9 +244,8 @@ static int open_device(trainer_t *t) {
 
 /* What expert parallelism (t->strat.ep > 1) runs with: ZeRO 0 (the expert
  * slices would shard over the expert-data group, the rest over the
- * replicas: not written) and no checkpoint to write or read (a file's
- * layout has no expert slices yet). Refused the same way on every rank,
- * before any collective. */
+ * replicas: not written). Refused the same way on every rank, before any
+ * collective. */
 static int expert_supported(const trainer_t *t) {
   const int ep = t->strat.ep, replicas = aa_sizes_replicas(&t->strat);
   if (ep <= 1) return 0;
@@ -255,15 +254,6 @@ static int expert_supported(const trainer_t *t) {
                     "strategy: ZeRO stage %d with expert parallelism (expert %d): use ZeRO 0 (sharding the "
                     "expert weights over the expert-data group is not implemented)",
                     t->strat.zero, ep);
-  const char *ckpt = t->opts->resume                       ? "resuming from a checkpoint"
-                     : t->spec->init_weights[0]            ? "init_weights"
-                     : t->spec->train.checkpoint_every > 0 ? "train.checkpoint_every"
-                                                           : NULL;
-  if (ckpt)
-    return aa_error(AA_EUNSUPPORTED,
-                    "%s with expert parallelism (expert %d): checkpoints do not hold expert slices yet; "
-                    "train without parallel.expert",
-                    ckpt, ep);
   return 0;
 }
 
@@ -827,11 +817,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   r.mem = t.mem;
   r.peak_flops = t.peak_flops;
   if ((rc = check_tied_copies(&t))) goto cleanup;
-  if (!opts->dryrun && t.strat.ep > 1)
-    fprintf(t.log, "no final checkpoint: checkpoints do not hold expert slices yet (expert %d)\n",
-            t.strat.ep);
-  else if (!opts->dryrun && (rc = save_checkpoint(&t, "final.ckpt")))
-    goto cleanup;
+  if (!opts->dryrun && (rc = save_checkpoint(&t, "final.ckpt"))) goto cleanup;
   fprintf(t.log, "done: %d steps, final loss %.4f", r.steps_done, r.final_loss);
   if (!isnan(r.val_loss)) fprintf(t.log, ", val loss %.4f", r.val_loss);
   fprintf(t.log, ", %.0f tok/s (median step %.1f ms)", r.tokens_per_s, r.step_ms_median);

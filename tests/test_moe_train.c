@@ -459,13 +459,55 @@ AA_TEST(ep2_with_a_capacity_factor_drops_what_the_single_process_drops) {
 }
 
 /* What expert parallelism does not run yet is refused by name on every
- * rank before any collective: ZeRO 1-3 and checkpoints. */
-AA_TEST(ep_refuses_zero_1_and_checkpoints_by_name) {
+ * rank before any collective: ZeRO 1-3. */
+AA_TEST(ep_refuses_zero_1_by_name) {
   run_t r;
   run(&(cfg_t){.dp = 2, .ep = 2, .zero = 1, .micro_batch = 4, .out = "ep2.zero1"}, &r);
   CHECK(!aa_gang_exited_ok(r.status[0]) && !aa_gang_exited_ok(r.status[1]));
-  run(&(cfg_t){.dp = 2, .ep = 2, .micro_batch = 4, .checkpoint_every = 2, .out = "ep2.ckpt"}, &r);
-  CHECK(!aa_gang_exited_ok(r.status[0]) && !aa_gang_exited_ok(r.status[1]));
+}
+
+/* An expert-parallel checkpoint is one whole-model file (replica 0
+ * gathers its expert group's slices): it resumes at ep 2 bit for bit, and
+ * in one process running the same micro-batches within the equivalence
+ * bound; a data-parallel (ep 1) checkpoint resumes at ep 2 within it too. */
+AA_TEST(an_ep_checkpoint_resumes_at_ep2_and_in_one_process_and_back) {
+  char ckpt[700];
+  run_t full, r;
+  run(&(cfg_t){.dp = 2, .ep = 2, .micro_batch = 4, .out = "epck.full", .checkpoint_every = 5}, &full);
+  CHECK_MSG(aa_gang_exited_ok(full.status[0]) && isfinite(full.loss[STEPS]), "epck.full failed");
+  snprintf(ckpt, sizeof ckpt, "%s/epck.full/step_000005.ckpt", tmpdir);
+  static const struct {
+    int dp, ep;
+    const char *out;
+    double tol;
+  } resumes[] = {{2, 2, "epck.ep2", 0}, {0, 0, "epck.single", REL_TOL}};
+  for (int i = 0; i < 2; i++) {
+    run(&(cfg_t){.dp = resumes[i].dp,
+                 .ep = resumes[i].ep,
+                 .micro_batch = 4,
+                 .out = resumes[i].out,
+                 .resume = ckpt},
+        &r);
+    CHECK_MSG(aa_gang_exited_ok(r.status[0]), "%s failed", resumes[i].out);
+    double worst = 0;
+    for (int s = 6; s <= STEPS; s++) {
+      double d = fabs(r.loss[s] - full.loss[s]) / fabs(full.loss[s]);
+      CHECK_MSG(d <= resumes[i].tol, "%s: step %d loss %.9g resumed, %.9g uninterrupted", resumes[i].out, s,
+                r.loss[s], full.loss[s]);
+      if (!(d <= worst)) worst = d;
+    }
+    fprintf(stderr, "  %s: max relative loss difference %.2e over steps 6-%d\n", resumes[i].out, worst,
+            STEPS);
+  }
+  run_t dp;
+  run(&(cfg_t){.dp = 2, .micro_batch = 4, .out = "epck.dp2", .checkpoint_every = 5}, &dp);
+  CHECK_MSG(aa_gang_exited_ok(dp.status[0]) && isfinite(dp.loss[STEPS]), "epck.dp2 failed");
+  snprintf(ckpt, sizeof ckpt, "%s/epck.dp2/step_000005.ckpt", tmpdir);
+  run(&(cfg_t){.dp = 2, .ep = 2, .micro_batch = 4, .out = "epck.from.dp2", .resume = ckpt}, &r);
+  CHECK_MSG(aa_gang_exited_ok(r.status[0]) && aa_gang_exited_ok(r.status[1]), "epck.from.dp2 failed");
+  for (int s = 6; s <= STEPS; s++)
+    CHECK_MSG(fabs(r.loss[s] - dp.loss[s]) <= REL_TOL * fabs(dp.loss[s]),
+              "from dp2: step %d loss %.9g vs %.9g", s, r.loss[s], dp.loss[s]);
 }
 
 int main(void) {
@@ -488,7 +530,8 @@ int main(void) {
   RUN(ep4_over_dp4_top1_matches_the_single_process);
   RUN(ep2_in_bf16_matches_the_single_process);
   RUN(ep2_with_a_capacity_factor_drops_what_the_single_process_drops);
-  RUN(ep_refuses_zero_1_and_checkpoints_by_name);
+  RUN(ep_refuses_zero_1_by_name);
+  RUN(an_ep_checkpoint_resumes_at_ep2_and_in_one_process_and_back);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
