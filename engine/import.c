@@ -763,3 +763,5 @@ cleanup:
   free(x.tmp);
   return rc;
 }
+
+int aa_export_tensors(const aa_gpt_t *m) { return hf_count(m); }
