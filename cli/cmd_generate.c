@@ -242,7 +242,6 @@ int aa_cmd_generate(int argc, char **argv) {
   const aa_ops_t *ops;
   int cuda = -1;
   if ((rc = aa_spec_load(&spec, a.model)) || (rc = aa_arch_require_engine(&spec.arch, a.model)) ||
-      (rc = aa_arch_require_dense(&spec.arch, a.model)) ||
       (a.tokenizer && (rc = aa_tokenizer_load(&tok, a.tokenizer))) ||
       (rc = encode(tok, a.prompt, spec.arch.vocab_size, &ids, &n)))
     goto cleanup;

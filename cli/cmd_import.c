@@ -14,11 +14,12 @@
 
 static void usage_import(FILE *f) {
   fprintf(f, "usage: autoaccel import SRC --model MODEL.json --out CKPT\n\n"
-             "Reads GPT-2 or Llama weights (the spec's family) and writes them as an autoaccel\n"
-             "checkpoint (weights only), which a model spec's init_weights and 'autoaccel train'\n"
-             "start from. SRC is:\n"
+             "Reads GPT-2, Llama or Mixtral weights (the spec's family and moe) and writes them\n"
+             "as an autoaccel checkpoint (weights only), which a model spec's init_weights and\n"
+             "'autoaccel train' start from. SRC is:\n"
              "  a Hugging Face model.safetensors (GPT-2 names, with or without 'transformer.';\n"
-             "    Llama names, with or without 'model.');\n"
+             "    Llama names, with or without 'model.'; with model.moe Mixtral's expert names,\n"
+             "    or Qwen-MoE's routed experts (its shared_expert_gate is refused));\n"
              "  a sharded checkpoint's model.safetensors.index.json (its weight_map's files);\n"
              "  a directory holding either of them;\n"
              "  gpt2 only: an llm.c checkpoint (gpt2_124M.bin: magic 20240326, version 3 fp32\n"
@@ -38,8 +39,9 @@ static void usage_export(FILE *f) {
   fprintf(f,
           "usage: autoaccel export CKPT --model MODEL.json --out FILE.safetensors [--dtype f32|bf16|f16]\n\n"
           "Writes a checkpoint's weights (a single file or a sharded checkpoint's manifest) as\n"
-          "one Hugging Face safetensors file with the family's names and layout (GPT-2's or\n"
-          "Llama's), which 'autoaccel import' and Hugging Face's models read. An f32 export\n"
+          "one Hugging Face safetensors file with the family's names and layout (GPT-2's,\n"
+          "Llama's, or Mixtral's for a model with MoE layers), which 'autoaccel import' and Hugging Face's "
+          "models read. An f32 export\n"
           "imports back bit for bit; bf16 and f16 round to nearest even.\n\n"
           "options:\n"
           "  --model MODEL.json   the model spec of the checkpoint (required)\n"
@@ -116,7 +118,6 @@ static int parse(const char *cmd, int argc, char **argv, void (*usage)(FILE *), 
 static int make_model(const aa_model_spec_t *spec, const char *path, aa_gpt_t **m) {
   aa_gpt_opts_t o = {.zero = 2, .amp = AA_F32};
   int rc = aa_arch_require_engine(&spec->arch, path);
-  if (!rc) rc = aa_arch_require_dense(&spec->arch, path);
   return rc ? rc : aa_gpt_create(m, &spec->arch, aa_ops_cpu(), 1, 1, &o);
 }
 
@@ -157,7 +158,8 @@ int aa_cmd_export(int argc, char **argv) {
     aa_gpt_free(m);
     return aa_cli_fail("export");
   }
-  printf("exported %zu parameters from %s to %s (%d tensors, %s)\n", m->n_params, a.src, a.out, m->n_tensors,
+  printf("exported %zu parameters from %s to %s (%d tensors, %s)\n", m->n_params, a.src, a.out,
+         aa_export_tensors(m),
          a.dtype == AA_F32    ? "F32"
          : a.dtype == AA_BF16 ? "BF16"
                               : "F16");

@@ -328,14 +328,6 @@ int aa_spec_require_planned(const aa_model_spec_t *s, const char *what) {
       what, s->name);
 }
 
-int aa_arch_require_dense(const aa_arch_t *a, const char *what) {
-  if (!a->moe.experts) return 0;
-  return aa_error(AA_EUNSUPPORTED,
-                  "%s: mixture-of-experts layers (model.moe): import, export and generate take dense models "
-                  "only yet (train trains them; docs/model-spec.md \"moe\")",
-                  what);
-}
-
 int aa_spec_require_data(const aa_model_spec_t *s, const char *what) {
   if (!s->train_data[0])
     return aa_error(

@@ -138,12 +138,6 @@ int aa_arch_require_engine(const aa_arch_t *a, const char *what);
  * check, auto, submit and dry runs call it. */
 int aa_spec_require_planned(const aa_model_spec_t *s, const char *what);
 
-/* Whether a's weights can be imported, exported and decoded from: 0 for a
- * dense model, else AA_EUNSUPPORTED "<what>: mixture-of-experts layers
- * (model.moe): ..." (no Hugging Face Mixtral names and no MoE decoder
- * yet). */
-int aa_arch_require_dense(const aa_arch_t *a, const char *what);
-
 /* Validates an architecture alone (ranges, divisibility). */
 int aa_arch_validate(const aa_arch_t *a);
 

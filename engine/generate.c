@@ -2,6 +2,8 @@
 #define _GNU_SOURCE /* qsort_r */
 #include "generate.h"
 
+#include "kernels/cpu/cpu_moe.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,10 +11,13 @@
 
 /* The parameters of one block, pointers into the model's fp32 buffer
  * (backend memory). gpt2 uses the first group, llama the second; the
- * fused rows (qkv, gate|up) are one matmul each. */
+ * fused rows (qkv, gate|up) are one matmul each. A llama MoE block has
+ * the third group in place of gate|up and down (model.c's stacked expert
+ * tensors, cpu_moe.h's layouts). */
 typedef struct {
   const float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
   const float *gateupw, *downw;
+  const float *routerw, *w13, *w2, *sw13, *sw2; /* routerw NULL: a dense block */
 } block_t;
 
 struct aa_decoder {
@@ -31,6 +36,13 @@ struct aa_decoder {
   int32_t *tok;                                                     /* (1) */
   float *x, *a, *mean, *rstd, *qkv, *att, *tmp, *ff, *ff2, *logits; /* one row each */
   float *kcache, *vcache;
+  /* MoE blocks (cpu backend only): E experts of width Fe, top-k, S shared;
+   * the one token's router logits and probs (E), its k expert rows xp, h,
+   * act, yp and its shared experts' hs, as (cpu_moe.h's buffers, N = 1),
+   * carved from act_mem; the routing map is host memory of its own. */
+  int E, K, Fe, S;
+  float *rlogits, *rprobs, *xp, *h, *act, *yp, *hs, *as;
+  aa_moe_route_t route;
 };
 
 int aa_sampler_validate(const aa_sampler_t *s) {
@@ -131,7 +143,7 @@ static int bind_params(aa_decoder_t *d) {
   }
   for (int l = 0; l < d->L; l++) {
     block_t *b = &d->blocks[l];
-    if (d->llama) {
+    if (d->llama && !aa_arch_is_moe_layer(&m->arch, l)) {
       const float *k, *v, *up;
       if (!(b->ln1w = bparam(m, l, "ln1.w", C)) || !(b->qkvw = bparam(m, l, "q.w", C * C)) ||
           !(k = bparam(m, l, "k.w", KVD * C)) || !(v = bparam(m, l, "v.w", KVD * C)) ||
@@ -141,6 +153,20 @@ static int bind_params(aa_decoder_t *d) {
         return AA_EINVAL;
       if (k != b->qkvw + C * C || v != k + KVD * C || up != b->gateupw + F * C)
         return aa_error(AA_EINVAL, "block %d: q|k|v or gate|up are not contiguous in the parameters", l);
+    } else if (d->llama) {
+      const float *k, *v;
+      const size_t E = (size_t)d->E, Fe = (size_t)d->Fe, S = (size_t)d->S;
+      if (!(b->ln1w = bparam(m, l, "ln1.w", C)) || !(b->qkvw = bparam(m, l, "q.w", C * C)) ||
+          !(k = bparam(m, l, "k.w", KVD * C)) || !(v = bparam(m, l, "v.w", KVD * C)) ||
+          !(b->projw = bparam(m, l, "proj.w", C * C)) || !(b->ln2w = bparam(m, l, "ln2.w", C)) ||
+          !(b->routerw = bparam(m, l, "router.w", E * C)) ||
+          !(b->w13 = bparam(m, l, "experts.w13", E * 2 * Fe * C)) ||
+          !(b->w2 = bparam(m, l, "experts.w2", E * C * Fe)) ||
+          (S && (!(b->sw13 = bparam(m, l, "shared.w13", S * 2 * Fe * C)) ||
+                 !(b->sw2 = bparam(m, l, "shared.w2", S * C * Fe)))))
+        return AA_EINVAL;
+      if (k != b->qkvw + C * C || v != k + KVD * C)
+        return aa_error(AA_EINVAL, "block %d: q|k|v are not contiguous in the parameters", l);
     } else if (!(b->ln1w = bparam(m, l, "ln1.w", C)) || !(b->ln1b = bparam(m, l, "ln1.b", C)) ||
                !(b->qkvw = bparam(m, l, "qkv.w", 3 * C * C)) || !(b->qkvb = bparam(m, l, "qkv.b", 3 * C)) ||
                !(b->projw = bparam(m, l, "proj.w", C * C)) || !(b->projb = bparam(m, l, "proj.b", C)) ||
@@ -183,6 +209,12 @@ int aa_decoder_create(aa_decoder_t **out, aa_gpt_t *m, int max_len) {
                     m->arch.seq_len);
   int llama = aa_arch_is_llama(&m->arch), rc;
   if ((rc = check_ops(m->ops, llama))) return rc;
+  /* MoE blocks decode with cpu_moe.h's host ops on the model's memory. */
+  if (m->arch.moe.experts && strcmp(m->ops->name, "cpu"))
+    return aa_error(AA_EUNSUPPORTED,
+                    "model.moe: the %s decoder does not compute mixture-of-experts layers yet (the cpu "
+                    "backend's does)",
+                    m->ops->name);
   aa_decoder_t *d = calloc(1, sizeof *d);
   if (!d) return aa_error(AA_ENOMEM, "out of memory");
   const aa_arch_t *a = &m->arch;
@@ -200,26 +232,42 @@ int aa_decoder_create(aa_decoder_t **out, aa_gpt_t *m, int max_len) {
   d->max_len = max_len;
   d->eps = a->norm_eps;
   d->theta = a->rope_theta;
+  if (a->moe.experts) {
+    d->E = a->moe.experts;
+    d->K = a->moe.top_k;
+    d->Fe = a->moe.d_ff_expert;
+    d->S = a->moe.shared_experts;
+  }
   d->blocks = calloc((size_t)d->L, sizeof *d->blocks);
   if (!d->blocks) {
     free(d);
     return aa_error(AA_ENOMEM, "out of memory");
   }
   if ((rc = bind_params(d))) goto fail;
+  if (d->E && (rc = aa_cpu_moe_route_alloc(&d->route, 1, d->E, d->K))) goto fail;
 
   /* The step's rows: tok, x, a, mean, rstd, qkv, att, tmp, ff (2F: llama's
-   * gate|up), ff2, logits. */
+   * gate|up), ff2, logits, and an MoE block's (none for a dense model). */
+  const size_t C = (size_t)d->C, E = (size_t)d->E, K = (size_t)d->K, Fe = (size_t)d->Fe, S = (size_t)d->S;
   size_t sizes[] = {1,
-                    (size_t)d->C,
-                    (size_t)d->C,
+                    C,
+                    C,
                     1,
                     1,
                     (size_t)d->QKV,
-                    (size_t)d->C,
-                    (size_t)d->C,
+                    C,
+                    C,
                     2 * (size_t)d->F,
                     (size_t)d->F,
-                    (size_t)d->V};
+                    (size_t)d->V,
+                    E,
+                    E,
+                    K * C,
+                    K * 2 * Fe,
+                    K * Fe,
+                    K * C,
+                    S * 2 * Fe,
+                    S * Fe};
   size_t nfloats = 0;
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
     nfloats += round16(sizes[i]);
@@ -230,8 +278,9 @@ int aa_decoder_create(aa_decoder_t **out, aa_gpt_t *m, int max_len) {
       (rc = d->ops->alloc(&d->cache_mem, 2 * cache * sizeof(float))))
     goto fail;
   float *p = d->act_mem;
-  float **rows[] = {NULL,    &d->x,   &d->a,  &d->mean, &d->rstd,  &d->qkv,
-                    &d->att, &d->tmp, &d->ff, &d->ff2,  &d->logits};
+  float **rows[] = {NULL,    &d->x,   &d->a,   &d->mean,   &d->rstd,    &d->qkv,    &d->att,
+                    &d->tmp, &d->ff,  &d->ff2, &d->logits, &d->rlogits, &d->rprobs, &d->xp,
+                    &d->h,   &d->act, &d->yp,  &d->hs,     &d->as};
   d->tok = (int32_t *)(void *)p;
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     if (rows[i]) *rows[i] = p;
@@ -250,6 +299,7 @@ void aa_decoder_free(aa_decoder_t *d) {
   if (!d) return;
   d->ops->free(d->act_mem);
   d->ops->free(d->cache_mem);
+  aa_cpu_moe_route_free(&d->route);
   free(d->blocks);
   free(d);
 }
@@ -276,9 +326,29 @@ static void gpt2_block(aa_decoder_t *d, int l, float *kc, float *vc) {
   o->residual_forward(d->x, d->x, d->tmp, (size_t)C);
 }
 
+/* MoE block b's MLP on the normalised row d->a into d->tmp (C): the
+ * router, top-k with Mixtral's renormalised weights, the k chosen experts
+ * and the shared experts, through the training forward's ops with N = 1
+ * (kernels/cpu/cpu_moe.h). Routing is dropless, as Hugging Face's
+ * inference is: a capacity factor bounds an expert's slots in a training
+ * batch, and one token never fills one. */
+static int moe_mlp(aa_decoder_t *d, const block_t *b) {
+  const int C = d->C;
+  aa_moe_route_t *r = &d->route;
+  aa_cpu_moe_router_forward(d->rlogits, d->rprobs, d->a, b->routerw, 1, C, d->E);
+  int rc = aa_cpu_moe_route(r, NULL, d->rlogits, d->rprobs, 0.0f);
+  if (rc) return rc;
+  aa_cpu_moe_permute(d->xp, d->a, r, C);
+  aa_cpu_moe_experts_forward(d->yp, d->h, d->act, d->xp, b->w13, b->w2, r->offsets, d->E, C, d->Fe);
+  aa_cpu_moe_unpermute(d->tmp, d->yp, r, C);
+  aa_cpu_moe_shared_forward(d->tmp, d->hs, d->as, d->a, b->sw13, b->sw2, d->S, 1, C, d->Fe);
+  return 0;
+}
+
 /* llama block l: RMSNorm, fused q|k|v, RoPE at pos, grouped-query
- * attention over the cache, RMSNorm, SwiGLU MLP; no biases. */
-static void llama_block(aa_decoder_t *d, int l, float *kc, float *vc) {
+ * attention over the cache, RMSNorm, SwiGLU MLP or an MoE block; no
+ * biases. */
+static int llama_block(aa_decoder_t *d, int l, float *kc, float *vc) {
   const aa_ops_t *o = d->ops;
   const block_t *b = &d->blocks[l];
   int C = d->C;
@@ -289,10 +359,16 @@ static void llama_block(aa_decoder_t *d, int l, float *kc, float *vc) {
   o->matmul_forward(d->tmp, d->att, b->projw, NULL, 1, C, C);
   o->residual_forward(d->x, d->x, d->tmp, (size_t)C);
   o->rmsnorm_forward(d->a, d->rstd, d->x, b->ln2w, 1, C, d->eps);
-  o->matmul_forward(d->ff, d->a, b->gateupw, NULL, 1, C, 2 * d->F); // (1,2F)
-  o->swiglu_forward(d->ff2, d->ff, 1, d->F);                        // (1,F)
-  o->matmul_forward(d->tmp, d->ff2, b->downw, NULL, 1, d->F, C);
+  if (b->routerw) {
+    int rc = moe_mlp(d, b);
+    if (rc) return rc;
+  } else {
+    o->matmul_forward(d->ff, d->a, b->gateupw, NULL, 1, C, 2 * d->F); // (1,2F)
+    o->swiglu_forward(d->ff2, d->ff, 1, d->F);                        // (1,F)
+    o->matmul_forward(d->tmp, d->ff2, b->downw, NULL, 1, d->F, C);
+  }
   o->residual_forward(d->x, d->x, d->tmp, (size_t)C);
+  return 0;
 }
 
 int aa_decoder_step(aa_decoder_t *d, int32_t token, float *logits) {
@@ -306,13 +382,14 @@ int aa_decoder_step(aa_decoder_t *d, int32_t token, float *logits) {
   /* The token's row, plus gpt2's position row pos (llama has none). */
   o->encoder_forward_vocab(d->x, d->tok, d->wte, d->wpe ? d->wpe + (size_t)d->pos * d->C : NULL, 0, d->V, 1, 1,
                            d->C);
-  for (int l = 0; l < d->L; l++) {
+  for (int l = 0; l < d->L && !rc; l++) {
     float *kc = d->kcache + l * d->layer_cache, *vc = d->vcache + l * d->layer_cache;
     if (d->llama)
-      llama_block(d, l, kc, vc);
+      rc = llama_block(d, l, kc, vc);
     else
       gpt2_block(d, l, kc, vc);
   }
+  if (rc) return rc;
   if (d->llama)
     o->rmsnorm_forward(d->a, d->rstd, d->x, d->lnfw, 1, d->C, d->eps);
   else

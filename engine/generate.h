@@ -5,7 +5,10 @@
  * GELU, learned positions, tied head) and llama (RMSNorm, SwiGLU, RoPE,
  * grouped-query attention, untied head), on any backend: every tensor
  * operation goes through the model's op table, the host only uploads a
- * token id and downloads a row of logits per step.
+ * token id and downloads a row of logits per step. A llama's
+ * mixture-of-experts blocks (router, top-k, the chosen and the shared
+ * experts) decode on the CPU backend only, through kernels/cpu/cpu_moe.h's
+ * ops with one token, dropless.
  *
  * The decoder borrows an fp32 whole model (tensor and pipeline degree 1,
  * fp32 parameters allocated) and reads its parameters by name from its
@@ -46,7 +49,8 @@ typedef struct aa_decoder aa_decoder_t;
  * activations, in m's backend memory. m is borrowed and must outlive the
  * decoder; it must be a whole fp32 model (tp 1, pp 1, params allocated)
  * and its backend must implement the decoding ops (attention_decode; for
- * llama also rmsnorm, rope and swiglu): AA_EUNSUPPORTED otherwise. *out
+ * llama also rmsnorm, rope and swiglu), and be the cpu backend for a
+ * model with MoE layers: AA_EUNSUPPORTED otherwise. *out
  * is set only on success; free with aa_decoder_free. */
 int aa_decoder_create(aa_decoder_t **out, aa_gpt_t *m, int max_len);
 void aa_decoder_free(aa_decoder_t *d);

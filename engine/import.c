@@ -1,6 +1,6 @@
-/* GPT-2 and Llama weights in from Hugging Face safetensors (one file or
- * shards) and GPT-2's from llm.c checkpoints, and out as safetensors
- * (import.h). */
+/* GPT-2, Llama and Mixtral-style mixture-of-experts Llama weights in from
+ * Hugging Face safetensors (one file or shards) and GPT-2's from llm.c
+ * checkpoints, and out as safetensors (import.h). */
 #include "import.h"
 
 #include <errno.h>
@@ -90,36 +90,113 @@ static const family_t *family_of(const aa_gpt_t *m) {
   return aa_arch_is_llama(&m->arch) ? &llama_family : &gpt2_family;
 }
 
-/* Tensor i of m's table under its Hugging Face name (without the
- * prefix), with the shape it has there; AA_EINVAL if the table holds a
- * name the family's map lacks (a table that changed without this file). */
+/* An MoE block's stacked tensors (model.c's table) hold one Hugging Face
+ * tensor per expert, or two: experts.w13 (E 2Fe, C) is per expert the rows
+ * of Mixtral's w1 (gate) then w3 (up), experts.w2 (E C, Fe) per expert w2
+ * (down); the shared experts the same under names of autoaccel's own
+ * (Mixtral has none). The router is Mixtral's gate. */
+#define MOE_PREFIX "block_sparse_moe."
+typedef struct {
+  const char *engine, *hf; /* hf: a format with the expert's index */
+  int parts;               /* Hugging Face tensors per expert in the engine tensor */
+} moe_map_t;
+
+static const moe_map_t moe_blocks[] = {
+    {"router.w", MOE_PREFIX "gate.weight", 0},
+    {"experts.w13", MOE_PREFIX "experts.%d.w%d.weight", 2},
+    {"experts.w2", MOE_PREFIX "experts.%d.w2.weight", 1},
+    {"shared.w13", MOE_PREFIX "shared_experts.%d.w%d.weight", 2},
+    {"shared.w2", MOE_PREFIX "shared_experts.%d.w2.weight", 1},
+};
+
+/* One Hugging Face tensor of m: all of engine tensor `tensor`, or one
+ * expert's slice of it (numel elements from element `offset`), under its
+ * Hugging Face name (without the prefix), with the shape it has there. */
 typedef struct {
   char hf[96];
+  int tensor;
+  size_t offset, numel;
   int transpose;
   int ndim;
   int64_t shape[2];
 } hf_tensor_t;
 
-static int hf_tensor(const aa_gpt_t *m, const family_t *fam, int i, hf_tensor_t *h) {
-  const aa_tensor_desc_t *t = &m->tensors[i];
-  const name_map_t *e = NULL;
-  if (t->layer < 0) {
-    for (int k = 0; k < fam->n_top && !e; k++)
-      if (!strcmp(t->name, fam->top[k].engine)) e = &fam->top[k];
-    if (e) snprintf(h->hf, sizeof h->hf, "%s", e->hf);
-  } else {
-    const char *dot = strchr(t->name, '.');
-    for (int k = 0; dot && k < fam->n_blocks && !e; k++)
-      if (!strcmp(dot + 1, fam->blocks[k].engine)) e = &fam->blocks[k];
-    if (e) snprintf(h->hf, sizeof h->hf, "%s%d.%s", fam->block, t->layer, e->hf);
+static const moe_map_t *moe_map(const aa_tensor_desc_t *t) {
+  const char *dot = t->layer >= 0 ? strchr(t->name, '.') : NULL;
+  for (int k = 0; dot && k < COUNT(moe_blocks); k++)
+    if (!strcmp(dot + 1, moe_blocks[k].engine)) return &moe_blocks[k];
+  return NULL;
+}
+
+/* The Hugging Face tensors engine tensor t is stored as. */
+static int hf_pieces(const aa_tensor_desc_t *t, const aa_arch_t *a) {
+  const moe_map_t *x = moe_map(t);
+  if (!x || !x->parts) return 1;
+  return (strstr(x->engine, "shared") ? a->moe.shared_experts : a->moe.experts) * x->parts;
+}
+
+/* Every Hugging Face tensor of m in the engine's order, into h (n entries,
+ * the sum of hf_pieces); AA_EINVAL if the table holds a name the family's
+ * map lacks (a table that changed without this file). */
+static int hf_names(const aa_gpt_t *m, const family_t *fam, hf_tensor_t *h, int n) {
+  const int C = m->arch.d_model, Fe = m->arch.moe.d_ff_expert;
+  int at = 0;
+  for (int i = 0; i < m->n_tensors; i++) {
+    const aa_tensor_desc_t *t = &m->tensors[i];
+    const name_map_t *e = NULL;
+    const moe_map_t *x = moe_map(t);
+    if (x && x->parts) {
+      /* Expert s's w1 and w3 (Fe, C) rows, or its w2 (C, Fe). */
+      for (int p = 0, np = hf_pieces(t, &m->arch); p < np && at < n; p++, at++) {
+        const int s = p / x->parts, w3 = x->parts == 2 && p % 2;
+        hf_tensor_t *o = &h[at];
+        int len = snprintf(o->hf, sizeof o->hf, "%s%d.", fam->block, t->layer);
+        snprintf(o->hf + len, sizeof o->hf - (size_t)len, x->hf, s, w3 ? 3 : 1);
+        o->tensor = i;
+        o->transpose = 0;
+        o->numel = (size_t)Fe * (size_t)C;
+        o->offset = (size_t)p * o->numel;
+        o->ndim = 2;
+        o->shape[0] = x->parts == 2 ? Fe : C;
+        o->shape[1] = x->parts == 2 ? C : Fe;
+      }
+      continue;
+    }
+    if (at == n) break;
+    hf_tensor_t *o = &h[at++];
+    if (x) {
+      snprintf(o->hf, sizeof o->hf, "%s%d.%s", fam->block, t->layer, x->hf);
+    } else if (t->layer < 0) {
+      for (int k = 0; k < fam->n_top && !e; k++)
+        if (!strcmp(t->name, fam->top[k].engine)) e = &fam->top[k];
+      if (e) snprintf(o->hf, sizeof o->hf, "%s", e->hf);
+    } else {
+      const char *dot = strchr(t->name, '.');
+      for (int k = 0; dot && k < fam->n_blocks && !e; k++)
+        if (!strcmp(dot + 1, fam->blocks[k].engine)) e = &fam->blocks[k];
+      if (e) snprintf(o->hf, sizeof o->hf, "%s%d.%s", fam->block, t->layer, e->hf);
+    }
+    if (!e && !x)
+      return aa_error(AA_EINVAL, "tensor '%s' of the %s model has no Hugging Face name", t->name, fam->title);
+    o->tensor = i;
+    o->offset = 0;
+    o->numel = t->numel;
+    o->transpose = e ? e->transpose : 0;
+    o->ndim = t->ndim;
+    o->shape[0] = o->transpose ? t->shape[1] : t->shape[0];
+    o->shape[1] = o->transpose ? t->shape[0] : t->shape[1];
   }
-  if (!e)
-    return aa_error(AA_EINVAL, "tensor '%s' of the %s model has no Hugging Face name", t->name, fam->title);
-  h->transpose = e->transpose;
-  h->ndim = t->ndim;
-  h->shape[0] = h->transpose ? t->shape[1] : t->shape[0];
-  h->shape[1] = h->transpose ? t->shape[0] : t->shape[1];
-  return 0;
+  return at == n ? 0
+                 : aa_error(AA_EINVAL, "the %s model's tensors do not add up to their Hugging Face names",
+                            fam->title);
+}
+
+/* How many Hugging Face tensors m has. */
+static int hf_count(const aa_gpt_t *m) {
+  int n = 0;
+  for (int i = 0; i < m->n_tensors; i++)
+    n += hf_pieces(&m->tensors[i], &m->arch);
+  return n;
 }
 
 /* The block index of name when it is "<block><l>.<suffix>" with a
@@ -137,19 +214,61 @@ static long block_of(const family_t *fam, const char *name, const char **suffix)
   return l;
 }
 
-/* The index into hf (m's n names) of a Hugging Face name without the
- * prefix, or -1 if it is none of this model's. A block tensor beyond the
- * model's blocks sets *beyond. */
-static int hf_index(const aa_gpt_t *m, const family_t *fam, const hf_tensor_t *hf, const char *name,
-                    int *beyond) {
+/* m's Hugging Face names sorted, for lookups by name: a model of many
+ * experts has tens of thousands. */
+static int by_hf_name(const void *a, const void *b) {
+  return strcmp((*(const hf_tensor_t *const *)a)->hf, (*(const hf_tensor_t *const *)b)->hf);
+}
+
+/* The index into hf (sorted: its n entries ordered by name) of a Hugging
+ * Face name without the prefix, or -1 if it is none of this model's. A
+ * block tensor beyond the model's blocks sets *beyond. */
+static int hf_index(const aa_gpt_t *m, const family_t *fam, const hf_tensor_t *hf,
+                    const hf_tensor_t *const *sorted, int n, const char *name, int *beyond) {
   *beyond = 0;
-  for (int i = 0; i < m->n_tensors; i++)
-    if (!strcmp(hf[i].hf, name)) return i;
+  hf_tensor_t key;
+  const size_t len = strlen(name);
+  if (len < sizeof key.hf) {
+    memcpy(key.hf, name, len + 1);
+    const hf_tensor_t *k = &key, *const *hit = bsearch(&k, sorted, (size_t)n, sizeof *sorted, by_hf_name);
+    if (hit) return (int)(*hit - hf);
+  }
   const char *suffix;
-  if (block_of(fam, name, &suffix) < 0) return -1;
-  for (int k = 0; k < fam->n_blocks; k++)
-    if (!strcmp(suffix, fam->blocks[k].hf)) *beyond = 1;
+  long l = block_of(fam, name, &suffix);
+  if (l < 0) return -1;
+  for (int j = 0; j < fam->n_blocks; j++)
+    if (!strcmp(suffix, fam->blocks[j].hf)) *beyond = 1;
+  if (aa_arch_is_llama(&m->arch) && !strncmp(suffix, MOE_PREFIX, strlen(MOE_PREFIX)) && l >= m->arch.n_layer)
+    *beyond = 1;
   return -1;
+}
+
+/* Qwen-MoE's names of a sparse block's tensors (Qwen2MoeSparseMoeBlock:
+ * "mlp.gate", "mlp.experts.<e>.gate_proj", up_proj, down_proj) as
+ * Mixtral's, into buf; any other name as it is. */
+static const char *mixtral_name(const family_t *fam, const char *name, char *buf, size_t cap) {
+  static const char *const from[] = {"mlp.gate.weight", "gate_proj.weight", "up_proj.weight",
+                                     "down_proj.weight"};
+  static const char *const to[] = {MOE_PREFIX "gate.weight", "w1.weight", "w3.weight", "w2.weight"};
+  const char *suffix;
+  if (fam != &llama_family || block_of(fam, name, &suffix) < 0) return name;
+  const size_t head = (size_t)(suffix - name);
+  if (!strcmp(suffix, from[0])) {
+    snprintf(buf, cap, "%.*s%s", (int)head, name, to[0]);
+    return buf;
+  }
+  const char *e = "mlp.experts.";
+  if (strncmp(suffix, e, strlen(e))) return name;
+  const char *p = suffix + strlen(e), *d = p;
+  while (*d >= '0' && *d <= '9')
+    d++;
+  if (d == p || *d != '.') return name;
+  for (int k = 1; k < 4; k++)
+    if (!strcmp(d + 1, from[k])) {
+      snprintf(buf, cap, "%.*s" MOE_PREFIX "experts.%.*s.%s", (int)head, name, (int)(d - p), p, to[k]);
+      return buf;
+    }
+  return name;
 }
 
 /* A buffer that holds no weights (GPT-2's causal mask, Llama's inverse
@@ -180,19 +299,10 @@ static int check_model(const aa_gpt_t *m, const char *what) {
   return 0;
 }
 
-/* Every tensor of m's table under its Hugging Face name, into hf (n_tensors
- * entries). */
-static int hf_names(const aa_gpt_t *m, const family_t *fam, hf_tensor_t *hf) {
-  for (int i = 0; i < m->n_tensors; i++) {
-    int rc = hf_tensor(m, fam, i, &hf[i]);
-    if (rc) return rc;
-  }
-  return 0;
-}
-
-/* Writes host values src (t's shape in the engine's layout) into m. */
-static int put(aa_gpt_t *m, const aa_tensor_desc_t *t, const float *src) {
-  return m->ops->upload((float *)m->params.data + t->offset, src, t->numel * sizeof(float));
+/* Writes numel host values src into m's tensor t from its element
+ * offset on (the engine's layout). */
+static int put(aa_gpt_t *m, const aa_tensor_desc_t *t, size_t offset, size_t numel, const float *src) {
+  return m->ops->upload((float *)m->params.data + t->offset + offset, src, numel * sizeof(float));
 }
 
 /* dst (rows x cols) = the transpose of src (cols x rows). */
@@ -327,23 +437,34 @@ static int ends_with(const char *s, const char *sfx) {
   return n >= k && !strcmp(s + n - k, sfx);
 }
 
-/* The index of the output head in m's table when it is a tensor of its
- * own (llama's head.w), else -1 (GPT-2's head is wte). */
-static int head_index(const aa_gpt_t *m) {
-  const int last = m->n_tensors - 1;
-  return !strcmp(m->tensors[last].name, "head.w") ? last : -1;
+/* The index of the output head among m's n Hugging Face tensors when it
+ * is a tensor of its own (llama's head.w, the last), else -1 (GPT-2's head
+ * is wte). */
+static int head_index(const aa_gpt_t *m, int n) {
+  return !strcmp(m->tensors[m->n_tensors - 1].name, "head.w") ? n - 1 : -1;
 }
 
-/* Matches every offered tensor to one of m's and checks names, shapes and
- * dtypes; want[i] is the offer for tensor i, *lm_head GPT-2's (tied)
- * head's. A llama model without an offered head gets wte's offer for it
- * (a tied checkpoint), and info says so. */
-static int match(const aa_gpt_t *m, const family_t *fam, const hf_tensor_t *hf, const source_t *s,
-                 const offer_t **want, const offer_t **lm_head, aa_import_info_t *info) {
-  char a[96], b[96];
+/* Matches every offered tensor to one of m's n Hugging Face tensors (hf,
+ * and sorted by name) and checks names, shapes and dtypes; want[i] is the
+ * offer for hf[i], *lm_head GPT-2's (tied) head's. A llama model without
+ * an offered head gets wte's offer for it (a tied checkpoint), and info
+ * says so. Qwen-MoE's names of a sparse block's tensors are read as
+ * Mixtral's; its shared expert's sigmoid gate is refused. */
+static int match(const aa_gpt_t *m, const family_t *fam, const hf_tensor_t *hf,
+                 const hf_tensor_t *const *sorted, int n, const source_t *s, const offer_t **want,
+                 const offer_t **lm_head, aa_import_info_t *info) {
+  char a[96], b[96], canon[128];
   unsigned seen = 0;
   const size_t pl = strlen(fam->prefix);
-  const int head = head_index(m);
+  const int head = head_index(m, n);
+  /* Named first, before the shared expert it gates reads as unexpected. */
+  for (int o = 0; o < s->n_offers && fam == &llama_family; o++)
+    if (ends_with(s->offers[o].name, ".mlp.shared_expert_gate.weight"))
+      return aa_error(AA_EINVAL,
+                      "%s: tensor '%s' is Qwen-MoE's sigmoid gate on its shared expert, which autoaccel's "
+                      "mixture-of-experts block does not have (its shared experts are added ungated): this "
+                      "checkpoint cannot be imported",
+                      s->offers[o].f->path, s->offers[o].name);
   for (int o = 0; o < s->n_offers; o++) {
     const offer_t *of = &s->offers[o];
     const char *name = of->name;
@@ -352,6 +473,7 @@ static int match(const aa_gpt_t *m, const family_t *fam, const hf_tensor_t *hf, 
       info->ignored++;
       continue;
     }
+    name = mixtral_name(fam, name, canon, sizeof canon);
     int i = -1, beyond = 0;
     const hf_tensor_t *h;
     hf_tensor_t gpt2_head;
@@ -361,13 +483,13 @@ static int match(const aa_gpt_t *m, const family_t *fam, const hf_tensor_t *hf, 
       gpt2_head = hf[0];
       h = &gpt2_head;
     } else {
-      i = hf_index(m, fam, hf, name, &beyond);
+      i = hf_index(m, fam, hf, sorted, n, name, &beyond);
       if (i < 0 && beyond)
         return aa_error(AA_EINVAL, "%s: tensor '%s' belongs to a block the model does not have (n_layer %d)",
                         of->f->path, of->name, m->arch.n_layer);
       if (i < 0)
         return aa_error(AA_EINVAL, "%s: unexpected tensor '%s' (not a %s weight)", of->f->path, of->name,
-                        fam->title);
+                        m->arch.moe.experts ? "mixture-of-experts Llama (Mixtral)" : fam->title);
       if (want[i])
         return aa_error(AA_EINVAL, "%s: tensor '%s' appears twice (as '%s' and '%s')", of->f->path, name,
                         want[i]->name, of->name);
@@ -393,7 +515,7 @@ static int match(const aa_gpt_t *m, const family_t *fam, const hf_tensor_t *hf, 
     want[head] = want[0];
     info->tied_head = 1;
   }
-  for (int i = 0; i < m->n_tensors; i++)
+  for (int i = 0; i < n; i++)
     if (!want[i])
       return aa_error(AA_EINVAL, "%s: missing tensor '%s%s'", s->path, i == head ? "" : fam->export_prefix,
                       hf[i].hf);
@@ -403,19 +525,26 @@ static int match(const aa_gpt_t *m, const family_t *fam, const hf_tensor_t *hf, 
 
 static int import_safetensors(aa_gpt_t *m, const char *path, int sharded, aa_import_info_t *info) {
   const family_t *fam = family_of(m);
+  const int n = hf_count(m);
   source_t s = {.path = path};
-  const offer_t **want = calloc((size_t)m->n_tensors, sizeof *want);
-  hf_tensor_t *hf = calloc((size_t)m->n_tensors, sizeof *hf);
+  const offer_t **want = calloc((size_t)n, sizeof *want);
+  hf_tensor_t *hf = calloc((size_t)n, sizeof *hf);
+  const hf_tensor_t **sorted = calloc((size_t)n, sizeof *sorted);
   const offer_t *lm_head = NULL;
   float *buf = NULL, *tmp = NULL;
-  int rc = want && hf ? 0 : aa_error(AA_ENOMEM, "out of memory");
-  if (!rc) rc = hf_names(m, fam, hf);
+  int rc = want && hf && sorted ? 0 : aa_error(AA_ENOMEM, "out of memory");
+  if (!rc) rc = hf_names(m, fam, hf, n);
+  if (!rc) {
+    for (int i = 0; i < n; i++)
+      sorted[i] = &hf[i];
+    qsort(sorted, (size_t)n, sizeof *sorted, by_hf_name);
+  }
   if (!rc) rc = sharded ? open_index(&s, path) : open_single(&s, path);
-  if (!rc) rc = match(m, fam, hf, &s, want, &lm_head, info);
+  if (!rc) rc = match(m, fam, hf, sorted, n, &s, want, &lm_head, info);
   if (rc) goto cleanup;
   size_t max = 0;
-  for (int i = 0; i < m->n_tensors; i++)
-    if (m->tensors[i].numel > max) max = m->tensors[i].numel;
+  for (int i = 0; i < n; i++)
+    if (hf[i].numel > max) max = hf[i].numel;
   buf = malloc(max * sizeof *buf);
   tmp = malloc(max * sizeof *tmp);
   if (!buf || !tmp) {
@@ -436,20 +565,20 @@ static int import_safetensors(aa_gpt_t *m, const char *path, int sharded, aa_imp
     }
     info->ignored++;
   }
-  for (int i = 0; i < m->n_tensors && !rc; i++) {
-    const aa_tensor_desc_t *t = &m->tensors[i];
+  for (int i = 0; i < n && !rc; i++) {
     if ((rc = aa_st_read_f32(want[i]->f, want[i]->t, hf[i].transpose ? tmp : buf))) break;
-    if (hf[i].transpose) transpose(buf, tmp, (size_t)t->shape[0], (size_t)t->shape[1]);
-    rc = put(m, t, buf);
+    if (hf[i].transpose) transpose(buf, tmp, (size_t)hf[i].shape[1], (size_t)hf[i].shape[0]);
+    rc = put(m, &m->tensors[hf[i].tensor], hf[i].offset, hf[i].numel, buf);
   }
   info->format = sharded ? AA_IMPORT_SHARDED : AA_IMPORT_SAFETENSORS;
   info->files = s.n_files;
-  info->tensors = m->n_tensors - info->tied_head;
+  info->tensors = n - info->tied_head;
 cleanup:
   free(buf);
   free(tmp);
   free(want);
   free(hf);
+  free(sorted);
   source_free(&s);
   return rc;
 }
@@ -528,7 +657,7 @@ static int import_llmc(aa_gpt_t *m, const char *path, int fd, uint64_t size, aa_
     if (es == 2)
       for (size_t j = 0; j < t->numel; j++)
         buf[j] = aa_bf16_to_f32((uint16_t)(dst[2 * j] | dst[2 * j + 1] << 8));
-    rc = put(m, t, buf);
+    rc = put(m, t, 0, t->numel, buf);
   }
   free(buf);
   info->format = AA_IMPORT_LLMC;
@@ -590,13 +719,14 @@ typedef struct {
 
 static int export_fill(int i, float *dst, size_t numel, void *data) {
   export_t *e = data;
-  const aa_tensor_desc_t *t = &e->m->tensors[i];
-  const int tr = e->hf[i].transpose;
+  const hf_tensor_t *h = &e->hf[i];
+  const aa_tensor_desc_t *t = &e->m->tensors[h->tensor];
+  const int tr = h->transpose;
   (void)numel;
-  int rc = e->m->ops->download(tr ? e->tmp : dst, (const float *)e->m->params.data + t->offset,
-                               t->numel * sizeof(float));
+  int rc = e->m->ops->download(tr ? e->tmp : dst, (const float *)e->m->params.data + t->offset + h->offset,
+                               h->numel * sizeof(float));
   if (rc) return rc;
-  if (tr) transpose(dst, e->tmp, (size_t)t->shape[1], (size_t)t->shape[0]);
+  if (tr) transpose(dst, e->tmp, (size_t)h->shape[0], (size_t)h->shape[1]);
   return 0;
 }
 
@@ -604,11 +734,11 @@ int aa_export_weights(const aa_gpt_t *m, const char *path, aa_dtype_t dtype) {
   int rc = check_model(m, path);
   if (rc) return rc;
   const family_t *fam = family_of(m);
-  const int head = head_index(m);
-  aa_st_entry_t *e = calloc((size_t)m->n_tensors, sizeof *e);
-  hf_tensor_t *h = calloc((size_t)m->n_tensors, sizeof *h);
+  const int n = hf_count(m), head = head_index(m, n);
+  aa_st_entry_t *e = calloc((size_t)n, sizeof *e);
+  hf_tensor_t *h = calloc((size_t)n, sizeof *h);
   /* The names as written: the family's prefix before all but the head. */
-  char(*names)[128] = calloc((size_t)m->n_tensors, sizeof *names);
+  char(*names)[128] = calloc((size_t)n, sizeof *names);
   size_t max = 0;
   for (int i = 0; i < m->n_tensors; i++)
     if (m->tensors[i].numel > max) max = m->tensors[i].numel;
@@ -617,15 +747,15 @@ int aa_export_weights(const aa_gpt_t *m, const char *path, aa_dtype_t dtype) {
     rc = aa_error(AA_ENOMEM, "out of memory");
     goto cleanup;
   }
-  if ((rc = hf_names(m, fam, h))) goto cleanup;
-  for (int i = 0; i < m->n_tensors; i++) {
+  if ((rc = hf_names(m, fam, h, n))) goto cleanup;
+  for (int i = 0; i < n; i++) {
     snprintf(names[i], sizeof names[i], "%s%s", i == head ? "" : fam->export_prefix, h[i].hf);
     e[i].name = names[i];
     e[i].ndim = h[i].ndim;
     e[i].shape[0] = h[i].shape[0];
     e[i].shape[1] = h[i].shape[1];
   }
-  rc = aa_st_write(path, dtype, e, m->n_tensors, export_fill, &x);
+  rc = aa_st_write(path, dtype, e, n, export_fill, &x);
 cleanup:
   free(e);
   free(h);
@@ -633,3 +763,5 @@ cleanup:
   free(x.tmp);
   return rc;
 }
+
+int aa_export_tensors(const aa_gpt_t *m) { return hf_count(m); }

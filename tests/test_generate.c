@@ -355,30 +355,11 @@ AA_TEST(cache_and_input_bounds_are_errors) {
   aa_gpt_free(m);
 }
 
-/* A small llama (grouped-query: 4 query heads over 2 key/value heads),
- * weights drawn here, large enough (std 0.3) that the logits are far
- * apart: the decoder's rotary positions, cache layout and head sharing
- * against the whole-prefix forward (the model's training forward), over
- * all 16 positions of a longer context than llama_tiny.fixture's 8, with
- * every logit compared and not only the greedy ids
- * (llama_greedy_matches_pytorch). Skipped while the backend has no llama
- * kernels. */
-AA_TEST(llama_cached_matches_uncached) {
-  aa_arch_t la = {.family = "llama",
-                  .n_layer = 2,
-                  .n_head = 4,
-                  .d_model = 32,
-                  .d_ff = 48,
-                  .seq_len = 16,
-                  .vocab_size = 37,
-                  .n_kv_head = 2,
-                  .rope_theta = 10000.0f,
-                  .norm_eps = 1e-5f};
-  aa_gpt_t *m = NULL;
-  if (!cpu_has_llama()) SKIP("the cpu backend has no llama kernels yet");
-  CHECK_MSG(aa_gpt_create(&m, &la, aa_ops_cpu(), 1, la.seq_len, NULL) == 0, "%s", aa_last_error());
-  if (!m) return;
-  NEED_DECODE(m);
+/* m's decoder against its whole-prefix forward (see
+ * llama_cached_matches_uncached): seeded weights, greedy ids with and
+ * without the cache, and every logit of every position within 1e-4. */
+static void cached_matches_uncached(aa_gpt_t *m) {
+  const aa_arch_t la = m->arch;
   float *p = malloc(sizeof *p * m->n_params);
   aa_rng_t rng;
   aa_rng_seed(&rng, 99);
@@ -425,6 +406,58 @@ AA_TEST(llama_cached_matches_uncached) {
   free(a);
   free(b);
   aa_decoder_free(d);
+}
+
+/* A small llama (grouped-query: 4 query heads over 2 key/value heads),
+ * weights drawn here, large enough (std 0.3) that the logits are far
+ * apart: the decoder's rotary positions, cache layout and head sharing
+ * against the whole-prefix forward (the model's training forward), over
+ * all 16 positions of a longer context than llama_tiny.fixture's 8, with
+ * every logit compared and not only the greedy ids
+ * (llama_greedy_matches_pytorch). Skipped while the backend has no llama
+ * kernels. */
+AA_TEST(llama_cached_matches_uncached) {
+  aa_arch_t la = {.family = "llama",
+                  .n_layer = 2,
+                  .n_head = 4,
+                  .d_model = 32,
+                  .d_ff = 48,
+                  .seq_len = 16,
+                  .vocab_size = 37,
+                  .n_kv_head = 2,
+                  .rope_theta = 10000.0f,
+                  .norm_eps = 1e-5f};
+  aa_gpt_t *m = NULL;
+  if (!cpu_has_llama()) SKIP("the cpu backend has no llama kernels yet");
+  CHECK_MSG(aa_gpt_create(&m, &la, aa_ops_cpu(), 1, la.seq_len, NULL) == 0, "%s", aa_last_error());
+  if (!m) return;
+  NEED_DECODE(m);
+  cached_matches_uncached(m);
+  aa_gpt_free(m);
+}
+
+/* A mixture-of-experts llama (MoE blocks 0 and 2 with 4 experts, top-2,
+ * and a shared expert; block 1 dense): the decoder's MoE block (router,
+ * top-k, the chosen experts, the shared expert for its one token) against
+ * the training forward's over all 16 positions, every logit within 1e-4
+ * as the dense llama's. */
+AA_TEST(moe_cached_matches_uncached) {
+  aa_arch_t la = {.family = "llama",
+                  .n_layer = 3,
+                  .n_head = 4,
+                  .d_model = 32,
+                  .d_ff = 48,
+                  .seq_len = 16,
+                  .vocab_size = 37,
+                  .n_kv_head = 2,
+                  .rope_theta = 10000.0f,
+                  .norm_eps = 1e-5f,
+                  .moe = {.experts = 4, .top_k = 2, .d_ff_expert = 16, .shared_experts = 1, .every = 2}};
+  aa_gpt_t *m = NULL;
+  CHECK_MSG(aa_gpt_create(&m, &la, aa_ops_cpu(), 1, la.seq_len, NULL) == 0, "%s", aa_last_error());
+  if (!m) return;
+  NEED_DECODE(m);
+  cached_matches_uncached(m);
   aa_gpt_free(m);
 }
 
@@ -528,6 +561,7 @@ int main(void) {
   RUN(sampler_rules);
   RUN(cache_and_input_bounds_are_errors);
   RUN(llama_cached_matches_uncached);
+  RUN(moe_cached_matches_uncached);
   RUN(llama_greedy_matches_pytorch);
   RUN(cuda_decoder_matches_pytorch);
   free(gpt.params);

@@ -851,6 +851,191 @@ AA_TEST(llama_refuses_llmc_files) {
   expect_import_error(&a, p, AA_EINVAL, "an llm.c checkpoint holds GPT-2 weights, but the model is llama");
 }
 
+/* --- mixture-of-experts Llama (Mixtral, Qwen-MoE names) ------------------- */
+
+static char mxdir[300];   /* make_mixtral_weights.py's output, inside tmp */
+static char mx_skip[600]; /* non-empty: why its files are missing */
+
+/* make_mixtral_weights.py's model: layers 0 and 2 sparse MoE blocks of 4
+ * experts (top-2, width 12, no shared experts), layer 1 dense. */
+static aa_arch_t mixtral_arch(int shared) {
+  aa_arch_t a = llama_arch(3, 2);
+  a.moe = (aa_moe_t){.experts = 4, .top_k = 2, .d_ff_expert = 12, .shared_experts = shared, .every = 2};
+  return a;
+}
+
+/* Runs make_mixtral_weights.py into tmp/mx; on failure mx_skip says why. */
+static void make_mixtral_weights(void) {
+  const char *src = getenv("AA_SOURCE_DIR");
+  char cmd[2048], log[400];
+  snprintf(mxdir, sizeof mxdir, "%s/mx", tmp);
+  snprintf(log, sizeof log, "%s/make_mixtral_weights.log", tmp);
+  if (access("/usr/bin/python3", X_OK)) {
+    snprintf(mx_skip, sizeof mx_skip, "/usr/bin/python3 not found (needed with python3-torch)");
+    return;
+  }
+  snprintf(cmd, sizeof cmd,
+           "/usr/bin/python3 '%s/tests/reference/make_mixtral_weights.py' --out '%s' >'%s' 2>&1",
+           src ? src : ".", mxdir, log);
+  int rc = system(cmd);
+  if (rc != 0) {
+    size_t len = 0;
+    char *text = slurp(log, &len);
+    snprintf(mx_skip, sizeof mx_skip, "make_mixtral_weights.py failed (status %d): %.400s", rc,
+             text ? text : "");
+    free(text);
+  }
+}
+
+#define NEED_MIXTRAL()                                                                                       \
+  do {                                                                                                       \
+    if (mx_skip[0]) SKIP("%s", mx_skip);                                                                     \
+  } while (0)
+
+/* The Mixtral-named file imports into the engine's stacked expert tensors:
+ * the next-token logits of every position equal Hugging Face Mixtral's
+ * float64 forward within 1e-6 + 1e-4 |want| (the GPT-2 check's tolerance:
+ * float32 rounding alone, the routing being the reference's by the
+ * fixture's router gap). */
+AA_TEST(mixtral_safetensors_logits_match_hugging_face) {
+  NEED_MIXTRAL();
+  aa_arch_t a = mixtral_arch(0);
+  char src[512], lp[512];
+  path_in(src, sizeof src, mxdir, "mixtral.safetensors");
+  path_in(lp, sizeof lp, mxdir, "logits.bin");
+  const int T = a.seq_len, V = a.vocab_size;
+  size_t len = 0, n = (size_t)T * V;
+  unsigned char *ref = slurp(lp, &len);
+  CHECK(ref && len == (size_t)T * 4 + n * 4);
+  aa_gpt_t *m = model(&a, 1, T);
+  if (!ref || !m || len != (size_t)T * 4 + n * 4) goto done;
+  aa_import_info_t info;
+  CHECK_MSG(aa_import_weights(m, src, &info) == 0, "import: %s", aa_last_error());
+  /* wte, 2 MoE blocks of 6 + 1 + 4 x 3, a dense block of 9, norm, head. */
+  CHECK_MSG(info.tensors == 50 && info.ignored == 0 && !info.tied_head, "%d tensors", info.tensors);
+  const float *want = (const float *)(ref + (size_t)T * 4);
+  CHECK_MSG(aa_gpt_forward(m, (const int32_t *)ref, NULL, NULL) == 0, "forward: %s", aa_last_error());
+  const float *got = aa_gpt_logits(m);
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < n; i++) {
+    double tol = 1e-6 + 1e-4 * fabs(want[i]), r = fabs(got[i] - want[i]) / tol;
+    if (r > 1) bad++;
+    if (r > worst_ratio) worst_ratio = r, worst = i;
+  }
+  fprintf(stderr, "  mixtral logits: worst error/tolerance %.3f at %zu (%.9g vs %.9g)\n", worst_ratio, worst,
+          got[worst], want[worst]);
+  CHECK_MSG(bad == 0, "%zu of %zu logits differ", bad, n);
+done:
+  free(ref);
+  aa_gpt_free(m);
+}
+
+/* Export writes Mixtral's names; its file imports back to the same
+ * parameters bit for bit and exports again to the same bytes. Qwen-MoE's
+ * names of the same weights import to the same parameters. */
+AA_TEST(mixtral_export_reimport_round_trips_byte_for_byte) {
+  NEED_MIXTRAL();
+  aa_arch_t a = mixtral_arch(0);
+  char src[512], qw[512], p1[512], p2[512];
+  path_in(src, sizeof src, mxdir, "mixtral.safetensors");
+  path_in(qw, sizeof qw, mxdir, "qwen.safetensors");
+  path_in(p1, sizeof p1, tmp, "mixtral_1.safetensors");
+  path_in(p2, sizeof p2, tmp, "mixtral_2.safetensors");
+  aa_gpt_t *m = model(&a, 1, 1), *m2 = model(&a, 1, 1);
+  aa_st_file_t *f = NULL;
+  size_t l1 = 0, l2 = 0;
+  char *b1 = NULL, *b2 = NULL;
+  if (!m || !m2) goto done;
+  CHECK_MSG(aa_import_weights(m, src, NULL) == 0, "import: %s", aa_last_error());
+  CHECK_MSG(aa_export_weights(m, p1, AA_F32) == 0, "export: %s", aa_last_error());
+  CHECK_MSG(aa_import_weights(m2, p1, NULL) == 0, "re-import: %s", aa_last_error());
+  CHECK(same_params(m2, m->params.data, m->n_params, "mixtral round trip"));
+  CHECK_MSG(aa_export_weights(m2, p2, AA_F32) == 0, "export: %s", aa_last_error());
+  b1 = slurp(p1, &l1);
+  b2 = slurp(p2, &l2);
+  CHECK(b1 && b2 && l1 == l2 && !memcmp(b1, b2, l1));
+  CHECK_MSG(aa_st_open(&f, p1) == 0, "open: %s", aa_last_error());
+  if (f) {
+    CHECK(f->n == 50);
+    CHECK(!strcmp(f->tensors[7].name, "model.layers.0.block_sparse_moe.gate.weight") &&
+          f->tensors[7].shape[0] == 4 && f->tensors[7].shape[1] == 16);
+    CHECK(!strcmp(f->tensors[8].name, "model.layers.0.block_sparse_moe.experts.0.w1.weight") &&
+          f->tensors[8].shape[0] == 12 && f->tensors[8].shape[1] == 16);
+    CHECK(!strcmp(f->tensors[9].name, "model.layers.0.block_sparse_moe.experts.0.w3.weight"));
+    CHECK(!strcmp(f->tensors[16].name, "model.layers.0.block_sparse_moe.experts.0.w2.weight") &&
+          f->tensors[16].shape[0] == 16 && f->tensors[16].shape[1] == 12);
+    CHECK(!strcmp(f->tensors[26].name, "model.layers.1.mlp.gate_proj.weight"));
+    aa_st_close(f);
+  }
+  memset(m2->params.data, 0, m2->n_params * sizeof(float));
+  CHECK_MSG(aa_import_weights(m2, qw, NULL) == 0, "qwen import: %s", aa_last_error());
+  CHECK(same_params(m2, m->params.data, m->n_params, "qwen names"));
+done:
+  free(b1);
+  free(b2);
+  aa_gpt_free(m);
+  aa_gpt_free(m2);
+}
+
+/* Qwen-MoE's shared expert is gated by a sigmoid of its own
+ * (shared_expert_gate), which autoaccel's block does not have: refused
+ * naming that tensor. */
+AA_TEST(qwen_moe_shared_expert_gate_is_refused_by_name) {
+  NEED_MIXTRAL();
+  aa_arch_t a = mixtral_arch(0);
+  char p[512];
+  path_in(p, sizeof p, mxdir, "qwen_shared.safetensors");
+  expect_import_error(
+      &a, p, AA_EINVAL,
+      "tensor 'model.layers.0.mlp.shared_expert_gate.weight' is Qwen-MoE's sigmoid gate on its "
+      "shared expert");
+}
+
+static const char *no_expert_w3(const char *n, char *buf) {
+  (void)buf;
+  return strcmp(n, "model.layers.2.block_sparse_moe.experts.3.w3.weight") ? n : NULL;
+}
+static const char *shared_as_dense(const char *n, char *buf) {
+  (void)buf;
+  return strcmp(n, "model.layers.0.block_sparse_moe.shared_experts.0.w2.weight") ? n : NULL;
+}
+
+/* Without Python: an MoE model with a shared expert exports and imports
+ * back bit for bit; a missing expert tensor, an expert the model does not
+ * have, a misshapen expert and a block the model does not have are refused
+ * naming the tensor. */
+AA_TEST(moe_missing_extra_and_misshapen_experts_are_named) {
+  aa_arch_t a = mixtral_arch(1), small = a, dense = llama_arch(3, 2);
+  small.moe.d_ff_expert = 8;
+  char p[512];
+  aa_gpt_t *m = exported(&a, "moe_e.safetensors", p, sizeof p), *m2 = model(&a, 1, 1);
+  if (!m || !m2) goto done;
+  CHECK_MSG(aa_import_weights(m2, p, NULL) == 0, "import: %s", aa_last_error());
+  CHECK(same_params(m2, m->params.data, m->n_params, "moe with a shared expert"));
+  expect_import_error(&a, rewrite("moe_e.safetensors", "moe_gap.safetensors", no_expert_w3, NULL, 0, AA_F32),
+                      AA_EINVAL, "missing tensor 'model.layers.2.block_sparse_moe.experts.3.w3.weight'");
+  expect_import_error(&a,
+                      rewrite("moe_e.safetensors", "moe_x.safetensors", keep,
+                              "model.layers.0.block_sparse_moe.experts.4.w1.weight", 2, AA_F32),
+                      AA_EINVAL, "unexpected tensor 'model.layers.0.block_sparse_moe.experts.4.w1.weight'");
+  expect_import_error(&a,
+                      rewrite("moe_e.safetensors", "moe_l.safetensors", keep,
+                              "model.layers.4.block_sparse_moe.gate.weight", 2, AA_F32),
+                      AA_EINVAL, "tensor 'model.layers.4.block_sparse_moe.gate.weight' belongs to a block");
+  expect_import_error(&small, p, AA_EINVAL,
+                      "tensor 'model.layers.0.block_sparse_moe.experts.0.w1.weight' has shape [12, 16] but "
+                      "the model needs [8, 16]");
+  expect_import_error(&a, rewrite("moe_e.safetensors", "moe_s.safetensors", shared_as_dense, NULL, 0, AA_F32),
+                      AA_EINVAL,
+                      "missing tensor 'model.layers.0.block_sparse_moe.shared_experts.0.w2.weight'");
+  expect_import_error(&dense, p, AA_EINVAL,
+                      "unexpected tensor 'model.layers.0.block_sparse_moe.gate.weight'");
+done:
+  aa_gpt_free(m);
+  aa_gpt_free(m2);
+}
+
 /* Runs make_weights.py into tmp/w; on failure py_skip says why. */
 static void make_weights(void) {
   const char *src = getenv("AA_SOURCE_DIR");
@@ -883,6 +1068,7 @@ int main(void) {
     return 1;
   }
   make_weights();
+  make_mixtral_weights();
   RUN(f32_safetensors_imports_bit_exact_with_buffers_and_tied_head);
   RUN(bf16_safetensors_with_transformer_prefix_imports_torch_rounding);
   RUN(f16_safetensors_imports_torch_rounding);
@@ -905,6 +1091,10 @@ int main(void) {
   RUN(llama_missing_extra_and_misshapen_tensors_are_named);
   RUN(llama_sharded_index_imports);
   RUN(llama_refuses_llmc_files);
+  RUN(mixtral_safetensors_logits_match_hugging_face);
+  RUN(mixtral_export_reimport_round_trips_byte_for_byte);
+  RUN(qwen_moe_shared_expert_gate_is_refused_by_name);
+  RUN(moe_missing_extra_and_misshapen_experts_are_named);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmp);

@@ -90,8 +90,7 @@ if [ -e "$tmp/home" ]; then fail=$((fail + 1)); echo "FAIL: auto created $tmp/ho
 # A mixture-of-experts spec trains (on one process or data parallel), but
 # the cost model does not hold its layers yet: what plans or measures it
 # (strategy check, plan, auto, submit) says so by name, exit 1, before it
-# reads data or contacts anything, and nothing plans it as a dense model;
-# import, export and generate take dense models only.
+# reads data or contacts anything, and nothing plans it as a dense model.
 MOE=$SRC/tests/specs/moe_tiny.json
 MOEMSG="moe-tiny has mixture-of-experts layers \(model\.moe\): autoaccel trains them \(train, on one process or data parallel\) but cannot measure or plan them yet"
 expect 1 "^autoaccel strategy check: $MOE: $MOEMSG" "$AA" strategy check "$MINIMAL" --model "$MOE"
@@ -100,10 +99,6 @@ expect 1 "^autoaccel plan: $MOE: $MOEMSG" "$AA" plan "$MOE" --pool cpu:2 --plann
 expect 1 "^autoaccel auto: $MOE: $MOEMSG" env AUTOACCEL_HOME="$tmp/home-moe" "$AA" auto "$MOE"
 expect 1 "^autoaccel submit: $MOE: $MOEMSG" "$AA" submit "$MOE" --planner "unix:$tmp/nobody.sock"
 [ ! -e "$tmp/home-moe" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: auto started for an MoE spec"; }
-DENSE="mixture-of-experts layers \(model\.moe\): import, export and generate take dense models only yet"
-expect 1 "^autoaccel import: $MOE: $DENSE" "$AA" import "$tmp/none.bin" --model "$MOE" --out "$tmp/none.ckpt"
-expect 1 "^autoaccel export: $MOE: $DENSE" "$AA" export "$tmp/none.ckpt" --model "$MOE" --out "$tmp/none.st"
-expect 1 "^autoaccel generate: $MOE: $DENSE" "$AA" generate "$tmp/none.ckpt" --model "$MOE" --prompt hi
 
 # train: moe_tiny on real tokens for 3 steps, each step's line with the
 # fewest and most tokens an expert computed and the slots dropped (none:
@@ -120,12 +115,33 @@ PY
 MOELINE="^moe +[0-9]+/3 \| rank 0: tokens per expert min [0-9]+, max [0-9]+ \(over 4 experts x 2 MoE layers, per micro-batch of 64 tokens\) \| dropped 0$"
 expect 0 "$MOELINE" "$AA" train "$tmp/moe.json" --out "$tmp/moe-run" --log-every 1 --threads 1
 expect 0 "^done: 3 steps" "$AA" train "$tmp/moe.json" --out "$tmp/moe-run2" --devices cpu:2 --threads 2
+# The trained MoE checkpoint exports under Hugging Face Mixtral's names
+# (one tensor per expert and projection), imports back to the same weights
+# (its re-export is the same file) and generates with the KV cache as
+# without it.
+CK=$tmp/moe-run/final.ckpt
+expect 0 "^exported [0-9]+ parameters from $CK to $tmp/moe\.safetensors \(41 tensors, F32\)$" \
+  "$AA" export "$CK" --model "$tmp/moe.json" --out "$tmp/moe.safetensors"
+expect 0 "^1$" grep -ac "model\.layers\.1\.block_sparse_moe\.experts\.3\.w2\.weight" "$tmp/moe.safetensors"
+expect 0 "^imported [0-9]+ parameters from $tmp/moe\.safetensors \(safetensors, 1 file, 41 tensors of F32\)" \
+  "$AA" import "$tmp/moe.safetensors" --model "$tmp/moe.json" --out "$tmp/moe-x.ckpt"
+"$AA" export "$tmp/moe-x.ckpt" --model "$tmp/moe.json" --out "$tmp/moe-x.safetensors" >/dev/null 2>&1
+expect 0 "" cmp "$tmp/moe.safetensors" "$tmp/moe-x.safetensors"
+mgen() { "$AA" generate "$CK" --model "$tmp/moe.json" --prompt "ab" --max-tokens 8 "$@"; }
+expect 0 "generated 8 tokens in .*KV cache on" mgen
+mgen >"$tmp/moe-kv.txt" 2>/dev/null
+mgen --no-kv-cache >"$tmp/moe-nokv.txt" 2>/dev/null
+expect 0 "" cmp "$tmp/moe-kv.txt" "$tmp/moe-nokv.txt"
 # Expert parallelism: 2 ranks, each holding 2 of the 4 experts.
 cat >"$tmp/ep2.json" <<'JSON'
 {"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2, "expert": 2}, "micro_batch": 2}
 JSON
 expect 0 "^expert parallel: 2 ranks an expert group \(shm\), each holding 2 of the 4 experts of every MoE layer; 1 expert groups$" \
   "$AA" train "$tmp/moe.json" --out "$tmp/moe-ep2" --devices cpu:2 --strategy "$tmp/ep2.json" --threads 2
+# Its final checkpoint is a whole-model file (replica 0 gathers the expert
+# slices): it exports like one process's.
+expect 0 "^exported [0-9]+ parameters from $tmp/moe-ep2/final\.ckpt to $tmp/moe-ep2\.safetensors \(41 tensors, F32\)$" \
+  "$AA" export "$tmp/moe-ep2/final.ckpt" --model "$tmp/moe.json" --out "$tmp/moe-ep2.safetensors"
 cat >"$tmp/tp2.json" <<'JSON'
 {"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 2}, "micro_batch": 4}
 JSON
