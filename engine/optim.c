@@ -29,7 +29,9 @@ void aa_adamw_free(aa_adamw_t *o) {
  * rank) and *whole (tensors every tensor rank holds whole, with the same
  * gradient), so that the norm counts every parameter once: the last
  * pipeline stage's copy of wte|wpe is the first stage's, counted there.
- * At tp 1 and pp 1 it is all *split, one call. */
+ * Under expert parallelism the expert slices' squares go to *experts
+ * (different on every rank of the expert group). At tp 1, pp 1 and ep 1
+ * it is all *split, one call. */
 static void squares(const aa_gpt_t *m, const float *g, size_t lo, size_t n, double *split, double *whole,
                     double *experts) {
   const aa_ops_t *op = m->ops;
@@ -267,6 +269,9 @@ int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t
   if (stage < 0 || stage > 3) return aa_error(AA_EINVAL, "ZeRO stage %d must be 0..3", stage);
   if (m->opts.zero != stage)
     return aa_error(AA_EINVAL, "the model was built for ZeRO stage %d, not %d", m->opts.zero, stage);
+  if (m->ep > 1 && stage)
+    return aa_error(AA_EUNSUPPORTED, "ZeRO stage %d with expert parallelism (expert %d): use ZeRO 0", stage,
+                    m->ep);
   z->amp = m->opts.amp;
   z->comm = comm;
   z->rank = aa_comm_rank(comm);
@@ -403,7 +408,7 @@ int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr,
   for (int u = 0; u < U; u++)
     if (z->valid[u])
       squares(m, grad_chunk(z, m, u), chunk_start(z, u), z->valid[u], &split, &whole, &experts);
-  /* No expert slices here: the trainer refuses ZeRO 1-3 with expert parallelism. */
+  /* No expert slices here: aa_zero_init refuses stages 1-3 with expert parallelism. */
   /* Over the data group, then the tensor group (each data rank's chunks
    * of the tensor slices differ between tensor ranks, its chunks of the
    * whole tensors do not). */
