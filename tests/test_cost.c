@@ -217,6 +217,44 @@ AA_TEST(flops_per_token_are_6n_plus_12lct_plus_the_recomputed_forward) {
     }
 }
 
+/* An MoE model's FLOPs count the parameters a token passes (spec.h
+ * aa_arch_active_param_count), not the experts it is not routed to. A
+ * llama of 2 blocks (C 32, 4 heads of 8, 2 kv heads: q|k|v 64 wide, F 64,
+ * T 16, V 64), block 0 an MoE layer (every 2) of E 4 experts top-2 of
+ * width 24 and one shared expert, block 1 dense. By hand: block 0 holds
+ * 2·32 + 64·32 + 32² + 4·32 (router) + 5·3·24·32 = 14,784 parameters, of
+ * which a token passes all but 2 experts' 4,608: 10,176; block 1 2·32 +
+ * 64·32 + 32² + 3·64·32 = 9,280; lnf and the head 32 + 64·32 = 2,080. So
+ * 6 (10,176 + 9,280 + 2,080) + 12·2·32·16 = 141,504 a token; full
+ * checkpointing adds 2 (10,176 + 9,280) + 4·2·32·16 = 43,008. The lower
+ * bound's matrices: block 0 64·32 + 32² + 4·32 + 3·3·24·32 = 10,112, block
+ * 1 64·32 + 32² + 3·64·32 = 9,216, the head 2,048: 6 x 21,376. */
+AA_TEST(flops_per_token_of_an_moe_model_count_its_active_parameters) {
+  aa_arch_t a = {.family = "llama",
+                 .n_layer = 2,
+                 .n_head = 4,
+                 .n_kv_head = 2,
+                 .d_model = 32,
+                 .d_ff = 64,
+                 .seq_len = 16,
+                 .vocab_size = 64};
+  a.moe = (aa_moe_t){.experts = 4, .top_k = 2, .d_ff_expert = 24, .shared_experts = 1, .every = 2};
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  CHECK(aa_cost_flops_per_token(&a, &s) == 141504.0);
+  CHECK(aa_cost_flops_per_token(&a, &s) ==
+        6.0 * ((double)aa_arch_active_param_count(&a) - 64 * 32) + 12 * 2 * 32 * 16);
+  CHECK(aa_cost_min_flops_per_token(&a, &s) == 6.0 * 21376);
+  s.ckpt = AA_CKPT_FULL;
+  CHECK(aa_cost_flops_per_token(&a, &s) == 141504.0 + 43008.0);
+  CHECK(aa_cost_min_flops_per_token(&a, &s) == 6.0 * 21376 + 2.0 * (10112 + 9216));
+  /* Cut in two: each stage its own block. */
+  aa_strategy_default(&s);
+  s.degree[AA_AXIS_PIPELINE] = 2;
+  CHECK(aa_cost_flops_per_token_stage(&a, &s, 0) == 6.0 * 10176 + 12 * 32 * 16);
+  CHECK(aa_cost_flops_per_token_stage(&a, &s, 1) == 6.0 * (9280 + 2080) + 12 * 32 * 16);
+}
+
 AA_TEST(a_strategy_with_more_work_than_a_measured_one_is_dominated) {
   char why[256];
   aa_strategy_t base = strat(2, 2, AA_F32, AA_CKPT_NONE, 4);
@@ -802,6 +840,7 @@ AA_TEST(llama_has_no_embedding_group_and_its_groups_move_its_units) {
 }
 
 int main(void) {
+  RUN(flops_per_token_of_an_moe_model_count_its_active_parameters);
   RUN(the_model_allocates_the_activation_layout_on_a_grid);
   RUN(a_single_rank_accounts_exactly_the_predicted_bytes);
   RUN(zero_shards_over_the_data_group_only);
