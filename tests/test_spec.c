@@ -967,11 +967,11 @@ AA_TEST(shared_field_reader_reads_every_kind) {
 }
 
 /* An MoE spec with data is one to train (aa_spec_require_data passes it)
- * but not one to plan, measure, import, export or decode from: plan,
- * strategy check, auto, submit and dry runs refuse it through
- * aa_spec_require_planned, import, export and generate through
+ * and to plan from a profile, but not one to measure, import, export or
+ * decode from: auto, submit, measured plans and dry runs refuse it
+ * through aa_spec_require_planned, import, export and generate through
  * aa_arch_require_dense, each naming model.moe; a dense spec passes both. */
-AA_TEST(an_moe_spec_trains_but_is_not_planned_imported_or_decoded) {
+AA_TEST(an_moe_spec_trains_but_is_not_measured_imported_or_decoded) {
   aa_model_spec_t s;
   int rc = parse_parts(&s, MOE_MODEL "{\"experts\": 4, \"top_k\": 2, \"d_ff_expert\": 32}", NULL, NULL, NULL);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
@@ -982,7 +982,8 @@ AA_TEST(an_moe_spec_trains_but_is_not_planned_imported_or_decoded) {
   snprintf(
       want, sizeof want,
       "moe.json: %s has mixture-of-experts layers (model.moe): autoaccel trains them (train, on one process "
-      "or data parallel) but cannot measure or plan them yet (docs/model-spec.md \"moe\")",
+      "or data parallel) and plans them from a device profile (plan --pool PROFILE:N, strategy check) but "
+      "cannot measure them yet (docs/model-spec.md \"moe\")",
       s.name);
   CHECK_MSG(strcmp(aa_last_error(), want) == 0, "%s", aa_last_error());
   CHECK(aa_arch_require_dense(&s.arch, "moe.json") == AA_EUNSUPPORTED);
@@ -1035,6 +1036,6 @@ int main(void) {
   RUN(rendezvous_is_unique_clean_and_parses_back);
   RUN(shared_field_reader_reads_every_kind);
   RUN(moe_fields_defaults_rules_counts_and_hash);
-  RUN(an_moe_spec_trains_but_is_not_planned_imported_or_decoded);
+  RUN(an_moe_spec_trains_but_is_not_measured_imported_or_decoded);
   return aa_test_summary();
 }
