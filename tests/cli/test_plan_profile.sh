@@ -4,7 +4,8 @@
 # "Planning from a profile"): the whole pool by default, --subsets, the
 # figures of the table against the JSON, every strategy within the device's
 # memory, --fix ranking only the completions of a partial strategy,
-# --per-node, --attention, a user's profile file, the errors; and plans of 3,072 GPUs
+# --per-node, --attention, a user's profile file, the errors; Mixtral 8x7B (mixture of
+# experts: its active parameters' MFU, expert parallelism refused); and plans of 3,072 GPUs
 # (the time each took printed, not asserted: bench/plan_scale.sh measures).
 # The roofline's arithmetic is tests/test_roofline.c's.
 set -u
@@ -344,6 +345,10 @@ print("ok" if not bad else "; ".join(bad[:5]))
 EOF
 )
 if [ "$out" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: mixtral --json: $out"; fi
+# Expert parallelism is not predicted until the engine runs it.
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 64, "expert": 2}}' >"$tmp/fix-ep2.json"
+expect 1 "--fix: parallel\.expert 2: the cost model predicts mixture-of-experts layers with their experts whole on every rank" \
+  "$AA" plan "$M/mixtral-8x7b.json" --pool h100-80gb:64 --fix "$tmp/fix-ep2.json"
 
 # Thousands of GPUs: PTD-P's 1 T row held at its tp 8, pp 64 on 3,072 A100s,
 # and GPT-3 175B on 1,024 H100s unfixed. The time each took is printed.
