@@ -148,22 +148,33 @@ static void add(aa_cost_group_t *g, aa_cost_collective_t k, uint64_t calls, uint
   g->bytes += calls * n * elem;
 }
 
+/* 1 for an MoE layer, else 0 (held_blocks' per: counts them). */
+static double moe_layer(const aa_arch_t *a, int tp, int l) {
+  (void)tp;
+  return aa_arch_is_moe_layer(a, l) ? 1 : 0;
+}
+
 /* The tensor group's collectives per step (cost.h) on place p: its
  * blocks, the embedding's calls on the first stage, the final
- * LayerNorm's and the cross-entropy's on the last. */
+ * LayerNorm's and the cross-entropy's on the last. An MoE block's experts
+ * are whole on every tensor rank (sizes.h), which computes them for all
+ * the tokens: its output and its input's gradient are whole on each, so
+ * it has no MLP reduction, forward (the fc projection's) or backward (the
+ * fc input gradient's): 2 fewer a block, 1 fewer a recomputed one. */
 static void tensor_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
                         aa_cost_group_t *g) {
   const uint64_t t = (uint64_t)s->degree[AA_AXIS_TENSOR], N = (uint64_t)aa_sizes_rank_tokens(a, s);
   const uint64_t C = (uint64_t)a->d_model, NC = N * C, e = p->first ? 1 : 0, f = p->last ? 1 : 0;
   int nb, nk;
-  double unused[2];
-  held_blocks(a, s, p, NULL, &nb, &nk, &unused[0], &unused[1]);
-  const uint64_t L = (uint64_t)nb, k = (uint64_t)nk;
+  double nm, nmk;
+  held_blocks(a, s, p, moe_layer, &nb, &nk, &nm, &nmk);
+  const uint64_t L = (uint64_t)nb, k = (uint64_t)nk,
+                 reduce = 4 * L + 2 * k - 2 * (uint64_t)nm - (uint64_t)nmk;
   const size_t f4 = sizeof(float);
   if (!s->sp) {
-    add(g, AA_COST_ALL_REDUCE, A * (e + 4 * L + f + 2 * k), NC, f4);
+    add(g, AA_COST_ALL_REDUCE, A * (e + reduce + f), NC, f4);
   } else {
-    add(g, AA_COST_REDUCE_SCATTER, A * (e + 4 * L + f + 2 * k), NC, f4);
+    add(g, AA_COST_REDUCE_SCATTER, A * (e + reduce + f), NC, f4);
     add(g, AA_COST_ALL_GATHER, A * (6 * L + 2 * f + e + 2 * k), NC, f4);
     add(g, AA_COST_ALL_REDUCE, A * L, 4 * C, f4);
     add(g, AA_COST_ALL_REDUCE, A * f, 2 * C, f4);

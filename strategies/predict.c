@@ -26,7 +26,11 @@
  * FH = 2F (gate | up) and SwiGLU (N, F) in GELU's place (recomputed under
  * selective checkpointing); the head from head.w (the same (N, C, Vl)
  * GEMM). RoPE and grouped-query attention are shaped (B·NKV, T, NH / NKV,
- * HS), as calib.h says why.
+ * HS), as calib.h says why. An MoE layer of the llama family
+ * (aa_arch_is_moe_layer) runs, in its MLP's place, the router GEMM, its
+ * softmax and top-k, the permutes and each routed and shared expert's
+ * GEMMs and SwiGLU (moe_ops), timed at the even load of N k / E rows an
+ * expert.
  * Under context parallelism (cp > 1; engine/model.c ring_forward and
  * ring_backward) a rank holds two chunks of Tc = seq_len / (2 cp) tokens
  * of each sequence, and each block's attention is the ring's blocks of
@@ -145,10 +149,10 @@ static int64_t expert_rows(const aa_moe_t *m, int64_t N) {
   return cap < even ? cap : even;
 }
 
-/* The ops of an MoE layer's feed-forward in place of the MLP's (docs/training-knobs.md
- * "Mixture of experts"), over N tokens (every token of the micro-batch on every rank: its experts
- * are whole on each, sizes.h), with block_ops' counts. Existing kinds
- * express each of them:
+/* The ops of an MoE layer's feed-forward in place of the MLP's
+ * (docs/training-knobs.md "Mixture of experts"), over N tokens (every
+ * token of the micro-batch on every rank: its experts are whole on each,
+ * sizes.h), with block_ops' counts. Existing kinds express each of them:
  *   the router GEMM (N, C, E);
  *   its softmax, top-k and the aux and z losses as XENT (N, E): a softmax
  *     over each row of E logits, its backward writing the (N, E) gradient;

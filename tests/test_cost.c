@@ -253,6 +253,26 @@ AA_TEST(flops_per_token_of_an_moe_model_count_its_active_parameters) {
   s.degree[AA_AXIS_PIPELINE] = 2;
   CHECK(aa_cost_flops_per_token_stage(&a, &s, 0) == 6.0 * 10176 + 12 * 32 * 16);
   CHECK(aa_cost_flops_per_token_stage(&a, &s, 1) == 6.0 * (9280 + 2080) + 12 * 32 * 16);
+  /* At tp 2 the MoE block, its experts whole on each tensor rank, has no
+   * MLP all-reduce forward or backward: per micro-batch 1 (embedding) + 2
+   * (the MoE block's attention) + 4 (the dense block) + 1 (the
+   * cross-entropy's) = 8 all-reduces and the norm's once a step, against
+   * the dense twin's 10 + 1; full checkpointing repeats 2 forward ones of
+   * the dense block and 1 of the MoE block. */
+  aa_strategy_default(&s);
+  s.degree[AA_AXIS_TENSOR] = 2, s.micro_batch = 2;
+  aa_cost_comm_t c;
+  aa_cost_comm(&a, &s, 1, &c);
+  CHECK_MSG(c.tensor.kind[AA_COST_ALL_REDUCE].calls == 8 + 1, "%llu",
+            (unsigned long long)c.tensor.kind[AA_COST_ALL_REDUCE].calls);
+  s.ckpt = AA_CKPT_FULL;
+  aa_cost_comm(&a, &s, 1, &c);
+  CHECK(c.tensor.kind[AA_COST_ALL_REDUCE].calls == 8 + 3 + 1);
+  aa_arch_t dense = a;
+  dense.moe = (aa_moe_t){0};
+  s.ckpt = AA_CKPT_NONE;
+  aa_cost_comm(&dense, &s, 1, &c);
+  CHECK(c.tensor.kind[AA_COST_ALL_REDUCE].calls == 10 + 1);
 }
 
 AA_TEST(a_strategy_with_more_work_than_a_measured_one_is_dominated) {
