@@ -244,8 +244,7 @@ int aa_cmd_plan(int argc, char **argv) {
                        "attention, which it measured",
                        attention_arg);
     aa_model_spec_t spec;
-    if (aa_spec_load(&spec, argv[optind]) || aa_spec_require_planned(&spec, argv[optind]))
-      return aa_cli_fail("plan");
+    if (aa_spec_load(&spec, argv[optind])) return aa_cli_fail("plan");
     const aa_cli_plan_local_t o = {.spec = &spec,
                                    .profile = profile,
                                    .devices = devices,

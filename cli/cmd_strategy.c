@@ -12,6 +12,7 @@
 #include "common/spec.h"
 #include "strategies/cost.h"
 #include "strategies/pipeline.h"
+#include "strategies/predict.h"
 #include "strategies/strategy.h"
 
 #define MAX_WORLD 65536
@@ -248,9 +249,9 @@ static int cmd_check(int argc, char **argv) {
   const char *path = argv[optind];
   aa_strategy_t s;
   aa_model_spec_t spec;
-  if (aa_strategy_load(&s, path) || aa_spec_load(&spec, model) || aa_spec_require_planned(&spec, model))
-    return aa_cli_fail("strategy check");
+  if (aa_strategy_load(&s, path) || aa_spec_load(&spec, model)) return aa_cli_fail("strategy check");
   int rc = aa_strategy_resolve(&s, &spec, (int)world);
+  if (!rc) rc = aa_predict_supported(&s);
   if (rc) {
     aa_error_wrap(rc, "%s is not valid for %s", path, spec.name);
     return aa_cli_fail("strategy check");

@@ -18,6 +18,7 @@
 #include "plan_html.h"
 #include "strategies/calib_file.h"
 #include "strategies/plan_rank.h"
+#include "strategies/predict.h"
 #include "strategies/profile.h"
 #include "strategies/roofline.h"
 
@@ -64,6 +65,7 @@ static int fix_load(fix_t *f, const char *path) {
         "%s: --fix cannot hold parallel.order or parallel.rank_order: a plan from a profile places "
         "ranks in Megatron's order (tensor, context, data, pipeline from the fastest) (leave it out)",
         path);
+  if (!rc && (rc = aa_predict_supported(&f->s))) aa_error_wrap(rc, "%s: --fix", path);
   if (!rc && f->s.partition == AA_PARTITION_CUSTOM)
     rc = aa_error(AA_EINVAL,
                   "%s: --fix cannot hold a custom partition: the search cuts uniformly or by "

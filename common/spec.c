@@ -324,7 +324,8 @@ int aa_spec_require_planned(const aa_model_spec_t *s, const char *what) {
   return aa_error(
       AA_EUNSUPPORTED,
       "%s: %s has mixture-of-experts layers (model.moe): autoaccel trains them (train, on one "
-      "process or data parallel) but cannot measure or plan them yet (docs/model-spec.md \"moe\")",
+      "process or data parallel) and plans them from a device profile (plan --pool PROFILE:N, strategy "
+      "check) but cannot measure them yet (docs/model-spec.md \"moe\")",
       what, s->name);
 }
 

@@ -131,11 +131,13 @@ int aa_spec_require_data(const aa_model_spec_t *s, const char *what);
  *    sequence; plan and strategy check accept up to 1,048,576". */
 int aa_arch_require_engine(const aa_arch_t *a, const char *what);
 
-/* Whether the cost model can measure and plan the spec's model: 0, or
- * AA_EUNSUPPORTED "<what>: <name> has mixture-of-experts layers
- * (model.moe): ..." for an MoE model, which `train` trains (on one process
- * or data parallel) but the cost model does not hold yet. plan, strategy
- * check, auto, submit and dry runs call it. */
+/* Whether autoaccel can measure the spec's model: 0, or AA_EUNSUPPORTED
+ * "<what>: <name> has mixture-of-experts layers (model.moe): ..." for an
+ * MoE model, which `train` trains (on one process or data parallel) and
+ * the cost model predicts from a device profile (plan --pool PROFILE:N,
+ * strategy check: they do not call this), but which no dry run or
+ * calibration measures yet. auto, submit, plan on a cpu:N or cuda:N pool,
+ * the planner's plan query and dry runs call it. */
 int aa_spec_require_planned(const aa_model_spec_t *s, const char *what);
 
 /* Validates an architecture alone (ranges, divisibility). */

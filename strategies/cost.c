@@ -41,14 +41,48 @@ static int place_of(const aa_arch_t *a, const aa_strategy_t *s, int stage, aa_pp
   return aa_pp_place(a, s, 0, stage, p) ? -1 : 0;
 }
 
-/* The blocks p holds, and those of them whose forward full checkpointing
- * runs again. */
-static void held_blocks(const aa_strategy_t *s, const aa_pp_place_t *p, int *blocks, int *recomputed) {
+/* Block l's parameters one token's forward touches on a tensor rank of
+ * tp: its unit's, less, for an MoE layer, the E - k experts the token is
+ * not routed to (3 Fe C each; experts are whole on every rank, sizes.h). */
+static double active_numel(const aa_arch_t *a, int tp, int l) {
+  double n = (double)aa_sizes_unit_numel(a, tp, 1 + l);
+  if (aa_arch_is_moe_layer(a, l))
+    n -= (double)(a->moe.experts - a->moe.top_k) * 3.0 * a->moe.d_ff_expert * a->d_model;
+  return n;
+}
+
+/* Block l's weight matrices one token's forward multiplies by (tp 1):
+ * gpt2: qkv 3C^2, proj C^2, fc and fcproj FC each; llama: q|k|v C (C +
+ * 2 KV) with KV = n_kv_head x head size, proj C^2, gate|up 2FC, down FC;
+ * an MoE layer's in the MLP's place: the router EC and its k routed and S
+ * shared experts, 3 Fe C each. */
+static double matrices(const aa_arch_t *a, int tp, int l) {
+  (void)tp; /* per tensor rank: the caller divides */
+  const double C = a->d_model, F = a->d_ff, KV = (double)aa_arch_kv_heads(a) * (C / a->n_head);
+  if (!aa_arch_is_llama(a)) return 4 * C * C + 2 * F * C;
+  const double mlp =
+      aa_arch_is_moe_layer(a, l)
+          ? a->moe.experts * C + (a->moe.top_k + a->moe.shared_experts) * 3.0 * a->moe.d_ff_expert * C
+          : 3 * F * C;
+  return C * (C + 2 * KV) + C * C + mlp;
+}
+
+/* What p's blocks add up to: how many it holds (*blocks) and recomputes
+ * whole under full checkpointing (*recomputed), and, with per, per(a, tp,
+ * l) summed over the held ones (*held) and the recomputed ones (*again). */
+static void held_blocks(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p,
+                        double (*per)(const aa_arch_t *, int, int), int *blocks, int *recomputed,
+                        double *held, double *again) {
   *blocks = *recomputed = 0;
+  *held = *again = 0;
   for (int c = 0; c < p->vpp; c++)
     for (int l = p->lo[c]; l < p->hi[c]; l++) {
+      const double x = per ? per(a, s->degree[AA_AXIS_TENSOR], l) : 0;
+      const int full = aa_sizes_block_full(s->ckpt, s->ckpt_layers, l) != 0;
       ++*blocks;
-      *recomputed += aa_sizes_block_full(s->ckpt, s->ckpt_layers, l);
+      *recomputed += full;
+      *held += x;
+      *again += full ? x : 0;
     }
 }
 
@@ -56,9 +90,9 @@ double aa_cost_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t 
   aa_pp_place_t p;
   if (place_of(arch, s, stage, &p)) return 0;
   int nb, nk;
-  held_blocks(s, &p, &nb, &nk);
+  double block, again;
+  held_blocks(arch, s, &p, active_numel, &nb, &nk, &block, &again);
   const double C = arch->d_model, T = arch->seq_len, Lr = nb, tp = s->degree[AA_AXIS_TENSOR];
-  const double block = (double)aa_sizes_unit_numel(arch, s->degree[AA_AXIS_TENSOR], 1);
   /* The head and lnf on the last stage: gpt2's head is tied to wte|wpe
    * (unit 0), llama's is head.w, in the last unit with lnf.w. The
    * embedding on the first stage is a lookup. */
@@ -68,20 +102,17 @@ double aa_cost_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t 
       p.last ? head + (double)aa_sizes_unit_numel(arch, s->degree[AA_AXIS_TENSOR], arch->n_layer + 1) : 0;
   /* Per token the rank holds, whatever cp (cost.h): T stays the whole
    * sequence, each query attending over its whole prefix. */
-  return 6.0 * (Lr * block + ends) + 12.0 * Lr * C * T / tp + nk * (2.0 * block + 4.0 * C * T / tp);
+  return 6.0 * (block + ends) + 12.0 * Lr * C * T / tp + 2.0 * again + nk * 4.0 * C * T / tp;
 }
 
 double aa_cost_min_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t *s, int stage) {
   aa_pp_place_t p;
   if (place_of(arch, s, stage, &p)) return 0;
   int nb, nk;
-  held_blocks(s, &p, &nb, &nk);
-  const double C = arch->d_model, F = arch->d_ff, V = arch->vocab_size;
-  /* gpt2: qkv 3C^2, proj C^2, fc and fcproj FC each; llama: q|k|v C (C +
-   * 2 KV) with KV = n_kv_head x head size, proj C^2, gate|up 2FC, down FC. */
-  const double KV = (double)aa_arch_kv_heads(arch) * (C / arch->n_head);
-  const double block = aa_arch_is_llama(arch) ? C * (C + 2 * KV) + C * C + 3 * F * C : 4 * C * C + 2 * F * C;
-  return (6.0 * (nb * block + (p.last ? V * C : 0)) + 2.0 * block * nk) / s->degree[AA_AXIS_TENSOR];
+  double block, again;
+  held_blocks(arch, s, &p, matrices, &nb, &nk, &block, &again);
+  const double C = arch->d_model, V = arch->vocab_size;
+  return (6.0 * (block + (p.last ? V * C : 0)) + 2.0 * again) / s->degree[AA_AXIS_TENSOR];
 }
 
 /* The most any pipeline stage of s executes by f. */
@@ -117,21 +148,33 @@ static void add(aa_cost_group_t *g, aa_cost_collective_t k, uint64_t calls, uint
   g->bytes += calls * n * elem;
 }
 
+/* 1 for an MoE layer, else 0 (held_blocks' per: counts them). */
+static double moe_layer(const aa_arch_t *a, int tp, int l) {
+  (void)tp;
+  return aa_arch_is_moe_layer(a, l) ? 1 : 0;
+}
+
 /* The tensor group's collectives per step (cost.h) on place p: its
  * blocks, the embedding's calls on the first stage, the final
- * LayerNorm's and the cross-entropy's on the last. */
+ * LayerNorm's and the cross-entropy's on the last. An MoE block's experts
+ * are whole on every tensor rank (sizes.h), which computes them for all
+ * the tokens: its output and its input's gradient are whole on each, so
+ * it has no MLP reduction, forward (the fc projection's) or backward (the
+ * fc input gradient's): 2 fewer a block, 1 fewer a recomputed one. */
 static void tensor_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
                         aa_cost_group_t *g) {
   const uint64_t t = (uint64_t)s->degree[AA_AXIS_TENSOR], N = (uint64_t)aa_sizes_rank_tokens(a, s);
   const uint64_t C = (uint64_t)a->d_model, NC = N * C, e = p->first ? 1 : 0, f = p->last ? 1 : 0;
   int nb, nk;
-  held_blocks(s, p, &nb, &nk);
-  const uint64_t L = (uint64_t)nb, k = (uint64_t)nk;
+  double nm, nmk;
+  held_blocks(a, s, p, moe_layer, &nb, &nk, &nm, &nmk);
+  const uint64_t L = (uint64_t)nb, k = (uint64_t)nk,
+                 reduce = 4 * L + 2 * k - 2 * (uint64_t)nm - (uint64_t)nmk;
   const size_t f4 = sizeof(float);
   if (!s->sp) {
-    add(g, AA_COST_ALL_REDUCE, A * (e + 4 * L + f + 2 * k), NC, f4);
+    add(g, AA_COST_ALL_REDUCE, A * (e + reduce + f), NC, f4);
   } else {
-    add(g, AA_COST_REDUCE_SCATTER, A * (e + 4 * L + f + 2 * k), NC, f4);
+    add(g, AA_COST_REDUCE_SCATTER, A * (e + reduce + f), NC, f4);
     add(g, AA_COST_ALL_GATHER, A * (6 * L + 2 * f + e + 2 * k), NC, f4);
     add(g, AA_COST_ALL_REDUCE, A * L, 4 * C, f4);
     add(g, AA_COST_ALL_REDUCE, A * f, 2 * C, f4);
@@ -234,7 +277,8 @@ static void context_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp
   aa_tp_dims_t d;
   aa_sizes_tp(a, s->degree[AA_AXIS_TENSOR], &d);
   int nb, nk;
-  held_blocks(s, p, &nb, &nk);
+  double unused[2];
+  held_blocks(a, s, p, NULL, &nb, &nk, &unused[0], &unused[1]);
   const uint64_t c = (uint64_t)s->degree[AA_AXIS_CONTEXT],
                  n = (uint64_t)aa_sizes_rank_tokens(a, s) * 2 * d.KVl;
   const uint64_t steps = A * ((uint64_t)nb * (3 * c - 3) + (uint64_t)nk * (c - 1));

@@ -43,7 +43,9 @@ void aa_cost_mem_describe(const aa_cost_mem_t *m, char *out, size_t n);
  * a tensor group, and every stage of a pipeline, works on the same
  * tokens; under context parallelism per token of its context rank's
  * share, below). aa_cost_flops_per_token_stage: pipeline rank `stage`'s; 6 per
- * parameter of the rank's blocks for the forward and backward GEMMs plus
+ * parameter of the rank's blocks (of an MoE layer's, its active ones: the
+ * router and the k routed and S shared experts a token passes, not the
+ * E - k others) for the forward and backward GEMMs plus
  * 12·C·T / tp per block for attention (its n_head / tp heads), and on the
  * last stage 6 per element of wte|wpe (the tied head, which the 6N
  * convention charges for the whole unit) and of lnf; the embedding on the
@@ -72,7 +74,9 @@ double aa_cost_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t 
 /* A lower bound of the FLOPs one rank executes per token its pipeline
  * replica trains, whatever the implementation: the weight matrices' GEMMs
  * only (qkv, proj, fc, fcproj of the rank's blocks, for llama q|k|v
- * (C + 2·KV) x C, proj, gate|up 2F x C and down, and, on the last
+ * (C + 2·KV) x C, proj, gate|up 2F x C and down, an MoE layer's router
+ * E x C and its k routed and S shared experts' 3 Fe x C in the MLP's
+ * place, and, on the last
  * stage, the V x C output layer: 2 per element forward, 4 backward),
  * plus the 2 per element of each of its blocks that full checkpointing
  * runs forward again, the tp ranks of a tensor group sharing them evenly

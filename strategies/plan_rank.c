@@ -138,9 +138,15 @@ double aa_plan_model_flops(const aa_model_spec_t *spec, bool with_recompute) {
   aa_sizes_tp(a, 1, &d);
   const double C = d.C, s = a->seq_len, V = a->vocab_size;
   /* Per token, forward: every block's weight matrices (qkv, projection,
-   * the MLP's two), its attention, and the logits. */
-  const double block = 2 * (C * d.QKV + d.Cl * C + C * d.FH + d.F * C) + 4 * s * C;
+   * the MLP's two, or an MoE layer's router and the 3 Fe C of each of the
+   * k experts a token is routed to and the S shared ones: its active
+   * parameters), its attention, and the logits. */
+  const double attn = 2 * (C * d.QKV + d.Cl * C) + 4 * s * C, mlp = 2 * (C * d.FH + d.F * C);
+  const double moe =
+      2 * (C * a->moe.experts + (double)(a->moe.top_k + a->moe.shared_experts) * 3 * a->moe.d_ff_expert * C);
+  const int nmoe = aa_arch_moe_layers(a);
+  const double blocks = a->n_layer * attn + (a->n_layer - nmoe) * mlp + nmoe * moe;
   const double head = 2 * C * V;
   const double passes = with_recompute ? 4 : 3;
-  return (double)spec->train.global_batch * s * (passes * block * a->n_layer + 3 * head);
+  return (double)spec->train.global_batch * s * (passes * blocks + 3 * head);
 }

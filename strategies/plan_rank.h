@@ -63,7 +63,9 @@ void aa_plan_rank_free(aa_plan_rank_t *r);
 
 /* The model FLOPs of one optimizer step of spec, without recomputation
  * (MFU's numerator, docs/device-profiles.md "MFU"): 3 x the forward's
- * GEMMs (2 x every weight matrix's elements a token), its attention
+ * GEMMs (2 x every weight matrix's elements a token; of an MoE layer the
+ * router's and the k routed and S shared experts' a token passes: its
+ * active parameters, spec.h aa_arch_active_param_count), its attention
  * (4 s C a layer a token, PTD-P's count of the s x s scores and their
  * product with the values) and the logits, over global_batch x seq_len
  * tokens. with_recompute adds the forward again for the blocks full

@@ -26,7 +26,11 @@
  * FH = 2F (gate | up) and SwiGLU (N, F) in GELU's place (recomputed under
  * selective checkpointing); the head from head.w (the same (N, C, Vl)
  * GEMM). RoPE and grouped-query attention are shaped (B·NKV, T, NH / NKV,
- * HS), as calib.h says why.
+ * HS), as calib.h says why. An MoE layer of the llama family
+ * (aa_arch_is_moe_layer) runs, in its MLP's place, the router GEMM, its
+ * softmax and top-k, the permutes and each routed and shared expert's
+ * GEMMs and SwiGLU (moe_ops), timed at the even load of N k / E rows an
+ * expert.
  * Under context parallelism (cp > 1; engine/model.c ring_forward and
  * ring_backward) a rank holds two chunks of Tc = seq_len / (2 cp) tokens
  * of each sequence, and each block's attention is the ring's blocks of
@@ -71,8 +75,9 @@ typedef struct item {
   double ff, bf, fb, bb;
 } item_t;
 
-/* Enough for one rank's step: 13 block shapes, 3 outer ones, a dozen casts. */
-#define ITEMS_MAX 48
+/* Enough for one rank's step: 13 block shapes, 9 an MoE block adds, 3
+ * outer ones, a dozen casts. */
+#define ITEMS_MAX 64
 
 typedef struct inventory {
   int n;
@@ -131,13 +136,58 @@ static void ring_ops(inventory_t *v, const aa_tp_dims_t *d, int64_t B, int64_t T
   add(v, AA_OP_RESIDUAL, 2 * B * Tc * 2 * d->KVl, 0, 0, 0, AA_F32, false, 0, ff / 2, 0, bb + fb / 2);
 }
 
+/* The rows each expert computes of an MoE layer over N tokens: even
+ * routing (the expected load of a balanced router, which the auxiliary
+ * loss trains toward), ceil(N k / E) rows an expert, capped by the
+ * capacity ceil(c N k / E) when a capacity factor c > 0 drops slots
+ * (cpu_moe.h aa_cpu_moe_route). No margin for imbalance: the prediction
+ * is a balanced step's. */
+static int64_t expert_rows(const aa_moe_t *m, int64_t N) {
+  const int64_t E = m->experts, slots = N * m->top_k, even = (slots + E - 1) / E;
+  if (m->capacity_factor <= 0) return even;
+  const int64_t cap = (int64_t)ceil((double)m->capacity_factor * (double)slots / (double)E);
+  return cap < even ? cap : even;
+}
+
+/* The ops of an MoE layer's feed-forward in place of the MLP's
+ * (docs/training-knobs.md "Mixture of experts"), over N tokens (every
+ * token of the micro-batch on every rank: its experts are whole on each,
+ * sizes.h), with block_ops' counts. Existing kinds express each of them:
+ *   the router GEMM (N, C, E);
+ *   its softmax, top-k and the aux and z losses as XENT (N, E): a softmax
+ *     over each row of E logits, its backward writing the (N, E) gradient;
+ *   permute and unpermute as a RESIDUAL of the E·Ne kept rows' elements,
+ *     twice forward (each reads and writes about one such array), once
+ *     backward (whose two accumulates are unpermute's scatter and
+ *     permute's gather);
+ *   each expert's GEMMs (Ne, C, 2Fe) and (Ne, Fe, C) and its SwiGLU (Ne,
+ *     Fe), Ne = expert_rows, E times;
+ *   each shared expert's at N rows, S times.
+ * The MoE buffers are kept whatever the checkpointing mode short of full
+ * (sizes.h), so selective checkpointing recomputes no SwiGLU here. */
+static void moe_ops(inventory_t *v, const aa_arch_t *a, const aa_tp_dims_t *d, int64_t N, aa_dtype_t dt,
+                    double ff, double fb, double bb) {
+  const aa_moe_t *m = &a->moe;
+  const int64_t E = m->experts, S = m->shared_experts, Fe = m->d_ff_expert, Ne = expert_rows(m, N);
+  add(v, AA_OP_MATMUL, N, d->C, E, 0, dt, false, ff, 0, fb, bb);
+  add(v, AA_OP_XENT, N, E, 0, 0, dt, false, ff, 0, fb, bb);
+  add(v, AA_OP_RESIDUAL, E * Ne * d->C, 0, 0, 0, dt, false, 2 * ff, 0, 2 * fb, bb);
+  add(v, AA_OP_MATMUL, Ne, d->C, 2 * Fe, 0, dt, false, E * ff, 0, E * fb, E * bb);
+  add(v, AA_OP_SWIGLU, Ne, Fe, 0, 0, dt, false, E * ff, 0, E * fb, E * bb);
+  add(v, AA_OP_MATMUL, Ne, Fe, d->C, 0, dt, false, E * ff, 0, E * fb, E * bb);
+  add(v, AA_OP_MATMUL, N, d->C, 2 * Fe, 0, dt, false, S * ff, 0, S * fb, S * bb);
+  add(v, AA_OP_SWIGLU, N, Fe, 0, 0, dt, false, S * ff, 0, S * fb, S * bb);
+  add(v, AA_OP_MATMUL, N, Fe, d->C, 0, dt, false, S * ff, 0, S * fb, S * bb);
+}
+
 /* The ops of one block's forward, `ff` times in the forward pass and `fb`
- * times in the backward pass (recompute); backward `bb` times. RoPE's
+ * times in the backward pass (recompute); backward `bb` times; an MoE
+ * block's (moe) with moe_ops in the MLP's place. RoPE's
  * forward kernel runs in the forward, its backward (the transposed
  * rotation of dqkv) in the backward; under context parallelism once per
  * chunk. */
 static void block_ops(inventory_t *v, const aa_arch_t *a, const aa_strategy_t *s, const aa_tp_dims_t *d,
-                      aa_dtype_t dt, double ff, double fb, double bb) {
+                      bool moe, aa_dtype_t dt, double ff, double fb, double bb) {
   const int cp = s->degree[AA_AXIS_CONTEXT];
   const int64_t B = s->micro_batch, T = a->seq_len / cp, N = B * T,
                 Ns = s->sp ? N / s->degree[AA_AXIS_TENSOR] : N;
@@ -159,6 +209,10 @@ static void block_ops(inventory_t *v, const aa_arch_t *a, const aa_strategy_t *s
     add(v, AA_OP_ATTENTION, B, T, d->Cl, d->NH, dt, false, ff, 0, fb, bb);
   add(v, AA_OP_MATMUL, N, d->Cl, d->C, 0, dt, false, ff, 0, fb, bb);
   add(v, AA_OP_RESIDUAL, Ns * d->C, 0, 0, 0, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
+  if (moe) {
+    moe_ops(v, a, d, N, dt, ff, fb, bb);
+    return;
+  }
   add(v, AA_OP_MATMUL, N, d->C, d->FH, 0, dt, false, ff, 0, fb, bb);
   act_op(v, d, N, dt, ff, 0, fb, bb);
   add(v, AA_OP_MATMUL, N, d->F, d->C, 0, dt, false, ff, 0, fb, bb);
@@ -171,16 +225,17 @@ typedef struct {
   int64_t NsC, NQKV, NCl, NFH, NF;
 } widths_t;
 
-/* The rounds of one block's forward (block_forward) in pass `pass`: six of
- * the residual stream (ln1, res2 twice, ln2, res3 twice), qkv once (llama:
- * twice, before and after RoPE), the attention output, the MLP's first
- * GEMM's output and its activation. */
-static void block_rounds(inventory_t *v, const widths_t *w, int llama, int pass, double calls) {
+/* The rounds of `calls` blocks' forwards (block_forward) in pass `pass`:
+ * six of the residual stream (ln1, res2 twice, ln2, res3 twice), qkv once
+ * (llama: twice, before and after RoPE), the attention output, and, of
+ * the `dense` of them that are not MoE blocks (whose buffers stay fp32),
+ * the MLP's first GEMM's output and its activation. */
+static void block_rounds(inventory_t *v, const widths_t *w, int llama, int pass, double calls, double dense) {
   round16(v, w->NsC, pass, 6 * calls);
   round16(v, w->NQKV, pass, (llama ? 2 : 1) * calls);
   round16(v, w->NCl, pass, calls);
-  round16(v, w->NFH, pass, calls);
-  round16(v, w->NF, pass, calls);
+  round16(v, w->NFH, pass, dense);
+  round16(v, w->NF, pass, dense);
 }
 
 /* The inventory of pipeline rank `stage` of resolved s; AA_EINVAL for a
@@ -203,18 +258,21 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   const int64_t NsC = w.NsC;
   const bool selective = s->ckpt == AA_CKPT_SELECTIVE;
   const int R = aa_sizes_replicas(s), zs = aa_sizes_zero_stage(s->zero, R), L = a->n_layer;
-  int nb = 0, nfull = 0, starts = 0;
+  /* Blocks held and recomputed whole, dense ([0]) and MoE ([1]). */
+  int nbk[2] = {0, 0}, nfk[2] = {0, 0}, starts = 0;
   v->n = 0;
   for (int c = 0; c < pl.vpp; c++) {
     if (!(c == 0 && pl.first)) starts++; /* a chunk whose input arrives from the previous stage */
     for (int l = pl.lo[c]; l < pl.hi[c]; l++) {
-      nb++;
-      nfull += aa_sizes_block_full(s->ckpt, s->ckpt_layers, l) != 0;
+      const int k = aa_arch_is_moe_layer(a, l) != 0;
+      nbk[k]++;
+      nfk[k] += aa_sizes_block_full(s->ckpt, s->ckpt_layers, l) != 0;
     }
   }
-  const int nkept = nb - nfull;
-  block_ops(v, a, s, &d, dt, nb, nfull, nb);
-  if (selective) act_op(v, &d, N, dt, 0, 0, nb, 0); /* the dropped output, recomputed */
+  const int nb = nbk[0] + nbk[1], nfull = nfk[0] + nfk[1], nkept = nb - nfull;
+  for (int k = 0; k < 2; k++)
+    if (nbk[k]) block_ops(v, a, s, &d, k == 1, dt, nbk[k], nfk[k], nbk[k]);
+  if (selective) act_op(v, &d, N, dt, 0, 0, nbk[0], 0); /* the dropped output, recomputed */
   /* The embedding: under context parallelism one call per chunk. */
   const int chunks = s->degree[AA_AXIS_CONTEXT] > 1 ? 2 : 1;
   if (pl.first) add(v, AA_OP_ENCODER, N / chunks, d.C, 0, 0, dt, false, chunks, 0, 0, chunks);
@@ -223,29 +281,35 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
     add(v, AA_OP_MATMUL, N, d.C, d.Vl, 0, dt, false, 1, 0, 0, 1);
     add(v, AA_OP_XENT, N, d.Vl, 0, 0, dt, false, 1, 0, 0, 1);
   }
-  const size_t block_n = aa_sizes_unit_numel(a, s->degree[AA_AXIS_TENSOR], 1);
+  /* A dense and an MoE block's weights (each kind's first block). */
+  size_t block_n[2] = {0, 0};
+  for (int l = a->n_layer - 1; l >= 0; l--)
+    block_n[aa_arch_is_moe_layer(a, l) != 0] = aa_sizes_unit_numel(a, s->degree[AA_AXIS_TENSOR], 1 + l);
+  const int nkd = nbk[0] - nfk[0]; /* dense blocks whose fields are kept */
   if (casts) {
     /* Forward: each block's rounds and its weights widened; a received
      * chunk input widened; the embedding's and the final norm's outputs
      * rounded. */
-    block_rounds(v, &w, d.llama, 0, nb);
-    widen16(v, (int64_t)block_n, 0, nb);
+    block_rounds(v, &w, d.llama, 0, nb, nbk[0]);
+    for (int k = 0; k < 2; k++)
+      widen16(v, (int64_t)block_n[k], 0, nbk[k]);
     widen16(v, NsC, 0, starts);
     round16(v, NsC, 0, pl.first + pl.last);
     /* Backward: weights and input widened per block; kept fields widened
      * (the activation's output only where selective checkpointing keeps
      * it) or the dropped ones recomputed; the activation gradients rounded
      * (dqkv twice for llama: after attention and after RoPE). */
-    widen16(v, (int64_t)block_n, 1, nb);
+    for (int k = 0; k < 2; k++)
+      widen16(v, (int64_t)block_n[k], 1, nbk[k]);
     widen16(v, NsC, 1, nb);
-    block_rounds(v, &w, d.llama, 1, nfull);
+    block_rounds(v, &w, d.llama, 1, nfull, nfk[0]);
     widen16(v, NsC, 1, 3 * nkept);
     widen16(v, w.NQKV, 1, nkept);
     widen16(v, w.NCl, 1, nkept);
-    widen16(v, w.NFH, 1, nkept);
-    widen16(v, w.NF, 1, selective ? 0 : nkept);
-    round16(v, w.NF, 1, (selective ? nkept : 0) + nb);
-    round16(v, w.NFH, 1, nb);
+    widen16(v, w.NFH, 1, nkd);
+    widen16(v, w.NF, 1, selective ? 0 : nkd);
+    round16(v, w.NF, 1, (selective ? nkd : 0) + nbk[0]);
+    round16(v, w.NFH, 1, nbk[0]);
     round16(v, NsC, 1, 4 * nb);
     round16(v, w.NCl, 1, nb);
     round16(v, w.NQKV, 1, (d.llama ? 2 : 1) * nb);
@@ -480,6 +544,14 @@ static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int 
   return 0;
 }
 
+int aa_predict_supported(const aa_strategy_t *s) {
+  if (s->ep <= 1) return 0;
+  return aa_error(AA_EUNSUPPORTED,
+                  "parallel.expert %d: the cost model predicts mixture-of-experts layers with their experts "
+                  "whole on every rank (expert 1) until the engine runs expert parallelism",
+                  s->ep);
+}
+
 int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_calib_t *c,
                const aa_predict_pool_t *pool, aa_predict_t *out) {
   const aa_arch_t *a = &spec->arch;
@@ -489,9 +561,10 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
                     ranks);
   if (s->micro_batch < 1 || m < 1)
     return aa_error(AA_EINVAL, "the strategy is not resolved for the model (micro_batch %d)", s->micro_batch);
-  aa_pp_place_t pl;
-  int rc = aa_pp_place(a, s, m, 0, &pl);
+  int rc = aa_predict_supported(s);
   if (rc) return rc;
+  aa_pp_place_t pl;
+  if ((rc = aa_pp_place(a, s, m, 0, &pl))) return rc;
   const aa_roofline_t *roof = pool->roofline;
   const bool profiled = roof && roof->profile;
   if (!c && !profiled)

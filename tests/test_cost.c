@@ -217,6 +217,64 @@ AA_TEST(flops_per_token_are_6n_plus_12lct_plus_the_recomputed_forward) {
     }
 }
 
+/* An MoE model's FLOPs count the parameters a token passes (spec.h
+ * aa_arch_active_param_count), not the experts it is not routed to. A
+ * llama of 2 blocks (C 32, 4 heads of 8, 2 kv heads: q|k|v 64 wide, F 64,
+ * T 16, V 64), block 0 an MoE layer (every 2) of E 4 experts top-2 of
+ * width 24 and one shared expert, block 1 dense. By hand: block 0 holds
+ * 2·32 + 64·32 + 32² + 4·32 (router) + 5·3·24·32 = 14,784 parameters, of
+ * which a token passes all but 2 experts' 4,608: 10,176; block 1 2·32 +
+ * 64·32 + 32² + 3·64·32 = 9,280; lnf and the head 32 + 64·32 = 2,080. So
+ * 6 (10,176 + 9,280 + 2,080) + 12·2·32·16 = 141,504 a token; full
+ * checkpointing adds 2 (10,176 + 9,280) + 4·2·32·16 = 43,008. The lower
+ * bound's matrices: block 0 64·32 + 32² + 4·32 + 3·3·24·32 = 10,112, block
+ * 1 64·32 + 32² + 3·64·32 = 9,216, the head 2,048: 6 x 21,376. */
+AA_TEST(flops_per_token_of_an_moe_model_count_its_active_parameters) {
+  aa_arch_t a = {.family = "llama",
+                 .n_layer = 2,
+                 .n_head = 4,
+                 .n_kv_head = 2,
+                 .d_model = 32,
+                 .d_ff = 64,
+                 .seq_len = 16,
+                 .vocab_size = 64};
+  a.moe = (aa_moe_t){.experts = 4, .top_k = 2, .d_ff_expert = 24, .shared_experts = 1, .every = 2};
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  CHECK(aa_cost_flops_per_token(&a, &s) == 141504.0);
+  CHECK(aa_cost_flops_per_token(&a, &s) ==
+        6.0 * ((double)aa_arch_active_param_count(&a) - 64 * 32) + 12 * 2 * 32 * 16);
+  CHECK(aa_cost_min_flops_per_token(&a, &s) == 6.0 * 21376);
+  s.ckpt = AA_CKPT_FULL;
+  CHECK(aa_cost_flops_per_token(&a, &s) == 141504.0 + 43008.0);
+  CHECK(aa_cost_min_flops_per_token(&a, &s) == 6.0 * 21376 + 2.0 * (10112 + 9216));
+  /* Cut in two: each stage its own block. */
+  aa_strategy_default(&s);
+  s.degree[AA_AXIS_PIPELINE] = 2;
+  CHECK(aa_cost_flops_per_token_stage(&a, &s, 0) == 6.0 * 10176 + 12 * 32 * 16);
+  CHECK(aa_cost_flops_per_token_stage(&a, &s, 1) == 6.0 * (9280 + 2080) + 12 * 32 * 16);
+  /* At tp 2 the MoE block, its experts whole on each tensor rank, has no
+   * MLP all-reduce forward or backward: per micro-batch 1 (embedding) + 2
+   * (the MoE block's attention) + 4 (the dense block) + 1 (the
+   * cross-entropy's) = 8 all-reduces and the norm's once a step, against
+   * the dense twin's 10 + 1; full checkpointing repeats 2 forward ones of
+   * the dense block and 1 of the MoE block. */
+  aa_strategy_default(&s);
+  s.degree[AA_AXIS_TENSOR] = 2, s.micro_batch = 2;
+  aa_cost_comm_t c;
+  aa_cost_comm(&a, &s, 1, &c);
+  CHECK_MSG(c.tensor.kind[AA_COST_ALL_REDUCE].calls == 8 + 1, "%llu",
+            (unsigned long long)c.tensor.kind[AA_COST_ALL_REDUCE].calls);
+  s.ckpt = AA_CKPT_FULL;
+  aa_cost_comm(&a, &s, 1, &c);
+  CHECK(c.tensor.kind[AA_COST_ALL_REDUCE].calls == 8 + 3 + 1);
+  aa_arch_t dense = a;
+  dense.moe = (aa_moe_t){0};
+  s.ckpt = AA_CKPT_NONE;
+  aa_cost_comm(&dense, &s, 1, &c);
+  CHECK(c.tensor.kind[AA_COST_ALL_REDUCE].calls == 10 + 1);
+}
+
 AA_TEST(a_strategy_with_more_work_than_a_measured_one_is_dominated) {
   char why[256];
   aa_strategy_t base = strat(2, 2, AA_F32, AA_CKPT_NONE, 4);
@@ -802,6 +860,7 @@ AA_TEST(llama_has_no_embedding_group_and_its_groups_move_its_units) {
 }
 
 int main(void) {
+  RUN(flops_per_token_of_an_moe_model_count_its_active_parameters);
   RUN(the_model_allocates_the_activation_layout_on_a_grid);
   RUN(a_single_rank_accounts_exactly_the_predicted_bytes);
   RUN(zero_shards_over_the_data_group_only);

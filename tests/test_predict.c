@@ -567,6 +567,120 @@ AA_TEST(a_llama_rank_step_is_its_ops_worked_out_by_hand) {
   free(c);
 }
 
+/* The llama above with MoE layers: E experts top-k of width Fe, S
+ * shared, every `every` block. */
+static aa_model_spec_t moe(int E, int k, int Fe, int S, int every) {
+  aa_model_spec_t sp = llama();
+  sp.arch.moe = (aa_moe_t){.experts = E, .top_k = k, .d_ff_expert = Fe, .shared_experts = S, .every = every};
+  return sp;
+}
+
+/* Whether rank 0 of s on a CPU runs an op of shape want. */
+static bool has_op(const aa_model_spec_t *sp, const aa_strategy_t *s, aa_op_shape_t want) {
+  aa_calib_op_t ops[64];
+  const size_t n = aa_predict_ops(&sp->arch, s, 0, 0, ops, 64);
+  for (size_t i = 0; i < n && i < 64; i++)
+    if (aa_op_shape_equal(&ops[i].shape, &want)) return true;
+  return false;
+}
+
+/* The llama rank above (N = 64 tokens a micro-batch, 2 a step) with
+ * blocks 0 and 2 MoE layers (every 2) of E = 4 experts top-2 of width Fe =
+ * 24 and one shared expert, blocks 1 and 3 dense. Its ops by hand: a
+ * dense block's as above; an MoE block's attention half the same, then
+ * the router GEMM (64, 32, 4), its softmax and top-k as a cross-entropy
+ * (64, 4), permute and unpermute as a residual of the N k = 128 routed
+ * rows' 128·32 = 4,096 elements (twice forward, once backward), each of
+ * the 4 experts at the even load of 64·2 / 4 = 32 rows (32, 32, 48),
+ * SwiGLU (32, 24) and (32, 24, 32), and the shared expert at all 64 rows
+ * (64, 32, 48), (64, 24) and (64, 24, 32); AdamW over 80·32 + 2 x 9,280 +
+ * 2 x (2·32 + 64·32 + 32² + 4·32 + 5·3·24·32 = 14,784) + 81·32 = 53,280
+ * parameters. The step's time is those ops' work x K_OP (forward) and
+ * 2 K_OP (backward). A capacity factor of 0.5 caps each expert at
+ * ceil(0.5·128 / 4) = 16 rows; expert parallelism is not predicted. */
+AA_TEST(an_moe_rank_step_is_its_ops_worked_out_by_hand) {
+  aa_model_spec_t sp = moe(4, 2, 24, 1, 2);
+  aa_calib_t *c = calib(&sp, 0, 0);
+  aa_strategy_t s = strat(&sp, 1, 1, 1, 4);
+  const aa_op_shape_t want[] = {
+      {AA_OP_RMSNORM, {64, 32, 0, 0}},  {AA_OP_MATMUL, {64, 32, 64, 0}}, {AA_OP_ROPE, {8, 16, 2, 8}},
+      {AA_OP_GQA, {8, 16, 2, 8}},       {AA_OP_MATMUL, {64, 32, 32, 0}}, {AA_OP_RESIDUAL, {2048, 0, 0, 0}},
+      {AA_OP_MATMUL, {64, 32, 128, 0}}, {AA_OP_SWIGLU, {64, 64, 0, 0}},  {AA_OP_MATMUL, {64, 64, 32, 0}},
+      {AA_OP_MATMUL, {64, 32, 4, 0}},   {AA_OP_XENT, {64, 4, 0, 0}},     {AA_OP_RESIDUAL, {4096, 0, 0, 0}},
+      {AA_OP_MATMUL, {32, 32, 48, 0}},  {AA_OP_SWIGLU, {32, 24, 0, 0}},  {AA_OP_MATMUL, {32, 24, 32, 0}},
+      {AA_OP_MATMUL, {64, 32, 48, 0}},  {AA_OP_SWIGLU, {64, 24, 0, 0}},  {AA_OP_MATMUL, {64, 24, 32, 0}},
+      {AA_OP_ENCODER, {64, 32, 0, 0}},  {AA_OP_MATMUL, {64, 32, 80, 0}}, {AA_OP_XENT, {64, 80, 0, 0}},
+      {AA_OP_ADAMW, {53280, 0, 0, 0}}};
+  check_ops(&sp, &s, want, sizeof want / sizeof want[0]);
+  aa_predict_t p;
+  CHECK_MSG(predict(&sp, &s, c, 0, &p) == 0, "%s", aa_last_error());
+  const double N = 64, C = 32, F = 64, V = 80, m = 2, QKV = 64, S = 8, G = 2, HS = 8, E = 4, Ne = 32, Fe = 24;
+  const double attn =
+      2 * N * C + 2 * N * C * QKV + S * 16 * (G + 1) * HS + S * 16 * 16 * G * HS + 2 * N * C * C + 2 * N * C;
+  const double dense = attn + 2 * N * C * 2 * F + N * F + 2 * N * F * C;
+  const double expert = 2 * Ne * C * 2 * Fe + Ne * Fe + 2 * Ne * Fe * C,
+               shared = 2 * N * C * 2 * Fe + N * Fe + 2 * N * Fe * C;
+  const double routed = 2 * N * C * E + N * E, permute = E * Ne * C;
+  const double ends = N * C + N * C + 2 * N * C * V + N * V;
+  const double fwd = 2 * dense + 2 * (attn + routed + 2 * permute + E * expert + shared) + ends;
+  const double bwd = 2 * dense + 2 * (attn + routed + permute + E * expert + shared) + ends;
+  CHECK_NEAR(p.forward_s / (m * K_OP * fwd), 1, 1e-12);
+  CHECK_NEAR(p.backward_s / (m * 2 * K_OP * bwd), 1, 1e-12);
+  CHECK_NEAR(p.optimizer_s / (K_ADAMW * 53280), 1, 1e-12);
+  CHECK(p.ops_estimated == 0);
+  /* Selective checkpointing recomputes the dense blocks' SwiGLU only (an
+   * MoE block keeps its buffers). */
+  aa_predict_t sel;
+  s.ckpt = AA_CKPT_SELECTIVE;
+  CHECK(predict(&sp, &s, c, 0, &sel) == 0);
+  CHECK_NEAR((sel.backward_s - p.backward_s) / (m * 2 * N * F * K_OP), 1, 1e-9);
+  free(c);
+  /* The capacity. */
+  sp.arch.moe.capacity_factor = 0.5f;
+  s = strat(&sp, 1, 1, 1, 4);
+  CHECK(has_op(&sp, &s, (aa_op_shape_t){AA_OP_MATMUL, {16, 32, 48, 0}}) &&
+        has_op(&sp, &s, (aa_op_shape_t){AA_OP_RESIDUAL, {4 * 16 * 32, 0, 0, 0}}) &&
+        !has_op(&sp, &s, (aa_op_shape_t){AA_OP_MATMUL, {32, 32, 48, 0}}));
+  /* Expert parallelism: refused by name. */
+  s = strat(&sp, 2, 1, 1, 2);
+  s.ep = 2;
+  aa_calib_t *c2 = calib(&sp, 0, 1);
+  aa_predict_t q;
+  CHECK(predict(&sp, &s, c2, 0, &q) == AA_EUNSUPPORTED);
+  CHECK_MSG(strstr(aa_last_error(), "parallel.expert 2: the cost model predicts") != NULL, "%s",
+            aa_last_error());
+  free(c2);
+}
+
+/* An MoE model of E experts top-k of width Fe against the dense llama of
+ * the same active parameters (d_ff = k Fe): the same attention, and, where
+ * an op's time is its work (this calibration), expert GEMMs and SwiGLU
+ * whose E·(N k / E) rows do the dense MLP's work exactly. So the MoE step
+ * is slower by exactly the router (its GEMM 2 N C E and its softmax N E)
+ * and permute/unpermute (N k C elements, twice forward, once backward) a
+ * layer: for E = 4, k = 2, Fe = 32 against F = 64, and for E = k = 1
+ * (Fe = F), whose one expert is the dense MLP's very GEMMs, on any
+ * calibration. */
+AA_TEST(an_moe_model_costs_its_dense_twin_plus_the_router_and_permutes) {
+  const aa_model_spec_t dense = llama();
+  const int cases[2][3] = {{4, 2, 32}, {1, 1, 64}};
+  for (int i = 0; i < 2; i++) {
+    const aa_model_spec_t sp = moe(cases[i][0], cases[i][1], cases[i][2], 0, 1);
+    CHECK(aa_arch_active_param_count(&sp.arch) == aa_arch_param_count(&dense.arch) + 4 * 32 * cases[i][0]);
+    aa_calib_t *c = calib(&sp, 0, 0), *cd = calib(&dense, 0, 0);
+    const aa_strategy_t s = strat(&sp, 1, 1, 1, 4), sd = strat(&dense, 1, 1, 1, 4);
+    aa_predict_t p, pd;
+    CHECK_MSG(predict(&sp, &s, c, 0, &p) == 0 && predict(&dense, &sd, cd, 0, &pd) == 0, "%s",
+              aa_last_error());
+    const double N = 64, C = 32, L = 4, m = 2, E = cases[i][0], k = cases[i][1];
+    const double router = 2 * N * C * E + N * E, permute = N * k * C;
+    CHECK_NEAR((p.forward_s - pd.forward_s) / (m * L * K_OP * (router + 2 * permute)), 1, 1e-9);
+    CHECK_NEAR((p.backward_s - pd.backward_s) / (m * L * 2 * K_OP * (router + permute)), 1, 1e-9);
+    free(c);
+    free(cd);
+  }
+}
+
 /* bf16 storage on a CPU, the llama rank above: the casts engine/model.c
  * makes, counted by hand (a round costs its elements, a widen twice that:
  * the calibration's backward). Per block forward: 6 rounds of the
@@ -860,6 +974,8 @@ int main(void) {
   RUN(the_wanted_shapes_cover_every_strategy_of_the_space);
   RUN(a_llama_rank_step_is_its_ops_worked_out_by_hand);
   RUN(llama_16bit_storage_on_a_cpu_casts_its_own_widths);
+  RUN(an_moe_rank_step_is_its_ops_worked_out_by_hand);
+  RUN(an_moe_model_costs_its_dense_twin_plus_the_router_and_permutes);
   RUN(a_llama_pipeline_has_no_embedding_group);
   RUN(a_context_parallel_rank_step_is_its_ops_worked_out_by_hand);
   RUN(a_128k_token_sequence_has_its_quadratic_terms_without_overflow);

@@ -967,10 +967,10 @@ AA_TEST(shared_field_reader_reads_every_kind) {
 }
 
 /* An MoE spec with data is one to train (aa_spec_require_data passes it)
- * but not one to plan or measure: plan, strategy check, auto, submit and
- * dry runs refuse it through aa_spec_require_planned, naming model.moe; a
- * dense spec passes. */
-AA_TEST(an_moe_spec_trains_but_is_not_planned) {
+ * and to plan from a profile, but not one to measure: auto, submit,
+ * measured plans and dry runs refuse it through aa_spec_require_planned,
+ * naming model.moe; a dense spec passes. */
+AA_TEST(an_moe_spec_trains_but_is_not_measured) {
   aa_model_spec_t s;
   int rc = parse_parts(&s, MOE_MODEL "{\"experts\": 4, \"top_k\": 2, \"d_ff_expert\": 32}", NULL, NULL, NULL);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
@@ -981,7 +981,8 @@ AA_TEST(an_moe_spec_trains_but_is_not_planned) {
   snprintf(
       want, sizeof want,
       "moe.json: %s has mixture-of-experts layers (model.moe): autoaccel trains them (train, on one process "
-      "or data parallel) but cannot measure or plan them yet (docs/model-spec.md \"moe\")",
+      "or data parallel) and plans them from a device profile (plan --pool PROFILE:N, strategy check) but "
+      "cannot measure them yet (docs/model-spec.md \"moe\")",
       s.name);
   CHECK_MSG(strcmp(aa_last_error(), want) == 0, "%s", aa_last_error());
   CHECK(parse_parts(&s, MODEL_OK ", \"family\": \"llama\"", NULL, NULL, NULL) == 0);
@@ -1030,6 +1031,6 @@ int main(void) {
   RUN(rendezvous_is_unique_clean_and_parses_back);
   RUN(shared_field_reader_reads_every_kind);
   RUN(moe_fields_defaults_rules_counts_and_hash);
-  RUN(an_moe_spec_trains_but_is_not_planned);
+  RUN(an_moe_spec_trains_but_is_not_measured);
   return aa_test_summary();
 }

@@ -35,7 +35,9 @@ typedef struct {
  * 174.6 B (Megatron's padded vocabulary of 51,200 included): within 0.5 %.
  * Llama 3: Hugging Face's safetensors "Model size" of Meta's checkpoints,
  * 8.03 B and 70.6 B, to their last digit; 405B is published as 405 B
- * (Meta's model card, the Llama 3 paper): within 0.5 %. */
+ * (Meta's model card, the Llama 3 paper): within 0.5 %. Mixtral 8x7B
+ * (Jiang et al. 2024, arXiv 2401.04088): 46.7 B, to its last digit (and
+ * 12.9 B active, the shapes' test). */
 static const model_t models[] = {
     {"ptdp-gpt-1.7b.json", 1.7, 0.05, "PTD-P Table 1"},
     {"ptdp-gpt-3.6b.json", 3.6, 0.05, "PTD-P Table 1"},
@@ -51,6 +53,7 @@ static const model_t models[] = {
     {"llama3-8b.json", 8.03, 0.005, "HF safetensors size"},
     {"llama3-70b.json", 70.6, 0.05, "HF safetensors size"},
     {"llama3.1-405b.json", 405.0, 2.025, "Meta model card"},
+    {"mixtral-8x7b.json", 46.7, 0.05, "Mixtral paper"},
 };
 #define NMODELS (sizeof models / sizeof models[0])
 
@@ -70,11 +73,16 @@ static uint64_t ptdp_params(const aa_arch_t *a) {
  * no biases, untied lm_head): embed_tokens (V, C); each layer q_proj (C,
  * C), k_proj and v_proj (K, C) with K = n_kv_head * C / n_head, o_proj (C,
  * C), gate_proj and up_proj (F, C), down_proj (C, F), input_layernorm and
- * post_attention_layernorm (C); norm (C); lm_head (V, C). */
+ * post_attention_layernorm (C); norm (C); lm_head (V, C). Mixtral's
+ * (Mistral AI's checkpoint, every layer MoE) has in each layer's MLP place
+ * block_sparse_moe.gate (E, C) and per expert w1 and w3 (Fe, C) and w2
+ * (C, Fe). */
 static uint64_t llama_params(const aa_arch_t *a) {
   const uint64_t C = (uint64_t)a->d_model, F = (uint64_t)a->d_ff, V = (uint64_t)a->vocab_size;
   const uint64_t K = (uint64_t)a->n_kv_head * C / (uint64_t)a->n_head;
-  const uint64_t layer = C * C + 2 * K * C + C * C + 2 * F * C + C * F + 2 * C;
+  const uint64_t E = (uint64_t)a->moe.experts, Fe = (uint64_t)a->moe.d_ff_expert;
+  const uint64_t mlp = E ? E * C + E * (2 * Fe * C + C * Fe) : 2 * F * C + C * F;
+  const uint64_t layer = C * C + 2 * K * C + C * C + mlp + 2 * C;
   return V * C + (uint64_t)a->n_layer * layer + C + V * C;
 }
 
@@ -154,6 +162,9 @@ AA_TEST(example_models_have_the_published_shapes) {
       {"llama3-8b.json", 32, 32, 8, 4096, 14336, 8192, 128256, 512},
       {"llama3-70b.json", 80, 64, 8, 8192, 28672, 8192, 128256, 512},
       {"llama3.1-405b.json", 126, 128, 8, 16384, 53248, 8192, 128256, 2048},
+      /* Mixtral's Table 1 (dim, n_layers, head_dim 128, hidden_dim, n_heads,
+       * n_kv_heads, context_len, vocab_size); the batch is a choice. */
+      {"mixtral-8x7b.json", 32, 32, 8, 4096, 14336, 32768, 32000, 128},
   };
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     char path[AA_PATH_MAX + 256];
@@ -168,9 +179,19 @@ AA_TEST(example_models_have_the_published_shapes) {
                   a->d_ff == shapes[i].ffn && a->seq_len == shapes[i].seq &&
                   a->vocab_size == shapes[i].vocab && s.train.global_batch == shapes[i].batch,
               "%s", shapes[i].file);
-    /* Llama 3's RoPE base and RMSNorm epsilon (config.json). */
-    if (aa_arch_is_llama(a))
+    /* Llama 3's RoPE base and RMSNorm epsilon (config.json); Mixtral's
+     * rope_theta 1e6, 8 experts top-2 of width 14336 in every layer (Table
+     * 1), 12.9 B active parameters (its section 2.1: "13B active", Mistral
+     * AI's 12.9 B). */
+    if (!strcmp(shapes[i].file, "mixtral-8x7b.json")) {
+      const double active = (double)aa_arch_active_param_count(a) / 1e9;
+      CHECK_MSG(a->rope_theta == 1e6f && a->norm_eps == 1e-5f && a->moe.experts == 8 && a->moe.top_k == 2 &&
+                    a->moe.d_ff_expert == 14336 && a->moe.every == 1 && aa_arch_moe_layers(a) == 32 &&
+                    active > 12.85 && active < 12.95,
+                "%s: %.4f B active", shapes[i].file, active);
+    } else if (aa_arch_is_llama(a)) {
       CHECK_MSG(a->rope_theta == 500000.0f && a->norm_eps == 1e-5f, "%s", shapes[i].file);
+    }
   }
 }
 

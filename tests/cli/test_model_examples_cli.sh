@@ -24,7 +24,7 @@ for f in "$MODELS"/*.json; do
   expect 0 "^memory: a rank needs at least [0-9.]+ [GT]iB \(params" "$AA" strategy check "$MINIMAL" --model "$f"
   n=$((n + 1))
 done
-[ "$n" -ge 14 ] || { fail=$((fail + 1)); echo "FAIL: $n specs in $MODELS, expected 14"; }
+[ "$n" -ge 15 ] || { fail=$((fail + 1)); echo "FAIL: $n specs in $MODELS, expected 15"; }
 
 # A strategy that spreads GPT-3 175B over 64 devices the way Megatron's
 # papers do (tp 8 with sequence parallelism, pp 8, selective recomputation),
@@ -87,14 +87,18 @@ done
 if [ -e "$tmp/home" ]; then fail=$((fail + 1)); echo "FAIL: auto created $tmp/home for a long spec it refused"; else
   pass=$((pass + 1)); fi
 
-# A mixture-of-experts spec trains (on one process or data parallel), but
-# the cost model does not hold its layers yet: what plans or measures it
-# (strategy check, plan, auto, submit) says so by name, exit 1, before it
-# reads data or contacts anything, and nothing plans it as a dense model.
+# A mixture-of-experts spec trains (on one process or data parallel) and
+# the cost model predicts it (strategy check, plan from a device profile),
+# but nothing measures it yet: what would (plan on an executor pool, auto,
+# submit) says so by name, exit 1, before it reads data or contacts
+# anything.
 MOE=$SRC/tests/specs/moe_tiny.json
-MOEMSG="moe-tiny has mixture-of-experts layers \(model\.moe\): autoaccel trains them \(train, on one process or data parallel\) but cannot measure or plan them yet"
-expect 1 "^autoaccel strategy check: $MOE: $MOEMSG" "$AA" strategy check "$MINIMAL" --model "$MOE"
-expect 1 "^autoaccel plan: $MOE: $MOEMSG" "$AA" plan "$MOE" --pool h100-80gb:8
+MOEMSG="moe-tiny has mixture-of-experts layers \(model\.moe\): autoaccel trains them \(train, on one process or data parallel\) and plans them from a device profile \(plan --pool PROFILE:N, strategy check\) but cannot measure them yet"
+expect 0 "^ok: dp1\.tp1\.pp1\.z0\.bf16\.ckpt-none\.mb4 is valid for moe-tiny" "$AA" strategy check "$MINIMAL" --model "$MOE"
+# Expert parallelism is not predicted until the engine runs it.
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2, "expert": 2}, "micro_batch": 2}' >"$tmp/ep2.json"
+expect 1 "parallel\.expert 2: the cost model predicts mixture-of-experts layers with their experts whole on every rank \(expert 1\) until the engine runs expert parallelism" \
+  "$AA" strategy check "$tmp/ep2.json" --model "$MOE" --world 2
 expect 1 "^autoaccel plan: $MOE: $MOEMSG" "$AA" plan "$MOE" --pool cpu:2 --planner "unix:$tmp/nobody.sock"
 expect 1 "^autoaccel auto: $MOE: $MOEMSG" env AUTOACCEL_HOME="$tmp/home-moe" "$AA" auto "$MOE"
 expect 1 "^autoaccel submit: $MOE: $MOEMSG" "$AA" submit "$MOE" --planner "unix:$tmp/nobody.sock"
