@@ -11,6 +11,7 @@
 #include "cpu_moe.h"
 
 #include "../../common/aa.h"
+#include "../moe_topk.h"
 #include "cpu_internal.h"
 
 #include <math.h>
@@ -90,22 +91,7 @@ int aa_cpu_moe_route(aa_moe_route_t *r, aa_moe_stats_t *stats, const float *logi
     const float *l = logits + (size_t)n * E, *p = probs + (size_t)n * E; // (E), (E)
     int32_t *ex = r->expert + (size_t)n * k;                             // (k)
     float *w = r->weight + (size_t)n * k;                                // (k)
-    float sum = 0.0f;
-    for (int j = 0; j < k; j++) {
-      int best = -1;
-      for (int e = 0; e < E; e++) {
-        int taken = 0;
-        for (int i = 0; i < j; i++)
-          taken |= ex[i] == e;
-        if (!taken && (best < 0 || l[e] > l[best])) best = e;
-      }
-      ex[j] = best;
-      w[j] = p[best];
-      sum += p[best];
-    }
-    float inv = 1.0f / sum;
-    for (int j = 0; j < k; j++)
-      w[j] *= inv;
+    aa_moe_topk(ex, w, l, p, E, k);
   }
 
   memset(r->counts, 0, (size_t)E * sizeof(int32_t));

@@ -16,6 +16,7 @@
  *  - the losses: one block, fixed per-thread slices summed in double in
  *    thread order.
  * No atomics: every result is deterministic on one GPU and toolkit. */
+#include "../moe_topk.h"
 #include "cuda_common.cuh"
 #include "cuda_moe.h"
 
@@ -94,22 +95,7 @@ __global__ void moe_topk_kernel(int32_t *expert, float *weight, const float *log
   const float *l = logits + (size_t)n * E, *p = probs + (size_t)n * E;
   int32_t *ex = expert + (size_t)n * k;
   float *w = weight + (size_t)n * k;
-  float sum = 0.0f;
-  for (int j = 0; j < k; j++) {
-    int best = -1;
-    for (int e = 0; e < E; e++) {
-      int taken = 0;
-      for (int i = 0; i < j; i++)
-        taken |= ex[i] == e;
-      if (!taken && (best < 0 || l[e] > l[best])) best = e;
-    }
-    ex[j] = best;
-    w[j] = p[best];
-    sum += p[best];
-  }
-  float inv = 1.0f / sum;
-  for (int j = 0; j < k; j++)
-    w[j] *= inv;
+  aa_moe_topk(ex, w, l, p, E, k);
 }
 
 // counts(E): slots routed to each expert, one thread an expert
