@@ -66,6 +66,11 @@ static int fix_load(fix_t *f, const char *path) {
         "ranks in Megatron's order (tensor, context, data, pipeline from the fastest) (leave it out)",
         path);
   if (!rc && (rc = aa_predict_supported(&f->s))) aa_error_wrap(rc, "%s: --fix", path);
+  if (!rc && f->s.ep > 1)
+    rc = aa_error(AA_EUNSUPPORTED,
+                  "%s: --fix cannot hold parallel.expert %d: the search does not enumerate expert "
+                  "parallelism yet (autoaccel strategy check predicts one strategy with it)",
+                  path, f->s.ep);
   if (!rc && f->s.partition == AA_PARTITION_CUSTOM)
     rc = aa_error(AA_EINVAL,
                   "%s: --fix cannot hold a custom partition: the search cuts uniformly or by "
@@ -133,7 +138,9 @@ static figures_t figures(const aa_model_spec_t *spec, const aa_device_profile_t 
   const bool recompute = e->s.ckpt == AA_CKPT_FULL;
   f.tflops_gpu = aa_plan_model_flops(spec, recompute) / step / devices / 1e12;
   f.mfu = aa_plan_model_flops(spec, false) / step / devices / peak_of(prof);
-  f.comm = (e->p.tensor_comm_s + e->p.pipeline_comm_s + e->p.context_comm_s + e->p.data_comm_s) / step;
+  f.comm = (e->p.tensor_comm_s + e->p.pipeline_comm_s + e->p.context_comm_s + e->p.expert_comm_s +
+            e->p.data_comm_s) /
+           step;
   return f;
 }
 
@@ -145,13 +152,14 @@ static json_t *entry_json(const aa_model_spec_t *spec, const aa_device_profile_t
   json_t *strategy = NULL;
   if (!aa_strategy_to_json(&e->s, &text)) strategy = json_loads(text, 0, NULL);
   free(text);
-  return json_pack("{s:s, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:o*, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}}",
-                   "key", key, "tokens_per_s", e->p.tokens_per_s, "step_ms", e->p.step_s * 1e3, "tflops_per_gpu",
-                   f.tflops_gpu, "mfu", f.mfu, "peak_bytes", (json_int_t)e->p.mem.total, "bubble", e->p.bubble,
-                   "comm_share", f.comm, "strategy", strategy, "step_s", "forward", e->p.forward_s, "backward",
-                   e->p.backward_s, "tensor_comm", e->p.tensor_comm_s, "pipeline_comm", e->p.pipeline_comm_s,
-                   "context_comm", e->p.context_comm_s, "bubble", e->p.bubble_s, "optimizer", e->p.optimizer_s,
-                   "data_comm", e->p.data_comm_s);
+  return json_pack(
+      "{s:s, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:o*, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}}",
+      "key", key, "tokens_per_s", e->p.tokens_per_s, "step_ms", e->p.step_s * 1e3, "tflops_per_gpu",
+      f.tflops_gpu, "mfu", f.mfu, "peak_bytes", (json_int_t)e->p.mem.total, "bubble", e->p.bubble,
+      "comm_share", f.comm, "strategy", strategy, "step_s", "forward", e->p.forward_s, "backward",
+      e->p.backward_s, "tensor_comm", e->p.tensor_comm_s, "pipeline_comm", e->p.pipeline_comm_s,
+      "context_comm", e->p.context_comm_s, "expert_comm", e->p.expert_comm_s, "bubble", e->p.bubble_s,
+      "optimizer", e->p.optimizer_s, "data_comm", e->p.data_comm_s);
 }
 
 /* --calib FILE: a calibration file (`calib export`) of the pool's kind of

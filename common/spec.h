@@ -133,7 +133,7 @@ int aa_arch_require_engine(const aa_arch_t *a, const char *what);
 
 /* Whether autoaccel can measure the spec's model: 0, or AA_EUNSUPPORTED
  * "<what>: <name> has mixture-of-experts layers (model.moe): ..." for an
- * MoE model, which `train` trains (on one process or data parallel) and
+ * MoE model, which `train` trains (on one process, data or expert parallel) and
  * the cost model predicts from a device profile (plan --pool PROFILE:N,
  * strategy check: they do not call this), but which no dry run or
  * calibration measures yet. auto, submit, plan on a cpu:N or cuda:N pool,

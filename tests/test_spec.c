@@ -980,8 +980,9 @@ AA_TEST(an_moe_spec_trains_but_is_not_measured) {
   char want[400];
   snprintf(
       want, sizeof want,
-      "moe.json: %s has mixture-of-experts layers (model.moe): autoaccel trains them (train, on one process "
-      "or data parallel) and plans them from a device profile (plan --pool PROFILE:N, strategy check) but "
+      "moe.json: %s has mixture-of-experts layers (model.moe): autoaccel trains them (train, on one process, "
+      "data or expert parallel) and plans them from a device profile (plan --pool PROFILE:N, strategy check) "
+      "but "
       "cannot measure them yet (docs/model-spec.md \"moe\")",
       s.name);
   CHECK_MSG(strcmp(aa_last_error(), want) == 0, "%s", aa_last_error());

@@ -87,18 +87,21 @@ done
 if [ -e "$tmp/home" ]; then fail=$((fail + 1)); echo "FAIL: auto created $tmp/home for a long spec it refused"; else
   pass=$((pass + 1)); fi
 
-# A mixture-of-experts spec trains (on one process or data parallel) and
+# A mixture-of-experts spec trains (on one process, data or expert parallel) and
 # the cost model predicts it (strategy check, plan from a device profile),
 # but nothing measures it yet: what would (plan on an executor pool, auto,
 # submit) says so by name, exit 1, before it reads data or contacts
 # anything.
 MOE=$SRC/tests/specs/moe_tiny.json
-MOEMSG="moe-tiny has mixture-of-experts layers \(model\.moe\): autoaccel trains them \(train, on one process or data parallel\) and plans them from a device profile \(plan --pool PROFILE:N, strategy check\) but cannot measure them yet"
+MOEMSG="moe-tiny has mixture-of-experts layers \(model\.moe\): autoaccel trains them \(train, on one process, data or expert parallel\) and plans them from a device profile \(plan --pool PROFILE:N, strategy check\) but cannot measure them yet"
 expect 0 "^ok: dp1\.tp1\.pp1\.z0\.bf16\.ckpt-none\.mb4 is valid for moe-tiny" "$AA" strategy check "$MINIMAL" --model "$MOE"
-# Expert parallelism is not predicted until the engine runs it.
+# Expert parallelism: predicted at ZeRO 0, refused with ZeRO 1-3 (the engine's rule).
 echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2, "expert": 2}, "micro_batch": 2}' >"$tmp/ep2.json"
-expect 1 "parallel\.expert 2: the cost model predicts mixture-of-experts layers with their experts whole on every rank \(expert 1\) until the engine runs expert parallelism" \
+expect 0 "^comm: expert group of 2, per step: 1 all-reduce \(4 B\), 20 all-to-alls" \
   "$AA" strategy check "$tmp/ep2.json" --model "$MOE" --world 2
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2, "expert": 2}, "micro_batch": 2, "zero": 1}' >"$tmp/ep2z1.json"
+expect 1 "parallel\.expert 2 with ZeRO stage 1: the engine runs expert parallelism with ZeRO 0 only" \
+  "$AA" strategy check "$tmp/ep2z1.json" --model "$MOE" --world 2
 expect 1 "^autoaccel plan: $MOE: $MOEMSG" "$AA" plan "$MOE" --pool cpu:2 --planner "unix:$tmp/nobody.sock"
 expect 1 "^autoaccel auto: $MOE: $MOEMSG" env AUTOACCEL_HOME="$tmp/home-moe" "$AA" auto "$MOE"
 expect 1 "^autoaccel submit: $MOE: $MOEMSG" "$AA" submit "$MOE" --planner "unix:$tmp/nobody.sock"
