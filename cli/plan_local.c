@@ -25,7 +25,7 @@
 /* --fix: the fields a partial strategy file gives, and their values. */
 typedef struct {
   aa_strategy_t s;
-  bool degree[AA_AXES], sp, zero, amp, ckpt, micro_batch, schedule, vpp, partition;
+  bool degree[AA_AXES], sp, ep, zero, amp, ckpt, micro_batch, schedule, vpp, partition;
 } fix_t;
 
 /* The keys of the file's v1 object that fix a searched knob (the strategy
@@ -66,11 +66,6 @@ static int fix_load(fix_t *f, const char *path) {
         "ranks in Megatron's order (tensor, context, data, pipeline from the fastest) (leave it out)",
         path);
   if (!rc && (rc = aa_predict_supported(&f->s))) aa_error_wrap(rc, "%s: --fix", path);
-  if (!rc && f->s.ep > 1)
-    rc = aa_error(AA_EUNSUPPORTED,
-                  "%s: --fix cannot hold parallel.expert %d: the search does not enumerate expert "
-                  "parallelism yet (autoaccel strategy check predicts one strategy with it)",
-                  path, f->s.ep);
   if (!rc && f->s.partition == AA_PARTITION_CUSTOM)
     rc = aa_error(AA_EINVAL,
                   "%s: --fix cannot hold a custom partition: the search cuts uniformly or by "
@@ -86,6 +81,8 @@ static int fix_load(fix_t *f, const char *path) {
                    (alias && json_object_get(par, alias) != NULL);
   }
   f->sp = json_object_get(par, "sequence_parallel") != NULL;
+  f->ep =
+      json_object_get(par, "expert") != NULL || json_object_get(par, "expert_model_parallel_size") != NULL;
   f->zero = json_object_get(root, "zero") != NULL;
   f->amp = json_object_get(root, "amp") != NULL;
   f->ckpt = json_object_get(root, "checkpoint") != NULL;
@@ -104,6 +101,7 @@ static bool fix_keeps(void *ctx, const aa_strategy_t *s) {
   for (int a = 0; a < AA_AXES; a++)
     if (f->degree[a] && s->degree[a] != f->s.degree[a]) return false;
   if (f->sp && s->sp != f->s.sp) return false;
+  if (f->ep && (s->ep > 1 ? s->ep : 1) != (f->s.ep > 1 ? f->s.ep : 1)) return false;
   if (f->zero && s->zero != f->s.zero) return false;
   if (f->amp && s->amp != f->s.amp) return false;
   if (f->ckpt && s->ckpt != f->s.ckpt) return false;

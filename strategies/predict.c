@@ -710,23 +710,28 @@ size_t aa_predict_wanted(const aa_model_spec_t *spec, int max_devices, int cuda,
     /* ZeRO shards over the data x context ranks (sizes.h). */
     const int replicas = l->degree[AA_AXIS_DATA] * l->degree[AA_AXIS_CONTEXT];
     for (size_t h = 0; h < (l->degree[AA_AXIS_PIPELINE] > 1 ? sizeof shapes / sizeof shapes[0] : 1); h++)
-      for (int z = 0; z <= (replicas > 1 ? 3 : 0); z++)
-        for (size_t ai = 0; ai < namp; ai++)
-          for (size_t k = 0; k < sizeof ckpts / sizeof ckpts[0]; k++)
-            for (size_t b = 0; b < nmb; b++) {
-              aa_strategy_default(s);
-              memcpy(s->degree, l->degree, sizeof s->degree);
-              s->sp = l->sp;
-              s->schedule = shapes[h].sched, s->vpp = shapes[h].vpp, s->partition = shapes[h].part;
-              s->zero = z, s->amp = amps[ai], s->ckpt = ckpts[k], s->micro_batch = mbs[b];
-              if (aa_strategy_resolve(s, spec, 0)) continue;
-              for (int r = 0; r < s->degree[AA_AXIS_PIPELINE]; r++) {
-                aa_calib_op_t ops[ITEMS_MAX];
-                size_t no = aa_predict_ops(&spec->arch, s, r, cuda, ops, ITEMS_MAX);
-                for (size_t i = 0; i < no && i < ITEMS_MAX; i++)
-                  set_put(&st, &ops[i]);
+      for (int z = 0; z <= (replicas > 1 ? 3 : 0); z++) {
+        /* The expert-parallel degrees' shapes too (larger expert GEMMs). */
+        int eps[32];
+        size_t nep = aa_space_experts(eps, 32, &spec->arch, replicas, z, 0);
+        for (size_t e = 0; e < nep && e < 32; e++)
+          for (size_t ai = 0; ai < namp; ai++)
+            for (size_t k = 0; k < sizeof ckpts / sizeof ckpts[0]; k++)
+              for (size_t b = 0; b < nmb; b++) {
+                aa_strategy_default(s);
+                memcpy(s->degree, l->degree, sizeof s->degree);
+                s->sp = l->sp;
+                s->schedule = shapes[h].sched, s->vpp = shapes[h].vpp, s->partition = shapes[h].part;
+                s->zero = z, s->ep = eps[e], s->amp = amps[ai], s->ckpt = ckpts[k], s->micro_batch = mbs[b];
+                if (aa_strategy_resolve(s, spec, 0)) continue;
+                for (int r = 0; r < s->degree[AA_AXIS_PIPELINE]; r++) {
+                  aa_calib_op_t ops[ITEMS_MAX];
+                  size_t no = aa_predict_ops(&spec->arch, s, r, cuda, ops, ITEMS_MAX);
+                  for (size_t i = 0; i < no && i < ITEMS_MAX; i++)
+                    set_put(&st, &ops[i]);
+                }
               }
-            }
+      }
   }
   n = st.n;
   memcpy(out, st.ops, (n < cap ? n : cap) * sizeof *out);
