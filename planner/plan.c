@@ -94,7 +94,7 @@ static int parse_args(const json_t *args, plan_args_t *a) {
   if (json_is_object(model) && !text) return aa_error(AA_ENOMEM, "query plan: no memory");
   rc = aa_spec_parse(&a->spec, text ? text : json_string_value(model), NULL, "query plan: model");
   free(text);
-  return rc ? rc : aa_spec_require_planned(&a->spec, "query plan");
+  return rc ? rc : aa_spec_require_planned(&a->spec, a->cuda, "query plan");
 }
 
 /* The chosen calibration: the one of `want` when given, else the newest
