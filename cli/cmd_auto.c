@@ -265,7 +265,7 @@ int aa_cmd_auto(int argc, char **argv) {
 
   aa_model_spec_t spec;
   char home[AA_PATH_MAX], out_dir[AA_PATH_MAX], sock[AA_PATH_MAX], addr[AA_PATH_MAX + 8], log_path[AA_PATH_MAX + 32];
-  if (aa_spec_load(&spec, model_path) || aa_spec_require_planned(&spec, model_path) ||
+  if (aa_spec_load(&spec, model_path) || aa_spec_require_planned(&spec, on_cuda, model_path) ||
       aa_spec_require_data(&spec, model_path))
     return aa_cli_fail("auto");
   so.spec = &spec;

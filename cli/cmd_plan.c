@@ -269,8 +269,8 @@ int aa_cmd_plan(int argc, char **argv) {
     return bad_usage("--device must be a device of the pool's kind, not '%s'", device);
   aa_model_spec_t spec;
   char *model = NULL;
-  if (aa_spec_load(&spec, argv[optind]) || aa_spec_require_planned(&spec, argv[optind]) ||
-      aa_spec_to_json(&spec, &model))
+  if (aa_spec_load(&spec, argv[optind]) ||
+      aa_spec_require_planned(&spec, !strcmp(kind, "cuda"), argv[optind]) || aa_spec_to_json(&spec, &model))
     return aa_cli_fail("plan");
   json_t *args =
       json_pack("{s:o, s:{s:s, s:i, s:i}, s:I, s:b}", "model", json_loads(model, 0, NULL), "pool", "kind",

@@ -300,9 +300,11 @@ static int cmd_check(int argc, char **argv) {
            aa_pp_schedule_name(s.schedule), accum);
   aa_cost_comm_t cc;
   aa_cost_comm(&spec.arch, &s, accum, &cc);
-  const aa_cost_group_t *groups[] = {&cc.data, &cc.tensor, &cc.pipeline, &cc.embedding, &cc.context};
-  static const char *const group_names[] = {"data", "tensor", "pipeline", "embedding", "context"};
-  for (int g = 0; g < 5; g++) {
+  const aa_cost_group_t *groups[] = {&cc.data,    &cc.tensor, &cc.pipeline,   &cc.embedding,
+                                     &cc.context, &cc.expert, &cc.expert_data};
+  static const char *const group_names[] = {"data",    "tensor", "pipeline",   "embedding",
+                                            "context", "expert", "expert-data"};
+  for (int g = 0; g < 7; g++) {
     if (groups[g]->ranks < 2) continue;
     char calls[256], ring[32];
     aa_cost_group_describe(groups[g], calls, sizeof calls);

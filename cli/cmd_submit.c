@@ -499,8 +499,7 @@ int aa_cmd_submit(int argc, char **argv) {
   /* The spec is checked before connecting, so a bad file says so even when
    * no planner runs. */
   aa_model_spec_t spec;
-  if (aa_spec_load(&spec, model_path) || aa_spec_require_planned(&spec, model_path) ||
-      aa_spec_require_data(&spec, model_path))
+  if (aa_spec_load(&spec, model_path) || aa_spec_require_data(&spec, model_path))
     return aa_cli_fail("submit");
   o.spec = &spec;
   char *from_json = NULL;

@@ -25,7 +25,7 @@
 /* --fix: the fields a partial strategy file gives, and their values. */
 typedef struct {
   aa_strategy_t s;
-  bool degree[AA_AXES], sp, zero, amp, ckpt, micro_batch, schedule, vpp, partition;
+  bool degree[AA_AXES], sp, ep, zero, amp, ckpt, micro_batch, schedule, vpp, partition;
 } fix_t;
 
 /* The keys of the file's v1 object that fix a searched knob (the strategy
@@ -81,6 +81,8 @@ static int fix_load(fix_t *f, const char *path) {
                    (alias && json_object_get(par, alias) != NULL);
   }
   f->sp = json_object_get(par, "sequence_parallel") != NULL;
+  f->ep =
+      json_object_get(par, "expert") != NULL || json_object_get(par, "expert_model_parallel_size") != NULL;
   f->zero = json_object_get(root, "zero") != NULL;
   f->amp = json_object_get(root, "amp") != NULL;
   f->ckpt = json_object_get(root, "checkpoint") != NULL;
@@ -99,6 +101,7 @@ static bool fix_keeps(void *ctx, const aa_strategy_t *s) {
   for (int a = 0; a < AA_AXES; a++)
     if (f->degree[a] && s->degree[a] != f->s.degree[a]) return false;
   if (f->sp && s->sp != f->s.sp) return false;
+  if (f->ep && (s->ep > 1 ? s->ep : 1) != (f->s.ep > 1 ? f->s.ep : 1)) return false;
   if (f->zero && s->zero != f->s.zero) return false;
   if (f->amp && s->amp != f->s.amp) return false;
   if (f->ckpt && s->ckpt != f->s.ckpt) return false;
@@ -133,7 +136,9 @@ static figures_t figures(const aa_model_spec_t *spec, const aa_device_profile_t 
   const bool recompute = e->s.ckpt == AA_CKPT_FULL;
   f.tflops_gpu = aa_plan_model_flops(spec, recompute) / step / devices / 1e12;
   f.mfu = aa_plan_model_flops(spec, false) / step / devices / peak_of(prof);
-  f.comm = (e->p.tensor_comm_s + e->p.pipeline_comm_s + e->p.context_comm_s + e->p.data_comm_s) / step;
+  f.comm = (e->p.tensor_comm_s + e->p.pipeline_comm_s + e->p.context_comm_s + e->p.expert_comm_s +
+            e->p.data_comm_s) /
+           step;
   return f;
 }
 
@@ -145,13 +150,14 @@ static json_t *entry_json(const aa_model_spec_t *spec, const aa_device_profile_t
   json_t *strategy = NULL;
   if (!aa_strategy_to_json(&e->s, &text)) strategy = json_loads(text, 0, NULL);
   free(text);
-  return json_pack("{s:s, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:o*, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}}",
-                   "key", key, "tokens_per_s", e->p.tokens_per_s, "step_ms", e->p.step_s * 1e3, "tflops_per_gpu",
-                   f.tflops_gpu, "mfu", f.mfu, "peak_bytes", (json_int_t)e->p.mem.total, "bubble", e->p.bubble,
-                   "comm_share", f.comm, "strategy", strategy, "step_s", "forward", e->p.forward_s, "backward",
-                   e->p.backward_s, "tensor_comm", e->p.tensor_comm_s, "pipeline_comm", e->p.pipeline_comm_s,
-                   "context_comm", e->p.context_comm_s, "bubble", e->p.bubble_s, "optimizer", e->p.optimizer_s,
-                   "data_comm", e->p.data_comm_s);
+  return json_pack(
+      "{s:s, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:o*, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}}",
+      "key", key, "tokens_per_s", e->p.tokens_per_s, "step_ms", e->p.step_s * 1e3, "tflops_per_gpu",
+      f.tflops_gpu, "mfu", f.mfu, "peak_bytes", (json_int_t)e->p.mem.total, "bubble", e->p.bubble,
+      "comm_share", f.comm, "strategy", strategy, "step_s", "forward", e->p.forward_s, "backward",
+      e->p.backward_s, "tensor_comm", e->p.tensor_comm_s, "pipeline_comm", e->p.pipeline_comm_s,
+      "context_comm", e->p.context_comm_s, "expert_comm", e->p.expert_comm_s, "bubble", e->p.bubble_s,
+      "optimizer", e->p.optimizer_s, "data_comm", e->p.data_comm_s);
 }
 
 /* --calib FILE: a calibration file (`calib export`) of the pool's kind of

@@ -319,13 +319,13 @@ int aa_spec_load(aa_model_spec_t *out, const char *path) {
   return rc;
 }
 
-int aa_spec_require_planned(const aa_model_spec_t *s, const char *what) {
-  if (!s->arch.moe.experts) return 0;
+int aa_spec_require_planned(const aa_model_spec_t *s, bool cuda, const char *what) {
+  if (!s->arch.moe.experts || !cuda) return 0;
   return aa_error(
       AA_EUNSUPPORTED,
-      "%s: %s has mixture-of-experts layers (model.moe): autoaccel trains them (train, on one "
-      "process or data parallel) and plans them from a device profile (plan --pool PROFILE:N, strategy "
-      "check) but cannot measure them yet (docs/model-spec.md \"moe\")",
+      "%s: %s has mixture-of-experts layers (model.moe): autoaccel measures and trains them on "
+      "CPUs (data or expert parallel) and plans them from a device profile, but the cuda backend does not "
+      "compute them yet (docs/model-spec.md \"moe\")",
       what, s->name);
 }
 

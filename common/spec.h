@@ -7,6 +7,7 @@
 #ifndef AA_SPEC_H
 #define AA_SPEC_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define AA_PATH_MAX 4096
@@ -131,14 +132,14 @@ int aa_spec_require_data(const aa_model_spec_t *s, const char *what);
  *    sequence; plan and strategy check accept up to 1,048,576". */
 int aa_arch_require_engine(const aa_arch_t *a, const char *what);
 
-/* Whether autoaccel can measure the spec's model: 0, or AA_EUNSUPPORTED
- * "<what>: <name> has mixture-of-experts layers (model.moe): ..." for an
- * MoE model, which `train` trains (on one process or data parallel) and
- * the cost model predicts from a device profile (plan --pool PROFILE:N,
- * strategy check: they do not call this), but which no dry run or
- * calibration measures yet. auto, submit, plan on a cpu:N or cuda:N pool,
- * the planner's plan query and dry runs call it. */
-int aa_spec_require_planned(const aa_model_spec_t *s, const char *what);
+/* Whether autoaccel can measure the spec's model on a pool of GPUs (cuda)
+ * or CPUs: 0, or AA_EUNSUPPORTED "<what>: <name> has mixture-of-experts
+ * layers (model.moe): ..." for an MoE model on GPUs, which the cuda
+ * backend does not compute yet (CPU pools measure, search and train it,
+ * data or expert parallel). auto, plan on a cpu:N or cuda:N pool, the
+ * planner's plan query and its submit (against the executor a job would
+ * run on) call it. */
+int aa_spec_require_planned(const aa_model_spec_t *s, bool cuda, const char *what);
 
 /* Validates an architecture alone (ranges, divisibility). */
 int aa_arch_validate(const aa_arch_t *a);

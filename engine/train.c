@@ -262,7 +262,8 @@ static int setup(trainer_t *t) {
   int rc, T = s->arch.seq_len;
   /* A spec made for planning has no data: every rank refuses it here, the
    * same way and before any collective, so no peer waits on it. */
-  if ((t->opts->dryrun && aa_spec_require_planned(s, "dry run")) ||
+  if ((t->opts->dryrun &&
+       aa_spec_require_planned(s, t->opts->device && !strncmp(t->opts->device, "cuda", 4), "dry run")) ||
       aa_spec_require_data(s, t->opts->dryrun ? "dry run" : "training"))
     return AA_EINPUT;
   if (t->opts->strategy) t->strat = *t->opts->strategy;

@@ -501,6 +501,8 @@ static void create_job(aa_planner_t *p, aa_conn_t *c, const aa_msg_t *m, aa_conn
       (int)aa_strategy_world(&from) > pool)
     rc = aa_error(AA_EINVAL, "submit: the strategy to start from needs %d ranks, and the pool has %d devices",
                   (int)aa_strategy_world(&from), pool);
+  /* What the executors of the job's pool can measure (an MoE model on CPUs only). */
+  if (!rc) rc = aa_spec_require_planned(spec, e->dev.kind == AA_PROTO_DEV_CUDA, "submit");
   if (!rc) rc = aa_store_put_model(p->store, hash, spec->name, arch, (int64_t)aa_arch_param_count(&spec->arch));
   if (!rc) rc = aa_store_put_hardware(p->store, fp, hw);
   if (!rc) rc = aa_store_job_create(p->store, hash, fp, opts, &id);
@@ -575,7 +577,6 @@ void aa__jobs_on_submit(aa_conn_t *c, aa_msg_t *m) {
   /* The one parse of the model in this process, and its one canonical text. */
   int rc = spec ? aa_spec_parse(spec, s->model, NULL, "submitted model") : aa_error(AA_ENOMEM, "planner: no memory");
   /* A search measures, and measuring reads tokens: a spec made for planning is refused here. */
-  if (!rc) rc = aa_spec_require_planned(spec, "submit");
   if (!rc) rc = aa_spec_require_data(spec, "submit");
   if (!rc) rc = aa_spec_to_json(spec, &spec_json);
   if (!rc) rc = aa_space_exclude_mask((const char *const *)s->exclude.v, s->exclude.n, &mask);

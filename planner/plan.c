@@ -26,10 +26,11 @@
 #define AA__PLAN_CANDIDATES_MAX 20000 /* enumerated strategies one plan predicts at most */
 
 json_t *aa__plan_breakdown(const aa_predict_t *p) {
-  return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}", "forward_ms", p->forward_s * 1e3,
-                   "backward_ms", p->backward_s * 1e3, "tensor_comm_ms", p->tensor_comm_s * 1e3,
-                   "pipeline_comm_ms", p->pipeline_comm_s * 1e3, "context_comm_ms", p->context_comm_s * 1e3,
-                   "bubble_ms", p->bubble_s * 1e3, "optimizer_ms", p->optimizer_s * 1e3, "data_comm_ms",
+  return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}", "forward_ms",
+                   p->forward_s * 1e3, "backward_ms", p->backward_s * 1e3, "tensor_comm_ms",
+                   p->tensor_comm_s * 1e3, "pipeline_comm_ms", p->pipeline_comm_s * 1e3, "context_comm_ms",
+                   p->context_comm_s * 1e3, "expert_comm_ms", p->expert_comm_s * 1e3, "bubble_ms",
+                   p->bubble_s * 1e3, "optimizer_ms", p->optimizer_s * 1e3, "data_comm_ms",
                    p->data_comm_s * 1e3, "ops_estimated", p->ops_estimated, "links_estimated",
                    p->links_estimated);
 }
@@ -93,7 +94,7 @@ static int parse_args(const json_t *args, plan_args_t *a) {
   if (json_is_object(model) && !text) return aa_error(AA_ENOMEM, "query plan: no memory");
   rc = aa_spec_parse(&a->spec, text ? text : json_string_value(model), NULL, "query plan: model");
   free(text);
-  return rc ? rc : aa_spec_require_planned(&a->spec, "query plan");
+  return rc ? rc : aa_spec_require_planned(&a->spec, a->cuda, "query plan");
 }
 
 /* The chosen calibration: the one of `want` when given, else the newest

@@ -2,6 +2,7 @@
  * the same figures the engine allocates by. */
 #include "cost.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -213,10 +214,44 @@ static uint64_t block_gathers(const aa_pp_place_t *p, const aa_pp_plan_t *plan, 
   return n;
 }
 
+int64_t aa_cost_expert_rows(const aa_moe_t *m, int64_t N) {
+  if (m->experts < 1) return 0;
+  const int64_t E = m->experts, slots = N * m->top_k, even = (slots + E - 1) / E;
+  if (m->capacity_factor <= 0) return even;
+  const int64_t cap = (int64_t)ceil((double)m->capacity_factor * (double)slots / (double)E);
+  return cap < even ? cap : even;
+}
+
+/* The elements of an MoE block's expert slices on a rank of an expert
+ * group of ep: El experts' w13 (2 Fe, C) and w2 (C, Fe). */
+static uint64_t expert_numel(const aa_arch_t *a, int ep) {
+  const aa_moe_t *m = &a->moe;
+  return (uint64_t)(m->experts / ep) * 3 * (uint64_t)m->d_ff_expert * (uint64_t)a->d_model;
+}
+
+/* ZeRO 0 under expert parallelism (cost.h): unit u's gradient of n
+ * elements reduced run by run, an MoE block's expert slices over the
+ * expert-data group, its dense runs (one before the experts, one after
+ * with shared experts) over the data group. */
+static void data_comm_ep(const aa_arch_t *a, const aa_strategy_t *s, int u, uint64_t n, aa_cost_group_t *g,
+                         aa_cost_group_t *ed) {
+  const size_t f4 = sizeof(float);
+  if (u < 1 || u > a->n_layer || !aa_arch_is_moe_layer(a, u - 1)) {
+    add(g, AA_COST_ALL_REDUCE, 1, n, f4);
+    return;
+  }
+  const uint64_t ne = expert_numel(a, s->ep), shared = (uint64_t)a->moe.shared_experts * 3 *
+                                                       (uint64_t)a->moe.d_ff_expert * (uint64_t)a->d_model;
+  add(g, AA_COST_ALL_REDUCE, 1, n - ne - shared, f4);
+  if (shared) add(g, AA_COST_ALL_REDUCE, 1, shared, f4);
+  if (ed->ranks > 1) add(ed, AA_COST_ALL_REDUCE, 1, ne, f4);
+}
+
 /* The data group's collectives per step (cost.h, engine/optim.h) on place
- * p: only the units it holds, over the dp x cp replicas. */
+ * p: only the units it holds, over the dp x cp replicas; under expert
+ * parallelism the expert slices over the expert-data group ed. */
 static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p,
-                      const aa_pp_plan_t *plan, uint64_t A, aa_cost_group_t *g) {
+                      const aa_pp_plan_t *plan, uint64_t A, aa_cost_group_t *g, aa_cost_group_t *ed) {
   const int dp = aa_sizes_replicas(s), stage = aa_sizes_zero_stage(s->zero, dp), U = aa_sizes_units(a);
   const size_t f4 = sizeof(float);
   add(g, AA_COST_ALL_REDUCE, 1, 1, f4);                 /* the loss */
@@ -225,7 +260,9 @@ static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_pl
     const uint64_t n = aa_sizes_unit_held(a, s->degree[AA_AXIS_TENSOR], p, u),
                    padded = (uint64_t)dp * aa_sizes_chunk(n, dp);
     if (!n) continue;
-    if (stage == 0)
+    if (stage == 0 && s->ep > 1)
+      data_comm_ep(a, s, u, aa_sizes_unit_numel_ep(a, s->degree[AA_AXIS_TENSOR], s->ep, u), g, ed);
+    else if (stage == 0)
       add(g, AA_COST_ALL_REDUCE, 1, n, f4);
     else
       add(g, AA_COST_REDUCE_SCATTER, stage == 1 ? 1 : A, padded, f4);
@@ -242,6 +279,23 @@ static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_pl
     const uint64_t nb = aa_sizes_unit_numel(a, s->degree[AA_AXIS_TENSOR], 1);
     add(g, AA_COST_ALL_GATHER, block_gathers(p, plan, A), (uint64_t)dp * aa_sizes_chunk(nb, dp), e);
   }
+}
+
+/* The expert group's all-to-alls per step (cost.h, engine/moe_dispatch.c)
+ * on place p: per micro-batch and MoE block El counts exchanges and 4 El
+ * row moves, and El and 2 El again for a recomputed one; the gradient
+ * norm's all-reduce once. */
+static void expert_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
+                        aa_cost_group_t *g) {
+  int nb, nk;
+  double nm, nmk;
+  held_blocks(a, s, p, moe_layer, &nb, &nk, &nm, &nmk);
+  const uint64_t ep = (uint64_t)s->ep, El = (uint64_t)(a->moe.experts / s->ep),
+                 rows = ep * (uint64_t)aa_cost_expert_rows(&a->moe, aa_sizes_rank_tokens(a, s));
+  const uint64_t m = (uint64_t)nm, mk = (uint64_t)nmk;
+  add(g, AA_COST_ALL_TO_ALL, A * El * (m + mk), ep, sizeof(size_t));
+  add(g, AA_COST_ALL_TO_ALL, A * El * (4 * m + 2 * mk), rows * (uint64_t)a->d_model, sizeof(float));
+  add(g, AA_COST_ALL_REDUCE, 1, 1, sizeof(float));
 }
 
 /* The pipeline group's sends and receives per step (cost.h) on place p:
@@ -295,6 +349,9 @@ void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum
   out->pipeline.ranks = s->degree[AA_AXIS_PIPELINE];
   out->context.ranks = s->degree[AA_AXIS_CONTEXT];
   out->embedding.ranks = 1;
+  const int ep = s->ep > 1 && arch->moe.experts > 0 ? s->ep : 1;
+  out->expert.ranks = ep;
+  out->expert_data.ranks = out->data.ranks / ep;
   aa_pp_place_t p;
   aa_pp_plan_t plan, *pl = NULL;
   /* Placed with A micro-batches, which checks that the schedule suits them
@@ -305,7 +362,8 @@ void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum
     if (aa_pp_plan(s->schedule, s->degree[AA_AXIS_PIPELINE], p.vpp, (int)A, &plan)) return;
     pl = &plan;
   }
-  if (out->data.ranks > 1) data_comm(arch, s, &p, pl, A, &out->data);
+  if (out->data.ranks > 1) data_comm(arch, s, &p, pl, A, &out->data, &out->expert_data);
+  if (ep > 1) expert_comm(arch, s, &p, A, &out->expert);
   if (s->degree[AA_AXIS_TENSOR] > 1) tensor_comm(arch, s, &p, A, &out->tensor);
   if (s->degree[AA_AXIS_CONTEXT] > 1) context_comm(arch, s, &p, A, &out->context);
   if (s->degree[AA_AXIS_PIPELINE] > 1) {
@@ -321,7 +379,8 @@ void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum
 }
 
 static uint64_t comm_bytes(const aa_cost_comm_t *c) {
-  return c->data.bytes + c->tensor.bytes + c->pipeline.bytes + c->embedding.bytes + c->context.bytes;
+  return c->data.bytes + c->tensor.bytes + c->pipeline.bytes + c->embedding.bytes + c->context.bytes +
+         c->expert.bytes + c->expert_data.bytes;
 }
 
 void aa_cost_comm(const aa_arch_t *arch, const aa_strategy_t *s, int accum, aa_cost_comm_t *out) {
@@ -360,7 +419,8 @@ void aa_cost_group_describe(const aa_cost_group_t *g, char *out, size_t n) {
 
 int aa_cost_dominated(const aa_strategy_t *a, const aa_strategy_t *b, int cuda, char *why, size_t why_len) {
   /* Every axis's degree, the context's included. */
-  if (memcmp(a->degree, b->degree, sizeof a->degree) || a->sp != b->sp || a->micro_batch != b->micro_batch)
+  if (memcmp(a->degree, b->degree, sizeof a->degree) || a->sp != b->sp || a->micro_batch != b->micro_batch ||
+      (a->ep > 1 ? a->ep : 1) != (b->ep > 1 ? b->ep : 1))
     return 0;
   if (a->ckpt == AA_CKPT_FULL && b->ckpt == AA_CKPT_FULL && a->ckpt_layers != b->ckpt_layers) return 0;
   /* Each knob: 0 = the same, 1 = a costlier, -1 = not comparable or cheaper. */

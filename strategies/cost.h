@@ -209,7 +209,24 @@ double aa_cost_bubble(const aa_strategy_t *s, int m);
  * Its other groups move what gpt2's do at the same sizes: the tensor
  * group's activations are C wide whatever the kv heads, its RMSNorm
  * gradients travel in the same 2·C slots (the bias half 0), and the data
- * group's units are its own (sizes.h). */
+ * group's units are its own (sizes.h).
+ * The expert group (ep ranks, s->ep > 1; engine/moe_dispatch.c: each
+ * rank routes its N tokens' k slots to the E experts, which sit E / ep a
+ * rank), per micro-batch, for each MoE block of the rank, a counts
+ * exchange per local expert (El = E / ep all-to-alls of ep size_t counts
+ * each) and El all-to-alls of the rows (fp32, size ep·Ne·C for Ne =
+ * aa_cost_expert_rows: the even load) for each of the forward's dispatch
+ * and combine and the backward's, so El counts and 4 El row all-to-alls a
+ * block, and El counts and 2 El row ones again for each MoE block full
+ * checkpointing recomputes; per step the gradient norm's all-reduce of
+ * the expert slices' squares (1 float).
+ * The expert-data group (dp·cp / ep ranks that hold the same experts;
+ * ZeRO 0 only, the engine's sole stage with expert parallelism): per step
+ * one all-reduce of each MoE block's expert slices (El·3·Fe·C elements),
+ * which then leave the data group's all-reduce of that unit: the engine
+ * reduces the unit run by run, its dense tensors before the experts
+ * (attention, norms and router) and after them (the shared experts, when
+ * there are any) in one all-reduce each over the data group. */
 typedef enum {
   AA_COST_ALL_REDUCE,
   AA_COST_ALL_GATHER,
@@ -236,7 +253,17 @@ typedef struct aa_cost_group {
 
 typedef struct aa_cost_comm {
   aa_cost_group_t data, tensor, pipeline, embedding, context;
+  aa_cost_group_t expert, expert_data; /* expert parallelism's (s->ep > 1), else groups of one */
 } aa_cost_comm_t;
+
+/* The rows each routed expert computes of an MoE layer over N tokens of
+ * one rank: even routing (the expected load of a balanced router, which
+ * the auxiliary loss trains toward), ceil(N k / E) rows an expert, capped
+ * by the capacity ceil(c N k / E) when a capacity factor c > 0 drops
+ * slots (kernels/cpu/cpu_moe.h aa_cpu_moe_route). No margin for
+ * imbalance: a balanced step's. Under expert parallelism a local expert
+ * computes ep times as many, from the ep ranks of its group. */
+int64_t aa_cost_expert_rows(const aa_moe_t *m, int64_t N);
 
 /* The collectives of pipeline rank `stage` of resolved strategy s (any
  * stage at pp = 1) per optimizer step of accum micro-batches

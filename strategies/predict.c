@@ -30,7 +30,9 @@
  * (aa_arch_is_moe_layer) runs, in its MLP's place, the router GEMM, its
  * softmax and top-k, the permutes and each routed and shared expert's
  * GEMMs and SwiGLU (moe_ops), timed at the even load of N k / E rows an
- * expert.
+ * expert; under expert parallelism its E / ep experts at ep N k / E rows
+ * each, and the expert group's all-to-alls (cost.h) on the critical path
+ * with the tensor group's collectives.
  * Under context parallelism (cp > 1; engine/model.c ring_forward and
  * ring_backward) a rank holds two chunks of Tc = seq_len / (2 cp) tokens
  * of each sequence, and each block's attention is the ring's blocks of
@@ -136,19 +138,6 @@ static void ring_ops(inventory_t *v, const aa_tp_dims_t *d, int64_t B, int64_t T
   add(v, AA_OP_RESIDUAL, 2 * B * Tc * 2 * d->KVl, 0, 0, 0, AA_F32, false, 0, ff / 2, 0, bb + fb / 2);
 }
 
-/* The rows each expert computes of an MoE layer over N tokens: even
- * routing (the expected load of a balanced router, which the auxiliary
- * loss trains toward), ceil(N k / E) rows an expert, capped by the
- * capacity ceil(c N k / E) when a capacity factor c > 0 drops slots
- * (cpu_moe.h aa_cpu_moe_route). No margin for imbalance: the prediction
- * is a balanced step's. */
-static int64_t expert_rows(const aa_moe_t *m, int64_t N) {
-  const int64_t E = m->experts, slots = N * m->top_k, even = (slots + E - 1) / E;
-  if (m->capacity_factor <= 0) return even;
-  const int64_t cap = (int64_t)ceil((double)m->capacity_factor * (double)slots / (double)E);
-  return cap < even ? cap : even;
-}
-
 /* The ops of an MoE layer's feed-forward in place of the MLP's
  * (docs/training-knobs.md "Mixture of experts"), over N tokens (every
  * token of the micro-batch on every rank: its experts are whole on each,
@@ -161,20 +150,24 @@ static int64_t expert_rows(const aa_moe_t *m, int64_t N) {
  *     backward (whose two accumulates are unpermute's scatter and
  *     permute's gather);
  *   each expert's GEMMs (Ne, C, 2Fe) and (Ne, Fe, C) and its SwiGLU (Ne,
- *     Fe), Ne = expert_rows, E times;
+ *     Fe), Ne = aa_cost_expert_rows, E times; under expert parallelism (ep
+ *     > 1) each of the rank's E / ep experts at ep Ne rows, the rows its
+ *     expert group dispatched to it (the all-to-alls are the expert
+ *     group's, cost.h);
  *   each shared expert's at N rows, S times.
  * The MoE buffers are kept whatever the checkpointing mode short of full
  * (sizes.h), so selective checkpointing recomputes no SwiGLU here. */
-static void moe_ops(inventory_t *v, const aa_arch_t *a, const aa_tp_dims_t *d, int64_t N, aa_dtype_t dt,
-                    double ff, double fb, double bb) {
+static void moe_ops(inventory_t *v, const aa_arch_t *a, const aa_tp_dims_t *d, int ep, int64_t N,
+                    aa_dtype_t dt, double ff, double fb, double bb) {
   const aa_moe_t *m = &a->moe;
-  const int64_t E = m->experts, S = m->shared_experts, Fe = m->d_ff_expert, Ne = expert_rows(m, N);
-  add(v, AA_OP_MATMUL, N, d->C, E, 0, dt, false, ff, 0, fb, bb);
-  add(v, AA_OP_XENT, N, E, 0, 0, dt, false, ff, 0, fb, bb);
-  add(v, AA_OP_RESIDUAL, E * Ne * d->C, 0, 0, 0, dt, false, 2 * ff, 0, 2 * fb, bb);
-  add(v, AA_OP_MATMUL, Ne, d->C, 2 * Fe, 0, dt, false, E * ff, 0, E * fb, E * bb);
-  add(v, AA_OP_SWIGLU, Ne, Fe, 0, 0, dt, false, E * ff, 0, E * fb, E * bb);
-  add(v, AA_OP_MATMUL, Ne, Fe, d->C, 0, dt, false, E * ff, 0, E * fb, E * bb);
+  const int64_t S = m->shared_experts, Fe = m->d_ff_expert, Ne = aa_cost_expert_rows(m, N);
+  const int64_t E = m->experts / ep, Nl = ep * Ne; /* the rank's experts and each one's rows */
+  add(v, AA_OP_MATMUL, N, d->C, m->experts, 0, dt, false, ff, 0, fb, bb);
+  add(v, AA_OP_XENT, N, m->experts, 0, 0, dt, false, ff, 0, fb, bb);
+  add(v, AA_OP_RESIDUAL, m->experts * Ne * d->C, 0, 0, 0, dt, false, 2 * ff, 0, 2 * fb, bb);
+  add(v, AA_OP_MATMUL, Nl, d->C, 2 * Fe, 0, dt, false, E * ff, 0, E * fb, E * bb);
+  add(v, AA_OP_SWIGLU, Nl, Fe, 0, 0, dt, false, E * ff, 0, E * fb, E * bb);
+  add(v, AA_OP_MATMUL, Nl, Fe, d->C, 0, dt, false, E * ff, 0, E * fb, E * bb);
   add(v, AA_OP_MATMUL, N, d->C, 2 * Fe, 0, dt, false, S * ff, 0, S * fb, S * bb);
   add(v, AA_OP_SWIGLU, N, Fe, 0, 0, dt, false, S * ff, 0, S * fb, S * bb);
   add(v, AA_OP_MATMUL, N, Fe, d->C, 0, dt, false, S * ff, 0, S * fb, S * bb);
@@ -210,7 +203,7 @@ static void block_ops(inventory_t *v, const aa_arch_t *a, const aa_strategy_t *s
   add(v, AA_OP_MATMUL, N, d->Cl, d->C, 0, dt, false, ff, 0, fb, bb);
   add(v, AA_OP_RESIDUAL, Ns * d->C, 0, 0, 0, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
   if (moe) {
-    moe_ops(v, a, d, N, dt, ff, fb, bb);
+    moe_ops(v, a, d, s->ep > 1 ? s->ep : 1, N, dt, ff, fb, bb);
     return;
   }
   add(v, AA_OP_MATMUL, N, d->C, d->FH, 0, dt, false, ff, 0, fb, bb);
@@ -257,7 +250,8 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   const widths_t w = {Ns * d.C, N * d.QKV, N * d.Cl, N * d.FH, N * d.F};
   const int64_t NsC = w.NsC;
   const bool selective = s->ckpt == AA_CKPT_SELECTIVE;
-  const int R = aa_sizes_replicas(s), zs = aa_sizes_zero_stage(s->zero, R), L = a->n_layer;
+  const int R = aa_sizes_replicas(s), zs = aa_sizes_zero_stage(s->zero, R), L = a->n_layer,
+            ep = s->ep > 1 ? s->ep : 1; /* ZeRO 0 only (aa_predict_supported): held is what it updates */
   /* Blocks held and recomputed whole, dense ([0]) and MoE ([1]). */
   int nbk[2] = {0, 0}, nfk[2] = {0, 0}, starts = 0;
   v->n = 0;
@@ -284,7 +278,8 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   /* A dense and an MoE block's weights (each kind's first block). */
   size_t block_n[2] = {0, 0};
   for (int l = a->n_layer - 1; l >= 0; l--)
-    block_n[aa_arch_is_moe_layer(a, l) != 0] = aa_sizes_unit_numel(a, s->degree[AA_AXIS_TENSOR], 1 + l);
+    block_n[aa_arch_is_moe_layer(a, l) != 0] =
+        aa_sizes_unit_numel_ep(a, s->degree[AA_AXIS_TENSOR], ep, 1 + l);
   const int nkd = nbk[0] - nfk[0]; /* dense blocks whose fields are kept */
   if (casts) {
     /* Forward: each block's rounds and its weights widened; a received
@@ -322,7 +317,7 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   /* The optimizer: AdamW over what the rank updates (in fp32 whatever the
    * amp), then under 16-bit storage the updated parameters rounded and
    * the outer weights widened once (pass_begin, aa_zero_publish). */
-  size_t upd = 0, held = aa_sizes_params_held(a, s->degree[AA_AXIS_TENSOR], &pl);
+  size_t upd = 0, held = aa_sizes_params_held_ep(a, s->degree[AA_AXIS_TENSOR], ep, &pl);
   for (int u = 0; zs >= 1 && u < L + 2; u++) {
     size_t n = aa_sizes_unit_held(a, s->degree[AA_AXIS_TENSOR], &pl, u);
     if (n) upd += aa_sizes_chunk(n, R);
@@ -488,7 +483,7 @@ static double share(int cores, int ranks, int threads) {
 
 /* Where each group's collectives are timed (lines_of_t). */
 typedef struct lines {
-  lines_of_t tensor, context, data, pipeline, embedding;
+  lines_of_t tensor, context, data, pipeline, embedding, expert, expert_data;
 } lines_t;
 
 /* One pipeline rank's step by part (the fields of aa_predict_t): its ops
@@ -513,14 +508,16 @@ static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int 
   }
   aa_cost_comm_t cc;
   aa_cost_comm_stage(a, s, m, stage, &cc);
-  double emb;
+  double emb, ed;
   if ((rc = group_time(&ln->tensor, &cc.tensor, &p->tensor_comm_s, p)) ||
+      (rc = group_time(&ln->expert, &cc.expert, &p->expert_comm_s, p)) ||
+      (rc = group_time(&ln->expert_data, &cc.expert_data, &ed, p)) ||
       (rc = group_time(&ln->context, &cc.context, &p->context_comm_s, p)) ||
       (rc = group_time(&ln->pipeline, &cc.pipeline, &p->pipeline_comm_s, p)) ||
       (rc = group_time(&ln->data, &cc.data, &p->data_comm_s, p)) ||
       (rc = group_time(&ln->embedding, &cc.embedding, &emb, p)))
     return rc;
-  p->data_comm_s += emb;
+  p->data_comm_s += emb + ed;
   p->bubble = aa_cost_bubble(s, m);
   /* Two bounds of the step, the larger wins:
    * - the critical path: this rank's ops at the rate they run alone
@@ -531,7 +528,7 @@ static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int 
    * CPU host with more rank threads than cores, a pipeline rank waiting in
    * the bubble leaves its core to the others, so the bubble costs less than
    * its share: it is hidden up to the host's throughput. */
-  const double comm = p->tensor_comm_s + p->pipeline_comm_s + p->context_comm_s;
+  const double comm = p->tensor_comm_s + p->pipeline_comm_s + p->context_comm_s + p->expert_comm_s;
   const double path = (m * (fwd_mb + bwd_mb) * fast + comm) / (1 - p->bubble) + opt * fast;
   const double host = m * (fwd_mb + bwd_mb) * slow + comm + opt * slow;
   const double f = path >= host ? fast : slow;
@@ -545,11 +542,13 @@ static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int 
 }
 
 int aa_predict_supported(const aa_strategy_t *s) {
-  if (s->ep <= 1) return 0;
-  return aa_error(AA_EUNSUPPORTED,
-                  "parallel.expert %d: the cost model predicts mixture-of-experts layers with their experts "
-                  "whole on every rank (expert 1) until the engine runs expert parallelism",
-                  s->ep);
+  const int stage = aa_sizes_zero_stage(s->zero, aa_sizes_replicas(s));
+  if (s->ep <= 1 || stage == 0) return 0;
+  return aa_error(
+      AA_EUNSUPPORTED,
+      "parallel.expert %d with ZeRO stage %d: the engine runs expert parallelism with ZeRO 0 only "
+      "(sharding the expert weights over the expert-data group is not implemented)",
+      s->ep, stage);
 }
 
 int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_calib_t *c,
@@ -590,8 +589,12 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
     const int in_c = cp < per_t ? cp : per_t, in_d = dp * cp < per_t ? dp * cp : per_t;
     const int in_p = stride_p < G ? (pp < G / stride_p ? pp : G / stride_p) : 1;
     const int in_e = (pp - 1) * stride_p < G ? 2 : 1;
+    /* Expert groups of ep consecutive replicas, expert-data groups of
+     * the replicas ep apart (layout.h aa_layout_expert). */
+    const int ep = s->ep > 1 ? s->ep : 1, in_x = ep < in_d ? ep : in_d, in_xd = in_d / in_x;
 #define ON(k, n) ((lines_of_t){(k) >= (n) ? c : pool->inter, roof, (k)})
-    ln = (lines_t){ON(in_t, tp), ON(in_c, cp), ON(in_d, dp * cp), ON(in_p, pp), ON(in_e, 2)};
+    ln = (lines_t){ON(in_t, tp), ON(in_c, cp), ON(in_d, dp * cp),      ON(in_p, pp),
+                   ON(in_e, 2),  ON(in_x, ep), ON(in_xd, dp * cp / ep)};
 #undef ON
   } else {
     /* Its data, pipeline and embedding groups take the inter-host lines
@@ -605,7 +608,9 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
                    .context = {ring_across ? span : c, NULL, 0},
                    .data = {data_across ? span : c, NULL, 0},
                    .pipeline = {span, NULL, 0},
-                   .embedding = {span, NULL, 0}};
+                   .embedding = {span, NULL, 0},
+                   .expert = {data_across ? span : c, NULL, 0},
+                   .expert_data = {data_across ? span : c, NULL, 0}};
   }
   /* Ops were timed with c->ranks executors computing at once on its host;
    * the pool's run on_host executors on pool->host_cores. */
@@ -705,23 +710,28 @@ size_t aa_predict_wanted(const aa_model_spec_t *spec, int max_devices, int cuda,
     /* ZeRO shards over the data x context ranks (sizes.h). */
     const int replicas = l->degree[AA_AXIS_DATA] * l->degree[AA_AXIS_CONTEXT];
     for (size_t h = 0; h < (l->degree[AA_AXIS_PIPELINE] > 1 ? sizeof shapes / sizeof shapes[0] : 1); h++)
-      for (int z = 0; z <= (replicas > 1 ? 3 : 0); z++)
-        for (size_t ai = 0; ai < namp; ai++)
-          for (size_t k = 0; k < sizeof ckpts / sizeof ckpts[0]; k++)
-            for (size_t b = 0; b < nmb; b++) {
-              aa_strategy_default(s);
-              memcpy(s->degree, l->degree, sizeof s->degree);
-              s->sp = l->sp;
-              s->schedule = shapes[h].sched, s->vpp = shapes[h].vpp, s->partition = shapes[h].part;
-              s->zero = z, s->amp = amps[ai], s->ckpt = ckpts[k], s->micro_batch = mbs[b];
-              if (aa_strategy_resolve(s, spec, 0)) continue;
-              for (int r = 0; r < s->degree[AA_AXIS_PIPELINE]; r++) {
-                aa_calib_op_t ops[ITEMS_MAX];
-                size_t no = aa_predict_ops(&spec->arch, s, r, cuda, ops, ITEMS_MAX);
-                for (size_t i = 0; i < no && i < ITEMS_MAX; i++)
-                  set_put(&st, &ops[i]);
+      for (int z = 0; z <= (replicas > 1 ? 3 : 0); z++) {
+        /* The expert-parallel degrees' shapes too (larger expert GEMMs). */
+        int eps[32];
+        size_t nep = aa_space_experts(eps, 32, &spec->arch, replicas, z, 0);
+        for (size_t e = 0; e < nep && e < 32; e++)
+          for (size_t ai = 0; ai < namp; ai++)
+            for (size_t k = 0; k < sizeof ckpts / sizeof ckpts[0]; k++)
+              for (size_t b = 0; b < nmb; b++) {
+                aa_strategy_default(s);
+                memcpy(s->degree, l->degree, sizeof s->degree);
+                s->sp = l->sp;
+                s->schedule = shapes[h].sched, s->vpp = shapes[h].vpp, s->partition = shapes[h].part;
+                s->zero = z, s->ep = eps[e], s->amp = amps[ai], s->ckpt = ckpts[k], s->micro_batch = mbs[b];
+                if (aa_strategy_resolve(s, spec, 0)) continue;
+                for (int r = 0; r < s->degree[AA_AXIS_PIPELINE]; r++) {
+                  aa_calib_op_t ops[ITEMS_MAX];
+                  size_t no = aa_predict_ops(&spec->arch, s, r, cuda, ops, ITEMS_MAX);
+                  for (size_t i = 0; i < no && i < ITEMS_MAX; i++)
+                    set_put(&st, &ops[i]);
+                }
               }
-            }
+      }
   }
   n = st.n;
   memcpy(out, st.ops, (n < cap ? n : cap) * sizeof *out);

@@ -88,9 +88,10 @@ typedef struct aa_predict {
   double tensor_comm_s;   /* the tensor group's collectives */
   double pipeline_comm_s; /* sends and receives */
   double context_comm_s;  /* the context group's ring steps */
+  double expert_comm_s;   /* the expert group's all-to-alls (expert parallelism's token exchange) */
   double bubble_s;        /* the pipeline's idle share of the stretched schedule */
   double optimizer_s;     /* AdamW over the shard, and casts of the parameters */
-  double data_comm_s;     /* the data group's and the embedding group's collectives */
+  double data_comm_s;     /* the data, embedding and expert-data groups' collectives */
   double bubble;          /* aa_cost_bubble */
   aa_cost_mem_t mem;      /* the most loaded rank's bytes (cost.h) */
   /* Stand-ins, summed over the pipeline ranks (each rank's distinct op

@@ -32,7 +32,8 @@
   X("tensor_parallel", AA_SPACE_EX_TP)                                                                       \
   X("sequence_parallel", AA_SPACE_EX_SP)                                                                     \
   X("pipeline_parallel", AA_SPACE_EX_PP)                                                                     \
-  X("context_parallel", AA_SPACE_EX_CP)
+  X("context_parallel", AA_SPACE_EX_CP)                                                                      \
+  X("expert_parallel", AA_SPACE_EX_EP)
 
 #define ENTRY(name_, bits_) {name_, bits_},
 #define JOINED(name_, bits_) ", " name_
@@ -131,6 +132,7 @@ unsigned aa_space_methods_of(const aa_strategy_t *s) {
   for (int a = 0; a < AA_AXES; a++)
     if (s->degree[a] > 1) m |= axis_bit((aa_axis_t)a);
   if (s->sp) m |= AA_SPACE_EX_SP;
+  if (s->ep > 1) m |= AA_SPACE_EX_EP;
   return m;
 }
 
@@ -186,6 +188,7 @@ static aa_axis_t rest_axis(void) {
  * sequence a rank), and neither without the model. */
 static int axis_max(const aa_space_pool_t *p, aa_axis_t a, int world) {
   if (p->exclude & axis_bit(a)) return 1;
+  if (p->arch && p->arch->moe.experts > 0 && a != AA_AXIS_DATA) return 1; /* what the engine runs */
   if (a == AA_AXIS_PIPELINE) return !p->arch ? 1 : world < p->arch->n_layer ? world : p->arch->n_layer;
   if (a == AA_AXIS_CONTEXT) return !p->arch ? 1 : world < p->arch->seq_len / 2 ? world : p->arch->seq_len / 2;
   return world;
@@ -285,6 +288,16 @@ size_t aa_space_ckpt_modes(aa_ckpt_mode_t *out, size_t cap, unsigned exclude) {
   return n;
 }
 
+size_t aa_space_experts(int *out, size_t cap, const aa_arch_t *arch, int replicas, int zero,
+                        unsigned exclude) {
+  size_t n = 0;
+  PUT(out, cap, n, 1);
+  if (!arch || arch->moe.experts < 1 || zero != 0 || (exclude & AA_SPACE_EX_EP)) return n;
+  for (int e = 2; e <= replicas; e++)
+    if (replicas % e == 0 && arch->moe.experts % e == 0) PUT(out, cap, n, e);
+  return n;
+}
+
 size_t aa_space_micro_batches(int *out, size_t cap, int per_rank) {
   size_t n = 0;
   for (int mb = per_rank; mb >= 1; mb--)
@@ -292,6 +305,9 @@ size_t aa_space_micro_batches(int *out, size_t cap, int per_rank) {
   return n;
 }
 
+/* The expert-parallel degrees of a layout: divisors of a model's experts
+ * (at most 1,024, strategy.h), of which 1,024 has 11. */
+#define MAX_EXPERT_DEGREES 32
 /* No int has more divisors than 2095133040 (1600; the next number with
  * more exceeds INT_MAX), so any per-rank batch's micro-batches fit. */
 #define MAX_DIVISORS 1600
@@ -360,23 +376,29 @@ size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void 
         if (pp == 1 || (m >= pp && (!interleaved || m % pp == 0))) mbs[nmb++] = divisors[b];
       }
       if (nmb == 0) continue;
-      for (size_t z = 0; z < nzero; z++)
-        for (size_t a = 0; a < namp; a++)
-          for (size_t k = 0; k < nckpt; k++) {
-            /* A setting decides every method, so one that misses an
-             * included method is left out whole, as an excluded one is. */
-            aa_strategy_t t = shapes[h];
-            t.zero = zeros[z];
-            t.amp = amps[a];
-            t.ckpt = ckpts[k];
-            if (aa_space_include_unmet(aa_space_methods_of(&t), pool->include)) continue;
-            for (size_t b = 0; b < nmb; b++) {
-              t.micro_batch = mbs[b];
-              if (visit && visit(ctx, n, (int)nsettings, &t)) return n + 1;
-              n++;
+      for (size_t z = 0; z < nzero; z++) {
+        int eps[MAX_EXPERT_DEGREES];
+        size_t nep = aa_space_experts(eps, MAX_EXPERT_DEGREES, pool->arch, dp * l.degree[AA_AXIS_CONTEXT],
+                                      zeros[z], pool->exclude);
+        for (size_t e = 0; e < nep && e < MAX_EXPERT_DEGREES; e++)
+          for (size_t a = 0; a < namp; a++)
+            for (size_t k = 0; k < nckpt; k++) {
+              /* A setting decides every method, so one that misses an
+               * included method is left out whole, as an excluded one is. */
+              aa_strategy_t t = shapes[h];
+              t.zero = zeros[z];
+              t.ep = eps[e];
+              t.amp = amps[a];
+              t.ckpt = ckpts[k];
+              if (aa_space_include_unmet(aa_space_methods_of(&t), pool->include)) continue;
+              for (size_t b = 0; b < nmb; b++) {
+                t.micro_batch = mbs[b];
+                if (visit && visit(ctx, n, (int)nsettings, &t)) return n + 1;
+                n++;
+              }
+              nsettings++;
             }
-            nsettings++;
-          }
+      }
     }
   }
   return n;
@@ -414,7 +436,8 @@ static bool same_shape(const aa_strategy_t *a, const aa_strategy_t *b) {
 
 int aa_space_distance(const aa_strategy_t *a, const aa_strategy_t *b) {
   int d = (a->sp != b->sp) + (a->zero != b->zero) + (a->amp != b->amp) + (a->ckpt != b->ckpt) +
-          (a->micro_batch != b->micro_batch) + !same_shape(a, b);
+          (a->micro_batch != b->micro_batch) + !same_shape(a, b) +
+          ((a->ep > 1 ? a->ep : 1) != (b->ep > 1 ? b->ep : 1));
   for (int x = 0; x < AA_AXES; x++)
     d += a->degree[x] != b->degree[x];
   return d;

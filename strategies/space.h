@@ -27,12 +27,13 @@ enum {
   AA_SPACE_EX_PP = 1u << 9,  /* pipeline parallelism (pp > 1) */
   AA_SPACE_EX_SP = 1u << 10, /* sequence parallelism (tp > 1 with sp): tensor parallelism without it stays */
   AA_SPACE_EX_CP = 1u << 11, /* context parallelism (cp > 1) */
+  AA_SPACE_EX_EP = 1u << 12, /* expert parallelism (ep > 1; strategy.h s->ep, no mesh axis) */
 };
 
 /* The accepted method names, comma-separated, in table order:
  * "amp, amp_native, bf16, fp16, fp32, checkpoint, selective, full, zero,
  * zero1, zero2, zero3, fsdp, tensor_parallel, sequence_parallel,
- * pipeline_parallel, context_parallel".
+ * pipeline_parallel, context_parallel, expert_parallel".
  * Static storage; never NULL. */
 const char *aa_space_exclude_names(void);
 
@@ -64,14 +65,15 @@ const char *aa_space_include_names(char *buf, size_t cap, unsigned include);
 /* The methods strategy s uses, as AA_SPACE_EX_* bits: its precision's, its
  * checkpoint mode's (none has no bit), its ZeRO stage's (0 has none),
  * AA_SPACE_EX_TP when tp > 1, AA_SPACE_EX_SP with sequence parallelism,
- * AA_SPACE_EX_PP when pp > 1 and AA_SPACE_EX_CP when cp > 1. A stored strategy answers a search only if
+ * AA_SPACE_EX_PP when pp > 1, AA_SPACE_EX_CP when cp > 1 and
+ * AA_SPACE_EX_EP when ep > 1. A stored strategy answers a search only if
  * (bits & exclude) == 0. */
 unsigned aa_space_methods_of(const aa_strategy_t *s);
 
 /* The single-method names of bits ("bf16", "fp16", "fp32", "selective",
  * "full", "zero1", "zero2", "zero3", "tensor_parallel",
- * "sequence_parallel", "pipeline_parallel", "context_parallel"), comma-separated, into buf (cap
- * bytes, always NUL-terminated; cut when short). Returns buf. */
+ * "sequence_parallel", "pipeline_parallel", "context_parallel", "expert_parallel"), comma-separated, into buf
+ * (cap bytes, always NUL-terminated; cut when short). Returns buf. */
 const char *aa_space_method_names(char *buf, size_t cap, unsigned bits);
 
 /* A pool to search. */
@@ -123,7 +125,9 @@ typedef struct aa_space_layout {
  * within one the least pipeline, context and tensor communication first.
  * AA_SPACE_EX_TP leaves out every tp > 1, AA_SPACE_EX_SP the
  * sequence-parallel ones, AA_SPACE_EX_PP every pp > 1, AA_SPACE_EX_CP every
- * cp > 1.
+ * cp > 1. A model with mixture-of-experts layers has tp = pp = cp = 1
+ * only: the engine refuses the others with them (data and expert
+ * parallelism are what it runs).
  * Whether a model allows a tp (it must divide n_head and d_ff) is
  * aa_strategy_resolve's to say. */
 size_t aa_space_layouts(aa_space_layout_t *out, size_t cap, const aa_space_pool_t *pool);
@@ -139,10 +143,19 @@ size_t aa_space_precisions(aa_dtype_t *out, size_t cap, bool cuda, unsigned excl
 size_t aa_space_ckpt_modes(aa_ckpt_mode_t *out, size_t cap, unsigned exclude);
 /* The micro-batches of a per-rank batch: its divisors, larger first. */
 size_t aa_space_micro_batches(int *out, size_t cap, int per_rank);
+/* The expert-parallel degrees (strategy.h s->ep) of a layout of
+ * `replicas` data x context ranks at ZeRO stage `zero` on arch (NULL: a
+ * dense model), least communication first: 1, then for a model with
+ * mixture-of-experts layers at ZeRO 0 (the engine's only stage with expert
+ * parallelism) each divisor > 1 of replicas that divides its experts,
+ * smaller first, unless AA_SPACE_EX_EP is excluded. */
+size_t aa_space_experts(int *out, size_t cap, const aa_arch_t *arch, int replicas, int zero,
+                        unsigned exclude);
 
 /* The candidate strategies of a pool, in the order the search tries them:
  * for each layout, pipeline shape, ZeRO stage (over the layout's dp x cp),
- * precision and checkpoint mode (each as above, nested in that order) a
+ * expert-parallel degree, precision and checkpoint mode (each as above,
+ * nested in that order) a
  * "setting", and within a setting every micro-batch (divisors of
  * global_batch / dp, larger first). The pipeline shapes at pp > 1: the
  * schedules 1f1b, interleaved with 2 virtual stages (or each of pool->vpp_max; where pp * vpp <=
@@ -173,7 +186,8 @@ size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void 
 /* How far apart two strategies are for `--from`: the number of knobs in
  * which they differ, out of dp, tp, sp, pp, zero, amp, ckpt, micro_batch
  * and the pipeline's shape (schedule, virtual stages and cut, one knob;
- * equal between two pp = 1 strategies). 0..9. */
+ * equal between two pp = 1 strategies) and the expert-parallel degree.
+ * 0..10. */
 int aa_space_distance(const aa_strategy_t *a, const aa_strategy_t *b);
 
 #endif

@@ -394,6 +394,62 @@ static void check_group(int line, const aa_cost_group_t *g, int ranks, aa_cost_c
   check_p2p(line, g, ranks, ar, ag, rs, calls(0, 0, 0), calls(0, 0, 0));
 }
 
+/* Expert parallelism on the MoE llama of the FLOPs test above at dp 4,
+ * ep 2, micro-batch 2 (N = 32 tokens a rank), two micro-batches a step. The MoE block's 4
+ * experts top-2 take ceil(32·2 / 4) = 16 rows each from a rank; a rank
+ * holds El = 2 of them. The expert group (2 ranks) per micro-batch: 2
+ * counts exchanges (2 size_t, 16 bytes) and 2 x 4 row all-to-alls of 2·16
+ * rows x 32 = 1,024 floats; so a step 4 + 16 calls, 8 + 16,384 elements,
+ * 64 + 65,536 bytes, and the norm's all-reduce (1 float). The
+ * expert-data group (4 / 2 = 2 ranks): the 2 local experts' 2·3·24·32 =
+ * 4,608 gradients. The data group (4 ranks): the loss, wte 2,048, the MoE
+ * block's dense runs before the experts (2·32 + 64·32 + 32² + 4·32 =
+ * 3,264) and after (the shared expert's 2,304), the dense block's 9,280
+ * and lnf|head's 2,080: 6 all-reduces of 18,977 floats. Full
+ * checkpointing recomputes the MoE block's forward: 2 counts and 4 row
+ * all-to-alls more a micro-batch. */
+AA_TEST(the_expert_groups_move_what_the_dispatcher_and_zero_0_call) {
+  aa_arch_t a = {.family = "llama",
+                 .n_layer = 2,
+                 .n_head = 4,
+                 .n_kv_head = 2,
+                 .d_model = 32,
+                 .d_ff = 64,
+                 .seq_len = 16,
+                 .vocab_size = 64};
+  a.moe = (aa_moe_t){.experts = 4, .top_k = 2, .d_ff_expert = 24, .shared_experts = 1, .every = 2};
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.degree[AA_AXIS_DATA] = 4, s.micro_batch = 2, s.ep = 2;
+  aa_cost_comm_t c;
+  aa_cost_comm(&a, &s, 2, &c);
+  CHECK(c.expert.ranks == 2 && c.expert_data.ranks == 2);
+  const aa_cost_calls_t *x = &c.expert.kind[AA_COST_ALL_TO_ALL];
+  CHECK_MSG(x->calls == 20 && x->elems == 16392 && x->bytes == 65600, "%llu %llu %llu",
+            (unsigned long long)x->calls, (unsigned long long)x->elems, (unsigned long long)x->bytes);
+  CHECK(c.expert.kind[AA_COST_ALL_REDUCE].calls == 1 && c.expert.kind[AA_COST_ALL_REDUCE].bytes == 4);
+  CHECK(c.expert.bytes == 65604);
+  /* An all-to-all keeps 1/2 of its buffer at home. */
+  CHECK(aa_cost_comm_ring_bytes(&c.expert) == 0.5 * (2 * 4 + 65600));
+  check_group(__LINE__, &c.expert_data, 2, calls(1, 4608, 18432), calls(0, 0, 0), calls(0, 0, 0));
+  check_group(__LINE__, &c.data, 4, calls(6, 18977, 75908), calls(0, 0, 0), calls(0, 0, 0));
+  s.ckpt = AA_CKPT_FULL;
+  aa_cost_comm(&a, &s, 2, &c);
+  CHECK(c.expert.kind[AA_COST_ALL_TO_ALL].calls == 8 + 24);
+  /* At dp 2 the expert-data group is a group of one: nothing; the data
+   * group's runs the same. */
+  s.ckpt = AA_CKPT_NONE, s.degree[AA_AXIS_DATA] = 2;
+  aa_cost_comm(&a, &s, 2, &c);
+  CHECK(c.expert_data.ranks == 1 && c.expert_data.bytes == 0);
+  CHECK(c.data.kind[AA_COST_ALL_REDUCE].elems == 18977);
+  /* ep 1: groups of one, the data group as before. */
+  s.ep = 1, s.degree[AA_AXIS_DATA] = 4;
+  aa_cost_comm(&a, &s, 2, &c);
+  CHECK(c.expert.ranks == 1 && c.expert.bytes == 0 && c.expert_data.bytes == 0);
+  check_group(__LINE__, &c.data, 4, calls(5, 1 + 2048 + 14784 + 9280 + 2080, 4 * 28193), calls(0, 0, 0),
+              calls(0, 0, 0));
+}
+
 /* The data group, on archs[0] (L 3, C 32, F 64, T 16, V 64): units wte|wpe
  * (64 + 16) x 32 = 2,560, three blocks of 4·32² + 2·64·32 + 9·32 + 64 =
  * 8,544 and lnf 64; 28,256 in all. Over dp 3 the chunks are 854, 2,848 and
@@ -861,6 +917,7 @@ AA_TEST(llama_has_no_embedding_group_and_its_groups_move_its_units) {
 
 int main(void) {
   RUN(flops_per_token_of_an_moe_model_count_its_active_parameters);
+  RUN(the_expert_groups_move_what_the_dispatcher_and_zero_0_call);
   RUN(the_model_allocates_the_activation_layout_on_a_grid);
   RUN(a_single_rank_accounts_exactly_the_predicted_bytes);
   RUN(zero_shards_over_the_data_group_only);

@@ -562,14 +562,16 @@ AA_TEST(the_breakdown_is_the_prediction_in_milliseconds) {
                     .tensor_comm_s = 0.003,
                     .pipeline_comm_s = 0.004,
                     .context_comm_s = 0.008,
+                    .expert_comm_s = 0.009,
                     .bubble_s = 0.005,
                     .optimizer_s = 0.006,
                     .data_comm_s = 0.007,
                     .ops_estimated = 2,
                     .links_estimated = 3};
   json_t *b = aa__plan_breakdown(&p);
-  CHECK(b && json_object_size(b) == 10);
+  CHECK(b && json_object_size(b) == 11);
   CHECK_NEAR(json_number_value(json_object_get(b, "context_comm_ms")), 8, 1e-12);
+  CHECK_NEAR(json_number_value(json_object_get(b, "expert_comm_ms")), 9, 1e-12);
   CHECK_NEAR(json_number_value(json_object_get(b, "forward_ms")), 1, 1e-12);
   CHECK_NEAR(json_number_value(json_object_get(b, "data_comm_ms")), 7, 1e-12);
   CHECK(json_integer_value(json_object_get(b, "links_estimated")) == 3);

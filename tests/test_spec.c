@@ -966,27 +966,28 @@ AA_TEST(shared_field_reader_reads_every_kind) {
   CHECK(!strcmp(aa_last_error(), "model.n_layer: must be >= 1 (got 0)"));
 }
 
-/* An MoE spec with data is one to train (aa_spec_require_data passes it)
- * and to plan from a profile, but not one to measure: auto, submit,
- * measured plans and dry runs refuse it through aa_spec_require_planned,
- * naming model.moe; a dense spec passes. */
-AA_TEST(an_moe_spec_trains_but_is_not_measured) {
+/* An MoE spec with data is one to train (aa_spec_require_data passes it),
+ * to plan from a profile and to measure on CPUs, but not on GPUs (the
+ * cuda backend does not compute MoE layers): aa_spec_require_planned
+ * refuses it there, naming model.moe; a dense spec passes both. */
+AA_TEST(an_moe_spec_is_measured_on_cpus_only) {
   aa_model_spec_t s;
   int rc = parse_parts(&s, MOE_MODEL "{\"experts\": 4, \"top_k\": 2, \"d_ff_expert\": 32}", NULL, NULL, NULL);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
   CHECK_MSG(aa_spec_require_data(&s, "moe.json") == 0, "%s", aa_last_error());
-  CHECK(aa_spec_require_planned(&s, "moe.json") == AA_EUNSUPPORTED);
+  CHECK_MSG(aa_spec_require_planned(&s, false, "moe.json") == 0, "%s", aa_last_error());
+  CHECK(aa_spec_require_planned(&s, true, "moe.json") == AA_EUNSUPPORTED);
   char want[400];
   snprintf(
       want, sizeof want,
-      "moe.json: %s has mixture-of-experts layers (model.moe): autoaccel trains them (train, on one process "
-      "or data parallel) and plans them from a device profile (plan --pool PROFILE:N, strategy check) but "
-      "cannot measure them yet (docs/model-spec.md \"moe\")",
+      "moe.json: %s has mixture-of-experts layers (model.moe): autoaccel measures and trains them on CPUs "
+      "(data or expert parallel) and plans them from a device profile, but the cuda backend does not "
+      "compute them yet (docs/model-spec.md \"moe\")",
       s.name);
   CHECK_MSG(strcmp(aa_last_error(), want) == 0, "%s", aa_last_error());
   CHECK(parse_parts(&s, MODEL_OK ", \"family\": \"llama\"", NULL, NULL, NULL) == 0);
-  CHECK(aa_spec_require_planned(&s, "x") == 0);
+  CHECK(aa_spec_require_planned(&s, true, "x") == 0);
 }
 
 int main(void) {
@@ -1031,6 +1032,6 @@ int main(void) {
   RUN(rendezvous_is_unique_clean_and_parses_back);
   RUN(shared_field_reader_reads_every_kind);
   RUN(moe_fields_defaults_rules_counts_and_hash);
-  RUN(an_moe_spec_trains_but_is_not_measured);
+  RUN(an_moe_spec_is_measured_on_cpus_only);
   return aa_test_summary();
 }

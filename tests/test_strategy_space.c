@@ -389,11 +389,11 @@ AA_TEST(unknown_exclude_method_is_named_with_the_accepted_ones) {
   CHECK(!strcmp(aa_last_error(),
                 "exclude: unknown method \"zero9\" (accepted: amp, amp_native, bf16, fp16, fp32, "
                 "checkpoint, selective, full, zero, zero1, zero2, zero3, fsdp, tensor_parallel, "
-                "sequence_parallel, pipeline_parallel, context_parallel)"));
+                "sequence_parallel, pipeline_parallel, context_parallel, expert_parallel)"));
   CHECK(!strcmp(aa_space_exclude_names(),
                 "amp, amp_native, bf16, fp16, fp32, checkpoint, selective, full, zero, "
                 "zero1, zero2, zero3, fsdp, tensor_parallel, sequence_parallel, pipeline_parallel, "
-                "context_parallel"));
+                "context_parallel, expert_parallel"));
   const char *hostile[] = {"a\nb"};
   CHECK(aa_space_exclude_mask(hostile, 1, &mask) == AA_EINVAL && strstr(aa_last_error(), "\"a\\x0ab\""));
 }
@@ -427,6 +427,62 @@ AA_TEST(methods_of_a_strategy_are_named_as_exclude_names_them) {
   const char *sp[] = {"sequence_parallel"};
   CHECK(aa_space_exclude_mask(sp, 1, &mask) == 0 && (aa_space_methods_of(&s) & mask));
   CHECK(!strcmp(aa_space_method_names(buf, 8, aa_space_methods_of(&s)), "fp16, s")); /* cut, terminated */
+}
+
+/* A model with mixture-of-experts layers (8 experts) on 8 devices, global
+ * batch 8, one micro-batch size: only data-parallel layouts (the engine
+ * runs no tensor, pipeline or context parallelism with MoE layers), dp 8,
+ * 4, 2 and 1; at ZeRO 0 the expert degrees 1 and each divisor of dp that
+ * divides 8 (dp 8: 1, 2, 4, 8; dp 4: 1, 2, 4; dp 2: 1, 2; dp 1: 1), at
+ * ZeRO 1-3 only 1. Settings a layout: (ZeRO 0's degrees + 3 other stages
+ * at dp > 1) x 3 precisions x 3 checkpoint modes. expert_parallel
+ * excludes (and includes) the ep > 1 ones; a dense twin's space is the
+ * layouts of every axis. */
+AA_TEST(an_moe_model_searches_data_and_expert_parallelism_only) {
+  aa_arch_t a = {.family = "llama",
+                 .n_layer = 4,
+                 .n_head = 4,
+                 .n_kv_head = 2,
+                 .d_model = 32,
+                 .d_ff = 64,
+                 .seq_len = 16,
+                 .vocab_size = 64};
+  a.moe = (aa_moe_t){.experts = 8, .top_k = 2, .d_ff_expert = 24, .every = 1};
+  aa_space_pool_t pool = {.devices = 8, .global_batch = 8, .arch = &a};
+  aa_strategy_t out[2000];
+  int settings[2000];
+  const size_t n = aa_space_enumerate(out, settings, 2000, &pool);
+  /* Micro-batches: dp 8: 1; dp 4: 2, 1; dp 2: 4, 2, 1; dp 1: 8, 4, 2, 1. */
+  const size_t want = 9 * ((4 + 3) * 1 + (3 + 3) * 2 + (2 + 3) * 3 + 1 * 4);
+  CHECK_MSG(n == want, "%zu candidates, want %zu", n, want);
+  size_t ep = 0;
+  for (size_t i = 0; i < n && i < 2000; i++) {
+    const aa_strategy_t *s = &out[i];
+    CHECK(s->degree[AA_AXIS_TENSOR] == 1 && s->degree[AA_AXIS_PIPELINE] == 1 &&
+          s->degree[AA_AXIS_CONTEXT] == 1);
+    if (s->ep > 1) {
+      ep++;
+      CHECK(s->zero == 0 && s->degree[AA_AXIS_DATA] % s->ep == 0 && 8 % s->ep == 0);
+      CHECK(aa_space_methods_of(s) & AA_SPACE_EX_EP);
+    }
+  }
+  CHECK(ep == 9 * (3 * 1 + 2 * 2 + 1 * 3));
+  const char *names[] = {"expert_parallel"};
+  CHECK(aa_space_exclude_mask(names, 1, &pool.exclude) == 0 && pool.exclude == AA_SPACE_EX_EP);
+  CHECK(aa_space_enumerate(NULL, NULL, 0, &pool) == want - ep);
+  pool.exclude = 0;
+  CHECK(aa_space_include_set(names, 1, 0, &pool.include) == 0);
+  CHECK(aa_space_enumerate(NULL, NULL, 0, &pool) == ep);
+  int eps[8];
+  CHECK(aa_space_experts(eps, 8, &a, 8, 0, 0) == 4 && eps[0] == 1 && eps[3] == 8);
+  CHECK(aa_space_experts(eps, 8, &a, 8, 1, 0) == 1 && eps[0] == 1);
+  CHECK(aa_space_experts(eps, 8, &a, 6, 0, 0) == 2 && eps[1] == 2);
+  CHECK(aa_space_experts(eps, 8, NULL, 8, 0, 0) == 1);
+  aa_strategy_t x, y;
+  aa_strategy_default(&x);
+  y = x;
+  y.ep = 2;
+  CHECK(aa_space_distance(&x, &y) == 1);
 }
 
 /* The candidates of a pool that must use the methods `names`. */
@@ -548,6 +604,7 @@ int main(void) {
   RUN(exclude_names_leave_out_methods);
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
   RUN(methods_of_a_strategy_are_named_as_exclude_names_them);
+  RUN(an_moe_model_searches_data_and_expert_parallelism_only);
   RUN(include_names_keep_only_candidates_that_use_them);
   RUN(a_method_both_included_and_excluded_is_refused);
   RUN(unmet_included_methods_are_named);
