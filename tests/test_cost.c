@@ -217,6 +217,22 @@ AA_TEST(flops_per_token_are_6n_plus_12lct_plus_the_recomputed_forward) {
     }
 }
 
+/* The tiny MoE llama of the MoE tests below: 2 layers, C 32, 4 heads (2
+ * kv), d_ff 64, T 16, V 64; block 0 an MoE block (every 2) of 4 experts
+ * of width 24, top-2, one shared expert; block 1 dense. */
+static aa_arch_t tiny_moe(void) {
+  aa_arch_t a = {.family = "llama",
+                 .n_layer = 2,
+                 .n_head = 4,
+                 .n_kv_head = 2,
+                 .d_model = 32,
+                 .d_ff = 64,
+                 .seq_len = 16,
+                 .vocab_size = 64};
+  a.moe = (aa_moe_t){.experts = 4, .top_k = 2, .d_ff_expert = 24, .shared_experts = 1, .every = 2};
+  return a;
+}
+
 /* An MoE model's FLOPs count the parameters a token passes (spec.h
  * aa_arch_active_param_count), not the experts it is not routed to. A
  * llama of 2 blocks (C 32, 4 heads of 8, 2 kv heads: q|k|v 64 wide, F 64,
@@ -230,15 +246,7 @@ AA_TEST(flops_per_token_are_6n_plus_12lct_plus_the_recomputed_forward) {
  * bound's matrices: block 0 64·32 + 32² + 4·32 + 3·3·24·32 = 10,112, block
  * 1 64·32 + 32² + 3·64·32 = 9,216, the head 2,048: 6 x 21,376. */
 AA_TEST(flops_per_token_of_an_moe_model_count_its_active_parameters) {
-  aa_arch_t a = {.family = "llama",
-                 .n_layer = 2,
-                 .n_head = 4,
-                 .n_kv_head = 2,
-                 .d_model = 32,
-                 .d_ff = 64,
-                 .seq_len = 16,
-                 .vocab_size = 64};
-  a.moe = (aa_moe_t){.experts = 4, .top_k = 2, .d_ff_expert = 24, .shared_experts = 1, .every = 2};
+  aa_arch_t a = tiny_moe();
   aa_strategy_t s;
   aa_strategy_default(&s);
   CHECK(aa_cost_flops_per_token(&a, &s) == 141504.0);
@@ -409,15 +417,7 @@ static void check_group(int line, const aa_cost_group_t *g, int ranks, aa_cost_c
  * checkpointing recomputes the MoE block's forward: 2 counts and 4 row
  * all-to-alls more a micro-batch. */
 AA_TEST(the_expert_groups_move_what_the_dispatcher_and_zero_0_call) {
-  aa_arch_t a = {.family = "llama",
-                 .n_layer = 2,
-                 .n_head = 4,
-                 .n_kv_head = 2,
-                 .d_model = 32,
-                 .d_ff = 64,
-                 .seq_len = 16,
-                 .vocab_size = 64};
-  a.moe = (aa_moe_t){.experts = 4, .top_k = 2, .d_ff_expert = 24, .shared_experts = 1, .every = 2};
+  aa_arch_t a = tiny_moe();
   aa_strategy_t s;
   aa_strategy_default(&s);
   s.degree[AA_AXIS_DATA] = 4, s.micro_batch = 2, s.ep = 2;
