@@ -409,12 +409,15 @@ int aa_arch_moe_layers(const aa_arch_t *a) {
   return (a->n_layer + a->moe.every - 1) / a->moe.every;
 }
 
-/* One MoE layer's feed-forward parameters beyond a dense layer's 3 F C,
- * counting `routed` of its experts: the router (E C), the routed and the
- * shared experts (3 F_e C each), less the dense MLP it replaces. */
+uint64_t aa_arch_moe_mlp_params(const aa_arch_t *a, int routed) {
+  const uint64_t C = (uint64_t)a->d_model, Fe = (uint64_t)a->moe.d_ff_expert;
+  return (uint64_t)a->moe.experts * C + (uint64_t)(routed + a->moe.shared_experts) * 3 * Fe * C;
+}
+
+/* One MoE layer's feed-forward parameters, counting `routed` of its
+ * experts, beyond the dense layer's 3 F C it replaces. */
 static int64_t moe_extra(const aa_arch_t *a, int routed) {
-  const int64_t C = a->d_model, Fe = a->moe.d_ff_expert, F = a->d_ff;
-  return (int64_t)a->moe.experts * C + (int64_t)(routed + a->moe.shared_experts) * 3 * Fe * C - 3 * F * C;
+  return (int64_t)aa_arch_moe_mlp_params(a, routed) - 3 * (int64_t)a->d_ff * a->d_model;
 }
 
 uint64_t aa_arch_active_param_count(const aa_arch_t *a) {

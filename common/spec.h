@@ -66,6 +66,11 @@ int aa_arch_moe_layers(const aa_arch_t *a);
  * FLOP formulas use (6 x active x tokens). aa_arch_param_count for a
  * dense model. */
 uint64_t aa_arch_active_param_count(const aa_arch_t *a);
+/* One MoE layer's feed-forward weights counting `routed` of its experts:
+ * the router (E C) and the routed and shared experts (3 F_e C each, gate,
+ * up and down). routed = experts: what the layer holds; routed = top_k:
+ * the matrices one token multiplies by, which the FLOP counts use. */
+uint64_t aa_arch_moe_mlp_params(const aa_arch_t *a, int routed);
 
 typedef enum { AA_SCHED_COSINE = 0, AA_SCHED_CONSTANT = 1 } aa_lr_schedule_t;
 

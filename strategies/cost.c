@@ -61,10 +61,7 @@ static double matrices(const aa_arch_t *a, int tp, int l) {
   (void)tp; /* per tensor rank: the caller divides */
   const double C = a->d_model, F = a->d_ff, KV = (double)aa_arch_kv_heads(a) * (C / a->n_head);
   if (!aa_arch_is_llama(a)) return 4 * C * C + 2 * F * C;
-  const double mlp =
-      aa_arch_is_moe_layer(a, l)
-          ? a->moe.experts * C + (a->moe.top_k + a->moe.shared_experts) * 3.0 * a->moe.d_ff_expert * C
-          : 3 * F * C;
+  const double mlp = aa_arch_is_moe_layer(a, l) ? (double)aa_arch_moe_mlp_params(a, a->moe.top_k) : 3 * F * C;
   return C * (C + 2 * KV) + C * C + mlp;
 }
 

@@ -142,8 +142,7 @@ double aa_plan_model_flops(const aa_model_spec_t *spec, bool with_recompute) {
    * k experts a token is routed to and the S shared ones: its active
    * parameters), its attention, and the logits. */
   const double attn = 2 * (C * d.QKV + d.Cl * C) + 4 * s * C, mlp = 2 * (C * d.FH + d.F * C);
-  const double moe =
-      2 * (C * a->moe.experts + (double)(a->moe.top_k + a->moe.shared_experts) * 3 * a->moe.d_ff_expert * C);
+  const double moe = 2 * (double)aa_arch_moe_mlp_params(a, a->moe.top_k);
   const int nmoe = aa_arch_moe_layers(a);
   const double blocks = a->n_layer * attn + (a->n_layer - nmoe) * mlp + nmoe * moe;
   const double head = 2 * C * V;
