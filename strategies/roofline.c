@@ -222,7 +222,8 @@ bool aa_roofline_knows(const aa_roofline_t *r, aa_roof_class_t cls) {
   return false;
 }
 
-/* One kernel of a materialised attention: its class's roofline and scale. */
+/* One kernel's seconds: its class's roofline times the calibration's
+ * scale (an op, or one kernel of a materialised attention). */
 static double kernel(const aa_roofline_t *r, aa_roof_class_t cls, aa_dtype_t dt, double flops, double bytes) {
   return r->scale[cls][(unsigned)dt < 3 ? dt : 0] * model_time(r, cls, dt, flops, bytes);
 }
@@ -279,9 +280,8 @@ void aa_roofline_op(const aa_roofline_t *r, const aa_op_shape_t *s, aa_dtype_t d
   double fl[2], by[2];
   aa_roofline_op_cost(s, dt, fl, by);
   const aa_roof_class_t cls = aa_roof_class_of(s->op);
-  const double k = r->scale[cls][(unsigned)dt < 3 ? dt : 0];
-  *fwd_s = k * model_time(r, cls, dt, fl[0], by[0]);
-  *bwd_s = k * model_time(r, cls, dt, fl[1], by[1]);
+  *fwd_s = kernel(r, cls, dt, fl[0], by[0]);
+  *bwd_s = kernel(r, cls, dt, fl[1], by[1]);
 }
 
 void aa_roofline_link(const aa_roofline_t *r, aa_cost_collective_t k, int ranks, int per_node,
