@@ -49,9 +49,8 @@ static size_t block_numel(const aa_tp_dims_t *d) {
  * the rank's E / ep routed experts and the S shared experts, 3 Fe C each
  * (no tensor parallelism for them). */
 static size_t moe_block_numel(const aa_arch_t *a, const aa_tp_dims_t *d, int ep) {
-  const size_t C = (size_t)d->C, E = (size_t)a->moe.experts, S = (size_t)a->moe.shared_experts;
-  const size_t El = E / (size_t)(ep > 1 ? ep : 1);
-  return block_numel(d) - 3 * (size_t)d->F * C + E * C + (El + S) * 3 * (size_t)a->moe.d_ff_expert * C;
+  const int El = a->moe.experts / (ep > 1 ? ep : 1);
+  return block_numel(d) - 3 * (size_t)d->F * (size_t)d->C + (size_t)aa_arch_moe_mlp_params(a, El);
 }
 
 /* Block l's parameters on a rank of d. */
