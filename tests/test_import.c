@@ -132,6 +132,22 @@ AA_TEST(llmc_fp32_and_bf16_import_the_same_weights) {
   check_import("gpt2_bf16.bin", "params_bf16.bin", AA_IMPORT_LLMC, "BF16");
 }
 
+/* The n logits got against PyTorch's float64 want within test_reference.c's
+ * tolerance (atol 1e-6, rtol 1e-4: float32 rounding), the worst ratio
+ * printed under `what`. */
+static void check_logits(const char *what, const float *got, const float *want, size_t n) {
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < n; i++) {
+    double tol = 1e-6 + 1e-4 * fabs(want[i]), r = fabs(got[i] - want[i]) / tol;
+    if (r > 1) bad++;
+    if (r > worst_ratio) worst_ratio = r, worst = i;
+  }
+  fprintf(stderr, "  %s: worst error/tolerance %.3f at %zu (%.9g vs %.9g)\n", what, worst_ratio, worst,
+          got[worst], want[worst]);
+  CHECK_MSG(bad == 0, "%zu of %zu logits differ", bad, n);
+}
+
 /* The logits of the imported model against PyTorch's float64 forward of
  * the same weights in Hugging Face's layout (Conv1D: x @ W + b). The
  * weights have the magnitudes of tests/reference/gpt_tiny.fixture, so the
@@ -152,17 +168,7 @@ AA_TEST(logits_after_import_match_pytorch) {
   int32_t *inputs = (int32_t *)ref;
   const float *want = (const float *)(ref + (size_t)B * T * 4);
   CHECK_MSG(aa_gpt_forward(m, inputs, NULL, NULL) == 0, "forward: %s", aa_last_error());
-  const float *got = aa_gpt_logits(m);
-  size_t bad = 0, worst = 0;
-  double worst_ratio = 0;
-  for (size_t i = 0; i < n; i++) {
-    double tol = 1e-6 + 1e-4 * fabs(want[i]), r = fabs(got[i] - want[i]) / tol;
-    if (r > 1) bad++;
-    if (r > worst_ratio) worst_ratio = r, worst = i;
-  }
-  fprintf(stderr, "  logits: worst error/tolerance %.3f at %zu (%.9g vs %.9g)\n", worst_ratio, worst,
-          got[worst], want[worst]);
-  CHECK_MSG(bad == 0, "%zu of %zu logits differ", bad, n);
+  check_logits("logits", aa_gpt_logits(m), want, n);
 done:
   free(ref);
   aa_gpt_free(m);
@@ -915,17 +921,7 @@ AA_TEST(mixtral_safetensors_logits_match_hugging_face) {
   CHECK_MSG(info.tensors == 50 && info.ignored == 0 && !info.tied_head, "%d tensors", info.tensors);
   const float *want = (const float *)(ref + (size_t)T * 4);
   CHECK_MSG(aa_gpt_forward(m, (const int32_t *)ref, NULL, NULL) == 0, "forward: %s", aa_last_error());
-  const float *got = aa_gpt_logits(m);
-  size_t bad = 0, worst = 0;
-  double worst_ratio = 0;
-  for (size_t i = 0; i < n; i++) {
-    double tol = 1e-6 + 1e-4 * fabs(want[i]), r = fabs(got[i] - want[i]) / tol;
-    if (r > 1) bad++;
-    if (r > worst_ratio) worst_ratio = r, worst = i;
-  }
-  fprintf(stderr, "  mixtral logits: worst error/tolerance %.3f at %zu (%.9g vs %.9g)\n", worst_ratio, worst,
-          got[worst], want[worst]);
-  CHECK_MSG(bad == 0, "%zu of %zu logits differ", bad, n);
+  check_logits("mixtral logits", aa_gpt_logits(m), want, n);
 done:
   free(ref);
   aa_gpt_free(m);
