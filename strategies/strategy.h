@@ -177,6 +177,17 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]);
  *   "tensor parallel degree 4 must divide d_ff 6". */
 int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world);
 
+/* ATorch's load_strategy rule for a strategy replayed on `world` ranks
+ * (its parallel_mode: "the size of data will be automatically adjusted so
+ * that the product of all sizes equals world_size"): the other degrees
+ * (tensor, pipeline, context) are kept and the data degree takes the ranks
+ * left; ZeRO, which shards over data x context ranks, is dropped when
+ * there is one. `train` and `strategy check --world` both apply it. When
+ * something changed, *note (cap bytes) says what ("dp1 rescaled to dp2 for
+ * 2 ranks"), else it is "". AA_EINVAL when the other degrees do not
+ * divide world; s is unchanged then. */
+int aa_strategy_rescale(aa_strategy_t *s, int world, char *note, size_t cap);
+
 /* Gradient-accumulation steps of a resolved strategy:
  * global_batch / (data degree * micro_batch). */
 int aa_strategy_accum_steps(const aa_strategy_t *s, const aa_model_spec_t *spec);
