@@ -149,6 +149,14 @@ int aa_strategy_load(aa_strategy_t *out, const char *path);
 /* Same from a NUL-terminated JSON string; origin names it in errors. */
 int aa_strategy_parse(aa_strategy_t *out, const char *json, const char *origin);
 
+/* A v1 object (a jansson json_t) with every other project's name read as
+ * the v1 key it stands for (Megatron's, Merak's, megatron-wrap's: the
+ * file format's "Seed names"), as the reader sees it: *out a new reference
+ * (json_decref), root unchanged. For a caller that asks which fields a
+ * file gives (plan --fix). Errors as aa_strategy_load's, naming origin. */
+struct json_t;
+int aa_strategy_canonical_names(const struct json_t *root, const char *origin, struct json_t **out);
+
 /* Writes s as a v1 strategy file (pretty JSON, keys in a fixed order),
  * atomically: a fresh temporary renamed over path (common/file.h), so a
  * symlink at path is replaced, never written through. */

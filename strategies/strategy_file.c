@@ -365,11 +365,11 @@ static const struct {
   const char *key, *why;
 } seed_refused[] = {
     {"save_total_limit", "Merak's checkpoint retention is a training option, not a strategy: give "
-                         "`autoaccel train --keep-last N`"},
+                         "autoaccel train --keep-last N"},
     {"no_save_optim", "Merak's checkpoint contents are a training option, not a strategy: give "
-                      "`autoaccel train --weights-only` to save the weights alone"},
+                      "autoaccel train --weights-only to save the weights alone"},
     {"no_save_rng", "Merak's checkpoint contents are a training option, not a strategy: give "
-                    "`autoaccel train --weights-only` to save the weights alone"},
+                    "autoaccel train --weights-only to save the weights alone"},
     {"global_batch_size", "the global batch belongs to the model spec: give train.global_batch there"},
     {"activation_checkpoint_ratio", "Merak checkpoints a fraction of the first stage's layers; autoaccel "
                                     "checkpoints the first k blocks: give \"checkpoint\": \"full\" with "
@@ -543,6 +543,15 @@ static int rename_aliases(const aa_json_ctx_t *c, const json_t *root, json_t **o
   }
   *out = r;
   return 0;
+}
+
+int aa_strategy_canonical_names(const json_t *root, const char *origin, json_t **out) {
+  aa_strategy_t s;
+  const aa_json_ctx_t ctx = {.origin = origin && *origin ? origin : "<json>", .data = &s};
+  if (!json_is_object(root))
+    return aa_error(AA_EINVAL, "%s: a v1 strategy is a JSON object (got %s)", ctx.origin,
+                    aa_json_type_name(root));
+  return rename_aliases(&ctx, root, out);
 }
 
 /* ---- the tables ---------------------------------------------------------- */
