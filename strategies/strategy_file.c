@@ -359,24 +359,89 @@ static int switch_key(const aa_json_ctx_t *c, json_t *root, const char *sw, cons
   return 0;
 }
 
-/* Keys of the seeds that are no strategy field: each refused with what it
- * is and what to use instead (docs/strategy-format.md "Seed names"). */
+/* Keys of the seeds that are no strategy field. `ok` is the value that
+ * asks for nothing autoaccel does not do, accepted with no effect (JSON
+ * text; "bool" for either boolean); NULL: refused whatever the value.
+ * Another value is refused with what the key is and what to use instead
+ * (docs/strategy-format.md "Seed names"). */
 static const struct {
-  const char *key, *why;
+  const char *key, *ok, *why;
 } seed_refused[] = {
-    {"save_total_limit", "Merak's checkpoint retention is a training option, not a strategy: give "
-                         "autoaccel train --keep-last N"},
-    {"no_save_optim", "Merak's checkpoint contents are a training option, not a strategy: give "
-                      "autoaccel train --weights-only to save the weights alone"},
-    {"no_save_rng", "Merak's checkpoint contents are a training option, not a strategy: give "
-                    "autoaccel train --weights-only to save the weights alone"},
-    {"global_batch_size", "the global batch belongs to the model spec: give train.global_batch there"},
-    {"activation_checkpoint_ratio", "Merak checkpoints a fraction of the first stage's layers; autoaccel "
-                                    "checkpoints the first k blocks: give \"checkpoint\": \"full\" with "
-                                    "\"checkpoint_layers\": k"},
-    {"hierarchical_context_parallel_sizes", "autoaccel's context parallelism is one ring (Megatron's p2p); "
-                                            "give parallel.context alone"},
+    {"save_total_limit", NULL,
+     "Merak's checkpoint retention is a training option, not a strategy: give autoaccel train --keep-last N"},
+    {"no_save_optim", "false",
+     "Merak's checkpoint contents are a training option, not a strategy: give autoaccel train --weights-only "
+     "to save the weights alone"},
+    {"no_save_rng", NULL,
+     "Merak's checkpoint contents are a training option, not a strategy: give autoaccel train --weights-only "
+     "to save the weights alone"},
+    {"global_batch_size", NULL, "the global batch belongs to the model spec: give train.global_batch there"},
+    {"num_layers", NULL, "the model's shape belongs to the model spec: give model.n_layer there"},
+    {"seq_length", NULL, "the model's shape belongs to the model spec: give model.seq_len there"},
+    {"num_heads", NULL, "the model's shape belongs to the model spec: give model.n_head there"},
+    {"activation_checkpoint_ratio", NULL,
+     "Merak checkpoints a fraction of the first stage's layers; autoaccel checkpoints the first k blocks: "
+     "give "
+     "\"checkpoint\": \"full\" with \"checkpoint_layers\": k"},
+    {"split_method", NULL,
+     "Merak cuts a traced PyTorch graph; autoaccel's models are its own blocks, cut between blocks: give "
+     "\"partition\""},
+    {"custom_split_points", NULL,
+     "Merak cuts a traced PyTorch graph; autoaccel cuts between blocks: give \"partition\" as a list of "
+     "block "
+     "boundaries"},
+    {"trace_method", NULL, "Merak traces a PyTorch model; autoaccel's models are its own: leave it out"},
+    {"zero_allgather_bucket_size", NULL,
+     "DeepSpeed's communication buckets; autoaccel's ZeRO gathers one transformer block at a time: leave it "
+     "out"},
+    {"zero_reduce_bucket_size", NULL,
+     "DeepSpeed's communication buckets; autoaccel's ZeRO reduces one transformer block at a time: leave it "
+     "out"},
+    {"tp_overlapping_level", "0",
+     "autoaccel does not overlap tensor-parallel communication with compute (level 0): give 0 or leave it "
+     "out"},
+    {"parallel_vocab", "true",
+     "autoaccel always splits the vocabulary over the tensor ranks (docs/training-knobs.md): give true or "
+     "leave "
+     "it out"},
+    {"wall_clock_breakdown", "bool", NULL}, /* logging only: train always times forward, backward, bubble */
+    {"hierarchical_context_parallel_sizes", NULL,
+     "autoaccel's context parallelism is one ring (Megatron's p2p): give parallel.context alone"},
+    {"cpu_offloading", "false",
+     "autoaccel keeps every activation and state on the device: give false or leave it out"},
+    {"tp_comm_overlap", "false",
+     "autoaccel does not overlap tensor-parallel communication with compute: give false or leave it out"},
 };
+
+/* Removes the keys of seed_refused that ask for nothing autoaccel does
+ * not do, refusing the others. */
+static int seed_fields(const aa_json_ctx_t *c, json_t *r) {
+  for (size_t i = 0; i < sizeof seed_refused / sizeof seed_refused[0]; i++) {
+    json_t *v = json_object_get(r, seed_refused[i].key), *ok = NULL;
+    if (!v) continue;
+    const char *want = seed_refused[i].ok;
+    bool fine = want && !strcmp(want, "bool") ? json_is_boolean(v) : false;
+    if (want && strcmp(want, "bool")) {
+      ok = json_loads(want, JSON_DECODE_ANY, NULL);
+      fine = ok && json_equal(ok, v);
+      json_decref(ok);
+    }
+    if (!fine && want && !strcmp(want, "bool"))
+      return aa_json_fail_type(c, seed_refused[i].key, "true or false", v);
+    if (!fine && !want)
+      return aa_json_fail(c, AA_EUNSUPPORTED, seed_refused[i].key, "is not a strategy field (%s)",
+                          seed_refused[i].why);
+    if (!fine) {
+      char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT), got[64];
+      aa_json_sanitize(got, sizeof got, text ? text : "?");
+      free(text);
+      return aa_json_fail(c, AA_EUNSUPPORTED, seed_refused[i].key, "%s is not supported by autoaccel (%s)",
+                          got, seed_refused[i].why);
+    }
+    json_object_del(r, seed_refused[i].key);
+  }
+  return 0;
+}
 
 /* In `parallel`: Megatron's expert_tensor_parallel_size and moe_extended_tp,
  * which say whether experts are split over the tensor ranks; autoaccel
@@ -415,24 +480,16 @@ static int parallel_seed_names(const aa_json_ctx_t *c, json_t *par) {
  * the caller's copy; names that are aliases of a key (train_schedule, ...)
  * are renamed by rename_aliases after this. */
 static int seed_names(const aa_json_ctx_t *c, json_t *r) {
-  static const char *const to_parallel[][2] = {
-      {"tensor_model_parallel_size", "tensor_model_parallel_size"},
-      {"pipeline_model_parallel_size", "pipeline_model_parallel_size"},
-      {"context_parallel_size", "context_parallel_size"},
-      {"expert_model_parallel_size", "expert_model_parallel_size"},
-      {"expert_tensor_parallel_size", "expert_tensor_parallel_size"},
-      {"moe_extended_tp", "moe_extended_tp"},
-      {"sequence_parallel", "sequence_parallel"},
-  };
+  static const char *const to_parallel[] = {
+      "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+      "expert_model_parallel_size", "expert_tensor_parallel_size",  "moe_extended_tp",
+      "sequence_parallel"};
   static const char *const loss_knobs[] = {"loss_scale", "initial_scale_power", "loss_scale_window",
                                            "hysteresis", "min_loss_scale"};
   int rc = 0;
-  for (size_t i = 0; i < sizeof seed_refused / sizeof seed_refused[0]; i++)
-    if (json_object_get(r, seed_refused[i].key))
-      return aa_json_fail(c, AA_EUNSUPPORTED, seed_refused[i].key, "is not a strategy field (%s)",
-                          seed_refused[i].why);
+  if ((rc = seed_fields(c, r))) return rc;
   for (size_t i = 0; !rc && i < sizeof to_parallel / sizeof to_parallel[0]; i++)
-    rc = move_into(c, r, to_parallel[i][0], "parallel", to_parallel[i][1]);
+    rc = move_into(c, r, to_parallel[i], "parallel", to_parallel[i]);
   for (size_t i = 0; !rc && i < sizeof loss_knobs / sizeof loss_knobs[0]; i++)
     rc = move_into(c, r, loss_knobs[i], "loss_scaling", loss_knobs[i]);
   if (!rc && json_is_true(json_object_get(r, "fp16")) && json_is_true(json_object_get(r, "bf16")))
