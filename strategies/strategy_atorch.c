@@ -440,8 +440,8 @@ static const option_t amp_options[] = {
 
 /* PyTorch's two recomputation implementations (ATorch's no_reentrant,
  * default true): both recompute the same forward and give the same
- * gradients; autoaccel's own recomputation is the non-reentrant kind
- * (it recomputes inside the backward, without a nested autograd pass). */
+ * gradients. autoaccel has no autograd to re-enter: it recomputes a block
+ * inside its own backward, whichever is given. */
 static const option_t checkpoint_options[] = {
     {"wrap_class", opt_wrap_class}, {"no_reentrant", opt_any_bool}, END};
 
