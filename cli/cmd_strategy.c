@@ -51,8 +51,9 @@ static void usage_check(FILE *f) {
              "collectives of each process group move per optimizer step.\n\n"
              "options:\n"
              "  --model MODEL.json   the model spec (required)\n"
-             "  --world N            number of ranks (devices) to check the product of the degrees against\n"
-             "                       (default: not checked)\n"
+             "  --world N            number of ranks (devices): the data degree is rescaled to the\n"
+             "                       ranks the others leave, as train does (ATorch's rule), then\n"
+             "                       checked (default: not checked)\n"
              "  --memory BYTES       a device's memory (e.g. 80G): fail when a rank cannot fit\n"
              "  -h, --help           this help\n");
 }
@@ -250,7 +251,12 @@ static int cmd_check(int argc, char **argv) {
   aa_strategy_t s;
   aa_model_spec_t spec;
   if (aa_strategy_load(&s, path) || aa_spec_load(&spec, model)) return aa_cli_fail("strategy check");
-  int rc = aa_strategy_resolve(&s, &spec, (int)world);
+  /* As `train` replays it on that many ranks (ATorch's rule: the data
+   * degree takes the ranks the others leave). */
+  char note[160] = "";
+  int rc = world ? aa_strategy_rescale(&s, (int)world, note, sizeof note) : 0;
+  if (note[0]) printf("note: %s, as train does (ATorch's parallel_mode rule)\n", note);
+  if (!rc) rc = aa_strategy_resolve(&s, &spec, (int)world);
   if (!rc) rc = aa_predict_supported(&s);
   if (rc) {
     aa_error_wrap(rc, "%s is not valid for %s", path, spec.name);

@@ -235,7 +235,7 @@ static void print_pruned(const json_t *runs) {
 /* Prints the runs the job measured as a table, then the strategies it did
  * not run grouped by reason (`query runs --job N` lists each); a failing
  * query is reported and skipped, since the outcome still follows. */
-static void print_runs_table(aa_client_t *c, uint64_t job) {
+static void print_runs_table(aa_client_t *c, uint64_t job, const char *reply) {
   json_t *args = json_pack("{s:I}", "job", (json_int_t)job), *root = NULL;
   int rc = aa_client_query_pages(c, "runs", args, 0, "runs", &root);
   json_decref(args);
@@ -250,7 +250,20 @@ static void print_runs_table(aa_client_t *c, uint64_t job) {
       json_array_append(measured, r);
   printf("\nruns of job %llu:\n", (unsigned long long)job);
   if (json_array_size(measured)) aa_client_print_runs(stdout, measured, false);
-  else if (!json_array_size(runs)) printf("none (answered from the store)\n");
+  else if (!json_array_size(runs)) {
+    /* No run: answered from the store, or a job that ended before any. */
+    json_t *r = json_loads(reply, 0, NULL), *j = json_object_get(r, "job");
+    const char *st = json_string_value(json_object_get(j, "status")),
+               *err = json_string_value(json_object_get(j, "error"));
+    if (json_is_true(json_object_get(j, "from_store")))
+      printf("none (answered from the store)\n");
+    else if (st && strcmp(st, "done"))
+      printf("none: job %llu %s before any run: %s\n", (unsigned long long)job, st,
+             err ? err : "no reason given");
+    else
+      printf("none\n");
+    json_decref(r);
+  }
   print_pruned(runs);
   if (json_array_size(runs) > json_array_size(measured))
     printf("(each with its reason: autoaccel query runs --job %llu, with a planner on this state directory)\n",
@@ -404,7 +417,7 @@ int aa_client_submit(aa_client_t *c, const char *cmd, const aa_submit_opts_t *o,
     code = !st || !strcmp(st, "done") ? AA_EXIT_OK : AA_EXIT_FAIL;
     json_decref(root);
   } else {
-    if (o->runs_table) print_runs_table(c, job);
+    if (o->runs_table) print_runs_table(c, job, reply);
     code = print_outcome(c, cmd, job, reply, o->out_dir ? out_dir : NULL);
   }
   if (reply_out) *reply_out = reply;

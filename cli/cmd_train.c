@@ -63,30 +63,14 @@ static void usage(FILE *f) {
          "Exit codes: 0 success, 1 failure (bad spec, data or checkpoint; divergence), 2 usage.\n");
 }
 
-/* A saved strategy replayed on `world` ranks keeps its other degrees
- * (tensor, pipeline, context) and takes the rest as data parallelism
- * (ATorch's load_strategy rule); ZeRO shards over data x context ranks, so
- * it is dropped when there is one. Says what changed. */
+/* A saved strategy replayed on `world` ranks: ATorch's load_strategy rule
+ * (aa_strategy_rescale, which `strategy check --world` applies too). Says
+ * what changed. */
 static int rescale(aa_strategy_t *s, int world) {
-  int mp = (int)(aa_strategy_world(s) / s->degree[AA_AXIS_DATA]);
-  if (s->degree[AA_AXIS_DATA] * mp == world) return 0;
-  if (world % mp) {
-    char names[64];
-    size_t o = 0;
-    for (int a = 0; a < AA_AXES; a++)
-      if (a != AA_AXIS_DATA)
-        o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", o ? " * " : "",
-                              aa_axis_info((aa_axis_t)a)->key);
-    return aa_error(AA_EINVAL, "strategy: %s = %d does not divide the %d rank%s to train on", names, mp,
-                    world, world == 1 ? "" : "s");
-  }
-  int dp = world / mp, alone = dp * s->degree[AA_AXIS_CONTEXT] == 1;
-  fprintf(stderr, "autoaccel train: strategy dp%d rescaled to dp%d for %d rank%s%s\n",
-          s->degree[AA_AXIS_DATA], dp, world, world == 1 ? "" : "s",
-          alone && s->zero ? " (ZeRO dropped: nothing to shard over)" : "");
-  s->degree[AA_AXIS_DATA] = dp;
-  if (alone) s->zero = 0;
-  return 0;
+  char note[160];
+  int rc = aa_strategy_rescale(s, world, note, sizeof note);
+  if (!rc && note[0]) fprintf(stderr, "autoaccel train: strategy %s\n", note);
+  return rc;
 }
 
 /* One rank of a local data-parallel run, started as an executor's runner

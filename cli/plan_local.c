@@ -38,13 +38,19 @@ static int fix_load(fix_t *f, const char *path) {
   memset(f, 0, sizeof *f);
   if (aa_strategy_load(&f->s, path)) return -1;
   json_error_t err;
-  json_t *root = json_load_file(path, 0, &err);
+  json_t *root = json_load_file(path, 0, &err), *named = NULL;
   if (!json_is_object(root)) {
     json_decref(root);
     return aa_error(AA_EINVAL,
                     "%s: --fix takes a strategy file's v1 object (the fields to hold), not ATorch's list",
                     path);
   }
+  /* The fields given, under the reader's names (Megatron's, Merak's read as
+   * the v1 keys), so that none is held or dropped by its spelling. */
+  int nrc = aa_strategy_canonical_names(root, path, &named);
+  json_decref(root);
+  if (nrc) return nrc;
+  root = named;
   static const struct {
     const char *key, *why;
   } refused[] = {

@@ -278,3 +278,32 @@ int aa_strategy_accum_steps(const aa_strategy_t *s, const aa_model_spec_t *spec)
   int per_rank = spec->train.global_batch / s->degree[AA_AXIS_DATA];
   return s->micro_batch == 0 ? 1 : per_rank / s->micro_batch;
 }
+
+int aa_strategy_rescale(aa_strategy_t *s, int world, char *note, size_t cap) {
+  if (cap) note[0] = '\0';
+  if (s->degree[AA_AXIS_DATA] < 1 || world < 1)
+    return aa_error(AA_EINVAL, "strategy: cannot rescale data degree %d to %d ranks", s->degree[AA_AXIS_DATA],
+                    world);
+  long long mp = aa_strategy_world(s) / s->degree[AA_AXIS_DATA];
+  if (s->degree[AA_AXIS_DATA] * mp == world) return 0;
+  if (world % mp) {
+    char names[64];
+    size_t o = 0;
+    for (int a = 0; a < AA_AXES; a++)
+      if (a != AA_AXIS_DATA)
+        o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", o ? " * " : "",
+                              aa_axis_info((aa_axis_t)a)->key);
+    return aa_error(
+        AA_EINVAL,
+        "strategy: %s = %lld does not divide the %d rank%s (the world size %d; the data degree takes "
+        "the ranks the other degrees leave, as ATorch's parallel_mode does)",
+        names, mp, world, world == 1 ? "" : "s", world);
+  }
+  int dp = (int)(world / mp), alone = dp * s->degree[AA_AXIS_CONTEXT] == 1;
+  if (cap)
+    snprintf(note, cap, "dp%d rescaled to dp%d for %d rank%s%s", s->degree[AA_AXIS_DATA], dp, world,
+             world == 1 ? "" : "s", alone && s->zero ? " (ZeRO dropped: nothing to shard over)" : "");
+  s->degree[AA_AXIS_DATA] = dp;
+  if (alone) s->zero = 0;
+  return 0;
+}

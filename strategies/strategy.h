@@ -149,6 +149,14 @@ int aa_strategy_load(aa_strategy_t *out, const char *path);
 /* Same from a NUL-terminated JSON string; origin names it in errors. */
 int aa_strategy_parse(aa_strategy_t *out, const char *json, const char *origin);
 
+/* A v1 object (a jansson json_t) with every other project's name read as
+ * the v1 key it stands for (Megatron's, Merak's, megatron-wrap's: the
+ * file format's "Seed names"), as the reader sees it: *out a new reference
+ * (json_decref), root unchanged. For a caller that asks which fields a
+ * file gives (plan --fix). Errors as aa_strategy_load's, naming origin. */
+struct json_t;
+int aa_strategy_canonical_names(const struct json_t *root, const char *origin, struct json_t **out);
+
 /* Writes s as a v1 strategy file (pretty JSON, keys in a fixed order),
  * atomically: a fresh temporary renamed over path (common/file.h), so a
  * symlink at path is replaced, never written through. */
@@ -176,6 +184,17 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]);
  *   "micro_batch 3 must divide global_batch / dp = 16 / 1"
  *   "tensor parallel degree 4 must divide d_ff 6". */
 int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world);
+
+/* ATorch's load_strategy rule for a strategy replayed on `world` ranks
+ * (its parallel_mode: "the size of data will be automatically adjusted so
+ * that the product of all sizes equals world_size"): the other degrees
+ * (tensor, pipeline, context) are kept and the data degree takes the ranks
+ * left; ZeRO, which shards over data x context ranks, is dropped when
+ * there is one. `train` and `strategy check --world` both apply it. When
+ * something changed, *note (cap bytes) says what ("dp1 rescaled to dp2 for
+ * 2 ranks"), else it is "". AA_EINVAL when the other degrees do not
+ * divide world; s is unchanged then. */
+int aa_strategy_rescale(aa_strategy_t *s, int world, char *note, size_t cap);
 
 /* Gradient-accumulation steps of a resolved strategy:
  * global_batch / (data degree * micro_batch). */

@@ -32,6 +32,9 @@ typedef struct {
   int pp_from;   /* the pipeline_parallel item, 0 = none */
   int nstages;   /* its nstages, 0 = not given */
   bool schedule_given;
+  int pp_degree_from; /* item that gave the pipeline degree (parallel_mode), 0 = none */
+  int tp_method;      /* the tensor_parallel item, 0 = none */
+  int mixed_from;     /* the mixed_parallel item, 0 = none */
 } ctx_t;
 
 __attribute__((format(printf, 3, 4))) static int fail(const ctx_t *c, int code, const char *fmt, ...) {
@@ -110,6 +113,13 @@ static int set_group(ctx_t *c, aa_strategy_t *s, const char *group, const json_t
   if (a < 0) {
     char got[256];
     aa_json_sanitize(got, sizeof got, group);
+    if (!strcmp(group, "zero"))
+      return fail(c, AA_EUNSUPPORTED,
+                  "parallel group \"zero\" is not supported by autoaccel (ATorch's zero group shards over "
+                  "a subgroup of the data-parallel ranks and replicates across the rest, hybrid sharding; "
+                  "autoaccel's ZeRO shards over the whole data-parallel group): give its ranks to "
+                  "(\"data\", n) and add zero1, zero2 or fsdp (allowed here: %s)",
+                  names);
     int ours = aa_axis_from_name(group);
     if (ours >= 0)
       return fail(c, AA_EUNSUPPORTED,
@@ -124,6 +134,7 @@ static int set_group(ctx_t *c, aa_strategy_t *s, const char *group, const json_t
   int d = 0, rc = degree(c, group, size, &d);
   if (rc) return rc;
   if (a == AA_AXIS_TENSOR) return set_tp(c, s, d);
+  if (a == AA_AXIS_PIPELINE) c->pp_degree_from = (int)c->pos;
   s->degree[a] = d;
   return 0;
 }
@@ -288,27 +299,41 @@ static int opt_cpu_offload(ctx_t *c, aa_strategy_t *s, const char *opt, const js
                       "false");
 }
 
+/* FSDP's prefetches start the next all-gather early, to overlap it with
+ * compute: a hint about speed that changes nothing of what is trained.
+ * autoaccel takes it and gathers a block when the forward (backward)
+ * reaches it, as it always does (docs/strategy-format.md). */
 static int opt_forward_prefetch(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
   (void)s;
-  int rc = need_bool(c, opt, v);
-  if (rc || json_is_false(v)) return rc;
-  return refuse_value(c, opt, v,
-                      "autoaccel gathers a block's parameters when the forward reaches it, without prefetching "
-                      "the next",
-                      "false");
+  return need_bool(c, opt, v);
 }
 
 static int opt_backward_prefetch(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t *v) {
   (void)s;
-  if (json_is_null(v)) return 0;
-  return refuse_value(c, opt, v,
-                      "autoaccel gathers a block's parameters when the backward reaches it, without prefetching",
-                      "null");
+  const char *name = json_is_string(v) ? json_string_value(v) : NULL;
+  if (name && !strncmp(name, "BackwardPrefetch.", 17)) name += 17;
+  if (json_is_null(v) || (name && (!strcmp(name, "BACKWARD_PRE") || !strcmp(name, "BACKWARD_POST"))))
+    return 0;
+  char got[300];
+  return fail(c, AA_EINVAL, "%s: must be null, \"BACKWARD_PRE\" or \"BACKWARD_POST\" (got %s)", opt,
+              show(got, sizeof got, v));
 }
 
 /* The transformer block's class in the model families autoaccel trains:
- * Hugging Face's GPT-2 and nanoGPT / llm.c. */
-static bool block_class(const char *name) { return strcmp(name, "GPT2Block") == 0 || strcmp(name, "Block") == 0; }
+ * Hugging Face's GPT-2 and nanoGPT / llm.c (gpt2), and the decoder layers
+ * of the llama family (Llama, Mistral, Qwen2; Mixtral's with its MoE
+ * MLP). The class is not held to the model's family: a strategy file
+ * names no model. */
+#define BLOCK_CLASSES                                                                                        \
+  "GPT2Block, Block, LlamaDecoderLayer, MistralDecoderLayer, Qwen2DecoderLayer, MixtralDecoderLayer"
+static bool block_class(const char *name) {
+  static const char *const blocks[] = {"GPT2Block",         "Block",
+                                       "LlamaDecoderLayer", "MistralDecoderLayer",
+                                       "Qwen2DecoderLayer", "MixtralDecoderLayer"};
+  for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
+    if (!strcmp(name, blocks[i])) return true;
+  return false;
+}
 
 /* Module classes, as ATorch takes them (one name or a list), of which every
  * one must be the block; label is what the message calls them. */
@@ -329,8 +354,10 @@ static int block_classes(ctx_t *c, const char *label, const json_t *v, const cha
             "and recomputes only the GELU output (v1 form: \"checkpoint\": \"selective\")";
     char got[256];
     aa_json_sanitize(got, sizeof got, name);
-    return fail(c, AA_EUNSUPPORTED, "%s: module class \"%s\" is not supported by autoaccel (%s); honoured: "
-                "GPT2Block, Block (the transformer block)", label, got, why);
+    return fail(c, AA_EUNSUPPORTED,
+                "%s: module class \"%s\" is not supported by autoaccel (%s); honoured: " BLOCK_CLASSES
+                " (the transformer block)",
+                label, got, why);
   }
   return 0;
 }
@@ -411,7 +438,12 @@ static int opt_nstages(ctx_t *c, aa_strategy_t *s, const char *opt, const json_t
 static const option_t amp_options[] = {
     {"dtype", opt_dtype}, {"skip_if_nonfinite", opt_skip_nonfinite}, {"enabled", opt_enabled}, END};
 
-static const option_t checkpoint_options[] = {{"wrap_class", opt_wrap_class}, END};
+/* PyTorch's two recomputation implementations (ATorch's no_reentrant,
+ * default true): both recompute the same forward and give the same
+ * gradients. autoaccel has no autograd to re-enter: it recomputes a block
+ * inside its own backward, whichever is given. */
+static const option_t checkpoint_options[] = {
+    {"wrap_class", opt_wrap_class}, {"no_reentrant", opt_any_bool}, END};
 
 static const option_t zero1_options[] = {{"use_ds_zero", opt_any_bool}, END};
 
@@ -435,14 +467,20 @@ static const option_t pp_options[] = {{"chunks", opt_chunks},   {"schedule", opt
 
 static const refusal_t fsdp_refused[] = {
     {"mixed_precision", "FSDP's own mixed precision; give amp_native for mixed precision"},
-    {"auto_wrap_policy", "a Python callable; autoaccel's ZeRO units are the transformer blocks (atorch_wrap_cls "
-                         "with the block class says so)"},
-    {"atorch_size_based_min_num_params", "it wraps modules by size; autoaccel's ZeRO units are the transformer "
-                                         "blocks"},
+    {"auto_wrap_policy",
+     "a Python callable; autoaccel's ZeRO units are the transformer blocks (atorch_wrap_cls "
+     "with the block class says so)"},
+    {"atorch_size_based_min_num_params",
+     "it wraps modules by size; autoaccel's ZeRO units are the transformer "
+     "blocks"},
     {"atorch_ignored_cls", "it would leave modules unsharded; autoaccel shards every parameter"},
     {"ignored_modules", "it would leave modules unsharded; autoaccel shards every parameter"},
     {"ignored_states", "it would leave parameters unsharded; autoaccel shards every parameter"},
-    {"wrap_trainable_outmost", "it wraps only the trainable parameters (LoRA); autoaccel trains every parameter"},
+    {"wrap_trainable_outmost",
+     "it wraps only the trainable parameters (LoRA); autoaccel trains every parameter"},
+    {"fsdp_wrap_params_outmost",
+     "ATorch's LoRA hint: it wraps the trainable parameters outmost; autoaccel trains "
+     "every parameter"},
     {"param_init_fn", "a Python callable; autoaccel draws the initial weights from the spec's seed"},
     END};
 
@@ -501,6 +539,8 @@ static int apply_options(ctx_t *c, aa_strategy_t *s, const json_t *cfg, const op
 
 static int apply_amp_native(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
   s->amp = AA_F16; /* ATorch's default dtype */
+  /* ("amp_native", "bf16"): ATorch's own example gives the dtype alone. */
+  if (cfg && json_is_string(cfg)) return opt_dtype(c, s, "dtype", cfg);
   return apply_options(c, s, cfg, amp_options, NULL);
 }
 
@@ -531,6 +571,7 @@ static int apply_zero(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
 /* The degree, as an integer or {"degree": n} (with Megatron's
  * "sequence_parallel" switch); no degree keeps the one parallel_mode gave. */
 static int apply_tensor_parallel(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
+  c->tp_method = (int)c->pos;
   if (cfg && json_is_integer(cfg)) return opt_degree(c, s, "degree", cfg);
   return apply_options(c, s, cfg, tp_options, tp_refused);
 }
@@ -550,8 +591,28 @@ static int apply_pipeline_parallel(ctx_t *c, aa_strategy_t *s, const json_t *cfg
   return apply_options(c, s, cfg, pp_options, pp_refused);
 }
 
+/* ATorch's mixed_parallel: tensor, pipeline and data parallelism at the
+ * degrees parallel_mode gives, which is autoaccel's tensor_parallel and
+ * pipeline_parallel together; it takes no options (checked once the whole
+ * list is read: some degree must be given). */
+static int apply_mixed_parallel(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
+  c->mixed_from = (int)c->pos;
+  static const option_t none[] = {END};
+  return apply_options(c, s, cfg, none, NULL);
+}
+
+/* ATorch's module_replace swaps modules for faster implementations of the
+ * same computation (FlashAttention, FusedLayerNorm): autoaccel's own
+ * kernels are of that kind already (attention never keeps its
+ * probabilities; LayerNorm and RMSNorm are single kernels), so it changes
+ * nothing. A config registers Python modules, which a list cannot carry. */
+static int apply_module_replace(ctx_t *c, aa_strategy_t *s, const json_t *cfg) {
+  static const option_t none[] = {END};
+  return apply_options(c, s, cfg, none, NULL);
+}
+
 /* Methods of one group set the same knob, so two of them conflict. */
-enum { G_PARALLEL, G_AMP, G_CKPT, G_ZERO, G_TP, G_PP, G_COUNT };
+enum { G_PARALLEL, G_AMP, G_CKPT, G_ZERO, G_TP, G_PP, G_MIXED, G_REPLACE, G_COUNT };
 
 static const struct {
   const char *name;
@@ -566,16 +627,33 @@ static const struct {
     {"fsdp", G_ZERO, apply_zero},
     {"tensor_parallel", G_TP, apply_tensor_parallel},
     {"pipeline_parallel", G_PP, apply_pipeline_parallel},
+    {"mixed_parallel", G_MIXED, apply_mixed_parallel},
+    {"module_replace", G_REPLACE, apply_module_replace},
 };
 #define NMETHODS (sizeof methods / sizeof methods[0])
 
-/* ATorch methods whose name suggests one of autoaccel's that they are not:
- * refused with what to give instead. */
+/* ATorch's methods that autoaccel does not have: refused with why and
+ * what to give instead. */
 static const refusal_t methods_refused[] = {
     {"sequence_parallel",
      "ATorch's sequence_parallel is DeepSpeed-Ulysses style: attention split by heads over "
      "its own group, the rest data parallel over the sequence; Megatron's sequence "
      "parallelism, which autoaccel has, is [\"tensor_parallel\", {\"sequence_parallel\": true}]"},
+    {"half", "it trains in pure half precision, the weights and optimizer state in 16 bits; autoaccel keeps "
+             "fp32 master weights: give [\"amp_native\", \"fp16\"] or [\"amp_native\", \"bf16\"]"},
+    {"fp8", "autoaccel has no fp8 GEMMs (ATorch's fp8 uses Transformer Engine on sm 8.9+); give "
+            "[\"amp_native\", \"bf16\"] for 16-bit mixed precision"},
+    {"amp_apex_o1",
+     "NVIDIA Apex's amp; autoaccel's mixed precision is amp_native's (autocast with fp32 master "
+     "weights): give [\"amp_native\", \"fp16\"]"},
+    {"amp_apex_o2",
+     "NVIDIA Apex's amp; autoaccel's mixed precision is amp_native's (autocast with fp32 master "
+     "weights): give [\"amp_native\", \"fp16\"]"},
+    {"ds_3d_parallel", "DeepSpeed's pipeline engine; autoaccel's own 3D parallelism is mixed_parallel (or "
+                       "tensor_parallel and pipeline_parallel) with the degrees in parallel_mode"},
+    {"cpu_offload", "autoaccel keeps every state on the device; leave it out (zero1, zero2 or fsdp shard the "
+                    "states over the data-parallel ranks instead)"},
+    {"paralle_mode", "a misspelling, in ATorch's own document, of parallel_mode: give \"parallel_mode\""},
     END};
 
 /* What only the whole list settles: sequence parallelism needs a tensor
@@ -628,6 +706,32 @@ static int check_list(ctx_t *c, aa_strategy_t *s) {
         "sequence_parallel: needs tensor parallelism (the tensor degree is %d): it splits the sequence "
         "between the tensor ranks; give a degree > 1 here or (\"tensor\", n) in parallel_mode",
         s->degree[AA_AXIS_TENSOR]);
+  }
+  /* A method whose degree no item gave would train at degree 1 without a
+   * word; ATorch takes the degrees from parallel_mode only (the data degree
+   * alone fills the world), so each one is asked for. */
+  if (c->mixed_from && !c->tp_from && !c->pp_degree_from) {
+    c->pos = (size_t)c->mixed_from;
+    c->name = "mixed_parallel";
+    return fail(
+        c, AA_EINVAL,
+        "needs the tensor and pipeline degrees: give (\"tensor\", n) and (\"pipeline\", m) in "
+        "parallel_mode (ATorch's mixed_parallel takes them there; autoaccel reads it as tensor_parallel "
+        "and pipeline_parallel together)");
+  }
+  if (c->tp_method && !c->tp_from) {
+    c->pos = (size_t)c->tp_method;
+    c->name = "tensor_parallel";
+    return fail(c, AA_EINVAL,
+                "needs its degree: give (\"tensor\", n) in parallel_mode, or [\"tensor_parallel\", n] "
+                "(without one it would train at tensor degree 1)");
+  }
+  if (c->pp_from && !c->pp_degree_from) {
+    c->pos = (size_t)c->pp_from;
+    c->name = "pipeline_parallel";
+    return fail(c, AA_EINVAL,
+                "needs its degree: give (\"pipeline\", n) in parallel_mode (without one it would train at "
+                "pipeline degree 1)");
   }
   char rule[256];
   int rc = aa__rank_order_check(s, rule, sizeof rule);

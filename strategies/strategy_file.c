@@ -219,7 +219,11 @@ static int read_partition(const aa_json_ctx_t *c, const char *path, const json_t
   (void)dst;
   if (json_is_string(v)) {
     const char *name = json_string_value(v);
-    if (strcmp(name, "uniform") == 0 || strcmp(name, "parameters") == 0) {
+    /* Merak's "uniform_floor" (n_layer / stages blocks each, the remainder
+     * one each to the stages after the first) is autoaccel's uniform cut
+     * exactly. */
+    if (strcmp(name, "uniform") == 0 || strcmp(name, "parameters") == 0 ||
+        strcmp(name, "uniform_floor") == 0) {
       s->partition = name[0] == 'u' ? AA_PARTITION_UNIFORM : AA_PARTITION_PARAMETERS;
       aa_strategy_set_bounds(s, NULL, 0);
       return 0;
@@ -234,8 +238,8 @@ static int read_partition(const aa_json_ctx_t *c, const char *path, const json_t
           got);
     return aa_json_fail(
         c, AA_EINVAL, path,
-        "must be \"uniform\", \"parameters\" or a list of block boundaries such as [0, 3, 6, 8] "
-        "(got \"%s\")",
+        "must be \"uniform\" (Merak's \"uniform_floor\"), \"parameters\" or a list of block boundaries such "
+        "as [0, 3, 6, 8] (got \"%s\")",
         got);
   }
   if (!json_is_array(v))
@@ -314,22 +318,233 @@ int aa__strategy_check_pipeline(const aa_json_ctx_t *c, const aa_strategy_t *s) 
   return 0;
 }
 
+/* ---- the seeds' names: Megatron's, Merak's, megatron-wrap's ------------- */
+
+/* Moves root[from] to root[section][to] (creating the section), refusing
+ * a value the section gives already. */
+static int move_into(const aa_json_ctx_t *c, json_t *root, const char *from, const char *section,
+                     const char *to) {
+  json_t *v = json_object_get(root, from), *sec = json_object_get(root, section);
+  if (!v) return 0;
+  if (sec && !json_is_object(sec)) return aa_json_fail_type(c, section, "an object", sec);
+  if (!sec) {
+    if (!(sec = json_object()) || json_object_set_new(root, section, sec))
+      return aa_error(AA_ENOMEM, "strategy: out of memory");
+  }
+  if (json_object_get(sec, to))
+    return aa_json_fail(c, AA_EINVAL, from, "gives %s.%s again; give one of them", section, to);
+  if (json_object_set(sec, to, v) || json_object_del(root, from))
+    return aa_error(AA_ENOMEM, "strategy: out of memory");
+  return 0;
+}
+
+/* A boolean switch that picks a value of `key` (Megatron's fp16 / bf16 for
+ * amp, Merak's activation_checkpointing for checkpoint): true sets it,
+ * false only says "not this one"; either conflicts with a key that says
+ * otherwise. */
+static int switch_key(const aa_json_ctx_t *c, json_t *root, const char *sw, const char *key, const char *on,
+                      const char *off) {
+  json_t *v = json_object_get(root, sw), *cur = json_object_get(root, key);
+  if (!v) return 0;
+  if (!json_is_boolean(v)) return aa_json_fail_type(c, sw, "true or false", v);
+  const char *want = json_is_true(v) ? on : off, *got = json_is_string(cur) ? json_string_value(cur) : NULL;
+  if (cur && want && (!got || strcmp(got, want)))
+    return aa_json_fail(c, AA_EINVAL, sw, "%s conflicts with %s \"%s\"; give one of them",
+                        json_is_true(v) ? "true" : "false", key, got ? got : "?");
+  if (cur && !want && got && !strcmp(got, on))
+    return aa_json_fail(c, AA_EINVAL, sw, "false conflicts with %s \"%s\"; give one of them", key, got);
+  if (json_object_del(root, sw)) return aa_error(AA_ENOMEM, "strategy: out of memory");
+  if (want && !cur && json_object_set_new(root, key, json_string(want)))
+    return aa_error(AA_ENOMEM, "strategy: out of memory");
+  return 0;
+}
+
+/* Keys of the seeds that are no strategy field. `ok` is the value that
+ * asks for nothing autoaccel does not do, accepted with no effect (JSON
+ * text; "bool" for either boolean); NULL: refused whatever the value.
+ * Another value is refused with what the key is and what to use instead
+ * (docs/strategy-format.md "Seed names"). */
+static const struct {
+  const char *key, *ok, *why;
+} seed_refused[] = {
+    {"save_total_limit", NULL,
+     "Merak's checkpoint retention is a training option, not a strategy: give autoaccel train --keep-last N"},
+    {"no_save_optim", "false",
+     "Merak's checkpoint contents are a training option, not a strategy: give autoaccel train --weights-only "
+     "to save the weights alone"},
+    {"no_save_rng", NULL,
+     "Merak's checkpoint contents are a training option, not a strategy: give autoaccel train --weights-only "
+     "to save the weights alone"},
+    {"global_batch_size", NULL, "the global batch belongs to the model spec: give train.global_batch there"},
+    {"num_layers", NULL, "the model's shape belongs to the model spec: give model.n_layer there"},
+    {"seq_length", NULL, "the model's shape belongs to the model spec: give model.seq_len there"},
+    {"num_heads", NULL, "the model's shape belongs to the model spec: give model.n_head there"},
+    {"activation_checkpoint_ratio", NULL,
+     "Merak checkpoints a fraction of the first stage's layers; autoaccel checkpoints the first k blocks: "
+     "give "
+     "\"checkpoint\": \"full\" with \"checkpoint_layers\": k"},
+    {"split_method", NULL,
+     "Merak cuts a traced PyTorch graph; autoaccel's models are its own blocks, cut between blocks: give "
+     "\"partition\""},
+    {"custom_split_points", NULL,
+     "Merak cuts a traced PyTorch graph; autoaccel cuts between blocks: give \"partition\" as a list of "
+     "block "
+     "boundaries"},
+    {"trace_method", NULL, "Merak traces a PyTorch model; autoaccel's models are its own: leave it out"},
+    {"zero_allgather_bucket_size", NULL,
+     "DeepSpeed's communication buckets; autoaccel's ZeRO gathers one transformer block at a time: leave it "
+     "out"},
+    {"zero_reduce_bucket_size", NULL,
+     "DeepSpeed's communication buckets; autoaccel's ZeRO reduces one transformer block at a time: leave it "
+     "out"},
+    {"tp_overlapping_level", "0",
+     "autoaccel does not overlap tensor-parallel communication with compute (level 0): give 0 or leave it "
+     "out"},
+    {"parallel_vocab", "true",
+     "autoaccel always splits the vocabulary over the tensor ranks (docs/training-knobs.md): give true or "
+     "leave "
+     "it out"},
+    {"wall_clock_breakdown", "bool", NULL}, /* logging only: train always times forward, backward, bubble */
+    {"hierarchical_context_parallel_sizes", NULL,
+     "autoaccel's context parallelism is one ring (Megatron's p2p): give parallel.context alone"},
+    {"cpu_offloading", "false",
+     "autoaccel keeps every activation and state on the device: give false or leave it out"},
+    {"tp_comm_overlap", "false",
+     "autoaccel does not overlap tensor-parallel communication with compute: give false or leave it out"},
+};
+
+/* Removes the keys of seed_refused that ask for nothing autoaccel does
+ * not do, refusing the others. */
+static int seed_fields(const aa_json_ctx_t *c, json_t *r) {
+  for (size_t i = 0; i < sizeof seed_refused / sizeof seed_refused[0]; i++) {
+    json_t *v = json_object_get(r, seed_refused[i].key), *ok = NULL;
+    if (!v) continue;
+    const char *want = seed_refused[i].ok;
+    bool fine = want && !strcmp(want, "bool") ? json_is_boolean(v) : false;
+    if (want && strcmp(want, "bool")) {
+      ok = json_loads(want, JSON_DECODE_ANY, NULL);
+      fine = ok && json_equal(ok, v);
+      json_decref(ok);
+    }
+    if (!fine && want && !strcmp(want, "bool"))
+      return aa_json_fail_type(c, seed_refused[i].key, "true or false", v);
+    if (!fine && !want)
+      return aa_json_fail(c, AA_EUNSUPPORTED, seed_refused[i].key, "is not a strategy field (%s)",
+                          seed_refused[i].why);
+    if (!fine) {
+      char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT), got[64];
+      aa_json_sanitize(got, sizeof got, text ? text : "?");
+      free(text);
+      return aa_json_fail(c, AA_EUNSUPPORTED, seed_refused[i].key, "%s is not supported by autoaccel (%s)",
+                          got, seed_refused[i].why);
+    }
+    json_object_del(r, seed_refused[i].key);
+  }
+  return 0;
+}
+
+/* In `parallel`: Megatron's expert_tensor_parallel_size and moe_extended_tp,
+ * which say whether experts are split over the tensor ranks; autoaccel
+ * keeps every expert whole on its rank, which is 1 and false. */
+static int parallel_seed_names(const aa_json_ctx_t *c, json_t *par) {
+  json_t *etp = json_object_get(par, "expert_tensor_parallel_size"),
+         *ext = json_object_get(par, "moe_extended_tp");
+  if (etp) {
+    if (!json_is_integer(etp))
+      return aa_json_fail_type(c, "parallel.expert_tensor_parallel_size", "an integer", etp);
+    if (json_integer_value(etp) != 1)
+      return aa_json_fail(
+          c, AA_EUNSUPPORTED, "parallel.expert_tensor_parallel_size",
+          "%lld is not supported by autoaccel (it splits every expert over tensor ranks; autoaccel "
+          "keeps each expert whole on its rank, whatever the tensor degree): give 1 or leave it out",
+          (long long)json_integer_value(etp));
+    json_object_del(par, "expert_tensor_parallel_size");
+  }
+  if (ext) {
+    if (!json_is_boolean(ext)) return aa_json_fail_type(c, "parallel.moe_extended_tp", "true or false", ext);
+    if (json_is_true(ext))
+      return aa_json_fail(
+          c, AA_EUNSUPPORTED, "parallel.moe_extended_tp",
+          "true is not supported by autoaccel (deprecated since Megatron Core 0.10, which ignores "
+          "it; it split experts over the tensor ranks, which autoaccel does not): leave it out");
+    json_object_del(par, "moe_extended_tp");
+  }
+  return 0;
+}
+
+/* The names a user of the seed systems writes in a flat config, each read
+ * as the v1 field it is or refused with the one to use: Megatron's
+ * ModelParallelConfig parallel fields (moved into `parallel`), fp16 and
+ * bf16 (amp); Merak's fp16 loss-scale knobs (loss_scaling),
+ * activation_checkpointing (checkpoint) and checkpoint_num_layers. r is
+ * the caller's copy; names that are aliases of a key (train_schedule, ...)
+ * are renamed by rename_aliases after this. */
+static int seed_names(const aa_json_ctx_t *c, json_t *r) {
+  static const char *const to_parallel[] = {
+      "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+      "expert_model_parallel_size", "expert_tensor_parallel_size",  "moe_extended_tp",
+      "sequence_parallel"};
+  static const char *const loss_knobs[] = {"loss_scale", "initial_scale_power", "loss_scale_window",
+                                           "hysteresis", "min_loss_scale"};
+  int rc = 0;
+  if ((rc = seed_fields(c, r))) return rc;
+  for (size_t i = 0; !rc && i < sizeof to_parallel / sizeof to_parallel[0]; i++)
+    rc = move_into(c, r, to_parallel[i], "parallel", to_parallel[i]);
+  for (size_t i = 0; !rc && i < sizeof loss_knobs / sizeof loss_knobs[0]; i++)
+    rc = move_into(c, r, loss_knobs[i], "loss_scaling", loss_knobs[i]);
+  if (!rc && json_is_true(json_object_get(r, "fp16")) && json_is_true(json_object_get(r, "bf16")))
+    return aa_json_fail(c, AA_EINVAL, "bf16", "true conflicts with fp16 true; give one of them");
+  if (!rc) rc = switch_key(c, r, "fp16", "amp", "fp16", NULL);
+  if (!rc) rc = switch_key(c, r, "bf16", "amp", "bf16", NULL);
+  if (!rc) rc = switch_key(c, r, "activation_checkpointing", "checkpoint", "full", "none");
+  json_t *n = json_object_get(r, "checkpoint_num_layers");
+  if (rc || !n) return rc;
+  /* Merak's chunk of layers recomputed together: 1 is a block at a time,
+   * autoaccel's full mode; more keeps only every n-th block's input. */
+  if (!json_is_integer(n) || json_integer_value(n) < 1)
+    return aa_json_fail(c, AA_EINVAL, "checkpoint_num_layers", "must be an integer >= 1");
+  if (json_integer_value(n) != 1)
+    return aa_json_fail(
+        c, AA_EUNSUPPORTED, "checkpoint_num_layers",
+        "%lld is not supported by autoaccel (it recomputes chunks of %lld blocks from one kept "
+        "input; autoaccel recomputes one block at a time): give 1, and \"checkpoint_layers\": k "
+        "to checkpoint only the first k blocks",
+        (long long)json_integer_value(n), (long long)json_integer_value(n));
+  const json_t *ck = json_object_get(r, "checkpoint");
+  if (!json_is_string(ck) || strcmp(json_string_value(ck), "full"))
+    return aa_json_fail(
+        c, AA_EINVAL, "checkpoint_num_layers",
+        "applies with activation checkpointing only: give \"checkpoint\": \"full\" (or Merak's "
+        "\"activation_checkpointing\": true) with it, or leave it out");
+  json_object_del(r, "checkpoint_num_layers");
+  return 0;
+}
+
 /* Other projects' names for a v1 key, read as that key: Megatron's
- * virtual_pipeline_model_parallel_size, Merak's partition_method and
- * custom_partition. A file gives a key once, under one of its names. */
+ * virtual_pipeline_model_parallel_size and micro_batch_size, Merak's
+ * partition_method, custom_partition, train_schedule and zero_stage. A
+ * file gives a key once, under one of its names. */
 static const struct {
   const char *alias, *key;
 } key_aliases[] = {{"virtual_pipeline_model_parallel_size", "virtual_stages"},
                    {"partition_method", "partition"},
-                   {"custom_partition", "partition"}};
+                   {"custom_partition", "partition"},
+                   {"train_schedule", "schedule"},
+                   {"zero_stage", "zero"},
+                   {"micro_batch_size", "micro_batch"}};
 
 /* A copy of root with the aliases renamed (*out: a new reference), or
  * AA_EINVAL naming both names when a key is given twice. json_copy copies
  * the top object only, so `parallel` is replaced by a copy of its own
  * before its names change: the caller's value is never touched. */
 static int rename_aliases(const aa_json_ctx_t *c, const json_t *root, json_t **out) {
-  json_t *r = json_copy((json_t *)root);
+  json_t *r = json_deep_copy(root); /* deep: the seeds' names move into sections */
   if (!r) return aa_error(AA_ENOMEM, "strategy: out of memory");
+  int src = seed_names(c, r);
+  if (src) {
+    json_decref(r);
+    return src;
+  }
   for (size_t i = 0; i < sizeof key_aliases / sizeof key_aliases[0]; i++) {
     json_t *v = json_object_get(r, key_aliases[i].alias);
     if (!v) continue;
@@ -357,10 +572,19 @@ static int rename_aliases(const aa_json_ctx_t *c, const json_t *root, json_t **o
       return aa_error(AA_ENOMEM, "strategy: out of memory");
     }
   }
-  for (int a = 0; json_is_object(par) && a <= AA_AXES; a++) {
-    /* the axes, then Megatron's expert degree, which is no mesh axis */
-    const char *alias = a < AA_AXES ? aa_axis_info((aa_axis_t)a)->megatron : "expert_model_parallel_size";
-    const char *key = a < AA_AXES ? aa_axis_name((aa_axis_t)a) : "expert";
+  if (json_is_object(par)) {
+    int prc = parallel_seed_names(c, par);
+    if (prc) {
+      json_decref(r);
+      return prc;
+    }
+  }
+  for (int a = 0; json_is_object(par) && a <= 2 * AA_AXES; a++) {
+    /* the axes by Megatron's names, by Merak.init's (dp, tp, pp), then
+     * Megatron's expert degree, which is no mesh axis */
+    const aa_axis_info_t *ax = a < 2 * AA_AXES ? aa_axis_info((aa_axis_t)(a % AA_AXES)) : NULL;
+    const char *alias = !ax ? "expert_model_parallel_size" : a < AA_AXES ? ax->megatron : ax->merak;
+    const char *key = ax ? ax->name : "expert";
     json_t *v = alias ? json_object_get(par, alias) : NULL;
     if (!v) continue;
     if (json_object_get(par, key)) {
@@ -376,6 +600,15 @@ static int rename_aliases(const aa_json_ctx_t *c, const json_t *root, json_t **o
   }
   *out = r;
   return 0;
+}
+
+int aa_strategy_canonical_names(const json_t *root, const char *origin, json_t **out) {
+  aa_strategy_t s;
+  const aa_json_ctx_t ctx = {.origin = origin && *origin ? origin : "<json>", .data = &s};
+  if (!json_is_object(root))
+    return aa_error(AA_EINVAL, "%s: a v1 strategy is a JSON object (got %s)", ctx.origin,
+                    aa_json_type_name(root));
+  return rename_aliases(&ctx, root, out);
 }
 
 /* ---- the tables ---------------------------------------------------------- */

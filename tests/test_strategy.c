@@ -311,8 +311,8 @@ AA_TEST(every_field_rule_fires) {
        "virtual_stages: 2 needs the interleaved schedule (schedule is \"1f1b\")"},
       {"\"parallel\": {\"pipeline\": 2}, \"schedule\": \"interleaved\"",
        "schedule: \"interleaved\" needs \"virtual_stages\" >= 2"},
-      {"\"partition\": \"even\"",
-       "partition: must be \"uniform\", \"parameters\" or a list of block boundaries"},
+      {"\"partition\": \"even\"", "partition: must be \"uniform\" (Merak's \"uniform_floor\"), "
+                                  "\"parameters\" or a list of block boundaries"},
       {"\"partition\": 3",
        "partition: must be \"uniform\", \"parameters\" or a list of block boundaries (got integer)"},
       {"\"parallel\": {\"pipeline\": 2}, \"partition\": [0, 4]",
@@ -379,12 +379,12 @@ AA_TEST(long_provenance_text_is_refused) {
 
 AA_TEST(unknown_keys_are_named_with_the_allowed_ones) {
   EXPECT_PARSE_ERROR(
-      "{" V1 ", \"zero_stage\": 1}", AA_EINVAL,
-      "s.json: zero_stage: unknown key (allowed: format, "
+      "{" V1 ", \"zero_level\": 1}", AA_EINVAL,
+      "s.json: zero_level: unknown key (allowed: format, "
       "version, parallel, zero, amp, loss_scaling, skip_if_nonfinite, checkpoint, checkpoint_layers, "
       "micro_batch, schedule, virtual_stages, partition, key, provenance)");
-  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"dp\": 2}}", AA_EINVAL,
-                     "s.json: parallel.dp: unknown key (allowed: data, tensor, pipeline, context, "
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"dp_size\": 2}}", AA_EINVAL,
+                     "s.json: parallel.dp_size: unknown key (allowed: data, tensor, pipeline, context, "
                      "sequence_parallel, expert, order, "
                      "rank_order)");
   EXPECT_PARSE_ERROR("{" V1 ", \"loss_scaling\": {\"window\": 2}}", AA_EINVAL,
@@ -648,11 +648,9 @@ AA_TEST(atorch_methods_map_onto_the_knobs) {
 }
 
 AA_TEST(atorch_unsupported_methods_are_named_with_position) {
-  static const char *const names[] = {"module_replace", "fp8",
-                                      "amp_apex_o1",    "amp_apex_o2",
-                                      "half",           "sequence_parallel",
-                                      "mixed_parallel", "ds_3d_parallel",
-                                      "cpu_offload"};
+  static const char *const names[] = {
+      "fp8",         "amp_apex_o1", "amp_apex_o2", "half", "sequence_parallel", "ds_3d_parallel",
+      "cpu_offload", "lora"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     char json[256], needle[128];
     snprintf(json, sizeof json, "[\"zero1\", [\"%s\", {}]]", names[i]);
@@ -660,7 +658,7 @@ AA_TEST(atorch_unsupported_methods_are_named_with_position) {
     EXPECT_PARSE_ERROR(
         json, AA_EUNSUPPORTED, needle,
         "(supported: parallel_mode, amp_native, checkpoint, zero1, zero2, fsdp, tensor_parallel, "
-        "pipeline_parallel)");
+        "pipeline_parallel, mixed_parallel, module_replace)");
   }
 }
 
@@ -1129,7 +1127,8 @@ AA_TEST(atorch_options_autoaccel_cannot_honour_are_refused_by_name) {
        "recomputes fc, GELU and proj"},
       {"[[\"checkpoint\", \"Linear\"]]",
        "config: module class \"Linear\" is not supported by autoaccel (not the transformer block; autoaccel "
-       "checkpoints whole blocks); honoured: GPT2Block, Block (the transformer block)"},
+       "checkpoints whole blocks); honoured: GPT2Block, Block, LlamaDecoderLayer, MistralDecoderLayer, "
+       "Qwen2DecoderLayer, MixtralDecoderLayer (the transformer block)"},
       {"[[\"checkpoint\", {\"use_reentrant\": false}]]",
        "item 1 (checkpoint): option \"use_reentrant\" is not supported by autoaccel; supported options: "
        "wrap_class"},
@@ -1148,12 +1147,6 @@ AA_TEST(atorch_options_autoaccel_cannot_honour_are_refused_by_name) {
       {"[[\"fsdp\", {\"atorch_wrap_cls\": [\"GPT2Block\", \"Embedding\"]}]]",
        "item 1 (fsdp): option \"atorch_wrap_cls\": module class \"Embedding\" is not supported by autoaccel "
        "(autoaccel's ZeRO units are the transformer blocks, the embeddings and the final norm)"},
-      {"[[\"fsdp\", {\"forward_prefetch\": true}]]",
-       "option \"forward_prefetch\": true is not supported by autoaccel (autoaccel gathers a block's "
-       "parameters "
-       "when the forward reaches it, without prefetching the next); honoured: false"},
-      {"[[\"fsdp\", {\"backward_prefetch\": \"BACKWARD_PRE\"}]]",
-       "option \"backward_prefetch\": \"BACKWARD_PRE\" is not supported by autoaccel"},
       {"[[\"fsdp\", {\"mixed_precision\": {}}]]",
        "item 1 (fsdp): option \"mixed_precision\" is not supported by autoaccel (FSDP's own mixed precision; "
        "give "

@@ -114,6 +114,12 @@ echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor_model_
 "$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --fix "$tmp/fixsp.json" --top 30 --json >"$tmp/fixsp.out" 2>&1
 out=$("$PY" -c 'import json,sys; k=[x["key"] for x in json.load(open(sys.argv[1]))["strategies"]]; print("ok" if k and all(".tp4." in x and ".sp." in x for x in k) else k[:3])' "$tmp/fixsp.out")
 if [ "$out" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --fix tp4 + sp: $out"; fi
+# The seeds' flat names (Megatron's tensor_model_parallel_size, bf16, Merak's
+# zero_stage) are held as the v1 keys they stand for, never dropped.
+echo '{"format": "autoaccel-strategy", "version": 1, "tensor_model_parallel_size": 4, "bf16": true, "zero_stage": 1}' >"$tmp/fixflat.json"
+"$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --fix "$tmp/fixflat.json" --top 30 --json >"$tmp/fixflat.out" 2>&1
+out=$("$PY" -c 'import json,sys; k=[x["key"] for x in json.load(open(sys.argv[1]))["strategies"]]; print("ok" if k and all(".tp4." in x and ".z1.bf16." in x for x in k) else k[:3])' "$tmp/fixflat.out")
+if [ "$out" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --fix flat seed names: $out"; fi
 echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2, "rank_order": [1, 0]}}' >"$tmp/fixro.json"
 expect 1 "cannot hold parallel.order or parallel.rank_order: a plan from a profile places ranks in Megatron's order" \
   "$AA" plan "$M/ptdp-gpt-3.6b.json" --pool a100-80gb:64 --fix "$tmp/fixro.json"

@@ -239,6 +239,11 @@ expect 0 "done" "$AA" train "$tmp/model.json" --strategy "$tmp/auto/strategy.jso
 check "replay of auto's strategy gives auto's loss curve" cmp -s "$tmp/auto/losses.txt" "$tmp/replay2.txt"
 check "auto left no socket behind" [ -z "$(find /tmp -maxdepth 2 -name planner.sock -newer "$tmp/model.json" 2>/dev/null | grep -v "$tmp")" ]
 
+# A job that fails before any run says so, not "answered from the store"
+# (one device offers no ZeRO: nothing to shard over).
+expect 1 "^none: job [0-9]+ failed before any run: search: every strategy is excluded" \
+  timeout 60 "$AA" auto "$tmp/model.json" --home "$tmp/home-auto-fail" --no-train --include zero1
+
 # --- 9. two executors: dp 2 and ZeRO next to dp 1 -------------------------------
 home="$tmp/home-gang"
 sock="$home/planner.sock"

@@ -44,8 +44,18 @@ expect 0 "^ok: dp1.tp1.pp1.z0.bf16.ckpt-full.mb4 is valid for tiny-synth \(accum
   "$AA" strategy check "$EX/bf16-full.json" --model "$TINY"
 expect 0 "^ok: dp1.tp1.pp1.z1.bf16.ckpt-full.mb16 is valid for tiny-synth \(accumulation steps 1\)$" \
   "$AA" strategy check "$EX/atorch-list.json" --model "$TINY" --world 1
-expect 1 "is not valid for tiny-synth: data \* tensor \* pipeline = 1 \* 1 \* 1 = 1 must equal the world size 2" \
+# --world rescales the data degree as train does (ATorch's parallel_mode rule), then checks.
+expect 0 "^note: dp1 rescaled to dp2 for 2 ranks, as train does" \
   "$AA" strategy check "$EX/bf16-full.json" --model "$TINY" --world 2
+expect 0 "^ok: dp2.tp1.pp1.z0.bf16.ckpt-full.mb4 is valid for tiny-synth \(accumulation steps 2\)$" \
+  "$AA" strategy check "$EX/bf16-full.json" --model "$TINY" --world 2
+echo '[["parallel_mode", [["tensor", 2], ["data", 1]]], "zero1"]' >"$tmp/tp2dp1.json"
+expect 0 "^ok: dp2.tp2.pp1.z1.fp32.ckpt-none.mb8 is valid" \
+  "$AA" strategy check "$tmp/tp2dp1.json" --model "$TINY" --world 4
+expect 0 "^ok: dp1.tp2.pp1.z1.fp32.ckpt-none.mb16 is valid" \
+  "$AA" strategy check "$tmp/tp2dp1.json" --model "$TINY" --world 2
+expect 1 "is not valid for tiny-synth: strategy: tp \* pp \* cp = 2 does not divide the 3 ranks \(the world size 3" \
+  "$AA" strategy check "$tmp/tp2dp1.json" --model "$TINY" --world 3
 sed 's/"micro_batch": 4/"micro_batch": 3/; /"key"/d' "$EX/bf16-full.json" >"$tmp/mb3.json"
 expect 1 "micro_batch 3 must divide global_batch / dp = 16 / 1" "$AA" strategy check "$tmp/mb3.json" --model "$TINY"
 echo '[["parallel_mode", {"tensor": 2}]]' >"$tmp/tp2.json"
@@ -105,15 +115,15 @@ expect 0 "note: measured on another architecture" "$AA" strategy check "$EX/bf16
 expect 1 "no such file" "$AA" strategy show "$tmp/missing.json"
 printf '{"format": "autoaccel-strategy",\n "version": 1,\n "zero": }\n' >"$tmp/syntax.json"
 expect 1 "syntax.json:3:" "$AA" strategy show "$tmp/syntax.json"
-sed 's/"zero": 0/"zero_stage": 0/' "$EX/bf16-full.json" >"$tmp/unknown.json"
-expect 1 "unknown.json: zero_stage: unknown key \(allowed: format, version" "$AA" strategy show "$tmp/unknown.json"
+sed 's/"zero": 0/"zero_level": 0/' "$EX/bf16-full.json" >"$tmp/unknown.json"
+expect 1 "unknown.json: zero_level: unknown key \(allowed: format, version" "$AA" strategy show "$tmp/unknown.json"
 sed 's/"micro_batch": 4/"micro_batch": 8/' "$EX/bf16-full.json" >"$tmp/badkey.json"
 expect 1 "key: \"dp1.tp1.pp1.z0.bf16.ckpt-full.mb4\" does not match the fields, which give \"dp1.tp1.pp1.z0.bf16.ckpt-full.mb8\"" \
   "$AA" strategy show "$tmp/badkey.json"
 sed 's/"version": 1/"version": 2/' "$EX/bf16-full.json" >"$tmp/v2.json"
 expect 1 "strategy format version 2 is newer than this autoaccel \(1\)" "$AA" strategy show "$tmp/v2.json"
 echo '["zero1", ["fp8", {}]]' >"$tmp/fp8.json"
-expect 1 "fp8.json: item 2: method \"fp8\" is not supported \(supported: parallel_mode" \
+expect 1 "fp8.json: item 2: method \"fp8\" is not supported \(autoaccel has no fp8 GEMMs.*\(supported: parallel_mode" \
   "$AA" strategy show "$tmp/fp8.json"
 expect 1 "check: .*model.json|no such file" "$AA" strategy check "$EX/bf16-full.json" --model "$tmp/nomodel.json"
 

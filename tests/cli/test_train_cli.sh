@@ -64,8 +64,8 @@ expect 0 "strategy dp1.tp1.pp1.z0.fp16.ckpt-full.mb2" \
   "$AA" train "$tmp/ok.json" --threads 1 --out "$tmp/run5" --strategy "$tmp/atorch.json"
 printf '{"format": "autoaccel-strategy", "version": 1, "micro_batch": 3}\n' >"$tmp/mb3.json"
 expect 1 "micro_batch 3" "$AA" train "$tmp/ok.json" --out "$tmp/run6" --strategy "$tmp/mb3.json"
-printf '["module_replace", "zero1"]\n' >"$tmp/unsup.json"
-expect 1 "module_replace" "$AA" train "$tmp/ok.json" --out "$tmp/run6" --strategy "$tmp/unsup.json"
+printf '["fp8", "zero1"]\n' >"$tmp/unsup.json"
+expect 1 "method .fp8. is not supported .autoaccel has no fp8 GEMMs" "$AA" train "$tmp/ok.json" --out "$tmp/run6" --strategy "$tmp/unsup.json"
 expect 1 "no such file" "$AA" train "$tmp/ok.json" --out "$tmp/run6" --strategy "$tmp/none.json"
 expect 1 "out of memory: .* would exceed the memory limit of 64.0 KiB" \
   "$AA" train "$tmp/ok.json" --out "$tmp/run6" --memory-limit 64K
