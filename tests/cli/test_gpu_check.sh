@@ -100,11 +100,13 @@ if [ $have_tests = 0 ]; then
 else
   b=$tmp/bundle
   expect 0 "^bundle $b: [0-9]+ MiB" bash "$GC" bundle --no-build --build-dir "$build" --dir "$b" --max-mib 4000
-  check "the bundle holds the binaries, the fixtures and the script" \
-    test -x "$b/bin/autoaccel" -a -x "$b/bin/test_cuda_ops" -a -f "$b/src/tests/reference/gpt_tiny.fixture" \
-    -a -f "$b/src/bench/cuda_train.sh" -a -x "$b/gpu-check.sh"
+  u=$tmp/unpacked
+  mkdir -p "$u" && tar -C "$u" -xzf "$b/payload.tar.gz"
+  check "the bundle holds the script and the packed binaries, libraries and fixtures" \
+    test -x "$b/gpu-check.sh" -a -x "$u/bin/autoaccel" -a -x "$u/bin/test_cuda_ops" \
+    -a -f "$u/src/tests/reference/gpt_tiny.fixture" -a -f "$u/src/bench/cuda_train.sh" -a -f "$u/lib/libjansson.so.4"
   check "its MANIFEST names the libraries carried" grep -q "^libraries: .*libjansson.so.4" "$b/MANIFEST"
-  expect 0 "" bash "$GC" check-libs "$b/lib" "$b"/bin/*
+  expect 0 "" bash "$GC" check-libs "$u/lib" "$u"/bin/*
   expect 1 "over 1 MiB" bash "$GC" bundle --no-build --build-dir "$build" --dir "$b" --max-mib 1
   mkdir -p "$tmp/mine" && touch "$tmp/mine/keep"
   expect 1 "exists and is no bundle" bash "$GC" bundle --no-build --build-dir "$build" --dir "$tmp/mine"
