@@ -192,7 +192,7 @@ aa_gc_bundle() {
   local listing
   listing=$(ls -l "$dir/lib" | awk 'NR > 1 { printf "  %-28s %9d\n", $9, $5 }')
   # Packed, the folder travels in a third of the room (OpenBLAS alone is 36 MB); run unpacks it.
-  tar -C "$dir" -czf "$dir/payload.tar.gz" bin lib src && rm -rf "$dir/bin" "$dir/lib" "$dir/src" ||
+  tar -C "$dir" -czf "$dir/payload.tar.gz" bin lib src && rm -rf "${dir:?}/bin" "${dir:?}/lib" "${dir:?}/src" ||
     aa_gc_die "bundle: packing $dir/payload.tar.gz failed"
   local kib tree_kib
   kib=$(du -sk "$dir" | awk '{ print $1 }')
@@ -641,8 +641,23 @@ nccl_hosts nccl_all_to_all bench_cuda_ops bench_cuda_train calib plan_compare au
       :
     elif limit=$(aa_gc_limit 60); then
       aa_gc_timed "$limit" "$aa_gc_logs/bench_cuda_ops.log" "$aa_gc_bin/bench_cuda_ops" 20
+      # Its table's rows: op, math, N, C, OC | fwd ms, TFLOP/s | bwd ms, TFLOP/s.
+      local figs
+      figs=$(aa_gc_py - "$aa_gc_logs/bench_cuda_ops.log" <<'PY'
+import json, re, sys
+rows, device = [], None
+for line in open(sys.argv[1], errors="replace"):
+    if line.startswith("device:"):
+        device = line[7:].strip()
+    m = re.match(r"(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\s+([\d.]+)\s+([\d.]+)\s+\|\s+([\d.]+)\s+([\d.]+)", line)
+    if m:
+        rows.append({"op": m[1], "math": m[2], "shape": [int(m[3]), int(m[4]), int(m[5])], "fwd_ms": float(m[6]),
+                     "fwd_tflops": float(m[7]), "bwd_ms": float(m[8]), "bwd_tflops": float(m[9])})
+print(json.dumps({"device": device, "rows": rows}))
+PY
+      )
       if [ "$aa_gc_rc" = 0 ]; then
-        aa_gc_record bench_cuda_ops passed "$aa_gc_secs" "GEMM and attention timings: logs/bench_cuda_ops.log"
+        aa_gc_record bench_cuda_ops passed "$aa_gc_secs" "GEMM and attention timings: logs/bench_cuda_ops.log" "$figs"
       else
         aa_gc_record bench_cuda_ops failed "$aa_gc_secs" "exit $aa_gc_rc: $(tail -1 "$aa_gc_logs/bench_cuda_ops.log")"
       fi
