@@ -10,10 +10,11 @@
 #       Fails if DIR is over --max-mib (default 64 MiB less the tracked
 #       tree, which travels with it). --no-build bundles the --build-dir as it is (the
 #       suite's test does so with its own build).
-#   scripts/gpu-check.sh run [--bundle DIR] [--budget S]
+#   scripts/gpu-check.sh run [--bundle DIR] [--budget S] [--only STEP,STEP...]
 #       There (or anywhere): every CUDA step under its own timeout, the whole run within
 #       S seconds (default 450); writes $OUT/gpu-check/summary.{json,txt} (OUT default
 #       ./gpu-check-out). Without a GPU each step is skipped with the reason, exit 0.
+#       --only runs the steps named (a rerun of those that failed), the others skipped.
 #   scripts/gpu-check.sh collect-libs LIBDIR BIN...
 #       Copies into LIBDIR each library ldd resolves for BIN that is not allowed to
 #       come from the device image (the allowed list: aa_gc_allowed below).
@@ -273,11 +274,15 @@ aa_gc_test() {
   fi
   counts=$(grep -Eo '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$log" | tail -1)
   read -r p _ f _ s _ <<<"${counts:-0 x 0 x 0 x}"
-  local figs="{\"passed\": $p, \"failed\": $f, \"skipped\": $s}"
+  # The tests that failed, by name (the harness prints "- NAME" before each, "-> FAILED" after).
+  local failed_tests
+  failed_tests=$(awk '/^- / { t = $2 } /-> FAILED/ { printf "%s\"%s\"", (n++ ? ", " : ""), t }' "$log")
+  local figs="{\"passed\": $p, \"failed\": $f, \"skipped\": $s, \"failed_tests\": [$failed_tests]}"
   if [ "$aa_gc_rc" = 124 ] || [ "$aa_gc_rc" = 137 ]; then
     aa_gc_record "$name" failed "$aa_gc_secs" "timed out after $limit s (log: logs/$name.log)" "$figs"
   elif [ "$aa_gc_rc" != 0 ] || [ "$f" != 0 ]; then
-    reason=$(grep -m1 -E 'FAIL|CHECK|error|not found' "$log" || tail -1 "$log")
+    reason=$(awk '/^- / { t = $2 } /FAIL / { sub(/^ +/, ""); print t ": " $0; exit }' "$log")
+    [ -n "$reason" ] || reason=$(grep -m1 -E 'error|not found|Assert|Sanitizer' "$log" || tail -1 "$log")
     aa_gc_record "$name" failed "$aa_gc_secs" "exit $aa_gc_rc: ${reason:0:300}" "$figs"
   elif [ "$p" = 0 ]; then
     reason=$(grep -m1 'skipped:' "$log" | sed 's/^ *skipped: *//')
@@ -316,6 +321,37 @@ aa_gc_model() { # FILE GLOBAL_BATCH: GPT-2 124M's shape (as bench/cuda_train.sh)
  "vocab_size": 50304}, "train": {"global_batch": $2, "steps": 10, "lr": 6e-4, "warmup_steps": 2, "eval_every": 0},
  "data": {"train": "$3"}}
 JSON
+}
+
+aa_gc_step_bench_ops() {
+  local limit
+  if ! aa_gc_have bench_cuda_ops bench_cuda_ops; then
+    :
+  elif limit=$(aa_gc_limit 60); then
+    aa_gc_timed "$limit" "$aa_gc_logs/bench_cuda_ops.log" "$aa_gc_bin/bench_cuda_ops" 20
+    # Its table's rows: op, math, N, C, OC | fwd ms, TFLOP/s | bwd ms, TFLOP/s.
+    local figs
+    figs=$(aa_gc_py - "$aa_gc_logs/bench_cuda_ops.log" <<'PY'
+import json, re, sys
+rows, device = [], None
+for line in open(sys.argv[1], errors="replace"):
+  if line.startswith("device:"):
+      device = line[7:].strip()
+  m = re.match(r"(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\s+([\d.]+)\s+([\d.]+)\s+\|\s+([\d.]+)\s+([\d.]+)", line)
+  if m:
+      rows.append({"op": m[1], "math": m[2], "shape": [int(m[3]), int(m[4]), int(m[5])], "fwd_ms": float(m[6]),
+                   "fwd_tflops": float(m[7]), "bwd_ms": float(m[8]), "bwd_tflops": float(m[9])})
+print(json.dumps({"device": device, "rows": rows}))
+PY
+    )
+    if [ "$aa_gc_rc" = 0 ]; then
+      aa_gc_record bench_cuda_ops passed "$aa_gc_secs" "GEMM and attention timings: logs/bench_cuda_ops.log" "$figs"
+    else
+      aa_gc_record bench_cuda_ops failed "$aa_gc_secs" "exit $aa_gc_rc: $(tail -1 "$aa_gc_logs/bench_cuda_ops.log")"
+    fi
+  else
+    aa_gc_record bench_cuda_ops skipped 0 "the run's budget ran out"
+  fi
 }
 
 aa_gc_step_bench_train() {
@@ -526,14 +562,36 @@ aa_gc_step_auto() {
   fi
 }
 
+# The steps of run, in their order.
+AA_GC_STEPS="cuda_device cuda_ops reference_gpt2_cuda reference_llama_cuda generate_cuda cuda_train bench_cuda_ops
+bench_cuda_train calib plan_compare auto_tiny nccl_group nccl_hosts nccl_all_to_all"
+aa_gc_only=""
+
+# aa_gc_step NAME CMD...: CMD, unless --only leaves the step NAME out.
+aa_gc_step() {
+  if [ -n "$aa_gc_only" ] && [[ "$aa_gc_only" != *",$1,"* ]]; then
+    aa_gc_record "$1" skipped 0 "not asked for (--only)"
+    return
+  fi
+  "${@:2}"
+}
+
 aa_gc_run() {
   local bundle="" budget=450
   while [ $# -gt 0 ]; do
     case "$1" in
     --bundle) bundle=${2:?--bundle needs a value}; shift 2 ;;
     --budget) budget=${2:?--budget needs a value}; shift 2 ;;
+    --only) aa_gc_only=,${2:?--only needs a value},; shift 2 ;;
     *) aa_gc_usage ;;
     esac
+  done
+  local w
+  for w in ${aa_gc_only//,/ }; do
+    if ! [[ " ${AA_GC_STEPS//$'\n'/ } " == *" $w "* ]]; then
+      echo "gpu-check: run: --only takes steps of: ${AA_GC_STEPS//$'\n'/ } (not '$w')" >&2
+      exit 2
+    fi
   done
   if ! [[ "$budget" =~ ^[0-9]+$ ]] || [ "$budget" -lt 30 ] || [ "$budget" -gt 3600 ]; then
     echo "gpu-check: run: --budget takes seconds, 30 to 3600, not '$budget'" >&2
@@ -611,8 +669,7 @@ aa_gc_run() {
     fi
   fi
 
-  local steps="cuda_device cuda_ops reference_gpt2_cuda reference_llama_cuda generate_cuda cuda_train nccl_group
-nccl_hosts nccl_all_to_all bench_cuda_ops bench_cuda_train calib plan_compare auto_tiny" s
+  local steps=$AA_GC_STEPS s
   if [ -n "$no_gpu" ] || [ -n "$bundle_err" ]; then
     for s in $steps; do
       if [ -n "$no_gpu" ]; then aa_gc_record "$s" skipped 0 "$no_gpu"; else aa_gc_record "$s" failed 0 "$bundle_err"; fi
@@ -627,49 +684,23 @@ nccl_hosts nccl_all_to_all bench_cuda_ops bench_cuda_train calib plan_compare au
     esac
     "$aa_gc_bin/autoaccel" data synth --out "$aa_gc_work/data" --bytes 4000000 >/dev/null 2>&1
     "$aa_gc_bin/autoaccel" data synth --out "$aa_gc_work/tiny-data" --bytes 200000 >/dev/null 2>&1
-    aa_gc_test cuda_device 60 "" test_cuda
-    aa_gc_test cuda_ops 120 "" test_cuda_ops
-    aa_gc_test reference_gpt2_cuda 60 "" test_reference cuda
-    aa_gc_test reference_llama_cuda 60 "" test_reference llama cuda
-    aa_gc_test generate_cuda 60 cuda test_generate
-    aa_gc_test cuda_train 90 "" test_cuda_train
-    aa_gc_test nccl_group 60 nccl_backend test_comm
-    aa_gc_test nccl_hosts 60 nccl_hosts test_comm
-    aa_gc_test nccl_all_to_all 60 nccl test_comm_alltoall
-    local limit
-    if ! aa_gc_have bench_cuda_ops bench_cuda_ops; then
-      :
-    elif limit=$(aa_gc_limit 60); then
-      aa_gc_timed "$limit" "$aa_gc_logs/bench_cuda_ops.log" "$aa_gc_bin/bench_cuda_ops" 20
-      # Its table's rows: op, math, N, C, OC | fwd ms, TFLOP/s | bwd ms, TFLOP/s.
-      local figs
-      figs=$(aa_gc_py - "$aa_gc_logs/bench_cuda_ops.log" <<'PY'
-import json, re, sys
-rows, device = [], None
-for line in open(sys.argv[1], errors="replace"):
-    if line.startswith("device:"):
-        device = line[7:].strip()
-    m = re.match(r"(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\|\s+([\d.]+)\s+([\d.]+)\s+\|\s+([\d.]+)\s+([\d.]+)", line)
-    if m:
-        rows.append({"op": m[1], "math": m[2], "shape": [int(m[3]), int(m[4]), int(m[5])], "fwd_ms": float(m[6]),
-                     "fwd_tflops": float(m[7]), "bwd_ms": float(m[8]), "bwd_tflops": float(m[9])})
-print(json.dumps({"device": device, "rows": rows}))
-PY
-      )
-      if [ "$aa_gc_rc" = 0 ]; then
-        aa_gc_record bench_cuda_ops passed "$aa_gc_secs" "GEMM and attention timings: logs/bench_cuda_ops.log" "$figs"
-      else
-        aa_gc_record bench_cuda_ops failed "$aa_gc_secs" "exit $aa_gc_rc: $(tail -1 "$aa_gc_logs/bench_cuda_ops.log")"
-      fi
-    else
-      aa_gc_record bench_cuda_ops skipped 0 "the run's budget ran out"
-    fi
-    aa_gc_step_bench_train
+    aa_gc_step cuda_device aa_gc_test cuda_device 60 "" test_cuda
+    aa_gc_step cuda_ops aa_gc_test cuda_ops 120 "" test_cuda_ops
+    aa_gc_step reference_gpt2_cuda aa_gc_test reference_gpt2_cuda 60 "" test_reference cuda
+    aa_gc_step reference_llama_cuda aa_gc_test reference_llama_cuda 60 "" test_reference llama cuda
+    aa_gc_step generate_cuda aa_gc_test generate_cuda 60 cuda test_generate
+    aa_gc_step cuda_train aa_gc_test cuda_train 90 "" test_cuda_train
+    aa_gc_step bench_cuda_ops aa_gc_step_bench_ops
+    aa_gc_step bench_cuda_train aa_gc_step_bench_train
     local clocks_loaded
     clocks_loaded=$(aa_gc_smi)
-    aa_gc_step_calib
-    aa_gc_step_plan "$profile"
-    aa_gc_step_auto
+    aa_gc_step calib aa_gc_step_calib
+    aa_gc_step plan_compare aa_gc_step_plan "$profile"
+    aa_gc_step auto_tiny aa_gc_step_auto
+    # NCCL last: a collective that hangs in this sandbox costs its own step only.
+    aa_gc_step nccl_group aa_gc_test nccl_group 45 nccl_backend test_comm
+    aa_gc_step nccl_hosts aa_gc_test nccl_hosts 45 nccl_hosts test_comm
+    aa_gc_step nccl_all_to_all aa_gc_test nccl_all_to_all 45 nccl test_comm_alltoall
     gpu_json="{\"idle\": $gpu_json, \"after_bench\": ${clocks_loaded:-{\}}}"
   fi
   aa_gc_write_summary "$gpu_json" "$libs_json" "$(($(date +%s) - t_start))" "$bundle"

@@ -154,6 +154,35 @@ PY
     bash -c '[ "$(ls "$1" | wc -l)" -le 8 ] && [ -z "$(find "$1" -mindepth 1 -type d)" ]' _ "$tmp/out3/gpu-check"
   check "the steps' logs are in logs.tar.gz" \
     bash -c 'tar -tzf "$1" | grep -q "logs/cuda_ops.log"' _ "$tmp/out3/gpu-check/logs.tar.gz"
+
+  # The unpacked bundle runs as it is; --only reruns the steps named. A test binary that fails
+  # (a stand-in printing what the harness prints) fails its step with the test's name and line.
+  cp "$b/gpu-check.sh" "$b/MANIFEST" "$u/"
+  cat >"$u/bin/test_cuda" <<'SH'
+#!/bin/sh
+printf -- '- device_query_answers\n  FAIL tests/test_cuda.c:12: n >= 1: got 0\n  -> FAILED\n- other\n0 passed, 1 failed, 1 skipped\n' >&2
+exit 1
+SH
+  (cd "$tmp" && PATH="$tmp/fakebin:$PATH" CUDA_VISIBLE_DEVICES=GPU-00000000-0000-0000-0000-000000000000 \
+    OUT="$tmp/out4" bash "$u/gpu-check.sh" run --only cuda_device,cuda_ops >"$tmp/run4.log" 2>&1)
+  check "the rerun exits 0" test $? = 0
+  out=$("$PY" - "$tmp/out4/gpu-check/summary.json" <<'PY'
+import json, sys
+s = {x["name"]: x for x in json.load(open(sys.argv[1]))["steps"]}
+bad = []
+c = s["cuda_device"]
+if c["status"] != "failed" or c["reason"] != "exit 1: device_query_answers: FAIL tests/test_cuda.c:12: n >= 1: got 0":
+    bad.append("cuda_device %s" % c)
+if c["figures"] != {"passed": 0, "failed": 1, "skipped": 1, "failed_tests": ["device_query_answers"]}:
+    bad.append("figures %s" % c["figures"])
+if s["cuda_ops"]["status"] != "skipped" or s["cuda_ops"]["reason"].startswith("not asked"):
+    bad.append("cuda_ops %s" % s["cuda_ops"])
+bad += [k for k, x in s.items() if k not in ("cuda_device", "cuda_ops") and x["reason"] != "not asked for (--only)"]
+print("ok" if not bad else "; ".join(bad))
+PY
+  )
+  check "--only and a failing test: $out" test "$out" = ok
+  expect 2 "--only takes steps of: .* \(not 'frob'\)" bash "$u/gpu-check.sh" run --only cuda_ops,frob
 fi
 
 echo "gpu-check: $pass passed, $fail failed"
