@@ -278,8 +278,13 @@ aa_gc_test() {
   local failed_tests
   failed_tests=$(awk '/^- / { t = $2 } /-> FAILED/ { printf "%s\"%s\"", (n++ ? ", " : ""), t }' "$log")
   local figs="{\"passed\": $p, \"failed\": $f, \"skipped\": $s, \"failed_tests\": [$failed_tests]}"
+  # The test under way when it hung or died.
+  local last
+  last=$(awk '/^- / { t = $2 } END { print t }' "$log")
   if [ "$aa_gc_rc" = 124 ] || [ "$aa_gc_rc" = 137 ]; then
-    aa_gc_record "$name" failed "$aa_gc_secs" "timed out after $limit s (log: logs/$name.log)" "$figs"
+    aa_gc_record "$name" failed "$aa_gc_secs" "timed out after $limit s in ${last:-its start} (log: logs/$name.log)" "$figs"
+  elif [ "$aa_gc_rc" -gt 128 ]; then
+    aa_gc_record "$name" failed "$aa_gc_secs" "died of signal $((aa_gc_rc - 128)) in ${last:-its start}: $(tail -1 "$log" | head -c 300)" "$figs"
   elif [ "$aa_gc_rc" != 0 ] || [ "$f" != 0 ]; then
     reason=$(awk '/^- / { t = $2 } /FAIL / { sub(/^ +/, ""); print t ": " $0; exit }' "$log")
     [ -n "$reason" ] || reason=$(grep -m1 -E 'error|not found|Assert|Sanitizer' "$log" || tail -1 "$log")

@@ -156,12 +156,18 @@ PY
     bash -c 'tar -tzf "$1" | grep -q "logs/cuda_ops.log"' _ "$tmp/out3/gpu-check/logs.tar.gz"
 
   # The unpacked bundle runs as it is; --only reruns the steps named. A test binary that fails
-  # (a stand-in printing what the harness prints) fails its step with the test's name and line.
+  # (a stand-in printing what the harness prints) fails its step with the test's name and line,
+  # and one that crashes with the signal and the test under way.
   cp "$b/gpu-check.sh" "$b/MANIFEST" "$u/"
   cat >"$u/bin/test_cuda" <<'SH'
 #!/bin/sh
 printf -- '- device_query_answers\n  FAIL tests/test_cuda.c:12: n >= 1: got 0\n  -> FAILED\n- other\n0 passed, 1 failed, 1 skipped\n' >&2
 exit 1
+SH
+  cat >"$u/bin/test_cuda_ops" <<'SH'
+#!/bin/sh
+printf -- '- matmul_matches_cpu\n' >&2
+kill -SEGV $$
 SH
   (cd "$tmp" && PATH="$tmp/fakebin:$PATH" CUDA_VISIBLE_DEVICES=GPU-00000000-0000-0000-0000-000000000000 \
     OUT="$tmp/out4" bash "$u/gpu-check.sh" run --only cuda_device,cuda_ops >"$tmp/run4.log" 2>&1)
@@ -175,7 +181,7 @@ if c["status"] != "failed" or c["reason"] != "exit 1: device_query_answers: FAIL
     bad.append("cuda_device %s" % c)
 if c["figures"] != {"passed": 0, "failed": 1, "skipped": 1, "failed_tests": ["device_query_answers"]}:
     bad.append("figures %s" % c["figures"])
-if s["cuda_ops"]["status"] != "skipped" or s["cuda_ops"]["reason"].startswith("not asked"):
+if s["cuda_ops"]["status"] != "failed" or not s["cuda_ops"]["reason"].startswith("died of signal 11 in matmul_matches_cpu"):
     bad.append("cuda_ops %s" % s["cuda_ops"])
 bad += [k for k, x in s.items() if k not in ("cuda_device", "cuda_ops") and x["reason"] != "not asked for (--only)"]
 print("ok" if not bad else "; ".join(bad))
