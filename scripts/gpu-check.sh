@@ -192,8 +192,9 @@ aa_gc_bundle() {
   } >"$dir/MANIFEST"
   local listing
   listing=$(ls -l "$dir/lib" | awk 'NR > 1 { printf "  %-28s %9d\n", $9, $5 }')
-  # Packed, the folder travels in a third of the room (OpenBLAS alone is 36 MB); run unpacks it.
-  tar -C "$dir" -czf "$dir/payload.tar.gz" bin lib src && rm -rf "${dir:?}/bin" "${dir:?}/lib" "${dir:?}/src" ||
+  # Packed, the folder travels in 40 % of the room (OpenBLAS alone is 36 MB); run unpacks it.
+  # gzip -1: 20 MB in a third of -6's time (which packs to 17).
+  tar -C "$dir" -cf - bin lib src | gzip -1 >"$dir/payload.tar.gz" && rm -rf "${dir:?}/bin" "${dir:?}/lib" "${dir:?}/src" ||
     aa_gc_die "bundle: packing $dir/payload.tar.gz failed"
   local kib tree_kib
   kib=$(du -sk "$dir" | awk '{ print $1 }')
