@@ -383,7 +383,7 @@ PY
   if [ "$aa_gc_rc" = 0 ]; then
     aa_gc_record bench_cuda_train passed "$aa_gc_secs" "MFU: $mfu (targets: bf16_flash 45 %, then 55 %)" "$figs"
   else
-    aa_gc_record bench_cuda_train failed "$aa_gc_secs" "exit $aa_gc_rc ${mfu:+(done: $mfu) }$(tail -1 "$aa_gc_logs/bench_cuda_train.log")" "$figs"
+    aa_gc_record bench_cuda_train failed "$aa_gc_secs" "exit $aa_gc_rc${mfu:+ (done: $mfu)}: $(tail -1 "$aa_gc_logs/bench_cuda_train.log")" "$figs"
   fi
 }
 
