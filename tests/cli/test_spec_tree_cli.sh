@@ -95,6 +95,12 @@ expect 0 "done: 6 steps" "$AA" train "$tmp/exp/child.json" --out "$tmp/wz" --str
   { fail=$((fail + 1)); echo "FAIL: weights-only rank file is $(size "$tmp/wz/step_000003.ckpt.rank0of2") bytes"; }
 expect 0 "holds no optimizer state" "$AA" train "$tmp/exp/child.json" --threads 1 --out "$tmp/wz2" \
   --resume "$tmp/wz/step_000003.ckpt"
+# Tensor-parallel rank files likewise (2 ranks, each a slice of the parameters).
+printf '{"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 2}}\n' >"$tmp/tp2.json"
+expect 0 "keep-last 1: removed .*step_000003.ckpt \(3 files\)" "$AA" train "$tmp/exp/child.json" --out "$tmp/wt" \
+  --strategy "$tmp/tp2.json" --checkpoint-every 3 --weights-only-checkpoints --keep-last 1 --steps 7
+expect 0 "holds no optimizer state .*at step 6" "$AA" train "$tmp/exp/child.json" --threads 1 --out "$tmp/wt2" \
+  --resume "$tmp/wt/step_000006.ckpt" --steps 7
 expect 2 "--keep-last needs an integer" "$AA" train "$tmp/exp/child.json" --keep-last -1
 
 echo "$pass passed, $fail failed"
