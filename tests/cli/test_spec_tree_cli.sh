@@ -85,7 +85,16 @@ size() { wc -c <"$1" | tr -d ' '; }
   pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: sizes $(size "$tmp/w/step_000004.ckpt") $(size "$tmp/k/step_000004.ckpt")"; }
 expect 0 "holds no optimizer state .*the optimizer restarts .*at step 4" "$AA" train "$tmp/exp/child.json" \
   --threads 1 --out "$tmp/w2" --resume "$tmp/w/step_000004.ckpt"
-expect 0 "done: 2 steps" "$AA" train "$tmp/exp/child.json" --threads 1 --out "$tmp/w2" --resume "$tmp/w/step_000004.ckpt"
+# Step 5's loss comes before its update: from the same step-4 weights and
+# data position it is the full checkpoint's to the last digit; step 6's,
+# after an update with fresh moments, is not.
+"$AA" train "$tmp/exp/child.json" --threads 1 --out "$tmp/w2" --resume "$tmp/w/step_000004.ckpt" \
+  --losses "$tmp/lw.txt" >/dev/null 2>&1
+"$AA" train "$tmp/exp/child.json" --threads 1 --out "$tmp/w3" --resume "$tmp/k/step_000004.ckpt" \
+  --losses "$tmp/lf.txt" >/dev/null 2>&1
+[ "$(sed -n 1p "$tmp/lw.txt")" = "$(sed -n 1p "$tmp/lf.txt")" ] && [ -n "$(sed -n 1p "$tmp/lw.txt")" ] &&
+  [ "$(sed -n 2p "$tmp/lw.txt")" != "$(sed -n 2p "$tmp/lf.txt")" ] && pass=$((pass + 1)) ||
+  { fail=$((fail + 1)); echo "FAIL: weights-only resume losses $(cat "$tmp/lw.txt") vs full $(cat "$tmp/lf.txt")"; }
 # Over 2 ZeRO-1 ranks: every rank file holds its parameters only, and one
 # process resumes from the manifest.
 printf '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2}, "zero": 1}\n' >"$tmp/z1.json"
