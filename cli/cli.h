@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 int aa_cmd_train(int argc, char **argv);
 int aa_cmd_data(int argc, char **argv);
@@ -77,5 +78,30 @@ int aa_cli_parse_devices(const char *arg, aa_cli_devices_t *d);
  * "cuda" and checks every ordinal exists. 0 (nothing to do on the CPU), or
  * the reason, prefixed with "--devices ARG" (a failure, exit 1). */
 int aa_cli_resolve_devices(aa_cli_devices_t *d, const char *arg);
+
+/* --set KEY.PATH=VALUE, the overrides every command that reads a model
+ * spec takes (cli/spec_arg.c; docs/cli.md "Overriding a model spec"): a
+ * command takes them out of its arguments with aa_cli_take_sets before
+ * its getopt_long loop, ends its --help with aa_cli_set_help, and loads
+ * its spec with aa_cli_spec_load. */
+#define AA_CLI_SETS_MAX 64
+typedef struct aa_cli_sets {
+  const char *v[AA_CLI_SETS_MAX]; /* borrowed from argv */
+  int n;
+} aa_cli_sets_t;
+struct option;
+/* Moves every "--set V" and "--set=V" of argv[1..*argc) into s, in order,
+ * and closes the gap (*argc shrinks, argv[*argc] = NULL), so getopt_long
+ * never sees them. The value of an option of longopts that takes one is
+ * skipped ("--out --set" is --out's), and "--" ends the options. 0, or
+ * prints "autoaccel <cmd>: --set ..." (a missing value, a malformed one:
+ * aa_spec_set_check, or more than AA_CLI_SETS_MAX) to stderr and returns
+ * -1 (a usage error). */
+int aa_cli_take_sets(int *argc, char **argv, const struct option *longopts, const char *cmd,
+                     aa_cli_sets_t *s);
+/* The --set paragraph of a command's --help, printed after the rest. */
+void aa_cli_set_help(FILE *f);
+/* aa_spec_load_set of path with s's overrides (s may be NULL). */
+int aa_cli_spec_load(struct aa_model_spec *out, const char *path, const aa_cli_sets_t *s);
 
 #endif

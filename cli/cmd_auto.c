@@ -175,6 +175,7 @@ static void usage(FILE *f) {
           "The planner's and executors' log goes to <state dir>/auto-<pid>.log (removed on success).\n"
           "Exit codes: 0 success, 1 failure (bad spec, no strategy could run, training failed,\n"
           "interrupted), 2 usage.\n");
+  aa_cli_set_help(f);
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -202,6 +203,8 @@ int aa_cmd_auto(int argc, char **argv) {
   const char *devices_arg = "cpu:1";
   int threads = 0, warmup = -1, measured = 0, c;
   long long v;
+  aa_cli_sets_t sets = {0};
+  if (aa_cli_take_sets(&argc, argv, longopts, "auto", &sets)) return AA_EXIT_USAGE;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -265,7 +268,7 @@ int aa_cmd_auto(int argc, char **argv) {
 
   aa_model_spec_t spec;
   char home[AA_PATH_MAX], out_dir[AA_PATH_MAX], sock[AA_PATH_MAX], addr[AA_PATH_MAX + 8], log_path[AA_PATH_MAX + 32];
-  if (aa_spec_load(&spec, model_path) || aa_spec_require_planned(&spec, on_cuda, model_path) ||
+  if (aa_cli_spec_load(&spec, model_path, &sets) || aa_spec_require_planned(&spec, on_cuda, model_path) ||
       aa_spec_require_data(&spec, model_path))
     return aa_cli_fail("auto");
   so.spec = &spec;

@@ -46,10 +46,12 @@ static void usage(FILE *f) {
           "  -h, --help           this help\n"
           "Exit codes: 0 success, 1 failure (bad checkpoint, tokenizer or prompt), 2 usage error.\n",
           DEFAULT_MAX_TOKENS, DEFAULT_SEED);
+  aa_cli_set_help(f);
 }
 
 typedef struct {
   const char *ckpt, *model, *prompt, *tokenizer, *device;
+  aa_cli_sets_t sets; /* --set overrides of the model spec */
   int max_tokens, max_tokens_given, kv_cache, threads;
   uint64_t seed;
   aa_sampler_t s;
@@ -99,6 +101,7 @@ static int parse(int argc, char **argv, args_t *a) {
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   *a = (args_t){.max_tokens = DEFAULT_MAX_TOKENS, .kv_cache = 1, .seed = DEFAULT_SEED, .s = {0.0f, 0, 1.0f}};
+  if (aa_cli_take_sets(&argc, argv, longopts, "generate", &a->sets)) return AA_EXIT_USAGE;
   optind = 1;
   opterr = 0;
   int c;
@@ -241,7 +244,8 @@ int aa_cmd_generate(int argc, char **argv) {
   size_t n = 0;
   const aa_ops_t *ops;
   int cuda = -1;
-  if ((rc = aa_spec_load(&spec, a.model)) || (rc = aa_arch_require_engine(&spec.arch, a.model)) ||
+  if ((rc = aa_cli_spec_load(&spec, a.model, &a.sets)) ||
+      (rc = aa_arch_require_engine(&spec.arch, a.model)) ||
       (a.tokenizer && (rc = aa_tokenizer_load(&tok, a.tokenizer))) ||
       (rc = encode(tok, a.prompt, spec.arch.vocab_size, &ids, &n)))
     goto cleanup;

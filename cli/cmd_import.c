@@ -33,6 +33,7 @@ static void usage_import(FILE *f) {
              "  --out CKPT           the checkpoint to write (required)\n"
              "  -h, --help           this help\n"
              "Exit codes: 0 success, 1 failure (bad or mismatched weights, i/o), 2 usage error.\n");
+  aa_cli_set_help(f);
 }
 
 static void usage_export(FILE *f) {
@@ -49,11 +50,13 @@ static void usage_export(FILE *f) {
           "  --dtype T            f32 (default), bf16 or f16\n"
           "  -h, --help           this help\n"
           "Exit codes: 0 success, 1 failure (bad checkpoint, i/o), 2 usage error.\n");
+  aa_cli_set_help(f);
 }
 
 typedef struct {
   const char *src, *model, *out;
   aa_dtype_t dtype;
+  aa_cli_sets_t sets; /* --set overrides of the model spec */
 } args_t;
 
 /* Parses SRC --model M --out O [--dtype T]: 0, or an exit code to return
@@ -74,6 +77,7 @@ static int parse(const char *cmd, int argc, char **argv, void (*usage)(FILE *), 
   optind = 1;
   opterr = 0;
   a->dtype = AA_F32;
+  if (aa_cli_take_sets(&argc, argv, longopts, cmd, &a->sets)) return AA_EXIT_USAGE;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     switch (c) {
     case 'm': a->model = optarg; break;
@@ -132,8 +136,8 @@ int aa_cmd_import(int argc, char **argv) {
   aa_model_spec_t spec;
   aa_gpt_t *m = NULL;
   aa_import_info_t info;
-  if (aa_spec_load(&spec, a.model) || make_model(&spec, a.model, &m) || aa_import_weights(m, a.src, &info) ||
-      aa_ckpt_save(a.out, m, NULL, NULL)) {
+  if (aa_cli_spec_load(&spec, a.model, &a.sets) || make_model(&spec, a.model, &m) ||
+      aa_import_weights(m, a.src, &info) || aa_ckpt_save(a.out, m, NULL, NULL)) {
     aa_gpt_free(m);
     return aa_cli_fail("import");
   }
@@ -153,8 +157,8 @@ int aa_cmd_export(int argc, char **argv) {
   if (rc) return rc < 0 ? AA_EXIT_OK : rc;
   aa_model_spec_t spec;
   aa_gpt_t *m = NULL;
-  if (aa_spec_load(&spec, a.model) || make_model(&spec, a.model, &m) || aa_ckpt_load(a.src, m, NULL, NULL) ||
-      aa_export_weights(m, a.out, a.dtype)) {
+  if (aa_cli_spec_load(&spec, a.model, &a.sets) || make_model(&spec, a.model, &m) ||
+      aa_ckpt_load(a.src, m, NULL, NULL) || aa_export_weights(m, a.out, a.dtype)) {
     aa_gpt_free(m);
     return aa_cli_fail("export");
   }

@@ -72,6 +72,7 @@ static void usage(FILE *f) {
           "  -h, --help            this help\n\n"
           "Exit codes: 0 success, 1 failure (no planner, bad model file, no calibration of the kind,\n"
           "unknown or bad device profile), 2 usage.\n");
+  aa_cli_set_help(f);
 }
 
 static int bad_usage(const char *fmt, const char *arg) {
@@ -188,6 +189,8 @@ int aa_cmd_plan(int argc, char **argv) {
   long long top = 5;
   int devices = 0, hosts = 1, c;
   bool json = false, separate = false;
+  aa_cli_sets_t sets = {0};
+  if (aa_cli_take_sets(&argc, argv, longopts, "plan", &sets)) return AA_EXIT_USAGE;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -244,7 +247,7 @@ int aa_cmd_plan(int argc, char **argv) {
                        "attention, which it measured",
                        attention_arg);
     aa_model_spec_t spec;
-    if (aa_spec_load(&spec, argv[optind])) return aa_cli_fail("plan");
+    if (aa_cli_spec_load(&spec, argv[optind], &sets)) return aa_cli_fail("plan");
     const aa_cli_plan_local_t o = {.spec = &spec,
                                    .profile = profile,
                                    .devices = devices,
@@ -269,7 +272,7 @@ int aa_cmd_plan(int argc, char **argv) {
     return bad_usage("--device must be a device of the pool's kind, not '%s'", device);
   aa_model_spec_t spec;
   char *model = NULL;
-  if (aa_spec_load(&spec, argv[optind]) ||
+  if (aa_cli_spec_load(&spec, argv[optind], &sets) ||
       aa_spec_require_planned(&spec, !strcmp(kind, "cuda"), argv[optind]) || aa_spec_to_json(&spec, &model))
     return aa_cli_fail("plan");
   json_t *args =

@@ -56,6 +56,7 @@ static void usage_check(FILE *f) {
              "                       checked (default: not checked)\n"
              "  --memory BYTES       a device's memory (e.g. 80G): fail when a rank cannot fit\n"
              "  -h, --help           this help\n");
+  aa_cli_set_help(f);
 }
 
 static int usage_error(const char *cmd, void (*usage)(FILE *), const char *msg, const char *arg) {
@@ -225,6 +226,8 @@ static int cmd_check(int argc, char **argv) {
   long long world = 0;
   size_t memory = 0;
   int c;
+  aa_cli_sets_t sets = {0};
+  if (aa_cli_take_sets(&argc, argv, opts, "strategy check", &sets)) return AA_EXIT_USAGE;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -250,7 +253,8 @@ static int cmd_check(int argc, char **argv) {
   const char *path = argv[optind];
   aa_strategy_t s;
   aa_model_spec_t spec;
-  if (aa_strategy_load(&s, path) || aa_spec_load(&spec, model)) return aa_cli_fail("strategy check");
+  if (aa_strategy_load(&s, path) || aa_cli_spec_load(&spec, model, &sets))
+    return aa_cli_fail("strategy check");
   /* As `train` replays it on that many ranks (ATorch's rule: the data
    * degree takes the ranks the others leave). */
   char note[160] = "";

@@ -452,6 +452,7 @@ static void usage(FILE *f) {
           "Without --wait prints \"submitted job N\". The state directory is $AUTOACCEL_HOME, else\n"
           "~/.autoaccel. Exit codes: 0 submitted (with --wait: the job is done), 1 failure (bad spec,\n"
           "no planner, the job failed), 2 usage.\n");
+  aa_cli_set_help(f);
 }
 
 int aa_cmd_submit(int argc, char **argv) {
@@ -468,6 +469,8 @@ int aa_cmd_submit(int argc, char **argv) {
   const char *planner = NULL, *token_file = NULL;
   long long v;
   int c;
+  aa_cli_sets_t sets = {0};
+  if (aa_cli_take_sets(&argc, argv, longopts, "submit", &sets)) return AA_EXIT_USAGE;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -512,7 +515,7 @@ int aa_cmd_submit(int argc, char **argv) {
   /* The spec is checked before connecting, so a bad file says so even when
    * no planner runs. */
   aa_model_spec_t spec;
-  if (aa_spec_load(&spec, model_path) || aa_spec_require_data(&spec, model_path))
+  if (aa_cli_spec_load(&spec, model_path, &sets) || aa_spec_require_data(&spec, model_path))
     return aa_cli_fail("submit");
   o.spec = &spec;
   char *from_json = NULL;

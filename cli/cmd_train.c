@@ -44,6 +44,13 @@ static void usage(FILE *f) {
          "                        --devices cuda: every visible GPU (CUDA_VISIBLE_DEVICES applies)\n"
          "  --steps N             override train.steps\n"
          "  --checkpoint-every N  save OUT/step_NNNNNN.ckpt every N steps (default: train.checkpoint_every)\n"
+         "  --keep-last N         keep only the N newest step checkpoints in OUT, deleting older ones once\n"
+         "                        the new one is written (Merak's save_total_limit; 0: keep all; default:\n"
+         "                        train.keep_last); final.ckpt is always kept\n"
+         "  --weights-only-checkpoints\n"
+         "                        save checkpoints without the optimizer state (Merak's no_save_optim;\n"
+         "                        default: train.weights_only_checkpoints): a third of the size; resuming\n"
+         "                        from one restarts the optimizer, and says so\n"
          "  --out DIR             output directory (default: runs/<model name>)\n"
          "  --resume CKPT         continue from a training checkpoint; losses match an uninterrupted run\n"
          "  --log-every N         print a step line every N steps (default 10; first and last always)\n"
@@ -61,6 +68,7 @@ static void usage(FILE *f) {
          "With cpu:N, rank 0 prints and writes the outputs; a rank that fails or dies makes every\n"
          "other rank stop within seconds, and the command exits 1 naming it.\n"
          "Exit codes: 0 success, 1 failure (bad spec, data or checkpoint; divergence), 2 usage.\n");
+  aa_cli_set_help(f);
 }
 
 /* A saved strategy replayed on `world` ranks: ATorch's load_strategy rule
@@ -160,15 +168,24 @@ static int train_ranks(const aa_model_spec_t *spec, const aa_train_opts_t *o, co
 }
 
 int aa_cmd_train(int argc, char **argv) {
-  static const struct option longopts[] = {
-      {"threads", required_argument, 0, 't'}, {"steps", required_argument, 0, 's'},
-      {"checkpoint-every", required_argument, 0, 'c'}, {"out", required_argument, 0, 'o'},
-      {"resume", required_argument, 0, 'r'}, {"log-every", required_argument, 0, 'l'},
-      {"losses", required_argument, 0, 'L'}, {"summary-json", required_argument, 0, 'j'},
-      {"strategy", required_argument, 0, 'S'}, {"memory-limit", required_argument, 0, 'M'},
-      {"device", required_argument, 0, 'D'}, {"tf32", no_argument, 0, 'F'},
-      {"devices", required_argument, 0, 'N'}, {"backend", required_argument, 0, 'B'},
-      {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  static const struct option longopts[] = {{"threads", required_argument, 0, 't'},
+                                           {"steps", required_argument, 0, 's'},
+                                           {"checkpoint-every", required_argument, 0, 'c'},
+                                           {"out", required_argument, 0, 'o'},
+                                           {"resume", required_argument, 0, 'r'},
+                                           {"log-every", required_argument, 0, 'l'},
+                                           {"losses", required_argument, 0, 'L'},
+                                           {"summary-json", required_argument, 0, 'j'},
+                                           {"strategy", required_argument, 0, 'S'},
+                                           {"memory-limit", required_argument, 0, 'M'},
+                                           {"device", required_argument, 0, 'D'},
+                                           {"tf32", no_argument, 0, 'F'},
+                                           {"devices", required_argument, 0, 'N'},
+                                           {"backend", required_argument, 0, 'B'},
+                                           {"keep-last", required_argument, 0, 'K'},
+                                           {"weights-only-checkpoints", no_argument, 0, 'W'},
+                                           {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
   const char *strategy_path = NULL;
   aa_train_opts_t o = {.checkpoint_every = -1, .log_every = 10};
   long long v;
@@ -176,6 +193,8 @@ int aa_cmd_train(int argc, char **argv) {
   aa_cli_devices_t devs = {0};
   char one_device[32];
   const char *devices_arg = NULL, *backend = NULL;
+  aa_cli_sets_t sets = {0};
+  if (aa_cli_take_sets(&argc, argv, longopts, "train", &sets)) return AA_EXIT_USAGE;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -196,6 +215,11 @@ int aa_cmd_train(int argc, char **argv) {
       if ((v = aa_cli_parse_int("train", "--log-every", optarg, 1, 1000000000)) < 0) return AA_EXIT_USAGE;
       o.log_every = (int)v;
       break;
+    case 'K':
+      if ((v = aa_cli_parse_int("train", "--keep-last", optarg, 0, 1000000000)) < 0) return AA_EXIT_USAGE;
+      o.keep_last = v ? (int)v : -1;
+      break;
+    case 'W': o.weights_only = 1; break;
     case 'o': o.out_dir = optarg; break;
     case 'r': o.resume = optarg; break;
     case 'L': o.losses_path = optarg; break;
@@ -237,7 +261,7 @@ int aa_cmd_train(int argc, char **argv) {
     return AA_EXIT_USAGE;
   }
   aa_model_spec_t spec;
-  if (aa_spec_load(&spec, argv[optind]) || aa_spec_require_data(&spec, argv[optind]))
+  if (aa_cli_spec_load(&spec, argv[optind], &sets) || aa_spec_require_data(&spec, argv[optind]))
     return aa_cli_fail("train");
   int on_cpu = !o.device || !strcmp(o.device, "cpu");
   if (devices_arg && !on_cpu) {

@@ -11,6 +11,7 @@
 
 #include "aa.h"
 #include "json.h"
+#include "spec_tree.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -99,7 +100,7 @@ static int read_path(const aa_json_ctx_t *c, const char *path, const json_t *v, 
   { .key = k, .kind = AA_JSON_OBJECT, .required = req }
 
 /* Order is the order fields are checked, documented and listed in errors.
- * Sections are only type-checked here; parse_buffer reads each with its
+ * Sections are only type-checked here; parse_root reads each with its
  * own table, after the top level. */
 static const aa_json_field_t top_fields[] = {
     {.key = "name", .kind = AA_JSON_STRING, .check = name_rule, AT(aa_model_spec_t, name)},
@@ -156,6 +157,11 @@ static const aa_json_field_t train_fields[] = {
     INT_F("eval_every", false, 0, INT_MAX, 100, aa_train_cfg_t, eval_every),
     INT_F("eval_batches", false, 1, INT_MAX, 8, aa_train_cfg_t, eval_batches),
     INT_F("checkpoint_every", false, 0, INT_MAX, 0, aa_train_cfg_t, checkpoint_every),
+    INT_F("keep_last", false, 0, INT_MAX, 0, aa_train_cfg_t, keep_last),
+    {.key = "weights_only_checkpoints", .kind = AA_JSON_BOOL, AT(aa_train_cfg_t, weights_only)},
+    /* Merak's names of the two above; parse_train reads them. */
+    {.key = "save_total_limit", .kind = AA_JSON_KEY},
+    {.key = "no_save_optim", .kind = AA_JSON_KEY},
 };
 
 static const aa_json_field_t data_fields[] = {
@@ -225,6 +231,35 @@ static int parse_model(const ctx_t *c, const json_t *obj, aa_arch_t *a) {
   return check_arch(&c->json, a);
 }
 
+/* Merak's save_total_limit (-1: keep all, else at least 1) and
+ * no_save_optim, read into keep_last and weights_only; a setting is given
+ * under one of its names only. */
+static int parse_merak_names(const ctx_t *c, const json_t *obj, aa_train_cfg_t *t) {
+  const json_t *lim = json_object_get(obj, "save_total_limit"), *nso = json_object_get(obj, "no_save_optim");
+  if (lim && json_object_get(obj, "keep_last"))
+    return aa_json_fail(&c->json, AA_EINVAL, "train.save_total_limit",
+                        "is Merak's name for train.keep_last: give one of the two");
+  if (nso && json_object_get(obj, "weights_only_checkpoints"))
+    return aa_json_fail(&c->json, AA_EINVAL, "train.no_save_optim",
+                        "is Merak's name for train.weights_only_checkpoints: give one of the two");
+  if (lim) {
+    if (!json_is_integer(lim))
+      return aa_json_fail_type(&c->json, "train.save_total_limit", "an integer", lim);
+    json_int_t v = json_integer_value(lim);
+    if (v != -1 && (v < 1 || v > INT_MAX))
+      return aa_json_fail(&c->json, AA_EINVAL, "train.save_total_limit",
+                          "must be -1 (keep every checkpoint) or between 1 and %d (got %lld)", INT_MAX,
+                          (long long)v);
+    t->keep_last = v < 0 ? 0 : (int)v;
+  }
+  if (nso) {
+    if (!json_is_boolean(nso))
+      return aa_json_fail_type(&c->json, "train.no_save_optim", "true or false", nso);
+    t->weights_only = json_is_true(nso);
+  }
+  return 0;
+}
+
 static int parse_train(const ctx_t *c, const json_t *obj, aa_train_cfg_t *t) {
   aa_json_fields_default(train_fields, NFIELDS(train_fields), t);
   int rc = aa_json_read_fields(&c->json, obj, "train", train_fields, NFIELDS(train_fields), t);
@@ -238,7 +273,7 @@ static int parse_train(const ctx_t *c, const json_t *obj, aa_train_cfg_t *t) {
   if (t->warmup_steps > t->steps)
     return aa_json_fail(&c->json, AA_EINVAL, "train.warmup_steps", "must be <= train.steps (%d > %d)",
                         t->warmup_steps, t->steps);
-  return 0;
+  return parse_merak_names(c, obj, t);
 }
 
 /* The default name: the basename of origin without a ".json" suffix. */
@@ -255,22 +290,28 @@ static int default_name(const ctx_t *c, char *dst) {
   return 0;
 }
 
+/* Whether top-level key (section "") or data.key is a file path: the
+ * fields read_path reads, which a base file's directory anchors. */
+static bool is_path_field(const char *section, const char *key) {
+  const aa_json_field_t *t = !*section ? top_fields : !strcmp(section, "data") ? data_fields : NULL;
+  size_t n = !*section ? NFIELDS(top_fields) : NFIELDS(data_fields);
+  for (size_t i = 0; t && i < n; i++)
+    if (t[i].parse == read_path && !strcmp(t[i].key, key)) return true;
+  return false;
+}
 
-/* Parses len bytes of JSON text into *out (written only on success). */
-static int parse_buffer(aa_model_spec_t *out, const char *buf, size_t len, ctx_t *c) {
-  const char *origin = c->json.origin;
+/* Validates the document root into *out (written only on success). */
+static int parse_root(aa_model_spec_t *out, const json_t *root, ctx_t *c) {
   c->json.data = c;
-  json_t *root;
-  int prc = aa_json_parse_text(buf, len, SPEC_MAX_BYTES, origin, "a spec", "a JSON object", &root);
-  if (prc) return prc;
-
+  /* A file's "extends" is merged away before this (spec_tree.c): one left
+   * here came from text (the planner's, a --set), which names no file. */
+  if (json_is_object(root) && json_object_get(root, "extends"))
+    return aa_json_fail(&c->json, AA_EINVAL, "extends",
+                        "only a spec file may extend another (not a spec given as text, nor a --set)");
   /* Parsed into a local so *out stays untouched on any failure. */
   aa_model_spec_t *s = calloc(1, sizeof *s);
   int rc = 0;
-  if (!s) {
-    rc = aa_error(AA_ENOMEM, "%s: out of memory", origin);
-    goto cleanup;
-  }
+  if (!s) return aa_error(AA_ENOMEM, "%s: out of memory", c->json.origin);
   if ((rc = aa_json_read_top(&c->json, root, top_fields, NFIELDS(top_fields), s))) goto cleanup;
   if ((rc = parse_model(c, json_object_get(root, "model"), &s->arch))) goto cleanup;
   if ((rc = parse_train(c, json_object_get(root, "train"), &s->train))) goto cleanup;
@@ -283,7 +324,6 @@ static int parse_buffer(aa_model_spec_t *out, const char *buf, size_t len, ctx_t
 
 cleanup:
   free(s);
-  json_decref(root);
   return rc;
 }
 
@@ -291,33 +331,39 @@ int aa_spec_parse(aa_model_spec_t *out, const char *json, const char *base_dir, 
   ctx_t c = {.json = {.origin = origin ? origin : "<string>"},
              .base_dir = (base_dir && *base_dir) ? base_dir : NULL,
              .stem_of = (origin && *origin) ? origin : "model"};
-  return parse_buffer(out, json, strlen(json), &c);
+  json_t *root;
+  int rc =
+      aa_json_parse_text(json, strlen(json), SPEC_MAX_BYTES, c.json.origin, "a spec", "a JSON object", &root);
+  if (rc) return rc;
+  rc = parse_root(out, root, &c);
+  json_decref(root);
+  return rc;
 }
 
-int aa_spec_load(aa_model_spec_t *out, const char *path) {
-  char *buf = NULL, *dir = NULL;
-  size_t len = 0;
-  int rc = aa_read_file(path, SPEC_MAX_BYTES, "a spec", &buf, &len);
+int aa_spec_set_check(const char *set) { return aa_spec_tree_check_set(set); }
+
+int aa_spec_load_set(aa_model_spec_t *out, const char *path, const char *const *sets, size_t nsets) {
+  aa_spec_tree_t *tree = NULL;
+  json_t *root = NULL;
+  int rc = aa_spec_tree_load(&tree, &root, path, SPEC_MAX_BYTES, sets, nsets, is_path_field);
   if (rc) return rc;
   /* The spec's directory: everything before the last '/', "/" for a file
    * in the root, none (stay relative to the cwd) for a bare file name. */
+  char *dir = NULL;
   const char *slash = strrchr(path, '/');
   if (slash) {
     size_t dlen = slash == path ? 1 : (size_t)(slash - path);
-    dir = malloc(dlen + 1);
-    if (!dir) {
-      free(buf);
-      return aa_error(AA_ENOMEM, "%s: out of memory", path);
-    }
-    memcpy(dir, path, dlen);
-    dir[dlen] = '\0';
+    if (!(dir = strndup(path, dlen))) rc = aa_error(AA_ENOMEM, "%s: out of memory", path);
   }
   ctx_t c = {.json = {.origin = path}, .base_dir = dir, .stem_of = path};
-  rc = parse_buffer(out, buf, len, &c);
+  if (!rc && (rc = parse_root(out, root, &c))) aa_spec_tree_blame(tree, path);
   free(dir);
-  free(buf);
+  json_decref(root);
+  aa_spec_tree_free(tree);
   return rc;
 }
+
+int aa_spec_load(aa_model_spec_t *out, const char *path) { return aa_spec_load_set(out, path, NULL, 0); }
 
 int aa_spec_require_planned(const aa_model_spec_t *s, bool cuda, const char *what) {
   if (!s->arch.moe.experts || !cuda) return 0;
@@ -495,9 +541,9 @@ static int fields_to_json(json_t *obj, const aa_json_field_t *t, size_t n, const
       v = json_string(abs);
       break;
     }
-    case AA_JSON_BOOL:
+    case AA_JSON_BOOL: v = json_boolean(*(const int *)p); break;
     case AA_JSON_OBJECT:
-    case AA_JSON_KEY: continue; /* the caller writes sections */
+    case AA_JSON_KEY: continue; /* the caller writes sections; a KEY is another name of a field */
     }
     if (!v || json_object_set_new(obj, f->key, v)) return aa_error(AA_ENOMEM, "spec: out of memory");
   }

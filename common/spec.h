@@ -8,6 +8,7 @@
 #define AA_SPEC_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define AA_PATH_MAX 4096
@@ -89,6 +90,8 @@ typedef struct aa_train_cfg {
   int eval_every;        /* steps between validation passes, 0 = only at end; default 100 */
   int eval_batches;      /* batches per validation pass, default 8 */
   int checkpoint_every;  /* steps between checkpoints, 0 = none; default 0 */
+  int keep_last;         /* step checkpoints kept, the newest (Merak's save_total_limit); 0 = all, default */
+  int weights_only;      /* checkpoints without optimizer state (Merak's no_save_optim); default 0 */
 } aa_train_cfg_t;
 
 typedef struct aa_model_spec {
@@ -106,6 +109,28 @@ typedef struct aa_model_spec {
  *   "model.json: model.n_head: must divide model.d_model (768 % 5 != 0)".
  * *out is written only on success. */
 int aa_spec_load(aa_model_spec_t *out, const char *path);
+
+/* aa_spec_load with the config tree (docs/model-spec.md "extends"): the
+ * file may name a base spec with "extends" (relative to it; chains of up
+ * to 16 files), whose fields its own override, merged key by key for
+ * objects (a JSON merge patch, RFC 7396: null removes a key, arrays and
+ * other values replace); then the nsets "KEY.PATH=VALUE" overrides
+ * (borrowed; a command's --set) are applied in order the same way, VALUE
+ * read as JSON when it is JSON text, else as a string. The merged
+ * document is validated exactly as a plain file (unknown keys refused),
+ * and the message of a field that fails names the layer that set it when
+ * that is not the file itself ("...; model.foo is set in base.json (which
+ * a.json extends)", "...; model.foo is set by --set model.foo=1"). A
+ * base's data and init_weights paths are relative to the base's
+ * directory, a --set's to the current directory. What the spec means is
+ * the merged document: its hash (aa_arch_hash) and aa_spec_to_json do not
+ * depend on how the tree spelled it. *out is written only on success. */
+int aa_spec_load_set(aa_model_spec_t *out, const char *path, const char *const *sets, size_t nsets);
+
+/* Whether set is a well-formed override "KEY.PATH=VALUE" (non-empty keys
+ * separated by '.'): 0, or AA_EINVAL with "--set 'x': <rule>". Which keys
+ * exist is the validator's to say, when the spec is loaded. */
+int aa_spec_set_check(const char *set);
 
 /* Same, from a NUL-terminated JSON string; relative data paths are resolved
  * against base_dir (may be NULL = current directory); `origin` names the

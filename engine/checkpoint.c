@@ -623,7 +623,7 @@ static int units_match(const json_t *e, const layout_t *l, int p, int *bad_unit)
  * data shard; version 3: the pipeline layout too (pp, vpp, bounds), the
  * units of each pipeline rank, and one file per pipeline rank, tensor rank
  * and data shard. */
-static int open_manifest(source_t *s, const char *path, const aa_gpt_t *m) {
+static int open_manifest(source_t *s, const char *path, const aa_gpt_t *m, int want_opt) {
   json_t *root = NULL;
   int rc = read_manifest(path, &root);
   if (rc) return rc;
@@ -700,7 +700,7 @@ static int open_manifest(source_t *s, const char *path, const aa_gpt_t *m) {
       break;
     }
     header_t h;
-    if ((rc = open_file(file, m, 1, s->E[i], 1, &s->f[i], &h))) break;
+    if ((rc = open_file(file, m, 1, s->E[i], want_opt, &s->f[i], &h))) break;
     char got[17];
     snprintf(got, sizeof got, "%016llx", (unsigned long long)h.checksum);
     /* Files written at tensor degree 1 have zeros where a tensor rank's
@@ -735,7 +735,8 @@ static int open_manifest(source_t *s, const char *path, const aa_gpt_t *m) {
           file, h.pp_rank, h.pp, h.vpp, h.chunk_lo[0], path, p, pp, pipe.vpp, pipe.chunk_lo[0]);
     } else if (i == 0) {
       s->h = h;
-    } else if (h.step != s->h.step || h.adam_t != s->h.adam_t || h.rng != s->h.rng || h.data_pos != s->h.data_pos) {
+    } else if (h.step != s->h.step || h.adam_t != s->h.adam_t || h.rng != s->h.rng ||
+               h.data_pos != s->h.data_pos || (h.flags & FLAG_OPTIMIZER) != (s->h.flags & FLAG_OPTIMIZER)) {
       rc = aa_error(AA_ECORRUPT, "%s: the training state (step %d) differs from the first file's (step %d)", file,
                     h.step, s->h.step);
     }
@@ -755,7 +756,7 @@ static int source_open(source_t *s, const char *path, const aa_gpt_t *m, int wan
   fclose(f);
   int rc;
   if (c == '{') {
-    rc = open_manifest(s, path, m);
+    rc = open_manifest(s, path, m, want_opt);
   } else if (!(rc = layout_init(&s->lay, &m->arch, 1, 1, 1, NULL, path))) {
     /* One file: the whole model, in the layout of tensor and pipeline
      * degree 1. */
@@ -850,17 +851,25 @@ static int read_resharded(source_t *s, const aa_gpt_t *m, int sec, size_t a, siz
   return 0;
 }
 
+/* What a load reads besides the parameters: nothing, the optimizer
+ * moments (a file without them is an error), or the moments when the file
+ * has them (a resume from a weights-only checkpoint restarts the optimizer). */
+typedef enum { LOAD_WEIGHTS, LOAD_OPTIMIZER, LOAD_IF_ANY } load_mode_t;
+
 /* The load behind aa_ckpt_load (z NULL: the full buffers of m and opt) and
- * aa_ckpt_load_zero (what z holds). Every file is checked before anything
+ * aa_ckpt_load_zero (what z holds), in mode; *read_opt (may be NULL) says
+ * whether the moments were read. Every file is checked before anything
  * is written. A checkpoint of m's layout (tensor degree, pipeline place)
  * is read slice for slice (the rank's own files); one of another layout,
  * and a last stage's copy of wte|wpe (whose owner's files hold it),
  * through both layouts' tables. */
-static int load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_zero_t *z, aa_train_state_t *st) {
-  int want_opt = z ? st != NULL : opt != NULL;
+static int load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_zero_t *z, aa_train_state_t *st,
+                load_mode_t mode, bool *read_opt) {
   source_t s;
-  int rc = source_open(&s, path, m, want_opt);
+  int rc = source_open(&s, path, m, mode == LOAD_OPTIMIZER);
   if (rc) return rc;
+  /* The moments are read when asked for and (LOAD_IF_ANY) present. */
+  const int want_opt = mode != LOAD_WEIGHTS && (s.h.flags & FLAG_OPTIMIZER);
   const int U = aa_gpt_n_units(m), same = layout_is_models(&s.lay, m);
   const int q = (m->pp > 1 ? m->pipe.stage : 0) * m->tp + m->tp_rank;
   const int copy = aa_pp_unit0_is_copy(m->pp > 1 ? &m->pipe : NULL, &m->arch);
@@ -896,6 +905,7 @@ static int load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_zero_t *z, aa
       if (z) z->opt.t = s.h.adam_t;
       else opt->t = s.h.adam_t;
     }
+    if (read_opt) *read_opt = want_opt;
     if (st) {
       st->step = s.h.step;
       st->rng.s = s.h.rng;
@@ -913,11 +923,15 @@ static int load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_zero_t *z, aa
 }
 
 int aa_ckpt_load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_train_state_t *st) {
-  return load(path, m, opt, NULL, st);
+  return load(path, m, opt, NULL, st, opt ? LOAD_OPTIMIZER : LOAD_WEIGHTS, NULL);
 }
 
 int aa_ckpt_load_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_train_state_t *st) {
-  return load(path, m, NULL, z, st);
+  return load(path, m, NULL, z, st, st ? LOAD_OPTIMIZER : LOAD_WEIGHTS, NULL);
+}
+
+int aa_ckpt_load_resume(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_train_state_t *st, bool *optimizer) {
+  return load(path, m, NULL, z, st, LOAD_IF_ANY, optimizer);
 }
 
 /* --- collective saves ---------------------------------------------------------------- */
@@ -930,6 +944,7 @@ typedef struct {
   aa_zero_t *z;
   aa_comm_t *pipe;
   float *staging;
+  int sections; /* 3: parameters and both moments; 1: the parameters alone (weights only) */
 } gang_t;
 
 /* Makes each rank's outcome of one part of a collective save everyone's:
@@ -958,14 +973,14 @@ static int agree(const gang_t *g, int rc, const char *path) {
  * all of it), its chunk of every unit it holds in the three sections,
  * except a copy of wte|wpe (its owner saves it). */
 static int write_shard(const char *file, const aa_gpt_t *m, const aa_zero_t *z, const aa_train_state_t *st,
-                       int shards, int r) {
+                       int shards, int r, int sections) {
   int U = z->n_units;
   seg_t *seg = calloc(3 * (size_t)U, sizeof *seg);
   if (!seg) return aa_error(AA_ENOMEM, "out of memory");
   header_t h;
   state_header(&h, m, st);
-  h.flags = FLAG_OPTIMIZER | FLAG_SHARD;
-  h.adam_t = z->opt.t;
+  h.flags = (sections == 3 ? FLAG_OPTIMIZER : 0) | FLAG_SHARD;
+  h.adam_t = sections == 3 ? z->opt.t : 0;
   if (m->tp > 1 || m->pp > 1) {
     h.tp = (uint32_t)m->tp;
     h.tp_rank = (uint32_t)m->tp_rank;
@@ -981,7 +996,7 @@ static int write_shard(const char *file, const aa_gpt_t *m, const aa_zero_t *z, 
   }
   const int copy = aa_pp_unit0_is_copy(m->pp > 1 ? &m->pipe : NULL, &m->arch);
   int k = 0;
-  for (int which = 0; which < 3; which++) {
+  for (int which = 0; which < sections; which++) {
     for (int u = copy ? 1 : 0; u < U; u++) {
       aa_zero_range_t held;
       aa_zero_range(z, m, which, u, &held);
@@ -1188,7 +1203,7 @@ static int save_gang(const char *path, const gang_t *g, const aa_train_state_t *
     return save_experts(path, g, st);
   }
   if (z->stage == 0 && m->tp == 1 && m->pp == 1)
-    return agree(g, z->rank == 0 ? aa_ckpt_save(path, m, &z->opt, st) : 0, path);
+    return agree(g, z->rank == 0 ? aa_ckpt_save(path, m, g->sections == 3 ? &z->opt : NULL, st) : 0, path);
   /* At stage 0 the data ranks hold the same state: data rank 0 of each
    * tensor and pipeline rank writes all of its own. */
   const int p = m->pp > 1 ? m->pipe.stage : 0;
@@ -1197,7 +1212,7 @@ static int save_gang(const char *path, const gang_t *g, const aa_train_state_t *
     char file[AA_PATH_MAX + 64];
     int r = z->stage ? z->rank : 0;
     if (!(rc = rank_file(file, sizeof file, path, m->pp, p, m->tp, m->tp_rank, r, shards)))
-      rc = write_shard(file, m, z, st, shards, r);
+      rc = write_shard(file, m, z, st, shards, r, g->sections);
   }
   if ((rc = agree(g, rc, path))) return rc;
   return agree(
@@ -1210,13 +1225,19 @@ int aa_ckpt_save_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, const aa_trai
   return aa_ckpt_save_pipe(path, m, z, NULL, st);
 }
 
-int aa_ckpt_save_pipe(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_comm_t *pipe,
-                      const aa_train_state_t *st) {
+/* aa_ckpt_save_pipe of `sections` sections (gang_t). */
+static int save_pipe(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_comm_t *pipe, const aa_train_state_t *st,
+                     int sections) {
+  if (sections == 1 && m->ep > 1)
+    return aa_error(AA_EUNSUPPORTED,
+                    "%s: weights-only checkpoints under expert parallelism are not supported yet (save the "
+                    "optimizer state)",
+                    path);
   if (m->pp > 1 && !pipe)
     return aa_error(AA_EINVAL,
                     "%s: pipeline rank %d of %d holds part of the model: save with its pipeline group", path,
                     m->pipe.stage, m->pp);
-  gang_t g = {m, z, pipe && aa_comm_world(pipe) > 1 ? pipe : NULL, NULL};
+  gang_t g = {m, z, pipe && aa_comm_world(pipe) > 1 ? pipe : NULL, NULL, sections};
   aa_flatbuf_t staging = {0};
   /* Allocated before the first collective: a rank that cannot stage its
    * sums cannot take part in any. */
@@ -1228,4 +1249,14 @@ int aa_ckpt_save_pipe(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_comm_t *pi
   int rc = save_gang(path, &g, st);
   aa_flatbuf_free(&staging, NULL);
   return rc;
+}
+
+int aa_ckpt_save_pipe(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_comm_t *pipe,
+                      const aa_train_state_t *st) {
+  return save_pipe(path, m, z, pipe, st, 3);
+}
+
+int aa_ckpt_save_weights(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_comm_t *pipe,
+                         const aa_train_state_t *st) {
+  return save_pipe(path, m, z, pipe, st, 1);
 }

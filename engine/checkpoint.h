@@ -5,6 +5,9 @@
 #ifndef AA_CHECKPOINT_H
 #define AA_CHECKPOINT_H
 
+#include <stdbool.h>
+#include <stdio.h>
+
 #include "loss_scale.h"
 #include "model.h"
 #include "optim.h"
@@ -86,6 +89,14 @@ int aa_ckpt_save_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, const aa_trai
 int aa_ckpt_save_pipe(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_comm_t *pipe,
                       const aa_train_state_t *st);
 
+/* aa_ckpt_save_pipe without the optimizer state (Merak's no_save_optim,
+ * `train --weights-only-checkpoints`): the same files with the parameters
+ * alone (flag bit 0 clear, one payload section; the training state in the
+ * header as before), a third of the size. A whole-model file of it also
+ * serves as init_weights. Under expert parallelism AA_EUNSUPPORTED. */
+int aa_ckpt_save_weights(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_comm_t *pipe,
+                         const aa_train_state_t *st);
+
 /* aa_ckpt_load into what this rank of z holds: path is a single-file
  * checkpoint or a manifest written at any data, tensor and pipeline degree
  * and stage (m may be a pipeline rank's model: it reads the units it
@@ -95,5 +106,26 @@ int aa_ckpt_save_pipe(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_comm_t *pi
  * checksummed whole first, and nothing changes unless every check
  * passes). With st NULL only the parameters are read (init_weights). */
 int aa_ckpt_load_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_train_state_t *st);
+
+/* aa_ckpt_load_zero of a checkpoint to resume from (st non-NULL): the
+ * parameters and the training state, and the optimizer moments when the
+ * checkpoint holds them. *optimizer says whether it did; when not (a
+ * weights-only save), z's optimizer is left as it was (a fresh one:
+ * zero moments, AdamW step 0) and the caller says so. */
+int aa_ckpt_load_resume(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_train_state_t *st, bool *optimizer);
+
+/* Retention of a run's step checkpoints (`train --keep-last N`, Merak's
+ * save_total_limit), called once the checkpoint of `step` is completely
+ * written (every rank's file and the manifest): of the checkpoints named
+ * "step_<6+ digits>.ckpt" in dir with a smaller step, all but the keep - 1
+ * newest are deleted, each checkpoint (a file or a manifest) before the
+ * rank files "step_N.ckpt.rank..|.tp..|.pp.." it names, and a line per
+ * deleted checkpoint goes to log (may be NULL). Checkpoints of a later
+ * step (another run's in the same folder), final.ckpt and every other
+ * name are left alone; entries are unlinked relative to the folder, so a
+ * symlink is removed itself and never followed, and a folder is skipped.
+ * keep <= 0: nothing. 0, or AA_EIO naming the entry that could not be
+ * read or deleted (the checkpoints are still there). */
+int aa_ckpt_retain(const char *dir, int keep, int step, FILE *log);
 
 #endif

@@ -202,9 +202,18 @@ static int save_checkpoint(trainer_t *t, const char *name) {
   t->state.scaler_last_overflow = t->scaler.last_overflow;
   t->state.scaler_hysteresis_left = t->scaler.hysteresis_left;
   t->state.skipped_steps = t->scaler.skipped;
-  int rc = aa_ckpt_save_pipe(path, t->model, &t->zero, t->mesh.group[AA_AXIS_PIPELINE], &t->state);
-  if (!rc) fprintf(t->log, "checkpoint %s (step %d)\n", path, t->state.step);
-  return rc;
+  const int weights = t->spec->train.weights_only;
+  int rc = (weights ? aa_ckpt_save_weights : aa_ckpt_save_pipe)(path, t->model, &t->zero,
+                                                                t->mesh.group[AA_AXIS_PIPELINE], &t->state);
+  if (rc) return rc;
+  fprintf(t->log, "checkpoint %s (step %d%s)\n", path, t->state.step, weights ? ", weights only" : "");
+  /* Only now that every rank's part is written may older ones go, by one
+   * rank; a failed deletion costs disk, not the run. */
+  const int keep = t->spec->train.keep_last;
+  if (keep && strncmp(name, "final", 5) && aa_comm_rank(t->world_group) == 0 &&
+      aa_ckpt_retain(t->out_dir, keep, t->state.step, t->log))
+    fprintf(t->log, "warning: keep-last %d: %s\n", keep, aa_last_error());
+  return 0;
 }
 
 /* Picks the backend opts->device names and initialises it. */
@@ -271,6 +280,10 @@ static int setup(trainer_t *t) {
   if ((rc = aa_strategy_resolve(&t->strat, s, aa_comm_world(t->world_group))))
     return aa_error_wrap(rc, "strategy");
   if ((rc = expert_supported(t))) return rc;
+  /* Said before the first step, not at the first checkpoint. */
+  if (s->train.weights_only && t->strat.ep > 1 && !t->opts->dryrun)
+    return aa_error(AA_EUNSUPPORTED,
+                    "weights-only checkpoints under expert parallelism are not supported yet");
   t->accum = aa_strategy_accum_steps(&t->strat, s);
   int B = t->strat.micro_batch;
   aa_mem_init(&t->mem, t->opts->memory_limit);
@@ -353,9 +366,15 @@ static int setup(trainer_t *t) {
   t->state.seed = s->train.seed;
   aa_rng_seed(&t->state.rng, s->train.seed);
   if (t->opts->resume) {
-    if ((rc = aa_ckpt_load_zero(t->opts->resume, t->model, &t->zero, &t->state)) ||
+    bool moments = false;
+    if ((rc = aa_ckpt_load_resume(t->opts->resume, t->model, &t->zero, &t->state, &moments)) ||
         (rc = aa_zero_publish(&t->zero, t->model)))
       return rc;
+    if (!moments)
+      fprintf(t->log,
+              "resume: %s holds no optimizer state (a weights-only checkpoint): the optimizer restarts "
+              "(AdamW moments zero, bias correction from its first step) at step %d\n",
+              t->opts->resume, t->state.step);
     t->loader.pos = t->state.data_pos;
     t->scaler.skipped = t->state.skipped_steps;
     if (t->strat.amp == AA_F16 && t->state.loss_scale > 0) {
@@ -685,6 +704,8 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
     if (run_spec.train.warmup_steps > opts->steps) run_spec.train.warmup_steps = opts->steps;
   }
   if (opts->checkpoint_every >= 0) run_spec.train.checkpoint_every = opts->checkpoint_every;
+  if (opts->keep_last) run_spec.train.keep_last = opts->keep_last < 0 ? 0 : opts->keep_last;
+  if (opts->weights_only) run_spec.train.weights_only = 1;
   t.spec = &run_spec;
   const aa_train_cfg_t *cfg = &run_spec.train;
   if ((rc = setup(&t))) goto cleanup;

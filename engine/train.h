@@ -47,6 +47,8 @@ typedef struct aa_train_opts {
   int threads;              /* worker threads; 0 = all online cores */
   int steps;                /* 0 = the spec's train.steps */
   int checkpoint_every;     /* -1 = the spec's train.checkpoint_every */
+  int keep_last;            /* step checkpoints kept: 0 = the spec's train.keep_last, -1 = all, N > 0 = N */
+  int weights_only;         /* 1: checkpoints without optimizer state; 0 = the spec's train.weights_only */
   int log_every;            /* print a step line every N steps (first and last always); >= 1 */
   const char *out_dir;      /* checkpoints go here; NULL = "runs/<name>" */
   const char *resume;       /* training checkpoint to resume from, or NULL */

@@ -368,12 +368,13 @@ static const struct {
   const char *key, *ok, *why;
 } seed_refused[] = {
     {"save_total_limit", NULL,
-     "Merak's checkpoint retention is a training option, not a strategy: give autoaccel train --keep-last N"},
+     "Merak's checkpoint retention is a training option, not a strategy: give autoaccel train --keep-last N "
+     "(or train.save_total_limit in the model spec)"},
     {"no_save_optim", "false",
-     "Merak's checkpoint contents are a training option, not a strategy: give autoaccel train --weights-only "
-     "to save the weights alone"},
+     "Merak's checkpoint contents are a training option, not a strategy: give autoaccel train --weights-only-checkpoints "
+     "(or train.no_save_optim in the model spec) to save the weights alone"},
     {"no_save_rng", NULL,
-     "Merak's checkpoint contents are a training option, not a strategy: give autoaccel train --weights-only "
+     "Merak's checkpoint contents are a training option, not a strategy: give autoaccel train --weights-only-checkpoints "
      "to save the weights alone"},
     {"global_batch_size", NULL, "the global batch belongs to the model spec: give train.global_batch there"},
     {"num_layers", NULL, "the model's shape belongs to the model spec: give model.n_layer there"},

@@ -255,9 +255,9 @@ static const seed_case_t cases[] = {
     {"Merak save_total_limit", "{" V1 ", \"save_total_limit\": 3}", AA_EUNSUPPORTED, NULL, 0,
      "checkpoint retention is a training option", "autoaccel train --keep-last N"},
     {"Merak no_save_optim", "{" V1 ", \"no_save_optim\": true}", AA_EUNSUPPORTED, NULL, 0, "not a strategy",
-     "autoaccel train --weights-only"},
+     "autoaccel train --weights-only-checkpoints"},
     {"Merak no_save_rng", "{" V1 ", \"no_save_rng\": true}", AA_EUNSUPPORTED, NULL, 0, "not a strategy",
-     "autoaccel train --weights-only"},
+     "autoaccel train --weights-only-checkpoints"},
 
     /* ---- Megatron Core: ModelParallelConfig -------------------------------- */
     {"Megatron tensor_model_parallel_size, pipeline_model_parallel_size (flat)",
