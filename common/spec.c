@@ -57,6 +57,16 @@ static int read_family(const aa_json_ctx_t *c, const char *path, const json_t *v
   return rc;
 }
 
+/* A boolean stored negated: "norm_topk_prob" (Hugging Face's name, true by
+ * default) into moe.topk_raw, so that a zeroed aa_moe_t is Mixtral's. */
+static int read_not_bool(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
+  int b = 0;
+  const aa_json_field_t f = {.kind = AA_JSON_BOOL, .size = sizeof b};
+  int rc = aa_json_read_value(c, path, &f, v, &b);
+  if (!rc) *(int *)dst = !b;
+  return rc;
+}
+
 /* A spec-relative path resolved against the spec's directory (absolute
  * paths are kept; no base_dir keeps the path relative to the current
  * directory) into char[AA_PATH_MAX]. */
@@ -124,6 +134,7 @@ static const aa_json_field_t moe_fields[] = {
     FLOAT_F("z_loss_coef", false, 0.0, false, 1e3, false, 0.0, aa_arch_t, moe.z_loss_coef),
     FLOAT_F("capacity_factor", false, 0.0, false, 1024.0, false, 0.0, aa_arch_t, moe.capacity_factor),
     BOOL_F("shared_expert_gate", aa_arch_t, moe.shared_expert_gate),
+    {.key = "norm_topk_prob", .kind = AA_JSON_CUSTOM, .parse = read_not_bool, AT(aa_arch_t, moe.topk_raw)},
 };
 #define NMOE (sizeof moe_fields / sizeof moe_fields[0])
 
@@ -227,7 +238,7 @@ static int parse_model(const ctx_t *c, const json_t *obj, aa_arch_t *a) {
   aa_json_fields_default(model_fields, NFIELDS(model_fields), a);
   aa_json_fields_default(moe_fields, NMOE, a);
   snprintf(a->family, sizeof a->family, "%s", family_choices[0]);
-  a->qkv_bias = a->moe.shared_expert_gate = 0; /* the bools' default: false */
+  a->qkv_bias = a->moe.shared_expert_gate = a->moe.topk_raw = 0; /* the bools' defaults */
   int rc = aa_json_read_fields(&c->json, obj, "model", model_fields, NFIELDS(model_fields), a);
   if (rc) return rc;
   if (!json_object_get(obj, "moe")) memset(&a->moe, 0, sizeof a->moe); /* dense: no MoE field set */
@@ -410,6 +421,8 @@ void aa_arch_hash(const aa_arch_t *a, char out[17]) {
                   (double)a->moe.capacity_factor, (double)a->moe.aux_loss_coef, (double)a->moe.z_loss_coef);
   if (a->moe.experts && a->moe.shared_expert_gate)
     n += snprintf(text + n, sizeof text - (size_t)n, ";shared_expert_gate=1");
+  if (a->moe.experts && a->moe.topk_raw)
+    n += snprintf(text + n, sizeof text - (size_t)n, ";norm_topk_prob=0");
   uint64_t h = aa_fnv1a(AA_FNV_INIT, text, (size_t)n);
   snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
@@ -495,6 +508,10 @@ static int fields_to_json(json_t *obj, const aa_json_field_t *t, size_t n, const
     case AA_JSON_CUSTOM: {
       if (f->parse == read_family) {
         v = json_stringn(p, strnlen(p, f->size));
+        break;
+      }
+      if (f->parse == read_not_bool) {
+        v = json_boolean(!*(const int *)p);
         break;
       }
       if (!p[0]) continue; /* optional path left out */

@@ -37,6 +37,8 @@ typedef struct aa_moe {
   float capacity_factor; /* 0 = dropless (default); > 0: ceil(c * tokens * k / E) slots an expert */
   int shared_expert_gate; /* 0/1: the shared experts' summed output times sigmoid(x wg), wg (1,C) one
                              gate a layer (Qwen-MoE's shared_expert_gate); needs shared_experts >= 1 */
+  int topk_raw;           /* 1: the k chosen probabilities weigh their experts as they are (the spec's
+                             "norm_topk_prob": false, Qwen-MoE's); 0 (default): renormalised to sum 1 */
 } aa_moe_t;
 
 typedef struct aa_arch {
@@ -156,7 +158,7 @@ int aa_arch_validate(const aa_arch_t *a);
  * "family=gpt2;n_layer=..;n_head=..;d_model=..;d_ff=..;seq_len=..;vocab_size=.."
  * (llama appends ";n_kv_head=..;rope_theta=..;norm_eps=..", %.9g, and
  * ";qkv_bias=1" when set; an MoE model then ";moe=E,k,F,S,every,capacity,aux,z",
- * and ";shared_expert_gate=1" when set): the texts, and so the hashes, of
+ * and ";shared_expert_gate=1", ";norm_topk_prob=0" when set): the texts, and so the hashes, of
  * architectures without the two options are what they were before them.
  * written as 16 lowercase hex digits + NUL into out (17 bytes). The same
  * architecture always gives the same hash whatever the JSON key order,

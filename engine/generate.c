@@ -257,6 +257,7 @@ int aa_decoder_create(aa_decoder_t **out, aa_gpt_t *m, int max_len) {
   }
   if ((rc = bind_params(d))) goto fail;
   if (d->E && (rc = aa_cpu_moe_route_alloc(&d->route, 1, d->E, d->K))) goto fail;
+  d->route.raw = a->moe.topk_raw;
 
   /* The step's rows: tok, x, a, mean, rstd, qkv, att, tmp, ff (2F: llama's
    * gate|up), ff2, logits, and an MoE block's (none for a dense model). */

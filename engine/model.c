@@ -545,6 +545,7 @@ static int moe_alloc(aa_gpt_t *m, const aa_act_layout_t *l) {
   for (int b = 0; b < a->n_layer && !rc; b++)
     if (aa_arch_is_moe_layer(a, b)) {
       rc = aa_cpu_moe_route_alloc(&m->routes[b], m->B * m->T, a->moe.experts, a->moe.top_k);
+      m->routes[b].raw = a->moe.topk_raw; /* norm_topk_prob false */
       if (!rc && m->dispatch)
         rc = aa_moe_dispatch_init(&m->dispatch[b], m->opts.expert, a->moe.experts,
                                   m->ep * m->B * m->T * a->moe.top_k);

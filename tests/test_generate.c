@@ -462,8 +462,9 @@ AA_TEST(moe_cached_matches_uncached) {
 }
 
 /* Qwen2-MoE's options: q/k/v biases in every block (the decoder's fused
- * q|k|v GEMM takes them as one bias) and two shared experts under a
- * sigmoid gate, against the training forward as above. */
+ * q|k|v GEMM takes them as one bias), two shared experts under a sigmoid
+ * gate and the top-k probabilities not renormalised (norm_topk_prob
+ * false), against the training forward as above. */
 AA_TEST(qwen_moe_cached_matches_uncached) {
   aa_arch_t la = {.family = "llama",
                   .n_layer = 3,
@@ -481,7 +482,8 @@ AA_TEST(qwen_moe_cached_matches_uncached) {
                           .d_ff_expert = 16,
                           .shared_experts = 2,
                           .every = 2,
-                          .shared_expert_gate = 1}};
+                          .shared_expert_gate = 1,
+                          .topk_raw = 1}};
   aa_gpt_t *m = NULL;
   CHECK_MSG(aa_gpt_create(&m, &la, aa_ops_cpu(), 1, la.seq_len, NULL) == 0, "%s", aa_last_error());
   if (!m) return;

@@ -1001,13 +1001,18 @@ static aa_arch_t qwen2_arch(void) {
 }
 
 /* Its Qwen2-MoE: 3 layers with q/k/v biases, layers 0 and 2 sparse blocks
- * of 4 experts (top-2, width 12) and one gated shared expert of width 24
- * (2 of 12), layer 1 dense. */
+ * of 4 experts (top-2, width 12, norm_topk_prob false) and one gated
+ * shared expert of width 24 (2 of 12), layer 1 dense. */
 static aa_arch_t qwen_moe_arch(void) {
   aa_arch_t a = llama_arch(3, 2);
   a.qkv_bias = 1;
-  a.moe = (aa_moe_t){
-      .experts = 4, .top_k = 2, .d_ff_expert = 12, .shared_experts = 2, .every = 2, .shared_expert_gate = 1};
+  a.moe = (aa_moe_t){.experts = 4,
+                     .top_k = 2,
+                     .d_ff_expert = 12,
+                     .shared_experts = 2,
+                     .every = 2,
+                     .shared_expert_gate = 1,
+                     .topk_raw = 1};
   return a;
 }
 

@@ -14,8 +14,10 @@
  *   moe2   llama_moe2_tiny.fixture: the MoE block in layer 0 only (every
  *          2), no shared expert, a dense SwiGLU in layer 1;
  *   qwen   qwen_moe_tiny.fixture (make_moe_llama_fixture.py): Qwen2-MoE,
- *          moe2's shape with q/k/v biases in both layers (qkv_bias) and two
- *          shared experts under Qwen-MoE's sigmoid gate (shared_expert_gate).
+ *          moe2's shape with q/k/v biases in both layers (qkv_bias), two
+ *          shared experts under Qwen-MoE's sigmoid gate (shared_expert_gate)
+ *          and the chosen probabilities not renormalised (norm_topk_prob
+ *          false).
  * The fixtures share the payload and the tolerances; only the header
  * (llama adds n_kv_head, rope_theta and norm_eps, moe the "moe" object's
  * fields), the tensor table and the import differ. The MoE fixtures' draws
@@ -133,7 +135,7 @@ static int fixture_load(fixture_t *f, const char *path) {
 
   size_t pos = 0;
   char magic[8];
-  int32_t dims[8], n_kv_head = 0, n_steps, moe_i[5] = {0}, qwen_i[2] = {0};
+  int32_t dims[8], n_kv_head = 0, n_steps, moe_i[5] = {0}, qwen_i[3] = {0, 0, 1};
   float rope[2], hyper[6], moe_f[3] = {0};
   const char *want_magic = qwen    ? FIXTURE_MAGIC_QWEN
                            : moe   ? FIXTURE_MAGIC_MOE
@@ -187,7 +189,8 @@ static int fixture_load(fixture_t *f, const char *path) {
                      .aux_loss_coef = moe_f[0],
                      .z_loss_coef = moe_f[1],
                      .capacity_factor = moe_f[2],
-                     .shared_expert_gate = qwen_i[1]};
+                     .shared_expert_gate = qwen_i[1],
+                     .topk_raw = !qwen_i[2]};
     f->arch.qkv_bias = qwen_i[0];
   }
   f->n_steps = n_steps;

@@ -600,10 +600,29 @@ AA_TEST(qwen_options_rules_counts_hash_and_round_trip) {
   aa_arch_hash(&ungated, h0);
   aa_arch_hash(&s.arch, h1);
   CHECK(strcmp(h0, h1) != 0);
-  CHECK(aa_spec_to_json(&s, &text) == 0 && text && strstr(text, "\"shared_expert_gate\":true"));
+  CHECK(aa_spec_to_json(&s, &text) == 0 && text && strstr(text, "\"shared_expert_gate\":true") &&
+        strstr(text, "\"norm_topk_prob\":true"));
   CHECK_MSG(text && aa_spec_parse(&back, text, "/specs", "model.json") == 0, "%s", aa_last_error());
   CHECK(!memcmp(&back.arch.moe, &s.arch.moe, sizeof s.arch.moe));
   free(text);
+  /* norm_topk_prob: true (Mixtral's renormalisation) unless set false;
+   * false is stored as moe.topk_raw and moves the hash. */
+  CHECK(s.arch.moe.topk_raw == 0);
+  CHECK(parse_parts(&s,
+                    MOE_MODEL "{\"experts\": 4, \"top_k\": 2, \"d_ff_expert\": 8, \"norm_topk_prob\": false}",
+                    NULL, NULL, NULL) == 0);
+  CHECK(s.arch.moe.topk_raw == 1);
+  aa_arch_t normed = s.arch;
+  normed.moe.topk_raw = 0;
+  aa_arch_hash(&normed, h0);
+  aa_arch_hash(&s.arch, h1);
+  CHECK(strcmp(h0, h1) != 0 && aa_arch_param_count(&normed) == aa_arch_param_count(&s.arch));
+  CHECK(aa_spec_to_json(&s, &text) == 0 && text && strstr(text, "\"norm_topk_prob\":false"));
+  CHECK_MSG(text && aa_spec_parse(&back, text, "/specs", "model.json") == 0, "%s", aa_last_error());
+  CHECK(back.arch.moe.topk_raw == 1);
+  free(text);
+  EXPECT_PARTS_ERROR(MOE_MODEL "{\"experts\": 4, \"top_k\": 2, \"d_ff_expert\": 8, \"norm_topk_prob\": 0}",
+                     NULL, NULL, NULL, AA_EINVAL, "model.moe.norm_topk_prob: must be true or false");
 
   aa_arch_t x = {.family = "llama",
                  .n_layer = 24,

@@ -92,6 +92,9 @@ int aa_cpu_moe_route(aa_moe_route_t *r, aa_moe_stats_t *stats, const float *logi
     int32_t *ex = r->expert + (size_t)n * k;                             // (k)
     float *w = r->weight + (size_t)n * k;                                // (k)
     aa_moe_topk(ex, w, l, p, E, k);
+    if (r->raw)
+      for (int j = 0; j < k; j++)
+        w[j] = p[ex[j]];
   }
 
   memset(r->counts, 0, (size_t)E * sizeof(int32_t));
@@ -377,6 +380,7 @@ void aa_cpu_moe_losses(float *aux, float *z, const float *logits, const float *p
 
 /* Per token, with p = probs, s = the sum of the chosen p, w_j = p_j / s:
  *   dp_e  = [e chosen as j] (dw_j - sum_i dw_i w_i) / s     renormalisation
+ *           (dw_j itself when r->raw: the weight is p_e)
  *         + dloss aux_coef E c_e / N^2                      aux, via P_e
  *   dl_e  = p_e (dp_e - sum_i p_i dp_i)                     softmax
  *         + dloss z_coef 2 lse / N p_e                      z-loss
@@ -404,7 +408,7 @@ void aa_cpu_moe_router_backward(float *dx, float *dwr, float *dlogits, const flo
       for (int e = 0; e < E; e++)
         dp[e] = aux_scale * (float)r->counts[e];
       for (int j = 0; j < k; j++)
-        dp[ex[j]] += (dw[j] - wdw) / s;
+        dp[ex[j]] += r->raw ? dw[j] : (dw[j] - wdw) / s;
       float pdp = 0.0f;
       for (int e = 0; e < E; e++)
         pdp += p[e] * dp[e];

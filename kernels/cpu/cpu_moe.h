@@ -18,7 +18,8 @@
  *   probs(N,E)  = softmax(logits)
  *   expert(N,k) = the k largest logits of each row, best first; equal
  *                 logits go to the lower expert index
- *   weight(N,k) = probs of the chosen / their sum   (Mixtral's renormalisation)
+ *   weight(N,k) = probs of the chosen / their sum   (Mixtral's renormalisation;
+ *                 the probs as they are when r->raw, Qwen-MoE's norm_topk_prob false)
  *   out(N,C)    = sum_j weight[n,j] expert_e(x[n])  over the kept slots
  *               + sum_s shared_s(x[n])              (unweighted, or times
  *                 sigmoid(x[n] . wg) when gated as Qwen-MoE's is)
@@ -66,6 +67,9 @@
 typedef struct aa_moe_route {
   int N, E, k;
   int capacity;     /* slots each expert keeps (N k when dropless) */
+  int raw;          /* set by the caller: 1 keeps the chosen probabilities as weights (Qwen-MoE's
+                       norm_topk_prob false), 0 (as allocated) renormalises them to sum 1; the
+                       CUDA ops (cuda_moe.h) always renormalise */
   int rows;         /* kept slots = rows of the permuted buffers */
   int32_t *expert;  /* (N,k) chosen experts, best first */
   float *weight;    /* (N,k) their renormalised probabilities */

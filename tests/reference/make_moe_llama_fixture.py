@@ -22,7 +22,9 @@ and the loss is the mean token cross-entropy plus, per MoE layer, its
     aux = aux_coef * E * sum_e (c_e / N) P_e   (c_e slots routed to e, P_e mean prob)
     z   = z_coef * mean_n logsumexp(logits[n])^2
 summed over the MoE layers. qwen_moe_tiny is Qwen2-MoE's block
-(Qwen2MoeSparseMoeBlock with norm_topk_prob) and attention: q, k and v
+(Qwen2MoeSparseMoeBlock with norm_topk_prob false, Qwen1.5-MoE's: the
+chosen probabilities weigh their experts as they are, not renormalised)
+and attention: q, k and v
 projections with biases (q = n2 wq^T + bq, ...; o without), and the
 shared experts' sum times sigmoid(n2 wg^T), wg (1,C) the
 shared_expert_gate. That sum is Megatron's and Switch's (each layer
@@ -41,7 +43,7 @@ make_llama_fixture.py) with magic "AAFIXE01" and after rope_theta, norm_eps:
     int32   experts, top_k, d_ff_expert, shared_experts, every
     float32 aux_loss_coef, z_loss_coef, capacity_factor (0: dropless)
 qwen_moe_tiny.fixture has magic "AAFIXQ01" and after those fields:
-    int32   qkv_bias, shared_expert_gate (0 or 1)
+    int32   qkv_bias, shared_expert_gate, norm_topk_prob (0 or 1)
 The engine layout is llama's (engine/model.h) with, in an MoE layer,
 router.w (E,C), experts.w13 (E*2Fe,C), experts.w2 (E*C,Fe) and with shared
 experts shared.w13 (S*2Fe,C), shared.w2 (S*C,Fe) in place of gate.w, up.w,
@@ -154,7 +156,7 @@ def moe(x, P, h, S, gated=False):
     seen["gap"] = min(seen["gap"], float((s[:, :K] - s[:, 1:K + 1]).min()))
     sel = torch.argsort(-logits.detach(), dim=-1, stable=True)[:, :K]
     psel = probs.gather(1, sel)
-    weight = psel / psel.sum(-1, keepdim=True)
+    weight = psel if gated else psel / psel.sum(-1, keepdim=True)  # Qwen's norm_topk_prob false
     w13 = P[h + "experts.w13"].view(E, 2 * FE, D_MODEL)
     w2 = P[h + "experts.w2"].view(E, D_MODEL, FE)
     ys = torch.stack([swiglu(x, w13[e], w2[e]) for e in range(E)])  # (E,N,C)
@@ -224,7 +226,7 @@ def variant(gen, stem, S, every, check, here, qwen=False):
         head += struct.pack("<i2f", N_KV_HEAD, ROPE_THETA, NORM_EPS)
         head += struct.pack("<5i3f", E, K, FE, S, every, AUX_COEF, Z_COEF, 0.0)
         if qwen:
-            head += struct.pack("<2i", 1, 1)
+            head += struct.pack("<3i", 1, 1, 0)
         seen["gap"] = math.inf
         P0 = {n: p.detach().clone().requires_grad_(True) for n, p in P.items()}
         gpt.write_fixture(path, head, forward, P, [(n, s, d) for n, s, d in specs], inputs, targets)

@@ -17,8 +17,8 @@ none.
 
 Qwen2-MoE (qwen_moe_arch): n_layer 3 of Qwen2's attention (biases too);
 layers 0 and 2 are Qwen2MoeSparseMoeBlock (moe.every 2) of E 4 experts of
-width Fe 12, top-2 with norm_topk_prob (the two weights renormalised, as
-autoaccel does), and one shared expert of width 24 = 2 Fe (autoaccel's
+width Fe 12, top-2 with norm_topk_prob false (the two probabilities weigh
+their experts as they are, as Qwen1.5-MoE's config says), and one shared expert of width 24 = 2 Fe (autoaccel's
 shared_experts 2) whose output is multiplied by sigmoid(x wg^T), wg the
 shared_expert_gate (1,C); layer 1 is a dense SwiGLU of d_ff 24 (Qwen2MoeMLP,
 mlp.gate_proj/up_proj/down_proj, as mlp_only_layers keeps it).
@@ -144,13 +144,13 @@ def forward(p, ids, L, moe_layers):
         x = x + (att @ vv).transpose(0, 1).reshape(Tn, C) @ q[h + "self_attn.o_proj.weight"].T
         n = rmsnorm(x, q[h + "post_attention_layernorm.weight"])
         if l in moe_layers:
-            # Qwen2MoeSparseMoeBlock with norm_topk_prob: softmax, top-k,
-            # renormalised; plus the shared expert times its sigmoid gate.
+            # Qwen2MoeSparseMoeBlock with norm_topk_prob false: softmax,
+            # top-k, not renormalised; plus the shared expert times its
+            # sigmoid gate.
             logits = n @ q[h + "mlp.gate.weight"].T
             s = torch.sort(logits, dim=-1, descending=True).values
             gap = min(gap, float((s[:, K - 1] - s[:, K]).min()))
             w, sel = torch.topk(logits.softmax(-1), K, dim=-1)
-            w = w / w.sum(-1, keepdim=True)
             out = torch.zeros_like(n)
             for t in range(Tn):
                 for j in range(K):
