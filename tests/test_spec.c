@@ -541,8 +541,9 @@ AA_TEST(llama_family_fields_rules_count_and_hash) {
 
 /* Qwen2's q/k/v biases (model.qkv_bias) and Qwen-MoE's shared-expert gate
  * (model.moe.shared_expert_gate): false by default, their rules, the
- * published parameter counts of Qwen2-7B (7,615,616,512: its model card's
- * 7.61 B, with the biases) and Qwen1.5-MoE-A2.7B (14.3 B, 2.7 B active: its
+ * published parameter counts of Qwen2-7B (7,615,616,512 with the biases:
+ * the model card of Qwen2.5-7B, the same shape, gives 7.61 B and 6.53 B
+ * without the embeddings) and Qwen1.5-MoE-A2.7B (14.3 B, 2.7 B active: its
  * 4 x 1408-wide shared expert as 4 shared experts of 1408), the hashes
  * (unchanged without the options, moved by each) and the round trip. */
 AA_TEST(qwen_options_rules_counts_hash_and_round_trip) {
