@@ -1236,6 +1236,15 @@ AA_TEST(qkv_biases_match_their_single_process_at_tp2_sp_pp2_and_dp2_tp2_zero3) {
   llama_equivalence((cfg_t){.model = QWEN_MODEL, .dp = 1, .pp = 2, .amp = AA_BF16}, REL_TOL_AMP);
 }
 
+/* A checkpoint of the biased model at tp 2 (each rank's q/k/v bias rows
+ * written as the slice of the whole tensors they are) resumes in one
+ * process and, bit for bit, at tp 2. */
+AA_TEST(a_tp2_checkpoint_with_qkv_biases_resumes_in_one_process_and_bit_identically_at_tp2) {
+  const cfg_t saved = {.model = QWEN_MODEL, .dp = 1, .tp = 2, .checkpoint_every = 3, .out = "qwen-tp2"};
+  const cfg_t resumes[] = {{.dp = 0, .out = "qwen-tp2-one"}, {.dp = 1, .tp = 2, .out = "qwen-tp2-tp2"}};
+  resume_from(saved, resumes, sizeof resumes / sizeof resumes[0], "qwen tp 2");
+}
+
 /* --- context parallelism ------------------------------------------------------------ */
 
 /* Context parallelism against the single process on the tensor-parallel
@@ -1581,6 +1590,7 @@ int main(void) {
   RUN(a_cp2_checkpoint_resumes_in_one_process_at_cp4_and_dp2_x_cp2_zero3_and_bit_identically_at_cp2);
   RUN(llama_matches_its_single_process_at_tp_pp_dp_with_amp_checkpointing_and_zero);
   RUN(qkv_biases_match_their_single_process_at_tp2_sp_pp2_and_dp2_tp2_zero3);
+  RUN(a_tp2_checkpoint_with_qkv_biases_resumes_in_one_process_and_bit_identically_at_tp2);
   RUN(a_killed_stage_makes_every_other_rank_fail_within_10_s);
   RUN(a_killed_rank_makes_every_other_rank_fail_within_10_s);
   RUN(a_rank_that_fails_makes_every_other_rank_fail);
