@@ -58,6 +58,16 @@ static int read_family(const aa_json_ctx_t *c, const char *path, const json_t *v
   return rc;
 }
 
+/* A boolean stored negated: "norm_topk_prob" (Hugging Face's name, true by
+ * default) into moe.topk_raw, so that a zeroed aa_moe_t is Mixtral's. */
+static int read_not_bool(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
+  int b = 0;
+  const aa_json_field_t f = {.kind = AA_JSON_BOOL, .size = sizeof b};
+  int rc = aa_json_read_value(c, path, &f, v, &b);
+  if (!rc) *(int *)dst = !b;
+  return rc;
+}
+
 /* A spec-relative path resolved against the spec's directory (absolute
  * paths are kept; no base_dir keeps the path relative to the current
  * directory) into char[AA_PATH_MAX]. */
@@ -94,6 +104,8 @@ static int read_path(const aa_json_ctx_t *c, const char *path, const json_t *v, 
     .key = k, .kind = AA_JSON_NUMBER, .required = req, .fmin = lo, .fmin_open = lo_open, .fmax = hi,         \
     .fmax_open = hi_open, .fdef = def, AT(type, m)                                                           \
   }
+#define BOOL_F(k, type, m)                                                                                   \
+  { .key = k, .kind = AA_JSON_BOOL, AT(type, m) }
 #define PATH_F(k, req, m)                                                                                    \
   { .key = k, .kind = AA_JSON_CUSTOM, .required = req, .parse = read_path, AT(aa_model_spec_t, m) }
 #define SECTION_F(k, req)                                                                                    \
@@ -122,6 +134,8 @@ static const aa_json_field_t moe_fields[] = {
     FLOAT_F("aux_loss_coef", false, 0.0, false, 1e3, false, 0.01, aa_arch_t, moe.aux_loss_coef),
     FLOAT_F("z_loss_coef", false, 0.0, false, 1e3, false, 0.0, aa_arch_t, moe.z_loss_coef),
     FLOAT_F("capacity_factor", false, 0.0, false, 1024.0, false, 0.0, aa_arch_t, moe.capacity_factor),
+    BOOL_F("shared_expert_gate", aa_arch_t, moe.shared_expert_gate),
+    {.key = "norm_topk_prob", .kind = AA_JSON_CUSTOM, .parse = read_not_bool, AT(aa_arch_t, moe.topk_raw)},
 };
 #define NMOE (sizeof moe_fields / sizeof moe_fields[0])
 
@@ -137,6 +151,7 @@ static const aa_json_field_t model_fields[] = {
     INT_F("n_kv_head", false, 1, 256, 0, aa_arch_t, n_kv_head),
     FLOAT_F("rope_theta", false, 0.0, true, 1e9, false, 10000.0, aa_arch_t, rope_theta),
     FLOAT_F("norm_eps", false, 0.0, true, 1.0, false, 1e-5, aa_arch_t, norm_eps),
+    BOOL_F("qkv_bias", aa_arch_t, qkv_bias),
     {.key = "moe", .kind = AA_JSON_OBJECT, .sub = moe_fields, .nsub = NMOE},
 };
 
@@ -189,6 +204,9 @@ static int check_moe(const aa_json_ctx_t *c, const aa_arch_t *a) {
     return aa_json_fail(c, AA_EINVAL, "model.moe.every",
                         "must be at most model.n_layer (%d > %d): no layer would be an MoE layer", m->every,
                         a->n_layer);
+  if (m->shared_expert_gate && !m->shared_experts)
+    return aa_json_fail(c, AA_EINVAL, "model.moe.shared_expert_gate",
+                        "gates the shared experts: it needs model.moe.shared_experts >= 1");
   return 0;
 }
 
@@ -208,6 +226,9 @@ static int check_arch(const aa_json_ctx_t *c, const aa_arch_t *a) {
     return aa_json_fail(c, AA_EINVAL, "model.n_head",
                         "rotary embeddings rotate pairs: the head size d_model / n_head must be even (got %d)",
                         a->d_model / a->n_head);
+  if (a->qkv_bias && !aa_arch_is_llama(a))
+    return aa_json_fail(c, AA_EINVAL, "model.qkv_bias",
+                        "is a llama option (gpt2's q, k and v always have biases)");
   if (aa_arch_is_llama(a) && !(a->rope_theta > 0 && a->norm_eps > 0))
     return aa_json_fail(c, AA_EINVAL, "model.rope_theta", "rope_theta and norm_eps must be > 0 for llama");
   return check_moe(c, a);
@@ -223,6 +244,7 @@ static int parse_model(const ctx_t *c, const json_t *obj, aa_arch_t *a) {
   aa_json_fields_default(model_fields, NFIELDS(model_fields), a);
   aa_json_fields_default(moe_fields, NMOE, a);
   snprintf(a->family, sizeof a->family, "%s", family_choices[0]);
+  a->qkv_bias = a->moe.shared_expert_gate = a->moe.topk_raw = 0; /* the bools' defaults */
   int rc = aa_json_read_fields(&c->json, obj, "model", model_fields, NFIELDS(model_fields), a);
   if (rc) return rc;
   if (!json_object_get(obj, "moe")) memset(&a->moe, 0, sizeof a->moe); /* dense: no MoE field set */
@@ -430,7 +452,7 @@ int aa_arch_validate(const aa_arch_t *a) {
 }
 
 void aa_arch_hash(const aa_arch_t *a, char out[17]) {
-  char text[256];
+  char text[320];
   int n = snprintf(text, sizeof text,
                    "family=%.*s;n_layer=%d;n_head=%d;d_model=%d;d_ff=%d;seq_len=%d;vocab_size=%d",
                    (int)strnlen(a->family, sizeof a->family), a->family, a->n_layer, a->n_head, a->d_model,
@@ -438,10 +460,15 @@ void aa_arch_hash(const aa_arch_t *a, char out[17]) {
   if (aa_arch_is_llama(a))
     n += snprintf(text + n, sizeof text - (size_t)n, ";n_kv_head=%d;rope_theta=%.9g;norm_eps=%.9g",
                   aa_arch_kv_heads(a), (double)a->rope_theta, (double)a->norm_eps);
+  if (aa_arch_is_llama(a) && a->qkv_bias) n += snprintf(text + n, sizeof text - (size_t)n, ";qkv_bias=1");
   if (a->moe.experts)
     n += snprintf(text + n, sizeof text - (size_t)n, ";moe=%d,%d,%d,%d,%d,%.9g,%.9g,%.9g", a->moe.experts,
                   a->moe.top_k, a->moe.d_ff_expert, a->moe.shared_experts, a->moe.every,
                   (double)a->moe.capacity_factor, (double)a->moe.aux_loss_coef, (double)a->moe.z_loss_coef);
+  if (a->moe.experts && a->moe.shared_expert_gate)
+    n += snprintf(text + n, sizeof text - (size_t)n, ";shared_expert_gate=1");
+  if (a->moe.experts && a->moe.topk_raw)
+    n += snprintf(text + n, sizeof text - (size_t)n, ";norm_topk_prob=0");
   uint64_t h = aa_fnv1a(AA_FNV_INIT, text, (size_t)n);
   snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
@@ -457,7 +484,8 @@ int aa_arch_moe_layers(const aa_arch_t *a) {
 
 uint64_t aa_arch_moe_mlp_params(const aa_arch_t *a, int routed) {
   const uint64_t C = (uint64_t)a->d_model, Fe = (uint64_t)a->moe.d_ff_expert;
-  return (uint64_t)a->moe.experts * C + (uint64_t)(routed + a->moe.shared_experts) * 3 * Fe * C;
+  return (uint64_t)a->moe.experts * C + (uint64_t)(routed + a->moe.shared_experts) * 3 * Fe * C +
+         (a->moe.shared_expert_gate ? C : 0);
 }
 
 /* One MoE layer's feed-forward parameters, counting `routed` of its
@@ -476,11 +504,12 @@ uint64_t aa_arch_param_count(const aa_arch_t *a) {
   uint64_t C = (uint64_t)a->d_model, F = (uint64_t)a->d_ff, L = (uint64_t)a->n_layer;
   if (aa_arch_is_llama(a)) {
     uint64_t KV = (uint64_t)aa_arch_kv_heads(a) * (C / (uint64_t)a->n_head); /* k (and v) width */
-    uint64_t per = C                  /* RMSNorm weight */
-                   + (C + 2 * KV) * C /* q, k, v */
-                   + C * C            /* o */
-                   + C                /* RMSNorm weight */
-                   + 3 * F * C;       /* gate, up, down */
+    uint64_t per = C                                                         /* RMSNorm weight */
+                   + (C + 2 * KV) * C                                        /* q, k, v */
+                   + (a->qkv_bias ? C + 2 * KV : 0)                          /* their biases (Qwen2) */
+                   + C * C                                                   /* o */
+                   + C                                                       /* RMSNorm weight */
+                   + 3 * F * C;                                              /* gate, up, down */
     return 2 * (uint64_t)a->vocab_size * C /* embedding and the untied head */
            + L * per + C                   /* final RMSNorm */
            + (uint64_t)((int64_t)aa_arch_moe_layers(a) * moe_extra(a, a->moe.experts)); /* MoE layers' MLPs */
@@ -525,6 +554,10 @@ static int fields_to_json(json_t *obj, const aa_json_field_t *t, size_t n, const
     case AA_JSON_CUSTOM: {
       if (f->parse == read_family) {
         v = json_stringn(p, strnlen(p, f->size));
+        break;
+      }
+      if (f->parse == read_not_bool) {
+        v = json_boolean(!*(const int *)p);
         break;
       }
       if (!p[0]) continue; /* optional path left out */

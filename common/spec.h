@@ -36,6 +36,10 @@ typedef struct aa_moe {
   float aux_loss_coef;   /* load-balancing loss weight (Switch/GShard form), >= 0, default 0.01 */
   float z_loss_coef;     /* router z-loss weight (ST-MoE), >= 0, default 0 */
   float capacity_factor; /* 0 = dropless (default); > 0: ceil(c * tokens * k / E) slots an expert */
+  int shared_expert_gate; /* 0/1: the shared experts' summed output times sigmoid(x wg), wg (1,C) one
+                             gate a layer (Qwen-MoE's shared_expert_gate); needs shared_experts >= 1 */
+  int topk_raw;           /* 1: the k chosen probabilities weigh their experts as they are (the spec's
+                             "norm_topk_prob": false, Qwen-MoE's); 0 (default): renormalised to sum 1 */
 } aa_moe_t;
 
 typedef struct aa_arch {
@@ -50,11 +54,12 @@ typedef struct aa_arch {
   int n_kv_head;    /* key/value heads of grouped-query attention, dividing n_head */
   float rope_theta; /* base of the rotary position embedding, default 10000 */
   float norm_eps;   /* RMSNorm epsilon, default 1e-5 */
+  int qkv_bias;     /* 0/1: q, k and v projections have biases (Qwen2), o none; default 0 */
   aa_moe_t moe;     /* llama only; moe.experts 0: dense */
 } aa_arch_t;
 
 /* Whether a is the llama family (RMSNorm, SwiGLU, RoPE, GQA, untied head,
- * no biases, no position table); else GPT-2. */
+ * no biases but q/k/v's under qkv_bias, no position table); else GPT-2. */
 int aa_arch_is_llama(const aa_arch_t *a);
 /* Key/value heads: n_kv_head, or n_head where it is 0 (and always for gpt2). */
 int aa_arch_kv_heads(const aa_arch_t *a);
@@ -68,9 +73,9 @@ int aa_arch_moe_layers(const aa_arch_t *a);
  * dense model. */
 uint64_t aa_arch_active_param_count(const aa_arch_t *a);
 /* One MoE layer's feed-forward weights counting `routed` of its experts:
- * the router (E C) and the routed and shared experts (3 F_e C each, gate,
- * up and down). routed = experts: what the layer holds; routed = top_k:
- * the matrices one token multiplies by, which the FLOP counts use. */
+ * the router (E C), the routed and shared experts (3 F_e C each, gate,
+ * up and down) and the shared experts' gate (C, with shared_expert_gate). routed = experts: what the layer
+ * holds; routed = top_k: the matrices one token multiplies by, which the FLOP counts use. */
 uint64_t aa_arch_moe_mlp_params(const aa_arch_t *a, int routed);
 
 typedef enum { AA_SCHED_COSINE = 0, AA_SCHED_CONSTANT = 1 } aa_lr_schedule_t;
@@ -176,8 +181,10 @@ int aa_arch_validate(const aa_arch_t *a);
 
 /* Canonical hash of the architecture: FNV-1a 64 over the canonical text
  * "family=gpt2;n_layer=..;n_head=..;d_model=..;d_ff=..;seq_len=..;vocab_size=.."
- * (llama appends ";n_kv_head=..;rope_theta=..;norm_eps=..", %.9g; an MoE
- * model then ";moe=E,k,F,S,every,capacity,aux,z")
+ * (llama appends ";n_kv_head=..;rope_theta=..;norm_eps=..", %.9g, and
+ * ";qkv_bias=1" when set; an MoE model then ";moe=E,k,F,S,every,capacity,aux,z",
+ * and ";shared_expert_gate=1", ";norm_topk_prob=0" when set): the texts, and so the hashes, of
+ * architectures without the two options are what they were before them.
  * written as 16 lowercase hex digits + NUL into out (17 bytes). The same
  * architecture always gives the same hash whatever the JSON key order,
  * spacing or training settings. */

@@ -18,6 +18,7 @@ typedef struct {
   const float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
   const float *gateupw, *downw;
   const float *routerw, *w13, *w2, *sw13, *sw2; /* routerw NULL: a dense block */
+  const float *sgate;                           /* the shared experts' gate (C); NULL: ungated */
 } block_t;
 
 struct aa_decoder {
@@ -176,6 +177,17 @@ static int bind_params(aa_decoder_t *d) {
                !(b->fcprojb = bparam(m, l, "fcproj.b", C))) {
       return AA_EINVAL;
     }
+    /* Qwen2's q/k/v biases: one bias for the fused q|k|v GEMM. */
+    if (d->llama && m->arch.qkv_bias) {
+      const float *kb, *vb;
+      if (!(b->qkvb = bparam(m, l, "q.b", C)) || !(kb = bparam(m, l, "k.b", KVD)) ||
+          !(vb = bparam(m, l, "v.b", KVD)))
+        return AA_EINVAL;
+      if (kb != b->qkvb + C || vb != kb + KVD)
+        return aa_error(AA_EINVAL, "block %d: the q|k|v biases are not contiguous in the parameters", l);
+    }
+    if (b->routerw && m->arch.moe.shared_expert_gate && !(b->sgate = bparam(m, l, "shared.gate", C)))
+      return AA_EINVAL;
   }
   return 0;
 }
@@ -245,6 +257,7 @@ int aa_decoder_create(aa_decoder_t **out, aa_gpt_t *m, int max_len) {
   }
   if ((rc = bind_params(d))) goto fail;
   if (d->E && (rc = aa_cpu_moe_route_alloc(&d->route, 1, d->E, d->K))) goto fail;
+  d->route.raw = a->moe.topk_raw;
 
   /* The step's rows: tok, x, a, mean, rstd, qkv, att, tmp, ff (2F: llama's
    * gate|up), ff2, logits, and an MoE block's (none for a dense model). */
@@ -341,19 +354,22 @@ static int moe_mlp(aa_decoder_t *d, const block_t *b) {
   aa_cpu_moe_permute(d->xp, d->a, r, C);
   aa_cpu_moe_experts_forward(d->yp, d->h, d->act, d->xp, b->w13, b->w2, r->offsets, d->E, C, d->Fe);
   aa_cpu_moe_unpermute(d->tmp, d->yp, r, C);
-  aa_cpu_moe_shared_forward(d->tmp, d->hs, d->as, d->a, b->sw13, b->sw2, d->S, 1, C, d->Fe);
+  if (b->sgate)
+    aa_cpu_moe_shared_gate_forward(d->tmp, d->hs, d->as, d->a, b->sw13, b->sw2, b->sgate, d->S, 1, C, d->Fe);
+  else
+    aa_cpu_moe_shared_forward(d->tmp, d->hs, d->as, d->a, b->sw13, b->sw2, d->S, 1, C, d->Fe);
   return 0;
 }
 
-/* llama block l: RMSNorm, fused q|k|v, RoPE at pos, grouped-query
- * attention over the cache, RMSNorm, SwiGLU MLP or an MoE block; no
- * biases. */
+/* llama block l: RMSNorm, fused q|k|v (with Qwen2's biases when the
+ * model has them), RoPE at pos, grouped-query attention over the cache,
+ * RMSNorm, SwiGLU MLP or an MoE block; no other biases. */
 static int llama_block(aa_decoder_t *d, int l, float *kc, float *vc) {
   const aa_ops_t *o = d->ops;
   const block_t *b = &d->blocks[l];
   int C = d->C;
   o->rmsnorm_forward(d->a, d->rstd, d->x, b->ln1w, 1, C, d->eps);
-  o->matmul_forward(d->qkv, d->a, b->qkvw, NULL, 1, C, d->QKV); // (1,(NH+2NKV)HS)
+  o->matmul_forward(d->qkv, d->a, b->qkvw, b->qkvb, 1, C, d->QKV); // (1,(NH+2NKV)HS)
   o->rope_forward(d->qkv, 1, 1, d->NH, d->NKV, d->HS, d->pos, d->theta);
   o->attention_decode(d->att, kc, vc, d->qkv, 1, d->max_len, d->pos, d->NH, d->NKV, d->HS); // (1,C)
   o->matmul_forward(d->tmp, d->att, b->projw, NULL, 1, C, C);

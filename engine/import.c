@@ -1,4 +1,4 @@
-/* GPT-2, Llama and Mixtral-style mixture-of-experts Llama weights in from
+/* GPT-2, Llama (Qwen2 too) and Mixtral- or Qwen2-MoE-style mixture-of-experts Llama weights in from
  * Hugging Face safetensors (one file or shards) and GPT-2's from llm.c
  * checkpoints, and out as safetensors (import.h). */
 #include "import.h"
@@ -54,11 +54,19 @@ static const char *const gpt2_buffers[] = {"attn.bias", "attn.masked_bias"};
 static const name_map_t llama_top[] = {
     {"wte", "embed_tokens.weight", 0}, {"lnf.w", "norm.weight", 0}, {"head.w", "lm_head.weight", 0}};
 static const name_map_t llama_blocks[] = {
-    {"ln1.w", "input_layernorm.weight", 0},   {"q.w", "self_attn.q_proj.weight", 0},
-    {"k.w", "self_attn.k_proj.weight", 0},    {"v.w", "self_attn.v_proj.weight", 0},
-    {"proj.w", "self_attn.o_proj.weight", 0}, {"ln2.w", "post_attention_layernorm.weight", 0},
-    {"gate.w", "mlp.gate_proj.weight", 0},    {"up.w", "mlp.up_proj.weight", 0},
+    {"ln1.w", "input_layernorm.weight", 0},
+    {"q.w", "self_attn.q_proj.weight", 0},
+    {"k.w", "self_attn.k_proj.weight", 0},
+    {"v.w", "self_attn.v_proj.weight", 0},
+    {"proj.w", "self_attn.o_proj.weight", 0},
+    {"ln2.w", "post_attention_layernorm.weight", 0},
+    {"gate.w", "mlp.gate_proj.weight", 0},
+    {"up.w", "mlp.up_proj.weight", 0},
     {"down.w", "mlp.down_proj.weight", 0},
+    /* Qwen2's q/k/v biases (a model with qkv_bias has these tensors). */
+    {"q.b", "self_attn.q_proj.bias", 0},
+    {"k.b", "self_attn.k_proj.bias", 0},
+    {"v.b", "self_attn.v_proj.bias", 0},
 };
 /* Older transformers versions save RoPE's inverse frequencies per block. */
 static const char *const llama_buffers[] = {"self_attn.rotary_emb.inv_freq"};
@@ -94,19 +102,39 @@ static const family_t *family_of(const aa_gpt_t *m) {
  * tensor per expert, or two: experts.w13 (E 2Fe, C) is per expert the rows
  * of Mixtral's w1 (gate) then w3 (up), experts.w2 (E C, Fe) per expert w2
  * (down); the shared experts the same under names of autoaccel's own
- * (Mixtral has none). The router is Mixtral's gate. */
+ * (Mixtral has none). The router is Mixtral's gate.
+ *
+ * A model with moe.shared_expert_gate is Qwen2-MoE's (Qwen2MoeSparseMoeBlock)
+ * and has its names: mlp.gate (the router), mlp.experts.<e>.gate_proj,
+ * up_proj, down_proj, and one shared expert of width S Fe, whose gate_proj
+ * and up_proj (S Fe, C) rows and down_proj (C, S Fe) columns are the S
+ * shared experts of width Fe side by side (SwiGLU is separable over its
+ * width), and its sigmoid gate mlp.shared_expert_gate (1, C). */
 #define MOE_PREFIX "block_sparse_moe."
 typedef struct {
-  const char *engine, *hf; /* hf: a format with the expert's index */
-  int parts;               /* Hugging Face tensors per expert in the engine tensor */
+  const char *engine, *hf; /* hf: a format with the expert's index and the part's name */
+  /* Hugging Face tensors per expert in the engine tensor (0: the engine
+   * tensor is one); QWEN_SHARED_W13 / _W2: Qwen's one shared expert. */
+  int parts;
+  const char *part[2]; /* the names of an expert's parts */
 } moe_map_t;
+#define QWEN_SHARED_W13 (-2) /* gate_proj and up_proj, each (S Fe, C) */
+#define QWEN_SHARED_W2 (-1)  /* down_proj (C, S Fe) */
 
-static const moe_map_t moe_blocks[] = {
-    {"router.w", MOE_PREFIX "gate.weight", 0},
-    {"experts.w13", MOE_PREFIX "experts.%d.w%d.weight", 2},
-    {"experts.w2", MOE_PREFIX "experts.%d.w2.weight", 1},
-    {"shared.w13", MOE_PREFIX "shared_experts.%d.w%d.weight", 2},
-    {"shared.w2", MOE_PREFIX "shared_experts.%d.w2.weight", 1},
+static const moe_map_t mixtral_blocks[] = {
+    {"router.w", MOE_PREFIX "gate.weight", 0, {NULL, NULL}},
+    {"experts.w13", MOE_PREFIX "experts.%d.%s.weight", 2, {"w1", "w3"}},
+    {"experts.w2", MOE_PREFIX "experts.%d.%s.weight", 1, {"w2", NULL}},
+    {"shared.w13", MOE_PREFIX "shared_experts.%d.%s.weight", 2, {"w1", "w3"}},
+    {"shared.w2", MOE_PREFIX "shared_experts.%d.%s.weight", 1, {"w2", NULL}},
+};
+static const moe_map_t qwen_blocks[] = {
+    {"router.w", "mlp.gate.weight", 0, {NULL, NULL}},
+    {"experts.w13", "mlp.experts.%d.%s.weight", 2, {"gate_proj", "up_proj"}},
+    {"experts.w2", "mlp.experts.%d.%s.weight", 1, {"down_proj", NULL}},
+    {"shared.w13", "mlp.shared_expert.%s.weight", QWEN_SHARED_W13, {"gate_proj", "up_proj"}},
+    {"shared.w2", "mlp.shared_expert.%s.weight", QWEN_SHARED_W2, {"down_proj", NULL}},
+    {"shared.gate", "mlp.shared_expert_gate.weight", 0, {NULL, NULL}},
 };
 
 /* One Hugging Face tensor of m: all of engine tensor `tensor`, or one
@@ -117,21 +145,32 @@ typedef struct {
   int tensor;
   size_t offset, numel;
   int transpose;
+  /* Qwen's shared expert (numel S Fe C) is not one slice of the engine
+   * tensor: 1 its gate_proj, 2 its up_proj (each S row blocks of Fe C,
+   * to the first or second half of each shared expert's w13), 3 its
+   * down_proj (row c holds column block c of every expert's w2); 0 none. */
+  int scatter;
   int ndim;
   int64_t shape[2];
 } hf_tensor_t;
 
-static const moe_map_t *moe_map(const aa_tensor_desc_t *t) {
+/* Whether a's MoE blocks carry Qwen2-MoE's names (moe_map_t). */
+static int qwen_moe(const aa_arch_t *a) { return a->moe.experts && a->moe.shared_expert_gate; }
+
+static const moe_map_t *moe_map(const aa_tensor_desc_t *t, const aa_arch_t *a) {
   const char *dot = t->layer >= 0 ? strchr(t->name, '.') : NULL;
-  for (int k = 0; dot && k < COUNT(moe_blocks); k++)
-    if (!strcmp(dot + 1, moe_blocks[k].engine)) return &moe_blocks[k];
+  const moe_map_t *map = qwen_moe(a) ? qwen_blocks : mixtral_blocks;
+  const int n = qwen_moe(a) ? COUNT(qwen_blocks) : COUNT(mixtral_blocks);
+  for (int k = 0; dot && k < n; k++)
+    if (!strcmp(dot + 1, map[k].engine)) return &map[k];
   return NULL;
 }
 
 /* The Hugging Face tensors engine tensor t is stored as. */
 static int hf_pieces(const aa_tensor_desc_t *t, const aa_arch_t *a) {
-  const moe_map_t *x = moe_map(t);
+  const moe_map_t *x = moe_map(t, a);
   if (!x || !x->parts) return 1;
+  if (x->parts < 0) return -x->parts;
   return (strstr(x->engine, "shared") ? a->moe.shared_experts : a->moe.experts) * x->parts;
 }
 
@@ -139,21 +178,40 @@ static int hf_pieces(const aa_tensor_desc_t *t, const aa_arch_t *a) {
  * the sum of hf_pieces); AA_EINVAL if the table holds a name the family's
  * map lacks (a table that changed without this file). */
 static int hf_names(const aa_gpt_t *m, const family_t *fam, hf_tensor_t *h, int n) {
-  const int C = m->arch.d_model, Fe = m->arch.moe.d_ff_expert;
+  const int C = m->arch.d_model, Fe = m->arch.moe.d_ff_expert, S = m->arch.moe.shared_experts;
   int at = 0;
   for (int i = 0; i < m->n_tensors; i++) {
     const aa_tensor_desc_t *t = &m->tensors[i];
     const name_map_t *e = NULL;
-    const moe_map_t *x = moe_map(t);
+    const moe_map_t *x = moe_map(t, &m->arch);
+    if (x && x->parts < 0) {
+      /* Qwen's shared expert: gate_proj and up_proj (S Fe, C), or
+       * down_proj (C, S Fe), each spread over the S engine experts. */
+      for (int p = 0, np = hf_pieces(t, &m->arch); p < np && at < n; p++, at++) {
+        hf_tensor_t *o = &h[at];
+        int len = snprintf(o->hf, sizeof o->hf, "%s%d.", fam->block, t->layer);
+        snprintf(o->hf + len, sizeof o->hf - (size_t)len, x->hf, x->part[p]);
+        o->tensor = i;
+        o->transpose = 0;
+        o->scatter = x->parts == QWEN_SHARED_W13 ? 1 + p : 3;
+        o->offset = 0;
+        o->numel = (size_t)S * Fe * C;
+        o->ndim = 2;
+        o->shape[0] = o->scatter == 3 ? C : S * Fe;
+        o->shape[1] = o->scatter == 3 ? S * Fe : C;
+      }
+      continue;
+    }
     if (x && x->parts) {
       /* Expert s's w1 and w3 (Fe, C) rows, or its w2 (C, Fe). */
       for (int p = 0, np = hf_pieces(t, &m->arch); p < np && at < n; p++, at++) {
-        const int s = p / x->parts, w3 = x->parts == 2 && p % 2;
+        const int s = p / x->parts;
         hf_tensor_t *o = &h[at];
         int len = snprintf(o->hf, sizeof o->hf, "%s%d.", fam->block, t->layer);
-        snprintf(o->hf + len, sizeof o->hf - (size_t)len, x->hf, s, w3 ? 3 : 1);
+        snprintf(o->hf + len, sizeof o->hf - (size_t)len, x->hf, s, x->part[p % x->parts]);
         o->tensor = i;
         o->transpose = 0;
+        o->scatter = 0;
         o->numel = (size_t)Fe * (size_t)C;
         o->offset = (size_t)p * o->numel;
         o->ndim = 2;
@@ -182,6 +240,7 @@ static int hf_names(const aa_gpt_t *m, const family_t *fam, hf_tensor_t *h, int 
     o->offset = 0;
     o->numel = t->numel;
     o->transpose = e ? e->transpose : 0;
+    o->scatter = 0;
     o->ndim = t->ndim;
     o->shape[0] = o->transpose ? t->shape[1] : t->shape[0];
     o->shape[1] = o->transpose ? t->shape[0] : t->shape[1];
@@ -236,16 +295,18 @@ static int hf_index(const aa_gpt_t *m, const family_t *fam, const hf_tensor_t *h
   const char *suffix;
   long l = block_of(fam, name, &suffix);
   if (l < 0) return -1;
-  for (int j = 0; j < fam->n_blocks; j++)
+  for (int j = 0; j < fam->n_blocks && l >= m->arch.n_layer; j++)
     if (!strcmp(suffix, fam->blocks[j].hf)) *beyond = 1;
-  if (aa_arch_is_llama(&m->arch) && !strncmp(suffix, MOE_PREFIX, strlen(MOE_PREFIX)) && l >= m->arch.n_layer)
+  if (aa_arch_is_llama(&m->arch) && l >= m->arch.n_layer &&
+      (!strncmp(suffix, MOE_PREFIX, strlen(MOE_PREFIX)) || !strncmp(suffix, "mlp.", 4)))
     *beyond = 1;
   return -1;
 }
 
 /* Qwen-MoE's names of a sparse block's tensors (Qwen2MoeSparseMoeBlock:
  * "mlp.gate", "mlp.experts.<e>.gate_proj", up_proj, down_proj) as
- * Mixtral's, into buf; any other name as it is. */
+ * Mixtral's, into buf; any other name as it is (a model with the gated
+ * shared expert reads Qwen's names as they are). */
 static const char *mixtral_name(const family_t *fam, const char *name, char *buf, size_t cap) {
   static const char *const from[] = {"mlp.gate.weight", "gate_proj.weight", "up_proj.weight",
                                      "down_proj.weight"};
@@ -303,6 +364,26 @@ static int check_model(const aa_gpt_t *m, const char *what) {
  * offset on (the engine's layout). */
 static int put(aa_gpt_t *m, const aa_tensor_desc_t *t, size_t offset, size_t numel, const float *src) {
   return m->ops->upload((float *)m->params.data + t->offset + offset, src, numel * sizeof(float));
+}
+
+/* Qwen's shared-expert tensor h (hf_tensor_t scatter) into the engine's S
+ * experts: gate_proj's or up_proj's block s of Fe rows (in buf) to the
+ * first or second half of expert s's w13 rows; down_proj (in src, rows c
+ * of S blocks of Fe) rearranged through buf into the S (C, Fe) w2's. */
+static int put_shared(aa_gpt_t *m, const hf_tensor_t *h, float *buf, const float *src) {
+  const aa_tensor_desc_t *t = &m->tensors[h->tensor];
+  const size_t C = (size_t)m->arch.d_model, Fe = (size_t)m->arch.moe.d_ff_expert,
+               S = (size_t)m->arch.moe.shared_experts;
+  int rc = 0;
+  if (h->scatter != 3) {
+    for (size_t s = 0; s < S && !rc; s++)
+      rc = put(m, t, s * 2 * Fe * C + (h->scatter == 2 ? Fe * C : 0), Fe * C, buf + s * Fe * C);
+    return rc;
+  }
+  for (size_t c = 0; c < C; c++)
+    for (size_t s = 0; s < S; s++)
+      memcpy(buf + s * C * Fe + c * Fe, src + c * S * Fe + s * Fe, Fe * sizeof *buf);
+  return put(m, t, 0, S * C * Fe, buf);
 }
 
 /* dst (rows x cols) = the transpose of src (cols x rows). */
@@ -457,13 +538,14 @@ static int match(const aa_gpt_t *m, const family_t *fam, const hf_tensor_t *hf,
   unsigned seen = 0;
   const size_t pl = strlen(fam->prefix);
   const int head = head_index(m, n);
+  const int qwen = qwen_moe(&m->arch);
   /* Named first, before the shared expert it gates reads as unexpected. */
-  for (int o = 0; o < s->n_offers && fam == &llama_family; o++)
+  for (int o = 0; o < s->n_offers && fam == &llama_family && !qwen; o++)
     if (ends_with(s->offers[o].name, ".mlp.shared_expert_gate.weight"))
       return aa_error(AA_EINVAL,
-                      "%s: tensor '%s' is Qwen-MoE's sigmoid gate on its shared expert, which autoaccel's "
-                      "mixture-of-experts block does not have (its shared experts are added ungated): this "
-                      "checkpoint cannot be imported",
+                      "%s: tensor '%s' is Qwen-MoE's sigmoid gate on its shared expert: the spec needs "
+                      "model.moe.shared_expert_gate true and shared_experts = the checkpoint's "
+                      "shared_expert_intermediate_size / moe_intermediate_size (docs/checkpoint-format.md)",
                       s->offers[o].f->path, s->offers[o].name);
   for (int o = 0; o < s->n_offers; o++) {
     const offer_t *of = &s->offers[o];
@@ -473,7 +555,7 @@ static int match(const aa_gpt_t *m, const family_t *fam, const hf_tensor_t *hf,
       info->ignored++;
       continue;
     }
-    name = mixtral_name(fam, name, canon, sizeof canon);
+    if (!qwen) name = mixtral_name(fam, name, canon, sizeof canon);
     int i = -1, beyond = 0;
     const hf_tensor_t *h;
     hf_tensor_t gpt2_head;
@@ -487,9 +569,18 @@ static int match(const aa_gpt_t *m, const family_t *fam, const hf_tensor_t *hf,
       if (i < 0 && beyond)
         return aa_error(AA_EINVAL, "%s: tensor '%s' belongs to a block the model does not have (n_layer %d)",
                         of->f->path, of->name, m->arch.n_layer);
+      if (i < 0 && fam == &llama_family && !m->arch.qkv_bias &&
+          (ends_with(name, "self_attn.q_proj.bias") || ends_with(name, "self_attn.k_proj.bias") ||
+           ends_with(name, "self_attn.v_proj.bias")))
+        return aa_error(
+            AA_EINVAL,
+            "%s: tensor '%s' is a q/k/v projection bias (Qwen2): the spec needs model.qkv_bias true",
+            of->f->path, of->name);
       if (i < 0)
         return aa_error(AA_EINVAL, "%s: unexpected tensor '%s' (not a %s weight)", of->f->path, of->name,
-                        m->arch.moe.experts ? "mixture-of-experts Llama (Mixtral)" : fam->title);
+                        qwen                  ? "mixture-of-experts Qwen2-MoE"
+                        : m->arch.moe.experts ? "mixture-of-experts Llama (Mixtral)"
+                                              : fam->title);
       if (want[i])
         return aa_error(AA_EINVAL, "%s: tensor '%s' appears twice (as '%s' and '%s')", of->f->path, name,
                         want[i]->name, of->name);
@@ -566,9 +657,13 @@ static int import_safetensors(aa_gpt_t *m, const char *path, int sharded, aa_imp
     info->ignored++;
   }
   for (int i = 0; i < n && !rc; i++) {
-    if ((rc = aa_st_read_f32(want[i]->f, want[i]->t, hf[i].transpose ? tmp : buf))) break;
+    if ((rc = aa_st_read_f32(want[i]->f, want[i]->t, hf[i].transpose || hf[i].scatter == 3 ? tmp : buf)))
+      break;
     if (hf[i].transpose) transpose(buf, tmp, (size_t)hf[i].shape[1], (size_t)hf[i].shape[0]);
-    rc = put(m, &m->tensors[hf[i].tensor], hf[i].offset, hf[i].numel, buf);
+    if (hf[i].scatter)
+      rc = put_shared(m, &hf[i], buf, tmp);
+    else
+      rc = put(m, &m->tensors[hf[i].tensor], hf[i].offset, hf[i].numel, buf);
   }
   info->format = sharded ? AA_IMPORT_SHARDED : AA_IMPORT_SAFETENSORS;
   info->files = s.n_files;
@@ -723,8 +818,26 @@ static int export_fill(int i, float *dst, size_t numel, void *data) {
   const aa_tensor_desc_t *t = &e->m->tensors[h->tensor];
   const int tr = h->transpose;
   (void)numel;
-  int rc = e->m->ops->download(tr ? e->tmp : dst, (const float *)e->m->params.data + t->offset + h->offset,
-                               h->numel * sizeof(float));
+  const float *p = (const float *)e->m->params.data + t->offset;
+  if (h->scatter) {
+    /* Qwen's shared expert gathered from the S engine experts
+     * (put_shared's inverse). */
+    const size_t C = (size_t)e->m->arch.d_model, Fe = (size_t)e->m->arch.moe.d_ff_expert,
+                 S = (size_t)e->m->arch.moe.shared_experts;
+    int rc = 0;
+    if (h->scatter != 3) {
+      for (size_t s = 0; s < S && !rc; s++)
+        rc = e->m->ops->download(dst + s * Fe * C, p + s * 2 * Fe * C + (h->scatter == 2 ? Fe * C : 0),
+                                 Fe * C * sizeof(float));
+      return rc;
+    }
+    if ((rc = e->m->ops->download(e->tmp, p, S * C * Fe * sizeof(float)))) return rc;
+    for (size_t c = 0; c < C; c++)
+      for (size_t s = 0; s < S; s++)
+        memcpy(dst + c * S * Fe + s * Fe, e->tmp + s * C * Fe + c * Fe, Fe * sizeof *dst);
+    return 0;
+  }
+  int rc = e->m->ops->download(tr ? e->tmp : dst, p + h->offset, h->numel * sizeof(float));
   if (rc) return rc;
   if (tr) transpose(dst, e->tmp, (size_t)h->shape[0], (size_t)h->shape[1]);
   return 0;

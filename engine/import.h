@@ -52,15 +52,20 @@ typedef struct aa_import_info {
  * llama: linear weights are (out, in) as the engine's, q_proj and k_proj
  * used as they are (the engine's RoPE is Hugging Face's rotate_half);
  * without lm_head.weight the head is a copy of embed_tokens (info->tied_head);
- * self_attn.rotary_emb.inv_freq buffers are skipped.
+ * self_attn.rotary_emb.inv_freq buffers are skipped; with arch.qkv_bias
+ * (Qwen2) self_attn.q_proj/k_proj/v_proj.bias too, and without it such a
+ * bias is refused naming the option.
  * llama with MoE layers (arch.moe): Mixtral's names, each MoE block's
  * block_sparse_moe.gate.weight (the router) and per expert e
  * experts.<e>.w1/w3/w2.weight sliced into the stacked experts.w13 and
  * experts.w2 (shared experts: shared_experts.<s>.*, autoaccel's names);
  * Qwen-MoE's mlp.gate and mlp.experts.<e>.gate_proj/up_proj/down_proj read
  * as Mixtral's, and its mlp.shared_expert_gate.weight is refused (AA_EINVAL
- * naming it: the engine's shared experts have no gate); info->tensors
- * counts the file's tensors, one per expert and projection.
+ * naming it and the spec options it needs). With moe.shared_expert_gate
+ * the names are Qwen2-MoE's: mlp.gate, mlp.experts.<e>.*_proj, the one
+ * shared expert mlp.shared_expert.*_proj of width S Fe spread over the S
+ * engine shared experts, and mlp.shared_expert_gate as shared.gate.
+ * info->tensors counts the file's tensors, one per expert and projection.
  * info (may be NULL) says what was read. */
 int aa_import_weights(aa_gpt_t *m, const char *src, aa_import_info_t *info);
 
@@ -70,7 +75,8 @@ int aa_import_weights(aa_gpt_t *m, const char *src, aa_import_info_t *info);
  * (AA_F32, AA_BF16, AA_F16: rounded to nearest even), written through a
  * temporary renamed over path. Importing an F32 export gives back m's
  * parameters bit for bit. An MoE llama's experts are written one tensor
- * per expert and projection under Mixtral's names (aa_import_weights). */
+ * per expert and projection under Mixtral's names, or Qwen2-MoE's with
+ * moe.shared_expert_gate (aa_import_weights). */
 int aa_export_weights(const aa_gpt_t *m, const char *path, aa_dtype_t dtype);
 /* How many tensors aa_export_weights writes for m: its table's, with an
  * MoE block's stacked expert tensors counted per expert and projection. */

@@ -166,13 +166,17 @@ static void add_tensor(table_t *tb, const char *name, int layer, int d0, int d1,
 }
 
 /* Tensors before the first block (gpt2: wte, wpe; llama: wte), in a dense
- * block, and the ones an MoE block has beyond a dense llama block's (its
- * router, routed and shared experts replace gate, up and down). */
+ * block (llama: 3 more with q/k/v biases), and the ones an MoE block has
+ * beyond a dense llama block's (its router, routed and shared experts
+ * replace gate, up and down; the shared experts' gate follows them). */
 static int n_pre(const aa_arch_t *a) { return aa_arch_is_llama(a) ? 1 : 2; }
+static int qkv_biases(const aa_arch_t *a) { return aa_arch_is_llama(a) && a->qkv_bias ? 3 : 0; }
 static int per_layer(const aa_arch_t *a) {
-  return aa_arch_is_llama(a) ? AA_LLAMA_TENSORS_PER_LAYER : AA_TENSORS_PER_LAYER;
+  return aa_arch_is_llama(a) ? AA_LLAMA_TENSORS_PER_LAYER + qkv_biases(a) : AA_TENSORS_PER_LAYER;
 }
-static int moe_extra(const aa_arch_t *a) { return a->moe.shared_experts ? 2 : 0; }
+static int moe_extra(const aa_arch_t *a) {
+  return a->moe.shared_experts ? 2 + (a->moe.shared_expert_gate ? 1 : 0) : 0;
+}
 /* MoE blocks before block l (every `every`-th from block 0). */
 static int moe_before(const aa_arch_t *a, int l) {
   return a->moe.experts > 0 && a->moe.every > 0 ? (l + a->moe.every - 1) / a->moe.every : 0;
@@ -183,14 +187,16 @@ int aa_gpt_n_tensors(const aa_arch_t *a) {
 }
 
 /* llama's blocks: ln1.w, q.w, k.w, v.w (q|k|v contiguous: one GEMM makes
- * a token's q, k and v), proj.w, ln2.w, gate.w, up.w (contiguous: one
- * GEMM makes [gate | up]), down.w; and after them lnf.w, head.w. The
+ * a token's q, k and v), with qkv_bias q.b, k.b, v.b (contiguous too: the
+ * GEMM's one bias), proj.w, ln2.w, gate.w, up.w (contiguous: one GEMM
+ * makes [gate | up]), down.w; and after them lnf.w, head.w. The
  * column-parallel q, k, v, gate and up split their rows (heads, kv heads,
- * MLP columns), the row-parallel proj and down their columns, the head its
- * vocabulary rows as wte does. */
+ * MLP columns) and q, k and v their biases with them, the row-parallel
+ * proj and down their columns, the head its vocabulary rows as wte does. */
 static void llama_table(table_t *tb, const aa_arch_t *a, const aa_tp_dims_t *d, int r, int vlo, int vvalid) {
   const int C = d->C, Cl = d->Cl, F = d->F, GF = a->d_ff, KVl = d->KVl, GKV = d->KVl * d->tp;
   const int E = a->moe.experts, Fe = a->moe.d_ff_expert, S = a->moe.shared_experts;
+  enum { NT = AA_LLAMA_TENSORS_PER_LAYER + 3 };
   char n[32];
   add_tensor(tb, "wte", -1, d->Vl, C, a->vocab_size, C, ROWS, vlo, vvalid);
   for (int l = 0; l < a->n_layer; l++) {
@@ -198,21 +204,29 @@ static void llama_table(table_t *tb, const aa_arch_t *a, const aa_tp_dims_t *d, 
      * parallelism for it): its attention half as a dense block's, then
      * router.w (E,C), experts.w13 (E 2Fe,C) = per expert [w1; w3],
      * experts.w2 (E C,Fe), and with shared experts shared.w13 (S 2Fe,C)
-     * and shared.w2 (S C,Fe) (kernels/cpu/cpu_moe.h's layouts). */
-    const int moe = aa_arch_is_moe_layer(a, l);
-    static const char *names[AA_LLAMA_TENSORS_PER_LAYER] = {"ln1.w", "q.w",  "k.w",  "v.w",   "proj.w",
-                                                            "ln2.w", "gate.w", "up.w", "down.w"};
+     * and shared.w2 (S C,Fe) (kernels/cpu/cpu_moe.h's layouts), and
+     * their gate shared.gate (1,C) under shared_expert_gate. */
+    const int moe = aa_arch_is_moe_layer(a, l), qb = qkv_biases(a);
+    static const char *names[NT] = {"ln1.w", "q.w",    "k.w",   "v.w",    "q.b",  "k.b",
+                                    "v.b",   "proj.w", "ln2.w", "gate.w", "up.w", "down.w"};
     const struct {
       int d0, d1, g0, g1;
       split_t split;
       int lo, rows;
-    } t[AA_LLAMA_TENSORS_PER_LAYER] = {
-        {C, 0, C, 0, WHOLE, 0, 0},          {Cl, C, C, C, ROWS, r * Cl, Cl},
-        {KVl, C, GKV, C, ROWS, r * KVl, KVl}, {KVl, C, GKV, C, ROWS, r * KVl, KVl},
-        {C, Cl, C, C, COLS, r * Cl, 0},     {C, 0, C, 0, WHOLE, 0, 0},
-        {F, C, GF, C, ROWS, r * F, F},      {F, C, GF, C, ROWS, r * F, F},
-        {C, F, C, GF, COLS, r * F, 0}};
-    for (int i = 0; i < (moe ? 6 : AA_LLAMA_TENSORS_PER_LAYER); i++) {
+    } t[NT] = {{C, 0, C, 0, WHOLE, 0, 0},
+               {Cl, C, C, C, ROWS, r * Cl, Cl},
+               {KVl, C, GKV, C, ROWS, r * KVl, KVl},
+               {KVl, C, GKV, C, ROWS, r * KVl, KVl},
+               {Cl, 0, C, 0, ROWS, r * Cl, Cl},
+               {KVl, 0, GKV, 0, ROWS, r * KVl, KVl},
+               {KVl, 0, GKV, 0, ROWS, r * KVl, KVl},
+               {C, Cl, C, C, COLS, r * Cl, 0},
+               {C, 0, C, 0, WHOLE, 0, 0},
+               {F, C, GF, C, ROWS, r * F, F},
+               {F, C, GF, C, ROWS, r * F, F},
+               {C, F, C, GF, COLS, r * F, 0}};
+    for (int i = 0; i < (moe ? 9 : NT); i++) {
+      if (!qb && i >= 4 && i < 7) continue; /* no q/k/v biases */
       snprintf(n, sizeof n, "h%d.%s", l, names[i]);
       add_tensor(tb, n, l, t[i].d0, t[i].d1, t[i].g0, t[i].g1, t[i].split, t[i].lo, t[i].rows);
     }
@@ -226,11 +240,12 @@ static void llama_table(table_t *tb, const aa_arch_t *a, const aa_tp_dims_t *d, 
       int d0, d1, g0;
       split_t split;
       int lo;
-    } x[5] = {{"router.w", E, C, E, WHOLE, 0},
+    } x[6] = {{"router.w", E, C, E, WHOLE, 0},
               {"experts.w13", El * 2 * Fe, C, E * 2 * Fe, ex, e0 * 2 * Fe},
               {"experts.w2", El * C, Fe, E * C, ex, e0 * C},
               {"shared.w13", S * 2 * Fe, C, S * 2 * Fe, WHOLE, 0},
-              {"shared.w2", S * C, Fe, S * C, WHOLE, 0}};
+              {"shared.w2", S * C, Fe, S * C, WHOLE, 0},
+              {"shared.gate", 1, C, 1, WHOLE, 0}};
     for (int i = 0; i < 3 + moe_extra(a); i++) {
       snprintf(n, sizeof n, "h%d.%s", l, x[i].name);
       add_tensor(tb, n, l, x[i].d0, x[i].d1, x[i].g0, x[i].d1, x[i].split, x[i].lo, x[i].d0);
@@ -305,14 +320,17 @@ void aa_gpt_tensor_table_ep(const aa_arch_t *a, int tp, int r, int ep, int er, c
   }
 }
 
-/* A block's tensors by role (gpt2's order); llama has no biases, its
+/* A block's tensors by role (gpt2's order); llama has no biases but
+ * q/k/v's (QKVB: q.b, with k.b and v.b after it, under qkv_bias), its
  * QKVW is q.w (k.w and v.w follow it), FCW gate.w (up.w follows) and
  * FCPROJW down.w. */
 enum { LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB };
+/* Where each role lies in a llama block without q/k/v biases (which, when
+ * present, are 4..6 and move the later tensors 3 on). */
 static const int llama_role[AA_TENSORS_PER_LAYER] = {0, -1, 1, -1, 4, -1, 5, -1, 6, -1, 8, -1};
 /* An MoE block's own tensors, after its ln2.w (llama_table's order); it
  * has no FCW and FCPROJW. */
-enum { ROUTERW = AA_TENSORS_PER_LAYER, EXPW13, EXPW2, SHW13, SHW2 };
+enum { ROUTERW = AA_TENSORS_PER_LAYER, EXPW13, EXPW2, SHW13, SHW2, SHGATE };
 /* Index of block l's first tensor, and of its tensor of role k (-1: the
  * block has none). */
 static int l0(const aa_arch_t *a, int l) {
@@ -320,10 +338,11 @@ static int l0(const aa_arch_t *a, int l) {
 }
 static int lt(const aa_arch_t *a, int l, int k) {
   if (!aa_arch_is_llama(a)) return l0(a, l) + k;
-  const int moe = aa_arch_is_moe_layer(a, l);
-  if (k >= ROUTERW) return moe && (k < SHW13 || moe_extra(a)) ? l0(a, l) + 6 + (k - ROUTERW) : -1;
+  const int moe = aa_arch_is_moe_layer(a, l), qb = qkv_biases(a);
+  if (k >= ROUTERW) return moe && k - ROUTERW < 3 + moe_extra(a) ? l0(a, l) + 6 + qb + (k - ROUTERW) : -1;
   if (moe && (k == FCW || k == FCPROJW)) return -1;
-  return llama_role[k] < 0 ? -1 : l0(a, l) + llama_role[k];
+  if (k == QKVB) return qb ? l0(a, l) + 4 : -1;
+  return llama_role[k] < 0 ? -1 : l0(a, l) + llama_role[k] + (llama_role[k] >= 4 ? qb : 0);
 }
 /* Role k of block l within the block's unit-relative buffer w (weights or
  * gradients); NULL where the family has no such tensor (a bias). */
@@ -526,6 +545,7 @@ static int moe_alloc(aa_gpt_t *m, const aa_act_layout_t *l) {
   for (int b = 0; b < a->n_layer && !rc; b++)
     if (aa_arch_is_moe_layer(a, b)) {
       rc = aa_cpu_moe_route_alloc(&m->routes[b], m->B * m->T, a->moe.experts, a->moe.top_k);
+      m->routes[b].raw = a->moe.topk_raw; /* norm_topk_prob false */
       if (!rc && m->dispatch)
         rc = aa_moe_dispatch_init(&m->dispatch[b], m->opts.expert, a->moe.experts,
                                   m->ep * m->B * m->T * a->moe.top_k);
@@ -1183,7 +1203,11 @@ static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const flo
     aa_cpu_moe_experts_forward(v.yp, v.h, v.act, v.xp, WK(EXPW13), WK(EXPW2), r->offsets, E, C, Fe);
   }
   aa_cpu_moe_unpermute(out, v.yp, r, C);
-  aa_cpu_moe_shared_forward(out, v.hs, v.as, x, WK(SHW13), WK(SHW2), mo->shared_experts, N, C, Fe);
+  if (mo->shared_expert_gate)
+    aa_cpu_moe_shared_gate_forward(out, v.hs, v.as, x, WK(SHW13), WK(SHW2), WK(SHGATE), mo->shared_experts, N,
+                                   C, Fe);
+  else
+    aa_cpu_moe_shared_forward(out, v.hs, v.as, x, WK(SHW13), WK(SHW2), mo->shared_experts, N, C, Fe);
   if (!count) return 0;
   float aux, z;
   aa_cpu_moe_losses(&aux, &z, v.logits, v.probs, r, mo->aux_loss_coef, mo->z_loss_coef);
@@ -1229,8 +1253,12 @@ static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *do
   }
   op->memset0(dx, (size_t)N * C * sizeof(float));
   aa_cpu_moe_permute_backward(dx, a->moe_dxp, r, C);
-  aa_cpu_moe_shared_backward(dx, G(SHW13), G(SHW2), dout, x, v.hs, v.as, WK(SHW13), WK(SHW2),
-                             mo->shared_experts, N, C, Fe);
+  if (mo->shared_expert_gate)
+    aa_cpu_moe_shared_gate_backward(dx, G(SHW13), G(SHW2), G(SHGATE), dout, x, v.hs, v.as, WK(SHW13),
+                                    WK(SHW2), WK(SHGATE), mo->shared_experts, N, C, Fe);
+  else
+    aa_cpu_moe_shared_backward(dx, G(SHW13), G(SHW2), dout, x, v.hs, v.as, WK(SHW13), WK(SHW2),
+                               mo->shared_experts, N, C, Fe);
   aa_cpu_moe_router_backward(dx, G(ROUTERW), a->moe_dlogits, a->moe_dweight, x, WK(ROUTERW), v.logits,
                              v.probs, r, C, mo->aux_loss_coef, mo->z_loss_coef, m->moe_dloss);
 #undef G

@@ -19,14 +19,18 @@
  * norms and the final one, q|k|v with n_kv_head key/value heads
  * (grouped-query attention) and rotary position embeddings applied to q
  * and k after the projection (HF's rotate_half, arch.rope_theta), a SwiGLU
- * MLP ([gate | up] from one GEMM, down back), no biases, no position
+ * MLP ([gate | up] from one GEMM, down back), no biases (but q/k/v's under qkv_bias), no position
  * table and an untied head:
  *
  *   wte (V,C) |
  *   for each layer l:
- *     ln1.w (C) | q.w (NH hs,C) | k.w (NKV hs,C) | v.w (NKV hs,C) | proj.w (C,C) |
+ *     ln1.w (C) | q.w (NH hs,C) | k.w (NKV hs,C) | v.w (NKV hs,C) |
+ *     [q.b (NH hs) | k.b (NKV hs) | v.b (NKV hs)] | proj.w (C,C) |
  *     ln2.w (C) | gate.w (F,C) | up.w (F,C) | down.w (C,F)
  *   lnf.w (C) | head.w (V,C)
+ *
+ * with the bracketed q/k/v biases only under arch.qkv_bias (Qwen2; split
+ * between tensor ranks with their rows, as the weights are).
  *
  * Its last unit is lnf.w|head.w, so a last pipeline stage holds no copy
  * of wte and there is no embedding group. Tensor parallelism splits the
@@ -40,7 +44,8 @@
  * (kernels/cpu/cpu_moe.h) replaces the SwiGLU MLP on the second RMSNorm's
  * output, and the block's tensors after ln2.w are
  *     router.w (E,C) | experts.w13 (E 2Fe,C) | experts.w2 (E C,Fe) |
- *     shared.w13 (S 2Fe,C) | shared.w2 (S C,Fe)      (the shared ones if S > 0)
+ *     shared.w13 (S 2Fe,C) | shared.w2 (S C,Fe) |    (the shared ones if S > 0)
+ *     shared.gate (1,C)                               (moe.shared_expert_gate)
  * in the block's unit, so checkpoints, ZeRO and the data-parallel
  * all-reduce take them as they take dense weights (experts replicated on
  * every rank). Each MoE block's aux and z losses (spec coefficients) are

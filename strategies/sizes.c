@@ -16,6 +16,7 @@ void aa_sizes_tp(const aa_arch_t *a, int tp, aa_tp_dims_t *d) {
                       .V = a->vocab_size,
                       .Vl = (a->vocab_size + tp - 1) / tp};
   d->llama = aa_arch_is_llama(a);
+  d->qkvb = d->llama && a->qkv_bias;
   d->HS = a->d_model / a->n_head;
   d->NKV = aa_arch_kv_heads(a) / tp;
   d->KVl = d->NKV * d->HS;
@@ -39,8 +40,9 @@ int aa_sizes_units(const aa_arch_t *a) { return a->n_layer + 2; }
  * biases whole. */
 static size_t block_numel(const aa_tp_dims_t *d) {
   const size_t C = (size_t)d->C, Cl = (size_t)d->Cl, F = (size_t)d->F;
-  /* llama: ln1 C, q|k|v QKV C, proj C Cl, ln2 C, gate|up 2 F C, down C F. */
-  if (d->llama) return 2 * C + (size_t)d->QKV * C + C * Cl + 3 * F * C;
+  /* llama: ln1 C, q|k|v QKV C (and their biases QKV, Qwen2's), proj C Cl, ln2 C, gate|up 2 F C,
+   * down C F. */
+  if (d->llama) return 2 * C + (size_t)d->QKV * (C + (d->qkvb ? 1 : 0)) + C * Cl + 3 * F * C;
   return 4 * C * Cl + 2 * F * C + 6 * C + 3 * Cl + F;
 }
 

@@ -43,6 +43,7 @@ typedef struct aa_tp_dims {
   int V;       /* the whole vocabulary */
   int Vl;      /* rows of each rank's vocabulary slice: ceil(V / t) */
   int llama;   /* the llama family (spec.h): no biases, RMSNorm, SwiGLU, untied head */
+  int qkvb;    /* llama with qkv_bias: the rank's q|k|v rows have biases (QKV of them) */
   int HS;      /* head size d_model / n_head */
   int NKV, KVl; /* the rank's key/value heads and their width: n_kv_head / t, that times HS (gpt2: NH, Cl) */
   int QKV;     /* the width of the rank's q|k|v rows: Cl + 2 KVl (gpt2: 3 Cl) */

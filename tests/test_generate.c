@@ -461,6 +461,37 @@ AA_TEST(moe_cached_matches_uncached) {
   aa_gpt_free(m);
 }
 
+/* Qwen2-MoE's options: q/k/v biases in every block (the decoder's fused
+ * q|k|v GEMM takes them as one bias), two shared experts under a sigmoid
+ * gate and the top-k probabilities not renormalised (norm_topk_prob
+ * false), against the training forward as above. */
+AA_TEST(qwen_moe_cached_matches_uncached) {
+  aa_arch_t la = {.family = "llama",
+                  .n_layer = 3,
+                  .n_head = 4,
+                  .d_model = 32,
+                  .d_ff = 48,
+                  .seq_len = 16,
+                  .vocab_size = 37,
+                  .n_kv_head = 2,
+                  .rope_theta = 10000.0f,
+                  .norm_eps = 1e-5f,
+                  .qkv_bias = 1,
+                  .moe = {.experts = 4,
+                          .top_k = 2,
+                          .d_ff_expert = 16,
+                          .shared_experts = 2,
+                          .every = 2,
+                          .shared_expert_gate = 1,
+                          .topk_raw = 1}};
+  aa_gpt_t *m = NULL;
+  CHECK_MSG(aa_gpt_create(&m, &la, aa_ops_cpu(), 1, la.seq_len, NULL) == 0, "%s", aa_last_error());
+  if (!m) return;
+  NEED_DECODE(m);
+  cached_matches_uncached(m);
+  aa_gpt_free(m);
+}
+
 /* llama_tiny.fixture's model (make_llama_fixture.py) decoded greedily with
  * the cache and without, against float64 PyTorch's ids; skipped, saying
  * so, until that fixture is in the tree. */
@@ -562,6 +593,7 @@ int main(void) {
   RUN(cache_and_input_bounds_are_errors);
   RUN(llama_cached_matches_uncached);
   RUN(moe_cached_matches_uncached);
+  RUN(qwen_moe_cached_matches_uncached);
   RUN(llama_greedy_matches_pytorch);
   RUN(cuda_decoder_matches_pytorch);
   free(gpt.params);

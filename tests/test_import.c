@@ -785,9 +785,9 @@ AA_TEST(llama_missing_extra_and_misshapen_tensors_are_named) {
                       AA_EINVAL, "missing tensor 'model.layers.1.mlp.up_proj.weight'");
   expect_import_error(&a,
                       rewrite("llama_e.safetensors", "llama_x.safetensors", keep,
-                              "model.layers.0.self_attn.q_proj.bias", 16, AA_F32),
+                              "model.layers.0.self_attn.o_proj.bias", 16, AA_F32),
                       AA_EINVAL,
-                      "unexpected tensor 'model.layers.0.self_attn.q_proj.bias' (not a Llama weight)");
+                      "unexpected tensor 'model.layers.0.self_attn.o_proj.bias' (not a Llama weight)");
   expect_import_error(
       &a, rewrite("llama_e.safetensors", "llama_dup.safetensors", keep, "norm.weight", 16, AA_F32), AA_EINVAL,
       "tensor 'norm.weight' appears twice");
@@ -975,9 +975,9 @@ done:
 }
 
 /* Qwen-MoE's shared expert is gated by a sigmoid of its own
- * (shared_expert_gate), which autoaccel's block does not have: refused
- * naming that tensor. */
-AA_TEST(qwen_moe_shared_expert_gate_is_refused_by_name) {
+ * (shared_expert_gate): a spec without model.moe.shared_expert_gate
+ * refuses it naming that tensor and the options it needs. */
+AA_TEST(qwen_moe_shared_expert_gate_needs_the_spec_option) {
   NEED_MIXTRAL();
   aa_arch_t a = mixtral_arch(0);
   char p[512];
@@ -985,7 +985,159 @@ AA_TEST(qwen_moe_shared_expert_gate_is_refused_by_name) {
   expect_import_error(
       &a, p, AA_EINVAL,
       "tensor 'model.layers.0.mlp.shared_expert_gate.weight' is Qwen-MoE's sigmoid gate on its "
-      "shared expert");
+      "shared expert: the spec needs model.moe.shared_expert_gate true");
+}
+
+/* --- Qwen2 and Qwen2-MoE ------------------------------------------------ */
+
+static char qwdir[300];   /* make_qwen_weights.py's output, inside tmp */
+static char qw_skip[600]; /* non-empty: why its files are missing */
+
+/* make_qwen_weights.py's Qwen2: llama_arch(2, 2) with q/k/v biases. */
+static aa_arch_t qwen2_arch(void) {
+  aa_arch_t a = llama_arch(2, 2);
+  a.qkv_bias = 1;
+  return a;
+}
+
+/* Its Qwen2-MoE: 3 layers with q/k/v biases, layers 0 and 2 sparse blocks
+ * of 4 experts (top-2, width 12, norm_topk_prob false) and one gated
+ * shared expert of width 24 (2 of 12), layer 1 dense. */
+static aa_arch_t qwen_moe_arch(void) {
+  aa_arch_t a = llama_arch(3, 2);
+  a.qkv_bias = 1;
+  a.moe = (aa_moe_t){.experts = 4,
+                     .top_k = 2,
+                     .d_ff_expert = 12,
+                     .shared_experts = 2,
+                     .every = 2,
+                     .shared_expert_gate = 1,
+                     .topk_raw = 1};
+  return a;
+}
+
+/* Runs make_qwen_weights.py into tmp/qw; on failure qw_skip says why. */
+static void make_qwen_weights(void) {
+  const char *src = getenv("AA_SOURCE_DIR");
+  char cmd[2048], log[400];
+  snprintf(qwdir, sizeof qwdir, "%s/qw", tmp);
+  snprintf(log, sizeof log, "%s/make_qwen_weights.log", tmp);
+  if (access("/usr/bin/python3", X_OK)) {
+    snprintf(qw_skip, sizeof qw_skip, "/usr/bin/python3 not found (needed with python3-torch)");
+    return;
+  }
+  snprintf(cmd, sizeof cmd,
+           "/usr/bin/python3 '%s/tests/reference/make_qwen_weights.py' --out '%s' >'%s' 2>&1",
+           src ? src : ".", qwdir, log);
+  int rc = system(cmd);
+  if (rc != 0) {
+    size_t len = 0;
+    char *text = slurp(log, &len);
+    snprintf(qw_skip, sizeof qw_skip, "make_qwen_weights.py failed (status %d): %.400s", rc,
+             text ? text : "");
+    free(text);
+  }
+}
+
+#define NEED_QWEN()                                                                                          \
+  do {                                                                                                       \
+    if (qw_skip[0]) SKIP("%s", qw_skip);                                                                     \
+  } while (0)
+
+/* stem.safetensors imports into a model of a with `tensors` Hugging Face
+ * tensors, and its next-token logits equal Hugging Face's float64 forward
+ * (stem_logits.bin) within the GPT-2 and Mixtral checks' tolerance (1e-6 +
+ * 1e-4 |want|: float32 rounding; the MoE routing is the reference's by the
+ * script's router gap). The model is returned for more checks. */
+static aa_gpt_t *qwen_logits_match(const aa_arch_t *a, const char *stem, int tensors) {
+  char src[512], lp[512], name[64];
+  snprintf(name, sizeof name, "%s.safetensors", stem);
+  path_in(src, sizeof src, qwdir, name);
+  snprintf(name, sizeof name, "%s_logits.bin", stem);
+  path_in(lp, sizeof lp, qwdir, name);
+  const int T = a->seq_len, V = a->vocab_size;
+  size_t len = 0, n = (size_t)T * V;
+  unsigned char *ref = slurp(lp, &len);
+  CHECK(ref && len == (size_t)T * 4 + n * 4);
+  aa_gpt_t *m = model(a, 1, T);
+  if (ref && m && len == (size_t)T * 4 + n * 4) {
+    aa_import_info_t info;
+    CHECK_MSG(aa_import_weights(m, src, &info) == 0, "import: %s", aa_last_error());
+    CHECK_MSG(info.tensors == tensors && info.ignored == 0 && !info.tied_head, "%d tensors", info.tensors);
+    CHECK_MSG(aa_gpt_forward(m, (const int32_t *)ref, NULL, NULL) == 0, "forward: %s", aa_last_error());
+    check_logits(stem, aa_gpt_logits(m), (const float *)(ref + (size_t)T * 4), n);
+  }
+  free(ref);
+  return m;
+}
+
+/* Qwen2ForCausalLM's names, the q/k/v biases with them: wte, 2 blocks of
+ * 9 + 3 biases, norm, head. Without the biases the logits move by O(0.1),
+ * 1000 times the tolerance. */
+AA_TEST(qwen2_safetensors_logits_match_hugging_face) {
+  NEED_QWEN();
+  aa_arch_t a = qwen2_arch();
+  aa_gpt_free(qwen_logits_match(&a, "qwen2", 27));
+}
+
+/* Qwen2MoeForCausalLM's names: the router, the experts, the shared expert
+ * spread over the engine's 2 shared experts and its sigmoid gate. Export
+ * writes the same names in the same order: the F32 export of the import is
+ * the script's file byte for byte (so the shared expert's gather is
+ * put_shared's inverse), and imports back to the same parameters. */
+AA_TEST(qwen2_moe_safetensors_logits_match_and_export_writes_the_same_file) {
+  NEED_QWEN();
+  aa_arch_t a = qwen_moe_arch();
+  /* wte, 2 MoE blocks of 12 + 1 + 4 x 3 + 4, a dense block of 15, norm, head. */
+  aa_gpt_t *m = qwen_logits_match(&a, "qwen2_moe", 67), *m2 = model(&a, 1, 1);
+  char src[512], out[512];
+  path_in(src, sizeof src, qwdir, "qwen2_moe.safetensors");
+  path_in(out, sizeof out, tmp, "qwen2_moe_export.safetensors");
+  size_t l1 = 0, l2 = 0;
+  char *b1 = NULL, *b2 = NULL;
+  if (!m || !m2) goto done;
+  CHECK_MSG(aa_export_weights(m, out, AA_F32) == 0, "export: %s", aa_last_error());
+  b1 = slurp(src, &l1);
+  b2 = slurp(out, &l2);
+  size_t at = 0;
+  while (b1 && b2 && at < l1 && at < l2 && b1[at] == b2[at])
+    at++;
+  CHECK_MSG(b1 && b2 && l1 == l2 && at == l1, "export differs from the source at byte %zu (%zu vs %zu bytes)",
+            at, l2, l1);
+  CHECK_MSG(aa_import_weights(m2, out, NULL) == 0, "re-import: %s", aa_last_error());
+  CHECK(same_params(m2, m->params.data, m->n_params, "qwen2-moe round trip"));
+done:
+  free(b1);
+  free(b2);
+  aa_gpt_free(m);
+  aa_gpt_free(m2);
+}
+
+static const char *no_v_bias(const char *n, char *buf) {
+  (void)buf;
+  return strcmp(n, "model.layers.1.self_attn.v_proj.bias") ? n : NULL;
+}
+
+/* A Qwen2 file into a spec without qkv_bias names the bias and the option;
+ * a missing bias, and a Qwen2-MoE file into a spec with ungated shared
+ * experts, are refused naming the tensor. */
+AA_TEST(qwen_biases_and_gate_without_their_options_are_named) {
+  NEED_QWEN();
+  aa_arch_t plain = llama_arch(2, 2), a = qwen2_arch(), ungated = qwen_moe_arch();
+  ungated.moe.shared_expert_gate = 0;
+  char p[512], q[512];
+  path_in(p, sizeof p, qwdir, "qwen2.safetensors");
+  expect_import_error(&plain, p, AA_EINVAL,
+                      "tensor 'model.layers.0.self_attn.q_proj.bias' is a q/k/v projection bias (Qwen2): the "
+                      "spec needs model.qkv_bias true");
+  path_in(q, sizeof q, tmp, "qwen2.safetensors");
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s'", p, q);
+  CHECK(system(cmd) == 0);
+  expect_import_error(&a, rewrite("qwen2.safetensors", "qwen2_nov.safetensors", no_v_bias, NULL, 0, AA_F32),
+                      AA_EINVAL, "missing tensor 'model.layers.1.self_attn.v_proj.bias'");
+  path_in(p, sizeof p, qwdir, "qwen2_moe.safetensors");
+  expect_import_error(&ungated, p, AA_EINVAL, "is Qwen-MoE's sigmoid gate on its shared expert");
 }
 
 static const char *no_expert_w3(const char *n, char *buf) {
@@ -1065,6 +1217,7 @@ int main(void) {
   }
   make_weights();
   make_mixtral_weights();
+  make_qwen_weights();
   RUN(f32_safetensors_imports_bit_exact_with_buffers_and_tied_head);
   RUN(bf16_safetensors_with_transformer_prefix_imports_torch_rounding);
   RUN(f16_safetensors_imports_torch_rounding);
@@ -1089,7 +1242,10 @@ int main(void) {
   RUN(llama_refuses_llmc_files);
   RUN(mixtral_safetensors_logits_match_hugging_face);
   RUN(mixtral_export_reimport_round_trips_byte_for_byte);
-  RUN(qwen_moe_shared_expert_gate_is_refused_by_name);
+  RUN(qwen_moe_shared_expert_gate_needs_the_spec_option);
+  RUN(qwen2_safetensors_logits_match_hugging_face);
+  RUN(qwen2_moe_safetensors_logits_match_and_export_writes_the_same_file);
+  RUN(qwen_biases_and_gate_without_their_options_are_named);
   RUN(moe_missing_extra_and_misshapen_experts_are_named);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

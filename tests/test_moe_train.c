@@ -37,6 +37,11 @@
 
 static char tmpdir[256], train_bin[512], val_bin[512];
 
+/* Set by a test (the ranks are forked with it): Qwen2-MoE's options in
+ * moe_spec_k's model, q/k/v biases, the shared expert's sigmoid gate and
+ * norm_topk_prob false. */
+static int qwen;
+
 /* A tiny MoE llama: 2 layers, both MoE (every 1), 4 experts of width 24,
  * top-k (0: 2), one shared expert, aux 0.01 and z 0.001; capacity factor c
  * (0: dropless). Global batch 8 of 16 tokens. */
@@ -45,14 +50,16 @@ static int moe_spec_k(aa_model_spec_t *s, double capacity, int top_k) {
   snprintf(
       json, sizeof json,
       "{\"name\": \"moe\", \"model\": {\"family\": \"llama\", \"n_layer\": 2, \"n_head\": 4, \"n_kv_head\": "
-      "2, "
-      "\"d_model\": 32, \"d_ff\": 48, \"seq_len\": 16, \"vocab_size\": 256, \"moe\": {\"experts\": 4, "
+      "2, %s"
+      "\"d_model\": 32, \"d_ff\": 48, \"seq_len\": 16, \"vocab_size\": 256, \"moe\": {\"experts\": 4, %s"
       "\"top_k\": %d, \"d_ff_expert\": 24, \"shared_experts\": 1, \"aux_loss_coef\": 0.01, \"z_loss_coef\": "
       "0.001, \"capacity_factor\": %g}}, \"train\": {\"global_batch\": 8, \"steps\": %d, \"lr\": 0.003, "
       "\"eval_every\": 0, \"eval_batches\": 2, \"seed\": 7, \"grad_clip\": 1.0}, \"data\": {\"train\": "
       "\"%s\", "
       "\"val\": \"%s\"}}",
-      top_k ? top_k : 2, capacity, STEPS, train_bin, val_bin);
+      qwen ? "\"qkv_bias\": true, " : "",
+      qwen ? "\"shared_expert_gate\": true, \"norm_topk_prob\": false, " : "", top_k ? top_k : 2, capacity,
+      STEPS, train_bin, val_bin);
   int rc = aa_spec_parse(s, json, NULL, "test");
   CHECK_MSG(rc == 0, "spec: %s", aa_last_error());
   return rc;
@@ -488,6 +495,13 @@ AA_TEST(ep2_over_dp4_two_expert_groups_match_the_single_process) {
 AA_TEST(ep4_over_dp4_top1_matches_the_single_process) {
   ep_equivalence(&(cfg_t){.dp = 4, .ep = 4, .top_k = 1, .micro_batch = 2, .out = "ep4.dp4.top1"}, REL_TOL);
 }
+/* Qwen2-MoE's options (q/k/v biases, the gated shared expert, the top-k
+ * probabilities as they are) at ep 2: the same bounds. */
+AA_TEST(ep2_with_qwen_moe_options_matches_the_single_process) {
+  qwen = 1;
+  ep_equivalence(&(cfg_t){.dp = 2, .ep = 2, .micro_batch = 4, .out = "ep2.qwen"}, REL_TOL);
+  qwen = 0;
+}
 AA_TEST(ep2_in_bf16_matches_the_single_process) {
   ep_equivalence(&(cfg_t){.dp = 2, .ep = 2, .micro_batch = 4, .amp = AA_BF16, .out = "ep2.bf16"}, 1e-4);
 }
@@ -571,6 +585,7 @@ int main(void) {
   RUN(ep2_over_dp4_two_expert_groups_match_the_single_process);
   RUN(ep4_over_dp4_top1_matches_the_single_process);
   RUN(ep2_in_bf16_matches_the_single_process);
+  RUN(ep2_with_qwen_moe_options_matches_the_single_process);
   RUN(ep2_with_a_capacity_factor_drops_what_the_single_process_drops);
   RUN(ep_refuses_zero_1_by_name);
   RUN(an_ep_checkpoint_resumes_at_ep2_and_in_one_process_and_back);

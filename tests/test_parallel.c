@@ -71,6 +71,9 @@
  * heads sharing 2 key/value heads (so tp 2 splits the kv heads), a SwiGLU
  * MLP of 48 columns, untied head. */
 #define LLAMA_MODEL 3
+/* LLAMA_MODEL with Qwen2's q/k/v biases (qkv_bias), which tp 2 splits with
+ * their heads. */
+#define QWEN_MODEL 4
 
 static char tmpdir[256], train_bin[512], val_bin[512];
 
@@ -78,14 +81,17 @@ static char tmpdir[256], train_bin[512], val_bin[512];
  * trained for `steps` steps (0: STEPS). */
 static void model_spec(aa_model_spec_t *s, int model, int steps) {
   char json[2048];
-  const char *llama = model == LLAMA_MODEL ? "\"family\": \"llama\", \"n_kv_head\": 2, " : "";
-  snprintf(json, sizeof json,
-           "{\"name\": \"dp\", \"model\": {%s\"n_layer\": %d, \"n_head\": %d, \"d_model\": %d, \"d_ff\": %d, "
-           "\"seq_len\": 16, \"vocab_size\": %d}, \"train\": {\"global_batch\": 8, \"steps\": %d, \"lr\": 0.003, "
-           "\"warmup_steps\": 2, \"eval_every\": 0, \"eval_batches\": 2, \"checkpoint_every\": 0, \"seed\": 7, "
-           "\"grad_clip\": 1.0}, \"data\": {\"train\": \"%s\", \"val\": \"%s\"}}",
-           llama, model >= PP_MODEL ? 4 : 2, model ? 4 : 2, model ? 32 : 30, model == LLAMA_MODEL ? 48 : 64,
-           model ? 251 : 256, steps ? steps : STEPS, train_bin, val_bin);
+  const char *llama = model == QWEN_MODEL    ? "\"family\": \"llama\", \"n_kv_head\": 2, \"qkv_bias\": true, "
+                      : model == LLAMA_MODEL ? "\"family\": \"llama\", \"n_kv_head\": 2, "
+                                             : "";
+  snprintf(
+      json, sizeof json,
+      "{\"name\": \"dp\", \"model\": {%s\"n_layer\": %d, \"n_head\": %d, \"d_model\": %d, \"d_ff\": %d, "
+      "\"seq_len\": 16, \"vocab_size\": %d}, \"train\": {\"global_batch\": 8, \"steps\": %d, \"lr\": 0.003, "
+      "\"warmup_steps\": 2, \"eval_every\": 0, \"eval_batches\": 2, \"checkpoint_every\": 0, \"seed\": 7, "
+      "\"grad_clip\": 1.0}, \"data\": {\"train\": \"%s\", \"val\": \"%s\"}}",
+      llama, model >= PP_MODEL ? 4 : 2, model ? 4 : 2, model ? 32 : 30, model >= LLAMA_MODEL ? 48 : 64,
+      model ? 251 : 256, steps ? steps : STEPS, train_bin, val_bin);
   int rc = aa_spec_parse(s, json, NULL, "test");
   if (rc) fprintf(stderr, "spec: %s\n", aa_last_error());
   CHECK(rc == 0);
@@ -1171,24 +1177,32 @@ AA_TEST(pp2_with_amp_checkpointing_zero1_and_tensor_parallelism_matches_the_sing
  * amp rounds the rotated q and k. Tolerances as the gpt2 tests' (the file's
  * head): the same reorderings of fp32 sums, nothing else. Every rank's
  * bytes are held to the cost model's to the byte (equivalent_run). */
-static run_t llama_single[3];
+static run_t llama_single[3], qwen_single[3];
 
+/* c.model QWEN_MODEL: the same against the biased model's single process. */
 static void llama_equivalence(cfg_t c, double tol) {
-  run_t *ref = &llama_single[c.amp];
+  const int qwen = c.model == QWEN_MODEL;
+  run_t *ref = qwen ? &qwen_single[c.amp] : &llama_single[c.amp];
   const int mb = c.micro_batch ? c.micro_batch : PP_MB;
   if (isnan(ref->loss[1])) {
     char out[32];
-    snprintf(out, sizeof out, "llama-single.%s", aa_dtype_name(c.amp));
-    cfg_t s = {.dp = 0, .model = LLAMA_MODEL, .steps = PP_STEPS, .micro_batch = PP_MB, .amp = c.amp, .out = out,
+    snprintf(out, sizeof out, "%s-single.%s", qwen ? "qwen" : "llama", aa_dtype_name(c.amp));
+    cfg_t s = {.dp = 0,
+               .model = qwen ? QWEN_MODEL : LLAMA_MODEL,
+               .steps = PP_STEPS,
+               .micro_batch = PP_MB,
+               .amp = c.amp,
+               .out = out,
                .kill_rank = -1};
     run(&s, ref);
     CHECK(all_ok(ref, 1) && !isnan(ref->loss[PP_STEPS]) && !isnan(ref->val_loss[0]));
   }
   char out[96];
-  snprintf(out, sizeof out, "llama.dp%d.tp%d%s.pp%d.%s%s.cp%d.z%d.%s.ckpt-%s.mb%d", c.dp, c.tp ? c.tp : 1,
-           c.sp ? ".sp" : "", c.pp ? c.pp : 1, aa_pp_schedule_name(c.schedule), c.vpp > 1 ? "-v2" : "",
-           c.cp ? c.cp : 1, c.zero, aa_dtype_name(c.amp), aa_ckpt_mode_name(c.ckpt), mb);
-  c.model = LLAMA_MODEL;
+  snprintf(out, sizeof out, "%s.dp%d.tp%d%s.pp%d.%s%s.cp%d.z%d.%s.ckpt-%s.mb%d", qwen ? "qwen" : "llama",
+           c.dp, c.tp ? c.tp : 1, c.sp ? ".sp" : "", c.pp ? c.pp : 1, aa_pp_schedule_name(c.schedule),
+           c.vpp > 1 ? "-v2" : "", c.cp ? c.cp : 1, c.zero, aa_dtype_name(c.amp), aa_ckpt_mode_name(c.ckpt),
+           mb);
+  c.model = qwen ? QWEN_MODEL : LLAMA_MODEL;
   c.steps = PP_STEPS;
   c.micro_batch = mb;
   run_t r;
@@ -1208,6 +1222,27 @@ AA_TEST(llama_matches_its_single_process_at_tp_pp_dp_with_amp_checkpointing_and_
   llama_equivalence((cfg_t){.dp = 2, .zero = 3, .micro_batch = 4}, REL_TOL);
   llama_equivalence((cfg_t){.dp = 2, .tp = 2, .zero = 1}, REL_TOL);
   llama_equivalence((cfg_t){.dp = 1, .tp = 2, .pp = 2, .amp = AA_BF16}, REL_TOL_AMP);
+}
+
+/* Qwen2's q/k/v biases: column-parallel with their rows at tp 2 (with
+ * sequence parallelism, and beside data parallelism with ZeRO 3, which
+ * shards them with the rest of their block), one stage's biases under a
+ * pipeline, in bf16. The bytes held to the cost model's as the others. */
+AA_TEST(qkv_biases_match_their_single_process_at_tp2_sp_pp2_and_dp2_tp2_zero3) {
+  llama_equivalence((cfg_t){.model = QWEN_MODEL, .dp = 1, .tp = 2}, REL_TOL);
+  llama_equivalence((cfg_t){.model = QWEN_MODEL, .dp = 1, .tp = 2, .sp = 1, .ckpt = AA_CKPT_SELECTIVE},
+                    REL_TOL);
+  llama_equivalence((cfg_t){.model = QWEN_MODEL, .dp = 2, .tp = 2, .zero = 3}, REL_TOL);
+  llama_equivalence((cfg_t){.model = QWEN_MODEL, .dp = 1, .pp = 2, .amp = AA_BF16}, REL_TOL_AMP);
+}
+
+/* A checkpoint of the biased model at tp 2 (each rank's q/k/v bias rows
+ * written as the slice of the whole tensors they are) resumes in one
+ * process and, bit for bit, at tp 2. */
+AA_TEST(a_tp2_checkpoint_with_qkv_biases_resumes_in_one_process_and_bit_identically_at_tp2) {
+  const cfg_t saved = {.model = QWEN_MODEL, .dp = 1, .tp = 2, .checkpoint_every = 3, .out = "qwen-tp2"};
+  const cfg_t resumes[] = {{.dp = 0, .out = "qwen-tp2-one"}, {.dp = 1, .tp = 2, .out = "qwen-tp2-tp2"}};
+  resume_from(saved, resumes, sizeof resumes / sizeof resumes[0], "qwen tp 2");
 }
 
 /* --- context parallelism ------------------------------------------------------------ */
@@ -1520,7 +1555,9 @@ int main(void) {
     return 1;
   }
   for (int a = 0; a < 3; a++)
-    for (int i = 0; i <= MAX_STEPS; i++) single[a].loss[i] = tp_single[a].loss[i] = pp_single[a].loss[i] = llama_single[a].loss[i] = NAN;
+    for (int i = 0; i <= MAX_STEPS; i++)
+      single[a].loss[i] = tp_single[a].loss[i] = pp_single[a].loss[i] = llama_single[a].loss[i] =
+          qwen_single[a].loss[i] = NAN;
   RUN(loader_skip_lands_where_reading_would_across_the_wrap);
   RUN(the_mesh_of_a_dp4_strategy_has_the_world_as_its_data_group);
   RUN(dp2_matches_single_process_losses_at_every_zero_stage);
@@ -1552,6 +1589,8 @@ int main(void) {
   RUN(cp2_with_a_pipeline_and_llama_at_cp2_match_their_single_process);
   RUN(a_cp2_checkpoint_resumes_in_one_process_at_cp4_and_dp2_x_cp2_zero3_and_bit_identically_at_cp2);
   RUN(llama_matches_its_single_process_at_tp_pp_dp_with_amp_checkpointing_and_zero);
+  RUN(qkv_biases_match_their_single_process_at_tp2_sp_pp2_and_dp2_tp2_zero3);
+  RUN(a_tp2_checkpoint_with_qkv_biases_resumes_in_one_process_and_bit_identically_at_tp2);
   RUN(a_killed_stage_makes_every_other_rank_fail_within_10_s);
   RUN(a_killed_rank_makes_every_other_rank_fail_within_10_s);
   RUN(a_rank_that_fails_makes_every_other_rank_fail);

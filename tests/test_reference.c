@@ -12,7 +12,12 @@
  *          block (4 experts, top-2, one shared expert) in both layers, the
  *          loss with their aux and z losses;
  *   moe2   llama_moe2_tiny.fixture: the MoE block in layer 0 only (every
- *          2), no shared expert, a dense SwiGLU in layer 1.
+ *          2), no shared expert, a dense SwiGLU in layer 1;
+ *   qwen   qwen_moe_tiny.fixture (make_moe_llama_fixture.py): Qwen2-MoE,
+ *          moe2's shape with q/k/v biases in both layers (qkv_bias), two
+ *          shared experts under Qwen-MoE's sigmoid gate (shared_expert_gate)
+ *          and the chosen probabilities not renormalised (norm_topk_prob
+ *          false).
  * The fixtures share the payload and the tolerances; only the header
  * (llama adds n_kv_head, rope_theta and norm_eps, moe the "moe" object's
  * fields), the tensor table and the import differ. The MoE fixtures' draws
@@ -29,7 +34,7 @@
  * used, with the reasoning; the reference is exact math on the float32
  * parameters, so every tolerance bounds float32 rounding in the engine only.
  *
- *   test_reference [llama|moe|moe2]  the CPU backend, on gpt2's fixture
+ *   test_reference [llama|moe|moe2|qwen]  the CPU backend, on gpt2's fixture
  *                                (llama's with "llama", ctest
  *                                test_llama_reference; the MoE ones with
  *                                "moe", "moe2", ctest test_moe_reference)
@@ -57,6 +62,7 @@
 #define FIXTURE_MAGIC_GPT2 "AAFIXT01"
 #define FIXTURE_MAGIC_LLAMA "AAFIXL01"
 #define FIXTURE_MAGIC_MOE "AAFIXE01"
+#define FIXTURE_MAGIC_QWEN "AAFIXQ01"
 #define FIXTURE_MAX_BYTES (16 << 20)
 #define FIXTURE_MAX_DIM 4096
 #define FIXTURE_MAX_STEPS 100
@@ -73,7 +79,8 @@ typedef struct {
 
 static fixture_t fx;          /* loaded by main before any test runs */
 static int llama;             /* the fixture's family: llama, else gpt2 (main) */
-static int moe;               /* llama with MoE layers: 1 every layer (moe), 2 every other (moe2) */
+static int moe;               /* llama with MoE layers: 1 every layer (moe), 2 every other (moe2, qwen) */
+static int qwen;              /* moe2's header with Qwen2-MoE's two options after it */
 static const aa_ops_t *ops;   /* the backend under test, chosen by main */
 static char skip_reason[400]; /* non-empty: every test is skipped with it */
 
@@ -128,9 +135,12 @@ static int fixture_load(fixture_t *f, const char *path) {
 
   size_t pos = 0;
   char magic[8];
-  int32_t dims[8], n_kv_head = 0, n_steps, moe_i[5] = {0};
+  int32_t dims[8], n_kv_head = 0, n_steps, moe_i[5] = {0}, qwen_i[3] = {0, 0, 1};
   float rope[2], hyper[6], moe_f[3] = {0};
-  const char *want_magic = moe ? FIXTURE_MAGIC_MOE : llama ? FIXTURE_MAGIC_LLAMA : FIXTURE_MAGIC_GPT2;
+  const char *want_magic = qwen    ? FIXTURE_MAGIC_QWEN
+                           : moe   ? FIXTURE_MAGIC_MOE
+                           : llama ? FIXTURE_MAGIC_LLAMA
+                                   : FIXTURE_MAGIC_GPT2;
   if (!take(magic, buf, len, &pos, 8) || memcmp(magic, want_magic, 8) != 0) {
     aa_error(AA_EFORMAT, "%s: bad magic (want %s)", path, want_magic);
     goto fail;
@@ -139,7 +149,8 @@ static int fixture_load(fixture_t *f, const char *path) {
       (llama &&
        (!take(&n_kv_head, buf, len, &pos, sizeof n_kv_head) || !take(rope, buf, len, &pos, sizeof rope))) ||
       (moe && (!take(moe_i, buf, len, &pos, sizeof moe_i) || !take(moe_f, buf, len, &pos, sizeof moe_f))) ||
-      !take(hyper, buf, len, &pos, sizeof hyper) || !take(&n_steps, buf, len, &pos, sizeof n_steps)) {
+      (qwen && !take(qwen_i, buf, len, &pos, sizeof qwen_i)) || !take(hyper, buf, len, &pos, sizeof hyper) ||
+      !take(&n_steps, buf, len, &pos, sizeof n_steps)) {
     aa_error(AA_EFORMAT, "%s: truncated header", path);
     goto fail;
   }
@@ -177,7 +188,10 @@ static int fixture_load(fixture_t *f, const char *path) {
                      .every = moe_i[4],
                      .aux_loss_coef = moe_f[0],
                      .z_loss_coef = moe_f[1],
-                     .capacity_factor = moe_f[2]};
+                     .capacity_factor = moe_f[2],
+                     .shared_expert_gate = qwen_i[1],
+                     .topk_raw = !qwen_i[2]};
+    f->arch.qkv_bias = qwen_i[0];
   }
   f->n_steps = n_steps;
   f->lr = hyper[0];
@@ -368,29 +382,31 @@ static void moe_layout(const aa_gpt_t *m) {
   const aa_arch_t *a = &fx.arch;
   const int C = a->d_model, F = a->d_ff, E = a->moe.experts, Fe = a->moe.d_ff_expert,
             S = a->moe.shared_experts;
-  const int KV = a->n_kv_head * (C / a->n_head);
+  const int KV = a->n_kv_head * (C / a->n_head), QB = a->qkv_bias ? 3 : 0, NA = 6 + QB;
   typedef struct {
     const char *kind;
     int r, c;
   } want_t;
-  const want_t attn[] = {{"ln1.w", C, 0}, {"q.w", C, C},    {"k.w", KV, C},
-                         {"v.w", KV, C},  {"proj.w", C, C}, {"ln2.w", C, 0}};
+  const want_t attn[] = {{"ln1.w", C, 0}, {"q.w", C, C},  {"k.w", KV, C},   {"v.w", KV, C}, {"q.b", C, 0},
+                         {"k.b", KV, 0},  {"v.b", KV, 0}, {"proj.w", C, C}, {"ln2.w", C, 0}};
   const want_t dense[] = {{"gate.w", F, C}, {"up.w", F, C}, {"down.w", C, F}};
-  const want_t experts[] = {{"router.w", E, C},
-                            {"experts.w13", E * 2 * Fe, C},
-                            {"experts.w2", E * C, Fe},
-                            {"shared.w13", S * 2 * Fe, C},
-                            {"shared.w2", S * C, Fe}};
+  const want_t experts[] = {{"router.w", E, C},        {"experts.w13", E * 2 * Fe, C},
+                            {"experts.w2", E * C, Fe}, {"shared.w13", S * 2 * Fe, C},
+                            {"shared.w2", S * C, Fe},  {"shared.gate", 1, C}};
   int i = 1;
   size_t off = m->tensors[0].numel;
   CHECK(strcmp(m->tensors[0].name, "wte") == 0);
   for (int l = 0; l < a->n_layer; l++) {
-    const int is_moe = aa_arch_is_moe_layer(a, l), n_mlp = is_moe ? (S ? 5 : 3) : 3;
+    const int is_moe = aa_arch_is_moe_layer(a, l);
+    const int n_mlp = is_moe ? (S ? 5 + (a->moe.shared_expert_gate ? 1 : 0) : 3) : 3;
     size_t unit_off, unit_n, sum = 0;
     aa_gpt_unit(m, AA_GPT_UNIT_BLOCK(l), &unit_off, &unit_n);
     CHECK_MSG(unit_off == off, "block %d's unit at %zu, want %zu", l, unit_off, off);
-    for (int k = 0; k < 6 + n_mlp && i < m->n_tensors; k++, i++) {
-      const want_t *w = k < 6 ? &attn[k] : is_moe ? &experts[k - 6] : &dense[k - 6];
+    for (int k = 0; k < NA + n_mlp && i < m->n_tensors; k++, i++) {
+      /* Without biases the attention half skips q.b, k.b and v.b. */
+      const want_t *w = k < NA   ? &attn[k + (!QB && k >= 4 ? 3 : 0)]
+                        : is_moe ? &experts[k - NA]
+                                 : &dense[k - NA];
       const aa_tensor_desc_t *t = &m->tensors[i];
       char want[32];
       snprintf(want, sizeof want, "h%d.%s", l, w->kind);
@@ -654,6 +670,10 @@ int main(int argc, char **argv) {
     llama = 1;
     moe = argv[a][3] == '2' ? 2 : 1;
     a++;
+  } else if (a < argc && !strcmp(argv[a], "qwen")) {
+    llama = qwen = 1;
+    moe = 2;
+    a++;
   }
   if (a < argc && !strcmp(argv[a], "cuda")) {
 #ifdef AA_HAVE_CUDA
@@ -668,16 +688,17 @@ int main(int argc, char **argv) {
     a++;
   }
   if (a < argc) {
-    fprintf(stderr, "usage: test_reference [llama|moe|moe2] [cuda]\n");
+    fprintf(stderr, "usage: test_reference [llama|moe|moe2|qwen] [cuda]\n");
     return 2;
   }
   const char *dir = getenv("AA_SOURCE_DIR");
   char path[AA_PATH_MAX];
   snprintf(path, sizeof path, "%s/tests/reference/%s_tiny.fixture", dir && *dir ? dir : ".",
-           moe == 2 ? "llama_moe2"
-           : moe    ? "llama_moe"
-           : llama  ? "llama"
-                    : "gpt");
+           qwen       ? "qwen_moe"
+           : moe == 2 ? "llama_moe2"
+           : moe      ? "llama_moe"
+           : llama    ? "llama"
+                      : "gpt");
   int rc = fixture_load(&fx, path);
   if (rc) {
     fprintf(stderr, "cannot load the reference fixture: %s\n", aa_last_error());

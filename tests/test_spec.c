@@ -420,7 +420,7 @@ AA_TEST(unknown_key_is_named_with_the_allowed_keys) {
   EXPECT_PARTS_ERROR(
       MODEL_OK ", \"n_heads\": 4", NULL, NULL, NULL, AA_EINVAL,
       "model.json: model.n_heads: unknown key (allowed: family, n_layer, n_head, d_model, d_ff, "
-      "seq_len, vocab_size, n_kv_head, rope_theta, norm_eps, moe)");
+      "seq_len, vocab_size, n_kv_head, rope_theta, norm_eps, qkv_bias, moe)");
   EXPECT_PARTS_ERROR(NULL, TRAIN_OK ", \"learning_rate\": 0.1", NULL, NULL, AA_EINVAL,
                      "train.learning_rate: unknown key (allowed: global_batch, steps, lr,");
   EXPECT_PARTS_ERROR(NULL, NULL, DATA_OK ", \"test\": \"t.bin\"", NULL, AA_EINVAL,
@@ -537,12 +537,123 @@ AA_TEST(llama_family_fields_rules_count_and_hash) {
   CHECK(strcmp(h1, h2) == 0);
 }
 
+#define MOE_MODEL MODEL_OK ", \"family\": \"llama\", \"moe\": "
+
+/* Qwen2's q/k/v biases (model.qkv_bias) and Qwen-MoE's shared-expert gate
+ * (model.moe.shared_expert_gate): false by default, their rules, the
+ * published parameter counts of Qwen2-7B (7,615,616,512 with the biases:
+ * the model card of Qwen2.5-7B, the same shape, gives 7.61 B and 6.53 B
+ * without the embeddings) and Qwen1.5-MoE-A2.7B (14.3 B, 2.7 B active: its
+ * 4 x 1408-wide shared expert as 4 shared experts of 1408), the hashes
+ * (unchanged without the options, moved by each) and the round trip. */
+AA_TEST(qwen_options_rules_counts_hash_and_round_trip) {
+  aa_model_spec_t s;
+  CHECK(parse_parts(&s, MODEL_OK ", \"family\": \"llama\"", NULL, NULL, NULL) == 0);
+  CHECK(s.arch.qkv_bias == 0 && s.arch.moe.shared_expert_gate == 0);
+  aa_arch_t plain = s.arch;
+  CHECK(parse_parts(&s, MODEL_OK ", \"family\": \"llama\", \"qkv_bias\": true", NULL, NULL, NULL) == 0);
+  CHECK(s.arch.qkv_bias == 1);
+  const uint64_t KV = (uint64_t)s.arch.d_model; /* n_kv_head = n_head */
+  CHECK(aa_arch_param_count(&s.arch) ==
+        aa_arch_param_count(&plain) + (uint64_t)s.arch.n_layer * (s.arch.d_model + 2 * KV));
+  char h0[17], h1[17];
+  aa_arch_hash(&plain, h0);
+  aa_arch_hash(&s.arch, h1);
+  CHECK(strcmp(h0, h1) != 0);
+  char *text = NULL;
+  aa_model_spec_t back;
+  CHECK(aa_spec_to_json(&s, &text) == 0 && text && strstr(text, "\"qkv_bias\":true"));
+  CHECK_MSG(text && aa_spec_parse(&back, text, "/specs", "model.json") == 0, "%s", aa_last_error());
+  CHECK(back.arch.qkv_bias == 1);
+  free(text);
+  EXPECT_PARTS_ERROR(MODEL_OK ", \"qkv_bias\": true", NULL, NULL, NULL, AA_EINVAL,
+                     "model.qkv_bias: is a llama option");
+  EXPECT_PARTS_ERROR(MODEL_OK ", \"family\": \"llama\", \"qkv_bias\": 1", NULL, NULL, NULL, AA_EINVAL,
+                     "model.qkv_bias: must be true or false");
+
+  aa_arch_t q = {.family = "llama",
+                 .n_layer = 28,
+                 .n_head = 28,
+                 .d_model = 3584,
+                 .d_ff = 18944,
+                 .seq_len = 32768,
+                 .vocab_size = 152064,
+                 .n_kv_head = 4,
+                 .rope_theta = 1e6f,
+                 .norm_eps = 1e-6f,
+                 .qkv_bias = 1};
+  CHECK_MSG(aa_arch_validate(&q) == 0, "%s", aa_last_error());
+  CHECK_MSG(aa_arch_param_count(&q) == 7615616512ull, "%llu", (unsigned long long)aa_arch_param_count(&q));
+
+  EXPECT_PARTS_ERROR(
+      MOE_MODEL "{\"experts\": 4, \"top_k\": 1, \"d_ff_expert\": 8, \"shared_expert_gate\": "
+                "true}",
+      NULL, NULL, NULL, AA_EINVAL,
+      "model.moe.shared_expert_gate: gates the shared experts: it needs model.moe.shared_experts >= 1");
+  CHECK(parse_parts(&s,
+                    MOE_MODEL "{\"experts\": 4, \"top_k\": 1, \"d_ff_expert\": 8, \"shared_experts\": 2, "
+                              "\"shared_expert_gate\": true}",
+                    NULL, NULL, NULL) == 0);
+  CHECK(s.arch.moe.shared_expert_gate == 1);
+  aa_arch_t ungated = s.arch;
+  ungated.moe.shared_expert_gate = 0;
+  CHECK(aa_arch_param_count(&s.arch) == aa_arch_param_count(&ungated) + 2ull * (uint64_t)s.arch.d_model);
+  aa_arch_hash(&ungated, h0);
+  aa_arch_hash(&s.arch, h1);
+  CHECK(strcmp(h0, h1) != 0);
+  CHECK(aa_spec_to_json(&s, &text) == 0 && text && strstr(text, "\"shared_expert_gate\":true") &&
+        strstr(text, "\"norm_topk_prob\":true"));
+  CHECK_MSG(text && aa_spec_parse(&back, text, "/specs", "model.json") == 0, "%s", aa_last_error());
+  CHECK(!memcmp(&back.arch.moe, &s.arch.moe, sizeof s.arch.moe));
+  free(text);
+  /* norm_topk_prob: true (Mixtral's renormalisation) unless set false;
+   * false is stored as moe.topk_raw and moves the hash. */
+  CHECK(s.arch.moe.topk_raw == 0);
+  CHECK(parse_parts(&s,
+                    MOE_MODEL "{\"experts\": 4, \"top_k\": 2, \"d_ff_expert\": 8, \"norm_topk_prob\": false}",
+                    NULL, NULL, NULL) == 0);
+  CHECK(s.arch.moe.topk_raw == 1);
+  aa_arch_t normed = s.arch;
+  normed.moe.topk_raw = 0;
+  aa_arch_hash(&normed, h0);
+  aa_arch_hash(&s.arch, h1);
+  CHECK(strcmp(h0, h1) != 0 && aa_arch_param_count(&normed) == aa_arch_param_count(&s.arch));
+  CHECK(aa_spec_to_json(&s, &text) == 0 && text && strstr(text, "\"norm_topk_prob\":false"));
+  CHECK_MSG(text && aa_spec_parse(&back, text, "/specs", "model.json") == 0, "%s", aa_last_error());
+  CHECK(back.arch.moe.topk_raw == 1);
+  free(text);
+  EXPECT_PARTS_ERROR(MOE_MODEL "{\"experts\": 4, \"top_k\": 2, \"d_ff_expert\": 8, \"norm_topk_prob\": 0}",
+                     NULL, NULL, NULL, AA_EINVAL, "model.moe.norm_topk_prob: must be true or false");
+
+  aa_arch_t x = {.family = "llama",
+                 .n_layer = 24,
+                 .n_head = 16,
+                 .d_model = 2048,
+                 .d_ff = 5632,
+                 .seq_len = 8192,
+                 .vocab_size = 151936,
+                 .n_kv_head = 16,
+                 .rope_theta = 1e6f,
+                 .norm_eps = 1e-6f,
+                 .qkv_bias = 1,
+                 .moe = {.experts = 60,
+                         .top_k = 4,
+                         .d_ff_expert = 1408,
+                         .shared_experts = 4,
+                         .every = 1,
+                         .aux_loss_coef = 0.001f,
+                         .shared_expert_gate = 1}};
+  CHECK_MSG(aa_arch_validate(&x) == 0, "%s", aa_last_error());
+  CHECK_MSG(aa_arch_param_count(&x) == 14315784192ull, "%llu", (unsigned long long)aa_arch_param_count(&x));
+  CHECK_MSG(aa_arch_active_param_count(&x) == 2689173504ull, "%llu",
+            (unsigned long long)aa_arch_active_param_count(&x));
+}
+
 /* The MoE object (docs/model-spec.md "moe"): the three required fields,
  * the defaults, the rules between fields, Mixtral 8x7B's published counts
  * (46.7 B parameters, 12.9 B active: Mistral AI, arXiv 2401.04088), the
  * hash (dense hashes do not move; every MoE field moves it) and the round
  * trip through aa_spec_to_json. */
-#define MOE_MODEL MODEL_OK ", \"family\": \"llama\", \"moe\": "
 AA_TEST(moe_fields_defaults_rules_counts_and_hash) {
   aa_model_spec_t s;
   CHECK(parse_parts(&s, MOE_MODEL "{\"experts\": 8, \"top_k\": 2, \"d_ff_expert\": 96}", NULL, NULL, NULL) ==
@@ -1032,6 +1143,7 @@ int main(void) {
   RUN(rendezvous_is_unique_clean_and_parses_back);
   RUN(shared_field_reader_reads_every_kind);
   RUN(moe_fields_defaults_rules_counts_and_hash);
+  RUN(qwen_options_rules_counts_hash_and_round_trip);
   RUN(an_moe_spec_is_measured_on_cpus_only);
   return aa_test_summary();
 }

@@ -37,7 +37,8 @@ typedef struct {
  * 8.03 B and 70.6 B, to their last digit; 405B is published as 405 B
  * (Meta's model card, the Llama 3 paper): within 0.5 %. Mixtral 8x7B
  * (Jiang et al. 2024, arXiv 2401.04088): 46.7 B, to its last digit (and
- * 12.9 B active, the shapes' test). */
+ * 12.9 B active, the shapes' test). Qwen1.5-MoE-A2.7B: its model card's
+ * "14.3B parameters in total and 2.7B activated", to their last digit. */
 static const model_t models[] = {
     {"ptdp-gpt-1.7b.json", 1.7, 0.05, "PTD-P Table 1"},
     {"ptdp-gpt-3.6b.json", 3.6, 0.05, "PTD-P Table 1"},
@@ -54,6 +55,7 @@ static const model_t models[] = {
     {"llama3-70b.json", 70.6, 0.05, "HF safetensors size"},
     {"llama3.1-405b.json", 405.0, 2.025, "Meta model card"},
     {"mixtral-8x7b.json", 46.7, 0.05, "Mixtral paper"},
+    {"qwen1.5-moe-a2.7b.json", 14.3, 0.05, "Qwen model card"},
 };
 #define NMODELS (sizeof models / sizeof models[0])
 
@@ -76,13 +78,17 @@ static uint64_t ptdp_params(const aa_arch_t *a) {
  * post_attention_layernorm (C); norm (C); lm_head (V, C). Mixtral's
  * (Mistral AI's checkpoint, every layer MoE) has in each layer's MLP place
  * block_sparse_moe.gate (E, C) and per expert w1 and w3 (Fe, C) and w2
- * (C, Fe). */
+ * (C, Fe). Qwen1.5-MoE's (Qwen2MoeForCausalLM) adds q_proj, k_proj and
+ * v_proj biases (C, K, K), mlp.shared_expert's gate_proj and up_proj
+ * (S Fe, C) and down_proj (C, S Fe), and mlp.shared_expert_gate (1, C). */
 static uint64_t llama_params(const aa_arch_t *a) {
   const uint64_t C = (uint64_t)a->d_model, F = (uint64_t)a->d_ff, V = (uint64_t)a->vocab_size;
   const uint64_t K = (uint64_t)a->n_kv_head * C / (uint64_t)a->n_head;
   const uint64_t E = (uint64_t)a->moe.experts, Fe = (uint64_t)a->moe.d_ff_expert;
-  const uint64_t mlp = E ? E * C + E * (2 * Fe * C + C * Fe) : 2 * F * C + C * F;
-  const uint64_t layer = C * C + 2 * K * C + C * C + mlp + 2 * C;
+  const uint64_t Fs = (uint64_t)a->moe.shared_experts * Fe, gate = a->moe.shared_expert_gate ? C : 0;
+  const uint64_t mlp = E ? E * C + E * (2 * Fe * C + C * Fe) + 2 * Fs * C + C * Fs + gate : 2 * F * C + C * F;
+  const uint64_t bias = a->qkv_bias ? C + 2 * K : 0;
+  const uint64_t layer = C * C + 2 * K * C + bias + C * C + mlp + 2 * C;
   return V * C + (uint64_t)a->n_layer * layer + C + V * C;
 }
 
@@ -165,6 +171,10 @@ AA_TEST(example_models_have_the_published_shapes) {
       /* Mixtral's Table 1 (dim, n_layers, head_dim 128, hidden_dim, n_heads,
        * n_kv_heads, context_len, vocab_size); the batch is a choice. */
       {"mixtral-8x7b.json", 32, 32, 8, 4096, 14336, 32768, 32000, 128},
+      /* Qwen1.5-MoE-A2.7B's config.json (num_hidden_layers, num_attention_heads,
+       * num_key_value_heads, hidden_size, intermediate_size,
+       * max_position_embeddings, vocab_size); the batch is a choice. */
+      {"qwen1.5-moe-a2.7b.json", 24, 16, 16, 2048, 5632, 8192, 151936, 512},
   };
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     char path[AA_PATH_MAX + 256];
@@ -183,7 +193,18 @@ AA_TEST(example_models_have_the_published_shapes) {
      * rope_theta 1e6, 8 experts top-2 of width 14336 in every layer (Table
      * 1), 12.9 B active parameters (its section 2.1: "13B active", Mistral
      * AI's 12.9 B). */
-    if (!strcmp(shapes[i].file, "mixtral-8x7b.json")) {
+    /* Qwen1.5-MoE-A2.7B: 60 experts of moe_intermediate_size 1408, top-4
+     * without renormalisation (norm_topk_prob false), a shared expert of
+     * 5632 = 4 x 1408 under its gate, q/k/v biases, rope_theta 1e6,
+     * rms_norm_eps 1e-6; "2.7B activated". */
+    if (!strcmp(shapes[i].file, "qwen1.5-moe-a2.7b.json")) {
+      const double active = (double)aa_arch_active_param_count(a) / 1e9;
+      CHECK_MSG(a->rope_theta == 1e6f && a->norm_eps == 1e-6f && a->qkv_bias && a->moe.experts == 60 &&
+                    a->moe.top_k == 4 && a->moe.d_ff_expert == 1408 && a->moe.shared_experts == 4 &&
+                    a->moe.shared_expert_gate && a->moe.topk_raw && aa_arch_moe_layers(a) == 24 &&
+                    active > 2.65 && active < 2.75,
+                "%s: %.4f B active", shapes[i].file, active);
+    } else if (!strcmp(shapes[i].file, "mixtral-8x7b.json")) {
       const double active = (double)aa_arch_active_param_count(a) / 1e9;
       CHECK_MSG(a->rope_theta == 1e6f && a->norm_eps == 1e-5f && a->moe.experts == 8 && a->moe.top_k == 2 &&
                     a->moe.d_ff_expert == 14336 && a->moe.every == 1 && aa_arch_moe_layers(a) == 32 &&

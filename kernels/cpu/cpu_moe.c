@@ -92,6 +92,9 @@ int aa_cpu_moe_route(aa_moe_route_t *r, aa_moe_stats_t *stats, const float *logi
     int32_t *ex = r->expert + (size_t)n * k;                             // (k)
     float *w = r->weight + (size_t)n * k;                                // (k)
     aa_moe_topk(ex, w, l, p, E, k);
+    if (r->raw)
+      for (int j = 0; j < k; j++)
+        w[j] = p[ex[j]];
   }
 
   memset(r->counts, 0, (size_t)E * sizeof(int32_t));
@@ -272,6 +275,79 @@ void aa_cpu_moe_shared_backward(float *dx, float *dws13, float *dws2, const floa
   free(scratch);
 }
 
+/* The gate of each token, g[n] = sigmoid(x[n] . wg) (the dot in double),
+ * the same in the forward and the backward. */
+static void shared_gate(float *g, const float *x, const float *wg, int N, int C) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= AA__CPU_PAR_MIN)
+  for (int n = 0; n < N; n++) {
+    const float *xn = x + (size_t)n * C; // (C)
+    double z = 0.0;
+    for (int c = 0; c < C; c++)
+      z += (double)xn[c] * wg[c];
+    g[n] = (float)(1.0 / (1.0 + exp(-z)));
+  }
+}
+
+void aa_cpu_moe_shared_gate_forward(float *out, float *hs, float *as, const float *x, const float *ws13,
+                                    const float *ws2, const float *wg, int S, int N, int C, int F) {
+  if (S == 0) return;
+  const size_t NC = (size_t)N * C;
+  float *y = aa__cpu_scratch(NC + (size_t)N, "moe shared gate"), *g = y + NC;
+  memset(y, 0, NC * sizeof(float));
+  aa_cpu_moe_shared_forward(y, hs, as, x, ws13, ws2, S, N, C, F); // (N,C) the shared experts' sum
+  shared_gate(g, x, wg, N, C);
+#pragma omp parallel for schedule(static) if (NC >= AA__CPU_PAR_MIN)
+  for (int n = 0; n < N; n++) {
+    float *o = out + (size_t)n * C;
+    const float *yn = y + (size_t)n * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++)
+      o[c] += g[n] * yn[c];
+  }
+  free(y);
+}
+
+/* With y = the shared experts' sum (recomputed from the kept as: a w2^T
+ * for each) and g the gate: dy = g dout into the experts' backward, and
+ * through the sigmoid dz[n] = g (1 - g) (dout[n] . y[n]), so dx[n] += dz[n]
+ * wg and dwg += sum_n dz[n] x[n] (summed in token order: deterministic). */
+void aa_cpu_moe_shared_gate_backward(float *dx, float *dws13, float *dws2, float *dwg, const float *dout,
+                                     const float *x, const float *hs, const float *as, const float *ws13,
+                                     const float *ws2, const float *wg, int S, int N, int C, int F) {
+  if (S == 0) return;
+  const size_t NC = (size_t)N * C;
+  float *y = aa__cpu_scratch(2 * NC + (size_t)N, "moe shared gate"), *dy = y + NC, *g = dy + NC;
+  memset(y, 0, NC * sizeof(float));
+  for (int s = 0; s < S; s++) {
+    aa__cpu_matmul_forward(dy, as + (size_t)s * N * F, ws2 + (size_t)s * C * F, NULL, N, F, C);
+    aa__cpu_accumulate(y, dy, NC);
+  }
+  shared_gate(g, x, wg, N, C);
+#pragma omp parallel for schedule(static) if (NC >= AA__CPU_PAR_MIN)
+  for (int n = 0; n < N; n++) {
+    const float *d = dout + (size_t)n * C, *yn = y + (size_t)n * C; // (C), (C)
+    float *dyn = dy + (size_t)n * C, *dxn = dx + (size_t)n * C;     // (C), (C)
+    double dot = 0.0;
+    for (int c = 0; c < C; c++) {
+      dot += (double)d[c] * yn[c];
+      dyn[c] = g[n] * d[c];
+    }
+    float dz = (float)(g[n] * (1.0 - g[n]) * dot);
+    for (int c = 0; c < C; c++)
+      dxn[c] += dz * wg[c];
+    g[n] = dz; /* the gate's value is not needed any more */
+  }
+  for (int n = 0; n < N; n++) {
+    const float *xn = x + (size_t)n * C;
+    const float dz = g[n];
+#pragma omp simd
+    for (int c = 0; c < C; c++)
+      dwg[c] += dz * xn[c];
+  }
+  aa_cpu_moe_shared_backward(dx, dws13, dws2, dy, x, hs, as, ws13, ws2, S, N, C, F);
+  free(y);
+}
+
 /* ------------------------------------------------------------------ losses */
 
 /* logsumexp of a row of E logits, in double. */
@@ -304,6 +380,7 @@ void aa_cpu_moe_losses(float *aux, float *z, const float *logits, const float *p
 
 /* Per token, with p = probs, s = the sum of the chosen p, w_j = p_j / s:
  *   dp_e  = [e chosen as j] (dw_j - sum_i dw_i w_i) / s     renormalisation
+ *           (dw_j itself when r->raw: the weight is p_e)
  *         + dloss aux_coef E c_e / N^2                      aux, via P_e
  *   dl_e  = p_e (dp_e - sum_i p_i dp_i)                     softmax
  *         + dloss z_coef 2 lse / N p_e                      z-loss
@@ -331,7 +408,7 @@ void aa_cpu_moe_router_backward(float *dx, float *dwr, float *dlogits, const flo
       for (int e = 0; e < E; e++)
         dp[e] = aux_scale * (float)r->counts[e];
       for (int j = 0; j < k; j++)
-        dp[ex[j]] += (dw[j] - wdw) / s;
+        dp[ex[j]] += r->raw ? dw[j] : (dw[j] - wdw) / s;
       float pdp = 0.0f;
       for (int e = 0; e < E; e++)
         pdp += p[e] * dp[e];

@@ -18,9 +18,11 @@
  *   probs(N,E)  = softmax(logits)
  *   expert(N,k) = the k largest logits of each row, best first; equal
  *                 logits go to the lower expert index
- *   weight(N,k) = probs of the chosen / their sum   (Mixtral's renormalisation)
+ *   weight(N,k) = probs of the chosen / their sum   (Mixtral's renormalisation;
+ *                 the probs as they are when r->raw, Qwen-MoE's norm_topk_prob false)
  *   out(N,C)    = sum_j weight[n,j] expert_e(x[n])  over the kept slots
- *               + sum_s shared_s(x[n])              (unweighted)
+ *               + sum_s shared_s(x[n])              (unweighted, or times
+ *                 sigmoid(x[n] . wg) when gated as Qwen-MoE's is)
  * with expert_e(x) = w2_e (silu(w1_e x) * w3_e x). Expert weights are laid
  * out w13(E,2F,C), rows [w1_e (F,C); w3_e (F,C)] per expert (so one GEMM
  * gives [gate | up], the layout of ops.h's swiglu), and w2(E,C,F); shared
@@ -65,6 +67,9 @@
 typedef struct aa_moe_route {
   int N, E, k;
   int capacity;     /* slots each expert keeps (N k when dropless) */
+  int raw;          /* set by the caller: 1 keeps the chosen probabilities as weights (Qwen-MoE's
+                       norm_topk_prob false), 0 (as allocated) renormalises them to sum 1; the
+                       CUDA ops (cuda_moe.h) always renormalise */
   int rows;         /* kept slots = rows of the permuted buffers */
   int32_t *expert;  /* (N,k) chosen experts, best first */
   float *weight;    /* (N,k) their renormalised probabilities */
@@ -147,6 +152,21 @@ void aa_cpu_moe_shared_forward(float *out, float *hs, float *as, const float *x,
 void aa_cpu_moe_shared_backward(float *dx, float *dws13, float *dws2, const float *dout, const float *x,
                                 const float *hs, const float *as, const float *ws13, const float *ws2, int S,
                                 int N, int C, int F);
+
+/* Qwen-MoE's gated shared experts (Qwen2MoeSparseMoeBlock's
+ * shared_expert_gate): out(N,C) += g[n] * sum over s < S of shared_s(x),
+ * g[n] = sigmoid(x[n] . wg), wg (C) (the gate's Linear(C, 1) weight), one
+ * gate for the S shared experts together (Qwen's one shared expert of width
+ * S F is S experts of width F summed: SwiGLU is separable over its width).
+ * hs and as as aa_cpu_moe_shared_forward's; g is recomputed in the
+ * backward (N dot products), so nothing more is kept. S >= 1. */
+void aa_cpu_moe_shared_gate_forward(float *out, float *hs, float *as, const float *x, const float *ws13,
+                                    const float *ws2, const float *wg, int S, int N, int C, int F);
+/* dx(N,C), dws13, dws2 and dwg(C) += the gradients given dout(N,C). Uses
+ * 2 N C + N floats of scratch, allocated and freed inside. */
+void aa_cpu_moe_shared_gate_backward(float *dx, float *dws13, float *dws2, float *dwg, const float *dout,
+                                     const float *x, const float *hs, const float *as, const float *ws13,
+                                     const float *ws2, const float *wg, int S, int N, int C, int F);
 
 /* The auxiliary losses of the routing above (formulas in the file comment),
  * summed in double: *aux (load balancing) and *z (router z-loss). */
