@@ -141,6 +141,21 @@ static void stop_executors(auto_ctx_t *a) {
   }
 }
 
+/* OUT/report.html: the page `report JOB --html` writes, made while the
+ * planner still runs; its path is the last line. A job that ran nothing
+ * (answered from the store) has no page, and says why. */
+static void write_report(aa_client_t *client, uint64_t job, const char *out_dir) {
+  char path[AA_PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s/report.html", out_dir);
+  int rc = aa_mkdirs(out_dir);
+  if (!rc) rc = aa_client_report_html(client, (long long)job, path, NULL);
+  if (rc)
+    printf("report: none (%s)\n", aa_last_error());
+  else
+    printf("report: %s\n", path);
+  fflush(stdout);
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: autoaccel auto MODEL.json [options]\n\n"
@@ -361,7 +376,9 @@ int aa_cmd_auto(int argc, char **argv) {
   }
   so.tick = check_executors;
   so.tick_data = &ctx;
-  code = aa_client_submit(client, "auto", &so, NULL, NULL);
+  uint64_t job = 0;
+  code = aa_client_submit(client, "auto", &so, &job, NULL);
+  if (job && !aa_client_interrupted()) write_report(client, job, out_dir);
 
 cleanup:
   aa_client_close(client);
