@@ -64,7 +64,7 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o);
 
 /* The engine binary's path: AA_CLI_ENGINE_NAME in the directory of
  * /proc/self/exe. 0, or AA_ENOENT naming the path when it is not an
- * executable file there. (engine_exec.c, front only.) */
+ * executable file there. (util.c) */
 int aa_cli_engine_path(char *out, size_t n);
 
 /* Replaces this process with the engine binary, given main's argv as it is

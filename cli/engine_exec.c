@@ -1,6 +1,6 @@
 /* The front binary's way to the engine binary (cli.h "the two binaries"):
- * finding it beside /proc/self/exe, exec'ing it for the engine's commands,
- * and asking it how many CUDA devices are visible. */
+ * exec'ing it for the engine's commands, and asking it how many CUDA
+ * devices are visible (aa_cli_engine_path, in util.c, finds it). */
 #define _GNU_SOURCE
 #include "cli.h"
 #include "common/aa.h"
@@ -12,25 +12,6 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-int aa_cli_engine_path(char *out, size_t n) {
-  char self[4096];
-  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len <= 0) return aa_error(AA_EIO, "cannot read /proc/self/exe: %s", strerror(errno));
-  self[len] = '\0';
-  char *slash = strrchr(self, '/');
-  if (!slash) return aa_error(AA_EIO, "/proc/self/exe is not a path: %s", self);
-  *slash = '\0';
-  if ((size_t)snprintf(out, n, "%s/%s", self, AA_CLI_ENGINE_NAME) >= n)
-    return aa_error(AA_EINVAL, "the engine binary's path is too long: %s/%s", self, AA_CLI_ENGINE_NAME);
-  if (access(out, X_OK))
-    return aa_error(
-        AA_ENOENT,
-        "the engine binary %s is missing or not executable (%s): it is built and installed beside "
-        "autoaccel (docs/service.md \"Two binaries\")",
-        out, strerror(errno));
-  return 0;
-}
 
 int aa_cli_exec_engine(int argc, char **argv) {
   char path[4200];
