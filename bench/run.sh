@@ -54,8 +54,9 @@ bench_build
 # The sgemm probe and the PyTorch peer use the OpenBLAS build the engine
 # loads (Debian ships a pthread and an OpenMP build): the probe is compiled
 # against it with an RPATH, the peer finds it through LD_LIBRARY_PATH.
-BLAS_SO=$(ldd "$AUTOACCEL" | awk '/libopenblas/ {print $3; exit}')
-[ -n "$BLAS_SO" ] || die "$AUTOACCEL does not load libopenblas"
+# (The engine binary beside autoaccel loads it: docs/service.md "Two binaries".)
+BLAS_SO=$(ldd "$AUTOACCEL-engine" | awk '/libopenblas/ {print $3; exit}')
+[ -n "$BLAS_SO" ] || die "$AUTOACCEL-engine does not load libopenblas"
 BLAS_DIR=$(dirname "$(readlink -f "$BLAS_SO")")
 case $BLAS_DIR in
   *openblas-pthread*)

@@ -54,6 +54,33 @@ typedef struct aa_cli_plan_local {
 } aa_cli_plan_local_t;
 int aa_cli_plan_local(const aa_cli_plan_local_t *o);
 
+/* --- the two binaries (docs/service.md "Two binaries") -------------------------
+ * `autoaccel` (main.c) runs the commands that never touch a device (the
+ * planner, the client commands, plan, strategy, report, auto's planner) and
+ * links none of the engine's libraries (OpenBLAS, OpenMP, CUDA, NCCL, gloo);
+ * for train, executor, data, import, export and generate it execs
+ * `autoaccel-engine` (engine_main.c), found beside its own executable,
+ * with the same arguments: the user types `autoaccel train ...` either way. */
+#define AA_CLI_ENGINE_NAME "autoaccel-engine"
+
+/* The engine binary's path: AA_CLI_ENGINE_NAME in the directory of
+ * /proc/self/exe. 0, or AA_ENOENT naming the path when it is not an
+ * executable file there. (util.c) */
+int aa_cli_engine_path(char *out, size_t n);
+
+/* Replaces this process with the engine binary, given main's argv as it is
+ * (argv[0] the program as run, argv[1] the command, NULL-terminated), so
+ * the process still reads `autoaccel executor ...` in ps. Returns only on
+ * failure, with AA_EXIT_FAIL after printing why. (engine_exec.c, front
+ * only.) */
+int aa_cli_exec_engine(int argc, char **argv);
+
+/* How many CUDA devices are visible. 0 with *count >= 1, or the reason
+ * (AA_EUNSUPPORTED for no CUDA backend or no device). The engine asks the
+ * driver in a probe child (executor/worker.h); the front runs
+ * `autoaccel-engine --cuda-devices`, so it never loads CUDA itself. */
+int aa_cli_cuda_devices(int *count);
+
 /* Prints "autoaccel <cmd>: <last error>" to stderr and returns AA_EXIT_FAIL. */
 int aa_cli_fail(const char *cmd);
 

@@ -23,6 +23,7 @@
 #include "common/aa.h"
 #include "common/mem.h"
 #include "common/spec.h"
+#include "planner/planner.h"
 #include "proto/addr.h"
 #include "strategies/space.h"
 
@@ -37,9 +38,13 @@ struct aa_client {
   uint64_t next_id;
   int heartbeat_ms; /* from welcome */
   double last_sent; /* aa_now() of the last frame we wrote */
+  aa_planner_reader_t *store; /* set: no planner, queries answered from the store (fd -1) */
 };
 
 static volatile sig_atomic_t g_signal;
+/* The last connect failed because nothing listens at the address (no
+ * socket file, or a refused connection): aa_client_connect_or_store's cue. */
+static bool g_nobody;
 
 static void on_signal(int sig) { g_signal = sig; }
 
@@ -58,8 +63,8 @@ int aa_client_interrupted(void) { return g_signal; }
 const char *aa_client_address(const aa_client_t *c) { return c->addr; }
 
 static int no_planner(const char *addr, int err) {
-  if (err == ENOENT || err == ECONNREFUSED)
-    return aa_error(AA_ECONN, "no planner at %s: is `autoaccel planner` running?", addr);
+  g_nobody = err == ENOENT || err == ECONNREFUSED;
+  if (g_nobody) return aa_error(AA_ECONN, "no planner at %s: is `autoaccel planner` running?", addr);
   return aa_error(AA_ECONN, "cannot connect to the planner at %s: %s", addr, strerror(err));
 }
 
@@ -136,6 +141,7 @@ static int write_all(aa_client_t *c, const char *buf, size_t len) {
 }
 
 int aa_client_send(aa_client_t *c, aa_msg_t *m) {
+  if (c->store) return aa_error(AA_ECONN, "no planner running (the store %s answers queries only)", c->addr);
   if (!m->id && m->type != AA_MSG_HEARTBEAT && m->type != AA_MSG_BYE && m->type != AA_MSG_HELLO)
     m->id = c->next_id++;
   char *frame;
@@ -172,6 +178,7 @@ static int next_buffered(aa_client_t *c, aa_msg_t *out) {
 }
 
 int aa_client_recv(aa_client_t *c, aa_msg_t *out, int timeout_ms) {
+  if (c->store) return aa_error(AA_ECONN, "no planner running (the store %s answers queries only)", c->addr);
   double deadline = timeout_ms < 0 ? INFINITY : aa_now() + timeout_ms / 1000.0;
   for (;;) {
     aa_msg_t m;
@@ -255,6 +262,7 @@ int aa_client_connect(aa_client_t **out, const char *addr, const char *token_fil
     addr = def;
   }
   aa_addr_t a;
+  g_nobody = false;
   if ((rc = aa_addr_parse(&a, addr))) return rc;
   char def_token[4096 + 16];
   if (a.tcp && !token_file && aa_default_token_file(def_token, sizeof def_token) == 1) token_file = def_token;
@@ -303,8 +311,33 @@ fail:
   return rc;
 }
 
+int aa_client_connect_or_store(aa_client_t **out, const char *cmd, const char *addr, const char *token_file) {
+  int rc = aa_client_connect(out, addr, token_file);
+  if (!rc || addr || !g_nobody) return rc;
+  char why[512];
+  snprintf(why, sizeof why, "%s", aa_last_error());
+  aa_client_t *c = calloc(1, sizeof *c);
+  if (!c) return aa_error(AA_ENOMEM, "out of memory");
+  c->fd = -1;
+  if ((rc = aa_planner_reader_open(&c->store, NULL))) {
+    free(c);
+    return aa_error_wrap(rc, "%s; and the store cannot be read", why);
+  }
+  snprintf(c->addr, sizeof c->addr, "%s", aa_planner_reader_path(c->store));
+  fprintf(stderr, "autoaccel %s: no planner running: read the store %s directly\n", cmd, c->addr);
+  *out = c;
+  return 0;
+}
+
+bool aa_client_is_store(const aa_client_t *c) { return c->store != NULL; }
+
 void aa_client_close(aa_client_t *c) {
   if (!c) return;
+  if (c->store) {
+    aa_planner_reader_close(c->store);
+    free(c);
+    return;
+  }
   aa_msg_t bye = {.type = AA_MSG_BYE};
   char *frame;
   size_t len;
@@ -334,6 +367,7 @@ int aa_client_request_json(aa_client_t *c, aa_msg_t *req, char **json) {
 }
 
 int aa_client_query(aa_client_t *c, const char *what, const char *args, char **json) {
+  if (c->store) return aa_planner_reader_query(c->store, what, args, json);
   aa_msg_t q = {.type = AA_MSG_QUERY, .query = {.what = (char *)what, .args = (char *)args}};
   return aa_client_request_json(c, &q, json);
 }
@@ -411,6 +445,10 @@ int aa_client_query_pages(aa_client_t *c, const char *what, const json_t *args, 
 }
 
 int aa_client_status(aa_client_t *c, uint64_t job, char **json) {
+  if (c->store) {
+    if (!job) return aa_error(AA_ECONN, "no planner running (read the store %s)", c->addr);
+    return aa_planner_reader_job(c->store, job, json);
+  }
   aa_msg_t q = {.type = AA_MSG_STATUS, .status = {.job = job}};
   return aa_client_request_json(c, &q, json);
 }

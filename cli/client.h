@@ -30,6 +30,16 @@ typedef struct aa_client aa_client_t;
  * (aa_client_close) and set only on success; strings are borrowed. */
 int aa_client_connect(aa_client_t **out, const char *addr, const char *token_file);
 
+/* aa_client_connect, and when addr is NULL (the default planner) and
+ * nothing listens there, the state directory's store opened read-only
+ * instead (planner.h aa_planner_reader_*): aa_client_query and
+ * aa_client_status of a job answer from it, with the planner's JSON; every
+ * other request fails. Says so on stderr ("autoaccel CMD: no planner
+ * running: read the store PATH directly"). For commands that only read. */
+int aa_client_connect_or_store(aa_client_t **out, const char *cmd, const char *addr, const char *token_file);
+/* c reads the store (no planner). */
+bool aa_client_is_store(const aa_client_t *c);
+
 /* The address connected to, as text ("unix:/x/planner.sock"); valid while c is. */
 const char *aa_client_address(const aa_client_t *c);
 
@@ -154,6 +164,12 @@ int aa_client_abspath(const char *path, char *out, size_t n);
  * prune reason or final loss); with_job adds the run and job ids. runs is
  * borrowed. Defined in cmd_query.c. */
 void aa_client_print_runs(FILE *f, const json_t *runs, bool with_job);
+
+/* `report JOB --html PATH` on a connected client (or one reading the store):
+ * job `id`'s page written to path (replaced atomically); *runs (may be
+ * NULL) gets how many runs it holds. A job without runs is AA_EINVAL.
+ * Defined in cmd_report.c; `auto` writes OUT/report.html with it. */
+int aa_client_report_html(aa_client_t *c, long long id, const char *path, size_t *runs);
 
 /* The common end of `status` and `query`: with raw, prints the planner's
  * reply text as it came (for scripts) and returns AA_EXIT_OK; otherwise

@@ -42,10 +42,12 @@ static void *planner_thread(void *p) {
   return NULL;
 }
 
-/* Forks and execs `autoaccel executor` with its output in log_fd. Everything
+/* Forks and execs the engine binary (`engine`, cli.h) as `executor` with
+ * its output in log_fd: the executors are engine processes, this one (the
+ * planner's) never loads the engine. Everything
  * the child does before exec is async-signal-safe: the planner thread may
  * hold locks at the time of the fork. */
-static int spawn_executor(pid_t *out, char *const argv[], int log_fd) {
+static int spawn_executor(pid_t *out, const char *engine, char *const argv[], int log_fd) {
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) return aa_error(AA_EIO, "fork: %s", strerror(errno));
@@ -63,7 +65,7 @@ static int spawn_executor(pid_t *out, char *const argv[], int log_fd) {
     signal(SIGPIPE, SIG_DFL);
     dup2(log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
-    execv("/proc/self/exe", argv);
+    execv(engine, argv);
     _exit(127);
   }
   *out = pid;
@@ -139,6 +141,50 @@ static void stop_executors(auto_ctx_t *a) {
     }
     a->pids[i] = 0;
   }
+}
+
+/* The job whose search measured job `job`'s best run (a job answered from
+ * the store ran nothing itself), or 0. */
+static long long measured_by(aa_client_t *client, uint64_t job) {
+  char *text = NULL, q[64];
+  long long by = 0;
+  if (aa_client_status(client, job, &text)) return 0;
+  json_t *st = json_loads(text, 0, NULL);
+  free(text);
+  json_t *best = json_object_get(json_object_get(st, "job"), "best_run");
+  if (json_is_integer(best)) {
+    snprintf(q, sizeof q, "{\"id\": %lld}", (long long)json_integer_value(best));
+    text = NULL;
+    if (!aa_client_query(client, "run", q, &text)) {
+      json_t *r = json_loads(text, 0, NULL);
+      json_t *id = json_object_get(json_object_get(r, "run"), "job");
+      if (json_is_integer(id) && json_integer_value(id) != (json_int_t)job) by = json_integer_value(id);
+      json_decref(r);
+    }
+    free(text);
+  }
+  json_decref(st);
+  return by;
+}
+
+/* OUT/report.html: the page `report JOB --html` writes, made while the
+ * planner still runs; its path is the last line. A job answered from the
+ * store gets the page of the search that measured its answer. */
+static void write_report(aa_client_t *client, uint64_t job, const char *out_dir) {
+  char path[AA_PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s/report.html", out_dir);
+  int rc = aa_mkdirs(out_dir);
+  if (!rc) rc = aa_client_report_html(client, (long long)job, path, NULL);
+  long long by = 0;
+  if (rc == AA_EINVAL && (by = measured_by(client, job)) > 0)
+    rc = aa_client_report_html(client, by, path, NULL);
+  if (rc)
+    printf("report: none (%s)\n", aa_last_error());
+  else if (by)
+    printf("report: %s (job %lld's search, which measured this answer)\n", path, by);
+  else
+    printf("report: %s\n", path);
+  fflush(stdout);
 }
 
 static void usage(FILE *f) {
@@ -342,6 +388,11 @@ int aa_cmd_auto(int argc, char **argv) {
   }
   thread_started = true;
 
+  char engine[4200];
+  if (aa_cli_engine_path(engine, sizeof engine)) {
+    aa_cli_fail("auto");
+    goto cleanup;
+  }
   char threads_s[16];
   snprintf(threads_s, sizeof threads_s, "%d", threads);
   char device_s[32] = "cpu";
@@ -349,7 +400,7 @@ int aa_cmd_auto(int argc, char **argv) {
                    memory_limit ? "--memory-limit" : NULL, (char *)memory_limit, NULL};
   for (int i = 0; i < n_exec; i++) {
     if (on_cuda) snprintf(device_s, sizeof device_s, "cuda:%d", devs.cuda[i]);
-    if (spawn_executor(&ctx.pids[i], eargv, log_fd)) {
+    if (spawn_executor(&ctx.pids[i], engine, eargv, log_fd)) {
       aa_cli_fail("auto");
       goto cleanup;
     }
@@ -364,7 +415,9 @@ int aa_cmd_auto(int argc, char **argv) {
   }
   so.tick = check_executors;
   so.tick_data = &ctx;
-  code = aa_client_submit(client, "auto", &so, NULL, NULL);
+  uint64_t job = 0;
+  code = aa_client_submit(client, "auto", &so, &job, NULL);
+  if (job && !aa_client_interrupted()) write_report(client, job, out_dir);
 
 cleanup:
   aa_client_close(client);

@@ -129,7 +129,8 @@ static void usage(FILE *f) {
           "                            [--kind dryrun|train] [--key-prefix P] [--order id|best] [--limit N]\n"
           "       autoaccel query run RUN\n"
           "       autoaccel query jobs [--model MODEL] [--status S1,S2] [--limit N]\n\n"
-          "Asks the planner's store:\n"
+          "Asks the planner's store (with no planner running on the state directory and no --planner,\n"
+          "reads the store itself, read-only, and says so on stderr):\n"
           "  best   the best measured dry run of a model on each hardware (or on --hardware FP)\n"
           "  runs   runs of a job, or runs matching the filters (status ok, oom, error, timeout,\n"
           "         crashed, pruned, cancelled, queued, running)\n"
@@ -142,7 +143,7 @@ static void usage(FILE *f) {
           "  --json              print the planner's reply JSON verbatim\n"
           "  --planner ADDR      unix:PATH or tcp:HOST:PORT (default unix:<state dir>/planner.sock)\n"
           "  --token-file FILE   the planner's token (a mode 0600 file; on TCP the default is\n"
-             "                      <state dir>/token, where a planner of that state dir keeps it)\n"
+          "                      <state dir>/token, where a planner of that state dir keeps it)\n"
           "  -h, --help          this help\n\n"
           "Exit codes: 0 success, 1 failure (no planner, bad model file, refused query), 2 usage.\n");
 }
@@ -268,7 +269,7 @@ int aa_cmd_query(int argc, char **argv) {
   const char *key = !strcmp(what, "jobs") ? "jobs" : !strcmp(what, "best") ? "best" : "runs";
   aa_client_t *cl;
   json_t *root = NULL;
-  int rc = aa_client_connect(&cl, planner, token_file);
+  int rc = aa_client_connect_or_store(&cl, "query", planner, token_file);
   if (!rc && run) { /* one run: one answer, no pages */
     char *a = json_dumps(args, JSON_COMPACT), *text = NULL;
     rc = a ? aa_client_query(cl, what, a, &text) : aa_error(AA_ENOMEM, "query: no memory");

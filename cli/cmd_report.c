@@ -26,7 +26,8 @@ static void usage(FILE *f) {
          "tokens/s of every dry run (a scatter with the y = x line), tokens/s against peak memory of\n"
          "every ok dry run with the chosen strategy marked, the best run's per-rank time breakdown\n"
          "(stacked bars) and the pruned candidates grouped by reason. Asks a running planner, and takes\n"
-         "the runs page by page: a chart of more than 2000 points draws their density instead.\n\n"
+         "the runs page by page: a chart of more than 2000 points draws their density instead. With no\n"
+         "planner running on the state directory (and no --planner), reads its store directly, read-only.\n\n"
          "options:\n"
          "  --html FILE         the file to write (replaced atomically; a symlink there is replaced,\n"
          "                      never followed)\n"
@@ -63,16 +64,14 @@ static int parse_reply(char *text, const char *what, json_t **out) {
  * arrives, so the command holds one page of runs at a time. */
 static int take_run(json_t *run, void *data) { return aa_report_add_run(data, run); }
 
-/* Asks the planner for job `id` and its best run's `query run` answer,
- * starts the report from them, then gives it the job's runs page by page.
- * *out (transferred) is set only on success. */
-static int fetch(const char *planner, const char *token_file, long long id, aa_report_t **out) {
-  aa_client_t *c = NULL;
+/* Asks the planner (or the store, client.h) for job `id` and its best run's
+ * `query run` answer, starts the report from them, then gives it the job's
+ * runs page by page. *out (transferred) is set only on success. */
+static int fetch(aa_client_t *c, long long id, aa_report_t **out) {
   json_t *st = NULL, *best = NULL, *args = NULL;
   aa_report_t *rep = NULL;
   char *text = NULL;
-  int rc = aa_client_connect(&c, planner, token_file);
-  if (!rc) rc = aa_client_status(c, (uint64_t)id, &text);
+  int rc = aa_client_status(c, (uint64_t)id, &text);
   if (!rc) rc = parse_reply(text, "status", &st);
   json_t *job = json_object_get(st, "job");
   if (!rc && !json_is_object(job)) rc = aa_error(AA_EFORMAT, "the planner's answer to status has no job");
@@ -89,7 +88,6 @@ static int fetch(const char *planner, const char *token_file, long long id, aa_r
     rc = args ? aa_client_query_each(c, "runs", args, 0, "runs", take_run, NULL, rep)
               : aa_error(AA_ENOMEM, "out of memory");
   }
-  aa_client_close(c);
   json_decref(args);
   json_decref(st);
   json_decref(best);
@@ -149,6 +147,17 @@ static int write_html(const char *path, const aa_report_t *rep) {
   return aa_wfile_commit(&w);
 }
 
+int aa_client_report_html(aa_client_t *c, long long id, const char *path, size_t *runs) {
+  aa_report_t *rep = NULL;
+  int rc = fetch(c, id, &rep);
+  if (!rc && !aa_report_runs(rep))
+    rc = aa_error(AA_EINVAL, "job %lld has no runs yet: nothing to report", id);
+  if (!rc) rc = write_html(path, rep);
+  if (!rc && runs) *runs = aa_report_runs(rep);
+  aa_report_free(rep);
+  return rc;
+}
+
 int aa_cmd_report(int argc, char **argv) {
   static const struct option longopts[] = {{"html", required_argument, 0, 'o'},
                                            {"planner", required_argument, 0, 'p'},
@@ -179,12 +188,22 @@ int aa_cmd_report(int argc, char **argv) {
   }
   if (!html_path) return bad_usage("--html FILE is required", NULL);
 
-  aa_report_t *rep = NULL;
-  int rc = from ? load(from, &rep, &id) : fetch(planner, token_file, id, &rep);
-  if (!rc && !aa_report_runs(rep))
-    rc = aa_error(AA_EINVAL, "job %lld has no runs yet: nothing to report", id);
-  if (!rc) rc = write_html(html_path, rep);
-  if (!rc) printf("wrote %s: job %lld, %zu runs\n", html_path, id, aa_report_runs(rep));
-  aa_report_free(rep);
+  size_t runs = 0;
+  int rc;
+  if (from) {
+    aa_report_t *rep = NULL;
+    rc = load(from, &rep, &id);
+    if (!rc && !aa_report_runs(rep))
+      rc = aa_error(AA_EINVAL, "job %lld has no runs yet: nothing to report", id);
+    if (!rc) rc = write_html(html_path, rep);
+    if (!rc) runs = aa_report_runs(rep);
+    aa_report_free(rep);
+  } else {
+    aa_client_t *cl = NULL;
+    rc = aa_client_connect_or_store(&cl, "report", planner, token_file);
+    if (!rc) rc = aa_client_report_html(cl, id, html_path, &runs);
+    aa_client_close(cl);
+  }
+  if (!rc) printf("wrote %s: job %lld, %zu runs\n", html_path, id, runs);
   return rc ? aa_cli_fail("report") : AA_EXIT_OK;
 }

@@ -11,10 +11,11 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "report_html.h"
 #include "client.h"
 #include "common/aa.h"
 #include "common/spec.h"
+#include "eta.h"
+#include "report_html.h"
 #include "strategies/strategy.h"
 
 /* Progress display: a live line redrawn with \r on a terminal, otherwise
@@ -29,18 +30,15 @@ typedef struct relay {
   uint64_t step0;   /* and at which step */
   double last_line; /* when the last plain progress line was printed */
   int results;      /* result frames seen */
+  /* The search's ETA (eta.h): from the first dry run's first frame to the
+   * last dry run's result, and how many dry runs ended in that time. */
+  double search_t0, dry_end;
+  long long dry_done;
 } relay_t;
 
 static void relay_clear(relay_t *r) {
   if (r->line_drawn) fprintf(r->f, "\r\033[K");
   r->line_drawn = false;
-}
-
-static void fmt_eta(char buf[32], double s) {
-  if (!(s >= 0) || s > 1e7) snprintf(buf, 32, "?");
-  else if (s < 60) snprintf(buf, 32, "%.0fs", s);
-  else if (s < 3600) snprintf(buf, 32, "%dm%02ds", (int)s / 60, (int)s % 60);
-  else snprintf(buf, 32, "%dh%02dm", (int)s / 3600, (int)s / 60 % 60);
 }
 
 static void relay_progress(relay_t *r, const aa_msg_progress_t *p) {
@@ -52,9 +50,17 @@ static void relay_progress(relay_t *r, const aa_msg_progress_t *p) {
     r->step0 = p->step;
     r->run_train = p->phase && !strcmp(p->phase, "train");
   }
-  char eta[32] = "?", rate[32], head[64];
-  if (p->step > r->step0 && now > r->run_t0)
-    fmt_eta(eta, (now - r->run_t0) / (double)(p->step - r->step0) * (double)(p->total - p->step));
+  char eta[32], rate[32], head[64];
+  double eta_s = -1;
+  if (r->run_train) {
+    eta_s = p->step > r->step0 ? aa_eta_steps(p->step - r->step0, now - r->run_t0, p->step, p->total) : -1;
+  } else {
+    if (!r->search_t0 && p->index) r->search_t0 = now; /* index 0: the calibration, not a dry run */
+    long long left = p->count >= p->index && p->index ? (long long)(p->count - p->index + 1) : 0;
+    eta_s = aa_eta_search(r->dry_done, r->dry_end - r->search_t0, left,
+                          now - (r->dry_done ? r->dry_end : r->search_t0));
+  }
+  aa_eta_format(eta, eta_s);
   aa_client_fmt_rate(rate, p->tokens_per_s, true);
   if (r->run_train) snprintf(head, sizeof head, "training");
   else if (p->count) snprintf(head, sizeof head, "dry run %llu of %llu", (unsigned long long)p->index,
@@ -98,6 +104,10 @@ static void relay_result(relay_t *r, const aa_msg_result_t *res) {
   fprintf(r->f, "\n");
   fflush(r->f);
   r->results++;
+  if (!train && r->search_t0) {
+    r->dry_done++;
+    r->dry_end = aa_now();
+  }
 }
 
 static const char *jstr(const json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
@@ -266,7 +276,7 @@ static void print_runs_table(aa_client_t *c, uint64_t job, const char *reply) {
   }
   print_pruned(runs);
   if (json_array_size(runs) > json_array_size(measured))
-    printf("(each with its reason: autoaccel query runs --job %llu, with a planner on this state directory)\n",
+    printf("(each with its reason: autoaccel query runs --job %llu, on this state directory)\n",
            (unsigned long long)job);
   printf("\n");
   json_decref(measured);

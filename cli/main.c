@@ -1,8 +1,9 @@
-/* `autoaccel`: entry point and subcommand dispatch. */
+/* `autoaccel`: entry point and subcommand dispatch. This is the front
+ * binary (cli.h "the two binaries"): a command without a function here runs
+ * in `autoaccel-engine`, which this process becomes by exec. */
 #include "cli.h"
 #include "common/aa.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +14,9 @@ static const struct {
   const char *summary;
 } commands[] = {
     {"auto", aa_cmd_auto, "search the fastest strategy on local devices, save it, and train with it"},
-    {"train", aa_cmd_train, "train a model (single process) from a model spec, optionally with --strategy"},
+    {"train", NULL, "train a model (single process) from a model spec, optionally with --strategy"},
     {"planner", aa_cmd_planner, "run the planner daemon"},
-    {"executor", aa_cmd_executor, "run an executor for one device, serving a planner"},
+    {"executor", NULL, "run an executor for one device, serving a planner"},
     {"submit", aa_cmd_submit, "submit a model to the planner to search (and train)"},
     {"status", aa_cmd_status, "show the planner, its executors and jobs, or one job"},
     {"cancel", aa_cmd_cancel, "cancel a job"},
@@ -23,11 +24,11 @@ static const struct {
     {"plan", aa_cmd_plan, "predict the best strategies of a pool of N devices from a stored calibration"},
     {"calib", aa_cmd_calib, "export a device's stored calibration to a file, or import one into the planner"},
     {"report", aa_cmd_report, "write one job's search as a self-contained HTML report"},
-    {"data", aa_cmd_data, "build token shards from text, make the synthetic corpus, inspect shards"},
+    {"data", NULL, "build token shards from text, make the synthetic corpus, inspect shards"},
     {"strategy", aa_cmd_strategy, "show a strategy file, or check it against a model and a world size"},
-    {"import", aa_cmd_import, "read GPT-2 weights (safetensors, sharded or not; llm.c) into a checkpoint"},
-    {"export", aa_cmd_export, "write a checkpoint's weights as one safetensors file with GPT-2's names"},
-    {"generate", aa_cmd_generate, "continue a prompt with a checkpoint's model (KV cache; greedy or sampled)"},
+    {"import", NULL, "read GPT-2 weights (safetensors, sharded or not; llm.c) into a checkpoint"},
+    {"export", NULL, "write a checkpoint's weights as one safetensors file with GPT-2's names"},
+    {"generate", NULL, "continue a prompt with a checkpoint's model (KV cache; greedy or sampled)"},
 };
 
 static void usage(FILE *f) {
@@ -40,23 +41,6 @@ static void usage(FILE *f) {
              "Exit codes: 0 success, 1 failure, 2 usage error.\n");
 }
 
-int aa_cli_fail(const char *cmd) {
-  fprintf(stderr, "autoaccel %s: %s\n", cmd, aa_last_error());
-  return AA_EXIT_FAIL;
-}
-
-long long aa_cli_parse_int(const char *cmd, const char *opt, const char *val, long long min, long long max) {
-  char *end;
-  errno = 0;
-  long long v = val ? strtoll(val, &end, 10) : 0;
-  if (!val || errno || end == val || *end || v < min || v > max) {
-    fprintf(stderr, "autoaccel %s: %s needs an integer in [%lld, %lld], got '%s'\n", cmd, opt, min, max,
-            val ? val : "");
-    return -1;
-  }
-  return v;
-}
-
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
@@ -67,7 +51,7 @@ int main(int argc, char **argv) {
     return AA_EXIT_OK;
   }
   if (!strcmp(argv[1], "--version")) {
-#ifdef AA_HAVE_CUDA
+#ifdef AA_CLI_CUDA_BUILT /* the engine binary's backend (CMakeLists.txt) */
     printf("autoaccel %s (CUDA backend built)\n", AA_VERSION);
 #else
     printf("autoaccel %s (no CUDA backend: nvcc was not found at configure time)\n", AA_VERSION);
@@ -75,7 +59,8 @@ int main(int argc, char **argv) {
     return AA_EXIT_OK;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], commands[i].name))
+      return commands[i].fn ? commands[i].fn(argc - 1, argv + 1) : aa_cli_exec_engine(argc, argv);
   fprintf(stderr, "autoaccel: unknown command '%s'\n\n", argv[1]);
   usage(stderr);
   return AA_EXIT_USAGE;

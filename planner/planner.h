@@ -77,4 +77,24 @@ const char *aa_planner_address(const aa_planner_t *p);
  * Call after aa_planner_run has returned, or instead of it. NULL is a no-op. */
 void aa_planner_destroy(aa_planner_t *p);
 
+/* --- reading the store with no planner running -------------------------------------- */
+
+/* `query` and `status JOB` answered from a state directory's store when no
+ * planner serves it (the CLI's `query` and `report` then): the store opened
+ * read-only (AA_STORE_READONLY: no file is changed, a live planner's jobs
+ * are not touched), the same JSON as a planner's replies (docs/service.md)
+ * by the same code, less what only a running planner knows (a queued job's
+ * wait). home NULL = aa_home_dir(). A missing store is AA_ENOENT naming it.
+ * *out (transferred; aa_planner_reader_close) is set only on success. */
+typedef struct aa_planner_reader aa_planner_reader_t;
+int aa_planner_reader_open(aa_planner_reader_t **out, const char *home);
+/* The store file read, valid while r is. */
+const char *aa_planner_reader_path(const aa_planner_reader_t *r);
+/* The answer to `query what` (args JSON text or NULL) or to `status job`
+ * (job >= 1): JSON text in *json (malloc'd, transferred). */
+int aa_planner_reader_query(aa_planner_reader_t *r, const char *what, const char *args, char **json);
+int aa_planner_reader_job(aa_planner_reader_t *r, uint64_t job, char **json);
+/* NULL is a no-op. */
+void aa_planner_reader_close(aa_planner_reader_t *r);
+
 #endif

@@ -434,6 +434,8 @@ static int jobs_to_list(aa_store_t *st, const char *home, const collect_t *c, js
     if (rc == AA_ENOMEM) return rc;
     if (rc) j = json_pack("{s:I, s:s}", "id", (json_int_t)c->ids[i], "error", aa_last_error());
     else if (p) aa__jobs_annotate(p, j);
+    else
+      json_object_set_new(j, "waiting", json_null()); /* no planner (reader.c): nothing waits */
     json_array_append_new(list, j);
   }
   return 0;
