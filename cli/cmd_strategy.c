@@ -251,7 +251,6 @@ static int cmd_check(int argc, char **argv) {
   aa_model_spec_t spec;
   if (aa_strategy_load(&s, path) || aa_spec_load(&spec, model)) return aa_cli_fail("strategy check");
   int rc = aa_strategy_resolve(&s, &spec, (int)world);
-  if (!rc) rc = aa_predict_supported(&s);
   if (rc) {
     aa_error_wrap(rc, "%s is not valid for %s", path, spec.name);
     return aa_cli_fail("strategy check");

@@ -1,6 +1,6 @@
 /* What one rank allocates, computed in one place: the element counts of the
  * parameters, gradients and optimizer state (ZeRO shards over the data
- * group only), and where every activation and workspace buffer of a
+ * group, an expert slice over its expert-data group), and where every activation and workspace buffer of a
  * micro-batch lies. The engine allocates and carves exactly these
  * (engine/model.c, engine/optim.c) and the cost model predicts from them
  * (cost.h), so the two cannot disagree. Pure arithmetic on the
