@@ -261,7 +261,6 @@ static int cmd_check(int argc, char **argv) {
   int rc = world ? aa_strategy_rescale(&s, (int)world, note, sizeof note) : 0;
   if (note[0]) printf("note: %s, as train does (ATorch's parallel_mode rule)\n", note);
   if (!rc) rc = aa_strategy_resolve(&s, &spec, (int)world);
-  if (!rc) rc = aa_predict_supported(&s);
   if (rc) {
     aa_error_wrap(rc, "%s is not valid for %s", path, spec.name);
     return aa_cli_fail("strategy check");

@@ -71,7 +71,6 @@ static int fix_load(fix_t *f, const char *path) {
         "%s: --fix cannot hold parallel.order or parallel.rank_order: a plan from a profile places "
         "ranks in Megatron's order (tensor, context, data, pipeline from the fastest) (leave it out)",
         path);
-  if (!rc && (rc = aa_predict_supported(&f->s))) aa_error_wrap(rc, "%s: --fix", path);
   if (!rc && f->s.partition == AA_PARTITION_CUSTOM)
     rc = aa_error(AA_EINVAL,
                   "%s: --fix cannot hold a custom partition: the search cuts uniformly or by "

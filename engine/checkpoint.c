@@ -881,11 +881,15 @@ static int load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_zero_t *z, aa
   }
   float *buf = malloc(most * sizeof(float));
   if (!buf) rc = aa_error(AA_ENOMEM, "%s: out of memory", path);
+  /* What z holds is a piece's chunk (at ep 1 the pieces are the units). */
+  const int n_ranges = z ? z->n_pieces : U;
   for (int which = 0; which < (want_opt ? 3 : 1) && !rc; which++) {
-    for (int u = 0; u < U && !rc; u++) {
+    for (int i = 0; i < n_ranges && !rc; i++) {
       aa_zero_range_t r;
+      int u = i;
       if (z) {
-        aa_zero_range(z, m, which, u, &r);
+        aa_zero_range(z, m, which, i, &r);
+        u = z->piece_unit[i];
       } else {
         const aa_flatbuf_t *b = which == 0 ? &m->params : which == 1 ? &opt->m : &opt->v;
         aa_gpt_unit(m, u, &r.offset, &r.n);
@@ -1122,12 +1126,14 @@ static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *
   return rc;
 }
 
-/* Expert parallelism at ZeRO 0 (tp 1, pp 1; the trainer refuses the
- * rest): the three sections of the whole model assembled on replica 0 from
- * its expert group, which holds every expert (each rank's slices of every
- * MoE block gathered over the group and placed by the rank's table), and
- * written as one whole-model file, which loads at any expert degree and in
- * one process (load reads an expert slice through the tables). */
+/* Expert parallelism (tp 1, pp 1; the trainer refuses the rest): the
+ * three sections of the whole model assembled on replica 0 from its
+ * expert group, which holds every expert, and written as one whole-model
+ * file, which loads at any expert degree, ZeRO stage and in one process
+ * (load reads an expert slice through the tables). Each rank first
+ * gathers its own model's sections whole (at ZeRO 1-3 each piece's chunks
+ * over its group, aa_zero_gather), then its slices of every MoE block go
+ * over the expert group and are placed by each rank's table. */
 static int save_experts(const char *path, const gang_t *g, const aa_train_state_t *st) {
   aa_gpt_t *m = g->m;
   aa_zero_t *z = g->z;
@@ -1139,13 +1145,18 @@ static int save_experts(const char *path, const gang_t *g, const aa_train_state_
   const size_t ng = last->goffset + last->gnumel, nl = m->n_params;
   float *local = malloc(3 * nl * sizeof(float)), *pack = malloc(3 * ne * sizeof(float));
   float *all = malloc((size_t)ep * 3 * ne * sizeof(float));
+  float *scratch = malloc(aa_zero_gather_scratch(z) * sizeof(float) + sizeof(float));
   float *whole = z->rank == 0 ? malloc(3 * ng * sizeof(float)) : NULL;
   aa_tensor_desc_t *tab = malloc((size_t)nt * sizeof *tab);
-  const float *sec[3] = {m->params.data, z->opt.m.data, z->opt.v.data};
-  int rc =
-      !local || !pack || !all || !tab || (z->rank == 0 && !whole) ? aa_error(AA_ENOMEM, "out of memory") : 0;
-  for (int s = 0; s < 3 && !rc; s++)
-    rc = m->ops->download(local + s * nl, sec[s], nl * sizeof(float));
+  int rc = !local || !pack || !all || !scratch || !tab || (z->rank == 0 && !whole)
+               ? aa_error(AA_ENOMEM, "out of memory")
+               : 0;
+  /* Every rank joins the gathers, or none does. */
+  if (!(rc = agree(g, rc, path)))
+    for (int s = 0; s < 3 && !rc; s++)
+      if ((rc = aa_zero_gather(z, m, s, local + s * nl, scratch)))
+        rc = aa_error_wrap(rc, "%s: gathering the ZeRO shards", path);
+  free(scratch);
   size_t o = 0;
   for (int s = 0; s < 3 && !rc; s++)
     for (int i = 0; i < nt; i++)
@@ -1195,11 +1206,9 @@ static int save_gang(const char *path, const gang_t *g, const aa_train_state_t *
   aa_gpt_t *m = g->m;
   aa_zero_t *z = g->z;
   if (m->ep > 1) {
-    if (z->stage || m->tp > 1 || m->pp > 1)
+    if (m->tp > 1 || m->pp > 1)
       return aa_error(AA_EUNSUPPORTED,
-                      "%s: expert parallelism saves at ZeRO 0 without tensor or pipeline "
-                      "parallelism only",
-                      path);
+                      "%s: expert parallelism saves without tensor or pipeline parallelism only", path);
     return save_experts(path, g, st);
   }
   if (z->stage == 0 && m->tp == 1 && m->pp == 1)

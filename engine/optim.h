@@ -53,6 +53,23 @@ int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float l
  * needs), and a rank's shard is its chunks back to back: S = sum of c_u
  * elements (Psi / world plus at most world - 1 padding elements per unit).
  *
+ * Pieces. Under expert parallelism (the model's ep > 1) a weight is held
+ * by one of two groups: the dense weights by the data group (comm), an
+ * MoE block's expert slices by the expert-data group (expert_data, the
+ * world / ep replicas holding the same experts). So every unit is cut
+ * into pieces, the runs of its tensors one group holds
+ * (strategies/sizes.h aa_sizes_unit_pieces: an MoE block's dense head,
+ * its expert slices, its shared experts' tail), and all of the above
+ * applies to each piece over its own group: chunk c_p = ceil(n_p / w_p),
+ * one collective per piece. At ep 1 each unit is one piece. A unit's
+ * gathered or reduced pieces lie at their own offsets in its padded
+ * scratch, each piece's padded chunks running on into the next piece's
+ * place (the gathers go in layout order, the reductions last first, so
+ * nothing is read that a later piece wrote); the unit's padded extent is
+ * where its last piece's chunks end. An expert slice's gradient (its
+ * expert group's tokens' contributions) is summed over its group and
+ * divided by world, which is the mean a dense weight's average gives.
+ *
  *   stage 0  full state on every rank. After the last micro-batch of a
  *            step, each unit's gradient is all-reduced (AVG) as soon as the
  *            backward finishes it (backward order: lnf, blocks L-1..0,
@@ -99,10 +116,16 @@ typedef struct aa_zero {
   const aa_ops_t *ops; /* the model's backend (borrowed) */
   aa_mem_t *mem;       /* accountant (borrowed; may be NULL) */
   int n_units;
-  size_t *unit_off, *unit_n; /* the model's units (one allocation with the next three) */
-  size_t *chunk;             /* c_u */
-  size_t *valid;             /* valid_u(rank) */
-  size_t *shard_off;         /* where unit u's chunk starts in the shard buffers */
+  size_t *unit_off, *unit_n; /* the model's units (one allocation with the per-piece sizes) */
+  size_t *unit_extent;       /* the unit's padded extent from unit_off (stages 2-3: its scratch) */
+  int *unit_piece;           /* unit u's pieces are [unit_piece[u], unit_piece[u + 1]) (one allocation
+                                with piece_unit and piece_expert) */
+  int n_pieces;
+  size_t *piece_off, *piece_n;    /* each piece's first element in the flat buffer and its count */
+  int *piece_unit, *piece_expert; /* its unit; 1 for an expert slice (held by expert_data) */
+  size_t *chunk;                  /* c_p */
+  size_t *valid;                  /* valid_p(rank in the piece's group) */
+  size_t *shard_off;              /* where piece p's chunk starts in the shard buffers */
   size_t shard_numel;        /* S */
   aa_adamw_t opt;            /* moments: n_params elements (stage 0) or S */
   aa_flatbuf_t gshard;       /* stages 2-3: gradient shard accumulator (grads), S */
@@ -124,14 +147,12 @@ typedef struct aa_zero {
   /* Set by the trainer around each micro-batch: stages 0 and 1 reduce the
    * accumulated gradient only during the last one of a step. */
   int last_micro;
-  /* Expert parallelism (the model's ep > 1; stage 0 only): the
-   * expert-data group (engine/mesh.h, borrowed), set by the trainer after
-   * aa_zero_init. The expert tensors' gradients (aa_tensor_desc_t expert)
-   * are summed over it and divided by world, the replicas: each rank's
-   * holds its expert group's tokens' contributions, so the sum over the
-   * expert-data group is every replica's, and the result is the same mean
-   * a dense weight's all-reduce gives. NULL at ep 1. */
+  /* Expert parallelism (the model's ep > 1): the expert-data group
+   * (engine/mesh.h, borrowed), which reduces, shards and gathers the
+   * expert slices (see Pieces), and the rank's place in it. NULL (rank 0
+   * of 1) at ep 1. */
   aa_comm_t *expert_data;
+  int expert_rank, expert_world;
   aa_gpt_hooks_t hooks;
 } aa_zero_t;
 
@@ -140,6 +161,11 @@ typedef struct aa_zero {
  * scratch from m's backend, accounted in mem, and installs its hooks in m.
  * On failure everything is freed and m is as it was. */
 int aa_zero_init(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t *mem);
+/* The same for a model with expert parallelism (m->ep > 1): expert_data
+ * (borrowed; must outlive z) is the rank's expert-data group, of
+ * aa_comm_world(comm) / ep ranks (else AA_EINVAL). Ignored at ep 1. */
+int aa_zero_init_ep(aa_zero_t *z, aa_gpt_t *m, aa_comm_t *comm, aa_comm_t *expert_data, int stage,
+                    aa_mem_t *mem);
 /* Frees what aa_zero_init allocated and removes the hooks from m (may be
  * NULL). A zeroed or already freed z is a no-op. */
 void aa_zero_free(aa_zero_t *z, aa_gpt_t *m);
@@ -178,14 +204,26 @@ int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr,
 int aa_zero_all_reduce_host(aa_zero_t *z, float *x, size_t n, aa_comm_op_t op);
 
 /* What the rank holds of buffer `which` (0 parameters, the fp32 master
- * weights under amp; 1 first moment; 2 second moment) for unit u: (flat
- * offset of the first element, count, fp32 pointer in backend memory). The
- * whole unit when the stage keeps the buffer full, else the rank's chunk
- * (count = valid_u; it starts at unit_off[u] + rank * chunk[u]). */
+ * weights under amp; 1 first moment; 2 second moment) for piece p (0 ..
+ * n_pieces - 1; at ep 1 the pieces are the units): (flat offset of the
+ * first element, count, fp32 pointer in backend memory). The whole piece
+ * when the stage keeps the buffer full, else the rank's chunk (count =
+ * valid_p; it starts at piece_off[p] + rank * chunk[p], rank its place in
+ * the piece's group). */
 typedef struct aa_zero_range {
   size_t offset, n;
   float *data;
 } aa_zero_range_t;
-void aa_zero_range(const aa_zero_t *z, const aa_gpt_t *m, int which, int u, aa_zero_range_t *out);
+void aa_zero_range(const aa_zero_t *z, const aa_gpt_t *m, int which, int p, aa_zero_range_t *out);
+
+/* The whole of buffer `which` (as aa_zero_range) that the rank's model
+ * lays out (m->n_params floats: at ep > 1 its own expert slices) into
+ * host memory out, each sharded piece gathered over its group through
+ * host scratch of aa_zero_gather_scratch(z) floats. A collective; its
+ * buffers are host memory, so for the CPU backend's groups (the only ones
+ * an expert-parallel model runs on, which is what it serves:
+ * checkpoints). */
+int aa_zero_gather(aa_zero_t *z, const aa_gpt_t *m, int which, float *out, float *scratch);
+size_t aa_zero_gather_scratch(const aa_zero_t *z);
 
 #endif

@@ -251,21 +251,6 @@ static int open_device(trainer_t *t) {
 #endif
 }
 
-/* What expert parallelism (t->strat.ep > 1) runs with: ZeRO 0 (the expert
- * slices would shard over the expert-data group, the rest over the
- * replicas: not written). Refused the same way on every rank, before any
- * collective. */
-static int expert_supported(const trainer_t *t) {
-  const int ep = t->strat.ep, replicas = aa_sizes_replicas(&t->strat);
-  if (ep <= 1) return 0;
-  if (aa_sizes_zero_stage(t->strat.zero, replicas) > 0)
-    return aa_error(AA_EUNSUPPORTED,
-                    "strategy: ZeRO stage %d with expert parallelism (expert %d): use ZeRO 0 (sharding the "
-                    "expert weights over the expert-data group is not implemented)",
-                    t->strat.zero, ep);
-  return 0;
-}
-
 static int setup(trainer_t *t) {
   const aa_model_spec_t *s = t->spec;
   int rc, T = s->arch.seq_len;
@@ -279,7 +264,6 @@ static int setup(trainer_t *t) {
   else aa_strategy_default(&t->strat);
   if ((rc = aa_strategy_resolve(&t->strat, s, aa_comm_world(t->world_group))))
     return aa_error_wrap(rc, "strategy");
-  if ((rc = expert_supported(t))) return rc;
   /* Said before the first step, not at the first checkpoint. */
   if (s->train.weights_only && t->strat.ep > 1 && !t->opts->dryrun)
     return aa_error(AA_EUNSUPPORTED,
@@ -351,9 +335,8 @@ static int setup(trainer_t *t) {
                       .context = t->cp > 1 ? t->mesh.group[AA_AXIS_CONTEXT] : NULL,
                       .expert = t->mesh.expert};
   if ((rc = aa_gpt_create(&t->model, &s->arch, t->ops, B, Tm, &mo)) ||
-      (rc = aa_zero_init(&t->zero, t->model, t->comm, zero, &t->mem)))
+      (rc = aa_zero_init_ep(&t->zero, t->model, t->comm, t->mesh.expert_data, zero, &t->mem)))
     return rc;
-  t->zero.expert_data = t->mesh.expert_data;
   t->inputs = malloc(sizeof(int32_t) * B * Tm);
   t->targets = malloc(sizeof(int32_t) * B * Tm);
   if (t->cp > 1) {

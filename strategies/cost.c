@@ -219,34 +219,30 @@ int64_t aa_cost_expert_rows(const aa_moe_t *m, int64_t N) {
   return cap < even ? cap : even;
 }
 
-/* The elements of an MoE block's expert slices on a rank of an expert
- * group of ep: El experts' w13 (2 Fe, C) and w2 (C, Fe). */
-static uint64_t expert_numel(const aa_arch_t *a, int ep) {
-  const aa_moe_t *m = &a->moe;
-  return (uint64_t)(m->experts / ep) * 3 * (uint64_t)m->d_ff_expert * (uint64_t)a->d_model;
-}
-
-/* ZeRO 0 under expert parallelism (cost.h): unit u's gradient of n
- * elements reduced run by run, an MoE block's expert slices over the
- * expert-data group, its dense runs (one before the experts, one after
- * with shared experts) over the data group. */
-static void data_comm_ep(const aa_arch_t *a, const aa_strategy_t *s, int u, uint64_t n, aa_cost_group_t *g,
-                         aa_cost_group_t *ed) {
-  const size_t f4 = sizeof(float);
-  if (u < 1 || u > a->n_layer || !aa_arch_is_moe_layer(a, u - 1)) {
-    add(g, AA_COST_ALL_REDUCE, 1, n, f4);
-    return;
+/* Adds `calls` of collective k over each of unit u's pieces (sizes.h
+ * aa_sizes_unit_pieces) on place p to the group that holds the piece: the
+ * data group g, or for an MoE block's expert slices the expert-data group
+ * ed (nothing over a group of one). An all-reduce moves the piece; the
+ * others its padded chunks (the group's size times the chunk) in elements
+ * of elem bytes. */
+static void piece_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, int u,
+                       aa_cost_collective_t k, uint64_t calls, size_t elem, aa_cost_group_t *g,
+                       aa_cost_group_t *ed) {
+  aa_sizes_piece_t pc[AA_SIZES_PIECES_MAX];
+  const int dp = aa_sizes_replicas(s),
+            np = aa_sizes_unit_pieces(a, s->degree[AA_AXIS_TENSOR], s->ep, p, u, pc);
+  for (int i = 0; i < np; i++) {
+    const int w = aa_sizes_piece_ranks(&pc[i], dp, s->ep);
+    if (!pc[i].n || w == 1 || !calls) continue;
+    const uint64_t n = k == AA_COST_ALL_REDUCE ? pc[i].n : (uint64_t)w * aa_sizes_chunk(pc[i].n, w);
+    add(pc[i].expert ? ed : g, k, calls, n, elem);
   }
-  const uint64_t ne = expert_numel(a, s->ep), shared = (uint64_t)a->moe.shared_experts * 3 *
-                                                       (uint64_t)a->moe.d_ff_expert * (uint64_t)a->d_model;
-  add(g, AA_COST_ALL_REDUCE, 1, n - ne - shared, f4);
-  if (shared) add(g, AA_COST_ALL_REDUCE, 1, shared, f4);
-  if (ed->ranks > 1) add(ed, AA_COST_ALL_REDUCE, 1, ne, f4);
 }
 
 /* The data group's collectives per step (cost.h, engine/optim.h) on place
- * p: only the units it holds, over the dp x cp replicas; under expert
- * parallelism the expert slices over the expert-data group ed. */
+ * p: only the units it holds, over the dp x cp replicas, a piece at a
+ * time; under expert parallelism the expert slices over the expert-data
+ * group ed. */
 static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p,
                       const aa_pp_plan_t *plan, uint64_t A, aa_cost_group_t *g, aa_cost_group_t *ed) {
   const int dp = aa_sizes_replicas(s), stage = aa_sizes_zero_stage(s->zero, dp), U = aa_sizes_units(a);
@@ -254,27 +250,19 @@ static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_pl
   add(g, AA_COST_ALL_REDUCE, 1, 1, f4);                 /* the loss */
   if (stage >= 1) add(g, AA_COST_ALL_REDUCE, 1, 1, f4); /* the gradient norm */
   for (int u = 0; u < U; u++) {
-    const uint64_t n = aa_sizes_unit_held(a, s->degree[AA_AXIS_TENSOR], p, u),
-                   padded = (uint64_t)dp * aa_sizes_chunk(n, dp);
-    if (!n) continue;
-    if (stage == 0 && s->ep > 1)
-      data_comm_ep(a, s, u, aa_sizes_unit_numel_ep(a, s->degree[AA_AXIS_TENSOR], s->ep, u), g, ed);
-    else if (stage == 0)
-      add(g, AA_COST_ALL_REDUCE, 1, n, f4);
+    if (stage == 0)
+      piece_comm(a, s, p, u, AA_COST_ALL_REDUCE, 1, f4, g, ed);
     else
-      add(g, AA_COST_REDUCE_SCATTER, stage == 1 ? 1 : A, padded, f4);
-    if (stage == 1 || stage == 2) add(g, AA_COST_ALL_GATHER, 1, padded, f4);
+      piece_comm(a, s, p, u, AA_COST_REDUCE_SCATTER, stage == 1 ? 1 : A, f4, g, ed);
+    if (stage == 1 || stage == 2) piece_comm(a, s, p, u, AA_COST_ALL_GATHER, 1, f4, g, ed);
   }
   if (stage == 3) {
-    /* wte|wpe and lnf once a step where held; the blocks as the passes
-     * walk them through their one slot. */
+    /* wte|wpe and lnf once a step where held; the blocks (each as the
+     * first's pieces) as the passes walk them through their one slot. */
     const size_t e = aa_dtype_size(s->amp);
-    for (int u = 0; u < U; u += U - 1) {
-      const uint64_t n = aa_sizes_unit_held(a, s->degree[AA_AXIS_TENSOR], p, u);
-      if (n) add(g, AA_COST_ALL_GATHER, 1, (uint64_t)dp * aa_sizes_chunk(n, dp), e);
-    }
-    const uint64_t nb = aa_sizes_unit_numel(a, s->degree[AA_AXIS_TENSOR], 1);
-    add(g, AA_COST_ALL_GATHER, block_gathers(p, plan, A), (uint64_t)dp * aa_sizes_chunk(nb, dp), e);
+    for (int u = 0; u < U; u += U - 1)
+      piece_comm(a, s, p, u, AA_COST_ALL_GATHER, 1, e, g, ed);
+    piece_comm(a, s, NULL, 1, AA_COST_ALL_GATHER, block_gathers(p, plan, A), e, g, ed);
   }
 }
 

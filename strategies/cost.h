@@ -178,6 +178,11 @@ double aa_cost_bubble(const aa_strategy_t *s, int m);
  *     + 2(A - 1)(L - 1) gathers. Under pipeline parallelism the passes are
  *     the rank's forwards and backwards in its plan's order (pipeline.h),
  *     each walking its chunk's blocks up or down.
+ *   Each of these runs once per piece of the unit (sizes.h
+ *   aa_sizes_unit_pieces: the unit itself at ep 1), n_u and R·c_u then the
+ *   piece's; under expert parallelism an MoE block's expert slices go to
+ *   the expert-data group below instead, a block's gathers at stage 3 as
+ *   the first block's pieces.
  * The pipeline group (pp ranks; each micro-batch's activations cross the
  * boundary between virtual stages k and k + 1, S = pp × vpp of them, Ns·C
  * elements with Ns = N / tp under sequence parallelism, else N), per
@@ -220,13 +225,17 @@ double aa_cost_bubble(const aa_strategy_t *s, int m);
  * block, and El counts and 2 El row ones again for each MoE block full
  * checkpointing recomputes; per step the gradient norm's all-reduce of
  * the expert slices' squares (1 float).
- * The expert-data group (dp·cp / ep ranks that hold the same experts;
- * ZeRO 0 only, the engine's sole stage with expert parallelism): per step
- * one all-reduce of each MoE block's expert slices (El·3·Fe·C elements),
- * which then leave the data group's all-reduce of that unit: the engine
- * reduces the unit run by run, its dense tensors before the experts
- * (attention, norms and router) and after them (the shared experts, when
- * there are any) in one all-reduce each over the data group. */
+ * The expert-data group (E_d = dp·cp / ep ranks that hold the same
+ * experts; nothing over a group of one): the data group's collectives
+ * above for each MoE block's expert slices (n = El·3·Fe·C elements,
+ * chunks c = ceil(n / E_d)), which then leave the data group's calls for
+ * that unit: the engine reduces, shards and gathers the unit piece by
+ * piece, its dense tensors before the experts (attention, norms and
+ * router) and after them (the shared experts, when there are any) over
+ * the data group. So at stage 0 one all-reduce of n a step; from stage 1
+ * reduce-scatters of E_d·c (once a step at stage 1, every micro-batch
+ * from 2), at stages 1-2 an all-gather of E_d·c a step, at stage 3 the
+ * gathers (amp type) each time a block's parameters are. */
 typedef enum {
   AA_COST_ALL_REDUCE,
   AA_COST_ALL_GATHER,

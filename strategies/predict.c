@@ -251,7 +251,7 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   const int64_t NsC = w.NsC;
   const bool selective = s->ckpt == AA_CKPT_SELECTIVE;
   const int R = aa_sizes_replicas(s), zs = aa_sizes_zero_stage(s->zero, R), L = a->n_layer,
-            ep = s->ep > 1 ? s->ep : 1; /* ZeRO 0 only (aa_predict_supported): held is what it updates */
+            ep = s->ep > 1 ? s->ep : 1;
   /* Blocks held and recomputed whole, dense ([0]) and MoE ([1]). */
   int nbk[2] = {0, 0}, nfk[2] = {0, 0}, starts = 0;
   v->n = 0;
@@ -315,14 +315,14 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
     }
   }
   /* The optimizer: AdamW over what the rank updates (in fp32 whatever the
-   * amp), then under 16-bit storage the updated parameters rounded and
-   * the outer weights widened once (pass_begin, aa_zero_publish). */
-  size_t upd = 0, held = aa_sizes_params_held_ep(a, s->degree[AA_AXIS_TENSOR], ep, &pl);
-  for (int u = 0; zs >= 1 && u < L + 2; u++) {
-    size_t n = aa_sizes_unit_held(a, s->degree[AA_AXIS_TENSOR], &pl, u);
-    if (n) upd += aa_sizes_chunk(n, R);
-  }
-  if (zs == 0) upd = held;
+   * amp): its parameters, or from ZeRO 1 its shard (each piece's chunk,
+   * an expert slice's over its expert-data group); then under 16-bit
+   * storage the updated parameters rounded and the outer weights widened
+   * once (pass_begin, aa_zero_publish). */
+  const size_t held = aa_sizes_params_held_ep(a, s->degree[AA_AXIS_TENSOR], ep, &pl);
+  aa_zero_sizes_t zsz;
+  aa_sizes_zero_ep(a, s->degree[AA_AXIS_TENSOR], ep, &pl, s->amp, zs, R, &zsz);
+  const size_t upd = zs == 0 ? held : zsz.shard;
   add(v, AA_OP_ADAMW, (int64_t)upd, 0, 0, 0, AA_F32, true, 1, 0, 0, 0);
   if (casts) {
     add(v, AA_OP_CAST, (int64_t)(zs == 3 ? upd : held), 0, 0, 0, AA_F32, true, 1, 0, 0, 0);
@@ -541,16 +541,6 @@ static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int 
   return 0;
 }
 
-int aa_predict_supported(const aa_strategy_t *s) {
-  const int stage = aa_sizes_zero_stage(s->zero, aa_sizes_replicas(s));
-  if (s->ep <= 1 || stage == 0) return 0;
-  return aa_error(
-      AA_EUNSUPPORTED,
-      "parallel.expert %d with ZeRO stage %d: the engine runs expert parallelism with ZeRO 0 only "
-      "(sharding the expert weights over the expert-data group is not implemented)",
-      s->ep, stage);
-}
-
 int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_calib_t *c,
                const aa_predict_pool_t *pool, aa_predict_t *out) {
   const aa_arch_t *a = &spec->arch;
@@ -560,10 +550,9 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
                     ranks);
   if (s->micro_batch < 1 || m < 1)
     return aa_error(AA_EINVAL, "the strategy is not resolved for the model (micro_batch %d)", s->micro_batch);
-  int rc = aa_predict_supported(s);
-  if (rc) return rc;
   aa_pp_place_t pl;
-  if ((rc = aa_pp_place(a, s, m, 0, &pl))) return rc;
+  int rc = aa_pp_place(a, s, m, 0, &pl);
+  if (rc) return rc;
   const aa_roofline_t *roof = pool->roofline;
   const bool profiled = roof && roof->profile;
   if (!c && !profiled)
@@ -713,7 +702,7 @@ size_t aa_predict_wanted(const aa_model_spec_t *spec, int max_devices, int cuda,
       for (int z = 0; z <= (replicas > 1 ? 3 : 0); z++) {
         /* The expert-parallel degrees' shapes too (larger expert GEMMs). */
         int eps[32];
-        size_t nep = aa_space_experts(eps, 32, &spec->arch, replicas, z, 0);
+        size_t nep = aa_space_experts(eps, 32, &spec->arch, replicas, 0);
         for (size_t e = 0; e < nep && e < 32; e++)
           for (size_t ai = 0; ai < namp; ai++)
             for (size_t k = 0; k < sizeof ckpts / sizeof ckpts[0]; k++)

@@ -104,15 +104,7 @@ typedef struct aa_predict {
   bool across_hosts;   /* the gang spans hosts (pool->host_devices) */
 } aa_predict_t;
 
-/* Whether the step-time model holds strategy s: 0, or AA_EUNSUPPORTED
- * "parallel.expert N: ..." for expert parallelism (s->ep > 1), which it
- * does not model until the engine runs it (mixture-of-experts layers are
- * predicted with their experts whole on every rank: docs/training-knobs.md
- * "Mixture of experts"). */
-int aa_predict_supported(const aa_strategy_t *s);
-
 /* Predicts strategy s (resolved for spec) on pool from calibration c.
- * AA_EUNSUPPORTED as aa_predict_supported says.
  * AA_EINVAL for a strategy the pipeline rules refuse, a pool smaller than
  * its gang, or a calibration without what it needs: no op of a kind the
  * strategy runs, or no collective at all for a strategy with a group of

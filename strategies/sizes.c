@@ -105,6 +105,28 @@ size_t aa_sizes_params_held_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_p
   return n;
 }
 
+int aa_sizes_unit_pieces(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *pp, int u,
+                         aa_sizes_piece_t out[AA_SIZES_PIECES_MAX]) {
+  const size_t n = unit_held_ep(a, tp, ep, pp, u);
+  out[0] = (aa_sizes_piece_t){0, n, 0};
+  if (ep <= 1 || !n || u < 1 || u > a->n_layer || !aa_arch_is_moe_layer(a, u - 1)) return 1;
+  /* Block layout (engine/model.h): the dense tensors through router.w,
+   * then experts.w13 | experts.w2, then the shared experts. */
+  const aa_moe_t *m = &a->moe;
+  const size_t per = 3 * (size_t)m->d_ff_expert * (size_t)a->d_model,
+               experts = (size_t)(m->experts / ep) * per, shared = (size_t)m->shared_experts * per,
+               head = n - experts - shared;
+  out[0].n = head;
+  out[1] = (aa_sizes_piece_t){head, experts, 1};
+  if (!shared) return 2;
+  out[2] = (aa_sizes_piece_t){head + experts, shared, 0};
+  return 3;
+}
+
+int aa_sizes_piece_ranks(const aa_sizes_piece_t *p, int replicas, int ep) {
+  return p->expert && ep > 1 ? replicas / ep : replicas;
+}
+
 int aa_sizes_zero_stage(int zero, int dp) { return dp > 1 ? zero : 0; }
 
 size_t aa_sizes_chunk(size_t n, int dp) { return (n + (size_t)dp - 1) / (size_t)dp; }
@@ -148,15 +170,22 @@ void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype
 void aa_sizes_zero_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *pp, aa_dtype_t amp, int zero,
                       int dp, aa_zero_sizes_t *out) {
   memset(out, 0, sizeof *out);
-  /* The largest chunk c, and the largest padded unit (dp * c) of each slot;
-   * dp times the largest chunk is the widest padded unit of all. */
-  size_t max_chunk = 0, padded[3] = {0};
+  /* The largest chunk c, the largest padded piece (its group's size times
+   * c), the largest padded extent of a unit in each slot and of all. */
+  size_t max_chunk = 0, max_piece = 0, max_extent = 0, padded[3] = {0};
   for (int u = 0; u < aa_sizes_units(a); u++) {
-    size_t c = aa_sizes_chunk(unit_held_ep(a, tp, ep, pp, u), dp);
-    int k = aa_sizes_slot(a, u);
-    out->shard += c;
-    if (c > max_chunk) max_chunk = c;
-    if ((size_t)dp * c > padded[k]) padded[k] = (size_t)dp * c;
+    aa_sizes_piece_t pc[AA_SIZES_PIECES_MAX];
+    const int np = aa_sizes_unit_pieces(a, tp, ep, pp, u, pc), k = aa_sizes_slot(a, u);
+    size_t extent = 0;
+    for (int i = 0; i < np; i++) {
+      const size_t w = (size_t)aa_sizes_piece_ranks(&pc[i], dp, ep), c = aa_sizes_chunk(pc[i].n, (int)w);
+      out->shard += c;
+      if (c > max_chunk) max_chunk = c;
+      if (w * c > max_piece) max_piece = w * c;
+      if (pc[i].off + w * c > extent) extent = pc[i].off + w * c;
+    }
+    if (extent > padded[k]) padded[k] = extent;
+    if (extent > max_extent) max_extent = extent;
   }
   const int mixed = amp != AA_F32;
   const size_t S = out->shard;
@@ -165,16 +194,14 @@ void aa_sizes_zero_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *p
   out->master = buf(zero >= 1 && mixed, S, AA_F32, AA_MEM_OPTIM);
   out->pshard = buf(zero == 3, S, amp, AA_MEM_PARAMS);
   out->piece = buf(zero >= 1, max_chunk, AA_F32, AA_MEM_WORKSPACE);
-  out->padded = buf(zero == 1, (size_t)dp * max_chunk, AA_F32, AA_MEM_WORKSPACE);
+  out->padded = buf(zero == 1, max_piece, AA_F32, AA_MEM_WORKSPACE);
   out->scalars = buf(dp > 1, 16, AA_F32, AA_MEM_WORKSPACE);
   /* Every stage-3 gather happens while the blocks' gradient slot is idle:
    * in the forward, and in the backward before a block's gradient is asked
    * for or after it is reduced (wte's and lnf's weights are fetched before
    * any gradient). So a 16-bit unit lands there when it fits. */
-  out->punit16_in_grads =
-      zero == 3 && mixed && padded[1] * sizeof(float) >= (size_t)dp * max_chunk * aa_dtype_size(amp);
-  out->punit16 =
-      buf(zero == 3 && mixed && !out->punit16_in_grads, (size_t)dp * max_chunk, amp, AA_MEM_WORKSPACE);
+  out->punit16_in_grads = zero == 3 && mixed && padded[1] * sizeof(float) >= max_extent * aa_dtype_size(amp);
+  out->punit16 = buf(zero == 3 && mixed && !out->punit16_in_grads, max_extent, amp, AA_MEM_WORKSPACE);
   out->padded_slot = -1;
   /* An untied head (llama) is lnf's unit: its gradient is reduced before
    * the blocks' backward starts, and wte's is asked for after it ends, so
@@ -187,9 +214,9 @@ void aa_sizes_zero_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *p
   if (untied && padded[2] > padded[0]) padded[0] = padded[2];
   for (int k = 0; k < 3; k++) {
     out->gunit[k] = buf(zero >= 2 && out->gslot[k] == k, padded[k], AA_F32, AA_MEM_WORKSPACE);
-    /* The widest padded unit is some buffer's: dp * max_chunk. */
-    if (zero == 2 && out->padded_slot < 0 && out->gunit[k].numel == (size_t)dp * max_chunk)
-      out->padded_slot = k;
+    /* Every padded piece lies inside its unit's slot, so some slot holds
+     * the largest (at ep 1 exactly: dp * max_chunk). */
+    if (zero == 2 && out->padded_slot < 0 && out->gunit[k].numel >= max_piece) out->padded_slot = k;
   }
 }
 

@@ -1,6 +1,6 @@
 /* What one rank allocates, computed in one place: the element counts of the
  * parameters, gradients and optimizer state (ZeRO shards over the data
- * group only), and where every activation and workspace buffer of a
+ * group, an expert slice over its expert-data group), and where every activation and workspace buffer of a
  * micro-batch lies. The engine allocates and carves exactly these
  * (engine/model.c, engine/optim.c) and the cost model predicts from them
  * (cost.h), so the two cannot disagree. Pure arithmetic on the
@@ -75,6 +75,26 @@ size_t aa_sizes_unit_held(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, i
 size_t aa_sizes_params_held(const aa_arch_t *a, int tp, const aa_pp_place_t *pp);
 size_t aa_sizes_params_held_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *pp);
 
+/* A unit's pieces: the runs of its tensors that one group holds, which
+ * ZeRO reduces, shards and gathers each over its own group
+ * (engine/optim.h). Under expert parallelism (ep > 1) an MoE block has
+ * two or three: its dense head (ln1.w .. router.w), its expert slices (the
+ * rank's E / ep experts' w13 and w2, expert = 1: held by the dp·cp / ep
+ * ranks of its expert-data group) and, with shared experts, its dense
+ * tail. Any other unit, and every unit at ep 1, is one dense piece (empty
+ * where pp does not hold the unit). off is from the unit's first element;
+ * the pieces are in layout order and cover the unit. Returns how many. */
+#define AA_SIZES_PIECES_MAX 3
+typedef struct aa_sizes_piece {
+  size_t off, n;
+  int expert;
+} aa_sizes_piece_t;
+int aa_sizes_unit_pieces(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *pp, int u,
+                         aa_sizes_piece_t out[AA_SIZES_PIECES_MAX]);
+/* The ranks ZeRO shards a piece over, for dp·cp replicas: all of them for
+ * a dense piece, the expert-data group's dp·cp / ep for an expert slice. */
+int aa_sizes_piece_ranks(const aa_sizes_piece_t *p, int replicas, int ep);
+
 /* The ZeRO stage a data group of dp ranks runs for a strategy's stage
  * `zero`: over a group of one there is nothing to shard, so stage 0. */
 int aa_sizes_zero_stage(int zero, int dp);
@@ -120,17 +140,21 @@ void aa_sizes_model_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *
 
 /* What ZeRO stage `zero` over a data group of dp ranks adds to one of tp
  * tensor ranks (aa_zero_init; see engine/optim.h for what each buffer is
- * for). shard is S, the sum of the units' chunks. moment is each of
+ * for). shard is S, the sum of the pieces' chunks (aa_sizes_unit_pieces:
+ * at ep 1 the units'; an expert slice's chunked over the dp / ep ranks of
+ * its expert-data group). A unit's padded extent is where its last
+ * piece's padded chunks end (dp * c at ep 1). moment is each of
  * AdamW's two moments: the whole model at stage 0, S from stage 1. Scratch
  * slots (gunit, punit) are indexed 0 = wte|wpe, 1 = a block, 2 = lnf, each
  * sized for its largest padded unit, except that under an untied head
  * (llama) slot 2's gradients use slot 0's buffer (gslot), sized for the
  * larger; punit16, where a 16-bit unit lands before it is widened into its
- * slot, is one buffer of the largest padded unit (it is free again as soon
- * as the unit is widened), or none where it lands in the blocks' gradient
- * slot (punit16_in_grads). padded, where stages 1-2 gather the updated
- * parameters, is allocated at stage 1 only: at stage 2 it is the largest
- * gradient slot (padded_slot), which holds nothing between the backward
+ * slot, is one buffer of the largest padded extent (it is free again as
+ * soon as the unit is widened), or none where it lands in the blocks'
+ * gradient slot (punit16_in_grads). padded, where stages 1-2 gather the
+ * updated parameters a piece at a time, holds the largest padded piece
+ * and is allocated at stage 1 only: at stage 2 it is the first gradient
+ * slot that large (padded_slot), which holds nothing between the backward
  * and the next micro-batch. scalars carry host values through the group
  * and exist only when there is a group to reduce over (dp > 1). */
 typedef struct aa_zero_sizes {

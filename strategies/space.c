@@ -288,11 +288,10 @@ size_t aa_space_ckpt_modes(aa_ckpt_mode_t *out, size_t cap, unsigned exclude) {
   return n;
 }
 
-size_t aa_space_experts(int *out, size_t cap, const aa_arch_t *arch, int replicas, int zero,
-                        unsigned exclude) {
+size_t aa_space_experts(int *out, size_t cap, const aa_arch_t *arch, int replicas, unsigned exclude) {
   size_t n = 0;
   PUT(out, cap, n, 1);
-  if (!arch || arch->moe.experts < 1 || zero != 0 || (exclude & AA_SPACE_EX_EP)) return n;
+  if (!arch || arch->moe.experts < 1 || (exclude & AA_SPACE_EX_EP)) return n;
   for (int e = 2; e <= replicas; e++)
     if (replicas % e == 0 && arch->moe.experts % e == 0) PUT(out, cap, n, e);
   return n;
@@ -379,7 +378,7 @@ size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void 
       for (size_t z = 0; z < nzero; z++) {
         int eps[MAX_EXPERT_DEGREES];
         size_t nep = aa_space_experts(eps, MAX_EXPERT_DEGREES, pool->arch, dp * l.degree[AA_AXIS_CONTEXT],
-                                      zeros[z], pool->exclude);
+                                      pool->exclude);
         for (size_t e = 0; e < nep && e < MAX_EXPERT_DEGREES; e++)
           for (size_t a = 0; a < namp; a++)
             for (size_t k = 0; k < nckpt; k++) {

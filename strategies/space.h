@@ -144,13 +144,12 @@ size_t aa_space_ckpt_modes(aa_ckpt_mode_t *out, size_t cap, unsigned exclude);
 /* The micro-batches of a per-rank batch: its divisors, larger first. */
 size_t aa_space_micro_batches(int *out, size_t cap, int per_rank);
 /* The expert-parallel degrees (strategy.h s->ep) of a layout of
- * `replicas` data x context ranks at ZeRO stage `zero` on arch (NULL: a
- * dense model), least communication first: 1, then for a model with
- * mixture-of-experts layers at ZeRO 0 (the engine's only stage with expert
- * parallelism) each divisor > 1 of replicas that divides its experts,
- * smaller first, unless AA_SPACE_EX_EP is excluded. */
-size_t aa_space_experts(int *out, size_t cap, const aa_arch_t *arch, int replicas, int zero,
-                        unsigned exclude);
+ * `replicas` data x context ranks on arch (NULL: a dense model), least
+ * communication first: 1, then for a model with mixture-of-experts layers
+ * each divisor > 1 of replicas that divides its experts, smaller first,
+ * unless AA_SPACE_EX_EP is excluded. Every ZeRO stage takes them (the
+ * engine shards an expert slice over its expert-data group). */
+size_t aa_space_experts(int *out, size_t cap, const aa_arch_t *arch, int replicas, unsigned exclude);
 
 /* The candidate strategies of a pool, in the order the search tries them:
  * for each layout, pipeline shape, ZeRO stage (over the layout's dp x cp),

@@ -416,7 +416,7 @@ static void check_group(int line, const aa_cost_group_t *g, int ranks, aa_cost_c
  * and lnf|head's 2,080: 6 all-reduces of 18,977 floats. Full
  * checkpointing recomputes the MoE block's forward: 2 counts and 4 row
  * all-to-alls more a micro-batch. */
-AA_TEST(the_expert_groups_move_what_the_dispatcher_and_zero_0_call) {
+AA_TEST(the_expert_groups_move_what_the_dispatcher_and_zero_0_and_2_call) {
   aa_arch_t a = tiny_moe();
   aa_strategy_t s;
   aa_strategy_default(&s);
@@ -433,6 +433,16 @@ AA_TEST(the_expert_groups_move_what_the_dispatcher_and_zero_0_call) {
   CHECK(aa_cost_comm_ring_bytes(&c.expert) == 0.5 * (2 * 4 + 65600));
   check_group(__LINE__, &c.expert_data, 2, calls(1, 4608, 18432), calls(0, 0, 0), calls(0, 0, 0));
   check_group(__LINE__, &c.data, 4, calls(6, 18977, 75908), calls(0, 0, 0), calls(0, 0, 0));
+  /* ZeRO 2: each piece reduce-scattered over its group every micro-batch
+   * (its padded chunks) and all-gathered once a step: the data group's 5
+   * dense pieces (18,976 elements, each a multiple of 4) besides the
+   * loss's and the norm's all-reduces, the expert-data group's expert
+   * slices (4,608 over 2 ranks). */
+  s.zero = 2;
+  aa_cost_comm(&a, &s, 2, &c);
+  check_group(__LINE__, &c.expert_data, 2, calls(0, 0, 0), calls(1, 4608, 18432), calls(2, 9216, 36864));
+  check_group(__LINE__, &c.data, 4, calls(2, 2, 8), calls(5, 18976, 75904), calls(10, 37952, 151808));
+  s.zero = 0;
   s.ckpt = AA_CKPT_FULL;
   aa_cost_comm(&a, &s, 2, &c);
   CHECK(c.expert.kind[AA_COST_ALL_TO_ALL].calls == 8 + 24);
@@ -917,7 +927,7 @@ AA_TEST(llama_has_no_embedding_group_and_its_groups_move_its_units) {
 
 int main(void) {
   RUN(flops_per_token_of_an_moe_model_count_its_active_parameters);
-  RUN(the_expert_groups_move_what_the_dispatcher_and_zero_0_call);
+  RUN(the_expert_groups_move_what_the_dispatcher_and_zero_0_and_2_call);
   RUN(the_model_allocates_the_activation_layout_on_a_grid);
   RUN(a_single_rank_accounts_exactly_the_predicted_bytes);
   RUN(zero_shards_over_the_data_group_only);

@@ -652,7 +652,14 @@ AA_TEST(an_moe_rank_step_is_its_ops_worked_out_by_hand) {
  * tests/test_cost.c) timed on its all-to-all line as expert_comm_s, the
  * data group's all-reduces in data_comm_s (the expert-data group is one
  * rank: the 2 ranks hold different experts).
- * ZeRO 1-3 with expert parallelism: refused by name (the engine's rule). */
+ * ZeRO 1-3 with expert parallelism: AdamW over the rank's shard, by hand
+ * the dense pieces' halves (the 2 replicas share them) and the expert
+ * slices whole (their expert-data group is the rank alone): wte 2,560 / 2
+ * + per MoE block (head 3,264 / 2 + experts 4,608 + shared 2,304 / 2) +
+ * per dense block 9,280 / 2 + lnf|head 2,592 / 2 = 1,280 + 2 x 7,392 + 2
+ * x 4,640 + 1,296 = 26,640; the data group reduce-scatters the 8 dense
+ * pieces (and all-gathers them at stages 1-2), the expert-data group
+ * moves nothing. */
 AA_TEST(expert_parallelism_computes_the_local_experts_and_times_the_all_to_alls) {
   aa_model_spec_t sp = moe(4, 2, 24, 1, 2);
   aa_calib_t *c = calib(&sp, 0, 1);
@@ -679,11 +686,20 @@ AA_TEST(expert_parallelism_computes_the_local_experts_and_times_the_all_to_alls)
   CHECK(p2.expert_comm_s > 0);
   CHECK_NEAR(p2.expert_comm_s / comm(&cc.expert, 1), 1, 1e-12);
   CHECK_NEAR(p2.data_comm_s / (comm(&cc.data, 1) + comm(&cc.expert_data, 1)), 1, 1e-12);
-  /* ZeRO 1 with expert parallelism. */
-  s2.zero = 1;
-  aa_predict_t q;
-  CHECK(predict(&sp, &s2, c, 0, &q) == AA_EUNSUPPORTED);
-  CHECK_MSG(strstr(aa_last_error(), "parallel.expert 2 with ZeRO stage 1") != NULL, "%s", aa_last_error());
+  for (int z = 1; z <= 3; z++) {
+    aa_strategy_t s3 = s2;
+    s3.zero = z;
+    CHECK_MSG(aa_strategy_resolve(&s3, &sp, 0) == 0, "%s", aa_last_error());
+    CHECK_MSG(has_op(&sp, &s3, (aa_op_shape_t){AA_OP_ADAMW, {26640, 0, 0, 0}}), "zero %d", z);
+    aa_predict_t q;
+    CHECK_MSG(predict(&sp, &s3, c, 0, &q) == 0, "zero %d: %s", z, aa_last_error());
+    CHECK(q.expert_comm_s > 0 && q.data_comm_s > 0);
+    aa_cost_comm(&sp.arch, &s3, aa_strategy_accum_steps(&s3, &sp), &cc);
+    CHECK_MSG(cc.data.kind[AA_COST_REDUCE_SCATTER].calls == 8 &&
+                  (z == 3 || cc.data.kind[AA_COST_ALL_GATHER].calls == 8) && cc.expert_data.bytes == 0,
+              "zero %d: %llu reduce-scatters", z,
+              (unsigned long long)cc.data.kind[AA_COST_REDUCE_SCATTER].calls);
+  }
   free(c);
 }
 

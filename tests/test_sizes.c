@@ -434,11 +434,55 @@ AA_TEST(moe_blocks_size_their_experts_and_routed_rows) {
   CHECK(l.host == 0 && l.moe_dxp == AA_SIZES_NONE && blocks[0].moe == AA_SIZES_NONE);
 }
 
+/* ZeRO over dp 10 with expert parallelism 2 on the MoE llama above
+ * (blocks 0 and 2 MoE), by hand. An MoE block's pieces: its dense head
+ * (ln1 32, q|k|v 64 x 32, proj 32 x 32, ln2 32, router 4 x 32: 3,264),
+ * its 2 experts' slices (2 x 3 x 24 x 32 = 4,608, over an expert-data
+ * group of 10 / 2 = 5) and the shared expert (2,304). Chunks: wte 2,048 ->
+ * 205; each MoE block 327 + 922 + 231; the dense block 9,280 -> 928;
+ * lnf|head 2,080 -> 208: S = 205 + 2 x 1,480 + 928 + 208 = 4,301. The MoE
+ * block's padded extent ends where its shared chunks do, 7,872 + 10 x 231 =
+ * 10,182, the blocks' slot; slot 0 serves lnf|head's 2,080 too (untied);
+ * the largest padded piece is the dense block's 9,280, which stage 2's
+ * padded borrows from the blocks' slot. */
+AA_TEST(zero_shards_each_piece_over_the_group_that_holds_it) {
+  aa_arch_t a = {.family = "llama",
+                 .n_layer = 3,
+                 .n_head = 4,
+                 .n_kv_head = 2,
+                 .d_model = 32,
+                 .d_ff = 64,
+                 .seq_len = 16,
+                 .vocab_size = 64,
+                 .rope_theta = 10000,
+                 .norm_eps = 1e-5f,
+                 .moe = {.experts = 4, .top_k = 2, .d_ff_expert = 24, .shared_experts = 1, .every = 2}};
+  aa_sizes_piece_t pc[AA_SIZES_PIECES_MAX];
+  CHECK(aa_sizes_unit_pieces(&a, 1, 2, NULL, 1, pc) == 3);
+  CHECK(pc[0].off == 0 && pc[0].n == 3264 && !pc[0].expert);
+  CHECK(pc[1].off == 3264 && pc[1].n == 4608 && pc[1].expert);
+  CHECK(pc[2].off == 7872 && pc[2].n == 2304 && !pc[2].expert);
+  CHECK(aa_sizes_piece_ranks(&pc[1], 10, 2) == 5 && aa_sizes_piece_ranks(&pc[0], 10, 2) == 10);
+  CHECK(aa_sizes_unit_pieces(&a, 1, 2, NULL, 2, pc) == 1 && pc[0].n == 9280 && !pc[0].expert);
+  CHECK(aa_sizes_unit_pieces(&a, 1, 1, NULL, 1, pc) == 1 && pc[0].n == 3264 + 9216 + 2304);
+  aa_zero_sizes_t z;
+  aa_sizes_zero_ep(&a, 1, 2, NULL, AA_F32, 3, 10, &z);
+  CHECK_MSG(z.shard == 4301, "%zu", z.shard);
+  CHECK(z.moment.numel == 4301 && z.gshard.numel == 4301 && z.pshard.numel == 4301 && z.piece.numel == 928);
+  CHECK(z.punit[0].numel == 2050 && z.punit[1].numel == 10182 && z.punit[2].numel == 2080);
+  CHECK(z.gunit[0].numel == 2080 && z.gunit[1].numel == 10182 && z.gunit[2].numel == 0 && z.gslot[2] == 0);
+  aa_sizes_zero_ep(&a, 1, 2, NULL, AA_F32, 1, 10, &z);
+  CHECK(z.padded.numel == 9280 && z.gshard.numel == 0 && z.moment.numel == 4301);
+  aa_sizes_zero_ep(&a, 1, 2, NULL, AA_F32, 2, 10, &z);
+  CHECK(z.padded.numel == 0 && z.padded_slot == 1);
+}
+
 int main(void) {
   RUN(units_add_up_to_the_model_and_chunks_round_up);
   RUN(the_activation_layout_tiles_its_allocations_by_mode);
   RUN(a_pipeline_stage_lays_out_its_slots_and_receive_buffers);
   RUN(vocabulary_slices_cover_the_vocabulary_once);
   RUN(moe_blocks_size_their_experts_and_routed_rows);
+  RUN(zero_shards_each_piece_over_the_group_that_holds_it);
   return aa_test_summary();
 }

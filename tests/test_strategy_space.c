@@ -432,10 +432,10 @@ AA_TEST(methods_of_a_strategy_are_named_as_exclude_names_them) {
 /* A model with mixture-of-experts layers (8 experts) on 8 devices, global
  * batch 8, one micro-batch size: only data-parallel layouts (the engine
  * runs no tensor, pipeline or context parallelism with MoE layers), dp 8,
- * 4, 2 and 1; at ZeRO 0 the expert degrees 1 and each divisor of dp that
- * divides 8 (dp 8: 1, 2, 4, 8; dp 4: 1, 2, 4; dp 2: 1, 2; dp 1: 1), at
- * ZeRO 1-3 only 1. Settings a layout: (ZeRO 0's degrees + 3 other stages
- * at dp > 1) x 3 precisions x 3 checkpoint modes. expert_parallel
+ * 4, 2 and 1; at every ZeRO stage the expert degrees 1 and each divisor
+ * of dp that divides 8 (dp 8: 1, 2, 4, 8; dp 4: 1, 2, 4; dp 2: 1, 2; dp
+ * 1: 1). Settings a layout: (4 stages at dp > 1, 1 at dp 1) x its
+ * degrees x 3 precisions x 3 checkpoint modes. expert_parallel
  * excludes (and includes) the ep > 1 ones; a dense twin's space is the
  * layouts of every axis. */
 AA_TEST(an_moe_model_searches_data_and_expert_parallelism_only) {
@@ -453,20 +453,22 @@ AA_TEST(an_moe_model_searches_data_and_expert_parallelism_only) {
   int settings[2000];
   const size_t n = aa_space_enumerate(out, settings, 2000, &pool);
   /* Micro-batches: dp 8: 1; dp 4: 2, 1; dp 2: 4, 2, 1; dp 1: 8, 4, 2, 1. */
-  const size_t want = 9 * ((4 + 3) * 1 + (3 + 3) * 2 + (2 + 3) * 3 + 1 * 4);
+  const size_t want = 9 * (4 * 4 * 1 + 4 * 3 * 2 + 4 * 2 * 3 + 1 * 4);
   CHECK_MSG(n == want, "%zu candidates, want %zu", n, want);
   size_t ep = 0;
+  unsigned zeros = 0; /* the ZeRO stages the ep > 1 candidates take */
   for (size_t i = 0; i < n && i < 2000; i++) {
     const aa_strategy_t *s = &out[i];
     CHECK(s->degree[AA_AXIS_TENSOR] == 1 && s->degree[AA_AXIS_PIPELINE] == 1 &&
           s->degree[AA_AXIS_CONTEXT] == 1);
     if (s->ep > 1) {
       ep++;
-      CHECK(s->zero == 0 && s->degree[AA_AXIS_DATA] % s->ep == 0 && 8 % s->ep == 0);
+      CHECK(s->degree[AA_AXIS_DATA] % s->ep == 0 && 8 % s->ep == 0);
+      zeros |= 1u << s->zero;
       CHECK(aa_space_methods_of(s) & AA_SPACE_EX_EP);
     }
   }
-  CHECK(ep == 9 * (3 * 1 + 2 * 2 + 1 * 3));
+  CHECK(ep == 9 * 4 * (3 * 1 + 2 * 2 + 1 * 3) && zeros == 0xf);
   const char *names[] = {"expert_parallel"};
   CHECK(aa_space_exclude_mask(names, 1, &pool.exclude) == 0 && pool.exclude == AA_SPACE_EX_EP);
   CHECK(aa_space_enumerate(NULL, NULL, 0, &pool) == want - ep);
@@ -474,10 +476,10 @@ AA_TEST(an_moe_model_searches_data_and_expert_parallelism_only) {
   CHECK(aa_space_include_set(names, 1, 0, &pool.include) == 0);
   CHECK(aa_space_enumerate(NULL, NULL, 0, &pool) == ep);
   int eps[8];
-  CHECK(aa_space_experts(eps, 8, &a, 8, 0, 0) == 4 && eps[0] == 1 && eps[3] == 8);
-  CHECK(aa_space_experts(eps, 8, &a, 8, 1, 0) == 1 && eps[0] == 1);
-  CHECK(aa_space_experts(eps, 8, &a, 6, 0, 0) == 2 && eps[1] == 2);
-  CHECK(aa_space_experts(eps, 8, NULL, 8, 0, 0) == 1);
+  CHECK(aa_space_experts(eps, 8, &a, 8, 0) == 4 && eps[0] == 1 && eps[3] == 8);
+  CHECK(aa_space_experts(eps, 8, &a, 8, AA_SPACE_EX_EP) == 1 && eps[0] == 1);
+  CHECK(aa_space_experts(eps, 8, &a, 6, 0) == 2 && eps[1] == 2);
+  CHECK(aa_space_experts(eps, 8, NULL, 8, 0) == 1);
   aa_strategy_t x, y;
   aa_strategy_default(&x);
   y = x;
