@@ -392,7 +392,7 @@ static int want_empty_string(const aa_json_ctx_t *c, const json_t *obj, const ch
  * (GPT-2's pattern) on or off as `regex` says. */
 static int check_byte_level(const aa_json_ctx_t *c, const json_t *v, const char *path, int regex) {
   char p[96];
-  int prefix, use_regex;
+  int prefix = 0, use_regex = 1;
   snprintf(p, sizeof p, "%s.add_prefix_space", path);
   int rc = opt_bool(c, v, "add_prefix_space", p, 0, &prefix);
   if (rc) return rc;
@@ -475,7 +475,7 @@ static int check_model(const aa_json_ctx_t *c, const json_t *model, aa_tokenizer
   const json_t *drop = json_object_get(model, "dropout");
   if (drop && !json_is_null(drop) && !(json_is_number(drop) && json_number_value(drop) == 0.0))
     return aa_json_fail(c, AA_EUNSUPPORTED, "model.dropout", "must be null (BPE dropout is not implemented)");
-  int fallback;
+  int fallback = 0;
   int rc = want_empty_string(c, model, "continuing_subword_prefix", "model.continuing_subword_prefix");
   if (!rc) rc = want_empty_string(c, model, "end_of_word_suffix", "model.end_of_word_suffix");
   if (!rc) rc = opt_bool(c, model, "byte_fallback", "model.byte_fallback", 0, &fallback);
@@ -524,7 +524,7 @@ static int scan_added(const aa_json_ctx_t *c, const json_t *added, int32_t *max_
       return aa_json_fail(c, AA_EINVAL, path, "must be 1 to %d bytes long (got %zu)",
                           AA_TOKENIZER_MAX_TOKEN_BYTES, n);
     for (size_t f = 0; f < sizeof flags / sizeof *flags; f++) {
-      int on;
+      int on = 0;
       snprintf(path, sizeof path, "added_tokens[%zu].%s", i, flags[f]);
       if ((rc = opt_bool(c, a, flags[f], path, 0, &on))) return rc;
       if (on) return aa_json_fail(c, AA_EUNSUPPORTED, path, "must be false (not implemented)");

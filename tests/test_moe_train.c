@@ -38,7 +38,7 @@
 static char tmpdir[256], train_bin[512], val_bin[512];
 
 /* Set by a test (the ranks are forked with it): Qwen2-MoE's options in
- * moe_spec_k's model, q/k/v biases, the shared expert's sigmoid gate and
+ * moe_spec_of's model, q/k/v biases, the shared expert's sigmoid gate and
  * norm_topk_prob false. */
 static int qwen;
 
