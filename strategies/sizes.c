@@ -111,10 +111,13 @@ int aa_sizes_unit_pieces(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t
   out[0] = (aa_sizes_piece_t){0, n, 0};
   if (ep <= 1 || !n || u < 1 || u > a->n_layer || !aa_arch_is_moe_layer(a, u - 1)) return 1;
   /* Block layout (engine/model.h): the dense tensors through router.w,
-   * then experts.w13 | experts.w2, then the shared experts. */
+   * then experts.w13 | experts.w2, then the shared experts and, under
+   * shared_expert_gate, their gate (1, C). */
   const aa_moe_t *m = &a->moe;
   const size_t per = 3 * (size_t)m->d_ff_expert * (size_t)a->d_model,
-               experts = (size_t)(m->experts / ep) * per, shared = (size_t)m->shared_experts * per,
+               experts = (size_t)(m->experts / ep) * per,
+               shared = (size_t)m->shared_experts * per +
+                        (m->shared_experts && m->shared_expert_gate ? (size_t)a->d_model : 0),
                head = n - experts - shared;
   out[0].n = head;
   out[1] = (aa_sizes_piece_t){head, experts, 1};

@@ -506,9 +506,12 @@ AA_TEST(ep4_over_dp4_top1_matches_the_single_process) {
 }
 /* Qwen2-MoE's options (q/k/v biases, the gated shared expert, the top-k
  * probabilities as they are) at ep 2: the same bounds. */
+/* ... and at dp 4 x ep 2 ZeRO 3, where the shared tail piece (the shared
+ * expert and its gate) is sharded over the replicas. */
 AA_TEST(ep2_with_qwen_moe_options_matches_the_single_process) {
   qwen = 1;
   ep_equivalence(&(cfg_t){.dp = 2, .ep = 2, .micro_batch = 4, .out = "ep2.qwen"}, REL_TOL);
+  ep_equivalence(&(cfg_t){.dp = 4, .ep = 2, .zero = 3, .micro_batch = 2, .out = "ep2.dp4.z3.qwen"}, REL_TOL);
   qwen = 0;
 }
 AA_TEST(ep2_in_bf16_matches_the_single_process) {
