@@ -292,9 +292,10 @@ static int cmd_check(int argc, char **argv) {
          s.degree[AA_AXIS_PIPELINE] > 1 ? "the most loaded stage's rank" : "a rank", need);
   if (memory) printf(", %s %s", m.total <= memory ? "fits in" : "more than", aa_mem_fmt(have, memory));
   double flops = aa_cost_flops_per_token(&spec.arch, &s);
-  printf("\nwork: %.4g %s per token%s%s (6N + 12LCT%s)\n", flops >= 1e9 ? flops / 1e9 : flops / 1e6,
+  printf("\nwork: %.4g %s per token%s%s (%s + 12LCT%s)\n", flops >= 1e9 ? flops / 1e9 : flops / 1e6,
          flops >= 1e9 ? "GFLOP" : "MFLOP", s.degree[AA_AXIS_TENSOR] > 1 ? " on each tensor rank" : "",
          s.degree[AA_AXIS_PIPELINE] > 1 ? " on the most loaded stage" : "",
+         spec.arch.lora.r ? "4N of the frozen base + the LoRA adapters'" : "6N",
          s.ckpt == AA_CKPT_FULL ? " and the recomputed forward" : "");
   /* Each stage's own figures, and the schedule's bubble. */
   for (int st = 0; s.degree[AA_AXIS_PIPELINE] > 1 && st < s.degree[AA_AXIS_PIPELINE]; st++) {

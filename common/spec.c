@@ -68,6 +68,35 @@ static int read_not_bool(const aa_json_ctx_t *c, const char *path, const json_t 
   return rc;
 }
 
+static const char *const lora_target_names[AA_LORA_NTARGETS + 1] = {
+    "q", "k", "v", "o", "gate", "up", "down", "qkv", "proj", "fc", "fcproj", NULL};
+static const char *const lora_init_choices[] = {"default", NULL};
+
+const char *aa_lora_target_name(int t) { return t >= 0 && t < AA_LORA_NTARGETS ? lora_target_names[t] : "?"; }
+
+/* lora.targets: a non-empty array of distinct target names into a mask
+ * (which family they belong to is check_lora's). */
+static int read_targets(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
+  if (!json_is_array(v) || json_array_size(v) == 0)
+    return aa_json_fail_type(c, path, "a non-empty array of layer names", v);
+  int mask = 0;
+  size_t i;
+  const json_t *e;
+  json_array_foreach(v, i, e) {
+    int idx = 0;
+    char ep[64];
+    snprintf(ep, sizeof ep, "%s[%zu]", path, i);
+    const aa_json_field_t f = {.kind = AA_JSON_ENUM, .names = lora_target_names, .size = sizeof idx};
+    int rc = aa_json_read_value(c, ep, &f, e, &idx);
+    if (rc) return rc;
+    if (mask & (1 << idx))
+      return aa_json_fail(c, AA_EINVAL, ep, "names \"%s\" twice", lora_target_names[idx]);
+    mask |= 1 << idx;
+  }
+  *(int *)dst = mask;
+  return 0;
+}
+
 /* A spec-relative path resolved against the spec's directory (absolute
  * paths are kept; no base_dir keeps the path relative to the current
  * directory) into char[AA_PATH_MAX]. */
@@ -120,6 +149,7 @@ static const aa_json_field_t top_fields[] = {
     SECTION_F("train", true),
     SECTION_F("data", false), /* planning needs none; training checks (aa_spec_require_data) */
     PATH_F("init_weights", false, init_weights),
+    SECTION_F("lora", false), /* fine-tune adapters (aa_lora_t); training needs init_weights */
 };
 
 /* model.moe (llama only): the first three required when the object is
@@ -138,6 +168,20 @@ static const aa_json_field_t moe_fields[] = {
     {.key = "norm_topk_prob", .kind = AA_JSON_CUSTOM, .parse = read_not_bool, AT(aa_arch_t, moe.topk_raw)},
 };
 #define NMOE (sizeof moe_fields / sizeof moe_fields[0])
+
+/* The top-level "lora" section (read into aa_arch_t's lora); alpha's
+ * default (r) depends on r: parse_lora sets it. */
+static const aa_json_field_t lora_fields[] = {
+    INT_F("r", true, 1, 4096, 0, aa_arch_t, lora.r),
+    FLOAT_F("alpha", false, 0.0, true, 1e6, false, 0.0, aa_arch_t, lora.alpha),
+    {.key = "targets",
+     .kind = AA_JSON_CUSTOM,
+     .required = true,
+     .parse = read_targets,
+     AT(aa_arch_t, lora.targets)},
+    {.key = "init", .kind = AA_JSON_ENUM, .names = lora_init_choices, AT(aa_arch_t, lora.init)},
+};
+#define NLORA (sizeof lora_fields / sizeof lora_fields[0])
 
 /* d_ff's default (4 * d_model) depends on another field; parse_model sets it. */
 static const aa_json_field_t model_fields[] = {
@@ -210,6 +254,27 @@ static int check_moe(const aa_json_ctx_t *c, const aa_arch_t *a) {
   return 0;
 }
 
+/* The LoRA rules between fields: the targets are the family's layers, of
+ * a dense model. */
+static int check_lora(const aa_json_ctx_t *c, const aa_arch_t *a) {
+  const aa_lora_t *l = &a->lora;
+  if (l->r == 0) return 0;
+  const int llama = aa_arch_is_llama(a);
+  const int mine = llama ? (1 << AA_LORA_QKV) - 1 : ((1 << AA_LORA_NTARGETS) - 1) & ~((1 << AA_LORA_QKV) - 1);
+  for (int t = 0; t < AA_LORA_NTARGETS; t++)
+    if ((l->targets & (1 << t)) && !(mine & (1 << t)))
+      return aa_json_fail(c, AA_EINVAL, "lora.targets", "\"%s\" is not a %s layer (%s: %s)",
+                          lora_target_names[t], a->family, a->family,
+                          llama ? "q, k, v, o, gate, up, down" : "qkv, proj, fc, fcproj");
+  if (!l->targets || (l->targets & ~mine))
+    return aa_json_fail(c, AA_EINVAL, "lora.targets", "must name at least one %s layer", a->family);
+  if (!(l->alpha > 0)) return aa_json_fail(c, AA_EINVAL, "lora.alpha", "must be > 0");
+  if (a->moe.experts)
+    return aa_json_fail(c, AA_EINVAL, "lora",
+                        "adapters on mixture-of-experts models are not supported yet (model.moe is set)");
+  return 0;
+}
+
 /* Architecture rules beyond a single field's range. */
 static int check_arch(const aa_json_ctx_t *c, const aa_arch_t *a) {
   if (a->d_model % a->n_head != 0)
@@ -231,7 +296,8 @@ static int check_arch(const aa_json_ctx_t *c, const aa_arch_t *a) {
                         "is a llama option (gpt2's q, k and v always have biases)");
   if (aa_arch_is_llama(a) && !(a->rope_theta > 0 && a->norm_eps > 0))
     return aa_json_fail(c, AA_EINVAL, "model.rope_theta", "rope_theta and norm_eps must be > 0 for llama");
-  return check_moe(c, a);
+  int rc = check_moe(c, a);
+  return rc ? rc : check_lora(c, a);
 }
 
 int aa_arch_is_llama(const aa_arch_t *a) { return !strncmp(a->family, "llama", sizeof a->family); }
@@ -251,6 +317,17 @@ static int parse_model(const ctx_t *c, const json_t *obj, aa_arch_t *a) {
   if (!json_object_get(obj, "d_ff")) a->d_ff = 4 * a->d_model;
   if (!json_object_get(obj, "n_kv_head")) a->n_kv_head = a->n_head;
   return check_arch(&c->json, a);
+}
+
+/* The optional "lora" section into a->lora (zero without one), checked
+ * against the model already read. */
+static int parse_lora(const ctx_t *c, const json_t *obj, aa_arch_t *a) {
+  memset(&a->lora, 0, sizeof a->lora);
+  if (!obj) return 0;
+  int rc = aa_json_read_fields(&c->json, obj, "lora", lora_fields, NLORA, a);
+  if (rc) return rc;
+  if (!json_object_get(obj, "alpha")) a->lora.alpha = (float)a->lora.r;
+  return check_lora(&c->json, a);
 }
 
 /* Merak's save_total_limit (-1: keep all, else at least 1) and
@@ -336,6 +413,7 @@ static int parse_root(aa_model_spec_t *out, const json_t *root, ctx_t *c) {
   if (!s) return aa_error(AA_ENOMEM, "%s: out of memory", c->json.origin);
   if ((rc = aa_json_read_top(&c->json, root, top_fields, NFIELDS(top_fields), s))) goto cleanup;
   if ((rc = parse_model(c, json_object_get(root, "model"), &s->arch))) goto cleanup;
+  if ((rc = parse_lora(c, json_object_get(root, "lora"), &s->arch))) goto cleanup;
   if ((rc = parse_train(c, json_object_get(root, "train"), &s->train))) goto cleanup;
   /* A data section, when given, must name the training shard. */
   const json_t *data = json_object_get(root, "data");
@@ -404,6 +482,11 @@ int aa_spec_require_data(const aa_model_spec_t *s, const char *what) {
         "%s: %s has no training data: data.train is required to train or measure a model (add \"data\": "
         "{\"train\": \"PATH\"} to its spec; plan and strategy check take a spec without one)",
         what, s->name);
+  if (s->arch.lora.r && !s->init_weights[0])
+    return aa_error(AA_EINVAL,
+                    "%s: %s fine-tunes LoRA adapters (lora): init_weights is required, the base they adapt "
+                    "(plan and strategy check take a spec without one)",
+                    what, s->name);
   return aa_arch_require_engine(&s->arch, what);
 }
 
@@ -448,6 +531,11 @@ int aa_arch_validate(const aa_arch_t *a) {
     int rc = aa_json_check_fields(&c, "model.moe", moe_fields, NMOE, a);
     if (rc) return rc;
   }
+  if (a->lora.r) {
+    if (a->lora.r < 1 || a->lora.r > 4096)
+      return aa_json_fail(&c, AA_EINVAL, "lora.r", "must be between 1 and 4096 (got %d)", a->lora.r);
+    if (a->lora.init != 0) return aa_json_fail(&c, AA_EINVAL, "lora.init", "must be \"default\"");
+  }
   return check_arch(&c, a);
 }
 
@@ -469,8 +557,53 @@ void aa_arch_hash(const aa_arch_t *a, char out[17]) {
     n += snprintf(text + n, sizeof text - (size_t)n, ";shared_expert_gate=1");
   if (a->moe.experts && a->moe.topk_raw)
     n += snprintf(text + n, sizeof text - (size_t)n, ";norm_topk_prob=0");
+  if (a->lora.r) /* a fine-tune is its own model to plan (its own stored answers) */
+    n += snprintf(text + n, sizeof text - (size_t)n, ";lora=%d,%.9g,%x,%d", a->lora.r, (double)a->lora.alpha,
+                  (unsigned)a->lora.targets, a->lora.init);
   uint64_t h = aa_fnv1a(AA_FNV_INIT, text, (size_t)n);
   snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+void aa_lora_shape(const aa_arch_t *a, int t, int tp, int *in, int *out, int *row) {
+  const int C = a->d_model, F = a->d_ff, KV = aa_arch_kv_heads(a) * (a->d_model / a->n_head);
+  int i = C, o = C, rw = 0;
+  switch (t) {
+  case AA_LORA_K:
+  case AA_LORA_V: o = KV; break;
+  case AA_LORA_O:
+  case AA_LORA_PROJ: rw = 1; break;
+  case AA_LORA_GATE:
+  case AA_LORA_UP:
+  case AA_LORA_FC: o = F; break;
+  case AA_LORA_DOWN:
+  case AA_LORA_FCPROJ: i = F, rw = 1; break;
+  case AA_LORA_QKV: o = 3 * C; break;
+  default: break; /* q: C -> C */
+  }
+  if (tp < 1) tp = 1;
+  if (rw)
+    i /= tp;
+  else
+    o /= tp;
+  *in = i, *out = o, *row = rw;
+}
+
+uint64_t aa_lora_block_numel(const aa_arch_t *a, int tp) {
+  uint64_t n = 0;
+  for (int t = 0; a->lora.r && t < AA_LORA_NTARGETS; t++) {
+    if (!(a->lora.targets & (1 << t))) continue;
+    int in, out, row;
+    aa_lora_shape(a, t, tp, &in, &out, &row);
+    n += (uint64_t)a->lora.r * ((uint64_t)in + (uint64_t)out);
+  }
+  return n;
+}
+
+int aa_lora_n_targets(const aa_arch_t *a) {
+  int n = 0;
+  for (int t = 0; a->lora.r && t < AA_LORA_NTARGETS; t++)
+    n += (a->lora.targets >> t) & 1;
+  return n;
 }
 
 int aa_arch_is_moe_layer(const aa_arch_t *a, int l) {
@@ -598,6 +731,24 @@ int aa_spec_to_json(const aa_model_spec_t *s, char **out) {
       (rc = fields_to_json(data, data_fields, NFIELDS(data_fields), s)))
     goto cleanup;
   rc = AA_ENOMEM;
+  if (s->arch.lora.r) {
+    const aa_lora_t *l = &s->arch.lora;
+    json_t *lo = json_object(), *tg = json_array();
+    if (!lo || !tg) {
+      json_decref(lo);
+      json_decref(tg);
+      goto cleanup;
+    }
+    /* set_new takes its value even when it fails: nothing left to free. */
+    if (json_object_set_new(root, "lora", lo) || json_object_set_new(lo, "targets", tg)) goto cleanup;
+    for (int t = 0; t < AA_LORA_NTARGETS; t++)
+      if ((l->targets & (1 << t)) && json_array_append_new(tg, json_string(lora_target_names[t])))
+        goto cleanup;
+    if (json_object_set_new(lo, "r", json_integer(l->r)) ||
+        json_object_set_new(lo, "alpha", json_real(l->alpha)) ||
+        json_object_set_new(lo, "init", json_string(lora_init_choices[l->init])))
+      goto cleanup;
+  }
   /* No data section in, none out: the text parses back to the same spec. */
   if (json_object_set(root, "model", model) || json_object_set(root, "train", train) ||
       (s->train_data[0] && json_object_set(root, "data", data)))

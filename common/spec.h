@@ -42,6 +42,33 @@ typedef struct aa_moe {
                              "norm_topk_prob": false, Qwen-MoE's); 0 (default): renormalised to sum 1 */
 } aa_moe_t;
 
+/* LoRA fine-tuning (docs/model-spec.md "lora"): every targeted linear
+ * layer W (out x in) of every block gets A (r x in) and B (out x r) and
+ * computes W x + (alpha / r) B A x; only A and B train, the base is
+ * frozen. r 0: no adapters (no "lora" object). targets is a mask of
+ * aa_lora_target_t bits, each of the family's layers (llama: q, k, v, o,
+ * gate, up, down; gpt2: qkv, proj, fc, fcproj). */
+typedef enum {
+  AA_LORA_Q,
+  AA_LORA_K,
+  AA_LORA_V,
+  AA_LORA_O,
+  AA_LORA_GATE,
+  AA_LORA_UP,
+  AA_LORA_DOWN,
+  AA_LORA_QKV,
+  AA_LORA_PROJ,
+  AA_LORA_FC,
+  AA_LORA_FCPROJ,
+  AA_LORA_NTARGETS
+} aa_lora_target_t;
+typedef struct aa_lora {
+  int r;       /* rank, 0 (none) or 1..4096 */
+  float alpha; /* scale numerator, > 0; default r (scale 1) */
+  int targets; /* mask of 1 << aa_lora_target_t */
+  int init;    /* 0: "default" (PEFT's: A Kaiming-uniform, a = sqrt(5); B zeros) */
+} aa_lora_t;
+
 typedef struct aa_arch {
   char family[16]; /* "gpt2" or "llama" */
   int n_layer;     /* 1..256 */
@@ -56,6 +83,7 @@ typedef struct aa_arch {
   float norm_eps;   /* RMSNorm epsilon, default 1e-5 */
   int qkv_bias;     /* 0/1: q, k and v projections have biases (Qwen2), o none; default 0 */
   aa_moe_t moe;     /* llama only; moe.experts 0: dense */
+  aa_lora_t lora;   /* the spec's top-level "lora"; lora.r 0: full training */
 } aa_arch_t;
 
 /* Whether a is the llama family (RMSNorm, SwiGLU, RoPE, GQA, untied head,
@@ -77,6 +105,19 @@ uint64_t aa_arch_active_param_count(const aa_arch_t *a);
  * up and down) and the shared experts' gate (C, with shared_expert_gate). routed = experts: what the layer
  * holds; routed = top_k: the matrices one token multiplies by, which the FLOP counts use. */
 uint64_t aa_arch_moe_mlp_params(const aa_arch_t *a, int routed);
+
+/* The name of LoRA target t ("q", ..., "fcproj"). */
+const char *aa_lora_target_name(int t);
+/* Target t's shape in block l of a on one of tp tensor ranks: in and out
+ * features of its base layer, and whether it is row-parallel (o, down;
+ * proj, fcproj: A split by input columns, B whole) or column-parallel (B
+ * split by output rows, A whole). */
+void aa_lora_shape(const aa_arch_t *a, int t, int tp, int *in, int *out, int *row);
+/* A and B elements a block holds on one of tp tensor ranks (0 without
+ * LoRA): sum over targets of r (in + out), with the split dimension / tp. */
+uint64_t aa_lora_block_numel(const aa_arch_t *a, int tp);
+/* Targets a block has (popcount of lora.targets). */
+int aa_lora_n_targets(const aa_arch_t *a);
 
 typedef enum { AA_SCHED_COSINE = 0, AA_SCHED_CONSTANT = 1 } aa_lr_schedule_t;
 

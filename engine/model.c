@@ -564,6 +564,9 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   if (rc) return rc;
   if (!opts) opts = &default_opts;
   if ((rc = moe_supported(arch, ops, opts))) return rc;
+  if (arch->lora.r)
+    return aa_error(AA_EUNSUPPORTED, "lora: the engine does not train LoRA adapters yet (plan and strategy "
+                                     "check model them; docs/model-spec.md \"lora\")");
   if (B < 1 || T < 1 || T > arch->seq_len)
     return aa_error(AA_EINVAL, "batch %d x sequence %d does not fit the model (seq_len %d)", B, T, arch->seq_len);
   if (opts->amp != AA_F32 && opts->amp != AA_BF16 && opts->amp != AA_F16)

@@ -84,6 +84,22 @@ static void held_blocks(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_
     }
 }
 
+/* LoRA (a->lora.r > 0), per token and block on a tensor rank of tp: the
+ * adapters' forward 2 r (in + out) a target (fwd_only), and a backward that
+ * recomputes A x (2 r in), then B's gradient and B^T's product (2 r out
+ * each), A's gradient and the input's (2 r in each): r (8 in + 6 out). */
+static double lora_block_flops(const aa_arch_t *a, int tp, int fwd_only) {
+  double f = 0, fw = 0;
+  for (int t = 0; a->lora.r && t < AA_LORA_NTARGETS; t++) {
+    if (!(a->lora.targets & (1 << t))) continue;
+    int in, out, row;
+    aa_lora_shape(a, t, tp, &in, &out, &row);
+    f += (double)a->lora.r * (8.0 * in + 6.0 * out);
+    fw += 2.0 * a->lora.r * ((double)in + out);
+  }
+  return fwd_only ? fw : f;
+}
+
 double aa_cost_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t *s, int stage) {
   aa_pp_place_t p;
   if (place_of(arch, s, stage, &p)) return 0;
@@ -100,6 +116,15 @@ double aa_cost_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t 
       p.last ? head + (double)aa_sizes_unit_numel(arch, s->degree[AA_AXIS_TENSOR], arch->n_layer + 1) : 0;
   /* Per token the rank holds, whatever cp (cost.h): T stays the whole
    * sequence, each query attending over its whole prefix. */
+  if (arch->lora.r) {
+    /* The frozen base: forward and input gradient (4 a weight), no weight
+     * gradient; the adapters' own (lora_block_flops), again forward for a
+     * recomputed block. */
+    const double tp1 = s->degree[AA_AXIS_TENSOR], lb = lora_block_flops(arch, (int)tp1, 0),
+                 lf = lora_block_flops(arch, (int)tp1, 1);
+    return 4.0 * (block + ends) + Lr * lb + 12.0 * Lr * C * T / tp + 2.0 * again + nk * lf +
+           nk * 4.0 * C * T / tp;
+  }
   return 6.0 * (block + ends) + 12.0 * Lr * C * T / tp + 2.0 * again + nk * 4.0 * C * T / tp;
 }
 
@@ -110,6 +135,9 @@ double aa_cost_min_flops_per_token_stage(const aa_arch_t *arch, const aa_strateg
   double block, again;
   held_blocks(arch, s, &p, matrices, &nb, &nk, &block, &again);
   const double C = arch->d_model, V = arch->vocab_size;
+  if (arch->lora.r) /* frozen base: no weight gradients; the adapters at tp 1 */
+    return (4.0 * (block + (p.last ? V * C : 0)) + 2.0 * again + nb * lora_block_flops(arch, 1, 0)) /
+           s->degree[AA_AXIS_TENSOR];
   return (6.0 * (block + (p.last ? V * C : 0)) + 2.0 * again) / s->degree[AA_AXIS_TENSOR];
 }
 
@@ -249,6 +277,24 @@ static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_pl
   const size_t f4 = sizeof(float);
   add(g, AA_COST_ALL_REDUCE, 1, 1, f4);                 /* the loss */
   if (stage >= 1) add(g, AA_COST_ALL_REDUCE, 1, 1, f4); /* the gradient norm */
+  if (a->lora.r) {
+    /* Only the adapters are reduced (the frozen base has no gradient):
+     * their gradient once a step (stage 0 all-reduced; from 1 reduce-
+     * scattered, at 2-3 every micro-batch), the updated shards gathered
+     * back (at 3 before each pass: forward and backward). */
+    aa_lora_sizes_t ls;
+    aa_sizes_lora(a, s->degree[AA_AXIS_TENSOR], p->pp > 1 ? p : NULL, s->amp, stage, dp, &ls);
+    if (stage == 0) {
+      add(g, AA_COST_ALL_REDUCE, 1, ls.adapters, f4);
+    } else {
+      add(g, AA_COST_REDUCE_SCATTER, stage == 1 ? 1 : A, ls.adapters, f4);
+      add(g, AA_COST_ALL_GATHER, stage == 3 ? 2 * A : 1, ls.adapters, f4);
+    }
+    (void)plan;
+    (void)ed;
+    (void)U;
+    return;
+  }
   for (int u = 0; u < U; u++) {
     if (stage == 0)
       piece_comm(a, s, p, u, AA_COST_ALL_REDUCE, 1, f4, g, ed);

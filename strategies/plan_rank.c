@@ -141,11 +141,17 @@ double aa_plan_model_flops(const aa_model_spec_t *spec, bool with_recompute) {
    * the MLP's two, or an MoE layer's router and the 3 Fe C of each of the
    * k experts a token is routed to and the S shared ones: its active
    * parameters), its attention, and the logits. */
-  const double attn = 2 * (C * d.QKV + d.Cl * C) + 4 * s * C, mlp = 2 * (C * d.FH + d.F * C);
+  const double gemm = 2 * (C * d.QKV + d.Cl * C), attn = 4 * s * C, mlp = 2 * (C * d.FH + d.F * C);
   const double moe = 2 * (double)aa_arch_moe_mlp_params(a, a->moe.top_k);
   const int nmoe = aa_arch_moe_layers(a);
-  const double blocks = a->n_layer * attn + (a->n_layer - nmoe) * mlp + nmoe * moe;
+  const double weights = a->n_layer * gemm + (a->n_layer - nmoe) * mlp + nmoe * moe;
   const double head = 2 * C * V;
   const double passes = with_recompute ? 4 : 3;
-  return (double)spec->train.global_batch * s * (passes * blocks + 3 * head);
+  /* LoRA: a frozen weight's backward is the input gradient alone (2 x
+   * its forward, not 3), the attention's is as before, and the adapters'
+   * forward, 2 r (in + out) a target, counts 3 times like any weight's. */
+  const double fz = a->lora.r ? 1 : 0;
+  const double adapters = 2.0 * a->n_layer * (double)aa_lora_block_numel(a, 1);
+  return (double)spec->train.global_batch * s *
+         ((passes - fz) * weights + passes * (a->n_layer * attn + adapters) + (3 - fz) * head);
 }

@@ -69,7 +69,10 @@ void aa_plan_rank_free(aa_plan_rank_t *r);
  * (4 s C a layer a token, PTD-P's count of the s x s scores and their
  * product with the values) and the logits, over global_batch x seq_len
  * tokens. with_recompute adds the forward again for the blocks full
- * checkpointing recomputes (PTD-P's "96" count, its Table 1's figures). */
+ * checkpointing recomputes (PTD-P's "96" count, its Table 1's figures).
+ * Under LoRA (a->lora.r > 0) the frozen base's GEMMs and the head count 2
+ * x the forward (no weight gradient; 3 with recomputation), the adapters'
+ * 2 r (in + out) a target 3 x like any weight. */
 double aa_plan_model_flops(const aa_model_spec_t *spec, bool with_recompute);
 
 #endif

@@ -124,6 +124,34 @@ static void act_op(inventory_t *v, const aa_tp_dims_t *d, int64_t N, aa_dtype_t 
     add(v, AA_OP_GELU, N * d->F, 0, 0, 0, dt, false, ff, bf, fb, bb);
 }
 
+/* A linear layer (N, C, OC) with add's counts. Its weight frozen (LoRA):
+ * the backward computes only the input's gradient, one product timed as
+ * the forward kernel of the transposed shape (N, OC, C). */
+static void gemm(inventory_t *v, int64_t N, int64_t C, int64_t OC, aa_dtype_t dt, bool frozen, double ff,
+                 double fb, double bb) {
+  if (!frozen) {
+    add(v, AA_OP_MATMUL, N, C, OC, 0, dt, false, ff, 0, fb, bb);
+    return;
+  }
+  add(v, AA_OP_MATMUL, N, C, OC, 0, dt, false, ff, 0, fb, 0);
+  add(v, AA_OP_MATMUL, N, OC, C, 0, dt, false, 0, 0, bb, 0);
+}
+
+/* A block's LoRA adapters (a->lora.r > 0) with add's counts: per target
+ * A x (N, in, r) and B (A x) (N, r, out) forward; in the backward A x is
+ * recomputed (a forward call) and both run their backward (input and
+ * adapter gradients). */
+static void lora_ops(inventory_t *v, const aa_arch_t *a, int tp, int64_t N, aa_dtype_t dt, double ff,
+                     double fb, double bb) {
+  for (int t = 0; a->lora.r && t < AA_LORA_NTARGETS; t++) {
+    if (!(a->lora.targets & (1 << t))) continue;
+    int in, out, row;
+    aa_lora_shape(a, t, tp, &in, &out, &row);
+    add(v, AA_OP_MATMUL, N, in, a->lora.r, 0, dt, false, ff, 0, fb + bb, bb);
+    add(v, AA_OP_MATMUL, N, a->lora.r, out, 0, dt, false, ff, 0, fb, bb);
+  }
+}
+
 /* Context parallelism's ring attention of one block (the top of this
  * file), with block_ops' counts. Its kernels are fp32 whatever the amp. */
 static void ring_ops(inventory_t *v, const aa_tp_dims_t *d, int64_t B, int64_t Tc, int cp, double ff,
@@ -185,8 +213,10 @@ static void block_ops(inventory_t *v, const aa_arch_t *a, const aa_strategy_t *s
   const int64_t B = s->micro_batch, T = a->seq_len / cp, N = B * T,
                 Ns = s->sp ? N / s->degree[AA_AXIS_TENSOR] : N;
   const aa_op_kind_t norm = d->llama ? AA_OP_RMSNORM : AA_OP_LAYERNORM;
+  const bool fz = a->lora.r > 0; /* LoRA: the base frozen */
   add(v, norm, Ns, d->C, 0, 0, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
-  add(v, AA_OP_MATMUL, N, d->C, d->QKV, 0, dt, false, ff, 0, fb, bb);
+  if (fz) lora_ops(v, a, s->degree[AA_AXIS_TENSOR], N, dt, ff, fb, bb);
+  gemm(v, N, d->C, d->QKV, dt, fz, ff, fb, bb);
   if (d->llama) {
     const int64_t S = B * d->NKV, G = d->NH / d->NKV;
     if (cp == 1)
@@ -200,15 +230,15 @@ static void block_ops(inventory_t *v, const aa_arch_t *a, const aa_strategy_t *s
     add(v, AA_OP_GQA, B * d->NKV, T, d->NH / d->NKV, d->HS, dt, false, ff, 0, fb, bb);
   else
     add(v, AA_OP_ATTENTION, B, T, d->Cl, d->NH, dt, false, ff, 0, fb, bb);
-  add(v, AA_OP_MATMUL, N, d->Cl, d->C, 0, dt, false, ff, 0, fb, bb);
+  gemm(v, N, d->Cl, d->C, dt, fz, ff, fb, bb);
   add(v, AA_OP_RESIDUAL, Ns * d->C, 0, 0, 0, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
   if (moe) {
     moe_ops(v, a, d, s->ep > 1 ? s->ep : 1, N, dt, ff, fb, bb);
     return;
   }
-  add(v, AA_OP_MATMUL, N, d->C, d->FH, 0, dt, false, ff, 0, fb, bb);
+  gemm(v, N, d->C, d->FH, dt, fz, ff, fb, bb);
   act_op(v, d, N, dt, ff, 0, fb, bb);
-  add(v, AA_OP_MATMUL, N, d->F, d->C, 0, dt, false, ff, 0, fb, bb);
+  gemm(v, N, d->F, d->C, dt, fz, ff, fb, bb);
 }
 
 /* The element counts of a block's 16-bit fields on a rank: the residual
@@ -269,10 +299,11 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   if (selective) act_op(v, &d, N, dt, 0, 0, nbk[0], 0); /* the dropped output, recomputed */
   /* The embedding: under context parallelism one call per chunk. */
   const int chunks = s->degree[AA_AXIS_CONTEXT] > 1 ? 2 : 1;
-  if (pl.first) add(v, AA_OP_ENCODER, N / chunks, d.C, 0, 0, dt, false, chunks, 0, 0, chunks);
+  /* LoRA: the frozen embedding has no gradient to compute. */
+  if (pl.first) add(v, AA_OP_ENCODER, N / chunks, d.C, 0, 0, dt, false, chunks, 0, 0, a->lora.r ? 0 : chunks);
   if (pl.last) {
     add(v, d.llama ? AA_OP_RMSNORM : AA_OP_LAYERNORM, Ns, d.C, 0, 0, dt, false, 1, 0, 0, 1);
-    add(v, AA_OP_MATMUL, N, d.C, d.Vl, 0, dt, false, 1, 0, 0, 1);
+    gemm(v, N, d.C, d.Vl, dt, a->lora.r > 0, 1, 0, 1);
     add(v, AA_OP_XENT, N, d.Vl, 0, 0, dt, false, 1, 0, 0, 1);
   }
   /* A dense and an MoE block's weights (each kind's first block). */
@@ -322,7 +353,12 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   const size_t held = aa_sizes_params_held_ep(a, s->degree[AA_AXIS_TENSOR], ep, &pl);
   aa_zero_sizes_t zsz;
   aa_sizes_zero_ep(a, s->degree[AA_AXIS_TENSOR], ep, &pl, s->amp, zs, R, &zsz);
-  const size_t upd = zs == 0 ? held : zsz.shard;
+  size_t upd = zs == 0 ? held : zsz.shard;
+  if (a->lora.r) { /* the adapters only (their shard from ZeRO 1) */
+    aa_lora_sizes_t ls;
+    aa_sizes_lora(a, s->degree[AA_AXIS_TENSOR], &pl, s->amp, zs, R, &ls);
+    upd = ls.moment.numel;
+  }
   add(v, AA_OP_ADAMW, (int64_t)upd, 0, 0, 0, AA_F32, true, 1, 0, 0, 0);
   if (casts) {
     add(v, AA_OP_CAST, (int64_t)(zs == 3 ? upd : held), 0, 0, 0, AA_F32, true, 1, 0, 0, 0);

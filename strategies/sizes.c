@@ -442,6 +442,7 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
      * one block's MoE buffers, shared by every such block. */
     if (any_full_moe) o->ws_moe = take(&ws, ma.bytes);
   }
+  if (a->lora.r) o->lora = take(&ws, 2 * N * (size_t)a->lora.r * f4);
   o->acts = st;
   o->workspace = ws;
 }
@@ -463,6 +464,26 @@ static int rank_place(const aa_arch_t *a, const aa_strategy_t *s, int m, int sta
   return rc;
 }
 
+/* The blocks place pp holds (every block at pp 1). */
+static int blocks_held(const aa_arch_t *a, const aa_pp_place_t *pp) {
+  if (!pp || pp->pp <= 1) return a->n_layer;
+  int n = 0;
+  for (int c = 0; c < pp->vpp; c++)
+    n += pp->hi[c] - pp->lo[c];
+  return n;
+}
+
+void aa_sizes_lora(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero,
+                   int replicas, aa_lora_sizes_t *out) {
+  const size_t n = (size_t)blocks_held(a, pp) * (size_t)aa_lora_block_numel(a, tp);
+  const size_t w = replicas > 1 ? (size_t)replicas : 1, shard = (n + w - 1) / w;
+  out->adapters = n;
+  out->base = buf(1, aa_sizes_params_held_ep(a, tp, 1, pp), amp, AA_MEM_PARAMS);
+  out->params = buf(1, zero >= 3 ? shard : n, AA_F32, AA_MEM_PARAMS);
+  out->grads = buf(1, zero >= 2 ? shard : n, AA_F32, AA_MEM_GRADS);
+  out->moment = buf(1, zero >= 1 ? shard : n, AA_F32, AA_MEM_OPTIM);
+}
+
 /* The model's states of the rank placed at pp, added into bytes. */
 static void states_at(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *pp,
                       size_t bytes[AA_MEM_NKINDS]) {
@@ -470,6 +491,14 @@ static void states_at(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_pl
    * data group, times the context group (Megatron's). */
   const int replicas = aa_sizes_replicas(s);
   const int zero = aa_sizes_zero_stage(s->zero, replicas);
+  if (a->lora.r) {
+    aa_lora_sizes_t ls;
+    aa_sizes_lora(a, s->degree[AA_AXIS_TENSOR], pp, s->amp, zero, replicas, &ls);
+    const aa_buf_size_t *each[] = {&ls.base, &ls.params, &ls.grads, &ls.moment, &ls.moment};
+    for (size_t i = 0; i < sizeof each / sizeof each[0]; i++)
+      add(bytes, each[i]);
+    return;
+  }
   aa_model_sizes_t ms;
   aa_sizes_model_ep(a, s->degree[AA_AXIS_TENSOR], s->ep, pp, s->amp, zero, &ms);
   add(bytes, &ms.params);

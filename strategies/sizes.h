@@ -172,6 +172,24 @@ void aa_sizes_zero(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype
 void aa_sizes_zero_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *pp, aa_dtype_t amp, int zero,
                       int dp, aa_zero_sizes_t *out);
 
+/* LoRA (spec.h aa_lora_t, a->lora.r > 0): what a rank holds instead of
+ * aa_sizes_model's and aa_sizes_zero's buffers. The base is frozen: held
+ * once, in the storage precision (the amp type, or fp32), with no fp32
+ * master, no gradient and no optimizer state, and not sharded by ZeRO; the
+ * adapters (A and B of every target of the rank's blocks, its tensor
+ * slice: aa_lora_block_numel) are the trainable state, fp32, which ZeRO
+ * shards over the `replicas` ranks as it shards a full model's: the
+ * moments from stage 1, the gradient from 2, the parameters at 3 (each
+ * ceil(n / replicas)). */
+typedef struct aa_lora_sizes {
+  size_t adapters;             /* the adapters' elements the rank holds */
+  aa_buf_size_t base;          /* params: the frozen base, every tensor the rank holds */
+  aa_buf_size_t params, grads; /* params, grads: the adapters (or their shard) */
+  aa_buf_size_t moment;        /* optim: each of AdamW's two moments (or their shard) */
+} aa_lora_sizes_t;
+void aa_sizes_lora(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero,
+                   int replicas, aa_lora_sizes_t *out);
+
 /* The scratch slot of unit u (0 wte|wpe, 1 the blocks, 2 lnf). */
 int aa_sizes_slot(const aa_arch_t *a, int u);
 
@@ -306,6 +324,8 @@ typedef struct aa_act_layout {
   size_t moe_dxp, moe_dyp, moe_dweight, moe_dlogits;
   size_t moe_dxl, moe_dyl; /* ep > 1: the local rows' gradients (Rl,C) each; AA_SIZES_NONE at ep 1 */
   size_t ws_moe; /* one MoE block's buffers (aa_moe_acts_t) where a fully checkpointed one is recomputed */
+  size_t lora;   /* LoRA (a->lora.r > 0): 2 (N,r) fp32, one target's A x and its gradient, which the
+                    backward recomputes (no activation is kept for the adapters) */
   size_t host;
 } aa_act_layout_t;
 

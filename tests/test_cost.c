@@ -925,7 +925,52 @@ AA_TEST(llama_has_no_embedding_group_and_its_groups_move_its_units) {
   CHECK(c[0].tensor.bytes == c[1].tensor.bytes && c[0].tensor.kind[AA_COST_ALL_REDUCE].calls == 2 * 3 + 1);
 }
 
+/* LoRA (issue 36) on small_llama with r 2 on q, v and down: adapters of
+ * 2 (32 + 32) + 2 (32 + 16) + 2 (48 + 32) = 384 a block, 768 in all. The
+ * base is frozen: held once in the storage precision, nothing else; the
+ * adapters fp32 with a gradient and two moments (ZeRO shards those); the
+ * workspace holds one target's A x and its gradient (2 N r floats). FLOPs:
+ * 4 a base weight (forward and input gradient; 17,568 weights including
+ * the head), r (8 in + 6 out) a target and token, the attention's 12 L C T
+ * as before; the data group reduces the 768 adapters only. */
+AA_TEST(lora_freezes_the_base_in_memory_flops_and_communication) {
+  aa_arch_t a = small_llama;
+  a.lora =
+      (aa_lora_t){.r = 2, .alpha = 4, .targets = (1 << AA_LORA_Q) | (1 << AA_LORA_V) | (1 << AA_LORA_DOWN)};
+  const size_t base = 19616, ad = 768;
+  aa_strategy_t s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
+  size_t b[AA_MEM_NKINDS], full[AA_MEM_NKINDS];
+  CHECK(aa_sizes_rank_states(&a, &s, 0, b) == 0);
+  CHECK(b[AA_MEM_PARAMS] == 4 * (base + ad) && b[AA_MEM_GRADS] == 4 * ad && b[AA_MEM_OPTIM] == 8 * ad);
+  CHECK(b[AA_MEM_ACTS] == 0 && b[AA_MEM_WORKSPACE] == 0);
+  s.amp = AA_BF16; /* the base in 16 bits, no master copy */
+  CHECK(aa_sizes_rank_states(&a, &s, 0, b) == 0);
+  CHECK(b[AA_MEM_PARAMS] == 2 * base + 4 * ad && b[AA_MEM_GRADS] == 4 * ad && b[AA_MEM_OPTIM] == 8 * ad);
+  s = strat(4, 1, AA_F32, AA_CKPT_NONE, 2);
+  CHECK(aa_sizes_rank_states(&a, &s, 0, b) == 0 && b[AA_MEM_OPTIM] == 8 * 192 && b[AA_MEM_GRADS] == 4 * ad);
+  s.zero = 3;
+  CHECK(aa_sizes_rank_states(&a, &s, 0, b) == 0);
+  CHECK(b[AA_MEM_PARAMS] == 4 * (base + 192) && b[AA_MEM_GRADS] == 4 * 192 && b[AA_MEM_OPTIM] == 8 * 192);
+  s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
+  CHECK(aa_sizes_rank_acts(&a, &s, 1, 0, b) == 0 && aa_sizes_rank_acts(&small_llama, &s, 1, 0, full) == 0);
+  CHECK(b[AA_MEM_ACTS] == full[AA_MEM_ACTS] &&
+        b[AA_MEM_WORKSPACE] == full[AA_MEM_WORKSPACE] + 2 * 32 * 2 * 4);
+  const double lora = 2.0 * ((8 * 32 + 6 * 32) + (8 * 32 + 6 * 16) + (8 * 48 + 6 * 32));
+  CHECK(aa_cost_flops_per_token(&a, &s) == 4 * 17568.0 + 2 * lora + 12.0 * 2 * 32 * 16);
+  CHECK(aa_cost_flops_per_token(&a, &s) < aa_cost_flops_per_token(&small_llama, &s));
+  s = strat(2, 0, AA_F32, AA_CKPT_NONE, 2);
+  aa_cost_comm_t c;
+  aa_cost_comm(&a, &s, 1, &c);
+  CHECK(c.data.kind[AA_COST_ALL_REDUCE].calls == 2 && c.data.kind[AA_COST_ALL_REDUCE].bytes == 4 * (1 + ad));
+  /* Its own model: another hash than the base's. */
+  char h0[17], h1[17];
+  aa_arch_hash(&small_llama, h0);
+  aa_arch_hash(&a, h1);
+  CHECK(strcmp(h0, h1) != 0);
+}
+
 int main(void) {
+  RUN(lora_freezes_the_base_in_memory_flops_and_communication);
   RUN(flops_per_token_of_an_moe_model_count_its_active_parameters);
   RUN(the_expert_groups_move_what_the_dispatcher_and_zero_0_and_2_call);
   RUN(the_model_allocates_the_activation_layout_on_a_grid);

@@ -427,7 +427,7 @@ AA_TEST(unknown_key_is_named_with_the_allowed_keys) {
                      "data.test: unknown key (allowed: train, val)");
   EXPECT_PARTS_ERROR(
       NULL, NULL, NULL, "\"init_weight\": \"w.ckpt\"", AA_EINVAL,
-      "model.json: init_weight: unknown key (allowed: name, model, train, data, init_weights)");
+      "model.json: init_weight: unknown key (allowed: name, model, train, data, init_weights, lora)");
   /* A hostile key is escaped, not copied raw into the message. */
   EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"a\\u0001\\nb\": 1", AA_EINVAL, "a\\x01\\x0ab: unknown key");
 }
@@ -1101,6 +1101,72 @@ AA_TEST(an_moe_spec_is_measured_on_cpus_only) {
   CHECK(aa_spec_require_planned(&s, true, "x") == 0);
 }
 
+/* The top-level "lora" object (issue 36): r required, alpha defaulting to
+ * r, targets of the model's family only, init "default"; the hash moves
+ * with it (a fine-tune is its own model to plan) and stays put without
+ * it; to_json round-trips it; training needs init_weights, planning not;
+ * the adapters' element counts follow the targets' shapes. */
+AA_TEST(lora_fields_rules_hash_round_trip_and_counts) {
+  aa_model_spec_t s, back, base;
+  char h0[17], h1[17];
+  char *text = NULL;
+  CHECK(parse_parts(&base, MODEL_OK ", \"family\": \"llama\", \"n_kv_head\": 2", NULL, NULL, NULL) == 0);
+  CHECK(base.arch.lora.r == 0);
+  CHECK_MSG(parse_parts(&s, MODEL_OK ", \"family\": \"llama\", \"n_kv_head\": 2", NULL, NULL,
+                        "\"lora\": {\"r\": 4, \"targets\": [\"q\", \"v\", \"down\"]}, "
+                        "\"init_weights\": \"base.ckpt\"") == 0,
+            "%s", aa_last_error());
+  CHECK(s.arch.lora.r == 4 && s.arch.lora.alpha == 4.0f && s.arch.lora.init == 0);
+  CHECK(s.arch.lora.targets == ((1 << AA_LORA_Q) | (1 << AA_LORA_V) | (1 << AA_LORA_DOWN)));
+  CHECK(aa_lora_n_targets(&s.arch) == 3);
+  /* C 128, F 512, KV 2 x 32 = 64: q r(C + C), v r(C + KV), down r(F + C). */
+  CHECK(aa_lora_block_numel(&s.arch, 1) == 4ull * (256 + 192 + 640));
+  /* tp 2: q and v (column-parallel) split their B rows, down (row-parallel) its A columns. */
+  CHECK(aa_lora_block_numel(&s.arch, 2) == 4ull * (128 + 64 + 128 + 32 + 256 + 128));
+  aa_arch_hash(&base.arch, h0);
+  aa_arch_hash(&s.arch, h1);
+  CHECK(strcmp(h0, h1) != 0);
+  aa_arch_t lifted = s.arch;
+  memset(&lifted.lora, 0, sizeof lifted.lora);
+  aa_arch_hash(&lifted, h1);
+  CHECK(strcmp(h0, h1) == 0);
+  CHECK(aa_arch_validate(&s.arch) == 0);
+  CHECK(aa_spec_require_data(&s, "train") == 0);
+  CHECK(aa_spec_to_json(&s, &text) == 0 && text &&
+        strstr(text, "\"lora\":{\"targets\":[\"q\",\"v\",\"down\"]"));
+  CHECK_MSG(text && aa_spec_parse(&back, text, "/specs", "model.json") == 0, "%s", aa_last_error());
+  CHECK(!memcmp(&back.arch.lora, &s.arch.lora, sizeof s.arch.lora));
+  free(text);
+  /* Without the base, only training refuses it. */
+  CHECK(parse_parts(&s, NULL, NULL, NULL,
+                    "\"lora\": {\"r\": 8, \"alpha\": 16, \"targets\": [\"qkv\", \"fc\"]}") == 0);
+  CHECK(s.arch.lora.alpha == 16.0f);
+  CHECK(aa_spec_require_data(&s, "train") == AA_EINVAL &&
+        strstr(aa_last_error(), "init_weights is required"));
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"lora\": {\"r\": 8, \"targets\": [\"q\"]}", AA_EINVAL,
+                     "lora.targets: \"q\" is not a gpt2 layer (gpt2: qkv, proj, fc, fcproj)");
+  EXPECT_PARTS_ERROR(MODEL_OK ", \"family\": \"llama\"", NULL, NULL,
+                     "\"lora\": {\"r\": 8, \"targets\": [\"fc\"]}", AA_EINVAL,
+                     "lora.targets: \"fc\" is not a llama layer");
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"lora\": {\"r\": 0, \"targets\": [\"qkv\"]}", AA_EINVAL, "lora.r");
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"lora\": {\"targets\": [\"qkv\"]}", AA_EINVAL, "lora.r");
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"lora\": {\"r\": 2}", AA_EINVAL, "lora.targets");
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"lora\": {\"r\": 2, \"targets\": []}", AA_EINVAL, "lora.targets");
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"lora\": {\"r\": 2, \"targets\": [\"fc\", \"fc\"]}", AA_EINVAL,
+                     "lora.targets[1]: names \"fc\" twice");
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"lora\": {\"r\": 2, \"targets\": [\"mlp\"]}", AA_EINVAL,
+                     "lora.targets[0]");
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"lora\": {\"r\": 2, \"alpha\": 0, \"targets\": [\"fc\"]}", AA_EINVAL,
+                     "lora.alpha");
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"lora\": {\"r\": 2, \"init\": \"pissa\", \"targets\": [\"fc\"]}",
+                     AA_EINVAL, "lora.init");
+  EXPECT_PARTS_ERROR(NULL, NULL, NULL, "\"lora\": {\"r\": 2, \"dropout\": 0.1, \"targets\": [\"fc\"]}",
+                     AA_EINVAL, "dropout");
+  EXPECT_PARTS_ERROR(MOE_MODEL "{\"experts\": 4, \"top_k\": 1, \"d_ff_expert\": 8}", NULL, NULL,
+                     "\"lora\": {\"r\": 2, \"targets\": [\"q\"]}", AA_EINVAL,
+                     "lora: adapters on mixture-of-experts models are not supported yet");
+}
+
 int main(void) {
   RUN(full_spec_parses_every_field_as_written);
   RUN(minimal_spec_gets_every_default);
@@ -1145,5 +1211,6 @@ int main(void) {
   RUN(moe_fields_defaults_rules_counts_and_hash);
   RUN(qwen_options_rules_counts_hash_and_round_trip);
   RUN(an_moe_spec_is_measured_on_cpus_only);
+  RUN(lora_fields_rules_hash_round_trip_and_counts);
   return aa_test_summary();
 }

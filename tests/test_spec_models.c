@@ -52,6 +52,7 @@ static const model_t models[] = {
     {"ptdp-gpt-1008b.json", 1008.0, 0.05, "PTD-P Table 1"},
     {"gpt3-175b.json", 175.0, 0.875, "GPT-3 Table 2.1"},
     {"llama3-8b.json", 8.03, 0.005, "HF safetensors size"},
+    {"llama3-8b-lora.json", 8.03, 0.005, "HF safetensors size (its base)"},
     {"llama3-70b.json", 70.6, 0.05, "HF safetensors size"},
     {"llama3.1-405b.json", 405.0, 2.025, "Meta model card"},
     {"mixtral-8x7b.json", 46.7, 0.05, "Mixtral paper"},
@@ -134,6 +135,11 @@ AA_TEST(every_example_model_parses_without_data_and_has_its_published_size) {
     CHECK_MSG(b >= m->published_b - m->tolerance_b && b <= m->published_b + m->tolerance_b,
               "%s: %.4f B parameters, %s gives %.2f B (+- %.3f)", e->d_name, b, m->source, m->published_b,
               m->tolerance_b);
+    /* A LoRA example: its adapters are PEFT's count ("trainable params:
+     * 41,943,040" for Llama-3 8B at r 16 on all seven linear layers). */
+    if (s.arch.lora.r)
+      CHECK_MSG((uint64_t)s.arch.n_layer * aa_lora_block_numel(&s.arch, 1) == 41943040u, "%s: adapters",
+                e->d_name);
     fprintf(stderr, "  %-22s %16" PRIu64 " parameters = %9.4f B; %s: %.2f B (+- %.3f)\n", e->d_name, ours, b,
             m->source, m->published_b, m->tolerance_b);
   }
