@@ -82,6 +82,9 @@ struct aa_acts {
    * on its way back), one block's attention of a chunk's queries and its
    * logsumexp, and the backward's delta of both chunks. */
   float *ring, *ring_out, *ring_lse, *ring_delta;
+  /* LoRA (NULL without): one target's A x and its gradient (N,r) each, and
+   * (N,out) for its B A x or its scaled output gradient (sizes.h lora). */
+  float *lora_u, *lora_du, *lora_tmp;
   /* MoE blocks (NULL in a dense model): the backward's gradients of the
    * permuted rows (dxp, dyp), of the routing weights and of the router
    * logits, reused by every MoE block; the layout of one block's kept
@@ -348,7 +351,7 @@ static int lt(const aa_arch_t *a, int l, int k) {
  * gradients); NULL where the family has no such tensor (a bias). */
 static float *role_at(const aa_gpt_t *m, float *w, int l, int k) {
   int i = lt(&m->arch, l, k);
-  return i < 0 ? NULL : w + (m->tensors[i].offset - m->tensors[l0(&m->arch, l)].offset);
+  return i < 0 || !w ? NULL : w + (m->tensors[i].offset - m->tensors[l0(&m->arch, l)].offset);
 }
 
 static int block_full(const aa_gpt_opts_t *o, int l) { return aa_sizes_block_full(o->ckpt, o->ckpt_layers, l); }
@@ -422,6 +425,7 @@ static void carve(aa_acts_t *a, const aa_act_layout_t *l, const aa_act_block_t *
   a->moe_dxl = at(ws, l->moe_dxl);
   a->moe_dyl = at(ws, l->moe_dyl);
   a->ws_moe = at(ws, l->ws_moe);
+  a->lora_u = at(ws, l->lora); /* lora_du and lora_tmp follow it (aa_gpt_create) */
   memcpy(a->off, blocks, (size_t)n_layer * sizeof *blocks);
   a->slot_bytes = l->slot_bytes;
   a->stash_off = l->stash;
@@ -521,6 +525,27 @@ static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_o
   return 0;
 }
 
+/* Whether the engine trains arch's LoRA adapters under these options:
+ * this slice on the CPU backend (whose kernels skip a NULL weight
+ * gradient), fp32, on one process. 0 without LoRA. */
+static int lora_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_opts_t *o) {
+  if (!a->lora.r) return 0;
+  const char *what = o->tensor && aa_comm_world(o->tensor) > 1     ? "tensor parallelism"
+                     : o->pipe && o->pipe->pp > 1                  ? "pipeline parallelism"
+                     : o->context && aa_comm_world(o->context) > 1 ? "context parallelism"
+                     : o->zero > 0                                 ? "ZeRO"
+                     : o->amp != AA_F32                            ? "mixed precision (amp)"
+                     : ops != aa_ops_cpu()                         ? "the cuda backend"
+                                                                   : NULL;
+  if (what)
+    return aa_error(
+        AA_EUNSUPPORTED,
+        "lora: LoRA adapters train on the cpu backend in fp32 on one process so far; %s with them "
+        "is not supported yet (docs/training-knobs.md \"LoRA\")",
+        what);
+  return 0;
+}
+
 void aa_gpt_act_bytes(const aa_arch_t *arch, int B, int T, const aa_gpt_opts_t *opts, size_t *acts,
                       size_t *workspace) {
   if (!opts) opts = &default_opts;
@@ -564,9 +589,7 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   if (rc) return rc;
   if (!opts) opts = &default_opts;
   if ((rc = moe_supported(arch, ops, opts))) return rc;
-  if (arch->lora.r)
-    return aa_error(AA_EUNSUPPORTED, "lora: the engine does not train LoRA adapters yet (plan and strategy "
-                                     "check model them; docs/model-spec.md \"lora\")");
+  if ((rc = lora_supported(arch, ops, opts))) return rc;
   if (B < 1 || T < 1 || T > arch->seq_len)
     return aa_error(AA_EINVAL, "batch %d x sequence %d does not fit the model (seq_len %d)", B, T, arch->seq_len);
   if (opts->amp != AA_F32 && opts->amp != AA_BF16 && opts->amp != AA_F16)
@@ -646,6 +669,18 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
    * allocated is sizes.h's, which the cost model predicts from. */
   aa_model_sizes_t sz;
   aa_sizes_model_ep(arch, m->tp, m->ep, m->pp > 1 ? &m->pipe : NULL, opts->amp, opts->zero, &sz);
+  if (arch->lora.r) {
+    /* The frozen base in the storage dtype (fp32 here: no 16-bit copy),
+     * no gradient; the adapters and theirs (sizes.h aa_sizes_lora). */
+    aa_lora_sizes_t ls;
+    aa_sizes_lora(arch, m->tp, m->pp > 1 ? &m->pipe : NULL, opts->amp, opts->zero, 1, &ls);
+    sz.params = ls.base;
+    sz.grads.numel = sz.params16.numel = 0;
+    m->lora_scale = arch->lora.alpha / (float)arch->lora.r;
+    if ((rc = aa_flatbuf_alloc_as(&m->lora, ops, mem, &ls.params)) ||
+        (rc = aa_flatbuf_alloc_as(&m->lora_grads, ops, mem, &ls.grads)))
+      goto fail;
+  }
   if ((rc = aa_flatbuf_alloc_as(&m->params, ops, mem, &sz.params)) ||
       (rc = aa_flatbuf_alloc_as(&m->grads, ops, mem, &sz.grads)) ||
       (rc = aa_flatbuf_alloc_as(&m->params16, ops, mem, &sz.params16)))
@@ -661,6 +696,10 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
     if (!(rc = backend_alloc(ops, mem, AA_MEM_WORKSPACE, l.workspace, &a->ws))) a->ws_bytes = l.workspace;
   }
   if (!rc) carve(a, &l, blocks, arch->n_layer);
+  if (!rc && a->lora_u) {
+    a->lora_du = a->lora_u + (size_t)B * T * arch->lora.r;
+    a->lora_tmp = a->lora_du + (size_t)B * T * arch->lora.r;
+  }
   free(blocks);
   if (rc || (rc = moe_alloc(m, &l))) goto fail;
   m->targets = a->targets;
@@ -698,6 +737,8 @@ void aa_gpt_free(aa_gpt_t *m) {
   free(m->dispatch);
   aa_flatbuf_free(&m->params, mem);
   aa_flatbuf_free(&m->grads, mem);
+  aa_flatbuf_free(&m->lora, mem);
+  aa_flatbuf_free(&m->lora_grads, mem);
   aa_flatbuf_free(&m->params16, mem);
   free(m->tensors);
   free(m);
@@ -794,6 +835,10 @@ static int unit_params(aa_gpt_t *m, int u, float **out) {
 
 /* Where the backward accumulates unit u's gradient (unit-relative). */
 static int unit_grads(aa_gpt_t *m, int u, float **out) {
+  if (m->arch.lora.r) { /* the base is frozen: no gradient (the adapters': lora_grads) */
+    *out = NULL;
+    return 0;
+  }
   if (m->hooks && m->hooks->grads) return m->hooks->grads(m, u, out, m->hooks->data);
   size_t off, n;
   aa_gpt_unit(m, u, &off, &n);
@@ -943,7 +988,8 @@ static void norm_forward(const aa_gpt_t *m, float *out, float *mean, float *rstd
 static void norm_backward(const aa_gpt_t *m, float *dx, float *g, const float *dout, const float *x, const float *w,
                           const float *mean, const float *rstd, int N) {
   if (m->d.llama) m->ops->rmsnorm_backward(dx, g, dout, x, w, rstd, N, m->d.C);
-  else m->ops->layernorm_backward(dx, g, g + m->d.C, dout, x, w, mean, rstd, N, m->d.C);
+  else
+    m->ops->layernorm_backward(dx, g, g ? g + m->d.C : NULL, dout, x, w, mean, rstd, N, m->d.C);
 }
 /* The MLP's activation: GELU of fc's output (gpt2) or SwiGLU of [gate |
  * up] (llama), (N, FH) -> (N, F). */
@@ -1274,6 +1320,83 @@ static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *do
  * (in fp32 the view already is the store). A recompute passes keep = 0 and
  * reproduces the same values (and runs the same collectives). The
  * row-parallel layers' bias enters once, through rank 0's partial sum. */
+/* --- LoRA (model.h aa_gpt_lora_offset) -------------------------------------------------- */
+
+size_t aa_gpt_lora_offset(const aa_arch_t *a, int l, int t) {
+  size_t off = (size_t)l * (size_t)aa_lora_block_numel(a, 1);
+  for (int k = 0; k < t; k++) {
+    if (!(a->lora.targets >> k & 1)) continue;
+    int in, out, row;
+    aa_lora_shape(a, k, 1, &in, &out, &row);
+    off += (size_t)a->lora.r * ((size_t)in + (size_t)out);
+  }
+  return off;
+}
+
+int aa_gpt_lora_init(aa_gpt_t *m, uint64_t seed) {
+  const aa_arch_t *a = &m->arch;
+  if (!a->lora.r || !m->lora.data) return aa_error(AA_EINVAL, "lora: the model has no adapters");
+  float *h = calloc(m->lora.numel, sizeof *h);
+  if (!h) return aa_error(AA_ENOMEM, "out of memory initialising the adapters");
+  aa_rng_t rng;
+  aa_rng_seed(&rng, seed);
+  for (int l = 0; l < a->n_layer; l++)
+    for (int t = 0; t < AA_LORA_NTARGETS; t++) {
+      if (!(a->lora.targets >> t & 1)) continue;
+      int in, out, row;
+      aa_lora_shape(a, t, 1, &in, &out, &row);
+      /* torch.nn.init.kaiming_uniform_(A, a=sqrt(5)): gain sqrt(2 / 6),
+       * bound gain sqrt(3 / fan_in) = 1 / sqrt(in); B stays zero. */
+      const float bound = 1.0f / sqrtf((float)in);
+      float *A = h + aa_gpt_lora_offset(a, l, t);
+      for (size_t j = 0; j < (size_t)a->lora.r * (size_t)in; j++)
+        A[j] = bound * (2.0f * aa_rng_uniform(&rng) - 1.0f);
+    }
+  m->ops->upload(m->lora.data, h, m->lora.numel * sizeof *h);
+  free(h);
+  return m->ops->sync();
+}
+
+/* The columns [c0, c0 + out) of a layer's output y (N rows of ldy) that
+ * LoRA target t computes, in block l: y += s B (A x) for x (N, in). */
+static void lora_forward(aa_gpt_t *m, int l, int t, float *y, int ldy, int c0, const float *x) {
+  const aa_arch_t *a = &m->arch;
+  if (!(a->lora.targets >> t & 1)) return;
+  const aa_ops_t *op = m->ops;
+  const int N = m->B * m->T, r = a->lora.r;
+  int in, out, row;
+  aa_lora_shape(a, t, m->tp, &in, &out, &row);
+  const float *A = (const float *)m->lora.data + aa_gpt_lora_offset(a, l, t), *Bm = A + (size_t)r * in;
+  float *u = m->acts->lora_u, *tmp = m->acts->lora_tmp;
+  op->matmul_forward(u, x, A, NULL, N, in, r);
+  op->matmul_forward(tmp, u, Bm, NULL, N, r, out);
+  op->scale(tmp, m->lora_scale, (size_t)N * out);
+  op->rows_accumulate(y + c0, (size_t)ldy, tmp, (size_t)out, (size_t)N, (size_t)out);
+}
+
+/* Its backward from the output gradient's columns [c0, c0 + out) of dy
+ * (ldy): A x recomputed, then with g = s dy, dB += g^T (A x), d(A x) =
+ * g B, dA += d(A x)^T x and dx += d(A x) A. */
+static void lora_backward(aa_gpt_t *m, int l, int t, float *dx, const float *dy, int ldy, int c0,
+                          const float *x) {
+  const aa_arch_t *a = &m->arch;
+  if (!(a->lora.targets >> t & 1)) return;
+  const aa_ops_t *op = m->ops;
+  const int N = m->B * m->T, r = a->lora.r;
+  int in, out, row;
+  aa_lora_shape(a, t, m->tp, &in, &out, &row);
+  const size_t off = aa_gpt_lora_offset(a, l, t);
+  const float *A = (const float *)m->lora.data + off, *Bm = A + (size_t)r * in;
+  float *gA = (float *)m->lora_grads.data + off, *gB = gA + (size_t)r * in;
+  float *u = m->acts->lora_u, *du = m->acts->lora_du, *g = m->acts->lora_tmp;
+  op->matmul_forward(u, x, A, NULL, N, in, r);
+  op->rows_copy(g, (size_t)out, dy + c0, (size_t)ldy, (size_t)N, (size_t)out);
+  op->scale(g, m->lora_scale, (size_t)N * out);
+  op->memset0(du, (size_t)N * r * sizeof(float));
+  op->matmul_backward(du, gB, NULL, g, u, Bm, N, r, out);
+  op->matmul_backward(dx, gA, NULL, du, x, A, N, in, r);
+}
+
 static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, block_view_t *v, int keep) {
   const aa_ops_t *op = m->ops;
   const block_store_t *s = &m->acts->blocks[l];
@@ -1288,6 +1411,10 @@ static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, blo
   OUT(F_LN1, NsC);
   if ((rc = column_input(m, f[F_LN1], &in))) return rc;
   op->matmul_forward(f[F_QKV], in, WK(QKVW), WK(QKVB), N, C, m->d.QKV);
+  lora_forward(m, l, AA_LORA_Q, f[F_QKV], m->d.QKV, 0, in);
+  lora_forward(m, l, AA_LORA_K, f[F_QKV], m->d.QKV, Cl, in);
+  lora_forward(m, l, AA_LORA_V, f[F_QKV], m->d.QKV, Cl + m->d.KVl, in);
+  lora_forward(m, l, AA_LORA_QKV, f[F_QKV], m->d.QKV, 0, in);
   if (m->d.llama) {
     /* q and k rotated by position (the whole sequence is here: column
      * inputs are gathered under sequence parallelism). */
@@ -1310,6 +1437,8 @@ static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, blo
   OUT(F_ATTY, NCl);
   /* The projection output goes straight into res2, then x is added. */
   op->matmul_forward(row_output(m, f[F_RES2]), f[F_ATTY], WK(PROJW), bias ? WK(PROJB) : NULL, N, Cl, C);
+  lora_forward(m, l, AA_LORA_O, row_output(m, f[F_RES2]), C, 0, f[F_ATTY]);
+  lora_forward(m, l, AA_LORA_PROJ, row_output(m, f[F_RES2]), C, 0, f[F_ATTY]);
   if ((rc = row_reduce(m, f[F_RES2]))) return rc;
   rnd(m, NULL, f[F_RES2], NsC);
   op->residual_forward(f[F_RES2], f[F_RES2], x, NsC);
@@ -1322,10 +1451,15 @@ static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, blo
   } else {
     if ((rc = column_input(m, f[F_LN2], &in))) return rc;
     op->matmul_forward(f[F_FCH], in, WK(FCW), WK(FCB), N, C, m->d.FH);
+    lora_forward(m, l, AA_LORA_GATE, f[F_FCH], m->d.FH, 0, in);
+    lora_forward(m, l, AA_LORA_UP, f[F_FCH], m->d.FH, F, in);
+    lora_forward(m, l, AA_LORA_FC, f[F_FCH], m->d.FH, 0, in);
     OUT(F_FCH, (size_t)N * m->d.FH);
     act_forward(m, f[F_FCHG], f[F_FCH], (size_t)N);
     OUT(F_FCHG, NF_);
     op->matmul_forward(row_output(m, f[F_RES3]), f[F_FCHG], WK(FCPROJW), bias ? WK(FCPROJB) : NULL, N, F, C);
+    lora_forward(m, l, AA_LORA_DOWN, row_output(m, f[F_RES3]), C, 0, f[F_FCHG]);
+    lora_forward(m, l, AA_LORA_FCPROJ, row_output(m, f[F_RES3]), C, 0, f[F_FCHG]);
     if ((rc = row_reduce(m, f[F_RES3]))) return rc;
   }
   rnd(m, NULL, f[F_RES3], NsC);
@@ -1560,7 +1694,7 @@ static int head_backward(aa_gpt_t *m, const outer_weights_t *ow, float *g_wte, f
   if ((rc = column_input(m, a->lnf, &in))) return rc;
   op->memset0(row_output(m, a->dln), NC * sizeof(float));
   /* gpt2's head is wte (unit 0's gradient); llama's is head.w, after lnf.w. */
-  float *g_head = m->d.llama ? g_lnf + C : g_wte;
+  float *g_head = m->d.llama ? (g_lnf ? g_lnf + C : NULL) : g_wte;
   op->matmul_backward(row_output(m, a->dln), g_head, NULL, a->logits, in, ow->head, N, C, Vl);
   if ((rc = column_input_grad(m))) return rc;
   op->memset0(a->dres, NsC * sizeof(float));
@@ -1601,6 +1735,8 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
       if ((rc = column_input(m, a->dres, &dout))) return rc;
       op->memset0(a->dfch_gelu, NF_ * sizeof(float));
       op->matmul_backward(a->dfch_gelu, G(FCPROJW), G(FCPROJB), dout, f[F_FCHG], WK(FCPROJW), N, F, C);
+      lora_backward(m, l, AA_LORA_DOWN, a->dfch_gelu, dout, C, 0, f[F_FCHG]);
+      lora_backward(m, l, AA_LORA_FCPROJ, a->dfch_gelu, dout, C, 0, f[F_FCHG]);
       rnd(m, NULL, a->dfch_gelu, NF_);
       const size_t NFH = (size_t)N * m->d.FH;
       op->memset0(a->dfch, NFH * sizeof(float));
@@ -1612,6 +1748,9 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
       if ((rc = column_input(m, f[F_LN2], &in))) return rc;
       op->memset0(row_output(m, a->dln), NC * sizeof(float));
       op->matmul_backward(row_output(m, a->dln), G(FCW), G(FCB), a->dfch, in, WK(FCW), N, C, m->d.FH);
+      lora_backward(m, l, AA_LORA_GATE, row_output(m, a->dln), a->dfch, m->d.FH, 0, in);
+      lora_backward(m, l, AA_LORA_UP, row_output(m, a->dln), a->dfch, m->d.FH, F, in);
+      lora_backward(m, l, AA_LORA_FC, row_output(m, a->dln), a->dfch, m->d.FH, 0, in);
       if ((rc = column_input_grad(m))) return rc;
     }
     float *gln2 = ln_grads(m, G(LN2W), 0);
@@ -1622,6 +1761,8 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
      * (sizes.h): the MLP's gradients are dead from here on. */
     op->memset0(a->datty, NCl * sizeof(float));
     op->matmul_backward(a->datty, G(PROJW), G(PROJB), dout, f[F_ATTY], WK(PROJW), N, Cl, C);
+    lora_backward(m, l, AA_LORA_O, a->datty, dout, C, 0, f[F_ATTY]);
+    lora_backward(m, l, AA_LORA_PROJ, a->datty, dout, C, 0, f[F_ATTY]);
     rnd(m, NULL, a->datty, NCl);
     const size_t NQ = (size_t)N * m->d.QKV;
     op->memset0(a->dqkv, NQ * sizeof(float));
@@ -1641,6 +1782,10 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
     if ((rc = column_input(m, f[F_LN1], &in))) return rc;
     op->memset0(row_output(m, a->dln), NC * sizeof(float));
     op->matmul_backward(row_output(m, a->dln), G(QKVW), G(QKVB), a->dqkv, in, WK(QKVW), N, C, m->d.QKV);
+    lora_backward(m, l, AA_LORA_Q, row_output(m, a->dln), a->dqkv, m->d.QKV, 0, in);
+    lora_backward(m, l, AA_LORA_K, row_output(m, a->dln), a->dqkv, m->d.QKV, Cl, in);
+    lora_backward(m, l, AA_LORA_V, row_output(m, a->dln), a->dqkv, m->d.QKV, Cl + m->d.KVl, in);
+    lora_backward(m, l, AA_LORA_QKV, row_output(m, a->dln), a->dqkv, m->d.QKV, 0, in);
     if ((rc = column_input_grad(m))) return rc;
     float *gln1 = ln_grads(m, G(LN1W), 2 * C);
     norm_backward(m, a->dres, gln1, a->dln, x, WK(LN1W), st + S_LN1M * Ns, st + S_LN1R * Ns, Ns);
@@ -1657,6 +1802,7 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
  * (the same on every rank). */
 static int embed_backward(aa_gpt_t *m, float *g_wte) {
   aa_acts_t *a = m->acts;
+  if (m->arch.lora.r) return grads_done(m, 0); /* the frozen embedding: no gradient to compute */
   const float *dout;
   int rc;
   if ((rc = column_input(m, a->dres, &dout))) return rc;
@@ -1805,6 +1951,11 @@ int aa_gpt_stage_backward(aa_gpt_t *m, int c, int slot, int in, int gin) {
 
 void aa_gpt_zero_grad(aa_gpt_t *m) {
   if (m->grads.data) m->ops->memset0(m->grads.data, m->grads.numel * aa_dtype_size(m->grads.dtype));
+  aa_gpt_lora_zero_grad(m);
+}
+
+void aa_gpt_lora_zero_grad(aa_gpt_t *m) {
+  if (m->lora_grads.data) m->ops->memset0(m->lora_grads.data, m->lora_grads.numel * sizeof(float));
 }
 
 const float *aa_gpt_logits(const aa_gpt_t *m) { return m->acts->logits; }

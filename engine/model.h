@@ -338,6 +338,13 @@ struct aa_gpt {
   float moe_loss;
   aa_moe_stats_t moe_stats;
   float moe_dloss;
+
+  /* LoRA (arch.lora.r > 0; see aa_gpt_lora_offset): params is the frozen
+   * base (no gradient is allocated or computed for it), lora the adapters
+   * (fp32, accounted as parameters) and lora_grads their gradient (fp32),
+   * which the backward accumulates into; lora_scale is alpha / r. */
+  aa_flatbuf_t lora, lora_grads;
+  float lora_scale;
 };
 
 /* Builds the tensor table for arch and allocates parameters, gradients and
@@ -445,6 +452,25 @@ const float *aa_gpt_logits(const aa_gpt_t *m);
  * tokens: chunk k (0 or 1) of the rank starts at position pos0[k] of its
  * sequence; each chunk is seq_len / (2c) tokens. */
 void aa_gpt_cp_positions(int seq_len, int c, int r, int pos0[2]);
+
+/* LoRA (arch.lora.r > 0; docs/model-spec.md "lora"). A model built from
+ * such an architecture computes every targeted layer as W x + (alpha / r)
+ * B (A x) with W frozen: its parameters (params, the tensor table) are the
+ * base as always, but no gradient buffer exists and the backward computes
+ * none of the base's weight gradients (the embedding's backward is
+ * skipped); the adapters' gradients accumulate into lora_grads. The
+ * adapters lie in m->lora block-major, each block's targets in
+ * aa_lora_target_t order, each target A (r, in) then B (out, r):
+ * aa_gpt_lora_offset is A's first element, B follows r in elements on.
+ * This slice builds it on the CPU backend, fp32, one process (no tensor,
+ * pipeline or context group, ZeRO 0); aa_gpt_create refuses the rest by
+ * name. */
+size_t aa_gpt_lora_offset(const aa_arch_t *a, int l, int t);
+/* PEFT's initialisation from seed: A Kaiming-uniform (a = sqrt(5): U(-1 /
+ * sqrt(in), 1 / sqrt(in))), B zeros; drawn on the host, uploaded. */
+int aa_gpt_lora_init(aa_gpt_t *m, uint64_t seed);
+/* Zeroes m->lora_grads. */
+void aa_gpt_lora_zero_grad(aa_gpt_t *m);
 
 /* Finds a tensor by name; NULL if none. */
 const aa_tensor_desc_t *aa_gpt_tensor(const aa_gpt_t *m, const char *name);

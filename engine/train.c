@@ -260,6 +260,10 @@ static int setup(trainer_t *t) {
        aa_spec_require_planned(s, t->opts->device && !strncmp(t->opts->device, "cuda", 4), "dry run")) ||
       aa_spec_require_data(s, t->opts->dryrun ? "dry run" : "training"))
     return AA_EINPUT;
+  if (s->arch.lora.r)
+    return aa_error(AA_EUNSUPPORTED, "lora: the trainer does not run LoRA adapters yet (the engine's model "
+                                     "computes and trains them on one process: engine/lora.h; "
+                                     "docs/training-knobs.md \"LoRA\")");
   if (t->opts->strategy) t->strat = *t->opts->strategy;
   else aa_strategy_default(&t->strat);
   if ((rc = aa_strategy_resolve(&t->strat, s, aa_comm_world(t->world_group))))

@@ -442,7 +442,15 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
      * one block's MoE buffers, shared by every such block. */
     if (any_full_moe) o->ws_moe = take(&ws, ma.bytes);
   }
-  if (a->lora.r) o->lora = take(&ws, 2 * N * (size_t)a->lora.r * f4);
+  if (a->lora.r) {
+    size_t most = 0; /* the widest target's output on the rank */
+    for (int t = 0; t < AA_LORA_NTARGETS; t++) {
+      int in, out, row;
+      aa_lora_shape(a, t, sh->tp, &in, &out, &row);
+      if ((a->lora.targets >> t & 1) && (size_t)out > most) most = (size_t)out;
+    }
+    o->lora = take(&ws, (2 * (size_t)a->lora.r + most) * N * f4);
+  }
   o->acts = st;
   o->workspace = ws;
 }

@@ -324,8 +324,9 @@ typedef struct aa_act_layout {
   size_t moe_dxp, moe_dyp, moe_dweight, moe_dlogits;
   size_t moe_dxl, moe_dyl; /* ep > 1: the local rows' gradients (Rl,C) each; AA_SIZES_NONE at ep 1 */
   size_t ws_moe; /* one MoE block's buffers (aa_moe_acts_t) where a fully checkpointed one is recomputed */
-  size_t lora;   /* LoRA (a->lora.r > 0): 2 (N,r) fp32, one target's A x and its gradient, which the
-                    backward recomputes (no activation is kept for the adapters) */
+  size_t lora;   /* LoRA (a->lora.r > 0), fp32: one target's A x and its gradient, 2 (N,r), which the
+                    backward recomputes (no activation is kept for the adapters), and (N,out) for the
+                    widest target's B A x and its scaled output gradient */
   size_t host;
 } aa_act_layout_t;
 

@@ -929,7 +929,8 @@ AA_TEST(llama_has_no_embedding_group_and_its_groups_move_its_units) {
  * 2 (32 + 32) + 2 (32 + 16) + 2 (48 + 32) = 384 a block, 768 in all. The
  * base is frozen: held once in the storage precision, nothing else; the
  * adapters fp32 with a gradient and two moments (ZeRO shards those); the
- * workspace holds one target's A x and its gradient (2 N r floats). FLOPs:
+ * workspace holds one target's A x and its gradient (2 N r floats) and
+ * the widest target's output (N x 32 here). FLOPs:
  * 4 a base weight (forward and input gradient; 17,568 weights including
  * the head), r (8 in + 6 out) a target and token, the attention's 12 L C T
  * as before; the data group reduces the 768 adapters only. */
@@ -954,7 +955,7 @@ AA_TEST(lora_freezes_the_base_in_memory_flops_and_communication) {
   s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
   CHECK(aa_sizes_rank_acts(&a, &s, 1, 0, b) == 0 && aa_sizes_rank_acts(&small_llama, &s, 1, 0, full) == 0);
   CHECK(b[AA_MEM_ACTS] == full[AA_MEM_ACTS] &&
-        b[AA_MEM_WORKSPACE] == full[AA_MEM_WORKSPACE] + 2 * 32 * 2 * 4);
+        b[AA_MEM_WORKSPACE] == full[AA_MEM_WORKSPACE] + (2 * 2 + 32) * 32 * 4);
   const double lora = 2.0 * ((8 * 32 + 6 * 32) + (8 * 32 + 6 * 16) + (8 * 48 + 6 * 32));
   CHECK(aa_cost_flops_per_token(&a, &s) == 4 * 17568.0 + 2 * lora + 12.0 * 2 * 32 * 16);
   CHECK(aa_cost_flops_per_token(&a, &s) < aa_cost_flops_per_token(&small_llama, &s));

@@ -43,7 +43,8 @@ void aa__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float
 void aa__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                 const float *inp, const float *weight, const float *mean, const float *rstd,
                                 int N, int C) {
-  int nblocks = (C + AA__CPU_COL_BLOCK - 1) / AA__CPU_COL_BLOCK;
+  /* dweight and dbias NULL: a frozen norm (LoRA's base), no column pass. */
+  int nblocks = dweight ? (C + AA__CPU_COL_BLOCK - 1) / AA__CPU_COL_BLOCK : 0;
 #pragma omp parallel
   {
 #pragma omp for schedule(static) nowait

@@ -38,7 +38,7 @@ void aa__cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const fl
  * thread count. */
 void aa__cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                               const float *weight, const float *rstd, int N, int C) {
-  int nblocks = (C + AA__CPU_COL_BLOCK - 1) / AA__CPU_COL_BLOCK;
+  int nblocks = dweight ? (C + AA__CPU_COL_BLOCK - 1) / AA__CPU_COL_BLOCK : 0; /* NULL: frozen (LoRA) */
 #pragma omp parallel
   {
 #pragma omp for schedule(static) nowait

@@ -24,14 +24,16 @@ void aa__cpu_matmul_forward(float *out, const float *inp, const float *weight, c
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
-/* dinp(N,C) += dout(N,OC) @ weight(OC,C); dweight(OC,C) += dout^T @ inp(N,C);
+/* dinp(N,C) += dout(N,OC) @ weight(OC,C); dweight(OC,C) += dout^T @ inp(N,C)
+ * (skipped when dweight is NULL: a frozen weight, LoRA's base);
  * dbias(OC) += column sums of dout (skipped when dbias is NULL). The column
  * sums give each thread a block of columns and walk the rows in order, so
  * they are deterministic and independent of the thread count. */
 void aa__cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                              const float *weight, int N, int C, int OC) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if (dweight)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (!dbias) return;
   int nblocks = (OC + AA__CPU_COL_BLOCK - 1) / AA__CPU_COL_BLOCK;
 #pragma omp parallel for schedule(static)

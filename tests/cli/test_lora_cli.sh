@@ -25,9 +25,9 @@ JSON
 # adapters (160 MiB), not the model (29.9 GiB).
 expect 0 "^memory: a rank needs at least 105\.0 GiB \(params 15\.0 GiB, grads 29\.9 GiB, optim 11\.2 GiB" \
   "$AA" strategy check "$tmp/s.json" --model "$MODELS/llama3-8b.json"
-expect 0 "^memory: a rank needs at least 62\.0 GiB \(params 15\.1 GiB, grads 160\.0 MiB, optim 40\.0 MiB" \
+expect 0 "^memory: a rank needs at least 62\.4 GiB \(params 15\.1 GiB, grads 160\.0 MiB, optim 40\.0 MiB" \
   "$AA" strategy check "$tmp/s.json" --model "$MODELS/llama3-8b-lora.json"
-expect 0 "^memory: a rank needs at least 62\.0 GiB \(params 15\.1 GiB, grads 160\.0 MiB" \
+expect 0 "^memory: a rank needs at least 62\.4 GiB \(params 15\.1 GiB, grads 160\.0 MiB" \
   "$AA" strategy check "$tmp/s.json" --model "$MODELS/llama3-8b.json" --set "$LORA"
 expect 0 "^work: 43\.2 GFLOP per token \(4N of the frozen base \+ the LoRA adapters' \+ 12LCT\)" \
   "$AA" strategy check "$tmp/s.json" --model "$MODELS/llama3-8b-lora.json"
@@ -54,7 +54,7 @@ cat >"$tmp/tiny.json" <<'JSON'
 JSON
 expect 1 "tiny-lora fine-tunes LoRA adapters \(lora\): init_weights is required" "$AA" train "$tmp/tiny.json"
 expect 1 "lora.targets: \"q\" is not a gpt2 layer" "$AA" train "$tmp/tiny.json" --set 'lora.targets=["q"]'
-expect 1 "lora: the engine does not train LoRA adapters yet" \
+expect 1 "lora: the trainer does not run LoRA adapters yet" \
   "$AA" train "$tmp/tiny.json" --threads 1 --out "$tmp/run" --set init_weights=base.ckpt
 
 echo "lora cli: $pass passed, $fail failed"

@@ -1,0 +1,30 @@
+/* AdamW over a LoRA model's adapters (model.h aa_gpt_lora_offset): the
+ * base is frozen, so the optimizer's state is the adapters' two moments
+ * only (strategies/sizes.h aa_sizes_lora), and the gradient norm,
+ * clipping and the schedule are over A and B alone. One process, as the
+ * model (this slice). */
+#ifndef AA_LORA_H
+#define AA_LORA_H
+
+#include "model.h"
+
+typedef struct aa_lora_opt {
+  aa_flatbuf_t m, v; /* fp32, the adapters' count each, optim (owned) */
+  aa_mem_t *mem;     /* accountant (borrowed; may be NULL) */
+  int t;             /* completed steps */
+} aa_lora_opt_t;
+
+/* Zeroed moments for m's adapters in m's backend memory, accounted to
+ * mem. AA_EINVAL for a model without adapters. */
+int aa_lora_opt_init(aa_lora_opt_t *o, const aa_gpt_t *m, aa_mem_t *mem);
+void aa_lora_opt_free(aa_lora_opt_t *o);
+
+/* One step on m->lora from m->lora_grads, as aa_adamw_step (optim.h) does
+ * on a whole model: the global L2 norm of the gradient (into *grad_norm
+ * when not NULL; a non-finite one is AA_EINVAL and nothing changes), the
+ * clip to cfg->grad_clip, then AdamW with lr and cfg's betas, eps and
+ * weight decay (A and B are 2-D weights: decayed, as PEFT under Hugging
+ * Face's Trainer). The base is untouched. */
+int aa_lora_step(aa_lora_opt_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr, float *grad_norm);
+
+#endif
