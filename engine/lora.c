@@ -2,6 +2,11 @@
 #include "lora.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/file.h"
+#include "checkpoint.h"
 
 int aa_lora_opt_init(aa_lora_opt_t *o, const aa_gpt_t *m, aa_mem_t *mem) {
   *o = (aa_lora_opt_t){.mem = mem};
@@ -35,4 +40,39 @@ int aa_lora_step(aa_lora_opt_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float
   int rc = op->sync();
   if (!rc) o->t = t;
   return rc;
+}
+
+int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path) {
+  if (!m->arch.lora.r) return aa_error(AA_EINVAL, "lora: the model has no adapters");
+  /* The checkpoint is the base's: checked against the base's hash. */
+  const aa_lora_t keep = m->arch.lora;
+  memset(&m->arch.lora, 0, sizeof m->arch.lora);
+  int rc = aa_ckpt_load(path, m, NULL, NULL);
+  m->arch.lora = keep;
+  return rc;
+}
+
+int aa_lora_save(const char *path, const aa_gpt_t *m, int step) {
+  if (!m->arch.lora.r || !m->lora.data) return aa_error(AA_EINVAL, "lora: the model has no adapters");
+  aa_arch_t base = m->arch;
+  memset(&base.lora, 0, sizeof base.lora);
+  char hb[17], hl[17];
+  aa_arch_hash(&base, hb);
+  aa_arch_hash(&m->arch, hl);
+  const aa_lora_t *l = &m->arch.lora;
+  const uint64_t n = m->lora.numel;
+  aa_wfile_t w;
+  int rc = aa_wfile_open(&w, path, 0644);
+  if (rc) return rc;
+  const int32_t ints[4] = {l->r, l->targets, l->init, step};
+  const float alpha = l->alpha;
+  int ok = fwrite("AALORA01", 1, 8, w.f) == 8 && fwrite(hb, 1, 16, w.f) == 16 &&
+           fwrite(hl, 1, 16, w.f) == 16 && fwrite(ints, sizeof ints[0], 4, w.f) == 4 &&
+           fwrite(&alpha, sizeof alpha, 1, w.f) == 1 && fwrite(&n, sizeof n, 1, w.f) == 1 &&
+           fwrite(m->lora.data, sizeof(float), n, w.f) == n;
+  if (!ok) {
+    aa_wfile_abort(&w);
+    return aa_error(AA_EIO, "%s: writing the adapters failed", path);
+  }
+  return aa_wfile_commit(&w);
 }

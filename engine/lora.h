@@ -27,4 +27,14 @@ void aa_lora_opt_free(aa_lora_opt_t *o);
  * Face's Trainer). The base is untouched. */
 int aa_lora_step(aa_lora_opt_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr, float *grad_norm);
 
+/* Loads the base a LoRA model adapts from a checkpoint of the base's
+ * architecture (m->arch without its lora: the base's hash) into
+ * m->params, as aa_ckpt_load does for a whole model. */
+int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path);
+
+/* An adapter checkpoint (this slice's; docs/checkpoint-format.md "LoRA
+ * adapters"): the adapters alone and the hashes of the base they apply
+ * to and of the fine-tune, written atomically (engine/... aa_wfile). */
+int aa_lora_save(const char *path, const aa_gpt_t *m, int step);
+
 #endif

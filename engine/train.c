@@ -16,6 +16,7 @@
 #include "checkpoint.h"
 #include "common/file.h"
 #include "data.h"
+#include "lora.h"
 #include "loss_scale.h"
 #include "mesh.h"
 #include "model.h"
@@ -63,6 +64,8 @@ typedef struct {
   int rank, world, data_rank, data_world, cp, cp_rank;
   int32_t *full_inputs, *full_targets;
   aa_zero_t zero;
+  int lora;           /* the spec's lora: the adapters train (lopt), the base is frozen */
+  aa_lora_opt_t lopt; /* their AdamW (engine/lora.h) */
   FILE *devnull; /* the log of ranks other than 0, and of a dry run given none */
   /* Pipeline parallelism (pp > 1): this rank's stage, place and plan, the
    * embedding group (the first and last stage, which both hold wte|wpe
@@ -112,6 +115,7 @@ static void next_micro_batch(trainer_t *t, aa_loader_t *l, int32_t *inputs, int3
 
 /* The mean over the data group of x (identical on every rank). */
 static int global_mean(trainer_t *t, float *x) {
+  if (t->lora) return 0; /* one process */
   int rc = aa_zero_all_reduce_host(&t->zero, x, 1, AA_COMM_AVG);
   return rc ? aa_error_wrap(rc, "averaging the loss over %d ranks", t->world) : 0;
 }
@@ -202,6 +206,11 @@ static int save_checkpoint(trainer_t *t, const char *name) {
   t->state.scaler_last_overflow = t->scaler.last_overflow;
   t->state.scaler_hysteresis_left = t->scaler.hysteresis_left;
   t->state.skipped_steps = t->scaler.skipped;
+  if (t->lora) { /* the adapters alone (lora.h) */
+    int rc = aa_lora_save(path, t->model, t->state.step);
+    if (!rc) fprintf(t->log, "checkpoint %s (step %d, LoRA adapters)\n", path, t->state.step);
+    return rc;
+  }
   const int weights = t->spec->train.weights_only;
   int rc = (weights ? aa_ckpt_save_weights : aa_ckpt_save_pipe)(path, t->model, &t->zero,
                                                                 t->mesh.group[AA_AXIS_PIPELINE], &t->state);
@@ -260,10 +269,12 @@ static int setup(trainer_t *t) {
        aa_spec_require_planned(s, t->opts->device && !strncmp(t->opts->device, "cuda", 4), "dry run")) ||
       aa_spec_require_data(s, t->opts->dryrun ? "dry run" : "training"))
     return AA_EINPUT;
-  if (s->arch.lora.r)
-    return aa_error(AA_EUNSUPPORTED, "lora: the trainer does not run LoRA adapters yet (the engine's model "
-                                     "computes and trains them on one process: engine/lora.h; "
-                                     "docs/training-knobs.md \"LoRA\")");
+  t->lora = s->arch.lora.r > 0;
+  if (t->lora && (aa_comm_world(t->world_group) > 1 || t->opts->resume))
+    return aa_error(AA_EUNSUPPORTED,
+                    "lora: the trainer runs LoRA adapters on one process, from the start, so "
+                    "far; %s is not supported yet (docs/training-knobs.md \"LoRA\")",
+                    t->opts->resume ? "resuming a LoRA run" : "more than one rank");
   if (t->opts->strategy) t->strat = *t->opts->strategy;
   else aa_strategy_default(&t->strat);
   if ((rc = aa_strategy_resolve(&t->strat, s, aa_comm_world(t->world_group))))
@@ -338,8 +349,10 @@ static int setup(trainer_t *t) {
                       .pipeline = t->pp > 1 ? pg : NULL,
                       .context = t->cp > 1 ? t->mesh.group[AA_AXIS_CONTEXT] : NULL,
                       .expert = t->mesh.expert};
+  /* LoRA: AdamW over the adapters (lora.h), no ZeRO state for the frozen base. */
   if ((rc = aa_gpt_create(&t->model, &s->arch, t->ops, B, Tm, &mo)) ||
-      (rc = aa_zero_init_ep(&t->zero, t->model, t->comm, t->mesh.expert_data, zero, &t->mem)))
+      (rc = t->lora ? aa_lora_opt_init(&t->lopt, t->model, &t->mem)
+                    : aa_zero_init_ep(&t->zero, t->model, t->comm, t->mesh.expert_data, zero, &t->mem)))
     return rc;
   t->inputs = malloc(sizeof(int32_t) * B * Tm);
   t->targets = malloc(sizeof(int32_t) * B * Tm);
@@ -373,6 +386,13 @@ static int setup(trainer_t *t) {
     if (t->state.step > s->train.steps)
       return aa_error(AA_EINVAL, "%s: checkpoint is at step %d, past the run's %d steps", t->opts->resume,
                       t->state.step, s->train.steps);
+  } else if (t->lora) {
+    /* The base from init_weights (required: aa_spec_require_data), the
+     * adapters PEFT's from the trainer RNG. */
+    rc = aa_gpt_lora_load_base(t->model, s->init_weights);
+    int file = rc == AA_ENOENT || rc == AA_EIO || rc == AA_EFORMAT || rc == AA_ECORRUPT || rc == AA_EINVAL;
+    if (rc) return aa_error_wrap(file ? AA_EINPUT : rc, "init_weights");
+    if ((rc = aa_gpt_lora_init(t->model, aa_rng_u64(&t->state.rng)))) return rc;
   } else if (s->init_weights[0]) {
     rc = aa_ckpt_load_zero(s->init_weights, t->model, &t->zero, NULL);
     /* The file's faults are the input's; a group's or the memory limit's stay theirs. */
@@ -393,6 +413,7 @@ static int setup(trainer_t *t) {
 
 static void trainer_free(trainer_t *t) {
   aa_zero_free(&t->zero, t->model);
+  aa_lora_opt_free(&t->lopt);
   aa_gpt_free(t->model);
   aa_comm_destroy(t->embed);
   aa_pp_plan_free(&t->plan);
@@ -629,7 +650,10 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
   int fp16 = t->strat.amp == AA_F16, rc;
   double scale = fp16 ? t->scaler.scale : 1.0, sum = 0, *tm = t->step_time;
   memset(t->step_time, 0, sizeof t->step_time);
-  aa_zero_zero_grad(&t->zero, m);
+  if (t->lora)
+    aa_gpt_zero_grad(m);
+  else
+    aa_zero_zero_grad(&t->zero, m);
   loader_slice(t, &t->loader, 1);
   if (t->pp > 1) {
     const size_t N = (size_t)m->B * m->T;
@@ -659,7 +683,9 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
   double t0 = aa_now();
   if ((t->pp > 1 && (rc = aa_zero_reduce_grads(&t->zero, m))) || (rc = global_mean(t, loss))) return rc;
   int skip = fp16 || t->strat.skip_if_nonfinite;
-  if ((rc = aa_zero_step(&t->zero, m, &t->spec->train, lr, scale, skip, norm)) < 0) return rc;
+  if ((rc = t->lora ? aa_lora_step(&t->lopt, m, &t->spec->train, lr, norm)
+                    : aa_zero_step(&t->zero, m, &t->spec->train, lr, scale, skip, norm)) < 0)
+    return rc;
   tm[AA_TIME_OPTIMIZER] += aa_now() - t0;
   *skipped = rc == 1;
   if (fp16) aa_loss_scaler_update(&t->scaler, *skipped);

@@ -4,8 +4,8 @@
 # gradient or optimizer state for it, the work without its weight
 # gradients), plan picks another best strategy for Llama-3 8B on 8 H100s
 # than for full training, with less memory per GPU; training needs the
-# base (init_weights) and the engine refuses adapters by name until it
-# trains them.
+# base (init_weights), fine-tunes on one process in fp32 and writes
+# adapters-only checkpoints, and refuses the rest by name.
 set -u
 AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
 SRC=${AA_SOURCE_DIR:?set AA_SOURCE_DIR to the source tree}
@@ -44,18 +44,33 @@ case "$lora" in dp8.tp1.pp1.*) pass=$((pass + 1)) ;; *) fail=$((fail + 1)); echo
 if awk -v a="${full##* }" -v b="${lora##* }" 'BEGIN {exit !(b < a)}'; then pass=$((pass + 1)); else
   fail=$((fail + 1)); echo "FAIL: lora's memory per GPU ${lora##* } not below full's ${full##* }"; fi
 
-# Training: the base is required, then the engine refuses by name.
-"$AA" data synth --out "$tmp/data" --bytes 20000 >/dev/null || { echo "FAIL: data synth"; exit 1; }
+# Training: the base is required; then one process fine-tunes the adapters
+# on it and the final checkpoint holds the adapters alone (68 header bytes and
+# 2 blocks x (4 (32 + 96) + 4 (32 + 32) + 4 (32 + 64) + 4 (64 + 32)) = 3,072
+# fp32); what it does not run yet is refused by name.
+"$AA" data synth --out "$tmp/data" --bytes 200000 >/dev/null || { echo "FAIL: data synth"; exit 1; }
+cat >"$tmp/base.json" <<'JSON'
+{"name": "base", "model": {"n_layer": 2, "n_head": 2, "d_model": 32, "d_ff": 64, "seq_len": 16, "vocab_size": 256},
+ "train": {"global_batch": 4, "steps": 20, "lr": 0.003, "eval_every": 0},
+ "data": {"train": "data/train.bin", "val": "data/val.bin"}}
+JSON
 cat >"$tmp/tiny.json" <<'JSON'
-{"name": "tiny-lora", "model": {"n_layer": 1, "n_head": 2, "d_model": 16, "d_ff": 32, "seq_len": 8, "vocab_size": 256},
- "train": {"global_batch": 2, "steps": 3, "lr": 0.001},
- "data": {"train": "data/train.bin", "val": "data/val.bin"},
- "lora": {"r": 2, "targets": ["qkv", "fc"]}}
+{"extends": "base.json", "name": "tiny-lora", "train": {"lr": 0.01},
+ "lora": {"r": 4, "alpha": 8, "targets": ["qkv", "proj", "fc", "fcproj"]}}
 JSON
 expect 1 "tiny-lora fine-tunes LoRA adapters \(lora\): init_weights is required" "$AA" train "$tmp/tiny.json"
 expect 1 "lora.targets: \"q\" is not a gpt2 layer" "$AA" train "$tmp/tiny.json" --set 'lora.targets=["q"]'
-expect 1 "lora: the trainer does not run LoRA adapters yet" \
-  "$AA" train "$tmp/tiny.json" --threads 1 --out "$tmp/run" --set init_weights=base.ckpt
+expect 1 "init_weights" "$AA" train "$tmp/tiny.json" --threads 1 --out "$tmp/run" --set init_weights=missing.ckpt
+expect 0 "done: 20 steps" "$AA" train "$tmp/base.json" --threads 1 --out "$tmp/run0"
+expect 0 "checkpoint .*final.ckpt \(step 20, LoRA adapters\)" \
+  "$AA" train "$tmp/tiny.json" --threads 1 --out "$tmp/run1" --set "init_weights=$tmp/run0/final.ckpt"
+size=$(stat -c %s "$tmp/run1/final.ckpt" 2>/dev/null)
+[ "$size" = $((68 + 4 * 3072)) ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: adapter checkpoint $size bytes"; }
+expect 1 "lora: the trainer runs LoRA adapters on one process.*more than one rank" \
+  "$AA" train "$tmp/tiny.json" --threads 1 --out "$tmp/run2" --devices cpu:2 --set "init_weights=$tmp/run0/final.ckpt"
+expect 1 "lora: LoRA adapters train on the cpu backend in fp32 on one process so far; mixed precision" \
+  "$AA" train "$tmp/tiny.json" --threads 1 --out "$tmp/run3" --strategy "$SRC/examples/strategies/bf16-full.json" \
+  --set "init_weights=$tmp/run0/final.ckpt"
 
 echo "lora cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]
