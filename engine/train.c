@@ -115,7 +115,10 @@ static void next_micro_batch(trainer_t *t, aa_loader_t *l, int32_t *inputs, int3
 
 /* The mean over the data group of x (identical on every rank). */
 static int global_mean(trainer_t *t, float *x) {
-  if (t->lora) return 0; /* one process */
+  if (t->lora) { /* no ZeRO state: straight over the data group (host memory: the cpu backend) */
+    int rc = t->world > 1 ? aa_comm_all_reduce(t->comm, x, x, 1, AA_F32, AA_COMM_AVG) : 0;
+    return rc ? aa_error_wrap(rc, "averaging the loss over %d ranks", t->world) : 0;
+  }
   int rc = aa_zero_all_reduce_host(&t->zero, x, 1, AA_COMM_AVG);
   return rc ? aa_error_wrap(rc, "averaging the loss over %d ranks", t->world) : 0;
 }
@@ -206,7 +209,8 @@ static int save_checkpoint(trainer_t *t, const char *name) {
   t->state.scaler_last_overflow = t->scaler.last_overflow;
   t->state.scaler_hysteresis_left = t->scaler.hysteresis_left;
   t->state.skipped_steps = t->scaler.skipped;
-  if (t->lora) { /* the adapters alone (lora.h) */
+  if (t->lora) { /* the adapters alone (lora.h), the same on every rank: rank 0's */
+    if (t->rank) return 0;
     int rc = aa_lora_save(path, t->model, t->state.step);
     if (!rc) fprintf(t->log, "checkpoint %s (step %d, LoRA adapters)\n", path, t->state.step);
     return rc;
@@ -270,11 +274,9 @@ static int setup(trainer_t *t) {
       aa_spec_require_data(s, t->opts->dryrun ? "dry run" : "training"))
     return AA_EINPUT;
   t->lora = s->arch.lora.r > 0;
-  if (t->lora && (aa_comm_world(t->world_group) > 1 || t->opts->resume))
-    return aa_error(AA_EUNSUPPORTED,
-                    "lora: the trainer runs LoRA adapters on one process, from the start, so "
-                    "far; %s is not supported yet (docs/training-knobs.md \"LoRA\")",
-                    t->opts->resume ? "resuming a LoRA run" : "more than one rank");
+  if (t->lora && t->opts->resume)
+    return aa_error(AA_EUNSUPPORTED, "lora: resuming a LoRA run is not supported yet (docs/training-knobs.md "
+                                     "\"LoRA\")");
   if (t->opts->strategy) t->strat = *t->opts->strategy;
   else aa_strategy_default(&t->strat);
   if ((rc = aa_strategy_resolve(&t->strat, s, aa_comm_world(t->world_group))))
@@ -681,6 +683,11 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
     *loss = (float)(sum / t->accum);
   }
   double t0 = aa_now();
+  /* LoRA over a data group: the adapters' gradient averaged, once a step. */
+  if (t->lora && t->world > 1 &&
+      (rc = aa_comm_all_reduce(t->comm, m->lora_grads.data, m->lora_grads.data, m->lora_grads.numel, AA_F32,
+                               AA_COMM_AVG)))
+    return aa_error_wrap(rc, "averaging the adapters' gradient over %d ranks", t->world);
   if ((t->pp > 1 && (rc = aa_zero_reduce_grads(&t->zero, m))) || (rc = global_mean(t, loss))) return rc;
   int skip = fp16 || t->strat.skip_if_nonfinite;
   if ((rc = t->lora ? aa_lora_step(&t->lopt, m, &t->spec->train, lr, norm)
