@@ -4,6 +4,7 @@
  * docs/checkpoint-format.md "Import and export"). */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -11,6 +12,7 @@
 #include "common/spec.h"
 #include "engine/checkpoint.h"
 #include "engine/import.h"
+#include "engine/lora.h"
 
 static void usage_import(FILE *f) {
   fprintf(f, "usage: autoaccel import SRC --model MODEL.json --out CKPT\n\n"
@@ -38,7 +40,8 @@ static void usage_import(FILE *f) {
 
 static void usage_export(FILE *f) {
   fprintf(f,
-          "usage: autoaccel export CKPT --model MODEL.json --out FILE.safetensors [--dtype f32|bf16|f16]\n\n"
+          "usage: autoaccel export CKPT --model MODEL.json --out FILE.safetensors [--dtype f32|bf16|f16] "
+          "[--merge]\n\n"
           "Writes a checkpoint's weights (a single file or a sharded checkpoint's manifest) as\n"
           "one Hugging Face safetensors file with the family's names and layout (GPT-2's,\n"
           "Llama's, or Mixtral's for a model with MoE layers), which 'autoaccel import' and Hugging Face's "
@@ -48,6 +51,8 @@ static void usage_export(FILE *f) {
           "  --model MODEL.json   the model spec of the checkpoint (required)\n"
           "  --out FILE           the safetensors file to write (required)\n"
           "  --dtype T            f32 (default), bf16 or f16\n"
+          "  --merge              MODEL.json has \"lora\" and CKPT is its adapter checkpoint: writes its\n"
+          "                       base (init_weights) with the adapters folded in, W + (alpha / r) B A\n"
           "  -h, --help           this help\n"
           "Exit codes: 0 success, 1 failure (bad checkpoint, i/o), 2 usage error.\n");
   aa_cli_set_help(f);
@@ -56,6 +61,7 @@ static void usage_export(FILE *f) {
 typedef struct {
   const char *src, *model, *out;
   aa_dtype_t dtype;
+  int merge;          /* export --merge: CKPT is a LoRA adapter checkpoint */
   aa_cli_sets_t sets; /* --set overrides of the model spec */
 } args_t;
 
@@ -63,11 +69,9 @@ typedef struct {
  * (-1 for --help, answered). */
 static int parse(const char *cmd, int argc, char **argv, void (*usage)(FILE *), int with_dtype, args_t *a) {
   /* import has no --dtype: the tables differ in that entry only. */
-  static const struct option export_opts[] = {{"model", required_argument, 0, 'm'},
-                                              {"out", required_argument, 0, 'o'},
-                                              {"help", no_argument, 0, 'h'},
-                                              {"dtype", required_argument, 0, 'd'},
-                                              {0, 0, 0, 0}};
+  static const struct option export_opts[] = {
+      {"model", required_argument, 0, 'm'}, {"out", required_argument, 0, 'o'}, {"help", no_argument, 0, 'h'},
+      {"dtype", required_argument, 0, 'd'}, {"merge", no_argument, 0, 'M'},     {0, 0, 0, 0}};
   static const struct option import_opts[] = {{"model", required_argument, 0, 'm'},
                                               {"out", required_argument, 0, 'o'},
                                               {"help", no_argument, 0, 'h'},
@@ -94,6 +98,7 @@ static int parse(const char *cmd, int argc, char **argv, void (*usage)(FILE *), 
         return AA_EXIT_USAGE;
       }
       break;
+    case 'M': a->merge = 1; break;
     case 'h': usage(stdout); return -1;
     default:
       fprintf(stderr, "autoaccel %s: unknown option or missing value: '%s'\n", cmd, argv[optind - 1]);
@@ -151,14 +156,54 @@ int aa_cmd_import(int argc, char **argv) {
   return AA_EXIT_OK;
 }
 
+/* export --merge: the spec's base (init_weights) with the adapter
+ * checkpoint a->src folded in (engine/lora.h). */
+static int export_merged(const args_t *a, const aa_model_spec_t *spec) {
+  if (!spec->arch.lora.r) {
+    aa_error(AA_EINVAL, "--merge: %s has no \"lora\" section", a->model);
+    return aa_cli_fail("export");
+  }
+  if (!a->merge) {
+    aa_error(AA_EUNSUPPORTED,
+             "%s fine-tunes LoRA adapters: --merge writes its base with them folded in; exporting the "
+             "adapters alone (PEFT's adapter_model.safetensors) is not supported yet",
+             a->model);
+    return aa_cli_fail("export");
+  }
+  if (!spec->init_weights[0]) {
+    aa_error(AA_EINVAL, "--merge: %s names no init_weights, the base the adapters apply to", a->model);
+    return aa_cli_fail("export");
+  }
+  aa_model_spec_t bs = *spec;
+  memset(&bs.arch.lora, 0, sizeof bs.arch.lora);
+  aa_gpt_t *m = NULL;
+  float *ad = NULL;
+  int step = 0;
+  if (make_model(&bs, a->model, &m) || aa_ckpt_load(spec->init_weights, m, NULL, NULL) ||
+      aa_lora_load(a->src, &spec->arch, &ad, &step) || aa_lora_merge(m, &spec->arch, ad) ||
+      aa_export_weights(m, a->out, a->dtype)) {
+    free(ad);
+    aa_gpt_free(m);
+    return aa_cli_fail("export");
+  }
+  printf("exported %zu parameters of %s with the adapters of %s (step %d, r %d, alpha %g) merged to %s\n",
+         m->n_params, spec->init_weights, a->src, step, spec->arch.lora.r, (double)spec->arch.lora.alpha,
+         a->out);
+  free(ad);
+  aa_gpt_free(m);
+  return AA_EXIT_OK;
+}
+
 int aa_cmd_export(int argc, char **argv) {
   args_t a = {0};
   int rc = parse("export", argc, argv, usage_export, 1, &a);
   if (rc) return rc < 0 ? AA_EXIT_OK : rc;
   aa_model_spec_t spec;
   aa_gpt_t *m = NULL;
-  if (aa_cli_spec_load(&spec, a.model, &a.sets) || make_model(&spec, a.model, &m) ||
-      aa_ckpt_load(a.src, m, NULL, NULL) || aa_export_weights(m, a.out, a.dtype)) {
+  if (aa_cli_spec_load(&spec, a.model, &a.sets)) return aa_cli_fail("export");
+  if (spec.arch.lora.r || a.merge) return export_merged(&a, &spec);
+  if (make_model(&spec, a.model, &m) || aa_ckpt_load(a.src, m, NULL, NULL) ||
+      aa_export_weights(m, a.out, a.dtype)) {
     aa_gpt_free(m);
     return aa_cli_fail("export");
   }

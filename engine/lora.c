@@ -1,8 +1,10 @@
 /* AdamW over a LoRA model's adapters (lora.h). */
 #include "lora.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../common/file.h"
@@ -75,4 +77,85 @@ int aa_lora_save(const char *path, const aa_gpt_t *m, int step) {
     return aa_error(AA_EIO, "%s: writing the adapters failed", path);
   }
   return aa_wfile_commit(&w);
+}
+
+int aa_lora_load(const char *path, const aa_arch_t *a, float **out, int *step) {
+  *out = NULL;
+  if (!a->lora.r) return aa_error(AA_EINVAL, "%s: the spec has no lora section", path);
+  FILE *f = fopen(path, "rb");
+  if (!f) return aa_error(AA_ENOENT, "%s: %s", path, strerror(errno));
+  char magic[8], hb[17] = {0}, hl[17] = {0}, want_b[17], want_l[17];
+  int32_t ints[4];
+  float alpha;
+  uint64_t n = 0;
+  int rc = 0;
+  if (fread(magic, 1, 8, f) != 8 || memcmp(magic, "AALORA01", 8) || fread(hb, 1, 16, f) != 16 ||
+      fread(hl, 1, 16, f) != 16 || fread(ints, sizeof ints[0], 4, f) != 4 ||
+      fread(&alpha, sizeof alpha, 1, f) != 1 || fread(&n, sizeof n, 1, f) != 1) {
+    fclose(f);
+    return aa_error(AA_EFORMAT, "%s: not a LoRA adapter checkpoint (magic AALORA01)", path);
+  }
+  aa_arch_t base = *a;
+  memset(&base.lora, 0, sizeof base.lora);
+  aa_arch_hash(&base, want_b);
+  aa_arch_hash(a, want_l);
+  const uint64_t want_n = (uint64_t)a->n_layer * aa_lora_block_numel(a, 1);
+  if (strcmp(hb, want_b))
+    rc = aa_error(AA_EINVAL, "%s: adapters of base %s, not of this spec's base %s", path, hb, want_b);
+  else if (strcmp(hl, want_l))
+    rc = aa_error(AA_EINVAL,
+                  "%s: adapters of fine-tune %s (r, alpha or targets differ), not of this spec's %s", path,
+                  hl, want_l);
+  else if (n != want_n)
+    rc = aa_error(AA_ECORRUPT, "%s: %llu adapter elements, the spec's have %llu", path, (unsigned long long)n,
+                  (unsigned long long)want_n);
+  float *p = rc ? NULL : malloc((size_t)n * sizeof *p);
+  if (!rc && !p) rc = aa_error(AA_ENOMEM, "out of memory reading %s", path);
+  if (!rc && fread(p, sizeof *p, (size_t)n, f) != (size_t)n)
+    rc = aa_error(AA_ECORRUPT, "%s: truncated", path);
+  if (!rc && fgetc(f) != EOF) rc = aa_error(AA_ECORRUPT, "%s: trailing bytes after the adapters", path);
+  fclose(f);
+  if (rc) {
+    free(p);
+    return rc;
+  }
+  if (step) *step = ints[3];
+  *out = p;
+  return 0;
+}
+
+/* The base tensor target t adapts, and the first of its rows it does (q,
+ * k and v are llama's own tensors; gate and up too). */
+static const char *const lora_base_tensor[AA_LORA_NTARGETS] = {
+    "q.w", "k.w", "v.w", "proj.w", "gate.w", "up.w", "down.w", "qkv.w", "proj.w", "fc.w", "fcproj.w"};
+
+int aa_lora_merge(aa_gpt_t *base, const aa_arch_t *a, const float *adapters) {
+  if (base->arch.lora.r || base->tp > 1 || base->pp > 1 || base->ops != aa_ops_cpu() || !base->params.data ||
+      base->params.dtype != AA_F32)
+    return aa_error(AA_EINVAL, "lora: merging needs the whole fp32 base on the cpu backend");
+  const int r = a->lora.r;
+  const double s = (double)a->lora.alpha / r;
+  float *w = base->params.data;
+  for (int l = 0; l < a->n_layer; l++)
+    for (int t = 0; t < AA_LORA_NTARGETS; t++) {
+      if (!(a->lora.targets >> t & 1)) continue;
+      int in, out, row;
+      aa_lora_shape(a, t, 1, &in, &out, &row);
+      char name[32];
+      snprintf(name, sizeof name, "h%d.%s", l, lora_base_tensor[t]);
+      const aa_tensor_desc_t *d = aa_gpt_tensor(base, name);
+      if (!d || d->ndim != 2 || d->shape[0] != out || d->shape[1] != in)
+        return aa_error(AA_EINVAL, "lora: %s does not have the target's shape (%d, %d)", name, out, in);
+      const float *A = adapters + aa_gpt_lora_offset(a, l, t), *Bm = A + (size_t)r * in;
+      float *W = w + d->offset;
+      for (int o = 0; o < out; o++)
+        for (int i = 0; i < in; i++) {
+          double acc = 0;
+          for (int k = 0; k < r; k++)
+            acc += (double)Bm[(size_t)o * r + k] * A[(size_t)k * in + i];
+          W[(size_t)o * in + i] = (float)((double)W[(size_t)o * in + i] + s * acc);
+        }
+    }
+  aa_gpt_params_changed(base);
+  return 0;
 }

@@ -37,4 +37,18 @@ int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path);
  * to and of the fine-tune, written atomically (engine/... aa_wfile). */
 int aa_lora_save(const char *path, const aa_gpt_t *m, int step);
 
+/* Reads the adapter checkpoint at path for the fine-tune of architecture
+ * a (its lora set): checks the magic, both hashes (a's, and its base's)
+ * and the count, and returns the adapters in *out (malloc'd, n_layer x
+ * aa_lora_block_numel(a, 1) floats; the caller frees) and its step in
+ * *step (may be NULL). AA_EFORMAT for another file, AA_EINVAL naming the
+ * hash that differs. */
+int aa_lora_load(const char *path, const aa_arch_t *a, float **out, int *step);
+
+/* Folds adapters (aa_lora_load's layout, for the fine-tune a) into base, a
+ * whole fp32 model of a's base architecture on the CPU backend, one
+ * process: every target's rows of its base weight W += (alpha / r) B A,
+ * computed in double and rounded once. */
+int aa_lora_merge(aa_gpt_t *base, const aa_arch_t *a, const float *adapters);
+
 #endif

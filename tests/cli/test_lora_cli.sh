@@ -93,5 +93,52 @@ expect 1 "lora: LoRA adapters train on the cpu backend in fp32 on one process so
   "$AA" train "$tmp/tiny.json" --threads 1 --out "$tmp/run3" --strategy "$SRC/examples/strategies/bf16-full.json" \
   --set "init_weights=$tmp/run0/final.ckpt"
 
+# export --merge: the base with the adapters folded in. Against the base's
+# own export: every tensor that no target adapts is bit-identical, every
+# adapted one is W + (alpha / r) B A (gpt2's Conv1D layout: transposed),
+# computed here in float64 from the adapter checkpoint, within one float32
+# rounding of the sum (2^-23 relative, 1e-9 absolute).
+expect 0 "exported 25856 parameters .* \(step 10, r 4, alpha 8\) merged" "$AA" export "$tmp/dp1/final.ckpt" \
+  --model "$tmp/tiny.json" --set "init_weights=$tmp/run0/final.ckpt" --out "$tmp/merged.safetensors" --merge
+expect 0 "exported 25856 parameters" "$AA" export "$tmp/run0/final.ckpt" --model "$tmp/base.json" \
+  --out "$tmp/base.safetensors"
+if /usr/bin/python3 - "$tmp" <<'PY'; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: merged export"; fi
+import json, struct, sys
+import numpy as np
+d = sys.argv[1]
+def st(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    return {k: np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], dtype="<f4")
+            .reshape(v["shape"]).astype(np.float64) for k, v in h.items() if k != "__metadata__"}
+m, b = st(f"{d}/merged.safetensors"), st(f"{d}/base.safetensors")
+ad = np.fromfile(f"{d}/dp1/final.ckpt", dtype="<f4", offset=68).astype(np.float64)
+r, s, C, F = 4, 8 / 4, 32, 64
+names = {"qkv": ("attn.c_attn", C, 3 * C), "proj": ("attn.c_proj", C, C), "fc": ("mlp.c_fc", C, F),
+         "fcproj": ("mlp.c_proj", F, C)}
+ok, o, adapted, worst = True, 0, set(), 0.0
+for l in range(2):
+    for t in ("qkv", "proj", "fc", "fcproj"):
+        hf, i, out = names[t]
+        A = ad[o:o + r * i].reshape(r, i); o += r * i
+        B = ad[o:o + out * r].reshape(out, r); o += out * r
+        k = f"h.{l}.{hf}.weight"
+        adapted.add(k)
+        want = b[k] + s * (B @ A).T
+        err = np.abs(m[k] - want)
+        ok &= bool((err <= 2.0 ** -23 * np.abs(want) + 1e-9).all()) and bool((m[k] != b[k]).any())
+        worst = max(worst, float((err / (2.0 ** -23 * np.abs(want) + 1e-9)).max()))
+ok &= o == ad.size and all(np.array_equal(m[k], b[k]) for k in b if k not in adapted)
+print(f"merged: {len(adapted)} adapted tensors, worst error/tolerance {worst:.3f}")
+sys.exit(0 if ok else 1)
+PY
+expect 1 "exporting the adapters alone .* is not supported yet" "$AA" export "$tmp/dp1/final.ckpt" \
+  --model "$tmp/tiny.json" --set "init_weights=$tmp/run0/final.ckpt" --out "$tmp/x.safetensors"
+expect 1 "not a LoRA adapter checkpoint" "$AA" export "$tmp/run0/final.ckpt" --model "$tmp/tiny.json" \
+  --set "init_weights=$tmp/run0/final.ckpt" --out "$tmp/x.safetensors" --merge
+expect 1 "adapters of fine-tune [0-9a-f]{16} \(r, alpha or targets differ\)" "$AA" export "$tmp/dp1/final.ckpt" \
+  --model "$tmp/tiny.json" --set "init_weights=$tmp/run0/final.ckpt" --set lora.r=8 --out "$tmp/x.safetensors" --merge
+
 echo "lora cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]
