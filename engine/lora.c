@@ -54,7 +54,17 @@ int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path) {
   return rc;
 }
 
-int aa_lora_save(const char *path, const aa_gpt_t *m, int step) {
+/* The optional state section after the adapters. */
+typedef struct {
+  char magic[8]; /* "STATE001" */
+  int32_t opt_t, pad;
+  uint64_t data_pos, seed;
+  int64_t skipped;
+  aa_rng_t rng;
+} lora_state_t;
+
+int aa_lora_save(const char *path, const aa_gpt_t *m, const aa_lora_opt_t *opt, const aa_train_state_t *st) {
+  const int step = st ? st->step : 0;
   if (!m->arch.lora.r || !m->lora.data) return aa_error(AA_EINVAL, "lora: the model has no adapters");
   aa_arch_t base = m->arch;
   memset(&base.lora, 0, sizeof base.lora);
@@ -72,6 +82,16 @@ int aa_lora_save(const char *path, const aa_gpt_t *m, int step) {
            fwrite(hl, 1, 16, w.f) == 16 && fwrite(ints, sizeof ints[0], 4, w.f) == 4 &&
            fwrite(&alpha, sizeof alpha, 1, w.f) == 1 && fwrite(&n, sizeof n, 1, w.f) == 1 &&
            fwrite(m->lora.data, sizeof(float), n, w.f) == n;
+  if (ok && opt && st && opt->m.data) {
+    lora_state_t ls = {.opt_t = opt->t,
+                       .data_pos = st->data_pos,
+                       .seed = st->seed,
+                       .skipped = st->skipped_steps,
+                       .rng = st->rng};
+    memcpy(ls.magic, "STATE001", 8);
+    ok = fwrite(&ls, sizeof ls, 1, w.f) == 1 && fwrite(opt->m.data, sizeof(float), n, w.f) == n &&
+         fwrite(opt->v.data, sizeof(float), n, w.f) == n;
+  }
   if (!ok) {
     aa_wfile_abort(&w);
     return aa_error(AA_EIO, "%s: writing the adapters failed", path);
@@ -79,8 +99,11 @@ int aa_lora_save(const char *path, const aa_gpt_t *m, int step) {
   return aa_wfile_commit(&w);
 }
 
-int aa_lora_load(const char *path, const aa_arch_t *a, float **out, int *step) {
+/* Reads path's header and adapters (checked against a) into *out and
+ * leaves *fp at what follows them. */
+static int lora_read(const char *path, const aa_arch_t *a, float **out, int *step, FILE **fp) {
   *out = NULL;
+  *fp = NULL;
   if (!a->lora.r) return aa_error(AA_EINVAL, "%s: the spec has no lora section", path);
   FILE *f = fopen(path, "rb");
   if (!f) return aa_error(AA_ENOENT, "%s: %s", path, strerror(errno));
@@ -113,14 +136,72 @@ int aa_lora_load(const char *path, const aa_arch_t *a, float **out, int *step) {
   if (!rc && !p) rc = aa_error(AA_ENOMEM, "out of memory reading %s", path);
   if (!rc && fread(p, sizeof *p, (size_t)n, f) != (size_t)n)
     rc = aa_error(AA_ECORRUPT, "%s: truncated", path);
-  if (!rc && fgetc(f) != EOF) rc = aa_error(AA_ECORRUPT, "%s: trailing bytes after the adapters", path);
-  fclose(f);
   if (rc) {
+    fclose(f);
     free(p);
     return rc;
   }
   if (step) *step = ints[3];
   *out = p;
+  *fp = f;
+  return 0;
+}
+
+/* The state section at f's position (none: *has 0), its moments into
+ * m and v (n each). */
+static int state_read(const char *path, FILE *f, size_t n, lora_state_t *ls, float *m, float *v, bool *has) {
+  *has = false;
+  size_t got = fread(ls, 1, sizeof *ls, f);
+  if (got == 0 && feof(f)) return 0;
+  if (got != sizeof *ls || memcmp(ls->magic, "STATE001", 8))
+    return aa_error(AA_ECORRUPT, "%s: bytes after the adapters are not a state section", path);
+  if (fread(m, sizeof *m, n, f) != n || fread(v, sizeof *v, n, f) != n)
+    return aa_error(AA_ECORRUPT, "%s: truncated optimizer state", path);
+  if (fgetc(f) != EOF) return aa_error(AA_ECORRUPT, "%s: trailing bytes after the optimizer state", path);
+  *has = true;
+  return 0;
+}
+
+int aa_lora_load(const char *path, const aa_arch_t *a, float **out, int *step) {
+  FILE *f;
+  int rc = lora_read(path, a, out, step, &f);
+  if (rc) return rc;
+  fclose(f);
+  return 0;
+}
+
+int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_state_t *st, bool *moments) {
+  FILE *f;
+  float *ad = NULL;
+  int step = 0;
+  int rc = lora_read(path, &m->arch, &ad, &step, &f);
+  if (rc) return rc;
+  if (m->lora.numel != (size_t)m->arch.n_layer * aa_lora_block_numel(&m->arch, 1) ||
+      opt->m.numel != m->lora.numel)
+    rc = aa_error(AA_EINVAL, "lora: resume needs the whole model's adapters and their optimizer");
+  lora_state_t ls;
+  bool has = false;
+  if (!rc) rc = state_read(path, f, m->lora.numel, &ls, opt->m.data, opt->v.data, &has);
+  fclose(f);
+  if (!rc) {
+    m->ops->upload(m->lora.data, ad, m->lora.numel * sizeof *ad);
+    rc = m->ops->sync();
+  }
+  free(ad);
+  if (rc) return rc;
+  st->step = step;
+  if (has) {
+    opt->t = ls.opt_t;
+    st->data_pos = ls.data_pos;
+    st->seed = ls.seed;
+    st->skipped_steps = ls.skipped;
+    st->rng = ls.rng;
+  } else {
+    opt->t = 0;
+    m->ops->memset0(opt->m.data, opt->m.numel * sizeof(float));
+    m->ops->memset0(opt->v.data, opt->v.numel * sizeof(float));
+  }
+  *moments = has;
   return 0;
 }
 

@@ -6,6 +6,8 @@
 #ifndef AA_LORA_H
 #define AA_LORA_H
 
+#include <stdbool.h>
+
 #include "model.h"
 
 typedef struct aa_lora_opt {
@@ -32,10 +34,19 @@ int aa_lora_step(aa_lora_opt_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float
  * m->params, as aa_ckpt_load does for a whole model. */
 int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path);
 
-/* An adapter checkpoint (this slice's; docs/checkpoint-format.md "LoRA
- * adapters"): the adapters alone and the hashes of the base they apply
- * to and of the fine-tune, written atomically (engine/... aa_wfile). */
-int aa_lora_save(const char *path, const aa_gpt_t *m, int step);
+/* An adapter checkpoint (docs/checkpoint-format.md "LoRA adapters"): the
+ * adapters alone and the hashes of the base they apply to and of the
+ * fine-tune, then, with opt and st (both or neither), the state a resume
+ * needs: AdamW's step and moments, the loader's position and the trainer
+ * RNG. Written atomically (common/file.h aa_wfile). */
+#include "checkpoint.h"
+int aa_lora_save(const char *path, const aa_gpt_t *m, const aa_lora_opt_t *opt, const aa_train_state_t *st);
+
+/* Resumes from such a checkpoint: m's adapters (whose base the caller has
+ * loaded), and when the file has them opt's moments and step and *st
+ * (*moments says whether it had; without, opt restarts and only st->step
+ * is set). The checks are aa_lora_load's. */
+int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_state_t *st, bool *moments);
 
 /* Reads the adapter checkpoint at path for the fine-tune of architecture
  * a (its lora set): checks the magic, both hashes (a's, and its base's)

@@ -211,7 +211,8 @@ static int save_checkpoint(trainer_t *t, const char *name) {
   t->state.skipped_steps = t->scaler.skipped;
   if (t->lora) { /* the adapters alone (lora.h), the same on every rank: rank 0's */
     if (t->rank) return 0;
-    int rc = aa_lora_save(path, t->model, t->state.step);
+    const int w = t->spec->train.weights_only;
+    int rc = aa_lora_save(path, t->model, w ? NULL : &t->lopt, w ? NULL : &t->state);
     if (!rc) fprintf(t->log, "checkpoint %s (step %d, LoRA adapters)\n", path, t->state.step);
     return rc;
   }
@@ -274,9 +275,6 @@ static int setup(trainer_t *t) {
       aa_spec_require_data(s, t->opts->dryrun ? "dry run" : "training"))
     return AA_EINPUT;
   t->lora = s->arch.lora.r > 0;
-  if (t->lora && t->opts->resume)
-    return aa_error(AA_EUNSUPPORTED, "lora: resuming a LoRA run is not supported yet (docs/training-knobs.md "
-                                     "\"LoRA\")");
   if (t->opts->strategy) t->strat = *t->opts->strategy;
   else aa_strategy_default(&t->strat);
   if ((rc = aa_strategy_resolve(&t->strat, s, aa_comm_world(t->world_group))))
@@ -369,9 +367,14 @@ static int setup(trainer_t *t) {
   aa_rng_seed(&t->state.rng, s->train.seed);
   if (t->opts->resume) {
     bool moments = false;
-    if ((rc = aa_ckpt_load_resume(t->opts->resume, t->model, &t->zero, &t->state, &moments)) ||
-        (rc = aa_zero_publish(&t->zero, t->model)))
+    if (t->lora) { /* the base from init_weights, the adapters and their state from the checkpoint */
+      if ((rc = aa_gpt_lora_load_base(t->model, s->init_weights)))
+        return aa_error_wrap(rc == AA_ENOMEM ? rc : AA_EINPUT, "init_weights");
+      if ((rc = aa_lora_resume(t->opts->resume, t->model, &t->lopt, &t->state, &moments))) return rc;
+    } else if ((rc = aa_ckpt_load_resume(t->opts->resume, t->model, &t->zero, &t->state, &moments)) ||
+               (rc = aa_zero_publish(&t->zero, t->model))) {
       return rc;
+    }
     if (!moments)
       fprintf(t->log,
               "resume: %s holds no optimizer state (a weights-only checkpoint): the optimizer restarts "

@@ -63,9 +63,22 @@ expect 1 "lora.targets: \"q\" is not a gpt2 layer" "$AA" train "$tmp/tiny.json" 
 expect 1 "init_weights" "$AA" train "$tmp/tiny.json" --threads 1 --out "$tmp/run" --set init_weights=missing.ckpt
 expect 0 "done: 20 steps" "$AA" train "$tmp/base.json" --threads 1 --out "$tmp/run0"
 expect 0 "checkpoint .*final.ckpt \(step 20, LoRA adapters\)" \
-  "$AA" train "$tmp/tiny.json" --threads 1 --out "$tmp/run1" --set "init_weights=$tmp/run0/final.ckpt"
+  "$AA" train "$tmp/tiny.json" --threads 1 --out "$tmp/run1" --set "init_weights=$tmp/run0/final.ckpt" \
+  --set train.weights_only_checkpoints=true
 size=$(stat -c %s "$tmp/run1/final.ckpt" 2>/dev/null)
 [ "$size" = $((68 + 4 * 3072)) ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: adapter checkpoint $size bytes"; }
+# Resume: 5 steps, then 5 more from the step-5 checkpoint (the adapters,
+# AdamW's moments and step, the loader's position and the RNG after them;
+# the base from init_weights), write the same final checkpoint, byte for
+# byte, as 10 steps at once.
+expect 0 "checkpoint .*step_000005.ckpt \(step 5, LoRA adapters\)" "$AA" train "$tmp/tiny.json" --threads 1 \
+  --out "$tmp/ra" --set "init_weights=$tmp/run0/final.ckpt" --set train.steps=10 --set train.checkpoint_every=5
+expect 0 "done: 5 steps" "$AA" train "$tmp/tiny.json" --threads 1 --out "$tmp/rb" --resume "$tmp/ra/step_000005.ckpt" \
+  --set "init_weights=$tmp/run0/final.ckpt" --set train.steps=10
+cmp -s "$tmp/ra/final.ckpt" "$tmp/rb/final.ckpt" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: resumed adapters differ"; }
+expect 1 "adapters of fine-tune" "$AA" train "$tmp/tiny.json" --threads 1 --out "$tmp/rc" \
+  --resume "$tmp/ra/step_000005.ckpt" --set "init_weights=$tmp/run0/final.ckpt" --set train.steps=10 --set lora.alpha=4
+
 # Data parallel: two ranks average the adapters' gradient; 10 steps match
 # one process within test_parallel.c's loss tolerance (1e-5 relative, the
 # final and validation losses), the adapters within 1e-3 of their largest
@@ -83,7 +96,7 @@ d = sys.argv[1]
 s1, s2 = (json.load(open(f"{d}/dp{n}.json")) for n in (1, 2))
 ok = all(abs(s1[k] - s2[k]) <= 1e-5 * abs(s1[k]) for k in ("final_loss", "val_loss"))
 ok &= s1["peak_bytes"]["grads"] == 4 * 3072 and s1["peak_bytes"]["optim"] == 8 * 3072
-a, b = (np.fromfile(f"{d}/dp{n}/final.ckpt", dtype="<f4", offset=68) for n in (1, 2))
+a, b = (np.fromfile(f"{d}/dp{n}/final.ckpt", dtype="<f4", offset=68, count=3072) for n in (1, 2))
 ok &= a.size == 3072 and float(abs(a - b).max()) <= 1e-3 * float(abs(a).max())
 print(f"dp1 {s1['final_loss']} {s1['val_loss']}, dp2 {s2['final_loss']} {s2['val_loss']}, "
       f"adapters differ {float(abs(a - b).max()):.3g} of {float(abs(a).max()):.3g}")
@@ -113,7 +126,7 @@ def st(p):
     return {k: np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], dtype="<f4")
             .reshape(v["shape"]).astype(np.float64) for k, v in h.items() if k != "__metadata__"}
 m, b = st(f"{d}/merged.safetensors"), st(f"{d}/base.safetensors")
-ad = np.fromfile(f"{d}/dp1/final.ckpt", dtype="<f4", offset=68).astype(np.float64)
+ad = np.fromfile(f"{d}/dp1/final.ckpt", dtype="<f4", offset=68, count=3072).astype(np.float64)
 r, s, C, F = 4, 8 / 4, 32, 64
 names = {"qkv": ("attn.c_attn", C, 3 * C), "proj": ("attn.c_proj", C, C), "fc": ("mlp.c_fc", C, F),
          "fcproj": ("mlp.c_proj", F, C)}
