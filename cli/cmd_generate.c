@@ -15,6 +15,7 @@
 #include "engine/checkpoint.h"
 #include "engine/data.h"
 #include "engine/generate.h"
+#include "engine/lora.h"
 #include "engine/tokenizer.h"
 #ifdef AA_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
@@ -268,10 +269,32 @@ int aa_cmd_generate(int argc, char **argv) {
   aa_gpt_opts_t o = {.zero = 2, .amp = AA_F32};
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   aa_ops_cpu()->set_threads(a.threads > 0 ? a.threads : cores > 0 ? (int)cores : 1);
-  if ((rc = open_device(a.device, &ops, &cuda)) ||
-      (rc = aa_gpt_create(&m, &spec.arch, ops, 1, a.kv_cache ? 1 : spec.arch.seq_len, &o)) ||
-      (rc = aa_ckpt_load(a.ckpt, m, NULL, NULL)))
+  /* A LoRA spec: CKPT is its adapter checkpoint, folded into the base
+   * (init_weights) before generating (engine/lora.h aa_lora_merge): W +
+   * (alpha / r) B A computes what W x + (alpha / r) B A x does. */
+  aa_arch_t arch = spec.arch;
+  memset(&arch.lora, 0, sizeof arch.lora);
+  if (spec.arch.lora.r && !spec.init_weights[0]) {
+    rc = aa_error(AA_EINVAL, "%s fine-tunes LoRA adapters: init_weights must name the base they apply to",
+                  a.model);
     goto cleanup;
+  }
+  if ((rc = open_device(a.device, &ops, &cuda))) goto cleanup;
+  if (spec.arch.lora.r && ops != aa_ops_cpu()) {
+    rc = aa_error(AA_EUNSUPPORTED, "generate with LoRA adapters runs on the cpu device so far");
+    goto cleanup;
+  }
+  if ((rc = aa_gpt_create(&m, &arch, ops, 1, a.kv_cache ? 1 : spec.arch.seq_len, &o))) goto cleanup;
+  if (spec.arch.lora.r) {
+    float *ad = NULL;
+    if (!(rc = aa_ckpt_load(spec.init_weights, m, NULL, NULL)) &&
+        !(rc = aa_lora_load(a.ckpt, &spec.arch, &ad, NULL)))
+      rc = aa_lora_merge(m, &spec.arch, ad);
+    free(ad);
+  } else {
+    rc = aa_ckpt_load(a.ckpt, m, NULL, NULL);
+  }
+  if (rc) goto cleanup;
   if (!(out = malloc(sizeof *out * (a.max_tokens ? a.max_tokens : 1)))) {
     rc = aa_error(AA_ENOMEM, "out of memory");
     goto cleanup;
