@@ -47,10 +47,28 @@ int aa_lora_step(aa_lora_opt_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float
 int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path) {
   if (!m->arch.lora.r) return aa_error(AA_EINVAL, "lora: the model has no adapters");
   /* The checkpoint is the base's: checked against the base's hash. */
-  const aa_lora_t keep = m->arch.lora;
-  memset(&m->arch.lora, 0, sizeof m->arch.lora);
-  int rc = aa_ckpt_load(path, m, NULL, NULL);
-  m->arch.lora = keep;
+  if (m->params.data) {
+    const aa_lora_t keep = m->arch.lora;
+    memset(&m->arch.lora, 0, sizeof m->arch.lora);
+    int rc = aa_ckpt_load(path, m, NULL, NULL);
+    m->arch.lora = keep;
+    return rc;
+  }
+  /* A 16-bit base (amp): read into a whole fp32 model of the base's
+   * architecture (host memory, parameters only), rounded into params16. */
+  aa_arch_t base = m->arch;
+  memset(&base.lora, 0, sizeof base.lora);
+  aa_gpt_opts_t o = {.zero = 2, .amp = AA_F32};
+  aa_gpt_t *f = NULL;
+  int rc = aa_gpt_create(&f, &base, aa_ops_cpu(), 1, 1, &o);
+  if (!rc) rc = aa_ckpt_load(path, f, NULL, NULL);
+  if (!rc && f->n_params != m->n_params) rc = aa_error(AA_EINVAL, "lora: the base's layout differs");
+  if (!rc) {
+    m->ops->cast_from_f32(m->params16.data, m->opts.amp, f->params.data, f->n_params);
+    aa_gpt_params_changed(m);
+    rc = m->ops->sync();
+  }
+  aa_gpt_free(f);
   return rc;
 }
 

@@ -1,8 +1,8 @@
 /* AdamW over a LoRA model's adapters (model.h aa_gpt_lora_offset): the
  * base is frozen, so the optimizer's state is the adapters' two moments
  * only (strategies/sizes.h aa_sizes_lora), and the gradient norm,
- * clipping and the schedule are over A and B alone. One process, as the
- * model (this slice). */
+ * clipping and the schedule are over A and B alone (a data-parallel
+ * trainer averages the gradient first: engine/train.c). */
 #ifndef AA_LORA_H
 #define AA_LORA_H
 

@@ -534,14 +534,14 @@ static int lora_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_
                      : o->pipe && o->pipe->pp > 1                  ? "pipeline parallelism"
                      : o->context && aa_comm_world(o->context) > 1 ? "context parallelism"
                      : o->zero > 0                                 ? "ZeRO"
-                     : o->amp != AA_F32                            ? "mixed precision (amp)"
+                     : o->amp == AA_F16                            ? "fp16 (loss scaling)"
                      : ops != aa_ops_cpu()                         ? "the cuda backend"
                                                                    : NULL;
   if (what)
     return aa_error(
         AA_EUNSUPPORTED,
-        "lora: LoRA adapters train on the cpu backend in fp32 on one process so far; %s with them "
-        "is not supported yet (docs/training-knobs.md \"LoRA\")",
+        "lora: LoRA adapters train on the cpu backend in fp32 or bf16, data parallel at ZeRO 0, so far; "
+        "%s with them is not supported yet (docs/training-knobs.md \"LoRA\")",
         what);
   return 0;
 }
@@ -670,12 +670,20 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
   aa_model_sizes_t sz;
   aa_sizes_model_ep(arch, m->tp, m->ep, m->pp > 1 ? &m->pipe : NULL, opts->amp, opts->zero, &sz);
   if (arch->lora.r) {
-    /* The frozen base in the storage dtype (fp32 here: no 16-bit copy),
-     * no gradient; the adapters and theirs (sizes.h aa_sizes_lora). */
+    /* The frozen base in the storage dtype, no gradient: under amp the
+     * 16-bit copy alone (no fp32 master: the blocks and the outer weights
+     * are widened from it as at ZeRO 1); the adapters and their gradient
+     * fp32 (sizes.h aa_sizes_lora). */
     aa_lora_sizes_t ls;
     aa_sizes_lora(arch, m->tp, m->pp > 1 ? &m->pipe : NULL, opts->amp, opts->zero, 1, &ls);
-    sz.params = ls.base;
-    sz.grads.numel = sz.params16.numel = 0;
+    if (opts->amp == AA_F32) {
+      sz.params = ls.base;
+      sz.params16.numel = 0;
+    } else {
+      sz.params16 = ls.base;
+      sz.params.numel = 0;
+    }
+    sz.grads.numel = 0;
     m->lora_scale = arch->lora.alpha / (float)arch->lora.r;
     if ((rc = aa_flatbuf_alloc_as(&m->lora, ops, mem, &ls.params)) ||
         (rc = aa_flatbuf_alloc_as(&m->lora_grads, ops, mem, &ls.grads)))

@@ -462,9 +462,11 @@ void aa_gpt_cp_positions(int seq_len, int c, int r, int pos0[2]);
  * adapters lie in m->lora block-major, each block's targets in
  * aa_lora_target_t order, each target A (r, in) then B (out, r):
  * aa_gpt_lora_offset is A's first element, B follows r in elements on.
- * This slice builds it on the CPU backend, fp32, one process (no tensor,
- * pipeline or context group, ZeRO 0); aa_gpt_create refuses the rest by
- * name. */
+ * Under bf16 the base is held in params16 alone (no fp32 copy), widened a
+ * block at a time; the adapters stay fp32. This slice builds it on the CPU
+ * backend, fp32 or bf16, without a tensor, pipeline or context group and at
+ * ZeRO 0 (a data-parallel trainer averages lora_grads itself);
+ * aa_gpt_create refuses the rest (fp16, ZeRO, tp, pp, cp, cuda) by name. */
 size_t aa_gpt_lora_offset(const aa_arch_t *a, int l, int t);
 /* PEFT's initialisation from seed: A Kaiming-uniform (a = sqrt(5): U(-1 /
  * sqrt(in), 1 / sqrt(in))), B zeros; drawn on the host, uploaded. */
