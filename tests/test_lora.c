@@ -358,6 +358,30 @@ out:
   aa_gpt_free(m);
 }
 
+/* Activation checkpointing recomputes a block's adapters with it: under
+ * selective and full checkpointing the adapters' gradients are the
+ * uncheckpointed run's bit for bit (deterministic kernels). */
+AA_TEST(checkpointing_recomputes_the_adapters_bit_for_bit) {
+  aa_gpt_t *m[3] = {NULL, NULL, NULL};
+  const aa_ckpt_mode_t modes[3] = {AA_CKPT_NONE, AA_CKPT_SELECTIVE, AA_CKPT_FULL};
+  for (int k = 0; k < 3; k++) {
+    aa_gpt_opts_t o = {.amp = AA_F32, .ckpt = modes[k]};
+    CHECK(aa_gpt_create(&m[k], &fx.arch, aa_ops_cpu(), fx.B, fx.T, &o) == 0);
+    if (!m[k]) goto out;
+    memcpy(m[k]->params.data, fx.base, fx.n_base * sizeof(float));
+    memcpy(m[k]->lora.data, fx.adapters, fx.n_ad * sizeof(float));
+    aa_gpt_params_changed(m[k]);
+    aa_gpt_zero_grad(m[k]);
+    CHECK(aa_gpt_forward(m[k], fx.inputs, fx.targets, NULL) == 0 && aa_gpt_backward(m[k], 1.0f) == 0);
+  }
+  for (int k = 1; k < 3; k++)
+    CHECK_MSG(!memcmp(m[0]->lora_grads.data, m[k]->lora_grads.data, fx.n_ad * sizeof(float)),
+              "checkpointing %s changes the adapters' gradients", aa_ckpt_mode_name(modes[k]));
+out:
+  for (int k = 0; k < 3; k++)
+    aa_gpt_free(m[k]);
+}
+
 AA_TEST(what_this_slice_does_not_run_is_refused_by_name) {
   aa_gpt_t *m = NULL;
   aa_gpt_opts_t o = {.amp = AA_F16};
@@ -389,6 +413,7 @@ int main(void) {
   RUN(the_allocations_are_the_cost_models_to_the_byte);
   RUN(gpt2_adapters_start_as_the_base_and_their_gradient_is_the_losss_slope);
   RUN(bf16_holds_the_base_in_16_bits_and_trains_the_adapters);
+  RUN(checkpointing_recomputes_the_adapters_bit_for_bit);
   RUN(what_this_slice_does_not_run_is_refused_by_name);
   free(fx.blob);
   return aa_test_summary();
