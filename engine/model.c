@@ -496,7 +496,7 @@ static const aa_gpt_opts_t default_opts = {.amp = AA_F32, .ckpt = AA_CKPT_NONE};
 
 /* Whether the engine computes arch's MoE blocks under these options: on
  * the CPU backend (the ops are cpu_moe.h's, with a host routing map), on
- * one process or data parallel (experts replicated). 0 for a dense
+ * one process, data, expert or pipeline parallel. 0 for a dense
  * model. */
 static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_opts_t *o) {
   const int ep = o->expert ? aa_comm_world(o->expert) : 1;
@@ -505,13 +505,12 @@ static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_o
                     ep, a->moe.experts);
   if (!a->moe.experts) return 0;
   const char *axis = o->tensor && aa_comm_world(o->tensor) > 1     ? "tensor"
-                     : o->pipe && o->pipe->pp > 1                  ? "pipeline"
                      : o->context && aa_comm_world(o->context) > 1 ? "context"
                                                                    : NULL;
   if (axis)
     return aa_error(AA_EUNSUPPORTED,
-                    "model.moe: mixture-of-experts layers train on one process, data or expert parallel; "
-                    "%s parallelism with them is not supported yet",
+                    "model.moe: mixture-of-experts layers train on one process, data, expert or pipeline "
+                    "parallel; %s parallelism with them is not supported yet",
                     axis);
   if (ops != aa_ops_cpu())
     return aa_error(AA_EUNSUPPORTED,
@@ -538,18 +537,22 @@ static int moe_alloc(aa_gpt_t *m, const aa_act_layout_t *l) {
   if (!a->moe.experts) return 0;
   int rc = aa_mem_check(m->opts.mem, AA_MEM_ACTS, l->host);
   if (rc) return rc;
-  if (!(m->routes = calloc((size_t)a->n_layer, sizeof *m->routes)))
+  /* A pipeline stage routes each micro-batch in flight into its slot's map. */
+  m->route_sets = m->pp > 1 ? m->pipe.slots : 1;
+  const size_t n = (size_t)a->n_layer * (size_t)m->route_sets;
+  if (!(m->routes = calloc(n, sizeof *m->routes)))
     return aa_error(AA_ENOMEM, "out of memory for the routing maps");
-  if (m->ep > 1 && !(m->dispatch = calloc((size_t)a->n_layer, sizeof *m->dispatch)))
+  if (m->ep > 1 && !(m->dispatch = calloc(n, sizeof *m->dispatch)))
     return aa_error(AA_ENOMEM, "out of memory for the dispatchers");
-  for (int b = 0; b < a->n_layer && !rc; b++)
-    if (aa_arch_is_moe_layer(a, b)) {
-      rc = aa_cpu_moe_route_alloc(&m->routes[b], m->B * m->T, a->moe.experts, a->moe.top_k);
-      m->routes[b].raw = a->moe.topk_raw; /* norm_topk_prob false */
-      if (!rc && m->dispatch)
-        rc = aa_moe_dispatch_init(&m->dispatch[b], m->opts.expert, a->moe.experts,
-                                  m->ep * m->B * m->T * a->moe.top_k);
-    }
+  for (size_t i = 0; i < n && !rc; i++) {
+    const int b = (int)(i % (size_t)a->n_layer);
+    if (!aa_arch_is_moe_layer(a, b) || !aa_pp_holds_unit(&m->pipe, a, AA_GPT_UNIT_BLOCK(b))) continue;
+    rc = aa_cpu_moe_route_alloc(&m->routes[i], m->B * m->T, a->moe.experts, a->moe.top_k);
+    m->routes[i].raw = a->moe.topk_raw; /* norm_topk_prob false */
+    if (!rc && m->dispatch)
+      rc = aa_moe_dispatch_init(&m->dispatch[i], m->opts.expert, a->moe.experts,
+                                m->ep * m->B * m->T * a->moe.top_k);
+  }
   if (rc) return rc;
   aa_mem_charge(m->opts.mem, AA_MEM_ACTS, l->host);
   m->acts->host_bytes = l->host;
@@ -685,13 +688,14 @@ void aa_gpt_free(aa_gpt_t *m) {
     aa_mem_uncharge(mem, AA_MEM_ACTS, m->acts->host_bytes);
     free(m->acts);
   }
+  const int n_maps = m->arch.n_layer * m->route_sets;
   if (m->routes)
-    for (int l = 0; l < m->arch.n_layer; l++)
-      aa_cpu_moe_route_free(&m->routes[l]);
+    for (int i = 0; i < n_maps; i++)
+      aa_cpu_moe_route_free(&m->routes[i]);
   free(m->routes);
   if (m->dispatch)
-    for (int l = 0; l < m->arch.n_layer; l++)
-      aa_moe_dispatch_free(&m->dispatch[l]);
+    for (int i = 0; i < n_maps; i++)
+      aa_moe_dispatch_free(&m->dispatch[i]);
   free(m->dispatch);
   aa_flatbuf_free(&m->params, mem);
   aa_flatbuf_free(&m->grads, mem);
@@ -1181,11 +1185,15 @@ static moe_view_t moe_view(const aa_gpt_t *m, int l) {
  * which reproduces the same routing) adds its aux and z losses into
  * m->moe_loss and its expert counts into m->moe_stats (both reset by the
  * pass). */
+/* Where block l's routing map (and dispatcher) of the micro-batch under
+ * way is: the stage's slot's under pipeline parallelism. */
+static int moe_map(const aa_gpt_t *m, int l) { return m->moe_slot * m->arch.n_layer + l; }
+
 static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const float *w, int count) {
   const aa_moe_t *mo = &m->arch.moe;
   const int N = m->B * m->T, C = m->d.C, E = mo->experts, Fe = mo->d_ff_expert;
   const moe_view_t v = moe_view(m, l);
-  aa_moe_route_t *r = &m->routes[l];
+  aa_moe_route_t *r = &m->routes[moe_map(m, l)];
   aa_moe_stats_t st;
   aa_cpu_moe_router_forward(v.logits, v.probs, x, WK(ROUTERW), N, C, E);
   int rc = aa_cpu_moe_route(r, &st, v.logits, v.probs, mo->capacity_factor);
@@ -1194,7 +1202,7 @@ static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const flo
   if (m->ep > 1) {
     /* The rows to the ranks holding their experts, the rank's experts over
      * what it received, the outputs back (moe_dispatch.h). */
-    aa_moe_dispatch_t *d = &m->dispatch[l];
+    aa_moe_dispatch_t *d = &m->dispatch[moe_map(m, l)];
     if ((rc = aa_moe_dispatch_plan(d, r->offsets)) || (rc = aa_moe_dispatch(d, v.xl, v.xp, C)))
       return aa_error_wrap(rc, "block %d", l);
     aa_cpu_moe_experts_forward(v.yl, v.h, v.act, v.xl, WK(EXPW13), WK(EXPW2), d->offsets, d->El, C, Fe);
@@ -1230,7 +1238,7 @@ static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *do
   const aa_moe_t *mo = &m->arch.moe;
   const int N = m->B * m->T, C = m->d.C, E = mo->experts, Fe = mo->d_ff_expert, k = mo->top_k;
   const moe_view_t v = moe_view(m, l);
-  const aa_moe_route_t *r = &m->routes[l];
+  const aa_moe_route_t *r = &m->routes[moe_map(m, l)];
   const size_t rows = (size_t)r->rows;
 #define G(k) role_at(m, g, l, k)
   op->memset0(a->moe_dyp, rows * C * sizeof(float));
@@ -1240,7 +1248,7 @@ static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *do
   if (m->ep > 1) {
     /* The forward's moves in reverse: the rows' output gradients to the
      * experts' ranks (dispatch), their input gradients back (combine). */
-    aa_moe_dispatch_t *d = &m->dispatch[l];
+    aa_moe_dispatch_t *d = &m->dispatch[moe_map(m, l)];
     int rc = aa_moe_dispatch(d, a->moe_dyl, a->moe_dyp, C);
     if (rc) return aa_error_wrap(rc, "block %d backward", l);
     op->memset0(a->moe_dxl, (size_t)d->rows * C * sizeof(float));
@@ -1731,6 +1739,7 @@ static void stage_select(aa_gpt_t *m, int c, int slot, int in) {
   a->inputs = a->inputs_all + (m->pipe.first && c == 0 ? (size_t)in * m->B * m->T : 0);
   a->stash = m->pipe.last && c == m->pipe.vpp - 1 ? at(base, a->stash_off) : NULL;
   a->dres = a->dres_ws;
+  m->moe_slot = slot;
 }
 
 static int stage_check(const aa_gpt_t *m, int c, int slot, int in) {
@@ -1754,6 +1763,9 @@ int aa_gpt_stage_forward(aa_gpt_t *m, int c, int slot, int in, const int32_t *in
     return rc;
   outer_weights_t ow;
   if ((rc = pass_begin(m, &ow))) return rc;
+  /* Every stage's MoE blocks add their aux and z losses to the training
+   * loss: their backward scales them as the last stage's head does. */
+  if (train) m->moe_dloss = grad_scale;
   const int lo = m->pipe.lo[c];
   float *x;
   if (first) {

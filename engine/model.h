@@ -330,11 +330,16 @@ struct aa_gpt {
    * last forward, the fewest and the most rows any expert computed and the
    * slots dropped (the training log's). moe_dloss: the derivative of the
    * training loss with respect to moe_loss in the backward under way (its
-   * grad_scale). */
+   * grad_scale). A pipeline stage keeps one routing map per activation
+   * slot (its micro-batches in flight, pipe.slots; route_sets of them,
+   * n_layer entries each, only its own MoE blocks allocated) and reads
+   * slot moe_slot's, which the stage pass selects. */
   aa_moe_route_t *routes;
   /* Under expert parallelism (ep > 1), each MoE block's token dispatcher
-   * over opts.expert (moe_dispatch.h), whose plan the backward reuses. */
+   * over opts.expert (moe_dispatch.h), whose plan the backward reuses; one
+   * per routing map. */
   aa_moe_dispatch_t *dispatch;
+  int route_sets, moe_slot;
   float moe_loss;
   aa_moe_stats_t moe_stats;
   float moe_dloss;

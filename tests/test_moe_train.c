@@ -30,6 +30,7 @@
 #include "engine/data.h"
 #include "engine/model.h"
 #include "engine/train.h"
+#include "strategies/layout.h"
 #include "strategies/sizes.h"
 
 #define STEPS 10
@@ -80,7 +81,23 @@ typedef struct {
   aa_dtype_t amp;       /* AA_F32 (0) or a 16-bit type */
   aa_ckpt_mode_t ckpt;  /* activation checkpointing */
   int kv, global_batch; /* the spec's n_kv_head and global batch (0: 2 and 8) */
+  int pp;               /* pipeline stages (0, 1: none), 1F1B; the ranks are dp x pp */
 } cfg_t;
+
+/* The ranks of run c (0: one process, no group). */
+static int ranks_of(const cfg_t *c) { return (c->dp ? c->dp : 1) * (c->pp > 1 ? c->pp : 1); }
+
+/* c's strategy (unresolved). */
+static void cfg_strategy(const cfg_t *c, aa_strategy_t *st) {
+  aa_strategy_default(st);
+  st->degree[AA_AXIS_DATA] = c->dp ? c->dp : 1;
+  st->degree[AA_AXIS_PIPELINE] = c->pp > 1 ? c->pp : 1;
+  st->ep = c->ep;
+  st->zero = c->zero;
+  st->micro_batch = c->micro_batch;
+  st->amp = c->amp;
+  st->ckpt = c->ckpt;
+}
 
 /* Run c's spec. */
 static int run_spec(aa_model_spec_t *s, const cfg_t *c) {
@@ -103,13 +120,13 @@ static int rank_main(const void *data, int rank) {
   char dir[600], rdv_path[700], path[700];
   snprintf(dir, sizeof dir, "%s/%s", tmpdir, c->out);
   aa_comm_t *comm = NULL;
-  if (c->dp) {
+  if (ranks_of(c) > 1) {
     snprintf(rdv_path, sizeof rdv_path, "%s/rdv", dir);
     FILE *f = fopen(rdv_path, "r");
     char rdv[AA_RENDEZVOUS_MAX] = "";
     if (!f || !fgets(rdv, sizeof rdv, f)) return 2;
     fclose(f);
-    if (aa_comm_init(&comm, rdv, rank, c->dp, NULL)) {
+    if (aa_comm_init(&comm, rdv, rank, ranks_of(c), NULL)) {
       fprintf(stderr, "rank %d: %s\n", rank, aa_last_error());
       return 2;
     }
@@ -117,13 +134,7 @@ static int rank_main(const void *data, int rank) {
   aa_model_spec_t s;
   if (run_spec(&s, c)) return 2;
   aa_strategy_t st;
-  aa_strategy_default(&st);
-  st.degree[AA_AXIS_DATA] = c->dp ? c->dp : 1;
-  st.ep = c->ep;
-  st.zero = c->zero;
-  st.micro_batch = c->micro_batch;
-  st.amp = c->amp;
-  st.ckpt = c->ckpt;
+  cfg_strategy(c, &st);
   char losses[700], logpath[700];
   snprintf(losses, sizeof losses, "%s/losses", dir);
   snprintf(logpath, sizeof logpath, "%s/log.%d", dir, rank);
@@ -162,7 +173,7 @@ static void run(const cfg_t *c, run_t *r) {
     r->loss[i] = r->norm[i] = NAN;
   for (int i = 0; i < RANKS_MAX; i++)
     r->val_loss[i] = NAN;
-  if (c->dp) {
+  if (ranks_of(c) > 1) {
     char rdv[AA_RENDEZVOUS_MAX];
     CHECK(aa_rendezvous_new(rdv, sizeof rdv, "shm", "test_moe_train") == 0);
     snprintf(path, sizeof path, "%s/rdv", dir);
@@ -171,7 +182,7 @@ static void run(const cfg_t *c, run_t *r) {
     if (f) fclose(f);
   }
   double exit_time[RANKS_MAX];
-  int n = c->dp ? c->dp : 1;
+  int n = ranks_of(c);
   aa_gang_fork(c->out, n, rank_main, c, r->status, exit_time);
   snprintf(path, sizeof path, "%s/log.0", dir);
   FILE *f = fopen(path, "r");
@@ -218,20 +229,19 @@ static void check_sizes(const char *what, const cfg_t *c, const run_t *r) {
   aa_model_spec_t s;
   if (run_spec(&s, c)) return;
   aa_strategy_t st;
-  aa_strategy_default(&st);
-  st.degree[AA_AXIS_DATA] = c->dp ? c->dp : 1;
-  st.ep = c->ep;
-  st.zero = c->zero;
-  st.micro_batch = c->micro_batch;
-  st.amp = c->amp;
-  st.ckpt = c->ckpt;
-  CHECK_MSG(aa_strategy_resolve(&st, &s, st.degree[AA_AXIS_DATA]) == 0, "%s", aa_last_error());
-  size_t want[AA_MEM_NKINDS];
-  CHECK(aa_sizes_rank(&s.arch, &st, aa_strategy_accum_steps(&st, &s), 0, want) == 0);
-  for (int i = 0; i < (c->dp ? c->dp : 1); i++)
+  cfg_strategy(c, &st);
+  CHECK_MSG(aa_strategy_resolve(&st, &s, ranks_of(c)) == 0, "%s", aa_last_error());
+  for (int i = 0; i < ranks_of(c); i++) {
+    /* A pipeline rank's figures are its stage's. */
+    aa_layout_t at;
+    size_t want[AA_MEM_NKINDS];
+    CHECK(aa_layout_of(&at, &st, i) == 0);
+    CHECK(aa_sizes_rank(&s.arch, &st, aa_strategy_accum_steps(&st, &s), at.coord[AA_AXIS_PIPELINE], want) ==
+          0);
     for (int k = 0; k < AA_MEM_NKINDS; k++)
       CHECK_MSG(r->peak[i][k] == want[k], "%s rank %d %s: accounted %zu, sizes.h %zu", what, i,
                 aa_mem_kind_name(k), r->peak[i][k], want[k]);
+  }
 }
 
 /* dp 2 at ZeRO 0, 1 and 3 (the MoE blocks' units sharded and gathered like
@@ -320,10 +330,10 @@ AA_TEST(the_log_reports_tokens_per_expert_and_dropped_slots) {
 }
 
 /* What the engine does not compute for an MoE model is refused by name
- * when the model is built: a pipeline place (tensor and context
- * parallelism take the same path; the CLI test runs a tp 2 strategy) and
- * a backend other than the CPU's (here a copy of its table under another
- * name). */
+ * when the model is built: a backend other than the CPU's (here a copy of
+ * its table under another name); tensor and context parallelism take the
+ * same path (the CLI test runs a tp 2 strategy). A pipeline place is no
+ * longer refused: it keeps a routing map per activation slot. */
 AA_TEST(the_engine_refuses_what_it_does_not_compute_for_moe_by_name) {
   aa_model_spec_t s;
   if (moe_spec(&s, 0)) return;
@@ -336,15 +346,13 @@ AA_TEST(the_engine_refuses_what_it_does_not_compute_for_moe_by_name) {
                 strstr(aa_last_error(),
                        "model.moe: the other backend does not compute mixture-of-experts layers yet"),
             "%d %s", rc, aa_last_error());
+  /* A pipeline stage builds (it routes its own micro-batches). */
   aa_pp_place_t pp = {
-      .pp = 2, .vpp = 1, .lo = {0}, .hi = {1}, .first = 1, .slots = 1, .act_bufs = 1, .grad_bufs = 1};
+      .pp = 2, .vpp = 1, .lo = {0}, .hi = {1}, .first = 1, .slots = 2, .act_bufs = 1, .grad_bufs = 1};
   o.pipe = &pp;
   rc = aa_gpt_create(&m, &s.arch, aa_ops_cpu(), 2, 16, &o);
-  CHECK_MSG(rc == AA_EUNSUPPORTED &&
-                strstr(aa_last_error(), "model.moe: mixture-of-experts layers train on one "
-                                        "process, data or expert parallel; pipeline parallelism "
-                                        "with them is not supported yet"),
-            "%d %s", rc, aa_last_error());
+  CHECK_MSG(rc == 0 && m->route_sets == 2, "%d %s", rc, aa_last_error());
+  aa_gpt_free(m);
 }
 
 /* Activation checkpointing changes what is kept, not what is computed: an
@@ -457,13 +465,14 @@ static void ep_equivalence(const cfg_t *c, double tol) {
   cfg_t sc = *c;
   sc.dp = 0;
   sc.ep = 0;
+  sc.pp = 0;
   sc.out = single_out;
   run_t ref, r;
   run(&sc, &ref);
   CHECK_MSG(aa_gang_exited_ok(ref.status[0]) && isfinite(ref.loss[STEPS]), "%s failed", single_out);
   run(c, &r);
   int ok = 1;
-  for (int i = 0; i < c->dp; i++)
+  for (int i = 0; i < ranks_of(c); i++)
     ok &= aa_gang_exited_ok(r.status[i]);
   CHECK_MSG(ok, "%s: a rank failed", c->out);
   if (!ok) return;
@@ -477,7 +486,7 @@ static void ep_equivalence(const cfg_t *c, double tol) {
     if (!(d <= worst)) worst = d;
     if (!(dn <= worst_norm)) worst_norm = dn;
   }
-  for (int i = 0; i < c->dp; i++)
+  for (int i = 0; i < ranks_of(c); i++)
     CHECK_MSG(fabs(r.val_loss[i] - ref.val_loss[0]) <= tol * ref.val_loss[0], "%s rank %d: val %.9g vs %.9g",
               c->out, i, r.val_loss[i], ref.val_loss[0]);
   /* The final checkpoint (replica 0's gather of the expert slices) holds
@@ -493,6 +502,20 @@ static void ep_equivalence(const cfg_t *c, double tol) {
       "  %s: max relative loss difference %.2e, norm %.1e (loss %.5f at step %d), dropped %d; final weights "
       "%.2e\n",
       c->out, worst, worst_norm, r.loss[STEPS], STEPS, r.dropped, dw);
+}
+
+/* Pipeline parallelism: each stage routes its micro-batches through its
+ * own MoE blocks, keeping one routing map per micro-batch in flight (1F1B
+ * holds two on stage 0 here), and adds their aux and z losses into the
+ * step's loss, which the pipeline group sums; so the run differs from one
+ * process only in the order of fp32 sums (the loss is summed across
+ * stages in float): the ep tests' bounds. pp 2 alone (2 ranks), and
+ * pp 2 x dp 2 with the expert group of 2 inside each stage (4 ranks). */
+AA_TEST(pp2_matches_the_single_process) {
+  ep_equivalence(&(cfg_t){.dp = 1, .pp = 2, .micro_batch = 4, .out = "pp2"}, REL_TOL);
+}
+AA_TEST(ep2_with_pp2_matches_the_single_process) {
+  ep_equivalence(&(cfg_t){.dp = 2, .ep = 2, .pp = 2, .micro_batch = 4, .out = "pp2.ep2"}, REL_TOL);
 }
 
 AA_TEST(ep2_over_dp2_matches_the_single_process) {
@@ -662,6 +685,8 @@ int main(void) {
   RUN(a_checkpoint_resumes_an_moe_run_bit_identically);
   RUN(every_checkpointing_mode_gives_the_same_losses_bit_for_bit);
   RUN(dp2_in_bf16_and_fp16_matches_the_single_process);
+  RUN(pp2_matches_the_single_process);
+  RUN(ep2_with_pp2_matches_the_single_process);
   RUN(ep2_over_dp2_matches_the_single_process);
   RUN(ep2_over_dp4_two_expert_groups_match_the_single_process);
   RUN(ep4_over_dp4_top1_matches_the_single_process);

@@ -155,7 +155,7 @@ expect 0 "^exported [0-9]+ parameters from $tmp/moe-ep2/final\.ckpt to $tmp/moe-
 cat >"$tmp/tp2.json" <<'JSON'
 {"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 2}, "micro_batch": 4}
 JSON
-expect 1 "model\.moe: mixture-of-experts layers train on one process, data or expert parallel; tensor parallelism with them is not supported yet" \
+expect 1 "model\.moe: mixture-of-experts layers train on one process, data, expert or pipeline parallel; tensor parallelism with them is not supported yet" \
   "$AA" train "$tmp/moe.json" --out "$tmp/moe-tp2" --strategy "$tmp/tp2.json" --threads 2
 
 echo "$pass passed, $fail failed"
