@@ -88,6 +88,7 @@ struct aa_acts {
    * buffers (offsets from block_store_t moe). */
   float *moe_dxp, *moe_dyp, *moe_dweight, *moe_dlogits;
   float *moe_dxl, *moe_dyl; /* ep > 1: the gradients of the rows the rank's experts computed */
+  float *moe_dx;            /* sequence parallelism: an MoE block's whole input gradient */
   char *ws_moe; /* where a fully checkpointed MoE block is recomputed */
   aa_moe_acts_t moe_off;
   size_t host_bytes; /* the routing maps' bytes, counted as activations */
@@ -200,8 +201,8 @@ static void llama_table(table_t *tb, const aa_arch_t *a, const aa_tp_dims_t *d, 
   char n[32];
   add_tensor(tb, "wte", -1, d->Vl, C, a->vocab_size, C, ROWS, vlo, vvalid);
   for (int l = 0; l < a->n_layer; l++) {
-    /* An MoE block (whole on every rank: the engine refuses tensor
-     * parallelism for it): its attention half as a dense block's, then
+    /* An MoE block (whole on every tensor rank: expert_tensor_parallel_size
+     * 1, the router and experts replicated): its attention half as a dense block's, then
      * router.w (E,C), experts.w13 (E 2Fe,C) = per expert [w1; w3],
      * experts.w2 (E C,Fe), and with shared experts shared.w13 (S 2Fe,C)
      * and shared.w2 (S C,Fe) (kernels/cpu/cpu_moe.h's layouts), and
@@ -421,6 +422,7 @@ static void carve(aa_acts_t *a, const aa_act_layout_t *l, const aa_act_block_t *
   a->moe_dlogits = at(ws, l->moe_dlogits);
   a->moe_dxl = at(ws, l->moe_dxl);
   a->moe_dyl = at(ws, l->moe_dyl);
+  a->moe_dx = at(ws, l->moe_dx);
   a->ws_moe = at(ws, l->ws_moe);
   memcpy(a->off, blocks, (size_t)n_layer * sizeof *blocks);
   a->slot_bytes = l->slot_bytes;
@@ -504,14 +506,10 @@ static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_o
     return aa_error(AA_EINVAL, "expert parallel degree %d: the model has %d experts, which it must divide",
                     ep, a->moe.experts);
   if (!a->moe.experts) return 0;
-  const char *axis = o->tensor && aa_comm_world(o->tensor) > 1     ? "tensor"
-                     : o->context && aa_comm_world(o->context) > 1 ? "context"
-                                                                   : NULL;
-  if (axis)
+  if (o->context && aa_comm_world(o->context) > 1)
     return aa_error(AA_EUNSUPPORTED,
-                    "model.moe: mixture-of-experts layers train on one process, data, expert or pipeline "
-                    "parallel; %s parallelism with them is not supported yet",
-                    axis);
+                    "model.moe: mixture-of-experts layers train on one process, data, expert, pipeline or "
+                    "tensor parallel; context parallelism with them is not supported yet");
   if (ops != aa_ops_cpu())
     return aa_error(AA_EUNSUPPORTED,
                     "model.moe: the %s backend does not compute mixture-of-experts layers yet (the cpu "
@@ -1322,8 +1320,18 @@ static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, blo
   norm_forward(m, f[F_LN2], st + S_LN2M * Ns, st + S_LN2R * Ns, f[F_RES2], WK(LN2W), WK(LN2B), Ns);
   OUT(F_LN2, NsC);
   if (aa_arch_is_moe_layer(&m->arch, l)) {
-    /* One process or data parallel (moe_supported): Ns is N. */
-    if ((rc = moe_forward(m, l, f[F_RES3], f[F_LN2], w, keep))) return rc;
+    /* Under tensor parallelism (expert_tensor_parallel_size 1) every
+     * tensor rank routes the same tokens through the same whole experts
+     * and gets the same output: nothing to reduce. Under sequence
+     * parallelism the tokens are gathered first and the rank keeps its own
+     * rows of the output. */
+    if (!m->sp) {
+      if ((rc = moe_forward(m, l, f[F_RES3], f[F_LN2], w, keep))) return rc;
+    } else {
+      if ((rc = column_input(m, f[F_LN2], &in)) || (rc = moe_forward(m, l, m->acts->partial, in, w, keep)))
+        return rc;
+      op->rows_copy(f[F_RES3], C, m->acts->partial + (size_t)m->tp_rank * NsC, C, Ns, C);
+    }
   } else {
     if ((rc = column_input(m, f[F_LN2], &in))) return rc;
     op->matmul_forward(f[F_FCH], in, WK(FCW), WK(FCB), N, C, m->d.FH);
@@ -1600,7 +1608,17 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
      * to res2, and each branch's input gradient is accumulated onto it. A
      * row-parallel layer reads the whole output gradient. */
     if (aa_arch_is_moe_layer(&m->arch, l)) {
-      if ((rc = moe_backward(m, l, a->dln, gb, a->dres, f[F_LN2], w))) return rc;
+      /* The same on every tensor rank (block_forward); under sequence
+       * parallelism from the gathered tokens and output gradient, the
+       * rank's rows of the whole input gradient kept. */
+      if (!m->sp) {
+        if ((rc = moe_backward(m, l, a->dln, gb, a->dres, f[F_LN2], w))) return rc;
+      } else {
+        if ((rc = sp_gather(m, a->partial, a->dres)) || (rc = column_input(m, f[F_LN2], &in)) ||
+            (rc = moe_backward(m, l, a->moe_dx, gb, a->partial, in, w)))
+          return rc;
+        op->rows_copy(a->dln, C, a->moe_dx + (size_t)m->tp_rank * NsC, C, Ns, C);
+      }
       rnd(m, NULL, a->dln, NsC);
     } else {
       if ((rc = column_input(m, a->dres, &dout))) return rc;

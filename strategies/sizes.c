@@ -443,6 +443,9 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
       o->moe_dxl = take(&ws, ma.rows * C * f4);
       o->moe_dyl = take(&ws, ma.rows * C * f4);
     }
+    /* Under sequence parallelism an MoE block computes on the gathered
+     * tokens (every tensor rank the same), its input gradient whole too. */
+    if (sp) o->moe_dx = take(&ws, N * C * f4);
     o->host = (size_t)moe_blocks * ma.route_bytes;
     /* A fully checkpointed MoE block keeps nothing: its recompute needs
      * one block's MoE buffers, shared by every such block. */

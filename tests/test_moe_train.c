@@ -81,17 +81,22 @@ typedef struct {
   aa_dtype_t amp;       /* AA_F32 (0) or a 16-bit type */
   aa_ckpt_mode_t ckpt;  /* activation checkpointing */
   int kv, global_batch; /* the spec's n_kv_head and global batch (0: 2 and 8) */
-  int pp;               /* pipeline stages (0, 1: none), 1F1B; the ranks are dp x pp */
+  int pp;               /* pipeline stages (0, 1: none), 1F1B */
+  int tp, sp;           /* tensor ranks (0, 1: none), sequence parallelism; the ranks are dp x tp x pp */
 } cfg_t;
 
 /* The ranks of run c (0: one process, no group). */
-static int ranks_of(const cfg_t *c) { return (c->dp ? c->dp : 1) * (c->pp > 1 ? c->pp : 1); }
+static int ranks_of(const cfg_t *c) {
+  return (c->dp ? c->dp : 1) * (c->pp > 1 ? c->pp : 1) * (c->tp > 1 ? c->tp : 1);
+}
 
 /* c's strategy (unresolved). */
 static void cfg_strategy(const cfg_t *c, aa_strategy_t *st) {
   aa_strategy_default(st);
   st->degree[AA_AXIS_DATA] = c->dp ? c->dp : 1;
   st->degree[AA_AXIS_PIPELINE] = c->pp > 1 ? c->pp : 1;
+  st->degree[AA_AXIS_TENSOR] = c->tp > 1 ? c->tp : 1;
+  st->sp = c->sp;
   st->ep = c->ep;
   st->zero = c->zero;
   st->micro_batch = c->micro_batch;
@@ -466,6 +471,8 @@ static void ep_equivalence(const cfg_t *c, double tol) {
   sc.dp = 0;
   sc.ep = 0;
   sc.pp = 0;
+  sc.tp = 0;
+  sc.sp = 0;
   sc.out = single_out;
   run_t ref, r;
   run(&sc, &ref);
@@ -516,6 +523,20 @@ AA_TEST(pp2_matches_the_single_process) {
 }
 AA_TEST(ep2_with_pp2_matches_the_single_process) {
   ep_equivalence(&(cfg_t){.dp = 2, .ep = 2, .pp = 2, .micro_batch = 4, .out = "pp2.ep2"}, REL_TOL);
+}
+
+/* Tensor parallelism with expert_tensor_parallel_size 1: the attention
+ * split as for a dense block, the MoE block whole on every tensor rank,
+ * which routes the same tokens (under sequence parallelism gathered first)
+ * and computes the same expert outputs, so no sum is added but the
+ * attention's: the ep tests' bounds. tp 2 with and without sequence
+ * parallelism, and tp 2 x dp 2 with an expert group of 2 per tensor rank. */
+AA_TEST(tp2_matches_the_single_process) {
+  ep_equivalence(&(cfg_t){.dp = 1, .tp = 2, .micro_batch = 4, .out = "tp2"}, REL_TOL);
+  ep_equivalence(&(cfg_t){.dp = 1, .tp = 2, .sp = 1, .micro_batch = 4, .out = "tp2.sp"}, REL_TOL);
+}
+AA_TEST(ep2_with_tp2_matches_the_single_process) {
+  ep_equivalence(&(cfg_t){.dp = 2, .ep = 2, .tp = 2, .micro_batch = 4, .out = "tp2.ep2"}, REL_TOL);
 }
 
 AA_TEST(ep2_over_dp2_matches_the_single_process) {
@@ -687,6 +708,8 @@ int main(void) {
   RUN(dp2_in_bf16_and_fp16_matches_the_single_process);
   RUN(pp2_matches_the_single_process);
   RUN(ep2_with_pp2_matches_the_single_process);
+  RUN(tp2_matches_the_single_process);
+  RUN(ep2_with_tp2_matches_the_single_process);
   RUN(ep2_over_dp2_matches_the_single_process);
   RUN(ep2_over_dp4_two_expert_groups_match_the_single_process);
   RUN(ep4_over_dp4_top1_matches_the_single_process);

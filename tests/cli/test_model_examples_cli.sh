@@ -152,11 +152,17 @@ expect 0 "^expert parallel: 2 ranks an expert group \(shm\), each holding 2 of t
 # slices): it exports like one process's.
 expect 0 "^exported [0-9]+ parameters from $tmp/moe-ep2/final\.ckpt to $tmp/moe-ep2\.safetensors \(41 tensors, F32\)$" \
   "$AA" export "$tmp/moe-ep2/final.ckpt" --model "$tmp/moe.json" --out "$tmp/moe-ep2.safetensors"
+# Tensor parallelism (expert_tensor_parallel_size 1: every tensor rank
+# computes the same whole experts) trains; context parallelism is refused.
 cat >"$tmp/tp2.json" <<'JSON'
 {"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 2}, "micro_batch": 4}
 JSON
-expect 1 "model\.moe: mixture-of-experts layers train on one process, data, expert or pipeline parallel; tensor parallelism with them is not supported yet" \
-  "$AA" train "$tmp/moe.json" --out "$tmp/moe-tp2" --strategy "$tmp/tp2.json" --threads 2
+expect 0 "" "$AA" train "$tmp/moe.json" --out "$tmp/moe-tp2" --devices cpu:2 --strategy "$tmp/tp2.json" --threads 2
+cat >"$tmp/cp2.json" <<'JSON'
+{"format": "autoaccel-strategy", "version": 1, "parallel": {"context": 2}, "micro_batch": 4}
+JSON
+expect 1 "model\.moe: mixture-of-experts layers train on one process, data, expert, pipeline or tensor parallel; context parallelism with them is not supported yet" \
+  "$AA" train "$tmp/moe.json" --out "$tmp/moe-cp2" --devices cpu:2 --strategy "$tmp/cp2.json" --threads 2
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
