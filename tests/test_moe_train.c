@@ -464,6 +464,9 @@ static double ckpt_diff(const char *a, const char *b, const cfg_t *c) {
   return d;
 }
 
+/* The bound on the final weights' relative difference (0: 10 tol). */
+static double weight_tol;
+
 static void ep_equivalence(const cfg_t *c, double tol) {
   char single_out[64];
   snprintf(single_out, sizeof single_out, "%s.single", c->out);
@@ -502,8 +505,8 @@ static void ep_equivalence(const cfg_t *c, double tol) {
   snprintf(a, sizeof a, "%s/%s/final.ckpt", tmpdir, c->out);
   snprintf(b, sizeof b, "%s/%s/final.ckpt", tmpdir, single_out);
   double dw = ckpt_diff(a, b, c);
-  CHECK_MSG(dw <= 10 * tol, "%s: final weights differ from the single process's by %.3g (relative)", c->out,
-            dw);
+  CHECK_MSG(dw <= (weight_tol > 0 ? weight_tol : 10 * tol),
+            "%s: final weights differ from the single process's by %.3g (relative)", c->out, dw);
   fprintf(
       stderr,
       "  %s: max relative loss difference %.2e, norm %.1e (loss %.5f at step %d), dropped %d; final weights "
@@ -523,6 +526,39 @@ AA_TEST(pp2_matches_the_single_process) {
 }
 AA_TEST(ep2_with_pp2_matches_the_single_process) {
   ep_equivalence(&(cfg_t){.dp = 2, .ep = 2, .pp = 2, .micro_batch = 4, .out = "pp2.ep2"}, REL_TOL);
+  /* ... at ZeRO 1 (the expert slices' state sharded over nothing: the
+   * expert-data group is one rank) and recomputing every block (full
+   * checkpointing: the recompute routes into the slot's map again). */
+  ep_equivalence(&(cfg_t){.dp = 2,
+                          .ep = 2,
+                          .pp = 2,
+                          .zero = 1,
+                          .ckpt = AA_CKPT_FULL,
+                          .micro_batch = 4,
+                          .out = "pp2.ep2.z1.full"},
+                 REL_TOL);
+}
+/* Both axes at once, in bf16 with sequence parallelism and full
+ * checkpointing: tp 2 x pp 2 (4 ranks), the amp bound on the losses. The
+ * final weights get a looser bound than ep's: tensor parallelism splits the
+ * attention's projection sum, so the 16-bit activations round differently
+ * from one process's (ep and pp leave the dense sums alone), and AdamW
+ * moves a weight by up to lr a step whatever its gradient's size, so a
+ * near-zero expert gradient whose sign differs moves that weight by up to
+ * 2 lr = 6e-3 (measured: 3.8e-3, one element of h1.experts.w13, at tp 2 in
+ * bf16 with or without pp and sp; 7e-6 in fp32). */
+AA_TEST(tp2_with_pp2_in_bf16_matches_the_single_process) {
+  weight_tol = 6e-3;
+  ep_equivalence(&(cfg_t){.dp = 1,
+                          .tp = 2,
+                          .sp = 1,
+                          .pp = 2,
+                          .amp = AA_BF16,
+                          .ckpt = AA_CKPT_FULL,
+                          .micro_batch = 4,
+                          .out = "tp2.pp2.bf16"},
+                 1e-4);
+  weight_tol = 0;
 }
 
 /* Tensor parallelism with expert_tensor_parallel_size 1: the attention
@@ -709,6 +745,7 @@ int main(void) {
   RUN(pp2_matches_the_single_process);
   RUN(ep2_with_pp2_matches_the_single_process);
   RUN(tp2_matches_the_single_process);
+  RUN(tp2_with_pp2_in_bf16_matches_the_single_process);
   RUN(ep2_with_tp2_matches_the_single_process);
   RUN(ep2_over_dp2_matches_the_single_process);
   RUN(ep2_over_dp4_two_expert_groups_match_the_single_process);
