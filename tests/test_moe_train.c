@@ -727,6 +727,43 @@ AA_TEST(an_ep_checkpoint_resumes_at_ep2_and_in_one_process_and_back) {
               "from dp2: step %d loss %.9g vs %.9g", s, r.loss[s], dp.loss[s]);
 }
 
+/* Checkpoints written under pipeline and tensor parallelism resume: a
+ * pp 2 run's (one file per stage and a manifest) and a pp 2 x dp 2 x ep 2
+ * and tp 2 x dp 2 x ep 2 run's (whole-model files) at step 5, each
+ * resumed in its own layout bit for bit and in one process within the
+ * equivalence bound. */
+AA_TEST(pp_and_tp_checkpoints_resume_in_their_layout_and_in_one_process) {
+  static const cfg_t layouts[] = {{.dp = 1, .pp = 2, .micro_batch = 4, .out = "ppck.pp2"},
+                                  {.dp = 2, .ep = 2, .pp = 2, .micro_batch = 4, .out = "ppck.pp2.ep2"},
+                                  {.dp = 2, .ep = 2, .tp = 2, .micro_batch = 4, .out = "ppck.tp2.ep2"}};
+  for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+    char ckpt[700], out[64];
+    run_t full, r;
+    cfg_t c = layouts[i];
+    c.checkpoint_every = 5;
+    run(&c, &full);
+    CHECK_MSG(aa_gang_exited_ok(full.status[0]) && isfinite(full.loss[STEPS]), "%s failed", c.out);
+    snprintf(ckpt, sizeof ckpt, "%s/%s/step_000005.ckpt", tmpdir, c.out);
+    for (int single = 0; single < 2; single++) {
+      cfg_t rc = layouts[i];
+      snprintf(out, sizeof out, "%s.%s", c.out, single ? "single" : "same");
+      if (single) rc = (cfg_t){.micro_batch = 4};
+      rc.out = out;
+      rc.resume = ckpt;
+      run(&rc, &r);
+      CHECK_MSG(aa_gang_exited_ok(r.status[0]), "%s failed", out);
+      double worst = 0, tol = single ? REL_TOL : 0;
+      for (int s = 6; s <= STEPS; s++) {
+        double d = fabs(r.loss[s] - full.loss[s]) / fabs(full.loss[s]);
+        CHECK_MSG(d <= tol, "%s: step %d loss %.9g resumed, %.9g uninterrupted", out, s, r.loss[s],
+                  full.loss[s]);
+        if (!(d <= worst)) worst = d;
+      }
+      fprintf(stderr, "  %s: max relative loss difference %.2e over steps 6-%d\n", out, worst, STEPS);
+    }
+  }
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/aa_test_moe_train_XXXXXX");
   if (!mkdtemp(tmpdir)) return 1;
@@ -759,6 +796,7 @@ int main(void) {
   RUN(ep2_over_dp4_in_bf16_matches_the_single_process_at_zero_1_and_3);
   RUN(an_ep2_zero2_checkpoint_resumes_in_one_process_and_at_zero_3);
   RUN(an_ep_checkpoint_resumes_at_ep2_and_in_one_process_and_back);
+  RUN(pp_and_tp_checkpoints_resume_in_their_layout_and_in_one_process);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
