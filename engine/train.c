@@ -142,7 +142,7 @@ static int pipeline_eval(trainer_t *t, float *loss) {
     if (vs > 0 && (rc = aa_comm_recv(pg, aa_gpt_stage_input(m, 0), n, t->strat.amp, (vs - 1) % pp))) break;
     if ((rc = aa_gpt_stage_forward(m, c, 0, 0, t->inputs, t->targets, 0, 0, &l))) break;
     if (vs < S - 1) rc = aa_comm_send(pg, aa_gpt_send_buf(m), n, t->strat.amp, (vs + 1) % pp);
-    if (vs == S - 1) *loss = l;
+    *loss += vs == S - 1 ? l : m->moe_loss; /* every chunk's MoE losses, as in pipeline_step */
   }
   return rc ? aa_error_wrap(rc, "validation through the pipeline") : 0;
 }
@@ -163,7 +163,7 @@ static int evaluate(trainer_t *t, float *out) {
     if (i % accum == accum - 1) loader_slice(t, &l, 0);
   }
   *out = (float)(sum / (double)n);
-  /* Only the last pipeline stage saw the losses. */
+  /* Only the last pipeline stage saw the token losses; each stage its MoE blocks'. */
   if (t->pp > 1 && (rc = aa_gpt_pipeline_sum(t->model, out, 1))) return rc;
   return global_mean(t, out);
 }
@@ -517,10 +517,24 @@ static void print_memory(FILE *f, const aa_mem_t *mem) {
   fprintf(f, " peak total %s\n", aa_mem_fmt(b, mem->peak_total));
 }
 
+/* Adds a micro-batch's MoE statistics into the step's (first: the step's
+ * first, which starts them). */
+static void moe_stats_add(aa_moe_stats_t *step, const aa_moe_stats_t *mb, int first) {
+  if (first) {
+    *step = *mb;
+    return;
+  }
+  if (mb->min_tokens < step->min_tokens) step->min_tokens = mb->min_tokens;
+  if (mb->max_tokens > step->max_tokens) step->max_tokens = mb->max_tokens;
+  step->dropped += mb->dropped;
+}
+
 /* The pipeline's part of a step (pp > 1): the plan's operations in its
  * order, micro-batch mb's tokens at step_inputs/step_targets + mb B T;
  * then the tied embedding's two copies get the sum of their gradients,
- * and every stage the mean loss, which only the last one computed. Time
+ * and every stage the mean loss: the last one's token losses plus every
+ * stage's MoE aux and z losses (the statistics in t->moe are the rank's
+ * own MoE blocks'). Time
  * goes to the kinds of train.h: a send's to the pipeline's communication;
  * a receive's is left to the bubble, the step's remainder. */
 static int pipeline_step(trainer_t *t, double scale, float *loss) {
@@ -531,7 +545,7 @@ static int pipeline_step(trainer_t *t, double scale, float *loss) {
   const size_t n = aa_gpt_stream_numel(m);
   const float grad_scale = (float)(scale / t->accum);
   double sum = 0;
-  int rc = 0, i;
+  int rc = 0, i, forwards = 0;
   /* A receive's time is not counted here: the bubble is what the step
    * spends in none of the kinds (aa_train), and it is mostly receives. */
   static const int kind_of[] = {[AA_PP_RECV_ACT] = -1, [AA_PP_FORWARD] = AA_TIME_FORWARD,
@@ -546,7 +560,10 @@ static int pipeline_step(trainer_t *t, double scale, float *loss) {
     case AA_PP_FORWARD:
       rc = aa_gpt_stage_forward(m, o->chunk, o->slot, o->in, t->step_inputs + (size_t)o->mb * N,
                                 t->step_targets + (size_t)o->mb * N, 1, grad_scale, &l);
-      if (o->chunk * t->pp + t->stage == S - 1) sum += l;
+      /* The last chunk's loss has its MoE blocks' aux and z losses in it;
+       * every other chunk adds its own (0 for a dense model). */
+      sum += o->chunk * t->pp + t->stage == S - 1 ? l : m->moe_loss;
+      if (!rc && m->arch.moe.experts) moe_stats_add(&t->moe, &m->moe_stats, !forwards++);
       break;
     case AA_PP_SEND_ACT: rc = aa_comm_send(pg, aa_gpt_send_buf(m), n, t->strat.amp, o->peer); break;
     case AA_PP_RECV_GRAD: rc = aa_comm_recv(pg, aa_gpt_grad_buf(m, o->gin), n, AA_F32, o->peer); break;
@@ -570,7 +587,7 @@ static int pipeline_step(trainer_t *t, double scale, float *loss) {
     if ((rc = m->ops->sync()) || (rc = aa_comm_all_reduce(t->embed, g, g, cnt, AA_F32, AA_COMM_SUM)))
       return aa_error_wrap(rc, "summing the tied embedding's gradients of the first and last stage");
   }
-  *loss = t->stage == (S - 1) % t->pp ? (float)(sum / t->accum) : 0;
+  *loss = (float)(sum / t->accum);
   rc = aa_gpt_pipeline_sum(m, loss, 1);
   t->step_time[AA_TIME_PIPELINE_COMM] += aa_now() - t0;
   return rc;
@@ -602,18 +619,6 @@ static int check_tied_copies(trainer_t *t) {
                                   "%016llx and %016llx)", (unsigned long long)all[0], (unsigned long long)all[1]);
   fprintf(t->log, "tied embedding: the first and last stage's copies are identical (%zu parameters)\n", n);
   return 0;
-}
-
-/* Adds a micro-batch's MoE statistics into the step's (first: the step's
- * first, which starts them). */
-static void moe_stats_add(aa_moe_stats_t *step, const aa_moe_stats_t *mb, int first) {
-  if (first) {
-    *step = *mb;
-    return;
-  }
-  if (mb->min_tokens < step->min_tokens) step->min_tokens = mb->min_tokens;
-  if (mb->max_tokens > step->max_tokens) step->max_tokens = mb->max_tokens;
-  step->dropped += mb->dropped;
 }
 
 /* One optimizer step: accum micro-batches of forward + backward with

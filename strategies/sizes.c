@@ -424,7 +424,13 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     o->ring_delta = take(&ws, (size_t)d.NH * N * f4);
   }
   o->host = 0;
-  const int moe_blocks = aa_arch_moe_layers(a);
+  /* The routing maps of the MoE blocks the rank holds: a pipeline stage
+   * keeps one per activation slot (each micro-batch in flight routes into
+   * its own until its backward). */
+  int moe_blocks = 0;
+  for (int l = 0; l < a->n_layer; l++)
+    moe_blocks += aa_arch_is_moe_layer(a, l) && aa_pp_holds_unit(pp, a, l + 1);
+  if (pp) moe_blocks *= pp->slots;
   if (moe_blocks) {
     aa_moe_acts_t ma;
     aa_sizes_moe_acts(a, N, sh->ep, &ma);
@@ -437,6 +443,9 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
       o->moe_dxl = take(&ws, ma.rows * C * f4);
       o->moe_dyl = take(&ws, ma.rows * C * f4);
     }
+    /* Under sequence parallelism an MoE block computes on the gathered
+     * tokens (every tensor rank the same), its input gradient whole too. */
+    if (sp) o->moe_dx = take(&ws, N * C * f4);
     o->host = (size_t)moe_blocks * ma.route_bytes;
     /* A fully checkpointed MoE block keeps nothing: its recompute needs
      * one block's MoE buffers, shared by every such block. */

@@ -305,6 +305,7 @@ typedef struct aa_act_layout {
    * host routing maps (not in either allocation). */
   size_t moe_dxp, moe_dyp, moe_dweight, moe_dlogits;
   size_t moe_dxl, moe_dyl; /* ep > 1: the local rows' gradients (Rl,C) each; AA_SIZES_NONE at ep 1 */
+  size_t moe_dx;           /* sequence parallelism: an MoE block's whole input gradient (N,C); else NONE */
   size_t ws_moe; /* one MoE block's buffers (aa_moe_acts_t) where a fully checkpointed one is recomputed */
   size_t host;
 } aa_act_layout_t;

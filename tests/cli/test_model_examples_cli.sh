@@ -87,12 +87,12 @@ done
 if [ -e "$tmp/home" ]; then fail=$((fail + 1)); echo "FAIL: auto created $tmp/home for a long spec it refused"; else
   pass=$((pass + 1)); fi
 
-# A mixture-of-experts spec trains (on one process, data or expert parallel),
+# A mixture-of-experts spec trains (on one process, data, expert, tensor or pipeline parallel),
 # the cost model predicts it (strategy check, plan from a device profile)
 # and CPU pools measure it (auto, below); a GPU pool, whose backend does not
 # compute MoE layers, says so by name, exit 1, before it contacts anything.
 MOE=$SRC/tests/specs/moe_tiny.json
-MOEMSG="moe-tiny has mixture-of-experts layers \(model\.moe\): autoaccel measures and trains them on CPUs \(data or expert parallel\) and plans them from a device profile, but the cuda backend does not compute them yet"
+MOEMSG="moe-tiny has mixture-of-experts layers \(model\.moe\): autoaccel measures and trains them on CPUs \(data, expert, tensor or pipeline parallel\) and plans them from a device profile, but the cuda backend does not compute them yet"
 expect 0 "^ok: dp1\.tp1\.pp1\.z0\.bf16\.ckpt-none\.mb4 is valid for moe-tiny" "$AA" strategy check "$MINIMAL" --model "$MOE"
 # Expert parallelism: predicted at ZeRO 0, and at ZeRO 1 with each MoE
 # layer's expert slices (2 experts x 3 x 24 x 32 = 4,608 floats, 18 KiB)
@@ -152,11 +152,17 @@ expect 0 "^expert parallel: 2 ranks an expert group \(shm\), each holding 2 of t
 # slices): it exports like one process's.
 expect 0 "^exported [0-9]+ parameters from $tmp/moe-ep2/final\.ckpt to $tmp/moe-ep2\.safetensors \(41 tensors, F32\)$" \
   "$AA" export "$tmp/moe-ep2/final.ckpt" --model "$tmp/moe.json" --out "$tmp/moe-ep2.safetensors"
+# Tensor parallelism (expert_tensor_parallel_size 1: every tensor rank
+# computes the same whole experts) trains; context parallelism is refused.
 cat >"$tmp/tp2.json" <<'JSON'
 {"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 2}, "micro_batch": 4}
 JSON
-expect 1 "model\.moe: mixture-of-experts layers train on one process, data or expert parallel; tensor parallelism with them is not supported yet" \
-  "$AA" train "$tmp/moe.json" --out "$tmp/moe-tp2" --strategy "$tmp/tp2.json" --threads 2
+expect 0 "" "$AA" train "$tmp/moe.json" --out "$tmp/moe-tp2" --devices cpu:2 --strategy "$tmp/tp2.json" --threads 2
+cat >"$tmp/cp2.json" <<'JSON'
+{"format": "autoaccel-strategy", "version": 1, "parallel": {"context": 2}, "micro_batch": 4}
+JSON
+expect 1 "model\.moe: mixture-of-experts layers train on one process, data, expert, pipeline or tensor parallel; context parallelism with them is not supported yet" \
+  "$AA" train "$tmp/moe.json" --out "$tmp/moe-cp2" --devices cpu:2 --strategy "$tmp/cp2.json" --threads 2
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
