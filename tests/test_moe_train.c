@@ -95,6 +95,7 @@ typedef struct {
   double loss[STEPS + 1], norm[STEPS + 1], val_loss[RANKS_MAX];
   size_t peak[RANKS_MAX][AA_MEM_NKINDS]; /* each rank's accounted peak bytes by kind */
   size_t overflow[RANKS_MAX];            /* each rank's dispatchers' growth past sizes.h's room, bytes */
+  double a2a_ms[RANKS_MAX][2]; /* each rank's all-to-all ms a step, and its part in forward passes */
   int status[RANKS_MAX];
   int moe_lines, min_tokens, max_tokens, dropped, tokens, grown; /* the last moe line's */
 } run_t;
@@ -150,6 +151,7 @@ static int rank_main(const void *data, int rank) {
     for (int k = 0; k < AA_MEM_NKINDS; k++)
       fprintf(f, "%zu\n", res.mem.peak[k]);
     fprintf(f, "%zu\n", res.moe_overflow_bytes);
+    fprintf(f, "%.9g %.9g\n", res.time_ms[AA_TIME_ALL_TO_ALL], res.all_to_all_forward_ms);
   }
   if (f) fclose(f);
   return rc ? 3 : 0;
@@ -213,6 +215,8 @@ static void run(const cfg_t *c, run_t *r) {
     for (int k = 0; k < AA_MEM_NKINDS; k++)
       if (fscanf(f, "%zu", &r->peak[i][k]) != 1) r->peak[i][k] = 0;
     if (fscanf(f, "%zu", &r->overflow[i]) != 1) r->overflow[i] = SIZE_MAX;
+    if (fscanf(f, "%lf %lf", &r->a2a_ms[i][0], &r->a2a_ms[i][1]) != 2)
+      r->a2a_ms[i][0] = r->a2a_ms[i][1] = NAN;
     fclose(f);
   }
 }
@@ -494,6 +498,13 @@ static size_t ep_equivalence_grown(const cfg_t *c, double tol, int *grown) {
   if (!ok) return 0;
   const size_t over = check_sizes(c->out, c, &r);
   if (grown) *grown = r.grown;
+  /* The all-to-alls are timed apart (train.h AA_TIME_ALL_TO_ALL): some on
+   * every rank of the ep run, in forward and in backward; none in one
+   * process. */
+  CHECK_MSG(ref.a2a_ms[0][0] == 0, "%s: %g ms of all-to-all", single_out, ref.a2a_ms[0][0]);
+  for (int i = 0; i < c->dp; i++)
+    CHECK_MSG(r.a2a_ms[i][0] > 0 && r.a2a_ms[i][1] > 0 && r.a2a_ms[i][1] < r.a2a_ms[i][0],
+              "%s rank %d: all-to-all %g ms, forward's %g", c->out, i, r.a2a_ms[i][0], r.a2a_ms[i][1]);
   double worst = 0, worst_norm = 0;
   for (int s = 1; s <= STEPS; s++) {
     double d = fabs(r.loss[s] - ref.loss[s]) / fabs(ref.loss[s]), dn = fabs(r.norm[s] - ref.norm[s]);
