@@ -542,19 +542,22 @@ static int moe_alloc(aa_gpt_t *m, const aa_act_layout_t *l) {
     return aa_error(AA_ENOMEM, "out of memory for the routing maps");
   if (m->ep > 1 && !(m->dispatch = calloc(n, sizeof *m->dispatch)))
     return aa_error(AA_ENOMEM, "out of memory for the dispatchers");
+  aa_sizes_moe_acts(a, (size_t)m->B * m->T, m->ep, &m->acts->moe_off);
   for (size_t i = 0; i < n && !rc; i++) {
     const int b = (int)(i % (size_t)a->n_layer);
     if (!aa_arch_is_moe_layer(a, b) || !aa_pp_holds_unit(&m->pipe, a, AA_GPT_UNIT_BLOCK(b))) continue;
     rc = aa_cpu_moe_route_alloc(&m->routes[i], m->B * m->T, a->moe.experts, a->moe.top_k);
     m->routes[i].raw = a->moe.topk_raw; /* norm_topk_prob false */
     if (!rc && m->dispatch)
+      /* Local rows past the buffers' room go to the dispatcher's overflow,
+       * 4C + 3Fe floats a row (moe_local). */
       rc = aa_moe_dispatch_init(&m->dispatch[i], m->opts.expert, a->moe.experts,
-                                m->ep * m->B * m->T * a->moe.top_k);
+                                m->ep * m->B * m->T * a->moe.top_k, (int)m->acts->moe_off.rows,
+                                4 * (size_t)m->d.C + 3 * (size_t)a->moe.d_ff_expert, m->opts.mem);
   }
   if (rc) return rc;
   aa_mem_charge(m->opts.mem, AA_MEM_ACTS, l->host);
   m->acts->host_bytes = l->host;
-  aa_sizes_moe_acts(a, (size_t)m->B * m->T, m->ep, &m->acts->moe_off);
   return 0;
 }
 
@@ -1175,6 +1178,21 @@ static moe_view_t moe_view(const aa_gpt_t *m, int l) {
                       o->yl == AA_SIZES_NONE ? NULL : (float *)(b + o->yl)};
 }
 
+/* An MoE block's local rows under expert parallelism after its plan: the
+ * view's and the workspace's, or where the expert group sent more rows
+ * than they hold, the dispatcher's overflow (moe_dispatch.h). The stage a
+ * move's rows arrive in is the gradients' buffers (free in the forward). */
+typedef struct {
+  float *xl, *yl, *h, *act, *dxl, *dyl;
+} moe_local_t;
+
+static moe_local_t moe_local(const aa_gpt_t *m, const moe_view_t *v, const aa_moe_dispatch_t *d) {
+  float *o = aa_moe_dispatch_overflow(d);
+  if (!o) return (moe_local_t){v->xl, v->yl, v->h, v->act, m->acts->moe_dxl, m->acts->moe_dyl};
+  const size_t RC = (size_t)d->rows * (size_t)m->d.C, RF = (size_t)d->rows * (size_t)m->arch.moe.d_ff_expert;
+  return (moe_local_t){o, o + RC, o + 2 * RC, o + 2 * RC + 2 * RF, o + 2 * RC + 3 * RF, o + 3 * RC + 3 * RF};
+}
+
 /* MoE block l's MLP in place of the SwiGLU: out (N,C) = the routed
  * experts' weighted outputs plus the shared experts' for x (N,C), the
  * second RMSNorm's output, with weights w, computed in fp32 (under amp
@@ -1201,10 +1219,11 @@ static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const flo
     /* The rows to the ranks holding their experts, the rank's experts over
      * what it received, the outputs back (moe_dispatch.h). */
     aa_moe_dispatch_t *d = &m->dispatch[moe_map(m, l)];
-    if ((rc = aa_moe_dispatch_plan(d, r->offsets)) || (rc = aa_moe_dispatch(d, v.xl, v.xp, C)))
-      return aa_error_wrap(rc, "block %d", l);
-    aa_cpu_moe_experts_forward(v.yl, v.h, v.act, v.xl, WK(EXPW13), WK(EXPW2), d->offsets, d->El, C, Fe);
-    if ((rc = aa_moe_combine(d, v.yp, v.yl, C))) return aa_error_wrap(rc, "block %d", l);
+    if ((rc = aa_moe_dispatch_plan(d, r->offsets))) return aa_error_wrap(rc, "block %d", l);
+    const moe_local_t o = moe_local(m, &v, d);
+    if ((rc = aa_moe_dispatch(d, o.xl, v.xp, C, o.dxl))) return aa_error_wrap(rc, "block %d", l);
+    aa_cpu_moe_experts_forward(o.yl, o.h, o.act, o.xl, WK(EXPW13), WK(EXPW2), d->offsets, d->El, C, Fe);
+    if ((rc = aa_moe_combine(d, v.yp, o.yl, C, o.dxl))) return aa_error_wrap(rc, "block %d", l);
   } else {
     aa_cpu_moe_experts_forward(v.yp, v.h, v.act, v.xp, WK(EXPW13), WK(EXPW2), r->offsets, E, C, Fe);
   }
@@ -1247,12 +1266,14 @@ static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *do
     /* The forward's moves in reverse: the rows' output gradients to the
      * experts' ranks (dispatch), their input gradients back (combine). */
     aa_moe_dispatch_t *d = &m->dispatch[moe_map(m, l)];
-    int rc = aa_moe_dispatch(d, a->moe_dyl, a->moe_dyp, C);
+    const moe_local_t o = moe_local(m, &v, d);
+    int rc = aa_moe_dispatch(d, o.dyl, a->moe_dyp, C, o.dxl);
     if (rc) return aa_error_wrap(rc, "block %d backward", l);
-    op->memset0(a->moe_dxl, (size_t)d->rows * C * sizeof(float));
-    aa_cpu_moe_experts_backward(a->moe_dxl, G(EXPW13), G(EXPW2), a->moe_dyl, v.xl, v.h, v.act, WK(EXPW13),
-                                WK(EXPW2), d->offsets, d->El, C, Fe);
-    if ((rc = aa_moe_combine(d, a->moe_dxp, a->moe_dxl, C))) return aa_error_wrap(rc, "block %d backward", l);
+    op->memset0(o.dxl, (size_t)d->rows * C * sizeof(float));
+    aa_cpu_moe_experts_backward(o.dxl, G(EXPW13), G(EXPW2), o.dyl, o.xl, o.h, o.act, WK(EXPW13), WK(EXPW2),
+                                d->offsets, d->El, C, Fe);
+    if ((rc = aa_moe_combine(d, a->moe_dxp, o.dxl, C, o.dyl)))
+      return aa_error_wrap(rc, "block %d backward", l);
   } else {
     aa_cpu_moe_experts_backward(a->moe_dxp, G(EXPW13), G(EXPW2), a->moe_dyp, v.xp, v.h, v.act, WK(EXPW13),
                                 WK(EXPW2), r->offsets, E, C, Fe);

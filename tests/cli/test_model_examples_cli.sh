@@ -98,7 +98,7 @@ expect 0 "^ok: dp1\.tp1\.pp1\.z0\.bf16\.ckpt-none\.mb4 is valid for moe-tiny" "$
 # layer's expert slices (2 experts x 3 x 24 x 32 = 4,608 floats, 18 KiB)
 # reduce-scattered and all-gathered over the expert-data group (4 / 2 ranks).
 echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2, "expert": 2}, "micro_batch": 2}' >"$tmp/ep2.json"
-expect 0 "^comm: expert group of 2, per step: 1 all-reduce \(4 B\), 20 all-to-alls" \
+expect 0 "^comm: expert group of 2, per step: 1 all-reduce \(4 B\), 10 all-to-alls" \
   "$AA" strategy check "$tmp/ep2.json" --model "$MOE" --world 2
 echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 4, "expert": 2}, "micro_batch": 1, "zero": 1}' >"$tmp/ep2z1.json"
 expect 0 "^comm: expert-data group of 2, per step: 2 all-gathers \(36\.0 KiB\), 2 reduce-scatters \(36\.0 KiB\)" \
@@ -117,9 +117,16 @@ m["train"].update(steps=3, eval_every=0, eval_batches=1)
 m["data"] = {"train": sys.argv[2] + "/train.bin", "val": sys.argv[2] + "/val.bin"}
 print(json.dumps(m))
 PY
-MOELINE="^moe +[0-9]+/3 \| rank 0: tokens per expert min [0-9]+, max [0-9]+ \(over 4 experts x 2 MoE layers, per micro-batch of 64 tokens\) \| dropped 0$"
+MOELINE="^moe +[0-9]+/3 \| 1 rank: tokens per expert min [0-9]+, max [0-9]+ \(over 4 experts x 2 MoE layers, per micro-batch of 64 tokens a rank\) \| dropped 0 \| grown past the room: 0 rows$"
 expect 0 "$MOELINE" "$AA" train "$tmp/moe.json" --out "$tmp/moe-run" --log-every 1 --threads 1
 expect 0 "^done: 3 steps" "$AA" train "$tmp/moe.json" --out "$tmp/moe-run2" --devices cpu:2 --threads 2
+# The moe line is over every rank; at dp 2 x expert 2 the time line has the
+# all-to-alls apart.
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2, "expert": 2}, "micro_batch": 2}' >"$tmp/ep2run.json"
+expect 0 "^moe +3/3 \| 2 ranks: tokens per expert min [0-9]+, max [0-9]+ .* \| grown past the room: [0-9]+ rows$" \
+  "$AA" train "$tmp/moe.json" --out "$tmp/moe-run3" --devices cpu:2 --threads 2 --strategy "$tmp/ep2run.json" --log-every 1
+expect 0 "^time +3/3 \| rank 0: forward [0-9.]+, backward [0-9.]+, optimizer [0-9.]+, pipeline comm 0\.0, bubble [0-9.]+, all-to-all [0-9.]+ ms$" \
+  "$AA" train "$tmp/moe.json" --out "$tmp/moe-run4" --devices cpu:2 --threads 2 --strategy "$tmp/ep2run.json" --log-every 1
 # auto on 2 CPU executors: the expert-parallel candidates (ep 2 over dp 2,
 # ZeRO 0 here: test_moe_train covers the other stages) dry-run, the best
 # is one and trains.
