@@ -603,16 +603,6 @@ AA_TEST(cpu_expf_and_tanhf_are_accurate) {
   CHECK(aa__cpu_tanhf(50.0f) == 1.0f && aa__cpu_tanhf(-50.0f) == -1.0f);
 }
 
-/* cpu_ops.c's constructor gives libgomp a short spin unless the environment
- * chose a wait policy (ctest sets neither): by the time main runs, the
- * program has been executed again with GOMP_SPINCOUNT set. */
-AA_TEST(cpu_backend_sets_a_short_omp_spin_by_default) {
-  if (getenv("OMP_WAIT_POLICY")) SKIP("OMP_WAIT_POLICY is set: the default is not applied");
-  const char *spin = getenv("GOMP_SPINCOUNT");
-  CHECK_MSG(spin != NULL, "GOMP_SPINCOUNT is not set");
-  fprintf(stderr, "  GOMP_SPINCOUNT=%s\n", spin ? spin : "(unset)");
-}
-
 /* ---------------------------------------------------------------- optimizer */
 
 /* One AdamW step against the torch.optim.AdamW formula in double, at a
@@ -694,7 +684,6 @@ static void run_all(int threads) {
   RUN(crossentropy_forward_matches_double_reference);
   RUN(crossentropy_backward_matches_finite_differences);
   RUN(cpu_expf_and_tanhf_are_accurate);
-  RUN(cpu_backend_sets_a_short_omp_spin_by_default);
   RUN(adamw_step_matches_torch_formula);
   RUN(sum_squares_and_scale_are_exact_enough);
   RUN(sum_squares_is_deterministic);

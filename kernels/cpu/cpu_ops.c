@@ -3,36 +3,6 @@
 
 #include <cblas.h>
 #include <omp.h>
-#include <stdlib.h>
-#include <unistd.h>
-
-/* How long an idle OpenMP worker spins before it sleeps, when the
- * environment does not say (kernels/README.md, "Idle workers"). libgomp's
- * default spins up to 300000 pause iterations (milliseconds on Zen) at
- * every barrier and at the end of every parallel region, and OpenBLAS's
- * OpenMP build shares the same pool. Where other processes share the cores
- * (tests, dry runs, several ranks on one machine), a spinning worker takes
- * the core its partner needs: a training run of the bundled example was
- * 3-8x slower than with sleeping workers on a loaded 2-core machine. 1000
- * iterations (microseconds) bridge back-to-back regions and stop taking a
- * core as soon as there is a real gap.
- *
- * libgomp reads its environment once, in its own initialiser, before any
- * of ours runs (and glibc resets the environment after the executable's
- * .preinit_array), so this initialiser sets GOMP_SPINCOUNT and executes the
- * program again, the same arguments and process, before main. If the exec
- * fails the program goes on with libgomp's default. An explicit
- * OMP_WAIT_POLICY or GOMP_SPINCOUNT is left alone, and then nothing is
- * executed again. */
-#define CPU_SPINCOUNT_DEFAULT "1000"
-
-__attribute__((constructor)) static void cpu_omp_env(int argc, char **argv, char **envp) {
-  (void)argc, (void)envp;
-  if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || !argv || !argv[0]) return;
-  if (setenv("GOMP_SPINCOUNT", CPU_SPINCOUNT_DEFAULT, 0)) return;
-  execv("/proc/self/exe", argv);
-  unsetenv("GOMP_SPINCOUNT"); /* not in effect: do not hand it to children as if it were */
-}
 
 /* Sets the OpenMP team size for parallel regions started from the calling
  * thread (the engine's thread) and the OpenBLAS pool size. With OpenBLAS's
