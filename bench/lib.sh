@@ -30,6 +30,26 @@ bench_build() {
   [ -x "$AUTOACCEL" ] || die "no autoaccel binary at $AUTOACCEL"
 }
 
+# bench_torch_deps: the PyTorch peer imports torch and numpy; if PYTHON
+# cannot, Debian's python3-torch and python3-numpy are installed (sudo when
+# not root), the way scripts/setup.sh --bench does. A PYTHON other than
+# /usr/bin/python3 is not Debian's, so it is only reported, not fixed. A
+# failed install is a warning: the table then shows n/a for the peer.
+bench_torch_deps() {
+  "$PYTHON" -c 'import torch, numpy' 2>/dev/null && return 0
+  if [ "$PYTHON" != /usr/bin/python3 ]; then
+    echo "bench: warning: $PYTHON cannot import torch and numpy; the PyTorch columns will be n/a" >&2
+    return 0
+  fi
+  local sudo=""
+  [ "$(id -u)" != 0 ] && sudo="sudo"
+  echo "bench: installing python3-torch python3-numpy for the PyTorch peer ..." >&2
+  { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
+      --no-install-recommends python3-torch python3-numpy; } >"$WORK/logs/apt.log" 2>&1 &&
+    "$PYTHON" -c 'import torch, numpy' 2>/dev/null ||
+    echo "bench: warning: could not install python3-torch (see $WORK/logs/apt.log); the PyTorch columns will be n/a" >&2
+}
+
 # bench_spec DST DATA STEPS [N_LAYER NAME]: the bundled example's spec
 # (examples/tiny/model.json) into DST with the data at DATA, STEPS steps,
 # warmup_steps capped at them, validation kept out of the timed steps

@@ -7,8 +7,12 @@
 # tokens travel by all-to-all). Prints tokens/s (the best of the rounds,
 # run interleaved, each round's figure after it), the rank-0 peak bytes
 # the engine accounted beside what `strategy check` predicts for that
-# rank, and how much of the CPUs other processes took meanwhile. Asserts
-# nothing. See bench/README.md.
+# rank, the all-to-all's share of the step (the engine's time breakdown,
+# summary-json ranks[].time_ms.all_to_all) beside the share the planner's
+# calibrated cost model predicts for the ep run (one dry run through
+# `autoaccel auto`, which calibrates the pool first; its runs.predicted_json
+# breakdown), and how much of the CPUs other processes took meanwhile.
+# Asserts nothing. See bench/README.md.
 #
 # usage: bench/moe.sh [--steps N] [--rounds R] [--work DIR] [--keep]
 # Environment: AUTOACCEL (the binary; default build-release/autoaccel,
@@ -79,13 +83,31 @@ for round in $(seq 1 "$ROUNDS"); do
       >"$WORK/logs/$m.$s.r$round.log" 2>&1 || { tail -5 "$WORK/logs/$m.$s.r$round.log" >&2; die "$m $s failed"; }
   done
 done
+# The cost model's prediction of the ep run: one dry run through the
+# planner, which calibrates the pool (cpu:2) first and stores the predicted
+# step's breakdown beside the run.
+echo "a dry run of moe ep2 through autoaccel auto --devices cpu:2" >&2
+"$AUTOACCEL" auto "$WORK/moe.json" --devices cpu:2 --home "$WORK/state" --out "$WORK/runs/auto" --no-train \
+  --refresh --from "$WORK/ep2.json" --max-dryruns 1 --measured-steps "$STEPS" >"$WORK/logs/auto.log" 2>&1 ||
+  { tail -5 "$WORK/logs/auto.log" >&2; die "auto failed"; }
 read -r busy1 idle1 < <(cpu_busy)
 
-"$PYTHON" - "$WORK/results" "$runs" "$STEPS" "$ROUNDS" <<'PY'
-import glob, json, re, sys
+"$PYTHON" - "$WORK/results" "$runs" "$STEPS" "$ROUNDS" "$WORK/state/store.db" <<'PY'
+import glob, json, re, sqlite3, sys
 res, runs, steps, rounds = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
+# The predicted all-to-all share of the ep run's step: the expert group's
+# time over the sum of the breakdown's parts (docs/store.md predicted_json).
+pred_share = None
+for key, pj in sqlite3.connect(sys.argv[5]).execute(
+        "SELECT strategy_key, predicted_json FROM runs WHERE kind = 'dryrun' AND predicted_json IS NOT NULL"):
+    b = json.loads(pj)
+    b = b.get("breakdown", b)
+    parts = [v for k, v in b.items() if k.endswith("_ms")]
+    if ".ep2" in key and parts and sum(parts) > 0:
+        pred_share = b["expert_comm_ms"] / sum(parts)
 print(f"\n{steps} steps a run (median step, first excluded), 2 ranks on cpu:2, best of {rounds} rounds")
-print(f"{'model':<16} {'strategy':<38} {'params':>7} {'tok/s':>8} {'x dense':>8} {'rank-0 peak':>12} {'predicted':>10}  rounds (tok/s)")
+print(f"{'model':<16} {'strategy':<38} {'params':>7} {'tok/s':>8} {'x dense':>8} {'rank-0 peak':>12} {'predicted':>10} "
+      f"{'a2a share':>9} {'predicted':>9}  rounds (tok/s)")
 base = None
 for r in runs:
     m, s = r.split(":")
@@ -96,8 +118,14 @@ for r in runs:
     pred = re.search(r"needs at least ([0-9.]+ [KMGT]iB)", check)
     peak = best["ranks"][0]["peak_bytes"] / 2**20
     each = " ".join(f"{x['tokens_per_s']:.0f}" for x in all_)
+    # The all-to-all's share of rank 0's mean step, over the rounds (median).
+    shares = sorted(x["ranks"][0]["time_ms"].get("all_to_all", 0) / sum(x["ranks"][0]["time_ms"].values())
+                    for x in all_)
+    share = shares[len(shares) // 2]
+    ps = f"{100 * pred_share:8.1f}%" if s == "ep2" and pred_share is not None else f"{'-':>9}"
     print(f"{best['model']:<16} {best['strategy'][:38]:<38} {best['params']/1e6:6.2f}M {best['tokens_per_s']:8.0f} "
-          f"{best['tokens_per_s']/base:7.2f}x {peak:8.1f} MiB {pred.group(1) if pred else '-':>10}  {each}")
+          f"{best['tokens_per_s']/base:7.2f}x {peak:8.1f} MiB {pred.group(1) if pred else '-':>10} "
+          f"{100 * share:8.1f}% {ps}  {each}")
 PY
 self1=$(awk '{print $14+$15+$16+$17}' /proc/$$/stat)
 awk -v b="$((busy1 - busy0))" -v i="$((idle1 - idle0))" \

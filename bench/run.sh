@@ -16,6 +16,8 @@
 #                removed at the end unless --keep)
 # Environment: AUTOACCEL (the binary; default build-release/autoaccel, built
 # here), BUILD_DIR (default build-release), PYTHON (default /usr/bin/python3).
+# The peer needs Debian's python3-torch and python3-numpy: when PYTHON cannot
+# import them, they are installed with apt-get (as scripts/setup.sh --bench).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -48,6 +50,7 @@ done
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 bench_work_dir aa-bench specs results runs
+bench_torch_deps
 
 # --- build ------------------------------------------------------------------
 bench_build

@@ -508,10 +508,16 @@ static bool is_hash(const char *s) {
 }
 
 int aa_client_model_hash(const char *value, char hash[17]) {
+  return aa_client_model_hash_set(value, NULL, 0, hash);
+}
+
+int aa_client_model_hash_set(const char *value, const char *const *sets, size_t n_sets, char hash[17]) {
   size_t n = strlen(value);
   bool path = strchr(value, '/') || (n >= 5 && !strcmp(value + n - 5, ".json"));
   struct stat st;
   if (is_hash(value) && !(path || stat(value, &st) == 0)) {
+    if (n_sets)
+      return aa_error(AA_EINVAL, "--model: --set overrides a spec file, not a model hash ('%s')", value);
     for (size_t i = 0; i < 16; i++) hash[i] = (char)tolower((unsigned char)value[i]);
     hash[16] = '\0';
     return 0;
@@ -519,7 +525,7 @@ int aa_client_model_hash(const char *value, char hash[17]) {
   if (!path && stat(value, &st) != 0)
     return aa_error(AA_EINVAL, "--model: '%s' is neither a model spec file nor a 16-hex-digit model hash", value);
   aa_model_spec_t spec;
-  int rc = aa_spec_load(&spec, value);
+  int rc = aa_spec_load_set(&spec, value, sets, n_sets);
   if (rc) return rc;
   aa_arch_hash(&spec.arch, hash);
   return 0;

@@ -155,6 +155,9 @@ int aa_client_check_methods(const char *exclude, const char *include);
  * path (contains '/' or ends in .json) nor a hash is AA_EINVAL; a bad spec
  * file is its load error. */
 int aa_client_model_hash(const char *value, char hash[17]);
+/* The same, with a spec file's --set overrides (cli.h aa_cli_take_sets)
+ * applied before hashing; with a hash, any override is refused. */
+int aa_client_model_hash_set(const char *value, const char *const *sets, size_t n_sets, char hash[17]);
 
 /* Absolute form of path (cwd-joined when relative) into out. */
 int aa_client_abspath(const char *path, char *out, size_t n);

@@ -146,6 +146,7 @@ static void usage(FILE *f) {
           "                      <state dir>/token, where a planner of that state dir keeps it)\n"
           "  -h, --help          this help\n\n"
           "Exit codes: 0 success, 1 failure (no planner, bad model file, refused query), 2 usage.\n");
+  aa_cli_set_help(f);
 }
 
 enum { OPT_JOB = 1, OPT_MODEL = 2, OPT_HW = 4, OPT_STATUS = 8, OPT_KIND = 16, OPT_PREFIX = 32, OPT_ORDER = 64,
@@ -198,6 +199,8 @@ int aa_cmd_query(int argc, char **argv) {
   else return bad_usage("unknown query '%s' (expected best, runs, run or jobs)", what);
   argc--;
   argv++;
+  aa_cli_sets_t sets = {0};
+  if (aa_cli_take_sets(&argc, argv, longopts, "query", &sets)) return AA_EXIT_USAGE;
   optind = 1;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -243,9 +246,10 @@ int aa_cmd_query(int argc, char **argv) {
     return AA_EXIT_USAGE;
   }
   if (!strcmp(what, "best") && !model) return bad_usage("query best needs --model MODEL%s", "");
+  if (sets.n && !model) return bad_usage("--set overrides the spec given by --model MODEL%s", "");
   char hash[17];
   if (model) {
-    int rc = aa_client_model_hash(model, hash);
+    int rc = aa_client_model_hash_set(model, sets.v, (size_t)sets.n, hash);
     if (rc == AA_EINVAL && !strncmp(aa_last_error(), "--model", 7)) {
       fprintf(stderr, "autoaccel query: %s\n", aa_last_error());
       return AA_EXIT_USAGE;

@@ -41,7 +41,19 @@ static void usage(FILE *f) {
              "Exit codes: 0 success, 1 failure, 2 usage error.\n");
 }
 
+/* How long an idle OpenMP worker of the engine processes this one becomes
+ * or starts spins before it sleeps, when the environment does not say
+ * (kernels/README.md "Idle workers"): libgomp's default, up to 300000
+ * iterations at every barrier, takes the core a partner process needs
+ * wherever processes share cores (dry runs, several ranks a machine, the
+ * suite). libgomp reads it once, when it starts, so it is set here, before
+ * any engine process exists; this binary links no OpenMP itself. */
+static void omp_spin_default(void) {
+  if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) setenv("GOMP_SPINCOUNT", "1000", 0);
+}
+
 int main(int argc, char **argv) {
+  omp_spin_default();
   if (argc < 2) {
     usage(stderr);
     return AA_EXIT_USAGE;

@@ -21,6 +21,7 @@
 #include "strategies/predict.h"
 #include "strategies/profile.h"
 #include "strategies/roofline.h"
+#include "strategies/sizes.h"
 
 /* --fix: the fields a partial strategy file gives, and their values. */
 typedef struct {
@@ -362,6 +363,13 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
   json_array_append_new(assume, json_sprintf("memory: a rank's bytes (strategies/cost.h) against the device's "
                                              "%s; %zu strategies out of memory left out before prediction",
                                              mem, r.predicted_oom));
+  if (o->spec->arch.moe.experts)
+    json_array_append_new(
+        assume,
+        json_sprintf("mixture of experts: expert GEMMs and all-to-alls timed at even routing; under "
+                     "expert parallelism a rank's routed-row buffers hold the even load x %.2f (a step "
+                     "routed past it grows them, and the engine reports by how much)",
+                     AA_MOE_EP_MARGIN));
   json_array_append_new(
       assume, json_sprintf("MFU: the model's FLOPs without recomputation (3 x the forward's "
                            "GEMMs, attention and logits) over the devices' dense bf16 peak "

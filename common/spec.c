@@ -467,12 +467,12 @@ int aa_spec_load(aa_model_spec_t *out, const char *path) { return aa_spec_load_s
 
 int aa_spec_require_planned(const aa_model_spec_t *s, bool cuda, const char *what) {
   if (!s->arch.moe.experts || !cuda) return 0;
-  return aa_error(
-      AA_EUNSUPPORTED,
-      "%s: %s has mixture-of-experts layers (model.moe): autoaccel measures and trains them on "
-      "CPUs (data or expert parallel) and plans them from a device profile, but the cuda backend does not "
-      "compute them yet (docs/model-spec.md \"moe\")",
-      what, s->name);
+  return aa_error(AA_EUNSUPPORTED,
+                  "%s: %s has mixture-of-experts layers (model.moe): autoaccel measures and trains them on "
+                  "CPUs (data, expert, tensor or pipeline parallel) and plans them from a device profile, "
+                  "but the cuda backend does not "
+                  "compute them yet (docs/model-spec.md \"moe\")",
+                  what, s->name);
 }
 
 int aa_spec_require_data(const aa_model_spec_t *s, const char *what) {

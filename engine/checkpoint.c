@@ -1126,14 +1126,15 @@ static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *
   return rc;
 }
 
-/* Expert parallelism (tp 1, pp 1; the trainer refuses the rest): the
- * three sections of the whole model assembled on replica 0 from its
- * expert group, which holds every expert, and written as one whole-model
- * file, which loads at any expert degree, ZeRO stage and in one process
- * (load reads an expert slice through the tables). Each rank first
- * gathers its own model's sections whole (at ZeRO 1-3 each piece's chunks
- * over its group, aa_zero_gather), then its slices of every MoE block go
- * over the expert group and are placed by each rank's table. */
+/* Expert parallelism: the three sections of the whole model assembled on
+ * replica 0 from its expert group, which holds every expert (at pp > 1
+ * each stage's replica 0 assembles its units and the pipeline group sums
+ * the stages' parts into pipeline rank 0's; at tp > 1 likewise each tensor
+ * rank's slices over the tensor group), and written as one whole-model
+ * file, which loads at any expert degree, ZeRO stage and
+ * in one process (load reads an expert slice through the tables). Each rank first gathers its own model's
+ * sections whole (at ZeRO 1-3 each piece's chunks over its group, aa_zero_gather), then its slices of every
+ * MoE block go over the expert group and are placed by each rank's table. */
 static int save_experts(const char *path, const gang_t *g, const aa_train_state_t *st) {
   aa_gpt_t *m = g->m;
   aa_zero_t *z = g->z;
@@ -1167,23 +1168,42 @@ static int save_experts(const char *path, const gang_t *g, const aa_train_state_
   /* Every rank joins the gather, or none does. */
   if (!(rc = agree(g, rc, path)) && (rc = aa_comm_all_gather(m->opts.expert, pack, all, 3 * ne, AA_F32)))
     rc = aa_error_wrap(rc, "%s: gathering the expert slices", path);
+  const aa_pp_place_t *pp = m->pp > 1 ? &m->pipe : NULL;
   if (!rc && z->rank == 0) {
+    /* A pipeline stage fills the units it holds, a tensor rank its slices
+     * (tensor rank 0 the replicated tensors, the experts included), zeros
+     * elsewhere. */
+    if (pp || m->tp > 1) memset(whole, 0, 3 * ng * sizeof(float));
     for (int s = 0; s < 3; s++) {
       float *w = whole + s * ng;
-      for (int i = 0; i < nt; i++) /* the dense tensors: whole on every rank */
-        if (!m->tensors[i].expert)
-          memcpy(w + m->tensors[i].goffset, local + s * nl + m->tensors[i].offset,
-                 m->tensors[i].numel * sizeof(float));
+      for (int i = 0; i < nt; i++) { /* the dense tensors: the rank's slices through their runs */
+        const aa_tensor_desc_t *t = &m->tensors[i];
+        if (t->expert || t->copy || !t->numel || (t->replicated && m->tp_rank > 0)) continue;
+        for (int k = 0; k < t->runs; k++)
+          memcpy(w + t->run_global + (size_t)k * t->run_gstride,
+                 local + s * nl + t->offset + (size_t)k * t->run_lstride, t->run_n * sizeof(float));
+      }
+      if (m->tp_rank > 0) continue;
       for (int q = 0; q < ep; q++) {
-        aa_gpt_tensor_table_ep(&m->arch, 1, 0, ep, q, NULL, tab);
+        aa_gpt_tensor_table_ep(&m->arch, 1, 0, ep, q, pp, tab);
         const float *from = all + ((size_t)q * 3 + (size_t)s) * ne;
         for (int i = 0; i < nt; i++)
-          if (tab[i].expert) {
+          if (tab[i].expert && tab[i].numel) {
             memcpy(w + tab[i].run_global, from, tab[i].numel * sizeof(float));
             from += tab[i].numel;
           }
       }
     }
+    /* The stages' parts summed over the pipeline group (each element is
+     * one stage's, the others' zeros), which its rank 0 writes. */
+    if (g->pipe && (rc = aa_comm_all_reduce(g->pipe, whole, whole, 3 * ng, AA_F32, AA_COMM_SUM)))
+      rc = aa_error_wrap(rc, "%s: gathering the pipeline stages", path);
+    /* ... and the tensor ranks' over the tensor group. */
+    if (!rc && m->tp > 1 &&
+        (rc = aa_comm_all_reduce(m->opts.tensor, whole, whole, 3 * ng, AA_F32, AA_COMM_SUM)))
+      rc = aa_error_wrap(rc, "%s: gathering the tensor slices", path);
+  }
+  if (!rc && z->rank == 0 && m->tp_rank == 0 && (!pp || m->pipe.stage == 0)) {
     header_t h;
     state_header(&h, m, st);
     h.flags = FLAG_OPTIMIZER;
@@ -1205,12 +1225,7 @@ static int save_experts(const char *path, const gang_t *g, const aa_train_state_
 static int save_gang(const char *path, const gang_t *g, const aa_train_state_t *st) {
   aa_gpt_t *m = g->m;
   aa_zero_t *z = g->z;
-  if (m->ep > 1) {
-    if (m->tp > 1 || m->pp > 1)
-      return aa_error(AA_EUNSUPPORTED,
-                      "%s: expert parallelism saves without tensor or pipeline parallelism only", path);
-    return save_experts(path, g, st);
-  }
+  if (m->ep > 1) return save_experts(path, g, st);
   if (z->stage == 0 && m->tp == 1 && m->pp == 1)
     return agree(g, z->rank == 0 ? aa_ckpt_save(path, m, g->sections == 3 ? &z->opt : NULL, st) : 0, path);
   /* At stage 0 the data ranks hold the same state: data rank 0 of each

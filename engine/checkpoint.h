@@ -66,11 +66,12 @@ int aa_ckpt_load(const char *path, aa_gpt_t *m, aa_adamw_t *opt, aa_train_state_
  * const because the tensor group's agreement passes through its
  * workspace. A pipeline rank's model (m->pp > 1) needs
  * aa_ckpt_save_pipe (AA_EINVAL here). Under expert parallelism (m->ep > 1,
- * any ZeRO stage, without tensor or pipeline parallelism; AA_EUNSUPPORTED
- * otherwise) every rank gathers its own model's state whole (from ZeRO 1
- * each piece's chunks over its group, optim.h aa_zero_gather), sends its
- * expert slices to the expert group (an all-gather over m->opts.expert)
- * and rank 0 writes the whole model in the single-file format; the loads
+ * any ZeRO stage) every rank gathers its own model's state whole (from
+ * ZeRO 1 each piece's chunks over its group, optim.h aa_zero_gather),
+ * sends its expert slices to the expert group (an all-gather over
+ * m->opts.expert), the tensor ranks' slices and the pipeline stages' units
+ * are summed into place over their groups (aa_ckpt_save_pipe), and rank 0
+ * writes the whole model in the single-file format; the loads
  * read a rank's slices, or its chunks of them, of any checkpoint through
  * the tables, as they do a tensor rank's. */
 int aa_ckpt_save_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, const aa_train_state_t *st);

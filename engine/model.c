@@ -91,6 +91,7 @@ struct aa_acts {
    * buffers (offsets from block_store_t moe). */
   float *moe_dxp, *moe_dyp, *moe_dweight, *moe_dlogits;
   float *moe_dxl, *moe_dyl; /* ep > 1: the gradients of the rows the rank's experts computed */
+  float *moe_dx;            /* sequence parallelism: an MoE block's whole input gradient */
   char *ws_moe; /* where a fully checkpointed MoE block is recomputed */
   aa_moe_acts_t moe_off;
   size_t host_bytes; /* the routing maps' bytes, counted as activations */
@@ -203,8 +204,8 @@ static void llama_table(table_t *tb, const aa_arch_t *a, const aa_tp_dims_t *d, 
   char n[32];
   add_tensor(tb, "wte", -1, d->Vl, C, a->vocab_size, C, ROWS, vlo, vvalid);
   for (int l = 0; l < a->n_layer; l++) {
-    /* An MoE block (whole on every rank: the engine refuses tensor
-     * parallelism for it): its attention half as a dense block's, then
+    /* An MoE block (whole on every tensor rank: expert_tensor_parallel_size
+     * 1, the router and experts replicated): its attention half as a dense block's, then
      * router.w (E,C), experts.w13 (E 2Fe,C) = per expert [w1; w3],
      * experts.w2 (E C,Fe), and with shared experts shared.w13 (S 2Fe,C)
      * and shared.w2 (S C,Fe) (kernels/cpu/cpu_moe.h's layouts), and
@@ -424,6 +425,7 @@ static void carve(aa_acts_t *a, const aa_act_layout_t *l, const aa_act_block_t *
   a->moe_dlogits = at(ws, l->moe_dlogits);
   a->moe_dxl = at(ws, l->moe_dxl);
   a->moe_dyl = at(ws, l->moe_dyl);
+  a->moe_dx = at(ws, l->moe_dx);
   a->ws_moe = at(ws, l->ws_moe);
   a->lora_u = at(ws, l->lora); /* lora_du and lora_tmp follow it (aa_gpt_create) */
   memcpy(a->off, blocks, (size_t)n_layer * sizeof *blocks);
@@ -500,7 +502,7 @@ static const aa_gpt_opts_t default_opts = {.amp = AA_F32, .ckpt = AA_CKPT_NONE};
 
 /* Whether the engine computes arch's MoE blocks under these options: on
  * the CPU backend (the ops are cpu_moe.h's, with a host routing map), on
- * one process or data parallel (experts replicated). 0 for a dense
+ * one process, data, expert or pipeline parallel. 0 for a dense
  * model. */
 static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_opts_t *o) {
   const int ep = o->expert ? aa_comm_world(o->expert) : 1;
@@ -508,15 +510,10 @@ static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_o
     return aa_error(AA_EINVAL, "expert parallel degree %d: the model has %d experts, which it must divide",
                     ep, a->moe.experts);
   if (!a->moe.experts) return 0;
-  const char *axis = o->tensor && aa_comm_world(o->tensor) > 1     ? "tensor"
-                     : o->pipe && o->pipe->pp > 1                  ? "pipeline"
-                     : o->context && aa_comm_world(o->context) > 1 ? "context"
-                                                                   : NULL;
-  if (axis)
+  if (o->context && aa_comm_world(o->context) > 1)
     return aa_error(AA_EUNSUPPORTED,
-                    "model.moe: mixture-of-experts layers train on one process, data or expert parallel; "
-                    "%s parallelism with them is not supported yet",
-                    axis);
+                    "model.moe: mixture-of-experts layers train on one process, data, expert, pipeline or "
+                    "tensor parallel; context parallelism with them is not supported yet");
   if (ops != aa_ops_cpu())
     return aa_error(AA_EUNSUPPORTED,
                     "model.moe: the %s backend does not compute mixture-of-experts layers yet (the cpu "
@@ -563,22 +560,29 @@ static int moe_alloc(aa_gpt_t *m, const aa_act_layout_t *l) {
   if (!a->moe.experts) return 0;
   int rc = aa_mem_check(m->opts.mem, AA_MEM_ACTS, l->host);
   if (rc) return rc;
-  if (!(m->routes = calloc((size_t)a->n_layer, sizeof *m->routes)))
+  /* A pipeline stage routes each micro-batch in flight into its slot's map. */
+  m->route_sets = m->pp > 1 ? m->pipe.slots : 1;
+  const size_t n = (size_t)a->n_layer * (size_t)m->route_sets;
+  if (!(m->routes = calloc(n, sizeof *m->routes)))
     return aa_error(AA_ENOMEM, "out of memory for the routing maps");
-  if (m->ep > 1 && !(m->dispatch = calloc((size_t)a->n_layer, sizeof *m->dispatch)))
+  if (m->ep > 1 && !(m->dispatch = calloc(n, sizeof *m->dispatch)))
     return aa_error(AA_ENOMEM, "out of memory for the dispatchers");
-  for (int b = 0; b < a->n_layer && !rc; b++)
-    if (aa_arch_is_moe_layer(a, b)) {
-      rc = aa_cpu_moe_route_alloc(&m->routes[b], m->B * m->T, a->moe.experts, a->moe.top_k);
-      m->routes[b].raw = a->moe.topk_raw; /* norm_topk_prob false */
-      if (!rc && m->dispatch)
-        rc = aa_moe_dispatch_init(&m->dispatch[b], m->opts.expert, a->moe.experts,
-                                  m->ep * m->B * m->T * a->moe.top_k);
-    }
+  aa_sizes_moe_acts(a, (size_t)m->B * m->T, m->ep, &m->acts->moe_off);
+  for (size_t i = 0; i < n && !rc; i++) {
+    const int b = (int)(i % (size_t)a->n_layer);
+    if (!aa_arch_is_moe_layer(a, b) || !aa_pp_holds_unit(&m->pipe, a, AA_GPT_UNIT_BLOCK(b))) continue;
+    rc = aa_cpu_moe_route_alloc(&m->routes[i], m->B * m->T, a->moe.experts, a->moe.top_k);
+    m->routes[i].raw = a->moe.topk_raw; /* norm_topk_prob false */
+    if (!rc && m->dispatch)
+      /* Local rows past the buffers' room go to the dispatcher's overflow,
+       * 4C + 3Fe floats a row (moe_local). */
+      rc = aa_moe_dispatch_init(&m->dispatch[i], m->opts.expert, a->moe.experts,
+                                m->ep * m->B * m->T * a->moe.top_k, (int)m->acts->moe_off.rows,
+                                4 * (size_t)m->d.C + 3 * (size_t)a->moe.d_ff_expert, m->opts.mem);
+  }
   if (rc) return rc;
   aa_mem_charge(m->opts.mem, AA_MEM_ACTS, l->host);
   m->acts->host_bytes = l->host;
-  aa_sizes_moe_acts(a, (size_t)m->B * m->T, m->ep, &m->acts->moe_off);
   return 0;
 }
 
@@ -735,13 +739,14 @@ void aa_gpt_free(aa_gpt_t *m) {
     aa_mem_uncharge(mem, AA_MEM_ACTS, m->acts->host_bytes);
     free(m->acts);
   }
+  const int n_maps = m->arch.n_layer * m->route_sets;
   if (m->routes)
-    for (int l = 0; l < m->arch.n_layer; l++)
-      aa_cpu_moe_route_free(&m->routes[l]);
+    for (int i = 0; i < n_maps; i++)
+      aa_cpu_moe_route_free(&m->routes[i]);
   free(m->routes);
   if (m->dispatch)
-    for (int l = 0; l < m->arch.n_layer; l++)
-      aa_moe_dispatch_free(&m->dispatch[l]);
+    for (int i = 0; i < n_maps; i++)
+      aa_moe_dispatch_free(&m->dispatch[i]);
   free(m->dispatch);
   aa_flatbuf_free(&m->params, mem);
   aa_flatbuf_free(&m->grads, mem);
@@ -1230,6 +1235,21 @@ static moe_view_t moe_view(const aa_gpt_t *m, int l) {
                       o->yl == AA_SIZES_NONE ? NULL : (float *)(b + o->yl)};
 }
 
+/* An MoE block's local rows under expert parallelism after its plan: the
+ * view's and the workspace's, or where the expert group sent more rows
+ * than they hold, the dispatcher's overflow (moe_dispatch.h). The stage a
+ * move's rows arrive in is the gradients' buffers (free in the forward). */
+typedef struct {
+  float *xl, *yl, *h, *act, *dxl, *dyl;
+} moe_local_t;
+
+static moe_local_t moe_local(const aa_gpt_t *m, const moe_view_t *v, const aa_moe_dispatch_t *d) {
+  float *o = aa_moe_dispatch_overflow(d);
+  if (!o) return (moe_local_t){v->xl, v->yl, v->h, v->act, m->acts->moe_dxl, m->acts->moe_dyl};
+  const size_t RC = (size_t)d->rows * (size_t)m->d.C, RF = (size_t)d->rows * (size_t)m->arch.moe.d_ff_expert;
+  return (moe_local_t){o, o + RC, o + 2 * RC, o + 2 * RC + 2 * RF, o + 2 * RC + 3 * RF, o + 3 * RC + 3 * RF};
+}
+
 /* MoE block l's MLP in place of the SwiGLU: out (N,C) = the routed
  * experts' weighted outputs plus the shared experts' for x (N,C), the
  * second RMSNorm's output, with weights w, computed in fp32 (under amp
@@ -1238,11 +1258,15 @@ static moe_view_t moe_view(const aa_gpt_t *m, int l) {
  * which reproduces the same routing) adds its aux and z losses into
  * m->moe_loss and its expert counts into m->moe_stats (both reset by the
  * pass). */
+/* Where block l's routing map (and dispatcher) of the micro-batch under
+ * way is: the stage's slot's under pipeline parallelism. */
+static int moe_map(const aa_gpt_t *m, int l) { return m->moe_slot * m->arch.n_layer + l; }
+
 static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const float *w, int count) {
   const aa_moe_t *mo = &m->arch.moe;
   const int N = m->B * m->T, C = m->d.C, E = mo->experts, Fe = mo->d_ff_expert;
   const moe_view_t v = moe_view(m, l);
-  aa_moe_route_t *r = &m->routes[l];
+  aa_moe_route_t *r = &m->routes[moe_map(m, l)];
   aa_moe_stats_t st;
   aa_cpu_moe_router_forward(v.logits, v.probs, x, WK(ROUTERW), N, C, E);
   int rc = aa_cpu_moe_route(r, &st, v.logits, v.probs, mo->capacity_factor);
@@ -1251,11 +1275,12 @@ static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const flo
   if (m->ep > 1) {
     /* The rows to the ranks holding their experts, the rank's experts over
      * what it received, the outputs back (moe_dispatch.h). */
-    aa_moe_dispatch_t *d = &m->dispatch[l];
-    if ((rc = aa_moe_dispatch_plan(d, r->offsets)) || (rc = aa_moe_dispatch(d, v.xl, v.xp, C)))
-      return aa_error_wrap(rc, "block %d", l);
-    aa_cpu_moe_experts_forward(v.yl, v.h, v.act, v.xl, WK(EXPW13), WK(EXPW2), d->offsets, d->El, C, Fe);
-    if ((rc = aa_moe_combine(d, v.yp, v.yl, C))) return aa_error_wrap(rc, "block %d", l);
+    aa_moe_dispatch_t *d = &m->dispatch[moe_map(m, l)];
+    if ((rc = aa_moe_dispatch_plan(d, r->offsets))) return aa_error_wrap(rc, "block %d", l);
+    const moe_local_t o = moe_local(m, &v, d);
+    if ((rc = aa_moe_dispatch(d, o.xl, v.xp, C, o.dxl))) return aa_error_wrap(rc, "block %d", l);
+    aa_cpu_moe_experts_forward(o.yl, o.h, o.act, o.xl, WK(EXPW13), WK(EXPW2), d->offsets, d->El, C, Fe);
+    if ((rc = aa_moe_combine(d, v.yp, o.yl, C, o.dxl))) return aa_error_wrap(rc, "block %d", l);
   } else {
     aa_cpu_moe_experts_forward(v.yp, v.h, v.act, v.xp, WK(EXPW13), WK(EXPW2), r->offsets, E, C, Fe);
   }
@@ -1287,7 +1312,7 @@ static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *do
   const aa_moe_t *mo = &m->arch.moe;
   const int N = m->B * m->T, C = m->d.C, E = mo->experts, Fe = mo->d_ff_expert, k = mo->top_k;
   const moe_view_t v = moe_view(m, l);
-  const aa_moe_route_t *r = &m->routes[l];
+  const aa_moe_route_t *r = &m->routes[moe_map(m, l)];
   const size_t rows = (size_t)r->rows;
 #define G(k) role_at(m, g, l, k)
   op->memset0(a->moe_dyp, rows * C * sizeof(float));
@@ -1297,13 +1322,15 @@ static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *do
   if (m->ep > 1) {
     /* The forward's moves in reverse: the rows' output gradients to the
      * experts' ranks (dispatch), their input gradients back (combine). */
-    aa_moe_dispatch_t *d = &m->dispatch[l];
-    int rc = aa_moe_dispatch(d, a->moe_dyl, a->moe_dyp, C);
+    aa_moe_dispatch_t *d = &m->dispatch[moe_map(m, l)];
+    const moe_local_t o = moe_local(m, &v, d);
+    int rc = aa_moe_dispatch(d, o.dyl, a->moe_dyp, C, o.dxl);
     if (rc) return aa_error_wrap(rc, "block %d backward", l);
-    op->memset0(a->moe_dxl, (size_t)d->rows * C * sizeof(float));
-    aa_cpu_moe_experts_backward(a->moe_dxl, G(EXPW13), G(EXPW2), a->moe_dyl, v.xl, v.h, v.act, WK(EXPW13),
-                                WK(EXPW2), d->offsets, d->El, C, Fe);
-    if ((rc = aa_moe_combine(d, a->moe_dxp, a->moe_dxl, C))) return aa_error_wrap(rc, "block %d backward", l);
+    op->memset0(o.dxl, (size_t)d->rows * C * sizeof(float));
+    aa_cpu_moe_experts_backward(o.dxl, G(EXPW13), G(EXPW2), o.dyl, o.xl, o.h, o.act, WK(EXPW13), WK(EXPW2),
+                                d->offsets, d->El, C, Fe);
+    if ((rc = aa_moe_combine(d, a->moe_dxp, o.dxl, C, o.dyl)))
+      return aa_error_wrap(rc, "block %d backward", l);
   } else {
     aa_cpu_moe_experts_backward(a->moe_dxp, G(EXPW13), G(EXPW2), a->moe_dyp, v.xp, v.h, v.act, WK(EXPW13),
                                 WK(EXPW2), r->offsets, E, C, Fe);
@@ -1454,8 +1481,18 @@ static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, blo
   norm_forward(m, f[F_LN2], st + S_LN2M * Ns, st + S_LN2R * Ns, f[F_RES2], WK(LN2W), WK(LN2B), Ns);
   OUT(F_LN2, NsC);
   if (aa_arch_is_moe_layer(&m->arch, l)) {
-    /* One process or data parallel (moe_supported): Ns is N. */
-    if ((rc = moe_forward(m, l, f[F_RES3], f[F_LN2], w, keep))) return rc;
+    /* Under tensor parallelism (expert_tensor_parallel_size 1) every
+     * tensor rank routes the same tokens through the same whole experts
+     * and gets the same output: nothing to reduce. Under sequence
+     * parallelism the tokens are gathered first and the rank keeps its own
+     * rows of the output. */
+    if (!m->sp) {
+      if ((rc = moe_forward(m, l, f[F_RES3], f[F_LN2], w, keep))) return rc;
+    } else {
+      if ((rc = column_input(m, f[F_LN2], &in)) || (rc = moe_forward(m, l, m->acts->partial, in, w, keep)))
+        return rc;
+      op->rows_copy(f[F_RES3], C, m->acts->partial + (size_t)m->tp_rank * NsC, C, Ns, C);
+    }
   } else {
     if ((rc = column_input(m, f[F_LN2], &in))) return rc;
     op->matmul_forward(f[F_FCH], in, WK(FCW), WK(FCB), N, C, m->d.FH);
@@ -1737,7 +1774,17 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
      * to res2, and each branch's input gradient is accumulated onto it. A
      * row-parallel layer reads the whole output gradient. */
     if (aa_arch_is_moe_layer(&m->arch, l)) {
-      if ((rc = moe_backward(m, l, a->dln, gb, a->dres, f[F_LN2], w))) return rc;
+      /* The same on every tensor rank (block_forward); under sequence
+       * parallelism from the gathered tokens and output gradient, the
+       * rank's rows of the whole input gradient kept. */
+      if (!m->sp) {
+        if ((rc = moe_backward(m, l, a->dln, gb, a->dres, f[F_LN2], w))) return rc;
+      } else {
+        if ((rc = sp_gather(m, a->partial, a->dres)) || (rc = column_input(m, f[F_LN2], &in)) ||
+            (rc = moe_backward(m, l, a->moe_dx, gb, a->partial, in, w)))
+          return rc;
+        op->rows_copy(a->dln, C, a->moe_dx + (size_t)m->tp_rank * NsC, C, Ns, C);
+      }
       rnd(m, NULL, a->dln, NsC);
     } else {
       if ((rc = column_input(m, a->dres, &dout))) return rc;
@@ -1888,6 +1935,7 @@ static void stage_select(aa_gpt_t *m, int c, int slot, int in) {
   a->inputs = a->inputs_all + (m->pipe.first && c == 0 ? (size_t)in * m->B * m->T : 0);
   a->stash = m->pipe.last && c == m->pipe.vpp - 1 ? at(base, a->stash_off) : NULL;
   a->dres = a->dres_ws;
+  m->moe_slot = slot;
 }
 
 static int stage_check(const aa_gpt_t *m, int c, int slot, int in) {
@@ -1911,6 +1959,9 @@ int aa_gpt_stage_forward(aa_gpt_t *m, int c, int slot, int in, const int32_t *in
     return rc;
   outer_weights_t ow;
   if ((rc = pass_begin(m, &ow))) return rc;
+  /* Every stage's MoE blocks add their aux and z losses to the training
+   * loss: their backward scales them as the last stage's head does. */
+  if (train) m->moe_dloss = grad_scale;
   const int lo = m->pipe.lo[c];
   float *x;
   if (first) {

@@ -55,9 +55,14 @@
  * input and the 16-bit weights, its output and input gradient rounded
  * like every block's); selective checkpointing keeps them all, full
  * recomputes them in the workspace with the same routing. Computed on the
- * CPU backend, on one process or data parallel: aa_gpt_create refuses the
- * CUDA backend and tensor, pipeline or context parallelism for an MoE
- * model by name. Expert parallelism (opts.expert, a group of ep ranks):
+ * CPU backend, on one process, data, pipeline or tensor parallel:
+ * aa_gpt_create refuses the CUDA backend and context parallelism for an
+ * MoE model by name. A pipeline stage routes each micro-batch in flight
+ * into its slot's routing map (route_sets). Under tensor parallelism the
+ * router and experts are whole on every tensor rank (Megatron's
+ * expert_tensor_parallel_size 1), which routes the same tokens (gathered
+ * first under sequence parallelism, its own rows of the output kept) and
+ * computes the same outputs: no collective of its own. Expert parallelism (opts.expert, a group of ep ranks):
  * each rank holds experts [ep_rank E / ep, (ep_rank + 1) E / ep) of every
  * MoE block (experts.w13 and experts.w2 are row slices of the whole
  * tensors); it routes its own tokens over all E experts, the dispatcher
@@ -330,11 +335,16 @@ struct aa_gpt {
    * last forward, the fewest and the most rows any expert computed and the
    * slots dropped (the training log's). moe_dloss: the derivative of the
    * training loss with respect to moe_loss in the backward under way (its
-   * grad_scale). */
+   * grad_scale). A pipeline stage keeps one routing map per activation
+   * slot (its micro-batches in flight, pipe.slots; route_sets of them,
+   * n_layer entries each, only its own MoE blocks allocated) and reads
+   * slot moe_slot's, which the stage pass selects. */
   aa_moe_route_t *routes;
   /* Under expert parallelism (ep > 1), each MoE block's token dispatcher
-   * over opts.expert (moe_dispatch.h), whose plan the backward reuses. */
+   * over opts.expert (moe_dispatch.h), whose plan the backward reuses; one
+   * per routing map. */
   aa_moe_dispatch_t *dispatch;
+  int route_sets, moe_slot;
   float moe_loss;
   aa_moe_stats_t moe_stats;
   float moe_dloss;

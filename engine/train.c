@@ -78,10 +78,12 @@ typedef struct {
   int32_t *step_inputs, *step_targets;
   /* Where the step's time went (train.h), and the sum over timed steps. */
   double step_time[AA_TIME_KINDS], time_sum[AA_TIME_KINDS];
+  double a2a_forward, a2a_forward_sum; /* the step's all-to-all time in forward passes, and its sum */
 } trainer_t;
 
 const char *aa_time_kind_name(aa_time_kind_t k) {
-  static const char *const names[AA_TIME_KINDS] = {"forward", "backward", "optimizer", "pipeline_comm", "bubble"};
+  static const char *const names[AA_TIME_KINDS] = {"forward",       "backward", "optimizer",
+                                                   "pipeline_comm", "bubble",   "all_to_all"};
   return (unsigned)k < AA_TIME_KINDS ? names[k] : "?";
 }
 
@@ -149,7 +151,7 @@ static int pipeline_eval(trainer_t *t, float *loss) {
     if (vs > 0 && (rc = aa_comm_recv(pg, aa_gpt_stage_input(m, 0), n, t->strat.amp, (vs - 1) % pp))) break;
     if ((rc = aa_gpt_stage_forward(m, c, 0, 0, t->inputs, t->targets, 0, 0, &l))) break;
     if (vs < S - 1) rc = aa_comm_send(pg, aa_gpt_send_buf(m), n, t->strat.amp, (vs + 1) % pp);
-    if (vs == S - 1) *loss = l;
+    *loss += vs == S - 1 ? l : m->moe_loss; /* every chunk's MoE losses, as in pipeline_step */
   }
   return rc ? aa_error_wrap(rc, "validation through the pipeline") : 0;
 }
@@ -170,7 +172,7 @@ static int evaluate(trainer_t *t, float *out) {
     if (i % accum == accum - 1) loader_slice(t, &l, 0);
   }
   *out = (float)(sum / (double)n);
-  /* Only the last pipeline stage saw the losses. */
+  /* Only the last pipeline stage saw the token losses; each stage its MoE blocks'. */
   if (t->pp > 1 && (rc = aa_gpt_pipeline_sum(t->model, out, 1))) return rc;
   return global_mean(t, out);
 }
@@ -547,10 +549,55 @@ static void print_memory(FILE *f, const aa_mem_t *mem) {
   fprintf(f, " peak total %s\n", aa_mem_fmt(b, mem->peak_total));
 }
 
+/* The rows and bytes the model's expert dispatchers grew past their room. */
+static int overflow_rows(const aa_gpt_t *m, size_t *bytes) {
+  int rows = 0;
+  *bytes = 0;
+  for (int l = 0; m->dispatch && l < m->arch.n_layer * m->route_sets; l++) {
+    rows += m->dispatch[l].over_rows;
+    *bytes += (size_t)m->dispatch[l].over_rows * m->dispatch[l].row_floats * sizeof(float);
+  }
+  return rows;
+}
+
+/* The time the model's expert dispatchers spent in all-to-alls since the
+ * last take (engine/moe_dispatch.h), reset. */
+static double a2a_take(aa_gpt_t *m) {
+  double s = 0;
+  for (int l = 0; m->dispatch && l < m->arch.n_layer * m->route_sets; l++) {
+    s += m->dispatch[l].seconds;
+    m->dispatch[l].seconds = 0;
+  }
+  return s;
+}
+
+/* Moves the all-to-all time of a pass that took dt seconds (forward set:
+ * a forward) from its kind to the all-to-all's. */
+static void a2a_split(trainer_t *t, aa_time_kind_t kind, double dt, int forward) {
+  const double a = a2a_take(t->model);
+  t->step_time[kind] += dt - a;
+  t->step_time[AA_TIME_ALL_TO_ALL] += a;
+  if (forward) t->a2a_forward += a;
+}
+
+/* Adds a micro-batch's MoE statistics into the step's (first: the step's
+ * first, which starts them). */
+static void moe_stats_add(aa_moe_stats_t *step, const aa_moe_stats_t *mb, int first) {
+  if (first) {
+    *step = *mb;
+    return;
+  }
+  if (mb->min_tokens < step->min_tokens) step->min_tokens = mb->min_tokens;
+  if (mb->max_tokens > step->max_tokens) step->max_tokens = mb->max_tokens;
+  step->dropped += mb->dropped;
+}
+
 /* The pipeline's part of a step (pp > 1): the plan's operations in its
  * order, micro-batch mb's tokens at step_inputs/step_targets + mb B T;
  * then the tied embedding's two copies get the sum of their gradients,
- * and every stage the mean loss, which only the last one computed. Time
+ * and every stage the mean loss: the last one's token losses plus every
+ * stage's MoE aux and z losses (the statistics in t->moe are the rank's
+ * own MoE blocks'). Time
  * goes to the kinds of train.h: a send's to the pipeline's communication;
  * a receive's is left to the bubble, the step's remainder. */
 static int pipeline_step(trainer_t *t, double scale, float *loss) {
@@ -561,7 +608,7 @@ static int pipeline_step(trainer_t *t, double scale, float *loss) {
   const size_t n = aa_gpt_stream_numel(m);
   const float grad_scale = (float)(scale / t->accum);
   double sum = 0;
-  int rc = 0, i;
+  int rc = 0, i, forwards = 0;
   /* A receive's time is not counted here: the bubble is what the step
    * spends in none of the kinds (aa_train), and it is mostly receives. */
   static const int kind_of[] = {[AA_PP_RECV_ACT] = -1, [AA_PP_FORWARD] = AA_TIME_FORWARD,
@@ -576,14 +623,18 @@ static int pipeline_step(trainer_t *t, double scale, float *loss) {
     case AA_PP_FORWARD:
       rc = aa_gpt_stage_forward(m, o->chunk, o->slot, o->in, t->step_inputs + (size_t)o->mb * N,
                                 t->step_targets + (size_t)o->mb * N, 1, grad_scale, &l);
-      if (o->chunk * t->pp + t->stage == S - 1) sum += l;
+      /* The last chunk's loss has its MoE blocks' aux and z losses in it;
+       * every other chunk adds its own (0 for a dense model). */
+      sum += o->chunk * t->pp + t->stage == S - 1 ? l : m->moe_loss;
+      if (!rc && m->arch.moe.experts) moe_stats_add(&t->moe, &m->moe_stats, !forwards++);
       break;
     case AA_PP_SEND_ACT: rc = aa_comm_send(pg, aa_gpt_send_buf(m), n, t->strat.amp, o->peer); break;
     case AA_PP_RECV_GRAD: rc = aa_comm_recv(pg, aa_gpt_grad_buf(m, o->gin), n, AA_F32, o->peer); break;
     case AA_PP_BACKWARD: rc = aa_gpt_stage_backward(m, o->chunk, o->slot, o->in, o->gin); break;
     case AA_PP_SEND_GRAD: rc = aa_comm_send(pg, aa_gpt_stage_dinput(m), n, AA_F32, o->peer); break;
     }
-    if (kind_of[o->kind] >= 0) t->step_time[kind_of[o->kind]] += aa_now() - t0;
+    if (kind_of[o->kind] >= 0)
+      a2a_split(t, (aa_time_kind_t)kind_of[o->kind], aa_now() - t0, o->kind == AA_PP_FORWARD);
   }
   if (rc) {
     static const char *const what[] = {"receiving the input", "forward", "sending the output",
@@ -600,7 +651,7 @@ static int pipeline_step(trainer_t *t, double scale, float *loss) {
     if ((rc = m->ops->sync()) || (rc = aa_comm_all_reduce(t->embed, g, g, cnt, AA_F32, AA_COMM_SUM)))
       return aa_error_wrap(rc, "summing the tied embedding's gradients of the first and last stage");
   }
-  *loss = t->stage == (S - 1) % t->pp ? (float)(sum / t->accum) : 0;
+  *loss = (float)(sum / t->accum);
   rc = aa_gpt_pipeline_sum(m, loss, 1);
   t->step_time[AA_TIME_PIPELINE_COMM] += aa_now() - t0;
   return rc;
@@ -634,16 +685,38 @@ static int check_tied_copies(trainer_t *t) {
   return 0;
 }
 
-/* Adds a micro-batch's MoE statistics into the step's (first: the step's
- * first, which starts them). */
-static void moe_stats_add(aa_moe_stats_t *step, const aa_moe_stats_t *mb, int first) {
-  if (first) {
-    *step = *mb;
-    return;
+/* The step's MoE statistics over every rank of the world (a collective:
+ * every rank calls it at the same steps): the fewest and most tokens an
+ * expert got in any rank's micro-batch, the drops summed. Each value goes
+ * as two floats (its low and high 16 bits, exact) in the rank's own slot
+ * of a sum, which is a gather. A rank that routed nothing (min_tokens < 0:
+ * a pipeline stage with no MoE block) is left out of the min. *over: the
+ * most local rows any rank's dispatchers hold past sizes.h's room. */
+static int moe_stats_world(trainer_t *t, aa_moe_stats_t *out, int *over) {
+  const int n = aa_comm_world(t->world_group), me = aa_comm_rank(t->world_group);
+  float *v = calloc((size_t)n * 8, sizeof(float));
+  if (!v) return aa_error(AA_ENOMEM, "out of memory");
+  size_t bytes;
+  const int mine[4] = {t->moe.min_tokens, t->moe.max_tokens, t->moe.dropped, overflow_rows(t->model, &bytes)};
+  for (int i = 0; i < 4; i++) {
+    const unsigned u = (unsigned)mine[i]; /* -1 (none) travels as 0xffffffff */
+    v[8 * me + 2 * i] = (float)(u & 0xffff);
+    v[8 * me + 2 * i + 1] = (float)(u >> 16);
   }
-  if (mb->min_tokens < step->min_tokens) step->min_tokens = mb->min_tokens;
-  if (mb->max_tokens > step->max_tokens) step->max_tokens = mb->max_tokens;
-  step->dropped += mb->dropped;
+  int rc = n > 1 ? aa_comm_all_reduce(t->world_group, v, v, (size_t)n * 8, AA_F32, AA_COMM_SUM) : 0;
+  *out = (aa_moe_stats_t){.min_tokens = -1};
+  *over = 0;
+  for (int r = 0; !rc && r < n; r++) {
+    int x[4];
+    for (int i = 0; i < 4; i++)
+      x[i] = (int)((unsigned)v[8 * r + 2 * i] | (unsigned)v[8 * r + 2 * i + 1] << 16);
+    if (x[0] >= 0 && (out->min_tokens < 0 || x[0] < out->min_tokens)) out->min_tokens = x[0];
+    if (x[1] > out->max_tokens) out->max_tokens = x[1];
+    out->dropped += x[2];
+    if (x[3] > *over) *over = x[3];
+  }
+  free(v);
+  return rc ? aa_error_wrap(rc, "summing the MoE statistics over the ranks") : 0;
 }
 
 /* One optimizer step: accum micro-batches of forward + backward with
@@ -655,6 +728,8 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
   int fp16 = t->strat.amp == AA_F16, rc;
   double scale = fp16 ? t->scaler.scale : 1.0, sum = 0, *tm = t->step_time;
   memset(t->step_time, 0, sizeof t->step_time);
+  t->a2a_forward = 0;
+  a2a_take(m); /* an evaluation's all-to-alls are no step's */
   if (t->lora)
     aa_gpt_zero_grad(m);
   else
@@ -675,11 +750,11 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
       next_micro_batch(t, &t->loader, t->inputs, t->targets);
       double t0 = aa_now();
       if ((rc = aa_gpt_forward(m, t->inputs, t->targets, &l))) return rc;
-      moe_stats_add(&t->moe, &m->moe_stats, k == 0);
       double t1 = aa_now();
+      a2a_split(t, AA_TIME_FORWARD, t1 - t0, 1);
+      moe_stats_add(&t->moe, &m->moe_stats, k == 0);
       if ((rc = aa_gpt_backward(m, (float)(scale / t->accum)))) return rc;
-      tm[AA_TIME_FORWARD] += t1 - t0;
-      tm[AA_TIME_BACKWARD] += aa_now() - t1;
+      a2a_split(t, AA_TIME_BACKWARD, aa_now() - t1, 0);
       sum += l;
     }
     loader_slice(t, &t->loader, 0);
@@ -802,6 +877,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
     if (!warm || (!opts->dryrun && step + 1 == cfg->steps)) {
       t.step_times[timed++] = dt;
       for (int k = 0; k < AA_TIME_KINDS; k++) t.time_sum[k] += tm[k];
+      t.a2a_forward_sum += t.a2a_forward;
     }
     t.state.step = step + 1;
     r.final_loss = loss;
@@ -817,15 +893,23 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
     {
       fprintf(t.log, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms\n", step + 1,
               cfg->steps, loss, lr, norm, step_tokens / dt, dt * 1e3);
-      fprintf(t.log, "time %5d/%d | rank 0: forward %.1f, backward %.1f, optimizer %.1f, pipeline comm %.1f, bubble %.1f ms\n",
+      fprintf(t.log,
+              "time %5d/%d | rank 0: forward %.1f, backward %.1f, optimizer %.1f, pipeline comm %.1f, bubble "
+              "%.1f, "
+              "all-to-all %.1f ms\n",
               step + 1, cfg->steps, tm[AA_TIME_FORWARD] * 1e3, tm[AA_TIME_BACKWARD] * 1e3,
-              tm[AA_TIME_OPTIMIZER] * 1e3, tm[AA_TIME_PIPELINE_COMM] * 1e3, tm[AA_TIME_BUBBLE] * 1e3);
+              tm[AA_TIME_OPTIMIZER] * 1e3, tm[AA_TIME_PIPELINE_COMM] * 1e3, tm[AA_TIME_BUBBLE] * 1e3,
+              tm[AA_TIME_ALL_TO_ALL] * 1e3);
+      aa_moe_stats_t ms;
+      int over = 0;
+      if (spec->arch.moe.experts && (rc = moe_stats_world(&t, &ms, &over))) goto cleanup;
       if (spec->arch.moe.experts)
         fprintf(t.log,
-                "moe  %5d/%d | rank 0: tokens per expert min %d, max %d (over %d experts x %d MoE layers, "
-                "per micro-batch of %d tokens) | dropped %d\n",
-                step + 1, cfg->steps, t.moe.min_tokens, t.moe.max_tokens, spec->arch.moe.experts,
-                aa_arch_moe_layers(&spec->arch), m->B * m->T, t.moe.dropped);
+                "moe  %5d/%d | %d rank%s: tokens per expert min %d, max %d (over %d experts x %d MoE layers, "
+                "per micro-batch of %d tokens a rank) | dropped %d | grown past the room: %d rows\n",
+                step + 1, cfg->steps, aa_comm_world(t.world_group),
+                aa_comm_world(t.world_group) > 1 ? "s" : "", ms.min_tokens, ms.max_tokens,
+                spec->arch.moe.experts, aa_arch_moe_layers(&spec->arch), m->B * m->T, ms.dropped, over);
     }
     int last = step + 1 == cfg->steps;
     if (t.val.n_tokens && (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0))) {
@@ -854,12 +938,14 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
     r.step_ms_spread = (t.step_times[timed - 1] - t.step_times[0]) * 1e3;
     r.tokens_per_s = step_tokens / med;
     for (int k = 0; k < AA_TIME_KINDS; k++) r.time_ms[k] = t.time_sum[k] / timed * 1e3;
+    r.all_to_all_forward_ms = t.a2a_forward_sum / timed * 1e3;
   }
   r.rank = aa_comm_rank(t.world_group);
   memcpy(r.coord, t.mesh.at.coord, sizeof r.coord);
   r.skipped_steps = t.scaler.skipped;
   r.loss_scale = t.strat.amp == AA_F16 ? t.scaler.scale : 0;
   r.mem = t.mem;
+  r.moe_overflow_rows = overflow_rows(t.model, &r.moe_overflow_bytes);
   r.peak_flops = t.peak_flops;
   if ((rc = check_tied_copies(&t))) goto cleanup;
   if (!opts->dryrun && (rc = save_checkpoint(&t, "final.ckpt"))) goto cleanup;

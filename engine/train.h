@@ -19,17 +19,24 @@
  * moved (point-to-point sends and receives, the embedding group's sum)
  * and the pipeline's wait, the step's time spent in none of these
  * (mostly waiting in a receive for a stage that is still computing:
- * the bubble). forward + backward + optimizer + pipeline_comm + bubble is
- * the step's time. */
+ * the bubble), and the expert group's all-to-alls (expert parallelism's
+ * token dispatch and combine, engine/moe_dispatch.h: counted here, not in
+ * the forward or backward they run in). forward + backward + optimizer +
+ * pipeline_comm + bubble + all_to_all is the step's time. all_to_all is
+ * last so the first five stay the protocol's (proto/msg.h), which has no
+ * all-to-all kind yet: executor/worker_child.c folds it back into the
+ * forward and backward it ran in (all_to_all_forward_ms). */
 typedef enum {
   AA_TIME_FORWARD,
   AA_TIME_BACKWARD,
   AA_TIME_OPTIMIZER,
   AA_TIME_PIPELINE_COMM,
   AA_TIME_BUBBLE,
+  AA_TIME_ALL_TO_ALL,
   AA_TIME_KINDS
 } aa_time_kind_t;
-const char *aa_time_kind_name(aa_time_kind_t k); /* "forward", "backward", "optimizer", "pipeline_comm", "bubble" */
+/* "forward", "backward", "optimizer", "pipeline_comm", "bubble", "all_to_all" */
+const char *aa_time_kind_name(aa_time_kind_t k);
 
 /* What the step callback is told after every optimizer step. */
 typedef struct aa_train_step_info {
@@ -94,6 +101,12 @@ typedef struct aa_train_result {
    * and the mean breakdown of its timed steps. */
   int rank, coord[AA_AXES]; /* coord by aa_axis_t (common/axis.h) */
   double time_ms[AA_TIME_KINDS];
+  double all_to_all_forward_ms; /* the part of time_ms[AA_TIME_ALL_TO_ALL] spent in forward passes */
+  /* Expert parallelism: the bytes this rank's dispatchers grew past the
+   * room sizes.h predicts (engine/moe_dispatch.h; in mem's activations),
+   * and the local rows they hold; 0 when routing stayed within it. */
+  size_t moe_overflow_bytes;
+  int moe_overflow_rows;
 } aa_train_result_t;
 
 /* Trains spec as configured, with the strategy's knobs (amp, activation

@@ -313,9 +313,9 @@ static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_pl
 }
 
 /* The expert group's all-to-alls per step (cost.h, engine/moe_dispatch.c)
- * on place p: per micro-batch and MoE block El counts exchanges and 4 El
- * row moves, and El and 2 El again for a recomputed one; the gradient
- * norm's all-reduce once. */
+ * on place p: per micro-batch and MoE block one counts exchange and 4 row
+ * moves, and 1 and 2 again for a recomputed one; the gradient norm's
+ * all-reduce once. */
 static void expert_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
                         aa_cost_group_t *g) {
   int nb, nk;
@@ -324,8 +324,8 @@ static void expert_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_
   const uint64_t ep = (uint64_t)s->ep, El = (uint64_t)(a->moe.experts / s->ep),
                  rows = ep * (uint64_t)aa_cost_expert_rows(&a->moe, aa_sizes_rank_tokens(a, s));
   const uint64_t m = (uint64_t)nm, mk = (uint64_t)nmk;
-  add(g, AA_COST_ALL_TO_ALL, A * El * (m + mk), ep, sizeof(size_t));
-  add(g, AA_COST_ALL_TO_ALL, A * El * (4 * m + 2 * mk), rows * (uint64_t)a->d_model, sizeof(float));
+  add(g, AA_COST_ALL_TO_ALL, A * (m + mk), 2 * ep * El, sizeof(float));
+  add(g, AA_COST_ALL_TO_ALL, A * (4 * m + 2 * mk), El * rows * (uint64_t)a->d_model, sizeof(float));
   add(g, AA_COST_ALL_REDUCE, 1, 1, sizeof(float));
 }
 

@@ -217,14 +217,14 @@ double aa_cost_bubble(const aa_strategy_t *s, int m);
  * group's units are its own (sizes.h).
  * The expert group (ep ranks, s->ep > 1; engine/moe_dispatch.c: each
  * rank routes its N tokens' k slots to the E experts, which sit E / ep a
- * rank), per micro-batch, for each MoE block of the rank, a counts
- * exchange per local expert (El = E / ep all-to-alls of ep size_t counts
- * each) and El all-to-alls of the rows (fp32, size ep·Ne·C for Ne =
- * aa_cost_expert_rows: the even load) for each of the forward's dispatch
- * and combine and the backward's, so El counts and 4 El row all-to-alls a
- * block, and El counts and 2 El row ones again for each MoE block full
- * checkpointing recomputes; per step the gradient norm's all-reduce of
- * the expert slices' squares (1 float).
+ * rank), per micro-batch, for each MoE block of the rank, one counts
+ * exchange (an all-to-all of the El = E / ep local experts' counts a peer,
+ * two floats each: 2 E floats) and one all-to-all of the rows (fp32, size
+ * El·ep·Ne·C for Ne = aa_cost_expert_rows: the even load) for each of the
+ * forward's dispatch and combine and the backward's, so 1 counts and 4 row
+ * all-to-alls a block, and 1 counts and 2 row ones again for each MoE
+ * block full checkpointing recomputes; per step the gradient norm's
+ * all-reduce of the expert slices' squares (1 float).
  * The expert-data group (E_d = dp·cp / ep ranks that hold the same
  * experts; nothing over a group of one): the data group's collectives
  * above for each MoE block's expert slices (n = El·3·Fe·C elements,

@@ -2,6 +2,7 @@
  * cost model's predictions come from. */
 #include "sizes.h"
 
+#include <math.h>
 #include <string.h>
 
 /* --- parameter units ----------------------------------------------------------------- */
@@ -268,7 +269,8 @@ static size_t take(size_t *size, size_t bytes) {
 void aa_sizes_moe_acts(const aa_arch_t *a, size_t N, int ep, aa_moe_acts_t *o) {
   const size_t E = (size_t)a->moe.experts, k = (size_t)a->moe.top_k, Fe = (size_t)a->moe.d_ff_expert;
   const size_t S = (size_t)a->moe.shared_experts, C = (size_t)a->d_model, R = N * k, f4 = sizeof(float);
-  const size_t g = (size_t)(ep > 1 ? ep : 1), Rl = g * R;
+  const size_t g = (size_t)(ep > 1 ? ep : 1), margin = (size_t)ceil(AA_MOE_EP_MARGIN * (double)R);
+  const size_t Rl = g > 1 && margin < g * R ? margin : g * R;
   size_t n = 0;
   o->logits = take(&n, N * E * f4);
   o->probs = take(&n, N * E * f4);
@@ -287,8 +289,9 @@ void aa_sizes_moe_acts(const aa_arch_t *a, size_t N, int ep, aa_moe_acts_t *o) {
   o->bytes = n;
   o->route_bytes = 16 * R + 4 * (2 * E + 1);
   /* The dispatcher's arrays (engine/moe_dispatch.h): the route's offsets,
-   * the counts, the local offsets, four size_t per rank of the group. */
-  if (g > 1) o->route_bytes += 4 * (2 * E + E / g + 2) + 32 * g;
+   * the counts, the local and arrival offsets, four size_t per rank of the
+   * group, the counts exchanged as floats. */
+  if (g > 1) o->route_bytes += 4 * (3 * E + E / g + 3) + 16 * E + 32 * g;
 }
 
 /* Block l's kept buffers, taken from *st (offsets from where *st counts
@@ -424,7 +427,13 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     o->ring_delta = take(&ws, (size_t)d.NH * N * f4);
   }
   o->host = 0;
-  const int moe_blocks = aa_arch_moe_layers(a);
+  /* The routing maps of the MoE blocks the rank holds: a pipeline stage
+   * keeps one per activation slot (each micro-batch in flight routes into
+   * its own until its backward). */
+  int moe_blocks = 0;
+  for (int l = 0; l < a->n_layer; l++)
+    moe_blocks += aa_arch_is_moe_layer(a, l) && aa_pp_holds_unit(pp, a, l + 1);
+  if (pp) moe_blocks *= pp->slots;
   if (moe_blocks) {
     aa_moe_acts_t ma;
     aa_sizes_moe_acts(a, N, sh->ep, &ma);
@@ -437,6 +446,9 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
       o->moe_dxl = take(&ws, ma.rows * C * f4);
       o->moe_dyl = take(&ws, ma.rows * C * f4);
     }
+    /* Under sequence parallelism an MoE block computes on the gathered
+     * tokens (every tensor rank the same), its input gradient whole too. */
+    if (sp) o->moe_dx = take(&ws, N * C * f4);
     o->host = (size_t)moe_blocks * ma.route_bytes;
     /* A fully checkpointed MoE block keeps nothing: its recompute needs
      * one block's MoE buffers, shared by every such block. */

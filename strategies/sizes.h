@@ -248,17 +248,32 @@ typedef struct aa_act_block {
  * (full checkpointing: then in the workspace's ws_moe, one block's).
  * Under expert parallelism (ep > 1; engine/moe_dispatch.h) the experts
  * compute the rows the expert group dispatched to the rank's E / ep
- * experts, at most Rl = ep R (every rank of the group routing every slot
- * to this rank's experts): h (Rl,2Fe) and act (Rl,Fe) take Rl rows, and
- * the block keeps two more, after as:
+ * experts: ep R rows at worst (every rank of the group routing every slot
+ * here), R on average under even routing (each of the ep ranks sends R
+ * rows, spread over the ep ranks). The block's buffers hold the expected
+ * load with a margin, Rl = min(ep R, ceil(AA_MOE_EP_MARGIN R)) rows: h
+ * (Rl,2Fe) and act (Rl,Fe) take Rl rows, and the block keeps two more,
+ * after as:
  *   xl (Rl,C)                   the rows received, sorted by local expert
  *   yl (Rl,C)                   the local experts' outputs, before combine
- * and its dispatcher (counts and offsets, 4 (2E + E / ep + 2) + 32 ep bytes)
- * is host memory, in route_bytes. */
+ * A step whose routing sends a rank more than Rl rows is still computed
+ * whole (dropless): the dispatcher grows an overflow for that block's local
+ * rows and their gradients, 4C + 3Fe floats a row, charged as activations
+ * (moe_dispatch.h), so a skewed router costs more than this predicts and
+ * the run's accounted peak says by how much. Its dispatcher's arrays
+ * (counts and offsets, 4 (3E + E / ep + 3) + 16 E + 32 ep bytes) are host
+ * memory, in route_bytes. */
+/* The margin over even routing a rank's local-row buffers hold under
+ * expert parallelism: 1.25, the capacity factor Switch Transformer trains
+ * with (Fedus et al. 2022, section 2.2 and table 1) and Megatron's
+ * examples pass as moe_expert_capacity_factor. A rank's load is the sum of
+ * its E / ep experts' loads over ep sources, so it spreads less than one
+ * expert's, and the load-balancing loss pulls routing toward even. */
+#define AA_MOE_EP_MARGIN 1.25
 typedef struct aa_moe_acts {
   size_t logits, probs, xp, h, act, yp, hs, as;
   size_t xl, yl;      /* ep > 1 only: AA_SIZES_NONE at ep 1 */
-  size_t rows;        /* Rl: the rows the rank's experts compute at most (R at ep 1) */
+  size_t rows;        /* Rl: the rows the block's buffers hold for the rank's experts (R at ep 1) */
   size_t bytes;       /* the block's kept MoE buffers, from logits */
   size_t route_bytes; /* its routing map (and dispatcher), host memory */
 } aa_moe_acts_t;
@@ -323,6 +338,7 @@ typedef struct aa_act_layout {
    * host routing maps (not in either allocation). */
   size_t moe_dxp, moe_dyp, moe_dweight, moe_dlogits;
   size_t moe_dxl, moe_dyl; /* ep > 1: the local rows' gradients (Rl,C) each; AA_SIZES_NONE at ep 1 */
+  size_t moe_dx;           /* sequence parallelism: an MoE block's whole input gradient (N,C); else NONE */
   size_t ws_moe; /* one MoE block's buffers (aa_moe_acts_t) where a fully checkpointed one is recomputed */
   size_t lora;   /* LoRA (a->lora.r > 0), fp32: one target's A x and its gradient, 2 (N,r), which the
                     backward recomputes (no activation is kept for the adapters), and (N,out) for the

@@ -185,10 +185,12 @@ static aa_axis_t rest_axis(void) {
 /* The largest degree axis a may take in a world of the pool: 1 when its
  * method is excluded; a pipeline at most n_layer (a stage holds a block
  * at least), a context group at most seq_len / 2 (two chunks of a
- * sequence a rank), and neither without the model. */
+ * sequence a rank), and neither without the model; no context group for
+ * a model with MoE layers. */
 static int axis_max(const aa_space_pool_t *p, aa_axis_t a, int world) {
   if (p->exclude & axis_bit(a)) return 1;
-  if (p->arch && p->arch->moe.experts > 0 && a != AA_AXIS_DATA) return 1; /* what the engine runs */
+  /* What the engine runs with MoE layers: no context parallelism. */
+  if (p->arch && p->arch->moe.experts > 0 && a == AA_AXIS_CONTEXT) return 1;
   if (a == AA_AXIS_PIPELINE) return !p->arch ? 1 : world < p->arch->n_layer ? world : p->arch->n_layer;
   if (a == AA_AXIS_CONTEXT) return !p->arch ? 1 : world < p->arch->seq_len / 2 ? world : p->arch->seq_len / 2;
   return world;

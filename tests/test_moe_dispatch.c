@@ -38,6 +38,7 @@ typedef struct {
   char rdv[AA_RENDEZVOUS_MAX];
   int dp, ep, k;
   float cap; /* capacity factor, 0 dropless */
+  int room;  /* the rows the rank's buffers hold, 0: the worst case ep N k */
 } cfg_t;
 
 static float *randn(aa_rng_t *r, size_t n, float scale) {
@@ -83,6 +84,8 @@ static int rank_main(const void *data, int rank) {
   aa_mesh_t m;
   aa_moe_dispatch_t d = {0};
   aa_moe_route_t r = {0};
+  aa_mem_t mem;
+  aa_mem_init(&mem, 0);
   int bad = 0;
   if (aa_mesh_init(&m, &s, world)) {
     fprintf(stderr, "  rank %d: mesh: %s\n", rank, aa_last_error());
@@ -112,7 +115,7 @@ static int rank_main(const void *data, int rank) {
   if (!wr || !w13 || !w2 || !x || !dout || !logits || !probs || !xp || !yp || !h || !act || !dxp || !dyp ||
       !dw13 || !dw2 || !xl || !yl || !hl || !al || !dxl || !dyl || !yp2 || !dxp2 || !dw13l || !dw2l ||
       !dweight || aa_cpu_moe_route_alloc(&r, N, E, c->k) ||
-      aa_moe_dispatch_init(&d, m.expert, E, (int)most)) {
+      aa_moe_dispatch_init(&d, m.expert, E, (int)most, c->room ? c->room : (int)most, 4 * C + 3 * F, &mem)) {
     bad |= 1;
     goto done;
   }
@@ -127,17 +130,35 @@ static int rank_main(const void *data, int rank) {
   aa_cpu_moe_experts_backward(dxp, dw13, dw2, dyp, xp, h, act, w13, w2, r.offsets, E, C, F);
   /* The same through the dispatcher and the rank's slice of the experts. */
   int rc = aa_moe_dispatch_plan(&d, r.offsets);
-  if (!rc) rc = aa_moe_dispatch(&d, xl, xp, C);
-  if (!rc) {
-    aa_cpu_moe_experts_forward(yl, hl, al, xl, w13 + (size_t)e0 * 2 * F * C, w2 + (size_t)e0 * C * F,
-                               d.offsets, El, C, F);
-    rc = aa_moe_combine(&d, yp2, yl, C);
+  /* Past the room the rows live in the dispatcher's overflow, carved as
+   * engine/model.c's moe_local does; planning the same routing again
+   * reuses it. */
+  float *Lxl = xl, *Lyl = yl, *Lhl = hl, *Lal = al, *Ldxl = dxl, *Ldyl = dyl;
+  float *o = rc ? NULL : aa_moe_dispatch_overflow(&d);
+  if (!rc && (d.rows > d.room) != (o != NULL)) bad |= 1 << 9;
+  if (!rc && c->room && !o) bad |= 1 << 9; /* the test's room is below every rank's load */
+  if (o) {
+    const size_t RC = (size_t)d.rows * C, RF = (size_t)d.rows * F;
+    Lxl = o, Lyl = o + RC, Lhl = o + 2 * RC, Lal = o + 2 * RC + 2 * RF, Ldxl = Lal + RF, Ldyl = Ldxl + RC;
+    if (mem.cur[AA_MEM_ACTS] != (size_t)d.over_rows * (4 * C + 3 * F) * sizeof(float) || d.grown != 1)
+      bad |= 1 << 10;
+    if (!(rc = aa_moe_dispatch_plan(&d, r.offsets)) && (d.grown != 1 || aa_moe_dispatch_overflow(&d) != o))
+      bad |= 1 << 10;
+  } else if (mem.cur[AA_MEM_ACTS] != 0) {
+    bad |= 1 << 10;
   }
-  if (!rc) rc = aa_moe_dispatch(&d, dyl, dyp, C);
+  if (!rc) rc = aa_moe_dispatch(&d, Lxl, xp, C, Ldxl);
   if (!rc) {
-    aa_cpu_moe_experts_backward(dxl, dw13l, dw2l, dyl, xl, hl, al, w13 + (size_t)e0 * 2 * F * C,
+    aa_cpu_moe_experts_forward(Lyl, Lhl, Lal, Lxl, w13 + (size_t)e0 * 2 * F * C, w2 + (size_t)e0 * C * F,
+                               d.offsets, El, C, F);
+    rc = aa_moe_combine(&d, yp2, Lyl, C, Ldxl);
+  }
+  if (!rc) rc = aa_moe_dispatch(&d, Ldyl, dyp, C, Ldxl);
+  if (!rc) {
+    memset(Ldxl, 0, (size_t)d.rows * C * sizeof(float));
+    aa_cpu_moe_experts_backward(Ldxl, dw13l, dw2l, Ldyl, Lxl, Lhl, Lal, w13 + (size_t)e0 * 2 * F * C,
                                 w2 + (size_t)e0 * C * F, d.offsets, El, C, F);
-    rc = aa_moe_combine(&d, dxp2, dxl, C);
+    rc = aa_moe_combine(&d, dxp2, Ldxl, C, Ldyl);
   }
   if (rc) {
     fprintf(stderr, "  rank %d: dispatch: %s\n", rank, aa_last_error());
@@ -184,8 +205,8 @@ done:
   return bad ? 1 : 0;
 }
 
-static void run(int dp, int ep, int k, float cap) {
-  cfg_t c = {.dp = dp, .ep = ep, .k = k, .cap = cap};
+static void run_room(int dp, int ep, int k, float cap, int room) {
+  cfg_t c = {.dp = dp, .ep = ep, .k = k, .cap = cap, .room = room};
   CHECK(aa_rendezvous_new(c.rdv, sizeof c.rdv, "shm", "test_moe_dispatch") == 0);
   int st[AA_GANG_MAX];
   double exit_time[AA_GANG_MAX];
@@ -195,23 +216,39 @@ static void run(int dp, int ep, int k, float cap) {
               i, st[i]);
 }
 
+static void run(int dp, int ep, int k, float cap) { run_room(dp, ep, k, cap, 0); }
+
 AA_TEST(ep2_over_dp2_matches_each_rank_running_every_expert) { run(2, 2, 2, 0); }
 AA_TEST(ep2_over_dp4_makes_two_expert_groups_and_matches) { run(4, 2, 2, 0); }
 AA_TEST(ep4_over_dp4_matches_top1) { run(4, 4, 1, 0); }
 AA_TEST(a_capacity_factor_drops_what_each_rank_routes_as_one_process_would) { run(2, 2, 2, 0.5f); }
+/* Buffers with room for fewer rows than arrive (a quarter of the even load
+ * N k, so some rank of the group always exceeds it): the overflow grows,
+ * is charged, and the results are the same. */
+AA_TEST(rows_past_the_room_go_to_a_grown_overflow_and_match) { run_room(2, 2, 2, 0, N * 2 / 4); }
+AA_TEST(ep4_rows_past_the_room_match) { run_room(4, 4, 2, 0, N * 2 / 4); }
 
 /* Arguments refused before anything moves. */
 AA_TEST(bad_shapes_and_counts_past_the_room_are_refused) {
   aa_comm_t *self = NULL;
   CHECK(aa_comm_self(&self) == 0);
   aa_moe_dispatch_t d;
-  CHECK_ERR(aa_moe_dispatch_init(&d, self, 0, 8), AA_EINVAL, "0 experts");
+  CHECK_ERR(aa_moe_dispatch_init(&d, self, 0, 8, 8, 1, NULL), AA_EINVAL, "0 experts");
+  CHECK_ERR(aa_moe_dispatch_init(&d, self, 1, 8, 9, 1, NULL), AA_EINVAL, "room for 9 rows of at most 8");
   CHECK(d.counts == NULL);
   /* A group whose counts overflow the caller's room is refused before a
    * row moves: one expert, 3 routed rows, room for 2. */
-  CHECK(aa_moe_dispatch_init(&d, self, 1, 2) == 0);
+  CHECK(aa_moe_dispatch_init(&d, self, 1, 2, 2, 1, NULL) == 0);
   const int32_t offsets[2] = {0, 3};
   CHECK_ERR(aa_moe_dispatch_plan(&d, offsets), AA_EINVAL, "sends 3 rows, room for 2");
+  aa_moe_dispatch_free(&d);
+  /* An overflow past the accountant's limit is refused as out of memory. */
+  aa_mem_t mem;
+  aa_mem_init(&mem, 8);
+  CHECK(aa_moe_dispatch_init(&d, self, 1, 4, 1, 4, &mem) == 0);
+  const int32_t two[2] = {0, 2};
+  CHECK_ERR(aa_moe_dispatch_plan(&d, two), AA_EOOM, "2 rows arrive, room for 1");
+  CHECK(mem.cur[AA_MEM_ACTS] == 0);
   aa_moe_dispatch_free(&d);
   aa_comm_destroy(self);
 }
@@ -221,6 +258,8 @@ int main(void) {
   RUN(ep2_over_dp4_makes_two_expert_groups_and_matches);
   RUN(ep4_over_dp4_matches_top1);
   RUN(a_capacity_factor_drops_what_each_rank_routes_as_one_process_would);
+  RUN(rows_past_the_room_go_to_a_grown_overflow_and_match);
+  RUN(ep4_rows_past_the_room_match);
   RUN(bad_shapes_and_counts_past_the_room_are_refused);
   return aa_test_summary();
 }

@@ -390,17 +390,32 @@ AA_TEST(moe_blocks_size_their_experts_and_routed_rows) {
   CHECK(ma.route_bytes == 16 * R + 4 * 9);
   CHECK(ma.xl == AA_SIZES_NONE && ma.yl == AA_SIZES_NONE && ma.rows == R);
   /* Expert parallelism over 2 ranks: the block holds 2 of the 4 routed
-   * experts (router and shared expert whole); the experts compute up to
-   * 2 R rows (both ranks' slots), kept with their inputs xl and outputs
-   * yl; the dispatcher's arrays join the host map; the workspace gains the
-   * local rows' two gradients. */
+   * experts (router and shared expert whole); the experts compute R rows
+   * under even routing (up to 2 R: both ranks' slots), and the buffers
+   * hold the even load with the 1.25 margin, Rl = ceil(1.25 R) = 80 rows,
+   * kept with their inputs xl and outputs yl; the dispatcher's arrays
+   * (route, counts, local and arrival offsets, 4 size_t a rank, the
+   * counts as floats) join the host map; the workspace gains the local
+   * rows' two gradients. */
   CHECK(aa_sizes_unit_numel_ep(&a, 1, 2, 1) == aa_sizes_unit_numel(&a, 1, 1) - 2 * 3 * 24 * C);
   CHECK(aa_sizes_unit_numel_ep(&a, 1, 2, 2) == dense);
   aa_moe_acts_t me;
   aa_sizes_moe_acts(&a, N, 2, &me);
-  CHECK(me.rows == 2 * R && me.xl != AA_SIZES_NONE && me.yl != AA_SIZES_NONE);
-  CHECK(me.bytes == ma.bytes + (2 * R * 48 + 2 * R * 24 - R * 48 - R * 24 + 2 * (2 * R * C)) * f4);
-  CHECK(me.route_bytes == ma.route_bytes + 4 * (2 * 4 + 2 + 2) + 32 * 2);
+  const size_t Rl = 80;
+  CHECK(AA_MOE_EP_MARGIN == 1.25 && R == 64);
+  CHECK(me.rows == Rl && me.xl != AA_SIZES_NONE && me.yl != AA_SIZES_NONE);
+  CHECK(me.bytes == ma.bytes + (Rl * 48 + Rl * 24 - R * 48 - R * 24 + 2 * (Rl * C)) * f4);
+  CHECK(me.route_bytes == ma.route_bytes + 4 * (3 * 4 + 2 + 3) + 16 * 4 + 32 * 2);
+  /* At ep 4 the same room (the expected load does not grow with ep, the
+   * worst case 4 R would); it rounds up: top-1 over 3 tokens is R = 3,
+   * room ceil(3.75) = 4. */
+  aa_moe_acts_t m4;
+  aa_sizes_moe_acts(&a, N, 4, &m4);
+  CHECK(m4.rows == Rl);
+  aa_arch_t a1 = a;
+  a1.moe.top_k = 1;
+  aa_sizes_moe_acts(&a1, 3, 2, &m4);
+  CHECK(m4.rows == 4);
   aa_act_shape_t she = {.B = B, .T = T, .tp = 1, .cp = 1, .ep = 2, .amp = AA_F32, .ckpt = AA_CKPT_NONE};
   aa_act_layout_t le;
   aa_sizes_acts(&a, &she, &le, NULL);

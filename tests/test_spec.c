@@ -1093,7 +1093,8 @@ AA_TEST(an_moe_spec_is_measured_on_cpus_only) {
   snprintf(
       want, sizeof want,
       "moe.json: %s has mixture-of-experts layers (model.moe): autoaccel measures and trains them on CPUs "
-      "(data or expert parallel) and plans them from a device profile, but the cuda backend does not "
+      "(data, expert, tensor or pipeline parallel) and plans them from a device profile, but the cuda "
+      "backend does not "
       "compute them yet (docs/model-spec.md \"moe\")",
       s.name);
   CHECK_MSG(strcmp(aa_last_error(), want) == 0, "%s", aa_last_error());

@@ -87,18 +87,18 @@ done
 if [ -e "$tmp/home" ]; then fail=$((fail + 1)); echo "FAIL: auto created $tmp/home for a long spec it refused"; else
   pass=$((pass + 1)); fi
 
-# A mixture-of-experts spec trains (on one process, data or expert parallel),
+# A mixture-of-experts spec trains (on one process, data, expert, tensor or pipeline parallel),
 # the cost model predicts it (strategy check, plan from a device profile)
 # and CPU pools measure it (auto, below); a GPU pool, whose backend does not
 # compute MoE layers, says so by name, exit 1, before it contacts anything.
 MOE=$SRC/tests/specs/moe_tiny.json
-MOEMSG="moe-tiny has mixture-of-experts layers \(model\.moe\): autoaccel measures and trains them on CPUs \(data or expert parallel\) and plans them from a device profile, but the cuda backend does not compute them yet"
+MOEMSG="moe-tiny has mixture-of-experts layers \(model\.moe\): autoaccel measures and trains them on CPUs \(data, expert, tensor or pipeline parallel\) and plans them from a device profile, but the cuda backend does not compute them yet"
 expect 0 "^ok: dp1\.tp1\.pp1\.z0\.bf16\.ckpt-none\.mb4 is valid for moe-tiny" "$AA" strategy check "$MINIMAL" --model "$MOE"
 # Expert parallelism: predicted at ZeRO 0, and at ZeRO 1 with each MoE
 # layer's expert slices (2 experts x 3 x 24 x 32 = 4,608 floats, 18 KiB)
 # reduce-scattered and all-gathered over the expert-data group (4 / 2 ranks).
 echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2, "expert": 2}, "micro_batch": 2}' >"$tmp/ep2.json"
-expect 0 "^comm: expert group of 2, per step: 1 all-reduce \(4 B\), 20 all-to-alls" \
+expect 0 "^comm: expert group of 2, per step: 1 all-reduce \(4 B\), 10 all-to-alls" \
   "$AA" strategy check "$tmp/ep2.json" --model "$MOE" --world 2
 echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 4, "expert": 2}, "micro_batch": 1, "zero": 1}' >"$tmp/ep2z1.json"
 expect 0 "^comm: expert-data group of 2, per step: 2 all-gathers \(36\.0 KiB\), 2 reduce-scatters \(36\.0 KiB\)" \
@@ -117,9 +117,16 @@ m["train"].update(steps=3, eval_every=0, eval_batches=1)
 m["data"] = {"train": sys.argv[2] + "/train.bin", "val": sys.argv[2] + "/val.bin"}
 print(json.dumps(m))
 PY
-MOELINE="^moe +[0-9]+/3 \| rank 0: tokens per expert min [0-9]+, max [0-9]+ \(over 4 experts x 2 MoE layers, per micro-batch of 64 tokens\) \| dropped 0$"
+MOELINE="^moe +[0-9]+/3 \| 1 rank: tokens per expert min [0-9]+, max [0-9]+ \(over 4 experts x 2 MoE layers, per micro-batch of 64 tokens a rank\) \| dropped 0 \| grown past the room: 0 rows$"
 expect 0 "$MOELINE" "$AA" train "$tmp/moe.json" --out "$tmp/moe-run" --log-every 1 --threads 1
 expect 0 "^done: 3 steps" "$AA" train "$tmp/moe.json" --out "$tmp/moe-run2" --devices cpu:2 --threads 2
+# The moe line is over every rank; at dp 2 x expert 2 the time line has the
+# all-to-alls apart.
+echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2, "expert": 2}, "micro_batch": 2}' >"$tmp/ep2run.json"
+expect 0 "^moe +3/3 \| 2 ranks: tokens per expert min [0-9]+, max [0-9]+ .* \| grown past the room: [0-9]+ rows$" \
+  "$AA" train "$tmp/moe.json" --out "$tmp/moe-run3" --devices cpu:2 --threads 2 --strategy "$tmp/ep2run.json" --log-every 1
+expect 0 "^time +3/3 \| rank 0: forward [0-9.]+, backward [0-9.]+, optimizer [0-9.]+, pipeline comm 0\.0, bubble [0-9.]+, all-to-all [0-9.]+ ms$" \
+  "$AA" train "$tmp/moe.json" --out "$tmp/moe-run4" --devices cpu:2 --threads 2 --strategy "$tmp/ep2run.json" --log-every 1
 # auto on 2 CPU executors: the expert-parallel candidates (ep 2 over dp 2,
 # ZeRO 0 here: test_moe_train covers the other stages) dry-run, the best
 # is one and trains.
@@ -152,11 +159,17 @@ expect 0 "^expert parallel: 2 ranks an expert group \(shm\), each holding 2 of t
 # slices): it exports like one process's.
 expect 0 "^exported [0-9]+ parameters from $tmp/moe-ep2/final\.ckpt to $tmp/moe-ep2\.safetensors \(41 tensors, F32\)$" \
   "$AA" export "$tmp/moe-ep2/final.ckpt" --model "$tmp/moe.json" --out "$tmp/moe-ep2.safetensors"
+# Tensor parallelism (expert_tensor_parallel_size 1: every tensor rank
+# computes the same whole experts) trains; context parallelism is refused.
 cat >"$tmp/tp2.json" <<'JSON'
 {"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 2}, "micro_batch": 4}
 JSON
-expect 1 "model\.moe: mixture-of-experts layers train on one process, data or expert parallel; tensor parallelism with them is not supported yet" \
-  "$AA" train "$tmp/moe.json" --out "$tmp/moe-tp2" --strategy "$tmp/tp2.json" --threads 2
+expect 0 "" "$AA" train "$tmp/moe.json" --out "$tmp/moe-tp2" --devices cpu:2 --strategy "$tmp/tp2.json" --threads 2
+cat >"$tmp/cp2.json" <<'JSON'
+{"format": "autoaccel-strategy", "version": 1, "parallel": {"context": 2}, "micro_batch": 4}
+JSON
+expect 1 "model\.moe: mixture-of-experts layers train on one process, data, expert, pipeline or tensor parallel; context parallelism with them is not supported yet" \
+  "$AA" train "$tmp/moe.json" --out "$tmp/moe-cp2" --devices cpu:2 --strategy "$tmp/cp2.json" --threads 2
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -322,12 +322,13 @@ done
 # Mixtral 8x7B (mixture of experts, experts whole on every rank): on 8
 # H100s nothing fits (46.7 B parameters x 16 bytes of fp32 master, gradient
 # and Adam moments alone are 747 GB, more than 8 x 80 GiB), said as such;
-# on 64 a table, every strategy within 80 GiB, and the MFU the model's
-# FLOPs of its active parameters (the router and the 2 experts a token
-# passes, not all 8) over the step, worked here from the spec.
+# on 64 a table, every strategy within 80 GiB, none context parallel (the
+# engine does not run MoE layers so), pipeline ones among them, and the MFU
+# the model's FLOPs of its active parameters (the router and the 2 experts
+# a token passes, not all 8) over the step, worked here from the spec.
 expect 1 "^no strategy fits the pool$" "$AA" plan "$M/mixtral-8x7b.json" --pool h100-80gb:8
 expect 0 "^ +1  dp[0-9]+\.tp1\." "$AA" plan "$M/mixtral-8x7b.json" --pool h100-80gb:64
-"$AA" plan "$M/mixtral-8x7b.json" --pool h100-80gb:64 --top 10 --json >"$tmp/mx.json" 2>&1
+"$AA" plan "$M/mixtral-8x7b.json" --pool h100-80gb:64 --top 20 --json >"$tmp/mx.json" 2>&1
 out=$("$PY" - "$tmp/mx.json" "$M/mixtral-8x7b.json" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1])); m = json.load(open(sys.argv[2]))
@@ -339,11 +340,15 @@ KV = a["n_kv_head"] * C // a["n_head"]
 # attention 4 s C, the head.
 fwd = L * (2 * (C * (C + 2 * KV) + C * C + E * C + k * 3 * Fe * C) + 4 * s * C) + 2 * C * V
 bad = []
-# Data parallel only (what the engine runs with MoE layers): 3 fit.
-if len(r["strategies"]) != 3: bad.append("%d strategies" % len(r["strategies"]))
+# Every axis but context (what the engine runs with MoE layers), expert
+# degrees among them now that the routed rows' buffers hold the even load
+# x 1.25 (strategies/sizes.h), not the worst case.
+if not r["strategies"]: bad.append("no strategies")
+if not any(x["strategy"]["parallel"].get("pipeline", 1) > 1 for x in r["strategies"]): bad.append("no pipeline")
+if not any(x["strategy"]["parallel"].get("expert", 1) > 1 for x in r["strategies"]): bad.append("no expert degree")
 for x in r["strategies"]:
     p = x["strategy"]["parallel"]
-    if (p.get("tensor", 1), p.get("pipeline", 1), p.get("context", 1)) != (1, 1, 1): bad.append(x["key"])
+    if p.get("context", 1) != 1: bad.append(x["key"])
     step = x["step_ms"] / 1e3
     if not (x["tokens_per_s"] > 0 and 0 < x["peak_bytes"] <= r["pool"]["memory_bytes"]):
         bad.append("%s: %g tok/s, %d bytes" % (x["key"], x["tokens_per_s"], x["peak_bytes"]))
@@ -356,13 +361,16 @@ EOF
 if [ "$out" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: mixtral --json: $out"; fi
 # Expert parallelism at every ZeRO stage: ZeRO 3 shards Mixtral's state
 # over the 64 ranks at ep 8 as at ep 1 (the expert slices over their
-# expert-data groups of 8), but the dispatcher's worst-case row buffers
-# (ep x N x k rows of 32k-token sequences) put a rank at 163 GiB: held at
-# ep 8, nothing fits 64 H100s. On a small MoE model the search enumerates
+# expert-data groups of 8), and the dispatcher's row buffers hold the even
+# load x 1.25 (the worst case, ep x N x k rows of 32k-token sequences, put
+# a rank at 163 GiB): held at ep 8, it fits 64 H100s, and the assumptions
+# say so. On a small MoE model the search enumerates
 # ep 2 and 4 over dp 4 at every ZeRO stage and predicts them, their
-# all-to-alls in expert_comm.
+# all-to-alls in expert_comm, with tensor parallelism too (never context).
 echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 64, "expert": 8}}' >"$tmp/fix-ep8.json"
-expect 1 "^no strategy fits the pool$" "$AA" plan "$M/mixtral-8x7b.json" --pool h100-80gb:64 --fix "$tmp/fix-ep8.json"
+expect 0 "^ +1  dp64\.tp1\.pp1\.z3\.[a-z0-9]+\.ckpt-full\.mb1\.ep8 .* [0-7][0-9]\.[0-9] GiB " "$AA" plan "$M/mixtral-8x7b.json" \
+  --pool h100-80gb:64 --fix "$tmp/fix-ep8.json"
+expect 0 "mixture of experts: .*even load x 1\.25" "$AA" plan "$M/mixtral-8x7b.json" --pool h100-80gb:64
 "$AA" plan "$SRC/tests/specs/moe_tiny.json" --pool h100-80gb:4 --per-node 4 --top 100 --json >"$tmp/moe.json" 2>&1
 out=$("$PY" - "$tmp/moe.json" <<'EOF'
 import json, sys
@@ -371,9 +379,11 @@ eps = sorted({x["strategy"]["parallel"].get("expert", 1) for x in r["strategies"
 if eps != [1, 2, 4]: bad.append("expert degrees %s" % eps)
 zs = sorted({x["strategy"].get("zero", 0) for x in r["strategies"] if x["strategy"]["parallel"].get("expert", 1) > 1})
 if zs != [0, 1, 2, 3]: bad.append("ZeRO stages with expert parallelism %s" % zs)
+if not any(x["strategy"]["parallel"].get("tensor", 1) > 1 and x["strategy"]["parallel"].get("expert", 1) > 1
+           for x in r["strategies"]): bad.append("no tp x ep")
 for x in r["strategies"]:
     p, e = x["strategy"]["parallel"], x["strategy"]["parallel"].get("expert", 1)
-    if (p.get("tensor", 1), p.get("pipeline", 1), p.get("context", 1)) != (1, 1, 1): bad.append(x["key"])
+    if p.get("context", 1) != 1: bad.append(x["key"])
     if e > 1 and not x["step_s"]["expert_comm"] > 0: bad.append(x["key"])
     if e == 1 and x["step_s"]["expert_comm"] != 0: bad.append(x["key"])
 print("ok" if not bad else "; ".join(bad[:5]))

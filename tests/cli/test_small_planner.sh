@@ -39,11 +39,21 @@ for lib in $ENGINE_LIBS; do
   check "the planner maps no $lib" lacks "$planner" "$lib"
 done
 # An executor is an engine process: the same check finds its libraries.
+# (Started without the suite's OpenMP settings, for the spin check below.)
+spin_saved=${GOMP_SPINCOUNT-} policy_saved=${OMP_WAIT_POLICY-}
+unset GOMP_SPINCOUNT OMP_WAIT_POLICY
 start_executor 1
+[ -z "$spin_saved" ] || export GOMP_SPINCOUNT="$spin_saved"
+[ -z "$policy_saved" ] || export OMP_WAIT_POLICY="$policy_saved"
 check "an executor registers" wait_for 20 executors_up 1
 check "the executor runs the engine binary" [ "$(basename "$(readlink "/proc/$executor/exe")")" = autoaccel-engine ]
 check "the executor maps libopenblas (the check sees an engine)" maps_has "$executor" libopenblas
 check "the executor maps libgomp" maps_has "$executor" libgomp
+# The front gives its engine processes a short OpenMP spin unless the
+# environment chose (cli/main.c; this executor started without the suite's
+# GOMP_SPINCOUNT, so the value seen is the front's).
+check "the executor's OpenMP workers spin 1000, the front's default" \
+  grep -qz '^GOMP_SPINCOUNT=1000$' "/proc/$executor/environ"
 kill "$executor" 2>/dev/null
 check "the executor leaves" wait_for 10 gone "$executor"
 sleep 1 # idle: nothing connected, no job

@@ -22,7 +22,7 @@ printf '{"format": "autoaccel-strategy", "version": 1}\n' >"$tmp/s.json"
 check() { "$AA" strategy check "$tmp/s.json" --model "$tmp/exp/child.json" "$@"; }
 
 # Every command that reads a spec lists --set.
-for cmd in train auto submit plan "strategy check" import export generate; do
+for cmd in train auto submit plan "strategy check" import export generate query; do
   # shellcheck disable=SC2086
   expect 0 "--set KEY.PATH=VALUE" "$AA" $cmd --help
 done
@@ -46,6 +46,12 @@ expect 1 "train.no_save_optim: must be true or false" check --set train.no_save_
 expect 2 "--set 'model.n_layer': expected KEY.PATH=VALUE" check --set model.n_layer
 expect 2 "an empty key" check --set model..n_layer=2
 expect 2 "an empty key" "$AA" train "$tmp/exp/child.json" --set .x=1
+# query --model hashes the overridden spec: the override is checked like the
+# file's own fields; a hash, or no --model, takes none.
+expect 1 "model.n_layr: unknown key .*set by --set model.n_layr=2" \
+  "$AA" query jobs --model "$tmp/exp/child.json" --set model.n_layr=2
+expect 2 "--set overrides a spec file, not a model hash" "$AA" query jobs --model 0123456789abcdef --set model.n_layer=2
+expect 2 "--set overrides the spec given by --model" "$AA" query jobs --set model.n_layer=2
 # A base's unknown key names the base; a cycle and a missing base name the chain.
 printf '{"extends": "child.json", "train": {"lr_typo": 1}}\n' >"$tmp/exp/typo.json"
 expect 1 "typo.json: train.lr_typo: unknown key" "$AA" plan "$tmp/exp/typo.json" --pool h100-80gb:8
