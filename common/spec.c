@@ -466,7 +466,14 @@ int aa_spec_load_set(aa_model_spec_t *out, const char *path, const char *const *
 int aa_spec_load(aa_model_spec_t *out, const char *path) { return aa_spec_load_set(out, path, NULL, 0); }
 
 int aa_spec_require_planned(const aa_model_spec_t *s, bool cuda, const char *what) {
-  if (!s->arch.moe.experts || !cuda) return 0;
+  if (!cuda) return 0;
+  if (s->arch.lora.r)
+    return aa_error(AA_EUNSUPPORTED,
+                    "%s: %s fine-tunes LoRA adapters (lora): autoaccel measures and trains them on CPUs (one "
+                    "process or data parallel) and plans them from a device profile, but the cuda backend "
+                    "does not train them yet (docs/model-spec.md \"lora\")",
+                    what, s->name);
+  if (!s->arch.moe.experts) return 0;
   return aa_error(AA_EUNSUPPORTED,
                   "%s: %s has mixture-of-experts layers (model.moe): autoaccel measures and trains them on "
                   "CPUs (data, expert, tensor or pipeline parallel) and plans them from a device profile, "

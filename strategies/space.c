@@ -189,8 +189,10 @@ static aa_axis_t rest_axis(void) {
  * a model with MoE layers. */
 static int axis_max(const aa_space_pool_t *p, aa_axis_t a, int world) {
   if (p->exclude & axis_bit(a)) return 1;
-  /* What the engine runs with MoE layers: no context parallelism. */
+  /* What the engine runs with MoE layers: no context parallelism; with
+   * LoRA adapters: data parallelism only (docs/model-spec.md "lora"). */
   if (p->arch && p->arch->moe.experts > 0 && a == AA_AXIS_CONTEXT) return 1;
+  if (p->arch && p->arch->lora.r > 0 && a != AA_AXIS_DATA) return 1;
   if (a == AA_AXIS_PIPELINE) return !p->arch ? 1 : world < p->arch->n_layer ? world : p->arch->n_layer;
   if (a == AA_AXIS_CONTEXT) return !p->arch ? 1 : world < p->arch->seq_len / 2 ? world : p->arch->seq_len / 2;
   return world;
@@ -356,6 +358,14 @@ size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void 
   size_t n = 0, nsettings = 0;
   size_t nckpt = aa_space_ckpt_modes(ckpts, 3, pool->exclude);
   size_t namp = aa_space_precisions(amps, 3, pool->cuda, pool->exclude);
+  /* LoRA trains in fp32 or bf16 (no fp16 loss scaling for adapters yet). */
+  const bool lora = pool->arch && pool->arch->lora.r > 0;
+  for (size_t a = 0; lora && a < namp; a++)
+    if (amps[a] == AA_F16) {
+      memmove(&amps[a], &amps[a + 1], (namp - a - 1) * sizeof *amps);
+      namp--;
+      break;
+    }
   cursor_t cur = cursor_start(pool);
   aa_space_layout_t l;
   while (layout_next(&cur, pool, &l)) {
@@ -365,6 +375,9 @@ size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void 
     assert(ndiv <= MAX_DIVISORS);
     /* ZeRO shards over the data x context ranks (sizes.h). */
     size_t nzero = aa_space_zero_stages(zeros, 4, dp * l.degree[AA_AXIS_CONTEXT], pool->exclude);
+    if (lora) /* the engine trains adapters without ZeRO state: stage 0 only */
+      while (nzero > 0 && zeros[nzero - 1] > 0)
+        nzero--;
     if (pp > 1)
       while (nzero > 0 && zeros[nzero - 1] >= 2)
         nzero--;

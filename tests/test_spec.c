@@ -1100,6 +1100,11 @@ AA_TEST(an_moe_spec_is_measured_on_cpus_only) {
   CHECK_MSG(strcmp(aa_last_error(), want) == 0, "%s", aa_last_error());
   CHECK(parse_parts(&s, MODEL_OK ", \"family\": \"llama\"", NULL, NULL, NULL) == 0);
   CHECK(aa_spec_require_planned(&s, true, "x") == 0);
+  /* A LoRA fine-tune likewise: CPUs and profiles, not the cuda backend. */
+  s.arch.lora.r = 4;
+  CHECK(aa_spec_require_planned(&s, false, "x") == 0);
+  CHECK(aa_spec_require_planned(&s, true, "x") == AA_EUNSUPPORTED);
+  CHECK_MSG(strstr(aa_last_error(), "fine-tunes LoRA adapters (lora)") != NULL, "%s", aa_last_error());
 }
 
 /* The top-level "lora" object (issue 36): r required, alpha defaulting to

@@ -504,6 +504,48 @@ AA_TEST(an_moe_model_searches_every_axis_but_context_with_expert_degrees) {
   CHECK(aa_space_distance(&x, &y) == 1);
 }
 
+/* A LoRA fine-tune (issue 36) searches what the engine trains adapters
+ * with: its dense twin's candidates that are data parallel only, at ZeRO
+ * 0, in fp32 or bf16 (counted here from the twin's). */
+AA_TEST(a_lora_model_searches_data_parallel_zero_0_fp32_and_bf16_only) {
+  aa_arch_t a = {.family = "llama",
+                 .n_layer = 4,
+                 .n_head = 4,
+                 .n_kv_head = 2,
+                 .d_model = 32,
+                 .d_ff = 64,
+                 .seq_len = 16,
+                 .vocab_size = 64};
+  aa_arch_t dense = a;
+  a.lora.r = 4;
+  a.lora.alpha = 8;
+  a.lora.targets = 1u << AA_LORA_Q;
+  aa_space_pool_t pool = {.devices = 4, .global_batch = 8, .arch = &dense};
+  const size_t nd = aa_space_enumerate(NULL, NULL, 0, &pool);
+  aa_strategy_t *twin = calloc(nd ? nd : 1, sizeof *twin);
+  if (!twin) abort();
+  CHECK(aa_space_enumerate(twin, NULL, nd, &pool) == nd);
+  size_t want = 0;
+  for (size_t i = 0; i < nd; i++)
+    want += twin[i].degree[AA_AXIS_TENSOR] == 1 && twin[i].degree[AA_AXIS_PIPELINE] == 1 &&
+            twin[i].degree[AA_AXIS_CONTEXT] == 1 && twin[i].zero == 0 && twin[i].amp != AA_F16;
+  free(twin);
+  pool.arch = &a;
+  const size_t n = aa_space_enumerate(NULL, NULL, 0, &pool);
+  CHECK_MSG(n == want && want > 0 && want < nd, "%zu candidates, want %zu of the twin's %zu", n, want, nd);
+  aa_strategy_t *out = calloc(n ? n : 1, sizeof *out);
+  if (!out) abort();
+  CHECK(aa_space_enumerate(out, NULL, n, &pool) == n);
+  int dp_seen = 0;
+  for (size_t i = 0; i < n; i++) {
+    CHECK(out[i].degree[AA_AXIS_TENSOR] == 1 && out[i].degree[AA_AXIS_PIPELINE] == 1 &&
+          out[i].degree[AA_AXIS_CONTEXT] == 1 && out[i].zero == 0 && out[i].amp != AA_F16);
+    if (out[i].degree[AA_AXIS_DATA] > dp_seen) dp_seen = out[i].degree[AA_AXIS_DATA];
+  }
+  free(out);
+  CHECK_MSG(dp_seen == 4, "the largest data degree %d, want 4", dp_seen);
+}
+
 /* The candidates of a pool that must use the methods `names`. */
 static aa_strategy_t *enumerate_including(int devices, const char *const *names, size_t nnames, size_t *n,
                                           int **setting) {
@@ -624,6 +666,7 @@ int main(void) {
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
   RUN(methods_of_a_strategy_are_named_as_exclude_names_them);
   RUN(an_moe_model_searches_every_axis_but_context_with_expert_degrees);
+  RUN(a_lora_model_searches_data_parallel_zero_0_fp32_and_bf16_only);
   RUN(include_names_keep_only_candidates_that_use_them);
   RUN(a_method_both_included_and_excluded_is_refused);
   RUN(unmet_included_methods_are_named);
