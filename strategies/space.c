@@ -182,17 +182,26 @@ static aa_axis_t rest_axis(void) {
   return AA_AXIS_DATA;
 }
 
+/* The methods the pool leaves out: the caller's, and what the engine does
+ * not run for the model: context parallelism with MoE layers; with LoRA
+ * adapters everything but data parallelism at ZeRO 0 in fp32 or bf16
+ * (docs/model-spec.md "moe", "lora"). */
+static unsigned excluded(const aa_space_pool_t *p) {
+  unsigned ex = p->exclude;
+  if (p->arch && p->arch->moe.experts > 0) ex |= AA_SPACE_EX_CP;
+  if (p->arch && p->arch->lora.r > 0)
+    ex |= AA_SPACE_EX_TP | AA_SPACE_EX_SP | AA_SPACE_EX_PP | AA_SPACE_EX_CP | AA_SPACE_EX_ZERO1 |
+          AA_SPACE_EX_ZERO2 | AA_SPACE_EX_ZERO3 | AA_SPACE_EX_FP16;
+  return ex;
+}
+
 /* The largest degree axis a may take in a world of the pool: 1 when its
  * method is excluded; a pipeline at most n_layer (a stage holds a block
  * at least), a context group at most seq_len / 2 (two chunks of a
  * sequence a rank), and neither without the model; no context group for
  * a model with MoE layers. */
 static int axis_max(const aa_space_pool_t *p, aa_axis_t a, int world) {
-  if (p->exclude & axis_bit(a)) return 1;
-  /* What the engine runs with MoE layers: no context parallelism; with
-   * LoRA adapters: data parallelism only (docs/model-spec.md "lora"). */
-  if (p->arch && p->arch->moe.experts > 0 && a == AA_AXIS_CONTEXT) return 1;
-  if (p->arch && p->arch->lora.r > 0 && a != AA_AXIS_DATA) return 1;
+  if (excluded(p) & axis_bit(a)) return 1;
   if (a == AA_AXIS_PIPELINE) return !p->arch ? 1 : world < p->arch->n_layer ? world : p->arch->n_layer;
   if (a == AA_AXIS_CONTEXT) return !p->arch ? 1 : world < p->arch->seq_len / 2 ? world : p->arch->seq_len / 2;
   return world;
@@ -225,7 +234,7 @@ static bool layout_next(cursor_t *c, const aa_space_pool_t *p, aa_space_layout_t
   aa_axis_t nest[AA_AXES], rest = rest_axis();
   const int n = nest_axes(nest);
   for (;;) {
-    if (c->sp == 0 && c->degree[AA_AXIS_TENSOR] > 1 && !(p->exclude & AA_SPACE_EX_SP)) {
+    if (c->sp == 0 && c->degree[AA_AXIS_TENSOR] > 1 && !(excluded(p) & AA_SPACE_EX_SP)) {
       c->sp = 1;
     } else {
       c->sp = 0;
@@ -356,16 +365,9 @@ size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void 
   aa_ckpt_mode_t ckpts[3];
   aa_strategy_t shapes[MAX_SHAPES];
   size_t n = 0, nsettings = 0;
-  size_t nckpt = aa_space_ckpt_modes(ckpts, 3, pool->exclude);
-  size_t namp = aa_space_precisions(amps, 3, pool->cuda, pool->exclude);
-  /* LoRA trains in fp32 or bf16 (no fp16 loss scaling for adapters yet). */
-  const bool lora = pool->arch && pool->arch->lora.r > 0;
-  for (size_t a = 0; lora && a < namp; a++)
-    if (amps[a] == AA_F16) {
-      memmove(&amps[a], &amps[a + 1], (namp - a - 1) * sizeof *amps);
-      namp--;
-      break;
-    }
+  const unsigned exclude = excluded(pool);
+  size_t nckpt = aa_space_ckpt_modes(ckpts, 3, exclude);
+  size_t namp = aa_space_precisions(amps, 3, pool->cuda, exclude);
   cursor_t cur = cursor_start(pool);
   aa_space_layout_t l;
   while (layout_next(&cur, pool, &l)) {
@@ -374,10 +376,11 @@ size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void 
     size_t ndiv = aa_space_micro_batches(divisors, MAX_DIVISORS, per_rank);
     assert(ndiv <= MAX_DIVISORS);
     /* ZeRO shards over the data x context ranks (sizes.h). */
-    size_t nzero = aa_space_zero_stages(zeros, 4, dp * l.degree[AA_AXIS_CONTEXT], pool->exclude);
-    if (lora) /* the engine trains adapters without ZeRO state: stage 0 only */
-      while (nzero > 0 && zeros[nzero - 1] > 0)
-        nzero--;
+    size_t nzero = aa_space_zero_stages(zeros, 4, dp * l.degree[AA_AXIS_CONTEXT], exclude);
+    /* Expert degrees divide the data x context ranks, like ZeRO's shards. */
+    int eps[MAX_EXPERT_DEGREES];
+    const size_t nep =
+        aa_space_experts(eps, MAX_EXPERT_DEGREES, pool->arch, dp * l.degree[AA_AXIS_CONTEXT], exclude);
     if (pp > 1)
       while (nzero > 0 && zeros[nzero - 1] >= 2)
         nzero--;
@@ -391,9 +394,6 @@ size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void 
       }
       if (nmb == 0) continue;
       for (size_t z = 0; z < nzero; z++) {
-        int eps[MAX_EXPERT_DEGREES];
-        size_t nep = aa_space_experts(eps, MAX_EXPERT_DEGREES, pool->arch, dp * l.degree[AA_AXIS_CONTEXT],
-                                      pool->exclude);
         for (size_t e = 0; e < nep && e < MAX_EXPERT_DEGREES; e++)
           for (size_t a = 0; a < namp; a++)
             for (size_t k = 0; k < nckpt; k++) {
