@@ -429,6 +429,18 @@ AA_TEST(methods_of_a_strategy_are_named_as_exclude_names_them) {
   CHECK(!strcmp(aa_space_method_names(buf, 8, aa_space_methods_of(&s)), "fp16, s")); /* cut, terminated */
 }
 
+/* The dense llama the MoE and LoRA searches below start from. */
+static aa_arch_t small_llama(void) {
+  return (aa_arch_t){.family = "llama",
+                     .n_layer = 4,
+                     .n_head = 4,
+                     .n_kv_head = 2,
+                     .d_model = 32,
+                     .d_ff = 64,
+                     .seq_len = 16,
+                     .vocab_size = 64};
+}
+
 /* A model with mixture-of-experts layers (8 experts) on 8 devices, global
  * batch 8: the layouts of its dense twin (the same model without the moe
  * object) without context parallelism, which the engine does not run with
@@ -437,14 +449,7 @@ AA_TEST(methods_of_a_strategy_are_named_as_exclude_names_them) {
  * (counted here from the twin's candidates). expert_parallel excludes
  * (and includes) the ep > 1 ones. */
 AA_TEST(an_moe_model_searches_every_axis_but_context_with_expert_degrees) {
-  aa_arch_t a = {.family = "llama",
-                 .n_layer = 4,
-                 .n_head = 4,
-                 .n_kv_head = 2,
-                 .d_model = 32,
-                 .d_ff = 64,
-                 .seq_len = 16,
-                 .vocab_size = 64};
+  aa_arch_t a = small_llama();
   aa_arch_t dense = a;
   a.moe = (aa_moe_t){.experts = 8, .top_k = 2, .d_ff_expert = 24, .every = 1};
   aa_space_pool_t pool = {.devices = 8, .global_batch = 8, .arch = &dense};
@@ -508,14 +513,7 @@ AA_TEST(an_moe_model_searches_every_axis_but_context_with_expert_degrees) {
  * with: its dense twin's candidates that are data parallel only, at ZeRO
  * 0, in fp32 or bf16 (counted here from the twin's). */
 AA_TEST(a_lora_model_searches_data_parallel_zero_0_fp32_and_bf16_only) {
-  aa_arch_t a = {.family = "llama",
-                 .n_layer = 4,
-                 .n_head = 4,
-                 .n_kv_head = 2,
-                 .d_model = 32,
-                 .d_ff = 64,
-                 .seq_len = 16,
-                 .vocab_size = 64};
+  aa_arch_t a = small_llama();
   aa_arch_t dense = a;
   a.lora.r = 4;
   a.lora.alpha = 8;
