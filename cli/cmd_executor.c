@@ -7,6 +7,7 @@
 #include "common/aa.h"
 #include "common/mem.h"
 #include "executor/worker.h"
+#include "proto/msg.h"
 
 static void usage(FILE *f) {
   fprintf(f, "usage: autoaccel executor [--planner ADDR] [options]\n\n"
@@ -61,7 +62,7 @@ int aa_cmd_executor(int argc, char **argv) {
     case 'p': o.planner = optarg; break;
     case 'd': {
       int cuda;
-      if (aa_worker_parse_device(optarg, &cuda)) {
+      if (aa_proto_parse_device(optarg, &cuda)) {
         fprintf(stderr, "autoaccel executor: %s\n", aa_last_error());
         return AA_EXIT_USAGE;
       }

@@ -9,23 +9,6 @@
 #include "common/aa.h"
 #include "proto/msg.h"
 
-/* "cuda:N", N = 0..AA_PROTO_DEVICE_INDEX_MAX, as the executor's --device
- * reads it (executor/worker.h), which this file does not link: the front
- * binary holds no engine (docs/service.md "Two binaries"). */
-static int parse_ordinal(const char *device, int *cuda) {
-  if (!strncmp(device, "cuda:", 5) && device[5] >= '0' && device[5] <= '9') {
-    char *end;
-    errno = 0;
-    long n = strtol(device + 5, &end, 10);
-    if (!*end && !errno && n >= 0 && n <= AA_PROTO_DEVICE_INDEX_MAX) {
-      *cuda = (int)n;
-      return 0;
-    }
-  }
-  return aa_error(AA_EINVAL, "--device: expected cpu or cuda:N (N = 0..%d, the CUDA ordinal), got '%s'",
-                  AA_PROTO_DEVICE_INDEX_MAX, device);
-}
-
 int aa_cli_parse_devices(const char *arg, aa_cli_devices_t *d) {
   memset(d, 0, sizeof *d);
   if (!strcmp(arg, "cpu")) {
@@ -57,7 +40,7 @@ int aa_cli_parse_devices(const char *arg, aa_cli_devices_t *d) {
     if (!len || len > 16) return aa_error(AA_EINVAL, "--devices %s: expected CUDA ordinals such as cuda:0,1", arg);
     snprintf(one, sizeof one, "cuda:%.*s", (int)len, p);
     int k = -1;
-    if (parse_ordinal(one, &k)) return -1;
+    if (aa_proto_parse_device(one, &k)) return -1;
     for (int i = 0; i < d->n; i++)
       if (d->cuda[i] == k) return aa_error(AA_EINVAL, "--devices %s: cuda:%d is named twice", arg, k);
     if (d->n == AA_CLI_DEVICES_MAX) return aa_error(AA_EINVAL, "--devices: at most %d devices", AA_CLI_DEVICES_MAX);

@@ -537,7 +537,7 @@ int aa_worker_create(aa_worker_t **out, const aa_worker_opts_t *o) {
    * reconnect), never a SIGPIPE that ends the executor. */
   signal(SIGPIPE, SIG_IGN);
   int cuda, rc;
-  if ((rc = aa_worker_parse_device(o->device, &cuda))) return rc;
+  if ((rc = aa_proto_parse_device(o->device, &cuda))) return rc;
   if (o->threads < 0) return aa_error(AA_EINVAL, "threads must be >= 0");
   aa_worker_device_t dev;
   if ((rc = aa_worker__probe_device(cuda, &dev))) return rc;

@@ -22,7 +22,7 @@ typedef struct aa_worker aa_worker_t;
 typedef struct aa_worker_opts {
   const char *planner;    /* planner address (aa_addr_parse forms); NULL = aa_default_planner_addr */
   const char *token_file; /* token to present in hello (aa_token_load); NULL = none */
-  const char *device;     /* "cpu" (NULL = "cpu") or "cuda:N" (aa_worker_parse_device) */
+  const char *device;     /* "cpu" (NULL = "cpu") or "cuda:N" (proto/msg.h aa_proto_parse_device) */
   int threads;            /* runner threads; 0 = all online cores */
   size_t memory_limit;    /* bytes; 0 = none. Reported as the device memory and applied to every run */
   const char *name;       /* device name to report; NULL = the CPU model + " (N threads)" */
@@ -33,10 +33,6 @@ typedef struct aa_worker_opts {
   const char *address;
   FILE *log;              /* one line per event; NULL = stderr */
 } aa_worker_opts_t;
-
-/* "cpu" (or NULL) gives *cuda = -1, "cuda:N" gives N (0..1023); anything
- * else is AA_EINVAL naming the forms. */
-int aa_worker_parse_device(const char *device, int *cuda);
 
 /* A numeric IPv4 or IPv6 address ("10.0.0.5", "fe80::1"), nothing else
  * (no host name, no port); anything else is AA_EINVAL saying so. */

@@ -25,25 +25,6 @@
  * being reset) before it is killed and the device refused. */
 #define PROBE_TIMEOUT_MS 60000
 
-int aa_worker_parse_device(const char *device, int *cuda) {
-  if (!device || !strcmp(device, "cpu")) {
-    *cuda = -1;
-    return 0;
-  }
-  const char *d = device;
-  if (!strncmp(d, "cuda:", 5) && d[5] >= '0' && d[5] <= '9') {
-    char *end;
-    errno = 0;
-    long n = strtol(d + 5, &end, 10);
-    if (!*end && !errno && n >= 0 && n <= AA_PROTO_DEVICE_INDEX_MAX) {
-      *cuda = (int)n;
-      return 0;
-    }
-  }
-  return aa_error(AA_EINVAL, "--device: expected cpu or cuda:N (N = 0..%d, the CUDA ordinal), got '%s'",
-                  AA_PROTO_DEVICE_INDEX_MAX, device);
-}
-
 #ifdef AA_HAVE_CUDA
 /* What the probe child writes: its return code, the answer, its message. */
 typedef struct {

@@ -5,6 +5,7 @@
  * one side may send is exactly what the other accepts. */
 #include "msg.h"
 
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <msgpack.h>
@@ -860,4 +861,23 @@ void aa_proto_utf8_trim(char *s) {
   unsigned char lead = (unsigned char)s[i - 1];
   size_t want = lead < 0x80 ? 1 : (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : 4;
   if (n - (i - 1) < want) s[i - 1] = '\0';
+}
+
+int aa_proto_parse_device(const char *device, int *cuda) {
+  if (!device || !strcmp(device, "cpu")) {
+    *cuda = -1;
+    return 0;
+  }
+  const char *d = device;
+  if (!strncmp(d, "cuda:", 5) && d[5] >= '0' && d[5] <= '9') {
+    char *end;
+    errno = 0;
+    long n = strtol(d + 5, &end, 10);
+    if (!*end && !errno && n >= 0 && n <= AA_PROTO_DEVICE_INDEX_MAX) {
+      *cuda = (int)n;
+      return 0;
+    }
+  }
+  return aa_error(AA_EINVAL, "--device: expected cpu or cuda:N (N = 0..%d, the CUDA ordinal), got '%s'",
+                  AA_PROTO_DEVICE_INDEX_MAX, device);
 }

@@ -37,6 +37,11 @@
 #define AA_PROTO_TIME_LIMIT_MAX (366 * 24 * 3600) /* seconds */
 #define AA_PROTO_WORLD_MAX 4096
 #define AA_PROTO_DEVICE_INDEX_MAX 1023 /* device.index: the CUDA ordinal */
+
+/* A device as an executor's --device and the CLI's --devices name it:
+ * "cpu" (or NULL) is *cuda = -1, "cuda:N" (N = 0..AA_PROTO_DEVICE_INDEX_MAX)
+ * is N; anything else AA_EINVAL, naming the forms. */
+int aa_proto_parse_device(const char *device, int *cuda);
 #define AA_PROTO_DEPTH_MAX 4    /* nesting of maps/arrays, the top map is depth 1 */
 #define AA_PROTO_ITEMS_MAX 1024 /* values in one message (keys, values, list entries) */
 /* kv_set, kv_get, kv_value: the store a gang's ranks meet through (comm/comm.h

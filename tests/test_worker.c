@@ -1022,14 +1022,14 @@ AA_TEST(a_refused_token_stops_the_executor_with_status_1) {
 
 AA_TEST(device_names_parse_strictly) {
   int k = 7;
-  CHECK(aa_worker_parse_device(NULL, &k) == 0 && k == -1);
-  CHECK(aa_worker_parse_device("cpu", &k) == 0 && k == -1);
-  CHECK(aa_worker_parse_device("cuda:0", &k) == 0 && k == 0);
-  CHECK(aa_worker_parse_device("cuda:1023", &k) == 0 && k == 1023);
+  CHECK(aa_proto_parse_device(NULL, &k) == 0 && k == -1);
+  CHECK(aa_proto_parse_device("cpu", &k) == 0 && k == -1);
+  CHECK(aa_proto_parse_device("cuda:0", &k) == 0 && k == 0);
+  CHECK(aa_proto_parse_device("cuda:1023", &k) == 0 && k == 1023);
   const char *bad[] = {"cuda", "cuda:", "cuda:-1", "cuda:+1", "cuda:1024", "cuda:1x", "cuda:0,1", "gpu:0", "CPU", ""};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     k = 7;
-    CHECK_MSG(aa_worker_parse_device(bad[i], &k) == AA_EINVAL, "'%s' was accepted", bad[i]);
+    CHECK_MSG(aa_proto_parse_device(bad[i], &k) == AA_EINVAL, "'%s' was accepted", bad[i]);
     CHECK_MSG(strstr(aa_last_error(), "expected cpu or cuda:N") != NULL, "%s", aa_last_error());
   }
 }
