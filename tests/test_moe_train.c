@@ -715,6 +715,19 @@ AA_TEST(ep2_over_dp4_in_bf16_matches_the_single_process_at_zero_1_and_3) {
       &(cfg_t){.dp = 4, .ep = 2, .zero = 3, .micro_batch = 2, .amp = AA_BF16, .out = "ep2.bf16.z3"}, 1e-4);
 }
 
+/* A run resumed from step 5 against the uninterrupted one: every later
+ * step's loss within relative tol (0: bit for bit), the worst printed. */
+static void check_resumed(const char *out, const run_t *r, const run_t *full, double tol) {
+  double worst = 0;
+  for (int s = 6; s <= STEPS; s++) {
+    double d = fabs(r->loss[s] - full->loss[s]) / fabs(full->loss[s]);
+    CHECK_MSG(d <= tol, "%s: step %d loss %.9g resumed, %.9g uninterrupted", out, s, r->loss[s],
+              full->loss[s]);
+    if (!(d <= worst)) worst = d;
+  }
+  fprintf(stderr, "  %s: max relative loss difference %.2e over steps 6-%d\n", out, worst, STEPS);
+}
+
 /* A checkpoint written at dp 4 x ep 2 with ZeRO 2 (each rank's chunks
  * gathered, then the expert slices) is one whole-model file: it resumes
  * in the same layout bit for bit, and in one process at ZeRO 0 and at dp 2
@@ -742,15 +755,7 @@ AA_TEST(an_ep2_zero2_checkpoint_resumes_in_one_process_and_at_zero_3) {
                  .resume = ckpt},
         &r);
     CHECK_MSG(aa_gang_exited_ok(r.status[0]), "%s failed", resumes[i].out);
-    double worst = 0;
-    for (int s = 6; s <= STEPS; s++) {
-      double d = fabs(r.loss[s] - full.loss[s]) / fabs(full.loss[s]);
-      CHECK_MSG(d <= resumes[i].tol, "%s: step %d loss %.9g resumed, %.9g uninterrupted", resumes[i].out, s,
-                r.loss[s], full.loss[s]);
-      if (!(d <= worst)) worst = d;
-    }
-    fprintf(stderr, "  %s: max relative loss difference %.2e over steps 6-%d\n", resumes[i].out, worst,
-            STEPS);
+    check_resumed(resumes[i].out, &r, &full, resumes[i].tol);
   }
 }
 
@@ -777,15 +782,7 @@ AA_TEST(an_ep_checkpoint_resumes_at_ep2_and_in_one_process_and_back) {
                  .resume = ckpt},
         &r);
     CHECK_MSG(aa_gang_exited_ok(r.status[0]), "%s failed", resumes[i].out);
-    double worst = 0;
-    for (int s = 6; s <= STEPS; s++) {
-      double d = fabs(r.loss[s] - full.loss[s]) / fabs(full.loss[s]);
-      CHECK_MSG(d <= resumes[i].tol, "%s: step %d loss %.9g resumed, %.9g uninterrupted", resumes[i].out, s,
-                r.loss[s], full.loss[s]);
-      if (!(d <= worst)) worst = d;
-    }
-    fprintf(stderr, "  %s: max relative loss difference %.2e over steps 6-%d\n", resumes[i].out, worst,
-            STEPS);
+    check_resumed(resumes[i].out, &r, &full, resumes[i].tol);
   }
   run_t dp;
   run(&(cfg_t){.dp = 2, .micro_batch = 4, .out = "epck.dp2", .checkpoint_every = 5}, &dp);
@@ -823,14 +820,7 @@ AA_TEST(pp_and_tp_checkpoints_resume_in_their_layout_and_in_one_process) {
       rc.resume = ckpt;
       run(&rc, &r);
       CHECK_MSG(aa_gang_exited_ok(r.status[0]), "%s failed", out);
-      double worst = 0, tol = single ? REL_TOL : 0;
-      for (int s = 6; s <= STEPS; s++) {
-        double d = fabs(r.loss[s] - full.loss[s]) / fabs(full.loss[s]);
-        CHECK_MSG(d <= tol, "%s: step %d loss %.9g resumed, %.9g uninterrupted", out, s, r.loss[s],
-                  full.loss[s]);
-        if (!(d <= worst)) worst = d;
-      }
-      fprintf(stderr, "  %s: max relative loss difference %.2e over steps 6-%d\n", out, worst, STEPS);
+      check_resumed(out, &r, &full, single ? REL_TOL : 0);
     }
   }
 }
