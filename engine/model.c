@@ -502,18 +502,25 @@ static const aa_gpt_opts_t default_opts = {.amp = AA_F32, .ckpt = AA_CKPT_NONE};
 
 /* Whether the engine computes arch's MoE blocks under these options: on
  * the CPU backend (the ops are cpu_moe.h's, with a host routing map), on
- * one process, data, expert or pipeline parallel. 0 for a dense
- * model. */
+ * one process, data, expert, tensor, pipeline or context parallel; under
+ * context parallelism dropless only. 0 for a dense model. */
 static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_opts_t *o) {
   const int ep = o->expert ? aa_comm_world(o->expert) : 1;
   if (ep > 1 && (!a->moe.experts || a->moe.experts % ep))
     return aa_error(AA_EINVAL, "expert parallel degree %d: the model has %d experts, which it must divide",
                     ep, a->moe.experts);
   if (!a->moe.experts) return 0;
-  if (o->context && aa_comm_world(o->context) > 1)
+  /* One process keeps an expert's first capacity slots in the micro-batch's
+   * token order, which runs through every context rank's chunks: a rank
+   * would need the count of each expert's slots in the chunks before each
+   * of its own, an exchange the engine does not make. */
+  if (o->context && aa_comm_world(o->context) > 1 && a->moe.capacity_factor > 0)
     return aa_error(AA_EUNSUPPORTED,
-                    "model.moe: mixture-of-experts layers train on one process, data, expert, pipeline or "
-                    "tensor parallel; context parallelism with them is not supported yet");
+                    "model.moe.capacity_factor %g with context parallelism (%d ranks): one process drops the "
+                    "slots past an expert's capacity in the token order of the whole sequences, which a "
+                    "context rank holding two chunks of each cannot reproduce; train dropless "
+                    "(capacity_factor 0) or without context parallelism",
+                    (double)a->moe.capacity_factor, aa_comm_world(o->context));
   if (ops != aa_ops_cpu())
     return aa_error(AA_EUNSUPPORTED,
                     "model.moe: the %s backend does not compute mixture-of-experts layers yet (the cpu "
@@ -1262,6 +1269,50 @@ static moe_local_t moe_local(const aa_gpt_t *m, const moe_view_t *v, const aa_mo
  * way is: the stage's slot's under pipeline parallelism. */
 static int moe_map(const aa_gpt_t *m, int l) { return m->moe_slot * m->arch.n_layer + l; }
 
+/* Under context parallelism the load-balancing loss and the routing
+ * statistics are the whole micro-batch's, every context rank's chunks of
+ * its sequences together, as one process computes them from routing r of
+ * the rank's N tokens and their router probs (N,E). Summed over the
+ * context group: each expert's count c_e, as its low and high 16 bits
+ * (floats: exact while cp < 256, AA_EUNSUPPORTED past it), and its sum of
+ * probs, each rank's in double then one float rounding (1e-7 of the aux
+ * loss). Then r->counts holds the group's c_e, which the router's
+ * backward reads (moe_backward), *aux is the group's loss and *st the
+ * group's fewest and most rows an expert computes (dropless: its count).
+ * The z-loss needs nothing: a mean over tokens, it is the replicas' mean
+ * of the ranks' own. A collective over the context group: every forward
+ * makes it, a recompute included. */
+static int moe_context_reduce(const aa_gpt_t *m, aa_moe_route_t *r, const float *probs, aa_moe_stats_t *st,
+                              float *aux) {
+  const int N = r->N, E = r->E;
+  if (m->cp >= 256)
+    return aa_error(AA_EUNSUPPORTED, "mixture-of-experts layers over %d context ranks: at most 255", m->cp);
+  double P[AA_MOE_MAX_EXPERTS] = {0};
+  float v[3 * AA_MOE_MAX_EXPERTS];
+  for (int n = 0; n < N; n++)
+    for (int e = 0; e < E; e++)
+      P[e] += probs[(size_t)n * E + e];
+  for (int e = 0; e < E; e++) {
+    v[e] = (float)((uint32_t)r->counts[e] & 0xffff);
+    v[E + e] = (float)((uint32_t)r->counts[e] >> 16);
+    v[2 * E + e] = (float)P[e];
+  }
+  int rc = aa_comm_all_reduce(m->opts.context, v, v, 3 * (size_t)E, AA_F32, AA_COMM_SUM);
+  if (rc) return aa_error_wrap(rc, "the load-balancing sums over the context group");
+  const double Ng = (double)N * m->cp;
+  double bal = 0;
+  *st = (aa_moe_stats_t){.min_tokens = -1};
+  for (int e = 0; e < E; e++) {
+    const int32_t c = (int32_t)((uint32_t)v[e] + ((uint32_t)v[E + e] << 16));
+    r->counts[e] = c;
+    bal += c / Ng * (v[2 * E + e] / Ng);
+    if (st->min_tokens < 0 || c < st->min_tokens) st->min_tokens = c;
+    if (c > st->max_tokens) st->max_tokens = c;
+  }
+  *aux = (float)((double)m->arch.moe.aux_loss_coef * E * bal);
+  return 0;
+}
+
 static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const float *w, int count) {
   const aa_moe_t *mo = &m->arch.moe;
   const int N = m->B * m->T, C = m->d.C, E = mo->experts, Fe = mo->d_ff_expert;
@@ -1271,6 +1322,9 @@ static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const flo
   aa_cpu_moe_router_forward(v.logits, v.probs, x, WK(ROUTERW), N, C, E);
   int rc = aa_cpu_moe_route(r, &st, v.logits, v.probs, mo->capacity_factor);
   if (rc) return rc;
+  float aux_cp = 0;
+  if (m->cp > 1 && (rc = moe_context_reduce(m, r, v.probs, &st, &aux_cp)))
+    return aa_error_wrap(rc, "block %d", l);
   aa_cpu_moe_permute(v.xp, x, r, C);
   if (m->ep > 1) {
     /* The rows to the ranks holding their experts, the rank's experts over
@@ -1293,6 +1347,7 @@ static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const flo
   if (!count) return 0;
   float aux, z;
   aa_cpu_moe_losses(&aux, &z, v.logits, v.probs, r, mo->aux_loss_coef, mo->z_loss_coef);
+  if (m->cp > 1) aux = aux_cp;
   m->moe_loss += aux + z;
   aa_moe_stats_t *t = &m->moe_stats;
   if (t->min_tokens < 0 || st.min_tokens < t->min_tokens) t->min_tokens = st.min_tokens;
@@ -1304,7 +1359,11 @@ static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const flo
 /* Its backward: dx (N,C) = the gradient of x from dout (N,C), the
  * gradient of the block's output; the weights' gradients (g, the block's
  * unit-relative gradient) accumulate, the router's with the aux and z
- * losses' at m->moe_dloss. */
+ * losses' at m->moe_dloss. Under context parallelism the aux loss is the
+ * group's (moe_context_reduce): the router's backward, which scales it by
+ * its N = the rank's tokens, gets the group's counts and aux_coef / cp,
+ * so that a rank's share is cp times its part of the group's gradient,
+ * which the replicas' mean then divides by cp again. */
 static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *dout, const float *x,
                         const float *w) {
   const aa_ops_t *op = m->ops;
@@ -1344,7 +1403,7 @@ static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *do
     aa_cpu_moe_shared_backward(dx, G(SHW13), G(SHW2), dout, x, v.hs, v.as, WK(SHW13), WK(SHW2),
                                mo->shared_experts, N, C, Fe);
   aa_cpu_moe_router_backward(dx, G(ROUTERW), a->moe_dlogits, a->moe_dweight, x, WK(ROUTERW), v.logits,
-                             v.probs, r, C, mo->aux_loss_coef, mo->z_loss_coef, m->moe_dloss);
+                             v.probs, r, C, mo->aux_loss_coef / (float)m->cp, mo->z_loss_coef, m->moe_dloss);
 #undef G
   return 0;
 }

@@ -333,7 +333,10 @@ struct aa_gpt {
    * moe_loss: the aux and z losses of the last forward summed over the
    * MoE blocks (already in loss). moe_stats: over the MoE blocks of the
    * last forward, the fewest and the most rows any expert computed and the
-   * slots dropped (the training log's). moe_dloss: the derivative of the
+   * slots dropped (the training log's). Under context parallelism both are
+   * the context group's micro-batch's (the aux loss and the counts summed
+   * over the group; the z-loss the rank's own, a mean the replicas average),
+   * and so is a routing map's counts. moe_dloss: the derivative of the
    * training loss with respect to moe_loss in the backward under way (its
    * grad_scale). A pipeline stage keeps one routing map per activation
    * slot (its micro-batches in flight, pipe.slots; route_sets of them,

@@ -906,10 +906,11 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
       if (spec->arch.moe.experts)
         fprintf(t.log,
                 "moe  %5d/%d | %d rank%s: tokens per expert min %d, max %d (over %d experts x %d MoE layers, "
-                "per micro-batch of %d tokens a rank) | dropped %d | grown past the room: %d rows\n",
+                "per micro-batch of %d tokens a %s) | dropped %d | grown past the room: %d rows\n",
                 step + 1, cfg->steps, aa_comm_world(t.world_group),
                 aa_comm_world(t.world_group) > 1 ? "s" : "", ms.min_tokens, ms.max_tokens,
-                spec->arch.moe.experts, aa_arch_moe_layers(&spec->arch), m->B * m->T, ms.dropped, over);
+                spec->arch.moe.experts, aa_arch_moe_layers(&spec->arch), m->B * m->T * m->cp,
+                m->cp > 1 ? "context group" : "rank", ms.dropped, over);
     }
     int last = step + 1 == cfg->steps;
     if (t.val.n_tokens && (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0))) {

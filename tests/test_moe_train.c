@@ -83,11 +83,12 @@ typedef struct {
   int kv, global_batch; /* the spec's n_kv_head and global batch (0: 2 and 8) */
   int pp;               /* pipeline stages (0, 1: none), 1F1B */
   int tp, sp;           /* tensor ranks (0, 1: none), sequence parallelism; the ranks are dp x tp x pp */
+  int cp;               /* context ranks (0, 1: none), times the above */
 } cfg_t;
 
 /* The ranks of run c (0: one process, no group). */
 static int ranks_of(const cfg_t *c) {
-  return (c->dp ? c->dp : 1) * (c->pp > 1 ? c->pp : 1) * (c->tp > 1 ? c->tp : 1);
+  return (c->dp ? c->dp : 1) * (c->pp > 1 ? c->pp : 1) * (c->tp > 1 ? c->tp : 1) * (c->cp > 1 ? c->cp : 1);
 }
 
 /* c's strategy (unresolved). */
@@ -96,6 +97,7 @@ static void cfg_strategy(const cfg_t *c, aa_strategy_t *st) {
   st->degree[AA_AXIS_DATA] = c->dp ? c->dp : 1;
   st->degree[AA_AXIS_PIPELINE] = c->pp > 1 ? c->pp : 1;
   st->degree[AA_AXIS_TENSOR] = c->tp > 1 ? c->tp : 1;
+  st->degree[AA_AXIS_CONTEXT] = c->cp > 1 ? c->cp : 1;
   st->sp = c->sp;
   st->ep = c->ep;
   st->zero = c->zero;
@@ -157,7 +159,12 @@ static int rank_main(const void *data, int rank) {
                        .resume = c->resume};
   aa_train_result_t res;
   int rc = aa_train(&s, &o, &res);
-  if (rc) fprintf(stderr, "  rank %d: %s\n", rank, aa_last_error());
+  if (rc) {
+    fprintf(stderr, "  rank %d: %s\n", rank, aa_last_error());
+    snprintf(path, sizeof path, "%s/err.%d", dir, rank);
+    FILE *e = fopen(path, "w");
+    if (e) fprintf(e, "%s\n", aa_last_error()), fclose(e);
+  }
   if (log) fclose(log);
   aa_comm_destroy(comm);
   snprintf(path, sizeof path, "%s/val.%d", dir, rank);
@@ -197,6 +204,7 @@ static void run(const cfg_t *c, run_t *r) {
   FILE *f = fopen(path, "r");
   while (f && fgets(line, sizeof line, f)) {
     int step, total, ranks, mn, mx, e, layers, tok, dr, gr;
+    char whose[32]; /* a rank, or under context parallelism a context group */
     double l, lr, norm;
     if (sscanf(line, "step %d/%d | loss %lf | lr %lf | norm %lf", &step, &total, &l, &lr, &norm) == 5 &&
         step >= 1 && step <= STEPS)
@@ -205,9 +213,8 @@ static void run(const cfg_t *c, run_t *r) {
     if (sscanf(line, "moe %d/%d | %d rank", &step, &total, &ranks) == 3 && at &&
         sscanf(at,
                ": tokens per expert min %d, max %d (over %d experts x %d MoE layers, per micro-batch of %d "
-               "tokens "
-               "a rank) | dropped %d | grown past the room: %d rows",
-               &mn, &mx, &e, &layers, &tok, &dr, &gr) == 7) {
+               "tokens a %31[^)]) | dropped %d | grown past the room: %d rows",
+               &mn, &mx, &e, &layers, &tok, whose, &dr, &gr) == 8) {
       r->moe_lines++;
       r->min_tokens = mn;
       r->max_tokens = mx;
@@ -360,9 +367,9 @@ AA_TEST(the_log_reports_tokens_per_expert_and_dropped_slots) {
 
 /* What the engine does not compute for an MoE model is refused by name
  * when the model is built: a backend other than the CPU's (here a copy of
- * its table under another name); tensor and context parallelism take the
- * same path (the CLI test runs a tp 2 strategy). A pipeline place is no
- * longer refused: it keeps a routing map per activation slot. */
+ * its table under another name); a capacity factor with context
+ * parallelism takes the same path (its own test below). A pipeline place
+ * is no longer refused: it keeps a routing map per activation slot. */
 AA_TEST(the_engine_refuses_what_it_does_not_compute_for_moe_by_name) {
   aa_model_spec_t s;
   if (moe_spec(&s, 0)) return;
@@ -503,6 +510,7 @@ static size_t ep_equivalence_grown(const cfg_t *c, double tol, int *grown) {
   sc.pp = 0;
   sc.tp = 0;
   sc.sp = 0;
+  sc.cp = 0;
   sc.out = single_out;
   run_t ref, r;
   run(&sc, &ref);
@@ -516,6 +524,14 @@ static size_t ep_equivalence_grown(const cfg_t *c, double tol, int *grown) {
   if (!ok) return 0;
   const size_t over = check_sizes(c->out, c, &r);
   if (grown) *grown = r.grown;
+  /* Under context parallelism the moe line counts the context group's
+   * micro-batch, whole sequences as one process routes them (in fp32: a
+   * 16-bit rounding that differs can flip a near-tie of the router). */
+  if (c->cp > 1 && c->amp == AA_F32)
+    CHECK_MSG(r.moe_lines == STEPS && r.tokens == ref.tokens && r.min_tokens == ref.min_tokens &&
+                  r.max_tokens == ref.max_tokens && r.dropped == 0,
+              "%s: moe line %d tokens, min %d, max %d, dropped %d; one process %d, %d, %d", c->out, r.tokens,
+              r.min_tokens, r.max_tokens, r.dropped, ref.tokens, ref.min_tokens, ref.max_tokens);
   /* The all-to-alls are timed apart (train.h AA_TIME_ALL_TO_ALL): some on
    * every rank of the ep run, in forward and in backward; none in one
    * process. */
@@ -825,6 +841,75 @@ AA_TEST(pp_and_tp_checkpoints_resume_in_their_layout_and_in_one_process) {
   }
 }
 
+/* Context parallelism (each rank holds two chunks of every sequence of the
+ * micro-batch): the MoE blocks route their own tokens, and the
+ * load-balancing loss, its gradient and the moe line's counts are the
+ * whole micro-batch's, summed over the context group (engine/model.c
+ * moe_context_reduce); the z-loss is a mean over tokens, which the
+ * replicas' mean of the ranks' own makes. So the run differs from one
+ * process on the same micro-batches only in the order of fp32 sums, and
+ * in the aux loss's probability sums by one float rounding each (1e-7 of
+ * a term about 0.02): the ep tests' bound, 1e-5 relative, and 1e-4 in
+ * bf16 (the amp tests' bound). cp 2 alone; cp 2 x ep 2 (the expert group
+ * is the context group: expert ranks are drawn from data x context); dp 2
+ * x cp 2 x ep 2 at ZeRO 1 (ZeRO's shards and the expert-data group over
+ * data x context); cp 2 in bf16, whose final weights are held to the
+ * tp2 x pp2 bf16 test's 6e-3 (measured 4.4e-3, the order of that test's;
+ * a router near-tie flips under the different 16-bit roundings: one
+ * expert's count at step 10 differs by one from one process's). */
+AA_TEST(cp2_matches_the_single_process) {
+  ep_equivalence(&(cfg_t){.cp = 2, .micro_batch = 4, .out = "cp2"}, REL_TOL);
+}
+AA_TEST(ep2_over_cp2_matches_the_single_process) {
+  ep_equivalence(&(cfg_t){.cp = 2, .ep = 2, .micro_batch = 4, .out = "cp2.ep2"}, REL_TOL);
+}
+AA_TEST(ep2_over_dp2_cp2_at_zero_1_matches_the_single_process) {
+  ep_equivalence(&(cfg_t){.dp = 2, .cp = 2, .ep = 2, .zero = 1, .micro_batch = 4, .out = "dp2.cp2.ep2.z1"},
+                 REL_TOL);
+}
+AA_TEST(cp2_in_bf16_matches_the_single_process) {
+  weight_tol = 6e-3;
+  ep_equivalence(&(cfg_t){.cp = 2, .micro_batch = 4, .amp = AA_BF16, .out = "cp2.bf16"}, 1e-4);
+  weight_tol = 0;
+}
+
+/* A capacity factor drops an expert's slots past its capacity in the
+ * token order of the whole micro-batch, which a context rank cannot
+ * reproduce from its two chunks: refused by name, on every rank, before a
+ * step. */
+AA_TEST(a_capacity_factor_with_context_parallelism_is_refused_by_name) {
+  run_t r;
+  run(&(cfg_t){.cp = 2, .capacity = 0.5, .micro_batch = 4, .out = "cp2.capacity"}, &r);
+  for (int i = 0; i < 2; i++) {
+    char path[700], msg[1024] = "";
+    CHECK_MSG(!aa_gang_exited_ok(r.status[i]), "rank %d trained", i);
+    snprintf(path, sizeof path, "%s/cp2.capacity/err.%d", tmpdir, i);
+    FILE *f = fopen(path, "r");
+    if (f && !fgets(msg, sizeof msg, f)) msg[0] = 0;
+    if (f) fclose(f);
+    CHECK_MSG(strstr(msg, "model.moe.capacity_factor 0.5 with context parallelism (2 ranks)"), "rank %d: %s",
+              i, msg);
+  }
+  CHECK(isnan(r.loss[1]));
+}
+
+/* A cp 2 checkpoint (the replicas' one file: context ranks hold the same
+ * weights) resumes at cp 2 bit for bit and in one process running the
+ * same micro-batches within the equivalence bound. */
+AA_TEST(a_cp2_checkpoint_resumes_at_cp2_and_in_one_process) {
+  char ckpt[700];
+  run_t full, r;
+  run(&(cfg_t){.cp = 2, .micro_batch = 4, .out = "cpck.full", .checkpoint_every = 5}, &full);
+  CHECK_MSG(aa_gang_exited_ok(full.status[0]) && isfinite(full.loss[STEPS]), "cpck.full failed");
+  snprintf(ckpt, sizeof ckpt, "%s/cpck.full/step_000005.ckpt", tmpdir);
+  run(&(cfg_t){.cp = 2, .micro_batch = 4, .out = "cpck.cp2", .resume = ckpt}, &r);
+  CHECK_MSG(aa_gang_exited_ok(r.status[0]) && aa_gang_exited_ok(r.status[1]), "cpck.cp2 failed");
+  check_resumed("cpck.cp2", &r, &full, 0);
+  run(&(cfg_t){.micro_batch = 4, .out = "cpck.single", .resume = ckpt}, &r);
+  CHECK_MSG(aa_gang_exited_ok(r.status[0]), "cpck.single failed");
+  check_resumed("cpck.single", &r, &full, REL_TOL);
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/aa_test_moe_train_XXXXXX");
   if (!mkdtemp(tmpdir)) return 1;
@@ -859,6 +944,12 @@ int main(void) {
   RUN(an_ep2_zero2_checkpoint_resumes_in_one_process_and_at_zero_3);
   RUN(an_ep_checkpoint_resumes_at_ep2_and_in_one_process_and_back);
   RUN(pp_and_tp_checkpoints_resume_in_their_layout_and_in_one_process);
+  RUN(cp2_matches_the_single_process);
+  RUN(ep2_over_cp2_matches_the_single_process);
+  RUN(ep2_over_dp2_cp2_at_zero_1_matches_the_single_process);
+  RUN(cp2_in_bf16_matches_the_single_process);
+  RUN(a_capacity_factor_with_context_parallelism_is_refused_by_name);
+  RUN(a_cp2_checkpoint_resumes_at_cp2_and_in_one_process);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -443,12 +443,12 @@ static aa_arch_t small_llama(void) {
 
 /* A model with mixture-of-experts layers (8 experts) on 8 devices, global
  * batch 8: the layouts of its dense twin (the same model without the moe
- * object) without context parallelism, which the engine does not run with
- * MoE layers (tensor and pipeline parallelism it does), each at the
- * expert degrees 1 and every divisor of its data degree that divides 8
- * (counted here from the twin's candidates). expert_parallel excludes
- * (and includes) the ep > 1 ones. */
-AA_TEST(an_moe_model_searches_every_axis_but_context_with_expert_degrees) {
+ * object), each at the expert degrees 1 and every divisor of its data x
+ * context degree that divides 8 (counted here from the twin's
+ * candidates); with a capacity factor, which the engine does not run
+ * under context parallelism, the twin's layouts without a context group.
+ * expert_parallel excludes (and includes) the ep > 1 ones. */
+AA_TEST(an_moe_model_searches_every_axis_with_expert_degrees_context_only_dropless) {
   aa_arch_t a = small_llama();
   aa_arch_t dense = a;
   a.moe = (aa_moe_t){.experts = 8, .top_k = 2, .d_ff_expert = 24, .every = 1};
@@ -457,40 +457,54 @@ AA_TEST(an_moe_model_searches_every_axis_but_context_with_expert_degrees) {
   aa_strategy_t *twin = calloc(nd ? nd : 1, sizeof *twin);
   if (!twin) abort();
   CHECK(aa_space_enumerate(twin, NULL, nd, &pool) == nd);
-  size_t want = 0, want_ep = 0, twin_cp = 0;
+  size_t want = 0, want_ep = 0, want_cp = 0, want_dropping = 0, twin_cp = 0;
   for (size_t i = 0; i < nd; i++) {
-    if (twin[i].degree[AA_AXIS_CONTEXT] > 1) {
-      twin_cp++;
-      continue;
-    }
+    const int cp = twin[i].degree[AA_AXIS_CONTEXT], replicas = twin[i].degree[AA_AXIS_DATA] * cp;
+    twin_cp += cp > 1;
     for (int e = 1; e <= 8; e++)
-      if (twin[i].degree[AA_AXIS_DATA] % e == 0 && 8 % e == 0) want++, want_ep += e > 1;
+      if (replicas % e == 0 && 8 % e == 0) {
+        want++, want_ep += e > 1, want_cp += cp > 1 && e > 1;
+        want_dropping += cp == 1;
+      }
   }
   free(twin);
-  CHECK_MSG(twin_cp > 0, "the twin's space has no context-parallel layout to leave out");
+  CHECK_MSG(twin_cp > 0 && want_cp > 0, "the twin's space has no context-parallel layout (%zu, %zu)", twin_cp,
+            want_cp);
   pool.arch = &a;
   const size_t n = aa_space_enumerate(NULL, NULL, 0, &pool);
   CHECK_MSG(n == want, "%zu candidates, want %zu", n, want);
   aa_strategy_t *out = calloc(n ? n : 1, sizeof *out);
   if (!out) abort();
   CHECK(aa_space_enumerate(out, NULL, n, &pool) == n);
-  size_t ep = 0, ep_tp = 0, ep_pp = 0;
+  size_t ep = 0, ep_tp = 0, ep_pp = 0, ep_cp = 0;
   unsigned zeros = 0; /* the ZeRO stages the ep > 1 candidates take */
   for (size_t i = 0; i < n; i++) {
     const aa_strategy_t *s = &out[i];
-    CHECK(s->degree[AA_AXIS_CONTEXT] == 1);
     if (s->ep > 1) {
       ep++;
       ep_tp += s->degree[AA_AXIS_TENSOR] > 1;
       ep_pp += s->degree[AA_AXIS_PIPELINE] > 1;
-      CHECK(s->degree[AA_AXIS_DATA] % s->ep == 0 && 8 % s->ep == 0);
+      ep_cp += s->degree[AA_AXIS_CONTEXT] > 1;
+      CHECK((s->degree[AA_AXIS_DATA] * s->degree[AA_AXIS_CONTEXT]) % s->ep == 0 && 8 % s->ep == 0);
       zeros |= 1u << s->zero;
       CHECK(aa_space_methods_of(s) & AA_SPACE_EX_EP);
     }
   }
   free(out);
-  CHECK_MSG(ep == want_ep && ep_tp > 0 && ep_pp > 0 && zeros == 0xf,
-            "ep %zu (want %zu), with tp %zu, with pp %zu", ep, want_ep, ep_tp, ep_pp);
+  CHECK_MSG(ep == want_ep && ep_cp == want_cp && ep_tp > 0 && ep_pp > 0 && zeros == 0xf,
+            "ep %zu (want %zu), with tp %zu, with pp %zu, with cp %zu (want %zu)", ep, want_ep, ep_tp, ep_pp,
+            ep_cp, want_cp);
+  /* A capacity factor: no context group (engine/model.c moe_supported). */
+  a.moe.capacity_factor = 1.25f;
+  const size_t nc = aa_space_enumerate(NULL, NULL, 0, &pool);
+  CHECK_MSG(nc == want_dropping, "capacity factor: %zu candidates, want %zu", nc, want_dropping);
+  aa_strategy_t *dropping = calloc(nc ? nc : 1, sizeof *dropping);
+  if (!dropping) abort();
+  CHECK(aa_space_enumerate(dropping, NULL, nc, &pool) == nc);
+  for (size_t i = 0; i < nc; i++)
+    CHECK(dropping[i].degree[AA_AXIS_CONTEXT] == 1);
+  free(dropping);
+  a.moe.capacity_factor = 0;
   const char *names[] = {"expert_parallel"};
   CHECK(aa_space_exclude_mask(names, 1, &pool.exclude) == 0 && pool.exclude == AA_SPACE_EX_EP);
   CHECK(aa_space_enumerate(NULL, NULL, 0, &pool) == want - ep);
@@ -663,7 +677,7 @@ int main(void) {
   RUN(exclude_names_leave_out_methods);
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
   RUN(methods_of_a_strategy_are_named_as_exclude_names_them);
-  RUN(an_moe_model_searches_every_axis_but_context_with_expert_degrees);
+  RUN(an_moe_model_searches_every_axis_with_expert_degrees_context_only_dropless);
   RUN(a_lora_model_searches_data_parallel_zero_0_fp32_and_bf16_only);
   RUN(include_names_keep_only_candidates_that_use_them);
   RUN(a_method_both_included_and_excluded_is_refused);

@@ -127,10 +127,10 @@ expect 0 "^moe +3/3 \| 2 ranks: tokens per expert min [0-9]+, max [0-9]+ .* \| g
   "$AA" train "$tmp/moe.json" --out "$tmp/moe-run3" --devices cpu:2 --threads 2 --strategy "$tmp/ep2run.json" --log-every 1
 expect 0 "^time +3/3 \| rank 0: forward [0-9.]+, backward [0-9.]+, optimizer [0-9.]+, pipeline comm 0\.0, bubble [0-9.]+, all-to-all [0-9.]+ ms$" \
   "$AA" train "$tmp/moe.json" --out "$tmp/moe-run4" --devices cpu:2 --threads 2 --strategy "$tmp/ep2run.json" --log-every 1
-# auto on 2 CPU executors: the expert-parallel candidates (ep 2 over dp 2,
-# ZeRO 0 here: test_moe_train covers the other stages) dry-run, the best
-# is one and trains.
-expect 0 "^best: dp2\.tp1\.pp1\.z0\.fp32\.ckpt-none\.mb[12]\.ep2 " "$AA" auto "$tmp/moe.json" --devices cpu:2 \
+# auto on 2 CPU executors: the expert-parallel candidates (ep 2 over dp 2
+# or over cp 2, ZeRO 0 here: test_moe_train covers the other stages)
+# dry-run, the best is one and trains.
+expect 0 "^best: dp(2\.tp1\.pp1|1\.tp1\.pp1\.cp2)\.z0\.fp32\.ckpt-none\.mb[124]\.ep2 " "$AA" auto "$tmp/moe.json" --devices cpu:2 \
   --threads 1 --home "$tmp/home-moe" --out "$tmp/moe-auto" --exclude bf16,fp16,checkpoint,zero --include expert_parallel
 # The trained MoE checkpoint exports under Hugging Face Mixtral's names
 # (one tensor per expert and projection), imports back to the same weights
@@ -160,7 +160,9 @@ expect 0 "^expert parallel: 2 ranks an expert group \(shm\), each holding 2 of t
 expect 0 "^exported [0-9]+ parameters from $tmp/moe-ep2/final\.ckpt to $tmp/moe-ep2\.safetensors \(41 tensors, F32\)$" \
   "$AA" export "$tmp/moe-ep2/final.ckpt" --model "$tmp/moe.json" --out "$tmp/moe-ep2.safetensors"
 # Tensor parallelism (expert_tensor_parallel_size 1: every tensor rank
-# computes the same whole experts) trains; context parallelism is refused.
+# computes the same whole experts) trains; so does context parallelism,
+# dropless (its moe line counts the context group's micro-batch), and a
+# capacity factor with it is refused by name.
 cat >"$tmp/tp2.json" <<'JSON'
 {"format": "autoaccel-strategy", "version": 1, "parallel": {"tensor": 2}, "micro_batch": 4}
 JSON
@@ -168,8 +170,16 @@ expect 0 "" "$AA" train "$tmp/moe.json" --out "$tmp/moe-tp2" --devices cpu:2 --s
 cat >"$tmp/cp2.json" <<'JSON'
 {"format": "autoaccel-strategy", "version": 1, "parallel": {"context": 2}, "micro_batch": 4}
 JSON
-expect 1 "model\.moe: mixture-of-experts layers train on one process, data, expert, pipeline or tensor parallel; context parallelism with them is not supported yet" \
-  "$AA" train "$tmp/moe.json" --out "$tmp/moe-cp2" --devices cpu:2 --strategy "$tmp/cp2.json" --threads 2
+expect 0 "^moe +3/3 \| 2 ranks: tokens per expert min [0-9]+, max [0-9]+ \(over 4 experts x 2 MoE layers, per micro-batch of 64 tokens a context group\) \| dropped 0 \| grown past the room: 0 rows$" \
+  "$AA" train "$tmp/moe.json" --out "$tmp/moe-cp2" --devices cpu:2 --strategy "$tmp/cp2.json" --threads 2 --log-every 1
+$PY - "$tmp/moe.json" >"$tmp/moe-cap.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["model"]["moe"]["capacity_factor"] = 1.5
+print(json.dumps(m))
+PY
+expect 1 "model\.moe\.capacity_factor 1\.5 with context parallelism \(2 ranks\): one process drops the slots past an expert's capacity" \
+  "$AA" train "$tmp/moe-cap.json" --out "$tmp/moe-cap-cp2" --devices cpu:2 --strategy "$tmp/cp2.json" --threads 2
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
