@@ -867,6 +867,15 @@ AA_TEST(ep2_over_dp2_cp2_at_zero_1_matches_the_single_process) {
   ep_equivalence(&(cfg_t){.dp = 2, .cp = 2, .ep = 2, .zero = 1, .micro_batch = 4, .out = "dp2.cp2.ep2.z1"},
                  REL_TOL);
 }
+/* cp 2 x pp 2 (each stage's MoE blocks reduce over the stage's context
+ * group, a routing map per micro-batch in flight) and cp 2 x ep 2 with
+ * full checkpointing (a recomputed block makes the reduction again and
+ * gets the same counts): the same bound. */
+AA_TEST(cp2_with_pp2_and_with_full_checkpointing_matches_the_single_process) {
+  ep_equivalence(&(cfg_t){.cp = 2, .pp = 2, .micro_batch = 4, .out = "cp2.pp2"}, REL_TOL);
+  ep_equivalence(&(cfg_t){.cp = 2, .ep = 2, .ckpt = AA_CKPT_FULL, .micro_batch = 4, .out = "cp2.ep2.full"},
+                 REL_TOL);
+}
 AA_TEST(cp2_in_bf16_matches_the_single_process) {
   weight_tol = 6e-3;
   ep_equivalence(&(cfg_t){.cp = 2, .micro_batch = 4, .amp = AA_BF16, .out = "cp2.bf16"}, 1e-4);
@@ -947,6 +956,7 @@ int main(void) {
   RUN(cp2_matches_the_single_process);
   RUN(ep2_over_cp2_matches_the_single_process);
   RUN(ep2_over_dp2_cp2_at_zero_1_matches_the_single_process);
+  RUN(cp2_with_pp2_and_with_full_checkpointing_matches_the_single_process);
   RUN(cp2_in_bf16_matches_the_single_process);
   RUN(a_capacity_factor_with_context_parallelism_is_refused_by_name);
   RUN(a_cp2_checkpoint_resumes_at_cp2_and_in_one_process);
