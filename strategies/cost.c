@@ -356,14 +356,17 @@ static void pipeline_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_p
 /* The context group's ring steps per step (cost.h) on place p: per
  * micro-batch and block, cp - 1 forward, 2 cp - 2 backward and cp - 1
  * more for a recomputed block, each a send and a receive of the rank's
- * keys and values (the k|v columns of its q|k|v rows) in fp32. */
+ * keys and values (the k|v columns of its q|k|v rows) in fp32; and per
+ * micro-batch and MoE block the load-balancing sums' all-reduce (3 E
+ * floats, engine/model.c moe_context_reduce), again for a recomputed one. */
 static void context_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
                          aa_cost_group_t *g) {
   aa_tp_dims_t d;
   aa_sizes_tp(a, s->degree[AA_AXIS_TENSOR], &d);
   int nb, nk;
-  double unused[2];
-  held_blocks(a, s, p, NULL, &nb, &nk, &unused[0], &unused[1]);
+  double nm, nmk;
+  held_blocks(a, s, p, moe_layer, &nb, &nk, &nm, &nmk);
+  add(g, AA_COST_ALL_REDUCE, A * (uint64_t)(nm + nmk), 3 * (uint64_t)a->moe.experts, sizeof(float));
   const uint64_t c = (uint64_t)s->degree[AA_AXIS_CONTEXT],
                  n = (uint64_t)aa_sizes_rank_tokens(a, s) * 2 * d.KVl;
   const uint64_t steps = A * ((uint64_t)nb * (3 * c - 3) + (uint64_t)nk * (c - 1));

@@ -205,6 +205,10 @@ double aa_cost_bubble(const aa_strategy_t *s, int m);
  * value gradients that travel with them, and 1 that brings each rank its
  * own), and cp − 1 again for each block full checkpointing recomputes:
  * A (L_r (3 cp − 3) + k_r (cp − 1)) sends a step and as many receives.
+ * With MoE layers, per micro-batch and MoE block of the rank (and again
+ * for each one recomputed) one all-reduce of 3 E floats: each expert's
+ * count and router probability sum over the group (the load-balancing
+ * loss of the whole micro-batch, engine/model.c moe_context_reduce).
  * The embedding group (Megatron's: the first and the last pipeline rank,
  * which hold the two copies of wte|wpe, tied to the head): one all-reduce
  * of unit 0's gradient a step (size (ceil(V / tp) + T)·C, fp32) so the

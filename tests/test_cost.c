@@ -462,6 +462,34 @@ AA_TEST(the_expert_groups_move_what_the_dispatcher_and_zero_0_and_2_call) {
               calls(0, 0, 0));
 }
 
+/* Context parallelism on the MoE llama above (2 layers, the second MoE,
+ * 4 experts) at cp 2, micro-batch 2, two micro-batches a step: besides
+ * its ring steps (2 blocks x (3 cp - 3) = 6 a micro-batch), the context
+ * group all-reduces the MoE block's load-balancing sums, 3 E = 12 floats,
+ * once a micro-batch (engine/model.c moe_context_reduce): 2 calls of 12;
+ * full checkpointing recomputes the block's forward, which makes it
+ * again: 4 calls. The dense twin's context group has no all-reduce. */
+AA_TEST(the_context_group_all_reduces_the_moe_load_balancing_sums) {
+  aa_arch_t a = tiny_moe();
+  aa_strategy_t s;
+  aa_strategy_default(&s);
+  s.degree[AA_AXIS_CONTEXT] = 2, s.micro_batch = 2;
+  aa_cost_comm_t c;
+  aa_cost_comm(&a, &s, 2, &c);
+  CHECK(c.context.ranks == 2);
+  const aa_cost_calls_t *r = &c.context.kind[AA_COST_ALL_REDUCE];
+  CHECK_MSG(r->calls == 2 && r->elems == 24 && r->bytes == 96, "%llu %llu %llu", (unsigned long long)r->calls,
+            (unsigned long long)r->elems, (unsigned long long)r->bytes);
+  CHECK(c.context.kind[AA_COST_SEND].calls == 2 * 2 * 3);
+  s.ckpt = AA_CKPT_FULL;
+  aa_cost_comm(&a, &s, 2, &c);
+  CHECK(c.context.kind[AA_COST_ALL_REDUCE].calls == 4 && c.context.kind[AA_COST_ALL_REDUCE].elems == 48);
+  s.ckpt = AA_CKPT_NONE;
+  a.moe = (aa_moe_t){0};
+  aa_cost_comm(&a, &s, 2, &c);
+  CHECK(c.context.kind[AA_COST_ALL_REDUCE].calls == 0 && c.context.kind[AA_COST_SEND].calls == 12);
+}
+
 /* The data group, on archs[0] (L 3, C 32, F 64, T 16, V 64): units wte|wpe
  * (64 + 16) x 32 = 2,560, three blocks of 4·32² + 2·64·32 + 9·32 + 64 =
  * 8,544 and lnf 64; 28,256 in all. Over dp 3 the chunks are 854, 2,848 and
@@ -976,6 +1004,7 @@ int main(void) {
   RUN(lora_freezes_the_base_in_memory_flops_and_communication);
   RUN(flops_per_token_of_an_moe_model_count_its_active_parameters);
   RUN(the_expert_groups_move_what_the_dispatcher_and_zero_0_and_2_call);
+  RUN(the_context_group_all_reduces_the_moe_load_balancing_sums);
   RUN(the_model_allocates_the_activation_layout_on_a_grid);
   RUN(a_single_rank_accounts_exactly_the_predicted_bytes);
   RUN(zero_shards_over_the_data_group_only);
