@@ -876,6 +876,14 @@ AA_TEST(cp2_with_pp2_and_with_full_checkpointing_matches_the_single_process) {
   ep_equivalence(&(cfg_t){.cp = 2, .ep = 2, .ckpt = AA_CKPT_FULL, .micro_batch = 4, .out = "cp2.ep2.full"},
                  REL_TOL);
 }
+/* ep 4 over dp 2 x cp 2: one expert group of every rank, which no data
+ * group alone could hold (ep divides dp·cp, not dp); and cp 2 x tp 2 with
+ * sequence parallelism (the tensor ranks gather the context rank's tokens
+ * before routing). The same bound. */
+AA_TEST(ep4_over_dp2_cp2_and_cp2_with_tp2_sp_match_the_single_process) {
+  ep_equivalence(&(cfg_t){.dp = 2, .cp = 2, .ep = 4, .micro_batch = 4, .out = "dp2.cp2.ep4"}, REL_TOL);
+  ep_equivalence(&(cfg_t){.cp = 2, .tp = 2, .sp = 1, .micro_batch = 4, .out = "cp2.tp2.sp"}, REL_TOL);
+}
 AA_TEST(cp2_in_bf16_matches_the_single_process) {
   weight_tol = 6e-3;
   ep_equivalence(&(cfg_t){.cp = 2, .micro_batch = 4, .amp = AA_BF16, .out = "cp2.bf16"}, 1e-4);
@@ -957,6 +965,7 @@ int main(void) {
   RUN(ep2_over_cp2_matches_the_single_process);
   RUN(ep2_over_dp2_cp2_at_zero_1_matches_the_single_process);
   RUN(cp2_with_pp2_and_with_full_checkpointing_matches_the_single_process);
+  RUN(ep4_over_dp2_cp2_and_cp2_with_tp2_sp_match_the_single_process);
   RUN(cp2_in_bf16_matches_the_single_process);
   RUN(a_capacity_factor_with_context_parallelism_is_refused_by_name);
   RUN(a_cp2_checkpoint_resumes_at_cp2_and_in_one_process);
