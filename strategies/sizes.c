@@ -394,8 +394,9 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     o->ws_res[1] = take(&ws, Ns * C * f4);
   }
   /* At stage 3 the model computes with the fp32 units ZeRO gathers
-   * (punit): a widened copy of them would never be read. */
-  if (mixed && sh->zero < 3) {
+   * (punit): a widened copy of them would never be read. A LoRA base is
+   * never sharded (engine/lora.h): always widened. */
+  if (mixed && (sh->zero < 3 || a->lora.r)) {
     o->wblock = take(&ws, max_block_numel(a, &d) * f4);
     if (aa_pp_holds_unit(pp, a, 0)) o->wpre = take(&ws, aa_sizes_unit_numel(a, d.tp, 0) * f4);
     if (aa_pp_holds_unit(pp, a, a->n_layer + 1))
