@@ -178,14 +178,20 @@ int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path) {
   return rc;
 }
 
-/* The optional state section after the adapters. */
+/* The optional state section after the adapters: STATE001's fields, then
+ * from STATE002 the fp16 loss scaler's (scale 0: none was running). */
 typedef struct {
-  char magic[8]; /* "STATE001" */
+  char magic[8]; /* "STATE002" (read: "STATE001" too) */
   int32_t opt_t, pad;
   uint64_t data_pos, seed;
   int64_t skipped;
   aa_rng_t rng;
 } lora_state_t;
+typedef struct {
+  double loss_scale;
+  int64_t iter, last_overflow;
+  int32_t hysteresis_left, pad;
+} lora_scaler_t;
 
 /* The whole moments (host memory, n each) of o: the shard's, and from
  * stage 1 every rank's slice gathered (a collective; the cpu backend's
@@ -243,8 +249,13 @@ int aa_lora_save(const char *path, const aa_gpt_t *m, aa_lora_opt_t *opt, const 
                        .seed = st->seed,
                        .skipped = st->skipped_steps,
                        .rng = st->rng};
-    memcpy(ls.magic, "STATE001", 8);
-    ok = fwrite(&ls, sizeof ls, 1, w.f) == 1 && fwrite(mm, sizeof(float), 2 * n, w.f) == 2 * n;
+    lora_scaler_t sc = {.loss_scale = st->loss_scale,
+                        .iter = st->scaler_iter,
+                        .last_overflow = st->scaler_last_overflow,
+                        .hysteresis_left = st->scaler_hysteresis_left};
+    memcpy(ls.magic, "STATE002", 8);
+    ok = fwrite(&ls, sizeof ls, 1, w.f) == 1 && fwrite(&sc, sizeof sc, 1, w.f) == 1 &&
+         fwrite(mm, sizeof(float), 2 * n, w.f) == 2 * n;
   }
   free(ad);
   if (!ok) {
@@ -302,14 +313,19 @@ static int lora_read(const char *path, const aa_arch_t *a, float **out, int *ste
   return 0;
 }
 
-/* The state section at f's position (none: *has 0), its moments into
- * m and v (n each). */
-static int state_read(const char *path, FILE *f, size_t n, lora_state_t *ls, float *m, float *v, bool *has) {
+/* The state section at f's position (none: *has 0; STATE001's: no
+ * scaler, *sc zero), its moments into m and v (n each). */
+static int state_read(const char *path, FILE *f, size_t n, lora_state_t *ls, lora_scaler_t *sc, float *m,
+                      float *v, bool *has) {
   *has = false;
+  memset(sc, 0, sizeof *sc);
   size_t got = fread(ls, 1, sizeof *ls, f);
   if (got == 0 && feof(f)) return 0;
-  if (got != sizeof *ls || memcmp(ls->magic, "STATE001", 8))
+  const int v2 = got == sizeof *ls && !memcmp(ls->magic, "STATE002", 8);
+  if (got != sizeof *ls || (!v2 && memcmp(ls->magic, "STATE001", 8)))
     return aa_error(AA_ECORRUPT, "%s: bytes after the adapters are not a state section", path);
+  if (v2 && fread(sc, sizeof *sc, 1, f) != 1)
+    return aa_error(AA_ECORRUPT, "%s: truncated state section", path);
   if (fread(m, sizeof *m, n, f) != n || fread(v, sizeof *v, n, f) != n)
     return aa_error(AA_ECORRUPT, "%s: truncated optimizer state", path);
   if (fgetc(f) != EOF) return aa_error(AA_ECORRUPT, "%s: trailing bytes after the optimizer state", path);
@@ -335,9 +351,10 @@ int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_s
   if (n != (size_t)m->arch.n_layer * aa_lora_block_numel(&m->arch, 1) || opt->n != n)
     rc = aa_error(AA_EINVAL, "lora: resume needs the whole model's adapters and their optimizer");
   lora_state_t ls;
+  lora_scaler_t sc;
   bool has = false;
   if (!rc && !(mv = malloc(2 * n * sizeof *mv))) rc = aa_error(AA_ENOMEM, "out of memory reading %s", path);
-  if (!rc) rc = state_read(path, f, n, &ls, mv, mv + n, &has);
+  if (!rc) rc = state_read(path, f, n, &ls, &sc, mv, mv + n, &has);
   fclose(f);
   /* The whole state into the backend (the moments through the gradient's
    * buffer, idle until the next backward), the rank's shard kept. */
@@ -361,6 +378,10 @@ int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_s
     st->seed = ls.seed;
     st->skipped_steps = ls.skipped;
     st->rng = ls.rng;
+    st->loss_scale = sc.loss_scale;
+    st->scaler_iter = sc.iter;
+    st->scaler_last_overflow = sc.last_overflow;
+    st->scaler_hysteresis_left = sc.hysteresis_left;
   } else {
     opt->t = 0;
     op->memset0(opt->m.data, opt->m.numel * sizeof(float));

@@ -91,8 +91,8 @@ int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path);
 /* An adapter checkpoint (docs/checkpoint-format.md "LoRA adapters"): the
  * adapters alone and the hashes of the base they apply to and of the
  * fine-tune, then, with opt and st (both or neither), the state a resume
- * needs: AdamW's step and whole moments, the loader's position and the
- * trainer RNG. From ZeRO stage 1 the moments are gathered over opt's
+ * needs: AdamW's step and whole moments, the loader's position, the
+ * trainer RNG and the fp16 loss scaler's state. From ZeRO stage 1 the moments are gathered over opt's
  * group first, so with opt it is a collective, and only the rank with
  * `write` set writes the file (atomically: common/file.h aa_wfile); the
  * file is the same whatever the layout. */
