@@ -25,7 +25,9 @@
  * Llama-3 8B's parameters at r 16 on all seven targets), so stages 2 and 3
  * hold a whole copy as workspace beside the shard and save nothing over
  * stage 1: the cost model counts those bytes, and the search prefers
- * stage 1. Every buffer's size is aa_sizes_lora's. */
+ * stage 1. Every buffer's size is aa_sizes_lora's. The group's buffers
+ * are the backend's, and the norm's one float and the checkpoint's
+ * gathers are host memory: the cpu backend, the only one LoRA trains on. */
 #ifndef AA_LORA_H
 #define AA_LORA_H
 
