@@ -9,12 +9,37 @@
 
 #include "../common/file.h"
 #include "checkpoint.h"
+#include "strategies/sizes.h"
 
 int aa_lora_opt_init(aa_lora_opt_t *o, const aa_gpt_t *m, aa_mem_t *mem) {
-  *o = (aa_lora_opt_t){.mem = mem};
+  return aa_lora_opt_init_zero(o, m, NULL, 0, mem);
+}
+
+int aa_lora_opt_init_zero(aa_lora_opt_t *o, const aa_gpt_t *m, aa_comm_t *comm, int stage, aa_mem_t *mem) {
+  *o = (aa_lora_opt_t){.mem = mem, .comm = comm, .world = 1, .stage = stage};
   if (!m->arch.lora.r || !m->lora.numel) return aa_error(AA_EINVAL, "lora: the model has no adapters");
-  int rc = aa_flatbuf_alloc(&o->m, m->ops, mem, AA_MEM_OPTIM, AA_F32, m->lora.numel);
-  if (!rc) rc = aa_flatbuf_alloc(&o->v, m->ops, mem, AA_MEM_OPTIM, AA_F32, m->lora.numel);
+  if (stage < 0 || stage > 3 || (stage && !comm))
+    return aa_error(AA_EINVAL, "lora: ZeRO stage %d needs 0..3 and, above 0, the data group", stage);
+  if (m->opts.zero != stage)
+    return aa_error(AA_EINVAL, "lora: the model was built for ZeRO stage %d, not %d", m->opts.zero, stage);
+  if (comm) {
+    o->rank = aa_comm_rank(comm);
+    o->world = aa_comm_world(comm);
+  }
+  aa_lora_sizes_t ls;
+  aa_sizes_lora(&m->arch, m->tp, m->pp > 1 ? &m->pipe : NULL, m->opts.amp, stage, o->world, &ls);
+  if (ls.adapters != m->lora.numel)
+    return aa_error(AA_EINTERNAL, "lora: %zu adapter elements, sizes.h says %zu", m->lora.numel, ls.adapters);
+  o->n = ls.adapters;
+  o->slice = stage ? o->n / (size_t)o->world : o->n;
+  o->tail = o->n - (stage ? (size_t)o->world * o->slice : o->n);
+  int rc = aa_flatbuf_alloc_as(&o->m, m->ops, mem, &ls.moment);
+  if (!rc) rc = aa_flatbuf_alloc_as(&o->v, m->ops, mem, &ls.moment);
+  if (!rc) rc = aa_flatbuf_alloc_as(&o->gshard, m->ops, mem, &ls.gshard);
+  if (!rc) rc = aa_flatbuf_alloc_as(&o->pshard, m->ops, mem, &ls.pshard);
+  if (!rc && o->slice + o->tail != ls.shard)
+    rc = aa_error(AA_EINTERNAL, "lora: a shard of %zu elements, sizes.h says %zu", o->slice + o->tail,
+                  ls.shard);
   if (rc) aa_lora_opt_free(o);
   return rc;
 }
@@ -22,24 +47,105 @@ int aa_lora_opt_init(aa_lora_opt_t *o, const aa_gpt_t *m, aa_mem_t *mem) {
 void aa_lora_opt_free(aa_lora_opt_t *o) {
   aa_flatbuf_free(&o->m, o->mem);
   aa_flatbuf_free(&o->v, o->mem);
+  aa_flatbuf_free(&o->gshard, o->mem);
+  aa_flatbuf_free(&o->pshard, o->mem);
 }
 
-int aa_lora_step(aa_lora_opt_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr, float *grad_norm) {
+/* Where the rank's slice and the tail start in the adapters' flat vector. */
+static size_t slice_at(const aa_lora_opt_t *o) { return o->stage ? (size_t)o->rank * o->slice : 0; }
+static size_t tail_at(const aa_lora_opt_t *o) { return o->stage ? (size_t)o->world * o->slice : o->n; }
+
+/* dst[0, slice) and dst[slice, slice + tail) = the rank's slice and the
+ * tail of the whole vector src (backend memory both). */
+static void shard_of(const aa_lora_opt_t *o, const aa_ops_t *op, float *dst, const float *src) {
+  op->memset0(dst, (o->slice + o->tail) * sizeof(float));
+  op->accumulate(dst, src + slice_at(o), o->slice);
+  op->accumulate(dst + o->slice, src + tail_at(o), o->tail);
+}
+
+int aa_lora_opt_take(aa_lora_opt_t *o, const aa_gpt_t *m) {
+  if (o->stage == 3) shard_of(o, m->ops, o->pshard.data, m->lora.data);
+  return m->ops->sync();
+}
+
+void aa_lora_zero_grad(aa_lora_opt_t *o, aa_gpt_t *m) {
+  aa_gpt_lora_zero_grad(m);
+  if (o->gshard.data) m->ops->memset0(o->gshard.data, o->gshard.numel * sizeof(float));
+}
+
+int aa_lora_reduce(aa_lora_opt_t *o, aa_gpt_t *m, int last_micro) {
+  if (o->stage < 2 && !last_micro) return 0;
   const aa_ops_t *op = m->ops;
-  if (!o->m.data || o->m.numel != m->lora.numel || o->m.ops != op)
+  float *g = m->lora_grads.data;
+  int rc = op->sync();
+  if (!rc && o->world > 1) {
+    if (o->stage == 0)
+      rc = aa_comm_all_reduce(o->comm, g, g, o->n, AA_F32, AA_COMM_AVG);
+    else if (!(rc = aa_comm_reduce_scatter(o->comm, g, g + slice_at(o), o->slice, AA_F32, AA_COMM_AVG)))
+      rc = aa_comm_all_reduce(o->comm, g + tail_at(o), g + tail_at(o), o->tail, AA_F32, AA_COMM_AVG);
+  }
+  if (rc) return aa_error_wrap(rc, "averaging the adapters' gradient over %d ranks", o->world);
+  if (o->stage >= 2) { /* into the shard; the whole gradient is the next micro-batch's */
+    float *gs = o->gshard.data;
+    op->accumulate(gs, g + slice_at(o), o->slice);
+    op->accumulate(gs + o->slice, g + tail_at(o), o->tail);
+    aa_gpt_lora_zero_grad(m);
+  }
+  return op->sync();
+}
+
+int aa_lora_step(aa_lora_opt_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr, double grad_scale,
+                 int skip_nonfinite, float *grad_norm) {
+  const aa_ops_t *op = m->ops;
+  if (!o->m.data || o->n != m->lora.numel || o->m.ops != op)
     return aa_error(AA_EINVAL, "lora: the optimizer's moments are not this model's adapters'");
-  float *g = m->lora_grads.data, *p = m->lora.data;
-  const size_t n = m->lora.numel;
-  const double norm = sqrt(op->sum_squares(g, n));
+  /* The rank's slice and the tail: of the shards where the stage keeps
+   * them, else in place in the whole buffers. */
+  float *gs = o->stage >= 2 ? o->gshard.data : (float *)m->lora_grads.data + slice_at(o),
+        *gt = o->stage >= 2 ? gs + o->slice : (float *)m->lora_grads.data + tail_at(o);
+  float *ps = o->stage == 3 ? o->pshard.data : (float *)m->lora.data + slice_at(o),
+        *pt = o->stage == 3 ? ps + o->slice : (float *)m->lora.data + tail_at(o);
+  /* The tail is the same on every rank: counted by rank 0 alone. */
+  double sq = op->sum_squares(gs, o->slice) + (o->rank == 0 ? op->sum_squares(gt, o->tail) : 0.0);
+  int rc = 0;
+  if (o->stage && o->world > 1) {
+    float x = (float)sq;
+    if ((rc = aa_comm_all_reduce(o->comm, &x, &x, 1, AA_F32, AA_COMM_SUM)))
+      return aa_error_wrap(rc, "reducing the adapters' gradient norm");
+    sq = x;
+  }
+  const double norm = sqrt(sq) / grad_scale;
   if (grad_norm) *grad_norm = (float)norm;
   if (!isfinite(norm)) {
-    int rc = op->sync();
-    return rc ? rc : aa_error(AA_EINVAL, "gradient norm is not finite (%g); update skipped", norm);
+    if ((rc = op->sync())) return rc;
+    if (skip_nonfinite) return 1;
+    return aa_error(AA_EINVAL, "gradient norm is not finite (%g); update skipped", norm);
   }
-  if (cfg->grad_clip > 0 && norm > cfg->grad_clip) op->scale(g, (float)(cfg->grad_clip / (norm + 1e-6)), n);
+  double mult = 1.0 / grad_scale;
+  if (cfg->grad_clip > 0 && norm > cfg->grad_clip) mult *= cfg->grad_clip / (norm + 1e-6);
+  if (mult != 1.0) {
+    op->scale(gs, (float)mult, o->slice);
+    op->scale(gt, (float)mult, o->tail);
+  }
   const int t = o->t + 1;
-  op->adamw_update(p, g, o->m.data, o->v.data, n, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, t);
-  int rc = op->sync();
+  float *mm = o->m.data, *vv = o->v.data;
+  op->adamw_update(ps, gs, mm, vv, o->slice, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, t);
+  if (o->tail)
+    op->adamw_update(pt, gt, mm + o->slice, vv + o->slice, o->tail, lr, cfg->beta1, cfg->beta2, cfg->eps,
+                     cfg->weight_decay, t);
+  rc = op->sync();
+  if (!rc && o->stage) {
+    /* The whole adapters the passes read: every rank's slice (in place
+     * below stage 3), and at 3 the tail from the shard. */
+    float *all = m->lora.data;
+    rc = aa_comm_all_gather(o->comm, ps, all, o->slice, AA_F32);
+    if (!rc && o->stage == 3) {
+      op->memset0(all + tail_at(o), o->tail * sizeof(float));
+      op->accumulate(all + tail_at(o), pt, o->tail);
+      rc = op->sync();
+    }
+    if (rc) return aa_error_wrap(rc, "gathering the updated adapters");
+  }
   if (!rc) o->t = t;
   return rc;
 }
@@ -72,44 +178,86 @@ int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path) {
   return rc;
 }
 
-/* The optional state section after the adapters. */
+/* The optional state section after the adapters: STATE001's fields, then
+ * from STATE002 the fp16 loss scaler's (scale 0: none was running). */
 typedef struct {
-  char magic[8]; /* "STATE001" */
+  char magic[8]; /* "STATE002" (read: "STATE001" too) */
   int32_t opt_t, pad;
   uint64_t data_pos, seed;
   int64_t skipped;
   aa_rng_t rng;
 } lora_state_t;
+typedef struct {
+  double loss_scale;
+  int64_t iter, last_overflow;
+  int32_t hysteresis_left, pad;
+} lora_scaler_t;
 
-int aa_lora_save(const char *path, const aa_gpt_t *m, const aa_lora_opt_t *opt, const aa_train_state_t *st) {
+/* The whole moments (host memory, n each) of o: the shard's, and from
+ * stage 1 every rank's slice gathered (a collective; the cpu backend's
+ * groups, whose buffers are host memory) and the tail. */
+static int whole_moments(aa_lora_opt_t *o, const aa_gpt_t *m, float *mm, float *vv) {
+  const aa_flatbuf_t *b[2] = {&o->m, &o->v};
+  float *out[2] = {mm, vv};
+  int rc = m->ops->sync();
+  for (int k = 0; k < 2 && !rc; k++) {
+    const float *x = b[k]->data;
+    if (!o->stage) {
+      rc = m->ops->download(out[k], x, o->n * sizeof(float));
+      continue;
+    }
+    if (!(rc = aa_comm_all_gather(o->comm, x, out[k], o->slice, AA_F32)))
+      rc = m->ops->download(out[k] + tail_at(o), x + o->slice, o->tail * sizeof(float));
+  }
+  return rc ? aa_error_wrap(rc, "gathering the adapters' optimizer state") : 0;
+}
+
+int aa_lora_save(const char *path, const aa_gpt_t *m, aa_lora_opt_t *opt, const aa_train_state_t *st,
+                 int write) {
   const int step = st ? st->step : 0;
   if (!m->arch.lora.r || !m->lora.data) return aa_error(AA_EINVAL, "lora: the model has no adapters");
+  const uint64_t n = m->lora.numel;
+  const int state = opt && st && opt->m.data;
+  float *mm = NULL, *ad = malloc((size_t)n * (state ? 3 : 1) * sizeof(float));
+  if (!ad) return aa_error(AA_ENOMEM, "out of memory writing %s", path);
+  int rc = m->ops->download(ad, m->lora.data, n * sizeof(float));
+  if (!rc && state) rc = whole_moments(opt, m, mm = ad + n, ad + 2 * n);
+  if (rc || !write) {
+    free(ad);
+    return rc;
+  }
   aa_arch_t base = m->arch;
   memset(&base.lora, 0, sizeof base.lora);
   char hb[17], hl[17];
   aa_arch_hash(&base, hb);
   aa_arch_hash(&m->arch, hl);
   const aa_lora_t *l = &m->arch.lora;
-  const uint64_t n = m->lora.numel;
   aa_wfile_t w;
-  int rc = aa_wfile_open(&w, path, 0644);
-  if (rc) return rc;
+  if ((rc = aa_wfile_open(&w, path, 0644))) {
+    free(ad);
+    return rc;
+  }
   const int32_t ints[4] = {l->r, l->targets, l->init, step};
   const float alpha = l->alpha;
   int ok = fwrite("AALORA01", 1, 8, w.f) == 8 && fwrite(hb, 1, 16, w.f) == 16 &&
            fwrite(hl, 1, 16, w.f) == 16 && fwrite(ints, sizeof ints[0], 4, w.f) == 4 &&
            fwrite(&alpha, sizeof alpha, 1, w.f) == 1 && fwrite(&n, sizeof n, 1, w.f) == 1 &&
-           fwrite(m->lora.data, sizeof(float), n, w.f) == n;
-  if (ok && opt && st && opt->m.data) {
+           fwrite(ad, sizeof(float), n, w.f) == n;
+  if (ok && state) {
     lora_state_t ls = {.opt_t = opt->t,
                        .data_pos = st->data_pos,
                        .seed = st->seed,
                        .skipped = st->skipped_steps,
                        .rng = st->rng};
-    memcpy(ls.magic, "STATE001", 8);
-    ok = fwrite(&ls, sizeof ls, 1, w.f) == 1 && fwrite(opt->m.data, sizeof(float), n, w.f) == n &&
-         fwrite(opt->v.data, sizeof(float), n, w.f) == n;
+    lora_scaler_t sc = {.loss_scale = st->loss_scale,
+                        .iter = st->scaler_iter,
+                        .last_overflow = st->scaler_last_overflow,
+                        .hysteresis_left = st->scaler_hysteresis_left};
+    memcpy(ls.magic, "STATE002", 8);
+    ok = fwrite(&ls, sizeof ls, 1, w.f) == 1 && fwrite(&sc, sizeof sc, 1, w.f) == 1 &&
+         fwrite(mm, sizeof(float), 2 * n, w.f) == 2 * n;
   }
+  free(ad);
   if (!ok) {
     aa_wfile_abort(&w);
     return aa_error(AA_EIO, "%s: writing the adapters failed", path);
@@ -165,14 +313,19 @@ static int lora_read(const char *path, const aa_arch_t *a, float **out, int *ste
   return 0;
 }
 
-/* The state section at f's position (none: *has 0), its moments into
- * m and v (n each). */
-static int state_read(const char *path, FILE *f, size_t n, lora_state_t *ls, float *m, float *v, bool *has) {
+/* The state section at f's position (none: *has 0; STATE001's: no
+ * scaler, *sc zero), its moments into m and v (n each). */
+static int state_read(const char *path, FILE *f, size_t n, lora_state_t *ls, lora_scaler_t *sc, float *m,
+                      float *v, bool *has) {
   *has = false;
+  memset(sc, 0, sizeof *sc);
   size_t got = fread(ls, 1, sizeof *ls, f);
   if (got == 0 && feof(f)) return 0;
-  if (got != sizeof *ls || memcmp(ls->magic, "STATE001", 8))
+  const int v2 = got == sizeof *ls && !memcmp(ls->magic, "STATE002", 8);
+  if (got != sizeof *ls || (!v2 && memcmp(ls->magic, "STATE001", 8)))
     return aa_error(AA_ECORRUPT, "%s: bytes after the adapters are not a state section", path);
+  if (v2 && fread(sc, sizeof *sc, 1, f) != 1)
+    return aa_error(AA_ECORRUPT, "%s: truncated state section", path);
   if (fread(m, sizeof *m, n, f) != n || fread(v, sizeof *v, n, f) != n)
     return aa_error(AA_ECORRUPT, "%s: truncated optimizer state", path);
   if (fgetc(f) != EOF) return aa_error(AA_ECORRUPT, "%s: trailing bytes after the optimizer state", path);
@@ -190,23 +343,34 @@ int aa_lora_load(const char *path, const aa_arch_t *a, float **out, int *step) {
 
 int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_state_t *st, bool *moments) {
   FILE *f;
-  float *ad = NULL;
+  float *ad = NULL, *mv = NULL;
   int step = 0;
   int rc = lora_read(path, &m->arch, &ad, &step, &f);
   if (rc) return rc;
-  if (m->lora.numel != (size_t)m->arch.n_layer * aa_lora_block_numel(&m->arch, 1) ||
-      opt->m.numel != m->lora.numel)
+  const size_t n = m->lora.numel;
+  if (n != (size_t)m->arch.n_layer * aa_lora_block_numel(&m->arch, 1) || opt->n != n)
     rc = aa_error(AA_EINVAL, "lora: resume needs the whole model's adapters and their optimizer");
   lora_state_t ls;
+  lora_scaler_t sc;
   bool has = false;
-  if (!rc) rc = state_read(path, f, m->lora.numel, &ls, opt->m.data, opt->v.data, &has);
+  if (!rc && !(mv = malloc(2 * n * sizeof *mv))) rc = aa_error(AA_ENOMEM, "out of memory reading %s", path);
+  if (!rc) rc = state_read(path, f, n, &ls, &sc, mv, mv + n, &has);
   fclose(f);
-  if (!rc) {
-    m->ops->upload(m->lora.data, ad, m->lora.numel * sizeof *ad);
-    rc = m->ops->sync();
-  }
+  /* The whole state into the backend (the moments through the gradient's
+   * buffer, idle until the next backward), the rank's shard kept. */
+  const aa_ops_t *op = m->ops;
+  float *g = m->lora_grads.data;
+  if (!rc) rc = op->upload(m->lora.data, ad, n * sizeof *ad);
+  if (!rc) rc = aa_lora_opt_take(opt, m);
+  for (int k = 0; k < 2 && has && !rc; k++)
+    if (!(rc = op->upload(g, mv + k * n, n * sizeof *mv))) {
+      shard_of(opt, op, k ? opt->v.data : opt->m.data, g);
+      rc = op->sync();
+    }
   free(ad);
+  free(mv);
   if (rc) return rc;
+  aa_lora_zero_grad(opt, m);
   st->step = step;
   if (has) {
     opt->t = ls.opt_t;
@@ -214,13 +378,17 @@ int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_s
     st->seed = ls.seed;
     st->skipped_steps = ls.skipped;
     st->rng = ls.rng;
+    st->loss_scale = sc.loss_scale;
+    st->scaler_iter = sc.iter;
+    st->scaler_last_overflow = sc.last_overflow;
+    st->scaler_hysteresis_left = sc.hysteresis_left;
   } else {
     opt->t = 0;
-    m->ops->memset0(opt->m.data, opt->m.numel * sizeof(float));
-    m->ops->memset0(opt->v.data, opt->v.numel * sizeof(float));
+    op->memset0(opt->m.data, opt->m.numel * sizeof(float));
+    op->memset0(opt->v.data, opt->v.numel * sizeof(float));
   }
   *moments = has;
-  return 0;
+  return op->sync();
 }
 
 /* The base tensor target t adapts, and the first of its rows it does (q,

@@ -211,11 +211,10 @@ static int save_checkpoint(trainer_t *t, const char *name) {
   t->state.scaler_last_overflow = t->scaler.last_overflow;
   t->state.scaler_hysteresis_left = t->scaler.hysteresis_left;
   t->state.skipped_steps = t->scaler.skipped;
-  if (t->lora) { /* the adapters alone (lora.h), the same on every rank: rank 0's */
-    if (t->rank) return 0;
+  if (t->lora) { /* the adapters alone (lora.h), whole: rank 0 writes, the moments gathered */
     const int w = t->spec->train.weights_only;
-    int rc = aa_lora_save(path, t->model, w ? NULL : &t->lopt, w ? NULL : &t->state);
-    if (!rc) fprintf(t->log, "checkpoint %s (step %d, LoRA adapters)\n", path, t->state.step);
+    int rc = aa_lora_save(path, t->model, w ? NULL : &t->lopt, w ? NULL : &t->state, t->rank == 0);
+    if (!rc && !t->rank) fprintf(t->log, "checkpoint %s (step %d, LoRA adapters)\n", path, t->state.step);
     return rc;
   }
   const int weights = t->spec->train.weights_only;
@@ -351,9 +350,9 @@ static int setup(trainer_t *t) {
                       .pipeline = t->pp > 1 ? pg : NULL,
                       .context = t->cp > 1 ? t->mesh.group[AA_AXIS_CONTEXT] : NULL,
                       .expert = t->mesh.expert};
-  /* LoRA: AdamW over the adapters (lora.h), no ZeRO state for the frozen base. */
+  /* LoRA: AdamW over the adapters (lora.h), ZeRO over them alone: the frozen base stays whole. */
   if ((rc = aa_gpt_create(&t->model, &s->arch, t->ops, B, Tm, &mo)) ||
-      (rc = t->lora ? aa_lora_opt_init(&t->lopt, t->model, &t->mem)
+      (rc = t->lora ? aa_lora_opt_init_zero(&t->lopt, t->model, t->comm, zero, &t->mem)
                     : aa_zero_init_ep(&t->zero, t->model, t->comm, t->mesh.expert_data, zero, &t->mem)))
     return rc;
   t->inputs = malloc(sizeof(int32_t) * B * Tm);
@@ -399,7 +398,9 @@ static int setup(trainer_t *t) {
     rc = aa_gpt_lora_load_base(t->model, s->init_weights);
     int file = rc == AA_ENOENT || rc == AA_EIO || rc == AA_EFORMAT || rc == AA_ECORRUPT || rc == AA_EINVAL;
     if (rc) return aa_error_wrap(file ? AA_EINPUT : rc, "init_weights");
-    if ((rc = aa_gpt_lora_init(t->model, aa_rng_u64(&t->state.rng)))) return rc;
+    if ((rc = aa_gpt_lora_init(t->model, aa_rng_u64(&t->state.rng))) ||
+        (rc = aa_lora_opt_take(&t->lopt, t->model)))
+      return rc;
   } else if (s->init_weights[0]) {
     rc = aa_ckpt_load_zero(s->init_weights, t->model, &t->zero, NULL);
     /* The file's faults are the input's; a group's or the memory limit's stay theirs. */
@@ -731,7 +732,7 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
   t->a2a_forward = 0;
   a2a_take(m); /* an evaluation's all-to-alls are no step's */
   if (t->lora)
-    aa_gpt_zero_grad(m);
+    aa_lora_zero_grad(&t->lopt, m);
   else
     aa_zero_zero_grad(&t->zero, m);
   loader_slice(t, &t->loader, 1);
@@ -742,7 +743,7 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
     loader_slice(t, &t->loader, 0);
     /* No gradient is reduced over the data group during the schedule. */
     t->zero.last_micro = 0;
-    if ((rc = pipeline_step(t, scale, loss))) return rc;
+    if ((rc = pipeline_step(t, scale, loss)) || (t->lora && (rc = aa_lora_reduce(&t->lopt, m, 1)))) return rc;
   } else {
     for (int k = 0; k < t->accum; k++) {
       float l;
@@ -753,7 +754,9 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
       double t1 = aa_now();
       a2a_split(t, AA_TIME_FORWARD, t1 - t0, 1);
       moe_stats_add(&t->moe, &m->moe_stats, k == 0);
-      if ((rc = aa_gpt_backward(m, (float)(scale / t->accum)))) return rc;
+      if ((rc = aa_gpt_backward(m, (float)(scale / t->accum))) ||
+          (t->lora && (rc = aa_lora_reduce(&t->lopt, m, k == t->accum - 1))))
+        return rc;
       a2a_split(t, AA_TIME_BACKWARD, aa_now() - t1, 0);
       sum += l;
     }
@@ -761,14 +764,9 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
     *loss = (float)(sum / t->accum);
   }
   double t0 = aa_now();
-  /* LoRA over a data group: the adapters' gradient averaged, once a step. */
-  if (t->lora && t->world > 1 &&
-      (rc = aa_comm_all_reduce(t->comm, m->lora_grads.data, m->lora_grads.data, m->lora_grads.numel, AA_F32,
-                               AA_COMM_AVG)))
-    return aa_error_wrap(rc, "averaging the adapters' gradient over %d ranks", t->world);
   if ((t->pp > 1 && (rc = aa_zero_reduce_grads(&t->zero, m))) || (rc = global_mean(t, loss))) return rc;
   int skip = fp16 || t->strat.skip_if_nonfinite;
-  if ((rc = t->lora ? aa_lora_step(&t->lopt, m, &t->spec->train, lr, norm)
+  if ((rc = t->lora ? aa_lora_step(&t->lopt, m, &t->spec->train, lr, scale, skip, norm)
                     : aa_zero_step(&t->zero, m, &t->spec->train, lr, scale, skip, norm)) < 0)
     return rc;
   tm[AA_TIME_OPTIMIZER] += aa_now() - t0;

@@ -280,15 +280,16 @@ static void data_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_pl
   if (a->lora.r) {
     /* Only the adapters are reduced (the frozen base has no gradient):
      * their gradient once a step (stage 0 all-reduced; from 1 reduce-
-     * scattered, at 2-3 every micro-batch), the updated shards gathered
-     * back (at 3 before each pass: forward and backward). */
+     * scattered, at 2-3 every micro-batch), the updated slices gathered
+     * back once a step into the whole copy the passes read (engine/lora.h;
+     * the tail of fewer than dp elements every rank holds is left out). */
     aa_lora_sizes_t ls;
     aa_sizes_lora(a, s->degree[AA_AXIS_TENSOR], p->pp > 1 ? p : NULL, s->amp, stage, dp, &ls);
     if (stage == 0) {
       add(g, AA_COST_ALL_REDUCE, 1, ls.adapters, f4);
     } else {
       add(g, AA_COST_REDUCE_SCATTER, stage == 1 ? 1 : A, ls.adapters, f4);
-      add(g, AA_COST_ALL_GATHER, stage == 3 ? 2 * A : 1, ls.adapters, f4);
+      add(g, AA_COST_ALL_GATHER, 1, ls.adapters, f4);
     }
     (void)plan;
     (void)ed;

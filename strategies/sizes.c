@@ -394,8 +394,9 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     o->ws_res[1] = take(&ws, Ns * C * f4);
   }
   /* At stage 3 the model computes with the fp32 units ZeRO gathers
-   * (punit): a widened copy of them would never be read. */
-  if (mixed && sh->zero < 3) {
+   * (punit): a widened copy of them would never be read. A LoRA base is
+   * never sharded (engine/lora.h): always widened. */
+  if (mixed && (sh->zero < 3 || a->lora.r)) {
     o->wblock = take(&ws, max_block_numel(a, &d) * f4);
     if (aa_pp_holds_unit(pp, a, 0)) o->wpre = take(&ws, aa_sizes_unit_numel(a, d.tp, 0) * f4);
     if (aa_pp_holds_unit(pp, a, a->n_layer + 1))
@@ -496,12 +497,15 @@ static int blocks_held(const aa_arch_t *a, const aa_pp_place_t *pp) {
 void aa_sizes_lora(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero,
                    int replicas, aa_lora_sizes_t *out) {
   const size_t n = (size_t)blocks_held(a, pp) * (size_t)aa_lora_block_numel(a, tp);
-  const size_t w = replicas > 1 ? (size_t)replicas : 1, shard = (n + w - 1) / w;
+  const size_t w = replicas > 1 ? (size_t)replicas : 1, shard = zero >= 1 ? n / w + n % w : n;
   out->adapters = n;
+  out->shard = shard;
   out->base = buf(1, aa_sizes_params_held_ep(a, tp, 1, pp), amp, AA_MEM_PARAMS);
-  out->params = buf(1, zero >= 3 ? shard : n, AA_F32, AA_MEM_PARAMS);
-  out->grads = buf(1, zero >= 2 ? shard : n, AA_F32, AA_MEM_GRADS);
-  out->moment = buf(1, zero >= 1 ? shard : n, AA_F32, AA_MEM_OPTIM);
+  out->params = buf(1, n, AA_F32, zero >= 3 ? AA_MEM_WORKSPACE : AA_MEM_PARAMS);
+  out->grads = buf(1, n, AA_F32, zero >= 2 ? AA_MEM_WORKSPACE : AA_MEM_GRADS);
+  out->moment = buf(1, shard, AA_F32, AA_MEM_OPTIM);
+  out->gshard = buf(1, zero >= 2 ? shard : 0, AA_F32, AA_MEM_GRADS);
+  out->pshard = buf(1, zero >= 3 ? shard : 0, AA_F32, AA_MEM_PARAMS);
 }
 
 /* The model's states of the rank placed at pp, added into bytes. */
@@ -514,7 +518,8 @@ static void states_at(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_pl
   if (a->lora.r) {
     aa_lora_sizes_t ls;
     aa_sizes_lora(a, s->degree[AA_AXIS_TENSOR], pp, s->amp, zero, replicas, &ls);
-    const aa_buf_size_t *each[] = {&ls.base, &ls.params, &ls.grads, &ls.moment, &ls.moment};
+    const aa_buf_size_t *each[] = {&ls.base,   &ls.params, &ls.grads, &ls.moment,
+                                   &ls.moment, &ls.gshard, &ls.pshard};
     for (size_t i = 0; i < sizeof each / sizeof each[0]; i++)
       add(bytes, each[i]);
     return;

@@ -178,14 +178,22 @@ void aa_sizes_zero_ep(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t *p
  * master, no gradient and no optimizer state, and not sharded by ZeRO; the
  * adapters (A and B of every target of the rank's blocks, its tensor
  * slice: aa_lora_block_numel) are the trainable state, fp32, which ZeRO
- * shards over the `replicas` ranks as it shards a full model's: the
- * moments from stage 1, the gradient from 2, the parameters at 3 (each
- * ceil(n / replicas)). */
+ * shards over the `replicas` ranks (engine/lora.h): the moments from
+ * stage 1, the gradient from 2, the parameters at 3. The adapters' flat
+ * vector of n elements is cut into `replicas` equal slices of
+ * floor(n / replicas) and a tail of n mod replicas that every rank holds,
+ * so the collectives need no padding: a shard is slice + tail. The
+ * forward and backward read and write the whole adapters: from stage 2
+ * the backward's gradient, and at 3 the adapters it reads, are whole
+ * copies in the workspace kind beside the shards. */
 typedef struct aa_lora_sizes {
   size_t adapters;             /* the adapters' elements the rank holds */
+  size_t shard;                /* the rank's slice + tail (ZeRO from stage 1), else adapters */
   aa_buf_size_t base;          /* params: the frozen base, every tensor the rank holds */
-  aa_buf_size_t params, grads; /* params, grads: the adapters (or their shard) */
+  aa_buf_size_t params, grads; /* the whole adapters and their gradient (model.h lora, lora_grads):
+                                  params and grads, or workspace at stage 3 and from stage 2 */
   aa_buf_size_t moment;        /* optim: each of AdamW's two moments (or their shard) */
+  aa_buf_size_t gshard, pshard; /* grads from stage 2, params at 3: the shard's (else empty) */
 } aa_lora_sizes_t;
 void aa_sizes_lora(const aa_arch_t *a, int tp, const aa_pp_place_t *pp, aa_dtype_t amp, int zero,
                    int replicas, aa_lora_sizes_t *out);

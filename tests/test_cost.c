@@ -982,6 +982,7 @@ AA_TEST(lora_freezes_the_base_in_memory_flops_and_communication) {
   s.zero = 3;
   CHECK(aa_sizes_rank_states(&a, &s, 0, b) == 0);
   CHECK(b[AA_MEM_PARAMS] == 4 * (base + 192) && b[AA_MEM_GRADS] == 4 * 192 && b[AA_MEM_OPTIM] == 8 * 192);
+  CHECK(b[AA_MEM_WORKSPACE] == 2 * 4 * ad); /* the whole adapters and gradient the passes use (lora.h) */
   s = strat(1, 0, AA_F32, AA_CKPT_NONE, 2);
   CHECK(aa_sizes_rank_acts(&a, &s, 1, 0, b) == 0 && aa_sizes_rank_acts(&small_llama, &s, 1, 0, full) == 0);
   CHECK(b[AA_MEM_ACTS] == full[AA_MEM_ACTS] &&

@@ -5,8 +5,7 @@
  * five AdamW steps over the adapters (clipped), and the base bit-identical
  * after them; the allocations equal the cost model's to the byte; on gpt2,
  * B = 0 gives the base's logits exactly and the gradient matches a central
- * difference; bf16 holds the base in 16 bits only; what this slice does not
- * run is refused by name.
+ * difference; bf16 holds the base in 16 bits only.
  *
  * Tolerances are test_reference.c's, for the same reason: the reference is
  * float64 on float32-representable inputs, so they bound the engine's
@@ -178,7 +177,7 @@ AA_TEST(adamw_trains_the_adapters_only_and_the_base_stays_bit_identical) {
     aa_gpt_zero_grad(m);
     CHECK(aa_gpt_forward(m, fx.inputs, fx.targets, &loss) == 0);
     CHECK(aa_gpt_backward(m, 1.0f) == 0);
-    CHECK(aa_lora_step(&o, m, &cfg, fx.lr, &norm) == 0);
+    CHECK(aa_lora_step(&o, m, &cfg, fx.lr, 1.0, 0, &norm) == 0);
     fprintf(stderr, "  step %d loss %.7f (reference %.7f) grad norm %.5f\n", k, loss, fx.step_losses[k],
             norm);
     CHECK(fabs(loss - fx.step_losses[k]) <= 1e-5 + 1e-5 * fabs(fx.step_losses[k]));
@@ -346,7 +345,7 @@ AA_TEST(bf16_holds_the_base_in_16_bits_and_trains_the_adapters) {
     aa_gpt_zero_grad(m);
     CHECK(aa_gpt_forward(m, fx.inputs, fx.targets, &loss) == 0);
     CHECK(aa_gpt_backward(m, 1.0f) == 0);
-    CHECK(aa_lora_step(&o, m, &cfg, fx.lr, NULL) == 0);
+    CHECK(aa_lora_step(&o, m, &cfg, fx.lr, 1.0, 0, NULL) == 0);
     worst = fmax(worst, fabs(loss - fx.step_losses[k]) / fabs(fx.step_losses[k]));
   }
   fprintf(stderr, "  bf16: step losses within %.2g relative of the fp32 reference's\n", worst);
@@ -382,14 +381,9 @@ out:
     aa_gpt_free(m[k]);
 }
 
-AA_TEST(what_this_slice_does_not_run_is_refused_by_name) {
+/* (ZeRO and fp16 over the adapters: test_lora_zero.c.) */
+AA_TEST(a_model_without_adapters_is_refused) {
   aa_gpt_t *m = NULL;
-  aa_gpt_opts_t o = {.amp = AA_F16};
-  CHECK(aa_gpt_create(&m, &fx.arch, aa_ops_cpu(), 1, 8, &o) == AA_EUNSUPPORTED && !m);
-  CHECK(strstr(aa_last_error(), "lora:") && strstr(aa_last_error(), "fp16 (loss scaling)"));
-  o = (aa_gpt_opts_t){.amp = AA_F32, .zero = 1};
-  CHECK(aa_gpt_create(&m, &fx.arch, aa_ops_cpu(), 1, 8, &o) == AA_EUNSUPPORTED && !m);
-  CHECK(strstr(aa_last_error(), "ZeRO"));
   aa_lora_opt_t opt;
   aa_arch_t base = fx.arch;
   memset(&base.lora, 0, sizeof base.lora);
@@ -414,7 +408,7 @@ int main(void) {
   RUN(gpt2_adapters_start_as_the_base_and_their_gradient_is_the_losss_slope);
   RUN(bf16_holds_the_base_in_16_bits_and_trains_the_adapters);
   RUN(checkpointing_recomputes_the_adapters_bit_for_bit);
-  RUN(what_this_slice_does_not_run_is_refused_by_name);
+  RUN(a_model_without_adapters_is_refused);
   free(fx.blob);
   return aa_test_summary();
 }

@@ -524,9 +524,10 @@ AA_TEST(an_moe_model_searches_every_axis_with_expert_degrees_context_only_drople
 }
 
 /* A LoRA fine-tune (issue 36) searches what the engine trains adapters
- * with: its dense twin's candidates that are data parallel only, at ZeRO
- * 0, in fp32 or bf16 (counted here from the twin's). */
-AA_TEST(a_lora_model_searches_data_parallel_zero_0_fp32_and_bf16_only) {
+ * with: its dense twin's candidates that are data parallel only, at every
+ * ZeRO stage and in every precision, fp16 too (counted here from the
+ * twin's). */
+AA_TEST(a_lora_model_searches_data_parallel_only) {
   aa_arch_t a = small_llama();
   aa_arch_t dense = a;
   a.lora.r = 4;
@@ -540,7 +541,7 @@ AA_TEST(a_lora_model_searches_data_parallel_zero_0_fp32_and_bf16_only) {
   size_t want = 0;
   for (size_t i = 0; i < nd; i++)
     want += twin[i].degree[AA_AXIS_TENSOR] == 1 && twin[i].degree[AA_AXIS_PIPELINE] == 1 &&
-            twin[i].degree[AA_AXIS_CONTEXT] == 1 && twin[i].zero == 0 && twin[i].amp != AA_F16;
+            twin[i].degree[AA_AXIS_CONTEXT] == 1;
   free(twin);
   pool.arch = &a;
   const size_t n = aa_space_enumerate(NULL, NULL, 0, &pool);
@@ -548,14 +549,17 @@ AA_TEST(a_lora_model_searches_data_parallel_zero_0_fp32_and_bf16_only) {
   aa_strategy_t *out = calloc(n ? n : 1, sizeof *out);
   if (!out) abort();
   CHECK(aa_space_enumerate(out, NULL, n, &pool) == n);
-  int dp_seen = 0;
+  int dp_seen = 0, zero_seen = 0, fp16_seen = 0;
   for (size_t i = 0; i < n; i++) {
     CHECK(out[i].degree[AA_AXIS_TENSOR] == 1 && out[i].degree[AA_AXIS_PIPELINE] == 1 &&
-          out[i].degree[AA_AXIS_CONTEXT] == 1 && out[i].zero == 0 && out[i].amp != AA_F16);
+          out[i].degree[AA_AXIS_CONTEXT] == 1);
     if (out[i].degree[AA_AXIS_DATA] > dp_seen) dp_seen = out[i].degree[AA_AXIS_DATA];
+    zero_seen |= 1 << out[i].zero;
+    fp16_seen |= out[i].amp == AA_F16;
   }
   free(out);
   CHECK_MSG(dp_seen == 4, "the largest data degree %d, want 4", dp_seen);
+  CHECK_MSG(zero_seen == 0xf && fp16_seen, "ZeRO stages seen %#x, fp16 %d", zero_seen, fp16_seen);
 }
 
 /* The candidates of a pool that must use the methods `names`. */
@@ -678,7 +682,7 @@ int main(void) {
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
   RUN(methods_of_a_strategy_are_named_as_exclude_names_them);
   RUN(an_moe_model_searches_every_axis_with_expert_degrees_context_only_dropless);
-  RUN(a_lora_model_searches_data_parallel_zero_0_fp32_and_bf16_only);
+  RUN(a_lora_model_searches_data_parallel_only);
   RUN(include_names_keep_only_candidates_that_use_them);
   RUN(a_method_both_included_and_excluded_is_refused);
   RUN(unmet_included_methods_are_named);
