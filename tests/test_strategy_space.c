@@ -446,8 +446,11 @@ static aa_arch_t small_llama(void) {
  * object) without context parallelism, which the engine does not run with
  * MoE layers (tensor and pipeline parallelism it does), each at the
  * expert degrees 1 and every divisor of its data degree that divides 8
- * (counted here from the twin's candidates). expert_parallel excludes
- * (and includes) the ep > 1 ones. */
+ * (counted here from the twin's candidates), and at a tp > 1 that
+ * divides d_ff_expert 24 each twice: experts whole on every tensor rank,
+ * then split over them (etp = tp; the space's layouts are not resolved
+ * against the model, so tp 5 and 7 appear, whole only). expert_parallel excludes (and
+ * includes) the ep > 1 ones. */
 AA_TEST(an_moe_model_searches_every_axis_but_context_with_expert_degrees) {
   aa_arch_t a = small_llama();
   aa_arch_t dense = a;
@@ -463,8 +466,10 @@ AA_TEST(an_moe_model_searches_every_axis_but_context_with_expert_degrees) {
       twin_cp++;
       continue;
     }
+    const int tp = twin[i].degree[AA_AXIS_TENSOR];
+    const size_t ways = tp > 1 && 24 % tp == 0 ? 2 : 1;
     for (int e = 1; e <= 8; e++)
-      if (twin[i].degree[AA_AXIS_DATA] % e == 0 && 8 % e == 0) want++, want_ep += e > 1;
+      if (twin[i].degree[AA_AXIS_DATA] % e == 0 && 8 % e == 0) want += ways, want_ep += e > 1 ? ways : 0;
   }
   free(twin);
   CHECK_MSG(twin_cp > 0, "the twin's space has no context-parallel layout to leave out");
@@ -474,11 +479,14 @@ AA_TEST(an_moe_model_searches_every_axis_but_context_with_expert_degrees) {
   aa_strategy_t *out = calloc(n ? n : 1, sizeof *out);
   if (!out) abort();
   CHECK(aa_space_enumerate(out, NULL, n, &pool) == n);
-  size_t ep = 0, ep_tp = 0, ep_pp = 0;
+  size_t ep = 0, ep_tp = 0, ep_pp = 0, split = 0, whole_tp = 0;
   unsigned zeros = 0; /* the ZeRO stages the ep > 1 candidates take */
   for (size_t i = 0; i < n; i++) {
     const aa_strategy_t *s = &out[i];
     CHECK(s->degree[AA_AXIS_CONTEXT] == 1);
+    CHECK(s->etp <= 1 || s->etp == s->degree[AA_AXIS_TENSOR]);
+    split += s->etp > 1;
+    whole_tp += s->etp <= 1 && s->degree[AA_AXIS_TENSOR] > 1 && 24 % s->degree[AA_AXIS_TENSOR] == 0;
     if (s->ep > 1) {
       ep++;
       ep_tp += s->degree[AA_AXIS_TENSOR] > 1;
@@ -489,6 +497,7 @@ AA_TEST(an_moe_model_searches_every_axis_but_context_with_expert_degrees) {
     }
   }
   free(out);
+  CHECK_MSG(split > 0 && split == whole_tp, "%zu split, %zu whole at tp > 1", split, whole_tp);
   CHECK_MSG(ep == want_ep && ep_tp > 0 && ep_pp > 0 && zeros == 0xf,
             "ep %zu (want %zu), with tp %zu, with pp %zu", ep, want_ep, ep_tp, ep_pp);
   const char *names[] = {"expert_parallel"};
@@ -507,6 +516,8 @@ AA_TEST(an_moe_model_searches_every_axis_but_context_with_expert_degrees) {
   y = x;
   y.ep = 2;
   CHECK(aa_space_distance(&x, &y) == 1);
+  y.etp = 2;
+  CHECK(aa_space_distance(&x, &y) == 2);
 }
 
 /* A LoRA fine-tune (issue 36) searches what the engine trains adapters
