@@ -631,8 +631,8 @@ AA_TEST(ep2_with_tp2_matches_the_single_process) {
  * over the expert width are now split in two and added, so fp32 rounding
  * differs as for the attention's split projection (the ep tests' bounds
  * hold); the checkpoint is one whole-model file whose weights are compared.
- * tp 2, tp 2 with sp, with Qwen's gated shared expert, tp 2 x dp 2 x
- * ep 2 (8 ranks... 4 here: dp 2 holds the expert group of 2), and bf16 at
+ * tp 2, tp 2 with sp, with Qwen's gated shared expert, tp 4, tp 2 x dp 2
+ * x ep 2 (4 ranks: dp 2 holds the expert group of 2), and bf16 at
  * the amp bounds of tp2_with_pp2_in_bf16 (6e-3 on the weights: the same
  * near-zero-gradient AdamW steps). */
 AA_TEST(tp2_with_experts_split_over_the_tensor_ranks_matches_the_single_process) {
@@ -654,6 +654,9 @@ AA_TEST(tp2_with_experts_split_over_the_tensor_ranks_matches_the_single_process)
   ep_equivalence(&(cfg_t){.dp = 1, .tp = 2, .etp = 2, .sp = 1, .micro_batch = 4, .out = "tp2.etp2.qwen"},
                  REL_TOL);
   qwen = 0;
+  /* tp 4 (4 key/value heads): 6 columns of each expert a rank, the shares
+   * of ranks 2 and 3 away from either end of the whole rows. */
+  ep_equivalence(&(cfg_t){.dp = 1, .tp = 4, .etp = 4, .kv = 4, .micro_batch = 4, .out = "tp4.etp4"}, REL_TOL);
 }
 AA_TEST(ep2_with_tp2_and_experts_split_matches_the_single_process) {
   ep_equivalence(&(cfg_t){.dp = 2, .ep = 2, .tp = 2, .etp = 2, .micro_batch = 4, .out = "tp2.etp2.ep2"},
