@@ -246,7 +246,9 @@ typedef struct aa_act_block {
 /* An MoE block (spec.h aa_arch_is_moe_layer) computes no SwiGLU MLP (its
  * fch and fchg fields are AA_SIZES_NONE) but keeps, fp32, at byte offsets
  * from its aa_act_block_t moe, for N = B T tokens, E experts, top-k, expert
- * width Fe and S shared experts, and R = N k permuted rows (dropless: every
+ * width Fe (the rank's share, d_ff_expert / tp, when a's moe.etp splits the
+ * experts over the tensor ranks; every rank then computes all R rows of
+ * its share) and S shared experts, and R = N k permuted rows (dropless: every
  * slot has a row; with a capacity factor fewer are used, never more, so
  * N k is the bound):
  *   logits, probs (N,E)         the router's
