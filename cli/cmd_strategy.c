@@ -101,6 +101,11 @@ static void print_words(const aa_strategy_t *s) {
            "replicas, tokens exchanged by all-to-all\n",
            s->ep, s->ep, s->degree[AA_AXIS_DATA] * s->degree[AA_AXIS_CONTEXT],
            s->degree[AA_AXIS_CONTEXT] > 1 ? " x context" : "");
+  if (s->etp > 1)
+    printf(
+        "expert tensor:     %d: every expert's width split over the %d tensor ranks, their partial outputs "
+        "summed over the tensor group\n",
+        s->etp, s->etp);
   printf("axis order:        ");
   for (int i = 0, k = 0; i < AA_AXES; i++)
     if (aa_strategy_axis_shown(s, s->order[i]))

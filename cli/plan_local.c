@@ -26,7 +26,7 @@
 /* --fix: the fields a partial strategy file gives, and their values. */
 typedef struct {
   aa_strategy_t s;
-  bool degree[AA_AXES], sp, ep, zero, amp, ckpt, micro_batch, schedule, vpp, partition;
+  bool degree[AA_AXES], sp, ep, etp, zero, amp, ckpt, micro_batch, schedule, vpp, partition;
 } fix_t;
 
 /* The keys of the file's v1 object that fix a searched knob (the strategy
@@ -89,6 +89,8 @@ static int fix_load(fix_t *f, const char *path) {
   f->sp = json_object_get(par, "sequence_parallel") != NULL;
   f->ep =
       json_object_get(par, "expert") != NULL || json_object_get(par, "expert_model_parallel_size") != NULL;
+  f->etp = json_object_get(par, "expert_tensor") != NULL ||
+           json_object_get(par, "expert_tensor_parallel_size") != NULL;
   f->zero = json_object_get(root, "zero") != NULL;
   f->amp = json_object_get(root, "amp") != NULL;
   f->ckpt = json_object_get(root, "checkpoint") != NULL;
@@ -108,6 +110,7 @@ static bool fix_keeps(void *ctx, const aa_strategy_t *s) {
     if (f->degree[a] && s->degree[a] != f->s.degree[a]) return false;
   if (f->sp && s->sp != f->s.sp) return false;
   if (f->ep && (s->ep > 1 ? s->ep : 1) != (f->s.ep > 1 ? f->s.ep : 1)) return false;
+  if (f->etp && (s->etp > 1 ? s->etp : 1) != (f->s.etp > 1 ? f->s.etp : 1)) return false;
   if (f->zero && s->zero != f->s.zero) return false;
   if (f->amp && s->amp != f->s.amp) return false;
   if (f->ckpt && s->ckpt != f->s.ckpt) return false;

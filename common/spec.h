@@ -40,6 +40,11 @@ typedef struct aa_moe {
                              gate a layer (Qwen-MoE's shared_expert_gate); needs shared_experts >= 1 */
   int topk_raw;           /* 1: the k chosen probabilities weigh their experts as they are (the spec's
                              "norm_topk_prob": false, Qwen-MoE's); 0 (default): renormalised to sum 1 */
+  int etp;                /* not the model's: never read, written or hashed. The strategy's
+                             expert_tensor_parallel_size where a trainer or the cost model sets it
+                             on its copy (strategies/sizes.h aa_sizes_set_etp): > 1 cuts every
+                             expert's width d_ff_expert over that many tensor ranks (= tp), so
+                             that the per-rank sizes and the tensor table follow; 0 or 1: whole */
 } aa_moe_t;
 
 /* LoRA fine-tuning (docs/model-spec.md "lora"): every targeted linear

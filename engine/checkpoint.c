@@ -405,6 +405,11 @@ static void layout_free(layout_t *l) {
 static int layout_init(layout_t *l, const aa_arch_t *a, int tp, int pp, int vpp, const int *bounds,
                        const char *path) {
   memset(l, 0, sizeof *l);
+  /* Saved files hold whole experts: a save with experts split over the
+   * tensor ranks writes one whole-model file (save_experts). */
+  aa_arch_t whole = *a;
+  whole.moe.etp = 0;
+  a = &whole;
   if (tp < 1 || tp > MAX_WORLD || a->n_head % tp || a->d_ff % tp || aa_arch_kv_heads(a) % tp)
     return aa_error(AA_EFORMAT, "%s: tensor degree %d, which does not divide this model's n_head %d, d_ff %d and key/value heads %d",
                     path, tp, a->n_head, a->d_ff, aa_arch_kv_heads(a));
@@ -469,7 +474,7 @@ static int layout_init(layout_t *l, const aa_arch_t *a, int tp, int pp, int vpp,
 static int layout_is_models(const layout_t *l, const aa_gpt_t *m) {
   /* A saved layout has whole experts: an expert-parallel rank's slices are
    * read through the tables. */
-  if (l->tp != m->tp || l->pp != m->pp || m->ep > 1) return 0;
+  if (l->tp != m->tp || l->pp != m->pp || m->ep > 1 || aa_sizes_etp(&m->arch, m->tp) > 1) return 0;
   if (m->pp == 1) return 1;
   const aa_pp_place_t *p = &l->place[m->pipe.stage];
   return p->vpp == m->pipe.vpp && !memcmp(p->lo, m->pipe.lo, (size_t)p->vpp * sizeof *p->lo) &&
@@ -1126,7 +1131,8 @@ static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *
   return rc;
 }
 
-/* Expert parallelism: the three sections of the whole model assembled on
+/* Expert parallelism, or experts split over the tensor ranks (model.h
+ * opts.etp): the three sections of the whole model assembled on
  * replica 0 from its expert group, which holds every expert (at pp > 1
  * each stage's replica 0 assembles its units and the pipeline group sums
  * the stages' parts into pipeline rank 0's; at tp > 1 likewise each tensor
@@ -1144,8 +1150,9 @@ static int save_experts(const char *path, const gang_t *g, const aa_train_state_
     if (m->tensors[i].expert) ne += m->tensors[i].numel;
   const aa_tensor_desc_t *last = &m->tensors[nt - 1];
   const size_t ng = last->goffset + last->gnumel, nl = m->n_params;
-  float *local = malloc(3 * nl * sizeof(float)), *pack = malloc(3 * ne * sizeof(float));
-  float *all = malloc((size_t)ep * 3 * ne * sizeof(float));
+  /* One more float each: no expert slices (ep 1) is no allocation failure. */
+  float *local = malloc(3 * nl * sizeof(float)), *pack = malloc((3 * ne + 1) * sizeof(float));
+  float *all = malloc(((size_t)ep * 3 * ne + 1) * sizeof(float));
   float *scratch = malloc(aa_zero_gather_scratch(z) * sizeof(float) + sizeof(float));
   float *whole = z->rank == 0 ? malloc(3 * ng * sizeof(float)) : NULL;
   aa_tensor_desc_t *tab = malloc((size_t)nt * sizeof *tab);
@@ -1166,7 +1173,8 @@ static int save_experts(const char *path, const gang_t *g, const aa_train_state_
         o += m->tensors[i].numel;
       }
   /* Every rank joins the gather, or none does. */
-  if (!(rc = agree(g, rc, path)) && (rc = aa_comm_all_gather(m->opts.expert, pack, all, 3 * ne, AA_F32)))
+  if (!(rc = agree(g, rc, path)) && ep > 1 &&
+      (rc = aa_comm_all_gather(m->opts.expert, pack, all, 3 * ne, AA_F32)))
     rc = aa_error_wrap(rc, "%s: gathering the expert slices", path);
   const aa_pp_place_t *pp = m->pp > 1 ? &m->pipe : NULL;
   if (!rc && z->rank == 0) {
@@ -1183,13 +1191,19 @@ static int save_experts(const char *path, const gang_t *g, const aa_train_state_
           memcpy(w + t->run_global + (size_t)k * t->run_gstride,
                  local + s * nl + t->offset + (size_t)k * t->run_lstride, t->run_n * sizeof(float));
       }
-      if (m->tp_rank > 0) continue;
-      for (int q = 0; q < ep; q++) {
-        aa_gpt_tensor_table_ep(&m->arch, 1, 0, ep, q, pp, tab);
+      /* The expert slices (ep > 1) of each rank q of the expert group at
+       * this tensor rank: whole experts on tensor rank 0, or the rank's
+       * share of every expert when they are split. */
+      const int split = aa_sizes_etp(&m->arch, m->tp) > 1;
+      if (m->tp_rank > 0 && !split) continue;
+      for (int q = 0; q < ep && ne; q++) {
+        aa_gpt_tensor_table_ep(&m->arch, split ? m->tp : 1, split ? m->tp_rank : 0, ep, q, pp, tab);
         const float *from = all + ((size_t)q * 3 + (size_t)s) * ne;
         for (int i = 0; i < nt; i++)
           if (tab[i].expert && tab[i].numel) {
-            memcpy(w + tab[i].run_global, from, tab[i].numel * sizeof(float));
+            for (int k = 0; k < tab[i].runs; k++)
+              memcpy(w + tab[i].run_global + (size_t)k * tab[i].run_gstride,
+                     from + (size_t)k * tab[i].run_lstride, tab[i].run_n * sizeof(float));
             from += tab[i].numel;
           }
       }
@@ -1225,7 +1239,7 @@ static int save_experts(const char *path, const gang_t *g, const aa_train_state_
 static int save_gang(const char *path, const gang_t *g, const aa_train_state_t *st) {
   aa_gpt_t *m = g->m;
   aa_zero_t *z = g->z;
-  if (m->ep > 1) return save_experts(path, g, st);
+  if (m->ep > 1 || aa_sizes_etp(&m->arch, m->tp) > 1) return save_experts(path, g, st);
   if (z->stage == 0 && m->tp == 1 && m->pp == 1)
     return agree(g, z->rank == 0 ? aa_ckpt_save(path, m, g->sections == 3 ? &z->opt : NULL, st) : 0, path);
   /* At stage 0 the data ranks hold the same state: data rank 0 of each
@@ -1252,10 +1266,10 @@ int aa_ckpt_save_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, const aa_trai
 /* aa_ckpt_save_pipe of `sections` sections (gang_t). */
 static int save_pipe(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_comm_t *pipe, const aa_train_state_t *st,
                      int sections) {
-  if (sections == 1 && m->ep > 1)
+  if (sections == 1 && (m->ep > 1 || aa_sizes_etp(&m->arch, m->tp) > 1))
     return aa_error(AA_EUNSUPPORTED,
-                    "%s: weights-only checkpoints under expert parallelism are not supported yet (save the "
-                    "optimizer state)",
+                    "%s: weights-only checkpoints under expert parallelism or with experts split over the "
+                    "tensor ranks are not supported yet (save the optimizer state)",
                     path);
   if (m->pp > 1 && !pipe)
     return aa_error(AA_EINVAL,

@@ -127,6 +127,7 @@ typedef struct {
   size_t local;  /* the rank's elements so far */
   size_t global; /* the whole model's */
   int ep, er;    /* the expert group's size and the rank's place in it */
+  int etp, r;    /* the tensor ranks each expert is split over (aa_sizes_etp) and the rank's place */
 } table_t;
 
 static void add_tensor(table_t *tb, const char *name, int layer, int d0, int d1, int g0, int g1, split_t split,
@@ -169,6 +170,27 @@ static void add_tensor(table_t *tb, const char *name, int layer, int d0, int d1,
   *g += t->gnumel;
 }
 
+/* Appends n experts' w13 (n 2Fe,C; w13 set) or w2 (n C,Fe) of ng in the
+ * whole tensor from expert e0 (n < ng: expert parallelism's row slice).
+ * Under tb->etp > 1 the rank's share is rows [r Fl, (r + 1) Fl) of each
+ * expert's w1 and w3 halves (2n runs Fe rows apart) or those columns of
+ * each of w2's n C rows, Fl = Fe / etp. */
+static void add_experts(table_t *tb, const char *name, int layer, int n, int ng, int e0, int w13, int C,
+                        int Fe) {
+  const int Fl = Fe / tb->etp;
+  const int d0 = w13 ? n * 2 * Fl : n * C, d1 = w13 ? C : Fl;
+  const split_t sp = tb->etp > 1 ? COLS : n < ng ? ROWS : WHOLE;
+  add_tensor(tb, name, layer, d0, d1, w13 ? ng * 2 * Fe : ng * C, w13 ? C : Fe, sp,
+             w13 ? e0 * 2 * Fe : e0 * C, d0);
+  if (tb->etp == 1) return;
+  aa_tensor_desc_t *t = &tb->out[tb->n - 1];
+  const size_t Cz = (size_t)C, F = (size_t)Fe, L = (size_t)Fl, at = (size_t)tb->r * L;
+  t->runs = w13 ? 2 * n : n * C;
+  t->run_n = t->run_lstride = w13 ? L * Cz : L;
+  t->run_gstride = w13 ? F * Cz : F;
+  t->run_global = t->goffset + (w13 ? ((size_t)e0 * 2 * F + at) * Cz : (size_t)e0 * Cz * F + at);
+}
+
 /* Tensors before the first block (gpt2: wte, wpe; llama: wte), in a dense
  * block (llama: 3 more with q/k/v biases), and the ones an MoE block has
  * beyond a dense llama block's (its router, routed and shared experts
@@ -204,11 +226,10 @@ static void llama_table(table_t *tb, const aa_arch_t *a, const aa_tp_dims_t *d, 
   char n[32];
   add_tensor(tb, "wte", -1, d->Vl, C, a->vocab_size, C, ROWS, vlo, vvalid);
   for (int l = 0; l < a->n_layer; l++) {
-    /* An MoE block (whole on every tensor rank: expert_tensor_parallel_size
-     * 1, the router and experts replicated): its attention half as a dense block's, then
-     * router.w (E,C), experts.w13 (E 2Fe,C) = per expert [w1; w3],
-     * experts.w2 (E C,Fe), and with shared experts shared.w13 (S 2Fe,C)
-     * and shared.w2 (S C,Fe) (kernels/cpu/cpu_moe.h's layouts), and
+    /* An MoE block (the router whole on every tensor rank, the experts too
+     * at expert_tensor_parallel_size 1, else split as add_experts says): its attention half as a dense
+     * block's, then router.w (E,C), experts.w13 (E 2Fe,C) = per expert [w1; w3], experts.w2 (E C,Fe), and
+     * with shared experts shared.w13 (S 2Fe,C) and shared.w2 (S C,Fe) (kernels/cpu/cpu_moe.h's layouts), and
      * their gate shared.gate (1,C) under shared_expert_gate. */
     const int moe = aa_arch_is_moe_layer(a, l), qb = qkv_biases(a);
     static const char *names[NT] = {"ln1.w", "q.w",    "k.w",   "v.w",    "q.b",  "k.b",
@@ -238,22 +259,17 @@ static void llama_table(table_t *tb, const aa_arch_t *a, const aa_tp_dims_t *d, 
     /* Under expert parallelism the routed experts are the rank's rows
      * of the whole tensors: El experts from e0. */
     const int El = E / tb->ep, e0 = tb->er * El;
-    const split_t ex = tb->ep > 1 ? ROWS : WHOLE;
-    const struct {
-      const char *name;
-      int d0, d1, g0;
-      split_t split;
-      int lo;
-    } x[6] = {{"router.w", E, C, E, WHOLE, 0},
-              {"experts.w13", El * 2 * Fe, C, E * 2 * Fe, ex, e0 * 2 * Fe},
-              {"experts.w2", El * C, Fe, E * C, ex, e0 * C},
-              {"shared.w13", S * 2 * Fe, C, S * 2 * Fe, WHOLE, 0},
-              {"shared.w2", S * C, Fe, S * C, WHOLE, 0},
-              {"shared.gate", 1, C, 1, WHOLE, 0}};
+    static const char *xn[6] = {"router.w",   "experts.w13", "experts.w2",
+                                "shared.w13", "shared.w2",   "shared.gate"};
     for (int i = 0; i < 3 + moe_extra(a); i++) {
-      snprintf(n, sizeof n, "h%d.%s", l, x[i].name);
-      add_tensor(tb, n, l, x[i].d0, x[i].d1, x[i].g0, x[i].d1, x[i].split, x[i].lo, x[i].d0);
-      tb->out[tb->n - 1].expert = x[i].split == ROWS;
+      snprintf(n, sizeof n, "h%d.%s", l, xn[i]);
+      if (i == 0 || i == 5)
+        add_tensor(tb, n, l, i ? 1 : E, C, i ? 1 : E, C, WHOLE, 0, 0);
+      else if (i < 3)
+        add_experts(tb, n, l, El, E, e0, i == 1, C, Fe);
+      else
+        add_experts(tb, n, l, S, S, 0, i == 3, C, Fe);
+      tb->out[tb->n - 1].expert = tb->ep > 1 && (i == 1 || i == 2);
     }
   }
   add_tensor(tb, "lnf.w", -1, C, 0, C, 0, WHOLE, 0, 0);
@@ -304,7 +320,7 @@ void aa_gpt_tensor_table_ep(const aa_arch_t *a, int tp, int r, int ep, int er, c
   aa_sizes_tp(a, tp, &d);
   int vlo, vvalid;
   aa_sizes_vocab_rows(a, tp, r, &vlo, &vvalid);
-  table_t tb = {.out = out, .ep = ep > 1 ? ep : 1, .er = ep > 1 ? er : 0};
+  table_t tb = {.out = out, .ep = ep > 1 ? ep : 1, .er = ep > 1 ? er : 0, .etp = aa_sizes_etp(a, tp), .r = r};
   if (d.llama) llama_table(&tb, a, &d, r, vlo, vvalid);
   else gpt2_table(&tb, a, &d, r, vlo, vvalid);
   for (int i = 0; i < tb.n; i++)
@@ -509,6 +525,12 @@ static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_o
   if (ep > 1 && (!a->moe.experts || a->moe.experts % ep))
     return aa_error(AA_EINVAL, "expert parallel degree %d: the model has %d experts, which it must divide",
                     ep, a->moe.experts);
+  const int tp = o->tensor ? aa_comm_world(o->tensor) : 1;
+  if (o->etp > 1 && (!a->moe.experts || o->etp != tp || a->moe.d_ff_expert % tp))
+    return aa_error(AA_EINVAL,
+                    "expert tensor parallel degree %d: needs mixture-of-experts layers, the tensor degree "
+                    "(%d) and to divide d_ff_expert (%d)",
+                    o->etp, tp, a->moe.d_ff_expert);
   if (!a->moe.experts) return 0;
   /* One process keeps an expert's first capacity slots in the micro-batch's
    * token order, which runs through every context rank's chunks: a rank
@@ -548,9 +570,17 @@ static int lora_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_
   return 0;
 }
 
+/* arch with opts' experts split (spec.h moe.etp): arch itself, or *copy. */
+static const aa_arch_t *arch_etp(aa_arch_t *copy, const aa_arch_t *arch, const aa_gpt_opts_t *o) {
+  aa_strategy_t s = {.etp = o->etp > 1 && o->tensor && aa_comm_world(o->tensor) > 1 ? o->etp : 0};
+  return aa_sizes_set_etp(copy, arch, &s);
+}
+
 void aa_gpt_act_bytes(const aa_arch_t *arch, int B, int T, const aa_gpt_opts_t *opts, size_t *acts,
                       size_t *workspace) {
   if (!opts) opts = &default_opts;
+  aa_arch_t copy;
+  arch = arch_etp(&copy, arch, opts);
   aa_act_layout_t l;
   aa_act_shape_t sh = act_shape(opts, B, T);
   aa_sizes_acts(arch, &sh, &l, NULL);
@@ -583,7 +613,7 @@ static int moe_alloc(aa_gpt_t *m, const aa_act_layout_t *l) {
        * 4C + 3Fe floats a row (moe_local). */
       rc = aa_moe_dispatch_init(&m->dispatch[i], m->opts.expert, a->moe.experts,
                                 m->ep * m->B * m->T * a->moe.top_k, (int)m->acts->moe_off.rows,
-                                4 * (size_t)m->d.C + 3 * (size_t)a->moe.d_ff_expert, m->opts.mem);
+                                4 * (size_t)m->d.C + 3 * (size_t)m->d.Fe, m->opts.mem);
   }
   if (rc) return rc;
   aa_mem_charge(m->opts.mem, AA_MEM_ACTS, l->host);
@@ -627,7 +657,9 @@ int aa_gpt_create(aa_gpt_t **out, const aa_arch_t *arch, const aa_ops_t *ops, in
                     ops->name);
   aa_gpt_t *m = calloc(1, sizeof *m);
   if (!m) return aa_error(AA_ENOMEM, "out of memory");
-  m->arch = *arch;
+  aa_arch_t split;
+  m->arch = *arch_etp(&split, arch, opts);
+  arch = &m->arch;
   m->ops = ops;
   m->opts = *opts;
   m->B = B;
@@ -1251,7 +1283,7 @@ typedef struct {
 static moe_local_t moe_local(const aa_gpt_t *m, const moe_view_t *v, const aa_moe_dispatch_t *d) {
   float *o = aa_moe_dispatch_overflow(d);
   if (!o) return (moe_local_t){v->xl, v->yl, v->h, v->act, m->acts->moe_dxl, m->acts->moe_dyl};
-  const size_t RC = (size_t)d->rows * (size_t)m->d.C, RF = (size_t)d->rows * (size_t)m->arch.moe.d_ff_expert;
+  const size_t RC = (size_t)d->rows * (size_t)m->d.C, RF = (size_t)d->rows * (size_t)m->d.Fe;
   return (moe_local_t){o, o + RC, o + 2 * RC, o + 2 * RC + 2 * RF, o + 2 * RC + 3 * RF, o + 3 * RC + 3 * RF};
 }
 
@@ -1313,7 +1345,7 @@ static int moe_context_reduce(const aa_gpt_t *m, aa_moe_route_t *r, const float 
 
 static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const float *w, int count) {
   const aa_moe_t *mo = &m->arch.moe;
-  const int N = m->B * m->T, C = m->d.C, E = mo->experts, Fe = mo->d_ff_expert;
+  const int N = m->B * m->T, C = m->d.C, E = mo->experts, Fe = m->d.Fe;
   const moe_view_t v = moe_view(m, l);
   aa_moe_route_t *r = &m->routes[moe_map(m, l)];
   aa_moe_stats_t st;
@@ -1367,13 +1399,17 @@ static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *do
   const aa_ops_t *op = m->ops;
   aa_acts_t *a = m->acts;
   const aa_moe_t *mo = &m->arch.moe;
-  const int N = m->B * m->T, C = m->d.C, E = mo->experts, Fe = mo->d_ff_expert, k = mo->top_k;
+  const int N = m->B * m->T, C = m->d.C, E = mo->experts, Fe = m->d.Fe, k = mo->top_k;
+  const int split = aa_sizes_etp(&m->arch, m->tp) > 1, gate = split && mo->shared_expert_gate;
   const moe_view_t v = moe_view(m, l);
   const aa_moe_route_t *r = &m->routes[moe_map(m, l)];
   const size_t rows = (size_t)r->rows;
 #define G(k) role_at(m, g, l, k)
   op->memset0(a->moe_dyp, rows * C * sizeof(float));
-  op->memset0(a->moe_dweight, (size_t)N * k * sizeof(float));
+  /* Split experts: the gate's gradient of this pass after the routing
+   * weights', to be summed over the tensor group with them. */
+  float *dgate = gate ? a->moe_dweight + (size_t)N * k : G(SHGATE);
+  op->memset0(a->moe_dweight, ((size_t)N * k + (gate ? (size_t)C : 0)) * sizeof(float));
   aa_cpu_moe_unpermute_backward(a->moe_dyp, a->moe_dweight, dout, v.yp, r, C);
   op->memset0(a->moe_dxp, rows * C * sizeof(float));
   if (m->ep > 1) {
@@ -1395,11 +1431,20 @@ static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *do
   op->memset0(dx, (size_t)N * C * sizeof(float));
   aa_cpu_moe_permute_backward(dx, a->moe_dxp, r, C);
   if (mo->shared_expert_gate)
-    aa_cpu_moe_shared_gate_backward(dx, G(SHW13), G(SHW2), G(SHGATE), dout, x, v.hs, v.as, WK(SHW13),
-                                    WK(SHW2), WK(SHGATE), mo->shared_experts, N, C, Fe);
+    aa_cpu_moe_shared_gate_backward(dx, G(SHW13), G(SHW2), dgate, dout, x, v.hs, v.as, WK(SHW13), WK(SHW2),
+                                    WK(SHGATE), mo->shared_experts, N, C, Fe);
   else
     aa_cpu_moe_shared_backward(dx, G(SHW13), G(SHW2), dout, x, v.hs, v.as, WK(SHW13), WK(SHW2),
                                mo->shared_experts, N, C, Fe);
+  if (split) {
+    /* Each tensor rank's experts gave part of the input gradient and of
+     * the routing weights' and gate's: their sums, before the router adds
+     * its part (the same on every rank). */
+    int rc = tp_all_reduce(m, dx, (size_t)N * C);
+    if (!rc) rc = tp_all_reduce(m, a->moe_dweight, (size_t)N * k + (gate ? (size_t)C : 0));
+    if (rc) return aa_error_wrap(rc, "block %d backward: the split experts' sums", l);
+    if (gate) op->accumulate(G(SHGATE), dgate, (size_t)C);
+  }
   aa_cpu_moe_router_backward(dx, G(ROUTERW), a->moe_dlogits, a->moe_dweight, x, WK(ROUTERW), v.logits,
                              v.probs, r, C, mo->aux_loss_coef / (float)m->cp, mo->z_loss_coef, m->moe_dloss);
 #undef G
@@ -1548,8 +1593,11 @@ static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, blo
     } else {
       if ((rc = column_input(m, f[F_LN2], &in)) || (rc = moe_forward(m, l, m->acts->partial, in, w, keep)))
         return rc;
-      op->rows_copy(f[F_RES3], C, m->acts->partial + (size_t)m->tp_rank * NsC, C, Ns, C);
+      if (aa_sizes_etp(&m->arch, m->tp) == 1)
+        op->rows_copy(f[F_RES3], C, m->acts->partial + (size_t)m->tp_rank * NsC, C, Ns, C);
     }
+    /* Split experts (model.h): each rank's output is a partial sum. */
+    if (aa_sizes_etp(&m->arch, m->tp) > 1 && (rc = row_reduce(m, f[F_RES3]))) return rc;
   } else {
     if ((rc = column_input(m, f[F_LN2], &in))) return rc;
     op->matmul_forward(f[F_FCH], in, WK(FCW), WK(FCB), N, C, m->d.FH);

@@ -62,13 +62,24 @@
  * router and experts are whole on every tensor rank (Megatron's
  * expert_tensor_parallel_size 1), which routes the same tokens (gathered
  * first under sequence parallelism, its own rows of the output kept) and
- * computes the same outputs: no collective of its own. Expert parallelism (opts.expert, a group of ep ranks):
- * each rank holds experts [ep_rank E / ep, (ep_rank + 1) E / ep) of every
- * MoE block (experts.w13 and experts.w2 are row slices of the whole
- * tensors); it routes its own tokens over all E experts, the dispatcher
- * (moe_dispatch.h) sends each kept row to the rank holding its expert and
- * the outputs back, and the backward moves the rows' gradients the same
- * way in reverse.
+ * computes the same outputs: no collective of its own. With opts.etp = tp
+ * (Megatron's expert_tensor_parallel_size = tp) each expert and shared
+ * expert is cut as a dense SwiGLU MLP is under tensor parallelism: w13 keeps
+ * Fe / tp rows of each of its w1 and w3 halves, w2 as many columns
+ * (strategies/sizes.h aa_sizes_etp), so each tensor rank computes a partial
+ * output of the rows it routes (all of them: the router stays whole and
+ * routes the same tokens on every tensor rank), which the group sums (an
+ * all-reduce, under sequence parallelism the reduce-scatter that hands
+ * each rank its rows). Backward: the input gradient of the experts and
+ * shared experts is summed over the group before the router's (the same
+ * on every rank) is added, and so are the routing weights' gradient and
+ * the shared experts' gate's (each rank's comes from its partial
+ * outputs): the router and the gate, whole, stay identical on every
+ * tensor rank with no reduction of their weight gradients. Expert parallelism (opts.expert, a group of ep
+ * ranks): each rank holds experts [ep_rank E / ep, (ep_rank + 1) E / ep) of every MoE block (experts.w13 and
+ * experts.w2 are row slices of the whole tensors); it routes its own tokens over all E experts, the
+ * dispatcher (moe_dispatch.h) sends each kept row to the rank holding its expert and the outputs back, and
+ * the backward moves the rows' gradients the same way in reverse.
  *
  * Mixed precision (opts.amp = bf16/fp16): the forward computes each op in
  * fp32 and rounds its output to the 16-bit type before anything consumes it,
@@ -255,6 +266,9 @@ typedef struct aa_gpt_opts {
   aa_comm_t *pipeline;  /* the pipeline group (borrowed; outlives the model); NULL = pp 1 */
   aa_comm_t *context;   /* the context-parallel group (borrowed; outlives the model); NULL = cp 1 */
   aa_comm_t *expert;    /* the expert group (engine/mesh.h; borrowed; outlives the model); NULL = ep 1 */
+  int etp;              /* the strategy's expert_tensor_parallel_size: 0 or 1 (experts whole on every
+                           tensor rank), or the tensor degree (each expert's width split over the
+                           tensor ranks; the model's arch.moe.etp then says so, spec.h) */
 } aa_gpt_opts_t;
 
 /* Named views into the activation buffers. */

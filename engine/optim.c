@@ -47,6 +47,13 @@ static void squares(const aa_gpt_t *m, const float *g, size_t lo, size_t n, doub
   }
 }
 
+/* The expert slices' squares x also summed over the tensor group when
+ * each tensor rank holds its own share of them (model.h opts.etp). */
+static int split_expert_squares(aa_gpt_t *m, float *x) {
+  int rc = aa_sizes_etp(&m->arch, m->tp) > 1 ? aa_gpt_tensor_sum(m, x, 1) : 0;
+  return rc ? aa_error_wrap(rc, "the gradient norm over the tensor group") : 0;
+}
+
 /* Adds to *sq the squares of the expert slices, summed over the expert
  * group (each rank holds different experts; ep 1: none). */
 static int expert_squares(aa_gpt_t *m, double experts, double *sq) {
@@ -54,6 +61,7 @@ static int expert_squares(aa_gpt_t *m, double experts, double *sq) {
   float x = (float)experts;
   int rc = aa_comm_all_reduce(m->opts.expert, &x, &x, 1, AA_F32, AA_COMM_SUM);
   if (rc) return aa_error_wrap(rc, "the gradient norm over the expert group");
+  if ((rc = split_expert_squares(m, &x))) return rc;
   *sq += x;
   return 0;
 }
@@ -537,7 +545,8 @@ int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr,
    * and those groups partition the data group), so the data group's sum
    * of the expert squares is the whole norm's share. */
   float sqs[3] = {(float)split, (float)whole, (float)experts};
-  if ((rc = aa_zero_all_reduce_host(z, sqs, 3, AA_COMM_SUM)) || (rc = tensor_squares(m, sqs[0], sqs[1], &sq)))
+  if ((rc = aa_zero_all_reduce_host(z, sqs, 3, AA_COMM_SUM)) ||
+      (rc = tensor_squares(m, sqs[0], sqs[1], &sq)) || (m->ep > 1 && (rc = split_expert_squares(m, &sqs[2]))))
     return aa_error_wrap(rc, "reducing the gradient norm");
   sq += sqs[2];
   double norm = sqrt(sq) / grad_scale;

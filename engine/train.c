@@ -349,7 +349,8 @@ static int setup(trainer_t *t) {
                       .pipe = t->pp > 1 ? &t->place : NULL,
                       .pipeline = t->pp > 1 ? pg : NULL,
                       .context = t->cp > 1 ? t->mesh.group[AA_AXIS_CONTEXT] : NULL,
-                      .expert = t->mesh.expert};
+                      .expert = t->mesh.expert,
+                      .etp = t->strat.etp};
   /* LoRA: AdamW over the adapters (lora.h), ZeRO over them alone: the frozen base stays whole. */
   if ((rc = aa_gpt_create(&t->model, &s->arch, t->ops, B, Tm, &mo)) ||
       (rc = t->lora ? aa_lora_opt_init_zero(&t->lopt, t->model, t->comm, zero, &t->mem)

@@ -44,11 +44,16 @@ static int place_of(const aa_arch_t *a, const aa_strategy_t *s, int stage, aa_pp
 
 /* Block l's parameters one token's forward touches on a tensor rank of
  * tp: its unit's, less, for an MoE layer, the E - k experts the token is
- * not routed to (3 Fe C each; experts are whole on every rank, sizes.h). */
+ * not routed to (3 Fe C each, Fe the rank's share of their width: all of
+ * it at expert_tensor_parallel_size 1, which computes every expert whole
+ * on every tensor rank, d_ff_expert / tp with them split; sizes.h). */
 static double active_numel(const aa_arch_t *a, int tp, int l) {
   double n = (double)aa_sizes_unit_numel(a, tp, 1 + l);
-  if (aa_arch_is_moe_layer(a, l))
-    n -= (double)(a->moe.experts - a->moe.top_k) * 3.0 * a->moe.d_ff_expert * a->d_model;
+  if (aa_arch_is_moe_layer(a, l)) {
+    aa_tp_dims_t d;
+    aa_sizes_tp(a, tp, &d);
+    n -= (double)(a->moe.experts - a->moe.top_k) * 3.0 * d.Fe * a->d_model;
+  }
   return n;
 }
 
@@ -101,6 +106,8 @@ static double lora_block_flops(const aa_arch_t *a, int tp, int fwd_only) {
 }
 
 double aa_cost_flops_per_token_stage(const aa_arch_t *arch, const aa_strategy_t *s, int stage) {
+  aa_arch_t split;
+  arch = aa_sizes_set_etp(&split, arch, s);
   aa_pp_place_t p;
   if (place_of(arch, s, stage, &p)) return 0;
   int nb, nk;
@@ -183,10 +190,17 @@ static double moe_layer(const aa_arch_t *a, int tp, int l) {
 /* The tensor group's collectives per step (cost.h) on place p: its
  * blocks, the embedding's calls on the first stage, the final
  * LayerNorm's and the cross-entropy's on the last. An MoE block's experts
- * are whole on every tensor rank (sizes.h), which computes them for all
- * the tokens: its output and its input's gradient are whole on each, so
- * it has no MLP reduction, forward (the fc projection's) or backward (the
- * fc input gradient's): 2 fewer a block, 1 fewer a recomputed one. */
+ * are whole on every tensor rank at expert_tensor_parallel_size 1
+ * (sizes.h), which computes them for all the tokens: its output and its
+ * input's gradient are whole on each, so it has no MLP reduction, forward
+ * (the fc projection's) or backward (the fc input gradient's): 2 fewer a
+ * block, 1 fewer a recomputed one. With the experts split over the tensor
+ * ranks (s->etp > 1; engine/model.h) the block sums its partial output
+ * as a dense MLP does (an all-reduce, under sequence parallelism a
+ * reduce-scatter; again when recomputed), its input gradient by an
+ * all-reduce (N·C, also under sequence parallelism, which keeps the
+ * rank's rows of it), and its routing weights' gradients with the shared
+ * experts' gate's (N·k + C floats under shared_expert_gate) by one more. */
 static void tensor_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
                         aa_cost_group_t *g) {
   const uint64_t t = (uint64_t)s->degree[AA_AXIS_TENSOR], N = (uint64_t)aa_sizes_rank_tokens(a, s);
@@ -197,10 +211,15 @@ static void tensor_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_
   const uint64_t L = (uint64_t)nb, k = (uint64_t)nk,
                  reduce = 4 * L + 2 * k - 2 * (uint64_t)nm - (uint64_t)nmk;
   const size_t f4 = sizeof(float);
+  const uint64_t split = aa_sizes_etp(a, (int)t) > 1, outs = split * (uint64_t)(nm + nmk),
+                 ins = split * (uint64_t)nm;
+  if (split)
+    add(g, AA_COST_ALL_REDUCE, A * ins, N * (uint64_t)a->moe.top_k + (a->moe.shared_expert_gate ? C : 0), f4);
   if (!s->sp) {
-    add(g, AA_COST_ALL_REDUCE, A * (e + reduce + f), NC, f4);
+    add(g, AA_COST_ALL_REDUCE, A * (e + reduce + f + outs + ins), NC, f4);
   } else {
-    add(g, AA_COST_REDUCE_SCATTER, A * (e + reduce + f), NC, f4);
+    add(g, AA_COST_ALL_REDUCE, A * ins, NC, f4);
+    add(g, AA_COST_REDUCE_SCATTER, A * (e + reduce + f + outs), NC, f4);
     add(g, AA_COST_ALL_GATHER, A * (6 * L + 2 * f + e + 2 * k), NC, f4);
     add(g, AA_COST_ALL_REDUCE, A * L, 4 * C, f4);
     add(g, AA_COST_ALL_REDUCE, A * f, 2 * C, f4);
@@ -378,6 +397,8 @@ static void context_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp
 void aa_cost_comm_stage(const aa_arch_t *arch, const aa_strategy_t *s, int accum, int stage,
                         aa_cost_comm_t *out) {
   memset(out, 0, sizeof *out);
+  aa_arch_t split;
+  arch = aa_sizes_set_etp(&split, arch, s);
   const uint64_t A = accum > 0 ? (uint64_t)accum : 1;
   out->data.ranks = aa_sizes_replicas(s);
   out->tensor.ranks = s->degree[AA_AXIS_TENSOR];

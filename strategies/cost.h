@@ -148,6 +148,13 @@ double aa_cost_bubble(const aa_strategy_t *s, int m);
  *     recomputed blocks (2k), plus the cross-entropy's (size 3·N·tp);
  *     all-reduce of each block's two LayerNorms' weight and bias gradients
  *     (L, 4·C each) and the final LayerNorm's (1, 2·C).
+ *   an MoE block, at expert_tensor_parallel_size 1 (its experts whole on
+ *     every tensor rank), has no MLP reduction: 2 fewer calls a block and 1
+ *     fewer a recomputed one than above; with its experts split over the
+ *     tensor ranks (s->etp = tp) it has them (under sequence parallelism
+ *     its input gradient is an all-reduce of N·C, not a reduce-scatter),
+ *     plus one all-reduce of N·k floats (+ C under shared_expert_gate)
+ *     for the routing weights' and the gate's gradients.
  *   per step: the gradient norm's all-reduce (1 float).
  * The data group (R = dp × cp ranks, the replicas of engine/mesh.h: under
  * context parallelism every rank of a context group holds the same slice of

@@ -178,7 +178,9 @@ static void ring_ops(inventory_t *v, const aa_tp_dims_t *d, int64_t B, int64_t T
  *     backward (whose two accumulates are unpermute's scatter and
  *     permute's gather);
  *   each expert's GEMMs (Ne, C, 2Fe) and (Ne, Fe, C) and its SwiGLU (Ne,
- *     Fe), Ne = aa_cost_expert_rows, E times; under expert parallelism (ep
+ *     Fe), Ne = aa_cost_expert_rows, E times, Fe the rank's share of the
+ *     width (d_ff_expert / tp with the experts split over the tensor
+ *     ranks, sizes.h aa_sizes_etp); under expert parallelism (ep
  *     > 1) each of the rank's E / ep experts at ep Ne rows, the rows its
  *     expert group dispatched to it (the all-to-alls are the expert
  *     group's, cost.h);
@@ -188,7 +190,7 @@ static void ring_ops(inventory_t *v, const aa_tp_dims_t *d, int64_t B, int64_t T
 static void moe_ops(inventory_t *v, const aa_arch_t *a, const aa_tp_dims_t *d, int ep, int64_t N,
                     aa_dtype_t dt, double ff, double fb, double bb) {
   const aa_moe_t *m = &a->moe;
-  const int64_t S = m->shared_experts, Fe = m->d_ff_expert, Ne = aa_cost_expert_rows(m, N);
+  const int64_t S = m->shared_experts, Fe = d->Fe, Ne = aa_cost_expert_rows(m, N);
   const int64_t E = m->experts / ep, Nl = ep * Ne; /* the rank's experts and each one's rows */
   add(v, AA_OP_MATMUL, N, d->C, m->experts, 0, dt, false, ff, 0, fb, bb);
   add(v, AA_OP_XENT, N, m->experts, 0, 0, dt, false, ff, 0, fb, bb);
@@ -264,6 +266,8 @@ static void block_rounds(inventory_t *v, const widths_t *w, int llama, int pass,
 /* The inventory of pipeline rank `stage` of resolved s; AA_EINVAL for a
  * strategy the pipeline rules refuse. */
 static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int cuda, inventory_t *v) {
+  aa_arch_t split; /* s's experts split over the tensor ranks: d.Fe their share */
+  a = aa_sizes_set_etp(&split, a, s);
   aa_pp_place_t pl;
   int rc = aa_pp_place(a, s, 0, stage, &pl);
   if (rc) return rc;

@@ -23,6 +23,17 @@ void aa_sizes_tp(const aa_arch_t *a, int tp, aa_tp_dims_t *d) {
   d->KVl = d->NKV * d->HS;
   d->QKV = d->Cl + 2 * d->KVl;
   d->FH = d->llama ? 2 * d->F : d->F;
+  d->Fe = a->moe.d_ff_expert / aa_sizes_etp(a, tp);
+}
+
+int aa_sizes_etp(const aa_arch_t *a, int tp) { return a->moe.etp > 1 && tp > 1 ? tp : 1; }
+
+const aa_arch_t *aa_sizes_set_etp(aa_arch_t *copy, const aa_arch_t *a, const aa_strategy_t *s) {
+  const int want = s->etp > 1 ? s->etp : 0;
+  if ((a->moe.etp > 1 ? a->moe.etp : 0) == want) return a;
+  *copy = *a;
+  copy->moe.etp = want;
+  return copy;
 }
 
 void aa_sizes_vocab_rows(const aa_arch_t *a, int tp, int r, int *lo, int *valid) {
@@ -50,10 +61,15 @@ static size_t block_numel(const aa_tp_dims_t *d) {
 /* An MoE block's (aa_arch_is_moe_layer) on a rank of an expert group of
  * ep: the llama block without its SwiGLU MLP (3 F C), with the router E C,
  * the rank's E / ep routed experts and the S shared experts, 3 Fe C each
- * (no tensor parallelism for them). */
+ * (Fe the rank's share of their width: d_ff_expert / tp when the experts
+ * are split over the tensor ranks, else all of it), and the shared
+ * experts' gate C. */
 static size_t moe_block_numel(const aa_arch_t *a, const aa_tp_dims_t *d, int ep) {
-  const int El = a->moe.experts / (ep > 1 ? ep : 1);
-  return block_numel(d) - 3 * (size_t)d->F * (size_t)d->C + (size_t)aa_arch_moe_mlp_params(a, El);
+  const aa_moe_t *m = &a->moe;
+  const size_t El = (size_t)(m->experts / (ep > 1 ? ep : 1)), C = (size_t)d->C;
+  const size_t mlp = (size_t)m->experts * C + (El + (size_t)m->shared_experts) * 3 * (size_t)d->Fe * C +
+                     (m->shared_experts && m->shared_expert_gate ? C : 0);
+  return block_numel(d) - 3 * (size_t)d->F * C + mlp;
 }
 
 /* Block l's parameters on a rank of d. */
@@ -115,7 +131,7 @@ int aa_sizes_unit_pieces(const aa_arch_t *a, int tp, int ep, const aa_pp_place_t
    * then experts.w13 | experts.w2, then the shared experts and, under
    * shared_expert_gate, their gate (1, C). */
   const aa_moe_t *m = &a->moe;
-  const size_t per = 3 * (size_t)m->d_ff_expert * (size_t)a->d_model,
+  const size_t per = 3 * (size_t)m->d_ff_expert / (size_t)aa_sizes_etp(a, tp) * (size_t)a->d_model,
                experts = (size_t)(m->experts / ep) * per,
                shared = (size_t)m->shared_experts * per +
                         (m->shared_experts && m->shared_expert_gate ? (size_t)a->d_model : 0),
@@ -267,7 +283,8 @@ static size_t take(size_t *size, size_t bytes) {
 }
 
 void aa_sizes_moe_acts(const aa_arch_t *a, size_t N, int ep, aa_moe_acts_t *o) {
-  const size_t E = (size_t)a->moe.experts, k = (size_t)a->moe.top_k, Fe = (size_t)a->moe.d_ff_expert;
+  const size_t E = (size_t)a->moe.experts, k = (size_t)a->moe.top_k;
+  const size_t Fe = (size_t)(a->moe.d_ff_expert / (a->moe.etp > 1 ? a->moe.etp : 1));
   const size_t S = (size_t)a->moe.shared_experts, C = (size_t)a->d_model, R = N * k, f4 = sizeof(float);
   const size_t g = (size_t)(ep > 1 ? ep : 1), margin = (size_t)ceil(AA_MOE_EP_MARGIN * (double)R);
   const size_t Rl = g > 1 && margin < g * R ? margin : g * R;
@@ -441,7 +458,10 @@ void aa_sizes_acts(const aa_arch_t *a, const aa_act_shape_t *sh, aa_act_layout_t
     const size_t R = N * (size_t)a->moe.top_k;
     o->moe_dxp = take(&ws, R * C * f4);
     o->moe_dyp = take(&ws, R * C * f4);
-    o->moe_dweight = take(&ws, R * f4);
+    /* With the experts split over the tensor ranks the routing weights'
+     * gradient and, under shared_expert_gate, the gate's (C) are summed
+     * over the tensor group in one all-reduce (engine/model.c moe_backward). */
+    o->moe_dweight = take(&ws, (R + (a->moe.etp > 1 && sh->tp > 1 ? C : 0)) * f4);
     o->moe_dlogits = take(&ws, N * (size_t)a->moe.experts * f4);
     if (ma.xl != AA_SIZES_NONE) {
       o->moe_dxl = take(&ws, ma.rows * C * f4);
@@ -565,6 +585,8 @@ static void acts_at(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_plac
 }
 
 int aa_sizes_rank_states(const aa_arch_t *a, const aa_strategy_t *s, int stage, size_t bytes[AA_MEM_NKINDS]) {
+  aa_arch_t copy;
+  a = aa_sizes_set_etp(&copy, a, s);
   memset(bytes, 0, AA_MEM_NKINDS * sizeof bytes[0]);
   aa_pp_place_t place, *pp;
   int rc = rank_place(a, s, 0, stage, &place, &pp);
@@ -574,6 +596,8 @@ int aa_sizes_rank_states(const aa_arch_t *a, const aa_strategy_t *s, int stage, 
 
 int aa_sizes_rank_acts(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage,
                        size_t bytes[AA_MEM_NKINDS]) {
+  aa_arch_t copy;
+  a = aa_sizes_set_etp(&copy, a, s);
   memset(bytes, 0, AA_MEM_NKINDS * sizeof bytes[0]);
   aa_pp_place_t place, *pp;
   int rc = rank_place(a, s, m, stage, &place, &pp);
@@ -582,6 +606,8 @@ int aa_sizes_rank_acts(const aa_arch_t *a, const aa_strategy_t *s, int m, int st
 }
 
 int aa_sizes_rank(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, size_t bytes[AA_MEM_NKINDS]) {
+  aa_arch_t copy;
+  a = aa_sizes_set_etp(&copy, a, s);
   memset(bytes, 0, AA_MEM_NKINDS * sizeof bytes[0]);
   aa_pp_place_t place, *pp;
   int rc = rank_place(a, s, m, stage, &place, &pp);

@@ -48,10 +48,23 @@ typedef struct aa_tp_dims {
   int NKV, KVl; /* the rank's key/value heads and their width: n_kv_head / t, that times HS (gpt2: NH, Cl) */
   int QKV;     /* the width of the rank's q|k|v rows: Cl + 2 KVl (gpt2: 3 Cl) */
   int FH;      /* the width of the MLP's first layer: F (gpt2), 2F (llama: gate|up) */
+  int Fe;      /* the width of the rank's share of every MoE expert: d_ff_expert / aa_sizes_etp */
 } aa_tp_dims_t;
 /* a's dimensions on one of tp tensor ranks (tp must divide n_head, d_ff
  * and, for llama, n_kv_head, as aa_strategy_resolve checks). */
 void aa_sizes_tp(const aa_arch_t *a, int tp, aa_tp_dims_t *d);
+/* The tensor ranks each MoE expert is split over on one of tp tensor
+ * ranks: tp when a's moe.etp (the strategy's expert_tensor_parallel_size,
+ * spec.h) is above 1 and tp > 1, else 1. Under that split every expert's
+ * and shared expert's w13 keeps d_ff_expert / tp rows of each of its w1
+ * and w3 halves (column-parallel) and w2 as many columns (row-parallel);
+ * the router and the shared experts' gate stay whole. At tp 1 (the whole
+ * model of a checkpoint) the experts are whole whatever moe.etp says. */
+int aa_sizes_etp(const aa_arch_t *a, int tp);
+/* a with s's expert_tensor_parallel_size (s->etp) in its moe.etp: a itself
+ * when they agree, else *copy, filled. Every function here that takes a
+ * strategy applies it; the others read a->moe.etp. */
+const aa_arch_t *aa_sizes_set_etp(aa_arch_t *copy, const aa_arch_t *a, const aa_strategy_t *s);
 /* The vocabulary rows [*lo, *lo + *valid) tensor rank r of tp holds, as
  * rows 0..valid-1 of its slice of Vl rows (valid may be 0). */
 void aa_sizes_vocab_rows(const aa_arch_t *a, int tp, int r, int *lo, int *valid);
@@ -241,7 +254,9 @@ typedef struct aa_act_block {
 /* An MoE block (spec.h aa_arch_is_moe_layer) computes no SwiGLU MLP (its
  * fch and fchg fields are AA_SIZES_NONE) but keeps, fp32, at byte offsets
  * from its aa_act_block_t moe, for N = B T tokens, E experts, top-k, expert
- * width Fe and S shared experts, and R = N k permuted rows (dropless: every
+ * width Fe (the rank's share, d_ff_expert / tp, when a's moe.etp splits the
+ * experts over the tensor ranks; every rank then computes all R rows of
+ * its share) and S shared experts, and R = N k permuted rows (dropless: every
  * slot has a row; with a capacity factor fewer are used, never more, so
  * N k is the bound):
  *   logits, probs (N,E)         the router's

@@ -380,6 +380,12 @@ size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void 
     int eps[MAX_EXPERT_DEGREES];
     const size_t nep =
         aa_space_experts(eps, MAX_EXPERT_DEGREES, pool->arch, dp * l.degree[AA_AXIS_CONTEXT], exclude);
+    /* An MoE model's experts whole on every tensor rank, or (tp > 1, the
+     * tensor degree dividing their width) split over the tensor ranks. */
+    const int tp = l.degree[AA_AXIS_TENSOR];
+    const int etps[2] = {1, tp};
+    const size_t netp =
+        pool->arch && pool->arch->moe.experts && tp > 1 && pool->arch->moe.d_ff_expert % tp == 0 ? 2 : 1;
     if (pp > 1)
       while (nzero > 0 && zeros[nzero - 1] >= 2)
         nzero--;
@@ -394,23 +400,25 @@ size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void 
       if (nmb == 0) continue;
       for (size_t z = 0; z < nzero; z++) {
         for (size_t e = 0; e < nep && e < MAX_EXPERT_DEGREES; e++)
-          for (size_t a = 0; a < namp; a++)
-            for (size_t k = 0; k < nckpt; k++) {
-              /* A setting decides every method, so one that misses an
-               * included method is left out whole, as an excluded one is. */
-              aa_strategy_t t = shapes[h];
-              t.zero = zeros[z];
-              t.ep = eps[e];
-              t.amp = amps[a];
-              t.ckpt = ckpts[k];
-              if (aa_space_include_unmet(aa_space_methods_of(&t), pool->include)) continue;
-              for (size_t b = 0; b < nmb; b++) {
-                t.micro_batch = mbs[b];
-                if (visit && visit(ctx, n, (int)nsettings, &t)) return n + 1;
-                n++;
+          for (size_t x = 0; x < netp; x++)
+            for (size_t a = 0; a < namp; a++)
+              for (size_t k = 0; k < nckpt; k++) {
+                /* A setting decides every method, so one that misses an
+                 * included method is left out whole, as an excluded one is. */
+                aa_strategy_t t = shapes[h];
+                t.zero = zeros[z];
+                t.ep = eps[e];
+                t.etp = etps[x] > 1 ? etps[x] : 0;
+                t.amp = amps[a];
+                t.ckpt = ckpts[k];
+                if (aa_space_include_unmet(aa_space_methods_of(&t), pool->include)) continue;
+                for (size_t b = 0; b < nmb; b++) {
+                  t.micro_batch = mbs[b];
+                  if (visit && visit(ctx, n, (int)nsettings, &t)) return n + 1;
+                  n++;
+                }
+                nsettings++;
               }
-              nsettings++;
-            }
       }
     }
   }
@@ -450,7 +458,8 @@ static bool same_shape(const aa_strategy_t *a, const aa_strategy_t *b) {
 int aa_space_distance(const aa_strategy_t *a, const aa_strategy_t *b) {
   int d = (a->sp != b->sp) + (a->zero != b->zero) + (a->amp != b->amp) + (a->ckpt != b->ckpt) +
           (a->micro_batch != b->micro_batch) + !same_shape(a, b) +
-          ((a->ep > 1 ? a->ep : 1) != (b->ep > 1 ? b->ep : 1));
+          ((a->ep > 1 ? a->ep : 1) != (b->ep > 1 ? b->ep : 1)) +
+          ((a->etp > 1 ? a->etp : 1) != (b->etp > 1 ? b->etp : 1));
   for (int x = 0; x < AA_AXES; x++)
     d += a->degree[x] != b->degree[x];
   return d;

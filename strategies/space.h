@@ -153,8 +153,10 @@ size_t aa_space_experts(int *out, size_t cap, const aa_arch_t *arch, int replica
 
 /* The candidate strategies of a pool, in the order the search tries them:
  * for each layout, pipeline shape, ZeRO stage (over the layout's dp x cp),
- * expert-parallel degree, precision and checkpoint mode (each as above,
- * nested in that order) a
+ * expert-parallel degree, experts whole or split over the tensor ranks
+ * (s->etp 1, then the tensor degree: only for a model with
+ * mixture-of-experts layers at tp > 1 when tp divides d_ff_expert),
+ * precision and checkpoint mode (each as above, nested in that order) a
  * "setting", and within a setting every micro-batch (divisors of
  * global_batch / dp, larger first). The pipeline shapes at pp > 1: the
  * schedules 1f1b, interleaved with 2 virtual stages (or each of pool->vpp_max; where pp * vpp <=
@@ -185,8 +187,8 @@ size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void 
 /* How far apart two strategies are for `--from`: the number of knobs in
  * which they differ, out of dp, tp, sp, pp, zero, amp, ckpt, micro_batch
  * and the pipeline's shape (schedule, virtual stages and cut, one knob;
- * equal between two pp = 1 strategies) and the expert-parallel degree.
- * 0..10. */
+ * equal between two pp = 1 strategies), the expert-parallel degree and
+ * the expert tensor degree. 0..11. */
 int aa_space_distance(const aa_strategy_t *a, const aa_strategy_t *b);
 
 #endif

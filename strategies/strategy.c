@@ -119,9 +119,10 @@ void aa_strategy_key(const aa_strategy_t *s, char out[AA_STRATEGY_KEY_MAX]) {
   int head = snprintf(out, AA_STRATEGY_KEY_MAX, "%s%s.z%d.%s.ckpt-%s.mb%d", degrees, s->sp ? ".sp" : "",
                       s->zero, aa_dtype_name(s->amp), ckpt, s->micro_batch);
   if (head < 0 || head >= AA_STRATEGY_KEY_MAX - 1) return; /* out-of-range fields, which validate refuses */
-  char ep[16] = "";
+  char ep[16] = "", etp[16] = "";
   if (s->ep > 1) snprintf(ep, sizeof ep, ".ep%d", s->ep);
-  int n = snprintf(tail, sizeof tail, "%s%s%s%s", ep, pipe, order, ranks);
+  if (s->etp > 1) snprintf(etp, sizeof etp, ".etp%d", s->etp);
+  int n = snprintf(tail, sizeof tail, "%s%s%s%s%s", ep, etp, pipe, order, ranks);
   /* Every part at once (an interleaved custom cut on a reordered mesh)
    * can pass the key's bound; the tail then becomes one hash of itself,
    * ".x-<16 hex digits>", so that a key is never cut (two strategies must
@@ -164,6 +165,12 @@ int aa__strategy_check(const aa_json_ctx_t *c, const aa_strategy_t *s) {
                         "must divide data x context = %d x %d = %lld (expert ranks are drawn from the "
                         "data-parallel replicas, as Megatron does; got %d)",
                         s->degree[AA_AXIS_DATA], s->degree[AA_AXIS_CONTEXT], replicas, s->ep);
+  if (s->etp > 1 && s->etp != s->degree[AA_AXIS_TENSOR])
+    return aa_json_fail(c, AA_EUNSUPPORTED, "parallel.expert_tensor",
+                        "must be 1 or the tensor degree %d (got %d): autoaccel splits every expert over all "
+                        "of the tensor ranks (Megatron's expert_tensor_parallel_size = tensor_model_parallel_"
+                        "size) or over none, not over a subgroup",
+                        s->degree[AA_AXIS_TENSOR], s->etp);
   if (s->sp && s->degree[AA_AXIS_TENSOR] < 2)
     return aa_json_fail(c, AA_EINVAL, "parallel.sequence_parallel",
                         "needs tensor parallelism (got tensor %d): it splits the sequence between the tensor "
@@ -213,6 +220,16 @@ int aa_strategy_resolve(aa_strategy_t *s, const aa_model_spec_t *spec, int world
                     "expert parallel degree %d needs mixture-of-experts layers (model.moe); %s has none: "
                     "leave parallel.expert out or set it to 1",
                     r.ep, spec->name);
+  if (r.etp > 1 && !a->moe.experts)
+    return aa_error(AA_EINVAL,
+                    "expert tensor parallel degree %d needs mixture-of-experts layers (model.moe); %s has "
+                    "none: leave parallel.expert_tensor out or set it to 1",
+                    r.etp, spec->name);
+  if (r.etp > 1 && a->moe.d_ff_expert % r.etp)
+    return aa_error(AA_EINVAL,
+                    "expert tensor parallel degree %d must divide d_ff_expert %d (each tensor rank holds "
+                    "d_ff_expert / tp columns of every expert)",
+                    r.etp, a->moe.d_ff_expert);
   if (r.ep > 1 && a->moe.experts % r.ep)
     return aa_error(AA_EINVAL,
                     "expert parallel degree %d must divide experts %d (each rank holds experts / ep of every "

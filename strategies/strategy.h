@@ -63,6 +63,10 @@ typedef struct aa_strategy {
                           mesh axis: the world stays the degrees' product; layout.h
                           aa_layout_expert); 0 or 1: none; else it divides data x context, and a
                           model's experts (aa_strategy_resolve) */
+  int etp;             /* Megatron's expert_tensor_parallel_size: 0 or 1, every expert whole on each
+                          tensor rank (which repeats its work); the tensor degree (> 1), every expert's
+                          width split over the tensor ranks as tensor parallelism splits a dense MLP
+                          (strategies/sizes.h aa_sizes_etp). No other value */
   /* How the mesh numbers its positions: the axes from the fastest-varying
    * to the slowest (ATorch's parallel_mode lists them in this order), so
    * that positions 0, 1, 2, ... step along order[0]. Every permutation of

@@ -148,6 +148,14 @@ static int read_expert(const aa_json_ctx_t *c, const char *path, const json_t *v
   return aa_json_read_value(c, path, &degree, v, dst);
 }
 
+/* parallel.expert_tensor (Megatron's expert_tensor_parallel_size): a
+ * degree here; aa__strategy_check holds it to 1 or the tensor degree. */
+static int read_expert_tensor(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
+  static const aa_json_field_t degree = {
+      .kind = AA_JSON_INT, .imin = 1, .imax = AA__STRATEGY_DEGREE_MAX, .size = sizeof(int)};
+  return aa_json_read_value(c, path, &degree, v, dst);
+}
+
 /* Fills nranks and rank_order of the strategy being read (c->data). */
 static int read_rank_order(const aa_json_ctx_t *c, const char *path, const json_t *v, void *dst) {
   (void)dst;
@@ -444,22 +452,19 @@ static int seed_fields(const aa_json_ctx_t *c, json_t *r) {
   return 0;
 }
 
-/* In `parallel`: Megatron's expert_tensor_parallel_size and moe_extended_tp,
- * which say whether experts are split over the tensor ranks; autoaccel
- * keeps every expert whole on its rank, which is 1 and false. */
+/* In `parallel`: Megatron's expert_tensor_parallel_size, read as
+ * expert_tensor (1 or the tensor degree, which aa__strategy_check holds it
+ * to), and moe_extended_tp, its deprecated predecessor, taken as false
+ * only. */
 static int parallel_seed_names(const aa_json_ctx_t *c, json_t *par) {
   json_t *etp = json_object_get(par, "expert_tensor_parallel_size"),
          *ext = json_object_get(par, "moe_extended_tp");
   if (etp) {
-    if (!json_is_integer(etp))
-      return aa_json_fail_type(c, "parallel.expert_tensor_parallel_size", "an integer", etp);
-    if (json_integer_value(etp) != 1)
-      return aa_json_fail(
-          c, AA_EUNSUPPORTED, "parallel.expert_tensor_parallel_size",
-          "%lld is not supported by autoaccel (it splits every expert over tensor ranks; autoaccel "
-          "keeps each expert whole on its rank, whatever the tensor degree): give 1 or leave it out",
-          (long long)json_integer_value(etp));
-    json_object_del(par, "expert_tensor_parallel_size");
+    if (json_object_get(par, "expert_tensor"))
+      return aa_json_fail(c, AA_EINVAL, "parallel.expert_tensor_parallel_size",
+                          "gives parallel.expert_tensor again; give one of them");
+    if (json_object_set(par, "expert_tensor", etp) || json_object_del(par, "expert_tensor_parallel_size"))
+      return aa_error(AA_ENOMEM, "strategy: out of memory");
   }
   if (ext) {
     if (!json_is_boolean(ext)) return aa_json_fail_type(c, "parallel.moe_extended_tp", "true or false", ext);
@@ -467,7 +472,8 @@ static int parallel_seed_names(const aa_json_ctx_t *c, json_t *par) {
       return aa_json_fail(
           c, AA_EUNSUPPORTED, "parallel.moe_extended_tp",
           "true is not supported by autoaccel (deprecated since Megatron Core 0.10, which ignores "
-          "it; it split experts over the tensor ranks, which autoaccel does not): leave it out");
+          "it): give \"expert_tensor_parallel_size\" equal to the tensor degree to split experts over "
+          "the tensor ranks, or leave it out");
     json_object_del(par, "moe_extended_tp");
   }
   return 0;
@@ -637,6 +643,7 @@ int aa_strategy_canonical_names(const json_t *root, const char *origin, json_t *
 static const aa_json_field_t parallel_fields[] = {
     AA_AXIS_LIST(AXIS_F) CUSTOM_F("sequence_parallel", read_sequence_parallel, sp),
     CUSTOM_F("expert", read_expert, ep),
+    CUSTOM_F("expert_tensor", read_expert_tensor, etp),
     CUSTOM_F("order", read_order, order),
     CUSTOM_F("rank_order", read_rank_order, nranks),
 };
@@ -814,6 +821,9 @@ static int emit_custom(const aa_json_field_t *f, const aa_strategy_t *s, json_t 
   } else if (f->parse == read_expert) {
     if (s->ep <= 1) return 0;
     *v = json_integer(s->ep);
+  } else if (f->parse == read_expert_tensor) {
+    if (s->etp <= 1) return 0;
+    *v = json_integer(s->etp);
   } else if (f->parse == read_degree) {
     int a = (int)((f->off - offsetof(aa_strategy_t, degree)) / sizeof(int));
     if (!aa_strategy_axis_shown(s, (aa_axis_t)a)) return 0;

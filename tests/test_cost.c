@@ -281,6 +281,42 @@ AA_TEST(flops_per_token_of_an_moe_model_count_its_active_parameters) {
   s.ckpt = AA_CKPT_NONE;
   aa_cost_comm(&dense, &s, 1, &c);
   CHECK(c.tensor.kind[AA_COST_ALL_REDUCE].calls == 10 + 1);
+
+  /* The experts split over the 2 tensor ranks (expert_tensor_parallel_size
+   * 2): a token passes half of each of its 2 routed and 1 shared experts'
+   * 3·24·32 weights on a rank, 3 x 3·12·32 = 3,456 fewer, 6 FLOPs each;
+   * the MoE block's MLP reductions come back as a dense block's (its
+   * output forward, its input gradient backward: the twin's 10 all-reduces
+   * of N·C = 32·32) plus one of the routing weights' gradients (N·k = 64
+   * floats). Under sequence parallelism the output is a reduce-scatter and
+   * the input gradient an all-reduce of N·C. */
+  aa_strategy_default(&s);
+  s.degree[AA_AXIS_TENSOR] = 2, s.micro_batch = 2;
+  const double whole = aa_cost_flops_per_token(&a, &s), least = aa_cost_min_flops_per_token(&a, &s);
+  s.etp = 2;
+  CHECK_MSG(aa_cost_flops_per_token(&a, &s) == whole - 6.0 * 3 * 3 * 12 * 32, "%g vs %g",
+            aa_cost_flops_per_token(&a, &s), whole);
+  /* The lower bound (the model's useful work over tp) was already split. */
+  CHECK(aa_cost_min_flops_per_token(&a, &s) == least);
+  aa_cost_comm(&a, &s, 1, &c);
+  CHECK_MSG(c.tensor.kind[AA_COST_ALL_REDUCE].calls == 10 + 1 + 1 &&
+                c.tensor.kind[AA_COST_ALL_REDUCE].elems == 10 * 1024 + 64 + 1,
+            "%llu calls, %llu elements", (unsigned long long)c.tensor.kind[AA_COST_ALL_REDUCE].calls,
+            (unsigned long long)c.tensor.kind[AA_COST_ALL_REDUCE].elems);
+  aa_cost_comm_t w;
+  s.sp = 1;
+  aa_cost_comm(&a, &s, 1, &c);
+  s.etp = 0;
+  aa_cost_comm(&a, &s, 1, &w);
+  CHECK(c.tensor.kind[AA_COST_REDUCE_SCATTER].calls == w.tensor.kind[AA_COST_REDUCE_SCATTER].calls + 1 &&
+        c.tensor.kind[AA_COST_ALL_REDUCE].calls == w.tensor.kind[AA_COST_ALL_REDUCE].calls + 2 &&
+        c.tensor.kind[AA_COST_ALL_REDUCE].elems == w.tensor.kind[AA_COST_ALL_REDUCE].elems + 1024 + 64);
+  /* Its bytes per rank are sizes.h's with the experts halved. */
+  aa_cost_mem_t m1, m2;
+  aa_cost_memory(&a, &s, 1, &m1);
+  s.etp = 2;
+  aa_cost_memory(&a, &s, 1, &m2);
+  CHECK(m1.bytes[AA_MEM_PARAMS] - m2.bytes[AA_MEM_PARAMS] == 4 * 5 * 3 * 12 * 32);
 }
 
 AA_TEST(a_strategy_with_more_work_than_a_measured_one_is_dominated) {

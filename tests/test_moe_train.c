@@ -84,6 +84,7 @@ typedef struct {
   int pp;               /* pipeline stages (0, 1: none), 1F1B */
   int tp, sp;           /* tensor ranks (0, 1: none), sequence parallelism; the ranks are dp x tp x pp */
   int cp;               /* context ranks (0, 1: none), times the above */
+  int etp;              /* expert_tensor_parallel_size (0, 1: experts whole; else tp) */
 } cfg_t;
 
 /* The ranks of run c (0: one process, no group). */
@@ -100,6 +101,7 @@ static void cfg_strategy(const cfg_t *c, aa_strategy_t *st) {
   st->degree[AA_AXIS_CONTEXT] = c->cp > 1 ? c->cp : 1;
   st->sp = c->sp;
   st->ep = c->ep;
+  st->etp = c->etp;
   st->zero = c->zero;
   st->micro_batch = c->micro_batch;
   st->amp = c->amp;
@@ -382,6 +384,12 @@ AA_TEST(the_engine_refuses_what_it_does_not_compute_for_moe_by_name) {
                 strstr(aa_last_error(),
                        "model.moe: the other backend does not compute mixture-of-experts layers yet"),
             "%d %s", rc, aa_last_error());
+  /* Experts split over tensor ranks there are not (no tensor group). */
+  o.etp = 2;
+  rc = aa_gpt_create(&m, &s.arch, aa_ops_cpu(), 2, 16, &o);
+  CHECK_MSG(rc == AA_EINVAL && strstr(aa_last_error(), "expert tensor parallel degree 2: needs"), "%d %s", rc,
+            aa_last_error());
+  o.etp = 0;
   /* A pipeline stage builds (it routes its own micro-batches). */
   aa_pp_place_t pp = {
       .pp = 2, .vpp = 1, .lo = {0}, .hi = {1}, .first = 1, .slots = 2, .act_bufs = 1, .grad_bufs = 1};
@@ -511,6 +519,7 @@ static size_t ep_equivalence_grown(const cfg_t *c, double tol, int *grown) {
   sc.tp = 0;
   sc.sp = 0;
   sc.cp = 0;
+  sc.etp = 0;
   sc.out = single_out;
   run_t ref, r;
   run(&sc, &ref);
@@ -627,6 +636,53 @@ AA_TEST(tp2_matches_the_single_process) {
 }
 AA_TEST(ep2_with_tp2_matches_the_single_process) {
   ep_equivalence(&(cfg_t){.dp = 2, .ep = 2, .tp = 2, .micro_batch = 4, .out = "tp2.ep2"}, REL_TOL);
+}
+
+/* Experts split over the tensor ranks (expert_tensor_parallel_size = tp
+ * 2): each rank holds 12 of every expert's 24 columns (w1, w3 rows, w2
+ * columns) and of the shared expert's, routes the same tokens and sums its
+ * partial outputs over the group (under sequence parallelism by the
+ * reduce-scatter that hands back its rows), the input, routing-weight and
+ * gate gradients summed in the backward. Against one process: the sums
+ * over the expert width are now split in two and added, so fp32 rounding
+ * differs as for the attention's split projection (the ep tests' bounds
+ * hold); the checkpoint is one whole-model file whose weights are compared.
+ * tp 2, tp 2 with sp, with Qwen's gated shared expert, tp 4, tp 2 x dp 2
+ * x ep 2 (4 ranks: dp 2 holds the expert group of 2), and bf16 at
+ * the amp bounds of tp2_with_pp2_in_bf16 (6e-3 on the weights: the same
+ * near-zero-gradient AdamW steps). */
+AA_TEST(tp2_with_experts_split_over_the_tensor_ranks_matches_the_single_process) {
+  /* The split is real: sizes.h's parameters of a tp 2 rank lose half of
+   * each of 2 blocks' 4 routed and 1 shared experts (3 x 24 x 32 floats
+   * each), and check_sizes holds every rank's accounted bytes to sizes.h's. */
+  aa_model_sizes_t whole, split;
+  aa_model_spec_t s;
+  CHECK(moe_spec(&s, 0) == 0);
+  aa_sizes_model(&s.arch, 2, NULL, AA_F32, 0, &whole);
+  s.arch.moe.etp = 2;
+  aa_sizes_model(&s.arch, 2, NULL, AA_F32, 0, &split);
+  CHECK_MSG(whole.params.numel - split.params.numel == 2 * 5 * 3 * 12 * 32, "%zu vs %zu", whole.params.numel,
+            split.params.numel);
+  ep_equivalence(&(cfg_t){.dp = 1, .tp = 2, .etp = 2, .micro_batch = 4, .out = "tp2.etp2"}, REL_TOL);
+  ep_equivalence(&(cfg_t){.dp = 1, .tp = 2, .etp = 2, .sp = 1, .micro_batch = 4, .out = "tp2.etp2.sp"},
+                 REL_TOL);
+  qwen = 1;
+  ep_equivalence(&(cfg_t){.dp = 1, .tp = 2, .etp = 2, .sp = 1, .micro_batch = 4, .out = "tp2.etp2.qwen"},
+                 REL_TOL);
+  qwen = 0;
+  /* tp 4 (4 key/value heads): 6 columns of each expert a rank, the shares
+   * of ranks 2 and 3 away from either end of the whole rows. */
+  ep_equivalence(&(cfg_t){.dp = 1, .tp = 4, .etp = 4, .kv = 4, .micro_batch = 4, .out = "tp4.etp4"}, REL_TOL);
+}
+AA_TEST(ep2_with_tp2_and_experts_split_matches_the_single_process) {
+  ep_equivalence(&(cfg_t){.dp = 2, .ep = 2, .tp = 2, .etp = 2, .micro_batch = 4, .out = "tp2.etp2.ep2"},
+                 REL_TOL);
+}
+AA_TEST(tp2_with_experts_split_in_bf16_matches_the_single_process) {
+  weight_tol = 6e-3;
+  ep_equivalence(
+      &(cfg_t){.dp = 1, .tp = 2, .etp = 2, .amp = AA_BF16, .micro_batch = 4, .out = "tp2.etp2.bf16"}, 1e-4);
+  weight_tol = 0;
 }
 
 AA_TEST(ep2_over_dp2_matches_the_single_process) {
@@ -819,7 +875,8 @@ AA_TEST(an_ep_checkpoint_resumes_at_ep2_and_in_one_process_and_back) {
 AA_TEST(pp_and_tp_checkpoints_resume_in_their_layout_and_in_one_process) {
   static const cfg_t layouts[] = {{.dp = 1, .pp = 2, .micro_batch = 4, .out = "ppck.pp2"},
                                   {.dp = 2, .ep = 2, .pp = 2, .micro_batch = 4, .out = "ppck.pp2.ep2"},
-                                  {.dp = 2, .ep = 2, .tp = 2, .micro_batch = 4, .out = "ppck.tp2.ep2"}};
+                                  {.dp = 2, .ep = 2, .tp = 2, .micro_batch = 4, .out = "ppck.tp2.ep2"},
+                                  {.dp = 1, .tp = 2, .etp = 2, .micro_batch = 4, .out = "ppck.tp2.etp2"}};
   for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
     char ckpt[700], out[64];
     run_t full, r;
@@ -925,6 +982,35 @@ AA_TEST(a_cp2_checkpoint_resumes_at_cp2_and_in_one_process) {
   run(&(cfg_t){.micro_batch = 4, .out = "cpck.single", .resume = ckpt}, &r);
   CHECK_MSG(aa_gang_exited_ok(r.status[0]), "cpck.single failed");
   check_resumed("cpck.single", &r, &full, REL_TOL);
+/* Across expert_tensor_parallel_size: a tp 2 checkpoint with whole experts
+ * (each tensor rank's files) resumes with them split, and a tp 2 one with
+ * them split (one whole-model file) resumes with them whole, each within
+ * the equivalence bound of the uninterrupted run. */
+AA_TEST(a_tp2_checkpoint_resumes_with_the_experts_split_and_back) {
+  static const struct {
+    int etp_saved;
+    const char *out;
+  } ways[] = {{1, "etpck.whole"}, {2, "etpck.split"}};
+  for (int i = 0; i < 2; i++) {
+    char ckpt[700], out[64];
+    run_t full, r;
+    run(&(cfg_t){.dp = 1,
+                 .tp = 2,
+                 .etp = ways[i].etp_saved,
+                 .micro_batch = 4,
+                 .out = ways[i].out,
+                 .checkpoint_every = 5},
+        &full);
+    CHECK_MSG(aa_gang_exited_ok(full.status[0]) && isfinite(full.loss[STEPS]), "%s failed", ways[i].out);
+    snprintf(ckpt, sizeof ckpt, "%s/%s/step_000005.ckpt", tmpdir, ways[i].out);
+    snprintf(out, sizeof out, "%s.resumed", ways[i].out);
+    run(
+        &(cfg_t){
+            .dp = 1, .tp = 2, .etp = 3 - ways[i].etp_saved, .micro_batch = 4, .out = out, .resume = ckpt},
+        &r);
+    CHECK_MSG(aa_gang_exited_ok(r.status[0]) && aa_gang_exited_ok(r.status[1]), "%s failed", out);
+    check_resumed(out, &r, &full, REL_TOL);
+  }
 }
 
 int main(void) {
@@ -947,6 +1033,9 @@ int main(void) {
   RUN(tp2_matches_the_single_process);
   RUN(tp2_with_pp2_in_bf16_matches_the_single_process);
   RUN(ep2_with_tp2_matches_the_single_process);
+  RUN(tp2_with_experts_split_over_the_tensor_ranks_matches_the_single_process);
+  RUN(ep2_with_tp2_and_experts_split_matches_the_single_process);
+  RUN(tp2_with_experts_split_in_bf16_matches_the_single_process);
   RUN(ep2_over_dp2_matches_the_single_process);
   RUN(ep2_over_dp4_two_expert_groups_match_the_single_process);
   RUN(ep4_over_dp4_top1_matches_the_single_process);
@@ -969,6 +1058,7 @@ int main(void) {
   RUN(cp2_in_bf16_matches_the_single_process);
   RUN(a_capacity_factor_with_context_parallelism_is_refused_by_name);
   RUN(a_cp2_checkpoint_resumes_at_cp2_and_in_one_process);
+  RUN(a_tp2_checkpoint_resumes_with_the_experts_split_and_back);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -34,11 +34,11 @@ static int same(const aa_strategy_t *a, const aa_strategy_t *b) {
   if (a->nranks != b->nranks || (a->nranks > 0 && a->nranks <= AA_STRATEGY_WORLD_MAX &&
                                  memcmp(a->rank_order, b->rank_order, sizeof a->rank_order[0] * a->nranks)))
     return 0;
-  return !memcmp(a->degree, b->degree, sizeof a->degree) && a->sp == b->sp &&
-         !memcmp(a->order, b->order, sizeof a->order) && a->zero == b->zero && a->amp == b->amp &&
-         a->ckpt == b->ckpt && a->ckpt_layers == b->ckpt_layers && a->micro_batch == b->micro_batch &&
-         a->schedule == b->schedule && a->vpp == b->vpp && a->partition == b->partition &&
-         a->n_bounds == b->n_bounds &&
+  return !memcmp(a->degree, b->degree, sizeof a->degree) && a->sp == b->sp && a->ep == b->ep &&
+         a->etp == b->etp && !memcmp(a->order, b->order, sizeof a->order) && a->zero == b->zero &&
+         a->amp == b->amp && a->ckpt == b->ckpt && a->ckpt_layers == b->ckpt_layers &&
+         a->micro_batch == b->micro_batch && a->schedule == b->schedule && a->vpp == b->vpp &&
+         a->partition == b->partition && a->n_bounds == b->n_bounds &&
          (!a->n_bounds || !memcmp(a->bounds, b->bounds, sizeof a->bounds[0] * (size_t)a->n_bounds)) &&
          a->loss_scale.loss_scale == b->loss_scale.loss_scale &&
          a->loss_scale.initial_scale_power == b->loss_scale.initial_scale_power &&
@@ -385,7 +385,7 @@ AA_TEST(unknown_keys_are_named_with_the_allowed_ones) {
       "micro_batch, schedule, virtual_stages, partition, key, provenance)");
   EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"dp_size\": 2}}", AA_EINVAL,
                      "s.json: parallel.dp_size: unknown key (allowed: data, tensor, pipeline, context, "
-                     "sequence_parallel, expert, order, "
+                     "sequence_parallel, expert, expert_tensor, order, "
                      "rank_order)");
   EXPECT_PARSE_ERROR("{" V1 ", \"loss_scaling\": {\"window\": 2}}", AA_EINVAL,
                      "loss_scaling.window: unknown key", "loss_scale_window");
@@ -1431,6 +1431,51 @@ AA_TEST(expert_degree_parses_writes_keys_and_is_held_to_its_rules) {
         strstr(aa_last_error(), "expert parallel degree 4 must divide experts 6"));
 }
 
+/* Experts split over the tensor ranks (parallel.expert_tensor, Megatron's
+ * expert_tensor_parallel_size): 1 or the tensor degree, written and shown
+ * in the key (after the expert degree) only above 1; against a model it
+ * needs experts whose width the tensor degree divides. */
+AA_TEST(expert_tensor_degree_is_one_or_the_tensor_degree) {
+  aa_strategy_t s;
+  if (parse_ok(&s,
+               "{" V1 ", \"parallel\": {\"data\": 2, \"tensor\": 2, \"expert\": 2, \"expert_tensor\": 2}}"))
+    return;
+  CHECK(s.etp == 2 && aa_strategy_world(&s) == 4);
+  CHECK_MSG(!strcmp(key_of(&s), "dp2.tp2.pp1.z0.fp32.ckpt-none.mb0.ep2.etp2"), "%s", key_of(&s));
+  char *text = NULL;
+  CHECK(aa_strategy_to_json(&s, &text) == 0 && text && strstr(text, "\"expert_tensor\": 2"));
+  aa_strategy_t back;
+  if (text && !parse_ok(&back, text)) CHECK(same(&s, &back) && back.etp == 2);
+  free(text);
+  /* 1 is the default: not written, not in the key. */
+  expect_key("{" V1 ", \"parallel\": {\"tensor\": 2, \"expert_tensor\": 1}}",
+             "dp1.tp2.pp1.z0.fp32.ckpt-none.mb0");
+  if (!parse_ok(&s, "{" V1 ", \"parallel\": {\"tensor\": 2, \"expert_tensor\": 1}}")) {
+    CHECK(aa_strategy_to_json(&s, &text) == 0 && text && !strstr(text, "expert_tensor"));
+    free(text);
+  }
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"tensor\": 4, \"expert_tensor\": 2}}", AA_EUNSUPPORTED,
+                     "parallel.expert_tensor: must be 1 or the tensor degree 4 (got 2)");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"expert_tensor\": 2}}", AA_EUNSUPPORTED,
+                     "parallel.expert_tensor: must be 1 or the tensor degree 1 (got 2)");
+  EXPECT_PARSE_ERROR("{" V1 ", \"parallel\": {\"expert_tensor\": 0}}", AA_EINVAL,
+                     "parallel.expert_tensor: must be between 1 and 65536 (got 0)");
+
+  aa_model_spec_t spec = tiny_spec();
+  if (parse_ok(&s, "{" V1 ", \"parallel\": {\"tensor\": 2, \"expert_tensor\": 2}}")) return;
+  CHECK(aa_strategy_resolve(&s, &spec, 2) == AA_EINVAL &&
+        strstr(aa_last_error(), "expert tensor parallel degree 2 needs mixture-of-experts layers"));
+  strcpy(spec.arch.family, "llama");
+  spec.arch.n_kv_head = spec.arch.n_head;
+  spec.arch.rope_theta = 10000;
+  spec.arch.norm_eps = 1e-5f;
+  spec.arch.moe = (aa_moe_t){.experts = 4, .top_k = 2, .d_ff_expert = 63, .every = 1};
+  CHECK(aa_strategy_resolve(&s, &spec, 2) == AA_EINVAL &&
+        strstr(aa_last_error(), "expert tensor parallel degree 2 must divide d_ff_expert 63"));
+  spec.arch.moe.d_ff_expert = 64;
+  CHECK_MSG(aa_strategy_resolve(&s, &spec, 2) == 0, "%s", aa_last_error());
+}
+
 int main(void) {
   RUN(default_is_fp32_single_rank_whole_batch);
   RUN(format_and_version_alone_give_the_defaults);
@@ -1468,6 +1513,7 @@ int main(void) {
   RUN(atorch_options_autoaccel_cannot_honour_are_refused_by_name);
   RUN(atorch_parallel_mode_takes_the_order_and_rank_order);
   RUN(expert_degree_parses_writes_keys_and_is_held_to_its_rules);
+  RUN(expert_tensor_degree_is_one_or_the_tensor_degree);
   RUN(resolve_fills_micro_batch_and_counts_accumulation);
   RUN(every_resolve_rule_fires);
   RUN(resolve_refuses_an_out_of_range_struct);

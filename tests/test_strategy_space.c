@@ -445,9 +445,12 @@ static aa_arch_t small_llama(void) {
  * batch 8: the layouts of its dense twin (the same model without the moe
  * object), each at the expert degrees 1 and every divisor of its data x
  * context degree that divides 8 (counted here from the twin's
- * candidates); with a capacity factor, which the engine does not run
- * under context parallelism, the twin's layouts without a context group.
- * expert_parallel excludes (and includes) the ep > 1 ones. */
+ * candidates), and at a tp > 1 that divides d_ff_expert 24 each twice:
+ * experts whole on every tensor rank, then split over them (etp = tp; the
+ * space's layouts are not resolved against the model, so tp 5 and 7
+ * appear, whole only); with a capacity factor, which the engine does not
+ * run under context parallelism, the twin's layouts without a context
+ * group. expert_parallel excludes (and includes) the ep > 1 ones. */
 AA_TEST(an_moe_model_searches_every_axis_with_expert_degrees_context_only_dropless) {
   aa_arch_t a = small_llama();
   aa_arch_t dense = a;
@@ -460,11 +463,13 @@ AA_TEST(an_moe_model_searches_every_axis_with_expert_degrees_context_only_drople
   size_t want = 0, want_ep = 0, want_cp = 0, want_dropping = 0, twin_cp = 0;
   for (size_t i = 0; i < nd; i++) {
     const int cp = twin[i].degree[AA_AXIS_CONTEXT], replicas = twin[i].degree[AA_AXIS_DATA] * cp;
+    const int tp = twin[i].degree[AA_AXIS_TENSOR];
+    const size_t ways = tp > 1 && 24 % tp == 0 ? 2 : 1;
     twin_cp += cp > 1;
     for (int e = 1; e <= 8; e++)
       if (replicas % e == 0 && 8 % e == 0) {
-        want++, want_ep += e > 1, want_cp += cp > 1 && e > 1;
-        want_dropping += cp == 1;
+        want += ways, want_ep += e > 1 ? ways : 0, want_cp += cp > 1 && e > 1 ? ways : 0;
+        want_dropping += cp == 1 ? ways : 0;
       }
   }
   free(twin);
@@ -476,10 +481,13 @@ AA_TEST(an_moe_model_searches_every_axis_with_expert_degrees_context_only_drople
   aa_strategy_t *out = calloc(n ? n : 1, sizeof *out);
   if (!out) abort();
   CHECK(aa_space_enumerate(out, NULL, n, &pool) == n);
-  size_t ep = 0, ep_tp = 0, ep_pp = 0, ep_cp = 0;
+  size_t ep = 0, ep_tp = 0, ep_pp = 0, ep_cp = 0, split = 0, whole_tp = 0;
   unsigned zeros = 0; /* the ZeRO stages the ep > 1 candidates take */
   for (size_t i = 0; i < n; i++) {
     const aa_strategy_t *s = &out[i];
+    CHECK(s->etp <= 1 || s->etp == s->degree[AA_AXIS_TENSOR]);
+    split += s->etp > 1;
+    whole_tp += s->etp <= 1 && s->degree[AA_AXIS_TENSOR] > 1 && 24 % s->degree[AA_AXIS_TENSOR] == 0;
     if (s->ep > 1) {
       ep++;
       ep_tp += s->degree[AA_AXIS_TENSOR] > 1;
@@ -491,6 +499,7 @@ AA_TEST(an_moe_model_searches_every_axis_with_expert_degrees_context_only_drople
     }
   }
   free(out);
+  CHECK_MSG(split > 0 && split == whole_tp, "%zu split, %zu whole at tp > 1", split, whole_tp);
   CHECK_MSG(ep == want_ep && ep_cp == want_cp && ep_tp > 0 && ep_pp > 0 && zeros == 0xf,
             "ep %zu (want %zu), with tp %zu, with pp %zu, with cp %zu (want %zu)", ep, want_ep, ep_tp, ep_pp,
             ep_cp, want_cp);
@@ -521,6 +530,8 @@ AA_TEST(an_moe_model_searches_every_axis_with_expert_degrees_context_only_drople
   y = x;
   y.ep = 2;
   CHECK(aa_space_distance(&x, &y) == 1);
+  y.etp = 2;
+  CHECK(aa_space_distance(&x, &y) == 2);
 }
 
 /* A LoRA fine-tune (issue 36) searches what the engine trains adapters

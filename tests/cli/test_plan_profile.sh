@@ -363,7 +363,9 @@ if [ "$out" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL
 # a rank at 163 GiB): held at ep 8, it fits 64 H100s, and the assumptions
 # say so. On a small MoE model the search enumerates
 # ep 2 and 4 over dp 4 at every ZeRO stage and predicts them, their
-# all-to-alls in expert_comm, with tensor parallelism too; fixed to context
+# all-to-alls in expert_comm, with tensor parallelism too, and at tp > 1
+# with the experts split over the tensor ranks too (expert_tensor = tp; the
+# top 200, since those rank above many ep 1 ones); fixed to context
 # 2 x expert 2 (the expert group drawn from the context ranks) it predicts
 # the ring and the load-balancing all-reduces in context_comm beside the
 # all-to-alls.
@@ -371,7 +373,7 @@ echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 64, "e
 expect 0 "^ +1  dp64\.tp1\.pp1\.z3\.[a-z0-9]+\.ckpt-full\.mb1\.ep8 .* [0-7][0-9]\.[0-9] GiB " "$AA" plan "$M/mixtral-8x7b.json" \
   --pool h100-80gb:64 --fix "$tmp/fix-ep8.json"
 expect 0 "mixture of experts: .*even load x 1\.25" "$AA" plan "$M/mixtral-8x7b.json" --pool h100-80gb:64
-"$AA" plan "$SRC/tests/specs/moe_tiny.json" --pool h100-80gb:4 --per-node 4 --top 100 --json >"$tmp/moe.json" 2>&1
+"$AA" plan "$SRC/tests/specs/moe_tiny.json" --pool h100-80gb:4 --per-node 4 --top 200 --json >"$tmp/moe.json" 2>&1
 out=$("$PY" - "$tmp/moe.json" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1])); bad = []
@@ -381,6 +383,9 @@ zs = sorted({x["strategy"].get("zero", 0) for x in r["strategies"] if x["strateg
 if zs != [0, 1, 2, 3]: bad.append("ZeRO stages with expert parallelism %s" % zs)
 if not any(x["strategy"]["parallel"].get("tensor", 1) > 1 and x["strategy"]["parallel"].get("expert", 1) > 1
            for x in r["strategies"]): bad.append("no tp x ep")
+etp = [x for x in r["strategies"] if x["strategy"]["parallel"].get("expert_tensor", 1) > 1]
+if not etp or any(x["strategy"]["parallel"]["expert_tensor"] != x["strategy"]["parallel"].get("tensor", 1)
+                  or ".etp" not in x["key"] for x in etp): bad.append("expert_tensor: %d" % len(etp))
 for x in r["strategies"]:
     p, e = x["strategy"]["parallel"], x["strategy"]["parallel"].get("expert", 1)
     if (p.get("context", 1) > 1) != (x["step_s"]["context_comm"] > 0): bad.append(x["key"])
