@@ -982,6 +982,8 @@ AA_TEST(a_cp2_checkpoint_resumes_at_cp2_and_in_one_process) {
   run(&(cfg_t){.micro_batch = 4, .out = "cpck.single", .resume = ckpt}, &r);
   CHECK_MSG(aa_gang_exited_ok(r.status[0]), "cpck.single failed");
   check_resumed("cpck.single", &r, &full, REL_TOL);
+}
+
 /* Across expert_tensor_parallel_size: a tp 2 checkpoint with whole experts
  * (each tensor rank's files) resumes with them split, and a tp 2 one with
  * them split (one whole-model file) resumes with them whole, each within
