@@ -93,7 +93,7 @@ static json_t *export_config(const aa_arch_t *a, const char *base) {
     size_t i;
     json_t *e;
     int dup = 0;
-    json_array_foreach(tm, i, e) dup |= !strcmp(json_string_value(e), m);
+    json_array_foreach(tm, i, e) { dup |= !strcmp(json_string_value(e), m); }
     if (!dup) json_array_append_new(tm, json_string(m));
   }
   const double alpha = lo->alpha;
@@ -206,27 +206,26 @@ static int check_config(const char *path, const json_t *c, const aa_arch_t *a) {
   if ((v = json_object_get(c, "peft_type")) && !json_is_null(v) &&
       (!json_is_string(v) || strcmp(json_string_value(v), "LORA")))
     return aa_error(AA_EUNSUPPORTED, "%s: peft_type is not \"LORA\": only LoRA adapters are read", path);
-  static const char *const flags[] = {"use_rslora", "use_dora"};
-  static const char *const why[] = {"rank-stabilised scaling alpha / sqrt(r)",
-                                    "weight-decomposed LoRA (DoRA)"};
+  static const char *const flags[][2] = {
+      {"use_rslora", "rank-stabilised scaling, alpha / sqrt(r) (autoaccel's LoRA scales by alpha / r),"},
+      {"use_dora", "weight-decomposed LoRA (DoRA)"}};
   for (int i = 0; i < 2; i++)
-    if ((v = json_object_get(c, flags[i])) && json_is_true(v))
-      return aa_error(AA_EUNSUPPORTED,
-                      "%s: %s is set: %s is not supported (autoaccel's LoRA scales by alpha / r)", path,
-                      flags[i], why[i]);
+    if ((v = json_object_get(c, flags[i][0])) && json_is_true(v))
+      return aa_error(AA_EUNSUPPORTED, "%s: %s is set: %s is not supported", path, flags[i][0], flags[i][1]);
   if ((v = json_object_get(c, "bias")) && !json_is_null(v) &&
       (!json_is_string(v) || strcmp(json_string_value(v), "none")))
     return aa_error(AA_EUNSUPPORTED, "%s: bias is not \"none\": trained biases are not supported", path);
-  static const char *const empty[] = {"rank_pattern", "alpha_pattern", "layers_to_transform",
-                                      "modules_to_save", "exclude_modules"};
+  /* Fields that are empty or null in a config autoaccel can compute. */
+  static const char *const empty[][2] = {{"rank_pattern", "a per-module r"},
+                                         {"alpha_pattern", "a per-module alpha"},
+                                         {"layers_to_transform", "adapters on some blocks only"},
+                                         {"exclude_modules", "adapters on some blocks only"},
+                                         {"modules_to_save", "modules trained in full beside the adapters"}};
   for (int i = 0; i < 5; i++) {
-    v = json_object_get(c, empty[i]);
+    v = json_object_get(c, empty[i][0]);
     if (v && !json_is_null(v) && !(json_is_object(v) && !json_object_size(v)) &&
         !(json_is_array(v) && !json_array_size(v)))
-      return aa_error(AA_EUNSUPPORTED,
-                      "%s: %s is set: every block's targets share one r and alpha and nothing "
-                      "but the adapters is saved in autoaccel's LoRA",
-                      path, empty[i]);
+      return aa_error(AA_EUNSUPPORTED, "%s: %s is set: %s is not supported", path, empty[i][0], empty[i][1]);
   }
   if (aa_arch_is_llama(a) && (v = json_object_get(c, "fan_in_fan_out")) && json_is_true(v))
     return aa_error(AA_EINVAL, "%s: fan_in_fan_out is true, but Llama's linear layers are (out, in)", path);
@@ -249,8 +248,10 @@ static int check_config(const char *path, const json_t *c, const aa_arch_t *a) {
     return aa_error(AA_EINVAL, "%s: target_modules: expected a non-empty list of module names", path);
   size_t i;
   const json_t *e;
-  json_array_foreach(tm, i, e) if (!json_is_string(e)) return aa_error(
-      AA_EINVAL, "%s: target_modules[%zu]: expected a module name", path, i);
+  json_array_foreach(tm, i, e) {
+    if (!json_is_string(e))
+      return aa_error(AA_EINVAL, "%s: target_modules[%zu]: expected a module name", path, i);
+  }
   const size_t ne = json_is_array(tm) ? json_array_size(tm) : 0;
   int *used = calloc(ne + 1, sizeof *used);
   if (!used) return aa_error(AA_ENOMEM, "peft: out of memory");
