@@ -246,6 +246,10 @@ static int check_config(const char *path, const json_t *c, const aa_arch_t *a) {
                     path, json_string_value(tm));
   if (!json_is_string(tm) && (!json_is_array(tm) || !json_array_size(tm)))
     return aa_error(AA_EINVAL, "%s: target_modules: expected a non-empty list of module names", path);
+  /* Every entry is matched against every block's targets: bounded. */
+  if (json_array_size(tm) > AA_PEFT_MODULES_MAX)
+    return aa_error(AA_EINVAL, "%s: target_modules lists %zu names, more than the %d accepted", path,
+                    json_array_size(tm), AA_PEFT_MODULES_MAX);
   size_t i;
   const json_t *e;
   json_array_foreach(tm, i, e) {

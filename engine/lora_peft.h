@@ -15,6 +15,7 @@
 #include "model.h"
 
 #define AA_PEFT_CONFIG_MAX (1u << 20) /* bytes of an adapter_config.json */
+#define AA_PEFT_MODULES_MAX 1024      /* names in its target_modules */
 
 /* What an import read. */
 typedef struct aa_peft_info {

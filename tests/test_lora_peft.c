@@ -194,7 +194,7 @@ static void put(const char *dir, const char *name, const char *text) {
 /* A config for fx.arch's adapters with one field's value replaced (key
  * NULL: as exported), written into dir. */
 static void config_with(const char *dir, const char *key, const char *value) {
-  char c[2048];
+  static char c[16384];
   int n = snprintf(c, sizeof c, "{");
   const char *keys[] = {"r", "lora_alpha", "target_modules", "bias", "use_rslora", "use_dora"};
   const char *vals[] = {
@@ -278,6 +278,18 @@ AA_TEST(disagreements_with_the_spec_are_refused_by_name) {
     config_with(d, cfg[i].key, cfg[i].value);
     CHECK_ERR(aa_peft_import(d, a, &out, NULL), cfg[i].code, cfg[i].needle);
     CHECK(out == NULL);
+  }
+  /* A list too long to match against every block (bounded work). */
+  char *many = malloc(1100 * 10 + 16);
+  if (many) {
+    size_t at = (size_t)sprintf(many, "[");
+    for (int i = 0; i < 1100; i++)
+      at += (size_t)sprintf(many + at, "%s\"m%d\"", i ? "," : "", i);
+    sprintf(many + at, "]");
+    config_with(d, "target_modules", many);
+    CHECK_ERR(aa_peft_import(d, a, &out, NULL), AA_EINVAL,
+              "target_modules lists 1100 names, more than the 1024");
+    free(many);
   }
   config_with(d, NULL, NULL);
   /* The tensors: one missing, one extra, one misshapen, one of another
