@@ -13,6 +13,7 @@
 #include "engine/checkpoint.h"
 #include "engine/import.h"
 #include "engine/lora.h"
+#include "engine/lora_peft.h"
 
 static void usage_import(FILE *f) {
   fprintf(f, "usage: autoaccel import SRC --model MODEL.json --out CKPT\n\n"
@@ -29,7 +30,11 @@ static void usage_import(FILE *f) {
              "F32, BF16 and F16 tensors become the fp32 master weights. Every tensor's name and\n"
              "shape must be the model's: a missing, unexpected or misshapen tensor is an error\n"
              "naming it. gpt2: lm_head.weight is accepted when it equals wte.weight (tied).\n"
-             "llama: without lm_head.weight the head is a copy of embed_tokens (tied).\n\n"
+             "llama: without lm_head.weight the head is a copy of embed_tokens (tied).\n"
+             "With a spec that has \"lora\", SRC is Hugging Face PEFT adapters instead (a directory\n"
+             "holding adapter_model.safetensors and adapter_config.json, or that .safetensors\n"
+             "with the config beside it), written as the spec's adapter checkpoint (AALORA01):\n"
+             "r, lora_alpha and target_modules must be the spec's.\n\n"
              "options:\n"
              "  --model MODEL.json   the model spec whose architecture the weights must have (required)\n"
              "  --out CKPT           the checkpoint to write (required)\n"
@@ -41,7 +46,7 @@ static void usage_import(FILE *f) {
 static void usage_export(FILE *f) {
   fprintf(f,
           "usage: autoaccel export CKPT --model MODEL.json --out FILE.safetensors [--dtype f32|bf16|f16] "
-          "[--merge]\n\n"
+          "[--merge | --peft]\n\n"
           "Writes a checkpoint's weights (a single file or a sharded checkpoint's manifest) as\n"
           "one Hugging Face safetensors file with the family's names and layout (GPT-2's,\n"
           "Llama's, or Mixtral's for a model with MoE layers), which 'autoaccel import' and Hugging Face's "
@@ -53,6 +58,9 @@ static void usage_export(FILE *f) {
           "  --dtype T            f32 (default), bf16 or f16\n"
           "  --merge              MODEL.json has \"lora\" and CKPT is its adapter checkpoint: writes its\n"
           "                       base (init_weights) with the adapters folded in, W + (alpha / r) B A\n"
+          "  --peft               MODEL.json has \"lora\" and CKPT is its adapter checkpoint: writes the\n"
+          "                       adapters alone as Hugging Face PEFT's adapter_model.safetensors and\n"
+          "                       adapter_config.json into the directory --out\n"
           "  -h, --help           this help\n"
           "Exit codes: 0 success, 1 failure (bad checkpoint, i/o), 2 usage error.\n");
   aa_cli_set_help(f);
@@ -62,6 +70,7 @@ typedef struct {
   const char *src, *model, *out;
   aa_dtype_t dtype;
   int merge;          /* export --merge: CKPT is a LoRA adapter checkpoint */
+  int peft;           /* export --peft: the same, written as PEFT's adapter files */
   aa_cli_sets_t sets; /* --set overrides of the model spec */
 } args_t;
 
@@ -69,9 +78,13 @@ typedef struct {
  * (-1 for --help, answered). */
 static int parse(const char *cmd, int argc, char **argv, void (*usage)(FILE *), int with_dtype, args_t *a) {
   /* import has no --dtype: the tables differ in that entry only. */
-  static const struct option export_opts[] = {
-      {"model", required_argument, 0, 'm'}, {"out", required_argument, 0, 'o'}, {"help", no_argument, 0, 'h'},
-      {"dtype", required_argument, 0, 'd'}, {"merge", no_argument, 0, 'M'},     {0, 0, 0, 0}};
+  static const struct option export_opts[] = {{"model", required_argument, 0, 'm'},
+                                              {"out", required_argument, 0, 'o'},
+                                              {"help", no_argument, 0, 'h'},
+                                              {"dtype", required_argument, 0, 'd'},
+                                              {"merge", no_argument, 0, 'M'},
+                                              {"peft", no_argument, 0, 'P'},
+                                              {0, 0, 0, 0}};
   static const struct option import_opts[] = {{"model", required_argument, 0, 'm'},
                                               {"out", required_argument, 0, 'o'},
                                               {"help", no_argument, 0, 'h'},
@@ -99,6 +112,7 @@ static int parse(const char *cmd, int argc, char **argv, void (*usage)(FILE *), 
       }
       break;
     case 'M': a->merge = 1; break;
+    case 'P': a->peft = 1; break;
     case 'h': usage(stdout); return -1;
     default:
       fprintf(stderr, "autoaccel %s: unknown option or missing value: '%s'\n", cmd, argv[optind - 1]);
@@ -108,9 +122,10 @@ static int parse(const char *cmd, int argc, char **argv, void (*usage)(FILE *), 
   }
   const char *missing = optind != argc - 1
                             ? (with_dtype ? "expected exactly one CKPT" : "expected exactly one SRC")
-                        : !a->model ? "--model MODEL.json is required"
-                        : !a->out   ? "--out is required"
-                                    : NULL;
+                        : !a->model           ? "--model MODEL.json is required"
+                        : !a->out             ? "--out is required"
+                        : a->merge && a->peft ? "--merge and --peft exclude each other"
+                                              : NULL;
   if (missing) {
     fprintf(stderr, "autoaccel %s: %s\n\n", cmd, missing);
     usage(stderr);
@@ -134,6 +149,22 @@ static const char *format_name(aa_import_format_t f) {
   return f == AA_IMPORT_LLMC ? "llm.c" : f == AA_IMPORT_SHARDED ? "sharded safetensors" : "safetensors";
 }
 
+/* import with a LoRA spec: PEFT adapters (engine/lora_peft.h) into the
+ * spec's adapter checkpoint. */
+static int import_peft(const args_t *a, const aa_model_spec_t *spec) {
+  float *ad = NULL;
+  aa_peft_info_t info;
+  if (aa_peft_import(a->src, &spec->arch, &ad, &info) || aa_peft_save_checkpoint(a->out, &spec->arch, ad)) {
+    free(ad);
+    return aa_cli_fail("import");
+  }
+  free(ad);
+  printf("imported %llu adapter parameters (r %d, alpha %g; %d tensors of %s) from %s into %s\n",
+         (unsigned long long)spec->arch.n_layer * aa_lora_block_numel(&spec->arch, 1), spec->arch.lora.r,
+         (double)spec->arch.lora.alpha, info.tensors, info.dtypes, info.model, a->out);
+  return AA_EXIT_OK;
+}
+
 int aa_cmd_import(int argc, char **argv) {
   args_t a = {0};
   int rc = parse("import", argc, argv, usage_import, 0, &a);
@@ -141,8 +172,10 @@ int aa_cmd_import(int argc, char **argv) {
   aa_model_spec_t spec;
   aa_gpt_t *m = NULL;
   aa_import_info_t info;
-  if (aa_cli_spec_load(&spec, a.model, &a.sets) || make_model(&spec, a.model, &m) ||
-      aa_import_weights(m, a.src, &info) || aa_ckpt_save(a.out, m, NULL, NULL)) {
+  if (aa_cli_spec_load(&spec, a.model, &a.sets)) return aa_cli_fail("import");
+  if (spec.arch.lora.r) return import_peft(&a, &spec);
+  if (make_model(&spec, a.model, &m) || aa_import_weights(m, a.src, &info) ||
+      aa_ckpt_save(a.out, m, NULL, NULL)) {
     aa_gpt_free(m);
     return aa_cli_fail("import");
   }
@@ -156,20 +189,44 @@ int aa_cmd_import(int argc, char **argv) {
   return AA_EXIT_OK;
 }
 
+/* export --peft: the adapter checkpoint a->src as PEFT's files in the
+ * directory a->out (engine/lora_peft.h). */
+static int export_peft(const args_t *a, const aa_model_spec_t *spec) {
+  float *ad = NULL;
+  int step = 0;
+  if (aa_lora_load(a->src, &spec->arch, &ad, &step) ||
+      aa_peft_export(a->out, &spec->arch, ad, a->dtype, spec->init_weights)) {
+    free(ad);
+    return aa_cli_fail("export");
+  }
+  free(ad);
+  printf("exported %llu adapter parameters of %s (step %d, r %d, alpha %g; %d tensors, %s) to %s/"
+         "adapter_model.safetensors and adapter_config.json\n",
+         (unsigned long long)spec->arch.n_layer * aa_lora_block_numel(&spec->arch, 1), a->src, step,
+         spec->arch.lora.r, (double)spec->arch.lora.alpha,
+         2 * spec->arch.n_layer * aa_lora_n_targets(&spec->arch),
+         a->dtype == AA_F32    ? "F32"
+         : a->dtype == AA_BF16 ? "BF16"
+                               : "F16",
+         a->out);
+  return AA_EXIT_OK;
+}
+
 /* export --merge: the spec's base (init_weights) with the adapter
  * checkpoint a->src folded in (engine/lora.h). */
 static int export_merged(const args_t *a, const aa_model_spec_t *spec) {
   if (!spec->arch.lora.r) {
-    aa_error(AA_EINVAL, "--merge: %s has no \"lora\" section", a->model);
+    aa_error(AA_EINVAL, "%s: %s has no \"lora\" section", a->peft ? "--peft" : "--merge", a->model);
     return aa_cli_fail("export");
   }
-  if (!a->merge) {
-    aa_error(AA_EUNSUPPORTED,
-             "%s fine-tunes LoRA adapters: --merge writes its base with them folded in; exporting the "
-             "adapters alone (PEFT's adapter_model.safetensors) is not supported yet",
+  if (!a->merge && !a->peft) {
+    aa_error(AA_EINVAL,
+             "%s fine-tunes LoRA adapters: --merge writes its base with them folded in, --peft the adapters "
+             "alone as Hugging Face PEFT's files",
              a->model);
     return aa_cli_fail("export");
   }
+  if (a->peft) return export_peft(a, spec);
   if (!spec->init_weights[0]) {
     aa_error(AA_EINVAL, "--merge: %s names no init_weights, the base the adapters apply to", a->model);
     return aa_cli_fail("export");
@@ -201,7 +258,7 @@ int aa_cmd_export(int argc, char **argv) {
   aa_model_spec_t spec;
   aa_gpt_t *m = NULL;
   if (aa_cli_spec_load(&spec, a.model, &a.sets)) return aa_cli_fail("export");
-  if (spec.arch.lora.r || a.merge) return export_merged(&a, &spec);
+  if (spec.arch.lora.r || a.merge || a.peft) return export_merged(&a, &spec);
   if (make_model(&spec, a.model, &m) || aa_ckpt_load(a.src, m, NULL, NULL) ||
       aa_export_weights(m, a.out, a.dtype)) {
     aa_gpt_free(m);
