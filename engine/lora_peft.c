@@ -422,8 +422,9 @@ int aa_peft_import(const char *src, const aa_arch_t *a, float **out, aa_peft_inf
 }
 
 int aa_peft_save_checkpoint(const char *path, const aa_arch_t *a, const float *adapters) {
-  /* aa_lora_save reads the architecture and the adapters of the model it
-   * is given, nothing else: a model of no base but these adapters. */
+  /* aa_lora_save reads the architecture, the adapters and the backend (to
+   * download them) of the model it is given, nothing else: a host model of
+   * no base but these adapters. */
   aa_gpt_t m;
   memset(&m, 0, sizeof m);
   m.arch = *a;
@@ -432,5 +433,6 @@ int aa_peft_save_checkpoint(const char *path, const aa_arch_t *a, const float *a
   m.lora.data = (void *)adapters;
   m.lora_scale = a->lora.alpha / (float)a->lora.r;
   m.tp = m.pp = 1;
-  return aa_lora_save(path, &m, NULL, NULL);
+  m.ops = aa_ops_cpu();
+  return aa_lora_save(path, &m, NULL, NULL, 1);
 }
