@@ -30,16 +30,19 @@ int aa_lora_step(aa_lora_opt_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float
     return aa_error(AA_EINVAL, "lora: the optimizer's moments are not this model's adapters'");
   float *g = m->lora_grads.data, *p = m->lora.data;
   const size_t n = m->lora.numel;
-  const double norm = sqrt(op->sum_squares(g, n));
+  double sq;
+  int rc = aa_gpt_lora_grad_squares(m, &sq);
+  if (rc) return rc;
+  const double norm = sqrt(sq);
   if (grad_norm) *grad_norm = (float)norm;
   if (!isfinite(norm)) {
-    int rc = op->sync();
+    rc = op->sync();
     return rc ? rc : aa_error(AA_EINVAL, "gradient norm is not finite (%g); update skipped", norm);
   }
   if (cfg->grad_clip > 0 && norm > cfg->grad_clip) op->scale(g, (float)(cfg->grad_clip / (norm + 1e-6)), n);
   const int t = o->t + 1;
   op->adamw_update(p, g, o->m.data, o->v.data, n, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, t);
-  int rc = op->sync();
+  rc = op->sync();
   if (!rc) o->t = t;
   return rc;
 }
@@ -54,11 +57,13 @@ int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path) {
     m->arch.lora = keep;
     return rc;
   }
-  /* A 16-bit base (amp): read into a whole fp32 model of the base's
-   * architecture (host memory, parameters only), rounded into params16. */
+  /* A 16-bit base (amp): read into an fp32 model of the base's
+   * architecture with m's tensor slice and pipeline place (host memory,
+   * parameters only), rounded into params16. */
   aa_arch_t base = m->arch;
   memset(&base.lora, 0, sizeof base.lora);
-  aa_gpt_opts_t o = {.zero = 2, .amp = AA_F32};
+  aa_gpt_opts_t o = {
+      .zero = 2, .amp = AA_F32, .tensor = m->opts.tensor, .pipe = m->opts.pipe, .pipeline = m->opts.pipeline};
   aa_gpt_t *f = NULL;
   int rc = aa_gpt_create(&f, &base, aa_ops_cpu(), 1, 1, &o);
   if (!rc) rc = aa_ckpt_load(path, f, NULL, NULL);
@@ -81,35 +86,50 @@ typedef struct {
   aa_rng_t rng;
 } lora_state_t;
 
-int aa_lora_save(const char *path, const aa_gpt_t *m, const aa_lora_opt_t *opt, const aa_train_state_t *st) {
+int aa_lora_save(const char *path, aa_gpt_t *m, const aa_lora_opt_t *opt, const aa_train_state_t *st) {
   const int step = st ? st->step : 0;
   if (!m->arch.lora.r || !m->lora.data) return aa_error(AA_EINVAL, "lora: the model has no adapters");
+  /* The whole model's adapters (and moments) gathered from the tensor
+   * and pipeline ranks, written by the first of them: one file, which
+   * resumes at any layout. */
+  const uint64_t n = aa_gpt_lora_whole_numel(&m->arch);
+  const int state = opt && st && opt->m.data;
+  float *all = malloc((size_t)n * (state ? 3 : 1) * sizeof *all);
+  if (!all) return aa_error(AA_ENOMEM, "out of memory writing %s", path);
+  int rc = aa_gpt_lora_get(m, m->lora.data, all);
+  if (!rc && state) rc = aa_gpt_lora_get(m, opt->m.data, all + n);
+  if (!rc && state) rc = aa_gpt_lora_get(m, opt->v.data, all + 2 * n);
+  if (rc || m->tp_rank || (m->pp > 1 && m->pipe.stage)) {
+    free(all);
+    return rc;
+  }
   aa_arch_t base = m->arch;
   memset(&base.lora, 0, sizeof base.lora);
   char hb[17], hl[17];
   aa_arch_hash(&base, hb);
   aa_arch_hash(&m->arch, hl);
   const aa_lora_t *l = &m->arch.lora;
-  const uint64_t n = m->lora.numel;
   aa_wfile_t w;
-  int rc = aa_wfile_open(&w, path, 0644);
-  if (rc) return rc;
+  if ((rc = aa_wfile_open(&w, path, 0644))) {
+    free(all);
+    return rc;
+  }
   const int32_t ints[4] = {l->r, l->targets, l->init, step};
   const float alpha = l->alpha;
   int ok = fwrite("AALORA01", 1, 8, w.f) == 8 && fwrite(hb, 1, 16, w.f) == 16 &&
            fwrite(hl, 1, 16, w.f) == 16 && fwrite(ints, sizeof ints[0], 4, w.f) == 4 &&
            fwrite(&alpha, sizeof alpha, 1, w.f) == 1 && fwrite(&n, sizeof n, 1, w.f) == 1 &&
-           fwrite(m->lora.data, sizeof(float), n, w.f) == n;
-  if (ok && opt && st && opt->m.data) {
+           fwrite(all, sizeof(float), n, w.f) == n;
+  if (ok && state) {
     lora_state_t ls = {.opt_t = opt->t,
                        .data_pos = st->data_pos,
                        .seed = st->seed,
                        .skipped = st->skipped_steps,
                        .rng = st->rng};
     memcpy(ls.magic, "STATE001", 8);
-    ok = fwrite(&ls, sizeof ls, 1, w.f) == 1 && fwrite(opt->m.data, sizeof(float), n, w.f) == n &&
-         fwrite(opt->v.data, sizeof(float), n, w.f) == n;
+    ok = fwrite(&ls, sizeof ls, 1, w.f) == 1 && fwrite(all + n, sizeof(float), 2 * n, w.f) == 2 * n;
   }
+  free(all);
   if (!ok) {
     aa_wfile_abort(&w);
     return aa_error(AA_EIO, "%s: writing the adapters failed", path);
@@ -140,7 +160,7 @@ static int lora_read(const char *path, const aa_arch_t *a, float **out, int *ste
   memset(&base.lora, 0, sizeof base.lora);
   aa_arch_hash(&base, want_b);
   aa_arch_hash(a, want_l);
-  const uint64_t want_n = (uint64_t)a->n_layer * aa_lora_block_numel(a, 1);
+  const uint64_t want_n = aa_gpt_lora_whole_numel(a);
   if (strcmp(hb, want_b))
     rc = aa_error(AA_EINVAL, "%s: adapters of base %s, not of this spec's base %s", path, hb, want_b);
   else if (strcmp(hl, want_l))
@@ -194,18 +214,22 @@ int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_s
   int step = 0;
   int rc = lora_read(path, &m->arch, &ad, &step, &f);
   if (rc) return rc;
-  if (m->lora.numel != (size_t)m->arch.n_layer * aa_lora_block_numel(&m->arch, 1) ||
-      opt->m.numel != m->lora.numel)
-    rc = aa_error(AA_EINVAL, "lora: resume needs the whole model's adapters and their optimizer");
+  /* The file holds the whole model's adapters and moments; the rank takes
+   * its slice of each (aa_gpt_lora_put), at any layout. */
+  const size_t n = aa_gpt_lora_whole_numel(&m->arch);
+  if (opt->m.numel != m->lora.numel)
+    rc = aa_error(AA_EINVAL, "lora: resume needs the adapters' optimizer of this model");
+  float *mv = rc ? NULL : malloc(2 * n * sizeof *mv);
+  if (!rc && !mv) rc = aa_error(AA_ENOMEM, "out of memory reading %s", path);
   lora_state_t ls;
   bool has = false;
-  if (!rc) rc = state_read(path, f, m->lora.numel, &ls, opt->m.data, opt->v.data, &has);
+  if (!rc) rc = state_read(path, f, n, &ls, mv, mv + n, &has);
   fclose(f);
-  if (!rc) {
-    m->ops->upload(m->lora.data, ad, m->lora.numel * sizeof *ad);
-    rc = m->ops->sync();
-  }
+  if (!rc) rc = aa_gpt_lora_put(m, m->lora.data, ad);
+  if (!rc && has) rc = aa_gpt_lora_put(m, opt->m.data, mv);
+  if (!rc && has) rc = aa_gpt_lora_put(m, opt->v.data, mv + n);
   free(ad);
+  free(mv);
   if (rc) return rc;
   st->step = step;
   if (has) {

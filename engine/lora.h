@@ -38,12 +38,16 @@ int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path);
  * adapters alone and the hashes of the base they apply to and of the
  * fine-tune, then, with opt and st (both or neither), the state a resume
  * needs: AdamW's step and moments, the loader's position and the trainer
- * RNG. Written atomically (common/file.h aa_wfile). */
+ * RNG. The whole model's, whatever m's layout: under tensor or pipeline
+ * parallelism a collective over m's tensor and pipeline groups (every
+ * rank of them calls it) gathers them, and their first rank (tensor rank
+ * 0 of stage 0) writes the file, atomically (common/file.h aa_wfile). */
 #include "checkpoint.h"
-int aa_lora_save(const char *path, const aa_gpt_t *m, const aa_lora_opt_t *opt, const aa_train_state_t *st);
+int aa_lora_save(const char *path, aa_gpt_t *m, const aa_lora_opt_t *opt, const aa_train_state_t *st);
 
-/* Resumes from such a checkpoint: m's adapters (whose base the caller has
- * loaded), and when the file has them opt's moments and step and *st
+/* Resumes from such a checkpoint, written at any layout: m's adapters
+ * (the rank's slice; the caller has loaded the base), and when the file has them opt's moments and step and
+ * *st
  * (*moments says whether it had; without, opt restarts and only st->step
  * is set). The checks are aa_lora_load's. */
 int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_state_t *st, bool *moments);

@@ -211,7 +211,7 @@ static int save_checkpoint(trainer_t *t, const char *name) {
   t->state.scaler_last_overflow = t->scaler.last_overflow;
   t->state.scaler_hysteresis_left = t->scaler.hysteresis_left;
   t->state.skipped_steps = t->scaler.skipped;
-  if (t->lora) { /* the adapters alone (lora.h), the same on every rank: rank 0's */
+  if (t->lora) { /* the adapters alone (lora.h), the same on every data rank: replica 0's, gathered */
     if (t->rank) return 0;
     const int w = t->spec->train.weights_only;
     int rc = aa_lora_save(path, t->model, w ? NULL : &t->lopt, w ? NULL : &t->state);
@@ -644,7 +644,7 @@ static int pipeline_step(trainer_t *t, double scale, float *loss) {
                          o->chunk);
   }
   double t0 = aa_now();
-  if (t->embed && aa_comm_world(t->embed) > 1) {
+  if (t->embed && aa_comm_world(t->embed) > 1 && !t->lora) { /* LoRA: the embedding is frozen */
     size_t off, cnt;
     aa_gpt_unit(m, 0, &off, &cnt);
     float *g = (float *)m->grads.data + off;
@@ -761,12 +761,16 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
     *loss = (float)(sum / t->accum);
   }
   double t0 = aa_now();
-  /* LoRA over a data group: the adapters' gradient averaged, once a step. */
+  /* LoRA: the replicated halves' terms summed over the tensor group
+   * (model.h), then over a data group the adapters' gradient averaged,
+   * once a step. */
+  if (t->lora && (rc = aa_gpt_lora_reduce_grads(m))) return rc;
   if (t->lora && t->world > 1 &&
       (rc = aa_comm_all_reduce(t->comm, m->lora_grads.data, m->lora_grads.data, m->lora_grads.numel, AA_F32,
                                AA_COMM_AVG)))
     return aa_error_wrap(rc, "averaging the adapters' gradient over %d ranks", t->world);
-  if ((t->pp > 1 && (rc = aa_zero_reduce_grads(&t->zero, m))) || (rc = global_mean(t, loss))) return rc;
+  if ((t->pp > 1 && !t->lora && (rc = aa_zero_reduce_grads(&t->zero, m))) || (rc = global_mean(t, loss)))
+    return rc;
   int skip = fp16 || t->strat.skip_if_nonfinite;
   if ((rc = t->lora ? aa_lora_step(&t->lopt, m, &t->spec->train, lr, norm)
                     : aa_zero_step(&t->zero, m, &t->spec->train, lr, scale, skip, norm)) < 0)
