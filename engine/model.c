@@ -524,20 +524,21 @@ static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_o
 
 /* Whether the engine trains arch's LoRA adapters under these options:
  * this slice on the CPU backend (whose kernels skip a NULL weight
- * gradient), fp32 or bf16, data, tensor and pipeline parallel. 0 without
- * LoRA. */
+ * gradient), fp32 or bf16, data, tensor, pipeline and context parallel (a
+ * context rank computes its chunks' gradient of every adapter, which the
+ * trainer averages over the data x context replicas as it does a full
+ * model's). 0 without LoRA. */
 static int lora_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_opts_t *o) {
   if (!a->lora.r) return 0;
-  const char *what = o->context && aa_comm_world(o->context) > 1 ? "context parallelism"
-                     : o->zero > 0                               ? "ZeRO"
-                     : o->amp == AA_F16                          ? "fp16 (loss scaling)"
-                     : ops != aa_ops_cpu()                       ? "the cuda backend"
-                                                                 : NULL;
+  const char *what = o->zero > 0           ? "ZeRO"
+                     : o->amp == AA_F16    ? "fp16 (loss scaling)"
+                     : ops != aa_ops_cpu() ? "the cuda backend"
+                                           : NULL;
   if (what)
     return aa_error(
         AA_EUNSUPPORTED,
-        "lora: LoRA adapters train on the cpu backend in fp32 or bf16, data, tensor and pipeline parallel at "
-        "ZeRO 0, so far; "
+        "lora: LoRA adapters train on the cpu backend in fp32 or bf16, data, tensor, pipeline and context "
+        "parallel at ZeRO 0, so far; "
         "%s with them is not supported yet (docs/training-knobs.md \"LoRA\")",
         what);
   return 0;

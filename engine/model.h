@@ -474,9 +474,10 @@ void aa_gpt_cp_positions(int seq_len, int c, int r, int pos0[2]);
  * aa_gpt_lora_offset is A's first element, B follows r in elements on.
  * Under bf16 the base is held in params16 alone (no fp32 copy), widened a
  * block at a time; the adapters stay fp32. This slice builds it on the CPU
- * backend, fp32 or bf16, at ZeRO 0 (a data-parallel trainer averages
- * lora_grads itself), with a tensor and a pipeline group; aa_gpt_create
- * refuses the rest (fp16, ZeRO, cp, cuda) by name.
+ * backend, fp32 or bf16, at ZeRO 0 (a data- or context-parallel trainer
+ * averages lora_grads over the replicas itself), with a tensor, a pipeline
+ * and a context group; aa_gpt_create refuses the rest (fp16, ZeRO, cuda)
+ * by name.
  *
  * A rank holds the adapters of its pipeline place's blocks, each target
  * cut as its base layer (Megatron's): a column-parallel target (q, k, v,

@@ -184,14 +184,14 @@ static aa_axis_t rest_axis(void) {
 
 /* The methods the pool leaves out: the caller's, and what the engine does
  * not run for the model: context parallelism with MoE layers; with LoRA
- * adapters context parallelism, ZeRO and fp16 (it trains them data, tensor
- * with or without sequence, and pipeline parallel at ZeRO 0 in fp32 or
- * bf16; docs/model-spec.md "moe", "lora"). */
+ * adapters ZeRO and fp16 (it trains them data, tensor with or without
+ * sequence, pipeline and context parallel at ZeRO 0 in fp32 or bf16;
+ * docs/model-spec.md "moe", "lora"). */
 static unsigned excluded(const aa_space_pool_t *p) {
   unsigned ex = p->exclude;
   if (p->arch && p->arch->moe.experts > 0) ex |= AA_SPACE_EX_CP;
   if (p->arch && p->arch->lora.r > 0)
-    ex |= AA_SPACE_EX_CP | AA_SPACE_EX_ZERO1 | AA_SPACE_EX_ZERO2 | AA_SPACE_EX_ZERO3 | AA_SPACE_EX_FP16;
+    ex |= AA_SPACE_EX_ZERO1 | AA_SPACE_EX_ZERO2 | AA_SPACE_EX_ZERO3 | AA_SPACE_EX_FP16;
   return ex;
 }
 

@@ -1,6 +1,6 @@
-/* LoRA under tensor and pipeline parallelism (issue 36; model.h "A rank
- * holds the adapters of its pipeline place's blocks"), in forked ranks
- * over shm, gpt2 and llama:
+/* LoRA under tensor, pipeline and context parallelism (issue 36; model.h
+ * "A rank holds the adapters of its pipeline place's blocks"), in forked
+ * ranks over shm, gpt2 and llama:
  *   - every rank's allocations equal the cost model's for its stage
  *     (strategies/sizes.h aa_sizes_lora), kind by kind, to the byte;
  *   - the adapters PEFT's initialisation draws are the same whole model at
@@ -38,7 +38,7 @@ enum { B = 2, T = 8, V = 64, M = 2 /* micro-batches a pipeline place is sized fo
 
 typedef struct {
   const char *name;
-  int llama, dp, tp, pp, sp;
+  int llama, dp, tp, pp, sp, cp;
 } layout_t;
 
 static char tmpdir[256];
@@ -70,6 +70,7 @@ static void strategy(const layout_t *l, aa_strategy_t *s) {
   s->degree[AA_AXIS_DATA] = l->dp;
   s->degree[AA_AXIS_TENSOR] = l->tp;
   s->degree[AA_AXIS_PIPELINE] = l->pp;
+  s->degree[AA_AXIS_CONTEXT] = l->cp;
   s->sp = l->sp;
   s->micro_batch = B;
 }
@@ -121,7 +122,7 @@ static int lora_rank(const char *rdv, int rank, const void *data) {
   aa_mem_init(&mem, 0);
   float *w = whole_adapters(&a), *got = malloc(3 * n * sizeof *got), *ad = NULL;
   strategy(l, &s);
-  const int world_n = l->dp * l->tp * l->pp;
+  const int world_n = l->dp * l->tp * l->pp * l->cp;
   if (aa_comm_init(&world, rdv, rank, world_n, NULL) || aa_mesh_init(&mesh, &s, world)) {
     fprintf(stderr, "  %s rank %d: %s\n", l->name, rank, aa_last_error());
     bad = 1;
@@ -136,8 +137,11 @@ static int lora_rank(const char *rdv, int rank, const void *data) {
                       .tensor = mesh.group[AA_AXIS_TENSOR],
                       .sp = l->sp,
                       .pipe = l->pp > 1 ? &place : NULL,
-                      .pipeline = l->pp > 1 ? mesh.group[AA_AXIS_PIPELINE] : NULL};
-  RCHECK(aa_gpt_create(&m, &a, aa_ops_cpu(), B, T, &mo) == 0 && aa_lora_opt_init(&o, m, &mem) == 0, "create");
+                      .pipeline = l->pp > 1 ? mesh.group[AA_AXIS_PIPELINE] : NULL,
+                      .context = l->cp > 1 ? mesh.group[AA_AXIS_CONTEXT] : NULL};
+  /* A context rank's model computes its two chunks of every sequence. */
+  RCHECK(aa_gpt_create(&m, &a, aa_ops_cpu(), B, T / l->cp, &mo) == 0 && aa_lora_opt_init(&o, m, &mem) == 0,
+         "create");
   RCHECK((ref = single(&a, &ro)) != NULL, "the single process's model");
   if (bad || !w || !got) goto done;
 
@@ -154,9 +158,10 @@ static int lora_rank(const char *rdv, int rank, const void *data) {
   RCHECK(aa_gpt_lora_get(m, m->lora.data, got) == 0, "gather");
   RCHECK(!memcmp(got, ref->lora.data, n * sizeof *got), "the gathered initial adapters differ");
 
-  /* One forward, backward and step at tp > 1 (no pipeline schedule here:
-   * the CLI test trains pp2 against one process). */
-  if (l->pp == 1) {
+  /* One forward, backward and step at tp > 1 (no pipeline schedule or
+   * context chunks here: the CLI test trains pp2 and cp2 against one
+   * process). */
+  if (l->pp == 1 && l->cp == 1) {
     int32_t in[B * T], tg[B * T];
     for (int i = 0; i < B * T; i++)
       in[i] = (i * 7 + 3) % V, tg[i] = (i * 5 + 1) % V;
@@ -198,15 +203,15 @@ static int lora_rank(const char *rdv, int rank, const void *data) {
     free(mine);
   }
 
-  /* A checkpoint at this layout (data rank 0 writes, as the trainer
-   * does): one whole file that one process resumes, bit for bit. */
+  /* A checkpoint at this layout (data and context rank 0 write, as the
+   * trainer does): one whole file that one process resumes, bit for bit. */
   char path[400];
   snprintf(path, sizeof path, "%s/%s.lora", tmpdir, l->name);
   aa_train_state_t st = {.step = 3, .data_pos = 17};
   o.t = 3;
   for (size_t i = 0; i < o.m.numel; i++)
     ((float *)o.m.data)[i] = 0.5f * ((float *)m->lora.data)[i], ((float *)o.v.data)[i] = 0.25f + (float)i;
-  if (aa_comm_rank(mesh.group[AA_AXIS_DATA]) == 0) RCHECK(aa_lora_save(path, m, &o, &st) == 0, "save");
+  if (aa_comm_rank(mesh.replicas) == 0) RCHECK(aa_lora_save(path, m, &o, &st) == 0, "save");
   RCHECK(aa_gpt_lora_get(m, m->lora.data, got) == 0 && aa_gpt_lora_get(m, o.m.data, got + n) == 0 &&
              aa_gpt_lora_get(m, o.v.data, got + 2 * n) == 0,
          "gather");
@@ -235,20 +240,23 @@ done:
 }
 
 static void run(const layout_t *l) {
-  aa_gang_run("test_lora_parallel", l->dp * l->tp * l->pp, lora_rank, l, l->name);
+  aa_gang_run("test_lora_parallel", l->dp * l->tp * l->pp * l->cp, lora_rank, l, l->name);
 }
 
 AA_TEST(gpt2_at_tp2_allocates_the_cost_models_bytes_matches_one_process_and_keeps_replicas_identical) {
-  run(&(layout_t){"gpt2.tp2", 0, 1, 2, 1, 0});
+  run(&(layout_t){"gpt2.tp2", 0, 1, 2, 1, 0, 1});
 }
 AA_TEST(llama_at_tp2_with_sequence_parallelism_matches_one_process) {
-  run(&(layout_t){"llama.tp2.sp", 1, 1, 2, 1, 1});
+  run(&(layout_t){"llama.tp2.sp", 1, 1, 2, 1, 1, 1});
 }
 AA_TEST(gpt2_at_pp2_allocates_its_stages_bytes_and_checkpoints_the_whole_model) {
-  run(&(layout_t){"gpt2.pp2", 0, 1, 1, 2, 0});
+  run(&(layout_t){"gpt2.pp2", 0, 1, 1, 2, 0, 1});
 }
-AA_TEST(llama_at_dp2_tp2_pp2_allocates_every_ranks_bytes_and_checkpoints_the_whole_model) {
-  run(&(layout_t){"llama.dp2.tp2.pp2", 1, 2, 2, 2, 0});
+AA_TEST(llama_at_tp2_pp2_allocates_every_ranks_bytes_and_checkpoints_the_whole_model) {
+  run(&(layout_t){"llama.tp2.pp2", 1, 1, 2, 2, 0, 1});
+}
+AA_TEST(llama_at_cp2_tp2_allocates_every_ranks_bytes_and_checkpoints_the_whole_model) {
+  run(&(layout_t){"llama.cp2.tp2", 1, 1, 2, 1, 0, 2});
 }
 
 int main(void) {
@@ -257,7 +265,8 @@ int main(void) {
   RUN(gpt2_at_tp2_allocates_the_cost_models_bytes_matches_one_process_and_keeps_replicas_identical);
   RUN(llama_at_tp2_with_sequence_parallelism_matches_one_process);
   RUN(gpt2_at_pp2_allocates_its_stages_bytes_and_checkpoints_the_whole_model);
-  RUN(llama_at_dp2_tp2_pp2_allocates_every_ranks_bytes_and_checkpoints_the_whole_model);
+  RUN(llama_at_tp2_pp2_allocates_every_ranks_bytes_and_checkpoints_the_whole_model);
+  RUN(llama_at_cp2_tp2_allocates_every_ranks_bytes_and_checkpoints_the_whole_model);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);

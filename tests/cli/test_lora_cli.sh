@@ -4,8 +4,8 @@
 # gradient or optimizer state for it, the work without its weight
 # gradients), plan picks another best strategy for Llama-3 8B on 8 H100s
 # than for full training, with less memory per GPU; training needs the
-# base (init_weights), fine-tunes in fp32 on one process, data, tensor and
-# pipeline parallel and writes adapters-only checkpoints (one whole file at
+# base (init_weights), fine-tunes in fp32 on one process, data, tensor,
+# pipeline and context parallel and writes adapters-only checkpoints (one whole file at
 # any layout), and refuses the rest by name.
 set -u
 AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
@@ -105,11 +105,12 @@ print(f"dp1 {s1['final_loss']} {s1['val_loss']}, dp2 {s2['final_loss']} {s2['val
 sys.exit(0 if ok else 1)
 PY
 
-# Tensor and pipeline parallelism (model.h: a column target's B and a row
-# target's A cut as their base layer, the replicated halves' gradients
-# summed over the tensor group once a step), gpt2 and llama: 10 steps at
-# tp2, pp2 and dp2 x tp2 (llama also tp2 with sequence parallelism) match
-# one process within the dp test's bounds: every step's loss within 1e-5
+# Tensor, pipeline and context parallelism (model.h: a column target's B
+# and a row target's A cut as their base layer, the replicated halves'
+# gradients summed over the tensor group once a step), gpt2 and llama: 10
+# steps at tp2, pp2, dp2 x tp2 and a context-parallel layout (llama also
+# tp2 with sequence parallelism) match one process within the dp test's
+# bounds: every step's loss within 1e-5
 # relative (measured 1e-7: float32 sums in another order), the adapters
 # within 1e-3 of their largest (measured 5e-5). Checkpoints are one whole
 # file at any layout: a tp2 and a pp2 step-5 checkpoint resume in one
@@ -121,6 +122,8 @@ strat '{"tensor": 2}' 4 >"$tmp/tp2.json"
 strat '{"tensor": 2, "sequence_parallel": true}' 4 >"$tmp/tp2sp.json"
 strat '{"pipeline": 2}' 2 >"$tmp/pp2.json"
 strat '{"data": 2, "tensor": 2}' 2 >"$tmp/dp2tp2.json"
+strat '{"context": 2}' 4 >"$tmp/cp2.json"
+strat '{"context": 2, "tensor": 2}' 4 >"$tmp/cp2tp2.json"
 cat >"$tmp/lbase.json" <<'JSON'
 {"name": "lbase", "model": {"family": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "d_model": 32, "d_ff": 64,
  "seq_len": 16, "vocab_size": 256},
@@ -144,12 +147,14 @@ strat '{}' 4 >"$tmp/one.json"
 par g.tp2 tiny run0 2 tp2 --set train.checkpoint_every=5
 par g.pp2 tiny run0 2 pp2
 par g.dp2tp2 tiny run0 4 dp2tp2
+par g.cp2 tiny run0 2 cp2
 par g.tp2r tiny run0 2 tp2 --resume "$tmp/g.tp2/step_000005.ckpt"
 par g.tp2to1 tiny run0 1 one --resume "$tmp/g.tp2/step_000005.ckpt"
 par l.one ltiny lrun0 1 one
 par l.tp2sp ltiny lrun0 2 tp2sp
 par l.pp2 ltiny lrun0 2 pp2 --set train.checkpoint_every=5
 par l.dp2tp2 ltiny lrun0 4 dp2tp2
+par l.cp2tp2 ltiny lrun0 4 cp2tp2
 par l.pp2to1 ltiny lrun0 1 one --resume "$tmp/l.pp2/step_000005.ckpt"
 cp "$tmp/dp1.loss" "$tmp/g.one.loss" && cp "$tmp/dp1/final.ckpt" "$tmp/g.one.ckpt" && cp "$tmp/l.one/final.ckpt" "$tmp/l.one.ckpt"
 cmp -s "$tmp/g.tp2/final.ckpt" "$tmp/g.tp2r/final.ckpt" && pass=$((pass + 1)) ||
@@ -165,8 +170,8 @@ def adapters(path, n):
 ok = True
 # llama's 4,096 adapters: 2 blocks x 4 (q 32 + 32, k and v 32 + 16, o 32 + 32,
 # gate and up 32 + 64, down 64 + 32).
-for fam, n, runs in (("g", 3072, ("tp2", "pp2", "dp2tp2", "tp2to1")),
-                     ("l", 4096, ("tp2sp", "pp2", "dp2tp2", "pp2to1"))):
+for fam, n, runs in (("g", 3072, ("tp2", "pp2", "dp2tp2", "cp2", "tp2to1")),
+                     ("l", 4096, ("tp2sp", "pp2", "dp2tp2", "cp2tp2", "pp2to1"))):
     want, a = losses(f"{fam}.one"), adapters(f"{d}/{fam}.one.ckpt", n)
     for r in runs:
         got, b = losses(f"{fam}.{r}"), adapters(f"{d}/{fam}.{r}/final.ckpt", n)
