@@ -116,7 +116,7 @@ PY
 # file at any layout: a tp2 and a pp2 step-5 checkpoint resume in one
 # process to the same steps 6-10 (same bounds), and a tp2 one at tp2 to
 # the very file 10 straight tp2 steps write (the moments gathered and
-# sliced back exactly).
+# sliced back exactly). bf16 at tp2 too.
 strat() { echo "{\"format\": \"autoaccel-strategy\", \"version\": 1, \"parallel\": $1, \"micro_batch\": $2}"; }
 strat '{"tensor": 2}' 4 >"$tmp/tp2.json"
 strat '{"tensor": 2, "sequence_parallel": true}' 4 >"$tmp/tp2sp.json"
@@ -124,6 +124,7 @@ strat '{"pipeline": 2}' 2 >"$tmp/pp2.json"
 strat '{"data": 2, "tensor": 2}' 2 >"$tmp/dp2tp2.json"
 strat '{"context": 2}' 4 >"$tmp/cp2.json"
 strat '{"context": 2, "tensor": 2}' 4 >"$tmp/cp2tp2.json"
+sed 's/"micro_batch"/"amp": "bf16", "micro_batch"/' "$tmp/tp2.json" >"$tmp/btp2.json"
 cat >"$tmp/lbase.json" <<'JSON'
 {"name": "lbase", "model": {"family": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "d_model": 32, "d_ff": 64,
  "seq_len": 16, "vocab_size": 256},
@@ -155,6 +156,7 @@ par l.tp2sp ltiny lrun0 2 tp2sp
 par l.pp2 ltiny lrun0 2 pp2 --set train.checkpoint_every=5
 par l.dp2tp2 ltiny lrun0 4 dp2tp2
 par l.cp2tp2 ltiny lrun0 4 cp2tp2
+par l.btp2 ltiny lrun0 2 btp2
 par l.pp2to1 ltiny lrun0 1 one --resume "$tmp/l.pp2/step_000005.ckpt"
 cp "$tmp/dp1.loss" "$tmp/g.one.loss" && cp "$tmp/dp1/final.ckpt" "$tmp/g.one.ckpt" && cp "$tmp/l.one/final.ckpt" "$tmp/l.one.ckpt"
 cmp -s "$tmp/g.tp2/final.ckpt" "$tmp/g.tp2r/final.ckpt" && pass=$((pass + 1)) ||
@@ -181,6 +183,12 @@ for fam, n, runs in (("g", 3072, ("tp2", "pp2", "dp2tp2", "cp2", "tp2to1")),
         good = set(steps) <= set(got) and a.size == b.size == n and rel <= 1e-5 and ad <= 1e-3
         print(f"{fam}.{r}: losses within {rel:.2g} relative, adapters within {ad:.2g} of their largest")
         ok &= good
+# bf16 at tp2 (each rank's slice of the base in 16 bits): every step's loss
+# within test_lora's bf16 bound of the fp32 run's, 2.5e-4 relative.
+want, got = losses("l.one"), losses("l.btp2")
+rel = max(abs(got[s] - want[s]) / abs(want[s]) for s in range(1, 11))
+print(f"l.btp2 (bf16): losses within {rel:.2g} relative of fp32's")
+ok &= rel <= 2.5e-4
 sys.exit(0 if ok else 1)
 PY
 
