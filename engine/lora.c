@@ -77,7 +77,10 @@ int aa_lora_reduce(aa_lora_opt_t *o, aa_gpt_t *m, int last_micro) {
   if (o->stage < 2 && !last_micro) return 0;
   const aa_ops_t *op = m->ops;
   float *g = m->lora_grads.data;
-  int rc = op->sync();
+  /* First the replicated halves' terms summed over the tensor group
+   * (model.h), then the average over the data group. */
+  int rc = aa_gpt_lora_reduce_grads(m);
+  if (!rc) rc = op->sync();
   if (!rc && o->world > 1) {
     if (o->stage == 0)
       rc = aa_comm_all_reduce(o->comm, g, g, o->n, AA_F32, AA_COMM_AVG);
@@ -105,14 +108,23 @@ int aa_lora_step(aa_lora_opt_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float
         *gt = o->stage >= 2 ? gs + o->slice : (float *)m->lora_grads.data + tail_at(o);
   float *ps = o->stage == 3 ? o->pshard.data : (float *)m->lora.data + slice_at(o),
         *pt = o->stage == 3 ? ps + o->slice : (float *)m->lora.data + tail_at(o);
-  /* The tail is the same on every rank: counted by rank 0 alone. */
-  double sq = op->sum_squares(gs, o->slice) + (o->rank == 0 ? op->sum_squares(gt, o->tail) : 0.0);
+  double sq = 0;
   int rc = 0;
-  if (o->stage && o->world > 1) {
-    float x = (float)sq;
-    if ((rc = aa_comm_all_reduce(o->comm, &x, &x, 1, AA_F32, AA_COMM_SUM)))
-      return aa_error_wrap(rc, "reducing the adapters' gradient norm");
-    sq = x;
+  if (!o->stage) {
+    /* The whole gradient on every replica: the model's sum of squares
+     * (under tensor and pipeline parallelism over their groups, each
+     * replicated half counted once; model.h). */
+    if ((rc = aa_gpt_lora_grad_squares(m, &sq))) return rc;
+  } else {
+    /* ZeRO (no tensor or pipeline group: lora.h): the tail is the same on
+     * every rank, counted by rank 0 alone. */
+    sq = op->sum_squares(gs, o->slice) + (o->rank == 0 ? op->sum_squares(gt, o->tail) : 0.0);
+    if (o->world > 1) {
+      float x = (float)sq;
+      if ((rc = aa_comm_all_reduce(o->comm, &x, &x, 1, AA_F32, AA_COMM_SUM)))
+        return aa_error_wrap(rc, "reducing the adapters' gradient norm");
+      sq = x;
+    }
   }
   const double norm = sqrt(sq) / grad_scale;
   if (grad_norm) *grad_norm = (float)norm;
@@ -160,11 +172,13 @@ int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path) {
     m->arch.lora = keep;
     return rc;
   }
-  /* A 16-bit base (amp): read into a whole fp32 model of the base's
-   * architecture (host memory, parameters only), rounded into params16. */
+  /* A 16-bit base (amp): read into an fp32 model of the base's
+   * architecture with m's tensor slice and pipeline place (host memory,
+   * parameters only), rounded into params16. */
   aa_arch_t base = m->arch;
   memset(&base.lora, 0, sizeof base.lora);
-  aa_gpt_opts_t o = {.zero = 2, .amp = AA_F32};
+  aa_gpt_opts_t o = {
+      .zero = 2, .amp = AA_F32, .tensor = m->opts.tensor, .pipe = m->opts.pipe, .pipeline = m->opts.pipeline};
   aa_gpt_t *f = NULL;
   int rc = aa_gpt_create(&f, &base, aa_ops_cpu(), 1, 1, &o);
   if (!rc) rc = aa_ckpt_load(path, f, NULL, NULL);
@@ -212,18 +226,26 @@ static int whole_moments(aa_lora_opt_t *o, const aa_gpt_t *m, float *mm, float *
   return rc ? aa_error_wrap(rc, "gathering the adapters' optimizer state") : 0;
 }
 
-int aa_lora_save(const char *path, const aa_gpt_t *m, aa_lora_opt_t *opt, const aa_train_state_t *st,
-                 int write) {
+int aa_lora_save(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, const aa_train_state_t *st, int write) {
   const int step = st ? st->step : 0;
   if (!m->arch.lora.r || !m->lora.data) return aa_error(AA_EINVAL, "lora: the model has no adapters");
-  const uint64_t n = m->lora.numel;
-  const int state = opt && st && opt->m.data;
-  float *mm = NULL, *ad = malloc((size_t)n * (state ? 3 : 1) * sizeof(float));
-  if (!ad) return aa_error(AA_ENOMEM, "out of memory writing %s", path);
-  int rc = m->ops->download(ad, m->lora.data, n * sizeof(float));
-  if (!rc && state) rc = whole_moments(opt, m, mm = ad + n, ad + 2 * n);
-  if (rc || !write) {
-    free(ad);
+  /* The whole model's adapters (and moments). From ZeRO stage 1 the
+   * adapters are whole on every rank (no tensor or pipeline group) and
+   * the moments' shards are gathered over opt's group, every rank taking
+   * part; at stage 0 the writing replica's tensor and pipeline ranks
+   * gather them, and their first rank (tensor rank 0 of stage 0) writes:
+   * one file, which resumes at any layout. */
+  const uint64_t n = aa_gpt_lora_whole_numel(&m->arch);
+  const int state = opt && st && opt->m.data, sharded = state && opt->stage > 0;
+  if (!write && !sharded) return 0;
+  float *all = malloc((size_t)n * (state ? 3 : 1) * sizeof *all), *mm = all ? all + n : NULL;
+  if (!all) return aa_error(AA_ENOMEM, "out of memory writing %s", path);
+  int rc = aa_gpt_lora_get(m, m->lora.data, all);
+  if (!rc && sharded) rc = whole_moments(opt, m, mm, all + 2 * n);
+  if (!rc && state && !sharded && !(rc = aa_gpt_lora_get(m, opt->m.data, mm)))
+    rc = aa_gpt_lora_get(m, opt->v.data, all + 2 * n);
+  if (rc || !write || m->tp_rank || (m->pp > 1 && m->pipe.stage)) {
+    free(all);
     return rc;
   }
   aa_arch_t base = m->arch;
@@ -234,7 +256,7 @@ int aa_lora_save(const char *path, const aa_gpt_t *m, aa_lora_opt_t *opt, const 
   const aa_lora_t *l = &m->arch.lora;
   aa_wfile_t w;
   if ((rc = aa_wfile_open(&w, path, 0644))) {
-    free(ad);
+    free(all);
     return rc;
   }
   const int32_t ints[4] = {l->r, l->targets, l->init, step};
@@ -242,7 +264,7 @@ int aa_lora_save(const char *path, const aa_gpt_t *m, aa_lora_opt_t *opt, const 
   int ok = fwrite("AALORA01", 1, 8, w.f) == 8 && fwrite(hb, 1, 16, w.f) == 16 &&
            fwrite(hl, 1, 16, w.f) == 16 && fwrite(ints, sizeof ints[0], 4, w.f) == 4 &&
            fwrite(&alpha, sizeof alpha, 1, w.f) == 1 && fwrite(&n, sizeof n, 1, w.f) == 1 &&
-           fwrite(ad, sizeof(float), n, w.f) == n;
+           fwrite(all, sizeof(float), n, w.f) == n;
   if (ok && state) {
     lora_state_t ls = {.opt_t = opt->t,
                        .data_pos = st->data_pos,
@@ -257,7 +279,7 @@ int aa_lora_save(const char *path, const aa_gpt_t *m, aa_lora_opt_t *opt, const 
     ok = fwrite(&ls, sizeof ls, 1, w.f) == 1 && fwrite(&sc, sizeof sc, 1, w.f) == 1 &&
          fwrite(mm, sizeof(float), 2 * n, w.f) == 2 * n;
   }
-  free(ad);
+  free(all);
   if (!ok) {
     aa_wfile_abort(&w);
     return aa_error(AA_EIO, "%s: writing the adapters failed", path);
@@ -288,7 +310,7 @@ static int lora_read(const char *path, const aa_arch_t *a, float **out, int *ste
   memset(&base.lora, 0, sizeof base.lora);
   aa_arch_hash(&base, want_b);
   aa_arch_hash(a, want_l);
-  const uint64_t want_n = (uint64_t)a->n_layer * aa_lora_block_numel(a, 1);
+  const uint64_t want_n = aa_gpt_lora_whole_numel(a);
   if (strcmp(hb, want_b))
     rc = aa_error(AA_EINVAL, "%s: adapters of base %s, not of this spec's base %s", path, hb, want_b);
   else if (strcmp(hl, want_l))
@@ -347,26 +369,33 @@ int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_s
   int step = 0;
   int rc = lora_read(path, &m->arch, &ad, &step, &f);
   if (rc) return rc;
-  const size_t n = m->lora.numel;
-  if (n != (size_t)m->arch.n_layer * aa_lora_block_numel(&m->arch, 1) || opt->n != n)
-    rc = aa_error(AA_EINVAL, "lora: resume needs the whole model's adapters and their optimizer");
+  /* The file holds the whole model's adapters and moments; the rank takes
+   * its slice of the adapters (aa_gpt_lora_put), at any layout, and of
+   * the moments its slice (stage 0) or its ZeRO shard. */
+  const size_t n = aa_gpt_lora_whole_numel(&m->arch);
+  if (opt->n != m->lora.numel || (opt->stage && n != m->lora.numel))
+    rc = aa_error(AA_EINVAL, "lora: resume needs the adapters' optimizer of this model");
   lora_state_t ls;
   lora_scaler_t sc;
   bool has = false;
   if (!rc && !(mv = malloc(2 * n * sizeof *mv))) rc = aa_error(AA_ENOMEM, "out of memory reading %s", path);
   if (!rc) rc = state_read(path, f, n, &ls, &sc, mv, mv + n, &has);
   fclose(f);
-  /* The whole state into the backend (the moments through the gradient's
-   * buffer, idle until the next backward), the rank's shard kept. */
+  /* Under ZeRO the moments go into the backend through the gradient's
+   * buffer (idle until the next backward) and the rank keeps its shard. */
   const aa_ops_t *op = m->ops;
   float *g = m->lora_grads.data;
-  if (!rc) rc = op->upload(m->lora.data, ad, n * sizeof *ad);
+  if (!rc) rc = aa_gpt_lora_put(m, m->lora.data, ad);
   if (!rc) rc = aa_lora_opt_take(opt, m);
-  for (int k = 0; k < 2 && has && !rc; k++)
-    if (!(rc = op->upload(g, mv + k * n, n * sizeof *mv))) {
-      shard_of(opt, op, k ? opt->v.data : opt->m.data, g);
+  for (int k = 0; k < 2 && has && !rc; k++) {
+    float *dst = k ? opt->v.data : opt->m.data;
+    if (!opt->stage)
+      rc = aa_gpt_lora_put(m, dst, mv + k * n);
+    else if (!(rc = op->upload(g, mv + k * n, n * sizeof *mv))) {
+      shard_of(opt, op, dst, g);
       rc = op->sync();
     }
+  }
   free(ad);
   free(mv);
   if (rc) return rc;

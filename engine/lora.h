@@ -94,18 +94,22 @@ int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path);
  * adapters alone and the hashes of the base they apply to and of the
  * fine-tune, then, with opt and st (both or neither), the state a resume
  * needs: AdamW's step and whole moments, the loader's position, the
- * trainer RNG and the fp16 loss scaler's state. From ZeRO stage 1 the moments are gathered over opt's
- * group first, so with opt it is a collective, and only the rank with
- * `write` set writes the file (atomically: common/file.h aa_wfile); the
- * file is the same whatever the layout. */
+ * trainer RNG and the fp16 loss scaler's state: the whole model's,
+ * whatever the layout. At ZeRO stage 0 under tensor or pipeline
+ * parallelism the writing replica's tensor and pipeline ranks gather the
+ * adapters (a collective over those groups), and their first rank (tensor
+ * rank 0 of stage 0) writes; from ZeRO stage 1 (no tensor or pipeline
+ * group) the moments are gathered over opt's group first, a collective of
+ * every rank, and the rank with `write` set writes. Ranks without `write`
+ * return at once when nothing is sharded. The file is written atomically
+ * (common/file.h aa_wfile). */
 #include "checkpoint.h"
-int aa_lora_save(const char *path, const aa_gpt_t *m, aa_lora_opt_t *opt, const aa_train_state_t *st,
-                 int write);
+int aa_lora_save(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, const aa_train_state_t *st, int write);
 
-/* Resumes from such a checkpoint at opt's layout (any: the file holds the
- * whole state): m's adapters (whose base the caller has loaded), and when
- * the file has them opt's moments (the rank's shard of them) and step and
- * *st (*moments says whether it had; without, opt restarts and only
+/* Resumes from such a checkpoint, written at any layout: m's adapters
+ * (the rank's slice; the caller has loaded the base), and when the file
+ * has them opt's moments (the rank's slice, or its ZeRO shard) and step
+ * and *st (*moments says whether it had; without, opt restarts and only
  * st->step is set). The checks are aa_lora_load's. Not a collective. */
 int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_state_t *st, bool *moments);
 

@@ -553,19 +553,22 @@ static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_o
 
 /* Whether the engine trains arch's LoRA adapters under these options:
  * this slice on the CPU backend (whose kernels skip a NULL weight
- * gradient), data parallel at any ZeRO stage (engine/lora.h), in fp32,
- * bf16 or fp16. 0 without LoRA. */
+ * gradient), in fp32, bf16 or fp16, data, tensor, pipeline and context
+ * parallel (a context rank computes its chunks' gradient of every adapter,
+ * which the trainer averages over the data x context replicas as it does
+ * a full model's), ZeRO over the adapters (engine/lora.h) without tensor
+ * or pipeline parallelism. 0 without LoRA. */
 static int lora_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_opts_t *o) {
   if (!a->lora.r) return 0;
-  const char *what = o->tensor && aa_comm_world(o->tensor) > 1     ? "tensor parallelism"
-                     : o->pipe && o->pipe->pp > 1                  ? "pipeline parallelism"
-                     : o->context && aa_comm_world(o->context) > 1 ? "context parallelism"
-                     : ops != aa_ops_cpu()                         ? "the cuda backend"
-                                                                   : NULL;
+  const int split = (o->tensor && aa_comm_world(o->tensor) > 1) || (o->pipe && o->pipe->pp > 1);
+  const char *what = o->zero > 0 && split  ? "ZeRO over the adapters with tensor or pipeline parallelism"
+                     : ops != aa_ops_cpu() ? "the cuda backend"
+                                           : NULL;
   if (what)
     return aa_error(AA_EUNSUPPORTED,
-                    "lora: LoRA adapters train on the cpu backend, data parallel (any ZeRO stage), so far; "
-                    "%s with them is not supported yet (docs/training-knobs.md \"LoRA\")",
+                    "lora: LoRA adapters train on the cpu backend, data, tensor, pipeline and context "
+                    "parallel, with ZeRO over the adapters at tensor and pipeline degree 1, so far; "
+                    "%s is not supported yet (docs/training-knobs.md \"LoRA\")",
                     what);
   return 0;
 }
@@ -1470,10 +1473,134 @@ size_t aa_gpt_lora_offset(const aa_arch_t *a, int l, int t) {
   return off;
 }
 
+/* Block l's index among the blocks the rank holds (its pipeline place's
+ * chunks in order, as sizes.h counts them): the rank's adapters are its
+ * blocks' (-1 for a block it does not hold). */
+static int lora_block(const aa_gpt_t *m, int l) {
+  if (m->pp <= 1) return l;
+  for (int c = 0, k = 0; c < m->pipe.vpp; k += m->pipe.hi[c] - m->pipe.lo[c], c++)
+    if (l >= m->pipe.lo[c] && l < m->pipe.hi[c]) return k + l - m->pipe.lo[c];
+  return -1;
+}
+
+/* Where target t of block l lies in the rank's m->lora: its held blocks,
+ * each its targets' A then B in the tensor slice's shapes (aa_lora_shape
+ * at m->tp). At tp 1 and pp 1 it is aa_gpt_lora_offset's layout. */
+static size_t lora_local_offset(const aa_gpt_t *m, int l, int t) {
+  const aa_arch_t *a = &m->arch;
+  size_t off = (size_t)lora_block(m, l) * (size_t)aa_lora_block_numel(a, m->tp);
+  for (int k = 0; k < t; k++) {
+    if (!(a->lora.targets >> k & 1)) continue;
+    int in, out, row;
+    aa_lora_shape(a, k, m->tp, &in, &out, &row);
+    off += (size_t)a->lora.r * ((size_t)in + (size_t)out);
+  }
+  return off;
+}
+
+/* One (block, target) of the rank: its whole shapes (in, out), the
+ * rank's (il, ol), row-parallel or not, and its A and B offsets in the
+ * whole layout (ga, gb) and in the rank's (la, lb). */
+typedef struct {
+  int in, out, il, ol, row;
+  size_t ga, gb, la, lb;
+} lora_piece_t;
+
+static void lora_piece(const aa_gpt_t *m, int l, int t, lora_piece_t *p) {
+  const aa_arch_t *a = &m->arch;
+  const size_t r = (size_t)a->lora.r;
+  aa_lora_shape(a, t, 1, &p->in, &p->out, &p->row);
+  aa_lora_shape(a, t, m->tp, &p->il, &p->ol, &p->row);
+  p->ga = aa_gpt_lora_offset(a, l, t);
+  p->gb = p->ga + r * (size_t)p->in;
+  p->la = lora_local_offset(m, l, t);
+  p->lb = p->la + r * (size_t)p->il;
+}
+
+/* Copies the rank's slice between whole (host, the whole model's layout:
+ * aa_gpt_lora_offset's) and local (host, the rank's layout). Megatron's
+ * cut: a column-parallel target (q, k, v, qkv, gate, up, fc) holds A whole
+ * and B's rows of the rank's output slice (qkv: its q, k and v heads, three
+ * runs, as the base's HEADS split); a row-parallel one (o/proj, down,
+ * fcproj) A's columns of the rank's input slice and B whole. to_whole 0
+ * fills local from whole; 1 writes local into whole, the halves every
+ * tensor rank holds (replicated) from tensor rank 0 only. */
+static void lora_slice(const aa_gpt_t *m, float *whole, float *local, int to_whole) {
+  const aa_arch_t *a = &m->arch;
+  const size_t r = (size_t)a->lora.r, k = (size_t)m->tp_rank;
+  const int rep = !to_whole || m->tp_rank == 0;
+#define LORA_COPY(g, lo, n)                                                                                  \
+  do {                                                                                                       \
+    if (to_whole)                                                                                            \
+      memcpy(whole + (g), local + (lo), (n) * sizeof(float));                                                \
+    else                                                                                                     \
+      memcpy(local + (lo), whole + (g), (n) * sizeof(float));                                                \
+  } while (0)
+  for (int l = 0; l < a->n_layer; l++) {
+    if (lora_block(m, l) < 0) continue;
+    for (int t = 0; t < AA_LORA_NTARGETS; t++) {
+      if (!(a->lora.targets >> t & 1)) continue;
+      lora_piece_t p;
+      lora_piece(m, l, t, &p);
+      if (!p.row) {
+        if (rep) LORA_COPY(p.ga, p.la, r * p.in);
+        /* B (out, r): the rank's rows, in one run or (qkv) three. */
+        const int runs = t == AA_LORA_QKV ? 3 : 1;
+        const size_t ol = (size_t)p.ol / runs, og = (size_t)p.out / runs;
+        for (int j = 0; j < runs; j++)
+          LORA_COPY(p.gb + (j * og + k * ol) * r, p.lb + j * ol * r, ol * r);
+      } else {
+        /* A (r, in): the rank's columns of every row. */
+        for (size_t i = 0; i < r; i++)
+          LORA_COPY(p.ga + i * p.in + k * p.il, p.la + i * p.il, (size_t)p.il);
+        if (rep) LORA_COPY(p.gb, p.lb, (size_t)p.out * r);
+      }
+    }
+  }
+#undef LORA_COPY
+}
+
+size_t aa_gpt_lora_whole_numel(const aa_arch_t *a) {
+  return (size_t)a->n_layer * (size_t)aa_lora_block_numel(a, 1);
+}
+
+int aa_gpt_lora_put(aa_gpt_t *m, float *dst, const float *whole) {
+  if (!m->arch.lora.r || !m->lora.data) return aa_error(AA_EINVAL, "lora: the model has no adapters");
+  if (m->tp == 1 && m->pp <= 1) {
+    int rc = m->ops->upload(dst, whole, m->lora.numel * sizeof(float));
+    return rc ? rc : m->ops->sync();
+  }
+  float *h = malloc(m->lora.numel * sizeof *h);
+  if (!h) return aa_error(AA_ENOMEM, "out of memory slicing the adapters");
+  lora_slice(m, (float *)whole, h, 0);
+  int rc = m->ops->upload(dst, h, m->lora.numel * sizeof *h);
+  free(h);
+  return rc ? rc : m->ops->sync();
+}
+
+int aa_gpt_lora_get(aa_gpt_t *m, const float *src, float *whole) {
+  if (!m->arch.lora.r || !m->lora.data) return aa_error(AA_EINVAL, "lora: the model has no adapters");
+  const size_t n = aa_gpt_lora_whole_numel(&m->arch);
+  if (m->tp == 1 && m->pp <= 1) return m->ops->download(whole, src, n * sizeof(float));
+  float *h = malloc(m->lora.numel * sizeof *h);
+  if (!h) return aa_error(AA_ENOMEM, "out of memory gathering the adapters");
+  int rc = m->ops->download(h, src, m->lora.numel * sizeof *h);
+  /* Each element is written by one rank and zero elsewhere, so the sums
+   * over the tensor and the pipeline group are copies (exact). */
+  memset(whole, 0, n * sizeof *whole);
+  if (!rc) lora_slice(m, whole, h, 1);
+  free(h);
+  if (!rc && m->tp > 1) rc = aa_comm_all_reduce(m->opts.tensor, whole, whole, n, AA_F32, AA_COMM_SUM);
+  if (!rc && m->pp > 1) rc = aa_comm_all_reduce(m->opts.pipeline, whole, whole, n, AA_F32, AA_COMM_SUM);
+  return rc ? aa_error_wrap(rc, "gathering the adapters over the tensor and pipeline groups") : 0;
+}
+
 int aa_gpt_lora_init(aa_gpt_t *m, uint64_t seed) {
   const aa_arch_t *a = &m->arch;
   if (!a->lora.r || !m->lora.data) return aa_error(AA_EINVAL, "lora: the model has no adapters");
-  float *h = calloc(m->lora.numel, sizeof *h);
+  /* The whole model's adapters from the seed on every rank, then the
+   * rank's slice: the same values at every layout. */
+  float *h = calloc(aa_gpt_lora_whole_numel(a), sizeof *h);
   if (!h) return aa_error(AA_ENOMEM, "out of memory initialising the adapters");
   aa_rng_t rng;
   aa_rng_seed(&rng, seed);
@@ -1489,13 +1616,106 @@ int aa_gpt_lora_init(aa_gpt_t *m, uint64_t seed) {
       for (size_t j = 0; j < (size_t)a->lora.r * (size_t)in; j++)
         A[j] = bound * (2.0f * aa_rng_uniform(&rng) - 1.0f);
     }
-  m->ops->upload(m->lora.data, h, m->lora.numel * sizeof *h);
+  int rc = aa_gpt_lora_put(m, m->lora.data, h);
   free(h);
-  return m->ops->sync();
+  return rc;
+}
+
+/* The halves of the rank's adapters every tensor rank holds whole
+ * (replicated 1: a column target's A, a row target's B) or its own slice
+ * of (0: the other), in layout order: their offsets and lengths into
+ * off[] and len[] (NULL: only counted). Returns how many. */
+static int lora_halves(const aa_gpt_t *m, int replicated, size_t *off, size_t *len) {
+  const aa_arch_t *a = &m->arch;
+  const size_t r = (size_t)a->lora.r;
+  int n = 0;
+  for (int l = 0; l < a->n_layer; l++) {
+    if (lora_block(m, l) < 0) continue;
+    for (int t = 0; t < AA_LORA_NTARGETS; t++) {
+      if (!(a->lora.targets >> t & 1)) continue;
+      lora_piece_t p;
+      lora_piece(m, l, t, &p);
+      if (off) {
+        const int b = p.row == replicated; /* the B half */
+        off[n] = b ? p.lb : p.la;
+        len[n] = r * (size_t)(b ? p.ol : p.il);
+      }
+      n++;
+    }
+  }
+  return n;
+}
+
+/* The halves' offsets and lengths (lora_halves) in one allocation: *off
+ * n entries, then their lengths; NULL when out of memory. */
+static size_t *lora_halves_alloc(const aa_gpt_t *m, int replicated, int *n) {
+  *n = lora_halves(m, replicated, NULL, NULL);
+  size_t *off = malloc(2 * (size_t)(*n ? *n : 1) * sizeof *off);
+  if (off) lora_halves(m, replicated, off, off + *n);
+  return off;
+}
+
+int aa_gpt_lora_reduce_grads(aa_gpt_t *m) {
+  if (!m->arch.lora.r || m->tp == 1) return 0;
+  int n;
+  size_t *off = lora_halves_alloc(m, 1, &n), total = 0;
+  if (!off) return aa_error(AA_ENOMEM, "out of memory");
+  const size_t *len = off + n;
+  for (int i = 0; i < n; i++)
+    total += len[i];
+  float *h = malloc((total ? total : 1) * sizeof *h), *g = m->lora_grads.data;
+  int rc = h ? m->ops->sync() : aa_error(AA_ENOMEM, "out of memory");
+  /* Packed into one buffer: one collective a step, whatever the number of
+   * blocks and targets. */
+  for (size_t i = 0, at = 0; !rc && i < (size_t)n; at += len[i], i++)
+    rc = m->ops->download(h + at, g + off[i], len[i] * sizeof *h);
+  if (!rc) rc = aa_comm_all_reduce(m->opts.tensor, h, h, total, AA_F32, AA_COMM_SUM);
+  for (size_t i = 0, at = 0; !rc && i < (size_t)n; at += len[i], i++)
+    rc = m->ops->upload(g + off[i], h + at, len[i] * sizeof *h);
+  free(h);
+  free(off);
+  if (!rc) rc = m->ops->sync();
+  return rc ? aa_error_wrap(rc, "summing the adapters' replicated gradients over the tensor group") : 0;
+}
+
+int aa_gpt_lora_grad_squares(aa_gpt_t *m, double *out) {
+  const aa_ops_t *op = m->ops;
+  const float *g = m->lora_grads.data;
+  if (m->tp == 1 && m->pp <= 1) {
+    *out = op->sum_squares(g, m->lora_grads.numel);
+    return 0;
+  }
+  /* The split halves' squares summed over the tensor group, the
+   * replicated halves' once (the same on every tensor rank after
+   * aa_gpt_lora_reduce_grads), then over the pipeline group, whose stages
+   * hold different blocks. Float sums, as optim.c's norm over a tensor
+   * group; at tp 1 every half is the rank's own. */
+  double sq[2] = {0, 0};
+  for (int rep = 0; rep < 2; rep++) {
+    int n;
+    size_t *off = lora_halves_alloc(m, rep, &n);
+    if (!off) return aa_error(AA_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++)
+      sq[rep] += op->sum_squares(g + off[i], off[n + i]);
+    free(off);
+  }
+  const double whole = m->tp > 1 ? sq[1] : 0;
+  float x = (float)(sq[0] + (m->tp > 1 ? 0 : sq[1]));
+  int rc = aa_gpt_tensor_sum(m, &x, 1);
+  if (!rc) x = (float)((double)x + whole);
+  if (!rc) rc = aa_gpt_pipeline_sum(m, &x, 1);
+  if (rc) return aa_error_wrap(rc, "the adapters' gradient norm");
+  *out = x;
+  return 0;
 }
 
 /* The columns [c0, c0 + out) of a layer's output y (N rows of ldy) that
- * LoRA target t computes, in block l: y += s B (A x) for x (N, in). */
+ * LoRA target t computes, in block l: y += s B (A x) for x (N, in). Under
+ * tensor parallelism it is the rank's slice (lora_slice): a column target
+ * computes its output columns from the whole A; a row target its partial
+ * sum s B (A_i x_i) from its input columns, which the layer's own
+ * all-reduce (or reduce-scatter) adds up with the base's, since B (sum_i
+ * A_i x_i) = sum_i B (A_i x_i): no collective of its own. */
 static void lora_forward(aa_gpt_t *m, int l, int t, float *y, int ldy, int c0, const float *x) {
   const aa_arch_t *a = &m->arch;
   if (!(a->lora.targets >> t & 1)) return;
@@ -1503,7 +1723,7 @@ static void lora_forward(aa_gpt_t *m, int l, int t, float *y, int ldy, int c0, c
   const int N = m->B * m->T, r = a->lora.r;
   int in, out, row;
   aa_lora_shape(a, t, m->tp, &in, &out, &row);
-  const float *A = (const float *)m->lora.data + aa_gpt_lora_offset(a, l, t), *Bm = A + (size_t)r * in;
+  const float *A = (const float *)m->lora.data + lora_local_offset(m, l, t), *Bm = A + (size_t)r * in;
   float *u = m->acts->lora_u, *tmp = m->acts->lora_tmp;
   op->matmul_forward(u, x, A, NULL, N, in, r);
   op->matmul_forward(tmp, u, Bm, NULL, N, r, out);
@@ -1513,7 +1733,21 @@ static void lora_forward(aa_gpt_t *m, int l, int t, float *y, int ldy, int c0, c
 
 /* Its backward from the output gradient's columns [c0, c0 + out) of dy
  * (ldy): A x recomputed, then with g = s dy, dB += g^T (A x), d(A x) =
- * g B, dA += d(A x)^T x and dx += d(A x) A. */
+ * g B, dA += d(A x)^T x and dx += d(A x) A.
+ *
+ * Under tensor parallelism every rank computes this from its slice, and
+ * the halves every rank holds whole get a term per rank, which
+ * aa_gpt_lora_reduce_grads sums over the tensor group once a step (the
+ * gradient is linear in each term, so the sum of the accumulated terms is
+ * the sum of the micro-batches' sums). A column target: d(A x) = sum_i
+ * g_i B_i over the ranks' output slices, so dA = sum_i d(A x)_i^T x (x is
+ * the same on every rank); dx takes d(A x)_i A, a partial sum that the
+ * layer's input-gradient all-reduce completes. A row target: A x = sum_i
+ * A_i x_i, so dB = sum_i g^T (A_i x_i) (g is the same on every rank);
+ * d(A x) = g B is whole, so dA_i and dx_i are the rank's own. Summing the
+ * r (in + out) gradient elements of the replicated halves once a step
+ * moves less than summing the (N, r) activations A x or d(A x) at every
+ * layer of every micro-batch would. */
 static void lora_backward(aa_gpt_t *m, int l, int t, float *dx, const float *dy, int ldy, int c0,
                           const float *x) {
   const aa_arch_t *a = &m->arch;
@@ -1522,7 +1756,7 @@ static void lora_backward(aa_gpt_t *m, int l, int t, float *dx, const float *dy,
   const int N = m->B * m->T, r = a->lora.r;
   int in, out, row;
   aa_lora_shape(a, t, m->tp, &in, &out, &row);
-  const size_t off = aa_gpt_lora_offset(a, l, t);
+  const size_t off = lora_local_offset(m, l, t);
   const float *A = (const float *)m->lora.data + off, *Bm = A + (size_t)r * in;
   float *gA = (float *)m->lora_grads.data + off, *gB = gA + (size_t)r * in;
   float *u = m->acts->lora_u, *du = m->acts->lora_du, *g = m->acts->lora_tmp;
@@ -1691,7 +1925,7 @@ static int column_input_grad(aa_gpt_t *m) {
  * acts->lngrad + at, zeroed, to be summed over the group by
  * sum_ln_grads. */
 static float *ln_grads(aa_gpt_t *m, float *g, int at) {
-  if (!m->sp) return g;
+  if (!m->sp || !g) return g; /* a frozen base (LoRA) has none */
   float *d = m->acts->lngrad + at;
   m->ops->memset0(d, 2 * (size_t)m->d.C * sizeof(float));
   return d;
@@ -1700,7 +1934,7 @@ static float *ln_grads(aa_gpt_t *m, float *g, int at) {
 /* Sequence parallelism: the n LayerNorm gradients in acts->lngrad summed
  * over the group and added to g[k] (2C elements each). */
 static int sum_ln_grads(aa_gpt_t *m, float *g[], int n) {
-  if (!m->sp) return 0;
+  if (!m->sp || !g[0]) return 0; /* a frozen base (LoRA): nothing to sum */
   size_t C2 = 2 * (size_t)m->d.C;
   int rc = tp_all_reduce(m, m->acts->lngrad, (size_t)n * C2);
   if (rc) return aa_error_wrap(rc, "summing the LayerNorm gradients");

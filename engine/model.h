@@ -491,15 +491,49 @@ void aa_gpt_cp_positions(int seq_len, int c, int r, int pos0[2]);
  * aa_gpt_lora_offset is A's first element, B follows r in elements on.
  * Under bf16 the base is held in params16 alone (no fp32 copy), widened a
  * block at a time; the adapters stay fp32. This slice builds it on the CPU
- * backend, fp32 or bf16, without a tensor, pipeline or context group and at
- * ZeRO 0 (a data-parallel trainer averages lora_grads itself);
- * aa_gpt_create refuses the rest (fp16, ZeRO, tp, pp, cp, cuda) by name. */
+ * backend, fp32 or bf16, at ZeRO 0 (a data- or context-parallel trainer
+ * averages lora_grads over the replicas itself), with a tensor, a pipeline
+ * and a context group; aa_gpt_create refuses the rest (fp16, ZeRO, cuda)
+ * by name.
+ *
+ * A rank holds the adapters of its pipeline place's blocks, each target
+ * cut as its base layer (Megatron's): a column-parallel target (q, k, v,
+ * qkv, gate, up, fc) A whole and B's rows of the rank's output slice, a
+ * row-parallel one (o/proj, down, fcproj) A's columns of the rank's input
+ * slice and B whole (aa_lora_shape at tp). m->lora is those, block-major
+ * in the same order (at tp 1 and pp 1 exactly aa_gpt_lora_offset's
+ * layout); aa_gpt_lora_put and _get convert from and to the whole model's
+ * layout (checkpoints, initialisation). The forward needs no collective
+ * of its own; the halves every tensor rank holds whole get one gradient
+ * term per rank, summed over the tensor group once a step by
+ * aa_gpt_lora_reduce_grads (model.c lora_backward says why that is the
+ * cheapest), after which they are the same bits on every rank. */
 size_t aa_gpt_lora_offset(const aa_arch_t *a, int l, int t);
 /* PEFT's initialisation from seed: A Kaiming-uniform (a = sqrt(5): U(-1 /
  * sqrt(in), 1 / sqrt(in))), B zeros; drawn on the host, uploaded. */
 int aa_gpt_lora_init(aa_gpt_t *m, uint64_t seed);
 /* Zeroes m->lora_grads. */
 void aa_gpt_lora_zero_grad(aa_gpt_t *m);
+/* The whole model's adapter count (every block, tp 1): a checkpoint's. */
+size_t aa_gpt_lora_whole_numel(const aa_arch_t *a);
+/* The rank's slice of whole (host, the whole model's layout; borrowed)
+ * into dst (backend memory of m->lora's layout and count: m->lora, its
+ * gradient, or a buffer of the optimizer's). Local, no collective. */
+int aa_gpt_lora_put(aa_gpt_t *m, float *dst, const float *whole);
+/* The whole model's adapters into whole (host, aa_gpt_lora_whole_numel
+ * floats, every rank) from every rank's src (m->lora's layout): a
+ * collective over the tensor and then the pipeline group (sums in which
+ * one rank contributes each element: exact). */
+int aa_gpt_lora_get(aa_gpt_t *m, const float *src, float *whole);
+/* Sums the replicated halves of lora_grads (column targets' A, row
+ * targets' B) over the tensor group, packed into one collective; nothing
+ * at tp 1. Once a step, after the backward passes and before the norm. */
+int aa_gpt_lora_reduce_grads(aa_gpt_t *m);
+/* The squared L2 norm of the whole model's adapter gradient into *out:
+ * the rank's split halves summed over the tensor group, the replicated
+ * ones counted once, then summed over the pipeline group (collectives over
+ * both groups; at tp 1 and pp 1 the rank's buffer, in double). */
+int aa_gpt_lora_grad_squares(aa_gpt_t *m, double *out);
 
 /* Finds a tensor by name; NULL if none. */
 const aa_tensor_desc_t *aa_gpt_tensor(const aa_gpt_t *m, const char *name);

@@ -211,7 +211,7 @@ static int save_checkpoint(trainer_t *t, const char *name) {
   t->state.scaler_last_overflow = t->scaler.last_overflow;
   t->state.scaler_hysteresis_left = t->scaler.hysteresis_left;
   t->state.skipped_steps = t->scaler.skipped;
-  if (t->lora) { /* the adapters alone (lora.h), whole: rank 0 writes, the moments gathered */
+  if (t->lora) { /* the adapters alone (lora.h), whole: replica 0's ranks write, the moments gathered */
     const int w = t->spec->train.weights_only;
     int rc = aa_lora_save(path, t->model, w ? NULL : &t->lopt, w ? NULL : &t->state, t->rank == 0);
     if (!rc && !t->rank) fprintf(t->log, "checkpoint %s (step %d, LoRA adapters)\n", path, t->state.step);
@@ -646,7 +646,7 @@ static int pipeline_step(trainer_t *t, double scale, float *loss) {
                          o->chunk);
   }
   double t0 = aa_now();
-  if (t->embed && aa_comm_world(t->embed) > 1) {
+  if (t->embed && aa_comm_world(t->embed) > 1 && !t->lora) { /* LoRA: the embedding is frozen */
     size_t off, cnt;
     aa_gpt_unit(m, 0, &off, &cnt);
     float *g = (float *)m->grads.data + off;
@@ -765,7 +765,10 @@ static int train_step(trainer_t *t, float lr, float *loss, float *norm, int *ski
     *loss = (float)(sum / t->accum);
   }
   double t0 = aa_now();
-  if ((t->pp > 1 && (rc = aa_zero_reduce_grads(&t->zero, m))) || (rc = global_mean(t, loss))) return rc;
+  /* LoRA: the adapters' gradient was summed over the tensor group and
+   * averaged over the data group by aa_lora_reduce; no ZeRO hooks. */
+  if ((t->pp > 1 && !t->lora && (rc = aa_zero_reduce_grads(&t->zero, m))) || (rc = global_mean(t, loss)))
+    return rc;
   int skip = fp16 || t->strat.skip_if_nonfinite;
   if ((rc = t->lora ? aa_lora_step(&t->lopt, m, &t->spec->train, lr, scale, skip, norm)
                     : aa_zero_step(&t->zero, m, &t->spec->train, lr, scale, skip, norm)) < 0)

@@ -187,6 +187,18 @@ static double moe_layer(const aa_arch_t *a, int tp, int l) {
   return aa_arch_is_moe_layer(a, l) ? 1 : 0;
 }
 
+/* A block's LoRA adapter elements that every tensor rank holds whole: a
+ * column target's A (r, in), a row target's B (out, r). */
+static uint64_t lora_replicated(const aa_arch_t *a) {
+  uint64_t n = 0;
+  for (int t = 0; a->lora.r && t < AA_LORA_NTARGETS; t++) {
+    int in, out, row;
+    aa_lora_shape(a, t, 1, &in, &out, &row);
+    if (a->lora.targets >> t & 1) n += (uint64_t)a->lora.r * (uint64_t)(row ? out : in);
+  }
+  return n;
+}
+
 /* The tensor group's collectives per step (cost.h) on place p: its
  * blocks, the embedding's calls on the first stage, the final
  * LayerNorm's and the cross-entropy's on the last. An MoE block's experts
@@ -221,9 +233,14 @@ static void tensor_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_
     add(g, AA_COST_ALL_REDUCE, A * ins, NC, f4);
     add(g, AA_COST_REDUCE_SCATTER, A * (e + reduce + f + outs), NC, f4);
     add(g, AA_COST_ALL_GATHER, A * (6 * L + 2 * f + e + 2 * k), NC, f4);
-    add(g, AA_COST_ALL_REDUCE, A * L, 4 * C, f4);
-    add(g, AA_COST_ALL_REDUCE, A * f, 2 * C, f4);
+    if (!a->lora.r) { /* the LayerNorms' gradients (LoRA: frozen, none) */
+      add(g, AA_COST_ALL_REDUCE, A * L, 4 * C, f4);
+      add(g, AA_COST_ALL_REDUCE, A * f, 2 * C, f4);
+    }
   }
+  /* LoRA: the replicated halves' gradient terms summed once a step
+   * (engine/model.h aa_gpt_lora_reduce_grads). */
+  if (a->lora.r) add(g, AA_COST_ALL_REDUCE, 1, L * lora_replicated(a), f4);
   add(g, AA_COST_ALL_GATHER, A * f, 3 * N * t, f4); /* the cross-entropy's max, sum and target logit */
   add(g, AA_COST_ALL_REDUCE, 1, 1, f4);             /* the gradient norm */
 }

@@ -184,13 +184,13 @@ static aa_axis_t rest_axis(void) {
 
 /* The methods the pool leaves out: the caller's, and what the engine does
  * not run for the model: context parallelism with MoE layers that drop
- * past a capacity factor (dropless ones it runs); with LoRA adapters
- * everything but data parallelism (any ZeRO stage, any amp)
- * (docs/model-spec.md "moe", "lora"). */
+ * past a capacity factor (dropless ones it runs); nothing for LoRA
+ * adapters, which it trains at every layout and precision, with ZeRO over
+ * them only without tensor and pipeline parallelism (aa_space_each
+ * leaves those out; docs/model-spec.md "moe", "lora"). */
 static unsigned excluded(const aa_space_pool_t *p) {
   unsigned ex = p->exclude;
   if (p->arch && p->arch->moe.experts > 0 && p->arch->moe.capacity_factor > 0) ex |= AA_SPACE_EX_CP;
-  if (p->arch && p->arch->lora.r > 0) ex |= AA_SPACE_EX_TP | AA_SPACE_EX_SP | AA_SPACE_EX_PP | AA_SPACE_EX_CP;
   return ex;
 }
 
@@ -388,6 +388,11 @@ size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void 
         pool->arch && pool->arch->moe.experts && tp > 1 && pool->arch->moe.d_ff_expert % tp == 0 ? 2 : 1;
     if (pp > 1)
       while (nzero > 0 && zeros[nzero - 1] >= 2)
+        nzero--;
+    /* LoRA: ZeRO over the adapters runs without tensor and pipeline
+     * groups (engine/model.c lora_supported). */
+    if (pool->arch && pool->arch->lora.r && (tp > 1 || pp > 1))
+      while (nzero > 0 && zeros[nzero - 1] >= 1)
         nzero--;
     size_t nshape = pipeline_shapes(shapes, &l, pool);
     for (size_t h = 0; h < nshape; h++) {

@@ -535,10 +535,10 @@ AA_TEST(an_moe_model_searches_every_axis_with_expert_degrees_context_only_drople
 }
 
 /* A LoRA fine-tune (issue 36) searches what the engine trains adapters
- * with: its dense twin's candidates that are data parallel only, at every
- * ZeRO stage and in every precision, fp16 too (counted here from the
- * twin's). */
-AA_TEST(a_lora_model_searches_data_parallel_only) {
+ * with: its dense twin's candidates, every parallel layout, every
+ * precision (fp16 too), ZeRO 1-3 only where the tensor and pipeline
+ * degrees are 1 (counted here from the twin's). */
+AA_TEST(a_lora_model_searches_every_layout_with_zero_only_without_tp_and_pp) {
   aa_arch_t a = small_llama();
   aa_arch_t dense = a;
   a.lora.r = 4;
@@ -551,8 +551,8 @@ AA_TEST(a_lora_model_searches_data_parallel_only) {
   CHECK(aa_space_enumerate(twin, NULL, nd, &pool) == nd);
   size_t want = 0;
   for (size_t i = 0; i < nd; i++)
-    want += twin[i].degree[AA_AXIS_TENSOR] == 1 && twin[i].degree[AA_AXIS_PIPELINE] == 1 &&
-            twin[i].degree[AA_AXIS_CONTEXT] == 1;
+    want +=
+        twin[i].zero == 0 || (twin[i].degree[AA_AXIS_TENSOR] == 1 && twin[i].degree[AA_AXIS_PIPELINE] == 1);
   free(twin);
   pool.arch = &a;
   const size_t n = aa_space_enumerate(NULL, NULL, 0, &pool);
@@ -560,16 +560,20 @@ AA_TEST(a_lora_model_searches_data_parallel_only) {
   aa_strategy_t *out = calloc(n ? n : 1, sizeof *out);
   if (!out) abort();
   CHECK(aa_space_enumerate(out, NULL, n, &pool) == n);
-  int dp_seen = 0, zero_seen = 0, fp16_seen = 0;
+  int seen[AA_AXES] = {0}, sp = 0, zero_seen = 0, fp16_seen = 0;
   for (size_t i = 0; i < n; i++) {
-    CHECK(out[i].degree[AA_AXIS_TENSOR] == 1 && out[i].degree[AA_AXIS_PIPELINE] == 1 &&
-          out[i].degree[AA_AXIS_CONTEXT] == 1);
-    if (out[i].degree[AA_AXIS_DATA] > dp_seen) dp_seen = out[i].degree[AA_AXIS_DATA];
+    CHECK(out[i].zero == 0 || (out[i].degree[AA_AXIS_TENSOR] == 1 && out[i].degree[AA_AXIS_PIPELINE] == 1));
+    for (int x = 0; x < AA_AXES; x++)
+      if (out[i].degree[x] > seen[x]) seen[x] = out[i].degree[x];
+    sp |= out[i].sp;
     zero_seen |= 1 << out[i].zero;
     fp16_seen |= out[i].amp == AA_F16;
   }
   free(out);
-  CHECK_MSG(dp_seen == 4, "the largest data degree %d, want 4", dp_seen);
+  CHECK_MSG(seen[AA_AXIS_DATA] == 4 && seen[AA_AXIS_TENSOR] > 1 && seen[AA_AXIS_PIPELINE] > 1 &&
+                seen[AA_AXIS_CONTEXT] > 1 && sp,
+            "the largest data, tensor, pipeline and context degrees %d, %d, %d, %d, sequence parallel %d",
+            seen[AA_AXIS_DATA], seen[AA_AXIS_TENSOR], seen[AA_AXIS_PIPELINE], seen[AA_AXIS_CONTEXT], sp);
   CHECK_MSG(zero_seen == 0xf && fp16_seen, "ZeRO stages seen %#x, fp16 %d", zero_seen, fp16_seen);
 }
 
@@ -693,7 +697,7 @@ int main(void) {
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
   RUN(methods_of_a_strategy_are_named_as_exclude_names_them);
   RUN(an_moe_model_searches_every_axis_with_expert_degrees_context_only_dropless);
-  RUN(a_lora_model_searches_data_parallel_only);
+  RUN(a_lora_model_searches_every_layout_with_zero_only_without_tp_and_pp);
   RUN(include_names_keep_only_candidates_that_use_them);
   RUN(a_method_both_included_and_excluded_is_refused);
   RUN(unmet_included_methods_are_named);
