@@ -1210,11 +1210,14 @@ AA_TEST(ring_attention_blocks_match_cpu) {
  * token differently; the routing map and its statistics must then be
  * identical. Output and gradients are GEMM-based (relative to max|ref|),
  * the losses double sums of the same values (1e-5 relative), the routing
- * weights per element. The GPU backward runs twice: bit-identical. */
-static void moe_case(int N, int C, int E, int k, int F, int S, float cap) {
+ * weights per element. The GPU backward runs twice: bit-identical. raw:
+ * the routing weights are the chosen probabilities as they are (Qwen-MoE's
+ * norm_topk_prob false), on both maps. */
+static void moe_case(int N, int C, int E, int k, int F, int S, float cap, int raw) {
   size_t nx = (size_t)N * C, nr = (size_t)E * C, n13 = (size_t)E * 2 * F * C, n2 = (size_t)E * C * F;
   size_t ns13 = (size_t)S * 2 * F * C, ns2 = (size_t)S * C * F, slots = (size_t)N * k, ne = (size_t)N * E;
-  fprintf(stderr, "  moe N %d C %d E %d k %d F %d S %d capacity factor %g\n", N, C, E, k, F, S, cap);
+  fprintf(stderr, "  moe N %d C %d E %d k %d F %d S %d capacity factor %g%s\n", N, C, E, k, F, S, cap,
+          raw ? ", raw top-k" : "");
   float *x = frand(nx, -1, 1), *wr = frand(nr, -1, 1), *w13 = frand(n13, -0.3f, 0.3f);
   float *w2 = frand(n2, -0.3f, 0.3f), *ws13 = frand(ns13, -0.3f, 0.3f), *ws2 = frand(ns2, -0.3f, 0.3f);
   float *dout = frand(nx, -1, 1);
@@ -1229,6 +1232,7 @@ static void moe_case(int N, int C, int E, int k, int F, int S, float cap) {
   aa_moe_route_t r;
   aa_moe_stats_t st;
   if (aa_cpu_moe_route_alloc(&r, N, E, k)) abort();
+  r.raw = raw;
   aa_cpu_moe_router_forward(logits, probs, x, wr, N, C, E);
   CHECK(aa_cpu_moe_route(&r, &st, logits, probs, cap) == 0);
   aa_cpu_moe_permute(xp, x, &r, C);
@@ -1268,6 +1272,7 @@ static void moe_case(int N, int C, int E, int k, int F, int S, float cap) {
   aa_moe_stats_t gst;
   int32_t *hoff = xmalloc((size_t)(E + 1) * 4);
   if (aa_cuda_moe_route_alloc(&gr, N, E, k)) abort();
+  gr.raw = raw;
   CHECK(aa_cuda_moe_route(&gr, hoff, &gst, g_logits, g_probs, cap) == 0);
   int32_t *ti = xmalloc(slots * 4);
   dget(ti, gr.expert, slots * 4);
@@ -1342,11 +1347,14 @@ static void moe_case(int N, int C, int E, int k, int F, int S, float cap) {
 
 /* Dropless with a shared expert, then capacity factor 0.5 with none (N = 97
  * tokens over E = 6 experts, top-2: capacity ceil(0.5 * 97 * 2 / 6) = 17,
- * so at most 102 of the 194 slots are kept, whatever the routing). */
+ * so at most 102 of the 194 slots are kept, whatever the routing), then
+ * both with raw top-k weights. */
 AA_TEST(moe_ops_match_cpu) {
   NEED_GPU();
-  moe_case(97, 40, 6, 2, 24, 1, 0.0f);
-  moe_case(97, 40, 6, 2, 24, 0, 0.5f);
+  moe_case(97, 40, 6, 2, 24, 1, 0.0f, 0);
+  moe_case(97, 40, 6, 2, 24, 0, 0.5f, 0);
+  moe_case(97, 40, 6, 2, 24, 1, 0.0f, 1);
+  moe_case(97, 40, 6, 2, 24, 0, 0.5f, 1);
 }
 
 int main(void) {

@@ -16,6 +16,7 @@
  *  - the losses: one block, fixed per-thread slices summed in double in
  *    thread order.
  * No atomics: every result is deterministic on one GPU and toolkit. */
+#include "../moe_ops.h"
 #include "../moe_topk.h"
 #include "cuda_common.cuh"
 #include "cuda_moe.h"
@@ -87,15 +88,19 @@ extern "C" int aa_cuda_moe_router_forward(float *logits, float *probs, const flo
 }
 
 // expert(N,k), weight(N,k): k argmax passes over the logits (strict >: the
-// lower index wins a tie), then the probabilities renormalised; one thread a token
+// lower index wins a tie), then the probabilities renormalised, or kept as
+// they are when raw (norm_topk_prob false); one thread a token
 __global__ void moe_topk_kernel(int32_t *expert, float *weight, const float *logits, const float *probs,
-                                int N, int E, int k) {
+                                int N, int E, int k, int raw) {
   int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
   const float *l = logits + (size_t)n * E, *p = probs + (size_t)n * E;
   int32_t *ex = expert + (size_t)n * k;
   float *w = weight + (size_t)n * k;
   aa_moe_topk(ex, w, l, p, E, k);
+  if (raw)
+    for (int j = 0; j < k; j++)
+      w[j] = p[ex[j]];
 }
 
 // counts(E): slots routed to each expert, one thread an expert
@@ -148,7 +153,7 @@ extern "C" int aa_cuda_moe_route(aa_moe_route_t *r, int32_t *host_offsets, aa_mo
   }
   unsigned eb = aa__cuda_blocks((size_t)E, MOE_THREADS);
   moe_topk_kernel<<<aa__cuda_blocks((size_t)N, MOE_THREADS), MOE_THREADS, 0, ctx->stream>>>(
-      r->expert, r->weight, logits, probs, N, E, k);
+      r->expert, r->weight, logits, probs, N, E, k, r->raw);
   AA_CUDA_LAUNCHED();
   moe_count_kernel<<<eb, MOE_THREADS, 0, ctx->stream>>>(r->counts, r->expert, slots, E);
   AA_CUDA_LAUNCHED();
@@ -428,12 +433,13 @@ extern "C" int aa_cuda_moe_losses(float *aux, float *z, const float *logits, con
   return 0;
 }
 
-// dlogits(N,E), overwritten: the gradient through the renormalisation, the
+// dlogits(N,E), overwritten: the gradient through the renormalisation (none
+// when raw: the weight is the probability itself), the
 // softmax, the aux loss and the z-loss (formulas in cpu_moe.c); one thread a
 // token, dp_e formed on the fly (E may be too large for a per-thread array)
 __global__ void moe_dlogits_kernel(float *dlogits, const float *dweight, const float *logits,
                                    const float *probs, const int32_t *expert, const float *weight,
-                                   const int32_t *counts, int N, int E, int k, float aux_scale,
+                                   const int32_t *counts, int N, int E, int k, int raw, float aux_scale,
                                    float z_scale) {
   int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
@@ -450,7 +456,7 @@ __global__ void moe_dlogits_kernel(float *dlogits, const float *dweight, const f
   for (int e = 0; e < E; e++) {
     float dp = aux_scale * (float)counts[e];
     for (int j = 0; j < k; j++)
-      if (ex[j] == e) dp += (dw[j] - wdw) / s;
+      if (ex[j] == e) dp += raw ? dw[j] : (dw[j] - wdw) / s;
     dl[e] = dp;
     pdp += p[e] * dp;
   }
@@ -468,7 +474,33 @@ extern "C" int aa_cuda_moe_router_backward(float *dx, float *dwr, float *dlogits
   float aux_scale = (float)((double)dloss * aux_coef * E / ((double)N * N));
   float z_scale = (float)(2.0 * dloss * z_coef / N);
   moe_dlogits_kernel<<<aa__cuda_blocks((size_t)N, MOE_THREADS), MOE_THREADS, 0, ctx->stream>>>(
-      dlogits, dweight, logits, probs, r->expert, r->weight, r->counts, N, E, r->k, aux_scale, z_scale);
+      dlogits, dweight, logits, probs, r->expert, r->weight, r->counts, N, E, r->k, r->raw, aux_scale,
+      z_scale);
   AA_CUDA_LAUNCHED();
   return aa__cuda_matmul_backward(dx, dwr, NULL, dlogits, x, wr, N, C, E);
 }
+
+/* ------------------------------------------------------------ the op table */
+
+/* kernels/moe_ops.h's, for cuda_ops.cu's aa_ops_t. Positional (nvcc's C++17
+ * has no designated initializers), in the order of aa_moe_ops_t's fields.
+ * Qwen-MoE's gated shared experts have no CUDA op yet: the engine refuses
+ * them on this backend. */
+extern "C" const aa_moe_ops_t aa__cuda_moe_ops = {
+    aa_cuda_moe_route_alloc,
+    aa_cuda_moe_route_free,
+    aa_cuda_moe_router_forward,
+    aa_cuda_moe_route,
+    aa_cuda_moe_permute,
+    aa_cuda_moe_permute_backward,
+    aa_cuda_moe_unpermute,
+    aa_cuda_moe_unpermute_backward,
+    aa_cuda_moe_experts_forward,
+    aa_cuda_moe_experts_backward,
+    aa_cuda_moe_shared_forward,
+    aa_cuda_moe_shared_backward,
+    NULL, /* shared_gate_forward */
+    NULL, /* shared_gate_backward */
+    aa_cuda_moe_losses,
+    aa_cuda_moe_router_backward,
+};

@@ -2,9 +2,12 @@
  * layouts as the CPU's (kernels/cpu/cpu_moe.h, whose comments are the
  * contract), on DEVICE pointers, enqueued on the backend's stream
  * (cuda_backend.h), each returning 0 or the backend's sticky error code.
- * Not in ops.h's table, for cpu_moe.h's reason. Written without a GPU to run
- * on: tests/test_cuda_ops.c compares every op with the CPU's, and skips
- * without a GPU.
+ * The engine reaches them through the backend table's moe entry
+ * (kernels/moe_ops.h, aa__cuda_moe_ops); Qwen-MoE's gated shared experts
+ * have no CUDA op yet. Written without a GPU to run on:
+ * tests/test_cuda_ops.c compares every op with the CPU's, and skips without
+ * a GPU; scripts/gpu-check.sh's moe_train step trains the MoE test model on
+ * cuda:0 against the CPU.
  *
  * Differences from the CPU functions, all about where things live:
  *  - a routing map's arrays are device memory (aa_cuda_moe_route_alloc);
