@@ -502,10 +502,9 @@ static const aa_gpt_opts_t default_opts = {.amp = AA_F32, .ckpt = AA_CKPT_NONE};
 
 /* Whether the engine computes arch's MoE blocks under these options:
  * through the backend's MoE table (kernels/moe_ops.h), on one process,
- * data, expert, pipeline or tensor parallel; on a backend other than the
- * CPU not under expert parallelism (the dispatcher moves rows in host
- * memory), and not with an op the backend's table lacks (CUDA: the gated
- * shared experts). 0 for a dense model. */
+ * data, expert, pipeline or tensor parallel, and not with an op the
+ * backend's table lacks (CUDA: the gated shared experts). 0 for a dense
+ * model. */
 static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_opts_t *o) {
   const int ep = o->expert ? aa_comm_world(o->expert) : 1;
   if (ep > 1 && (!a->moe.experts || a->moe.experts % ep))
@@ -526,11 +525,6 @@ static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_o
                     "model.moe: the %s backend does not compute Qwen-MoE's gated shared experts "
                     "(moe.shared_expert_gate) yet; the cpu backend does",
                     ops->name);
-  if (ep > 1 && ops != aa_ops_cpu())
-    return aa_error(AA_EUNSUPPORTED,
-                    "model.moe: expert parallelism (parallel.expert %d) runs on the cpu backend only so far: "
-                    "its dispatcher moves rows in host memory, not the %s backend's",
-                    ep, ops->name);
   return 0;
 }
 
@@ -593,6 +587,9 @@ static int moe_alloc(aa_gpt_t *m, const aa_act_layout_t *l) {
       rc = aa_moe_dispatch_init(&m->dispatch[i], m->opts.expert, a->moe.experts,
                                 m->ep * m->B * m->T * a->moe.top_k, (int)m->acts->moe_off.rows,
                                 4 * (size_t)m->d.C + 3 * (size_t)a->moe.d_ff_expert, m->opts.mem);
+    /* The block's row buffers are the backend's memory (CUDA: device
+     * memory, moved by the expert group's NCCL all-to-all). */
+    if (!rc && m->dispatch) rc = aa_moe_dispatch_backend(&m->dispatch[i], m->ops);
   }
   if (rc) return rc;
   aa_mem_charge(m->opts.mem, AA_MEM_ACTS, l->host);

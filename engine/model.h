@@ -55,11 +55,11 @@
  * input and the 16-bit weights, its output and input gradient rounded
  * like every block's); selective checkpointing keeps them all, full
  * recomputes them in the workspace with the same routing. Computed
- * through the backend's MoE table (kernels/moe_ops.h): on the CPU on one
- * process, data, expert, pipeline or tensor parallel; on CUDA the same
- * but expert parallelism (the dispatcher moves rows in host memory) and
- * Qwen-MoE's gated shared experts (no CUDA op). aa_gpt_create refuses
- * those, and context parallelism, for an MoE model by name. A pipeline stage routes each micro-batch in
+ * through the backend's MoE table (kernels/moe_ops.h): on one process,
+ * data, expert, pipeline or tensor parallel, the dispatcher's rows in the
+ * backend's memory (aa_moe_dispatch_backend); on CUDA not Qwen-MoE's gated
+ * shared experts (no CUDA op). aa_gpt_create refuses those, and context
+ * parallelism, for an MoE model by name. A pipeline stage routes each micro-batch in
  * flight into its slot's routing map (route_sets). Under tensor parallelism the router and experts are whole
  * on every tensor rank (Megatron's expert_tensor_parallel_size 1), which routes the same tokens (gathered
  * first under sequence parallelism, its own rows of the output kept) and

@@ -162,8 +162,8 @@ typedef aa_plan_rank_t plan_t;
  * up to the pool's, so their count is bounded here. */
 static int plan_pool(const plan_args_t *a, const aa_calib_t *c, uint64_t memory,
                      const aa_predict_pool_t *pool, plan_t *out) {
-  /* A pool of GPUs trains MoE layers without expert parallelism (as the
-   * planner's search measures them: search.c). */
+  /* A pool of GPUs plans MoE layers without expert parallelism, as the
+   * planner's search measures them (search.c: not yet run on GPUs). */
   const aa_space_pool_t sp = {.devices = a->devices,
                               .global_batch = a->spec.train.global_batch,
                               .cuda = a->cuda,

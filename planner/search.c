@@ -92,8 +92,9 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
                     "search: the strategy to start from (%d ranks) needs more than the pool's %d devices",
                     (int)aa_strategy_world(from), devices);
   /* What exists, in the order to try it: strategies/space.h. The cuda
-   * engine runs MoE layers without expert parallelism (engine/model.c
-   * moe_supported): a GPU pool does not measure it. */
+   * engine's expert parallelism (the dispatcher's device-memory moves over
+   * NCCL's all-to-all) is built but has never run on GPUs: a GPU pool does
+   * not spend its dry runs on it yet. */
   const aa_space_pool_t pool = {.devices = devices,
                                 .global_batch = spec->train.global_batch,
                                 .cuda = s->cuda,

@@ -73,7 +73,7 @@ AA_TEST(enumeration_is_amp_by_checkpoint_by_micro_batch_larger_first) {
 }
 
 /* An MoE model's search: CPU pools try expert parallelism; GPU pools do
- * not (the cuda engine refuses it, engine/model.c moe_supported) but keep
+ * not (built for the cuda engine, never run on GPUs: search.c) but keep
  * every other strategy of the model. */
 AA_TEST(gpu_pools_leave_expert_parallelism_out_for_moe) {
   aa_model_spec_t spec;
