@@ -584,8 +584,8 @@ aa_gc_step_auto() {
 
 # The steps of run, in their order.
 AA_GC_STEPS="cuda_device cuda_ops reference_gpt2_cuda reference_llama_cuda reference_moe_cuda reference_moe2_cuda
-generate_cuda cuda_train moe_train bench_cuda_ops bench_cuda_train calib plan_compare auto_tiny nccl_group nccl_hosts
-nccl_all_to_all"
+reference_qwen_cuda generate_cuda cuda_train moe_train bench_cuda_ops bench_cuda_train calib plan_compare auto_tiny
+nccl_group nccl_hosts nccl_all_to_all"
 aa_gc_only=""
 
 # aa_gc_step NAME CMD...: CMD, unless --only leaves the step NAME out.
@@ -711,6 +711,7 @@ aa_gc_run() {
     aa_gc_step reference_llama_cuda aa_gc_test reference_llama_cuda 60 "" test_reference llama cuda
     aa_gc_step reference_moe_cuda aa_gc_test reference_moe_cuda 60 "" test_reference moe cuda
     aa_gc_step reference_moe2_cuda aa_gc_test reference_moe2_cuda 60 "" test_reference moe2 cuda
+    aa_gc_step reference_qwen_cuda aa_gc_test reference_qwen_cuda 60 "" test_reference qwen cuda
     aa_gc_step generate_cuda aa_gc_test generate_cuda 60 cuda test_generate
     aa_gc_step cuda_train aa_gc_test cuda_train 90 "" test_cuda_train
     aa_gc_step moe_train aa_gc_test moe_train 90 "" test_cuda_train moe

@@ -21,8 +21,9 @@
  *   test_cuda_train moe    the same checks on a llama with MoE layers (ctest
  *                          test_cuda_train_moe, scripts/gpu-check.sh's
  *                          moe_train): Mixtral's routing with a shared
- *                          expert, and Qwen-MoE's raw top-k with a
- *                          capacity factor, in fp32 at TOL_F32. The MoE
+ *                          expert, and Qwen-MoE's raw top-k and gated
+ *                          shared expert with a capacity factor, in fp32
+ *                          at TOL_F32. The MoE
  *                          block computes in fp32 on both backends (never
  *                          16-bit GEMM inputs: engine/model.c moe_forward;
  *                          TF32 off, the default), so its GEMMs differ by the same
@@ -48,6 +49,7 @@
 #include "engine/data.h"
 #include "engine/model.h"
 #include "engine/train.h"
+#include "kernels/moe_ops.h"
 #include "strategies/strategy.h"
 
 #ifdef AA_HAVE_CUDA
@@ -167,30 +169,46 @@ AA_TEST(moe_training_matches_cpu_and_is_deterministic) {
   matches_cpu_peak(AA_F32, TOL_F32, "moe_fp32", 0);
 }
 
-/* Qwen-MoE's raw top-k (norm_topk_prob false) with a capacity factor that
- * drops slots (the same ones on both backends: the counting sort keeps
- * token order), every other block an MoE block. */
-AA_TEST(moe_raw_topk_with_capacity_matches_cpu) {
+/* Qwen-MoE's block: raw top-k (norm_topk_prob false), a shared expert
+ * behind its sigmoid gate, with a capacity factor that drops slots (the
+ * same ones on both backends: the counting sort keeps token order), every
+ * other block an MoE block. */
+AA_TEST(moe_qwen_gate_raw_topk_with_capacity_matches_cpu) {
   NEED_GPU();
-  moe_json = "{\"experts\": 4, \"top_k\": 2, \"d_ff_expert\": 64, \"norm_topk_prob\": false, "
-             "\"capacity_factor\": 1.0, \"every\": 2, \"aux_loss_coef\": 0.01, \"z_loss_coef\": 0.001}";
-  matches_cpu_peak(AA_F32, TOL_F32, "moe_raw_capacity", 0);
+  moe_json =
+      "{\"experts\": 4, \"top_k\": 2, \"d_ff_expert\": 64, \"shared_experts\": 1, "
+      "\"shared_expert_gate\": true, \"norm_topk_prob\": false, \"capacity_factor\": 1.0, \"every\": 2, "
+      "\"aux_loss_coef\": 0.01, \"z_loss_coef\": 0.001}";
+  matches_cpu_peak(AA_F32, TOL_F32, "moe_qwen", 0);
 }
 
-/* What the cuda engine does not compute for an MoE model (Qwen-MoE's
- * gated shared experts) is refused by name when the model is built, before
- * any device memory is touched: this one runs without a GPU too. */
+/* The CUDA backend's MoE table has every op, so the engine refuses no MoE
+ * option on it (engine/model.c moe_supported): this one runs without a GPU
+ * too. */
 #ifdef AA_HAVE_CUDA
-AA_TEST(moe_shared_gate_is_refused_on_cuda) {
-  moe_json = "{\"experts\": 4, \"top_k\": 2, \"d_ff_expert\": 64, \"shared_experts\": 1, "
-             "\"shared_expert_gate\": true}";
-  aa_model_spec_t s;
-  small_spec(&s);
-  aa_gpt_t *m = NULL;
-  int rc = aa_gpt_create(&m, &s.arch, aa_ops_cuda(), 1, 8, NULL);
-  CHECK_MSG(rc == AA_EUNSUPPORTED && strstr(aa_last_error(), "gated shared experts"), "%d %s", rc,
-            aa_last_error());
-  CHECK(m == NULL);
+AA_TEST(moe_cuda_table_is_complete) {
+  const aa_moe_ops_t *t = aa_ops_cuda()->moe;
+  CHECK(t == &aa__cuda_moe_ops);
+  if (!t) return;
+  const void *ops[] = {(const void *)t->route_alloc,
+                       (const void *)t->route_free,
+                       (const void *)t->router_forward,
+                       (const void *)t->route,
+                       (const void *)t->permute,
+                       (const void *)t->permute_backward,
+                       (const void *)t->unpermute,
+                       (const void *)t->unpermute_backward,
+                       (const void *)t->experts_forward,
+                       (const void *)t->experts_backward,
+                       (const void *)t->shared_forward,
+                       (const void *)t->shared_backward,
+                       (const void *)t->shared_gate_forward,
+                       (const void *)t->shared_gate_backward,
+                       (const void *)t->losses,
+                       (const void *)t->router_backward};
+  _Static_assert(sizeof ops == sizeof *t, "every entry of aa_moe_ops_t is listed");
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    CHECK_MSG(ops[i] != NULL, "entry %zu is NULL", i);
 }
 #endif
 
@@ -297,9 +315,9 @@ int main(int argc, char **argv) {
   }
   if (moe) {
     RUN(moe_training_matches_cpu_and_is_deterministic);
-    RUN(moe_raw_topk_with_capacity_matches_cpu);
+    RUN(moe_qwen_gate_raw_topk_with_capacity_matches_cpu);
 #ifdef AA_HAVE_CUDA
-    RUN(moe_shared_gate_is_refused_on_cuda);
+    RUN(moe_cuda_table_is_complete);
 #endif
   } else {
     RUN(fp32_training_matches_cpu_and_is_deterministic);
