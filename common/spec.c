@@ -473,13 +473,7 @@ int aa_spec_require_planned(const aa_model_spec_t *s, bool cuda, const char *wha
                     "process or data parallel) and plans them from a device profile, but the cuda backend "
                     "does not train them yet (docs/model-spec.md \"lora\")",
                     what, s->name);
-  if (!s->arch.moe.experts) return 0;
-  return aa_error(AA_EUNSUPPORTED,
-                  "%s: %s has mixture-of-experts layers (model.moe): autoaccel measures and trains them on "
-                  "CPUs (data, expert, tensor or pipeline parallel) and plans them from a device profile, "
-                  "but the cuda backend does not "
-                  "compute them yet (docs/model-spec.md \"moe\")",
-                  what, s->name);
+  return 0;
 }
 
 int aa_spec_require_data(const aa_model_spec_t *s, const char *what) {

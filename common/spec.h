@@ -214,11 +214,10 @@ int aa_spec_require_data(const aa_model_spec_t *s, const char *what);
 int aa_arch_require_engine(const aa_arch_t *a, const char *what);
 
 /* Whether autoaccel can measure the spec's model on a pool of GPUs (cuda)
- * or CPUs: 0, or AA_EUNSUPPORTED "<what>: <name> has mixture-of-experts
- * layers (model.moe): ..." for an MoE model on GPUs, which the cuda
- * backend does not compute yet (CPU pools measure, search and train it,
- * data, expert, tensor or pipeline parallel), or LoRA adapters, which the
- * cuda backend does not train yet. auto, plan on a cpu:N or cuda:N pool, the
+ * or CPUs: 0, or AA_EUNSUPPORTED for LoRA adapters on GPUs, which the cuda
+ * backend does not train yet. (MoE models pass since the cuda engine
+ * computes them; the measured GPU pools leave expert parallelism out of
+ * their search: planner/search.c.) auto, plan on a cpu:N or cuda:N pool, the
  * planner's plan query and its submit (against the executor a job would
  * run on) call it. */
 int aa_spec_require_planned(const aa_model_spec_t *s, bool cuda, const char *what);

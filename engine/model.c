@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/cpu_moe.h"
+#include "kernels/moe_ops.h"
 #include "strategies/sizes.h"
 
 /* Per-block activation fields (strategies/sizes.h, which lays them out),
@@ -516,10 +516,11 @@ void aa_flatbuf_free(aa_flatbuf_t *b, aa_mem_t *mem) {
 
 static const aa_gpt_opts_t default_opts = {.amp = AA_F32, .ckpt = AA_CKPT_NONE};
 
-/* Whether the engine computes arch's MoE blocks under these options: on
- * the CPU backend (the ops are cpu_moe.h's, with a host routing map), on
- * one process, data, expert, tensor, pipeline or context parallel; under
- * context parallelism dropless only. 0 for a dense model. */
+/* Whether the engine computes arch's MoE blocks under these options:
+ * through the backend's MoE table (kernels/moe_ops.h), on one process,
+ * data, expert, tensor, pipeline or context parallel (context: dropless,
+ * on the cpu backend, whose routing map is host memory), and not with an
+ * op the backend's table lacks. 0 for a dense model. */
 static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_opts_t *o) {
   const int ep = o->expert ? aa_comm_world(o->expert) : 1;
   if (ep > 1 && (!a->moe.experts || a->moe.experts % ep))
@@ -543,10 +544,21 @@ static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_o
                     "context rank holding two chunks of each cannot reproduce; train dropless "
                     "(capacity_factor 0) or without context parallelism",
                     (double)a->moe.capacity_factor, aa_comm_world(o->context));
-  if (ops != aa_ops_cpu())
+  if (!ops->moe)
     return aa_error(AA_EUNSUPPORTED,
-                    "model.moe: the %s backend does not compute mixture-of-experts layers yet (the cpu "
+                    "model.moe: the %s backend does not compute mixture-of-experts layers (the cpu "
                     "backend does)",
+                    ops->name);
+  if (o->context && aa_comm_world(o->context) > 1 && ops != aa_ops_cpu())
+    return aa_error(AA_EUNSUPPORTED,
+                    "model.moe: mixture-of-experts layers with context parallelism on the %s backend: the "
+                    "context group's load-balancing sums read the routing map in host memory, which the cpu "
+                    "backend's is; train them without context parallelism there",
+                    ops->name);
+  if (a->moe.shared_expert_gate && !ops->moe->shared_gate_forward)
+    return aa_error(AA_EUNSUPPORTED,
+                    "model.moe: the %s backend does not compute Qwen-MoE's gated shared experts "
+                    "(moe.shared_expert_gate) yet; the cpu backend does",
                     ops->name);
   return 0;
 }
@@ -603,13 +615,15 @@ static int moe_alloc(aa_gpt_t *m, const aa_act_layout_t *l) {
   const size_t n = (size_t)a->n_layer * (size_t)m->route_sets;
   if (!(m->routes = calloc(n, sizeof *m->routes)))
     return aa_error(AA_ENOMEM, "out of memory for the routing maps");
+  if (!(m->route_offsets = calloc(n * (size_t)(a->moe.experts + 1), sizeof *m->route_offsets)))
+    return aa_error(AA_ENOMEM, "out of memory for the routing maps");
   if (m->ep > 1 && !(m->dispatch = calloc(n, sizeof *m->dispatch)))
     return aa_error(AA_ENOMEM, "out of memory for the dispatchers");
   aa_sizes_moe_acts(a, (size_t)m->B * m->T, m->ep, &m->acts->moe_off);
   for (size_t i = 0; i < n && !rc; i++) {
     const int b = (int)(i % (size_t)a->n_layer);
     if (!aa_arch_is_moe_layer(a, b) || !aa_pp_holds_unit(&m->pipe, a, AA_GPT_UNIT_BLOCK(b))) continue;
-    rc = aa_cpu_moe_route_alloc(&m->routes[i], m->B * m->T, a->moe.experts, a->moe.top_k);
+    rc = m->ops->moe->route_alloc(&m->routes[i], m->B * m->T, a->moe.experts, a->moe.top_k);
     m->routes[i].raw = a->moe.topk_raw; /* norm_topk_prob false */
     if (!rc && m->dispatch)
       /* Local rows past the buffers' room go to the dispatcher's overflow,
@@ -617,6 +631,9 @@ static int moe_alloc(aa_gpt_t *m, const aa_act_layout_t *l) {
       rc = aa_moe_dispatch_init(&m->dispatch[i], m->opts.expert, a->moe.experts,
                                 m->ep * m->B * m->T * a->moe.top_k, (int)m->acts->moe_off.rows,
                                 4 * (size_t)m->d.C + 3 * (size_t)m->d.Fe, m->opts.mem);
+    /* The block's row buffers are the backend's memory (CUDA: device
+     * memory, moved by the expert group's NCCL all-to-all). */
+    if (!rc && m->dispatch) rc = aa_moe_dispatch_backend(&m->dispatch[i], m->ops);
   }
   if (rc) return rc;
   aa_mem_charge(m->opts.mem, AA_MEM_ACTS, l->host);
@@ -782,8 +799,9 @@ void aa_gpt_free(aa_gpt_t *m) {
   const int n_maps = m->arch.n_layer * m->route_sets;
   if (m->routes)
     for (int i = 0; i < n_maps; i++)
-      aa_cpu_moe_route_free(&m->routes[i]);
+      m->ops->moe->route_free(&m->routes[i]);
   free(m->routes);
+  free(m->route_offsets);
   if (m->dispatch)
     for (int i = 0; i < n_maps; i++)
       aa_moe_dispatch_free(&m->dispatch[i]);
@@ -1251,7 +1269,7 @@ static int ring_backward(aa_gpt_t *m, float *dqkv, const float *dout, const floa
   return 0;
 }
 
-/* --- mixture-of-experts blocks (kernels/cpu/cpu_moe.h) --------------------------------- */
+/* --- mixture-of-experts blocks (kernels/moe_ops.h, the backend's ops->moe) -------------- */
 
 /* Views of MoE block l's buffers (sizes.h aa_moe_acts_t): the ones it
  * keeps, or the workspace's where a fully checkpointed block computes. */
@@ -1346,40 +1364,48 @@ static int moe_context_reduce(const aa_gpt_t *m, aa_moe_route_t *r, const float 
   return 0;
 }
 
-static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const float *w, int count) {
+/* Its routing map's offsets in host memory (route_offsets). */
+static int32_t *moe_offsets(const aa_gpt_t *m, int l) {
+  return m->route_offsets + (size_t)moe_map(m, l) * (size_t)(m->arch.moe.experts + 1);
+}
+
+static int moe_forward_ops(aa_gpt_t *m, int l, float *out, const float *x, const float *w, int count) {
+  const aa_moe_ops_t *mop = m->ops->moe;
   const aa_moe_t *mo = &m->arch.moe;
   const int N = m->B * m->T, C = m->d.C, E = mo->experts, Fe = m->d.Fe;
   const moe_view_t v = moe_view(m, l);
   aa_moe_route_t *r = &m->routes[moe_map(m, l)];
+  int32_t *off = moe_offsets(m, l);
   aa_moe_stats_t st;
-  aa_cpu_moe_router_forward(v.logits, v.probs, x, WK(ROUTERW), N, C, E);
-  int rc = aa_cpu_moe_route(r, &st, v.logits, v.probs, mo->capacity_factor);
+  int rc = mop->router_forward(v.logits, v.probs, x, WK(ROUTERW), N, C, E);
+  if (!rc) rc = mop->route(r, off, &st, v.logits, v.probs, mo->capacity_factor);
   if (rc) return rc;
   float aux_cp = 0;
   if (m->cp > 1 && (rc = moe_context_reduce(m, r, v.probs, &st, &aux_cp)))
     return aa_error_wrap(rc, "block %d", l);
-  aa_cpu_moe_permute(v.xp, x, r, C);
+  if ((rc = mop->permute(v.xp, x, r, C))) return rc;
   if (m->ep > 1) {
     /* The rows to the ranks holding their experts, the rank's experts over
      * what it received, the outputs back (moe_dispatch.h). */
     aa_moe_dispatch_t *d = &m->dispatch[moe_map(m, l)];
-    if ((rc = aa_moe_dispatch_plan(d, r->offsets))) return aa_error_wrap(rc, "block %d", l);
+    if ((rc = aa_moe_dispatch_plan(d, off))) return aa_error_wrap(rc, "block %d", l);
     const moe_local_t o = moe_local(m, &v, d);
     if ((rc = aa_moe_dispatch(d, o.xl, v.xp, C, o.dxl))) return aa_error_wrap(rc, "block %d", l);
-    aa_cpu_moe_experts_forward(o.yl, o.h, o.act, o.xl, WK(EXPW13), WK(EXPW2), d->offsets, d->El, C, Fe);
+    if ((rc = mop->experts_forward(o.yl, o.h, o.act, o.xl, WK(EXPW13), WK(EXPW2), d->offsets, d->El, C, Fe)))
+      return rc;
     if ((rc = aa_moe_combine(d, v.yp, o.yl, C, o.dxl))) return aa_error_wrap(rc, "block %d", l);
-  } else {
-    aa_cpu_moe_experts_forward(v.yp, v.h, v.act, v.xp, WK(EXPW13), WK(EXPW2), r->offsets, E, C, Fe);
+  } else if ((rc = mop->experts_forward(v.yp, v.h, v.act, v.xp, WK(EXPW13), WK(EXPW2), off, E, C, Fe))) {
+    return rc;
   }
-  aa_cpu_moe_unpermute(out, v.yp, r, C);
-  if (mo->shared_expert_gate)
-    aa_cpu_moe_shared_gate_forward(out, v.hs, v.as, x, WK(SHW13), WK(SHW2), WK(SHGATE), mo->shared_experts, N,
-                                   C, Fe);
-  else
-    aa_cpu_moe_shared_forward(out, v.hs, v.as, x, WK(SHW13), WK(SHW2), mo->shared_experts, N, C, Fe);
-  if (!count) return 0;
+  rc = mop->unpermute(out, v.yp, r, C);
+  if (!rc && mo->shared_expert_gate)
+    rc = mop->shared_gate_forward(out, v.hs, v.as, x, WK(SHW13), WK(SHW2), WK(SHGATE), mo->shared_experts, N,
+                                  C, Fe);
+  else if (!rc)
+    rc = mop->shared_forward(out, v.hs, v.as, x, WK(SHW13), WK(SHW2), mo->shared_experts, N, C, Fe);
+  if (rc || !count) return rc;
   float aux, z;
-  aa_cpu_moe_losses(&aux, &z, v.logits, v.probs, r, mo->aux_loss_coef, mo->z_loss_coef);
+  if ((rc = mop->losses(&aux, &z, v.logits, v.probs, r, mo->aux_loss_coef, mo->z_loss_coef))) return rc;
   if (m->cp > 1) aux = aux_cp;
   m->moe_loss += aux + z;
   aa_moe_stats_t *t = &m->moe_stats;
@@ -1387,6 +1413,16 @@ static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const flo
   if (st.max_tokens > t->max_tokens) t->max_tokens = st.max_tokens;
   t->dropped += st.dropped;
   return 0;
+}
+
+/* The block's GEMMs run in fp32 whatever amp is: its internals (h, act,
+ * the gradients of the logits) are not rounded to 16 bits, so the amp
+ * promise of set_gemm_inputs (ops.h) does not hold for them. */
+static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const float *w, int count) {
+  m->ops->set_gemm_inputs(AA_F32);
+  int rc = moe_forward_ops(m, l, out, x, w, count);
+  m->ops->set_gemm_inputs(m->opts.amp);
+  return rc;
 }
 
 /* Its backward: dx (N,C) = the gradient of x from dout (N,C), the
@@ -1397,9 +1433,10 @@ static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const flo
  * its N = the rank's tokens, gets the group's counts and aux_coef / cp,
  * so that a rank's share is cp times its part of the group's gradient,
  * which the replicas' mean then divides by cp again. */
-static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *dout, const float *x,
-                        const float *w) {
+static int moe_backward_ops(aa_gpt_t *m, int l, float *dx, float *g, const float *dout, const float *x,
+                            const float *w) {
   const aa_ops_t *op = m->ops;
+  const aa_moe_ops_t *mop = op->moe;
   aa_acts_t *a = m->acts;
   const aa_moe_t *mo = &m->arch.moe;
   const int N = m->B * m->T, C = m->d.C, E = mo->experts, Fe = m->d.Fe, k = mo->top_k;
@@ -1407,51 +1444,62 @@ static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *do
   const moe_view_t v = moe_view(m, l);
   const aa_moe_route_t *r = &m->routes[moe_map(m, l)];
   const size_t rows = (size_t)r->rows;
+  int rc;
 #define G(k) role_at(m, g, l, k)
   op->memset0(a->moe_dyp, rows * C * sizeof(float));
   /* Split experts: the gate's gradient of this pass after the routing
    * weights', to be summed over the tensor group with them. */
   float *dgate = gate ? a->moe_dweight + (size_t)N * k : G(SHGATE);
   op->memset0(a->moe_dweight, ((size_t)N * k + (gate ? (size_t)C : 0)) * sizeof(float));
-  aa_cpu_moe_unpermute_backward(a->moe_dyp, a->moe_dweight, dout, v.yp, r, C);
+  if ((rc = mop->unpermute_backward(a->moe_dyp, a->moe_dweight, dout, v.yp, r, C))) return rc;
   op->memset0(a->moe_dxp, rows * C * sizeof(float));
   if (m->ep > 1) {
     /* The forward's moves in reverse: the rows' output gradients to the
      * experts' ranks (dispatch), their input gradients back (combine). */
     aa_moe_dispatch_t *d = &m->dispatch[moe_map(m, l)];
     const moe_local_t o = moe_local(m, &v, d);
-    int rc = aa_moe_dispatch(d, o.dyl, a->moe_dyp, C, o.dxl);
+    rc = aa_moe_dispatch(d, o.dyl, a->moe_dyp, C, o.dxl);
     if (rc) return aa_error_wrap(rc, "block %d backward", l);
     op->memset0(o.dxl, (size_t)d->rows * C * sizeof(float));
-    aa_cpu_moe_experts_backward(o.dxl, G(EXPW13), G(EXPW2), o.dyl, o.xl, o.h, o.act, WK(EXPW13), WK(EXPW2),
-                                d->offsets, d->El, C, Fe);
+    if ((rc = mop->experts_backward(o.dxl, G(EXPW13), G(EXPW2), o.dyl, o.xl, o.h, o.act, WK(EXPW13),
+                                    WK(EXPW2), d->offsets, d->El, C, Fe)))
+      return rc;
     if ((rc = aa_moe_combine(d, a->moe_dxp, o.dxl, C, o.dyl)))
       return aa_error_wrap(rc, "block %d backward", l);
-  } else {
-    aa_cpu_moe_experts_backward(a->moe_dxp, G(EXPW13), G(EXPW2), a->moe_dyp, v.xp, v.h, v.act, WK(EXPW13),
-                                WK(EXPW2), r->offsets, E, C, Fe);
+  } else if ((rc = mop->experts_backward(a->moe_dxp, G(EXPW13), G(EXPW2), a->moe_dyp, v.xp, v.h, v.act,
+                                         WK(EXPW13), WK(EXPW2), moe_offsets(m, l), E, C, Fe))) {
+    return rc;
   }
   op->memset0(dx, (size_t)N * C * sizeof(float));
-  aa_cpu_moe_permute_backward(dx, a->moe_dxp, r, C);
+  if ((rc = mop->permute_backward(dx, a->moe_dxp, r, C))) return rc;
   if (mo->shared_expert_gate)
-    aa_cpu_moe_shared_gate_backward(dx, G(SHW13), G(SHW2), dgate, dout, x, v.hs, v.as, WK(SHW13), WK(SHW2),
-                                    WK(SHGATE), mo->shared_experts, N, C, Fe);
+    rc = mop->shared_gate_backward(dx, G(SHW13), G(SHW2), dgate, dout, x, v.hs, v.as, WK(SHW13), WK(SHW2),
+                                   WK(SHGATE), mo->shared_experts, N, C, Fe);
   else
-    aa_cpu_moe_shared_backward(dx, G(SHW13), G(SHW2), dout, x, v.hs, v.as, WK(SHW13), WK(SHW2),
-                               mo->shared_experts, N, C, Fe);
+    rc = mop->shared_backward(dx, G(SHW13), G(SHW2), dout, x, v.hs, v.as, WK(SHW13), WK(SHW2),
+                              mo->shared_experts, N, C, Fe);
+  if (rc) return rc;
   if (split) {
     /* Each tensor rank's experts gave part of the input gradient and of
      * the routing weights' and gate's: their sums, before the router adds
      * its part (the same on every rank). */
-    int rc = tp_all_reduce(m, dx, (size_t)N * C);
+    rc = tp_all_reduce(m, dx, (size_t)N * C);
     if (!rc) rc = tp_all_reduce(m, a->moe_dweight, (size_t)N * k + (gate ? (size_t)C : 0));
     if (rc) return aa_error_wrap(rc, "block %d backward: the split experts' sums", l);
     if (gate) op->accumulate(G(SHGATE), dgate, (size_t)C);
   }
-  aa_cpu_moe_router_backward(dx, G(ROUTERW), a->moe_dlogits, a->moe_dweight, x, WK(ROUTERW), v.logits,
-                             v.probs, r, C, mo->aux_loss_coef / (float)m->cp, mo->z_loss_coef, m->moe_dloss);
+  return mop->router_backward(dx, G(ROUTERW), a->moe_dlogits, a->moe_dweight, x, WK(ROUTERW), v.logits,
+                              v.probs, r, C, mo->aux_loss_coef / (float)m->cp, mo->z_loss_coef, m->moe_dloss);
 #undef G
-  return 0;
+}
+
+/* In fp32, as moe_forward. */
+static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *dout, const float *x,
+                        const float *w) {
+  m->ops->set_gemm_inputs(AA_F32);
+  int rc = moe_backward_ops(m, l, dx, g, dout, x, w);
+  m->ops->set_gemm_inputs(m->opts.amp);
+  return rc;
 }
 
 /* Block l's forward from x (the rank's Ns tokens of the residual stream)

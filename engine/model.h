@@ -50,17 +50,18 @@
  * all-reduce take them as they take dense weights (experts replicated on
  * every rank). Each MoE block's aux and z losses (spec coefficients) are
  * added to the loss and backpropagated; its routing map of the forward
- * stays on the host for the backward (aa_gpt moe_*, routes). An MoE block
+ * is kept for the backward (aa_gpt moe_*, routes). An MoE block
  * computes and keeps its buffers in fp32 (under amp from its rounded
  * input and the 16-bit weights, its output and input gradient rounded
  * like every block's); selective checkpointing keeps them all, full
- * recomputes them in the workspace with the same routing. Computed on the
- * CPU backend, on one process, data, pipeline or tensor parallel:
- * aa_gpt_create refuses the CUDA backend and context parallelism for an
- * MoE model by name. A pipeline stage routes each micro-batch in flight
- * into its slot's routing map (route_sets). Under tensor parallelism the
- * router and experts are whole on every tensor rank (Megatron's
- * expert_tensor_parallel_size 1), which routes the same tokens (gathered
+ * recomputes them in the workspace with the same routing. Computed
+ * through the backend's MoE table (kernels/moe_ops.h): on one process,
+ * data, expert, pipeline or tensor parallel, the dispatcher's rows in the
+ * backend's memory (aa_moe_dispatch_backend); on CUDA not Qwen-MoE's gated
+ * shared experts (no CUDA op). aa_gpt_create refuses those, and context
+ * parallelism, for an MoE model by name. A pipeline stage routes each micro-batch in
+ * flight into its slot's routing map (route_sets). Under tensor parallelism the router and experts are whole
+ * on every tensor rank (Megatron's expert_tensor_parallel_size 1), which routes the same tokens (gathered
  * first under sequence parallelism, its own rows of the output kept) and
  * computes the same outputs: no collective of its own. With opts.etp = tp
  * (Megatron's expert_tensor_parallel_size = tp) each expert and shared
@@ -342,8 +343,11 @@ struct aa_gpt {
   size_t scratch_charged;      /* the backend's scratch counted as workspace so far (ops.h) */
 
   /* Mixture-of-experts blocks (none in a dense model). routes: each MoE
-   * block's routing map of the last forward (host memory, owned; n_layer
-   * entries, zeroed for a dense block), which its backward reads.
+   * block's routing map of the last forward (owned; n_layer entries,
+   * zeroed for a dense block; its arrays in backend memory, ops->moe's
+   * route_alloc), which its backward reads; route_offsets: each map's E+1
+   * offsets copied to host memory by the routing (n_layer (E+1) a set),
+   * which size the expert GEMMs and the dispatcher's plan.
    * moe_loss: the aux and z losses of the last forward summed over the
    * MoE blocks (already in loss). moe_stats: over the MoE blocks of the
    * last forward, the fewest and the most rows any expert computed and the
@@ -357,6 +361,7 @@ struct aa_gpt {
    * n_layer entries each, only its own MoE blocks allocated) and reads
    * slot moe_slot's, which the stage pass selects. */
   aa_moe_route_t *routes;
+  int32_t *route_offsets;
   /* Under expert parallelism (ep > 1), each MoE block's token dispatcher
    * over opts.expert (moe_dispatch.h), whose plan the backward reuses; one
    * per routing map. */

@@ -37,6 +37,14 @@ int aa_moe_dispatch_init(aa_moe_dispatch_t *d, aa_comm_t *group, int E, int cap,
   return 0;
 }
 
+int aa_moe_dispatch_backend(aa_moe_dispatch_t *d, const aa_ops_t *ops) {
+  if (!ops || ops == aa_ops_cpu() || d->ops) return 0;
+  int rc = ops->alloc((void **)&d->dcounts, sizeof(float) * 4 * (size_t)d->E);
+  if (rc) return aa_error_wrap(rc, "moe dispatch: the counts' buffer on %s", ops->name);
+  d->ops = ops;
+  return 0;
+}
+
 void aa_moe_dispatch_free(aa_moe_dispatch_t *d) {
   free(d->route);
   free(d->counts);
@@ -44,8 +52,12 @@ void aa_moe_dispatch_free(aa_moe_dispatch_t *d) {
   free(d->src);
   free(d->scratch);
   free(d->fcounts);
+  if (d->ops) d->ops->free(d->dcounts);
   if (d->over) {
-    free(d->over);
+    if (d->ops)
+      d->ops->free(d->over);
+    else
+      free(d->over);
     aa_mem_uncharge(d->mem, AA_MEM_ACTS, (size_t)d->over_rows * d->row_floats * sizeof(float));
   }
   memset(d, 0, sizeof *d);
@@ -58,9 +70,16 @@ static int grow(aa_moe_dispatch_t *d, int rows) {
   const size_t bytes = (size_t)rows * d->row_floats * sizeof(float);
   int rc = aa_mem_check(d->mem, AA_MEM_ACTS, bytes - old);
   if (rc) return aa_error_wrap(rc, "moe dispatch: %d rows arrive, room for %d", rows, d->room);
-  float *p = malloc(bytes ? bytes : 1);
-  if (!p) return aa_error(AA_ENOMEM, "moe dispatch: out of memory for %d rows", rows);
-  free(d->over);
+  float *p = NULL;
+  if (d->ops) {
+    if ((rc = d->ops->alloc((void **)&p, bytes)))
+      return aa_error_wrap(rc, "moe dispatch: %d rows arrive, room for %d", rows, d->room);
+    d->ops->free(d->over);
+  } else {
+    if (!(p = malloc(bytes ? bytes : 1)))
+      return aa_error(AA_ENOMEM, "moe dispatch: out of memory for %d rows", rows);
+    free(d->over);
+  }
   d->over = p;
   d->over_rows = rows;
   d->grown++;
@@ -87,7 +106,17 @@ int aa_moe_dispatch_plan(aa_moe_dispatch_t *d, const int32_t *offsets) {
     so[p] = ro[p] = 2 * (size_t)El * (size_t)p;
   }
   double t0 = aa_now();
-  int rc = aa_comm_all_to_all_v(d->group, send, sc, so, recv, rc_, ro, AA_F32);
+  int rc;
+  if (d->ops) {
+    /* Through the backend's memory (an NCCL group takes device pointers). */
+    float *dsend = d->dcounts, *drecv = d->dcounts + 2 * d->E;
+    rc = d->ops->upload(dsend, send, sizeof(float) * 2 * (size_t)d->E);
+    if (!rc) rc = d->ops->sync();
+    if (!rc) rc = aa_comm_all_to_all_v(d->group, dsend, sc, so, drecv, rc_, ro, AA_F32);
+    if (!rc) rc = d->ops->download(recv, drecv, sizeof(float) * 2 * (size_t)d->E);
+  } else {
+    rc = aa_comm_all_to_all_v(d->group, send, sc, so, recv, rc_, ro, AA_F32);
+  }
   d->seconds += aa_now() - t0;
   if (rc) return aa_error_wrap(rc, "moe dispatch: the counts");
   for (int s = 0; s < ep; s++)
@@ -134,13 +163,19 @@ static void sort_rows(const aa_moe_dispatch_t *d, const float *xl_in, float *xl_
     for (int s = 0; s < ep; s++) {
       const size_t n = (size_t)d->counts[s * El + j] * (size_t)C,
                    from = (size_t)d->src[s * El + j] * (size_t)C;
-      if (n) {
+      const size_t rows = (size_t)d->counts[s * El + j];
+      if (n && d->ops) {
+        if (to_sorted)
+          d->ops->rows_copy(xl_out + at * (size_t)C, (size_t)C, stage + from, (size_t)C, rows, (size_t)C);
+        else
+          d->ops->rows_copy(stage + from, (size_t)C, xl_in + at * (size_t)C, (size_t)C, rows, (size_t)C);
+      } else if (n) {
         if (to_sorted)
           memcpy(xl_out + at * (size_t)C, stage + from, n * sizeof(float));
         else
           memcpy(stage + from, xl_in + at * (size_t)C, n * sizeof(float));
       }
-      at += (size_t)d->counts[s * El + j];
+      at += rows;
     }
   }
 }
@@ -159,11 +194,16 @@ static void move_counts(aa_moe_dispatch_t *d, int C) {
   }
 }
 
+/* The backend's ops that wrote what a move sends have finished (its
+ * collectives run on their own stream or threads). */
+static int backend_sync(const aa_moe_dispatch_t *d) { return d->ops ? d->ops->sync() : 0; }
+
 int aa_moe_dispatch(aa_moe_dispatch_t *d, float *xl, const float *xp, int C, float *stage) {
   const size_t *s = d->scratch;
   move_counts(d, C);
   double t0 = aa_now();
-  int rc = aa_comm_all_to_all_v(d->group, xp, s, s + d->ep, stage, s + 2 * d->ep, s + 3 * d->ep, AA_F32);
+  int rc = backend_sync(d);
+  if (!rc) rc = aa_comm_all_to_all_v(d->group, xp, s, s + d->ep, stage, s + 2 * d->ep, s + 3 * d->ep, AA_F32);
   d->seconds += aa_now() - t0;
   if (rc) return aa_error_wrap(rc, "moe dispatch");
   sort_rows(d, NULL, xl, stage, C, 1);
@@ -175,7 +215,8 @@ int aa_moe_combine(aa_moe_dispatch_t *d, float *yp, const float *yl, int C, floa
   sort_rows(d, yl, NULL, stage, C, 0);
   move_counts(d, C);
   double t0 = aa_now();
-  int rc = aa_comm_all_to_all_v(d->group, stage, s + 2 * d->ep, s + 3 * d->ep, yp, s, s + d->ep, AA_F32);
+  int rc = backend_sync(d);
+  if (!rc) rc = aa_comm_all_to_all_v(d->group, stage, s + 2 * d->ep, s + 3 * d->ep, yp, s, s + d->ep, AA_F32);
   d->seconds += aa_now() - t0;
   return rc ? aa_error_wrap(rc, "moe combine") : 0;
 }

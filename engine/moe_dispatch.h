@@ -31,7 +31,14 @@
  * dispatcher grows its own overflow buffer of row_floats floats a row,
  * charged to the accountant as activations, and the caller uses it for
  * that call's local rows (aa_moe_dispatch_overflow); it is kept (never
- * shrunk) so a later step as skewed allocates nothing. */
+ * shrunk) so a later step as skewed allocates nothing.
+ *
+ * Memory: host memory, unless aa_moe_dispatch_backend names a backend
+ * whose memory the caller's row buffers are (CUDA: device memory over an
+ * NCCL group, whose all-to-all takes device pointers). Then the moves copy
+ * rows with its rows_copy, wait for its enqueued ops (sync) before each
+ * all-to-all, the counts travel through a small buffer of its memory, and
+ * the overflow is allocated there. */
 #ifndef AA_MOE_DISPATCH_H
 #define AA_MOE_DISPATCH_H
 
@@ -40,6 +47,7 @@
 
 #include "../comm/comm.h"
 #include "../common/mem.h"
+#include "../kernels/ops.h"
 
 typedef struct aa_moe_dispatch {
   aa_comm_t *group; /* the expert group (borrowed) */
@@ -60,6 +68,8 @@ typedef struct aa_moe_dispatch {
   float *over;       /* the overflow: over_rows rows of row_floats floats, or NULL */
   int over_rows;
   int grown;      /* how many plans grew the overflow */
+  const aa_ops_t *ops; /* the backend of the row buffers (aa_moe_dispatch_backend), NULL: host memory */
+  float *dcounts;      /* (4 E) the counts exchanged, in that backend's memory (NULL on the host) */
   double seconds; /* time spent in the group's all-to-alls, for the caller to take and reset */
 } aa_moe_dispatch_t;
 
@@ -73,6 +83,11 @@ typedef struct aa_moe_dispatch {
  * and *d is zeroed. */
 int aa_moe_dispatch_init(aa_moe_dispatch_t *d, aa_comm_t *group, int E, int cap, int room, size_t row_floats,
                          aa_mem_t *mem);
+/* Makes ops the backend whose memory the row buffers are (the file
+ * comment's "Memory"): the caller's xl, yl, xp, yp and stage, and the
+ * overflow. Call after init, before the first plan. NULL or the CPU's table
+ * keeps host memory. 0, or the counts buffer's allocation failure. */
+int aa_moe_dispatch_backend(aa_moe_dispatch_t *d, const aa_ops_t *ops);
 /* Frees the dispatcher's arrays and overflow (uncharged) and zeroes it; a
  * zeroed one is a no-op. */
 void aa_moe_dispatch_free(aa_moe_dispatch_t *d);

@@ -290,6 +290,11 @@ typedef struct aa_ops {
    * and src do not overlap. */
   void (*rows_copy)(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t cols);
   void (*rows_accumulate)(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t cols);
+
+  /* The mixture-of-experts ops (kernels/moe_ops.h): a table of their own,
+   * since routing keeps a map and returns host-side offsets; NULL for a
+   * backend that does not compute MoE layers. */
+  const struct aa_moe_ops *moe;
 } aa_ops_t;
 
 /* The CPU backend. Always available. */

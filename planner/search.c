@@ -91,11 +91,15 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
     return aa_error(AA_EINVAL,
                     "search: the strategy to start from (%d ranks) needs more than the pool's %d devices",
                     (int)aa_strategy_world(from), devices);
-  /* What exists, in the order to try it: strategies/space.h. */
+  /* What exists, in the order to try it: strategies/space.h. The cuda
+   * engine's expert parallelism (the dispatcher's device-memory moves over
+   * NCCL's all-to-all) is built but has never run on GPUs: a GPU pool does
+   * not spend its dry runs on it yet. */
   const aa_space_pool_t pool = {.devices = devices,
                                 .global_batch = spec->train.global_batch,
                                 .cuda = s->cuda,
-                                .exclude = exclude,
+                                .exclude =
+                                    exclude | (s->cuda && spec->arch.moe.experts ? AA_SPACE_EX_EP : 0u),
                                 .include = include,
                                 .arch = &spec->arch};
   size_t n = aa_space_enumerate(NULL, NULL, 0, &pool);

@@ -259,8 +259,19 @@ aa_gc_have() {
   return 1
 }
 
+# The losses a training test compared ("  NAME: cpu A -> B, cuda C -> D, max relative
+# difference X", test_cuda_train's lines), as JSON members "NAME": X, comma-separated;
+# empty when the log has none.
+aa_gc_loss_diffs() {
+  sed -n 's/^  \([A-Za-z0-9_]*\): cpu .*max relative difference \([-+.0-9eE]*\)$/"\1": \2/p' "$1" | paste -sd, - |
+    sed 's/,/, /g'
+}
+
 # A suite test binary as a step: passed when it exits 0 having passed a test,
 # skipped when every test it ran skipped (the first reason), failed otherwise.
+# Where it compared training losses with the CPU, figures.loss_max_rel_diff
+# holds each comparison's worst relative difference, and a passed step's
+# reason names them.
 # aa_gc_test NAME LIMIT ONLY BIN [ARGS...] (ONLY: AA_TEST_ONLY, "" for all)
 aa_gc_test() {
   local name=$1 want=$2 only=$3 bin=$4 limit log counts p f s reason
@@ -278,7 +289,9 @@ aa_gc_test() {
   # The tests that failed, by name (the harness prints "- NAME" before each, "-> FAILED" after).
   local failed_tests
   failed_tests=$(awk '/^- / { t = $2 } /-> FAILED/ { printf "%s\"%s\"", (n++ ? ", " : ""), t }' "$log")
-  local figs="{\"passed\": $p, \"failed\": $f, \"skipped\": $s, \"failed_tests\": [$failed_tests]}"
+  local diffs figs
+  diffs=$(aa_gc_loss_diffs "$log")
+  figs="{\"passed\": $p, \"failed\": $f, \"skipped\": $s, \"failed_tests\": [$failed_tests]${diffs:+, \"loss_max_rel_diff\": {$diffs\}}}"
   # The test under way when it hung or died.
   local last
   last=$(awk '/^- / { t = $2 } END { print t }' "$log")
@@ -295,6 +308,7 @@ aa_gc_test() {
     aa_gc_record "$name" skipped "$aa_gc_secs" "every test skipped: ${reason:-no reason printed}" "$figs"
   else
     reason="$p passed"
+    [ -z "$diffs" ] || reason+="; loss vs cpu, max relative difference: ${diffs//\"/}"
     [ "$s" = 0 ] || reason+=", $s skipped: $(grep -m1 'skipped:' "$log" | sed 's/^ *skipped: *//')"
     aa_gc_record "$name" passed "$aa_gc_secs" "${reason:0:300}" "$figs"
   fi
@@ -569,8 +583,9 @@ aa_gc_step_auto() {
 }
 
 # The steps of run, in their order.
-AA_GC_STEPS="cuda_device cuda_ops reference_gpt2_cuda reference_llama_cuda generate_cuda cuda_train bench_cuda_ops
-bench_cuda_train calib plan_compare auto_tiny nccl_group nccl_hosts nccl_all_to_all"
+AA_GC_STEPS="cuda_device cuda_ops reference_gpt2_cuda reference_llama_cuda reference_moe_cuda reference_moe2_cuda
+reference_qwen_cuda generate_cuda cuda_train moe_train bench_cuda_ops bench_cuda_train calib plan_compare auto_tiny
+nccl_group nccl_hosts nccl_all_to_all"
 aa_gc_only=""
 
 # aa_gc_step NAME CMD...: CMD, unless --only leaves the step NAME out.
@@ -694,8 +709,12 @@ aa_gc_run() {
     aa_gc_step cuda_ops aa_gc_test cuda_ops 120 "" test_cuda_ops
     aa_gc_step reference_gpt2_cuda aa_gc_test reference_gpt2_cuda 60 "" test_reference cuda
     aa_gc_step reference_llama_cuda aa_gc_test reference_llama_cuda 60 "" test_reference llama cuda
+    aa_gc_step reference_moe_cuda aa_gc_test reference_moe_cuda 60 "" test_reference moe cuda
+    aa_gc_step reference_moe2_cuda aa_gc_test reference_moe2_cuda 60 "" test_reference moe2 cuda
+    aa_gc_step reference_qwen_cuda aa_gc_test reference_qwen_cuda 60 "" test_reference qwen cuda
     aa_gc_step generate_cuda aa_gc_test generate_cuda 60 cuda test_generate
     aa_gc_step cuda_train aa_gc_test cuda_train 90 "" test_cuda_train
+    aa_gc_step moe_train aa_gc_test moe_train 90 "" test_cuda_train moe
     aa_gc_step bench_cuda_ops aa_gc_step_bench_ops
     aa_gc_step bench_cuda_train aa_gc_step_bench_train
     local clocks_loaded

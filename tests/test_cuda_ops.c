@@ -1210,11 +1210,14 @@ AA_TEST(ring_attention_blocks_match_cpu) {
  * token differently; the routing map and its statistics must then be
  * identical. Output and gradients are GEMM-based (relative to max|ref|),
  * the losses double sums of the same values (1e-5 relative), the routing
- * weights per element. The GPU backward runs twice: bit-identical. */
-static void moe_case(int N, int C, int E, int k, int F, int S, float cap) {
+ * weights per element. The GPU backward runs twice: bit-identical. raw:
+ * the routing weights are the chosen probabilities as they are (Qwen-MoE's
+ * norm_topk_prob false), on both maps. */
+static void moe_case(int N, int C, int E, int k, int F, int S, float cap, int raw) {
   size_t nx = (size_t)N * C, nr = (size_t)E * C, n13 = (size_t)E * 2 * F * C, n2 = (size_t)E * C * F;
   size_t ns13 = (size_t)S * 2 * F * C, ns2 = (size_t)S * C * F, slots = (size_t)N * k, ne = (size_t)N * E;
-  fprintf(stderr, "  moe N %d C %d E %d k %d F %d S %d capacity factor %g\n", N, C, E, k, F, S, cap);
+  fprintf(stderr, "  moe N %d C %d E %d k %d F %d S %d capacity factor %g%s\n", N, C, E, k, F, S, cap,
+          raw ? ", raw top-k" : "");
   float *x = frand(nx, -1, 1), *wr = frand(nr, -1, 1), *w13 = frand(n13, -0.3f, 0.3f);
   float *w2 = frand(n2, -0.3f, 0.3f), *ws13 = frand(ns13, -0.3f, 0.3f), *ws2 = frand(ns2, -0.3f, 0.3f);
   float *dout = frand(nx, -1, 1);
@@ -1229,6 +1232,7 @@ static void moe_case(int N, int C, int E, int k, int F, int S, float cap) {
   aa_moe_route_t r;
   aa_moe_stats_t st;
   if (aa_cpu_moe_route_alloc(&r, N, E, k)) abort();
+  r.raw = raw;
   aa_cpu_moe_router_forward(logits, probs, x, wr, N, C, E);
   CHECK(aa_cpu_moe_route(&r, &st, logits, probs, cap) == 0);
   aa_cpu_moe_permute(xp, x, &r, C);
@@ -1268,6 +1272,7 @@ static void moe_case(int N, int C, int E, int k, int F, int S, float cap) {
   aa_moe_stats_t gst;
   int32_t *hoff = xmalloc((size_t)(E + 1) * 4);
   if (aa_cuda_moe_route_alloc(&gr, N, E, k)) abort();
+  gr.raw = raw;
   CHECK(aa_cuda_moe_route(&gr, hoff, &gst, g_logits, g_probs, cap) == 0);
   int32_t *ti = xmalloc(slots * 4);
   dget(ti, gr.expert, slots * 4);
@@ -1340,13 +1345,76 @@ static void moe_case(int N, int C, int E, int k, int F, int S, float cap) {
   aa_cpu_moe_route_free(&r);
 }
 
+/* Qwen-MoE's gated shared experts, forward and backward on both backends
+ * from the same inputs: GEMM-based results (the experts' and the gate's
+ * dot products) relative to max|ref|; two GPU backwards bit-identical. */
+static void moe_gate_case(int N, int C, int S, int F) {
+  const size_t nx = (size_t)N * C, n13 = (size_t)S * 2 * F * C, n2 = (size_t)S * C * F;
+  const size_t nh = (size_t)S * N * 2 * F, na = (size_t)S * N * F;
+  fprintf(stderr, "  moe shared gate N %d C %d S %d F %d\n", N, C, S, F);
+  float *x = frand(nx, -1, 1), *ws13 = frand(n13, -0.3f, 0.3f), *ws2 = frand(n2, -0.3f, 0.3f);
+  float *wg = frand((size_t)C, -0.3f, 0.3f), *out0 = frand(nx, -1, 1), *dout = frand(nx, -1, 1);
+  float *dx0 = frand(nx, -1, 1); /* both ops accumulate into out and dx */
+  float *out = fdup(out0, nx), *dx = fdup(dx0, nx), *hs = aa_test_falloc(nh), *as = aa_test_falloc(na);
+  float *dws13 = aa_test_falloc(n13), *dws2 = aa_test_falloc(n2), *dwg = aa_test_falloc((size_t)C);
+  aa_cpu_moe_shared_gate_forward(out, hs, as, x, ws13, ws2, wg, S, N, C, F);
+  aa_cpu_moe_shared_gate_backward(dx, dws13, dws2, dwg, dout, x, hs, as, ws13, ws2, wg, S, N, C, F);
+  float *zeros = aa_test_falloc(nh > n13 ? nh : n13);
+  float *g_x = dput(x, nx * 4), *g_ws13 = dput(ws13, n13 * 4), *g_ws2 = dput(ws2, n2 * 4),
+        *g_wg = dput(wg, C * 4);
+  float *g_out = dput(out0, nx * 4), *g_dout = dput(dout, nx * 4), *g_hs = dput(zeros, nh * 4);
+  float *g_as = dput(zeros, na * 4), *g_dx = dput(dx0, nx * 4), *g_dws13 = dput(zeros, n13 * 4);
+  float *g_dws2 = dput(zeros, n2 * 4), *g_dwg = dput(zeros, (size_t)C * 4);
+  CHECK(aa_cuda_moe_shared_gate_forward(g_out, g_hs, g_as, g_x, g_ws13, g_ws2, g_wg, S, N, C, F) == 0);
+  float *t = dgetf(g_out, nx);
+  CHECK_GEMM("moe gate out", t, out, nx);
+  free(t);
+  float *got[2][4];
+  for (int run = 0; run < 2; run++) {
+    dset(g_dx, dx0, nx * 4);
+    dset(g_dws13, zeros, n13 * 4);
+    dset(g_dws2, zeros, n2 * 4);
+    dset(g_dwg, zeros, (size_t)C * 4);
+    CHECK(aa_cuda_moe_shared_gate_backward(g_dx, g_dws13, g_dws2, g_dwg, g_dout, g_x, g_hs, g_as, g_ws13,
+                                           g_ws2, g_wg, S, N, C, F) == 0);
+    float *g[] = {dgetf(g_dx, nx), dgetf(g_dws13, n13), dgetf(g_dws2, n2), dgetf(g_dwg, (size_t)C)};
+    memcpy(got[run], g, sizeof g);
+  }
+  const float *want[] = {dx, dws13, dws2, dwg};
+  const size_t len[] = {nx, n13, n2, (size_t)C};
+  static const char *names[] = {"moe gate dx", "moe gate dws13", "moe gate dws2", "moe gate dwg"};
+  int same = 1;
+  for (int i = 0; i < 4; i++) {
+    CHECK_GEMM(names[i], got[0][i], want[i], len[i]);
+    same &= memcmp(got[0][i], got[1][i], len[i] * 4) == 0;
+    free(got[0][i]), free(got[1][i]);
+  }
+  CHECK_MSG(same, "moe gate backward: two runs differ");
+  CHECK(aa_cuda_last_error() == 0);
+  float *g_all[] = {g_x, g_ws13, g_ws2, g_wg, g_out, g_dout, g_hs, g_as, g_dx, g_dws13, g_dws2, g_dwg};
+  for (size_t i = 0; i < sizeof g_all / sizeof g_all[0]; i++)
+    aa_cuda_free(g_all[i]);
+  float *h_all[] = {x, ws13, ws2, wg, out0, dout, dx0, out, dx, hs, as, dws13, dws2, dwg, zeros};
+  for (size_t i = 0; i < sizeof h_all / sizeof h_all[0]; i++)
+    free(h_all[i]);
+}
+
+AA_TEST(moe_shared_gate_matches_cpu) {
+  NEED_GPU();
+  moe_gate_case(97, 40, 1, 24);
+  moe_gate_case(33, 24, 2, 16);
+}
+
 /* Dropless with a shared expert, then capacity factor 0.5 with none (N = 97
  * tokens over E = 6 experts, top-2: capacity ceil(0.5 * 97 * 2 / 6) = 17,
- * so at most 102 of the 194 slots are kept, whatever the routing). */
+ * so at most 102 of the 194 slots are kept, whatever the routing), then
+ * both with raw top-k weights. */
 AA_TEST(moe_ops_match_cpu) {
   NEED_GPU();
-  moe_case(97, 40, 6, 2, 24, 1, 0.0f);
-  moe_case(97, 40, 6, 2, 24, 0, 0.5f);
+  moe_case(97, 40, 6, 2, 24, 1, 0.0f, 0);
+  moe_case(97, 40, 6, 2, 24, 0, 0.5f, 0);
+  moe_case(97, 40, 6, 2, 24, 1, 0.0f, 1);
+  moe_case(97, 40, 6, 2, 24, 0, 0.5f, 1);
 }
 
 int main(void) {
@@ -1384,6 +1452,7 @@ int main(void) {
   RUN(ring_attention_blocks_match_cpu);
   RUN(rows_copy_and_accumulate_match_cpu_exactly);
   RUN(moe_ops_match_cpu);
+  RUN(moe_shared_gate_matches_cpu);
   if (gpu_ok) {
     CHECK(aa_cuda_sync() == 0);
     aa_cuda_shutdown();

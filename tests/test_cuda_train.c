@@ -15,7 +15,27 @@
  * tokens averages those flips, so losses agree to a fraction of one ulp:
  * the bound is 2e-3 relative (TOL_BF16, half a bf16 ulp). The CUDA kernels
  * are deterministic (fixed reduction order, no atomics in the engine's
- * ops), so two CUDA runs must give bit-identical losses. */
+ * ops), so two CUDA runs must give bit-identical losses.
+ *
+ *   test_cuda_train        the dense model (ctest test_cuda_train)
+ *   test_cuda_train moe    the same checks on a llama with MoE layers (ctest
+ *                          test_cuda_train_moe, scripts/gpu-check.sh's
+ *                          moe_train): Mixtral's routing with a shared
+ *                          expert, and Qwen-MoE's raw top-k and gated
+ *                          shared expert with a capacity factor, in fp32
+ *                          at TOL_F32. The MoE
+ *                          block computes in fp32 on both backends (never
+ *                          16-bit GEMM inputs: engine/model.c moe_forward;
+ *                          TF32 off, the default), so its GEMMs differ by the same
+ *                          few ulps as the dense ones; the routing compares
+ *                          logits, so a token whose k-th and (k+1)-th
+ *                          logits are within those ulps could pick another
+ *                          expert on one backend (its slot's output then
+ *                          differs outright): with 1,024 routed tokens a
+ *                          step and logit gaps of order 0.1 this is rare,
+ *                          and the test prints each step's pair to tell it
+ *                          from a bug. The gradients are checked against
+ *                          PyTorch on CUDA by test_reference moe cuda. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +49,7 @@
 #include "engine/data.h"
 #include "engine/model.h"
 #include "engine/train.h"
+#include "kernels/moe_ops.h"
 #include "strategies/strategy.h"
 
 #ifdef AA_HAVE_CUDA
@@ -43,21 +64,26 @@ static char tmpdir[256];
 static char train_bin[512], val_bin[512];
 static int gpu_ok;
 static char gpu_reason[512];
+static const char *moe_json; /* the model's "moe" object, NULL for the dense model */
 
 #define NEED_GPU()                                                                                          \
   do {                                                                                                      \
     if (!gpu_ok) SKIP("no GPU: %s", gpu_reason);                                                            \
   } while (0)
 
-/* A small model whose GEMMs are still large enough to tile on the GPU. */
+/* A small model whose GEMMs are still large enough to tile on the GPU;
+ * with moe_json a llama whose blocks are MoE blocks. */
 static void small_spec(aa_model_spec_t *s) {
-  char json[2048];
-  snprintf(json, sizeof json,
-           "{\"name\": \"t\", \"model\": {\"n_layer\": 2, \"n_head\": 4, \"d_model\": 64, \"d_ff\": 256, "
-           "\"seq_len\": 64, \"vocab_size\": 256}, \"train\": {\"global_batch\": 4, \"steps\": %d, \"lr\": 0.003, "
-           "\"warmup_steps\": 2, \"eval_every\": 0, \"eval_batches\": 2, \"checkpoint_every\": 0, \"seed\": 7}, "
-           "\"data\": {\"train\": \"%s\", \"val\": \"%s\"}}",
-           STEPS, train_bin, val_bin);
+  char json[2048], model[512] = "";
+  if (moe_json)
+    snprintf(model, sizeof model, "\"family\": \"llama\", \"n_kv_head\": 2, \"moe\": %s, ", moe_json);
+  snprintf(
+      json, sizeof json,
+      "{\"name\": \"t\", \"model\": {%s\"n_layer\": 2, \"n_head\": 4, \"d_model\": 64, \"d_ff\": 256, "
+      "\"seq_len\": 64, \"vocab_size\": 256}, \"train\": {\"global_batch\": 4, \"steps\": %d, \"lr\": 0.003, "
+      "\"warmup_steps\": 2, \"eval_every\": 0, \"eval_batches\": 2, \"checkpoint_every\": 0, \"seed\": 7}, "
+      "\"data\": {\"train\": \"%s\", \"val\": \"%s\"}}",
+      model, STEPS, train_bin, val_bin);
   int rc = aa_spec_parse(s, json, NULL, "test");
   if (rc) fprintf(stderr, "spec: %s\n", aa_last_error());
   CHECK(rc == 0);
@@ -106,7 +132,10 @@ static double compare(const char *what, const float *cpu, const float *gpu) {
   return worst;
 }
 
-static void matches_cpu(aa_dtype_t amp, double tol, const char *name) {
+/* peak: whether the accountant's peaks must be equal (the MoE block's
+ * routing maps and scratch live in backend memory on CUDA, which the
+ * accountant does not see the same way: they are printed instead). */
+static void matches_cpu_peak(aa_dtype_t amp, double tol, const char *name, int peak) {
   float cpu[STEPS] = {0}, gpu[STEPS] = {0}, again[STEPS] = {0};
   char a[64], b[64], c[64];
   snprintf(a, sizeof a, "%s_cpu", name);
@@ -122,8 +151,66 @@ static void matches_cpu(aa_dtype_t amp, double tol, const char *name) {
             rc_.val_loss, rg.val_loss);
   CHECK_MSG(!memcmp(gpu, again, sizeof gpu), "%s: two CUDA runs gave different losses", name);
   /* The accountant sees the same bytes whichever backend provides them. */
-  CHECK(rc_.mem.peak_total == rg.mem.peak_total);
+  if (peak)
+    CHECK(rc_.mem.peak_total == rg.mem.peak_total);
+  else
+    fprintf(stderr, "  %s: peak memory cpu %zu bytes, cuda %zu bytes\n", name, (size_t)rc_.mem.peak_total,
+            (size_t)rg.mem.peak_total);
 }
+
+static void matches_cpu(aa_dtype_t amp, double tol, const char *name) { matches_cpu_peak(amp, tol, name, 1); }
+
+/* Mixtral's block: top-2 of 4 experts renormalised, one shared expert,
+ * the aux and z losses, dropless. */
+AA_TEST(moe_training_matches_cpu_and_is_deterministic) {
+  NEED_GPU();
+  moe_json = "{\"experts\": 4, \"top_k\": 2, \"d_ff_expert\": 64, \"shared_experts\": 1, \"aux_loss_coef\": "
+             "0.01, \"z_loss_coef\": 0.001}";
+  matches_cpu_peak(AA_F32, TOL_F32, "moe_fp32", 0);
+}
+
+/* Qwen-MoE's block: raw top-k (norm_topk_prob false), a shared expert
+ * behind its sigmoid gate, with a capacity factor that drops slots (the
+ * same ones on both backends: the counting sort keeps token order), every
+ * other block an MoE block. */
+AA_TEST(moe_qwen_gate_raw_topk_with_capacity_matches_cpu) {
+  NEED_GPU();
+  moe_json =
+      "{\"experts\": 4, \"top_k\": 2, \"d_ff_expert\": 64, \"shared_experts\": 1, "
+      "\"shared_expert_gate\": true, \"norm_topk_prob\": false, \"capacity_factor\": 1.0, \"every\": 2, "
+      "\"aux_loss_coef\": 0.01, \"z_loss_coef\": 0.001}";
+  matches_cpu_peak(AA_F32, TOL_F32, "moe_qwen", 0);
+}
+
+/* The CUDA backend's MoE table has every op, so the engine refuses no MoE
+ * option on it (engine/model.c moe_supported): this one runs without a GPU
+ * too. */
+#ifdef AA_HAVE_CUDA
+AA_TEST(moe_cuda_table_is_complete) {
+  const aa_moe_ops_t *t = aa_ops_cuda()->moe;
+  CHECK(t == &aa__cuda_moe_ops);
+  if (!t) return;
+  const void *ops[] = {(const void *)t->route_alloc,
+                       (const void *)t->route_free,
+                       (const void *)t->router_forward,
+                       (const void *)t->route,
+                       (const void *)t->permute,
+                       (const void *)t->permute_backward,
+                       (const void *)t->unpermute,
+                       (const void *)t->unpermute_backward,
+                       (const void *)t->experts_forward,
+                       (const void *)t->experts_backward,
+                       (const void *)t->shared_forward,
+                       (const void *)t->shared_backward,
+                       (const void *)t->shared_gate_forward,
+                       (const void *)t->shared_gate_backward,
+                       (const void *)t->losses,
+                       (const void *)t->router_backward};
+  _Static_assert(sizeof ops == sizeof *t, "every entry of aa_moe_ops_t is listed");
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    CHECK_MSG(ops[i] != NULL, "entry %zu is NULL", i);
+}
+#endif
 
 AA_TEST(fp32_training_matches_cpu_and_is_deterministic) {
   NEED_GPU();
@@ -204,7 +291,12 @@ AA_TEST(unusable_device_fails_cleanly) {
   fclose(log);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  const int moe = argc > 1 && !strcmp(argv[1], "moe");
+  if (argc > 2 || (argc == 2 && !moe)) {
+    fprintf(stderr, "usage: test_cuda_train [moe]\n");
+    return 2;
+  }
 #ifdef AA_HAVE_CUDA
   int n = 0;
   if (aa_cuda_device_count(&n)) snprintf(gpu_reason, sizeof gpu_reason, "%s", aa_last_error());
@@ -221,13 +313,21 @@ int main(void) {
     fprintf(stderr, "synth: %s\n", aa_last_error());
     return 1;
   }
-  RUN(fp32_training_matches_cpu_and_is_deterministic);
-  RUN(bf16_training_matches_cpu_and_is_deterministic);
-  RUN(cuda_checkpoint_resumes_bit_identically_and_loads_on_cpu);
+  if (moe) {
+    RUN(moe_training_matches_cpu_and_is_deterministic);
+    RUN(moe_qwen_gate_raw_topk_with_capacity_matches_cpu);
 #ifdef AA_HAVE_CUDA
-  RUN(cuda_out_of_memory_is_an_error);
+    RUN(moe_cuda_table_is_complete);
 #endif
-  RUN(unusable_device_fails_cleanly);
+  } else {
+    RUN(fp32_training_matches_cpu_and_is_deterministic);
+    RUN(bf16_training_matches_cpu_and_is_deterministic);
+    RUN(cuda_checkpoint_resumes_bit_identically_and_loads_on_cpu);
+#ifdef AA_HAVE_CUDA
+    RUN(cuda_out_of_memory_is_an_error);
+#endif
+    RUN(unusable_device_fails_cleanly);
+  }
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd)) fprintf(stderr, "cleanup of %s failed\n", tmpdir);

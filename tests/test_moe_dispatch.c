@@ -14,7 +14,12 @@
  * gradient, which the engine scales by 1 / (dp cp)). With a capacity
  * factor the drops are each rank's own routing's, so they are one
  * process's. A rank killed inside the all-to-all is comm's test
- * (test_comm_alltoall.c, killed_on), not repeated here. */
+ * (test_comm_alltoall.c, killed_on), not repeated here. The dispatcher's
+ * path for a backend's memory (aa_moe_dispatch_backend: CUDA's over NCCL)
+ * runs here with a copy of the CPU table standing for the device (its
+ * memory is host memory, so the same shm groups move it): the counts
+ * through the backend's buffer, rows_copy for the local sort, a sync
+ * before each all-to-all, the overflow from its alloc. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,7 +44,11 @@ typedef struct {
   int dp, ep, k;
   float cap; /* capacity factor, 0 dropless */
   int room;  /* the rows the rank's buffers hold, 0: the worst case ep N k */
+  int backend; /* 1: the dispatcher's path for a backend's memory (a copy of the CPU table) */
 } cfg_t;
+
+/* The backend standing for a device: the CPU's table under another name. */
+static aa_ops_t device;
 
 static float *randn(aa_rng_t *r, size_t n, float scale) {
   float *x = malloc(n * sizeof(float));
@@ -117,6 +126,12 @@ static int rank_main(const void *data, int rank) {
       !dweight || aa_cpu_moe_route_alloc(&r, N, E, c->k) ||
       aa_moe_dispatch_init(&d, m.expert, E, (int)most, c->room ? c->room : (int)most, 4 * C + 3 * F, &mem)) {
     bad |= 1;
+    goto done;
+  }
+  device = *aa_ops_cpu();
+  device.name = "device";
+  if (c->backend && (aa_moe_dispatch_backend(&d, &device) || d.ops != &device || !d.dcounts)) {
+    bad |= 1 << 11;
     goto done;
   }
   /* Routing, then the reference: every expert over the rank's own rows. */
@@ -205,8 +220,8 @@ done:
   return bad ? 1 : 0;
 }
 
-static void run_room(int dp, int ep, int k, float cap, int room) {
-  cfg_t c = {.dp = dp, .ep = ep, .k = k, .cap = cap, .room = room};
+static void run_backend(int dp, int ep, int k, float cap, int room, int backend) {
+  cfg_t c = {.dp = dp, .ep = ep, .k = k, .cap = cap, .room = room, .backend = backend};
   CHECK(aa_rendezvous_new(c.rdv, sizeof c.rdv, "shm", "test_moe_dispatch") == 0);
   int st[AA_GANG_MAX];
   double exit_time[AA_GANG_MAX];
@@ -216,6 +231,7 @@ static void run_room(int dp, int ep, int k, float cap, int room) {
               i, st[i]);
 }
 
+static void run_room(int dp, int ep, int k, float cap, int room) { run_backend(dp, ep, k, cap, room, 0); }
 static void run(int dp, int ep, int k, float cap) { run_room(dp, ep, k, cap, 0); }
 
 AA_TEST(ep2_over_dp2_matches_each_rank_running_every_expert) { run(2, 2, 2, 0); }
@@ -227,6 +243,10 @@ AA_TEST(a_capacity_factor_drops_what_each_rank_routes_as_one_process_would) { ru
  * is charged, and the results are the same. */
 AA_TEST(rows_past_the_room_go_to_a_grown_overflow_and_match) { run_room(2, 2, 2, 0, N * 2 / 4); }
 AA_TEST(ep4_rows_past_the_room_match) { run_room(4, 4, 2, 0, N * 2 / 4); }
+/* The same through a backend's memory (the CUDA path's code), with and
+ * without the overflow. */
+AA_TEST(through_a_backends_memory_ep2_matches) { run_backend(2, 2, 2, 0, 0, 1); }
+AA_TEST(through_a_backends_memory_ep4_past_the_room_matches) { run_backend(4, 4, 2, 0, N * 2 / 4, 1); }
 
 /* Arguments refused before anything moves. */
 AA_TEST(bad_shapes_and_counts_past_the_room_are_refused) {
@@ -260,6 +280,8 @@ int main(void) {
   RUN(a_capacity_factor_drops_what_each_rank_routes_as_one_process_would);
   RUN(rows_past_the_room_go_to_a_grown_overflow_and_match);
   RUN(ep4_rows_past_the_room_match);
+  RUN(through_a_backends_memory_ep2_matches);
+  RUN(through_a_backends_memory_ep4_past_the_room_matches);
   RUN(bad_shapes_and_counts_past_the_room_are_refused);
   return aa_test_summary();
 }

@@ -30,6 +30,7 @@
 #include "engine/data.h"
 #include "engine/model.h"
 #include "engine/train.h"
+#include "kernels/moe_ops.h"
 #include "strategies/layout.h"
 #include "strategies/sizes.h"
 
@@ -368,8 +369,11 @@ AA_TEST(the_log_reports_tokens_per_expert_and_dropped_slots) {
 }
 
 /* What the engine does not compute for an MoE model is refused by name
- * when the model is built: a backend other than the CPU's (here a copy of
- * its table under another name); a capacity factor with context
+ * when the model is built: a backend without an MoE table (here a copy of
+ * the CPU's under another name, its moe entry NULL), and one whose table
+ * lacks the gated shared experts (as CUDA's does not) for a model with
+ * them; a backend with the whole table builds (the engine calls the ops
+ * through it, not by the backend's name). A capacity factor with context
  * parallelism takes the same path (its own test below). A pipeline place
  * is no longer refused: it keeps a routing map per activation slot. */
 AA_TEST(the_engine_refuses_what_it_does_not_compute_for_moe_by_name) {
@@ -378,12 +382,30 @@ AA_TEST(the_engine_refuses_what_it_does_not_compute_for_moe_by_name) {
   aa_gpt_t *m = NULL;
   aa_ops_t other = *aa_ops_cpu();
   other.name = "other";
+  other.moe = NULL;
   aa_gpt_opts_t o = {.amp = AA_F32};
   int rc = aa_gpt_create(&m, &s.arch, &other, 2, 16, &o);
+  CHECK_MSG(
+      rc == AA_EUNSUPPORTED &&
+          strstr(aa_last_error(), "model.moe: the other backend does not compute mixture-of-experts layers"),
+      "%d %s", rc, aa_last_error());
+  CHECK(m == NULL);
+  aa_moe_ops_t no_gate = *aa_ops_cpu()->moe;
+  no_gate.shared_gate_forward = NULL;
+  no_gate.shared_gate_backward = NULL;
+  other.moe = &no_gate;
+  rc = aa_gpt_create(&m, &s.arch, &other, 2, 16, &o);
+  CHECK_MSG(rc == 0, "%d %s", rc, aa_last_error());
+  aa_gpt_free(m);
+  m = NULL;
+  s.arch.moe.shared_expert_gate = 1;
+  rc = aa_gpt_create(&m, &s.arch, &other, 2, 16, &o);
   CHECK_MSG(rc == AA_EUNSUPPORTED &&
-                strstr(aa_last_error(),
-                       "model.moe: the other backend does not compute mixture-of-experts layers yet"),
+                strstr(aa_last_error(), "other backend does not compute Qwen-MoE's gated "
+                                        "shared experts (moe.shared_expert_gate)"),
             "%d %s", rc, aa_last_error());
+  CHECK(m == NULL);
+  s.arch.moe.shared_expert_gate = 0;
   /* Experts split over tensor ranks there are not (no tensor group). */
   o.etp = 2;
   rc = aa_gpt_create(&m, &s.arch, aa_ops_cpu(), 2, 16, &o);

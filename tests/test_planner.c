@@ -72,6 +72,38 @@ AA_TEST(enumeration_is_amp_by_checkpoint_by_micro_batch_larger_first) {
   aa__search_free(&s);
 }
 
+/* An MoE model's search: CPU pools try expert and context parallelism;
+ * GPU pools do not (expert parallelism is built for the cuda engine but
+ * has never run on GPUs: search.c; context parallelism's load-balancing
+ * sums need the cpu backend's host routing map: space.c) but keep every
+ * other strategy of the model. */
+AA_TEST(gpu_pools_leave_expert_parallelism_out_for_moe) {
+  aa_model_spec_t spec;
+  int rc = aa_spec_parse(
+      &spec,
+      "{\"name\": \"m\", \"model\": {\"family\": \"llama\", \"n_layer\": 2, \"n_head\": 2, "
+      "\"d_model\": 32, \"d_ff\": 64, \"seq_len\": 16, \"vocab_size\": 256, \"moe\": {\"experts\": 4, "
+      "\"top_k\": 2, \"d_ff_expert\": 24}}, \"train\": {\"global_batch\": 4, \"steps\": 3, \"lr\": "
+      "0.001}, \"data\": {\"train\": \"/nonexistent/train.bin\"}}",
+      NULL, "moe spec");
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  size_t ep[2] = {0, 0}, cp[2] = {0, 0}, n[2] = {0, 0};
+  for (int cuda = 0; cuda < 2; cuda++) {
+    aa_search_t s;
+    CHECK(aa__search_enumerate(&s, &spec, 2, cuda ? AA_PROTO_DEV_CUDA : AA_PROTO_DEV_CPU, 0, 0, 0, NULL) ==
+          0);
+    n[cuda] = s.n;
+    for (size_t i = 0; i < s.n; i++)
+      ep[cuda] += strstr(s.c[i].key, ".ep2") != NULL,
+          cp[cuda] += strstr(s.c[i].key, ".cp2") != NULL && strstr(s.c[i].key, ".ep2") == NULL;
+    aa__search_free(&s);
+  }
+  CHECK_MSG(ep[0] > 0 && cp[0] > 0 && ep[1] == 0 && cp[1] == 0 && n[1] == n[0] - ep[0] - cp[0],
+            "cpu %zu (%zu ep, %zu cp alone), cuda %zu (%zu ep, %zu cp)", n[0], ep[0], cp[0], n[1], ep[1],
+            cp[1]);
+}
+
 AA_TEST(exclude_names_leave_out_methods) {
   aa_model_spec_t spec = spec_with_batch(4);
   unsigned mask = 0;
@@ -1935,6 +1967,7 @@ int main(void) {
   snprintf(tmp_dir, sizeof tmp_dir, "/tmp/aa_test_planner_XXXXXX");
   if (!mkdtemp(tmp_dir)) return 1;
   RUN(enumeration_is_amp_by_checkpoint_by_micro_batch_larger_first);
+  RUN(gpu_pools_leave_expert_parallelism_out_for_moe);
   RUN(exclude_names_leave_out_methods);
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
   RUN(search_enumerates_only_what_uses_the_included_methods);

@@ -38,9 +38,11 @@
  *                                (llama's with "llama", ctest
  *                                test_llama_reference; the MoE ones with
  *                                "moe", "moe2", ctest test_moe_reference)
- *   test_reference [llama] cuda  the CUDA backend (device 0, fp32 GEMMs
+ *   test_reference [llama|moe|moe2|qwen] cuda
+ *                                the CUDA backend (device 0, fp32 GEMMs
  *                                without TF32), with the same tolerances:
- *                                the whole-model fixture check on the GPU.
+ *                                the whole-model fixture check on the GPU
+ *                                (ctest test_*_reference_cuda).
  *                                Skipped with the reason where there is no
  *                                CUDA build or GPU.
  * The model's buffers are reached through its op table (upload/download),

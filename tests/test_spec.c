@@ -1078,29 +1078,28 @@ AA_TEST(shared_field_reader_reads_every_kind) {
 }
 
 /* An MoE spec with data is one to train (aa_spec_require_data passes it),
- * to plan from a profile and to measure on CPUs, but not on GPUs (the
- * cuda backend does not compute MoE layers): aa_spec_require_planned
- * refuses it there, naming model.moe; a dense spec passes both. */
-AA_TEST(an_moe_spec_is_measured_on_cpus_only) {
+ * to plan from a profile and to measure on CPUs and GPUs, Qwen-MoE's gated
+ * shared experts included (the cuda backend computes them); a dense spec
+ * passes both. */
+AA_TEST(an_moe_spec_is_measured_on_cpus_and_gpus) {
   aa_model_spec_t s;
   int rc = parse_parts(&s, MOE_MODEL "{\"experts\": 4, \"top_k\": 2, \"d_ff_expert\": 32}", NULL, NULL, NULL);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
   CHECK_MSG(aa_spec_require_data(&s, "moe.json") == 0, "%s", aa_last_error());
   CHECK_MSG(aa_spec_require_planned(&s, false, "moe.json") == 0, "%s", aa_last_error());
-  CHECK(aa_spec_require_planned(&s, true, "moe.json") == AA_EUNSUPPORTED);
-  char want[400];
-  snprintf(
-      want, sizeof want,
-      "moe.json: %s has mixture-of-experts layers (model.moe): autoaccel measures and trains them on CPUs "
-      "(data, expert, tensor or pipeline parallel) and plans them from a device profile, but the cuda "
-      "backend does not "
-      "compute them yet (docs/model-spec.md \"moe\")",
-      s.name);
-  CHECK_MSG(strcmp(aa_last_error(), want) == 0, "%s", aa_last_error());
+  CHECK_MSG(aa_spec_require_planned(&s, true, "moe.json") == 0, "%s", aa_last_error());
+  rc = parse_parts(&s,
+                   MOE_MODEL "{\"experts\": 4, \"top_k\": 2, \"d_ff_expert\": 32, \"shared_experts\": 1, "
+                             "\"shared_expert_gate\": true, \"norm_topk_prob\": false}",
+                   NULL, NULL, NULL);
+  CHECK_MSG(rc == 0, "%s", aa_last_error());
+  if (rc) return;
+  CHECK_MSG(aa_spec_require_planned(&s, false, "moe.json") == 0, "%s", aa_last_error());
+  CHECK_MSG(aa_spec_require_planned(&s, true, "moe.json") == 0, "%s", aa_last_error());
   CHECK(parse_parts(&s, MODEL_OK ", \"family\": \"llama\"", NULL, NULL, NULL) == 0);
   CHECK(aa_spec_require_planned(&s, true, "x") == 0);
-  /* A LoRA fine-tune likewise: CPUs and profiles, not the cuda backend. */
+  /* A LoRA fine-tune: CPUs and profiles, not the cuda backend. */
   s.arch.lora.r = 4;
   CHECK(aa_spec_require_planned(&s, false, "x") == 0);
   CHECK(aa_spec_require_planned(&s, true, "x") == AA_EUNSUPPORTED);
@@ -1216,7 +1215,7 @@ int main(void) {
   RUN(shared_field_reader_reads_every_kind);
   RUN(moe_fields_defaults_rules_counts_and_hash);
   RUN(qwen_options_rules_counts_hash_and_round_trip);
-  RUN(an_moe_spec_is_measured_on_cpus_only);
+  RUN(an_moe_spec_is_measured_on_cpus_and_gpus);
   RUN(lora_fields_rules_hash_round_trip_and_counts);
   return aa_test_summary();
 }

@@ -4,13 +4,12 @@
  * Switch/GShard load-balancing loss and ST-MoE's router z-loss. The
  * engine's MoE blocks call them (engine/model.c, on the CPU backend).
  *
- * Why not kernels/ops.h: the table's ops take backend pointers, return
- * nothing and keep no host state, while routing produces a host-side map
- * (per-expert row offsets that decide the size of each expert's GEMM) and
- * statistics for the log. A CUDA backend must bring the E offsets back to
- * the host before it launches the per-expert GEMMs (cuda_moe.h); the
- * engine calls these CPU functions directly and refuses other backends for
- * MoE models until the CUDA versions are wired and run on a GPU.
+ * Why not in kernels/ops.h's own list: routing keeps a map and produces
+ * host-side offsets (which decide the size of each expert's GEMM) and
+ * statistics for the log; a CUDA backend must bring the E offsets back to
+ * the host before it launches the per-expert GEMMs (cuda_moe.h). So the
+ * MoE ops have a table of their own, kernels/moe_ops.h, which aa_ops_t's
+ * moe entry points to and the engine calls (cpu_moe_ops.c wraps these).
  *
  * The block, for x(N,C) (N tokens, C = d_model), E experts of width F, top-k
  * routing and S shared experts:
@@ -68,8 +67,8 @@ typedef struct aa_moe_route {
   int N, E, k;
   int capacity;     /* slots each expert keeps (N k when dropless) */
   int raw;          /* set by the caller: 1 keeps the chosen probabilities as weights (Qwen-MoE's
-                       norm_topk_prob false), 0 (as allocated) renormalises them to sum 1; the
-                       CUDA ops (cuda_moe.h) always renormalise */
+                       norm_topk_prob false), 0 (as allocated) renormalises them to sum 1 (the
+                       CUDA ops, cuda_moe.h, likewise) */
   int rows;         /* kept slots = rows of the permuted buffers */
   int32_t *expert;  /* (N,k) chosen experts, best first */
   float *weight;    /* (N,k) their renormalised probabilities */

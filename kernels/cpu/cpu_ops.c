@@ -1,4 +1,5 @@
 /* The CPU op table: wires the kernels of this folder into an aa_ops_t. */
+#include "../moe_ops.h"
 #include "cpu_internal.h"
 
 #include <cblas.h>
@@ -77,6 +78,7 @@ static const aa_ops_t cpu_ops = {
     .rows_accumulate = aa__cpu_rows_accumulate,
     .attention_gqa_backward = aa__cpu_attention_gqa_backward,
     .attention_decode = aa__cpu_attention_decode,
+    .moe = &aa__cpu_moe_ops,
 };
 
 const aa_ops_t *aa_ops_cpu(void) { return &cpu_ops; }

@@ -16,6 +16,7 @@
  *  - the losses: one block, fixed per-thread slices summed in double in
  *    thread order.
  * No atomics: every result is deterministic on one GPU and toolkit. */
+#include "../moe_ops.h"
 #include "../moe_topk.h"
 #include "cuda_common.cuh"
 #include "cuda_moe.h"
@@ -87,15 +88,19 @@ extern "C" int aa_cuda_moe_router_forward(float *logits, float *probs, const flo
 }
 
 // expert(N,k), weight(N,k): k argmax passes over the logits (strict >: the
-// lower index wins a tie), then the probabilities renormalised; one thread a token
+// lower index wins a tie), then the probabilities renormalised, or kept as
+// they are when raw (norm_topk_prob false); one thread a token
 __global__ void moe_topk_kernel(int32_t *expert, float *weight, const float *logits, const float *probs,
-                                int N, int E, int k) {
+                                int N, int E, int k, int raw) {
   int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
   const float *l = logits + (size_t)n * E, *p = probs + (size_t)n * E;
   int32_t *ex = expert + (size_t)n * k;
   float *w = weight + (size_t)n * k;
   aa_moe_topk(ex, w, l, p, E, k);
+  if (raw)
+    for (int j = 0; j < k; j++)
+      w[j] = p[ex[j]];
 }
 
 // counts(E): slots routed to each expert, one thread an expert
@@ -148,7 +153,7 @@ extern "C" int aa_cuda_moe_route(aa_moe_route_t *r, int32_t *host_offsets, aa_mo
   }
   unsigned eb = aa__cuda_blocks((size_t)E, MOE_THREADS);
   moe_topk_kernel<<<aa__cuda_blocks((size_t)N, MOE_THREADS), MOE_THREADS, 0, ctx->stream>>>(
-      r->expert, r->weight, logits, probs, N, E, k);
+      r->expert, r->weight, logits, probs, N, E, k, r->raw);
   AA_CUDA_LAUNCHED();
   moe_count_kernel<<<eb, MOE_THREADS, 0, ctx->stream>>>(r->counts, r->expert, slots, E);
   AA_CUDA_LAUNCHED();
@@ -373,6 +378,119 @@ extern "C" int aa_cuda_moe_shared_backward(float *dx, float *dws13, float *dws2,
   return rc;
 }
 
+/* --------------------------------------------- Qwen-MoE's shared-expert gate */
+
+/* A CUDA call's or the last launch's failure recorded as the sticky error
+ * (AA_CUDA_TRY's), as a code, so that the caller still frees its scratch. */
+#define MOE_CHECK(call) ((e_ = (call)) == cudaSuccess ? 0 : aa__cuda_fail_cuda(e_, #call, __FILE__, __LINE__))
+
+// g(N) = sigmoid(x[n] . wg), the dot product in double in column order (as
+// the CPU's shared_gate); one thread a token
+__global__ void moe_gate_kernel(float *g, const float *x, const float *wg, int N, int C) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const float *xn = x + (size_t)n * C;
+  double z = 0.0;
+  for (int c = 0; c < C; c++)
+    z += (double)xn[c] * wg[c];
+  g[n] = (float)(1.0 / (1.0 + exp(-z)));
+}
+
+// out(N,C) += g[n] * y(N,C)
+__global__ void moe_gate_apply_kernel(float *out, const float *y, const float *g, int C, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] += g[i / C] * y[i];
+}
+
+// One thread a token, as the CPU's loop: dot = dout[n] . y[n] in double,
+// dy[n] = g dout[n], dz = g (1 - g) dot, dx[n] += dz wg; g[n] becomes dz
+__global__ void moe_gate_backward_kernel(float *dx, float *dy, float *g, const float *dout, const float *y,
+                                         const float *wg, int N, int C) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const float *d = dout + (size_t)n * C, *yn = y + (size_t)n * C;
+  float *dyn = dy + (size_t)n * C, *dxn = dx + (size_t)n * C;
+  const float gn = g[n];
+  double dot = 0.0;
+  for (int c = 0; c < C; c++) {
+    dot += (double)d[c] * yn[c];
+    dyn[c] = gn * d[c];
+  }
+  float dz = (float)(gn * (1.0 - gn) * dot);
+  for (int c = 0; c < C; c++)
+    dxn[c] += dz * wg[c];
+  g[n] = dz;
+}
+
+// dwg(C) += sum over tokens, in token order, of dz[n] x[n]; one thread a column
+__global__ void moe_gate_dwg_kernel(float *dwg, const float *dz, const float *x, int N, int C) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float acc = dwg[c];
+  for (int n = 0; n < N; n++)
+    acc += dz[n] * x[(size_t)n * C + c];
+  dwg[c] = acc;
+}
+
+extern "C" int aa_cuda_moe_shared_gate_forward(float *out, float *hs, float *as, const float *x,
+                                               const float *ws13, const float *ws2, const float *wg, int S,
+                                               int N, int C, int F) {
+  if (S == 0) return 0;
+  AA_CUDA_CTX(ctx);
+  const size_t NC = (size_t)N * C;
+  float *y = NULL; /* the shared experts' sum (N,C), then the gate (N) */
+  AA_CUDA_TRY(cudaMallocAsync((void **)&y, (NC + (size_t)N) * sizeof(float), ctx->stream));
+  float *g = y + NC;
+  cudaError_t e_;
+  int rc = MOE_CHECK(cudaMemsetAsync(y, 0, NC * sizeof(float), ctx->stream));
+  if (!rc) rc = aa_cuda_moe_shared_forward(y, hs, as, x, ws13, ws2, S, N, C, F);
+  if (!rc) {
+    moe_gate_kernel<<<aa__cuda_blocks((size_t)N, MOE_THREADS), MOE_THREADS, 0, ctx->stream>>>(g, x, wg, N, C);
+    rc = MOE_CHECK(cudaGetLastError());
+  }
+  if (!rc) {
+    moe_gate_apply_kernel<<<aa__cuda_grid(NC, MOE_THREADS), MOE_THREADS, 0, ctx->stream>>>(out, y, g, C, NC);
+    rc = MOE_CHECK(cudaGetLastError());
+  }
+  AA_CUDA_TRY(cudaFreeAsync(y, ctx->stream));
+  return rc;
+}
+
+extern "C" int aa_cuda_moe_shared_gate_backward(float *dx, float *dws13, float *dws2, float *dwg,
+                                                const float *dout, const float *x, const float *hs,
+                                                const float *as, const float *ws13, const float *ws2,
+                                                const float *wg, int S, int N, int C, int F) {
+  if (S == 0) return 0;
+  AA_CUDA_CTX(ctx);
+  const size_t NC = (size_t)N * C;
+  float *y = NULL; /* y (N,C): the shared experts' sum, recomputed from as; dy (N,C); g, then dz (N) */
+  AA_CUDA_TRY(cudaMallocAsync((void **)&y, (2 * NC + (size_t)N) * sizeof(float), ctx->stream));
+  float *dy = y + NC, *g = dy + NC;
+  cudaError_t e_;
+  int rc = MOE_CHECK(cudaMemsetAsync(y, 0, NC * sizeof(float), ctx->stream));
+  for (int s = 0; s < S && !rc; s++) {
+    rc = aa__cuda_matmul_forward(dy, as + (size_t)s * N * F, ws2 + (size_t)s * C * F, NULL, N, F, C);
+    if (!rc) rc = aa__cuda_accumulate(y, dy, NC);
+  }
+  if (!rc) {
+    moe_gate_kernel<<<aa__cuda_blocks((size_t)N, MOE_THREADS), MOE_THREADS, 0, ctx->stream>>>(g, x, wg, N, C);
+    rc = MOE_CHECK(cudaGetLastError());
+  }
+  if (!rc) {
+    moe_gate_backward_kernel<<<aa__cuda_blocks((size_t)N, MOE_THREADS), MOE_THREADS, 0, ctx->stream>>>(
+        dx, dy, g, dout, y, wg, N, C);
+    rc = MOE_CHECK(cudaGetLastError());
+  }
+  if (!rc) {
+    moe_gate_dwg_kernel<<<aa__cuda_blocks((size_t)C, MOE_THREADS), MOE_THREADS, 0, ctx->stream>>>(dwg, g, x,
+                                                                                                  N, C);
+    rc = MOE_CHECK(cudaGetLastError());
+  }
+  if (!rc) rc = aa_cuda_moe_shared_backward(dx, dws13, dws2, dy, x, hs, as, ws13, ws2, S, N, C, F);
+  AA_CUDA_TRY(cudaFreeAsync(y, ctx->stream));
+  return rc;
+}
+
 /* ------------------------------------------------------------------ losses */
 
 __device__ double moe_row_lse(const float *l, int E) {
@@ -428,12 +546,13 @@ extern "C" int aa_cuda_moe_losses(float *aux, float *z, const float *logits, con
   return 0;
 }
 
-// dlogits(N,E), overwritten: the gradient through the renormalisation, the
+// dlogits(N,E), overwritten: the gradient through the renormalisation (none
+// when raw: the weight is the probability itself), the
 // softmax, the aux loss and the z-loss (formulas in cpu_moe.c); one thread a
 // token, dp_e formed on the fly (E may be too large for a per-thread array)
 __global__ void moe_dlogits_kernel(float *dlogits, const float *dweight, const float *logits,
                                    const float *probs, const int32_t *expert, const float *weight,
-                                   const int32_t *counts, int N, int E, int k, float aux_scale,
+                                   const int32_t *counts, int N, int E, int k, int raw, float aux_scale,
                                    float z_scale) {
   int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
@@ -450,7 +569,7 @@ __global__ void moe_dlogits_kernel(float *dlogits, const float *dweight, const f
   for (int e = 0; e < E; e++) {
     float dp = aux_scale * (float)counts[e];
     for (int j = 0; j < k; j++)
-      if (ex[j] == e) dp += (dw[j] - wdw) / s;
+      if (ex[j] == e) dp += raw ? dw[j] : (dw[j] - wdw) / s;
     dl[e] = dp;
     pdp += p[e] * dp;
   }
@@ -468,7 +587,32 @@ extern "C" int aa_cuda_moe_router_backward(float *dx, float *dwr, float *dlogits
   float aux_scale = (float)((double)dloss * aux_coef * E / ((double)N * N));
   float z_scale = (float)(2.0 * dloss * z_coef / N);
   moe_dlogits_kernel<<<aa__cuda_blocks((size_t)N, MOE_THREADS), MOE_THREADS, 0, ctx->stream>>>(
-      dlogits, dweight, logits, probs, r->expert, r->weight, r->counts, N, E, r->k, aux_scale, z_scale);
+      dlogits, dweight, logits, probs, r->expert, r->weight, r->counts, N, E, r->k, r->raw, aux_scale,
+      z_scale);
   AA_CUDA_LAUNCHED();
   return aa__cuda_matmul_backward(dx, dwr, NULL, dlogits, x, wr, N, C, E);
 }
+
+/* ------------------------------------------------------------ the op table */
+
+/* kernels/moe_ops.h's, for cuda_ops.cu's aa_ops_t. Positional (nvcc's C++17
+ * has no designated initializers), in the order of aa_moe_ops_t's fields.
+ */
+extern "C" const aa_moe_ops_t aa__cuda_moe_ops = {
+    aa_cuda_moe_route_alloc,
+    aa_cuda_moe_route_free,
+    aa_cuda_moe_router_forward,
+    aa_cuda_moe_route,
+    aa_cuda_moe_permute,
+    aa_cuda_moe_permute_backward,
+    aa_cuda_moe_unpermute,
+    aa_cuda_moe_unpermute_backward,
+    aa_cuda_moe_experts_forward,
+    aa_cuda_moe_experts_backward,
+    aa_cuda_moe_shared_forward,
+    aa_cuda_moe_shared_backward,
+    aa_cuda_moe_shared_gate_forward,
+    aa_cuda_moe_shared_gate_backward,
+    aa_cuda_moe_losses,
+    aa_cuda_moe_router_backward,
+};

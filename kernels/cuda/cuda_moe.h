@@ -2,9 +2,11 @@
  * layouts as the CPU's (kernels/cpu/cpu_moe.h, whose comments are the
  * contract), on DEVICE pointers, enqueued on the backend's stream
  * (cuda_backend.h), each returning 0 or the backend's sticky error code.
- * Not in ops.h's table, for cpu_moe.h's reason. Written without a GPU to run
- * on: tests/test_cuda_ops.c compares every op with the CPU's, and skips
- * without a GPU.
+ * The engine reaches them through the backend table's moe entry
+ * (kernels/moe_ops.h, aa__cuda_moe_ops). Written without a GPU to run on:
+ * tests/test_cuda_ops.c compares every op with the CPU's, and skips without
+ * a GPU; scripts/gpu-check.sh's moe_train step trains the MoE test model on
+ * cuda:0 against the CPU.
  *
  * Differences from the CPU functions, all about where things live:
  *  - a routing map's arrays are device memory (aa_cuda_moe_route_alloc);
@@ -54,6 +56,14 @@ int aa_cuda_moe_shared_forward(float *out, float *hs, float *as, const float *x,
 int aa_cuda_moe_shared_backward(float *dx, float *dws13, float *dws2, const float *dout, const float *x,
                                 const float *hs, const float *as, const float *ws13, const float *ws2, int S,
                                 int N, int C, int F);
+/* Qwen-MoE's gated shared experts (aa_cpu_moe_shared_gate_*): the gate's
+ * dot products in double, one thread a token, and dwg summed in token order
+ * one thread a column, as the CPU's; scratch from cudaMallocAsync. */
+int aa_cuda_moe_shared_gate_forward(float *out, float *hs, float *as, const float *x, const float *ws13,
+                                    const float *ws2, const float *wg, int S, int N, int C, int F);
+int aa_cuda_moe_shared_gate_backward(float *dx, float *dws13, float *dws2, float *dwg, const float *dout,
+                                     const float *x, const float *hs, const float *as, const float *ws13,
+                                     const float *ws2, const float *wg, int S, int N, int C, int F);
 /* *aux and *z are HOST floats. Waits for the stream. */
 int aa_cuda_moe_losses(float *aux, float *z, const float *logits, const float *probs, const aa_moe_route_t *r,
                        float aux_coef, float z_coef);

@@ -1,6 +1,7 @@
 /* The CUDA op table: wires the launchers of this folder into an aa_ops_t.
  * The launchers return an AA_E* code that is already recorded as the
  * backend's sticky error (cuda_backend.h), so the void slots drop it. */
+#include "../moe_ops.h"
 #include "cuda_common.cuh"
 
 #include <math.h>
@@ -265,6 +266,7 @@ static const aa_ops_t cuda_ops = {
     attention_block_backward,
     rows_copy,
     rows_accumulate,
+    &aa__cuda_moe_ops,
 };
 
 extern "C" const aa_ops_t *aa_ops_cuda(void) { return &cuda_ops; }

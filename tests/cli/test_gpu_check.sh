@@ -54,7 +54,7 @@ expect 1 "libgfortran.so.5 resolves to .*, outside" bash "$GC" check-libs "$tmp/
 
 # --- run without a GPU -------------------------------------------------------------------
 # CUDA_VISIBLE_DEVICES=-1 hides the GPUs of a machine that has some, so this holds there too.
-steps=14
+steps=18
 t0=$SECONDS
 out=$(cd "$tmp" && CUDA_VISIBLE_DEVICES=-1 OUT="$tmp/out" bash "$GC" run 2>&1)
 rc=$?
@@ -169,8 +169,15 @@ SH
 printf -- '- matmul_matches_cpu\n' >&2
 kill -SEGV $$
 SH
+  # A training test that passes: its loss comparisons become the step's figures.
+  cat >"$u/bin/test_cuda_train" <<'SH'
+#!/bin/sh
+[ "$1" = moe ] || exit 3
+printf -- '- moe_training_matches_cpu_and_is_deterministic\n  moe_fp32: cpu 5.5451775 -> 5.2140150, cuda 5.5451775 -> 5.2140141, max relative difference 1.73e-07\n' >&2
+printf -- '- moe_qwen_gate_raw_topk_with_capacity_matches_cpu\n  moe_qwen: cpu 5.5 -> 5.2, cuda 5.5 -> 5.2, max relative difference 0\n2 passed, 0 failed, 0 skipped\n' >&2
+SH
   (cd "$tmp" && PATH="$tmp/fakebin:$PATH" CUDA_VISIBLE_DEVICES=GPU-00000000-0000-0000-0000-000000000000 \
-    OUT="$tmp/out4" bash "$u/gpu-check.sh" run --only cuda_device,cuda_ops >"$tmp/run4.log" 2>&1)
+    OUT="$tmp/out4" bash "$u/gpu-check.sh" run --only cuda_device,cuda_ops,moe_train >"$tmp/run4.log" 2>&1)
   check "the rerun exits 0" test $? = 0
   out=$("$PY" - "$tmp/out4/gpu-check/summary.json" <<'PY'
 import json, sys
@@ -183,7 +190,12 @@ if c["figures"] != {"passed": 0, "failed": 1, "skipped": 1, "failed_tests": ["de
     bad.append("figures %s" % c["figures"])
 if s["cuda_ops"]["status"] != "failed" or not s["cuda_ops"]["reason"].startswith("died of signal 11 in matmul_matches_cpu"):
     bad.append("cuda_ops %s" % s["cuda_ops"])
-bad += [k for k, x in s.items() if k not in ("cuda_device", "cuda_ops") and x["reason"] != "not asked for (--only)"]
+m = s["moe_train"]
+if m["status"] != "passed" or m["reason"] != "2 passed; loss vs cpu, max relative difference: moe_fp32: 1.73e-07, moe_qwen: 0":
+    bad.append("moe_train %s" % m)
+if m["figures"].get("loss_max_rel_diff") != {"moe_fp32": 1.73e-07, "moe_qwen": 0}:
+    bad.append("moe_train figures %s" % m["figures"])
+bad += [k for k, x in s.items() if k not in ("cuda_device", "cuda_ops", "moe_train") and x["reason"] != "not asked for (--only)"]
 print("ok" if not bad else "; ".join(bad))
 PY
   )

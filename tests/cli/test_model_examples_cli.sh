@@ -89,10 +89,10 @@ if [ -e "$tmp/home" ]; then fail=$((fail + 1)); echo "FAIL: auto created $tmp/ho
 
 # A mixture-of-experts spec trains (on one process, data, expert, tensor or pipeline parallel),
 # the cost model predicts it (strategy check, plan from a device profile)
-# and CPU pools measure it (auto, below); a GPU pool, whose backend does not
-# compute MoE layers, says so by name, exit 1, before it contacts anything.
+# and CPU pools measure it (auto, below); so do GPU pools, Qwen-MoE's gated
+# shared experts included (here: past the spec's check, to the missing
+# planner).
 MOE=$SRC/tests/specs/moe_tiny.json
-MOEMSG="moe-tiny has mixture-of-experts layers \(model\.moe\): autoaccel measures and trains them on CPUs \(data, expert, tensor or pipeline parallel\) and plans them from a device profile, but the cuda backend does not compute them yet"
 expect 0 "^ok: dp1\.tp1\.pp1\.z0\.bf16\.ckpt-none\.mb4 is valid for moe-tiny" "$AA" strategy check "$MINIMAL" --model "$MOE"
 # Expert parallelism: predicted at ZeRO 0, and at ZeRO 1 with each MoE
 # layer's expert slices (2 experts x 3 x 24 x 32 = 4,608 floats, 18 KiB)
@@ -103,7 +103,15 @@ expect 0 "^comm: expert group of 2, per step: 1 all-reduce \(4 B\), 10 all-to-al
 echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 4, "expert": 2}, "micro_batch": 1, "zero": 1}' >"$tmp/ep2z1.json"
 expect 0 "^comm: expert-data group of 2, per step: 2 all-gathers \(36\.0 KiB\), 2 reduce-scatters \(36\.0 KiB\)" \
   "$AA" strategy check "$tmp/ep2z1.json" --model "$MOE" --world 4
-expect 1 "^autoaccel plan: $MOE: $MOEMSG" "$AA" plan "$MOE" --pool cuda:2 --planner "unix:$tmp/nobody.sock"
+expect 1 "^autoaccel plan: no planner at unix:" "$AA" plan "$MOE" --pool cuda:2 --planner "unix:$tmp/nobody.sock"
+$PY - "$MOE" >"$tmp/qwen-moe.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["name"] = "qwen-moe-tiny"
+m["model"]["moe"].update(shared_experts=1, shared_expert_gate=True)
+print(json.dumps(m))
+PY
+expect 1 "^autoaccel plan: no planner at unix:" "$AA" plan "$tmp/qwen-moe.json" --pool cuda:2 --planner "unix:$tmp/nobody.sock"
 
 # train: moe_tiny on real tokens for 3 steps, each step's line with the
 # fewest and most tokens an expert computed and the slots dropped (none:
