@@ -107,6 +107,11 @@ typedef struct aa_train_result {
    * and the local rows they hold; 0 when routing stayed within it. */
   size_t moe_overflow_bytes;
   int moe_overflow_rows;
+  /* MoE: the most tokens any expert got from one rank's micro-batch, over
+   * every rank (the `moe` line's max), averaged over the steps that line
+   * was logged for; what strategies/predict.h aa_predict_imbalance turns
+   * into the router's load imbalance. 0 without MoE layers. */
+  double moe_max_tokens;
 } aa_train_result_t;
 
 /* Trains spec as configured, with the strategy's knobs (amp, activation

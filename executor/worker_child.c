@@ -108,6 +108,8 @@ static void send_result(child_t *c, aa_proto_run_status_t status, const char *er
     ms[AA_PROTO_TIME_BACKWARD] += t->time_ms[AA_TIME_ALL_TO_ALL] - t->all_to_all_forward_ms;
     for (int k = 0; k < AA_PROTO_TIME_KINDS; k++)
       r->times.ms[k] = clamp(ms[k], 1e9);
+    r->has_moe_max_tokens = t->moe_max_tokens > 0;
+    r->moe_max_tokens = clamp(t->moe_max_tokens, 2147483648.0);
   }
   r->status = status;
   r->tokens_per_s = clamp(tokens_per_s, 1e12);

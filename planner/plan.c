@@ -26,13 +26,16 @@
 #define AA__PLAN_CANDIDATES_MAX 20000 /* enumerated strategies one plan predicts at most */
 
 json_t *aa__plan_breakdown(const aa_predict_t *p) {
-  return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}", "forward_ms",
-                   p->forward_s * 1e3, "backward_ms", p->backward_s * 1e3, "tensor_comm_ms",
-                   p->tensor_comm_s * 1e3, "pipeline_comm_ms", p->pipeline_comm_s * 1e3, "context_comm_ms",
-                   p->context_comm_s * 1e3, "expert_comm_ms", p->expert_comm_s * 1e3, "bubble_ms",
-                   p->bubble_s * 1e3, "optimizer_ms", p->optimizer_s * 1e3, "data_comm_ms",
-                   p->data_comm_s * 1e3, "ops_estimated", p->ops_estimated, "links_estimated",
-                   p->links_estimated);
+  json_t *o =
+      json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}", "forward_ms", p->forward_s * 1e3,
+                "backward_ms", p->backward_s * 1e3, "tensor_comm_ms", p->tensor_comm_s * 1e3,
+                "pipeline_comm_ms", p->pipeline_comm_s * 1e3, "context_comm_ms", p->context_comm_s * 1e3,
+                "expert_comm_ms", p->expert_comm_s * 1e3, "bubble_ms", p->bubble_s * 1e3, "optimizer_ms",
+                p->optimizer_s * 1e3, "data_comm_ms", p->data_comm_s * 1e3, "ops_estimated", p->ops_estimated,
+                "links_estimated", p->links_estimated);
+  /* Expert parallelism timed past even routing: the factor it took. */
+  if (o && p->moe_imbalance > 1) json_object_set_new(o, "moe_imbalance", json_real(p->moe_imbalance));
+  return o;
 }
 
 /* The request, checked. */

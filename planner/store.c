@@ -358,6 +358,9 @@ static const char *const migrations[AA_STORE_SCHEMA_VERSION] = {
     "  pipeline_comm_ms, bubble_ms, peak_bytes, peak_json, error FROM run_ranks;"
     "DROP TABLE run_ranks;"
     "ALTER TABLE run_ranks_7 RENAME TO run_ranks;",
+    /* 7 -> 8: an MoE run's measured router load imbalance. */
+    "ALTER TABLE runs ADD COLUMN moe_imbalance REAL"
+    "  CONSTRAINT run_moe_imbalance_at_least_1 CHECK (moe_imbalance IS NULL OR moe_imbalance >= 1)",
 };
 
 /* The runs that can answer a job: measured dry runs of a job that ran its
@@ -400,7 +403,7 @@ static const char *const stmt_sql[AA__ST_N] = {
     [AA__ST_RUN_FINISH] =
         "UPDATE runs SET status = ?2, tokens_per_s = ?3, step_ms_median = ?4,"
         " step_ms_spread = ?5, peak_bytes = ?6, peak_json = ?7, final_loss = ?8, error = ?9,"
-        " finished_at = ?10, started_at = coalesce(started_at, ?10)"
+        " finished_at = ?10, started_at = coalesce(started_at, ?10), moe_imbalance = ?11"
         " WHERE id = ?1 AND status IN ('queued', 'running')",
     [AA__ST_RANK_INSERT] =
         "INSERT INTO run_ranks (run_id, rank, coords, status, tokens_per_s, step_ms_median, step_ms_spread,"

@@ -77,10 +77,10 @@ struct aa_store {
 #define AA__RUN_COLS                                                                                         \
   "id, job_id, model_hash, hardware, kind, strategy_key, strategy_json, status, tokens_per_s, "              \
   "step_ms_median, step_ms_spread, peak_bytes, peak_json, predicted_tokens_per_s, final_loss, error, "       \
-  "started_at, finished_at, predicted_peak_bytes, predicted_bubble, predicted_json"
+  "started_at, finished_at, predicted_peak_bytes, predicted_bubble, predicted_json, moe_imbalance"
 /* How many columns AA__RUN_COLS has: a statement that selects more puts
  * them from this index on. */
-#define AA__RUN_NCOLS 21
+#define AA__RUN_NCOLS 22
 
 #define AA__RANK_COLS                                                                                        \
   "rank, coords, status, tokens_per_s, step_ms_median, step_ms_spread, forward_ms, backward_ms, "            \

@@ -46,6 +46,7 @@ static int run_from_row(sqlite3_stmt *s, aa_store_run_t *r, char *why, size_t ca
   r->predicted_peak_bytes = sqlite3_column_int64(s, 18);
   r->predicted_bubble = sqlite3_column_double(s, 19);
   r->predicted_json = aa__store_col_text(s, 20);
+  r->moe_imbalance = sqlite3_column_double(s, 21);
   return 0;
 }
 
@@ -319,6 +320,9 @@ static int check_result(int64_t run_id, const aa_store_run_result_t *res) {
     return aa_error(AA_EINVAL, "run %lld: measurements must be finite and not negative", (long long)run_id);
   if (s == AA_STORE_RUN_OK && !(res->tokens_per_s > 0))
     return aa_error(AA_EINVAL, "run %lld: an ok run needs its tokens/s", (long long)run_id);
+  if (res->moe_imbalance != 0 && !(res->moe_imbalance >= 1 && isfinite(res->moe_imbalance)))
+    return aa_error(AA_EINVAL, "run %lld: a load imbalance of %g is not 0 (none) or at least 1",
+                    (long long)run_id, res->moe_imbalance);
   if (res->n_ranks < 0 || res->n_ranks > AA_PROTO_WORLD_MAX || (res->n_ranks && !res->ranks))
     return aa_error(AA_EINVAL, "run %lld: %d ranks is outside 0..%d", (long long)run_id, res->n_ranks,
                     AA_PROTO_WORLD_MAX);
@@ -373,6 +377,7 @@ int aa_store_run_finish(aa_store_t *st, int64_t run_id, const aa_store_run_resul
   aa__store_bind_real0(s, 8, res->final_loss);
   aa__store_bind_text(s, 9, res->error && *res->error ? res->error : NULL);
   sqlite3_bind_int64(s, 10, aa__store_now());
+  aa__store_bind_real0(s, 11, res->moe_imbalance);
   char what[48];
   snprintf(what, sizeof what, "finish run %lld", (long long)run_id);
   err = aa__store_exec(st, s, what);

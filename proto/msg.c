@@ -265,6 +265,7 @@ static const field_t result_f[] = {
 #undef COORD_F
         F_MAP_HAS(aa_msg_result_t, times, has_times, &times_t),
     F_STR(aa_msg_result_t, calib, false, 1, AA_PROTO_JSON_MAX),
+    F_F64_HAS(aa_msg_result_t, moe_max_tokens, has_moe_max_tokens, 0, 2147483648.0),
 };
 static const field_t cancel_f[] = {F_U64(aa_msg_cancel_t, job, true, 1, ID_HI)};
 static const field_t abort_f[] = {

@@ -227,6 +227,11 @@ typedef struct aa_msg_result {
   aa_msg_times_t times;
   char *calib; /* optional, 1..AA_PROTO_JSON_MAX bytes: a calibrate job's measurements
                   (strategies/calib.h aa_calib_to_json), sent by the gang's rank 0 */
+  /* Optional, 0..2^31: an MoE run's most tokens an expert got from one
+   * rank's micro-batch, over the gang (engine/train.h moe_max_tokens);
+   * the planner turns it into the router's load imbalance. */
+  bool has_moe_max_tokens;
+  double moe_max_tokens;
 } aa_msg_result_t;
 
 typedef struct aa_msg_cancel {

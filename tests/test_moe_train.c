@@ -120,6 +120,8 @@ typedef struct {
   double a2a_ms[RANKS_MAX][2]; /* each rank's all-to-all ms a step, and its part in forward passes */
   int status[RANKS_MAX];
   int moe_lines, min_tokens, max_tokens, dropped, tokens, grown; /* the last moe line's */
+  double max_tokens_sum;                                         /* the moe lines' max summed */
+  double moe_max_tokens;  /* rank 0's aa_train_result_t.moe_max_tokens */
 } run_t;
 
 static int rank_main(const void *data, int rank) {
@@ -168,6 +170,7 @@ static int rank_main(const void *data, int rank) {
       fprintf(f, "%zu\n", res.mem.peak[k]);
     fprintf(f, "%zu\n", res.moe_overflow_bytes);
     fprintf(f, "%.9g %.9g\n", res.time_ms[AA_TIME_ALL_TO_ALL], res.all_to_all_forward_ms);
+    fprintf(f, "%.17g\n", res.moe_max_tokens);
   }
   if (f) fclose(f);
   return rc ? 3 : 0;
@@ -209,6 +212,7 @@ static void run(const cfg_t *c, run_t *r) {
                "a rank) | dropped %d | grown past the room: %d rows",
                &mn, &mx, &e, &layers, &tok, &dr, &gr) == 7) {
       r->moe_lines++;
+      r->max_tokens_sum += mx;
       r->min_tokens = mn;
       r->max_tokens = mx;
       r->tokens = tok;
@@ -233,6 +237,7 @@ static void run(const cfg_t *c, run_t *r) {
     if (fscanf(f, "%zu", &r->overflow[i]) != 1) r->overflow[i] = SIZE_MAX;
     if (fscanf(f, "%lf %lf", &r->a2a_ms[i][0], &r->a2a_ms[i][1]) != 2)
       r->a2a_ms[i][0] = r->a2a_ms[i][1] = NAN;
+    if (i == 0 && fscanf(f, "%lf", &r->moe_max_tokens) != 1) r->moe_max_tokens = NAN;
     fclose(f);
   }
 }
@@ -350,6 +355,11 @@ AA_TEST(the_log_reports_tokens_per_expert_and_dropped_slots) {
             r.moe_lines, r.tokens, r.dropped);
   CHECK_MSG(r.min_tokens >= 0 && r.min_tokens <= fair && r.max_tokens >= fair && r.max_tokens <= N,
             "min %d max %d", r.min_tokens, r.max_tokens);
+  /* The result's moe_max_tokens (what the planner turns into the load
+   * imbalance) is the mean of the logged max over the steps. */
+  CHECK_MSG(fabs(r.moe_max_tokens - r.max_tokens_sum / STEPS) <= 1e-9 * r.moe_max_tokens &&
+                r.moe_max_tokens >= fair,
+            "moe_max_tokens %.17g, the lines' mean %.17g", r.moe_max_tokens, r.max_tokens_sum / STEPS);
   run(&(cfg_t){.dp = 0, .micro_batch = 8, .capacity = 0.5, .out = "capacity"}, &r);
   CHECK(aa_gang_exited_ok(r.status[0]) && isfinite(r.loss[STEPS]));
   const int cap = (int)ceil(0.5 * N * 2 / 4);

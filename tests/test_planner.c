@@ -909,10 +909,26 @@ AA_TEST(query_replies_have_the_documented_shape) {
   json_t *runs = json_object_get(root, "runs");
   CHECK(json_array_size(runs) == 3);
   json_t *r = json_array_get(runs, 0);
-  static const char *keys[] = {"id", "job", "kind", "key", "status", "tokens_per_s", "step_ms_median",
-                               "step_ms_spread", "peak_bytes", "peak", "predicted_tokens_per_s",
-                               "predicted_peak_bytes", "predicted_bubble", "predicted", "final_loss", "error",
-                               "started_at", "finished_at", "strategy"};
+  static const char *keys[] = {"id",
+                               "job",
+                               "kind",
+                               "key",
+                               "status",
+                               "tokens_per_s",
+                               "step_ms_median",
+                               "step_ms_spread",
+                               "peak_bytes",
+                               "peak",
+                               "predicted_tokens_per_s",
+                               "predicted_peak_bytes",
+                               "predicted_bubble",
+                               "predicted",
+                               "final_loss",
+                               "moe_imbalance",
+                               "error",
+                               "started_at",
+                               "finished_at",
+                               "strategy"};
   CHECK(json_object_size(r) == sizeof keys / sizeof keys[0]);
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) CHECK_MSG(json_object_get(r, keys[i]), "%s", keys[i]);
   CHECK(!strcmp(json_string_value(json_object_get(r, "key")), "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4"));
@@ -920,6 +936,7 @@ AA_TEST(query_replies_have_the_documented_shape) {
   CHECK(json_integer_value(json_object_get(json_object_get(r, "peak"), "total")) == 4096);
   CHECK(json_is_null(json_object_get(r, "predicted_tokens_per_s")));
   CHECK(json_is_null(json_object_get(r, "predicted")));
+  CHECK(json_is_null(json_object_get(r, "moe_imbalance"))); /* a dense model's */
   CHECK(json_is_object(json_object_get(r, "strategy")));
   CHECK(!strcmp(json_string_value(json_object_get(json_array_get(runs, 2), "error")), "skipped: slower"));
   json_decref(root);
