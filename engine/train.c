@@ -281,10 +281,6 @@ static int setup(trainer_t *t) {
   else aa_strategy_default(&t->strat);
   if ((rc = aa_strategy_resolve(&t->strat, s, aa_comm_world(t->world_group))))
     return aa_error_wrap(rc, "strategy");
-  /* Said before the first step, not at the first checkpoint. */
-  if (s->train.weights_only && t->strat.ep > 1 && !t->opts->dryrun)
-    return aa_error(AA_EUNSUPPORTED,
-                    "weights-only checkpoints under expert parallelism are not supported yet");
   t->accum = aa_strategy_accum_steps(&t->strat, s);
   int B = t->strat.micro_batch;
   aa_mem_init(&t->mem, t->opts->memory_limit);
