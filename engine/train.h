@@ -22,10 +22,9 @@
  * the bubble), and the expert group's all-to-alls (expert parallelism's
  * token dispatch and combine, engine/moe_dispatch.h: counted here, not in
  * the forward or backward they run in). forward + backward + optimizer +
- * pipeline_comm + bubble + all_to_all is the step's time. all_to_all is
- * last so the first five stay the protocol's (proto/msg.h), which has no
- * all-to-all kind yet: executor/worker_child.c folds it back into the
- * forward and backward it ran in (all_to_all_forward_ms). */
+ * pipeline_comm + bubble + all_to_all is the step's time. The protocol
+ * (proto/msg.h) names the same kinds in the same order; all_to_all is
+ * last, where it was added. */
 typedef enum {
   AA_TIME_FORWARD,
   AA_TIME_BACKWARD,

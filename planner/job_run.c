@@ -669,6 +669,27 @@ static double moe_observed(aa_planner_t *p, aa_planner_job_t *j, const aa_cand_t
   return f;
 }
 
+/* A job of an MoE model starts from the load imbalance earlier runs of
+ * the model measured (the store's mean; a resumed job's own runs among
+ * them), so that its first predictions already use it. */
+static void moe_seed(aa_planner_t *p, aa_planner_job_t *j) {
+  double mean = 0;
+  int n = 0;
+  if (!j->spec.arch.moe.experts) return;
+  if (aa_store_moe_imbalance(p->store, j->hash, &mean, &n)) {
+    aa__planner_log(p, "job %lld: cannot read the measured load imbalance: %s", (long long)j->id,
+                    aa_last_error());
+    return;
+  }
+  if (n < 1 || !(mean >= 1)) return;
+  j->moe_imbalance = mean;
+  j->moe_runs = n;
+  aa__planner_log(p,
+                  "job %lld: %d earlier run%s of the model measured a router load imbalance of %.2f (mean): "
+                  "the expert ranks are predicted at it",
+                  (long long)j->id, n, n > 1 ? "s" : "", mean);
+}
+
 /* The predicted step of candidate c by part as the store keeps it
  * (runs.predicted_json, docs/store.md), malloc'd; NULL without a
  * calibrated prediction. */
@@ -1296,6 +1317,7 @@ void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e, aa_
   aa__planner_log(p, "job %lld: %zu strategies, %d valid, %d of them predicted out of memory",
                   (long long)j->id, j->search.n, j->search.valid, j->search.predicted_oom);
   prune_unplaceable(p, j);
+  moe_seed(p, j);
   calib_lookup(p, j);
   aa__job_advance(p);
 }

@@ -821,10 +821,11 @@ struct aa_planner_job {
   bool calib_wanted;      /* the stored one is missing or lacks something: measure */
   bool calib_over;        /* the phase is over (with a calibration or without) */
   bool calibrating;       /* the running gang is the calibration */
-  /* MoE: the router load imbalance its ok dry runs measured
+  /* MoE: the router load imbalance the model's runs measured
    * (strategies/predict.h aa_predict_imbalance), the mean over moe_runs of
-   * them; the predictions take it in place of AA_PREDICT_MOE_IMBALANCE
-   * from the first one on (job_run.c moe_observed). 0 = none yet. */
+   * them, the store's earlier ones (job_run.c moe_seed) and this job's
+   * ok dry runs (moe_observed); the predictions take it in place of
+   * AA_PREDICT_MOE_IMBALANCE. 0 = none yet. */
   double moe_imbalance;
   int moe_runs;
   /* Across hosts (a CPU pool whose gangs span hosts): the device's links

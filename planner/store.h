@@ -338,6 +338,11 @@ typedef struct aa_store_run_result {
   int n_ranks;
 } aa_store_run_result_t;
 
+/* The router load imbalance the runs of model_hash measured
+ * (runs.moe_imbalance): their mean into *mean and how many into *n (0 and
+ * 0 when none did). AA_EINVAL for a bad hash. */
+int aa_store_moe_imbalance(aa_store_t *st, const char *model_hash, double *mean, int *n);
+
 /* Inserts a run of a queued or running job (AA_ENOENT if there is no such
  * job, AA_EINVAL if it has finished or the status is not queued, running or
  * pruned). *run_id is set only on success. */

@@ -177,9 +177,17 @@ static const table_t peak_t = TABLE("peak", peak_f, NULL);
     .off = offsetof(aa_msg_times_t, ms) + (size_t)(k) * sizeof(double), .has = -1, .dmin = 0, .dmax = 1e9    \
   }
 static const field_t times_f[AA_PROTO_TIME_KINDS] = {
-    F_TIME("forward", AA_PROTO_TIME_FORWARD),     F_TIME("backward", AA_PROTO_TIME_BACKWARD),
-    F_TIME("optimizer", AA_PROTO_TIME_OPTIMIZER), F_TIME("pipeline_comm", AA_PROTO_TIME_PIPELINE_COMM),
+    F_TIME("forward", AA_PROTO_TIME_FORWARD),
+    F_TIME("backward", AA_PROTO_TIME_BACKWARD),
+    F_TIME("optimizer", AA_PROTO_TIME_OPTIMIZER),
+    F_TIME("pipeline_comm", AA_PROTO_TIME_PIPELINE_COMM),
     F_TIME("bubble", AA_PROTO_TIME_BUBBLE),
+    {.key = "all_to_all", /* optional (msg.h), so not F_TIME */
+     .kind = K_F64,
+     .off = offsetof(aa_msg_times_t, ms) + (size_t)AA_PROTO_TIME_ALL_TO_ALL * sizeof(double),
+     .has = -1,
+     .dmin = 0,
+     .dmax = 1e9},
 };
 static const table_t times_t = TABLE("times", times_f, NULL);
 

@@ -1001,7 +1001,7 @@ AA_TEST(query_run_lists_every_ranks_own_figures) {
                                    .status = AA_STORE_RUN_OOM,
                                    .step_ms_median = 40,
                                    .has_times = true,
-                                   .time_ms = {10, 20, 5, 0, 0.5},
+                                   .time_ms = {10, 20, 5, 0, 0.5, 2.25},
                                    .peak_bytes = 2048,
                                    .peak_json = "{\"total\": 2048}"}};
   aa_store_run_result_t res = {.status = AA_STORE_RUN_OOM, .peak_bytes = 2048, .ranks = ranks, .n_ranks = 2};
@@ -1023,8 +1023,10 @@ AA_TEST(query_run_lists_every_ranks_own_figures) {
   CHECK(json_integer_value(json_object_get(r1, "dp_rank")) == 1);
   CHECK(!strcmp(json_string_value(json_object_get(r0, "status")), "oom"));
   json_t *t = json_object_get(r0, "times_ms");
-  CHECK(json_object_size(t) == 5 && json_real_value(json_object_get(t, "forward")) == 10 &&
-        json_real_value(json_object_get(t, "optimizer")) == 5 && json_real_value(json_object_get(t, "bubble")) == 0.5);
+  CHECK(json_object_size(t) == 6 && json_real_value(json_object_get(t, "all_to_all")) == 2.25 &&
+        json_real_value(json_object_get(t, "forward")) == 10 &&
+        json_real_value(json_object_get(t, "optimizer")) == 5 &&
+        json_real_value(json_object_get(t, "bubble")) == 0.5);
   CHECK(json_is_real(json_object_get(t, "pipeline_comm")) && json_real_value(json_object_get(t, "pipeline_comm")) == 0);
   CHECK(json_integer_value(json_object_get(json_object_get(r0, "peak"), "total")) == 2048);
   CHECK(json_is_null(json_object_get(r1, "times_ms")) && json_is_null(json_object_get(r1, "peak")));

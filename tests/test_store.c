@@ -855,7 +855,8 @@ AA_TEST(a_run_keeps_its_predicted_breakdown) {
 
 /* An MoE run's measured load imbalance (schema 8) reads back as it was
  * recorded; a run without one reads 0 (NULL); one below 1 is refused
- * before anything is written, and the column's rule holds for raw SQL. */
+ * before anything is written, and the column's rule holds for raw SQL.
+ * aa_store_moe_imbalance averages a model's. */
 AA_TEST(a_run_keeps_its_measured_moe_imbalance) {
   aa_store_t *st = fresh_store();
   if (!st) return;
@@ -879,9 +880,20 @@ AA_TEST(a_run_keeps_its_measured_moe_imbalance) {
   aa_store_run_clear(&r);
   CHECK(aa_store_run_get(st, bad, &r) == 0 && r.status == AA_STORE_RUN_RUNNING);
   aa_store_run_clear(&r);
+  /* The model's mean over the runs that measured one. */
+  double mean = -1;
+  int n = -1;
+  CHECK(aa_store_moe_imbalance(st, MODEL, &mean, &n) == 0 && n == 1 && mean == 1.75);
+  res.moe_imbalance = 1.25;
+  CHECK(aa_store_run_finish(st, bad, &res) == 0);
+  CHECK(aa_store_moe_imbalance(st, MODEL, &mean, &n) == 0 && n == 2 && mean == 1.5);
+  CHECK(aa_store_moe_imbalance(st, "0123456789abcdef", &mean, &n) == 0 && n == 0 && mean == 0);
+  CHECK_ERR(aa_store_moe_imbalance(st, "", &mean, &n), AA_EINVAL, "model hash");
   char msg[256] = "", path[512];
   cur_path(path);
-  CHECK((raw_sql(path, "UPDATE runs SET moe_imbalance = 0.9", msg, sizeof msg) & 0xff) == SQLITE_CONSTRAINT);
+  CHECK(
+      (raw_sql(path, "UPDATE runs SET moe_imbalance = 0.9 WHERE moe_imbalance IS NOT NULL", msg, sizeof msg) &
+       0xff) == SQLITE_CONSTRAINT);
   CHECK_MSG(strstr(msg, "run_moe_imbalance_at_least_1"), "%s", msg);
   aa_store_close(st);
 }
@@ -1338,7 +1350,7 @@ AA_TEST(every_rank_of_a_run_round_trips_with_its_breakdown) {
        .step_ms_median = 40,
        .step_ms_spread = 2,
        .has_times = true,
-       .time_ms = {10.5, 20.25, 3, 0, 6.25},
+       .time_ms = {10.5, 20.25, 3, 0, 6.25, 7.75},
        .peak_bytes = 1000,
        .peak_json = "{\"total\": 1000}"},
       {.rank = 0,
@@ -1384,7 +1396,9 @@ AA_TEST(every_rank_of_a_run_round_trips_with_its_breakdown) {
         k[1].step_ms_median == 0);
   CHECK(k[2].coord[AA_AXIS_DATA] == 1 && k[2].coord[AA_AXIS_PIPELINE] == 0 &&
         k[2].status == AA_STORE_RUN_OK && k[2].step_ms_spread == 2);
-  CHECK(k[2].time_ms[AA_PROTO_TIME_FORWARD] == 10.5 && k[2].time_ms[AA_PROTO_TIME_BUBBLE] == 6.25);
+  CHECK(k[2].time_ms[AA_PROTO_TIME_FORWARD] == 10.5 && k[2].time_ms[AA_PROTO_TIME_BUBBLE] == 6.25 &&
+        k[2].time_ms[AA_PROTO_TIME_ALL_TO_ALL] == 7.75);
+  CHECK(k[0].time_ms[AA_PROTO_TIME_ALL_TO_ALL] == 0); /* a rank without expert parallelism */
   CHECK(!strcmp(k[2].peak_json, "{\"total\": 1000}") && !strcmp(k[2].error, ""));
   CHECK(k[3].status == AA_STORE_RUN_CANCELLED && !k[3].has_times && k[3].time_ms[AA_PROTO_TIME_FORWARD] == 0);
   CHECK(!strcmp(k[3].error, "aborted by the planner") && k[3].coord[AA_AXIS_DATA] == 1 &&
