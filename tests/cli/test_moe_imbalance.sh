@@ -79,6 +79,19 @@ PY
 cat "$tmp/check2.txt"
 check "the second job's first dry run is predicted at the earlier runs' mean" grep -qx ok "$tmp/check2.txt"
 
+# `plan` times the expert ranks at the model's stored mean too, and says so.
+"$AA" planner --home "$home" >"$tmp/planner.log" 2>&1 &
+pids+=($!)
+P="--planner unix:$home/planner.sock"
+planner_up "$tmp/planner.log"
+"$AA" plan "$tmp/model.json" --pool cpu:2 --top 1000 --json $P >"$tmp/plan.json" 2>"$tmp/plan.err"
+check "plan answers" test $? -eq 0 || cat "$tmp/plan.err"
+mean=$(/usr/bin/python3 -c "import sqlite3; print('%.2f' % sqlite3.connect('$home/store.db').execute(
+  'SELECT avg(moe_imbalance) FROM runs WHERE moe_imbalance IS NOT NULL').fetchone()[0])")
+check "plan's assumptions name the measured imbalance ($mean, 3 runs)" \
+  grep -q "router load imbalance of $mean (its rows over the mean), the mean that 3 runs of the model measured" \
+  "$tmp/plan.json"
+
 # The expert all-to-alls are a time kind of their own in the store
 # (run_ranks.all_to_all_ms, no longer folded into forward and backward)
 # and in `query run`'s ALL-TO-ALL column.
