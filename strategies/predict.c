@@ -190,7 +190,9 @@ static void moe_ops(inventory_t *v, const aa_arch_t *a, const aa_tp_dims_t *d, i
                     aa_dtype_t dt, double ff, double fb, double bb) {
   const aa_moe_t *m = &a->moe;
   const int64_t S = m->shared_experts, Fe = m->d_ff_expert, Ne = aa_cost_expert_rows(m, N);
-  /* The rank's experts and each one's rows. */
+  /* The rank's experts and each one's rows (the busiest rank's: f·ep·Ne
+   * rounded up, less a hair so that an exact product is not pushed past
+   * itself by rounding in f). */
   const int64_t E = m->experts / ep, Nl = ep > 1 ? (int64_t)ceil(f * (double)(ep * Ne) - 1e-9) : Ne;
   add(v, AA_OP_MATMUL, N, d->C, m->experts, 0, dt, false, ff, 0, fb, bb);
   add(v, AA_OP_XENT, N, m->experts, 0, 0, dt, false, ff, 0, fb, bb);
