@@ -12,6 +12,10 @@
 # calibrated cost model predicts for the ep run (one dry run through
 # `autoaccel auto`, which calibrates the pool first; its runs.predicted_json
 # breakdown), and how much of the CPUs other processes took meanwhile.
+# Then the cost model against the planner's own dry runs of the ep run:
+# the first predicted at the default load imbalance (1.25), the second (a
+# second job, which starts from the first's measured imbalance) at the
+# measured one, each beside its measured step and all-to-all share.
 # Asserts nothing. See bench/README.md.
 #
 # usage: bench/moe.sh [--steps N] [--rounds R] [--work DIR] [--keep]
@@ -90,21 +94,33 @@ echo "a dry run of moe ep2 through autoaccel auto --devices cpu:2" >&2
 "$AUTOACCEL" auto "$WORK/moe.json" --devices cpu:2 --home "$WORK/state" --out "$WORK/runs/auto" --no-train \
   --refresh --from "$WORK/ep2.json" --max-dryruns 1 --measured-steps "$STEPS" >"$WORK/logs/auto.log" 2>&1 ||
   { tail -5 "$WORK/logs/auto.log" >&2; die "auto failed"; }
+echo "a second job's dry run of moe ep2, predicted at the first's measured load imbalance" >&2
+"$AUTOACCEL" auto "$WORK/moe.json" --devices cpu:2 --home "$WORK/state" --out "$WORK/runs/auto2" --no-train \
+  --refresh --from "$WORK/ep2.json" --max-dryruns 1 --measured-steps "$STEPS" >"$WORK/logs/auto2.log" 2>&1 ||
+  { tail -5 "$WORK/logs/auto2.log" >&2; die "auto (second) failed"; }
 read -r busy1 idle1 < <(cpu_busy)
 
 "$PYTHON" - "$WORK/results" "$runs" "$STEPS" "$ROUNDS" "$WORK/state/store.db" <<'PY'
 import glob, json, re, sqlite3, sys
 res, runs, steps, rounds = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
 # The predicted all-to-all share of the ep run's step: the expert group's
-# time over the sum of the breakdown's parts (docs/store.md predicted_json).
-pred_share = None
-for key, pj in sqlite3.connect(sys.argv[5]).execute(
-        "SELECT strategy_key, predicted_json FROM runs WHERE kind = 'dryrun' AND predicted_json IS NOT NULL"):
+# time over the sum of the breakdown's parts (docs/store.md predicted_json),
+# of the first dry run (predicted at the default imbalance).
+db = sqlite3.connect(sys.argv[5])
+pred_share, dry = None, []
+for rid, key, pj, ms, imb in db.execute(
+        "SELECT id, strategy_key, predicted_json, step_ms_median, moe_imbalance FROM runs WHERE kind = 'dryrun'"
+        " AND status = 'ok' AND predicted_json IS NOT NULL ORDER BY id"):
     b = json.loads(pj)
     b = b.get("breakdown", b)
     parts = [v for k, v in b.items() if k.endswith("_ms")]
     if ".ep2" in key and parts and sum(parts) > 0:
-        pred_share = b["expert_comm_ms"] / sum(parts)
+        pred_share = pred_share if pred_share is not None else b["expert_comm_ms"] / sum(parts)
+        ranks = db.execute("SELECT forward_ms + backward_ms + optimizer_ms + pipeline_comm_ms + bubble_ms +"
+                           " coalesce(all_to_all_ms, 0), all_to_all_ms FROM run_ranks WHERE run_id = ?"
+                           " ORDER BY rank", (rid,)).fetchall()
+        share = max(a / t for t, a in ranks if t and a is not None) if ranks else 0
+        dry.append((b.get("moe_imbalance", 1.0), sum(parts), b["expert_comm_ms"] / sum(parts), ms, share, imb))
 print(f"\n{steps} steps a run (median step, first excluded), 2 ranks on cpu:2, best of {rounds} rounds")
 print(f"{'model':<16} {'strategy':<38} {'params':>7} {'tok/s':>8} {'x dense':>8} {'rank-0 peak':>12} {'predicted':>10} "
       f"{'a2a share':>9} {'predicted':>9}  rounds (tok/s)")
@@ -126,6 +142,10 @@ for r in runs:
     print(f"{best['model']:<16} {best['strategy'][:38]:<38} {best['params']/1e6:6.2f}M {best['tokens_per_s']:8.0f} "
           f"{best['tokens_per_s']/base:7.2f}x {peak:8.1f} MiB {pred.group(1) if pred else '-':>10} "
           f"{100 * share:8.1f}% {ps}  {each}")
+print("\nthe planner's dry runs of moe ep2 (cpu:2), predicted against measured:")
+print(f"{'timed at':>9} {'pred step':>10} {'pred a2a':>9} {'meas step':>10} {'meas a2a':>9} {'measured imbalance':>19}")
+for f, step, s, ms, share, imb in dry:
+    print(f"{f:9.2f} {step:7.1f} ms {100 * s:8.1f}% {ms:7.1f} ms {100 * share:8.1f}% {imb or 0:19.2f}")
 PY
 self1=$(awk '{print $14+$15+$16+$17}' /proc/$$/stat)
 awk -v b="$((busy1 - busy0))" -v i="$((idle1 - idle0))" \

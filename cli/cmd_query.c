@@ -58,7 +58,8 @@ void aa_client_print_runs(FILE *f, const json_t *runs, bool with_job) {
 }
 
 /* One run, then each rank's own figures: where its step time goes
- * (forward, backward, optimizer, pipeline communication, pipeline wait). */
+ * (forward, backward, optimizer, pipeline communication, pipeline wait,
+ * the expert all-to-alls). */
 static void print_run(const json_t *root) {
   json_t *run = json_object_get(root, "run"), *ranks = json_object_get(root, "ranks"), *one = json_array();
   json_array_append(one, run);
@@ -68,7 +69,7 @@ static void print_run(const json_t *root) {
     printf("no per-rank figures (a run that has not finished, was pruned, or is older than them)\n");
     return;
   }
-  _Static_assert(AA_PROTO_TIME_KINDS == 5, "one column per time kind");
+  _Static_assert(AA_PROTO_TIME_KINDS == 6, "one column per time kind");
   /* One coordinate column per axis (common/axis.h), headed by its key. */
   printf("\n%4s", "RANK");
   for (int a = 0; a < AA_AXES; a++) {
@@ -78,8 +79,8 @@ static void print_run(const json_t *root) {
       *c = (char)toupper((unsigned char)*c);
     printf(" %3s", head);
   }
-  printf("  %-9s %8s %9s %9s %9s %9s %9s %10s\n", "STATUS", "STEP MS", "FORWARD", "BACKWARD", "OPTIMIZER",
-         "PP COMM", "BUBBLE", "PEAK");
+  printf("  %-9s %8s %9s %9s %9s %9s %9s %10s %10s\n", "STATUS", "STEP MS", "FORWARD", "BACKWARD",
+         "OPTIMIZER", "PP COMM", "BUBBLE", "ALL-TO-ALL", "PEAK");
   size_t i;
   json_t *k;
   json_array_foreach(ranks, i, k) {
@@ -101,8 +102,8 @@ static void print_run(const json_t *root) {
       snprintf(name, sizeof name, "%s_rank", aa_axis_info((aa_axis_t)a)->key);
       printf(" %3.0f", jnum(k, name, &has));
     }
-    printf("  %-9s %8s %9s %9s %9s %9s %9s %10s\n", jstr(k, "status", "?"), ms, t[0], t[1], t[2], t[3], t[4],
-           peak);
+    printf("  %-9s %8s %9s %9s %9s %9s %9s %10s %10s\n", jstr(k, "status", "?"), ms, t[0], t[1], t[2], t[3],
+           t[4], t[5], peak);
     if (jstr(k, "error", NULL)) printf("     error: %s\n", jstr(k, "error", ""));
   }
 }

@@ -368,11 +368,13 @@ int aa_cli_plan_local(const aa_cli_plan_local_t *o) {
                                              mem, r.predicted_oom));
   if (o->spec->arch.moe.experts)
     json_array_append_new(
-        assume,
-        json_sprintf("mixture of experts: expert GEMMs and all-to-alls timed at even routing; under "
-                     "expert parallelism a rank's routed-row buffers hold the even load x %.2f (a step "
-                     "routed past it grows them, and the engine reports by how much)",
-                     AA_MOE_EP_MARGIN));
+        assume, json_sprintf(
+                    "mixture of experts: under expert parallelism the busiest expert rank's GEMMs and "
+                    "all-to-alls timed at %.2f x the even load (Switch Transformer's training capacity "
+                    "factor; a planner's plan takes what the model's runs measured), and a rank's "
+                    "routed-row buffers hold the even load x %.2f (a step routed past it grows them, and the "
+                    "engine reports by how much)",
+                    AA_PREDICT_MOE_IMBALANCE, AA_MOE_EP_MARGIN));
   json_array_append_new(
       assume, json_sprintf("MFU: the model's FLOPs without recomputation (3 x the forward's "
                            "GEMMs, attention and logits) over the devices' dense bf16 peak "

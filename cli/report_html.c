@@ -387,11 +387,8 @@ static int chart_memory(FILE *f, const aa_report_t *r) {
 
 static const struct {
   const char *key, *color;
-} phases[] = {{"forward", "#1f77b4"},
-              {"backward", "#ff7f0e"},
-              {"optimizer", "#2ca02c"},
-              {"pipeline_comm", "#9467bd"},
-              {"bubble", "#7f7f7f"}};
+} phases[] = {{"forward", "#1f77b4"},       {"backward", "#ff7f0e"}, {"optimizer", "#2ca02c"},
+              {"pipeline_comm", "#9467bd"}, {"bubble", "#7f7f7f"},   {"all_to_all", "#d62728"}};
 #define NPHASES (sizeof phases / sizeof phases[0])
 
 /* 3. The best run's time breakdown: one stacked bar per rank. */
@@ -411,8 +408,8 @@ static void chart_ranks(FILE *f, const json_t *best) {
   }
   fprintf(f,
           "<h2>Per-rank time breakdown of the best run</h2>\n<p>The mean timed step of each rank of the best "
-          "run, in milliseconds, split into forward, backward, optimizer, pipeline communication and "
-          "pipeline bubble; one stacked bar per rank.</p>\n");
+          "run, in milliseconds, split into forward, backward, optimizer, pipeline communication, "
+          "pipeline bubble and the expert all-to-alls; one stacked bar per rank.</p>\n");
   if (!n) {
     fprintf(f, "<p class=\"none\" id=\"rank-breakdown\">No per-rank figures: %s.</p>\n",
             best ? "the best run's ranks timed no step, or the store predates them"

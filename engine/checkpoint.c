@@ -1132,7 +1132,8 @@ static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *
 }
 
 /* Expert parallelism, or experts split over the tensor ranks (model.h
- * opts.etp): the three sections of the whole model assembled on
+ * opts.etp): the sections of the whole model (three, or the parameters
+ * alone for a weights-only save: g->sections) assembled on
  * replica 0 from its expert group, which holds every expert (at pp > 1
  * each stage's replica 0 assembles its units and the pipeline group sums
  * the stages' parts into pipeline rank 0's; at tp > 1 likewise each tensor
@@ -1144,29 +1145,29 @@ static int write_manifest(const char *path, const aa_gpt_t *m, const aa_zero_t *
 static int save_experts(const char *path, const gang_t *g, const aa_train_state_t *st) {
   aa_gpt_t *m = g->m;
   aa_zero_t *z = g->z;
-  const int ep = m->ep, nt = m->n_tensors;
+  const int ep = m->ep, nt = m->n_tensors, S = g->sections;
   size_t ne = 0; /* the expert slices' elements of one section: the same on every rank */
   for (int i = 0; i < nt; i++)
     if (m->tensors[i].expert) ne += m->tensors[i].numel;
   const aa_tensor_desc_t *last = &m->tensors[nt - 1];
   const size_t ng = last->goffset + last->gnumel, nl = m->n_params;
   /* One more float each: no expert slices (ep 1) is no allocation failure. */
-  float *local = malloc(3 * nl * sizeof(float)), *pack = malloc((3 * ne + 1) * sizeof(float));
-  float *all = malloc(((size_t)ep * 3 * ne + 1) * sizeof(float));
+  float *local = malloc(S * nl * sizeof(float)), *pack = malloc((S * ne + 1) * sizeof(float));
+  float *all = malloc(((size_t)ep * S * ne + 1) * sizeof(float));
   float *scratch = malloc(aa_zero_gather_scratch(z) * sizeof(float) + sizeof(float));
-  float *whole = z->rank == 0 ? malloc(3 * ng * sizeof(float)) : NULL;
+  float *whole = z->rank == 0 ? malloc(S * ng * sizeof(float)) : NULL;
   aa_tensor_desc_t *tab = malloc((size_t)nt * sizeof *tab);
   int rc = !local || !pack || !all || !scratch || !tab || (z->rank == 0 && !whole)
                ? aa_error(AA_ENOMEM, "out of memory")
                : 0;
   /* Every rank joins the gathers, or none does. */
   if (!(rc = agree(g, rc, path)))
-    for (int s = 0; s < 3 && !rc; s++)
+    for (int s = 0; s < S && !rc; s++)
       if ((rc = aa_zero_gather(z, m, s, local + s * nl, scratch)))
         rc = aa_error_wrap(rc, "%s: gathering the ZeRO shards", path);
   free(scratch);
   size_t o = 0;
-  for (int s = 0; s < 3 && !rc; s++)
+  for (int s = 0; s < S && !rc; s++)
     for (int i = 0; i < nt; i++)
       if (m->tensors[i].expert) {
         memcpy(pack + o, local + s * nl + m->tensors[i].offset, m->tensors[i].numel * sizeof(float));
@@ -1174,15 +1175,15 @@ static int save_experts(const char *path, const gang_t *g, const aa_train_state_
       }
   /* Every rank joins the gather, or none does. */
   if (!(rc = agree(g, rc, path)) && ep > 1 &&
-      (rc = aa_comm_all_gather(m->opts.expert, pack, all, 3 * ne, AA_F32)))
+      (rc = aa_comm_all_gather(m->opts.expert, pack, all, S * ne, AA_F32)))
     rc = aa_error_wrap(rc, "%s: gathering the expert slices", path);
   const aa_pp_place_t *pp = m->pp > 1 ? &m->pipe : NULL;
   if (!rc && z->rank == 0) {
     /* A pipeline stage fills the units it holds, a tensor rank its slices
      * (tensor rank 0 the replicated tensors, the experts included), zeros
      * elsewhere. */
-    if (pp || m->tp > 1) memset(whole, 0, 3 * ng * sizeof(float));
-    for (int s = 0; s < 3; s++) {
+    if (pp || m->tp > 1) memset(whole, 0, S * ng * sizeof(float));
+    for (int s = 0; s < S; s++) {
       float *w = whole + s * ng;
       for (int i = 0; i < nt; i++) { /* the dense tensors: the rank's slices through their runs */
         const aa_tensor_desc_t *t = &m->tensors[i];
@@ -1198,7 +1199,7 @@ static int save_experts(const char *path, const gang_t *g, const aa_train_state_
       if (m->tp_rank > 0 && !split) continue;
       for (int q = 0; q < ep && ne; q++) {
         aa_gpt_tensor_table_ep(&m->arch, split ? m->tp : 1, split ? m->tp_rank : 0, ep, q, pp, tab);
-        const float *from = all + ((size_t)q * 3 + (size_t)s) * ne;
+        const float *from = all + ((size_t)q * S + (size_t)s) * ne;
         for (int i = 0; i < nt; i++)
           if (tab[i].expert && tab[i].numel) {
             for (int k = 0; k < tab[i].runs; k++)
@@ -1210,22 +1211,23 @@ static int save_experts(const char *path, const gang_t *g, const aa_train_state_
     }
     /* The stages' parts summed over the pipeline group (each element is
      * one stage's, the others' zeros), which its rank 0 writes. */
-    if (g->pipe && (rc = aa_comm_all_reduce(g->pipe, whole, whole, 3 * ng, AA_F32, AA_COMM_SUM)))
+    if (g->pipe && (rc = aa_comm_all_reduce(g->pipe, whole, whole, S * ng, AA_F32, AA_COMM_SUM)))
       rc = aa_error_wrap(rc, "%s: gathering the pipeline stages", path);
     /* ... and the tensor ranks' over the tensor group. */
     if (!rc && m->tp > 1 &&
-        (rc = aa_comm_all_reduce(m->opts.tensor, whole, whole, 3 * ng, AA_F32, AA_COMM_SUM)))
+        (rc = aa_comm_all_reduce(m->opts.tensor, whole, whole, S * ng, AA_F32, AA_COMM_SUM)))
       rc = aa_error_wrap(rc, "%s: gathering the tensor slices", path);
   }
   if (!rc && z->rank == 0 && m->tp_rank == 0 && (!pp || m->pipe.stage == 0)) {
     header_t h;
     state_header(&h, m, st);
-    h.flags = FLAG_OPTIMIZER;
+    h.flags = S == 3 ? FLAG_OPTIMIZER : 0;
     h.n_params = ng;
-    h.adam_t = z->opt.t;
-    seg_t seg[3] = {
-        {whole, ng * sizeof(float)}, {whole + ng, ng * sizeof(float)}, {whole + 2 * ng, ng * sizeof(float)}};
-    rc = write_file(path, &h, aa_ops_cpu(), seg, 3);
+    h.adam_t = S == 3 ? z->opt.t : 0;
+    seg_t seg[3] = {{whole, ng * sizeof(float)},
+                    {S == 3 ? whole + ng : NULL, ng * sizeof(float)},
+                    {S == 3 ? whole + 2 * ng : NULL, ng * sizeof(float)}};
+    rc = write_file(path, &h, aa_ops_cpu(), seg, S);
   }
   free(local);
   free(pack);
@@ -1266,11 +1268,6 @@ int aa_ckpt_save_zero(const char *path, aa_gpt_t *m, aa_zero_t *z, const aa_trai
 /* aa_ckpt_save_pipe of `sections` sections (gang_t). */
 static int save_pipe(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_comm_t *pipe, const aa_train_state_t *st,
                      int sections) {
-  if (sections == 1 && (m->ep > 1 || aa_sizes_etp(&m->arch, m->tp) > 1))
-    return aa_error(AA_EUNSUPPORTED,
-                    "%s: weights-only checkpoints under expert parallelism or with experts split over the "
-                    "tensor ranks are not supported yet (save the optimizer state)",
-                    path);
   if (m->pp > 1 && !pipe)
     return aa_error(AA_EINVAL,
                     "%s: pipeline rank %d of %d holds part of the model: save with its pipeline group", path,

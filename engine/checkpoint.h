@@ -96,7 +96,8 @@ int aa_ckpt_save_pipe(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_comm_t *pi
  * `train --weights-only-checkpoints`): the same files with the parameters
  * alone (flag bit 0 clear, one payload section; the training state in the
  * header as before), a third of the size. A whole-model file of it also
- * serves as init_weights. Under expert parallelism AA_EUNSUPPORTED. */
+ * serves as init_weights. Under expert parallelism the one whole-model
+ * file aa_ckpt_save_pipe writes there, with the parameters alone. */
 int aa_ckpt_save_weights(const char *path, aa_gpt_t *m, aa_zero_t *z, aa_comm_t *pipe,
                          const aa_train_state_t *st);
 

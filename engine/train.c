@@ -280,10 +280,6 @@ static int setup(trainer_t *t) {
   else aa_strategy_default(&t->strat);
   if ((rc = aa_strategy_resolve(&t->strat, s, aa_comm_world(t->world_group))))
     return aa_error_wrap(rc, "strategy");
-  /* Said before the first step, not at the first checkpoint. */
-  if (s->train.weights_only && t->strat.ep > 1 && !t->opts->dryrun)
-    return aa_error(AA_EUNSUPPORTED,
-                    "weights-only checkpoints under expert parallelism are not supported yet");
   t->accum = aa_strategy_accum_steps(&t->strat, s);
   int B = t->strat.micro_batch;
   aa_mem_init(&t->mem, t->opts->memory_limit);
@@ -496,6 +492,8 @@ static int write_summary(const trainer_t *t, const aa_train_result_t *r, int thr
     fprintf(f, "}, \"peak_bytes\": %.0f, \"peak_acts_bytes\": %.0f}", x[RF_PEAK], x[RF_ACTS]);
   }
   fprintf(f, "]");
+  /* MoE fields only for MoE models, so dense summaries stay as they were. */
+  if (t->spec->arch.moe.experts) fprintf(f, ", \"moe_max_tokens\": %.3f", r->moe_max_tokens);
   /* Device fields only off the CPU, so CPU summaries stay as they were. */
   if (t->cuda_device >= 0)
     fprintf(f, ", \"device\": \"cuda:%d\", \"tf32\": %s, \"flops_per_token\": %.6g, \"peak_flops\": %.6g, \"mfu\": %.6f",
@@ -857,6 +855,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
             m->tp, aa_comm_backend(t.mesh.group[AA_AXIS_TENSOR]), m->d.NH, spec->arch.n_head, m->d.F, spec->arch.d_ff,
             m->d.Vl, spec->arch.vocab_size, m->sp ? "; sequence parallel" : "");
   int first = t.state.step, timed = 0, untimed = opts->dryrun ? opts->untimed_steps : 1;
+  int moe_logged = 0; /* steps with a `moe` line, whose max_tokens r.moe_max_tokens averages */
   for (int step = first; step < cfg->steps; step++) {
     double t0 = aa_now(), scale_before = t.scaler.scale;
     float loss, norm = 0, lr = aa_lr_at(cfg, step);
@@ -905,7 +904,8 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
       aa_moe_stats_t ms;
       int over = 0;
       if (spec->arch.moe.experts && (rc = moe_stats_world(&t, &ms, &over))) goto cleanup;
-      if (spec->arch.moe.experts)
+      if (spec->arch.moe.experts) {
+        r.moe_max_tokens += (ms.max_tokens - r.moe_max_tokens) / ++moe_logged;
         fprintf(t.log,
                 "moe  %5d/%d | %d rank%s: tokens per expert min %d, max %d (over %d experts x %d MoE layers, "
                 "per micro-batch of %d tokens a %s) | dropped %d | grown past the room: %d rows\n",
@@ -913,6 +913,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
                 aa_comm_world(t.world_group) > 1 ? "s" : "", ms.min_tokens, ms.max_tokens,
                 spec->arch.moe.experts, aa_arch_moe_layers(&spec->arch), m->B * m->T * m->cp,
                 m->cp > 1 ? "context group" : "rank", ms.dropped, over);
+      }
     }
     int last = step + 1 == cfg->steps;
     if (t.val.n_tokens && (last || (cfg->eval_every && (step + 1) % cfg->eval_every == 0))) {

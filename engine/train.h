@@ -22,10 +22,9 @@
  * the bubble), and the expert group's all-to-alls (expert parallelism's
  * token dispatch and combine, engine/moe_dispatch.h: counted here, not in
  * the forward or backward they run in). forward + backward + optimizer +
- * pipeline_comm + bubble + all_to_all is the step's time. all_to_all is
- * last so the first five stay the protocol's (proto/msg.h), which has no
- * all-to-all kind yet: executor/worker_child.c folds it back into the
- * forward and backward it ran in (all_to_all_forward_ms). */
+ * pipeline_comm + bubble + all_to_all is the step's time. The protocol
+ * (proto/msg.h) names the same kinds in the same order; all_to_all is
+ * last, where it was added. */
 typedef enum {
   AA_TIME_FORWARD,
   AA_TIME_BACKWARD,
@@ -107,6 +106,11 @@ typedef struct aa_train_result {
    * and the local rows they hold; 0 when routing stayed within it. */
   size_t moe_overflow_bytes;
   int moe_overflow_rows;
+  /* MoE: the most tokens any expert got from one rank's micro-batch, over
+   * every rank (the `moe` line's max), averaged over the steps that line
+   * was logged for; what strategies/predict.h aa_predict_imbalance turns
+   * into the router's load imbalance. 0 without MoE layers. */
+  double moe_max_tokens;
 } aa_train_result_t;
 
 /* Trains spec as configured, with the strategy's knobs (amp, activation

@@ -42,16 +42,14 @@ typedef struct {
 
 /* The protocol names the engine's time kinds for the planner, which never
  * includes the engine: both lists must be the same, in the same order
- * (tests/test_worker.c compares the names), but for the engine's last,
- * the all-to-all, which the protocol has no kind for yet: send_result
- * folds it into the forward and backward it ran in. */
-_Static_assert((int)AA_TIME_ALL_TO_ALL == (int)AA_PROTO_TIME_KINDS && AA_TIME_KINDS == AA_TIME_ALL_TO_ALL + 1,
-               "engine and protocol time kinds differ");
+ * (tests/test_worker.c compares the names). */
+_Static_assert((int)AA_TIME_KINDS == (int)AA_PROTO_TIME_KINDS, "engine and protocol time kinds differ");
 _Static_assert((int)AA_TIME_FORWARD == (int)AA_PROTO_TIME_FORWARD &&
                    (int)AA_TIME_BACKWARD == (int)AA_PROTO_TIME_BACKWARD &&
                    (int)AA_TIME_OPTIMIZER == (int)AA_PROTO_TIME_OPTIMIZER &&
                    (int)AA_TIME_PIPELINE_COMM == (int)AA_PROTO_TIME_PIPELINE_COMM &&
-                   (int)AA_TIME_BUBBLE == (int)AA_PROTO_TIME_BUBBLE,
+                   (int)AA_TIME_BUBBLE == (int)AA_PROTO_TIME_BUBBLE &&
+                   (int)AA_TIME_ALL_TO_ALL == (int)AA_PROTO_TIME_ALL_TO_ALL,
                "engine and protocol time kinds are in different orders");
 
 /* A parent that is gone cannot receive anything: exiting is all that is left. */
@@ -101,13 +99,10 @@ static void send_result(child_t *c, aa_proto_run_status_t status, const char *er
   memcpy(r->coord, c->coord, sizeof r->coord);
   if (t) {
     r->has_times = true;
-    double ms[AA_PROTO_TIME_KINDS];
     for (int k = 0; k < AA_PROTO_TIME_KINDS; k++)
-      ms[k] = t->time_ms[k];
-    ms[AA_PROTO_TIME_FORWARD] += t->all_to_all_forward_ms;
-    ms[AA_PROTO_TIME_BACKWARD] += t->time_ms[AA_TIME_ALL_TO_ALL] - t->all_to_all_forward_ms;
-    for (int k = 0; k < AA_PROTO_TIME_KINDS; k++)
-      r->times.ms[k] = clamp(ms[k], 1e9);
+      r->times.ms[k] = clamp(t->time_ms[k], 1e9);
+    r->has_moe_max_tokens = t->moe_max_tokens > 0;
+    r->moe_max_tokens = clamp(t->moe_max_tokens, 2147483648.0);
   }
   r->status = status;
   r->tokens_per_s = clamp(tokens_per_s, 1e12);

@@ -19,6 +19,7 @@
 #include "../common/mem.h"
 #include "../common/rendezvous.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -295,6 +296,11 @@ static void gang_finish(aa_planner_t *p) {
     out.tokens_per_s = r == 0 || x->tokens_per_s < out.tokens_per_s ? x->tokens_per_s : out.tokens_per_s;
     if (x->step_ms_median > out.step_ms_median) out.step_ms_median = x->step_ms_median;
     if (x->step_ms_spread > out.step_ms_spread) out.step_ms_spread = x->step_ms_spread;
+    /* The same on every rank (the engine reduces it over the gang). */
+    if (x->has_moe_max_tokens && x->moe_max_tokens > out.moe_max_tokens) {
+      out.has_moe_max_tokens = true;
+      out.moe_max_tokens = x->moe_max_tokens;
+    }
   }
   const aa_gang_rank_t *w = &j->ranks[worst];
   out.status = w->res.status;
@@ -580,7 +586,8 @@ static aa_predict_pool_t calib_pool(aa_planner_t *p, const aa_planner_job_t *j) 
                              .host_cores = j->dev_kind == AA_PROTO_DEV_CUDA ? 0 : j->calib->host_cores,
                              .host_devices = across ? most : 0,
                              .inter = across ? j->calib_inter : NULL,
-                             .roofline = j->roof};
+                             .roofline = j->roof,
+                             .moe_imbalance = j->moe_imbalance};
 }
 
 /* Fits the job's profile roofline, if it has one, to its calibration as
@@ -639,6 +646,48 @@ static void calib_apply(aa_planner_t *p, aa_planner_job_t *j) {
       "sizes it lacks)%s%s%s",
       (long long)j->id, done, stand_ins, failed ? "; not predicted: " : "", failed ? first : "",
       failed > 1 ? " and others" : "");
+}
+
+/* A dry run of candidate c measured the router's load (max_tokens, the
+ * result's moe_max_tokens): its imbalance joins the job's mean, and when
+ * that moves by more than 1 % every candidate is predicted again with it
+ * (what the search orders, refits and stops by). Returns the run's
+ * imbalance, 0 when it measured none. */
+static double moe_observed(aa_planner_t *p, aa_planner_job_t *j, const aa_cand_t *c, double max_tokens) {
+  const double f = aa_predict_imbalance(&j->spec.arch, &c->s, max_tokens);
+  if (!(f >= 1)) return 0;
+  const double before = j->moe_imbalance;
+  j->moe_imbalance += (f - j->moe_imbalance) / ++j->moe_runs;
+  if (fabs(j->moe_imbalance - before) > 0.01 * before) {
+    aa__planner_log(
+        p,
+        "job %lld: %s measured a router load imbalance of %.2f (the most tokens an expert got, over "
+        "the even load); the expert ranks are now predicted at %.2f, the mean of %d run%s",
+        (long long)j->id, c->key, f, j->moe_imbalance, j->moe_runs, j->moe_runs > 1 ? "s" : "");
+    calib_apply(p, j);
+  }
+  return f;
+}
+
+/* A job of an MoE model starts from the load imbalance earlier runs of
+ * the model measured (the store's mean; a resumed job's own runs among
+ * them), so that its first predictions already use it. */
+static void moe_seed(aa_planner_t *p, aa_planner_job_t *j) {
+  double mean = 0;
+  int n = 0;
+  if (!j->spec.arch.moe.experts) return;
+  if (aa_store_moe_imbalance(p->store, j->hash, &mean, &n)) {
+    aa__planner_log(p, "job %lld: cannot read the measured load imbalance: %s", (long long)j->id,
+                    aa_last_error());
+    return;
+  }
+  if (n < 1 || !(mean >= 1)) return;
+  j->moe_imbalance = mean;
+  j->moe_runs = n;
+  aa__planner_log(p,
+                  "job %lld: %d earlier run%s of the model measured a router load imbalance of %.2f (mean): "
+                  "the expert ranks are predicted at it",
+                  (long long)j->id, n, n > 1 ? "s" : "", mean);
 }
 
 /* The predicted step of candidate c by part as the store keeps it
@@ -1268,6 +1317,7 @@ void aa__job_begin(aa_planner_t *p, const aa_store_job_t *row, aa_conn_t *e, aa_
   aa__planner_log(p, "job %lld: %zu strategies, %d valid, %d of them predicted out of memory",
                   (long long)j->id, j->search.n, j->search.valid, j->search.predicted_oom);
   prune_unplaceable(p, j);
+  moe_seed(p, j);
   calib_lookup(p, j);
   aa__job_advance(p);
 }
@@ -1315,6 +1365,8 @@ static void run_finished(aa_planner_t *p, const aa_msg_result_t *r, const aa_sto
     res.status = AA_STORE_RUN_ERROR;
     res.error = "the executor reported ok without a throughput";
   }
+  if (res.status == AA_STORE_RUN_OK && j->phase == AA_PHASE_SEARCH && r->has_moe_max_tokens)
+    res.moe_imbalance = moe_observed(p, j, &j->search.c[j->cand], r->moe_max_tokens);
   bool again = res.status == AA_STORE_RUN_CRASHED && retry_lost(p, j);
   char note[AA_PROTO_TEXT_MAX + 64];
   if (again) {

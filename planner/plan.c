@@ -26,13 +26,16 @@
 #define AA__PLAN_CANDIDATES_MAX 20000 /* enumerated strategies one plan predicts at most */
 
 json_t *aa__plan_breakdown(const aa_predict_t *p) {
-  return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}", "forward_ms",
-                   p->forward_s * 1e3, "backward_ms", p->backward_s * 1e3, "tensor_comm_ms",
-                   p->tensor_comm_s * 1e3, "pipeline_comm_ms", p->pipeline_comm_s * 1e3, "context_comm_ms",
-                   p->context_comm_s * 1e3, "expert_comm_ms", p->expert_comm_s * 1e3, "bubble_ms",
-                   p->bubble_s * 1e3, "optimizer_ms", p->optimizer_s * 1e3, "data_comm_ms",
-                   p->data_comm_s * 1e3, "ops_estimated", p->ops_estimated, "links_estimated",
-                   p->links_estimated);
+  json_t *o =
+      json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:i}", "forward_ms", p->forward_s * 1e3,
+                "backward_ms", p->backward_s * 1e3, "tensor_comm_ms", p->tensor_comm_s * 1e3,
+                "pipeline_comm_ms", p->pipeline_comm_s * 1e3, "context_comm_ms", p->context_comm_s * 1e3,
+                "expert_comm_ms", p->expert_comm_s * 1e3, "bubble_ms", p->bubble_s * 1e3, "optimizer_ms",
+                p->optimizer_s * 1e3, "data_comm_ms", p->data_comm_s * 1e3, "ops_estimated", p->ops_estimated,
+                "links_estimated", p->links_estimated);
+  /* Expert parallelism timed past even routing: the factor it took. */
+  if (o && p->moe_imbalance > 1) json_object_set_new(o, "moe_imbalance", json_real(p->moe_imbalance));
+  return o;
 }
 
 /* The request, checked. */
@@ -43,6 +46,7 @@ typedef struct {
   const char *device; /* NULL = the newest calibration of the kind */
   int top;
   int hosts; /* the pool's devices spread evenly over this many hosts */
+  int moe_runs; /* the stored runs of the model whose load imbalance the pool's moe_imbalance averages */
   bool separate_hosts;
 } plan_args_t;
 
@@ -297,6 +301,19 @@ static json_t *assumptions(const plan_args_t *a, const aa_calib_t *c, uint64_t m
         "at 55-60 %% of their prediction at cpu:4 on 2 cores, tests/cli/test_predict_pool.sh)",
         a->devices, pool->host_cores);
   add(out, "collectives on the %s backend, as calibrated", c->backend);
+  bool ep = false;
+  for (size_t i = 0; i < shown && !ep; i++)
+    ep = plan->list[i].s.ep > 1;
+  if (ep && a->moe_runs)
+    add(out,
+        "expert parallelism: the busiest expert rank timed at a router load imbalance of %.2f (its rows "
+        "over the mean), the mean that %d run%s of the model measured",
+        pool->moe_imbalance, a->moe_runs, a->moe_runs == 1 ? "" : "s");
+  else if (ep)
+    add(out,
+        "expert parallelism: the busiest expert rank timed at a router load imbalance of %.2f (its rows "
+        "over the mean), Switch Transformer's training capacity factor: no run of the model measured one",
+        AA_PREDICT_MOE_IMBALANCE);
   if (pool->host_devices) {
     add(out,
         "%d hosts of %d devices: each tensor group inside one host (%zu strategies with a wider one left "
@@ -391,6 +408,16 @@ static int plan_prepare(aa_store_t *st, const json_t *args, plan_prep_t *pp) {
   pp->pool = (aa_predict_pool_t){.devices = pp->a.devices,
                                  .host_cores = pp->a.cuda || pp->a.separate_hosts ? 0 : pp->c->host_cores,
                                  .host_devices = pp->a.hosts > 1 ? pp->a.devices / pp->a.hosts : 0};
+  if (pp->a.spec.arch.moe.experts) { /* what the model's runs measured (docs/training-knobs.md) */
+    char hash[17];
+    double mean = 0;
+    int n = 0;
+    aa_arch_hash(&pp->a.spec.arch, hash);
+    if (aa_store_moe_imbalance(st, hash, &mean, &n) == 0 && n > 0 && mean >= 1) {
+      pp->pool.moe_imbalance = mean;
+      pp->a.moe_runs = n;
+    }
+  }
   if (pp->a.hosts > 1) { /* the links a gang spanning hosts measured, if any */
     char *json = NULL, origin[AA_STORE_HW_MAX + 64];
     const char *across = aa_calib_across_hosts(pp->a.cuda);

@@ -740,8 +740,9 @@ void aa__plan_start(aa_conn_t *c, uint64_t req, const char *args);
 /* The step-time model's breakdown of one prediction, as runs.predicted_json
  * holds it (docs/store.md): {"forward_ms", "backward_ms", "tensor_comm_ms",
  * "pipeline_comm_ms", "context_comm_ms", "bubble_ms", "optimizer_ms",
- * "data_comm_ms", "ops_estimated", "links_estimated"}. A new reference, NULL
- * on no memory. */
+ * "data_comm_ms", "ops_estimated", "links_estimated"}, and "moe_imbalance"
+ * when the expert ranks were timed past even routing. A new reference,
+ * NULL on no memory. */
 json_t *aa__plan_breakdown(const struct aa_predict *p);
 
 /* --- calib_io.c ------------------------------------------------------------------ */
@@ -820,6 +821,13 @@ struct aa_planner_job {
   bool calib_wanted;      /* the stored one is missing or lacks something: measure */
   bool calib_over;        /* the phase is over (with a calibration or without) */
   bool calibrating;       /* the running gang is the calibration */
+  /* MoE: the router load imbalance the model's runs measured
+   * (strategies/predict.h aa_predict_imbalance), the mean over moe_runs of
+   * them, the store's earlier ones (job_run.c moe_seed) and this job's
+   * ok dry runs (moe_observed); the predictions take it in place of
+   * AA_PREDICT_MOE_IMBALANCE. 0 = none yet. */
+  double moe_imbalance;
+  int moe_runs;
   /* Across hosts (a CPU pool whose gangs span hosts): the device's links
    * between hosts, measured by a gang with a rank on every host in turn
    * over gloo and stored as the device's "gloo" calibration. */

@@ -43,6 +43,7 @@ json_t *aa__report_run(const aa_store_run_t *r) {
   json_object_set_new(o, "predicted_bubble", num0(r->predicted_bubble));
   json_object_set_new(o, "predicted", stored_json(r->predicted_json));
   json_object_set_new(o, "final_loss", num0(r->final_loss));
+  json_object_set_new(o, "moe_imbalance", num0(r->moe_imbalance));
   json_object_set_new(o, "error", str0(r->error));
   json_object_set_new(o, "started_at", int0(r->started_at));
   json_object_set_new(o, "finished_at", int0(r->finished_at));

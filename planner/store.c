@@ -358,6 +358,11 @@ static const char *const migrations[AA_STORE_SCHEMA_VERSION] = {
     "  pipeline_comm_ms, bubble_ms, peak_bytes, peak_json, error FROM run_ranks;"
     "DROP TABLE run_ranks;"
     "ALTER TABLE run_ranks_7 RENAME TO run_ranks;",
+    /* 7 -> 8: an MoE run's measured router load imbalance; a rank's
+     * expert all-to-all time. */
+    "ALTER TABLE runs ADD COLUMN moe_imbalance REAL"
+    "  CONSTRAINT run_moe_imbalance_at_least_1 CHECK (moe_imbalance IS NULL OR moe_imbalance >= 1);"
+    "ALTER TABLE run_ranks ADD COLUMN all_to_all_ms REAL",
 };
 
 /* The runs that can answer a job: measured dry runs of a job that ran its
@@ -400,12 +405,13 @@ static const char *const stmt_sql[AA__ST_N] = {
     [AA__ST_RUN_FINISH] =
         "UPDATE runs SET status = ?2, tokens_per_s = ?3, step_ms_median = ?4,"
         " step_ms_spread = ?5, peak_bytes = ?6, peak_json = ?7, final_loss = ?8, error = ?9,"
-        " finished_at = ?10, started_at = coalesce(started_at, ?10)"
+        " finished_at = ?10, started_at = coalesce(started_at, ?10), moe_imbalance = ?11"
         " WHERE id = ?1 AND status IN ('queued', 'running')",
     [AA__ST_RANK_INSERT] =
         "INSERT INTO run_ranks (run_id, rank, coords, status, tokens_per_s, step_ms_median, step_ms_spread,"
-        " forward_ms, backward_ms, optimizer_ms, pipeline_comm_ms, bubble_ms, peak_bytes, peak_json, error)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+        " forward_ms, backward_ms, optimizer_ms, pipeline_comm_ms, bubble_ms, all_to_all_ms, peak_bytes,"
+        " peak_json, error)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
     [AA__ST_RANKS_OF_RUN] = "SELECT " AA__RANK_COLS " FROM run_ranks WHERE run_id = ?1 ORDER BY rank",
     [AA__ST_RUN_GET] = "SELECT " AA__RUN_COLS " FROM runs WHERE id = ?1",
     [AA__ST_RUN_STATUS] = "SELECT status FROM runs WHERE id = ?1",
@@ -435,6 +441,8 @@ static const char *const stmt_sql[AA__ST_N] = {
                          " json = excluded.json, measured_at = excluded.measured_at,"
                          " updated_at = excluded.updated_at",
     [AA__ST_CALIB_GET] = "SELECT json FROM calibrations WHERE device = ?1 AND backend = ?2",
+    [AA__ST_MOE_IMBALANCE] = "SELECT avg(moe_imbalance), count(moe_imbalance) FROM runs"
+                             " WHERE model_hash = ?1 AND moe_imbalance IS NOT NULL",
     [AA__ST_CALIB_LIST] = "SELECT device, backend, json, measured_at, updated_at FROM calibrations"
                           " WHERE ?1 IS NULL OR substr(device, 1, length(?1)) = ?1"
                           " ORDER BY updated_at DESC, device, backend",

@@ -30,7 +30,7 @@
 #include "../proto/msg.h"
 #include "../strategies/strategy.h"
 
-#define AA_STORE_SCHEMA_VERSION 7 /* the newest schema this build writes */
+#define AA_STORE_SCHEMA_VERSION 8 /* the newest schema this build writes */
 #define AA_STORE_BUSY_MS 2000     /* longest wait for another connection's write lock */
 #define AA_STORE_HASH_MAX 65      /* model hash: 1..64 characters + NUL */
 #define AA_STORE_HW_MAX 128       /* hardware fingerprint: 1..127 characters + NUL */
@@ -285,6 +285,7 @@ typedef struct aa_store_run {
   const char *peak_json;           /* bytes by kind, "" if none */
   const char *error;               /* "" if none; for pruned: why */
   const char *predicted_json;      /* the cost model's breakdown when dispatched (schema 5), "" if none */
+  double moe_imbalance;            /* an MoE dry run's measured router load imbalance (schema 8), 0 = none */
 } aa_store_run_t;
 
 /* A run as the search creates it. */
@@ -328,11 +329,19 @@ typedef struct aa_store_run_result {
   const char *peak_json; /* borrowed, may be NULL; valid JSON */
   double final_loss;
   const char *error; /* borrowed, may be NULL */
+  /* An MoE run's router load imbalance (strategies/predict.h
+   * aa_predict_imbalance): >= 1, or 0 = none (NULL). */
+  double moe_imbalance;
   /* Every rank's own figures (borrowed; n_ranks 0 = none, as for a run
    * stopped by the planner), distinct ranks. */
   const aa_store_run_rank_t *ranks;
   int n_ranks;
 } aa_store_run_result_t;
+
+/* The router load imbalance the runs of model_hash measured
+ * (runs.moe_imbalance): their mean into *mean and how many into *n (0 and
+ * 0 when none did). AA_EINVAL for a bad hash. */
+int aa_store_moe_imbalance(aa_store_t *st, const char *model_hash, double *mean, int *n);
 
 /* Inserts a run of a queued or running job (AA_ENOENT if there is no such
  * job, AA_EINVAL if it has finished or the status is not queued, running or

@@ -38,6 +38,7 @@ enum {
   AA__ST_CALIB_PUT,
   AA__ST_CALIB_GET,
   AA__ST_CALIB_LIST,
+  AA__ST_MOE_IMBALANCE,
   AA__ST_N
 };
 
@@ -77,14 +78,14 @@ struct aa_store {
 #define AA__RUN_COLS                                                                                         \
   "id, job_id, model_hash, hardware, kind, strategy_key, strategy_json, status, tokens_per_s, "              \
   "step_ms_median, step_ms_spread, peak_bytes, peak_json, predicted_tokens_per_s, final_loss, error, "       \
-  "started_at, finished_at, predicted_peak_bytes, predicted_bubble, predicted_json"
+  "started_at, finished_at, predicted_peak_bytes, predicted_bubble, predicted_json, moe_imbalance"
 /* How many columns AA__RUN_COLS has: a statement that selects more puts
  * them from this index on. */
-#define AA__RUN_NCOLS 21
+#define AA__RUN_NCOLS 22
 
 #define AA__RANK_COLS                                                                                        \
   "rank, coords, status, tokens_per_s, step_ms_median, step_ms_spread, forward_ms, backward_ms, "            \
-  "optimizer_ms, pipeline_comm_ms, bubble_ms, peak_bytes, peak_json, error"
+  "optimizer_ms, pipeline_comm_ms, bubble_ms, all_to_all_ms, peak_bytes, peak_json, error"
 
 /* Translates a SQLite status (rc, with sqlite3_errmsg of st's connection)
  * into an AA_E* code and sets the last-error message

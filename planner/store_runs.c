@@ -46,6 +46,7 @@ static int run_from_row(sqlite3_stmt *s, aa_store_run_t *r, char *why, size_t ca
   r->predicted_peak_bytes = sqlite3_column_int64(s, 18);
   r->predicted_bubble = sqlite3_column_double(s, 19);
   r->predicted_json = aa__store_col_text(s, 20);
+  r->moe_imbalance = sqlite3_column_double(s, 21);
   return 0;
 }
 
@@ -101,6 +102,23 @@ int aa_store_run_get(aa_store_t *st, int64_t run_id, aa_store_run_t *out) {
   snprintf(what, sizeof what, "run %lld", (long long)run_id);
   sqlite3_bind_int64(st->st[AA__ST_RUN_GET], 1, run_id);
   return run_one(st, st->st[AA__ST_RUN_GET], what, out);
+}
+
+int aa_store_moe_imbalance(aa_store_t *st, const char *model_hash, double *mean, int *n) {
+  int err = aa__store_check_key(model_hash, AA_STORE_HASH_MAX, "model hash");
+  if (err) return err;
+  sqlite3_stmt *s = st->st[AA__ST_MOE_IMBALANCE];
+  sqlite3_bind_text(s, 1, model_hash, -1, SQLITE_TRANSIENT);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) {
+    *n = sqlite3_column_int(s, 1);
+    *mean = *n ? sqlite3_column_double(s, 0) : 0;
+  } else {
+    err = aa__store_fail(st, rc == SQLITE_DONE ? SQLITE_INTERNAL : rc, "load imbalance of model %s",
+                         model_hash);
+  }
+  aa__store_done(s);
+  return err;
 }
 
 int aa_store_answers(aa_store_t *st, const char *model_hash, const char *hardware, aa_store_answer_cb cb,
@@ -319,6 +337,9 @@ static int check_result(int64_t run_id, const aa_store_run_result_t *res) {
     return aa_error(AA_EINVAL, "run %lld: measurements must be finite and not negative", (long long)run_id);
   if (s == AA_STORE_RUN_OK && !(res->tokens_per_s > 0))
     return aa_error(AA_EINVAL, "run %lld: an ok run needs its tokens/s", (long long)run_id);
+  if (res->moe_imbalance != 0 && !(res->moe_imbalance >= 1 && isfinite(res->moe_imbalance)))
+    return aa_error(AA_EINVAL, "run %lld: a load imbalance of %g is not 0 (none) or at least 1",
+                    (long long)run_id, res->moe_imbalance);
   if (res->n_ranks < 0 || res->n_ranks > AA_PROTO_WORLD_MAX || (res->n_ranks && !res->ranks))
     return aa_error(AA_EINVAL, "run %lld: %d ranks is outside 0..%d", (long long)run_id, res->n_ranks,
                     AA_PROTO_WORLD_MAX);
@@ -329,7 +350,8 @@ static int check_result(int64_t run_id, const aa_store_run_result_t *res) {
   return 0;
 }
 
-_Static_assert(AA_PROTO_TIME_KINDS == 5, "run_ranks has one time column per kind, forward_ms .. bubble_ms");
+_Static_assert(AA_PROTO_TIME_KINDS == 6,
+               "run_ranks has one time column per kind, forward_ms .. bubble_ms, all_to_all_ms");
 
 /* Writes one rank's row of a run being finished (inside its transaction).
  * A rank given twice breaks the primary key: AA_EINVAL. */
@@ -350,9 +372,9 @@ static int rank_insert(aa_store_t *st, int64_t run_id, const aa_store_run_rank_t
     else
       sqlite3_bind_null(s, 8 + t);
   }
-  aa__store_bind_int0(s, 13, k->peak_bytes);
-  aa__store_bind_text(s, 14, k->peak_json && *k->peak_json ? k->peak_json : NULL);
-  aa__store_bind_text(s, 15, k->error && *k->error ? k->error : NULL);
+  aa__store_bind_int0(s, 14, k->peak_bytes);
+  aa__store_bind_text(s, 15, k->peak_json && *k->peak_json ? k->peak_json : NULL);
+  aa__store_bind_text(s, 16, k->error && *k->error ? k->error : NULL);
   char what[64];
   snprintf(what, sizeof what, "record rank %d of run %lld", k->rank, (long long)run_id);
   return aa__store_exec(st, s, what);
@@ -373,6 +395,7 @@ int aa_store_run_finish(aa_store_t *st, int64_t run_id, const aa_store_run_resul
   aa__store_bind_real0(s, 8, res->final_loss);
   aa__store_bind_text(s, 9, res->error && *res->error ? res->error : NULL);
   sqlite3_bind_int64(s, 10, aa__store_now());
+  aa__store_bind_real0(s, 11, res->moe_imbalance);
   char what[48];
   snprintf(what, sizeof what, "finish run %lld", (long long)run_id);
   err = aa__store_exec(st, s, what);
@@ -394,9 +417,9 @@ int aa_store_run_ranks(aa_store_t *st, int64_t run_id, aa_store_rank_cb cb, void
                              .step_ms_median = sqlite3_column_double(s, 4),
                              .step_ms_spread = sqlite3_column_double(s, 5),
                              .has_times = sqlite3_column_type(s, 6) != SQLITE_NULL,
-                             .peak_bytes = sqlite3_column_int64(s, 11),
-                             .peak_json = aa__store_col_text(s, 12),
-                             .error = aa__store_col_text(s, 13)};
+                             .peak_bytes = sqlite3_column_int64(s, 12),
+                             .peak_json = aa__store_col_text(s, 13),
+                             .error = aa__store_col_text(s, 14)};
     for (int t = 0; t < AA_PROTO_TIME_KINDS; t++)
       k.time_ms[t] = sqlite3_column_double(s, 6 + t);
     if (coords_read(aa__store_col_text(s, 1), k.coord)) {

@@ -177,9 +177,17 @@ static const table_t peak_t = TABLE("peak", peak_f, NULL);
     .off = offsetof(aa_msg_times_t, ms) + (size_t)(k) * sizeof(double), .has = -1, .dmin = 0, .dmax = 1e9    \
   }
 static const field_t times_f[AA_PROTO_TIME_KINDS] = {
-    F_TIME("forward", AA_PROTO_TIME_FORWARD),     F_TIME("backward", AA_PROTO_TIME_BACKWARD),
-    F_TIME("optimizer", AA_PROTO_TIME_OPTIMIZER), F_TIME("pipeline_comm", AA_PROTO_TIME_PIPELINE_COMM),
+    F_TIME("forward", AA_PROTO_TIME_FORWARD),
+    F_TIME("backward", AA_PROTO_TIME_BACKWARD),
+    F_TIME("optimizer", AA_PROTO_TIME_OPTIMIZER),
+    F_TIME("pipeline_comm", AA_PROTO_TIME_PIPELINE_COMM),
     F_TIME("bubble", AA_PROTO_TIME_BUBBLE),
+    {.key = "all_to_all", /* optional (msg.h), so not F_TIME */
+     .kind = K_F64,
+     .off = offsetof(aa_msg_times_t, ms) + (size_t)AA_PROTO_TIME_ALL_TO_ALL * sizeof(double),
+     .has = -1,
+     .dmin = 0,
+     .dmax = 1e9},
 };
 static const table_t times_t = TABLE("times", times_f, NULL);
 
@@ -265,6 +273,7 @@ static const field_t result_f[] = {
 #undef COORD_F
         F_MAP_HAS(aa_msg_result_t, times, has_times, &times_t),
     F_STR(aa_msg_result_t, calib, false, 1, AA_PROTO_JSON_MAX),
+    F_F64_HAS(aa_msg_result_t, moe_max_tokens, has_moe_max_tokens, 0, 2147483648.0),
 };
 static const field_t cancel_f[] = {F_U64(aa_msg_cancel_t, job, true, 1, ID_HI)};
 static const field_t abort_f[] = {

@@ -188,18 +188,24 @@ typedef struct aa_msg_peak {
 /* Where one rank's step time goes, in milliseconds (the engine's
  * aa_time_kind_t, engine/train.h, in the same order; the planner, which
  * never includes the engine, names them from here): forward, backward,
- * optimizer, pipeline communication and pipeline wait (the bubble). */
+ * optimizer, pipeline communication, pipeline wait (the bubble) and the
+ * expert group's all-to-alls. The last is optional on the wire (absent =
+ * 0, and omitted when 0): an executor of an earlier build folds it into
+ * forward and backward, and a planner of an earlier build still takes a
+ * dense model's results. */
 typedef enum {
   AA_PROTO_TIME_FORWARD = 0,
   AA_PROTO_TIME_BACKWARD,
   AA_PROTO_TIME_OPTIMIZER,
   AA_PROTO_TIME_PIPELINE_COMM,
   AA_PROTO_TIME_BUBBLE,
+  AA_PROTO_TIME_ALL_TO_ALL,
   AA_PROTO_TIME_KINDS
 } aa_proto_time_kind_t;
 
 /* The wire key of a kind ("forward", "backward", "optimizer",
- * "pipeline_comm", "bubble"); "?" for a value outside the enum. */
+ * "pipeline_comm", "bubble", "all_to_all"); "?" for a value outside the
+ * enum. */
 const char *aa_proto_time_kind_name(aa_proto_time_kind_t k);
 
 typedef struct aa_msg_times {
@@ -227,6 +233,11 @@ typedef struct aa_msg_result {
   aa_msg_times_t times;
   char *calib; /* optional, 1..AA_PROTO_JSON_MAX bytes: a calibrate job's measurements
                   (strategies/calib.h aa_calib_to_json), sent by the gang's rank 0 */
+  /* Optional, 0..2^31: an MoE run's most tokens an expert got from one
+   * rank's micro-batch, over the gang (engine/train.h moe_max_tokens);
+   * the planner turns it into the router's load imbalance. */
+  bool has_moe_max_tokens;
+  double moe_max_tokens;
 } aa_msg_result_t;
 
 typedef struct aa_msg_cancel {

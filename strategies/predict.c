@@ -30,9 +30,10 @@
  * (aa_arch_is_moe_layer) runs, in its MLP's place, the router GEMM, its
  * softmax and top-k, the permutes and each routed and shared expert's
  * GEMMs and SwiGLU (moe_ops), timed at the even load of N k / E rows an
- * expert; under expert parallelism its E / ep experts at ep N k / E rows
- * each, and the expert group's all-to-alls (cost.h) on the critical path
- * with the tensor group's collectives.
+ * expert; under expert parallelism its E / ep experts at f·ep N k / E rows
+ * each, and the expert group's all-to-alls (cost.h) at f times their even
+ * bytes, on the critical path with the tensor group's collectives, f the
+ * busiest rank's load imbalance (predict.h moe_imbalance).
  * Under context parallelism (cp > 1; engine/model.c ring_forward and
  * ring_backward) a rank holds two chunks of Tc = seq_len / (2 cp) tokens
  * of each sequence, and each block's attention is the ring's blocks of
@@ -180,18 +181,21 @@ static void ring_ops(inventory_t *v, const aa_tp_dims_t *d, int64_t B, int64_t T
  *   each expert's GEMMs (Ne, C, 2Fe) and (Ne, Fe, C) and its SwiGLU (Ne,
  *     Fe), Ne = aa_cost_expert_rows, E times, Fe the rank's share of the
  *     width (d_ff_expert / tp with the experts split over the tensor
- *     ranks, sizes.h aa_sizes_etp); under expert parallelism (ep
- *     > 1) each of the rank's E / ep experts at ep Ne rows, the rows its
- *     expert group dispatched to it (the all-to-alls are the expert
- *     group's, cost.h);
+ *     ranks, sizes.h aa_sizes_etp); under expert parallelism (ep > 1)
+ *     each of the rank's E / ep experts at ceil(f·ep Ne) rows, the rows
+ *     its expert group dispatched to the busiest rank, f its load
+ *     imbalance (the all-to-alls are the expert group's, cost.h);
  *   each shared expert's at N rows, S times.
  * The MoE buffers are kept whatever the checkpointing mode short of full
  * (sizes.h), so selective checkpointing recomputes no SwiGLU here. */
-static void moe_ops(inventory_t *v, const aa_arch_t *a, const aa_tp_dims_t *d, int ep, int64_t N,
+static void moe_ops(inventory_t *v, const aa_arch_t *a, const aa_tp_dims_t *d, int ep, double f, int64_t N,
                     aa_dtype_t dt, double ff, double fb, double bb) {
   const aa_moe_t *m = &a->moe;
   const int64_t S = m->shared_experts, Fe = d->Fe, Ne = aa_cost_expert_rows(m, N);
-  const int64_t E = m->experts / ep, Nl = ep * Ne; /* the rank's experts and each one's rows */
+  /* The rank's experts and each one's rows (the busiest rank's: f·ep·Ne
+   * rounded up, less a hair so that an exact product is not pushed past
+   * itself by rounding in f). */
+  const int64_t E = m->experts / ep, Nl = ep > 1 ? (int64_t)ceil(f * (double)(ep * Ne) - 1e-9) : Ne;
   add(v, AA_OP_MATMUL, N, d->C, m->experts, 0, dt, false, ff, 0, fb, bb);
   add(v, AA_OP_XENT, N, m->experts, 0, 0, dt, false, ff, 0, fb, bb);
   add(v, AA_OP_RESIDUAL, m->experts * Ne * d->C, 0, 0, 0, dt, false, 2 * ff, 0, 2 * fb, bb);
@@ -210,7 +214,7 @@ static void moe_ops(inventory_t *v, const aa_arch_t *a, const aa_tp_dims_t *d, i
  * rotation of dqkv) in the backward; under context parallelism once per
  * chunk. */
 static void block_ops(inventory_t *v, const aa_arch_t *a, const aa_strategy_t *s, const aa_tp_dims_t *d,
-                      bool moe, aa_dtype_t dt, double ff, double fb, double bb) {
+                      bool moe, double f, aa_dtype_t dt, double ff, double fb, double bb) {
   const int cp = s->degree[AA_AXIS_CONTEXT];
   const int64_t B = s->micro_batch, T = a->seq_len / cp, N = B * T,
                 Ns = s->sp ? N / s->degree[AA_AXIS_TENSOR] : N;
@@ -235,7 +239,7 @@ static void block_ops(inventory_t *v, const aa_arch_t *a, const aa_strategy_t *s
   gemm(v, N, d->Cl, d->C, dt, fz, ff, fb, bb);
   add(v, AA_OP_RESIDUAL, Ns * d->C, 0, 0, 0, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
   if (moe) {
-    moe_ops(v, a, d, s->ep > 1 ? s->ep : 1, N, dt, ff, fb, bb);
+    moe_ops(v, a, d, s->ep > 1 ? s->ep : 1, f, N, dt, ff, fb, bb);
     return;
   }
   gemm(v, N, d->C, d->FH, dt, fz, ff, fb, bb);
@@ -263,9 +267,28 @@ static void block_rounds(inventory_t *v, const widths_t *w, int llama, int pass,
   round16(v, w->NF, pass, dense);
 }
 
-/* The inventory of pipeline rank `stage` of resolved s; AA_EINVAL for a
- * strategy the pipeline rules refuse. */
-static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int cuda, inventory_t *v) {
+/* The load imbalance strategy s's busiest expert rank is timed at:
+ * min(ep, imbalance, or AA_PREDICT_MOE_IMBALANCE when it is 0 or less);
+ * 1 without expert parallelism (a rank then computes every expert's rows,
+ * however they spread). */
+static double rank_imbalance(const aa_arch_t *a, const aa_strategy_t *s, double imbalance) {
+  if (s->ep < 2 || a->moe.experts < 1) return 1;
+  const double f = imbalance > 0 ? imbalance : AA_PREDICT_MOE_IMBALANCE;
+  return f < 1 ? 1 : f > s->ep ? s->ep : f;
+}
+
+double aa_predict_imbalance(const aa_arch_t *arch, const aa_strategy_t *s, double max_tokens) {
+  if (arch->moe.experts < 1 || !(max_tokens >= 1) || s->micro_batch < 1) return 0;
+  const double N = (double)aa_sizes_rank_tokens(arch, s), even = N * arch->moe.top_k / arch->moe.experts;
+  const double f = even > 0 ? max_tokens / even : 0;
+  return f < 1 ? 1 : f;
+}
+
+/* The inventory of pipeline rank `stage` of resolved s, its expert rows
+ * at load imbalance f (rank_imbalance); AA_EINVAL for a strategy the
+ * pipeline rules refuse. */
+static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int cuda, double f,
+                     inventory_t *v) {
   aa_arch_t split; /* s's experts split over the tensor ranks: d.Fe their share */
   a = aa_sizes_set_etp(&split, a, s);
   aa_pp_place_t pl;
@@ -299,7 +322,7 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
   }
   const int nb = nbk[0] + nbk[1], nfull = nfk[0] + nfk[1], nkept = nb - nfull;
   for (int k = 0; k < 2; k++)
-    if (nbk[k]) block_ops(v, a, s, &d, k == 1, dt, nbk[k], nfk[k], nbk[k]);
+    if (nbk[k]) block_ops(v, a, s, &d, k == 1, f, dt, nbk[k], nfk[k], nbk[k]);
   if (selective) act_op(v, &d, N, dt, 0, 0, nbk[0], 0); /* the dropped output, recomputed */
   /* The embedding: under context parallelism one call per chunk. */
   const int chunks = s->degree[AA_AXIS_CONTEXT] > 1 ? 2 : 1;
@@ -377,7 +400,7 @@ static int inventory(const aa_arch_t *a, const aa_strategy_t *s, int stage, int 
 size_t aa_predict_ops(const aa_arch_t *arch, const aa_strategy_t *s, int stage, int cuda, aa_calib_op_t *out,
                       size_t cap) {
   inventory_t v;
-  if (inventory(arch, s, stage, cuda, &v)) return 0;
+  if (inventory(arch, s, stage, cuda, rank_imbalance(arch, s, 0), &v)) return 0;
   size_t n = 0;
   for (int i = 0; i < v.n; i++) {
     bool seen = false;
@@ -530,9 +553,10 @@ typedef struct lines {
  * timed from c (may be NULL with a profile) and roof, its groups on ln. */
 static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int stage, const aa_calib_t *c,
                          const aa_roofline_t *roof, int cuda, const lines_t *ln, double fast, double slow,
-                         aa_predict_t *p) {
+                         double imbalance, aa_predict_t *p) {
   inventory_t v;
-  int rc = inventory(a, s, stage, cuda, &v);
+  const double fx = rank_imbalance(a, s, imbalance);
+  int rc = inventory(a, s, stage, cuda, fx, &v);
   if (rc) return rc;
   double fwd_mb = 0, bwd_mb = 0, opt = 0;
   for (int i = 0; i < v.n; i++) {
@@ -548,6 +572,11 @@ static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int 
   }
   aa_cost_comm_t cc;
   aa_cost_comm_stage(a, s, m, stage, &cc);
+  /* The busiest rank receives f times the even rows (and, a few bytes, f
+   * times the even counts): its all-to-alls carry that much. */
+  aa_cost_calls_t *a2a = &cc.expert.kind[AA_COST_ALL_TO_ALL];
+  if (fx != 1) a2a->bytes = (uint64_t)llround((double)a2a->bytes * fx);
+  p->moe_imbalance = fx;
   double emb, ed;
   if ((rc = group_time(&ln->tensor, &cc.tensor, &p->tensor_comm_s, p)) ||
       (rc = group_time(&ln->expert, &cc.expert, &p->expert_comm_s, p)) ||
@@ -653,7 +682,7 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
   int ops_est = 0, links_est = 0, ops_mod = 0, links_mod = 0;
   for (int r = 0; r < pp; r++) {
     memset(&p, 0, sizeof p);
-    if ((rc = predict_stage(a, s, m, r, c, roof, cuda, &ln, fast, slow, &p))) return rc;
+    if ((rc = predict_stage(a, s, m, r, c, roof, cuda, &ln, fast, slow, pool->moe_imbalance, &p))) return rc;
     ops_est += p.ops_estimated;
     links_est += p.links_estimated;
     ops_mod += p.ops_modelled;

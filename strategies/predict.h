@@ -56,7 +56,16 @@
 #include "calib.h"
 #include "cost.h"
 #include "roofline.h"
+#include "sizes.h"
 #include "strategy.h"
+
+/* The load imbalance the time model assumes under expert parallelism
+ * when no run measured one: the busiest expert rank receives 1.25 times
+ * the even load, Switch Transformer's training capacity factor (Fedus et
+ * al. 2022, section 2.2 and table 1), the margin the dispatcher's buffers
+ * hold (sizes.h AA_MOE_EP_MARGIN). docs/training-knobs.md "Load
+ * imbalance". */
+#define AA_PREDICT_MOE_IMBALANCE AA_MOE_EP_MARGIN
 
 /* The pool predicted for. */
 typedef struct aa_predict_pool {
@@ -76,6 +85,13 @@ typedef struct aa_predict_pool {
    * alone) it times an op kind the calibration lacks at its class's
    * measured rate. */
   const aa_roofline_t *roofline;
+  /* MoE under expert parallelism: the rows the busiest expert rank
+   * receives over the mean, >= 1 (a measured run's: aa_predict_imbalance);
+   * 0 = AA_PREDICT_MOE_IMBALANCE. The slowest rank sets the pace: its
+   * expert GEMMs run at that many times the even rows and its all-to-alls
+   * carry that many times the even bytes; everyone else waits for it. At
+   * ep 1 a rank computes every expert's rows, so it changes nothing. */
+  double moe_imbalance;
 } aa_predict_pool_t;
 
 typedef struct aa_predict {
@@ -93,6 +109,8 @@ typedef struct aa_predict {
   double optimizer_s;     /* AdamW over the shard, and casts of the parameters */
   double data_comm_s;     /* the data, embedding and expert-data groups' collectives */
   double bubble;          /* aa_cost_bubble */
+  double moe_imbalance;   /* the factor the expert GEMMs and all-to-alls were timed at: min(ep, the
+                             pool's or the default); 1 without expert parallelism */
   aa_cost_mem_t mem;      /* the most loaded rank's bytes (cost.h) */
   /* Stand-ins, summed over the pipeline ranks (each rank's distinct op
    * shapes and each group's kinds, looked up once a rank): */
@@ -113,13 +131,26 @@ typedef struct aa_predict {
 int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_calib_t *c,
                const aa_predict_pool_t *pool, aa_predict_t *out);
 
+/* The expert load imbalance a run of arch under s measured, from its
+ * `moe` statistics: the most tokens any expert got from one rank's
+ * micro-batch (max_tokens) over the even N·k / E (N = micro_batch x
+ * seq_len / cp tokens), at least 1. It is the router's, whatever the
+ * run's ep, so a run at ep 1 informs the prediction at ep 2 or 4, which
+ * takes min(ep, it) (the most a rank can receive is every source's
+ * rows). A rank's load sums its E / ep experts' over ep sources, so this
+ * bounds the rank's from above (exact at one expert a rank with the same
+ * skew on every source). 0 when there is nothing measured: no MoE layer
+ * or max_tokens < 1 (or NaN). */
+double aa_predict_imbalance(const aa_arch_t *arch, const aa_strategy_t *s, double max_tokens);
+
 /* The distinct op shapes one step of s (resolved) runs on pipeline rank
  * `stage` on a device of kind cuda (1: GPU, 0: CPU; it decides the ops'
  * dtype, fp32 on CPUs and s->amp on GPUs but fp32 for AdamW and for the
  * ring attention's blocks and gradient sum (fp32 kernels), and whether
  * 16-bit storage adds casts, CPUs only): every op of its forward,
  * backward and optimizer, at most once per (shape, dtype), into out (cap
- * entries; fwd_s and bwd_s 0). Returns how many there are (more than cap:
+ * entries; fwd_s and bwd_s 0), expert GEMMs at the default load imbalance
+ * (AA_PREDICT_MOE_IMBALANCE). Returns how many there are (more than cap:
  * only cap written); 0 for a strategy the pipeline rules refuse. */
 size_t aa_predict_ops(const aa_arch_t *arch, const aa_strategy_t *s, int stage, int cuda, aa_calib_op_t *out,
                       size_t cap);

@@ -96,7 +96,9 @@ static void aa_sample_msg(aa_msg_type_t t, aa_msg_t *m) {
         .coord[AA_AXIS_TENSOR] = 1,
         .coord[AA_AXIS_PIPELINE] = 1,
         .has_times = true,
-        .times = {.ms = {12.5, 25.25, 3.0, 0.75, 0.0}}};
+        .times = {.ms = {12.5, 25.25, 3.0, 0.75, 0.0, 4.5}},
+        .has_moe_max_tokens = true,
+        .moe_max_tokens = 37.5};
     break;
   case AA_MSG_CANCEL: m->cancel.job = 56; break;
   case AA_MSG_ABORT: m->abort = (aa_msg_abort_t){.job = 56, .run = 9001, .reason = "rank 2 crashed"}; break;

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "aa_gang.h"
 #include "aa_test.h"
@@ -86,6 +87,7 @@ typedef struct {
   int tp, sp;           /* tensor ranks (0, 1: none), sequence parallelism; the ranks are dp x tp x pp */
   int cp;               /* context ranks (0, 1: none), times the above */
   int etp;              /* expert_tensor_parallel_size (0, 1: experts whole; else tp) */
+  int weights_only;     /* checkpoints without the optimizer state */
 } cfg_t;
 
 /* The ranks of run c (0: one process, no group). */
@@ -125,6 +127,9 @@ typedef struct {
   double a2a_ms[RANKS_MAX][2]; /* each rank's all-to-all ms a step, and its part in forward passes */
   int status[RANKS_MAX];
   int moe_lines, min_tokens, max_tokens, dropped, tokens, grown; /* the last moe line's */
+  double max_tokens_sum;                                         /* the moe lines' max summed */
+  double moe_max_tokens;  /* rank 0's aa_train_result_t.moe_max_tokens */
+  int optimizer_restarts; /* rank 0's log lines saying a resume restarts the optimizer */
 } run_t;
 
 static int rank_main(const void *data, int rank) {
@@ -159,6 +164,7 @@ static int rank_main(const void *data, int rank) {
                        .strategy = &st,
                        .comm = comm,
                        .checkpoint_every = c->checkpoint_every,
+                       .weights_only = c->weights_only,
                        .resume = c->resume};
   aa_train_result_t res;
   int rc = aa_train(&s, &o, &res);
@@ -178,6 +184,7 @@ static int rank_main(const void *data, int rank) {
       fprintf(f, "%zu\n", res.mem.peak[k]);
     fprintf(f, "%zu\n", res.moe_overflow_bytes);
     fprintf(f, "%.9g %.9g\n", res.time_ms[AA_TIME_ALL_TO_ALL], res.all_to_all_forward_ms);
+    fprintf(f, "%.17g\n", res.moe_max_tokens);
   }
   if (f) fclose(f);
   return rc ? 3 : 0;
@@ -212,6 +219,8 @@ static void run(const cfg_t *c, run_t *r) {
     if (sscanf(line, "step %d/%d | loss %lf | lr %lf | norm %lf", &step, &total, &l, &lr, &norm) == 5 &&
         step >= 1 && step <= STEPS)
       r->norm[step] = norm;
+    if (strstr(line, "holds no optimizer state") && strstr(line, "the optimizer restarts"))
+      r->optimizer_restarts++;
     const char *at = strstr(line, ": tokens per expert");
     if (sscanf(line, "moe %d/%d | %d rank", &step, &total, &ranks) == 3 && at &&
         sscanf(at,
@@ -219,6 +228,7 @@ static void run(const cfg_t *c, run_t *r) {
                "tokens a %31[^)]) | dropped %d | grown past the room: %d rows",
                &mn, &mx, &e, &layers, &tok, whose, &dr, &gr) == 8) {
       r->moe_lines++;
+      r->max_tokens_sum += mx;
       r->min_tokens = mn;
       r->max_tokens = mx;
       r->tokens = tok;
@@ -243,6 +253,7 @@ static void run(const cfg_t *c, run_t *r) {
     if (fscanf(f, "%zu", &r->overflow[i]) != 1) r->overflow[i] = SIZE_MAX;
     if (fscanf(f, "%lf %lf", &r->a2a_ms[i][0], &r->a2a_ms[i][1]) != 2)
       r->a2a_ms[i][0] = r->a2a_ms[i][1] = NAN;
+    if (i == 0 && fscanf(f, "%lf", &r->moe_max_tokens) != 1) r->moe_max_tokens = NAN;
     fclose(f);
   }
 }
@@ -360,6 +371,11 @@ AA_TEST(the_log_reports_tokens_per_expert_and_dropped_slots) {
             r.moe_lines, r.tokens, r.dropped);
   CHECK_MSG(r.min_tokens >= 0 && r.min_tokens <= fair && r.max_tokens >= fair && r.max_tokens <= N,
             "min %d max %d", r.min_tokens, r.max_tokens);
+  /* The result's moe_max_tokens (what the planner turns into the load
+   * imbalance) is the mean of the logged max over the steps. */
+  CHECK_MSG(fabs(r.moe_max_tokens - r.max_tokens_sum / STEPS) <= 1e-9 * r.moe_max_tokens &&
+                r.moe_max_tokens >= fair,
+            "moe_max_tokens %.17g, the lines' mean %.17g", r.moe_max_tokens, r.max_tokens_sum / STEPS);
   run(&(cfg_t){.dp = 0, .micro_batch = 8, .capacity = 0.5, .out = "capacity"}, &r);
   CHECK(aa_gang_exited_ok(r.status[0]) && isfinite(r.loss[STEPS]));
   const int cap = (int)ceil(0.5 * N * 2 / 4);
@@ -889,6 +905,71 @@ AA_TEST(an_ep_checkpoint_resumes_at_ep2_and_in_one_process_and_back) {
               "from dp2: step %d loss %.9g vs %.9g", s, r.loss[s], dp.loss[s]);
 }
 
+/* The bytes [off, off + n) of file path, malloc'd; NULL when it is shorter. */
+static unsigned char *file_bytes(const char *path, long off, size_t n) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *b = f ? malloc(n) : NULL;
+  if (b && (fseek(f, off, SEEK_SET) || fread(b, 1, n, f) != n)) {
+    free(b);
+    b = NULL;
+  }
+  if (f) fclose(f);
+  return b;
+}
+
+/* Weights-only checkpoints under expert parallelism: dp 4 x ep 2 at
+ * ZeRO 2 saves the whole model's parameters alone, one file a third of
+ * the full save's payload whose parameters are the full save's byte for
+ * byte (the same run with the optimizer state). It resumes with a fresh
+ * optimizer (the log says so) in its own layout, in one process and at
+ * dp 2 x ep 2 ZeRO 3: step 6's loss (before any update) is the
+ * uninterrupted run's bit for bit in the same layout, the later ones
+ * differ (the moments restart), and the three resumed runs agree within
+ * the ep tests' bound. */
+AA_TEST(an_ep2_weights_only_checkpoint_resumes_with_a_fresh_optimizer_at_any_ep) {
+  char wck[700], full_ck[700];
+  run_t full, wrun, r[3];
+  run(&(cfg_t){.dp = 4, .ep = 2, .zero = 2, .micro_batch = 2, .out = "epw.full", .checkpoint_every = 5},
+      &full);
+  run(&(cfg_t){.dp = 4,
+               .ep = 2,
+               .zero = 2,
+               .micro_batch = 2,
+               .out = "epw.weights",
+               .checkpoint_every = 5,
+               .weights_only = 1},
+      &wrun);
+  CHECK_MSG(aa_gang_exited_ok(full.status[0]) && aa_gang_exited_ok(wrun.status[0]) &&
+                isfinite(wrun.loss[STEPS]),
+            "the runs that save failed");
+  snprintf(full_ck, sizeof full_ck, "%s/epw.full/step_000005.ckpt", tmpdir);
+  snprintf(wck, sizeof wck, "%s/epw.weights/step_000005.ckpt", tmpdir);
+  struct stat sf, sw;
+  CHECK(stat(full_ck, &sf) == 0 && stat(wck, &sw) == 0);
+  const size_t payload = (size_t)(sw.st_size - AA_CKPT_HEADER_BYTES);
+  CHECK_MSG((size_t)(sf.st_size - AA_CKPT_HEADER_BYTES) == 3 * payload, "%lld and %lld bytes",
+            (long long)sf.st_size, (long long)sw.st_size);
+  unsigned char *a = file_bytes(full_ck, AA_CKPT_HEADER_BYTES, payload),
+                *b = file_bytes(wck, AA_CKPT_HEADER_BYTES, payload);
+  CHECK(a && b && memcmp(a, b, payload) == 0);
+  free(a);
+  free(b);
+  static const cfg_t resumes[] = {{.dp = 4, .ep = 2, .zero = 2, .micro_batch = 2, .out = "epw.same"},
+                                  {.micro_batch = 2, .out = "epw.single"},
+                                  {.dp = 2, .ep = 2, .zero = 3, .micro_batch = 2, .out = "epw.dp2.z3"}};
+  for (int i = 0; i < 3; i++) {
+    cfg_t c = resumes[i];
+    c.resume = wck;
+    run(&c, &r[i]);
+    CHECK_MSG(aa_gang_exited_ok(r[i].status[0]) && r[i].optimizer_restarts == 1, "%s: status %d, %d restarts",
+              c.out, r[i].status[0], r[i].optimizer_restarts);
+    if (i) check_resumed(c.out, &r[i], &r[0], REL_TOL);
+  }
+  CHECK_MSG(r[0].loss[6] == full.loss[6] && r[0].loss[STEPS] != full.loss[STEPS],
+            "step 6 %.9g vs %.9g, step %d %.9g vs %.9g", r[0].loss[6], full.loss[6], STEPS, r[0].loss[STEPS],
+            full.loss[STEPS]);
+}
+
 /* Checkpoints written under pipeline and tensor parallelism resume: a
  * pp 2 run's (one file per stage and a manifest) and a pp 2 x dp 2 x ep 2
  * and tp 2 x dp 2 x ep 2 run's (whole-model files) at step 5, each
@@ -1073,6 +1154,7 @@ int main(void) {
   RUN(ep2_over_dp4_in_bf16_matches_the_single_process_at_zero_1_and_3);
   RUN(an_ep2_zero2_checkpoint_resumes_in_one_process_and_at_zero_3);
   RUN(an_ep_checkpoint_resumes_at_ep2_and_in_one_process_and_back);
+  RUN(an_ep2_weights_only_checkpoint_resumes_with_a_fresh_optimizer_at_any_ep);
   RUN(pp_and_tp_checkpoints_resume_in_their_layout_and_in_one_process);
   RUN(cp2_matches_the_single_process);
   RUN(ep2_over_cp2_matches_the_single_process);

@@ -941,10 +941,26 @@ AA_TEST(query_replies_have_the_documented_shape) {
   json_t *runs = json_object_get(root, "runs");
   CHECK(json_array_size(runs) == 3);
   json_t *r = json_array_get(runs, 0);
-  static const char *keys[] = {"id", "job", "kind", "key", "status", "tokens_per_s", "step_ms_median",
-                               "step_ms_spread", "peak_bytes", "peak", "predicted_tokens_per_s",
-                               "predicted_peak_bytes", "predicted_bubble", "predicted", "final_loss", "error",
-                               "started_at", "finished_at", "strategy"};
+  static const char *keys[] = {"id",
+                               "job",
+                               "kind",
+                               "key",
+                               "status",
+                               "tokens_per_s",
+                               "step_ms_median",
+                               "step_ms_spread",
+                               "peak_bytes",
+                               "peak",
+                               "predicted_tokens_per_s",
+                               "predicted_peak_bytes",
+                               "predicted_bubble",
+                               "predicted",
+                               "final_loss",
+                               "moe_imbalance",
+                               "error",
+                               "started_at",
+                               "finished_at",
+                               "strategy"};
   CHECK(json_object_size(r) == sizeof keys / sizeof keys[0]);
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) CHECK_MSG(json_object_get(r, keys[i]), "%s", keys[i]);
   CHECK(!strcmp(json_string_value(json_object_get(r, "key")), "dp1.tp1.pp1.z0.fp32.ckpt-none.mb4"));
@@ -952,6 +968,7 @@ AA_TEST(query_replies_have_the_documented_shape) {
   CHECK(json_integer_value(json_object_get(json_object_get(r, "peak"), "total")) == 4096);
   CHECK(json_is_null(json_object_get(r, "predicted_tokens_per_s")));
   CHECK(json_is_null(json_object_get(r, "predicted")));
+  CHECK(json_is_null(json_object_get(r, "moe_imbalance"))); /* a dense model's */
   CHECK(json_is_object(json_object_get(r, "strategy")));
   CHECK(!strcmp(json_string_value(json_object_get(json_array_get(runs, 2), "error")), "skipped: slower"));
   json_decref(root);
@@ -1016,7 +1033,7 @@ AA_TEST(query_run_lists_every_ranks_own_figures) {
                                    .status = AA_STORE_RUN_OOM,
                                    .step_ms_median = 40,
                                    .has_times = true,
-                                   .time_ms = {10, 20, 5, 0, 0.5},
+                                   .time_ms = {10, 20, 5, 0, 0.5, 2.25},
                                    .peak_bytes = 2048,
                                    .peak_json = "{\"total\": 2048}"}};
   aa_store_run_result_t res = {.status = AA_STORE_RUN_OOM, .peak_bytes = 2048, .ranks = ranks, .n_ranks = 2};
@@ -1038,8 +1055,10 @@ AA_TEST(query_run_lists_every_ranks_own_figures) {
   CHECK(json_integer_value(json_object_get(r1, "dp_rank")) == 1);
   CHECK(!strcmp(json_string_value(json_object_get(r0, "status")), "oom"));
   json_t *t = json_object_get(r0, "times_ms");
-  CHECK(json_object_size(t) == 5 && json_real_value(json_object_get(t, "forward")) == 10 &&
-        json_real_value(json_object_get(t, "optimizer")) == 5 && json_real_value(json_object_get(t, "bubble")) == 0.5);
+  CHECK(json_object_size(t) == 6 && json_real_value(json_object_get(t, "all_to_all")) == 2.25 &&
+        json_real_value(json_object_get(t, "forward")) == 10 &&
+        json_real_value(json_object_get(t, "optimizer")) == 5 &&
+        json_real_value(json_object_get(t, "bubble")) == 0.5);
   CHECK(json_is_real(json_object_get(t, "pipeline_comm")) && json_real_value(json_object_get(t, "pipeline_comm")) == 0);
   CHECK(json_integer_value(json_object_get(json_object_get(r0, "peak"), "total")) == 2048);
   CHECK(json_is_null(json_object_get(r1, "times_ms")) && json_is_null(json_object_get(r1, "peak")));

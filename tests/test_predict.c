@@ -114,9 +114,11 @@ static void add_ops(aa_calib_t *c, const aa_model_spec_t *sp, const aa_strategy_
   }
 }
 
-static int predict(const aa_model_spec_t *sp, const aa_strategy_t *s, const aa_calib_t *c, int host_cores,
-                   aa_predict_t *p) {
-  aa_predict_pool_t pool = {.devices = 8, .host_cores = host_cores};
+/* Predicts s on 8 devices, the expert ranks at load imbalance imb (0: the
+ * default), and checks that the parts add up to the step. */
+static int predict_imb(const aa_model_spec_t *sp, const aa_strategy_t *s, const aa_calib_t *c, int host_cores,
+                       double imb, aa_predict_t *p) {
+  aa_predict_pool_t pool = {.devices = 8, .host_cores = host_cores, .moe_imbalance = imb};
   int rc = aa_predict(sp, s, c, &pool, p);
   if (rc == 0) {
     double sum = p->forward_s + p->backward_s + p->tensor_comm_s + p->pipeline_comm_s + p->context_comm_s +
@@ -125,6 +127,11 @@ static int predict(const aa_model_spec_t *sp, const aa_strategy_t *s, const aa_c
     CHECK_NEAR(p->tokens_per_s * p->step_s, (double)sp->train.global_batch * sp->arch.seq_len, 1e-6);
   }
   return rc;
+}
+
+static int predict(const aa_model_spec_t *sp, const aa_strategy_t *s, const aa_calib_t *c, int host_cores,
+                   aa_predict_t *p) {
+  return predict_imb(sp, s, c, host_cores, 0, p);
 }
 
 /* Seconds group g takes with every line at LAT x (kind + 1) and BW x t,
@@ -648,7 +655,8 @@ AA_TEST(an_moe_rank_step_is_its_ops_worked_out_by_hand) {
  * experts at 2·32 = 64 rows each, the (64, 32, 48), (64, 24) and (64, 24,
  * 32) shapes in place of 4 experts' at 32, the same work, so (this
  * calibration's time being the work) the same forward and backward as at
- * ep 1 (the router still over all 4 experts); the expert group's all-to-alls (cost.h, worked by hand in
+ * ep 1 (the router still over all 4 experts) at even routing (a load
+ * imbalance of 1; the next test varies it); the expert group's all-to-alls (cost.h, worked by hand in
  * tests/test_cost.c) timed on its all-to-all line as expert_comm_s, the
  * data group's all-reduces in data_comm_s (the expert-data group is one
  * rank: the 2 ranks hold different experts).
@@ -672,12 +680,13 @@ AA_TEST(expert_parallelism_computes_the_local_experts_and_times_the_all_to_alls)
         has_op(&sp, &s1, (aa_op_shape_t){AA_OP_MATMUL, {32, 32, 48, 0}}));
   aa_predict_t p1, p2;
   CHECK_MSG(predict(&sp, &s1, c, 0, &p1) == 0, "%s", aa_last_error());
-  CHECK_MSG(predict(&sp, &s2, c, 0, &p2) == 0, "%s", aa_last_error());
+  CHECK_MSG(predict_imb(&sp, &s2, c, 0, 1, &p2) == 0, "%s", aa_last_error());
+  CHECK(p2.moe_imbalance == 1);
   CHECK_NEAR(p2.forward_s / p1.forward_s, 1, 1e-12);
   CHECK_NEAR(p2.backward_s / p1.backward_s, 1, 1e-12);
   /* The calibration measured the expert-parallel shapes too
    * (aa_predict_wanted), AdamW over the rank's 53,280 - 2 x 2 x 2,304 =
-   * 44,064 parameters among them. */
+   * 44,064 parameters among them; the even rows' are the shared expert's. */
   CHECK(p2.ops_estimated == 0);
   CHECK(p1.expert_comm_s == 0);
   aa_cost_comm_t cc;
@@ -700,6 +709,61 @@ AA_TEST(expert_parallelism_computes_the_local_experts_and_times_the_all_to_alls)
               "zero %d: %llu reduce-scatters", z,
               (unsigned long long)cc.data.kind[AA_COST_REDUCE_SCATTER].calls);
   }
+  free(c);
+}
+
+/* Load imbalance (predict.h moe_imbalance) on the expert-parallel rank
+ * above (dp 2, ep 2, one micro-batch of N = 64 tokens, 2 MoE blocks of 2
+ * local experts, 64 rows each at even routing): at factor f the busiest
+ * rank computes each local expert at ceil(64 f) rows, so its forward
+ * grows by 2 blocks x 2 experts x (ceil(64 f) - 64) rows x the expert
+ * work a row (2·C·2Fe + Fe + 2·Fe·C = 4,632) x K_OP, its backward by
+ * twice that, and its all-to-alls carry f times the even bytes. Without
+ * a measured factor the default is Switch Transformer's 1.25 (80 rows);
+ * a factor past ep is capped at ep; at ep 1 it changes nothing. A run's
+ * measured factor is its most tokens an expert got over N·k / E = 32. */
+AA_TEST(moe_load_imbalance_slows_the_busiest_expert_rank) {
+  aa_model_spec_t sp = moe(4, 2, 24, 1, 2);
+  aa_calib_t *c = calib(&sp, 0, 1);
+  c->link[c->n_link++] = (aa_calib_link_t){AA_COST_ALL_TO_ALL, 2, LAT * (AA_COST_ALL_TO_ALL + 1), BW * 2};
+  aa_strategy_t s1 = strat(&sp, 2, 1, 1, 4), s2 = s1;
+  s2.ep = 2;
+  CHECK_MSG(aa_strategy_resolve(&s2, &sp, 0) == 0, "%s", aa_last_error());
+  CHECK(AA_PREDICT_MOE_IMBALANCE == 1.25);
+  CHECK(has_op(&sp, &s2, (aa_op_shape_t){AA_OP_MATMUL, {80, 32, 48, 0}})); /* the calibration measures it */
+  aa_predict_t even, p, q;
+  CHECK_MSG(predict_imb(&sp, &s2, c, 0, 1, &even) == 0, "%s", aa_last_error());
+  aa_cost_comm_t cc;
+  aa_cost_comm(&sp.arch, &s2, 1, &cc);
+  const uint64_t a2a = cc.expert.kind[AA_COST_ALL_TO_ALL].bytes;
+  const double fs[] = {0, 1.1, 1.25, 1.5, 2, 3}, rows[] = {80, 71, 80, 96, 128, 128};
+  double last = even.step_s;
+  for (int i = 0; i < 6; i++) {
+    CHECK_MSG(predict_imb(&sp, &s2, c, 0, fs[i], &p) == 0, "%s", aa_last_error());
+    const double f = fs[i] == 0 ? 1.25 : fs[i] > 2 ? 2 : fs[i];
+    CHECK_MSG(p.moe_imbalance == f, "f %g: timed at %g", fs[i], p.moe_imbalance);
+    const double extra = 2 * 2 * (rows[i] - 64) * 4632 * K_OP;
+    CHECK_NEAR((p.forward_s - even.forward_s) / extra, 1, 1e-9);
+    CHECK_NEAR((p.backward_s - even.backward_s) / (2 * extra), 1, 1e-9);
+    cc.expert.kind[AA_COST_ALL_TO_ALL].bytes = (uint64_t)llround((double)a2a * f);
+    CHECK_NEAR(p.expert_comm_s / comm(&cc.expert, 1), 1, 1e-12);
+    if (fs[i] >= 1.25) {
+      CHECK_MSG(p.step_s > last || fs[i] > 2, "f %g: step %g not above %g", fs[i], p.step_s, last);
+      CHECK(fs[i] <= 2 || p.step_s == last); /* capped at ep */
+      last = p.step_s;
+    }
+  }
+  CHECK_MSG(predict_imb(&sp, &s1, c, 0, 2, &p) == 0 && predict_imb(&sp, &s1, c, 0, 1, &q) == 0, "%s",
+            aa_last_error());
+  CHECK(p.step_s == q.step_s && p.moe_imbalance == 1);
+  /* Measured: the most tokens an expert got from one rank's micro-batch. */
+  CHECK(aa_predict_imbalance(&sp.arch, &s2, 56) == 56.0 / 32);
+  CHECK(aa_predict_imbalance(&sp.arch, &s1, 56) == 56.0 / 32);
+  CHECK(aa_predict_imbalance(&sp.arch, &s2, 20) == 1);
+  CHECK(aa_predict_imbalance(&sp.arch, &s2, 0) == 0);
+  const aa_model_spec_t dense = llama();
+  aa_strategy_t sd = strat(&dense, 2, 1, 1, 4);
+  CHECK(aa_predict_imbalance(&dense.arch, &sd, 56) == 0);
   free(c);
 }
 
@@ -1027,6 +1091,7 @@ int main(void) {
   RUN(llama_16bit_storage_on_a_cpu_casts_its_own_widths);
   RUN(an_moe_rank_step_is_its_ops_worked_out_by_hand);
   RUN(expert_parallelism_computes_the_local_experts_and_times_the_all_to_alls);
+  RUN(moe_load_imbalance_slows_the_busiest_expert_rank);
   RUN(an_moe_model_costs_its_dense_twin_plus_the_router_and_permutes);
   RUN(a_llama_pipeline_has_no_embedding_group);
   RUN(a_context_parallel_rank_step_is_its_ops_worked_out_by_hand);

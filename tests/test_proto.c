@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <msgpack.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,7 +207,7 @@ AA_TEST(every_message_round_trips_byte_for_byte) {
   static const size_t want_keys[AA_MSG_TYPE_COUNT] = {
       [AA_MSG_HELLO] = 3 + 3,        [AA_MSG_WELCOME] = 3 + 2,   [AA_MSG_HEARTBEAT] = 3 + 1,
       [AA_MSG_BYE] = 3 + 1,          [AA_MSG_SUBMIT] = 3 + 11,   [AA_MSG_ACK] = 3 + 1,
-      [AA_MSG_JOB] = 3 + 14,         [AA_MSG_PROGRESS] = 3 + 10, [AA_MSG_RESULT] = 3 + 16,
+      [AA_MSG_JOB] = 3 + 14,         [AA_MSG_PROGRESS] = 3 + 10, [AA_MSG_RESULT] = 3 + 17,
       [AA_MSG_CANCEL] = 3 + 1,       [AA_MSG_ABORT] = 3 + 3,     [AA_MSG_STATUS] = 3 + 1,
       [AA_MSG_QUERY] = 3 + 2,        [AA_MSG_REPLY] = 3 + 1,     [AA_MSG_ERROR] = 3 + 2,
       [AA_MSG_KV_SET] = 3 + 3,       [AA_MSG_KV_GET] = 3 + 2,    [AA_MSG_KV_VALUE] = 3 + 3,
@@ -286,12 +287,14 @@ AA_TEST(job_and_result_fields_decode_as_sent) {
   CHECK(!strcmp(aa_proto_time_kind_name(AA_PROTO_TIME_FORWARD), "forward") &&
         !strcmp(aa_proto_time_kind_name(AA_PROTO_TIME_PIPELINE_COMM), "pipeline_comm") &&
         !strcmp(aa_proto_time_kind_name(AA_PROTO_TIME_BUBBLE), "bubble") &&
+        !strcmp(aa_proto_time_kind_name(AA_PROTO_TIME_ALL_TO_ALL), "all_to_all") &&
         !strcmp(aa_proto_time_kind_name(AA_PROTO_TIME_KINDS), "?"));
   CHECK(d.result.has_times && d.result.times.ms[AA_PROTO_TIME_FORWARD] == 12.5 &&
         d.result.times.ms[AA_PROTO_TIME_BACKWARD] == 25.25 &&
         d.result.times.ms[AA_PROTO_TIME_OPTIMIZER] == 3.0 &&
         d.result.times.ms[AA_PROTO_TIME_PIPELINE_COMM] == 0.75 &&
-        d.result.times.ms[AA_PROTO_TIME_BUBBLE] == 0);
+        d.result.times.ms[AA_PROTO_TIME_BUBBLE] == 0 && d.result.times.ms[AA_PROTO_TIME_ALL_TO_ALL] == 4.5);
+  CHECK(d.result.has_moe_max_tokens && d.result.moe_max_tokens == 37.5);
   aa_msg_free(&d);
   CHECK(decode_sample(AA_MSG_SUBMIT, &d) == 0);
   CHECK(d.submit.wait && d.submit.train && d.submit.refresh && d.submit.time_limit_s == 600);
@@ -301,6 +304,14 @@ AA_TEST(job_and_result_fields_decode_as_sent) {
   CHECK(d.submit.include.n == 1 && strcmp(d.submit.include.v[0], "zero1") == 0);
   CHECK(d.submit.from && strstr(d.submit.from, "\"dp\": 2"));
   aa_msg_free(&d);
+}
+
+/* Whether the n bytes at p hold the text s. */
+static bool holds(const char *p, size_t n, const char *s) {
+  const size_t k = strlen(s);
+  for (size_t i = 0; i + k <= n; i++)
+    if (!memcmp(p + i, s, k)) return true;
+  return false;
 }
 
 AA_TEST(optional_fields_may_be_absent) {
@@ -326,6 +337,23 @@ AA_TEST(optional_fields_may_be_absent) {
         !d.result.inputs);
   aa_msg_free(&d);
   free(f);
+
+  /* A dense model's result (an executor of any build): no all-to-all time
+   * and no router figure, neither on the wire (so a planner of an earlier
+   * build, which rejects unknown keys, still takes it) nor decoded. */
+  aa_sample_msg(AA_MSG_RESULT, &m);
+  m.result.times.ms[AA_PROTO_TIME_ALL_TO_ALL] = 0;
+  m.result.has_moe_max_tokens = false;
+  f = encode_ok(&m, &len);
+  CHECK(f && !holds(f, len, "all_to_all") && !holds(f, len, "moe_max_tokens"));
+  CHECK(f && aa_msg_decode(f + 4, len - 4, &d) == 0 && d.result.has_times &&
+        d.result.times.ms[AA_PROTO_TIME_ALL_TO_ALL] == 0 && !d.result.has_moe_max_tokens);
+  aa_msg_free(&d);
+  free(f);
+  CHECK(decode_modified(AA_MSG_RESULT, "times.all_to_all", DROP, &d) == 0 && d.result.has_times &&
+        d.result.times.ms[AA_PROTO_TIME_ALL_TO_ALL] == 0 &&
+        d.result.times.ms[AA_PROTO_TIME_BACKWARD] == 25.25);
+  aa_msg_free(&d);
 
   /* A rank that timed nothing (it failed first) sends no breakdown; rank 0
    * of a 1x1x1 mesh sends no coordinates, which read as 0. */
@@ -441,7 +469,8 @@ AA_TEST(unknown_and_duplicate_keys_are_rejected) {
       "result.peak: unknown key \"kv_cache\" (allowed: params, grads, optim, acts, workspace, total)");
   EXPECT_REJECT(
       AA_MSG_RESULT, "times.idle", VD(1), AA_EFORMAT,
-      "result.times: unknown key \"idle\" (allowed: forward, backward, optimizer, pipeline_comm, bubble)");
+      "result.times: unknown key \"idle\" (allowed: forward, backward, optimizer, pipeline_comm, bubble, "
+      "all_to_all)");
   /* Duplicates: a map with "job" twice, and "v" twice. */
   static const unsigned char dup_job[] = {0x84, 0xa1, 'v', 0x01, 0xa1, 't',  0xa6, 'c', 'a', 'n', 'c', 'e',
                                           'l',  0xa3, 'j', 'o',  'b',  0x05, 0xa3, 'j', 'o', 'b', 0x06};
@@ -488,6 +517,11 @@ AA_TEST(out_of_range_values_are_rejected) {
                 "result.times.bubble: must be a finite number");
   EXPECT_REJECT(AA_MSG_RESULT, "times.optimizer", VF32(INFINITY), AA_EFORMAT,
                 "result.times.optimizer: must be a finite number");
+  EXPECT_REJECT(AA_MSG_RESULT, "times.all_to_all", VD(-1), AA_EFORMAT,
+                "result.times.all_to_all: -1 is outside 0..1e+09");
+  EXPECT_REJECT(AA_MSG_RESULT, "moe_max_tokens", VD(-2), AA_EFORMAT, "result.moe_max_tokens: -2 is outside");
+  EXPECT_REJECT(AA_MSG_RESULT, "moe_max_tokens", VD(NAN), AA_EFORMAT,
+                "result.moe_max_tokens: must be a finite number");
   EXPECT_REJECT(AA_MSG_RESULT, "rank", VU(4096), AA_EFORMAT, "result.rank: 4096 is outside 0..4095");
   EXPECT_REJECT(AA_MSG_RESULT, "dp_rank", VI(-1), AA_EFORMAT, "result.dp_rank: -1 is outside 0..4095");
   EXPECT_REJECT(AA_MSG_RESULT, "tp_rank", VU(UINT64_MAX), AA_EFORMAT,

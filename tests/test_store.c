@@ -209,15 +209,17 @@ AA_TEST(open_creates_the_newest_schema_in_wal_mode) {
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
   CHECK(aa_store_schema_version(st) == AA_STORE_SCHEMA_VERSION);
-  CHECK(AA_STORE_SCHEMA_VERSION == 7);
+  CHECK(AA_STORE_SCHEMA_VERSION == 8);
   char v[64];
   raw_text(path, "PRAGMA journal_mode", v, sizeof v);
   CHECK_MSG(strcmp(v, "wal") == 0, "journal_mode %s", v);
   raw_text(path, "PRAGMA user_version", v, sizeof v);
-  CHECK(strcmp(v, "7") == 0);
-  raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('predicted_peak_bytes', "
-           "'predicted_bubble', 'predicted_json')", v, sizeof v);
-  CHECK(strcmp(v, "3") == 0);
+  CHECK(strcmp(v, "8") == 0);
+  raw_text(path,
+           "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('predicted_peak_bytes', "
+           "'predicted_bubble', 'predicted_json', 'moe_imbalance')",
+           v, sizeof v);
+  CHECK(strcmp(v, "4") == 0);
   raw_text(path, "SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'resumes'", v, sizeof v);
   CHECK(strcmp(v, "1") == 0);
   raw_text(path, "PRAGMA application_id", v, sizeof v);
@@ -280,10 +282,10 @@ AA_TEST(newer_schema_version_is_refused) {
   int rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   aa_store_close(st);
-  CHECK(raw_sql(path, "PRAGMA user_version = 8", NULL, 0) == SQLITE_OK);
+  CHECK(raw_sql(path, "PRAGMA user_version = 9", NULL, 0) == SQLITE_OK);
   st = (aa_store_t *)&rc; /* must stay untouched */
   CHECK_ERR(aa_store_open(&st, path, 0), AA_EUNSUPPORTED,
-            "schema version 8 is newer than this build supports (7)");
+            "schema version 9 is newer than this build supports (8)");
   CHECK(st == (aa_store_t *)&rc);
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "newer");
 }
@@ -380,10 +382,10 @@ AA_TEST(readonly_open_of_an_unmigrated_file_asks_for_a_migration) {
   CHECK(f != NULL);
   if (f) fclose(f);
   aa_store_t *st = NULL;
-  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "older than this build's (7)");
+  CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED, "older than this build's (8)");
   CHECK(st == NULL);
   CHECK_MSG(aa_store_open(&st, path, 0) == 0, "%s", aa_last_error());
-  CHECK(st && aa_store_schema_version(st) == 7);
+  CHECK(st && aa_store_schema_version(st) == 8);
   aa_store_close(st);
 }
 
@@ -611,17 +613,21 @@ AA_TEST(a_schema_version_1_store_migrates_to_the_newest_and_keeps_its_rows) {
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 1 is older than this build's (7)");
+            "schema version 1 is older than this build's (8)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 7);
+  CHECK(aa_store_schema_version(st) == 8);
   char v[32];
   raw_text(path, "PRAGMA user_version", v, sizeof v);
-  CHECK(strcmp(v, "7") == 0);
-  raw_text(path, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('predicted_peak_bytes', "
-           "'predicted_bubble', 'predicted_json')", v, sizeof v);
-  CHECK(strcmp(v, "3") == 0);
+  CHECK(strcmp(v, "8") == 0);
+  raw_text(path,
+           "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('predicted_peak_bytes', "
+           "'predicted_bubble', 'predicted_json', 'moe_imbalance')",
+           v, sizeof v);
+  CHECK(strcmp(v, "4") == 0);
+  raw_text(path, "SELECT count(*) FROM runs WHERE moe_imbalance IS NOT NULL", v, sizeof v);
+  CHECK(strcmp(v, "0") == 0); /* the runs it had measured none */
   aa_store_job_t j;
   CHECK(aa_store_job_get(st, 1, &j) == 0);
   CHECK(j.status == AA_STORE_JOB_RUNNING && j.resumes == 0 && j.started_at == 101 && j.submitted_at == 100);
@@ -661,11 +667,11 @@ AA_TEST(a_schema_version_2_store_migrates_to_the_newest_and_its_runs_have_no_ran
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 2 is older than this build's (7)");
+            "schema version 2 is older than this build's (8)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 7);
+  CHECK(aa_store_schema_version(st) == 8);
   aa_store_run_t r;
   CHECK(aa_store_run_get(st, 1, &r) == 0 && r.tokens_per_s == 10);
   aa_store_run_clear(&r);
@@ -739,11 +745,11 @@ AA_TEST(a_schema_version_4_store_migrates_to_5_with_no_calibrations_and_no_predi
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 4 is older than this build's (7)");
+            "schema version 4 is older than this build's (8)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 7);
+  CHECK(aa_store_schema_version(st) == 8);
   aa_store_run_t r;
   CHECK(aa_store_run_get(st, 1, &r) == 0 && r.tokens_per_s == 10 && r.predicted_peak_bytes == 99 &&
         strcmp(r.predicted_json, "") == 0);
@@ -792,11 +798,11 @@ AA_TEST(a_schema_version_5_store_keeps_its_calibrations_and_takes_nccl_hosts) {
   CHECK_MSG(rc == SQLITE_OK, "%s", msg);
   aa_store_t *st = NULL;
   CHECK_ERR(aa_store_open(&st, path, AA_STORE_READONLY), AA_EUNSUPPORTED,
-            "schema version 5 is older than this build's (7)");
+            "schema version 5 is older than this build's (8)");
   rc = aa_store_open(&st, path, 0);
   CHECK_MSG(rc == 0, "%s", aa_last_error());
   if (rc) return;
-  CHECK(aa_store_schema_version(st) == 7);
+  CHECK(aa_store_schema_version(st) == 8);
   char *json = NULL;
   CHECK(aa_store_calib_get(st, "cpu:x:1MiB", "gloo", &json) == 0 && json && strstr(json, "2"));
   free(json);
@@ -844,6 +850,51 @@ AA_TEST(a_run_keeps_its_predicted_breakdown) {
   nr.predicted_json = "{not json";
   int64_t id = 0;
   CHECK_ERR(aa_store_run_insert(st, &nr, &id), AA_EINVAL, "run_predicted_is_json");
+  aa_store_close(st);
+}
+
+/* An MoE run's measured load imbalance (schema 8) reads back as it was
+ * recorded; a run without one reads 0 (NULL); one below 1 is refused
+ * before anything is written, and the column's rule holds for raw SQL.
+ * aa_store_moe_imbalance averages a model's. */
+AA_TEST(a_run_keeps_its_measured_moe_imbalance) {
+  aa_store_t *st = fresh_store();
+  if (!st) return;
+  int64_t job = new_job(st, HW), run = 0, bare = 0, bad = 0;
+  aa_strategy_t s = strat(0, AA_F32, 2);
+  aa_store_run_new_t nr = {
+      .job_id = job, .kind = AA_STORE_RUN_DRYRUN, .strategy = &s, .status = AA_STORE_RUN_RUNNING};
+  CHECK_MSG(aa_store_run_insert(st, &nr, &run) == 0 && aa_store_run_insert(st, &nr, &bare) == 0 &&
+                aa_store_run_insert(st, &nr, &bad) == 0,
+            "%s", aa_last_error());
+  aa_store_run_result_t res = {.status = AA_STORE_RUN_OK, .tokens_per_s = 10, .moe_imbalance = 1.75};
+  CHECK_MSG(aa_store_run_finish(st, run, &res) == 0, "%s", aa_last_error());
+  res.moe_imbalance = 0;
+  CHECK(aa_store_run_finish(st, bare, &res) == 0);
+  res.moe_imbalance = 0.5;
+  CHECK_ERR(aa_store_run_finish(st, bad, &res), AA_EINVAL, "load imbalance of 0.5");
+  aa_store_run_t r;
+  CHECK(aa_store_run_get(st, run, &r) == 0 && r.moe_imbalance == 1.75);
+  aa_store_run_clear(&r);
+  CHECK(aa_store_run_get(st, bare, &r) == 0 && r.moe_imbalance == 0);
+  aa_store_run_clear(&r);
+  CHECK(aa_store_run_get(st, bad, &r) == 0 && r.status == AA_STORE_RUN_RUNNING);
+  aa_store_run_clear(&r);
+  /* The model's mean over the runs that measured one. */
+  double mean = -1;
+  int n = -1;
+  CHECK(aa_store_moe_imbalance(st, MODEL, &mean, &n) == 0 && n == 1 && mean == 1.75);
+  res.moe_imbalance = 1.25;
+  CHECK(aa_store_run_finish(st, bad, &res) == 0);
+  CHECK(aa_store_moe_imbalance(st, MODEL, &mean, &n) == 0 && n == 2 && mean == 1.5);
+  CHECK(aa_store_moe_imbalance(st, "0123456789abcdef", &mean, &n) == 0 && n == 0 && mean == 0);
+  CHECK_ERR(aa_store_moe_imbalance(st, "", &mean, &n), AA_EINVAL, "model hash");
+  char msg[256] = "", path[512];
+  cur_path(path);
+  CHECK(
+      (raw_sql(path, "UPDATE runs SET moe_imbalance = 0.9 WHERE moe_imbalance IS NOT NULL", msg, sizeof msg) &
+       0xff) == SQLITE_CONSTRAINT);
+  CHECK_MSG(strstr(msg, "run_moe_imbalance_at_least_1"), "%s", msg);
   aa_store_close(st);
 }
 
@@ -1299,7 +1350,7 @@ AA_TEST(every_rank_of_a_run_round_trips_with_its_breakdown) {
        .step_ms_median = 40,
        .step_ms_spread = 2,
        .has_times = true,
-       .time_ms = {10.5, 20.25, 3, 0, 6.25},
+       .time_ms = {10.5, 20.25, 3, 0, 6.25, 7.75},
        .peak_bytes = 1000,
        .peak_json = "{\"total\": 1000}"},
       {.rank = 0,
@@ -1345,7 +1396,9 @@ AA_TEST(every_rank_of_a_run_round_trips_with_its_breakdown) {
         k[1].step_ms_median == 0);
   CHECK(k[2].coord[AA_AXIS_DATA] == 1 && k[2].coord[AA_AXIS_PIPELINE] == 0 &&
         k[2].status == AA_STORE_RUN_OK && k[2].step_ms_spread == 2);
-  CHECK(k[2].time_ms[AA_PROTO_TIME_FORWARD] == 10.5 && k[2].time_ms[AA_PROTO_TIME_BUBBLE] == 6.25);
+  CHECK(k[2].time_ms[AA_PROTO_TIME_FORWARD] == 10.5 && k[2].time_ms[AA_PROTO_TIME_BUBBLE] == 6.25 &&
+        k[2].time_ms[AA_PROTO_TIME_ALL_TO_ALL] == 7.75);
+  CHECK(k[0].time_ms[AA_PROTO_TIME_ALL_TO_ALL] == 0); /* a rank without expert parallelism */
   CHECK(!strcmp(k[2].peak_json, "{\"total\": 1000}") && !strcmp(k[2].error, ""));
   CHECK(k[3].status == AA_STORE_RUN_CANCELLED && !k[3].has_times && k[3].time_ms[AA_PROTO_TIME_FORWARD] == 0);
   CHECK(!strcmp(k[3].error, "aborted by the planner") && k[3].coord[AA_AXIS_DATA] == 1 &&
@@ -2078,6 +2131,7 @@ int main(void) {
   RUN(a_schema_version_1_store_migrates_to_the_newest_and_keeps_its_rows);
   RUN(a_schema_version_2_store_migrates_to_the_newest_and_its_runs_have_no_ranks_or_predictions);
   RUN(a_schema_version_4_store_migrates_to_5_with_no_calibrations_and_no_predicted_breakdowns);
+  RUN(a_run_keeps_its_measured_moe_imbalance);
   RUN(a_schema_version_5_store_keeps_its_calibrations_and_takes_nccl_hosts);
   RUN(a_run_keeps_its_predicted_memory_and_bubble);
   RUN(a_run_keeps_its_predicted_breakdown);
