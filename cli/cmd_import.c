@@ -17,12 +17,13 @@
 
 static void usage_import(FILE *f) {
   fprintf(f, "usage: autoaccel import SRC --model MODEL.json --out CKPT\n\n"
-             "Reads GPT-2, Llama or Mixtral weights (the spec's family and moe) and writes them\n"
-             "as an autoaccel checkpoint (weights only), which a model spec's init_weights and\n"
-             "'autoaccel train' start from. SRC is:\n"
+             "Reads GPT-2, Llama, Qwen2, Mixtral or Qwen2-MoE weights (the spec's family, qkv_bias\n"
+             "and moe) and writes them as an autoaccel checkpoint (weights only), which a model\n"
+             "spec's init_weights and 'autoaccel train' start from. SRC is:\n"
              "  a Hugging Face model.safetensors (GPT-2 names, with or without 'transformer.';\n"
-             "    Llama names, with or without 'model.'; with model.moe Mixtral's expert names,\n"
-             "    or Qwen-MoE's routed experts (its shared_expert_gate is refused));\n"
+             "    Llama names, with or without 'model.', Qwen2's q/k/v biases with qkv_bias; with\n"
+             "    model.moe Mixtral's expert names, or Qwen2-MoE's (its shared experts' gate with\n"
+             "    moe.shared_expert_gate));\n"
              "  a sharded checkpoint's model.safetensors.index.json (its weight_map's files);\n"
              "  a directory holding either of them;\n"
              "  gpt2 only: an llm.c checkpoint (gpt2_124M.bin: magic 20240326, version 3 fp32\n"
@@ -44,25 +45,25 @@ static void usage_import(FILE *f) {
 }
 
 static void usage_export(FILE *f) {
-  fprintf(f,
-          "usage: autoaccel export CKPT --model MODEL.json --out FILE.safetensors [--dtype f32|bf16|f16] "
-          "[--merge | --peft]\n\n"
-          "Writes a checkpoint's weights (a single file or a sharded checkpoint's manifest) as\n"
-          "one Hugging Face safetensors file with the family's names and layout (GPT-2's,\n"
-          "Llama's, or Mixtral's for a model with MoE layers), which 'autoaccel import' and Hugging Face's "
-          "models read. An f32 export\n"
-          "imports back bit for bit; bf16 and f16 round to nearest even.\n\n"
-          "options:\n"
-          "  --model MODEL.json   the model spec of the checkpoint (required)\n"
-          "  --out FILE           the safetensors file to write (required)\n"
-          "  --dtype T            f32 (default), bf16 or f16\n"
-          "  --merge              MODEL.json has \"lora\" and CKPT is its adapter checkpoint: writes its\n"
-          "                       base (init_weights) with the adapters folded in, W + (alpha / r) B A\n"
-          "  --peft               MODEL.json has \"lora\" and CKPT is its adapter checkpoint: writes the\n"
-          "                       adapters alone as Hugging Face PEFT's adapter_model.safetensors and\n"
-          "                       adapter_config.json into the directory --out\n"
-          "  -h, --help           this help\n"
-          "Exit codes: 0 success, 1 failure (bad checkpoint, i/o), 2 usage error.\n");
+  fprintf(f, "usage: autoaccel export CKPT --model MODEL.json --out FILE.safetensors [--dtype f32|bf16|f16] "
+             "[--merge | --peft]\n\n"
+             "Writes a checkpoint's weights (a single file or a sharded checkpoint's manifest) as\n"
+             "one Hugging Face safetensors file with the family's names and layout (GPT-2's,\n"
+             "Llama's and Qwen2's, or Mixtral's and Qwen2-MoE's for a model with MoE layers), which\n"
+             "'autoaccel import' and Hugging Face's models read. An f32 export imports back bit for\n"
+             "bit; bf16 and f16 round to nearest even. With a spec that has \"lora\", CKPT is its\n"
+             "adapter checkpoint and --merge or --peft says what to write.\n\n"
+             "options:\n"
+             "  --model MODEL.json   the model spec of the checkpoint (required)\n"
+             "  --out FILE           the safetensors file to write (required)\n"
+             "  --dtype T            f32 (default), bf16 or f16\n"
+             "  --merge              MODEL.json has \"lora\" and CKPT is its adapter checkpoint: writes its\n"
+             "                       base (init_weights) with the adapters folded in, W + (alpha / r) B A\n"
+             "  --peft               MODEL.json has \"lora\" and CKPT is its adapter checkpoint: writes the\n"
+             "                       adapters alone as Hugging Face PEFT's adapter_model.safetensors and\n"
+             "                       adapter_config.json into the directory --out\n"
+             "  -h, --help           this help\n"
+             "Exit codes: 0 success, 1 failure (bad checkpoint, i/o), 2 usage error.\n");
   aa_cli_set_help(f);
 }
 

@@ -14,7 +14,7 @@ static const struct {
   const char *summary;
 } commands[] = {
     {"auto", aa_cmd_auto, "search the fastest strategy on local devices, save it, and train with it"},
-    {"train", NULL, "train a model (single process) from a model spec, optionally with --strategy"},
+    {"train", NULL, "train a model from a model spec (one process, or --devices cpu:N ranks; --strategy)"},
     {"planner", aa_cmd_planner, "run the planner daemon"},
     {"executor", NULL, "run an executor for one device, serving a planner"},
     {"submit", aa_cmd_submit, "submit a model to the planner to search (and train)"},
@@ -26,8 +26,12 @@ static const struct {
     {"report", aa_cmd_report, "write one job's search as a self-contained HTML report"},
     {"data", NULL, "build token shards from text, make the synthetic corpus, inspect shards"},
     {"strategy", aa_cmd_strategy, "show a strategy file, or check it against a model and a world size"},
-    {"import", NULL, "read GPT-2 weights (safetensors, sharded or not; llm.c) into a checkpoint"},
-    {"export", NULL, "write a checkpoint's weights as one safetensors file with GPT-2's names"},
+    {"import", NULL,
+     "read GPT-2, Llama, Mixtral or Qwen2(-MoE) weights (safetensors, sharded or not;\n"
+     "             llm.c) into a checkpoint; with a LoRA spec, Hugging Face PEFT adapters"},
+    {"export", NULL,
+     "write a checkpoint's weights as one safetensors file with its family's names; with\n"
+     "             a LoRA spec, the adapters merged into the base (--merge) or as PEFT's (--peft)"},
     {"generate", NULL, "continue a prompt with a checkpoint's model (KV cache; greedy or sampled)"},
 };
 

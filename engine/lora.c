@@ -193,9 +193,10 @@ int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path) {
 }
 
 /* The optional state section after the adapters: STATE001's fields, then
- * from STATE002 the fp16 loss scaler's (scale 0: none was running). */
+ * from STATE002 the fp16 loss scaler's (scale 0: none was running), then
+ * the moments; STATE003 is STATE002 without the moments (weights only). */
 typedef struct {
-  char magic[8]; /* "STATE002" (read: "STATE001" too) */
+  char magic[8]; /* "STATE002" or "STATE003" (read: "STATE001" too) */
   int32_t opt_t, pad;
   uint64_t data_pos, seed;
   int64_t skipped;
@@ -234,7 +235,9 @@ int aa_lora_save(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, const aa_tra
    * the moments' shards are gathered over opt's group, every rank taking
    * part; at stage 0 the writing replica's tensor and pipeline ranks
    * gather them, and their first rank (tensor rank 0 of stage 0) writes:
-   * one file, which resumes at any layout. */
+   * one file, which resumes at any layout. With st the training state;
+   * with opt too, the moments (STATE002), else none (STATE003: a
+   * weights-only checkpoint keeps its step and data). */
   const uint64_t n = aa_gpt_lora_whole_numel(&m->arch);
   const int state = opt && st && opt->m.data, sharded = state && opt->stage > 0;
   if (!write && !sharded) return 0;
@@ -265,8 +268,8 @@ int aa_lora_save(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, const aa_tra
            fwrite(hl, 1, 16, w.f) == 16 && fwrite(ints, sizeof ints[0], 4, w.f) == 4 &&
            fwrite(&alpha, sizeof alpha, 1, w.f) == 1 && fwrite(&n, sizeof n, 1, w.f) == 1 &&
            fwrite(all, sizeof(float), n, w.f) == n;
-  if (ok && state) {
-    lora_state_t ls = {.opt_t = opt->t,
+  if (ok && st) {
+    lora_state_t ls = {.opt_t = state ? opt->t : 0,
                        .data_pos = st->data_pos,
                        .seed = st->seed,
                        .skipped = st->skipped_steps,
@@ -275,9 +278,9 @@ int aa_lora_save(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, const aa_tra
                         .iter = st->scaler_iter,
                         .last_overflow = st->scaler_last_overflow,
                         .hysteresis_left = st->scaler_hysteresis_left};
-    memcpy(ls.magic, "STATE002", 8);
+    memcpy(ls.magic, state ? "STATE002" : "STATE003", 8);
     ok = fwrite(&ls, sizeof ls, 1, w.f) == 1 && fwrite(&sc, sizeof sc, 1, w.f) == 1 &&
-         fwrite(mm, sizeof(float), 2 * n, w.f) == 2 * n;
+         (!state || fwrite(mm, sizeof(float), 2 * n, w.f) == 2 * n);
   }
   free(all);
   if (!ok) {
@@ -338,20 +341,22 @@ static int lora_read(const char *path, const aa_arch_t *a, float **out, int *ste
 /* The state section at f's position (none: *has 0; STATE001's: no
  * scaler, *sc zero), its moments into m and v (n each). */
 static int state_read(const char *path, FILE *f, size_t n, lora_state_t *ls, lora_scaler_t *sc, float *m,
-                      float *v, bool *has) {
-  *has = false;
+                      float *v, bool *has, bool *moments) {
+  *has = *moments = false;
   memset(sc, 0, sizeof *sc);
   size_t got = fread(ls, 1, sizeof *ls, f);
   if (got == 0 && feof(f)) return 0;
-  const int v2 = got == sizeof *ls && !memcmp(ls->magic, "STATE002", 8);
+  const int v3 = got == sizeof *ls && !memcmp(ls->magic, "STATE003", 8); /* no moments */
+  const int v2 = v3 || (got == sizeof *ls && !memcmp(ls->magic, "STATE002", 8));
   if (got != sizeof *ls || (!v2 && memcmp(ls->magic, "STATE001", 8)))
     return aa_error(AA_ECORRUPT, "%s: bytes after the adapters are not a state section", path);
   if (v2 && fread(sc, sizeof *sc, 1, f) != 1)
     return aa_error(AA_ECORRUPT, "%s: truncated state section", path);
-  if (fread(m, sizeof *m, n, f) != n || fread(v, sizeof *v, n, f) != n)
+  if (!v3 && (fread(m, sizeof *m, n, f) != n || fread(v, sizeof *v, n, f) != n))
     return aa_error(AA_ECORRUPT, "%s: truncated optimizer state", path);
-  if (fgetc(f) != EOF) return aa_error(AA_ECORRUPT, "%s: trailing bytes after the optimizer state", path);
+  if (fgetc(f) != EOF) return aa_error(AA_ECORRUPT, "%s: trailing bytes after the state section", path);
   *has = true;
+  *moments = !v3;
   return 0;
 }
 
@@ -377,9 +382,9 @@ int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_s
     rc = aa_error(AA_EINVAL, "lora: resume needs the adapters' optimizer of this model");
   lora_state_t ls;
   lora_scaler_t sc;
-  bool has = false;
+  bool has = false, has_m = false;
   if (!rc && !(mv = malloc(2 * n * sizeof *mv))) rc = aa_error(AA_ENOMEM, "out of memory reading %s", path);
-  if (!rc) rc = state_read(path, f, n, &ls, &sc, mv, mv + n, &has);
+  if (!rc) rc = state_read(path, f, n, &ls, &sc, mv, mv + n, &has, &has_m);
   fclose(f);
   /* Under ZeRO the moments go into the backend through the gradient's
    * buffer (idle until the next backward) and the rank keeps its shard. */
@@ -387,7 +392,7 @@ int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_s
   float *g = m->lora_grads.data;
   if (!rc) rc = aa_gpt_lora_put(m, m->lora.data, ad);
   if (!rc) rc = aa_lora_opt_take(opt, m);
-  for (int k = 0; k < 2 && has && !rc; k++) {
+  for (int k = 0; k < 2 && has_m && !rc; k++) {
     float *dst = k ? opt->v.data : opt->m.data;
     if (!opt->stage)
       rc = aa_gpt_lora_put(m, dst, mv + k * n);
@@ -401,7 +406,7 @@ int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_s
   if (rc) return rc;
   aa_lora_zero_grad(opt, m);
   st->step = step;
-  if (has) {
+  if (has) { /* STATE003's opt_t is 0: AdamW restarts below */
     opt->t = ls.opt_t;
     st->data_pos = ls.data_pos;
     st->seed = ls.seed;
@@ -411,12 +416,13 @@ int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_s
     st->scaler_iter = sc.iter;
     st->scaler_last_overflow = sc.last_overflow;
     st->scaler_hysteresis_left = sc.hysteresis_left;
-  } else {
+  }
+  if (!has_m) {
     opt->t = 0;
     op->memset0(opt->m.data, opt->m.numel * sizeof(float));
     op->memset0(opt->v.data, opt->v.numel * sizeof(float));
   }
-  *moments = has;
+  *moments = has_m;
   return op->sync();
 }
 

@@ -92,9 +92,10 @@ int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path);
 
 /* An adapter checkpoint (docs/checkpoint-format.md "LoRA adapters"): the
  * adapters alone and the hashes of the base they apply to and of the
- * fine-tune, then, with opt and st (both or neither), the state a resume
- * needs: AdamW's step and whole moments, the loader's position, the
- * trainer RNG and the fp16 loss scaler's state: the whole model's,
+ * fine-tune, then, with st, the state a resume needs: the loader's
+ * position, the trainer RNG and the fp16 loss scaler's state, and with opt
+ * too AdamW's step and whole moments (without opt: a weights-only file,
+ * whose resume restarts the optimizer at st's step): the whole model's,
  * whatever the layout. At ZeRO stage 0 under tensor or pipeline
  * parallelism the writing replica's tensor and pipeline ranks gather the
  * adapters (a collective over those groups), and their first rank (tensor
@@ -108,9 +109,11 @@ int aa_lora_save(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, const aa_tra
 
 /* Resumes from such a checkpoint, written at any layout: m's adapters
  * (the rank's slice; the caller has loaded the base), and when the file
- * has them opt's moments (the rank's slice, or its ZeRO shard) and step
- * and *st (*moments says whether it had; without, opt restarts and only
- * st->step is set). The checks are aa_lora_load's. Not a collective. */
+ * has them opt's moments (the rank's slice, or its ZeRO shard) and step,
+ * and *st (*moments says whether it had moments; without, opt restarts: a
+ * weights-only file sets *st but the optimizer's step, a file without a
+ * state section st->step alone). The checks are aa_lora_load's. Not a
+ * collective. */
 int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_state_t *st, bool *moments);
 
 /* Reads the adapter checkpoint at path for the fine-tune of architecture

@@ -213,8 +213,10 @@ static int save_checkpoint(trainer_t *t, const char *name) {
   t->state.skipped_steps = t->scaler.skipped;
   if (t->lora) { /* the adapters alone (lora.h), whole: replica 0's ranks write, the moments gathered */
     const int w = t->spec->train.weights_only;
-    int rc = aa_lora_save(path, t->model, w ? NULL : &t->lopt, w ? NULL : &t->state, t->rank == 0);
-    if (!rc && !t->rank) fprintf(t->log, "checkpoint %s (step %d, LoRA adapters)\n", path, t->state.step);
+    int rc = aa_lora_save(path, t->model, w ? NULL : &t->lopt, &t->state, t->rank == 0);
+    if (!rc && !t->rank)
+      fprintf(t->log, "checkpoint %s (step %d, LoRA adapters%s)\n", path, t->state.step,
+              w ? ", weights only" : "");
     return rc;
   }
   const int weights = t->spec->train.weights_only;

@@ -47,9 +47,9 @@ if awk -v a="${full##* }" -v b="${lora##* }" 'BEGIN {exit !(b < a)}'; then pass=
   fail=$((fail + 1)); echo "FAIL: lora's memory per GPU ${lora##* } not below full's ${full##* }"; fi
 
 # Training: the base is required; then one process fine-tunes the adapters
-# on it and the final checkpoint holds the adapters alone (68 header bytes and
-# 2 blocks x (4 (32 + 96) + 4 (32 + 32) + 4 (32 + 64) + 4 (64 + 32)) = 3,072
-# fp32); what it does not run yet is refused by name.
+# on it and the weights-only final checkpoint holds the adapters alone (68
+# header bytes, the 80-byte training state without moments, and 2 blocks x
+# (4 (32 + 96) + 4 (32 + 32) + 4 (32 + 64) + 4 (64 + 32)) = 3,072 fp32); what it does not run yet is refused by name.
 "$AA" data synth --out "$tmp/data" --bytes 200000 >/dev/null || { echo "FAIL: data synth"; exit 1; }
 cat >"$tmp/base.json" <<'JSON'
 {"name": "base", "model": {"n_layer": 2, "n_head": 2, "d_model": 32, "d_ff": 64, "seq_len": 16, "vocab_size": 256},
@@ -64,11 +64,11 @@ expect 1 "tiny-lora fine-tunes LoRA adapters \(lora\): init_weights is required"
 expect 1 "lora.targets: \"q\" is not a gpt2 layer" "$AA" train "$tmp/tiny.json" --set 'lora.targets=["q"]'
 expect 1 "init_weights" "$AA" train "$tmp/tiny.json" --threads 1 --out "$tmp/run" --set init_weights=missing.ckpt
 expect 0 "done: 20 steps" "$AA" train "$tmp/base.json" --threads 1 --out "$tmp/run0"
-expect 0 "checkpoint .*final.ckpt \(step 20, LoRA adapters\)" \
+expect 0 "checkpoint .*final.ckpt \(step 20, LoRA adapters, weights only\)" \
   "$AA" train "$tmp/tiny.json" --threads 1 --out "$tmp/run1" --set "init_weights=$tmp/run0/final.ckpt" \
   --set train.weights_only_checkpoints=true
 size=$(stat -c %s "$tmp/run1/final.ckpt" 2>/dev/null)
-[ "$size" = $((68 + 4 * 3072)) ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: adapter checkpoint $size bytes"; }
+[ "$size" = $((68 + 80 + 4 * 3072)) ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: adapter checkpoint $size bytes"; }
 # Resume: 5 steps, then 5 more from the step-5 checkpoint (the adapters,
 # AdamW's moments and step, the loader's position and the RNG after them;
 # the base from init_weights), write the same final checkpoint, byte for
@@ -358,10 +358,10 @@ JSON
 expect 0 "done: 10 steps" "$AA" train "$tmp/lbase.json" --threads 1 --out "$tmp/lrun0"
 # 2 blocks x (q, o: 4 (32 + 32); k, v: 4 (32 + 16); gate, up: 4 (32 + 64);
 # down: 4 (64 + 32)) = 4,096 adapters.
-expect 0 "checkpoint .*final.ckpt \(step 10, LoRA adapters\)" "$AA" train "$tmp/llora.json" --threads 1 \
+expect 0 "checkpoint .*final.ckpt \(step 10, LoRA adapters, weights only\)" "$AA" train "$tmp/llora.json" --threads 1 \
   --out "$tmp/lrun1" --set train.weights_only_checkpoints=true
 size=$(stat -c %s "$tmp/lrun1/final.ckpt" 2>/dev/null)
-[ "$size" = $((68 + 4 * 4096)) ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: llama adapter checkpoint $size bytes"; }
+[ "$size" = $((68 + 80 + 4 * 4096)) ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: llama adapter checkpoint $size bytes"; }
 expect 0 "exported [0-9]+ parameters .* \(step [0-9]+, r 4, alpha 8\) merged" "$AA" export "$tmp/lrun1/final.ckpt" \
   --model "$tmp/llora.json" --out "$tmp/lmerged.safetensors" --merge
 expect 0 "imported [0-9]+ parameters" "$AA" import "$tmp/lmerged.safetensors" --model "$tmp/lbase.json" \
