@@ -183,13 +183,10 @@ static aa_axis_t rest_axis(void) {
 }
 
 /* The methods the pool leaves out: the caller's, and what the engine does
- * not run for the model: context parallelism with MoE layers that drop
- * past a capacity factor (dropless ones it runs); with LoRA adapters
- * everything but data parallelism (any ZeRO stage, any amp)
- * (docs/model-spec.md "moe", "lora"). */
+ * not run for the model: with LoRA adapters everything but data
+ * parallelism (any ZeRO stage, any amp) (docs/model-spec.md "lora"). */
 static unsigned excluded(const aa_space_pool_t *p) {
   unsigned ex = p->exclude;
-  if (p->arch && p->arch->moe.experts > 0 && p->arch->moe.capacity_factor > 0) ex |= AA_SPACE_EX_CP;
   if (p->arch && p->arch->lora.r > 0) ex |= AA_SPACE_EX_TP | AA_SPACE_EX_SP | AA_SPACE_EX_PP | AA_SPACE_EX_CP;
   return ex;
 }
