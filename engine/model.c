@@ -1425,7 +1425,8 @@ static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const flo
 }
 
 /* Its backward: dx (N,C) = the gradient of x from dout (N,C), the
- * gradient of the block's output; the weights' gradients (g, the block's
+ * gradient of the block's output (with split experts under sequence
+ * parallelism only the rank's rows, tp_rank Ns on); the weights' gradients (g, the block's
  * unit-relative gradient) accumulate, the router's with the aux and z
  * losses' at m->moe_dloss. Under context parallelism the aux loss is the
  * group's (moe_context_reduce): the router's backward, which scales it by
@@ -1477,8 +1478,11 @@ static int moe_backward(aa_gpt_t *m, int l, float *dx, float *g, const float *do
   if (split) {
     /* Each tensor rank's experts gave part of the input gradient and of
      * the routing weights' and gate's: their sums, before the router adds
-     * its part (the same on every rank). */
-    int rc = tp_all_reduce(m, dx, (size_t)N * C);
+     * its part (the same on every rank). Under sequence parallelism the
+     * caller keeps only the rank's rows of dx: a reduce-scatter into them,
+     * in place (the other rows stay partial and are not read). */
+    int rc = m->sp ? sp_scatter(m, dx + (size_t)m->tp_rank * stream_tokens(m) * C, dx)
+                   : tp_all_reduce(m, dx, (size_t)N * C);
     if (!rc) rc = tp_all_reduce(m, a->moe_dweight, (size_t)N * k + (gate ? (size_t)C : 0));
     if (rc) return aa_error_wrap(rc, "block %d backward: the split experts' sums", l);
     if (gate) op->accumulate(G(SHGATE), dgate, (size_t)C);

@@ -197,9 +197,9 @@ static double moe_layer(const aa_arch_t *a, int tp, int l) {
  * block, 1 fewer a recomputed one. With the experts split over the tensor
  * ranks (s->etp > 1; engine/model.h) the block sums its partial output
  * as a dense MLP does (an all-reduce, under sequence parallelism a
- * reduce-scatter; again when recomputed), its input gradient by an
- * all-reduce (N·C, also under sequence parallelism, which keeps the
- * rank's rows of it), and its routing weights' gradients with the shared
+ * reduce-scatter; again when recomputed), its input gradient the same
+ * way (N·C: under sequence parallelism the rank keeps its rows, a
+ * reduce-scatter), and its routing weights' gradients with the shared
  * experts' gate's (N·k + C floats under shared_expert_gate) by one more. */
 static void tensor_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
                         aa_cost_group_t *g) {
@@ -218,8 +218,7 @@ static void tensor_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_
   if (!s->sp) {
     add(g, AA_COST_ALL_REDUCE, A * (e + reduce + f + outs + ins), NC, f4);
   } else {
-    add(g, AA_COST_ALL_REDUCE, A * ins, NC, f4);
-    add(g, AA_COST_REDUCE_SCATTER, A * (e + reduce + f + outs), NC, f4);
+    add(g, AA_COST_REDUCE_SCATTER, A * (e + reduce + f + outs + ins), NC, f4);
     add(g, AA_COST_ALL_GATHER, A * (6 * L + 2 * f + e + 2 * k), NC, f4);
     add(g, AA_COST_ALL_REDUCE, A * L, 4 * C, f4);
     add(g, AA_COST_ALL_REDUCE, A * f, 2 * C, f4);
