@@ -962,11 +962,20 @@ AA_TEST(cp2_in_bf16_matches_the_single_process) {
  * slots of the chunks ahead of each of its own over the context group
  * (engine/model.c moe_context_keep) and drops exactly the slots one
  * process drops (the moe line's sum, ep_equivalence), so the losses agree
- * as dropless ones do. cp 2, and cp 2 x ep 2 (the drop before the
- * all-to-all). */
+ * as dropless ones do. cp 2, cp 2 x ep 2 (the drop before the
+ * all-to-all), and dp 2 x cp 2 x ep 2 with full checkpointing (two context
+ * groups; the recompute gathers the counts again). */
 AA_TEST(cp2_with_a_capacity_factor_drops_what_the_single_process_drops) {
   ep_equivalence(&(cfg_t){.cp = 2, .capacity = 0.5, .micro_batch = 4, .out = "cp2.capacity"}, REL_TOL);
   ep_equivalence(&(cfg_t){.cp = 2, .ep = 2, .capacity = 0.5, .micro_batch = 4, .out = "cp2.ep2.capacity"},
+                 REL_TOL);
+  ep_equivalence(&(cfg_t){.dp = 2,
+                          .cp = 2,
+                          .ep = 2,
+                          .capacity = 0.5,
+                          .ckpt = AA_CKPT_FULL,
+                          .micro_batch = 4,
+                          .out = "dp2.cp2.ep2.full.capacity"},
                  REL_TOL);
 }
 
