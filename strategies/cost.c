@@ -377,7 +377,9 @@ static void pipeline_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_p
  * more for a recomputed block, each a send and a receive of the rank's
  * keys and values (the k|v columns of its q|k|v rows) in fp32; and per
  * micro-batch and MoE block the load-balancing sums' all-reduce (3 E
- * floats, engine/model.c moe_context_reduce), again for a recomputed one. */
+ * floats, engine/model.c moe_context_reduce) and, with a capacity factor,
+ * the gather of every rank's slot counts per chunk and expert (cp 2B E
+ * int32, moe_context_keep), again for a recomputed one. */
 static void context_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
                          aa_cost_group_t *g) {
   aa_tp_dims_t d;
@@ -386,6 +388,10 @@ static void context_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp
   double nm, nmk;
   held_blocks(a, s, p, moe_layer, &nb, &nk, &nm, &nmk);
   add(g, AA_COST_ALL_REDUCE, A * (uint64_t)(nm + nmk), 3 * (uint64_t)a->moe.experts, sizeof(float));
+  if (a->moe.capacity_factor > 0)
+    add(g, AA_COST_ALL_GATHER, A * (uint64_t)(nm + nmk),
+        (uint64_t)s->degree[AA_AXIS_CONTEXT] * 2 * (uint64_t)s->micro_batch * (uint64_t)a->moe.experts,
+        sizeof(int32_t));
   const uint64_t c = (uint64_t)s->degree[AA_AXIS_CONTEXT],
                  n = (uint64_t)aa_sizes_rank_tokens(a, s) * 2 * d.KVl;
   const uint64_t steps = A * ((uint64_t)nb * (3 * c - 3) + (uint64_t)nk * (c - 1));

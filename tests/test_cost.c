@@ -506,7 +506,11 @@ AA_TEST(the_expert_groups_move_what_the_dispatcher_and_zero_0_and_2_call) {
  * group all-reduces the MoE block's load-balancing sums, 3 E = 12 floats,
  * once a micro-batch (engine/model.c moe_context_reduce): 2 calls of 12;
  * full checkpointing recomputes the block's forward, which makes it
- * again: 4 calls. The dense twin's context group has no all-reduce. */
+ * again: 4 calls. With a capacity factor the block also gathers every
+ * rank's slot counts per chunk and expert (moe_context_keep): cp 2B E =
+ * 2 x 4 x 4 = 32 int32 a call, as often (2 calls, 4 with the recompute);
+ * dropless, no gather. The dense
+ * twin's context group has no all-reduce. */
 AA_TEST(the_context_group_all_reduces_the_moe_load_balancing_sums) {
   aa_arch_t a = tiny_moe();
   aa_strategy_t s;
@@ -522,7 +526,16 @@ AA_TEST(the_context_group_all_reduces_the_moe_load_balancing_sums) {
   s.ckpt = AA_CKPT_FULL;
   aa_cost_comm(&a, &s, 2, &c);
   CHECK(c.context.kind[AA_COST_ALL_REDUCE].calls == 4 && c.context.kind[AA_COST_ALL_REDUCE].elems == 48);
+  CHECK(c.context.kind[AA_COST_ALL_GATHER].calls == 0);
+  a.moe.capacity_factor = 1.25f;
+  aa_cost_comm(&a, &s, 2, &c);
+  const aa_cost_calls_t *ga = &c.context.kind[AA_COST_ALL_GATHER];
+  CHECK_MSG(ga->calls == 4 && ga->elems == 4 * 32 && ga->bytes == 4 * 32 * 4, "%llu %llu %llu",
+            (unsigned long long)ga->calls, (unsigned long long)ga->elems, (unsigned long long)ga->bytes);
+  CHECK(c.context.kind[AA_COST_ALL_REDUCE].calls == 4);
   s.ckpt = AA_CKPT_NONE;
+  aa_cost_comm(&a, &s, 2, &c);
+  CHECK(c.context.kind[AA_COST_ALL_GATHER].calls == 2 && c.context.kind[AA_COST_ALL_GATHER].elems == 2 * 32);
   a.moe = (aa_moe_t){0};
   aa_cost_comm(&a, &s, 2, &c);
   CHECK(c.context.kind[AA_COST_ALL_REDUCE].calls == 0 && c.context.kind[AA_COST_SEND].calls == 12);
