@@ -518,9 +518,9 @@ static const aa_gpt_opts_t default_opts = {.amp = AA_F32, .ckpt = AA_CKPT_NONE};
 
 /* Whether the engine computes arch's MoE blocks under these options:
  * through the backend's MoE table (kernels/moe_ops.h), on one process,
- * data, expert, tensor, pipeline or context parallel (context: dropless,
- * on the cpu backend, whose routing map is host memory), and not with an
- * op the backend's table lacks. 0 for a dense model. */
+ * data, expert, tensor, pipeline or context parallel (context: on the cpu
+ * backend, whose routing map is host memory), and not with an op the
+ * backend's table lacks. 0 for a dense model. */
 static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_opts_t *o) {
   const int ep = o->expert ? aa_comm_world(o->expert) : 1;
   if (ep > 1 && (!a->moe.experts || a->moe.experts % ep))
@@ -533,17 +533,6 @@ static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_o
                     "(%d) and to divide d_ff_expert (%d)",
                     o->etp, tp, a->moe.d_ff_expert);
   if (!a->moe.experts) return 0;
-  /* One process keeps an expert's first capacity slots in the micro-batch's
-   * token order, which runs through every context rank's chunks: a rank
-   * would need the count of each expert's slots in the chunks before each
-   * of its own, an exchange the engine does not make. */
-  if (o->context && aa_comm_world(o->context) > 1 && a->moe.capacity_factor > 0)
-    return aa_error(AA_EUNSUPPORTED,
-                    "model.moe.capacity_factor %g with context parallelism (%d ranks): one process drops the "
-                    "slots past an expert's capacity in the token order of the whole sequences, which a "
-                    "context rank holding two chunks of each cannot reproduce; train dropless "
-                    "(capacity_factor 0) or without context parallelism",
-                    (double)a->moe.capacity_factor, aa_comm_world(o->context));
   if (!ops->moe)
     return aa_error(AA_EUNSUPPORTED,
                     "model.moe: the %s backend does not compute mixture-of-experts layers (the cpu "
@@ -1329,7 +1318,8 @@ static int moe_map(const aa_gpt_t *m, int l) { return m->moe_slot * m->arch.n_la
  * probs, each rank's in double then one float rounding (1e-7 of the aux
  * loss). Then r->counts holds the group's c_e, which the router's
  * backward reads (moe_backward), *aux is the group's loss and *st the
- * group's fewest and most rows an expert computes (dropless: its count).
+ * group's fewest and most rows an expert computes (its count, at most the
+ * capacity moe_context_keep set), its dropped slots left the rank's own.
  * The z-loss needs nothing: a mean over tokens, it is the replicas' mean
  * of the ranks' own. A collective over the context group: every forward
  * makes it, a recompute included. */
@@ -1352,13 +1342,14 @@ static int moe_context_reduce(const aa_gpt_t *m, aa_moe_route_t *r, const float 
   if (rc) return aa_error_wrap(rc, "the load-balancing sums over the context group");
   const double Ng = (double)N * m->cp;
   double bal = 0;
-  *st = (aa_moe_stats_t){.min_tokens = -1};
+  *st = (aa_moe_stats_t){.min_tokens = -1, .dropped = st->dropped};
   for (int e = 0; e < E; e++) {
     const int32_t c = (int32_t)((uint32_t)v[e] + ((uint32_t)v[E + e] << 16));
+    const int32_t rows = m->arch.moe.capacity_factor > 0 && c > r->capacity ? r->capacity : c;
     r->counts[e] = c;
     bal += c / Ng * (v[2 * E + e] / Ng);
-    if (st->min_tokens < 0 || c < st->min_tokens) st->min_tokens = c;
-    if (c > st->max_tokens) st->max_tokens = c;
+    if (st->min_tokens < 0 || rows < st->min_tokens) st->min_tokens = rows;
+    if (rows > st->max_tokens) st->max_tokens = rows;
   }
   *aux = (float)((double)m->arch.moe.aux_loss_coef * E * bal);
   return 0;
@@ -1367,6 +1358,51 @@ static int moe_context_reduce(const aa_gpt_t *m, aa_moe_route_t *r, const float 
 /* Its routing map's offsets in host memory (route_offsets). */
 static int32_t *moe_offsets(const aa_gpt_t *m, int l) {
   return m->route_offsets + (size_t)moe_map(m, l) * (size_t)(m->arch.moe.experts + 1);
+}
+
+/* Under context parallelism with a capacity factor, keeps in r the slots
+ * one process keeps of the micro-batch: there an expert keeps its first
+ * capacity = ceil(c B T k / E) slots in token order, sequence after
+ * sequence (aa_cpu_moe_route). A rank's N = B T / cp tokens are 2B runs of
+ * Tc = T / 2cp, chunk-major: its first chunk of each of the B sequences,
+ * then its second (the places aa_gpt_cp_positions gives, chunk j = rank
+ * and 2cp-1-rank of 2cp). Each rank's slots per (run, expert) go to every
+ * context rank (a gather: int32 moved as bytes, no arithmetic); a run's
+ * slots ahead of it are those of the earlier sequences and of its own
+ * sequence's earlier chunks (aa_cpu_moe_route_keep). r's experts are
+ * chosen; *st gets the rank's drops. A collective over the context group:
+ * every forward makes it, a recompute included. */
+static int moe_context_keep(const aa_gpt_t *m, aa_moe_route_t *r, aa_moe_stats_t *st) {
+  const int B = m->B, E = r->E, k = r->k, c = m->cp, runs = 2 * B;
+  const size_t per = (size_t)r->N / runs * k, n = (size_t)runs * E;
+  const long long slots = (long long)r->N * k * c;
+  if (slots > AA_MOE_MAX_SLOTS)
+    return aa_error(AA_EUNSUPPORTED,
+                    "mixture-of-experts capacity over %d context ranks: %lld slots, at most %d", c, slots,
+                    AA_MOE_MAX_SLOTS);
+  int32_t *all = calloc((size_t)(c + 2) * n, sizeof(int32_t)); // (c,runs,E), mine (runs,E), before (runs,E)
+  if (!all) return aa_error(AA_ENOMEM, "out of memory for the capacity's counts (%zu)", (size_t)(c + 2) * n);
+  int32_t *mine = all + (size_t)c * n, *before = mine + n;
+  for (size_t s = 0; s < (size_t)r->N * k; s++)
+    mine[s / per * E + (size_t)r->expert[s]]++;
+  int rc = aa_comm_all_gather(m->opts.context, mine, all, n, AA_F32);
+  if (rc) {
+    free(all);
+    return aa_error_wrap(rc, "the capacity's counts over the context group");
+  }
+  long long ahead[AA_MOE_MAX_EXPERTS] = {0};
+  for (int b = 0; b < B; b++)
+    for (int j = 0; j < 2 * c; j++) {
+      const int q = j < c ? j : 2 * c - 1 - j, run = (j < c ? 0 : B) + b; /* chunk j's rank, its run there */
+      const int32_t *x = all + ((size_t)q * runs + run) * E;              // (E)
+      for (int e = 0; e < E; e++) {
+        if (q == m->cp_rank) before[(size_t)run * E + e] = (int32_t)ahead[e];
+        ahead[e] += x[e];
+      }
+    }
+  rc = aa_cpu_moe_route_keep(r, st, aa_cpu_moe_capacity(m->arch.moe.capacity_factor, slots, E), runs, before);
+  free(all);
+  return rc;
 }
 
 static int moe_forward_ops(aa_gpt_t *m, int l, float *out, const float *x, const float *w, int count) {
@@ -1378,7 +1414,15 @@ static int moe_forward_ops(aa_gpt_t *m, int l, float *out, const float *x, const
   int32_t *off = moe_offsets(m, l);
   aa_moe_stats_t st;
   int rc = mop->router_forward(v.logits, v.probs, x, WK(ROUTERW), N, C, E);
-  if (!rc) rc = mop->route(r, off, &st, v.logits, v.probs, mo->capacity_factor);
+  /* Under context parallelism a capacity is kept over the group's tokens
+   * (moe_context_keep, cpu backend only: moe_supported), then the host
+   * offsets copied again. */
+  const int keep_cp = m->cp > 1 && mo->capacity_factor > 0;
+  if (!rc) rc = mop->route(r, off, &st, v.logits, v.probs, keep_cp ? 0.0f : mo->capacity_factor);
+  if (!rc && keep_cp) {
+    if ((rc = moe_context_keep(m, r, &st))) return aa_error_wrap(rc, "block %d", l);
+    memcpy(off, r->offsets, (size_t)(E + 1) * sizeof *off);
+  }
   if (rc) return rc;
   float aux_cp = 0;
   if (m->cp > 1 && (rc = moe_context_reduce(m, r, v.probs, &st, &aux_cp)))
@@ -1426,7 +1470,8 @@ static int moe_forward(aa_gpt_t *m, int l, float *out, const float *x, const flo
 }
 
 /* Its backward: dx (N,C) = the gradient of x from dout (N,C), the
- * gradient of the block's output; the weights' gradients (g, the block's
+ * gradient of the block's output (with split experts under sequence
+ * parallelism only the rank's rows, tp_rank Ns on); the weights' gradients (g, the block's
  * unit-relative gradient) accumulate, the router's with the aux and z
  * losses' at m->moe_dloss. Under context parallelism the aux loss is the
  * group's (moe_context_reduce): the router's backward, which scales it by
@@ -1482,8 +1527,11 @@ static int moe_backward_ops(aa_gpt_t *m, int l, float *dx, float *g, const float
   if (split) {
     /* Each tensor rank's experts gave part of the input gradient and of
      * the routing weights' and gate's: their sums, before the router adds
-     * its part (the same on every rank). */
-    rc = tp_all_reduce(m, dx, (size_t)N * C);
+     * its part (the same on every rank). Under sequence parallelism the
+     * caller keeps only the rank's rows of dx: a reduce-scatter into them,
+     * in place (the other rows stay partial and are not read). */
+    rc = m->sp ? sp_scatter(m, dx + (size_t)m->tp_rank * stream_tokens(m) * C, dx)
+               : tp_all_reduce(m, dx, (size_t)N * C);
     if (!rc) rc = tp_all_reduce(m, a->moe_dweight, (size_t)N * k + (gate ? (size_t)C : 0));
     if (rc) return aa_error_wrap(rc, "block %d backward: the split experts' sums", l);
     if (gate) op->accumulate(G(SHGATE), dgate, (size_t)C);

@@ -72,8 +72,9 @@
  * routes the same tokens on every tensor rank), which the group sums (an
  * all-reduce, under sequence parallelism the reduce-scatter that hands
  * each rank its rows). Backward: the input gradient of the experts and
- * shared experts is summed over the group before the router's (the same
- * on every rank) is added, and so are the routing weights' gradient and
+ * shared experts is summed over the group (under sequence parallelism a
+ * reduce-scatter of each rank's rows) before the router's (the same on
+ * every rank) is added, and so are the routing weights' gradient and
  * the shared experts' gate's (each rank's comes from its partial
  * outputs): the router and the gate, whole, stay identical on every
  * tensor rank with no reduction of their weight gradients. Expert parallelism (opts.expert, a group of ep

@@ -209,9 +209,9 @@ static uint64_t lora_replicated(const aa_arch_t *a) {
  * block, 1 fewer a recomputed one. With the experts split over the tensor
  * ranks (s->etp > 1; engine/model.h) the block sums its partial output
  * as a dense MLP does (an all-reduce, under sequence parallelism a
- * reduce-scatter; again when recomputed), its input gradient by an
- * all-reduce (N·C, also under sequence parallelism, which keeps the
- * rank's rows of it), and its routing weights' gradients with the shared
+ * reduce-scatter; again when recomputed), its input gradient the same
+ * way (N·C: under sequence parallelism the rank keeps its rows, a
+ * reduce-scatter), and its routing weights' gradients with the shared
  * experts' gate's (N·k + C floats under shared_expert_gate) by one more. */
 static void tensor_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
                         aa_cost_group_t *g) {
@@ -230,8 +230,7 @@ static void tensor_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_
   if (!s->sp) {
     add(g, AA_COST_ALL_REDUCE, A * (e + reduce + f + outs + ins), NC, f4);
   } else {
-    add(g, AA_COST_ALL_REDUCE, A * ins, NC, f4);
-    add(g, AA_COST_REDUCE_SCATTER, A * (e + reduce + f + outs), NC, f4);
+    add(g, AA_COST_REDUCE_SCATTER, A * (e + reduce + f + outs + ins), NC, f4);
     add(g, AA_COST_ALL_GATHER, A * (6 * L + 2 * f + e + 2 * k), NC, f4);
     if (!a->lora.r) { /* the LayerNorms' gradients (LoRA: frozen, none) */
       add(g, AA_COST_ALL_REDUCE, A * L, 4 * C, f4);
@@ -395,7 +394,9 @@ static void pipeline_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_p
  * more for a recomputed block, each a send and a receive of the rank's
  * keys and values (the k|v columns of its q|k|v rows) in fp32; and per
  * micro-batch and MoE block the load-balancing sums' all-reduce (3 E
- * floats, engine/model.c moe_context_reduce), again for a recomputed one. */
+ * floats, engine/model.c moe_context_reduce) and, with a capacity factor,
+ * the gather of every rank's slot counts per chunk and expert (cp 2B E
+ * int32, moe_context_keep), again for a recomputed one. */
 static void context_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_place_t *p, uint64_t A,
                          aa_cost_group_t *g) {
   aa_tp_dims_t d;
@@ -404,6 +405,10 @@ static void context_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp
   double nm, nmk;
   held_blocks(a, s, p, moe_layer, &nb, &nk, &nm, &nmk);
   add(g, AA_COST_ALL_REDUCE, A * (uint64_t)(nm + nmk), 3 * (uint64_t)a->moe.experts, sizeof(float));
+  if (a->moe.capacity_factor > 0)
+    add(g, AA_COST_ALL_GATHER, A * (uint64_t)(nm + nmk),
+        (uint64_t)s->degree[AA_AXIS_CONTEXT] * 2 * (uint64_t)s->micro_batch * (uint64_t)a->moe.experts,
+        sizeof(int32_t));
   const uint64_t c = (uint64_t)s->degree[AA_AXIS_CONTEXT],
                  n = (uint64_t)aa_sizes_rank_tokens(a, s) * 2 * d.KVl;
   const uint64_t steps = A * ((uint64_t)nb * (3 * c - 3) + (uint64_t)nk * (c - 1));

@@ -183,16 +183,14 @@ static aa_axis_t rest_axis(void) {
 }
 
 /* The methods the pool leaves out: the caller's, and what the engine does
- * not run for the model: context parallelism with MoE layers that drop
- * past a capacity factor or on the cuda backend (dropless ones it runs on
- * the cpu's); nothing for LoRA
- * adapters, which it trains at every layout and precision, with ZeRO over
- * them only without tensor and pipeline parallelism (aa_space_each
- * leaves those out; docs/model-spec.md "moe", "lora"). */
+ * not run for the model: context parallelism with MoE layers on the cuda
+ * backend (the cpu's runs it, dropless or with a capacity factor); nothing
+ * for LoRA adapters, which it trains at every layout and precision, with
+ * ZeRO over them only without tensor and pipeline parallelism
+ * (aa_space_each leaves those out; docs/model-spec.md "moe", "lora"). */
 static unsigned excluded(const aa_space_pool_t *p) {
   unsigned ex = p->exclude;
-  if (p->arch && p->arch->moe.experts > 0 && (p->arch->moe.capacity_factor > 0 || p->cuda))
-    ex |= AA_SPACE_EX_CP;
+  if (p->arch && p->arch->moe.experts > 0 && p->cuda) ex |= AA_SPACE_EX_CP;
   return ex;
 }
 

@@ -288,8 +288,8 @@ AA_TEST(flops_per_token_of_an_moe_model_count_its_active_parameters) {
    * the MoE block's MLP reductions come back as a dense block's (its
    * output forward, its input gradient backward: the twin's 10 all-reduces
    * of N·C = 32·32) plus one of the routing weights' gradients (N·k = 64
-   * floats). Under sequence parallelism the output is a reduce-scatter and
-   * the input gradient an all-reduce of N·C. */
+   * floats). Under sequence parallelism the output and the input gradient
+   * are reduce-scatters of N·C (the rank keeps its rows of each). */
   aa_strategy_default(&s);
   s.degree[AA_AXIS_TENSOR] = 2, s.micro_batch = 2;
   const double whole = aa_cost_flops_per_token(&a, &s), least = aa_cost_min_flops_per_token(&a, &s);
@@ -308,9 +308,11 @@ AA_TEST(flops_per_token_of_an_moe_model_count_its_active_parameters) {
   aa_cost_comm(&a, &s, 1, &c);
   s.etp = 0;
   aa_cost_comm(&a, &s, 1, &w);
-  CHECK(c.tensor.kind[AA_COST_REDUCE_SCATTER].calls == w.tensor.kind[AA_COST_REDUCE_SCATTER].calls + 1 &&
-        c.tensor.kind[AA_COST_ALL_REDUCE].calls == w.tensor.kind[AA_COST_ALL_REDUCE].calls + 2 &&
-        c.tensor.kind[AA_COST_ALL_REDUCE].elems == w.tensor.kind[AA_COST_ALL_REDUCE].elems + 1024 + 64);
+  CHECK(c.tensor.kind[AA_COST_REDUCE_SCATTER].calls == w.tensor.kind[AA_COST_REDUCE_SCATTER].calls + 2 &&
+        c.tensor.kind[AA_COST_REDUCE_SCATTER].elems ==
+            w.tensor.kind[AA_COST_REDUCE_SCATTER].elems + 2 * 1024 &&
+        c.tensor.kind[AA_COST_ALL_REDUCE].calls == w.tensor.kind[AA_COST_ALL_REDUCE].calls + 1 &&
+        c.tensor.kind[AA_COST_ALL_REDUCE].elems == w.tensor.kind[AA_COST_ALL_REDUCE].elems + 64);
   /* Its bytes per rank are sizes.h's with the experts halved. */
   aa_cost_mem_t m1, m2;
   aa_cost_memory(&a, &s, 1, &m1);
@@ -504,7 +506,11 @@ AA_TEST(the_expert_groups_move_what_the_dispatcher_and_zero_0_and_2_call) {
  * group all-reduces the MoE block's load-balancing sums, 3 E = 12 floats,
  * once a micro-batch (engine/model.c moe_context_reduce): 2 calls of 12;
  * full checkpointing recomputes the block's forward, which makes it
- * again: 4 calls. The dense twin's context group has no all-reduce. */
+ * again: 4 calls. With a capacity factor the block also gathers every
+ * rank's slot counts per chunk and expert (moe_context_keep): cp 2B E =
+ * 2 x 4 x 4 = 32 int32 a call, as often (2 calls, 4 with the recompute);
+ * dropless, no gather. The dense
+ * twin's context group has no all-reduce. */
 AA_TEST(the_context_group_all_reduces_the_moe_load_balancing_sums) {
   aa_arch_t a = tiny_moe();
   aa_strategy_t s;
@@ -520,7 +526,16 @@ AA_TEST(the_context_group_all_reduces_the_moe_load_balancing_sums) {
   s.ckpt = AA_CKPT_FULL;
   aa_cost_comm(&a, &s, 2, &c);
   CHECK(c.context.kind[AA_COST_ALL_REDUCE].calls == 4 && c.context.kind[AA_COST_ALL_REDUCE].elems == 48);
+  CHECK(c.context.kind[AA_COST_ALL_GATHER].calls == 0);
+  a.moe.capacity_factor = 1.25f;
+  aa_cost_comm(&a, &s, 2, &c);
+  const aa_cost_calls_t *ga = &c.context.kind[AA_COST_ALL_GATHER];
+  CHECK_MSG(ga->calls == 4 && ga->elems == 4 * 32 && ga->bytes == 4 * 32 * 4, "%llu %llu %llu",
+            (unsigned long long)ga->calls, (unsigned long long)ga->elems, (unsigned long long)ga->bytes);
+  CHECK(c.context.kind[AA_COST_ALL_REDUCE].calls == 4);
   s.ckpt = AA_CKPT_NONE;
+  aa_cost_comm(&a, &s, 2, &c);
+  CHECK(c.context.kind[AA_COST_ALL_GATHER].calls == 2 && c.context.kind[AA_COST_ALL_GATHER].elems == 2 * 32);
   a.moe = (aa_moe_t){0};
   aa_cost_comm(&a, &s, 2, &c);
   CHECK(c.context.kind[AA_COST_ALL_REDUCE].calls == 0 && c.context.kind[AA_COST_SEND].calls == 12);

@@ -389,9 +389,8 @@ AA_TEST(the_log_reports_tokens_per_expert_and_dropped_slots) {
  * the CPU's under another name, its moe entry NULL), and one whose table
  * lacks the gated shared experts (as CUDA's does not) for a model with
  * them; a backend with the whole table builds (the engine calls the ops
- * through it, not by the backend's name). A capacity factor with context
- * parallelism takes the same path (its own test below). A pipeline place
- * is no longer refused: it keeps a routing map per activation slot. */
+ * through it, not by the backend's name). A pipeline place is no longer
+ * refused: it keeps a routing map per activation slot. */
 AA_TEST(the_engine_refuses_what_it_does_not_compute_for_moe_by_name) {
   aa_model_spec_t s;
   if (moe_spec(&s, 0)) return;
@@ -573,10 +572,13 @@ static size_t ep_equivalence_grown(const cfg_t *c, double tol, int *grown) {
   if (grown) *grown = r.grown;
   /* Under context parallelism the moe line counts the context group's
    * micro-batch, whole sequences as one process routes them (in fp32: a
-   * 16-bit rounding that differs can flip a near-tie of the router). */
+   * 16-bit rounding that differs can flip a near-tie of the router), and
+   * the slots the capacity drops, summed over the ranks: one process's
+   * (some with a capacity factor, none without). */
   if (c->cp > 1 && c->amp == AA_F32)
     CHECK_MSG(r.moe_lines == STEPS && r.tokens == ref.tokens && r.min_tokens == ref.min_tokens &&
-                  r.max_tokens == ref.max_tokens && r.dropped == 0,
+                  r.max_tokens == ref.max_tokens && r.dropped == ref.dropped &&
+                  (c->capacity > 0) == (r.dropped > 0),
               "%s: moe line %d tokens, min %d, max %d, dropped %d; one process %d, %d, %d", c->out, r.tokens,
               r.min_tokens, r.max_tokens, r.dropped, ref.tokens, ref.min_tokens, ref.max_tokens);
   /* The all-to-alls are timed apart (train.h AA_TIME_ALL_TO_ALL): some on
@@ -1044,6 +1046,14 @@ AA_TEST(ep4_over_dp2_cp2_and_cp2_with_tp2_sp_match_the_single_process) {
   ep_equivalence(&(cfg_t){.dp = 2, .cp = 2, .ep = 4, .micro_batch = 4, .out = "dp2.cp2.ep4"}, REL_TOL);
   ep_equivalence(&(cfg_t){.cp = 2, .tp = 2, .sp = 1, .micro_batch = 4, .out = "cp2.tp2.sp"}, REL_TOL);
 }
+/* cp 2 x tp 2 with the experts split over the tensor ranks (etp 2) and
+ * sequence parallelism: each context rank's tensor pair gathers its tokens,
+ * routes them over the context group and computes half of each expert's
+ * d_ff, summed over the pair. The same bound. */
+AA_TEST(cp2_with_tp2_etp2_sp_matches_the_single_process) {
+  ep_equivalence(&(cfg_t){.cp = 2, .tp = 2, .etp = 2, .sp = 1, .micro_batch = 4, .out = "cp2.tp2.etp2.sp"},
+                 REL_TOL);
+}
 AA_TEST(cp2_in_bf16_matches_the_single_process) {
   weight_tol = 6e-3;
   ep_equivalence(&(cfg_t){.cp = 2, .micro_batch = 4, .amp = AA_BF16, .out = "cp2.bf16"}, 1e-4);
@@ -1051,23 +1061,25 @@ AA_TEST(cp2_in_bf16_matches_the_single_process) {
 }
 
 /* A capacity factor drops an expert's slots past its capacity in the
- * token order of the whole micro-batch, which a context rank cannot
- * reproduce from its two chunks: refused by name, on every rank, before a
- * step. */
-AA_TEST(a_capacity_factor_with_context_parallelism_is_refused_by_name) {
-  run_t r;
-  run(&(cfg_t){.cp = 2, .capacity = 0.5, .micro_batch = 4, .out = "cp2.capacity"}, &r);
-  for (int i = 0; i < 2; i++) {
-    char path[700], msg[1024] = "";
-    CHECK_MSG(!aa_gang_exited_ok(r.status[i]), "rank %d trained", i);
-    snprintf(path, sizeof path, "%s/cp2.capacity/err.%d", tmpdir, i);
-    FILE *f = fopen(path, "r");
-    if (f && !fgets(msg, sizeof msg, f)) msg[0] = 0;
-    if (f) fclose(f);
-    CHECK_MSG(strstr(msg, "model.moe.capacity_factor 0.5 with context parallelism (2 ranks)"), "rank %d: %s",
-              i, msg);
-  }
-  CHECK(isnan(r.loss[1]));
+ * token order of the whole micro-batch: each context rank counts the
+ * slots of the chunks ahead of each of its own over the context group
+ * (engine/model.c moe_context_keep) and drops exactly the slots one
+ * process drops (the moe line's sum, ep_equivalence), so the losses agree
+ * as dropless ones do. cp 2, cp 2 x ep 2 (the drop before the
+ * all-to-all), and dp 2 x cp 2 x ep 2 with full checkpointing (two context
+ * groups; the recompute gathers the counts again). */
+AA_TEST(cp2_with_a_capacity_factor_drops_what_the_single_process_drops) {
+  ep_equivalence(&(cfg_t){.cp = 2, .capacity = 0.5, .micro_batch = 4, .out = "cp2.capacity"}, REL_TOL);
+  ep_equivalence(&(cfg_t){.cp = 2, .ep = 2, .capacity = 0.5, .micro_batch = 4, .out = "cp2.ep2.capacity"},
+                 REL_TOL);
+  ep_equivalence(&(cfg_t){.dp = 2,
+                          .cp = 2,
+                          .ep = 2,
+                          .capacity = 0.5,
+                          .ckpt = AA_CKPT_FULL,
+                          .micro_batch = 4,
+                          .out = "dp2.cp2.ep2.full.capacity"},
+                 REL_TOL);
 }
 
 /* A cp 2 checkpoint (the replicas' one file: context ranks hold the same
@@ -1161,8 +1173,9 @@ int main(void) {
   RUN(ep2_over_dp2_cp2_at_zero_1_matches_the_single_process);
   RUN(cp2_with_pp2_and_with_full_checkpointing_matches_the_single_process);
   RUN(ep4_over_dp2_cp2_and_cp2_with_tp2_sp_match_the_single_process);
+  RUN(cp2_with_tp2_etp2_sp_matches_the_single_process);
   RUN(cp2_in_bf16_matches_the_single_process);
-  RUN(a_capacity_factor_with_context_parallelism_is_refused_by_name);
+  RUN(cp2_with_a_capacity_factor_drops_what_the_single_process_drops);
   RUN(a_cp2_checkpoint_resumes_at_cp2_and_in_one_process);
   RUN(a_tp2_checkpoint_resumes_with_the_experts_split_and_back);
   char cmd[300];

@@ -422,6 +422,54 @@ AA_TEST(moe_route_ties_and_capacity) {
   aa_cpu_moe_route_free(&r);
 }
 
+/* A rank holding runs of a larger batch out of order (a context rank's two
+ * chunks): tokens 8..11 then 0..3 of 12, each run given the slots of each
+ * expert routed before it in the whole batch, counted here by hand from
+ * the whole batch's routing. It keeps exactly the slots the whole batch's
+ * routing keeps (capacity factor 0.75: ceil(0.75 * 24 / 4) = 5 of the
+ * about 6 slots each expert gets), with its own rows per expert in run
+ * order; a run count that does not divide N is refused. */
+AA_TEST(moe_route_keep_matches_the_whole_batch_from_its_runs) {
+  enum { N = 12, E = 4, k = 2, L = 8, RUN_T = 4 };
+  float logits[N * E], probs[N * E], ll[L * E], lp[L * E];
+  uint32_t s = 7;
+  for (int i = 0; i < N * E; i++) {
+    s = s * 1664525u + 1013904223u;
+    logits[i] = (float)(s >> 8) / (float)(1u << 24);
+    probs[i] = 0.25f; /* unused by the choice, which compares logits */
+  }
+  const int from[2] = {8, 0}; /* each local run's first token in the batch */
+  for (int g = 0; g < 2; g++)
+    for (int i = 0; i < RUN_T * E; i++)
+      ll[g * RUN_T * E + i] = logits[from[g] * E + i], lp[g * RUN_T * E + i] = probs[from[g] * E + i];
+  aa_moe_route_t whole, mine;
+  aa_moe_stats_t st;
+  CHECK(aa_cpu_moe_route_alloc(&whole, N, E, k) == 0 && aa_cpu_moe_route_alloc(&mine, L, E, k) == 0);
+  CHECK(aa_cpu_moe_route(&whole, NULL, logits, probs, 0.75f) == 0 && whole.capacity == 5);
+  CHECK(aa_cpu_moe_route(&mine, NULL, ll, lp, 0.0f) == 0);
+  int32_t before[2 * E] = {0};
+  for (int g = 0; g < 2; g++)
+    for (int t = 0; t < from[g] * k; t++)
+      before[g * E + whole.expert[t]]++;
+  CHECK(aa_cpu_moe_route_keep(&mine, &st, whole.capacity, 2, before) == 0);
+  int dropped = 0, same = 1;
+  for (int g = 0; g < 2; g++)
+    for (int t = 0; t < RUN_T * k; t++) {
+      const int ws = from[g] * k + t, ms = g * RUN_T * k + t;
+      dropped += whole.row[ws] < 0;
+      same &= mine.expert[ms] == whole.expert[ws] && (mine.row[ms] < 0) == (whole.row[ws] < 0);
+      if (mine.row[ms] >= 0)
+        same &= mine.slot[mine.row[ms]] == ms && mine.row[ms] >= mine.offsets[mine.expert[ms]] &&
+                mine.row[ms] < mine.offsets[mine.expert[ms] + 1];
+    }
+  CHECK_MSG(same && st.dropped == dropped && dropped > 0 && mine.rows == L * k - dropped,
+            "same %d, dropped %d (the batch's %d), rows %d", same, st.dropped, dropped, mine.rows);
+  CHECK(aa_cpu_moe_route_keep(&mine, NULL, 5, 3, NULL) == AA_EINVAL);
+  CHECK(aa_cpu_moe_route_keep(&mine, NULL, -1, 1, NULL) == AA_EINVAL);
+  aa_cpu_moe_route_free(&whole);
+  aa_cpu_moe_route_free(&mine);
+}
+
 AA_TEST(moe_route_rejects_bad_shapes) {
   aa_moe_route_t r = {0};
   CHECK(aa_cpu_moe_route_alloc(&r, 4, 4, 5) == AA_EINVAL);
@@ -467,6 +515,7 @@ static void run_all(int threads) {
   RUN(moe_backward_matches_finite_differences);
   RUN(moe_permute_unpermute_round_trip);
   RUN(moe_route_ties_and_capacity);
+  RUN(moe_route_keep_matches_the_whole_batch_from_its_runs);
   RUN(moe_route_rejects_bad_shapes);
   RUN(moe_block_is_deterministic);
 }

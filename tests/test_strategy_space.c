@@ -448,10 +448,11 @@ static aa_arch_t small_llama(void) {
  * candidates), and at a tp > 1 that divides d_ff_expert 24 each twice:
  * experts whole on every tensor rank, then split over them (etp = tp; the
  * space's layouts are not resolved against the model, so tp 5 and 7
- * appear, whole only); with a capacity factor, which the engine does not
- * run under context parallelism, the twin's layouts without a context
- * group. expert_parallel excludes (and includes) the ep > 1 ones. */
-AA_TEST(an_moe_model_searches_every_axis_with_expert_degrees_context_only_dropless) {
+ * appear, whole only); with a capacity factor, which context ranks keep
+ * as one process does (engine/model.c moe_context_keep), the same ones,
+ * context groups included. expert_parallel excludes (and includes) the
+ * ep > 1 ones. */
+AA_TEST(an_moe_model_searches_every_axis_with_expert_degrees_with_or_without_a_capacity) {
   aa_arch_t a = small_llama();
   aa_arch_t dense = a;
   a.moe = (aa_moe_t){.experts = 8, .top_k = 2, .d_ff_expert = 24, .every = 1};
@@ -460,7 +461,7 @@ AA_TEST(an_moe_model_searches_every_axis_with_expert_degrees_context_only_drople
   aa_strategy_t *twin = calloc(nd ? nd : 1, sizeof *twin);
   if (!twin) abort();
   CHECK(aa_space_enumerate(twin, NULL, nd, &pool) == nd);
-  size_t want = 0, want_ep = 0, want_cp = 0, want_dropping = 0, twin_cp = 0;
+  size_t want = 0, want_ep = 0, want_cp = 0, want_any_cp = 0, twin_cp = 0;
   for (size_t i = 0; i < nd; i++) {
     const int cp = twin[i].degree[AA_AXIS_CONTEXT], replicas = twin[i].degree[AA_AXIS_DATA] * cp;
     const int tp = twin[i].degree[AA_AXIS_TENSOR];
@@ -469,7 +470,7 @@ AA_TEST(an_moe_model_searches_every_axis_with_expert_degrees_context_only_drople
     for (int e = 1; e <= 8; e++)
       if (replicas % e == 0 && 8 % e == 0) {
         want += ways, want_ep += e > 1 ? ways : 0, want_cp += cp > 1 && e > 1 ? ways : 0;
-        want_dropping += cp == 1 ? ways : 0;
+        want_any_cp += cp > 1 ? ways : 0;
       }
   }
   free(twin);
@@ -503,15 +504,18 @@ AA_TEST(an_moe_model_searches_every_axis_with_expert_degrees_context_only_drople
   CHECK_MSG(ep == want_ep && ep_cp == want_cp && ep_tp > 0 && ep_pp > 0 && zeros == 0xf,
             "ep %zu (want %zu), with tp %zu, with pp %zu, with cp %zu (want %zu)", ep, want_ep, ep_tp, ep_pp,
             ep_cp, want_cp);
-  /* A capacity factor: no context group (engine/model.c moe_supported). */
+  /* A capacity factor: the same layouts, context groups included. */
   a.moe.capacity_factor = 1.25f;
   const size_t nc = aa_space_enumerate(NULL, NULL, 0, &pool);
-  CHECK_MSG(nc == want_dropping, "capacity factor: %zu candidates, want %zu", nc, want_dropping);
+  CHECK_MSG(nc == want, "capacity factor: %zu candidates, want %zu", nc, want);
   aa_strategy_t *dropping = calloc(nc ? nc : 1, sizeof *dropping);
   if (!dropping) abort();
   CHECK(aa_space_enumerate(dropping, NULL, nc, &pool) == nc);
+  size_t dropping_cp = 0;
   for (size_t i = 0; i < nc; i++)
-    CHECK(dropping[i].degree[AA_AXIS_CONTEXT] == 1);
+    dropping_cp += dropping[i].degree[AA_AXIS_CONTEXT] > 1;
+  CHECK_MSG(want_any_cp > 0 && dropping_cp == want_any_cp,
+            "capacity factor: %zu with a context group, want %zu", dropping_cp, want_any_cp);
   free(dropping);
   a.moe.capacity_factor = 0;
   const char *names[] = {"expert_parallel"};
@@ -696,7 +700,7 @@ int main(void) {
   RUN(exclude_names_leave_out_methods);
   RUN(unknown_exclude_method_is_named_with_the_accepted_ones);
   RUN(methods_of_a_strategy_are_named_as_exclude_names_them);
-  RUN(an_moe_model_searches_every_axis_with_expert_degrees_context_only_dropless);
+  RUN(an_moe_model_searches_every_axis_with_expert_degrees_with_or_without_a_capacity);
   RUN(a_lora_model_searches_every_layout_with_zero_only_without_tp_and_pp);
   RUN(include_names_keep_only_candidates_that_use_them);
   RUN(a_method_both_included_and_excluded_is_refused);

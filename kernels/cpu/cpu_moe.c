@@ -70,22 +70,13 @@ void aa_cpu_moe_router_forward(float *logits, float *probs, const float *x, cons
 
 /* Per token (in parallel): k passes of an argmax over the experts not yet
  * chosen, strict > so that the lower index wins a tie, then the weights
- * renormalised over the k choices. Then, sequentially, the counting sort:
- * counts per expert, each expert's kept rows min(count, capacity), their
- * prefix sums as offsets, and a walk over the slots in token order that
- * hands each slot the next row of its expert or drops it. A token never
- * picks an expert twice, so token order is the stable (expert, token)
- * order. */
+ * renormalised over the k choices; then aa_cpu_moe_route_keep over the
+ * whole batch as one segment. */
 int aa_cpu_moe_route(aa_moe_route_t *r, aa_moe_stats_t *stats, const float *logits, const float *probs,
                      float capacity_factor) {
   if (isnan(capacity_factor)) return aa_error(AA_EINVAL, "moe routing: capacity factor is NaN");
   int N = r->N, E = r->E, k = r->k;
   size_t slots = (size_t)N * k;
-  int capacity = (int)slots;
-  if (capacity_factor > 0.0f) {
-    double c = ceil((double)capacity_factor * (double)slots / E);
-    capacity = c < (double)slots ? (int)c : (int)slots;
-  }
 #pragma omp parallel for schedule(static) if (slots * E >= AA__CPU_PAR_MIN)
   for (int n = 0; n < N; n++) {
     const float *l = logits + (size_t)n * E, *p = probs + (size_t)n * E; // (E), (E)
@@ -96,34 +87,60 @@ int aa_cpu_moe_route(aa_moe_route_t *r, aa_moe_stats_t *stats, const float *logi
       for (int j = 0; j < k; j++)
         w[j] = p[ex[j]];
   }
+  return aa_cpu_moe_route_keep(r, stats, aa_cpu_moe_capacity(capacity_factor, (long long)slots, E), 1, NULL);
+}
 
+int aa_cpu_moe_capacity(float capacity_factor, long long slots, int E) {
+  if (!(capacity_factor > 0.0f)) return (int)slots;
+  double c = ceil((double)capacity_factor * (double)slots / E);
+  return c < (double)slots ? (int)c : (int)slots;
+}
+
+/* Sequential: counts per expert; a walk over each segment's slots in
+ * token order that keeps a slot while its expert's slots before the
+ * segment plus those seen in it stay under the capacity, numbering each
+ * expert's kept slots; the kept counts' prefix sums as offsets; a second
+ * walk that moves each kept slot's number to its expert's rows. A token
+ * never picks an expert twice, so token order is the stable (expert,
+ * token) order. */
+int aa_cpu_moe_route_keep(aa_moe_route_t *r, aa_moe_stats_t *stats, int capacity, int segments,
+                          const int32_t *before) {
+  const int N = r->N, E = r->E, k = r->k;
+  if (capacity < 0 || segments < 1 || N % segments)
+    return aa_error(AA_EINVAL, "moe routing: capacity %d, %d segments of %d tokens", capacity, segments, N);
+  const size_t per = (size_t)N / segments * k;
   memset(r->counts, 0, (size_t)E * sizeof(int32_t));
-  for (size_t s = 0; s < slots; s++)
-    r->counts[r->expert[s]]++;
-  r->offsets[0] = 0;
-  for (int e = 0; e < E; e++)
-    r->offsets[e + 1] = r->offsets[e] + aa__cpu_min(r->counts[e], capacity);
-  int32_t seen[AA_MOE_MAX_EXPERTS] = {0}; /* rows handed out per expert */
+  int32_t kept[AA_MOE_MAX_EXPERTS] = {0}, seen[AA_MOE_MAX_EXPERTS];
   int dropped = 0;
-  for (size_t s = 0; s < slots; s++) {
-    int e = r->expert[s];
-    if (seen[e] < capacity) {
-      int row = r->offsets[e] + seen[e]++;
-      r->row[s] = row;
-      r->slot[row] = (int32_t)s;
-    } else {
-      r->row[s] = -1;
-      dropped++;
+  for (int g = 0; g < segments; g++) {
+    memset(seen, 0, (size_t)E * sizeof(int32_t));
+    const int32_t *b = before ? before + (size_t)g * E : NULL; // (E)
+    for (size_t s = (size_t)g * per; s < (size_t)(g + 1) * per; s++) {
+      const int e = r->expert[s];
+      r->counts[e]++;
+      if ((b ? (long long)b[e] : 0) + seen[e]++ < capacity) {
+        r->row[s] = kept[e]++;
+      } else {
+        r->row[s] = -1;
+        dropped++;
+      }
     }
   }
+  r->offsets[0] = 0;
+  for (int e = 0; e < E; e++)
+    r->offsets[e + 1] = r->offsets[e] + kept[e];
+  for (size_t s = 0; s < (size_t)N * k; s++)
+    if (r->row[s] >= 0) {
+      r->row[s] += r->offsets[r->expert[s]];
+      r->slot[r->row[s]] = (int32_t)s;
+    }
   r->capacity = capacity;
   r->rows = r->offsets[E];
   if (stats) {
-    stats->min_tokens = stats->max_tokens = r->offsets[1];
+    stats->min_tokens = stats->max_tokens = kept[0];
     for (int e = 1; e < E; e++) {
-      int rows = r->offsets[e + 1] - r->offsets[e];
-      stats->min_tokens = aa__cpu_min(stats->min_tokens, rows);
-      stats->max_tokens = rows > stats->max_tokens ? rows : stats->max_tokens;
+      stats->min_tokens = aa__cpu_min(stats->min_tokens, kept[e]);
+      stats->max_tokens = kept[e] > stats->max_tokens ? kept[e] : stats->max_tokens;
     }
     stats->dropped = dropped;
   }

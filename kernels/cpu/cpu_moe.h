@@ -109,6 +109,23 @@ void aa_cpu_moe_router_forward(float *logits, float *probs, const float *x, cons
  * Returns 0, or AA_EINVAL for a NaN capacity factor (r is then unchanged). */
 int aa_cpu_moe_route(aa_moe_route_t *r, aa_moe_stats_t *stats, const float *logits, const float *probs,
                      float capacity_factor);
+/* The capacity of each expert for `slots` slots over E experts:
+ * ceil(capacity_factor slots / E) in double, at most slots; slots (every
+ * slot kept) when capacity_factor <= 0. */
+int aa_cpu_moe_capacity(float capacity_factor, long long slots, int E);
+/* The kept slots and the expert-ordered map from r's chosen experts
+ * (r->expert, as aa_cpu_moe_route leaves it), when r's N tokens are
+ * `segments` equal runs of a larger batch in which before(segments,E)
+ * (borrowed; NULL: all 0) counts the slots routed to each expert ahead of
+ * each run: a slot is kept while its expert's slots before it in the
+ * larger batch number under capacity. Fills counts (r's own c_e), row,
+ * slot, offsets, capacity, rows and *stats (if not NULL; min and max over
+ * r's kept rows). This is how a context rank, which holds chunks of every
+ * sequence, keeps what one process keeps of the whole micro-batch.
+ * Returns 0, or AA_EINVAL when capacity < 0 or segments does not divide N
+ * (r is then unchanged). */
+int aa_cpu_moe_route_keep(aa_moe_route_t *r, aa_moe_stats_t *stats, int capacity, int segments,
+                          const int32_t *before);
 
 /* Permute: xp(rows,C)[r] = x(N,C)[token of permuted row r]; overwritten. */
 void aa_cpu_moe_permute(float *xp, const float *x, const aa_moe_route_t *r, int C);
