@@ -1329,7 +1329,7 @@ static int moe_context_reduce(const aa_gpt_t *m, aa_moe_route_t *r, const float 
   if (m->cp >= 256)
     return aa_error(AA_EUNSUPPORTED, "mixture-of-experts layers over %d context ranks: at most 255", m->cp);
   double P[AA_MOE_MAX_EXPERTS] = {0};
-  float v[3 * AA_MOE_MAX_EXPERTS];
+  float v[3 * AA_MOE_MAX_EXPERTS] = {0};
   for (int n = 0; n < N; n++)
     for (int e = 0; e < E; e++)
       P[e] += probs[(size_t)n * E + e];

@@ -512,7 +512,7 @@ static int scan_added(const aa_json_ctx_t *c, const json_t *added, int32_t *max_
     const json_t *id = json_object_get(a, "id"), *content = json_object_get(a, "content");
     snprintf(path, sizeof path, "added_tokens[%zu].id", i);
     if (!id) return aa_json_fail(c, AA_EINVAL, path, "required field is missing");
-    int32_t v;
+    int32_t v = 0;
     int rc = read_id(c, path, id, &v);
     if (rc) return rc;
     if (v > *max_id) *max_id = v;
@@ -547,7 +547,7 @@ static int scan_vocab(const aa_json_ctx_t *c, const json_t *vocab, int32_t *max_
     char path[128], safe[64];
     aa_json_sanitize(safe, sizeof safe, key);
     snprintf(path, sizeof path, "model.vocab.\"%s\"", safe);
-    int32_t id;
+    int32_t id = 0;
     int rc = read_id(c, path, v, &id);
     if (rc) return rc;
     if (id > *max_id) *max_id = id;

@@ -903,7 +903,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
               step + 1, cfg->steps, tm[AA_TIME_FORWARD] * 1e3, tm[AA_TIME_BACKWARD] * 1e3,
               tm[AA_TIME_OPTIMIZER] * 1e3, tm[AA_TIME_PIPELINE_COMM] * 1e3, tm[AA_TIME_BUBBLE] * 1e3,
               tm[AA_TIME_ALL_TO_ALL] * 1e3);
-      aa_moe_stats_t ms;
+      aa_moe_stats_t ms = {0};
       int over = 0;
       if (spec->arch.moe.experts && (rc = moe_stats_world(&t, &ms, &over))) goto cleanup;
       if (spec->arch.moe.experts) {

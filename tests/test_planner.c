@@ -1413,7 +1413,10 @@ static void *serve(void *data) {
 static int connect_unix(const char *path) {
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  if (fd < 0 || snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path) >= (int)sizeof sa.sun_path) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
   struct timeval tv = {.tv_sec = 10};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
