@@ -46,9 +46,11 @@
  * RESIDUAL backward, which is two accumulates); each ring (forward,
  * backward, recomputed) first packs the rank's keys and values (the k|v
  * columns of its rows: the same count, half a RESIDUAL backward); a
- * recomputed block runs its forward ring again. The embedding and RoPE run once per chunk (each at its place
- * in the sequence): 2 calls of Tc positions. The ring's transfers are the
- * context group's (cost.h).
+ * recomputed block runs its forward ring again. The ring's kernels are fp32
+ * whatever the amp (a calibration's key); a profile prices them at the
+ * amp, as it prices the attention they split (ring_ops). The embedding and
+ * RoPE run once per chunk (each at its place in the sequence): 2 calls of
+ * Tc positions. The ring's transfers are the context group's (cost.h).
  * On CPUs with 16-bit storage the engine also rounds each activation and
  * activation gradient it keeps or sends (a CAST forward) and widens the
  * weights and kept activations it reads (a CAST backward), and per step
@@ -69,7 +71,10 @@
 /* One op shape of a rank's step and how often each of its kernels runs. */
 typedef struct item {
   aa_op_shape_t shape;
-  aa_dtype_t dtype;
+  aa_dtype_t dtype; /* what the engine runs and a calibration measures it in */
+  /* What a device profile's roofline prices it at: dtype, but for the
+   * ring's blocks the strategy's attention precision (ring_ops). */
+  aa_dtype_t roof_dtype;
   bool per_step; /* the optimizer's, once a step; else once per micro-batch */
   /* Calls per micro-batch (or step): of the forward kernel in the forward
    * pass, of the backward kernel in the forward pass (a widening cast),
@@ -88,14 +93,16 @@ typedef struct inventory {
 } inventory_t;
 
 /* Field by field: aa_op_shape_t has padding after its enum, which memcmp
- * would compare too. */
-static void add(inventory_t *v, aa_op_kind_t op, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
-                aa_dtype_t dtype, bool per_step, double ff, double bf, double fb, double bb) {
+ * would compare too. Priced by a profile at roof_dtype (item_t). */
+static void add_priced(inventory_t *v, aa_op_kind_t op, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
+                       aa_dtype_t dtype, aa_dtype_t roof_dtype, bool per_step, double ff, double bf,
+                       double fb, double bb) {
   aa_op_shape_t s = {op, {d0, d1, d2, d3}};
   if (ff == 0 && bf == 0 && fb == 0 && bb == 0) return;
   for (int i = 0; i < v->n; i++) {
     item_t *x = &v->it[i];
-    if (x->per_step == per_step && x->dtype == dtype && aa_op_shape_equal(&x->shape, &s)) {
+    if (x->per_step == per_step && x->dtype == dtype && x->roof_dtype == roof_dtype &&
+        aa_op_shape_equal(&x->shape, &s)) {
       x->ff += ff;
       x->bf += bf;
       x->fb += fb;
@@ -103,7 +110,12 @@ static void add(inventory_t *v, aa_op_kind_t op, int64_t d0, int64_t d1, int64_t
       return;
     }
   }
-  if (v->n < ITEMS_MAX) v->it[v->n++] = (item_t){s, dtype, per_step, ff, bf, fb, bb};
+  if (v->n < ITEMS_MAX) v->it[v->n++] = (item_t){s, dtype, roof_dtype, per_step, ff, bf, fb, bb};
+}
+
+static void add(inventory_t *v, aa_op_kind_t op, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
+                aa_dtype_t dtype, bool per_step, double ff, double bf, double fb, double bb) {
+  add_priced(v, op, d0, d1, d2, d3, dtype, dtype, per_step, ff, bf, fb, bb);
 }
 
 /* A round (CAST forward) in the forward (pass 0) or backward pass (1). */
@@ -154,13 +166,20 @@ static void lora_ops(inventory_t *v, const aa_arch_t *a, int tp, int64_t N, aa_d
 }
 
 /* Context parallelism's ring attention of one block (the top of this
- * file), with block_ops' counts. Its kernels are fp32 whatever the amp. */
-static void ring_ops(inventory_t *v, const aa_tp_dims_t *d, int64_t B, int64_t Tc, int cp, double ff,
-                     double fb, double bb) {
+ * file), with block_ops' counts. Its kernels are fp32 whatever the amp,
+ * which is what a calibration measures them in; a device profile prices
+ * them at dt, the precision it prices ATTENTION and GQA at: the ring's
+ * blocks are the same flash scheme as the engine's attention
+ * (kernels/cuda/cuda_attention_ring.cu, cuda_attention.cu, both fp32 on
+ * CUDA cores today), so the two run at one rate, and pricing the ring alone
+ * at the fp32 vector peak made cp's attention 15 times dp's on an H100
+ * (docs/device-profiles.md "Context parallelism"). */
+static void ring_ops(inventory_t *v, const aa_tp_dims_t *d, int64_t B, int64_t Tc, int cp, aa_dtype_t dt,
+                     double ff, double fb, double bb) {
   const int64_t S = B * d->NKV, G = d->NH / d->NKV;
-  add(v, AA_OP_RING_DIAG, S, Tc, G, d->HS, AA_F32, false, 2 * ff, 0, 2 * fb, 2 * bb);
-  add(v, AA_OP_RING_BLOCK, S, Tc, G, d->HS, AA_F32, false, (2 * cp - 1) * ff, 0, (2 * cp - 1) * fb,
-      (2 * cp - 1) * bb);
+  add_priced(v, AA_OP_RING_DIAG, S, Tc, G, d->HS, AA_F32, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
+  add_priced(v, AA_OP_RING_BLOCK, S, Tc, G, d->HS, AA_F32, dt, false, (2 * cp - 1) * ff, 0, (2 * cp - 1) * fb,
+             (2 * cp - 1) * bb);
   /* Packing the rank's keys and values for the ring (each ring, recomputed
    * ones too) and adding their returning gradient: each half a RESIDUAL
    * backward (which is two accumulates). */
@@ -231,7 +250,7 @@ static void block_ops(inventory_t *v, const aa_arch_t *a, const aa_strategy_t *s
       add(v, AA_OP_ROPE, S, T / 2, G, d->HS, dt, false, 2 * ff, 0, 2 * fb, 2 * bb);
   }
   if (cp > 1)
-    ring_ops(v, d, B, T / 2, cp, ff, fb, bb);
+    ring_ops(v, d, B, T / 2, cp, dt, ff, fb, bb);
   else if (d->llama)
     add(v, AA_OP_GQA, B * d->NKV, T, d->NH / d->NKV, d->HS, dt, false, ff, 0, fb, bb);
   else
@@ -415,13 +434,14 @@ size_t aa_predict_ops(const aa_arch_t *arch, const aa_strategy_t *s, int stage, 
 
 /* ---- lookups with stand-ins ---------------------------------------------------- */
 
-/* The measured op for shape s; else with a profile its roofline time;
- * else the nearest of its kind and dtype (in the log of each dimension it
- * uses) scaled by the work ratio; else, with a roofline fitted to the
- * calibration, its class's measured rate. Into *fwd and *bwd; AA_EINVAL
+/* The measured op for shape s in dtype; else with a profile its roofline
+ * time in roof_dtype (item_t); else the nearest of its kind and dtype (in
+ * the log of each dimension it uses) scaled by the work ratio; else, with
+ * a roofline fitted to the calibration, its class's measured rate in
+ * roof_dtype. Into *fwd and *bwd; AA_EINVAL
  * when none of these can time it. c may be NULL (a profile alone). */
 static int op_time(const aa_calib_t *c, const aa_roofline_t *roof, const aa_op_shape_t *s, aa_dtype_t dtype,
-                   double *fwd, double *bwd, aa_predict_t *p) {
+                   aa_dtype_t roof_dtype, double *fwd, double *bwd, aa_predict_t *p) {
   const aa_calib_op_t *o = c ? aa_calib_find_op(c, s, dtype) : NULL, *best = NULL;
   if (o) {
     *fwd = o->fwd_s;
@@ -429,7 +449,7 @@ static int op_time(const aa_calib_t *c, const aa_roofline_t *roof, const aa_op_s
     return 0;
   }
   if (roof && roof->profile) {
-    aa_roofline_op(roof, s, dtype, fwd, bwd);
+    aa_roofline_op(roof, s, roof_dtype, fwd, bwd);
     p->ops_modelled++;
     return 0;
   }
@@ -447,7 +467,7 @@ static int op_time(const aa_calib_t *c, const aa_roofline_t *roof, const aa_op_s
   }
   if (!best) {
     if (roof && aa_roofline_knows(roof, aa_roof_class_of(s->op))) {
-      aa_roofline_op(roof, s, dtype, fwd, bwd);
+      aa_roofline_op(roof, s, roof_dtype, fwd, bwd);
       p->ops_modelled++;
       return 0;
     }
@@ -562,7 +582,7 @@ static int predict_stage(const aa_arch_t *a, const aa_strategy_t *s, int m, int 
   for (int i = 0; i < v.n; i++) {
     const item_t *x = &v.it[i];
     double f = 0, b = 0;
-    if ((rc = op_time(c, roof, &x->shape, x->dtype, &f, &b, p))) return rc;
+    if ((rc = op_time(c, roof, &x->shape, x->dtype, x->roof_dtype, &f, &b, p))) return rc;
     if (x->per_step)
       opt += x->ff * f + x->bf * b;
     else {

@@ -1073,6 +1073,72 @@ AA_TEST(a_context_group_across_hosts_takes_the_lines_of_where_it_sits) {
   free(c);
 }
 
+/* An H100 profile's figures (profiles/h100-80gb.json). */
+static aa_device_profile_t h100(void) {
+  aa_device_profile_t p;
+  memset(&p, 0, sizeof p);
+  p.version = AA_PROFILE_VERSION;
+  snprintf(p.name, sizeof p.name, "h100-80gb");
+  p.memory_bytes = 80LL << 30;
+  p.hbm_bytes_per_s = 3.35e12;
+  p.dense_flop_per_s[AA_PROFILE_FP32] = 67e12;
+  p.dense_flop_per_s[AA_PROFILE_TF32] = 494.5e12;
+  p.dense_flop_per_s[AA_PROFILE_BF16] = 989.5e12;
+  p.dense_flop_per_s[AA_PROFILE_FP16] = 989.5e12;
+  p.gpus_per_node = 8;
+  p.intra_node = (aa_profile_link_t){.bytes_per_s = 450e9, .latency_s = 3.4e-6};
+  p.inter_node = (aa_profile_link_t){.bytes_per_s = 50e9, .latency_s = 14e-6};
+  return p;
+}
+
+/* The bug this guards: a device profile priced the ring's blocks at the
+ * fp32 vector peak (67 TFLOP/s on an H100) and the attention they replace
+ * at bf16's (989.5), so cp 2 predicted 5 times dp's step on a 32 K-token
+ * Mistral-7B-like model (Mixtral-8x7B's dense twin). Here dp 8 (micro-
+ * batches of one sequence) against dp 4 x cp 2 (micro-batches of two),
+ * bf16, on one node of 8 H100s: the same global batch, the same tokens
+ * and GEMM shapes on every rank. With twice the sequences and Tc = T / 4
+ * a causal diagonal (2 2S G Tc^2 HS FLOPs forward) is 1/8 of dp's
+ * grouped-query attention (2 S G T^2 HS) and a full block 1/4, so the
+ * ring's 2 diagonals and 3 blocks are exactly dp's causal square. What
+ * differs: the ring's 5 kernels a pass for 1 (6.6 us floors), RoPE in two
+ * calls, the keys and values packed and their gradients added (memory-
+ * bound): under 1 % here, so the compute within 2 %. The step adds the
+ * ring's transfers, not overlapped (engine/model.c ring_pass): 3 passes a
+ * block, each sending and receiving the rank's keys and values (2 N KV
+ * floats, 268 MB), over NVLink at 0.8 x 450 GB/s: about 9 ms against 0.3 s
+ * of compute, so the step within 8 %. Attention is over half the FLOPs
+ * here (4 T C a token against 2 x 6.9 G of weights), so pricing the ring
+ * apart from the attention it replaces (as fp32 did: 6.8 times dp's
+ * compute) fails both bounds. */
+AA_TEST(a_profile_prices_context_parallel_attention_as_the_attention_it_splits) {
+  aa_model_spec_t sp = llama();
+  sp.arch.n_layer = 2, sp.arch.n_head = 32, sp.arch.n_kv_head = 8, sp.arch.d_model = 4096;
+  sp.arch.d_ff = 14336, sp.arch.seq_len = 32768, sp.arch.vocab_size = 32000;
+  sp.train.global_batch = 8;
+  aa_device_profile_t prof = h100();
+  aa_roofline_t roof;
+  aa_roofline_init(&roof, &prof);
+  const aa_predict_pool_t pool = {.devices = 8, .host_devices = 8, .roofline = &roof};
+  aa_predict_t p[2];
+  for (int cp = 1; cp <= 2; cp++) {
+    aa_strategy_t s;
+    aa_strategy_default(&s);
+    s.degree[AA_AXIS_DATA] = 8 / cp, s.degree[AA_AXIS_CONTEXT] = cp, s.micro_batch = cp;
+    s.amp = AA_BF16;
+    CHECK_MSG(aa_strategy_resolve(&s, &sp, 0) == 0, "%s", aa_last_error());
+    CHECK(aa_strategy_accum_steps(&s, &sp) == 1 && aa_sizes_rank_tokens(&sp.arch, &s) == 32768);
+    CHECK_MSG(aa_predict(&sp, &s, NULL, &pool, &p[cp - 1]) == 0, "%s", aa_last_error());
+  }
+  const double dp_ops = p[0].forward_s + p[0].backward_s, cp_ops = p[1].forward_s + p[1].backward_s;
+  CHECK_MSG(fabs(cp_ops / dp_ops - 1) < 0.02, "ops: cp 2 %.4f s, dp %.4f s", cp_ops, dp_ops);
+  CHECK_MSG(p[1].step_s > p[0].step_s && p[1].step_s / p[0].step_s < 1.08, "step: cp 2 %.4f s, dp %.4f s",
+            p[1].step_s, p[0].step_s);
+  /* The ring's transfers are the context group's time: 3 passes a block,
+   * 268 MB sent and received each, at least their bytes at 450 GB/s. */
+  CHECK(p[0].context_comm_s == 0 && p[1].context_comm_s >= 2 * 2 * 3 * 268435456.0 / 450e9);
+}
+
 int main(void) {
   RUN(a_single_rank_step_is_its_ops_worked_out_by_hand);
   RUN(the_gemms_are_the_cost_models_flops);
@@ -1098,5 +1164,6 @@ int main(void) {
   RUN(a_128k_token_sequence_has_its_quadratic_terms_without_overflow);
   RUN(a_context_parallel_rank_recomputes_its_ring_and_folds_llama_heads);
   RUN(a_context_group_across_hosts_takes_the_lines_of_where_it_sits);
+  RUN(a_profile_prices_context_parallel_attention_as_the_attention_it_splits);
   return aa_test_summary();
 }

@@ -323,11 +323,13 @@ done
 # H100s nothing fits (46.7 B parameters x 16 bytes of fp32 master, gradient
 # and Adam moments alone are 747 GB, more than 8 x 80 GiB), said as such;
 # on 64 a table, every strategy within 80 GiB, pipeline ones among them
-# (context parallel ones are candidates too, lower down), and the MFU
+# and context parallel ones (at 32 K tokens the ring's blocks cost what the
+# attention they split does: docs/device-profiles.md "Context
+# parallelism"; near dp's, among the top 20), and the MFU
 # the model's FLOPs of its active parameters (the router and the 2 experts
 # a token passes, not all 8) over the step, worked here from the spec.
 expect 1 "^no strategy fits the pool$" "$AA" plan "$M/mixtral-8x7b.json" --pool h100-80gb:8
-expect 0 "^ +1  dp[0-9]+\.tp1\." "$AA" plan "$M/mixtral-8x7b.json" --pool h100-80gb:64
+expect 0 "^ +1  dp[0-9]+\.tp[0-9]+\.pp[0-9]+\." "$AA" plan "$M/mixtral-8x7b.json" --pool h100-80gb:64
 "$AA" plan "$M/mixtral-8x7b.json" --pool h100-80gb:64 --top 20 --json >"$tmp/mx.json" 2>&1
 out=$("$PY" - "$tmp/mx.json" "$M/mixtral-8x7b.json" <<'EOF'
 import json, sys
@@ -345,6 +347,7 @@ bad = []
 if not r["strategies"]: bad.append("no strategies")
 if not any(x["strategy"]["parallel"].get("pipeline", 1) > 1 for x in r["strategies"]): bad.append("no pipeline")
 if not any(x["strategy"]["parallel"].get("expert", 1) > 1 for x in r["strategies"]): bad.append("no expert degree")
+if not any(x["strategy"]["parallel"].get("context", 1) > 1 for x in r["strategies"]): bad.append("no context degree")
 for x in r["strategies"]:
     step = x["step_ms"] / 1e3
     if not (x["tokens_per_s"] > 0 and 0 < x["peak_bytes"] <= r["pool"]["memory_bytes"]):
