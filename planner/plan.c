@@ -166,12 +166,14 @@ typedef aa_plan_rank_t plan_t;
  * up to the pool's, so their count is bounded here. */
 static int plan_pool(const plan_args_t *a, const aa_calib_t *c, uint64_t memory,
                      const aa_predict_pool_t *pool, plan_t *out) {
-  /* A pool of GPUs plans MoE layers without expert parallelism, as the
-   * planner's search measures them (search.c: not yet run on GPUs). */
+  /* A pool of GPUs plans MoE layers without expert or context
+   * parallelism, as the planner's search measures them (search.c: not yet
+   * run on GPUs). */
   const aa_space_pool_t sp = {.devices = a->devices,
                               .global_batch = a->spec.train.global_batch,
                               .cuda = a->cuda,
-                              .exclude = a->cuda && a->spec.arch.moe.experts ? AA_SPACE_EX_EP : 0u,
+                              .exclude =
+                                  a->cuda && a->spec.arch.moe.experts ? AA_SPACE_EX_EP | AA_SPACE_EX_CP : 0u,
                               .arch = &a->spec.arch};
   size_t n = aa_space_each(&sp, NULL, NULL);
   if (n == 0) return aa_error(AA_EINVAL, "query plan: the pool of %d devices has no strategy", a->devices);

@@ -94,14 +94,16 @@ int aa__search_enumerate(aa_search_t *s, const aa_model_spec_t *spec, int device
   /* What exists, in the order to try it: strategies/space.h. The cuda
    * engine's expert parallelism (the dispatcher's device-memory moves over
    * NCCL's all-to-all) is built but has never run on GPUs: a GPU pool does
-   * not spend its dry runs on it yet. */
-  const aa_space_pool_t pool = {.devices = devices,
-                                .global_batch = spec->train.global_batch,
-                                .cuda = s->cuda,
-                                .exclude =
-                                    exclude | (s->cuda && spec->arch.moe.experts ? AA_SPACE_EX_EP : 0u),
-                                .include = include,
-                                .arch = &spec->arch};
+   * not spend its dry runs on it yet; nor on MoE with context parallelism,
+   * which the cuda engine refuses (its load-balancing sums read a host
+   * routing map: engine/model.c moe_supported). */
+  const aa_space_pool_t pool = {
+      .devices = devices,
+      .global_batch = spec->train.global_batch,
+      .cuda = s->cuda,
+      .exclude = exclude | (s->cuda && spec->arch.moe.experts ? AA_SPACE_EX_EP | AA_SPACE_EX_CP : 0u),
+      .include = include,
+      .arch = &spec->arch};
   size_t n = aa_space_enumerate(NULL, NULL, 0, &pool);
   if (n == 0 && !from) return aa_error(AA_EINVAL, "search: every strategy is excluded or misses an included method");
   /* One more for the strategy to start from, which may be outside the space. */

@@ -183,14 +183,14 @@ static aa_axis_t rest_axis(void) {
 }
 
 /* The methods the pool leaves out: the caller's, and what the engine does
- * not run for the model: context parallelism with MoE layers on the cuda
- * backend (the cpu's runs it, dropless or with a capacity factor); nothing
- * for LoRA adapters, which it trains at every layout and precision, with
- * ZeRO over them only without tensor and pipeline parallelism
- * (aa_space_each leaves those out; docs/model-spec.md "moe", "lora"). */
+ * not run for the model: nothing so far. MoE layers it runs at every
+ * layout (on GPU pools the planner's search leaves out what has not run
+ * on GPUs: planner/search.c); LoRA adapters at every layout and
+ * precision, with ZeRO over them only without tensor and pipeline
+ * parallelism (aa_space_each leaves those out; docs/model-spec.md "moe",
+ * "lora"). */
 static unsigned excluded(const aa_space_pool_t *p) {
   unsigned ex = p->exclude;
-  if (p->arch && p->arch->moe.experts > 0 && p->cuda) ex |= AA_SPACE_EX_CP;
   return ex;
 }
 
