@@ -15,6 +15,10 @@
 /* Below this many elements an elementwise loop runs on the calling thread:
  * forking the team costs more than the loop. Results do not depend on it. */
 #define AA__CPU_PAR_MIN 8192
+/* Below this many floats a copy or a fill (memset0, matmul_forward's bias
+ * rows) stays on the calling thread: 256 KiB, where one core's copy takes
+ * about as long as waking the team. */
+#define AA__CPU_COPY_PAR_MIN (1 << 16)
 
 /* Column reductions (bias gradients, embedding scatter) are parallelised over
  * blocks of this many columns; each block is owned by one thread that walks
@@ -91,6 +95,8 @@ void aa__cpu_matmul_forward(float *out, const float *inp, const float *weight, c
                             int C, int OC);
 void aa__cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                              const float *weight, int N, int C, int OC);
+void aa__cpu_matmul_backward_set(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int N, int C, int OC);
 
 void aa__cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 void aa__cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
@@ -98,6 +104,9 @@ void aa__cpu_attention_backward(float *dqkv, const float *dout, const float *qkv
 
 void aa__cpu_gelu_forward(float *out, const float *inp, size_t n);
 void aa__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void aa__cpu_bias_gelu_forward(float *pre, float *out, const float *bias, int N, int OC);
+void aa__cpu_gelu_backward_bias(float *dpre, float *dbias, const float *pre, const float *dout, int N,
+                                int OC);
 void aa__cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
 void aa__cpu_accumulate(float *y, const float *x, size_t n);
 void aa__cpu_rows_copy(float *dst, size_t ldd, const float *src, size_t lds, size_t rows, size_t cols);
