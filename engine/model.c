@@ -1819,6 +1819,8 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
       const int fuse = fused_gelu(m);
       if (fuse) {
         op->gelu_backward_bias(a->dfch, G(FCB), f[F_FCH], a->dfch_gelu, N, F);
+      } else if (m->d.llama && op->swiglu_backward_set) {
+        op->swiglu_backward_set(a->dfch, f[F_FCH], a->dfch_gelu, N, F);
       } else {
         op->memset0(a->dfch, NFH * sizeof(float));
         if (m->d.llama)

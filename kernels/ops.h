@@ -306,6 +306,8 @@ typedef struct aa_ops {
    * dbias(OC) += the column sums of dpre (dbias may be NULL): gelu_backward
    * into a zeroed dpre and the dbias part of matmul_backward in one pass. */
   void (*gelu_backward_bias)(float *dpre, float *dbias, const float *pre, const float *dout, int N, int OC);
+  /* swiglu_backward with dinp overwritten, not accumulated. */
+  void (*swiglu_backward_set)(float *dinp, const float *inp, const float *dout, int N, int F);
 } aa_ops_t;
 
 /* The CPU backend. Always available. */

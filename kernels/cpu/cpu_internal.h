@@ -139,6 +139,7 @@ void aa__cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, co
                               const float *weight, const float *rstd, int N, int C);
 void aa__cpu_swiglu_forward(float *out, const float *inp, int N, int F);
 void aa__cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
+void aa__cpu_swiglu_backward_set(float *dinp, const float *inp, const float *dout, int N, int F);
 void aa__cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
 void aa__cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int HS, int pos0, float theta);
 void aa__cpu_attention_block_forward(float *out, float *lse, const float *q, const float *k, const float *v,

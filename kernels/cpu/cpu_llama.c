@@ -83,20 +83,38 @@ void aa__cpu_swiglu_forward(float *out, const float *inp, int N, int F) {
 }
 
 /* With sig = sigmoid(gate): dgate += dout * up * sig * (1 + gate (1 - sig)),
- * dup += dout * silu(gate). */
-void aa__cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F) {
+ * dup += dout * silu(gate); set: = instead of += (the same values as into
+ * zeros, without the fill and its re-read). */
+static void swiglu_backward(int set, float *dinp, const float *inp, const float *dout, int N, int F) {
 #pragma omp parallel for schedule(static) if ((size_t)N * F >= AA__CPU_PAR_MIN)
   for (int n = 0; n < N; n++) {
     const float *g = inp + (size_t)n * 2 * F, *u = g + F; // (F), (F)
     const float *d = dout + (size_t)n * F;                // (F)
     float *dg = dinp + (size_t)n * 2 * F, *du = dg + F;   // (F), (F)
+    if (set) {
 #pragma omp simd
-    for (int i = 0; i < F; i++) {
-      float sig = 1.0f / (1.0f + aa__cpu_expf(-g[i]));
-      dg[i] += d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
-      du[i] += d[i] * g[i] * sig;
+      for (int i = 0; i < F; i++) {
+        float sig = 1.0f / (1.0f + aa__cpu_expf(-g[i]));
+        dg[i] = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+        du[i] = d[i] * g[i] * sig;
+      }
+    } else {
+#pragma omp simd
+      for (int i = 0; i < F; i++) {
+        float sig = 1.0f / (1.0f + aa__cpu_expf(-g[i]));
+        dg[i] += d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+        du[i] += d[i] * g[i] * sig;
+      }
     }
   }
+}
+
+void aa__cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F) {
+  swiglu_backward(0, dinp, inp, dout, N, F);
+}
+
+void aa__cpu_swiglu_backward_set(float *dinp, const float *inp, const float *dout, int N, int F) {
+  swiglu_backward(1, dinp, inp, dout, N, F);
 }
 
 /* --------------------------------------------------------------------- RoPE */
