@@ -265,6 +265,13 @@ static const aa_ops_t cuda_ops = {
     attention_block_backward,
     rows_copy,
     rows_accumulate,
+    /* The fused forms (matmul_backward_set, bias_gelu_forward,
+     * gelu_backward_bias, swiglu_backward_set): none here, the engine calls
+     * the plain ops. */
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 extern "C" const aa_ops_t *aa_ops_cuda(void) { return &cuda_ops; }
