@@ -62,29 +62,30 @@ void aa__cpu_bias_gelu_forward(float *pre, float *out, const float *bias, int N,
 
 /* GELU's backward and fc's bias gradient in one pass: dpre(N,OC) =
  * gelu'(pre) * dout (overwritten), dbias(OC) += its column sums (skipped
- * when NULL). Each thread owns blocks of columns and walks the rows in
- * order, as matmul_backward's bias sums do: the same values as
- * gelu_backward into zeros followed by those sums, independent of the
- * thread count. */
+ * when NULL). Each thread owns a range of columns (aa__cpu_col_range) and
+ * walks the rows in order: the same values as gelu_backward into zeros
+ * followed by matmul_backward's bias sums, independent of the thread
+ * count. */
 void aa__cpu_gelu_backward_bias(float *dpre, float *dbias, const float *pre, const float *dout, int N,
                                 int OC) {
-  int nblocks = (OC + AA__CPU_COL_BLOCK - 1) / AA__CPU_COL_BLOCK;
-#pragma omp parallel for schedule(static) if ((size_t)N * OC >= AA__CPU_PAR_MIN)
-  for (int blk = 0; blk < nblocks; blk++) {
-    int o0 = blk * AA__CPU_COL_BLOCK, o1 = aa__cpu_min(o0 + AA__CPU_COL_BLOCK, OC);
+#pragma omp parallel if ((size_t)N * OC >= AA__CPU_PAR_MIN)
+  {
+    int o0, o1;
+    aa__cpu_col_range(OC, &o0, &o1);
     for (int n = 0; n < N; n++) {
-      const size_t r = (size_t)n * OC;
+      const float *p = pre + (size_t)n * OC, *d = dout + (size_t)n * OC; // (OC)
+      float *g = dpre + (size_t)n * OC;                                  // (OC)
       if (dbias) {
 #pragma omp simd
         for (int o = o0; o < o1; o++) {
-          float g = gelu_grad(pre[r + o]) * dout[r + o];
-          dpre[r + o] = g;
-          dbias[o] += g;
+          float v = gelu_grad(p[o]) * d[o];
+          g[o] = v;
+          dbias[o] += v;
         }
       } else {
 #pragma omp simd
         for (int o = o0; o < o1; o++)
-          dpre[r + o] = gelu_grad(pre[r + o]) * dout[r + o];
+          g[o] = gelu_grad(p[o]) * d[o];
       }
     }
   }

@@ -33,20 +33,22 @@ void aa__cpu_matmul_forward(float *out, const float *inp, const float *weight, c
  * beta 1, so the two give the same bits on a zeroed dinp); dweight(OC,C) +=
  * dout^T @ inp(N,C) (skipped when dweight is NULL: a frozen weight, LoRA's
  * base); dbias(OC) += column sums of dout (skipped when dbias is NULL). The
- * column sums give each thread a block of columns and walk the rows in
- * order, so they are deterministic and independent of the thread count. */
+ * column sums give each thread a range of columns (aa__cpu_col_range) and
+ * walk the rows in order, so they are deterministic and independent of the
+ * thread count. */
 static void matmul_backward(float beta, float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, beta, dinp, C);
   if (dweight)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (!dbias) return;
-  int nblocks = (OC + AA__CPU_COL_BLOCK - 1) / AA__CPU_COL_BLOCK;
-#pragma omp parallel for schedule(static)
-  for (int blk = 0; blk < nblocks; blk++) {
-    int o0 = blk * AA__CPU_COL_BLOCK, o1 = aa__cpu_min(o0 + AA__CPU_COL_BLOCK, OC);
+#pragma omp parallel if ((size_t)N * OC >= AA__CPU_PAR_MIN)
+  {
+    int o0, o1;
+    aa__cpu_col_range(OC, &o0, &o1);
     for (int n = 0; n < N; n++) {
       const float *d = dout + (size_t)n * OC; // (OC)
+#pragma omp simd
       for (int o = o0; o < o1; o++)
         dbias[o] += d[o];
     }
