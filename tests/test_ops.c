@@ -552,7 +552,7 @@ AA_TEST(matmul_backward_set_overwrites_dinp) {
 /* memset0 above its parallel threshold (split in 64 KiB pieces, the last
  * one short) zeroes exactly its bytes. */
 AA_TEST(memset0_zeroes_exactly_its_bytes) {
-  const size_t bytes = 300 * 1024 + 7;
+  const size_t bytes = (AA__CPU_COPY_PAR_MIN + 4096) * sizeof(float) + 7;
   unsigned char *p = malloc(bytes + 2);
   memset(p, 0xab, bytes + 2);
   ops->memset0(p + 1, bytes);

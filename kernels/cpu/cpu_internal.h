@@ -17,9 +17,12 @@
  * forking the team costs more than the loop. Results do not depend on it. */
 #define AA__CPU_PAR_MIN 8192
 /* Below this many floats a copy or a fill (memset0, matmul_forward's bias
- * rows) stays on the calling thread: 256 KiB, where one core's copy takes
- * about as long as waking the team. */
-#define AA__CPU_COPY_PAR_MIN (1 << 16)
+ * rows) stays on the calling thread: 4 MiB. The 512-wide models' buffers
+ * (4-64 MiB) are split over the team; at 256 KiB the bundled example's
+ * (0.5-1.5 MiB) were split too, and its 2-thread step took 3.5 % longer
+ * (3 paired runs against main), the team's wake-ups costing more than
+ * the copies. */
+#define AA__CPU_COPY_PAR_MIN (1 << 20)
 
 /* The embedding's column reductions are parallelised over blocks of this
  * many columns (the bias and norm gradients use aa__cpu_col_range below); each block is owned by one thread
