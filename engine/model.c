@@ -1057,6 +1057,26 @@ static void act_forward(const aa_gpt_t *m, float *out, const float *in, size_t N
   if (m->d.llama) m->ops->swiglu_forward(out, in, (int)N, m->d.F);
   else m->ops->gelu_forward(out, in, N * (size_t)m->d.F);
 }
+/* gpt2's fc bias and GELU fused into one pass after the GEMM (ops.h
+ * bias_gelu_forward, gelu_backward_bias), where the backend has them and
+ * in fp32: under amp fc's output is rounded between the bias and GELU, and
+ * GELU's gradient before the bias sums. */
+static int fused_gelu(const aa_gpt_t *m) {
+  return !m->d.llama && m->opts.amp == AA_F32 && m->ops->bias_gelu_forward && m->ops->gelu_backward_bias;
+}
+/* dinp(N,C) = dout @ weight (overwritten) with matmul_backward's weight
+ * and bias gradients: ops.h matmul_backward_set, or a zeroed dinp
+ * accumulated into. */
+static void matmul_backward_set(const aa_gpt_t *m, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const float *inp, const float *weight, int N, int C,
+                                int OC) {
+  if (m->ops->matmul_backward_set) {
+    m->ops->matmul_backward_set(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  } else {
+    m->ops->memset0(dinp, (size_t)N * C * sizeof(float));
+    m->ops->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+}
 
 /* --- context parallelism (model.h) -------------------------------------------------------- */
 
@@ -1930,12 +1950,14 @@ static int block_forward(aa_gpt_t *m, int l, const float *x, const float *w, blo
     if (aa_sizes_etp(&m->arch, m->tp) > 1 && (rc = row_reduce(m, f[F_RES3]))) return rc;
   } else {
     if ((rc = column_input(m, f[F_LN2], &in))) return rc;
-    op->matmul_forward(f[F_FCH], in, WK(FCW), WK(FCB), N, C, m->d.FH);
+    const int fuse = fused_gelu(m);
+    op->matmul_forward(f[F_FCH], in, WK(FCW), fuse ? NULL : WK(FCB), N, C, m->d.FH);
     lora_forward(m, l, AA_LORA_GATE, f[F_FCH], m->d.FH, 0, in);
     lora_forward(m, l, AA_LORA_UP, f[F_FCH], m->d.FH, F, in);
     lora_forward(m, l, AA_LORA_FC, f[F_FCH], m->d.FH, 0, in);
+    if (fuse) op->bias_gelu_forward(f[F_FCH], f[F_FCHG], WK(FCB), N, F);
     OUT(F_FCH, (size_t)N * m->d.FH);
-    act_forward(m, f[F_FCHG], f[F_FCH], (size_t)N);
+    if (!fuse) act_forward(m, f[F_FCHG], f[F_FCH], (size_t)N);
     OUT(F_FCHG, NF_);
     op->matmul_forward(row_output(m, f[F_RES3]), f[F_FCHG], WK(FCPROJW), bias ? WK(FCPROJB) : NULL, N, F, C);
     lora_forward(m, l, AA_LORA_DOWN, row_output(m, f[F_RES3]), C, 0, f[F_FCHG]);
@@ -2192,7 +2214,7 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
   aa_acts_t *a = m->acts;
   const int B = m->B, T = m->T, C = m->d.C, Cl = m->d.Cl, F = m->d.F, NH = m->d.NH;
   const int N = B * T, Ns = stream_tokens(m);
-  const size_t NC = (size_t)N * C, NsC = (size_t)Ns * C, NCl = (size_t)N * Cl, NF_ = (size_t)N * F;
+  const size_t NsC = (size_t)Ns * C, NCl = (size_t)N * Cl, NF_ = (size_t)N * F;
   const float *in, *dout;
   int rc;
   for (int l = hi - 1; l >= lo; l--) {
@@ -2223,21 +2245,28 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
       rnd(m, NULL, a->dln, NsC);
     } else {
       if ((rc = column_input(m, a->dres, &dout))) return rc;
-      op->memset0(a->dfch_gelu, NF_ * sizeof(float));
-      op->matmul_backward(a->dfch_gelu, G(FCPROJW), G(FCPROJB), dout, f[F_FCHG], WK(FCPROJW), N, F, C);
+      matmul_backward_set(m, a->dfch_gelu, G(FCPROJW), G(FCPROJB), dout, f[F_FCHG], WK(FCPROJW), N, F, C);
       lora_backward(m, l, AA_LORA_DOWN, a->dfch_gelu, dout, C, 0, f[F_FCHG]);
       lora_backward(m, l, AA_LORA_FCPROJ, a->dfch_gelu, dout, C, 0, f[F_FCHG]);
       rnd(m, NULL, a->dfch_gelu, NF_);
       const size_t NFH = (size_t)N * m->d.FH;
-      op->memset0(a->dfch, NFH * sizeof(float));
-      if (m->d.llama)
-        op->swiglu_backward(a->dfch, f[F_FCH], a->dfch_gelu, N, F);
-      else
-        op->gelu_backward(a->dfch, f[F_FCH], a->dfch_gelu, NF_);
+      /* fused: GELU's gradient and fc's bias gradient in one pass. */
+      const int fuse = fused_gelu(m);
+      if (fuse) {
+        op->gelu_backward_bias(a->dfch, G(FCB), f[F_FCH], a->dfch_gelu, N, F);
+      } else if (m->d.llama && op->swiglu_backward_set) {
+        op->swiglu_backward_set(a->dfch, f[F_FCH], a->dfch_gelu, N, F);
+      } else {
+        op->memset0(a->dfch, NFH * sizeof(float));
+        if (m->d.llama)
+          op->swiglu_backward(a->dfch, f[F_FCH], a->dfch_gelu, N, F);
+        else
+          op->gelu_backward(a->dfch, f[F_FCH], a->dfch_gelu, NF_);
+      }
       rnd(m, NULL, a->dfch, NFH);
       if ((rc = column_input(m, f[F_LN2], &in))) return rc;
-      op->memset0(row_output(m, a->dln), NC * sizeof(float));
-      op->matmul_backward(row_output(m, a->dln), G(FCW), G(FCB), a->dfch, in, WK(FCW), N, C, m->d.FH);
+      matmul_backward_set(m, row_output(m, a->dln), G(FCW), fuse ? NULL : G(FCB), a->dfch, in, WK(FCW), N, C,
+                          m->d.FH);
       lora_backward(m, l, AA_LORA_GATE, row_output(m, a->dln), a->dfch, m->d.FH, 0, in);
       lora_backward(m, l, AA_LORA_UP, row_output(m, a->dln), a->dfch, m->d.FH, F, in);
       lora_backward(m, l, AA_LORA_FC, row_output(m, a->dln), a->dfch, m->d.FH, 0, in);
@@ -2249,8 +2278,7 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
     if ((rc = column_input(m, a->dres, &dout))) return rc;
     /* datty and dqkv share their storage with dfch and dfch_gelu
      * (sizes.h): the MLP's gradients are dead from here on. */
-    op->memset0(a->datty, NCl * sizeof(float));
-    op->matmul_backward(a->datty, G(PROJW), G(PROJB), dout, f[F_ATTY], WK(PROJW), N, Cl, C);
+    matmul_backward_set(m, a->datty, G(PROJW), G(PROJB), dout, f[F_ATTY], WK(PROJW), N, Cl, C);
     lora_backward(m, l, AA_LORA_O, a->datty, dout, C, 0, f[F_ATTY]);
     lora_backward(m, l, AA_LORA_PROJ, a->datty, dout, C, 0, f[F_ATTY]);
     rnd(m, NULL, a->datty, NCl);
@@ -2270,8 +2298,7 @@ static int blocks_backward(aa_gpt_t *m, int lo, int hi) {
     }
     rnd(m, NULL, a->dqkv, NQ);
     if ((rc = column_input(m, f[F_LN1], &in))) return rc;
-    op->memset0(row_output(m, a->dln), NC * sizeof(float));
-    op->matmul_backward(row_output(m, a->dln), G(QKVW), G(QKVB), a->dqkv, in, WK(QKVW), N, C, m->d.QKV);
+    matmul_backward_set(m, row_output(m, a->dln), G(QKVW), G(QKVB), a->dqkv, in, WK(QKVW), N, C, m->d.QKV);
     lora_backward(m, l, AA_LORA_Q, row_output(m, a->dln), a->dqkv, m->d.QKV, 0, in);
     lora_backward(m, l, AA_LORA_K, row_output(m, a->dln), a->dqkv, m->d.QKV, Cl, in);
     lora_backward(m, l, AA_LORA_V, row_output(m, a->dln), a->dqkv, m->d.QKV, Cl + m->d.KVl, in);

@@ -295,6 +295,23 @@ typedef struct aa_ops {
    * since routing keeps a map and returns host-side offsets; NULL for a
    * backend that does not compute MoE layers. */
   const struct aa_moe_ops *moe;
+  /* --- fused forms of the ops above (optional: NULL where a backend has
+   * none, and the engine then calls the plain ops). They save a pass over
+   * an activation each: one memory sweep is what an elementwise op costs.
+   *
+   * matmul_backward with dinp overwritten, not accumulated (the same
+   * values as matmul_backward into a zeroed dinp). */
+  void (*matmul_backward_set)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                              const float *weight, int N, int C, int OC);
+  /* After matmul_forward without a bias: pre(N,OC) += bias (bias may be
+   * NULL), out(N,OC) = gelu(pre). */
+  void (*bias_gelu_forward)(float *pre, float *out, const float *bias, int N, int OC);
+  /* dpre(N,OC) = gelu'(pre) * dout (overwritten, not accumulated) and
+   * dbias(OC) += the column sums of dpre (dbias may be NULL): gelu_backward
+   * into a zeroed dpre and the dbias part of matmul_backward in one pass. */
+  void (*gelu_backward_bias)(float *dpre, float *dbias, const float *pre, const float *dout, int N, int OC);
+  /* swiglu_backward with dinp overwritten, not accumulated. */
+  void (*swiglu_backward_set)(float *dinp, const float *inp, const float *dout, int N, int F);
 } aa_ops_t;
 
 /* The CPU backend. Always available. */

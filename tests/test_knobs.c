@@ -378,6 +378,52 @@ AA_TEST(invalid_strategy_is_refused_with_the_rule) {
   CHECK_MSG(strstr(aa_last_error(), "micro_batch 3") != NULL, "%s", aa_last_error());
 }
 
+/* The fused fc epilogue (ops.h bias_gelu_forward, gelu_backward_bias,
+ * matmul_backward_set) against the plain ops it replaces (a CPU table with
+ * those entries NULL), on every checkpoint mode: the same loss and
+ * gradients up to the order fc's bias is added in (onto sgemm's sum
+ * instead of under it, ~1 ulp per element), so within 1e-5 of the largest
+ * gradient (~100 fp32 ulps), not bit for bit; the bias gradients come from
+ * the same sums. The CPU table has the fused entries (checked), so the two
+ * models take different paths. */
+AA_TEST(fused_fc_ops_give_the_plain_ops_gradients) {
+  aa_ops_t plain = *aa_ops_cpu();
+  plain.matmul_backward_set = NULL, plain.bias_gelu_forward = NULL, plain.gelu_backward_bias = NULL;
+  CHECK(aa_ops_cpu()->bias_gelu_forward && aa_ops_cpu()->gelu_backward_bias &&
+        aa_ops_cpu()->matmul_backward_set);
+  for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+    aa_gpt_opts_t o = {.amp = AA_F32, .ckpt = modes[k].ckpt, .ckpt_layers = modes[k].layers};
+    aa_gpt_t *m[2] = {NULL, NULL};
+    float loss[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+      int rc = aa_gpt_create(&m[i], &arch, i ? &plain : aa_ops_cpu(), TB, TT, &o);
+      CHECK_MSG(rc == 0, "create: %s", aa_last_error());
+      if (rc) break;
+      aa_gpt_init_weights(m[i], 5);
+      aa_gpt_zero_grad(m[i]);
+      rc = aa_gpt_forward(m[i], inputs, targets, &loss[i]);
+      if (!rc) rc = aa_gpt_backward(m[i], 1.0f);
+      CHECK_MSG(rc == 0, "fwd/bwd: %s", aa_last_error());
+    }
+    if (m[0] && m[1]) {
+      const float *g0 = m[0]->grads.data, *g1 = m[1]->grads.data;
+      double gmax = 0.0, diff = 0.0;
+      for (size_t i = 0; i < m[0]->n_params; i++) {
+        gmax = fmax(gmax, fabs(g1[i]));
+        diff = fmax(diff, fabs((double)g0[i] - g1[i]));
+      }
+      CHECK_MSG(fabs(loss[0] - loss[1]) <= 1e-6 * fabs(loss[1]), "%s: loss %.9g vs %.9g", modes[k].name,
+                loss[0], loss[1]);
+      CHECK_MSG(gmax > 0.0 && diff <= 1e-5 * gmax, "%s: gradients differ by %.3g (largest %.3g)",
+                modes[k].name, diff, gmax);
+      if (k == 0)
+        fprintf(stderr, "  fused vs plain: loss %.3g apart, gradients %.3g of the largest\n",
+                fabs(loss[0] - loss[1]), diff / gmax);
+    }
+    aa_gpt_free(m[0]), aa_gpt_free(m[1]);
+  }
+}
+
 /* A backend's own scratch (ops.h scratch_bytes; CUDA's attention and GEMM
  * scratch) is workspace: counted once as it grows, given back with the
  * model, and held to the memory limit. The CPU backend reports none, so a
@@ -454,6 +500,7 @@ int main(void) {
   RUN(nonfinite_gradients_skip_or_fail_without_touching_parameters);
   RUN(memory_limit_fails_cleanly_one_byte_below_the_peak);
   RUN(backend_scratch_is_accounted_as_workspace);
+  RUN(fused_fc_ops_give_the_plain_ops_gradients);
   RUN(invalid_strategy_is_refused_with_the_rule);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -466,6 +466,103 @@ AA_TEST(gelu_backward_matches_finite_differences) {
   free(c.out), free(c.inp), free(c.r), free(dinp), free(dinp2);
 }
 
+/* ------------------------------------------------- fused fc epilogue (ops.h) */
+
+static double gelu_ref(double x) {
+  return 0.5 * x * (1.0 + tanh(sqrt(2.0 / acos(-1.0)) * (x + 0.044715 * x * x * x)));
+}
+
+/* bias_gelu_forward: pre gets its bias (exactly: one float add), out the
+ * GELU of it within gelu_forward's bound against double; without a bias
+ * pre is left as it was. 70 x 150 is above the kernels' parallel
+ * threshold, so the two-thread run splits it. */
+AA_TEST(bias_gelu_forward_adds_the_bias_then_gelu) {
+  const int N = 70, OC = 150;
+  const size_t n = (size_t)N * OC;
+  float *pre = frand(n, -5, 5), *bias = frand(OC, -1, 1), *out = frand(n, 50, 60);
+  float *pre0 = fcopy(pre, n);
+  double *ref = dalloc(n);
+  ops->bias_gelu_forward(pre, out, bias, N, OC);
+  int exact = 1;
+  for (int r = 0; r < N; r++)
+    for (int o = 0; o < OC; o++) {
+      size_t i = (size_t)r * OC + o;
+      exact &= pre[i] == pre0[i] + bias[o];
+      ref[i] = gelu_ref(pre[i]);
+    }
+  CHECK(exact);
+  CHECK_NEAR(max_abs_diff(out, ref, n), 0.0, 2e-6);
+  memcpy(pre, pre0, n * sizeof(float));
+  ops->bias_gelu_forward(pre, out, NULL, N, OC);
+  CHECK(memcmp(pre, pre0, n * sizeof(float)) == 0);
+  for (size_t i = 0; i < n; i++)
+    ref[i] = gelu_ref(pre0[i]);
+  CHECK_NEAR(max_abs_diff(out, ref, n), 0.0, 2e-6);
+  free(pre), free(bias), free(out), free(pre0), free(ref);
+}
+
+/* gelu_backward_bias against its unfused form (gelu_backward into zeros,
+ * then matmul_backward's bias sums of that gradient): the same values, and
+ * dpre is overwritten (it starts as garbage) while dbias accumulates (it
+ * starts non-zero). The sums are also checked against double. */
+AA_TEST(gelu_backward_bias_matches_the_unfused_ops) {
+  const int N = 70, OC = 150, C = 3;
+  const size_t n = (size_t)N * OC;
+  float *pre = frand(n, -4, 4), *dout = frand(n, -1, 1), *dpre = frand(n, 50, 60), *db = frand(OC, -1, 1);
+  float *db0 = fcopy(db, OC), *dpre2 = falloc(n), *db2 = fcopy(db, OC);
+  float *inp = frand((size_t)N * C, -1, 1), *w = frand((size_t)OC * C, -1, 1), *dinp = falloc((size_t)N * C);
+  ops->gelu_backward_bias(dpre, db, pre, dout, N, OC);
+  ops->gelu_backward(dpre2, pre, dout, n);
+  ops->matmul_backward(dinp, NULL, db2, dpre2, inp, w, N, C, OC);
+  CHECK(memcmp(dpre, dpre2, n * sizeof(float)) == 0);
+  CHECK(memcmp(db, db2, OC * sizeof(float)) == 0);
+  double *ref = dalloc(OC);
+  for (int o = 0; o < OC; o++) {
+    double s = db0[o];
+    for (int r = 0; r < N; r++)
+      s += dpre2[(size_t)r * OC + o];
+    ref[o] = s;
+  }
+  CHECK_NEAR(max_abs_diff(db, ref, OC), 0.0, 1e-5);
+  float *dpre3 = frand(n, 50, 60);
+  ops->gelu_backward_bias(dpre3, NULL, pre, dout, N, OC);
+  CHECK(memcmp(dpre3, dpre2, n * sizeof(float)) == 0);
+  free(pre), free(dout), free(dpre), free(db), free(db0), free(dpre2), free(db2), free(inp), free(w),
+      free(dinp);
+  free(ref), free(dpre3);
+}
+
+/* matmul_backward_set overwrites dinp (garbage before) with what
+ * matmul_backward accumulates into zeros, bit for bit, and accumulates the
+ * weight and bias gradients as it does. */
+AA_TEST(matmul_backward_set_overwrites_dinp) {
+  const int N = 40, C = 33, OC = 21;
+  float *dout = frand((size_t)N * OC, -1, 1), *inp = frand((size_t)N * C, -1, 1),
+        *w = frand((size_t)OC * C, -1, 1);
+  float *dinp = frand((size_t)N * C, 50, 60), *dw = frand((size_t)OC * C, -1, 1), *db = frand(OC, -1, 1);
+  float *dinp2 = falloc((size_t)N * C), *dw2 = fcopy(dw, (size_t)OC * C), *db2 = fcopy(db, OC);
+  ops->matmul_backward_set(dinp, dw, db, dout, inp, w, N, C, OC);
+  ops->matmul_backward(dinp2, dw2, db2, dout, inp, w, N, C, OC);
+  CHECK(memcmp(dinp, dinp2, (size_t)N * C * sizeof(float)) == 0);
+  CHECK(memcmp(dw, dw2, (size_t)OC * C * sizeof(float)) == 0);
+  CHECK(memcmp(db, db2, OC * sizeof(float)) == 0);
+  free(dout), free(inp), free(w), free(dinp), free(dw), free(db), free(dinp2), free(dw2), free(db2);
+}
+
+/* memset0 above its parallel threshold (split in 64 KiB pieces, the last
+ * one short) zeroes exactly its bytes. */
+AA_TEST(memset0_zeroes_exactly_its_bytes) {
+  const size_t bytes = (AA__CPU_COPY_PAR_MIN + 4096) * sizeof(float) + 7;
+  unsigned char *p = malloc(bytes + 2);
+  memset(p, 0xab, bytes + 2);
+  ops->memset0(p + 1, bytes);
+  size_t nonzero = 0;
+  for (size_t i = 1; i <= bytes; i++)
+    nonzero += p[i] != 0;
+  CHECK(nonzero == 0 && p[0] == 0xab && p[bytes + 1] == 0xab);
+  free(p);
+}
+
 /* ------------------------------------------------------ residual, accumulate */
 
 typedef struct {
@@ -679,6 +776,10 @@ static void run_all(int threads) {
   RUN(gelu_forward_matches_tanh_formula);
   RUN(gelu_forward_error_over_a_dense_sweep);
   RUN(gelu_backward_matches_finite_differences);
+  RUN(bias_gelu_forward_adds_the_bias_then_gelu);
+  RUN(gelu_backward_bias_matches_the_unfused_ops);
+  RUN(matmul_backward_set_overwrites_dinp);
+  RUN(memset0_zeroes_exactly_its_bytes);
   RUN(residual_and_accumulate_match_finite_differences);
   RUN(residual_forward_allows_aliasing);
   RUN(crossentropy_forward_matches_double_reference);

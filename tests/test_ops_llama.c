@@ -162,6 +162,20 @@ AA_TEST(swiglu_backward_matches_finite_differences) {
   swi_free(&c);
 }
 
+/* swiglu_backward_set overwrites dinp (garbage before) with what
+ * swiglu_backward accumulates into zeros, bit for bit; 40 x 150 runs split
+ * over the team in the two-thread pass. */
+AA_TEST(swiglu_backward_set_overwrites_dinp) {
+  swi_ctx c = swi_make(40, 150);
+  size_t n = (size_t)2 * c.N * c.F;
+  float *d = frand(n, 50, 60), *z = falloc(n);
+  ops->swiglu_backward_set(d, c.inp, c.r, c.N, c.F);
+  ops->swiglu_backward(z, c.inp, c.r, c.N, c.F);
+  CHECK(memcmp(d, z, n * sizeof(float)) == 0);
+  free(d), free(z);
+  swi_free(&c);
+}
+
 /* --------------------------------------------------------------------- RoPE */
 
 /* The contract's formula in double, on one head vector x(HS) at position p. */
@@ -449,6 +463,7 @@ static void run_all(int threads) {
   RUN(rmsnorm_backward_matches_finite_differences);
   RUN(swiglu_forward_matches_silu_formula);
   RUN(swiglu_backward_matches_finite_differences);
+  RUN(swiglu_backward_set_overwrites_dinp);
   RUN(rope_forward_matches_rotation_formula);
   RUN(rope_backward_is_the_transpose);
   RUN(attention_gqa_forward_matches_double_reference);

@@ -12,25 +12,82 @@
  * approximation GPT-2 uses (torch approximate='tanh'). tanh is the
  * vectorisable one from cpu_internal.h: glibc's tanhf made GELU cost a
  * sizeable fraction of a block's GEMMs. */
+static inline float gelu(float x) {
+  float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
+  return 0.5f * x * (1.0f + aa__cpu_tanhf(u));
+}
+
+/* gelu'(x), the exact derivative of the tanh form:
+ *   0.5 (1 + th) + 0.5 x (1 - th^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2). */
+static inline float gelu_grad(float x) {
+  float th = aa__cpu_tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x));
+  float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+}
+
 void aa__cpu_gelu_forward(float *out, const float *inp, size_t n) {
 #pragma omp parallel for simd schedule(static) if (parallel : n >= AA__CPU_PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
-    out[i] = 0.5f * x * (1.0f + aa__cpu_tanhf(u));
+  for (size_t i = 0; i < n; i++)
+    out[i] = gelu(inp[i]);
+}
+
+/* dinp += gelu'(inp) * dout. */
+void aa__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+#pragma omp parallel for simd schedule(static) if (parallel : n >= AA__CPU_PAR_MIN)
+  for (size_t i = 0; i < n; i++)
+    dinp[i] += gelu_grad(inp[i]) * dout[i];
+}
+
+/* fc's epilogue, one pass instead of three (a bias copy before the GEMM,
+ * the GEMM re-reading it, then GELU): pre(N,OC) += bias (may be NULL),
+ * out = gelu(pre). Rows are independent. */
+void aa__cpu_bias_gelu_forward(float *pre, float *out, const float *bias, int N, int OC) {
+#pragma omp parallel for schedule(static) if ((size_t)N * OC >= AA__CPU_PAR_MIN)
+  for (int n = 0; n < N; n++) {
+    float *p = pre + (size_t)n * OC, *o = out + (size_t)n * OC; // (OC)
+    if (bias) {
+#pragma omp simd
+      for (int j = 0; j < OC; j++) {
+        float x = p[j] + bias[j];
+        p[j] = x;
+        o[j] = gelu(x);
+      }
+    } else {
+#pragma omp simd
+      for (int j = 0; j < OC; j++)
+        o[j] = gelu(p[j]);
+    }
   }
 }
 
-/* dinp += gelu'(inp) * dout, the exact derivative of the tanh form:
- *   0.5 (1 + th) + 0.5 x (1 - th^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2). */
-void aa__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-#pragma omp parallel for simd schedule(static) if (parallel : n >= AA__CPU_PAR_MIN)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float th = aa__cpu_tanhf(GELU_SCALE * (x + GELU_CUBIC * x * x * x));
-    float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x * x);
-    float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
-    dinp[i] += grad * dout[i];
+/* GELU's backward and fc's bias gradient in one pass: dpre(N,OC) =
+ * gelu'(pre) * dout (overwritten), dbias(OC) += its column sums (skipped
+ * when NULL). Each thread owns a range of columns (aa__cpu_col_range) and
+ * walks the rows in order: the same values as gelu_backward into zeros
+ * followed by matmul_backward's bias sums, independent of the thread
+ * count. */
+void aa__cpu_gelu_backward_bias(float *dpre, float *dbias, const float *pre, const float *dout, int N,
+                                int OC) {
+#pragma omp parallel if ((size_t)N * OC >= AA__CPU_PAR_MIN)
+  {
+    int o0, o1;
+    aa__cpu_col_range(OC, &o0, &o1);
+    for (int n = 0; n < N; n++) {
+      const float *p = pre + (size_t)n * OC, *d = dout + (size_t)n * OC; // (OC)
+      float *g = dpre + (size_t)n * OC;                                  // (OC)
+      if (dbias) {
+#pragma omp simd
+        for (int o = o0; o < o1; o++) {
+          float v = gelu_grad(p[o]) * d[o];
+          g[o] = v;
+          dbias[o] += v;
+        }
+      } else {
+#pragma omp simd
+        for (int o = o0; o < o1; o++)
+          g[o] = gelu_grad(p[o]) * d[o];
+      }
+    }
   }
 }
 

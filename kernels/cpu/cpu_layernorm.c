@@ -38,13 +38,13 @@ void aa__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float
  * with xhat = (inp - mean) * rstd and g = dout * weight:
  *   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)).
  * dinp is a per-row pass; the parameter gradients are column sums, done in a
- * second pass where each thread owns a block of columns, so there is no
+ * second pass where each thread owns a range of columns (aa__cpu_col_range)
+ * and walks the rows in order, so there is no
  * cross-thread reduction and the result is independent of the thread count. */
 void aa__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                 const float *inp, const float *weight, const float *mean, const float *rstd,
                                 int N, int C) {
   /* dweight and dbias NULL: a frozen norm (LoRA's base), no column pass. */
-  int nblocks = dweight ? (C + AA__CPU_COL_BLOCK - 1) / AA__CPU_COL_BLOCK : 0;
 #pragma omp parallel
   {
 #pragma omp for schedule(static) nowait
@@ -67,17 +67,16 @@ void aa__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const
         dx[c] += s * (d[c] * weight[c] - gmean - xhat * gxmean);
       }
     }
-#pragma omp for schedule(static)
-    for (int blk = 0; blk < nblocks; blk++) {
-      int c0 = blk * AA__CPU_COL_BLOCK, c1 = aa__cpu_min(c0 + AA__CPU_COL_BLOCK, C);
-      for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;  // (C)
-        const float *d = dout + (size_t)n * C; // (C)
-        float m = mean[n], s = rstd[n];
-        for (int c = c0; c < c1; c++) {
-          dbias[c] += d[c];
-          dweight[c] += d[c] * (x[c] - m) * s;
-        }
+    int c0 = 0, c1 = 0;
+    if (dweight) aa__cpu_col_range(C, &c0, &c1);
+    for (int n = 0; n < N && c0 < c1; n++) {
+      const float *x = inp + (size_t)n * C;  // (C)
+      const float *d = dout + (size_t)n * C; // (C)
+      float m = mean[n], s = rstd[n];
+#pragma omp simd
+      for (int c = c0; c < c1; c++) {
+        dbias[c] += d[c];
+        dweight[c] += d[c] * (x[c] - m) * s;
       }
     }
   }

@@ -33,12 +33,11 @@ void aa__cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const fl
 
 /* With r = rstd and g = dout * weight, y = x r w gives
  *   dx = r g - x r^3 mean_c(g x),  dweight += sum_n dout x r.
- * dinp is a per-row pass; dweight is summed over rows by column blocks, each
+ * dinp is a per-row pass; dweight is summed over rows by column ranges, each
  * owned by one thread (as layernorm_backward), so it does not depend on the
  * thread count. */
 void aa__cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                               const float *weight, const float *rstd, int N, int C) {
-  int nblocks = dweight ? (C + AA__CPU_COL_BLOCK - 1) / AA__CPU_COL_BLOCK : 0; /* NULL: frozen (LoRA) */
 #pragma omp parallel
   {
 #pragma omp for schedule(static) nowait
@@ -54,16 +53,15 @@ void aa__cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, co
       for (int c = 0; c < C; c++)
         dx[c] += s * d[c] * weight[c] - x[c] * k;
     }
-#pragma omp for schedule(static)
-    for (int blk = 0; blk < nblocks; blk++) {
-      int c0 = blk * AA__CPU_COL_BLOCK, c1 = aa__cpu_min(c0 + AA__CPU_COL_BLOCK, C);
-      for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;  // (C)
-        const float *d = dout + (size_t)n * C; // (C)
-        float s = rstd[n];
-        for (int c = c0; c < c1; c++)
-          dweight[c] += d[c] * x[c] * s;
-      }
+    int c0 = 0, c1 = 0;
+    if (dweight) aa__cpu_col_range(C, &c0, &c1); /* NULL: frozen (LoRA) */
+    for (int n = 0; n < N && c0 < c1; n++) {
+      const float *x = inp + (size_t)n * C;  // (C)
+      const float *d = dout + (size_t)n * C; // (C)
+      float s = rstd[n];
+#pragma omp simd
+      for (int c = c0; c < c1; c++)
+        dweight[c] += d[c] * x[c] * s;
     }
   }
 }
@@ -83,20 +81,38 @@ void aa__cpu_swiglu_forward(float *out, const float *inp, int N, int F) {
 }
 
 /* With sig = sigmoid(gate): dgate += dout * up * sig * (1 + gate (1 - sig)),
- * dup += dout * silu(gate). */
-void aa__cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F) {
+ * dup += dout * silu(gate); set: = instead of += (the same values as into
+ * zeros, without the fill and its re-read). */
+static void swiglu_backward(int set, float *dinp, const float *inp, const float *dout, int N, int F) {
 #pragma omp parallel for schedule(static) if ((size_t)N * F >= AA__CPU_PAR_MIN)
   for (int n = 0; n < N; n++) {
     const float *g = inp + (size_t)n * 2 * F, *u = g + F; // (F), (F)
     const float *d = dout + (size_t)n * F;                // (F)
     float *dg = dinp + (size_t)n * 2 * F, *du = dg + F;   // (F), (F)
+    if (set) {
 #pragma omp simd
-    for (int i = 0; i < F; i++) {
-      float sig = 1.0f / (1.0f + aa__cpu_expf(-g[i]));
-      dg[i] += d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
-      du[i] += d[i] * g[i] * sig;
+      for (int i = 0; i < F; i++) {
+        float sig = 1.0f / (1.0f + aa__cpu_expf(-g[i]));
+        dg[i] = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+        du[i] = d[i] * g[i] * sig;
+      }
+    } else {
+#pragma omp simd
+      for (int i = 0; i < F; i++) {
+        float sig = 1.0f / (1.0f + aa__cpu_expf(-g[i]));
+        dg[i] += d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+        du[i] += d[i] * g[i] * sig;
+      }
     }
   }
+}
+
+void aa__cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F) {
+  swiglu_backward(0, dinp, inp, dout, N, F);
+}
+
+void aa__cpu_swiglu_backward_set(float *dinp, const float *inp, const float *dout, int N, int F) {
+  swiglu_backward(1, dinp, inp, dout, N, F);
 }
 
 /* --------------------------------------------------------------------- RoPE */

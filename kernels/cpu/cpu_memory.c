@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "../../common/mem.h"
-#include "../ops.h"
+#include "cpu_internal.h"
 
 #define CPU_MEM_ALIGN 64
 
@@ -33,8 +33,18 @@ int aa__cpu_alloc(void **out, size_t bytes) {
 
 void aa__cpu_free(void *p) { free(p); }
 
+/* Large fills are split over the OpenMP team in 64 KiB pieces: the engine
+ * zeroes gradients of tens of MiB per step, and one core filling them
+ * leaves the other idle. */
 void aa__cpu_memset0(void *p, size_t bytes) {
-  if (bytes) memset(p, 0, bytes);
+  if (bytes < AA__CPU_COPY_PAR_MIN * sizeof(float)) {
+    if (bytes) memset(p, 0, bytes);
+    return;
+  }
+  const size_t piece = 64 * 1024, npieces = (bytes + piece - 1) / piece;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < npieces; i++)
+    memset((char *)p + i * piece, 0, i + 1 < npieces ? piece : bytes - i * piece);
 }
 
 int aa__cpu_copy(void *dst, const void *src, size_t bytes) {

@@ -79,6 +79,10 @@ static const aa_ops_t cpu_ops = {
     .attention_gqa_backward = aa__cpu_attention_gqa_backward,
     .attention_decode = aa__cpu_attention_decode,
     .moe = &aa__cpu_moe_ops,
+    .matmul_backward_set = aa__cpu_matmul_backward_set,
+    .bias_gelu_forward = aa__cpu_bias_gelu_forward,
+    .gelu_backward_bias = aa__cpu_gelu_backward_bias,
+    .swiglu_backward_set = aa__cpu_swiglu_backward_set,
 };
 
 const aa_ops_t *aa_ops_cpu(void) { return &cpu_ops; }

@@ -267,6 +267,13 @@ static const aa_ops_t cuda_ops = {
     rows_copy,
     rows_accumulate,
     &aa__cuda_moe_ops,
+    /* The fused forms (matmul_backward_set, bias_gelu_forward,
+     * gelu_backward_bias, swiglu_backward_set): none here, the engine calls
+     * the plain ops. */
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 extern "C" const aa_ops_t *aa_ops_cuda(void) { return &cuda_ops; }
