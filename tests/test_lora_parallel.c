@@ -11,9 +11,13 @@
  *     its squared norm match a single process's on the same base, inputs
  *     and non-zero adapters; after an AdamW step every tensor rank's
  *     replicated halves are the same bits;
- *   - an adapter checkpoint written at any of these layouts is one whole
- *     file that resumes in one process: the adapters and both moments are
- *     the gathered ones, bit for bit.
+ *   - with ZeRO over the adapters (dp2 x tp2 at stages 1 and 3), the
+ *     step's norm over the data ranks' shards is one process's squared
+ *     norm, and the stepped adapters follow one process's;
+ *   - an adapter checkpoint written at any of these layouts (ZeRO ones
+ *     too) is one whole file that resumes in one process: the adapters
+ *     and both moments are the gathered ones, bit for bit; resumed at the
+ *     layout itself, every rank gets back its adapters and moments' shard.
  * Tolerances: float32 sums in another order (the row-parallel partial
  * sums, the tensor group's sums of the replicated halves), so the loss
  * within 1e-6 relative, the gradient within 1e-5 of its largest element
