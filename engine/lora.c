@@ -116,15 +116,19 @@ int aa_lora_step(aa_lora_opt_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float
      * replicated half counted once; model.h). */
     if ((rc = aa_gpt_lora_grad_squares(m, &sq))) return rc;
   } else {
-    /* ZeRO (no tensor or pipeline group: lora.h): the tail is the same on
-     * every rank, counted by rank 0 alone. */
-    sq = op->sum_squares(gs, o->slice) + (o->rank == 0 ? op->sum_squares(gt, o->tail) : 0.0);
-    if (o->world > 1) {
-      float x = (float)sq;
-      if ((rc = aa_comm_all_reduce(o->comm, &x, &x, 1, AA_F32, AA_COMM_SUM)))
-        return aa_error_wrap(rc, "reducing the adapters' gradient norm");
-      sq = x;
-    }
+    /* ZeRO: the shard's squares, the tail (the same on every data rank)
+     * counted by data rank 0 alone and a replicated half's elements by
+     * tensor rank 0 alone (model.h aa_gpt_lora_shard_squares), summed over
+     * the data, tensor and pipeline groups: stage 0's value. */
+    double tail = 0;
+    rc = aa_gpt_lora_shard_squares(m, gs, slice_at(o), o->slice, &sq);
+    if (!rc && o->rank == 0) rc = aa_gpt_lora_shard_squares(m, gt, tail_at(o), o->tail, &tail);
+    float x = (float)(sq + tail);
+    if (!rc && o->world > 1) rc = aa_comm_all_reduce(o->comm, &x, &x, 1, AA_F32, AA_COMM_SUM);
+    if (!rc) rc = aa_gpt_tensor_sum(m, &x, 1);
+    if (!rc) rc = aa_gpt_pipeline_sum(m, &x, 1);
+    if (rc) return aa_error_wrap(rc, "reducing the adapters' gradient norm");
+    sq = x;
   }
   const double norm = sqrt(sq) / grad_scale;
   if (grad_norm) *grad_norm = (float)norm;
@@ -208,7 +212,8 @@ typedef struct {
   int32_t hysteresis_left, pad;
 } lora_scaler_t;
 
-/* The whole moments (host memory, n each) of o: the shard's, and from
+/* The moments of the rank's adapters (host memory, o->n each: m->lora's
+ * layout, at tp 1 and pp 1 the whole model's) of o: the shard's, and from
  * stage 1 every rank's slice gathered (a collective; the cpu backend's
  * groups, whose buffers are host memory) and the tail. */
 static int whole_moments(aa_lora_opt_t *o, const aa_gpt_t *m, float *mm, float *vv) {
@@ -230,21 +235,30 @@ static int whole_moments(aa_lora_opt_t *o, const aa_gpt_t *m, float *mm, float *
 int aa_lora_save(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, const aa_train_state_t *st, int write) {
   const int step = st ? st->step : 0;
   if (!m->arch.lora.r || !m->lora.data) return aa_error(AA_EINVAL, "lora: the model has no adapters");
-  /* The whole model's adapters (and moments). From ZeRO stage 1 the
-   * adapters are whole on every rank (no tensor or pipeline group) and
-   * the moments' shards are gathered over opt's group, every rank taking
-   * part; at stage 0 the writing replica's tensor and pipeline ranks
-   * gather them, and their first rank (tensor rank 0 of stage 0) writes:
-   * one file, which resumes at any layout. With st the training state;
-   * with opt too, the moments (STATE002), else none (STATE003: a
-   * weights-only checkpoint keeps its step and data). */
+  /* The whole model's adapters (and moments), gathered over the tensor
+   * and pipeline groups (aa_gpt_lora_get); from ZeRO stage 1 the moments'
+   * shards first over opt's group into the rank's layout, every rank
+   * taking part. At stage 0 only the writing replica's ranks gather. Their
+   * first rank (tensor rank 0 of stage 0) writes: one file, which resumes
+   * at any layout. With st the training state; with opt too, the moments
+   * (STATE002), else none (STATE003: a weights-only checkpoint keeps its
+   * step and data). */
   const uint64_t n = aa_gpt_lora_whole_numel(&m->arch);
   const int state = opt && st && opt->m.data, sharded = state && opt->stage > 0;
   if (!write && !sharded) return 0;
-  float *all = malloc((size_t)n * (state ? 3 : 1) * sizeof *all), *mm = all ? all + n : NULL;
-  if (!all) return aa_error(AA_ENOMEM, "out of memory writing %s", path);
+  const size_t nl = m->lora.numel;
+  float *all = malloc((size_t)n * (state ? 3 : 1) * sizeof *all), *mm = all ? all + n : NULL,
+        *loc = sharded ? malloc(2 * nl * sizeof *loc) : NULL;
+  if (!all || (sharded && !loc)) {
+    free(all);
+    free(loc);
+    return aa_error(AA_ENOMEM, "out of memory writing %s", path);
+  }
   int rc = aa_gpt_lora_get(m, m->lora.data, all);
-  if (!rc && sharded) rc = whole_moments(opt, m, mm, all + 2 * n);
+  if (!rc && sharded && !(rc = whole_moments(opt, m, loc, loc + nl)) &&
+      !(rc = aa_gpt_lora_get_host(m, loc, mm)))
+    rc = aa_gpt_lora_get_host(m, loc + nl, all + 2 * n);
+  free(loc);
   if (!rc && state && !sharded && !(rc = aa_gpt_lora_get(m, opt->m.data, mm)))
     rc = aa_gpt_lora_get(m, opt->v.data, all + 2 * n);
   if (rc || !write || m->tp_rank || (m->pp > 1 && m->pipe.stage)) {
@@ -378,7 +392,7 @@ int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_s
    * its slice of the adapters (aa_gpt_lora_put), at any layout, and of
    * the moments its slice (stage 0) or its ZeRO shard. */
   const size_t n = aa_gpt_lora_whole_numel(&m->arch);
-  if (opt->n != m->lora.numel || (opt->stage && n != m->lora.numel))
+  if (opt->n != m->lora.numel)
     rc = aa_error(AA_EINVAL, "lora: resume needs the adapters' optimizer of this model");
   lora_state_t ls;
   lora_scaler_t sc;
@@ -387,7 +401,8 @@ int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_s
   if (!rc) rc = state_read(path, f, n, &ls, &sc, mv, mv + n, &has, &has_m);
   fclose(f);
   /* Under ZeRO the moments go into the backend through the gradient's
-   * buffer (idle until the next backward) and the rank keeps its shard. */
+   * buffer (idle until the next backward), in the rank's layout
+   * (aa_gpt_lora_put), and the rank keeps its shard. */
   const aa_ops_t *op = m->ops;
   float *g = m->lora_grads.data;
   if (!rc) rc = aa_gpt_lora_put(m, m->lora.data, ad);
@@ -396,7 +411,7 @@ int aa_lora_resume(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, aa_train_s
     float *dst = k ? opt->v.data : opt->m.data;
     if (!opt->stage)
       rc = aa_gpt_lora_put(m, dst, mv + k * n);
-    else if (!(rc = op->upload(g, mv + k * n, n * sizeof *mv))) {
+    else if (!(rc = aa_gpt_lora_put(m, g, mv + k * n))) {
       shard_of(opt, op, dst, g);
       rc = op->sync();
     }

@@ -96,13 +96,13 @@ int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path);
  * position, the trainer RNG and the fp16 loss scaler's state, and with opt
  * too AdamW's step and whole moments (without opt: a weights-only file,
  * whose resume restarts the optimizer at st's step): the whole model's,
- * whatever the layout. At ZeRO stage 0 under tensor or pipeline
- * parallelism the writing replica's tensor and pipeline ranks gather the
- * adapters (a collective over those groups), and their first rank (tensor
- * rank 0 of stage 0) writes; from ZeRO stage 1 (no tensor or pipeline
- * group) the moments are gathered over opt's group first, a collective of
- * every rank, and the rank with `write` set writes. Ranks without `write`
- * return at once when nothing is sharded. The file is written atomically
+ * whatever the layout. Under tensor or pipeline parallelism the ranks
+ * gather the adapters and moments over those groups (aa_gpt_lora_get),
+ * and the first rank (tensor rank 0 of stage 0) of the replica with
+ * `write` set writes; at ZeRO stage 0 only that replica's ranks take part;
+ * from ZeRO stage 1 the moments' shards are first gathered over opt's
+ * group into the rank's layout, so every rank takes part. Ranks without
+ * `write` return at once when nothing is sharded. The file is written atomically
  * (common/file.h aa_wfile). */
 #include "checkpoint.h"
 int aa_lora_save(const char *path, aa_gpt_t *m, aa_lora_opt_t *opt, const aa_train_state_t *st, int write);

@@ -557,18 +557,16 @@ static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_o
  * gradient), in fp32, bf16 or fp16, data, tensor, pipeline and context
  * parallel (a context rank computes its chunks' gradient of every adapter,
  * which the trainer averages over the data x context replicas as it does
- * a full model's), ZeRO over the adapters (engine/lora.h) without tensor
- * or pipeline parallelism. 0 without LoRA. */
+ * a full model's), with ZeRO over the adapters (engine/lora.h) at any
+ * layout. 0 without LoRA. */
 static int lora_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_opts_t *o) {
+  (void)o;
   if (!a->lora.r) return 0;
-  const int split = (o->tensor && aa_comm_world(o->tensor) > 1) || (o->pipe && o->pipe->pp > 1);
-  const char *what = o->zero > 0 && split  ? "ZeRO over the adapters with tensor or pipeline parallelism"
-                     : ops != aa_ops_cpu() ? "the cuda backend"
-                                           : NULL;
+  const char *what = ops != aa_ops_cpu() ? "the cuda backend" : NULL;
   if (what)
     return aa_error(AA_EUNSUPPORTED,
                     "lora: LoRA adapters train on the cpu backend, data, tensor, pipeline and context "
-                    "parallel, with ZeRO over the adapters at tensor and pipeline degree 1, so far; "
+                    "parallel, with ZeRO over the adapters, so far; "
                     "%s is not supported yet (docs/training-knobs.md \"LoRA\")",
                     what);
   return 0;
@@ -1694,6 +1692,23 @@ int aa_gpt_lora_put(aa_gpt_t *m, float *dst, const float *whole) {
   return rc ? rc : m->ops->sync();
 }
 
+int aa_gpt_lora_get_host(aa_gpt_t *m, const float *local, float *whole) {
+  if (!m->arch.lora.r || !m->lora.data) return aa_error(AA_EINVAL, "lora: the model has no adapters");
+  const size_t n = aa_gpt_lora_whole_numel(&m->arch);
+  if (m->tp == 1 && m->pp <= 1) {
+    memcpy(whole, local, n * sizeof *whole);
+    return 0;
+  }
+  /* Each element is written by one rank and zero elsewhere, so the sums
+   * over the tensor and the pipeline group are copies (exact). */
+  memset(whole, 0, n * sizeof *whole);
+  lora_slice(m, whole, (float *)local, 1); /* to_whole: local is only read */
+  int rc = 0;
+  if (m->tp > 1) rc = aa_comm_all_reduce(m->opts.tensor, whole, whole, n, AA_F32, AA_COMM_SUM);
+  if (!rc && m->pp > 1) rc = aa_comm_all_reduce(m->opts.pipeline, whole, whole, n, AA_F32, AA_COMM_SUM);
+  return rc ? aa_error_wrap(rc, "gathering the adapters over the tensor and pipeline groups") : 0;
+}
+
 int aa_gpt_lora_get(aa_gpt_t *m, const float *src, float *whole) {
   if (!m->arch.lora.r || !m->lora.data) return aa_error(AA_EINVAL, "lora: the model has no adapters");
   const size_t n = aa_gpt_lora_whole_numel(&m->arch);
@@ -1701,14 +1716,9 @@ int aa_gpt_lora_get(aa_gpt_t *m, const float *src, float *whole) {
   float *h = malloc(m->lora.numel * sizeof *h);
   if (!h) return aa_error(AA_ENOMEM, "out of memory gathering the adapters");
   int rc = m->ops->download(h, src, m->lora.numel * sizeof *h);
-  /* Each element is written by one rank and zero elsewhere, so the sums
-   * over the tensor and the pipeline group are copies (exact). */
-  memset(whole, 0, n * sizeof *whole);
-  if (!rc) lora_slice(m, whole, h, 1);
+  if (!rc) rc = aa_gpt_lora_get_host(m, h, whole);
   free(h);
-  if (!rc && m->tp > 1) rc = aa_comm_all_reduce(m->opts.tensor, whole, whole, n, AA_F32, AA_COMM_SUM);
-  if (!rc && m->pp > 1) rc = aa_comm_all_reduce(m->opts.pipeline, whole, whole, n, AA_F32, AA_COMM_SUM);
-  return rc ? aa_error_wrap(rc, "gathering the adapters over the tensor and pipeline groups") : 0;
+  return rc;
 }
 
 int aa_gpt_lora_init(aa_gpt_t *m, uint64_t seed) {
@@ -1822,6 +1832,30 @@ int aa_gpt_lora_grad_squares(aa_gpt_t *m, double *out) {
   if (!rc) rc = aa_gpt_pipeline_sum(m, &x, 1);
   if (rc) return aa_error_wrap(rc, "the adapters' gradient norm");
   *out = x;
+  return 0;
+}
+
+int aa_gpt_lora_shard_squares(aa_gpt_t *m, const float *g, size_t at, size_t len, double *out) {
+  *out = 0;
+  if (!len) return 0;
+  const aa_ops_t *op = m->ops;
+  if (m->tp == 1 || m->tp_rank == 0) {
+    *out = op->sum_squares(g, len);
+    return 0;
+  }
+  /* Another tensor rank: the split halves' elements in [at, at + len)
+   * only (the replicated ones, the same bits on every tensor rank, are
+   * tensor rank 0's to count). The halves of both kinds tile the layout. */
+  int n;
+  size_t *off = lora_halves_alloc(m, 0, &n);
+  if (!off) return aa_error(AA_ENOMEM, "out of memory");
+  double sq = 0;
+  for (int i = 0; i < n; i++) {
+    const size_t lo = off[i] > at ? off[i] : at, e = off[i] + off[n + i], hi = e < at + len ? e : at + len;
+    if (lo < hi) sq += op->sum_squares(g + (lo - at), hi - lo);
+  }
+  free(off);
+  *out = sq;
   return 0;
 }
 

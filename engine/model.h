@@ -531,6 +531,9 @@ int aa_gpt_lora_put(aa_gpt_t *m, float *dst, const float *whole);
  * collective over the tensor and then the pipeline group (sums in which
  * one rank contributes each element: exact). */
 int aa_gpt_lora_get(aa_gpt_t *m, const float *src, float *whole);
+/* aa_gpt_lora_get from host memory: local (host, m->lora's layout and
+ * count; borrowed) into whole. The same collectives. */
+int aa_gpt_lora_get_host(aa_gpt_t *m, const float *local, float *whole);
 /* Sums the replicated halves of lora_grads (column targets' A, row
  * targets' B) over the tensor group, packed into one collective; nothing
  * at tp 1. Once a step, after the backward passes and before the norm. */
@@ -540,6 +543,12 @@ int aa_gpt_lora_reduce_grads(aa_gpt_t *m);
  * ones counted once, then summed over the pipeline group (collectives over
  * both groups; at tp 1 and pp 1 the rank's buffer, in double). */
 int aa_gpt_lora_grad_squares(aa_gpt_t *m, double *out);
+/* The rank's share of that squared norm from g (backend, len elements):
+ * the gradient's elements at [at, at + len) of m->lora's layout (a ZeRO
+ * shard's piece), a replicated half's counted on tensor rank 0 only (at
+ * tp 1 all of them). Local; summed over the data, tensor and pipeline
+ * groups it is aa_gpt_lora_grad_squares' value (engine/lora.c). */
+int aa_gpt_lora_shard_squares(aa_gpt_t *m, const float *g, size_t at, size_t len, double *out);
 
 /* Finds a tensor by name; NULL if none. */
 const aa_tensor_desc_t *aa_gpt_tensor(const aa_gpt_t *m, const char *name);

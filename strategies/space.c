@@ -185,10 +185,8 @@ static aa_axis_t rest_axis(void) {
 /* The methods the pool leaves out: the caller's, and what the engine does
  * not run for the model: nothing so far. MoE layers it runs at every
  * layout (on GPU pools the planner's search leaves out what has not run
- * on GPUs: planner/search.c); LoRA adapters at every layout and
- * precision, with ZeRO over them only without tensor and pipeline
- * parallelism (aa_space_each leaves those out; docs/model-spec.md "moe",
- * "lora"). */
+ * on GPUs: planner/search.c); LoRA adapters at every layout, precision
+ * and ZeRO stage (docs/model-spec.md "moe", "lora"). */
 static unsigned excluded(const aa_space_pool_t *p) {
   unsigned ex = p->exclude;
   return ex;
@@ -388,11 +386,6 @@ size_t aa_space_each(const aa_space_pool_t *pool, aa_space_visit_fn visit, void 
         pool->arch && pool->arch->moe.experts && tp > 1 && pool->arch->moe.d_ff_expert % tp == 0 ? 2 : 1;
     if (pp > 1)
       while (nzero > 0 && zeros[nzero - 1] >= 2)
-        nzero--;
-    /* LoRA: ZeRO over the adapters runs without tensor and pipeline
-     * groups (engine/model.c lora_supported). */
-    if (pool->arch && pool->arch->lora.r && (tp > 1 || pp > 1))
-      while (nzero > 0 && zeros[nzero - 1] >= 1)
         nzero--;
     size_t nshape = pipeline_shapes(shapes, &l, pool);
     for (size_t h = 0; h < nshape; h++) {

@@ -5,8 +5,8 @@
 # gradients), plan picks another best strategy for Llama-3 8B on 8 H100s
 # than for full training, with less memory per GPU; training needs the
 # base (init_weights), fine-tunes on one process, data, tensor, pipeline
-# and context parallel, at any ZeRO stage (without tensor and pipeline
-# parallelism), in fp32, bf16 or fp16, and writes adapters-only
+# and context parallel, at any ZeRO stage (with tensor and pipeline
+# parallelism too), in fp32, bf16 or fp16, and writes adapters-only
 # checkpoints (one whole file) that resume at any of those layouts.
 set -u
 AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
@@ -117,7 +117,10 @@ PY
 # file at any layout: a tp2 and a pp2 step-5 checkpoint resume in one
 # process to the same steps 6-10 (same bounds), and a tp2 one at tp2 to
 # the very file 10 straight tp2 steps write (the moments gathered and
-# sliced back exactly). bf16 at tp2 too.
+# sliced back exactly). bf16 at tp2 too. ZeRO over the adapters with the
+# tensor and pipeline groups (engine/lora.c): dp2 x tp2 at ZeRO 1 and 3
+# and dp2 x pp2 at ZeRO 1 within the same bounds, and the dp2 x tp2 ZeRO 3
+# step-5 checkpoint resumes at one process and at tp2 ZeRO 0.
 strat() { echo "{\"format\": \"autoaccel-strategy\", \"version\": 1, \"parallel\": $1, \"micro_batch\": $2}"; }
 strat '{"tensor": 2}' 4 >"$tmp/tp2.json"
 strat '{"tensor": 2, "sequence_parallel": true}' 4 >"$tmp/tp2sp.json"
@@ -126,6 +129,9 @@ strat '{"data": 2, "tensor": 2}' 2 >"$tmp/dp2tp2.json"
 strat '{"context": 2}' 4 >"$tmp/cp2.json"
 strat '{"context": 2, "tensor": 2}' 4 >"$tmp/cp2tp2.json"
 sed 's/"micro_batch"/"amp": "bf16", "micro_batch"/' "$tmp/tp2.json" >"$tmp/btp2.json"
+sed 's/"micro_batch"/"zero": 1, "micro_batch"/' "$tmp/dp2tp2.json" >"$tmp/dp2tp2z1.json"
+strat '{"data": 2, "tensor": 2}' 1 | sed 's/"micro_batch"/"zero": 3, "micro_batch"/' >"$tmp/dp2tp2z3.json"
+strat '{"data": 2, "pipeline": 2}' 1 | sed 's/"micro_batch"/"zero": 1, "micro_batch"/' >"$tmp/dp2pp2z1.json"
 cat >"$tmp/lbase.json" <<'JSON'
 {"name": "lbase", "model": {"family": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "d_model": 32, "d_ff": 64,
  "seq_len": 16, "vocab_size": 256},
@@ -159,6 +165,11 @@ par l.dp2tp2 ltiny lrun0 4 dp2tp2
 par l.cp2tp2 ltiny lrun0 4 cp2tp2
 par l.btp2 ltiny lrun0 2 btp2
 par l.pp2to1 ltiny lrun0 1 one --resume "$tmp/l.pp2/step_000005.ckpt"
+par g.dp2tp2z1 tiny run0 4 dp2tp2z1
+par g.dp2tp2z3 tiny run0 4 dp2tp2z3 --set train.checkpoint_every=5 --summary-json "$tmp/g.dp2tp2z3.sum"
+par g.z3to1 tiny run0 1 one --resume "$tmp/g.dp2tp2z3/step_000005.ckpt"
+par g.z3totp2 tiny run0 2 tp2 --resume "$tmp/g.dp2tp2z3/step_000005.ckpt"
+par l.dp2pp2z1 ltiny lrun0 4 dp2pp2z1
 cp "$tmp/dp1.loss" "$tmp/g.one.loss" && cp "$tmp/dp1/final.ckpt" "$tmp/g.one.ckpt" && cp "$tmp/l.one/final.ckpt" "$tmp/l.one.ckpt"
 cmp -s "$tmp/g.tp2/final.ckpt" "$tmp/g.tp2r/final.ckpt" && pass=$((pass + 1)) ||
   { fail=$((fail + 1)); echo "FAIL: tp2 resumed at tp2 differs from 10 straight tp2 steps"; }
@@ -173,17 +184,25 @@ def adapters(path, n):
 ok = True
 # llama's 4,096 adapters: 2 blocks x 4 (q 32 + 32, k and v 32 + 16, o 32 + 32,
 # gate and up 32 + 64, down 64 + 32).
-for fam, n, runs in (("g", 3072, ("tp2", "pp2", "dp2tp2", "cp2", "tp2to1")),
-                     ("l", 4096, ("tp2sp", "pp2", "dp2tp2", "cp2tp2", "pp2to1"))):
+for fam, n, runs in (("g", 3072, ("tp2", "pp2", "dp2tp2", "cp2", "tp2to1", "dp2tp2z1", "dp2tp2z3", "z3to1",
+                                  "z3totp2")),
+                     ("l", 4096, ("tp2sp", "pp2", "dp2tp2", "cp2tp2", "pp2to1", "dp2pp2z1"))):
     want, a = losses(f"{fam}.one"), adapters(f"{d}/{fam}.one.ckpt", n)
     for r in runs:
         got, b = losses(f"{fam}.{r}"), adapters(f"{d}/{fam}.{r}/final.ckpt", n)
-        steps = range(6, 11) if r.endswith("to1") else range(1, 11)
+        steps = range(6, 11) if "to" in r else range(1, 11)  # resumed at step 5
         rel = max(abs(got[s] - want[s]) / abs(want[s]) for s in steps)
         ad = float(abs(a - b).max()) / float(abs(a).max())
         good = set(steps) <= set(got) and a.size == b.size == n and rel <= 1e-5 and ad <= 1e-3
         print(f"{fam}.{r}: losses within {rel:.2g} relative, adapters within {ad:.2g} of their largest")
         ok &= good
+# ZeRO 3 at dp2 x tp2: a rank holds half (1,024) of its tensor slice's
+# 2,048 adapters' gradient and moments (2 blocks x (qkv 128 + 192, proj
+# 64 + 128, fc 128 + 128, fcproj 128 + 128)).
+import json
+z = json.load(open(f"{d}/g.dp2tp2z3.sum"))["peak_bytes"]
+print(f"g.dp2tp2z3: grads {z['grads']} bytes, optim {z['optim']}")
+ok &= z["grads"] == 4 * 1024 and z["optim"] == 8 * 1024
 # bf16 at tp2 (each rank's slice of the base in 16 bits): every step's loss
 # within test_lora's bf16 bound of the fp32 run's, 2.5e-4 relative.
 want, got = losses("l.one"), losses("l.btp2")
