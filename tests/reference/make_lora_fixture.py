@@ -91,15 +91,11 @@ def init_adapters(gen):
     return L
 
 
-def forward(P, L, inputs, targets=None):
-    """make_llama_fixture.forward with every target's LoRA update added."""
+def llama_forward(P, lin, inputs):
+    """make_llama_fixture.forward's logits with every projection lin(l,
+    target, x): the base's, and whatever update the caller adds."""
     Bn, Tn = inputs.shape
     C, HS, group = ll.D_MODEL, ll.HS, ll.N_HEAD // ll.N_KV_HEAD
-
-    def lin(l, t, x):
-        h = f"h{l}."
-        return x @ P[h + BASE_OF[t]].T + SCALE * ((x @ L[f"{h}{t}.A"].T) @ L[f"{h}{t}.B"].T)
-
     x = P["wte"][inputs]
     mask = torch.ones(Tn, Tn, dtype=torch.bool).tril()
     for l in range(ll.N_LAYER):
@@ -117,7 +113,17 @@ def forward(P, L, inputs, targets=None):
         n = ll.rmsnorm(x, P[h + "ln2.w"])
         u = F.silu(lin(l, "gate", n)) * lin(l, "up", n)
         x = x + lin(l, "down", u)
-    logits = ll.rmsnorm(x, P["lnf.w"]) @ P["head.w"].T
+    return ll.rmsnorm(x, P["lnf.w"]) @ P["head.w"].T
+
+
+def forward(P, L, inputs, targets=None):
+    """make_llama_fixture.forward with every target's LoRA update added."""
+
+    def lin(l, t, x):
+        h = f"h{l}."
+        return x @ P[h + BASE_OF[t]].T + SCALE * ((x @ L[f"{h}{t}.A"].T) @ L[f"{h}{t}.B"].T)
+
+    logits = llama_forward(P, lin, inputs)
     if targets is None:
         return logits, None
     return logits, F.cross_entropy(logits.reshape(-1, ll.VOCAB), targets.reshape(-1))

@@ -39,10 +39,10 @@ import struct
 import sys
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_llama_fixture as ll  # noqa: E402 (the base)
+import make_lora_fixture as lf  # noqa: E402 (the llama forward with adapters)
 import make_weights  # noqa: E402 (the safetensors writer)
 
 R, ALPHA = 3, 12.0
@@ -72,8 +72,6 @@ def init_adapters(gen):
 
 def forward(P, L, inputs):
     """make_llama_fixture.forward with the adapted layers' LoRA update."""
-    Bn, Tn = inputs.shape
-    C, HS, group = ll.D_MODEL, ll.HS, ll.N_HEAD // ll.N_KV_HEAD
 
     def lin(l, t, x):
         y = x @ P[f"h{l}.{BASE_OF[t]}"].T
@@ -82,23 +80,7 @@ def forward(P, L, inputs):
             y = y + (ALPHA / R) * ((x @ A.T) @ B.T)
         return y
 
-    x = P["wte"][inputs]
-    mask = torch.ones(Tn, Tn, dtype=torch.bool).tril()
-    for l in range(ll.N_LAYER):
-        n = ll.rmsnorm(x, P[f"h{l}.ln1.w"])
-        q = lin(l, "q", n).view(Bn, Tn, ll.N_HEAD, HS).transpose(1, 2)
-        k = lin(l, "k", n).view(Bn, Tn, ll.N_KV_HEAD, HS).transpose(1, 2)
-        v = lin(l, "v", n).view(Bn, Tn, ll.N_KV_HEAD, HS).transpose(1, 2)
-        q, k = ll.rope(q), ll.rope(k)
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(HS)
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(Bn, Tn, C)
-        x = x + lin(l, "o", y)
-        n = ll.rmsnorm(x, P[f"h{l}.ln2.w"])
-        u = F.silu(lin(l, "gate", n)) * lin(l, "up", n)
-        x = x + lin(l, "down", u)
-    return ll.rmsnorm(x, P["lnf.w"]) @ P["head.w"].T
+    return lf.llama_forward(P, lin, inputs)
 
 
 def peft_config():
