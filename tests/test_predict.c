@@ -15,6 +15,7 @@
 #include "strategies/cost.h"
 #include "strategies/plan_rank.h"
 #include "strategies/predict.h"
+#include "strategies/profile.h"
 #include "strategies/roofline.h"
 #include "strategies/sizes.h"
 #include "strategies/space.h"
@@ -1073,21 +1074,11 @@ AA_TEST(a_context_group_across_hosts_takes_the_lines_of_where_it_sits) {
   free(c);
 }
 
-/* An H100 profile's figures (profiles/h100-80gb.json). */
+/* The built-in H100 profile (profiles/h100-80gb.json). */
 static aa_device_profile_t h100(void) {
   aa_device_profile_t p;
   memset(&p, 0, sizeof p);
-  p.version = AA_PROFILE_VERSION;
-  snprintf(p.name, sizeof p.name, "h100-80gb");
-  p.memory_bytes = 80LL << 30;
-  p.hbm_bytes_per_s = 3.35e12;
-  p.dense_flop_per_s[AA_PROFILE_FP32] = 67e12;
-  p.dense_flop_per_s[AA_PROFILE_TF32] = 494.5e12;
-  p.dense_flop_per_s[AA_PROFILE_BF16] = 989.5e12;
-  p.dense_flop_per_s[AA_PROFILE_FP16] = 989.5e12;
-  p.gpus_per_node = 8;
-  p.intra_node = (aa_profile_link_t){.bytes_per_s = 450e9, .latency_s = 3.4e-6};
-  p.inter_node = (aa_profile_link_t){.bytes_per_s = 50e9, .latency_s = 14e-6};
+  if (aa_profile_find(&p, "h100-80gb")) fprintf(stderr, "the h100-80gb profile: %s\n", aa_last_error());
   return p;
 }
 
