@@ -469,9 +469,9 @@ int aa_spec_require_planned(const aa_model_spec_t *s, bool cuda, const char *wha
   if (!cuda) return 0;
   if (s->arch.lora.r)
     return aa_error(AA_EUNSUPPORTED,
-                    "%s: %s fine-tunes LoRA adapters (lora): autoaccel measures and trains them on CPUs (one "
-                    "process or data parallel) and plans them from a device profile, but the cuda backend "
-                    "does not train them yet (docs/model-spec.md \"lora\")",
+                    "%s: %s fine-tunes LoRA adapters (lora): autoaccel measures and plans them on CPUs, and "
+                    "`train --device cuda:N` fine-tunes them on one GPU, "
+                    "but the planner does not search them on cuda pools yet (docs/model-spec.md \"lora\")",
                     what, s->name);
   return 0;
 }

@@ -166,6 +166,31 @@ int aa_lora_step(aa_lora_opt_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float
   return rc;
 }
 
+/* The fp32 base (host memory, n elements) rounded into m's params16. On
+ * another backend than the cpu's, through a device buffer of at most 4M
+ * elements at a time (cast_from_f32 reads backend memory). */
+static int cast_base(aa_gpt_t *m, const float *host, size_t n) {
+  const aa_ops_t *op = m->ops;
+  uint16_t *dst = m->params16.data;
+  int rc = 0;
+  if (op == aa_ops_cpu()) {
+    op->cast_from_f32(dst, m->opts.amp, host, n);
+  } else {
+    const size_t chunk = n < ((size_t)1 << 22) ? n : (size_t)1 << 22;
+    float *buf = NULL;
+    rc = op->alloc((void **)&buf, chunk * sizeof *buf);
+    for (size_t at = 0; !rc && at < n; at += chunk) {
+      const size_t k = n - at < chunk ? n - at : chunk;
+      if (!(rc = op->upload(buf, host + at, k * sizeof *buf)))
+        op->cast_from_f32(dst + at, m->opts.amp, buf, k);
+    }
+    if (!rc) rc = op->sync();
+    op->free(buf);
+  }
+  aa_gpt_params_changed(m);
+  return rc ? rc : op->sync();
+}
+
 int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path) {
   if (!m->arch.lora.r) return aa_error(AA_EINVAL, "lora: the model has no adapters");
   /* The checkpoint is the base's: checked against the base's hash. */
@@ -187,11 +212,7 @@ int aa_gpt_lora_load_base(aa_gpt_t *m, const char *path) {
   int rc = aa_gpt_create(&f, &base, aa_ops_cpu(), 1, 1, &o);
   if (!rc) rc = aa_ckpt_load(path, f, NULL, NULL);
   if (!rc && f->n_params != m->n_params) rc = aa_error(AA_EINVAL, "lora: the base's layout differs");
-  if (!rc) {
-    m->ops->cast_from_f32(m->params16.data, m->opts.amp, f->params.data, f->n_params);
-    aa_gpt_params_changed(m);
-    rc = m->ops->sync();
-  }
+  if (!rc) rc = cast_base(m, f->params.data, f->n_params);
   aa_gpt_free(f);
   return rc;
 }

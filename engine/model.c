@@ -553,21 +553,27 @@ static int moe_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_o
 }
 
 /* Whether the engine trains arch's LoRA adapters under these options:
- * this slice on the CPU backend (whose kernels skip a NULL weight
- * gradient), in fp32, bf16 or fp16, data, tensor, pipeline and context
- * parallel (a context rank computes its chunks' gradient of every adapter,
- * which the trainer averages over the data x context replicas as it does
- * a full model's), with ZeRO over the adapters (engine/lora.h) at any
- * layout. 0 without LoRA. */
+ * this slice (the backends' kernels skip a NULL weight gradient), in
+ * fp32, bf16 or fp16. On the cpu backend data, tensor, pipeline and
+ * context parallel (a context rank computes its chunks' gradient of every
+ * adapter, which the trainer averages over the data x context replicas as
+ * it does a full model's), with ZeRO over the adapters (engine/lora.h) at
+ * any layout; on the cuda backend in one process (engine/train.c refuses
+ * more ranks), without ZeRO (not yet run on a GPU: scripts/gpu-check.sh
+ * lora_train). 0 without LoRA. */
 static int lora_supported(const aa_arch_t *a, const aa_ops_t *ops, const aa_gpt_opts_t *o) {
-  (void)o;
   if (!a->lora.r) return 0;
-  const char *what = ops != aa_ops_cpu() ? "the cuda backend" : NULL;
+  const int tp = o->tensor && aa_comm_world(o->tensor) > 1, pp = o->pipe && o->pipe->pp > 1;
+  const int cp = o->context && aa_comm_world(o->context) > 1;
+  const char *what = ops == aa_ops_cpu() ? NULL
+                     : o->zero > 0       ? "ZeRO over the adapters on the cuda backend"
+                     : tp || pp || cp    ? "tensor, pipeline or context parallelism on the cuda backend"
+                                         : NULL;
   if (what)
     return aa_error(AA_EUNSUPPORTED,
-                    "lora: LoRA adapters train on the cpu backend, data, tensor, pipeline and context "
-                    "parallel, with ZeRO over the adapters, so far; "
-                    "%s is not supported yet (docs/training-knobs.md \"LoRA\")",
+                    "lora: LoRA adapters train on the cpu backend at every layout, with ZeRO over the "
+                    "adapters, and on the cuda backend in one process without ZeRO, so far; %s is not "
+                    "supported yet (docs/training-knobs.md \"LoRA\")",
                     what);
   return 0;
 }

@@ -295,6 +295,14 @@ static int setup(trainer_t *t) {
     return aa_error(AA_EINVAL, "a %s process group cannot serve ranks on %s (%s ranks meet in %s groups)", backend,
                     t->cuda_device >= 0 ? "a CUDA device" : "the CPU", t->cuda_device >= 0 ? "CUDA" : "CPU",
                     t->cuda_device >= 0 ? "nccl" : "shm");
+  /* LoRA on CUDA: one process so far (the adapters' loss mean and state
+   * reductions read host memory, which an nccl group does not); every rank
+   * refuses here, before any collective. */
+  if (t->lora && t->cuda_device >= 0 && aa_comm_world(t->world_group) > 1)
+    return aa_error(AA_EUNSUPPORTED,
+                    "lora: LoRA adapters train on the cuda backend in one process so far; %d ranks on CUDA "
+                    "devices are not supported yet (docs/training-knobs.md \"LoRA\")",
+                    aa_comm_world(t->world_group));
   /* ZeRO shards over the ranks holding the same slice of the model: the
    * data group times the context group (Megatron's). */
   if ((rc = aa_mesh_init(&t->mesh, &t->strat, t->world_group))) return rc;

@@ -56,7 +56,7 @@ typedef struct aa_ops {
   void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias, int N, int C,
                          int OC);
   /* dinp(N,C) += dout @ weight; dweight(OC,C) += dout^T @ inp;
-   * dbias(OC) += column sums of dout (dbias may be NULL). On the CPU
+   * dbias(OC) += column sums of dout (dbias may be NULL). On either
    * backend dweight may be NULL too, as may layernorm_backward's dweight
    * with its dbias and rmsnorm_backward's dweight: a frozen weight (LoRA's
    * base, engine/model.h), whose gradient is not computed. */

@@ -584,7 +584,7 @@ aa_gc_step_auto() {
 
 # The steps of run, in their order.
 AA_GC_STEPS="cuda_device cuda_ops reference_gpt2_cuda reference_llama_cuda reference_moe_cuda reference_moe2_cuda
-reference_qwen_cuda generate_cuda cuda_train moe_train bench_cuda_ops bench_cuda_train calib plan_compare auto_tiny
+reference_qwen_cuda generate_cuda cuda_train moe_train lora_train bench_cuda_ops bench_cuda_train calib plan_compare auto_tiny
 nccl_group nccl_hosts nccl_all_to_all"
 aa_gc_only=""
 
@@ -715,6 +715,7 @@ aa_gc_run() {
     aa_gc_step generate_cuda aa_gc_test generate_cuda 60 cuda test_generate
     aa_gc_step cuda_train aa_gc_test cuda_train 90 "" test_cuda_train
     aa_gc_step moe_train aa_gc_test moe_train 90 "" test_cuda_train moe
+    aa_gc_step lora_train aa_gc_test lora_train 90 "" test_cuda_train lora
     aa_gc_step bench_cuda_ops aa_gc_step_bench_ops
     aa_gc_step bench_cuda_train aa_gc_step_bench_train
     local clocks_loaded

@@ -121,6 +121,7 @@ int aa__cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const
   layernorm_backward_dx_kernel<<<aa__cuda_blocks(N, LN_WARPS), LN_WARPS * 32, 0, ctx->stream>>>(
       dinp, dout, inp, weight, mean, rstd, N, C);
   AA_CUDA_LAUNCHED();
+  if (!dweight) return 0; /* a frozen weight and bias (LoRA's base): no gradient */
   int nchunks = (N + LN_CHUNK - 1) / LN_CHUNK;
   float *part;
   int rc = aa__cuda_scratch(ctx, 2 * (size_t)nchunks * C * sizeof(float), (void **)&part);

@@ -124,6 +124,7 @@ int aa__cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout, co
   if (N <= 0 || C <= 0) return 0;
   rmsnorm_backward_dx_kernel<<<(unsigned)N, RMS_THREADS, 0, ctx->stream>>>(dinp, dout, inp, weight, rstd, C);
   AA_CUDA_LAUNCHED();
+  if (!dweight) return 0; /* a frozen weight (LoRA's base): no gradient */
   int nchunks = (N + RMS_CHUNK - 1) / RMS_CHUNK, rc;
   float *part;
   if ((rc = aa__cuda_scratch(ctx, (size_t)nchunks * C * sizeof(float), (void **)&part))) return rc;

@@ -200,16 +200,18 @@ int aa__cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const fl
   size_t len[3] = {(size_t)OC * C, (size_t)N * OC, (size_t)N * C};
   const void *op[3];
   cudaDataType_t ab;
-  int rc = narrow(ctx, 3, src, len, op, &ab);
+  // A frozen weight (LoRA's base: dweight NULL) needs no inp narrowed.
+  int rc = narrow(ctx, dweight ? 3 : 2, src, len, op, &ab);
   if (rc) return rc;
   // dinp(N,C) += dout(N,OC) @ weight(OC,C): column-major (C,N) += weight(C,OC) @ dout(OC,N)
   if ((rc = gemm(ctx, (gemm_t){CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, op[0], C, op[1], OC, 1.0f, dinp, C, NULL, ab},
                  0)))
     return rc;
   // dweight(OC,C) += dout^T @ inp: column-major (C,OC) += inp(C,N) @ dout(OC,N)^T
-  if ((rc = gemm(ctx, (gemm_t){CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, op[2], C, op[1], OC, 1.0f, dweight, C, NULL,
-                               ab},
-                 0)))
+  if (dweight &&
+      (rc = gemm(
+           ctx, (gemm_t){CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, op[2], C, op[1], OC, 1.0f, dweight, C, NULL, ab},
+           0)))
     return rc;
   if (dbias) return aa__cuda_colsum_accumulate(ctx, dbias, dout, N, OC);
   return 0;

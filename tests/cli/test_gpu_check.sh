@@ -54,7 +54,7 @@ expect 1 "libgfortran.so.5 resolves to .*, outside" bash "$GC" check-libs "$tmp/
 
 # --- run without a GPU -------------------------------------------------------------------
 # CUDA_VISIBLE_DEVICES=-1 hides the GPUs of a machine that has some, so this holds there too.
-steps=18
+steps=19
 t0=$SECONDS
 out=$(cd "$tmp" && CUDA_VISIBLE_DEVICES=-1 OUT="$tmp/out" bash "$GC" run 2>&1)
 rc=$?
