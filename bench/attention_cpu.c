@@ -7,10 +7,8 @@
  * GEMMs are not in bench_sgemm's --gpt list, so this is the part of a step
  * the GEMM floor leaves out. The thread count is OMP_NUM_THREADS.
  *
- * Not built by CMake; after a Release build in BUILD (e.g. build-release),
- * against the OpenBLAS build the engine loads (DIR, as for bench/sgemm.c):
- *   cc -O2 -fopenmp bench/attention_cpu.c BUILD/libaa_kernels_cpu.a BUILD/libaa_common.a \
- *      $(pkg-config --cflags --libs openblas) -Wl,-rpath,DIR -lm -o BUILD/bench_attention_cpu
+ * Built with the project (CMake target bench_attention_cpu; not a test);
+ * run it from a Release build, e.g. build-release/bench_attention_cpu.
  * usage: bench_attention_cpu [B T NH HS [REPS]]   (default 8 256 8 64 20) */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -18,10 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-void aa__cpu_attention_gqa_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
-                                   int HS);
-void aa__cpu_attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
-                                    int T, int NH, int NKV, int HS);
+#include "kernels/cpu/cpu_internal.h"
 
 #define ROW_BLOCK 32 /* GQA_ROW_BLOCK in cpu_attention.c, for the FLOP count */
 
