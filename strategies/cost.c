@@ -237,9 +237,16 @@ static void tensor_comm(const aa_arch_t *a, const aa_strategy_t *s, const aa_pp_
       add(g, AA_COST_ALL_REDUCE, A * f, 2 * C, f4);
     }
   }
-  /* LoRA: the replicated halves' gradient terms summed once a step
-   * (engine/model.h aa_gpt_lora_reduce_grads). */
-  if (a->lora.r) add(g, AA_COST_ALL_REDUCE, 1, L * lora_replicated(a), f4);
+  /* LoRA: the replicated halves' gradient terms summed (engine/model.h
+   * aa_gpt_lora_reduce_grads) where the data group reduces the adapters'
+   * gradient (engine/lora.c aa_lora_reduce): once a step, or after every
+   * micro-batch at ZeRO 2-3 without a pipeline, whose schedule reduces
+   * once. */
+  if (a->lora.r) {
+    const int each =
+        aa_sizes_zero_stage(s->zero, aa_sizes_replicas(s)) >= 2 && s->degree[AA_AXIS_PIPELINE] == 1;
+    add(g, AA_COST_ALL_REDUCE, each ? A : 1, L * lora_replicated(a), f4);
+  }
   add(g, AA_COST_ALL_GATHER, A * f, 3 * N * t, f4); /* the cross-entropy's max, sum and target logit */
   add(g, AA_COST_ALL_REDUCE, 1, 1, f4);             /* the gradient norm */
 }

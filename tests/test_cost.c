@@ -1045,6 +1045,20 @@ AA_TEST(lora_freezes_the_base_in_memory_flops_and_communication) {
   aa_cost_comm_t c;
   aa_cost_comm(&a, &s, 1, &c);
   CHECK(c.data.kind[AA_COST_ALL_REDUCE].calls == 2 && c.data.kind[AA_COST_ALL_REDUCE].bytes == 4 * (1 + ad));
+  /* At tp 2 the tensor group sums the replicated halves (q's and v's A,
+   * down's B: 3 x 2 x 32 = 192 a block, 384 in all) where the data group
+   * reduces: once a step at ZeRO 1, after each of 3 micro-batches at ZeRO
+   * 3 (engine/lora.c aa_lora_reduce). */
+  aa_cost_comm_t z1, z3;
+  s = strat(2, 1, AA_F32, AA_CKPT_NONE, 2);
+  s.degree[AA_AXIS_TENSOR] = 2;
+  aa_cost_comm(&a, &s, 3, &z1);
+  s.zero = 3;
+  aa_cost_comm(&a, &s, 3, &z3);
+  const aa_cost_calls_t *r1 = &z1.tensor.kind[AA_COST_ALL_REDUCE], *r3 = &z3.tensor.kind[AA_COST_ALL_REDUCE];
+  CHECK_MSG(r3->calls == r1->calls + 2 && r3->bytes == r1->bytes + 2 * 4 * 384,
+            "calls %llu -> %llu, bytes %llu -> %llu", (unsigned long long)r1->calls,
+            (unsigned long long)r3->calls, (unsigned long long)r1->bytes, (unsigned long long)r3->bytes);
   /* Its own model: another hash than the base's. */
   char h0[17], h1[17];
   aa_arch_hash(&small_llama, h0);
