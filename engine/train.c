@@ -238,7 +238,11 @@ static int open_device(trainer_t *t) {
   const char *d = t->opts->device;
   t->ops = aa_ops_cpu();
   t->cuda_device = -1;
-  if (!d || !strcmp(d, "cpu")) return 0;
+  if (!d || !strcmp(d, "cpu")) {
+    /* Which GEMM kernels run can halve a step (aa_cpu_blas_core). */
+    snprintf(t->device_line, sizeof t->device_line, "device cpu: OpenBLAS %s kernels\n", aa_cpu_blas_core());
+    return 0;
+  }
   char *end = NULL;
   long n = -1;
   if (!strcmp(d, "cuda")) n = 0;
@@ -837,7 +841,7 @@ int aa_train(const aa_model_spec_t *spec, const aa_train_opts_t *opts, aa_train_
   fprintf(t.log, "\n");
   fprintf(t.log, "data: %zu train tokens, %zu val tokens; unigram entropy %.4f nats\n", t.train.n_tokens,
           t.val.n_tokens, r.train_entropy);
-  if (t.cuda_device >= 0) fputs(t.device_line, t.log);
+  fputs(t.device_line, t.log);
   aa_strategy_key(&t.strat, r.key);
   fprintf(t.log, "strategy %s: batch %d x %d tokens as %d micro-batch%s of %d, %d threads, %d steps%s\n", r.key,
           cfg->global_batch, T, t.accum, t.accum == 1 ? "" : "es", B, threads, cfg->steps,

@@ -317,4 +317,10 @@ typedef struct aa_ops {
 /* The CPU backend. Always available. */
 const aa_ops_t *aa_ops_cpu(void);
 
+/* The OpenBLAS kernels ("core") the CPU backend runs, e.g. "Haswell" or
+ * "SkylakeX": OpenBLAS picks them when it loads, from the CPU or from
+ * OPENBLAS_CORETYPE, and on some CPUs that choice is half the GEMM speed
+ * (bench/README.md "Which OpenBLAS kernels run"). */
+const char *aa_cpu_blas_core(void);
+
 #endif

@@ -15,6 +15,8 @@ static void cpu_set_threads(int n) {
   openblas_set_num_threads(n);
 }
 
+const char *aa_cpu_blas_core(void) { return openblas_get_corename(); }
+
 /* The memory entries, in cpu_memory.c. */
 int aa__cpu_alloc(void **out, size_t bytes);
 void aa__cpu_free(void *p);

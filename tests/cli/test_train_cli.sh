@@ -59,6 +59,9 @@ expect 0 "strategy dp1.tp1.pp1.z0.bf16.ckpt-full.mb1: batch 2 x 8 tokens as 2 mi
   "$AA" train "$tmp/ok.json" --threads 1 --out "$tmp/run4" --strategy "$tmp/bf16.json"
 expect 0 "memory: params .*acts .*workspace .*peak total" \
   "$AA" train "$tmp/ok.json" --threads 1 --out "$tmp/run4" --strategy "$tmp/bf16.json"
+# The CPU's GEMM kernels are named (the machine's OPENBLAS_CORETYPE, when it sets one).
+expect 0 "device cpu: OpenBLAS ${OPENBLAS_CORETYPE:-[A-Za-z0-9]+} kernels" \
+  "$AA" train "$tmp/ok.json" --threads 1 --out "$tmp/run4" --strategy "$tmp/bf16.json"
 printf '["parallel_mode", ["amp_native", {"dtype": "fp16"}], "checkpoint"]\n' >"$tmp/atorch.json"
 expect 0 "strategy dp1.tp1.pp1.z0.fp16.ckpt-full.mb2" \
   "$AA" train "$tmp/ok.json" --threads 1 --out "$tmp/run5" --strategy "$tmp/atorch.json"
