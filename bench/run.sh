@@ -147,7 +147,14 @@ echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >"$WORK/results/loa
 printf '{"autoaccel": "%s", "openblas": "%s", "git": "%s"}\n' "$AUTOACCEL" "$(readlink -f "$BLAS_SO")" \
   "$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)" >"$WORK/results/env.json"
 # The sgemm probe runs after each model's pair, in the same round, so that
-# report.py divides a round's step by a floor measured minutes from it.
+# report.py divides a round's step by a floor measured minutes from it. Its
+# OpenBLAS threads idle as the engine's do: the autoaccel command sets
+# GOMP_SPINCOUNT=1000 unless the environment sets OMP_WAIT_POLICY or
+# GOMP_SPINCOUNT (kernels/README.md, "Idle workers"). With libgomp's default
+# spin instead, a loaded machine read the bundled model's floor at 67-612 ms
+# against 30-53 ms, above the engine's whole 38 ms step.
+PROBE_ENV=()
+[ -n "${OMP_WAIT_POLICY+x}${GOMP_SPINCOUNT+x}" ] || PROBE_ENV=(GOMP_SPINCOUNT=1000)
 for r in $(seq 1 "$ROUNDS"); do
   echo "round $r/$ROUNDS" >&2
   for i in "${!NAMES[@]}"; do
@@ -160,7 +167,8 @@ for r in $(seq 1 "$ROUNDS"); do
       "$PYTHON" "$ROOT/bench/torch_gpt.py" "$spec" --threads "$THREADS"
     grep '^{' "$WORK/logs/torch-$name-$r.log" >"$WORK/results/torch-$name-$r.json" || rm -f "$WORK/results/torch-$name-$r.json"
     read -r -a probe <<<"${PROBE[$i]}"
-    run_one "$name sgemm" "$WORK/logs/sgemm-$name-$r.log" "$SGEMM" --threads "$THREADS" --json ${probe[@]+"${probe[@]}"}
+    run_one "$name sgemm" "$WORK/logs/sgemm-$name-$r.log" env ${PROBE_ENV[@]+"${PROBE_ENV[@]}"} \
+      "$SGEMM" --threads "$THREADS" --json ${probe[@]+"${probe[@]}"}
     grep '^{' "$WORK/logs/sgemm-$name-$r.log" >"$WORK/results/sgemm-$name-$r.json" || rm -f "$WORK/results/sgemm-$name-$r.json"
   done
 done
