@@ -11,7 +11,9 @@
 #   --models L   comma-separated specs, each SPEC.json[:STEPS] (STEPS default
 #                8), instead of the bundled example and gpt-6l-512; e.g.
 #                bench/models/llama-6l-512.json
-#   --rounds R   interleaved rounds; each figure is the best round (default 3)
+#   --rounds R   rounds, each running every model's autoaccel, PyTorch and
+#                sgemm probe in turn; every ratio is taken within a round and
+#                the table shows the rounds' median (default 3)
 #   --work DIR   where data, specs, logs and results go (default: a temp dir,
 #                removed at the end unless --keep)
 # Environment: AUTOACCEL (the binary; default build-release/autoaccel, built
@@ -39,7 +41,7 @@ while [ $# -gt 0 ]; do
     --models) [ $# -ge 2 ] || die "--models needs a value"; MODEL_LIST=$2; shift 2 ;;
     --work) [ $# -ge 2 ] || die "--work needs a value"; WORK=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
@@ -91,17 +93,18 @@ if [ -n "$MODEL_LIST" ]; then
     [ -f "${MODELS[$i]%:*}" ] || die "no model spec at ${MODELS[$i]%:*}"
   done
 fi
-# gpt2 models come first: the sgemm probe's GEMMs and report.py's FLOP
-# formula are gpt2's, and report.py pairs the probe's i-th model with the
-# i-th name, so llama models (which the probe skips) go last.
-NAMES=() LLAMA_NAMES=()
+# Each model's linear-layer GEMMs for the sgemm probe (bench_sgemm --gpt or
+# --llama, rows = batch * seq_len); none for a mixture of experts, whose
+# GEMMs the probe does not know. report.py finds a model's figures in the
+# probe's output by these dimensions.
+NAMES=() PROBE=()
 for entry in "${MODELS[@]}"; do
   src=${entry%:*}
   steps=${STEPS:-${entry##*:}}
   [[ $steps =~ ^[1-9][0-9]*$ ]] || die "'$entry': steps '$steps' is not a positive integer"
   name=$(basename "$(dirname "$src")")
   [ "$name" = models ] && name=$(basename "$src" .json)
-  family=$("$PYTHON" - "$src" "$WORK/specs/$name.json" "$WORK/data" "$steps" <<'EOF'
+  probe=$("$PYTHON" - "$src" "$WORK/specs/$name.json" "$WORK/data" "$steps" <<'EOF'
 import json, sys
 src, dst, data, steps = sys.argv[1:]
 with open(src) as f:
@@ -112,22 +115,19 @@ t.update(steps=int(steps), eval_every=0, eval_batches=1, checkpoint_every=0)
 t["warmup_steps"] = min(int(t.get("warmup_steps", 0)), int(steps))
 with open(dst, "w") as f:
     json.dump(js, f, indent=1)
-print(js["model"].get("family", "gpt2"))
+m = js["model"]
+dims = [t["global_batch"] * m["seq_len"], m["d_model"], m["d_ff"], m["vocab_size"], m["n_layer"]]
+if m.get("moe"):
+    print("")
+elif m.get("family") == "llama":
+    dims += [m["n_head"], m.get("n_kv_head", m["n_head"]), 1 if m.get("qkv_bias") else 0]
+    print("--llama " + ",".join(map(str, dims)))
+else:
+    print("--gpt " + ",".join(map(str, dims)))
 EOF
-)
-  if [ "$family" = llama ]; then LLAMA_NAMES+=("$name"); else NAMES+=("$name"); fi
+) || die "cannot read the model spec $src"
+  NAMES+=("$name") PROBE+=("$probe")
 done
-
-# GEMM problem of each gpt2 model for the sgemm probe: rows = batch * seq_len.
-GPT_ARGS=()
-for name in ${NAMES[@]+"${NAMES[@]}"}; do
-  dims=$("$PYTHON" -c 'import json,sys
-js = json.load(open(sys.argv[1])); m = js["model"]
-print("%d,%d,%d,%d,%d" % (js["train"]["global_batch"] * m["seq_len"], m["d_model"], m["d_ff"], m["vocab_size"], m["n_layer"]))' \
-    "$WORK/specs/$name.json")
-  GPT_ARGS+=(--gpt "$dims")
-done
-NAMES+=(${LLAMA_NAMES[@]+"${LLAMA_NAMES[@]}"})
 
 # --- measure ----------------------------------------------------------------
 # Contenders alternate within each round so that a noisy neighbour hurts
@@ -146,10 +146,19 @@ busy0=$(busy_ticks) own0=$(own_ticks) t0=$(date +%s.%N)
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >"$WORK/results/load.txt"
 printf '{"autoaccel": "%s", "openblas": "%s", "git": "%s"}\n' "$AUTOACCEL" "$(readlink -f "$BLAS_SO")" \
   "$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)" >"$WORK/results/env.json"
+# The sgemm probe runs after each model's pair, in the same round, so that
+# report.py divides a round's step by a floor measured minutes from it. Its
+# OpenBLAS threads idle as the engine's do: the autoaccel command sets
+# GOMP_SPINCOUNT=1000 unless the environment sets OMP_WAIT_POLICY or
+# GOMP_SPINCOUNT (kernels/README.md, "Idle workers"). With libgomp's default
+# spin instead, a loaded machine read the bundled model's floor at 67-612 ms
+# against 30-53 ms, above the engine's whole 38 ms step.
+PROBE_ENV=()
+[ -n "${OMP_WAIT_POLICY+x}${GOMP_SPINCOUNT+x}" ] || PROBE_ENV=(GOMP_SPINCOUNT=1000)
 for r in $(seq 1 "$ROUNDS"); do
   echo "round $r/$ROUNDS" >&2
-  for name in "${NAMES[@]}"; do
-    spec=$WORK/specs/$name.json
+  for i in "${!NAMES[@]}"; do
+    name=${NAMES[$i]} spec=$WORK/specs/${NAMES[$i]}.json
     run_one "$name autoaccel" "$WORK/logs/aa-$name-$r.log" \
       "$AUTOACCEL" train "$spec" --threads "$THREADS" --summary-json "$WORK/results/aa-$name-$r.json" \
       --out "$WORK/runs/$name" --log-every 1000000
@@ -157,8 +166,11 @@ for r in $(seq 1 "$ROUNDS"); do
       env LD_LIBRARY_PATH="$BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
       "$PYTHON" "$ROOT/bench/torch_gpt.py" "$spec" --threads "$THREADS"
     grep '^{' "$WORK/logs/torch-$name-$r.log" >"$WORK/results/torch-$name-$r.json" || rm -f "$WORK/results/torch-$name-$r.json"
+    read -r -a probe <<<"${PROBE[$i]}"
+    run_one "$name sgemm" "$WORK/logs/sgemm-$name-$r.log" env ${PROBE_ENV[@]+"${PROBE_ENV[@]}"} \
+      "$SGEMM" --threads "$THREADS" --json ${probe[@]+"${probe[@]}"}
+    grep '^{' "$WORK/logs/sgemm-$name-$r.log" >"$WORK/results/sgemm-$name-$r.json" || rm -f "$WORK/results/sgemm-$name-$r.json"
   done
-  run_one "sgemm" "$WORK/results/sgemm-$r.json" "$SGEMM" --threads "$THREADS" --json ${GPT_ARGS[@]+"${GPT_ARGS[@]}"}
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$WORK/results/load.txt"
 awk -v b="$(( $(busy_ticks) - busy0 ))" -v o="$(( $(own_ticks) - own0 ))" -v t0="$t0" -v t1="$(date +%s.%N)" \
@@ -169,7 +181,5 @@ awk -v b="$(( $(busy_ticks) - busy0 ))" -v o="$(( $(own_ticks) - own0 ))" -v t0=
   >>"$WORK/results/load.txt" 2>"$WORK/results/noise.json"
 
 "$PYTHON" "$ROOT/bench/report.py" "$WORK" "${NAMES[@]}"
-[ ${#LLAMA_NAMES[@]} -eq 0 ] || echo "note: ${LLAMA_NAMES[*]}: llama; the sgemm probe skips it, so its GEMM" \
-  "column is empty: read tok/s, GFLOP/s and aa/torch" >&2
 [ "$KEEP" = 1 ] && echo "results kept in $WORK" >&2
 exit 0
