@@ -3,13 +3,17 @@
  * Runs aa__cpu_attention_gqa_forward and aa__cpu_attention_gqa_backward
  * (kernels/cpu/cpu_attention.c) on fixed pseudo-random q, k, v and output
  * gradients, REPS times each, and prints the best forward and backward time
- * in ms with their GFLOP/s (the GEMM FLOPs of the 32-row causal blocks). These
- * GEMMs are not in bench_sgemm's --gpt list, so this is the part of a step
- * the GEMM floor leaves out. The thread count is OMP_NUM_THREADS.
+ * in ms with their GFLOP/s. The FLOPs counted are a fixed measure of the
+ * work, those of the GEMMs over 32-row causal blocks that the kernel ran
+ * until issue 37's step 5, so GFLOP/s figures compare across versions as
+ * the times do. These products are not in bench_sgemm's --gpt list, so this
+ * is the part of a step the GEMM floor leaves out. The thread count is
+ * OMP_NUM_THREADS. NKV (default NH, multi-head attention) is the number of
+ * key/value heads: 2 with NH 8 is llama-6l-512's grouped-query shape.
  *
  * Built with the project (CMake target bench_attention_cpu; not a test);
  * run it from a Release build, e.g. build-release/bench_attention_cpu.
- * usage: bench_attention_cpu [B T NH HS [REPS]]   (default 8 256 8 64 20) */
+ * usage: bench_attention_cpu [B T NH HS [REPS [NKV]]]   (default 8 256 8 64 20 8) */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +22,7 @@
 
 #include "kernels/cpu/cpu_internal.h"
 
-#define ROW_BLOCK 32 /* GQA_ROW_BLOCK in cpu_attention.c, for the FLOP count */
+#define ROW_BLOCK 32 /* the FLOP measure's query blocks (see above) */
 
 static double now(void) {
   struct timespec t;
@@ -35,10 +39,10 @@ static int arg(const char *s, int lo, int hi, int *out) {
 }
 
 int main(int argc, char **argv) {
-  int dims[5] = {8, 256, 8, 64, 20};
-  static const int hi[5] = {1024, 8192, 256, 1024, 100000};
-  if (argc != 1 && argc != 5 && argc != 6) {
-    fprintf(stderr, "usage: bench_attention_cpu [B T NH HS [REPS]]\n");
+  int dims[6] = {8, 256, 8, 64, 20, 0};
+  static const int hi[6] = {1024, 8192, 256, 1024, 100000, 256};
+  if (argc != 1 && (argc < 5 || argc > 7)) {
+    fprintf(stderr, "usage: bench_attention_cpu [B T NH HS [REPS [NKV]]]\n");
     return 2;
   }
   for (int i = 1; i < argc; i++) {
@@ -48,10 +52,16 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  int B = dims[0], T = dims[1], NH = dims[2], HS = dims[3], reps = dims[4], W = 3 * NH * HS;
+  int B = dims[0], T = dims[1], NH = dims[2], HS = dims[3], reps = dims[4], NKV = argc == 7 ? dims[5] : NH;
+  if (NKV > NH || NH % NKV != 0) {
+    fprintf(stderr, "bench_attention_cpu: NKV %d must divide NH %d\n", NKV, NH);
+    return 2;
+  }
+  int W = (NH + 2 * NKV) * HS;
   size_t n_qkv = (size_t)B * T * W, n_out = (size_t)B * T * NH * HS;
   if (n_qkv > ((size_t)1 << 28)) {
-    fprintf(stderr, "bench_attention_cpu: B*T*3*NH*HS = %zu floats is over the 2^28 this bench allocates\n",
+    fprintf(stderr,
+            "bench_attention_cpu: B*T*(NH+2*NKV)*HS = %zu floats is over the 2^28 this bench allocates\n",
             n_qkv);
     return 2;
   }
@@ -79,22 +89,22 @@ int main(int argc, char **argv) {
   double best_f = 1e30, best_b = 1e30, check = 0.0;
   for (int r = 0; r < reps; r++) {
     double t0 = now();
-    aa__cpu_attention_gqa_forward(out, lse, qkv, B, T, NH, NH, HS);
+    aa__cpu_attention_gqa_forward(out, lse, qkv, B, T, NH, NKV, HS);
     double t1 = now();
     memset(dqkv, 0, n_qkv * sizeof(float));
     double t2 = now();
-    aa__cpu_attention_gqa_backward(dqkv, dout, qkv, lse, B, T, NH, NH, HS);
+    aa__cpu_attention_gqa_backward(dqkv, dout, qkv, lse, B, T, NH, NKV, HS);
     double t3 = now();
     best_f = t1 - t0 < best_f ? t1 - t0 : best_f;
     best_b = t3 - t2 < best_b ? t3 - t2 : best_b;
   }
   for (size_t i = 0; i < n_qkv; i += 4099)
     check += dqkv[i];
-  printf(
-      "B=%d T=%d NH=%d HS=%d, best of %d: forward %.2f ms (%.1f GFLOP/s), backward %.2f ms (%.1f GFLOP/s); "
-      "checksum %.6g\n",
-      B, T, NH, HS, reps, best_f * 1e3, fwd_flop / best_f * 1e-9, best_b * 1e3, bwd_flop / best_b * 1e-9,
-      check);
+  printf("B=%d T=%d NH=%d NKV=%d HS=%d, best of %d: forward %.2f ms (%.1f GFLOP/s), backward %.2f ms (%.1f "
+         "GFLOP/s); "
+         "checksum %.6g\n",
+         B, T, NH, NKV, HS, reps, best_f * 1e3, fwd_flop / best_f * 1e-9, best_b * 1e3,
+         bwd_flop / best_b * 1e-9, check);
   free(qkv);
   free(dqkv);
   free(out);

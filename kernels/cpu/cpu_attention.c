@@ -1,176 +1,358 @@
-/* Causal multi-head and grouped-query self-attention on top of
- * single-threaded sgemm. Multi-head attention (attention_forward/backward)
- * is grouped-query attention with as many key/value heads as query heads,
- * and runs the same code (bit for bit what it ran before GQA existed).
+/* Causal multi-head and grouped-query self-attention on the CPU, with its
+ * own register-tiled matrix products instead of sgemm. Multi-head attention
+ * (attention_forward/backward) is grouped-query attention with as many
+ * key/value heads as query heads, and runs the same code.
  *
  * Each (batch, head) is an independent problem on a (T,hs) slice of qkv whose
- * rows are (NH + 2 NKV) hs apart, which sgemm reads in place through its leading
- * dimension. The T queries are processed in blocks of GQA_ROW_BLOCK rows:
- * block [r0,r1) only needs keys 0..r1-1, so the GEMMs skip the masked
- * triangle except the diagonal block. OpenMP runs one head per thread, each
- * calling single-threaded sgemm (see gqa_blas_single). Measured on 2 cores with
- * B=8, T=256, C=512, NH=8 (forward / backward): 8 / 9.5 ms, against 23 / 84
- * ms for hand-vectorised loops over a transposed copy of K (V), 11 / 14 ms
- * for full T x T GEMMs, and 22 ms forward for a serial loop over heads with
- * sgemm threading inside each small GEMM. Blocks of 32 rows beat 64 and 128
- * by 5-20% (less of the triangle computed, GEMMs still efficient). (These
- * figures are from when the forward kept att(B,NH,T,T); see below.)
+ * rows are (NH + 2 NKV) hs apart. Every product is cut into micro-tiles of
+ * AT_MR rows by AT_NR columns held in registers (at_tile), the B operand's
+ * rows contiguous: a thread first copies its head's K^T, V (and in the
+ * backward K, V^T, Q, dO) into padded per-thread buffers, AT_VL-float
+ * aligned widths. A tile of query rows i0..i0+AT_MR-1 only computes the keys
+ * 0..i0+AT_MR-1 it can see, so the masked triangle costs at most one tile
+ * edge. The forward does scores, softmax and P V tile by tile while the
+ * tile's scores sit in L1; the backward works in blocks of AT_ROW_BLOCK
+ * query rows (probabilities and their gradient for the block, then the key
+ * and value gradients of the block's keys, each key tile starting at the
+ * first query that sees it).
+ *
+ * Why not sgemm: per (batch, head) the GEMMs are small (32-256 rows, inner
+ * dimension 64), and OpenBLAS repacked K and V at every call (18 % of the
+ * sgemm version's time in a profile with its SkylakeX kernels). Measured
+ * with bench_attention_cpu, B=8 T=256 NH=8 HS=64, one thread, CPU time,
+ * OpenBLAS's Haswell kernels (this machine's default), 5 alternated pairs:
+ * forward 9.5 -> 5.0 ms, backward 20.1 -> 10.9 ms; with 2 key/value heads
+ * (llama-6l-512) 9.1 -> 4.3 and 19.2 -> 9.2 ms. The tile alone runs at
+ * ~250 GFLOP/s on one AVX-512 core with its operands in L1; what is left
+ * of the forward is mostly the softmax rows and the first reads of q, k
+ * and v. More in bench/README.md (issue 37, step 5).
  *
  * Nothing T x T is kept between the passes (the contract in ops.h): the
  * forward keeps one logsumexp per query row, and the backward recomputes a
  * row block's probabilities from q, k and it, one block at a time in
- * per-thread scratch. That costs one more score GEMM per block in the
- * backward and saves B*NH*T*T floats per layer of kept activations.
+ * per-thread scratch (AT_ROW_BLOCK x T floats, twice).
  *
  * Determinism: every output element is produced by one thread with a fixed
- * sequence of single-threaded GEMMs, so results do not depend on the thread
- * count, and nothing uses float atomics. */
+ * sequence of operations, so results do not depend on the thread count, and
+ * nothing uses float atomics. */
 #include "cpu_internal.h"
 
-#include <cblas.h>
 #include <math.h>
-#include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
-#define GQA_ROW_BLOCK 32
+/* Vector width (floats) and micro-tile shape per instruction set: AT_MR x
+ * AT_NV accumulators plus AT_NV loaded rows of B fit in the 32 (AVX-512) or
+ * 16 (AVX, SSE) vector registers. */
+#if defined(__AVX512F__)
+#define AT_VL 16
+#define AT_NV 4
+#elif defined(__AVX__)
+#define AT_VL 8
+#define AT_NV 2
+#else
+#define AT_VL 4
+#define AT_NV 2
+#endif
+#define AT_MR 6
+#define AT_NR (AT_VL * AT_NV)
+/* Query rows per backward block: the key and value gradients' inner
+ * dimension. Larger blocks cost two AT_ROW_BLOCK x T scratch buffers. */
+#define AT_ROW_BLOCK 64
 
-/* ------------------------------------------------------ grouped-query attention */
+typedef float at_v __attribute__((vector_size(AT_VL * sizeof(float))));
 
-/* The per-head GEMMs run concurrently from OpenMP threads and must stay
- * single-threaded; only OpenBLAS's pthread build needs its global count set
- * to 1 (for the duration, then restored: the engine drives the op table
- * from one thread, so nobody else calls BLAS meanwhile). */
-static int gqa_blas_single(void) {
-  if (openblas_get_parallel() != OPENBLAS_THREAD) return 0;
-  int n = openblas_get_num_threads();
-  openblas_set_num_threads(1);
-  return n;
+static inline at_v at_load(const float *p) {
+  at_v v;
+  memcpy(&v, p, sizeof v);
+  return v;
 }
 
-static void gqa_blas_restore(int n) {
-  if (n > 0) openblas_set_num_threads(n);
-}
+static inline void at_store(float *p, at_v v) { memcpy(p, &v, sizeof v); }
 
-/* One head's operands: q, k, v at the head's first column with row stride
- * ld (W = (NH + 2 NKV) HS), and out (or dout) with row stride ldo (NH HS). */
-typedef struct {
-  const float *q, *k, *v;
-  int ld, ldo, hs;
-} gqa_head_t;
+static inline int at_round(int n) { return (n + AT_VL - 1) / AT_VL * AT_VL; }
 
-/* Softmax of score rows r0..r0+m-1 (stride ld, already scaled) under the
- * causal mask, columns after t zeroed; lse[i] receives row i's logsumexp. */
-static void gqa_softmax_rows(float *s, float *lse, int r0, int m, int ld) {
-  for (int i = 0; i < m; i++) {
-    int t = r0 + i;
-    float *row = s + (size_t)i * ld;
-    float maxv = row[0];
-#pragma omp simd reduction(max : maxv)
-    for (int j = 1; j <= t; j++)
-      maxv = row[j] > maxv ? row[j] : maxv;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j <= t; j++) {
-      row[j] = aa__cpu_expf(row[j] - maxv);
-      sum += row[j];
+/* Row stride of the T-wide buffers (K^T, V^T, probabilities): a whole
+ * number of vectors plus one cache line, so that a column walk does not
+ * land in a few L1 sets. At T = 256, 1 KiB rows made the K^T copy 10x
+ * slower than with 1088-byte ones. */
+static inline int at_stride(int T) { return at_round(T) + 16; }
+
+/* c(rows x cols) = or += alpha * a(rows x K) b(K x cols), for rows <= AT_MR
+ * and cols <= nv AT_VL: a(i,k) at a[i ars + k acs], b's row k at b + k ldb,
+ * readable for nv AT_VL floats. Rows past `rows` recompute the last row (so
+ * a is only read in bounds) and are not stored. nv is a constant after
+ * inlining, so the accumulators live in registers.
+ *
+ * Not instrumented by AddressSanitizer (this and at_tile): the loop is the
+ * kernel's GEMM, and in the sanitized test build instrumenting its loads made
+ * attention ~2x slower than the uninstrumented OpenBLAS it replaced, enough
+ * to move the planner's timing-calibrated choices in the CLI tests. The
+ * callers, which set the bounds, stay instrumented; the tile's reads were
+ * checked with it instrumented (test_ops_attention and the op tests, with
+ * AVX-512, AVX2 and SSE builds). */
+static inline __attribute__((always_inline, no_sanitize_address)) void
+at_tile_nv(const int nv, float *c, ptrdiff_t ldc, int rows, int cols, const float *a, ptrdiff_t ars,
+           ptrdiff_t acs, const float *b, ptrdiff_t ldb, int K, float alpha, int add) {
+  at_v acc[AT_MR][AT_NV];
+  const float *ar[AT_MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < AT_MR; r++) {
+    ar[r] = a + (ptrdiff_t)(r < rows ? r : rows - 1) * ars;
+#pragma GCC unroll 8
+    for (int v = 0; v < AT_NV; v++)
+      acc[r][v] = (at_v){0};
+  }
+  for (int k = 0; k < K; k++) {
+    const float *bk = b + (ptrdiff_t)k * ldb;
+    at_v bv[AT_NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < nv; v++)
+      bv[v] = at_load(bk + v * AT_VL);
+#pragma GCC unroll 8
+    for (int r = 0; r < AT_MR; r++) {
+      float x = ar[r][(ptrdiff_t)k * acs];
+#pragma GCC unroll 8
+      for (int v = 0; v < nv; v++)
+        acc[r][v] += bv[v] * x;
     }
-    float inv = 1.0f / sum;
-    for (int j = 0; j <= t; j++)
-      row[j] *= inv;
-    for (int j = t + 1; j < ld; j++)
-      row[j] = 0.0f;
-    lse[i] = maxv + logf(sum);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < AT_MR; r++) {
+    if (r >= rows) break;
+    float *cr = c + (ptrdiff_t)r * ldc;
+#pragma GCC unroll 8
+    for (int v = 0; v < nv; v++) {
+      at_v x = acc[r][v] * alpha;
+      int n = cols - v * AT_VL;
+      if (n >= AT_VL) {
+        if (add) x += at_load(cr + v * AT_VL);
+        at_store(cr + v * AT_VL, x);
+      } else {
+        float t[AT_VL];
+        memcpy(t, &x, sizeof t);
+        for (int e = 0; e < n; e++)
+          cr[v * AT_VL + e] = add ? cr[v * AT_VL + e] + t[e] : t[e];
+      }
+    }
   }
 }
 
-/* Scaled scores of query rows r0..r1-1 against keys 0..r1-1 into p (m x r1). */
-static void gqa_block_scores(float *p, const gqa_head_t *hd, int r0, int r1) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hd->hs, 1.0f / sqrtf((float)hd->hs),
-              hd->q + (size_t)r0 * hd->ld, hd->ld, hd->k, hd->ld, 0.0f, p, r1);
+__attribute__((no_sanitize_address)) static void at_tile(float *c, ptrdiff_t ldc, int rows, int cols,
+                                                         const float *a, ptrdiff_t ars, ptrdiff_t acs,
+                                                         const float *b, ptrdiff_t ldb, int K, float alpha,
+                                                         int add) {
+  switch ((cols + AT_VL - 1) / AT_VL) {
+  case 1: at_tile_nv(1, c, ldc, rows, cols, a, ars, acs, b, ldb, K, alpha, add); break;
+  case 2: at_tile_nv(2, c, ldc, rows, cols, a, ars, acs, b, ldb, K, alpha, add); break;
+#if AT_NV == 4
+  case 3: at_tile_nv(3, c, ldc, rows, cols, a, ars, acs, b, ldb, K, alpha, add); break;
+  case 4: at_tile_nv(4, c, ldc, rows, cols, a, ars, acs, b, ldb, K, alpha, add); break;
+#endif
+  default: break; /* cols is at most AT_NR: at_rows cuts it */
+  }
 }
 
-/* P(t,u) = exp(s(t,u) - lse(t)) for u <= t, else 0, rows r0..r1-1. */
-static void gqa_block_probs(float *p, const float *lse, const gqa_head_t *hd, int r0, int r1) {
-  gqa_block_scores(p, hd, r0, r1);
-  for (int i = 0; i < r1 - r0; i++) {
-    int t = r0 + i;
-    float *row = p + (size_t)i * r1, l = lse[t];
+/* c(rows x n) = or += alpha * a(rows x K) b(K x n), rows <= AT_MR, in column
+ * tiles of AT_NR; b's rows readable for n rounded up to AT_VL floats. */
+static void at_rows(float *c, ptrdiff_t ldc, int rows, int n, const float *a, ptrdiff_t ars, ptrdiff_t acs,
+                    const float *b, ptrdiff_t ldb, int K, float alpha, int add) {
+  for (int j0 = 0; j0 < n; j0 += AT_NR)
+    at_tile(c + j0, ldc, rows, aa__cpu_min(AT_NR, n - j0), a, ars, acs, b + j0, ldb, K, alpha, add);
+}
+
+/* dst(T x ldd) <- the (T,hs) slice src (rows ld apart), columns hs..ldd-1
+ * zeroed: the tiles read whole vectors. */
+static void at_pack_rows(float *dst, int ldd, const float *src, int ld, int T, int hs) {
+  for (int t = 0; t < T; t++) {
+    memcpy(dst + (size_t)t * ldd, src + (size_t)t * ld, (size_t)hs * sizeof(float));
+    for (int d = hs; d < ldd; d++)
+      dst[(size_t)t * ldd + d] = 0.0f;
+  }
+}
+
+/* dst(hs x ldd) <- the transpose of the (T,hs) slice src (rows ld apart), 16
+ * rows of src at a time: they stay in L1 while each row of dst gets a cache
+ * line. The callers pass a packed copy (at_pack_rows) as src: transposing
+ * straight from qkv's rows, 6 KiB apart and not yet cached, cost as much as
+ * a third of the forward's GEMM time in cache misses. */
+static void at_pack_cols(float *dst, int ldd, const float *src, int ld, int T, int hs) {
+  for (int t0 = 0; t0 < T; t0 += 16) {
+    int t1 = aa__cpu_min(t0 + 16, T);
+    for (int d = 0; d < hs; d++)
+      for (int t = t0; t < t1; t++)
+        dst[(size_t)d * ldd + t] = src[(size_t)t * ld + d];
+  }
+  for (int d = 0; d < hs; d++)
+    for (int t = T; t < ldd; t++)
+      dst[(size_t)d * ldd + t] = 0.0f;
+}
+
+/* Lane helpers for the softmax rows, which run over whole vectors (to
+ * column t + 1 rounded up to AT_VL, which the score tiles wrote) with the
+ * masked columns selected away. Loops with a scalar remainder per row (and
+ * scalar exps in it) took a quarter of the forward. */
+typedef int32_t at_vi __attribute__((vector_size(AT_VL * sizeof(float))));
+
+static inline at_v at_splat(float x) { return (at_v){0} + x; }
+
+/* Lanes j0 + e <= t: all ones, the others zero. */
+static inline at_vi at_seen(int j0, int t) {
+  static const int32_t iota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  at_vi lane;
+  memcpy(&lane, iota, sizeof lane);
+  return lane <= ((at_vi){0} + (t - j0));
+}
+
+static inline at_v at_select(at_vi m, at_v a, at_v b) { return (at_v)((m & (at_vi)a) | (~m & (at_vi)b)); }
+
+/* aa__cpu_expf per lane (one vector iteration of a simd loop). */
+static inline at_v at_exp(at_v x) {
+  float f[AT_VL];
+  memcpy(f, &x, sizeof f);
 #pragma omp simd
-    for (int j = 0; j <= t; j++)
-      row[j] = aa__cpu_expf(row[j] - l);
-    for (int j = t + 1; j < r1; j++)
-      row[j] = 0.0f;
+  for (int e = 0; e < AT_VL; e++)
+    f[e] = aa__cpu_expf(f[e]);
+  return at_load(f);
+}
+
+/* The lanes' sum and maximum, in a fixed order. */
+static inline float at_hsum(at_v v) {
+  float s = 0.0f;
+  for (int e = 0; e < AT_VL; e++)
+    s += v[e];
+  return s;
+}
+
+static inline float at_hmax(at_v v) {
+  float m = v[0];
+  for (int e = 1; e < AT_VL; e++)
+    m = v[e] > m ? v[e] : m;
+  return m;
+}
+
+/* Row t of the probabilities in place: row[0..t] holds scaled scores and
+ * becomes their softmax, row[t+1..n-1] is zeroed; returns the logsumexp. */
+static float at_softmax_row(float *row, int t, int n) {
+  int jn = at_round(t + 1);
+  at_v mv = at_splat(-INFINITY), sv = at_splat(0.0f);
+  for (int j0 = 0; j0 < jn; j0 += AT_VL) {
+    at_v x = at_select(at_seen(j0, t), at_load(row + j0), at_splat(-INFINITY));
+    mv = at_select(x > mv, x, mv);
+  }
+  float maxv = at_hmax(mv);
+  for (int j0 = 0; j0 < jn; j0 += AT_VL) {
+    at_v e = at_select(at_seen(j0, t), at_exp(at_load(row + j0) - maxv), at_splat(0.0f));
+    at_store(row + j0, e);
+    sv += e;
+  }
+  float sum = at_hsum(sv), inv = 1.0f / sum;
+  for (int j0 = 0; j0 < jn; j0 += AT_VL)
+    at_store(row + j0, at_load(row + j0) * inv);
+  for (int j = jn; j < n; j++)
+    row[j] = 0.0f;
+  return maxv + logf(sum);
+}
+
+/* One query head's forward: o(T,hs) (rows ldo apart) and lse(T) from q (rows
+ * ld apart), kt = K^T (hs x Tp) and vp = V (T x hsp); s is AT_MR x Tp
+ * scratch. Per tile of query rows: scores against the keys the tile sees,
+ * softmax, then P V. */
+static void at_head_forward(float *o, int ldo, float *lse, const float *q, int ld, const float *kt,
+                            const float *vp, int T, int Tp, int hs, int hsp, float *s) {
+  float scale = 1.0f / sqrtf((float)hs);
+  for (int i0 = 0; i0 < T; i0 += AT_MR) {
+    int rows = aa__cpu_min(AT_MR, T - i0), n = i0 + rows;
+    at_rows(s, Tp, rows, at_round(n), q + (size_t)i0 * ld, ld, 1, kt, Tp, hs, scale, 0);
+    for (int i = 0; i < rows; i++)
+      lse[i0 + i] = at_softmax_row(s + (size_t)i * Tp, i0 + i, n);
+    at_rows(o + (size_t)i0 * ldo, ldo, rows, hs, s, Tp, 1, vp, hsp, n, 1.0f, 0);
   }
 }
 
 /* out(B,T,NH HS), lse(B,NH,T) from qkv(B,T,(NH + 2 NKV) HS). One query head
- * per thread; the probabilities of a row block live in per-thread scratch. */
+ * per thread; a thread packs K^T and V once for consecutive heads of the
+ * same key/value head. */
 void aa__cpu_attention_gqa_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
                                    int HS) {
-  int W = (NH + 2 * NKV) * HS, ldo = NH * HS, group = NH / NKV;
-  int blas_threads = gqa_blas_single();
+  int W = (NH + 2 * NKV) * HS, ldo = NH * HS, group = NH / NKV, Tp = at_stride(T), hsp = at_round(HS);
 #pragma omp parallel
   {
-    float *p = aa__cpu_scratch((size_t)GQA_ROW_BLOCK * T, "attention");
+    float *kt = aa__cpu_scratch((size_t)HS * Tp + (size_t)2 * T * hsp + (size_t)AT_MR * Tp, "attention");
+    float *vp = kt + (size_t)HS * Tp, *kp = vp + (size_t)T * hsp, *s = kp + (size_t)T * hsp;
+    int packed = -1; /* b * NKV + g of what kt and vp hold */
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
         const float *base = qkv + (size_t)b * T * W;
         int g = h / group;
-        gqa_head_t hd = {base + (size_t)h * HS,
-                         base + (size_t)(NH + g) * HS,
-                         base + (size_t)(NH + NKV + g) * HS,
-                         W,
-                         ldo,
-                         HS};
-        float *o = out + (size_t)b * T * ldo + (size_t)h * HS; // (T,HS), rows ldo apart
-        float *l = lse + ((size_t)b * NH + h) * T;             // (T)
-        for (int r0 = 0; r0 < T; r0 += GQA_ROW_BLOCK) {
-          int r1 = aa__cpu_min(r0 + GQA_ROW_BLOCK, T), m = r1 - r0;
-          gqa_block_scores(p, &hd, r0, r1);
-          gqa_softmax_rows(p, l + r0, r0, m, r1);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, HS, r1, 1.0f, p, r1, hd.v, W, 0.0f,
-                      o + (size_t)r0 * ldo, ldo);
+        if (packed != b * NKV + g) {
+          at_pack_rows(kp, hsp, base + (size_t)(NH + g) * HS, W, T, HS);
+          at_pack_cols(kt, Tp, kp, hsp, T, HS);
+          at_pack_rows(vp, hsp, base + (size_t)(NH + NKV + g) * HS, W, T, HS);
+          packed = b * NKV + g;
         }
+        at_head_forward(out + (size_t)b * T * ldo + (size_t)h * HS, ldo, lse + ((size_t)b * NH + h) * T,
+                        base + (size_t)h * HS, W, kt, vp, T, Tp, HS, hsp, s);
       }
     }
-    free(p);
+    free(kt);
   }
-  gqa_blas_restore(blas_threads);
 }
 
+/* A thread's backward buffers: K (T x hsp), Q and dO of the current query
+ * head (T x hsp), K^T and V^T (hs x Tp), and a block's probabilities p and
+ * score gradients ds (AT_ROW_BLOCK x Tp). */
+typedef struct {
+  float *kp, *qp, *dop, *kt, *vt, *p, *ds;
+  int T, Tp, hs, hsp;
+} at_bwd_t;
+
 /* Backward of one query head, block by block (the softmax backward):
- *   dP = dO v^T, dS = P * (dP - rowsum(P * dP)) / sqrt(hs),
- *   dq += dS k, dk += dS^T q, dv += P^T dO.
- * dq, dk, dv point at the head's columns of dqkv (row stride hd->ld). */
-static void gqa_head_backward(float *dq, float *dk, float *dv, const float *dout, const gqa_head_t *hd,
-                              const float *lse, float *scratch, int T) {
-  int ld = hd->ld, ldo = hd->ldo, hs = hd->hs;
+ *   dP = dO v^T, dS = P * (dP - rowsum(P * dP)), and with s = 1/sqrt(hs)
+ *   dq += s dS k, dk += s dS^T q, dv += P^T dO.
+ * dq, dk, dv point at the head's columns of dqkv (row stride ld); q and dO
+ * (rows ldo apart) are the head's, also packed in w->qp and w->dop. */
+static void at_head_backward(float *dq, float *dk, float *dv, int ld, const float *q, const float *dO,
+                             int ldo, const float *lse, const at_bwd_t *w) {
+  int T = w->T, Tp = w->Tp, hs = w->hs, hsp = w->hsp;
   float scale = 1.0f / sqrtf((float)hs);
-  float *p = scratch, *ds = scratch + (size_t)GQA_ROW_BLOCK * T;
-  for (int r0 = 0; r0 < T; r0 += GQA_ROW_BLOCK) {
-    int r1 = aa__cpu_min(r0 + GQA_ROW_BLOCK, T), m = r1 - r0;
-    const float *dO = dout + (size_t)r0 * ldo; // (m, hs), row stride ldo
-    gqa_block_probs(p, lse, hd, r0, r1);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, hs, 1.0f, dO, ldo, hd->v, ld, 0.0f, ds, r1);
-    for (int i = 0; i < m; i++) {
-      int t = r0 + i;
-      const float *pr = p + (size_t)i * r1; // (r1)
-      float *d = ds + (size_t)i * r1;       // (r1)
-      float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int j = 0; j <= t; j++)
-        dot += pr[j] * d[j];
-      for (int j = 0; j <= t; j++)
-        d[j] = pr[j] * (d[j] - dot) * scale;
-      for (int j = t + 1; j < r1; j++)
-        d[j] = 0.0f;
+  for (int r0 = 0; r0 < T; r0 += AT_ROW_BLOCK) {
+    int r1 = aa__cpu_min(r0 + AT_ROW_BLOCK, T), m = r1 - r0;
+    for (int i0 = 0; i0 < m; i0 += AT_MR) {
+      int rows = aa__cpu_min(AT_MR, m - i0), t0 = r0 + i0, n = t0 + rows;
+      float *p = w->p + (size_t)i0 * Tp, *ds = w->ds + (size_t)i0 * Tp;
+      at_rows(p, Tp, rows, at_round(n), q + (size_t)t0 * ld, ld, 1, w->kt, Tp, hs, scale, 0);
+      at_rows(ds, Tp, rows, at_round(n), dO + (size_t)t0 * ldo, ldo, 1, w->vt, Tp, hs, 1.0f, 0);
+      for (int i = 0; i < rows; i++) {
+        int t = t0 + i, jn = at_round(t + 1); /* whole vectors, as at_softmax_row */
+        float *pr = p + (size_t)i * Tp, *d = ds + (size_t)i * Tp, l = lse[t];
+        at_v dv = at_splat(0.0f);
+        for (int j0 = 0; j0 < jn; j0 += AT_VL) {
+          at_v e = at_select(at_seen(j0, t), at_exp(at_load(pr + j0) - l), at_splat(0.0f));
+          at_store(pr + j0, e);
+          dv += e * at_load(d + j0);
+        }
+        float dot = at_hsum(dv);
+        for (int j0 = 0; j0 < jn; j0 += AT_VL)
+          at_store(d + j0, at_load(pr + j0) * (at_load(d + j0) - dot));
+        /* Zeros up to r1: the key tiles below read every column of the block. */
+        if (r1 > jn) {
+          memset(pr + jn, 0, (size_t)(r1 - jn) * sizeof(float));
+          memset(d + jn, 0, (size_t)(r1 - jn) * sizeof(float));
+        }
+      }
+      at_rows(dq + (size_t)t0 * ld, ld, rows, hs, ds, Tp, 1, w->kp, hsp, n, scale, 1);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hs, r1, 1.0f, ds, r1, hd->k, ld, 1.0f,
-                dq + (size_t)r0 * ld, ld);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, ds, r1, hd->q + (size_t)r0 * ld, ld,
-                1.0f, dk, ld);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, m, 1.0f, p, r1, dO, ldo, 1.0f, dv, ld);
+    /* Keys j0..: the block's queries from max(j0, r0) on see them. */
+    for (int j0 = 0; j0 < r1; j0 += AT_MR) {
+      int rows = aa__cpu_min(AT_MR, r1 - j0), lo = j0 > r0 ? j0 - r0 : 0;
+      at_rows(dk + (size_t)j0 * ld, ld, rows, hs, w->ds + (size_t)lo * Tp + j0, 1, Tp,
+              w->qp + (size_t)(r0 + lo) * hsp, hsp, m - lo, scale, 1);
+      at_rows(dv + (size_t)j0 * ld, ld, rows, hs, w->p + (size_t)lo * Tp + j0, 1, Tp,
+              w->dop + (size_t)(r0 + lo) * hsp, hsp, m - lo, 1.0f, 1);
+    }
   }
 }
 
@@ -179,31 +361,48 @@ static void gqa_head_backward(float *dq, float *dk, float *dv, const float *dout
  * columns of its query heads, which it processes in increasing order. */
 void aa__cpu_attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
                                     int T, int NH, int NKV, int HS) {
-  int W = (NH + 2 * NKV) * HS, ldo = NH * HS, group = NH / NKV;
-  int blas_threads = gqa_blas_single();
+  int W = (NH + 2 * NKV) * HS, ldo = NH * HS, group = NH / NKV, Tp = at_stride(T), hsp = at_round(HS);
 #pragma omp parallel
   {
-    float *scratch = aa__cpu_scratch((size_t)2 * GQA_ROW_BLOCK * T, "attention");
+    size_t nrow = (size_t)T * hsp, ncol = (size_t)HS * Tp, nblk = (size_t)AT_ROW_BLOCK * Tp;
+    at_bwd_t w = {aa__cpu_scratch(3 * nrow + 2 * ncol + 2 * nblk, "attention"),
+                  NULL,
+                  NULL,
+                  NULL,
+                  NULL,
+                  NULL,
+                  NULL,
+                  T,
+                  Tp,
+                  HS,
+                  hsp};
+    w.qp = w.kp + nrow;
+    w.dop = w.qp + nrow;
+    w.kt = w.dop + nrow;
+    w.vt = w.kt + ncol;
+    w.p = w.vt + ncol;
+    w.ds = w.p + nblk;
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int g = 0; g < NKV; g++) {
         size_t off = (size_t)b * T * W;
+        const float *k = qkv + off + (size_t)(NH + g) * HS, *v = qkv + off + (size_t)(NH + NKV + g) * HS;
+        at_pack_rows(w.kp, hsp, k, W, T, HS);
+        at_pack_cols(w.kt, Tp, w.kp, hsp, T, HS);
+        at_pack_rows(w.qp, hsp, v, W, T, HS); /* V's rows, until the first query head's */
+        at_pack_cols(w.vt, Tp, w.qp, hsp, T, HS);
         float *dk = dqkv + off + (size_t)(NH + g) * HS, *dv = dqkv + off + (size_t)(NH + NKV + g) * HS;
         for (int h = g * group; h < (g + 1) * group; h++) {
-          gqa_head_t hd = {qkv + off + (size_t)h * HS,
-                           qkv + off + (size_t)(NH + g) * HS,
-                           qkv + off + (size_t)(NH + NKV + g) * HS,
-                           W,
-                           ldo,
-                           HS};
-          gqa_head_backward(dqkv + off + (size_t)h * HS, dk, dv, dout + (size_t)b * T * ldo + (size_t)h * HS,
-                            &hd, lse + ((size_t)b * NH + h) * T, scratch, T);
+          const float *q = qkv + off + (size_t)h * HS, *dO = dout + (size_t)b * T * ldo + (size_t)h * HS;
+          at_pack_rows(w.qp, hsp, q, W, T, HS);
+          at_pack_rows(w.dop, hsp, dO, ldo, T, HS);
+          at_head_backward(dqkv + off + (size_t)h * HS, dk, dv, W, q, dO, ldo, lse + ((size_t)b * NH + h) * T,
+                           &w);
         }
       }
     }
-    free(scratch);
+    free(w.kp);
   }
-  gqa_blas_restore(blas_threads);
 }
 
 /* ------------------------------------------------------ multi-head attention */
