@@ -298,7 +298,11 @@ static double rank_imbalance(const aa_arch_t *a, const aa_strategy_t *s, double 
 
 double aa_predict_imbalance(const aa_arch_t *arch, const aa_strategy_t *s, double max_tokens) {
   if (arch->moe.experts < 1 || !(max_tokens >= 1) || s->micro_batch < 1) return 0;
-  const double N = (double)aa_sizes_rank_tokens(arch, s), even = N * arch->moe.top_k / arch->moe.experts;
+  /* Under context parallelism the engine's counts are the context group's
+   * (summed over its ranks, engine/model.c), so max_tokens is over the
+   * whole sequences, not the rank's chunks. */
+  const double N = (double)aa_sizes_rank_tokens(arch, s) * s->degree[AA_AXIS_CONTEXT],
+               even = N * arch->moe.top_k / arch->moe.experts;
   const double f = even > 0 ? max_tokens / even : 0;
   return f < 1 ? 1 : f;
 }

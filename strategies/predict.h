@@ -139,8 +139,9 @@ int aa_predict(const aa_model_spec_t *spec, const aa_strategy_t *s, const aa_cal
  * takes min(ep, it) (the most a rank can receive is every source's
  * rows). A rank's load sums its E / ep experts' over ep sources, so this
  * bounds the rank's from above (exact at one expert a rank with the same
- * skew on every source). 0 when there is nothing measured: no MoE layer
- * or max_tokens < 1 (or NaN). */
+ * skew on every source). Under context parallelism max_tokens is the
+ * context group's count, over its micro-batch's whole sequences. 0 when
+ * there is nothing measured: no MoE layer or max_tokens < 1 (or NaN). */
 double aa_predict_imbalance(const aa_arch_t *arch, const aa_strategy_t *s, double max_tokens);
 
 /* The distinct op shapes one step of s (resolved) runs on pipeline rank

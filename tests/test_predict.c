@@ -760,6 +760,11 @@ AA_TEST(moe_load_imbalance_slows_the_busiest_expert_rank) {
   /* Measured: the most tokens an expert got from one rank's micro-batch. */
   CHECK(aa_predict_imbalance(&sp.arch, &s2, 56) == 56.0 / 32);
   CHECK(aa_predict_imbalance(&sp.arch, &s1, 56) == 56.0 / 32);
+  /* Under cp the count is the context group's, over the whole sequences
+   * (engine/model.c sums it): cp 2 measures the same imbalance. */
+  aa_strategy_t s3 = s2;
+  s3.degree[AA_AXIS_CONTEXT] = 2;
+  CHECK(aa_predict_imbalance(&sp.arch, &s3, 56) == 56.0 / 32);
   CHECK(aa_predict_imbalance(&sp.arch, &s2, 20) == 1);
   CHECK(aa_predict_imbalance(&sp.arch, &s2, 0) == 0);
   const aa_model_spec_t dense = llama();
