@@ -543,6 +543,19 @@ static double ckpt_diff(const char *a, const char *b, const cfg_t *c) {
 /* The bound on the final weights' relative difference (0: 10 tol). */
 static double weight_tol;
 
+/* The gradient norm's bound: the 3 decimals the log prints (1.5e-3: half
+ * a printed digit each side, and slack), and in 16-bit amp one unit
+ * roundoff of the format (2^-8 bf16, 2^-11 fp16) relative: there the two
+ * runs' activations are rounded to 16 bits from fp32 values summed in a
+ * different order (tensor parallelism splits the sums), so each gradient
+ * element can move by up to that much, and so can the norm of them all.
+ * Measured at tp 2 in bf16: 1.732 vs 1.734 (1.733 with the CPU attention
+ * kernel before the register-tiled one). */
+static double norm_tol(aa_dtype_t amp, double norm) {
+  const double u = amp == AA_BF16 ? 0x1p-8 : amp == AA_F16 ? 0x1p-11 : 0;
+  return 1.5e-3 + u * fabs(norm);
+}
+
 /* Returns the most bytes a rank's dispatchers grew past sizes.h's room
  * (check_sizes), and in *grown (may be NULL) the rows rank 0's last moe
  * line reports grown. */
@@ -593,7 +606,8 @@ static size_t ep_equivalence_grown(const cfg_t *c, double tol, int *grown) {
     double d = fabs(r.loss[s] - ref.loss[s]) / fabs(ref.loss[s]), dn = fabs(r.norm[s] - ref.norm[s]);
     CHECK_MSG(d <= tol, "%s: step %d loss %.9g vs %.9g (relative %.3g)", c->out, s, r.loss[s], ref.loss[s],
               d);
-    CHECK_MSG(dn <= 1.5e-3, "%s: step %d gradient norm %.3f vs %.3f", c->out, s, r.norm[s], ref.norm[s]);
+    CHECK_MSG(dn <= norm_tol(c->amp, ref.norm[s]), "%s: step %d gradient norm %.3f vs %.3f", c->out, s,
+              r.norm[s], ref.norm[s]);
     if (!(d <= worst)) worst = d;
     if (!(dn <= worst_norm)) worst_norm = dn;
   }
