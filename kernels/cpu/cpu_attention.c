@@ -83,18 +83,11 @@ static inline int at_stride(int T) { return at_round(T) + 16; }
  * and cols <= nv AT_VL: a(i,k) at a[i ars + k acs], b's row k at b + k ldb,
  * readable for nv AT_VL floats. Rows past `rows` recompute the last row (so
  * a is only read in bounds) and are not stored. nv is a constant after
- * inlining, so the accumulators live in registers.
- *
- * Not instrumented by AddressSanitizer (this and at_tile): the loop is the
- * kernel's GEMM, and in the sanitized test build instrumenting its loads made
- * attention ~2x slower than the uninstrumented OpenBLAS it replaced, enough
- * to move the planner's timing-calibrated choices in the CLI tests. The
- * callers, which set the bounds, stay instrumented; the tile's reads were
- * checked with it instrumented (test_ops_attention and the op tests, with
- * AVX-512, AVX2 and SSE builds). */
-static inline __attribute__((always_inline, no_sanitize_address)) void
-at_tile_nv(const int nv, float *c, ptrdiff_t ldc, int rows, int cols, const float *a, ptrdiff_t ars,
-           ptrdiff_t acs, const float *b, ptrdiff_t ldb, int K, float alpha, int add) {
+ * inlining, so the accumulators live in registers. */
+static inline __attribute__((always_inline)) void at_tile_nv(const int nv, float *c, ptrdiff_t ldc, int rows,
+                                                             int cols, const float *a, ptrdiff_t ars,
+                                                             ptrdiff_t acs, const float *b, ptrdiff_t ldb,
+                                                             int K, float alpha, int add) {
   at_v acc[AT_MR][AT_NV];
   const float *ar[AT_MR];
 #pragma GCC unroll 8
@@ -139,10 +132,8 @@ at_tile_nv(const int nv, float *c, ptrdiff_t ldc, int rows, int cols, const floa
   }
 }
 
-__attribute__((no_sanitize_address)) static void at_tile(float *c, ptrdiff_t ldc, int rows, int cols,
-                                                         const float *a, ptrdiff_t ars, ptrdiff_t acs,
-                                                         const float *b, ptrdiff_t ldb, int K, float alpha,
-                                                         int add) {
+static void at_tile(float *c, ptrdiff_t ldc, int rows, int cols, const float *a, ptrdiff_t ars, ptrdiff_t acs,
+                    const float *b, ptrdiff_t ldb, int K, float alpha, int add) {
   switch ((cols + AT_VL - 1) / AT_VL) {
   case 1: at_tile_nv(1, c, ldc, rows, cols, a, ars, acs, b, ldb, K, alpha, add); break;
   case 2: at_tile_nv(2, c, ldc, rows, cols, a, ars, acs, b, ldb, K, alpha, add); break;
