@@ -25,7 +25,7 @@
  * (llama-6l-512) 9.1 -> 4.3 and 19.2 -> 9.2 ms. The tile alone runs at
  * ~250 GFLOP/s on one AVX-512 core with its operands in L1; what is left
  * of the forward is mostly the softmax rows and the first reads of q, k
- * and v. More in bench/README.md (issue 37, step 5).
+ * and v. More in bench/README.md (issue 37, step 6).
  *
  * Nothing T x T is kept between the passes (the contract in ops.h): the
  * forward keeps one logsumexp per query row, and the backward recomputes a
