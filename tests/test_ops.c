@@ -726,6 +726,43 @@ AA_TEST(adamw_step_matches_torch_formula) {
   }
 }
 
+/* adamw_update_scaled (the clip/unscale multiply folded into AdamW) against
+ * what it replaces, scale then adamw_update: bit for bit, on a slice below
+ * and one above the size where the loop is split over threads, with a
+ * clip-like factor and with 1 (the no-clip case); its gradient untouched.
+ * And against the double formula on the scaled gradient, as above. */
+AA_TEST(adamw_update_scaled_is_scale_then_adamw) {
+  const size_t sizes[] = {29, 100003};
+  const float factors[] = {0.3172f, 1.0f};
+  float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  int t = 3;
+  CHECK(ops->adamw_update_scaled != NULL);
+  if (!ops->adamw_update_scaled) return;
+  for (int k = 0; k < 2; k++)
+    for (int f = 0; f < 2; f++) {
+      size_t n = sizes[k];
+      float s = factors[f];
+      float *p = frand(n, -1, 1), *g = frand(n, -3, 3), *m = frand(n, -0.1f, 0.1f), *v = frand(n, 0, 0.01f);
+      float *p2 = fcopy(p, n), *g2 = fcopy(g, n), *m2 = fcopy(m, n), *v2 = fcopy(v, n), *g0 = fcopy(g, n);
+      double *pr = dalloc(n);
+      for (size_t i = 0; i < n; i++) {
+        double gs = (double)(g[i] * s);
+        double mr = (double)b1 * m[i] + (1.0 - b1) * gs, vr = (double)b2 * v[i] + (1.0 - b2) * gs * gs;
+        double mhat = mr / (1.0 - pow(b1, t)), vhat = vr / (1.0 - pow(b2, t));
+        pr[i] = p[i] * (1.0 - (double)lr * wd) - lr * mhat / (sqrt(vhat) + eps);
+      }
+      ops->adamw_update_scaled(p, g, m, v, n, lr, b1, b2, eps, wd, t, s);
+      ops->scale(g2, s, n);
+      ops->adamw_update(p2, g2, m2, v2, n, lr, b1, b2, eps, wd, t);
+      CHECK_MSG(!memcmp(p, p2, n * sizeof(float)) && !memcmp(m, m2, n * sizeof(float)) &&
+                    !memcmp(v, v2, n * sizeof(float)),
+                "n %zu factor %g: not the bits of scale + adamw_update", n, s);
+      CHECK(!memcmp(g, g0, n * sizeof(float)));
+      CHECK_NEAR(max_abs_diff(p, pr, n), 0.0, 1e-6);
+      free(p), free(g), free(m), free(v), free(p2), free(g2), free(m2), free(v2), free(g0), free(pr);
+    }
+}
+
 AA_TEST(sum_squares_and_scale_are_exact_enough) {
   size_t n = 100003;
   float *x = frand(n, -2, 2);
@@ -786,6 +823,7 @@ static void run_all(int threads) {
   RUN(crossentropy_backward_matches_finite_differences);
   RUN(cpu_expf_and_tanhf_are_accurate);
   RUN(adamw_step_matches_torch_formula);
+  RUN(adamw_update_scaled_is_scale_then_adamw);
   RUN(sum_squares_and_scale_are_exact_enough);
   RUN(sum_squares_is_deterministic);
 }

@@ -143,6 +143,9 @@ void aa__cpu_xent_vocab_backward(float *dlogits, const float *probs, const int32
 
 void aa__cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
                           float beta1, float beta2, float eps, float weight_decay, int t);
+void aa__cpu_adamw_update_scaled(float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                                 float beta1, float beta2, float eps, float weight_decay, int t,
+                                 float gscale);
 double aa__cpu_sum_squares(const float *x, size_t n);
 
 void aa__cpu_cast_from_f32(void *dst, aa_dtype_t dtype, const float *src, size_t n);
