@@ -60,9 +60,9 @@ static inline int aa__cpu_sum_chunks(int N) { return (N + AA__CPU_SUM_ROWS - 1) 
 
 /* acc(n) += each partial of part(nch, n) in chunk order. Called after the
  * parallel region that made the partials, on one thread: the partials are
- * a few hundred KiB, fresh in cache, and a split over the team would cost a
- * barrier inside the region, which on a loaded machine (a thread waiting
- * for its partner to be scheduled again) cost more than the adds. */
+ * a few hundred KiB, fresh in cache, and a split over the team needs a
+ * barrier inside the region; with one, gpt-6l-512's steps were 5-27 %
+ * slower on a loaded machine (bench/README.md, issue 37). */
 static inline void aa__cpu_add_partials(float *acc, const float *part, int nch, int n) {
   for (int c = 0; c < nch; c++) {
     const float *p = part + (size_t)c * n; // (n)
