@@ -29,9 +29,12 @@ void aa_adamw_free(aa_adamw_t *o);
  *     is set (the caller counts a skipped step), else AA_EINVAL;
  *  3. gradients are unscaled and, if cfg->grad_clip > 0 and the norm
  *     exceeds it, scaled by grad_clip / (norm + 1e-6)
- *     (torch.nn.utils.clip_grad_norm_), in one pass;
+ *     (torch.nn.utils.clip_grad_norm_), as one multiply;
  *  4. AdamW with lr, cfg->beta1/beta2/eps, and cfg->weight_decay applied
  *     only to tensors whose descriptor has decay = 1.
+ * Where the backend has ops.h adamw_update_scaled, 3 is folded into 4 and
+ * m->grads is left as the backward made it; else it is scaled in place.
+ * The update is the same either way.
  * Returns 0 after an update, or the backend's error (the moments' backend
  * must be m's, else AA_EINVAL). */
 int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr, double grad_scale,

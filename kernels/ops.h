@@ -312,6 +312,12 @@ typedef struct aa_ops {
   void (*gelu_backward_bias)(float *dpre, float *dbias, const float *pre, const float *dout, int N, int OC);
   /* swiglu_backward with dinp overwritten, not accumulated. */
   void (*swiglu_backward_set)(float *dinp, const float *inp, const float *dout, int N, int F);
+  /* adamw_update on the gradient grads * gscale, grads itself unchanged:
+   * the optimizer's unscaling and clipping multiply folded into the update,
+   * the same values as scale(grads, gscale, n) then adamw_update, one pass
+   * over the gradient fewer. */
+  void (*adamw_update_scaled)(float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                              float beta1, float beta2, float eps, float weight_decay, int t, float gscale);
 } aa_ops_t;
 
 /* The CPU backend. Always available. */

@@ -424,6 +424,48 @@ AA_TEST(fused_fc_ops_give_the_plain_ops_gradients) {
   }
 }
 
+/* The gradient's clipping and unscaling folded into AdamW (ops.h
+ * adamw_update_scaled) against a CPU table without it (a scale pass, then
+ * adamw_update): two steps of aa_adamw_step with the clip active and a
+ * loss scale of 4, on the same gradient; the parameters and moments are
+ * bit-identical (the same products, only not stored in the gradient). */
+AA_TEST(clip_folded_into_adamw_gives_the_plain_update) {
+  aa_ops_t plain = *aa_ops_cpu();
+  plain.adamw_update_scaled = NULL;
+  CHECK(aa_ops_cpu()->adamw_update_scaled != NULL);
+  aa_gpt_t *m[2] = {NULL, NULL};
+  aa_adamw_t opt[2];
+  memset(opt, 0, sizeof opt);
+  aa_train_cfg_t cfg = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 0.5f};
+  float norm[2] = {0, 0};
+  for (int i = 0; i < 2; i++) {
+    float loss;
+    int rc = aa_gpt_create(&m[i], &arch, i ? &plain : aa_ops_cpu(), TB, TT, NULL);
+    if (!rc) rc = aa_adamw_init_on(&opt[i], m[i]->ops, m[i]->n_params, NULL);
+    CHECK_MSG(rc == 0, "create: %s", aa_last_error());
+    if (rc) goto cleanup;
+    aa_gpt_init_weights(m[i], 5);
+    for (int step = 0; step < 2 && !rc; step++) {
+      aa_gpt_zero_grad(m[i]);
+      rc = aa_gpt_forward(m[i], inputs, targets, &loss);
+      if (!rc) rc = aa_gpt_backward(m[i], 4.0f);
+      if (!rc) rc = aa_adamw_step(&opt[i], m[i], &cfg, 1e-3f, 4.0, 0, &norm[i]);
+    }
+    CHECK_MSG(rc == 0, "steps: %s", aa_last_error());
+    if (rc) goto cleanup;
+  }
+  CHECK_MSG(norm[0] > cfg.grad_clip && norm[0] == norm[1], "norms %g %g (clip %g)", norm[0], norm[1],
+            cfg.grad_clip);
+  size_t bytes = m[0]->n_params * sizeof(float);
+  CHECK(!memcmp(m[0]->params.data, m[1]->params.data, bytes));
+  CHECK(!memcmp(opt[0].m.data, opt[1].m.data, bytes) && !memcmp(opt[0].v.data, opt[1].v.data, bytes));
+cleanup:
+  for (int i = 0; i < 2; i++) {
+    if (m[i]) aa_adamw_free(&opt[i]);
+    aa_gpt_free(m[i]);
+  }
+}
+
 /* A backend's own scratch (ops.h scratch_bytes; CUDA's attention and GEMM
  * scratch) is workspace: counted once as it grows, given back with the
  * model, and held to the memory limit. The CPU backend reports none, so a
@@ -501,6 +543,7 @@ int main(void) {
   RUN(memory_limit_fails_cleanly_one_byte_below_the_peak);
   RUN(backend_scratch_is_accounted_as_workspace);
   RUN(fused_fc_ops_give_the_plain_ops_gradients);
+  RUN(clip_folded_into_adamw_gives_the_plain_update);
   RUN(invalid_strategy_is_refused_with_the_rule);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

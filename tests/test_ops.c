@@ -532,6 +532,54 @@ AA_TEST(gelu_backward_bias_matches_the_unfused_ops) {
   free(ref), free(dpre3);
 }
 
+/* The column sums (bias gradients, LayerNorm's weight and bias gradients)
+ * go by fixed chunks of rows (cpu_internal.h AA__CPU_SUM_ROWS): over
+ * several chunks and a short last one, they match double sums of the same
+ * terms within 1e-5 (values below 4, N = 203 terms: a float running sum of
+ * them is off by ~1e-6), and are bit-identical at the other thread count. */
+AA_TEST(column_sums_over_row_chunks_match_double_and_any_thread_count) {
+  const int N = 3 * AA__CPU_SUM_ROWS + 11, C = 40, OC = 3;
+  ln_ctx c = ln_make(N, C);
+  const size_t n = (size_t)N * C;
+  ln_loss(&c);
+  float *out[2][4]; /* per thread count: LayerNorm dinp, dweight|dbias; matmul dbias; gelu dbias */
+  float *inp = frand((size_t)N * OC, -1, 1), *w = frand((size_t)C * OC, -1, 1),
+        *dinp = falloc((size_t)N * OC);
+  float *db0 = frand(C, -1, 1), *gpre = falloc(n);
+  for (int k = 0; k < 2; k++) {
+    ops->set_threads(k ? (cur_threads == 1 ? 2 : 1) : cur_threads);
+    out[k][0] = falloc(n), out[k][1] = falloc(2 * (size_t)C);
+    out[k][2] = fcopy(db0, C), out[k][3] = fcopy(db0, C);
+    ops->layernorm_backward(out[k][0], out[k][1], out[k][1] + C, c.r, c.inp, c.w, c.mean, c.rstd, N, C);
+    ops->matmul_backward(dinp, NULL, out[k][2], c.r, inp, w, N, OC, C);
+    ops->gelu_backward_bias(gpre, out[k][3], c.inp, c.r, N, C);
+  }
+  ops->set_threads(cur_threads);
+  double *ref = dalloc(4 * (size_t)C);
+  for (int j = 0; j < C; j++) {
+    double sw = 0.0, sb = 0.0, sm = db0[j], sg = db0[j];
+    for (int r = 0; r < N; r++) {
+      size_t i = (size_t)r * C + j;
+      sw += (double)c.r[i] * ((c.inp[i] - c.mean[r]) * c.rstd[r]);
+      sb += c.r[i];
+      sm += c.r[i];
+      sg += gpre[i];
+    }
+    ref[j] = sw, ref[C + j] = sb, ref[2 * C + j] = sm, ref[3 * C + j] = sg;
+  }
+  CHECK_NEAR(max_abs_diff(out[0][1], ref, 2 * (size_t)C), 0.0, 1e-5);
+  CHECK_NEAR(max_abs_diff(out[0][2], ref + 2 * C, C), 0.0, 1e-5);
+  CHECK_NEAR(max_abs_diff(out[0][3], ref + 3 * C, C), 0.0, 1e-5);
+  const size_t len[4] = {n, 2 * (size_t)C, C, C};
+  for (int q = 0; q < 4; q++) {
+    CHECK_MSG(memcmp(out[0][q], out[1][q], len[q] * sizeof(float)) == 0,
+              "output %d differs between 1 and 2 threads", q);
+    free(out[0][q]), free(out[1][q]);
+  }
+  free(inp), free(w), free(dinp), free(db0), free(gpre), free(ref);
+  ln_free(&c);
+}
+
 /* matmul_backward_set overwrites dinp (garbage before) with what
  * matmul_backward accumulates into zeros, bit for bit, and accumulates the
  * weight and bias gradients as it does. */
@@ -726,6 +774,43 @@ AA_TEST(adamw_step_matches_torch_formula) {
   }
 }
 
+/* adamw_update_scaled (the clip/unscale multiply folded into AdamW) against
+ * what it replaces, scale then adamw_update: bit for bit, on a slice below
+ * and one above the size where the loop is split over threads, with a
+ * clip-like factor and with 1 (the no-clip case); its gradient untouched.
+ * And against the double formula on the scaled gradient, as above. */
+AA_TEST(adamw_update_scaled_is_scale_then_adamw) {
+  const size_t sizes[] = {29, 100003};
+  const float factors[] = {0.3172f, 1.0f};
+  float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  int t = 3;
+  CHECK(ops->adamw_update_scaled != NULL);
+  if (!ops->adamw_update_scaled) return;
+  for (int k = 0; k < 2; k++)
+    for (int f = 0; f < 2; f++) {
+      size_t n = sizes[k];
+      float s = factors[f];
+      float *p = frand(n, -1, 1), *g = frand(n, -3, 3), *m = frand(n, -0.1f, 0.1f), *v = frand(n, 0, 0.01f);
+      float *p2 = fcopy(p, n), *g2 = fcopy(g, n), *m2 = fcopy(m, n), *v2 = fcopy(v, n), *g0 = fcopy(g, n);
+      double *pr = dalloc(n);
+      for (size_t i = 0; i < n; i++) {
+        double gs = (double)(g[i] * s);
+        double mr = (double)b1 * m[i] + (1.0 - b1) * gs, vr = (double)b2 * v[i] + (1.0 - b2) * gs * gs;
+        double mhat = mr / (1.0 - pow(b1, t)), vhat = vr / (1.0 - pow(b2, t));
+        pr[i] = p[i] * (1.0 - (double)lr * wd) - lr * mhat / (sqrt(vhat) + eps);
+      }
+      ops->adamw_update_scaled(p, g, m, v, n, lr, b1, b2, eps, wd, t, s);
+      ops->scale(g2, s, n);
+      ops->adamw_update(p2, g2, m2, v2, n, lr, b1, b2, eps, wd, t);
+      CHECK_MSG(!memcmp(p, p2, n * sizeof(float)) && !memcmp(m, m2, n * sizeof(float)) &&
+                    !memcmp(v, v2, n * sizeof(float)),
+                "n %zu factor %g: not the bits of scale + adamw_update", n, s);
+      CHECK(!memcmp(g, g0, n * sizeof(float)));
+      CHECK_NEAR(max_abs_diff(p, pr, n), 0.0, 1e-6);
+      free(p), free(g), free(m), free(v), free(p2), free(g2), free(m2), free(v2), free(g0), free(pr);
+    }
+}
+
 AA_TEST(sum_squares_and_scale_are_exact_enough) {
   size_t n = 100003;
   float *x = frand(n, -2, 2);
@@ -778,6 +863,7 @@ static void run_all(int threads) {
   RUN(gelu_backward_matches_finite_differences);
   RUN(bias_gelu_forward_adds_the_bias_then_gelu);
   RUN(gelu_backward_bias_matches_the_unfused_ops);
+  RUN(column_sums_over_row_chunks_match_double_and_any_thread_count);
   RUN(matmul_backward_set_overwrites_dinp);
   RUN(memset0_zeroes_exactly_its_bytes);
   RUN(residual_and_accumulate_match_finite_differences);
@@ -786,6 +872,7 @@ static void run_all(int threads) {
   RUN(crossentropy_backward_matches_finite_differences);
   RUN(cpu_expf_and_tanhf_are_accurate);
   RUN(adamw_step_matches_torch_formula);
+  RUN(adamw_update_scaled_is_scale_then_adamw);
   RUN(sum_squares_and_scale_are_exact_enough);
   RUN(sum_squares_is_deterministic);
 }

@@ -409,9 +409,10 @@ AA_TEST(attention_decode_matches_full_attention) {
 /* -------------------------------------------------------------- determinism */
 
 /* Every llama op twice on the same inputs: bit-identical results. None of
- * them splits a sum between threads (attention gives each head, RMSNorm each
- * row and each weight column block, to one thread), so they also match
- * across thread counts. */
+ * them splits a sum between threads as the thread count says (attention
+ * gives each head to one thread, RMSNorm each row, and sums its weight
+ * gradient by fixed chunks of rows), so they also match across thread
+ * counts. */
 static void llama_run(const gqa_ctx *c, float *res, size_t nres, const float *x, float *w) {
   int N = c->B * c->T, C = 40, F = 20;
   size_t W = gqa_width(c), nq = (size_t)N * W, no = (size_t)N * c->NH * c->HS;

@@ -21,17 +21,21 @@
 #endif
 
 /* AdamW on a flat slice, step t >= 1, following torch.optim.AdamW
- * (foreach=False): decoupled decay p *= 1 - lr*wd, moment updates, then
- * p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps). The bias
- * corrections are computed in double, as torch does in Python. */
-void aa__cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
-                          float beta1, float beta2, float eps, float weight_decay, int t) {
+ * (foreach=False), on the gradient grads * gscale: decoupled decay p *= 1 -
+ * lr*wd, moment updates, then p -= (lr / (1-b1^t)) * m / (sqrt(v) /
+ * sqrt(1-b2^t) + eps). The bias corrections are computed in double, as torch
+ * does in Python. grads[i] * gscale is the product scale() would have
+ * stored, and with gscale 1 it is grads[i] exactly, so both entries give
+ * the bits of a scale pass followed by the plain update. */
+void aa__cpu_adamw_update_scaled(float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                                 float beta1, float beta2, float eps, float weight_decay, int t,
+                                 float gscale) {
   float decay = (float)(1.0 - (double)lr * weight_decay);
   float step_size = (float)(lr / (1.0 - pow(beta1, t)));
   float bc2_sqrt = (float)sqrt(1.0 - pow(beta2, t));
 #pragma omp parallel for simd schedule(static) if (parallel : n >= AA__CPU_PAR_MIN)
   for (size_t i = 0; i < n; i++) {
-    float g = grads[i];
+    float g = grads[i] * gscale;
     float mi = ADAMW_MADD(beta1, m[i], (1.0f - beta1) * g);
     float vi = ADAMW_MADD(beta2, v[i], (1.0f - beta2) * g * g);
     m[i] = mi;
@@ -39,4 +43,9 @@ void aa__cpu_adamw_update(float *params, const float *grads, float *m, float *v,
     float p = params[i] * decay;
     params[i] = p - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
   }
+}
+
+void aa__cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                          float beta1, float beta2, float eps, float weight_decay, int t) {
+  aa__cpu_adamw_update_scaled(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t, 1.0f);
 }

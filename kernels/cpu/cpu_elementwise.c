@@ -62,33 +62,36 @@ void aa__cpu_bias_gelu_forward(float *pre, float *out, const float *bias, int N,
 
 /* GELU's backward and fc's bias gradient in one pass: dpre(N,OC) =
  * gelu'(pre) * dout (overwritten), dbias(OC) += its column sums (skipped
- * when NULL). Each thread owns a range of columns (aa__cpu_col_range) and
- * walks the rows in order: the same values as gelu_backward into zeros
- * followed by matmul_backward's bias sums, independent of the thread
- * count. */
+ * when NULL) by row chunks (cpu_internal.h AA__CPU_SUM_ROWS): the same
+ * values as gelu_backward into zeros followed by matmul_backward's bias
+ * sums, independent of the thread count. */
 void aa__cpu_gelu_backward_bias(float *dpre, float *dbias, const float *pre, const float *dout, int N,
                                 int OC) {
-#pragma omp parallel if ((size_t)N * OC >= AA__CPU_PAR_MIN)
-  {
-    int o0, o1;
-    aa__cpu_col_range(OC, &o0, &o1);
-    for (int n = 0; n < N; n++) {
+  const int nch = aa__cpu_sum_chunks(N);
+  float *part = dbias ? aa__cpu_scratch((size_t)nch * OC, "bias gradient") : NULL; // (nch, OC)
+#pragma omp parallel for schedule(static) if ((size_t)N * OC >= AA__CPU_PAR_MIN)
+  for (int c = 0; c < nch; c++) {
+    float *s = part ? part + (size_t)c * OC : NULL; // (OC)
+    if (s) memset(s, 0, (size_t)OC * sizeof(float));
+    for (int n = c * AA__CPU_SUM_ROWS; n < aa__cpu_min(N, (c + 1) * AA__CPU_SUM_ROWS); n++) {
       const float *p = pre + (size_t)n * OC, *d = dout + (size_t)n * OC; // (OC)
       float *g = dpre + (size_t)n * OC;                                  // (OC)
-      if (dbias) {
+      if (s) {
 #pragma omp simd
-        for (int o = o0; o < o1; o++) {
+        for (int o = 0; o < OC; o++) {
           float v = gelu_grad(p[o]) * d[o];
           g[o] = v;
-          dbias[o] += v;
+          s[o] += v;
         }
       } else {
 #pragma omp simd
-        for (int o = o0; o < o1; o++)
+        for (int o = 0; o < OC; o++)
           g[o] = gelu_grad(p[o]) * d[o];
       }
     }
   }
+  if (part) aa__cpu_add_partials(dbias, part, nch, OC);
+  free(part);
 }
 
 /* out = a + b; out may alias a or b (each element is read before it is

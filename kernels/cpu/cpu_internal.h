@@ -25,7 +25,7 @@
 #define AA__CPU_COPY_PAR_MIN (1 << 20)
 
 /* The embedding's column reductions are parallelised over blocks of this
- * many columns (the bias and norm gradients use aa__cpu_col_range below); each block is owned by one thread
+ * many columns (the bias and norm gradients go by row chunks, below); each block is owned by one thread
  * that walks the rows in order, so sums are race-free and independent of the thread count. 64 floats = four
  * cache lines per row visit. */
 #define AA__CPU_COL_BLOCK 64
@@ -35,14 +35,41 @@ static inline int aa__cpu_min(int a, int b) { return a < b ? a : b; }
 /* Inside a parallel region: the calling thread's columns [*lo, *hi) of n,
  * one contiguous range per thread, a multiple of 16 floats (a cache line)
  * wide. Column sums that walk the rows in order inside it give the same
- * values however the columns are split, and a row's visit is one long
- * contiguous run: on the gpt-6l-512 step's 2048 x 2048 gradients this is
- * 2-2.5x faster than blocks of AA__CPU_COL_BLOCK columns. */
+ * values however the columns are split. */
 static inline void aa__cpu_col_range(int n, int *lo, int *hi) {
   int nt = omp_get_num_threads(), t = omp_get_thread_num();
   int per = ((n + nt - 1) / nt + 15) / 16 * 16;
   *lo = aa__cpu_min(t * per, n);
   *hi = aa__cpu_min(*lo + per, n);
+}
+
+/* Column sums over the rows (the bias gradients, LayerNorm's and RMSNorm's
+ * weight gradients) go by fixed chunks of AA__CPU_SUM_ROWS rows: a chunk's
+ * rows are added in order into a partial of its own by whichever thread
+ * has the chunk, then every partial is added to the gradient in chunk order
+ * (aa__cpu_add_partials). The chunks depend on the row count alone, so the
+ * sums do not depend on the thread count, and each thread streams whole
+ * rows. With a column range per thread instead (every row visit a piece
+ * of the row), at two threads and gpt-6l-512's shapes GELU's backward with
+ * fc's bias sums took 1.8x as long, LayerNorm's backward (which also read
+ * its inputs a second time for its column pass) 5x, RMSNorm's 2.5x
+ * (bench/README.md, issue 37). */
+#define AA__CPU_SUM_ROWS 64
+
+static inline int aa__cpu_sum_chunks(int N) { return (N + AA__CPU_SUM_ROWS - 1) / AA__CPU_SUM_ROWS; }
+
+/* acc(n) += each partial of part(nch, n) in chunk order. Called after the
+ * parallel region that made the partials, on one thread: the partials are
+ * a few hundred KiB, fresh in cache, and a split over the team needs a
+ * barrier inside the region; with one, gpt-6l-512's steps were 5-27 %
+ * slower on a loaded machine (bench/README.md, issue 37). */
+static inline void aa__cpu_add_partials(float *acc, const float *part, int nch, int n) {
+  for (int c = 0; c < nch; c++) {
+    const float *p = part + (size_t)c * n; // (n)
+#pragma omp simd
+    for (int j = 0; j < n; j++)
+      acc[j] += p[j];
+  }
 }
 
 /* Per-call scratch of n floats: a malloc that stops the process on failure
@@ -143,6 +170,9 @@ void aa__cpu_xent_vocab_backward(float *dlogits, const float *probs, const int32
 
 void aa__cpu_adamw_update(float *params, const float *grads, float *m, float *v, size_t n, float lr,
                           float beta1, float beta2, float eps, float weight_decay, int t);
+void aa__cpu_adamw_update_scaled(float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                                 float beta1, float beta2, float eps, float weight_decay, int t,
+                                 float gscale);
 double aa__cpu_sum_squares(const float *x, size_t n);
 
 void aa__cpu_cast_from_f32(void *dst, aa_dtype_t dtype, const float *src, size_t n);

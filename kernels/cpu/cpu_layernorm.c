@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #define LN_EPS 1e-5
 
@@ -37,18 +38,21 @@ void aa__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float
 /* dinp(N,C) += dx; dweight(C) += sum_n dout*xhat; dbias(C) += sum_n dout,
  * with xhat = (inp - mean) * rstd and g = dout * weight:
  *   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)).
- * dinp is a per-row pass; the parameter gradients are column sums, done in a
- * second pass where each thread owns a range of columns (aa__cpu_col_range)
- * and walks the rows in order, so there is no
- * cross-thread reduction and the result is independent of the thread count. */
+ * One pass over the rows by chunks (cpu_internal.h AA__CPU_SUM_ROWS): a
+ * row's dx, and its terms of the parameter gradients added to its chunk's
+ * partials, which are then added in chunk order, so the result does not
+ * depend on the thread count. */
 void aa__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                 const float *inp, const float *weight, const float *mean, const float *rstd,
                                 int N, int C) {
-  /* dweight and dbias NULL: a frozen norm (LoRA's base), no column pass. */
-#pragma omp parallel
-  {
-#pragma omp for schedule(static) nowait
-    for (int n = 0; n < N; n++) {
+  /* dweight and dbias NULL: a frozen norm (LoRA's base), no partials. */
+  const int nch = aa__cpu_sum_chunks(N);
+  float *part = dweight ? aa__cpu_scratch((size_t)nch * 2 * C, "layernorm gradient") : NULL; // (nch, 2C)
+#pragma omp parallel for schedule(static)
+  for (int ch = 0; ch < nch; ch++) {
+    float *pw = part ? part + (size_t)ch * 2 * C : NULL, *pb = pw ? pw + C : NULL; // (C), (C)
+    if (pw) memset(pw, 0, (size_t)2 * C * sizeof(float));
+    for (int n = ch * AA__CPU_SUM_ROWS; n < aa__cpu_min(N, (ch + 1) * AA__CPU_SUM_ROWS); n++) {
       const float *x = inp + (size_t)n * C;  // (C)
       const float *d = dout + (size_t)n * C; // (C)
       float *dx = dinp + (size_t)n * C;      // (C)
@@ -66,18 +70,24 @@ void aa__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const
         float xhat = (x[c] - m) * s;
         dx[c] += s * (d[c] * weight[c] - gmean - xhat * gxmean);
       }
-    }
-    int c0 = 0, c1 = 0;
-    if (dweight) aa__cpu_col_range(C, &c0, &c1);
-    for (int n = 0; n < N && c0 < c1; n++) {
-      const float *x = inp + (size_t)n * C;  // (C)
-      const float *d = dout + (size_t)n * C; // (C)
-      float m = mean[n], s = rstd[n];
+      if (!pw) continue;
 #pragma omp simd
-      for (int c = c0; c < c1; c++) {
-        dbias[c] += d[c];
-        dweight[c] += d[c] * (x[c] - m) * s;
+      for (int c = 0; c < C; c++) {
+        pb[c] += d[c];
+        pw[c] += d[c] * (x[c] - m) * s;
       }
     }
   }
+  if (part) {
+    /* The partials interleave [dweight | dbias] chunk by chunk. */
+    for (int ch = 0; ch < nch; ch++) {
+      const float *pw = part + (size_t)ch * 2 * C, *pb = pw + C; // (C), (C)
+#pragma omp simd
+      for (int c = 0; c < C; c++) {
+        dweight[c] += pw[c];
+        dbias[c] += pb[c];
+      }
+    }
+  }
+  free(part);
 }

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ------------------------------------------------------------------ RMSNorm */
 
@@ -33,15 +34,20 @@ void aa__cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const fl
 
 /* With r = rstd and g = dout * weight, y = x r w gives
  *   dx = r g - x r^3 mean_c(g x),  dweight += sum_n dout x r.
- * dinp is a per-row pass; dweight is summed over rows by column ranges, each
- * owned by one thread (as layernorm_backward), so it does not depend on the
- * thread count. */
+ * One pass over the rows by chunks (cpu_internal.h AA__CPU_SUM_ROWS): a
+ * row's dx, and its dweight terms added to its chunk's partial, which are
+ * then added in chunk order (as layernorm_backward), so the result does not
+ * depend on the thread count. */
 void aa__cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                               const float *weight, const float *rstd, int N, int C) {
-#pragma omp parallel
-  {
-#pragma omp for schedule(static) nowait
-    for (int n = 0; n < N; n++) {
+  const int nch = aa__cpu_sum_chunks(N);
+  float *part =
+      dweight ? aa__cpu_scratch((size_t)nch * C, "rmsnorm gradient") : NULL; // (nch, C); NULL: frozen (LoRA)
+#pragma omp parallel for schedule(static)
+  for (int ch = 0; ch < nch; ch++) {
+    float *pw = part ? part + (size_t)ch * C : NULL; // (C)
+    if (pw) memset(pw, 0, (size_t)C * sizeof(float));
+    for (int n = ch * AA__CPU_SUM_ROWS; n < aa__cpu_min(N, (ch + 1) * AA__CPU_SUM_ROWS); n++) {
       const float *x = inp + (size_t)n * C;  // (C)
       const float *d = dout + (size_t)n * C; // (C)
       float *dx = dinp + (size_t)n * C;      // (C)
@@ -52,18 +58,14 @@ void aa__cpu_rmsnorm_backward(float *dinp, float *dweight, const float *dout, co
       float k = s * s * s * gx / C;
       for (int c = 0; c < C; c++)
         dx[c] += s * d[c] * weight[c] - x[c] * k;
-    }
-    int c0 = 0, c1 = 0;
-    if (dweight) aa__cpu_col_range(C, &c0, &c1); /* NULL: frozen (LoRA) */
-    for (int n = 0; n < N && c0 < c1; n++) {
-      const float *x = inp + (size_t)n * C;  // (C)
-      const float *d = dout + (size_t)n * C; // (C)
-      float s = rstd[n];
+      if (!pw) continue;
 #pragma omp simd
-      for (int c = c0; c < c1; c++)
-        dweight[c] += d[c] * x[c] * s;
+      for (int c = 0; c < C; c++)
+        pw[c] += d[c] * x[c] * s;
     }
   }
+  if (part) aa__cpu_add_partials(dweight, part, nch, C);
+  free(part);
 }
 
 /* ------------------------------------------------------------------- SwiGLU */

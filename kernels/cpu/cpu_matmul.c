@@ -32,27 +32,30 @@ void aa__cpu_matmul_forward(float *out, const float *inp, const float *weight, c
  * overwrite; OpenBLAS zeroes the block first and then accumulates as with
  * beta 1, so the two give the same bits on a zeroed dinp); dweight(OC,C) +=
  * dout^T @ inp(N,C) (skipped when dweight is NULL: a frozen weight, LoRA's
- * base); dbias(OC) += column sums of dout (skipped when dbias is NULL). The
- * column sums give each thread a range of columns (aa__cpu_col_range) and
- * walk the rows in order, so they are deterministic and independent of the
- * thread count. */
+ * base); dbias(OC) += column sums of dout (skipped when dbias is NULL), by
+ * row chunks (cpu_internal.h AA__CPU_SUM_ROWS): deterministic and
+ * independent of the thread count, the same sums gelu_backward_bias makes. */
 static void matmul_backward(float beta, float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, beta, dinp, C);
   if (dweight)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (!dbias) return;
-#pragma omp parallel if ((size_t)N * OC >= AA__CPU_PAR_MIN)
-  {
-    int o0, o1;
-    aa__cpu_col_range(OC, &o0, &o1);
-    for (int n = 0; n < N; n++) {
+  const int nch = aa__cpu_sum_chunks(N);
+  float *part = aa__cpu_scratch((size_t)nch * OC, "bias gradient"); // (nch, OC)
+#pragma omp parallel for schedule(static) if ((size_t)N * OC >= AA__CPU_PAR_MIN)
+  for (int c = 0; c < nch; c++) {
+    float *s = part + (size_t)c * OC; // (OC)
+    memset(s, 0, (size_t)OC * sizeof(float));
+    for (int n = c * AA__CPU_SUM_ROWS; n < aa__cpu_min(N, (c + 1) * AA__CPU_SUM_ROWS); n++) {
       const float *d = dout + (size_t)n * OC; // (OC)
 #pragma omp simd
-      for (int o = o0; o < o1; o++)
-        dbias[o] += d[o];
+      for (int o = 0; o < OC; o++)
+        s[o] += d[o];
     }
   }
+  aa__cpu_add_partials(dbias, part, nch, OC);
+  free(part);
 }
 
 void aa__cpu_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,

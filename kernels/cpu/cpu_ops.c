@@ -85,6 +85,7 @@ static const aa_ops_t cpu_ops = {
     .bias_gelu_forward = aa__cpu_bias_gelu_forward,
     .gelu_backward_bias = aa__cpu_gelu_backward_bias,
     .swiglu_backward_set = aa__cpu_swiglu_backward_set,
+    .adamw_update_scaled = aa__cpu_adamw_update_scaled,
 };
 
 const aa_ops_t *aa_ops_cpu(void) { return &cpu_ops; }

@@ -268,8 +268,9 @@ static const aa_ops_t cuda_ops = {
     rows_accumulate,
     &aa__cuda_moe_ops,
     /* The fused forms (matmul_backward_set, bias_gelu_forward,
-     * gelu_backward_bias, swiglu_backward_set): none here, the engine calls
-     * the plain ops. */
+     * gelu_backward_bias, swiglu_backward_set, adamw_update_scaled): none
+     * here, the engine calls the plain ops. */
+    nullptr,
     nullptr,
     nullptr,
     nullptr,
