@@ -32,17 +32,6 @@
 
 static inline int aa__cpu_min(int a, int b) { return a < b ? a : b; }
 
-/* Inside a parallel region: the calling thread's columns [*lo, *hi) of n,
- * one contiguous range per thread, a multiple of 16 floats (a cache line)
- * wide. Column sums that walk the rows in order inside it give the same
- * values however the columns are split. */
-static inline void aa__cpu_col_range(int n, int *lo, int *hi) {
-  int nt = omp_get_num_threads(), t = omp_get_thread_num();
-  int per = ((n + nt - 1) / nt + 15) / 16 * 16;
-  *lo = aa__cpu_min(t * per, n);
-  *hi = aa__cpu_min(*lo + per, n);
-}
-
 /* Column sums over the rows (the bias gradients, LayerNorm's and RMSNorm's
  * weight gradients) go by fixed chunks of AA__CPU_SUM_ROWS rows: a chunk's
  * rows are added in order into a partial of its own by whichever thread
