@@ -365,8 +365,8 @@ int aa__cuda_attention_block_forward(float *out, float *lse, const float *q, con
                                      int ldkv, size_t bskv, int causal) {
   AA_CUDA_CTX(ctx);
   if (B <= 0 || Tq <= 0 || NH <= 0) return 0;
-  unsigned blocks;
-  int tiles, rc;
+  unsigned blocks = 0; /* set by ring_check; gcc -O3 cannot see it */
+  int tiles = 0, rc;
   size_t sm = fwd_smem(HS);
   if ((rc = ring_check("attention_block_forward", B, Tq, Tk, NH, NKV, HS, causal, Tq, NH, &tiles, &blocks)) ||
       (rc = ring_smem((const void *)ring_forward_kernel, sm)))

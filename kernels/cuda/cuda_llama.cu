@@ -283,7 +283,7 @@ int aa__cuda_attention_gqa_forward(float *out, float *lse, const float *qkv, int
   AA_CUDA_CTX(ctx);
   size_t n = (size_t)B * T * 3 * NH * HS;
   if (n == 0) return 0;
-  float *x;
+  float *x = nullptr; /* set by gqa_scratch; gcc -O3 cannot see it */
   int rc;
   if ((rc = gqa_scratch(n * sizeof(float), &x))) return rc;
   gqa_expand_kernel<<<aa__cuda_grid(n, 256), 256, 0, ctx->stream>>>(x, qkv, NH, NKV, HS, n);
@@ -297,7 +297,7 @@ int aa__cuda_attention_gqa_backward(float *dqkv, const float *dout, const float 
   AA_CUDA_CTX(ctx);
   size_t n = (size_t)B * T * 3 * NH * HS, nq = (size_t)B * T * (NH + 2 * NKV) * HS;
   if (n == 0) return 0;
-  float *x;
+  float *x = nullptr; /* set by gqa_scratch; gcc -O3 cannot see it */
   int rc;
   if ((rc = gqa_scratch(2 * n * sizeof(float), &x))) return rc;
   float *dx = x + n;
