@@ -47,11 +47,15 @@ void aa__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const
                                 int N, int C) {
   /* dweight and dbias NULL: a frozen norm (LoRA's base), no partials. */
   const int nch = aa__cpu_sum_chunks(N);
-  float *part = dweight ? aa__cpu_scratch((size_t)nch * 2 * C, "layernorm gradient") : NULL; // (nch, 2C)
+  /* dweight's partials (nch, C), then dbias's (nch, C). */
+  float *part = dweight ? aa__cpu_scratch((size_t)nch * 2 * C, "layernorm gradient") : NULL;
 #pragma omp parallel for schedule(static)
   for (int ch = 0; ch < nch; ch++) {
-    float *pw = part ? part + (size_t)ch * 2 * C : NULL, *pb = pw ? pw + C : NULL; // (C), (C)
-    if (pw) memset(pw, 0, (size_t)2 * C * sizeof(float));
+    float *pw = part ? part + (size_t)ch * C : NULL, *pb = part ? part + (size_t)(nch + ch) * C : NULL; // (C)
+    if (pw) {
+      memset(pw, 0, (size_t)C * sizeof(float));
+      memset(pb, 0, (size_t)C * sizeof(float));
+    }
     for (int n = ch * AA__CPU_SUM_ROWS; n < aa__cpu_min(N, (ch + 1) * AA__CPU_SUM_ROWS); n++) {
       const float *x = inp + (size_t)n * C;  // (C)
       const float *d = dout + (size_t)n * C; // (C)
@@ -79,15 +83,8 @@ void aa__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const
     }
   }
   if (part) {
-    /* The partials interleave [dweight | dbias] chunk by chunk. */
-    for (int ch = 0; ch < nch; ch++) {
-      const float *pw = part + (size_t)ch * 2 * C, *pb = pw + C; // (C), (C)
-#pragma omp simd
-      for (int c = 0; c < C; c++) {
-        dweight[c] += pw[c];
-        dbias[c] += pb[c];
-      }
-    }
+    aa__cpu_add_partials(dweight, part, nch, C);
+    aa__cpu_add_partials(dbias, part + (size_t)nch * C, nch, C);
   }
   free(part);
 }
