@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "aa_lora_fixture.h"
 #include "aa_test.h"
 #include "common/mem.h"
 #include "engine/lora.h"
@@ -50,25 +51,14 @@ static int load(const char *path) {
     return -1;
   }
   fclose(f);
-  if (memcmp(b, "AAFIXR01", 8)) return free(b), -1;
-  const char *p = b + 8;
-  int32_t h[8], kv, r, mask, steps;
-  float th[2], alpha, opt[6];
-  memcpy(h, p, 32), p += 32;
-  memcpy(&kv, p, 4), p += 4;
-  memcpy(th, p, 8), p += 8;
-  memcpy(&r, p, 4), p += 4;
-  memcpy(&alpha, p, 4), p += 4;
-  memcpy(&mask, p, 4), p += 4;
+  if (n < 8 + AA_LORA_FIXTURE_HEADER + 28 || memcmp(b, "AAFIXR01", 8)) return free(b), -1;
+  const char *p = aa_lora_fixture_header(b + 8, &fx.arch, &fx.B, &fx.T);
+  int32_t steps;
+  float opt[6];
   memcpy(opt, p, 24), p += 24;
   memcpy(&steps, p, 4), p += 4;
-  aa_arch_t *a = &fx.arch;
-  memset(a, 0, sizeof *a);
-  snprintf(a->family, sizeof a->family, "llama");
-  a->n_layer = h[0], a->n_head = h[1], a->d_model = h[2], a->d_ff = h[3], a->seq_len = h[4];
-  a->vocab_size = h[5], a->n_kv_head = kv, a->rope_theta = th[0], a->norm_eps = th[1];
-  a->lora = (aa_lora_t){.r = r, .alpha = alpha, .targets = mask};
-  fx.B = h[6], fx.T = h[7], fx.n_steps = steps;
+  const aa_arch_t *a = &fx.arch;
+  fx.n_steps = steps;
   fx.lr = opt[0], fx.beta1 = opt[1], fx.beta2 = opt[2], fx.eps = opt[3], fx.wd = opt[4], fx.clip = opt[5];
   const size_t N = (size_t)fx.B * fx.T;
   fx.n_base = aa_arch_param_count(a);

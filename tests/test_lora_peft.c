@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "aa_lora_fixture.h"
 #include "aa_test.h"
 #include "engine/import.h"
 #include "engine/lora.h"
@@ -43,23 +44,9 @@ static int load(const char *path) {
   char b[8192];
   const size_t n = fread(b, 1, sizeof b, f);
   fclose(f);
-  if (n < 68 || memcmp(b, "AAFIXP01", 8)) return -1;
-  const char *p = b + 8;
-  int32_t h[8], kv, r, mask;
-  float th[2], alpha;
-  memcpy(h, p, 32), p += 32;
-  memcpy(&kv, p, 4), p += 4;
-  memcpy(th, p, 8), p += 8;
-  memcpy(&r, p, 4), p += 4;
-  memcpy(&alpha, p, 4), p += 4;
-  memcpy(&mask, p, 4), p += 4;
-  aa_arch_t *a = &fx.arch;
-  memset(a, 0, sizeof *a);
-  snprintf(a->family, sizeof a->family, "llama");
-  a->n_layer = h[0], a->n_head = h[1], a->d_model = h[2], a->d_ff = h[3], a->seq_len = h[4];
-  a->vocab_size = h[5], a->n_kv_head = kv, a->rope_theta = th[0], a->norm_eps = th[1];
-  a->lora = (aa_lora_t){.r = r, .alpha = alpha, .targets = mask};
-  fx.B = h[6], fx.T = h[7];
+  if (n < 8 + AA_LORA_FIXTURE_HEADER || memcmp(b, "AAFIXP01", 8)) return -1;
+  const char *p = aa_lora_fixture_header(b + 8, &fx.arch, &fx.B, &fx.T);
+  const aa_arch_t *a = &fx.arch;
   const size_t N = (size_t)fx.B * fx.T, NV = N * (size_t)a->vocab_size;
   if (n != (size_t)(p - b) + 4 * N + 8 * NV) return -2;
   fx.blob = malloc(n);
