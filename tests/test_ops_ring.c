@@ -7,6 +7,9 @@
  * hold it to a double reference and to finite differences
  * (test_ops_llama.c). The blocks are read in place through their strides,
  * as the engine reads a qkv buffer and a block received from another rank.
+ * On the CPU the whole-sequence op is the block kernel's causal diagonal,
+ * so what this adds there is the decomposition: blocks of earlier keys
+ * (every key seen), strides, the merge and delta.
  *
  * Tolerances: fp32, the same terms summed in another order (a row's
  * softmax is split across blocks and merged): 2e-5 absolute on outputs of
@@ -149,6 +152,7 @@ AA_TEST(ring_blocks_give_the_whole_sequence_attention_and_its_gradient) {
   expect_ring_equals_whole(1, 96, 4, 1, 16, 3); /* one key/value head, 32-row chunks: a full row block */
   expect_ring_equals_whole(3, 80, 2, 2, 4, 4);  /* odd batch, 10-row chunks */
   expect_ring_equals_whole(1, 160, 2, 1, 8, 1); /* 80-row chunks: several row blocks per chunk */
+  expect_ring_equals_whole(1, 200, 2, 1, 64, 2); /* 50-row chunks, head size 64: whole vector tiles */
 }
 
 /* The merge is log(e^a + e^b) and the weighted outputs, in double. */

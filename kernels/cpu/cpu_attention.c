@@ -1,20 +1,27 @@
-/* Causal multi-head and grouped-query self-attention on the CPU, with its
- * own register-tiled matrix products instead of sgemm. Multi-head attention
- * (attention_forward/backward) is grouped-query attention with as many
- * key/value heads as query heads, and runs the same code.
+/* Self-attention on the CPU, with its own register-tiled matrix products
+ * instead of sgemm: causal multi-head and grouped-query attention, and ring
+ * attention's block forward and backward (context parallelism). All of them
+ * are one block problem: a head's Tq query rows against Tk keys, every key
+ * seen, or key j seen by query i when j <= i (the causal diagonal, Tq ==
+ * Tk). Plain causal attention is the diagonal on qkv's slices; a ring block
+ * is read where it lies, through row and batch strides. Multi-head
+ * attention is grouped-query attention with as many key/value heads as
+ * query heads.
  *
- * Each (batch, head) is an independent problem on a (T,hs) slice of qkv whose
- * rows are (NH + 2 NKV) hs apart. Every product is cut into micro-tiles of
- * AT_MR rows by AT_NR columns held in registers (at_tile), the B operand's
- * rows contiguous: a thread first copies its head's K^T, V (and in the
- * backward K, V^T, Q, dO) into padded per-thread buffers, AT_VL-float
- * aligned widths. A tile of query rows i0..i0+AT_MR-1 only computes the keys
- * 0..i0+AT_MR-1 it can see, so the masked triangle costs at most one tile
- * edge. The forward does scores, softmax and P V tile by tile while the
- * tile's scores sit in L1; the backward works in blocks of AT_ROW_BLOCK
- * query rows (probabilities and their gradient for the block, then the key
- * and value gradients of the block's keys, each key tile starting at the
- * first query that sees it).
+ * Each (batch, head) is an independent problem. Every product is cut into
+ * micro-tiles of AT_MR rows by AT_NR columns held in registers (at_tile),
+ * the B operand's rows contiguous: a thread first copies its head's K^T, V
+ * (and in the backward K, V^T, Q, dO) into padded per-thread buffers,
+ * AT_VL-float aligned widths. On the diagonal a tile of query rows
+ * i0..i0+AT_MR-1 only computes the keys 0..i0+AT_MR-1 it can see, so the
+ * masked triangle costs at most one tile edge. The forward does scores,
+ * softmax and P V tile by tile while the tile's scores sit in L1 (each
+ * output row scaled by its 1 / sum as the tile is stored); the backward
+ * works in blocks of AT_ROW_BLOCK query rows (probabilities and their
+ * gradient for the block, then the key and value gradients of the block's
+ * keys, each key tile starting at the first query that sees it), summing a
+ * key/value head's gradients in a dense per-thread buffer that is added to
+ * the output once.
  *
  * Why not sgemm: per (batch, head) the GEMMs are small (32-256 rows, inner
  * dimension 64), and OpenBLAS repacked K and V at every call (18 % of the
@@ -25,12 +32,13 @@
  * (llama-6l-512) 9.1 -> 4.3 and 19.2 -> 9.2 ms. The tile alone runs at
  * ~250 GFLOP/s on one AVX-512 core with its operands in L1; what is left
  * of the forward is mostly the softmax rows and the first reads of q, k
- * and v. More in bench/README.md (issue 37, step 6).
+ * and v. More in bench/README.md (issue 37, steps 6 and 8). The ring
+ * blocks ran row blocks of sgemm until step 8.
  *
  * Nothing T x T is kept between the passes (the contract in ops.h): the
  * forward keeps one logsumexp per query row, and the backward recomputes a
  * row block's probabilities from q, k and it, one block at a time in
- * per-thread scratch (AT_ROW_BLOCK x T floats, twice).
+ * per-thread scratch (AT_ROW_BLOCK x Tk floats, twice).
  *
  * Determinism: every output element is produced by one thread with a fixed
  * sequence of operations, so results do not depend on the thread count, and
@@ -80,14 +88,13 @@ static inline int at_round(int n) { return (n + AT_VL - 1) / AT_VL * AT_VL; }
 static inline int at_stride(int T) { return at_round(T) + 16; }
 
 /* c(rows x cols) = or += alpha * a(rows x K) b(K x cols), for rows <= AT_MR
- * and cols <= nv AT_VL: a(i,k) at a[i ars + k acs], b's row k at b + k ldb,
- * readable for nv AT_VL floats. Rows past `rows` recompute the last row (so
- * a is only read in bounds) and are not stored. nv is a constant after
- * inlining, so the accumulators live in registers. */
+ * and cols <= nv AT_VL, row r scaled by rs[r] too where rs is not NULL: a(i,k) at a[i ars + k acs], b's row k
+ * at b + k ldb, readable for nv AT_VL floats. Rows past `rows` recompute the last row (so a is only read in
+ * bounds) and are not stored. nv is a constant after inlining, so the accumulators live in registers. */
 static inline __attribute__((always_inline)) void at_tile_nv(const int nv, float *c, ptrdiff_t ldc, int rows,
                                                              int cols, const float *a, ptrdiff_t ars,
                                                              ptrdiff_t acs, const float *b, ptrdiff_t ldb,
-                                                             int K, float alpha, int add) {
+                                                             int K, float alpha, const float *rs, int add) {
   at_v acc[AT_MR][AT_NV];
   const float *ar[AT_MR];
 #pragma GCC unroll 8
@@ -114,10 +121,10 @@ static inline __attribute__((always_inline)) void at_tile_nv(const int nv, float
 #pragma GCC unroll 8
   for (int r = 0; r < AT_MR; r++) {
     if (r >= rows) break;
-    float *cr = c + (ptrdiff_t)r * ldc;
+    float *cr = c + (ptrdiff_t)r * ldc, f = rs ? alpha * rs[r] : alpha;
 #pragma GCC unroll 8
     for (int v = 0; v < nv; v++) {
-      at_v x = acc[r][v] * alpha;
+      at_v x = acc[r][v] * f;
       int n = cols - v * AT_VL;
       if (n >= AT_VL) {
         if (add) x += at_load(cr + v * AT_VL);
@@ -133,13 +140,13 @@ static inline __attribute__((always_inline)) void at_tile_nv(const int nv, float
 }
 
 static void at_tile(float *c, ptrdiff_t ldc, int rows, int cols, const float *a, ptrdiff_t ars, ptrdiff_t acs,
-                    const float *b, ptrdiff_t ldb, int K, float alpha, int add) {
+                    const float *b, ptrdiff_t ldb, int K, float alpha, const float *rs, int add) {
   switch ((cols + AT_VL - 1) / AT_VL) {
-  case 1: at_tile_nv(1, c, ldc, rows, cols, a, ars, acs, b, ldb, K, alpha, add); break;
-  case 2: at_tile_nv(2, c, ldc, rows, cols, a, ars, acs, b, ldb, K, alpha, add); break;
+  case 1: at_tile_nv(1, c, ldc, rows, cols, a, ars, acs, b, ldb, K, alpha, rs, add); break;
+  case 2: at_tile_nv(2, c, ldc, rows, cols, a, ars, acs, b, ldb, K, alpha, rs, add); break;
 #if AT_NV == 4
-  case 3: at_tile_nv(3, c, ldc, rows, cols, a, ars, acs, b, ldb, K, alpha, add); break;
-  case 4: at_tile_nv(4, c, ldc, rows, cols, a, ars, acs, b, ldb, K, alpha, add); break;
+  case 3: at_tile_nv(3, c, ldc, rows, cols, a, ars, acs, b, ldb, K, alpha, rs, add); break;
+  case 4: at_tile_nv(4, c, ldc, rows, cols, a, ars, acs, b, ldb, K, alpha, rs, add); break;
 #endif
   default: break; /* cols is at most AT_NR: at_rows cuts it */
   }
@@ -148,9 +155,9 @@ static void at_tile(float *c, ptrdiff_t ldc, int rows, int cols, const float *a,
 /* c(rows x n) = or += alpha * a(rows x K) b(K x n), rows <= AT_MR, in column
  * tiles of AT_NR; b's rows readable for n rounded up to AT_VL floats. */
 static void at_rows(float *c, ptrdiff_t ldc, int rows, int n, const float *a, ptrdiff_t ars, ptrdiff_t acs,
-                    const float *b, ptrdiff_t ldb, int K, float alpha, int add) {
+                    const float *b, ptrdiff_t ldb, int K, float alpha, const float *rs, int add) {
   for (int j0 = 0; j0 < n; j0 += AT_NR)
-    at_tile(c + j0, ldc, rows, aa__cpu_min(AT_NR, n - j0), a, ars, acs, b + j0, ldb, K, alpha, add);
+    at_tile(c + j0, ldc, rows, aa__cpu_min(AT_NR, n - j0), a, ars, acs, b + j0, ldb, K, alpha, rs, add);
 }
 
 /* dst(T x ldd) <- the (T,hs) slice src (rows ld apart), columns hs..ldd-1
@@ -223,177 +230,248 @@ static inline float at_hmax(at_v v) {
   return m;
 }
 
-/* Row t of the probabilities in place: row[0..t] holds scaled scores and
- * becomes their softmax, row[t+1..n-1] is zeroed; returns the logsumexp. */
-static float at_softmax_row(float *row, int t, int n) {
-  int jn = at_round(t + 1);
+/* A block problem: query rows 0..Tq-1 of a head against keys 0..Tk-1, with
+ * every key seen (causal 0: a block of ring attention that lies wholly in
+ * the queries' past) or key j seen by query i when j <= i (causal 1, Tq ==
+ * Tk: the diagonal, which is all of plain causal attention). */
+
+/* Row of the probabilities in place, unnormalised: row[0..last] holds
+ * scaled scores and becomes exp(score - max), row[last+1..n-1] is zeroed.
+ * Returns the logsumexp and sets *inv to 1 / the row's sum, which the
+ * caller applies to the row's output (hs values, not last + 1). Only the
+ * last vector of the row has masked lanes. */
+static float at_softmax_row(float *row, int last, int n, float *inv) {
+  int jf = (last + 1) / AT_VL * AT_VL, jn = at_round(last + 1); /* whole vectors, then the masked one */
   at_v mv = at_splat(-INFINITY), sv = at_splat(0.0f);
-  for (int j0 = 0; j0 < jn; j0 += AT_VL) {
-    at_v x = at_select(at_seen(j0, t), at_load(row + j0), at_splat(-INFINITY));
+  for (int j0 = 0; j0 < jf; j0 += AT_VL)
+    mv = at_select(at_load(row + j0) > mv, at_load(row + j0), mv);
+  if (jn > jf) {
+    at_v x = at_select(at_seen(jf, last), at_load(row + jf), at_splat(-INFINITY));
     mv = at_select(x > mv, x, mv);
   }
   float maxv = at_hmax(mv);
-  for (int j0 = 0; j0 < jn; j0 += AT_VL) {
-    at_v e = at_select(at_seen(j0, t), at_exp(at_load(row + j0) - maxv), at_splat(0.0f));
+  for (int j0 = 0; j0 < jf; j0 += AT_VL) {
+    at_v e = at_exp(at_load(row + j0) - maxv);
     at_store(row + j0, e);
     sv += e;
   }
-  float sum = at_hsum(sv), inv = 1.0f / sum;
-  for (int j0 = 0; j0 < jn; j0 += AT_VL)
-    at_store(row + j0, at_load(row + j0) * inv);
+  if (jn > jf) {
+    at_v e = at_select(at_seen(jf, last), at_exp(at_load(row + jf) - maxv), at_splat(0.0f));
+    at_store(row + jf, e);
+    sv += e;
+  }
+  float sum = at_hsum(sv);
+  *inv = 1.0f / sum;
   for (int j = jn; j < n; j++)
     row[j] = 0.0f;
   return maxv + logf(sum);
 }
 
-/* One query head's forward: o(T,hs) (rows ldo apart) and lse(T) from q (rows
- * ld apart), kt = K^T (hs x Tp) and vp = V (T x hsp); s is AT_MR x Tp
- * scratch. Per tile of query rows: scores against the keys the tile sees,
- * softmax, then P V. */
-static void at_head_forward(float *o, int ldo, float *lse, const float *q, int ld, const float *kt,
-                            const float *vp, int T, int Tp, int hs, int hsp, float *s) {
-  float scale = 1.0f / sqrtf((float)hs);
-  for (int i0 = 0; i0 < T; i0 += AT_MR) {
-    int rows = aa__cpu_min(AT_MR, T - i0), n = i0 + rows;
-    at_rows(s, Tp, rows, at_round(n), q + (size_t)i0 * ld, ld, 1, kt, Tp, hs, scale, 0);
+/* One query head's forward: o(Tq,hs) (rows ldo apart) and lse(Tq) from q
+ * (rows ldq apart), kt = K^T (hs x Tkp) and vp = V (Tk x hsp); s is AT_MR x
+ * Tkp scratch. Per tile of query rows: scores against the keys the tile
+ * sees, softmax, then P V, each output row scaled by its 1 / sum. */
+static void at_head_forward(float *o, int ldo, float *lse, const float *q, int ldq, const float *kt,
+                            const float *vp, int Tq, int Tk, int Tkp, int hs, int hsp, int causal, float *s) {
+  float scale = 1.0f / sqrtf((float)hs), inv[AT_MR];
+  for (int i0 = 0; i0 < Tq; i0 += AT_MR) {
+    int rows = aa__cpu_min(AT_MR, Tq - i0), n = causal ? i0 + rows : Tk;
+    at_rows(s, Tkp, rows, at_round(n), q + (size_t)i0 * ldq, ldq, 1, kt, Tkp, hs, scale, NULL, 0);
     for (int i = 0; i < rows; i++)
-      lse[i0 + i] = at_softmax_row(s + (size_t)i * Tp, i0 + i, n);
-    at_rows(o + (size_t)i0 * ldo, ldo, rows, hs, s, Tp, 1, vp, hsp, n, 1.0f, 0);
+      lse[i0 + i] = at_softmax_row(s + (size_t)i * Tkp, causal ? i0 + i : Tk - 1, n, &inv[i]);
+    at_rows(o + (size_t)i0 * ldo, ldo, rows, hs, s, Tkp, 1, vp, hsp, n, 1.0f, inv, 0);
   }
 }
 
-/* out(B,T,NH HS), lse(B,NH,T) from qkv(B,T,(NH + 2 NKV) HS). One query head
- * per thread; a thread packs K^T and V once for consecutive heads of the
- * same key/value head. */
-void aa__cpu_attention_gqa_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
-                                   int HS) {
-  int W = (NH + 2 * NKV) * HS, ldo = NH * HS, group = NH / NKV, Tp = at_stride(T), hsp = at_round(HS);
+/* out(B,Tq,NH HS) and lse(B,NH,Tq) of the block problem: q's batch b, row t,
+ * head h at q[b bsq + t ldq + h HS], k's and v's (NKV heads) at b bskv + t
+ * ldkv + g HS. One query head per thread; a thread packs K^T and V once for
+ * consecutive heads of the same key/value head. */
+static void at_forward(float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq,
+                       int Tk, int NH, int NKV, int HS, int ldq, size_t bsq, int ldkv, size_t bskv,
+                       int causal) {
+  int ldo = NH * HS, group = NH / NKV, Tkp = at_stride(Tk), hsp = at_round(HS);
 #pragma omp parallel
   {
-    float *kt = aa__cpu_scratch((size_t)HS * Tp + (size_t)2 * T * hsp + (size_t)AT_MR * Tp, "attention");
-    float *vp = kt + (size_t)HS * Tp, *kp = vp + (size_t)T * hsp, *s = kp + (size_t)T * hsp;
+    float *kt = aa__cpu_scratch((size_t)HS * Tkp + (size_t)2 * Tk * hsp + (size_t)AT_MR * Tkp, "attention");
+    float *vp = kt + (size_t)HS * Tkp, *kp = vp + (size_t)Tk * hsp, *s = kp + (size_t)Tk * hsp;
     int packed = -1; /* b * NKV + g of what kt and vp hold */
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
-        const float *base = qkv + (size_t)b * T * W;
         int g = h / group;
         if (packed != b * NKV + g) {
-          at_pack_rows(kp, hsp, base + (size_t)(NH + g) * HS, W, T, HS);
-          at_pack_cols(kt, Tp, kp, hsp, T, HS);
-          at_pack_rows(vp, hsp, base + (size_t)(NH + NKV + g) * HS, W, T, HS);
+          size_t kv = b * bskv + (size_t)g * HS;
+          at_pack_rows(kp, hsp, k + kv, ldkv, Tk, HS);
+          at_pack_cols(kt, Tkp, kp, hsp, Tk, HS);
+          at_pack_rows(vp, hsp, v + kv, ldkv, Tk, HS);
           packed = b * NKV + g;
         }
-        at_head_forward(out + (size_t)b * T * ldo + (size_t)h * HS, ldo, lse + ((size_t)b * NH + h) * T,
-                        base + (size_t)h * HS, W, kt, vp, T, Tp, HS, hsp, s);
+        at_head_forward(out + (size_t)b * Tq * ldo + (size_t)h * HS, ldo, lse + ((size_t)b * NH + h) * Tq,
+                        q + b * bsq + (size_t)h * HS, ldq, kt, vp, Tq, Tk, Tkp, HS, hsp, causal, s);
       }
     }
     free(kt);
   }
 }
 
-/* A thread's backward buffers: K (T x hsp), Q and dO of the current query
- * head (T x hsp), K^T and V^T (hs x Tp), and a block's probabilities p and
- * score gradients ds (AT_ROW_BLOCK x Tp). */
+/* A thread's backward buffers: K (Tk x hsp), Q and dO of the current query
+ * head (Tq x hsp; qp first holds V's rows, so max(Tq, Tk) rows), K^T and
+ * V^T (hs x Tkp), a row block's probabilities p and score gradients ds
+ * (AT_ROW_BLOCK x Tkp), and the key/value head's gradients dk, dv (Tk x
+ * hsp), summed over its query heads before they are added to the output. */
 typedef struct {
-  float *kp, *qp, *dop, *kt, *vt, *p, *ds;
-  int T, Tp, hs, hsp;
+  float *kp, *qp, *dop, *kt, *vt, *p, *ds, *dk, *dv;
+  int Tq, Tk, Tkp, hs, hsp, causal;
 } at_bwd_t;
 
-/* Backward of one query head, block by block (the softmax backward):
- *   dP = dO v^T, dS = P * (dP - rowsum(P * dP)), and with s = 1/sqrt(hs)
- *   dq += s dS k, dk += s dS^T q, dv += P^T dO.
- * dq, dk, dv point at the head's columns of dqkv (row stride ld); q and dO
- * (rows ldo apart) are the head's, also packed in w->qp and w->dop. */
-static void at_head_backward(float *dq, float *dk, float *dv, int ld, const float *q, const float *dO,
-                             int ldo, const float *lse, const at_bwd_t *w) {
-  int T = w->T, Tp = w->Tp, hs = w->hs, hsp = w->hsp;
+/* Backward of one query head, row block by row block (the softmax backward):
+ *   dP = dO v^T, dS = P * (dP - delta), and with s = 1/sqrt(hs)
+ *   dq += s dS k, dk += s dS^T q, dv += P^T dO,
+ * where delta is rowsum(P * dP) when the block holds every key the rows see
+ * (delta NULL), or the caller's rowsum(dO * O) over all blocks (ring
+ * attention). dq (rows lddq apart) and q (ldq) are the head's; dO (ldo) is
+ * the head's, packed in w->dop as q is in w->qp; dk, dv go to w->dk, w->dv. */
+static void at_head_backward(float *dq, int lddq, const float *q, int ldq, const float *dO, int ldo,
+                             const float *lse, const float *delta, const at_bwd_t *w) {
+  int Tq = w->Tq, Tk = w->Tk, Tkp = w->Tkp, hs = w->hs, hsp = w->hsp, causal = w->causal;
   float scale = 1.0f / sqrtf((float)hs);
-  for (int r0 = 0; r0 < T; r0 += AT_ROW_BLOCK) {
-    int r1 = aa__cpu_min(r0 + AT_ROW_BLOCK, T), m = r1 - r0;
+  for (int r0 = 0; r0 < Tq; r0 += AT_ROW_BLOCK) {
+    int r1 = aa__cpu_min(r0 + AT_ROW_BLOCK, Tq), m = r1 - r0;
     for (int i0 = 0; i0 < m; i0 += AT_MR) {
-      int rows = aa__cpu_min(AT_MR, m - i0), t0 = r0 + i0, n = t0 + rows;
-      float *p = w->p + (size_t)i0 * Tp, *ds = w->ds + (size_t)i0 * Tp;
-      at_rows(p, Tp, rows, at_round(n), q + (size_t)t0 * ld, ld, 1, w->kt, Tp, hs, scale, 0);
-      at_rows(ds, Tp, rows, at_round(n), dO + (size_t)t0 * ldo, ldo, 1, w->vt, Tp, hs, 1.0f, 0);
+      int rows = aa__cpu_min(AT_MR, m - i0), t0 = r0 + i0, n = causal ? t0 + rows : Tk;
+      float *p = w->p + (size_t)i0 * Tkp, *ds = w->ds + (size_t)i0 * Tkp;
+      at_rows(p, Tkp, rows, at_round(n), q + (size_t)t0 * ldq, ldq, 1, w->kt, Tkp, hs, scale, NULL, 0);
+      at_rows(ds, Tkp, rows, at_round(n), dO + (size_t)t0 * ldo, ldo, 1, w->vt, Tkp, hs, 1.0f, NULL, 0);
       for (int i = 0; i < rows; i++) {
-        int t = t0 + i, jn = at_round(t + 1); /* whole vectors, as at_softmax_row */
-        float *pr = p + (size_t)i * Tp, *d = ds + (size_t)i * Tp, l = lse[t];
+        int t = t0 + i, last = causal ? t : Tk - 1;
+        int jf = (last + 1) / AT_VL * AT_VL, jn = at_round(last + 1); /* as at_softmax_row */
+        float *pr = p + (size_t)i * Tkp, *d = ds + (size_t)i * Tkp, l = lse[t];
         at_v dv = at_splat(0.0f);
-        for (int j0 = 0; j0 < jn; j0 += AT_VL) {
-          at_v e = at_select(at_seen(j0, t), at_exp(at_load(pr + j0) - l), at_splat(0.0f));
+        for (int j0 = 0; j0 < jf; j0 += AT_VL) {
+          at_v e = at_exp(at_load(pr + j0) - l);
           at_store(pr + j0, e);
           dv += e * at_load(d + j0);
         }
-        float dot = at_hsum(dv);
+        if (jn > jf) {
+          at_v e = at_select(at_seen(jf, last), at_exp(at_load(pr + jf) - l), at_splat(0.0f));
+          at_store(pr + jf, e);
+          dv += e * at_load(d + jf);
+        }
+        float dot = delta ? delta[t] : at_hsum(dv);
         for (int j0 = 0; j0 < jn; j0 += AT_VL)
           at_store(d + j0, at_load(pr + j0) * (at_load(d + j0) - dot));
-        /* Zeros up to r1: the key tiles below read every column of the block. */
-        if (r1 > jn) {
-          memset(pr + jn, 0, (size_t)(r1 - jn) * sizeof(float));
-          memset(d + jn, 0, (size_t)(r1 - jn) * sizeof(float));
+        /* On the diagonal, zeros past the last vector: the tiles read up to
+         * AT_MR - 1 columns past t, below r1 (dq's up to n - 1, each key
+         * tile's up to its last key; the query rows a key tile reads see its
+         * first key). Whole vectors: rows are Tkp >= at_round(Tk) + 16 wide. */
+        for (int j0 = jn; causal && j0 < aa__cpu_min(r1, t + AT_MR); j0 += AT_VL) {
+          at_store(pr + j0, at_splat(0.0f));
+          at_store(d + j0, at_splat(0.0f));
         }
       }
-      at_rows(dq + (size_t)t0 * ld, ld, rows, hs, ds, Tp, 1, w->kp, hsp, n, scale, 1);
+      at_rows(dq + (size_t)t0 * lddq, lddq, rows, hs, ds, Tkp, 1, w->kp, hsp, n, scale, NULL, 1);
     }
-    /* Keys j0..: the block's queries from max(j0, r0) on see them. */
-    for (int j0 = 0; j0 < r1; j0 += AT_MR) {
-      int rows = aa__cpu_min(AT_MR, r1 - j0), lo = j0 > r0 ? j0 - r0 : 0;
-      at_rows(dk + (size_t)j0 * ld, ld, rows, hs, w->ds + (size_t)lo * Tp + j0, 1, Tp,
-              w->qp + (size_t)(r0 + lo) * hsp, hsp, m - lo, scale, 1);
-      at_rows(dv + (size_t)j0 * ld, ld, rows, hs, w->p + (size_t)lo * Tp + j0, 1, Tp,
-              w->dop + (size_t)(r0 + lo) * hsp, hsp, m - lo, 1.0f, 1);
+    /* Keys j0..: the block's queries from lo (on the diagonal max(j0, r0),
+     * else r0) on see them. */
+    for (int j0 = 0; j0 < (causal ? r1 : Tk); j0 += AT_MR) {
+      int rows = aa__cpu_min(AT_MR, (causal ? r1 : Tk) - j0), lo = causal && j0 > r0 ? j0 - r0 : 0;
+      at_rows(w->dk + (size_t)j0 * hsp, hsp, rows, hs, w->ds + (size_t)lo * Tkp + j0, 1, Tkp,
+              w->qp + (size_t)(r0 + lo) * hsp, hsp, m - lo, scale, NULL, 1);
+      at_rows(w->dv + (size_t)j0 * hsp, hsp, rows, hs, w->p + (size_t)lo * Tkp + j0, 1, Tkp,
+              w->dop + (size_t)(r0 + lo) * hsp, hsp, m - lo, 1.0f, NULL, 1);
     }
   }
 }
 
-/* dqkv(B,T,(NH + 2 NKV) HS) += gradient of attention_gqa_forward. One thread
- * per (b, key/value head): it owns the head's dk and dv columns and the dq
- * columns of its query heads, which it processes in increasing order. */
-void aa__cpu_attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
-                                    int T, int NH, int NKV, int HS) {
-  int W = (NH + 2 * NKV) * HS, ldo = NH * HS, group = NH / NKV, Tp = at_stride(T), hsp = at_round(HS);
+/* dq, dk, dv (laid out as q, k, v) += the gradient of at_forward's block
+ * problem, from dout (B,Tq,NH HS), lse (B,NH,Tq) and delta (B,NH,Tq, or
+ * NULL: see at_head_backward). One thread per (b, key/value head): it owns
+ * the head's dk and dv and the dq of its query heads, which it processes in
+ * increasing order. */
+static void at_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                        const float *v, const float *lse, const float *delta, int B, int Tq, int Tk, int NH,
+                        int NKV, int HS, int ldq, size_t bsq, int ldkv, size_t bskv, int causal) {
+  int ldo = NH * HS, group = NH / NKV, Tkp = at_stride(Tk), hsp = at_round(HS);
 #pragma omp parallel
   {
-    size_t nrow = (size_t)T * hsp, ncol = (size_t)HS * Tp, nblk = (size_t)AT_ROW_BLOCK * Tp;
-    at_bwd_t w = {aa__cpu_scratch(3 * nrow + 2 * ncol + 2 * nblk, "attention"),
-                  NULL,
-                  NULL,
-                  NULL,
-                  NULL,
-                  NULL,
-                  NULL,
-                  T,
-                  Tp,
-                  HS,
-                  hsp};
-    w.qp = w.kp + nrow;
-    w.dop = w.qp + nrow;
-    w.kt = w.dop + nrow;
+    size_t nq = (size_t)(Tq > Tk ? Tq : Tk) * hsp, nk = (size_t)Tk * hsp, ncol = (size_t)HS * Tkp;
+    size_t nblk = (size_t)AT_ROW_BLOCK * Tkp;
+    at_bwd_t w = {.kp = aa__cpu_scratch(2 * nq + 3 * nk + 2 * ncol + 2 * nblk, "attention"),
+                  .Tq = Tq,
+                  .Tk = Tk,
+                  .Tkp = Tkp,
+                  .hs = HS,
+                  .hsp = hsp,
+                  .causal = causal};
+    w.qp = w.kp + nk;
+    w.dop = w.qp + nq;
+    w.kt = w.dop + nq;
     w.vt = w.kt + ncol;
     w.p = w.vt + ncol;
     w.ds = w.p + nblk;
+    w.dk = w.ds + nblk;
+    w.dv = w.dk + nk;
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int g = 0; g < NKV; g++) {
-        size_t off = (size_t)b * T * W;
-        const float *k = qkv + off + (size_t)(NH + g) * HS, *v = qkv + off + (size_t)(NH + NKV + g) * HS;
-        at_pack_rows(w.kp, hsp, k, W, T, HS);
-        at_pack_cols(w.kt, Tp, w.kp, hsp, T, HS);
-        at_pack_rows(w.qp, hsp, v, W, T, HS); /* V's rows, until the first query head's */
-        at_pack_cols(w.vt, Tp, w.qp, hsp, T, HS);
-        float *dk = dqkv + off + (size_t)(NH + g) * HS, *dv = dqkv + off + (size_t)(NH + NKV + g) * HS;
+        size_t kv = b * bskv + (size_t)g * HS;
+        at_pack_rows(w.kp, hsp, k + kv, ldkv, Tk, HS);
+        at_pack_cols(w.kt, Tkp, w.kp, hsp, Tk, HS);
+        at_pack_rows(w.qp, hsp, v + kv, ldkv, Tk, HS); /* V's rows, until the first query head's */
+        at_pack_cols(w.vt, Tkp, w.qp, hsp, Tk, HS);
+        memset(w.dk, 0, 2 * nk * sizeof(float));
         for (int h = g * group; h < (g + 1) * group; h++) {
-          const float *q = qkv + off + (size_t)h * HS, *dO = dout + (size_t)b * T * ldo + (size_t)h * HS;
-          at_pack_rows(w.qp, hsp, q, W, T, HS);
-          at_pack_rows(w.dop, hsp, dO, ldo, T, HS);
-          at_head_backward(dqkv + off + (size_t)h * HS, dk, dv, W, q, dO, ldo, lse + ((size_t)b * NH + h) * T,
-                           &w);
+          size_t qo = b * bsq + (size_t)h * HS, row = ((size_t)b * NH + h) * Tq;
+          const float *dO = dout + (size_t)b * Tq * ldo + (size_t)h * HS;
+          at_pack_rows(w.qp, hsp, q + qo, ldq, Tq, HS);
+          at_pack_rows(w.dop, hsp, dO, ldo, Tq, HS);
+          at_head_backward(dq + qo, ldq, q + qo, ldq, dO, ldo, lse + row, delta ? delta + row : NULL, &w);
+        }
+        for (int t = 0; t < Tk; t++) {
+          float *dkt = dk + kv + (size_t)t * ldkv, *dvt = dv + kv + (size_t)t * ldkv;
+          const float *sk = w.dk + (size_t)t * hsp, *sv = w.dv + (size_t)t * hsp;
+#pragma omp simd
+          for (int d = 0; d < HS; d++) {
+            dkt[d] += sk[d];
+            dvt[d] += sv[d];
+          }
         }
       }
     }
     free(w.kp);
   }
+}
+
+/* Plain causal attention is the diagonal block problem on qkv's slices. */
+void aa__cpu_attention_gqa_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+                                   int HS) {
+  int W = (NH + 2 * NKV) * HS;
+  at_forward(out, lse, qkv, qkv + (size_t)NH * HS, qkv + (size_t)(NH + NKV) * HS, B, T, T, NH, NKV, HS, W,
+             (size_t)T * W, W, (size_t)T * W, 1);
+}
+
+void aa__cpu_attention_gqa_backward(float *dqkv, const float *dout, const float *qkv, const float *lse, int B,
+                                    int T, int NH, int NKV, int HS) {
+  int W = (NH + 2 * NKV) * HS;
+  at_backward(dqkv, dqkv + (size_t)NH * HS, dqkv + (size_t)(NH + NKV) * HS, dout, qkv, qkv + (size_t)NH * HS,
+              qkv + (size_t)(NH + NKV) * HS, lse, NULL, B, T, T, NH, NKV, HS, W, (size_t)T * W, W,
+              (size_t)T * W, 1);
+}
+
+/* Ring attention's block ops (ops.h attention_block_forward/backward): a
+ * block of keys received from another rank is read where it lies. */
+void aa__cpu_attention_block_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                                     int B, int Tq, int Tk, int NH, int NKV, int HS, int ldq, size_t bsq,
+                                     int ldkv, size_t bskv, int causal) {
+  at_forward(out, lse, q, k, v, B, Tq, Tk, NH, NKV, HS, ldq, bsq, ldkv, bskv, causal);
+}
+
+void aa__cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                      const float *k, const float *v, const float *lse, const float *delta,
+                                      int B, int Tq, int Tk, int NH, int NKV, int HS, int ldq, size_t bsq,
+                                      int ldkv, size_t bskv, int causal) {
+  at_backward(dq, dk, dv, dout, q, k, v, lse, delta, B, Tq, Tk, NH, NKV, HS, ldq, bsq, ldkv, bskv, causal);
 }
 
 /* ------------------------------------------------------ multi-head attention */
