@@ -215,19 +215,27 @@ static inline at_v at_exp(at_v x) {
   return at_load(f);
 }
 
-/* The lanes' sum and maximum, in a fixed order. */
+/* The lanes' sum and maximum, in a fixed order: halves folded onto each other. */
 static inline float at_hsum(at_v v) {
-  float s = 0.0f;
-  for (int e = 0; e < AT_VL; e++)
-    s += v[e];
-  return s;
+  float f[AT_VL];
+  memcpy(f, &v, sizeof f);
+#pragma GCC unroll 8
+  for (int w = AT_VL / 2; w >= 1; w /= 2)
+#pragma GCC unroll 16
+    for (int e = 0; e < w; e++)
+      f[e] += f[e + w];
+  return f[0];
 }
 
 static inline float at_hmax(at_v v) {
-  float m = v[0];
-  for (int e = 1; e < AT_VL; e++)
-    m = v[e] > m ? v[e] : m;
-  return m;
+  float f[AT_VL];
+  memcpy(f, &v, sizeof f);
+#pragma GCC unroll 8
+  for (int w = AT_VL / 2; w >= 1; w /= 2)
+#pragma GCC unroll 16
+    for (int e = 0; e < w; e++)
+      f[e] = f[e + w] > f[e] ? f[e + w] : f[e];
+  return f[0];
 }
 
 /* A block problem: query rows 0..Tq-1 of a head against keys 0..Tk-1, with
