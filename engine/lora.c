@@ -9,6 +9,7 @@
 
 #include "../common/file.h"
 #include "checkpoint.h"
+#include "optim.h"
 #include "strategies/sizes.h"
 
 int aa_lora_opt_init(aa_lora_opt_t *o, const aa_gpt_t *m, aa_mem_t *mem) {
@@ -139,16 +140,13 @@ int aa_lora_step(aa_lora_opt_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float
   }
   double mult = 1.0 / grad_scale;
   if (cfg->grad_clip > 0 && norm > cfg->grad_clip) mult *= cfg->grad_clip / (norm + 1e-6);
-  if (mult != 1.0) {
-    op->scale(gs, (float)mult, o->slice);
-    op->scale(gt, (float)mult, o->tail);
-  }
+  const float gscale = aa_adamw_grad_mult(op, gs, o->slice, mult); /* the same factor for both */
+  aa_adamw_grad_mult(op, gt, o->tail, mult);
   const int t = o->t + 1;
   float *mm = o->m.data, *vv = o->v.data;
-  op->adamw_update(ps, gs, mm, vv, o->slice, lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, t);
+  aa_adamw_update(op, ps, gs, mm, vv, o->slice, lr, cfg, cfg->weight_decay, t, gscale);
   if (o->tail)
-    op->adamw_update(pt, gt, mm + o->slice, vv + o->slice, o->tail, lr, cfg->beta1, cfg->beta2, cfg->eps,
-                     cfg->weight_decay, t);
+    aa_adamw_update(op, pt, gt, mm + o->slice, vv + o->slice, o->tail, lr, cfg, cfg->weight_decay, t, gscale);
   rc = op->sync();
   if (!rc && o->stage) {
     /* The whole adapters the passes read: every rank's slice (in place

@@ -77,7 +77,8 @@ int aa_lora_reduce(aa_lora_opt_t *o, aa_gpt_t *m, int last_micro);
  * gradient (into *grad_norm when not NULL); a non-finite one changes
  * nothing and returns 1 when skip_nonfinite is set (an fp16 overflow: the
  * caller counts a skipped step), else AA_EINVAL; then unscaling and the
- * clip to cfg->grad_clip in one pass, AdamW with lr and cfg's betas, eps
+ * clip to cfg->grad_clip, folded into the update where the backend has
+ * adamw_update_scaled (else one pass), AdamW with lr and cfg's betas, eps
  * and weight decay (A and B are 2-D weights: decayed, as PEFT under
  * Hugging Face's Trainer), and from stage 1 the updated slices gathered.
  * The base is untouched. A collective from stage 1 (the norm and the

@@ -81,20 +81,14 @@ static int tensor_squares(aa_gpt_t *m, double split, double whole, double *out) 
   return 0;
 }
 
-/* The unscaling and clipping multiply of the gradient g(n) before AdamW:
- * folded into the update where the backend has adamw_update_scaled (g is
- * then left as it is), else a scale pass now; with mult 1 (grad_scale 1, no
- * clip) there is nothing to do, so fp32 results match an unscaled run
- * exactly. Returns the factor for adamw() below. */
-static float grad_mult(const aa_ops_t *op, float *g, size_t n, double mult) {
+float aa_adamw_grad_mult(const aa_ops_t *op, float *g, size_t n, double mult) {
   if (op->adamw_update_scaled) return (float)mult;
   if (mult != 1.0) op->scale(g, (float)mult, n);
   return 1.0f;
 }
 
-/* AdamW on n elements whose gradient is g * gscale (grad_mult). */
-static void adamw(const aa_ops_t *op, float *p, const float *g, float *mm, float *vv, size_t n, float lr,
-                  const aa_train_cfg_t *cfg, float wd, int t, float gscale) {
+void aa_adamw_update(const aa_ops_t *op, float *p, const float *g, float *mm, float *vv, size_t n, float lr,
+                     const aa_train_cfg_t *cfg, float wd, int t, float gscale) {
   if (op->adamw_update_scaled)
     op->adamw_update_scaled(p, g, mm, vv, n, lr, cfg->beta1, cfg->beta2, cfg->eps, wd, t, gscale);
   else
@@ -124,15 +118,15 @@ int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float l
   /* Unscaling and clipping are one multiply. */
   double mult = 1.0 / grad_scale;
   if (cfg->grad_clip > 0 && norm > cfg->grad_clip) mult *= cfg->grad_clip / (norm + 1e-6);
-  const float gscale = grad_mult(op, g, m->n_params, mult);
+  const float gscale = aa_adamw_grad_mult(op, g, m->n_params, mult);
   /* One call per tensor so weight decay can differ; tensors are contiguous
    * in the layout, so a whole-buffer update would differ only in decay. */
   float *p = m->params.data, *mm = o->m.data, *vv = o->v.data;
   int t = o->t + 1;
   for (int i = 0; i < m->n_tensors; i++) {
     const aa_tensor_desc_t *d = &m->tensors[i];
-    adamw(op, p + d->offset, g + d->offset, mm + d->offset, vv + d->offset, d->numel, lr, cfg,
-          d->decay ? cfg->weight_decay : 0.0f, t, gscale);
+    aa_adamw_update(op, p + d->offset, g + d->offset, mm + d->offset, vv + d->offset, d->numel, lr, cfg,
+                    d->decay ? cfg->weight_decay : 0.0f, t, gscale);
   }
   aa_gpt_params_changed(m);
   if ((rc = op->sync())) return rc;
@@ -579,7 +573,7 @@ int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr,
   if (cfg->grad_clip > 0 && norm > cfg->grad_clip) mult *= cfg->grad_clip / (norm + 1e-6);
   float gscale = 1.0f; /* the same factor from every chunk */
   for (int p = 0; p < P; p++)
-    if (z->valid[p]) gscale = grad_mult(op, grad_chunk(z, m, p), z->valid[p], mult);
+    if (z->valid[p]) gscale = aa_adamw_grad_mult(op, grad_chunk(z, m, p), z->valid[p], mult);
   /* AdamW tensor by tensor (weight decay differs between them) on the part
    * of each tensor inside the rank's chunk of its piece. */
   int t = z->opt.t + 1;
@@ -592,8 +586,8 @@ int aa_zero_step(aa_zero_t *z, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr,
     size_t a = d->offset > lo ? d->offset : lo, b = d->offset + d->numel < hi ? d->offset + d->numel : hi;
     if (a >= b) continue;
     size_t k = a - lo;
-    adamw(op, param_chunk(z, m, p) + k, grad_chunk(z, m, p) + k, mm + z->shard_off[p] + k,
-          vv + z->shard_off[p] + k, b - a, lr, cfg, d->decay ? cfg->weight_decay : 0.0f, t, gscale);
+    aa_adamw_update(op, param_chunk(z, m, p) + k, grad_chunk(z, m, p) + k, mm + z->shard_off[p] + k,
+                    vv + z->shard_off[p] + k, b - a, lr, cfg, d->decay ? cfg->weight_decay : 0.0f, t, gscale);
   }
   if (!sharded_params(z)) {
     /* Every rank needs the whole updated model: each piece gathered from

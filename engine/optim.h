@@ -40,6 +40,17 @@ void aa_adamw_free(aa_adamw_t *o);
 int aa_adamw_step(aa_adamw_t *o, aa_gpt_t *m, const aa_train_cfg_t *cfg, float lr, double grad_scale,
                   int skip_nonfinite, float *grad_norm);
 
+/* Steps 3 and 4 on a piece of a gradient, for every optimizer here (whole
+ * model, ZeRO shards, LoRA adapters). aa_adamw_grad_mult: the unscaling and
+ * clipping multiply `mult` of g(n): with the backend's adamw_update_scaled
+ * it is left to the update (returns mult, g unchanged), else g is scaled
+ * now (returns 1; nothing at mult 1, so fp32 results match an unscaled run
+ * exactly). aa_adamw_update: AdamW on n elements whose gradient is g *
+ * gscale, gscale what aa_adamw_grad_mult returned. */
+float aa_adamw_grad_mult(const aa_ops_t *op, float *g, size_t n, double mult);
+void aa_adamw_update(const aa_ops_t *op, float *p, const float *g, float *mm, float *vv, size_t n, float lr,
+                     const aa_train_cfg_t *cfg, float wd, int t, float gscale);
+
 /* Data parallelism with ZeRO over the data group of the rank's mesh
  * (engine/mesh.h), `world` ranks (comm/comm.h), one aa_zero_t per rank. A
  * single process runs it too, over a group of one at stage 0: that is
