@@ -225,6 +225,9 @@ def main():
     env = load(os.path.join(work, "results", "env.json")) or {}
     print(f"autoaccel {env.get('autoaccel', '?')} (tree {env.get('git', '?')}); "
           f"engine, sgemm probe and PyTorch use {env.get('openblas', '?')}")
+    if "probe_env" in env:
+        print(f"sgemm probe's OpenMP idling: {env['probe_env']}; environment: "
+              + (", ".join(f"{k}={v}" for k, v in sorted(env.get("environment", {}).items())) or "none set"))
     peer_blas = {r.get("openblas") for r in th_all}
     if env.get("openblas") and peer_blas - {env["openblas"]}:
         print(f"WARNING: the PyTorch peer loaded {', '.join(sorted(map(str, peer_blas)))}")

@@ -144,8 +144,6 @@ busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat
 own_ticks() { awk '{print $16 + $17}' "/proc/$$/stat"; }
 busy0=$(busy_ticks) own0=$(own_ticks) t0=$(date +%s.%N)
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >"$WORK/results/load.txt"
-printf '{"autoaccel": "%s", "openblas": "%s", "git": "%s"}\n' "$AUTOACCEL" "$(readlink -f "$BLAS_SO")" \
-  "$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)" >"$WORK/results/env.json"
 # The sgemm probe runs after each model's pair, in the same round, so that
 # report.py divides a round's step by a floor measured minutes from it. Its
 # OpenBLAS threads idle as the engine's do: the autoaccel command sets
@@ -155,6 +153,19 @@ printf '{"autoaccel": "%s", "openblas": "%s", "git": "%s"}\n' "$AUTOACCEL" "$(re
 # against 30-53 ms, above the engine's whole 38 ms step.
 PROBE_ENV=()
 [ -n "${OMP_WAIT_POLICY+x}${GOMP_SPINCOUNT+x}" ] || PROBE_ENV=(GOMP_SPINCOUNT=1000)
+# What the run used, for the report: the binary and tree, the OpenBLAS
+# library, how the probe's OpenMP threads idled (the engine's: the same),
+# and the OpenBLAS and OpenMP variables the environment set.
+"$PYTHON" - "$AUTOACCEL" "$(readlink -f "$BLAS_SO")" \
+  "$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)" \
+  "${PROBE_ENV[*]-}" >"$WORK/results/env.json" <<'EOF'
+import json, os, sys
+aa, blas, tree, probe = sys.argv[1:]
+names = sorted(k for k in os.environ if k.startswith(("OPENBLAS_", "OMP_", "GOMP_")))
+print(json.dumps({"autoaccel": aa, "openblas": blas, "git": tree,
+                  "probe_env": probe or "the environment's",
+                  "environment": {k: os.environ[k] for k in names}}))
+EOF
 for r in $(seq 1 "$ROUNDS"); do
   echo "round $r/$ROUNDS" >&2
   for i in "${!NAMES[@]}"; do

@@ -125,6 +125,9 @@ for name, m in specs.items():
             e["step_gemm_ms"] = gemm
         p["square_gflops"] = 10.0 * r
         put("sgemm", p)
+# What run.sh records of the environment, which the report prints.
+json.dump({"autoaccel": "aa", "openblas": "blas.so", "git": "t", "probe_env": "GOMP_SPINCOUNT=1000",
+           "environment": {"OPENBLAS_CORETYPE": "Haswell"}}, open(os.path.join(work, "results", "env.json"), "w"))
 EOF
 "$PY" "$SRC/bench/report.py" "$W" gpt-6l-512 gpt-6l-512-llama >"$tmp/report.txt" 2>&1
 rc=$?
@@ -134,6 +137,7 @@ expect 0 "gpt-6l-512 +aa/torch +2\.00x +1\.25x +1\.50x +1\.50x +2\.00x +60%" cat
 expect 0 "gpt-6l-512 +aa step/floor +1\.111x +1\.200x +1\.100x +1\.111x +1\.100x +9%" cat "$tmp/report.txt"
 expect 0 "gpt-6l-512 +aa tok/s +100 +200 +150 +150 +200 +100%" cat "$tmp/report.txt"
 # The llama's round 2 has no PyTorch run: its aa/torch is the median of rounds 1 and 3.
+expect 0 "sgemm probe's OpenMP idling: GOMP_SPINCOUNT=1000; environment: OPENBLAS_CORETYPE=Haswell" cat "$tmp/report.txt"
 expect 0 "gpt-6l-512-llama +aa/torch +1\.25x +n/a +3\.00x +2\.12x" cat "$tmp/report.txt"
 expect 0 "note: gpt-6l-512-llama: the probe's GEMMs are 6 x tokens" cat "$tmp/report.txt"
 expect 0 "summary ok" "$PY" -c '
