@@ -15,6 +15,10 @@ one line saying what happened.
                                            TOKEN), hold them
   peer_tool.py flood ADDR SECONDS          keep 80 silent connections open, opening one for each
                                            the planner closes, and 64 more every second
+  peer_tool.py late-hello ADDR TOKEN N SILENT
+                                           connect, stay silent SILENT s, let N newer silent
+                                           connections from this address in, then say hello:
+                                           print whether the planner welcomed it
   peer_tool.py partial ADDR TOKEN N [HOLD] N token holders each send a 16 MiB frame but its
                                            last byte; hold them HOLD s (default 1)
   peer_tool.py fake-planner PATH SECONDS   accept an executor, welcome it, stop reading
@@ -237,6 +241,31 @@ def cmd_flood(addr, seconds, keep=80):
         s.close()
     print("flood: %d silent connections opened in %.0f s; closed by the planner: %s" % (
         opened, seconds, ", ".join("%s %d" % kv for kv in sorted(closed.items())) or "none"), flush=True)
+
+
+def cmd_late_hello(addr, token, n, silent):
+    """A token holder slow to say hello (its process not yet scheduled after
+    connect) while a flood from its own address arrives: the planner
+    displaces a source's oldest silent connection for a newcomer, but not
+    one within its grace after accept (planner/admit.c). Prints "welcomed",
+    or "closed" and the planner's reason."""
+    a = connect(addr)
+    time.sleep(silent)
+    others = [connect(addr) for _ in range(n)]
+    time.sleep(0.05)  # the planner accepts them
+    f = None
+    try:
+        a.sendall(hello(token))
+        f = read_frame(a)
+    except OSError:
+        pass
+    if f is not None and b"welcome" in f:
+        print("late-hello: welcomed", flush=True)
+    else:
+        print("late-hello: closed: %s" % ("displaced" if f and b"newer peers waited for room" in f
+                                          else unpack_error(f or b"")), flush=True)
+    for s in others + [a]:
+        s.close()
 
 
 def cmd_partial(addr, token, n, size=16 << 20):
@@ -600,6 +629,8 @@ def main():
         cmd_hold(a[1], int(a[2]), float(a[3]), tok(4))
     elif a[0] == "flood":
         cmd_flood(a[1], float(a[2]))
+    elif a[0] == "late-hello":
+        cmd_late_hello(a[1], a[2], int(a[3]), float(a[4]))
     elif a[0] == "partial":
         socks = cmd_partial(a[1], a[2], int(a[3]))
         time.sleep(float(tok(4) or 1))

@@ -128,11 +128,19 @@ pids+=("$planner2")
 P2="--planner unix:$home2/planner.sock"
 planner_up "$log2" "planner 2" "$P2"
 # Silent ones first: one source holds 64 / 8 = 8 of the waiting slots, and
-# each newcomer beyond them displaces that source's oldest silent one.
+# each newcomer beyond them displaces that source's oldest silent one once it
+# is past its quarter-second grace; until then newcomers are let in over the
+# share, and at the TCP cap (52) the oldest goes whatever its age. None is
+# refused; how many wait at the end (8 to 52) depends on how fast the
+# planner accepted them.
 $PEER hold "tcp:127.0.0.1:$port2" 150 1 >"$tmp/hold.out" 2>&1
 cat "$tmp/hold.out"
-check "150 silent connections from one address: 8 wait, 142 were displaced" \
-  grep -q "^hold: 8 admitted, 0 refused, 142 displaced" "$tmp/hold.out"
+silent_ok() {
+  [[ $(cat "$tmp/hold.out") =~ ^hold:\ ([0-9]+)\ admitted,\ 0\ refused,\ ([0-9]+)\ displaced ]] &&
+    [ "${BASH_REMATCH[1]}" -ge 8 ] && [ "${BASH_REMATCH[1]}" -le 52 ] &&
+    [ $((BASH_REMATCH[1] + BASH_REMATCH[2])) = 150 ]
+}
+check "150 silent connections from one address: none refused, 8 to 52 wait, the rest displaced" silent_ok
 # Token holders say hello and keep their connections: the TCP cap is hard.
 $PEER hold "tcp:127.0.0.1:$port2" 150 8 "$(head -1 "$home2/token")" >"$tmp/hold2.out" 2>&1 &
 hold=$!
