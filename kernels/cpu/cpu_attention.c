@@ -215,28 +215,22 @@ static inline at_v at_exp(at_v x) {
   return at_load(f);
 }
 
-/* The lanes' sum and maximum, in a fixed order: halves folded onto each other. */
-static inline float at_hsum(at_v v) {
+/* The lanes' sum (max 0) or maximum (max 1), in a fixed order: halves folded
+ * onto each other. */
+static inline float at_fold(at_v v, int max) {
   float f[AT_VL];
   memcpy(f, &v, sizeof f);
 #pragma GCC unroll 8
   for (int w = AT_VL / 2; w >= 1; w /= 2)
 #pragma GCC unroll 16
     for (int e = 0; e < w; e++)
-      f[e] += f[e + w];
+      f[e] = max ? (f[e + w] > f[e] ? f[e + w] : f[e]) : f[e] + f[e + w];
   return f[0];
 }
 
-static inline float at_hmax(at_v v) {
-  float f[AT_VL];
-  memcpy(f, &v, sizeof f);
-#pragma GCC unroll 8
-  for (int w = AT_VL / 2; w >= 1; w /= 2)
-#pragma GCC unroll 16
-    for (int e = 0; e < w; e++)
-      f[e] = f[e + w] > f[e] ? f[e + w] : f[e];
-  return f[0];
-}
+static inline float at_hsum(at_v v) { return at_fold(v, 0); }
+
+static inline float at_hmax(at_v v) { return at_fold(v, 1); }
 
 /* A block problem: query rows 0..Tq-1 of a head against keys 0..Tk-1, with
  * every key seen (causal 0: a block of ring attention that lies wholly in
