@@ -15,23 +15,26 @@
  *
  * Only the silent are displaced, and below the TCP connection cap not the
  * newest: a connection with bytes waiting in its socket (a hello that
- * arrived since the loop last read, which the loop reads next), or accepted
- * less than AA_ADMIT_GRACE_S ago (its peer may not have been scheduled
- * between connect and write on a busy host), is passed over for an older
- * silent one. When none of the oldest AA_ADMIT_SCAN can go, the newcomer is let in over the soft
- * caps (the share and max_unauthenticated) and those bytes are read in
- * the loop's next turn; only the TCP connection cap is hard, and at it
- * the newcomer is refused.
+ * arrived since the loop last read, which the loop reads next), or
+ * accepted less than AA_ADMIT_GRACE_S ago (its peer may not have been
+ * scheduled between connect and write on a busy host), is passed over for
+ * an older silent one. When none of the oldest AA_ADMIT_SCAN can go, the
+ * newcomer is let in over the soft caps (the share and
+ * max_unauthenticated) and those bytes are read in the loop's next turn;
+ * only the TCP connection cap is hard, and at it the newcomer is refused.
  *
- * A real peer sends its hello as soon as it has connected, so it is
- * silent for a moment at most, inside the grace; a flood from one source
- * only cycles that source's share (plus what it opens within a grace) and
- * never displaces the peers of another source. At the cap the oldest
- * silent connection goes whatever its age, so that a burst of new ones
- * cannot hold the cap and refuse every newcomer; there a peer's hello
- * races the next newcomer, as it did everywhere before the grace. A source is an IPv4 address, with all of
- * 127.0.0.0/8 as one (any local user may connect from any of it), or the /64 an IPv6 address lies in (a
- * host's usual allotment); an IPv4-mapped IPv6 address is its IPv4 address. */
+ * A real peer sends its hello as soon as it has connected, so it is silent
+ * for a moment at most, inside the grace; a flood from one source only
+ * cycles that source's share (plus what it opens within a grace) and never
+ * displaces the peers of another source. At the cap the oldest silent
+ * connection goes whatever its age, so that a burst of new ones cannot
+ * hold the cap and refuse every newcomer; there a peer's hello races the
+ * next newcomer, as it did everywhere before the grace.
+ *
+ * A source is an IPv4 address, with all of 127.0.0.0/8 as one (any local
+ * user may connect from any of it), or the /64 an IPv6 address lies in (a
+ * host's usual allotment); an IPv4-mapped IPv6 address is its IPv4
+ * address. */
 #include "planner_internal.h"
 
 #include <netinet/in.h>
@@ -43,10 +46,11 @@
 /* Waiting connections looked at for a silent one before a newcomer is let
  * in over the soft caps (or, at the hard cap, the oldest goes). */
 #define AA_ADMIT_SCAN 32
-/* Seconds after its accept during which a connection is not displaced.
- * Without it a token holder's `status` lost 1 call in 10 to a flood from
- * its own address on a loaded 2-core machine, closed between its connect
- * and its hello (tests/cli/test_daemon_hostile.sh). */
+/* Seconds after its accept during which a connection is not displaced
+ * (below the cap). Without it, in a suite run two tests at a time on 2
+ * cores, one of tests/cli/test_daemon_hostile.sh's 10 `status` calls was
+ * closed between its connect and its hello by the flood from its own
+ * address. */
 #define AA_ADMIT_GRACE_S 0.25
 
 struct aa_source {
