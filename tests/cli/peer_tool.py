@@ -370,7 +370,9 @@ def soak_round(unix, tcp, token, k):
         cmd_trickle(tcp, 0.2)
         cmd_trickle(unix, 0.2, True)
         cmd_hold(tcp, 30, 0.5)
-        cmd_flood(tcp, 1.0)
+        # Two bursts: the second finds the first's connections past their
+        # quarter-second grace (planner/admit.c) and displaces them.
+        cmd_flood(tcp, 1.5)
         for x in cmd_partial(tcp, token, 3):
             x.close()
     for kind in ("malformed", "oversized", "truncated", "version", "before-hello", "zero-length", "no-token"):
