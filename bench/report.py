@@ -136,6 +136,7 @@ FIGURES = [
     ("sgemm_square_gflops", "sgemm GFLOP/s", "{:.1f}", max),
     ("speed_ratio", "aa/torch", "{:.2f}x", max),
     ("floor_ratio", "aa step/floor", "{:.3f}x", min),
+    ("torch_floor_ratio", "torch step/floor", "{:.3f}x", min),
     ("flop_ratio", "aa/sgemm", "{:.0%}", max),
 ]
 
@@ -160,6 +161,7 @@ def model_rounds(work, name, m, rows, fpt):
         }
         f["speed_ratio"] = ratio(f["aa_tokens_per_s"], f["torch_tokens_per_s"])
         f["floor_ratio"] = ratio(f["aa_step_ms"], f["gemm_ms_per_step"])
+        f["torch_floor_ratio"] = ratio(f["torch_step_ms"], f["gemm_ms_per_step"])
         f["aa_non_gemm_ms"] = (f["aa_step_ms"] - f["gemm_ms_per_step"]
                                if f["aa_step_ms"] is not None and f["gemm_ms_per_step"] is not None else None)
         f["aa_gflops"] = f["aa_tokens_per_s"] * fpt * 1e-9 if f["aa_tokens_per_s"] else None
@@ -205,7 +207,7 @@ def main():
         row = {"model": name, "params": param_count(m), "batch": B, "seq_len": m["seq_len"], "flops_per_token": fpt}
         for k in ["aa_tokens_per_s", "torch_tokens_per_s", "speed_ratio", "aa_gflops", "torch_gflops",
                   "sgemm_square_gflops", "sgemm_mix_gflops", "gemm_ms_per_step", "aa_step_ms", "torch_step_ms",
-                  "aa_non_gemm_ms", "floor_ratio", "flop_ratio", "torch_flop_ratio"]:
+                  "aa_non_gemm_ms", "floor_ratio", "torch_floor_ratio", "flop_ratio", "torch_flop_ratio"]:
             row[k] = median(f[k] for f in per.values())
         for k, _, _, better in FIGURES:
             vals = [f[k] for f in per.values() if f[k] is not None]
@@ -278,6 +280,13 @@ def main():
         if ft and floor:
             line += f", step/GEMM floor {floor:.3f}x (want <= {ft:.2f}x: {'met' if floor <= ft else 'not met'})"
         print(line)
+        # What the speed target asks of the step: PyTorch's step/floor over
+        # the target. Below 1 it asks for a step shorter than the GEMMs alone.
+        tfr = r["torch_floor_ratio"]
+        if st and tfr:
+            need = tfr / st
+            print(f"  {r['model']}: aa/torch >= {st:.1f}x needs aa step/floor <= {need:.3f}x (PyTorch's step is "
+                  f"{tfr:.3f}x the floor){': shorter than its GEMMs alone' if need < 1 else ''}")
     for n in notes:
         print(n)
     try:
