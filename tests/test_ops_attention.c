@@ -6,7 +6,9 @@
  * 64-row blocks and not a multiple of the 6-row tiles. test_ops.c and
  * test_ops_llama.c check the same kernel with finite differences at small
  * head sizes; this file checks the large-tile paths they do not reach, and
- * that the thread count does not change a bit of the result. */
+ * that the thread count does not change a bit of the result; and ring
+ * attention's non-causal block (every key seen, Tq != Tk, strided), which
+ * runs the same kernel. */
 #include "aa_ops_test.h"
 #include "aa_test.h"
 #include "common/aa.h"
@@ -156,10 +158,104 @@ AA_TEST(attention_bits_do_not_depend_on_the_thread_count) {
   free(qkv), free(dout);
 }
 
+/* Ring attention's block op with every key seen (a block of earlier
+ * positions), Tq != Tk, through padded row and batch strides, as the ring
+ * reads a rank's queries in its q|k|v rows and a received k|v block:
+ * against the double reference of attention over all Tk keys, with
+ * delta = rowsum(dout * out) (attention_block_delta, of this block's out,
+ * which here is the final one). test_ops_ring.c checks the decomposition
+ * at Tq == Tk against the whole-sequence op; this is the kernel's
+ * non-causal path on its own, at head sizes of whole and partial tiles.
+ * Tolerances as check_shape's (sums of up to 90 terms here). */
+static void check_block(int B, int Tq, int Tk, int NH, int NKV, int HS) {
+  const aa_ops_t *ops = aa_ops_cpu();
+  const int ldq = NH * HS + 8, ldkv = 2 * NKV * HS, ldo = NH * HS;
+  const size_t bsq = (size_t)Tq * ldq, bskv = (size_t)Tk * ldkv, no = (size_t)B * Tq * ldo;
+  const size_t nq = (size_t)B * bsq, nkv = (size_t)B * bskv, nl = (size_t)B * NH * Tq;
+  float *q = aa_test_frand(&rng, nq, -1.5f, 1.5f), *kv = aa_test_frand(&rng, nkv, -1.5f, 1.5f);
+  float *dout = aa_test_frand(&rng, no, -1, 1), *out = aa_test_falloc(no), *lse = aa_test_falloc(nl);
+  float *delta = aa_test_falloc(nl), *dq0 = aa_test_frand(&rng, nq, -1, 1),
+        *dkv0 = aa_test_frand(&rng, nkv, -1, 1);
+  float *dq = aa_test_fcopy(dq0, nq), *dkv = aa_test_fcopy(dkv0, nkv);
+  ops->attention_block_forward(out, lse, q, kv, kv + NKV * HS, B, Tq, Tk, NH, NKV, HS, ldq, bsq, ldkv, bskv,
+                               0);
+  ops->attention_block_delta(delta, dout, out, B, Tq, NH, HS);
+  ops->attention_block_backward(dq, dkv, dkv + NKV * HS, dout, q, kv, kv + NKV * HS, lse, delta, B, Tq, Tk,
+                                NH, NKV, HS, ldq, bsq, ldkv, bskv, 0);
+  double eo = 0, el = 0, eg = 0, scale = 1.0 / sqrt(HS);
+  double *p = aa_test_dalloc((size_t)Tq * Tk), *ds = aa_test_dalloc((size_t)Tq * Tk);
+  double *rdq = aa_test_dalloc(nq), *rdkv = aa_test_dalloc(nkv);
+  for (size_t i = 0; i < nq; i++)
+    rdq[i] = dq0[i];
+  for (size_t i = 0; i < nkv; i++)
+    rdkv[i] = dkv0[i];
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      const int g = h / (NH / NKV);
+      const float *qh = q + b * bsq + (size_t)h * HS, *k = kv + b * bskv + (size_t)g * HS, *v = k + NKV * HS;
+      const float *dO = dout + (size_t)b * Tq * ldo + (size_t)h * HS;
+      double *dqh = rdq + b * bsq + (size_t)h * HS, *dk = rdkv + b * bskv + (size_t)g * HS,
+             *dv = dk + NKV * HS;
+      for (int t = 0; t < Tq; t++) {
+        double *row = p + (size_t)t * Tk, maxv = -INFINITY, sum = 0, dot = 0;
+        for (int u = 0; u < Tk; u++) {
+          row[u] = 0;
+          for (int i = 0; i < HS; i++)
+            row[u] += (double)qh[(size_t)t * ldq + i] * k[(size_t)u * ldkv + i];
+          row[u] *= scale;
+          maxv = fmax(maxv, row[u]);
+        }
+        for (int u = 0; u < Tk; u++)
+          sum += row[u] = exp(row[u] - maxv);
+        el = fmax(el, fabs(maxv + log(sum) - lse[((size_t)b * NH + h) * Tq + t]));
+        for (int u = 0; u < Tk; u++)
+          row[u] /= sum;
+        for (int i = 0; i < HS; i++) {
+          double o = 0;
+          for (int u = 0; u < Tk; u++)
+            o += row[u] * v[(size_t)u * ldkv + i];
+          eo = fmax(eo, fabs(o - out[((size_t)b * Tq + t) * ldo + (size_t)h * HS + i]));
+        }
+        for (int u = 0; u < Tk; u++) {
+          double dp = 0;
+          for (int i = 0; i < HS; i++)
+            dp += (double)dO[(size_t)t * ldo + i] * v[(size_t)u * ldkv + i];
+          ds[(size_t)t * Tk + u] = dp;
+          dot += row[u] * dp;
+        }
+        for (int u = 0; u < Tk; u++)
+          ds[(size_t)t * Tk + u] = row[u] * (ds[(size_t)t * Tk + u] - dot) * scale;
+      }
+      for (int t = 0; t < Tq; t++)
+        for (int u = 0; u < Tk; u++)
+          for (int i = 0; i < HS; i++) {
+            dqh[(size_t)t * ldq + i] += ds[(size_t)t * Tk + u] * k[(size_t)u * ldkv + i];
+            dk[(size_t)u * ldkv + i] += ds[(size_t)t * Tk + u] * qh[(size_t)t * ldq + i];
+            dv[(size_t)u * ldkv + i] += p[(size_t)t * Tk + u] * dO[(size_t)t * ldo + i];
+          }
+    }
+  /* Whole buffers: the padding past NH HS in q's rows must be left as it was. */
+  eg = fmax(aa_test_max_abs_diff(dq, rdq, nq), aa_test_max_abs_diff(dkv, rdkv, nkv));
+  fprintf(stderr, "  block B %d Tq %3d Tk %3d NH %d NKV %d HS %3d: out %.1e lse %.1e grads %.1e\n", B, Tq, Tk,
+          NH, NKV, HS, eo, el, eg);
+  CHECK_MSG(eo <= 1e-5 && el <= 1e-5, "out %.2e lse %.2e", eo, el);
+  CHECK_MSG(eg <= 1e-5, "dq, dk, dv %.2e", eg);
+  free(q), free(kv), free(dout), free(out), free(lse), free(delta), free(dq0), free(dkv0), free(dq),
+      free(dkv);
+  free(p), free(ds), free(rdq), free(rdkv);
+}
+
+AA_TEST(attention_block_with_every_key_matches_double_reference) {
+  check_block(2, 37, 90, 4, 2, 64);  /* fewer queries than keys, grouped-query, a whole tile */
+  check_block(1, 100, 20, 2, 1, 80); /* more queries than keys: two row blocks, a tile and a part */
+  check_block(1, 7, 13, 3, 3, 16);   /* multi-head, a part tile only */
+}
+
 int main(void) {
   aa_rng_seed(&rng, 37);
   aa_ops_cpu()->set_threads(2);
   RUN(attention_matches_double_reference_at_tile_sized_heads);
   RUN(attention_bits_do_not_depend_on_the_thread_count);
+  RUN(attention_block_with_every_key_matches_double_reference);
   return aa_test_summary();
 }
