@@ -88,9 +88,11 @@ static inline int at_round(int n) { return (n + AT_VL - 1) / AT_VL * AT_VL; }
 static inline int at_stride(int T) { return at_round(T) + 16; }
 
 /* c(rows x cols) = or += alpha * a(rows x K) b(K x cols), for rows <= AT_MR
- * and cols <= nv AT_VL, row r scaled by rs[r] too where rs is not NULL: a(i,k) at a[i ars + k acs], b's row k
- * at b + k ldb, readable for nv AT_VL floats. Rows past `rows` recompute the last row (so a is only read in
- * bounds) and are not stored. nv is a constant after inlining, so the accumulators live in registers. */
+ * and cols <= nv AT_VL, row r scaled by rs[r] too where rs is not NULL:
+ * a(i,k) at a[i ars + k acs], b's row k at b + k ldb, readable for nv AT_VL
+ * floats. Rows past `rows` recompute the last row (so a is only read in
+ * bounds) and are not stored. nv is a constant after inlining, so the
+ * accumulators live in registers. */
 static inline __attribute__((always_inline)) void at_tile_nv(const int nv, float *c, ptrdiff_t ldc, int rows,
                                                              int cols, const float *a, ptrdiff_t ars,
                                                              ptrdiff_t acs, const float *b, ptrdiff_t ldb,
@@ -187,10 +189,11 @@ static void at_pack_cols(float *dst, int ldd, const float *src, int ld, int T, i
       dst[(size_t)d * ldd + t] = 0.0f;
 }
 
-/* Lane helpers for the softmax rows, which run over whole vectors (to
- * column t + 1 rounded up to AT_VL, which the score tiles wrote) with the
- * masked columns selected away. Loops with a scalar remainder per row (and
- * scalar exps in it) took a quarter of the forward. */
+/* Lane helpers for the softmax rows, which run over whole vectors (to the
+ * row's last seen column + 1 rounded up to AT_VL, which the score tiles
+ * wrote) with the masked lanes of the last vector selected away. Loops
+ * with a scalar remainder per row (and scalar exps in it) took a quarter of
+ * the forward. */
 typedef int32_t at_vi __attribute__((vector_size(AT_VL * sizeof(float))));
 
 static inline at_v at_splat(float x) { return (at_v){0} + x; }
