@@ -18,10 +18,10 @@
  * softmax and P V tile by tile while the tile's scores sit in L1 (each
  * output row scaled by its 1 / sum as the tile is stored); the backward
  * works in blocks of AT_ROW_BLOCK query rows (probabilities and their
- * gradient for the block, then the key and value gradients of the block's
- * keys, each key tile starting at the first query that sees it), summing a
- * key/value head's gradients in a dense per-thread buffer that is added to
- * the output once.
+ * gradient for the block, then the block's dq in chunks of keys, then the
+ * key and value gradients of the block's keys, each key tile starting at
+ * the first query that sees it), summing a key/value head's gradients in
+ * a dense per-thread buffer that is added to the output once.
  *
  * Why not sgemm: per (batch, head) the GEMMs are small (32-256 rows, inner
  * dimension 64), and OpenBLAS repacked K and V at every call (18 % of the
@@ -68,6 +68,9 @@
 /* Query rows per backward block: the key and value gradients' inner
  * dimension. Larger blocks cost two AT_ROW_BLOCK x T scratch buffers. */
 #define AT_ROW_BLOCK 64
+/* Keys per chunk of the backward's dq product (64 rows of K: 16 KiB at
+ * head size 64). */
+#define AT_KEY_BLOCK 64
 
 typedef float at_v __attribute__((vector_size(AT_VL * sizeof(float))));
 
@@ -323,10 +326,11 @@ static void at_forward(float *out, float *lse, const float *q, const float *k, c
 /* A thread's backward buffers: K (Tk x hsp), Q and dO of the current query
  * head (Tq x hsp; qp first holds V's rows, so max(Tq, Tk) rows), K^T and
  * V^T (hs x Tkp), a row block's probabilities p and score gradients ds
- * (AT_ROW_BLOCK x Tkp), and the key/value head's gradients dk, dv (Tk x
- * hsp), summed over its query heads before they are added to the output. */
+ * (AT_ROW_BLOCK x Tkp), the block's dq (AT_ROW_BLOCK x hsp), and the
+ * key/value head's gradients dk, dv (Tk x hsp), summed over its query heads
+ * before they are added to the output. */
 typedef struct {
-  float *kp, *qp, *dop, *kt, *vt, *p, *ds, *dk, *dv;
+  float *kp, *qp, *dop, *kt, *vt, *p, *ds, *dq, *dk, *dv;
   int Tq, Tk, Tkp, hs, hsp, causal;
 } at_bwd_t;
 
@@ -375,7 +379,24 @@ static void at_head_backward(float *dq, int lddq, const float *q, int ldq, const
           at_store(d + j0, at_splat(0.0f));
         }
       }
-      at_rows(dq + (size_t)t0 * lddq, lddq, rows, hs, ds, Tkp, 1, w->kp, hsp, n, scale, NULL, 1);
+    }
+    /* dq of the block, keys in chunks of AT_KEY_BLOCK: a chunk of K stays in
+     * L1 while every tile of the block's rows reads it (a tile reading all
+     * of K streamed it from L2). Summed in w->dq, added to dq once. */
+    for (int kc = 0; kc < (causal ? r1 : Tk); kc += AT_KEY_BLOCK) {
+      for (int i0 = 0; i0 < m; i0 += AT_MR) {
+        int rows = aa__cpu_min(AT_MR, m - i0), n = causal ? r0 + i0 + rows : Tk;
+        if (n > kc)
+          at_rows(w->dq + (size_t)i0 * hsp, hsp, rows, hs, w->ds + (size_t)i0 * Tkp + kc, Tkp, 1,
+                  w->kp + (size_t)kc * hsp, hsp, aa__cpu_min(AT_KEY_BLOCK, n - kc), scale, NULL, kc > 0);
+      }
+    }
+    for (int i = 0; i < m; i++) {
+      float *d = dq + (size_t)(r0 + i) * lddq;
+      const float *s = w->dq + (size_t)i * hsp;
+#pragma omp simd
+      for (int e = 0; e < hs; e++)
+        d[e] += s[e];
     }
     /* Keys j0..: the block's queries from lo (on the diagonal max(j0, r0),
      * else r0) on see them. */
@@ -402,7 +423,8 @@ static void at_backward(float *dq, float *dk, float *dv, const float *dout, cons
   {
     size_t nq = (size_t)(Tq > Tk ? Tq : Tk) * hsp, nk = (size_t)Tk * hsp, ncol = (size_t)HS * Tkp;
     size_t nblk = (size_t)AT_ROW_BLOCK * Tkp;
-    at_bwd_t w = {.kp = aa__cpu_scratch(2 * nq + 3 * nk + 2 * ncol + 2 * nblk, "attention"),
+    at_bwd_t w = {.kp = aa__cpu_scratch(2 * nq + 3 * nk + 2 * ncol + 2 * nblk + (size_t)AT_ROW_BLOCK * hsp,
+                                        "attention"),
                   .Tq = Tq,
                   .Tk = Tk,
                   .Tkp = Tkp,
@@ -415,7 +437,8 @@ static void at_backward(float *dq, float *dk, float *dv, const float *dout, cons
     w.vt = w.kt + ncol;
     w.p = w.vt + ncol;
     w.ds = w.p + nblk;
-    w.dk = w.ds + nblk;
+    w.dq = w.ds + nblk;
+    w.dk = w.dq + (size_t)AT_ROW_BLOCK * hsp;
     w.dv = w.dk + nk;
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
