@@ -9,12 +9,25 @@ pass=0 fail=0
 # stderr+stdout contains PATTERN (grep -E).
 expect() {
   local code=$1 pat=$2; shift 2
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" = "$code" ] && grep -Eiq -- "$pat" <<<"$out"; then
+  capture "$@"
+  expect_captured "$code" "$pat"
+}
+
+# capture CMD...: runs CMD once and keeps its exit code and stderr+stdout,
+# for expect_captured: a slow command checked for several things.
+capture() {
+  captured_cmd="$*"
+  captured=$("$@" 2>&1); captured_rc=$?
+}
+
+# expect_captured CODE PATTERN: expect's checks on what capture kept.
+expect_captured() {
+  local code=$1 pat=$2
+  if [ "$captured_rc" = "$code" ] && grep -Eiq -- "$pat" <<<"$captured"; then
     pass=$((pass + 1))
   else
     fail=$((fail + 1))
-    echo "FAIL: $* -> exit $rc (want $code), output:"; echo "$out" | head -5; echo "  (wanted /$pat/)"
+    echo "FAIL: $captured_cmd -> exit $captured_rc (want $code), output:"; echo "$captured" | head -5
+    echo "  (wanted /$pat/)"
   fi
 }
