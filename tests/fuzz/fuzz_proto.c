@@ -1,5 +1,5 @@
 /* libFuzzer target for the frame reader and the message decoder
- * (tests/cli/test_fuzz_proto.sh builds and runs it with ASan + UBSan).
+ * (tests/cli/test_fuzz.sh builds and runs it with ASan + UBSan).
  *
  * Input: byte 0 picks the path, the rest is the data.
  *   even byte 0: the data is one payload for aa_msg_decode.

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Fuzzes what autoaccel reads from outside, each target for a bounded time,
+# built with clang's libFuzzer plus AddressSanitizer and
+# UndefinedBehaviorSanitizer into a temporary folder:
+#   fuzz_proto (tests/fuzz/fuzz_proto.c): the frame reader and the message
+#     decoder, seeded with every sample message;
+#   fuzz_files (tests/fuzz/fuzz_files.c): the model spec, strategy file,
+#     safetensors, token shard and calibration file readers, seeded with
+#     the bundled specs and strategy files, small safetensors files and
+#     shards of both formats, and a calibration file
+#     (tests/fuzz/seeds/calibration.json); every seed must first pass its
+#     reader, so that the fuzzer starts from inputs that go deep.
+# Each runs AA_FUZZ_TIME seconds (default 15). Passes when nothing crashed;
+# skips (exit 0, says so) when no clang with libFuzzer is installed
+# (scripts/setup.sh installs clang and libclang-rt-14-dev).
+set -u
+AA=${AUTOACCEL:?set AUTOACCEL to the autoaccel binary}
+SRC=${AA_SOURCE_DIR:?set AA_SOURCE_DIR to the source tree}
+FUZZ_TIME=${AA_FUZZ_TIME:-15}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' \
+  >"$tmp/probe.c"
+cc=""
+for c in clang clang-14; do
+  if command -v "$c" >/dev/null 2>&1 && "$c" -fsanitize=fuzzer "$tmp/probe.c" -o "$tmp/probe" >/dev/null 2>&1; then
+    cc=$c; break
+  fi
+done
+if [ -z "$cc" ]; then
+  echo "skipped: clang with libFuzzer not found"
+  exit 0
+fi
+
+# build NAME SOURCES...: the target into $tmp/NAME.
+build() {
+  local name=$1; shift
+  # shellcheck disable=SC2046  # pkg-config output is a list of flags
+  if ! "$cc" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$SRC" \
+    $(pkg-config --cflags msgpack jansson) "$@" $(pkg-config --libs msgpack jansson) -lm \
+    -o "$tmp/$name" 2>"$tmp/build-$name.log"; then
+    echo "FAIL: building $name with $cc:"; cat "$tmp/build-$name.log"; exit 1
+  fi
+}
+
+# fuzz NAME: runs $tmp/NAME on its corpus $tmp/corpus-NAME for FUZZ_TIME s.
+fuzz() {
+  local name=$1 rc
+  echo "$name: fuzzing for ${FUZZ_TIME}s with $cc ($(ls "$tmp/corpus-$name" | wc -l) seeds)"
+  "$tmp/$name" -max_total_time="$FUZZ_TIME" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+    -print_final_stats=1 -artifact_prefix="$tmp/$name-" "$tmp/corpus-$name" >"$tmp/$name.log" 2>&1
+  rc=$?
+  grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|^#[0-9]+ +DONE" "$tmp/$name.log"
+  if [ "$rc" != 0 ]; then
+    echo "FAIL: $name stopped with exit $rc:"
+    tail -60 "$tmp/$name.log"
+    for a in "$tmp/$name"-crash-* "$tmp/$name"-leak-* "$tmp/$name"-timeout-* "$tmp/$name"-oom-*; do
+      [ -e "$a" ] || continue
+      echo "input $(basename "$a") (base64): $(base64 -w0 "$a")"
+    done
+    exit 1
+  fi
+}
+
+# --- the protocol ------------------------------------------------------------
+build fuzz_proto "$SRC/tests/fuzz/fuzz_proto.c" "$SRC"/proto/*.c "$SRC"/common/*.c
+mkdir "$tmp/corpus-fuzz_proto"
+AA_FUZZ_WRITE_SEEDS="$tmp/corpus-fuzz_proto" "$tmp/fuzz_proto" || { echo "FAIL: writing the seed corpus"; exit 1; }
+fuzz fuzz_proto
+
+# --- the files -----------------------------------------------------------------
+build fuzz_files "$SRC/tests/fuzz/fuzz_files.c" "$SRC"/common/*.c "$SRC"/strategies/strategy*.c \
+  "$SRC"/strategies/{pipeline,layout,sizes,calib,calib_file}.c "$SRC"/engine/{safetensors,data}.c
+seeds=$tmp/corpus-fuzz_files
+mkdir "$seeds"
+# seed KIND FILE NAME: FILE as a seed of reader KIND (fuzz_files.c's byte 0).
+seed() { { printf '%b' "\\x0$1"; cat "$2"; } >"$seeds/$3"; }
+i=0
+for f in "$SRC"/examples/models/*.json "$SRC"/examples/tiny/model.json; do
+  # A spec given as text may not extend another.
+  grep -q '"extends"' "$f" || seed 0 "$f" "spec-$((i++))"
+done
+for f in "$SRC"/examples/strategies/*.json; do seed 1 "$f" "strategy-$((i++))"; done
+"$AA" data synth --out "$tmp/data" --bytes 4000 >"$tmp/data.log" 2>&1 || { cat "$tmp/data.log"; exit 1; }
+seed 3 "$tmp/data/val.bin" shard-aa
+seed 4 "$SRC/tests/fuzz/seeds/calibration.json" calibration
+/usr/bin/python3 - "$tmp" <<'EOF'
+import json, struct, sys
+tmp = sys.argv[1]
+def st(tensors):
+    head, data = {"__metadata__": {"format": "pt"}}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        head[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(head).encode()
+    return struct.pack("<Q", len(h)) + h + data
+open(tmp + "/a.safetensors", "wb").write(st({"w": ("F32", [2, 3], struct.pack("<6f", *range(6))),
+                                               "b": ("BF16", [4], b"\x80\x3f" * 4)}))
+open(tmp + "/b.safetensors", "wb").write(st({"x": ("F16", [2, 2], b"\x00\x3c" * 4), "i": ("I64", [1], struct.pack("<q", 7))}))
+# llm.c's shard: 256 int32 of header (magic, version 1, token count), uint16 tokens.
+toks = [1, 2, 3, 250, 7, 0]
+open(tmp + "/llmc.bin", "wb").write(struct.pack("<256i", *([20240520, 1, len(toks)] + [0] * 253)) +
+                                     struct.pack("<%dH" % len(toks), *toks))
+EOF
+seed 2 "$tmp/a.safetensors" st-a
+seed 2 "$tmp/b.safetensors" st-b
+seed 3 "$tmp/llmc.bin" shard-llmc
+# Every seed passes its reader (-runs=0: the corpus once, no mutations).
+if ! AA_FUZZ_SEEDS_MUST_PARSE=1 "$tmp/fuzz_files" -runs=0 -artifact_prefix="$tmp/seeds-" "$seeds" \
+  >"$tmp/seeds.log" 2>&1; then
+  echo "FAIL: a seed does not pass its reader:"; grep -E "a seed fails|ERROR" "$tmp/seeds.log" | head -5; exit 1
+fi
+fuzz fuzz_files
+echo "ok: no crash"
