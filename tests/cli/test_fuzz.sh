@@ -5,11 +5,13 @@
 #   fuzz_proto (tests/fuzz/fuzz_proto.c): the frame reader and the message
 #     decoder, seeded with every sample message;
 #   fuzz_files (tests/fuzz/fuzz_files.c): the model spec, strategy file,
-#     safetensors, token shard and calibration file readers, seeded with
-#     the bundled specs and strategy files, small safetensors files and
-#     shards of both formats, and a calibration file
-#     (tests/fuzz/seeds/calibration.json); every seed must first pass its
-#     reader, so that the fuzzer starts from inputs that go deep.
+#     safetensors, token shard, calibration file and tokenizer.json
+#     readers, and byte-level BPE's round trip on any text, seeded with the
+#     bundled specs and strategy files, small safetensors files and shards
+#     of both formats, a calibration file (tests/fuzz/seeds/calibration.json),
+#     the test tokenizers (tests/reference/tokenizer) and texts; every seed
+#     must first pass its reader, so that the fuzzer starts from inputs that
+#     go deep.
 # Each runs AA_FUZZ_TIME seconds (default 15). Passes when nothing crashed;
 # skips (exit 0, says so) when no clang with libFuzzer is installed
 # (scripts/setup.sh installs clang and libclang-rt-14-dev).
@@ -71,7 +73,8 @@ fuzz fuzz_proto
 
 # --- the files -----------------------------------------------------------------
 build fuzz_files "$SRC/tests/fuzz/fuzz_files.c" "$SRC"/common/*.c "$SRC"/strategies/strategy*.c \
-  "$SRC"/strategies/{pipeline,layout,sizes,calib,calib_file}.c "$SRC"/engine/{safetensors,data}.c
+  "$SRC"/strategies/{pipeline,layout,sizes,calib,calib_file}.c "$SRC"/engine/{safetensors,data,tokenizer}.c
+export AA_FUZZ_TOKENIZERS=$SRC/tests/reference/tokenizer
 seeds=$tmp/corpus-fuzz_files
 mkdir "$seeds"
 # seed KIND FILE NAME: FILE as a seed of reader KIND (fuzz_files.c's byte 0).
@@ -85,6 +88,14 @@ for f in "$SRC"/examples/strategies/*.json; do seed 1 "$f" "strategy-$((i++))"; 
 "$AA" data synth --out "$tmp/data" --bytes 4000 >"$tmp/data.log" 2>&1 || { cat "$tmp/data.log"; exit 1; }
 seed 3 "$tmp/data/val.bin" shard-aa
 seed 4 "$SRC/tests/fuzz/seeds/calibration.json" calibration
+for f in "$AA_FUZZ_TOKENIZERS"/tokenizer*.json; do seed 5 "$f" "tokenizer-$((i++))"; done
+# Texts for the two test tokenizers: prose, and UTF-8 with invalid bytes.
+head -c 2000 "$SRC/README.md" >"$tmp/prose.txt"
+printf 'caf\xc3\xa9 \xf0\x9f\x98\x80 \xe2\x82\xac12\r\n\t \xff\xfe bad \xc3 cut  end' >"$tmp/bytes.txt"
+for k in 6 7; do
+  seed "$k" "$tmp/prose.txt" "prose-$k"
+  seed "$k" "$tmp/bytes.txt" "bytes-$k"
+done
 /usr/bin/python3 - "$tmp" <<'EOF'
 import json, struct, sys
 tmp = sys.argv[1]

@@ -15,9 +15,16 @@
  *   4: a calibration file (aa_calib_file_parse). What parses must write
  *      back (aa_calib_file_to_json) to text that parses again to the same
  *      text.
+ *   5: a tokenizer.json (aa_tokenizer_parse). What parses must encode a
+ *      sample text and decode it back to the same bytes.
+ *   6, 7: text, any bytes, encoded with the GPT-2 (6) or Llama 3 (7) test
+ *      tokenizer of AA_FUZZ_TOKENIZERS (tests/reference/tokenizer; skipped
+ *      when unset): byte-level BPE must decode every encoding back to the
+ *      same bytes.
  * Any other failure must be a clean error: a negative code and a message.
  * The seeds (the bundled specs, strategy files and a calibration, small
- * safetensors files and shards) are written by tests/cli/test_fuzz.sh. */
+ * safetensors files and shards, the test tokenizers, texts) are written by
+ * tests/cli/test_fuzz.sh. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -29,10 +36,11 @@
 #include "common/spec.h"
 #include "engine/data.h"
 #include "engine/safetensors.h"
+#include "engine/tokenizer.h"
 #include "strategies/calib_file.h"
 #include "strategies/strategy.h"
 
-#define N_READERS 5
+#define N_READERS 8
 
 static void need(int ok, const char *what) {
   if (!ok) {
@@ -114,6 +122,50 @@ static void fuzz_calib(const char *text, size_t n) {
   aa_calib_file_clear(&g);
 }
 
+/* decode(encode(text)) must give text back. */
+static void round_trip(const aa_tokenizer_t *t, const unsigned char *text, size_t n) {
+  int32_t *ids = NULL;
+  unsigned char *back = NULL;
+  size_t n_ids = 0, n_back = 0;
+  need(aa_tokenizer_encode(t, text, n, &ids, &n_ids) == 0, "a text does not encode");
+  for (size_t i = 0; i < n_ids; i++)
+    need(ids[i] >= 0 && ids[i] < aa_tokenizer_vocab_size(t), "an encoding holds an id out of the vocab");
+  need(aa_tokenizer_decode(t, ids, n_ids, &back, &n_back) == 0, "an encoding does not decode");
+  if (n_back != n || memcmp(back, text, n)) {
+    fprintf(stderr, "tokenizer: %zu bytes encode to %zu ids that decode to %zu other bytes\n", n, n_ids,
+            n_back);
+    abort();
+  }
+  free(ids);
+  free(back);
+}
+
+static void fuzz_tokenizer(const char *json, size_t n) {
+  static const char sample[] = "Hello, world! It's 2026:\n\tcaf\xc3\xa9 \xe2\x82\xac"
+                               "12 \xff\xfe  done.";
+  aa_tokenizer_t *t = NULL;
+  int rc = aa_tokenizer_parse(&t, json, n, "tokenizer.json");
+  clean_error(rc, "aa_tokenizer_parse");
+  if (rc) return;
+  round_trip(t, (const unsigned char *)sample, sizeof sample - 1);
+  aa_tokenizer_free(t);
+}
+
+/* Test tokenizer i (0 GPT-2's pattern, 1 Llama 3's), loaded once; NULL
+ * when AA_FUZZ_TOKENIZERS is not set. */
+static const aa_tokenizer_t *test_tokenizer(int i) {
+  static aa_tokenizer_t *t[2];
+  static const char *const files[2] = {"tokenizer.json", "tokenizer_llama3.json"};
+  const char *dir = getenv("AA_FUZZ_TOKENIZERS");
+  if (!dir) return NULL;
+  if (!t[i]) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    need(aa_tokenizer_load(&t[i], path) == 0, "cannot load a test tokenizer");
+  }
+  return t[i];
+}
+
 /* The input as a file, at a path of this process's own. */
 static const char *as_file(const uint8_t *d, size_t n) {
   static char path[64];
@@ -170,6 +222,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_shard(d, n);
     return 0;
   }
+  if (which >= 6) {
+    const aa_tokenizer_t *t = test_tokenizer(which - 6);
+    if (t) round_trip(t, d, n);
+    return 0;
+  }
   char *text = malloc(n + 1);
   need(text != NULL, "no memory");
   memcpy(text, d, n);
@@ -178,8 +235,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_spec(text);
   else if (which == 1)
     fuzz_strategy(text);
-  else
+  else if (which == 4)
     fuzz_calib(text, n);
+  else
+    fuzz_tokenizer(text, n);
   free(text);
   return 0;
 }
