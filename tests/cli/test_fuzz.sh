@@ -5,11 +5,12 @@
 #   fuzz_proto (tests/fuzz/fuzz_proto.c): the frame reader and the message
 #     decoder, seeded with every sample message;
 #   fuzz_files (tests/fuzz/fuzz_files.c): the model spec, strategy file,
-#     safetensors, token shard, calibration file and tokenizer.json
-#     readers, and byte-level BPE's round trip on any text, seeded with the
-#     bundled specs and strategy files, small safetensors files and shards
-#     of both formats, a calibration file (tests/fuzz/seeds/calibration.json),
-#     the test tokenizers (tests/reference/tokenizer) and texts; every seed
+#     safetensors, token shard, calibration file, tokenizer.json and device
+#     profile readers, and byte-level BPE's round trip on any text, seeded
+#     with the bundled specs, strategy files and profiles, small safetensors
+#     files and shards of both formats, a calibration file
+#     (tests/fuzz/seeds/calibration.json), the test tokenizers
+#     (tests/reference/tokenizer) and texts; every seed
 #     must first pass its reader, so that the fuzzer starts from inputs that
 #     go deep.
 # Together they run 2 x AA_FUZZ_TIME seconds (default 15): a third of it the
@@ -75,7 +76,7 @@ fuzz fuzz_proto $((2 * FUZZ_TIME / 3))
 
 # --- the files -----------------------------------------------------------------
 build fuzz_files "$SRC/tests/fuzz/fuzz_files.c" "$SRC"/common/*.c "$SRC"/strategies/strategy*.c \
-  "$SRC"/strategies/{pipeline,layout,sizes,calib,calib_file}.c "$SRC"/engine/{safetensors,data,tokenizer}.c
+  "$SRC"/strategies/{pipeline,layout,sizes,calib,calib_file,profile}.c "$SRC"/engine/{safetensors,data,tokenizer}.c
 export AA_FUZZ_TOKENIZERS=$SRC/tests/reference/tokenizer
 seeds=$tmp/corpus-fuzz_files
 mkdir "$seeds"
@@ -91,6 +92,7 @@ for f in "$SRC"/examples/strategies/*.json; do seed 1 "$f" "strategy-$((i++))"; 
 seed 3 "$tmp/data/val.bin" shard-aa
 seed 4 "$SRC/tests/fuzz/seeds/calibration.json" calibration
 for f in "$AA_FUZZ_TOKENIZERS"/tokenizer*.json; do seed 5 "$f" "tokenizer-$((i++))"; done
+for f in "$SRC"/profiles/*.json; do seed 8 "$f" "profile-$((i++))"; done
 # Texts for the two test tokenizers: prose, and UTF-8 with invalid bytes.
 head -c 2000 "$SRC/README.md" >"$tmp/prose.txt"
 printf 'caf\xc3\xa9 \xf0\x9f\x98\x80 \xe2\x82\xac12\r\n\t \xff\xfe bad \xc3 cut  end' >"$tmp/bytes.txt"
@@ -110,7 +112,8 @@ def st(tensors):
     return struct.pack("<Q", len(h)) + h + data
 open(tmp + "/a.safetensors", "wb").write(st({"w": ("F32", [2, 3], struct.pack("<6f", *range(6))),
                                                "b": ("BF16", [4], b"\x80\x3f" * 4)}))
-open(tmp + "/b.safetensors", "wb").write(st({"x": ("F16", [2, 2], b"\x00\x3c" * 4), "i": ("I64", [1], struct.pack("<q", 7))}))
+open(tmp + "/b.safetensors", "wb").write(st({"x": ("F16", [2, 2], b"\x00\x3c" * 4),
+                                               "i": ("I64", [1], struct.pack("<q", 7))}))
 # llm.c's shard: 256 int32 of header (magic, version 1, token count), uint16 tokens.
 toks = [1, 2, 3, 250, 7, 0]
 open(tmp + "/llmc.bin", "wb").write(struct.pack("<256i", *([20240520, 1, len(toks)] + [0] * 253)) +

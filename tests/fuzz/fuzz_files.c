@@ -21,10 +21,13 @@
  *      tokenizer of AA_FUZZ_TOKENIZERS (tests/reference/tokenizer; skipped
  *      when unset): byte-level BPE must decode every encoding back to the
  *      same bytes.
+ *   8: a device profile (aa_profile_parse), as `plan --pool FILE:N` reads
+ *      one. What parses must write back (aa_profile_to_json) to JSON that
+ *      parses again and writes the same text.
  * Any other failure must be a clean error: a negative code and a message.
- * The seeds (the bundled specs, strategy files and a calibration, small
- * safetensors files and shards, the test tokenizers, texts) are written by
- * tests/cli/test_fuzz.sh. */
+ * The seeds (the bundled specs, strategy files, profiles and a
+ * calibration, small safetensors files and shards, the test tokenizers,
+ * texts) are written by tests/cli/test_fuzz.sh. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -32,15 +35,24 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "common/aa.h"
 #include "common/spec.h"
 #include "engine/data.h"
 #include "engine/safetensors.h"
 #include "engine/tokenizer.h"
 #include "strategies/calib_file.h"
+#include "strategies/profile.h"
+#include "strategies/profile_builtin.h"
 #include "strategies/strategy.h"
 
-#define N_READERS 8
+#define N_READERS 9
+
+/* No built-in profiles: the build embeds them (scripts/embed_profiles.cmake);
+ * the fuzzer reads profile text only. */
+const aa__profile_blob_t aa__profile_blobs[1] = {{"", "", 0}};
+const size_t aa__profile_nblobs = 0;
 
 static void need(int ok, const char *what) {
   if (!ok) {
@@ -120,6 +132,32 @@ static void fuzz_calib(const char *text, size_t n) {
   free(j2);
   aa_calib_file_clear(&f);
   aa_calib_file_clear(&g);
+}
+
+/* The profile's JSON text (aa_profile_to_json, keys sorted). */
+static char *profile_text(const aa_device_profile_t *p) {
+  json_t *j = NULL;
+  need(aa_profile_to_json(p, &j) == 0, "a parsed profile does not write back");
+  char *t = json_dumps(j, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+  need(t != NULL, "no memory");
+  json_decref(j);
+  return t;
+}
+
+static void fuzz_profile(const char *text, size_t n) {
+  aa_device_profile_t p, q;
+  int rc = aa_profile_parse(&p, text, n, "fuzz");
+  clean_error(rc, "aa_profile_parse");
+  if (rc) return;
+  char *t1 = profile_text(&p), *t2;
+  need(aa_profile_parse(&q, t1, strlen(t1), "written") == 0, "a written profile does not parse");
+  t2 = profile_text(&q);
+  if (strcmp(t1, t2)) {
+    fprintf(stderr, "profile: the second writing differs:\n%s\n---\n%s\n", t1, t2);
+    abort();
+  }
+  free(t1);
+  free(t2);
 }
 
 /* decode(encode(text)) must give text back. */
@@ -222,7 +260,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_shard(d, n);
     return 0;
   }
-  if (which >= 6) {
+  if (which == 6 || which == 7) {
     const aa_tokenizer_t *t = test_tokenizer(which - 6);
     if (t) round_trip(t, d, n);
     return 0;
@@ -237,8 +275,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_strategy(text);
   else if (which == 4)
     fuzz_calib(text, n);
-  else
+  else if (which == 5)
     fuzz_tokenizer(text, n);
+  else
+    fuzz_profile(text, n);
   free(text);
   return 0;
 }
