@@ -76,6 +76,17 @@ static void clean_error(int rc, const char *reader) {
   }
 }
 
+/* What was read, written, read again and written again must be the same
+ * text both times; frees both. */
+static void same_writing(const char *what, char *first, char *second) {
+  if (strcmp(first, second)) {
+    fprintf(stderr, "%s: the second writing differs:\n%s\n---\n%s\n", what, first, second);
+    abort();
+  }
+  free(first);
+  free(second);
+}
+
 static void fuzz_spec(const char *json) {
   aa_model_spec_t s, t;
   char *j1 = NULL, *j2 = NULL;
@@ -85,12 +96,7 @@ static void fuzz_spec(const char *json) {
   need(aa_spec_to_json(&s, &j1) == 0, "a parsed spec does not write back");
   need(aa_spec_parse(&t, j1, "/", "written.json") == 0, "a written spec does not parse");
   need(aa_spec_to_json(&t, &j2) == 0, "a re-parsed spec does not write back");
-  if (strcmp(j1, j2)) {
-    fprintf(stderr, "spec: the second writing differs:\n%s\n---\n%s\n", j1, j2);
-    abort();
-  }
-  free(j1);
-  free(j2);
+  same_writing("spec", j1, j2);
 }
 
 static void fuzz_strategy(const char *json) {
@@ -105,12 +111,7 @@ static void fuzz_strategy(const char *json) {
   need(aa_strategy_to_json(&s, &j1) == 0, "a parsed strategy does not write back");
   need(aa_strategy_parse(&t, j1, "written.json") == 0, "a written strategy does not parse");
   need(aa_strategy_to_json(&t, &j2) == 0, "a re-parsed strategy does not write back");
-  if (strcmp(j1, j2)) {
-    fprintf(stderr, "strategy: the second writing differs:\n%s\n---\n%s\n", j1, j2);
-    abort();
-  }
-  free(j1);
-  free(j2);
+  same_writing("strategy", j1, j2);
 }
 
 static void fuzz_calib(const char *text, size_t n) {
@@ -124,12 +125,7 @@ static void fuzz_calib(const char *text, size_t n) {
        "a written calibration file does not parse");
   j2 = aa_calib_file_to_json(&g);
   need(j2 != NULL, "a re-parsed calibration file does not write back");
-  if (strcmp(j1, j2)) {
-    fprintf(stderr, "calibration: the second writing differs:\n%s\n---\n%s\n", j1, j2);
-    abort();
-  }
-  free(j1);
-  free(j2);
+  same_writing("calibration", j1, j2);
   aa_calib_file_clear(&f);
   aa_calib_file_clear(&g);
 }
@@ -152,12 +148,7 @@ static void fuzz_profile(const char *text, size_t n) {
   char *t1 = profile_text(&p), *t2;
   need(aa_profile_parse(&q, t1, strlen(t1), "written") == 0, "a written profile does not parse");
   t2 = profile_text(&q);
-  if (strcmp(t1, t2)) {
-    fprintf(stderr, "profile: the second writing differs:\n%s\n---\n%s\n", t1, t2);
-    abort();
-  }
-  free(t1);
-  free(t2);
+  same_writing("profile", t1, t2);
 }
 
 /* decode(encode(text)) must give text back. */
