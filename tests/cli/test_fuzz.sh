@@ -10,9 +10,8 @@
 #     with the bundled specs, strategy files and profiles, small safetensors
 #     files and shards of both formats, a calibration file
 #     (tests/fuzz/seeds/calibration.json), the test tokenizers
-#     (tests/reference/tokenizer) and texts; every seed
-#     must first pass its reader, so that the fuzzer starts from inputs that
-#     go deep.
+#     (tests/reference/tokenizer) and texts; every seed must first pass its
+#     reader, so that the fuzzer starts from inputs that go deep.
 # Together they run 2 x AA_FUZZ_TIME seconds (default 15): a third of it the
 # protocol, whose inputs are quick (2.6 M in 10 s here), the rest the files
 # (43,000 in 20 s: tokenizers are slow to parse). Passes when nothing crashed;
