@@ -320,7 +320,9 @@ static int cmd_check(int argc, char **argv) {
   static const char *const group_names[] = {"data",    "tensor", "pipeline",   "embedding",
                                             "context", "expert", "expert-data"};
   for (int g = 0; g < 7; g++) {
-    if (groups[g]->ranks < 2) continue;
+    /* A group that carries nothing (the expert-data group without expert
+     * parallelism) is not shown. */
+    if (groups[g]->ranks < 2 || !groups[g]->bytes) continue;
     char calls[256], ring[32];
     aa_cost_group_describe(groups[g], calls, sizeof calls);
     printf("comm: %s group of %d, per step: %s; a ring sends %s per rank\n", group_names[g], groups[g]->ranks,

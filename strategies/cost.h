@@ -273,7 +273,10 @@ typedef struct aa_cost_group {
 
 typedef struct aa_cost_comm {
   aa_cost_group_t data, tensor, pipeline, embedding, context;
-  aa_cost_group_t expert, expert_data; /* expert parallelism's (s->ep > 1), else groups of one */
+  /* expert parallelism's: expert of s->ep ranks (else one); expert_data of
+   * the data ranks / ep, over which an MoE block's expert slices go when
+   * ep > 1 (else it carries nothing) */
+  aa_cost_group_t expert, expert_data;
 } aa_cost_comm_t;
 
 /* The rows each routed expert computes of an MoE layer over N tokens of

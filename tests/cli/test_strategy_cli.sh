@@ -103,6 +103,10 @@ expect 0 "^work: 7.116 MFLOP per token \(6N \+ 12LCT and the recomputed forward\
 echo '{"format": "autoaccel-strategy", "version": 1, "parallel": {"data": 2}, "zero": 1, "micro_batch": 4}' >"$tmp/dp2.json"
 expect 0 "^comm: data group of 2, per step: 2 all-reduces \(8 B\), 6 all-gathers \(3\.2 MiB\), 6 reduce-scatters \(3\.2 MiB\); a ring sends 3\.2 MiB per rank$" \
   "$AA" strategy check "$tmp/dp2.json" --model "$TINY" --world 2
+# Only the groups that carry something: without expert parallelism the
+# expert-data group (the data ranks) carries nothing and gets no line.
+expect 0 "^1$" bash -c '"$0" strategy check "$1" --model "$2" --world 2 | grep -c "^comm:"' \
+  "$AA" "$tmp/dp2.json" "$TINY"
 expect 0 "workspace [0-9.]+ MiB\), fits in 1.0 GiB$" "$AA" strategy check "$EX/bf16-full.json" --model "$TINY" --memory 1G
 expect 1 "dp1.tp1.pp1.z0.bf16.ckpt-full.mb4 does not fit: a rank needs at least [0-9.]+ MiB, the device has 8.0 MiB" \
   "$AA" strategy check "$EX/bf16-full.json" --model "$TINY" --memory 8M
