@@ -383,7 +383,8 @@ static void at_head_backward(float *dq, int lddq, const float *q, int ldq, const
     /* dq of the block, keys in chunks of AT_KEY_BLOCK: a chunk of K stays in
      * L1 while every tile of the block's rows reads it (a tile reading all
      * of K streamed it from L2). Summed in w->dq, added to dq once. */
-    for (int kc = 0; kc < (causal ? r1 : Tk); kc += AT_KEY_BLOCK) {
+    const int kend = causal ? r1 : Tk; /* the keys the block's rows see */
+    for (int kc = 0; kc < kend; kc += AT_KEY_BLOCK) {
       for (int i0 = 0; i0 < m; i0 += AT_MR) {
         int rows = aa__cpu_min(AT_MR, m - i0), n = causal ? r0 + i0 + rows : Tk;
         if (n > kc)
@@ -400,8 +401,8 @@ static void at_head_backward(float *dq, int lddq, const float *q, int ldq, const
     }
     /* Keys j0..: the block's queries from lo (on the diagonal max(j0, r0),
      * else r0) on see them. */
-    for (int j0 = 0; j0 < (causal ? r1 : Tk); j0 += AT_MR) {
-      int rows = aa__cpu_min(AT_MR, (causal ? r1 : Tk) - j0), lo = causal && j0 > r0 ? j0 - r0 : 0;
+    for (int j0 = 0; j0 < kend; j0 += AT_MR) {
+      int rows = aa__cpu_min(AT_MR, kend - j0), lo = causal && j0 > r0 ? j0 - r0 : 0;
       at_rows(w->dk + (size_t)j0 * hsp, hsp, rows, hs, w->ds + (size_t)lo * Tkp + j0, 1, Tkp,
               w->qp + (size_t)(r0 + lo) * hsp, hsp, m - lo, scale, NULL, 1);
       at_rows(w->dv + (size_t)j0 * hsp, hsp, rows, hs, w->p + (size_t)lo * Tkp + j0, 1, Tkp,
